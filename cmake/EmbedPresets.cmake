@@ -1,0 +1,17 @@
+# Compiles every presets/*.json into a C++ source, so an installed memcalc needs no data files.
+# Editing, adding or removing a preset re-runs this at the next build.
+function(memcalc_embed_presets preset_dir template output count_var)
+  file(GLOB preset_files CONFIGURE_DEPENDS "${preset_dir}/*.json")
+  list(SORT preset_files)
+  set(entries "")
+  list(LENGTH preset_files count)
+  foreach(file IN LISTS preset_files)
+    get_filename_component(name "${file}" NAME_WLE)
+    file(READ "${file}" text)
+    string(APPEND entries "    {\"${name}\", R\"memcalc_preset(${text})memcalc_preset\"},\n")
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${file}")
+  endforeach()
+  set(MEMCALC_PRESET_ENTRIES "${entries}")
+  configure_file("${template}" "${output}" @ONLY)
+  set(${count_var} ${count} PARENT_SCOPE)
+endfunction()

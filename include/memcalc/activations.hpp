@@ -1,0 +1,107 @@
+#pragma once
+/// The tensors one transformer layer keeps for its backward pass, and what each recomputation mode
+/// keeps or rebuilds. The reference table is Korthikanti et al. 2022 (Reducing Activation
+/// Recomputation in Large Transformer Models, section 4.1): s b h (34 + 5 a s / h) bytes per layer.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcalc/model.hpp"
+#include "memcalc/units.hpp"
+
+namespace memcalc {
+
+enum class Recompute { none, selective, full };
+
+inline const char* recompute_name(Recompute r) {
+    switch (r) {
+        case Recompute::none: return "none";
+        case Recompute::selective: return "selective";
+        case Recompute::full: return "full";
+    }
+    return "?";
+}
+
+/// One tensor saved for backward: `copies` tensors of `symbol` elements each.
+struct SavedTensor {
+    std::string op;        ///< the op that saves it
+    std::string tensor;    ///< what it saves
+    std::string why;       ///< why backward needs it
+    std::string symbol;    ///< element count in the paper's letters: "sbh", "as^2b"
+    std::uint64_t copies;  ///< how many such tensors ("Q and K" is 2 sbh elements)
+    std::uint64_t bytes_per_element;
+    bool attention_scores; ///< an s x s tensor: dropped and rebuilt by selective recomputation
+    Count elements;
+    Count bytes;
+};
+
+struct LayerActivations {
+    std::vector<SavedTensor> rows;
+    Count input_bytes;  ///< the layer's input: all that full recomputation keeps
+
+    Count total() const {
+        Count sum;
+        for (const auto& r : rows) sum += r.bytes;
+        return sum;
+    }
+    Count scores() const {
+        Count sum;
+        for (const auto& r : rows)
+            if (r.attention_scores) sum += r.bytes;
+        return sum;
+    }
+    /// Bytes a layer holds from its forward step until its backward step.
+    Count kept(Recompute mode) const {
+        switch (mode) {
+            case Recompute::none: return total();
+            case Recompute::selective: return total().value() - scores().value();
+            case Recompute::full: return input_bytes;
+        }
+        return total();
+    }
+    /// Bytes a layer's backward step rebuilds by running part of its forward again.
+    Count rebuilt(Recompute mode) const {
+        switch (mode) {
+            case Recompute::none: return 0;
+            case Recompute::selective: return scores();
+            case Recompute::full: return total();
+        }
+        return 0;
+    }
+};
+
+/// Korthikanti et al.'s GPT layer (4h GELU MLP, dropout, `d`-byte activations, 1-byte masks).
+/// With d = 2 its rows add up to s b h (34 + 5 a s / h) bytes.
+inline LayerActivations korthikanti_layer(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
+                                          std::uint64_t d) {
+    const Count sbh = Count(seq) * micro_batch * m.hidden;
+    const Count as2b = Count(m.heads) * seq * seq * micro_batch;
+    LayerActivations layer;
+    auto row = [&](const char* op, const char* tensor, const char* why, bool scores, std::uint64_t copies,
+                   std::uint64_t bytes) {
+        const Count elements = Count(copies) * (scores ? as2b : sbh);
+        layer.rows.push_back({op, tensor, why, scores ? "as^2b" : "sbh", copies, bytes, scores, elements,
+                              elements * bytes});
+    };
+    // clang-format off
+    //  op                            tensor kept              why backward needs it                                   s x s  copies  bytes
+    row("attention LayerNorm",        "its input",             "normalisation's gradient needs the input (mean, var)",  false, 1, d);
+    row("QKV projection",             "its input",             "weight gradient = input^T x output gradient",           false, 1, d);
+    row("Q K^T",                      "Q and K",               "each is the other's factor in the gradient",            false, 2, d);
+    row("softmax",                    "its output",            "softmax's gradient is written in its output",           true,  1, d);
+    row("attention dropout",          "mask",                  "which scores were zeroed",                              true,  1, dtype::mask);
+    row("attention over V",           "dropout output",        "gradient w.r.t. V needs the attention weights",         true,  1, d);
+    row("attention over V",           "V",                     "gradient w.r.t. the weights needs V",                   false, 1, d);
+    row("output projection",          "its input",             "weight gradient = input^T x output gradient",           false, 1, d);
+    row("attention residual dropout", "mask",                  "which elements were zeroed",                            false, 1, dtype::mask);
+    row("MLP LayerNorm",              "its input",             "normalisation's gradient needs the input (mean, var)",  false, 1, d);
+    row("MLP up projection",          "its input",             "weight gradient = input^T x output gradient",           false, 1, d);
+    row("GELU",                       "its input (4h wide)",   "GELU's derivative is evaluated at its input",           false, 4, d);
+    row("MLP down projection",        "its input (4h wide)",   "weight gradient = input^T x output gradient",           false, 4, d);
+    row("MLP residual dropout",       "mask",                  "which elements were zeroed",                            false, 1, dtype::mask);
+    // clang-format on
+    layer.input_bytes = sbh * d;
+    return layer;
+}
+
+}  // namespace memcalc

@@ -1,0 +1,66 @@
+#pragma once
+/// The architecture of a decoder-only transformer: what a preset or a model file describes.
+#include <cstdint>
+#include <string>
+
+#include "memcalc/error.hpp"
+
+namespace memcalc {
+
+enum class Mlp { gated, plain };             ///< gated: SwiGLU/GeGLU, three h x f matrices; plain: two
+enum class Norm { rmsnorm, layernorm };      ///< RMSNorm keeps a weight; LayerNorm a weight and a bias
+enum class Bias { none, qkv, all };          ///< which linear layers carry a bias vector
+enum class Position { rotary, learned, none };  ///< only learned position embeddings hold parameters
+
+struct Architecture {
+    std::string name;
+    std::uint64_t hidden = 0;            ///< h, the model width
+    std::uint64_t layers = 0;            ///< L
+    std::uint64_t heads = 0;             ///< a, query heads
+    std::uint64_t kv_heads = 0;          ///< key/value heads (grouped-query attention); 0 means = heads
+    std::uint64_t head_dim = 0;          ///< per-head width; 0 means hidden / heads
+    std::uint64_t ffn = 0;               ///< f, the feed-forward width (per expert for MoE)
+    std::uint64_t vocab = 0;             ///< V
+    std::uint64_t max_positions = 0;     ///< longest sequence; rows of a learned position table
+    Mlp mlp = Mlp::gated;
+    Norm norm = Norm::rmsnorm;
+    Bias bias = Bias::none;
+    Position position = Position::rotary;
+    bool tied_embeddings = false;        ///< the output head reuses the token embedding matrix
+    std::uint64_t experts = 0;           ///< mixture-of-experts feed-forward experts; 0 means dense
+    std::uint64_t experts_per_token = 0; ///< top-k routing; 0 means 1 for MoE models
+
+    std::uint64_t key_value_heads() const { return kv_heads == 0 ? heads : kv_heads; }
+    std::uint64_t head_size() const { return head_dim == 0 ? (heads == 0 ? 0 : hidden / heads) : head_dim; }
+    bool is_moe() const { return experts > 0; }
+    std::uint64_t active_experts() const { return is_moe() ? (experts_per_token == 0 ? 1 : experts_per_token) : 1; }
+};
+
+namespace detail {
+inline void require_positive(const char* field, std::uint64_t value) {
+    if (value == 0) throw error(std::string(field) + " must be a positive integer (got 0)");
+}
+}  // namespace detail
+
+/// Throws memcalc::error naming the first field that makes the architecture impossible.
+inline void validate(const Architecture& m) {
+    detail::require_positive("hidden", m.hidden);
+    detail::require_positive("layers", m.layers);
+    detail::require_positive("heads", m.heads);
+    detail::require_positive("ffn", m.ffn);
+    detail::require_positive("vocab", m.vocab);
+    if (m.head_dim == 0 && m.hidden % m.heads != 0)
+        throw error("heads (" + std::to_string(m.heads) + ") must divide hidden (" + std::to_string(m.hidden) +
+                    ") unless head_dim is given");
+    if (m.key_value_heads() > m.heads || m.heads % m.key_value_heads() != 0)
+        throw error("kv_heads (" + std::to_string(m.kv_heads) + ") must divide heads (" + std::to_string(m.heads) + ")");
+    if (m.position == Position::learned && m.max_positions == 0)
+        throw error("max_positions must be a positive integer for learned position embeddings (got 0)");
+    if (!m.is_moe() && m.experts_per_token != 0)
+        throw error("experts_per_token (" + std::to_string(m.experts_per_token) + ") needs experts > 0");
+    if (m.is_moe() && m.active_experts() > m.experts)
+        throw error("experts_per_token (" + std::to_string(m.experts_per_token) + ") must not exceed experts (" +
+                    std::to_string(m.experts) + ")");
+}
+
+}  // namespace memcalc

@@ -1,0 +1,119 @@
+#pragma once
+/// The parameter table: one row per tensor of the architecture, exact integer counts.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcalc/model.hpp"
+#include "memcalc/units.hpp"
+
+namespace memcalc {
+
+enum class Part { embedding, attention, mlp, router, norms, final_norm, head };
+
+/// When a tensor's gradient appears in the backward pass: the head side first, each layer after its
+/// own backward step, the input side (embeddings) last.
+enum class Group { input, layer, head };
+
+struct ParamRow {
+    Part part;
+    Group group;
+    std::string tensor;                ///< "q_proj", "gate_proj", "final_norm.weight"
+    std::string shape;                 ///< in the paper's letters: "h x a*d", "E x h x f"
+    std::vector<std::uint64_t> dims;   ///< the same shape in numbers
+    Count count;                       ///< product of dims; per layer for Group::layer rows
+};
+
+struct ParameterTable {
+    std::vector<ParamRow> rows;
+    std::uint64_t layers = 0;
+
+    /// Parameters of one part; per-layer parts count one layer.
+    Count part(Part p) const {
+        Count sum;
+        for (const auto& r : rows)
+            if (r.part == p) sum += r.count;
+        return sum;
+    }
+    Count group(Group g) const {
+        Count sum;
+        for (const auto& r : rows)
+            if (r.group == g) sum += r.count;
+        return sum;
+    }
+    Count per_layer() const { return group(Group::layer); }
+    Count total() const { return group(Group::input) + Count(layers) * per_layer() + group(Group::head); }
+};
+
+inline const char* part_name(Part p) {
+    switch (p) {
+        case Part::embedding: return "embedding";
+        case Part::attention: return "attention";
+        case Part::mlp: return "mlp";
+        case Part::router: return "router";
+        case Part::norms: return "norms";
+        case Part::final_norm: return "final_norm";
+        case Part::head: return "head";
+    }
+    return "?";
+}
+
+inline ParameterTable parameter_table(const Architecture& m) {
+    validate(m);
+    const std::uint64_t h = m.hidden, f = m.ffn, V = m.vocab, E = m.experts;
+    const std::uint64_t q = m.heads * m.head_size();            // a*d, the query width
+    const std::uint64_t kv = m.key_value_heads() * m.head_size();  // k*d, the key/value width
+    ParameterTable t;
+    t.layers = m.layers;
+    auto add = [&t](Part part, Group group, std::string tensor, std::string shape, std::vector<std::uint64_t> dims) {
+        Count n = 1;
+        for (auto d : dims) n *= d;
+        t.rows.push_back({part, group, std::move(tensor), std::move(shape), std::move(dims), n});
+    };
+    auto add_norm = [&](Part part, Group group, const std::string& name) {
+        add(part, group, name + ".weight", "h", {h});
+        if (m.norm == Norm::layernorm) add(part, group, name + ".bias", "h", {h});
+    };
+
+    // The input side. A tied head's gradient appears with the head, so the shared matrix joins that group.
+    add(Part::embedding, m.tied_embeddings ? Group::head : Group::input, "token_embedding", "V x h", {V, h});
+    if (m.position == Position::learned)
+        add(Part::embedding, Group::input, "position_embedding", "P x h", {m.max_positions, h});
+
+    // One layer: attention (a query heads, k key/value heads of width d).
+    add_norm(Part::norms, Group::layer, "attention_norm");
+    add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q});
+    add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv});
+    add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv});
+    if (m.bias != Bias::none) {
+        add(Part::attention, Group::layer, "q_proj.bias", "a*d", {q});
+        add(Part::attention, Group::layer, "k_proj.bias", "k*d", {kv});
+        add(Part::attention, Group::layer, "v_proj.bias", "k*d", {kv});
+    }
+    add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h});
+    if (m.bias == Bias::all) add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
+
+    // One layer: the feed-forward block, once per expert for mixture-of-experts layers.
+    add_norm(Part::norms, Group::layer, "mlp_norm");
+    const bool moe = m.is_moe();
+    auto mlp = [&](const std::string& name, const std::string& shape, std::vector<std::uint64_t> dims) {
+        if (moe) dims.insert(dims.begin(), E);
+        add(Part::mlp, Group::layer, name, moe ? "E x " + shape : shape, std::move(dims));
+    };
+    if (moe) add(Part::router, Group::layer, "router", "h x E", {h, E});
+    if (m.mlp == Mlp::gated) mlp("gate_proj", "h x f", {h, f});
+    mlp("up_proj", "h x f", {h, f});
+    mlp("down_proj", "f x h", {f, h});
+    if (m.bias == Bias::all) {
+        if (m.mlp == Mlp::gated) mlp("gate_proj.bias", "f", {f});
+        mlp("up_proj.bias", "f", {f});
+        mlp("down_proj.bias", "h", {h});
+    }
+
+    // The head side.
+    add_norm(Part::final_norm, Group::head, "final_norm");
+    if (!m.tied_embeddings) add(Part::head, Group::head, "lm_head", "h x V", {h, V});
+    return t;
+}
+
+}  // namespace memcalc

@@ -1,0 +1,106 @@
+#pragma once
+/// The steps of one training step (forward 1..L, loss, backward L..1, optimizer), what is live at
+/// each, and the peak.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcalc/units.hpp"
+
+namespace memcalc {
+
+/// Live bytes at one step, by category.
+struct Breakdown {
+    Count weights, master_weights, optimizer_state, gradients;
+    Count kept_activations;     ///< saved by the forward pass, waiting for their backward step
+    Count rebuilt_activations;  ///< recomputed for the backward step running now
+    Count logits;               ///< logits, the loss's softmax and the logits gradient
+    Count activation_gradient;  ///< the gradient flowing down through the layers
+
+    Count total() const {
+        return weights + master_weights + optimizer_state + gradients + kept_activations + rebuilt_activations +
+               logits + activation_gradient;
+    }
+};
+
+enum class Phase { forward, loss, backward, optimizer };
+
+struct Step {
+    Phase phase;
+    std::uint64_t layer;  ///< 1..L for forward and backward steps, 0 otherwise
+    Breakdown bytes;
+
+    std::string name() const {
+        switch (phase) {
+            case Phase::forward: return "forward " + std::to_string(layer);
+            case Phase::loss: return "loss";
+            case Phase::backward: return "backward " + std::to_string(layer);
+            case Phase::optimizer: return "optimizer";
+        }
+        return "?";
+    }
+};
+
+/// What the timeline needs to know, already in bytes.
+struct TimelineInputs {
+    std::uint64_t layers = 0;
+    Count weights, master_weights, optimizer_state;  ///< persistent through the whole step
+    Count layer_kept;             ///< one layer's kept activations under the chosen recomputation
+    Count layer_rebuilt;          ///< what one layer's backward step rebuilds
+    Count head_gradients;         ///< final norm and output head: ready after the first backward step starts
+    Count layer_gradients;        ///< one layer's: ready once its own backward step has ended
+    Count input_gradients;        ///< embeddings (untied): ready after the last backward step
+    Count logits;                 ///< held from the loss step to the end of the step
+    Count loss_softmax;           ///< the loss step alone
+    Count logits_gradient;        ///< from the loss step until the top layer's backward step ends
+    Count activation_gradient;    ///< the incoming gradient of each backward step
+};
+
+inline std::vector<Step> timeline(const TimelineInputs& in) {
+    const std::uint64_t L = in.layers;
+    Breakdown persistent;
+    persistent.weights = in.weights;
+    persistent.master_weights = in.master_weights;
+    persistent.optimizer_state = in.optimizer_state;
+
+    std::vector<Step> steps;
+    steps.reserve(2 * L + 2);
+    for (std::uint64_t i = 1; i <= L; ++i) {
+        Breakdown b = persistent;
+        b.kept_activations = Count(i) * in.layer_kept;
+        steps.push_back({Phase::forward, i, b});
+    }
+    {
+        Breakdown b = persistent;
+        b.kept_activations = Count(L) * in.layer_kept;
+        b.logits = in.logits + in.loss_softmax + in.logits_gradient;
+        steps.push_back({Phase::loss, 0, b});
+    }
+    for (std::uint64_t i = L; i >= 1; --i) {
+        Breakdown b = persistent;
+        b.kept_activations = Count(i) * in.layer_kept;
+        b.rebuilt_activations = in.layer_rebuilt;
+        b.activation_gradient = in.activation_gradient;
+        b.logits = i == L ? in.logits + in.logits_gradient : in.logits;
+        b.gradients = in.head_gradients + Count(L - i) * in.layer_gradients;
+        steps.push_back({Phase::backward, i, b});
+    }
+    {
+        Breakdown b = persistent;
+        b.logits = in.logits;
+        b.gradients = in.head_gradients + Count(L) * in.layer_gradients + in.input_gradients;
+        steps.push_back({Phase::optimizer, 0, b});
+    }
+    return steps;
+}
+
+/// Index of the step with the most live bytes; the earliest one when several tie.
+inline std::size_t peak_index(const std::vector<Step>& steps) {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < steps.size(); ++i)
+        if (steps[i].bytes.total() > steps[best].bytes.total()) best = i;
+    return best;
+}
+
+}  // namespace memcalc

@@ -1,0 +1,74 @@
+#pragma once
+/// Exact integer arithmetic for element and byte counts, dtype sizes, and GB/GiB conversion.
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "memcalc/error.hpp"
+
+namespace memcalc {
+
+/// A non-negative count (elements, bytes, parameters) whose + and * throw on 64-bit overflow,
+/// so that formulas read like the paper and never wrap around to a small wrong number.
+class Count {
+public:
+    constexpr Count() = default;
+    constexpr Count(std::uint64_t value) : value_(value) {}  // NOLINT: implicit so literals read naturally
+
+    constexpr std::uint64_t value() const { return value_; }
+
+    friend Count operator+(Count x, Count y) {
+        if (x.value_ > std::numeric_limits<std::uint64_t>::max() - y.value_) overflow();
+        return Count(x.value_ + y.value_);
+    }
+    friend Count operator*(Count x, Count y) {
+        if (x.value_ != 0 && y.value_ > std::numeric_limits<std::uint64_t>::max() / x.value_) overflow();
+        return Count(x.value_ * y.value_);
+    }
+    Count& operator+=(Count y) { return *this = *this + y; }
+    Count& operator*=(Count y) { return *this = *this * y; }
+
+    friend constexpr bool operator==(Count x, Count y) { return x.value_ == y.value_; }
+    friend constexpr bool operator!=(Count x, Count y) { return x.value_ != y.value_; }
+    friend constexpr bool operator<(Count x, Count y) { return x.value_ < y.value_; }
+    friend constexpr bool operator>(Count x, Count y) { return x.value_ > y.value_; }
+    friend constexpr bool operator<=(Count x, Count y) { return x.value_ <= y.value_; }
+    friend constexpr bool operator>=(Count x, Count y) { return x.value_ >= y.value_; }
+
+private:
+    [[noreturn]] static void overflow() { throw overflow_error("a byte or element count overflows 64 bits"); }
+    std::uint64_t value_ = 0;
+};
+
+/// Storage sizes, in bytes per element.
+namespace dtype {
+inline constexpr std::uint64_t fp32 = 4;
+inline constexpr std::uint64_t bf16 = 2;
+inline constexpr std::uint64_t fp16 = 2;
+inline constexpr std::uint64_t int8 = 1;
+inline constexpr std::uint64_t mask = 1;  ///< a dropout mask keeps one byte per element
+}  // namespace dtype
+
+/// The name of a floating-point storage size, for reports ("bf16", "fp32").
+inline std::string dtype_name(std::uint64_t bytes_per_element) {
+    switch (bytes_per_element) {
+        case 1: return "8-bit";
+        case 2: return "bf16";
+        case 4: return "fp32";
+        case 8: return "fp64";
+        default: return std::to_string(bytes_per_element) + "-byte";
+    }
+}
+
+enum class Unit { gb, gib };
+
+inline constexpr double bytes_per_gb = 1e9;                 ///< the chapter's unit
+inline constexpr double bytes_per_gib = 1073741824.0;       ///< 2^30
+
+inline double to_unit(Count bytes, Unit unit) {
+    return static_cast<double>(bytes.value()) / (unit == Unit::gb ? bytes_per_gb : bytes_per_gib);
+}
+
+inline const char* unit_name(Unit unit) { return unit == Unit::gb ? "GB" : "GiB"; }
+
+}  // namespace memcalc

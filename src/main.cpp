@@ -1,0 +1,239 @@
+// memcalc: the command-line program. Parses arguments, loads the model, runs the core, prints one
+// rendering. Every error is caught here once and printed as one line on stderr.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cctype>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "memcalc/memcalc.hpp"
+#include "model_file.hpp"
+#include "render.hpp"
+#include "suggest.hpp"
+
+namespace {
+
+using namespace memcalc;
+using namespace memcalc::cli;
+
+/// A bad argument: exit status 2, like CLI11's own parse errors.
+struct usage_error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+constexpr int exit_input_error = 1;
+constexpr int exit_usage_error = 2;
+
+std::vector<std::string> split_list(const std::string& option, const std::string& text) {
+    std::vector<std::string> items;
+    std::string item;
+    for (std::size_t i = 0; i <= text.size(); ++i) {
+        if (i == text.size() || text[i] == ',') {
+            if (item.empty()) throw usage_error(fmt::format("{}: empty item in '{}'", option, text));
+            items.push_back(item);
+            item.clear();
+        } else if (!std::isspace(static_cast<unsigned char>(text[i]))) {
+            item += text[i];
+        }
+    }
+    return items;
+}
+
+std::vector<std::uint64_t> parse_sizes(const std::string& option, const std::string& text) {
+    std::vector<std::uint64_t> values;
+    for (const auto& item : split_list(option, text)) {
+        bool all_digits = true;
+        for (char c : item) all_digits = all_digits && std::isdigit(static_cast<unsigned char>(c));
+        if (!all_digits) throw usage_error(fmt::format("{} must be a positive integer (got '{}')", option, item));
+        std::uint64_t value = 0;
+        for (char c : item) {
+            const std::uint64_t digit = static_cast<std::uint64_t>(c - '0');
+            if (value > (std::numeric_limits<std::uint64_t>::max() - digit) / 10)
+                throw usage_error(fmt::format("{} is too large (got '{}'; the limit is 2^64 - 1)", option, item));
+            value = value * 10 + digit;
+        }
+        if (value == 0) throw usage_error(fmt::format("{} must be a positive integer (got '{}')", option, item));
+        values.push_back(value);
+    }
+    return values;
+}
+
+std::vector<Recompute> parse_modes(const std::string& text) {
+    const std::vector<std::string> names = {"none", "selective", "full"};
+    if (text == "all") return {Recompute::none, Recompute::selective, Recompute::full};
+    std::vector<Recompute> modes;
+    for (const auto& item : split_list("--recompute", text)) {
+        if (item == "none") modes.push_back(Recompute::none);
+        else if (item == "selective") modes.push_back(Recompute::selective);
+        else if (item == "full") modes.push_back(Recompute::full);
+        else
+            throw usage_error(fmt::format("--recompute must be none, selective, full or all (got '{}'){}", item,
+                                          did_you_mean(item, names)));
+    }
+    return modes;
+}
+
+Format parse_format(const std::string& text) {
+    return text == "json" ? Format::json : text == "csv" ? Format::csv : Format::table;
+}
+
+/// What the user asked for, before the model is known.
+struct Request {
+    std::string preset, model_file, seq, micro_batch = "1", recompute = "none", recipe{default_recipe};
+    std::string units = "gb", format = "table";
+    bool timeline = false, per_layer = false;
+};
+
+std::string run_estimate(const Request& q) {
+    if (q.preset.empty() == q.model_file.empty())
+        throw usage_error("give a model: --preset NAME (see 'memcalc presets') or --model-file PATH");
+    if (find_recipe(q.recipe) == nullptr) {
+        std::vector<std::string> names;
+        for (const auto& r : recipes) names.emplace_back(r.name);
+        throw usage_error(fmt::format("unknown --recipe '{}'{}; 'memcalc recipes' lists them", q.recipe,
+                                      did_you_mean(q.recipe, names)));
+    }
+    const std::vector<std::uint64_t> batches = parse_sizes("--micro-batch", q.micro_batch);
+    const std::vector<Recompute> modes = parse_modes(q.recompute);
+    std::vector<std::uint64_t> seqs;  // empty: the model's max_positions
+    if (!q.seq.empty()) seqs = parse_sizes("--seq", q.seq);
+
+    const ModelFile model = q.preset.empty() ? load_model_file(q.model_file) : load_preset(q.preset);
+    const Architecture& arch = model.architecture;
+    if (seqs.empty()) {
+        if (arch.max_positions == 0)
+            throw usage_error(fmt::format("--seq is required: {} gives no max_positions to default to", arch.name));
+        seqs.push_back(arch.max_positions);
+    }
+
+    std::vector<Report> runs;
+    for (auto s : seqs)
+        for (auto b : batches)
+            for (auto mode : modes) runs.push_back(estimate(arch, {s, b, mode, q.recipe}));
+
+    const Format format = parse_format(q.format);
+    const View view{q.units == "gib" ? Unit::gib : Unit::gb, q.timeline};
+    if (runs.size() > 1) {
+        if (q.per_layer || q.timeline)
+            throw usage_error(fmt::format("{} shows one configuration; this asks for {} (a sweep)",
+                                          q.per_layer ? "--per-layer" : "--timeline", runs.size()));
+        if (format == Format::json) {
+            nlohmann::json all = nlohmann::json::array();
+            for (const auto& r : runs) all.push_back(report_json(r));
+            return all.dump(2) + "\n";
+        }
+        if (format == Format::csv) {
+            std::string out = csv_header();
+            for (const auto& r : runs) out += csv_row(r);
+            return out;
+        }
+        return sweep_table(runs, view);
+    }
+    const Report& r = runs.front();
+    switch (format) {
+        case Format::json: return (q.per_layer ? per_layer_json(r) : report_json(r)).dump(2) + "\n";
+        case Format::csv: return q.per_layer ? per_layer_csv(r) : csv_header() + csv_row(r);
+        case Format::table: return q.per_layer ? per_layer_table(r, view) : report_table(r, view);
+    }
+    return {};
+}
+
+std::string run_presets(const std::string& format) {
+    std::vector<std::pair<std::string, ModelFile>> presets;
+    for (const auto& name : preset_names()) presets.emplace_back(name, load_preset(name));
+    switch (parse_format(format)) {
+        case Format::json: return presets_json(presets).dump(2) + "\n";
+        case Format::csv: return presets_csv(presets);
+        case Format::table: return presets_table(presets);
+    }
+    return {};
+}
+
+std::string run_recipes(const std::string& format) {
+    switch (parse_format(format)) {
+        case Format::json: return recipes_json().dump(2) + "\n";
+        case Format::csv: return recipes_csv();
+        case Format::table: return recipes_table();
+    }
+    return {};
+}
+
+const char* const examples = R"(Examples:
+  memcalc --preset llama-7b --seq 4096 --recompute selective
+  memcalc --preset llama-7b --seq 4096 --recompute full --timeline
+  memcalc --preset llama-7b --seq 4096 --format json
+  memcalc --preset llama-2-70b --seq 1024,2048,4096 --recompute all --format csv
+  memcalc --model-file my-model.json --seq 2048 --micro-batch 4 --units gib
+  memcalc presets
+  memcalc recipes
+
+Exit status: 0 on success, 1 for a bad model (preset, model file, sizes that overflow),
+2 for a bad command line. Errors are one line on stderr; nothing is printed on stdout then.)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"memcalc: how much device memory one training step of a transformer language model takes,\n"
+                 "from the architecture alone, exactly: parameters, training state, saved activations,\n"
+                 "and the peak over the step's timeline.",
+                 "memcalc"};
+    app.set_version_flag("--version", std::string("memcalc ") + memcalc::version);
+    app.footer(examples);
+    app.require_subcommand(0, 1);
+
+    Request q;
+    const std::vector<std::string> formats = {"table", "json", "csv"};
+    auto* preset = app.add_option("--preset", q.preset, "A built-in model: see 'memcalc presets'");
+    app.add_option("--model-file", q.model_file, "A model described in JSON (keys as in presets/*.json)")->excludes(preset);
+    app.add_option("--seq", q.seq, "Sequence length s, or a comma list to sweep (default: the model's max_positions)");
+    app.add_option("-b,--micro-batch", q.micro_batch, "Sequences per step per device b, or a comma list (default: 1)");
+    app.add_option("--recompute", q.recompute,
+                   "Activation recomputation: none, selective, full, a comma list, or all (default: none)");
+    app.add_option("--recipe", q.recipe, "Bytes per parameter: see 'memcalc recipes' (default: mixed-adam)");
+    app.add_option("--units", q.units, "gb (10^9 bytes, the default) or gib (2^30)")
+        ->check(CLI::IsMember({"gb", "gib"}, CLI::ignore_case))
+        ->transform(CLI::detail::to_lower);
+    app.add_option("--format", q.format, "table (default), json or csv")->check(CLI::IsMember(formats));
+    app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
+    app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");
+
+    std::string list_format = "table";
+    auto* presets = app.add_subcommand("presets", "List the built-in models with their parameter counts");
+    presets->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
+    auto* recipes_cmd = app.add_subcommand("recipes", "List the training recipes (bytes per parameter)");
+    recipes_cmd->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "memcalc: " << e.what() << " (see memcalc --help)\n";
+        return exit_usage_error;
+    }
+
+    try {
+        // The whole output is built before any of it is printed, so a failure prints nothing on stdout.
+        const std::string out = presets->parsed()       ? run_presets(list_format)
+                                : recipes_cmd->parsed() ? run_recipes(list_format)
+                                                        : run_estimate(q);
+        std::cout << out << std::flush;
+        return std::cout ? 0 : exit_input_error;
+    } catch (const usage_error& e) {
+        std::cerr << "memcalc: " << e.what() << "\n";
+        return exit_usage_error;
+    } catch (const memcalc::error& e) {
+        std::cerr << "memcalc: " << e.what() << "\n";
+        return exit_input_error;
+    } catch (const std::exception& e) {
+        std::cerr << "memcalc: internal error: " << e.what() << "\n";
+        return exit_input_error;
+    }
+}

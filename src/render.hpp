@@ -1,0 +1,71 @@
+#pragma once
+// Turning reports into text: the one place that knows what the program prints.
+#include <array>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "memcalc/estimate.hpp"
+#include "memcalc/units.hpp"
+#include "model_file.hpp"
+
+namespace memcalc::cli {
+
+enum class Format { table, json, csv };
+
+struct View {
+    Unit unit = Unit::gb;
+    bool full_timeline = false;  ///< every step rather than the compact list
+};
+
+/// The timeline's categories with their JSON keys and printed labels, in print order.
+struct Category {
+    const char* key;
+    const char* label;
+    Count Breakdown::*member;
+};
+inline constexpr std::array<Category, 8> categories{{
+    {"weights", "weights", &Breakdown::weights},
+    {"master_weights", "master weights", &Breakdown::master_weights},
+    {"optimizer_state", "optimizer state", &Breakdown::optimizer_state},
+    {"gradients", "gradients", &Breakdown::gradients},
+    {"kept_activations", "kept activations", &Breakdown::kept_activations},
+    {"rebuilt_activations", "rebuilt activations", &Breakdown::rebuilt_activations},
+    {"logits", "logits and loss", &Breakdown::logits},
+    {"activation_gradient", "activation gradient", &Breakdown::activation_gradient},
+}};
+
+// Tables for people.
+std::string report_table(const Report& r, const View& view);
+std::string per_layer_table(const Report& r, const View& view);
+std::string sweep_table(const std::vector<Report>& runs, const View& view);
+std::string presets_table(const std::vector<std::pair<std::string, ModelFile>>& presets);
+std::string recipes_table();
+
+// JSON for programs: exact integer bytes.
+nlohmann::json report_json(const Report& r);
+nlohmann::json per_layer_json(const Report& r);
+nlohmann::json presets_json(const std::vector<std::pair<std::string, ModelFile>>& presets);
+nlohmann::json recipes_json();
+
+// CSV for scripts: one row per configuration, the same columns every time.
+std::string csv_header();
+std::string csv_row(const Report& r);
+std::string per_layer_csv(const Report& r);
+std::string presets_csv(const std::vector<std::pair<std::string, ModelFile>>& presets);
+std::string recipes_csv();
+
+// Shared by the renderers.
+std::string digits(Count n);                       ///< 6,738,415,616
+std::string amount(Count bytes, Unit unit);        ///< 107.8 GB, 4.9 kB, 12 B
+struct Scale {
+    double divisor;
+    const char* name;  ///< "GB", "MiB", "B"
+};
+Scale scale_for(Count largest, Unit unit);         ///< the largest prefix that keeps `largest` >= 1
+std::string scaled(Count bytes, const Scale& scale);  ///< "107.8" in that prefix
+const char* recompute_word(Recompute r);
+std::string layer_formula(const LayerActivations& layer);  ///< "34 sbh + 5 as^2b"
+std::string csv_field(const std::string& text);
+
+}  // namespace memcalc::cli

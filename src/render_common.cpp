@@ -1,0 +1,60 @@
+#include <fmt/format.h>
+
+#include <map>
+
+#include "render.hpp"
+
+namespace memcalc::cli {
+
+std::string digits(Count n) {
+    std::string plain = std::to_string(n.value()), out;
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+        if (i > 0 && (plain.size() - i) % 3 == 0) out += ',';
+        out += plain[i];
+    }
+    return out;
+}
+
+Scale scale_for(Count largest, Unit unit) {
+    // Decimal prefixes for GB (the chapter's unit), binary ones for GiB.
+    static constexpr const char* decimal[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
+    static constexpr const char* binary[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    const double base = unit == Unit::gb ? 1000.0 : 1024.0;
+    double divisor = 1, value = static_cast<double>(largest.value());
+    int prefix = 0;
+    while (value >= base && prefix < 6) value /= base, divisor *= base, ++prefix;
+    return {divisor, unit == Unit::gb ? decimal[prefix] : binary[prefix]};
+}
+
+std::string scaled(Count bytes, const Scale& scale) {
+    if (scale.divisor == 1) return std::to_string(bytes.value());
+    return fmt::format("{:.1f}", static_cast<double>(bytes.value()) / scale.divisor);
+}
+
+std::string amount(Count bytes, Unit unit) {
+    const Scale scale = scale_for(bytes, unit);
+    return scaled(bytes, scale) + " " + scale.name;
+}
+
+const char* recompute_word(Recompute r) { return recompute_name(r); }
+
+std::string layer_formula(const LayerActivations& layer) {
+    std::map<std::string, std::uint64_t> per_symbol;  // bytes per unit of each symbol, e.g. sbh -> 34
+    std::vector<std::string> order;
+    for (const auto& row : layer.rows) {
+        if (!per_symbol.count(row.symbol)) order.push_back(row.symbol);
+        per_symbol[row.symbol] += row.copies * row.bytes_per_element;
+    }
+    std::string out;
+    for (const auto& symbol : order) out += (out.empty() ? "" : " + ") + fmt::format("{} {}", per_symbol[symbol], symbol);
+    return out;
+}
+
+std::string csv_field(const std::string& text) {
+    if (text.find_first_of(",\"\n") == std::string::npos) return text;
+    std::string quoted = "\"";
+    for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return quoted + "\"";
+}
+
+}  // namespace memcalc::cli

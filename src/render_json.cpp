@@ -1,0 +1,154 @@
+#include "memcalc/version.hpp"
+#include "render.hpp"
+
+namespace memcalc::cli {
+namespace {
+
+using nlohmann::json;
+
+const char* mlp_name(Mlp m) { return m == Mlp::gated ? "gated" : "plain"; }
+const char* norm_name(Norm n) { return n == Norm::rmsnorm ? "rmsnorm" : "layernorm"; }
+const char* bias_name(Bias b) { return b == Bias::none ? "none" : b == Bias::qkv ? "qkv" : "all"; }
+const char* position_name(Position p) {
+    return p == Position::rotary ? "rotary" : p == Position::learned ? "learned" : "none";
+}
+
+json model_json(const Architecture& m) {
+    return {{"name", m.name},
+            {"hidden", m.hidden},
+            {"layers", m.layers},
+            {"heads", m.heads},
+            {"kv_heads", m.key_value_heads()},
+            {"head_dim", m.head_size()},
+            {"ffn", m.ffn},
+            {"vocab", m.vocab},
+            {"max_positions", m.max_positions},
+            {"mlp", mlp_name(m.mlp)},
+            {"norm", norm_name(m.norm)},
+            {"bias", bias_name(m.bias)},
+            {"position", position_name(m.position)},
+            {"tied_embeddings", m.tied_embeddings},
+            {"experts", m.experts},
+            {"experts_per_token", m.is_moe() ? m.active_experts() : 0}};
+}
+
+json breakdown_json(const Breakdown& b) {
+    json out = json::object();
+    for (const auto& c : categories) out[c.key] = (b.*c.member).value();
+    return out;
+}
+
+json parameters_json(const Report& r) {
+    const ParameterTable& t = r.parameters;
+    json tensors = json::array();
+    for (const auto& row : t.rows)
+        tensors.push_back({{"part", part_name(row.part)},
+                           {"tensor", row.tensor},
+                           {"shape", row.shape},
+                           {"dims", row.dims},
+                           {"count", row.count.value()},
+                           {"per_layer", row.group == Group::layer}});
+    return {{"total", r.parameter_count.value()},
+            {"layers", t.layers},
+            {"embedding", t.part(Part::embedding).value()},
+            {"per_layer",
+             {{"attention", t.part(Part::attention).value()},
+              {"mlp", t.part(Part::mlp).value()},
+              {"router", t.part(Part::router).value()},
+              {"norms", t.part(Part::norms).value()},
+              {"total", t.per_layer().value()}}},
+            {"final_norm", t.part(Part::final_norm).value()},
+            {"head", t.part(Part::head).value()},
+            {"tensors", tensors}};
+}
+
+}  // namespace
+
+json per_layer_json(const Report& r) {
+    const Recompute mode = r.settings.recompute;
+    json tensors = json::array();
+    for (const auto& t : r.layer.rows) {
+        const bool kept = mode == Recompute::none || (mode == Recompute::selective && !t.attention_scores);
+        tensors.push_back({{"op", t.op},
+                           {"tensor", t.tensor},
+                           {"why", t.why},
+                           {"symbol", t.symbol},
+                           {"copies", t.copies},
+                           {"bytes_per_element", t.bytes_per_element},
+                           {"elements", t.elements.value()},
+                           {"bytes", t.bytes.value()},
+                           {"attention_scores", t.attention_scores},
+                           {"kept", kept}});
+    }
+    return {{"model", "korthikanti"},
+            {"formula", layer_formula(r.layer)},
+            {"layer_bytes", r.layer.total().value()},
+            {"bytes", r.activations.value()},
+            {"kept_layer_bytes", r.layer.kept(mode).value()},
+            {"rebuilt_layer_bytes", r.layer.rebuilt(mode).value()},
+            {"kept_bytes", r.kept_activations.value()},
+            {"layer_input_bytes", r.layer.input_bytes.value()},
+            {"tensors", tensors}};
+}
+
+json report_json(const Report& r) {
+    json timeline = json::array();
+    for (const auto& step : r.timeline)
+        timeline.push_back({{"step", step.name()}, {"bytes", step.bytes.total().value()}, {"by_category", breakdown_json(step.bytes)}});
+    const Step& peak = r.peak_step();
+    return {{"memcalc", memcalc::version},
+            {"schema", memcalc::json_schema},
+            {"model", model_json(r.model)},
+            {"settings",
+             {{"seq", r.settings.seq},
+              {"micro_batch", r.settings.micro_batch},
+              {"recompute", recompute_word(r.settings.recompute)},
+              {"recipe", r.settings.recipe},
+              {"activations", "korthikanti"}}},
+            {"parameters", parameters_json(r)},
+            {"state",
+             {{"bytes", r.state.total().value()},
+              {"bytes_per_parameter", r.recipe.bytes_per_parameter()},
+              {"zero_k", r.recipe.zero_k()},
+              {"weights", r.state.weights.value()},
+              {"gradients", r.state.gradients.value()},
+              {"master_weights", r.state.master_weights.value()},
+              {"optimizer_state", r.state.optimizer_state.value()}}},
+            {"activations", per_layer_json(r)},
+            {"compute",
+             {{"step_flops", r.compute.step},
+              {"recompute_flops", r.compute.recompute},
+              {"recompute_fraction", r.compute.recompute_fraction()}}},
+            {"timeline", timeline},
+            {"peak", {{"step", peak.name()}, {"bytes", peak.bytes.total().value()}, {"by_category", breakdown_json(peak.bytes)}}}};
+}
+
+json presets_json(const std::vector<std::pair<std::string, ModelFile>>& presets) {
+    json out = json::array();
+    for (const auto& [name, file] : presets) {
+        json entry = {{"name", name},
+                      {"parameters", parameter_table(file.architecture).total().value()},
+                      {"description", file.description},
+                      {"source", file.source},
+                      {"published_parameters", nullptr}};
+        if (file.published_parameters) entry["published_parameters"] = *file.published_parameters;
+        out.push_back(entry);
+    }
+    return out;
+}
+
+json recipes_json() {
+    json out = json::array();
+    for (const auto& r : recipes)
+        out.push_back({{"name", r.name},
+                       {"description", r.description},
+                       {"weight_bytes", r.weight_bytes},
+                       {"gradient_bytes", r.gradient_bytes},
+                       {"master_bytes", r.master_bytes},
+                       {"optimizer_bytes", r.optimizer_bytes},
+                       {"activation_bytes", r.activation_bytes},
+                       {"bytes_per_parameter", r.bytes_per_parameter()}});
+    return out;
+}
+
+}  // namespace memcalc::cli

@@ -1,0 +1,192 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "memcalc/version.hpp"
+#include "render.hpp"
+#include "text_table.hpp"
+
+namespace memcalc::cli {
+namespace {
+
+using Align = TextTable::Align;
+constexpr Align L = Align::left, R = Align::right;
+
+std::string dims_text(const std::vector<std::uint64_t>& dims) {
+    std::string out;
+    for (auto d : dims) out += (out.empty() ? "" : " x ") + std::to_string(d);
+    return out;
+}
+
+std::string header(const Report& r) {
+    return fmt::format("memcalc {}: {}, seq {}, micro-batch {}, recompute {}, recipe {}\n", memcalc::version,
+                       r.model.name, r.settings.seq, r.settings.micro_batch, recompute_word(r.settings.recompute),
+                       r.settings.recipe);
+}
+
+std::string parameters_section(const Report& r) {
+    const ParameterTable& t = r.parameters;
+    TextTable table({L, L, L, L, R, L});
+    table.row({"part", "tensor", "shape", "", "count", ""});
+    const std::string per_layer = fmt::format("x {} layers", t.layers);
+    bool in_layer = false;
+    for (const auto& row : t.rows) {
+        const bool layer = row.group == Group::layer;
+        if (in_layer && !layer)
+            table.row({"one layer", "", "", "", digits(t.per_layer()),
+                       fmt::format("x {} = {}", t.layers, digits(Count(t.layers) * t.per_layer()))});
+        in_layer = layer;
+        table.row({part_name(row.part), row.tensor, row.shape, dims_text(row.dims), digits(row.count),
+                   layer ? per_layer : ""});
+    }
+    table.rule();
+    table.row({"total", "", "", "", digits(r.parameter_count), ""});
+    std::string by_part = fmt::format("  per layer: attention {}, mlp {}, norms {}", digits(t.part(Part::attention)),
+                                      digits(t.part(Part::mlp)), digits(t.part(Part::norms)));
+    if (r.model.is_moe()) by_part += fmt::format(", router {}", digits(t.part(Part::router)));
+    return fmt::format("Parameters: {} ({:.2f} B)\n", digits(r.parameter_count),
+                       static_cast<double>(r.parameter_count.value()) / 1e9) +
+           table.str() + by_part + "\n";
+}
+
+std::string state_section(const Report& r, const View& view) {
+    const Recipe& p = r.recipe;
+    TextTable table({L, L, R, R, R});
+    auto line = [&](const char* what, std::string dtype, std::uint64_t per_param, Count bytes) {
+        table.row({what, std::move(dtype), fmt::format("{} B/param", per_param), digits(bytes) + " B", amount(bytes, view.unit)});
+    };
+    line("weights", dtype_name(p.weight_bytes), p.weight_bytes, r.state.weights);
+    line("gradients", dtype_name(p.gradient_bytes), p.gradient_bytes, r.state.gradients);
+    if (p.master_bytes > 0) line("master weights", dtype_name(p.master_bytes), p.master_bytes, r.state.master_weights);
+    line("optimizer state", std::string(p.optimizer_state), p.optimizer_bytes, r.state.optimizer_state);
+    table.rule();
+    line("total", "", p.bytes_per_parameter(), r.state.total());
+    return fmt::format("Training state: {} ({} B per parameter, ZeRO K = {})\n", p.name, p.bytes_per_parameter(),
+                       p.zero_k()) +
+           table.str();
+}
+
+std::string activations_section(const Report& r, const View& view) {
+    const Recompute mode = r.settings.recompute;
+    const LayerActivations& layer = r.layer;
+    TextTable table({L, L, R, R, L});
+    table.row({"op", "tensor kept for backward", "formula", "bytes", mode == Recompute::none ? "" : recompute_word(mode)});
+    for (const auto& t : layer.rows) {
+        const bool dropped = mode == Recompute::full || (mode == Recompute::selective && t.attention_scores);
+        table.row({t.op, t.tensor, fmt::format("{} {}", t.copies * t.bytes_per_element, t.symbol), digits(t.bytes),
+                   mode == Recompute::none ? "" : dropped ? "rebuilt" : "kept"});
+    }
+    table.rule();
+    table.row({"one layer", "", layer_formula(layer), digits(layer.total()), ""});
+    if (mode != Recompute::none) {
+        table.row({fmt::format("kept under {}", recompute_word(mode)),
+                   mode == Recompute::full ? "the layer's input" : "all but the s x s tensors", "", digits(layer.kept(mode)), ""});
+        table.row({"rebuilt in its backward step", "", "", digits(layer.rebuilt(mode)), ""});
+    }
+    const auto& m = r.model;
+    std::string out = fmt::format(
+        "Activations of one layer (Korthikanti et al. 2022; s={} b={} h={} a={}, {}-byte values, 1-byte masks)\n"
+        "  the formula's GPT layer: LayerNorm, a 4h GELU MLP and dropout, whatever the model's own ops\n",
+        r.settings.seq, r.settings.micro_batch, m.hidden, m.heads, r.recipe.activation_bytes);
+    out += table.str();
+    out += fmt::format("  all {} layers: {} B ({}) without recomputation", m.layers, digits(r.activations),
+                       amount(r.activations, view.unit));
+    if (mode != Recompute::none)
+        out += fmt::format("; kept under {}: {} B ({})", recompute_word(mode), digits(r.kept_activations),
+                           amount(r.kept_activations, view.unit));
+    return out + "\n";
+}
+
+std::string compute_section(const Report& r) {
+    const ComputeCost& c = r.compute;
+    std::string out = fmt::format("Compute: {:.3g} TFLOP per step (forward + backward, matrix products)", c.step / 1e12);
+    if (r.settings.recompute == Recompute::none) return out + "; no recomputation\n";
+    return out + fmt::format("; {} recomputation adds {:.3g} TFLOP ({:.1f}%)\n", recompute_word(r.settings.recompute),
+                             c.recompute / 1e12, 100 * c.recompute_fraction());
+}
+
+std::string timeline_section(const Report& r, const View& view) {
+    const std::size_t n = r.timeline.size(), layers = r.model.layers;
+    std::set<std::size_t> shown;
+    if (view.full_timeline) {
+        for (std::size_t i = 0; i < n; ++i) shown.insert(i);
+    } else {
+        // First and last of each phase, and the peak wherever it is.
+        shown = {0, layers - 1, layers, layers + 1, 2 * layers, n - 1, r.peak};
+        if (layers >= 2) shown.insert(layers + 2);
+    }
+    const Scale scale = scale_for(r.peak_step().bytes.total(), view.unit);
+    TextTable table({Align::left, R, R, R, R, R, R, R, Align::left});
+    table.row({"step", "total", "weights+opt", "gradients", "kept act", "rebuilt", "logits", "act grad", ""});
+    std::size_t previous = 0;
+    bool first = true;
+    for (std::size_t i : shown) {
+        if (!first && i != previous + 1) table.row({"...", "", "", "", "", "", "", "", ""});
+        first = false;
+        previous = i;
+        const Step& s = r.timeline[i];
+        const Breakdown& b = s.bytes;
+        table.row({s.name(), scaled(b.total(), scale), scaled(b.weights + b.master_weights + b.optimizer_state, scale),
+                   scaled(b.gradients, scale), scaled(b.kept_activations, scale), scaled(b.rebuilt_activations, scale),
+                   scaled(b.logits, scale), scaled(b.activation_gradient, scale), i == r.peak ? "<- peak" : ""});
+    }
+    const std::string title = view.full_timeline
+                                  ? fmt::format("Timeline: all {} steps, {}\n", n, scale.name)
+                                  : fmt::format("Timeline ({}; --timeline shows all {} steps)\n", scale.name, n);
+    return title + table.str();
+}
+
+std::string peak_section(const Report& r, const View& view) {
+    const Step& peak = r.peak_step();
+    TextTable table({Align::left, R, R});
+    for (const auto& c : categories) {
+        const Count bytes = peak.bytes.*c.member;
+        if (bytes.value() > 0) table.row({c.label, digits(bytes) + " B", amount(bytes, view.unit)});
+    }
+    return fmt::format("Peak: {} at {} ({} B)\n", amount(peak.bytes.total(), view.unit), peak.name(),
+                       digits(peak.bytes.total())) +
+           table.str();
+}
+
+}  // namespace
+
+std::string report_table(const Report& r, const View& view) {
+    return header(r) + "\n" + parameters_section(r) + "\n" + state_section(r, view) + "\n" +
+           activations_section(r, view) + "\n" + compute_section(r) + "\n" + timeline_section(r, view) + "\n" +
+           peak_section(r, view);
+}
+
+std::string per_layer_table(const Report& r, const View& view) { return header(r) + "\n" + activations_section(r, view); }
+
+std::string sweep_table(const std::vector<Report>& runs, const View& view) {
+    TextTable table({L, R, R, L, R, R, R, L}, "");
+    table.row({"model", "seq", "micro-batch", "recompute", "activations", "kept", "peak", "peak step"});
+    for (const auto& r : runs)
+        table.row({r.model.name, std::to_string(r.settings.seq), std::to_string(r.settings.micro_batch),
+                   recompute_word(r.settings.recompute), amount(r.activations, view.unit),
+                   amount(r.kept_activations, view.unit), amount(r.peak_step().bytes.total(), view.unit),
+                   r.peak_step().name()});
+    return table.str();
+}
+
+std::string presets_table(const std::vector<std::pair<std::string, ModelFile>>& presets) {
+    TextTable table({L, R, L}, "");
+    table.row({"preset", "parameters", "description"});
+    for (const auto& [name, file] : presets)
+        table.row({name, digits(parameter_table(file.architecture).total()), file.description});
+    return table.str();
+}
+
+std::string recipes_table() {
+    TextTable table({L, R, R, R, R, R, R, L}, "");
+    table.row({"recipe", "weights", "grads", "master", "optimizer", "total", "activations", "description"});
+    for (const auto& r : recipes)
+        table.row({std::string(r.name), std::to_string(r.weight_bytes), std::to_string(r.gradient_bytes),
+                   std::to_string(r.master_bytes), std::to_string(r.optimizer_bytes),
+                   std::to_string(r.bytes_per_parameter()) + " B", std::to_string(r.activation_bytes) + " B",
+                   std::string(r.description)});
+    return table.str();
+}
+
+}  // namespace memcalc::cli
