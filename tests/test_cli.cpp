@@ -1,1 +1,216 @@
+// Tests of the built program: what a person, a script and a CI job see.
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "run_program.hpp"
+
+using nlohmann::json;
+using testing::memcalc;
+
+namespace {
+std::size_t count_lines(const std::string& text) { return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')); }
+}  // namespace
+
+TEST_CASE("the chapter's command prints the chapter's figures", "[cli][chapter]") {
+    const auto run = memcalc("--preset llama-7b --seq 4096 --recompute selective");
+    REQUIRE(run.status == 0);
+    CHECK(run.err.empty());
+    CHECK_THAT(run.out, Catch::Contains("Parameters: 6,738,415,616"));
+    CHECK_THAT(run.out, Catch::Contains("107,814,649,856 B  107.8 GB"));
+    CHECK_THAT(run.out, Catch::Contains("104,152,956,928 B (104.2 GB) without recomputation"));
+    CHECK_THAT(run.out, Catch::Contains("Peak: 116.1 GB at backward 32 (116,095,778,816 B)"));
+    // The sections come in the documented order.
+    const auto at = [&](const char* s) { return run.out.find(s); };
+    CHECK(at("Parameters:") < at("Training state:"));
+    CHECK(at("Training state:") < at("Activations of one layer"));
+    CHECK(at("Activations of one layer") < at("Timeline"));
+    CHECK(at("Timeline") < at("Peak:"));
+}
+
+TEST_CASE("the three recomputation modes' peaks as printed", "[cli][chapter]") {
+    using Row = std::pair<const char*, const char*>;
+    const auto [mode, line] = GENERATE(table<const char*, const char*>({
+        Row{"none", "Peak: 199.5 GB at loss"},
+        Row{"selective", "Peak: 116.1 GB at backward 32"},
+        Row{"full", "Peak: 110.7 GB at backward 1"},
+    }));
+    const auto run = memcalc(std::string("--preset llama-7b --seq 4096 --recompute ") + mode);
+    REQUIRE(run.status == 0);
+    CHECK_THAT(run.out, Catch::Contains(line));
+}
+
+TEST_CASE("JSON carries the stable keys with exact integers", "[cli][json]") {
+    const auto run = memcalc("--preset llama-7b --seq 4096 --recompute full --format json");
+    REQUIRE(run.status == 0);
+    const json j = json::parse(run.out);
+    CHECK(j["parameters"]["total"].get<std::uint64_t>() == 6738415616ULL);
+    CHECK(j["state"]["bytes"].get<std::uint64_t>() == 107814649856ULL);
+    CHECK(j["activations"]["kept_bytes"].get<std::uint64_t>() == 32ULL * 2 * 4096 * 4096);
+    CHECK(j["activations"]["bytes"].get<std::uint64_t>() == 104152956928ULL);
+    CHECK(j["peak"]["bytes"].get<std::uint64_t>() == 110731771904ULL);
+    CHECK(j["peak"]["step"] == "backward 1");
+    CHECK(j["settings"]["recompute"] == "full");
+    REQUIRE(j["timeline"].size() == 66);
+    CHECK(j["timeline"][0]["step"] == "forward 1");
+    CHECK(j["timeline"][32]["step"] == "loss");
+    CHECK(j["timeline"][65]["step"] == "optimizer");
+    for (const auto& step : j["timeline"]) {
+        std::uint64_t sum = 0;
+        for (const auto& [key, bytes] : step["by_category"].items()) sum += bytes.get<std::uint64_t>();
+        CHECK(sum == step["bytes"].get<std::uint64_t>());
+    }
+}
+
+TEST_CASE("activations double with the micro-batch through the program", "[cli][json]") {
+    const json one = json::parse(memcalc("--preset mistral-7b --seq 2048 -b 1 --format json").out);
+    const json two = json::parse(memcalc("--preset mistral-7b --seq 2048 -b 2 --format json").out);
+    CHECK(two["activations"]["bytes"].get<std::uint64_t>() == 2 * one["activations"]["bytes"].get<std::uint64_t>());
+}
+
+TEST_CASE("a sweep prints one row or object per combination", "[cli][sweep]") {
+    const auto csv = memcalc("--preset llama-7b --seq 1024,2048,4096 --recompute all --format csv");
+    REQUIRE(csv.status == 0);
+    CHECK(count_lines(csv.out) == 1 + 9);
+    CHECK(csv.out.rfind("model,seq,micro_batch,recompute,recipe,parameters,state_bytes,", 0) == 0);
+    CHECK_THAT(csv.out, Catch::Contains("llama-7b,4096,1,selective,mixed-adam,6738415616,107814649856,104152956928,"
+                                        "18253611008,116095778816,backward 32,"));
+
+    const auto j = memcalc("--preset gpt2 --seq 256,512 -b 1,2 --format json");
+    REQUIRE(j.status == 0);
+    const json all = json::parse(j.out);
+    REQUIRE(all.is_array());
+    CHECK(all.size() == 4);
+    CHECK(all[3]["settings"]["seq"] == 512);
+    CHECK(all[3]["settings"]["micro_batch"] == 2);
+
+    const auto table = memcalc("--preset gpt2 --seq 256,512");
+    REQUIRE(table.status == 0);
+    CHECK(count_lines(table.out) == 3);
+}
+
+TEST_CASE("a single configuration in CSV is the sweep's header and one row", "[cli][csv]") {
+    const auto run = memcalc("--preset llama-7b --seq 4096 --format csv");
+    REQUIRE(run.status == 0);
+    CHECK(count_lines(run.out) == 2);
+    CHECK_THAT(run.out, Catch::Contains(",199539351552,loss,"));
+}
+
+TEST_CASE("units gib switches to binary units", "[cli]") {
+    const auto run = memcalc("--preset llama-7b --seq 4096 --recompute selective --units gib");
+    CHECK_THAT(run.out, Catch::Contains("Peak: 108.1 GiB at backward 32"));
+}
+
+TEST_CASE("timeline flag prints every step; the default prints a compact list", "[cli]") {
+    const auto all = memcalc("--preset llama-7b --seq 4096 --timeline");
+    const auto compact = memcalc("--preset llama-7b --seq 4096");
+    CHECK_THAT(all.out, Catch::Contains("forward 17"));
+    CHECK_THAT(all.out, Catch::Contains("backward 17"));
+    CHECK_THAT(compact.out, !Catch::Contains("forward 17"));
+    CHECK_THAT(compact.out, Catch::Contains("forward 32"));
+}
+
+TEST_CASE("per-layer flag prints the op-by-op table alone", "[cli]") {
+    const auto run = memcalc("--preset decoder --per-layer");
+    REQUIRE(run.status == 0);
+    CHECK_THAT(run.out, Catch::Contains("34 sbh + 5 as^2b  4,992"));
+    CHECK_THAT(run.out, !Catch::Contains("Peak:"));
+    const json j = json::parse(memcalc("--preset decoder --per-layer --format json").out);
+    CHECK(j["layer_bytes"] == 4992);
+    CHECK(j["tensors"].size() == 14);
+}
+
+TEST_CASE("presets and recipes are listed", "[cli]") {
+    const auto run = memcalc("presets");
+    REQUIRE(run.status == 0);
+    CHECK_THAT(run.out, Catch::Contains("llama-7b"));
+    CHECK_THAT(run.out, Catch::Contains("6,738,415,616"));
+    const json j = json::parse(memcalc("presets --format json").out);
+    CHECK(j.size() >= 14);
+    for (const auto& p : j)
+        if (!p["published_parameters"].is_null()) CHECK(p["parameters"] == p["published_parameters"]);
+    CHECK_THAT(memcalc("recipes").out, Catch::Contains("mixed-adam-fp32-grads"));
+    CHECK(count_lines(memcalc("recipes --format csv").out) == 6);
+}
+
+TEST_CASE("help explains with examples and version prints the version", "[cli]") {
+    const auto help = memcalc("--help");
+    CHECK(help.status == 0);
+    CHECK_THAT(help.out, Catch::Contains("Examples:"));
+    CHECK_THAT(help.out, Catch::Contains("--recompute"));
+    CHECK_THAT(memcalc("--version").out, Catch::Contains("memcalc 1.0.0"));
+}
+
+TEST_CASE("a user's model file is accepted", "[cli]") {
+    const std::string path = "memcalc_cli_model.json";
+    std::ofstream(path) << R"({"name": "tiny", "hidden": 64, "layers": 2, "heads": 4, "ffn": 256, "vocab": 100})";
+    const auto run = memcalc("--model-file " + path + " --seq 32 --format json");
+    std::remove(path.c_str());
+    REQUIRE(run.status == 0);
+    CHECK(json::parse(run.out)["model"]["name"] == "tiny");
+}
+
+TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit with nothing on stdout", "[cli][errors]") {
+    std::ofstream("memcalc_bad.json") << "{\"hidden\": 4096,\n \"layers\": }";
+    std::ofstream("memcalc_heads.json") << R"({"hidden": 100, "layers": 2, "heads": 3, "ffn": 400, "vocab": 10})";
+    using Row = std::tuple<std::string, int, std::string>;
+    const auto [args, status, message] = GENERATE(table<std::string, int, std::string>({
+        Row{"--preset llama7b", 1, "unknown preset 'llama7b' (did you mean 'llama-7b'?)"},
+        Row{"--preset llama-7b --seq 0", 2, "--seq must be a positive integer (got '0')"},
+        Row{"--preset llama-7b --seq -4096", 2, "--seq must be a positive integer (got '-4096')"},
+        Row{"--preset llama-7b --seq 4k", 2, "--seq must be a positive integer (got '4k')"},
+        Row{"--preset llama-7b --seq 1024,,2048", 2, "--seq: empty item in '1024,,2048'"},
+        Row{"--preset llama-7b --seq 99999999999999999999", 2, "--seq is too large (got '99999999999999999999'"},
+        Row{"--preset llama-7b --seq 1099511627776", 1, "seq 1099511627776 with micro-batch 1 needs more bytes"},
+        Row{"--preset llama-7b -b 0", 2, "--micro-batch must be a positive integer (got '0')"},
+        Row{"--preset llama-7b --recompute some", 2, "--recompute must be none, selective, full or all (got 'some')"},
+        Row{"--preset llama-7b --recipe adam", 2, "unknown --recipe 'adam' (did you mean 'mixed-adam'?)"},
+        Row{"--preset llama-7b --units tb", 2, "--units: tb not in {gb,gib}"},
+        Row{"--preset llama-7b --format yaml", 2, "--format: yaml not in {table,json,csv}"},
+        Row{"--preset llama-7b --frobnicate", 2, "--frobnicate"},
+        Row{"", 2, "give a model: --preset NAME"},
+        Row{"--preset gpt2 --seq 4096", 1, "seq 4096 exceeds the 1024 learned positions of gpt2"},
+        Row{"--preset gpt2 --seq 8,16 --per-layer", 2, "--per-layer shows one configuration"},
+        Row{"--model-file memcalc_missing.json", 1, "cannot read model file 'memcalc_missing.json'"},
+        Row{"--model-file memcalc_bad.json", 1, "memcalc_bad.json: malformed JSON: parse error at line 2, column 12"},
+        Row{"--model-file memcalc_heads.json --seq 8", 1, "heads (3) must divide hidden (100)"},
+    }));
+    CAPTURE(args);
+    const auto run = memcalc(args);
+    CHECK(run.status == status);
+    CHECK(run.out.empty());
+    CHECK(count_lines(run.err) == 1);
+    CHECK(run.err.rfind("memcalc: ", 0) == 0);
+    CHECK_THAT(run.err, Catch::Contains(message));
+    std::remove("memcalc_bad.json");
+    std::remove("memcalc_heads.json");
+}
+
+TEST_CASE("every command in the README prints what the README shows", "[cli][readme]") {
+    // README.md's ```console blocks: "$ memcalc ..." lines, each followed by its exact output.
+    std::ifstream readme(std::string(MEMCALC_SOURCE_DIR) + "/README.md");
+    REQUIRE(readme);
+    struct Example {
+        std::string command, output;
+    };
+    std::vector<Example> examples;
+    bool in_console = false;
+    for (std::string line; std::getline(readme, line);) {
+        if (line.rfind("```", 0) == 0) {
+            in_console = !in_console && line == "```console";
+            continue;
+        }
+        if (!in_console) continue;
+        if (line.rfind("$ ", 0) == 0) examples.push_back({line.substr(2), ""});
+        else if (!examples.empty()) examples.back().output += line + "\n";
+    }
+    REQUIRE(examples.size() >= 3);
+    for (const auto& e : examples) {
+        CAPTURE(e.command);
+        const auto run = testing::shell(e.command);
+        CHECK(run.status == 0);
+        CHECK(run.out == e.output);
+    }
+}

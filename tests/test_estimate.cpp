@@ -1,1 +1,114 @@
 #include <catch2/catch.hpp>
+
+#include "fixtures.hpp"
+#include "memcalc/estimate.hpp"
+
+using namespace memcalc;
+
+namespace {
+Report run(const Architecture& m, std::uint64_t seq, std::uint64_t batch, Recompute mode,
+           const std::string& recipe = "mixed-adam") {
+    return estimate(m, Settings{seq, batch, mode, recipe});
+}
+std::uint64_t peak_bytes(const Report& r) { return r.peak_step().bytes.total().value(); }
+const Step& step_named(const Report& r, const std::string& name) {
+    for (const auto& s : r.timeline)
+        if (s.name() == name) return s;
+    FAIL("no step " << name);
+    return r.timeline.front();
+}
+}  // namespace
+
+TEST_CASE("the chapter's LLaMA 7B figures to the byte", "[estimate][chapter]") {
+    using Row = std::tuple<Recompute, std::uint64_t, const char*, std::uint64_t>;
+    const auto [mode, peak, step, kept] = GENERATE(table<Recompute, std::uint64_t, const char*, std::uint64_t>({
+        Row{Recompute::none, 199539351552ULL, "loss", 104152956928ULL},
+        Row{Recompute::selective, 116095778816ULL, "backward 32", 32ULL * 34 * 4096 * 4096},
+        Row{Recompute::full, 110731771904ULL, "backward 1", 32ULL * 2 * 4096 * 4096},
+    }));
+    CAPTURE(recompute_name(mode));
+    const Report r = run(fixtures::llama_7b(), 4096, 1, mode);
+    CHECK(r.parameter_count.value() == 6738415616ULL);
+    CHECK(r.state.total().value() == 107814649856ULL);
+    CHECK(r.activations.value() == 104152956928ULL);
+    CHECK(r.kept_activations.value() == kept);
+    CHECK(peak_bytes(r) == peak);
+    CHECK(r.peak_step().name() == step);
+}
+
+TEST_CASE("Mistral 7B selective: the peak derived by hand from the model document", "[estimate]") {
+    const std::uint64_t P = 7241732096ULL, sbh = 4096ULL * 4096, as2b = 32ULL * 4096 * 4096, sbV = 4096ULL * 32000;
+    const std::uint64_t head = 4096 + 32000ULL * 4096;  // final norm and output head
+    // persistent 14P, 32 layers' 34 sbh, layer 32's rebuilt scores, the incoming gradient,
+    // logits and their gradient, the head's bf16 gradients.
+    const std::uint64_t expected = 14 * P + 32 * 34 * sbh + 5 * as2b + 2 * sbh + 2 * 2 * sbV + 2 * head;
+    const Report r = run(fixtures::mistral_7b(), 4096, 1, Recompute::selective);
+    CHECK(r.parameter_count.value() == P);
+    CHECK(peak_bytes(r) == expected);
+    CHECK(r.peak_step().name() == "backward 32");
+}
+
+TEST_CASE("GPT-2 small full recomputation: tied head and learned positions by hand", "[estimate]") {
+    const std::uint64_t P = 124439808ULL, s = 1024, h = 768, a = 12, V = 50257, layer = 7087872;
+    const std::uint64_t sbh = s * h, as2b = a * s * s, sbV = s * V;
+    const std::uint64_t head = V * h + 2 * h;  // the tied matrix's gradient appears with the head's
+    const Report r = run(fixtures::gpt2_small(), s, 1, Recompute::full);
+    // loss: persistent, 12 layer inputs, logits + fp32 softmax + logits gradient
+    CHECK(step_named(r, "loss").bytes.total().value() == 14 * P + 12 * 2 * sbh + 8 * sbV);
+    // backward 1: layer 1's input and its rebuilt layer, the incoming gradient, held logits,
+    // the head's gradients and layers 2..12's
+    CHECK(step_named(r, "backward 1").bytes.total().value() ==
+          14 * P + 2 * sbh + (34 * sbh + 5 * as2b) + 2 * sbh + 2 * sbV + 2 * head + 2 * 11 * layer);
+    CHECK(step_named(r, "optimizer").bytes.total().value() == 16 * P + 2 * sbV);
+    CHECK(r.peak_step().name() == "loss");
+    CHECK(peak_bytes(r) == 2172737024ULL);
+}
+
+TEST_CASE("the peak is the largest step of the timeline for every preset-like shape", "[estimate]") {
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mistral_7b());
+    const std::uint64_t seq = GENERATE(128, 1024);
+    const Recompute mode = GENERATE(Recompute::none, Recompute::selective, Recompute::full);
+    const Report r = run(m, seq, 2, mode);
+    for (const auto& s : r.timeline) CHECK(s.bytes.total() <= r.peak_step().bytes.total());
+    CHECK(r.timeline.size() == 2 * m.layers + 2);
+    CHECK(step_named(r, "optimizer").bytes.gradients == r.state.gradients);
+}
+
+TEST_CASE("recomputation never raises kept activations or the peak", "[estimate]") {
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mistral_7b());
+    const std::uint64_t seq = GENERATE(8, 256, 1024);
+    const std::uint64_t b = GENERATE(1, 3);
+    const Report none = run(m, seq, b, Recompute::none), sel = run(m, seq, b, Recompute::selective),
+                 full = run(m, seq, b, Recompute::full);
+    CHECK(none.kept_activations >= sel.kept_activations);
+    CHECK(sel.kept_activations >= full.kept_activations);
+    CHECK(none.peak_step().bytes.total() >= sel.peak_step().bytes.total());
+}
+
+TEST_CASE("the recipe changes state and activation bytes but not the structure", "[estimate]") {
+    const Report fp32 = run(fixtures::llama_7b(), 4096, 1, Recompute::none, "fp32-adam");
+    CHECK(fp32.state.total().value() == 16 * 6738415616ULL);
+    CHECK(fp32.activations.value() == 32ULL * (66ULL * 4096 * 4096 + 9ULL * 32 * 4096 * 4096));
+    const Report megatron = run(fixtures::llama_7b(), 4096, 1, Recompute::none, "mixed-adam-fp32-grads");
+    CHECK(megatron.state.total().value() == 18 * 6738415616ULL);
+}
+
+TEST_CASE("bad settings are refused with the value named", "[estimate]") {
+    const Architecture m = fixtures::llama_7b();
+    CHECK_THROWS_WITH(run(m, 0, 1, Recompute::none), Catch::Contains("seq must be a positive integer"));
+    CHECK_THROWS_WITH(run(m, 1024, 0, Recompute::none), Catch::Contains("micro_batch must be a positive integer"));
+    CHECK_THROWS_WITH(run(m, 1024, 1, Recompute::none, "adamw"), Catch::Contains("unknown recipe 'adamw'"));
+    CHECK_THROWS_WITH(run(fixtures::gpt2_small(), 2048, 1, Recompute::none),
+                      Catch::Contains("seq 2048 exceeds the 1024 learned positions"));
+}
+
+TEST_CASE("sizes whose bytes overflow 64 bits are an error and never a wrapped number", "[estimate]") {
+    const Architecture m = fixtures::llama_7b();
+    CHECK_THROWS_WITH(run(m, 1ULL << 40, 1, Recompute::none), Catch::Contains("seq 1099511627776"));
+    CHECK_THROWS_WITH(run(m, 4096, 1ULL << 50, Recompute::full), Catch::Contains("micro-batch 1125899906842624"));
+    Architecture wide = m;
+    wide.vocab = 1ULL << 60;
+    CHECK_THROWS_WITH(run(wide, 4096, 1, Recompute::none), Catch::Contains("parameter count of llama-7b overflows"));
+    // Just inside the limit still works: 10 million tokens of LLaMA 7B with full recomputation.
+    CHECK_NOTHROW(run(m, 10000000, 1, Recompute::full));
+}

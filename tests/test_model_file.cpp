@@ -1,1 +1,111 @@
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "memcalc/params.hpp"
+#include "model_file.hpp"
+
+using namespace memcalc;
+using memcalc::cli::parse_model_json;
+
+namespace {
+const char* const valid = R"({"hidden": 4096, "layers": 32, "heads": 32, "ffn": 11008, "vocab": 32000})";
+
+// The valid model with one key replaced (or added) by `key: value`.
+std::string with(const std::string& key, const std::string& value) {
+    auto j = nlohmann::json::parse(valid);
+    j[key] = nlohmann::json::parse(value);
+    return j.dump();
+}
+std::string without(const std::string& key) {
+    auto j = nlohmann::json::parse(valid);
+    j.erase(key);
+    return j.dump();
+}
+}  // namespace
+
+TEST_CASE("a minimal model file takes the LLaMA defaults", "[model_file]") {
+    const auto file = parse_model_json(valid, "my.json", "my");
+    CHECK(file.architecture.name == "my");
+    CHECK(parameter_table(file.architecture).total().value() == 6738415616ULL);
+    CHECK_FALSE(file.published_parameters.has_value());
+}
+
+TEST_CASE("every bad model file gets one message naming the key and value", "[model_file]") {
+    using Row = std::pair<std::string, std::string>;
+    const auto [text, message] = GENERATE(table<std::string, std::string>({
+        Row{R"({"hidden": 4096,)", "my.json: malformed JSON: parse error at line 1, column 17"},
+        Row{"[1, 2]", "expected a JSON object describing a model (got array)"},
+        Row{without("vocab"), "my.json: missing key 'vocab'"},
+        Row{with("hidden", "\"4096\""), "hidden must be a positive integer (got string \"4096\")"},
+        Row{with("hidden", "4096.5"), "hidden must be a positive integer below 2^64 (got 4096.5)"},
+        Row{with("layers", "-3"), "layers must be a positive integer (got -3)"},
+        Row{with("layers", "0"), "layers must be a positive integer (got 0)"},
+        Row{with("ffn", "1e30"), "ffn must be a positive integer below 2^64"},
+        Row{with("heads", "30"), "heads (30) must divide hidden (4096)"},
+        Row{with("kv_heads", "5"), "kv_heads (5) must divide heads (32)"},
+        Row{with("hiden", "4096"), "unknown key 'hiden' (did you mean 'hidden'?)"},
+        Row{with("mlp", "\"swiglu\""), "mlp must be one of gated, plain (got 'swiglu')"},
+        Row{with("norm", "\"rmsnrom\""), "(got 'rmsnrom') (did you mean 'rmsnorm'?)"},
+        Row{with("tied_embeddings", "1"), "tied_embeddings must be true or false (got number 1)"},
+        Row{with("position", "\"learned\""), "max_positions must be a positive integer for learned position"},
+        Row{with("experts_per_token", "2"), "experts_per_token (2) needs experts > 0"},
+    }));
+    CAPTURE(text);
+    CHECK_THROWS_WITH(parse_model_json(text, "my.json", "my"), Catch::Contains(message));
+}
+
+TEST_CASE("a missing model file is named", "[model_file]") {
+    CHECK_THROWS_WITH(cli::load_model_file("/no/such/model.json"), Catch::Contains("'/no/such/model.json'"));
+}
+
+TEST_CASE("model files load from disk named by their stem", "[model_file]") {
+    const std::string path = "memcalc_test_model.json";
+    std::ofstream(path) << valid;
+    CHECK(cli::load_model_file(path).architecture.name == "memcalc_test_model");
+    std::remove(path.c_str());
+}
+
+TEST_CASE("every preset's count equals its published exact count", "[model_file][presets]") {
+    // Independent of the preset files: the figures as published (checkpoints, model cards).
+    using Row = std::pair<const char*, std::uint64_t>;
+    const auto [name, published] = GENERATE(table<const char*, std::uint64_t>({
+        Row{"llama-7b", 6738415616ULL},     Row{"llama-13b", 13015864320ULL},  Row{"llama-33b", 32528943616ULL},
+        Row{"llama-65b", 65285660672ULL},   Row{"llama-2-70b", 68976648192ULL}, Row{"llama-3-8b", 8030261248ULL},
+        Row{"llama-3-70b", 70553706496ULL}, Row{"mistral-7b", 7241732096ULL},  Row{"mixtral-8x7b", 46702792704ULL},
+        Row{"gpt2", 124439808ULL},          Row{"gpt2-medium", 354823168ULL},  Row{"gpt2-large", 774030080ULL},
+        Row{"gpt2-xl", 1557611200ULL},
+    }));
+    CAPTURE(name);
+    const auto file = cli::load_preset(name);
+    CHECK(parameter_table(file.architecture).total().value() == published);
+    REQUIRE(file.published_parameters.has_value());
+    CHECK(*file.published_parameters == published);
+    CHECK_FALSE(file.source.empty());
+}
+
+TEST_CASE("every shipped preset loads and agrees with its own published figure and names a source", "[presets]") {
+    const auto names = cli::preset_names();
+    CHECK(names.size() >= 14);
+    for (const auto& name : names) {
+        CAPTURE(name);
+        const auto file = cli::load_preset(name);
+        CHECK(file.architecture.name == name);
+        CHECK_FALSE(file.source.empty());
+        if (file.published_parameters)
+            CHECK(parameter_table(file.architecture).total().value() == *file.published_parameters);
+    }
+}
+
+TEST_CASE("the Decoder preset has the chapter's shape", "[presets]") {
+    const auto d = cli::load_preset("decoder").architecture;
+    CHECK(d.hidden == 16);
+    CHECK(d.heads == 2);
+    CHECK(d.ffn == 32);
+    CHECK(d.max_positions == 8);
+}
+
+TEST_CASE("an unknown preset suggests the nearest name", "[presets]") {
+    CHECK_THROWS_WITH(cli::load_preset("llama7b"), Catch::Contains("unknown preset 'llama7b' (did you mean 'llama-7b'?)"));
+    CHECK_THROWS_WITH(cli::load_preset("bert"), !Catch::Contains("did you mean"));
+}

@@ -1,1 +1,51 @@
 #include <catch2/catch.hpp>
+
+#include "memcalc/timeline.hpp"
+
+using namespace memcalc;
+
+namespace {
+// Two layers with small, distinct numbers so each step's sum can be checked by hand.
+TimelineInputs two_layers() {
+    TimelineInputs in;
+    in.layers = 2;
+    in.weights = 1000, in.master_weights = 2000, in.optimizer_state = 4000;
+    in.layer_kept = 100, in.layer_rebuilt = 30;
+    in.head_gradients = 7, in.layer_gradients = 50, in.input_gradients = 9;
+    in.logits = 11, in.loss_softmax = 22, in.logits_gradient = 13;
+    in.activation_gradient = 3;
+    return in;
+}
+}  // namespace
+
+TEST_CASE("each step holds what the model says by hand for two layers", "[timeline]") {
+    const auto steps = timeline(two_layers());
+    REQUIRE(steps.size() == 6);
+    const std::uint64_t persistent = 7000;
+    CHECK(steps[0].name() == "forward 1");
+    CHECK(steps[0].bytes.total().value() == persistent + 100);
+    CHECK(steps[1].name() == "forward 2");
+    CHECK(steps[1].bytes.total().value() == persistent + 200);
+    CHECK(steps[2].name() == "loss");
+    CHECK(steps[2].bytes.total().value() == persistent + 200 + 11 + 22 + 13);
+    CHECK(steps[3].name() == "backward 2");  // kept 1..2, rebuilt, act grad, logits + logits grad, head grads
+    CHECK(steps[3].bytes.total().value() == persistent + 200 + 30 + 3 + 11 + 13 + 7);
+    CHECK(steps[4].name() == "backward 1");  // kept 1, layer 2's gradients now done
+    CHECK(steps[4].bytes.total().value() == persistent + 100 + 30 + 3 + 11 + 7 + 50);
+    CHECK(steps[5].name() == "optimizer");  // every gradient, the held logits
+    CHECK(steps[5].bytes.total().value() == persistent + 7 + 100 + 9 + 11);
+}
+
+TEST_CASE("the peak is the largest step and the earliest on a tie", "[timeline]") {
+    TimelineInputs in = two_layers();
+    auto steps = timeline(in);
+    const std::size_t p = peak_index(steps);
+    for (const auto& s : steps) CHECK(s.bytes.total() <= steps[p].bytes.total());
+    CHECK(steps[p].name() == "backward 2");
+
+    in = TimelineInputs{};
+    in.layers = 3;
+    in.weights = 5;  // nothing but weights: every step ties
+    steps = timeline(in);
+    CHECK(peak_index(steps) == 0);
+}

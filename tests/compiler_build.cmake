@@ -1,0 +1,16 @@
+# Configures and builds the whole project (tests included) with another compiler and -Werror, then
+# runs its unit tests. Called by ctest with SOURCE_DIR, WORK_DIR and COMPILER.
+file(REMOVE_RECURSE "${WORK_DIR}")
+foreach(args
+    "-S;${SOURCE_DIR};-B;${WORK_DIR};-DCMAKE_CXX_COMPILER=${COMPILER};-DCMAKE_BUILD_TYPE=Release;-DMEMCALC_WERROR=ON;-DMEMCALC_BUILD_TESTS=ON"
+    "--build;${WORK_DIR};-j2")
+  execute_process(COMMAND "${CMAKE_COMMAND}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${COMPILER} build failed: cmake ${args}\n${out}\n${err}")
+  endif()
+endforeach()
+execute_process(COMMAND "${WORK_DIR}/tests/memcalc_tests" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "tests built by ${COMPILER} failed\n${out}\n${err}")
+endif()
+message(STATUS "${COMPILER}: built with -Werror, tests pass")

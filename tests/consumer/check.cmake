@@ -1,0 +1,23 @@
+# Installs the build tree into a scratch prefix, builds tests/consumer against it with find_package,
+# runs it, and runs the installed program. Called by ctest with SOURCE_DIR, BUILD_DIR and WORK_DIR.
+file(REMOVE_RECURSE "${WORK_DIR}")
+function(step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(out "${out}" PARENT_SCOPE)
+endfunction()
+
+step("${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
+step("${CMAKE_COMMAND}" -S "${SOURCE_DIR}/tests/consumer" -B "${WORK_DIR}/build" "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix")
+step("${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
+step("${WORK_DIR}/build/consumer")
+if(NOT out STREQUAL "backward 32 116095778816\n")
+  message(FATAL_ERROR "the consumer printed '${out}'")
+endif()
+step("${WORK_DIR}/prefix/bin/memcalc" --preset llama-7b --seq 4096 --recompute full --format csv)
+if(NOT out MATCHES ",110731771904,backward 1,")
+  message(FATAL_ERROR "the installed memcalc printed '${out}'")
+endif()
+message(STATUS "installed package and program work")
