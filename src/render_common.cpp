@@ -16,13 +16,14 @@ std::string digits(Count n) {
 }
 
 Scale scale_for(Count largest, Unit unit) {
-    // Decimal prefixes for GB (the chapter's unit), binary ones for GiB.
-    static constexpr const char* decimal[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
-    static constexpr const char* binary[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    // Decimal prefixes for GB (the chapter's unit), binary ones for GiB. Nothing above GB: device
+    // memory is sold in GB, and "1103.6 GB" compares with 80 GB at a glance where "1.1 TB" does not.
+    static constexpr const char* decimal[] = {"B", "kB", "MB", "GB"};
+    static constexpr const char* binary[] = {"B", "KiB", "MiB", "GiB"};
     const double base = unit == Unit::gb ? 1000.0 : 1024.0;
     double divisor = 1, value = static_cast<double>(largest.value());
     int prefix = 0;
-    while (value >= base && prefix < 6) value /= base, divisor *= base, ++prefix;
+    while (value >= base && prefix < 3) value /= base, divisor *= base, ++prefix;
     return {divisor, unit == Unit::gb ? decimal[prefix] : binary[prefix]};
 }
 
