@@ -77,6 +77,7 @@ public:
 
 private:
     static std::string type_and_value(const json& v) {
+        if (v.is_structured()) return v.type_name();  // not dumped: it may be large or deeply nested
         std::string shown = v.dump();
         if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
         return std::string(v.type_name()) + " " + shown;

@@ -64,7 +64,6 @@ struct Scale {
 };
 Scale scale_for(Count largest, Unit unit);         ///< the largest prefix that keeps `largest` >= 1
 std::string scaled(Count bytes, const Scale& scale);  ///< "107.8" in that prefix
-const char* recompute_word(Recompute r);
 std::string layer_formula(const LayerActivations& layer);  ///< "34 sbh + 5 as^2b"
 std::string csv_field(const std::string& text);
 

@@ -37,8 +37,6 @@ std::string amount(Count bytes, Unit unit) {
     return scaled(bytes, scale) + " " + scale.name;
 }
 
-const char* recompute_word(Recompute r) { return recompute_name(r); }
-
 std::string layer_formula(const LayerActivations& layer) {
     std::map<std::string, std::uint64_t> per_symbol;  // bytes per unit of each symbol, e.g. sbh -> 34
     std::vector<std::string> order;

@@ -11,7 +11,7 @@ std::string csv_header() {
 
 std::string csv_row(const Report& r) {
     return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{:.0f},{:.0f}\n", csv_field(r.model.name), r.settings.seq,
-                       r.settings.micro_batch, recompute_word(r.settings.recompute), r.settings.recipe,
+                       r.settings.micro_batch, recompute_name(r.settings.recompute), r.settings.recipe,
                        r.parameter_count.value(), r.state.total().value(), r.activations.value(),
                        r.kept_activations.value(), r.peak_step().bytes.total().value(), r.peak_step().name(),
                        r.compute.step, r.compute.recompute);

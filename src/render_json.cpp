@@ -102,7 +102,7 @@ json report_json(const Report& r) {
             {"settings",
              {{"seq", r.settings.seq},
               {"micro_batch", r.settings.micro_batch},
-              {"recompute", recompute_word(r.settings.recompute)},
+              {"recompute", recompute_name(r.settings.recompute)},
               {"recipe", r.settings.recipe},
               {"activations", "korthikanti"}}},
             {"parameters", parameters_json(r)},

@@ -21,7 +21,7 @@ std::string dims_text(const std::vector<std::uint64_t>& dims) {
 
 std::string header(const Report& r) {
     return fmt::format("memcalc {}: {}, seq {}, micro-batch {}, recompute {}, recipe {}\n", memcalc::version,
-                       r.model.name, r.settings.seq, r.settings.micro_batch, recompute_word(r.settings.recompute),
+                       r.model.name, r.settings.seq, r.settings.micro_batch, recompute_name(r.settings.recompute),
                        r.settings.recipe);
 }
 
@@ -71,7 +71,7 @@ std::string activations_section(const Report& r, const View& view) {
     const Recompute mode = r.settings.recompute;
     const LayerActivations& layer = r.layer;
     TextTable table({L, L, R, R, L});
-    table.row({"op", "tensor kept for backward", "formula", "bytes", mode == Recompute::none ? "" : recompute_word(mode)});
+    table.row({"op", "tensor kept for backward", "formula", "bytes", mode == Recompute::none ? "" : recompute_name(mode)});
     for (const auto& t : layer.rows) {
         const bool dropped = mode == Recompute::full || (mode == Recompute::selective && t.attention_scores);
         table.row({t.op, t.tensor, fmt::format("{} {}", t.copies * t.bytes_per_element, t.symbol), digits(t.bytes),
@@ -80,7 +80,7 @@ std::string activations_section(const Report& r, const View& view) {
     table.rule();
     table.row({"one layer", "", layer_formula(layer), digits(layer.total()), ""});
     if (mode != Recompute::none) {
-        table.row({fmt::format("kept under {}", recompute_word(mode)),
+        table.row({fmt::format("kept under {}", recompute_name(mode)),
                    mode == Recompute::full ? "the layer's input" : "all but the s x s tensors", "", digits(layer.kept(mode)), ""});
         table.row({"rebuilt in its backward step", "", "", digits(layer.rebuilt(mode)), ""});
     }
@@ -93,7 +93,7 @@ std::string activations_section(const Report& r, const View& view) {
     out += fmt::format("  all {} layers: {} B ({}) without recomputation", m.layers, digits(r.activations),
                        amount(r.activations, view.unit));
     if (mode != Recompute::none)
-        out += fmt::format("; kept under {}: {} B ({})", recompute_word(mode), digits(r.kept_activations),
+        out += fmt::format("; kept under {}: {} B ({})", recompute_name(mode), digits(r.kept_activations),
                            amount(r.kept_activations, view.unit));
     return out + "\n";
 }
@@ -102,7 +102,7 @@ std::string compute_section(const Report& r) {
     const ComputeCost& c = r.compute;
     std::string out = fmt::format("Compute: {:.3g} TFLOP per step (forward + backward, matrix products)", c.step / 1e12);
     if (r.settings.recompute == Recompute::none) return out + "; no recomputation\n";
-    return out + fmt::format("; {} recomputation adds {:.3g} TFLOP ({:.1f}%)\n", recompute_word(r.settings.recompute),
+    return out + fmt::format("; {} recomputation adds {:.3g} TFLOP ({:.1f}%)\n", recompute_name(r.settings.recompute),
                              c.recompute / 1e12, 100 * c.recompute_fraction());
 }
 
@@ -164,7 +164,7 @@ std::string sweep_table(const std::vector<Report>& runs, const View& view) {
     table.row({"model", "seq", "micro-batch", "recompute", "activations", "kept", "peak", "peak step"});
     for (const auto& r : runs)
         table.row({r.model.name, std::to_string(r.settings.seq), std::to_string(r.settings.micro_batch),
-                   recompute_word(r.settings.recompute), amount(r.activations, view.unit),
+                   recompute_name(r.settings.recompute), amount(r.activations, view.unit),
                    amount(r.kept_activations, view.unit), amount(r.peak_step().bytes.total(), view.unit),
                    r.peak_step().name()});
     return table.str();

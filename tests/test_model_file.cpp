@@ -47,6 +47,7 @@ TEST_CASE("every bad model file gets one message naming the key and value", "[mo
         Row{with("hiden", "4096"), "unknown key 'hiden' (did you mean 'hidden'?)"},
         Row{with("mlp", "\"swiglu\""), "mlp must be one of gated, plain (got 'swiglu')"},
         Row{with("norm", "\"rmsnrom\""), "(got 'rmsnrom') (did you mean 'rmsnorm'?)"},
+        Row{with("vocab", "[[[1]]]"), "vocab must be a positive integer (got array)"},
         Row{with("tied_embeddings", "1"), "tied_embeddings must be true or false (got number 1)"},
         Row{with("position", "\"learned\""), "max_positions must be a positive integer for learned position"},
         Row{with("experts_per_token", "2"), "experts_per_token (2) needs experts > 0"},

@@ -112,6 +112,10 @@ TEST_CASE("impossible architectures are refused with the field named", "[params]
         m.experts = 2, m.experts_per_token = 3;
         CHECK_THROWS_WITH(parameter_table(m), Catch::Contains("experts_per_token (3)"));
     }
+    SECTION("more layers than a timeline should hold") {
+        m.layers = 1000000;
+        CHECK_THROWS_WITH(parameter_table(m), Catch::Contains("layers (1000000) exceeds"));
+    }
     SECTION("a width whose square overflows") {
         m.hidden = 1ULL << 33, m.heads = 1;
         CHECK_THROWS_AS(parameter_table(m), overflow_error);

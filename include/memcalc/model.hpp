@@ -42,10 +42,16 @@ inline void require_positive(const char* field, std::uint64_t value) {
 }
 }  // namespace detail
 
+/// The timeline holds 2 L + 2 steps; real models have at most a few hundred layers.
+inline constexpr std::uint64_t max_layers = 100000;
+
 /// Throws memcalc::error naming the first field that makes the architecture impossible.
 inline void validate(const Architecture& m) {
     detail::require_positive("hidden", m.hidden);
     detail::require_positive("layers", m.layers);
+    if (m.layers > max_layers)
+        throw error("layers (" + std::to_string(m.layers) + ") exceeds the " + std::to_string(max_layers) +
+                    " that memcalc models");
     detail::require_positive("heads", m.heads);
     detail::require_positive("ffn", m.ffn);
     detail::require_positive("vocab", m.vocab);
