@@ -82,14 +82,14 @@ Format parse_format(const std::string& text) {
 
 /// What the user asked for, before the model is known.
 struct Request {
-    std::string preset, model_file, seq, micro_batch = "1", recompute = "none", recipe{default_recipe};
+    std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe};
     std::string units = "gb", format = "table";
     bool timeline = false, per_layer = false;
 };
 
 std::string run_estimate(const Request& q) {
-    if (q.preset.empty() == q.model_file.empty())
-        throw usage_error("give a model: --preset NAME (see 'memcalc presets') or --model-file PATH");
+    if (q.preset.empty() + q.model_file.empty() + q.config.empty() != 2)
+        throw usage_error("give one model: --preset NAME (see 'memcalc presets'), --model-file PATH or --config PATH");
     if (find_recipe(q.recipe) == nullptr) {
         std::vector<std::string> names;
         for (const auto& r : recipes) names.emplace_back(r.name);
@@ -101,7 +101,9 @@ std::string run_estimate(const Request& q) {
     std::vector<std::uint64_t> seqs;  // empty: the model's max_positions
     if (!q.seq.empty()) seqs = parse_sizes("--seq", q.seq);
 
-    const ModelFile model = q.preset.empty() ? load_model_file(q.model_file) : load_preset(q.preset);
+    const ModelFile model = !q.preset.empty()     ? load_preset(q.preset)
+                            : !q.model_file.empty() ? load_model_file(q.model_file)
+                                                    : load_hf_config(q.config);
     const Architecture& arch = model.architecture;
     if (seqs.empty()) {
         if (arch.max_positions == 0)
@@ -167,6 +169,7 @@ const char* const examples = R"(Examples:
   memcalc --preset llama-7b --seq 4096 --format json
   memcalc --preset llama-2-70b --seq 1024,2048,4096 --recompute all --format csv
   memcalc --model-file my-model.json --seq 2048 --micro-batch 4 --units gib
+  memcalc --config Llama-2-7b-hf/config.json --seq 4096 --recompute full
   memcalc presets
   memcalc recipes
 
@@ -187,7 +190,13 @@ int main(int argc, char** argv) {
     Request q;
     const std::vector<std::string> formats = {"table", "json", "csv"};
     auto* preset = app.add_option("--preset", q.preset, "A built-in model: see 'memcalc presets'");
-    app.add_option("--model-file", q.model_file, "A model described in JSON (keys as in presets/*.json)")->excludes(preset);
+    auto* model_file =
+        app.add_option("--model-file", q.model_file, "A model described in JSON (keys as in presets/*.json)")->excludes(preset);
+    app.add_option("--config", q.config,
+                   "A HuggingFace config.json (model_type llama, mistral, mixtral, qwen2, gemma, gemma2, phi3,\n"
+                   "gpt2, opt, falcon or bloom)")
+        ->excludes(preset)
+        ->excludes(model_file);
     app.add_option("--seq", q.seq, "Sequence length s, or a comma list to sweep (default: the model's max_positions)");
     app.add_option("-b,--micro-batch", q.micro_batch, "Sequences per step per device b, or a comma list (default: 1)");
     app.add_option("--recompute", q.recompute,

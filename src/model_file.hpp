@@ -24,6 +24,15 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
 /// Reads a file and parses it; the name defaults to the file's stem.
 ModelFile load_model_file(const std::string& path);
 
+/// Builds a model from a HuggingFace config.json (model_type llama, mistral, mixtral, qwen2, gemma,
+/// gemma2, phi3, gpt2, opt, falcon or bloom); the count matches the checkpoint's num_parameters().
+ModelFile parse_hf_config(std::string_view text, const std::string& origin, const std::string& default_name);
+ModelFile load_hf_config(const std::string& path);
+std::vector<std::string> supported_model_types();
+
+/// A whole file's text; `what` names the kind of file in the error ("cannot read model file 'x'").
+std::string read_text_file(const std::string& path, const std::string& what);
+
 /// The presets compiled into the program, by name.
 std::vector<std::string> preset_names();
 ModelFile load_preset(const std::string& name);

@@ -8,7 +8,24 @@ using nlohmann::json;
 
 const char* mlp_name(Mlp m) { return m == Mlp::gated ? "gated" : "plain"; }
 const char* norm_name(Norm n) { return n == Norm::rmsnorm ? "rmsnorm" : "layernorm"; }
-const char* bias_name(Bias b) { return b == Bias::none ? "none" : b == Bias::qkv ? "qkv" : "all"; }
+const char* bias_name(Bias b) {
+    switch (b) {
+        case Bias::none: return "none";
+        case Bias::qkv: return "qkv";
+        case Bias::attention: return "attention";
+        case Bias::all: return "all";
+    }
+    return "?";
+}
+const char* activation_name(Activation a) {
+    switch (a) {
+        case Activation::silu: return "silu";
+        case Activation::gelu: return "gelu";
+        case Activation::gelu_tanh: return "gelu_tanh";
+        case Activation::relu: return "relu";
+    }
+    return "?";
+}
 const char* position_name(Position p) {
     return p == Position::rotary ? "rotary" : p == Position::learned ? "learned" : "none";
 }
@@ -29,7 +46,14 @@ json model_json(const Architecture& m) {
             {"position", position_name(m.position)},
             {"tied_embeddings", m.tied_embeddings},
             {"experts", m.experts},
-            {"experts_per_token", m.is_moe() ? m.active_experts() : 0}};
+            {"experts_per_token", m.is_moe() ? m.active_experts() : 0},
+            {"position_rows", m.position == Position::learned ? m.learned_positions() : 0},
+            {"activation", activation_name(m.activation)},
+            {"norms_per_layer", m.norms_per_layer},
+            {"parallel_attention", m.parallel_attention},
+            {"embedding_norm", m.embedding_norm},
+            {"attention_dropout", m.attention_dropout},
+            {"hidden_dropout", m.hidden_dropout}};
 }
 
 json breakdown_json(const Breakdown& b) {

@@ -9,8 +9,10 @@ namespace memcalc {
 
 enum class Mlp { gated, plain };             ///< gated: SwiGLU/GeGLU, three h x f matrices; plain: two
 enum class Norm { rmsnorm, layernorm };      ///< RMSNorm keeps a weight; LayerNorm a weight and a bias
-enum class Bias { none, qkv, all };          ///< which linear layers carry a bias vector
+/// Which linear layers carry a bias vector: none; q, k and v; all four attention projections; every one.
+enum class Bias { none, qkv, attention, all };
 enum class Position { rotary, learned, none };  ///< only learned position embeddings hold parameters
+enum class Activation { silu, gelu, gelu_tanh, relu };  ///< the MLP's non-linearity (SiLU makes a gated MLP SwiGLU)
 
 struct Architecture {
     std::string name;
@@ -21,7 +23,8 @@ struct Architecture {
     std::uint64_t head_dim = 0;          ///< per-head width; 0 means hidden / heads
     std::uint64_t ffn = 0;               ///< f, the feed-forward width (per expert for MoE)
     std::uint64_t vocab = 0;             ///< V
-    std::uint64_t max_positions = 0;     ///< longest sequence; rows of a learned position table
+    std::uint64_t max_positions = 0;     ///< longest sequence the model was trained on
+    std::uint64_t position_rows = 0;     ///< rows of a learned position table; 0 means max_positions (OPT adds 2)
     Mlp mlp = Mlp::gated;
     Norm norm = Norm::rmsnorm;
     Bias bias = Bias::none;
@@ -29,9 +32,16 @@ struct Architecture {
     bool tied_embeddings = false;        ///< the output head reuses the token embedding matrix
     std::uint64_t experts = 0;           ///< mixture-of-experts feed-forward experts; 0 means dense
     std::uint64_t experts_per_token = 0; ///< top-k routing; 0 means 1 for MoE models
+    Activation activation = Activation::silu;
+    std::uint64_t norms_per_layer = 2;   ///< 2: before attention and MLP; 1: one shared (parallel); 4: Gemma 2's sandwich
+    bool parallel_attention = false;     ///< attention and MLP read the same input and add to one residual (GPT-J, Falcon)
+    bool embedding_norm = false;         ///< a LayerNorm right after the token embedding (BLOOM)
+    double attention_dropout = 0;        ///< dropout probability on the attention weights
+    double hidden_dropout = 0;           ///< dropout probability on each residual branch
 
     std::uint64_t key_value_heads() const { return kv_heads == 0 ? heads : kv_heads; }
     std::uint64_t head_size() const { return head_dim == 0 ? (heads == 0 ? 0 : hidden / heads) : head_dim; }
+    std::uint64_t learned_positions() const { return position_rows == 0 ? max_positions : position_rows; }
     bool is_moe() const { return experts > 0; }
     std::uint64_t active_experts() const { return is_moe() ? (experts_per_token == 0 ? 1 : experts_per_token) : 1; }
 };
@@ -60,8 +70,15 @@ inline void validate(const Architecture& m) {
                     ") unless head_dim is given");
     if (m.key_value_heads() > m.heads || m.heads % m.key_value_heads() != 0)
         throw error("kv_heads (" + std::to_string(m.kv_heads) + ") must divide heads (" + std::to_string(m.heads) + ")");
-    if (m.position == Position::learned && m.max_positions == 0)
+    if (m.position == Position::learned && m.learned_positions() == 0)
         throw error("max_positions must be a positive integer for learned position embeddings (got 0)");
+    if (m.norms_per_layer != 1 && m.norms_per_layer != 2 && m.norms_per_layer != 4)
+        throw error("norms_per_layer must be 1, 2 or 4 (got " + std::to_string(m.norms_per_layer) + ")");
+    if (m.norms_per_layer == 1 && !m.parallel_attention)
+        throw error("norms_per_layer 1 needs parallel_attention: a sequential layer normalises twice");
+    for (auto [field, p] : {std::pair{"attention_dropout", m.attention_dropout}, {"hidden_dropout", m.hidden_dropout}})
+        if (!(p >= 0 && p < 1))
+            throw error(std::string(field) + " must be a probability in [0, 1) (got " + std::to_string(p) + ")");
     if (!m.is_moe() && m.experts_per_token != 0)
         throw error("experts_per_token (" + std::to_string(m.experts_per_token) + ") needs experts > 0");
     if (m.is_moe() && m.active_experts() > m.experts)

@@ -78,10 +78,11 @@ inline ParameterTable parameter_table(const Architecture& m) {
     // The input side. A tied head's gradient appears with the head, so the shared matrix joins that group.
     add(Part::embedding, m.tied_embeddings ? Group::head : Group::input, "token_embedding", "V x h", {V, h});
     if (m.position == Position::learned)
-        add(Part::embedding, Group::input, "position_embedding", "P x h", {m.max_positions, h});
+        add(Part::embedding, Group::input, "position_embedding", "P x h", {m.learned_positions(), h});
+    if (m.embedding_norm) add_norm(Part::embedding, Group::input, "embedding_norm");
 
     // One layer: attention (a query heads, k key/value heads of width d).
-    add_norm(Part::norms, Group::layer, "attention_norm");
+    add_norm(Part::norms, Group::layer, m.norms_per_layer == 1 ? "layer_norm" : "attention_norm");
     add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q});
     add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv});
     add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv});
@@ -91,10 +92,11 @@ inline ParameterTable parameter_table(const Architecture& m) {
         add(Part::attention, Group::layer, "v_proj.bias", "k*d", {kv});
     }
     add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h});
-    if (m.bias == Bias::all) add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
+    if (m.bias == Bias::attention || m.bias == Bias::all) add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
+    if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, "post_attention_norm");
 
     // One layer: the feed-forward block, once per expert for mixture-of-experts layers.
-    add_norm(Part::norms, Group::layer, "mlp_norm");
+    if (m.norms_per_layer >= 2) add_norm(Part::norms, Group::layer, "mlp_norm");
     const bool moe = m.is_moe();
     auto mlp = [&](const std::string& name, const std::string& shape, std::vector<std::uint64_t> dims) {
         if (moe) dims.insert(dims.begin(), E);
@@ -109,6 +111,7 @@ inline ParameterTable parameter_table(const Architecture& m) {
         mlp("up_proj.bias", "f", {f});
         mlp("down_proj.bias", "h", {h});
     }
+    if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, "post_mlp_norm");
 
     // The head side.
     add_norm(Part::final_norm, Group::head, "final_norm");

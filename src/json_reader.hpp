@@ -1,0 +1,97 @@
+#pragma once
+// Reading the keys of one JSON object with messages that name the file, the key and the value.
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "memcalc/error.hpp"
+#include "suggest.hpp"
+
+namespace memcalc::cli {
+
+/// Reads one JSON object's keys with messages that name the file, the key and the value.
+class JsonReader {
+public:
+    JsonReader(const nlohmann::json& object, std::string origin) : object_(object), origin_(std::move(origin)) {}
+
+    [[noreturn]] void fail(const std::string& message) const { throw error(origin_ + ": " + message); }
+
+    bool has(const char* key) const { return object_.contains(key) && !object_.at(key).is_null(); }
+
+    std::uint64_t positive(const char* key) const {
+        if (!object_.contains(key)) fail(std::string("missing key '") + key + "'");
+        const nlohmann::json& v = object_.at(key);
+        // nlohmann stores non-negative integers as unsigned, negative ones as signed.
+        if (v.is_number_unsigned() && v.get<std::uint64_t>() > 0) return v.get<std::uint64_t>();
+        if (v.is_number_integer()) fail(std::string(key) + " must be a positive integer (got " + v.dump() + ")");
+        if (v.is_number_float())
+            fail(std::string(key) + " must be a positive integer below 2^64 (got " + v.dump() + ")");
+        fail(std::string(key) + " must be a positive integer (got " + type_and_value(v) + ")");
+    }
+    std::uint64_t positive_or(const char* key, std::uint64_t otherwise) const {
+        return has(key) ? positive(key) : otherwise;
+    }
+
+    double probability_or(const char* key, double otherwise) const {
+        if (!has(key)) return otherwise;
+        const nlohmann::json& v = object_.at(key);
+        if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() < 1))
+            fail(std::string(key) + " must be a probability in [0, 1) (got " + type_and_value(v) + ")");
+        return v.get<double>();
+    }
+
+    std::string text_or(const char* key, std::string otherwise) const {
+        if (!has(key)) return otherwise;
+        const nlohmann::json& v = object_.at(key);
+        if (!v.is_string()) fail(std::string(key) + " must be a string (got " + type_and_value(v) + ")");
+        return v.get<std::string>();
+    }
+
+    bool flag_or(const char* key, bool otherwise) const {
+        if (!has(key)) return otherwise;
+        const nlohmann::json& v = object_.at(key);
+        if (!v.is_boolean()) fail(std::string(key) + " must be true or false (got " + type_and_value(v) + ")");
+        return v.get<bool>();
+    }
+
+    template <typename Enum>
+    Enum choice_or(const char* key, const std::map<std::string, Enum>& choices, Enum otherwise) const {
+        if (!has(key)) return otherwise;
+        const std::string value = text_or(key, "");
+        const auto it = choices.find(value);
+        if (it != choices.end()) return it->second;
+        std::string names;
+        std::vector<std::string> candidates;
+        for (const auto& [name, unused] : choices) {
+            names += (names.empty() ? "" : ", ") + name;
+            candidates.push_back(name);
+        }
+        fail(std::string(key) + " must be one of " + names + " (got '" + value + "')" + did_you_mean(value, candidates));
+    }
+
+private:
+    static std::string type_and_value(const nlohmann::json& v) {
+        if (v.is_structured()) return v.type_name();  // not dumped: it may be large or deeply nested
+        std::string shown = v.dump();
+        if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+        return std::string(v.type_name()) + " " + shown;
+    }
+    const nlohmann::json& object_;
+    std::string origin_;
+};
+
+/// Parses JSON text, turning a syntax error into memcalc::error that says where ("at line 3, column 5").
+inline nlohmann::json parse_json(std::string_view text, const std::string& origin) {
+    try {
+        return nlohmann::json::parse(text.begin(), text.end());
+    } catch (const nlohmann::json::parse_error& e) {
+        std::string what = e.what();  // drop nlohmann's "[json.exception.parse_error.101] " tag
+        const auto tag_end = what.find("] ");
+        if (tag_end != std::string::npos) what = what.substr(tag_end + 2);
+        throw error(origin + ": malformed JSON: " + what);
+    }
+}
+
+}  // namespace memcalc::cli
