@@ -153,6 +153,7 @@ using Reader = std::function<void(const JsonReader&, Architecture&)>;
 const std::vector<std::pair<std::string, Reader>> families = {
     {"llama", llama}, {"mistral", llama}, {"mixtral", mixtral}, {"qwen2", qwen2}, {"gemma", gemma},
     {"gemma2", gemma2}, {"phi3", phi3}, {"gpt2", gpt2}, {"opt", opt}, {"falcon", falcon}, {"bloom", bloom},
+    {"RefinedWebModel", falcon}, {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
 
 }  // namespace

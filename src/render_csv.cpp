@@ -18,10 +18,10 @@ std::string csv_row(const Report& r) {
 }
 
 std::string per_layer_csv(const Report& r) {
-    std::string out = "op,tensor,symbol,copies,bytes_per_element,elements,bytes,attention_scores\n";
+    std::string out = "op,tensor,symbol,copies,bytes_per_element,elements,bytes,keep\n";
     for (const auto& t : r.layer.rows)
         out += fmt::format("{},{},{},{},{},{},{},{}\n", csv_field(t.op), csv_field(t.tensor), t.symbol, t.copies,
-                           t.bytes_per_element, t.elements.value(), t.bytes.value(), t.attention_scores);
+                           t.bytes_per_element, t.elements.value(), t.bytes.value(), keep_name(t.keep));
     return out;
 }
 

@@ -92,7 +92,6 @@ json per_layer_json(const Report& r) {
     const Recompute mode = r.settings.recompute;
     json tensors = json::array();
     for (const auto& t : r.layer.rows) {
-        const bool kept = mode == Recompute::none || (mode == Recompute::selective && !t.attention_scores);
         tensors.push_back({{"op", t.op},
                            {"tensor", t.tensor},
                            {"why", t.why},
@@ -101,8 +100,8 @@ json per_layer_json(const Report& r) {
                            {"bytes_per_element", t.bytes_per_element},
                            {"elements", t.elements.value()},
                            {"bytes", t.bytes.value()},
-                           {"attention_scores", t.attention_scores},
-                           {"kept", kept}});
+                           {"keep", keep_name(t.keep)},
+                           {"kept", t.kept(mode)}});
     }
     return {{"model", "korthikanti"},
             {"formula", layer_formula(r.layer)},

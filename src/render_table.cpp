@@ -73,9 +73,11 @@ std::string activations_section(const Report& r, const View& view) {
     TextTable table({L, L, R, R, L});
     table.row({"op", "tensor kept for backward", "formula", "bytes", mode == Recompute::none ? "" : recompute_name(mode)});
     for (const auto& t : layer.rows) {
-        const bool dropped = mode == Recompute::full || (mode == Recompute::selective && t.attention_scores);
-        table.row({t.op, t.tensor, fmt::format("{} {}", t.copies * t.bytes_per_element, t.symbol), digits(t.bytes),
-                   mode == Recompute::none ? "" : dropped ? "rebuilt" : "kept"});
+        const std::string fate = mode == Recompute::none ? (t.keep == Keep::only_selective ? "(selective only)" : "")
+                                 : t.kept(mode)        ? "kept"
+                                 : t.kept(Recompute::none) ? "rebuilt"
+                                                           : "";
+        table.row({t.op, t.tensor, fmt::format("{} {}", t.copies * t.bytes_per_element, t.symbol), digits(t.bytes), fate});
     }
     table.rule();
     table.row({"one layer", "", layer_formula(layer), digits(layer.total()), ""});

@@ -170,7 +170,7 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"--preset llama-7b --units tb", 2, "--units: tb not in {gb,gib}"},
         Row{"--preset llama-7b --format yaml", 2, "--format: yaml not in {table,json,csv}"},
         Row{"--preset llama-7b --frobnicate", 2, "--frobnicate"},
-        Row{"", 2, "give a model: --preset NAME"},
+        Row{"", 2, "give one model: --preset NAME"},
         Row{"--preset gpt2 --seq 4096", 1, "seq 4096 exceeds the 1024 learned positions of gpt2"},
         Row{"--preset gpt2 --seq 8,16 --per-layer", 2, "--per-layer shows one configuration"},
         Row{"--model-file memcalc_missing.json", 1, "cannot read model file 'memcalc_missing.json'"},

@@ -22,6 +22,23 @@ inline const char* recompute_name(Recompute r) {
     return "?";
 }
 
+/// Which recomputation modes keep a saved tensor from its forward step to its backward step.
+/// (Full recomputation keeps only the layer's input, whatever the row says.)
+enum class Keep {
+    always,          ///< every mode but full
+    not_selective,   ///< made inside the core attention: selective recomputation rebuilds it
+    only_selective,  ///< an input of the core attention that only selective recomputation's checkpoint saves
+};
+
+inline const char* keep_name(Keep k) {
+    switch (k) {
+        case Keep::always: return "always";
+        case Keep::not_selective: return "not_selective";
+        case Keep::only_selective: return "only_selective";
+    }
+    return "?";
+}
+
 /// One tensor saved for backward: `copies` tensors of `symbol` elements each.
 struct SavedTensor {
     std::string op;        ///< the op that saves it
@@ -30,40 +47,44 @@ struct SavedTensor {
     std::string symbol;    ///< element count in the paper's letters: "sbh", "as^2b"
     std::uint64_t copies;  ///< how many such tensors ("Q and K" is 2 sbh elements)
     std::uint64_t bytes_per_element;
-    bool attention_scores; ///< an s x s tensor: dropped and rebuilt by selective recomputation
+    Keep keep;
     Count elements;
     Count bytes;
+
+    bool kept(Recompute mode) const {
+        switch (mode) {
+            case Recompute::none: return keep != Keep::only_selective;
+            case Recompute::selective: return keep != Keep::not_selective;
+            case Recompute::full: return false;
+        }
+        return true;
+    }
 };
 
 struct LayerActivations {
     std::vector<SavedTensor> rows;
     Count input_bytes;  ///< the layer's input: all that full recomputation keeps
 
-    Count total() const {
-        Count sum;
-        for (const auto& r : rows) sum += r.bytes;
-        return sum;
-    }
-    Count scores() const {
-        Count sum;
+    Count sum(Recompute mode) const {
+        Count total;
         for (const auto& r : rows)
-            if (r.attention_scores) sum += r.bytes;
-        return sum;
+            if (r.kept(mode)) total += r.bytes;
+        return total;
     }
+    /// Everything the layer saves with no recomputation.
+    Count total() const { return sum(Recompute::none); }
     /// Bytes a layer holds from its forward step until its backward step.
-    Count kept(Recompute mode) const {
-        switch (mode) {
-            case Recompute::none: return total();
-            case Recompute::selective: return total().value() - scores().value();
-            case Recompute::full: return input_bytes;
-        }
-        return total();
-    }
+    Count kept(Recompute mode) const { return mode == Recompute::full ? input_bytes : sum(mode); }
     /// Bytes a layer's backward step rebuilds by running part of its forward again.
     Count rebuilt(Recompute mode) const {
         switch (mode) {
             case Recompute::none: return 0;
-            case Recompute::selective: return scores();
+            case Recompute::selective: {
+                Count inside;
+                for (const auto& r : rows)
+                    if (r.keep == Keep::not_selective) inside += r.bytes;
+                return inside;
+            }
             case Recompute::full: return total();
         }
         return 0;
@@ -80,8 +101,8 @@ inline LayerActivations korthikanti_layer(const Architecture& m, std::uint64_t s
     auto row = [&](const char* op, const char* tensor, const char* why, bool scores, std::uint64_t copies,
                    std::uint64_t bytes) {
         const Count elements = Count(copies) * (scores ? as2b : sbh);
-        layer.rows.push_back({op, tensor, why, scores ? "as^2b" : "sbh", copies, bytes, scores, elements,
-                              elements * bytes});
+        layer.rows.push_back({op, tensor, why, scores ? "as^2b" : "sbh", copies, bytes,
+                              scores ? Keep::not_selective : Keep::always, elements, elements * bytes});
     };
     // clang-format off
     //  op                            tensor kept              why backward needs it                                   s x s  copies  bytes

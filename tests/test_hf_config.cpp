@@ -1,0 +1,88 @@
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "memcalc/params.hpp"
+#include "model_file.hpp"
+
+using namespace memcalc;
+using nlohmann::json;
+
+namespace {
+const std::string configs = std::string(MEMCALC_SOURCE_DIR) + "/tests/configs/";
+
+json read_json(const std::string& path) {
+    std::ifstream in(path);
+    return json::parse(in);
+}
+}  // namespace
+
+TEST_CASE("real config.json files give their checkpoints' exact counts", "[hf_config]") {
+    // tests/configs holds copies of published config.json files; manifest.json gives each one's
+    // exact num_parameters() and where that figure was published.
+    const json manifest = read_json(configs + "manifest.json");
+    std::set<std::string> families;
+    for (const auto& [name, entry] : manifest.items()) {
+        CAPTURE(name);
+        const auto file = cli::load_hf_config(configs + name + ".json");
+        CHECK(parameter_table(file.architecture).total().value() == entry["published_parameters"].get<std::uint64_t>());
+        CHECK(file.architecture.name == name);
+        families.insert(entry["model_type"].get<std::string>());
+    }
+    CHECK(manifest.size() >= 20);
+    CHECK(families.size() >= 11);  // every model_type the importer reads
+}
+
+TEST_CASE("family quirks come through the importer", "[hf_config]") {
+    const auto gemma2 = cli::load_hf_config(configs + "gemma-2-9b-it.json").architecture;
+    CHECK(gemma2.norms_per_layer == 4);
+    CHECK(gemma2.head_size() == 256);
+    CHECK(gemma2.tied_embeddings);
+    const auto opt = cli::load_hf_config(configs + "opt-125m.json").architecture;
+    CHECK(opt.learned_positions() == opt.max_positions + 2);
+    CHECK(opt.activation == Activation::relu);
+    const auto bloom = cli::load_hf_config(configs + "bloomz-560m.json").architecture;
+    CHECK(bloom.embedding_norm);
+    CHECK(bloom.position == Position::none);
+    const auto mixtral = cli::load_hf_config(configs + "mixtral-8x7b-instruct.json").architecture;
+    CHECK(mixtral.experts == 8);
+    CHECK(mixtral.active_experts() == 2);
+    const auto qwen = cli::load_hf_config(configs + "qwen2-0.5b.json").architecture;
+    CHECK(qwen.bias == Bias::qkv);
+    CHECK(qwen.tied_embeddings);
+}
+
+TEST_CASE("a config.json the importer cannot read says which key or type", "[hf_config]") {
+    using Row = std::pair<std::string, std::string>;
+    const auto [text, message] = GENERATE(table<std::string, std::string>({
+        Row{R"({"hidden_size": 8})", "c.json: missing key 'model_type'"},
+        Row{R"({"model_type": "mamba"})", "model_type 'mamba' is not supported; memcalc reads llama, mistral"},
+        Row{R"({"model_type": "lama"})", "(did you mean 'llama'?)"},
+        Row{R"({"model_type": "llama", "hidden_size": 64})", "c.json: missing key 'num_hidden_layers'"},
+        Row{R"({"model_type": "gpt2", "n_embd": "768"})", "n_embd must be a positive integer (got string \"768\")"},
+        Row{R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+               "intermediate_size": 128, "vocab_size": 10, "hidden_act": "swiglu2"})",
+            "hidden_act 'swiglu2' is not an activation memcalc knows"},
+        Row{R"({"model_type": "opt", "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+               "ffn_dim": 4096, "vocab_size": 50272, "max_position_embeddings": 2048, "word_embed_proj_dim": 512})",
+            "word_embed_proj_dim (512) differs from hidden_size (1024)"},
+        Row{R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 6,
+               "intermediate_size": 128, "vocab_size": 10})",
+            "c.json: heads (6) must divide hidden (64)"},
+        Row{"{\"model_type\": ", "c.json: malformed JSON"},
+    }));
+    CAPTURE(text);
+    CHECK_THROWS_WITH(cli::parse_hf_config(text, "c.json", "c"), Catch::Contains(message));
+}
+
+TEST_CASE("a config named config.json takes its folder's name", "[hf_config]") {
+    const std::string dir = "memcalc_test_dir/Tiny-Llama";
+    std::system(("mkdir -p " + dir).c_str());
+    std::ofstream(dir + "/config.json") << R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10})";
+    CHECK(cli::load_hf_config(dir + "/config.json").architecture.name == "Tiny-Llama");
+    std::system("rm -rf memcalc_test_dir");
+}

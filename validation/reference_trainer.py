@@ -1,0 +1,1104 @@
+#!/usr/bin/python3
+"""Reference trainer: measures the bytes autograd keeps for backward, per transformer layer.
+
+Builds small bf16 models (parameters and activations torch.bfloat16, no autocast) from a memcalc
+model JSON file, following the op sequence of HuggingFace transformers' EAGER implementations:
+
+  llama    LlamaDecoderLayer: RMSNorm (fp32 upcast), q/k/v/o Linear, rotary (cos/sin computed once per
+           model, as HF >= 4.45 does), repeat_kv for grouped-query attention, QK^T * scaling, + mask,
+           softmax in fp32 then cast back, dropout, @V; gated MLP down(act(gate(x)) * up(x)).
+  qwen2    llama with q/k/v biases ("bias": "qkv").
+  mixtral  llama attention + MixtralSparseMoeBlock (router Linear, fp32 softmax, top-k, renormalise,
+           loop over hit experts with torch.where / index / index_add_).
+  gpt2     GPT2Block: LayerNorm, fused c_attn Conv1D (addmm), QK^T / full([], sqrt(d)), torch.where with
+           the per-layer causal buffer, softmax in bf16 (no upcast), attn dropout, @V, c_proj, resid
+           dropout; MLP c_fc, activation, c_proj, dropout.  The chapter's "decoder" preset is this style.
+  falcon   FalconDecoderLayer with parallel_attn: one LayerNorm feeding attention and MLP
+           (norms_per_layer 1; 2 means ln_attn + ln_mlp), fused query_key_value, multi-query split,
+           rotary, q @ k^T (broadcast over heads), in-place /= sqrt(d), softmax(scores + mask) in bf16,
+           @ v, dense; MLP dense_h_to_4h, GELU, dense_4h_to_h; mlp_output += attention_output;
+           dropout_add(hidden_dropout).
+
+How it counts.  Every layer's forward runs under torch.autograd.graph.saved_tensors_hooks; the pack
+hook records each saved tensor's untyped storage (keyed by data_ptr; the graph keeps every saved
+tensor alive, so a pointer is never reused during the measurement).  Storages of parameters and
+buffers are excluded.  Each storage is counted once per layer, at its storage nbytes (a saved view
+keeps its whole base storage alive).  Categories:
+
+  input   the layer's input (the previous layer's output)
+  layer   storages allocated inside the layer
+  tiny    one-element tensors (Python numbers wrapped as 0-dim fp64 tensors, torch.full([]) constants,
+          1-element index tensors): listed, NOT in "kept"
+  shared  tensors made once per model and passed to every layer (rotary cos/sin, causal mask,
+          position ids): listed, NOT in "kept" (they are counted once per model, not per layer)
+  param   parameters and buffers (e.g. GPT-2's bool causal buffer): listed, excluded
+
+  kept = input + layer     (this is what --compare checks against memcalc's kept_layer_bytes)
+
+The per-op breakdown walks the layer's autograd graph (grad_fn.next_functions, stopping at the layer
+input's node) and reads every node's _saved_* attributes; it is cross-checked against the hooks.
+
+Modes: none; selective (the core attention QK^T, scale, mask, softmax, dropout, @V -- with repeat_kv
+where the family has it, as in HF's eager_attention_forward -- wrapped in torch.utils.checkpoint,
+use_reentrant=True); full (the whole layer in torch.utils.checkpoint, use_reentrant=True, called
+with the arguments HF's gradient checkpointing passes: hidden_states, causal mask, position ids and
+the (cos, sin) tuple).
+
+Usage:
+  /usr/bin/python3 validation/reference_trainer.py --measure [--model FILE ...] [--breakdown]
+  /usr/bin/python3 validation/reference_trainer.py --compare --memcalc build/memcalc [--model FILE ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+DTYPE = torch.bfloat16
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+DEFAULT_MODELS = [
+    os.path.join(HERE, "models", "llama-tiny.json"),
+    os.path.join(HERE, "models", "qwen2-tiny.json"),
+    os.path.join(HERE, "models", "mixtral-tiny.json"),
+    os.path.join(HERE, "models", "gpt2-tiny.json"),
+    os.path.join(HERE, "models", "falcon-tiny.json"),
+    os.path.join(REPO, "presets", "decoder.json"),
+]
+MODES = ("none", "selective", "full")
+DEFAULT_SEQS = (16, 32)
+DEFAULT_BATCHES = (1, 2)
+
+# Documented allowances for --compare: a difference listed here does not fail the run.
+# Key: (model name, recompute mode) or (style, recompute mode); value: {"bytes": exact allowed
+# difference measured - predicted as a function of (s, b), "reason": why}.  Keep it empty unless a
+# specific difference is explained.
+ALLOWANCES: Dict[Tuple[str, str], dict] = {}
+
+# Effects of the measuring platform (torch 1.13 on CPU) that a prediction for current CUDA PyTorch may
+# leave out.  They never excuse a difference (only ALLOWANCES do); --compare names them when a
+# difference equals the sum of some of them, to speed up the diagnosis.  Each: (name, applies(spec,
+# mode), bytes(spec, s, b) = measured - prediction-without-the-effect).
+def _rms(spec):
+    return spec.norms_per_layer if spec.norm == "rmsnorm" else 0
+
+
+def _ln(spec):
+    return spec.norms_per_layer if spec.norm == "layernorm" else 0
+
+
+KNOWN_EFFECTS = [
+    ("torch < 2.2: MeanBackward1 saves its input, so each RMSNorm also keeps x^2 in fp32 (4 s b h; "
+     "pytorch PR #109935 saves only sizes)",
+     lambda spec, mode: mode != "full" and _rms(spec) > 0,
+     lambda spec, s, b: 4 * s * b * spec.hidden * _rms(spec)),
+    ("CPU LayerNorm keeps mean and rstd in bf16 (CUDA keeps them in fp32: 8 s b bytes, not 4)",
+     lambda spec, mode: mode != "full" and _ln(spec) > 0,
+     lambda spec, s, b: -4 * s * b * _ln(spec)),
+    ("micro-batch 1 with one KV head: torch.matmul's broadcast of K and V over the heads stays a view "
+     "(b >= 2 materialises b*heads*s*head_dim copies)",
+     lambda spec, mode: mode == "none" and spec.kv_heads == 1 and spec.heads > 1,
+     lambda spec, s, b: -4 * s * (spec.heads - 1) * spec.head_dim if b == 1 else 0),
+]
+
+
+def known_effects_matching(spec, mode, s, b, diff):
+    effects = [(name, f(spec, s, b)) for name, applies, f in KNOWN_EFFECTS if applies(spec, mode)]
+    effects = [(n, v) for n, v in effects if v]
+    for mask in range(1, 1 << len(effects)):
+        chosen = [effects[i] for i in range(len(effects)) if mask >> i & 1]
+        if sum(v for _, v in chosen) == diff:
+            return [n for n, _ in chosen]
+    return []
+
+
+# "native": dropout through torch.native_dropout, the kernel F.dropout dispatches to on CUDA (keeps a
+# bool mask, 1 byte per element).  "functional": F.dropout as it runs on CPU in torch 1.13, which
+# multiplies by a noise tensor of the input's dtype (2 bytes per element in bf16).
+DROPOUT_KERNEL = "native"
+
+
+# --------------------------------------------------------------------------------------------------
+# Model file
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Spec:
+    path: str
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    max_positions: int
+    mlp: str
+    norm: str
+    bias: str
+    position: str
+    tied_embeddings: bool
+    experts: int
+    experts_per_token: int
+    activation: str
+    parallel_attention: bool
+    norms_per_layer: int
+    attention_dropout: float
+    hidden_dropout: float
+    style: str = ""
+
+
+def _choice(doc, key, allowed, default):
+    v = doc.get(key, default)
+    if v not in allowed:
+        raise ValueError(f"'{key}' must be one of {', '.join(allowed)} (got {v!r})")
+    return v
+
+
+def load_spec(path: str) -> Spec:
+    with open(path) as f:
+        doc = json.load(f)
+    for k in ("hidden", "layers", "heads", "ffn", "vocab"):
+        if k not in doc:
+            raise ValueError(f"{path}: missing required key '{k}'")
+    mlp = _choice(doc, "mlp", ("gated", "plain"), "gated")
+    parallel = bool(doc.get("parallel_attention", False))
+    heads = int(doc["heads"])
+    spec = Spec(
+        path=path,
+        name=str(doc.get("name", os.path.splitext(os.path.basename(path))[0])),
+        hidden=int(doc["hidden"]),
+        layers=int(doc["layers"]),
+        heads=heads,
+        kv_heads=int(doc.get("kv_heads", heads)),
+        head_dim=int(doc.get("head_dim", int(doc["hidden"]) // heads)),
+        ffn=int(doc["ffn"]),
+        vocab=int(doc["vocab"]),
+        max_positions=int(doc.get("max_positions", 0) or 0),
+        mlp=mlp,
+        norm=_choice(doc, "norm", ("rmsnorm", "layernorm"), "rmsnorm"),
+        bias=_choice(doc, "bias", ("none", "qkv", "all"), "none"),
+        position=_choice(doc, "position", ("rotary", "learned", "none"), "rotary"),
+        tied_embeddings=bool(doc.get("tied_embeddings", False)),
+        experts=int(doc.get("experts", 0) or 0),
+        experts_per_token=int(doc.get("experts_per_token", 0) or 0),
+        # "gelu_new" is an extension of this script only: HF's NewGELUActivation, the composite tanh
+        # GELU that HF GPT-2 really runs (activation_function "gelu_new").
+        activation=_choice(doc, "activation", ("silu", "gelu", "gelu_tanh", "relu", "gelu_new"),
+                           "silu" if mlp == "gated" else "gelu_tanh"),
+        parallel_attention=parallel,
+        norms_per_layer=int(doc.get("norms_per_layer", 1 if parallel else 2)),
+        attention_dropout=float(doc.get("attention_dropout", 0.0)),
+        hidden_dropout=float(doc.get("hidden_dropout", 0.0)),
+    )
+    if spec.heads % spec.kv_heads:
+        raise ValueError(f"{path}: heads ({spec.heads}) must be a multiple of kv_heads ({spec.kv_heads})")
+    if spec.experts and not (0 < spec.experts_per_token <= spec.experts):
+        raise ValueError(f"{path}: experts_per_token must be in 1..experts")
+    if parallel and spec.norms_per_layer not in (1, 2):
+        raise ValueError(f"{path}: parallel attention takes norms_per_layer 1 or 2")
+    if not parallel and spec.norms_per_layer not in (2, 4):
+        raise ValueError(f"{path}: sequential layers take norms_per_layer 2 or 4")
+    if parallel:
+        spec.style = "falcon"
+    elif spec.experts:
+        spec.style = "mixtral"
+    elif spec.norm == "layernorm" and spec.position != "rotary":
+        spec.style = "gpt2"
+    else:
+        spec.style = "qwen2" if spec.bias == "qkv" else "llama"
+    if spec.style == "gpt2" and spec.kv_heads != spec.heads:
+        raise ValueError(f"{path}: GPT-2 style attention has no grouped-query variant")
+    return spec
+
+
+# --------------------------------------------------------------------------------------------------
+# Building blocks (HF eager op sequences)
+# --------------------------------------------------------------------------------------------------
+
+def dropout(x, p, training=True):
+    if p <= 0 or not training:
+        return x  # F.dropout returns its input unchanged for p == 0
+    if DROPOUT_KERNEL == "native":
+        return torch.native_dropout(x, p, True)[0]
+    return F.dropout(x, p, True)
+
+
+def act_fn(name):
+    if name == "silu":
+        return F.silu
+    if name == "gelu":
+        return F.gelu
+    if name == "gelu_tanh":
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu
+    if name == "gelu_new":  # transformers.activations.NewGELUActivation
+        return lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    raise ValueError(name)
+
+
+class RMSNorm(nn.Module):
+    """transformers LlamaRMSNorm."""
+
+    def __init__(self, h, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(h))
+        self.eps = eps
+
+    def forward(self, x):
+        input_dtype = x.dtype
+        x = x.to(torch.float32)
+        variance = x.pow(2).mean(-1, keepdim=True)
+        x = x * torch.rsqrt(variance + self.eps)
+        return self.weight * x.to(input_dtype)
+
+
+def make_norm(spec):
+    return RMSNorm(spec.hidden) if spec.norm == "rmsnorm" else nn.LayerNorm(spec.hidden, eps=1e-5)
+
+
+@dataclass
+class Ctx:
+    """Tensors made once per model forward and shared by every layer."""
+    mask: Optional[torch.Tensor] = None
+    cos: Optional[torch.Tensor] = None
+    sin: Optional[torch.Tensor] = None
+    position_ids: Optional[torch.Tensor] = None
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin):
+    cos = cos.unsqueeze(1)
+    sin = sin.unsqueeze(1)
+    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+
+def repeat_kv(x, n_rep):
+    b, kv, s, d = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, None, :, :].expand(b, kv, n_rep, s, d).reshape(b, kv * n_rep, s, d)
+
+
+class GatedMLP(nn.Module):
+    """LlamaMLP / MixtralBlockSparseTop2MLP: down(act(gate(x)) * up(x))."""
+
+    def __init__(self, spec, bias):
+        super().__init__()
+        self.gate_proj = nn.Linear(spec.hidden, spec.ffn, bias=bias)
+        self.up_proj = nn.Linear(spec.hidden, spec.ffn, bias=bias)
+        self.down_proj = nn.Linear(spec.ffn, spec.hidden, bias=bias)
+        self.act = act_fn(spec.activation)
+
+    def forward(self, x):
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class PlainMLP(nn.Module):
+    """fc2(act(fc1(x))) with nn.Linear (Falcon's FalconLinear is input @ W.T, the same ops)."""
+
+    def __init__(self, spec, bias):
+        super().__init__()
+        self.fc1 = nn.Linear(spec.hidden, spec.ffn, bias=bias)
+        self.fc2 = nn.Linear(spec.ffn, spec.hidden, bias=bias)
+        self.act = act_fn(spec.activation)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def make_mlp(spec, bias):
+    return GatedMLP(spec, bias) if spec.mlp == "gated" else PlainMLP(spec, bias)
+
+
+class SparseMoE(nn.Module):
+    """transformers MixtralSparseMoeBlock (loop over the experts that got tokens)."""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.E, self.k, self.h = spec.experts, spec.experts_per_token, spec.hidden
+        self.gate = nn.Linear(spec.hidden, spec.experts, bias=False)
+        self.experts = nn.ModuleList([make_mlp(spec, spec.bias == "all") for _ in range(spec.experts)])
+
+    def forward(self, hidden_states):
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hidden_states = hidden_states.view(-1, hidden_dim)
+        router_logits = self.gate(hidden_states)
+        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+        routing_weights, selected_experts = torch.topk(routing_weights, self.k, dim=-1)
+        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        routing_weights = routing_weights.to(hidden_states.dtype)
+        final_hidden_states = torch.zeros((batch_size * sequence_length, hidden_dim),
+                                          dtype=hidden_states.dtype, device=hidden_states.device)
+        expert_mask = F.one_hot(selected_experts, num_classes=self.E).permute(2, 1, 0)
+        expert_hit = (expert_mask.sum(dim=(-1, -2)) > 0).nonzero(as_tuple=True)[0].tolist()
+        for expert_idx in expert_hit:
+            expert_layer = self.experts[expert_idx]
+            idx, top_x = torch.where(expert_mask[expert_idx])
+            current_state = hidden_states[None, top_x].reshape(-1, hidden_dim)
+            current_hidden_states = expert_layer(current_state) * routing_weights[top_x, idx, None]
+            final_hidden_states.index_add_(0, top_x, current_hidden_states.to(hidden_states.dtype))
+        return final_hidden_states.reshape(batch_size, sequence_length, hidden_dim)
+
+
+def _ckpt(fn, *args):
+    return checkpoint(fn, *args, use_reentrant=True)
+
+
+class LlamaAttention(nn.Module):
+    """LlamaAttention + eager_attention_forward (also Mistral/Mixtral/Qwen2)."""
+
+    def __init__(self, spec):
+        super().__init__()
+        H, kv, d, h = spec.heads, spec.kv_heads, spec.head_dim, spec.hidden
+        qkv_bias = spec.bias in ("qkv", "all")
+        self.q_proj = nn.Linear(h, H * d, bias=qkv_bias)
+        self.k_proj = nn.Linear(h, kv * d, bias=qkv_bias)
+        self.v_proj = nn.Linear(h, kv * d, bias=qkv_bias)
+        self.o_proj = nn.Linear(H * d, h, bias=spec.bias == "all")
+        self.head_dim, self.n_rep = d, H // kv
+        self.scaling = d ** -0.5
+        self.p = spec.attention_dropout
+        self.rotary = spec.position == "rotary"
+
+    def core(self, query, key, value, mask):
+        key_states = repeat_kv(key, self.n_rep)
+        value_states = repeat_kv(value, self.n_rep)
+        attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * self.scaling
+        if mask is not None:
+            attn_weights = attn_weights + mask[:, :, :, : key_states.shape[-2]]
+        attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+        attn_weights = dropout(attn_weights, self.p, self.training)
+        return torch.matmul(attn_weights, value_states)
+
+    def forward(self, x, ctx: Ctx, selective: bool):
+        input_shape = x.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        q = self.q_proj(x).view(hidden_shape).transpose(1, 2)
+        k = self.k_proj(x).view(hidden_shape).transpose(1, 2)
+        v = self.v_proj(x).view(hidden_shape).transpose(1, 2)
+        if self.rotary:
+            q, k = apply_rotary_pos_emb(q, k, ctx.cos, ctx.sin)
+        if selective:
+            out = _ckpt(self.core, q, k, v, ctx.mask)
+        else:
+            out = self.core(q, k, v, ctx.mask)
+        out = out.transpose(1, 2).contiguous()
+        out = out.reshape(*input_shape, -1).contiguous()
+        return self.o_proj(out)
+
+
+class Conv1D(nn.Module):
+    """transformers.pytorch_utils.Conv1D (weight stored in x out)."""
+
+    def __init__(self, nf, nx, bias):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.randn(nx, nf) * 0.02)
+        self.bias = nn.Parameter(torch.zeros(nf)) if bias else None
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.nf,)
+        if self.bias is not None:
+            x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        else:
+            x = torch.mm(x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+class GPT2Attention(nn.Module):
+    def __init__(self, spec):
+        super().__init__()
+        H, d, h = spec.heads, spec.head_dim, spec.hidden
+        mp = spec.max_positions
+        self.register_buffer("bias", torch.tril(torch.ones((mp, mp), dtype=torch.bool)).view(1, 1, mp, mp),
+                             persistent=False)
+        self.c_attn = Conv1D(3 * H * d, h, spec.bias in ("qkv", "all"))
+        self.c_proj = Conv1D(h, H * d, spec.bias == "all")
+        self.H, self.d = H, d
+        self.p_attn, self.p_resid = spec.attention_dropout, spec.hidden_dropout
+
+    def core(self, query, key, value):
+        attn_weights = torch.matmul(query, key.transpose(-1, -2))
+        attn_weights = attn_weights / torch.full([], value.size(-1) ** 0.5, dtype=attn_weights.dtype,
+                                                 device=attn_weights.device)
+        query_length, key_length = query.size(-2), key.size(-2)
+        causal_mask = self.bias[:, :, key_length - query_length: key_length, :key_length]
+        mask_value = torch.full([], torch.finfo(attn_weights.dtype).min, dtype=attn_weights.dtype)
+        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
+        attn_weights = F.softmax(attn_weights, dim=-1)
+        attn_weights = attn_weights.type(value.dtype)
+        attn_weights = dropout(attn_weights, self.p_attn, self.training)
+        return torch.matmul(attn_weights, value)
+
+    def forward(self, x, ctx: Ctx, selective: bool):
+        query, key, value = self.c_attn(x).split(self.H * self.d, dim=2)
+        shape = (*x.shape[:-1], -1, self.d)
+        query = query.view(shape).transpose(1, 2)
+        key = key.view(shape).transpose(1, 2)
+        value = value.view(shape).transpose(1, 2)
+        out = _ckpt(self.core, query, key, value) if selective else self.core(query, key, value)
+        out = out.transpose(1, 2)
+        out = out.reshape(*out.shape[:-2], -1).contiguous()
+        out = self.c_proj(out)
+        return dropout(out, self.p_resid, self.training)
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, spec):
+        super().__init__()
+        self.c_fc = Conv1D(spec.ffn, spec.hidden, spec.bias == "all")
+        self.c_proj = Conv1D(spec.hidden, spec.ffn, spec.bias == "all")
+        self.act = act_fn(spec.activation)
+        self.p = spec.hidden_dropout
+
+    def forward(self, x):
+        return dropout(self.c_proj(self.act(self.c_fc(x))), self.p, self.training)
+
+
+class FalconAttention(nn.Module):
+    def __init__(self, spec):
+        super().__init__()
+        H, kv, d, h = spec.heads, spec.kv_heads, spec.head_dim, spec.hidden
+        self.H, self.kv, self.d = H, kv, d
+        self.multi_query = kv == 1
+        self.new_arch = 1 < kv < H
+        self.query_key_value = nn.Linear(h, (H + 2 * kv) * d, bias=spec.bias in ("qkv", "all"))
+        self.dense = nn.Linear(H * d, h, bias=spec.bias == "all")
+        self.rotary = spec.position == "rotary"
+        self.p = spec.attention_dropout  # HF's non-alibi eager path applies none; applied here if > 0
+
+    def _split_heads(self, fused_qkv):
+        b, s, _ = fused_qkv.shape
+        if self.new_arch:
+            qkv = fused_qkv.view(b, s, -1, self.H // self.kv + 2, self.d)
+            query = qkv[:, :, :, :-2]
+            key = torch.broadcast_to(qkv[:, :, :, [-2]], query.shape)
+            value = torch.broadcast_to(qkv[:, :, :, [-1]], query.shape)
+            return [t.flatten(2, 3) for t in (query, key, value)]
+        if not self.multi_query:
+            fused_qkv = fused_qkv.view(b, s, self.H, 3, self.d)
+            return fused_qkv[..., 0, :], fused_qkv[..., 1, :], fused_qkv[..., 2, :]
+        fused_qkv = fused_qkv.view(b, s, self.H + 2, self.d)
+        return fused_qkv[..., :-2, :], fused_qkv[..., [-2], :], fused_qkv[..., [-1], :]
+
+    def core(self, query_layer, key_layer, value_layer, mask):
+        attention_scores = query_layer @ key_layer.transpose(-1, -2)
+        attention_scores /= math.sqrt(self.d)
+        attention_scores = F.softmax(attention_scores + mask, dim=-1, dtype=query_layer.dtype)
+        attention_scores = dropout(attention_scores, self.p, self.training)
+        return attention_scores @ value_layer
+
+    def forward(self, x, ctx: Ctx, selective: bool):
+        fused_qkv = self.query_key_value(x)
+        num_kv_heads = self.H if self.new_arch else self.kv
+        query_layer, key_layer, value_layer = self._split_heads(fused_qkv)
+        b, s, _, _ = query_layer.shape
+        query_layer = query_layer.transpose(1, 2).reshape(b, self.H, s, self.d)
+        key_layer = key_layer.transpose(1, 2).reshape(b, num_kv_heads, s, self.d)
+        value_layer = value_layer.transpose(1, 2).reshape(b, num_kv_heads, s, self.d)
+        if self.rotary:
+            query_layer, key_layer = apply_rotary_pos_emb(query_layer, key_layer, ctx.cos, ctx.sin)
+        mask = ctx.mask[:, :, :, : key_layer.shape[-2]]
+        if selective:
+            out = _ckpt(self.core, query_layer, key_layer, value_layer, mask)
+        else:
+            out = self.core(query_layer, key_layer, value_layer, mask)
+        out = out.view(b, self.H, s, self.d).permute(0, 2, 1, 3).reshape(b, s, self.H * self.d)
+        return self.dense(out)
+
+
+class SequentialLayer(nn.Module):
+    """Pre-norm layer: llama, qwen2, mixtral, gpt2 (norms_per_layer 4 adds post-branch norms)."""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.gpt2 = spec.style == "gpt2"
+        self.norm1 = make_norm(spec)
+        self.norm2 = make_norm(spec)
+        self.sandwich = spec.norms_per_layer == 4
+        if self.sandwich:
+            self.post_attn_norm = make_norm(spec)
+            self.post_mlp_norm = make_norm(spec)
+        if self.gpt2:
+            self.attn = GPT2Attention(spec)
+            self.mlp = GPT2MLP(spec) if spec.mlp == "plain" else make_mlp(spec, spec.bias == "all")
+        else:
+            self.attn = LlamaAttention(spec)
+            self.mlp = SparseMoE(spec) if spec.experts else make_mlp(spec, spec.bias == "all")
+        # GPT-2's dropouts live inside its attention (resid) and MLP modules.
+        self.p_hidden = 0.0 if (self.gpt2 and spec.mlp == "plain") else spec.hidden_dropout
+        self.p_attn_out = 0.0 if self.gpt2 else spec.hidden_dropout
+
+    def forward(self, x, ctx: Ctx, selective: bool = False):
+        residual = x
+        a = self.attn(self.norm1(x), ctx, selective)
+        if self.sandwich:
+            a = self.post_attn_norm(a)
+        a = dropout(a, self.p_attn_out, self.training)
+        x = residual + a
+        residual = x
+        m = self.mlp(self.norm2(x))
+        if self.sandwich:
+            m = self.post_mlp_norm(m)
+        m = dropout(m, self.p_hidden, self.training)
+        return residual + m
+
+
+class ParallelLayer(nn.Module):
+    """FalconDecoderLayer with parallel_attn (norms_per_layer 1: input_layernorm; 2: ln_attn + ln_mlp)."""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.two_norms = spec.norms_per_layer == 2
+        self.ln_attn = make_norm(spec)
+        if self.two_norms:
+            self.ln_mlp = make_norm(spec)
+        self.self_attention = FalconAttention(spec)
+        self.mlp = SparseMoE(spec) if spec.experts else make_mlp(spec, spec.bias == "all")
+        self.p = spec.hidden_dropout
+
+    def forward(self, x, ctx: Ctx, selective: bool = False):
+        residual = x
+        attention_layernorm_out = self.ln_attn(x)
+        mlp_layernorm_out = self.ln_mlp(x) if self.two_norms else attention_layernorm_out
+        attention_output = self.self_attention(attention_layernorm_out, ctx, selective)
+        mlp_output = self.mlp(mlp_layernorm_out)
+        mlp_output += attention_output
+        return residual + dropout(mlp_output, self.p, self.training)  # dropout_add
+
+
+class Model(nn.Module):
+    def __init__(self, spec: Spec):
+        super().__init__()
+        self.spec = spec
+        self.wte = nn.Embedding(spec.vocab, spec.hidden)
+        if spec.position == "learned":
+            self.wpe = nn.Embedding(spec.max_positions, spec.hidden)
+        layer_cls = ParallelLayer if spec.parallel_attention else SequentialLayer
+        self.layers = nn.ModuleList([layer_cls(spec) for _ in range(spec.layers)])
+        self.norm_f = make_norm(spec)
+        if not spec.tied_embeddings:
+            self.lm_head = nn.Linear(spec.hidden, spec.vocab, bias=False)
+        if spec.position == "rotary":
+            d = spec.head_dim
+            self.register_buffer("inv_freq", 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)),
+                                 persistent=False)
+
+    def make_ctx(self, b, s, device) -> Ctx:
+        spec = self.spec
+        ctx = Ctx()
+        with torch.no_grad():
+            ctx.position_ids = torch.arange(s, device=device).unsqueeze(0)
+            if spec.position == "rotary":  # LlamaRotaryEmbedding.forward, once per model (HF >= 4.45)
+                inv = self.inv_freq.float()[None, :, None].expand(ctx.position_ids.shape[0], -1, 1)
+                pos = ctx.position_ids[:, None, :].float()
+                freqs = (inv @ pos).transpose(1, 2)
+                emb = torch.cat((freqs, freqs), dim=-1)
+                ctx.cos, ctx.sin = emb.cos().to(DTYPE), emb.sin().to(DTYPE)
+            if spec.style != "gpt2":  # HF _update_causal_mask (eager): 4-D additive bf16 mask
+                m = torch.full((s, s), torch.finfo(DTYPE).min, dtype=DTYPE, device=device).triu(1)
+                ctx.mask = m[None, None, :, :].expand(b, 1, -1, -1)
+        return ctx
+
+    def run_layer(self, i, x, ctx: Ctx, mode: str):
+        layer = self.layers[i]
+        if mode == "full":
+            if ctx.mask is None:  # GPT2Model: checkpoint(block, hidden_states, None, ...)
+                return _ckpt(lambda h: layer(h, ctx, False), x)
+
+            def fn(h, mask, position_ids, position_embeddings):
+                c = Ctx(mask=mask, cos=position_embeddings[0], sin=position_embeddings[1],
+                        position_ids=position_ids)
+                return layer(h, c, False)
+            return _ckpt(fn, x, ctx.mask, ctx.position_ids, (ctx.cos, ctx.sin))
+        return layer(x, ctx, mode == "selective")
+
+    def forward(self, input_ids, labels, mode, rec=None):
+        spec = self.spec
+        b, s = input_ids.shape
+        set_region = (lambda r: setattr(rec, "region", r)) if rec else (lambda r: None)
+        set_region("embedding")
+        ctx = self.make_ctx(b, s, input_ids.device)
+        x = self.wte(input_ids)
+        if spec.position == "learned":
+            x = x + self.wpe(ctx.position_ids)
+        if spec.style == "gpt2":
+            x = dropout(x, spec.hidden_dropout, self.training)  # GPT2Model.drop (embd_pdrop)
+        ios = []
+        for i in range(len(self.layers)):
+            set_region(f"layer{i}")
+            x_in = x
+            x = self.run_layer(i, x, ctx, mode)
+            ios.append((x_in, x))
+        set_region("head")
+        h = self.norm_f(x)
+        weight = self.wte.weight if spec.tied_embeddings else self.lm_head.weight
+        logits = F.linear(h, weight)
+        # transformers ForCausalLMLoss: upcast, shift labels by padding, cross-entropy (mean)
+        logits_f = logits.float()
+        labels = F.pad(labels, (0, 1), value=-100)
+        shift_labels = labels[..., 1:].contiguous()
+        loss = F.cross_entropy(logits_f.view(-1, spec.vocab), shift_labels.view(-1), ignore_index=-100)
+        set_region(None)
+        return loss, logits, ctx, ios
+
+
+def build_model(spec: Spec, seed=0) -> Model:
+    torch.manual_seed(seed)
+    m = Model(spec)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.02)
+    return m.to(DTYPE).train()
+
+
+# --------------------------------------------------------------------------------------------------
+# Measurement
+# --------------------------------------------------------------------------------------------------
+
+def storage_key(t: torch.Tensor) -> Tuple[int, int]:
+    st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+    return st.data_ptr(), st.nbytes()
+
+
+@dataclass
+class SavedRec:
+    idx: int
+    region: Optional[str]
+    key: Tuple[int, int]
+    shape: Tuple[int, ...]
+    dtype: torch.dtype
+    tensor_bytes: int
+    storage_bytes: int
+    numel: int
+    device: str
+
+
+class Recorder:
+    def __init__(self):
+        self.region: Optional[str] = None
+        self.saved: List[SavedRec] = []
+        self.unpacked: List[int] = []
+
+    def pack(self, t):
+        i = len(self.saved)
+        key = storage_key(t)
+        self.saved.append(SavedRec(i, self.region, key, tuple(t.shape), t.dtype, t.numel() * t.element_size(),
+                                   key[1], t.numel(), str(t.device)))
+        return (i, t)
+
+    def unpack(self, packed):
+        self.unpacked.append(packed[0])
+        return packed[1]
+
+
+@dataclass
+class Row:
+    idx: Optional[int]        # pack order (None: not seen by the hooks)
+    op: str
+    attr: str
+    shape: Tuple[int, ...]
+    dtype: str
+    tensor_bytes: int
+    storage_bytes: int
+    category: str
+    counted: int = 0          # bytes this row adds to its category (first sight of the storage)
+    same_as: Optional[int] = None
+    key: Tuple[int, int] = (0, 0)
+
+
+@dataclass
+class RegionResult:
+    by_cat: Dict[str, int] = field(default_factory=dict)    # unique-storage bytes per category (hooks)
+    count_by_cat: Dict[str, int] = field(default_factory=dict)
+    rows: List[Row] = field(default_factory=list)          # per-op breakdown (graph walk)
+    extra: List[str] = field(default_factory=list)         # ctx attributes the hooks do not see
+    walk_mismatch: str = ""
+
+    @property
+    def kept(self):
+        return self.by_cat.get("input", 0) + self.by_cat.get("layer", 0)
+
+
+def classify(key, numel, input_key, shared_keys, param_keys):
+    if key in param_keys:
+        return "param"
+    if key == input_key:
+        return "input"
+    if key in shared_keys:
+        return "shared"
+    if numel <= 1:
+        return "tiny"
+    return "layer"
+
+
+def _dtype_name(dt):
+    return str(dt).replace("torch.", "")
+
+
+def walk_region(rec: Recorder, root, stop_nodes, input_key, shared_keys, param_keys) -> Tuple[List[Row], List[str]]:
+    rows: List[Row] = []
+    extra: List[str] = []
+    seen = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        name = node.name()
+        if node in stop_nodes or name == "torch::autograd::AccumulateGrad":
+            continue
+        stack.extend(n for n, _ in node.next_functions)
+        tensors = []
+        if hasattr(node, "saved_tensors") and not any(a.startswith("_saved_") for a in dir(node)):
+            rec.unpacked.clear()
+            sts = node.saved_tensors  # custom Function (checkpoint): ctx.save_for_backward
+            for j, t in enumerate(sts):
+                if isinstance(t, torch.Tensor):
+                    tensors.append((f"saved_tensors[{j}]", t, rec.unpacked[j] if j < len(rec.unpacked) else None))
+            for a in ("fwd_cpu_state",):
+                v = getattr(node, a, None)
+                if isinstance(v, torch.Tensor):
+                    extra.append(f"{name}.{a}: {tuple(v.shape)} {_dtype_name(v.dtype)} on {v.device}, "
+                                 f"{v.numel() * v.element_size()} bytes (ctx attribute; no hook sees it)")
+            inputs = getattr(node, "inputs", None)
+            if inputs:
+                for j, a in enumerate(inputs):
+                    if isinstance(a, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in a):
+                        extra.append(f"{name}.inputs[{j}]: non-tensor argument holding tensors "
+                                     f"{[tuple(t.shape) for t in a if isinstance(t, torch.Tensor)]} "
+                                     f"(Python reference in ctx.inputs; no hook sees it)")
+        else:
+            for a in sorted(dir(node)):
+                if not a.startswith("_saved_"):
+                    continue
+                rec.unpacked.clear()
+                v = getattr(node, a)
+                if isinstance(v, torch.Tensor):
+                    tensors.append((a[len("_saved_"):], v, rec.unpacked[-1] if rec.unpacked else None))
+                elif isinstance(v, (list, tuple)):
+                    ts = [t for t in v if isinstance(t, torch.Tensor)]
+                    k = 0
+                    for j, t in enumerate(v):
+                        if isinstance(t, torch.Tensor):
+                            tensors.append((f"{a[len('_saved_'):]}[{j}]", t,
+                                            rec.unpacked[k] if k < len(rec.unpacked) else None))
+                            k += 1
+                    del ts
+        for attr, t, idx in tensors:
+            key = storage_key(t)
+            rows.append(Row(idx, name, attr, tuple(t.shape), _dtype_name(t.dtype), t.numel() * t.element_size(),
+                            key[1], classify(key, t.numel(), input_key, shared_keys, param_keys), key=key))
+    rows.sort(key=lambda r: (r.idx is None, r.idx if r.idx is not None else 0))
+    first: Dict[Tuple[int, int], int] = {}
+    for n, r in enumerate(rows):
+        if r.key in first:
+            r.same_as = first[r.key]
+        else:
+            first[r.key] = r.idx if r.idx is not None else -1
+            if r.category != "param":
+                r.counted = r.storage_bytes
+    return rows, extra
+
+
+@dataclass
+class Measurement:
+    spec: Spec
+    s: int
+    b: int
+    mode: str
+    layers: List[RegionResult]
+    head: RegionResult
+    embedding: RegionResult
+    shared_bytes: int
+    model_union_bytes: int
+    logits_bytes: int
+    seconds: float
+
+
+def measure(spec: Spec, model: Model, s: int, b: int, mode: str, seed: int = 1) -> Measurement:
+    t0 = time.time()
+    torch.manual_seed(seed)
+    input_ids = torch.randint(0, spec.vocab, (b, s))
+    labels = input_ids.clone()
+    rec = Recorder()
+    param_keys = {storage_key(p) for p in model.parameters()} | {storage_key(t) for t in model.buffers()}
+    with torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack):
+        loss, logits, ctx, ios = model(input_ids, labels, mode, rec)
+    shared = [t for t in (ctx.mask, ctx.cos, ctx.sin, ctx.position_ids) if t is not None]
+    shared_keys = {storage_key(t) for t in shared}
+
+    def region_result(region, root, stop_nodes, input_key):
+        res = RegionResult()
+        uniq: Dict[Tuple[int, int], SavedRec] = {}
+        for r in rec.saved:
+            if r.region == region and r.key not in uniq:
+                uniq[r.key] = r
+        for key, r in uniq.items():
+            cat = classify(key, r.numel, input_key, shared_keys, param_keys)
+            res.by_cat[cat] = res.by_cat.get(cat, 0) + r.storage_bytes
+            res.count_by_cat[cat] = res.count_by_cat.get(cat, 0) + 1
+        if root is not None:
+            res.rows, res.extra = walk_region(rec, root, stop_nodes, input_key, shared_keys, param_keys)
+            walked = {r.key for r in res.rows}
+            hooked = set(uniq)
+            if walked != hooked:
+                res.walk_mismatch = (f"graph walk and hooks disagree: walk-only {len(walked - hooked)}, "
+                                     f"hooks-only {len(hooked - walked)} storages")
+            for r in res.rows:
+                if r.idx is not None and rec.saved[r.idx].region != region:
+                    res.walk_mismatch += f" row {r.op}.{r.attr} was saved in region {rec.saved[r.idx].region};"
+        return res
+
+    layers = []
+    for i, (x_in, x_out) in enumerate(ios):
+        stops = {x_in.grad_fn} if x_in.grad_fn is not None else set()
+        layers.append(region_result(f"layer{i}", x_out.grad_fn, stops, storage_key(x_in)))
+    last = ios[-1][1] if ios else None
+    head = region_result("head", loss.grad_fn, {last.grad_fn} if last is not None else set(),
+                         storage_key(last) if last is not None else None)
+    emb = region_result("embedding", ios[0][0].grad_fn if ios else None, set(), None)
+
+    union: Dict[Tuple[int, int], int] = {}
+    for r in rec.saved:
+        if r.key not in param_keys:
+            union[r.key] = r.storage_bytes
+    shared_bytes = sum(v for k, v in union.items() if k in shared_keys)
+
+    loss.backward()  # the graph is valid (and frees the saved tensors)
+    return Measurement(spec, s, b, mode, layers, head, emb, shared_bytes, sum(union.values()),
+                       logits.numel() * logits.element_size(), time.time() - t0)
+
+
+def seq_grid(spec: Spec, seqs=None):
+    seqs = list(seqs or DEFAULT_SEQS)
+    mp = spec.max_positions
+    if mp and max(seqs) > mp:
+        seqs = sorted({max(1, mp // 2), mp})
+    return seqs
+
+
+def fit_sb(points: List[Tuple[int, int, int]]):
+    """Exact fit kept = A*s*b + B*s^2*b.
+
+    Fitted on the points of the largest micro-batch (b = 1 is special in torch.matmul: a K or V that
+    is broadcast over heads stays a view when the batch is 1 and is materialised when it is larger).
+    Returns (A, B, deviations) with deviations = [(s, b, measured - fit)] for points off the fit, or
+    None when there is one sequence length only.
+    """
+    pts = {(s, b): v for s, b, v in points}
+    bmax = max(b for _, b in pts)
+    base = sorted((s, v) for (s, b), v in pts.items() if b == bmax)
+    if len(base) < 2:
+        return None
+    (s1, v1), (s2, v2) = base[0], base[-1]
+    r1, r2 = Fraction(v1, s1 * bmax), Fraction(v2, s2 * bmax)
+    B = (r2 - r1) / (s2 - s1)
+    A = r1 - B * s1
+    dev = [(s, b, v - (A * s * b + B * s * s * b)) for (s, b), v in sorted(pts.items())
+           if v != A * s * b + B * s * s * b]
+    return A, B, dev
+
+
+def _frac(f: Fraction) -> str:
+    return str(f.numerator) if f.denominator == 1 else f"{float(f):.3f}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Reports
+# --------------------------------------------------------------------------------------------------
+
+def describe(spec: Spec) -> str:
+    parts = [f"h={spec.hidden}", f"heads={spec.heads}", f"kv_heads={spec.kv_heads}", f"head_dim={spec.head_dim}",
+             f"f={spec.ffn}", f"V={spec.vocab}", f"mlp={spec.mlp}/{spec.activation}", f"norm={spec.norm}",
+             f"bias={spec.bias}", f"pos={spec.position}", f"norms/layer={spec.norms_per_layer}"]
+    if spec.experts:
+        parts.append(f"E={spec.experts} k={spec.experts_per_token}")
+    if spec.attention_dropout or spec.hidden_dropout:
+        parts.append(f"dropout attn={spec.attention_dropout} hidden={spec.hidden_dropout} ({DROPOUT_KERNEL})")
+    return " ".join(parts)
+
+
+def print_rows(res: RegionResult, indent="    "):
+    print(f"{indent}{'#':>4} {'op (grad_fn)':<28} {'saved':<16} {'shape':<22} {'dtype':<9} "
+          f"{'tensor B':>9} {'storage B':>9} {'category':<8} {'counted':>8}")
+    for r in res.rows:
+        same = f"(=#{r.same_as})" if r.same_as is not None else ""
+        idx = "-" if r.idx is None else str(r.idx)
+        counted = str(r.counted) if r.same_as is None else same
+        print(f"{indent}{idx:>4} {r.op:<28} {r.attr:<16} {str(r.shape):<22} {r.dtype:<9} "
+              f"{r.tensor_bytes:>9} {r.storage_bytes:>9} {r.category:<8} {counted:>8}")
+    cats = ", ".join(f"{c} {res.by_cat[c]} B ({res.count_by_cat[c]})" for c in sorted(res.by_cat))
+    print(f"{indent}unique storages by category (hooks): {cats}")
+    for e in res.extra:
+        print(f"{indent}also held: {e}")
+    if res.walk_mismatch:
+        print(f"{indent}WARNING: {res.walk_mismatch}")
+
+
+def run_measure(specs: List[Spec], seqs, batches, breakdown: bool) -> Dict[str, List[Measurement]]:
+    out: Dict[str, List[Measurement]] = {}
+    for spec in specs:
+        model = build_model(spec)
+        ms: List[Measurement] = []
+        grid = [(s, b) for s in seq_grid(spec, seqs) for b in batches]
+        for s, b in grid:
+            for mode in MODES:
+                ms.append(measure(spec, model, s, b, mode))
+        out[spec.path] = ms
+        print(f"== {spec.name} [{spec.style}]  {describe(spec)}")
+        print(f"   {'s':>4} {'b':>2} {'mode':<9} {'kept/layer':>10} {'input':>7} {'layer':>8} {'tiny':>5} "
+              f"{'shared':>7} {'layers equal':>12} {'head':>8} {'embed':>6} {'logits bf16':>11}")
+        for m in ms:
+            l0 = m.layers[0]
+            equal = all(l.kept == l0.kept for l in m.layers)
+            print(f"   {m.s:>4} {m.b:>2} {m.mode:<9} {l0.kept:>10} {l0.by_cat.get('input', 0):>7} "
+                  f"{l0.by_cat.get('layer', 0):>8} {l0.by_cat.get('tiny', 0):>5} {m.shared_bytes:>7} "
+                  f"{'yes' if equal else 'NO':>12} {m.head.kept + m.head.by_cat.get('tiny', 0):>8} "
+                  f"{m.embedding.kept + m.embedding.by_cat.get('tiny', 0):>6} {m.logits_bytes:>11}")
+            for i, l in enumerate(m.layers):
+                if l.walk_mismatch:
+                    print(f"      WARNING layer{i}: {l.walk_mismatch}")
+        for mode in MODES:
+            pts = [(m.s, m.b, m.layers[0].kept) for m in ms if m.mode == mode]
+            fit = fit_sb(pts)
+            if fit is None:
+                print(f"   fit {mode:<9}: (one sequence length: no fit)")
+                continue
+            A, B, dev = fit
+            off = "; ".join(f"s={s} b={b}: {'+' if d > 0 else ''}{_frac(d)} B" for s, b, d in dev)
+            print(f"   fit {mode:<9}: kept = {_frac(A)}*s*b + {_frac(B)}*s^2*b  "
+                  f"(= s*b*h*{_frac(A / spec.hidden)} + {_frac(B / spec.heads)}*heads*s^2*b)  "
+                  f"{'exact at all points' if not dev else 'off the fit at ' + off}")
+        if breakdown:
+            s0, b0 = grid[0]
+            for mode in MODES:
+                m = next(x for x in ms if x.s == s0 and x.b == b0 and x.mode == mode)
+                print(f"   -- breakdown layer0, mode {mode}, s={s0} b={b0}: kept {m.layers[0].kept} B")
+                print_rows(m.layers[0], "      ")
+            m = next(x for x in ms if x.s == s0 and x.b == b0 and x.mode == "none")
+            print(f"   -- breakdown head (final norm, logits, fp32 cross-entropy), s={s0} b={b0}")
+            print_rows(m.head, "      ")
+            print(f"      (not saved by autograd: bf16 logits {m.logits_bytes} B, alive while the caller holds them)")
+            print(f"   -- breakdown embedding, s={s0} b={b0}")
+            print_rows(m.embedding, "      ")
+        print()
+    return out
+
+
+def memcalc_prediction(memcalc: str, path: str, s: int, b: int, mode: str) -> Tuple[Optional[int], str]:
+    cmd = [memcalc, "--model-file", path, "--seq", str(s), "--micro-batch", str(b), "--recompute", mode,
+           "--activations", "architecture", "--attention", "eager", "--format", "json"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"cannot run memcalc: {e}"
+    if p.returncode != 0:
+        return None, (p.stderr.strip() or p.stdout.strip() or f"exit {p.returncode}").splitlines()[0]
+    try:
+        v = json.loads(p.stdout)["activations"]["kept_layer_bytes"]
+        if isinstance(v, dict):
+            v = v.get("value", v.get("bytes"))
+        return int(v), ""
+    except (ValueError, KeyError, TypeError) as e:
+        return None, f"unreadable memcalc JSON ({e})"
+
+
+def allowance_for(spec: Spec, mode: str):
+    return ALLOWANCES.get((spec.name, mode)) or ALLOWANCES.get((spec.style, mode))
+
+
+def run_compare(specs: List[Spec], memcalc: str, seqs, batches) -> int:
+    failed = 0
+    total = 0
+    print(f"{'model':<14} {'style':<8} {'s':>4} {'b':>2} {'mode':<9} {'measured':>10} {'predicted':>10} "
+          f"{'difference':>10}  verdict")
+    for spec in specs:
+        model = build_model(spec)
+        for s in seq_grid(spec, seqs):
+            for b in batches:
+                for mode in MODES:
+                    total += 1
+                    m = measure(spec, model, s, b, mode)
+                    measured = m.layers[0].kept
+                    pred, err = memcalc_prediction(memcalc, spec.path, s, b, mode)
+                    if pred is None:
+                        failed += 1
+                        print(f"{spec.name:<14} {spec.style:<8} {s:>4} {b:>2} {mode:<9} {measured:>10} "
+                              f"{'-':>10} {'-':>10}  FAILED: {err}")
+                        continue
+                    diff = measured - pred
+                    verdict = "ok"
+                    if diff:
+                        allow = allowance_for(spec, mode)
+                        allowed = allow and allow["bytes"](s, b) == diff
+                        verdict = f"allowed: {allow['reason']}" if allowed else "MISMATCH"
+                        if not allowed:
+                            failed += 1
+                            hint = known_effects_matching(spec, mode, s, b, diff)
+                            if hint:
+                                verdict += " (equals known effect: " + " + ".join(hint) + ")"
+                    print(f"{spec.name:<14} {spec.style:<8} {s:>4} {b:>2} {mode:<9} {measured:>10} {pred:>10} "
+                          f"{diff:>+10}  {verdict}")
+    print(f"\n{total - failed}/{total} rows agree; {failed} failed")
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    global DROPOUT_KERNEL
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--measure", action="store_true", help="print measured tables")
+    g.add_argument("--compare", action="store_true", help="compare with memcalc's predictions")
+    ap.add_argument("--model", nargs="+", metavar="FILE", help="model JSON files (default: the validation set)")
+    ap.add_argument("--breakdown", action="store_true", help="per-op breakdown (first seq/batch of the grid)")
+    ap.add_argument("--memcalc", metavar="PATH", help="memcalc executable (for --compare)")
+    ap.add_argument("--seq", type=int, nargs="+", help=f"sequence lengths (default {DEFAULT_SEQS})")
+    ap.add_argument("--micro-batch", type=int, nargs="+", help=f"micro-batches (default {DEFAULT_BATCHES})")
+    ap.add_argument("--dropout-kernel", choices=("native", "functional"), default="native",
+                    help="native: bool mask like CUDA's F.dropout (default); functional: CPU F.dropout")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    a = ap.parse_args(argv)
+    DROPOUT_KERNEL = a.dropout_kernel
+    torch.set_num_threads(a.threads)
+    specs = [load_spec(p) for p in (a.model or DEFAULT_MODELS)]
+    batches = a.micro_batch or list(DEFAULT_BATCHES)
+    t0 = time.time()
+    if a.measure:
+        print(f"torch {torch.__version__}, CPU, bf16 parameters and activations, train mode, "
+              f"dropout kernel {DROPOUT_KERNEL}; bytes per layer (layer 0)\n")
+        run_measure(specs, a.seq, batches, a.breakdown)
+        print(f"({time.time() - t0:.1f} s)")
+        return 0
+    if not a.memcalc:
+        ap.error("--compare needs --memcalc PATH")
+    rc = run_compare(specs, a.memcalc, a.seq, batches)
+    print(f"({time.time() - t0:.1f} s)")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
