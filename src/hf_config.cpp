@@ -87,6 +87,7 @@ void gpt2(const JsonReader& in, Architecture& m) {
     m.tied_embeddings = in.flag_or("tie_word_embeddings", true);
     m.attention_dropout = in.probability_or("attn_pdrop", 0);
     m.hidden_dropout = in.probability_or("resid_pdrop", 0);
+    m.softmax_fp32 = false;  // its eager attention takes the softmax in the compute dtype
 }
 
 void opt(const JsonReader& in, Architecture& m) {
@@ -108,6 +109,7 @@ void opt(const JsonReader& in, Architecture& m) {
     m.tied_embeddings = in.flag_or("tie_word_embeddings", true);
     m.attention_dropout = in.probability_or("attention_dropout", 0);
     m.hidden_dropout = in.probability_or("dropout", 0);
+    m.softmax_fp32 = false;  // its eager attention takes the softmax in the compute dtype
 }
 
 void falcon(const JsonReader& in, Architecture& m) {
@@ -133,6 +135,7 @@ void falcon(const JsonReader& in, Architecture& m) {
     m.tied_embeddings = in.flag_or("tie_word_embeddings", true);
     m.attention_dropout = in.probability_or("attention_dropout", 0);
     m.hidden_dropout = in.probability_or("hidden_dropout", 0);
+    m.softmax_fp32 = false;  // its eager attention takes the softmax in the compute dtype
 }
 
 void bloom(const JsonReader& in, Architecture& m) {

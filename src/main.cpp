@@ -83,7 +83,7 @@ Format parse_format(const std::string& text) {
 /// What the user asked for, before the model is known.
 struct Request {
     std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe};
-    std::string units = "gb", format = "table";
+    std::string units = "gb", format = "table", activations = "korthikanti", attention = "eager";
     bool timeline = false, per_layer = false;
 };
 
@@ -114,7 +114,11 @@ std::string run_estimate(const Request& q) {
     std::vector<Report> runs;
     for (auto s : seqs)
         for (auto b : batches)
-            for (auto mode : modes) runs.push_back(estimate(arch, {s, b, mode, q.recipe}));
+            for (auto mode : modes)
+                runs.push_back(estimate(arch, {s, b, mode, q.recipe,
+                                               q.activations == "architecture" ? ActivationModel::architecture
+                                                                               : ActivationModel::korthikanti,
+                                               q.attention == "flash" ? Attention::flash : Attention::eager}));
 
     const Format format = parse_format(q.format);
     const View view{q.units == "gib" ? Unit::gib : Unit::gb, q.timeline};
@@ -170,6 +174,7 @@ const char* const examples = R"(Examples:
   memcalc --preset llama-2-70b --seq 1024,2048,4096 --recompute all --format csv
   memcalc --model-file my-model.json --seq 2048 --micro-batch 4 --units gib
   memcalc --config Llama-2-7b-hf/config.json --seq 4096 --recompute full
+  memcalc --preset llama-3-8b --seq 8192 --activations architecture --attention flash --per-layer
   memcalc presets
   memcalc recipes
 
@@ -202,6 +207,14 @@ int main(int argc, char** argv) {
     app.add_option("--recompute", q.recompute,
                    "Activation recomputation: none, selective, full, a comma list, or all (default: none)");
     app.add_option("--recipe", q.recipe, "Bytes per parameter: see 'memcalc recipes' (default: mixed-adam)");
+    app.add_option("--activations", q.activations,
+                   "Per-layer activations: korthikanti (the chapter's formula, default) or architecture\n"
+                   "(the tensors PyTorch keeps for this architecture, op by op)")
+        ->check(CLI::IsMember({"korthikanti", "architecture"}));
+    app.add_option("--attention", q.attention,
+                   "eager (default: the s x s scores are stored) or flash (a fused kernel keeps a log-sum-exp\n"
+                   "per row instead); flash needs --activations architecture")
+        ->check(CLI::IsMember({"eager", "flash"}));
     app.add_option("--units", q.units, "gb (10^9 bytes, the default) or gib (2^30)")
         ->check(CLI::IsMember({"gb", "gib"}, CLI::ignore_case))
         ->transform(CLI::detail::to_lower);

@@ -53,7 +53,8 @@ json model_json(const Architecture& m) {
             {"parallel_attention", m.parallel_attention},
             {"embedding_norm", m.embedding_norm},
             {"attention_dropout", m.attention_dropout},
-            {"hidden_dropout", m.hidden_dropout}};
+            {"hidden_dropout", m.hidden_dropout},
+            {"softmax_fp32", m.softmax_fp32}};
 }
 
 json breakdown_json(const Breakdown& b) {
@@ -86,12 +87,9 @@ json parameters_json(const Report& r) {
             {"tensors", tensors}};
 }
 
-}  // namespace
-
-json per_layer_json(const Report& r) {
-    const Recompute mode = r.settings.recompute;
+json tensors_json(const std::vector<SavedTensor>& rows, Recompute mode) {
     json tensors = json::array();
-    for (const auto& t : r.layer.rows) {
+    for (const auto& t : rows) {
         tensors.push_back({{"op", t.op},
                            {"tensor", t.tensor},
                            {"why", t.why},
@@ -103,7 +101,15 @@ json per_layer_json(const Report& r) {
                            {"keep", keep_name(t.keep)},
                            {"kept", t.kept(mode)}});
     }
-    return {{"model", "korthikanti"},
+    return tensors;
+}
+
+}  // namespace
+
+json per_layer_json(const Report& r) {
+    const Recompute mode = r.settings.recompute;
+    json out = {{"model", activation_model_name(r.settings.activations)},
+            {"attention", attention_name(r.settings.attention)},
             {"formula", layer_formula(r.layer)},
             {"layer_bytes", r.layer.total().value()},
             {"bytes", r.activations.value()},
@@ -111,7 +117,14 @@ json per_layer_json(const Report& r) {
             {"rebuilt_layer_bytes", r.layer.rebuilt(mode).value()},
             {"kept_bytes", r.kept_activations.value()},
             {"layer_input_bytes", r.layer.input_bytes.value()},
-            {"tensors", tensors}};
+            {"tensors", tensors_json(r.layer.rows, mode)}};
+    if (r.settings.activations == ActivationModel::architecture) {
+        out["input_side_bytes"] = saved_bytes(r.input_side).value();
+        out["input_side_tensors"] = tensors_json(r.input_side, Recompute::none);
+        out["head_bytes"] = saved_bytes(r.head).value();
+        out["head_tensors"] = tensors_json(r.head, Recompute::none);
+    }
+    return out;
 }
 
 json report_json(const Report& r) {
@@ -127,7 +140,8 @@ json report_json(const Report& r) {
               {"micro_batch", r.settings.micro_batch},
               {"recompute", recompute_name(r.settings.recompute)},
               {"recipe", r.settings.recipe},
-              {"activations", "korthikanti"}}},
+              {"activations", activation_model_name(r.settings.activations)},
+              {"attention", attention_name(r.settings.attention)}}},
             {"parameters", parameters_json(r)},
             {"state",
              {{"bytes", r.state.total().value()},

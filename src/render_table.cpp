@@ -67,37 +67,61 @@ std::string state_section(const Report& r, const View& view) {
            table.str();
 }
 
-std::string activations_section(const Report& r, const View& view) {
+/// A saved-tensor table; `why` adds the column that says why backward needs each tensor.
+std::string saved_table(const std::vector<SavedTensor>& rows, Recompute mode, bool why) {
+    TextTable table({L, L, R, R, L, L});
+    table.row({"op", "tensor kept for backward", "formula", "bytes", mode == Recompute::none ? "" : recompute_name(mode),
+               why ? "why backward needs it" : ""});
+    for (const auto& t : rows) {
+        const std::string fate = mode == Recompute::none ? (t.keep == Keep::only_selective ? "(selective only)" : "")
+                                 : t.kept(mode)             ? "kept"
+                                 : t.kept(Recompute::none)  ? "rebuilt"
+                                                            : "";
+        table.row({t.op, t.tensor, fmt::format("{} {}", t.copies * t.bytes_per_element, t.symbol), digits(t.bytes), fate,
+                   why ? t.why : ""});
+    }
+    return table.str();
+}
+
+std::string activations_section(const Report& r, const View& view, bool why) {
     const Recompute mode = r.settings.recompute;
     const LayerActivations& layer = r.layer;
-    TextTable table({L, L, R, R, L});
-    table.row({"op", "tensor kept for backward", "formula", "bytes", mode == Recompute::none ? "" : recompute_name(mode)});
-    for (const auto& t : layer.rows) {
-        const std::string fate = mode == Recompute::none ? (t.keep == Keep::only_selective ? "(selective only)" : "")
-                                 : t.kept(mode)        ? "kept"
-                                 : t.kept(Recompute::none) ? "rebuilt"
-                                                           : "";
-        table.row({t.op, t.tensor, fmt::format("{} {}", t.copies * t.bytes_per_element, t.symbol), digits(t.bytes), fate});
-    }
-    table.rule();
-    table.row({"one layer", "", layer_formula(layer), digits(layer.total()), ""});
-    if (mode != Recompute::none) {
-        table.row({fmt::format("kept under {}", recompute_name(mode)),
-                   mode == Recompute::full ? "the layer's input" : "all but the s x s tensors", "", digits(layer.kept(mode)), ""});
-        table.row({"rebuilt in its backward step", "", "", digits(layer.rebuilt(mode)), ""});
-    }
     const auto& m = r.model;
-    std::string out = fmt::format(
-        "Activations of one layer (Korthikanti et al. 2022; s={} b={} h={} a={}, {}-byte values, 1-byte masks)\n"
-        "  the formula's GPT layer: LayerNorm, a 4h GELU MLP and dropout, whatever the model's own ops\n",
-        r.settings.seq, r.settings.micro_batch, m.hidden, m.heads, r.recipe.activation_bytes);
-    out += table.str();
+    std::string out;
+    if (r.settings.activations == ActivationModel::korthikanti) {
+        out = fmt::format(
+            "Activations of one layer (Korthikanti et al. 2022; s={} b={} h={} a={}, {}-byte values, 1-byte masks)\n"
+            "  the formula's GPT layer: LayerNorm, a 4h GELU MLP and dropout, whatever the model's own ops\n",
+            r.settings.seq, r.settings.micro_batch, m.hidden, m.heads, r.recipe.activation_bytes);
+    } else {
+        out = fmt::format(
+            "Activations of one layer ({}'s own ops as PyTorch keeps them, {} attention; s={} b={} h={} a={} k={} d={} "
+            "f={}, {}-byte values)\n",
+            m.name, attention_name(r.settings.attention), r.settings.seq, r.settings.micro_batch, m.hidden, m.heads,
+            m.key_value_heads(), m.head_size(), m.ffn, r.recipe.activation_bytes);
+    }
+    out += saved_table(layer.rows, mode, why);
+    TextTable totals({L, R, R});
+    totals.row({"one layer, no recomputation", layer_formula(layer), digits(layer.total())});
+    if (mode != Recompute::none) {
+        totals.row({fmt::format("kept under {}", recompute_name(mode)),
+                    mode == Recompute::full ? "the layer's input" : "", digits(layer.kept(mode))});
+        totals.row({"rebuilt in its backward step", "", digits(layer.rebuilt(mode))});
+    }
+    out += totals.str();
     out += fmt::format("  all {} layers: {} B ({}) without recomputation", m.layers, digits(r.activations),
                        amount(r.activations, view.unit));
     if (mode != Recompute::none)
         out += fmt::format("; kept under {}: {} B ({})", recompute_name(mode), digits(r.kept_activations),
                            amount(r.kept_activations, view.unit));
-    return out + "\n";
+    out += "\n";
+    if (why && r.settings.activations == ActivationModel::architecture) {
+        out += fmt::format("\nEmbedding side, kept until the last backward step: {} B\n", digits(saved_bytes(r.input_side)));
+        out += saved_table(r.input_side, Recompute::none, true);
+        out += fmt::format("\nHead and loss, kept from the loss step to the head's backward: {} B\n", digits(saved_bytes(r.head)));
+        out += saved_table(r.head, Recompute::none, true);
+    }
+    return out;
 }
 
 std::string compute_section(const Report& r) {
@@ -155,11 +179,13 @@ std::string peak_section(const Report& r, const View& view) {
 
 std::string report_table(const Report& r, const View& view) {
     return header(r) + "\n" + parameters_section(r) + "\n" + state_section(r, view) + "\n" +
-           activations_section(r, view) + "\n" + compute_section(r) + "\n" + timeline_section(r, view) + "\n" +
+           activations_section(r, view, false) + "\n" + compute_section(r) + "\n" + timeline_section(r, view) + "\n" +
            peak_section(r, view);
 }
 
-std::string per_layer_table(const Report& r, const View& view) { return header(r) + "\n" + activations_section(r, view); }
+std::string per_layer_table(const Report& r, const View& view) {
+    return header(r) + "\n" + activations_section(r, view, true);
+}
 
 std::string sweep_table(const std::vector<Report>& runs, const View& view) {
     TextTable table({L, R, R, L, R, R, R, L}, "");

@@ -17,7 +17,7 @@ inline memcalc::Architecture gpt2_small() {
     m.hidden = 768, m.layers = 12, m.heads = 12, m.ffn = 3072, m.vocab = 50257, m.max_positions = 1024;
     m.mlp = memcalc::Mlp::plain, m.norm = memcalc::Norm::layernorm, m.bias = memcalc::Bias::all;
     m.position = memcalc::Position::learned, m.tied_embeddings = true;
-    m.activation = memcalc::Activation::gelu_tanh;
+    m.activation = memcalc::Activation::gelu_tanh, m.softmax_fp32 = false;
     return m;
 }
 

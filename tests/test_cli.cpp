@@ -143,6 +143,33 @@ TEST_CASE("help explains with examples and version prints the version", "[cli]")
     CHECK_THAT(memcalc("--version").out, Catch::Contains("memcalc 1.0.0"));
 }
 
+TEST_CASE("the architecture-aware model through the program", "[cli][architecture]") {
+    const auto run = memcalc("--preset llama-3-8b --seq 8192 --activations architecture --attention flash --format json");
+    REQUIRE(run.status == 0);
+    const json j = json::parse(run.out);
+    CHECK(j["settings"]["activations"] == "architecture");
+    CHECK(j["settings"]["attention"] == "flash");
+    CHECK(j["activations"]["model"] == "architecture");
+    for (const auto& t : j["activations"]["tensors"]) CHECK(t["symbol"] != "as^2b");
+    CHECK(j["activations"]["head_bytes"].get<std::uint64_t>() > 0);
+    CHECK(j["activations"]["input_side_bytes"].get<std::uint64_t>() > 0);
+    // The chapter's figures do not move unless the architecture model is asked for.
+    const json chapter = json::parse(memcalc("--preset llama-7b --seq 4096 --activations korthikanti --format json").out);
+    CHECK(chapter["peak"]["bytes"].get<std::uint64_t>() == 199539351552ULL);
+
+    const auto table = memcalc("--preset mixtral-8x7b --seq 1024 --activations architecture --per-layer");
+    REQUIRE(table.status == 0);
+    CHECK_THAT(table.out, Catch::Contains("why backward needs it"));
+    CHECK_THAT(table.out, Catch::Contains("router softmax"));
+    CHECK_THAT(table.out, Catch::Contains("Head and loss"));
+}
+
+TEST_CASE("a HuggingFace config.json through the program", "[cli]") {
+    const auto run = memcalc(std::string("--config ") + MEMCALC_SOURCE_DIR + "/tests/configs/gemma-2-9b-it.json --seq 8 --format csv");
+    REQUIRE(run.status == 0);
+    CHECK_THAT(run.out, Catch::Contains("gemma-2-9b-it,8,1,none,mixed-adam,9241705984,"));
+}
+
 TEST_CASE("a user's model file is accepted", "[cli]") {
     const std::string path = "memcalc_cli_model.json";
     std::ofstream(path) << R"({"name": "tiny", "hidden": 64, "layers": 2, "heads": 4, "ffn": 256, "vocab": 100})";
@@ -171,6 +198,10 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"--preset llama-7b --format yaml", 2, "--format: yaml not in {table,json,csv}"},
         Row{"--preset llama-7b --frobnicate", 2, "--frobnicate"},
         Row{"", 2, "give one model: --preset NAME"},
+        Row{"--preset llama-7b --attention flash", 1, "flash attention needs the architecture activation model"},
+        Row{"--preset llama-7b --activations formula", 2, "--activations: formula not in {korthikanti,architecture}"},
+        Row{"--config memcalc_missing.json", 1, "cannot read config file 'memcalc_missing.json'"},
+        Row{"--config memcalc_heads.json", 1, "memcalc_heads.json: missing key 'model_type'"},
         Row{"--preset gpt2 --seq 4096", 1, "seq 4096 exceeds the 1024 learned positions of gpt2"},
         Row{"--preset gpt2 --seq 8,16 --per-layer", 2, "--per-layer shows one configuration"},
         Row{"--model-file memcalc_missing.json", 1, "cannot read model file 'memcalc_missing.json'"},

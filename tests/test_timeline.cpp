@@ -12,7 +12,7 @@ TimelineInputs two_layers() {
     in.weights = 1000, in.master_weights = 2000, in.optimizer_state = 4000;
     in.layer_kept = 100, in.layer_rebuilt = 30;
     in.head_gradients = 7, in.layer_gradients = 50, in.input_gradients = 9;
-    in.logits = 11, in.loss_softmax = 22, in.logits_gradient = 13;
+    in.logits = 11, in.loss_buffers = 22, in.logits_gradient = 13;
     in.activation_gradient = 3;
     return in;
 }

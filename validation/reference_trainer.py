@@ -7,7 +7,7 @@ model JSON file, following the op sequence of HuggingFace transformers' EAGER im
   llama    LlamaDecoderLayer: RMSNorm (fp32 upcast), q/k/v/o Linear, rotary (cos/sin computed once per
            model, as HF >= 4.45 does), repeat_kv for grouped-query attention, QK^T * scaling, + mask,
            softmax in fp32 then cast back, dropout, @V; gated MLP down(act(gate(x)) * up(x)).
-  qwen2    llama with q/k/v biases ("bias": "qkv").
+  qwen2    llama with q/k/v biases ("bias": "qkv"; "attention" adds the o_proj bias, "all" the MLP's).
   mixtral  llama attention + MixtralSparseMoeBlock (router Linear, fp32 softmax, top-k, renormalise,
            loop over hit experts with torch.where / index / index_add_).
   gpt2     GPT2Block: LayerNorm, fused c_attn Conv1D (addmm), QK^T / full([], sqrt(d)), torch.where with
@@ -18,6 +18,11 @@ model JSON file, following the op sequence of HuggingFace transformers' EAGER im
            rotary, q @ k^T (broadcast over heads), in-place /= sqrt(d), softmax(scores + mask) in bf16,
            @ v, dense; MLP dense_h_to_4h, GELU, dense_4h_to_h; mlp_output += attention_output;
            dropout_add(hidden_dropout).
+
+Style: parallel_attention -> falcon; else experts -> mixtral; else layernorm without rotary -> gpt2;
+else llama (qwen2 when bias is qkv).  norm, mlp, activation, bias, position, norms_per_layer (4 =
+post-attention and post-MLP norms as well, Gemma 2's sandwich), embedding_norm and the dropouts are
+taken from the file for every style.  Unknown keys are ignored.
 
 How it counts.  Every layer's forward runs under torch.autograd.graph.saved_tensors_hooks; the pack
 hook records each saved tensor's untyped storage (keyed by data_ptr; the graph keeps every saved
@@ -81,47 +86,47 @@ MODES = ("none", "selective", "full")
 DEFAULT_SEQS = (16, 32)
 DEFAULT_BATCHES = (1, 2)
 
-# Documented allowances for --compare: a difference listed here does not fail the run.
-# Key: (model name, recompute mode) or (style, recompute mode); value: {"bytes": exact allowed
-# difference measured - predicted as a function of (s, b), "reason": why}.  Keep it empty unless a
-# specific difference is explained.
-ALLOWANCES: Dict[Tuple[str, str], dict] = {}
-
-# Effects of the measuring platform (torch 1.13 on CPU) that a prediction for current CUDA PyTorch may
-# leave out.  They never excuse a difference (only ALLOWANCES do); --compare names them when a
-# difference equals the sum of some of them, to speed up the diagnosis.  Each: (name, applies(spec,
-# mode), bytes(spec, s, b) = measured - prediction-without-the-effect).
-def _rms(spec):
-    return spec.norms_per_layer if spec.norm == "rmsnorm" else 0
+# The documented differences between what this script measures (torch 1.13 on CPU) and what memcalc
+# predicts (current CUDA PyTorch, 2.2 or later).  --compare passes a row only when measured - predicted
+# equals exactly the sum of the effects that apply to it; every other difference fails the run.
+# Each entry: (reason, applies(spec, mode, region), bytes(spec, s, b) = measured - predicted).
+def _rms(spec, region):
+    if spec.norm != "rmsnorm":
+        return 0
+    return 1 if region == "head" else spec.norms_per_layer
 
 
-def _ln(spec):
-    return spec.norms_per_layer if spec.norm == "layernorm" else 0
+def _ln(spec, region):
+    if spec.norm != "layernorm":
+        return 0
+    return 1 if region == "head" else spec.norms_per_layer
 
 
 KNOWN_EFFECTS = [
-    ("torch < 2.2: MeanBackward1 saves its input, so each RMSNorm also keeps x^2 in fp32 (4 s b h; "
-     "pytorch PR #109935 saves only sizes)",
-     lambda spec, mode: mode != "full" and _rms(spec) > 0,
-     lambda spec, s, b: 4 * s * b * spec.hidden * _rms(spec)),
-    ("CPU LayerNorm keeps mean and rstd in bf16 (CUDA keeps them in fp32: 8 s b bytes, not 4)",
-     lambda spec, mode: mode != "full" and _ln(spec) > 0,
-     lambda spec, s, b: -4 * s * b * _ln(spec)),
-    ("micro-batch 1 with one KV head: torch.matmul's broadcast of K and V over the heads stays a view "
-     "(b >= 2 materialises b*heads*s*head_dim copies)",
-     lambda spec, mode: mode == "none" and spec.kv_heads == 1 and spec.heads > 1,
-     lambda spec, s, b: -4 * s * (spec.heads - 1) * spec.head_dim if b == 1 else 0),
+    ("torch < 2.2: mean() saves its input, so each RMSNorm also keeps x^2 in fp32, 4 s b h bytes "
+     "(PyTorch PR #109935 keeps only the sizes; memcalc models the newer behaviour)",
+     lambda spec, mode, region: mode != "full" and _rms(spec, region) > 0,
+     lambda spec, s, b, region: 4 * s * b * spec.hidden * _rms(spec, region)),
+    ("CPU LayerNorm keeps mean and 1/std in bf16, 4 s b bytes; CUDA keeps them in fp32, 8 s b, as memcalc "
+     "predicts",
+     lambda spec, mode, region: mode != "full" and _ln(spec, region) > 0,
+     lambda spec, s, b, region: -4 * s * b * _ln(spec, region)),
+    ("micro-batch 1 with one KV head: torch.matmul broadcasts K and V over the heads as a view; memcalc "
+     "counts the repeated copies that b >= 2 (and repeat_kv) materialise, 2 x 2 s (heads - 1) head_dim bytes",
+     lambda spec, mode, region: region == "layer" and mode == "none" and spec.kv_heads == 1 and spec.heads > 1,
+     lambda spec, s, b, region: -4 * s * (spec.heads - 1) * spec.head_dim if b == 1 else 0),
+    ("micro-batch 1: transformers pads the labels to s + 1 and shifts them; one row is already contiguous, so "
+     "the loss keeps a view of the padded storage, 8 bytes more than memcalc's s b int64 targets",
+     lambda spec, mode, region: region == "head",
+     lambda spec, s, b, region: 8 if b == 1 else 0),
 ]
 
 
-def known_effects_matching(spec, mode, s, b, diff):
-    effects = [(name, f(spec, s, b)) for name, applies, f in KNOWN_EFFECTS if applies(spec, mode)]
+def explained_difference(spec, mode, s, b, region):
+    """The exact measured - predicted difference the documented effects account for, and their reasons."""
+    effects = [(name, f(spec, s, b, region)) for name, applies, f in KNOWN_EFFECTS if applies(spec, mode, region)]
     effects = [(n, v) for n, v in effects if v]
-    for mask in range(1, 1 << len(effects)):
-        chosen = [effects[i] for i in range(len(effects)) if mask >> i & 1]
-        if sum(v for _, v in chosen) == diff:
-            return [n for n, _ in chosen]
-    return []
+    return sum(v for _, v in effects), [n for n, _ in effects]
 
 
 # "native": dropout through torch.native_dropout, the kernel F.dropout dispatches to on CUDA (keeps a
@@ -158,6 +163,7 @@ class Spec:
     norms_per_layer: int
     attention_dropout: float
     hidden_dropout: float
+    embedding_norm: bool = False
     style: str = ""
 
 
@@ -190,7 +196,7 @@ def load_spec(path: str) -> Spec:
         max_positions=int(doc.get("max_positions", 0) or 0),
         mlp=mlp,
         norm=_choice(doc, "norm", ("rmsnorm", "layernorm"), "rmsnorm"),
-        bias=_choice(doc, "bias", ("none", "qkv", "all"), "none"),
+        bias=_choice(doc, "bias", ("none", "qkv", "attention", "all"), "none"),
         position=_choice(doc, "position", ("rotary", "learned", "none"), "rotary"),
         tied_embeddings=bool(doc.get("tied_embeddings", False)),
         experts=int(doc.get("experts", 0) or 0),
@@ -200,9 +206,10 @@ def load_spec(path: str) -> Spec:
         activation=_choice(doc, "activation", ("silu", "gelu", "gelu_tanh", "relu", "gelu_new"),
                            "silu" if mlp == "gated" else "gelu_tanh"),
         parallel_attention=parallel,
-        norms_per_layer=int(doc.get("norms_per_layer", 1 if parallel else 2)),
+        norms_per_layer=int(doc.get("norms_per_layer", 2)),  # memcalc's default, parallel or not
         attention_dropout=float(doc.get("attention_dropout", 0.0)),
         hidden_dropout=float(doc.get("hidden_dropout", 0.0)),
+        embedding_norm=bool(doc.get("embedding_norm", False)),
     )
     if spec.heads % spec.kv_heads:
         raise ValueError(f"{path}: heads ({spec.heads}) must be a multiple of kv_heads ({spec.kv_heads})")
@@ -370,11 +377,11 @@ class LlamaAttention(nn.Module):
     def __init__(self, spec):
         super().__init__()
         H, kv, d, h = spec.heads, spec.kv_heads, spec.head_dim, spec.hidden
-        qkv_bias = spec.bias in ("qkv", "all")
+        qkv_bias = spec.bias in ("qkv", "attention", "all")
         self.q_proj = nn.Linear(h, H * d, bias=qkv_bias)
         self.k_proj = nn.Linear(h, kv * d, bias=qkv_bias)
         self.v_proj = nn.Linear(h, kv * d, bias=qkv_bias)
-        self.o_proj = nn.Linear(H * d, h, bias=spec.bias == "all")
+        self.o_proj = nn.Linear(H * d, h, bias=spec.bias in ("attention", "all"))
         self.head_dim, self.n_rep = d, H // kv
         self.scaling = d ** -0.5
         self.p = spec.attention_dropout
@@ -432,8 +439,8 @@ class GPT2Attention(nn.Module):
         mp = spec.max_positions
         self.register_buffer("bias", torch.tril(torch.ones((mp, mp), dtype=torch.bool)).view(1, 1, mp, mp),
                              persistent=False)
-        self.c_attn = Conv1D(3 * H * d, h, spec.bias in ("qkv", "all"))
-        self.c_proj = Conv1D(h, H * d, spec.bias == "all")
+        self.c_attn = Conv1D(3 * H * d, h, spec.bias in ("qkv", "attention", "all"))
+        self.c_proj = Conv1D(h, H * d, spec.bias in ("attention", "all"))
         self.H, self.d = H, d
         self.p_attn, self.p_resid = spec.attention_dropout, spec.hidden_dropout
 
@@ -482,8 +489,8 @@ class FalconAttention(nn.Module):
         self.H, self.kv, self.d = H, kv, d
         self.multi_query = kv == 1
         self.new_arch = 1 < kv < H
-        self.query_key_value = nn.Linear(h, (H + 2 * kv) * d, bias=spec.bias in ("qkv", "all"))
-        self.dense = nn.Linear(H * d, h, bias=spec.bias == "all")
+        self.query_key_value = nn.Linear(h, (H + 2 * kv) * d, bias=spec.bias in ("qkv", "attention", "all"))
+        self.dense = nn.Linear(H * d, h, bias=spec.bias in ("attention", "all"))
         self.rotary = spec.position == "rotary"
         self.p = spec.attention_dropout  # HF's non-alibi eager path applies none; applied here if > 0
 
@@ -594,6 +601,8 @@ class Model(nn.Module):
         self.wte = nn.Embedding(spec.vocab, spec.hidden)
         if spec.position == "learned":
             self.wpe = nn.Embedding(spec.max_positions, spec.hidden)
+        if spec.embedding_norm:  # e.g. Bloom's word_embeddings_layernorm
+            self.emb_norm = make_norm(spec)
         layer_cls = ParallelLayer if spec.parallel_attention else SequentialLayer
         self.layers = nn.ModuleList([layer_cls(spec) for _ in range(spec.layers)])
         self.norm_f = make_norm(spec)
@@ -642,6 +651,8 @@ class Model(nn.Module):
         x = self.wte(input_ids)
         if spec.position == "learned":
             x = x + self.wpe(ctx.position_ids)
+        if spec.embedding_norm:
+            x = self.emb_norm(x)
         if spec.style == "gpt2":
             x = dropout(x, spec.hidden_dropout, self.training)  # GPT2Model.drop (embd_pdrop)
         ios = []
@@ -799,14 +810,12 @@ def walk_region(rec: Recorder, root, stop_nodes, input_key, shared_keys, param_k
                 if isinstance(v, torch.Tensor):
                     tensors.append((a[len("_saved_"):], v, rec.unpacked[-1] if rec.unpacked else None))
                 elif isinstance(v, (list, tuple)):
-                    ts = [t for t in v if isinstance(t, torch.Tensor)]
                     k = 0
                     for j, t in enumerate(v):
                         if isinstance(t, torch.Tensor):
                             tensors.append((f"{a[len('_saved_'):]}[{j}]", t,
                                             rec.unpacked[k] if k < len(rec.unpacked) else None))
                             k += 1
-                    del ts
         for attr, t, idx in tensors:
             key = storage_key(t)
             rows.append(Row(idx, name, attr, tuple(t.shape), _dtype_name(t.dtype), t.numel() * t.element_size(),
@@ -1008,33 +1017,46 @@ def run_measure(specs: List[Spec], seqs, batches, breakdown: bool) -> Dict[str, 
     return out
 
 
-def memcalc_prediction(memcalc: str, path: str, s: int, b: int, mode: str) -> Tuple[Optional[int], str]:
+def memcalc_prediction(memcalc: str, path: str, s: int, b: int, mode: str):
+    """memcalc's (one layer's kept bytes, the head's saved bytes, error) for one configuration."""
     cmd = [memcalc, "--model-file", path, "--seq", str(s), "--micro-batch", str(b), "--recompute", mode,
            "--activations", "architecture", "--attention", "eager", "--format", "json"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"cannot run memcalc: {e}"
+        return None, None, f"cannot run memcalc: {e}"
     if p.returncode != 0:
-        return None, (p.stderr.strip() or p.stdout.strip() or f"exit {p.returncode}").splitlines()[0]
+        return None, None, (p.stderr.strip() or p.stdout.strip() or f"exit {p.returncode}").splitlines()[0]
     try:
-        v = json.loads(p.stdout)["activations"]["kept_layer_bytes"]
-        if isinstance(v, dict):
-            v = v.get("value", v.get("bytes"))
-        return int(v), ""
+        a = json.loads(p.stdout)["activations"]
+        return int(a["kept_layer_bytes"]), int(a["head_bytes"]), ""
     except (ValueError, KeyError, TypeError) as e:
-        return None, f"unreadable memcalc JSON ({e})"
-
-
-def allowance_for(spec: Spec, mode: str):
-    return ALLOWANCES.get((spec.name, mode)) or ALLOWANCES.get((spec.style, mode))
+        return None, None, f"unreadable memcalc JSON ({e})"
 
 
 def run_compare(specs: List[Spec], memcalc: str, seqs, batches) -> int:
     failed = 0
     total = 0
-    print(f"{'model':<14} {'style':<8} {'s':>4} {'b':>2} {'mode':<9} {'measured':>10} {'predicted':>10} "
+    reasons: List[str] = []
+    print(f"{'model':<14} {'style':<8} {'s':>4} {'b':>2} {'what':<15} {'measured':>10} {'predicted':>10} "
           f"{'difference':>10}  verdict")
+
+    def verdict(spec, region, mode, s, b, measured, pred):
+        nonlocal failed
+        diff = measured - pred
+        expected, names = explained_difference(spec, mode, s, b, region)
+        if diff == expected:
+            if not names:
+                return "ok"
+            notes = []
+            for n in names:
+                if n not in reasons:
+                    reasons.append(n)
+                notes.append(f"[{reasons.index(n) + 1}]")
+            return "explained " + " ".join(notes)
+        failed += 1
+        return f"MISMATCH (the documented effects explain {expected:+d})"
+
     for spec in specs:
         model = build_model(spec)
         for s in seq_grid(spec, seqs):
@@ -1043,26 +1065,25 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches) -> int:
                     total += 1
                     m = measure(spec, model, s, b, mode)
                     measured = m.layers[0].kept
-                    pred, err = memcalc_prediction(memcalc, spec.path, s, b, mode)
+                    pred, head_pred, err = memcalc_prediction(memcalc, spec.path, s, b, mode)
+                    label = f"{spec.name:<14} {spec.style:<8} {s:>4} {b:>2}"
                     if pred is None:
                         failed += 1
-                        print(f"{spec.name:<14} {spec.style:<8} {s:>4} {b:>2} {mode:<9} {measured:>10} "
-                              f"{'-':>10} {'-':>10}  FAILED: {err}")
+                        print(f"{label} {'layer ' + mode:<15} {measured:>10} {'-':>10} {'-':>10}  FAILED: {err}")
                         continue
-                    diff = measured - pred
-                    verdict = "ok"
-                    if diff:
-                        allow = allowance_for(spec, mode)
-                        allowed = allow and allow["bytes"](s, b) == diff
-                        verdict = f"allowed: {allow['reason']}" if allowed else "MISMATCH"
-                        if not allowed:
-                            failed += 1
-                            hint = known_effects_matching(spec, mode, s, b, diff)
-                            if hint:
-                                verdict += " (equals known effect: " + " + ".join(hint) + ")"
-                    print(f"{spec.name:<14} {spec.style:<8} {s:>4} {b:>2} {mode:<9} {measured:>10} {pred:>10} "
-                          f"{diff:>+10}  {verdict}")
-    print(f"\n{total - failed}/{total} rows agree; {failed} failed")
+                    print(f"{label} {'layer ' + mode:<15} {measured:>10} {pred:>10} {measured - pred:>+10}  "
+                          f"{verdict(spec, 'layer', mode, s, b, measured, pred)}")
+                    if mode == "none":  # the head does not depend on the layers' recomputation
+                        total += 1
+                        head = m.head.by_cat.get("layer", 0) + m.head.by_cat.get("input", 0)
+                        print(f"{label} {'head + loss':<15} {head:>10} {head_pred:>10} {head - head_pred:>+10}  "
+                              f"{verdict(spec, 'head', mode, s, b, head, head_pred)}")
+    print(f"\n{total - failed}/{total} rows agree exactly or by a documented effect; {failed} failed")
+    for n, reason in enumerate(reasons, 1):
+        print(f"  [{n}] {reason}")
+    print("  Not compared: one-element scalars (e.g. the attention scale, a few bytes a layer) and the tensors made\n"
+          "  once per model and shared by every layer (rotary cos/sin, the mask, position ids), which memcalc\n"
+          "  counts once on the embedding side.")
     return 1 if failed else 0
 
 

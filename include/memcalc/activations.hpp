@@ -22,6 +22,17 @@ inline const char* recompute_name(Recompute r) {
     return "?";
 }
 
+/// Where the per-layer table comes from: Korthikanti et al.'s formula (the chapter's), or the
+/// architecture's own ops as PyTorch's eager implementations save them.
+enum class ActivationModel { korthikanti, architecture };
+/// Eager attention materialises the s x s scores; a fused (flash) kernel keeps a log-sum-exp per row.
+enum class Attention { eager, flash };
+
+inline const char* activation_model_name(ActivationModel m) {
+    return m == ActivationModel::korthikanti ? "korthikanti" : "architecture";
+}
+inline const char* attention_name(Attention a) { return a == Attention::eager ? "eager" : "flash"; }
+
 /// Which recomputation modes keep a saved tensor from its forward step to its backward step.
 /// (Full recomputation keeps only the layer's input, whatever the row says.)
 enum class Keep {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "memcalc/activations.hpp"
+#include "memcalc/architecture_activations.hpp"
 #include "memcalc/flops.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/params.hpp"
@@ -20,6 +21,8 @@ struct Settings {
     std::uint64_t micro_batch = 1;  ///< b, sequences per step on one device
     Recompute recompute = Recompute::none;
     std::string recipe{default_recipe};
+    ActivationModel activations = ActivationModel::korthikanti;
+    Attention attention = Attention::eager;
 };
 
 struct Report {
@@ -30,6 +33,8 @@ struct Report {
     Count parameter_count;
     TrainingState state;
     LayerActivations layer;       ///< one layer's saved tensors at this s and b
+    std::vector<SavedTensor> input_side;  ///< what the embedding side saves (architecture model only)
+    std::vector<SavedTensor> head;        ///< what the head and the loss save (architecture model only)
     Count activations;            ///< all layers, no recomputation
     Count kept_activations;       ///< all layers, under the chosen recomputation
     ComputeCost compute;
@@ -49,7 +54,7 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
     const Recipe* recipe = find_recipe(settings.recipe);
     if (recipe == nullptr) throw error("unknown recipe '" + settings.recipe + "'");
 
-    Report r{model, settings, *recipe, {}, {}, {}, {}, {}, {}, {}, {}, 0};
+    Report r{model, settings, *recipe, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
     try {
         r.parameters = parameter_table(model);
         r.parameter_count = r.parameters.total();
@@ -62,8 +67,16 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
     }
 
     const std::uint64_t s = settings.seq, b = settings.micro_batch, d = recipe->activation_bytes;
+    const bool formula = settings.activations == ActivationModel::korthikanti;
+    if (formula && settings.attention == Attention::flash)
+        throw error("flash attention needs the architecture activation model: Korthikanti's formula describes eager "
+                    "attention");
     try {
-        r.layer = korthikanti_layer(model, s, b, d);
+        r.layer = formula ? korthikanti_layer(model, s, b, d) : architecture_layer(model, s, b, d, settings.attention);
+        if (!formula) {
+            r.input_side = input_side_saved(model, s, b, d);
+            r.head = head_saved(model, s, b, d);
+        }
         r.activations = Count(model.layers) * r.layer.total();
         r.kept_activations = Count(model.layers) * r.layer.kept(settings.recompute);
 
@@ -79,8 +92,11 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
         in.head_gradients = r.parameters.group(Group::head) * g;
         in.layer_gradients = r.parameters.per_layer() * g;
         in.input_gradients = r.parameters.group(Group::input) * g;
+        in.input_side_kept = saved_bytes(r.input_side);
         in.logits = sbV * d;
-        in.loss_softmax = sbV * dtype::fp32;  // the loss takes its softmax in fp32
+        // The loss reads an fp32 copy of the logits (the formula's "fp32 softmax"); the architecture
+        // model adds what the head and the loss save for backward.
+        in.loss_buffers = sbV * dtype::fp32 + saved_bytes(r.head);
         in.logits_gradient = sbV * d;
         in.activation_gradient = Count(s) * b * model.hidden * d;
         r.timeline = timeline(in);

@@ -1,6 +1,7 @@
 #pragma once
 /// memcalc: training-memory accounting for transformer language models, from the architecture alone.
 #include "memcalc/activations.hpp"
+#include "memcalc/architecture_activations.hpp"
 #include "memcalc/error.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/flops.hpp"

@@ -38,6 +38,7 @@ struct Architecture {
     bool embedding_norm = false;         ///< a LayerNorm right after the token embedding (BLOOM)
     double attention_dropout = 0;        ///< dropout probability on the attention weights
     double hidden_dropout = 0;           ///< dropout probability on each residual branch
+    bool softmax_fp32 = true;            ///< eager attention takes its softmax in fp32 (LLaMA-style code does; GPT-2's does not)
 
     std::uint64_t key_value_heads() const { return kv_heads == 0 ? heads : kv_heads; }
     std::uint64_t head_size() const { return head_dim == 0 ? (heads == 0 ? 0 : hidden / heads) : head_dim; }

@@ -51,8 +51,9 @@ struct TimelineInputs {
     Count head_gradients;         ///< final norm and output head: ready after the first backward step starts
     Count layer_gradients;        ///< one layer's: ready once its own backward step has ended
     Count input_gradients;        ///< embeddings (untied): ready after the last backward step
+    Count input_side_kept;        ///< saved by the embedding side: from forward 1 until backward 1 ends
     Count logits;                 ///< held from the loss step to the end of the step
-    Count loss_softmax;           ///< the loss step alone
+    Count loss_buffers;           ///< the loss step alone (the loss's fp32 softmax, what the head saves)
     Count logits_gradient;        ///< from the loss step until the top layer's backward step ends
     Count activation_gradient;    ///< the incoming gradient of each backward step
 };
@@ -68,18 +69,18 @@ inline std::vector<Step> timeline(const TimelineInputs& in) {
     steps.reserve(2 * L + 2);
     for (std::uint64_t i = 1; i <= L; ++i) {
         Breakdown b = persistent;
-        b.kept_activations = Count(i) * in.layer_kept;
+        b.kept_activations = in.input_side_kept + Count(i) * in.layer_kept;
         steps.push_back({Phase::forward, i, b});
     }
     {
         Breakdown b = persistent;
-        b.kept_activations = Count(L) * in.layer_kept;
-        b.logits = in.logits + in.loss_softmax + in.logits_gradient;
+        b.kept_activations = in.input_side_kept + Count(L) * in.layer_kept;
+        b.logits = in.logits + in.loss_buffers + in.logits_gradient;
         steps.push_back({Phase::loss, 0, b});
     }
     for (std::uint64_t i = L; i >= 1; --i) {
         Breakdown b = persistent;
-        b.kept_activations = Count(i) * in.layer_kept;
+        b.kept_activations = in.input_side_kept + Count(i) * in.layer_kept;
         b.rebuilt_activations = in.layer_rebuilt;
         b.activation_gradient = in.activation_gradient;
         b.logits = i == L ? in.logits + in.logits_gradient : in.logits;

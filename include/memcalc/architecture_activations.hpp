@@ -1,0 +1,261 @@
+#pragma once
+/// The saved-tensor table of one layer derived from the architecture itself: what PyTorch's eager
+/// autograd keeps for backward when the layer is written as HuggingFace transformers writes it
+/// (RMSNorm upcast to fp32, q/k/v with key/value heads, rotary, eager or fused attention, gated or
+/// plain MLPs, mixture-of-experts routing). The profile is current CUDA PyTorch (2.2 or later):
+/// LayerNorm keeps fp32 statistics, and mean() keeps no copy of its input.
+/// validation/reference_trainer.py counts the same tensors in a real framework.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcalc/activations.hpp"
+#include "memcalc/model.hpp"
+#include "memcalc/units.hpp"
+
+namespace memcalc {
+
+namespace detail {
+
+/// Builds a table row by row: each row one saved storage, `copies` x `per_copy` elements.
+class TableBuilder {
+public:
+    explicit TableBuilder(std::vector<SavedTensor>& rows) : rows_(rows) {}
+
+    void add(std::string op, std::string tensor, std::string why, std::string symbol, Count per_copy,
+             std::uint64_t bytes_per_element, Keep keep = Keep::always, std::uint64_t copies = 1) {
+        const Count elements = per_copy * copies;
+        rows_.push_back({std::move(op), std::move(tensor), std::move(why), std::move(symbol), copies, bytes_per_element,
+                         keep, elements, elements * bytes_per_element});
+    }
+
+private:
+    std::vector<SavedTensor>& rows_;
+};
+
+/// The sizes a layer's tensors are made of, for sequence s and micro-batch b.
+struct Sizes {
+    Count tokens;    ///< s b
+    Count sbh;       ///< the residual stream
+    Count sbq;       ///< queries: s b a d
+    Count sbkv;      ///< keys or values: s b k d
+    Count sbf;       ///< the MLP's hidden width
+    Count scores;    ///< a s^2 b
+    std::uint64_t d; ///< bytes per activation (the recipe's compute dtype)
+
+    Sizes(const Architecture& m, std::uint64_t s, std::uint64_t b, std::uint64_t bytes)
+        : tokens(Count(s) * b),
+          sbh(tokens * m.hidden),
+          sbq(tokens * m.heads * m.head_size()),
+          sbkv(tokens * m.key_value_heads() * m.head_size()),
+          sbf(tokens * m.ffn),
+          scores(Count(m.heads) * s * s * b),
+          d(bytes) {}
+};
+
+/// A normalisation layer's saved tensors. `what` names it ("attention norm").
+inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const std::string& what) {
+    if (m.norm == Norm::rmsnorm) {
+        // HF's RMSNorm: x.float(); x * rsqrt(mean(x^2) + eps); weight * result.to(bf16)
+        t.add(what + " (RMSNorm)", "its input, upcast to fp32", "pow(x, 2) and x * rsqrt need x", "sbh", z.sbh,
+              dtype::fp32);
+        t.add(what + " (RMSNorm)", "1/rms per token, fp32", "rsqrt's gradient is written in its output", "sb",
+              z.tokens, dtype::fp32);
+        t.add(what + " (RMSNorm)", "the normalised input", "the weight's gradient is x_norm x the output's gradient",
+              "sbh", z.sbh, z.d);
+    } else {
+        t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", "sbh", z.sbh, z.d);
+        t.add(what + " (LayerNorm)", "mean and 1/std per token, fp32", "so backward need not recompute them", "sb",
+              z.tokens, dtype::fp32, Keep::always, 2);
+    }
+}
+
+inline bool activation_keeps_input(Activation a) { return a != Activation::relu; }  // ReLU keeps its output
+
+inline const char* activation_label(Activation a) {
+    switch (a) {
+        case Activation::silu: return "SiLU";
+        case Activation::gelu: return "GELU";
+        case Activation::gelu_tanh: return "GELU (tanh)";
+        case Activation::relu: return "ReLU";
+    }
+    return "?";
+}
+
+/// q, k and v as the attention products keep them. With fewer key/value heads than query heads,
+/// eager attention repeats k and v to every head (a copy); selective recomputation's checkpoint
+/// keeps the un-repeated k and v instead.
+inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
+    const bool rotary = m.position == Position::rotary;
+    const bool repeated = attention == Attention::eager && m.key_value_heads() < m.heads;
+    t.add("Q K^T", rotary ? "q after rotary" : "q", "the gradient w.r.t. k is q x the scores' gradient", "sb(ad)",
+          z.sbq, z.d);
+    for (const char* name : {"k", "v"}) {
+        const std::string what = std::string(name) + (rotary && name[0] == 'k' ? " after rotary" : "");
+        const std::string op = name[0] == 'k' ? "Q K^T" : "attention over V";
+        const std::string why = name[0] == 'k' ? "the gradient w.r.t. q is the scores' gradient x k"
+                                               : "the gradient w.r.t. the weights is the output's gradient x v";
+        if (repeated) {
+            t.add(op, what + ", repeated to every query head", why, "sb(ad)", z.sbq, z.d, Keep::not_selective);
+            t.add("selective checkpoint", what + " (k heads), an input of the core attention",
+                  "the checkpoint reruns the core attention from it", "sb(kd)", z.sbkv, z.d, Keep::only_selective);
+        } else {
+            t.add(op, what, why, "sb(kd)", z.sbkv, z.d);
+        }
+    }
+}
+
+inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
+    t.add("q/k/v projections", m.parallel_attention && m.norms_per_layer == 1 ? "their input, shared with the MLP"
+                                                                                : "their input",
+          "weight gradient = input^T x output gradient", "sbh", z.sbh, z.d);
+    qkv_rows(t, m, z, attention);
+    if (attention == Attention::flash) {
+        // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per row
+        // and recomputes the scores block by block in backward.
+        t.add("flash attention", "log-sum-exp per query row, fp32", "backward rebuilds the softmax from it", "asb",
+              Count(m.heads) * z.tokens, dtype::fp32, Keep::not_selective);
+        t.add("flash attention", "its output (also the output projection's input)",
+              "backward needs the output for the softmax gradient", "sb(ad)", z.sbq, z.d);
+        return;
+    }
+    const bool dropout = m.attention_dropout > 0;
+    if (m.softmax_fp32) {
+        t.add("softmax", "its output, fp32", "softmax's gradient is written in its output", "as^2b", z.scores,
+              dtype::fp32, Keep::not_selective);
+        if (!dropout)
+            t.add("attention over V", "the weights, cast back to " + dtype_name(z.d),
+                  "the gradient w.r.t. v is weights^T x the output's gradient", "as^2b", z.scores, z.d,
+                  Keep::not_selective);
+    } else {
+        t.add("softmax", dropout ? "its output" : "its output (also the weights over V)",
+              "softmax's gradient is written in its output", "as^2b", z.scores, z.d, Keep::not_selective);
+    }
+    if (dropout) {
+        t.add("attention dropout", "mask (1 byte)", "which weights were zeroed", "as^2b", z.scores, dtype::mask,
+              Keep::not_selective);
+        t.add("attention over V", "the dropped-out weights", "the gradient w.r.t. v is weights^T x the output's gradient",
+              "as^2b", z.scores, z.d, Keep::not_selective);
+    }
+    t.add("output projection", "its input", "weight gradient = input^T x output gradient", "sb(ad)", z.sbq, z.d);
+}
+
+/// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts).
+inline void mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const std::string& symbol, Count sbf,
+                     const std::string& prefix) {
+    const char* act = activation_label(m.activation);
+    if (m.mlp == Mlp::gated) {
+        if (activation_keeps_input(m.activation))
+            t.add(prefix + act, "its input (the gate projection's output)", "its derivative is taken at its input",
+                  symbol, sbf, z.d);
+        t.add(prefix + "gate x up", std::string(act) + "'s output", "the up branch's gradient is act(gate) x grad",
+              symbol, sbf, z.d);
+        t.add(prefix + "gate x up", "the up projection's output", "the gate branch's gradient is up x grad", symbol,
+              sbf, z.d);
+        t.add(prefix + "down projection", "its input (gate x up)", "weight gradient = input^T x output gradient",
+              symbol, sbf, z.d);
+    } else {
+        if (activation_keeps_input(m.activation))
+            t.add(prefix + act, "its input (the up projection's output)", "its derivative is taken at its input",
+                  symbol, sbf, z.d);
+        t.add(prefix + "down projection", std::string("its input (") + act + "'s output)",
+              "weight gradient = input^T x output gradient", symbol, sbf, z.d);
+    }
+}
+
+/// HF's sparse mixture-of-experts block: route, gather each expert's tokens, run it, weight, scatter.
+inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
+    const std::uint64_t k = m.active_experts();
+    const Count slots = z.tokens * k;  // every token goes to k experts: s b k rows in all, whatever the routing
+    t.add("router softmax", "routing probabilities, fp32", "softmax's gradient is written in its output", "sbE",
+          z.tokens * m.experts, dtype::fp32);
+    t.add("top-k", "the chosen experts' indices (int64)", "to scatter the gradient back", "sbk", slots, 8);
+    t.add("renormalise top-k", "the top-k probabilities, fp32", "division's gradient needs the numerator", "sbk",
+          slots, dtype::fp32);
+    t.add("renormalise top-k", "their sum per token, fp32", "division's gradient needs the denominator", "sb",
+          z.tokens, dtype::fp32);
+    t.add("dispatch", "token and slot indices per expert (2 x int64)", "index and index_add need them", "sbk", slots,
+          16);
+    t.add("dispatch", "the gathered tokens", "the expert's first projections need their input", "sbk(h)",
+          slots * m.hidden, z.d);
+    mlp_rows(t, m, z, "sbk(f)", slots * m.ffn, "experts: ");
+    t.add("expert output x weight", "the expert outputs", "the routing weight's gradient", "sbk(h)", slots * m.hidden,
+          z.d);
+    t.add("expert output x weight", "the routing weights, " + dtype_name(z.d), "the expert output's gradient", "sbk",
+          slots, z.d);
+    t.add("combine (index_add)", "the weighted expert outputs", "index_add keeps its source", "sbk(h)",
+          slots * m.hidden, z.d);
+}
+
+}  // namespace detail
+
+/// One layer's saved tensors as PyTorch keeps them for this architecture, `d`-byte activations.
+inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
+                                           std::uint64_t d, Attention attention) {
+    const detail::Sizes z(m, seq, micro_batch, d);
+    LayerActivations layer;
+    detail::TableBuilder t(layer.rows);
+    const bool shared_norm = m.parallel_attention && m.norms_per_layer == 1;
+
+    detail::norm_rows(t, m, z, shared_norm ? "layer norm" : "attention norm");
+    detail::attention_rows(t, m, z, attention);
+    if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-attention norm");
+    if (m.hidden_dropout > 0 && !m.parallel_attention)
+        t.add("attention residual dropout", "mask (1 byte)", "which elements were zeroed", "sbh", z.sbh, dtype::mask);
+
+    if (!shared_norm) detail::norm_rows(t, m, z, "MLP norm");
+    if (!shared_norm)
+        t.add(m.is_moe() ? "router and experts" : "MLP up projections", "their input",
+              "weight gradient = input^T x output gradient", "sbh", z.sbh, d);
+    if (m.is_moe()) {
+        detail::moe_rows(t, m, z);
+    } else {
+        detail::mlp_rows(t, m, z, "sbf", z.sbf, "");
+    }
+    if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-MLP norm");
+    if (m.hidden_dropout > 0)
+        t.add(m.parallel_attention ? "residual dropout" : "MLP residual dropout", "mask (1 byte)",
+              "which elements were zeroed", "sbh", z.sbh, dtype::mask);
+
+    layer.input_bytes = z.sbh * d;  // the checkpoint keeps the layer's input
+    return layer;
+}
+
+/// What the embedding side saves from the first forward step until the last backward step.
+inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
+                                                 std::uint64_t d) {
+    const detail::Sizes z(m, seq, micro_batch, d);
+    std::vector<SavedTensor> rows;
+    detail::TableBuilder t(rows);
+    t.add("token embedding", "the token ids (int64)", "the gradient is scattered into their rows", "sb", z.tokens, 8);
+    if (m.position == Position::rotary)
+        t.add("rotary embedding", "cos and sin tables, shared by every layer", "q and k were multiplied by them", "sd",
+              Count(seq) * m.head_size(), d, Keep::always, 2);
+    if (m.embedding_norm) detail::norm_rows(t, m, z, "embedding norm");
+    if (m.hidden_dropout > 0)
+        t.add("embedding dropout", "mask (1 byte)", "which elements were zeroed", "sbh", z.sbh, dtype::mask);
+    return rows;
+}
+
+/// What the head and the loss save for their backward pass: from the loss step until the head's
+/// backward, at the start of backward L.
+inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
+                                           std::uint64_t d) {
+    const detail::Sizes z(m, seq, micro_batch, d);
+    std::vector<SavedTensor> rows;
+    detail::TableBuilder t(rows);
+    detail::norm_rows(t, m, z, "final norm");
+    t.add("output head", "its input", "weight gradient = input^T x output gradient", "sbh", z.sbh, d);
+    t.add("loss (log-softmax)", "log-probabilities, fp32", "log-softmax's gradient is written in its output", "sbV",
+          z.tokens * m.vocab, dtype::fp32);
+    t.add("loss (NLL)", "the target ids (int64)", "which log-probability each token's loss picked", "sb", z.tokens, 8);
+    return rows;
+}
+
+inline Count saved_bytes(const std::vector<SavedTensor>& rows) {
+    Count sum;
+    for (const auto& r : rows) sum += r.bytes;
+    return sum;
+}
+
+}  // namespace memcalc

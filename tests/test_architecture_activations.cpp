@@ -1,0 +1,92 @@
+// The architecture-aware table against closed forms derived from validation/reference_trainer.py's
+// measurements (torch 1.13, CPU), corrected by the documented effects to current CUDA PyTorch.
+#include <catch2/catch.hpp>
+
+#include "fixtures.hpp"
+#include "memcalc/architecture_activations.hpp"
+
+using namespace memcalc;
+
+namespace {
+Architecture llama_like(std::uint64_t h, std::uint64_t a, std::uint64_t kv, std::uint64_t f) {
+    Architecture m = fixtures::llama_7b();
+    m.hidden = h, m.heads = a, m.kv_heads = kv, m.ffn = f;
+    return m;
+}
+}  // namespace
+
+TEST_CASE("LLaMA-style layers: sb(16h + 8 + 8ad + 8f) + 6 a s^2 b with repeated k and v", "[architecture]") {
+    using Row = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>;
+    const auto [h, a, kv, f] = GENERATE(table<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>({
+        Row{64, 4, 2, 176}, Row{4096, 32, 8, 14336}, Row{8192, 64, 8, 28672}, Row{2048, 16, 1, 5632},
+    }));
+    const std::uint64_t s = GENERATE(16, 1000), b = GENERATE(1, 3);
+    CAPTURE(h, a, kv, f, s, b);
+    const Architecture m = llama_like(h, a, kv, f);
+    const LayerActivations layer = architecture_layer(m, s, b, 2, Attention::eager);
+    const std::uint64_t sb = s * b, d = h / a;
+    // RMSNorm x2: 4 sbh fp32 copy + 4 sb + 2 sbh; q/k/v input 2 sbh; q, repeated k and v, o input 2 sb(ad)
+    // each; fp32 softmax 4 and its bf16 cast 2 per a s^2 b; MLP input 2 sbh; SwiGLU 4 x 2 sbf.
+    CHECK(layer.total().value() == sb * (16 * h + 8 + 8 * a * d + 8 * f) + 6 * a * s * s * b);
+    // Selective keeps k and v before the repeat (k heads) and drops every s x s tensor.
+    CHECK(layer.kept(Recompute::selective).value() == sb * (16 * h + 8 + 4 * a * d + 4 * kv * d + 8 * f));
+    CHECK(layer.rebuilt(Recompute::selective).value() == sb * 4 * a * d + 6 * a * s * s * b);  // the repeated k, v too
+    CHECK(layer.kept(Recompute::full).value() == 2 * sb * h);
+}
+
+TEST_CASE("GPT-2 layers: Korthikanti's 34 sbh + 5 as^2b plus LayerNorm statistics", "[architecture]") {
+    // With f = 4h, dropout and LayerNorm the architecture's rows are the formula's, row for row,
+    // except that each LayerNorm also keeps its mean and 1/std in fp32 (8 sb).
+    Architecture m = fixtures::gpt2_small();
+    m.attention_dropout = 0.1, m.hidden_dropout = 0.1, m.softmax_fp32 = false;
+    const std::uint64_t s = GENERATE(64, 1024), b = GENERATE(1, 2);
+    const LayerActivations arch = architecture_layer(m, s, b, 2, Attention::eager);
+    const LayerActivations formula = korthikanti_layer(m, s, b, 2);
+    CHECK(arch.total().value() == formula.total().value() + 2 * 8 * s * b);
+    CHECK(arch.kept(Recompute::selective).value() == formula.kept(Recompute::selective).value() + 16 * s * b);
+}
+
+TEST_CASE("the chapter's Decoder by the architecture: 3,456 bytes per sequence per block", "[architecture]") {
+    // No dropout, a 2h MLP: 24 sbh + 2 as^2b (the formula corrected for the Decoder's own shape)
+    // + 16 sb of LayerNorm statistics. The reference trainer measures 3,392 on CPU, whose LayerNorm
+    // keeps its statistics in bf16 (64 bytes fewer).
+    const LayerActivations layer = architecture_layer(fixtures::decoder(), 8, 1, 2, Attention::eager);
+    const std::uint64_t sbh = 8 * 16, as2b = 2 * 8 * 8;
+    CHECK(layer.total().value() == 24 * sbh + 2 * as2b + 16 * 8);
+    CHECK(layer.total().value() == 3456);
+}
+
+TEST_CASE("flash attention keeps no s x s tensor, a log-sum-exp per row instead", "[architecture]") {
+    const Architecture m = llama_like(4096, 32, 8, 14336);
+    const std::uint64_t s = GENERATE(1024, 8192);
+    const LayerActivations eager = architecture_layer(m, s, 1, 2, Attention::eager);
+    const LayerActivations flash = architecture_layer(m, s, 1, 2, Attention::flash);
+    for (const auto& row : flash.rows) CHECK(row.symbol != "as^2b");
+    // Doubling the sequence doubles a flash layer exactly: nothing grows with s^2.
+    CHECK(architecture_layer(m, 2 * s, 1, 2, Attention::flash).total().value() == 2 * flash.total().value());
+    CHECK(flash.total() < eager.total());
+    // q, k and v at their own widths, the output, and the fp32 log-sum-exp (a s b).
+    const std::uint64_t sb = s, h = 4096, a = 32, kv = 8, d = 128, f = 14336;
+    CHECK(flash.total().value() == sb * (16 * h + 8 + 2 * a * d + 4 * kv * d + 2 * a * d + 8 * f) + 4 * a * sb);
+}
+
+TEST_CASE("mixture of experts: every token's k slots, whatever the routing", "[architecture]") {
+    Architecture m = llama_like(64, 4, 2, 96);
+    m.experts = 4, m.experts_per_token = 2;
+    const std::uint64_t s = GENERATE(16, 32), b = GENERATE(1, 2);
+    const std::uint64_t sb = s * b, h = 64, a = 4, d = 16, f = 96, E = 4, k = 2;
+    const LayerActivations layer = architecture_layer(m, s, b, 2, Attention::eager);
+    // The measured HF sparse block (reference trainer): router softmax 4E, top-k indices and
+    // renormalised weights 12k, their sum 4, and per routed slot 6h + 8f + 18.
+    CHECK(layer.total().value() == sb * (16 * h + 12 + 8 * a * d + 4 * E + 12 * k + k * (6 * h + 8 * f + 18)) +
+                                       6 * a * s * s * b);
+}
+
+TEST_CASE("the head and the embedding side", "[architecture]") {
+    const Architecture m = fixtures::llama_7b();
+    const std::uint64_t s = 4096, V = 32000, h = 4096;
+    // final RMSNorm (6 sbh + 4 sb), the head's input (2 sbh), fp32 log-probabilities (4 sbV), int64 targets (8 sb)
+    CHECK(saved_bytes(head_saved(m, s, 1, 2)).value() == 8 * s * h + 4 * s + 4 * s * V + 8 * s);
+    // token ids (8 sb) and the rotary cos and sin tables (2 x 2 s d)
+    CHECK(saved_bytes(input_side_saved(m, s, 1, 2)).value() == 8 * s + 4 * s * 128);
+}
