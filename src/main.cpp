@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <iostream>
 #include <limits>
@@ -76,6 +77,18 @@ std::vector<Recompute> parse_modes(const std::string& text) {
     return modes;
 }
 
+std::vector<Attention> parse_attention(const std::string& text) {
+    std::vector<Attention> kinds;
+    for (const auto& item : split_list("--attention", text)) {
+        if (item == "eager") kinds.push_back(Attention::eager);
+        else if (item == "flash") kinds.push_back(Attention::flash);
+        else
+            throw usage_error(fmt::format("--attention must be eager, flash or a comma list of them (got '{}'){}", item,
+                                          did_you_mean(item, {"eager", "flash"})));
+    }
+    return kinds;
+}
+
 Format parse_format(const std::string& text) {
     return text == "json" ? Format::json : text == "csv" ? Format::csv : Format::table;
 }
@@ -98,6 +111,11 @@ std::string run_estimate(const Request& q) {
     }
     const std::vector<std::uint64_t> batches = parse_sizes("--micro-batch", q.micro_batch);
     const std::vector<Recompute> modes = parse_modes(q.recompute);
+    const std::vector<Attention> attentions = parse_attention(q.attention);
+    if (q.activations == "korthikanti" &&
+        std::find(attentions.begin(), attentions.end(), Attention::flash) != attentions.end())
+        throw usage_error("--attention flash needs --activations architecture: Korthikanti's formula describes eager "
+                          "attention");
     std::vector<std::uint64_t> seqs;  // empty: the model's max_positions
     if (!q.seq.empty()) seqs = parse_sizes("--seq", q.seq);
 
@@ -114,11 +132,12 @@ std::string run_estimate(const Request& q) {
     std::vector<Report> runs;
     for (auto s : seqs)
         for (auto b : batches)
-            for (auto mode : modes)
-                runs.push_back(estimate(arch, {s, b, mode, q.recipe,
-                                               q.activations == "architecture" ? ActivationModel::architecture
-                                                                               : ActivationModel::korthikanti,
-                                               q.attention == "flash" ? Attention::flash : Attention::eager}));
+            for (auto attention : attentions)
+                for (auto mode : modes)
+                    runs.push_back(estimate(arch, {s, b, mode, q.recipe,
+                                                   q.activations == "architecture" ? ActivationModel::architecture
+                                                                                   : ActivationModel::korthikanti,
+                                                   attention}));
 
     const Format format = parse_format(q.format);
     const View view{q.units == "gib" ? Unit::gib : Unit::gb, q.timeline};
@@ -212,9 +231,8 @@ int main(int argc, char** argv) {
                    "(the tensors PyTorch keeps for this architecture, op by op)")
         ->check(CLI::IsMember({"korthikanti", "architecture"}));
     app.add_option("--attention", q.attention,
-                   "eager (default: the s x s scores are stored) or flash (a fused kernel keeps a log-sum-exp\n"
-                   "per row instead); flash needs --activations architecture")
-        ->check(CLI::IsMember({"eager", "flash"}));
+                   "eager (default: the s x s scores are stored), flash (a fused kernel keeps a log-sum-exp\n"
+                   "per row instead; needs --activations architecture), or a comma list");
     app.add_option("--units", q.units, "gb (10^9 bytes, the default) or gib (2^30)")
         ->check(CLI::IsMember({"gb", "gib"}, CLI::ignore_case))
         ->transform(CLI::detail::to_lower);

@@ -188,11 +188,12 @@ std::string per_layer_table(const Report& r, const View& view) {
 }
 
 std::string sweep_table(const std::vector<Report>& runs, const View& view) {
-    TextTable table({L, R, R, L, R, R, R, L}, "");
-    table.row({"model", "seq", "micro-batch", "recompute", "activations", "kept", "peak", "peak step"});
+    TextTable table({L, R, R, L, L, R, R, R, L}, "");
+    table.row({"model", "seq", "micro-batch", "attention", "recompute", "activations", "kept", "peak", "peak step"});
     for (const auto& r : runs)
         table.row({r.model.name, std::to_string(r.settings.seq), std::to_string(r.settings.micro_batch),
-                   recompute_name(r.settings.recompute), amount(r.activations, view.unit),
+                   attention_name(r.settings.attention), recompute_name(r.settings.recompute),
+                   amount(r.activations, view.unit),
                    amount(r.kept_activations, view.unit), amount(r.peak_step().bytes.total(), view.unit),
                    r.peak_step().name()});
     return table.str();

@@ -74,8 +74,8 @@ TEST_CASE("a sweep prints one row or object per combination", "[cli][sweep]") {
     const auto csv = memcalc("--preset llama-7b --seq 1024,2048,4096 --recompute all --format csv");
     REQUIRE(csv.status == 0);
     CHECK(count_lines(csv.out) == 1 + 9);
-    CHECK(csv.out.rfind("model,seq,micro_batch,recompute,recipe,parameters,state_bytes,", 0) == 0);
-    CHECK_THAT(csv.out, Catch::Contains("llama-7b,4096,1,selective,mixed-adam,6738415616,107814649856,104152956928,"
+    CHECK(csv.out.rfind("model,seq,micro_batch,recompute,recipe,activations,attention,parameters,state_bytes,", 0) == 0);
+    CHECK_THAT(csv.out, Catch::Contains("llama-7b,4096,1,selective,mixed-adam,korthikanti,eager,6738415616,107814649856,104152956928,"
                                         "18253611008,116095778816,backward 32,"));
 
     const auto j = memcalc("--preset gpt2 --seq 256,512 -b 1,2 --format json");
@@ -167,7 +167,7 @@ TEST_CASE("the architecture-aware model through the program", "[cli][architectur
 TEST_CASE("a HuggingFace config.json through the program", "[cli]") {
     const auto run = memcalc(std::string("--config ") + MEMCALC_SOURCE_DIR + "/tests/configs/gemma-2-9b-it.json --seq 8 --format csv");
     REQUIRE(run.status == 0);
-    CHECK_THAT(run.out, Catch::Contains("gemma-2-9b-it,8,1,none,mixed-adam,9241705984,"));
+    CHECK_THAT(run.out, Catch::Contains("gemma-2-9b-it,8,1,none,mixed-adam,korthikanti,eager,9241705984,"));
 }
 
 TEST_CASE("a user's model file is accepted", "[cli]") {
@@ -198,8 +198,9 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"--preset llama-7b --format yaml", 2, "--format: yaml not in {table,json,csv}"},
         Row{"--preset llama-7b --frobnicate", 2, "--frobnicate"},
         Row{"", 2, "give one model: --preset NAME"},
-        Row{"--preset llama-7b --attention flash", 1, "flash attention needs the architecture activation model"},
+        Row{"--preset llama-7b --attention flash", 2, "--attention flash needs --activations architecture"},
         Row{"--preset llama-7b --activations formula", 2, "--activations: formula not in {korthikanti,architecture}"},
+        Row{"--preset llama-7b --attention flsh", 2, "--attention must be eager, flash or a comma list of them (got 'flsh') (did you mean 'flash'?)"},
         Row{"--config memcalc_missing.json", 1, "cannot read config file 'memcalc_missing.json'"},
         Row{"--config memcalc_heads.json", 1, "memcalc_heads.json: missing key 'model_type'"},
         Row{"--preset gpt2 --seq 4096", 1, "seq 4096 exceeds the 1024 learned positions of gpt2"},
@@ -240,7 +241,7 @@ TEST_CASE("every command in the README prints what the README shows", "[cli][rea
     REQUIRE(examples.size() >= 3);
     for (const auto& e : examples) {
         CAPTURE(e.command);
-        const auto run = testing::shell(e.command);
+        const auto run = testing::shell(std::string("cd '") + MEMCALC_SOURCE_DIR + "' && " + e.command);
         CHECK(run.status == 0);
         CHECK(run.out == e.output);
     }
