@@ -152,10 +152,27 @@ void bloom(const JsonReader& in, Architecture& m) {
     m.hidden_dropout = in.probability_or("hidden_dropout", 0);
 }
 
+void gpt_neox(const JsonReader& in, Architecture& m) {
+    m.hidden = in.positive("hidden_size");
+    m.layers = in.positive("num_hidden_layers");
+    m.heads = in.positive("num_attention_heads");
+    m.ffn = in.positive("intermediate_size");
+    m.vocab = in.positive("vocab_size");
+    m.max_positions = in.positive_or("max_position_embeddings", 0);
+    m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.position = Position::rotary;  // rotary_pct: no parameters
+    m.bias = in.flag_or("attention_bias", true) ? Bias::all : Bias::none;
+    m.activation = activation_named(in, "hidden_act", in.text_or("hidden_act", "gelu"));
+    m.parallel_attention = in.flag_or("use_parallel_residual", true);  // two LayerNorms either way
+    m.tied_embeddings = in.flag_or("tie_word_embeddings", false);
+    m.attention_dropout = in.probability_or("attention_dropout", 0);
+    m.hidden_dropout = in.probability_or("hidden_dropout", 0);
+}
+
 using Reader = std::function<void(const JsonReader&, Architecture&)>;
 const std::vector<std::pair<std::string, Reader>> families = {
     {"llama", llama}, {"mistral", llama}, {"mixtral", mixtral}, {"qwen2", qwen2}, {"gemma", gemma},
     {"gemma2", gemma2}, {"phi3", phi3}, {"gpt2", gpt2}, {"opt", opt}, {"falcon", falcon}, {"bloom", bloom},
+    {"gpt_neox", gpt_neox},
     {"RefinedWebModel", falcon}, {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
 

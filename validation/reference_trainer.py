@@ -80,6 +80,7 @@ DEFAULT_MODELS = [
     os.path.join(HERE, "models", "mixtral-tiny.json"),
     os.path.join(HERE, "models", "gpt2-tiny.json"),
     os.path.join(HERE, "models", "falcon-tiny.json"),
+    os.path.join(HERE, "models", "falcon40b-tiny.json"),
     os.path.join(REPO, "presets", "decoder.json"),
 ]
 MODES = ("none", "selective", "full")
@@ -115,6 +116,13 @@ KNOWN_EFFECTS = [
      "counts the repeated copies that b >= 2 (and repeat_kv) materialise, 2 x 2 s (heads - 1) head_dim bytes",
      lambda spec, mode, region: region == "layer" and mode == "none" and spec.kv_heads == 1 and spec.heads > 1,
      lambda spec, s, b, region: -4 * s * (spec.heads - 1) * spec.head_dim if b == 1 else 0),
+    ("Falcon's code (with more than one KV head) repeats k and v to every query head before the core attention, so selective "
+     "recomputation's checkpoint keeps the repeated copies; memcalc repeats them inside the core attention "
+     "(as Megatron-LM and transformers' LLaMA do) and keeps k and v at their own width: 2 x 2 s b (heads - "
+     "kv_heads) head_dim bytes",
+     lambda spec, mode, region: region == "layer" and mode == "selective" and spec.style == "falcon"
+     and 1 < spec.kv_heads < spec.heads,
+     lambda spec, s, b, region: 4 * s * b * (spec.heads - spec.kv_heads) * spec.head_dim),
     ("micro-batch 1: transformers pads the labels to s + 1 and shifts them; one row is already contiguous, so "
      "the loss keeps a view of the padded storage, 8 bytes more than memcalc's s b int64 targets",
      lambda spec, mode, region: region == "head",

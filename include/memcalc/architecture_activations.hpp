@@ -53,8 +53,10 @@ struct Sizes {
           d(bytes) {}
 };
 
-/// A normalisation layer's saved tensors. `what` names it ("attention norm").
-inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const std::string& what) {
+/// A normalisation layer's saved tensors. `what` names it ("attention norm"). `input_kept`: its input
+/// is a tensor another row already keeps (a parallel layer's second norm reads the layer input too).
+inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const std::string& what,
+                      bool input_kept = false) {
     if (m.norm == Norm::rmsnorm) {
         // HF's RMSNorm: x.float(); x * rsqrt(mean(x^2) + eps); weight * result.to(bf16)
         t.add(what + " (RMSNorm)", "its input, upcast to fp32", "pow(x, 2) and x * rsqrt need x", "sbh", z.sbh,
@@ -64,7 +66,8 @@ inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, co
         t.add(what + " (RMSNorm)", "the normalised input", "the weight's gradient is x_norm x the output's gradient",
               "sbh", z.sbh, z.d);
     } else {
-        t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", "sbh", z.sbh, z.d);
+        if (!input_kept)
+            t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", "sbh", z.sbh, z.d);
         t.add(what + " (LayerNorm)", "mean and 1/std per token, fp32", "so backward need not recompute them", "sb",
               z.tokens, dtype::fp32, Keep::always, 2);
     }
@@ -203,7 +206,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     if (m.hidden_dropout > 0 && !m.parallel_attention)
         t.add("attention residual dropout", "mask (1 byte)", "which elements were zeroed", "sbh", z.sbh, dtype::mask);
 
-    if (!shared_norm) detail::norm_rows(t, m, z, "MLP norm");
+    if (!shared_norm) detail::norm_rows(t, m, z, "MLP norm", m.parallel_attention);
     if (!shared_norm)
         t.add(m.is_moe() ? "router and experts" : "MLP up projections", "their input",
               "weight gradient = input^T x output gradient", "sbh", z.sbh, d);
