@@ -38,7 +38,7 @@ defaults = {"kv_heads": model["heads"], "head_dim": model["hidden"] // model["he
             "experts_per_token": 0, "position_rows": model["max_positions"] if model["position"] == "learned" else 0,
             "activation": "silu" if model["mlp"] == "gated" else "gelu_tanh", "norms_per_layer": 2,
             "parallel_attention": False, "embedding_norm": False, "attention_dropout": 0, "hidden_dropout": 0,
-            "max_positions": 0, "softmax_fp32": True}
+            "max_positions": 0, "softmax_fp32": True, "head_bias": False}
 preset = {"name": args.name, "description": args.description, "source": args.source,
           "published_parameters": args.published}
 for key, value in model.items():
@@ -50,7 +50,7 @@ for item in args.set:
 order = ["name", "description", "source", "published_parameters", "hidden", "layers", "heads", "kv_heads",
          "head_dim", "ffn", "vocab", "max_positions", "position_rows", "mlp", "activation", "norm", "norms_per_layer",
          "bias", "position", "tied_embeddings", "parallel_attention", "embedding_norm", "experts",
-         "experts_per_token", "attention_dropout", "hidden_dropout", "softmax_fp32"]
+         "experts_per_token", "attention_dropout", "hidden_dropout", "softmax_fp32", "head_bias"]
 preset = {key: preset[key] for key in sorted(preset, key=lambda k: order.index(k) if k in order else len(order))}
 path = os.path.join(root, "presets", args.name + ".json")
 with open(path, "w", encoding="utf-8") as f:

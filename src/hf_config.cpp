@@ -168,11 +168,29 @@ void gpt_neox(const JsonReader& in, Architecture& m) {
     m.hidden_dropout = in.probability_or("hidden_dropout", 0);
 }
 
+void phi(const JsonReader& in, Architecture& m) {
+    m.hidden = in.positive("hidden_size");
+    m.layers = in.positive("num_hidden_layers");
+    m.heads = in.positive("num_attention_heads");
+    m.kv_heads = in.positive_or("num_key_value_heads", 0);
+    m.ffn = in.positive("intermediate_size");
+    m.vocab = in.positive("vocab_size");
+    m.max_positions = in.positive_or("max_position_embeddings", 0);
+    if (in.flag_or("qk_layernorm", false)) in.fail("qk_layernorm true (LayerNorms on q and k) is not modelled");
+    // One LayerNorm feeds attention and MLP in parallel; every linear has a bias, the head too.
+    m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.bias = Bias::all, m.position = Position::rotary;
+    m.parallel_attention = true, m.norms_per_layer = 1, m.head_bias = true;
+    m.activation = activation_named(in, "hidden_act", in.text_or("hidden_act", "gelu_new"));
+    m.tied_embeddings = in.flag_or("tie_word_embeddings", false);
+    m.attention_dropout = in.probability_or("attention_dropout", 0);
+    m.hidden_dropout = in.probability_or("resid_pdrop", 0);
+}
+
 using Reader = std::function<void(const JsonReader&, Architecture&)>;
 const std::vector<std::pair<std::string, Reader>> families = {
     {"llama", llama}, {"mistral", llama}, {"mixtral", mixtral}, {"qwen2", qwen2}, {"gemma", gemma},
     {"gemma2", gemma2}, {"phi3", phi3}, {"gpt2", gpt2}, {"opt", opt}, {"falcon", falcon}, {"bloom", bloom},
-    {"gpt_neox", gpt_neox},
+    {"gpt_neox", gpt_neox}, {"phi", phi},
     {"RefinedWebModel", falcon}, {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
 

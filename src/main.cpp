@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
         app.add_option("--model-file", q.model_file, "A model described in JSON (keys as in presets/*.json)")->excludes(preset);
     app.add_option("--config", q.config,
                    "A HuggingFace config.json (model_type llama, mistral, mixtral, qwen2, gemma, gemma2, phi3,\n"
-                   "gpt2, opt, falcon, bloom or gpt_neox)")
+                   "gpt2, opt, falcon, bloom, gpt_neox or phi)")
         ->excludes(preset)
         ->excludes(model_file);
     app.add_option("--seq", q.seq, "Sequence length s, or a comma list to sweep (default: the model's max_positions)");

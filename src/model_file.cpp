@@ -22,7 +22,7 @@ using nlohmann::json;
 const std::vector<std::string> architecture_keys = {
     "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_positions", "position_rows", "mlp",
     "norm", "bias", "position", "tied_embeddings", "experts", "experts_per_token", "activation", "norms_per_layer",
-    "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "softmax_fp32"};
+    "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "softmax_fp32", "head_bias"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source", "published_parameters"};
 
 }  // namespace
@@ -73,6 +73,7 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     m.attention_dropout = in.probability_or("attention_dropout", 0);
     m.hidden_dropout = in.probability_or("hidden_dropout", 0);
     m.softmax_fp32 = in.flag_or("softmax_fp32", true);
+    m.head_bias = in.flag_or("head_bias", false);
     file.description = in.text_or("description", "");
     file.source = in.text_or("source", "");
     if (in.has("published_parameters")) file.published_parameters = in.positive("published_parameters");

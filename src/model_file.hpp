@@ -25,7 +25,7 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
 ModelFile load_model_file(const std::string& path);
 
 /// Builds a model from a HuggingFace config.json (model_type llama, mistral, mixtral, qwen2, gemma,
-/// gemma2, phi3, gpt2, opt, falcon, bloom or gpt_neox); the count matches the checkpoint's num_parameters().
+/// gemma2, phi3, gpt2, opt, falcon, bloom, gpt_neox or phi); the count matches the checkpoint's num_parameters().
 ModelFile parse_hf_config(std::string_view text, const std::string& origin, const std::string& default_name);
 ModelFile load_hf_config(const std::string& path);
 std::vector<std::string> supported_model_types();

@@ -54,7 +54,8 @@ json model_json(const Architecture& m) {
             {"embedding_norm", m.embedding_norm},
             {"attention_dropout", m.attention_dropout},
             {"hidden_dropout", m.hidden_dropout},
-            {"softmax_fp32", m.softmax_fp32}};
+            {"softmax_fp32", m.softmax_fp32},
+            {"head_bias", m.head_bias}};
 }
 
 json breakdown_json(const Breakdown& b) {

@@ -30,6 +30,7 @@ struct Architecture {
     Bias bias = Bias::none;
     Position position = Position::rotary;
     bool tied_embeddings = false;        ///< the output head reuses the token embedding matrix
+    bool head_bias = false;              ///< the output head has a bias vector of V (Phi-2)
     std::uint64_t experts = 0;           ///< mixture-of-experts feed-forward experts; 0 means dense
     std::uint64_t experts_per_token = 0; ///< top-k routing; 0 means 1 for MoE models
     Activation activation = Activation::silu;

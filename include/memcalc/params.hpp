@@ -116,6 +116,7 @@ inline ParameterTable parameter_table(const Architecture& m) {
     // The head side.
     add_norm(Part::final_norm, Group::head, "final_norm");
     if (!m.tied_embeddings) add(Part::head, Group::head, "lm_head", "h x V", {h, V});
+    if (m.head_bias) add(Part::head, Group::head, "lm_head.bias", "V", {V});
     return t;
 }
 
