@@ -98,7 +98,51 @@ struct Request {
     std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe};
     std::string units = "gb", format = "table", activations = "korthikanti", attention = "eager";
     bool timeline = false, per_layer = false;
+    // Parallelism, as typed; empty means the default.
+    std::string dp, tp, pp, cp, ep, vpp, zero, shard_group, microbatches, global_batch;
+    bool sp = false;
 };
+
+/// One positive integer option ("--tp 8"); `fallback` when it was not given.
+std::uint64_t parse_count(const std::string& option, const std::string& text, std::uint64_t fallback) {
+    if (text.empty()) return fallback;
+    const auto values = parse_sizes(option, text);
+    if (values.size() != 1) throw usage_error(fmt::format("{} takes one value (got '{}')", option, text));
+    return values.front();
+}
+
+/// The layout of one step over devices; the micro-batch count follows from --global-batch when given.
+Parallelism parse_parallel(const Request& q, std::uint64_t micro_batch) {
+    Parallelism p;
+    p.dp = parse_count("--dp", q.dp, 1);
+    p.tp = parse_count("--tp", q.tp, 1);
+    p.pp = parse_count("--pp", q.pp, 1);
+    p.cp = parse_count("--cp", q.cp, 1);
+    p.ep = parse_count("--ep", q.ep, 1);
+    p.vpp = parse_count("--vpp", q.vpp, 1);
+    p.sequence_parallel = q.sp;
+    if (!q.zero.empty()) {
+        if (q.zero != "0" && q.zero != "1" && q.zero != "2" && q.zero != "3")
+            throw usage_error(fmt::format("--zero must be 0, 1, 2 or 3 (got '{}')", q.zero));
+        p.zero = static_cast<unsigned>(q.zero[0] - '0');
+    }
+    p.shard_group = parse_count("--shard-group", q.shard_group, 0);
+    p.microbatches = parse_count("--microbatches", q.microbatches, 0);
+    if (q.sp && p.tp == 1) throw usage_error("--sp (sequence parallelism) needs --tp greater than 1");
+    if (!q.global_batch.empty()) {
+        const std::uint64_t global = parse_count("--global-batch", q.global_batch, 0);
+        const std::uint64_t per_step = micro_batch * p.dp;  // sequences one micro-batch step takes across replicas
+        if (global % per_step != 0)
+            throw usage_error(fmt::format("--global-batch {} is not a multiple of micro-batch x dp = {} x {} = {}", global,
+                                          micro_batch, p.dp, per_step));
+        const std::uint64_t implied = global / per_step;
+        if (p.microbatches != 0 && p.microbatches != implied)
+            throw usage_error(fmt::format("--microbatches {} disagrees with --global-batch {} (which implies {})",
+                                          p.microbatches, global, implied));
+        p.microbatches = implied;
+    }
+    return p;
+}
 
 std::string run_estimate(const Request& q) {
     if (q.preset.empty() + q.model_file.empty() + q.config.empty() != 2)
@@ -137,7 +181,7 @@ std::string run_estimate(const Request& q) {
                     runs.push_back(estimate(arch, {s, b, mode, q.recipe,
                                                    q.activations == "architecture" ? ActivationModel::architecture
                                                                                    : ActivationModel::korthikanti,
-                                                   attention}));
+                                                   attention, parse_parallel(q, b)}));
 
     const Format format = parse_format(q.format);
     const View view{q.units == "gib" ? Unit::gib : Unit::gb, q.timeline};
@@ -194,6 +238,7 @@ const char* const examples = R"(Examples:
   memcalc --model-file my-model.json --seq 2048 --micro-batch 4 --units gib
   memcalc --config Llama-2-7b-hf/config.json --seq 4096 --recompute full
   memcalc --preset llama-3-8b --seq 8192 --activations architecture --attention flash --per-layer
+  memcalc --preset llama-2-70b --seq 4096 --tp 8 --sp --pp 4 --dp 2 --zero 1 --global-batch 128 --recompute selective
   memcalc presets
   memcalc recipes
 
@@ -237,6 +282,26 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"gb", "gib"}, CLI::ignore_case))
         ->transform(CLI::detail::to_lower);
     app.add_option("--format", q.format, "table (default), json or csv")->check(CLI::IsMember(formats));
+    const char* parallel_group = "Parallelism (per-device memory)";
+    app.add_option("--dp", q.dp, "Data-parallel replicas (default 1)")->group(parallel_group);
+    app.add_option("--zero", q.zero,
+                   "ZeRO stage: 0 none, 1 optimiser state, 2 + gradients, 3 + weights (FSDP full sharding)")
+        ->group(parallel_group);
+    app.add_option("--shard-group", q.shard_group, "Hybrid sharding: shard within groups of this many dp ranks")
+        ->group(parallel_group);
+    app.add_option("--tp", q.tp, "Tensor-parallel ranks (Megatron-LM column/row splits)")->group(parallel_group);
+    app.add_flag("--sp", q.sp, "Sequence parallelism with --tp: norms, dropout and linear inputs split too")
+        ->group(parallel_group);
+    app.add_option("--pp", q.pp, "Pipeline stages (1F1B schedule)")->group(parallel_group);
+    app.add_option("--vpp", q.vpp, "Virtual stages per pipeline rank (interleaved 1F1B)")->group(parallel_group);
+    app.add_option("--cp", q.cp, "Context-parallel ranks: the sequence split across them")->group(parallel_group);
+    app.add_option("--ep", q.ep, "Expert-parallel ranks for mixture-of-experts models (divides --dp)")
+        ->group(parallel_group);
+    app.add_option("--microbatches", q.microbatches,
+                   "Micro-batches per step (gradient accumulation; default: --pp, which fills the pipeline)")
+        ->group(parallel_group);
+    app.add_option("--global-batch", q.global_batch, "Sequences per step: sets --microbatches = G / (micro-batch x dp)")
+        ->group(parallel_group);
     app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
     app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");
 

@@ -24,11 +24,12 @@ struct Category {
     const char* label;
     Count Breakdown::*member;
 };
-inline constexpr std::array<Category, 8> categories{{
+inline constexpr std::array<Category, 9> categories{{
     {"weights", "weights", &Breakdown::weights},
     {"master_weights", "master weights", &Breakdown::master_weights},
     {"optimizer_state", "optimizer state", &Breakdown::optimizer_state},
     {"gradients", "gradients", &Breakdown::gradients},
+    {"gathered_weights", "gathered weights (ZeRO-3)", &Breakdown::gathered_weights},
     {"kept_activations", "kept activations", &Breakdown::kept_activations},
     {"rebuilt_activations", "rebuilt activations", &Breakdown::rebuilt_activations},
     {"logits", "logits and loss", &Breakdown::logits},

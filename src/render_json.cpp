@@ -107,6 +107,31 @@ json tensors_json(const std::vector<SavedTensor>& rows, Recompute mode) {
 
 }  // namespace
 
+json parallel_json(const Parallelism& p) {
+    return {{"devices", p.devices()}, {"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep},
+            {"vpp", p.vpp}, {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero},
+            {"shard_group", p.sharding()}, {"microbatches", p.steps_per_batch()}};
+}
+
+json ranks_json(const Report& r) {
+    json ranks = json::array();
+    for (const auto& k : r.ranks)
+        ranks.push_back({{"stage", k.stage},
+                         {"layers", k.layer_ids},
+                         {"holds_embedding", k.holds_embedding},
+                         {"holds_head", k.holds_head},
+                         {"in_flight", k.in_flight},
+                         {"parameters", k.parameters.value()},
+                         {"state",
+                          {{"bytes", k.state.total().value()},
+                           {"weights", k.state.weights.value()},
+                           {"gradients", k.state.gradients.value()},
+                           {"master_weights", k.state.master_weights.value()},
+                           {"optimizer_state", k.state.optimizer_state.value()}}},
+                         {"peak", {{"bytes", k.peak_step().bytes.total().value()}, {"step", k.peak_step().name()}}}});
+    return ranks;
+}
+
 json per_layer_json(const Report& r) {
     const Recompute mode = r.settings.recompute;
     json out = {{"model", activation_model_name(r.settings.activations)},
@@ -130,7 +155,7 @@ json per_layer_json(const Report& r) {
 
 json report_json(const Report& r) {
     json timeline = json::array();
-    for (const auto& step : r.timeline)
+    for (const auto& step : r.timeline())
         timeline.push_back({{"step", step.name()}, {"bytes", step.bytes.total().value()}, {"by_category", breakdown_json(step.bytes)}});
     const Step& peak = r.peak_step();
     return {{"memcalc", memcalc::version},
@@ -142,7 +167,8 @@ json report_json(const Report& r) {
               {"recompute", recompute_name(r.settings.recompute)},
               {"recipe", r.settings.recipe},
               {"activations", activation_model_name(r.settings.activations)},
-              {"attention", attention_name(r.settings.attention)}}},
+              {"attention", attention_name(r.settings.attention)},
+              {"parallel", parallel_json(r.settings.parallel)}}},
             {"parameters", parameters_json(r)},
             {"state",
              {{"bytes", r.state.total().value()},
@@ -158,7 +184,12 @@ json report_json(const Report& r) {
               {"recompute_flops", r.compute.recompute},
               {"recompute_fraction", r.compute.recompute_fraction()}}},
             {"timeline", timeline},
-            {"peak", {{"step", peak.name()}, {"bytes", peak.bytes.total().value()}, {"by_category", breakdown_json(peak.bytes)}}}};
+            {"ranks", ranks_json(r)},
+            {"peak",
+             {{"step", peak.name()},
+              {"bytes", peak.bytes.total().value()},
+              {"stage", r.busiest().stage},
+              {"by_category", breakdown_json(peak.bytes)}}}};
 }
 
 json presets_json(const std::vector<std::pair<std::string, ModelFile>>& presets) {

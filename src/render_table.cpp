@@ -83,6 +83,43 @@ std::string saved_table(const std::vector<SavedTensor>& rows, Recompute mode, bo
     return table.str();
 }
 
+std::string layers_text(const std::vector<std::uint64_t>& ids) {
+    // Contiguous runs: "1-20", or "1-5, 21-25" for an interleaved rank.
+    std::string out;
+    for (std::size_t i = 0; i < ids.size();) {
+        std::size_t j = i;
+        while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+        out += (out.empty() ? "" : ", ") + (i == j ? std::to_string(ids[i]) : fmt::format("{}-{}", ids[i], ids[j]));
+        i = j + 1;
+    }
+    return out;
+}
+
+std::string parallel_section(const Report& r, const View& view) {
+    const Parallelism& p = r.settings.parallel;
+    std::string layout = fmt::format("{} devices = dp {} x tp {} x pp {}", p.devices(), p.dp, p.tp, p.pp);
+    if (p.cp > 1) layout += fmt::format(" x cp {}", p.cp);
+    if (p.sequence_parallel) layout += ", sequence parallel";
+    if (p.ep > 1) layout += fmt::format(", experts over {} ranks", p.ep);
+    if (p.zero > 0) layout += fmt::format(", ZeRO-{} over {} ranks", p.zero, p.sharding());
+    if (p.pp > 1)
+        layout += fmt::format(", {} micro-batches per step ({})", p.steps_per_batch(),
+                              p.vpp > 1 ? fmt::format("interleaved 1F1B, {} chunks per rank", p.vpp) : "1F1B");
+    TextTable table({L, L, L, R, R, R, R, L, L});
+    table.row({"stage", "layers", "holds", "in flight", "parameters", "state", "peak", "peak step", ""});
+    for (std::size_t i = 0; i < r.ranks.size(); ++i) {
+        const RankReport& k = r.ranks[i];
+        const std::string holds = k.holds_embedding && k.holds_head ? "embedding, head"
+                                  : k.holds_embedding               ? "embedding"
+                                  : k.holds_head                    ? "head"
+                                                                    : "";
+        table.row({std::to_string(k.stage), layers_text(k.layer_ids), holds, std::to_string(k.in_flight),
+                   digits(k.parameters), amount(k.state.total(), view.unit), amount(k.peak_step().bytes.total(), view.unit),
+                   k.peak_step().name(), i == r.most_loaded ? "<- most loaded" : ""});
+    }
+    return "Parallel layout: " + layout + "\n" + table.str();
+}
+
 std::string activations_section(const Report& r, const View& view, bool why) {
     const Recompute mode = r.settings.recompute;
     const LayerActivations& layer = r.layer;
@@ -133,14 +170,15 @@ std::string compute_section(const Report& r) {
 }
 
 std::string timeline_section(const Report& r, const View& view) {
-    const std::size_t n = r.timeline.size(), layers = r.model.layers;
+    const std::vector<Step>& steps = r.timeline();
+    const std::size_t n = steps.size(), peak = r.peak();
     std::set<std::size_t> shown;
-    if (view.full_timeline) {
-        for (std::size_t i = 0; i < n; ++i) shown.insert(i);
-    } else {
-        // First and last of each phase, and the peak wherever it is.
-        shown = {0, layers - 1, layers, layers + 1, 2 * layers, n - 1, r.peak};
-        if (layers >= 2) shown.insert(layers + 2);
+    for (std::size_t i = 0; i < n; ++i) {
+        // Compact: the first two and the last step of each phase, and the peak wherever it is.
+        const bool starts = i == 0 || steps[i - 1].phase != steps[i].phase;
+        const bool second = i >= 1 && (i == 1 || steps[i - 2].phase != steps[i].phase) && steps[i - 1].phase == steps[i].phase;
+        const bool ends = i + 1 == n || steps[i + 1].phase != steps[i].phase;
+        if (view.full_timeline || starts || second || ends || i == peak) shown.insert(i);
     }
     const Scale scale = scale_for(r.peak_step().bytes.total(), view.unit);
     TextTable table({Align::left, R, R, R, R, R, R, R, Align::left});
@@ -151,15 +189,16 @@ std::string timeline_section(const Report& r, const View& view) {
         if (!first && i != previous + 1) table.row({"...", "", "", "", "", "", "", "", ""});
         first = false;
         previous = i;
-        const Step& s = r.timeline[i];
-        const Breakdown& b = s.bytes;
-        table.row({s.name(), scaled(b.total(), scale), scaled(b.weights + b.master_weights + b.optimizer_state, scale),
+        const Breakdown& b = steps[i].bytes;
+        table.row({steps[i].name(), scaled(b.total(), scale),
+                   scaled(b.weights + b.master_weights + b.optimizer_state + b.gathered_weights, scale),
                    scaled(b.gradients, scale), scaled(b.kept_activations, scale), scaled(b.rebuilt_activations, scale),
-                   scaled(b.logits, scale), scaled(b.activation_gradient, scale), i == r.peak ? "<- peak" : ""});
+                   scaled(b.logits, scale), scaled(b.activation_gradient, scale), i == peak ? "<- peak" : ""});
     }
+    const std::string which = r.ranks.size() > 1 ? fmt::format(" of pipeline stage {}", r.busiest().stage) : "";
     const std::string title = view.full_timeline
-                                  ? fmt::format("Timeline: all {} steps, {}\n", n, scale.name)
-                                  : fmt::format("Timeline ({}; --timeline shows all {} steps)\n", scale.name, n);
+                                  ? fmt::format("Timeline{}: all {} steps, {}\n", which, n, scale.name)
+                                  : fmt::format("Timeline{} ({}; --timeline shows all {} steps)\n", which, scale.name, n);
     return title + table.str();
 }
 
@@ -170,7 +209,9 @@ std::string peak_section(const Report& r, const View& view) {
         const Count bytes = peak.bytes.*c.member;
         if (bytes.value() > 0) table.row({c.label, digits(bytes) + " B", amount(bytes, view.unit)});
     }
-    return fmt::format("Peak: {} at {} ({} B)\n", amount(peak.bytes.total(), view.unit), peak.name(),
+    const std::string where = r.ranks.size() > 1 ? fmt::format(" of pipeline stage {}", r.busiest().stage) : "";
+    const std::string per = r.settings.parallel.any() ? " per device" : "";
+    return fmt::format("Peak{}: {} at {}{} ({} B)\n", per, amount(peak.bytes.total(), view.unit), peak.name(), where,
                        digits(peak.bytes.total())) +
            table.str();
 }
@@ -179,7 +220,7 @@ std::string peak_section(const Report& r, const View& view) {
 
 std::string report_table(const Report& r, const View& view) {
     return header(r) + "\n" + parameters_section(r) + "\n" + state_section(r, view) + "\n" +
-           activations_section(r, view, false) + "\n" + compute_section(r) + "\n" + timeline_section(r, view) + "\n" +
+           (r.settings.parallel.any() ? parallel_section(r, view) + "\n" : "") + activations_section(r, view, false) + "\n" + compute_section(r) + "\n" + timeline_section(r, view) + "\n" +
            peak_section(r, view);
 }
 

@@ -8,14 +8,16 @@ using namespace memcalc;
 namespace {
 Report run(const Architecture& m, std::uint64_t seq, std::uint64_t batch, Recompute mode,
            const std::string& recipe = "mixed-adam") {
-    return estimate(m, Settings{seq, batch, mode, recipe});
+    Settings settings;
+    settings.seq = seq, settings.micro_batch = batch, settings.recompute = mode, settings.recipe = recipe;
+    return estimate(m, settings);
 }
 std::uint64_t peak_bytes(const Report& r) { return r.peak_step().bytes.total().value(); }
 const Step& step_named(const Report& r, const std::string& name) {
-    for (const auto& s : r.timeline)
+    for (const auto& s : r.timeline())
         if (s.name() == name) return s;
     FAIL("no step " << name);
-    return r.timeline.front();
+    return r.timeline().front();
 }
 }  // namespace
 
@@ -69,8 +71,8 @@ TEST_CASE("the peak is the largest step of the timeline for every preset-like sh
     const std::uint64_t seq = GENERATE(128, 1024);
     const Recompute mode = GENERATE(Recompute::none, Recompute::selective, Recompute::full);
     const Report r = run(m, seq, 2, mode);
-    for (const auto& s : r.timeline) CHECK(s.bytes.total() <= r.peak_step().bytes.total());
-    CHECK(r.timeline.size() == 2 * m.layers + 2);
+    for (const auto& s : r.timeline()) CHECK(s.bytes.total() <= r.peak_step().bytes.total());
+    CHECK(r.timeline().size() == 2 * m.layers + 2);
     CHECK(step_named(r, "optimizer").bytes.gradients == r.state.gradients);
 }
 

@@ -50,6 +50,14 @@ inline const char* keep_name(Keep k) {
     return "?";
 }
 
+/// How a saved tensor divides across a tensor-parallel group (Korthikanti et al. 2022, Table 2).
+enum class ActivationSplit {
+    tensor,      ///< inside a tensor-parallel region (per head, per MLP column, per vocabulary slice): / tp
+    sequence,    ///< on the residual stream (norms, dropout, the linear layers' inputs): / tp with sequence parallelism
+    replicated,  ///< the same on every tensor-parallel rank (token ids, rotary tables)
+    vocab,       ///< vocabulary-parallel logits: ceil(V / tp) of the V columns
+};
+
 /// One tensor saved for backward: `copies` tensors of `symbol` elements each.
 struct SavedTensor {
     std::string op;        ///< the op that saves it
@@ -61,6 +69,7 @@ struct SavedTensor {
     Keep keep;
     Count elements;
     Count bytes;
+    ActivationSplit split = ActivationSplit::tensor;
 
     bool kept(Recompute mode) const {
         switch (mode) {
@@ -109,28 +118,31 @@ inline LayerActivations korthikanti_layer(const Architecture& m, std::uint64_t s
     const Count sbh = Count(seq) * micro_batch * m.hidden;
     const Count as2b = Count(m.heads) * seq * seq * micro_batch;
     LayerActivations layer;
+    // `split`: tensor-parallel rows hold 24 sbh / t + 5 as^2b / t of the total; the other 10 sbh sit
+    // on the residual stream, replicated unless sequence parallelism splits them.
     auto row = [&](const char* op, const char* tensor, const char* why, bool scores, std::uint64_t copies,
-                   std::uint64_t bytes) {
+                   std::uint64_t bytes, ActivationSplit split) {
         const Count elements = Count(copies) * (scores ? as2b : sbh);
         layer.rows.push_back({op, tensor, why, scores ? "as^2b" : "sbh", copies, bytes,
-                              scores ? Keep::not_selective : Keep::always, elements, elements * bytes});
+                              scores ? Keep::not_selective : Keep::always, elements, elements * bytes, split});
     };
+    constexpr auto T = ActivationSplit::tensor, S = ActivationSplit::sequence;
     // clang-format off
-    //  op                            tensor kept              why backward needs it                                   s x s  copies  bytes
-    row("attention LayerNorm",        "its input",             "normalisation's gradient needs the input (mean, var)",  false, 1, d);
-    row("QKV projection",             "its input",             "weight gradient = input^T x output gradient",           false, 1, d);
-    row("Q K^T",                      "Q and K",               "each is the other's factor in the gradient",            false, 2, d);
-    row("softmax",                    "its output",            "softmax's gradient is written in its output",           true,  1, d);
-    row("attention dropout",          "mask",                  "which scores were zeroed",                              true,  1, dtype::mask);
-    row("attention over V",           "dropout output",        "gradient w.r.t. V needs the attention weights",         true,  1, d);
-    row("attention over V",           "V",                     "gradient w.r.t. the weights needs V",                   false, 1, d);
-    row("output projection",          "its input",             "weight gradient = input^T x output gradient",           false, 1, d);
-    row("attention residual dropout", "mask",                  "which elements were zeroed",                            false, 1, dtype::mask);
-    row("MLP LayerNorm",              "its input",             "normalisation's gradient needs the input (mean, var)",  false, 1, d);
-    row("MLP up projection",          "its input",             "weight gradient = input^T x output gradient",           false, 1, d);
-    row("GELU",                       "its input (4h wide)",   "GELU's derivative is evaluated at its input",           false, 4, d);
-    row("MLP down projection",        "its input (4h wide)",   "weight gradient = input^T x output gradient",           false, 4, d);
-    row("MLP residual dropout",       "mask",                  "which elements were zeroed",                            false, 1, dtype::mask);
+    //  op                            tensor kept              why backward needs it                                   s x s  copies  bytes  split
+    row("attention LayerNorm",        "its input",             "normalisation's gradient needs the input (mean, var)",  false, 1, d, S);
+    row("QKV projection",             "its input",             "weight gradient = input^T x output gradient",           false, 1, d, S);
+    row("Q K^T",                      "Q and K",               "each is the other's factor in the gradient",            false, 2, d, T);
+    row("softmax",                    "its output",            "softmax's gradient is written in its output",           true,  1, d, T);
+    row("attention dropout",          "mask",                  "which scores were zeroed",                              true,  1, dtype::mask, T);
+    row("attention over V",           "dropout output",        "gradient w.r.t. V needs the attention weights",         true,  1, d, T);
+    row("attention over V",           "V",                     "gradient w.r.t. the weights needs V",                   false, 1, d, T);
+    row("output projection",          "its input",             "weight gradient = input^T x output gradient",           false, 1, d, T);
+    row("attention residual dropout", "mask",                  "which elements were zeroed",                            false, 1, dtype::mask, S);
+    row("MLP LayerNorm",              "its input",             "normalisation's gradient needs the input (mean, var)",  false, 1, d, S);
+    row("MLP up projection",          "its input",             "weight gradient = input^T x output gradient",           false, 1, d, S);
+    row("GELU",                       "its input (4h wide)",   "GELU's derivative is evaluated at its input",           false, 4, d, T);
+    row("MLP down projection",        "its input (4h wide)",   "weight gradient = input^T x output gradient",           false, 4, d, T);
+    row("MLP residual dropout",       "mask",                  "which elements were zeroed",                            false, 1, dtype::mask, S);
     // clang-format on
     layer.input_bytes = sbh * d;
     return layer;

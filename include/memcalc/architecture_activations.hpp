@@ -22,11 +22,25 @@ class TableBuilder {
 public:
     explicit TableBuilder(std::vector<SavedTensor>& rows) : rows_(rows) {}
 
+    /// The symbol says how the row divides across tensor-parallel ranks: the residual stream's
+    /// shapes (sbh, per-token values) only with sequence parallelism, head, MLP-column and s x s
+    /// shapes always, logits by vocabulary slice.
     void add(std::string op, std::string tensor, std::string why, std::string symbol, Count per_copy,
              std::uint64_t bytes_per_element, Keep keep = Keep::always, std::uint64_t copies = 1) {
         const Count elements = per_copy * copies;
+        const bool stream = symbol == "sbh" || symbol == "sb" || symbol == "sbk" || symbol == "sbE" || symbol == "sbk(h)";
+        const ActivationSplit split = symbol == "sbV" ? ActivationSplit::vocab
+                                      : symbol == "sd" ? ActivationSplit::replicated
+                                      : stream         ? ActivationSplit::sequence
+                                                       : ActivationSplit::tensor;  // sb(ad), sb(kd), sbf, as^2b, asb, sbk(f)
         rows_.push_back({std::move(op), std::move(tensor), std::move(why), std::move(symbol), copies, bytes_per_element,
-                         keep, elements, elements * bytes_per_element});
+                         keep, elements, elements * bytes_per_element, split});
+    }
+    /// A row every tensor-parallel rank keeps whole (token ids, targets).
+    void add_replicated(std::string op, std::string tensor, std::string why, std::string symbol, Count elements,
+                        std::uint64_t bytes_per_element) {
+        add(std::move(op), std::move(tensor), std::move(why), std::move(symbol), elements, bytes_per_element);
+        rows_.back().split = ActivationSplit::replicated;
     }
 
 private:
@@ -230,7 +244,8 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
     const detail::Sizes z(m, seq, micro_batch, d);
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
-    t.add("token embedding", "the token ids (int64)", "the gradient is scattered into their rows", "sb", z.tokens, 8);
+    t.add_replicated("token embedding", "the token ids (int64)", "the gradient is scattered into their rows", "sb",
+                     z.tokens, 8);
     if (m.position == Position::rotary)
         t.add("rotary embedding", "cos and sin tables, shared by every layer", "q and k were multiplied by them", "sd",
               Count(seq) * m.head_size(), d, Keep::always, 2);
@@ -251,7 +266,8 @@ inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t 
     t.add("output head", "its input", "weight gradient = input^T x output gradient", "sbh", z.sbh, d);
     t.add("loss (log-softmax)", "log-probabilities, fp32", "log-softmax's gradient is written in its output", "sbV",
           z.tokens * m.vocab, dtype::fp32);
-    t.add("loss (NLL)", "the target ids (int64)", "which log-probability each token's loss picked", "sb", z.tokens, 8);
+    t.add_replicated("loss (NLL)", "the target ids (int64)", "which log-probability each token's loss picked", "sb",
+                     z.tokens, 8);
     return rows;
 }
 

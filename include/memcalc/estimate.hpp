@@ -9,6 +9,7 @@
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/flops.hpp"
 #include "memcalc/model.hpp"
+#include "memcalc/parallel.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
 #include "memcalc/timeline.hpp"
@@ -18,11 +19,27 @@ namespace memcalc {
 
 struct Settings {
     std::uint64_t seq = 0;          ///< s, tokens per sequence
-    std::uint64_t micro_batch = 1;  ///< b, sequences per step on one device
+    std::uint64_t micro_batch = 1;  ///< b, sequences per micro-batch on one device
     Recompute recompute = Recompute::none;
     std::string recipe{default_recipe};
     ActivationModel activations = ActivationModel::korthikanti;
     Attention attention = Attention::eager;
+    Parallelism parallel;           ///< every degree 1: one device
+};
+
+/// One kind of device: every rank of one pipeline stage holds the same (tensor, data, context and
+/// expert parallel ranks are alike).
+struct RankReport {
+    std::uint64_t stage = 0;                 ///< pipeline stage, 0 first
+    std::vector<std::uint64_t> layer_ids;    ///< its layers, in forward order
+    bool holds_embedding = false, holds_head = false;
+    std::uint64_t in_flight = 1;             ///< micro-batches (interleaved: model chunks) whose activations it holds
+    Count parameters;                        ///< on this rank: after tensor, expert and pipeline splits
+    TrainingState state;                     ///< after ZeRO sharding
+    std::vector<Step> timeline;
+    std::size_t peak = 0;
+
+    const Step& peak_step() const { return timeline[peak]; }
 };
 
 struct Report {
@@ -31,18 +48,87 @@ struct Report {
     Recipe recipe;
     ParameterTable parameters;
     Count parameter_count;
-    TrainingState state;
-    LayerActivations layer;       ///< one layer's saved tensors at this s and b
+    TrainingState state;                  ///< the whole model's, unsharded
+    LayerActivations layer;               ///< one layer's saved tensors on one rank, this s and b
     std::vector<SavedTensor> input_side;  ///< what the embedding side saves (architecture model only)
     std::vector<SavedTensor> head;        ///< what the head and the loss save (architecture model only)
-    Count activations;            ///< all layers, no recomputation
-    Count kept_activations;       ///< all layers, under the chosen recomputation
+    Count activations;                    ///< all L layers of one micro-batch, no recomputation
+    Count kept_activations;               ///< the same, under the chosen recomputation
     ComputeCost compute;
-    std::vector<Step> timeline;
-    std::size_t peak = 0;         ///< index into timeline
+    std::vector<RankReport> ranks;        ///< one per pipeline stage
+    std::size_t most_loaded = 0;          ///< the rank with the highest peak (the earliest stage on a tie)
 
-    const Step& peak_step() const { return timeline[peak]; }
+    const RankReport& busiest() const { return ranks[most_loaded]; }
+    const std::vector<Step>& timeline() const { return busiest().timeline; }
+    std::size_t peak() const { return busiest().peak; }
+    const Step& peak_step() const { return busiest().peak_step(); }
 };
+
+namespace detail {
+
+/// One pipeline stage's device: its parameters, sharded state and timeline.
+inline RankReport rank_report(const Report& r, std::uint64_t stage) {
+    const Architecture& m = r.model;
+    const Parallelism& p = r.settings.parallel;
+    const Recipe& recipe = r.recipe;
+    const std::uint64_t s = r.settings.seq, b = r.settings.micro_batch, d = recipe.activation_bytes;
+    const std::uint64_t shards = p.sharding();
+    const bool first = stage == 0, last = stage + 1 == p.pp;
+
+    RankReport rank;
+    rank.stage = stage;
+    rank.layer_ids = stage_layers(p, m.layers, stage);
+    rank.holds_embedding = first;
+    rank.holds_head = last;
+    rank.in_flight = in_flight(p, stage);
+    const StageParameters params = stage_parameters(r.parameters, m, p, stage);
+    rank.parameters = params.total();
+
+    rank.state = sharded_state(rank.parameters, recipe, p.zero, shards);
+    const auto shard_gradients = [&](Count n) { return p.zero >= 2 ? ceil_div(n, shards) : n; };
+
+    TimelineInputs in;
+    in.layers = rank.layer_ids;
+    in.loss = last;
+    in.weights = rank.state.weights;
+    in.master_weights = rank.state.master_weights;
+    in.optimizer_state = rank.state.optimizer_state;
+    in.layer_kept = r.layer.kept(r.settings.recompute);
+    in.layer_rebuilt = r.layer.rebuilt(r.settings.recompute);
+
+    // A pipeline stage also holds the activations of the other micro-batches in flight: 1F1B keeps
+    // whole micro-batches, the interleaved schedule model chunks of L / (P V) layers.
+    const std::uint64_t chunk = m.layers / (p.pp * p.vpp);
+    const std::uint64_t held = rank.in_flight * (p.vpp == 1 ? rank.layer_ids.size() : chunk);
+    in.other_microbatches = Count(held > rank.layer_ids.size() ? held - rank.layer_ids.size() : 0) * in.layer_kept;
+    const std::uint64_t batches_held = p.vpp == 1 ? rank.in_flight : (rank.in_flight + p.vpp - 1) / p.vpp;
+    if (first) in.input_side_kept = Count(batches_held) * saved_bytes(r.input_side);
+
+    if (p.zero >= 3)  // each layer's full weights are gathered before its forward and its backward step
+        in.gathered_weights = Count(std::min<std::uint64_t>(p.gathered_layers, params.layers)) * params.per_layer *
+                              recipe.weight_bytes;
+    const Count g = recipe.gradient_bytes;
+    in.head_gradients = shard_gradients(params.head) * g;
+    in.layer_gradients = shard_gradients(params.per_layer) * g;
+    in.input_gradients = shard_gradients(params.input) * g;
+    if (p.zero >= 2) in.layer_gradient_bucket = params.per_layer * g;  // until its reduce-scatter
+
+    if (last) {
+        // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
+        const Count sbV = ceil_div(Count(s) * b, p.cp) * ceil_div(m.vocab, p.tp);
+        in.logits = sbV * d;
+        // The loss reads an fp32 copy of the logits (the formula's "fp32 softmax"); the architecture
+        // model adds what the head and the loss save for backward.
+        in.loss_buffers = sbV * dtype::fp32 + saved_bytes(r.head);
+        in.logits_gradient = sbV * d;
+    }
+    in.activation_gradient = rank_stream(Count(s) * b * m.hidden * d, p);
+    rank.timeline = timeline(in);
+    rank.peak = peak_index(rank.timeline);
+    return rank;
+}
+
+}  // namespace detail
 
 inline Report estimate(const Architecture& model, const Settings& settings) {
     validate(model);
@@ -53,6 +139,7 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
                     " learned positions of " + (model.name.empty() ? "the model" : model.name));
     const Recipe* recipe = find_recipe(settings.recipe);
     if (recipe == nullptr) throw error("unknown recipe '" + settings.recipe + "'");
+    validate(settings.parallel, model, settings.seq);
 
     Report r{model, settings, *recipe, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
     try {
@@ -71,36 +158,24 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
     if (formula && settings.attention == Attention::flash)
         throw error("flash attention needs the architecture activation model: Korthikanti's formula describes eager "
                     "attention");
+    const Parallelism& p = settings.parallel;
     try {
         r.layer = formula ? korthikanti_layer(model, s, b, d) : architecture_layer(model, s, b, d, settings.attention);
         if (!formula) {
             r.input_side = input_side_saved(model, s, b, d);
             r.head = head_saved(model, s, b, d);
         }
+        // Each rank keeps its share of every tensor.
+        split_rows(r.layer.rows, p, model.vocab);
+        r.layer.input_bytes = rank_stream(r.layer.input_bytes, p);
+        split_rows(r.input_side, p, model.vocab);
+        split_rows(r.head, p, model.vocab);
         r.activations = Count(model.layers) * r.layer.total();
         r.kept_activations = Count(model.layers) * r.layer.kept(settings.recompute);
 
-        const Count sbV = Count(s) * b * model.vocab;
-        const Count g = recipe->gradient_bytes;
-        TimelineInputs in;
-        in.layers = model.layers;
-        in.weights = r.state.weights;
-        in.master_weights = r.state.master_weights;
-        in.optimizer_state = r.state.optimizer_state;
-        in.layer_kept = r.layer.kept(settings.recompute);
-        in.layer_rebuilt = r.layer.rebuilt(settings.recompute);
-        in.head_gradients = r.parameters.group(Group::head) * g;
-        in.layer_gradients = r.parameters.per_layer() * g;
-        in.input_gradients = r.parameters.group(Group::input) * g;
-        in.input_side_kept = saved_bytes(r.input_side);
-        in.logits = sbV * d;
-        // The loss reads an fp32 copy of the logits (the formula's "fp32 softmax"); the architecture
-        // model adds what the head and the loss save for backward.
-        in.loss_buffers = sbV * dtype::fp32 + saved_bytes(r.head);
-        in.logits_gradient = sbV * d;
-        in.activation_gradient = Count(s) * b * model.hidden * d;
-        r.timeline = timeline(in);
-        r.peak = peak_index(r.timeline);
+        for (std::uint64_t stage = 0; stage < p.pp; ++stage) r.ranks.push_back(detail::rank_report(r, stage));
+        for (std::size_t i = 1; i < r.ranks.size(); ++i)
+            if (r.ranks[i].peak_step().bytes.total() > r.busiest().peak_step().bytes.total()) r.most_loaded = i;
     } catch (const overflow_error&) {
         throw error("seq " + std::to_string(s) + " with micro-batch " + std::to_string(b) +
                     " needs more bytes than 64 bits can count");

@@ -6,6 +6,7 @@
 #include "memcalc/estimate.hpp"
 #include "memcalc/flops.hpp"
 #include "memcalc/model.hpp"
+#include "memcalc/parallel.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
 #include "memcalc/timeline.hpp"

@@ -15,6 +15,13 @@ enum class Part { embedding, attention, mlp, router, norms, final_norm, head };
 /// own backward step, the input side (embeddings) last.
 enum class Group { input, layer, head };
 
+/// How a tensor divides across a tensor-parallel group (Megatron-LM's column and row splits).
+enum class ParamSplit {
+    replicated,  ///< norms, row-parallel biases, the router, learned positions
+    tensor,      ///< q, k, v, o and the MLP matrices: split by heads or by MLP columns
+    vocab,       ///< the embedding and the output head: ceil(V / tp) rows each
+};
+
 struct ParamRow {
     Part part;
     Group group;
@@ -22,6 +29,8 @@ struct ParamRow {
     std::string shape;                 ///< in the paper's letters: "h x a*d", "E x h x f"
     std::vector<std::uint64_t> dims;   ///< the same shape in numbers
     Count count;                       ///< product of dims; per layer for Group::layer rows
+    ParamSplit split = ParamSplit::replicated;
+    bool expert = false;               ///< one of a mixture-of-experts layer's experts: split by expert parallelism
 };
 
 struct ParameterTable {
@@ -65,58 +74,61 @@ inline ParameterTable parameter_table(const Architecture& m) {
     const std::uint64_t kv = m.key_value_heads() * m.head_size();  // k*d, the key/value width
     ParameterTable t;
     t.layers = m.layers;
-    auto add = [&t](Part part, Group group, std::string tensor, std::string shape, std::vector<std::uint64_t> dims) {
+    auto add = [&t](Part part, Group group, std::string tensor, std::string shape, std::vector<std::uint64_t> dims,
+                    ParamSplit split = ParamSplit::replicated, bool expert = false) {
         Count n = 1;
         for (auto d : dims) n *= d;
-        t.rows.push_back({part, group, std::move(tensor), std::move(shape), std::move(dims), n});
+        t.rows.push_back({part, group, std::move(tensor), std::move(shape), std::move(dims), n, split, expert});
     };
+    constexpr auto split = ParamSplit::tensor;
     auto add_norm = [&](Part part, Group group, const std::string& name) {
         add(part, group, name + ".weight", "h", {h});
         if (m.norm == Norm::layernorm) add(part, group, name + ".bias", "h", {h});
     };
 
     // The input side. A tied head's gradient appears with the head, so the shared matrix joins that group.
-    add(Part::embedding, m.tied_embeddings ? Group::head : Group::input, "token_embedding", "V x h", {V, h});
+    add(Part::embedding, m.tied_embeddings ? Group::head : Group::input, "token_embedding", "V x h", {V, h},
+        ParamSplit::vocab);
     if (m.position == Position::learned)
         add(Part::embedding, Group::input, "position_embedding", "P x h", {m.learned_positions(), h});
     if (m.embedding_norm) add_norm(Part::embedding, Group::input, "embedding_norm");
 
     // One layer: attention (a query heads, k key/value heads of width d).
     add_norm(Part::norms, Group::layer, m.norms_per_layer == 1 ? "layer_norm" : "attention_norm");
-    add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q});
-    add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv});
-    add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv});
+    add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q}, split);
+    add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv}, split);
+    add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv}, split);
     if (m.bias != Bias::none) {
-        add(Part::attention, Group::layer, "q_proj.bias", "a*d", {q});
-        add(Part::attention, Group::layer, "k_proj.bias", "k*d", {kv});
-        add(Part::attention, Group::layer, "v_proj.bias", "k*d", {kv});
+        add(Part::attention, Group::layer, "q_proj.bias", "a*d", {q}, split);
+        add(Part::attention, Group::layer, "k_proj.bias", "k*d", {kv}, split);
+        add(Part::attention, Group::layer, "v_proj.bias", "k*d", {kv}, split);
     }
-    add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h});
+    add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
     if (m.bias == Bias::attention || m.bias == Bias::all) add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
     if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, "post_attention_norm");
 
     // One layer: the feed-forward block, once per expert for mixture-of-experts layers.
     if (m.norms_per_layer >= 2) add_norm(Part::norms, Group::layer, "mlp_norm");
     const bool moe = m.is_moe();
-    auto mlp = [&](const std::string& name, const std::string& shape, std::vector<std::uint64_t> dims) {
+    auto mlp = [&](const std::string& name, const std::string& shape, std::vector<std::uint64_t> dims, ParamSplit s) {
         if (moe) dims.insert(dims.begin(), E);
-        add(Part::mlp, Group::layer, name, moe ? "E x " + shape : shape, std::move(dims));
+        add(Part::mlp, Group::layer, name, moe ? "E x " + shape : shape, std::move(dims), s, moe);
     };
     if (moe) add(Part::router, Group::layer, "router", "h x E", {h, E});
-    if (m.mlp == Mlp::gated) mlp("gate_proj", "h x f", {h, f});
-    mlp("up_proj", "h x f", {h, f});
-    mlp("down_proj", "f x h", {f, h});
+    if (m.mlp == Mlp::gated) mlp("gate_proj", "h x f", {h, f}, split);
+    mlp("up_proj", "h x f", {h, f}, split);
+    mlp("down_proj", "f x h", {f, h}, split);
     if (m.bias == Bias::all) {
-        if (m.mlp == Mlp::gated) mlp("gate_proj.bias", "f", {f});
-        mlp("up_proj.bias", "f", {f});
-        mlp("down_proj.bias", "h", {h});
+        if (m.mlp == Mlp::gated) mlp("gate_proj.bias", "f", {f}, split);
+        mlp("up_proj.bias", "f", {f}, split);
+        mlp("down_proj.bias", "h", {h}, ParamSplit::replicated);  // a row-parallel layer adds its bias once
     }
     if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, "post_mlp_norm");
 
     // The head side.
     add_norm(Part::final_norm, Group::head, "final_norm");
-    if (!m.tied_embeddings) add(Part::head, Group::head, "lm_head", "h x V", {h, V});
-    if (m.head_bias) add(Part::head, Group::head, "lm_head.bias", "V", {V});
+    if (!m.tied_embeddings) add(Part::head, Group::head, "lm_head", "h x V", {h, V}, ParamSplit::vocab);
+    if (m.head_bias) add(Part::head, Group::head, "lm_head.bias", "V", {V}, ParamSplit::vocab);
     return t;
 }
 

@@ -1,0 +1,167 @@
+#pragma once
+/// How one training step is spread over devices: data parallelism with ZeRO/FSDP sharding, tensor
+/// (and sequence), pipeline, context and expert parallelism, and the micro-batches of a step.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcalc/activations.hpp"
+#include "memcalc/error.hpp"
+#include "memcalc/model.hpp"
+#include "memcalc/params.hpp"
+#include "memcalc/recipe.hpp"
+#include "memcalc/units.hpp"
+
+namespace memcalc {
+
+struct Parallelism {
+    std::uint64_t dp = 1;            ///< data-parallel replicas
+    std::uint64_t tp = 1;            ///< tensor-parallel ranks (Megatron-style column/row splits)
+    std::uint64_t pp = 1;            ///< pipeline stages
+    std::uint64_t cp = 1;            ///< context-parallel ranks: the sequence split across them
+    std::uint64_t ep = 1;            ///< expert-parallel ranks (within the data-parallel group)
+    std::uint64_t vpp = 1;           ///< virtual stages per pipeline rank (interleaved 1F1B when > 1)
+    bool sequence_parallel = false;  ///< with tp > 1: norms, dropout and the linear layers' inputs split too
+    unsigned zero = 0;               ///< ZeRO stage: 1 shards optimiser state, 2 also gradients, 3 also weights
+    std::uint64_t shard_group = 0;   ///< ranks that share one copy of the sharded state; 0 means all dp ranks
+    std::uint64_t microbatches = 0;  ///< micro-batches per step (gradient accumulation); 0 means pp
+    std::uint64_t gathered_layers = 2;  ///< ZeRO-3: layers whose full weights are gathered at once (prefetch)
+
+    std::uint64_t devices() const { return dp * tp * pp * cp; }
+    std::uint64_t sharding() const { return zero == 0 ? 1 : (shard_group == 0 ? dp : shard_group); }
+    std::uint64_t steps_per_batch() const { return microbatches == 0 ? pp : microbatches; }
+    bool any() const { return devices() > 1 || zero > 0 || vpp > 1; }
+};
+
+/// Ceiling division, for flat buffers padded to a multiple of their shard count.
+inline Count ceil_div(Count n, std::uint64_t by) { return Count(n.value() / by + (n.value() % by != 0)); }
+
+namespace detail {
+inline void require_divides(const char* what, std::uint64_t d, const char* of, std::uint64_t n) {
+    if (d == 0 || n % d != 0)
+        throw error(std::string(what) + " (" + std::to_string(d) + ") must divide " + of + " (" + std::to_string(n) + ")");
+}
+}  // namespace detail
+
+/// Throws memcalc::error naming the degree that does not fit the model or the sequence.
+inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t seq) {
+    for (auto [name, v] : {std::pair{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep}, {"vpp", p.vpp}})
+        detail::require_positive(name, v);
+    if (p.zero > 3) throw error("zero must be 0, 1, 2 or 3 (got " + std::to_string(p.zero) + ")");
+    if (p.shard_group != 0) {
+        if (p.zero == 0) throw error("shard_group needs a ZeRO stage (zero 1, 2 or 3)");
+        detail::require_divides("shard_group", p.shard_group, "dp", p.dp);
+    }
+    detail::require_divides("tp", p.tp, "heads", m.heads);
+    detail::require_divides("tp", p.tp, "kv_heads", m.key_value_heads());
+    detail::require_divides("tp", p.tp, "ffn", m.ffn);
+    detail::require_divides("pp x vpp", p.pp * p.vpp, "layers", m.layers);
+    if (p.vpp > 1 && p.pp == 1) throw error("vpp (" + std::to_string(p.vpp) + ") needs pp > 1");
+    const std::uint64_t sequence_split = p.cp * (p.sequence_parallel ? p.tp : 1);
+    detail::require_divides(p.sequence_parallel ? "cp x tp (sequence parallel)" : "cp", sequence_split, "seq", seq);
+    if (p.ep > 1) {
+        if (!m.is_moe()) throw error("ep (" + std::to_string(p.ep) + ") needs a mixture-of-experts model");
+        detail::require_divides("ep", p.ep, "experts", m.experts);
+        detail::require_divides("ep", p.ep, "dp", p.dp);
+    }
+    if (p.gathered_layers == 0) throw error("gathered_layers must be a positive integer (got 0)");
+}
+
+/// Micro-batches (interleaved: model chunks) whose activations pipeline stage `stage` holds at its
+/// peak. 1F1B (Narayanan et al. 2021): min(P - k, M). Interleaved, with V chunks per rank,
+/// Megatron-LM's warm-up: 2 (P - k - 1) + (V - 1) P forward chunks, plus the one in steady state.
+inline std::uint64_t in_flight(const Parallelism& p, std::uint64_t stage) {
+    const std::uint64_t P = p.pp, M = p.steps_per_batch();
+    if (p.vpp == 1) return std::min(P - stage, M);
+    return std::min(2 * (P - stage - 1) + (p.vpp - 1) * P + 1, M * p.vpp);
+}
+
+/// The global indices (1..L) of the layers pipeline stage `stage` holds, in forward order.
+inline std::vector<std::uint64_t> stage_layers(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
+    const std::uint64_t chunk = layers / (p.pp * p.vpp);
+    std::vector<std::uint64_t> ids;
+    for (std::uint64_t c = 0; c < p.vpp; ++c)
+        for (std::uint64_t i = 0; i < chunk; ++i) ids.push_back((c * p.pp + stage) * chunk + i + 1);
+    return ids;
+}
+
+/// ZeRO (Rajbhandari et al. 2020, section 5 and Figure 1): stage 1 shards the master copy and the
+/// optimiser state over `shards` ranks, stage 2 also the gradients, stage 3 also the weights. Flat
+/// buffers are padded to a multiple of the shard count.
+inline TrainingState sharded_state(Count parameters, const Recipe& r, unsigned zero, std::uint64_t shards) {
+    const auto part = [&](unsigned from_stage) { return zero >= from_stage ? ceil_div(parameters, shards) : parameters; };
+    return {part(3) * r.weight_bytes, part(2) * r.gradient_bytes, part(1) * r.master_bytes,
+            part(1) * r.optimizer_bytes};
+}
+
+/// One parameter row's count on one rank: tensor-parallel splits, padded vocabulary slices, experts.
+inline Count rank_count(const ParamRow& r, const Parallelism& p, std::uint64_t vocab) {
+    Count n = r.count;
+    switch (r.split) {
+        case ParamSplit::replicated: break;
+        case ParamSplit::tensor: n = ceil_div(n, p.tp); break;
+        case ParamSplit::vocab: n = Count(n.value() / vocab) * ceil_div(vocab, p.tp); break;  // V padded to a multiple of tp
+    }
+    return r.expert ? ceil_div(n, p.ep) : n;
+}
+
+/// The parameters one rank of pipeline stage `stage` holds, by when their gradients appear.
+struct StageParameters {
+    Count input;      ///< the first stage's embeddings
+    Count per_layer;  ///< each of its layers
+    Count head;       ///< the last stage's final norm and output head
+    std::uint64_t layers = 0;
+    Count total() const { return input + Count(layers) * per_layer + head; }
+};
+
+inline StageParameters stage_parameters(const ParameterTable& t, const Architecture& m, const Parallelism& p,
+                                        std::uint64_t stage) {
+    StageParameters s;
+    s.layers = m.layers / p.pp;
+    const bool first = stage == 0, last = stage + 1 == p.pp;
+    for (const auto& r : t.rows) {
+        const Count n = rank_count(r, p, m.vocab);
+        switch (r.group) {
+            case Group::layer: s.per_layer += n; break;
+            case Group::input:
+                if (first) s.input += n;
+                break;
+            case Group::head:
+                if (last) s.head += n;
+                // A tied embedding is also the head's matrix: across stages the first keeps its own copy.
+                if (first && !last && r.part == Part::embedding) s.input += n;
+                break;
+        }
+    }
+    return s;
+}
+
+/// One rank's share of a saved tensor: tensor parallelism splits heads, MLP columns and the
+/// vocabulary; sequence parallelism also the residual stream; context parallelism every token.
+inline Count rank_elements(const SavedTensor& r, const Parallelism& p, std::uint64_t vocab) {
+    Count n = r.elements;
+    switch (r.split) {
+        case ActivationSplit::tensor: n = ceil_div(n, p.tp); break;
+        case ActivationSplit::sequence:
+            if (p.sequence_parallel) n = ceil_div(n, p.tp);
+            break;
+        case ActivationSplit::vocab: n = Count(n.value() / vocab) * ceil_div(vocab, p.tp); break;
+        case ActivationSplit::replicated: break;
+    }
+    return ceil_div(n, p.cp);
+}
+
+inline void split_rows(std::vector<SavedTensor>& rows, const Parallelism& p, std::uint64_t vocab) {
+    for (auto& r : rows) {
+        r.elements = rank_elements(r, p, vocab);
+        r.bytes = r.elements * r.bytes_per_element;
+    }
+}
+
+/// The residual stream on one rank (a layer's input, the gradient flowing between layers).
+inline Count rank_stream(Count bytes, const Parallelism& p) {
+    return ceil_div(p.sequence_parallel ? ceil_div(bytes, p.tp) : bytes, p.cp);
+}
+
+}  // namespace memcalc
