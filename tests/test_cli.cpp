@@ -164,6 +164,29 @@ TEST_CASE("the architecture-aware model through the program", "[cli][architectur
     CHECK_THAT(table.out, Catch::Contains("Head and loss"));
 }
 
+TEST_CASE("a parallel layout through the program: every stage and the most loaded", "[cli][parallel]") {
+    const auto run = memcalc("--preset llama-2-70b --seq 4096 --tp 8 --sp --pp 4 --dp 2 --zero 1 --global-batch 128 "
+                             "--recompute selective --format json");
+    REQUIRE(run.status == 0);
+    const json j = json::parse(run.out);
+    CHECK(j["settings"]["parallel"]["devices"] == 64);
+    CHECK(j["settings"]["parallel"]["microbatches"] == 64);  // 128 / (1 x 2)
+    REQUIRE(j["ranks"].size() == 4);
+    CHECK(j["ranks"][0]["holds_embedding"] == true);
+    CHECK(j["ranks"][3]["holds_head"] == true);
+    CHECK(j["ranks"][0]["in_flight"] == 4);
+    std::uint64_t highest = 0;
+    for (const auto& rank : j["ranks"]) highest = std::max(highest, rank["peak"]["bytes"].get<std::uint64_t>());
+    CHECK(j["peak"]["bytes"].get<std::uint64_t>() == highest);
+    CHECK(j["peak"]["stage"] == 0);
+
+    const auto table = memcalc("--preset llama-2-70b --seq 4096 --tp 8 --pp 4 --dp 2 --zero 1 --global-batch 128");
+    REQUIRE(table.status == 0);
+    CHECK_THAT(table.out, Catch::Contains("Parallel layout: 64 devices = dp 2 x tp 8 x pp 4, ZeRO-1 over 2 ranks"));
+    CHECK_THAT(table.out, Catch::Contains("<- most loaded"));
+    CHECK_THAT(table.out, Catch::Contains("Peak per device:"));
+}
+
 TEST_CASE("a HuggingFace config.json through the program", "[cli]") {
     const auto run = memcalc(std::string("--config ") + MEMCALC_SOURCE_DIR + "/tests/configs/gemma-2-9b-it.json --seq 8 --format csv");
     REQUIRE(run.status == 0);
@@ -201,6 +224,13 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"--preset llama-7b --attention flash", 2, "--attention flash needs --activations architecture"},
         Row{"--preset llama-7b --activations formula", 2, "--activations: formula not in {korthikanti,architecture}"},
         Row{"--preset llama-7b --attention flsh", 2, "--attention must be eager, flash or a comma list of them (got 'flsh') (did you mean 'flash'?)"},
+        Row{"--preset llama-7b --tp 3", 1, "tp (3) must divide heads (32)"},
+        Row{"--preset llama-7b --tp 0", 2, "--tp must be a positive integer (got '0')"},
+        Row{"--preset llama-7b --sp", 2, "--sp (sequence parallelism) needs --tp greater than 1"},
+        Row{"--preset llama-7b --zero 4", 2, "--zero must be 0, 1, 2 or 3 (got '4')"},
+        Row{"--preset llama-7b --dp 4 --global-batch 10", 2, "--global-batch 10 is not a multiple of micro-batch x dp"},
+        Row{"--preset llama-7b --pp 2 --microbatches 3 --global-batch 4", 2, "--microbatches 3 disagrees with --global-batch 4"},
+        Row{"--preset llama-7b --vpp 2", 1, "vpp (2) needs pp > 1"},
         Row{"--config memcalc_missing.json", 1, "cannot read config file 'memcalc_missing.json'"},
         Row{"--config memcalc_heads.json", 1, "memcalc_heads.json: missing key 'model_type'"},
         Row{"--preset gpt2 --seq 4096", 1, "seq 4096 exceeds the 1024 learned positions of gpt2"},
