@@ -99,7 +99,8 @@ struct Request {
     std::string units = "gb", format = "table", activations = "korthikanti", attention = "eager";
     bool timeline = false, per_layer = false;
     // Parallelism, as typed; empty means the default.
-    std::string dp, tp, pp, cp, ep, vpp, zero, shard_group, microbatches, global_batch;
+    std::string dp, tp, pp, cp, ep, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
+    std::string compare, gpus_per_node;
     bool sp = false;
 };
 
@@ -111,37 +112,58 @@ std::uint64_t parse_count(const std::string& option, const std::string& text, st
     return values.front();
 }
 
-/// The layout of one step over devices; the micro-batch count follows from --global-batch when given.
-Parallelism parse_parallel(const Request& q, std::uint64_t micro_batch) {
-    Parallelism p;
-    p.dp = parse_count("--dp", q.dp, 1);
-    p.tp = parse_count("--tp", q.tp, 1);
-    p.pp = parse_count("--pp", q.pp, 1);
-    p.cp = parse_count("--cp", q.cp, 1);
-    p.ep = parse_count("--ep", q.ep, 1);
-    p.vpp = parse_count("--vpp", q.vpp, 1);
-    p.sequence_parallel = q.sp;
-    if (!q.zero.empty()) {
-        if (q.zero != "0" && q.zero != "1" && q.zero != "2" && q.zero != "3")
-            throw usage_error(fmt::format("--zero must be 0, 1, 2 or 3 (got '{}')", q.zero));
-        p.zero = static_cast<unsigned>(q.zero[0] - '0');
+std::vector<unsigned> parse_zero(const std::string& text) {
+    std::vector<unsigned> stages;
+    for (const auto& item : split_list("--zero", text)) {
+        if (item != "0" && item != "1" && item != "2" && item != "3")
+            throw usage_error(fmt::format("--zero must be 0, 1, 2 or 3 (got '{}')", item));
+        stages.push_back(static_cast<unsigned>(item[0] - '0'));
     }
-    p.shard_group = parse_count("--shard-group", q.shard_group, 0);
-    p.microbatches = parse_count("--microbatches", q.microbatches, 0);
-    if (q.sp && p.tp == 1) throw usage_error("--sp (sequence parallelism) needs --tp greater than 1");
-    if (!q.global_batch.empty()) {
-        const std::uint64_t global = parse_count("--global-batch", q.global_batch, 0);
-        const std::uint64_t per_step = micro_batch * p.dp;  // sequences one micro-batch step takes across replicas
-        if (global % per_step != 0)
-            throw usage_error(fmt::format("--global-batch {} is not a multiple of micro-batch x dp = {} x {} = {}", global,
-                                          micro_batch, p.dp, per_step));
-        const std::uint64_t implied = global / per_step;
-        if (p.microbatches != 0 && p.microbatches != implied)
-            throw usage_error(fmt::format("--microbatches {} disagrees with --global-batch {} (which implies {})",
-                                          p.microbatches, global, implied));
-        p.microbatches = implied;
-    }
-    return p;
+    return stages;
+}
+
+/// The layouts of one step over devices: every combination of the --dp, --tp, --pp and --zero
+/// lists. The micro-batch count follows from --global-batch when given.
+std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_batch) {
+    Parallelism base;
+    base.cp = parse_count("--cp", q.cp, 1);
+    base.ep = parse_count("--ep", q.ep, 1);
+    base.vpp = parse_count("--vpp", q.vpp, 1);
+    base.shard_group = parse_count("--shard-group", q.shard_group, 0);
+    base.microbatches = parse_count("--microbatches", q.microbatches, 0);
+    base.offload = q.offload == "parameters" ? Offload::parameters
+                   : q.offload == "optimizer" ? Offload::optimizer
+                                              : Offload::none;
+    const auto list = [](const char* option, const std::string& text) {
+        return text.empty() ? std::vector<std::uint64_t>{1} : parse_sizes(option, text);
+    };
+    const auto tps = list("--tp", q.tp);
+    if (q.sp && tps == std::vector<std::uint64_t>{1})
+        throw usage_error("--sp (sequence parallelism) needs --tp greater than 1");
+    std::vector<Parallelism> layouts;
+    for (auto dp : list("--dp", q.dp))
+        for (auto tp : tps)
+            for (auto pp : list("--pp", q.pp))
+                for (auto zero : q.zero.empty() ? std::vector<unsigned>{0} : parse_zero(q.zero)) {
+                    Parallelism p = base;
+                    p.dp = dp, p.tp = tp, p.pp = pp, p.zero = zero;
+                    p.sequence_parallel = q.sp && tp > 1;  // in a sweep, --sp applies where there is tensor parallelism
+                    if (!q.global_batch.empty()) {
+                        const std::uint64_t global = parse_count("--global-batch", q.global_batch, 0);
+                        const std::uint64_t per_step = micro_batch * dp;  // sequences one micro-batch step takes
+                        if (global % per_step != 0)
+                            throw usage_error(fmt::format(
+                                "--global-batch {} is not a multiple of micro-batch x dp = {} x {} = {}", global,
+                                micro_batch, dp, per_step));
+                        const std::uint64_t implied = global / per_step;
+                        if (p.microbatches != 0 && p.microbatches != implied)
+                            throw usage_error(fmt::format("--microbatches {} disagrees with --global-batch {} (which implies {})",
+                                                          p.microbatches, global, implied));
+                        p.microbatches = implied;
+                    }
+                    layouts.push_back(p);
+                }
+    return layouts;
 }
 
 std::string run_estimate(const Request& q) {
@@ -174,24 +196,25 @@ std::string run_estimate(const Request& q) {
     }
 
     std::vector<Report> runs;
+    const ActivationModel activations =
+        q.activations == "architecture" ? ActivationModel::architecture : ActivationModel::korthikanti;
     for (auto s : seqs)
         for (auto b : batches)
-            for (auto attention : attentions)
-                for (auto mode : modes)
-                    runs.push_back(estimate(arch, {s, b, mode, q.recipe,
-                                                   q.activations == "architecture" ? ActivationModel::architecture
-                                                                                   : ActivationModel::korthikanti,
-                                                   attention, parse_parallel(q, b)}));
+            for (const auto& layout : parse_layouts(q, b))
+                for (auto attention : attentions)
+                    for (auto mode : modes)
+                        runs.push_back(estimate(arch, {s, b, mode, q.recipe, activations, attention, layout}));
 
     const Format format = parse_format(q.format);
-    const View view{q.units == "gib" ? Unit::gib : Unit::gb, q.timeline};
+    const View view{q.units == "gib" ? Unit::gib : Unit::gb, q.timeline, q.compare,
+                    parse_count("--gpus-per-node", q.gpus_per_node, 8)};
     if (runs.size() > 1) {
         if (q.per_layer || q.timeline)
             throw usage_error(fmt::format("{} shows one configuration; this asks for {} (a sweep)",
                                           q.per_layer ? "--per-layer" : "--timeline", runs.size()));
         if (format == Format::json) {
             nlohmann::json all = nlohmann::json::array();
-            for (const auto& r : runs) all.push_back(report_json(r));
+            for (const auto& r : runs) all.push_back(report_json(r, view));
             return all.dump(2) + "\n";
         }
         if (format == Format::csv) {
@@ -203,7 +226,7 @@ std::string run_estimate(const Request& q) {
     }
     const Report& r = runs.front();
     switch (format) {
-        case Format::json: return (q.per_layer ? per_layer_json(r) : report_json(r)).dump(2) + "\n";
+        case Format::json: return (q.per_layer ? per_layer_json(r) : report_json(r, view)).dump(2) + "\n";
         case Format::csv: return q.per_layer ? per_layer_csv(r) : csv_header() + csv_row(r);
         case Format::table: return q.per_layer ? per_layer_table(r, view) : report_table(r, view);
     }
@@ -283,7 +306,8 @@ int main(int argc, char** argv) {
         ->transform(CLI::detail::to_lower);
     app.add_option("--format", q.format, "table (default), json or csv")->check(CLI::IsMember(formats));
     const char* parallel_group = "Parallelism (per-device memory)";
-    app.add_option("--dp", q.dp, "Data-parallel replicas (default 1)")->group(parallel_group);
+    app.add_option("--dp", q.dp, "Data-parallel replicas (default 1); --dp, --tp, --pp and --zero take comma lists")
+        ->group(parallel_group);
     app.add_option("--zero", q.zero,
                    "ZeRO stage: 0 none, 1 optimiser state, 2 + gradients, 3 + weights (FSDP full sharding)")
         ->group(parallel_group);
@@ -301,6 +325,17 @@ int main(int argc, char** argv) {
                    "Micro-batches per step (gradient accumulation; default: --pp, which fills the pipeline)")
         ->group(parallel_group);
     app.add_option("--global-batch", q.global_batch, "Sequences per step: sets --microbatches = G / (micro-batch x dp)")
+        ->group(parallel_group);
+    app.add_option("--offload", q.offload,
+                   "ZeRO-Offload: none (default), optimizer (master copy and optimiser state in host memory),\n"
+                   "or parameters (that and the weights; needs --zero 3)")
+        ->check(CLI::IsMember({"none", "optimizer", "parameters"}))
+        ->group(parallel_group);
+    app.add_option("--compare", q.compare,
+                   "Also show what another tool gives for this configuration: megatron (Megatron-LM's\n"
+                   "theoretical memory formula) or deepspeed (its ZeRO-2/3 model-state estimators)")
+        ->check(CLI::IsMember({"megatron", "deepspeed"}));
+    app.add_option("--gpus-per-node", q.gpus_per_node, "GPUs per node, for --compare deepspeed (default 8)")
         ->group(parallel_group);
     app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
     app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");

@@ -16,6 +16,8 @@ enum class Format { table, json, csv };
 struct View {
     Unit unit = Unit::gb;
     bool full_timeline = false;  ///< every step rather than the compact list
+    std::string compare;         ///< "megatron" or "deepspeed": add that tool's figures
+    std::uint64_t gpus_per_node = 8;
 };
 
 /// The timeline's categories with their JSON keys and printed labels, in print order.
@@ -38,13 +40,15 @@ inline constexpr std::array<Category, 9> categories{{
 
 // Tables for people.
 std::string report_table(const Report& r, const View& view);
+std::string compare_table(const Report& r, const View& view);
+nlohmann::json compare_json(const Report& r, const View& view);
 std::string per_layer_table(const Report& r, const View& view);
 std::string sweep_table(const std::vector<Report>& runs, const View& view);
 std::string presets_table(const std::vector<std::pair<std::string, ModelFile>>& presets);
 std::string recipes_table();
 
 // JSON for programs: exact integer bytes.
-nlohmann::json report_json(const Report& r);
+nlohmann::json report_json(const Report& r, const View& view);
 nlohmann::json per_layer_json(const Report& r);
 nlohmann::json presets_json(const std::vector<std::pair<std::string, ModelFile>>& presets);
 nlohmann::json recipes_json();

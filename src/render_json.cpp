@@ -110,6 +110,7 @@ json tensors_json(const std::vector<SavedTensor>& rows, Recompute mode) {
 json parallel_json(const Parallelism& p) {
     return {{"devices", p.devices()}, {"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep},
             {"vpp", p.vpp}, {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero},
+            {"offload", offload_name(p.offload)},
             {"shard_group", p.sharding()}, {"microbatches", p.steps_per_batch()}};
 }
 
@@ -121,6 +122,7 @@ json ranks_json(const Report& r) {
                          {"holds_embedding", k.holds_embedding},
                          {"holds_head", k.holds_head},
                          {"in_flight", k.in_flight},
+                         {"host_bytes", k.host.value()},
                          {"parameters", k.parameters.value()},
                          {"state",
                           {{"bytes", k.state.total().value()},
@@ -153,7 +155,7 @@ json per_layer_json(const Report& r) {
     return out;
 }
 
-json report_json(const Report& r) {
+json report_json(const Report& r, const View& view) {
     json timeline = json::array();
     for (const auto& step : r.timeline())
         timeline.push_back({{"step", step.name()}, {"bytes", step.bytes.total().value()}, {"by_category", breakdown_json(step.bytes)}});
@@ -169,6 +171,7 @@ json report_json(const Report& r) {
               {"activations", activation_model_name(r.settings.activations)},
               {"attention", attention_name(r.settings.attention)},
               {"parallel", parallel_json(r.settings.parallel)}}},
+            {"compare", view.compare.empty() ? json(nullptr) : compare_json(r, view)},
             {"parameters", parameters_json(r)},
             {"state",
              {{"bytes", r.state.total().value()},

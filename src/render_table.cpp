@@ -105,8 +105,10 @@ std::string parallel_section(const Report& r, const View& view) {
     if (p.pp > 1)
         layout += fmt::format(", {} micro-batches per step ({})", p.steps_per_batch(),
                               p.vpp > 1 ? fmt::format("interleaved 1F1B, {} chunks per rank", p.vpp) : "1F1B");
-    TextTable table({L, L, L, R, R, R, R, L, L});
-    table.row({"stage", "layers", "holds", "in flight", "parameters", "state", "peak", "peak step", ""});
+    const bool host = p.offload != Offload::none;
+    if (host) layout += fmt::format(", {} offloaded to host memory", offload_name(p.offload));
+    TextTable table({L, L, L, R, R, R, R, R, L, L});
+    table.row({"stage", "layers", "holds", "in flight", "parameters", "state", host ? "host" : "", "peak", "peak step", ""});
     for (std::size_t i = 0; i < r.ranks.size(); ++i) {
         const RankReport& k = r.ranks[i];
         const std::string holds = k.holds_embedding && k.holds_head ? "embedding, head"
@@ -114,7 +116,8 @@ std::string parallel_section(const Report& r, const View& view) {
                                   : k.holds_head                    ? "head"
                                                                     : "";
         table.row({std::to_string(k.stage), layers_text(k.layer_ids), holds, std::to_string(k.in_flight),
-                   digits(k.parameters), amount(k.state.total(), view.unit), amount(k.peak_step().bytes.total(), view.unit),
+                   digits(k.parameters), amount(k.state.total(), view.unit), host ? amount(k.host, view.unit) : "",
+                   amount(k.peak_step().bytes.total(), view.unit),
                    k.peak_step().name(), i == r.most_loaded ? "<- most loaded" : ""});
     }
     return "Parallel layout: " + layout + "\n" + table.str();
@@ -221,20 +224,32 @@ std::string peak_section(const Report& r, const View& view) {
 std::string report_table(const Report& r, const View& view) {
     return header(r) + "\n" + parameters_section(r) + "\n" + state_section(r, view) + "\n" +
            (r.settings.parallel.any() ? parallel_section(r, view) + "\n" : "") + activations_section(r, view, false) + "\n" + compute_section(r) + "\n" + timeline_section(r, view) + "\n" +
-           peak_section(r, view);
+           peak_section(r, view) + (view.compare.empty() ? "" : "\n" + compare_table(r, view));
 }
 
 std::string per_layer_table(const Report& r, const View& view) {
     return header(r) + "\n" + activations_section(r, view, true);
 }
 
+std::string layout_text(const Parallelism& p) {
+    std::string out = fmt::format("dp {}", p.dp);
+    if (p.tp > 1) out += fmt::format(" tp {}{}", p.tp, p.sequence_parallel ? "+sp" : "");
+    if (p.pp > 1) out += fmt::format(" pp {}{}", p.pp, p.vpp > 1 ? fmt::format("x{}", p.vpp) : "");
+    if (p.cp > 1) out += fmt::format(" cp {}", p.cp);
+    if (p.ep > 1) out += fmt::format(" ep {}", p.ep);
+    if (p.zero > 0) out += fmt::format(" ZeRO-{}", p.zero);
+    if (p.offload != Offload::none) out += fmt::format(" offload {}", offload_name(p.offload));
+    return out;
+}
+
 std::string sweep_table(const std::vector<Report>& runs, const View& view) {
-    TextTable table({L, R, R, L, L, R, R, R, L}, "");
-    table.row({"model", "seq", "micro-batch", "attention", "recompute", "activations", "kept", "peak", "peak step"});
+    TextTable table({L, L, R, R, L, L, R, R, R, L}, "");
+    table.row({"model", "layout", "seq", "micro-batch", "attention", "recompute", "activations", "kept", "peak",
+               "peak step"});
     for (const auto& r : runs)
-        table.row({r.model.name, std::to_string(r.settings.seq), std::to_string(r.settings.micro_batch),
-                   attention_name(r.settings.attention), recompute_name(r.settings.recompute),
-                   amount(r.activations, view.unit),
+        table.row({r.model.name, layout_text(r.settings.parallel), std::to_string(r.settings.seq),
+                   std::to_string(r.settings.micro_batch), attention_name(r.settings.attention),
+                   recompute_name(r.settings.recompute), amount(r.activations, view.unit),
                    amount(r.kept_activations, view.unit), amount(r.peak_step().bytes.total(), view.unit),
                    r.peak_step().name()});
     return table.str();

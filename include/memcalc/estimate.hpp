@@ -35,7 +35,8 @@ struct RankReport {
     bool holds_embedding = false, holds_head = false;
     std::uint64_t in_flight = 1;             ///< micro-batches (interleaved: model chunks) whose activations it holds
     Count parameters;                        ///< on this rank: after tensor, expert and pipeline splits
-    TrainingState state;                     ///< after ZeRO sharding
+    TrainingState state;                     ///< on the device, after ZeRO sharding and offload
+    Count host;                              ///< what offload keeps in host memory for this rank
     std::vector<Step> timeline;
     std::size_t peak = 0;
 
@@ -85,6 +86,14 @@ inline RankReport rank_report(const Report& r, std::uint64_t stage) {
     rank.parameters = params.total();
 
     rank.state = sharded_state(rank.parameters, recipe, p.zero, shards);
+    if (p.offload != Offload::none) {  // ZeRO-Offload: the CPU runs the optimiser step from host memory
+        rank.host = rank.state.master_weights + rank.state.optimizer_state;
+        rank.state.master_weights = rank.state.optimizer_state = 0;
+    }
+    if (p.offload == Offload::parameters) {
+        rank.host += rank.state.weights;
+        rank.state.weights = 0;
+    }
     const auto shard_gradients = [&](Count n) { return p.zero >= 2 ? ceil_div(n, shards) : n; };
 
     TimelineInputs in;

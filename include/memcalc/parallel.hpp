@@ -15,6 +15,17 @@
 
 namespace memcalc {
 
+/// What ZeRO-Offload keeps in host memory instead of on the device.
+enum class Offload {
+    none,
+    optimizer,   ///< the fp32 master copy and the optimiser state (the optimiser step runs on the CPU)
+    parameters,  ///< that, and the weights' shards too (ZeRO-3 only): layers are gathered from the host
+};
+
+inline const char* offload_name(Offload o) {
+    return o == Offload::none ? "none" : o == Offload::optimizer ? "optimizer" : "parameters";
+}
+
 struct Parallelism {
     std::uint64_t dp = 1;            ///< data-parallel replicas
     std::uint64_t tp = 1;            ///< tensor-parallel ranks (Megatron-style column/row splits)
@@ -27,11 +38,12 @@ struct Parallelism {
     std::uint64_t shard_group = 0;   ///< ranks that share one copy of the sharded state; 0 means all dp ranks
     std::uint64_t microbatches = 0;  ///< micro-batches per step (gradient accumulation); 0 means pp
     std::uint64_t gathered_layers = 2;  ///< ZeRO-3: layers whose full weights are gathered at once (prefetch)
+    Offload offload = Offload::none;
 
     std::uint64_t devices() const { return dp * tp * pp * cp; }
     std::uint64_t sharding() const { return zero == 0 ? 1 : (shard_group == 0 ? dp : shard_group); }
     std::uint64_t steps_per_batch() const { return microbatches == 0 ? pp : microbatches; }
-    bool any() const { return devices() > 1 || zero > 0 || vpp > 1; }
+    bool any() const { return devices() > 1 || zero > 0 || vpp > 1 || offload != Offload::none; }
 };
 
 /// Ceiling division, for flat buffers padded to a multiple of their shard count.
@@ -66,6 +78,8 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
         detail::require_divides("ep", p.ep, "dp", p.dp);
     }
     if (p.gathered_layers == 0) throw error("gathered_layers must be a positive integer (got 0)");
+    if (p.offload == Offload::parameters && p.zero != 3)
+        throw error("offloading parameters needs ZeRO stage 3 (got zero " + std::to_string(p.zero) + ")");
 }
 
 /// Micro-batches (interleaved: model chunks) whose activations pipeline stage `stage` holds at its
