@@ -42,6 +42,7 @@ inline constexpr std::array<Category, 9> categories{{
 std::string report_table(const Report& r, const View& view);
 std::string compare_table(const Report& r, const View& view);
 nlohmann::json compare_json(const Report& r, const View& view);
+std::vector<Count> compare_figures(const Report& r, const View& view);  ///< the other tool's headline figures
 std::string per_layer_table(const Report& r, const View& view);
 std::string sweep_table(const std::vector<Report>& runs, const View& view);
 std::string presets_table(const std::vector<std::pair<std::string, ModelFile>>& presets);

@@ -60,6 +60,18 @@ std::string compare_table(const Report& r, const View& view) {
            "host memory includes its 1.5 x buffer factor.\n";
 }
 
+std::vector<Count> compare_figures(const Report& r, const View& view) {
+    if (view.compare == "megatron") {
+        const MegatronEstimate e = megatron_estimate(r);
+        return {rounded(e.weight_and_optimizer), rounded(e.activations), rounded(e.total())};
+    }
+    if (view.compare == "deepspeed") {
+        const DeepSpeedEstimate e = deepspeed_estimate(r, view.gpus_per_node);
+        return {rounded(e.gpu), rounded(e.cpu)};
+    }
+    return {};
+}
+
 nlohmann::json compare_json(const Report& r, const View& view) {
     if (view.compare == "megatron") {
         const MegatronEstimate e = megatron_estimate(r);

@@ -243,15 +243,21 @@ std::string layout_text(const Parallelism& p) {
 }
 
 std::string sweep_table(const std::vector<Report>& runs, const View& view) {
-    TextTable table({L, L, R, R, L, L, R, R, R, L}, "");
-    table.row({"model", "layout", "seq", "micro-batch", "attention", "recompute", "activations", "kept", "peak",
-               "peak step"});
-    for (const auto& r : runs)
-        table.row({r.model.name, layout_text(r.settings.parallel), std::to_string(r.settings.seq),
-                   std::to_string(r.settings.micro_batch), attention_name(r.settings.attention),
-                   recompute_name(r.settings.recompute), amount(r.activations, view.unit),
-                   amount(r.kept_activations, view.unit), amount(r.peak_step().bytes.total(), view.unit),
-                   r.peak_step().name()});
+    TextTable table({L, L, R, R, L, L, R, R, R, L, R, R, R}, "");
+    std::vector<std::string> head = {"model", "layout", "seq", "micro-batch", "attention", "recompute",
+                                     "activations", "kept", "peak", "peak step"};
+    if (view.compare == "megatron") head.insert(head.end(), {"Megatron w+opt", "Megatron act", "Megatron total"});
+    if (view.compare == "deepspeed") head.insert(head.end(), {"DeepSpeed GPU", "DeepSpeed host/node"});
+    table.row(head);
+    for (const auto& r : runs) {
+        std::vector<std::string> row = {r.model.name, layout_text(r.settings.parallel), std::to_string(r.settings.seq),
+                                        std::to_string(r.settings.micro_batch), attention_name(r.settings.attention),
+                                        recompute_name(r.settings.recompute), amount(r.activations, view.unit),
+                                        amount(r.kept_activations, view.unit),
+                                        amount(r.peak_step().bytes.total(), view.unit), r.peak_step().name()};
+        for (const auto& figure : compare_figures(r, view)) row.push_back(amount(figure, view.unit));
+        table.row(row);
+    }
     return table.str();
 }
 

@@ -187,6 +187,29 @@ TEST_CASE("a parallel layout through the program: every stage and the most loade
     CHECK_THAT(table.out, Catch::Contains("Peak per device:"));
 }
 
+TEST_CASE("other tools' figures beside memcalc's and offload to host memory", "[cli][parallel]") {
+    const auto megatron = memcalc("--preset llama-2-70b --seq 4096 --dp 8 --tp 8 --sp --zero 1 --recompute selective "
+                                  "--recipe mixed-adam-fp32-grads --compare megatron --format json");
+    REQUIRE(megatron.status == 0);
+    const json m = json::parse(megatron.out)["compare"];
+    CHECK(m["tool"] == "megatron");
+    CHECK(m["megatron"]["bytes_per_parameter"].get<double>() == Approx(6 + 12.0 / 8));
+    CHECK(m["megatron"]["padded_vocab"] == 32768);
+    // With the 18-byte recipe both count the same state but for Megatron's padded vocabulary rows.
+    const double vocab_rows = (32768.0 - 32000) * 8192 * 2 / 8 * (6 + 12.0 / 8);
+    CHECK(m["megatron"]["weight_and_optimizer_bytes"].get<double>() ==
+          Approx(m["memcalc"]["state_bytes"].get<double>() + vocab_rows).epsilon(1e-4));
+
+    const auto deepspeed = memcalc("--preset llama-7b --seq 2048 --dp 16 --zero 3 --offload optimizer --compare deepspeed");
+    REQUIRE(deepspeed.status == 0);
+    CHECK_THAT(deepspeed.out, Catch::Contains("Compared with DeepSpeed's ZeRO-3 model-state estimator (8 GPUs per node)"));
+    CHECK_THAT(deepspeed.out, Catch::Contains("optimizer offloaded to host memory"));
+    const json d = json::parse(memcalc("--preset llama-7b --seq 2048 --dp 16 --zero 3 --offload optimizer --format json").out);
+    // The master copy and Adam's moments, 12 bytes per parameter, sharded 16 ways, live in host memory.
+    CHECK(d["ranks"][0]["host_bytes"].get<std::uint64_t>() == (6738415616ULL + 15) / 16 * 12);
+    CHECK(d["ranks"][0]["state"]["optimizer_state"] == 0);
+}
+
 TEST_CASE("a HuggingFace config.json through the program", "[cli]") {
     const auto run = memcalc(std::string("--config ") + MEMCALC_SOURCE_DIR + "/tests/configs/gemma-2-9b-it.json --seq 8 --format csv");
     REQUIRE(run.status == 0);
@@ -231,6 +254,8 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"--preset llama-7b --dp 4 --global-batch 10", 2, "--global-batch 10 is not a multiple of micro-batch x dp"},
         Row{"--preset llama-7b --pp 2 --microbatches 3 --global-batch 4", 2, "--microbatches 3 disagrees with --global-batch 4"},
         Row{"--preset llama-7b --vpp 2", 1, "vpp (2) needs pp > 1"},
+        Row{"--preset llama-7b --offload parameters --zero 2 --dp 2", 1, "offloading parameters needs ZeRO stage 3"},
+        Row{"--preset llama-7b --compare vllm", 2, "--compare: vllm not in {megatron,deepspeed}"},
         Row{"--config memcalc_missing.json", 1, "cannot read config file 'memcalc_missing.json'"},
         Row{"--config memcalc_heads.json", 1, "memcalc_heads.json: missing key 'model_type'"},
         Row{"--preset gpt2 --seq 4096", 1, "seq 4096 exceeds the 1024 learned positions of gpt2"},
