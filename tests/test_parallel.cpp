@@ -162,6 +162,35 @@ TEST_CASE("pipeline stages through the general path: the first holds the most ac
           Count(32) * a.layer.kept(Recompute::selective) + Count(4) * saved_bytes(a.input_side));
 }
 
+TEST_CASE("context parallelism splits every token: a layer's tensors and the logits by cp", "[parallel][context]") {
+    const Architecture m = fixtures::llama_7b();
+    const std::uint64_t cp = GENERATE(2, 4, 8);
+    const Recompute mode = GENERATE(Recompute::none, Recompute::selective, Recompute::full);
+    Parallelism p;
+    p.cp = cp;
+    const Report one = run(m, 8192, 1, mode, Parallelism{});
+    const Report split = run(m, 8192, 1, mode, p);
+    CHECK(split.layer.kept(mode).value() * cp == one.layer.kept(mode).value());
+    CHECK(split.ranks[0].parameters == one.ranks[0].parameters);  // every context-parallel rank holds the model
+    const auto loss_logits = [](const Report& r) {
+        for (const auto& step : r.timeline())
+            if (step.phase == Phase::loss) return step.bytes.logits.value();
+        return std::uint64_t{0};
+    };
+    CHECK(loss_logits(split) * cp == loss_logits(one));
+}
+
+TEST_CASE("expert parallelism splits the experts, not the router or attention", "[parallel][experts]") {
+    Architecture mixtral = fixtures::mistral_7b();
+    mixtral.name = "mixtral", mixtral.experts = 8, mixtral.experts_per_token = 2;
+    Parallelism p;
+    p.dp = 8, p.ep = GENERATE(2, 4, 8);
+    const Report r = run(mixtral, 1024, 1, Recompute::full, p);
+    const std::uint64_t expert_params = 32ULL * 8 * 3 * 4096 * 14336;  // 32 layers of 8 SwiGLU experts
+    const std::uint64_t all = r.parameter_count.value();
+    CHECK(r.busiest().parameters.value() == all - expert_params + expert_params / p.ep);
+}
+
 TEST_CASE("every degree 1 and no sharding is the single device, to the byte", "[parallel]") {
     const Report r = run(fixtures::llama_7b(), 4096, 1, Recompute::selective, Parallelism{});
     CHECK(r.peak_step().bytes.total().value() == 116095778816ULL);
