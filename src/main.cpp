@@ -4,12 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <iostream>
-#include <limits>
 #include <string>
 #include <vector>
 
+#include "arguments.hpp"
 #include "memcalc/memcalc.hpp"
 #include "model_file.hpp"
 #include "render.hpp"
@@ -20,151 +19,8 @@ namespace {
 using namespace memcalc;
 using namespace memcalc::cli;
 
-/// A bad argument: exit status 2, like CLI11's own parse errors.
-struct usage_error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
 constexpr int exit_input_error = 1;
 constexpr int exit_usage_error = 2;
-
-std::vector<std::string> split_list(const std::string& option, const std::string& text) {
-    std::vector<std::string> items;
-    std::string item;
-    for (std::size_t i = 0; i <= text.size(); ++i) {
-        if (i == text.size() || text[i] == ',') {
-            if (item.empty()) throw usage_error(fmt::format("{}: empty item in '{}'", option, text));
-            items.push_back(item);
-            item.clear();
-        } else if (!std::isspace(static_cast<unsigned char>(text[i]))) {
-            item += text[i];
-        }
-    }
-    return items;
-}
-
-std::vector<std::uint64_t> parse_sizes(const std::string& option, const std::string& text) {
-    std::vector<std::uint64_t> values;
-    for (const auto& item : split_list(option, text)) {
-        bool all_digits = true;
-        for (char c : item) all_digits = all_digits && std::isdigit(static_cast<unsigned char>(c));
-        if (!all_digits) throw usage_error(fmt::format("{} must be a positive integer (got '{}')", option, item));
-        std::uint64_t value = 0;
-        for (char c : item) {
-            const std::uint64_t digit = static_cast<std::uint64_t>(c - '0');
-            if (value > (std::numeric_limits<std::uint64_t>::max() - digit) / 10)
-                throw usage_error(fmt::format("{} is too large (got '{}'; the limit is 2^64 - 1)", option, item));
-            value = value * 10 + digit;
-        }
-        if (value == 0) throw usage_error(fmt::format("{} must be a positive integer (got '{}')", option, item));
-        values.push_back(value);
-    }
-    return values;
-}
-
-std::vector<Recompute> parse_modes(const std::string& text) {
-    const std::vector<std::string> names = {"none", "selective", "full"};
-    if (text == "all") return {Recompute::none, Recompute::selective, Recompute::full};
-    std::vector<Recompute> modes;
-    for (const auto& item : split_list("--recompute", text)) {
-        if (item == "none") modes.push_back(Recompute::none);
-        else if (item == "selective") modes.push_back(Recompute::selective);
-        else if (item == "full") modes.push_back(Recompute::full);
-        else
-            throw usage_error(fmt::format("--recompute must be none, selective, full or all (got '{}'){}", item,
-                                          did_you_mean(item, names)));
-    }
-    return modes;
-}
-
-std::vector<Attention> parse_attention(const std::string& text) {
-    std::vector<Attention> kinds;
-    for (const auto& item : split_list("--attention", text)) {
-        if (item == "eager") kinds.push_back(Attention::eager);
-        else if (item == "flash") kinds.push_back(Attention::flash);
-        else
-            throw usage_error(fmt::format("--attention must be eager, flash or a comma list of them (got '{}'){}", item,
-                                          did_you_mean(item, {"eager", "flash"})));
-    }
-    return kinds;
-}
-
-Format parse_format(const std::string& text) {
-    return text == "json" ? Format::json : text == "csv" ? Format::csv : Format::table;
-}
-
-/// What the user asked for, before the model is known.
-struct Request {
-    std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe};
-    std::string units = "gb", format = "table", activations = "korthikanti", attention = "eager";
-    bool timeline = false, per_layer = false;
-    // Parallelism, as typed; empty means the default.
-    std::string dp, tp, pp, cp, ep, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
-    std::string compare, gpus_per_node;
-    bool sp = false;
-};
-
-/// One positive integer option ("--tp 8"); `fallback` when it was not given.
-std::uint64_t parse_count(const std::string& option, const std::string& text, std::uint64_t fallback) {
-    if (text.empty()) return fallback;
-    const auto values = parse_sizes(option, text);
-    if (values.size() != 1) throw usage_error(fmt::format("{} takes one value (got '{}')", option, text));
-    return values.front();
-}
-
-std::vector<unsigned> parse_zero(const std::string& text) {
-    std::vector<unsigned> stages;
-    for (const auto& item : split_list("--zero", text)) {
-        if (item != "0" && item != "1" && item != "2" && item != "3")
-            throw usage_error(fmt::format("--zero must be 0, 1, 2 or 3 (got '{}')", item));
-        stages.push_back(static_cast<unsigned>(item[0] - '0'));
-    }
-    return stages;
-}
-
-/// The layouts of one step over devices: every combination of the --dp, --tp, --pp and --zero
-/// lists. The micro-batch count follows from --global-batch when given.
-std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_batch) {
-    Parallelism base;
-    base.cp = parse_count("--cp", q.cp, 1);
-    base.ep = parse_count("--ep", q.ep, 1);
-    base.vpp = parse_count("--vpp", q.vpp, 1);
-    base.shard_group = parse_count("--shard-group", q.shard_group, 0);
-    base.microbatches = parse_count("--microbatches", q.microbatches, 0);
-    base.offload = q.offload == "parameters" ? Offload::parameters
-                   : q.offload == "optimizer" ? Offload::optimizer
-                                              : Offload::none;
-    const auto list = [](const char* option, const std::string& text) {
-        return text.empty() ? std::vector<std::uint64_t>{1} : parse_sizes(option, text);
-    };
-    const auto tps = list("--tp", q.tp);
-    if (q.sp && tps == std::vector<std::uint64_t>{1})
-        throw usage_error("--sp (sequence parallelism) needs --tp greater than 1");
-    std::vector<Parallelism> layouts;
-    for (auto dp : list("--dp", q.dp))
-        for (auto tp : tps)
-            for (auto pp : list("--pp", q.pp))
-                for (auto zero : q.zero.empty() ? std::vector<unsigned>{0} : parse_zero(q.zero)) {
-                    Parallelism p = base;
-                    p.dp = dp, p.tp = tp, p.pp = pp, p.zero = zero;
-                    p.sequence_parallel = q.sp && tp > 1;  // in a sweep, --sp applies where there is tensor parallelism
-                    if (!q.global_batch.empty()) {
-                        const std::uint64_t global = parse_count("--global-batch", q.global_batch, 0);
-                        const std::uint64_t per_step = micro_batch * dp;  // sequences one micro-batch step takes
-                        if (global % per_step != 0)
-                            throw usage_error(fmt::format(
-                                "--global-batch {} is not a multiple of micro-batch x dp = {} x {} = {}", global,
-                                micro_batch, dp, per_step));
-                        const std::uint64_t implied = global / per_step;
-                        if (p.microbatches != 0 && p.microbatches != implied)
-                            throw usage_error(fmt::format("--microbatches {} disagrees with --global-batch {} (which implies {})",
-                                                          p.microbatches, global, implied));
-                        p.microbatches = implied;
-                    }
-                    layouts.push_back(p);
-                }
-    return layouts;
-}
 
 std::string run_estimate(const Request& q) {
     if (q.preset.empty() + q.model_file.empty() + q.config.empty() != 2)

@@ -1,0 +1,45 @@
+#pragma once
+// The command line's values, as typed, and their parsing into the core's settings. Every error
+// names the option and the value.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "memcalc/memcalc.hpp"
+#include "render.hpp"
+
+namespace memcalc::cli {
+
+/// A bad argument: exit status 2, like CLI11's own parse errors.
+struct usage_error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+/// What the user asked for, before the model is known.
+struct Request {
+    std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe};
+    std::string units = "gb", format = "table", activations = "korthikanti", attention = "eager";
+    bool timeline = false, per_layer = false;
+    // Parallelism, as typed; empty means the default.
+    std::string dp, tp, pp, cp, ep, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
+    std::string compare, gpus_per_node;
+    bool sp = false;
+};
+
+/// One positive integer option ("--tp 8"); `fallback` when it was not given.
+
+/// "1024,2048": the items of a comma list, spaces ignored; an empty item is an error.
+std::vector<std::string> split_list(const std::string& option, const std::string& text);
+/// A comma list of positive integers that fit in 64 bits.
+std::vector<std::uint64_t> parse_sizes(const std::string& option, const std::string& text);
+/// One positive integer option ("--tp 8"); `fallback` when it was not given.
+std::uint64_t parse_count(const std::string& option, const std::string& text, std::uint64_t fallback);
+std::vector<Recompute> parse_modes(const std::string& text);
+std::vector<Attention> parse_attention(const std::string& text);
+std::vector<unsigned> parse_zero(const std::string& text);
+Format parse_format(const std::string& text);
+/// Every combination of the --dp, --tp, --pp and --zero lists; micro-batches follow --global-batch.
+std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_batch);
+
+}  // namespace memcalc::cli
