@@ -231,3 +231,37 @@ TEST_CASE("degrees that do not fit the model are refused with the degree named",
     p.shard_group = 2;
     CHECK_THROWS_WITH(run(m, 1024, 1, Recompute::none, p), Catch::Contains("shard_group needs a ZeRO stage"));
 }
+
+TEST_CASE("the closed-form layout peak equals the most loaded timeline's, step for step", "[parallel][fast]") {
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), small_llama());
+    const Recompute mode = GENERATE(Recompute::none, Recompute::selective, Recompute::full);
+    const ActivationModel model = GENERATE(ActivationModel::korthikanti, ActivationModel::architecture);
+    for (std::uint64_t tp : {1, 2, 4})
+        for (std::uint64_t pp : {1, 2, 4})
+            for (unsigned zero : {0u, 1u, 3u})
+                for (std::uint64_t vpp : {1, 2}) {
+                    if (m.heads % tp != 0 || (vpp > 1 && pp == 1) || m.layers % (pp * vpp) != 0) continue;
+                    Parallelism p = layout(4, tp, pp, zero, tp > 1);
+                    p.vpp = vpp;
+                    p.microbatches = 3;
+                    Settings settings;
+                    settings.seq = 512, settings.micro_batch = 2, settings.recompute = mode, settings.activations = model;
+                    settings.parallel = p;
+                    CAPTURE(m.name, recompute_name(mode), tp, pp, zero, vpp);
+                    const Report r = estimate(m, settings);
+                    const Workload w = make_workload(m, r.recipe, 512, 2, mode, r.parameters,
+                                                     model == ActivationModel::korthikanti
+                                                         ? korthikanti_layer(m, 512, 2, 2)
+                                                         : architecture_layer(m, 512, 2, 2, Attention::eager),
+                                                     model == ActivationModel::korthikanti ? std::vector<SavedTensor>{}
+                                                                                           : input_side_saved(m, 512, 2, 2),
+                                                     model == ActivationModel::korthikanti ? std::vector<SavedTensor>{}
+                                                                                           : head_saved(m, 512, 2, 2));
+                    const LayoutPeak fast = layout_peak(w, p);
+                    CHECK(fast.bytes() == r.peak_step().bytes.total());
+                    CHECK(fast.step.name() == r.peak_step().name());
+                    CHECK(fast.stage == r.busiest().stage);
+                    // The per-rank table the report shows adds up to what the timeline uses.
+                    CHECK(r.layer.kept(mode) == w.layer_kept.on_rank(p, m.vocab));
+                }
+}

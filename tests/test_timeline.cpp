@@ -8,7 +8,7 @@ namespace {
 // Two layers with small, distinct numbers so each step's sum can be checked by hand.
 TimelineInputs two_layers() {
     TimelineInputs in;
-    in.layers = {1, 2};
+    in.layers = 2;
     in.weights = 1000, in.master_weights = 2000, in.optimizer_state = 4000;
     in.layer_kept = 100, in.layer_rebuilt = 30;
     in.head_gradients = 7, in.layer_gradients = 50, in.input_gradients = 9;
@@ -44,7 +44,7 @@ TEST_CASE("the peak is the largest step and the earliest on a tie", "[timeline]"
     CHECK(steps[p].name() == "backward 2");
 
     in = TimelineInputs{};
-    in.layers = {1, 2, 3};
+    in.layers = 3;
     in.weights = 5;  // nothing but weights: every step ties
     steps = timeline(in);
     CHECK(peak_index(steps) == 0);

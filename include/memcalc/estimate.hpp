@@ -14,6 +14,7 @@
 #include "memcalc/recipe.hpp"
 #include "memcalc/timeline.hpp"
 #include "memcalc/units.hpp"
+#include "memcalc/workload.hpp"
 
 namespace memcalc {
 
@@ -68,71 +69,18 @@ struct Report {
 namespace detail {
 
 /// One pipeline stage's device: its parameters, sharded state and timeline.
-inline RankReport rank_report(const Report& r, std::uint64_t stage) {
-    const Architecture& m = r.model;
-    const Parallelism& p = r.settings.parallel;
-    const Recipe& recipe = r.recipe;
-    const std::uint64_t s = r.settings.seq, b = r.settings.micro_batch, d = recipe.activation_bytes;
-    const std::uint64_t shards = p.sharding();
-    const bool first = stage == 0, last = stage + 1 == p.pp;
-
+inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint64_t stage) {
+    const StageFacts f = stage_facts(w, p, stage);
     RankReport rank;
     rank.stage = stage;
-    rank.layer_ids = stage_layers(p, m.layers, stage);
-    rank.holds_embedding = first;
-    rank.holds_head = last;
-    rank.in_flight = in_flight(p, stage);
-    const StageParameters params = stage_parameters(r.parameters, m, p, stage);
-    rank.parameters = params.total();
-
-    rank.state = sharded_state(rank.parameters, recipe, p.zero, shards);
-    if (p.offload != Offload::none) {  // ZeRO-Offload: the CPU runs the optimiser step from host memory
-        rank.host = rank.state.master_weights + rank.state.optimizer_state;
-        rank.state.master_weights = rank.state.optimizer_state = 0;
-    }
-    if (p.offload == Offload::parameters) {
-        rank.host += rank.state.weights;
-        rank.state.weights = 0;
-    }
-    const auto shard_gradients = [&](Count n) { return p.zero >= 2 ? ceil_div(n, shards) : n; };
-
-    TimelineInputs in;
-    in.layers = rank.layer_ids;
-    in.loss = last;
-    in.weights = rank.state.weights;
-    in.master_weights = rank.state.master_weights;
-    in.optimizer_state = rank.state.optimizer_state;
-    in.layer_kept = r.layer.kept(r.settings.recompute);
-    in.layer_rebuilt = r.layer.rebuilt(r.settings.recompute);
-
-    // A pipeline stage also holds the activations of the other micro-batches in flight: 1F1B keeps
-    // whole micro-batches, the interleaved schedule model chunks of L / (P V) layers.
-    const std::uint64_t chunk = m.layers / (p.pp * p.vpp);
-    const std::uint64_t held = rank.in_flight * (p.vpp == 1 ? rank.layer_ids.size() : chunk);
-    in.other_microbatches = Count(held > rank.layer_ids.size() ? held - rank.layer_ids.size() : 0) * in.layer_kept;
-    const std::uint64_t batches_held = p.vpp == 1 ? rank.in_flight : (rank.in_flight + p.vpp - 1) / p.vpp;
-    if (first) in.input_side_kept = Count(batches_held) * saved_bytes(r.input_side);
-
-    if (p.zero >= 3)  // each layer's full weights are gathered before its forward and its backward step
-        in.gathered_weights = Count(std::min<std::uint64_t>(p.gathered_layers, params.layers)) * params.per_layer *
-                              recipe.weight_bytes;
-    const Count g = recipe.gradient_bytes;
-    in.head_gradients = shard_gradients(params.head) * g;
-    in.layer_gradients = shard_gradients(params.per_layer) * g;
-    in.input_gradients = shard_gradients(params.input) * g;
-    if (p.zero >= 2) in.layer_gradient_bucket = params.per_layer * g;  // until its reduce-scatter
-
-    if (last) {
-        // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
-        const Count sbV = ceil_div(Count(s) * b, p.cp) * ceil_div(m.vocab, p.tp);
-        in.logits = sbV * d;
-        // The loss reads an fp32 copy of the logits (the formula's "fp32 softmax"); the architecture
-        // model adds what the head and the loss save for backward.
-        in.loss_buffers = sbV * dtype::fp32 + saved_bytes(r.head);
-        in.logits_gradient = sbV * d;
-    }
-    in.activation_gradient = rank_stream(Count(s) * b * m.hidden * d, p);
-    rank.timeline = timeline(in);
+    rank.layer_ids = stage_layers(p, w.model.layers, stage);
+    rank.holds_embedding = stage == 0;
+    rank.holds_head = stage + 1 == p.pp;
+    rank.in_flight = f.in_flight;
+    rank.parameters = f.parameters;
+    rank.state = f.state;
+    rank.host = f.host;
+    rank.timeline = timeline(stage_inputs(w, p, f));
     rank.peak = peak_index(rank.timeline);
     return rank;
 }
@@ -174,7 +122,9 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
             r.input_side = input_side_saved(model, s, b, d);
             r.head = head_saved(model, s, b, d);
         }
-        // Each rank keeps its share of every tensor.
+        const Workload w = make_workload(model, *recipe, s, b, settings.recompute, r.parameters, r.layer,
+                                         r.input_side, r.head);
+        // The tables the report shows are one rank's share of every tensor.
         split_rows(r.layer.rows, p, model.vocab);
         r.layer.input_bytes = rank_stream(r.layer.input_bytes, p);
         split_rows(r.input_side, p, model.vocab);
@@ -182,7 +132,7 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
         r.activations = Count(model.layers) * r.layer.total();
         r.kept_activations = Count(model.layers) * r.layer.kept(settings.recompute);
 
-        for (std::uint64_t stage = 0; stage < p.pp; ++stage) r.ranks.push_back(detail::rank_report(r, stage));
+        for (std::uint64_t stage = 0; stage < p.pp; ++stage) r.ranks.push_back(detail::rank_report(w, p, stage));
         for (std::size_t i = 1; i < r.ranks.size(); ++i)
             if (r.ranks[i].peak_step().bytes.total() > r.busiest().peak_step().bytes.total()) r.most_loaded = i;
     } catch (const overflow_error&) {

@@ -12,3 +12,4 @@
 #include "memcalc/timeline.hpp"
 #include "memcalc/units.hpp"
 #include "memcalc/version.hpp"
+#include "memcalc/workload.hpp"

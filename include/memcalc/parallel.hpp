@@ -109,48 +109,6 @@ inline TrainingState sharded_state(Count parameters, const Recipe& r, unsigned z
             part(1) * r.optimizer_bytes};
 }
 
-/// One parameter row's count on one rank: tensor-parallel splits, padded vocabulary slices, experts.
-inline Count rank_count(const ParamRow& r, const Parallelism& p, std::uint64_t vocab) {
-    Count n = r.count;
-    switch (r.split) {
-        case ParamSplit::replicated: break;
-        case ParamSplit::tensor: n = ceil_div(n, p.tp); break;
-        case ParamSplit::vocab: n = Count(n.value() / vocab) * ceil_div(vocab, p.tp); break;  // V padded to a multiple of tp
-    }
-    return r.expert ? ceil_div(n, p.ep) : n;
-}
-
-/// The parameters one rank of pipeline stage `stage` holds, by when their gradients appear.
-struct StageParameters {
-    Count input;      ///< the first stage's embeddings
-    Count per_layer;  ///< each of its layers
-    Count head;       ///< the last stage's final norm and output head
-    std::uint64_t layers = 0;
-    Count total() const { return input + Count(layers) * per_layer + head; }
-};
-
-inline StageParameters stage_parameters(const ParameterTable& t, const Architecture& m, const Parallelism& p,
-                                        std::uint64_t stage) {
-    StageParameters s;
-    s.layers = m.layers / p.pp;
-    const bool first = stage == 0, last = stage + 1 == p.pp;
-    for (const auto& r : t.rows) {
-        const Count n = rank_count(r, p, m.vocab);
-        switch (r.group) {
-            case Group::layer: s.per_layer += n; break;
-            case Group::input:
-                if (first) s.input += n;
-                break;
-            case Group::head:
-                if (last) s.head += n;
-                // A tied embedding is also the head's matrix: across stages the first keeps its own copy.
-                if (first && !last && r.part == Part::embedding) s.input += n;
-                break;
-        }
-    }
-    return s;
-}
-
 /// One rank's share of a saved tensor: tensor parallelism splits heads, MLP columns and the
 /// vocabulary; sequence parallelism also the residual stream; context parallelism every token.
 inline Count rank_elements(const SavedTensor& r, const Parallelism& p, std::uint64_t vocab) {

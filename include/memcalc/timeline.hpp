@@ -45,8 +45,10 @@ struct Step {
 
 /// What one device's timeline needs to know, already in bytes.
 struct TimelineInputs {
-    std::vector<std::uint64_t> layers;  ///< the layers this device runs, in forward order (global numbers)
-    bool loss = true;                   ///< it computes the loss (the last pipeline stage)
+    // The layers this device runs, in forward order: `layers` of them, in chunks of `chunk`
+    // consecutive layers, chunk c being the (c pp + stage)-th of the model (interleaved pipelines).
+    std::uint64_t layers = 0, chunk = 0, pp = 1, stage = 0;
+    bool loss = true;             ///< it computes the loss (the last pipeline stage)
     Count weights, master_weights, optimizer_state;  ///< persistent through the whole step
     Count layer_kept;             ///< one layer's kept activations under the chosen recomputation
     Count layer_rebuilt;          ///< what one layer's backward step rebuilds
@@ -61,49 +63,78 @@ struct TimelineInputs {
     Count loss_buffers;           ///< the loss step alone (the loss's fp32 softmax, what the head saves)
     Count logits_gradient;        ///< from the loss step until the top layer's backward step ends
     Count activation_gradient;    ///< the incoming gradient of each backward step
+
+    /// The global number (1..L) of the i-th layer this device runs (0-based, forward order).
+    std::uint64_t layer_id(std::uint64_t i) const {
+        const std::uint64_t c = chunk == 0 ? layers : chunk;
+        return (i / c * pp + stage) * c + i % c + 1;
+    }
 };
 
-inline std::vector<Step> timeline(const TimelineInputs& in) {
-    const std::size_t L = in.layers.size();
-    Breakdown persistent;
-    persistent.weights = in.weights;
-    persistent.master_weights = in.master_weights;
-    persistent.optimizer_state = in.optimizer_state;
-    const auto kept = [&](std::size_t layers) {
+/// One step of the timeline: `position` counts the device's layers, 1-based, for forward and
+/// backward steps (so backward L is the first backward step).
+inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t position) {
+    const std::uint64_t L = in.layers;
+    Breakdown b;
+    b.weights = in.weights;
+    b.master_weights = in.master_weights;
+    b.optimizer_state = in.optimizer_state;
+    const auto kept = [&](std::uint64_t layers) {
         return in.input_side_kept + in.other_microbatches + Count(layers) * in.layer_kept;
     };
+    switch (phase) {
+        case Phase::forward:
+            b.kept_activations = kept(position);
+            b.gathered_weights = in.gathered_weights;
+            return {phase, in.layer_id(position - 1), b};
+        case Phase::loss:
+            b.kept_activations = kept(L);
+            b.logits = in.logits + in.loss_buffers + in.logits_gradient;
+            return {phase, 0, b};
+        case Phase::backward:
+            b.kept_activations = kept(position);
+            b.rebuilt_activations = in.layer_rebuilt;
+            b.gathered_weights = in.gathered_weights;
+            b.activation_gradient = in.activation_gradient;
+            if (in.loss) b.logits = position == L ? in.logits + in.logits_gradient : in.logits;
+            b.gradients = in.head_gradients + Count(L - position) * in.layer_gradients + in.layer_gradient_bucket;
+            return {phase, in.layer_id(position - 1), b};
+        case Phase::optimizer:
+            if (in.loss) b.logits = in.logits;
+            b.gradients = in.head_gradients + Count(L) * in.layer_gradients + in.input_gradients;
+            return {phase, 0, b};
+    }
+    return {phase, 0, b};
+}
 
+/// Every step, in order: forward 1..L, loss (last stage), backward L..1, optimizer.
+inline std::vector<Step> timeline(const TimelineInputs& in) {
     std::vector<Step> steps;
-    steps.reserve(2 * L + 2);
-    for (std::size_t i = 1; i <= L; ++i) {
-        Breakdown b = persistent;
-        b.kept_activations = kept(i);
-        b.gathered_weights = in.gathered_weights;
-        steps.push_back({Phase::forward, in.layers[i - 1], b});
-    }
-    if (in.loss) {
-        Breakdown b = persistent;
-        b.kept_activations = kept(L);
-        b.logits = in.logits + in.loss_buffers + in.logits_gradient;
-        steps.push_back({Phase::loss, 0, b});
-    }
-    for (std::size_t i = L; i >= 1; --i) {
-        Breakdown b = persistent;
-        b.kept_activations = kept(i);
-        b.rebuilt_activations = in.layer_rebuilt;
-        b.gathered_weights = in.gathered_weights;
-        b.activation_gradient = in.activation_gradient;
-        if (in.loss) b.logits = i == L ? in.logits + in.logits_gradient : in.logits;
-        b.gradients = in.head_gradients + Count(L - i) * in.layer_gradients + in.layer_gradient_bucket;
-        steps.push_back({Phase::backward, in.layers[i - 1], b});
-    }
-    {
-        Breakdown b = persistent;
-        if (in.loss) b.logits = in.logits;
-        b.gradients = in.head_gradients + Count(L) * in.layer_gradients + in.input_gradients;
-        steps.push_back({Phase::optimizer, 0, b});
-    }
+    steps.reserve(2 * in.layers + 2);
+    for (std::uint64_t i = 1; i <= in.layers; ++i) steps.push_back(step_at(in, Phase::forward, i));
+    if (in.loss) steps.push_back(step_at(in, Phase::loss, 0));
+    for (std::uint64_t i = in.layers; i >= 1; --i) steps.push_back(step_at(in, Phase::backward, i));
+    steps.push_back(step_at(in, Phase::optimizer, 0));
     return steps;
+}
+
+/// The peak step of timeline(in) without building it: within the forward steps and within
+/// backward L-1..1 each step's bytes are linear in its position, so the earliest largest step is
+/// one of forward 1, forward L, loss, backward L, backward L-1, backward 1 and optimizer.
+inline Step peak_step(const TimelineInputs& in) {
+    const std::uint64_t L = in.layers;
+    Step best = step_at(in, Phase::forward, 1);
+    const auto consider = [&](Phase phase, std::uint64_t position) {
+        Step s = step_at(in, phase, position);
+        if (s.bytes.total() > best.bytes.total()) best = s;
+    };
+    consider(Phase::forward, L);  // candidates in time order, so a tie keeps the earliest
+    if (in.loss) consider(Phase::loss, 0);
+    consider(Phase::backward, L);
+    if (L >= 2) consider(Phase::backward, L - 1);
+    consider(Phase::backward, 1);
+    consider(Phase::optimizer, 0);
+    return best;
 }
 
 /// Index of the step with the most live bytes; the earliest one when several tie.

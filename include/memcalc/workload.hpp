@@ -1,0 +1,192 @@
+#pragma once
+/// A workload (model, sequence, micro-batch, recomputation, recipe, activation model) reduced to
+/// sums by how each tensor divides across ranks, so that any parallel layout's per-device memory
+/// follows in a few operations: estimate() builds its timelines from these, and fit and plan search
+/// thousands of layouts a millisecond with them.
+#include <cstdint>
+#include <vector>
+
+#include "memcalc/activations.hpp"
+#include "memcalc/model.hpp"
+#include "memcalc/parallel.hpp"
+#include "memcalc/params.hpp"
+#include "memcalc/recipe.hpp"
+#include "memcalc/timeline.hpp"
+#include "memcalc/units.hpp"
+
+namespace memcalc {
+
+/// Bytes of saved tensors by how they divide across tensor-parallel ranks.
+struct SplitBytes {
+    Count tensor, sequence, replicated;
+    Count per_vocab_column;  ///< vocabulary-parallel tensors, per column of V
+
+    void add(const SavedTensor& r, std::uint64_t vocab) {
+        switch (r.split) {
+            case ActivationSplit::tensor: tensor += r.bytes; break;
+            case ActivationSplit::sequence: sequence += r.bytes; break;
+            case ActivationSplit::replicated: replicated += r.bytes; break;
+            case ActivationSplit::vocab: per_vocab_column += Count(r.bytes.value() / vocab); break;
+        }
+    }
+    /// One rank's share (exact for layouts that validate(Parallelism) accepts).
+    Count on_rank(const Parallelism& p, std::uint64_t vocab) const {
+        const Count n = ceil_div(tensor, p.tp) + (p.sequence_parallel ? ceil_div(sequence, p.tp) : sequence) + replicated +
+                        per_vocab_column * ceil_div(vocab, p.tp);
+        return ceil_div(n, p.cp);
+    }
+};
+
+/// Parameter counts of one group by how they divide across tensor- and expert-parallel ranks.
+struct SplitParams {
+    Count replicated, tensor, per_vocab_column, expert_replicated, expert_tensor;
+
+    void add(const ParamRow& r, std::uint64_t vocab) {
+        switch (r.split) {
+            case ParamSplit::replicated: (r.expert ? expert_replicated : replicated) += r.count; break;
+            case ParamSplit::tensor: (r.expert ? expert_tensor : tensor) += r.count; break;
+            case ParamSplit::vocab: per_vocab_column += Count(r.count.value() / vocab); break;
+        }
+    }
+    Count on_rank(const Parallelism& p, std::uint64_t vocab) const {
+        return replicated + ceil_div(tensor, p.tp) + per_vocab_column * ceil_div(vocab, p.tp) +
+               ceil_div(expert_replicated, p.ep) + ceil_div(ceil_div(expert_tensor, p.tp), p.ep);
+    }
+};
+
+struct Workload {
+    Architecture model;
+    Recipe recipe;
+    std::uint64_t seq = 0, micro_batch = 1;
+    SplitBytes layer_kept, layer_rebuilt;  ///< one layer of one micro-batch, under the recomputation
+    SplitBytes input_side, head;           ///< what the embedding side and the head save
+    SplitParams input, per_layer, head_params;
+    SplitParams tied_embedding;            ///< the embedding rows of the head's group (tied models)
+};
+
+/// `layer`, `input_side` and `head` are the whole model's tables (not split across ranks).
+inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::uint64_t seq, std::uint64_t micro_batch,
+                              Recompute mode, const ParameterTable& params, const LayerActivations& layer,
+                              const std::vector<SavedTensor>& input_side, const std::vector<SavedTensor>& head) {
+    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, {}, {}, {}, {}};
+    const std::uint64_t V = m.vocab;
+    for (const auto& row : layer.rows) {
+        if (row.kept(mode)) w.layer_kept.add(row, V);
+        if (row.kept(Recompute::none) && !row.kept(mode)) w.layer_rebuilt.add(row, V);
+    }
+    if (mode == Recompute::full) w.layer_kept.sequence = layer.input_bytes;  // the layer's input, on the residual stream
+    for (const auto& row : input_side) w.input_side.add(row, V);
+    for (const auto& row : head) w.head.add(row, V);
+    for (const auto& row : params.rows) {
+        switch (row.group) {
+            case Group::input: w.input.add(row, V); break;
+            case Group::layer: w.per_layer.add(row, V); break;
+            case Group::head:
+                w.head_params.add(row, V);
+                if (row.part == Part::embedding) w.tied_embedding.add(row, V);
+                break;
+        }
+    }
+    return w;
+}
+
+/// What one rank of pipeline stage `stage` holds apart from its timeline.
+struct StageFacts {
+    std::uint64_t stage = 0, in_flight = 1;
+    Count input, per_layer, head;  ///< parameters by group on this rank
+    std::uint64_t layers = 0;
+    Count parameters;              ///< on this rank: after tensor, expert and pipeline splits
+    TrainingState state;           ///< on the device, after ZeRO sharding and offload
+    Count host;                    ///< what offload keeps in host memory
+};
+
+inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint64_t stage) {
+    const std::uint64_t V = w.model.vocab;
+    const bool first = stage == 0, last = stage + 1 == p.pp;
+    StageFacts f;
+    f.stage = stage;
+    f.in_flight = in_flight(p, stage);
+    f.layers = w.model.layers / p.pp;
+    f.per_layer = w.per_layer.on_rank(p, V);
+    if (first) f.input = w.input.on_rank(p, V);
+    if (last) f.head = w.head_params.on_rank(p, V);
+    // A tied embedding is also the head's matrix: across stages the first keeps its own copy.
+    if (first && !last) f.input += w.tied_embedding.on_rank(p, V);
+    f.parameters = f.input + Count(f.layers) * f.per_layer + f.head;
+    f.state = sharded_state(f.parameters, w.recipe, p.zero, p.sharding());
+    if (p.offload != Offload::none) {  // ZeRO-Offload: the CPU runs the optimiser step from host memory
+        f.host = f.state.master_weights + f.state.optimizer_state;
+        f.state.master_weights = f.state.optimizer_state = 0;
+    }
+    if (p.offload == Offload::parameters) {
+        f.host += f.state.weights;
+        f.state.weights = 0;
+    }
+    return f;
+}
+
+inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, const StageFacts& f) {
+    const Architecture& m = w.model;
+    const std::uint64_t V = m.vocab, d = w.recipe.activation_bytes;
+    const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
+    TimelineInputs in;
+    in.layers = f.layers;
+    in.chunk = m.layers / (p.pp * p.vpp);
+    in.pp = p.pp;
+    in.stage = f.stage;
+    in.loss = last;
+    in.weights = f.state.weights;
+    in.master_weights = f.state.master_weights;
+    in.optimizer_state = f.state.optimizer_state;
+    in.layer_kept = w.layer_kept.on_rank(p, V);
+    in.layer_rebuilt = w.layer_rebuilt.on_rank(p, V);
+
+    // A pipeline stage also holds the activations of the other micro-batches in flight: 1F1B keeps
+    // whole micro-batches, the interleaved schedule model chunks of L / (P V) layers.
+    const std::uint64_t held = f.in_flight * (p.vpp == 1 ? f.layers : in.chunk);
+    in.other_microbatches = Count(held > f.layers ? held - f.layers : 0) * in.layer_kept;
+    const std::uint64_t batches_held = p.vpp == 1 ? f.in_flight : (f.in_flight + p.vpp - 1) / p.vpp;
+    if (first) in.input_side_kept = Count(batches_held) * w.input_side.on_rank(p, V);
+
+    if (p.zero >= 3)  // each layer's full weights are gathered before its forward and its backward step
+        in.gathered_weights = Count(std::min<std::uint64_t>(p.gathered_layers, f.layers)) * f.per_layer *
+                              w.recipe.weight_bytes;
+    const Count g = w.recipe.gradient_bytes;
+    const auto sharded = [&](Count n) { return p.zero >= 2 ? ceil_div(n, p.sharding()) : n; };
+    in.head_gradients = sharded(f.head) * g;
+    in.layer_gradients = sharded(f.per_layer) * g;
+    in.input_gradients = sharded(f.input) * g;
+    if (p.zero >= 2) in.layer_gradient_bucket = f.per_layer * g;  // until its reduce-scatter
+
+    if (last) {
+        // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
+        const Count sbV = ceil_div(Count(w.seq) * w.micro_batch, p.cp) * ceil_div(V, p.tp);
+        in.logits = sbV * d;
+        // The loss reads an fp32 copy of the logits (the formula's "fp32 softmax"); the architecture
+        // model adds what the head and the loss save for backward.
+        in.loss_buffers = sbV * dtype::fp32 + w.head.on_rank(p, V);
+        in.logits_gradient = sbV * d;
+    }
+    in.activation_gradient = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * d, p);
+    return in;
+}
+
+/// The most loaded device of a layout and its peak step, without building any timeline. The first
+/// stage holds at least what every middle stage holds (the embedding, the most micro-batches in
+/// flight), so only the first and the last stage can be the most loaded.
+struct LayoutPeak {
+    std::uint64_t stage = 0;
+    Step step;
+    Count bytes() const { return step.bytes.total(); }
+};
+
+inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
+    LayoutPeak best{0, peak_step(stage_inputs(w, p, stage_facts(w, p, 0)))};
+    if (p.pp > 1) {
+        const Step last = peak_step(stage_inputs(w, p, stage_facts(w, p, p.pp - 1)));
+        if (last.bytes.total() > best.bytes()) best = {p.pp - 1, last};
+    }
+    return best;
+}
+
+}  // namespace memcalc
