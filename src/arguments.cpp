@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "suggest.hpp"
@@ -72,6 +75,35 @@ std::vector<Attention> parse_attention(const std::string& text) {
 
 Format parse_format(const std::string& text) {
     return text == "json" ? Format::json : text == "csv" ? Format::csv : Format::table;
+}
+
+Count parse_size(const std::string& option, const std::string& text) {
+    const auto bad = [&]() {
+        return usage_error(fmt::format("{} must be a size such as 80GB, 80GiB, 1.5TB or a number of bytes (got '{}')",
+                                       option, text));
+    };
+    std::size_t i = 0;
+    std::string whole, fraction;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) whole += text[i++];
+    if (i < text.size() && text[i] == '.')
+        for (++i; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]));) fraction += text[i++];
+    while (i < text.size() && text[i] == ' ') ++i;
+    std::string unit;
+    for (; i < text.size(); ++i) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+    const std::pair<const char*, std::uint64_t> units[] = {
+        {"", 1},           {"b", 1},           {"kb", 1000},       {"mb", 1000000},  {"gb", 1000000000},
+        {"tb", 1000000000000ULL}, {"kib", 1ULL << 10}, {"mib", 1ULL << 20}, {"gib", 1ULL << 30}, {"tib", 1ULL << 40}};
+    const auto found = std::find_if(std::begin(units), std::end(units), [&](const auto& u) { return unit == u.first; });
+    if (whole.empty() || found == std::end(units) || fraction.size() > 9) throw bad();
+    try {
+        Count bytes = Count(std::stoull(whole)) * found->second;
+        if (!fraction.empty())  // the fraction of a unit, rounded to the byte
+            bytes += Count(static_cast<std::uint64_t>(std::llround(std::stold("0." + fraction) *
+                                                                    static_cast<long double>(found->second))));
+        return bytes;
+    } catch (const std::exception&) {
+        throw usage_error(fmt::format("{} is too large (got '{}')", option, text));
+    }
 }
 
 std::uint64_t parse_count(const std::string& option, const std::string& text, std::uint64_t fallback) {

@@ -24,6 +24,7 @@ struct Request {
     // Parallelism, as typed; empty means the default.
     std::string dp, tp, pp, cp, ep, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
     std::string compare, gpus_per_node;
+    std::string device_memory, reserve = "2GiB", multiple_of;  // fit and plan
     bool sp = false;
 };
 
@@ -39,6 +40,8 @@ std::vector<Recompute> parse_modes(const std::string& text);
 std::vector<Attention> parse_attention(const std::string& text);
 std::vector<unsigned> parse_zero(const std::string& text);
 Format parse_format(const std::string& text);
+/// A memory size: "80GB", "80 GB", "2GiB", "1.5TB", "512MiB" or plain bytes.
+Count parse_size(const std::string& option, const std::string& text);
 /// Every combination of the --dp, --tp, --pp and --zero lists; micro-batches follow --global-batch.
 std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_batch);
 

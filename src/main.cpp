@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,8 @@ using namespace memcalc::cli;
 constexpr int exit_input_error = 1;
 constexpr int exit_usage_error = 2;
 
-std::string run_estimate(const Request& q) {
+/// Checks the options every estimating command shares, before any model is read.
+void check_run_options(const Request& q) {
     if (q.preset.empty() + q.model_file.empty() + q.config.empty() != 2)
         throw usage_error("give one model: --preset NAME (see 'memcalc presets'), --model-file PATH or --config PATH");
     if (find_recipe(q.recipe) == nullptr) {
@@ -31,19 +33,31 @@ std::string run_estimate(const Request& q) {
         throw usage_error(fmt::format("unknown --recipe '{}'{}; 'memcalc recipes' lists them", q.recipe,
                                       did_you_mean(q.recipe, names)));
     }
-    const std::vector<std::uint64_t> batches = parse_sizes("--micro-batch", q.micro_batch);
-    const std::vector<Recompute> modes = parse_modes(q.recompute);
     const std::vector<Attention> attentions = parse_attention(q.attention);
     if (q.activations == "korthikanti" &&
         std::find(attentions.begin(), attentions.end(), Attention::flash) != attentions.end())
         throw usage_error("--attention flash needs --activations architecture: Korthikanti's formula describes eager "
                           "attention");
+}
+
+ModelFile load_model(const Request& q) {
+    return !q.preset.empty() ? load_preset(q.preset) : !q.model_file.empty() ? load_model_file(q.model_file)
+                                                                               : load_hf_config(q.config);
+}
+
+ActivationModel activation_model(const Request& q) {
+    return q.activations == "architecture" ? ActivationModel::architecture : ActivationModel::korthikanti;
+}
+
+std::string run_estimate(const Request& q) {
+    check_run_options(q);
+    const std::vector<std::uint64_t> batches = parse_sizes("--micro-batch", q.micro_batch);
+    const std::vector<Recompute> modes = parse_modes(q.recompute);
+    const std::vector<Attention> attentions = parse_attention(q.attention);
     std::vector<std::uint64_t> seqs;  // empty: the model's max_positions
     if (!q.seq.empty()) seqs = parse_sizes("--seq", q.seq);
 
-    const ModelFile model = !q.preset.empty()     ? load_preset(q.preset)
-                            : !q.model_file.empty() ? load_model_file(q.model_file)
-                                                    : load_hf_config(q.config);
+    const ModelFile model = load_model(q);
     const Architecture& arch = model.architecture;
     if (seqs.empty()) {
         if (arch.max_positions == 0)
@@ -52,8 +66,7 @@ std::string run_estimate(const Request& q) {
     }
 
     std::vector<Report> runs;
-    const ActivationModel activations =
-        q.activations == "architecture" ? ActivationModel::architecture : ActivationModel::korthikanti;
+    const ActivationModel activations = activation_model(q);
     for (auto s : seqs)
         for (auto b : batches)
             for (const auto& layout : parse_layouts(q, b))
@@ -85,6 +98,54 @@ std::string run_estimate(const Request& q) {
         case Format::json: return (q.per_layer ? per_layer_json(r) : report_json(r, view)).dump(2) + "\n";
         case Format::csv: return q.per_layer ? per_layer_csv(r) : csv_header() + csv_row(r);
         case Format::table: return q.per_layer ? per_layer_table(r, view) : report_table(r, view);
+    }
+    return {};
+}
+
+std::string run_fit(const Request& q) {
+    check_run_options(q);
+    if (q.device_memory.empty()) throw usage_error("fit needs --device-memory, e.g. --device-memory 80GB");
+    const Count memory = parse_size("--device-memory", q.device_memory);
+    const Count reserve = parse_size("--reserve", q.reserve);
+    if (reserve >= memory)
+        throw usage_error(fmt::format("--reserve {} leaves nothing of --device-memory {}", q.reserve, q.device_memory));
+    // With --seq fixed, the micro-batch is searched; otherwise the sequence, at --micro-batch (1).
+    FitRequest fit;
+    fit.dimension = q.seq.empty() ? FitDimension::seq : FitDimension::micro_batch;
+    fit.fixed = fit.dimension == FitDimension::seq ? parse_count("--micro-batch", q.micro_batch, 1)
+                                                  : parse_count("--seq", q.seq, 0);
+    fit.memory = memory, fit.reserve = reserve;
+    fit.capacity = Count(memory.value() - reserve.value());
+    fit.modes = parse_modes(q.recompute);
+
+    const ModelFile model = load_model(q);
+    fit.model = model.architecture;
+    Settings settings;
+    (fit.dimension == FitDimension::seq ? settings.micro_batch : settings.seq) = fit.fixed;
+    settings.recipe = q.recipe;
+    settings.activations = activation_model(q);
+    const auto attentions = parse_attention(q.attention);
+    if (attentions.size() != 1) throw usage_error("fit takes one --attention");
+    settings.attention = attentions.front();
+    const auto layouts = parse_layouts(q, fit.dimension == FitDimension::micro_batch ? 1 : fit.fixed);
+    if (layouts.size() != 1) throw usage_error("fit takes one layout: no comma lists for --dp, --tp, --pp or --zero");
+    settings.parallel = layouts.front();
+    // Sizes the layout can split evenly: the sequence over context (and sequence-parallel) ranks.
+    const Parallelism& p = settings.parallel;
+    fit.granule = parse_count("--multiple-of", q.multiple_of, 1);
+    if (fit.dimension == FitDimension::seq) fit.granule = std::lcm(fit.granule, p.cp * (p.sequence_parallel ? p.tp : 1));
+    const std::uint64_t limit = fit.dimension == FitDimension::seq && fit.model.position == Position::learned
+                                    ? fit.model.learned_positions()
+                                    : (1ULL << 40);
+    for (auto mode : fit.modes) {
+        settings.recompute = mode;
+        fit.results.push_back(memcalc::fit(fit.model, settings, fit.dimension, fit.capacity, fit.granule, limit));
+    }
+    fit.settings = settings;
+    switch (parse_format(q.format)) {
+        case Format::json: return fit_json(fit).dump(2) + "\n";
+        case Format::csv: return fit_csv(fit);
+        case Format::table: return fit_table(fit, q.units == "gib" ? Unit::gib : Unit::gb);
     }
     return {};
 }
@@ -124,18 +185,8 @@ const char* const examples = R"(Examples:
 Exit status: 0 on success, 1 for a bad model (preset, model file, sizes that overflow),
 2 for a bad command line. Errors are one line on stderr; nothing is printed on stdout then.)";
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    CLI::App app{"memcalc: how much device memory one training step of a transformer language model takes,\n"
-                 "from the architecture alone, exactly: parameters, training state, saved activations,\n"
-                 "and the peak over the step's timeline.",
-                 "memcalc"};
-    app.set_version_flag("--version", std::string("memcalc ") + memcalc::version);
-    app.footer(examples);
-    app.require_subcommand(0, 1);
-
-    Request q;
+/// The model and the run: what every command that estimates takes.
+void add_model_options(CLI::App& app, Request& q) {
     const std::vector<std::string> formats = {"table", "json", "csv"};
     auto* preset = app.add_option("--preset", q.preset, "A built-in model: see 'memcalc presets'");
     auto* model_file =
@@ -161,6 +212,10 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"gb", "gib"}, CLI::ignore_case))
         ->transform(CLI::detail::to_lower);
     app.add_option("--format", q.format, "table (default), json or csv")->check(CLI::IsMember(formats));
+}
+
+/// How the step is spread over devices.
+void add_parallel_options(CLI::App& app, Request& q) {
     const char* parallel_group = "Parallelism (per-device memory)";
     app.add_option("--dp", q.dp, "Data-parallel replicas (default 1); --dp, --tp, --pp and --zero take comma lists")
         ->group(parallel_group);
@@ -187,14 +242,50 @@ int main(int argc, char** argv) {
                    "or parameters (that and the weights; needs --zero 3)")
         ->check(CLI::IsMember({"none", "optimizer", "parameters"}))
         ->group(parallel_group);
+    app.add_option("--gpus-per-node", q.gpus_per_node, "GPUs per node, for --compare deepspeed (default 8)")
+        ->group(parallel_group);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"memcalc: how much device memory one training step of a transformer language model takes,\n"
+                 "from the architecture alone, exactly: parameters, training state, saved activations,\n"
+                 "and the peak over the step's timeline.",
+                 "memcalc"};
+    app.set_version_flag("--version", std::string("memcalc ") + memcalc::version);
+    app.footer(examples);
+    app.require_subcommand(0, 1);
+
+    Request q;
+    const std::vector<std::string> formats = {"table", "json", "csv"};
+    add_model_options(app, q);
+    add_parallel_options(app, q);
     app.add_option("--compare", q.compare,
                    "Also show what another tool gives for this configuration: megatron (Megatron-LM's\n"
                    "theoretical memory formula) or deepspeed (its ZeRO-2/3 model-state estimators)")
         ->check(CLI::IsMember({"megatron", "deepspeed"}));
-    app.add_option("--gpus-per-node", q.gpus_per_node, "GPUs per node, for --compare deepspeed (default 8)")
-        ->group(parallel_group);
     app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
     app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");
+
+    Request fit_q;
+    fit_q.recompute = "all";
+    auto* fit = app.add_subcommand("fit", "The longest sequence (or largest micro-batch) that fits in a device's memory");
+    add_model_options(*fit, fit_q);
+    add_parallel_options(*fit, fit_q);
+    fit->add_option("--device-memory", fit_q.device_memory, "The device's memory: 80GB, 141GB, 24GiB, ... (required)");
+    fit->add_option("--reserve", fit_q.reserve,
+                    "Memory the model does not see: the framework's context and fragmentation (default 2GiB)");
+    fit->add_option("--multiple-of", fit_q.multiple_of, "Search only multiples of this size (default 1)");
+    fit->footer(R"(Searches the sequence length at --micro-batch (default 1), or, when --seq is given, the
+micro-batch at that sequence; for each --recompute mode (default: all three). The peak never falls
+as either grows, so the search doubles, then bisects, and reports the largest size that fits, its
+peak and headroom, and the next size up, which does not.
+
+Examples:
+  memcalc fit --preset llama-7b --device-memory 80GB --recompute selective
+  memcalc fit --preset llama-3-8b --device-memory 80GB --seq 8192 --activations architecture --attention flash
+  memcalc fit --preset llama-2-70b --device-memory 80GB --tp 8 --sp --dp 8 --zero 1 --multiple-of 1024)");
 
     std::string list_format = "table";
     auto* presets = app.add_subcommand("presets", "List the built-in models with their parameter counts");
@@ -219,6 +310,7 @@ int main(int argc, char** argv) {
         // The whole output is built before any of it is printed, so a failure prints nothing on stdout.
         const std::string out = presets->parsed()       ? run_presets(list_format)
                                 : recipes_cmd->parsed() ? run_recipes(list_format)
+                                : fit->parsed()         ? run_fit(fit_q)
                                                         : run_estimate(q);
         std::cout << out << std::flush;
         return std::cout ? 0 : exit_input_error;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "memcalc/estimate.hpp"
+#include "memcalc/fit.hpp"
 #include "memcalc/units.hpp"
 #include "model_file.hpp"
 
@@ -37,6 +38,22 @@ inline constexpr std::array<Category, 9> categories{{
     {"logits", "logits and loss", &Breakdown::logits},
     {"activation_gradient", "activation gradient", &Breakdown::activation_gradient},
 }};
+
+/// A fit's question and answers, for rendering.
+struct FitRequest {
+    Architecture model;
+    Settings settings;  ///< the last mode's; everything but the searched size and the mode is common
+    FitDimension dimension = FitDimension::seq;
+    std::uint64_t fixed = 1;  ///< the size that is not searched
+    std::uint64_t granule = 1;
+    Count memory, reserve, capacity;
+    std::vector<Recompute> modes;
+    std::vector<FitResult> results;  ///< one per mode
+};
+
+std::string fit_table(const FitRequest& f, Unit unit);
+nlohmann::json fit_json(const FitRequest& f);
+std::string fit_csv(const FitRequest& f);
 
 // Tables for people.
 std::string report_table(const Report& r, const View& view);

@@ -213,6 +213,32 @@ TEST_CASE("other tools' figures beside memcalc's and offload to host memory", "[
     CHECK(d["ranks"][0]["state"]["optimizer_state"] == 0);
 }
 
+TEST_CASE("memcalc fit answers per recomputation mode in every format", "[cli][fit]") {
+    const auto run = memcalc("fit --preset llama-7b --device-memory 141GB --reserve 2GiB --format json");
+    REQUIRE(run.status == 0);
+    const json j = json::parse(run.out);
+    CHECK(j["command"] == "fit");
+    CHECK(j["search"] == "seq");
+    CHECK(j["capacity_bytes"].get<std::uint64_t>() == 141000000000ULL - (1ULL << 30) * 2);
+    REQUIRE(j["results"].size() == 3);
+    std::uint64_t previous = 0;
+    for (const auto& r : j["results"]) {  // recomputation buys sequence length
+        CHECK(r["peak"]["bytes"].get<std::uint64_t>() <= j["capacity_bytes"].get<std::uint64_t>());
+        CHECK(r["first_over"]["size"].get<std::uint64_t>() == r["largest"].get<std::uint64_t>() + 1);
+        CHECK(r["largest"].get<std::uint64_t>() > previous);
+        previous = r["largest"].get<std::uint64_t>();
+    }
+    // The answer agrees with the estimate for that size.
+    const auto largest = j["results"][1]["largest"].get<std::uint64_t>();
+    const json at = json::parse(memcalc("--preset llama-7b --recompute selective --format json --seq " + std::to_string(largest)).out);
+    CHECK(at["peak"]["bytes"] == j["results"][1]["peak"]["bytes"]);
+
+    const auto table = memcalc("fit --preset llama-7b --device-memory 80GB --dp 8 --zero 3 --seq 4096 --recompute full");
+    REQUIRE(table.status == 0);
+    CHECK_THAT(table.out, Catch::Contains("the largest micro-batch that fits"));
+    CHECK(count_lines(memcalc("fit --preset gpt2 --device-memory 24GiB --format csv").out) == 4);
+}
+
 TEST_CASE("a HuggingFace config.json through the program", "[cli]") {
     const auto run = memcalc(std::string("--config ") + MEMCALC_SOURCE_DIR + "/tests/configs/gemma-2-9b-it.json --seq 8 --format csv");
     REQUIRE(run.status == 0);
@@ -259,6 +285,10 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"--preset llama-7b --vpp 2", 1, "vpp (2) needs pp > 1"},
         Row{"--preset llama-7b --offload parameters --zero 2 --dp 2", 1, "offloading parameters needs ZeRO stage 3"},
         Row{"--preset llama-7b --compare vllm", 2, "--compare: vllm not in {megatron,deepspeed}"},
+        Row{"fit --preset llama-7b", 2, "fit needs --device-memory"},
+        Row{"fit --preset llama-7b --device-memory eighty", 2, "--device-memory must be a size such as 80GB, 80GiB, 1.5TB or a number of bytes (got 'eighty')"},
+        Row{"fit --preset llama-7b --device-memory 1GB --reserve 2GiB", 2, "--reserve 2GiB leaves nothing of --device-memory 1GB"},
+        Row{"fit --preset llama-7b --device-memory 80GB --tp 1,2", 2, "fit takes one layout"},
         Row{"--config memcalc_missing.json", 1, "cannot read config file 'memcalc_missing.json'"},
         Row{"--config memcalc_heads.json", 1, "memcalc_heads.json: missing key 'model_type'"},
         Row{"--preset gpt2 --seq 4096", 1, "seq 4096 exceeds the 1024 learned positions of gpt2"},

@@ -4,6 +4,7 @@
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/error.hpp"
 #include "memcalc/estimate.hpp"
+#include "memcalc/fit.hpp"
 #include "memcalc/flops.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/parallel.hpp"

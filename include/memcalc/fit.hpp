@@ -1,0 +1,87 @@
+#pragma once
+/// The largest sequence length or micro-batch whose step fits in a device's memory. The peak never
+/// falls as either grows, so the answer is found by doubling, then bisection.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "memcalc/estimate.hpp"
+
+namespace memcalc {
+
+enum class FitDimension { seq, micro_batch };
+
+/// One evaluated size: its peak, or why it cannot run at all (a byte count past 64 bits, a sequence
+/// past a learned position table).
+struct FitProbe {
+    std::uint64_t size = 0;
+    bool runs = false;
+    Count peak;
+    std::string step;         ///< the peak's step ("backward 32")
+    std::uint64_t stage = 0;  ///< and its pipeline stage
+    std::string reason;       ///< why it does not run
+};
+
+struct FitResult {
+    std::optional<FitProbe> largest;      ///< the largest size that fits; none when even the smallest does not
+    std::optional<FitProbe> first_over;   ///< the next size up, which does not; none when the search limit fits
+};
+
+namespace detail {
+inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dimension, std::uint64_t size) {
+    (dimension == FitDimension::seq ? settings.seq : settings.micro_batch) = size;
+    FitProbe p;
+    p.size = size;
+    try {
+        const Report r = estimate(m, settings);
+        p.runs = true;
+        p.peak = r.peak_step().bytes.total();
+        p.step = r.peak_step().name();
+        p.stage = r.busiest().stage;
+    } catch (const error& e) {
+        p.reason = e.what();
+    }
+    return p;
+}
+}  // namespace detail
+
+/// Searches multiples of `granule` up to `limit` for the largest size whose peak is at most
+/// `capacity` bytes; everything else comes from `settings`.
+inline FitResult fit(const Architecture& m, const Settings& settings, FitDimension dimension, Count capacity,
+                     std::uint64_t granule, std::uint64_t limit) {
+    const auto fits = [&](const FitProbe& p) { return p.runs && p.peak <= capacity; };
+    const auto at = [&](std::uint64_t multiple) { return detail::probe(m, settings, dimension, multiple * granule); };
+    const std::uint64_t top = limit / granule;  // the largest multiple allowed
+    FitResult result;
+    if (top == 0) return result;
+    FitProbe low = at(1);
+    if (!fits(low)) {
+        result.first_over = low;
+        return result;
+    }
+    // Double until a size does not fit (or the limit does), then bisect between the two.
+    std::uint64_t good = 1, bad = 0;
+    while (bad == 0) {
+        const std::uint64_t next = good > top / 2 ? top : good * 2;
+        if (next == good) break;  // the limit fits
+        FitProbe p = at(next);
+        if (fits(p)) {
+            good = next, low = p;
+        } else {
+            bad = next, result.first_over = p;
+        }
+    }
+    while (bad != 0 && bad - good > 1) {
+        const std::uint64_t middle = good + (bad - good) / 2;
+        FitProbe p = at(middle);
+        if (fits(p)) {
+            good = middle, low = p;
+        } else {
+            bad = middle, result.first_over = p;
+        }
+    }
+    result.largest = low;  // and first_over, when set, is the probe at bad = good + 1
+    return result;
+}
+
+}  // namespace memcalc
