@@ -19,7 +19,7 @@ TEST_CASE("fit: the size found fits and the next one up does not, by the peak mo
         Row{fixtures::llama_7b(), 1, 0, 138900000000ULL, 1},
         Row{fixtures::llama_7b(), 8, 3, 78000000000ULL, 128},
         Row{fixtures::mistral_7b(), 4, 2, 70000000000ULL, 1},
-        Row{fixtures::gpt2_small(), 1, 0, 3000000000ULL, 1},
+        Row{fixtures::gpt2_small(), 1, 0, 8000000000ULL, 1},
     }));
     const Recompute mode = GENERATE(Recompute::none, Recompute::selective, Recompute::full);
     const FitDimension dimension = GENERATE(FitDimension::seq, FitDimension::micro_batch);
