@@ -25,6 +25,7 @@ struct Request {
     std::string dp, tp, pp, cp, ep, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
     std::string compare, gpus_per_node;
     std::string device_memory, reserve = "2GiB", multiple_of;  // fit and plan
+    std::string gpus, top, max_tp;                              // plan
     bool sp = false;
 };
 

@@ -3,7 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
 #include <iostream>
 #include <numeric>
 #include <string>
@@ -150,6 +155,67 @@ std::string run_fit(const Request& q) {
     return {};
 }
 
+/// A progress line on stderr, only when stderr is a terminal and the work has run past a second.
+class Progress {
+public:
+    explicit Progress(const char* what) : what_(what), terminal_(isatty(fileno(stderr)) != 0) {}
+    ~Progress() {
+        if (shown_) std::cerr << "\r\033[K" << std::flush;
+    }
+    void operator()(std::size_t done) {
+        if (!terminal_ || done % 4096 != 0) return;
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        if (seconds < 1) return;
+        shown_ = true;
+        std::cerr << "\r" << what_ << ": " << done << " evaluated (" << static_cast<long long>(done / seconds) << "/s)"
+                  << std::flush;
+    }
+
+private:
+    const char* what_;
+    bool terminal_, shown_ = false;
+    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+std::string run_plan(const Request& q) {
+    check_run_options(q);
+    if (q.device_memory.empty()) throw usage_error("plan needs --device-memory, e.g. --device-memory 80GB");
+    if (q.gpus.empty()) throw usage_error("plan needs --gpus, the number of devices");
+    if (q.seq.empty()) throw usage_error("plan needs --seq");
+    if (q.global_batch.empty()) throw usage_error("plan needs --global-batch, the sequences per step");
+    PlanView view;
+    view.memory = parse_size("--device-memory", q.device_memory);
+    view.reserve = parse_size("--reserve", q.reserve);
+    if (view.reserve >= view.memory)
+        throw usage_error(fmt::format("--reserve {} leaves nothing of --device-memory {}", q.reserve, q.device_memory));
+    PlanRequest& r = view.request;
+    r.gpus = parse_count("--gpus", q.gpus, 1);
+    r.capacity = Count(view.memory.value() - view.reserve.value());
+    r.seq = parse_count("--seq", q.seq, 0);
+    r.global_batch = parse_count("--global-batch", q.global_batch, 0);
+    r.recipe = q.recipe;
+    r.activations = activation_model(q);
+    const auto attentions = parse_attention(q.attention);
+    if (attentions.size() != 1) throw usage_error("plan takes one --attention");
+    r.attention = attentions.front();
+    r.max_tp = parse_count("--max-tp", q.max_tp, 0);
+    view.top = parse_count("--top", q.top, 10);
+    const ModelFile model = load_model(q);
+    view.model = model.architecture.name;
+    const auto start = std::chrono::steady_clock::now();
+    {
+        Progress progress("plan");
+        view.rows = plan(model.architecture, r, std::ref(progress));
+    }
+    view.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    switch (parse_format(q.format)) {
+        case Format::json: return plan_json(view).dump(2) + "\n";
+        case Format::csv: return plan_csv(view);
+        case Format::table: return plan_table(view, q.units == "gib" ? Unit::gib : Unit::gb);
+    }
+    return {};
+}
+
 std::string run_presets(const std::string& format) {
     std::vector<std::pair<std::string, ModelFile>> presets;
     for (const auto& name : preset_names()) presets.emplace_back(name, load_preset(name));
@@ -287,6 +353,28 @@ Examples:
   memcalc fit --preset llama-3-8b --device-memory 80GB --seq 8192 --activations architecture --attention flash
   memcalc fit --preset llama-2-70b --device-memory 80GB --tp 8 --sp --dp 8 --zero 1 --multiple-of 1024)");
 
+    Request plan_q;
+    auto* plan = app.add_subcommand("plan", "Every layout of a cluster that fits, ranked by the compute it wastes");
+    add_model_options(*plan, plan_q);
+    plan->add_option("--gpus", plan_q.gpus, "Devices in the cluster (required)");
+    plan->add_option("--device-memory", plan_q.device_memory, "Each device's memory: 80GB, 141GB, ... (required)");
+    plan->add_option("--global-batch", plan_q.global_batch, "Sequences per step (required)");
+    plan->add_option("--reserve", plan_q.reserve, "Memory the model does not see (default 2GiB)");
+    plan->add_option("--top", plan_q.top, "How many layouts to show (default 10)");
+    plan->add_option("--max-tp", plan_q.max_tp, "Largest tensor-parallel degree to try, e.g. the GPUs of a node");
+    plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B), context and expert (for
+mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, sequence parallelism on
+or off, every micro-batch that divides the global batch per replica, and each recomputation mode.
+It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by
+  1. wasted compute: recomputation's extra FLOPs plus the pipeline bubble (P-1)/(M+P-1), as
+     fractions of the step;
+  2. then the bytes each device sends per step (ring all-reduce of gradients, ZeRO-3's weight
+     gathers, tensor-parallel all-reduces, pipeline sends, context-parallel key/value rings);
+  3. then the peak.
+
+Example:
+  memcalc plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512)");
+
     std::string list_format = "table";
     auto* presets = app.add_subcommand("presets", "List the built-in models with their parameter counts");
     presets->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
@@ -311,6 +399,7 @@ Examples:
         const std::string out = presets->parsed()       ? run_presets(list_format)
                                 : recipes_cmd->parsed() ? run_recipes(list_format)
                                 : fit->parsed()         ? run_fit(fit_q)
+                                : plan->parsed()        ? run_plan(plan_q)
                                                         : run_estimate(q);
         std::cout << out << std::flush;
         return std::cout ? 0 : exit_input_error;

@@ -7,6 +7,7 @@
 
 #include "memcalc/estimate.hpp"
 #include "memcalc/fit.hpp"
+#include "memcalc/plan.hpp"
 #include "memcalc/units.hpp"
 #include "model_file.hpp"
 
@@ -54,6 +55,21 @@ struct FitRequest {
 std::string fit_table(const FitRequest& f, Unit unit);
 nlohmann::json fit_json(const FitRequest& f);
 std::string fit_csv(const FitRequest& f);
+
+/// A plan's question and its ranked layouts, for rendering.
+struct PlanView {
+    std::string model;
+    PlanRequest request;
+    Count memory, reserve;
+    std::vector<PlanRow> rows;  ///< every layout evaluated, fitting ones first, ranked
+    std::size_t top = 10;
+    double seconds = 0;         ///< how long the search took
+};
+
+std::string plan_table(const PlanView& v, Unit unit);
+nlohmann::json plan_json(const PlanView& v);
+std::string plan_csv(const PlanView& v);
+std::string layout_text(const Parallelism& p);
 
 // Tables for people.
 std::string report_table(const Report& r, const View& view);

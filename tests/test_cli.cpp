@@ -11,6 +11,29 @@ using nlohmann::json;
 using testing::memcalc;
 
 namespace {
+/// "{}" placeholders filled in order with each value's text (JSON numbers as they print).
+template <typename... Values>
+std::string fmt(std::string pattern, const Values&... values) {
+    std::vector<std::string> texts;
+    const auto text = [](const auto& v) {
+        std::ostringstream out;
+        out << v;
+        return out.str();
+    };
+    (texts.push_back(text(values)), ...);
+    std::string out;
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+        if (pattern.compare(i, 2, "{}") == 0 && next < texts.size()) {
+            out += texts[next++];
+            ++i;
+        } else {
+            out += pattern[i];
+        }
+    }
+    return out;
+}
+
 std::size_t count_lines(const std::string& text) { return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')); }
 }  // namespace
 
@@ -239,6 +262,32 @@ TEST_CASE("memcalc fit answers per recomputation mode in every format", "[cli][f
     CHECK(count_lines(memcalc("fit --preset gpt2 --device-memory 24GiB --format csv").out) == 4);
 }
 
+TEST_CASE("memcalc plan ranks the layouts that fit", "[cli][plan]") {
+    const auto run = memcalc("plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512 "
+                             "--top 5 --format json");
+    REQUIRE(run.status == 0);
+    CHECK(run.err.empty());  // no progress line when stderr is not a terminal
+    const json j = json::parse(run.out);
+    CHECK(j["command"] == "plan");
+    CHECK(j["evaluated"].get<std::uint64_t>() > j["fitting"].get<std::uint64_t>());
+    REQUIRE(j["layouts"].size() == 5);
+    for (const auto& l : j["layouts"]) {
+        CHECK(l["dp"].get<std::uint64_t>() * l["tp"].get<std::uint64_t>() * l["pp"].get<std::uint64_t>() *
+                  l["cp"].get<std::uint64_t>() == 64);
+        CHECK(l["peak"]["bytes"].get<std::uint64_t>() <= j["capacity_bytes"].get<std::uint64_t>());
+    }
+    // The first layout, estimated on its own, has the same peak.
+    const json& best = j["layouts"][0];
+    const auto one = memcalc(fmt("--preset llama-2-70b --seq 4096 --format json --dp {} --tp {} --pp {} --cp {} --zero {} "
+                                 "--micro-batch {} --global-batch 512 --recompute {}{}",
+                                 best["dp"], best["tp"], best["pp"], best["cp"], best["zero"], best["micro_batch"],
+                                 best["recompute"].get<std::string>(), best["sequence_parallel"].get<bool>() ? " --sp" : ""));
+    REQUIRE(one.status == 0);
+    CHECK(json::parse(one.out)["peak"]["bytes"] == best["peak"]["bytes"]);
+    CHECK(count_lines(memcalc("plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 --global-batch 64 --top 3 "
+                              "--format csv").out) == 4);
+}
+
 TEST_CASE("a HuggingFace config.json through the program", "[cli]") {
     const auto run = memcalc(std::string("--config ") + MEMCALC_SOURCE_DIR + "/tests/configs/gemma-2-9b-it.json --seq 8 --format csv");
     REQUIRE(run.status == 0);
@@ -289,6 +338,9 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"fit --preset llama-7b --device-memory eighty", 2, "--device-memory must be a size such as 80GB, 80GiB, 1.5TB or a number of bytes (got 'eighty')"},
         Row{"fit --preset llama-7b --device-memory 1GB --reserve 2GiB", 2, "--reserve 2GiB leaves nothing of --device-memory 1GB"},
         Row{"fit --preset llama-7b --device-memory 80GB --tp 1,2", 2, "fit takes one layout"},
+        Row{"plan --preset llama-7b --device-memory 80GB --seq 2048 --global-batch 8", 2, "plan needs --gpus"},
+        Row{"plan --preset llama-7b --gpus 8 --device-memory 80GB --global-batch 8", 2, "plan needs --seq"},
+        Row{"plan --preset gpt2 --gpus 8 --device-memory 80GB --seq 4096 --global-batch 8", 1, "seq 4096 exceeds the 1024 learned positions of gpt2"},
         Row{"--config memcalc_missing.json", 1, "cannot read config file 'memcalc_missing.json'"},
         Row{"--config memcalc_heads.json", 1, "memcalc_heads.json: missing key 'model_type'"},
         Row{"--preset gpt2 --seq 4096", 1, "seq 4096 exceeds the 1024 learned positions of gpt2"},

@@ -8,6 +8,7 @@
 #include "memcalc/flops.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/parallel.hpp"
+#include "memcalc/plan.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
 #include "memcalc/timeline.hpp"

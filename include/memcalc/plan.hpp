@@ -1,0 +1,168 @@
+#pragma once
+/// Every valid way to train a model on a cluster: data, tensor, pipeline, context and expert degrees,
+/// ZeRO stage, sequence parallelism, micro-batch and recomputation; which fit in device memory, and
+/// what each wastes. Each layout costs a few operations on a Workload (workload.hpp).
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "memcalc/architecture_activations.hpp"
+#include "memcalc/estimate.hpp"
+#include "memcalc/flops.hpp"
+#include "memcalc/workload.hpp"
+
+namespace memcalc {
+
+struct PlanRequest {
+    std::uint64_t gpus = 1;
+    Count capacity;                  ///< usable bytes per device
+    std::uint64_t seq = 0;
+    std::uint64_t global_batch = 1;  ///< sequences per step
+    std::string recipe{default_recipe};
+    ActivationModel activations = ActivationModel::korthikanti;
+    Attention attention = Attention::eager;
+    std::uint64_t max_tp = 0;        ///< largest tensor-parallel degree to try; 0 means no limit
+};
+
+struct PlanRow {
+    Parallelism parallel;
+    std::uint64_t micro_batch = 1;
+    Recompute recompute = Recompute::none;
+    LayoutPeak peak;
+    bool fits = false;
+    double recompute_fraction = 0;  ///< extra FLOPs of recomputation / the step's FLOPs
+    double bubble = 0;              ///< pipeline bubble, (P - 1) / (M + P - 1)
+    double communication = 0;       ///< bytes each device sends per step (estimate)
+    double waste() const { return recompute_fraction + bubble; }
+};
+
+/// The ranking: least wasted compute (recomputation plus pipeline bubble), then least
+/// communication per device, then lowest peak.
+inline bool plan_order(const PlanRow& a, const PlanRow& b) {
+    return std::make_tuple(a.waste(), a.communication, a.peak.bytes().value()) <
+           std::make_tuple(b.waste(), b.communication, b.peak.bytes().value());
+}
+
+inline std::vector<std::uint64_t> divisors(std::uint64_t n) {
+    std::vector<std::uint64_t> out;
+    for (std::uint64_t d = 1; d * d <= n; ++d)
+        if (n % d == 0) {
+            out.push_back(d);
+            if (d != n / d) out.push_back(n / d);
+        }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+/// Bytes one device sends in a step, by ring collectives: data-parallel gradient all-reduce (ZeRO-3:
+/// also two weight all-gathers), tensor-parallel all-reduces (4 a layer a micro-batch), pipeline
+/// sends between stages, context-parallel key/value rings.
+inline double communication_bytes(const Workload& w, const Parallelism& p, const StageFacts& f) {
+    const double M = static_cast<double>(p.steps_per_batch());
+    const double params = static_cast<double>(f.parameters.value());
+    const double d = static_cast<double>(w.recipe.activation_bytes);
+    const double tokens = static_cast<double>(w.seq * w.micro_batch) / static_cast<double>(p.cp);
+    const double stream = tokens * static_cast<double>(w.model.hidden) * d;  // one layer's output, one micro-batch
+    const auto ring = [](double n) { return n <= 1 ? 0.0 : (n - 1) / n; };
+    double bytes = 0;
+    const double dp = static_cast<double>(p.dp);
+    bytes += 2 * ring(dp) * params * static_cast<double>(w.recipe.gradient_bytes);
+    if (p.zero >= 3) bytes += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes);
+    const double layers = static_cast<double>(f.layers);
+    bytes += 4 * 2 * ring(static_cast<double>(p.tp)) * stream * layers * M;
+    if (p.pp > 1) bytes += 2 * stream / (p.sequence_parallel ? static_cast<double>(p.tp) : 1) * M;
+    const double kv = tokens * static_cast<double>(w.model.key_value_heads() * w.model.head_size()) * d /
+                      static_cast<double>(p.tp);
+    bytes += 2 * 2 * ring(static_cast<double>(p.cp)) * static_cast<double>(p.cp) * kv * layers * M;
+    return bytes;
+}
+
+/// Every valid layout of `request.gpus` devices, with its peak and costs; `each` sees every row as it
+/// is made (for progress), and the rows come back ranked by plan_order, fitting ones first.
+inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& request,
+                                 const std::function<void(std::size_t)>& each = nullptr) {
+    validate(m);
+    const Recipe* recipe = find_recipe(request.recipe);
+    if (recipe == nullptr) throw error("unknown recipe '" + request.recipe + "'");
+    const std::uint64_t s = request.seq, G = request.global_batch;
+    detail::require_positive("seq", s);
+    detail::require_positive("global_batch", G);
+    detail::require_positive("gpus", request.gpus);
+    if (m.position == Position::learned && s > m.learned_positions())
+        throw error("seq " + std::to_string(s) + " exceeds the " + std::to_string(m.learned_positions()) +
+                    " learned positions of " + m.name);
+    const ParameterTable params = parameter_table(m);
+
+    // Workloads depend on the micro-batch and the recomputation alone: build each once.
+    std::map<std::pair<std::uint64_t, Recompute>, std::pair<Workload, double>> workloads;
+    const auto workload = [&](std::uint64_t b, Recompute mode) -> const std::pair<Workload, double>& {
+        auto it = workloads.find({b, mode});
+        if (it != workloads.end()) return it->second;
+        const std::uint64_t d = recipe->activation_bytes;
+        const bool formula = request.activations == ActivationModel::korthikanti;
+        const LayerActivations layer = formula ? korthikanti_layer(m, s, b, d) : architecture_layer(m, s, b, d, request.attention);
+        const auto input = formula ? std::vector<SavedTensor>{} : input_side_saved(m, s, b, d);
+        const auto head = formula ? std::vector<SavedTensor>{} : head_saved(m, s, b, d);
+        const double fraction = compute_cost(m, s, b, mode).recompute_fraction();
+        return workloads.emplace(std::make_pair(b, mode),
+                                 std::make_pair(make_workload(m, *recipe, s, b, mode, params, layer, input, head), fraction))
+            .first->second;
+    };
+
+    std::vector<PlanRow> rows;
+    const std::vector<std::uint64_t> factors = divisors(request.gpus);
+    const auto attention_heads_ok = [&](std::uint64_t tp) {
+        return m.heads % tp == 0 && m.key_value_heads() % tp == 0 && m.ffn % tp == 0 &&
+               (request.max_tp == 0 || tp <= request.max_tp);
+    };
+    for (std::uint64_t tp : factors) {
+        if (!attention_heads_ok(tp)) continue;
+        for (std::uint64_t pp : divisors(request.gpus / tp)) {
+            if (m.layers % pp != 0) continue;
+            for (std::uint64_t cp : divisors(request.gpus / (tp * pp))) {
+                const std::uint64_t dp = request.gpus / (tp * pp * cp);
+                for (std::uint64_t ep : m.is_moe() ? divisors(dp) : std::vector<std::uint64_t>{1}) {
+                    if (m.is_moe() && m.experts % ep != 0) continue;
+                    for (bool sp : {false, true}) {
+                        if (sp && tp == 1) continue;
+                        if (s % (cp * (sp ? tp : 1)) != 0) continue;
+                        for (unsigned zero = 0; zero <= 3; ++zero) {
+                            if (zero > 0 && dp == 1) continue;  // nothing to shard over
+                            if (G % dp != 0) continue;
+                            for (std::uint64_t b : divisors(G / dp)) {
+                                Parallelism p;
+                                p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep, p.zero = zero;
+                                p.sequence_parallel = sp;
+                                p.microbatches = G / (dp * b);
+                                for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+                                    const auto& [w, fraction] = workload(b, mode);
+                                    PlanRow row;
+                                    row.parallel = p;
+                                    row.micro_batch = b;
+                                    row.recompute = mode;
+                                    row.peak = layout_peak(w, p);
+                                    row.fits = row.peak.bytes() <= request.capacity;
+                                    row.recompute_fraction = fraction;
+                                    const double M = static_cast<double>(p.microbatches), P = static_cast<double>(pp);
+                                    row.bubble = (P - 1) / (M + P - 1);
+                                    row.communication = communication_bytes(w, p, stage_facts(w, p, 0));
+                                    rows.push_back(row);
+                                    if (each) each(rows.size());
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    std::stable_sort(rows.begin(), rows.end(), [](const PlanRow& a, const PlanRow& b) {
+        return a.fits != b.fits ? a.fits : plan_order(a, b);
+    });
+    return rows;
+}
+
+}  // namespace memcalc

@@ -1,0 +1,82 @@
+#include <catch2/catch.hpp>
+#include <set>
+#include <tuple>
+
+#include "fixtures.hpp"
+#include "memcalc/plan.hpp"
+
+using namespace memcalc;
+
+namespace {
+Architecture small_llama() {
+    Architecture m = fixtures::llama_7b();
+    m.name = "small-llama", m.layers = 16, m.hidden = 2048, m.heads = 16, m.kv_heads = 4, m.ffn = 5632;
+    return m;
+}
+using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, unsigned, bool, std::uint64_t, int>;
+}  // namespace
+
+TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration finds", "[plan]") {
+    const Architecture m = small_llama();
+    PlanRequest request;
+    request.gpus = 8, request.capacity = 20000000000ULL, request.seq = 1024, request.global_batch = 16;
+    const auto rows = plan(m, request);
+
+    // By hand: dp x tp x pp x cp = 8; tp divides heads (16), kv heads (4) and ffn; pp divides the 16
+    // layers; the sequence splits over cp (and tp with sequence parallelism); ZeRO needs dp > 1; the
+    // micro-batch divides the 16 sequences per replica; three recomputation modes.
+    std::set<Key> expected;
+    for (std::uint64_t tp : {1, 2, 4, 8})
+        for (std::uint64_t pp : {1, 2, 4, 8})
+            for (std::uint64_t cp : {1, 2, 4, 8}) {
+                if (8 % (tp * pp * cp) != 0) continue;
+                const std::uint64_t dp = 8 / (tp * pp * cp);
+                if (4 % tp != 0) continue;  // kv heads
+                for (bool sp : {false, true})
+                    for (unsigned zero = 0; zero <= 3; ++zero)
+                        for (std::uint64_t b : {1, 2, 4, 8, 16})
+                            for (int mode = 0; mode < 3; ++mode) {
+                                if ((sp && tp == 1) || (zero > 0 && dp == 1) || (16 / dp) % b != 0) continue;
+                                expected.insert({dp, tp, pp, cp, zero, sp, b, mode});
+                            }
+            }
+    std::set<Key> found;
+    for (const auto& r : rows) {
+        const Parallelism& p = r.parallel;
+        found.insert({p.dp, p.tp, p.pp, p.cp, p.zero, p.sequence_parallel, r.micro_batch, static_cast<int>(r.recompute)});
+    }
+    CHECK(rows.size() == expected.size());
+    CHECK(found == expected);
+}
+
+TEST_CASE("plan's peaks are estimate()'s, and the ranking follows its rule", "[plan]") {
+    const Architecture m = small_llama();
+    PlanRequest request;
+    request.gpus = 8, request.capacity = 12000000000ULL, request.seq = 2048, request.global_batch = 8;
+    const auto rows = plan(m, request);
+    bool fitting = true;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const PlanRow& r = rows[i];
+        Settings s;
+        s.seq = 2048, s.micro_batch = r.micro_batch, s.recompute = r.recompute, s.parallel = r.parallel;
+        const Report e = estimate(m, s);
+        CAPTURE(i);
+        CHECK(r.peak.bytes() == e.peak_step().bytes.total());
+        CHECK(r.fits == (e.peak_step().bytes.total() <= request.capacity));
+        if (!r.fits) fitting = false;
+        CHECK((r.fits || !fitting));  // every fitting layout comes first
+        if (i > 0 && rows[i - 1].fits == r.fits) CHECK_FALSE(plan_order(r, rows[i - 1]));
+        const double P = static_cast<double>(r.parallel.pp), M = static_cast<double>(r.parallel.steps_per_batch());
+        CHECK(r.bubble == Approx((P - 1) / (M + P - 1)));
+    }
+}
+
+TEST_CASE("plan: a mixture-of-experts model also enumerates expert parallelism", "[plan]") {
+    Architecture m = small_llama();
+    m.experts = 4, m.experts_per_token = 2;
+    PlanRequest request;
+    request.gpus = 4, request.capacity = 80000000000ULL, request.seq = 512, request.global_batch = 4;
+    std::set<std::uint64_t> eps;
+    for (const auto& r : plan(m, request)) eps.insert(r.parallel.ep);
+    CHECK(eps == std::set<std::uint64_t>{1, 2, 4});
+}
