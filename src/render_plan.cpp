@@ -76,6 +76,7 @@ nlohmann::json plan_json(const PlanView& v) {
             {"reserve_bytes", v.reserve.value()},
             {"capacity_bytes", v.request.capacity.value()},
             {"evaluated", v.rows.size()},
+            {"seconds", v.seconds},
             {"fitting", fitting(v)},
             {"ranking", "waste (recompute_fraction + bubble), then communication_bytes, then peak bytes"},
             {"layouts", layouts}};
