@@ -26,6 +26,7 @@ struct Request {
     std::string compare, gpus_per_node;
     std::string device_memory, reserve = "2GiB", multiple_of;  // fit and plan
     std::string gpus, top, max_tp;                              // plan
+    std::string plot;                                           // --plot FILE.svg
     bool sp = false;
 };
 

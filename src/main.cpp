@@ -11,6 +11,7 @@
 #include <functional>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,8 +81,15 @@ std::string run_estimate(const Request& q) {
                         runs.push_back(estimate(arch, {s, b, mode, q.recipe, activations, attention, layout}));
 
     const Format format = parse_format(q.format);
-    const View view{q.units == "gib" ? Unit::gib : Unit::gb, q.timeline, q.compare,
-                    parse_count("--gpus-per-node", q.gpus_per_node, 8)};
+    View view{q.units == "gib" ? Unit::gib : Unit::gb, q.timeline, q.compare,
+              parse_count("--gpus-per-node", q.gpus_per_node, 8), std::nullopt};
+    if (!q.device_memory.empty()) view.device_memory = parse_size("--device-memory", q.device_memory);
+    if (!q.plot.empty()) {
+        // A sweep plots the peak against the sequence (or, when only it varies, the micro-batch).
+        const bool by_seq = seqs.size() > 1 || batches.size() == 1;
+        write_file_atomically(q.plot, runs.size() > 1 ? sweep_svg(runs, by_seq, view.device_memory, view.unit)
+                                                      : timeline_svg(runs.front(), view.device_memory, view.unit));
+    }
     if (runs.size() > 1) {
         if (q.per_layer || q.timeline)
             throw usage_error(fmt::format("{} shows one configuration; this asks for {} (a sweep)",
@@ -331,6 +339,10 @@ int main(int argc, char** argv) {
                    "Also show what another tool gives for this configuration: megatron (Megatron-LM's\n"
                    "theoretical memory formula) or deepspeed (its ZeRO-2/3 model-state estimators)")
         ->check(CLI::IsMember({"megatron", "deepspeed"}));
+    app.add_option("--plot", q.plot,
+                   "Also draw an SVG: the timeline as stacked areas by category, or for a sweep the peak\n"
+                   "against the swept size, one line per recomputation mode");
+    app.add_option("--device-memory", q.device_memory, "A device's memory (80GB, 24GiB): drawn in plots, checked in the report");
     app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
     app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");
 

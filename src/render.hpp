@@ -1,6 +1,7 @@
 #pragma once
 // Turning reports into text: the one place that knows what the program prints.
 #include <array>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@ struct View {
     bool full_timeline = false;  ///< every step rather than the compact list
     std::string compare;         ///< "megatron" or "deepspeed": add that tool's figures
     std::uint64_t gpus_per_node = 8;
+    std::optional<Count> device_memory;  ///< when given: drawn in plots, and the peak checked against it
 };
 
 /// The timeline's categories with their JSON keys and printed labels, in print order.
@@ -70,6 +72,14 @@ std::string plan_table(const PlanView& v, Unit unit);
 nlohmann::json plan_json(const PlanView& v);
 std::string plan_csv(const PlanView& v);
 std::string layout_text(const Parallelism& p);
+
+// Pictures (plain SVG).
+std::string timeline_svg(const Report& r, std::optional<Count> device, Unit unit);
+std::string sweep_svg(const std::vector<Report>& runs, bool by_seq, std::optional<Count> device, Unit unit);
+
+/// Writes `text` to `path` through a temporary file renamed into place, so a failed or interrupted
+/// run never leaves a truncated file behind.
+void write_file_atomically(const std::string& path, const std::string& text);
 
 // Tables for people.
 std::string report_table(const Report& r, const View& view);

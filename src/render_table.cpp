@@ -172,6 +172,12 @@ std::string compute_section(const Report& r) {
                              c.recompute / 1e12, 100 * c.recompute_fraction());
 }
 
+/// A bar proportional to `part` of `whole`, 24 characters at most.
+std::string bar(Count part, Count whole) {
+    const double share = whole.value() == 0 ? 0 : static_cast<double>(part.value()) / static_cast<double>(whole.value());
+    return std::string(static_cast<std::size_t>(share * 24 + 0.5), '#');
+}
+
 std::string timeline_section(const Report& r, const View& view) {
     const std::vector<Step>& steps = r.timeline();
     const std::size_t n = steps.size(), peak = r.peak();
@@ -184,19 +190,20 @@ std::string timeline_section(const Report& r, const View& view) {
         if (view.full_timeline || starts || second || ends || i == peak) shown.insert(i);
     }
     const Scale scale = scale_for(r.peak_step().bytes.total(), view.unit);
-    TextTable table({Align::left, R, R, R, R, R, R, R, Align::left});
-    table.row({"step", "total", "weights+opt", "gradients", "kept act", "rebuilt", "logits", "act grad", ""});
+    TextTable table({Align::left, R, R, R, R, R, R, R, Align::left, Align::left});
+    table.row({"step", "total", "weights+opt", "gradients", "kept act", "rebuilt", "logits", "act grad", "", ""});
     std::size_t previous = 0;
     bool first = true;
     for (std::size_t i : shown) {
-        if (!first && i != previous + 1) table.row({"...", "", "", "", "", "", "", "", ""});
+        if (!first && i != previous + 1) table.row({"...", "", "", "", "", "", "", "", "", ""});
         first = false;
         previous = i;
         const Breakdown& b = steps[i].bytes;
         table.row({steps[i].name(), scaled(b.total(), scale),
                    scaled(b.weights + b.master_weights + b.optimizer_state + b.gathered_weights, scale),
                    scaled(b.gradients, scale), scaled(b.kept_activations, scale), scaled(b.rebuilt_activations, scale),
-                   scaled(b.logits, scale), scaled(b.activation_gradient, scale), i == peak ? "<- peak" : ""});
+                   scaled(b.logits, scale), scaled(b.activation_gradient, scale), bar(b.total(), r.peak_step().bytes.total()),
+                   i == peak ? "<- peak" : ""});
     }
     const std::string which = r.ranks.size() > 1 ? fmt::format(" of pipeline stage {}", r.busiest().stage) : "";
     const std::string title = view.full_timeline
@@ -214,9 +221,17 @@ std::string peak_section(const Report& r, const View& view) {
     }
     const std::string where = r.ranks.size() > 1 ? fmt::format(" of pipeline stage {}", r.busiest().stage) : "";
     const std::string per = r.settings.parallel.any() ? " per device" : "";
+    std::string verdict;
+    if (view.device_memory) {
+        const Count total = peak.bytes.total(), device = *view.device_memory;
+        verdict = total <= device ? fmt::format("  fits in {}: {} to spare\n", amount(device, view.unit),
+                                                amount(Count(device.value() - total.value()), view.unit))
+                                  : fmt::format("  does not fit in {}: {} over\n", amount(device, view.unit),
+                                                amount(Count(total.value() - device.value()), view.unit));
+    }
     return fmt::format("Peak{}: {} at {}{} ({} B)\n", per, amount(peak.bytes.total(), view.unit), peak.name(), where,
                        digits(peak.bytes.total())) +
-           table.str();
+           verdict + table.str();
 }
 
 }  // namespace
