@@ -29,6 +29,30 @@ using namespace memcalc::cli;
 constexpr int exit_input_error = 1;
 constexpr int exit_usage_error = 2;
 
+/// A progress line on stderr, only when stderr is a terminal and the work has run past a second.
+class Progress {
+public:
+    /// `every`: how many items between looks at the clock.
+    Progress(const char* what, std::size_t every) : what_(what), every_(every), terminal_(isatty(fileno(stderr)) != 0) {}
+    ~Progress() {
+        if (shown_) std::cerr << "\r\033[K" << std::flush;
+    }
+    void operator()(std::size_t done) {
+        if (!terminal_ || done % every_ != 0) return;
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        if (seconds < 1) return;
+        shown_ = true;
+        std::cerr << "\r" << what_ << ": " << done << " evaluated (" << static_cast<long long>(done / seconds) << "/s)"
+                  << std::flush;
+    }
+
+private:
+    const char* what_;
+    std::size_t every_;
+    bool terminal_, shown_ = false;
+    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 /// Checks the options every estimating command shares, before any model is read.
 void check_run_options(const Request& q) {
     if (q.preset.empty() + q.model_file.empty() + q.config.empty() != 2)
@@ -73,12 +97,17 @@ std::string run_estimate(const Request& q) {
 
     std::vector<Report> runs;
     const ActivationModel activations = activation_model(q);
-    for (auto s : seqs)
-        for (auto b : batches)
-            for (const auto& layout : parse_layouts(q, b))
-                for (auto attention : attentions)
-                    for (auto mode : modes)
-                        runs.push_back(estimate(arch, {s, b, mode, q.recipe, activations, attention, layout}));
+    {
+        Progress progress("sweep", 64);
+        for (auto s : seqs)
+            for (auto b : batches)
+                for (const auto& layout : parse_layouts(q, b))
+                    for (auto attention : attentions)
+                        for (auto mode : modes) {
+                            runs.push_back(estimate(arch, {s, b, mode, q.recipe, activations, attention, layout}));
+                            progress(runs.size());
+                        }
+    }
 
     const Format format = parse_format(q.format);
     View view{q.units == "gib" ? Unit::gib : Unit::gb, q.timeline, q.compare,
@@ -163,28 +192,6 @@ std::string run_fit(const Request& q) {
     return {};
 }
 
-/// A progress line on stderr, only when stderr is a terminal and the work has run past a second.
-class Progress {
-public:
-    explicit Progress(const char* what) : what_(what), terminal_(isatty(fileno(stderr)) != 0) {}
-    ~Progress() {
-        if (shown_) std::cerr << "\r\033[K" << std::flush;
-    }
-    void operator()(std::size_t done) {
-        if (!terminal_ || done % 4096 != 0) return;
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-        if (seconds < 1) return;
-        shown_ = true;
-        std::cerr << "\r" << what_ << ": " << done << " evaluated (" << static_cast<long long>(done / seconds) << "/s)"
-                  << std::flush;
-    }
-
-private:
-    const char* what_;
-    bool terminal_, shown_ = false;
-    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
-
 std::string run_plan(const Request& q) {
     check_run_options(q);
     if (q.device_memory.empty()) throw usage_error("plan needs --device-memory, e.g. --device-memory 80GB");
@@ -212,7 +219,7 @@ std::string run_plan(const Request& q) {
     view.model = model.architecture.name;
     const auto start = std::chrono::steady_clock::now();
     {
-        Progress progress("plan");
+        Progress progress("plan", 4096);
         view.rows = plan(model.architecture, r, std::ref(progress));
     }
     view.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

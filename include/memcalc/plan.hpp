@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -96,20 +97,26 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
                     " learned positions of " + m.name);
     const ParameterTable params = parameter_table(m);
 
-    // Workloads depend on the micro-batch and the recomputation alone: build each once.
-    std::map<std::pair<std::uint64_t, Recompute>, std::pair<Workload, double>> workloads;
-    const auto workload = [&](std::uint64_t b, Recompute mode) -> const std::pair<Workload, double>& {
+    // Workloads depend on the micro-batch and the recomputation alone: build each once. One whose
+    // byte counts pass 64 bits is remembered as such: every layout with it is too big to run.
+    using Cached = std::optional<std::pair<Workload, double>>;
+    std::map<std::pair<std::uint64_t, Recompute>, Cached> workloads;
+    const auto workload = [&](std::uint64_t b, Recompute mode) -> const Cached& {
         auto it = workloads.find({b, mode});
         if (it != workloads.end()) return it->second;
-        const std::uint64_t d = recipe->activation_bytes;
-        const bool formula = request.activations == ActivationModel::korthikanti;
-        const LayerActivations layer = formula ? korthikanti_layer(m, s, b, d) : architecture_layer(m, s, b, d, request.attention);
-        const auto input = formula ? std::vector<SavedTensor>{} : input_side_saved(m, s, b, d);
-        const auto head = formula ? std::vector<SavedTensor>{} : head_saved(m, s, b, d);
-        const double fraction = compute_cost(m, s, b, mode).recompute_fraction();
-        return workloads.emplace(std::make_pair(b, mode),
-                                 std::make_pair(make_workload(m, *recipe, s, b, mode, params, layer, input, head), fraction))
-            .first->second;
+        Cached built;
+        try {
+            const std::uint64_t d = recipe->activation_bytes;
+            const bool formula = request.activations == ActivationModel::korthikanti;
+            const LayerActivations layer =
+                formula ? korthikanti_layer(m, s, b, d) : architecture_layer(m, s, b, d, request.attention);
+            const auto input = formula ? std::vector<SavedTensor>{} : input_side_saved(m, s, b, d);
+            const auto head = formula ? std::vector<SavedTensor>{} : head_saved(m, s, b, d);
+            built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, layer, input, head),
+                                   compute_cost(m, s, b, mode).recompute_fraction());
+        } catch (const overflow_error&) {
+        }
+        return workloads.emplace(std::make_pair(b, mode), std::move(built)).first->second;
     };
 
     std::vector<PlanRow> rows;
@@ -138,17 +145,23 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
                                 p.sequence_parallel = sp;
                                 p.microbatches = G / (dp * b);
                                 for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
-                                    const auto& [w, fraction] = workload(b, mode);
                                     PlanRow row;
                                     row.parallel = p;
                                     row.micro_batch = b;
                                     row.recompute = mode;
-                                    row.peak = layout_peak(w, p);
-                                    row.fits = row.peak.bytes() <= request.capacity;
-                                    row.recompute_fraction = fraction;
                                     const double M = static_cast<double>(p.microbatches), P = static_cast<double>(pp);
                                     row.bubble = (P - 1) / (M + P - 1);
-                                    row.communication = communication_bytes(w, p, stage_facts(w, p, 0));
+                                    if (const Cached& cached = workload(b, mode)) {
+                                        const auto& [w, fraction] = *cached;
+                                        row.recompute_fraction = fraction;
+                                        try {
+                                            row.peak = layout_peak(w, p);
+                                            row.fits = row.peak.bytes() <= request.capacity;
+                                            row.communication = communication_bytes(w, p, stage_facts(w, p, 0));
+                                        } catch (const overflow_error&) {
+                                            row.fits = false;  // its bytes do not fit in 64 bits, let alone a device
+                                        }
+                                    }
                                     rows.push_back(row);
                                     if (each) each(rows.size());
                                 }
