@@ -27,6 +27,7 @@ struct Request {
     std::string device_memory, reserve = "2GiB", multiple_of;  // fit and plan
     std::string gpus, top, max_tp;                              // plan
     std::string plot;                                           // --plot FILE.svg
+    std::string output;                                         // --output FILE instead of stdout
     bool sp = false;
 };
 

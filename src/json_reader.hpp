@@ -86,7 +86,7 @@ private:
 inline nlohmann::json parse_json(std::string_view text, const std::string& origin) {
     try {
         return nlohmann::json::parse(text.begin(), text.end());
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number too large for a double
         std::string what = e.what();  // drop nlohmann's "[json.exception.parse_error.101] " tag
         const auto tag_end = what.find("] ");
         if (tag_end != std::string::npos) what = what.substr(tag_end + 2);

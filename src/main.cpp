@@ -293,6 +293,8 @@ void add_model_options(CLI::App& app, Request& q) {
         ->check(CLI::IsMember({"gb", "gib"}, CLI::ignore_case))
         ->transform(CLI::detail::to_lower);
     app.add_option("--format", q.format, "table (default), json or csv")->check(CLI::IsMember(formats));
+    app.add_option("--output", q.output,
+                   "Write the result to this file instead of stdout, atomically: a failed run leaves no file");
 }
 
 /// How the step is spread over devices.
@@ -420,6 +422,11 @@ Example:
                                 : fit->parsed()         ? run_fit(fit_q)
                                 : plan->parsed()        ? run_plan(plan_q)
                                                         : run_estimate(q);
+        const std::string& output = fit->parsed() ? fit_q.output : plan->parsed() ? plan_q.output : q.output;
+        if (!output.empty()) {
+            write_file_atomically(output, out);
+            return 0;
+        }
         std::cout << out << std::flush;
         return std::cout ? 0 : exit_input_error;
     } catch (const usage_error& e) {

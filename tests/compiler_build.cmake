@@ -1,8 +1,13 @@
-# Configures and builds the whole project (tests included) with another compiler and -Werror, then
-# runs its unit tests. Called by ctest with SOURCE_DIR, WORK_DIR and COMPILER.
+# Configures and builds the whole project (tests included) with another compiler and -Werror, with
+# AddressSanitizer and UndefinedBehaviorSanitizer when SANITIZE is on, then runs its unit tests
+# (which run its own memcalc program). Called by ctest with SOURCE_DIR, WORK_DIR, COMPILER, SANITIZE.
 file(REMOVE_RECURSE "${WORK_DIR}")
+set(flags "")
+if(SANITIZE)
+  set(flags "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer")
+endif()
 foreach(args
-    "-S;${SOURCE_DIR};-B;${WORK_DIR};-DCMAKE_CXX_COMPILER=${COMPILER};-DCMAKE_BUILD_TYPE=Release;-DMEMCALC_WERROR=ON;-DMEMCALC_BUILD_TESTS=ON"
+    "-S;${SOURCE_DIR};-B;${WORK_DIR};-DCMAKE_CXX_COMPILER=${COMPILER};-DCMAKE_BUILD_TYPE=Release;-DMEMCALC_WERROR=ON;-DMEMCALC_BUILD_TESTS=ON;-DMEMCALC_BUILD_BENCHMARKS=OFF;-DCMAKE_CXX_FLAGS=${flags};-DCMAKE_EXE_LINKER_FLAGS=${flags}"
     "--build;${WORK_DIR};-j2")
   execute_process(COMMAND "${CMAKE_COMMAND}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
@@ -11,6 +16,6 @@ foreach(args
 endforeach()
 execute_process(COMMAND "${WORK_DIR}/tests/memcalc_tests" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "tests built by ${COMPILER} failed\n${out}\n${err}")
+  message(FATAL_ERROR "tests built by ${COMPILER} (sanitizers: ${SANITIZE}) failed\n${out}\n${err}")
 endif()
-message(STATUS "${COMPILER}: built with -Werror, tests pass")
+message(STATUS "${COMPILER}: built with -Werror ${flags}; ${out}")

@@ -46,6 +46,10 @@ struct Parallelism {
     bool any() const { return devices() > 1 || zero > 0 || vpp > 1 || offload != Offload::none; }
 };
 
+/// The largest cluster memcalc plans for: far beyond any built, small enough that its layouts can be
+/// enumerated in a moment.
+inline constexpr std::uint64_t max_devices = 1ULL << 24;
+
 /// Ceiling division, for flat buffers padded to a multiple of their shard count.
 inline Count ceil_div(Count n, std::uint64_t by) { return Count(n.value() / by + (n.value() % by != 0)); }
 
@@ -60,6 +64,13 @@ inline void require_divides(const char* what, std::uint64_t d, const char* of, s
 inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t seq) {
     for (auto [name, v] : {std::pair{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep}, {"vpp", p.vpp}})
         detail::require_positive(name, v);
+    std::uint64_t devices = 1;
+    for (std::uint64_t degree : {p.dp, p.tp, p.pp, p.cp})
+        devices = degree > max_devices || devices * degree > max_devices ? max_devices + 1 : devices * degree;
+    if (devices > max_devices)
+        throw error("dp x tp x pp x cp (" + std::to_string(p.dp) + " x " + std::to_string(p.tp) + " x " +
+                    std::to_string(p.pp) + " x " + std::to_string(p.cp) + ") exceeds the " + std::to_string(max_devices) +
+                    " devices memcalc models");
     if (p.zero > 3) throw error("zero must be 0, 1, 2 or 3 (got " + std::to_string(p.zero) + ")");
     if (p.shard_group != 0) {
         if (p.zero == 0) throw error("shard_group needs a ZeRO stage (zero 1, 2 or 3)");

@@ -92,6 +92,11 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
     detail::require_positive("seq", s);
     detail::require_positive("global_batch", G);
     detail::require_positive("gpus", request.gpus);
+    if (request.gpus > max_devices)
+        throw error("gpus (" + std::to_string(request.gpus) + ") exceeds the " + std::to_string(max_devices) +
+                    " devices memcalc plans for");
+    if (G > (1ULL << 40))
+        throw error("global_batch (" + std::to_string(G) + ") exceeds 2^40 sequences per step");
     if (m.position == Position::learned && s > m.learned_positions())
         throw error("seq " + std::to_string(s) + " exceeds the " + std::to_string(m.learned_positions()) +
                     " learned positions of " + m.name);

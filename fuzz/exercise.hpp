@@ -1,0 +1,29 @@
+#pragma once
+// What a fuzz target does with a model it managed to read: estimate it in several ways and render
+// the results, so every path the program takes after loading sees the odd shapes the fuzzer makes.
+// memcalc::error is the one acceptable failure; anything else (a crash, a sanitizer report, another
+// exception) is a bug.
+#include <algorithm>
+
+#include "memcalc/memcalc.hpp"
+#include "render.hpp"
+
+inline void exercise(const memcalc::Architecture& m) {
+    using namespace memcalc;
+    const std::uint64_t context = m.max_positions == 0 ? 4096 : std::min<std::uint64_t>(m.max_positions, 4096);
+    for (std::uint64_t seq : {std::uint64_t{1}, std::uint64_t{7}, context})
+        for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full})
+            for (ActivationModel model : {ActivationModel::korthikanti, ActivationModel::architecture}) {
+                Settings s;
+                s.seq = seq, s.micro_batch = seq == 7 ? 3 : 1, s.recompute = mode, s.activations = model;
+                if (seq == context) s.parallel.tp = 2, s.parallel.pp = 2, s.parallel.dp = 2, s.parallel.zero = 3;
+                try {
+                    const Report r = estimate(m, s);
+                    const cli::View view;
+                    (void)cli::report_json(r, view).dump();
+                    (void)cli::report_table(r, view);
+                    (void)cli::csv_row(r);
+                } catch (const error&) {
+                }
+            }
+}
