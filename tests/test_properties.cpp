@@ -1,0 +1,170 @@
+// Property tests over thousands of generated shapes (a fixed seed, so a failure reproduces).
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "memcalc/memcalc.hpp"
+#include "render.hpp"
+
+using namespace memcalc;
+
+namespace {
+
+struct Generator {
+    std::mt19937_64 random{20261129};
+    std::uint64_t between(std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(random); }
+    template <typename T>
+    T pick(std::initializer_list<T> options) {
+        return *(options.begin() + between(0, options.size() - 1));
+    }
+
+    Architecture architecture() {
+        Architecture m;
+        m.name = "generated";
+        m.heads = pick<std::uint64_t>({1, 2, 3, 4, 6, 8, 12, 16, 32});
+        m.kv_heads = pick<std::uint64_t>({1, m.heads, m.heads});
+        m.head_dim = pick<std::uint64_t>({0, 0, 16, 64, 80, 128});
+        m.hidden = m.heads * pick<std::uint64_t>({8, 16, 32, 64, 128});
+        m.layers = between(1, 48);
+        m.ffn = 8 * between(1, 2048);
+        m.vocab = between(2, 70000);
+        m.mlp = pick({Mlp::gated, Mlp::plain});
+        m.norm = pick({Norm::rmsnorm, Norm::layernorm});
+        m.bias = pick({Bias::none, Bias::qkv, Bias::attention, Bias::all});
+        m.position = pick({Position::rotary, Position::learned, Position::none});
+        m.max_positions = between(64, 8192);
+        m.tied_embeddings = pick({false, true});
+        m.activation = pick({Activation::silu, Activation::gelu, Activation::gelu_tanh, Activation::relu});
+        m.parallel_attention = between(0, 5) == 0;
+        m.norms_per_layer = m.parallel_attention ? pick<std::uint64_t>({1, 2}) : pick<std::uint64_t>({2, 2, 4});
+        m.softmax_fp32 = pick({false, true});
+        m.attention_dropout = pick({0.0, 0.1});
+        m.hidden_dropout = pick({0.0, 0.1});
+        if (between(0, 6) == 0) m.experts = pick<std::uint64_t>({2, 4, 8}), m.experts_per_token = between(1, m.experts);
+        return m;
+    }
+
+    Settings settings(const Architecture& m) {
+        Settings s;
+        s.seq = between(1, m.position == Position::learned ? m.max_positions : 8192);
+        s.micro_batch = between(1, 4);
+        s.recompute = pick({Recompute::none, Recompute::selective, Recompute::full});
+        s.activations = pick({ActivationModel::korthikanti, ActivationModel::architecture});
+        s.attention = s.activations == ActivationModel::architecture ? pick({Attention::eager, Attention::flash})
+                                                                     : Attention::eager;
+        s.recipe = pick<std::string>({"mixed-adam", "fp32-adam", "mixed-adam-fp32-grads", "mixed-sgd"});
+        return s;
+    }
+};
+
+Count peak(const Architecture& m, const Settings& s) { return estimate(m, s).peak_step().bytes.total(); }
+
+}  // namespace
+
+TEST_CASE("the peak never falls as the sequence or the micro-batch grows", "[property]") {
+    Generator g;
+    for (int shape = 0; shape < 1500; ++shape) {
+        const Architecture m = g.architecture();
+        Settings s = g.settings(m);
+        if (m.position == Position::learned && s.seq == m.max_positions) --s.seq;
+        if (s.seq == 0) s.seq = 1;
+        CAPTURE(shape, m.hidden, m.heads, m.kv_heads, m.layers, m.ffn, s.seq, s.micro_batch, recompute_name(s.recompute));
+        const Count here = peak(m, s);
+        Settings longer = s, wider = s;
+        longer.seq += 1;
+        wider.micro_batch += 1;
+        CHECK(peak(m, longer) >= here);
+        CHECK(peak(m, wider) >= here);
+    }
+}
+
+TEST_CASE("recomputation never raises what a layer keeps: none >= selective >= full", "[property]") {
+    Generator g;
+    for (int shape = 0; shape < 1500; ++shape) {
+        const Architecture m = g.architecture();
+        Settings s = g.settings(m);
+        CAPTURE(shape, s.seq, s.micro_batch);
+        const Report r = estimate(m, s);
+        CHECK(r.layer.kept(Recompute::none) >= r.layer.kept(Recompute::selective));
+        CHECK(r.layer.kept(Recompute::selective) >= r.layer.kept(Recompute::full));
+    }
+}
+
+TEST_CASE("sharding and parallel splits never raise any rank's persistent memory", "[property]") {
+    Generator g;
+    for (int shape = 0; shape < 1500; ++shape) {
+        const Architecture m = g.architecture();
+        Settings s = g.settings(m);
+        const Report one = estimate(m, s);
+        Parallelism& p = s.parallel;
+        p.dp = g.pick<std::uint64_t>({1, 2, 4, 8});
+        p.tp = g.pick<std::uint64_t>({1, 2, 4});
+        p.pp = g.pick<std::uint64_t>({1, 2, 3, 4});
+        p.zero = p.dp > 1 ? static_cast<unsigned>(g.between(0, 3)) : 0;
+        p.sequence_parallel = p.tp > 1 && g.between(0, 1) == 1;
+        if (m.heads % p.tp || m.key_value_heads() % p.tp || m.ffn % p.tp || m.layers % p.pp ||
+            s.seq % (p.sequence_parallel ? p.tp : 1))
+            continue;
+        CAPTURE(shape, m.heads, m.layers, p.dp, p.tp, p.pp, p.zero, p.sequence_parallel);
+        const Report r = estimate(m, s);
+        for (const auto& rank : r.ranks) CHECK(rank.state.total() <= one.state.total());
+    }
+}
+
+TEST_CASE("the reported peak is the largest step, and the closed form finds the same one", "[property]") {
+    Generator g;
+    for (int shape = 0; shape < 1500; ++shape) {
+        const Architecture m = g.architecture();
+        Settings s = g.settings(m);
+        s.parallel.pp = g.pick<std::uint64_t>({1, 2});
+        s.parallel.dp = g.pick<std::uint64_t>({1, 4});
+        s.parallel.zero = s.parallel.dp > 1 ? 3 : 0;
+        if (m.layers % s.parallel.pp) s.parallel.pp = 1;
+        CAPTURE(shape);
+        const Report r = estimate(m, s);
+        for (const auto& rank : r.ranks) {
+            Count largest;
+            for (const auto& step : rank.timeline) largest = std::max(largest, step.bytes.total());
+            CHECK(rank.peak_step().bytes.total() == largest);
+        }
+    }
+}
+
+TEST_CASE("JSON round-trips: read back, every number is identical", "[property]") {
+    Generator g;
+    for (int shape = 0; shape < 400; ++shape) {
+        const Architecture m = g.architecture();
+        const Settings s = g.settings(m);
+        const Report r = estimate(m, s);
+        const nlohmann::json j = nlohmann::json::parse(cli::report_json(r, cli::View{}).dump());
+        CAPTURE(shape);
+        CHECK(j["parameters"]["total"].get<std::uint64_t>() == r.parameter_count.value());
+        CHECK(j["state"]["bytes"].get<std::uint64_t>() == r.state.total().value());
+        CHECK(j["activations"]["kept_bytes"].get<std::uint64_t>() == r.kept_activations.value());
+        CHECK(j["peak"]["bytes"].get<std::uint64_t>() == r.peak_step().bytes.total().value());
+        REQUIRE(j["timeline"].size() == r.timeline().size());
+        for (std::size_t i = 0; i < r.timeline().size(); ++i)
+            CHECK(j["timeline"][i]["bytes"].get<std::uint64_t>() == r.timeline()[i].bytes.total().value());
+        CHECK(j["compute"]["step_flops"].get<double>() == r.compute.step);  // doubles print exactly too
+    }
+}
+
+TEST_CASE("ten-million-token sequences and ten-trillion-parameter models are in range", "[property]") {
+    Architecture llama;
+    llama.name = "llama-7b", llama.hidden = 4096, llama.layers = 32, llama.heads = 32, llama.ffn = 11008, llama.vocab = 32000;
+    for (auto model : {ActivationModel::korthikanti, ActivationModel::architecture})
+        for (auto mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+            Settings s;
+            s.seq = 10000000, s.recompute = mode, s.activations = model;
+            CHECK_NOTHROW(estimate(llama, s));
+        }
+    Architecture huge;  // 12 h^2 L = 10.3 trillion parameters
+    huge.name = "huge", huge.hidden = 65536, huge.layers = 200, huge.heads = 512, huge.ffn = 4 * 65536, huge.vocab = 256000;
+    huge.mlp = Mlp::plain;
+    Settings s;
+    s.seq = 8192, s.recompute = Recompute::full;
+    const Report r = estimate(huge, s);
+    CHECK(r.parameter_count.value() > 10000000000000ULL);
+    s.parallel.dp = 4096, s.parallel.zero = 3;
+    CHECK_NOTHROW(estimate(huge, s));
+}
