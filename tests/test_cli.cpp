@@ -288,6 +288,32 @@ TEST_CASE("memcalc plan ranks the layouts that fit", "[cli][plan]") {
                               "--format csv").out) == 4);
 }
 
+TEST_CASE("output files are written whole or not at all", "[cli][output]") {
+    const std::string path = "memcalc_output_test.json";
+    std::remove(path.c_str());
+    const auto ok = memcalc("--preset llama-7b --seq 4096 --format json --output " + path);
+    CHECK(ok.status == 0);
+    CHECK(ok.out.empty());
+    std::ifstream written(path);
+    std::stringstream text;
+    text << written.rdbuf();
+    CHECK(json::parse(text.str())["peak"]["bytes"] == 199539351552ULL);
+
+    // A failing run leaves the earlier file as it was, and no temporary file beside it.
+    const auto bad = memcalc("--preset llama-7b --seq 0 --format json --output " + path);
+    CHECK(bad.status == 2);
+    std::ifstream still(path);
+    std::stringstream again;
+    again << still.rdbuf();
+    CHECK(again.str() == text.str());
+    CHECK_FALSE(std::ifstream(path + ".memcalc-tmp").good());
+    std::remove(path.c_str());
+
+    const auto unwritable = memcalc("--preset llama-7b --output /nonexistent-dir/out.json");
+    CHECK(unwritable.status == 1);
+    CHECK_THAT(unwritable.err, Catch::Contains("cannot write '/nonexistent-dir/out.json'"));
+}
+
 TEST_CASE("a HuggingFace config.json through the program", "[cli]") {
     const auto run = memcalc(std::string("--config ") + MEMCALC_SOURCE_DIR + "/tests/configs/gemma-2-9b-it.json --seq 8 --format csv");
     REQUIRE(run.status == 0);
