@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""The Memory chapter's notebook 10, replicated: peak memory and step time of real training steps.
+
+Trains one step at a time of a GPT-style and a LLaMA-style model (validation/gpu/models/*.json, the
+same files memcalc reads) in bf16 mixed precision with Adam: bf16 weights and gradients, an fp32
+master copy and fp32 moments, the loss in fp32, as memcalc's mixed-adam recipe counts them. Every
+model runs at three sequence lengths, with no, selective (the core attention checkpointed) and full
+(each layer checkpointed) recomputation, with eager attention and with PyTorch's fused
+scaled_dot_product_attention where this PyTorch has it.
+
+For each run it records, after a warm-up step: the memory before the step (weights, master copy,
+moments), torch.cuda.max_memory_allocated over one step, and the median step time, as JSON.
+
+  /usr/bin/python3 validation/gpu/replicate.py --device cuda --out validation/results/gpu.json
+  /usr/bin/python3 validation/gpu/replicate.py --device cpu --tiny --out /tmp/cpu.json   # what CI runs
+
+On CPU there are no memory figures, but every code path runs. Then validation/gpu/compare.py sets
+memcalc's predictions beside the measurements.
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DTYPE = torch.bfloat16
+
+
+class RMSNorm(nn.Module):
+    """transformers' LlamaRMSNorm: normalise in fp32, scale in the model's dtype."""
+
+    def __init__(self, width, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x):
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * y.to(x.dtype)
+
+
+class Block(nn.Module):
+    """One decoder layer, GPT-style (LayerNorm, GELU, learned positions) or LLaMA-style (RMSNorm,
+    SwiGLU, rotary, grouped-query attention), with eager or fused attention."""
+
+    def __init__(self, spec, attention, mode):
+        super().__init__()
+        h, a = spec["hidden"], spec["heads"]
+        self.a, self.kv, self.d = a, spec.get("kv_heads", a), h // a
+        self.llama = spec.get("norm") == "rmsnorm"
+        self.attention, self.mode = attention, mode
+        bias = spec.get("bias", "none") == "all"
+        self.norm1 = RMSNorm(h) if self.llama else nn.LayerNorm(h)
+        self.norm2 = RMSNorm(h) if self.llama else nn.LayerNorm(h)
+        self.q = nn.Linear(h, a * self.d, bias=bias)
+        self.k = nn.Linear(h, self.kv * self.d, bias=bias)
+        self.v = nn.Linear(h, self.kv * self.d, bias=bias)
+        self.o = nn.Linear(a * self.d, h, bias=bias)
+        f = spec["ffn"]
+        self.up = nn.Linear(h, f, bias=bias)
+        self.down = nn.Linear(f, h, bias=bias)
+        self.gate = nn.Linear(h, f, bias=False) if spec.get("mlp") == "gated" else None
+
+    def core(self, q, k, v, mask):
+        if self.kv < self.a:  # grouped-query attention: repeat k and v to every query head
+            k = k.repeat_interleave(self.a // self.kv, dim=1)
+            v = v.repeat_interleave(self.a // self.kv, dim=1)
+        if self.attention == "sdpa":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.d) + mask  # mask: 0 or -inf, made once per step
+        weights = F.softmax(scores, dim=-1, dtype=torch.float32 if self.llama else None).to(q.dtype)
+        return weights @ v
+
+    def rotate(self, x, cos, sin):
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    def forward(self, x, mask, cos=None, sin=None):
+        b, s, _ = x.shape
+        y = self.norm1(x)
+        q = self.q(y).view(b, s, self.a, self.d).transpose(1, 2)
+        k = self.k(y).view(b, s, self.kv, self.d).transpose(1, 2)
+        v = self.v(y).view(b, s, self.kv, self.d).transpose(1, 2)
+        if cos is not None:
+            q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+        if self.mode == "selective":
+            out = checkpoint(self.core, q, k, v, mask, use_reentrant=False)
+        else:
+            out = self.core(q, k, v, mask)
+        x = x + self.o(out.transpose(1, 2).reshape(b, s, -1))
+        y = self.norm2(x)
+        hidden = F.silu(self.gate(y)) * self.up(y) if self.gate is not None else F.gelu(self.up(y), approximate="tanh")
+        return x + self.down(hidden)
+
+
+class Model(nn.Module):
+    def __init__(self, spec, attention, mode):
+        super().__init__()
+        self.spec, self.mode = spec, mode
+        h, V = spec["hidden"], spec["vocab"]
+        self.embed = nn.Embedding(V, h)
+        self.positions = nn.Embedding(spec["max_positions"], h) if spec.get("position") == "learned" else None
+        self.blocks = nn.ModuleList(Block(spec, attention, mode) for _ in range(spec["layers"]))
+        self.norm = self.blocks[0].norm1.__class__(h)
+        self.head = None if spec.get("tied_embeddings") else nn.Linear(h, V, bias=False)
+
+    def forward(self, ids):
+        b, s = ids.shape
+        x = self.embed(ids)
+        cos = sin = None
+        if self.positions is not None:
+            x = x + self.positions(torch.arange(s, device=ids.device))
+        elif self.spec.get("position", "rotary") == "rotary":
+            d = self.spec["hidden"] // self.spec["heads"]
+            freq = 1.0 / (10000 ** (torch.arange(0, d, 2, device=ids.device).float() / d))
+            angles = torch.outer(torch.arange(s, device=ids.device).float(), freq)
+            angles = torch.cat((angles, angles), dim=-1)
+            cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        mask = torch.full((s, s), float("-inf"), device=ids.device, dtype=x.dtype).triu(1)
+        for block in self.blocks:
+            x = checkpoint(block, x, mask, cos, sin, use_reentrant=False) if self.mode == "full" else block(x, mask, cos, sin)
+        weight = self.embed.weight if self.head is None else self.head.weight
+        logits = self.norm(x) @ weight.t()
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), ids.view(-1))
+
+
+class MixedAdam:
+    """Adam on an fp32 master copy of bf16 weights: 2 + 2 + 4 + 8 bytes per parameter."""
+
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.95), eps=1e-8):
+        self.params = list(params)
+        self.master = [p.detach().float() for p in self.params]
+        self.m = [torch.zeros_like(p) for p in self.master]
+        self.v = [torch.zeros_like(p) for p in self.master]
+        self.lr, self.betas, self.eps, self.t = lr, betas, eps, 0
+
+    @torch.no_grad()
+    def step(self):
+        self.t += 1
+        b1, b2 = self.betas
+        for p, w, m, v in zip(self.params, self.master, self.m, self.v):
+            g = p.grad.float()
+            m.mul_(b1).add_(g, alpha=1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            step = self.lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
+            w.addcdiv_(m, v.sqrt().add_(self.eps), value=-step)
+            p.copy_(w)
+            p.grad = None
+
+
+def run(spec, seq, mode, attention, device, steps):
+    torch.manual_seed(0)
+    model = Model(spec, attention, mode).to(device=device, dtype=DTYPE)
+    optimizer = MixedAdam(model.parameters())
+    ids = torch.randint(0, spec["vocab"], (1, seq), device=device)
+    cuda = device == "cuda"
+
+    def step():
+        model(ids).backward()
+        optimizer.step()
+
+    step()  # warm-up: the optimiser state exists from here on
+    times, before, peak = [], None, None
+    for i in range(steps):
+        if cuda:
+            torch.cuda.synchronize()
+            if i == 0:
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+        start = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+            if i == 0:
+                peak = torch.cuda.max_memory_allocated()
+        times.append(time.perf_counter() - start)
+    return {"model": spec["name"], "model_file": spec["path"], "seq": seq, "micro_batch": 1, "recompute": mode,
+            "attention": attention, "memory_before_step": before, "max_memory_allocated": peak,
+            "median_step_seconds": statistics.median(times), "steps_timed": steps}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tiny", action="store_true", help="CPU-sized models and sequences (what CI runs)")
+    ap.add_argument("--out", required=True, help="where to write the results (JSON)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per run (default 5, tiny 2)")
+    a = ap.parse_args(argv)
+    names = ("gpt2-tiny", "llama-tiny") if a.tiny else ("gpt2-small", "llama-1b")
+    seqs = (32, 64, 128) if a.tiny else (1024, 2048, 4096)
+    steps = a.steps or (2 if a.tiny else 5)
+    sdpa = hasattr(F, "scaled_dot_product_attention")
+    runs, skipped = [], []
+    for name in names:
+        path = os.path.join(HERE, "models", name + ".json")
+        spec = json.load(open(path))
+        spec["path"] = os.path.relpath(path, os.path.dirname(os.path.dirname(HERE)))
+        for seq in seqs:
+            for attention in ("eager", "sdpa"):
+                if attention == "sdpa" and not sdpa:
+                    skipped.append(f"{name} seq {seq}: torch {torch.__version__} has no scaled_dot_product_attention")
+                    continue
+                for mode in ("none", "selective", "full"):
+                    r = run(spec, seq, mode, attention, a.device, steps)
+                    runs.append(r)
+                    print(f"{name:<12} seq {seq:>5} {attention:<5} {mode:<9} "
+                          f"peak {r['max_memory_allocated']} B, step {r['median_step_seconds'] * 1e3:.1f} ms", flush=True)
+    result = {"date": time.strftime("%Y-%m-%d"), "device": a.device,
+              "device_name": torch.cuda.get_device_name() if a.device == "cuda" else platform.processor() or "cpu",
+              "torch": torch.__version__, "runs": runs, "skipped": skipped}
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(result, f, indent=2)
+    for line in skipped:
+        print("skipped:", line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
