@@ -176,6 +176,9 @@ std::string run_fit(const Request& q) {
     const Parallelism& p = settings.parallel;
     fit.granule = parse_count("--multiple-of", q.multiple_of, 1);
     if (fit.dimension == FitDimension::seq) fit.granule = std::lcm(fit.granule, p.cp * (p.sequence_parallel ? p.tp : 1));
+    // A layout that cannot run at any size is a mistake in the request, not an answer.
+    validate(fit.model);
+    validate(p, fit.model, fit.dimension == FitDimension::seq ? fit.granule : fit.fixed);
     const std::uint64_t limit = fit.dimension == FitDimension::seq && fit.model.position == Position::learned
                                     ? fit.model.learned_positions()
                                     : (1ULL << 40);

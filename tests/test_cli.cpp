@@ -364,6 +364,7 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"fit --preset llama-7b --device-memory eighty", 2, "--device-memory must be a size such as 80GB, 80GiB, 1.5TB or a number of bytes (got 'eighty')"},
         Row{"fit --preset llama-7b --device-memory 1GB --reserve 2GiB", 2, "--reserve 2GiB leaves nothing of --device-memory 1GB"},
         Row{"fit --preset llama-7b --device-memory 80GB --tp 1,2", 2, "fit takes one layout"},
+        Row{"fit --preset llama-7b --device-memory 80GB --tp 3", 1, "tp (3) must divide heads (32)"},
         Row{"plan --preset llama-7b --device-memory 80GB --seq 2048 --global-batch 8", 2, "plan needs --gpus"},
         Row{"plan --preset llama-7b --gpus 8 --device-memory 80GB --global-batch 8", 2, "plan needs --seq"},
         Row{"plan --preset gpt2 --gpus 8 --device-memory 80GB --seq 4096 --global-batch 8", 1, "seq 4096 exceeds the 1024 learned positions of gpt2"},
