@@ -272,64 +272,84 @@ Exit status: 0 on success, 1 for a bad model (preset, model file, sizes that ove
 /// The model and the run: what every command that estimates takes.
 void add_model_options(CLI::App& app, Request& q) {
     const std::vector<std::string> formats = {"table", "json", "csv"};
-    auto* preset = app.add_option("--preset", q.preset, "A built-in model: see 'memcalc presets'");
+    auto* preset = app.add_option("--preset", q.preset, "A built-in model: see 'memcalc presets'")
+        ->type_name("NAME");
     auto* model_file =
-        app.add_option("--model-file", q.model_file, "A model described in JSON (keys as in presets/*.json)")->excludes(preset);
+        app.add_option("--model-file", q.model_file, "A model described in JSON (keys as in presets/*.json)")->excludes(preset)
+        ->type_name("PATH");
     app.add_option("--config", q.config,
                    "A HuggingFace config.json (model_type llama, mistral, mixtral, qwen2, gemma, gemma2, phi3,\n"
                    "gpt2, opt, falcon, bloom, gpt_neox or phi)")
         ->excludes(preset)
-        ->excludes(model_file);
-    app.add_option("--seq", q.seq, "Sequence length s, or a comma list to sweep (default: the model's max_positions)");
-    app.add_option("-b,--micro-batch", q.micro_batch, "Sequences per step per device b, or a comma list (default: 1)");
+        ->excludes(model_file)
+        ->type_name("PATH");
+    app.add_option("--seq", q.seq, "Sequence length s, or a comma list to sweep (default: the model's max_positions)")
+        ->type_name("S[,S...]");
+    app.add_option("-b,--micro-batch", q.micro_batch, "Sequences per step per device b, or a comma list (default: 1)")
+        ->type_name("B[,B...]");
     app.add_option("--recompute", q.recompute,
-                   "Activation recomputation: none, selective, full, a comma list, or all (default: none)");
-    app.add_option("--recipe", q.recipe, "Bytes per parameter: see 'memcalc recipes' (default: mixed-adam)");
+                   "Activation recomputation: none, selective, full, a comma list, or all (default: none)")
+        ->type_name("MODE[,MODE...]");
+    app.add_option("--recipe", q.recipe, "Bytes per parameter: see 'memcalc recipes' (default: mixed-adam)")
+        ->type_name("NAME");
     app.add_option("--activations", q.activations,
                    "Per-layer activations: korthikanti (the chapter's formula, default) or architecture\n"
                    "(the tensors PyTorch keeps for this architecture, op by op)")
         ->check(CLI::IsMember({"korthikanti", "architecture"}));
     app.add_option("--attention", q.attention,
                    "eager (default: the s x s scores are stored), flash (a fused kernel keeps a log-sum-exp\n"
-                   "per row instead; needs --activations architecture), or a comma list");
+                   "per row instead; needs --activations architecture), or a comma list")
+        ->type_name("KIND[,KIND...]");
     app.add_option("--units", q.units, "gb (10^9 bytes, the default) or gib (2^30)")
         ->check(CLI::IsMember({"gb", "gib"}, CLI::ignore_case))
         ->transform(CLI::detail::to_lower);
     app.add_option("--format", q.format, "table (default), json or csv")->check(CLI::IsMember(formats));
     app.add_option("--output", q.output,
-                   "Write the result to this file instead of stdout, atomically: a failed run leaves no file");
+                   "Write the result to this file instead of stdout, atomically: a failed run leaves no file")
+        ->type_name("FILE");
 }
 
 /// How the step is spread over devices.
 void add_parallel_options(CLI::App& app, Request& q) {
     const char* parallel_group = "Parallelism (per-device memory)";
     app.add_option("--dp", q.dp, "Data-parallel replicas (default 1); --dp, --tp, --pp and --zero take comma lists")
-        ->group(parallel_group);
+        ->group(parallel_group)
+        ->type_name("N[,N...]");
     app.add_option("--zero", q.zero,
                    "ZeRO stage: 0 none, 1 optimiser state, 2 + gradients, 3 + weights (FSDP full sharding)")
-        ->group(parallel_group);
+        ->group(parallel_group)
+        ->type_name("STAGE[,STAGE...]");
     app.add_option("--shard-group", q.shard_group, "Hybrid sharding: shard within groups of this many dp ranks")
-        ->group(parallel_group);
-    app.add_option("--tp", q.tp, "Tensor-parallel ranks (Megatron-LM column/row splits)")->group(parallel_group);
+        ->group(parallel_group)
+        ->type_name("M");
+    app.add_option("--tp", q.tp, "Tensor-parallel ranks (Megatron-LM column/row splits)")->group(parallel_group)
+        ->type_name("N[,N...]");
     app.add_flag("--sp", q.sp, "Sequence parallelism with --tp: norms, dropout and linear inputs split too")
         ->group(parallel_group);
-    app.add_option("--pp", q.pp, "Pipeline stages (1F1B schedule)")->group(parallel_group);
-    app.add_option("--vpp", q.vpp, "Virtual stages per pipeline rank (interleaved 1F1B)")->group(parallel_group);
-    app.add_option("--cp", q.cp, "Context-parallel ranks: the sequence split across them")->group(parallel_group);
+    app.add_option("--pp", q.pp, "Pipeline stages (1F1B schedule)")->group(parallel_group)
+        ->type_name("N[,N...]");
+    app.add_option("--vpp", q.vpp, "Virtual stages per pipeline rank (interleaved 1F1B)")->group(parallel_group)
+        ->type_name("V");
+    app.add_option("--cp", q.cp, "Context-parallel ranks: the sequence split across them")->group(parallel_group)
+        ->type_name("N");
     app.add_option("--ep", q.ep, "Expert-parallel ranks for mixture-of-experts models (divides --dp)")
-        ->group(parallel_group);
+        ->group(parallel_group)
+        ->type_name("N");
     app.add_option("--microbatches", q.microbatches,
                    "Micro-batches per step (gradient accumulation; default: --pp, which fills the pipeline)")
-        ->group(parallel_group);
+        ->group(parallel_group)
+        ->type_name("M");
     app.add_option("--global-batch", q.global_batch, "Sequences per step: sets --microbatches = G / (micro-batch x dp)")
-        ->group(parallel_group);
+        ->group(parallel_group)
+        ->type_name("G");
     app.add_option("--offload", q.offload,
                    "ZeRO-Offload: none (default), optimizer (master copy and optimiser state in host memory),\n"
                    "or parameters (that and the weights; needs --zero 3)")
         ->check(CLI::IsMember({"none", "optimizer", "parameters"}))
         ->group(parallel_group);
     app.add_option("--gpus-per-node", q.gpus_per_node, "GPUs per node, for --compare deepspeed (default 8)")
-        ->group(parallel_group);
+        ->group(parallel_group)
+        ->type_name("N");
 }
 
 }  // namespace
@@ -353,8 +373,10 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"megatron", "deepspeed"}));
     app.add_option("--plot", q.plot,
                    "Also draw an SVG: the timeline as stacked areas by category, or for a sweep the peak\n"
-                   "against the swept size, one line per recomputation mode");
-    app.add_option("--device-memory", q.device_memory, "A device's memory (80GB, 24GiB): drawn in plots, checked in the report");
+                   "against the swept size, one line per recomputation mode")
+        ->type_name("FILE.svg");
+    app.add_option("--device-memory", q.device_memory, "A device's memory (80GB, 24GiB): drawn in plots, checked in the report")
+        ->type_name("SIZE");
     app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
     app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");
 
@@ -363,10 +385,13 @@ int main(int argc, char** argv) {
     auto* fit = app.add_subcommand("fit", "The longest sequence (or largest micro-batch) that fits in a device's memory");
     add_model_options(*fit, fit_q);
     add_parallel_options(*fit, fit_q);
-    fit->add_option("--device-memory", fit_q.device_memory, "The device's memory: 80GB, 141GB, 24GiB, ... (required)");
+    fit->add_option("--device-memory", fit_q.device_memory, "The device's memory: 80GB, 141GB, 24GiB, ... (required)")
+        ->type_name("SIZE");
     fit->add_option("--reserve", fit_q.reserve,
-                    "Memory the model does not see: the framework's context and fragmentation (default 2GiB)");
-    fit->add_option("--multiple-of", fit_q.multiple_of, "Search only multiples of this size (default 1)");
+                    "Memory the model does not see: the framework's context and fragmentation (default 2GiB)")
+        ->type_name("SIZE");
+    fit->add_option("--multiple-of", fit_q.multiple_of, "Search only multiples of this size (default 1)")
+        ->type_name("N");
     fit->footer(R"(Searches the sequence length at --micro-batch (default 1), or, when --seq is given, the
 micro-batch at that sequence; for each --recompute mode (default: all three). The peak never falls
 as either grows, so the search doubles, then bisects, and reports the largest size that fits, its
@@ -380,12 +405,18 @@ Examples:
     Request plan_q;
     auto* plan = app.add_subcommand("plan", "Every layout of a cluster that fits, ranked by the compute it wastes");
     add_model_options(*plan, plan_q);
-    plan->add_option("--gpus", plan_q.gpus, "Devices in the cluster (required)");
-    plan->add_option("--device-memory", plan_q.device_memory, "Each device's memory: 80GB, 141GB, ... (required)");
-    plan->add_option("--global-batch", plan_q.global_batch, "Sequences per step (required)");
-    plan->add_option("--reserve", plan_q.reserve, "Memory the model does not see (default 2GiB)");
-    plan->add_option("--top", plan_q.top, "How many layouts to show (default 10)");
-    plan->add_option("--max-tp", plan_q.max_tp, "Largest tensor-parallel degree to try, e.g. the GPUs of a node");
+    plan->add_option("--gpus", plan_q.gpus, "Devices in the cluster (required)")
+        ->type_name("N");
+    plan->add_option("--device-memory", plan_q.device_memory, "Each device's memory: 80GB, 141GB, ... (required)")
+        ->type_name("SIZE");
+    plan->add_option("--global-batch", plan_q.global_batch, "Sequences per step (required)")
+        ->type_name("G");
+    plan->add_option("--reserve", plan_q.reserve, "Memory the model does not see (default 2GiB)")
+        ->type_name("SIZE");
+    plan->add_option("--top", plan_q.top, "How many layouts to show (default 10)")
+        ->type_name("K");
+    plan->add_option("--max-tp", plan_q.max_tp, "Largest tensor-parallel degree to try, e.g. the GPUs of a node")
+        ->type_name("N");
     plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B), context and expert (for
 mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, sequence parallelism on
 or off, every micro-batch that divides the global batch per replica, and each recomputation mode.
