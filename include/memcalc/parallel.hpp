@@ -11,6 +11,7 @@
 #include "memcalc/model.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
+#include "memcalc/timeline.hpp"
 #include "memcalc/units.hpp"
 
 namespace memcalc {
@@ -106,8 +107,7 @@ inline std::uint64_t in_flight(const Parallelism& p, std::uint64_t stage) {
 inline std::vector<std::uint64_t> stage_layers(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
     const std::uint64_t chunk = layers / (p.pp * p.vpp);
     std::vector<std::uint64_t> ids;
-    for (std::uint64_t c = 0; c < p.vpp; ++c)
-        for (std::uint64_t i = 0; i < chunk; ++i) ids.push_back((c * p.pp + stage) * chunk + i + 1);
+    for (std::uint64_t i = 0; i < chunk * p.vpp; ++i) ids.push_back(layer_number(i, chunk, p.pp, stage));
     return ids;
 }
 
@@ -122,9 +122,8 @@ inline TrainingState sharded_state(Count parameters, const Recipe& r, unsigned z
 
 /// One rank's share of a saved tensor: tensor parallelism splits heads, MLP columns and the
 /// vocabulary; sequence parallelism also the residual stream; context parallelism every token.
-inline Count rank_elements(const SavedTensor& r, const Parallelism& p, std::uint64_t vocab) {
-    Count n = r.elements;
-    switch (r.split) {
+inline Count rank_share(Count n, ActivationSplit split, const Parallelism& p, std::uint64_t vocab) {
+    switch (split) {
         case ActivationSplit::tensor: n = ceil_div(n, p.tp); break;
         case ActivationSplit::sequence:
             if (p.sequence_parallel) n = ceil_div(n, p.tp);
@@ -137,14 +136,12 @@ inline Count rank_elements(const SavedTensor& r, const Parallelism& p, std::uint
 
 inline void split_rows(std::vector<SavedTensor>& rows, const Parallelism& p, std::uint64_t vocab) {
     for (auto& r : rows) {
-        r.elements = rank_elements(r, p, vocab);
+        r.elements = rank_share(r.elements, r.split, p, vocab);
         r.bytes = r.elements * r.bytes_per_element;
     }
 }
 
 /// The residual stream on one rank (a layer's input, the gradient flowing between layers).
-inline Count rank_stream(Count bytes, const Parallelism& p) {
-    return ceil_div(p.sequence_parallel ? ceil_div(bytes, p.tp) : bytes, p.cp);
-}
+inline Count rank_stream(Count bytes, const Parallelism& p) { return rank_share(bytes, ActivationSplit::sequence, p, 1); }
 
 }  // namespace memcalc

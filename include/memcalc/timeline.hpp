@@ -43,6 +43,12 @@ struct Step {
     }
 };
 
+/// The global number (1..L) of the i-th layer (0-based, forward order) a pipeline stage runs, when
+/// it holds chunks of `chunk` consecutive layers, chunk c being the model's (c pp + stage)-th.
+inline std::uint64_t layer_number(std::uint64_t i, std::uint64_t chunk, std::uint64_t pp, std::uint64_t stage) {
+    return (i / chunk * pp + stage) * chunk + i % chunk + 1;
+}
+
 /// What one device's timeline needs to know, already in bytes.
 struct TimelineInputs {
     // The layers this device runs, in forward order: `layers` of them, in chunks of `chunk`
@@ -65,10 +71,7 @@ struct TimelineInputs {
     Count activation_gradient;    ///< the incoming gradient of each backward step
 
     /// The global number (1..L) of the i-th layer this device runs (0-based, forward order).
-    std::uint64_t layer_id(std::uint64_t i) const {
-        const std::uint64_t c = chunk == 0 ? layers : chunk;
-        return (i / c * pp + stage) * c + i % c + 1;
-    }
+    std::uint64_t layer_id(std::uint64_t i) const { return layer_number(i, chunk == 0 ? layers : chunk, pp, stage); }
 };
 
 /// One step of the timeline: `position` counts the device's layers, 1-based, for forward and

@@ -18,22 +18,20 @@ namespace memcalc {
 
 /// Bytes of saved tensors by how they divide across tensor-parallel ranks.
 struct SplitBytes {
-    Count tensor, sequence, replicated;
-    Count per_vocab_column;  ///< vocabulary-parallel tensors, per column of V
+    Count tensor, sequence, replicated, vocab;
 
-    void add(const SavedTensor& r, std::uint64_t vocab) {
+    void add(const SavedTensor& r) {
         switch (r.split) {
             case ActivationSplit::tensor: tensor += r.bytes; break;
             case ActivationSplit::sequence: sequence += r.bytes; break;
             case ActivationSplit::replicated: replicated += r.bytes; break;
-            case ActivationSplit::vocab: per_vocab_column += Count(r.bytes.value() / vocab); break;
+            case ActivationSplit::vocab: vocab += r.bytes; break;
         }
     }
-    /// One rank's share (exact for layouts that validate(Parallelism) accepts).
-    Count on_rank(const Parallelism& p, std::uint64_t vocab) const {
-        const Count n = ceil_div(tensor, p.tp) + (p.sequence_parallel ? ceil_div(sequence, p.tp) : sequence) + replicated +
-                        per_vocab_column * ceil_div(vocab, p.tp);
-        return ceil_div(n, p.cp);
+    /// One rank's share, by the rule each row follows (rank_share; exact for valid layouts).
+    Count on_rank(const Parallelism& p, std::uint64_t V) const {
+        return rank_share(tensor, ActivationSplit::tensor, p, V) + rank_share(sequence, ActivationSplit::sequence, p, V) +
+               rank_share(replicated, ActivationSplit::replicated, p, V) + rank_share(vocab, ActivationSplit::vocab, p, V);
     }
 };
 
@@ -71,12 +69,12 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, {}, {}, {}, {}};
     const std::uint64_t V = m.vocab;
     for (const auto& row : layer.rows) {
-        if (row.kept(mode)) w.layer_kept.add(row, V);
-        if (row.kept(Recompute::none) && !row.kept(mode)) w.layer_rebuilt.add(row, V);
+        if (row.kept(mode)) w.layer_kept.add(row);
+        if (row.kept(Recompute::none) && !row.kept(mode)) w.layer_rebuilt.add(row);
     }
     if (mode == Recompute::full) w.layer_kept.sequence = layer.input_bytes;  // the layer's input, on the residual stream
-    for (const auto& row : input_side) w.input_side.add(row, V);
-    for (const auto& row : head) w.head.add(row, V);
+    for (const auto& row : input_side) w.input_side.add(row);
+    for (const auto& row : head) w.head.add(row);
     for (const auto& row : params.rows) {
         switch (row.group) {
             case Group::input: w.input.add(row, V); break;
