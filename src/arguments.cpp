@@ -73,6 +73,23 @@ std::vector<Attention> parse_attention(const std::string& text) {
     return kinds;
 }
 
+Platform parse_platform(const Request& q) {
+    if (q.platform == "cuda") return Platform::cuda;
+    if (q.platform != "cpu")
+        throw usage_error(fmt::format("--platform must be cuda or cpu (got '{}'){}", q.platform,
+                                      did_you_mean(q.platform, {"cuda", "cpu"})));
+    if (q.activations != "architecture")
+        throw usage_error("--platform cpu needs --activations architecture: Korthikanti's formula has no kernels to choose");
+    return Platform::cpu;
+}
+
+OptimizerImpl parse_optimizer_impl(const std::string& text) {
+    for (auto o : {OptimizerImpl::fused, OptimizerImpl::foreach, OptimizerImpl::for_loop})
+        if (text == optimizer_impl_name(o)) return o;
+    throw usage_error(fmt::format("--optimizer-impl must be fused, foreach or for-loop (got '{}'){}", text,
+                                  did_you_mean(text, {"fused", "foreach", "for-loop"})));
+}
+
 Format parse_format(const std::string& text) {
     return text == "json" ? Format::json : text == "csv" ? Format::csv : Format::table;
 }

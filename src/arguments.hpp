@@ -19,7 +19,8 @@ struct usage_error : std::runtime_error {
 /// What the user asked for, before the model is known.
 struct Request {
     std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe};
-    std::string units = "gb", format = "table", activations = "korthikanti", attention = "eager";
+    std::string units = "gb", format = "table", activations = "korthikanti", attention = "eager", platform = "cuda";
+    std::string optimizer_impl = "fused";
     bool timeline = false, per_layer = false;
     // Parallelism, as typed; empty means the default.
     std::string dp, tp, pp, cp, ep, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
@@ -41,6 +42,9 @@ std::vector<std::uint64_t> parse_sizes(const std::string& option, const std::str
 std::uint64_t parse_count(const std::string& option, const std::string& text, std::uint64_t fallback);
 std::vector<Recompute> parse_modes(const std::string& text);
 std::vector<Attention> parse_attention(const std::string& text);
+/// --platform, checked against --activations (only the architecture model has kernels to choose).
+Platform parse_platform(const Request& q);
+OptimizerImpl parse_optimizer_impl(const std::string& text);
 std::vector<unsigned> parse_zero(const std::string& text);
 Format parse_format(const std::string& text);
 /// A memory size: "80GB", "80 GB", "2GiB", "1.5TB", "512MiB" or plain bytes.

@@ -97,6 +97,8 @@ std::string run_estimate(const Request& q) {
 
     std::vector<Report> runs;
     const ActivationModel activations = activation_model(q);
+    const Platform platform = parse_platform(q);
+    const OptimizerImpl optimizer = parse_optimizer_impl(q.optimizer_impl);
     {
         Progress progress("sweep", 64);
         for (auto s : seqs)
@@ -104,7 +106,8 @@ std::string run_estimate(const Request& q) {
                 for (const auto& layout : parse_layouts(q, b))
                     for (auto attention : attentions)
                         for (auto mode : modes) {
-                            runs.push_back(estimate(arch, {s, b, mode, q.recipe, activations, attention, layout}));
+                            runs.push_back(estimate(
+                                arch, {s, b, mode, q.recipe, activations, attention, platform, layout, optimizer}));
                             progress(runs.size());
                         }
     }
@@ -169,6 +172,8 @@ std::string run_fit(const Request& q) {
     const auto attentions = parse_attention(q.attention);
     if (attentions.size() != 1) throw usage_error("fit takes one --attention");
     settings.attention = attentions.front();
+    settings.platform = parse_platform(q);
+    settings.optimizer = parse_optimizer_impl(q.optimizer_impl);
     const auto layouts = parse_layouts(q, fit.dimension == FitDimension::micro_batch ? 1 : fit.fixed);
     if (layouts.size() != 1) throw usage_error("fit takes one layout: no comma lists for --dp, --tp, --pp or --zero");
     settings.parallel = layouts.front();
@@ -310,6 +315,20 @@ void add_model_options(CLI::App& app, Request& q) {
 }
 
 /// How the step is spread over devices.
+/// For one configuration's estimate and fit (plan assumes CUDA kernels and a fused optimiser).
+void add_framework_options(CLI::App& app, Request& q) {
+    app.add_option("--platform", q.platform,
+                   "Whose PyTorch kernels the architecture model follows: cuda (default) or cpu, which\n"
+                   "keeps LayerNorm statistics in bf16 and softmaxes an fp32 copy (how validation/gpu/\n"
+                   "measures the model without a GPU)")
+        ->type_name("NAME");
+    app.add_option("--optimizer-impl", q.optimizer_impl,
+                   "How the optimizer step runs, which decides its temporaries: fused (default: Megatron-LM,\n"
+                   "DeepSpeed, torch fused=True; none), foreach (torch.optim's default on CUDA: sqrt(v) of\n"
+                   "every parameter at once, 4 B each) or for-loop (one tensor at a time: 8 B x the largest)")
+        ->type_name("NAME");
+}
+
 void add_parallel_options(CLI::App& app, Request& q) {
     const char* parallel_group = "Parallelism (per-device memory)";
     app.add_option("--dp", q.dp, "Data-parallel replicas (default 1); --dp, --tp, --pp and --zero take comma lists")
@@ -366,6 +385,7 @@ int main(int argc, char** argv) {
     Request q;
     const std::vector<std::string> formats = {"table", "json", "csv"};
     add_model_options(app, q);
+    add_framework_options(app, q);
     add_parallel_options(app, q);
     app.add_option("--compare", q.compare,
                    "Also show what another tool gives for this configuration: megatron (Megatron-LM's\n"
@@ -384,6 +404,7 @@ int main(int argc, char** argv) {
     fit_q.recompute = "all";
     auto* fit = app.add_subcommand("fit", "The longest sequence (or largest micro-batch) that fits in a device's memory");
     add_model_options(*fit, fit_q);
+    add_framework_options(*fit, fit_q);
     add_parallel_options(*fit, fit_q);
     fit->add_option("--device-memory", fit_q.device_memory, "The device's memory: 80GB, 141GB, 24GiB, ... (required)")
         ->type_name("SIZE");

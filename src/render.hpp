@@ -30,7 +30,7 @@ struct Category {
     const char* label;
     Count Breakdown::*member;
 };
-inline constexpr std::array<Category, 9> categories{{
+inline constexpr std::array<Category, 10> categories{{
     {"weights", "weights", &Breakdown::weights},
     {"master_weights", "master weights", &Breakdown::master_weights},
     {"optimizer_state", "optimizer state", &Breakdown::optimizer_state},
@@ -40,6 +40,7 @@ inline constexpr std::array<Category, 9> categories{{
     {"rebuilt_activations", "rebuilt activations", &Breakdown::rebuilt_activations},
     {"logits", "logits and loss", &Breakdown::logits},
     {"activation_gradient", "activation gradient", &Breakdown::activation_gradient},
+    {"workspace", "workspace", &Breakdown::workspace},
 }};
 
 /// A fit's question and answers, for rendering.

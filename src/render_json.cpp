@@ -151,6 +151,21 @@ json per_layer_json(const Report& r) {
         out["input_side_tensors"] = tensors_json(r.input_side, Recompute::none);
         out["head_bytes"] = saved_bytes(r.head).value();
         out["head_tensors"] = tensors_json(r.head, Recompute::none);
+        out["forward_buffer_bytes"] = saved_bytes(r.forward_buffers).value();
+        out["forward_buffer_tensors"] = tensors_json(r.forward_buffers, Recompute::none);
+        json work = json::array();
+        for (const auto& w : r.layer.work) {
+            const WorkspaceSum sum = workspace_sum(r.layer.rows, w, mode);
+            work.push_back({{"phase", w.backward ? "backward" : "forward"},
+                            {"op", w.op},
+                            {"tensor", w.tensor},
+                            {"formula", w.formula},
+                            {"bytes", w.bytes.value()},
+                            {"absent_bytes", sum.covered.value()},
+                            {"adds_bytes", sum.adds().value()},
+                            {"gradients_from", w.gradients_from}});
+        }
+        out["workspaces"] = work;
     }
     return out;
 }
@@ -170,6 +185,8 @@ json report_json(const Report& r, const View& view) {
               {"recipe", r.settings.recipe},
               {"activations", activation_model_name(r.settings.activations)},
               {"attention", attention_name(r.settings.attention)},
+              {"platform", platform_name(r.settings.platform)},
+              {"optimizer_impl", optimizer_impl_name(r.settings.optimizer)},
               {"parallel", parallel_json(r.settings.parallel)}}},
             {"compare", view.compare.empty() ? json(nullptr) : compare_json(r, view)},
             {"parameters", parameters_json(r)},

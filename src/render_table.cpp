@@ -123,6 +123,23 @@ std::string parallel_section(const Report& r, const View& view) {
     return "Parallel layout: " + layout + "\n" + table.str();
 }
 
+/// The temporaries of the layer's ops and of the forward pass, and what each adds to its step.
+std::string workspace_table(const Report& r) {
+    std::string out = "\nWorkspaces: temporaries of the op running now, never saved. Each adds to its step what the\n"
+                      "rows not live meanwhile (made later in forward, freed earlier in backward) do not cover;\n"
+                      "a backward one also finds the layer's gradients from the named tensor on written.\n";
+    TextTable table({L, L, L, R, R, R, L});
+    table.row({"op", "makes", "formula", "bytes", "rows not live", "adds", "gradients from"});
+    for (const auto& w : r.layer.work) {
+        const WorkspaceSum sum = workspace_sum(r.layer.rows, w, r.settings.recompute);
+        table.row({w.op, w.tensor, w.formula, digits(w.bytes), digits(sum.covered), digits(sum.adds()),
+                   w.gradients_from.empty() ? "-" : w.gradients_from});
+    }
+    for (const auto& b : r.forward_buffers)
+        table.row({b.op, "built once per forward pass", b.symbol, digits(b.bytes), "", digits(b.bytes), "-"});
+    return out + table.str();
+}
+
 std::string activations_section(const Report& r, const View& view, bool why) {
     const Recompute mode = r.settings.recompute;
     const LayerActivations& layer = r.layer;
@@ -160,6 +177,7 @@ std::string activations_section(const Report& r, const View& view, bool why) {
         out += saved_table(r.input_side, Recompute::none, true);
         out += fmt::format("\nHead and loss, kept from the loss step to the head's backward: {} B\n", digits(saved_bytes(r.head)));
         out += saved_table(r.head, Recompute::none, true);
+        out += workspace_table(r);
     }
     return out;
 }
@@ -190,20 +208,35 @@ std::string timeline_section(const Report& r, const View& view) {
         if (view.full_timeline || starts || second || ends || i == peak) shown.insert(i);
     }
     const Scale scale = scale_for(r.peak_step().bytes.total(), view.unit);
-    TextTable table({Align::left, R, R, R, R, R, R, R, Align::left, Align::left});
-    table.row({"step", "total", "weights+opt", "gradients", "kept act", "rebuilt", "logits", "act grad", "", ""});
+    // The workspace column only where the model has workspaces (the architecture model).
+    const bool work = std::any_of(steps.begin(), steps.end(), [](const Step& s) { return s.bytes.workspace != 0; });
+    std::vector<Align> align{Align::left, R, R, R, R, R, R, R};
+    std::vector<std::string> head{"step", "total", "weights+opt", "gradients", "kept act", "rebuilt", "logits", "act grad"};
+    if (work) align.push_back(R), head.push_back("workspace");
+    align.insert(align.end(), {Align::left, Align::left});
+    head.insert(head.end(), {"", ""});
+    TextTable table(align);
+    table.row(head);
     std::size_t previous = 0;
     bool first = true;
     for (std::size_t i : shown) {
-        if (!first && i != previous + 1) table.row({"...", "", "", "", "", "", "", "", "", ""});
+        if (!first && i != previous + 1) {
+            std::vector<std::string> gap(head.size());
+            gap[0] = "...";
+            table.row(gap);
+        }
         first = false;
         previous = i;
         const Breakdown& b = steps[i].bytes;
-        table.row({steps[i].name(), scaled(b.total(), scale),
-                   scaled(b.weights + b.master_weights + b.optimizer_state + b.gathered_weights, scale),
-                   scaled(b.gradients, scale), scaled(b.kept_activations, scale), scaled(b.rebuilt_activations, scale),
-                   scaled(b.logits, scale), scaled(b.activation_gradient, scale), bar(b.total(), r.peak_step().bytes.total()),
-                   i == peak ? "<- peak" : ""});
+        std::vector<std::string> row{steps[i].name(), scaled(b.total(), scale),
+                                     scaled(b.weights + b.master_weights + b.optimizer_state + b.gathered_weights, scale),
+                                     scaled(b.gradients, scale), scaled(b.kept_activations, scale),
+                                     scaled(b.rebuilt_activations, scale), scaled(b.logits, scale),
+                                     scaled(b.activation_gradient, scale)};
+        if (work) row.push_back(scaled(b.workspace, scale));
+        row.push_back(bar(b.total(), r.peak_step().bytes.total()));
+        row.push_back(i == peak ? "<- peak" : "");
+        table.row(row);
     }
     const std::string which = r.ranks.size() > 1 ? fmt::format(" of pipeline stage {}", r.busiest().stage) : "";
     const std::string title = view.full_timeline

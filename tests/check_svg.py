@@ -57,6 +57,7 @@ root = plot(["--preset", "llama-2-70b", "--seq", "4096", "--tp", "8", "--pp", "4
 if root is not None:
     expect(not has(root, "device-memory"), "pipeline: a device-memory line without --device-memory")
     expect("gathered_weights" in series(root), "pipeline: no gathered_weights series under ZeRO-3")
+    expect("workspace" in series(root), "pipeline: no workspace series under the architecture model")
 
 # A sweep over the sequence: one line per recomputation mode, one marker per size.
 root = plot(["--preset", "llama-7b", "--seq", "1024,2048,4096", "--recompute", "all", "--device-memory", "80GB"], "s.svg")

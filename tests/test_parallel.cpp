@@ -249,14 +249,9 @@ TEST_CASE("the closed-form layout peak equals the most loaded timeline's, step f
                     settings.parallel = p;
                     CAPTURE(m.name, recompute_name(mode), tp, pp, zero, vpp);
                     const Report r = estimate(m, settings);
-                    const Workload w = make_workload(m, r.recipe, 512, 2, mode, r.parameters,
-                                                     model == ActivationModel::korthikanti
-                                                         ? korthikanti_layer(m, 512, 2, 2)
-                                                         : architecture_layer(m, 512, 2, 2, Attention::eager),
-                                                     model == ActivationModel::korthikanti ? std::vector<SavedTensor>{}
-                                                                                           : input_side_saved(m, 512, 2, 2),
-                                                     model == ActivationModel::korthikanti ? std::vector<SavedTensor>{}
-                                                                                           : head_saved(m, 512, 2, 2));
+                    const ActivationTables t = activation_tables(m, 512, 2, 2, model, Attention::eager);
+                    const Workload w = make_workload(m, r.recipe, 512, 2, mode, r.parameters, t.layer, t.input_side,
+                                                     t.head, t.forward_buffers);
                     const LayoutPeak fast = layout_peak(w, p);
                     CHECK(fast.bytes() == r.peak_step().bytes.total());
                     CHECK(fast.step.name() == r.peak_step().name());

@@ -28,6 +28,14 @@ enum class ActivationModel { korthikanti, architecture };
 /// Eager attention materialises the s x s scores; a fused (flash) kernel keeps a log-sum-exp per row.
 enum class Attention { eager, flash };
 
+/// Where the framework profile's PyTorch runs. Its kernels differ in what they keep and in the
+/// temporaries they make: CPU LayerNorm keeps bf16 statistics, and CPU softmax cannot upcast on the
+/// fly, so softmax(x, dtype=float32) first copies x to fp32. CUDA is what users train on; the CPU
+/// profile lets the validation measure the same model on any machine.
+enum class Platform { cuda, cpu };
+
+inline const char* platform_name(Platform p) { return p == Platform::cuda ? "cuda" : "cpu"; }
+
 inline const char* activation_model_name(ActivationModel m) {
     return m == ActivationModel::korthikanti ? "korthikanti" : "architecture";
 }
@@ -81,8 +89,26 @@ struct SavedTensor {
     }
 };
 
+/// A temporary that lives only while one op of the layer runs and is never saved for backward: the
+/// scores being scaled, a softmax's gradient. While it exists the layer's rows from `absent_from` on
+/// are not live: in forward they are not made yet, in backward they are already freed. So it adds
+/// to a step only what those rows do not cover (workspace_excess).
+struct Workspace {
+    bool backward;       ///< made by the op's backward (else by its forward)
+    std::string op;      ///< the op running
+    std::string tensor;  ///< what it makes
+    std::string formula;  ///< its bytes in the paper's letters: "4 as^2b + 2 as^2b"
+    Count bytes;
+    ActivationSplit split;
+    std::size_t absent_from;  ///< index of the first row not live while it exists
+    /// Backward: the first of the layer's parameter tensors whose gradient already exists ("o_proj";
+    /// every later one in forward order has one too); empty when none has.
+    std::string gradients_from;
+};
+
 struct LayerActivations {
     std::vector<SavedTensor> rows;
+    std::vector<Workspace> work;  ///< the largest temporaries of its ops (architecture model only)
     Count input_bytes;  ///< the layer's input: all that full recomputation keeps
 
     Count sum(Recompute mode) const {
@@ -110,6 +136,53 @@ struct LayerActivations {
         return 0;
     }
 };
+
+/// Whether a row is live in a layer's backward step: kept, or rebuilt by the recomputation.
+inline bool live_in_backward(const SavedTensor& r, Recompute mode) {
+    return r.kept(Recompute::none) || (mode == Recompute::selective && r.keep == Keep::only_selective);
+}
+
+/// How a workspace changes the step it runs in, as the rows the step's sum already counts (`covered`:
+/// the rows it makes absent) and the ones it does not (`added`: the workspace itself, and in forward
+/// the rows a recomputation does not keep but the op still needs). The step grows by
+/// max(0, added - covered), computed per rank by the caller.
+template <class Sink>
+void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, Recompute mode, Sink& added,
+                      Sink& covered) {
+    added.add(w);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const SavedTensor& r = rows[i];
+        const bool before = i < w.absent_from;
+        if (w.backward) {
+            if (!before && live_in_backward(r, mode)) covered.add(r);
+        } else if (before) {
+            if (!r.kept(mode) && r.kept(Recompute::none)) added.add(r);  // made by this forward, not kept
+        } else if (r.kept(mode)) {
+            covered.add(r);
+        }
+    }
+}
+
+/// A workspace against one table (a rank's share, say): its bytes, the rows it makes absent, and what
+/// it adds to its step, the layer's own gradients aside.
+struct WorkspaceSum {
+    Count added, covered;
+    Count adds() const { return added > covered ? Count(added.value() - covered.value()) : Count(0); }
+};
+
+namespace detail {
+struct ByteSum {
+    Count bytes;
+    template <class T>
+    void add(const T& t) { bytes += t.bytes; }
+};
+}  // namespace detail
+
+inline WorkspaceSum workspace_sum(const std::vector<SavedTensor>& rows, const Workspace& w, Recompute mode) {
+    detail::ByteSum added, covered;
+    workspace_effect(rows, w, mode, added, covered);
+    return {added.bytes, covered.bytes};
+}
 
 /// Korthikanti et al.'s GPT layer (4h GELU MLP, dropout, `d`-byte activations, 1-byte masks).
 /// With d = 2 its rows add up to s b h (34 + 5 a s / h) bytes.

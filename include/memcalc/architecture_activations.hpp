@@ -17,10 +17,27 @@ namespace memcalc {
 
 namespace detail {
 
-/// Builds a table row by row: each row one saved storage, `copies` x `per_copy` elements.
+/// Builds a table row by row: each row one saved storage, `copies` x `per_copy` elements; and,
+/// when given a list for them, the workspaces of the ops.
 class TableBuilder {
 public:
-    explicit TableBuilder(std::vector<SavedTensor>& rows) : rows_(rows) {}
+    explicit TableBuilder(std::vector<SavedTensor>& rows, std::vector<Workspace>* work = nullptr)
+        : rows_(rows), work_(work) {}
+
+    /// A temporary of the op running now, by default while the rows added so far are live.
+    /// `gradients_from`: in backward, the first parameter tensor of the layer whose gradient exists.
+    void workspace(bool backward, std::string op, std::string tensor, std::string formula, Count bytes,
+                   std::string gradients_from = {}) {
+        workspace_at(rows_.size(), backward, std::move(op), std::move(tensor), std::move(formula), bytes,
+                     std::move(gradients_from));
+    }
+    void workspace_at(std::size_t absent_from, bool backward, std::string op, std::string tensor, std::string formula,
+                      Count bytes, std::string gradients_from = {}) {
+        if (work_)
+            work_->push_back({backward, std::move(op), std::move(tensor), std::move(formula), bytes,
+                              ActivationSplit::tensor, absent_from, std::move(gradients_from)});
+    }
+    std::size_t size() const { return rows_.size(); }
 
     /// The symbol says how the row divides across tensor-parallel ranks: the residual stream's
     /// shapes (sbh, per-token values) only with sequence parallelism, head, MLP-column and s x s
@@ -45,6 +62,7 @@ public:
 
 private:
     std::vector<SavedTensor>& rows_;
+    std::vector<Workspace>* work_;
 };
 
 /// The sizes a layer's tensors are made of, for sequence s and micro-batch b.
@@ -56,16 +74,24 @@ struct Sizes {
     Count sbf;       ///< the MLP's hidden width
     Count scores;    ///< a s^2 b
     std::uint64_t d; ///< bytes per activation (the recipe's compute dtype)
+    Platform platform;
 
-    Sizes(const Architecture& m, std::uint64_t s, std::uint64_t b, std::uint64_t bytes)
+    Sizes(const Architecture& m, std::uint64_t s, std::uint64_t b, std::uint64_t bytes,
+          Platform where = Platform::cuda)
         : tokens(Count(s) * b),
           sbh(tokens * m.hidden),
           sbq(tokens * m.heads * m.head_size()),
           sbkv(tokens * m.key_value_heads() * m.head_size()),
           sbf(tokens * m.ffn),
           scores(Count(m.heads) * s * s * b),
-          d(bytes) {}
+          d(bytes),
+          platform(where) {}
 };
+
+/// "4 as^2b" for 4 bytes of `symbol`.
+inline std::string bytes_of(std::uint64_t bytes, const std::string& symbol) {
+    return std::to_string(bytes) + " " + symbol;
+}
 
 /// A normalisation layer's saved tensors. `what` names it ("attention norm"). `input_kept`: its input
 /// is a tensor another row already keeps (a parallel layer's second norm reads the layer input too).
@@ -82,8 +108,10 @@ inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, co
     } else {
         if (!input_kept)
             t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", "sbh", z.sbh, z.d);
-        t.add(what + " (LayerNorm)", "mean and 1/std per token, fp32", "so backward need not recompute them", "sb",
-              z.tokens, dtype::fp32, Keep::always, 2);
+        // CUDA keeps the statistics in fp32; the CPU kernel in the activations' dtype.
+        const bool fp32 = z.platform == Platform::cuda;
+        t.add(what + " (LayerNorm)", std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(z.d)),
+              "so backward need not recompute them", "sb", z.tokens, fp32 ? dtype::fp32 : z.d, Keep::always, 2);
     }
 }
 
@@ -134,9 +162,19 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
               Count(m.heads) * z.tokens, dtype::fp32, Keep::not_selective);
         t.add("flash attention", "its output (also the output projection's input)",
               "backward needs the output for the softmax gradient", "sb(ad)", z.sbq, z.d);
+        // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query.
+        const Count work = z.sbq * (dtype::fp32 + z.d) + Count(2 * z.d) * z.sbkv + Count(m.heads) * z.tokens * dtype::fp32;
+        t.workspace(true, "flash attention backward", "dq (fp32 accumulator and result), dk, dv, row sums",
+                    bytes_of(dtype::fp32 + z.d, "sb(ad)") + " + " + bytes_of(2 * z.d, "sb(kd)") + " + 4 asb", work,
+                    "o_proj");
         return;
     }
     const bool dropout = m.attention_dropout > 0;
+    // Q K^T, then / sqrt(d) and + mask, each out of place: two s x s score tensors at once, before
+    // softmax makes the first saved one.
+    t.workspace(false, "Q K^T / sqrt(d) + mask", "the scores and the scaled scores", bytes_of(2 * z.d, "as^2b"),
+                Count(2 * z.d) * z.scores);
+    const std::size_t softmax_row = t.size();
     if (m.softmax_fp32) {
         t.add("softmax", "its output, fp32", "softmax's gradient is written in its output", "as^2b", z.scores,
               dtype::fp32, Keep::not_selective);
@@ -155,6 +193,16 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
               "as^2b", z.scores, z.d, Keep::not_selective);
     }
     t.add("output projection", "its input", "weight gradient = input^T x output gradient", "sb(ad)", z.sbq, z.d);
+
+    // Softmax's input lives beside its output; its backward holds the gradients of both. Upcasting
+    // on the fly is CUDA's: the CPU kernel softmaxes an fp32 copy and returns an fp32 gradient.
+    const std::uint64_t out = m.softmax_fp32 ? dtype::fp32 : z.d;
+    const bool copy = m.softmax_fp32 && z.platform == Platform::cpu;
+    const std::uint64_t forward = z.d + (copy ? dtype::fp32 : 0), backward = out + (copy ? dtype::fp32 : z.d);
+    t.workspace_at(softmax_row + 1, false, "softmax", copy ? "its input and its fp32 copy" : "its input",
+                   bytes_of(forward, "as^2b"), Count(forward) * z.scores);
+    t.workspace_at(softmax_row + 1, true, "softmax backward", "the gradients of its output and its input",
+                   bytes_of(backward, "as^2b"), Count(backward) * z.scores, "o_proj");
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts).
@@ -169,12 +217,18 @@ inline void mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
               symbol, sbf, z.d);
         t.add(prefix + "gate x up", "the up projection's output", "the gate branch's gradient is up x grad", symbol,
               sbf, z.d);
+        // gate x up's backward: its incoming gradient and one for each factor, the down projection's
+        // input already freed.
+        t.workspace(true, prefix + "gate x up backward", "its incoming gradient and the gradients of both factors",
+                    bytes_of(3 * z.d, symbol), Count(3 * z.d) * sbf, "down_proj");
         t.add(prefix + "down projection", "its input (gate x up)", "weight gradient = input^T x output gradient",
               symbol, sbf, z.d);
     } else {
         if (activation_keeps_input(m.activation))
             t.add(prefix + act, "its input (the up projection's output)", "its derivative is taken at its input",
                   symbol, sbf, z.d);
+        t.workspace(true, prefix + act + " backward", "its incoming gradient and its input's gradient",
+                    bytes_of(2 * z.d, symbol), Count(2 * z.d) * sbf, "down_proj");
         t.add(prefix + "down projection", std::string("its input (") + act + "'s output)",
               "weight gradient = input^T x output gradient", symbol, sbf, z.d);
     }
@@ -208,10 +262,10 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
 
 /// One layer's saved tensors as PyTorch keeps them for this architecture, `d`-byte activations.
 inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                           std::uint64_t d, Attention attention) {
-    const detail::Sizes z(m, seq, micro_batch, d);
+                                           std::uint64_t d, Attention attention, Platform platform = Platform::cuda) {
+    const detail::Sizes z(m, seq, micro_batch, d, platform);
     LayerActivations layer;
-    detail::TableBuilder t(layer.rows);
+    detail::TableBuilder t(layer.rows, &layer.work);
     const bool shared_norm = m.parallel_attention && m.norms_per_layer == 1;
 
     detail::norm_rows(t, m, z, shared_norm ? "layer norm" : "attention norm");
@@ -252,6 +306,18 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
     if (m.embedding_norm) detail::norm_rows(t, m, z, "embedding norm");
     if (m.hidden_dropout > 0)
         t.add("embedding dropout", "mask (1 byte)", "which elements were zeroed", "sbh", z.sbh, dtype::mask);
+    return rows;
+}
+
+/// What one forward pass builds for all its layers and drops when it returns, after the loss: eager
+/// attention's causal mask, s^2 b values of the compute dtype, as transformers builds it.
+inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t micro_batch, std::uint64_t d,
+                                                Attention attention) {
+    std::vector<SavedTensor> rows;
+    if (attention == Attention::flash) return rows;  // the fused kernel masks inside
+    detail::TableBuilder t(rows);
+    t.add_replicated("causal mask", "0 or -inf per query and key, made once per forward", "added to every layer's scores",
+                     "s^2b", Count(seq) * seq * micro_batch, d);
     return rows;
 }
 

@@ -25,7 +25,9 @@ struct Settings {
     std::string recipe{default_recipe};
     ActivationModel activations = ActivationModel::korthikanti;
     Attention attention = Attention::eager;
+    Platform platform = Platform::cuda;  ///< the architecture model's kernels
     Parallelism parallel;           ///< every degree 1: one device
+    OptimizerImpl optimizer = OptimizerImpl::fused;  ///< decides the optimiser step's temporaries
 };
 
 /// One kind of device: every rank of one pipeline stage holds the same (tensor, data, context and
@@ -54,6 +56,7 @@ struct Report {
     LayerActivations layer;               ///< one layer's saved tensors on one rank, this s and b
     std::vector<SavedTensor> input_side;  ///< what the embedding side saves (architecture model only)
     std::vector<SavedTensor> head;        ///< what the head and the loss save (architecture model only)
+    std::vector<SavedTensor> forward_buffers;  ///< built for all layers by the forward pass (architecture model)
     Count activations;                    ///< all L layers of one micro-batch, no recomputation
     Count kept_activations;               ///< the same, under the chosen recomputation
     ComputeCost compute;
@@ -98,7 +101,7 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
     if (recipe == nullptr) throw error("unknown recipe '" + settings.recipe + "'");
     validate(settings.parallel, model, settings.seq);
 
-    Report r{model, settings, *recipe, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
+    Report r{model, settings, *recipe, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
     try {
         r.parameters = parameter_table(model);
         r.parameter_count = r.parameters.total();
@@ -117,18 +120,21 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
                     "attention");
     const Parallelism& p = settings.parallel;
     try {
-        r.layer = formula ? korthikanti_layer(model, s, b, d) : architecture_layer(model, s, b, d, settings.attention);
-        if (!formula) {
-            r.input_side = input_side_saved(model, s, b, d);
-            r.head = head_saved(model, s, b, d);
-        }
+        ActivationTables t = activation_tables(model, s, b, d, settings.activations, settings.attention,
+                                               settings.platform);
+        r.layer = std::move(t.layer);
+        r.input_side = std::move(t.input_side);
+        r.head = std::move(t.head);
+        r.forward_buffers = std::move(t.forward_buffers);
         const Workload w = make_workload(model, *recipe, s, b, settings.recompute, r.parameters, r.layer,
-                                         r.input_side, r.head);
+                                         r.input_side, r.head, r.forward_buffers, settings.optimizer);
         // The tables the report shows are one rank's share of every tensor.
         split_rows(r.layer.rows, p, model.vocab);
+        for (auto& work : r.layer.work) work.bytes = rank_share(work.bytes, work.split, p, model.vocab);
         r.layer.input_bytes = rank_stream(r.layer.input_bytes, p);
         split_rows(r.input_side, p, model.vocab);
         split_rows(r.head, p, model.vocab);
+        split_rows(r.forward_buffers, p, model.vocab);
         r.activations = Count(model.layers) * r.layer.total();
         r.kept_activations = Count(model.layers) * r.layer.kept(settings.recompute);
 

@@ -112,13 +112,10 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
         Cached built;
         try {
             const std::uint64_t d = recipe->activation_bytes;
-            const bool formula = request.activations == ActivationModel::korthikanti;
-            const LayerActivations layer =
-                formula ? korthikanti_layer(m, s, b, d) : architecture_layer(m, s, b, d, request.attention);
-            const auto input = formula ? std::vector<SavedTensor>{} : input_side_saved(m, s, b, d);
-            const auto head = formula ? std::vector<SavedTensor>{} : head_saved(m, s, b, d);
-            built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, layer, input, head),
-                                   compute_cost(m, s, b, mode).recompute_fraction());
+            const ActivationTables t = activation_tables(m, s, b, d, request.activations, request.attention);
+            built = std::make_pair(
+                make_workload(m, *recipe, s, b, mode, params, t.layer, t.input_side, t.head, t.forward_buffers),
+                compute_cost(m, s, b, mode).recompute_fraction());
         } catch (const overflow_error&) {
         }
         return workloads.emplace(std::make_pair(b, mode), std::move(built)).first->second;

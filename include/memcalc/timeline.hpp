@@ -18,10 +18,11 @@ struct Breakdown {
     Count rebuilt_activations;  ///< recomputed for the backward step running now
     Count logits;               ///< logits, the loss's fp32 softmax and the logits gradient
     Count activation_gradient;  ///< the gradient flowing down through the layers
+    Count workspace;            ///< temporaries of the op running now, and the forward pass's causal mask
 
     Count total() const {
         return weights + master_weights + optimizer_state + gradients + gathered_weights + kept_activations +
-               rebuilt_activations + logits + activation_gradient;
+               rebuilt_activations + logits + activation_gradient + workspace;
     }
 };
 
@@ -69,6 +70,12 @@ struct TimelineInputs {
     Count loss_buffers;           ///< the loss step alone (the loss's fp32 softmax, what the head saves)
     Count logits_gradient;        ///< from the loss step until the top layer's backward step ends
     Count activation_gradient;    ///< the incoming gradient of each backward step
+    Count forward_buffers;        ///< built by the forward pass for all layers, dropped after the loss (causal mask)
+    Count recompute_buffers;      ///< the part of them recomputation keeps through the backward steps
+    Count loss_work;              ///< the loss step's temporaries, with what the forward pass still holds
+    Count optimizer_work;         ///< the optimiser step's temporaries
+    Count layer_forward_work;     ///< the most a layer's forward workspaces add to its step
+    Count layer_backward_work;    ///< the most a layer's backward workspaces add to its step
 
     /// The global number (1..L) of the i-th layer this device runs (0-based, forward order).
     std::uint64_t layer_id(std::uint64_t i) const { return layer_number(i, chunk == 0 ? layers : chunk, pp, stage); }
@@ -89,21 +96,25 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
         case Phase::forward:
             b.kept_activations = kept(position);
             b.gathered_weights = in.gathered_weights;
+            b.workspace = in.forward_buffers + in.layer_forward_work;
             return {phase, in.layer_id(position - 1), b};
         case Phase::loss:
             b.kept_activations = kept(L);
             b.logits = in.logits + in.loss_buffers + in.logits_gradient;
+            b.workspace = in.loss_work;
             return {phase, 0, b};
         case Phase::backward:
             b.kept_activations = kept(position);
             b.rebuilt_activations = in.layer_rebuilt;
             b.gathered_weights = in.gathered_weights;
             b.activation_gradient = in.activation_gradient;
+            b.workspace = in.layer_backward_work + in.recompute_buffers;
             if (in.loss) b.logits = position == L ? in.logits + in.logits_gradient : in.logits;
             b.gradients = in.head_gradients + Count(L - position) * in.layer_gradients + in.layer_gradient_bucket;
             return {phase, in.layer_id(position - 1), b};
         case Phase::optimizer:
             if (in.loss) b.logits = in.logits;
+            b.workspace = in.optimizer_work;
             b.gradients = in.head_gradients + Count(L) * in.layer_gradients + in.input_gradients;
             return {phase, 0, b};
     }

@@ -3,10 +3,12 @@
 /// sums by how each tensor divides across ranks, so that any parallel layout's per-device memory
 /// follows in a few operations: estimate() builds its timelines from these, and fit and plan search
 /// thousands of layouts a millisecond with them.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "memcalc/activations.hpp"
+#include "memcalc/architecture_activations.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/parallel.hpp"
 #include "memcalc/params.hpp"
@@ -20,7 +22,8 @@ namespace memcalc {
 struct SplitBytes {
     Count tensor, sequence, replicated, vocab;
 
-    void add(const SavedTensor& r) {
+    template <class Tensor>  // a SavedTensor or a Workspace
+    void add(const Tensor& r) {
         switch (r.split) {
             case ActivationSplit::tensor: tensor += r.bytes; break;
             case ActivationSplit::sequence: sequence += r.bytes; break;
@@ -52,6 +55,50 @@ struct SplitParams {
     }
 };
 
+/// A workspace's effect on its step (workspace_effect): on a rank it adds max(0, added + the layer's
+/// gradients already written - covered).
+struct WorkspaceEffect {
+    SplitBytes added, covered;
+    SplitParams gradients;  ///< parameters of the layer whose gradients exist while it runs
+
+    /// `gradient_bytes`: per parameter, 0 where a ZeRO-2/3 bucket already holds the layer's gradient.
+    Count on_rank(const Parallelism& p, std::uint64_t V, Count gradient_bytes) const {
+        const Count a = added.on_rank(p, V) + gradients.on_rank(p, V) * gradient_bytes, c = covered.on_rank(p, V);
+        return a > c ? Count(a.value() - c.value()) : Count(0);
+    }
+};
+
+/// The most any of `effects` adds on a rank.
+inline Count largest_on_rank(const std::vector<WorkspaceEffect>& effects, const Parallelism& p, std::uint64_t V,
+                             Count gradient_bytes) {
+    Count most;
+    for (const auto& e : effects) most = std::max(most, e.on_rank(p, V, gradient_bytes));
+    return most;
+}
+
+/// The layer's parameters whose gradients exist once the backward pass reaches `first`: it and every
+/// later tensor of the layer in forward order, each bias with its weight.
+inline SplitParams gradients_from(const ParameterTable& t, const std::string& first, std::uint64_t V) {
+    SplitParams ready;
+    if (first.empty()) return ready;
+    std::vector<std::string> earlier;
+    bool reached = false;
+    for (const auto& row : t.rows) {
+        if (row.group != Group::layer) continue;
+        reached = reached || row.tensor == first;
+        const std::string suffix = ".bias";
+        const bool bias = row.tensor.size() > suffix.size() &&
+                          row.tensor.compare(row.tensor.size() - suffix.size(), suffix.size(), suffix) == 0;
+        const std::string weight = bias ? row.tensor.substr(0, row.tensor.size() - suffix.size()) : row.tensor;
+        if (!reached || std::find(earlier.begin(), earlier.end(), weight) != earlier.end()) {
+            earlier.push_back(row.tensor);
+            continue;
+        }
+        ready.add(row, V);
+    }
+    return ready;
+}
+
 struct Workload {
     Architecture model;
     Recipe recipe;
@@ -60,14 +107,46 @@ struct Workload {
     SplitBytes input_side, head;           ///< what the embedding side and the head save
     SplitParams input, per_layer, head_params;
     SplitParams tied_embedding;            ///< the embedding rows of the head's group (tied models)
+    SplitBytes forward_buffers;            ///< built by the forward pass for all its layers (the causal mask)
+    Recompute recompute = Recompute::none;
+    bool head_frees_logits_gradient = false;  ///< the architecture model: autograd frees it in the head's backward
+    OptimizerImpl optimizer = OptimizerImpl::fused;
+    std::vector<ParamRow> tensors;  ///< the parameter table's rows (the for-loop optimiser's largest tensor)
+    std::vector<WorkspaceEffect> forward_work, backward_work;  ///< one layer's workspaces
 };
+
+/// The saved-tensor tables of one workload, whole (not split across ranks). The formula model has
+/// only the layer's; the architecture model also the embedding side's, the head's, the forward
+/// pass's buffers and the layer's workspaces.
+struct ActivationTables {
+    LayerActivations layer;
+    std::vector<SavedTensor> input_side, head, forward_buffers;
+};
+
+inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s, std::uint64_t b, std::uint64_t d,
+                                          ActivationModel model, Attention attention,
+                                          Platform platform = Platform::cuda) {
+    if (model == ActivationModel::korthikanti) return {korthikanti_layer(m, s, b, d), {}, {}, {}};
+    return {architecture_layer(m, s, b, d, attention, platform), input_side_saved(m, s, b, d), head_saved(m, s, b, d),
+            forward_buffers(s, b, d, attention)};
+}
 
 /// `layer`, `input_side` and `head` are the whole model's tables (not split across ranks).
 inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::uint64_t seq, std::uint64_t micro_batch,
                               Recompute mode, const ParameterTable& params, const LayerActivations& layer,
-                              const std::vector<SavedTensor>& input_side, const std::vector<SavedTensor>& head) {
-    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, {}, {}, {}, {}};
+                              const std::vector<SavedTensor>& input_side, const std::vector<SavedTensor>& head,
+                              const std::vector<SavedTensor>& forward_buffers = {},
+                              OptimizerImpl optimizer = OptimizerImpl::fused) {
+    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, {}, {}, {}, {}, {}, mode, !head.empty(), optimizer,
+               params.rows, {}, {}};
     const std::uint64_t V = m.vocab;
+    for (const auto& row : forward_buffers) w.forward_buffers.add(row);
+    for (const auto& work : layer.work) {
+        WorkspaceEffect e;
+        workspace_effect(layer.rows, work, mode, e.added, e.covered);
+        e.gradients = gradients_from(params, work.gradients_from, V);
+        (work.backward ? w.backward_work : w.forward_work).push_back(e);
+    }
     for (const auto& row : layer.rows) {
         if (row.kept(mode)) w.layer_kept.add(row);
         if (row.kept(Recompute::none) && !row.kept(mode)) w.layer_rebuilt.add(row);
@@ -123,6 +202,31 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
     return f;
 }
 
+/// The optimiser step's temporaries on one rank: none when it is fused or runs on the host.
+inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const StageFacts& f) {
+    const std::uint64_t t = w.recipe.step_temporary_bytes;
+    if (t == 0 || p.offload != Offload::none) return 0;
+    switch (w.optimizer) {
+        case OptimizerImpl::fused: return 0;
+        case OptimizerImpl::foreach:  // every parameter whose state this rank holds, at once
+            return Count(f.state.optimizer_state.value() / w.recipe.optimizer_bytes) * t;
+        case OptimizerImpl::for_loop: {  // two of the largest tensor: sqrt(v), then its quotient
+            const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
+            const std::uint64_t V = w.model.vocab;
+            Count largest;
+            for (const auto& r : w.tensors) {
+                if ((r.group == Group::input && !first) || (r.group == Group::head && !last)) continue;
+                Count n = r.expert ? Count(r.count.value() / w.model.experts) : r.count;  // experts are tensors each
+                if (r.split == ParamSplit::tensor) n = ceil_div(n, p.tp);
+                if (r.split == ParamSplit::vocab) n = Count(n.value() / V) * ceil_div(V, p.tp);
+                largest = std::max(largest, n);
+            }
+            return largest * (2 * t);
+        }
+    }
+    return 0;
+}
+
 inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, const StageFacts& f) {
     const Architecture& m = w.model;
     const std::uint64_t V = m.vocab, d = w.recipe.activation_bytes;
@@ -164,8 +268,25 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // model adds what the head and the loss save for backward.
         in.loss_buffers = sbV * dtype::fp32 + w.head.on_rank(p, V);
         in.logits_gradient = sbV * d;
+        if (w.head_frees_logits_gradient) {
+            // Autograd's order: the loss's fp32 copy of the logits lives while the loss runs forward; its
+            // backward holds the log-probabilities' gradient and the logits' (both fp32), and the head's
+            // backward frees the last of them before layer L's starts.
+            in.loss_buffers = w.head.on_rank(p, V);
+            in.logits_gradient = 0;
+            in.loss_work = std::max(sbV * dtype::fp32 + w.forward_buffers.on_rank(p, V),
+                                    sbV * (2 * dtype::fp32) + (w.recompute != Recompute::none
+                                                                   ? w.forward_buffers.on_rank(p, V)
+                                                                   : Count(0)));
+        }
     }
     in.activation_gradient = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * d, p);
+    in.optimizer_work = optimizer_step_work(w, p, f);
+    in.forward_buffers = w.forward_buffers.on_rank(p, V);
+    // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last rebuild.
+    if (w.recompute != Recompute::none) in.recompute_buffers = in.forward_buffers;
+    in.layer_forward_work = largest_on_rank(w.forward_work, p, V, 0);
+    in.layer_backward_work = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g);
     return in;
 }
 

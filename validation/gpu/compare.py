@@ -20,10 +20,11 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def predict(memcalc, run):
+def predict(memcalc, run, platform):
     command = [memcalc, "--model-file", os.path.join(ROOT, run["model_file"]), "--seq", str(run["seq"]),
                "--micro-batch", str(run["micro_batch"]), "--recompute", run["recompute"], "--activations",
-               "architecture", "--attention", "flash" if run["attention"] == "sdpa" else "eager", "--format", "json"]
+               "architecture", "--attention", "flash" if run["attention"] == "sdpa" else "eager", "--platform", platform,
+               "--optimizer-impl", run.get("optimizer_impl", "for-loop"), "--format", "json"]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     report = json.loads(out)
     state = report["state"]
@@ -45,7 +46,7 @@ def main(argv=None):
             if r["recompute"] == "none"}
     errors, misses, cost = [], [], {"selective": [], "full": []}
     for r in results["runs"]:
-        peak, persistent, step = predict(a.memcalc, r)
+        peak, persistent, step = predict(a.memcalc, r, "cpu" if results["device"] == "cpu" else "cuda")
         measured = r["max_memory_allocated"]
         error = "n/a"
         if measured:

@@ -9,15 +9,21 @@ model runs at three sequence lengths, with no, selective (the core attention che
 scaled_dot_product_attention where this PyTorch has it.
 
 For each run it records, after a warm-up step: the memory before the step (weights, master copy,
-moments), torch.cuda.max_memory_allocated over one step, and the median step time, as JSON.
+moments), torch.cuda.max_memory_allocated over one step and its largest value within each step of
+memcalc's timeline (forward 1..L, loss, backward L..1, optimizer), and the median step time, as JSON.
 
   /usr/bin/python3 validation/gpu/replicate.py --device cuda --out validation/results/gpu.json
   /usr/bin/python3 validation/gpu/replicate.py --device cpu --tiny --out /tmp/cpu.json   # what CI runs
 
-On CPU there are no memory figures, but every code path runs. Then validation/gpu/compare.py sets
-memcalc's predictions beside the measurements.
+  /usr/bin/python3 validation/gpu/replicate.py --device cpu --models gpt2-mid llama-mid --seqs 256 512 1024 \
+      --steps 1 --out validation/results/cpu.json                                      # the CPU figures
+
+On CPU the same figures come from the profiler's record of every allocation (PyTorch's CPU allocator
+does not round, so they are the bytes the tensors need), and only PyTorch's fused attention is missing
+before torch 2.0. Then validation/gpu/compare.py sets memcalc's predictions beside the measurements.
 """
 import argparse
+import gc
 import json
 import math
 import os
@@ -45,8 +51,22 @@ class RMSNorm(nn.Module):
 
     def forward(self, x):
         y = x.float()
-        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        y = y * torch.rsqrt(mean_of_squares(y) + self.eps)
         return self.weight * y.to(x.dtype)
+
+
+def _torch_version():
+    return tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in torch.__version__.split(".")[:2])
+
+
+def mean_of_squares(y):
+    """mean(y^2) over the last axis, saving for backward what PyTorch 2.2 and later save.
+
+    Before 2.2, mean() kept its input (here y^2, 4 s b h bytes per RMSNorm); since PR #109935 it keeps
+    only sizes, like sum() divided by a number, which is what older versions run instead."""
+    if _torch_version() >= (2, 2):
+        return y.pow(2).mean(-1, keepdim=True)
+    return y.pow(2).sum(-1, keepdim=True) / y.shape[-1]
 
 
 class Block(nn.Module):
@@ -115,8 +135,10 @@ class Model(nn.Module):
         self.norm = self.blocks[0].norm1.__class__(h)
         self.head = None if spec.get("tied_embeddings") else nn.Linear(h, V, bias=False)
 
-    def forward(self, ids):
+    def forward(self, ids, meter=None):
+        mark = meter.mark if meter else (lambda step: None)
         b, s = ids.shape
+        mark("forward 1")
         x = self.embed(ids)
         cos = sin = None
         if self.positions is not None:
@@ -128,11 +150,79 @@ class Model(nn.Module):
             angles = torch.cat((angles, angles), dim=-1)
             cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         mask = torch.full((s, s), float("-inf"), device=ids.device, dtype=x.dtype).triu(1)
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks, start=1):
+            if i > 1:
+                mark(f"forward {i}")
             x = checkpoint(block, x, mask, cos, sin, use_reentrant=False) if self.mode == "full" else block(x, mask, cos, sin)
+            if meter:  # this layer's backward step starts when the gradient of its output arrives
+                x.register_hook(lambda grad, i=i: mark(f"backward {i}"))
+        mark("loss")
         weight = self.embed.weight if self.head is None else self.head.weight
         logits = self.norm(x) @ weight.t()
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), ids.view(-1))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), ids.view(-1)), logits
+
+
+class Meter:
+    """Allocated bytes over one training step, and their maximum within each step of memcalc's timeline
+    (forward 1..L, loss, backward L..1, optimizer). CUDA: the caching allocator's own counters. CPU: the
+    profiler's record of every allocation and free (PyTorch's CPU allocator does not round), replayed in
+    order; what was live before the step is every tensor the garbage collector can reach."""
+
+    def __init__(self, device):
+        self.cuda = device == "cuda"
+        self.steps, self.marks = [], []
+
+    def __enter__(self):
+        gc.collect()
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.before = torch.cuda.memory_allocated()
+        else:
+            storages = {}
+            for o in gc.get_objects():
+                if torch.is_tensor(o) and not o.is_meta:
+                    storages[o.storage().data_ptr()] = o.storage().nbytes()
+            self.before = sum(storages.values())
+            self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
+            self.profiler.__enter__()
+        return self
+
+    def mark(self, step):
+        """The training step enters `step` (the previous one ends here)."""
+        if self.cuda:
+            if self.steps:
+                self.steps[-1]["max_bytes"] = torch.cuda.max_memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            self.steps.append({"step": step})
+        else:
+            with torch.profiler.record_function("mark: " + step):
+                pass
+            self.steps.append({"step": step})
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.steps[-1]["max_bytes"] = torch.cuda.max_memory_allocated()
+            return False
+        self.profiler.__exit__(*exc)
+        events = self.profiler.profiler.kineto_results.events()
+        timed = sorted((e.start_us(), i, e) for i, e in enumerate(events)
+                       if e.name() == "[memory]" or e.name().startswith("mark: "))
+        live, step = self.before, -1
+        for _, _, e in timed:
+            if e.name() != "[memory]":
+                step += 1
+                self.steps[step]["max_bytes"] = live
+            elif e.device_type() == torch.autograd.DeviceType.CPU:
+                live += e.nbytes()
+                if step >= 0:
+                    self.steps[step]["max_bytes"] = max(self.steps[step]["max_bytes"], live)
+        return False
+
+    def peak(self):
+        top = max(self.steps, key=lambda s: s["max_bytes"])
+        return top["max_bytes"], top["step"]
 
 
 class MixedAdam:
@@ -164,29 +254,31 @@ def run(spec, seq, mode, attention, device, steps):
     model = Model(spec, attention, mode).to(device=device, dtype=DTYPE)
     optimizer = MixedAdam(model.parameters())
     ids = torch.randint(0, spec["vocab"], (1, seq), device=device)
-    cuda = device == "cuda"
 
-    def step():
-        model(ids).backward()
+    def step(meter=None):
+        loss, logits = model(ids, meter)  # the logits live to the end of the step, as in a transformers training loop
+        loss.backward()
+        if meter:
+            meter.mark("optimizer")
         optimizer.step()
 
     step()  # warm-up: the optimiser state exists from here on
-    times, before, peak = [], None, None
-    for i in range(steps):
-        if cuda:
+    with Meter(device) as meter:
+        step(meter)
+    peak, peak_step = meter.peak()
+    times = []
+    for _ in range(steps):
+        if device == "cuda":
             torch.cuda.synchronize()
-            if i == 0:
-                torch.cuda.reset_peak_memory_stats()
-                before = torch.cuda.memory_allocated()
         start = time.perf_counter()
         step()
-        if cuda:
+        if device == "cuda":
             torch.cuda.synchronize()
-            if i == 0:
-                peak = torch.cuda.max_memory_allocated()
         times.append(time.perf_counter() - start)
+    del model, optimizer, ids
     return {"model": spec["name"], "model_file": spec["path"], "seq": seq, "micro_batch": 1, "recompute": mode,
-            "attention": attention, "memory_before_step": before, "max_memory_allocated": peak,
+            "attention": attention, "optimizer_impl": "for-loop", "memory_before_step": meter.before, "max_memory_allocated": peak,
+            "peak_step": peak_step, "timeline": meter.steps,
             "median_step_seconds": statistics.median(times), "steps_timed": steps}
 
 
@@ -195,10 +287,13 @@ def main(argv=None):
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true", help="CPU-sized models and sequences (what CI runs)")
     ap.add_argument("--out", required=True, help="where to write the results (JSON)")
+    ap.add_argument("--models", nargs="+", metavar="NAME",
+                    help="models/NAME.json to run (default gpt2-small llama-1b; tiny: gpt2-tiny llama-tiny)")
+    ap.add_argument("--seqs", nargs="+", type=int, metavar="S", help="sequence lengths (default 1024 2048 4096; tiny: 32 64 128)")
     ap.add_argument("--steps", type=int, default=None, help="timed steps per run (default 5, tiny 2)")
     a = ap.parse_args(argv)
-    names = ("gpt2-tiny", "llama-tiny") if a.tiny else ("gpt2-small", "llama-1b")
-    seqs = (32, 64, 128) if a.tiny else (1024, 2048, 4096)
+    names = a.models or (("gpt2-tiny", "llama-tiny") if a.tiny else ("gpt2-small", "llama-1b"))
+    seqs = a.seqs or ((32, 64, 128) if a.tiny else (1024, 2048, 4096))
     steps = a.steps or (2 if a.tiny else 5)
     sdpa = hasattr(F, "scaled_dot_product_attention")
     runs, skipped = [], []
@@ -215,7 +310,7 @@ def main(argv=None):
                     r = run(spec, seq, mode, attention, a.device, steps)
                     runs.append(r)
                     print(f"{name:<12} seq {seq:>5} {attention:<5} {mode:<9} "
-                          f"peak {r['max_memory_allocated']} B, step {r['median_step_seconds'] * 1e3:.1f} ms", flush=True)
+                          f"peak {r['max_memory_allocated']:>13,} B at {r['peak_step']:<12} step {r['median_step_seconds'] * 1e3:.1f} ms", flush=True)
     result = {"date": time.strftime("%Y-%m-%d"), "device": a.device,
               "device_name": torch.cuda.get_device_name() if a.device == "cuda" else platform.processor() or "cpu",
               "torch": torch.__version__, "runs": runs, "skipped": skipped}
