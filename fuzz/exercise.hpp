@@ -16,6 +16,11 @@ inline void exercise(const memcalc::Architecture& m) {
             for (ActivationModel model : {ActivationModel::korthikanti, ActivationModel::architecture}) {
                 Settings s;
                 s.seq = seq, s.micro_batch = seq == 7 ? 3 : 1, s.recompute = mode, s.activations = model;
+                // Each platform and optimizer implementation somewhere, without multiplying the runs.
+                if (model == ActivationModel::architecture && seq == 7) s.platform = Platform::cpu;
+                s.optimizer = mode == Recompute::none ? OptimizerImpl::fused
+                              : mode == Recompute::selective ? OptimizerImpl::foreach
+                                                             : OptimizerImpl::for_loop;
                 if (seq == context) s.parallel.tp = 2, s.parallel.pp = 2, s.parallel.dp = 2, s.parallel.zero = 3;
                 try {
                     const Report r = estimate(m, s);

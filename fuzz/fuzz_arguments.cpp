@@ -18,6 +18,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     attempt([&] { (void)parse_modes(text); });
     attempt([&] { (void)parse_attention(text); });
     attempt([&] { (void)parse_zero(text); });
+    attempt([&] { (void)parse_optimizer_impl(text); });
+    attempt([&] {
+        Request q;
+        q.platform = text, q.activations = "architecture";
+        (void)parse_platform(q);
+    });
     attempt([&] {
         Request q;
         q.dp = text, q.global_batch = text;

@@ -90,3 +90,71 @@ TEST_CASE("the head and the embedding side", "[architecture]") {
     // token ids (8 sb) and the rotary cos and sin tables (2 x 2 s d)
     CHECK(saved_bytes(input_side_saved(m, s, 1, 2)).value() == 8 * s + 4 * s * 128);
 }
+
+namespace {
+const Workspace& workspace_named(const LayerActivations& layer, const std::string& op) {
+    for (const auto& w : layer.work)
+        if (w.op == op) return w;
+    FAIL("no workspace " << op);
+    return layer.work.front();
+}
+}  // namespace
+
+TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporaries, by hand", "[architecture][workspace]") {
+    const std::uint64_t h = 64, a = 4, kv = 2, f = 176, d = 16;
+    const Architecture m = llama_like(h, a, kv, f);
+    const std::uint64_t s = GENERATE(8, 64, 1000), b = GENERATE(1, 3);
+    CAPTURE(s, b);
+    const std::uint64_t sb = s * b, A = a * s * s * b;
+    const LayerActivations layer = architecture_layer(m, s, b, 2, Attention::eager);
+    REQUIRE(layer.work.size() == 4);
+    CHECK(workspace_named(layer, "Q K^T / sqrt(d) + mask").bytes.value() == 4 * A);
+    CHECK(workspace_named(layer, "softmax").bytes.value() == 2 * A);  // CUDA upcasts as it goes
+    const Workspace& softmax = workspace_named(layer, "softmax backward");
+    CHECK(softmax.bytes.value() == 6 * A);  // the fp32 gradient of its output, the bf16 one of its input
+    CHECK(softmax.gradients_from == "o_proj");
+    // Freed by then: the bf16 weights (2A), the output projection's input, the MLP norm and input, SwiGLU's 8 sbf.
+    const std::uint64_t later = 2 * A + 2 * sb * a * d + (4 * sb * h + 4 * sb + 2 * sb * h) + 2 * sb * h + 8 * sb * f;
+    CHECK(workspace_sum(layer.rows, softmax, Recompute::none).covered.value() == later);
+    CHECK(workspace_sum(layer.rows, softmax, Recompute::none).adds().value() == (6 * A > later ? 6 * A - later : 0));
+    // Selective recomputation rebuilds the same rows for the backward step: the same effect.
+    CHECK(workspace_sum(layer.rows, softmax, Recompute::selective).covered.value() == later);
+    // gate x up's backward: its incoming gradient and both factors' (3 x 2 sbf), the down input freed.
+    const Workspace& swiglu = workspace_named(layer, "gate x up backward");
+    CHECK(swiglu.bytes.value() == 6 * sb * f);
+    CHECK(swiglu.gradients_from == "down_proj");
+    CHECK(workspace_sum(layer.rows, swiglu, Recompute::none).adds().value() == 4 * sb * f);
+    // In a full recomputation's forward nothing is kept, so the scores come on top of all made before.
+    const Workspace& scores = workspace_named(layer, "Q K^T / sqrt(d) + mask");
+    CHECK(workspace_sum(layer.rows, scores, Recompute::full).covered.value() == 0);
+    CHECK(workspace_sum(layer.rows, scores, Recompute::full).adds() > scores.bytes);
+}
+
+TEST_CASE("the CPU platform: bf16 LayerNorm statistics and a softmax over an fp32 copy", "[architecture][workspace]") {
+    const Architecture llama = llama_like(64, 4, 2, 176);
+    const std::uint64_t s = 32, A = 4 * s * s;
+    const LayerActivations cuda = architecture_layer(llama, s, 1, 2, Attention::eager, Platform::cuda);
+    const LayerActivations cpu = architecture_layer(llama, s, 1, 2, Attention::eager, Platform::cpu);
+    CHECK(cuda.total() == cpu.total());  // RMSNorm has no statistics to keep
+    CHECK(workspace_named(cpu, "softmax").bytes.value() == 6 * A);           // its input and the fp32 copy
+    CHECK(workspace_named(cpu, "softmax backward").bytes.value() == 8 * A);  // the input's gradient in fp32 too
+
+    Architecture gpt2 = fixtures::gpt2_small();  // LayerNorm, softmax in the activations' dtype
+    const LayerActivations g_cuda = architecture_layer(gpt2, s, 1, 2, Attention::eager, Platform::cuda);
+    const LayerActivations g_cpu = architecture_layer(gpt2, s, 1, 2, Attention::eager, Platform::cpu);
+    CHECK(g_cuda.total().value() == g_cpu.total().value() + 2 * 4 * s);  // two LayerNorms, 8 sb in fp32, 4 sb in bf16
+    const std::uint64_t G = 12 * s * s;
+    CHECK(workspace_named(g_cpu, "softmax backward").bytes.value() == 4 * G);
+    CHECK(workspace_named(g_cuda, "softmax backward").bytes.value() == 4 * G);
+    CHECK(workspace_named(g_cuda, "GELU (tanh) backward").bytes.value() == 4 * s * 3072);
+}
+
+TEST_CASE("flash attention: one backward workspace and no mask", "[architecture][workspace]") {
+    const Architecture m = llama_like(4096, 32, 8, 14336);
+    const std::uint64_t s = 4096, sbq = s * 4096, sbkv = s * 1024;
+    const LayerActivations flash = architecture_layer(m, s, 1, 2, Attention::flash);
+    CHECK(workspace_named(flash, "flash attention backward").bytes.value() == 6 * sbq + 4 * sbkv + 4 * 32 * s);
+    for (const auto& w : flash.work) CHECK(w.formula.find("as^2b") == std::string::npos);
+    CHECK(forward_buffers(s, 1, 2, Attention::flash).empty());
+    CHECK(saved_bytes(forward_buffers(s, 3, 2, Attention::eager)).value() == 2 * s * s * 3);
+}

@@ -114,3 +114,43 @@ TEST_CASE("sizes whose bytes overflow 64 bits are an error and never a wrapped n
     // Just inside the limit still works: 10 million tokens of LLaMA 7B with full recomputation.
     CHECK_NOTHROW(run(m, 10000000, 1, Recompute::full));
 }
+
+TEST_CASE("the optimizer step's temporaries follow its implementation", "[estimate][workspace]") {
+    const Architecture m = fixtures::llama_7b();
+    Settings settings;
+    settings.seq = 4096;
+    const auto optimizer_work = [&](OptimizerImpl impl, const std::string& recipe = "mixed-adam") {
+        settings.optimizer = impl, settings.recipe = recipe;
+        return step_named(estimate(m, settings), "optimizer").bytes.workspace.value();
+    };
+    const std::uint64_t P = 6738415616, largest = 32000ULL * 4096;  // the embedding and the head
+    CHECK(optimizer_work(OptimizerImpl::fused) == 0);
+    CHECK(optimizer_work(OptimizerImpl::foreach) == 4 * P);           // sqrt(v) of every parameter, fp32
+    CHECK(optimizer_work(OptimizerImpl::for_loop) == 8 * largest);    // sqrt(v) and the quotient, one tensor
+    CHECK(optimizer_work(OptimizerImpl::foreach, "mixed-sgd") == 0);  // momentum updates in place
+    // ZeRO-1 over 8 ranks: the foreach step covers this rank's shard of the state.
+    settings.parallel.dp = 8, settings.parallel.zero = 1;
+    CHECK(optimizer_work(OptimizerImpl::foreach) == 4 * ((P + 7) / 8));
+    settings.parallel.offload = Offload::optimizer;  // the host runs the step
+    CHECK(optimizer_work(OptimizerImpl::foreach) == 0);
+    // The chapter's peaks do not move: its model has no workspaces and the default step is fused.
+    settings.parallel = {}, settings.optimizer = OptimizerImpl::fused, settings.recipe = "mixed-adam";
+    settings.recompute = Recompute::selective;
+    CHECK(estimate(m, settings).peak_step().bytes.total().value() == 116095778816ULL);
+}
+
+TEST_CASE("a backward workspace finds the layer's gradients from its tensor on, each bias with its weight",
+          "[estimate][workspace]") {
+    const ParameterTable llama = parameter_table(fixtures::llama_7b());
+    const std::uint64_t h = 4096, f = 11008;
+    // o_proj, the MLP norm, gate, up and down.
+    CHECK(gradients_from(llama, "o_proj", 32000).replicated.value() == h);
+    CHECK(gradients_from(llama, "o_proj", 32000).tensor.value() == h * h + 3 * h * f);
+    CHECK(gradients_from(llama, "", 32000).tensor.value() == 0);
+    // GPT-2's biases come after all its MLP weights in the table: from down_proj on means down_proj
+    // and its bias, not the up projection's bias listed after it.
+    const ParameterTable gpt2 = parameter_table(fixtures::gpt2_small());
+    const SplitParams down = gradients_from(gpt2, "down_proj", 50257);
+    CHECK(down.tensor.value() == 3072 * 768);
+    CHECK(down.replicated.value() == 768);
+}

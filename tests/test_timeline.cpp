@@ -49,3 +49,18 @@ TEST_CASE("the peak is the largest step and the earliest on a tie", "[timeline]"
     steps = timeline(in);
     CHECK(peak_index(steps) == 0);
 }
+
+TEST_CASE("workspaces join the step they run in", "[timeline][workspace]") {
+    TimelineInputs in = two_layers();
+    in.forward_buffers = 100000, in.layer_forward_work = 20000, in.loss_work = 300000;
+    in.layer_backward_work = 4000000, in.recompute_buffers = 50000000, in.optimizer_work = 600000000;
+    const auto steps = timeline(in);
+    CHECK(steps[0].bytes.workspace.value() == 120000);  // the mask and the layer's own
+    CHECK(steps[1].bytes.workspace.value() == 120000);
+    CHECK(steps[2].bytes.workspace.value() == 300000);  // the loss's, the mask included by its maker
+    CHECK(steps[3].bytes.workspace.value() == 54000000);  // the layer's, and what the checkpoints hold
+    CHECK(steps[4].bytes.workspace.value() == 54000000);
+    CHECK(steps[5].bytes.workspace.value() == 600000000);
+    CHECK(peak_step(in).name() == "optimizer");
+    CHECK(peak_step(in).bytes.total() == steps[5].bytes.total());
+}

@@ -260,6 +260,9 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.input_gradients = sharded(f.input) * g;
     if (p.zero >= 2) in.layer_gradient_bucket = f.per_layer * g;  // until its reduce-scatter
 
+    in.forward_buffers = w.forward_buffers.on_rank(p, V);
+    // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last rebuild.
+    if (w.recompute != Recompute::none) in.recompute_buffers = in.forward_buffers;
     if (last) {
         // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
         const Count sbV = ceil_div(Count(w.seq) * w.micro_batch, p.cp) * ceil_div(V, p.tp);
@@ -274,17 +277,11 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
             // backward frees the last of them before layer L's starts.
             in.loss_buffers = w.head.on_rank(p, V);
             in.logits_gradient = 0;
-            in.loss_work = std::max(sbV * dtype::fp32 + w.forward_buffers.on_rank(p, V),
-                                    sbV * (2 * dtype::fp32) + (w.recompute != Recompute::none
-                                                                   ? w.forward_buffers.on_rank(p, V)
-                                                                   : Count(0)));
+            in.loss_work = std::max(sbV * dtype::fp32 + in.forward_buffers, sbV * (2 * dtype::fp32) + in.recompute_buffers);
         }
     }
     in.activation_gradient = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * d, p);
     in.optimizer_work = optimizer_step_work(w, p, f);
-    in.forward_buffers = w.forward_buffers.on_rank(p, V);
-    // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last rebuild.
-    if (w.recompute != Recompute::none) in.recompute_buffers = in.forward_buffers;
     in.layer_forward_work = largest_on_rank(w.forward_work, p, V, 0);
     in.layer_backward_work = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g);
     return in;

@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
 """Sets memcalc's predictions beside replicate.py's measurements.
 
-  /usr/bin/python3 validation/gpu/compare.py RESULTS.json [--memcalc build/memcalc]
+  /usr/bin/python3 validation/gpu/compare.py RESULTS.json [--memcalc build/memcalc] [--steps] [--check]
+                                            [--plot FILE.svg]
 
-For every run: the measured peak (torch.cuda.max_memory_allocated over one step) and memory before the
-step, memcalc's predicted peak and persistent state for the same model file, sequence, recomputation
-and attention (--activations architecture; PyTorch's fused attention as --attention flash, mixed-adam),
-the relative error, and the step time against the run without recomputation, beside the chapter's
-"roughly a third more compute" for full recomputation. Results from a CPU run carry no memory figures;
-the predictions and the time ratios are printed all the same.
+For every run: the measured peak (the most bytes allocated at once over one training step) and the
+step it falls in, memcalc's predicted peak and step for the same model file, sequence, recomputation
+and attention (--activations architecture; PyTorch's fused attention as --attention flash; the
+script's one-tensor-at-a-time Adam as --optimizer-impl for-loop; --platform cpu for a CPU run), the
+relative error, the memory before the step beside memcalc's persistent state, and the step time
+against the run without recomputation, beside the chapter's "roughly a third more compute" for full
+recomputation.
+
+--steps adds, per run, every step of the timeline measured and predicted. --check exits 1 when a
+run's peak misses by more than --tolerance. --plot draws measured against predicted peaks.
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -21,15 +27,53 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def predict(memcalc, run, platform):
+    """memcalc's report (JSON) for one measured run."""
     command = [memcalc, "--model-file", os.path.join(ROOT, run["model_file"]), "--seq", str(run["seq"]),
                "--micro-batch", str(run["micro_batch"]), "--recompute", run["recompute"], "--activations",
                "architecture", "--attention", "flash" if run["attention"] == "sdpa" else "eager", "--platform", platform,
                "--optimizer-impl", run.get("optimizer_impl", "for-loop"), "--format", "json"]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    report = json.loads(out)
-    state = report["state"]
-    persistent = state["weights"] + state["master_weights"] + state["optimizer_state"]
-    return report["peak"]["bytes"], persistent, report["peak"]["step"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"compare.py: {' '.join(command)} failed: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def plot(path, points, title):
+    """Measured against predicted peak, log-log, with the diagonal and a 5% band: one dot per run."""
+    w, h, left, bottom, top, right = 560, 460, 80, 60, 40, 150
+    lo = min(min(m, p) for m, p, _, _ in points) / 1.3
+    hi = max(max(m, p) for m, p, _, _ in points) * 1.3
+    x = lambda v: left + (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo)) * (w - left - right)
+    y = lambda v: h - bottom - (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo)) * (h - top - bottom)
+    colours = {"none": "#e15759", "selective": "#4e79a7", "full": "#59a14f"}
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{left}" y="22" font-size="14">{title}</text>']
+    for f, dash in ((1.0, ""), (1.05, ' stroke-dasharray="4 3"'), (0.95, ' stroke-dasharray="4 3"')):
+        out.append(f'<line class="guide" x1="{x(lo):.1f}" y1="{y(lo * f):.1f}" x2="{x(hi):.1f}" y2="{y(hi * f):.1f}" '
+                   f'stroke="#999"{dash}/>')
+    decade = 10 ** math.floor(math.log10(lo))
+    while decade <= hi:
+        for k in (1, 2, 5):
+            v = decade * k
+            if lo <= v <= hi:
+                label = f"{v / 1e9:g} GB" if v >= 1e9 else f"{v / 1e6:g} MB"
+                out.append(f'<text x="{x(v):.1f}" y="{h - bottom + 18}" text-anchor="middle">{label}</text>')
+                out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{label}</text>')
+        decade *= 10
+    out.append(f'<text x="{(left + w - right) / 2}" y="{h - 16}" text-anchor="middle">measured peak</text>')
+    out.append(f'<text x="18" y="{(top + h - bottom) / 2}" text-anchor="middle" '
+               f'transform="rotate(-90 18 {(top + h - bottom) / 2})">memcalc\'s predicted peak</text>')
+    for measured, predicted, mode, label in points:
+        out.append(f'<circle class="run" data-run="{label}" cx="{x(measured):.1f}" cy="{y(predicted):.1f}" r="4" '
+                   f'fill="{colours[mode]}" fill-opacity="0.8"><title>{label}</title></circle>')
+    for i, (mode, colour) in enumerate(colours.items()):
+        out.append(f'<circle cx="{w - right + 20}" cy="{top + 20 + 20 * i}" r="5" fill="{colour}"/>'
+                   f'<text x="{w - right + 32}" y="{top + 24 + 20 * i}">{mode}</text>')
+    out.append(f'<text x="{w - right + 14}" y="{top + 100}" fill="#666">dashed: 5% off</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
 
 
 def main(argv=None):
@@ -37,45 +81,59 @@ def main(argv=None):
     ap.add_argument("results")
     ap.add_argument("--memcalc", default=os.path.join(ROOT, "build", "memcalc"))
     ap.add_argument("--tolerance", type=float, default=0.05, help="relative error that counts as a miss (5%%)")
+    ap.add_argument("--steps", action="store_true", help="also every step of each run's timeline")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a run misses by more than --tolerance")
+    ap.add_argument("--plot", metavar="FILE.svg", help="draw measured against predicted peaks")
     a = ap.parse_args(argv)
     results = json.load(open(a.results))
+    platform = "cpu" if results["device"] == "cpu" else "cuda"
     print(f"{results['device']} ({results['device_name']}), torch {results['torch']}, {results['date']}")
-    print(f"{'model':<24} {'seq':>5} {'attention':<9} {'recompute':<9} {'measured':>14} {'predicted':>14} "
-          f"{'error':>7} {'before step':>14} {'predicted':>14} {'step ms':>9} {'vs none':>8}")
+    print(f"{'model':<24} {'seq':>5} {'attention':<9} {'recompute':<9} {'measured':>13} {'at':<11} "
+          f"{'predicted':>13} {'at':<11} {'error':>7} {'before step':>12} {'predicted':>12} {'step ms':>8} {'vs none':>7}")
     base = {(r["model"], r["seq"], r["attention"]): r["median_step_seconds"] for r in results["runs"]
             if r["recompute"] == "none"}
-    errors, misses, cost = [], [], {"selective": [], "full": []}
+    errors, misses, points, cost, details = [], [], [], {"selective": [], "full": []}, []
     for r in results["runs"]:
-        peak, persistent, step = predict(a.memcalc, r, "cpu" if results["device"] == "cpu" else "cuda")
+        report = predict(a.memcalc, r, platform)
+        state = report["state"]
+        persistent = state["weights"] + state["master_weights"] + state["optimizer_state"]
+        peak, peak_step = report["peak"]["bytes"], report["peak"]["step"]
         measured = r["max_memory_allocated"]
-        error = "n/a"
-        if measured:
-            e = (peak - measured) / measured
-            errors.append(abs(e))
-            error = f"{100 * e:+.1f}%"
-            if abs(e) > a.tolerance:
-                misses.append(f"{r['model']} seq {r['seq']} {r['attention']} {r['recompute']}: {error}")
+        e = (peak - measured) / measured
+        errors.append(abs(e))
+        points.append((measured, peak, r["recompute"], f"{r['model']} s={r['seq']} {r['attention']} {r['recompute']}"))
+        if abs(e) > a.tolerance:
+            misses.append(f"{r['model']} seq {r['seq']} {r['attention']} {r['recompute']}: {100 * e:+.1f}%")
         ratio = r["median_step_seconds"] / base[(r["model"], r["seq"], r["attention"])]
         if r["recompute"] in cost:
             cost[r["recompute"]].append(ratio)
-        before = r["memory_before_step"]
-        print(f"{r['model']:<24} {r['seq']:>5} {r['attention']:<9} {r['recompute']:<9} "
-              f"{measured if measured else 'n/a':>14} {peak:>14} {error:>7} {before if before else 'n/a':>14} "
-              f"{persistent:>14} {1e3 * r['median_step_seconds']:>9.1f} {ratio:>8.2f}")
+        print(f"{r['model']:<24} {r['seq']:>5} {r['attention']:<9} {r['recompute']:<9} {measured:>13,} "
+              f"{r['peak_step']:<11} {peak:>13,} {peak_step:<11} {100 * e:>+6.2f}% {r['memory_before_step']:>12,} "
+              f"{persistent:>12,} {1e3 * r['median_step_seconds']:>8.1f} {ratio:>7.2f}")
+        if a.steps:
+            predicted = {s["step"]: s["bytes"] for s in report["timeline"]}
+            for s in r["timeline"]:
+                p = predicted[s["step"]]
+                details.append(f"  {r['model']} s={r['seq']} {r['attention']} {r['recompute']:<9} {s['step']:<12} "
+                               f"measured {s['max_bytes']:>13,} predicted {p:>13,} "
+                               f"{100 * (p - s['max_bytes']) / s['max_bytes']:+6.2f}%")
     for mode, ratios in cost.items():
         if ratios:
             print(f"step time with {mode} recomputation: {statistics.median(ratios):.2f}x the step without "
                   f"(median of {len(ratios)}; the chapter: full costs roughly a third more)")
-    if errors:
-        print(f"peak error: median {100 * statistics.median(errors):.1f}%, largest {100 * max(errors):.1f}%; "
-              f"{len(misses)} of {len(errors)} runs beyond {100 * a.tolerance:.0f}%")
-        for m in misses:
-            print("  miss:", m)
-    else:
-        print("no memory figures in these results (a CPU run): predictions only")
+    print(f"peak error: median {100 * statistics.median(errors):.2f}%, largest {100 * max(errors):.2f}%; "
+          f"{len(misses)} of {len(errors)} runs beyond {100 * a.tolerance:g}%")
+    print("memory before the step also holds the batch's token ids (8 s b bytes), which memcalc counts from forward 1")
+    for m in misses:
+        print("  miss:", m)
     for line in results.get("skipped", []):
         print("not run:", line)
-    return 0
+    if details:
+        print("\nevery step: the most bytes allocated at once within it, measured and predicted")
+        print("\n".join(details))
+    if a.plot:
+        plot(a.plot, points, f"memcalc against {results['device_name']}, torch {results['torch']} ({results['date']})")
+    return 1 if a.check and misses else 0
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DTYPE = torch.bfloat16
 
 
+
 class RMSNorm(nn.Module):
     """transformers' LlamaRMSNorm: normalise in fp32, scale in the model's dtype."""
 
@@ -57,6 +58,11 @@ class RMSNorm(nn.Module):
 
 def _torch_version():
     return tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in torch.__version__.split(".")[:2])
+
+
+# Fused attention over k and v at their own width (torch >= 2.5), as transformers calls it; older
+# versions get k and v repeated to every query head first.
+SDPA_GQA = _torch_version() >= (2, 5)
 
 
 def mean_of_squares(y):
@@ -92,6 +98,8 @@ class Block(nn.Module):
         self.gate = nn.Linear(h, f, bias=False) if spec.get("mlp") == "gated" else None
 
     def core(self, q, k, v, mask):
+        if self.attention == "sdpa" and (self.kv == self.a or SDPA_GQA):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, **({"enable_gqa": True} if self.kv < self.a else {}))
         if self.kv < self.a:  # grouped-query attention: repeat k and v to every query head
             k = k.repeat_interleave(self.a // self.kv, dim=1)
             v = v.repeat_interleave(self.a // self.kv, dim=1)
@@ -149,7 +157,9 @@ class Model(nn.Module):
             angles = torch.outer(torch.arange(s, device=ids.device).float(), freq)
             angles = torch.cat((angles, angles), dim=-1)
             cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        mask = torch.full((s, s), float("-inf"), device=ids.device, dtype=x.dtype).triu(1)
+        mask = None  # fused attention masks inside; eager adds 0 or -inf, built once per forward as transformers does
+        if self.blocks[0].attention == "eager":
+            mask = torch.full((s, s), float("-inf"), device=ids.device, dtype=x.dtype).triu(1)
         for i, block in enumerate(self.blocks, start=1):
             if i > 1:
                 mark(f"forward {i}")
@@ -251,7 +261,11 @@ class MixedAdam:
 
 def run(spec, seq, mode, attention, device, steps):
     torch.manual_seed(0)
-    model = Model(spec, attention, mode).to(device=device, dtype=DTYPE)
+    if _torch_version() >= (2, 0):  # initialise on the device itself: a billion weights take seconds on a CPU
+        with torch.device(device):
+            model = Model(spec, attention, mode).to(dtype=DTYPE)
+    else:
+        model = Model(spec, attention, mode).to(device=device, dtype=DTYPE)
     optimizer = MixedAdam(model.parameters())
     ids = torch.randint(0, spec["vocab"], (1, seq), device=device)
 
@@ -276,10 +290,24 @@ def run(spec, seq, mode, attention, device, steps):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     del model, optimizer, ids
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return {"model": spec["name"], "model_file": spec["path"], "seq": seq, "micro_batch": 1, "recompute": mode,
             "attention": attention, "optimizer_impl": "for-loop", "memory_before_step": meter.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": meter.steps,
             "median_step_seconds": statistics.median(times), "steps_timed": steps}
+
+
+def cpu_name():
+    """The processor's model name, as Linux reports it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
 
 
 def main(argv=None):
@@ -296,7 +324,17 @@ def main(argv=None):
     seqs = a.seqs or ((32, 64, 128) if a.tiny else (1024, 2048, 4096))
     steps = a.steps or (2 if a.tiny else 5)
     sdpa = hasattr(F, "scaled_dot_product_attention")
-    runs, skipped = [], []
+    result = {"date": time.strftime("%Y-%m-%d"), "device": a.device,
+              "device_name": torch.cuda.get_device_name() if a.device == "cuda" else cpu_name(),
+              "torch": torch.__version__, "runs": [], "skipped": []}
+    runs, skipped = result["runs"], result["skipped"]
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+
+    def save():  # after every run, so that a run cut short still leaves what it measured
+        with open(a.out + ".part", "w") as f:
+            json.dump(result, f, indent=2)
+        os.replace(a.out + ".part", a.out)
+
     for name in names:
         path = os.path.join(HERE, "models", name + ".json")
         spec = json.load(open(path))
@@ -309,14 +347,10 @@ def main(argv=None):
                 for mode in ("none", "selective", "full"):
                     r = run(spec, seq, mode, attention, a.device, steps)
                     runs.append(r)
+                    save()
                     print(f"{name:<12} seq {seq:>5} {attention:<5} {mode:<9} "
                           f"peak {r['max_memory_allocated']:>13,} B at {r['peak_step']:<12} step {r['median_step_seconds'] * 1e3:.1f} ms", flush=True)
-    result = {"date": time.strftime("%Y-%m-%d"), "device": a.device,
-              "device_name": torch.cuda.get_device_name() if a.device == "cuda" else platform.processor() or "cpu",
-              "torch": torch.__version__, "runs": runs, "skipped": skipped}
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(result, f, indent=2)
+    save()
     for line in skipped:
         print("skipped:", line)
     return 0
