@@ -123,6 +123,7 @@ inline TrainingState sharded_state(Count parameters, const Recipe& r, unsigned z
 /// One rank's share of a saved tensor: tensor parallelism splits heads, MLP columns and the
 /// vocabulary; sequence parallelism also the residual stream; context parallelism every token.
 inline Count rank_share(Count n, ActivationSplit split, const Parallelism& p, std::uint64_t vocab) {
+    if (n.value() == 0) return n;  // most sums of a split kind are empty: skip the divisions (plan's hot path)
     switch (split) {
         case ActivationSplit::tensor: n = ceil_div(n, p.tp); break;
         case ActivationSplit::sequence:

@@ -42,10 +42,11 @@ struct PlanRow {
 
 /// The ranking: least wasted compute (recomputation plus pipeline bubble), then least
 /// communication per device, then lowest peak.
-inline bool plan_order(const PlanRow& a, const PlanRow& b) {
-    return std::make_tuple(a.waste(), a.communication, a.peak.bytes().value()) <
-           std::make_tuple(b.waste(), b.communication, b.peak.bytes().value());
+inline std::tuple<double, double, std::uint64_t> plan_key(const PlanRow& r) {
+    return {r.waste(), r.communication, r.peak.bytes().value()};
 }
+
+inline bool plan_order(const PlanRow& a, const PlanRow& b) { return plan_key(a) < plan_key(b); }
 
 inline std::vector<std::uint64_t> divisors(std::uint64_t n) {
     std::vector<std::uint64_t> out;
@@ -122,6 +123,7 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
     };
 
     std::vector<PlanRow> rows;
+    rows.reserve(4096);  // a few thousand layouts is typical: skip the small regrowths
     const std::vector<std::uint64_t> factors = divisors(request.gpus);
     const auto attention_heads_ok = [&](std::uint64_t tp) {
         return m.heads % tp == 0 && m.key_value_heads() % tp == 0 && m.ffn % tp == 0 &&
@@ -174,10 +176,22 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
             }
         }
     }
-    std::stable_sort(rows.begin(), rows.end(), [](const PlanRow& a, const PlanRow& b) {
-        return a.fits != b.fits ? a.fits : plan_order(a, b);
+    // Sort the keys, computed once, not the rows: a row is a few hundred bytes and its peak a sum.
+    struct Ranked {
+        bool fits;
+        std::tuple<double, double, std::uint64_t> key;
+        std::size_t row;
+    };
+    std::vector<Ranked> ranked;
+    ranked.reserve(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) ranked.push_back({rows[i].fits, plan_key(rows[i]), i});
+    std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+        return a.fits != b.fits ? a.fits : a.key < b.key;
     });
-    return rows;
+    std::vector<PlanRow> sorted;
+    sorted.reserve(rows.size());
+    for (const Ranked& r : ranked) sorted.push_back(rows[r.row]);
+    return sorted;
 }
 
 }  // namespace memcalc

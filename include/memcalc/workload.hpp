@@ -205,7 +205,7 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
 /// The optimiser step's temporaries on one rank: none when it is fused or runs on the host.
 inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const StageFacts& f) {
     const std::uint64_t t = w.recipe.step_temporary_bytes;
-    if (t == 0 || p.offload != Offload::none) return 0;
+    if (t == 0 || w.optimizer == OptimizerImpl::fused || p.offload != Offload::none) return 0;
     switch (w.optimizer) {
         case OptimizerImpl::fused: return 0;
         case OptimizerImpl::foreach:  // every parameter whose state this rank holds, at once
