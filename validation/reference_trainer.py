@@ -97,21 +97,11 @@ def _rms(spec, region):
     return 1 if region == "head" else spec.norms_per_layer
 
 
-def _ln(spec, region):
-    if spec.norm != "layernorm":
-        return 0
-    return 1 if region == "head" else spec.norms_per_layer
-
-
 KNOWN_EFFECTS = [
     ("torch < 2.2: mean() saves its input, so each RMSNorm also keeps x^2 in fp32, 4 s b h bytes "
      "(PyTorch PR #109935 keeps only the sizes; memcalc models the newer behaviour)",
      lambda spec, mode, region: mode != "full" and _rms(spec, region) > 0,
      lambda spec, s, b, region: 4 * s * b * spec.hidden * _rms(spec, region)),
-    ("CPU LayerNorm keeps mean and 1/std in bf16, 4 s b bytes; CUDA keeps them in fp32, 8 s b, as memcalc "
-     "predicts",
-     lambda spec, mode, region: mode != "full" and _ln(spec, region) > 0,
-     lambda spec, s, b, region: -4 * s * b * _ln(spec, region)),
     ("micro-batch 1 with one KV head: torch.matmul broadcasts K and V over the heads as a view; memcalc "
      "counts the repeated copies that b >= 2 (and repeat_kv) materialise, 2 x 2 s (heads - 1) head_dim bytes",
      lambda spec, mode, region: region == "layer" and mode == "none" and spec.kv_heads == 1 and spec.heads > 1,
@@ -1028,7 +1018,7 @@ def run_measure(specs: List[Spec], seqs, batches, breakdown: bool) -> Dict[str, 
 def memcalc_prediction(memcalc: str, path: str, s: int, b: int, mode: str):
     """memcalc's (one layer's kept bytes, the head's saved bytes, error) for one configuration."""
     cmd = [memcalc, "--model-file", path, "--seq", str(s), "--micro-batch", str(b), "--recompute", mode,
-           "--activations", "architecture", "--attention", "eager", "--format", "json"]
+           "--activations", "architecture", "--attention", "eager", "--platform", "cpu", "--format", "json"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:

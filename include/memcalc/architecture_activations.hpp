@@ -294,8 +294,8 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
 
 /// What the embedding side saves from the first forward step until the last backward step.
 inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                                 std::uint64_t d) {
-    const detail::Sizes z(m, seq, micro_batch, d);
+                                                 std::uint64_t d, Platform platform = Platform::cuda) {
+    const detail::Sizes z(m, seq, micro_batch, d, platform);
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
     t.add_replicated("token embedding", "the token ids (int64)", "the gradient is scattered into their rows", "sb",
@@ -324,8 +324,8 @@ inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t
 /// What the head and the loss save for their backward pass: from the loss step until the head's
 /// backward, at the start of backward L.
 inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                           std::uint64_t d) {
-    const detail::Sizes z(m, seq, micro_batch, d);
+                                           std::uint64_t d, Platform platform = Platform::cuda) {
+    const detail::Sizes z(m, seq, micro_batch, d, platform);
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
     detail::norm_rows(t, m, z, "final norm");

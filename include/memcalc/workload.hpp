@@ -127,8 +127,8 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
                                           ActivationModel model, Attention attention,
                                           Platform platform = Platform::cuda) {
     if (model == ActivationModel::korthikanti) return {korthikanti_layer(m, s, b, d), {}, {}, {}};
-    return {architecture_layer(m, s, b, d, attention, platform), input_side_saved(m, s, b, d), head_saved(m, s, b, d),
-            forward_buffers(s, b, d, attention)};
+    return {architecture_layer(m, s, b, d, attention, platform), input_side_saved(m, s, b, d, platform),
+            head_saved(m, s, b, d, platform), forward_buffers(s, b, d, attention)};
 }
 
 /// `layer`, `input_side` and `head` are the whole model's tables (not split across ranks).
