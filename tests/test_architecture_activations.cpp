@@ -147,6 +147,9 @@ TEST_CASE("the CPU platform: bf16 LayerNorm statistics and a softmax over an fp3
     CHECK(workspace_named(g_cpu, "softmax backward").bytes.value() == 4 * G);
     CHECK(workspace_named(g_cuda, "softmax backward").bytes.value() == 4 * G);
     CHECK(workspace_named(g_cuda, "GELU (tanh) backward").bytes.value() == 4 * s * 3072);
+    // The final LayerNorm too.
+    CHECK(saved_bytes(head_saved(gpt2, s, 1, 2, Platform::cuda)).value() ==
+          saved_bytes(head_saved(gpt2, s, 1, 2, Platform::cpu)).value() + 4 * s);
 }
 
 TEST_CASE("flash attention: one backward workspace and no mask", "[architecture][workspace]") {

@@ -154,3 +154,28 @@ TEST_CASE("a backward workspace finds the layer's gradients from its tensor on, 
     CHECK(down.tensor.value() == 3072 * 768);
     CHECK(down.replicated.value() == 768);
 }
+
+TEST_CASE("the embedding's backward writes a whole table's gradient after layer 1's backward", "[estimate][workspace]") {
+    // GPT-2 small at a short sequence: its tied 50257 x 768 table dwarfs a layer's activations, so
+    // the moment after layer 1's backward, with every layer's gradient written, is the largest of
+    // backward 1: the embedding's gradient and the out-of-place sum with the head's, 2 x V h x 2 B.
+    Architecture m = fixtures::gpt2_small();
+    m.softmax_fp32 = false;
+    Settings settings;
+    settings.seq = 256, settings.activations = ActivationModel::architecture;
+    const Report r = estimate(m, settings);
+    const Step& last = step_named(r, "backward 1");
+    const Step& before = step_named(r, "backward 2");
+    const std::uint64_t table = 50257ULL * 768 * 2, layer_grads = r.parameters.per_layer().value() * 2;
+    // Persistent state, the head's and all 12 layers' gradients, the token ids and positions' side,
+    // the two tables, the incoming activation gradient and the logits still held.
+    const Breakdown& b = last.bytes;
+    CHECK(b.total().value() == (b.weights + b.master_weights + b.optimizer_state).value() +
+                                   saved_bytes(r.input_side).value() + b.gradients.value() + layer_grads +
+                                   (r.parameters.group(Group::input).value() * 2 + 2 * table) +
+                                   b.activation_gradient.value() + b.logits.value());
+    CHECK(last.bytes.total() > before.bytes.total());
+    // Under the chapter's formula the step is as it was: no workspaces there.
+    settings.activations = ActivationModel::korthikanti;
+    CHECK(step_named(estimate(m, settings), "backward 1").bytes.workspace.value() == 0);
+}

@@ -1,6 +1,7 @@
 #pragma once
 /// The steps of one training step (forward 1..L, loss, backward L..1, optimizer), what is live at
 /// each, and the peak.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -74,6 +75,7 @@ struct TimelineInputs {
     Count recompute_buffers;      ///< the part of them recomputation keeps through the backward steps
     Count loss_work;              ///< the loss step's temporaries, with what the forward pass still holds
     Count optimizer_work;         ///< the optimiser step's temporaries
+    Count input_backward_work;    ///< what the embedding's backward adds to backward 1 over its layer's
     Count layer_forward_work;     ///< the most a layer's forward workspaces add to its step
     Count layer_backward_work;    ///< the most a layer's backward workspaces add to its step
 
@@ -109,6 +111,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             b.gathered_weights = in.gathered_weights;
             b.activation_gradient = in.activation_gradient;
             b.workspace = in.layer_backward_work + in.recompute_buffers;
+            if (position == 1) b.workspace = std::max(b.workspace, in.input_backward_work);
             if (in.loss) b.logits = position == L ? in.logits + in.logits_gradient : in.logits;
             b.gradients = in.head_gradients + Count(L - position) * in.layer_gradients + in.layer_gradient_bucket;
             return {phase, in.layer_id(position - 1), b};

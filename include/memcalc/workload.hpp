@@ -109,7 +109,9 @@ struct Workload {
     SplitParams tied_embedding;            ///< the embedding rows of the head's group (tied models)
     SplitBytes forward_buffers;            ///< built by the forward pass for all its layers (the causal mask)
     Recompute recompute = Recompute::none;
-    bool head_frees_logits_gradient = false;  ///< the architecture model: autograd frees it in the head's backward
+    /// The architecture model: tensors live as autograd orders them (the head's backward frees the
+    /// logits' gradient; the embedding's backward writes a whole table's gradient after layer 1's).
+    bool autograd_order = false;
     OptimizerImpl optimizer = OptimizerImpl::fused;
     std::vector<ParamRow> tensors;  ///< the parameter table's rows (the for-loop optimiser's largest tensor)
     std::vector<WorkspaceEffect> forward_work, backward_work;  ///< one layer's workspaces
@@ -271,7 +273,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // model adds what the head and the loss save for backward.
         in.loss_buffers = sbV * dtype::fp32 + w.head.on_rank(p, V);
         in.logits_gradient = sbV * d;
-        if (w.head_frees_logits_gradient) {
+        if (w.autograd_order) {
             // Autograd's order: the loss's fp32 copy of the logits lives while the loss runs forward; its
             // backward holds the log-probabilities' gradient and the logits' (both fp32), and the head's
             // backward frees the last of them before layer L's starts.
@@ -282,6 +284,15 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     }
     in.activation_gradient = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * d, p);
     in.optimizer_work = optimizer_step_work(w, p, f);
+    if (w.autograd_order && first) {
+        // Once layer 1's backward ends, the embedding's writes a gradient for its whole table (V x h,
+        // whatever rows the batch used); a tied table's is then added to the head's out of place,
+        // a second such table for a moment. Layer 1's activations are gone by then, its gradients not.
+        const Count table = m.tied_embeddings ? w.tied_embedding.on_rank(p, V) * Count(2) : Count(0);
+        const Count written = (f.input + table) * g + in.layer_gradients;
+        const Count freed = in.layer_kept + in.layer_rebuilt;
+        if (written > freed) in.input_backward_work = Count(written.value() - freed.value());
+    }
     in.layer_forward_work = largest_on_rank(w.forward_work, p, V, 0);
     in.layer_backward_work = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g);
     return in;

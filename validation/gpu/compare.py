@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Sets memcalc's predictions beside replicate.py's measurements.
 
-  /usr/bin/python3 validation/gpu/compare.py RESULTS.json [--memcalc build/memcalc] [--steps] [--check]
-                                            [--plot FILE.svg]
+  /usr/bin/python3 validation/gpu/compare.py RESULTS.json [RESULTS.json ...] [--memcalc build/memcalc]
+                                            [--steps] [--check] [--plot FILE.svg]
 
 For every run: the measured peak (the most bytes allocated at once over one training step) and the
 step it falls in, memcalc's predicted peak and step for the same model file, sequence, recomputation
@@ -39,16 +39,20 @@ def predict(memcalc, run, platform):
 
 
 def plot(path, points, title):
-    """Measured against predicted peak, log-log, with the diagonal and a 5% band: one dot per run."""
-    w, h, left, bottom, top, right = 560, 460, 80, 60, 40, 150
-    lo = min(min(m, p) for m, p, _, _ in points) / 1.3
-    hi = max(max(m, p) for m, p, _, _ in points) * 1.3
-    x = lambda v: left + (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo)) * (w - left - right)
-    y = lambda v: h - bottom - (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo)) * (h - top - bottom)
+    """Two panels: measured against predicted peak (log-log, the diagonal and 5% off it), and each
+    run's relative error against the 5% band. One dot per run, coloured by recomputation mode."""
+    w, h, top, bottom = 900, 470, 50, 60
     colours = {"none": "#e15759", "selective": "#4e79a7", "full": "#59a14f"}
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
-           f'<rect width="{w}" height="{h}" fill="white"/>',
-           f'<text x="{left}" y="22" font-size="14">{title}</text>']
+           f'<rect width="{w}" height="{h}" fill="white"/>', f'<text x="70" y="24" font-size="14">{title}</text>']
+
+    # Left: predicted against measured.
+    left, right = 80, 440
+    lo = min(min(m, p) for m, p, _, _ in points) / 1.3
+    hi = max(max(m, p) for m, p, _, _ in points) * 1.3
+    span = math.log(hi) - math.log(lo)
+    x = lambda v: left + (math.log(v) - math.log(lo)) / span * (right - left)
+    y = lambda v: h - bottom - (math.log(v) - math.log(lo)) / span * (h - top - bottom)
     for f, dash in ((1.0, ""), (1.05, ' stroke-dasharray="4 3"'), (0.95, ' stroke-dasharray="4 3"')):
         out.append(f'<line class="guide" x1="{x(lo):.1f}" y1="{y(lo * f):.1f}" x2="{x(hi):.1f}" y2="{y(hi * f):.1f}" '
                    f'stroke="#999"{dash}/>')
@@ -61,16 +65,34 @@ def plot(path, points, title):
                 out.append(f'<text x="{x(v):.1f}" y="{h - bottom + 18}" text-anchor="middle">{label}</text>')
                 out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{label}</text>')
         decade *= 10
-    out.append(f'<text x="{(left + w - right) / 2}" y="{h - 16}" text-anchor="middle">measured peak</text>')
+    out.append(f'<text x="{(left + right) / 2}" y="{h - 16}" text-anchor="middle">measured peak</text>')
     out.append(f'<text x="18" y="{(top + h - bottom) / 2}" text-anchor="middle" '
-               f'transform="rotate(-90 18 {(top + h - bottom) / 2})">memcalc\'s predicted peak</text>')
+               f'transform="rotate(-90 18 {(top + h - bottom) / 2})">predicted peak</text>')
     for measured, predicted, mode, label in points:
         out.append(f'<circle class="run" data-run="{label}" cx="{x(measured):.1f}" cy="{y(predicted):.1f}" r="4" '
                    f'fill="{colours[mode]}" fill-opacity="0.8"><title>{label}</title></circle>')
+
+    # Right: each run's error, in measurement order, within the 5% band.
+    left, right, limit = 530, 800, 6.0
+    ex = lambda i: left + (i + 0.5) / len(points) * (right - left)
+    ey = lambda e: top + (limit - max(-limit, min(limit, e))) / (2 * limit) * (h - top - bottom)
+    out.append(f'<rect x="{left}" y="{ey(5):.1f}" width="{right - left}" height="{ey(-5) - ey(5):.1f}" fill="#f2f2f2"/>')
+    for e in (-5, 0, 5):
+        dash = "" if e == 0 else ' stroke-dasharray="4 3"'
+        out.append(f'<line x1="{left}" y1="{ey(e):.1f}" x2="{right}" y2="{ey(e):.1f}" stroke="#999"{dash}/>')
+        out.append(f'<text x="{left - 6}" y="{ey(e) + 4:.1f}" text-anchor="end">{e:+d}%</text>')
+    out.append(f'<text x="{(left + right) / 2}" y="{h - 16}" text-anchor="middle">runs, in measurement order</text>')
+    out.append(f'<text x="{left - 40}" y="{(top + h - bottom) / 2}" text-anchor="middle" '
+               f'transform="rotate(-90 {left - 40} {(top + h - bottom) / 2})">predicted / measured - 1</text>')
+    for i, (measured, predicted, mode, label) in enumerate(points):
+        e = 100 * (predicted - measured) / measured
+        out.append(f'<circle class="error" data-run="{label}" cx="{ex(i):.1f}" cy="{ey(e):.1f}" r="3.5" '
+                   f'fill="{colours[mode]}"><title>{label}: {e:+.2f}%</title></circle>')
+
     for i, (mode, colour) in enumerate(colours.items()):
-        out.append(f'<circle cx="{w - right + 20}" cy="{top + 20 + 20 * i}" r="5" fill="{colour}"/>'
-                   f'<text x="{w - right + 32}" y="{top + 24 + 20 * i}">{mode}</text>')
-    out.append(f'<text x="{w - right + 14}" y="{top + 100}" fill="#666">dashed: 5% off</text>')
+        out.append(f'<circle cx="{w - 80}" cy="{top + 20 + 20 * i}" r="5" fill="{colour}"/>'
+                   f'<text x="{w - 68}" y="{top + 24 + 20 * i}">{mode}</text>')
+    out.append(f'<text x="{w - 86}" y="{top + 90}" fill="#666">shaded: 5%</text>')
     out.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
@@ -78,23 +100,27 @@ def plot(path, points, title):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results")
+    ap.add_argument("results", nargs="+", help="replicate.py's output; several files are compared as one set")
     ap.add_argument("--memcalc", default=os.path.join(ROOT, "build", "memcalc"))
     ap.add_argument("--tolerance", type=float, default=0.05, help="relative error that counts as a miss (5%%)")
     ap.add_argument("--steps", action="store_true", help="also every step of each run's timeline")
     ap.add_argument("--check", action="store_true", help="exit 1 when a run misses by more than --tolerance")
     ap.add_argument("--plot", metavar="FILE.svg", help="draw measured against predicted peaks")
     a = ap.parse_args(argv)
-    results = json.load(open(a.results))
-    platform = "cpu" if results["device"] == "cpu" else "cuda"
-    print(f"{results['device']} ({results['device_name']}), torch {results['torch']}, {results['date']}")
+    files = [json.load(open(path)) for path in a.results]
+    for f in files:
+        print(f"{f['device']} ({f['device_name']}), torch {f['torch']}, {f['date']}: {len(f['runs'])} runs")
+    for f in files:  # each run remembers where it was measured
+        for r in f["runs"]:
+            r["platform"] = "cpu" if f["device"] == "cpu" else "cuda"
+    results = dict(files[0], runs=[r for f in files for r in f["runs"]], skipped=[x for f in files for x in f["skipped"]])
     print(f"{'model':<24} {'seq':>5} {'attention':<9} {'recompute':<9} {'measured':>13} {'at':<11} "
           f"{'predicted':>13} {'at':<11} {'error':>7} {'before step':>12} {'predicted':>12} {'step ms':>8} {'vs none':>7}")
     base = {(r["model"], r["seq"], r["attention"]): r["median_step_seconds"] for r in results["runs"]
             if r["recompute"] == "none"}
     errors, misses, points, cost, details = [], [], [], {"selective": [], "full": []}, []
     for r in results["runs"]:
-        report = predict(a.memcalc, r, platform)
+        report = predict(a.memcalc, r, r["platform"])
         state = report["state"]
         persistent = state["weights"] + state["master_weights"] + state["optimizer_state"]
         peak, peak_step = report["peak"]["bytes"], report["peak"]["step"]
