@@ -221,6 +221,8 @@ std::string run_plan(const Request& q) {
     const auto attentions = parse_attention(q.attention);
     if (attentions.size() != 1) throw usage_error("plan takes one --attention");
     r.attention = attentions.front();
+    r.platform = parse_platform(q);
+    r.optimizer = parse_optimizer_impl(q.optimizer_impl);
     r.max_tp = parse_count("--max-tp", q.max_tp, 0);
     view.top = parse_count("--top", q.top, 10);
     const ModelFile model = load_model(q);
@@ -315,7 +317,7 @@ void add_model_options(CLI::App& app, Request& q) {
 }
 
 /// How the step is spread over devices.
-/// For one configuration's estimate and fit (plan assumes CUDA kernels and a fused optimiser).
+/// The framework's side of the model: its kernels and its optimiser step.
 void add_framework_options(CLI::App& app, Request& q) {
     app.add_option("--platform", q.platform,
                    "Whose PyTorch kernels the architecture model follows: cuda (default) or cpu, which\n"
@@ -426,6 +428,7 @@ Examples:
     Request plan_q;
     auto* plan = app.add_subcommand("plan", "Every layout of a cluster that fits, ranked by the compute it wastes");
     add_model_options(*plan, plan_q);
+    add_framework_options(*plan, plan_q);
     plan->add_option("--gpus", plan_q.gpus, "Devices in the cluster (required)")
         ->type_name("N");
     plan->add_option("--device-memory", plan_q.device_memory, "Each device's memory: 80GB, 141GB, ... (required)")

@@ -53,12 +53,17 @@ TEST_CASE("plan's peaks are estimate()'s, and the ranking follows its rule", "[p
     const Architecture m = small_llama();
     PlanRequest request;
     request.gpus = 8, request.capacity = 12000000000ULL, request.seq = 2048, request.global_batch = 8;
+    // The chapter's model, and the architecture's with its workspaces and a foreach optimiser step.
+    const bool framework = GENERATE(false, true);
+    if (framework)
+        request.activations = ActivationModel::architecture, request.optimizer = OptimizerImpl::foreach;
     const auto rows = plan(m, request);
     bool fitting = true;
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const PlanRow& r = rows[i];
         Settings s;
         s.seq = 2048, s.micro_batch = r.micro_batch, s.recompute = r.recompute, s.parallel = r.parallel;
+        s.activations = request.activations, s.optimizer = request.optimizer;
         const Report e = estimate(m, s);
         CAPTURE(i);
         CHECK(r.peak.bytes() == e.peak_step().bytes.total());

@@ -25,6 +25,8 @@ struct PlanRequest {
     std::string recipe{default_recipe};
     ActivationModel activations = ActivationModel::korthikanti;
     Attention attention = Attention::eager;
+    Platform platform = Platform::cuda;
+    OptimizerImpl optimizer = OptimizerImpl::fused;
     std::uint64_t max_tp = 0;        ///< largest tensor-parallel degree to try; 0 means no limit
 };
 
@@ -113,10 +115,11 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
         Cached built;
         try {
             const std::uint64_t d = recipe->activation_bytes;
-            const ActivationTables t = activation_tables(m, s, b, d, request.activations, request.attention);
-            built = std::make_pair(
-                make_workload(m, *recipe, s, b, mode, params, t.layer, t.input_side, t.head, t.forward_buffers),
-                compute_cost(m, s, b, mode).recompute_fraction());
+            const ActivationTables t =
+                activation_tables(m, s, b, d, request.activations, request.attention, request.platform);
+            built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t.layer, t.input_side, t.head,
+                                                 t.forward_buffers, request.optimizer),
+                                   compute_cost(m, s, b, mode).recompute_fraction());
         } catch (const overflow_error&) {
         }
         return workloads.emplace(std::make_pair(b, mode), std::move(built)).first->second;
