@@ -107,7 +107,7 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     CAPTURE(s, b);
     const std::uint64_t sb = s * b, A = a * s * s * b;
     const LayerActivations layer = architecture_layer(m, s, b, 2, Attention::eager);
-    REQUIRE(layer.work.size() == 4);
+    REQUIRE(layer.work.size() == 5);
     CHECK(workspace_named(layer, "Q K^T / sqrt(d) + mask").bytes.value() == 4 * A);
     CHECK(workspace_named(layer, "softmax").bytes.value() == 2 * A);  // CUDA upcasts as it goes
     const Workspace& softmax = workspace_named(layer, "softmax backward");
@@ -128,6 +128,13 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     const Workspace& scores = workspace_named(layer, "Q K^T / sqrt(d) + mask");
     CHECK(workspace_sum(layer.rows, scores, Recompute::full).covered.value() == 0);
     CHECK(workspace_sum(layer.rows, scores, Recompute::full).adds() > scores.bytes);
+    // The last add: the layer's input and the attention half's sum (an RMSNorm keeps only fp32
+    // copies of them), the MLP's output and the new sum, 4 x 2 sbh; not modelled under full.
+    const Workspace& last = workspace_named(layer, "residual add (the layer's last op)");
+    CHECK(last.bytes.value() == 8 * sb * h);
+    CHECK(workspace_sum(layer.rows, last, Recompute::none).adds().value() == 8 * sb * h);
+    CHECK(workspace_sum(layer.rows, last, Recompute::selective).adds().value() == 8 * sb * h);
+    CHECK(workspace_sum(layer.rows, last, Recompute::full).adds().value() == 0);
 }
 
 TEST_CASE("the CPU platform: bf16 LayerNorm statistics and a softmax over an fp32 copy", "[architecture][workspace]") {
@@ -147,6 +154,8 @@ TEST_CASE("the CPU platform: bf16 LayerNorm statistics and a softmax over an fp3
     CHECK(workspace_named(g_cpu, "softmax backward").bytes.value() == 4 * G);
     CHECK(workspace_named(g_cuda, "softmax backward").bytes.value() == 4 * G);
     CHECK(workspace_named(g_cuda, "GELU (tanh) backward").bytes.value() == 4 * s * 3072);
+    // LayerNorm keeps its input, so the last add adds only the MLP's output and the sum.
+    CHECK(workspace_named(g_cuda, "residual add (the layer's last op)").bytes.value() == 4 * s * 768);
     // The final LayerNorm too.
     CHECK(saved_bytes(head_saved(gpt2, s, 1, 2, Platform::cuda)).value() ==
           saved_bytes(head_saved(gpt2, s, 1, 2, Platform::cpu)).value() + 4 * s);

@@ -104,6 +104,9 @@ struct Workspace {
     /// Backward: the first of the layer's parameter tensors whose gradient already exists ("o_proj";
     /// every later one in forward order has one too); empty when none has.
     std::string gradients_from;
+    /// Forward, at the layer's last op, after the modules that made its rows have returned: the rows
+    /// a recomputation does not keep are gone. Full recomputation's forward is not modelled there.
+    bool layer_end = false;
 };
 
 struct LayerActivations {
@@ -149,6 +152,10 @@ inline bool live_in_backward(const SavedTensor& r, Recompute mode) {
 template <class Sink>
 void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, Recompute mode, Sink& added,
                       Sink& covered) {
+    if (w.layer_end) {
+        if (mode != Recompute::full) added.add(w);
+        return;
+    }
     added.add(w);
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const SavedTensor& r = rows[i];

@@ -36,7 +36,13 @@ public:
                       Count bytes, std::string gradients_from = {}) {
         if (work_)
             work_->push_back({backward, std::move(op), std::move(tensor), std::move(formula), bytes,
-                              ActivationSplit::tensor, absent_from, std::move(gradients_from)});
+                              ActivationSplit::tensor, absent_from, std::move(gradients_from), false});
+    }
+    /// A temporary at the layer's last op (Workspace::layer_end), on the residual stream.
+    void layer_end(std::string op, std::string tensor, std::string formula, Count bytes) {
+        if (work_)
+            work_->push_back({false, std::move(op), std::move(tensor), std::move(formula), bytes,
+                              ActivationSplit::sequence, rows_.size(), {}, true});
     }
     std::size_t size() const { return rows_.size(); }
 
@@ -288,6 +294,18 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     if (m.hidden_dropout > 0)
         t.add(m.parallel_attention ? "residual dropout" : "MLP residual dropout", "mask (1 byte)",
               "which elements were zeroed", "sbh", z.sbh, dtype::mask);
+
+    // The last add: the MLP's output and the sum, beside the residual stream's earlier tensors that
+    // no row keeps (a LayerNorm keeps its input; an RMSNorm only an fp32 copy).
+    const bool layernorm = m.norm == Norm::layernorm;
+    const std::uint64_t stream = m.parallel_attention ? (layernorm ? 3 : 4) : (layernorm ? 2 : 4);
+    const char* what = m.parallel_attention
+                           ? (layernorm ? "the attention's and the MLP's outputs, the sum"
+                                        : "the layer's input, the attention's and the MLP's outputs, the sum")
+                           : (layernorm ? "the MLP's output and the sum"
+                                        : "the layer's input, the attention half's sum, the MLP's output, the sum");
+    t.layer_end("residual add (the layer's last op)", what, detail::bytes_of(stream * d, "sbh"),
+                Count(stream * d) * z.sbh);
 
     layer.input_bytes = z.sbh * d;  // the checkpoint keeps the layer's input
     return layer;

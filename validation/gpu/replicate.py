@@ -114,9 +114,9 @@ class Block(nn.Module):
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    def forward(self, x, mask, cos=None, sin=None):
-        b, s, _ = x.shape
-        y = self.norm1(x)
+    def attend(self, y, mask, cos, sin):
+        """The attention half, its temporaries freed when it returns, as transformers' attention module's are."""
+        b, s, _ = y.shape
         q = self.q(y).view(b, s, self.a, self.d).transpose(1, 2)
         k = self.k(y).view(b, s, self.kv, self.d).transpose(1, 2)
         v = self.v(y).view(b, s, self.kv, self.d).transpose(1, 2)
@@ -126,10 +126,15 @@ class Block(nn.Module):
             out = checkpoint(self.core, q, k, v, mask, use_reentrant=False)
         else:
             out = self.core(q, k, v, mask)
-        x = x + self.o(out.transpose(1, 2).reshape(b, s, -1))
-        y = self.norm2(x)
+        return self.o(out.transpose(1, 2).reshape(b, s, -1))
+
+    def feed_forward(self, y):
         hidden = F.silu(self.gate(y)) * self.up(y) if self.gate is not None else F.gelu(self.up(y), approximate="tanh")
-        return x + self.down(hidden)
+        return self.down(hidden)
+
+    def forward(self, x, mask, cos=None, sin=None):
+        h = x + self.attend(self.norm1(x), mask, cos, sin)
+        return h + self.feed_forward(self.norm2(h))
 
 
 class Model(nn.Module):
@@ -143,6 +148,14 @@ class Model(nn.Module):
         self.norm = self.blocks[0].norm1.__class__(h)
         self.head = None if spec.get("tied_embeddings") else nn.Linear(h, V, bias=False)
 
+    def rotary(self, s, device, dtype):
+        """cos and sin of the rotary angles, as transformers' rotary embedding returns them."""
+        d = self.spec["hidden"] // self.spec["heads"]
+        freq = 1.0 / (10000 ** (torch.arange(0, d, 2, device=device).float() / d))
+        angles = torch.outer(torch.arange(s, device=device).float(), freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
     def forward(self, ids, meter=None):
         mark = meter.mark if meter else (lambda step: None)
         b, s = ids.shape
@@ -152,11 +165,7 @@ class Model(nn.Module):
         if self.positions is not None:
             x = x + self.positions(torch.arange(s, device=ids.device))
         elif self.spec.get("position", "rotary") == "rotary":
-            d = self.spec["hidden"] // self.spec["heads"]
-            freq = 1.0 / (10000 ** (torch.arange(0, d, 2, device=ids.device).float() / d))
-            angles = torch.outer(torch.arange(s, device=ids.device).float(), freq)
-            angles = torch.cat((angles, angles), dim=-1)
-            cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+            cos, sin = self.rotary(s, ids.device, x.dtype)
         mask = None  # fused attention masks inside; eager adds 0 or -inf, built once per forward as transformers does
         if self.blocks[0].attention == "eager":
             mask = torch.full((s, s), float("-inf"), device=ids.device, dtype=x.dtype).triu(1)
