@@ -34,15 +34,13 @@ public:
     }
     void workspace_at(std::size_t absent_from, bool backward, std::string op, std::string tensor, std::string formula,
                       Count bytes, std::string gradients_from = {}) {
-        if (work_)
-            work_->push_back({backward, std::move(op), std::move(tensor), std::move(formula), bytes,
-                              ActivationSplit::tensor, absent_from, std::move(gradients_from), false});
+        push({backward, std::move(op), std::move(tensor), std::move(formula), bytes, ActivationSplit::tensor,
+              absent_from, std::move(gradients_from), false});
     }
     /// A temporary at the layer's last op (Workspace::layer_end), on the residual stream.
     void layer_end(std::string op, std::string tensor, std::string formula, Count bytes) {
-        if (work_)
-            work_->push_back({false, std::move(op), std::move(tensor), std::move(formula), bytes,
-                              ActivationSplit::sequence, rows_.size(), {}, true});
+        push({false, std::move(op), std::move(tensor), std::move(formula), bytes, ActivationSplit::sequence,
+              rows_.size(), {}, true});
     }
     std::size_t size() const { return rows_.size(); }
 
@@ -68,6 +66,10 @@ public:
     }
 
 private:
+    void push(Workspace w) {
+        if (work_) work_->push_back(std::move(w));
+    }
+
     std::vector<SavedTensor>& rows_;
     std::vector<Workspace>* work_;
 };

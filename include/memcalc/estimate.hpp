@@ -130,7 +130,7 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
                                          r.input_side, r.head, r.forward_buffers, settings.optimizer);
         // The tables the report shows are one rank's share of every tensor.
         split_rows(r.layer.rows, p, model.vocab);
-        for (auto& work : r.layer.work) work.bytes = rank_share(work.bytes, work.split, p, model.vocab);
+        split_rows(r.layer.work, p, model.vocab);
         r.layer.input_bytes = rank_stream(r.layer.input_bytes, p);
         split_rows(r.input_side, p, model.vocab);
         split_rows(r.head, p, model.vocab);

@@ -142,6 +142,10 @@ inline void split_rows(std::vector<SavedTensor>& rows, const Parallelism& p, std
     }
 }
 
+inline void split_rows(std::vector<Workspace>& work, const Parallelism& p, std::uint64_t vocab) {
+    for (auto& w : work) w.bytes = rank_share(w.bytes, w.split, p, vocab);
+}
+
 /// The residual stream on one rank (a layer's input, the gradient flowing between layers).
 inline Count rank_stream(Count bytes, const Parallelism& p) { return rank_share(bytes, ActivationSplit::sequence, p, 1); }
 
