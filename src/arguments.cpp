@@ -90,6 +90,13 @@ OptimizerImpl parse_optimizer_impl(const std::string& text) {
                                   did_you_mean(text, {"fused", "foreach", "for-loop"})));
 }
 
+GradBuffer parse_grad_buffer(const std::string& text) {
+    for (auto g : {GradBuffer::lazy, GradBuffer::persistent})
+        if (text == grad_buffer_name(g)) return g;
+    throw usage_error(fmt::format("--grad-buffer must be lazy or persistent (got '{}'){}", text,
+                                  did_you_mean(text, {"lazy", "persistent"})));
+}
+
 Format parse_format(const std::string& text) {
     return text == "json" ? Format::json : text == "csv" ? Format::csv : Format::table;
 }
@@ -149,6 +156,8 @@ std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_bat
     base.vpp = parse_count("--vpp", q.vpp, 1);
     base.shard_group = parse_count("--shard-group", q.shard_group, 0);
     base.microbatches = parse_count("--microbatches", q.microbatches, 0);
+    base.first_stage_layers = parse_count("--first-stage-layers", q.first_stage_layers, 0);
+    base.last_stage_layers = parse_count("--last-stage-layers", q.last_stage_layers, 0);
     base.offload = q.offload == "parameters" ? Offload::parameters
                    : q.offload == "optimizer" ? Offload::optimizer
                                               : Offload::none;

@@ -20,10 +20,11 @@ struct usage_error : std::runtime_error {
 struct Request {
     std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe};
     std::string units = "gb", format = "table", activations = "korthikanti", attention = "eager", platform = "cuda";
-    std::string optimizer_impl = "fused";
+    std::string optimizer_impl = "fused", grad_buffer = "lazy";
     bool timeline = false, per_layer = false;
     // Parallelism, as typed; empty means the default.
     std::string dp, tp, pp, cp, ep, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
+    std::string first_stage_layers, last_stage_layers;
     std::string compare, gpus_per_node;
     std::string device_memory, reserve = "2GiB", multiple_of;  // fit and plan
     std::string gpus, top, max_tp;                              // plan
@@ -45,6 +46,7 @@ std::vector<Attention> parse_attention(const std::string& text);
 /// --platform, checked against --activations (only the architecture model has kernels to choose).
 Platform parse_platform(const Request& q);
 OptimizerImpl parse_optimizer_impl(const std::string& text);
+GradBuffer parse_grad_buffer(const std::string& text);
 std::vector<unsigned> parse_zero(const std::string& text);
 Format parse_format(const std::string& text);
 /// A memory size: "80GB", "80 GB", "2GiB", "1.5TB", "512MiB" or plain bytes.

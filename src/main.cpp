@@ -99,6 +99,7 @@ std::string run_estimate(const Request& q) {
     const ActivationModel activations = activation_model(q);
     const Platform platform = parse_platform(q);
     const OptimizerImpl optimizer = parse_optimizer_impl(q.optimizer_impl);
+    const GradBuffer grad_buffer = parse_grad_buffer(q.grad_buffer);
     {
         Progress progress("sweep", 64);
         for (auto s : seqs)
@@ -107,7 +108,8 @@ std::string run_estimate(const Request& q) {
                     for (auto attention : attentions)
                         for (auto mode : modes) {
                             runs.push_back(estimate(
-                                arch, {s, b, mode, q.recipe, activations, attention, platform, layout, optimizer}));
+                                arch, {s, b, mode, q.recipe, activations, attention, platform, layout, optimizer,
+                                       grad_buffer}));
                             progress(runs.size());
                         }
     }
@@ -174,6 +176,7 @@ std::string run_fit(const Request& q) {
     settings.attention = attentions.front();
     settings.platform = parse_platform(q);
     settings.optimizer = parse_optimizer_impl(q.optimizer_impl);
+    settings.grad_buffer = parse_grad_buffer(q.grad_buffer);
     const auto layouts = parse_layouts(q, fit.dimension == FitDimension::micro_batch ? 1 : fit.fixed);
     if (layouts.size() != 1) throw usage_error("fit takes one layout: no comma lists for --dp, --tp, --pp or --zero");
     settings.parallel = layouts.front();
@@ -223,6 +226,9 @@ std::string run_plan(const Request& q) {
     r.attention = attentions.front();
     r.platform = parse_platform(q);
     r.optimizer = parse_optimizer_impl(q.optimizer_impl);
+    r.grad_buffer = parse_grad_buffer(q.grad_buffer);
+    r.first_stage_layers = parse_count("--first-stage-layers", q.first_stage_layers, 0);
+    r.last_stage_layers = parse_count("--last-stage-layers", q.last_stage_layers, 0);
     r.max_tp = parse_count("--max-tp", q.max_tp, 0);
     view.top = parse_count("--top", q.top, 10);
     const ModelFile model = load_model(q);
@@ -270,6 +276,8 @@ const char* const examples = R"(Examples:
   memcalc --config Llama-2-7b-hf/config.json --seq 4096 --recompute full
   memcalc --preset llama-3-8b --seq 8192 --activations architecture --attention flash --per-layer
   memcalc --preset llama-2-70b --seq 4096 --tp 8 --sp --pp 4 --dp 2 --zero 1 --global-batch 128 --recompute selective
+  memcalc --preset llama-7b --seq 4096 --recompute selective --microbatches 4 --grad-buffer persistent
+  memcalc --preset llama-3.1-405b --seq 8192 --tp 8 --pp 16 --dp 8 --zero 1 --first-stage-layers 7 --last-stage-layers 7
   memcalc presets
   memcalc recipes
 
@@ -329,6 +337,25 @@ void add_framework_options(CLI::App& app, Request& q) {
                    "DeepSpeed, torch fused=True; none), foreach (torch.optim's default on CUDA: sqrt(v) of\n"
                    "every parameter at once, 4 B each) or for-loop (one tensor at a time: 8 B x the largest)")
         ->type_name("NAME");
+    app.add_option("--grad-buffer", q.grad_buffer,
+                   "When gradients exist: lazy (default: PyTorch with zero_grad(set_to_none=True); each\n"
+                   "appears as backward makes it, and from the second micro-batch on all are held) or\n"
+                   "persistent (Megatron-LM's and DeepSpeed's contiguous buffer, live at every step;\n"
+                   "Megatron's is fp32 main_grad: pair it with --recipe mixed-adam-fp32-grads)")
+        ->type_name("KIND");
+}
+
+/// Uneven pipeline stages, for estimate, fit and plan.
+void add_stage_options(CLI::App& app, Request& q, const char* group) {
+    app.add_option("--first-stage-layers", q.first_stage_layers,
+                   "Layers of the first pipeline stage, when it differs (Megatron-LM's\n"
+                   "decoder-first-pipeline-num-layers); the other stages split the rest evenly")
+        ->group(group)
+        ->type_name("N");
+    app.add_option("--last-stage-layers", q.last_stage_layers,
+                   "Layers of the last pipeline stage, when it differs (decoder-last-pipeline-num-layers)")
+        ->group(group)
+        ->type_name("N");
 }
 
 void add_parallel_options(CLI::App& app, Request& q) {
@@ -351,21 +378,25 @@ void add_parallel_options(CLI::App& app, Request& q) {
         ->type_name("N[,N...]");
     app.add_option("--vpp", q.vpp, "Virtual stages per pipeline rank (interleaved 1F1B)")->group(parallel_group)
         ->type_name("V");
+    add_stage_options(app, q, parallel_group);
     app.add_option("--cp", q.cp, "Context-parallel ranks: the sequence split across them")->group(parallel_group)
         ->type_name("N");
     app.add_option("--ep", q.ep, "Expert-parallel ranks for mixture-of-experts models (divides --dp)")
         ->group(parallel_group)
         ->type_name("N");
     app.add_option("--microbatches", q.microbatches,
-                   "Micro-batches per step (gradient accumulation; default: --pp, which fills the pipeline)")
+                   "Micro-batches per step (gradient accumulation; default: --pp, which fills the pipeline);\n"
+                   "from the second on, the gradients of the first are held (see --grad-buffer)")
         ->group(parallel_group)
         ->type_name("M");
     app.add_option("--global-batch", q.global_batch, "Sequences per step: sets --microbatches = G / (micro-batch x dp)")
         ->group(parallel_group)
         ->type_name("G");
     app.add_option("--offload", q.offload,
-                   "ZeRO-Offload: none (default), optimizer (master copy and optimiser state in host memory),\n"
-                   "or parameters (that and the weights; needs --zero 3)")
+                   "ZeRO-Offload, as DeepSpeed runs it: none (default), optimizer (needs --zero 1-3: the master\n"
+                   "copy, the optimiser state and an fp32 copy of the gradient shard in host memory, where the\n"
+                   "CPU steps them; with --zero 2 or 3 the device keeps only the gradient bucket in flight), or\n"
+                   "parameters (that and the weights; needs --zero 3)")
         ->check(CLI::IsMember({"none", "optimizer", "parameters"}))
         ->group(parallel_group);
     app.add_option("--gpus-per-node", q.gpus_per_node, "GPUs per node, for --compare deepspeed (default 8)")
@@ -441,6 +472,7 @@ Examples:
         ->type_name("K");
     plan->add_option("--max-tp", plan_q.max_tp, "Largest tensor-parallel degree to try, e.g. the GPUs of a node")
         ->type_name("N");
+    add_stage_options(*plan, plan_q, "Options");
     plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B), context and expert (for
 mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, sequence parallelism on
 or off, every micro-batch that divides the global batch per replica, and each recomputation mode.

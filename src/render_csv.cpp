@@ -7,19 +7,20 @@ namespace memcalc::cli {
 std::string csv_header() {
     return "model,seq,micro_batch,recompute,recipe,activations,attention,parameters,state_bytes,activation_bytes,"
            "kept_activation_bytes,peak_bytes,peak_step,step_flops,recompute_flops,dp,tp,pp,cp,ep,zero,"
-           "sequence_parallel,microbatches,peak_stage\n";
+           "sequence_parallel,microbatches,peak_stage,peak_microbatch,grad_buffer,first_stage_layers,last_stage_layers\n";
 }
 
 std::string csv_row(const Report& r) {
     const Parallelism& p = r.settings.parallel;
-    return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{:.0f},{},{},{},{},{},{},{},{},{}\n",
+    return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{:.0f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                        csv_field(r.model.name), r.settings.seq,
                        r.settings.micro_batch, recompute_name(r.settings.recompute), r.settings.recipe,
                        activation_model_name(r.settings.activations), attention_name(r.settings.attention),
                        r.parameter_count.value(), r.state.total().value(), r.activations.value(),
                        r.kept_activations.value(), r.peak_step().bytes.total().value(), r.peak_step().name(),
                        r.compute.step, r.compute.recompute, p.dp, p.tp, p.pp, p.cp, p.ep, p.zero,
-                       p.sequence_parallel, p.steps_per_batch(), r.busiest().stage);
+                       p.sequence_parallel, p.steps_per_batch(), r.busiest().stage, r.peak_step().microbatch,
+                       grad_buffer_name(r.settings.grad_buffer), p.first_stage_layers, p.last_stage_layers);
 }
 
 std::string per_layer_csv(const Report& r) {

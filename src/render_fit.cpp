@@ -82,6 +82,8 @@ nlohmann::json fit_json(const FitRequest& f) {
             {"recipe", f.settings.recipe},
             {"activations", activation_model_name(f.settings.activations)},
             {"attention", attention_name(f.settings.attention)},
+            {"grad_buffer", grad_buffer_name(f.settings.grad_buffer)},
+            {"microbatches", f.settings.parallel.steps_per_batch()},
             {"results", results}};
 }
 

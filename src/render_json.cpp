@@ -111,7 +111,8 @@ json parallel_json(const Parallelism& p) {
     return {{"devices", p.devices()}, {"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep},
             {"vpp", p.vpp}, {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero},
             {"offload", offload_name(p.offload)},
-            {"shard_group", p.sharding()}, {"microbatches", p.steps_per_batch()}};
+            {"shard_group", p.sharding()}, {"microbatches", p.steps_per_batch()},
+            {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers}};
 }
 
 json ranks_json(const Report& r) {
@@ -130,7 +131,10 @@ json ranks_json(const Report& r) {
                            {"gradients", k.state.gradients.value()},
                            {"master_weights", k.state.master_weights.value()},
                            {"optimizer_state", k.state.optimizer_state.value()}}},
-                         {"peak", {{"bytes", k.peak_step().bytes.total().value()}, {"step", k.peak_step().name()}}}});
+                         {"peak",
+                          {{"bytes", k.peak_step().bytes.total().value()},
+                           {"step", k.peak_step().name()},
+                           {"microbatch", k.peak_step().microbatch}}}});
     return ranks;
 }
 
@@ -173,7 +177,10 @@ json per_layer_json(const Report& r) {
 json report_json(const Report& r, const View& view) {
     json timeline = json::array();
     for (const auto& step : r.timeline())
-        timeline.push_back({{"step", step.name()}, {"bytes", step.bytes.total().value()}, {"by_category", breakdown_json(step.bytes)}});
+        timeline.push_back({{"step", step.name()},
+                            {"microbatch", step.microbatch},
+                            {"bytes", step.bytes.total().value()},
+                            {"by_category", breakdown_json(step.bytes)}});
     const Step& peak = r.peak_step();
     return {{"memcalc", memcalc::version},
             {"schema", memcalc::json_schema},
@@ -187,6 +194,7 @@ json report_json(const Report& r, const View& view) {
               {"attention", attention_name(r.settings.attention)},
               {"platform", platform_name(r.settings.platform)},
               {"optimizer_impl", optimizer_impl_name(r.settings.optimizer)},
+              {"grad_buffer", grad_buffer_name(r.settings.grad_buffer)},
               {"parallel", parallel_json(r.settings.parallel)}}},
             {"compare", view.compare.empty() ? json(nullptr) : compare_json(r, view)},
             {"parameters", parameters_json(r)},
@@ -209,6 +217,7 @@ json report_json(const Report& r, const View& view) {
              {{"step", peak.name()},
               {"bytes", peak.bytes.total().value()},
               {"stage", r.busiest().stage},
+              {"microbatch", peak.microbatch},
               {"by_category", breakdown_json(peak.bytes)}}}};
 }
 

@@ -60,7 +60,13 @@ nlohmann::json plan_json(const PlanView& v) {
                            {"micro_batch", r.micro_batch},
                            {"microbatches", p.steps_per_batch()},
                            {"recompute", recompute_name(r.recompute)},
-                           {"peak", {{"bytes", r.peak.bytes().value()}, {"step", r.peak.step.name()}, {"stage", r.peak.stage}}},
+                           {"first_stage_layers", p.first_stage_layers},
+                           {"last_stage_layers", p.last_stage_layers},
+                           {"peak",
+                            {{"bytes", r.peak.bytes().value()},
+                             {"step", r.peak.step.name()},
+                             {"stage", r.peak.stage},
+                             {"microbatch", r.peak.step.microbatch}}},
                            {"recompute_fraction", r.recompute_fraction},
                            {"bubble", r.bubble},
                            {"communication_bytes", r.communication}});
@@ -84,14 +90,16 @@ nlohmann::json plan_json(const PlanView& v) {
 
 std::string plan_csv(const PlanView& v) {
     std::string out = "rank,dp,tp,pp,cp,ep,zero,sequence_parallel,micro_batch,microbatches,recompute,peak_bytes,peak_step,"
-                      "peak_stage,recompute_fraction,bubble,communication_bytes\n";
+                      "peak_stage,recompute_fraction,bubble,communication_bytes,peak_microbatch,first_stage_layers,"
+                      "last_stage_layers\n";
     for (std::size_t i = 0; i < shown(v); ++i) {
         const PlanRow& r = v.rows[i];
         const Parallelism& p = r.parallel;
-        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f}\n", i + 1, p.dp, p.tp, p.pp, p.cp,
+        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f},{},{},{}\n", i + 1, p.dp, p.tp,
+                           p.pp, p.cp,
                            p.ep, p.zero, p.sequence_parallel, r.micro_batch, p.steps_per_batch(), recompute_name(r.recompute),
                            r.peak.bytes().value(), r.peak.step.name(), r.peak.stage, r.recompute_fraction, r.bubble,
-                           r.communication);
+                           r.communication, r.peak.step.microbatch, p.first_stage_layers, p.last_stage_layers);
     }
     return out;
 }

@@ -20,9 +20,12 @@ std::string dims_text(const std::vector<std::uint64_t>& dims) {
 }
 
 std::string header(const Report& r) {
-    return fmt::format("memcalc {}: {}, seq {}, micro-batch {}, recompute {}, recipe {}\n", memcalc::version,
-                       r.model.name, r.settings.seq, r.settings.micro_batch, recompute_name(r.settings.recompute),
-                       r.settings.recipe);
+    const std::uint64_t M = r.settings.parallel.steps_per_batch();
+    return fmt::format("memcalc {}: {}, seq {}, micro-batch {}{}, recompute {}, recipe {}{}\n", memcalc::version,
+                       r.model.name, r.settings.seq, r.settings.micro_batch,
+                       M > 1 ? fmt::format(" x {} per step", M) : "", recompute_name(r.settings.recompute),
+                       r.settings.recipe,
+                       r.settings.grad_buffer == GradBuffer::persistent ? ", persistent gradient buffer" : "");
 }
 
 std::string parameters_section(const Report& r) {
@@ -75,7 +78,8 @@ std::string saved_table(const std::vector<SavedTensor>& rows, Recompute mode, bo
     for (const auto& t : rows) {
         const std::string fate = mode == Recompute::none ? (t.keep == Keep::only_selective ? "(selective only)" : "")
                                  : t.kept(mode)             ? "kept"
-                                 : t.kept(Recompute::none)  ? "rebuilt"
+                                 : rebuilt_by(t, mode)      ? "rebuilt"
+                                 : t.kept(Recompute::none)  ? "the checkpoint"
                                                             : "";
         table.row({t.op, t.tensor, fmt::format("{} {}", t.copies * t.bytes_per_element, t.symbol), digits(t.bytes), fate,
                    why ? t.why : ""});
@@ -101,7 +105,8 @@ std::string parallel_section(const Report& r, const View& view) {
     if (p.cp > 1) layout += fmt::format(" x cp {}", p.cp);
     if (p.sequence_parallel) layout += ", sequence parallel";
     if (p.ep > 1) layout += fmt::format(", experts over {} ranks", p.ep);
-    if (p.zero > 0) layout += fmt::format(", ZeRO-{} over {} ranks", p.zero, p.sharding());
+    if (p.zero > 0) layout += fmt::format(", ZeRO-{} over {} ranks", p.zero, p.dense_shards());
+    if (p.zero > 0 && p.ep > 1) layout += fmt::format(" ({} for expert state)", p.expert_shards());
     if (p.pp > 1)
         layout += fmt::format(", {} micro-batches per step ({})", p.steps_per_batch(),
                               p.vpp > 1 ? fmt::format("interleaved 1F1B, {} chunks per rank", p.vpp) : "1F1B");
@@ -262,9 +267,14 @@ std::string peak_section(const Report& r, const View& view) {
                                   : fmt::format("  does not fit in {}: {} over\n", amount(device, view.unit),
                                                 amount(Count(total.value() - device.value()), view.unit));
     }
+    const std::string later =
+        peak.microbatch > 1 && peak.phase != Phase::optimizer
+            ? "  micro-batch 2 stands for every later one: each starts with the gradients the earlier ones\n"
+              "  accumulated (with --grad-buffer persistent, every micro-batch does)\n"
+            : "";
     return fmt::format("Peak{}: {} at {}{} ({} B)\n", per, amount(peak.bytes.total(), view.unit), peak.name(), where,
                        digits(peak.bytes.total())) +
-           verdict + table.str();
+           later + verdict + table.str();
 }
 
 }  // namespace
@@ -283,6 +293,8 @@ std::string layout_text(const Parallelism& p) {
     std::string out = fmt::format("dp {}", p.dp);
     if (p.tp > 1) out += fmt::format(" tp {}{}", p.tp, p.sequence_parallel ? "+sp" : "");
     if (p.pp > 1) out += fmt::format(" pp {}{}", p.pp, p.vpp > 1 ? fmt::format("x{}", p.vpp) : "");
+    if (p.first_stage_layers > 0) out += fmt::format(" first {}", p.first_stage_layers);
+    if (p.last_stage_layers > 0) out += fmt::format(" last {}", p.last_stage_layers);
     if (p.cp > 1) out += fmt::format(" cp {}", p.cp);
     if (p.ep > 1) out += fmt::format(" ep {}", p.ep);
     if (p.zero > 0) out += fmt::format(" ZeRO-{}", p.zero);

@@ -146,8 +146,9 @@ TEST_CASE("pipeline stages through the general path: the first holds the most ac
     REQUIRE(r.ranks.size() == 4);
     CHECK(r.ranks[0].holds_embedding);
     CHECK(r.ranks[3].holds_head);
-    CHECK(r.ranks[3].timeline.size() == 2 * 8 + 2);  // its 8 layers, the loss, the optimizer
-    CHECK(r.ranks[0].timeline.size() == 2 * 8 + 1);  // no loss step
+    // Micro-batch 1 and 2 (standing for 2..8): its 8 layers and the loss each, then the optimizer.
+    CHECK(r.ranks[3].timeline.size() == 2 * (2 * 8 + 1) + 1);
+    CHECK(r.ranks[0].timeline.size() == 2 * (2 * 8) + 1);  // no loss step
     const Count layer = r.layer.kept(Recompute::selective);
     // Stage 0 at its last forward step: 4 micro-batches x 8 layers, the whole model's worth.
     const Step& last_forward = r.ranks[0].timeline[7];
@@ -221,7 +222,7 @@ TEST_CASE("sharding and splitting never raise a rank's memory above the single d
 TEST_CASE("degrees that do not fit the model are refused with the degree named", "[parallel]") {
     const Architecture m = fixtures::llama_7b();
     CHECK_THROWS_WITH(run(m, 1024, 1, Recompute::none, layout(1, 3, 1)), Catch::Contains("tp (3) must divide heads (32)"));
-    CHECK_THROWS_WITH(run(m, 1024, 1, Recompute::none, layout(1, 1, 5)), Catch::Contains("pp x vpp (5) must divide layers (32)"));
+    CHECK_THROWS_WITH(run(m, 1024, 1, Recompute::none, layout(1, 1, 5)), Catch::Contains("pp (5) must divide layers (32)"));
     CHECK_THROWS_WITH(run(m, 1000, 1, Recompute::none, layout(1, 16, 1, 0, true)),
                       Catch::Contains("cp x tp (sequence parallel) (16) must divide seq (1000)"));
     Parallelism p;

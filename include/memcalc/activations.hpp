@@ -78,6 +78,9 @@ struct SavedTensor {
     Count elements;
     Count bytes;
     ActivationSplit split = ActivationSplit::tensor;
+    /// The layer's input itself, the same storage (a LayerNorm's input): under full recomputation it is
+    /// the checkpoint, which checkpointing detaches and does not copy, so it is counted once.
+    bool layer_input = false;
 
     bool kept(Recompute mode) const {
         switch (mode) {
@@ -125,20 +128,21 @@ struct LayerActivations {
     /// Bytes a layer holds from its forward step until its backward step.
     Count kept(Recompute mode) const { return mode == Recompute::full ? input_bytes : sum(mode); }
     /// Bytes a layer's backward step rebuilds by running part of its forward again.
-    Count rebuilt(Recompute mode) const {
-        switch (mode) {
-            case Recompute::none: return 0;
-            case Recompute::selective: {
-                Count inside;
-                for (const auto& r : rows)
-                    if (r.keep == Keep::not_selective) inside += r.bytes;
-                return inside;
-            }
-            case Recompute::full: return total();
-        }
-        return 0;
-    }
+    Count rebuilt(Recompute mode) const;
 };
+
+/// Whether a layer's backward step makes a row again: saved with no recomputation, not kept under
+/// `mode`, and not the checkpointed input itself (full recomputation keeps that storage already).
+inline bool rebuilt_by(const SavedTensor& r, Recompute mode) {
+    return r.kept(Recompute::none) && !r.kept(mode) && !(mode == Recompute::full && r.layer_input);
+}
+
+inline Count LayerActivations::rebuilt(Recompute mode) const {
+    Count made;
+    for (const auto& r : rows)
+        if (rebuilt_by(r, mode)) made += r.bytes;
+    return made;
+}
 
 /// Whether a row is live in a layer's backward step: kept, or rebuilt by the recomputation.
 inline bool live_in_backward(const SavedTensor& r, Recompute mode) {
@@ -163,7 +167,7 @@ void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, 
         if (w.backward) {
             if (!before && live_in_backward(r, mode)) covered.add(r);
         } else if (before) {
-            if (!r.kept(mode) && r.kept(Recompute::none)) added.add(r);  // made by this forward, not kept
+            if (rebuilt_by(r, mode)) added.add(r);  // made by this forward, not kept
         } else if (r.kept(mode)) {
             covered.add(r);
         }
@@ -210,6 +214,7 @@ inline LayerActivations korthikanti_layer(const Architecture& m, std::uint64_t s
     // clang-format off
     //  op                            tensor kept              why backward needs it                                   s x s  copies  bytes  split
     row("attention LayerNorm",        "its input",             "normalisation's gradient needs the input (mean, var)",  false, 1, d, S);
+    layer.rows.back().layer_input = true;
     row("QKV projection",             "its input",             "weight gradient = input^T x output gradient",           false, 1, d, S);
     row("Q K^T",                      "Q and K",               "each is the other's factor in the gradient",            false, 2, d, T);
     row("softmax",                    "its output",            "softmax's gradient is written in its output",           true,  1, d, T);

@@ -43,6 +43,8 @@ public:
               rows_.size(), {}, true});
     }
     std::size_t size() const { return rows_.size(); }
+    /// The last row is the layer's input itself (SavedTensor::layer_input).
+    void mark_layer_input(bool is_input) { rows_.back().layer_input = is_input; }
 
     /// The symbol says how the row divides across tensor-parallel ranks: the residual stream's
     /// shapes (sbh, per-token values) only with sequence parallelism, head, MLP-column and s x s
@@ -104,19 +106,24 @@ inline std::string bytes_of(std::uint64_t bytes, const std::string& symbol) {
 
 /// A normalisation layer's saved tensors. `what` names it ("attention norm"). `input_kept`: its input
 /// is a tensor another row already keeps (a parallel layer's second norm reads the layer input too).
+/// `layer_input`: it reads the layer's input, so a saved input that is no copy is the checkpoint itself.
 inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const std::string& what,
-                      bool input_kept = false) {
+                      bool input_kept = false, bool layer_input = false) {
     if (m.norm == Norm::rmsnorm) {
-        // HF's RMSNorm: x.float(); x * rsqrt(mean(x^2) + eps); weight * result.to(bf16)
-        t.add(what + " (RMSNorm)", "its input, upcast to fp32", "pow(x, 2) and x * rsqrt need x", "sbh", z.sbh,
-              dtype::fp32);
+        // HF's RMSNorm: x.float(); x * rsqrt(mean(x^2) + eps); weight * result.to(bf16). The upcast
+        // is a new tensor unless x is fp32 already.
+        t.add(what + " (RMSNorm)", z.d == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
+              "pow(x, 2) and x * rsqrt need x", "sbh", z.sbh, dtype::fp32);
+        t.mark_layer_input(layer_input && z.d == dtype::fp32);
         t.add(what + " (RMSNorm)", "1/rms per token, fp32", "rsqrt's gradient is written in its output", "sb",
               z.tokens, dtype::fp32);
         t.add(what + " (RMSNorm)", "the normalised input", "the weight's gradient is x_norm x the output's gradient",
               "sbh", z.sbh, z.d);
     } else {
-        if (!input_kept)
+        if (!input_kept) {
             t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", "sbh", z.sbh, z.d);
+            t.mark_layer_input(layer_input);
+        }
         // CUDA keeps the statistics in fp32; the CPU kernel in the activations' dtype.
         const bool fp32 = z.platform == Platform::cuda;
         t.add(what + " (LayerNorm)", std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(z.d)),
@@ -277,7 +284,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     detail::TableBuilder t(layer.rows, &layer.work);
     const bool shared_norm = m.parallel_attention && m.norms_per_layer == 1;
 
-    detail::norm_rows(t, m, z, shared_norm ? "layer norm" : "attention norm");
+    detail::norm_rows(t, m, z, shared_norm ? "layer norm" : "attention norm", false, true);
     detail::attention_rows(t, m, z, attention);
     if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-attention norm");
     if (m.hidden_dropout > 0 && !m.parallel_attention)

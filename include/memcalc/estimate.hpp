@@ -28,6 +28,7 @@ struct Settings {
     Platform platform = Platform::cuda;  ///< the architecture model's kernels
     Parallelism parallel;           ///< every degree 1: one device
     OptimizerImpl optimizer = OptimizerImpl::fused;  ///< decides the optimiser step's temporaries
+    GradBuffer grad_buffer = GradBuffer::lazy;       ///< when the gradients exist
 };
 
 /// One kind of device: every rank of one pipeline stage holds the same (tensor, data, context and
@@ -127,7 +128,8 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
         r.head = std::move(t.head);
         r.forward_buffers = std::move(t.forward_buffers);
         const Workload w = make_workload(model, *recipe, s, b, settings.recompute, r.parameters, r.layer,
-                                         r.input_side, r.head, r.forward_buffers, settings.optimizer);
+                                         r.input_side, r.head, r.forward_buffers, settings.optimizer,
+                                         settings.grad_buffer);
         // The tables the report shows are one rank's share of every tensor.
         split_rows(r.layer.rows, p, model.vocab);
         split_rows(r.layer.work, p, model.vocab);

@@ -3,6 +3,7 @@
 /// (and sequence), pipeline, context and expert parallelism, and the micro-batches of a step.
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -40,10 +41,21 @@ struct Parallelism {
     std::uint64_t microbatches = 0;  ///< micro-batches per step (gradient accumulation); 0 means pp
     std::uint64_t gathered_layers = 2;  ///< ZeRO-3: layers whose full weights are gathered at once (prefetch)
     Offload offload = Offload::none;
+    /// Layers of the first and the last pipeline stage when they differ from the rest (Megatron-LM's
+    /// decoder-first/last-pipeline-num-layers); 0: an even share. The other stages split the rest evenly.
+    std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
 
     std::uint64_t devices() const { return dp * tp * pp * cp; }
+    /// Data-parallel ranks that share one copy of the sharded state (the hybrid shard group).
     std::uint64_t sharding() const { return zero == 0 ? 1 : (shard_group == 0 ? dp : shard_group); }
+    /// Ranks ZeRO shards a dense parameter's state over: the shard group times the context-parallel
+    /// ranks, which hold the same weights (Megatron-LM's distributed optimizer and FSDP shard over dp x cp).
+    std::uint64_t dense_shards() const { return sharding() * (zero == 0 ? 1 : cp); }
+    /// The same for an expert's: only the ranks that hold the same experts (the expert-data-parallel
+    /// group, dp x cp / ep) share its state; with ep = dp x cp each expert's state stays whole.
+    std::uint64_t expert_shards() const { return std::gcd(dense_shards(), zero == 0 ? 1 : dp * cp / ep); }
     std::uint64_t steps_per_batch() const { return microbatches == 0 ? pp : microbatches; }
+    bool uneven_stages() const { return first_stage_layers != 0 || last_stage_layers != 0; }
     bool any() const { return devices() > 1 || zero > 0 || vpp > 1 || offload != Offload::none; }
 };
 
@@ -60,6 +72,38 @@ inline void require_divides(const char* what, std::uint64_t d, const char* of, s
         throw error(std::string(what) + " (" + std::to_string(d) + ") must divide " + of + " (" + std::to_string(n) + ")");
 }
 }  // namespace detail
+
+/// Layers of pipeline stage `stage` (vpp = 1). Validated layouts only: see validate_uneven_stages.
+inline std::uint64_t stage_layer_count(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
+    if (!p.uneven_stages()) return layers / p.pp;
+    const bool first = stage == 0, last = stage + 1 == p.pp;
+    if (first && p.first_stage_layers != 0) return p.first_stage_layers;
+    if (last && p.last_stage_layers != 0) return p.last_stage_layers;
+    const std::uint64_t fixed = (p.first_stage_layers != 0) + (p.last_stage_layers != 0);
+    return (layers - p.first_stage_layers - p.last_stage_layers) / (p.pp - fixed);
+}
+
+/// How many layers come before stage `stage`'s first (vpp = 1).
+inline std::uint64_t stage_first_layer(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
+    if (stage == 0) return 0;
+    return stage_layer_count(p, layers, 0) + (stage - 1) * stage_layer_count(p, layers, 1);
+}
+
+inline void validate_uneven_stages(const Parallelism& p, std::uint64_t layers) {
+    const auto n = [](std::uint64_t v) { return std::to_string(v); };
+    if (p.pp < 2) throw error("first_stage_layers and last_stage_layers need pp > 1 (got pp " + n(p.pp) + ")");
+    if (p.vpp > 1) throw error("first_stage_layers and last_stage_layers need vpp 1 (got vpp " + n(p.vpp) + ")");
+    const std::uint64_t given = p.first_stage_layers + p.last_stage_layers;  // each at most 100,000 layers
+    const std::uint64_t fixed = (p.first_stage_layers != 0) + (p.last_stage_layers != 0);
+    const std::uint64_t others = p.pp - fixed;
+    const std::string what = "first_stage_layers (" + n(p.first_stage_layers) + ") + last_stage_layers (" +
+                             n(p.last_stage_layers) + ")";
+    if (given > layers || (others == 0 && given != layers))
+        throw error(what + (others == 0 ? " must equal" : " exceeds") + " layers (" + n(layers) + ")");
+    if (others > 0 && ((layers - given) % others != 0 || layers - given < others))
+        throw error("the other " + n(others) + " pipeline stages cannot split the remaining " + n(layers - given) +
+                    " layers evenly (" + what + " of " + n(layers) + ")");
+}
 
 /// Throws memcalc::error naming the degree that does not fit the model or the sequence.
 inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t seq) {
@@ -80,8 +124,16 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     detail::require_divides("tp", p.tp, "heads", m.heads);
     detail::require_divides("tp", p.tp, "kv_heads", m.key_value_heads());
     detail::require_divides("tp", p.tp, "ffn", m.ffn);
-    detail::require_divides("pp x vpp", p.pp * p.vpp, "layers", m.layers);
     if (p.vpp > 1 && p.pp == 1) throw error("vpp (" + std::to_string(p.vpp) + ") needs pp > 1");
+    if (p.uneven_stages()) {
+        validate_uneven_stages(p, m.layers);
+    } else if (p.vpp == 1 && m.layers % p.pp != 0) {
+        throw error("pp (" + std::to_string(p.pp) + ") must divide layers (" + std::to_string(m.layers) +
+                    "), or give the first and last stages their own layer counts (first_stage_layers, "
+                    "last_stage_layers)");
+    } else {
+        detail::require_divides("pp x vpp", p.pp * p.vpp, "layers", m.layers);
+    }
     const std::uint64_t sequence_split = p.cp * (p.sequence_parallel ? p.tp : 1);
     detail::require_divides(p.sequence_parallel ? "cp x tp (sequence parallel)" : "cp", sequence_split, "seq", seq);
     if (p.ep > 1) {
@@ -92,21 +144,30 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     if (p.gathered_layers == 0) throw error("gathered_layers must be a positive integer (got 0)");
     if (p.offload == Offload::parameters && p.zero != 3)
         throw error("offloading parameters needs ZeRO stage 3 (got zero " + std::to_string(p.zero) + ")");
+    if (p.offload == Offload::optimizer && p.zero == 0)
+        throw error("offloading the optimizer needs a ZeRO stage (ZeRO-Offload shards what it moves to the host; got zero 0)");
 }
 
-/// Micro-batches (interleaved: model chunks) whose activations pipeline stage `stage` holds at its
-/// peak. 1F1B (Narayanan et al. 2021): min(P - k, M). Interleaved, with V chunks per rank,
-/// Megatron-LM's warm-up: 2 (P - k - 1) + (V - 1) P forward chunks, plus the one in steady state.
-inline std::uint64_t in_flight(const Parallelism& p, std::uint64_t stage) {
-    const std::uint64_t P = p.pp, M = p.steps_per_batch();
+/// Micro-batches (interleaved: model chunks) whose activations pipeline stage `stage` holds at the
+/// backward step of its first micro-batch. 1F1B (Narayanan et al. 2021): min(P - k, M). Interleaved,
+/// with V chunks per rank, Megatron-LM's warm-up: 2 (P - k - 1) + (V - 1) P forward chunks, plus the
+/// one in steady state. `later`: at the backward of micro-batch 2 (the most any later one holds):
+/// one micro-batch fewer is left to start, min(P - k, M - 1) in 1F1B.
+inline std::uint64_t in_flight(const Parallelism& p, std::uint64_t stage, bool later = false) {
+    const std::uint64_t P = p.pp, M = p.steps_per_batch() - (later ? 1 : 0);
     if (p.vpp == 1) return std::min(P - stage, M);
     return std::min(2 * (P - stage - 1) + (p.vpp - 1) * P + 1, M * p.vpp);
 }
 
 /// The global indices (1..L) of the layers pipeline stage `stage` holds, in forward order.
 inline std::vector<std::uint64_t> stage_layers(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
-    const std::uint64_t chunk = layers / (p.pp * p.vpp);
     std::vector<std::uint64_t> ids;
+    if (p.vpp == 1) {
+        const std::uint64_t first = stage_first_layer(p, layers, stage);
+        for (std::uint64_t i = 1; i <= stage_layer_count(p, layers, stage); ++i) ids.push_back(first + i);
+        return ids;
+    }
+    const std::uint64_t chunk = layers / (p.pp * p.vpp);
     for (std::uint64_t i = 0; i < chunk * p.vpp; ++i) ids.push_back(layer_number(i, chunk, p.pp, stage));
     return ids;
 }

@@ -27,7 +27,11 @@ struct PlanRequest {
     Attention attention = Attention::eager;
     Platform platform = Platform::cuda;
     OptimizerImpl optimizer = OptimizerImpl::fused;
+    GradBuffer grad_buffer = GradBuffer::lazy;
     std::uint64_t max_tp = 0;        ///< largest tensor-parallel degree to try; 0 means no limit
+    /// Uneven pipeline stages for every pipelined layout they fit (0: even, or balanced when pp does
+    /// not divide the layers; see stage_split).
+    std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
 };
 
 struct PlanRow {
@@ -49,6 +53,31 @@ inline std::tuple<double, double, std::uint64_t> plan_key(const PlanRow& r) {
 }
 
 inline bool plan_order(const PlanRow& a, const PlanRow& b) { return plan_key(a) < plan_key(b); }
+
+/// The first and last stages' layer counts for `pp` stages of `layers` (0: an even share), or none when
+/// no split fits. Asked-for counts apply wherever they fit; otherwise stages are even when pp divides
+/// the layers, else the first and the last take equally fewer than the others, as Llama 3 405B's 126
+/// layers ran on 16 stages (7 + 14 x 8 + 7).
+inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::uint64_t layers, std::uint64_t pp,
+                                                                          std::uint64_t first, std::uint64_t last) {
+    if (pp == 1) return std::make_pair(std::uint64_t{0}, std::uint64_t{0});
+    if (first != 0 || last != 0) {
+        Parallelism p;
+        p.pp = pp, p.first_stage_layers = first, p.last_stage_layers = last;
+        try {
+            validate_uneven_stages(p, layers);
+        } catch (const error&) {
+            return std::nullopt;
+        }
+        return std::make_pair(first, last);
+    }
+    if (layers % pp == 0) return std::make_pair(std::uint64_t{0}, std::uint64_t{0});
+    const std::uint64_t middle = (layers + pp - 1) / pp;  // the other stages' share, rounded up
+    if (pp < 3 || (pp - 2) * middle >= layers) return std::nullopt;
+    const std::uint64_t ends = layers - (pp - 2) * middle;
+    if (ends % 2 != 0 || ends / 2 > middle) return std::nullopt;
+    return std::make_pair(ends / 2, ends / 2);
+}
 
 inline std::vector<std::uint64_t> divisors(std::uint64_t n) {
     std::vector<std::uint64_t> out;
@@ -118,7 +147,7 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
             const ActivationTables t =
                 activation_tables(m, s, b, d, request.activations, request.attention, request.platform);
             built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t.layer, t.input_side, t.head,
-                                                 t.forward_buffers, request.optimizer),
+                                                 t.forward_buffers, request.optimizer, request.grad_buffer),
                                    compute_cost(m, s, b, mode).recompute_fraction());
         } catch (const overflow_error&) {
         }
@@ -135,7 +164,8 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
     for (std::uint64_t tp : factors) {
         if (!attention_heads_ok(tp)) continue;
         for (std::uint64_t pp : divisors(request.gpus / tp)) {
-            if (m.layers % pp != 0) continue;
+            const auto split = stage_split(m.layers, pp, request.first_stage_layers, request.last_stage_layers);
+            if (!split) continue;
             for (std::uint64_t cp : divisors(request.gpus / (tp * pp))) {
                 const std::uint64_t dp = request.gpus / (tp * pp * cp);
                 for (std::uint64_t ep : m.is_moe() ? divisors(dp) : std::vector<std::uint64_t>{1}) {
@@ -150,6 +180,7 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
                                 Parallelism p;
                                 p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep, p.zero = zero;
                                 p.sequence_parallel = sp;
+                                std::tie(p.first_stage_layers, p.last_stage_layers) = *split;
                                 p.microbatches = G / (dp * b);
                                 for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
                                     PlanRow row;

@@ -60,6 +60,14 @@ inline const char* optimizer_impl_name(OptimizerImpl o) {
     return "?";
 }
 
+/// When the gradients exist. Lazy: PyTorch after zero_grad(set_to_none=True), each made by the
+/// backward step that writes it (the chapter's model); from the second micro-batch on every one is
+/// held, accumulated into. Persistent: one contiguous buffer for the whole run, live at every step
+/// (Megatron-LM's main_grad, fp32 with --recipe mixed-adam-fp32-grads; DeepSpeed's).
+enum class GradBuffer { lazy, persistent };
+
+inline const char* grad_buffer_name(GradBuffer g) { return g == GradBuffer::lazy ? "lazy" : "persistent"; }
+
 /// Returns nullptr for an unknown name, so callers can suggest the nearest one.
 inline const Recipe* find_recipe(std::string_view name) {
     for (const auto& r : recipes)
@@ -71,6 +79,10 @@ inline const Recipe* find_recipe(std::string_view name) {
 struct TrainingState {
     Count weights, gradients, master_weights, optimizer_state;
     Count total() const { return weights + gradients + master_weights + optimizer_state; }
+    friend TrainingState operator+(const TrainingState& x, const TrainingState& y) {
+        return {x.weights + y.weights, x.gradients + y.gradients, x.master_weights + y.master_weights,
+                x.optimizer_state + y.optimizer_state};
+    }
 };
 
 inline TrainingState training_state(Count parameters, const Recipe& r) {

@@ -33,12 +33,16 @@ struct Step {
     Phase phase;
     std::uint64_t layer;  ///< the layer's global number (1..L) for forward and backward steps, 0 otherwise
     Breakdown bytes;
+    /// The micro-batch it belongs to: 1, or 2, which stands for every later one (each holds the
+    /// gradients the earlier ones accumulated; in a pipeline, 2 holds the most in flight of them).
+    std::uint64_t microbatch = 1;
 
     std::string name() const {
+        const std::string of = microbatch > 1 ? " of micro-batch " + std::to_string(microbatch) : "";
         switch (phase) {
-            case Phase::forward: return "forward " + std::to_string(layer);
-            case Phase::loss: return "loss";
-            case Phase::backward: return "backward " + std::to_string(layer);
+            case Phase::forward: return "forward " + std::to_string(layer) + of;
+            case Phase::loss: return "loss" + of;
+            case Phase::backward: return "backward " + std::to_string(layer) + of;
             case Phase::optimizer: return "optimizer";
         }
         return "?";
@@ -56,17 +60,24 @@ struct TimelineInputs {
     // The layers this device runs, in forward order: `layers` of them, in chunks of `chunk`
     // consecutive layers, chunk c being the (c pp + stage)-th of the model (interleaved pipelines).
     std::uint64_t layers = 0, chunk = 0, pp = 1, stage = 0;
+    std::uint64_t first_layer = 0;  ///< layers before this device's first, when it holds one chunk (uneven stages)
     bool loss = true;             ///< it computes the loss (the last pipeline stage)
+    std::uint64_t microbatches = 1;  ///< in the step: from the second on, the first's gradients are held
+    /// A gradient buffer allocated for the whole run (Megatron-LM's, DeepSpeed's): every gradient is
+    /// live at every step, from the first forward step on.
+    bool persistent_gradients = false;
     Count weights, master_weights, optimizer_state;  ///< persistent through the whole step
     Count layer_kept;             ///< one layer's kept activations under the chosen recomputation
     Count layer_rebuilt;          ///< what one layer's backward step rebuilds
     Count other_microbatches;     ///< kept activations of the other micro-batches a pipeline stage holds
+    Count later_other_microbatches;  ///< the same at a later micro-batch (1F1B: one fewer left to start)
     Count gathered_weights;       ///< ZeRO-3: gathered full weights, during forward and backward steps
     Count head_gradients;         ///< final norm and output head: ready after the first backward step starts
     Count layer_gradients;        ///< one layer's (its shard, under ZeRO-2/3): ready once its backward step ends
     Count layer_gradient_bucket;  ///< ZeRO-2/3: a layer's full gradient, held until it is reduce-scattered
     Count input_gradients;        ///< embeddings (untied): ready after the last backward step
     Count input_side_kept;        ///< saved by the embedding side: from the first forward step to the last backward
+    Count later_input_side_kept;  ///< the same at a later micro-batch
     Count logits;                 ///< held from the loss step to the end of the step
     Count loss_buffers;           ///< the loss step alone (the loss's fp32 softmax, what the head saves)
     Count logits_gradient;        ///< from the loss step until the top layer's backward step ends
@@ -78,79 +89,107 @@ struct TimelineInputs {
     Count input_backward_work;    ///< what the embedding's backward adds to backward 1 over its layer's
     Count layer_forward_work;     ///< the most a layer's forward workspaces add to its step
     Count layer_backward_work;    ///< the most a layer's backward workspaces add to its step
+    /// The same two when the gradients they write are already held (accumulated into, or a buffer).
+    Count input_backward_work_held, layer_backward_work_held;
 
     /// The global number (1..L) of the i-th layer this device runs (0-based, forward order).
-    std::uint64_t layer_id(std::uint64_t i) const { return layer_number(i, chunk == 0 ? layers : chunk, pp, stage); }
+    std::uint64_t layer_id(std::uint64_t i) const {
+        if (chunk == 0 || chunk == layers) return first_layer + i + 1;
+        return layer_number(i, chunk, pp, stage);
+    }
+    /// Every gradient this device holds once its backward pass is done.
+    Count all_gradients() const { return head_gradients + Count(layers) * layer_gradients + input_gradients; }
+    /// Whether micro-batch `microbatch` starts with every gradient present.
+    bool gradients_held(std::uint64_t microbatch) const { return persistent_gradients || microbatch > 1; }
 };
 
 /// One step of the timeline: `position` counts the device's layers, 1-based, for forward and
-/// backward steps (so backward L is the first backward step).
-inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t position) {
+/// backward steps (so backward L is the first backward step); `microbatch` is 1 or 2 (every later one).
+inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t position, std::uint64_t microbatch = 1) {
     const std::uint64_t L = in.layers;
+    const bool later = microbatch > 1, held = in.gradients_held(microbatch);
     Breakdown b;
     b.weights = in.weights;
     b.master_weights = in.master_weights;
     b.optimizer_state = in.optimizer_state;
+    // Held gradients are live throughout; a ZeRO-2/3 bucket also while a backward step fills it.
+    const Count held_gradients = held ? in.all_gradients() : Count(0);
+    b.gradients = held_gradients;
     const auto kept = [&](std::uint64_t layers) {
-        return in.input_side_kept + in.other_microbatches + Count(layers) * in.layer_kept;
+        return (later ? in.later_input_side_kept + in.later_other_microbatches
+                      : in.input_side_kept + in.other_microbatches) +
+               Count(layers) * in.layer_kept;
     };
     switch (phase) {
         case Phase::forward:
             b.kept_activations = kept(position);
             b.gathered_weights = in.gathered_weights;
             b.workspace = in.forward_buffers + in.layer_forward_work;
-            return {phase, in.layer_id(position - 1), b};
+            return {phase, in.layer_id(position - 1), b, microbatch};
         case Phase::loss:
             b.kept_activations = kept(L);
             b.logits = in.logits + in.loss_buffers + in.logits_gradient;
             b.workspace = in.loss_work;
-            return {phase, 0, b};
+            return {phase, 0, b, microbatch};
         case Phase::backward:
             b.kept_activations = kept(position);
             b.rebuilt_activations = in.layer_rebuilt;
             b.gathered_weights = in.gathered_weights;
             b.activation_gradient = in.activation_gradient;
-            b.workspace = in.layer_backward_work + in.recompute_buffers;
-            if (position == 1) b.workspace = std::max(b.workspace, in.input_backward_work);
+            b.workspace = (held ? in.layer_backward_work_held : in.layer_backward_work) + in.recompute_buffers;
+            if (position == 1)
+                b.workspace = std::max(b.workspace, held ? in.input_backward_work_held : in.input_backward_work);
             if (in.loss) b.logits = position == L ? in.logits + in.logits_gradient : in.logits;
-            b.gradients = in.head_gradients + Count(L - position) * in.layer_gradients + in.layer_gradient_bucket;
-            return {phase, in.layer_id(position - 1), b};
+            b.gradients = (held ? held_gradients : in.head_gradients + Count(L - position) * in.layer_gradients) +
+                          in.layer_gradient_bucket;
+            return {phase, in.layer_id(position - 1), b, microbatch};
         case Phase::optimizer:
             if (in.loss) b.logits = in.logits;
             b.workspace = in.optimizer_work;
-            b.gradients = in.head_gradients + Count(L) * in.layer_gradients + in.input_gradients;
-            return {phase, 0, b};
+            b.gradients = in.all_gradients();
+            return {phase, 0, b, in.microbatches};
     }
-    return {phase, 0, b};
+    return {phase, 0, b, microbatch};
 }
 
-/// Every step, in order: forward 1..L, loss (last stage), backward L..1, optimizer.
+/// The micro-batches a timeline shows: the first, and with several a later one (2) for all the rest.
+inline std::uint64_t shown_microbatches(const TimelineInputs& in) { return in.microbatches > 1 ? 2 : 1; }
+
+/// Every step, in order: for micro-batch 1 (and 2, standing for every later one) forward 1..L, loss
+/// (last stage), backward L..1; then the optimizer.
 inline std::vector<Step> timeline(const TimelineInputs& in) {
     std::vector<Step> steps;
-    steps.reserve(2 * in.layers + 2);
-    for (std::uint64_t i = 1; i <= in.layers; ++i) steps.push_back(step_at(in, Phase::forward, i));
-    if (in.loss) steps.push_back(step_at(in, Phase::loss, 0));
-    for (std::uint64_t i = in.layers; i >= 1; --i) steps.push_back(step_at(in, Phase::backward, i));
+    const std::uint64_t shown = shown_microbatches(in);
+    steps.reserve(shown * (2 * in.layers + 1) + 1);
+    for (std::uint64_t mb = 1; mb <= shown; ++mb) {
+        for (std::uint64_t i = 1; i <= in.layers; ++i) steps.push_back(step_at(in, Phase::forward, i, mb));
+        if (in.loss) steps.push_back(step_at(in, Phase::loss, 0, mb));
+        for (std::uint64_t i = in.layers; i >= 1; --i) steps.push_back(step_at(in, Phase::backward, i, mb));
+    }
     steps.push_back(step_at(in, Phase::optimizer, 0));
     return steps;
 }
 
 /// The peak step of timeline(in) without building it: within the forward steps and within
-/// backward L-1..1 each step's bytes are linear in its position, so the earliest largest step is
-/// one of forward 1, forward L, loss, backward L, backward L-1, backward 1 and optimizer.
+/// backward L-1..1 of a micro-batch each step's bytes are linear in its position, so the earliest
+/// largest step is one of forward 1, forward L, loss, backward L, backward L-1, backward 1 (of each
+/// micro-batch shown) and optimizer.
 inline Step peak_step(const TimelineInputs& in) {
     const std::uint64_t L = in.layers;
     Step best = step_at(in, Phase::forward, 1);
-    const auto consider = [&](Phase phase, std::uint64_t position) {
-        Step s = step_at(in, phase, position);
+    const auto consider = [&](Phase phase, std::uint64_t position, std::uint64_t mb) {
+        Step s = step_at(in, phase, position, mb);
         if (s.bytes.total() > best.bytes.total()) best = s;
     };
-    consider(Phase::forward, L);  // candidates in time order, so a tie keeps the earliest
-    if (in.loss) consider(Phase::loss, 0);
-    consider(Phase::backward, L);
-    if (L >= 2) consider(Phase::backward, L - 1);
-    consider(Phase::backward, 1);
-    consider(Phase::optimizer, 0);
+    for (std::uint64_t mb = 1; mb <= shown_microbatches(in); ++mb) {  // in time order: a tie keeps the earliest
+        if (mb > 1) consider(Phase::forward, 1, mb);
+        consider(Phase::forward, L, mb);
+        if (in.loss) consider(Phase::loss, 0, mb);
+        consider(Phase::backward, L, mb);
+        if (L >= 2) consider(Phase::backward, L - 1, mb);
+        consider(Phase::backward, 1, mb);
+    }
+    consider(Phase::optimizer, 0, 1);
     return best;
 }
 

@@ -50,8 +50,11 @@ struct SplitParams {
         }
     }
     Count on_rank(const Parallelism& p, std::uint64_t vocab) const {
-        return replicated + ceil_div(tensor, p.tp) + per_vocab_column * ceil_div(vocab, p.tp) +
-               ceil_div(expert_replicated, p.ep) + ceil_div(ceil_div(expert_tensor, p.tp), p.ep);
+        return replicated + ceil_div(tensor, p.tp) + per_vocab_column * ceil_div(vocab, p.tp) + experts_on_rank(p);
+    }
+    /// The experts' share of on_rank: their state shards over the expert-data-parallel group only.
+    Count experts_on_rank(const Parallelism& p) const {
+        return ceil_div(expert_replicated, p.ep) + ceil_div(ceil_div(expert_tensor, p.tp), p.ep);
     }
 };
 
@@ -113,6 +116,7 @@ struct Workload {
     /// logits' gradient; the embedding's backward writes a whole table's gradient after layer 1's).
     bool autograd_order = false;
     OptimizerImpl optimizer = OptimizerImpl::fused;
+    GradBuffer grad_buffer = GradBuffer::lazy;
     std::vector<ParamRow> tensors;  ///< the parameter table's rows (the for-loop optimiser's largest tensor)
     std::vector<WorkspaceEffect> forward_work, backward_work;  ///< one layer's workspaces
 };
@@ -138,9 +142,10 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
                               Recompute mode, const ParameterTable& params, const LayerActivations& layer,
                               const std::vector<SavedTensor>& input_side, const std::vector<SavedTensor>& head,
                               const std::vector<SavedTensor>& forward_buffers = {},
-                              OptimizerImpl optimizer = OptimizerImpl::fused) {
+                              OptimizerImpl optimizer = OptimizerImpl::fused,
+                              GradBuffer grad_buffer = GradBuffer::lazy) {
     Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, {}, {}, {}, {}, {}, mode, !head.empty(), optimizer,
-               params.rows, {}, {}};
+               grad_buffer, params.rows, {}, {}};
     const std::uint64_t V = m.vocab;
     for (const auto& row : forward_buffers) w.forward_buffers.add(row);
     for (const auto& work : layer.work) {
@@ -151,7 +156,7 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     }
     for (const auto& row : layer.rows) {
         if (row.kept(mode)) w.layer_kept.add(row);
-        if (row.kept(Recompute::none) && !row.kept(mode)) w.layer_rebuilt.add(row);
+        if (rebuilt_by(row, mode)) w.layer_rebuilt.add(row);
     }
     if (mode == Recompute::full) w.layer_kept.sequence = layer.input_bytes;  // the layer's input, on the residual stream
     for (const auto& row : input_side) w.input_side.add(row);
@@ -172,11 +177,19 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
 /// What one rank of pipeline stage `stage` holds apart from its timeline.
 struct StageFacts {
     std::uint64_t stage = 0, in_flight = 1;
+    std::uint64_t later_in_flight = 1;  ///< at a later micro-batch's backward (in_flight(p, stage, true))
     Count input, per_layer, head;  ///< parameters by group on this rank
+    Count per_layer_experts;       ///< the experts' part of per_layer
     std::uint64_t layers = 0;
     Count parameters;              ///< on this rank: after tensor, expert and pipeline splits
+    Count expert_parameters;       ///< the experts' part of them
     TrainingState state;           ///< on the device, after ZeRO sharding and offload
     Count host;                    ///< what offload keeps in host memory
+
+    /// This rank's ZeRO shard of `dense` and `experts` parameters, each over its own group.
+    static Count shard(const Parallelism& p, Count dense, Count experts) {
+        return ceil_div(dense, p.dense_shards()) + ceil_div(experts, p.expert_shards());
+    }
 };
 
 inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint64_t stage) {
@@ -185,17 +198,28 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
     StageFacts f;
     f.stage = stage;
     f.in_flight = in_flight(p, stage);
-    f.layers = w.model.layers / p.pp;
+    if (p.steps_per_batch() > 1) f.later_in_flight = in_flight(p, stage, true);
+    f.layers = p.vpp == 1 ? stage_layer_count(p, w.model.layers, stage) : w.model.layers / p.pp;
     f.per_layer = w.per_layer.on_rank(p, V);
+    f.per_layer_experts = w.per_layer.experts_on_rank(p);
     if (first) f.input = w.input.on_rank(p, V);
     if (last) f.head = w.head_params.on_rank(p, V);
     // A tied embedding is also the head's matrix: across stages the first keeps its own copy.
     if (first && !last) f.input += w.tied_embedding.on_rank(p, V);
     f.parameters = f.input + Count(f.layers) * f.per_layer + f.head;
-    f.state = sharded_state(f.parameters, w.recipe, p.zero, p.sharding());
-    if (p.offload != Offload::none) {  // ZeRO-Offload: the CPU runs the optimiser step from host memory
-        f.host = f.state.master_weights + f.state.optimizer_state;
+    f.expert_parameters = Count(f.layers) * f.per_layer_experts;
+    const Count dense = Count(f.parameters.value() - f.expert_parameters.value());
+    f.state = sharded_state(dense, w.recipe, p.zero, p.dense_shards()) +
+              sharded_state(f.expert_parameters, w.recipe, p.zero, p.expert_shards());
+    if (p.offload != Offload::none) {
+        // ZeRO-Offload (DeepSpeed): the CPU steps the fp32 master copy and the optimiser state from host
+        // memory, reading an fp32 copy of this rank's gradient shard there. With partitioned gradients
+        // (ZeRO-2/3) each reduced shard goes to the host as backward makes it, and the device keeps
+        // only the bucket in flight; ZeRO-1 keeps its gradients on the device until the step.
+        f.host = f.state.master_weights + f.state.optimizer_state +
+                 StageFacts::shard(p, dense, f.expert_parameters) * dtype::fp32;
         f.state.master_weights = f.state.optimizer_state = 0;
+        if (p.zero >= 2) f.state.gradients = 0;
     }
     if (p.offload == Offload::parameters) {
         f.host += f.state.weights;
@@ -235,10 +259,13 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
     TimelineInputs in;
     in.layers = f.layers;
-    in.chunk = m.layers / (p.pp * p.vpp);
+    in.chunk = p.vpp == 1 ? f.layers : m.layers / (p.pp * p.vpp);
+    in.first_layer = p.vpp == 1 ? stage_first_layer(p, m.layers, f.stage) : 0;
     in.pp = p.pp;
     in.stage = f.stage;
     in.loss = last;
+    in.microbatches = p.steps_per_batch();
+    in.persistent_gradients = w.grad_buffer == GradBuffer::persistent;
     in.weights = f.state.weights;
     in.master_weights = f.state.master_weights;
     in.optimizer_state = f.state.optimizer_state;
@@ -247,19 +274,31 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
 
     // A pipeline stage also holds the activations of the other micro-batches in flight: 1F1B keeps
     // whole micro-batches, the interleaved schedule model chunks of L / (P V) layers.
-    const std::uint64_t held = f.in_flight * (p.vpp == 1 ? f.layers : in.chunk);
-    in.other_microbatches = Count(held > f.layers ? held - f.layers : 0) * in.layer_kept;
-    const std::uint64_t batches_held = p.vpp == 1 ? f.in_flight : (f.in_flight + p.vpp - 1) / p.vpp;
-    if (first) in.input_side_kept = Count(batches_held) * w.input_side.on_rank(p, V);
+    const auto others = [&](std::uint64_t in_flight) {
+        const std::uint64_t held = in_flight * (p.vpp == 1 ? f.layers : in.chunk);
+        return Count(held > f.layers ? held - f.layers : 0) * in.layer_kept;
+    };
+    const auto input_side = [&](std::uint64_t in_flight) {
+        const std::uint64_t batches_held = p.vpp == 1 ? in_flight : (in_flight + p.vpp - 1) / p.vpp;
+        return first ? Count(batches_held) * w.input_side.on_rank(p, V) : Count(0);
+    };
+    in.other_microbatches = others(f.in_flight);
+    in.input_side_kept = input_side(f.in_flight);
+    in.later_other_microbatches = others(f.later_in_flight);
+    in.later_input_side_kept = input_side(f.later_in_flight);
 
     if (p.zero >= 3)  // each layer's full weights are gathered before its forward and its backward step
         in.gathered_weights = Count(std::min<std::uint64_t>(p.gathered_layers, f.layers)) * f.per_layer *
                               w.recipe.weight_bytes;
     const Count g = w.recipe.gradient_bytes;
-    const auto sharded = [&](Count n) { return p.zero >= 2 ? ceil_div(n, p.sharding()) : n; };
-    in.head_gradients = sharded(f.head) * g;
-    in.layer_gradients = sharded(f.per_layer) * g;
-    in.input_gradients = sharded(f.input) * g;
+    // ZeRO-2/3 keep this rank's shard of each gradient (ZeRO-Offload: not even that, it goes to the host).
+    const bool on_host = p.zero >= 2 && p.offload != Offload::none;
+    const auto sharded = [&](Count dense, Count experts) {
+        return on_host ? Count(0) : p.zero >= 2 ? StageFacts::shard(p, dense, experts) : dense + experts;
+    };
+    in.head_gradients = sharded(f.head, 0) * g;
+    in.layer_gradients = sharded(Count(f.per_layer.value() - f.per_layer_experts.value()), f.per_layer_experts) * g;
+    in.input_gradients = sharded(f.input, 0) * g;
     if (p.zero >= 2) in.layer_gradient_bucket = f.per_layer * g;  // until its reduce-scatter
 
     in.forward_buffers = w.forward_buffers.on_rank(p, V);
@@ -288,19 +327,24 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // Once layer 1's backward ends, the embedding's writes a gradient for its whole table (V x h,
         // whatever rows the batch used); a tied table's is then added to the head's out of place,
         // a second such table for a moment. Layer 1's activations are gone by then, its gradients not.
+        // Into held gradients the table is still written whole, then added.
         const Count table = m.tied_embeddings ? w.tied_embedding.on_rank(p, V) * Count(2) : Count(0);
-        const Count written = (f.input + table) * g + in.layer_gradients;
+        const Count fresh = (f.input + table) * g;
         const Count freed = in.layer_kept + in.layer_rebuilt;
-        if (written > freed) in.input_backward_work = Count(written.value() - freed.value());
+        const auto beyond = [&](Count written) { return written > freed ? Count(written.value() - freed.value()) : Count(0); };
+        in.input_backward_work = beyond(fresh + in.layer_gradients);
+        in.input_backward_work_held = beyond(fresh);
     }
     in.layer_forward_work = largest_on_rank(w.forward_work, p, V, 0);
+    // The layer's gradients written so far count unless a bucket or the held gradients have them already.
     in.layer_backward_work = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g);
+    in.layer_backward_work_held = largest_on_rank(w.backward_work, p, V, 0);
     return in;
 }
 
-/// The most loaded device of a layout and its peak step, without building any timeline. The first
-/// stage holds at least what every middle stage holds (the embedding, the most micro-batches in
-/// flight), so only the first and the last stage can be the most loaded.
+/// The most loaded device of a layout and its peak step, without building any timeline. With even
+/// stages the first holds at least what every middle one holds (the embedding, the most micro-batches
+/// in flight), so only the first and the last can be the most loaded; with uneven ones, the second too.
 struct LayoutPeak {
     std::uint64_t stage = 0;
     Step step;
@@ -309,10 +353,13 @@ struct LayoutPeak {
 
 inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
     LayoutPeak best{0, peak_step(stage_inputs(w, p, stage_facts(w, p, 0)))};
-    if (p.pp > 1) {
-        const Step last = peak_step(stage_inputs(w, p, stage_facts(w, p, p.pp - 1)));
-        if (last.bytes.total() > best.bytes()) best = {p.pp - 1, last};
-    }
+    const auto consider = [&](std::uint64_t stage) {
+        const Step s = peak_step(stage_inputs(w, p, stage_facts(w, p, stage)));
+        if (s.bytes.total() > best.bytes()) best = {stage, s};
+    };
+    // With a smaller first stage, the second holds the most of the middle ones (the most in flight).
+    if (p.uneven_stages() && p.pp > 2) consider(1);
+    if (p.pp > 1) consider(p.pp - 1);
     return best;
 }
 
