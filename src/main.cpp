@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "arguments.hpp"
+#include "memcalc/compare.hpp"
 #include "memcalc/memcalc.hpp"
 #include "model_file.hpp"
 #include "render.hpp"
@@ -421,8 +422,10 @@ int main(int argc, char** argv) {
     add_framework_options(app, q);
     add_parallel_options(app, q);
     app.add_option("--compare", q.compare,
-                   "Also show what another tool gives for this configuration: megatron (Megatron-LM's\n"
-                   "theoretical memory formula) or deepspeed (its ZeRO-2/3 model-state estimators)")
+                   fmt::format("Also show what another tool gives for this configuration: megatron (Megatron-LM's\n"
+                               "theoretical memory formula, as on its {}) or deepspeed\n"
+                               "(its ZeRO-2/3 model-state estimators, as on its {})",
+                               megatron_follows, deepspeed_follows))
         ->check(CLI::IsMember({"megatron", "deepspeed"}));
     app.add_option("--plot", q.plot,
                    "Also draw an SVG: the timeline as stacked areas by category, or for a sweep the peak\n"

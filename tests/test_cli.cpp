@@ -218,13 +218,13 @@ TEST_CASE("other tools' figures beside memcalc's and offload to host memory", "[
     CHECK(m["tool"] == "megatron");
     CHECK(m["megatron"]["bytes_per_parameter"].get<double>() == Approx(6 + 12.0 / 8));
     CHECK(m["megatron"]["padded_vocab"] == 32768);
-    // With the 18-byte recipe both count the same state but for two details: Megatron pads the
-    // vocabulary to 32,768 rows, and it divides the norms by tp where memcalc keeps them whole.
+    // With the 18-byte recipe both count the same state but for one detail: Megatron pads the
+    // vocabulary to 32,768 rows. (Its formula divided the norms by tp too until PR #4687, May 2026;
+    // now both keep them whole on every rank, so that term is gone.)
     const double per_parameter = 6 + 12.0 / 8;
     const double vocab_rows = (32768.0 - 32000) * 8192 * 2 / 8;
-    const double norms = 80 * 2 * 8192 + 8192;
     CHECK(m["megatron"]["weight_and_optimizer_bytes"].get<double>() ==
-          Approx(m["memcalc"]["state_bytes"].get<double>() + (vocab_rows - norms * 7 / 8) * per_parameter).epsilon(1e-9));
+          Approx(m["memcalc"]["state_bytes"].get<double>() + vocab_rows * per_parameter).epsilon(1e-9));
 
     const auto deepspeed = memcalc("--preset llama-7b --seq 2048 --dp 16 --zero 3 --offload optimizer --compare deepspeed");
     REQUIRE(deepspeed.status == 0);
