@@ -130,6 +130,46 @@ TEST_CASE("the reported peak is the largest step, and the closed form finds the 
     }
 }
 
+TEST_CASE("the training loop's variants: held gradients never lower a peak, no state is lost, the closed form agrees",
+          "[property][training-loop]") {
+    Generator g;
+    for (int shape = 0; shape < 1500; ++shape) {
+        const Architecture m = g.architecture();
+        Settings s = g.settings(m);
+        Parallelism& p = s.parallel;
+        p.dp = g.pick<std::uint64_t>({1, 2, 4});
+        p.cp = s.seq % 2 == 0 ? g.pick<std::uint64_t>({1, 2}) : 1;
+        p.pp = std::min<std::uint64_t>(m.layers, g.pick<std::uint64_t>({1, 2, 3}));
+        if (m.layers % p.pp != 0) p.first_stage_layers = m.layers - (p.pp - 1) * (m.layers / p.pp);
+        p.zero = p.dp > 1 ? static_cast<unsigned>(g.between(0, 3)) : 0;
+        if (m.is_moe() && p.dp % 2 == 0 && m.experts % 2 == 0) p.ep = 2;
+        if (p.zero > 0 && g.between(0, 3) == 0) p.offload = p.zero == 3 ? g.pick({Offload::optimizer, Offload::parameters})
+                                                                         : Offload::optimizer;
+        p.microbatches = g.pick<std::uint64_t>({0, 1, 2, 7});
+        s.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
+        CAPTURE(shape, m.layers, m.tied_embeddings, p.dp, p.cp, p.pp, p.first_stage_layers, p.zero, p.ep,
+                offload_name(p.offload), p.microbatches, grad_buffer_name(s.grad_buffer));
+        const Report r = estimate(m, s);
+        // No parameter's state is lost: summed over the ranks, at least the model's state (host included).
+        Count per_replica;
+        for (const auto& k : r.ranks) per_replica += k.state.master_weights + k.state.optimizer_state + k.host;
+        CHECK(Count(p.dp * p.tp * p.cp) * per_replica >= r.state.master_weights + r.state.optimizer_state);
+        // More micro-batches or a persistent buffer never lower the peak.
+        Settings fewer = s;
+        fewer.parallel.microbatches = std::max<std::uint64_t>(1, p.steps_per_batch() / 2);
+        fewer.grad_buffer = GradBuffer::lazy;
+        if (fewer.parallel.microbatches >= p.pp) CHECK(peak(m, fewer) <= r.peak_step().bytes.total());
+        // The closed form finds the built timelines' peak.
+        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.recipe.activation_bytes, s.activations,
+                                                     s.attention, s.platform);
+        const Workload w = make_workload(m, r.recipe, s.seq, s.micro_batch, s.recompute, r.parameters, t.layer,
+                                         t.input_side, t.head, t.forward_buffers, s.optimizer, s.grad_buffer);
+        const LayoutPeak fast = layout_peak(w, p);
+        CHECK(fast.bytes() == r.peak_step().bytes.total());
+        CHECK(fast.step.name() == r.peak_step().name());
+    }
+}
+
 TEST_CASE("JSON round-trips: read back, every number is identical", "[property]") {
     Generator g;
     for (int shape = 0; shape < 400; ++shape) {

@@ -51,8 +51,11 @@ TEST_CASE("accumulated gradients: from micro-batch 2 on every gradient is held, 
     const std::uint64_t L = m.layers, g = 2;
     const std::uint64_t input = t.group(Group::input).value(), layer = t.per_layer().value();
     // What micro-batch 2 holds at its first backward step beyond what micro-batch 1 held there: every
-    // layer's and the embeddings' gradients (ZeRO-2/3: this rank's reduce-scattered shard of them).
-    const std::uint64_t added = zero >= 2 ? (up(input, 8) + L * up(layer, 8)) * g : (input + L * layer) * g;
+    // layer's and the embeddings' gradients (ZeRO-2/3: this rank's reduce-scattered shard of them), and
+    // for a tied table the head's fresh gradient of it, which autograd keeps until the embedding's
+    // backward adds its own (measured by validation/gpu/replicate.py --microbatches 2).
+    const std::uint64_t tied = m.tied_embeddings ? m.vocab * m.hidden * g : 0;
+    const std::uint64_t added = tied + (zero >= 2 ? (up(input, 8) + L * up(layer, 8)) * g : (input + L * layer) * g);
     const std::string top = "backward " + std::to_string(L);
     const Step& first = step_named(many.busiest(), top);
     const Step& later = step_named(many.busiest(), top + " of micro-batch 2");
@@ -66,6 +69,29 @@ TEST_CASE("accumulated gradients: from micro-batch 2 on every gradient is held, 
         CHECK(peak(run(m, 1024, Recompute::selective, p)) == peak(many));
     }
     if (peak(many) > peak(one)) CHECK(many.peak_step().microbatch == 2);
+}
+
+TEST_CASE("a loop that holds its logits keeps the previous micro-batch's until the next forward returns",
+          "[training-loop][accumulation]") {
+    Parallelism p;
+    p.microbatches = 2;
+    const std::uint64_t sbV = 1024ULL * 32000;
+    const Report formula = run(fixtures::llama_7b(), 1024, Recompute::full, p);
+    CHECK(step_named(formula.busiest(), "forward 1").bytes.logits.value() == 0);
+    CHECK(step_named(formula.busiest(), "forward 1 of micro-batch 2").bytes.logits.value() == 2 * sbV);
+    CHECK(step_named(formula.busiest(), "loss of micro-batch 2").bytes.total().value() ==
+          step_named(formula.busiest(), "loss").bytes.total().value() + 2 * sbV +
+              2 * formula.parameter_count.value());  // and every gradient, held
+    // The architecture model: the previous logits live beside the loss's fp32 copy of the new ones (its
+    // forward), not into its backward, whose two fp32 gradients of the logits are larger.
+    Settings s;
+    s.seq = 1024, s.recompute = Recompute::full, s.parallel = p, s.activations = ActivationModel::architecture;
+    const Report arch = estimate(fixtures::llama_7b(), s);
+    const std::uint64_t mask = saved_bytes(arch.forward_buffers).value();
+    CHECK(step_named(arch.busiest(), "loss").bytes.workspace.value() == 8 * sbV + mask);
+    CHECK(step_named(arch.busiest(), "loss of micro-batch 2").bytes.workspace.value() ==
+          std::max(4 * sbV + mask + 2 * sbV, 8 * sbV + mask));
+    CHECK(step_named(arch.busiest(), "forward 1 of micro-batch 2").bytes.logits.value() == 2 * sbV);
 }
 
 TEST_CASE("the chapter's step grows by the held gradients with 4 micro-batches", "[training-loop][accumulation]") {

@@ -75,6 +75,7 @@ struct TimelineInputs {
     Count head_gradients;         ///< final norm and output head: ready after the first backward step starts
     Count layer_gradients;        ///< one layer's (its shard, under ZeRO-2/3): ready once its backward step ends
     Count layer_gradient_bucket;  ///< ZeRO-2/3: a layer's full gradient, held until it is reduce-scattered
+    Count buffered_gradients;     ///< into held gradients: a tied table's from the head until the embedding's backward
     Count input_gradients;        ///< embeddings (untied): ready after the last backward step
     Count input_side_kept;        ///< saved by the embedding side: from the first forward step to the last backward
     Count later_input_side_kept;  ///< the same at a later micro-batch
@@ -85,6 +86,9 @@ struct TimelineInputs {
     Count forward_buffers;        ///< built by the forward pass for all layers, dropped after the loss (causal mask)
     Count recompute_buffers;      ///< the part of them recomputation keeps through the backward steps
     Count loss_work;              ///< the loss step's temporaries, with what the forward pass still holds
+    /// The same at a later micro-batch, where the previous micro-batch's logits are still held: a loop
+    /// that keeps its logits to the end of its micro-batch drops them when the next forward returns.
+    Count later_loss_work;
     Count optimizer_work;         ///< the optimiser step's temporaries
     Count input_backward_work;    ///< what the embedding's backward adds to backward 1 over its layer's
     Count layer_forward_work;     ///< the most a layer's forward workspaces add to its step
@@ -125,11 +129,12 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             b.kept_activations = kept(position);
             b.gathered_weights = in.gathered_weights;
             b.workspace = in.forward_buffers + in.layer_forward_work;
+            if (later && in.loss) b.logits = in.logits;  // the previous micro-batch's
             return {phase, in.layer_id(position - 1), b, microbatch};
         case Phase::loss:
             b.kept_activations = kept(L);
             b.logits = in.logits + in.loss_buffers + in.logits_gradient;
-            b.workspace = in.loss_work;
+            b.workspace = later ? in.later_loss_work : in.loss_work;
             return {phase, 0, b, microbatch};
         case Phase::backward:
             b.kept_activations = kept(position);
@@ -140,7 +145,8 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             if (position == 1)
                 b.workspace = std::max(b.workspace, held ? in.input_backward_work_held : in.input_backward_work);
             if (in.loss) b.logits = position == L ? in.logits + in.logits_gradient : in.logits;
-            b.gradients = (held ? held_gradients : in.head_gradients + Count(L - position) * in.layer_gradients) +
+            b.gradients = (held ? held_gradients + in.buffered_gradients
+                                : in.head_gradients + Count(L - position) * in.layer_gradients) +
                           in.layer_gradient_bucket;
             return {phase, in.layer_id(position - 1), b, microbatch};
         case Phase::optimizer:

@@ -63,25 +63,32 @@ struct SplitParams {
 struct WorkspaceEffect {
     SplitBytes added, covered;
     SplitParams gradients;  ///< parameters of the layer whose gradients exist while it runs
+    /// When gradients are already held, a weight's freshly computed gradient is all that is new, until
+    /// autograd adds it in: measured, not always the op's own, so the layer's largest (with its bias).
+    SplitParams fresh_gradient;
 
     /// `gradient_bytes`: per parameter, 0 where a ZeRO-2/3 bucket already holds the layer's gradient.
-    Count on_rank(const Parallelism& p, std::uint64_t V, Count gradient_bytes) const {
-        const Count a = added.on_rank(p, V) + gradients.on_rank(p, V) * gradient_bytes, c = covered.on_rank(p, V);
+    /// `held`: the gradients are held already (a later micro-batch, a persistent buffer).
+    Count on_rank(const Parallelism& p, std::uint64_t V, Count gradient_bytes, bool held) const {
+        const Count written = (held ? fresh_gradient : gradients).on_rank(p, V) * gradient_bytes;
+        const Count a = added.on_rank(p, V) + written, c = covered.on_rank(p, V);
         return a > c ? Count(a.value() - c.value()) : Count(0);
     }
 };
 
 /// The most any of `effects` adds on a rank.
 inline Count largest_on_rank(const std::vector<WorkspaceEffect>& effects, const Parallelism& p, std::uint64_t V,
-                             Count gradient_bytes) {
+                             Count gradient_bytes, bool held = false) {
     Count most;
-    for (const auto& e : effects) most = std::max(most, e.on_rank(p, V, gradient_bytes));
+    for (const auto& e : effects) most = std::max(most, e.on_rank(p, V, gradient_bytes, held));
     return most;
 }
 
 /// The layer's parameters whose gradients exist once the backward pass reaches `first`: it and every
-/// later tensor of the layer in forward order, each bias with its weight.
-inline SplitParams gradients_from(const ParameterTable& t, const std::string& first, std::uint64_t V) {
+/// later tensor of the layer in forward order, each bias with its weight. `only_first`: `first` and
+/// its bias alone.
+inline SplitParams gradients_from(const ParameterTable& t, const std::string& first, std::uint64_t V,
+                                  bool only_first = false) {
     SplitParams ready;
     if (first.empty()) return ready;
     std::vector<std::string> earlier;
@@ -97,6 +104,7 @@ inline SplitParams gradients_from(const ParameterTable& t, const std::string& fi
             earlier.push_back(row.tensor);
             continue;
         }
+        if (only_first && weight != first) continue;
         ready.add(row, V);
     }
     return ready;
@@ -148,10 +156,14 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
                grad_buffer, params.rows, {}, {}};
     const std::uint64_t V = m.vocab;
     for (const auto& row : forward_buffers) w.forward_buffers.add(row);
+    const ParamRow* largest = nullptr;
+    for (const auto& row : params.rows)
+        if (row.group == Group::layer && (largest == nullptr || row.count > largest->count)) largest = &row;
     for (const auto& work : layer.work) {
         WorkspaceEffect e;
         workspace_effect(layer.rows, work, mode, e.added, e.covered);
         e.gradients = gradients_from(params, work.gradients_from, V);
+        if (largest != nullptr) e.fresh_gradient = gradients_from(params, largest->tensor, V, true);
         (work.backward ? w.backward_work : w.forward_work).push_back(e);
     }
     for (const auto& row : layer.rows) {
@@ -312,6 +324,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // model adds what the head and the loss save for backward.
         in.loss_buffers = sbV * dtype::fp32 + w.head.on_rank(p, V);
         in.logits_gradient = sbV * d;
+        in.later_loss_work = in.logits;  // the formula's loss step, beside the previous micro-batch's logits
         if (w.autograd_order) {
             // Autograd's order: the loss's fp32 copy of the logits lives while the loss runs forward; its
             // backward holds the log-probabilities' gradient and the logits' (both fp32), and the head's
@@ -319,6 +332,9 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
             in.loss_buffers = w.head.on_rank(p, V);
             in.logits_gradient = 0;
             in.loss_work = std::max(sbV * dtype::fp32 + in.forward_buffers, sbV * (2 * dtype::fp32) + in.recompute_buffers);
+            // The previous micro-batch's logits live until this forward returns, not into its backward.
+            in.later_loss_work = std::max(sbV * dtype::fp32 + in.forward_buffers + in.logits,
+                                          sbV * (2 * dtype::fp32) + in.recompute_buffers);
         }
     }
     in.activation_gradient = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * d, p);
@@ -338,7 +354,11 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.layer_forward_work = largest_on_rank(w.forward_work, p, V, 0);
     // The layer's gradients written so far count unless a bucket or the held gradients have them already.
     in.layer_backward_work = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g);
-    in.layer_backward_work_held = largest_on_rank(w.backward_work, p, V, 0);
+    in.layer_backward_work_held = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g, true);
+    // A tied table is used twice on a stage holding both ends: autograd keeps the head's gradient of it
+    // until the embedding's backward adds its own, then hands the sum over. With no gradient held
+    // yet that sum becomes the gradient itself (head_gradients counts it); into held ones it is extra.
+    if (first && last && m.tied_embeddings) in.buffered_gradients = w.tied_embedding.on_rank(p, V) * g;
     return in;
 }
 

@@ -32,6 +32,11 @@ def predict(memcalc, run, platform):
                "--micro-batch", str(run["micro_batch"]), "--recompute", run["recompute"], "--activations",
                "architecture", "--attention", "flash" if run["attention"] == "sdpa" else "eager", "--platform", platform,
                "--optimizer-impl", run.get("optimizer_impl", "for-loop"), "--format", "json"]
+    # Only when they differ from the defaults, so that a memcalc from before them still runs.
+    if run.get("microbatches", 1) > 1:
+        command += ["--microbatches", str(run["microbatches"])]
+    if run.get("grad_buffer", "lazy") != "lazy":
+        command += ["--grad-buffer", run["grad_buffer"]]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"compare.py: {' '.join(command)} failed: {done.stderr.strip()}")
@@ -114,33 +119,41 @@ def main(argv=None):
         for r in f["runs"]:
             r["platform"] = "cpu" if f["device"] == "cpu" else "cuda"
     results = dict(files[0], runs=[r for f in files for r in f["runs"]], skipped=[x for f in files for x in f["skipped"]])
-    print(f"{'model':<24} {'seq':>5} {'attention':<9} {'recompute':<9} {'measured':>13} {'at':<11} "
-          f"{'predicted':>13} {'at':<11} {'error':>7} {'before step':>12} {'predicted':>12} {'step ms':>8} {'vs none':>7}")
-    base = {(r["model"], r["seq"], r["attention"]): r["median_step_seconds"] for r in results["runs"]
-            if r["recompute"] == "none"}
+    for r in results["runs"]:  # runs from before micro-batches were measured had one, lazily made
+        r.setdefault("microbatches", 1)
+        r.setdefault("grad_buffer", "lazy")
+    loop = lambda r: f"{r['microbatches']}{'p' if r['grad_buffer'] == 'persistent' else ''}"
+    print(f"{'model':<24} {'seq':>5} {'attention':<9} {'recompute':<9} {'M':>3} {'measured':>13} {'at':<28} "
+          f"{'predicted':>13} {'at':<28} {'error':>7} {'before step':>12} {'predicted':>12} {'step ms':>8} {'vs none':>7}")
+    print("M: micro-batches per step, accumulated; p: gradients zeroed and kept (--grad-buffer persistent)")
+    key = lambda r: (r["model"], r["seq"], r["attention"], r["microbatches"], r["grad_buffer"])
+    base = {key(r): r["median_step_seconds"] for r in results["runs"] if r["recompute"] == "none"}
     errors, misses, points, cost, details = [], [], [], {"selective": [], "full": []}, []
     for r in results["runs"]:
         report = predict(a.memcalc, r, r["platform"])
         state = report["state"]
         persistent = state["weights"] + state["master_weights"] + state["optimizer_state"]
+        if r["grad_buffer"] == "persistent":
+            persistent += state["gradients"]
         peak, peak_step = report["peak"]["bytes"], report["peak"]["step"]
         measured = r["max_memory_allocated"]
         e = (peak - measured) / measured
         errors.append(abs(e))
-        points.append((measured, peak, r["recompute"], f"{r['model']} s={r['seq']} {r['attention']} {r['recompute']}"))
+        label = f"{r['model']} s={r['seq']} {r['attention']} {r['recompute']} M={loop(r)}"
+        points.append((measured, peak, r["recompute"], label))
         if abs(e) > a.tolerance:
-            misses.append(f"{r['model']} seq {r['seq']} {r['attention']} {r['recompute']}: {100 * e:+.1f}%")
-        ratio = r["median_step_seconds"] / base[(r["model"], r["seq"], r["attention"])]
+            misses.append(f"{label}: {100 * e:+.1f}%")
+        ratio = r["median_step_seconds"] / base[key(r)]
         if r["recompute"] in cost:
             cost[r["recompute"]].append(ratio)
-        print(f"{r['model']:<24} {r['seq']:>5} {r['attention']:<9} {r['recompute']:<9} {measured:>13,} "
-              f"{r['peak_step']:<11} {peak:>13,} {peak_step:<11} {100 * e:>+6.2f}% {r['memory_before_step']:>12,} "
+        print(f"{r['model']:<24} {r['seq']:>5} {r['attention']:<9} {r['recompute']:<9} {loop(r):>3} {measured:>13,} "
+              f"{r['peak_step']:<28} {peak:>13,} {peak_step:<28} {100 * e:>+6.2f}% {r['memory_before_step']:>12,} "
               f"{persistent:>12,} {1e3 * r['median_step_seconds']:>8.1f} {ratio:>7.2f}")
         if a.steps:
             predicted = {s["step"]: s["bytes"] for s in report["timeline"]}
             for s in r["timeline"]:
                 p = predicted[s["step"]]
-                details.append(f"  {r['model']} s={r['seq']} {r['attention']} {r['recompute']:<9} {s['step']:<12} "
+                details.append(f"  {label:<40} {s['step']:<28} "
                                f"measured {s['max_bytes']:>13,} predicted {p:>13,} "
                                f"{100 * (p - s['max_bytes']) / s['max_bytes']:+6.2f}%")
     for mode, ratios in cost.items():

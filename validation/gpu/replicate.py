@@ -156,8 +156,10 @@ class Model(nn.Module):
         angles = torch.cat((angles, angles), dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
-    def forward(self, ids, meter=None):
-        mark = meter.mark if meter else (lambda step: None)
+    def forward(self, ids, meter=None, microbatch=1):
+        # memcalc names every micro-batch after the first "micro-batch 2": from there on they are alike.
+        of = " of micro-batch 2" if microbatch > 1 else ""
+        mark = (lambda step: meter.mark(step + of)) if meter else (lambda step: None)
         b, s = ids.shape
         mark("forward 1")
         x = self.embed(ids)
@@ -245,9 +247,12 @@ class Meter:
 
 
 class MixedAdam:
-    """Adam on an fp32 master copy of bf16 weights: 2 + 2 + 4 + 8 bytes per parameter."""
+    """Adam on an fp32 master copy of bf16 weights: 2 + 2 + 4 + 8 bytes per parameter. `persistent`:
+    the step zeroes the gradients instead of dropping them (zero_grad(set_to_none=False)), so they
+    live for the whole run and backward accumulates into them."""
 
-    def __init__(self, params, lr=1e-4, betas=(0.9, 0.95), eps=1e-8):
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, persistent=False):
+        self.persistent = persistent
         self.params = list(params)
         self.master = [p.detach().float() for p in self.params]
         self.m = [torch.zeros_like(p) for p in self.master]
@@ -265,22 +270,28 @@ class MixedAdam:
             step = self.lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
             w.addcdiv_(m, v.sqrt().add_(self.eps), value=-step)
             p.copy_(w)
-            p.grad = None
+            if self.persistent:
+                p.grad.zero_()
+            else:
+                p.grad = None
 
 
-def run(spec, seq, mode, attention, device, steps):
+def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="lazy"):
     torch.manual_seed(0)
     if _torch_version() >= (2, 0):  # initialise on the device itself: a billion weights take seconds on a CPU
         with torch.device(device):
             model = Model(spec, attention, mode).to(dtype=DTYPE)
     else:
         model = Model(spec, attention, mode).to(device=device, dtype=DTYPE)
-    optimizer = MixedAdam(model.parameters())
+    optimizer = MixedAdam(model.parameters(), persistent=grad_buffer == "persistent")
     ids = torch.randint(0, spec["vocab"], (1, seq), device=device)
 
     def step(meter=None):
-        loss, logits = model(ids, meter)  # the logits live to the end of the step, as in a transformers training loop
-        loss.backward()
+        # Gradient accumulation as nanoGPT's train.py writes it: each micro-batch's logits live until the
+        # next forward returns its own (the last ones to the end of the step), its gradients add up.
+        for microbatch in range(1, microbatches + 1):
+            loss, logits = model(ids, meter, microbatch)
+            (loss / microbatches).backward()
         if meter:
             meter.mark("optimizer")
         optimizer.step()
@@ -301,7 +312,8 @@ def run(spec, seq, mode, attention, device, steps):
     del model, optimizer, ids
     if device == "cuda":
         torch.cuda.empty_cache()
-    return {"model": spec["name"], "model_file": spec["path"], "seq": seq, "micro_batch": 1, "recompute": mode,
+    return {"model": spec["name"], "model_file": spec["path"], "seq": seq, "micro_batch": 1,
+            "microbatches": microbatches, "grad_buffer": grad_buffer, "recompute": mode,
             "attention": attention, "optimizer_impl": "for-loop", "memory_before_step": meter.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": meter.steps,
             "median_step_seconds": statistics.median(times), "steps_timed": steps}
@@ -328,6 +340,10 @@ def main(argv=None):
                     help="models/NAME.json to run (default gpt2-small llama-1b; tiny: gpt2-tiny llama-tiny)")
     ap.add_argument("--seqs", nargs="+", type=int, metavar="S", help="sequence lengths (default 1024 2048 4096; tiny: 32 64 128)")
     ap.add_argument("--steps", type=int, default=None, help="timed steps per run (default 5, tiny 2)")
+    ap.add_argument("--microbatches", nargs="+", type=int, default=[1], metavar="M",
+                    help="micro-batches per step, accumulated (default 1)")
+    ap.add_argument("--grad-buffer", nargs="+", choices=("lazy", "persistent"), default=["lazy"],
+                    help="gradients dropped by each step (lazy, the default) or zeroed and kept (persistent)")
     a = ap.parse_args(argv)
     names = a.models or (("gpt2-tiny", "llama-tiny") if a.tiny else ("gpt2-small", "llama-1b"))
     seqs = a.seqs or ((32, 64, 128) if a.tiny else (1024, 2048, 4096))
@@ -354,11 +370,14 @@ def main(argv=None):
                     skipped.append(f"{name} seq {seq}: torch {torch.__version__} has no scaled_dot_product_attention")
                     continue
                 for mode in ("none", "selective", "full"):
-                    r = run(spec, seq, mode, attention, a.device, steps)
-                    runs.append(r)
-                    save()
-                    print(f"{name:<12} seq {seq:>5} {attention:<5} {mode:<9} "
-                          f"peak {r['max_memory_allocated']:>13,} B at {r['peak_step']:<12} step {r['median_step_seconds'] * 1e3:.1f} ms", flush=True)
+                    for microbatches in a.microbatches:
+                        for buffer in a.grad_buffer:
+                            r = run(spec, seq, mode, attention, a.device, steps, microbatches, buffer)
+                            runs.append(r)
+                            save()
+                            print(f"{name:<12} seq {seq:>5} {attention:<5} {mode:<9} M {microbatches} {buffer:<10} "
+                                  f"peak {r['max_memory_allocated']:>13,} B at {r['peak_step']:<12} "
+                                  f"step {r['median_step_seconds'] * 1e3:.1f} ms", flush=True)
     save()
     for line in skipped:
         print("skipped:", line)
