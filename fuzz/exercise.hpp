@@ -22,6 +22,9 @@ inline void exercise(const memcalc::Architecture& m) {
                               : mode == Recompute::selective ? OptimizerImpl::foreach
                                                              : OptimizerImpl::for_loop;
                 if (seq == context) s.parallel.tp = 2, s.parallel.pp = 2, s.parallel.dp = 2, s.parallel.zero = 3;
+                // Accumulated and persistent gradients, and uneven stages, somewhere too.
+                if (seq == 7) s.parallel.microbatches = 3, s.parallel.pp = 3, s.parallel.first_stage_layers = 1;
+                if (mode == Recompute::full) s.grad_buffer = GradBuffer::persistent;
                 try {
                     const Report r = estimate(m, s);
                     const cli::View view;

@@ -19,6 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     attempt([&] { (void)parse_attention(text); });
     attempt([&] { (void)parse_zero(text); });
     attempt([&] { (void)parse_optimizer_impl(text); });
+    attempt([&] { (void)parse_grad_buffer(text); });
     attempt([&] {
         Request q;
         q.platform = text, q.activations = "architecture";
@@ -26,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     });
     attempt([&] {
         Request q;
-        q.dp = text, q.global_batch = text;
+        q.dp = text, q.global_batch = text, q.first_stage_layers = text;
         (void)parse_layouts(q, 1);
     });
     return 0;

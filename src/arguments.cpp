@@ -103,8 +103,7 @@ Format parse_format(const std::string& text) {
 
 Count parse_size(const std::string& option, const std::string& text) {
     const auto bad = [&]() {
-        return usage_error(fmt::format("{} must be a size such as 80GB, 80GiB, 1.5TB or a number of bytes (got '{}')",
-                                       option, text));
+        return usage_error(fmt::format("{} must be a size such as 80GB, 80GiB, 1.5TB or 512B (got '{}')", option, text));
     };
     std::size_t i = 0;
     std::string whole, fraction;
@@ -119,6 +118,8 @@ Count parse_size(const std::string& option, const std::string& text) {
         {"tb", 1000000000000ULL}, {"kib", 1ULL << 10}, {"mib", 1ULL << 20}, {"gib", 1ULL << 30}, {"tib", 1ULL << 40}};
     const auto found = std::find_if(std::begin(units), std::end(units), [&](const auto& u) { return unit == u.first; });
     if (whole.empty() || found == std::end(units) || fraction.size() > 9) throw bad();
+    if (unit.empty())  // "80" is far more likely 80 GB meant than 80 bytes
+        throw usage_error(fmt::format("{} {} has no unit: write {}GB, {}GiB, or {}B for bytes", option, text, text, text, text));
     try {
         Count bytes = Count(std::stoull(whole)) * found->second;
         if (!fraction.empty())  // the fraction of a unit, rounded to the byte
@@ -177,7 +178,11 @@ std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_bat
                     p.sequence_parallel = q.sp && tp > 1;  // in a sweep, --sp applies where there is tensor parallelism
                     if (!q.global_batch.empty()) {
                         const std::uint64_t global = parse_count("--global-batch", q.global_batch, 0);
-                        const std::uint64_t per_step = micro_batch * dp;  // sequences one micro-batch step takes
+                        // Sequences one micro-batch step takes; a product past 64 bits is more than any batch.
+                        if (dp > std::numeric_limits<std::uint64_t>::max() / micro_batch)
+                            throw usage_error(fmt::format("--global-batch {} is not a multiple of micro-batch x dp = "
+                                                          "{} x {}, which exceeds 2^64", global, micro_batch, dp));
+                        const std::uint64_t per_step = micro_batch * dp;
                         if (global % per_step != 0)
                             throw usage_error(fmt::format(
                                 "--global-batch {} is not a multiple of micro-batch x dp = {} x {} = {}", global,

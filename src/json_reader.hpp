@@ -1,5 +1,6 @@
 #pragma once
 // Reading the keys of one JSON object with messages that name the file, the key and the value.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -83,9 +84,23 @@ private:
 };
 
 /// Parses JSON text, turning a syntax error into memcalc::error that says where ("at line 3, column 5").
+/// A key given twice in one object is an error: JSON parsers disagree on which one wins.
 inline nlohmann::json parse_json(std::string_view text, const std::string& origin) {
+    std::vector<std::vector<std::string>> keys;  // the keys seen so far in each open object
+    const auto refuse_duplicates = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        using Event = nlohmann::json::parse_event_t;
+        if (event == Event::object_start) keys.emplace_back();
+        if (event == Event::object_end) keys.pop_back();
+        if (event == Event::key) {
+            const std::string key = parsed.get<std::string>();
+            if (std::find(keys.back().begin(), keys.back().end(), key) != keys.back().end())
+                throw error(origin + ": key '" + key + "' appears twice in one object");
+            keys.back().push_back(key);
+        }
+        return true;
+    };
     try {
-        return nlohmann::json::parse(text.begin(), text.end());
+        return nlohmann::json::parse(text.begin(), text.end(), refuse_duplicates);
     } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number too large for a double
         std::string what = e.what();  // drop nlohmann's "[json.exception.parse_error.101] " tag
         const auto tag_end = what.find("] ");

@@ -2,14 +2,18 @@
 // rendering. Every error is caught here once and printed as one line on stderr.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -19,6 +23,7 @@
 #include "memcalc/compare.hpp"
 #include "memcalc/memcalc.hpp"
 #include "model_file.hpp"
+#include "output_file.hpp"
 #include "render.hpp"
 #include "suggest.hpp"
 
@@ -71,16 +76,45 @@ void check_run_options(const Request& q) {
                           "attention");
 }
 
+/// `text` with its control characters written as \xNN, so a model's name can reach a terminal, a CSV
+/// row or an SVG without escape sequences, forged lines or ill-formed XML.
+std::string printable(const std::string& text) {
+    std::string out;
+    for (unsigned char c : text)
+        out += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
+    return out;
+}
+
 ModelFile load_model(const Request& q) {
-    return !q.preset.empty() ? load_preset(q.preset) : !q.model_file.empty() ? load_model_file(q.model_file)
-                                                                               : load_hf_config(q.config);
+    ModelFile m = !q.preset.empty()       ? load_preset(q.preset)
+                  : !q.model_file.empty() ? load_model_file(q.model_file)
+                                          : load_hf_config(q.config);
+    m.architecture.name = printable(m.architecture.name);
+    return m;
+}
+
+/// --plot draws one file type, and a sweep along one axis.
+void check_plot(const Request& q, std::size_t seqs, std::size_t batches, std::size_t layouts, std::size_t attentions) {
+    if (q.plot.empty()) return;
+    const std::string suffix = ".svg";
+    if (q.plot.size() <= suffix.size() || q.plot.compare(q.plot.size() - suffix.size(), suffix.size(), suffix) != 0)
+        throw usage_error(fmt::format("--plot writes SVG: give a name ending in .svg (got '{}')", q.plot));
+    std::vector<std::string> varied;
+    if (seqs > 1 && batches > 1) varied.push_back("both --seq and --micro-batch");
+    if (layouts > 1) varied.push_back("the layout");
+    if (attentions > 1) varied.push_back("--attention");
+    if (!varied.empty())
+        throw usage_error(fmt::format("--plot draws a sweep over --seq or --micro-batch alone, one line per "
+                                      "recomputation mode; this one varies {}",
+                                      fmt::join(varied, " and ")));
 }
 
 ActivationModel activation_model(const Request& q) {
     return q.activations == "architecture" ? ActivationModel::architecture : ActivationModel::korthikanti;
 }
 
-std::string run_estimate(const Request& q) {
+/// `files`: where a plot asked for goes, written only once the whole run has succeeded.
+std::string run_estimate(const Request& q, std::vector<PendingFile>& files) {
     check_run_options(q);
     const std::vector<std::uint64_t> batches = parse_sizes("--micro-batch", q.micro_batch);
     const std::vector<Recompute> modes = parse_modes(q.recompute);
@@ -96,6 +130,7 @@ std::string run_estimate(const Request& q) {
         seqs.push_back(arch.max_positions);
     }
 
+    check_plot(q, seqs.size(), batches.size(), parse_layouts(q, batches.front()).size(), attentions.size());
     std::vector<Report> runs;
     const ActivationModel activations = activation_model(q);
     const Platform platform = parse_platform(q);
@@ -122,8 +157,9 @@ std::string run_estimate(const Request& q) {
     if (!q.plot.empty()) {
         // A sweep plots the peak against the sequence (or, when only it varies, the micro-batch).
         const bool by_seq = seqs.size() > 1 || batches.size() == 1;
-        write_file_atomically(q.plot, runs.size() > 1 ? sweep_svg(runs, by_seq, view.device_memory, view.unit)
-                                                      : timeline_svg(runs.front(), view.device_memory, view.unit));
+        files.push_back({"--plot", q.plot,
+                         runs.size() > 1 ? sweep_svg(runs, by_seq, view.device_memory, view.unit)
+                                         : timeline_svg(runs.front(), view.device_memory, view.unit)});
     }
     if (runs.size() > 1) {
         if (q.per_layer || q.timeline)
@@ -184,16 +220,28 @@ std::string run_fit(const Request& q) {
     // Sizes the layout can split evenly: the sequence over context (and sequence-parallel) ranks.
     const Parallelism& p = settings.parallel;
     fit.granule = parse_count("--multiple-of", q.multiple_of, 1);
-    if (fit.dimension == FitDimension::seq) fit.granule = std::lcm(fit.granule, p.cp * (p.sequence_parallel ? p.tp : 1));
+    if (fit.dimension == FitDimension::seq) {
+        const std::uint64_t split = p.cp * (p.sequence_parallel ? p.tp : 1);  // both at most 2^24
+        const std::uint64_t common = std::gcd(fit.granule, split);
+        if (fit.granule / common > std::numeric_limits<std::uint64_t>::max() / split)
+            throw usage_error(fmt::format("--multiple-of {} with cp x tp = {}: their least common multiple exceeds 2^64",
+                                          fit.granule, split));
+        fit.granule = fit.granule / common * split;
+    }
     // A layout that cannot run at any size is a mistake in the request, not an answer.
     validate(fit.model);
     validate(p, fit.model, fit.dimension == FitDimension::seq ? fit.granule : fit.fixed);
     const std::uint64_t limit = fit.dimension == FitDimension::seq && fit.model.position == Position::learned
                                     ? fit.model.learned_positions()
                                     : (1ULL << 40);
+    const std::uint64_t global = parse_count("--global-batch", q.global_batch, 0);
+    if (global != 0 && fit.dimension == FitDimension::micro_batch && fit.granule != 1)
+        throw usage_error("fit takes --multiple-of or --global-batch when it searches the micro-batch, not both");
     for (auto mode : fit.modes) {
         settings.recompute = mode;
-        fit.results.push_back(memcalc::fit(fit.model, settings, fit.dimension, fit.capacity, fit.granule, limit));
+        fit.results.push_back(global != 0 && fit.dimension == FitDimension::micro_batch
+                                  ? fit_micro_batch_of(fit.model, settings, global, fit.capacity)
+                                  : memcalc::fit(fit.model, settings, fit.dimension, fit.capacity, fit.granule, limit));
     }
     fit.settings = settings;
     switch (parse_format(q.format)) {
@@ -231,6 +279,9 @@ std::string run_plan(const Request& q) {
     r.first_stage_layers = parse_count("--first-stage-layers", q.first_stage_layers, 0);
     r.last_stage_layers = parse_count("--last-stage-layers", q.last_stage_layers, 0);
     r.max_tp = parse_count("--max-tp", q.max_tp, 0);
+    // Given, they restrict the search; not given, it tries them all.
+    if (!q.recompute.empty()) r.modes = parse_modes(q.recompute);
+    if (!q.micro_batch.empty()) r.micro_batches = parse_sizes("--micro-batch", q.micro_batch);
     view.top = parse_count("--top", q.top, 10);
     const ModelFile model = load_model(q);
     view.model = model.architecture.name;
@@ -346,6 +397,20 @@ void add_framework_options(CLI::App& app, Request& q) {
         ->type_name("KIND");
 }
 
+/// Options a subcommand takes one value of, where the estimate takes a comma list: said so in --help.
+void single_valued(CLI::App& app, std::initializer_list<const char*> names) {
+    for (const char* name : names) {
+        CLI::Option* option = app.get_option(name);
+        option->type_name(option->get_type_name().substr(0, option->get_type_name().find('[')));
+        std::string text = option->get_description();
+        for (const char* list : {", or a comma list to sweep", ", or a comma list", " or a comma list"}) {
+            const auto at = text.find(list);
+            if (at != std::string::npos) text.erase(at, std::string(list).size());
+        }
+        option->description(text + " (one value)");
+    }
+}
+
 /// Uneven pipeline stages, for estimate, fit and plan.
 void add_stage_options(CLI::App& app, Request& q, const char* group) {
     app.add_option("--first-stage-layers", q.first_stage_layers,
@@ -442,6 +507,9 @@ int main(int argc, char** argv) {
     add_model_options(*fit, fit_q);
     add_framework_options(*fit, fit_q);
     add_parallel_options(*fit, fit_q);
+    single_valued(*fit, {"--seq", "--micro-batch", "--attention", "--dp", "--tp", "--pp", "--zero"});
+    fit->get_option("--recompute")->description("Recomputation modes to answer for, a comma list (default: all three)");
+    fit->get_option("--dp")->description("Data-parallel replicas (default 1)");
     fit->add_option("--device-memory", fit_q.device_memory, "The device's memory: 80GB, 141GB, 24GiB, ... (required)")
         ->type_name("SIZE");
     fit->add_option("--reserve", fit_q.reserve,
@@ -452,7 +520,9 @@ int main(int argc, char** argv) {
     fit->footer(R"(Searches the sequence length at --micro-batch (default 1), or, when --seq is given, the
 micro-batch at that sequence; for each --recompute mode (default: all three). The peak never falls
 as either grows, so the search doubles, then bisects, and reports the largest size that fits, its
-peak and headroom, and the next size up, which does not.
+peak and headroom, and the next size up, which does not. With --seq and --global-batch it tries each
+micro-batch that divides the global batch per replica, with the micro-batches per step that implies
+(fewer, larger ones can fit where more, smaller ones hold gradients that do not).
 
 Examples:
   memcalc fit --preset llama-7b --device-memory 80GB --recompute selective
@@ -460,9 +530,14 @@ Examples:
   memcalc fit --preset llama-2-70b --device-memory 80GB --tp 8 --sp --dp 8 --zero 1 --multiple-of 1024)");
 
     Request plan_q;
+    plan_q.recompute = plan_q.micro_batch = "";  // not given: the search tries every one
     auto* plan = app.add_subcommand("plan", "Every layout of a cluster that fits, ranked by the compute it wastes");
     add_model_options(*plan, plan_q);
     add_framework_options(*plan, plan_q);
+    single_valued(*plan, {"--seq", "--attention"});
+    plan->get_option("--recompute")->description("Recomputation modes to try, a comma list (default: all three)");
+    plan->get_option("--micro-batch")->description("Micro-batches to try, a comma list (default: every one that divides\n"
+                                                   "the global batch per replica)");
     plan->add_option("--gpus", plan_q.gpus, "Devices in the cluster (required)")
         ->type_name("N");
     plan->add_option("--device-memory", plan_q.device_memory, "Each device's memory: 80GB, 141GB, ... (required)")
@@ -509,19 +584,39 @@ Example:
     }
 
     try {
-        // The whole output is built before any of it is printed, so a failure prints nothing on stdout.
+        // An empty value ("--seq ''") is a mistake, not the option's absence.
+        for (const CLI::App* command : {&app, fit, plan, presets, recipes_cmd})
+            for (const CLI::Option* option : command->get_options())
+                if (option->count() > 0 && option->get_type_size() != 0)
+                    for (const std::string& value : option->results())
+                        if (value.empty()) throw usage_error(fmt::format("{} needs a value (got '')", option->get_name()));
+        // Options of the estimate given before a subcommand would be silently ignored: refuse them.
+        for (const CLI::App* sub : {fit, plan, presets, recipes_cmd}) {
+            if (!sub->parsed()) continue;
+            for (const CLI::Option* option : app.get_options())
+                if (option->count() > 0)
+                    throw usage_error(fmt::format("{} comes before '{}', which does not see it: put it after the subcommand",
+                                                  option->get_name(), sub->get_name()));
+        }
+        // The whole output is built before any of it is printed, so a failure prints nothing on stdout
+        // and writes no file.
+        std::vector<PendingFile> files;
+        const Request& used = fit->parsed() ? fit_q : plan->parsed() ? plan_q : q;
         const std::string out = presets->parsed()       ? run_presets(list_format)
                                 : recipes_cmd->parsed() ? run_recipes(list_format)
                                 : fit->parsed()         ? run_fit(fit_q)
                                 : plan->parsed()        ? run_plan(plan_q)
-                                                        : run_estimate(q);
-        const std::string& output = fit->parsed() ? fit_q.output : plan->parsed() ? plan_q.output : q.output;
-        if (!output.empty()) {
-            write_file_atomically(output, out);
-            return 0;
-        }
+                                                        : run_estimate(q, files);
+        if (!used.output.empty()) files.push_back({"--output", used.output, out});
+        for (const auto& f : files) refuse_overwriting_inputs(f, {used.model_file, used.config});
+        write_files(files);
+        if (!used.output.empty()) return 0;
         std::cout << out << std::flush;
-        return std::cout ? 0 : exit_input_error;
+        if (!std::cout) {
+            std::cerr << "memcalc: cannot write to standard output: " << std::strerror(errno) << "\n";
+            return exit_input_error;
+        }
+        return 0;
     } catch (const usage_error& e) {
         std::cerr << "memcalc: " << e.what() << "\n";
         return exit_usage_error;

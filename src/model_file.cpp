@@ -87,11 +87,24 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
 }
 
 std::string read_text_file(const std::string& path, const std::string& what) {
+    const std::string named = what + " '" + path + "'";
+    // A regular file only: a device (/dev/zero) or a FIFO would be read without end or wait forever.
+    std::error_code code;
+    const auto status = std::filesystem::status(path, code);
+    if (code) throw error("cannot read " + named + ": " + code.message());
+    if (!std::filesystem::is_regular_file(status)) throw error("cannot read " + named + ": not a regular file");
+    const auto size = std::filesystem::file_size(path, code);
+    if (code) throw error("cannot read " + named + ": " + code.message());
+    if (size > max_input_bytes)
+        throw error(named + " is " + std::to_string(size) + " bytes; memcalc reads at most " +
+                    std::to_string(max_input_bytes) + " (16 MiB)");
     std::ifstream stream(path, std::ios::binary);
-    std::ostringstream text;
-    if (stream) text << stream.rdbuf();
-    if (!stream || stream.bad() || std::filesystem::is_directory(path)) throw error("cannot read " + what + " '" + path + "'");
-    return text.str();
+    if (!stream) throw error("cannot read " + named);
+    std::string text(static_cast<std::size_t>(size), '\0');
+    stream.read(text.data(), static_cast<std::streamsize>(size));
+    if (stream.bad() || static_cast<std::uintmax_t>(stream.gcount()) != size || stream.peek() != std::char_traits<char>::eof())
+        throw error("cannot read " + named + ": it changed while being read");
+    return text;
 }
 
 ModelFile load_model_file(const std::string& path) {

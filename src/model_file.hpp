@@ -31,6 +31,10 @@ ModelFile load_hf_config(const std::string& path);
 std::vector<std::string> supported_model_types();
 
 /// A whole file's text; `what` names the kind of file in the error ("cannot read model file 'x'").
+/// The largest model file or config.json memcalc reads: real configs are a few kB.
+inline constexpr std::uintmax_t max_input_bytes = 16u << 20;
+
+/// A regular file's whole text, at most max_input_bytes; `what` names it in errors ("model file").
 std::string read_text_file(const std::string& path, const std::string& what);
 
 /// The presets compiled into the program, by name.

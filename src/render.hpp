@@ -78,10 +78,6 @@ std::string layout_text(const Parallelism& p);
 std::string timeline_svg(const Report& r, std::optional<Count> device, Unit unit);
 std::string sweep_svg(const std::vector<Report>& runs, bool by_seq, std::optional<Count> device, Unit unit);
 
-/// Writes `text` to `path` through a temporary file renamed into place, so a failed or interrupted
-/// run never leaves a truncated file behind.
-void write_file_atomically(const std::string& path, const std::string& text);
-
 // Tables for people.
 std::string report_table(const Report& r, const View& view);
 std::string compare_table(const Report& r, const View& view);

@@ -1,7 +1,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
 #include <map>
 
 #include "render.hpp"
@@ -49,23 +48,6 @@ std::string layer_formula(const LayerActivations& layer) {
     std::string out;
     for (const auto& symbol : order) out += (out.empty() ? "" : " + ") + fmt::format("{} {}", per_symbol[symbol], symbol);
     return out;
-}
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-    const std::string temporary = path + ".memcalc-tmp";
-    {
-        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-        out << text;
-        out.flush();
-        if (!out) {
-            std::remove(temporary.c_str());
-            throw error("cannot write '" + path + "'");
-        }
-    }
-    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-        std::remove(temporary.c_str());
-        throw error("cannot write '" + path + "'");
-    }
 }
 
 std::string csv_field(const std::string& text) {

@@ -39,6 +39,14 @@ std::string plan_table(const PlanView& v, Unit unit) {
         "then communication per device, then peak.\n",
         v.model, v.request.gpus, amount(v.memory, unit), amount(v.request.capacity, unit), v.request.seq,
         v.request.global_batch, v.rows.size(), v.seconds, fitting(v));
+    if (v.rows.empty())
+        return out + fmt::format(
+                         "No layout of {} devices is valid: each way to write {} as dp x tp x pp x cp needs a degree the "
+                         "model or the run cannot take\n(tp must divide the heads, the key/value heads and the MLP "
+                         "width; pp the layers, or leave the first and last stages an even split of the rest;\ncp, "
+                         "times tp with sequence parallelism, the sequence; dp the global batch). Try a device count "
+                         "with other factors.\n",
+                         v.request.gpus, v.request.gpus);
     if (fitting(v) == 0) return out + "No layout fits: try more devices, more memory or a shorter sequence.\n";
     return out + table.str();
 }

@@ -334,6 +334,8 @@ TEST_CASE("a user's model file is accepted", "[cli]") {
 TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit with nothing on stdout", "[cli][errors]") {
     std::ofstream("memcalc_bad.json") << "{\"hidden\": 4096,\n \"layers\": }";
     std::ofstream("memcalc_heads.json") << R"({"hidden": 100, "layers": 2, "heads": 3, "ffn": 400, "vocab": 10})";
+    std::ofstream("memcalc_twice.json") << R"({"hidden": 64, "hidden": 128, "layers": 2, "heads": 2, "ffn": 8, "vocab": 10})";
+    std::ofstream("memcalc_valid.json") << R"({"hidden": 64, "layers": 2, "heads": 2, "ffn": 8, "vocab": 10})";
     using Row = std::tuple<std::string, int, std::string>;
     const auto [args, status, message] = GENERATE(table<std::string, int, std::string>({
         Row{"--preset llama7b", 1, "unknown preset 'llama7b' (did you mean 'llama-7b'?)"},
@@ -366,7 +368,31 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"--preset llama-7b --offload parameters --zero 2 --dp 2", 1, "offloading parameters needs ZeRO stage 3"},
         Row{"--preset llama-7b --compare vllm", 2, "--compare: vllm not in {megatron,deepspeed}"},
         Row{"fit --preset llama-7b", 2, "fit needs --device-memory"},
-        Row{"fit --preset llama-7b --device-memory eighty", 2, "--device-memory must be a size such as 80GB, 80GiB, 1.5TB or a number of bytes (got 'eighty')"},
+        Row{"fit --preset llama-7b --device-memory eighty", 2, "--device-memory must be a size such as 80GB, 80GiB, 1.5TB or 512B (got 'eighty')"},
+        // Issue 12's defects, each as its reproducer.
+        Row{"--preset llama-7b --seq 8 -b 9223372036854775808 --dp 2 --global-batch 4", 2, "micro-batch x dp = 9223372036854775808 x 2, which exceeds 2^64"},
+        Row{"fit --preset llama-7b --device-memory 80GB -b 9223372036854775808 --dp 2 --global-batch 4", 2, "which exceeds 2^64"},
+        Row{"--preset llama-7b --seq 8 --pp 2 --vpp 2 --microbatches 9223372036854775808", 1, "microbatches (9223372036854775808) exceeds the 2^40"},
+        Row{"--preset llama-7b --seq 8 --pp 2 --vpp 9223372036854775809", 1, "pp x vpp (2 x 9223372036854775809) must divide layers (32)"},
+        Row{"--model-file /dev/zero --seq 8", 1, "cannot read model file '/dev/zero': not a regular file"},
+        Row{"--model-file memcalc_twice.json --seq 8", 1, "memcalc_twice.json: key 'hidden' appears twice in one object"},
+        Row{"--format json fit --preset llama-7b --device-memory 80GB", 2, "--format comes before 'fit', which does not see it"},
+        Row{"--output memcalc_never.txt fit --preset llama-7b --device-memory 80GB", 2, "--output comes before 'fit'"},
+        Row{"--preset llama-7b --seq ''", 2, "--seq needs a value (got '')"},
+        Row{"--preset llama-7b --seq 8 --dp ''", 2, "--dp needs a value (got '')"},
+        Row{"--preset llama-7b --seq 8 --zero ''", 2, "--zero needs a value (got '')"},
+        Row{"--preset llama-7b --seq 8 --cp ''", 2, "--cp needs a value (got '')"},
+        Row{"fit --preset llama-7b --device-memory 80", 2, "--device-memory 80 has no unit: write 80GB, 80GiB, or 80B for bytes"},
+        Row{"--preset llama-7b --seq 8 --plot memcalc_never.png", 2, "--plot writes SVG: give a name ending in .svg"},
+        Row{"--preset llama-7b --seq 8,16 --activations architecture --attention eager,flash --plot memcalc_never.svg", 2, "this one varies --attention"},
+        Row{"--preset llama-7b --seq 8,16 -b 1,2 --plot memcalc_never.svg", 2, "this one varies both --seq and --micro-batch"},
+        Row{"fit --preset llama-7b --device-memory 80GB --multiple-of 18446744073709551615 --cp 2", 2, "least common multiple exceeds 2^64"},
+        Row{"--model-file memcalc_valid.json --seq 8 --output memcalc_valid.json", 2, "--output 'memcalc_valid.json' is the input 'memcalc_valid.json': refusing to overwrite it"},
+        // Issue 11's options.
+        Row{"--preset llama-7b --grad-buffer fixed", 2, "--grad-buffer must be lazy or persistent (got 'fixed')"},
+        Row{"--preset llama-7b --seq 8 --pp 2 --first-stage-layers 40", 1, "exceeds layers (32)"},
+        Row{"--preset llama-7b --seq 8 --pp 5", 1, "pp (5) must divide layers (32), or give the first and last stages"},
+        Row{"--preset llama-7b --seq 8 --offload optimizer", 1, "offloading the optimizer needs a ZeRO stage"},
         Row{"fit --preset llama-7b --device-memory 1GB --reserve 2GiB", 2, "--reserve 2GiB leaves nothing of --device-memory 1GB"},
         Row{"fit --preset llama-7b --device-memory 80GB --tp 1,2", 2, "fit takes one layout"},
         Row{"fit --preset llama-7b --device-memory 80GB --tp 3", 1, "tp (3) must divide heads (32)"},
@@ -390,6 +416,98 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
     CHECK_THAT(run.err, Catch::Contains(message));
     std::remove("memcalc_bad.json");
     std::remove("memcalc_heads.json");
+    std::remove("memcalc_twice.json");
+    std::remove("memcalc_valid.json");
+    CHECK_FALSE(std::ifstream("memcalc_never.txt"));
+    CHECK_FALSE(std::ifstream("memcalc_never.png"));
+    CHECK_FALSE(std::ifstream("memcalc_never.svg"));
+}
+
+TEST_CASE("files are written whole, by the run that succeeds, through links, never over an input", "[cli][output]") {
+    // A run that fails writes no plot (issue 12: it used to leave p.svg behind).
+    std::remove("memcalc_plot.svg");
+    CHECK(memcalc("--preset llama-7b --seq 1024,2048 --per-layer --plot memcalc_plot.svg").status == 2);
+    CHECK_FALSE(std::ifstream("memcalc_plot.svg"));
+    // Four writers racing for one file: each succeeds, and the file is one whole report.
+    for (int round = 0; round < 10; ++round) {
+        const auto race = testing::shell(
+            "for i in 1 2 3 4; do (memcalc --preset llama-7b --seq $((512 * i)) --format json --output memcalc_race.json; "
+            "echo $? > memcalc_race.$i) & done; wait; cat memcalc_race.1 memcalc_race.2 memcalc_race.3 memcalc_race.4 | "
+            "grep -vc '^0$'; rm -f memcalc_race.[1-4]");
+        CHECK(race.out == "0\n");
+        std::ifstream file("memcalc_race.json");
+        std::stringstream text;
+        text << file.rdbuf();
+        CHECK_NOTHROW(json::parse(text.str()));
+    }
+    CHECK(testing::shell("ls -a | grep -c memcalc-").out == "0\n");  // no temporary left behind
+    std::remove("memcalc_race.json");
+    // Through a symbolic link: the target gets the report, the link stays a link.
+    std::ofstream("memcalc_target.csv") << "old";
+    CHECK(testing::shell("chmod 640 memcalc_target.csv && ln -sf memcalc_target.csv memcalc_link.csv").status == 0);
+    CHECK(memcalc("--preset llama-7b --seq 64 --format csv --output memcalc_link.csv").status == 0);
+    CHECK(testing::shell("test -L memcalc_link.csv && stat -c %a memcalc_target.csv").out == "640\n");
+    std::ifstream target("memcalc_target.csv");
+    std::string first;
+    std::getline(target, first);
+    CHECK(first.rfind("model,seq", 0) == 0);
+    std::remove("memcalc_link.csv");
+    std::remove("memcalc_target.csv");
+}
+
+TEST_CASE("a failed write to standard output is reported", "[cli][output]") {
+    const auto run = testing::shell("memcalc --preset llama-7b --seq 64 > /dev/full");
+    CHECK(run.status == 1);
+    CHECK_THAT(run.err, Catch::Contains("memcalc: cannot write to standard output: No space left on device"));
+}
+
+TEST_CASE("control characters in a model's name reach no output raw", "[cli][output]") {
+    std::ofstream("memcalc_escape.json")
+        << R"({"name": "evil\u001b[31m\nforged<x>", "hidden": 64, "layers": 2, "heads": 4, "ffn": 256, "vocab": 100})";
+    for (const char* format : {"table", "csv", "json"}) {
+        const auto run = memcalc(std::string("--model-file memcalc_escape.json --seq 16 --format ") + format +
+                                 " --plot memcalc_escape.svg");
+        CAPTURE(format);
+        REQUIRE(run.status == 0);
+        CHECK(run.out.find('\x1b') == std::string::npos);
+        if (std::string(format) == "json")
+            CHECK(json::parse(run.out)["model"]["name"] == "evil\\x1b[31m\\x0aforged<x>");
+        else
+            CHECK_THAT(run.out, Catch::Contains("evil\\x1b[31m\\x0aforged<x>"));
+    }
+    const auto svg = testing::shell(std::string("/usr/bin/python3 -c \"import xml.dom.minidom as m; "
+                                                "print(m.parse('memcalc_escape.svg').documentElement.tagName)\""));
+    CHECK(svg.out == "svg\n");
+    std::remove("memcalc_escape.json");
+    std::remove("memcalc_escape.svg");
+}
+
+TEST_CASE("plan says when no layout is valid, and honours --recompute and --micro-batch", "[cli][plan]") {
+    const auto none = memcalc("plan --preset llama-7b --gpus 5 --device-memory 80GB --seq 2048 --global-batch 8");
+    REQUIRE(none.status == 0);
+    CHECK_THAT(none.out, Catch::Contains("No layout of 5 devices is valid"));
+    const json j = json::parse(memcalc("plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 "
+                                       "--global-batch 16 --recompute full -b 2 --top 1000 --format json").out);
+    REQUIRE(j["layouts"].size() > 0);
+    for (const auto& l : j["layouts"]) {
+        CHECK(l["recompute"] == "full");
+        CHECK(l["micro_batch"] == 2);
+    }
+}
+
+TEST_CASE("fit of the micro-batch keeps the global batch: the answer runs, the next divisor does not fit",
+          "[cli][fit]") {
+    const json j = json::parse(memcalc("fit --preset llama-7b --device-memory 141GB --seq 1024 --global-batch 8 "
+                                       "--recompute none --format json").out);
+    const auto& r = j["results"][0];
+    const std::uint64_t b = r["largest"].get<std::uint64_t>();
+    CHECK(8 % b == 0);
+    const auto ok = memcalc("--preset llama-7b --seq 1024 --global-batch 8 -b " + std::to_string(b) + " --format json");
+    REQUIRE(ok.status == 0);
+    CHECK(json::parse(ok.out)["peak"]["bytes"] == r["peak"]["bytes"]);
+    CHECK(r["first_over"]["size"].get<std::uint64_t>() == 2 * b);  // 2 and 4 divide 8: the next divisor
+    // A micro-batch that does not divide the global batch is not an answer the estimate would refuse.
+    CHECK(memcalc("--preset llama-7b --seq 1024 --global-batch 8 -b 3").status == 2);
 }
 
 TEST_CASE("every command in the README prints what the README shows", "[cli][readme]") {

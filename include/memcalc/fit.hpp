@@ -1,9 +1,11 @@
 #pragma once
 /// The largest sequence length or micro-batch whose step fits in a device's memory. The peak never
 /// falls as either grows, so the answer is found by doubling, then bisection.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "memcalc/estimate.hpp"
 
@@ -28,8 +30,12 @@ struct FitResult {
 };
 
 namespace detail {
-inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dimension, std::uint64_t size) {
+inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dimension, std::uint64_t size,
+                      std::uint64_t global_batch = 0) {
     (dimension == FitDimension::seq ? settings.seq : settings.micro_batch) = size;
+    // A fixed global batch: the micro-batch decides how many micro-batches a step takes.
+    if (global_batch != 0 && dimension == FitDimension::micro_batch)
+        settings.parallel.microbatches = global_batch / (size * settings.parallel.dp);
     FitProbe p;
     p.size = size;
     try {
@@ -44,6 +50,32 @@ inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dim
     return p;
 }
 }  // namespace detail
+
+/// The largest micro-batch of a step of `global_batch` sequences (one that divides the global batch
+/// per replica) whose peak is at most `capacity`. Not a bisection: fewer, larger micro-batches can
+/// lower the peak (from one micro-batch a step, no gradient is held), so every divisor is tried.
+inline FitResult fit_micro_batch_of(const Architecture& m, const Settings& settings, std::uint64_t global_batch,
+                                    Count capacity) {
+    const std::uint64_t per_replica = global_batch / settings.parallel.dp;
+    std::vector<std::uint64_t> sizes;
+    for (std::uint64_t d = 1; d * d <= per_replica; ++d)
+        if (per_replica % d == 0) {
+            sizes.push_back(d);
+            if (d != per_replica / d) sizes.push_back(per_replica / d);
+        }
+    std::sort(sizes.begin(), sizes.end());
+    FitResult result;
+    std::optional<std::size_t> best;
+    std::vector<FitProbe> probes;
+    for (std::uint64_t b : sizes) {
+        probes.push_back(detail::probe(m, settings, FitDimension::micro_batch, b, global_batch));
+        if (probes.back().runs && probes.back().peak <= capacity) best = probes.size() - 1;
+    }
+    if (best) result.largest = probes[*best];
+    const std::size_t next = best ? *best + 1 : 0;
+    if (next < probes.size()) result.first_over = probes[next];
+    return result;
+}
 
 /// Searches multiples of `granule` up to `limit` for the largest size whose peak is at most
 /// `capacity` bytes; everything else comes from `settings`.

@@ -63,6 +63,9 @@ struct Parallelism {
 /// enumerated in a moment.
 inline constexpr std::uint64_t max_devices = 1ULL << 24;
 
+/// The most micro-batches in one step: as many as the largest global batch has sequences.
+inline constexpr std::uint64_t max_microbatches = 1ULL << 40;
+
 /// Ceiling division, for flat buffers padded to a multiple of their shard count.
 inline Count ceil_div(Count n, std::uint64_t by) { return Count(n.value() / by + (n.value() % by != 0)); }
 
@@ -125,6 +128,12 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     detail::require_divides("tp", p.tp, "kv_heads", m.key_value_heads());
     detail::require_divides("tp", p.tp, "ffn", m.ffn);
     if (p.vpp > 1 && p.pp == 1) throw error("vpp (" + std::to_string(p.vpp) + ") needs pp > 1");
+    // Bounds that keep the schedule's products (pp x vpp, M x vpp, (vpp - 1) x pp) inside 64 bits.
+    if (p.pp > m.layers || p.vpp > m.layers)
+        throw error("pp x vpp (" + std::to_string(p.pp) + " x " + std::to_string(p.vpp) + ") must divide layers (" +
+                    std::to_string(m.layers) + ")");
+    if (p.microbatches > max_microbatches)
+        throw error("microbatches (" + std::to_string(p.microbatches) + ") exceeds the 2^40 per step memcalc models");
     if (p.uneven_stages()) {
         validate_uneven_stages(p, m.layers);
     } else if (p.vpp == 1 && m.layers % p.pp != 0) {

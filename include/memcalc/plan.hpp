@@ -32,6 +32,8 @@ struct PlanRequest {
     /// Uneven pipeline stages for every pipelined layout they fit (0: even, or balanced when pp does
     /// not divide the layers; see stage_split).
     std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
+    std::vector<Recompute> modes;               ///< recomputation modes to try; empty means all three
+    std::vector<std::uint64_t> micro_batches;   ///< micro-batches to try; empty means every divisor
 };
 
 struct PlanRow {
@@ -177,12 +179,19 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
                             if (zero > 0 && dp == 1) continue;  // nothing to shard over
                             if (G % dp != 0) continue;
                             for (std::uint64_t b : divisors(G / dp)) {
+                                if (!request.micro_batches.empty() &&
+                                    std::find(request.micro_batches.begin(), request.micro_batches.end(), b) ==
+                                        request.micro_batches.end())
+                                    continue;
                                 Parallelism p;
                                 p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep, p.zero = zero;
                                 p.sequence_parallel = sp;
                                 std::tie(p.first_stage_layers, p.last_stage_layers) = *split;
                                 p.microbatches = G / (dp * b);
                                 for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+                                    if (!request.modes.empty() &&
+                                        std::find(request.modes.begin(), request.modes.end(), mode) == request.modes.end())
+                                        continue;
                                     PlanRow row;
                                     row.parallel = p;
                                     row.micro_batch = b;
