@@ -26,8 +26,11 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def predict(memcalc, run, platform):
-    """memcalc's report (JSON) for one measured run."""
+def predict(memcalc, run, platform, older=False):
+    """memcalc's report (JSON) for one measured run. `older`: a memcalc from before --microbatches
+    and --grad-buffer counted anything, asked what a user of it could ask (one lazy micro-batch)."""
+    if older:
+        run = dict(run, microbatches=1, grad_buffer="lazy")
     command = [memcalc, "--model-file", os.path.join(ROOT, run["model_file"]), "--seq", str(run["seq"]),
                "--micro-batch", str(run["micro_batch"]), "--recompute", run["recompute"], "--activations",
                "architecture", "--attention", "flash" if run["attention"] == "sdpa" else "eager", "--platform", platform,
@@ -111,6 +114,8 @@ def main(argv=None):
     ap.add_argument("--steps", action="store_true", help="also every step of each run's timeline")
     ap.add_argument("--check", action="store_true", help="exit 1 when a run misses by more than --tolerance")
     ap.add_argument("--plot", metavar="FILE.svg", help="draw measured against predicted peaks")
+    ap.add_argument("--markdown", action="store_true", help="also the runs as a Markdown table (the README's)")
+    ap.add_argument("--before", metavar="MEMCALC", help="with --markdown: another memcalc's predictions beside")
     a = ap.parse_args(argv)
     files = [json.load(open(path)) for path in a.results]
     for f in files:
@@ -129,6 +134,8 @@ def main(argv=None):
     key = lambda r: (r["model"], r["seq"], r["attention"], r["microbatches"], r["grad_buffer"])
     base = {key(r): r["median_step_seconds"] for r in results["runs"] if r["recompute"] == "none"}
     errors, misses, points, cost, details = [], [], [], {"selective": [], "full": []}, []
+    table = ["| model | seq | recompute | M | measured peak (B) | at |" + (" before (B) | error |" if a.before else "") +
+             " predicted (B) | at | error |", "|---|---|---|---|---|---|" + ("---|---|" if a.before else "") + "---|---|---|"]
     for r in results["runs"]:
         report = predict(a.memcalc, r, r["platform"])
         state = report["state"]
@@ -144,6 +151,12 @@ def main(argv=None):
         if abs(e) > a.tolerance:
             misses.append(f"{label}: {100 * e:+.1f}%")
         ratio = r["median_step_seconds"] / base[key(r)]
+        if a.markdown:
+            row = f"| {r['model'].replace('-replication', '')} | {r['seq']} | {r['recompute']} | {loop(r)} | {measured:,} | {r['peak_step']} |"
+            if a.before:
+                old = predict(a.before, r, r["platform"], older=True)["peak"]["bytes"]
+                row += f" {old:,} | {100 * (old - measured) / measured:+.1f}% |"
+            table.append(row + f" {peak:,} | {peak_step} | {100 * e:+.2f}% |")
         if r["recompute"] in cost:
             cost[r["recompute"]].append(ratio)
         print(f"{r['model']:<24} {r['seq']:>5} {r['attention']:<9} {r['recompute']:<9} {loop(r):>3} {measured:>13,} "
@@ -167,6 +180,8 @@ def main(argv=None):
         print("  miss:", m)
     for line in results.get("skipped", []):
         print("not run:", line)
+    if a.markdown:
+        print("\n" + "\n".join(table))
     if details:
         print("\nevery step: the most bytes allocated at once within it, measured and predicted")
         print("\n".join(details))
