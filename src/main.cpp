@@ -113,8 +113,21 @@ ActivationModel activation_model(const Request& q) {
     return q.activations == "architecture" ? ActivationModel::architecture : ActivationModel::korthikanti;
 }
 
-/// `files`: where a plot asked for goes, written only once the whole run has succeeded.
-std::string run_estimate(const Request& q, std::vector<PendingFile>& files) {
+/// `text` with every line but the first indented by `spaces`: a JSON value dumped alone, placed inside
+/// an array as nlohmann would have dumped the array.
+std::string indented(const std::string& text, std::size_t spaces) {
+    std::string out(spaces, ' ');
+    for (char c : text) {
+        out += c;
+        if (c == '\n') out.append(spaces, ' ');
+    }
+    return out;
+}
+
+/// `out`: what goes to stdout or --output; `files`: a plot asked for, written only once the whole run
+/// has succeeded. A sweep is rendered a configuration at a time and keeps no report: its memory does
+/// not grow with its length (a table keeps each row's text, to align the columns).
+void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files) {
     check_run_options(q);
     const std::vector<std::uint64_t> batches = parse_sizes("--micro-batch", q.micro_batch);
     const std::vector<Recompute> modes = parse_modes(q.recompute);
@@ -130,60 +143,66 @@ std::string run_estimate(const Request& q, std::vector<PendingFile>& files) {
         seqs.push_back(arch.max_positions);
     }
 
-    check_plot(q, seqs.size(), batches.size(), parse_layouts(q, batches.front()).size(), attentions.size());
-    std::vector<Report> runs;
+    const std::size_t layouts = parse_layouts(q, batches.front()).size();
+    check_plot(q, seqs.size(), batches.size(), layouts, attentions.size());
+    const std::size_t configurations = seqs.size() * batches.size() * layouts * attentions.size() * modes.size();
+    const bool sweep = configurations > 1;
+    if (sweep && (q.per_layer || q.timeline))
+        throw usage_error(fmt::format("{} shows one configuration; this asks for {} (a sweep)",
+                                      q.per_layer ? "--per-layer" : "--timeline", configurations));
     const ActivationModel activations = activation_model(q);
     const Platform platform = parse_platform(q);
     const OptimizerImpl optimizer = parse_optimizer_impl(q.optimizer_impl);
     const GradBuffer grad_buffer = parse_grad_buffer(q.grad_buffer);
-    {
-        Progress progress("sweep", 64);
-        for (auto s : seqs)
-            for (auto b : batches)
-                for (const auto& layout : parse_layouts(q, b))
-                    for (auto attention : attentions)
-                        for (auto mode : modes) {
-                            runs.push_back(estimate(
-                                arch, {s, b, mode, q.recipe, activations, attention, platform, layout, optimizer,
-                                       grad_buffer}));
-                            progress(runs.size());
-                        }
-    }
-
     const Format format = parse_format(q.format);
     View view{q.units == "gib" ? Unit::gib : Unit::gb, q.timeline, q.compare,
               parse_count("--gpus-per-node", q.gpus_per_node, 8), std::nullopt};
     if (!q.device_memory.empty()) view.device_memory = parse_size("--device-memory", q.device_memory);
-    if (!q.plot.empty()) {
-        // A sweep plots the peak against the sequence (or, when only it varies, the micro-batch).
-        const bool by_seq = seqs.size() > 1 || batches.size() == 1;
+
+    if (!sweep) {
+        const Report r = estimate(arch, {seqs.front(), batches.front(), modes.front(), q.recipe, activations,
+                                         attentions.front(), platform, parse_layouts(q, batches.front()).front(),
+                                         optimizer, grad_buffer});
+        if (!q.plot.empty()) files.push_back({"--plot", q.plot, timeline_svg(r, view.device_memory, view.unit)});
+        switch (format) {
+            case Format::json: out.append((q.per_layer ? per_layer_json(r) : report_json(r, view)).dump(2) + "\n"); break;
+            case Format::csv: out.append(q.per_layer ? per_layer_csv(r) : csv_header() + csv_row(r)); break;
+            case Format::table: out.append(q.per_layer ? per_layer_table(r, view) : report_table(r, view)); break;
+        }
+        return;
+    }
+
+    std::vector<SweepPoint> points;  // what a plot needs of each configuration
+    std::optional<SweepTable> table;
+    if (format == Format::table) table.emplace(view);
+    if (format == Format::csv) out.append(csv_header());
+    std::size_t done = 0;
+    Progress progress("sweep", 64);
+    for (auto s : seqs)
+        for (auto b : batches)
+            for (const auto& layout : parse_layouts(q, b))
+                for (auto attention : attentions)
+                    for (auto mode : modes) {
+                        Settings settings{s, b, mode, q.recipe, activations, attention, platform, layout, optimizer,
+                                          grad_buffer};
+                        settings.timelines = format == Format::json;  // only JSON prints them
+                        const Report r = estimate(arch, settings);
+                        if (!q.plot.empty()) points.push_back({s, b, mode, r.peak_step().bytes.total()});
+                        switch (format) {
+                            case Format::json:
+                                out.append((done == 0 ? "[\n" : ",\n") + indented(report_json(r, view).dump(2), 2));
+                                break;
+                            case Format::csv: out.append(csv_row(r)); break;
+                            case Format::table: table->add(r); break;
+                        }
+                        progress(++done);
+                    }
+    if (format == Format::json) out.append("\n]\n");
+    if (table) out.append(table->str());
+    // A sweep plots the peak against the sequence (or, when only it varies, the micro-batch).
+    if (!q.plot.empty())
         files.push_back({"--plot", q.plot,
-                         runs.size() > 1 ? sweep_svg(runs, by_seq, view.device_memory, view.unit)
-                                         : timeline_svg(runs.front(), view.device_memory, view.unit)});
-    }
-    if (runs.size() > 1) {
-        if (q.per_layer || q.timeline)
-            throw usage_error(fmt::format("{} shows one configuration; this asks for {} (a sweep)",
-                                          q.per_layer ? "--per-layer" : "--timeline", runs.size()));
-        if (format == Format::json) {
-            nlohmann::json all = nlohmann::json::array();
-            for (const auto& r : runs) all.push_back(report_json(r, view));
-            return all.dump(2) + "\n";
-        }
-        if (format == Format::csv) {
-            std::string out = csv_header();
-            for (const auto& r : runs) out += csv_row(r);
-            return out;
-        }
-        return sweep_table(runs, view);
-    }
-    const Report& r = runs.front();
-    switch (format) {
-        case Format::json: return (q.per_layer ? per_layer_json(r) : report_json(r, view)).dump(2) + "\n";
-        case Format::csv: return q.per_layer ? per_layer_csv(r) : csv_header() + csv_row(r);
-        case Format::table: return q.per_layer ? per_layer_table(r, view) : report_table(r, view);
-    }
-    return {};
+                         sweep_svg(arch.name, points, seqs.size() > 1 || batches.size() == 1, view.device_memory, view.unit)});
 }
 
 std::string run_fit(const Request& q) {
@@ -288,7 +307,7 @@ std::string run_plan(const Request& q) {
     const auto start = std::chrono::steady_clock::now();
     {
         Progress progress("plan", 4096);
-        view.rows = plan(model.architecture, r, std::ref(progress));
+        view.result = plan_top(model.architecture, r, view.top, std::ref(progress));
     }
     view.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     switch (parse_format(q.format)) {
@@ -602,16 +621,21 @@ Example:
         // and writes no file.
         std::vector<PendingFile> files;
         const Request& used = fit->parsed() ? fit_q : plan->parsed() ? plan_q : q;
-        const std::string out = presets->parsed()       ? run_presets(list_format)
-                                : recipes_cmd->parsed() ? run_recipes(list_format)
-                                : fit->parsed()         ? run_fit(fit_q)
-                                : plan->parsed()        ? run_plan(plan_q)
-                                                        : run_estimate(q, files);
-        if (!used.output.empty()) files.push_back({"--output", used.output, out});
+        Spool out;
+        if (presets->parsed()) out.append(run_presets(list_format));
+        else if (recipes_cmd->parsed()) out.append(run_recipes(list_format));
+        else if (fit->parsed()) out.append(run_fit(fit_q));
+        else if (plan->parsed()) out.append(run_plan(plan_q));
+        else run_estimate(q, out, files);
+        if (!used.output.empty()) files.push_back({"--output", used.output, "", &out});
         for (const auto& f : files) refuse_overwriting_inputs(f, {used.model_file, used.config});
         write_files(files);
         if (!used.output.empty()) return 0;
-        std::cout << out << std::flush;
+        const bool read = out.each_chunk([](std::string_view chunk) {
+            std::cout.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+        });
+        std::cout.flush();
+        if (!read) throw error("cannot read back the spooled output");
         if (!std::cout) {
             std::cerr << "memcalc: cannot write to standard output: " << std::strerror(errno) << "\n";
             return exit_input_error;

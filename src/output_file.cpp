@@ -98,12 +98,16 @@ Temporary write_temporary(const PendingFile& f, const std::string& target) {
         mode = 0666 & ~mask;
     }
     bool ok = fchmod(fd, mode) == 0;
-    for (std::size_t done = 0; ok && done < f.text.size();) {
-        const ssize_t n = ::write(fd, f.text.data() + done, f.text.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        ok = n > 0;
-        if (ok) done += static_cast<std::size_t>(n);
-    }
+    const auto write_all = [&](std::string_view text) {
+        for (std::size_t done = 0; ok && done < text.size();) {
+            const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+            if (n < 0 && errno == EINTR) continue;
+            ok = n > 0;
+            if (ok) done += static_cast<std::size_t>(n);
+        }
+    };
+    if (f.spool != nullptr) ok = f.spool->each_chunk(write_all) && ok;
+    else write_all(f.text);
     ok = ok && fsync(fd) == 0;
     const std::string why = ok ? "" : reason();
     ok = close(fd) == 0 && ok;
@@ -115,6 +119,26 @@ Temporary write_temporary(const PendingFile& f, const std::string& target) {
 }
 
 }  // namespace
+
+Spool::~Spool() {
+    if (file_ != nullptr) std::fclose(file_);
+}
+
+void Spool::append(std::string_view text) {
+    constexpr std::size_t in_memory = 16u << 20;
+    if (file_ == nullptr && memory_.size() + text.size() > in_memory) {
+        file_ = std::tmpfile();  // unnamed: it vanishes with the process, however it ends
+        if (file_ == nullptr || std::fwrite(memory_.data(), 1, memory_.size(), file_) != memory_.size())
+            throw error(std::string("cannot spool the output to a temporary file: ") + reason());
+        memory_.clear();
+        memory_.shrink_to_fit();
+    }
+    if (file_ == nullptr) {
+        memory_ += text;
+    } else if (std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
+        throw error(std::string("cannot spool the output to a temporary file: ") + reason());
+    }
+}
 
 void write_files(const std::vector<PendingFile>& files) {
     install_handlers();

@@ -1,14 +1,42 @@
 #pragma once
 // The files a run writes (--output, --plot): all of them or none, each complete or absent.
+#include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace memcalc::cli {
+
+/// A run's output as it is made: in memory, then past 16 MiB in an unnamed temporary file, so a sweep
+/// of any length holds a bounded amount of memory and still prints nothing until it has succeeded.
+class Spool {
+public:
+    Spool() = default;
+    Spool(const Spool&) = delete;
+    Spool& operator=(const Spool&) = delete;
+    ~Spool();
+
+    void append(std::string_view text);
+    /// Hands every byte, in order, to `sink` (chunks of at most 1 MiB); false when a read fails.
+    template <class Sink>
+    bool each_chunk(Sink&& sink) const {
+        if (file_ == nullptr) return sink(std::string_view(memory_)), true;
+        std::rewind(file_);
+        std::string chunk(1 << 20, '\0');
+        for (std::size_t n; (n = std::fread(chunk.data(), 1, chunk.size(), file_)) > 0;) sink(std::string_view(chunk.data(), n));
+        return std::ferror(file_) == 0;
+    }
+
+private:
+    std::string memory_;
+    std::FILE* file_ = nullptr;
+};
 
 struct PendingFile {
     std::string option;  ///< "--output", "--plot": named in errors
     std::string path;
     std::string text;
+    const Spool* spool = nullptr;  ///< when set, the text comes from here
 };
 
 /// Writes every file through a temporary of its own (mkstemp) in the target's folder, flushed to disk,

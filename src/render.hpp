@@ -1,6 +1,7 @@
 #pragma once
 // Turning reports into text: the one place that knows what the program prints.
 #include <array>
+#include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -64,7 +65,7 @@ struct PlanView {
     std::string model;
     PlanRequest request;
     Count memory, reserve;
-    std::vector<PlanRow> rows;  ///< every layout evaluated, fitting ones first, ranked
+    PlanSummary result;         ///< the best `top` fitting layouts, and the counts
     std::size_t top = 10;
     double seconds = 0;         ///< how long the search took
 };
@@ -76,7 +77,14 @@ std::string layout_text(const Parallelism& p);
 
 // Pictures (plain SVG).
 std::string timeline_svg(const Report& r, std::optional<Count> device, Unit unit);
-std::string sweep_svg(const std::vector<Report>& runs, bool by_seq, std::optional<Count> device, Unit unit);
+/// One configuration of a plotted sweep.
+struct SweepPoint {
+    std::uint64_t seq = 0, micro_batch = 0;
+    Recompute recompute = Recompute::none;
+    Count peak;
+};
+std::string sweep_svg(const std::string& model, const std::vector<SweepPoint>& points, bool by_seq,
+                      std::optional<Count> device, Unit unit);
 
 // Tables for people.
 std::string report_table(const Report& r, const View& view);
@@ -84,7 +92,19 @@ std::string compare_table(const Report& r, const View& view);
 nlohmann::json compare_json(const Report& r, const View& view);
 std::vector<Count> compare_figures(const Report& r, const View& view);  ///< the other tool's headline figures
 std::string per_layer_table(const Report& r, const View& view);
-std::string sweep_table(const std::vector<Report>& runs, const View& view);
+/// A sweep's table, a row a configuration: only the row's text is kept, not the report.
+class SweepTable {
+public:
+    explicit SweepTable(const View& view);
+    ~SweepTable();
+    void add(const Report& r);
+    std::string str() const;
+
+private:
+    struct Rows;
+    View view_;
+    std::unique_ptr<Rows> rows_;
+};
 std::string presets_table(const std::vector<std::pair<std::string, ModelFile>>& presets);
 std::string recipes_table();
 

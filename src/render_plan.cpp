@@ -12,11 +12,15 @@ namespace {
 
 using Align = TextTable::Align;
 
-std::size_t fitting(const PlanView& v) {
-    return static_cast<std::size_t>(std::count_if(v.rows.begin(), v.rows.end(), [](const PlanRow& r) { return r.fits; }));
-}
+std::size_t fitting(const PlanView& v) { return v.result.fitting; }
 
-std::size_t shown(const PlanView& v) { return std::min(v.top, fitting(v)); }
+std::size_t shown(const PlanView& v) { return v.result.top.size(); }
+
+/// Bytes sent per device, a floating-point estimate that can pass what 64 bits count.
+std::string communication_text(double bytes, Unit unit) {
+    if (bytes < 1.8e19) return amount(Count(static_cast<std::uint64_t>(bytes)), unit);
+    return fmt::format("{:.3g} B", bytes);
+}
 
 }  // namespace
 
@@ -26,20 +30,20 @@ std::string plan_table(const PlanView& v, Unit unit) {
     table.row({"rank", "layout", "micro-batch", "micro-batches", "recompute", "peak", "peak at", "recompute",
                "bubble", "comm/device"});
     for (std::size_t i = 0; i < shown(v); ++i) {
-        const PlanRow& r = v.rows[i];
+        const PlanRow& r = v.result.top[i];
         table.row({std::to_string(i + 1), layout_text(r.parallel), std::to_string(r.micro_batch),
                    std::to_string(r.parallel.steps_per_batch()), recompute_name(r.recompute), amount(r.peak.bytes(), unit),
                    r.peak.step.name() + (r.parallel.pp > 1 ? fmt::format(" (stage {})", r.peak.stage) : ""),
                    fmt::format("{:.1f}%", 100 * r.recompute_fraction), fmt::format("{:.1f}%", 100 * r.bubble),
-                   amount(Count(static_cast<std::uint64_t>(r.communication)), unit)});
+                   communication_text(r.communication, unit)});
     }
     std::string out = fmt::format(
         "memcalc plan: {} on {} devices of {} ({} usable), seq {}, {} sequences per step\n"
         "{} layouts evaluated in {:.3f} s; {} fit. Ranked by wasted compute (recomputation + pipeline bubble),\n"
         "then communication per device, then peak.\n",
         v.model, v.request.gpus, amount(v.memory, unit), amount(v.request.capacity, unit), v.request.seq,
-        v.request.global_batch, v.rows.size(), v.seconds, fitting(v));
-    if (v.rows.empty())
+        v.request.global_batch, v.result.evaluated, v.seconds, fitting(v));
+    if (v.result.evaluated == 0)
         return out + fmt::format(
                          "No layout of {} devices is valid: each way to write {} as dp x tp x pp x cp needs a degree the "
                          "model or the run cannot take\n(tp must divide the heads, the key/value heads and the MLP "
@@ -55,7 +59,7 @@ nlohmann::json plan_json(const PlanView& v) {
     using nlohmann::json;
     json layouts = json::array();
     for (std::size_t i = 0; i < shown(v); ++i) {
-        const PlanRow& r = v.rows[i];
+        const PlanRow& r = v.result.top[i];
         const Parallelism& p = r.parallel;
         layouts.push_back({{"rank", i + 1},
                            {"dp", p.dp},
@@ -89,7 +93,7 @@ nlohmann::json plan_json(const PlanView& v) {
             {"device_memory_bytes", v.memory.value()},
             {"reserve_bytes", v.reserve.value()},
             {"capacity_bytes", v.request.capacity.value()},
-            {"evaluated", v.rows.size()},
+            {"evaluated", v.result.evaluated},
             {"seconds", v.seconds},
             {"fitting", fitting(v)},
             {"ranking", "waste (recompute_fraction + bubble), then communication_bytes, then peak bytes"},
@@ -101,7 +105,7 @@ std::string plan_csv(const PlanView& v) {
                       "peak_stage,recompute_fraction,bubble,communication_bytes,peak_microbatch,first_stage_layers,"
                       "last_stage_layers\n";
     for (std::size_t i = 0; i < shown(v); ++i) {
-        const PlanRow& r = v.rows[i];
+        const PlanRow& r = v.result.top[i];
         const Parallelism& p = r.parallel;
         out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f},{},{},{}\n", i + 1, p.dp, p.tp,
                            p.pp, p.cp,

@@ -302,24 +302,31 @@ std::string layout_text(const Parallelism& p) {
     return out;
 }
 
-std::string sweep_table(const std::vector<Report>& runs, const View& view) {
-    TextTable table({L, L, R, R, L, L, R, R, R, L, R, R, R}, "");
+struct SweepTable::Rows {
+    TextTable table{{L, L, R, R, L, L, R, R, R, L, R, R, R}, ""};
+};
+
+SweepTable::SweepTable(const View& view) : view_(view), rows_(std::make_unique<Rows>()) {
     std::vector<std::string> head = {"model", "layout", "seq", "micro-batch", "attention", "recompute",
                                      "activations", "kept", "peak", "peak step"};
     if (view.compare == "megatron") head.insert(head.end(), {"Megatron w+opt", "Megatron act", "Megatron total"});
     if (view.compare == "deepspeed") head.insert(head.end(), {"DeepSpeed GPU", "DeepSpeed host/node"});
-    table.row(head);
-    for (const auto& r : runs) {
-        std::vector<std::string> row = {r.model.name, layout_text(r.settings.parallel), std::to_string(r.settings.seq),
-                                        std::to_string(r.settings.micro_batch), attention_name(r.settings.attention),
-                                        recompute_name(r.settings.recompute), amount(r.activations, view.unit),
-                                        amount(r.kept_activations, view.unit),
-                                        amount(r.peak_step().bytes.total(), view.unit), r.peak_step().name()};
-        for (const auto& figure : compare_figures(r, view)) row.push_back(amount(figure, view.unit));
-        table.row(row);
-    }
-    return table.str();
+    rows_->table.row(head);
 }
+
+SweepTable::~SweepTable() = default;
+
+void SweepTable::add(const Report& r) {
+    std::vector<std::string> row = {r.model.name, layout_text(r.settings.parallel), std::to_string(r.settings.seq),
+                                    std::to_string(r.settings.micro_batch), attention_name(r.settings.attention),
+                                    recompute_name(r.settings.recompute), amount(r.activations, view_.unit),
+                                    amount(r.kept_activations, view_.unit),
+                                    amount(r.peak_step().bytes.total(), view_.unit), r.peak_step().name()};
+    for (const auto& figure : compare_figures(r, view_)) row.push_back(amount(figure, view_.unit));
+    rows_->table.row(row);
+}
+
+std::string SweepTable::str() const { return rows_->table.str(); }
 
 std::string presets_table(const std::vector<std::pair<std::string, ModelFile>>& presets) {
     TextTable table({L, R, L}, "");

@@ -149,30 +149,30 @@ std::string timeline_svg(const Report& r, std::optional<Count> device, Unit unit
     return out + "</svg>\n";
 }
 
-std::string sweep_svg(const std::vector<Report>& runs, bool by_seq, std::optional<Count> device, Unit unit) {
+std::string sweep_svg(const std::string& name, const std::vector<SweepPoint>& runs, bool by_seq,
+                      std::optional<Count> device, Unit unit) {
     Count highest = device ? *device : Count(0);
     std::uint64_t x_max = 1;
     for (const auto& r : runs) {
-        highest = std::max(highest, r.peak_step().bytes.total());
-        x_max = std::max(x_max, by_seq ? r.settings.seq : r.settings.micro_batch);
+        highest = std::max(highest, r.peak);
+        x_max = std::max(x_max, by_seq ? r.seq : r.micro_batch);
     }
     const Scale scale = scale_for(highest, unit);
     const Axes a{static_cast<double>(highest.value()) / scale.divisor * 1.08, scale};
     const auto sx = [&](std::uint64_t v) { return a.x(static_cast<double>(v) / static_cast<double>(x_max)); };
-    const std::string name = runs.empty() ? "" : runs.front().model.name;
     std::string out = header(fmt::format("{}: peak memory against {}", name, by_seq ? "sequence length" : "micro-batch"));
     out += y_axis(a);
-    std::map<std::string, std::vector<const Report*>> lines;  // one per recomputation mode
-    for (const auto& r : runs) lines[recompute_name(r.settings.recompute)].push_back(&r);
+    std::map<std::string, std::vector<const SweepPoint*>> lines;  // one per recomputation mode
+    for (const auto& r : runs) lines[recompute_name(r.recompute)].push_back(&r);
     double legend_y = top;
     for (const char* mode : {"none", "selective", "full"}) {
         auto it = lines.find(mode);
         if (it == lines.end()) continue;
         std::string points;
         std::string marks;
-        for (const Report* r : it->second) {
-            const std::uint64_t v = by_seq ? r->settings.seq : r->settings.micro_batch;
-            const double y = a.y(static_cast<double>(r->peak_step().bytes.total().value()) / scale.divisor);
+        for (const SweepPoint* r : it->second) {
+            const std::uint64_t v = by_seq ? r->seq : r->micro_batch;
+            const double y = a.y(static_cast<double>(r->peak.value()) / scale.divisor);
             points += fmt::format("{:.1f},{:.1f} ", sx(v), y);
             marks += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>", sx(v), y, colour(mode));
         }

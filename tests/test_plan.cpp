@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -14,6 +15,11 @@ Architecture small_llama() {
     return m;
 }
 using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, unsigned, bool, std::uint64_t, int>;
+/// Which layout a row is: its degrees, micro-batch and mode.
+Key layout_text_key(const PlanRow& r) {
+    const Parallelism& p = r.parallel;
+    return {p.dp, p.tp, p.pp, p.cp, p.zero, p.sequence_parallel, r.micro_batch, static_cast<int>(r.recompute)};
+}
 }  // namespace
 
 TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration finds", "[plan]") {
@@ -84,4 +90,25 @@ TEST_CASE("plan: a mixture-of-experts model also enumerates expert parallelism",
     std::set<std::uint64_t> eps;
     for (const auto& r : plan(m, request)) eps.insert(r.parallel.ep);
     CHECK(eps == std::set<std::uint64_t>{1, 2, 4});
+}
+
+TEST_CASE("plan_top keeps the best k fitting layouts in plan's order, and counts them all", "[plan]") {
+    const Architecture m = small_llama();
+    PlanRequest request;
+    request.gpus = 16, request.capacity = 20000000000ULL, request.seq = 1024, request.global_batch = 32;
+    const auto all = plan(m, request);
+    const std::size_t fitting =
+        static_cast<std::size_t>(std::count_if(all.begin(), all.end(), [](const PlanRow& r) { return r.fits; }));
+    REQUIRE(fitting > 10);
+    for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{7}, fitting, fitting + 5}) {
+        const PlanSummary top = plan_top(m, request, k);
+        CAPTURE(k);
+        CHECK(top.evaluated == all.size());
+        CHECK(top.fitting == fitting);
+        REQUIRE(top.top.size() == std::min(k, fitting));
+        for (std::size_t i = 0; i < top.top.size(); ++i) {
+            CHECK(plan_key(top.top[i]) == plan_key(all[i]));
+            CHECK(layout_text_key(top.top[i]) == layout_text_key(all[i]));
+        }
+    }
 }

@@ -29,6 +29,9 @@ struct Settings {
     Parallelism parallel;           ///< every degree 1: one device
     OptimizerImpl optimizer = OptimizerImpl::fused;  ///< decides the optimiser step's temporaries
     GradBuffer grad_buffer = GradBuffer::lazy;       ///< when the gradients exist
+    /// Build every rank's timeline; without them each rank's peak comes from the closed form
+    /// (peak_step), which costs a few operations and no memory per layer: sweeps and fit.
+    bool timelines = true;
 };
 
 /// One kind of device: every rank of one pipeline stage holds the same (tensor, data, context and
@@ -41,10 +44,11 @@ struct RankReport {
     Count parameters;                        ///< on this rank: after tensor, expert and pipeline splits
     TrainingState state;                     ///< on the device, after ZeRO sharding and offload
     Count host;                              ///< what offload keeps in host memory for this rank
-    std::vector<Step> timeline;
-    std::size_t peak = 0;
+    std::vector<Step> timeline;              ///< empty unless Settings::timelines
+    std::size_t peak = 0;                    ///< the peak's index in timeline (when it is built)
+    Step peak_at{Phase::forward, 0, {}, 1};  ///< the peak step, the earliest largest
 
-    const Step& peak_step() const { return timeline[peak]; }
+    const Step& peak_step() const { return peak_at; }
 };
 
 struct Report {
@@ -73,7 +77,7 @@ struct Report {
 namespace detail {
 
 /// One pipeline stage's device: its parameters, sharded state and timeline.
-inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint64_t stage) {
+inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint64_t stage, bool timelines) {
     const StageFacts f = stage_facts(w, p, stage);
     RankReport rank;
     rank.stage = stage;
@@ -84,8 +88,14 @@ inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint
     rank.parameters = f.parameters;
     rank.state = f.state;
     rank.host = f.host;
-    rank.timeline = timeline(stage_inputs(w, p, f));
-    rank.peak = peak_index(rank.timeline);
+    const TimelineInputs in = stage_inputs(w, p, f);
+    if (timelines) {
+        rank.timeline = timeline(in);
+        rank.peak = peak_index(rank.timeline);
+        rank.peak_at = rank.timeline[rank.peak];
+    } else {
+        rank.peak_at = peak_step(in);
+    }
     return rank;
 }
 
@@ -140,7 +150,7 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
         r.activations = Count(model.layers) * r.layer.total();
         r.kept_activations = Count(model.layers) * r.layer.kept(settings.recompute);
 
-        for (std::uint64_t stage = 0; stage < p.pp; ++stage) r.ranks.push_back(detail::rank_report(w, p, stage));
+        for (std::uint64_t stage = 0; stage < p.pp; ++stage) r.ranks.push_back(detail::rank_report(w, p, stage, settings.timelines));
         for (std::size_t i = 1; i < r.ranks.size(); ++i)
             if (r.ranks[i].peak_step().bytes.total() > r.busiest().peak_step().bytes.total()) r.most_loaded = i;
     } catch (const overflow_error&) {

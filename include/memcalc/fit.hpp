@@ -33,6 +33,7 @@ namespace detail {
 inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dimension, std::uint64_t size,
                       std::uint64_t global_batch = 0) {
     (dimension == FitDimension::seq ? settings.seq : settings.micro_batch) = size;
+    settings.timelines = false;  // the peak alone, in closed form
     // A fixed global batch: the micro-batch decides how many micro-batches a step takes.
     if (global_batch != 0 && dimension == FitDimension::micro_batch)
         settings.parallel.microbatches = global_batch / (size * settings.parallel.dp);

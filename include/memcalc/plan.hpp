@@ -115,10 +115,10 @@ inline double communication_bytes(const Workload& w, const Parallelism& p, const
     return bytes;
 }
 
-/// Every valid layout of `request.gpus` devices, with its peak and costs; `each` sees every row as it
-/// is made (for progress), and the rows come back ranked by plan_order, fitting ones first.
-inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& request,
-                                 const std::function<void(std::size_t)>& each = nullptr) {
+/// Every valid layout of `request.gpus` devices, with its peak and costs, handed to `visit` as it is
+/// made, in a fixed order (the order ties are ranked in).
+template <class Visit>
+void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& visit) {
     validate(m);
     const Recipe* recipe = find_recipe(request.recipe);
     if (recipe == nullptr) throw error("unknown recipe '" + request.recipe + "'");
@@ -156,8 +156,6 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
         return workloads.emplace(std::make_pair(b, mode), std::move(built)).first->second;
     };
 
-    std::vector<PlanRow> rows;
-    rows.reserve(4096);  // a few thousand layouts is typical: skip the small regrowths
     const std::vector<std::uint64_t> factors = divisors(request.gpus);
     const auto attention_heads_ok = [&](std::uint64_t tp) {
         return m.heads % tp == 0 && m.key_value_heads() % tp == 0 && m.ffn % tp == 0 &&
@@ -209,8 +207,7 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
                                             row.fits = false;  // its bytes do not fit in 64 bits, let alone a device
                                         }
                                     }
-                                    rows.push_back(row);
-                                    if (each) each(rows.size());
+                                    visit(row);
                                 }
                             }
                         }
@@ -219,6 +216,17 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
             }
         }
     }
+}
+
+/// Every valid layout, ranked by plan_order, fitting ones first; `each` sees the count as rows are made.
+inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& request,
+                                 const std::function<void(std::size_t)>& each = nullptr) {
+    std::vector<PlanRow> rows;
+    rows.reserve(4096);  // a few thousand layouts is typical: skip the small regrowths
+    for_each_layout(m, request, [&](const PlanRow& row) {
+        rows.push_back(row);
+        if (each) each(rows.size());
+    });
     // Sort the keys, computed once, not the rows: a row is a few hundred bytes and its peak a sum.
     struct Ranked {
         bool fits;
@@ -235,6 +243,39 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
     sorted.reserve(rows.size());
     for (const Ranked& r : ranked) sorted.push_back(rows[r.row]);
     return sorted;
+}
+
+/// The best `k` fitting layouts, ranked as plan() ranks them, and how many were evaluated and fit:
+/// memory that does not grow with the number of layouts.
+struct PlanSummary {
+    std::vector<PlanRow> top;
+    std::size_t evaluated = 0, fitting = 0;
+};
+
+inline PlanSummary plan_top(const Architecture& m, const PlanRequest& request, std::size_t k,
+                            const std::function<void(std::size_t)>& each = nullptr) {
+    using Ranked = std::pair<std::tuple<double, double, std::uint64_t>, std::size_t>;  // key, then order made
+    std::vector<std::pair<Ranked, PlanRow>> heap;  // a max-heap: the worst of the best k on top
+    const auto worse = [](const auto& a, const auto& b) { return a.first < b.first; };
+    PlanSummary summary;
+    for_each_layout(m, request, [&](const PlanRow& row) {
+        ++summary.evaluated;
+        if (each) each(summary.evaluated);
+        if (!row.fits) return;
+        ++summary.fitting;
+        const Ranked rank{plan_key(row), summary.evaluated};
+        if (heap.size() < k) {
+            heap.emplace_back(rank, row);
+            std::push_heap(heap.begin(), heap.end(), worse);
+        } else if (k > 0 && rank < heap.front().first) {
+            std::pop_heap(heap.begin(), heap.end(), worse);
+            heap.back() = {rank, row};
+            std::push_heap(heap.begin(), heap.end(), worse);
+        }
+    });
+    std::sort_heap(heap.begin(), heap.end(), worse);
+    for (auto& [rank, row] : heap) summary.top.push_back(std::move(row));
+    return summary;
 }
 
 }  // namespace memcalc
