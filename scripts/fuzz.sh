@@ -10,7 +10,7 @@ build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMCALC_FUZZ=ON \
   -DMEMCALC_BUILD_TESTS=OFF -DMEMCALC_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS=$flags" >/dev/null
-cmake --build "$build" -j2 --target fuzz_model_file fuzz_hf_config fuzz_arguments >/dev/null
+cmake --build "$build" -j2 --target fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line >/dev/null
 
 seed() {  # target, then seed files
   local dir="$build/corpus/$1"
@@ -25,10 +25,27 @@ for text in 80GB 2GiB 1.5TB 512 "0.5 KiB" 1024,2048,4096 all none,full 0,1,2,3 1
   printf '%s' "$text" > "$build/corpus/fuzz_arguments/$(printf '%s' "$text" | md5sum | cut -c1-12)"
 done
 
+# Whole command lines, one argument a line: an estimate, a sweep over the layout, fit and plan.
+mkdir -p "$build/corpus/fuzz_command_line"
+i=0
+for line in "--preset llama-7b --seq 1024 --recompute selective" \
+    "--preset mixtral-8x7b --seq 512 --dp 8 --ep 4 --zero 3 --cp 2 --format json" \
+    "--preset llama-7b --seq 512 --pp 4 --vpp 2 --microbatches 8 --tp 2 --sp --format csv" \
+    "--preset llama-3.1-405b --seq 64 --pp 16 --first-stage-layers 7 --last-stage-layers 7 --grad-buffer persistent" \
+    "--preset gpt2 --seq 64,128 --activations architecture --attention flash --platform cpu --plot p.svg --output o.csv --format csv" \
+    "--preset llama-7b --seq 64 --dp 4 --zero 2 --offload optimizer --compare deepspeed --optimizer-impl foreach" \
+    "fit --preset llama-7b --device-memory 80GB --multiple-of 64 --cp 2" \
+    "fit --preset llama-7b --device-memory 80GB --seq 512 --global-batch 8" \
+    "plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 512 --global-batch 16 --recompute full -b 1,2"; do
+  printf '%s' "$line" | tr ' ' '\n' > "$build/corpus/fuzz_command_line/seed-$i"
+  i=$((i + 1))
+done
+
 status=0
-for target in fuzz_model_file fuzz_hf_config fuzz_arguments; do
+for target in fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line; do
   dict=""
-  [ "$target" = fuzz_arguments ] || dict="-dict=$root/fuzz/model.dict"
+  [ "$target" = fuzz_model_file ] || [ "$target" = fuzz_hf_config ] && dict="-dict=$root/fuzz/model.dict"
+  [ "$target" = fuzz_command_line ] && dict="-dict=$root/fuzz/command_line.dict"
   mkdir -p "$build/crashes"
   log="$build/$target.log"
   if ! "$build/fuzz/$target" $dict -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
