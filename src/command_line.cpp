@@ -525,65 +525,75 @@ int memcalc::cli::run_command_line(int argc, const char* const* argv) {
     Request fit_q;
     fit_q.recompute = "all";
     auto* fit = app.add_subcommand("fit", "The longest sequence (or largest micro-batch) that fits in a device's memory");
-    add_model_options(*fit, fit_q);
-    add_framework_options(*fit, fit_q);
-    add_parallel_options(*fit, fit_q);
-    single_valued(*fit, {"--seq", "--micro-batch", "--attention", "--dp", "--tp", "--pp", "--zero"});
-    fit->get_option("--recompute")->description("Recomputation modes to answer for, a comma list (default: all three)");
-    fit->get_option("--dp")->description("Data-parallel replicas (default 1)");
-    fit->add_option("--device-memory", fit_q.device_memory, "The device's memory: 80GB, 141GB, 24GiB, ... (required)")
-        ->type_name("SIZE");
-    fit->add_option("--reserve", fit_q.reserve,
-                    "Memory the model does not see: the framework's context and fragmentation (default 2GiB)")
-        ->type_name("SIZE");
-    fit->add_option("--multiple-of", fit_q.multiple_of, "Search only multiples of this size (default 1)")
-        ->type_name("N");
-    fit->footer(R"(Searches the sequence length at --micro-batch (default 1), or, when --seq is given, the
-micro-batch at that sequence; for each --recompute mode (default: all three). The peak never falls
-as either grows, so the search doubles, then bisects, and reports the largest size that fits, its
-peak and headroom, and the next size up, which does not. With --seq and --global-batch it tries each
-micro-batch that divides the global batch per replica, with the micro-batches per step that implies
-(fewer, larger ones can fit where more, smaller ones hold gradients that do not).
+    // Building CLI11's option tree is most of the start-up: a subcommand's options only when named.
+    const auto mentions = [&](const char* name) {
+        for (int i = 1; i < argc; ++i)
+            if (std::string(argv[i]) == name) return true;
+        return false;
+    };
+    if (mentions("fit")) {
+        add_model_options(*fit, fit_q);
+        add_framework_options(*fit, fit_q);
+        add_parallel_options(*fit, fit_q);
+        single_valued(*fit, {"--seq", "--micro-batch", "--attention", "--dp", "--tp", "--pp", "--zero"});
+        fit->get_option("--recompute")->description("Recomputation modes to answer for, a comma list (default: all three)");
+        fit->get_option("--dp")->description("Data-parallel replicas (default 1)");
+        fit->add_option("--device-memory", fit_q.device_memory, "The device's memory: 80GB, 141GB, 24GiB, ... (required)")
+            ->type_name("SIZE");
+        fit->add_option("--reserve", fit_q.reserve,
+                        "Memory the model does not see: the framework's context and fragmentation (default 2GiB)")
+            ->type_name("SIZE");
+        fit->add_option("--multiple-of", fit_q.multiple_of, "Search only multiples of this size (default 1)")
+            ->type_name("N");
+        fit->footer(R"(Searches the sequence length at --micro-batch (default 1), or, when --seq is given, the
+    micro-batch at that sequence; for each --recompute mode (default: all three). The peak never falls
+    as either grows, so the search doubles, then bisects, and reports the largest size that fits, its
+    peak and headroom, and the next size up, which does not. With --seq and --global-batch it tries each
+    micro-batch that divides the global batch per replica, with the micro-batches per step that implies
+    (fewer, larger ones can fit where more, smaller ones hold gradients that do not).
 
-Examples:
-  memcalc fit --preset llama-7b --device-memory 80GB --recompute selective
-  memcalc fit --preset llama-3-8b --device-memory 80GB --seq 8192 --activations architecture --attention flash
-  memcalc fit --preset llama-2-70b --device-memory 80GB --tp 8 --sp --dp 8 --zero 1 --multiple-of 1024)");
+    Examples:
+      memcalc fit --preset llama-7b --device-memory 80GB --recompute selective
+      memcalc fit --preset llama-3-8b --device-memory 80GB --seq 8192 --activations architecture --attention flash
+      memcalc fit --preset llama-2-70b --device-memory 80GB --tp 8 --sp --dp 8 --zero 1 --multiple-of 1024)");
+    }
 
     Request plan_q;
     plan_q.recompute = plan_q.micro_batch = "";  // not given: the search tries every one
     auto* plan = app.add_subcommand("plan", "Every layout of a cluster that fits, ranked by the compute it wastes");
-    add_model_options(*plan, plan_q);
-    add_framework_options(*plan, plan_q);
-    single_valued(*plan, {"--seq", "--attention"});
-    plan->get_option("--recompute")->description("Recomputation modes to try, a comma list (default: all three)");
-    plan->get_option("--micro-batch")->description("Micro-batches to try, a comma list (default: every one that divides\n"
-                                                   "the global batch per replica)");
-    plan->add_option("--gpus", plan_q.gpus, "Devices in the cluster (required)")
-        ->type_name("N");
-    plan->add_option("--device-memory", plan_q.device_memory, "Each device's memory: 80GB, 141GB, ... (required)")
-        ->type_name("SIZE");
-    plan->add_option("--global-batch", plan_q.global_batch, "Sequences per step (required)")
-        ->type_name("G");
-    plan->add_option("--reserve", plan_q.reserve, "Memory the model does not see (default 2GiB)")
-        ->type_name("SIZE");
-    plan->add_option("--top", plan_q.top, "How many layouts to show (default 10)")
-        ->type_name("K");
-    plan->add_option("--max-tp", plan_q.max_tp, "Largest tensor-parallel degree to try, e.g. the GPUs of a node")
-        ->type_name("N");
-    add_stage_options(*plan, plan_q, "Options");
-    plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B), context and expert (for
-mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, sequence parallelism on
-or off, every micro-batch that divides the global batch per replica, and each recomputation mode.
-It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by
-  1. wasted compute: recomputation's extra FLOPs plus the pipeline bubble (P-1)/(M+P-1), as
-     fractions of the step;
-  2. then the bytes each device sends per step (ring all-reduce of gradients, ZeRO-3's weight
-     gathers, tensor-parallel all-reduces, pipeline sends, context-parallel key/value rings);
-  3. then the peak.
+    if (mentions("plan")) {
+        add_model_options(*plan, plan_q);
+        add_framework_options(*plan, plan_q);
+        single_valued(*plan, {"--seq", "--attention"});
+        plan->get_option("--recompute")->description("Recomputation modes to try, a comma list (default: all three)");
+        plan->get_option("--micro-batch")->description("Micro-batches to try, a comma list (default: every one that divides\n"
+                                                       "the global batch per replica)");
+        plan->add_option("--gpus", plan_q.gpus, "Devices in the cluster (required)")
+            ->type_name("N");
+        plan->add_option("--device-memory", plan_q.device_memory, "Each device's memory: 80GB, 141GB, ... (required)")
+            ->type_name("SIZE");
+        plan->add_option("--global-batch", plan_q.global_batch, "Sequences per step (required)")
+            ->type_name("G");
+        plan->add_option("--reserve", plan_q.reserve, "Memory the model does not see (default 2GiB)")
+            ->type_name("SIZE");
+        plan->add_option("--top", plan_q.top, "How many layouts to show (default 10)")
+            ->type_name("K");
+        plan->add_option("--max-tp", plan_q.max_tp, "Largest tensor-parallel degree to try, e.g. the GPUs of a node")
+            ->type_name("N");
+        add_stage_options(*plan, plan_q, "Options");
+        plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B), context and expert (for
+    mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, sequence parallelism on
+    or off, every micro-batch that divides the global batch per replica, and each recomputation mode.
+    It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by
+      1. wasted compute: recomputation's extra FLOPs plus the pipeline bubble (P-1)/(M+P-1), as
+         fractions of the step;
+      2. then the bytes each device sends per step (ring all-reduce of gradients, ZeRO-3's weight
+         gathers, tensor-parallel all-reduces, pipeline sends, context-parallel key/value rings);
+      3. then the peak.
 
-Example:
-  memcalc plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512)");
+    Example:
+      memcalc plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512)");
+    }
 
     std::string list_format = "table";
     auto* presets = app.add_subcommand("presets", "List the built-in models with their parameter counts");
