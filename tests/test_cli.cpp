@@ -163,7 +163,7 @@ TEST_CASE("help explains with examples and version prints the version", "[cli]")
     CHECK(help.status == 0);
     CHECK_THAT(help.out, Catch::Contains("Examples:"));
     CHECK_THAT(help.out, Catch::Contains("--recompute"));
-    CHECK_THAT(memcalc("--version").out, Catch::Contains("memcalc 1.1.0"));
+    CHECK_THAT(memcalc("--version").out, Catch::Contains("memcalc 1.2.0"));
 }
 
 TEST_CASE("the architecture-aware model through the program", "[cli][architecture]") {
