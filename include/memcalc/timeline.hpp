@@ -76,6 +76,9 @@ struct TimelineInputs {
     Count layer_gradients;        ///< one layer's (its shard, under ZeRO-2/3): ready once its backward step ends
     Count layer_gradient_bucket;  ///< ZeRO-2/3: a layer's full gradient, held until it is reduce-scattered
     Count buffered_gradients;     ///< into held gradients: a tied table's from the head until the embedding's backward
+    /// The same with no gradient held yet, where the gradients are sharded (ZeRO-2/3) or offloaded:
+    /// the table's gradient is whole until the embedding's backward hands it over.
+    Count buffered_first_gradients;
     Count input_gradients;        ///< embeddings (untied): ready after the last backward step
     Count input_side_kept;        ///< saved by the embedding side: from the first forward step to the last backward
     Count later_input_side_kept;  ///< the same at a later micro-batch
@@ -146,7 +149,8 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
                 b.workspace = std::max(b.workspace, held ? in.input_backward_work_held : in.input_backward_work);
             if (in.loss) b.logits = position == L ? in.logits + in.logits_gradient : in.logits;
             b.gradients = (held ? held_gradients + in.buffered_gradients
-                                : in.head_gradients + Count(L - position) * in.layer_gradients) +
+                                : in.head_gradients + Count(L - position) * in.layer_gradients +
+                                      in.buffered_first_gradients) +
                           in.layer_gradient_bucket;
             return {phase, in.layer_id(position - 1), b, microbatch};
         case Phase::optimizer:

@@ -358,7 +358,10 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     // A tied table is used twice on a stage holding both ends: autograd keeps the head's gradient of it
     // until the embedding's backward adds its own, then hands the sum over. With no gradient held
     // yet that sum becomes the gradient itself (head_gradients counts it); into held ones it is extra.
-    if (first && last && m.tied_embeddings) in.buffered_gradients = w.tied_embedding.on_rank(p, V) * g;
+    if (first && last && m.tied_embeddings) {
+        in.buffered_gradients = w.tied_embedding.on_rank(p, V) * g;
+        if (p.zero >= 2) in.buffered_first_gradients = in.buffered_gradients;  // only its shard is counted, or none
+    }
     return in;
 }
 
