@@ -546,16 +546,16 @@ int memcalc::cli::run_command_line(int argc, const char* const* argv) {
         fit->add_option("--multiple-of", fit_q.multiple_of, "Search only multiples of this size (default 1)")
             ->type_name("N");
         fit->footer(R"(Searches the sequence length at --micro-batch (default 1), or, when --seq is given, the
-    micro-batch at that sequence; for each --recompute mode (default: all three). The peak never falls
-    as either grows, so the search doubles, then bisects, and reports the largest size that fits, its
-    peak and headroom, and the next size up, which does not. With --seq and --global-batch it tries each
-    micro-batch that divides the global batch per replica, with the micro-batches per step that implies
-    (fewer, larger ones can fit where more, smaller ones hold gradients that do not).
+micro-batch at that sequence; for each --recompute mode (default: all three). The peak never falls
+as either grows, so the search doubles, then bisects, and reports the largest size that fits, its
+peak and headroom, and the next size up, which does not. With --seq and --global-batch it tries each
+micro-batch that divides the global batch per replica, with the micro-batches per step that implies
+(fewer, larger ones can fit where more, smaller ones hold gradients that do not).
 
-    Examples:
-      memcalc fit --preset llama-7b --device-memory 80GB --recompute selective
-      memcalc fit --preset llama-3-8b --device-memory 80GB --seq 8192 --activations architecture --attention flash
-      memcalc fit --preset llama-2-70b --device-memory 80GB --tp 8 --sp --dp 8 --zero 1 --multiple-of 1024)");
+Examples:
+  memcalc fit --preset llama-7b --device-memory 80GB --recompute selective
+  memcalc fit --preset llama-3-8b --device-memory 80GB --seq 8192 --activations architecture --attention flash
+  memcalc fit --preset llama-2-70b --device-memory 80GB --tp 8 --sp --dp 8 --zero 1 --multiple-of 1024)");
     }
 
     Request plan_q;
@@ -582,17 +582,22 @@ int memcalc::cli::run_command_line(int argc, const char* const* argv) {
             ->type_name("N");
         add_stage_options(*plan, plan_q, "Options");
         plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B), context and expert (for
-    mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, sequence parallelism on
-    or off, every micro-batch that divides the global batch per replica, and each recomputation mode.
-    It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by
-      1. wasted compute: recomputation's extra FLOPs plus the pipeline bubble (P-1)/(M+P-1), as
-         fractions of the step;
-      2. then the bytes each device sends per step (ring all-reduce of gradients, ZeRO-3's weight
-         gathers, tensor-parallel all-reduces, pipeline sends, context-parallel key/value rings);
-      3. then the peak.
+mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, sequence parallelism on
+or off, every micro-batch that divides the global batch per replica, and each recomputation mode.
+It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by
+  1. wasted compute: recomputation's extra FLOPs plus the pipeline bubble (P-1)/(M+P-1), as
+     fractions of the step;
+  2. then the bytes each device sends per step (ring all-reduce of gradients, ZeRO-3's weight
+     gathers, tensor-parallel all-reduces, pipeline sends, context-parallel key/value rings);
+  3. then the peak.
+Where pp does not divide the layers, the first and last stages take equally fewer than the others
+(Llama 3 405B's 126 layers on 16 stages: 7, 14 x 8, 7), unless --first-stage-layers or
+--last-stage-layers say otherwise. Every micro-batch after the first holds the gradients of the
+step so far (see --grad-buffer). --recompute and --micro-batch, given, restrict the search. Only the
+best --top layouts are kept, so memory does not grow with the cluster.
 
-    Example:
-      memcalc plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512)");
+Example:
+  memcalc plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512)");
     }
 
     std::string list_format = "table";
