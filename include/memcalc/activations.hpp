@@ -66,6 +66,31 @@ enum class ActivationSplit {
     vocab,       ///< vocabulary-parallel logits: ceil(V / tp) of the V columns
 };
 
+/// A saved tensor's shape: its element count in the paper's letters, and how it divides across ranks.
+/// Rows name one of these, so a new shape says its split where it is written, never guessed from text.
+struct Shape {
+    const char* symbol;
+    ActivationSplit split;
+};
+
+namespace shape {
+inline constexpr Shape sbh{"sbh", ActivationSplit::sequence};     ///< the residual stream
+inline constexpr Shape sb{"sb", ActivationSplit::sequence};       ///< a value per token (norm statistics)
+inline constexpr Shape ids{"sb", ActivationSplit::replicated};    ///< token or target ids, on every rank
+inline constexpr Shape sbq{"sb(ad)", ActivationSplit::tensor};    ///< queries (or keys, values repeated to every head)
+inline constexpr Shape sbkv{"sb(kd)", ActivationSplit::tensor};   ///< keys or values at their own heads
+inline constexpr Shape sbf{"sbf", ActivationSplit::tensor};       ///< the MLP's hidden width
+inline constexpr Shape scores{"as^2b", ActivationSplit::tensor};  ///< attention scores per head
+inline constexpr Shape asb{"asb", ActivationSplit::tensor};       ///< a value per head and query
+inline constexpr Shape sbE{"sbE", ActivationSplit::sequence};     ///< router probabilities per token and expert
+inline constexpr Shape sbk{"sbk", ActivationSplit::sequence};     ///< a value per routed token-slot
+inline constexpr Shape sbkh{"sbk(h)", ActivationSplit::sequence}; ///< routed tokens at the model's width
+inline constexpr Shape sbkf{"sbk(f)", ActivationSplit::tensor};   ///< routed tokens at an expert's hidden width
+inline constexpr Shape sd{"sd", ActivationSplit::replicated};     ///< per position and head dimension (rotary tables)
+inline constexpr Shape sbV{"sbV", ActivationSplit::vocab};        ///< logits: a vocabulary slice per rank
+inline constexpr Shape mask{"s^2b", ActivationSplit::replicated}; ///< the causal mask, on every rank
+}  // namespace shape
+
 /// One tensor saved for backward: `copies` tensors of `symbol` elements each.
 struct SavedTensor {
     std::string op;        ///< the op that saves it

@@ -46,25 +46,13 @@ public:
     /// The last row is the layer's input itself (SavedTensor::layer_input).
     void mark_layer_input(bool is_input) { rows_.back().layer_input = is_input; }
 
-    /// The symbol says how the row divides across tensor-parallel ranks: the residual stream's
-    /// shapes (sbh, per-token values) only with sequence parallelism, head, MLP-column and s x s
-    /// shapes always, logits by vocabulary slice.
-    void add(std::string op, std::string tensor, std::string why, std::string symbol, Count per_copy,
+    /// One saved storage of `copies` x `per_copy` elements of `shape`, which says how it divides
+    /// across ranks.
+    void add(std::string op, std::string tensor, std::string why, const Shape& shape, Count per_copy,
              std::uint64_t bytes_per_element, Keep keep = Keep::always, std::uint64_t copies = 1) {
         const Count elements = per_copy * copies;
-        const bool stream = symbol == "sbh" || symbol == "sb" || symbol == "sbk" || symbol == "sbE" || symbol == "sbk(h)";
-        const ActivationSplit split = symbol == "sbV" ? ActivationSplit::vocab
-                                      : symbol == "sd" ? ActivationSplit::replicated
-                                      : stream         ? ActivationSplit::sequence
-                                                       : ActivationSplit::tensor;  // sb(ad), sb(kd), sbf, as^2b, asb, sbk(f)
-        rows_.push_back({std::move(op), std::move(tensor), std::move(why), std::move(symbol), copies, bytes_per_element,
-                         keep, elements, elements * bytes_per_element, split});
-    }
-    /// A row every tensor-parallel rank keeps whole (token ids, targets).
-    void add_replicated(std::string op, std::string tensor, std::string why, std::string symbol, Count elements,
-                        std::uint64_t bytes_per_element) {
-        add(std::move(op), std::move(tensor), std::move(why), std::move(symbol), elements, bytes_per_element);
-        rows_.back().split = ActivationSplit::replicated;
+        rows_.push_back({std::move(op), std::move(tensor), std::move(why), shape.symbol, copies, bytes_per_element,
+                         keep, elements, elements * bytes_per_element, shape.split});
     }
 
 private:
@@ -113,21 +101,21 @@ inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, co
         // HF's RMSNorm: x.float(); x * rsqrt(mean(x^2) + eps); weight * result.to(bf16). The upcast
         // is a new tensor unless x is fp32 already.
         t.add(what + " (RMSNorm)", z.d == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
-              "pow(x, 2) and x * rsqrt need x", "sbh", z.sbh, dtype::fp32);
+              "pow(x, 2) and x * rsqrt need x", shape::sbh, z.sbh, dtype::fp32);
         t.mark_layer_input(layer_input && z.d == dtype::fp32);
-        t.add(what + " (RMSNorm)", "1/rms per token, fp32", "rsqrt's gradient is written in its output", "sb",
+        t.add(what + " (RMSNorm)", "1/rms per token, fp32", "rsqrt's gradient is written in its output", shape::sb,
               z.tokens, dtype::fp32);
         t.add(what + " (RMSNorm)", "the normalised input", "the weight's gradient is x_norm x the output's gradient",
-              "sbh", z.sbh, z.d);
+              shape::sbh, z.sbh, z.d);
     } else {
         if (!input_kept) {
-            t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", "sbh", z.sbh, z.d);
+            t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", shape::sbh, z.sbh, z.d);
             t.mark_layer_input(layer_input);
         }
         // CUDA keeps the statistics in fp32; the CPU kernel in the activations' dtype.
         const bool fp32 = z.platform == Platform::cuda;
         t.add(what + " (LayerNorm)", std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(z.d)),
-              "so backward need not recompute them", "sb", z.tokens, fp32 ? dtype::fp32 : z.d, Keep::always, 2);
+              "so backward need not recompute them", shape::sb, z.tokens, fp32 ? dtype::fp32 : z.d, Keep::always, 2);
     }
 }
 
@@ -149,7 +137,7 @@ inline const char* activation_label(Activation a) {
 inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
     const bool rotary = m.position == Position::rotary;
     const bool repeated = attention == Attention::eager && m.key_value_heads() < m.heads;
-    t.add("Q K^T", rotary ? "q after rotary" : "q", "the gradient w.r.t. k is q x the scores' gradient", "sb(ad)",
+    t.add("Q K^T", rotary ? "q after rotary" : "q", "the gradient w.r.t. k is q x the scores' gradient", shape::sbq,
           z.sbq, z.d);
     for (const char* name : {"k", "v"}) {
         const std::string what = std::string(name) + (rotary && name[0] == 'k' ? " after rotary" : "");
@@ -157,11 +145,11 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
         const std::string why = name[0] == 'k' ? "the gradient w.r.t. q is the scores' gradient x k"
                                                : "the gradient w.r.t. the weights is the output's gradient x v";
         if (repeated) {
-            t.add(op, what + ", repeated to every query head", why, "sb(ad)", z.sbq, z.d, Keep::not_selective);
+            t.add(op, what + ", repeated to every query head", why, shape::sbq, z.sbq, z.d, Keep::not_selective);
             t.add("selective checkpoint", what + " (k heads), an input of the core attention",
-                  "the checkpoint reruns the core attention from it", "sb(kd)", z.sbkv, z.d, Keep::only_selective);
+                  "the checkpoint reruns the core attention from it", shape::sbkv, z.sbkv, z.d, Keep::only_selective);
         } else {
-            t.add(op, what, why, "sb(kd)", z.sbkv, z.d);
+            t.add(op, what, why, shape::sbkv, z.sbkv, z.d);
         }
     }
 }
@@ -169,15 +157,15 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
 inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
     t.add("q/k/v projections", m.parallel_attention && m.norms_per_layer == 1 ? "their input, shared with the MLP"
                                                                                 : "their input",
-          "weight gradient = input^T x output gradient", "sbh", z.sbh, z.d);
+          "weight gradient = input^T x output gradient", shape::sbh, z.sbh, z.d);
     qkv_rows(t, m, z, attention);
     if (attention == Attention::flash) {
         // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per row
         // and recomputes the scores block by block in backward.
-        t.add("flash attention", "log-sum-exp per query row, fp32", "backward rebuilds the softmax from it", "asb",
+        t.add("flash attention", "log-sum-exp per query row, fp32", "backward rebuilds the softmax from it", shape::asb,
               Count(m.heads) * z.tokens, dtype::fp32, Keep::not_selective);
         t.add("flash attention", "its output (also the output projection's input)",
-              "backward needs the output for the softmax gradient", "sb(ad)", z.sbq, z.d);
+              "backward needs the output for the softmax gradient", shape::sbq, z.sbq, z.d);
         // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query.
         const Count work = z.sbq * (dtype::fp32 + z.d) + Count(2 * z.d) * z.sbkv + Count(m.heads) * z.tokens * dtype::fp32;
         t.workspace(true, "flash attention backward", "dq (fp32 accumulator and result), dk, dv, row sums",
@@ -192,23 +180,23 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                 Count(2 * z.d) * z.scores);
     const std::size_t softmax_row = t.size();
     if (m.softmax_fp32) {
-        t.add("softmax", "its output, fp32", "softmax's gradient is written in its output", "as^2b", z.scores,
+        t.add("softmax", "its output, fp32", "softmax's gradient is written in its output", shape::scores, z.scores,
               dtype::fp32, Keep::not_selective);
         if (!dropout)
             t.add("attention over V", "the weights, cast back to " + dtype_name(z.d),
-                  "the gradient w.r.t. v is weights^T x the output's gradient", "as^2b", z.scores, z.d,
+                  "the gradient w.r.t. v is weights^T x the output's gradient", shape::scores, z.scores, z.d,
                   Keep::not_selective);
     } else {
         t.add("softmax", dropout ? "its output" : "its output (also the weights over V)",
-              "softmax's gradient is written in its output", "as^2b", z.scores, z.d, Keep::not_selective);
+              "softmax's gradient is written in its output", shape::scores, z.scores, z.d, Keep::not_selective);
     }
     if (dropout) {
-        t.add("attention dropout", "mask (1 byte)", "which weights were zeroed", "as^2b", z.scores, dtype::mask,
+        t.add("attention dropout", "mask (1 byte)", "which weights were zeroed", shape::scores, z.scores, dtype::mask,
               Keep::not_selective);
         t.add("attention over V", "the dropped-out weights", "the gradient w.r.t. v is weights^T x the output's gradient",
-              "as^2b", z.scores, z.d, Keep::not_selective);
+              shape::scores, z.scores, z.d, Keep::not_selective);
     }
-    t.add("output projection", "its input", "weight gradient = input^T x output gradient", "sb(ad)", z.sbq, z.d);
+    t.add("output projection", "its input", "weight gradient = input^T x output gradient", shape::sbq, z.sbq, z.d);
 
     // Softmax's input lives beside its output; its backward holds the gradients of both. Upcasting
     // on the fly is CUDA's: the CPU kernel softmaxes an fp32 copy and returns an fp32 gradient.
@@ -222,31 +210,31 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts).
-inline void mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const std::string& symbol, Count sbf,
+inline void mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const Shape& shape, Count sbf,
                      const std::string& prefix) {
     const char* act = activation_label(m.activation);
     if (m.mlp == Mlp::gated) {
         if (activation_keeps_input(m.activation))
             t.add(prefix + act, "its input (the gate projection's output)", "its derivative is taken at its input",
-                  symbol, sbf, z.d);
+                  shape, sbf, z.d);
         t.add(prefix + "gate x up", std::string(act) + "'s output", "the up branch's gradient is act(gate) x grad",
-              symbol, sbf, z.d);
-        t.add(prefix + "gate x up", "the up projection's output", "the gate branch's gradient is up x grad", symbol,
+              shape, sbf, z.d);
+        t.add(prefix + "gate x up", "the up projection's output", "the gate branch's gradient is up x grad", shape,
               sbf, z.d);
         // gate x up's backward: its incoming gradient and one for each factor, the down projection's
         // input already freed.
         t.workspace(true, prefix + "gate x up backward", "its incoming gradient and the gradients of both factors",
-                    bytes_of(3 * z.d, symbol), Count(3 * z.d) * sbf, "down_proj");
+                    bytes_of(3 * z.d, shape.symbol), Count(3 * z.d) * sbf, "down_proj");
         t.add(prefix + "down projection", "its input (gate x up)", "weight gradient = input^T x output gradient",
-              symbol, sbf, z.d);
+              shape, sbf, z.d);
     } else {
         if (activation_keeps_input(m.activation))
             t.add(prefix + act, "its input (the up projection's output)", "its derivative is taken at its input",
-                  symbol, sbf, z.d);
+                  shape, sbf, z.d);
         t.workspace(true, prefix + act + " backward", "its incoming gradient and its input's gradient",
-                    bytes_of(2 * z.d, symbol), Count(2 * z.d) * sbf, "down_proj");
+                    bytes_of(2 * z.d, shape.symbol), Count(2 * z.d) * sbf, "down_proj");
         t.add(prefix + "down projection", std::string("its input (") + act + "'s output)",
-              "weight gradient = input^T x output gradient", symbol, sbf, z.d);
+              "weight gradient = input^T x output gradient", shape, sbf, z.d);
     }
 }
 
@@ -254,23 +242,23 @@ inline void mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
 inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     const std::uint64_t k = m.active_experts();
     const Count slots = z.tokens * k;  // every token goes to k experts: s b k rows in all, whatever the routing
-    t.add("router softmax", "routing probabilities, fp32", "softmax's gradient is written in its output", "sbE",
+    t.add("router softmax", "routing probabilities, fp32", "softmax's gradient is written in its output", shape::sbE,
           z.tokens * m.experts, dtype::fp32);
-    t.add("top-k", "the chosen experts' indices (int64)", "to scatter the gradient back", "sbk", slots, 8);
-    t.add("renormalise top-k", "the top-k probabilities, fp32", "division's gradient needs the numerator", "sbk",
+    t.add("top-k", "the chosen experts' indices (int64)", "to scatter the gradient back", shape::sbk, slots, 8);
+    t.add("renormalise top-k", "the top-k probabilities, fp32", "division's gradient needs the numerator", shape::sbk,
           slots, dtype::fp32);
-    t.add("renormalise top-k", "their sum per token, fp32", "division's gradient needs the denominator", "sb",
+    t.add("renormalise top-k", "their sum per token, fp32", "division's gradient needs the denominator", shape::sb,
           z.tokens, dtype::fp32);
-    t.add("dispatch", "token and slot indices per expert (2 x int64)", "index and index_add need them", "sbk", slots,
+    t.add("dispatch", "token and slot indices per expert (2 x int64)", "index and index_add need them", shape::sbk, slots,
           16);
-    t.add("dispatch", "the gathered tokens", "the expert's first projections need their input", "sbk(h)",
+    t.add("dispatch", "the gathered tokens", "the expert's first projections need their input", shape::sbkh,
           slots * m.hidden, z.d);
-    mlp_rows(t, m, z, "sbk(f)", slots * m.ffn, "experts: ");
-    t.add("expert output x weight", "the expert outputs", "the routing weight's gradient", "sbk(h)", slots * m.hidden,
+    mlp_rows(t, m, z, shape::sbkf, slots * m.ffn, "experts: ");
+    t.add("expert output x weight", "the expert outputs", "the routing weight's gradient", shape::sbkh, slots * m.hidden,
           z.d);
-    t.add("expert output x weight", "the routing weights, " + dtype_name(z.d), "the expert output's gradient", "sbk",
+    t.add("expert output x weight", "the routing weights, " + dtype_name(z.d), "the expert output's gradient", shape::sbk,
           slots, z.d);
-    t.add("combine (index_add)", "the weighted expert outputs", "index_add keeps its source", "sbk(h)",
+    t.add("combine (index_add)", "the weighted expert outputs", "index_add keeps its source", shape::sbkh,
           slots * m.hidden, z.d);
 }
 
@@ -288,21 +276,21 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     detail::attention_rows(t, m, z, attention);
     if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-attention norm");
     if (m.hidden_dropout > 0 && !m.parallel_attention)
-        t.add("attention residual dropout", "mask (1 byte)", "which elements were zeroed", "sbh", z.sbh, dtype::mask);
+        t.add("attention residual dropout", "mask (1 byte)", "which elements were zeroed", shape::sbh, z.sbh, dtype::mask);
 
     if (!shared_norm) detail::norm_rows(t, m, z, "MLP norm", m.parallel_attention);
     if (!shared_norm)
         t.add(m.is_moe() ? "router and experts" : "MLP up projections", "their input",
-              "weight gradient = input^T x output gradient", "sbh", z.sbh, d);
+              "weight gradient = input^T x output gradient", shape::sbh, z.sbh, d);
     if (m.is_moe()) {
         detail::moe_rows(t, m, z);
     } else {
-        detail::mlp_rows(t, m, z, "sbf", z.sbf, "");
+        detail::mlp_rows(t, m, z, shape::sbf, z.sbf, "");
     }
     if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-MLP norm");
     if (m.hidden_dropout > 0)
         t.add(m.parallel_attention ? "residual dropout" : "MLP residual dropout", "mask (1 byte)",
-              "which elements were zeroed", "sbh", z.sbh, dtype::mask);
+              "which elements were zeroed", shape::sbh, z.sbh, dtype::mask);
 
     // The last add: the MLP's output and the sum, beside the residual stream's earlier tensors that
     // no row keeps (a LayerNorm keeps its input; an RMSNorm only an fp32 copy).
@@ -326,14 +314,14 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
     const detail::Sizes z(m, seq, micro_batch, d, platform);
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
-    t.add_replicated("token embedding", "the token ids (int64)", "the gradient is scattered into their rows", "sb",
+    t.add("token embedding", "the token ids (int64)", "the gradient is scattered into their rows", shape::ids,
                      z.tokens, 8);
     if (m.position == Position::rotary)
-        t.add("rotary embedding", "cos and sin tables, shared by every layer", "q and k were multiplied by them", "sd",
+        t.add("rotary embedding", "cos and sin tables, shared by every layer", "q and k were multiplied by them", shape::sd,
               Count(seq) * m.head_size(), d, Keep::always, 2);
     if (m.embedding_norm) detail::norm_rows(t, m, z, "embedding norm");
     if (m.hidden_dropout > 0)
-        t.add("embedding dropout", "mask (1 byte)", "which elements were zeroed", "sbh", z.sbh, dtype::mask);
+        t.add("embedding dropout", "mask (1 byte)", "which elements were zeroed", shape::sbh, z.sbh, dtype::mask);
     return rows;
 }
 
@@ -344,8 +332,8 @@ inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t
     std::vector<SavedTensor> rows;
     if (attention == Attention::flash) return rows;  // the fused kernel masks inside
     detail::TableBuilder t(rows);
-    t.add_replicated("causal mask", "0 or -inf per query and key, made once per forward", "added to every layer's scores",
-                     "s^2b", Count(seq) * seq * micro_batch, d);
+    t.add("causal mask", "0 or -inf per query and key, made once per forward", "added to every layer's scores",
+                     shape::mask, Count(seq) * seq * micro_batch, d);
     return rows;
 }
 
@@ -357,10 +345,10 @@ inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t 
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
     detail::norm_rows(t, m, z, "final norm");
-    t.add("output head", "its input", "weight gradient = input^T x output gradient", "sbh", z.sbh, d);
-    t.add("loss (log-softmax)", "log-probabilities, fp32", "log-softmax's gradient is written in its output", "sbV",
+    t.add("output head", "its input", "weight gradient = input^T x output gradient", shape::sbh, z.sbh, d);
+    t.add("loss (log-softmax)", "log-probabilities, fp32", "log-softmax's gradient is written in its output", shape::sbV,
           z.tokens * m.vocab, dtype::fp32);
-    t.add_replicated("loss (NLL)", "the target ids (int64)", "which log-probability each token's loss picked", "sb",
+    t.add("loss (NLL)", "the target ids (int64)", "which log-probability each token's loss picked", shape::ids,
                      z.tokens, 8);
     return rows;
 }
