@@ -115,6 +115,19 @@ ActivationModel activation_model(const Request& q) {
     return q.activations == "architecture" ? ActivationModel::architecture : ActivationModel::korthikanti;
 }
 
+/// The options fit and plan share with an estimate, one value each, into Settings or a PlanRequest.
+template <class Run>
+void read_run_options(const Request& q, const char* command, Run& into) {
+    into.recipe = q.recipe;
+    into.activations = activation_model(q);
+    const auto attentions = parse_attention(q.attention);
+    if (attentions.size() != 1) throw usage_error(fmt::format("{} takes one --attention", command));
+    into.attention = attentions.front();
+    into.platform = parse_platform(q);
+    into.optimizer = parse_optimizer_impl(q.optimizer_impl);
+    into.grad_buffer = parse_grad_buffer(q.grad_buffer);
+}
+
 /// `text` with every line but the first indented by `spaces`: a JSON value dumped alone, placed inside
 /// an array as nlohmann would have dumped the array.
 std::string indented(const std::string& text, std::size_t spaces) {
@@ -227,14 +240,7 @@ std::string run_fit(const Request& q) {
     fit.model = model.architecture;
     Settings settings;
     (fit.dimension == FitDimension::seq ? settings.micro_batch : settings.seq) = fit.fixed;
-    settings.recipe = q.recipe;
-    settings.activations = activation_model(q);
-    const auto attentions = parse_attention(q.attention);
-    if (attentions.size() != 1) throw usage_error("fit takes one --attention");
-    settings.attention = attentions.front();
-    settings.platform = parse_platform(q);
-    settings.optimizer = parse_optimizer_impl(q.optimizer_impl);
-    settings.grad_buffer = parse_grad_buffer(q.grad_buffer);
+    read_run_options(q, "fit", settings);
     const auto layouts = parse_layouts(q, fit.dimension == FitDimension::micro_batch ? 1 : fit.fixed);
     if (layouts.size() != 1) throw usage_error("fit takes one layout: no comma lists for --dp, --tp, --pp or --zero");
     settings.parallel = layouts.front();
@@ -256,6 +262,8 @@ std::string run_fit(const Request& q) {
                                     ? fit.model.learned_positions()
                                     : (1ULL << 40);
     const std::uint64_t global = parse_count("--global-batch", q.global_batch, 0);
+    if (global > max_microbatches)
+        throw usage_error(fmt::format("--global-batch {} exceeds 2^40 sequences per step", global));
     if (global != 0 && fit.dimension == FitDimension::micro_batch && fit.granule != 1)
         throw usage_error("fit takes --multiple-of or --global-batch when it searches the micro-batch, not both");
     for (auto mode : fit.modes) {
@@ -289,14 +297,7 @@ std::string run_plan(const Request& q) {
     r.capacity = Count(view.memory.value() - view.reserve.value());
     r.seq = parse_count("--seq", q.seq, 0);
     r.global_batch = parse_count("--global-batch", q.global_batch, 0);
-    r.recipe = q.recipe;
-    r.activations = activation_model(q);
-    const auto attentions = parse_attention(q.attention);
-    if (attentions.size() != 1) throw usage_error("plan takes one --attention");
-    r.attention = attentions.front();
-    r.platform = parse_platform(q);
-    r.optimizer = parse_optimizer_impl(q.optimizer_impl);
-    r.grad_buffer = parse_grad_buffer(q.grad_buffer);
+    read_run_options(q, "plan", r);
     r.first_stage_layers = parse_count("--first-stage-layers", q.first_stage_layers, 0);
     r.last_stage_layers = parse_count("--last-stage-layers", q.last_stage_layers, 0);
     r.max_tp = parse_count("--max-tp", q.max_tp, 0);

@@ -57,14 +57,7 @@ inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dim
 /// lower the peak (from one micro-batch a step, no gradient is held), so every divisor is tried.
 inline FitResult fit_micro_batch_of(const Architecture& m, const Settings& settings, std::uint64_t global_batch,
                                     Count capacity) {
-    const std::uint64_t per_replica = global_batch / settings.parallel.dp;
-    std::vector<std::uint64_t> sizes;
-    for (std::uint64_t d = 1; d * d <= per_replica; ++d)
-        if (per_replica % d == 0) {
-            sizes.push_back(d);
-            if (d != per_replica / d) sizes.push_back(per_replica / d);
-        }
-    std::sort(sizes.begin(), sizes.end());
+    const std::vector<std::uint64_t> sizes = divisors(global_batch / settings.parallel.dp);
     FitResult result;
     std::optional<std::size_t> best;
     std::vector<FitProbe> probes;

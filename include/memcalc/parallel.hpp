@@ -66,6 +66,18 @@ inline constexpr std::uint64_t max_devices = 1ULL << 24;
 /// The most micro-batches in one step: as many as the largest global batch has sequences.
 inline constexpr std::uint64_t max_microbatches = 1ULL << 40;
 
+/// The divisors of n, ascending.
+inline std::vector<std::uint64_t> divisors(std::uint64_t n) {
+    std::vector<std::uint64_t> out;
+    for (std::uint64_t d = 1; d <= n / d; ++d)  // d * d could pass 64 bits
+        if (n % d == 0) {
+            out.push_back(d);
+            if (d != n / d) out.push_back(n / d);
+        }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 /// Ceiling division, for flat buffers padded to a multiple of their shard count.
 inline Count ceil_div(Count n, std::uint64_t by) { return Count(n.value() / by + (n.value() % by != 0)); }
 

@@ -81,16 +81,6 @@ inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::u
     return std::make_pair(ends / 2, ends / 2);
 }
 
-inline std::vector<std::uint64_t> divisors(std::uint64_t n) {
-    std::vector<std::uint64_t> out;
-    for (std::uint64_t d = 1; d * d <= n; ++d)
-        if (n % d == 0) {
-            out.push_back(d);
-            if (d != n / d) out.push_back(n / d);
-        }
-    std::sort(out.begin(), out.end());
-    return out;
-}
 
 /// Bytes one device sends in a step, by ring collectives: data-parallel gradient all-reduce (ZeRO-3:
 /// also two weight all-gathers), tensor-parallel all-reduces (4 a layer a micro-batch), pipeline
