@@ -187,6 +187,11 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
         return;
     }
 
+    std::optional<ParameterTable> parameters;  // the same for every configuration
+    try {
+        parameters = parameter_table(arch);
+    } catch (const overflow_error&) {  // each estimate then says so, naming the model's sizes
+    }
     std::vector<SweepPoint> points;  // what a plot needs of each configuration
     std::optional<SweepTable> table;
     if (format == Format::table) table.emplace(view);
@@ -201,7 +206,7 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
                         Settings settings{s, b, mode, q.recipe, activations, attention, platform, layout, optimizer,
                                           grad_buffer};
                         settings.timelines = format == Format::json;  // only JSON prints them
-                        const Report r = estimate(arch, settings);
+                        const Report r = estimate(arch, settings, parameters ? &*parameters : nullptr);
                         if (!q.plot.empty()) points.push_back({s, b, mode, r.peak_step().bytes.total()});
                         switch (format) {
                             case Format::json:

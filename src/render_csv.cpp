@@ -1,3 +1,4 @@
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include "render.hpp"
@@ -12,7 +13,8 @@ std::string csv_header() {
 
 std::string csv_row(const Report& r) {
     const Parallelism& p = r.settings.parallel;
-    return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{:.0f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+    // Compiled at build time: a sweep formats a row per configuration.
+    return fmt::format(FMT_COMPILE("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{:.0f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n"),
                        csv_field(r.model.name), r.settings.seq,
                        r.settings.micro_batch, recompute_name(r.settings.recompute), r.settings.recipe,
                        activation_model_name(r.settings.activations), attention_name(r.settings.attention),

@@ -101,7 +101,8 @@ inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint
 
 }  // namespace detail
 
-inline Report estimate(const Architecture& model, const Settings& settings) {
+/// `parameters`: the model's parameter_table, when the caller has it already (a sweep builds it once).
+inline Report estimate(const Architecture& model, const Settings& settings, const ParameterTable* parameters = nullptr) {
     validate(model);
     detail::require_positive("seq", settings.seq);
     detail::require_positive("micro_batch", settings.micro_batch);
@@ -114,7 +115,7 @@ inline Report estimate(const Architecture& model, const Settings& settings) {
 
     Report r{model, settings, *recipe, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
     try {
-        r.parameters = parameter_table(model);
+        r.parameters = parameters != nullptr ? *parameters : parameter_table(model);
         r.parameter_count = r.parameters.total();
         r.state = training_state(r.parameter_count, *recipe);
     } catch (const overflow_error&) {
