@@ -1,0 +1,132 @@
+// memcalc (no subcommand): one estimate, or a sweep over comma lists.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "memcalc/memcalc.hpp"
+#include "render.hpp"
+
+namespace memcalc::cli {
+
+/// --plot draws one file type, and a sweep along one axis.
+namespace {
+
+void check_plot(const Request& q, std::size_t seqs, std::size_t batches, std::size_t layouts, std::size_t attentions) {
+    if (q.plot.empty()) return;
+    const std::string suffix = ".svg";
+    if (q.plot.size() <= suffix.size() || q.plot.compare(q.plot.size() - suffix.size(), suffix.size(), suffix) != 0)
+        throw usage_error(fmt::format("--plot writes SVG: give a name ending in .svg (got '{}')", q.plot));
+    std::vector<std::string> varied;
+    if (seqs > 1 && batches > 1) varied.push_back("both --seq and --micro-batch");
+    if (layouts > 1) varied.push_back("the layout");
+    if (attentions > 1) varied.push_back("--attention");
+    if (!varied.empty())
+        throw usage_error(fmt::format("--plot draws a sweep over --seq or --micro-batch alone, one line per "
+                                      "recomputation mode; this one varies {}",
+                                      fmt::join(varied, " and ")));
+}
+
+/// `text` with every line but the first indented by `spaces`: a JSON value dumped alone, placed inside
+/// an array as nlohmann would have dumped the array.
+std::string indented(const std::string& text, std::size_t spaces) {
+    std::string out(spaces, ' ');
+    for (char c : text) {
+        out += c;
+        if (c == '\n') out.append(spaces, ' ');
+    }
+    return out;
+}
+
+}  // namespace
+
+/// `out`: what goes to stdout or --output; `files`: a plot asked for, written only once the whole run
+/// has succeeded. A sweep is rendered a configuration at a time and keeps no report: its memory does
+/// not grow with its length (a table keeps each row's text, to align the columns).
+void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files) {
+    check_run_options(q);
+    const std::vector<std::uint64_t> batches = parse_sizes("--micro-batch", q.micro_batch);
+    const std::vector<Recompute> modes = parse_modes(q.recompute);
+    const std::vector<Attention> attentions = parse_attention(q.attention);
+    std::vector<std::uint64_t> seqs;  // empty: the model's max_positions
+    if (!q.seq.empty()) seqs = parse_sizes("--seq", q.seq);
+
+    const ModelFile model = load_model(q);
+    const Architecture& arch = model.architecture;
+    if (seqs.empty()) {
+        if (arch.max_positions == 0)
+            throw usage_error(fmt::format("--seq is required: {} gives no max_positions to default to", arch.name));
+        seqs.push_back(arch.max_positions);
+    }
+
+    const std::size_t layouts = parse_layouts(q, batches.front()).size();
+    check_plot(q, seqs.size(), batches.size(), layouts, attentions.size());
+    const std::size_t configurations = seqs.size() * batches.size() * layouts * attentions.size() * modes.size();
+    const bool sweep = configurations > 1;
+    if (sweep && (q.per_layer || q.timeline))
+        throw usage_error(fmt::format("{} shows one configuration; this asks for {} (a sweep)",
+                                      q.per_layer ? "--per-layer" : "--timeline", configurations));
+    const ActivationModel activations = activation_model(q);
+    const Platform platform = parse_platform(q);
+    const OptimizerImpl optimizer = parse_optimizer_impl(q.optimizer_impl);
+    const GradBuffer grad_buffer = parse_grad_buffer(q.grad_buffer);
+    const Format format = parse_format(q.format);
+    View view{q.units == "gib" ? Unit::gib : Unit::gb, q.timeline, q.compare,
+              parse_count("--gpus-per-node", q.gpus_per_node, 8), std::nullopt};
+    if (!q.device_memory.empty()) view.device_memory = parse_size("--device-memory", q.device_memory);
+
+    if (!sweep) {
+        const Report r = estimate(arch, {seqs.front(), batches.front(), modes.front(), q.recipe, activations,
+                                         attentions.front(), platform, parse_layouts(q, batches.front()).front(),
+                                         optimizer, grad_buffer});
+        if (!q.plot.empty()) files.push_back({"--plot", q.plot, timeline_svg(r, view.device_memory, view.unit)});
+        switch (format) {
+            case Format::json: out.append((q.per_layer ? per_layer_json(r) : report_json(r, view)).dump(2) + "\n"); break;
+            case Format::csv: out.append(q.per_layer ? per_layer_csv(r) : csv_header() + csv_row(r)); break;
+            case Format::table: out.append(q.per_layer ? per_layer_table(r, view) : report_table(r, view)); break;
+        }
+        return;
+    }
+
+    std::optional<ParameterTable> parameters;  // the same for every configuration
+    try {
+        parameters = parameter_table(arch);
+    } catch (const overflow_error&) {  // each estimate then says so, naming the model's sizes
+    }
+    std::vector<SweepPoint> points;  // what a plot needs of each configuration
+    std::optional<SweepTable> table;
+    if (format == Format::table) table.emplace(view);
+    if (format == Format::csv) out.append(csv_header());
+    std::size_t done = 0;
+    Progress progress("sweep", 64);
+    for (auto s : seqs)
+        for (auto b : batches)
+            for (const auto& layout : parse_layouts(q, b))
+                for (auto attention : attentions)
+                    for (auto mode : modes) {
+                        Settings settings{s, b, mode, q.recipe, activations, attention, platform, layout, optimizer,
+                                          grad_buffer};
+                        settings.timelines = format == Format::json;  // only JSON prints them
+                        const Report r = estimate(arch, settings, parameters ? &*parameters : nullptr);
+                        if (!q.plot.empty()) points.push_back({s, b, mode, r.peak_step().bytes.total()});
+                        switch (format) {
+                            case Format::json:
+                                out.append((done == 0 ? "[\n" : ",\n") + indented(report_json(r, view).dump(2), 2));
+                                break;
+                            case Format::csv: out.append(csv_row(r)); break;
+                            case Format::table: table->add(r); break;
+                        }
+                        progress(++done);
+                    }
+    if (format == Format::json) out.append("\n]\n");
+    if (table) out.append(table->str());
+    // A sweep plots the peak against the sequence (or, when only it varies, the micro-batch).
+    if (!q.plot.empty())
+        files.push_back({"--plot", q.plot,
+                         sweep_svg(arch.name, points, seqs.size() > 1 || batches.size() == 1, view.device_memory, view.unit)});
+}
+
+}  // namespace memcalc::cli

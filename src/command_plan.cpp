@@ -1,0 +1,54 @@
+// memcalc plan: every layout of a cluster that fits, ranked.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "commands.hpp"
+#include "memcalc/memcalc.hpp"
+#include "render.hpp"
+
+namespace memcalc::cli {
+
+std::string run_plan(const Request& q) {
+    check_run_options(q);
+    if (q.device_memory.empty()) throw usage_error("plan needs --device-memory, e.g. --device-memory 80GB");
+    if (q.gpus.empty()) throw usage_error("plan needs --gpus, the number of devices");
+    if (q.seq.empty()) throw usage_error("plan needs --seq");
+    if (q.global_batch.empty()) throw usage_error("plan needs --global-batch, the sequences per step");
+    PlanView view;
+    view.memory = parse_size("--device-memory", q.device_memory);
+    view.reserve = parse_size("--reserve", q.reserve);
+    if (view.reserve >= view.memory)
+        throw usage_error(fmt::format("--reserve {} leaves nothing of --device-memory {}", q.reserve, q.device_memory));
+    PlanRequest& r = view.request;
+    r.gpus = parse_count("--gpus", q.gpus, 1);
+    r.capacity = Count(view.memory.value() - view.reserve.value());
+    r.seq = parse_count("--seq", q.seq, 0);
+    r.global_batch = parse_count("--global-batch", q.global_batch, 0);
+    read_run_options(q, "plan", r);
+    r.first_stage_layers = parse_count("--first-stage-layers", q.first_stage_layers, 0);
+    r.last_stage_layers = parse_count("--last-stage-layers", q.last_stage_layers, 0);
+    r.max_tp = parse_count("--max-tp", q.max_tp, 0);
+    // Given, they restrict the search; not given, it tries them all.
+    if (!q.recompute.empty()) r.modes = parse_modes(q.recompute);
+    if (!q.micro_batch.empty()) r.micro_batches = parse_sizes("--micro-batch", q.micro_batch);
+    view.top = parse_count("--top", q.top, 10);
+    const ModelFile model = load_model(q);
+    view.model = model.architecture.name;
+    const auto start = std::chrono::steady_clock::now();
+    {
+        Progress progress("plan", 4096);
+        view.result = plan_top(model.architecture, r, view.top, std::ref(progress));
+    }
+    view.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    switch (parse_format(q.format)) {
+        case Format::json: return plan_json(view).dump(2) + "\n";
+        case Format::csv: return plan_csv(view);
+        case Format::table: return plan_table(view, q.units == "gib" ? Unit::gib : Unit::gb);
+    }
+    return {};
+}
+
+}  // namespace memcalc::cli

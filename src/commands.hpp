@@ -1,0 +1,71 @@
+#pragma once
+// The subcommands, a file each (command_estimate.cpp, command_fit.cpp, command_plan.cpp,
+// command_catalogues.cpp), and what they share; command_line.cpp parses and dispatches.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "arguments.hpp"
+#include "model_file.hpp"
+#include "output_file.hpp"
+
+namespace memcalc::cli {
+
+/// A progress line on stderr, only when stderr is a terminal and the work has run past a second.
+class Progress {
+public:
+    /// `every`: how many items between looks at the clock.
+    Progress(const char* what, std::size_t every) : what_(what), every_(every), terminal_(isatty(fileno(stderr)) != 0) {}
+    ~Progress() {
+        if (shown_) std::cerr << "\r\033[K" << std::flush;
+    }
+    void operator()(std::size_t done) {
+        if (!terminal_ || done % every_ != 0) return;
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        if (seconds < 1) return;
+        shown_ = true;
+        std::cerr << "\r" << what_ << ": " << done << " evaluated (" << static_cast<long long>(done / seconds) << "/s)"
+                  << std::flush;
+    }
+
+private:
+    const char* what_;
+    std::size_t every_;
+    bool terminal_, shown_ = false;
+    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+/// Checks the options every estimating command shares, before any model is read.
+void check_run_options(const Request& q);
+
+/// The model a command names (preset, model file or config.json), its name made printable.
+ModelFile load_model(const Request& q);
+
+ActivationModel activation_model(const Request& q);
+
+/// The options fit and plan share with an estimate, one value each, into Settings or a PlanRequest.
+template <class Run>
+void read_run_options(const Request& q, const char* command, Run& into) {
+    into.recipe = q.recipe;
+    into.activations = activation_model(q);
+    const auto attentions = parse_attention(q.attention);
+    if (attentions.size() != 1) throw usage_error(fmt::format("{} takes one --attention", command));
+    into.attention = attentions.front();
+    into.platform = parse_platform(q);
+    into.optimizer = parse_optimizer_impl(q.optimizer_impl);
+    into.grad_buffer = parse_grad_buffer(q.grad_buffer);
+}
+
+/// The estimate (and its sweeps): `out` is what goes to stdout or --output, `files` a plot asked for.
+void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files);
+std::string run_fit(const Request& q);
+std::string run_plan(const Request& q);
+std::string run_presets(const std::string& format);
+std::string run_recipes(const std::string& format);
+
+}  // namespace memcalc::cli
