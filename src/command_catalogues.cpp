@@ -11,21 +11,13 @@ namespace memcalc::cli {
 std::string run_presets(const std::string& format) {
     std::vector<std::pair<std::string, ModelFile>> presets;
     for (const auto& name : preset_names()) presets.emplace_back(name, load_preset(name));
-    switch (parse_format(format)) {
-        case Format::json: return presets_json(presets).dump(2) + "\n";
-        case Format::csv: return presets_csv(presets);
-        case Format::table: return presets_table(presets);
-    }
-    return {};
+    return in_format(
+        format, [&] { return presets_json(presets); }, [&] { return presets_csv(presets); },
+        [&] { return presets_table(presets); });
 }
 
 std::string run_recipes(const std::string& format) {
-    switch (parse_format(format)) {
-        case Format::json: return recipes_json().dump(2) + "\n";
-        case Format::csv: return recipes_csv();
-        case Format::table: return recipes_table();
-    }
-    return {};
+    return in_format(format, [] { return recipes_json(); }, [] { return recipes_csv(); }, [] { return recipes_table(); });
 }
 
 }  // namespace memcalc::cli

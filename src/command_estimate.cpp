@@ -74,7 +74,7 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
     const OptimizerImpl optimizer = parse_optimizer_impl(q.optimizer_impl);
     const GradBuffer grad_buffer = parse_grad_buffer(q.grad_buffer);
     const Format format = parse_format(q.format);
-    View view{q.units == "gib" ? Unit::gib : Unit::gb, q.timeline, q.compare,
+    View view{unit_of(q), q.timeline, q.compare,
               parse_count("--gpus-per-node", q.gpus_per_node, 8), std::nullopt};
     if (!q.device_memory.empty()) view.device_memory = parse_size("--device-memory", q.device_memory);
 

@@ -64,12 +64,8 @@ std::string run_fit(const Request& q) {
                                   : memcalc::fit(fit.model, settings, fit.dimension, fit.capacity, fit.granule, limit));
     }
     fit.settings = settings;
-    switch (parse_format(q.format)) {
-        case Format::json: return fit_json(fit).dump(2) + "\n";
-        case Format::csv: return fit_csv(fit);
-        case Format::table: return fit_table(fit, q.units == "gib" ? Unit::gib : Unit::gb);
-    }
-    return {};
+    return in_format(
+        q.format, [&] { return fit_json(fit); }, [&] { return fit_csv(fit); }, [&] { return fit_table(fit, unit_of(q)); });
 }
 
 }  // namespace memcalc::cli

@@ -43,12 +43,9 @@ std::string run_plan(const Request& q) {
         view.result = plan_top(model.architecture, r, view.top, std::ref(progress));
     }
     view.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    switch (parse_format(q.format)) {
-        case Format::json: return plan_json(view).dump(2) + "\n";
-        case Format::csv: return plan_csv(view);
-        case Format::table: return plan_table(view, q.units == "gib" ? Unit::gib : Unit::gb);
-    }
-    return {};
+    return in_format(
+        q.format, [&] { return plan_json(view); }, [&] { return plan_csv(view); },
+        [&] { return plan_table(view, unit_of(q)); });
 }
 
 }  // namespace memcalc::cli

@@ -13,6 +13,7 @@
 #include "arguments.hpp"
 #include "model_file.hpp"
 #include "output_file.hpp"
+#include "render.hpp"
 
 namespace memcalc::cli {
 
@@ -60,6 +61,19 @@ void read_run_options(const Request& q, const char* command, Run& into) {
     into.optimizer = parse_optimizer_impl(q.optimizer_impl);
     into.grad_buffer = parse_grad_buffer(q.grad_buffer);
 }
+
+/// One rendering in the format asked for (--format): only that format's renderer runs.
+template <class Json, class Csv, class Table>
+std::string in_format(const std::string& format, Json&& json, Csv&& csv, Table&& table) {
+    switch (parse_format(format)) {
+        case Format::json: return json().dump(2) + "\n";
+        case Format::csv: return csv();
+        case Format::table: return table();
+    }
+    return {};
+}
+
+inline Unit unit_of(const Request& q) { return q.units == "gib" ? Unit::gib : Unit::gb; }
 
 /// The estimate (and its sweeps): `out` is what goes to stdout or --output, `files` a plot asked for.
 void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files);
