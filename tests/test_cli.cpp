@@ -1,5 +1,6 @@
 // Tests of the built program: what a person, a script and a CI job see.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -535,4 +536,25 @@ TEST_CASE("every command in the README prints what the README shows", "[cli][rea
         CHECK(run.status == 0);
         CHECK(run.out == e.output);
     }
+}
+
+TEST_CASE("a sweep streams: its JSON is the array nlohmann would print, and past 16 MiB it spools", "[cli][sweep]") {
+    const auto sweep = memcalc("--preset llama-7b --seq 64,128,256 --recompute all --format json");
+    REQUIRE(sweep.status == 0);
+    const json all = json::parse(sweep.out);
+    CHECK(all.size() == 9);
+    CHECK(sweep.out == all.dump(2) + "\n");
+    // 105,000 CSV rows, over 16 MiB: spooled to a temporary file, then printed or written whole.
+    std::string seqs;
+    for (int s = 1; s <= 5000; ++s) seqs += (s > 1 ? "," : "") + std::to_string(s);
+    const auto big = memcalc("--preset llama-7b --seq " + seqs + " -b 1,2,3,4,5,6,7 --recompute all --format csv");
+    REQUIRE(big.status == 0);
+    CHECK(big.out.size() > (16u << 20));
+    CHECK(std::count(big.out.begin(), big.out.end(), '\n') == 1 + 3 * 7 * 5000);
+    REQUIRE(memcalc("--preset llama-7b --seq " + seqs + " -b 1,2,3,4,5,6,7 --recompute all --format csv --output memcalc_big.csv").status == 0);
+    std::ifstream file("memcalc_big.csv", std::ios::binary);
+    std::stringstream text;
+    text << file.rdbuf();
+    CHECK(text.str() == big.out);
+    std::remove("memcalc_big.csv");
 }
