@@ -63,24 +63,22 @@ struct SplitParams {
 struct WorkspaceEffect {
     SplitBytes added, covered;
     SplitParams gradients;  ///< parameters of the layer whose gradients exist while it runs
-    /// When gradients are already held, a weight's freshly computed gradient is all that is new, until
-    /// autograd adds it in: measured, not always the op's own, so the layer's largest (with its bias).
-    SplitParams fresh_gradient;
 
-    /// `gradient_bytes`: per parameter, 0 where a ZeRO-2/3 bucket already holds the layer's gradient.
-    /// `held`: the gradients are held already (a later micro-batch, a persistent buffer).
-    Count on_rank(const Parallelism& p, std::uint64_t V, Count gradient_bytes, bool held) const {
-        const Count written = (held ? fresh_gradient : gradients).on_rank(p, V) * gradient_bytes;
+    /// `written`: bytes of the layer's gradients that exist while it runs.
+    Count on_rank(const Parallelism& p, std::uint64_t V, Count written) const {
         const Count a = added.on_rank(p, V) + written, c = covered.on_rank(p, V);
         return a > c ? Count(a.value() - c.value()) : Count(0);
     }
 };
 
-/// The most any of `effects` adds on a rank.
+/// The most any of `effects` adds on a rank. `gradient_bytes`: per parameter, 0 where a ZeRO-2/3 bucket
+/// already holds the layer's gradient. `fresh`: when gradients are already held (a later micro-batch, a
+/// persistent buffer), the only new one, whatever the op (else each effect's own gradients written).
 inline Count largest_on_rank(const std::vector<WorkspaceEffect>& effects, const Parallelism& p, std::uint64_t V,
-                             Count gradient_bytes, bool held = false) {
+                             Count gradient_bytes, const SplitParams* fresh = nullptr) {
     Count most;
-    for (const auto& e : effects) most = std::max(most, e.on_rank(p, V, gradient_bytes, held));
+    for (const auto& e : effects)
+        most = std::max(most, e.on_rank(p, V, (fresh ? *fresh : e.gradients).on_rank(p, V) * gradient_bytes));
     return most;
 }
 
@@ -127,6 +125,9 @@ struct Workload {
     GradBuffer grad_buffer = GradBuffer::lazy;
     std::vector<ParamRow> tensors;  ///< the parameter table's rows (the for-loop optimiser's largest tensor)
     std::vector<WorkspaceEffect> forward_work, backward_work;  ///< one layer's workspaces
+    /// Into held gradients a weight's fresh gradient is new until autograd adds it in; which one is
+    /// alive at a workspace's peak is not always the op's own (measured), so the layer's largest.
+    SplitParams fresh_gradient;
 };
 
 /// The saved-tensor tables of one workload, whole (not split across ranks). The formula model has
@@ -153,17 +154,17 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
                               OptimizerImpl optimizer = OptimizerImpl::fused,
                               GradBuffer grad_buffer = GradBuffer::lazy) {
     Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, {}, {}, {}, {}, {}, mode, !head.empty(), optimizer,
-               grad_buffer, params.rows, {}, {}};
+               grad_buffer, params.rows, {}, {}, {}};
     const std::uint64_t V = m.vocab;
     for (const auto& row : forward_buffers) w.forward_buffers.add(row);
     const ParamRow* largest = nullptr;
     for (const auto& row : params.rows)
         if (row.group == Group::layer && (largest == nullptr || row.count > largest->count)) largest = &row;
+    if (largest != nullptr) w.fresh_gradient = gradients_from(params, largest->tensor, V, true);
     for (const auto& work : layer.work) {
         WorkspaceEffect e;
         workspace_effect(layer.rows, work, mode, e.added, e.covered);
         e.gradients = gradients_from(params, work.gradients_from, V);
-        if (largest != nullptr) e.fresh_gradient = gradients_from(params, largest->tensor, V, true);
         (work.backward ? w.backward_work : w.forward_work).push_back(e);
     }
     for (const auto& row : layer.rows) {
@@ -354,7 +355,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.layer_forward_work = largest_on_rank(w.forward_work, p, V, 0);
     // The layer's gradients written so far count unless a bucket or the held gradients have them already.
     in.layer_backward_work = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g);
-    in.layer_backward_work_held = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g, true);
+    in.layer_backward_work_held = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.fresh_gradient);
     // A tied table is used twice on a stage holding both ends: autograd keeps the head's gradient of it
     // until the embedding's backward adds its own, then hands the sum over. With no gradient held
     // yet that sum becomes the gradient itself (head_gradients counts it); into held ones it is extra.
