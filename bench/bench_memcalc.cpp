@@ -37,9 +37,18 @@ void estimate_llama_7b_architecture(benchmark::State& state) {
 }
 BENCHMARK(estimate_llama_7b_architecture);
 
+void summary_llama_7b(benchmark::State& state) {  // a CSV sweep's configuration: the closed form, no tables kept
+    Settings s;
+    s.seq = 4096, s.recompute = Recompute::selective;
+    const Estimator estimator(llama_7b());
+    for (auto _ : state) benchmark::DoNotOptimize(estimator.summary(s));
+}
+BENCHMARK(summary_llama_7b);
+
 Workload workload_405b(std::uint64_t b) {
     const Architecture m = llama_405b();
-    return make_workload(m, *find_recipe("mixed-adam"), 8192, b, Recompute::selective, parameter_table(m),
+    return make_workload(m, *find_recipe("mixed-adam"), 8192, b, Recompute::selective,
+                         parameter_splits(parameter_table(m), m.vocab),
                          korthikanti_layer(m, 8192, b, 2), {}, {});
 }
 

@@ -91,36 +91,46 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
         return;
     }
 
-    std::optional<ParameterTable> parameters;  // the same for every configuration
-    try {
-        parameters = parameter_table(arch);
-    } catch (const overflow_error&) {  // each estimate then says so, naming the model's sizes
-    }
+    const Estimator estimator(arch);  // the parameter table and its splits, once for the whole sweep
     std::vector<SweepPoint> points;  // what a plot needs of each configuration
     std::optional<SweepTable> table;
     if (format == Format::table) table.emplace(view);
     if (format == Format::csv) out.append(csv_header());
     std::size_t done = 0;
+    std::string row;  // one CSV row's buffer, reused
+    CsvRowWriter csv_rows;
     Progress progress("sweep", 64);
+    std::vector<std::vector<Parallelism>> layouts_of;  // per micro-batch (--global-batch sets the count)
+    for (auto b : batches) layouts_of.push_back(parse_layouts(q, b));
     for (auto s : seqs)
-        for (auto b : batches)
-            for (const auto& layout : parse_layouts(q, b))
-                for (auto attention : attentions)
-                    for (auto mode : modes) {
-                        Settings settings{s, b, mode, q.recipe, activations, attention, platform, layout, optimizer,
-                                          grad_buffer};
-                        settings.timelines = format == Format::json;  // only JSON prints them
-                        const Report r = estimate(arch, settings, parameters ? &*parameters : nullptr);
-                        if (!q.plot.empty()) points.push_back({s, b, mode, r.peak_step().bytes.total()});
-                        switch (format) {
-                            case Format::json:
-                                out.append((done == 0 ? "[\n" : ",\n") + indented(report_json(r, view).dump(2), 2));
-                                break;
-                            case Format::csv: out.append(csv_row(r)); break;
-                            case Format::table: table->add(r); break;
+        for (std::size_t bi = 0; bi < batches.size(); ++bi)
+            for (const auto& layout : layouts_of[bi])
+                for (auto attention : attentions) {
+                    const std::uint64_t b = batches[bi];
+                    Settings settings{s, b, modes.front(), q.recipe, activations, attention, platform, layout,
+                                      optimizer, grad_buffer};
+                    if (format == Format::csv) {  // the closed form: no table kept, no timeline built
+                        for (const Summary& r : estimator.summaries(settings, modes)) {
+                            if (!q.plot.empty()) points.push_back({s, b, r.settings.recompute, r.peak.bytes.total()});
+                            row.clear();
+                            csv_rows.append(row, arch.name, r);
+                            out.append(row);
+                            progress(++done);
                         }
+                        continue;
+                    }
+                    settings.timelines = format == Format::json;  // only JSON prints them
+                    for (auto mode : modes) {
+                        settings.recompute = mode;
+                        const Report r = estimator.estimate(settings);
+                        if (!q.plot.empty()) points.push_back({s, b, mode, r.peak_step().bytes.total()});
+                        if (format == Format::json)
+                            out.append((done == 0 ? "[\n" : ",\n") + indented(report_json(r, view).dump(2), 2));
+                        else
+                            table->add(r);
                         progress(++done);
                     }
+                }
     if (format == Format::json) out.append("\n]\n");
     if (table) out.append(table->str());
     // A sweep plots the peak against the sequence (or, when only it varies, the micro-batch).

@@ -125,18 +125,18 @@ Spool::~Spool() {
 }
 
 void Spool::append(std::string_view text) {
-    constexpr std::size_t in_memory = 16u << 20;
+    constexpr std::size_t in_memory = 16u << 20, write_batch = 1u << 20;
     if (file_ == nullptr && memory_.size() + text.size() > in_memory) {
         file_ = std::tmpfile();  // unnamed: it vanishes with the process, however it ends
-        if (file_ == nullptr || std::fwrite(memory_.data(), 1, memory_.size(), file_) != memory_.size())
+        if (file_ == nullptr) throw error(std::string("cannot spool the output to a temporary file: ") + reason());
+        std::setvbuf(file_, nullptr, _IONBF, 0);  // written a megabyte at a time already
+    }
+    memory_ += text;
+    if (file_ != nullptr && memory_.size() >= write_batch) {
+        if (std::fwrite(memory_.data(), 1, memory_.size(), file_) != memory_.size())
             throw error(std::string("cannot spool the output to a temporary file: ") + reason());
         memory_.clear();
-        memory_.shrink_to_fit();
-    }
-    if (file_ == nullptr) {
-        memory_ += text;
-    } else if (std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
-        throw error(std::string("cannot spool the output to a temporary file: ") + reason());
+        if (memory_.capacity() > 4 * write_batch) memory_.shrink_to_fit();  // the 16 MiB it held before
     }
 }
 

@@ -20,15 +20,19 @@ public:
     /// Hands every byte, in order, to `sink` (chunks of at most 1 MiB); false when a read fails.
     template <class Sink>
     bool each_chunk(Sink&& sink) const {
-        if (file_ == nullptr) return sink(std::string_view(memory_)), true;
-        std::rewind(file_);
-        std::string chunk(1 << 20, '\0');
-        for (std::size_t n; (n = std::fread(chunk.data(), 1, chunk.size(), file_)) > 0;) sink(std::string_view(chunk.data(), n));
-        return std::ferror(file_) == 0;
+        if (file_ != nullptr) {
+            std::rewind(file_);
+            std::string chunk(1 << 20, '\0');
+            for (std::size_t n; (n = std::fread(chunk.data(), 1, chunk.size(), file_)) > 0;)
+                sink(std::string_view(chunk.data(), n));
+            if (std::ferror(file_) != 0) return false;
+        }
+        if (!memory_.empty()) sink(std::string_view(memory_));  // all of it, or what follows the file's
+        return true;
     }
 
 private:
-    std::string memory_;
+    std::string memory_;  ///< the whole output; once spooling, what is not in the file yet (under 1 MiB)
     std::FILE* file_ = nullptr;
 };
 

@@ -117,6 +117,21 @@ nlohmann::json recipes_json();
 // CSV for scripts: one row per configuration, the same columns every time.
 std::string csv_header();
 std::string csv_row(const Report& r);
+/// A sweep's rows, one summary at a time. Most numbers repeat from row to row (the layout, the
+/// parameters, the state): each number cell keeps its last digits and reuses them.
+class CsvRowWriter {
+public:
+    struct Cell {
+        std::uint64_t value = 0;
+        std::uint8_t length = 0;  ///< 0: nothing written yet
+        char digits[20];
+    };
+    /// The row of `r`, appended to `out`.
+    void append(std::string& out, std::string_view model, const Summary& r);
+
+private:
+    std::array<Cell, 24> cells_{};
+};
 std::string per_layer_csv(const Report& r);
 std::string presets_csv(const std::vector<std::pair<std::string, ModelFile>>& presets);
 std::string recipes_csv();
@@ -131,6 +146,6 @@ struct Scale {
 Scale scale_for(Count largest, Unit unit);         ///< the largest prefix that keeps `largest` >= 1
 std::string scaled(Count bytes, const Scale& scale);  ///< "107.8" in that prefix
 std::string layer_formula(const LayerActivations& layer);  ///< "34 sbh + 5 as^2b"
-std::string csv_field(const std::string& text);
+std::string csv_field(std::string_view text);
 
 }  // namespace memcalc::cli

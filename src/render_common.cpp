@@ -39,8 +39,8 @@ std::string amount(Count bytes, Unit unit) {
 }
 
 std::string layer_formula(const LayerActivations& layer) {
-    std::map<std::string, std::uint64_t> per_symbol;  // bytes per unit of each symbol, e.g. sbh -> 34
-    std::vector<std::string> order;
+    std::map<Text, std::uint64_t> per_symbol;  // bytes per unit of each symbol, e.g. sbh -> 34
+    std::vector<Text> order;
     for (const auto& row : layer.rows) {
         if (!per_symbol.count(row.symbol)) order.push_back(row.symbol);
         per_symbol[row.symbol] += row.copies * row.bytes_per_element;
@@ -50,8 +50,8 @@ std::string layer_formula(const LayerActivations& layer) {
     return out;
 }
 
-std::string csv_field(const std::string& text) {
-    if (text.find_first_of(",\"\n") == std::string::npos) return text;
+std::string csv_field(std::string_view text) {
+    if (text.find_first_of(",\"\n") == std::string_view::npos) return std::string(text);
     std::string quoted = "\"";
     for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
     return quoted + "\"";

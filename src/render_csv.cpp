@@ -1,5 +1,9 @@
-#include <fmt/compile.h>
 #include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <iterator>
 
 #include "render.hpp"
 
@@ -11,18 +15,104 @@ std::string csv_header() {
            "sequence_parallel,microbatches,peak_stage,peak_microbatch,grad_buffer,first_stage_layers,last_stage_layers\n";
 }
 
+namespace {
+
+/// Appends one row's cells, comma-separated, through a buffer of its own: integers by std::to_chars,
+/// no format string to parse, one append to the output per row.
+class CsvRow {
+public:
+    using Cell = CsvRowWriter::Cell;
+    /// `memory`: a cell per number of the row, which remembers the digits it wrote last.
+    CsvRow(std::string& out, Cell* memory, std::size_t cells) : out_(out), memory_(memory), memory_cells_(cells) {}
+    ~CsvRow() { flush(); }
+    CsvRow(const CsvRow&) = delete;
+    CsvRow& operator=(const CsvRow&) = delete;
+
+    CsvRow& text(std::string_view cell) {
+        separate();
+        if (cell.size() > room()) flush();
+        if (cell.size() > room()) return out_ += cell, *this;  // a cell longer than the buffer
+        std::memcpy(buffer_ + used_, cell.data(), cell.size());
+        used_ += cell.size();
+        return *this;
+    }
+    CsvRow& number(std::uint64_t n) {
+        separate();
+        if (room() < 20) flush();
+        if (numbers_ >= memory_cells_) {
+            used_ = static_cast<std::size_t>(std::to_chars(buffer_ + used_, buffer_ + sizeof buffer_, n).ptr - buffer_);
+            return *this;
+        }
+        Cell& cell = memory_[numbers_++];
+        if (cell.length == 0 || cell.value != n) {  // a new value: its digits, remembered
+            cell.value = n;
+            cell.length = static_cast<std::uint8_t>(std::to_chars(cell.digits, cell.digits + sizeof cell.digits, n).ptr -
+                                                    cell.digits);
+        }
+        std::memcpy(buffer_ + used_, cell.digits, cell.length);
+        used_ += cell.length;
+        return *this;
+    }
+    CsvRow& flag(bool b) { return text(b ? "true" : "false"); }
+    /// As fmt's {:.0f}: exact digits. A whole number below 2^64 (every FLOP count here) as an
+    /// integer; anything else through fmt.
+    CsvRow& flops(double x) {
+        if (x >= 0 && x < 18446744073709551616.0 && std::floor(x) == x) return number(static_cast<std::uint64_t>(x));
+        separate();
+        flush();
+        fmt::format_to(std::back_inserter(out_), "{:.0f}", x);
+        return *this;
+    }
+    CsvRow& step(const Step& s) {
+        separate();
+        flush();
+        s.append_name(out_);
+        return *this;
+    }
+    void end() {
+        if (room() < 1) flush();
+        buffer_[used_++] = '\n';
+    }
+
+private:
+    std::size_t room() const { return sizeof buffer_ - used_; }
+    void separate() {
+        if (cells_++ == 0) return;
+        if (room() < 1) flush();
+        buffer_[used_++] = ',';
+    }
+    void flush() {
+        out_.append(buffer_, used_);
+        used_ = 0;
+    }
+    std::string& out_;
+    Cell* memory_;
+    std::size_t memory_cells_, numbers_ = 0;
+    char buffer_[256];
+    std::size_t used_ = 0, cells_ = 0;
+};
+
+}  // namespace
+
+void CsvRowWriter::append(std::string& out, std::string_view model, const Summary& r) {
+    const Settings& s = r.settings;
+    const Parallelism& p = s.parallel;
+    CsvRow row(out, cells_.data(), cells_.size());
+    row.text(csv_field(model)).number(s.seq).number(s.micro_batch).text(recompute_name(s.recompute)).text(s.recipe);
+    row.text(activation_model_name(s.activations)).text(attention_name(s.attention));
+    row.number(r.parameters.value()).number(r.state.total().value()).number(r.activations.value());
+    row.number(r.kept_activations.value()).number(r.peak.bytes.total().value()).step(r.peak);
+    row.flops(r.compute.step).flops(r.compute.recompute);
+    row.number(p.dp).number(p.tp).number(p.pp).number(p.cp).number(p.ep).number(p.zero);
+    row.flag(p.sequence_parallel).number(p.steps_per_batch()).number(r.peak_stage).number(r.peak.microbatch);
+    row.text(grad_buffer_name(s.grad_buffer)).number(p.first_stage_layers).number(p.last_stage_layers);
+    row.end();
+}
+
 std::string csv_row(const Report& r) {
-    const Parallelism& p = r.settings.parallel;
-    // Compiled at build time: a sweep formats a row per configuration.
-    return fmt::format(FMT_COMPILE("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{:.0f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n"),
-                       csv_field(r.model.name), r.settings.seq,
-                       r.settings.micro_batch, recompute_name(r.settings.recompute), r.settings.recipe,
-                       activation_model_name(r.settings.activations), attention_name(r.settings.attention),
-                       r.parameter_count.value(), r.state.total().value(), r.activations.value(),
-                       r.kept_activations.value(), r.peak_step().bytes.total().value(), r.peak_step().name(),
-                       r.compute.step, r.compute.recompute, p.dp, p.tp, p.pp, p.cp, p.ep, p.zero,
-                       p.sequence_parallel, p.steps_per_batch(), r.busiest().stage, r.peak_step().microbatch,
-                       grad_buffer_name(r.settings.grad_buffer), p.first_stage_layers, p.last_stage_layers);
+    std::string out;
+    CsvRowWriter().append(out, r.model.name, summary(r));
+    return out;
 }
 
 std::string per_layer_csv(const Report& r) {

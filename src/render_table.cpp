@@ -13,7 +13,7 @@ namespace {
 using Align = TextTable::Align;
 constexpr Align L = Align::left, R = Align::right;
 
-std::string dims_text(const std::vector<std::uint64_t>& dims) {
+std::string dims_text(const Dims& dims) {
     std::string out;
     for (auto d : dims) out += (out.empty() ? "" : " x ") + std::to_string(d);
     return out;

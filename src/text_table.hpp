@@ -1,7 +1,9 @@
 #pragma once
 // A plain-text table: columns padded to their widest cell, numbers right-aligned.
 #include <algorithm>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace memcalc::cli {
@@ -14,6 +16,8 @@ public:
         : aligns_(std::move(aligns)), indent_(std::move(indent)) {}
 
     void row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+    /// A row written in place, of literals, strings and a table row's text alike.
+    void row(std::initializer_list<std::string_view> cells) { rows_.emplace_back(cells.begin(), cells.end()); }
     void rule() { rows_.emplace_back(); }  ///< an empty row renders as a dashed line
 
     std::string str() const {

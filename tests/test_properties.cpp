@@ -1,5 +1,6 @@
 // Property tests over thousands of generated shapes (a fixed seed, so a failure reproduces).
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -162,11 +163,112 @@ TEST_CASE("the training loop's variants: held gradients never lower a peak, no s
         // The closed form finds the built timelines' peak.
         const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.recipe.activation_bytes, s.activations,
                                                      s.attention, s.platform);
-        const Workload w = make_workload(m, r.recipe, s.seq, s.micro_batch, s.recompute, r.parameters, t.layer,
+        const Workload w = make_workload(m, r.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t.layer,
                                          t.input_side, t.head, t.forward_buffers, s.optimizer, s.grad_buffer);
         const LayoutPeak fast = layout_peak(w, p);
         CHECK(fast.bytes() == r.peak_step().bytes.total());
         CHECK(fast.step.name() == r.peak_step().name());
+    }
+}
+
+TEST_CASE("a sweep's closed-form summary is the full estimate's, figure for figure", "[property][sweep]") {
+    Generator g;
+    cli::CsvRowWriter rows;
+    for (int shape = 0; shape < 1200; ++shape) {
+        const Architecture m = g.architecture();
+        Settings s = g.settings(m);
+        Parallelism& p = s.parallel;
+        p.dp = g.pick<std::uint64_t>({1, 2, 4});
+        p.tp = m.heads % 2 == 0 && m.key_value_heads() % 2 == 0 ? g.pick<std::uint64_t>({1, 2}) : 1;
+        p.sequence_parallel = p.tp > 1 && g.between(0, 1) == 0;
+        p.cp = s.seq % 2 == 0 ? g.pick<std::uint64_t>({1, 2}) : 1;
+        p.pp = std::min<std::uint64_t>(m.layers, g.pick<std::uint64_t>({1, 2, 3, 4}));
+        if (m.layers % p.pp != 0) p.first_stage_layers = m.layers - (p.pp - 1) * (m.layers / p.pp);
+        p.zero = p.dp > 1 ? static_cast<unsigned>(g.between(0, 3)) : 0;
+        if (m.is_moe() && p.dp % 2 == 0 && m.experts % 2 == 0) p.ep = 2;
+        if (p.zero > 0 && g.between(0, 3) == 0) p.offload = Offload::optimizer;
+        p.microbatches = g.pick<std::uint64_t>({0, 1, 2, 7});
+        s.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
+        s.optimizer = g.pick({OptimizerImpl::fused, OptimizerImpl::foreach, OptimizerImpl::for_loop});
+        s.timelines = g.between(0, 1) == 0;
+        CAPTURE(shape, m.layers, p.tp, p.dp, p.cp, p.pp, p.first_stage_layers, p.zero, p.ep, p.microbatches);
+        const Estimator estimator(m);
+        Summary full, fast;
+        try {
+            full = summary(estimator.estimate(s));
+        } catch (const error& e) {  // an invalid layout: the summary refuses it with the same words
+            CHECK_THROWS_WITH(estimator.summary(s), e.what());
+            continue;
+        }
+        fast = estimator.summary(s);
+        CHECK(fast.parameters == full.parameters);
+        CHECK(fast.state.total() == full.state.total());
+        CHECK(fast.activations == full.activations);
+        CHECK(fast.kept_activations == full.kept_activations);
+        CHECK(fast.peak.bytes.total() == full.peak.bytes.total());
+        CHECK(fast.peak.name() == full.peak.name());
+        CHECK(fast.peak_stage == full.peak_stage);
+        CHECK(fast.compute.step == full.compute.step);
+        CHECK(fast.compute.recompute == full.compute.recompute);
+        std::string row;
+        rows.append(row, m.name, fast);  // after other shapes' rows: what it remembers never leaks
+        CHECK(cli::csv_row(estimator.estimate(s)) == row);
+        // Every recomputation mode from one table: each as its own estimate.
+        const std::vector<Recompute> modes = {Recompute::full, Recompute::none, Recompute::selective};
+        const std::vector<Summary> each = estimator.summaries(s, modes);
+        REQUIRE(each.size() == modes.size());
+        for (std::size_t i = 0; i < modes.size(); ++i) {
+            Settings alone = s;
+            alone.recompute = modes[i];
+            const Summary expected = summary(estimator.estimate(alone));
+            CHECK(each[i].settings.recompute == modes[i]);
+            CHECK(each[i].kept_activations == expected.kept_activations);
+            CHECK(each[i].peak.bytes.total() == expected.peak.bytes.total());
+            CHECK(each[i].peak.name() == expected.peak.name());
+            CHECK(each[i].compute.recompute == expected.compute.recompute);
+        }
+    }
+}
+
+TEST_CASE("a timeline's steps are step_at's, one by one, however its linear runs are made", "[property][fast]") {
+    Generator g;
+    for (int shape = 0; shape < 800; ++shape) {
+        const Architecture m = g.architecture();
+        Settings s = g.settings(m);
+        Parallelism& p = s.parallel;
+        p.pp = std::min<std::uint64_t>(m.layers, g.pick<std::uint64_t>({1, 2, 3}));
+        if (m.layers % p.pp != 0) p.first_stage_layers = m.layers - (p.pp - 1) * (m.layers / p.pp);
+        p.dp = g.pick<std::uint64_t>({1, 2});
+        p.zero = p.dp > 1 ? static_cast<unsigned>(g.between(0, 3)) : 0;
+        p.microbatches = g.pick<std::uint64_t>({0, 1, 4});
+        if (p.pp > 1 && p.first_stage_layers == 0 && m.layers % (2 * p.pp) == 0 && g.between(0, 1) == 0) {
+            p.vpp = 2, p.microbatches = 2 * p.pp;  // interleaved: layer numbers jump between chunks
+        }
+        s.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
+        CAPTURE(shape, m.layers, p.pp, p.vpp, p.first_stage_layers, p.zero, p.microbatches);
+        const Report r = estimate(m, s);
+        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.recipe.activation_bytes, s.activations,
+                                                     s.attention, s.platform);
+        const Workload w = make_workload(m, r.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t.layer,
+                                         t.input_side, t.head, t.forward_buffers, s.optimizer, s.grad_buffer);
+        for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
+            const TimelineInputs in = stage_inputs(w, p, stage_facts(w, p, stage));
+            std::vector<Step> expected;  // the order timeline() promises, every step made alone
+            for (std::uint64_t mb = 1; mb <= shown_microbatches(in); ++mb) {
+                for (std::uint64_t i = 1; i <= in.layers; ++i) expected.push_back(step_at(in, Phase::forward, i, mb));
+                if (in.loss) expected.push_back(step_at(in, Phase::loss, 0, mb));
+                for (std::uint64_t i = in.layers; i >= 1; --i) expected.push_back(step_at(in, Phase::backward, i, mb));
+            }
+            expected.push_back(step_at(in, Phase::optimizer, 0));
+            const std::vector<Step> built = timeline(in);
+            REQUIRE(built.size() == expected.size());
+            for (std::size_t k = 0; k < built.size(); ++k) {
+                CAPTURE(stage, k, expected[k].name());
+                CHECK(built[k].name() == expected[k].name());
+                Breakdown made = built[k].bytes;
+                made.each(expected[k].bytes, [](Count& mine, Count theirs) { CHECK(mine == theirs); });
+            }
+        }
     }
 }
 
@@ -186,6 +288,30 @@ TEST_CASE("JSON round-trips: read back, every number is identical", "[property]"
         for (std::size_t i = 0; i < r.timeline().size(); ++i)
             CHECK(j["timeline"][i]["bytes"].get<std::uint64_t>() == r.timeline()[i].bytes.total().value());
         CHECK(j["compute"]["step_flops"].get<double>() == r.compute.step);  // doubles print exactly too
+    }
+}
+
+TEST_CASE("a CSV row is what one format string gives, FLOPs past 2^64 included", "[property][csv]") {
+    Generator g;
+    for (int shape = 0; shape < 600; ++shape) {
+        Architecture m = g.architecture();
+        Settings s = g.settings(m);
+        if (shape % 50 == 0) m.hidden = 65536, m.heads = 512, m.ffn = 262144, m.layers = 200, m.head_dim = 0, m.kv_heads = 8;
+        if (shape % 50 == 0 && m.position != Position::learned) s.seq = 1000000;  // FLOPs far past 2^64
+        s.parallel.dp = g.pick<std::uint64_t>({1, 8}), s.parallel.zero = s.parallel.dp > 1 ? 2 : 0;
+        s.parallel.microbatches = g.pick<std::uint64_t>({0, 3});
+        CAPTURE(shape);
+        const Report r = estimate(m, s);
+        const Parallelism& p = r.settings.parallel;
+        const std::string expected = fmt::format(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{:.0f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", cli::csv_field(m.name),
+            s.seq, s.micro_batch, recompute_name(s.recompute), s.recipe, activation_model_name(s.activations),
+            attention_name(s.attention), r.parameter_count.value(), r.state.total().value(), r.activations.value(),
+            r.kept_activations.value(), r.peak_step().bytes.total().value(), r.peak_step().name(), r.compute.step,
+            r.compute.recompute, p.dp, p.tp, p.pp, p.cp, p.ep, p.zero, p.sequence_parallel, p.steps_per_batch(),
+            r.busiest().stage, r.peak_step().microbatch, grad_buffer_name(s.grad_buffer), p.first_stage_layers,
+            p.last_stage_layers);
+        CHECK(cli::csv_row(r) == expected);
     }
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "memcalc/model.hpp"
+#include "memcalc/text.hpp"
 #include "memcalc/units.hpp"
 
 namespace memcalc {
@@ -93,10 +94,10 @@ inline constexpr Shape mask{"s^2b", ActivationSplit::replicated}; ///< the causa
 
 /// One tensor saved for backward: `copies` tensors of `symbol` elements each.
 struct SavedTensor {
-    std::string op;        ///< the op that saves it
-    std::string tensor;    ///< what it saves
-    std::string why;       ///< why backward needs it
-    std::string symbol;    ///< element count in the paper's letters: "sbh", "as^2b"
+    Text op;               ///< the op that saves it
+    Text tensor;           ///< what it saves
+    Text why;              ///< why backward needs it
+    Text symbol;           ///< element count in the paper's letters: "sbh", "as^2b"
     std::uint64_t copies;  ///< how many such tensors ("Q and K" is 2 sbh elements)
     std::uint64_t bytes_per_element;
     Keep keep;
@@ -123,15 +124,15 @@ struct SavedTensor {
 /// to a step only what those rows do not cover (workspace_excess).
 struct Workspace {
     bool backward;       ///< made by the op's backward (else by its forward)
-    std::string op;      ///< the op running
-    std::string tensor;  ///< what it makes
-    std::string formula;  ///< its bytes in the paper's letters: "4 as^2b + 2 as^2b"
+    Text op;             ///< the op running
+    Text tensor;         ///< what it makes
+    Text formula;        ///< its bytes in the paper's letters: "4 as^2b + 2 as^2b"
     Count bytes;
     ActivationSplit split;
     std::size_t absent_from;  ///< index of the first row not live while it exists
     /// Backward: the first of the layer's parameter tensors whose gradient already exists ("o_proj";
     /// every later one in forward order has one too); empty when none has.
-    std::string gradients_from;
+    Text gradients_from;
     /// Forward, at the layer's last op, after the modules that made its rows have returned: the rows
     /// a recomputation does not keep are gone. Full recomputation's forward is not modelled there.
     bool layer_end = false;
@@ -227,9 +228,10 @@ inline LayerActivations korthikanti_layer(const Architecture& m, std::uint64_t s
     const Count sbh = Count(seq) * micro_batch * m.hidden;
     const Count as2b = Count(m.heads) * seq * seq * micro_batch;
     LayerActivations layer;
+    layer.rows.reserve(14);
     // `split`: tensor-parallel rows hold 24 sbh / t + 5 as^2b / t of the total; the other 10 sbh sit
     // on the residual stream, replicated unless sequence parallelism splits them.
-    auto row = [&](const char* op, const char* tensor, const char* why, bool scores, std::uint64_t copies,
+    auto row = [&](Text op, Text tensor, Text why, bool scores, std::uint64_t copies,
                    std::uint64_t bytes, ActivationSplit split) {
         const Count elements = Count(copies) * (scores ? as2b : sbh);
         layer.rows.push_back({op, tensor, why, scores ? "as^2b" : "sbh", copies, bytes,

@@ -27,20 +27,16 @@ public:
 
     /// A temporary of the op running now, by default while the rows added so far are live.
     /// `gradients_from`: in backward, the first parameter tensor of the layer whose gradient exists.
-    void workspace(bool backward, std::string op, std::string tensor, std::string formula, Count bytes,
-                   std::string gradients_from = {}) {
-        workspace_at(rows_.size(), backward, std::move(op), std::move(tensor), std::move(formula), bytes,
-                     std::move(gradients_from));
+    void workspace(bool backward, Label op, Label tensor, Label formula, Count bytes, Label gradients_from = "") {
+        workspace_at(rows_.size(), backward, op, tensor, formula, bytes, gradients_from);
     }
-    void workspace_at(std::size_t absent_from, bool backward, std::string op, std::string tensor, std::string formula,
-                      Count bytes, std::string gradients_from = {}) {
-        push({backward, std::move(op), std::move(tensor), std::move(formula), bytes, ActivationSplit::tensor,
-              absent_from, std::move(gradients_from), false});
+    void workspace_at(std::size_t absent_from, bool backward, Label op, Label tensor, Label formula, Count bytes,
+                      Label gradients_from = "") {
+        push({backward, op, tensor, formula, bytes, ActivationSplit::tensor, absent_from, gradients_from, false});
     }
     /// A temporary at the layer's last op (Workspace::layer_end), on the residual stream.
-    void layer_end(std::string op, std::string tensor, std::string formula, Count bytes) {
-        push({false, std::move(op), std::move(tensor), std::move(formula), bytes, ActivationSplit::sequence,
-              rows_.size(), {}, true});
+    void layer_end(Label op, Label tensor, Label formula, Count bytes) {
+        push({false, op, tensor, formula, bytes, ActivationSplit::sequence, rows_.size(), {}, true});
     }
     std::size_t size() const { return rows_.size(); }
     /// The last row is the layer's input itself (SavedTensor::layer_input).
@@ -48,16 +44,16 @@ public:
 
     /// One saved storage of `copies` x `per_copy` elements of `shape`, which says how it divides
     /// across ranks.
-    void add(std::string op, std::string tensor, std::string why, const Shape& shape, Count per_copy,
-             std::uint64_t bytes_per_element, Keep keep = Keep::always, std::uint64_t copies = 1) {
+    void add(Label op, Label tensor, Label why, const Shape& shape, Count per_copy, std::uint64_t bytes_per_element,
+             Keep keep = Keep::always, std::uint64_t copies = 1) {
         const Count elements = per_copy * copies;
-        rows_.push_back({std::move(op), std::move(tensor), std::move(why), shape.symbol, copies, bytes_per_element,
-                         keep, elements, elements * bytes_per_element, shape.split});
+        rows_.push_back({op, tensor, why, shape.symbol, copies, bytes_per_element, keep, elements,
+                         elements * bytes_per_element, shape.split});
     }
 
 private:
     void push(Workspace w) {
-        if (work_) work_->push_back(std::move(w));
+        if (work_) work_->push_back(w);
     }
 
     std::vector<SavedTensor>& rows_;

@@ -2,6 +2,7 @@
 /// One call: (model, run settings) -> a report of plain data, which the program renders.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -101,65 +102,158 @@ inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint
 
 }  // namespace detail
 
-/// `parameters`: the model's parameter_table, when the caller has it already (a sweep builds it once).
-inline Report estimate(const Architecture& model, const Settings& settings, const ParameterTable* parameters = nullptr) {
-    validate(model);
-    detail::require_positive("seq", settings.seq);
-    detail::require_positive("micro_batch", settings.micro_batch);
-    if (model.position == Position::learned && settings.seq > model.max_positions)
-        throw error("seq " + std::to_string(settings.seq) + " exceeds the " + std::to_string(model.max_positions) +
-                    " learned positions of " + (model.name.empty() ? "the model" : model.name));
-    const Recipe* recipe = find_recipe(settings.recipe);
-    if (recipe == nullptr) throw error("unknown recipe '" + settings.recipe + "'");
-    validate(settings.parallel, model, settings.seq);
+/// The figures of one configuration that a sweep's row prints: an estimate without its tables and
+/// timelines, the peak from the closed form.
+struct Summary {
+    Settings settings;
+    Count parameters;        ///< the whole model's
+    TrainingState state;     ///< the whole model's, unsharded
+    Count activations;       ///< all layers of one micro-batch on one rank, no recomputation
+    Count kept_activations;  ///< the same, under the chosen recomputation
+    Step peak{Phase::forward, 0, {}, 1};
+    std::uint64_t peak_stage = 0;  ///< the most loaded rank's pipeline stage (the earliest on a tie)
+    ComputeCost compute;
+};
 
-    Report r{model, settings, *recipe, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
-    try {
-        r.parameters = parameters != nullptr ? *parameters : parameter_table(model);
-        r.parameter_count = r.parameters.total();
-        r.state = training_state(r.parameter_count, *recipe);
-    } catch (const overflow_error&) {
-        throw error("the parameter count of " + (model.name.empty() ? std::string("the model") : model.name) +
-                    " overflows 64 bits (hidden " + std::to_string(model.hidden) + ", layers " +
-                    std::to_string(model.layers) + ", ffn " + std::to_string(model.ffn) + ", vocab " +
-                    std::to_string(model.vocab) + ")");
+/// The summary of a report already made.
+inline Summary summary(const Report& r) {
+    return {r.settings, r.parameter_count, r.state, r.activations, r.kept_activations, r.peak_step(),
+            r.busiest().stage, r.compute};
+}
+
+/// One model, prepared for many configurations: its parameter table and how it splits are built
+/// once, so each estimate or summary counts only what the settings change. estimate() is one of these.
+class Estimator {
+public:
+    explicit Estimator(const Architecture& model) : model_(model) {
+        validate(model_);
+        try {
+            table_ = parameter_table(model_);
+            parameter_count_ = table_.total();
+            splits_ = parameter_splits(table_, model_.vocab);
+        } catch (const overflow_error&) {  // every estimate says so, once its settings are checked
+            overflow_ = "the parameter count of " + (model.name.empty() ? std::string("the model") : model.name) +
+                        " overflows 64 bits (hidden " + std::to_string(model.hidden) + ", layers " +
+                        std::to_string(model.layers) + ", ffn " + std::to_string(model.ffn) + ", vocab " +
+                        std::to_string(model.vocab) + ")";
+        }
     }
 
-    const std::uint64_t s = settings.seq, b = settings.micro_batch, d = recipe->activation_bytes;
-    const bool formula = settings.activations == ActivationModel::korthikanti;
-    if (formula && settings.attention == Attention::flash)
-        throw error("flash attention needs the architecture activation model: Korthikanti's formula describes eager "
-                    "attention");
-    const Parallelism& p = settings.parallel;
-    try {
-        ActivationTables t = activation_tables(model, s, b, d, settings.activations, settings.attention,
-                                               settings.platform);
-        r.layer = std::move(t.layer);
-        r.input_side = std::move(t.input_side);
-        r.head = std::move(t.head);
-        r.forward_buffers = std::move(t.forward_buffers);
-        const Workload w = make_workload(model, *recipe, s, b, settings.recompute, r.parameters, r.layer,
-                                         r.input_side, r.head, r.forward_buffers, settings.optimizer,
-                                         settings.grad_buffer);
-        // The tables the report shows are one rank's share of every tensor.
-        split_rows(r.layer.rows, p, model.vocab);
-        split_rows(r.layer.work, p, model.vocab);
-        r.layer.input_bytes = rank_stream(r.layer.input_bytes, p);
-        split_rows(r.input_side, p, model.vocab);
-        split_rows(r.head, p, model.vocab);
-        split_rows(r.forward_buffers, p, model.vocab);
-        r.activations = Count(model.layers) * r.layer.total();
-        r.kept_activations = Count(model.layers) * r.layer.kept(settings.recompute);
+    const Architecture& model() const { return model_; }
 
-        for (std::uint64_t stage = 0; stage < p.pp; ++stage) r.ranks.push_back(detail::rank_report(w, p, stage, settings.timelines));
-        for (std::size_t i = 1; i < r.ranks.size(); ++i)
-            if (r.ranks[i].peak_step().bytes.total() > r.busiest().peak_step().bytes.total()) r.most_loaded = i;
-    } catch (const overflow_error&) {
-        throw error("seq " + std::to_string(s) + " with micro-batch " + std::to_string(b) +
-                    " needs more bytes than 64 bits can count");
+    /// Every table, and each rank's timeline unless settings.timelines is false.
+    Report estimate(const Settings& settings) const {
+        const Configuration c = configure(settings);
+        Report r{model_, settings, c.recipe, table_, parameter_count_, c.state, {}, {}, {}, {}, {}, {}, {}, {}, 0};
+        const Parallelism& p = settings.parallel;
+        counted(settings, [&] {
+            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, c.recipe.activation_bytes,
+                                                   settings.activations, settings.attention, settings.platform);
+            const Workload w = workload(settings, c.recipe, t);
+            split(t, p);
+            r.layer = std::move(t.layer);
+            r.input_side = std::move(t.input_side);
+            r.head = std::move(t.head);
+            r.forward_buffers = std::move(t.forward_buffers);
+            r.activations = Count(model_.layers) * r.layer.total();
+            r.kept_activations = Count(model_.layers) * r.layer.kept(settings.recompute);
+            r.ranks.reserve(p.pp);
+            for (std::uint64_t stage = 0; stage < p.pp; ++stage)
+                r.ranks.push_back(detail::rank_report(w, p, stage, settings.timelines));
+            for (std::size_t i = 1; i < r.ranks.size(); ++i)
+                if (r.ranks[i].peak_step().bytes.total() > r.busiest().peak_step().bytes.total()) r.most_loaded = i;
+        });
+        r.compute = compute_cost(model_, settings.seq, settings.micro_batch, settings.recompute);
+        return r;
     }
-    r.compute = compute_cost(model, s, b, settings.recompute);
-    return r;
+
+    /// The same figures a report's summary gives, with no table kept and no timeline built.
+    Summary summary(const Settings& settings) const { return summaries(settings, {settings.recompute}).front(); }
+
+    /// summary() under each of `modes` in turn (settings.recompute aside): the saved-tensor tables,
+    /// which recomputation does not change, are built once for all of them.
+    std::vector<Summary> summaries(const Settings& settings, const std::vector<Recompute>& modes) const {
+        const Configuration c = configure(settings);
+        std::vector<Summary> out;
+        out.reserve(modes.size());
+        counted(settings, [&] {
+            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, c.recipe.activation_bytes,
+                                                   settings.activations, settings.attention, settings.platform);
+            for (Recompute mode : modes) {
+                Settings with = settings;
+                with.recompute = mode;
+                const LayoutPeak peak = layout_peak(workload(with, c.recipe, t), with.parallel);
+                out.push_back({with, parameter_count_, c.state, {}, {}, peak.step, peak.stage,
+                               compute_cost(model_, with.seq, with.micro_batch, mode)});
+            }
+            split(t, settings.parallel);
+            for (Summary& one : out) {
+                one.activations = Count(model_.layers) * t.layer.total();
+                one.kept_activations = Count(model_.layers) * t.layer.kept(one.settings.recompute);
+            }
+        });
+        return out;
+    }
+
+private:
+    struct Configuration {
+        Recipe recipe;
+        TrainingState state;
+    };
+
+    /// The checks every estimate makes before it counts, in the order it makes them.
+    Configuration configure(const Settings& settings) const {
+        detail::require_positive("seq", settings.seq);
+        detail::require_positive("micro_batch", settings.micro_batch);
+        if (model_.position == Position::learned && settings.seq > model_.max_positions)
+            throw error("seq " + std::to_string(settings.seq) + " exceeds the " + std::to_string(model_.max_positions) +
+                        " learned positions of " + (model_.name.empty() ? "the model" : model_.name));
+        const Recipe* recipe = find_recipe(settings.recipe);
+        if (recipe == nullptr) throw error("unknown recipe '" + settings.recipe + "'");
+        validate(settings.parallel, model_, settings.seq);
+        if (!overflow_.empty()) throw error(overflow_);
+        if (settings.activations == ActivationModel::korthikanti && settings.attention == Attention::flash)
+            throw error("flash attention needs the architecture activation model: Korthikanti's formula describes "
+                        "eager attention");
+        return {*recipe, training_state(parameter_count_, *recipe)};
+    }
+
+    /// Runs `count`, saying which sizes overflowed where a byte count passes 64 bits.
+    template <class Count_>
+    static void counted(const Settings& settings, Count_ count) {
+        try {
+            count();
+        } catch (const overflow_error&) {
+            throw error("seq " + std::to_string(settings.seq) + " with micro-batch " +
+                        std::to_string(settings.micro_batch) + " needs more bytes than 64 bits can count");
+        }
+    }
+
+    Workload workload(const Settings& settings, const Recipe& recipe, const ActivationTables& t) const {
+        return make_workload(model_, recipe, settings.seq, settings.micro_batch, settings.recompute, splits_, t.layer,
+                             t.input_side, t.head, t.forward_buffers, settings.optimizer, settings.grad_buffer);
+    }
+
+    /// The tables a report shows are one rank's share of every tensor.
+    void split(ActivationTables& t, const Parallelism& p) const {
+        const std::uint64_t V = model_.vocab;
+        split_rows(t.layer.rows, p, V);
+        split_rows(t.layer.work, p, V);
+        t.layer.input_bytes = rank_stream(t.layer.input_bytes, p);
+        split_rows(t.input_side, p, V);
+        split_rows(t.head, p, V);
+        split_rows(t.forward_buffers, p, V);
+    }
+
+    Architecture model_;
+    ParameterTable table_;
+    Count parameter_count_;
+    std::shared_ptr<const ParameterSplits> splits_;
+    std::string overflow_;  ///< why the parameter count cannot be counted, when it cannot
+};
+
+inline Report estimate(const Architecture& model, const Settings& settings) {
+    return Estimator(model).estimate(settings);
 }
 
 }  // namespace memcalc

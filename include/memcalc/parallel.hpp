@@ -184,11 +184,13 @@ inline std::uint64_t in_flight(const Parallelism& p, std::uint64_t stage, bool l
 inline std::vector<std::uint64_t> stage_layers(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
     std::vector<std::uint64_t> ids;
     if (p.vpp == 1) {
-        const std::uint64_t first = stage_first_layer(p, layers, stage);
-        for (std::uint64_t i = 1; i <= stage_layer_count(p, layers, stage); ++i) ids.push_back(first + i);
+        const std::uint64_t first = stage_first_layer(p, layers, stage), count = stage_layer_count(p, layers, stage);
+        ids.reserve(count);
+        for (std::uint64_t i = 1; i <= count; ++i) ids.push_back(first + i);
         return ids;
     }
     const std::uint64_t chunk = layers / (p.pp * p.vpp);
+    ids.reserve(chunk * p.vpp);
     for (std::uint64_t i = 0; i < chunk * p.vpp; ++i) ids.push_back(layer_number(i, chunk, p.pp, stage));
     return ids;
 }

@@ -1,10 +1,15 @@
 #pragma once
 /// The parameter table: one row per tensor of the architecture, exact integer counts.
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
-#include <string>
+#include <initializer_list>
+#include <stdexcept>
 #include <vector>
 
 #include "memcalc/model.hpp"
+#include "memcalc/text.hpp"
 #include "memcalc/units.hpp"
 
 namespace memcalc {
@@ -22,12 +27,36 @@ enum class ParamSplit {
     vocab,       ///< the embedding and the output head: ceil(V / tp) rows each
 };
 
+/// A parameter tensor's dimensions, held in place: at most three (experts x rows x columns).
+class Dims {
+public:
+    Dims(std::initializer_list<std::uint64_t> dims) : size_(dims.size()) {
+        if (size_ > values_.size()) throw std::logic_error("a parameter tensor has at most 3 dimensions");
+        std::copy(dims.begin(), dims.end(), values_.begin());
+    }
+    /// The tensor stacked `n` times (a mixture-of-experts layer's E experts): `n` leads.
+    void stack(std::uint64_t n) {
+        if (size_ == values_.size()) throw std::logic_error("a parameter tensor has at most 3 dimensions");
+        std::copy_backward(begin(), end(), values_.begin() + size_ + 1);
+        values_[0] = n;
+        ++size_;
+    }
+    const std::uint64_t* begin() const { return values_.data(); }
+    const std::uint64_t* end() const { return values_.data() + size_; }
+    std::size_t size() const { return size_; }
+    std::vector<std::uint64_t> vector() const { return {begin(), end()}; }
+
+private:
+    std::array<std::uint64_t, 3> values_{};
+    std::size_t size_;
+};
+
 struct ParamRow {
     Part part;
     Group group;
-    std::string tensor;                ///< "q_proj", "gate_proj", "final_norm.weight"
-    std::string shape;                 ///< in the paper's letters: "h x a*d", "E x h x f"
-    std::vector<std::uint64_t> dims;   ///< the same shape in numbers
+    Text tensor;                       ///< "q_proj", "gate_proj", "final_norm.weight"
+    Text shape;                        ///< in the paper's letters: "h x a*d", "E x h x f"
+    Dims dims;                         ///< the same shape in numbers
     Count count;                       ///< product of dims; per layer for Group::layer rows
     ParamSplit split = ParamSplit::replicated;
     bool expert = false;               ///< one of a mixture-of-experts layer's experts: split by expert parallelism
@@ -74,16 +103,20 @@ inline ParameterTable parameter_table(const Architecture& m) {
     const std::uint64_t kv = m.key_value_heads() * m.head_size();  // k*d, the key/value width
     ParameterTable t;
     t.layers = m.layers;
-    auto add = [&t](Part part, Group group, std::string tensor, std::string shape, std::vector<std::uint64_t> dims,
+    t.rows.reserve(24);
+    auto add = [&t](Part part, Group group, Text tensor, Text shape, Dims dims,
                     ParamSplit split = ParamSplit::replicated, bool expert = false) {
         Count n = 1;
         for (auto d : dims) n *= d;
-        t.rows.push_back({part, group, std::move(tensor), std::move(shape), std::move(dims), n, split, expert});
+        t.rows.push_back({part, group, tensor, shape, dims, n, split, expert});
     };
     constexpr auto split = ParamSplit::tensor;
-    auto add_norm = [&](Part part, Group group, const std::string& name) {
-        add(part, group, name + ".weight", "h", {h});
-        if (m.norm == Norm::layernorm) add(part, group, name + ".bias", "h", {h});
+    struct NormNames {
+        Text weight, bias;
+    };
+    auto add_norm = [&](Part part, Group group, NormNames name) {
+        add(part, group, name.weight, "h", {h});
+        if (m.norm == Norm::layernorm) add(part, group, name.bias, "h", {h});
     };
 
     // The input side. A tied head's gradient appears with the head, so the shared matrix joins that group.
@@ -91,10 +124,12 @@ inline ParameterTable parameter_table(const Architecture& m) {
         ParamSplit::vocab);
     if (m.position == Position::learned)
         add(Part::embedding, Group::input, "position_embedding", "P x h", {m.learned_positions(), h});
-    if (m.embedding_norm) add_norm(Part::embedding, Group::input, "embedding_norm");
+    if (m.embedding_norm) add_norm(Part::embedding, Group::input, {"embedding_norm.weight", "embedding_norm.bias"});
 
     // One layer: attention (a query heads, k key/value heads of width d).
-    add_norm(Part::norms, Group::layer, m.norms_per_layer == 1 ? "layer_norm" : "attention_norm");
+    add_norm(Part::norms, Group::layer,
+             m.norms_per_layer == 1 ? NormNames{"layer_norm.weight", "layer_norm.bias"}
+                                    : NormNames{"attention_norm.weight", "attention_norm.bias"});
     add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q}, split);
     add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv}, split);
     add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv}, split);
@@ -105,28 +140,29 @@ inline ParameterTable parameter_table(const Architecture& m) {
     }
     add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
     if (m.bias == Bias::attention || m.bias == Bias::all) add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
-    if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, "post_attention_norm");
+    if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, {"post_attention_norm.weight", "post_attention_norm.bias"});
 
     // One layer: the feed-forward block, once per expert for mixture-of-experts layers.
-    if (m.norms_per_layer >= 2) add_norm(Part::norms, Group::layer, "mlp_norm");
+    if (m.norms_per_layer >= 2) add_norm(Part::norms, Group::layer, {"mlp_norm.weight", "mlp_norm.bias"});
     const bool moe = m.is_moe();
-    auto mlp = [&](const std::string& name, const std::string& shape, std::vector<std::uint64_t> dims, ParamSplit s) {
-        if (moe) dims.insert(dims.begin(), E);
-        add(Part::mlp, Group::layer, name, moe ? "E x " + shape : shape, std::move(dims), s, moe);
+    // `shape` for a dense layer, `experts_shape` for E stacked experts.
+    auto mlp = [&](Text name, Text shape, Text experts_shape, Dims dims, ParamSplit s) {
+        if (moe) dims.stack(E);
+        add(Part::mlp, Group::layer, name, moe ? experts_shape : shape, dims, s, moe);
     };
     if (moe) add(Part::router, Group::layer, "router", "h x E", {h, E});
-    if (m.mlp == Mlp::gated) mlp("gate_proj", "h x f", {h, f}, split);
-    mlp("up_proj", "h x f", {h, f}, split);
-    mlp("down_proj", "f x h", {f, h}, split);
+    if (m.mlp == Mlp::gated) mlp("gate_proj", "h x f", "E x h x f", {h, f}, split);
+    mlp("up_proj", "h x f", "E x h x f", {h, f}, split);
+    mlp("down_proj", "f x h", "E x f x h", {f, h}, split);
     if (m.bias == Bias::all) {
-        if (m.mlp == Mlp::gated) mlp("gate_proj.bias", "f", {f}, split);
-        mlp("up_proj.bias", "f", {f}, split);
-        mlp("down_proj.bias", "h", {h}, ParamSplit::replicated);  // a row-parallel layer adds its bias once
+        if (m.mlp == Mlp::gated) mlp("gate_proj.bias", "f", "E x f", {f}, split);
+        mlp("up_proj.bias", "f", "E x f", {f}, split);
+        mlp("down_proj.bias", "h", "E x h", {h}, ParamSplit::replicated);  // a row-parallel layer adds its bias once
     }
-    if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, "post_mlp_norm");
+    if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
 
     // The head side.
-    add_norm(Part::final_norm, Group::head, "final_norm");
+    add_norm(Part::final_norm, Group::head, {"final_norm.weight", "final_norm.bias"});
     if (!m.tied_embeddings) add(Part::head, Group::head, "lm_head", "h x V", {h, V}, ParamSplit::vocab);
     if (m.head_bias) add(Part::head, Group::head, "lm_head.bias", "V", {V}, ParamSplit::vocab);
     return t;

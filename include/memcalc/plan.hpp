@@ -124,7 +124,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
     if (m.position == Position::learned && s > m.learned_positions())
         throw error("seq " + std::to_string(s) + " exceeds the " + std::to_string(m.learned_positions()) +
                     " learned positions of " + m.name);
-    const ParameterTable params = parameter_table(m);
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
 
     // Workloads depend on the micro-batch and the recomputation alone: build each once. One whose
     // byte counts pass 64 bits is remembered as such: every layout with it is too big to run.

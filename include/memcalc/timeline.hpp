@@ -2,6 +2,7 @@
 /// The steps of one training step (forward 1..L, loss, backward L..1, optimizer), what is live at
 /// each, and the peak.
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -25,6 +26,14 @@ struct Breakdown {
         return weights + master_weights + optimizer_state + gradients + gathered_weights + kept_activations +
                rebuilt_activations + logits + activation_gradient + workspace;
     }
+    /// `f(mine, theirs)` for every category, in order: for code that treats them alike.
+    template <class F>
+    void each(const Breakdown& other, F f) {
+        f(weights, other.weights), f(master_weights, other.master_weights), f(optimizer_state, other.optimizer_state);
+        f(gradients, other.gradients), f(gathered_weights, other.gathered_weights);
+        f(kept_activations, other.kept_activations), f(rebuilt_activations, other.rebuilt_activations);
+        f(logits, other.logits), f(activation_gradient, other.activation_gradient), f(workspace, other.workspace);
+    }
 };
 
 enum class Phase { forward, loss, backward, optimizer };
@@ -38,14 +47,21 @@ struct Step {
     std::uint64_t microbatch = 1;
 
     std::string name() const {
-        const std::string of = microbatch > 1 ? " of micro-batch " + std::to_string(microbatch) : "";
+        std::string out;
+        append_name(out);
+        return out;
+    }
+    /// name(), appended to `out`: a sweep writes a row per configuration without a string of its own.
+    void append_name(std::string& out) const {
+        char digits[24];
+        const auto number = [&](std::uint64_t n) { out.append(digits, std::to_chars(digits, digits + 24, n).ptr); };
         switch (phase) {
-            case Phase::forward: return "forward " + std::to_string(layer) + of;
-            case Phase::loss: return "loss" + of;
-            case Phase::backward: return "backward " + std::to_string(layer) + of;
-            case Phase::optimizer: return "optimizer";
+            case Phase::forward: out += "forward ", number(layer); break;
+            case Phase::loss: out += "loss"; break;
+            case Phase::backward: out += "backward ", number(layer); break;
+            case Phase::optimizer: out += "optimizer"; return;
         }
-        return "?";
+        if (microbatch > 1) out += " of micro-batch ", number(microbatch);
     }
 };
 
@@ -165,16 +181,45 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
 /// The micro-batches a timeline shows: the first, and with several a later one (2) for all the rest.
 inline std::uint64_t shown_microbatches(const TimelineInputs& in) { return in.microbatches > 1 ? 2 : 1; }
 
+namespace detail {
+
+/// Steps `from`..`to` of `phase` (positions, either direction), where every category is linear in the
+/// position (what peak_step relies on too): the first two from step_at, each later one the last plus
+/// their difference. Modulo 2^64 that is exact, as the run's true values lie between its ends, which fit.
+inline void linear_run(std::vector<Step>& steps, const TimelineInputs& in, Phase phase, std::uint64_t from,
+                       std::uint64_t to, std::uint64_t microbatch) {
+    const bool down = to < from;
+    const std::uint64_t count = (down ? from - to : to - from) + 1;
+    steps.push_back(step_at(in, phase, from, microbatch));
+    if (count == 1) return;
+    const std::uint64_t second = down ? from - 1 : from + 1;
+    steps.push_back(step_at(in, phase, second, microbatch));
+    Breakdown delta = steps.back().bytes;
+    delta.each(steps[steps.size() - 2].bytes, [](Count& d, Count first) { d = Count(d.value() - first.value()); });
+    for (std::uint64_t k = 2, position = second; k < count; ++k) {
+        position = down ? position - 1 : position + 1;
+        steps.push_back(steps.back());
+        Step& next = steps.back();
+        next.bytes.each(delta, [](Count& b, Count d) { b = Count(b.value() + d.value()); });
+        next.layer = in.layer_id(position - 1);
+    }
+}
+
+}  // namespace detail
+
 /// Every step, in order: for micro-batch 1 (and 2, standing for every later one) forward 1..L, loss
-/// (last stage), backward L..1; then the optimizer.
+/// (last stage), backward L..1; then the optimizer. Backward L (the logits' gradient) and backward 1
+/// (the embedding's backward) differ; the steps between are linear in the position.
 inline std::vector<Step> timeline(const TimelineInputs& in) {
     std::vector<Step> steps;
-    const std::uint64_t shown = shown_microbatches(in);
-    steps.reserve(shown * (2 * in.layers + 1) + 1);
+    const std::uint64_t shown = shown_microbatches(in), L = in.layers;
+    steps.reserve(shown * (2 * L + 1) + 1);
     for (std::uint64_t mb = 1; mb <= shown; ++mb) {
-        for (std::uint64_t i = 1; i <= in.layers; ++i) steps.push_back(step_at(in, Phase::forward, i, mb));
+        if (L >= 1) detail::linear_run(steps, in, Phase::forward, 1, L, mb);
         if (in.loss) steps.push_back(step_at(in, Phase::loss, 0, mb));
-        for (std::uint64_t i = in.layers; i >= 1; --i) steps.push_back(step_at(in, Phase::backward, i, mb));
+        if (L >= 1) steps.push_back(step_at(in, Phase::backward, L, mb));
+        if (L >= 3) detail::linear_run(steps, in, Phase::backward, L - 1, 2, mb);
+        if (L >= 2) steps.push_back(step_at(in, Phase::backward, 1, mb));
     }
     steps.push_back(step_at(in, Phase::optimizer, 0));
     return steps;
@@ -206,8 +251,11 @@ inline Step peak_step(const TimelineInputs& in) {
 /// Index of the step with the most live bytes; the earliest one when several tie.
 inline std::size_t peak_index(const std::vector<Step>& steps) {
     std::size_t best = 0;
-    for (std::size_t i = 1; i < steps.size(); ++i)
-        if (steps[i].bytes.total() > steps[best].bytes.total()) best = i;
+    Count most = steps.empty() ? Count(0) : steps[0].bytes.total();
+    for (std::size_t i = 1; i < steps.size(); ++i) {
+        const Count bytes = steps[i].bytes.total();
+        if (bytes > most) best = i, most = bytes;
+    }
     return best;
 }
 

@@ -17,13 +17,26 @@ public:
 
     constexpr std::uint64_t value() const { return value_; }
 
+    // The compilers' overflow builtins where there are (a multiply's check is then a flag, not a division).
     friend Count operator+(Count x, Count y) {
+        std::uint64_t sum;
+#if defined(__GNUC__) || defined(__clang__)
+        if (__builtin_add_overflow(x.value_, y.value_, &sum)) overflow();
+#else
         if (x.value_ > std::numeric_limits<std::uint64_t>::max() - y.value_) overflow();
-        return Count(x.value_ + y.value_);
+        sum = x.value_ + y.value_;
+#endif
+        return Count(sum);
     }
     friend Count operator*(Count x, Count y) {
+        std::uint64_t product;
+#if defined(__GNUC__) || defined(__clang__)
+        if (__builtin_mul_overflow(x.value_, y.value_, &product)) overflow();
+#else
         if (x.value_ != 0 && y.value_ > std::numeric_limits<std::uint64_t>::max() / x.value_) overflow();
-        return Count(x.value_ * y.value_);
+        product = x.value_ * y.value_;
+#endif
+        return Count(product);
     }
     Count& operator+=(Count y) { return *this = *this + y; }
     Count& operator*=(Count y) { return *this = *this * y; }

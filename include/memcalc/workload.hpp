@@ -5,6 +5,7 @@
 /// thousands of layouts a millisecond with them.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "memcalc/activations.hpp"
@@ -85,19 +86,19 @@ inline Count largest_on_rank(const std::vector<WorkspaceEffect>& effects, const 
 /// The layer's parameters whose gradients exist once the backward pass reaches `first`: it and every
 /// later tensor of the layer in forward order, each bias with its weight. `only_first`: `first` and
 /// its bias alone.
-inline SplitParams gradients_from(const ParameterTable& t, const std::string& first, std::uint64_t V,
-                                  bool only_first = false) {
+inline SplitParams gradients_from(const ParameterTable& t, Text first, std::uint64_t V, bool only_first = false) {
     SplitParams ready;
     if (first.empty()) return ready;
-    std::vector<std::string> earlier;
+    std::vector<Text> earlier;
+    earlier.reserve(t.rows.size());
     bool reached = false;
     for (const auto& row : t.rows) {
         if (row.group != Group::layer) continue;
         reached = reached || row.tensor == first;
-        const std::string suffix = ".bias";
+        constexpr Text suffix = ".bias";
         const bool bias = row.tensor.size() > suffix.size() &&
-                          row.tensor.compare(row.tensor.size() - suffix.size(), suffix.size(), suffix) == 0;
-        const std::string weight = bias ? row.tensor.substr(0, row.tensor.size() - suffix.size()) : row.tensor;
+                          row.tensor.substr(row.tensor.size() - suffix.size()) == suffix;
+        const Text weight = bias ? row.tensor.substr(0, row.tensor.size() - suffix.size()) : row.tensor;
         if (!reached || std::find(earlier.begin(), earlier.end(), weight) != earlier.end()) {
             earlier.push_back(row.tensor);
             continue;
@@ -108,14 +109,59 @@ inline SplitParams gradients_from(const ParameterTable& t, const std::string& fi
     return ready;
 }
 
+/// The largest parameter tensor of each kind (group, split, expert or not). The for-loop optimiser's
+/// temporaries are two of the largest tensor a rank steps, and each split gives a larger tensor a
+/// share at least as large, so these few stand for every row.
+struct LargestTensors {
+    Count count[3][3][2] = {};  ///< [Group][ParamSplit][expert]
+
+    void add(const ParamRow& r) {
+        Count& most = count[static_cast<int>(r.group)][static_cast<int>(r.split)][r.expert ? 1 : 0];
+        most = std::max(most, r.count);
+    }
+};
+
+/// What a workload takes from the parameter table, whatever the sequence, micro-batch or
+/// recomputation: a sweep or a plan builds it once per model.
+struct ParameterSplits {
+    SplitParams input, per_layer, head;
+    SplitParams tied_embedding;  ///< the embedding rows of the head's group (tied models)
+    /// Into held gradients a weight's fresh gradient is new until autograd adds it in; which one is
+    /// alive at a workspace's peak is not always the op's own (measured), so the layer's largest.
+    SplitParams fresh_gradient;
+    LargestTensors largest;
+    ParameterTable table;  ///< the rows themselves: a workspace names the first whose gradient exists
+};
+
+inline std::shared_ptr<const ParameterSplits> parameter_splits(const ParameterTable& params, std::uint64_t V) {
+    auto made = std::make_shared<ParameterSplits>();
+    ParameterSplits& splits = *made;
+    splits.table = params;
+    const ParamRow* largest = nullptr;
+    for (const auto& row : params.rows) {
+        splits.largest.add(row);
+        switch (row.group) {
+            case Group::input: splits.input.add(row, V); break;
+            case Group::layer:
+                splits.per_layer.add(row, V);
+                if (largest == nullptr || row.count > largest->count) largest = &row;
+                break;
+            case Group::head:
+                splits.head.add(row, V);
+                if (row.part == Part::embedding) splits.tied_embedding.add(row, V);
+                break;
+        }
+    }
+    if (largest != nullptr) splits.fresh_gradient = gradients_from(params, largest->tensor, V, true);
+    return made;
+}
+
 struct Workload {
     Architecture model;
     Recipe recipe;
     std::uint64_t seq = 0, micro_batch = 1;
     SplitBytes layer_kept, layer_rebuilt;  ///< one layer of one micro-batch, under the recomputation
     SplitBytes input_side, head;           ///< what the embedding side and the head save
-    SplitParams input, per_layer, head_params;
-    SplitParams tied_embedding;            ///< the embedding rows of the head's group (tied models)
     SplitBytes forward_buffers;            ///< built by the forward pass for all its layers (the causal mask)
     Recompute recompute = Recompute::none;
     /// The architecture model: tensors live as autograd orders them (the head's backward frees the
@@ -123,11 +169,8 @@ struct Workload {
     bool autograd_order = false;
     OptimizerImpl optimizer = OptimizerImpl::fused;
     GradBuffer grad_buffer = GradBuffer::lazy;
-    std::vector<ParamRow> tensors;  ///< the parameter table's rows (the for-loop optimiser's largest tensor)
     std::vector<WorkspaceEffect> forward_work, backward_work;  ///< one layer's workspaces
-    /// Into held gradients a weight's fresh gradient is new until autograd adds it in; which one is
-    /// alive at a workspace's peak is not always the op's own (measured), so the layer's largest.
-    SplitParams fresh_gradient;
+    std::shared_ptr<const ParameterSplits> parameters;  ///< the model's, shared by all its workloads
 };
 
 /// The saved-tensor tables of one workload, whole (not split across ranks). The formula model has
@@ -148,23 +191,19 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
 
 /// `layer`, `input_side` and `head` are the whole model's tables (not split across ranks).
 inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::uint64_t seq, std::uint64_t micro_batch,
-                              Recompute mode, const ParameterTable& params, const LayerActivations& layer,
+                              Recompute mode, std::shared_ptr<const ParameterSplits> params, const LayerActivations& layer,
                               const std::vector<SavedTensor>& input_side, const std::vector<SavedTensor>& head,
                               const std::vector<SavedTensor>& forward_buffers = {},
                               OptimizerImpl optimizer = OptimizerImpl::fused,
                               GradBuffer grad_buffer = GradBuffer::lazy) {
-    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, {}, {}, {}, {}, {}, mode, !head.empty(), optimizer,
-               grad_buffer, params.rows, {}, {}, {}};
+    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, {}, mode, !head.empty(), optimizer, grad_buffer, {}, {},
+               std::move(params)};
     const std::uint64_t V = m.vocab;
     for (const auto& row : forward_buffers) w.forward_buffers.add(row);
-    const ParamRow* largest = nullptr;
-    for (const auto& row : params.rows)
-        if (row.group == Group::layer && (largest == nullptr || row.count > largest->count)) largest = &row;
-    if (largest != nullptr) w.fresh_gradient = gradients_from(params, largest->tensor, V, true);
     for (const auto& work : layer.work) {
         WorkspaceEffect e;
         workspace_effect(layer.rows, work, mode, e.added, e.covered);
-        e.gradients = gradients_from(params, work.gradients_from, V);
+        e.gradients = gradients_from(w.parameters->table, work.gradients_from, V);
         (work.backward ? w.backward_work : w.forward_work).push_back(e);
     }
     for (const auto& row : layer.rows) {
@@ -174,16 +213,6 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     if (mode == Recompute::full) w.layer_kept.sequence = layer.input_bytes;  // the layer's input, on the residual stream
     for (const auto& row : input_side) w.input_side.add(row);
     for (const auto& row : head) w.head.add(row);
-    for (const auto& row : params.rows) {
-        switch (row.group) {
-            case Group::input: w.input.add(row, V); break;
-            case Group::layer: w.per_layer.add(row, V); break;
-            case Group::head:
-                w.head_params.add(row, V);
-                if (row.part == Part::embedding) w.tied_embedding.add(row, V);
-                break;
-        }
-    }
     return w;
 }
 
@@ -213,12 +242,13 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
     f.in_flight = in_flight(p, stage);
     if (p.steps_per_batch() > 1) f.later_in_flight = in_flight(p, stage, true);
     f.layers = p.vpp == 1 ? stage_layer_count(p, w.model.layers, stage) : w.model.layers / p.pp;
-    f.per_layer = w.per_layer.on_rank(p, V);
-    f.per_layer_experts = w.per_layer.experts_on_rank(p);
-    if (first) f.input = w.input.on_rank(p, V);
-    if (last) f.head = w.head_params.on_rank(p, V);
+    const ParameterSplits& params = *w.parameters;
+    f.per_layer = params.per_layer.on_rank(p, V);
+    f.per_layer_experts = params.per_layer.experts_on_rank(p);
+    if (first) f.input = params.input.on_rank(p, V);
+    if (last) f.head = params.head.on_rank(p, V);
     // A tied embedding is also the head's matrix: across stages the first keeps its own copy.
-    if (first && !last) f.input += w.tied_embedding.on_rank(p, V);
+    if (first && !last) f.input += params.tied_embedding.on_rank(p, V);
     f.parameters = f.input + Count(f.layers) * f.per_layer + f.head;
     f.expert_parameters = Count(f.layers) * f.per_layer_experts;
     const Count dense = Count(f.parameters.value() - f.expert_parameters.value());
@@ -253,12 +283,18 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
             const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
             const std::uint64_t V = w.model.vocab;
             Count largest;
-            for (const auto& r : w.tensors) {
-                if ((r.group == Group::input && !first) || (r.group == Group::head && !last)) continue;
-                Count n = r.expert ? Count(r.count.value() / w.model.experts) : r.count;  // experts are tensors each
-                if (r.split == ParamSplit::tensor) n = ceil_div(n, p.tp);
-                if (r.split == ParamSplit::vocab) n = Count(n.value() / V) * ceil_div(V, p.tp);
-                largest = std::max(largest, n);
+            const auto& most = w.parameters->largest.count;
+            for (Group group : {Group::input, Group::layer, Group::head}) {
+                if ((group == Group::input && !first) || (group == Group::head && !last)) continue;
+                for (ParamSplit split : {ParamSplit::replicated, ParamSplit::tensor, ParamSplit::vocab})
+                    for (int expert = 0; expert < 2; ++expert) {
+                        Count n = most[static_cast<int>(group)][static_cast<int>(split)][expert];
+                        if (n == 0) continue;
+                        if (expert) n = Count(n.value() / w.model.experts);  // experts are tensors each
+                        if (split == ParamSplit::tensor) n = ceil_div(n, p.tp);
+                        if (split == ParamSplit::vocab) n = Count(n.value() / V) * ceil_div(V, p.tp);
+                        largest = std::max(largest, n);
+                    }
             }
             return largest * (2 * t);
         }
@@ -345,7 +381,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // whatever rows the batch used); a tied table's is then added to the head's out of place,
         // a second such table for a moment. Layer 1's activations are gone by then, its gradients not.
         // Into held gradients the table is still written whole, then added.
-        const Count table = m.tied_embeddings ? w.tied_embedding.on_rank(p, V) * Count(2) : Count(0);
+        const Count table = m.tied_embeddings ? w.parameters->tied_embedding.on_rank(p, V) * Count(2) : Count(0);
         const Count fresh = (f.input + table) * g;
         const Count freed = in.layer_kept + in.layer_rebuilt;
         const auto beyond = [&](Count written) { return written > freed ? Count(written.value() - freed.value()) : Count(0); };
@@ -355,12 +391,12 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.layer_forward_work = largest_on_rank(w.forward_work, p, V, 0);
     // The layer's gradients written so far count unless a bucket or the held gradients have them already.
     in.layer_backward_work = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g);
-    in.layer_backward_work_held = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.fresh_gradient);
+    in.layer_backward_work_held = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.parameters->fresh_gradient);
     // A tied table is used twice on a stage holding both ends: autograd keeps the head's gradient of it
     // until the embedding's backward adds its own, then hands the sum over. With no gradient held
     // yet that sum becomes the gradient itself (head_gradients counts it); into held ones it is extra.
     if (first && last && m.tied_embeddings) {
-        in.buffered_gradients = w.tied_embedding.on_rank(p, V) * g;
+        in.buffered_gradients = w.parameters->tied_embedding.on_rank(p, V) * g;
         if (p.zero >= 2) in.buffered_first_gradients = in.buffered_gradients;  // only its shard is counted, or none
     }
     return in;
