@@ -135,8 +135,8 @@ std::string presets_csv(const std::vector<std::pair<std::string, ModelFile>>& pr
 std::string recipes_csv() {
     std::string out = "name,weight_bytes,gradient_bytes,master_bytes,optimizer_bytes,activation_bytes,bytes_per_parameter\n";
     for (const auto& r : recipes)
-        out += fmt::format("{},{},{},{},{},{},{}\n", r.name, r.weight_bytes, r.gradient_bytes, r.master_bytes,
-                           r.optimizer_bytes, r.activation_bytes, r.bytes_per_parameter());
+        out += fmt::format("{},{},{},{},{},{},{}\n", r.name, r.weight_bytes(), r.gradient_bytes(), r.master_bytes(),
+                           r.optimizer_bytes(), r.activation_bytes(), r.bytes_per_parameter());
     return out;
 }
 

@@ -240,11 +240,11 @@ json recipes_json() {
     for (const auto& r : recipes)
         out.push_back({{"name", r.name},
                        {"description", r.description},
-                       {"weight_bytes", r.weight_bytes},
-                       {"gradient_bytes", r.gradient_bytes},
-                       {"master_bytes", r.master_bytes},
-                       {"optimizer_bytes", r.optimizer_bytes},
-                       {"activation_bytes", r.activation_bytes},
+                       {"weight_bytes", r.weight_bytes()},
+                       {"gradient_bytes", r.gradient_bytes()},
+                       {"master_bytes", r.master_bytes()},
+                       {"optimizer_bytes", r.optimizer_bytes()},
+                       {"activation_bytes", r.activation_bytes()},
                        {"bytes_per_parameter", r.bytes_per_parameter()}});
     return out;
 }

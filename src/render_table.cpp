@@ -59,10 +59,10 @@ std::string state_section(const Report& r, const View& view) {
     auto line = [&](const char* what, std::string dtype, std::uint64_t per_param, Count bytes) {
         table.row({what, std::move(dtype), fmt::format("{} B/param", per_param), digits(bytes) + " B", amount(bytes, view.unit)});
     };
-    line("weights", dtype_name(p.weight_bytes), p.weight_bytes, r.state.weights);
-    line("gradients", dtype_name(p.gradient_bytes), p.gradient_bytes, r.state.gradients);
-    if (p.master_bytes > 0) line("master weights", dtype_name(p.master_bytes), p.master_bytes, r.state.master_weights);
-    line("optimizer state", std::string(p.optimizer_state), p.optimizer_bytes, r.state.optimizer_state);
+    line("weights", dtype_name(p.weights), p.weight_bytes(), r.state.weights);
+    line("gradients", dtype_name(p.gradients), p.gradient_bytes(), r.state.gradients);
+    if (p.master) line("master weights", dtype_name(*p.master), p.master_bytes(), r.state.master_weights);
+    line("optimizer state", std::string(p.optimizer_state()), p.optimizer_bytes(), r.state.optimizer_state);
     table.rule();
     line("total", "", p.bytes_per_parameter(), r.state.total());
     return fmt::format("Training state: {} ({} B per parameter, ZeRO K = {})\n", p.name, p.bytes_per_parameter(),
@@ -154,13 +154,13 @@ std::string activations_section(const Report& r, const View& view, bool why) {
         out = fmt::format(
             "Activations of one layer (Korthikanti et al. 2022; s={} b={} h={} a={}, {}-byte values, 1-byte masks)\n"
             "  the formula's GPT layer: LayerNorm, a 4h GELU MLP and dropout, whatever the model's own ops\n",
-            r.settings.seq, r.settings.micro_batch, m.hidden, m.heads, r.recipe.activation_bytes);
+            r.settings.seq, r.settings.micro_batch, m.hidden, m.heads, r.recipe.activation_bytes());
     } else {
         out = fmt::format(
             "Activations of one layer ({}'s own ops as PyTorch keeps them, {} attention; s={} b={} h={} a={} k={} d={} "
             "f={}, {}-byte values)\n",
             m.name, attention_name(r.settings.attention), r.settings.seq, r.settings.micro_batch, m.hidden, m.heads,
-            m.key_value_heads(), m.head_size(), m.ffn, r.recipe.activation_bytes);
+            m.key_value_heads(), m.head_size(), m.ffn, r.recipe.activation_bytes());
     }
     out += saved_table(layer.rows, mode, why);
     TextTable totals({L, R, R});
@@ -340,9 +340,9 @@ std::string recipes_table() {
     TextTable table({L, R, R, R, R, R, R, L}, "");
     table.row({"recipe", "weights", "grads", "master", "optimizer", "total", "activations", "description"});
     for (const auto& r : recipes)
-        table.row({std::string(r.name), std::to_string(r.weight_bytes), std::to_string(r.gradient_bytes),
-                   std::to_string(r.master_bytes), std::to_string(r.optimizer_bytes),
-                   std::to_string(r.bytes_per_parameter()) + " B", std::to_string(r.activation_bytes) + " B",
+        table.row({std::string(r.name), std::to_string(r.weight_bytes()), std::to_string(r.gradient_bytes()),
+                   std::to_string(r.master_bytes()), std::to_string(r.optimizer_bytes()),
+                   std::to_string(r.bytes_per_parameter()) + " B", std::to_string(r.activation_bytes()) + " B",
                    std::string(r.description)});
     return table.str();
 }

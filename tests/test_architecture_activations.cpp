@@ -23,7 +23,7 @@ TEST_CASE("LLaMA-style layers: sb(16h + 8 + 8ad + 8f) + 6 a s^2 b with repeated 
     const std::uint64_t s = GENERATE(16, 1000), b = GENERATE(1, 3);
     CAPTURE(h, a, kv, f, s, b);
     const Architecture m = llama_like(h, a, kv, f);
-    const LayerActivations layer = architecture_layer(m, s, b, 2, Attention::eager);
+    const LayerActivations layer = architecture_layer(m, s, b, DType::bf16, Attention::eager);
     const std::uint64_t sb = s * b, d = h / a;
     // RMSNorm x2: 4 sbh fp32 copy + 4 sb + 2 sbh; q/k/v input 2 sbh; q, repeated k and v, o input 2 sb(ad)
     // each; fp32 softmax 4 and its bf16 cast 2 per a s^2 b; MLP input 2 sbh; SwiGLU 4 x 2 sbf.
@@ -40,7 +40,7 @@ TEST_CASE("GPT-2 layers: Korthikanti's 34 sbh + 5 as^2b plus LayerNorm statistic
     Architecture m = fixtures::gpt2_small();
     m.attention_dropout = 0.1, m.hidden_dropout = 0.1, m.softmax_fp32 = false;
     const std::uint64_t s = GENERATE(64, 1024), b = GENERATE(1, 2);
-    const LayerActivations arch = architecture_layer(m, s, b, 2, Attention::eager);
+    const LayerActivations arch = architecture_layer(m, s, b, DType::bf16, Attention::eager);
     const LayerActivations formula = korthikanti_layer(m, s, b, 2);
     CHECK(arch.total().value() == formula.total().value() + 2 * 8 * s * b);
     CHECK(arch.kept(Recompute::selective).value() == formula.kept(Recompute::selective).value() + 16 * s * b);
@@ -50,7 +50,7 @@ TEST_CASE("the chapter's Decoder by the architecture: 3,456 bytes per sequence p
     // No dropout, a 2h MLP: 24 sbh + 2 as^2b (the formula corrected for the Decoder's own shape)
     // + 16 sb of LayerNorm statistics. The reference trainer measures 3,392 on CPU, whose LayerNorm
     // keeps its statistics in bf16 (64 bytes fewer).
-    const LayerActivations layer = architecture_layer(fixtures::decoder(), 8, 1, 2, Attention::eager);
+    const LayerActivations layer = architecture_layer(fixtures::decoder(), 8, 1, DType::bf16, Attention::eager);
     const std::uint64_t sbh = 8 * 16, as2b = 2 * 8 * 8;
     CHECK(layer.total().value() == 24 * sbh + 2 * as2b + 16 * 8);
     CHECK(layer.total().value() == 3456);
@@ -59,11 +59,11 @@ TEST_CASE("the chapter's Decoder by the architecture: 3,456 bytes per sequence p
 TEST_CASE("flash attention keeps no s x s tensor, a log-sum-exp per row instead", "[architecture]") {
     const Architecture m = llama_like(4096, 32, 8, 14336);
     const std::uint64_t s = GENERATE(1024, 8192);
-    const LayerActivations eager = architecture_layer(m, s, 1, 2, Attention::eager);
-    const LayerActivations flash = architecture_layer(m, s, 1, 2, Attention::flash);
+    const LayerActivations eager = architecture_layer(m, s, 1, DType::bf16, Attention::eager);
+    const LayerActivations flash = architecture_layer(m, s, 1, DType::bf16, Attention::flash);
     for (const auto& row : flash.rows) CHECK(row.symbol != "as^2b");
     // Doubling the sequence doubles a flash layer exactly: nothing grows with s^2.
-    CHECK(architecture_layer(m, 2 * s, 1, 2, Attention::flash).total().value() == 2 * flash.total().value());
+    CHECK(architecture_layer(m, 2 * s, 1, DType::bf16, Attention::flash).total().value() == 2 * flash.total().value());
     CHECK(flash.total() < eager.total());
     // q, k and v at their own widths, the output, and the fp32 log-sum-exp (a s b).
     const std::uint64_t sb = s, h = 4096, a = 32, kv = 8, d = 128, f = 14336;
@@ -75,7 +75,7 @@ TEST_CASE("mixture of experts: every token's k slots, whatever the routing", "[a
     m.experts = 4, m.experts_per_token = 2;
     const std::uint64_t s = GENERATE(16, 32), b = GENERATE(1, 2);
     const std::uint64_t sb = s * b, h = 64, a = 4, d = 16, f = 96, E = 4, k = 2;
-    const LayerActivations layer = architecture_layer(m, s, b, 2, Attention::eager);
+    const LayerActivations layer = architecture_layer(m, s, b, DType::bf16, Attention::eager);
     // The measured HF sparse block (reference trainer): router softmax 4E, top-k indices and
     // renormalised weights 12k, their sum 4, and per routed slot 6h + 8f + 18.
     CHECK(layer.total().value() == sb * (16 * h + 12 + 8 * a * d + 4 * E + 12 * k + k * (6 * h + 8 * f + 18)) +
@@ -86,9 +86,9 @@ TEST_CASE("the head and the embedding side", "[architecture]") {
     const Architecture m = fixtures::llama_7b();
     const std::uint64_t s = 4096, V = 32000, h = 4096;
     // final RMSNorm (6 sbh + 4 sb), the head's input (2 sbh), fp32 log-probabilities (4 sbV), int64 targets (8 sb)
-    CHECK(saved_bytes(head_saved(m, s, 1, 2)).value() == 8 * s * h + 4 * s + 4 * s * V + 8 * s);
+    CHECK(saved_bytes(head_saved(m, s, 1, DType::bf16)).value() == 8 * s * h + 4 * s + 4 * s * V + 8 * s);
     // token ids (8 sb) and the rotary cos and sin tables (2 x 2 s d)
-    CHECK(saved_bytes(input_side_saved(m, s, 1, 2)).value() == 8 * s + 4 * s * 128);
+    CHECK(saved_bytes(input_side_saved(m, s, 1, DType::bf16)).value() == 8 * s + 4 * s * 128);
 }
 
 namespace {
@@ -106,7 +106,7 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     const std::uint64_t s = GENERATE(8, 64, 1000), b = GENERATE(1, 3);
     CAPTURE(s, b);
     const std::uint64_t sb = s * b, A = a * s * s * b;
-    const LayerActivations layer = architecture_layer(m, s, b, 2, Attention::eager);
+    const LayerActivations layer = architecture_layer(m, s, b, DType::bf16, Attention::eager);
     REQUIRE(layer.work.size() == 5);
     CHECK(workspace_named(layer, "Q K^T / sqrt(d) + mask").bytes.value() == 4 * A);
     CHECK(workspace_named(layer, "softmax").bytes.value() == 2 * A);  // CUDA upcasts as it goes
@@ -140,15 +140,15 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
 TEST_CASE("the CPU platform: bf16 LayerNorm statistics and a softmax over an fp32 copy", "[architecture][workspace]") {
     const Architecture llama = llama_like(64, 4, 2, 176);
     const std::uint64_t s = 32, A = 4 * s * s;
-    const LayerActivations cuda = architecture_layer(llama, s, 1, 2, Attention::eager, Platform::cuda);
-    const LayerActivations cpu = architecture_layer(llama, s, 1, 2, Attention::eager, Platform::cpu);
+    const LayerActivations cuda = architecture_layer(llama, s, 1, DType::bf16, Attention::eager, Platform::cuda);
+    const LayerActivations cpu = architecture_layer(llama, s, 1, DType::bf16, Attention::eager, Platform::cpu);
     CHECK(cuda.total() == cpu.total());  // RMSNorm has no statistics to keep
     CHECK(workspace_named(cpu, "softmax").bytes.value() == 6 * A);           // its input and the fp32 copy
     CHECK(workspace_named(cpu, "softmax backward").bytes.value() == 8 * A);  // the input's gradient in fp32 too
 
     Architecture gpt2 = fixtures::gpt2_small();  // LayerNorm, softmax in the activations' dtype
-    const LayerActivations g_cuda = architecture_layer(gpt2, s, 1, 2, Attention::eager, Platform::cuda);
-    const LayerActivations g_cpu = architecture_layer(gpt2, s, 1, 2, Attention::eager, Platform::cpu);
+    const LayerActivations g_cuda = architecture_layer(gpt2, s, 1, DType::bf16, Attention::eager, Platform::cuda);
+    const LayerActivations g_cpu = architecture_layer(gpt2, s, 1, DType::bf16, Attention::eager, Platform::cpu);
     CHECK(g_cuda.total().value() == g_cpu.total().value() + 2 * 4 * s);  // two LayerNorms, 8 sb in fp32, 4 sb in bf16
     const std::uint64_t G = 12 * s * s;
     CHECK(workspace_named(g_cpu, "softmax backward").bytes.value() == 4 * G);
@@ -157,16 +157,16 @@ TEST_CASE("the CPU platform: bf16 LayerNorm statistics and a softmax over an fp3
     // LayerNorm keeps its input, so the last add adds only the MLP's output and the sum.
     CHECK(workspace_named(g_cuda, "residual add (the layer's last op)").bytes.value() == 4 * s * 768);
     // The final LayerNorm too.
-    CHECK(saved_bytes(head_saved(gpt2, s, 1, 2, Platform::cuda)).value() ==
-          saved_bytes(head_saved(gpt2, s, 1, 2, Platform::cpu)).value() + 4 * s);
+    CHECK(saved_bytes(head_saved(gpt2, s, 1, DType::bf16, Platform::cuda)).value() ==
+          saved_bytes(head_saved(gpt2, s, 1, DType::bf16, Platform::cpu)).value() + 4 * s);
 }
 
 TEST_CASE("flash attention: one backward workspace and no mask", "[architecture][workspace]") {
     const Architecture m = llama_like(4096, 32, 8, 14336);
     const std::uint64_t s = 4096, sbq = s * 4096, sbkv = s * 1024;
-    const LayerActivations flash = architecture_layer(m, s, 1, 2, Attention::flash);
+    const LayerActivations flash = architecture_layer(m, s, 1, DType::bf16, Attention::flash);
     CHECK(workspace_named(flash, "flash attention backward").bytes.value() == 6 * sbq + 4 * sbkv + 4 * 32 * s);
     for (const auto& w : flash.work) CHECK(w.formula.find("as^2b") == std::string::npos);
-    CHECK(forward_buffers(s, 1, 2, Attention::flash).empty());
-    CHECK(saved_bytes(forward_buffers(s, 3, 2, Attention::eager)).value() == 2 * s * s * 3);
+    CHECK(forward_buffers(s, 1, DType::bf16, Attention::flash).empty());
+    CHECK(saved_bytes(forward_buffers(s, 3, DType::bf16, Attention::eager)).value() == 2 * s * s * 3);
 }

@@ -161,7 +161,7 @@ TEST_CASE("the training loop's variants: held gradients never lower a peak, no s
         fewer.grad_buffer = GradBuffer::lazy;
         if (fewer.parallel.microbatches >= p.pp) CHECK(peak(m, fewer) <= r.peak_step().bytes.total());
         // The closed form finds the built timelines' peak.
-        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.recipe.activation_bytes, s.activations,
+        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.recipe.activations, s.activations,
                                                      s.attention, s.platform);
         const Workload w = make_workload(m, r.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t.layer,
                                          t.input_side, t.head, t.forward_buffers, s.optimizer, s.grad_buffer);
@@ -247,7 +247,7 @@ TEST_CASE("a timeline's steps are step_at's, one by one, however its linear runs
         s.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
         CAPTURE(shape, m.layers, p.pp, p.vpp, p.first_stage_layers, p.zero, p.microbatches);
         const Report r = estimate(m, s);
-        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.recipe.activation_bytes, s.activations,
+        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.recipe.activations, s.activations,
                                                      s.attention, s.platform);
         const Workload w = make_workload(m, r.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t.layer,
                                          t.input_side, t.head, t.forward_buffers, s.optimizer, s.grad_buffer);

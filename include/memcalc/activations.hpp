@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "memcalc/dtype.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/text.hpp"
 #include "memcalc/units.hpp"

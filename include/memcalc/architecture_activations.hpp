@@ -68,18 +68,19 @@ struct Sizes {
     Count sbkv;      ///< keys or values: s b k d
     Count sbf;       ///< the MLP's hidden width
     Count scores;    ///< a s^2 b
-    std::uint64_t d; ///< bytes per activation (the recipe's compute dtype)
+    DType compute;   ///< the recipe's compute dtype
+    std::uint64_t d; ///< its bytes per activation
     Platform platform;
 
-    Sizes(const Architecture& m, std::uint64_t s, std::uint64_t b, std::uint64_t bytes,
-          Platform where = Platform::cuda)
+    Sizes(const Architecture& m, std::uint64_t s, std::uint64_t b, DType compute_dtype, Platform where = Platform::cuda)
         : tokens(Count(s) * b),
           sbh(tokens * m.hidden),
           sbq(tokens * m.heads * m.head_size()),
           sbkv(tokens * m.key_value_heads() * m.head_size()),
           sbf(tokens * m.ffn),
           scores(Count(m.heads) * s * s * b),
-          d(bytes),
+          compute(compute_dtype),
+          d(bytes_per_element(compute_dtype)),
           platform(where) {}
 };
 
@@ -110,7 +111,7 @@ inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, co
         }
         // CUDA keeps the statistics in fp32; the CPU kernel in the activations' dtype.
         const bool fp32 = z.platform == Platform::cuda;
-        t.add(what + " (LayerNorm)", std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(z.d)),
+        t.add(what + " (LayerNorm)", std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(z.compute)),
               "so backward need not recompute them", shape::sb, z.tokens, fp32 ? dtype::fp32 : z.d, Keep::always, 2);
     }
 }
@@ -179,7 +180,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         t.add("softmax", "its output, fp32", "softmax's gradient is written in its output", shape::scores, z.scores,
               dtype::fp32, Keep::not_selective);
         if (!dropout)
-            t.add("attention over V", "the weights, cast back to " + dtype_name(z.d),
+            t.add("attention over V", std::string("the weights, cast back to ") + dtype_name(z.compute),
                   "the gradient w.r.t. v is weights^T x the output's gradient", shape::scores, z.scores, z.d,
                   Keep::not_selective);
     } else {
@@ -252,7 +253,7 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     mlp_rows(t, m, z, shape::sbkf, slots * m.ffn, "experts: ");
     t.add("expert output x weight", "the expert outputs", "the routing weight's gradient", shape::sbkh, slots * m.hidden,
           z.d);
-    t.add("expert output x weight", "the routing weights, " + dtype_name(z.d), "the expert output's gradient", shape::sbk,
+    t.add("expert output x weight", std::string("the routing weights, ") + dtype_name(z.compute), "the expert output's gradient", shape::sbk,
           slots, z.d);
     t.add("combine (index_add)", "the weighted expert outputs", "index_add keeps its source", shape::sbkh,
           slots * m.hidden, z.d);
@@ -262,8 +263,9 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
 
 /// One layer's saved tensors as PyTorch keeps them for this architecture, `d`-byte activations.
 inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                           std::uint64_t d, Attention attention, Platform platform = Platform::cuda) {
-    const detail::Sizes z(m, seq, micro_batch, d, platform);
+                                           DType compute, Attention attention, Platform platform = Platform::cuda) {
+    const detail::Sizes z(m, seq, micro_batch, compute, platform);
+    const std::uint64_t d = z.d;
     LayerActivations layer;
     detail::TableBuilder t(layer.rows, &layer.work);
     const bool shared_norm = m.parallel_attention && m.norms_per_layer == 1;
@@ -306,8 +308,9 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
 
 /// What the embedding side saves from the first forward step until the last backward step.
 inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                                 std::uint64_t d, Platform platform = Platform::cuda) {
-    const detail::Sizes z(m, seq, micro_batch, d, platform);
+                                                 DType compute, Platform platform = Platform::cuda) {
+    const detail::Sizes z(m, seq, micro_batch, compute, platform);
+    const std::uint64_t d = z.d;
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
     t.add("token embedding", "the token ids (int64)", "the gradient is scattered into their rows", shape::ids,
@@ -323,8 +326,9 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
 
 /// What one forward pass builds for all its layers and drops when it returns, after the loss: eager
 /// attention's causal mask, s^2 b values of the compute dtype, as transformers builds it.
-inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t micro_batch, std::uint64_t d,
+inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t micro_batch, DType compute,
                                                 Attention attention) {
+    const std::uint64_t d = bytes_per_element(compute);
     std::vector<SavedTensor> rows;
     if (attention == Attention::flash) return rows;  // the fused kernel masks inside
     detail::TableBuilder t(rows);
@@ -336,8 +340,9 @@ inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t
 /// What the head and the loss save for their backward pass: from the loss step until the head's
 /// backward, at the start of backward L.
 inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                           std::uint64_t d, Platform platform = Platform::cuda) {
-    const detail::Sizes z(m, seq, micro_batch, d, platform);
+                                           DType compute, Platform platform = Platform::cuda) {
+    const detail::Sizes z(m, seq, micro_batch, compute, platform);
+    const std::uint64_t d = z.d;
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
     detail::norm_rows(t, m, z, "final norm");

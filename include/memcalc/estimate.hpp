@@ -147,7 +147,7 @@ public:
         Report r{model_, settings, c.recipe, table_, parameter_count_, c.state, {}, {}, {}, {}, {}, {}, {}, {}, 0};
         const Parallelism& p = settings.parallel;
         counted(settings, [&] {
-            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, c.recipe.activation_bytes,
+            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, c.recipe.activations,
                                                    settings.activations, settings.attention, settings.platform);
             const Workload w = workload(settings, c.recipe, t);
             split(t, p);
@@ -177,7 +177,7 @@ public:
         std::vector<Summary> out;
         out.reserve(modes.size());
         counted(settings, [&] {
-            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, c.recipe.activation_bytes,
+            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, c.recipe.activations,
                                                    settings.activations, settings.attention, settings.platform);
             for (Recompute mode : modes) {
                 Settings with = settings;

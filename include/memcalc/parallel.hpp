@@ -200,8 +200,8 @@ inline std::vector<std::uint64_t> stage_layers(const Parallelism& p, std::uint64
 /// buffers are padded to a multiple of the shard count.
 inline TrainingState sharded_state(Count parameters, const Recipe& r, unsigned zero, std::uint64_t shards) {
     const auto part = [&](unsigned from_stage) { return zero >= from_stage ? ceil_div(parameters, shards) : parameters; };
-    return {part(3) * r.weight_bytes, part(2) * r.gradient_bytes, part(1) * r.master_bytes,
-            part(1) * r.optimizer_bytes};
+    return {part(3) * r.weight_bytes(), part(2) * r.gradient_bytes(), part(1) * r.master_bytes(),
+            part(1) * r.optimizer_bytes()};
 }
 
 /// One rank's share of a saved tensor: tensor parallelism splits heads, MLP columns and the

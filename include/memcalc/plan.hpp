@@ -88,14 +88,14 @@ inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::u
 inline double communication_bytes(const Workload& w, const Parallelism& p, const StageFacts& f) {
     const double M = static_cast<double>(p.steps_per_batch());
     const double params = static_cast<double>(f.parameters.value());
-    const double d = static_cast<double>(w.recipe.activation_bytes);
+    const double d = static_cast<double>(w.recipe.activation_bytes());
     const double tokens = static_cast<double>(w.seq * w.micro_batch) / static_cast<double>(p.cp);
     const double stream = tokens * static_cast<double>(w.model.hidden) * d;  // one layer's output, one micro-batch
     const auto ring = [](double n) { return n <= 1 ? 0.0 : (n - 1) / n; };
     double bytes = 0;
     const double dp = static_cast<double>(p.dp);
-    bytes += 2 * ring(dp) * params * static_cast<double>(w.recipe.gradient_bytes);
-    if (p.zero >= 3) bytes += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes);
+    bytes += 2 * ring(dp) * params * static_cast<double>(w.recipe.gradient_bytes());
+    if (p.zero >= 3) bytes += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
     const double layers = static_cast<double>(f.layers);
     bytes += 4 * 2 * ring(static_cast<double>(p.tp)) * stream * layers * M;
     if (p.pp > 1) bytes += 2 * stream / (p.sequence_parallel ? static_cast<double>(p.tp) : 1) * M;
@@ -135,9 +135,8 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
         if (it != workloads.end()) return it->second;
         Cached built;
         try {
-            const std::uint64_t d = recipe->activation_bytes;
-            const ActivationTables t =
-                activation_tables(m, s, b, d, request.activations, request.attention, request.platform);
+            const ActivationTables t = activation_tables(m, s, b, recipe->activations, request.activations,
+                                                         request.attention, request.platform);
             built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t.layer, t.input_side, t.head,
                                                  t.forward_buffers, request.optimizer, request.grad_buffer),
                                    compute_cost(m, s, b, mode).recompute_fraction());

@@ -1,5 +1,5 @@
 #pragma once
-/// Exact integer arithmetic for element and byte counts, dtype sizes, and GB/GiB conversion.
+/// Exact integer arithmetic for element and byte counts, and GB/GiB conversion.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -52,26 +52,6 @@ private:
     [[noreturn]] static void overflow() { throw overflow_error("a byte or element count overflows 64 bits"); }
     std::uint64_t value_ = 0;
 };
-
-/// Storage sizes, in bytes per element.
-namespace dtype {
-inline constexpr std::uint64_t fp32 = 4;
-inline constexpr std::uint64_t bf16 = 2;
-inline constexpr std::uint64_t fp16 = 2;
-inline constexpr std::uint64_t int8 = 1;
-inline constexpr std::uint64_t mask = 1;  ///< a dropout mask keeps one byte per element
-}  // namespace dtype
-
-/// The name of a floating-point storage size, for reports ("bf16", "fp32").
-inline std::string dtype_name(std::uint64_t bytes_per_element) {
-    switch (bytes_per_element) {
-        case 1: return "8-bit";
-        case 2: return "bf16";
-        case 4: return "fp32";
-        case 8: return "fp64";
-        default: return std::to_string(bytes_per_element) + "-byte";
-    }
-}
 
 enum class Unit { gb, gib };
 

@@ -181,12 +181,13 @@ struct ActivationTables {
     std::vector<SavedTensor> input_side, head, forward_buffers;
 };
 
-inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s, std::uint64_t b, std::uint64_t d,
+/// `compute`: the recipe's compute dtype, which the activations are stored in.
+inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s, std::uint64_t b, DType compute,
                                           ActivationModel model, Attention attention,
                                           Platform platform = Platform::cuda) {
-    if (model == ActivationModel::korthikanti) return {korthikanti_layer(m, s, b, d), {}, {}, {}};
-    return {architecture_layer(m, s, b, d, attention, platform), input_side_saved(m, s, b, d, platform),
-            head_saved(m, s, b, d, platform), forward_buffers(s, b, d, attention)};
+    if (model == ActivationModel::korthikanti) return {korthikanti_layer(m, s, b, bytes_per_element(compute)), {}, {}, {}};
+    return {architecture_layer(m, s, b, compute, attention, platform), input_side_saved(m, s, b, compute, platform),
+            head_saved(m, s, b, compute, platform), forward_buffers(s, b, compute, attention)};
 }
 
 /// `layer`, `input_side` and `head` are the whole model's tables (not split across ranks).
@@ -273,12 +274,12 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
 
 /// The optimiser step's temporaries on one rank: none when it is fused or runs on the host.
 inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const StageFacts& f) {
-    const std::uint64_t t = w.recipe.step_temporary_bytes;
+    const std::uint64_t t = w.recipe.step_temporary_bytes();
     if (t == 0 || w.optimizer == OptimizerImpl::fused || p.offload != Offload::none) return 0;
     switch (w.optimizer) {
         case OptimizerImpl::fused: return 0;
         case OptimizerImpl::foreach:  // every parameter whose state this rank holds, at once
-            return Count(f.state.optimizer_state.value() / w.recipe.optimizer_bytes) * t;
+            return Count(f.state.optimizer_state.value() / w.recipe.optimizer_bytes()) * t;
         case OptimizerImpl::for_loop: {  // two of the largest tensor: sqrt(v), then its quotient
             const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
             const std::uint64_t V = w.model.vocab;
@@ -304,7 +305,7 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
 
 inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, const StageFacts& f) {
     const Architecture& m = w.model;
-    const std::uint64_t V = m.vocab, d = w.recipe.activation_bytes;
+    const std::uint64_t V = m.vocab, d = w.recipe.activation_bytes();
     const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
     TimelineInputs in;
     in.layers = f.layers;
@@ -338,8 +339,8 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
 
     if (p.zero >= 3)  // each layer's full weights are gathered before its forward and its backward step
         in.gathered_weights = Count(std::min<std::uint64_t>(p.gathered_layers, f.layers)) * f.per_layer *
-                              w.recipe.weight_bytes;
-    const Count g = w.recipe.gradient_bytes;
+                              w.recipe.weight_bytes();
+    const Count g = w.recipe.gradient_bytes();
     // ZeRO-2/3 keep this rank's shard of each gradient (ZeRO-Offload: not even that, it goes to the host).
     const bool on_host = p.zero >= 2 && p.offload != Offload::none;
     const auto sharded = [&](Count dense, Count experts) {
