@@ -72,7 +72,7 @@ BENCHMARK(layout_peak_405b);
 
 void plan_405b_on_1024_gpus(benchmark::State& state) {
     PlanRequest request;
-    request.gpus = 1024, request.capacity = 78000000000ULL, request.seq = 8192, request.global_batch = 2048;
+    request.gpus = 1024, request.capacity = 78000000000ULL, request.base.seq = 8192, request.global_batch = 2048;
     const Architecture m = llama_405b();
     std::size_t layouts = 0;
     for (auto _ : state) {  // as `memcalc plan --top 10` runs it

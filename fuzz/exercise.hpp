@@ -17,14 +17,14 @@ inline void exercise(const memcalc::Architecture& m) {
                 Settings s;
                 s.seq = seq, s.micro_batch = seq == 7 ? 3 : 1, s.recompute = mode, s.activations = model;
                 // Each platform and optimizer implementation somewhere, without multiplying the runs.
-                if (model == ActivationModel::architecture && seq == 7) s.platform = Platform::cpu;
-                s.optimizer = mode == Recompute::none ? OptimizerImpl::fused
+                if (model == ActivationModel::architecture && seq == 7) s.framework.platform = Platform::cpu;
+                s.framework.optimizer = mode == Recompute::none ? OptimizerImpl::fused
                               : mode == Recompute::selective ? OptimizerImpl::foreach
                                                              : OptimizerImpl::for_loop;
                 if (seq == context) s.parallel.tp = 2, s.parallel.pp = 2, s.parallel.dp = 2, s.parallel.zero = 3;
                 // Accumulated and persistent gradients, and uneven stages, somewhere too.
                 if (seq == 7) s.parallel.microbatches = 3, s.parallel.pp = 3, s.parallel.first_stage_layers = 1;
-                if (mode == Recompute::full) s.grad_buffer = GradBuffer::persistent;
+                if (mode == Recompute::full) s.framework.grad_buffer = GradBuffer::persistent;
                 try {
                     const Report r = estimate(m, s);
                     const cli::View view;

@@ -49,4 +49,20 @@ ActivationModel activation_model(const Request& q) {
     return q.activations == "architecture" ? ActivationModel::architecture : ActivationModel::korthikanti;
 }
 
+Settings settings_from(const Request& q) {
+    Settings settings;
+    settings.recipe = builtin_recipe(q.recipe);  // check_run_options has named a wrong one already
+    settings.activations = activation_model(q);
+    settings.framework.platform = parse_platform(q);
+    settings.framework.optimizer = parse_optimizer_impl(q.optimizer_impl);
+    settings.framework.grad_buffer = parse_grad_buffer(q.grad_buffer);
+    return settings;
+}
+
+Attention single_attention(const Request& q, const char* command) {
+    const auto attentions = parse_attention(q.attention);
+    if (attentions.size() != 1) throw usage_error(fmt::format("{} takes one --attention", command));
+    return attentions.front();
+}
+
 }  // namespace memcalc::cli

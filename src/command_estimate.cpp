@@ -69,19 +69,17 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
     if (sweep && (q.per_layer || q.timeline))
         throw usage_error(fmt::format("{} shows one configuration; this asks for {} (a sweep)",
                                       q.per_layer ? "--per-layer" : "--timeline", configurations));
-    const ActivationModel activations = activation_model(q);
-    const Platform platform = parse_platform(q);
-    const OptimizerImpl optimizer = parse_optimizer_impl(q.optimizer_impl);
-    const GradBuffer grad_buffer = parse_grad_buffer(q.grad_buffer);
+    Settings settings = settings_from(q);  // the rest is set per configuration
     const Format format = parse_format(q.format);
     View view{unit_of(q), q.timeline, q.compare,
               parse_count("--gpus-per-node", q.gpus_per_node, 8), std::nullopt};
     if (!q.device_memory.empty()) view.device_memory = parse_size("--device-memory", q.device_memory);
 
     if (!sweep) {
-        const Report r = estimate(arch, {seqs.front(), batches.front(), modes.front(), q.recipe, activations,
-                                         attentions.front(), platform, parse_layouts(q, batches.front()).front(),
-                                         optimizer, grad_buffer});
+        settings.seq = seqs.front(), settings.micro_batch = batches.front(), settings.recompute = modes.front();
+        settings.framework.attention = attentions.front();
+        settings.parallel = parse_layouts(q, batches.front()).front();
+        const Report r = estimate(arch, settings);
         if (!q.plot.empty()) files.push_back({"--plot", q.plot, timeline_svg(r, view.device_memory, view.unit)});
         switch (format) {
             case Format::json: out.append((q.per_layer ? per_layer_json(r) : report_json(r, view)).dump(2) + "\n"); break;
@@ -107,8 +105,9 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
             for (const auto& layout : layouts_of[bi])
                 for (auto attention : attentions) {
                     const std::uint64_t b = batches[bi];
-                    Settings settings{s, b, modes.front(), q.recipe, activations, attention, platform, layout,
-                                      optimizer, grad_buffer};
+                    settings.seq = s, settings.micro_batch = b, settings.recompute = modes.front();
+                    settings.framework.attention = attention;
+                    settings.parallel = layout;
                     if (format == Format::csv) {  // the closed form: no table kept, no timeline built
                         for (const Summary& r : estimator.summaries(settings, modes)) {
                             if (!q.plot.empty()) points.push_back({s, b, r.settings.recompute, r.peak.bytes.total()});

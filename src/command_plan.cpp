@@ -25,9 +25,10 @@ std::string run_plan(const Request& q) {
     PlanRequest& r = view.request;
     r.gpus = parse_count("--gpus", q.gpus, 1);
     r.capacity = Count(view.memory.value() - view.reserve.value());
-    r.seq = parse_count("--seq", q.seq, 0);
+    r.base = settings_from(q);
+    r.base.seq = parse_count("--seq", q.seq, 0);
+    r.base.framework.attention = single_attention(q, "plan");
     r.global_batch = parse_count("--global-batch", q.global_batch, 0);
-    read_run_options(q, "plan", r);
     r.first_stage_layers = parse_count("--first-stage-layers", q.first_stage_layers, 0);
     r.last_stage_layers = parse_count("--last-stage-layers", q.last_stage_layers, 0);
     r.max_tp = parse_count("--max-tp", q.max_tp, 0);

@@ -49,18 +49,11 @@ ModelFile load_model(const Request& q);
 
 ActivationModel activation_model(const Request& q);
 
-/// The options fit and plan share with an estimate, one value each, into Settings or a PlanRequest.
-template <class Run>
-void read_run_options(const Request& q, const char* command, Run& into) {
-    into.recipe = q.recipe;
-    into.activations = activation_model(q);
-    const auto attentions = parse_attention(q.attention);
-    if (attentions.size() != 1) throw usage_error(fmt::format("{} takes one --attention", command));
-    into.attention = attentions.front();
-    into.platform = parse_platform(q);
-    into.optimizer = parse_optimizer_impl(q.optimizer_impl);
-    into.grad_buffer = parse_grad_buffer(q.grad_buffer);
-}
+/// The settings every estimating command reads the same way: the recipe, the activation model and
+/// the framework (platform, optimiser step, gradient buffer; the attention kernel when given one).
+/// Fit and plan take one --attention; the estimate sweeps a list and sets it per configuration.
+Settings settings_from(const Request& q);
+Attention single_attention(const Request& q, const char* command);
 
 /// One rendering in the format asked for (--format): only that format's renderer runs.
 template <class Json, class Csv, class Table>

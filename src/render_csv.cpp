@@ -98,14 +98,14 @@ void CsvRowWriter::append(std::string& out, std::string_view model, const Summar
     const Settings& s = r.settings;
     const Parallelism& p = s.parallel;
     CsvRow row(out, cells_.data(), cells_.size());
-    row.text(csv_field(model)).number(s.seq).number(s.micro_batch).text(recompute_name(s.recompute)).text(s.recipe);
-    row.text(activation_model_name(s.activations)).text(attention_name(s.attention));
+    row.text(csv_field(model)).number(s.seq).number(s.micro_batch).text(recompute_name(s.recompute)).text(s.recipe.name);
+    row.text(activation_model_name(s.activations)).text(attention_name(s.framework.attention));
     row.number(r.parameters.value()).number(r.state.total().value()).number(r.activations.value());
     row.number(r.kept_activations.value()).number(r.peak.bytes.total().value()).step(r.peak);
     row.flops(r.compute.step).flops(r.compute.recompute);
     row.number(p.dp).number(p.tp).number(p.pp).number(p.cp).number(p.ep).number(p.zero);
     row.flag(p.sequence_parallel).number(p.steps_per_batch()).number(r.peak_stage).number(r.peak.microbatch);
-    row.text(grad_buffer_name(s.grad_buffer)).number(p.first_stage_layers).number(p.last_stage_layers);
+    row.text(grad_buffer_name(s.framework.grad_buffer)).number(p.first_stage_layers).number(p.last_stage_layers);
     row.end();
 }
 

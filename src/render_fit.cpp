@@ -79,10 +79,10 @@ nlohmann::json fit_json(const FitRequest& f) {
             {"device_memory_bytes", f.memory.value()},
             {"reserve_bytes", f.reserve.value()},
             {"capacity_bytes", f.capacity.value()},
-            {"recipe", f.settings.recipe},
+            {"recipe", f.settings.recipe.name},
             {"activations", activation_model_name(f.settings.activations)},
-            {"attention", attention_name(f.settings.attention)},
-            {"grad_buffer", grad_buffer_name(f.settings.grad_buffer)},
+            {"attention", attention_name(f.settings.framework.attention)},
+            {"grad_buffer", grad_buffer_name(f.settings.framework.grad_buffer)},
             {"microbatches", f.settings.parallel.steps_per_batch()},
             {"results", results}};
 }

@@ -41,7 +41,7 @@ std::string plan_table(const PlanView& v, Unit unit) {
         "memcalc plan: {} on {} devices of {} ({} usable), seq {}, {} sequences per step\n"
         "{} layouts evaluated in {:.3f} s; {} fit. Ranked by wasted compute (recomputation + pipeline bubble),\n"
         "then communication per device, then peak.\n",
-        v.model, v.request.gpus, amount(v.memory, unit), amount(v.request.capacity, unit), v.request.seq,
+        v.model, v.request.gpus, amount(v.memory, unit), amount(v.request.capacity, unit), v.request.base.seq,
         v.request.global_batch, v.result.evaluated, v.seconds, fitting(v));
     if (v.result.evaluated == 0)
         return out + fmt::format(
@@ -88,7 +88,7 @@ nlohmann::json plan_json(const PlanView& v) {
             {"command", "plan"},
             {"model", v.model},
             {"gpus", v.request.gpus},
-            {"seq", v.request.seq},
+            {"seq", v.request.base.seq},
             {"global_batch", v.request.global_batch},
             {"device_memory_bytes", v.memory.value()},
             {"reserve_bytes", v.reserve.value()},

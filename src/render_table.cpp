@@ -24,8 +24,8 @@ std::string header(const Report& r) {
     return fmt::format("memcalc {}: {}, seq {}, micro-batch {}{}, recompute {}, recipe {}{}\n", memcalc::version,
                        r.model.name, r.settings.seq, r.settings.micro_batch,
                        M > 1 ? fmt::format(" x {} per step", M) : "", recompute_name(r.settings.recompute),
-                       r.settings.recipe,
-                       r.settings.grad_buffer == GradBuffer::persistent ? ", persistent gradient buffer" : "");
+                       r.settings.recipe.name,
+                       r.settings.framework.grad_buffer == GradBuffer::persistent ? ", persistent gradient buffer" : "");
 }
 
 std::string parameters_section(const Report& r) {
@@ -54,7 +54,7 @@ std::string parameters_section(const Report& r) {
 }
 
 std::string state_section(const Report& r, const View& view) {
-    const Recipe& p = r.recipe;
+    const Recipe& p = r.settings.recipe;
     TextTable table({L, L, R, R, R});
     auto line = [&](const char* what, std::string dtype, std::uint64_t per_param, Count bytes) {
         table.row({what, std::move(dtype), fmt::format("{} B/param", per_param), digits(bytes) + " B", amount(bytes, view.unit)});
@@ -154,13 +154,13 @@ std::string activations_section(const Report& r, const View& view, bool why) {
         out = fmt::format(
             "Activations of one layer (Korthikanti et al. 2022; s={} b={} h={} a={}, {}-byte values, 1-byte masks)\n"
             "  the formula's GPT layer: LayerNorm, a 4h GELU MLP and dropout, whatever the model's own ops\n",
-            r.settings.seq, r.settings.micro_batch, m.hidden, m.heads, r.recipe.activation_bytes());
+            r.settings.seq, r.settings.micro_batch, m.hidden, m.heads, r.settings.recipe.activation_bytes());
     } else {
         out = fmt::format(
             "Activations of one layer ({}'s own ops as PyTorch keeps them, {} attention; s={} b={} h={} a={} k={} d={} "
             "f={}, {}-byte values)\n",
-            m.name, attention_name(r.settings.attention), r.settings.seq, r.settings.micro_batch, m.hidden, m.heads,
-            m.key_value_heads(), m.head_size(), m.ffn, r.recipe.activation_bytes());
+            m.name, attention_name(r.settings.framework.attention), r.settings.seq, r.settings.micro_batch, m.hidden, m.heads,
+            m.key_value_heads(), m.head_size(), m.ffn, r.settings.recipe.activation_bytes());
     }
     out += saved_table(layer.rows, mode, why);
     TextTable totals({L, R, R});
@@ -318,7 +318,7 @@ SweepTable::~SweepTable() = default;
 
 void SweepTable::add(const Report& r) {
     std::vector<std::string> row = {r.model.name, layout_text(r.settings.parallel), std::to_string(r.settings.seq),
-                                    std::to_string(r.settings.micro_batch), attention_name(r.settings.attention),
+                                    std::to_string(r.settings.micro_batch), attention_name(r.settings.framework.attention),
                                     recompute_name(r.settings.recompute), amount(r.activations, view_.unit),
                                     amount(r.kept_activations, view_.unit),
                                     amount(r.peak_step().bytes.total(), view_.unit), r.peak_step().name()};

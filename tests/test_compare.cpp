@@ -15,7 +15,7 @@ namespace {
 Report run(const Architecture& m, std::uint64_t seq, Recompute mode, const Parallelism& p) {
     Settings settings;
     settings.seq = seq, settings.recompute = mode, settings.parallel = p;
-    settings.recipe = "mixed-adam-fp32-grads";
+    settings.recipe = builtin_recipe("mixed-adam-fp32-grads");
     return estimate(m, settings);
 }
 json compare_of(const std::string& arguments) {

@@ -9,7 +9,7 @@ namespace {
 Report run(const Architecture& m, std::uint64_t seq, std::uint64_t batch, Recompute mode,
            const std::string& recipe = "mixed-adam") {
     Settings settings;
-    settings.seq = seq, settings.micro_batch = batch, settings.recompute = mode, settings.recipe = recipe;
+    settings.seq = seq, settings.micro_batch = batch, settings.recompute = mode, settings.recipe = builtin_recipe(recipe);
     return estimate(m, settings);
 }
 std::uint64_t peak_bytes(const Report& r) { return r.peak_step().bytes.total().value(); }
@@ -55,7 +55,7 @@ TEST_CASE("full recomputation counts the checkpointed input once, and never peak
     }));
     CAPTURE(recipe, activation_model_name(model));
     Settings s;
-    s.seq = 1024, s.recipe = recipe, s.activations = model;
+    s.seq = 1024, s.recipe = builtin_recipe(recipe), s.activations = model;
     s.recompute = Recompute::full;
     const Report r = estimate(fixtures::llama_7b(), s);
     const std::uint64_t counted_once = r.layer.total().value() - r.layer.rebuilt(Recompute::full).value();
@@ -148,7 +148,7 @@ TEST_CASE("the optimizer step's temporaries follow its implementation", "[estima
     Settings settings;
     settings.seq = 4096;
     const auto optimizer_work = [&](OptimizerImpl impl, const std::string& recipe = "mixed-adam") {
-        settings.optimizer = impl, settings.recipe = recipe;
+        settings.framework.optimizer = impl, settings.recipe = builtin_recipe(recipe);
         return step_named(estimate(m, settings), "optimizer").bytes.workspace.value();
     };
     const std::uint64_t P = 6738415616, largest = 32000ULL * 4096;  // the embedding and the head
@@ -162,7 +162,7 @@ TEST_CASE("the optimizer step's temporaries follow its implementation", "[estima
     settings.parallel.offload = Offload::optimizer;  // the host runs the step
     CHECK(optimizer_work(OptimizerImpl::foreach) == 0);
     // The chapter's peaks do not move: its model has no workspaces and the default step is fused.
-    settings.parallel = {}, settings.optimizer = OptimizerImpl::fused, settings.recipe = "mixed-adam";
+    settings.parallel = {}, settings.framework.optimizer = OptimizerImpl::fused, settings.recipe = builtin_recipe("mixed-adam");
     settings.recompute = Recompute::selective;
     CHECK(estimate(m, settings).peak_step().bytes.total().value() == 116095778816ULL);
 }

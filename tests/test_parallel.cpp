@@ -49,14 +49,14 @@ TEST_CASE("every rank's state under ZeRO follows the sharding of its own paramet
         CAPTURE(zero);
         const Report r = run(m, 1024, 1, Recompute::full, layout(8, 1, 1, zero));
         CHECK(r.ranks.size() == 1);
-        CHECK(r.busiest().state.total() == sharded_state(one.parameter_count, r.recipe, zero, 8).total());
+        CHECK(r.busiest().state.total() == sharded_state(one.parameter_count, r.settings.recipe, zero, 8).total());
         CHECK(r.peak_step().bytes.total() <= one.peak_step().bytes.total());
     }
     // Hybrid sharding: shard within groups of 4, replicate across the two groups.
     Parallelism hybrid = layout(8, 1, 1, 3);
     hybrid.shard_group = 4;
     CHECK(run(m, 1024, 1, Recompute::full, hybrid).busiest().state.total() ==
-          sharded_state(one.parameter_count, one.recipe, 3, 4).total());
+          sharded_state(one.parameter_count, one.settings.recipe, 3, 4).total());
 }
 
 TEST_CASE("ZeRO-3 gathers each layer's weights for forward and backward, not for the optimizer", "[parallel][zero]") {
@@ -251,7 +251,7 @@ TEST_CASE("the closed-form layout peak equals the most loaded timeline's, step f
                     CAPTURE(m.name, recompute_name(mode), tp, pp, zero, vpp);
                     const Report r = estimate(m, settings);
                     const ActivationTables t = activation_tables(m, 512, 2, DType::bf16, model, Attention::eager);
-                    const Workload w = make_workload(m, r.recipe, 512, 2, mode, parameter_splits(r.parameters, m.vocab), t.layer, t.input_side,
+                    const Workload w = make_workload(m, r.settings.recipe, 512, 2, mode, parameter_splits(r.parameters, m.vocab), t.layer, t.input_side,
                                                      t.head, t.forward_buffers);
                     const LayoutPeak fast = layout_peak(w, p);
                     CHECK(fast.bytes() == r.peak_step().bytes.total());

@@ -25,7 +25,7 @@ Key layout_text_key(const PlanRow& r) {
 TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration finds", "[plan]") {
     const Architecture m = small_llama();
     PlanRequest request;
-    request.gpus = 8, request.capacity = 20000000000ULL, request.seq = 1024, request.global_batch = 16;
+    request.gpus = 8, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 16;
     const auto rows = plan(m, request);
 
     // By hand: dp x tp x pp x cp = 8; tp divides heads (16), kv heads (4) and ffn; pp divides the 16
@@ -58,18 +58,18 @@ TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration fi
 TEST_CASE("plan's peaks are estimate()'s, and the ranking follows its rule", "[plan]") {
     const Architecture m = small_llama();
     PlanRequest request;
-    request.gpus = 8, request.capacity = 12000000000ULL, request.seq = 2048, request.global_batch = 8;
+    request.gpus = 8, request.capacity = 12000000000ULL, request.base.seq = 2048, request.global_batch = 8;
     // The chapter's model, and the architecture's with its workspaces and a foreach optimiser step.
     const bool framework = GENERATE(false, true);
     if (framework)
-        request.activations = ActivationModel::architecture, request.optimizer = OptimizerImpl::foreach;
+        request.base.activations = ActivationModel::architecture, request.base.framework.optimizer = OptimizerImpl::foreach;
     const auto rows = plan(m, request);
     bool fitting = true;
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const PlanRow& r = rows[i];
         Settings s;
         s.seq = 2048, s.micro_batch = r.micro_batch, s.recompute = r.recompute, s.parallel = r.parallel;
-        s.activations = request.activations, s.optimizer = request.optimizer;
+        s.activations = request.base.activations, s.framework.optimizer = request.base.framework.optimizer;
         const Report e = estimate(m, s);
         CAPTURE(i);
         CHECK(r.peak.bytes() == e.peak_step().bytes.total());
@@ -86,7 +86,7 @@ TEST_CASE("plan: a mixture-of-experts model also enumerates expert parallelism",
     Architecture m = small_llama();
     m.experts = 4, m.experts_per_token = 2;
     PlanRequest request;
-    request.gpus = 4, request.capacity = 80000000000ULL, request.seq = 512, request.global_batch = 4;
+    request.gpus = 4, request.capacity = 80000000000ULL, request.base.seq = 512, request.global_batch = 4;
     std::set<std::uint64_t> eps;
     for (const auto& r : plan(m, request)) eps.insert(r.parallel.ep);
     CHECK(eps == std::set<std::uint64_t>{1, 2, 4});
@@ -95,7 +95,7 @@ TEST_CASE("plan: a mixture-of-experts model also enumerates expert parallelism",
 TEST_CASE("plan_top keeps the best k fitting layouts in plan's order, and counts them all", "[plan]") {
     const Architecture m = small_llama();
     PlanRequest request;
-    request.gpus = 16, request.capacity = 20000000000ULL, request.seq = 1024, request.global_batch = 32;
+    request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
     const auto all = plan(m, request);
     const std::size_t fitting =
         static_cast<std::size_t>(std::count_if(all.begin(), all.end(), [](const PlanRow& r) { return r.fits; }));

@@ -51,9 +51,9 @@ struct Generator {
         s.micro_batch = between(1, 4);
         s.recompute = pick({Recompute::none, Recompute::selective, Recompute::full});
         s.activations = pick({ActivationModel::korthikanti, ActivationModel::architecture});
-        s.attention = s.activations == ActivationModel::architecture ? pick({Attention::eager, Attention::flash})
+        s.framework.attention = s.activations == ActivationModel::architecture ? pick({Attention::eager, Attention::flash})
                                                                      : Attention::eager;
-        s.recipe = pick<std::string>({"mixed-adam", "fp32-adam", "mixed-adam-fp32-grads", "mixed-sgd"});
+        s.recipe = builtin_recipe(pick<std::string>({"mixed-adam", "fp32-adam", "mixed-adam-fp32-grads", "mixed-sgd"}));
         return s;
     }
 };
@@ -147,9 +147,9 @@ TEST_CASE("the training loop's variants: held gradients never lower a peak, no s
         if (p.zero > 0 && g.between(0, 3) == 0) p.offload = p.zero == 3 ? g.pick({Offload::optimizer, Offload::parameters})
                                                                          : Offload::optimizer;
         p.microbatches = g.pick<std::uint64_t>({0, 1, 2, 7});
-        s.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
+        s.framework.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
         CAPTURE(shape, m.layers, m.tied_embeddings, p.dp, p.cp, p.pp, p.first_stage_layers, p.zero, p.ep,
-                offload_name(p.offload), p.microbatches, grad_buffer_name(s.grad_buffer));
+                offload_name(p.offload), p.microbatches, grad_buffer_name(s.framework.grad_buffer));
         const Report r = estimate(m, s);
         // No parameter's state is lost: summed over the ranks, at least the model's state (host included).
         Count per_replica;
@@ -158,13 +158,13 @@ TEST_CASE("the training loop's variants: held gradients never lower a peak, no s
         // More micro-batches or a persistent buffer never lower the peak.
         Settings fewer = s;
         fewer.parallel.microbatches = std::max<std::uint64_t>(1, p.steps_per_batch() / 2);
-        fewer.grad_buffer = GradBuffer::lazy;
+        fewer.framework.grad_buffer = GradBuffer::lazy;
         if (fewer.parallel.microbatches >= p.pp) CHECK(peak(m, fewer) <= r.peak_step().bytes.total());
         // The closed form finds the built timelines' peak.
-        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.recipe.activations, s.activations,
-                                                     s.attention, s.platform);
-        const Workload w = make_workload(m, r.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t.layer,
-                                         t.input_side, t.head, t.forward_buffers, s.optimizer, s.grad_buffer);
+        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.settings.recipe.activations, s.activations,
+                                                     s.framework.attention, s.framework.platform);
+        const Workload w = make_workload(m, r.settings.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t.layer,
+                                         t.input_side, t.head, t.forward_buffers, s.framework.optimizer, s.framework.grad_buffer);
         const LayoutPeak fast = layout_peak(w, p);
         CHECK(fast.bytes() == r.peak_step().bytes.total());
         CHECK(fast.step.name() == r.peak_step().name());
@@ -188,8 +188,8 @@ TEST_CASE("a sweep's closed-form summary is the full estimate's, figure for figu
         if (m.is_moe() && p.dp % 2 == 0 && m.experts % 2 == 0) p.ep = 2;
         if (p.zero > 0 && g.between(0, 3) == 0) p.offload = Offload::optimizer;
         p.microbatches = g.pick<std::uint64_t>({0, 1, 2, 7});
-        s.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
-        s.optimizer = g.pick({OptimizerImpl::fused, OptimizerImpl::foreach, OptimizerImpl::for_loop});
+        s.framework.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
+        s.framework.optimizer = g.pick({OptimizerImpl::fused, OptimizerImpl::foreach, OptimizerImpl::for_loop});
         s.timelines = g.between(0, 1) == 0;
         CAPTURE(shape, m.layers, p.tp, p.dp, p.cp, p.pp, p.first_stage_layers, p.zero, p.ep, p.microbatches);
         const Estimator estimator(m);
@@ -244,13 +244,13 @@ TEST_CASE("a timeline's steps are step_at's, one by one, however its linear runs
         if (p.pp > 1 && p.first_stage_layers == 0 && m.layers % (2 * p.pp) == 0 && g.between(0, 1) == 0) {
             p.vpp = 2, p.microbatches = 2 * p.pp;  // interleaved: layer numbers jump between chunks
         }
-        s.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
+        s.framework.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
         CAPTURE(shape, m.layers, p.pp, p.vpp, p.first_stage_layers, p.zero, p.microbatches);
         const Report r = estimate(m, s);
-        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.recipe.activations, s.activations,
-                                                     s.attention, s.platform);
-        const Workload w = make_workload(m, r.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t.layer,
-                                         t.input_side, t.head, t.forward_buffers, s.optimizer, s.grad_buffer);
+        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.settings.recipe.activations, s.activations,
+                                                     s.framework.attention, s.framework.platform);
+        const Workload w = make_workload(m, r.settings.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t.layer,
+                                         t.input_side, t.head, t.forward_buffers, s.framework.optimizer, s.framework.grad_buffer);
         for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
             const TimelineInputs in = stage_inputs(w, p, stage_facts(w, p, stage));
             std::vector<Step> expected;  // the order timeline() promises, every step made alone
@@ -305,11 +305,11 @@ TEST_CASE("a CSV row is what one format string gives, FLOPs past 2^64 included",
         const Parallelism& p = r.settings.parallel;
         const std::string expected = fmt::format(
             "{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{:.0f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", cli::csv_field(m.name),
-            s.seq, s.micro_batch, recompute_name(s.recompute), s.recipe, activation_model_name(s.activations),
-            attention_name(s.attention), r.parameter_count.value(), r.state.total().value(), r.activations.value(),
+            s.seq, s.micro_batch, recompute_name(s.recompute), s.recipe.name, activation_model_name(s.activations),
+            attention_name(s.framework.attention), r.parameter_count.value(), r.state.total().value(), r.activations.value(),
             r.kept_activations.value(), r.peak_step().bytes.total().value(), r.peak_step().name(), r.compute.step,
             r.compute.recompute, p.dp, p.tp, p.pp, p.cp, p.ep, p.zero, p.sequence_parallel, p.steps_per_batch(),
-            r.busiest().stage, r.peak_step().microbatch, grad_buffer_name(s.grad_buffer), p.first_stage_layers,
+            r.busiest().stage, r.peak_step().microbatch, grad_buffer_name(s.framework.grad_buffer), p.first_stage_layers,
             p.last_stage_layers);
         CHECK(cli::csv_row(r) == expected);
     }

@@ -12,7 +12,7 @@ namespace {
 Report run(const Architecture& m, std::uint64_t seq, Recompute mode, const Parallelism& p,
            GradBuffer buffer = GradBuffer::lazy, const char* recipe = "mixed-adam") {
     Settings s;
-    s.seq = seq, s.recompute = mode, s.parallel = p, s.grad_buffer = buffer, s.recipe = recipe;
+    s.seq = seq, s.recompute = mode, s.parallel = p, s.framework.grad_buffer = buffer, s.recipe = builtin_recipe(recipe);
     return estimate(m, s);
 }
 std::uint64_t peak(const Report& r) { return r.peak_step().bytes.total().value(); }
@@ -255,7 +255,7 @@ TEST_CASE("plan splits stages the way the 405B run did when pp does not divide t
     CHECK(stage_split(32, 4, 5, 0) == Split{5, 0});
     CHECK_FALSE(stage_split(32, 4, 6, 0));  // 26 layers over 3 stages
     PlanRequest q;
-    q.gpus = 16, q.capacity = Count(1ULL << 50), q.seq = 1024, q.global_batch = 32, q.max_tp = 1;
+    q.gpus = 16, q.capacity = Count(1ULL << 50), q.base.seq = 1024, q.global_batch = 32, q.max_tp = 1;
     bool seen = false;
     for (const PlanRow& row : plan(llama_405b(), q))
         if (row.parallel.pp == 16) {

@@ -9,6 +9,7 @@
 #include "memcalc/activations.hpp"
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/flops.hpp"
+#include "memcalc/framework.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/parallel.hpp"
 #include "memcalc/params.hpp"
@@ -23,13 +24,10 @@ struct Settings {
     std::uint64_t seq = 0;          ///< s, tokens per sequence
     std::uint64_t micro_batch = 1;  ///< b, sequences per micro-batch on one device
     Recompute recompute = Recompute::none;
-    std::string recipe{default_recipe};
+    Recipe recipe = builtin_recipe(default_recipe);  ///< the recipe itself, not its name
     ActivationModel activations = ActivationModel::korthikanti;
-    Attention attention = Attention::eager;
-    Platform platform = Platform::cuda;  ///< the architecture model's kernels
+    Framework framework;            ///< kernels, attention, optimiser step, gradient lifetime
     Parallelism parallel;           ///< every degree 1: one device
-    OptimizerImpl optimizer = OptimizerImpl::fused;  ///< decides the optimiser step's temporaries
-    GradBuffer grad_buffer = GradBuffer::lazy;       ///< when the gradients exist
     /// Build every rank's timeline; without them each rank's peak comes from the closed form
     /// (peak_step), which costs a few operations and no memory per layer: sweeps and fit.
     bool timelines = true;
@@ -54,8 +52,7 @@ struct RankReport {
 
 struct Report {
     Architecture model;
-    Settings settings;
-    Recipe recipe;
+    Settings settings;               ///< its recipe among them
     ParameterTable parameters;
     Count parameter_count;
     TrainingState state;                  ///< the whole model's, unsharded
@@ -144,12 +141,13 @@ public:
     /// Every table, and each rank's timeline unless settings.timelines is false.
     Report estimate(const Settings& settings) const {
         const Configuration c = configure(settings);
-        Report r{model_, settings, c.recipe, table_, parameter_count_, c.state, {}, {}, {}, {}, {}, {}, {}, {}, 0};
+        Report r{model_, settings, table_, parameter_count_, c.state, {}, {}, {}, {}, {}, {}, {}, {}, 0};
         const Parallelism& p = settings.parallel;
         counted(settings, [&] {
-            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, c.recipe.activations,
-                                                   settings.activations, settings.attention, settings.platform);
-            const Workload w = workload(settings, c.recipe, t);
+            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.activations,
+                                                   settings.activations, settings.framework.attention,
+                                                   settings.framework.platform);
+            const Workload w = workload(settings, t);
             split(t, p);
             r.layer = std::move(t.layer);
             r.input_side = std::move(t.input_side);
@@ -177,12 +175,13 @@ public:
         std::vector<Summary> out;
         out.reserve(modes.size());
         counted(settings, [&] {
-            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, c.recipe.activations,
-                                                   settings.activations, settings.attention, settings.platform);
+            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.activations,
+                                                   settings.activations, settings.framework.attention,
+                                                   settings.framework.platform);
             for (Recompute mode : modes) {
                 Settings with = settings;
                 with.recompute = mode;
-                const LayoutPeak peak = layout_peak(workload(with, c.recipe, t), with.parallel);
+                const LayoutPeak peak = layout_peak(workload(with, t), with.parallel);
                 out.push_back({with, parameter_count_, c.state, {}, {}, peak.step, peak.stage,
                                compute_cost(model_, with.seq, with.micro_batch, mode)});
             }
@@ -197,8 +196,7 @@ public:
 
 private:
     struct Configuration {
-        Recipe recipe;
-        TrainingState state;
+        TrainingState state;  ///< the whole model's, under the settings' recipe
     };
 
     /// The checks every estimate makes before it counts, in the order it makes them.
@@ -208,14 +206,12 @@ private:
         if (model_.position == Position::learned && settings.seq > model_.max_positions)
             throw error("seq " + std::to_string(settings.seq) + " exceeds the " + std::to_string(model_.max_positions) +
                         " learned positions of " + (model_.name.empty() ? "the model" : model_.name));
-        const Recipe* recipe = find_recipe(settings.recipe);
-        if (recipe == nullptr) throw error("unknown recipe '" + settings.recipe + "'");
         validate(settings.parallel, model_, settings.seq);
         if (!overflow_.empty()) throw error(overflow_);
-        if (settings.activations == ActivationModel::korthikanti && settings.attention == Attention::flash)
+        if (settings.activations == ActivationModel::korthikanti && settings.framework.attention == Attention::flash)
             throw error("flash attention needs the architecture activation model: Korthikanti's formula describes "
                         "eager attention");
-        return {*recipe, training_state(parameter_count_, *recipe)};
+        return {training_state(parameter_count_, settings.recipe)};
     }
 
     /// Runs `count`, saying which sizes overflowed where a byte count passes 64 bits.
@@ -229,9 +225,10 @@ private:
         }
     }
 
-    Workload workload(const Settings& settings, const Recipe& recipe, const ActivationTables& t) const {
-        return make_workload(model_, recipe, settings.seq, settings.micro_batch, settings.recompute, splits_, t.layer,
-                             t.input_side, t.head, t.forward_buffers, settings.optimizer, settings.grad_buffer);
+    Workload workload(const Settings& settings, const ActivationTables& t) const {
+        return make_workload(model_, settings.recipe, settings.seq, settings.micro_batch, settings.recompute, splits_,
+                             t.layer, t.input_side, t.head, t.forward_buffers, settings.framework.optimizer,
+                             settings.framework.grad_buffer);
     }
 
     /// The tables a report shows are one rank's share of every tensor.

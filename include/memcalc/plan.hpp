@@ -18,16 +18,12 @@
 namespace memcalc {
 
 struct PlanRequest {
+    /// What every layout shares: the sequence, the recipe, the activation model and the framework.
+    /// Its micro-batch, recomputation and parallel layout are what the plan searches: not read.
+    Settings base;
     std::uint64_t gpus = 1;
     Count capacity;                  ///< usable bytes per device
-    std::uint64_t seq = 0;
     std::uint64_t global_batch = 1;  ///< sequences per step
-    std::string recipe{default_recipe};
-    ActivationModel activations = ActivationModel::korthikanti;
-    Attention attention = Attention::eager;
-    Platform platform = Platform::cuda;
-    OptimizerImpl optimizer = OptimizerImpl::fused;
-    GradBuffer grad_buffer = GradBuffer::lazy;
     std::uint64_t max_tp = 0;        ///< largest tensor-parallel degree to try; 0 means no limit
     /// Uneven pipeline stages for every pipelined layout they fit (0: even, or balanced when pp does
     /// not divide the layers; see stage_split).
@@ -110,9 +106,8 @@ inline double communication_bytes(const Workload& w, const Parallelism& p, const
 template <class Visit>
 void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& visit) {
     validate(m);
-    const Recipe* recipe = find_recipe(request.recipe);
-    if (recipe == nullptr) throw error("unknown recipe '" + request.recipe + "'");
-    const std::uint64_t s = request.seq, G = request.global_batch;
+    const Recipe* recipe = &request.base.recipe;
+    const std::uint64_t s = request.base.seq, G = request.global_batch;
     detail::require_positive("seq", s);
     detail::require_positive("global_batch", G);
     detail::require_positive("gpus", request.gpus);
@@ -135,10 +130,10 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
         if (it != workloads.end()) return it->second;
         Cached built;
         try {
-            const ActivationTables t = activation_tables(m, s, b, recipe->activations, request.activations,
-                                                         request.attention, request.platform);
+            const ActivationTables t = activation_tables(m, s, b, recipe->activations, request.base.activations,
+                                                         request.base.framework.attention, request.base.framework.platform);
             built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t.layer, t.input_side, t.head,
-                                                 t.forward_buffers, request.optimizer, request.grad_buffer),
+                                                 t.forward_buffers, request.base.framework.optimizer, request.base.framework.grad_buffer),
                                    compute_cost(m, s, b, mode).recompute_fraction());
         } catch (const overflow_error&) {
         }

@@ -83,35 +83,18 @@ inline constexpr std::array<Recipe, 5> recipes{{
 
 inline constexpr std::string_view default_recipe = "mixed-adam";
 
-/// How the optimiser step runs, which decides its temporaries (the recipe's step_temporary_bytes).
-enum class OptimizerImpl {
-    fused,     ///< one kernel over all tensors, nothing allocated: Megatron-LM, DeepSpeed, torch's fused=True
-    foreach,   ///< torch.optim's default on CUDA: sqrt(v) of every parameter at once
-    for_loop,  ///< one tensor at a time (foreach=False): sqrt(v) and its quotient of the largest tensor
-};
-
-inline const char* optimizer_impl_name(OptimizerImpl o) {
-    switch (o) {
-        case OptimizerImpl::fused: return "fused";
-        case OptimizerImpl::foreach: return "foreach";
-        case OptimizerImpl::for_loop: return "for-loop";
-    }
-    return "?";
-}
-
-/// When the gradients exist. Lazy: PyTorch after zero_grad(set_to_none=True), each made by the
-/// backward step that writes it (the chapter's model); from the second micro-batch on every one is
-/// held, accumulated into. Persistent: one contiguous buffer for the whole run, live at every step
-/// (Megatron-LM's main_grad, fp32 with --recipe mixed-adam-fp32-grads; DeepSpeed's).
-enum class GradBuffer { lazy, persistent };
-
-inline const char* grad_buffer_name(GradBuffer g) { return g == GradBuffer::lazy ? "lazy" : "persistent"; }
-
 /// Returns nullptr for an unknown name, so callers can suggest the nearest one.
 inline const Recipe* find_recipe(std::string_view name) {
     for (const auto& r : recipes)
         if (r.name == name) return &r;
     return nullptr;
+}
+
+/// The built-in recipe of that name; an error naming it when there is none.
+inline const Recipe& builtin_recipe(std::string_view name) {
+    const Recipe* r = find_recipe(name);
+    if (r == nullptr) throw error("unknown recipe '" + std::string(name) + "'");
+    return *r;
 }
 
 /// Weights, gradients, master copy and optimiser state of P parameters under a recipe.

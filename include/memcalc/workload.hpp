@@ -10,6 +10,7 @@
 
 #include "memcalc/activations.hpp"
 #include "memcalc/architecture_activations.hpp"
+#include "memcalc/framework.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/parallel.hpp"
 #include "memcalc/params.hpp"
