@@ -11,13 +11,9 @@ namespace memcalc::cli {
 std::string run_presets(const std::string& format) {
     std::vector<std::pair<std::string, ModelFile>> presets;
     for (const auto& name : preset_names()) presets.emplace_back(name, load_preset(name));
-    return in_format(
-        format, [&] { return presets_json(presets); }, [&] { return presets_csv(presets); },
-        [&] { return presets_table(presets); });
+    return render_listing(presets_listing(presets), parse_format(format));
 }
 
-std::string run_recipes(const std::string& format) {
-    return in_format(format, [] { return recipes_json(); }, [] { return recipes_csv(); }, [] { return recipes_table(); });
-}
+std::string run_recipes(const std::string& format) { return render_listing(recipes_listing(), parse_format(format)); }
 
 }  // namespace memcalc::cli

@@ -3,6 +3,7 @@
 #include <array>
 #include <memory>
 #include <optional>
+#include <variant>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -16,6 +17,24 @@
 namespace memcalc::cli {
 
 enum class Format { table, json, csv };
+
+/// A catalogue (presets, recipes, ...) as rows of cells: JSON shows every column under its key, CSV
+/// and the table the columns they list, in their order.
+struct Listing {
+    enum class Style { plain, digits, bytes };  ///< how the table shows a number: 16, 6,738,415,616, 16 B
+    struct Column {
+        const char* key;      ///< the JSON key and CSV heading
+        const char* heading;  ///< the table's heading
+        Style style = Style::plain;
+    };
+    using Cell = std::variant<std::monostate, std::string, std::uint64_t>;  ///< monostate: none (JSON null)
+    std::vector<Column> columns;
+    std::vector<std::vector<Cell>> rows;
+    std::vector<std::size_t> table, csv;  ///< the columns each shows, in order
+};
+std::string render_listing(const Listing& listing, Format format);
+Listing presets_listing(const std::vector<std::pair<std::string, ModelFile>>& presets);
+Listing recipes_listing();
 
 struct View {
     Unit unit = Unit::gb;
@@ -105,14 +124,10 @@ private:
     View view_;
     std::unique_ptr<Rows> rows_;
 };
-std::string presets_table(const std::vector<std::pair<std::string, ModelFile>>& presets);
-std::string recipes_table();
 
 // JSON for programs: exact integer bytes.
 nlohmann::json report_json(const Report& r, const View& view);
 nlohmann::json per_layer_json(const Report& r);
-nlohmann::json presets_json(const std::vector<std::pair<std::string, ModelFile>>& presets);
-nlohmann::json recipes_json();
 
 // CSV for scripts: one row per configuration, the same columns every time.
 std::string csv_header();
@@ -133,8 +148,6 @@ private:
     std::array<Cell, 24> cells_{};
 };
 std::string per_layer_csv(const Report& r);
-std::string presets_csv(const std::vector<std::pair<std::string, ModelFile>>& presets);
-std::string recipes_csv();
 
 // Shared by the renderers.
 std::string digits(Count n);                       ///< 6,738,415,616

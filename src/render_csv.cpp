@@ -123,21 +123,4 @@ std::string per_layer_csv(const Report& r) {
     return out;
 }
 
-std::string presets_csv(const std::vector<std::pair<std::string, ModelFile>>& presets) {
-    std::string out = "name,parameters,published_parameters,description\n";
-    for (const auto& [name, file] : presets)
-        out += fmt::format("{},{},{},{}\n", name, parameter_table(file.architecture).total().value(),
-                           file.published_parameters ? std::to_string(*file.published_parameters) : "",
-                           csv_field(file.description));
-    return out;
-}
-
-std::string recipes_csv() {
-    std::string out = "name,weight_bytes,gradient_bytes,master_bytes,optimizer_bytes,activation_bytes,bytes_per_parameter\n";
-    for (const auto& r : recipes)
-        out += fmt::format("{},{},{},{},{},{},{}\n", r.name, r.weight_bytes(), r.gradient_bytes(), r.master_bytes(),
-                           r.optimizer_bytes(), r.activation_bytes(), r.bytes_per_parameter());
-    return out;
-}
-
 }  // namespace memcalc::cli

@@ -221,32 +221,4 @@ json report_json(const Report& r, const View& view) {
               {"by_category", breakdown_json(peak.bytes)}}}};
 }
 
-json presets_json(const std::vector<std::pair<std::string, ModelFile>>& presets) {
-    json out = json::array();
-    for (const auto& [name, file] : presets) {
-        json entry = {{"name", name},
-                      {"parameters", parameter_table(file.architecture).total().value()},
-                      {"description", file.description},
-                      {"source", file.source},
-                      {"published_parameters", nullptr}};
-        if (file.published_parameters) entry["published_parameters"] = *file.published_parameters;
-        out.push_back(entry);
-    }
-    return out;
-}
-
-json recipes_json() {
-    json out = json::array();
-    for (const auto& r : recipes)
-        out.push_back({{"name", r.name},
-                       {"description", r.description},
-                       {"weight_bytes", r.weight_bytes()},
-                       {"gradient_bytes", r.gradient_bytes()},
-                       {"master_bytes", r.master_bytes()},
-                       {"optimizer_bytes", r.optimizer_bytes()},
-                       {"activation_bytes", r.activation_bytes()},
-                       {"bytes_per_parameter", r.bytes_per_parameter()}});
-    return out;
-}
-
 }  // namespace memcalc::cli

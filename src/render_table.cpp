@@ -328,23 +328,4 @@ void SweepTable::add(const Report& r) {
 
 std::string SweepTable::str() const { return rows_->table.str(); }
 
-std::string presets_table(const std::vector<std::pair<std::string, ModelFile>>& presets) {
-    TextTable table({L, R, L}, "");
-    table.row({"preset", "parameters", "description"});
-    for (const auto& [name, file] : presets)
-        table.row({name, digits(parameter_table(file.architecture).total()), file.description});
-    return table.str();
-}
-
-std::string recipes_table() {
-    TextTable table({L, R, R, R, R, R, R, L}, "");
-    table.row({"recipe", "weights", "grads", "master", "optimizer", "total", "activations", "description"});
-    for (const auto& r : recipes)
-        table.row({std::string(r.name), std::to_string(r.weight_bytes()), std::to_string(r.gradient_bytes()),
-                   std::to_string(r.master_bytes()), std::to_string(r.optimizer_bytes()),
-                   std::to_string(r.bytes_per_parameter()) + " B", std::to_string(r.activation_bytes()) + " B",
-                   std::string(r.description)});
-    return table.str();
-}
-
 }  // namespace memcalc::cli

@@ -1,0 +1,113 @@
+// The catalogues (presets, recipes, and the ones to come): one listing, rendered in every format by
+// one function. A catalogue says what its rows hold; this file says how a table, JSON and CSV show it.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "render.hpp"
+#include "text_table.hpp"
+
+namespace memcalc::cli {
+
+namespace {
+
+std::string table_text(const Listing::Column& column, const Listing::Cell& cell) {
+    if (const auto* text = std::get_if<std::string>(&cell)) return *text;
+    if (const auto* n = std::get_if<std::uint64_t>(&cell)) {
+        switch (column.style) {
+            case Listing::Style::plain: return std::to_string(*n);
+            case Listing::Style::digits: return digits(*n);
+            case Listing::Style::bytes: return std::to_string(*n) + " B";
+        }
+    }
+    return "";
+}
+
+std::string csv_text(const Listing::Cell& cell) {
+    if (const auto* text = std::get_if<std::string>(&cell)) return csv_field(*text);
+    if (const auto* n = std::get_if<std::uint64_t>(&cell)) return std::to_string(*n);
+    return "";  // none
+}
+
+nlohmann::json json_value(const Listing::Cell& cell) {
+    if (const auto* text = std::get_if<std::string>(&cell)) return *text;
+    if (const auto* n = std::get_if<std::uint64_t>(&cell)) return *n;
+    return nullptr;
+}
+
+}  // namespace
+
+std::string render_listing(const Listing& listing, Format format) {
+    const auto& columns = listing.columns;
+    switch (format) {
+        case Format::json: {
+            nlohmann::json out = nlohmann::json::array();
+            for (const auto& row : listing.rows) {
+                nlohmann::json entry = nlohmann::json::object();
+                for (std::size_t c = 0; c < columns.size(); ++c) entry[columns[c].key] = json_value(row[c]);
+                out.push_back(std::move(entry));
+            }
+            return out.dump(2) + "\n";
+        }
+        case Format::csv: {
+            std::string out;
+            for (std::size_t i = 0; i < listing.csv.size(); ++i) out += (i ? "," : "") + std::string(columns[listing.csv[i]].key);
+            out += "\n";
+            for (const auto& row : listing.rows) {
+                for (std::size_t i = 0; i < listing.csv.size(); ++i) out += (i ? "," : "") + csv_text(row[listing.csv[i]]);
+                out += "\n";
+            }
+            return out;
+        }
+        case Format::table: {
+            std::vector<TextTable::Align> aligns;
+            std::vector<std::string> head;
+            for (std::size_t c : listing.table) {
+                const bool number = !listing.rows.empty() && std::holds_alternative<std::uint64_t>(listing.rows.front()[c]);
+                aligns.push_back(number ? TextTable::Align::right : TextTable::Align::left);
+                head.emplace_back(columns[c].heading);
+            }
+            TextTable table(aligns, "");
+            table.row(head);
+            for (const auto& row : listing.rows) {
+                std::vector<std::string> cells;
+                for (std::size_t c : listing.table) cells.push_back(table_text(columns[c], row[c]));
+                table.row(cells);
+            }
+            return table.str();
+        }
+    }
+    return {};
+}
+
+Listing presets_listing(const std::vector<std::pair<std::string, ModelFile>>& presets) {
+    Listing l;
+    l.columns = {{"name", "preset"}, {"parameters", "parameters", Listing::Style::digits},
+                 {"published_parameters", ""}, {"description", "description"}, {"source", ""}};
+    l.table = {0, 1, 3};
+    l.csv = {0, 1, 2, 3};
+    for (const auto& [name, file] : presets) {
+        Listing::Cell published;
+        if (file.published_parameters) published = *file.published_parameters;
+        l.rows.push_back({name, parameter_table(file.architecture).total().value(), published, file.description,
+                          file.source});
+    }
+    return l;
+}
+
+Listing recipes_listing() {
+    using S = Listing::Style;
+    Listing l;
+    l.columns = {{"name", "recipe"},          {"description", "description"},
+                 {"weight_bytes", "weights"}, {"gradient_bytes", "grads"},
+                 {"master_bytes", "master"},  {"optimizer_bytes", "optimizer"},
+                 {"activation_bytes", "activations", S::bytes}, {"bytes_per_parameter", "total", S::bytes}};
+    l.table = {0, 2, 3, 4, 5, 7, 6, 1};
+    l.csv = {0, 2, 3, 4, 5, 6, 7};
+    for (const auto& r : recipes)
+        l.rows.push_back({std::string(r.name), std::string(r.description), r.weight_bytes(), r.gradient_bytes(),
+                          r.master_bytes(), r.optimizer_bytes(), r.activation_bytes(), r.bytes_per_parameter()});
+    return l;
+}
+
+}  // namespace memcalc::cli
