@@ -18,7 +18,7 @@ struct usage_error : std::runtime_error {
 
 /// What the user asked for, before the model is known.
 struct Request {
-    std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe};
+    std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe}, recipe_file;
     std::string units = "gb", format = "table", activations = "korthikanti", attention = "eager", platform = "cuda";
     std::string optimizer_impl = "fused", grad_buffer = "lazy";
     bool timeline = false, per_layer = false;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "recipe_file.hpp"
 #include "suggest.hpp"
 
 namespace memcalc::cli {
@@ -51,7 +52,8 @@ ActivationModel activation_model(const Request& q) {
 
 Settings settings_from(const Request& q) {
     Settings settings;
-    settings.recipe = builtin_recipe(q.recipe);  // check_run_options has named a wrong one already
+    // check_run_options has named a wrong built-in one already
+    settings.recipe = q.recipe_file.empty() ? builtin_recipe(q.recipe) : load_recipe_file(q.recipe_file);
     settings.activations = activation_model(q);
     settings.framework.platform = parse_platform(q);
     settings.framework.optimizer = parse_optimizer_impl(q.optimizer_impl);

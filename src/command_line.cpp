@@ -64,8 +64,13 @@ void add_model_options(CLI::App& app, Request& q) {
     app.add_option("--recompute", q.recompute,
                    "Activation recomputation: none, selective, full, a comma list, or all (default: none)")
         ->type_name("MODE[,MODE...]");
-    app.add_option("--recipe", q.recipe, "Bytes per parameter: see 'memcalc recipes' (default: mixed-adam)")
+    auto* recipe = app.add_option("--recipe", q.recipe, "Bytes per parameter: see 'memcalc recipes' (default: mixed-adam)")
         ->type_name("NAME");
+    app.add_option("--recipe-file", q.recipe_file,
+                   "A recipe of your own in JSON: name, weights, gradients, master, activations (dtypes) and\n"
+                   "optimizer, as 'memcalc recipes --format json' prints each built-in one")
+        ->excludes(recipe)
+        ->type_name("PATH");
     app.add_option("--activations", q.activations,
                    "Per-layer activations: korthikanti (the chapter's formula, default) or architecture\n"
                    "(the tensors PyTorch keeps for this architecture, op by op)")
@@ -331,7 +336,7 @@ Example:
         else if (plan->parsed()) out.append(run_plan(plan_q));
         else run_estimate(q, out, files);
         if (!used.output.empty()) files.push_back({"--output", used.output, "", &out});
-        for (const auto& f : files) refuse_overwriting_inputs(f, {used.model_file, used.config});
+        for (const auto& f : files) refuse_overwriting_inputs(f, {used.model_file, used.config, used.recipe_file});
         write_files(files);
         if (!used.output.empty()) return 0;
         const bool read = out.each_chunk([](std::string_view chunk) {

@@ -41,6 +41,15 @@ inline constexpr Optimizer adam{"adam", "Adam m, v (fp32)", {{{"m", DType::fp32}
 inline constexpr Optimizer sgd_momentum{"sgd-momentum", "momentum (fp32)", {{{"momentum", DType::fp32}, {}}}, 1,
                                         std::nullopt};
 
+inline constexpr std::array<Optimizer, 2> optimizers{{adam, sgd_momentum}};
+
+/// Returns nullptr for an unknown name, so callers can suggest the nearest one.
+inline const Optimizer* find_optimizer(std::string_view name) {
+    for (const auto& o : optimizers)
+        if (o.name == name) return &o;
+    return nullptr;
+}
+
 /// A training recipe: the dtypes of the weights, gradients, master copy and activations, and its
 /// optimiser; every byte count follows from them.
 struct Recipe {

@@ -1,0 +1,73 @@
+#include "recipe_file.hpp"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "json_reader.hpp"
+#include "memcalc/text.hpp"
+#include "model_file.hpp"
+#include "suggest.hpp"
+
+namespace memcalc::cli {
+
+namespace {
+
+const std::vector<std::string> recipe_keys = {"name", "description", "weights", "gradients", "master", "activations",
+                                              "optimizer"};
+/// What the listing derives from the keys above: accepted, and checked against them.
+const std::vector<std::string> derived_keys = {"weight_bytes",    "gradient_bytes",   "master_bytes",
+                                               "optimizer_bytes", "activation_bytes", "bytes_per_parameter"};
+
+std::map<std::string, DType> dtype_choices() {
+    std::map<std::string, DType> choices;
+    for (const auto& row : dtype_rows)
+        if (bytes_per_element(row.dtype) != 0) choices.emplace(row.name, row.dtype);  // whole bytes: computed in
+    return choices;
+}
+
+}  // namespace
+
+Recipe parse_recipe_json(std::string_view text, const std::string& origin) {
+    const nlohmann::json document = parse_json(text, origin);
+    if (!document.is_object())
+        throw error(origin + ": expected a JSON object describing a recipe (got " + std::string(document.type_name()) +
+                    ")");
+    std::vector<std::string> known = recipe_keys;
+    known.insert(known.end(), derived_keys.begin(), derived_keys.end());
+    for (const auto& [key, unused] : document.items())
+        if (std::find(known.begin(), known.end(), key) == known.end())
+            throw error(origin + ": unknown key '" + key + "'" + did_you_mean(key, known));
+
+    const JsonReader in(document, origin);
+    if (!in.has("name")) in.fail("missing key 'name'");
+    for (const char* key : {"weights", "gradients", "activations", "optimizer"})
+        if (!in.has(key)) in.fail(std::string("missing key '") + key + "'");
+    const std::map<std::string, DType> dtypes = dtype_choices();
+    std::map<std::string, const Optimizer*> optimizer_choices;
+    for (const auto& o : optimizers) optimizer_choices.emplace(std::string(o.name), &o);
+
+    Recipe r{intern(in.text_or("name", "")),
+             intern(in.text_or("description", "")),
+             in.choice_or<DType>("weights", dtypes, DType::bf16),
+             in.choice_or<DType>("gradients", dtypes, DType::bf16),
+             std::nullopt,  // "master": null or absent for none
+             in.choice_or<DType>("activations", dtypes, DType::bf16),
+             *in.choice_or<const Optimizer*>("optimizer", optimizer_choices, nullptr)};
+    if (r.name.empty()) in.fail("name must not be empty");
+    if (in.has("master")) r.master = in.choice_or<DType>("master", dtypes, DType::fp32);
+
+    const std::map<std::string, std::uint64_t> derived = {
+        {"weight_bytes", r.weight_bytes()},         {"gradient_bytes", r.gradient_bytes()},
+        {"master_bytes", r.master_bytes()},         {"optimizer_bytes", r.optimizer_bytes()},
+        {"activation_bytes", r.activation_bytes()}, {"bytes_per_parameter", r.bytes_per_parameter()}};
+    for (const auto& [key, value] : derived)
+        if (document.contains(key) && !(document.at(key).is_number_unsigned() && document.at(key).get<std::uint64_t>() == value))
+            in.fail(key + " is " + document.at(key).dump() + ", but the dtypes and the optimiser make it " +
+                    std::to_string(value));
+    return r;
+}
+
+Recipe load_recipe_file(const std::string& path) { return parse_recipe_json(read_text_file(path, "recipe file"), path); }
+
+}  // namespace memcalc::cli
