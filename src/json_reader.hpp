@@ -83,6 +83,17 @@ private:
     std::string origin_;
 };
 
+/// `document` as one JSON object describing `what` ("a model"), with no key outside `known`: else an
+/// error naming the text, and the nearest known key.
+inline void expect_object(const nlohmann::json& document, const std::string& origin, const char* what,
+                          const std::vector<std::string>& known) {
+    if (!document.is_object())
+        throw error(origin + ": expected a JSON object describing " + what + " (got " + document.type_name() + ")");
+    for (const auto& [key, unused] : document.items())
+        if (std::find(known.begin(), known.end(), key) == known.end())
+            throw error(origin + ": unknown key '" + key + "'" + did_you_mean(key, known));
+}
+
 /// Parses JSON text, turning a syntax error into memcalc::error that says where ("at line 3, column 5").
 /// A key given twice in one object is an error: JSON parsers disagree on which one wins.
 inline nlohmann::json parse_json(std::string_view text, const std::string& origin) {

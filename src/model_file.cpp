@@ -29,14 +29,9 @@ const std::vector<std::string> metadata_keys = {"name", "description", "source",
 
 ModelFile parse_model_json(std::string_view text, const std::string& origin, const std::string& default_name) {
     const json document = parse_json(text, origin);
-    if (!document.is_object()) throw error(origin + ": expected a JSON object describing a model (got " +
-                                           std::string(document.type_name()) + ")");
-
     std::vector<std::string> known = architecture_keys;
     known.insert(known.end(), metadata_keys.begin(), metadata_keys.end());
-    for (const auto& [key, unused] : document.items())
-        if (std::find(known.begin(), known.end(), key) == known.end())
-            throw error(origin + ": unknown key '" + key + "'" + did_you_mean(key, known));
+    expect_object(document, origin, "a model", known);
 
     const JsonReader in(document, origin);
     ModelFile file;

@@ -30,14 +30,9 @@ std::map<std::string, DType> dtype_choices() {
 
 Recipe parse_recipe_json(std::string_view text, const std::string& origin) {
     const nlohmann::json document = parse_json(text, origin);
-    if (!document.is_object())
-        throw error(origin + ": expected a JSON object describing a recipe (got " + std::string(document.type_name()) +
-                    ")");
     std::vector<std::string> known = recipe_keys;
     known.insert(known.end(), derived_keys.begin(), derived_keys.end());
-    for (const auto& [key, unused] : document.items())
-        if (std::find(known.begin(), known.end(), key) == known.end())
-            throw error(origin + ": unknown key '" + key + "'" + did_you_mean(key, known));
+    expect_object(document, origin, "a recipe", known);
 
     const JsonReader in(document, origin);
     if (!in.has("name")) in.fail("missing key 'name'");
