@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,19 +123,11 @@ inline Summary summary(const Report& r) {
 /// once, so each estimate or summary counts only what the settings change. estimate() is one of these.
 class Estimator {
 public:
-    explicit Estimator(const Architecture& model) : model_(model) {
-        validate(model_);
-        try {
-            table_ = parameter_table(model_);
-            parameter_count_ = table_.total();
-            splits_ = parameter_splits(table_, model_.vocab);
-        } catch (const overflow_error&) {  // every estimate says so, once its settings are checked
-            overflow_ = "the parameter count of " + (model.name.empty() ? std::string("the model") : model.name) +
-                        " overflows 64 bits (hidden " + std::to_string(model.hidden) + ", layers " +
-                        std::to_string(model.layers) + ", ffn " + std::to_string(model.ffn) + ", vocab " +
-                        std::to_string(model.vocab) + ")";
-        }
-    }
+    explicit Estimator(const Architecture& model) : Estimator(model, std::nullopt) {}
+
+    /// With the model's parameter table as the caller edited it: frozen tensors (ParamRow::trainable)
+    /// and the storage of their weights (ParamRow::storage). The table must be the model's own rows.
+    Estimator(const Architecture& model, ParameterTable table) : Estimator(model, std::optional<ParameterTable>(std::move(table))) {}
 
     const Architecture& model() const { return model_; }
 
@@ -195,6 +188,20 @@ public:
     }
 
 private:
+    Estimator(const Architecture& model, std::optional<ParameterTable> table) : model_(model) {
+        validate(model_);
+        try {
+            table_ = table ? std::move(*table) : parameter_table(model_);
+            parameter_count_ = table_.total();
+            splits_ = parameter_splits(table_, model_.vocab);
+        } catch (const overflow_error&) {  // every estimate says so, once its settings are checked
+            overflow_ = "the parameter count of " + (model.name.empty() ? std::string("the model") : model.name) +
+                        " overflows 64 bits (hidden " + std::to_string(model.hidden) + ", layers " +
+                        std::to_string(model.layers) + ", ffn " + std::to_string(model.ffn) + ", vocab " +
+                        std::to_string(model.vocab) + ")";
+        }
+    }
+
     struct Configuration {
         TrainingState state;  ///< the whole model's, under the settings' recipe
     };
@@ -211,7 +218,7 @@ private:
         if (settings.activations == ActivationModel::korthikanti && settings.framework.attention == Attention::flash)
             throw error("flash attention needs the architecture activation model: Korthikanti's formula describes "
                         "eager attention");
-        return {training_state(parameter_count_, settings.recipe)};
+        return {model_state(*splits_, settings.recipe)};
     }
 
     /// Runs `count`, saying which sizes overflowed where a byte count passes 64 bits.

@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
+#include "memcalc/dtype.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/text.hpp"
 #include "memcalc/units.hpp"
@@ -60,6 +62,10 @@ struct ParamRow {
     Count count;                       ///< product of dims; per layer for Group::layer rows
     ParamSplit split = ParamSplit::replicated;
     bool expert = false;               ///< one of a mixture-of-experts layer's experts: split by expert parallelism
+    /// Whether the optimiser steps it: a frozen tensor keeps its weights alone (no gradient, master
+    /// copy or optimiser state), in `storage` when given (a 4-bit base model), else the recipe's dtype.
+    bool trainable = true;
+    std::optional<Storage> storage;    ///< frozen tensors only
 };
 
 struct ParameterTable {
@@ -108,7 +114,7 @@ inline ParameterTable parameter_table(const Architecture& m) {
                     ParamSplit split = ParamSplit::replicated, bool expert = false) {
         Count n = 1;
         for (auto d : dims) n *= d;
-        t.rows.push_back({part, group, tensor, shape, dims, n, split, expert});
+        t.rows.push_back({part, group, tensor, shape, dims, n, split, expert, true, std::nullopt});
     };
     constexpr auto split = ParamSplit::tensor;
     struct NormNames {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "memcalc/activations.hpp"
@@ -105,7 +106,7 @@ inline SplitParams gradients_from(const ParameterTable& t, Text first, std::uint
             continue;
         }
         if (only_first && weight != first) continue;
-        ready.add(row, V);
+        if (row.trainable) ready.add(row, V);  // a frozen tensor gets no gradient
     }
     return ready;
 }
@@ -122,39 +123,86 @@ struct LargestTensors {
     }
 };
 
+/// Parameters that keep the same kind of state: the trainable ones (the recipe's dtypes, gradients,
+/// master copy and optimiser state), or frozen ones in one storage (weights alone). ZeRO shards each
+/// class's buffer on its own, so its padding stays exact.
+struct StateClass {
+    bool trainable = true;
+    std::optional<Storage> storage;  ///< a frozen class's weights; none: the recipe's weight dtype
+    SplitParams input, per_layer, head;
+    SplitParams tied_embedding;      ///< the embedding rows of the head's group (tied models)
+    Count total;                     ///< the whole model's
+
+    bool holds(const ParamRow& r) const {
+        if (r.trainable != trainable || r.storage.has_value() != storage.has_value()) return false;
+        return !storage || (r.storage->dtype == storage->dtype && r.storage->block == storage->block &&
+                            r.storage->scale == storage->scale);
+    }
+    /// Bytes of `n` of its weights.
+    Count weight_bytes(Count n, const Recipe& recipe) const {
+        return storage ? storage->bytes(n) : n * recipe.weight_bytes();
+    }
+};
+
 /// What a workload takes from the parameter table, whatever the sequence, micro-batch or
 /// recomputation: a sweep or a plan builds it once per model.
 struct ParameterSplits {
-    SplitParams input, per_layer, head;
-    SplitParams tied_embedding;  ///< the embedding rows of the head's group (tied models)
+    SplitParams input, per_layer, head;  ///< every class's
+    SplitParams tied_embedding;          ///< the embedding rows of the head's group (tied models)
+    /// classes[0] is the trainable one (empty when everything is frozen); then one per frozen storage.
+    std::vector<StateClass> classes;
     /// Into held gradients a weight's fresh gradient is new until autograd adds it in; which one is
     /// alive at a workspace's peak is not always the op's own (measured), so the layer's largest.
     SplitParams fresh_gradient;
-    LargestTensors largest;
-    ParameterTable table;  ///< the rows themselves: a workspace names the first whose gradient exists
+    LargestTensors largest;  ///< of the trainable tensors: the for-loop optimiser steps those
+    ParameterTable table;    ///< the rows themselves: a workspace names the first whose gradient exists
+
+    const StateClass& trainable() const { return classes.front(); }
 };
 
 inline std::shared_ptr<const ParameterSplits> parameter_splits(const ParameterTable& params, std::uint64_t V) {
     auto made = std::make_shared<ParameterSplits>();
     ParameterSplits& splits = *made;
     splits.table = params;
+    splits.classes.emplace_back();  // the trainable class, always first
     const ParamRow* largest = nullptr;
     for (const auto& row : params.rows) {
-        splits.largest.add(row);
+        if (row.trainable && row.storage)
+            throw error("tensor " + std::string(row.tensor) + " is trainable: only a frozen tensor has a storage of its own");
+        auto c = std::find_if(splits.classes.begin(), splits.classes.end(), [&](const StateClass& k) { return k.holds(row); });
+        if (c == splits.classes.end()) {
+            StateClass frozen;
+            frozen.trainable = false, frozen.storage = row.storage;
+            c = splits.classes.insert(splits.classes.end(), frozen);
+        }
+        c->total += row.group == Group::layer ? Count(params.layers) * row.count : row.count;
+        if (row.trainable) splits.largest.add(row);
         switch (row.group) {
-            case Group::input: splits.input.add(row, V); break;
+            case Group::input: c->input.add(row, V), splits.input.add(row, V); break;
             case Group::layer:
-                splits.per_layer.add(row, V);
-                if (largest == nullptr || row.count > largest->count) largest = &row;
+                c->per_layer.add(row, V), splits.per_layer.add(row, V);
+                if (row.trainable && (largest == nullptr || row.count > largest->count)) largest = &row;
                 break;
             case Group::head:
-                splits.head.add(row, V);
-                if (row.part == Part::embedding) splits.tied_embedding.add(row, V);
+                c->head.add(row, V), splits.head.add(row, V);
+                if (row.part == Part::embedding) c->tied_embedding.add(row, V), splits.tied_embedding.add(row, V);
                 break;
         }
     }
     if (largest != nullptr) splits.fresh_gradient = gradients_from(params, largest->tensor, V, true);
     return made;
+}
+
+/// The whole model's state, unsharded: each class's.
+inline TrainingState model_state(const ParameterSplits& splits, const Recipe& recipe) {
+    TrainingState total;
+    for (const StateClass& c : splits.classes) {
+        TrainingState s;
+        if (c.trainable) s = training_state(c.total, recipe);
+        else s.weights = c.weight_bytes(c.total, recipe);
+        total = total + s;
+    }
+    return total;
 }
 
 struct Workload {
@@ -218,12 +266,37 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     return w;
 }
 
+/// Parameters on one rank of a stage, by group: after tensor, expert and pipeline splits.
+struct RankParams {
+    Count input, per_layer, head;
+    Count per_layer_experts;  ///< the experts' part of per_layer
+
+    Count total(std::uint64_t layers) const { return input + Count(layers) * per_layer + head; }
+    Count experts(std::uint64_t layers) const { return Count(layers) * per_layer_experts; }
+};
+
+/// `groups`: a StateClass, or ParameterSplits for every class together.
+template <class Groups>
+RankParams rank_params(const Groups& groups, const Parallelism& p, std::uint64_t V, bool first, bool last) {
+    RankParams r;
+    r.per_layer = groups.per_layer.on_rank(p, V);
+    r.per_layer_experts = groups.per_layer.experts_on_rank(p);
+    if (first) r.input = groups.input.on_rank(p, V);
+    if (last) r.head = groups.head.on_rank(p, V);
+    // A tied embedding is also the head's matrix: across stages the first keeps its own copy.
+    if (first && !last) r.input += groups.tied_embedding.on_rank(p, V);
+    return r;
+}
+
 /// What one rank of pipeline stage `stage` holds apart from its timeline.
 struct StageFacts {
     std::uint64_t stage = 0, in_flight = 1;
     std::uint64_t later_in_flight = 1;  ///< at a later micro-batch's backward (in_flight(p, stage, true))
-    Count input, per_layer, head;  ///< parameters by group on this rank
+    Count input, per_layer, head;  ///< parameters by group on this rank, every class
     Count per_layer_experts;       ///< the experts' part of per_layer
+    RankParams trainable;          ///< the same of the trainable parameters: those with gradients
+    Count trainable_dense, trainable_experts;  ///< all of them on this rank, outside and inside experts
+    Count per_layer_weight_bytes;  ///< one layer's weights on this rank, each class in its storage
     std::uint64_t layers = 0;
     Count parameters;              ///< on this rank: after tensor, expert and pipeline splits
     Count expert_parameters;       ///< the experts' part of them
@@ -236,6 +309,17 @@ struct StageFacts {
     }
 };
 
+/// One class's state on a rank: the recipe's for trainable parameters; a frozen class's weights alone,
+/// which ZeRO-3 shards as it shards every weight.
+inline TrainingState class_state(const StateClass& c, Count dense, Count experts, const Recipe& r, const Parallelism& p) {
+    if (c.trainable)
+        return sharded_state(dense, r, p.zero, p.dense_shards()) + sharded_state(experts, r, p.zero, p.expert_shards());
+    const auto held = [&](Count n, std::uint64_t shards) { return p.zero >= 3 ? ceil_div(n, shards) : n; };
+    TrainingState s;
+    s.weights = c.weight_bytes(held(dense, p.dense_shards()), r) + c.weight_bytes(held(experts, p.expert_shards()), r);
+    return s;
+}
+
 inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint64_t stage) {
     const std::uint64_t V = w.model.vocab;
     const bool first = stage == 0, last = stage + 1 == p.pp;
@@ -244,25 +328,23 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
     f.in_flight = in_flight(p, stage);
     if (p.steps_per_batch() > 1) f.later_in_flight = in_flight(p, stage, true);
     f.layers = p.vpp == 1 ? stage_layer_count(p, w.model.layers, stage) : w.model.layers / p.pp;
-    const ParameterSplits& params = *w.parameters;
-    f.per_layer = params.per_layer.on_rank(p, V);
-    f.per_layer_experts = params.per_layer.experts_on_rank(p);
-    if (first) f.input = params.input.on_rank(p, V);
-    if (last) f.head = params.head.on_rank(p, V);
-    // A tied embedding is also the head's matrix: across stages the first keeps its own copy.
-    if (first && !last) f.input += params.tied_embedding.on_rank(p, V);
-    f.parameters = f.input + Count(f.layers) * f.per_layer + f.head;
-    f.expert_parameters = Count(f.layers) * f.per_layer_experts;
-    const Count dense = Count(f.parameters.value() - f.expert_parameters.value());
-    f.state = sharded_state(dense, w.recipe, p.zero, p.dense_shards()) +
-              sharded_state(f.expert_parameters, w.recipe, p.zero, p.expert_shards());
+    for (const StateClass& c : w.parameters->classes) {
+        const RankParams r = rank_params(c, p, V, first, last);
+        const Count total = r.total(f.layers), experts = r.experts(f.layers);
+        const Count dense = Count(total.value() - experts.value());
+        if (c.trainable) f.trainable = r, f.trainable_dense = dense, f.trainable_experts = experts;
+        f.input += r.input, f.per_layer += r.per_layer, f.head += r.head, f.per_layer_experts += r.per_layer_experts;
+        f.parameters += total, f.expert_parameters += experts;
+        f.per_layer_weight_bytes += c.weight_bytes(r.per_layer, w.recipe);
+        f.state = f.state + class_state(c, dense, experts, w.recipe, p);
+    }
     if (p.offload != Offload::none) {
         // ZeRO-Offload (DeepSpeed): the CPU steps the fp32 master copy and the optimiser state from host
         // memory, reading an fp32 copy of this rank's gradient shard there. With partitioned gradients
         // (ZeRO-2/3) each reduced shard goes to the host as backward makes it, and the device keeps
         // only the bucket in flight; ZeRO-1 keeps its gradients on the device until the step.
         f.host = f.state.master_weights + f.state.optimizer_state +
-                 StageFacts::shard(p, dense, f.expert_parameters) * dtype::fp32;
+                 StageFacts::shard(p, f.trainable_dense, f.trainable_experts) * dtype::fp32;
         f.state.master_weights = f.state.optimizer_state = 0;
         if (p.zero >= 2) f.state.gradients = 0;
     }
@@ -279,8 +361,10 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
     if (t == 0 || w.optimizer == OptimizerImpl::fused || p.offload != Offload::none) return 0;
     switch (w.optimizer) {
         case OptimizerImpl::fused: return 0;
-        case OptimizerImpl::foreach:  // every parameter whose state this rank holds, at once
-            return Count(f.state.optimizer_state.value() / w.recipe.optimizer_bytes()) * t;
+        case OptimizerImpl::foreach: {  // every parameter whose state this rank holds, at once
+            const Count dense = f.trainable_dense, experts = f.trainable_experts;
+            return (p.zero >= 1 ? StageFacts::shard(p, dense, experts) : dense + experts) * t;
+        }
         case OptimizerImpl::for_loop: {  // two of the largest tensor: sqrt(v), then its quotient
             const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
             const std::uint64_t V = w.model.vocab;
@@ -339,18 +423,18 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.later_input_side_kept = input_side(f.later_in_flight);
 
     if (p.zero >= 3)  // each layer's full weights are gathered before its forward and its backward step
-        in.gathered_weights = Count(std::min<std::uint64_t>(p.gathered_layers, f.layers)) * f.per_layer *
-                              w.recipe.weight_bytes();
+        in.gathered_weights = Count(std::min<std::uint64_t>(p.gathered_layers, f.layers)) * f.per_layer_weight_bytes;
     const Count g = w.recipe.gradient_bytes();
     // ZeRO-2/3 keep this rank's shard of each gradient (ZeRO-Offload: not even that, it goes to the host).
     const bool on_host = p.zero >= 2 && p.offload != Offload::none;
     const auto sharded = [&](Count dense, Count experts) {
         return on_host ? Count(0) : p.zero >= 2 ? StageFacts::shard(p, dense, experts) : dense + experts;
     };
-    in.head_gradients = sharded(f.head, 0) * g;
-    in.layer_gradients = sharded(Count(f.per_layer.value() - f.per_layer_experts.value()), f.per_layer_experts) * g;
-    in.input_gradients = sharded(f.input, 0) * g;
-    if (p.zero >= 2) in.layer_gradient_bucket = f.per_layer * g;  // until its reduce-scatter
+    const RankParams& t = f.trainable;  // the parameters with gradients
+    in.head_gradients = sharded(t.head, 0) * g;
+    in.layer_gradients = sharded(Count(t.per_layer.value() - t.per_layer_experts.value()), t.per_layer_experts) * g;
+    in.input_gradients = sharded(t.input, 0) * g;
+    if (p.zero >= 2) in.layer_gradient_bucket = t.per_layer * g;  // until its reduce-scatter
 
     in.forward_buffers = w.forward_buffers.on_rank(p, V);
     // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last rebuild.
@@ -383,8 +467,8 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // whatever rows the batch used); a tied table's is then added to the head's out of place,
         // a second such table for a moment. Layer 1's activations are gone by then, its gradients not.
         // Into held gradients the table is still written whole, then added.
-        const Count table = m.tied_embeddings ? w.parameters->tied_embedding.on_rank(p, V) * Count(2) : Count(0);
-        const Count fresh = (f.input + table) * g;
+        const Count table = m.tied_embeddings ? w.parameters->trainable().tied_embedding.on_rank(p, V) * Count(2) : Count(0);
+        const Count fresh = (t.input + table) * g;
         const Count freed = in.layer_kept + in.layer_rebuilt;
         const auto beyond = [&](Count written) { return written > freed ? Count(written.value() - freed.value()) : Count(0); };
         in.input_backward_work = beyond(fresh + in.layer_gradients);
@@ -398,7 +482,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     // until the embedding's backward adds its own, then hands the sum over. With no gradient held
     // yet that sum becomes the gradient itself (head_gradients counts it); into held ones it is extra.
     if (first && last && m.tied_embeddings) {
-        in.buffered_gradients = w.parameters->tied_embedding.on_rank(p, V) * g;
+        in.buffered_gradients = w.parameters->trainable().tied_embedding.on_rank(p, V) * g;
         if (p.zero >= 2) in.buffered_first_gradients = in.buffered_gradients;  // only its shard is counted, or none
     }
     return in;
