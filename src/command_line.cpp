@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -43,54 +45,93 @@ const char* const examples = R"(Examples:
 Exit status: 0 on success, 1 for a bad model (preset, model file, sizes that overflow),
 2 for a bad command line. Errors are one line on stderr; nothing is printed on stdout then.)";
 
+/// The groups of options every estimating command takes, a struct each: `add` registers them on a
+/// CLI::App, or only their names on a NameRecorder (so the estimate builds a group only when it is used).
+struct ModelChoice {  // which model
+    template <class App>
+    static void add(App& app, Request& q) {
+        auto* preset = app.add_option("--preset", q.preset, "A built-in model: see 'memcalc presets'")
+            ->type_name("NAME");
+        auto* model_file =
+            app.add_option("--model-file", q.model_file, "A model described in JSON (keys as in presets/*.json)")->excludes(preset)
+            ->type_name("PATH");
+        app.add_option("--config", q.config,
+                       "A HuggingFace config.json (model_type llama, mistral, mixtral, qwen2, gemma, gemma2, phi3,\n"
+                       "gpt2, opt, falcon, bloom, gpt_neox or phi)")
+            ->excludes(preset)
+            ->excludes(model_file)
+            ->type_name("PATH");
+    }
+};
+
+struct RunSizes {  // the sequence, the micro-batch, the recomputation
+    template <class App>
+    static void add(App& app, Request& q) {
+        app.add_option("--seq", q.seq, "Sequence length s, or a comma list to sweep (default: the model's max_positions)")
+            ->type_name("S[,S...]");
+        app.add_option("-b,--micro-batch", q.micro_batch, "Sequences per step per device b, or a comma list (default: 1)")
+            ->type_name("B[,B...]");
+        app.add_option("--recompute", q.recompute,
+                       "Activation recomputation: none, selective, full, a comma list, or all (default: none)")
+            ->type_name("MODE[,MODE...]");
+    }
+};
+
+struct RecipeChoice {
+    template <class App>
+    static void add(App& app, Request& q) {
+        auto* recipe = app.add_option("--recipe", q.recipe, "Bytes per parameter: see 'memcalc recipes' (default: mixed-adam)")
+            ->type_name("NAME");
+        app.add_option("--recipe-file", q.recipe_file,
+                       "A recipe of your own in JSON: name, weights, gradients, master, activations (dtypes) and\n"
+                       "optimizer, as 'memcalc recipes --format json' prints each built-in one")
+            ->excludes(recipe)
+            ->type_name("PATH");
+    }
+};
+
+struct ActivationChoice {
+    template <class App>
+    static void add(App& app, Request& q) {
+        app.add_option("--activations", q.activations,
+                       "Per-layer activations: korthikanti (the chapter's formula, default) or architecture\n"
+                       "(the tensors PyTorch keeps for this architecture, op by op)")
+            ->check(CLI::IsMember({"korthikanti", "architecture"}));
+        app.add_option("--attention", q.attention,
+                       "eager (default: the s x s scores are stored), flash (a fused kernel keeps a log-sum-exp\n"
+                       "per row instead; needs --activations architecture), or a comma list")
+            ->type_name("KIND[,KIND...]");
+    }
+};
+
+struct OutputChoice {  // units, format, file
+    template <class App>
+    static void add(App& app, Request& q) {
+        const std::vector<std::string> formats = {"table", "json", "csv"};
+        app.add_option("--units", q.units, "gb (10^9 bytes, the default) or gib (2^30)")
+            ->check(CLI::IsMember({"gb", "gib"}, CLI::ignore_case))
+            ->transform(CLI::detail::to_lower);
+        app.add_option("--format", q.format, "table (default), json or csv")->check(CLI::IsMember(formats));
+        app.add_option("--output", q.output,
+                       "Write the result to this file instead of stdout, atomically: a failed run leaves no file")
+            ->type_name("FILE");
+    }
+};
+
 /// The model and the run: what every command that estimates takes.
-void add_model_options(CLI::App& app, Request& q) {
-    const std::vector<std::string> formats = {"table", "json", "csv"};
-    auto* preset = app.add_option("--preset", q.preset, "A built-in model: see 'memcalc presets'")
-        ->type_name("NAME");
-    auto* model_file =
-        app.add_option("--model-file", q.model_file, "A model described in JSON (keys as in presets/*.json)")->excludes(preset)
-        ->type_name("PATH");
-    app.add_option("--config", q.config,
-                   "A HuggingFace config.json (model_type llama, mistral, mixtral, qwen2, gemma, gemma2, phi3,\n"
-                   "gpt2, opt, falcon, bloom, gpt_neox or phi)")
-        ->excludes(preset)
-        ->excludes(model_file)
-        ->type_name("PATH");
-    app.add_option("--seq", q.seq, "Sequence length s, or a comma list to sweep (default: the model's max_positions)")
-        ->type_name("S[,S...]");
-    app.add_option("-b,--micro-batch", q.micro_batch, "Sequences per step per device b, or a comma list (default: 1)")
-        ->type_name("B[,B...]");
-    app.add_option("--recompute", q.recompute,
-                   "Activation recomputation: none, selective, full, a comma list, or all (default: none)")
-        ->type_name("MODE[,MODE...]");
-    auto* recipe = app.add_option("--recipe", q.recipe, "Bytes per parameter: see 'memcalc recipes' (default: mixed-adam)")
-        ->type_name("NAME");
-    app.add_option("--recipe-file", q.recipe_file,
-                   "A recipe of your own in JSON: name, weights, gradients, master, activations (dtypes) and\n"
-                   "optimizer, as 'memcalc recipes --format json' prints each built-in one")
-        ->excludes(recipe)
-        ->type_name("PATH");
-    app.add_option("--activations", q.activations,
-                   "Per-layer activations: korthikanti (the chapter's formula, default) or architecture\n"
-                   "(the tensors PyTorch keeps for this architecture, op by op)")
-        ->check(CLI::IsMember({"korthikanti", "architecture"}));
-    app.add_option("--attention", q.attention,
-                   "eager (default: the s x s scores are stored), flash (a fused kernel keeps a log-sum-exp\n"
-                   "per row instead; needs --activations architecture), or a comma list")
-        ->type_name("KIND[,KIND...]");
-    app.add_option("--units", q.units, "gb (10^9 bytes, the default) or gib (2^30)")
-        ->check(CLI::IsMember({"gb", "gib"}, CLI::ignore_case))
-        ->transform(CLI::detail::to_lower);
-    app.add_option("--format", q.format, "table (default), json or csv")->check(CLI::IsMember(formats));
-    app.add_option("--output", q.output,
-                   "Write the result to this file instead of stdout, atomically: a failed run leaves no file")
-        ->type_name("FILE");
+template <class App>  // a CLI::App, or a NameRecorder
+void add_model_options(App& app, Request& q) {
+    ModelChoice::add(app, q);
+    RunSizes::add(app, q);
+    RecipeChoice::add(app, q);
+    ActivationChoice::add(app, q);
+    OutputChoice::add(app, q);
 }
 
 /// How the step is spread over devices.
 /// The framework's side of the model: its kernels and its optimiser step.
-void add_framework_options(CLI::App& app, Request& q) {
+template <class App>  // a CLI::App, or a NameRecorder
+void add_framework_options(App& app, Request& q) {
     app.add_option("--platform", q.platform,
                    "Whose PyTorch kernels the architecture model follows: cuda (default) or cpu, which\n"
                    "keeps LayerNorm statistics in bf16 and softmaxes an fp32 copy (how validation/gpu/\n"
@@ -124,7 +165,8 @@ void single_valued(CLI::App& app, std::initializer_list<const char*> names) {
 }
 
 /// Uneven pipeline stages, for estimate, fit and plan.
-void add_stage_options(CLI::App& app, Request& q, const char* group) {
+template <class App>  // a CLI::App, or a NameRecorder
+void add_stage_options(App& app, Request& q, const char* group) {
     app.add_option("--first-stage-layers", q.first_stage_layers,
                    "Layers of the first pipeline stage, when it differs (Megatron-LM's\n"
                    "decoder-first-pipeline-num-layers); the other stages split the rest evenly")
@@ -136,7 +178,8 @@ void add_stage_options(CLI::App& app, Request& q, const char* group) {
         ->type_name("N");
 }
 
-void add_parallel_options(CLI::App& app, Request& q) {
+template <class App>  // a CLI::App, or a NameRecorder
+void add_parallel_options(App& app, Request& q) {
     const char* parallel_group = "Parallelism (per-device memory)";
     app.add_option("--dp", q.dp, "Data-parallel replicas (default 1); --dp, --tp, --pp and --zero take comma lists")
         ->group(parallel_group)
@@ -182,22 +225,9 @@ void add_parallel_options(CLI::App& app, Request& q) {
         ->type_name("N");
 }
 
-}  // namespace
-
-int memcalc::cli::run_command_line(int argc, const char* const* argv) {
-    CLI::App app{"memcalc: how much device memory one training step of a transformer language model takes,\n"
-                 "from the architecture alone, exactly: parameters, training state, saved activations,\n"
-                 "and the peak over the step's timeline.",
-                 "memcalc"};
-    app.set_version_flag("--version", std::string("memcalc ") + memcalc::version);
-    app.footer(examples);
-    app.require_subcommand(0, 1);
-
-    Request q;
-    const std::vector<std::string> formats = {"table", "json", "csv"};
-    add_model_options(app, q);
-    add_framework_options(app, q);
-    add_parallel_options(app, q);
+/// What the estimate's report also shows or writes.
+template <class App>  // a CLI::App, or a NameRecorder
+void add_report_options(App& app, Request& q) {
     app.add_option("--compare", q.compare,
                    fmt::format("Also show what another tool gives for this configuration: megatron (Megatron-LM's\n"
                                "theoretical memory formula, as on its {}) or deepspeed\n"
@@ -212,17 +242,122 @@ int memcalc::cli::run_command_line(int argc, const char* const* argv) {
         ->type_name("SIZE");
     app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
     app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");
+}
 
-    Request fit_q;
-    fit_q.recompute = "all";
-    auto* fit = app.add_subcommand("fit", "The longest sequence (or largest micro-batch) that fits in a device's memory");
-    // Building CLI11's option tree is most of the start-up: a subcommand's options only when named.
+struct FrameworkChoice {
+    template <class App>
+    static void add(App& app, Request& q) { add_framework_options(app, q); }
+};
+struct ParallelChoice {
+    template <class App>
+    static void add(App& app, Request& q) { add_parallel_options(app, q); }
+};
+struct ReportChoice {
+    template <class App>
+    static void add(App& app, Request& q) { add_report_options(app, q); }
+};
+
+/// Stands in for a CLI::App to learn, at no cost, the names a group of options would register: each
+/// option records its names, every call chained to it does nothing.
+class NameRecorder {
+public:
+    struct Chain {
+        template <class... A> Chain* type_name(A&&...) { return this; }
+        template <class... A> Chain* excludes(A&&...) { return this; }
+        template <class... A> Chain* check(A&&...) { return this; }
+        template <class... A> Chain* transform(A&&...) { return this; }
+        template <class... A> Chain* group(A&&...) { return this; }
+    };
+    template <class... A>
+    Chain* add_option(const std::string& names, A&&...) { return record(names); }
+    template <class... A>
+    Chain* add_flag(const std::string& names, A&&...) { return record(names); }
+
+    /// Whether `tokens` (the command line's option names) name any of them.
+    bool named_in(const std::vector<std::string>& tokens) const {
+        for (const auto& t : tokens)
+            if (knows(t)) return true;
+        return false;
+    }
+    bool knows(const std::string& token) const { return std::find(names_.begin(), names_.end(), token) != names_.end(); }
+
+private:
+    Chain* record(const std::string& names) {
+        for (std::size_t start = 0; start <= names.size();) {
+            const std::size_t comma = std::min(names.find(',', start), names.size());
+            names_.push_back(names.substr(start, comma - start));
+            start = comma + 1;
+        }
+        return &chain_;
+    }
+    std::vector<std::string> names_;  // "-b", "--micro-batch"
+    Chain chain_;
+};
+
+/// The option names a command line gives: each "-x" or "--name" token, up to an "=".
+std::vector<std::string> option_tokens(int argc, const char* const* argv);
+
+/// Registers each of `Groups` (in order, so --help reads the same) only when the command line names
+/// one of its options, asks for help, or names an option none of them knows (which CLI11 then reports
+/// as it always has): CLI11 checks each new option's names against every earlier one's, so building
+/// the whole tree was most of a run's start-up.
+/// Returns whether every group was built (help, or an option none of them knows).
+template <class... Groups>
+bool add_groups_used(CLI::App& app, Request& q, int argc, const char* const* argv) {
+    const std::vector<std::string> tokens = option_tokens(argc, argv);
+    std::array<NameRecorder, sizeof...(Groups)> names;
+    {
+        Request unused;
+        std::size_t i = 0;
+        (Groups::add(names[i++], unused), ...);
+    }
+    bool every_group = false;
+    for (const auto& t : tokens) {
+        const bool known = t == "--version" ||
+                           std::any_of(names.begin(), names.end(), [&](const NameRecorder& n) { return n.knows(t); });
+        every_group = every_group || t == "-h" || t == "--help" || !known;
+    }
+    std::size_t i = 0;
+    ((every_group || names[i].named_in(tokens) ? Groups::add(app, q) : void(), ++i), ...);
+    return every_group;
+}
+std::vector<std::string> option_tokens(int argc, const char* const* argv) {
+    std::vector<std::string> tokens;
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        if (arg.size() > 1 && arg[0] == '-') tokens.emplace_back(arg.substr(0, arg.find('=')));
+    }
+    return tokens;
+}
+
+}  // namespace
+
+int memcalc::cli::run_command_line(int argc, const char* const* argv) {
+    CLI::App app{"memcalc: how much device memory one training step of a transformer language model takes,\n"
+                 "from the architecture alone, exactly: parameters, training state, saved activations,\n"
+                 "and the peak over the step's timeline.",
+                 "memcalc"};
+    app.set_version_flag("--version", std::string("memcalc ") + memcalc::version);
+    app.footer(examples);
+    app.require_subcommand(0, 1);
+
+    Request q;
+    const std::vector<std::string> formats = {"table", "json", "csv"};
+    const bool every_group = add_groups_used<ModelChoice, RunSizes, RecipeChoice, ActivationChoice, OutputChoice,
+                                             FrameworkChoice, ParallelChoice, ReportChoice>(app, q, argc, argv);
+    // A subcommand, and its options, only when the command line names it (or everything is built).
     const auto mentions = [&](const char* name) {
+        if (every_group) return true;
         for (int i = 1; i < argc; ++i)
             if (std::string(argv[i]) == name) return true;
         return false;
     };
+
+    Request fit_q;
+    fit_q.recompute = "all";
+    CLI::App* fit = nullptr;
     if (mentions("fit")) {
+        fit = app.add_subcommand("fit", "The longest sequence (or largest micro-batch) that fits in a device's memory");
         add_model_options(*fit, fit_q);
         add_framework_options(*fit, fit_q);
         add_parallel_options(*fit, fit_q);
@@ -251,8 +386,9 @@ Examples:
 
     Request plan_q;
     plan_q.recompute = plan_q.micro_batch = "";  // not given: the search tries every one
-    auto* plan = app.add_subcommand("plan", "Every layout of a cluster that fits, ranked by the compute it wastes");
+    CLI::App* plan = nullptr;
     if (mentions("plan")) {
+        plan = app.add_subcommand("plan", "Every layout of a cluster that fits, ranked by the compute it wastes");
         add_model_options(*plan, plan_q);
         add_framework_options(*plan, plan_q);
         single_valued(*plan, {"--seq", "--attention"});
@@ -292,10 +428,17 @@ Example:
     }
 
     std::string list_format = "table";
-    auto* presets = app.add_subcommand("presets", "List the built-in models with their parameter counts");
-    presets->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
-    auto* recipes_cmd = app.add_subcommand("recipes", "List the training recipes (bytes per parameter)");
-    recipes_cmd->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
+    CLI::App* presets = nullptr;
+    if (mentions("presets")) {
+        presets = app.add_subcommand("presets", "List the built-in models with their parameter counts");
+        presets->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
+    }
+    CLI::App* recipes_cmd = nullptr;
+    if (mentions("recipes")) {
+        recipes_cmd = app.add_subcommand("recipes", "List the training recipes (bytes per parameter)");
+        recipes_cmd->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
+    }
+    const auto parsed = [](const CLI::App* command) { return command != nullptr && command->parsed(); };
 
     try {
         app.parse(argc, argv);
@@ -312,14 +455,16 @@ Example:
 
     try {
         // An empty value ("--seq ''") is a mistake, not the option's absence.
-        for (const CLI::App* command : {&app, fit, plan, presets, recipes_cmd})
+        for (const CLI::App* command : {&app, fit, plan, presets, recipes_cmd}) {
+            if (command == nullptr) continue;
             for (const CLI::Option* option : command->get_options())
                 if (option->count() > 0 && option->get_type_size() != 0)
                     for (const std::string& value : option->results())
                         if (value.empty()) throw usage_error(fmt::format("{} needs a value (got '')", option->get_name()));
+        }
         // Options of the estimate given before a subcommand would be silently ignored: refuse them.
         for (const CLI::App* sub : {fit, plan, presets, recipes_cmd}) {
-            if (!sub->parsed()) continue;
+            if (!parsed(sub)) continue;
             for (const CLI::Option* option : app.get_options())
                 if (option->count() > 0)
                     throw usage_error(fmt::format("{} comes before '{}', which does not see it: put it after the subcommand",
@@ -328,12 +473,12 @@ Example:
         // The whole output is built before any of it is printed, so a failure prints nothing on stdout
         // and writes no file.
         std::vector<PendingFile> files;
-        const Request& used = fit->parsed() ? fit_q : plan->parsed() ? plan_q : q;
+        const Request& used = parsed(fit) ? fit_q : parsed(plan) ? plan_q : q;
         Spool out;
-        if (presets->parsed()) out.append(run_presets(list_format));
-        else if (recipes_cmd->parsed()) out.append(run_recipes(list_format));
-        else if (fit->parsed()) out.append(run_fit(fit_q));
-        else if (plan->parsed()) out.append(run_plan(plan_q));
+        if (parsed(presets)) out.append(run_presets(list_format));
+        else if (parsed(recipes_cmd)) out.append(run_recipes(list_format));
+        else if (parsed(fit)) out.append(run_fit(fit_q));
+        else if (parsed(plan)) out.append(run_plan(plan_q));
         else run_estimate(q, out, files);
         if (!used.output.empty()) files.push_back({"--output", used.output, "", &out});
         for (const auto& f : files) refuse_overwriting_inputs(f, {used.model_file, used.config, used.recipe_file});

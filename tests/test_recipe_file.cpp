@@ -76,7 +76,7 @@ TEST_CASE("every bad recipe file gets one message naming the key and the value",
     CHECK_THROWS_WITH(parse_recipe_json(text, "r.json"), Catch::StartsWith("r.json: ") && Catch::Contains(message));
 }
 
-TEST_CASE("--recipe-file through the program: the estimate of the recipe it names", "[recipe_file][cli]") {
+TEST_CASE("a recipe file through the program (--recipe-file) gives the estimate of the recipe it names", "[recipe_file][cli]") {
     const std::string path = "recipe_file_test.json";
     {
         std::ofstream out(path);
