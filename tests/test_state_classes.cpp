@@ -67,6 +67,15 @@ TEST_CASE("frozen layers in 4-bit blocks: the weights are the storage's exact by
     CHECK(z1.busiest().state.optimizer_state.value() == 8 * trainable_shard);
 }
 
+TEST_CASE("an edited table must be the model's own rows", "[state]") {
+    const Architecture m = fixtures::llama_7b();
+    ParameterTable t = parameter_table(m);
+    t.rows.pop_back();
+    CHECK_THROWS_WITH(Estimator(m, t), Catch::Contains("is not llama-7b's"));
+    ParameterTable other = parameter_table(fixtures::mistral_7b());
+    CHECK_THROWS_WITH(Estimator(m, other), Catch::Contains("only its rows' trainable and storage may change"));
+}
+
 TEST_CASE("a trainable tensor takes the recipe's storage", "[state]") {
     const Architecture m = fixtures::llama_7b();
     ParameterTable t = parameter_table(m);

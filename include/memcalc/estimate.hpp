@@ -1,5 +1,6 @@
 #pragma once
 /// One call: (model, run settings) -> a report of plain data, which the program renders.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -191,7 +192,20 @@ private:
     Estimator(const Architecture& model, std::optional<ParameterTable> table) : model_(model) {
         validate(model_);
         try {
-            table_ = table ? std::move(*table) : parameter_table(model_);
+            table_ = parameter_table(model_);
+            if (table) {  // the model's rows, each frozen or stored as the caller says, and nothing else
+                const bool same = table->layers == table_.layers && table->rows.size() == table_.rows.size() &&
+                                  std::equal(table->rows.begin(), table->rows.end(), table_.rows.begin(),
+                                             [](const ParamRow& a, const ParamRow& b) {
+                                                 return a.tensor == b.tensor && a.count == b.count && a.group == b.group &&
+                                                        a.split == b.split && a.expert == b.expert;
+                                             });
+                if (!same)
+                    throw error("the parameter table given is not " +
+                                (model.name.empty() ? std::string("the model") : model.name) +
+                                "'s: only its rows' trainable and storage may change");
+                table_ = std::move(*table);
+            }
             parameter_count_ = table_.total();
             splits_ = parameter_splits(table_, model_.vocab);
         } catch (const overflow_error&) {  // every estimate says so, once its settings are checked
