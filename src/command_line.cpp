@@ -128,27 +128,28 @@ void add_model_options(App& app, Request& q) {
     OutputChoice::add(app, q);
 }
 
-/// How the step is spread over devices.
 /// The framework's side of the model: its kernels and its optimiser step.
-template <class App>  // a CLI::App, or a NameRecorder
-void add_framework_options(App& app, Request& q) {
-    app.add_option("--platform", q.platform,
-                   "Whose PyTorch kernels the architecture model follows: cuda (default) or cpu, which\n"
-                   "keeps LayerNorm statistics in bf16 and softmaxes an fp32 copy (how validation/gpu/\n"
-                   "measures the model without a GPU)")
-        ->type_name("NAME");
-    app.add_option("--optimizer-impl", q.optimizer_impl,
-                   "How the optimizer step runs, which decides its temporaries: fused (default: Megatron-LM,\n"
-                   "DeepSpeed, torch fused=True; none), foreach (torch.optim's default on CUDA: sqrt(v) of\n"
-                   "every parameter at once, 4 B each) or for-loop (one tensor at a time: 8 B x the largest)")
-        ->type_name("NAME");
-    app.add_option("--grad-buffer", q.grad_buffer,
-                   "When gradients exist: lazy (default: PyTorch with zero_grad(set_to_none=True); each\n"
-                   "appears as backward makes it, and from the second micro-batch on all are held) or\n"
-                   "persistent (Megatron-LM's and DeepSpeed's contiguous buffer, live at every step;\n"
-                   "Megatron's is fp32 main_grad: pair it with --recipe mixed-adam-fp32-grads)")
-        ->type_name("KIND");
-}
+struct FrameworkChoice {
+    template <class App>  // a CLI::App, or a NameRecorder
+    static void add(App& app, Request& q) {
+        app.add_option("--platform", q.platform,
+                       "Whose PyTorch kernels the architecture model follows: cuda (default) or cpu, which\n"
+                       "keeps LayerNorm statistics in bf16 and softmaxes an fp32 copy (how validation/gpu/\n"
+                       "measures the model without a GPU)")
+            ->type_name("NAME");
+        app.add_option("--optimizer-impl", q.optimizer_impl,
+                       "How the optimizer step runs, which decides its temporaries: fused (default: Megatron-LM,\n"
+                       "DeepSpeed, torch fused=True; none), foreach (torch.optim's default on CUDA: sqrt(v) of\n"
+                       "every parameter at once, 4 B each) or for-loop (one tensor at a time: 8 B x the largest)")
+            ->type_name("NAME");
+        app.add_option("--grad-buffer", q.grad_buffer,
+                       "When gradients exist: lazy (default: PyTorch with zero_grad(set_to_none=True); each\n"
+                       "appears as backward makes it, and from the second micro-batch on all are held) or\n"
+                       "persistent (Megatron-LM's and DeepSpeed's contiguous buffer, live at every step;\n"
+                       "Megatron's is fp32 main_grad: pair it with --recipe mixed-adam-fp32-grads)")
+            ->type_name("KIND");
+    }
+};
 
 /// Options a subcommand takes one value of, where the estimate takes a comma list: said so in --help.
 void single_valued(CLI::App& app, std::initializer_list<const char*> names) {
@@ -178,83 +179,75 @@ void add_stage_options(App& app, Request& q, const char* group) {
         ->type_name("N");
 }
 
-template <class App>  // a CLI::App, or a NameRecorder
-void add_parallel_options(App& app, Request& q) {
-    const char* parallel_group = "Parallelism (per-device memory)";
-    app.add_option("--dp", q.dp, "Data-parallel replicas (default 1); --dp, --tp, --pp and --zero take comma lists")
-        ->group(parallel_group)
-        ->type_name("N[,N...]");
-    app.add_option("--zero", q.zero,
-                   "ZeRO stage: 0 none, 1 optimiser state, 2 + gradients, 3 + weights (FSDP full sharding)")
-        ->group(parallel_group)
-        ->type_name("STAGE[,STAGE...]");
-    app.add_option("--shard-group", q.shard_group, "Hybrid sharding: shard within groups of this many dp ranks")
-        ->group(parallel_group)
-        ->type_name("M");
-    app.add_option("--tp", q.tp, "Tensor-parallel ranks (Megatron-LM column/row splits)")->group(parallel_group)
-        ->type_name("N[,N...]");
-    app.add_flag("--sp", q.sp, "Sequence parallelism with --tp: norms, dropout and linear inputs split too")
-        ->group(parallel_group);
-    app.add_option("--pp", q.pp, "Pipeline stages (1F1B schedule)")->group(parallel_group)
-        ->type_name("N[,N...]");
-    app.add_option("--vpp", q.vpp, "Virtual stages per pipeline rank (interleaved 1F1B)")->group(parallel_group)
-        ->type_name("V");
-    add_stage_options(app, q, parallel_group);
-    app.add_option("--cp", q.cp, "Context-parallel ranks: the sequence split across them")->group(parallel_group)
-        ->type_name("N");
-    app.add_option("--ep", q.ep, "Expert-parallel ranks for mixture-of-experts models (divides --dp)")
-        ->group(parallel_group)
-        ->type_name("N");
-    app.add_option("--microbatches", q.microbatches,
-                   "Micro-batches per step (gradient accumulation; default: --pp, which fills the pipeline);\n"
-                   "from the second on, the gradients of the first are held (see --grad-buffer)")
-        ->group(parallel_group)
-        ->type_name("M");
-    app.add_option("--global-batch", q.global_batch, "Sequences per step: sets --microbatches = G / (micro-batch x dp)")
-        ->group(parallel_group)
-        ->type_name("G");
-    app.add_option("--offload", q.offload,
-                   "ZeRO-Offload, as DeepSpeed runs it: none (default), optimizer (needs --zero 1-3: the master\n"
-                   "copy, the optimiser state and an fp32 copy of the gradient shard in host memory, where the\n"
-                   "CPU steps them; with --zero 2 or 3 the device keeps only the gradient bucket in flight), or\n"
-                   "parameters (that and the weights; needs --zero 3)")
-        ->check(CLI::IsMember({"none", "optimizer", "parameters"}))
-        ->group(parallel_group);
-    app.add_option("--gpus-per-node", q.gpus_per_node, "GPUs per node, for --compare deepspeed (default 8)")
-        ->group(parallel_group)
-        ->type_name("N");
-}
+/// How the step is spread over devices.
+struct ParallelChoice {
+    template <class App>  // a CLI::App, or a NameRecorder
+    static void add(App& app, Request& q) {
+        const char* parallel_group = "Parallelism (per-device memory)";
+        app.add_option("--dp", q.dp, "Data-parallel replicas (default 1); --dp, --tp, --pp and --zero take comma lists")
+            ->group(parallel_group)
+            ->type_name("N[,N...]");
+        app.add_option("--zero", q.zero,
+                       "ZeRO stage: 0 none, 1 optimiser state, 2 + gradients, 3 + weights (FSDP full sharding)")
+            ->group(parallel_group)
+            ->type_name("STAGE[,STAGE...]");
+        app.add_option("--shard-group", q.shard_group, "Hybrid sharding: shard within groups of this many dp ranks")
+            ->group(parallel_group)
+            ->type_name("M");
+        app.add_option("--tp", q.tp, "Tensor-parallel ranks (Megatron-LM column/row splits)")->group(parallel_group)
+            ->type_name("N[,N...]");
+        app.add_flag("--sp", q.sp, "Sequence parallelism with --tp: norms, dropout and linear inputs split too")
+            ->group(parallel_group);
+        app.add_option("--pp", q.pp, "Pipeline stages (1F1B schedule)")->group(parallel_group)
+            ->type_name("N[,N...]");
+        app.add_option("--vpp", q.vpp, "Virtual stages per pipeline rank (interleaved 1F1B)")->group(parallel_group)
+            ->type_name("V");
+        add_stage_options(app, q, parallel_group);
+        app.add_option("--cp", q.cp, "Context-parallel ranks: the sequence split across them")->group(parallel_group)
+            ->type_name("N");
+        app.add_option("--ep", q.ep, "Expert-parallel ranks for mixture-of-experts models (divides --dp)")
+            ->group(parallel_group)
+            ->type_name("N");
+        app.add_option("--microbatches", q.microbatches,
+                       "Micro-batches per step (gradient accumulation; default: --pp, which fills the pipeline);\n"
+                       "from the second on, the gradients of the first are held (see --grad-buffer)")
+            ->group(parallel_group)
+            ->type_name("M");
+        app.add_option("--global-batch", q.global_batch, "Sequences per step: sets --microbatches = G / (micro-batch x dp)")
+            ->group(parallel_group)
+            ->type_name("G");
+        app.add_option("--offload", q.offload,
+                       "ZeRO-Offload, as DeepSpeed runs it: none (default), optimizer (needs --zero 1-3: the master\n"
+                       "copy, the optimiser state and an fp32 copy of the gradient shard in host memory, where the\n"
+                       "CPU steps them; with --zero 2 or 3 the device keeps only the gradient bucket in flight), or\n"
+                       "parameters (that and the weights; needs --zero 3)")
+            ->check(CLI::IsMember({"none", "optimizer", "parameters"}))
+            ->group(parallel_group);
+        app.add_option("--gpus-per-node", q.gpus_per_node, "GPUs per node, for --compare deepspeed (default 8)")
+            ->group(parallel_group)
+            ->type_name("N");
+    }
+};
 
 /// What the estimate's report also shows or writes.
-template <class App>  // a CLI::App, or a NameRecorder
-void add_report_options(App& app, Request& q) {
-    app.add_option("--compare", q.compare,
-                   fmt::format("Also show what another tool gives for this configuration: megatron (Megatron-LM's\n"
-                               "theoretical memory formula, as on its {}) or deepspeed\n"
-                               "(its ZeRO-2/3 model-state estimators, as on its {})",
-                               megatron_follows, deepspeed_follows))
-        ->check(CLI::IsMember({"megatron", "deepspeed"}));
-    app.add_option("--plot", q.plot,
-                   "Also draw an SVG: the timeline as stacked areas by category, or for a sweep the peak\n"
-                   "against the swept size, one line per recomputation mode")
-        ->type_name("FILE.svg");
-    app.add_option("--device-memory", q.device_memory, "A device's memory (80GB, 24GiB): drawn in plots, checked in the report")
-        ->type_name("SIZE");
-    app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
-    app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");
-}
-
-struct FrameworkChoice {
-    template <class App>
-    static void add(App& app, Request& q) { add_framework_options(app, q); }
-};
-struct ParallelChoice {
-    template <class App>
-    static void add(App& app, Request& q) { add_parallel_options(app, q); }
-};
 struct ReportChoice {
-    template <class App>
-    static void add(App& app, Request& q) { add_report_options(app, q); }
+    template <class App>  // a CLI::App, or a NameRecorder
+    static void add(App& app, Request& q) {
+        app.add_option("--compare", q.compare,
+                       fmt::format("Also show what another tool gives for this configuration: megatron (Megatron-LM's\n"
+                                   "theoretical memory formula, as on its {}) or deepspeed\n"
+                                   "(its ZeRO-2/3 model-state estimators, as on its {})",
+                                   megatron_follows, deepspeed_follows))
+            ->check(CLI::IsMember({"megatron", "deepspeed"}));
+        app.add_option("--plot", q.plot,
+                       "Also draw an SVG: the timeline as stacked areas by category, or for a sweep the peak\n"
+                       "against the swept size, one line per recomputation mode")
+            ->type_name("FILE.svg");
+        app.add_option("--device-memory", q.device_memory, "A device's memory (80GB, 24GiB): drawn in plots, checked in the report")
+            ->type_name("SIZE");
+        app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
+        app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");
+    }
 };
 
 /// Stands in for a CLI::App to learn, at no cost, the names a group of options would register: each
@@ -359,8 +352,8 @@ int memcalc::cli::run_command_line(int argc, const char* const* argv) {
     if (mentions("fit")) {
         fit = app.add_subcommand("fit", "The longest sequence (or largest micro-batch) that fits in a device's memory");
         add_model_options(*fit, fit_q);
-        add_framework_options(*fit, fit_q);
-        add_parallel_options(*fit, fit_q);
+        FrameworkChoice::add(*fit, fit_q);
+        ParallelChoice::add(*fit, fit_q);
         single_valued(*fit, {"--seq", "--micro-batch", "--attention", "--dp", "--tp", "--pp", "--zero"});
         fit->get_option("--recompute")->description("Recomputation modes to answer for, a comma list (default: all three)");
         fit->get_option("--dp")->description("Data-parallel replicas (default 1)");
@@ -390,7 +383,7 @@ Examples:
     if (mentions("plan")) {
         plan = app.add_subcommand("plan", "Every layout of a cluster that fits, ranked by the compute it wastes");
         add_model_options(*plan, plan_q);
-        add_framework_options(*plan, plan_q);
+        FrameworkChoice::add(*plan, plan_q);
         single_valued(*plan, {"--seq", "--attention"});
         plan->get_option("--recompute")->description("Recomputation modes to try, a comma list (default: all three)");
         plan->get_option("--micro-batch")->description("Micro-batches to try, a comma list (default: every one that divides\n"

@@ -64,6 +64,11 @@ struct Storage {
     std::uint32_t block = 0;
     DType scale = DType::fp32;
 
+    friend bool operator==(const Storage& x, const Storage& y) {
+        return x.dtype == y.dtype && x.block == y.block && x.scale == y.scale;
+    }
+    friend bool operator!=(const Storage& x, const Storage& y) { return !(x == y); }
+
     /// Exact bytes of `elements`: the packed values, rounded up to a byte, and the block scales.
     Count bytes(Count elements) const {
         const std::uint64_t n = elements.value(), bits = dtype_bits(dtype);

@@ -15,7 +15,7 @@ namespace memcalc {
 /// Live bytes at one step, by category.
 struct Breakdown {
     Count weights, master_weights, optimizer_state, gradients;
-    Count gathered_weights;     ///< ZeRO-3: full weights gathered for the layers being computed
+    Count gathered_weights;     ///< full weights made for the layers being computed: ZeRO-3's gathers, dequantized copies
     Count kept_activations;     ///< saved by the forward pass, waiting for their backward step
     Count rebuilt_activations;  ///< recomputed for the backward step running now
     Count logits;               ///< logits, the loss's fp32 softmax and the logits gradient
@@ -87,7 +87,7 @@ struct TimelineInputs {
     Count layer_rebuilt;          ///< what one layer's backward step rebuilds
     Count other_microbatches;     ///< kept activations of the other micro-batches a pipeline stage holds
     Count later_other_microbatches;  ///< the same at a later micro-batch (1F1B: one fewer left to start)
-    Count gathered_weights;       ///< ZeRO-3: gathered full weights, during forward and backward steps
+    Count gathered_weights;       ///< ZeRO-3's gathered and dequantized weights, during forward and backward steps
     Count head_gradients;         ///< final norm and output head: ready after the first backward step starts
     Count layer_gradients;        ///< one layer's (its shard, under ZeRO-2/3): ready once its backward step ends
     Count layer_gradient_bucket;  ///< ZeRO-2/3: a layer's full gradient, held until it is reduce-scattered

@@ -133,11 +133,7 @@ struct StateClass {
     SplitParams tied_embedding;      ///< the embedding rows of the head's group (tied models)
     Count total;                     ///< the whole model's
 
-    bool holds(const ParamRow& r) const {
-        if (r.trainable != trainable || r.storage.has_value() != storage.has_value()) return false;
-        return !storage || (r.storage->dtype == storage->dtype && r.storage->block == storage->block &&
-                            r.storage->scale == storage->scale);
-    }
+    bool holds(const ParamRow& r) const { return r.trainable == trainable && r.storage == storage; }
     /// Bytes of `n` of its weights.
     Count weight_bytes(Count n, const Recipe& recipe) const {
         return storage ? storage->bytes(n) : n * recipe.weight_bytes();
@@ -147,8 +143,6 @@ struct StateClass {
 /// What a workload takes from the parameter table, whatever the sequence, micro-batch or
 /// recomputation: a sweep or a plan builds it once per model.
 struct ParameterSplits {
-    SplitParams input, per_layer, head;  ///< every class's
-    SplitParams tied_embedding;          ///< the embedding rows of the head's group (tied models)
     /// classes[0] is the trainable one (empty when everything is frozen); then one per frozen storage.
     std::vector<StateClass> classes;
     /// Into held gradients a weight's fresh gradient is new until autograd adds it in; which one is
@@ -178,14 +172,14 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(const ParameterTa
         c->total += row.group == Group::layer ? Count(params.layers) * row.count : row.count;
         if (row.trainable) splits.largest.add(row);
         switch (row.group) {
-            case Group::input: c->input.add(row, V), splits.input.add(row, V); break;
+            case Group::input: c->input.add(row, V); break;
             case Group::layer:
-                c->per_layer.add(row, V), splits.per_layer.add(row, V);
+                c->per_layer.add(row, V);
                 if (row.trainable && (largest == nullptr || row.count > largest->count)) largest = &row;
                 break;
             case Group::head:
-                c->head.add(row, V), splits.head.add(row, V);
-                if (row.part == Part::embedding) c->tied_embedding.add(row, V), splits.tied_embedding.add(row, V);
+                c->head.add(row, V);
+                if (row.part == Part::embedding) c->tied_embedding.add(row, V);
                 break;
         }
     }
@@ -275,9 +269,7 @@ struct RankParams {
     Count experts(std::uint64_t layers) const { return Count(layers) * per_layer_experts; }
 };
 
-/// `groups`: a StateClass, or ParameterSplits for every class together.
-template <class Groups>
-RankParams rank_params(const Groups& groups, const Parallelism& p, std::uint64_t V, bool first, bool last) {
+inline RankParams rank_params(const StateClass& groups, const Parallelism& p, std::uint64_t V, bool first, bool last) {
     RankParams r;
     r.per_layer = groups.per_layer.on_rank(p, V);
     r.per_layer_experts = groups.per_layer.experts_on_rank(p);
@@ -297,6 +289,7 @@ struct StageFacts {
     RankParams trainable;          ///< the same of the trainable parameters: those with gradients
     Count trainable_dense, trainable_experts;  ///< all of them on this rank, outside and inside experts
     Count per_layer_weight_bytes;  ///< one layer's weights on this rank, each class in its storage
+    Count per_layer_dequantized;   ///< those in a storage of their own, in the recipe's weight dtype
     std::uint64_t layers = 0;
     Count parameters;              ///< on this rank: after tensor, expert and pipeline splits
     Count expert_parameters;       ///< the experts' part of them
@@ -336,6 +329,7 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
         f.input += r.input, f.per_layer += r.per_layer, f.head += r.head, f.per_layer_experts += r.per_layer_experts;
         f.parameters += total, f.expert_parameters += experts;
         f.per_layer_weight_bytes += c.weight_bytes(r.per_layer, w.recipe);
+        if (c.storage) f.per_layer_dequantized += r.per_layer * w.recipe.weight_bytes();
         f.state = f.state + class_state(c, dense, experts, w.recipe, p);
     }
     if (p.offload != Offload::none) {
@@ -424,6 +418,9 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
 
     if (p.zero >= 3)  // each layer's full weights are gathered before its forward and its backward step
         in.gathered_weights = Count(std::min<std::uint64_t>(p.gathered_layers, f.layers)) * f.per_layer_weight_bytes;
+    // Weights in a storage of their own (4-bit) are dequantized for the layer being computed. Not yet
+    // measured against a real loop, so a whole layer's copy in the weight dtype is counted: it leans high.
+    in.gathered_weights += f.per_layer_dequantized;
     const Count g = w.recipe.gradient_bytes();
     // ZeRO-2/3 keep this rank's shard of each gradient (ZeRO-Offload: not even that, it goes to the host).
     const bool on_host = p.zero >= 2 && p.offload != Offload::none;
