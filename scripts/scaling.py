@@ -3,8 +3,9 @@
 
   /usr/bin/python3 scripts/scaling.py [build/memcalc]
 
-1. Start-up: a C++ hello-world built as memcalc is (g++ -O2, the C++ runtime linked statically), the
-   same with the shared runtime (g++ -O2 alone), `memcalc --version` and one estimate, as
+1. Start-up: a C++ hello-world built as memcalc is (g++ -O2, a static PIE), the same with only
+   the C++ runtime linked statically (memcalc's previous build), with the shared runtime (g++ -O2 alone),
+   `memcalc --version` and one estimate, as
    instructions under callgrind (repeatable on a shared machine; skipped without valgrind) and as
    wall-clock medians of interleaved runs. Ratios are to the first.
 2. Memory: the most resident memory (ru_maxrss) of CSV sweeps of a 100,000-layer model at 12, 120 and
@@ -25,11 +26,14 @@ work = tempfile.mkdtemp()
 hello = os.path.join(work, "hello")
 with open(hello + ".cpp", "w") as f:
     f.write('#include <iostream>\nint main() { std::cout << "hello\\n"; }\n')
-subprocess.run(["g++", "-O2", "-static-libstdc++", "-static-libgcc", hello + ".cpp", "-o", hello], check=True)
+subprocess.run(["g++", "-O2", "-static-pie", hello + ".cpp", "-o", hello], check=True)
+subprocess.run(["g++", "-O2", "-static-libstdc++", "-static-libgcc", hello + ".cpp", "-o", hello + "-runtime"],
+               check=True)
 subprocess.run(["g++", "-O2", hello + ".cpp", "-o", hello + "-shared"], check=True)
 
 estimate = [memcalc, "--preset", "llama-7b", "--seq", "4096", "--recompute", "selective", "--format", "csv"]
-programs = {"C++ hello-world": [hello], "hello, shared runtime": [hello + "-shared"],
+programs = {"C++ hello-world": [hello], "hello, static C++ only": [hello + "-runtime"],
+            "hello, shared runtime": [hello + "-shared"],
             "memcalc --version": [memcalc, "--version"], "one estimate (CSV)": estimate}
 
 print("start-up                 instructions    vs hello   wall median   vs hello")
