@@ -20,11 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     attempt([&] { (void)parse_zero(text); });
     attempt([&] { (void)parse_optimizer_impl(text); });
     attempt([&] { (void)parse_grad_buffer(text); });
-    attempt([&] {
-        Request q;
-        q.platform = text, q.activations = "architecture";
-        (void)parse_platform(q);
-    });
+    attempt([&] { (void)parse_platform(text); });
     attempt([&] {
         Request q;
         q.dp = text, q.global_batch = text, q.first_stage_layers = text;

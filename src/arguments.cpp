@@ -73,14 +73,10 @@ std::vector<Attention> parse_attention(const std::string& text) {
     return kinds;
 }
 
-Platform parse_platform(const Request& q) {
-    if (q.platform == "cuda") return Platform::cuda;
-    if (q.platform != "cpu")
-        throw usage_error(fmt::format("--platform must be cuda or cpu (got '{}'){}", q.platform,
-                                      did_you_mean(q.platform, {"cuda", "cpu"})));
-    if (q.activations != "architecture")
-        throw usage_error("--platform cpu needs --activations architecture: Korthikanti's formula has no kernels to choose");
-    return Platform::cpu;
+Platform parse_platform(const std::string& text) {
+    for (auto p : {Platform::cuda, Platform::cpu})
+        if (text == platform_name(p)) return p;
+    throw usage_error(fmt::format("--platform must be cuda or cpu (got '{}'){}", text, did_you_mean(text, {"cuda", "cpu"})));
 }
 
 OptimizerImpl parse_optimizer_impl(const std::string& text) {

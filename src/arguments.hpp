@@ -19,8 +19,9 @@ struct usage_error : std::runtime_error {
 /// What the user asked for, before the model is known.
 struct Request {
     std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe}, recipe_file;
-    std::string units = "gb", format = "table", activations = "korthikanti", attention = "eager", platform = "cuda";
-    std::string optimizer_impl = "fused", grad_buffer = "lazy";
+    std::string units = "gb", format = "table", activations = "korthikanti";
+    // The framework: a profile, and its values the flags override (empty: the profile's).
+    std::string profile{default_profile}, profile_file, attention, platform, optimizer_impl, grad_buffer;
     bool timeline = false, per_layer = false;
     // Parallelism, as typed; empty means the default.
     std::string dp, tp, pp, cp, ep, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
@@ -43,8 +44,7 @@ std::vector<std::uint64_t> parse_sizes(const std::string& option, const std::str
 std::uint64_t parse_count(const std::string& option, const std::string& text, std::uint64_t fallback);
 std::vector<Recompute> parse_modes(const std::string& text);
 std::vector<Attention> parse_attention(const std::string& text);
-/// --platform, checked against --activations (only the architecture model has kernels to choose).
-Platform parse_platform(const Request& q);
+Platform parse_platform(const std::string& text);
 OptimizerImpl parse_optimizer_impl(const std::string& text);
 GradBuffer parse_grad_buffer(const std::string& text);
 std::vector<unsigned> parse_zero(const std::string& text);

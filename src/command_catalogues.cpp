@@ -1,4 +1,4 @@
-// memcalc presets, memcalc recipes: the catalogues.
+// memcalc presets, recipes and profiles: the catalogues.
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,5 +15,7 @@ std::string run_presets(const std::string& format) {
 }
 
 std::string run_recipes(const std::string& format) { return render_listing(recipes_listing(), parse_format(format)); }
+
+std::string run_profiles(const std::string& format) { return render_listing(profiles_listing(), parse_format(format)); }
 
 }  // namespace memcalc::cli

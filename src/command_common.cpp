@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "profile_file.hpp"
 #include "recipe_file.hpp"
 #include "suggest.hpp"
 
@@ -20,11 +21,12 @@ void check_run_options(const Request& q) {
         throw usage_error(fmt::format("unknown --recipe '{}'{}; 'memcalc recipes' lists them", q.recipe,
                                       did_you_mean(q.recipe, names)));
     }
-    const std::vector<Attention> attentions = parse_attention(q.attention);
-    if (q.activations == "korthikanti" &&
-        std::find(attentions.begin(), attentions.end(), Attention::flash) != attentions.end())
-        throw usage_error("--attention flash needs --activations architecture: Korthikanti's formula describes eager "
-                          "attention");
+    if (q.profile_file.empty() && find_profile(q.profile) == nullptr) {
+        std::vector<std::string> names;
+        for (const auto& p : framework_profiles) names.emplace_back(p.name);
+        throw usage_error(fmt::format("unknown --profile '{}'{}; 'memcalc profiles' lists them", q.profile,
+                                      did_you_mean(q.profile, names)));
+    }
 }
 
 /// `text` with its control characters written as \xNN, so a model's name can reach a terminal, a CSV
@@ -55,14 +57,35 @@ Settings settings_from(const Request& q) {
     // check_run_options has named a wrong built-in one already
     settings.recipe = q.recipe_file.empty() ? builtin_recipe(q.recipe) : load_recipe_file(q.recipe_file);
     settings.activations = activation_model(q);
-    settings.framework.platform = parse_platform(q);
-    settings.framework.optimizer = parse_optimizer_impl(q.optimizer_impl);
-    settings.framework.grad_buffer = parse_grad_buffer(q.grad_buffer);
+    // The profile's values, each flag given overriding one (check_run_options has named a wrong built-in one).
+    const FrameworkProfile profile = q.profile_file.empty() ? *find_profile(q.profile) : load_profile_file(q.profile_file);
+    Framework& f = settings.framework;
+    f = profile.framework;
+    if (!q.platform.empty()) f.platform = parse_platform(q.platform);
+    if (!q.optimizer_impl.empty()) f.optimizer = parse_optimizer_impl(q.optimizer_impl);
+    if (!q.grad_buffer.empty()) f.grad_buffer = parse_grad_buffer(q.grad_buffer);
+    const std::string from_profile = fmt::format("--profile {}", profile.name);
+    if (f.platform == Platform::cpu && settings.activations != ActivationModel::architecture)
+        throw usage_error(fmt::format("{} needs --activations architecture: Korthikanti's formula has no kernels to choose",
+                                      q.platform.empty() ? from_profile + " (--platform cpu)" : "--platform cpu"));
+    if (q.attention.empty() && f.attention == Attention::flash && settings.activations != ActivationModel::architecture)
+        throw usage_error(fmt::format("{} (--attention flash) needs --activations architecture, or --attention eager: "
+                                      "Korthikanti's formula describes eager attention", from_profile));
     return settings;
 }
 
-Attention single_attention(const Request& q, const char* command) {
-    const auto attentions = parse_attention(q.attention);
+std::vector<Attention> attentions_from(const Request& q, const Settings& settings) {
+    if (q.attention.empty()) return {settings.framework.attention};
+    const std::vector<Attention> attentions = parse_attention(q.attention);
+    if (settings.activations != ActivationModel::architecture &&
+        std::find(attentions.begin(), attentions.end(), Attention::flash) != attentions.end())
+        throw usage_error("--attention flash needs --activations architecture: Korthikanti's formula describes eager "
+                          "attention");
+    return attentions;
+}
+
+Attention single_attention(const Request& q, const Settings& settings, const char* command) {
+    const auto attentions = attentions_from(q, settings);
     if (attentions.size() != 1) throw usage_error(fmt::format("{} takes one --attention", command));
     return attentions.front();
 }

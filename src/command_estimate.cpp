@@ -50,7 +50,8 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
     check_run_options(q);
     const std::vector<std::uint64_t> batches = parse_sizes("--micro-batch", q.micro_batch);
     const std::vector<Recompute> modes = parse_modes(q.recompute);
-    const std::vector<Attention> attentions = parse_attention(q.attention);
+    Settings settings = settings_from(q);  // the rest is set per configuration
+    const std::vector<Attention> attentions = attentions_from(q, settings);
     std::vector<std::uint64_t> seqs;  // empty: the model's max_positions
     if (!q.seq.empty()) seqs = parse_sizes("--seq", q.seq);
 
@@ -69,7 +70,6 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
     if (sweep && (q.per_layer || q.timeline))
         throw usage_error(fmt::format("{} shows one configuration; this asks for {} (a sweep)",
                                       q.per_layer ? "--per-layer" : "--timeline", configurations));
-    Settings settings = settings_from(q);  // the rest is set per configuration
     const Format format = parse_format(q.format);
     View view{unit_of(q), q.timeline, q.compare,
               parse_count("--gpus-per-node", q.gpus_per_node, 8), std::nullopt};

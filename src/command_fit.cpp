@@ -30,7 +30,7 @@ std::string run_fit(const Request& q) {
     const ModelFile model = load_model(q);
     fit.model = model.architecture;
     Settings settings = settings_from(q);
-    settings.framework.attention = single_attention(q, "fit");
+    settings.framework.attention = single_attention(q, settings, "fit");
     (fit.dimension == FitDimension::seq ? settings.micro_batch : settings.seq) = fit.fixed;
     const auto layouts = parse_layouts(q, fit.dimension == FitDimension::micro_batch ? 1 : fit.fixed);
     if (layouts.size() != 1) throw usage_error("fit takes one layout: no comma lists for --dp, --tp, --pp or --zero");

@@ -39,8 +39,10 @@ const char* const examples = R"(Examples:
   memcalc --preset llama-2-70b --seq 4096 --tp 8 --sp --pp 4 --dp 2 --zero 1 --global-batch 128 --recompute selective
   memcalc --preset llama-7b --seq 4096 --recompute selective --microbatches 4 --grad-buffer persistent
   memcalc --preset llama-3.1-405b --seq 8192 --tp 8 --pp 16 --dp 8 --zero 1 --first-stage-layers 7 --last-stage-layers 7
+  memcalc --preset llama-7b --seq 4096 --activations architecture --profile megatron --recipe mixed-adam-fp32-grads
   memcalc presets
   memcalc recipes
+  memcalc profiles
 
 Exit status: 0 on success, 1 for a bad model (preset, model file, sizes that overflow),
 2 for a bad command line. Errors are one line on stderr; nothing is printed on stdout then.)";
@@ -132,6 +134,15 @@ void add_model_options(App& app, Request& q) {
 struct FrameworkChoice {
     template <class App>  // a CLI::App, or a NameRecorder
     static void add(App& app, Request& q) {
+        auto* profile = app.add_option("--profile", q.profile,
+                       "The training framework: see 'memcalc profiles' (default: default, the chapter's).\n"
+                       "It sets --attention, --platform, --optimizer-impl and --grad-buffer; each given overrides it")
+            ->type_name("NAME");
+        app.add_option("--profile-file", q.profile_file,
+                       "A profile of your own in JSON: name, platform, attention, optimizer_impl, grad_buffer,\n"
+                       "as 'memcalc profiles --format json' prints each built-in one (a key left out: default's)")
+            ->excludes(profile)
+            ->type_name("PATH");
         app.add_option("--platform", q.platform,
                        "Whose PyTorch kernels the architecture model follows: cuda (default) or cpu, which\n"
                        "keeps LayerNorm statistics in bf16 and softmaxes an fp32 copy (how validation/gpu/\n"
@@ -431,6 +442,11 @@ Example:
         recipes_cmd = app.add_subcommand("recipes", "List the training recipes (bytes per parameter)");
         recipes_cmd->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
     }
+    CLI::App* profiles_cmd = nullptr;
+    if (mentions("profiles")) {
+        profiles_cmd = app.add_subcommand("profiles", "List the framework profiles (what --profile sets)");
+        profiles_cmd->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
+    }
     const auto parsed = [](const CLI::App* command) { return command != nullptr && command->parsed(); };
 
     try {
@@ -448,7 +464,7 @@ Example:
 
     try {
         // An empty value ("--seq ''") is a mistake, not the option's absence.
-        for (const CLI::App* command : {&app, fit, plan, presets, recipes_cmd}) {
+        for (const CLI::App* command : {&app, fit, plan, presets, recipes_cmd, profiles_cmd}) {
             if (command == nullptr) continue;
             for (const CLI::Option* option : command->get_options())
                 if (option->count() > 0 && option->get_type_size() != 0)
@@ -456,7 +472,7 @@ Example:
                         if (value.empty()) throw usage_error(fmt::format("{} needs a value (got '')", option->get_name()));
         }
         // Options of the estimate given before a subcommand would be silently ignored: refuse them.
-        for (const CLI::App* sub : {fit, plan, presets, recipes_cmd}) {
+        for (const CLI::App* sub : {fit, plan, presets, recipes_cmd, profiles_cmd}) {
             if (!parsed(sub)) continue;
             for (const CLI::Option* option : app.get_options())
                 if (option->count() > 0)
@@ -470,11 +486,12 @@ Example:
         Spool out;
         if (parsed(presets)) out.append(run_presets(list_format));
         else if (parsed(recipes_cmd)) out.append(run_recipes(list_format));
+        else if (parsed(profiles_cmd)) out.append(run_profiles(list_format));
         else if (parsed(fit)) out.append(run_fit(fit_q));
         else if (parsed(plan)) out.append(run_plan(plan_q));
         else run_estimate(q, out, files);
         if (!used.output.empty()) files.push_back({"--output", used.output, "", &out});
-        for (const auto& f : files) refuse_overwriting_inputs(f, {used.model_file, used.config, used.recipe_file});
+        for (const auto& f : files) refuse_overwriting_inputs(f, {used.model_file, used.config, used.recipe_file, used.profile_file});
         write_files(files);
         if (!used.output.empty()) return 0;
         const bool read = out.each_chunk([](std::string_view chunk) {

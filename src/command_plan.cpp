@@ -27,7 +27,7 @@ std::string run_plan(const Request& q) {
     r.capacity = Count(view.memory.value() - view.reserve.value());
     r.base = settings_from(q);
     r.base.seq = parse_count("--seq", q.seq, 0);
-    r.base.framework.attention = single_attention(q, "plan");
+    r.base.framework.attention = single_attention(q, r.base, "plan");
     r.global_batch = parse_count("--global-batch", q.global_batch, 0);
     r.first_stage_layers = parse_count("--first-stage-layers", q.first_stage_layers, 0);
     r.last_stage_layers = parse_count("--last-stage-layers", q.last_stage_layers, 0);

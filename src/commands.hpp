@@ -50,10 +50,12 @@ ModelFile load_model(const Request& q);
 ActivationModel activation_model(const Request& q);
 
 /// The settings every estimating command reads the same way: the recipe, the activation model and
-/// the framework (platform, optimiser step, gradient buffer; the attention kernel when given one).
+/// the framework (the profile's values, each flag given overriding one).
 /// Fit and plan take one --attention; the estimate sweeps a list and sets it per configuration.
 Settings settings_from(const Request& q);
-Attention single_attention(const Request& q, const char* command);
+/// The attention kernels to estimate: --attention's list, or the profile's one.
+std::vector<Attention> attentions_from(const Request& q, const Settings& settings);
+Attention single_attention(const Request& q, const Settings& settings, const char* command);
 
 /// One rendering in the format asked for (--format): only that format's renderer runs.
 template <class Json, class Csv, class Table>
@@ -74,5 +76,6 @@ std::string run_fit(const Request& q);
 std::string run_plan(const Request& q);
 std::string run_presets(const std::string& format);
 std::string run_recipes(const std::string& format);
+std::string run_profiles(const std::string& format);
 
 }  // namespace memcalc::cli

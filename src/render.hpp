@@ -35,6 +35,7 @@ struct Listing {
 std::string render_listing(const Listing& listing, Format format);
 Listing presets_listing(const std::vector<std::pair<std::string, ModelFile>>& presets);
 Listing recipes_listing();
+Listing profiles_listing();
 
 struct View {
     Unit unit = Unit::gb;

@@ -117,4 +117,21 @@ Listing recipes_listing() {
     return l;
 }
 
+Listing profiles_listing() {
+    Listing l;
+    l.columns = {{"name", "profile"},        {"platform", "platform"},      {"attention", "attention"},
+                 {"optimizer_impl", "optimizer step"}, {"grad_buffer", "gradients"}, {"description", "description"},
+                 {"source", "source"}};
+    l.table = {0, 1, 2, 3, 4, 5};
+    l.csv = {0, 1, 2, 3, 4};
+    for (const auto& p : framework_profiles) {
+        const Framework& f = p.framework;
+        l.rows.push_back({std::string(p.name), std::string(platform_name(f.platform)),
+                          std::string(attention_name(f.attention)), std::string(optimizer_impl_name(f.optimizer)),
+                          std::string(grad_buffer_name(f.grad_buffer)), std::string(p.description),
+                          std::string(p.source)});
+    }
+    return l;
+}
+
 }  // namespace memcalc::cli
