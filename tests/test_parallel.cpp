@@ -251,13 +251,12 @@ TEST_CASE("the closed-form layout peak equals the most loaded timeline's, step f
                     CAPTURE(m.name, recompute_name(mode), tp, pp, zero, vpp);
                     const Report r = estimate(m, settings);
                     const ActivationTables t = activation_tables(m, 512, 2, DType::bf16, model, Attention::eager);
-                    const Workload w = make_workload(m, r.settings.recipe, 512, 2, mode, parameter_splits(r.parameters, m.vocab), t.layer, t.input_side,
-                                                     t.head, t.forward_buffers);
+                    const Workload w = make_workload(m, r.settings.recipe, 512, 2, mode, parameter_splits(r.parameters, m.vocab), t);
                     const LayoutPeak fast = layout_peak(w, p);
                     CHECK(fast.bytes() == r.peak_step().bytes.total());
                     CHECK(fast.step.name() == r.peak_step().name());
                     CHECK(fast.stage == r.busiest().stage);
                     // The per-rank table the report shows adds up to what the timeline uses.
-                    CHECK(r.layer.kept(mode) == w.layer_kept.on_rank(p, m.vocab));
+                    CHECK(r.layer.kept(mode) == w.layers[0].kept.on_rank(p, m.vocab));
                 }
 }

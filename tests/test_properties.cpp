@@ -45,6 +45,30 @@ struct Generator {
         return m;
     }
 
+    /// The same model with kinds of layer in random runs: some the model's own, some with another
+    /// feed-forward width, some dense or with other experts.
+    Architecture with_kinds(Architecture m) {
+        const std::size_t kinds = between(2, 3);
+        for (std::size_t k = 0; k < kinds; ++k) {
+            LayerKind kind{"kind" + std::to_string(k), {}, {}, {}};
+            switch (between(0, 2)) {
+                case 1: kind.ffn = 8 * between(1, 2048); break;
+                case 2:
+                    kind.experts = pick<std::uint64_t>({0, 2, 4, 8});
+                    if (*kind.experts > 0) kind.experts_per_token = between(1, *kind.experts);
+                    break;
+                default: break;
+            }
+            m.layer_kinds.push_back(kind);
+        }
+        for (std::uint64_t left = m.layers; left > 0;) {
+            const std::uint64_t count = between(1, std::min<std::uint64_t>(left, 6));
+            m.layer_pattern.push_back({static_cast<std::size_t>(between(0, kinds - 1)), count});
+            left -= count;
+        }
+        return m;
+    }
+
     Settings settings(const Architecture& m) {
         Settings s;
         s.seq = between(1, m.position == Position::learned ? m.max_positions : 8192);
@@ -135,7 +159,8 @@ TEST_CASE("the training loop's variants: held gradients never lower a peak, no s
           "[property][training-loop]") {
     Generator g;
     for (int shape = 0; shape < 1500; ++shape) {
-        const Architecture m = g.architecture();
+        Architecture m = g.architecture();
+        if (shape % 3 == 0) m = g.with_kinds(m);  // layers of several kinds
         Settings s = g.settings(m);
         Parallelism& p = s.parallel;
         p.dp = g.pick<std::uint64_t>({1, 2, 4});
@@ -143,7 +168,9 @@ TEST_CASE("the training loop's variants: held gradients never lower a peak, no s
         p.pp = std::min<std::uint64_t>(m.layers, g.pick<std::uint64_t>({1, 2, 3}));
         if (m.layers % p.pp != 0) p.first_stage_layers = m.layers - (p.pp - 1) * (m.layers / p.pp);
         p.zero = p.dp > 1 ? static_cast<unsigned>(g.between(0, 3)) : 0;
-        if (m.is_moe() && p.dp % 2 == 0 && m.experts % 2 == 0) p.ep = 2;
+        if (m.any_moe() && p.dp % 2 == 0 &&
+            m.every_kind([](const Architecture& v) { return !v.is_moe() || v.experts % 2 == 0; }))
+            p.ep = 2;
         if (p.zero > 0 && g.between(0, 3) == 0) p.offload = p.zero == 3 ? g.pick({Offload::optimizer, Offload::parameters})
                                                                          : Offload::optimizer;
         p.microbatches = g.pick<std::uint64_t>({0, 1, 2, 7});
@@ -163,8 +190,7 @@ TEST_CASE("the training loop's variants: held gradients never lower a peak, no s
         // The closed form finds the built timelines' peak.
         const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.settings.recipe.activations, s.activations,
                                                      s.framework.attention, s.framework.platform);
-        const Workload w = make_workload(m, r.settings.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t.layer,
-                                         t.input_side, t.head, t.forward_buffers, s.framework.optimizer, s.framework.grad_buffer);
+        const Workload w = make_workload(m, r.settings.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t, s.framework.optimizer, s.framework.grad_buffer);
         const LayoutPeak fast = layout_peak(w, p);
         CHECK(fast.bytes() == r.peak_step().bytes.total());
         CHECK(fast.step.name() == r.peak_step().name());
@@ -185,7 +211,9 @@ TEST_CASE("a sweep's closed-form summary is the full estimate's, figure for figu
         p.pp = std::min<std::uint64_t>(m.layers, g.pick<std::uint64_t>({1, 2, 3, 4}));
         if (m.layers % p.pp != 0) p.first_stage_layers = m.layers - (p.pp - 1) * (m.layers / p.pp);
         p.zero = p.dp > 1 ? static_cast<unsigned>(g.between(0, 3)) : 0;
-        if (m.is_moe() && p.dp % 2 == 0 && m.experts % 2 == 0) p.ep = 2;
+        if (m.any_moe() && p.dp % 2 == 0 &&
+            m.every_kind([](const Architecture& v) { return !v.is_moe() || v.experts % 2 == 0; }))
+            p.ep = 2;
         if (p.zero > 0 && g.between(0, 3) == 0) p.offload = Offload::optimizer;
         p.microbatches = g.pick<std::uint64_t>({0, 1, 2, 7});
         s.framework.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
@@ -233,7 +261,8 @@ TEST_CASE("a sweep's closed-form summary is the full estimate's, figure for figu
 TEST_CASE("a timeline's steps are step_at's, one by one, however its linear runs are made", "[property][fast]") {
     Generator g;
     for (int shape = 0; shape < 800; ++shape) {
-        const Architecture m = g.architecture();
+        Architecture m = g.architecture();
+        if (shape % 2 == 0) m = g.with_kinds(m);  // layers of several kinds: runs break at each change
         Settings s = g.settings(m);
         Parallelism& p = s.parallel;
         p.pp = std::min<std::uint64_t>(m.layers, g.pick<std::uint64_t>({1, 2, 3}));
@@ -249,8 +278,7 @@ TEST_CASE("a timeline's steps are step_at's, one by one, however its linear runs
         const Report r = estimate(m, s);
         const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.settings.recipe.activations, s.activations,
                                                      s.framework.attention, s.framework.platform);
-        const Workload w = make_workload(m, r.settings.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t.layer,
-                                         t.input_side, t.head, t.forward_buffers, s.framework.optimizer, s.framework.grad_buffer);
+        const Workload w = make_workload(m, r.settings.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t, s.framework.optimizer, s.framework.grad_buffer);
         for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
             const TimelineInputs in = stage_inputs(w, p, stage_facts(w, p, stage));
             std::vector<Step> expected;  // the order timeline() promises, every step made alone

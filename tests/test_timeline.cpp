@@ -10,8 +10,8 @@ TimelineInputs two_layers() {
     TimelineInputs in;
     in.layers = 2;
     in.weights = 1000, in.master_weights = 2000, in.optimizer_state = 4000;
-    in.layer_kept = 100, in.layer_rebuilt = 30;
-    in.head_gradients = 7, in.layer_gradients = 50, in.input_gradients = 9;
+    in.layer[0].kept = 100, in.layer[0].rebuilt = 30;
+    in.head_gradients = 7, in.layer[0].gradients = 50, in.input_gradients = 9;
     in.logits = 11, in.loss_buffers = 22, in.logits_gradient = 13;
     in.activation_gradient = 3;
     return in;
@@ -52,8 +52,8 @@ TEST_CASE("the peak is the largest step and the earliest on a tie", "[timeline]"
 
 TEST_CASE("workspaces join the step they run in", "[timeline][workspace]") {
     TimelineInputs in = two_layers();
-    in.forward_buffers = 100000, in.layer_forward_work = 20000, in.loss_work = 300000;
-    in.layer_backward_work = 4000000, in.recompute_buffers = 50000000, in.optimizer_work = 600000000;
+    in.forward_buffers = 100000, in.layer[0].forward_work = 20000, in.loss_work = 300000;
+    in.layer[0].backward_work = 4000000, in.recompute_buffers = 50000000, in.optimizer_work = 600000000;
     const auto steps = timeline(in);
     CHECK(steps[0].bytes.workspace.value() == 120000);  // the mask and the layer's own
     CHECK(steps[1].bytes.workspace.value() == 120000);

@@ -58,7 +58,8 @@ struct Report {
     ParameterTable parameters;
     Count parameter_count;
     TrainingState state;                  ///< the whole model's, unsharded
-    LayerActivations layer;               ///< one layer's saved tensors on one rank, this s and b
+    LayerActivations layer;               ///< one layer's saved tensors on one rank, this s and b (the first kind's)
+    std::vector<LayerActivations> other_kinds;  ///< the same for each further kind of layer
     std::vector<SavedTensor> input_side;  ///< what the embedding side saves (architecture model only)
     std::vector<SavedTensor> head;        ///< what the head and the loss save (architecture model only)
     std::vector<SavedTensor> forward_buffers;  ///< built for all layers by the forward pass (architecture model)
@@ -135,7 +136,7 @@ public:
     /// Every table, and each rank's timeline unless settings.timelines is false.
     Report estimate(const Settings& settings) const {
         const Configuration c = configure(settings);
-        Report r{model_, settings, table_, parameter_count_, c.state, {}, {}, {}, {}, {}, {}, {}, {}, 0};
+        Report r{model_, settings, table_, parameter_count_, c.state, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
         const Parallelism& p = settings.parallel;
         counted(settings, [&] {
             ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.activations,
@@ -143,12 +144,13 @@ public:
                                                    settings.framework.platform);
             const Workload w = workload(settings, t);
             split(t, p);
+            r.activations = all_layers(t, [](const LayerActivations& l) { return l.total(); });
+            r.kept_activations = all_layers(t, [&](const LayerActivations& l) { return l.kept(settings.recompute); });
             r.layer = std::move(t.layer);
+            r.other_kinds = std::move(t.other_kinds);
             r.input_side = std::move(t.input_side);
             r.head = std::move(t.head);
             r.forward_buffers = std::move(t.forward_buffers);
-            r.activations = Count(model_.layers) * r.layer.total();
-            r.kept_activations = Count(model_.layers) * r.layer.kept(settings.recompute);
             r.ranks.reserve(p.pp);
             for (std::uint64_t stage = 0; stage < p.pp; ++stage)
                 r.ranks.push_back(detail::rank_report(w, p, stage, settings.timelines));
@@ -181,8 +183,8 @@ public:
             }
             split(t, settings.parallel);
             for (Summary& one : out) {
-                one.activations = Count(model_.layers) * t.layer.total();
-                one.kept_activations = Count(model_.layers) * t.layer.kept(one.settings.recompute);
+                one.activations = all_layers(t, [](const LayerActivations& l) { return l.total(); });
+                one.kept_activations = all_layers(t, [&](const LayerActivations& l) { return l.kept(one.settings.recompute); });
             }
         });
         return out;
@@ -198,7 +200,7 @@ private:
                                   std::equal(table->rows.begin(), table->rows.end(), table_.rows.begin(),
                                              [](const ParamRow& a, const ParamRow& b) {
                                                  return a.tensor == b.tensor && a.count == b.count && a.group == b.group &&
-                                                        a.split == b.split && a.expert == b.expert;
+                                                        a.split == b.split && a.expert == b.expert && a.kind == b.kind;
                                              });
                 if (!same)
                     throw error("the parameter table given is not " +
@@ -247,17 +249,29 @@ private:
     }
 
     Workload workload(const Settings& settings, const ActivationTables& t) const {
-        return make_workload(model_, settings.recipe, settings.seq, settings.micro_batch, settings.recompute, splits_,
-                             t.layer, t.input_side, t.head, t.forward_buffers, settings.framework.optimizer,
-                             settings.framework.grad_buffer);
+        return make_workload(model_, settings.recipe, settings.seq, settings.micro_batch, settings.recompute, splits_, t,
+                             settings.framework.optimizer, settings.framework.grad_buffer);
+    }
+
+    /// Every layer's `of(one layer)`, by kind: one rank's bytes of one micro-batch.
+    template <class Of>
+    Count all_layers(const ActivationTables& t, Of of) const {
+        Count sum;
+        for (std::size_t k = 0; k < model_.kind_count(); ++k)
+            sum += Count(table_.kind_layers[k]) * of(t.of_kind(k));
+        return sum;
     }
 
     /// The tables a report shows are one rank's share of every tensor.
     void split(ActivationTables& t, const Parallelism& p) const {
         const std::uint64_t V = model_.vocab;
-        split_rows(t.layer.rows, p, V);
-        split_rows(t.layer.work, p, V);
-        t.layer.input_bytes = rank_stream(t.layer.input_bytes, p);
+        const auto split_layer = [&](LayerActivations& layer) {
+            split_rows(layer.rows, p, V);
+            split_rows(layer.work, p, V);
+            layer.input_bytes = rank_stream(layer.input_bytes, p);
+        };
+        split_layer(t.layer);
+        for (LayerActivations& layer : t.other_kinds) split_layer(layer);
         split_rows(t.input_side, p, V);
         split_rows(t.head, p, V);
         split_rows(t.forward_buffers, p, V);

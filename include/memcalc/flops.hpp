@@ -9,7 +9,7 @@
 namespace memcalc {
 
 struct ComputeCost {
-    double layer_forward = 0;      ///< one layer's forward pass
+    double layer_forward = 0;      ///< one layer's forward pass (the first kind's, when layers differ)
     double attention_core = 0;     ///< of which Q K^T and attention over V
     double head_forward = 0;       ///< the output head's logits
     double step = 0;               ///< forward + backward (twice the forward), no recomputation
@@ -17,10 +17,11 @@ struct ComputeCost {
     double recompute_fraction() const { return step > 0 ? recompute / step : 0; }
 };
 
-/// Counts 2 m n k per (m x k) . (k x n) product; element-wise ops are left out.
+/// Counts 2 m n k per (m x k) . (k x n) product; element-wise ops are left out. Each kind of layer
+/// counts its own feed-forward block, times its layers.
 inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch, Recompute mode) {
     const double T = static_cast<double>(seq) * static_cast<double>(micro_batch);  // tokens
-    const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn);
+    const double h = static_cast<double>(m.hidden);
     const double q = static_cast<double>(m.heads * m.head_size());
     const double kv = static_cast<double>(m.key_value_heads() * m.head_size());
     const double mlp_matrices = m.mlp == Mlp::gated ? 3 : 2;
@@ -28,17 +29,22 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
     ComputeCost c;
     c.attention_core = 2 * 2 * T * static_cast<double>(seq) * q;  // Q K^T and (weights . V), every head
     const double projections = 2 * T * h * (q + 2 * kv) + 2 * T * q * h;
-    const double mlp = 2 * T * h * f * mlp_matrices * static_cast<double>(m.active_experts()) +
-                       (m.is_moe() ? 2 * T * h * static_cast<double>(m.experts) : 0);
-    c.layer_forward = projections + c.attention_core + mlp;
     c.head_forward = 2 * T * h * static_cast<double>(m.vocab);
-    const double forward = static_cast<double>(m.layers) * c.layer_forward + c.head_forward;
+    double forward = c.head_forward;
+    const auto add_layers = [&](const Architecture& layer, std::uint64_t count, bool first) {
+        const double mlp = 2 * T * h * static_cast<double>(layer.ffn) * mlp_matrices * static_cast<double>(layer.active_experts()) +
+                           (layer.is_moe() ? 2 * T * h * static_cast<double>(layer.experts) : 0);
+        const double layer_forward = projections + c.attention_core + mlp;
+        if (first) c.layer_forward = layer_forward;
+        forward += static_cast<double>(count) * layer_forward;
+        // Selective re-runs the core attention (as Megatron-LM's checkpointed core attention does);
+        // full re-runs each layer's whole forward pass.
+        c.recompute += static_cast<double>(count) *
+                       (mode == Recompute::full ? layer_forward : mode == Recompute::selective ? c.attention_core : 0);
+    };
+    if (m.layer_kinds.empty()) add_layers(m, m.layers, true);
+    for (std::size_t k = 0; k < m.layer_kinds.size(); ++k) add_layers(m.kind_view(k), m.layers_of_kind(k), k == 0);
     c.step = 3 * forward;
-    // Selective re-runs the core attention (as Megatron-LM's checkpointed core attention does);
-    // full re-runs each layer's whole forward pass.
-    const double per_layer = mode == Recompute::full ? c.layer_forward
-                             : mode == Recompute::selective ? c.attention_core : 0;
-    c.recompute = static_cast<double>(m.layers) * per_layer;
     return c;
 }
 

@@ -1,7 +1,11 @@
 #pragma once
 /// The architecture of a decoder-only transformer: what a preset or a model file describes.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "memcalc/error.hpp"
 
@@ -13,6 +17,25 @@ enum class Norm { rmsnorm, layernorm };      ///< RMSNorm keeps a weight; LayerN
 enum class Bias { none, qkv, attention, all };
 enum class Position { rotary, learned, none };  ///< only learned position embeddings hold parameters
 enum class Activation { silu, gelu, gelu_tanh, relu };  ///< the MLP's non-linearity (SiLU makes a gated MLP SwiGLU)
+
+/// A kind of layer: what differs from the model's fields in some of its layers (DeepSeek's first
+/// dense layers beside its mixture-of-experts ones; Llama 4's interleaved dense and MoE layers). A
+/// field left empty is the model's. New per-layer variants (a window, a mixer) are fields here.
+struct LayerKind {
+    std::string name;
+    std::optional<std::uint64_t> ffn;                ///< feed-forward width (per expert)
+    std::optional<std::uint64_t> experts;            ///< 0: a dense feed-forward block
+    std::optional<std::uint64_t> experts_per_token;
+};
+
+/// `count` consecutive layers of one kind (an index into Architecture::layer_kinds).
+struct LayerRun {
+    std::size_t kind = 0;
+    std::uint64_t count = 0;
+};
+
+/// At most this many kinds of layer in one model: per-kind figures are held in place, not allocated.
+inline constexpr std::size_t max_layer_kinds = 4;
 
 struct Architecture {
     std::string name;
@@ -40,12 +63,50 @@ struct Architecture {
     double attention_dropout = 0;        ///< dropout probability on the attention weights
     double hidden_dropout = 0;           ///< dropout probability on each residual branch
     bool softmax_fp32 = true;            ///< eager attention takes its softmax in fp32 (LLaMA-style code does; GPT-2's does not)
+    /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's own
+    /// fields (one kind). The runs' counts sum to `layers`.
+    std::vector<LayerKind> layer_kinds;
+    std::vector<LayerRun> layer_pattern;
 
     std::uint64_t key_value_heads() const { return kv_heads == 0 ? heads : kv_heads; }
     std::uint64_t head_size() const { return head_dim == 0 ? (heads == 0 ? 0 : hidden / heads) : head_dim; }
     std::uint64_t learned_positions() const { return position_rows == 0 ? max_positions : position_rows; }
     bool is_moe() const { return experts > 0; }
     std::uint64_t active_experts() const { return is_moe() ? (experts_per_token == 0 ? 1 : experts_per_token) : 1; }
+
+    std::size_t kind_count() const { return layer_kinds.empty() ? 1 : layer_kinds.size(); }
+    /// The layer runs, first layer first: one run of every layer when no kinds are given.
+    std::vector<LayerRun> runs() const { return layer_pattern.empty() ? std::vector<LayerRun>{{0, layers}} : layer_pattern; }
+    /// How many layers are of kind `kind`.
+    std::uint64_t layers_of_kind(std::size_t kind) const {
+        if (layer_pattern.empty()) return kind == 0 ? layers : 0;
+        std::uint64_t n = 0;
+        for (const auto& run : layer_pattern)
+            if (run.kind == kind) n += run.count;
+        return n;
+    }
+    /// The model as one layer of kind `kind` sees it: the kind's fields in place of the model's.
+    Architecture kind_view(std::size_t kind) const {
+        Architecture v = *this;
+        v.layer_kinds.clear(), v.layer_pattern.clear();
+        if (kind >= layer_kinds.size()) return v;
+        const LayerKind& k = layer_kinds[kind];
+        if (k.ffn) v.ffn = *k.ffn;
+        if (k.experts) v.experts = *k.experts;
+        if (k.experts_per_token) v.experts_per_token = *k.experts_per_token;
+        if (v.experts == 0) v.experts_per_token = 0;  // a dense kind of a MoE model routes nothing
+        return v;
+    }
+    /// Whether `test` holds for the view of every kind that has layers.
+    template <class Test>
+    bool every_kind(Test test) const {
+        if (layer_kinds.empty()) return test(*this);
+        for (std::size_t k = 0; k < kind_count(); ++k)
+            if (layers_of_kind(k) > 0 && !test(kind_view(k))) return false;
+        return true;
+    }
+    /// Whether any layer has experts.
+    bool any_moe() const { return !every_kind([](const Architecture& v) { return !v.is_moe(); }); }
 };
 
 namespace detail {
@@ -56,6 +117,39 @@ inline void require_positive(const char* field, std::uint64_t value) {
 
 /// The timeline holds 2 L + 2 steps; real models have at most a few hundred layers.
 inline constexpr std::uint64_t max_layers = 100000;
+
+inline void validate(const Architecture& m);
+
+/// The kinds and their pattern: every run names a kind, the runs cover every layer, and each kind's
+/// view of the model is valid itself.
+inline void validate_layer_kinds(const Architecture& m) {
+    if (m.layer_kinds.empty() && m.layer_pattern.empty()) return;
+    if (m.layer_kinds.empty() || m.layer_pattern.empty())
+        throw error("layer_kinds and layer_pattern go together: give both or neither");
+    if (m.layer_kinds.size() > max_layer_kinds)
+        throw error("layer_kinds has " + std::to_string(m.layer_kinds.size()) + " kinds; memcalc models at most " +
+                    std::to_string(max_layer_kinds));
+    std::uint64_t covered = 0;
+    for (const auto& run : m.layer_pattern) {
+        if (run.kind >= m.layer_kinds.size())
+            throw error("layer_pattern names kind " + std::to_string(run.kind) + " of " +
+                        std::to_string(m.layer_kinds.size()));
+        if (run.count == 0) throw error("a layer_pattern run of '" + m.layer_kinds[run.kind].name + "' has 0 layers");
+        covered += std::min(run.count, max_layers + 1);
+        covered = std::min(covered, max_layers + 1);
+    }
+    if (covered != m.layers)
+        throw error("layer_pattern covers " + (covered > max_layers ? "more than " + std::to_string(max_layers)
+                                                                   : std::to_string(covered)) +
+                    " layers; the model has " + std::to_string(m.layers));
+    for (std::size_t k = 0; k < m.layer_kinds.size(); ++k) {
+        try {
+            validate(m.kind_view(k));
+        } catch (const error& e) {
+            throw error("layer kind '" + m.layer_kinds[k].name + "': " + e.what());
+        }
+    }
+}
 
 /// Throws memcalc::error naming the first field that makes the architecture impossible.
 inline void validate(const Architecture& m) {
@@ -86,6 +180,7 @@ inline void validate(const Architecture& m) {
     if (m.is_moe() && m.active_experts() > m.experts)
         throw error("experts_per_token (" + std::to_string(m.experts_per_token) + ") must not exceed experts (" +
                     std::to_string(m.experts) + ")");
+    validate_layer_kinds(m);
 }
 
 }  // namespace memcalc

@@ -138,7 +138,14 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     }
     detail::require_divides("tp", p.tp, "heads", m.heads);
     detail::require_divides("tp", p.tp, "kv_heads", m.key_value_heads());
-    detail::require_divides("tp", p.tp, "ffn", m.ffn);
+    for (std::size_t k = 0; k < m.kind_count(); ++k) {
+        const Architecture v = m.kind_view(k);
+        const std::string kind = m.layer_kinds.empty() ? "" : " (layer kind '" + m.layer_kinds[k].name + "')";
+        if (m.layers_of_kind(k) == 0) continue;
+        if (v.ffn % p.tp != 0) detail::require_divides("tp", p.tp, ("ffn" + kind).c_str(), v.ffn);
+        if (p.ep > 1 && v.is_moe() && v.experts % p.ep != 0)
+            detail::require_divides("ep", p.ep, ("experts" + kind).c_str(), v.experts);
+    }
     if (p.vpp > 1 && p.pp == 1) throw error("vpp (" + std::to_string(p.vpp) + ") needs pp > 1");
     // Bounds that keep the schedule's products (pp x vpp, M x vpp, (vpp - 1) x pp) inside 64 bits.
     if (p.pp > m.layers || p.vpp > m.layers)
@@ -158,8 +165,7 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     const std::uint64_t sequence_split = p.cp * (p.sequence_parallel ? p.tp : 1);
     detail::require_divides(p.sequence_parallel ? "cp x tp (sequence parallel)" : "cp", sequence_split, "seq", seq);
     if (p.ep > 1) {
-        if (!m.is_moe()) throw error("ep (" + std::to_string(p.ep) + ") needs a mixture-of-experts model");
-        detail::require_divides("ep", p.ep, "experts", m.experts);
+        if (!m.any_moe()) throw error("ep (" + std::to_string(p.ep) + ") needs a mixture-of-experts model");
         detail::require_divides("ep", p.ep, "dp", p.dp);
     }
     if (p.gathered_layers == 0) throw error("gathered_layers must be a positive integer (got 0)");

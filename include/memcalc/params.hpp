@@ -66,13 +66,17 @@ struct ParamRow {
     /// copy or optimiser state), in `storage` when given (a 4-bit base model), else the recipe's dtype.
     bool trainable = true;
     std::optional<Storage> storage;    ///< frozen tensors only
+    std::uint8_t kind = 0;             ///< Group::layer rows: the kind of layer (Architecture::layer_kinds) it belongs to
 };
 
 struct ParameterTable {
     std::vector<ParamRow> rows;
     std::uint64_t layers = 0;
+    std::size_t kinds = 1;                                    ///< kinds of layer: rows of each follow in turn
+    std::array<std::uint64_t, max_layer_kinds> kind_layers{};  ///< how many layers each kind has
+    std::vector<LayerRun> runs;                               ///< the kinds' order, first layer first
 
-    /// Parameters of one part; per-layer parts count one layer.
+    /// Parameters of one part; per-layer parts count one layer of each kind.
     Count part(Part p) const {
         Count sum;
         for (const auto& r : rows)
@@ -85,8 +89,20 @@ struct ParameterTable {
             if (r.group == g) sum += r.count;
         return sum;
     }
-    Count per_layer() const { return group(Group::layer); }
-    Count total() const { return group(Group::input) + Count(layers) * per_layer() + group(Group::head); }
+    /// One layer of kind `kind`.
+    Count per_layer(std::size_t kind = 0) const {
+        Count sum;
+        for (const auto& r : rows)
+            if (r.group == Group::layer && r.kind == kind) sum += r.count;
+        return sum;
+    }
+    /// A row's count in the whole model: a layer row once per layer of its kind.
+    Count in_model(const ParamRow& r) const { return r.group == Group::layer ? Count(kind_layers[r.kind]) * r.count : r.count; }
+    Count total() const {
+        Count sum;
+        for (const auto& r : rows) sum += in_model(r);
+        return sum;
+    }
 };
 
 inline const char* part_name(Part p) {
@@ -104,17 +120,22 @@ inline const char* part_name(Part p) {
 
 inline ParameterTable parameter_table(const Architecture& m) {
     validate(m);
-    const std::uint64_t h = m.hidden, f = m.ffn, V = m.vocab, E = m.experts;
+    const std::uint64_t h = m.hidden, V = m.vocab;
     const std::uint64_t q = m.heads * m.head_size();            // a*d, the query width
     const std::uint64_t kv = m.key_value_heads() * m.head_size();  // k*d, the key/value width
     ParameterTable t;
     t.layers = m.layers;
-    t.rows.reserve(24);
-    auto add = [&t](Part part, Group group, Text tensor, Text shape, Dims dims,
-                    ParamSplit split = ParamSplit::replicated, bool expert = false) {
+    t.kinds = m.kind_count();
+    for (std::size_t k = 0; k < t.kinds; ++k) t.kind_layers[k] = m.layers_of_kind(k);
+    t.runs = m.runs();
+    t.rows.reserve(24 * t.kinds);
+    std::uint8_t kind = 0;  // of the layer rows being added
+    auto add = [&t, &kind](Part part, Group group, Text tensor, Text shape, Dims dims,
+                           ParamSplit split = ParamSplit::replicated, bool expert = false) {
         Count n = 1;
         for (auto d : dims) n *= d;
-        t.rows.push_back({part, group, tensor, shape, dims, n, split, expert, true, std::nullopt});
+        t.rows.push_back({part, group, tensor, shape, dims, n, split, expert, true, std::nullopt,
+                          group == Group::layer ? kind : std::uint8_t{0}});
     };
     constexpr auto split = ParamSplit::tensor;
     struct NormNames {
@@ -132,40 +153,47 @@ inline ParameterTable parameter_table(const Architecture& m) {
         add(Part::embedding, Group::input, "position_embedding", "P x h", {m.learned_positions(), h});
     if (m.embedding_norm) add_norm(Part::embedding, Group::input, {"embedding_norm.weight", "embedding_norm.bias"});
 
-    // One layer: attention (a query heads, k key/value heads of width d).
-    add_norm(Part::norms, Group::layer,
-             m.norms_per_layer == 1 ? NormNames{"layer_norm.weight", "layer_norm.bias"}
-                                    : NormNames{"attention_norm.weight", "attention_norm.bias"});
-    add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q}, split);
-    add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv}, split);
-    add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv}, split);
-    if (m.bias != Bias::none) {
-        add(Part::attention, Group::layer, "q_proj.bias", "a*d", {q}, split);
-        add(Part::attention, Group::layer, "k_proj.bias", "k*d", {kv}, split);
-        add(Part::attention, Group::layer, "v_proj.bias", "k*d", {kv}, split);
-    }
-    add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
-    if (m.bias == Bias::attention || m.bias == Bias::all) add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
-    if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, {"post_attention_norm.weight", "post_attention_norm.bias"});
+    // The layers, a kind at a time (one kind: every layer alike).
+    for (std::size_t k = 0; k < t.kinds; ++k) {
+        kind = static_cast<std::uint8_t>(k);
+        const Architecture view = m.kind_view(k);
+        const std::uint64_t f = view.ffn, E = view.experts;
 
-    // One layer: the feed-forward block, once per expert for mixture-of-experts layers.
-    if (m.norms_per_layer >= 2) add_norm(Part::norms, Group::layer, {"mlp_norm.weight", "mlp_norm.bias"});
-    const bool moe = m.is_moe();
-    // `shape` for a dense layer, `experts_shape` for E stacked experts.
-    auto mlp = [&](Text name, Text shape, Text experts_shape, Dims dims, ParamSplit s) {
-        if (moe) dims.stack(E);
-        add(Part::mlp, Group::layer, name, moe ? experts_shape : shape, dims, s, moe);
-    };
-    if (moe) add(Part::router, Group::layer, "router", "h x E", {h, E});
-    if (m.mlp == Mlp::gated) mlp("gate_proj", "h x f", "E x h x f", {h, f}, split);
-    mlp("up_proj", "h x f", "E x h x f", {h, f}, split);
-    mlp("down_proj", "f x h", "E x f x h", {f, h}, split);
-    if (m.bias == Bias::all) {
-        if (m.mlp == Mlp::gated) mlp("gate_proj.bias", "f", "E x f", {f}, split);
-        mlp("up_proj.bias", "f", "E x f", {f}, split);
-        mlp("down_proj.bias", "h", "E x h", {h}, ParamSplit::replicated);  // a row-parallel layer adds its bias once
+        // One layer: attention (a query heads, k key/value heads of width d).
+        add_norm(Part::norms, Group::layer,
+                 m.norms_per_layer == 1 ? NormNames{"layer_norm.weight", "layer_norm.bias"}
+                                        : NormNames{"attention_norm.weight", "attention_norm.bias"});
+        add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q}, split);
+        add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv}, split);
+        add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv}, split);
+        if (m.bias != Bias::none) {
+            add(Part::attention, Group::layer, "q_proj.bias", "a*d", {q}, split);
+            add(Part::attention, Group::layer, "k_proj.bias", "k*d", {kv}, split);
+            add(Part::attention, Group::layer, "v_proj.bias", "k*d", {kv}, split);
+        }
+        add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
+        if (m.bias == Bias::attention || m.bias == Bias::all) add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
+        if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, {"post_attention_norm.weight", "post_attention_norm.bias"});
+
+        // One layer: the feed-forward block, once per expert for mixture-of-experts layers.
+        if (m.norms_per_layer >= 2) add_norm(Part::norms, Group::layer, {"mlp_norm.weight", "mlp_norm.bias"});
+        const bool moe = view.is_moe();
+        // `shape` for a dense layer, `experts_shape` for E stacked experts.
+        auto mlp = [&](Text name, Text shape, Text experts_shape, Dims dims, ParamSplit s) {
+            if (moe) dims.stack(E);
+            add(Part::mlp, Group::layer, name, moe ? experts_shape : shape, dims, s, moe);
+        };
+        if (moe) add(Part::router, Group::layer, "router", "h x E", {h, E});
+        if (m.mlp == Mlp::gated) mlp("gate_proj", "h x f", "E x h x f", {h, f}, split);
+        mlp("up_proj", "h x f", "E x h x f", {h, f}, split);
+        mlp("down_proj", "f x h", "E x f x h", {f, h}, split);
+        if (m.bias == Bias::all) {
+            if (m.mlp == Mlp::gated) mlp("gate_proj.bias", "f", "E x f", {f}, split);
+            mlp("up_proj.bias", "f", "E x f", {f}, split);
+            mlp("down_proj.bias", "h", "E x h", {h}, ParamSplit::replicated);  // a row-parallel layer adds its bias once
+        }
+        if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
     }
-    if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
 
     // The head side.
     add_norm(Part::final_norm, Group::head, {"final_norm.weight", "final_norm.bias"});

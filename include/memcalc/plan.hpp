@@ -92,7 +92,7 @@ inline double communication_bytes(const Workload& w, const Parallelism& p, const
     const double dp = static_cast<double>(p.dp);
     bytes += 2 * ring(dp) * params * static_cast<double>(w.recipe.gradient_bytes());
     if (p.zero >= 3) bytes += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
-    const double layers = static_cast<double>(f.layers);
+    const double layers = static_cast<double>(f.layers.layers);
     bytes += 4 * 2 * ring(static_cast<double>(p.tp)) * stream * layers * M;
     if (p.pp > 1) bytes += 2 * stream / (p.sequence_parallel ? static_cast<double>(p.tp) : 1) * M;
     const double kv = tokens * static_cast<double>(w.model.key_value_heads() * w.model.head_size()) * d /
@@ -132,8 +132,8 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
         try {
             const ActivationTables t = activation_tables(m, s, b, recipe->activations, request.base.activations,
                                                          request.base.framework.attention, request.base.framework.platform);
-            built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t.layer, t.input_side, t.head,
-                                                 t.forward_buffers, request.base.framework.optimizer, request.base.framework.grad_buffer),
+            built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t, request.base.framework.optimizer,
+                                                 request.base.framework.grad_buffer),
                                    compute_cost(m, s, b, mode).recompute_fraction());
         } catch (const overflow_error&) {
         }
@@ -141,8 +141,10 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
     };
 
     const std::vector<std::uint64_t> factors = divisors(request.gpus);
+    const bool moe = m.any_moe();
     const auto attention_heads_ok = [&](std::uint64_t tp) {
-        return m.heads % tp == 0 && m.key_value_heads() % tp == 0 && m.ffn % tp == 0 &&
+        return m.heads % tp == 0 && m.key_value_heads() % tp == 0 &&
+               m.every_kind([&](const Architecture& v) { return v.ffn % tp == 0; }) &&
                (request.max_tp == 0 || tp <= request.max_tp);
     };
     for (std::uint64_t tp : factors) {
@@ -152,8 +154,8 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
             if (!split) continue;
             for (std::uint64_t cp : divisors(request.gpus / (tp * pp))) {
                 const std::uint64_t dp = request.gpus / (tp * pp * cp);
-                for (std::uint64_t ep : m.is_moe() ? divisors(dp) : std::vector<std::uint64_t>{1}) {
-                    if (m.is_moe() && m.experts % ep != 0) continue;
+                for (std::uint64_t ep : moe ? divisors(dp) : std::vector<std::uint64_t>{1}) {
+                    if (!m.every_kind([&](const Architecture& v) { return !v.is_moe() || v.experts % ep == 0; })) continue;
                     for (bool sp : {false, true}) {
                         if (sp && tp == 1) continue;
                         if (s % (cp * (sp ? tp : 1)) != 0) continue;

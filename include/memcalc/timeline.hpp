@@ -2,12 +2,14 @@
 /// The steps of one training step (forward 1..L, loss, backward L..1, optimizer), what is live at
 /// each, and the peak.
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "memcalc/layers.hpp"
 #include "memcalc/units.hpp"
 
 namespace memcalc {
@@ -65,32 +67,31 @@ struct Step {
     }
 };
 
-/// The global number (1..L) of the i-th layer (0-based, forward order) a pipeline stage runs, when
-/// it holds chunks of `chunk` consecutive layers, chunk c being the model's (c pp + stage)-th.
-inline std::uint64_t layer_number(std::uint64_t i, std::uint64_t chunk, std::uint64_t pp, std::uint64_t stage) {
-    return (i / chunk * pp + stage) * chunk + i % chunk + 1;
-}
+/// One kind of layer's figures on one device.
+struct LayerInputs {
+    Count kept;              ///< one layer's kept activations under the chosen recomputation
+    Count rebuilt;           ///< what one layer's backward step rebuilds
+    Count gathered_weights;  ///< ZeRO-3's gathered and dequantized weights, during its forward and backward steps
+    Count gradients;         ///< one layer's (its shard, under ZeRO-2/3): ready once its backward step ends
+    Count gradient_bucket;   ///< ZeRO-2/3: a layer's full gradient, held until it is reduce-scattered
+    Count forward_work;      ///< the most its forward workspaces add to its step
+    Count backward_work;     ///< the most its backward workspaces add to its step
+    Count backward_work_held;  ///< the same when the gradients they write are already held
+};
 
-/// What one device's timeline needs to know, already in bytes.
-struct TimelineInputs {
-    // The layers this device runs, in forward order: `layers` of them, in chunks of `chunk`
-    // consecutive layers, chunk c being the (c pp + stage)-th of the model (interleaved pipelines).
-    std::uint64_t layers = 0, chunk = 0, pp = 1, stage = 0;
-    std::uint64_t first_layer = 0;  ///< layers before this device's first, when it holds one chunk (uneven stages)
+/// What one device's timeline needs to know, already in bytes. Its layers (StageLayers) may be of
+/// several kinds, each with its own LayerInputs.
+struct TimelineInputs : StageLayers {
     bool loss = true;             ///< it computes the loss (the last pipeline stage)
     std::uint64_t microbatches = 1;  ///< in the step: from the second on, the first's gradients are held
     /// A gradient buffer allocated for the whole run (Megatron-LM's, DeepSpeed's): every gradient is
     /// live at every step, from the first forward step on.
     bool persistent_gradients = false;
     Count weights, master_weights, optimizer_state;  ///< persistent through the whole step
-    Count layer_kept;             ///< one layer's kept activations under the chosen recomputation
-    Count layer_rebuilt;          ///< what one layer's backward step rebuilds
+    std::array<LayerInputs, max_layer_kinds> layer;  ///< by kind of layer
     Count other_microbatches;     ///< kept activations of the other micro-batches a pipeline stage holds
     Count later_other_microbatches;  ///< the same at a later micro-batch (1F1B: one fewer left to start)
-    Count gathered_weights;       ///< ZeRO-3's gathered and dequantized weights, during forward and backward steps
     Count head_gradients;         ///< final norm and output head: ready after the first backward step starts
-    Count layer_gradients;        ///< one layer's (its shard, under ZeRO-2/3): ready once its backward step ends
-    Count layer_gradient_bucket;  ///< ZeRO-2/3: a layer's full gradient, held until it is reduce-scattered
     Count buffered_gradients;     ///< into held gradients: a tied table's from the head until the embedding's backward
     /// The same with no gradient held yet, where the gradients are sharded (ZeRO-2/3) or offloaded:
     /// the table's gradient is whole until the embedding's backward hands it over.
@@ -110,18 +111,28 @@ struct TimelineInputs {
     Count later_loss_work;
     Count optimizer_work;         ///< the optimiser step's temporaries
     Count input_backward_work;    ///< what the embedding's backward adds to backward 1 over its layer's
-    Count layer_forward_work;     ///< the most a layer's forward workspaces add to its step
-    Count layer_backward_work;    ///< the most a layer's backward workspaces add to its step
-    /// The same two when the gradients they write are already held (accumulated into, or a buffer).
-    Count input_backward_work_held, layer_backward_work_held;
+    Count input_backward_work_held;  ///< the same when the gradients it writes are already held
 
-    /// The global number (1..L) of the i-th layer this device runs (0-based, forward order).
-    std::uint64_t layer_id(std::uint64_t i) const {
-        if (chunk == 0 || chunk == layers) return first_layer + i + 1;
-        return layer_number(i, chunk, pp, stage);
+    /// `n` layers of each kind, times what one of that kind holds (`member`).
+    Count per_kind(const KindCounts& n, Count LayerInputs::*member) const {
+        Count sum;
+        for (std::size_t k = 0; k < kinds(); ++k) sum += Count(n[k]) * (layer[k].*member);
+        return sum;
+    }
+    /// `member` summed over positions first..last (1-based, inclusive; none when first > last).
+    Count over(std::uint64_t first, std::uint64_t last, Count LayerInputs::*member) const {
+        if (first > last) return 0;
+        if (uniform()) return Count(last - first + 1) * (layer[0].*member);
+        return over_kinds(first, last, member);
+    }
+    Count over_kinds(std::uint64_t first, std::uint64_t last, Count LayerInputs::*member) const {
+        KindCounts n = counts(last);
+        const KindCounts before = counts(first - 1);
+        for (std::size_t k = 0; k < kinds(); ++k) n[k] -= before[k];
+        return per_kind(n, member);
     }
     /// Every gradient this device holds once its backward pass is done.
-    Count all_gradients() const { return head_gradients + Count(layers) * layer_gradients + input_gradients; }
+    Count all_gradients() const { return head_gradients + over(1, layers, &LayerInputs::gradients) + input_gradients; }
     /// Whether micro-batch `microbatch` starts with every gradient present.
     bool gradients_held(std::uint64_t microbatch) const { return persistent_gradients || microbatch > 1; }
 };
@@ -138,37 +149,40 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
     // Held gradients are live throughout; a ZeRO-2/3 bucket also while a backward step fills it.
     const Count held_gradients = held ? in.all_gradients() : Count(0);
     b.gradients = held_gradients;
-    const auto kept = [&](std::uint64_t layers) {
-        return (later ? in.later_input_side_kept + in.later_other_microbatches
-                      : in.input_side_kept + in.other_microbatches) +
-               Count(layers) * in.layer_kept;
-    };
+    const std::uint64_t done = phase == Phase::loss ? L : position;  // the layers up to this step's
+    const Count kept = (later ? in.later_input_side_kept + in.later_other_microbatches
+                              : in.input_side_kept + in.other_microbatches) +
+                       in.over(1, done, &LayerInputs::kept);
+    const bool at_layer = phase == Phase::forward || phase == Phase::backward;
+    const LayerInputs& here = in.layer[at_layer && !in.uniform() ? in.kind_at(position) : 0];
     switch (phase) {
         case Phase::forward:
-            b.kept_activations = kept(position);
-            b.gathered_weights = in.gathered_weights;
-            b.workspace = in.forward_buffers + in.layer_forward_work;
+            b.kept_activations = kept;
+            b.gathered_weights = here.gathered_weights;
+            b.workspace = in.forward_buffers + here.forward_work;
             if (later && in.loss) b.logits = in.logits;  // the previous micro-batch's
             return {phase, in.layer_id(position - 1), b, microbatch};
         case Phase::loss:
-            b.kept_activations = kept(L);
+            b.kept_activations = kept;
             b.logits = in.logits + in.loss_buffers + in.logits_gradient;
             b.workspace = later ? in.later_loss_work : in.loss_work;
             return {phase, 0, b, microbatch};
-        case Phase::backward:
-            b.kept_activations = kept(position);
-            b.rebuilt_activations = in.layer_rebuilt;
-            b.gathered_weights = in.gathered_weights;
+        case Phase::backward: {
+            b.kept_activations = kept;
+            b.rebuilt_activations = here.rebuilt;
+            b.gathered_weights = here.gathered_weights;
             b.activation_gradient = in.activation_gradient;
-            b.workspace = (held ? in.layer_backward_work_held : in.layer_backward_work) + in.recompute_buffers;
+            b.workspace = (held ? here.backward_work_held : here.backward_work) + in.recompute_buffers;
             if (position == 1)
                 b.workspace = std::max(b.workspace, held ? in.input_backward_work_held : in.input_backward_work);
             if (in.loss) b.logits = position == L ? in.logits + in.logits_gradient : in.logits;
+            // The layers after this one have finished their backward steps.
             b.gradients = (held ? held_gradients + in.buffered_gradients
-                                : in.head_gradients + Count(L - position) * in.layer_gradients +
+                                : in.head_gradients + in.over(position + 1, L, &LayerInputs::gradients) +
                                       in.buffered_first_gradients) +
-                          in.layer_gradient_bucket;
+                          here.gradient_bucket;
             return {phase, in.layer_id(position - 1), b, microbatch};
+        }
         case Phase::optimizer:
             if (in.loss) b.logits = in.logits;
             b.workspace = in.optimizer_work;
@@ -209,16 +223,23 @@ inline void linear_run(std::vector<Step>& steps, const TimelineInputs& in, Phase
 
 /// Every step, in order: for micro-batch 1 (and 2, standing for every later one) forward 1..L, loss
 /// (last stage), backward L..1; then the optimizer. Backward L (the logits' gradient) and backward 1
-/// (the embedding's backward) differ; the steps between are linear in the position.
+/// (the embedding's backward) differ; the steps between are linear in the position within each run
+/// of one kind of layer.
 inline std::vector<Step> timeline(const TimelineInputs& in) {
     std::vector<Step> steps;
     const std::uint64_t shown = shown_microbatches(in), L = in.layers;
     steps.reserve(shown * (2 * L + 1) + 1);
     for (std::uint64_t mb = 1; mb <= shown; ++mb) {
-        if (L >= 1) detail::linear_run(steps, in, Phase::forward, 1, L, mb);
+        for (std::uint64_t a = 1, b; a <= L; a = b + 1) {
+            b = in.run_end(a);
+            detail::linear_run(steps, in, Phase::forward, a, b, mb);
+        }
         if (in.loss) steps.push_back(step_at(in, Phase::loss, 0, mb));
         if (L >= 1) steps.push_back(step_at(in, Phase::backward, L, mb));
-        if (L >= 3) detail::linear_run(steps, in, Phase::backward, L - 1, 2, mb);
+        for (std::uint64_t b = L - 1, a; L >= 3 && b >= 2; b = a - 1) {
+            a = std::max<std::uint64_t>(2, in.run_start(b));
+            detail::linear_run(steps, in, Phase::backward, b, a, mb);
+        }
         if (L >= 2) steps.push_back(step_at(in, Phase::backward, 1, mb));
     }
     steps.push_back(step_at(in, Phase::optimizer, 0));
@@ -226,10 +247,13 @@ inline std::vector<Step> timeline(const TimelineInputs& in) {
 }
 
 /// The peak step of timeline(in) without building it: within the forward steps and within
-/// backward L-1..1 of a micro-batch each step's bytes are linear in its position, so the earliest
-/// largest step is one of forward 1, forward L, loss, backward L, backward L-1, backward 1 (of each
-/// micro-batch shown) and optimizer.
-inline Step peak_step(const TimelineInputs& in) {
+/// backward L-1..2 of a micro-batch, each run of one kind of layer is linear in the position, so the
+/// earliest largest step is one of forward 1, the ends of each forward run, loss, backward L, the
+/// ends of each backward run, backward 1 (of each micro-batch shown) and optimizer. One kind: forward
+/// 1 and L, backward L, L-1 and 1, as the steps between are dominated by one of their ends.
+/// Flattened: its dozen steps inline, each specialised to its phase (sweeps, fit and plan call this
+/// a million times a second).
+[[gnu::flatten]] inline Step peak_step(const TimelineInputs& in) {
     const std::uint64_t L = in.layers;
     Step best = step_at(in, Phase::forward, 1);
     const auto consider = [&](Phase phase, std::uint64_t position, std::uint64_t mb) {
@@ -238,11 +262,19 @@ inline Step peak_step(const TimelineInputs& in) {
     };
     for (std::uint64_t mb = 1; mb <= shown_microbatches(in); ++mb) {  // in time order: a tie keeps the earliest
         if (mb > 1) consider(Phase::forward, 1, mb);
-        consider(Phase::forward, L, mb);
+        for (std::uint64_t a = 1, b; a <= L; a = b + 1) {
+            b = in.run_end(a);
+            if (a > 1) consider(Phase::forward, a, mb);
+            if (b > a) consider(Phase::forward, b, mb);
+        }
         if (in.loss) consider(Phase::loss, 0, mb);
         consider(Phase::backward, L, mb);
-        if (L >= 2) consider(Phase::backward, L - 1, mb);
-        consider(Phase::backward, 1, mb);
+        for (std::uint64_t b = L - 1, a; L >= 3 && b >= 2; b = a - 1) {
+            a = std::max<std::uint64_t>(2, in.run_start(b));
+            consider(Phase::backward, b, mb);
+            if (a < b && !in.uniform()) consider(Phase::backward, a, mb);
+        }
+        if (L >= 2) consider(Phase::backward, 1, mb);
     }
     consider(Phase::optimizer, 0, 1);
     return best;

@@ -4,6 +4,7 @@
 /// follows in a few operations: estimate() builds its timelines from these, and fit and plan search
 /// thousands of layouts a millisecond with them.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "memcalc/activations.hpp"
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/framework.hpp"
+#include "memcalc/layers.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/parallel.hpp"
 #include "memcalc/params.hpp"
@@ -88,14 +90,15 @@ inline Count largest_on_rank(const std::vector<WorkspaceEffect>& effects, const 
 /// The layer's parameters whose gradients exist once the backward pass reaches `first`: it and every
 /// later tensor of the layer in forward order, each bias with its weight. `only_first`: `first` and
 /// its bias alone.
-inline SplitParams gradients_from(const ParameterTable& t, Text first, std::uint64_t V, bool only_first = false) {
+inline SplitParams gradients_from(const ParameterTable& t, Text first, std::uint64_t V, bool only_first = false,
+                                  std::size_t kind = 0) {
     SplitParams ready;
     if (first.empty()) return ready;
     std::vector<Text> earlier;
     earlier.reserve(t.rows.size());
     bool reached = false;
     for (const auto& row : t.rows) {
-        if (row.group != Group::layer) continue;
+        if (row.group != Group::layer || row.kind != kind) continue;
         reached = reached || row.tensor == first;
         constexpr Text suffix = ".bias";
         const bool bias = row.tensor.size() > suffix.size() &&
@@ -117,9 +120,10 @@ inline SplitParams gradients_from(const ParameterTable& t, Text first, std::uint
 struct LargestTensors {
     Count count[3][3][2] = {};  ///< [Group][ParamSplit][expert]
 
+    /// An expert row counts one expert: each is a tensor of its own.
     void add(const ParamRow& r) {
         Count& most = count[static_cast<int>(r.group)][static_cast<int>(r.split)][r.expert ? 1 : 0];
-        most = std::max(most, r.count);
+        most = std::max(most, r.expert ? Count(r.count.value() / *r.dims.begin()) : r.count);
     }
 };
 
@@ -129,7 +133,8 @@ struct LargestTensors {
 struct StateClass {
     bool trainable = true;
     std::optional<Storage> storage;  ///< a frozen class's weights; none: the recipe's weight dtype
-    SplitParams input, per_layer, head;
+    SplitParams input, head;
+    std::array<SplitParams, max_layer_kinds> per_layer;  ///< one layer of each kind
     SplitParams tied_embedding;      ///< the embedding rows of the head's group (tied models)
     Count total;                     ///< the whole model's
 
@@ -146,10 +151,11 @@ struct ParameterSplits {
     /// classes[0] is the trainable one (empty when everything is frozen); then one per frozen storage.
     std::vector<StateClass> classes;
     /// Into held gradients a weight's fresh gradient is new until autograd adds it in; which one is
-    /// alive at a workspace's peak is not always the op's own (measured), so the layer's largest.
-    SplitParams fresh_gradient;
+    /// alive at a workspace's peak is not always the op's own (measured), so the layer's largest (by kind).
+    std::array<SplitParams, max_layer_kinds> fresh_gradient;
     LargestTensors largest;  ///< of the trainable tensors: the for-loop optimiser steps those
     ParameterTable table;    ///< the rows themselves: a workspace names the first whose gradient exists
+    LayerPattern pattern;    ///< which kind each layer is
 
     const StateClass& trainable() const { return classes.front(); }
 };
@@ -158,8 +164,9 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(const ParameterTa
     auto made = std::make_shared<ParameterSplits>();
     ParameterSplits& splits = *made;
     splits.table = params;
+    splits.pattern = LayerPattern(params.runs.empty() ? std::vector<LayerRun>{{0, params.layers}} : params.runs, params.kinds);
     splits.classes.emplace_back();  // the trainable class, always first
-    const ParamRow* largest = nullptr;
+    std::array<const ParamRow*, max_layer_kinds> largest{};  // of each kind's layer
     for (const auto& row : params.rows) {
         if (row.trainable && row.storage)
             throw error("tensor " + std::string(row.tensor) + " is trainable: only a frozen tensor has a storage of its own");
@@ -169,21 +176,24 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(const ParameterTa
             frozen.trainable = false, frozen.storage = row.storage;
             c = splits.classes.insert(splits.classes.end(), frozen);
         }
-        c->total += row.group == Group::layer ? Count(params.layers) * row.count : row.count;
+        c->total += params.in_model(row);
         if (row.trainable) splits.largest.add(row);
         switch (row.group) {
             case Group::input: c->input.add(row, V); break;
-            case Group::layer:
-                c->per_layer.add(row, V);
-                if (row.trainable && (largest == nullptr || row.count > largest->count)) largest = &row;
+            case Group::layer: {
+                c->per_layer[row.kind].add(row, V);
+                const ParamRow*& most = largest[row.kind];
+                if (row.trainable && (most == nullptr || row.count > most->count)) most = &row;
                 break;
+            }
             case Group::head:
                 c->head.add(row, V);
                 if (row.part == Part::embedding) c->tied_embedding.add(row, V);
                 break;
         }
     }
-    if (largest != nullptr) splits.fresh_gradient = gradients_from(params, largest->tensor, V, true);
+    for (std::size_t k = 0; k < params.kinds; ++k)
+        if (largest[k] != nullptr) splits.fresh_gradient[k] = gradients_from(params, largest[k]->tensor, V, true, k);
     return made;
 }
 
@@ -199,11 +209,17 @@ inline TrainingState model_state(const ParameterSplits& splits, const Recipe& re
     return total;
 }
 
+/// One kind of layer's share of a workload, one layer of one micro-batch.
+struct LayerWork {
+    SplitBytes kept, rebuilt;  ///< under the recomputation
+    std::vector<WorkspaceEffect> forward_work, backward_work;  ///< its workspaces
+};
+
 struct Workload {
     Architecture model;
     Recipe recipe;
     std::uint64_t seq = 0, micro_batch = 1;
-    SplitBytes layer_kept, layer_rebuilt;  ///< one layer of one micro-batch, under the recomputation
+    std::vector<LayerWork> layers;         ///< by kind of layer
     SplitBytes input_side, head;           ///< what the embedding side and the head save
     SplitBytes forward_buffers;            ///< built by the forward pass for all its layers (the causal mask)
     Recompute recompute = Recompute::none;
@@ -212,7 +228,6 @@ struct Workload {
     bool autograd_order = false;
     OptimizerImpl optimizer = OptimizerImpl::fused;
     GradBuffer grad_buffer = GradBuffer::lazy;
-    std::vector<WorkspaceEffect> forward_work, backward_work;  ///< one layer's workspaces
     std::shared_ptr<const ParameterSplits> parameters;  ///< the model's, shared by all its workloads
 };
 
@@ -220,59 +235,85 @@ struct Workload {
 /// only the layer's; the architecture model also the embedding side's, the head's, the forward
 /// pass's buffers and the layer's workspaces.
 struct ActivationTables {
-    LayerActivations layer;
+    LayerActivations layer;                     ///< one layer of the first kind (every layer, with one kind)
+    std::vector<LayerActivations> other_kinds;  ///< one layer of each further kind
     std::vector<SavedTensor> input_side, head, forward_buffers;
+
+    /// One layer of kind `kind`.
+    const LayerActivations& of_kind(std::size_t kind) const { return kind == 0 ? layer : other_kinds[kind - 1]; }
 };
 
 /// `compute`: the recipe's compute dtype, which the activations are stored in.
 inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s, std::uint64_t b, DType compute,
                                           ActivationModel model, Attention attention,
                                           Platform platform = Platform::cuda) {
-    if (model == ActivationModel::korthikanti) return {korthikanti_layer(m, s, b, bytes_per_element(compute)), {}, {}, {}};
-    return {architecture_layer(m, s, b, compute, attention, platform), input_side_saved(m, s, b, compute, platform),
-            head_saved(m, s, b, compute, platform), forward_buffers(s, b, compute, attention)};
+    const auto layer = [&](const Architecture& view) {
+        return model == ActivationModel::korthikanti ? korthikanti_layer(view, s, b, bytes_per_element(compute))
+                                                     : architecture_layer(view, s, b, compute, attention, platform);
+    };
+    ActivationTables t;
+    t.layer = layer(m.layer_kinds.empty() ? m : m.kind_view(0));
+    for (std::size_t k = 1; k < m.kind_count(); ++k) t.other_kinds.push_back(layer(m.kind_view(k)));
+    if (model == ActivationModel::architecture) {
+        t.input_side = input_side_saved(m, s, b, compute, platform);
+        t.head = head_saved(m, s, b, compute, platform);
+        t.forward_buffers = forward_buffers(s, b, compute, attention);
+    }
+    return t;
 }
 
-/// `layer`, `input_side` and `head` are the whole model's tables (not split across ranks).
+/// `t`: the whole model's tables (not split across ranks).
 inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::uint64_t seq, std::uint64_t micro_batch,
-                              Recompute mode, std::shared_ptr<const ParameterSplits> params, const LayerActivations& layer,
-                              const std::vector<SavedTensor>& input_side, const std::vector<SavedTensor>& head,
-                              const std::vector<SavedTensor>& forward_buffers = {},
+                              Recompute mode, std::shared_ptr<const ParameterSplits> params, const ActivationTables& t,
                               OptimizerImpl optimizer = OptimizerImpl::fused,
                               GradBuffer grad_buffer = GradBuffer::lazy) {
-    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, {}, mode, !head.empty(), optimizer, grad_buffer, {}, {},
-               std::move(params)};
+    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), optimizer, grad_buffer, std::move(params)};
     const std::uint64_t V = m.vocab;
-    for (const auto& row : forward_buffers) w.forward_buffers.add(row);
-    for (const auto& work : layer.work) {
-        WorkspaceEffect e;
-        workspace_effect(layer.rows, work, mode, e.added, e.covered);
-        e.gradients = gradients_from(w.parameters->table, work.gradients_from, V);
-        (work.backward ? w.backward_work : w.forward_work).push_back(e);
+    for (const auto& row : t.forward_buffers) w.forward_buffers.add(row);
+    w.layers.resize(m.kind_count());
+    for (std::size_t k = 0; k < w.layers.size(); ++k) {
+        const LayerActivations& layer = t.of_kind(k);
+        LayerWork& lw = w.layers[k];
+        for (const auto& work : layer.work) {
+            WorkspaceEffect e;
+            workspace_effect(layer.rows, work, mode, e.added, e.covered);
+            e.gradients = gradients_from(w.parameters->table, work.gradients_from, V, false, k);
+            (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
+        }
+        for (const auto& row : layer.rows) {
+            if (row.kept(mode)) lw.kept.add(row);
+            if (rebuilt_by(row, mode)) lw.rebuilt.add(row);
+        }
+        if (mode == Recompute::full) lw.kept.sequence = layer.input_bytes;  // the layer's input, on the residual stream
     }
-    for (const auto& row : layer.rows) {
-        if (row.kept(mode)) w.layer_kept.add(row);
-        if (rebuilt_by(row, mode)) w.layer_rebuilt.add(row);
-    }
-    if (mode == Recompute::full) w.layer_kept.sequence = layer.input_bytes;  // the layer's input, on the residual stream
-    for (const auto& row : input_side) w.input_side.add(row);
-    for (const auto& row : head) w.head.add(row);
+    for (const auto& row : t.input_side) w.input_side.add(row);
+    for (const auto& row : t.head) w.head.add(row);
     return w;
 }
 
 /// Parameters on one rank of a stage, by group: after tensor, expert and pipeline splits.
 struct RankParams {
-    Count input, per_layer, head;
-    Count per_layer_experts;  ///< the experts' part of per_layer
+    Count input, head;
+    std::array<Count, max_layer_kinds> per_layer{};          ///< one layer of each kind
+    std::array<Count, max_layer_kinds> per_layer_experts{};  ///< the experts' part of per_layer
 
-    Count total(std::uint64_t layers) const { return input + Count(layers) * per_layer + head; }
-    Count experts(std::uint64_t layers) const { return Count(layers) * per_layer_experts; }
+    /// With `n` layers of each of `kinds` kinds.
+    Count total(const KindCounts& n, std::size_t kinds) const { return input + layers(n, kinds, per_layer) + head; }
+    Count experts(const KindCounts& n, std::size_t kinds) const { return layers(n, kinds, per_layer_experts); }
+    static Count layers(const KindCounts& n, std::size_t kinds, const std::array<Count, max_layer_kinds>& each) {
+        Count sum;
+        for (std::size_t k = 0; k < kinds; ++k) sum += Count(n[k]) * each[k];
+        return sum;
+    }
 };
 
-inline RankParams rank_params(const StateClass& groups, const Parallelism& p, std::uint64_t V, bool first, bool last) {
+inline RankParams rank_params(const StateClass& groups, const Parallelism& p, std::uint64_t V, std::size_t kinds,
+                              bool first, bool last) {
     RankParams r;
-    r.per_layer = groups.per_layer.on_rank(p, V);
-    r.per_layer_experts = groups.per_layer.experts_on_rank(p);
+    for (std::size_t k = 0; k < kinds; ++k) {
+        r.per_layer[k] = groups.per_layer[k].on_rank(p, V);
+        r.per_layer_experts[k] = groups.per_layer[k].experts_on_rank(p);
+    }
     if (first) r.input = groups.input.on_rank(p, V);
     if (last) r.head = groups.head.on_rank(p, V);
     // A tied embedding is also the head's matrix: across stages the first keeps its own copy.
@@ -280,17 +321,30 @@ inline RankParams rank_params(const StateClass& groups, const Parallelism& p, st
     return r;
 }
 
+/// The layers pipeline stage `stage` runs, with the model's pattern of kinds.
+inline StageLayers stage_layers(const Workload& w, const Parallelism& p, std::uint64_t stage) {
+    const std::uint64_t L = w.model.layers;
+    StageLayers s;
+    s.layers = p.vpp == 1 ? stage_layer_count(p, L, stage) : L / p.pp;
+    s.chunk = p.vpp == 1 ? s.layers : L / (p.pp * p.vpp);
+    s.first_layer = p.vpp == 1 ? stage_first_layer(p, L, stage) : 0;
+    s.pp = p.pp;
+    s.stage = stage;
+    return s.with(w.parameters->pattern);
+}
+
 /// What one rank of pipeline stage `stage` holds apart from its timeline.
 struct StageFacts {
     std::uint64_t stage = 0, in_flight = 1;
     std::uint64_t later_in_flight = 1;  ///< at a later micro-batch's backward (in_flight(p, stage, true))
-    Count input, per_layer, head;  ///< parameters by group on this rank, every class
-    Count per_layer_experts;       ///< the experts' part of per_layer
+    StageLayers layers;            ///< its layers, and how many of each kind (kind_layers)
+    KindCounts kind_layers{};
+    RankParams all;                ///< parameters by group on this rank, every class
     RankParams trainable;          ///< the same of the trainable parameters: those with gradients
     Count trainable_dense, trainable_experts;  ///< all of them on this rank, outside and inside experts
-    Count per_layer_weight_bytes;  ///< one layer's weights on this rank, each class in its storage
-    Count per_layer_dequantized;   ///< those in a storage of their own, in the recipe's weight dtype
-    std::uint64_t layers = 0;
+    /// One layer's weights of each kind on this rank, each class in its storage; and those in a
+    /// storage of their own, in the recipe's weight dtype.
+    std::array<Count, max_layer_kinds> layer_weight_bytes{}, layer_dequantized{};
     Count parameters;              ///< on this rank: after tensor, expert and pipeline splits
     Count expert_parameters;       ///< the experts' part of them
     TrainingState state;           ///< on the device, after ZeRO sharding and offload
@@ -315,21 +369,26 @@ inline TrainingState class_state(const StateClass& c, Count dense, Count experts
 
 inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint64_t stage) {
     const std::uint64_t V = w.model.vocab;
+    const std::size_t kinds = w.layers.size();
     const bool first = stage == 0, last = stage + 1 == p.pp;
     StageFacts f;
     f.stage = stage;
     f.in_flight = in_flight(p, stage);
     if (p.steps_per_batch() > 1) f.later_in_flight = in_flight(p, stage, true);
-    f.layers = p.vpp == 1 ? stage_layer_count(p, w.model.layers, stage) : w.model.layers / p.pp;
+    f.layers = stage_layers(w, p, stage);
+    f.kind_layers = f.layers.counts(f.layers.layers);
     for (const StateClass& c : w.parameters->classes) {
-        const RankParams r = rank_params(c, p, V, first, last);
-        const Count total = r.total(f.layers), experts = r.experts(f.layers);
+        const RankParams r = rank_params(c, p, V, kinds, first, last);
+        const Count total = r.total(f.kind_layers, kinds), experts = r.experts(f.kind_layers, kinds);
         const Count dense = Count(total.value() - experts.value());
         if (c.trainable) f.trainable = r, f.trainable_dense = dense, f.trainable_experts = experts;
-        f.input += r.input, f.per_layer += r.per_layer, f.head += r.head, f.per_layer_experts += r.per_layer_experts;
+        f.all.input += r.input, f.all.head += r.head;
+        for (std::size_t k = 0; k < kinds; ++k) {
+            f.all.per_layer[k] += r.per_layer[k], f.all.per_layer_experts[k] += r.per_layer_experts[k];
+            f.layer_weight_bytes[k] += c.weight_bytes(r.per_layer[k], w.recipe);
+            if (c.storage) f.layer_dequantized[k] += r.per_layer[k] * w.recipe.weight_bytes();
+        }
         f.parameters += total, f.expert_parameters += experts;
-        f.per_layer_weight_bytes += c.weight_bytes(r.per_layer, w.recipe);
-        if (c.storage) f.per_layer_dequantized += r.per_layer * w.recipe.weight_bytes();
         f.state = f.state + class_state(c, dense, experts, w.recipe, p);
     }
     if (p.offload != Offload::none) {
@@ -370,7 +429,6 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
                     for (int expert = 0; expert < 2; ++expert) {
                         Count n = most[static_cast<int>(group)][static_cast<int>(split)][expert];
                         if (n == 0) continue;
-                        if (expert) n = Count(n.value() / w.model.experts);  // experts are tensors each
                         if (split == ParamSplit::tensor) n = ceil_div(n, p.tp);
                         if (split == ParamSplit::vocab) n = Count(n.value() / V) * ceil_div(V, p.tp);
                         largest = std::max(largest, n);
@@ -385,27 +443,33 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
 inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, const StageFacts& f) {
     const Architecture& m = w.model;
     const std::uint64_t V = m.vocab, d = w.recipe.activation_bytes();
+    const std::size_t kinds = w.layers.size();
     const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
     TimelineInputs in;
-    in.layers = f.layers;
-    in.chunk = p.vpp == 1 ? f.layers : m.layers / (p.pp * p.vpp);
-    in.first_layer = p.vpp == 1 ? stage_first_layer(p, m.layers, f.stage) : 0;
-    in.pp = p.pp;
-    in.stage = f.stage;
+    static_cast<StageLayers&>(in) = f.layers;
     in.loss = last;
     in.microbatches = p.steps_per_batch();
     in.persistent_gradients = w.grad_buffer == GradBuffer::persistent;
     in.weights = f.state.weights;
     in.master_weights = f.state.master_weights;
     in.optimizer_state = f.state.optimizer_state;
-    in.layer_kept = w.layer_kept.on_rank(p, V);
-    in.layer_rebuilt = w.layer_rebuilt.on_rank(p, V);
+    Count most_kept, most_weights;  // of one layer, over the kinds this stage runs
+    for (std::size_t k = 0; k < kinds; ++k) {
+        in.layer[k].kept = w.layers[k].kept.on_rank(p, V);
+        in.layer[k].rebuilt = w.layers[k].rebuilt.on_rank(p, V);
+        if (f.kind_layers[k] == 0) continue;
+        most_kept = std::max(most_kept, in.layer[k].kept);
+        most_weights = std::max(most_weights, f.layer_weight_bytes[k]);
+    }
 
     // A pipeline stage also holds the activations of the other micro-batches in flight: 1F1B keeps
-    // whole micro-batches, the interleaved schedule model chunks of L / (P V) layers.
+    // whole micro-batches, the interleaved schedule model chunks of L / (P V) layers (of whichever
+    // kinds: each counted as the stage's largest, leaning high where kinds differ).
+    const Count stage_kept = in.per_kind(f.kind_layers, &LayerInputs::kept);
     const auto others = [&](std::uint64_t in_flight) {
-        const std::uint64_t held = in_flight * (p.vpp == 1 ? f.layers : in.chunk);
-        return Count(held > f.layers ? held - f.layers : 0) * in.layer_kept;
+        if (p.vpp == 1) return in_flight > 1 ? Count(in_flight - 1) * stage_kept : Count(0);
+        const std::uint64_t held = in_flight * in.chunk;
+        return Count(held > in.layers ? held - in.layers : 0) * most_kept;
     };
     const auto input_side = [&](std::uint64_t in_flight) {
         const std::uint64_t batches_held = p.vpp == 1 ? in_flight : (in_flight + p.vpp - 1) / p.vpp;
@@ -416,11 +480,6 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.later_other_microbatches = others(f.later_in_flight);
     in.later_input_side_kept = input_side(f.later_in_flight);
 
-    if (p.zero >= 3)  // each layer's full weights are gathered before its forward and its backward step
-        in.gathered_weights = Count(std::min<std::uint64_t>(p.gathered_layers, f.layers)) * f.per_layer_weight_bytes;
-    // Weights in a storage of their own (4-bit) are dequantized for the layer being computed. Not yet
-    // measured against a real loop, so a whole layer's copy in the weight dtype is counted: it leans high.
-    in.gathered_weights += f.per_layer_dequantized;
     const Count g = w.recipe.gradient_bytes();
     // ZeRO-2/3 keep this rank's shard of each gradient (ZeRO-Offload: not even that, it goes to the host).
     const bool on_host = p.zero >= 2 && p.offload != Offload::none;
@@ -429,9 +488,26 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     };
     const RankParams& t = f.trainable;  // the parameters with gradients
     in.head_gradients = sharded(t.head, 0) * g;
-    in.layer_gradients = sharded(Count(t.per_layer.value() - t.per_layer_experts.value()), t.per_layer_experts) * g;
     in.input_gradients = sharded(t.input, 0) * g;
-    if (p.zero >= 2) in.layer_gradient_bucket = t.per_layer * g;  // until its reduce-scatter
+    const std::uint64_t gathered = std::min<std::uint64_t>(p.gathered_layers, in.layers);
+    for (std::size_t k = 0; k < kinds; ++k) {
+        LayerInputs& layer = in.layer[k];
+        const LayerWork& work = w.layers[k];
+        // ZeRO-3 gathers each layer's full weights before its forward and its backward step: this
+        // one's and the prefetched ones' (counted as the stage's largest kind).
+        if (p.zero >= 3 && gathered > 0)
+            layer.gathered_weights = f.layer_weight_bytes[k] + Count(gathered - 1) * most_weights;
+        // Weights in a storage of their own (4-bit) are dequantized for the layer being computed. Not yet
+        // measured against a real loop, so a whole layer's copy in the weight dtype is counted: it leans high.
+        layer.gathered_weights += f.layer_dequantized[k];
+        layer.gradients = sharded(Count(t.per_layer[k].value() - t.per_layer_experts[k].value()), t.per_layer_experts[k]) * g;
+        if (p.zero >= 2) layer.gradient_bucket = t.per_layer[k] * g;  // until its reduce-scatter
+        layer.forward_work = largest_on_rank(work.forward_work, p, V, 0);
+        // The layer's gradients written so far count unless a bucket or the held gradients have them already.
+        layer.backward_work = largest_on_rank(work.backward_work, p, V, p.zero >= 2 ? Count(0) : g);
+        layer.backward_work_held =
+            largest_on_rank(work.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.parameters->fresh_gradient[k]);
+    }
 
     in.forward_buffers = w.forward_buffers.on_rank(p, V);
     // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last rebuild.
@@ -459,22 +535,19 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     }
     in.activation_gradient = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * d, p);
     in.optimizer_work = optimizer_step_work(w, p, f);
-    if (w.autograd_order && first) {
+    if (w.autograd_order && first && in.layers > 0) {
         // Once layer 1's backward ends, the embedding's writes a gradient for its whole table (V x h,
         // whatever rows the batch used); a tied table's is then added to the head's out of place,
         // a second such table for a moment. Layer 1's activations are gone by then, its gradients not.
         // Into held gradients the table is still written whole, then added.
+        const LayerInputs& layer1 = in.layer[in.kind_at(1)];
         const Count table = m.tied_embeddings ? w.parameters->trainable().tied_embedding.on_rank(p, V) * Count(2) : Count(0);
         const Count fresh = (t.input + table) * g;
-        const Count freed = in.layer_kept + in.layer_rebuilt;
+        const Count freed = layer1.kept + layer1.rebuilt;
         const auto beyond = [&](Count written) { return written > freed ? Count(written.value() - freed.value()) : Count(0); };
-        in.input_backward_work = beyond(fresh + in.layer_gradients);
+        in.input_backward_work = beyond(fresh + layer1.gradients);
         in.input_backward_work_held = beyond(fresh);
     }
-    in.layer_forward_work = largest_on_rank(w.forward_work, p, V, 0);
-    // The layer's gradients written so far count unless a bucket or the held gradients have them already.
-    in.layer_backward_work = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g);
-    in.layer_backward_work_held = largest_on_rank(w.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.parameters->fresh_gradient);
     // A tied table is used twice on a stage holding both ends: autograd keeps the head's gradient of it
     // until the embedding's backward adds its own, then hands the sum over. With no gradient held
     // yet that sum becomes the gradient itself (head_gradients counts it); into held ones it is extra.
@@ -500,6 +573,10 @@ inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
         const Step s = peak_step(stage_inputs(w, p, stage_facts(w, p, stage)));
         if (s.bytes.total() > best.bytes()) best = {stage, s};
     };
+    if (!w.parameters->pattern.uniform()) {  // stages of different kinds of layer: any may hold the most
+        for (std::uint64_t stage = 1; stage < p.pp; ++stage) consider(stage);
+        return best;
+    }
     // With a smaller first stage, the second holds the most of the middle ones (the most in flight).
     if (p.uneven_stages() && p.pp > 2) consider(1);
     if (p.pp > 1) consider(p.pp - 1);

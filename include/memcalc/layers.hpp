@@ -1,0 +1,160 @@
+#pragma once
+/// Which kind each layer is, and what a pipeline stage's layers are: the counts by kind that the
+/// timeline's linear steps and the closed-form peak need, without allocating per layout.
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "memcalc/model.hpp"
+
+namespace memcalc {
+
+/// Layers of each kind.
+using KindCounts = std::array<std::uint64_t, max_layer_kinds>;
+
+/// A model's layer pattern, prepared: how many layers of each kind lie among the first n, and the
+/// run around a layer, each in O(log runs).
+class LayerPattern {
+public:
+    LayerPattern() = default;
+    explicit LayerPattern(const Architecture& m) : LayerPattern(m.runs(), m.kind_count()) {}
+    LayerPattern(std::vector<LayerRun> runs, std::size_t kinds) : kinds_(kinds), runs_(std::move(runs)) {
+        KindCounts before{};
+        std::uint64_t end = 0;
+        for (const auto& run : runs_) {
+            before_.push_back(before);
+            before[run.kind] += run.count;
+            end += run.count;
+            ends_.push_back(end);
+        }
+    }
+
+    std::size_t kinds() const { return kinds_; }
+    /// Every layer of kind 0 (the fast path: counts are positions).
+    bool uniform() const { return runs_.empty() || (runs_.size() == 1 && runs_[0].kind == 0); }
+
+    /// Layers of each kind among layers 1..n (1-based, n at most the model's layers).
+    KindCounts prefix(std::uint64_t n) const {
+        KindCounts c{};
+        if (uniform()) {
+            c[0] = n;
+            return c;
+        }
+        const std::size_t r = run_holding(n);
+        if (r == runs_.size()) return before_.empty() ? c : total();
+        c = before_[r];
+        c[runs_[r].kind] += n - (ends_[r] - runs_[r].count);
+        return c;
+    }
+    /// The kind of layer `layer` (1-based).
+    std::size_t kind_of(std::uint64_t layer) const {
+        if (uniform()) return 0;
+        const std::size_t r = run_holding(layer);
+        return r == runs_.size() ? runs_.back().kind : runs_[r].kind;
+    }
+    /// The first and last layer (1-based) of the run holding layer `layer`.
+    std::pair<std::uint64_t, std::uint64_t> run_around(std::uint64_t layer) const {
+        const std::size_t r = std::min(run_holding(layer), runs_.size() - 1);
+        return {ends_[r] - runs_[r].count + 1, ends_[r]};
+    }
+
+private:
+    KindCounts total() const {
+        KindCounts c = before_.back();
+        c[runs_.back().kind] += runs_.back().count;
+        return c;
+    }
+    /// The run holding layer `layer` (1-based): the first whose end reaches it.
+    std::size_t run_holding(std::uint64_t layer) const {
+        std::size_t lo = 0, hi = ends_.size();
+        while (lo < hi) {
+            const std::size_t mid = (lo + hi) / 2;
+            if (ends_[mid] < layer) lo = mid + 1;
+            else hi = mid;
+        }
+        return lo;
+    }
+
+    std::size_t kinds_ = 1;
+    std::vector<LayerRun> runs_;
+    std::vector<std::uint64_t> ends_;  ///< the last layer (1-based) of each run
+    std::vector<KindCounts> before_;   ///< layers of each kind before each run
+};
+
+/// The global number (1..L) of the i-th layer (0-based, forward order) a pipeline stage runs, when
+/// it holds chunks of `chunk` consecutive layers, chunk c being the model's (c pp + stage)-th.
+inline std::uint64_t layer_number(std::uint64_t i, std::uint64_t chunk, std::uint64_t pp, std::uint64_t stage) {
+    return (i / chunk * pp + stage) * chunk + i % chunk + 1;
+}
+
+/// The layers one device runs, in forward order: `layers` of them, in chunks of `chunk` consecutive
+/// layers, chunk c being the (c pp + stage)-th of the model (interleaved pipelines), or one run of
+/// layers after `first_layer` (chunk 0 or chunk = layers).
+struct StageLayers {
+    std::uint64_t layers = 0, chunk = 0, pp = 1, stage = 0;
+    std::uint64_t first_layer = 0;          ///< layers before this device's first, when it holds one chunk
+    const LayerPattern* pattern = nullptr;  ///< the model's; none: every layer one kind
+    bool mixed = false;                     ///< `pattern` has more than one kind (set with it: read on every step)
+
+    StageLayers& with(const LayerPattern& p) {
+        pattern = &p, mixed = !p.uniform();
+        return *this;
+    }
+    bool one_chunk() const { return chunk == 0 || chunk == layers; }
+    bool uniform() const { return !mixed; }
+    std::size_t kinds() const { return mixed ? pattern->kinds() : 1; }
+
+    /// The global number (1..L) of the i-th layer this device runs (0-based, forward order).
+    std::uint64_t layer_id(std::uint64_t i) const {
+        return one_chunk() ? first_layer + i + 1 : layer_number(i, chunk, pp, stage);
+    }
+    /// The kind of the layer at `position` (1-based, forward order).
+    std::size_t kind_at(std::uint64_t position) const {
+        return uniform() ? 0 : pattern->kind_of(layer_id(position - 1));
+    }
+    /// Layers of each kind among the first `positions` this device runs.
+    KindCounts counts(std::uint64_t positions) const {
+        KindCounts c{};
+        if (uniform()) {
+            c[0] = positions;
+            return c;
+        }
+        const auto add_range = [&](std::uint64_t first, std::uint64_t last) {  // global, 1-based, inclusive
+            const KindCounts upto = pattern->prefix(last), before = pattern->prefix(first - 1);
+            for (std::size_t k = 0; k < kinds(); ++k) c[k] += upto[k] - before[k];
+        };
+        if (one_chunk()) {
+            if (positions > 0) add_range(first_layer + 1, first_layer + positions);
+            return c;
+        }
+        for (std::uint64_t done = 0; done < positions;) {
+            const std::uint64_t take = std::min(chunk - done % chunk, positions - done);
+            add_range(layer_id(done), layer_id(done) + take - 1);
+            done += take;
+        }
+        return c;
+    }
+    /// The last position of the run of one kind that holds `position` (1-based): up to it, steps are
+    /// linear in the position.
+    std::uint64_t run_end(std::uint64_t position) const {
+        if (uniform()) return layers;
+        const std::uint64_t width = one_chunk() ? layers : chunk;
+        const std::uint64_t chunk_end = ((position - 1) / width + 1) * width;
+        const std::uint64_t global = layer_id(position - 1);
+        return position + std::min(pattern->run_around(global).second - global, chunk_end - position);
+    }
+    /// The first position of that run.
+    std::uint64_t run_start(std::uint64_t position) const {
+        if (uniform()) return 1;
+        const std::uint64_t width = one_chunk() ? layers : chunk;
+        const std::uint64_t chunk_start = (position - 1) / width * width + 1;
+        const std::uint64_t global = layer_id(position - 1);
+        // The run may have begun before this device's first layer: the chunk's start bounds it.
+        return position - std::min(global - pattern->run_around(global).first, position - chunk_start);
+    }
+};
+
+}  // namespace memcalc
