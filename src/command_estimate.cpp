@@ -57,6 +57,10 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
 
     const ModelFile model = load_model(q);
     const Architecture& arch = model.architecture;
+    if (!q.compare.empty() && !arch.layer_kinds.empty())
+        throw usage_error(fmt::format("--compare needs layers all alike: Megatron-LM's and DeepSpeed's formulas take one "
+                                      "layer shape, and {} has {} kinds of layer",
+                                      arch.name, arch.layer_kinds.size()));
     if (seqs.empty()) {
         if (arch.max_positions == 0)
             throw usage_error(fmt::format("--seq is required: {} gives no max_positions to default to", arch.name));

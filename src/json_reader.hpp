@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -33,6 +34,13 @@ public:
     }
     std::uint64_t positive_or(const char* key, std::uint64_t otherwise) const {
         return has(key) ? positive(key) : otherwise;
+    }
+    /// A non-negative integer (0 allowed: "experts": 0 is a dense layer), when given.
+    std::optional<std::uint64_t> count_if_given(const char* key) const {
+        if (!has(key)) return std::nullopt;
+        const nlohmann::json& v = object_.at(key);
+        if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+        fail(std::string(key) + " must be a non-negative integer (got " + type_and_value(v) + ")");
     }
 
     double probability_or(const char* key, double otherwise) const {

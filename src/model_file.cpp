@@ -24,6 +24,41 @@ const std::vector<std::string> architecture_keys = {
     "norm", "bias", "position", "tied_embeddings", "experts", "experts_per_token", "activation", "norms_per_layer",
     "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "softmax_fp32", "head_bias"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source", "published_parameters"};
+const std::vector<std::string> kind_keys = {"name", "ffn", "experts", "experts_per_token"};
+
+/// "layer_kinds": [{"name": "dense", "ffn": 18432, "experts": 0}, {"name": "moe"}] and
+/// "layer_pattern": [{"kind": "dense", "layers": 3}, {"kind": "moe", "layers": 58}], first layer first.
+void read_layer_kinds(const json& document, const std::string& origin, Architecture& m) {
+    const bool kinds = document.contains("layer_kinds"), pattern = document.contains("layer_pattern");
+    if (!kinds && !pattern) return;
+    if (!kinds || !pattern) throw error(origin + ": layer_kinds and layer_pattern go together: give both or neither");
+    const json& list = document.at("layer_kinds");
+    if (!list.is_array() || list.empty()) throw error(origin + ": layer_kinds must be a non-empty array of objects");
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        const std::string where = origin + ": layer_kinds[" + std::to_string(i) + "]";
+        expect_object(list[i], where, "a kind of layer", kind_keys);
+        const JsonReader in(list[i], where);
+        LayerKind kind{in.text_or("name", ""), in.count_if_given("ffn"), in.count_if_given("experts"),
+                       in.count_if_given("experts_per_token")};
+        if (kind.name.empty()) in.fail("name must be a non-empty string");
+        if (std::find(names.begin(), names.end(), kind.name) != names.end()) in.fail("name '" + kind.name + "' is given twice");
+        if (kind.ffn == std::uint64_t{0}) in.fail("ffn must be a positive integer (got 0)");
+        names.push_back(kind.name);
+        m.layer_kinds.push_back(std::move(kind));
+    }
+    const json& runs = document.at("layer_pattern");
+    if (!runs.is_array() || runs.empty()) throw error(origin + ": layer_pattern must be a non-empty array of objects");
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        const std::string where = origin + ": layer_pattern[" + std::to_string(i) + "]";
+        expect_object(runs[i], where, "a run of layers", {"kind", "layers"});
+        const JsonReader in(runs[i], where);
+        const std::string name = in.text_or("kind", "");
+        const auto it = std::find(names.begin(), names.end(), name);
+        if (it == names.end()) in.fail("kind '" + name + "' is not in layer_kinds" + did_you_mean(name, names));
+        m.layer_pattern.push_back({static_cast<std::size_t>(it - names.begin()), in.positive("layers")});
+    }
+}
 
 }  // namespace
 
@@ -31,6 +66,7 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     const json document = parse_json(text, origin);
     std::vector<std::string> known = architecture_keys;
     known.insert(known.end(), metadata_keys.begin(), metadata_keys.end());
+    known.insert(known.end(), {"layer_kinds", "layer_pattern"});
     expect_object(document, origin, "a model", known);
 
     const JsonReader in(document, origin);
@@ -72,6 +108,7 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     file.description = in.text_or("description", "");
     file.source = in.text_or("source", "");
     if (in.has("published_parameters")) file.published_parameters = in.positive("published_parameters");
+    read_layer_kinds(document, origin, m);
 
     try {
         validate(m);

@@ -31,7 +31,7 @@ const char* position_name(Position p) {
 }
 
 json model_json(const Architecture& m) {
-    return {{"name", m.name},
+    json out = {{"name", m.name},
             {"hidden", m.hidden},
             {"layers", m.layers},
             {"heads", m.heads},
@@ -56,6 +56,16 @@ json model_json(const Architecture& m) {
             {"hidden_dropout", m.hidden_dropout},
             {"softmax_fp32", m.softmax_fp32},
             {"head_bias", m.head_bias}};
+    if (m.layer_kinds.empty()) return out;
+    const auto given = [](const std::optional<std::uint64_t>& v) { return v ? json(*v) : json(nullptr); };
+    json kinds = json::array(), pattern = json::array();
+    for (const auto& k : m.layer_kinds)
+        kinds.push_back({{"name", k.name}, {"ffn", given(k.ffn)}, {"experts", given(k.experts)},
+                         {"experts_per_token", given(k.experts_per_token)}});
+    for (const auto& run : m.layer_pattern) pattern.push_back({{"kind", m.layer_kinds[run.kind].name}, {"layers", run.count}});
+    out["layer_kinds"] = kinds;
+    out["layer_pattern"] = pattern;
+    return out;
 }
 
 json breakdown_json(const Breakdown& b) {
@@ -66,26 +76,47 @@ json breakdown_json(const Breakdown& b) {
 
 json parameters_json(const Report& r) {
     const ParameterTable& t = r.parameters;
+    const bool mixed = t.kinds > 1;
     json tensors = json::array();
-    for (const auto& row : t.rows)
-        tensors.push_back({{"part", part_name(row.part)},
-                           {"tensor", row.tensor},
-                           {"shape", row.shape},
-                           {"dims", row.dims},
-                           {"count", row.count.value()},
-                           {"per_layer", row.group == Group::layer}});
-    return {{"total", r.parameter_count.value()},
-            {"layers", t.layers},
-            {"embedding", t.part(Part::embedding).value()},
-            {"per_layer",
-             {{"attention", t.part(Part::attention).value()},
-              {"mlp", t.part(Part::mlp).value()},
-              {"router", t.part(Part::router).value()},
-              {"norms", t.part(Part::norms).value()},
-              {"total", t.per_layer().value()}}},
-            {"final_norm", t.part(Part::final_norm).value()},
-            {"head", t.part(Part::head).value()},
-            {"tensors", tensors}};
+    for (const auto& row : t.rows) {
+        json tensor = {{"part", part_name(row.part)},
+                       {"tensor", row.tensor},
+                       {"shape", row.shape},
+                       {"dims", row.dims},
+                       {"count", row.count.value()},
+                       {"per_layer", row.group == Group::layer}};
+        if (mixed && row.group == Group::layer) tensor["kind"] = r.model.layer_kinds[row.kind].name;
+        tensors.push_back(std::move(tensor));
+    }
+    // One layer of `kind`, by part.
+    const auto one_layer = [&](std::size_t kind) {
+        const auto part = [&](Part p) {
+            Count n;
+            for (const auto& row : t.rows)
+                if (row.group == Group::layer && row.kind == kind && row.part == p) n += row.count;
+            return n.value();
+        };
+        return json{{"attention", part(Part::attention)}, {"mlp", part(Part::mlp)}, {"router", part(Part::router)},
+                    {"norms", part(Part::norms)}, {"total", t.per_layer(kind).value()}};
+    };
+    json out = {{"total", r.parameter_count.value()},
+                {"layers", t.layers},
+                {"embedding", t.part(Part::embedding).value()},
+                {"per_layer", mixed ? json(nullptr) : one_layer(0)},  // layers differ: see layer_kinds
+                {"final_norm", t.part(Part::final_norm).value()},
+                {"head", t.part(Part::head).value()},
+                {"tensors", tensors}};
+    if (mixed) {
+        json kinds = json::array();
+        for (std::size_t k = 0; k < t.kinds; ++k) {
+            json kind = one_layer(k);
+            kind["name"] = r.model.layer_kinds[k].name;
+            kind["layers"] = t.kind_layers[k];
+            kinds.push_back(std::move(kind));
+        }
+        out["layer_kinds"] = kinds;
+    }
+    return out;
 }
 
 json tensors_json(const std::vector<SavedTensor>& rows, Recompute mode) {
@@ -138,38 +169,59 @@ json ranks_json(const Report& r) {
     return ranks;
 }
 
+namespace {
+
+/// One layer's saved tensors (and, in the architecture model, its workspaces), under `mode`.
+void layer_json(json& out, const LayerActivations& layer, Recompute mode, bool workspaces) {
+    out["formula"] = layer_formula(layer);
+    out["layer_bytes"] = layer.total().value();
+    out["kept_layer_bytes"] = layer.kept(mode).value();
+    out["rebuilt_layer_bytes"] = layer.rebuilt(mode).value();
+    out["layer_input_bytes"] = layer.input_bytes.value();
+    out["tensors"] = tensors_json(layer.rows, mode);
+    if (!workspaces) return;
+    json work = json::array();
+    for (const auto& w : layer.work) {
+        const WorkspaceSum sum = workspace_sum(layer.rows, w, mode);
+        work.push_back({{"phase", w.backward ? "backward" : "forward"},
+                        {"op", w.op},
+                        {"tensor", w.tensor},
+                        {"formula", w.formula},
+                        {"bytes", w.bytes.value()},
+                        {"absent_bytes", sum.covered.value()},
+                        {"adds_bytes", sum.adds().value()},
+                        {"gradients_from", w.gradients_from}});
+    }
+    out["workspaces"] = work;
+}
+
+}  // namespace
+
 json per_layer_json(const Report& r) {
     const Recompute mode = r.settings.recompute;
+    const bool architecture = r.settings.activations == ActivationModel::architecture;
     json out = {{"model", activation_model_name(r.settings.activations)},
-            {"attention", attention_name(r.settings.framework.attention)},
-            {"formula", layer_formula(r.layer)},
-            {"layer_bytes", r.layer.total().value()},
-            {"bytes", r.activations.value()},
-            {"kept_layer_bytes", r.layer.kept(mode).value()},
-            {"rebuilt_layer_bytes", r.layer.rebuilt(mode).value()},
-            {"kept_bytes", r.kept_activations.value()},
-            {"layer_input_bytes", r.layer.input_bytes.value()},
-            {"tensors", tensors_json(r.layer.rows, mode)}};
-    if (r.settings.activations == ActivationModel::architecture) {
+                {"attention", attention_name(r.settings.framework.attention)},
+                {"bytes", r.activations.value()},
+                {"kept_bytes", r.kept_activations.value()}};
+    if (r.parameters.kinds == 1) {
+        layer_json(out, r.layer, mode, architecture);
+    } else {  // one entry per kind of layer, each with its layers' count
+        json kinds = json::array();
+        for (std::size_t k = 0; k < r.parameters.kinds; ++k) {
+            json kind = {{"name", r.model.layer_kinds[k].name}, {"layers", r.parameters.kind_layers[k]}};
+            layer_json(kind, r.layer_of(k), mode, architecture);
+            kinds.push_back(std::move(kind));
+        }
+        out["layer_kinds"] = kinds;
+    }
+    if (architecture) {
         out["input_side_bytes"] = saved_bytes(r.input_side).value();
         out["input_side_tensors"] = tensors_json(r.input_side, Recompute::none);
         out["head_bytes"] = saved_bytes(r.head).value();
         out["head_tensors"] = tensors_json(r.head, Recompute::none);
         out["forward_buffer_bytes"] = saved_bytes(r.forward_buffers).value();
         out["forward_buffer_tensors"] = tensors_json(r.forward_buffers, Recompute::none);
-        json work = json::array();
-        for (const auto& w : r.layer.work) {
-            const WorkspaceSum sum = workspace_sum(r.layer.rows, w, mode);
-            work.push_back({{"phase", w.backward ? "backward" : "forward"},
-                            {"op", w.op},
-                            {"tensor", w.tensor},
-                            {"formula", w.formula},
-                            {"bytes", w.bytes.value()},
-                            {"absent_bytes", sum.covered.value()},
-                            {"adds_bytes", sum.adds().value()},
-                            {"gradients_from", w.gradients_from}});
-        }
-        out["workspaces"] = work;
     }
     return out;
 }

@@ -28,29 +28,47 @@ std::string header(const Report& r) {
                        r.settings.framework.grad_buffer == GradBuffer::persistent ? ", persistent gradient buffer" : "");
 }
 
+/// " 'dense'" for a model of several kinds of layer, "" for one kind.
+std::string kind_label(const Report& r, std::size_t kind) {
+    return r.parameters.kinds == 1 ? std::string() : fmt::format(" '{}'", r.model.layer_kinds[kind].name);
+}
+
 std::string parameters_section(const Report& r) {
     const ParameterTable& t = r.parameters;
     TextTable table({L, L, L, L, R, L});
     table.row({"part", "tensor", "shape", "", "count", ""});
-    const std::string per_layer = fmt::format("x {} layers", t.layers);
-    bool in_layer = false;
+    const auto one_layer = [&](std::size_t kind) {  // the subtotal after a kind's rows
+        table.row({fmt::format("one{} layer", kind_label(r, kind)), "", "", "", digits(t.per_layer(kind)),
+                   fmt::format("x {} = {}", t.kind_layers[kind], digits(Count(t.kind_layers[kind]) * t.per_layer(kind)))});
+    };
+    const ParamRow* previous = nullptr;
     for (const auto& row : t.rows) {
         const bool layer = row.group == Group::layer;
-        if (in_layer && !layer)
-            table.row({"one layer", "", "", "", digits(t.per_layer()),
-                       fmt::format("x {} = {}", t.layers, digits(Count(t.layers) * t.per_layer()))});
-        in_layer = layer;
+        if (previous != nullptr && previous->group == Group::layer && (!layer || row.kind != previous->kind))
+            one_layer(previous->kind);
+        previous = &row;
         table.row({part_name(row.part), row.tensor, row.shape, dims_text(row.dims), digits(row.count),
-                   layer ? per_layer : ""});
+                   layer ? fmt::format("x {}{} layers", t.kind_layers[row.kind], kind_label(r, row.kind)) : ""});
     }
     table.rule();
     table.row({"total", "", "", "", digits(r.parameter_count), ""});
-    std::string by_part = fmt::format("  per layer: attention {}, mlp {}, norms {}", digits(t.part(Part::attention)),
-                                      digits(t.part(Part::mlp)), digits(t.part(Part::norms)));
-    if (r.model.is_moe()) by_part += fmt::format(", router {}", digits(t.part(Part::router)));
+    std::string by_part;
+    for (std::size_t k = 0; k < t.kinds; ++k) {
+        const auto part = [&](Part p) {
+            Count n;
+            for (const auto& row : t.rows)
+                if (row.group == Group::layer && row.kind == k && row.part == p) n += row.count;
+            return n;
+        };
+        const Architecture view = r.model.kind_view(k);
+        by_part += fmt::format("  per{} layer: attention {}, mlp {}, norms {}", kind_label(r, k), digits(part(Part::attention)),
+                               digits(part(Part::mlp)), digits(part(Part::norms)));
+        if (view.is_moe() || (t.kinds == 1 && r.model.is_moe())) by_part += fmt::format(", router {}", digits(part(Part::router)));
+        by_part += "\n";
+    }
     return fmt::format("Parameters: {} ({:.2f} B)\n", digits(r.parameter_count),
                        static_cast<double>(r.parameter_count.value()) / 1e9) +
-           table.str() + by_part + "\n";
+           table.str() + by_part;
 }
 
 std::string state_section(const Report& r, const View& view) {
@@ -135,42 +153,58 @@ std::string workspace_table(const Report& r) {
                       "a backward one also finds the layer's gradients from the named tensor on written.\n";
     TextTable table({L, L, L, R, R, R, L});
     table.row({"op", "makes", "formula", "bytes", "rows not live", "adds", "gradients from"});
-    for (const auto& w : r.layer.work) {
-        const WorkspaceSum sum = workspace_sum(r.layer.rows, w, r.settings.recompute);
-        table.row({w.op, w.tensor, w.formula, digits(w.bytes), digits(sum.covered), digits(sum.adds()),
-                   w.gradients_from.empty() ? "-" : w.gradients_from});
+    for (std::size_t k = 0; k < r.parameters.kinds; ++k) {
+        const LayerActivations& layer = r.layer_of(k);
+        for (const auto& w : layer.work) {
+            const WorkspaceSum sum = workspace_sum(layer.rows, w, r.settings.recompute);
+            table.row({std::string(w.op) + kind_label(r, k), w.tensor, w.formula, digits(w.bytes), digits(sum.covered),
+                       digits(sum.adds()), w.gradients_from.empty() ? "-" : w.gradients_from});
+        }
     }
     for (const auto& b : r.forward_buffers)
         table.row({b.op, "built once per forward pass", b.symbol, digits(b.bytes), "", digits(b.bytes), "-"});
     return out + table.str();
 }
 
-std::string activations_section(const Report& r, const View& view, bool why) {
+/// One kind of layer's saved tensors and their totals under the recomputation.
+std::string layer_tables(const Report& r, std::size_t kind, bool why) {
     const Recompute mode = r.settings.recompute;
-    const LayerActivations& layer = r.layer;
-    const auto& m = r.model;
-    std::string out;
-    if (r.settings.activations == ActivationModel::korthikanti) {
-        out = fmt::format(
-            "Activations of one layer (Korthikanti et al. 2022; s={} b={} h={} a={}, {}-byte values, 1-byte masks)\n"
-            "  the formula's GPT layer: LayerNorm, a 4h GELU MLP and dropout, whatever the model's own ops\n",
-            r.settings.seq, r.settings.micro_batch, m.hidden, m.heads, r.settings.recipe.activation_bytes());
-    } else {
-        out = fmt::format(
-            "Activations of one layer ({}'s own ops as PyTorch keeps them, {} attention; s={} b={} h={} a={} k={} d={} "
-            "f={}, {}-byte values)\n",
-            m.name, attention_name(r.settings.framework.attention), r.settings.seq, r.settings.micro_batch, m.hidden, m.heads,
-            m.key_value_heads(), m.head_size(), m.ffn, r.settings.recipe.activation_bytes());
-    }
-    out += saved_table(layer.rows, mode, why);
+    const LayerActivations& layer = r.layer_of(kind);
+    std::string out = saved_table(layer.rows, mode, why);
     TextTable totals({L, R, R});
-    totals.row({"one layer, no recomputation", layer_formula(layer), digits(layer.total())});
+    totals.row({fmt::format("one{} layer, no recomputation", kind_label(r, kind)), layer_formula(layer), digits(layer.total())});
     if (mode != Recompute::none) {
         totals.row({fmt::format("kept under {}", recompute_name(mode)),
                     mode == Recompute::full ? "the layer's input" : "", digits(layer.kept(mode))});
         totals.row({"rebuilt in its backward step", "", digits(layer.rebuilt(mode))});
     }
-    out += totals.str();
+    return out + totals.str();
+}
+
+std::string activations_section(const Report& r, const View& view, bool why) {
+    const Recompute mode = r.settings.recompute;
+    const auto& m = r.model;
+    std::string out;
+    for (std::size_t k = 0; k < r.parameters.kinds; ++k) {
+        const Architecture layer = m.kind_view(k);
+        if (k > 0) out += "\n";
+        if (r.settings.activations == ActivationModel::korthikanti) {
+            out += fmt::format(
+                "Activations of one{} layer (Korthikanti et al. 2022; s={} b={} h={} a={}, {}-byte values, 1-byte masks)\n"
+                "  the formula's GPT layer: LayerNorm, a 4h GELU MLP and dropout, whatever the model's own ops\n",
+                kind_label(r, k), r.settings.seq, r.settings.micro_batch, m.hidden, m.heads,
+                r.settings.recipe.activation_bytes());
+        } else {
+            out += fmt::format(
+                "Activations of one{} layer ({}'s own ops as PyTorch keeps them, {} attention; s={} b={} h={} a={} k={} "
+                "d={} f={}{}, {}-byte values)\n",
+                kind_label(r, k), m.name, attention_name(r.settings.framework.attention), r.settings.seq,
+                r.settings.micro_batch, m.hidden, m.heads, m.key_value_heads(), m.head_size(), layer.ffn,
+                layer.is_moe() && r.parameters.kinds > 1 ? fmt::format(" E={} top-{}", layer.experts, layer.active_experts()) : "",
+                r.settings.recipe.activation_bytes());
+        }
+        out += layer_tables(r, k, why);
+    }
     out += fmt::format("  all {} layers: {} B ({}) without recomputation", m.layers, digits(r.activations),
                        amount(r.activations, view.unit));
     if (mode != Recompute::none)

@@ -1,16 +1,20 @@
 // Models as kinds of layer in a pattern of runs: one kind, or the same kind split into runs, gives
 // every preset's figures; a model of two kinds is each kind's sum; its timeline rebuilds each layer
-// as its kind; the closed form stays allocation-free; bad patterns are named.
+// as its kind; the closed form stays allocation-free; model files give kinds; bad patterns are named.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "memcalc/estimate.hpp"
 #include "model_file.hpp"
+#include "run_program.hpp"
 
 using namespace memcalc;
 
@@ -229,4 +233,95 @@ TEST_CASE("a stage's layers by kind: counts and runs, across chunks and stage bo
     third.with(pattern);
     CHECK(third.run_end(2) == 4);
     CHECK(third.run_start(4) == 2);
+}
+
+namespace {
+/// A model file of two kinds of layer, with `key` replaced by `value` (JSON) when given.
+std::string mixed_file(const std::string& key = "", const std::string& value = "") {
+    auto j = nlohmann::json::parse(R"({"name": "mixed", "hidden": 512, "layers": 8, "heads": 8, "kv_heads": 4,
+        "ffn": 256, "vocab": 1000, "experts": 8, "experts_per_token": 2,
+        "layer_kinds": [{"name": "dense", "ffn": 2048, "experts": 0}, {"name": "moe"}],
+        "layer_pattern": [{"kind": "dense", "layers": 2}, {"kind": "moe", "layers": 6}]})");
+    if (!key.empty()) j[key] = nlohmann::json::parse(value);
+    return j.dump();
+}
+}  // namespace
+
+TEST_CASE("a model file's kinds of layer read back as the model they describe", "[layer_kinds][model_file]") {
+    const Architecture read = cli::parse_model_json(mixed_file(), "m.json", "m").architecture;
+    Architecture expected = dense_then_moe();
+    REQUIRE(read.layer_kinds.size() == 2);
+    CHECK(read.layer_kinds[0].name == "dense");
+    CHECK(read.layer_kinds[0].ffn == std::uint64_t{2048});
+    CHECK(read.layer_kinds[0].experts == std::uint64_t{0});
+    CHECK(!read.layer_kinds[1].ffn);
+    REQUIRE(read.layer_pattern.size() == 2);
+    CHECK(read.layer_pattern[1].kind == 1);
+    CHECK(read.layer_pattern[1].count == 6);
+    Settings s;
+    s.seq = 1024;
+    expected.max_positions = 0;
+    CHECK(estimate(read, s).peak_step().bytes.total() == estimate(expected, s).peak_step().bytes.total());
+}
+
+TEST_CASE("every bad kind of layer or pattern in a model file is named", "[layer_kinds][model_file]") {
+    using Case = std::pair<std::string, std::string>;  // file text, what the message says
+    auto [text, message] = GENERATE(table<std::string, std::string>({
+        Case{mixed_file("layer_pattern", R"([{"kind": "dnese", "layers": 2}, {"kind": "moe", "layers": 6}])"),
+             "m.json: layer_pattern[0]: kind 'dnese' is not in layer_kinds (did you mean 'dense'?)"},
+        Case{mixed_file("layer_pattern", R"([{"kind": "dense", "layers": 2}, {"kind": "moe", "layers": 5}])"),
+             "m.json: layer_pattern covers 7 layers; the model has 8"},
+        Case{mixed_file("layer_pattern", R"([{"kind": "dense", "layers": 0}, {"kind": "moe", "layers": 8}])"),
+             "m.json: layer_pattern[0]: layers must be a positive integer (got 0)"},
+        Case{mixed_file("layer_kinds", R"([{"name": "dense"}, {"name": "dense"}])"),
+             "m.json: layer_kinds[1]: name 'dense' is given twice"},
+        Case{mixed_file("layer_kinds", R"([{"name": "dense", "experts": -1}, {"name": "moe"}])"),
+             "m.json: layer_kinds[0]: experts must be a non-negative integer (got number -1)"},
+        Case{mixed_file("layer_kinds", R"([{"name": "dense", "window": 4096}, {"name": "moe"}])"),
+             "m.json: layer_kinds[0]: unknown key 'window'"},
+        Case{mixed_file("layer_kinds", R"([{"name": "dense", "experts_per_token": 9}, {"name": "moe"}])"),
+             "m.json: layer kind 'dense': experts_per_token (9) must not exceed experts (8)"},
+        Case{mixed_file("layer_kinds", "[]"), "m.json: layer_kinds must be a non-empty array of objects"},
+    }));
+    CAPTURE(text);
+    CHECK_THROWS_WITH(cli::parse_model_json(text, "m.json", "m"), Catch::Contains(message));
+    auto no_pattern = nlohmann::json::parse(mixed_file());
+    no_pattern.erase("layer_pattern");
+    CHECK_THROWS_WITH(cli::parse_model_json(no_pattern.dump(), "m.json", "m"),
+                      "m.json: layer_kinds and layer_pattern go together: give both or neither");
+}
+
+TEST_CASE("a model of several kinds through the program: each kind shown, --compare refused", "[layer_kinds][cli]") {
+    const std::string path = "layer_kinds_test.json";
+    {
+        std::ofstream out(path);
+        out << mixed_file();
+    }
+    const auto json_run = testing::memcalc("--model-file " + path + " --seq 1024 --activations architecture --format json");
+    REQUIRE(json_run.status == 0);
+    const auto report = nlohmann::json::parse(json_run.out);
+    CHECK(report["model"]["layer_pattern"][0]["kind"] == "dense");
+    CHECK(report["parameters"]["per_layer"].is_null());
+    const auto& kinds = report["parameters"]["layer_kinds"];
+    REQUIRE(kinds.size() == 2);
+    const std::uint64_t layers = kinds[0]["total"].get<std::uint64_t>() * 2 + kinds[1]["total"].get<std::uint64_t>() * 6;
+    CHECK(report["parameters"]["total"].get<std::uint64_t>() ==
+          layers + report["parameters"]["embedding"].get<std::uint64_t>() + report["parameters"]["head"].get<std::uint64_t>() +
+              report["parameters"]["final_norm"].get<std::uint64_t>());
+    const auto& saved = report["activations"]["layer_kinds"];
+    REQUIRE(saved.size() == 2);
+    CHECK(saved[0]["layer_bytes"] != saved[1]["layer_bytes"]);  // a 2048-wide dense MLP against two 256-wide experts
+    CHECK(report["activations"]["bytes"].get<std::uint64_t>() ==
+          2 * saved[0]["layer_bytes"].get<std::uint64_t>() + 6 * saved[1]["layer_bytes"].get<std::uint64_t>());
+
+    const auto table = testing::memcalc("--model-file " + path + " --seq 1024 --activations architecture");
+    CHECK(table.out.find("one 'dense' layer") != std::string::npos);
+    CHECK(table.out.find("Activations of one 'moe' layer") != std::string::npos);
+    const auto csv = testing::memcalc("--model-file " + path + " --seq 1024 --per-layer --format csv");
+    CHECK(csv.out.rfind("kind,op,", 0) == 0);
+    const auto compare = testing::memcalc("--model-file " + path + " --seq 1024 --compare megatron");
+    CHECK(compare.status != 0);
+    CHECK(compare.out.empty());
+    CHECK(compare.err.find("--compare needs layers all alike") != std::string::npos);
+    std::remove(path.c_str());
 }

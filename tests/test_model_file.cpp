@@ -116,3 +116,24 @@ TEST_CASE("an unknown preset suggests the nearest name", "[presets]") {
     CHECK_THROWS_WITH(cli::load_preset("llama7b"), Catch::Contains("unknown preset 'llama7b' (did you mean 'llama-7b'?)"));
     CHECK_THROWS_WITH(cli::load_preset("bert"), !Catch::Contains("did you mean"));
 }
+
+TEST_CASE("every model the README shows in JSON reads as a valid model", "[model_file][readme]") {
+    std::ifstream readme(std::string(MEMCALC_SOURCE_DIR) + "/README.md");
+    std::string line, block;
+    bool in_json = false;
+    int models = 0;
+    while (std::getline(readme, line)) {
+        if (line == "```json") {
+            in_json = true, block.clear();
+        } else if (in_json && line == "```") {
+            in_json = false;
+            if (block.find("\"hidden\"") == std::string::npos) continue;  // not a model
+            CAPTURE(block);
+            CHECK_NOTHROW(parse_model_json(block, "README.md", "readme"));
+            ++models;
+        } else if (in_json) {
+            block += line + "\n";
+        }
+    }
+    CHECK(models >= 2);
+}

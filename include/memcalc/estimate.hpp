@@ -70,6 +70,8 @@ struct Report {
     std::size_t most_loaded = 0;          ///< the rank with the highest peak (the earliest stage on a tie)
 
     const RankReport& busiest() const { return ranks[most_loaded]; }
+    /// One layer of kind `kind`'s saved tensors.
+    const LayerActivations& layer_of(std::size_t kind) const { return kind == 0 ? layer : other_kinds[kind - 1]; }
     const std::vector<Step>& timeline() const { return busiest().timeline; }
     std::size_t peak() const { return busiest().peak; }
     const Step& peak_step() const { return busiest().peak_step(); }
