@@ -28,6 +28,7 @@ struct Request {
     std::string first_stage_layers, last_stage_layers;
     std::string compare, gpus_per_node;
     std::string device_memory, reserve = "2GiB", multiple_of;  // fit and plan
+    std::string gpu, gpu_file;                                  // a device by name or file, for its memory
     std::string gpus, top, max_tp;                              // plan
     std::string plot;                                           // --plot FILE.svg
     std::string output;                                         // --output FILE instead of stdout

@@ -1,4 +1,4 @@
-// memcalc presets, recipes and profiles: the catalogues.
+// memcalc presets, recipes, profiles and gpus: the catalogues.
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,5 +17,7 @@ std::string run_presets(const std::string& format) {
 std::string run_recipes(const std::string& format) { return render_listing(recipes_listing(), parse_format(format)); }
 
 std::string run_profiles(const std::string& format) { return render_listing(profiles_listing(), parse_format(format)); }
+
+std::string run_gpus(const std::string& format) { return render_listing(gpus_listing(), parse_format(format)); }
 
 }  // namespace memcalc::cli

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "gpu_file.hpp"
 #include "profile_file.hpp"
 #include "recipe_file.hpp"
 #include "suggest.hpp"
@@ -72,6 +73,23 @@ Settings settings_from(const Request& q) {
         throw usage_error(fmt::format("{} (--attention flash) needs --activations architecture, or --attention eager: "
                                       "Korthikanti's formula describes eager attention", from_profile));
     return settings;
+}
+
+std::optional<DeviceMemory> device_memory(const Request& q) {
+    if (!q.device_memory.empty())
+        return DeviceMemory{parse_size("--device-memory", q.device_memory), "--device-memory " + q.device_memory};
+    if (!q.gpu_file.empty()) {
+        const Gpu g = load_gpu_file(q.gpu_file);
+        return DeviceMemory{g.memory, fmt::format("--gpu-file {} ({})", q.gpu_file, g.name)};
+    }
+    if (q.gpu.empty()) return std::nullopt;
+    const Gpu* g = find_gpu(q.gpu);
+    if (g == nullptr) {
+        std::vector<std::string> names;
+        for (const auto& each : gpus) names.emplace_back(each.name);
+        throw usage_error(fmt::format("unknown --gpu '{}'{}; 'memcalc gpus' lists them", q.gpu, did_you_mean(q.gpu, names)));
+    }
+    return DeviceMemory{g->memory, "--gpu " + q.gpu};
 }
 
 std::vector<Attention> attentions_from(const Request& q, const Settings& settings) {

@@ -77,7 +77,7 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
     const Format format = parse_format(q.format);
     View view{unit_of(q), q.timeline, q.compare,
               parse_count("--gpus-per-node", q.gpus_per_node, 8), std::nullopt};
-    if (!q.device_memory.empty()) view.device_memory = parse_size("--device-memory", q.device_memory);
+    if (const auto device = device_memory(q)) view.device_memory = device->bytes;
 
     if (!sweep) {
         settings.seq = seqs.front(), settings.micro_batch = batches.front(), settings.recompute = modes.front();

@@ -13,11 +13,11 @@ namespace memcalc::cli {
 
 std::string run_fit(const Request& q) {
     check_run_options(q);
-    if (q.device_memory.empty()) throw usage_error("fit needs --device-memory, e.g. --device-memory 80GB");
-    const Count memory = parse_size("--device-memory", q.device_memory);
+    const std::optional<DeviceMemory> device = device_memory(q);
+    if (!device) throw usage_error("fit needs --device-memory or --gpu, e.g. --device-memory 80GB or --gpu h100-sxm");
+    const Count memory = device->bytes;
     const Count reserve = parse_size("--reserve", q.reserve);
-    if (reserve >= memory)
-        throw usage_error(fmt::format("--reserve {} leaves nothing of --device-memory {}", q.reserve, q.device_memory));
+    if (reserve >= memory) throw usage_error(fmt::format("--reserve {} leaves nothing of {}", q.reserve, device->given_by));
     // With --seq fixed, the micro-batch is searched; otherwise the sequence, at --micro-batch (1).
     FitRequest fit;
     fit.dimension = q.seq.empty() ? FitDimension::seq : FitDimension::micro_batch;

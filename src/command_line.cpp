@@ -43,6 +43,7 @@ const char* const examples = R"(Examples:
   memcalc presets
   memcalc recipes
   memcalc profiles
+  memcalc gpus
 
 Exit status: 0 on success, 1 for a bad model (preset, model file, sizes that overflow),
 2 for a bad command line. Errors are one line on stderr; nothing is printed on stdout then.)";
@@ -162,6 +163,20 @@ struct FrameworkChoice {
     }
 };
 
+/// The device: its memory given (--device-memory), or a GPU's by name or file.
+template <class App>  // a CLI::App, or a NameRecorder
+void add_device_options(App& app, Request& q, const char* memory_help) {
+    auto* memory = app.add_option("--device-memory", q.device_memory, memory_help)->type_name("SIZE");
+    auto* gpu = app.add_option("--gpu", q.gpu, "A GPU's memory as its driver reports it: see 'memcalc gpus' (h100-sxm, ...)")
+                    ->excludes(memory)
+                    ->type_name("NAME");
+    app.add_option("--gpu-file", q.gpu_file,
+                   "A GPU of your own in JSON: name and memory_bytes, as 'memcalc gpus --format json' prints")
+        ->excludes(memory)
+        ->excludes(gpu)
+        ->type_name("PATH");
+}
+
 /// Options a subcommand takes one value of, where the estimate takes a comma list: said so in --help.
 void single_valued(CLI::App& app, std::initializer_list<const char*> names) {
     for (const char* name : names) {
@@ -254,8 +269,7 @@ struct ReportChoice {
                        "Also draw an SVG: the timeline as stacked areas by category, or for a sweep the peak\n"
                        "against the swept size, one line per recomputation mode")
             ->type_name("FILE.svg");
-        app.add_option("--device-memory", q.device_memory, "A device's memory (80GB, 24GiB): drawn in plots, checked in the report")
-            ->type_name("SIZE");
+        add_device_options(app, q, "A device's memory (80GB, 24GiB): drawn in plots, checked in the report");
         app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
         app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");
     }
@@ -368,8 +382,7 @@ int memcalc::cli::run_command_line(int argc, const char* const* argv) {
         single_valued(*fit, {"--seq", "--micro-batch", "--attention", "--dp", "--tp", "--pp", "--zero"});
         fit->get_option("--recompute")->description("Recomputation modes to answer for, a comma list (default: all three)");
         fit->get_option("--dp")->description("Data-parallel replicas (default 1)");
-        fit->add_option("--device-memory", fit_q.device_memory, "The device's memory: 80GB, 141GB, 24GiB, ... (required)")
-            ->type_name("SIZE");
+        add_device_options(*fit, fit_q, "The device's memory: 80GB, 141GB, 24GiB, ... (or --gpu)");
         fit->add_option("--reserve", fit_q.reserve,
                         "Memory the model does not see: the framework's context and fragmentation (default 2GiB)")
             ->type_name("SIZE");
@@ -384,6 +397,7 @@ micro-batch that divides the global batch per replica, with the micro-batches pe
 
 Examples:
   memcalc fit --preset llama-7b --device-memory 80GB --recompute selective
+  memcalc fit --preset llama-7b --gpu h100-sxm --recompute selective
   memcalc fit --preset llama-3-8b --device-memory 80GB --seq 8192 --activations architecture --attention flash
   memcalc fit --preset llama-2-70b --device-memory 80GB --tp 8 --sp --dp 8 --zero 1 --multiple-of 1024)");
     }
@@ -401,8 +415,7 @@ Examples:
                                                        "the global batch per replica)");
         plan->add_option("--gpus", plan_q.gpus, "Devices in the cluster (required)")
             ->type_name("N");
-        plan->add_option("--device-memory", plan_q.device_memory, "Each device's memory: 80GB, 141GB, ... (required)")
-            ->type_name("SIZE");
+        add_device_options(*plan, plan_q, "Each device's memory: 80GB, 141GB, ... (or --gpu)");
         plan->add_option("--global-batch", plan_q.global_batch, "Sequences per step (required)")
             ->type_name("G");
         plan->add_option("--reserve", plan_q.reserve, "Memory the model does not see (default 2GiB)")
@@ -447,6 +460,11 @@ Example:
         profiles_cmd = app.add_subcommand("profiles", "List the framework profiles (what --profile sets)");
         profiles_cmd->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
     }
+    CLI::App* gpus_cmd = nullptr;
+    if (mentions("gpus")) {
+        gpus_cmd = app.add_subcommand("gpus", "List the GPUs --gpu names, with their memory as the driver reports it");
+        gpus_cmd->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
+    }
     const auto parsed = [](const CLI::App* command) { return command != nullptr && command->parsed(); };
 
     try {
@@ -464,7 +482,7 @@ Example:
 
     try {
         // An empty value ("--seq ''") is a mistake, not the option's absence.
-        for (const CLI::App* command : {&app, fit, plan, presets, recipes_cmd, profiles_cmd}) {
+        for (const CLI::App* command : {&app, fit, plan, presets, recipes_cmd, profiles_cmd, gpus_cmd}) {
             if (command == nullptr) continue;
             for (const CLI::Option* option : command->get_options())
                 if (option->count() > 0 && option->get_type_size() != 0)
@@ -472,7 +490,7 @@ Example:
                         if (value.empty()) throw usage_error(fmt::format("{} needs a value (got '')", option->get_name()));
         }
         // Options of the estimate given before a subcommand would be silently ignored: refuse them.
-        for (const CLI::App* sub : {fit, plan, presets, recipes_cmd, profiles_cmd}) {
+        for (const CLI::App* sub : {fit, plan, presets, recipes_cmd, profiles_cmd, gpus_cmd}) {
             if (!parsed(sub)) continue;
             for (const CLI::Option* option : app.get_options())
                 if (option->count() > 0)
@@ -487,11 +505,12 @@ Example:
         if (parsed(presets)) out.append(run_presets(list_format));
         else if (parsed(recipes_cmd)) out.append(run_recipes(list_format));
         else if (parsed(profiles_cmd)) out.append(run_profiles(list_format));
+        else if (parsed(gpus_cmd)) out.append(run_gpus(list_format));
         else if (parsed(fit)) out.append(run_fit(fit_q));
         else if (parsed(plan)) out.append(run_plan(plan_q));
         else run_estimate(q, out, files);
         if (!used.output.empty()) files.push_back({"--output", used.output, "", &out});
-        for (const auto& f : files) refuse_overwriting_inputs(f, {used.model_file, used.config, used.recipe_file, used.profile_file});
+        for (const auto& f : files) refuse_overwriting_inputs(f, {used.model_file, used.config, used.recipe_file, used.profile_file, used.gpu_file});
         write_files(files);
         if (!used.output.empty()) return 0;
         const bool read = out.each_chunk([](std::string_view chunk) {

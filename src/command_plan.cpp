@@ -13,15 +13,16 @@ namespace memcalc::cli {
 
 std::string run_plan(const Request& q) {
     check_run_options(q);
-    if (q.device_memory.empty()) throw usage_error("plan needs --device-memory, e.g. --device-memory 80GB");
+    const std::optional<DeviceMemory> device = device_memory(q);
+    if (!device) throw usage_error("plan needs --device-memory or --gpu, e.g. --device-memory 80GB or --gpu h100-sxm");
     if (q.gpus.empty()) throw usage_error("plan needs --gpus, the number of devices");
     if (q.seq.empty()) throw usage_error("plan needs --seq");
     if (q.global_batch.empty()) throw usage_error("plan needs --global-batch, the sequences per step");
     PlanView view;
-    view.memory = parse_size("--device-memory", q.device_memory);
+    view.memory = device->bytes;
     view.reserve = parse_size("--reserve", q.reserve);
     if (view.reserve >= view.memory)
-        throw usage_error(fmt::format("--reserve {} leaves nothing of --device-memory {}", q.reserve, q.device_memory));
+        throw usage_error(fmt::format("--reserve {} leaves nothing of {}", q.reserve, device->given_by));
     PlanRequest& r = view.request;
     r.gpus = parse_count("--gpus", q.gpus, 1);
     r.capacity = Count(view.memory.value() - view.reserve.value());

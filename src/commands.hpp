@@ -53,6 +53,14 @@ ActivationModel activation_model(const Request& q);
 /// the framework (the profile's values, each flag given overriding one).
 /// Fit and plan take one --attention; the estimate sweeps a list and sets it per configuration.
 Settings settings_from(const Request& q);
+/// A device's memory and the option that gave it ("--gpu h100-sxm"), for messages.
+struct DeviceMemory {
+    Count bytes;
+    std::string given_by;
+};
+/// --device-memory, or the memory of --gpu or --gpu-file; none when no option gives one.
+std::optional<DeviceMemory> device_memory(const Request& q);
+
 /// The attention kernels to estimate: --attention's list, or the profile's one.
 std::vector<Attention> attentions_from(const Request& q, const Settings& settings);
 Attention single_attention(const Request& q, const Settings& settings, const char* command);
@@ -77,5 +85,6 @@ std::string run_plan(const Request& q);
 std::string run_presets(const std::string& format);
 std::string run_recipes(const std::string& format);
 std::string run_profiles(const std::string& format);
+std::string run_gpus(const std::string& format);
 
 }  // namespace memcalc::cli

@@ -10,6 +10,7 @@
 
 #include "memcalc/estimate.hpp"
 #include "memcalc/fit.hpp"
+#include "memcalc/hardware.hpp"
 #include "memcalc/plan.hpp"
 #include "memcalc/units.hpp"
 #include "model_file.hpp"
@@ -36,6 +37,7 @@ std::string render_listing(const Listing& listing, Format format);
 Listing presets_listing(const std::vector<std::pair<std::string, ModelFile>>& presets);
 Listing recipes_listing();
 Listing profiles_listing();
+Listing gpus_listing();
 
 struct View {
     Unit unit = Unit::gb;

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu_file.hpp"
 #include "render.hpp"
 #include "text_table.hpp"
 
@@ -114,6 +115,20 @@ Listing recipes_listing() {
                           std::string(dtype_name(r.weights)), std::string(dtype_name(r.gradients)), master,
                           std::string(dtype_name(r.activations)), std::string(r.optimizer.name)});
     }
+    return l;
+}
+
+Listing gpus_listing() {
+    using S = Listing::Style;
+    Listing l;
+    l.columns = {{"name", "gpu"}, {"memory_bytes", "memory (bytes)", S::digits}, {"memory_gib", "GiB"}, {"description", "description"},
+                 {"source", "source"}};
+    l.table = {0, 1, 2, 3};
+    l.csv = {0, 1, 3};
+    for (const auto& g : gpus)
+        l.rows.push_back({std::string(g.name), g.memory.value(),
+                          gib_text(g.memory),
+                          std::string(g.description), std::string(g.source)});
     return l;
 }
 

@@ -23,6 +23,10 @@ inline std::size_t edit_distance(const std::string& a, const std::string& b) {
 
 /// " (did you mean 'x'?)" when a candidate is close enough to be a likely typo, else "".
 inline std::string did_you_mean(const std::string& wrong, const std::vector<std::string>& candidates) {
+    // The one name that begins with what was typed ("h100" for "h100-sxm") beats a near miss ("h200").
+    const auto begins = [&](const std::string& c) { return wrong.size() >= 3 && c.rfind(wrong, 0) == 0; };
+    if (std::count_if(candidates.begin(), candidates.end(), begins) == 1)
+        return " (did you mean '" + *std::find_if(candidates.begin(), candidates.end(), begins) + "'?)";
     const std::string* best = nullptr;
     std::size_t best_distance = 0;
     for (const auto& c : candidates) {
