@@ -138,14 +138,14 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     }
     detail::require_divides("tp", p.tp, "heads", m.heads);
     detail::require_divides("tp", p.tp, "kv_heads", m.key_value_heads());
-    for (std::size_t k = 0; k < m.kind_count(); ++k) {
-        const Architecture v = m.kind_view(k);
-        const std::string kind = m.layer_kinds.empty() ? "" : " (layer kind '" + m.layer_kinds[k].name + "')";
-        if (m.layers_of_kind(k) == 0) continue;
+    const auto check_kind = [&](const Architecture& v, const std::string& kind) {  // kind: " (layer kind 'x')"
         if (v.ffn % p.tp != 0) detail::require_divides("tp", p.tp, ("ffn" + kind).c_str(), v.ffn);
         if (p.ep > 1 && v.is_moe() && v.experts % p.ep != 0)
             detail::require_divides("ep", p.ep, ("experts" + kind).c_str(), v.experts);
-    }
+    };
+    if (m.layer_kinds.empty()) check_kind(m, "");
+    for (std::size_t k = 0; k < m.layer_kinds.size(); ++k)
+        if (m.layers_of_kind(k) > 0) check_kind(m.kind_view(k), " (layer kind '" + m.layer_kinds[k].name + "')");
     if (p.vpp > 1 && p.pp == 1) throw error("vpp (" + std::to_string(p.vpp) + ") needs pp > 1");
     // Bounds that keep the schedule's products (pp x vpp, M x vpp, (vpp - 1) x pp) inside 64 bits.
     if (p.pp > m.layers || p.vpp > m.layers)

@@ -74,7 +74,7 @@ struct ParameterTable {
     std::uint64_t layers = 0;
     std::size_t kinds = 1;                                    ///< kinds of layer: rows of each follow in turn
     std::array<std::uint64_t, max_layer_kinds> kind_layers{};  ///< how many layers each kind has
-    std::vector<LayerRun> runs;                               ///< the kinds' order, first layer first
+    std::vector<LayerRun> runs;  ///< the kinds' order, first layer first (Architecture::layer_pattern; none: one kind)
 
     /// Parameters of one part; per-layer parts count one layer of each kind.
     Count part(Part p) const {
@@ -127,7 +127,7 @@ inline ParameterTable parameter_table(const Architecture& m) {
     t.layers = m.layers;
     t.kinds = m.kind_count();
     for (std::size_t k = 0; k < t.kinds; ++k) t.kind_layers[k] = m.layers_of_kind(k);
-    t.runs = m.runs();
+    t.runs = m.layer_pattern;
     t.rows.reserve(24 * t.kinds);
     std::uint8_t kind = 0;  // of the layer rows being added
     auto add = [&t, &kind](Part part, Group group, Text tensor, Text shape, Dims dims,
@@ -156,7 +156,8 @@ inline ParameterTable parameter_table(const Architecture& m) {
     // The layers, a kind at a time (one kind: every layer alike).
     for (std::size_t k = 0; k < t.kinds; ++k) {
         kind = static_cast<std::uint8_t>(k);
-        const Architecture view = m.kind_view(k);
+        Architecture kind_view;  // one kind: the model itself, not copied
+        const Architecture& view = m.layer_kinds.empty() ? m : (kind_view = m.kind_view(k));
         const std::uint64_t f = view.ffn, E = view.experts;
 
         // One layer: attention (a query heads, k key/value heads of width d).

@@ -119,8 +119,10 @@ struct TimelineInputs : StageLayers {
         for (std::size_t k = 0; k < kinds(); ++k) sum += Count(n[k]) * (layer[k].*member);
         return sum;
     }
-    /// `member` summed over positions first..last (1-based, inclusive; none when first > last).
-    Count over(std::uint64_t first, std::uint64_t last, Count LayerInputs::*member) const {
+    /// `member` summed over positions first..last (1-based, inclusive; none when first > last). A
+    /// template, so each step inlines its one multiplication when every layer is one kind.
+    template <Count LayerInputs::*member>
+    Count over(std::uint64_t first, std::uint64_t last) const {
         if (first > last) return 0;
         if (uniform()) return Count(last - first + 1) * (layer[0].*member);
         return over_kinds(first, last, member);
@@ -132,7 +134,7 @@ struct TimelineInputs : StageLayers {
         return per_kind(n, member);
     }
     /// Every gradient this device holds once its backward pass is done.
-    Count all_gradients() const { return head_gradients + over(1, layers, &LayerInputs::gradients) + input_gradients; }
+    Count all_gradients() const { return head_gradients + over<&LayerInputs::gradients>(1, layers) + input_gradients; }
     /// Whether micro-batch `microbatch` starts with every gradient present.
     bool gradients_held(std::uint64_t microbatch) const { return persistent_gradients || microbatch > 1; }
 };
@@ -152,7 +154,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
     const std::uint64_t done = phase == Phase::loss ? L : position;  // the layers up to this step's
     const Count kept = (later ? in.later_input_side_kept + in.later_other_microbatches
                               : in.input_side_kept + in.other_microbatches) +
-                       in.over(1, done, &LayerInputs::kept);
+                       in.over<&LayerInputs::kept>(1, done);
     const bool at_layer = phase == Phase::forward || phase == Phase::backward;
     const LayerInputs& here = in.layer[at_layer && !in.uniform() ? in.kind_at(position) : 0];
     switch (phase) {
@@ -178,7 +180,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             if (in.loss) b.logits = position == L ? in.logits + in.logits_gradient : in.logits;
             // The layers after this one have finished their backward steps.
             b.gradients = (held ? held_gradients + in.buffered_gradients
-                                : in.head_gradients + in.over(position + 1, L, &LayerInputs::gradients) +
+                                : in.head_gradients + in.over<&LayerInputs::gradients>(position + 1, L) +
                                       in.buffered_first_gradients) +
                           here.gradient_bucket;
             return {phase, in.layer_id(position - 1), b, microbatch};

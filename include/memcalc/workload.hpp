@@ -164,7 +164,7 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(const ParameterTa
     auto made = std::make_shared<ParameterSplits>();
     ParameterSplits& splits = *made;
     splits.table = params;
-    splits.pattern = LayerPattern(params.runs.empty() ? std::vector<LayerRun>{{0, params.layers}} : params.runs, params.kinds);
+    if (!params.runs.empty()) splits.pattern = LayerPattern(params.runs, params.kinds);  // else one kind
     splits.classes.emplace_back();  // the trainable class, always first
     std::array<const ParamRow*, max_layer_kinds> largest{};  // of each kind's layer
     for (const auto& row : params.rows) {
@@ -252,7 +252,8 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
                                                      : architecture_layer(view, s, b, compute, attention, platform);
     };
     ActivationTables t;
-    t.layer = layer(m.layer_kinds.empty() ? m : m.kind_view(0));
+    if (m.layer_kinds.empty()) t.layer = layer(m);  // the model itself, not a copy
+    else t.layer = layer(m.kind_view(0));
     for (std::size_t k = 1; k < m.kind_count(); ++k) t.other_kinds.push_back(layer(m.kind_view(k)));
     if (model == ActivationModel::architecture) {
         t.input_side = input_side_saved(m, s, b, compute, platform);
