@@ -444,27 +444,18 @@ Example:
   memcalc plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512)");
     }
 
+    // The catalogues: each a subcommand with only --format, made when the command line names it.
     std::string list_format = "table";
-    CLI::App* presets = nullptr;
-    if (mentions("presets")) {
-        presets = app.add_subcommand("presets", "List the built-in models with their parameter counts");
-        presets->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
-    }
-    CLI::App* recipes_cmd = nullptr;
-    if (mentions("recipes")) {
-        recipes_cmd = app.add_subcommand("recipes", "List the training recipes (bytes per parameter)");
-        recipes_cmd->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
-    }
-    CLI::App* profiles_cmd = nullptr;
-    if (mentions("profiles")) {
-        profiles_cmd = app.add_subcommand("profiles", "List the framework profiles (what --profile sets)");
-        profiles_cmd->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
-    }
-    CLI::App* gpus_cmd = nullptr;
-    if (mentions("gpus")) {
-        gpus_cmd = app.add_subcommand("gpus", "List the GPUs --gpu names, with their memory as the driver reports it");
-        gpus_cmd->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
-    }
+    const auto catalogue = [&](const char* name, const char* help) -> CLI::App* {
+        if (!mentions(name)) return nullptr;
+        CLI::App* command = app.add_subcommand(name, help);
+        command->add_option("--format", list_format, "table (default), json or csv")->check(CLI::IsMember(formats));
+        return command;
+    };
+    CLI::App* presets = catalogue("presets", "List the built-in models with their parameter counts");
+    CLI::App* recipes_cmd = catalogue("recipes", "List the training recipes (bytes per parameter)");
+    CLI::App* profiles_cmd = catalogue("profiles", "List the framework profiles (what --profile sets)");
+    CLI::App* gpus_cmd = catalogue("gpus", "List the GPUs --gpu names, with their memory as the driver reports it");
     const auto parsed = [](const CLI::App* command) { return command != nullptr && command->parsed(); };
 
     try {
