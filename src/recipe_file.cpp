@@ -13,8 +13,8 @@ namespace memcalc::cli {
 
 namespace {
 
-const std::vector<std::string> recipe_keys = {"name", "description", "weights", "gradients", "master", "activations",
-                                              "optimizer"};
+const std::vector<std::string> recipe_keys = {"name",        "description", "weights", "gradients",
+                                              "master",      "activations", "optimizer", "state"};
 /// What the listing derives from the keys above: accepted, and checked against them.
 const std::vector<std::string> derived_keys = {"weight_bytes",    "gradient_bytes",   "master_bytes",
                                                "optimizer_bytes", "activation_bytes", "bytes_per_parameter"};
@@ -43,12 +43,13 @@ Recipe parse_recipe_json(std::string_view text, const std::string& origin) {
     for (const auto& o : optimizers) optimizer_choices.emplace(std::string(o.name), &o);
 
     Recipe r{intern(in.text_or("name", "")),
-             intern(in.text_or("description", "")),
              in.choice_or<DType>("weights", dtypes, DType::bf16),
              in.choice_or<DType>("gradients", dtypes, DType::bf16),
              std::nullopt,  // "master": null or absent for none
              in.choice_or<DType>("activations", dtypes, DType::bf16),
-             *in.choice_or<const Optimizer*>("optimizer", optimizer_choices, nullptr)};
+             *in.choice_or<const Optimizer*>("optimizer", optimizer_choices, nullptr),
+             in.choice_or<DType>("state", dtypes, DType::fp32),  // absent: fp32, as memcalc 1.2's files meant
+             intern(in.text_or("description", ""))};
     if (r.name.empty()) in.fail("name must not be empty");
     if (in.has("master")) r.master = in.choice_or<DType>("master", dtypes, DType::fp32);
 

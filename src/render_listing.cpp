@@ -104,7 +104,7 @@ Listing recipes_listing() {
                  {"master_bytes", "master"},  {"optimizer_bytes", "optimizer"},
                  {"activation_bytes", "activations", S::bytes}, {"bytes_per_parameter", "total", S::bytes},
                  // The recipe itself, as a --recipe-file gives it (JSON only).
-                 {"weights", ""}, {"gradients", ""}, {"master", ""}, {"activations", ""}, {"optimizer", ""}};
+                 {"weights", ""}, {"gradients", ""}, {"master", ""}, {"activations", ""}, {"optimizer", ""}, {"state", ""}};
     l.table = {0, 2, 3, 4, 5, 7, 6, 1};
     l.csv = {0, 2, 3, 4, 5, 6, 7};
     for (const auto& r : recipes) {
@@ -113,7 +113,8 @@ Listing recipes_listing() {
         l.rows.push_back({std::string(r.name), std::string(r.description), r.weight_bytes(), r.gradient_bytes(),
                           r.master_bytes(), r.optimizer_bytes(), r.activation_bytes(), r.bytes_per_parameter(),
                           std::string(dtype_name(r.weights)), std::string(dtype_name(r.gradients)), master,
-                          std::string(dtype_name(r.activations)), std::string(r.optimizer.name)});
+                          std::string(dtype_name(r.activations)), std::string(r.optimizer.name),
+                          std::string(dtype_name(r.state))});
     }
     return l;
 }

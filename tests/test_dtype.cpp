@@ -47,4 +47,13 @@ TEST_CASE("a recipe's byte counts follow from its dtypes and its optimiser's slo
     CHECK(sgd.optimizer_bytes() == 4);
     CHECK(sgd.step_temporary_bytes() == 0);  // momentum updates in place
     CHECK(sgd.bytes_per_parameter() == 12);
+    // model.to(bf16) with AdamW: 8 bytes a parameter, the nearest mixed recipe counts 16.
+    const Recipe& bf16 = *find_recipe("bf16-adam");
+    CHECK(bf16.bytes_per_parameter() == 8);
+    CHECK(bf16.zero_k() == 4);
+    CHECK(bf16.step_temporary_bytes() == 2);
+    const Recipe& lion = *find_recipe("lion");
+    CHECK(lion.optimizer_bytes() == 4);
+    CHECK(lion.step_temporary_bytes() == 0);  // a sign, applied in place
+    CHECK(lion.bytes_per_parameter() == 12);
 }

@@ -37,6 +37,7 @@ TEST_CASE("every listed recipe reads back as itself, byte counts checked", "[rec
         CHECK(read.master == builtin.master);
         CHECK(read.activations == builtin.activations);
         CHECK(read.optimizer.name == builtin.optimizer.name);
+        CHECK(read.state == builtin.state);
         CHECK(read.bytes_per_parameter() == builtin.bytes_per_parameter());
         // The same estimate, to the byte.
         Architecture m;
@@ -55,6 +56,12 @@ TEST_CASE("a recipe file may differ from every built-in one", "[recipe_file]") {
     CHECK(no_master.bytes_per_parameter() == 12);
     const Recipe sgd = parse_recipe_json(with("optimizer", "\"sgd-momentum\""), "f");
     CHECK(sgd.bytes_per_parameter() == 12);
+    // A file from before the optimiser's state had a dtype of its own meant fp32.
+    CHECK(parse_recipe_json(bf16_adam, "f").optimizer_bytes() == 8);
+    const Recipe bf16_state = parse_recipe_json(with("state", "\"bf16\""), "f");
+    CHECK(bf16_state.optimizer_bytes() == 4);
+    CHECK(bf16_state.step_temporary_bytes() == 2);
+    CHECK(bf16_state.optimizer_state() == "Adam m, v (bf16)");
 }
 
 TEST_CASE("every bad recipe file gets one message naming the key and the value", "[recipe_file]") {
@@ -64,7 +71,8 @@ TEST_CASE("every bad recipe file gets one message naming the key and the value",
         Case{with("weights", "\"bf61\""), "weights must be one of"},
         Case{with("weights", "\"bf61\""), "did you mean 'bf16'"},
         Case{with("weights", "\"nf4\""), "(got 'nf4')"},  // stored only: never a computed dtype
-        Case{with("optimizer", "\"adamw8\""), "optimizer must be one of adam, sgd-momentum (got 'adamw8')"},
+        Case{with("optimizer", "\"adamw8\""), "optimizer must be one of adam, lion, sgd-momentum (got 'adamw8')"},
+        Case{with("state", "\"fp4\""), "state must be one of"},
         Case{with("master", "4"), "master must be a string (got number 4)"},
         Case{with("wieghts", "\"bf16\""), "unknown key 'wieghts'"},
         Case{with("name", "\"\""), "name must not be empty"},

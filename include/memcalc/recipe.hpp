@@ -14,34 +14,24 @@
 
 namespace memcalc {
 
-/// One slot of optimiser state per parameter: Adam's m and v, SGD's momentum.
-struct StateSlot {
-    std::string_view what;
-    DType dtype;
-};
-
-/// An optimiser as a row: its state slots and the temporary its step computes per parameter.
+/// An optimiser as a row: the state slots it keeps per parameter and whether its step computes a
+/// per-parameter temporary. Their dtype is the recipe's (`Recipe::state`): torch.optim keeps state in
+/// the parameters' dtype, a mixed-precision optimiser in fp32 beside its master copy.
 struct Optimizer {
     std::string_view name;
-    std::string_view state;  ///< the slots as a report names them: "Adam m, v (fp32)"
-    std::array<StateSlot, 2> slots;
-    std::size_t slot_count;
-    /// What the step computes per parameter beside its state (Adam's sqrt(v), fp32); none when it
-    /// updates in place (SGD's momentum).
-    std::optional<DType> step_temporary;
-
-    std::uint64_t state_bytes() const {
-        std::uint64_t sum = 0;
-        for (std::size_t i = 0; i < slot_count; ++i) sum += bytes_per_element(slots[i].dtype);
-        return sum;
-    }
+    std::string_view slots;   ///< as a report names them: "Adam m, v"
+    std::uint64_t slot_count;
+    /// Adam's step computes sqrt(v), then its quotient, per parameter; SGD's momentum and Lion's sign
+    /// update in place.
+    bool step_temporary;
 };
 
-inline constexpr Optimizer adam{"adam", "Adam m, v (fp32)", {{{"m", DType::fp32}, {"v", DType::fp32}}}, 2, DType::fp32};
-inline constexpr Optimizer sgd_momentum{"sgd-momentum", "momentum (fp32)", {{{"momentum", DType::fp32}, {}}}, 1,
-                                        std::nullopt};
+inline constexpr Optimizer adam{"adam", "Adam m, v", 2, true};
+inline constexpr Optimizer sgd_momentum{"sgd-momentum", "momentum", 1, false};
+/// Lion (Chen et al. 2023): one momentum; the update is the sign of an interpolation, applied in place.
+inline constexpr Optimizer lion{"lion", "Lion momentum", 1, false};
 
-inline constexpr std::array<Optimizer, 2> optimizers{{adam, sgd_momentum}};
+inline constexpr std::array<Optimizer, 3> optimizers{{adam, sgd_momentum, lion}};
 
 /// Returns nullptr for an unknown name, so callers can suggest the nearest one.
 inline const Optimizer* find_optimizer(std::string_view name) {
@@ -54,22 +44,22 @@ inline const Optimizer* find_optimizer(std::string_view name) {
 /// optimiser; every byte count follows from them.
 struct Recipe {
     std::string_view name;
-    std::string_view description;
     DType weights;                ///< the weights the forward pass reads
     DType gradients;              ///< one gradient per parameter
     std::optional<DType> master;  ///< the fp32 copy mixed precision keeps; none when the weights are it
     DType activations;            ///< the compute dtype: activations, logits, activation gradients
     Optimizer optimizer;
+    DType state;                  ///< the optimiser's slots and its step's temporaries
+    std::string_view description;
 
     std::uint64_t weight_bytes() const { return bytes_per_element(weights); }
     std::uint64_t gradient_bytes() const { return bytes_per_element(gradients); }
     std::uint64_t master_bytes() const { return master ? bytes_per_element(*master) : 0; }
-    std::uint64_t optimizer_bytes() const { return optimizer.state_bytes(); }
+    std::uint64_t optimizer_bytes() const { return optimizer.slot_count * bytes_per_element(state); }
     std::uint64_t activation_bytes() const { return bytes_per_element(activations); }
-    std::uint64_t step_temporary_bytes() const {
-        return optimizer.step_temporary ? bytes_per_element(*optimizer.step_temporary) : 0;
-    }
-    std::string_view optimizer_state() const { return optimizer.state; }
+    std::uint64_t step_temporary_bytes() const { return optimizer.step_temporary ? bytes_per_element(state) : 0; }
+    /// "Adam m, v (fp32)"
+    std::string optimizer_state() const { return std::string(optimizer.slots) + " (" + dtype_name(state) + ")"; }
     std::uint64_t bytes_per_parameter() const {
         return weight_bytes() + gradient_bytes() + master_bytes() + optimizer_bytes();
     }
@@ -77,18 +67,33 @@ struct Recipe {
     std::uint64_t zero_k() const { return master_bytes() + optimizer_bytes(); }
 };
 
-inline constexpr std::array<Recipe, 5> recipes{{
-    {"mixed-adam", "mixed-precision Adam: bf16 weights and gradients, fp32 master copy and moments (ZeRO 3.1)",
-     DType::bf16, DType::bf16, DType::fp32, DType::bf16, adam},
-    {"fp32-adam", "plain fp32 Adam: fp32 weights, gradients, moments and activations",
-     DType::fp32, DType::fp32, std::nullopt, DType::fp32, adam},
-    {"mixed-adam-fp32-grads", "mixed-precision Adam with fp32 gradient accumulation, as Megatron-LM keeps them",
-     DType::bf16, DType::fp32, DType::fp32, DType::bf16, adam},
-    {"mixed-sgd", "mixed-precision SGD with momentum: bf16 weights and gradients, fp32 master copy and momentum",
-     DType::bf16, DType::bf16, DType::fp32, DType::bf16, sgd_momentum},
-    {"fp32-sgd", "plain fp32 SGD with momentum",
-     DType::fp32, DType::fp32, std::nullopt, DType::fp32, sgd_momentum},
-}};
+namespace recipe_table {  // short names for the table's cells
+inline constexpr DType bf16 = DType::bf16, fp32 = DType::fp32;
+inline constexpr std::optional<DType> none = std::nullopt;
+}  // namespace recipe_table
+
+inline constexpr std::array<Recipe, 7> recipes = [] {
+    using namespace recipe_table;
+    return std::array<Recipe, 7>{{
+        // clang-format off
+        // name                  weights grads master activations optimizer    state
+        {"mixed-adam",            bf16,  bf16, fp32,  bf16,  adam,         fp32,
+         "mixed-precision Adam: bf16 weights and gradients, fp32 master copy and moments (ZeRO 3.1)"},
+        {"fp32-adam",             fp32,  fp32, none,  fp32,  adam,         fp32,
+         "plain fp32 Adam: fp32 weights, gradients, moments and activations"},
+        {"mixed-adam-fp32-grads", bf16,  fp32, fp32,  bf16,  adam,         fp32,
+         "mixed-precision Adam with fp32 gradient accumulation, as Megatron-LM keeps them"},
+        {"mixed-sgd",             bf16,  bf16, fp32,  bf16,  sgd_momentum, fp32,
+         "mixed-precision SGD with momentum: bf16 weights and gradients, fp32 master copy and momentum"},
+        {"fp32-sgd",              fp32,  fp32, none,  fp32,  sgd_momentum, fp32,
+         "plain fp32 SGD with momentum"},
+        {"bf16-adam",             bf16,  bf16, none,  bf16,  adam,         bf16,
+         "model.to(torch.bfloat16) with torch.optim.AdamW: all bf16, the moments and the step's temporaries too; no master copy"},
+        {"lion",                  bf16,  bf16, fp32,  bf16,  lion,         fp32,
+         "mixed-precision Lion: bf16 weights and gradients, an fp32 master copy and Lion's one momentum"},
+        // clang-format on
+    }};
+}();
 
 inline constexpr std::string_view default_recipe = "mixed-adam";
 
