@@ -49,7 +49,7 @@ Workload workload_405b(std::uint64_t b) {
     const Architecture m = llama_405b();
     return make_workload(m, *find_recipe("mixed-adam"), 8192, b, Recompute::selective,
                          parameter_splits(parameter_table(m), m.vocab),
-                         activation_tables(m, 8192, b, DType::bf16, ActivationModel::korthikanti, Attention::eager));
+                         activation_tables(m, 8192, b, DType::bf16, ActivationModel::korthikanti));
 }
 
 void timeline_405b_stage(benchmark::State& state) {

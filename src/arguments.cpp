@@ -73,26 +73,6 @@ std::vector<Attention> parse_attention(const std::string& text) {
     return kinds;
 }
 
-Platform parse_platform(const std::string& text) {
-    for (auto p : {Platform::cuda, Platform::cpu})
-        if (text == platform_name(p)) return p;
-    throw usage_error(fmt::format("--platform must be cuda or cpu (got '{}'){}", text, did_you_mean(text, {"cuda", "cpu"})));
-}
-
-OptimizerImpl parse_optimizer_impl(const std::string& text) {
-    for (auto o : {OptimizerImpl::fused, OptimizerImpl::foreach, OptimizerImpl::for_loop})
-        if (text == optimizer_impl_name(o)) return o;
-    throw usage_error(fmt::format("--optimizer-impl must be fused, foreach or for-loop (got '{}'){}", text,
-                                  did_you_mean(text, {"fused", "foreach", "for-loop"})));
-}
-
-GradBuffer parse_grad_buffer(const std::string& text) {
-    for (auto g : {GradBuffer::lazy, GradBuffer::persistent})
-        if (text == grad_buffer_name(g)) return g;
-    throw usage_error(fmt::format("--grad-buffer must be lazy or persistent (got '{}'){}", text,
-                                  did_you_mean(text, {"lazy", "persistent"})));
-}
-
 Format parse_format(const std::string& text) {
     return text == "json" ? Format::json : text == "csv" ? Format::csv : Format::table;
 }

@@ -2,12 +2,14 @@
 // The command line's values, as typed, and their parsing into the core's settings. Every error
 // names the option and the value.
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "memcalc/memcalc.hpp"
 #include "render.hpp"
+#include "suggest.hpp"
 
 namespace memcalc::cli {
 
@@ -21,7 +23,8 @@ struct Request {
     std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe}, recipe_file;
     std::string units = "gb", format = "table", activations = "korthikanti";
     // The framework: a profile, and its values the flags override (empty: the profile's).
-    std::string profile{default_profile}, profile_file, attention, platform, optimizer_impl, grad_buffer;
+    std::string profile{default_profile}, profile_file, attention;
+    std::map<std::string, std::string> framework;  ///< by framework_switches key: "loss" -> "bf16"
     bool timeline = false, per_layer = false;
     // Parallelism, as typed; empty means the default.
     std::string dp, tp, pp, cp, ep, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
@@ -45,9 +48,14 @@ std::vector<std::uint64_t> parse_sizes(const std::string& option, const std::str
 std::uint64_t parse_count(const std::string& option, const std::string& text, std::uint64_t fallback);
 std::vector<Recompute> parse_modes(const std::string& text);
 std::vector<Attention> parse_attention(const std::string& text);
-Platform parse_platform(const std::string& text);
-OptimizerImpl parse_optimizer_impl(const std::string& text);
-GradBuffer parse_grad_buffer(const std::string& text);
+/// A framework switch's value as typed ("--loss bf16"), or an error naming it and the choices.
+template <class E, std::size_t N>
+E parse_switch(const Switch<E, N>& row, const std::string& text) {
+    if (const E* v = row.find(text)) return *v;
+    std::vector<std::string> names;
+    for (E v : row.values) names.emplace_back(row.name(v));
+    throw usage_error(row.option() + " must be " + row.choice_list() + " (got '" + text + "')" + did_you_mean(text, names));
+}
 std::vector<unsigned> parse_zero(const std::string& text);
 Format parse_format(const std::string& text);
 /// A memory size: "80GB", "80 GB", "2GiB", "1.5TB", "512MiB" or plain bytes.

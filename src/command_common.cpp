@@ -62,13 +62,14 @@ Settings settings_from(const Request& q) {
     const FrameworkProfile profile = q.profile_file.empty() ? *find_profile(q.profile) : load_profile_file(q.profile_file);
     Framework& f = settings.framework;
     f = profile.framework;
-    if (!q.platform.empty()) f.platform = parse_platform(q.platform);
-    if (!q.optimizer_impl.empty()) f.optimizer = parse_optimizer_impl(q.optimizer_impl);
-    if (!q.grad_buffer.empty()) f.grad_buffer = parse_grad_buffer(q.grad_buffer);
+    for_each_switch([&](const auto& row) {
+        const auto given = q.framework.find(std::string(row.key));
+        if (given != q.framework.end()) f.*row.member = parse_switch(row, given->second);
+    });
     const std::string from_profile = fmt::format("--profile {}", profile.name);
     if (f.platform == Platform::cpu && settings.activations != ActivationModel::architecture)
         throw usage_error(fmt::format("{} needs --activations architecture: Korthikanti's formula has no kernels to choose",
-                                      q.platform.empty() ? from_profile + " (--platform cpu)" : "--platform cpu"));
+                                      q.framework.count("platform") ? "--platform cpu" : from_profile + " (--platform cpu)"));
     if (q.attention.empty() && f.attention == Attention::flash && settings.activations != ActivationModel::architecture)
         throw usage_error(fmt::format("{} (--attention flash) needs --activations architecture, or --attention eager: "
                                       "Korthikanti's formula describes eager attention", from_profile));

@@ -137,29 +137,22 @@ struct FrameworkChoice {
     static void add(App& app, Request& q) {
         auto* profile = app.add_option("--profile", q.profile,
                        "The training framework: see 'memcalc profiles' (default: default, the chapter's).\n"
-                       "It sets --attention, --platform, --optimizer-impl and --grad-buffer; each given overrides it")
+                       "It sets --attention, --platform, --optimizer-impl, --grad-buffer, --loss and --logits;\n"
+                       "each given overrides it")
             ->type_name("NAME");
         app.add_option("--profile-file", q.profile_file,
                        "A profile of your own in JSON: name, platform, attention, optimizer_impl, grad_buffer,\n"
+                       "loss, logits,\n"
                        "as 'memcalc profiles --format json' prints each built-in one (a key left out: default's)")
             ->excludes(profile)
             ->type_name("PATH");
-        app.add_option("--platform", q.platform,
-                       "Whose PyTorch kernels the architecture model follows: cuda (default) or cpu, which\n"
-                       "keeps LayerNorm statistics in bf16 and softmaxes an fp32 copy (how validation/gpu/\n"
-                       "measures the model without a GPU)")
-            ->type_name("NAME");
-        app.add_option("--optimizer-impl", q.optimizer_impl,
-                       "How the optimizer step runs, which decides its temporaries: fused (default: Megatron-LM,\n"
-                       "DeepSpeed, torch fused=True; none), foreach (torch.optim's default on CUDA: sqrt(v) of\n"
-                       "every parameter at once, 4 B each) or for-loop (one tensor at a time: 8 B x the largest)")
-            ->type_name("NAME");
-        app.add_option("--grad-buffer", q.grad_buffer,
-                       "When gradients exist: lazy (default: PyTorch with zero_grad(set_to_none=True); each\n"
-                       "appears as backward makes it, and from the second micro-batch on all are held) or\n"
-                       "persistent (Megatron-LM's and DeepSpeed's contiguous buffer, live at every step;\n"
-                       "Megatron's is fp32 main_grad: pair it with --recipe mixed-adam-fp32-grads)")
-            ->type_name("KIND");
+        for_each_switch([&](const auto& row) {
+            if (row.help.empty()) return;  // --attention: a comma list, with the activation options
+            const std::string key(row.key);
+            app.template add_option_function<std::string>(
+                   row.option(), [&q, key](const std::string& text) { q.framework[key] = text; }, std::string(row.help))
+                ->type_name("KIND");
+        });
     }
 };
 
@@ -290,6 +283,8 @@ public:
     Chain* add_option(const std::string& names, A&&...) { return record(names); }
     template <class... A>
     Chain* add_flag(const std::string& names, A&&...) { return record(names); }
+    template <class T, class... A>
+    Chain* add_option_function(const std::string& names, A&&...) { return record(names); }
 
     /// Whether `tokens` (the command line's option names) name any of them.
     bool named_in(const std::vector<std::string>& tokens) const {

@@ -8,22 +8,12 @@
 
 namespace memcalc::cli {
 
-namespace {
-
-/// Each choice by the name the listing prints.
-template <typename Enum>
-std::map<std::string, Enum> named(std::initializer_list<Enum> values, const char* (*name)(Enum)) {
-    std::map<std::string, Enum> choices;
-    for (Enum v : values) choices.emplace(name(v), v);
-    return choices;
-}
-
-}  // namespace
 
 FrameworkProfile parse_profile_json(std::string_view text, const std::string& origin) {
     const nlohmann::json document = parse_json(text, origin);
-    expect_object(document, origin, "a framework profile",
-                  {"name", "description", "source", "platform", "attention", "optimizer_impl", "grad_buffer"});
+    std::vector<std::string> keys = {"name", "description", "source"};
+    for_each_switch([&](const auto& row) { keys.emplace_back(row.key); });
+    expect_object(document, origin, "a framework profile", keys);
     const JsonReader in(document, origin);
     if (!in.has("name")) in.fail("missing key 'name'");
     const Framework base = find_profile(default_profile)->framework;
@@ -31,13 +21,11 @@ FrameworkProfile parse_profile_json(std::string_view text, const std::string& or
                        intern(in.text_or("source", "")), base};
     if (p.name.empty()) in.fail("name must not be empty");
     Framework& f = p.framework;
-    f.platform = in.choice_or("platform", named({Platform::cuda, Platform::cpu}, platform_name), base.platform);
-    f.attention = in.choice_or("attention", named({Attention::eager, Attention::flash}, attention_name), base.attention);
-    f.optimizer = in.choice_or(
-        "optimizer_impl", named({OptimizerImpl::fused, OptimizerImpl::foreach, OptimizerImpl::for_loop}, optimizer_impl_name),
-        base.optimizer);
-    f.grad_buffer = in.choice_or("grad_buffer", named({GradBuffer::lazy, GradBuffer::persistent}, grad_buffer_name),
-                                 base.grad_buffer);
+    for_each_switch([&](const auto& row) {
+        std::map<std::string, std::decay_t<decltype(row.values[0])>> choices;
+        for (auto v : row.values) choices.emplace(row.name(v), v);
+        f.*row.member = in.choice_or(std::string(row.key).c_str(), choices, base.*row.member);
+    });
     return p;
 }
 

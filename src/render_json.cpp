@@ -234,20 +234,17 @@ json report_json(const Report& r, const View& view) {
                             {"bytes", step.bytes.total().value()},
                             {"by_category", breakdown_json(step.bytes)}});
     const Step& peak = r.peak_step();
+    json settings = {{"seq", r.settings.seq},
+                     {"micro_batch", r.settings.micro_batch},
+                     {"recompute", recompute_name(r.settings.recompute)},
+                     {"recipe", r.settings.recipe.name},
+                     {"activations", activation_model_name(r.settings.activations)},
+                     {"parallel", parallel_json(r.settings.parallel)}};
+    for_each_switch([&](const auto& row) { settings[std::string(row.key)] = row.name(r.settings.framework.*row.member); });
     return {{"memcalc", memcalc::version},
             {"schema", memcalc::json_schema},
             {"model", model_json(r.model)},
-            {"settings",
-             {{"seq", r.settings.seq},
-              {"micro_batch", r.settings.micro_batch},
-              {"recompute", recompute_name(r.settings.recompute)},
-              {"recipe", r.settings.recipe.name},
-              {"activations", activation_model_name(r.settings.activations)},
-              {"attention", attention_name(r.settings.framework.attention)},
-              {"platform", platform_name(r.settings.framework.platform)},
-              {"optimizer_impl", optimizer_impl_name(r.settings.framework.optimizer)},
-              {"grad_buffer", grad_buffer_name(r.settings.framework.grad_buffer)},
-              {"parallel", parallel_json(r.settings.parallel)}}},
+            {"settings", settings},
             {"compare", view.compare.empty() ? json(nullptr) : compare_json(r, view)},
             {"parameters", parameters_json(r)},
             {"state",

@@ -135,17 +135,20 @@ Listing gpus_listing() {
 
 Listing profiles_listing() {
     Listing l;
-    l.columns = {{"name", "profile"},        {"platform", "platform"},      {"attention", "attention"},
-                 {"optimizer_impl", "optimizer step"}, {"grad_buffer", "gradients"}, {"description", "description"},
-                 {"source", "source"}};
-    l.table = {0, 1, 2, 3, 4, 5};
-    l.csv = {0, 1, 2, 3, 4};
+    l.columns = {{"name", "profile"}};
+    for_each_switch([&](const auto& row) {
+        l.columns.push_back({row.key.data(), row.heading.data()});  // literals: terminated
+    });
+    l.columns.push_back({"description", "description"});
+    l.columns.push_back({"source", "source"});
+    for (std::size_t i = 0; i + 1 < l.columns.size(); ++i) l.table.push_back(i);  // all but the source
+    for (std::size_t i = 0; i + 2 < l.columns.size(); ++i) l.csv.push_back(i);    // the settings
     for (const auto& p : framework_profiles) {
-        const Framework& f = p.framework;
-        l.rows.push_back({std::string(p.name), std::string(platform_name(f.platform)),
-                          std::string(attention_name(f.attention)), std::string(optimizer_impl_name(f.optimizer)),
-                          std::string(grad_buffer_name(f.grad_buffer)), std::string(p.description),
-                          std::string(p.source)});
+        std::vector<Listing::Cell> row{std::string(p.name)};
+        for_each_switch([&](const auto& s) { row.emplace_back(std::string(s.name(p.framework.*s.member))); });
+        row.emplace_back(std::string(p.description));
+        row.emplace_back(std::string(p.source));
+        l.rows.push_back(std::move(row));
     }
     return l;
 }

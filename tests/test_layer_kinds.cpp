@@ -176,7 +176,7 @@ TEST_CASE("the closed form of a mixed model allocates nothing and finds the time
     s.parallel.pp = 4, s.parallel.vpp = 2, s.parallel.dp = 2, s.parallel.ep = 2, s.parallel.zero = 2;
     s.parallel.microbatches = 8;
     const Report r = estimate(m, s);
-    const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, DType::bf16, s.activations, Attention::eager);
+    const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, DType::bf16, s.activations);
     const Workload w = make_workload(m, s.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t);
     const std::uint64_t before = allocations;
     const LayoutPeak peak = layout_peak(w, s.parallel);

@@ -250,7 +250,7 @@ TEST_CASE("the closed-form layout peak equals the most loaded timeline's, step f
                     settings.parallel = p;
                     CAPTURE(m.name, recompute_name(mode), tp, pp, zero, vpp);
                     const Report r = estimate(m, settings);
-                    const ActivationTables t = activation_tables(m, 512, 2, DType::bf16, model, Attention::eager);
+                    const ActivationTables t = activation_tables(m, 512, 2, DType::bf16, model);
                     const Workload w = make_workload(m, r.settings.recipe, 512, 2, mode, parameter_splits(r.parameters, m.vocab), t);
                     const LayoutPeak fast = layout_peak(w, p);
                     CHECK(fast.bytes() == r.peak_step().bytes.total());

@@ -14,14 +14,16 @@ using memcalc::cli::parse_profile_json;
 
 namespace {
 bool same(const Framework& a, const Framework& b) {
-    return a.platform == b.platform && a.attention == b.attention && a.optimizer == b.optimizer &&
-           a.grad_buffer == b.grad_buffer;
+    bool equal = true;
+    for_each_switch([&](const auto& row) { equal = equal && a.*row.member == b.*row.member; });
+    return equal;
 }
 
 /// The flags that spell out a profile's values, as a user would type them without it.
 std::string flags_of(const Framework& f) {
-    return std::string(" --platform ") + platform_name(f.platform) + " --attention " + attention_name(f.attention) +
-           " --optimizer-impl " + optimizer_impl_name(f.optimizer) + " --grad-buffer " + grad_buffer_name(f.grad_buffer);
+    std::string flags;
+    for_each_switch([&](const auto& row) { flags += " " + row.option() + " " + row.name(f.*row.member); });
+    return flags;
 }
 }  // namespace
 

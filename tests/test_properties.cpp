@@ -188,9 +188,8 @@ TEST_CASE("the training loop's variants: held gradients never lower a peak, no s
         fewer.framework.grad_buffer = GradBuffer::lazy;
         if (fewer.parallel.microbatches >= p.pp) CHECK(peak(m, fewer) <= r.peak_step().bytes.total());
         // The closed form finds the built timelines' peak.
-        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.settings.recipe.activations, s.activations,
-                                                     s.framework.attention, s.framework.platform);
-        const Workload w = make_workload(m, r.settings.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t, s.framework.optimizer, s.framework.grad_buffer);
+        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.settings.recipe.activations, s.activations, s.framework);
+        const Workload w = make_workload(m, r.settings.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t, s.framework);
         const LayoutPeak fast = layout_peak(w, p);
         CHECK(fast.bytes() == r.peak_step().bytes.total());
         CHECK(fast.step.name() == r.peak_step().name());
@@ -276,9 +275,8 @@ TEST_CASE("a timeline's steps are step_at's, one by one, however its linear runs
         s.framework.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
         CAPTURE(shape, m.layers, p.pp, p.vpp, p.first_stage_layers, p.zero, p.microbatches);
         const Report r = estimate(m, s);
-        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.settings.recipe.activations, s.activations,
-                                                     s.framework.attention, s.framework.platform);
-        const Workload w = make_workload(m, r.settings.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t, s.framework.optimizer, s.framework.grad_buffer);
+        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, r.settings.recipe.activations, s.activations, s.framework);
+        const Workload w = make_workload(m, r.settings.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t, s.framework);
         for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
             const TimelineInputs in = stage_inputs(w, p, stage_facts(w, p, stage));
             std::vector<Step> expected;  // the order timeline() promises, every step made alone

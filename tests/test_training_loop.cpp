@@ -229,7 +229,7 @@ TEST_CASE("uneven pipeline stages: Llama 3.1 405B's 126 layers on 16 stages", "[
     // The second stage (8 layers, 15 micro-batches in flight) outweighs the first (7 layers, 16).
     CHECK(r.busiest().stage == 1);
     // The closed form finds the same device and peak as the built timelines.
-    const ActivationTables t = activation_tables(m, 1024, 1, DType::bf16, ActivationModel::korthikanti, Attention::eager);
+    const ActivationTables t = activation_tables(m, 1024, 1, DType::bf16, ActivationModel::korthikanti);
     const Workload w = make_workload(m, *find_recipe("mixed-adam"), 1024, 1, Recompute::full, parameter_splits(r.parameters, m.vocab), t);
     const LayoutPeak closed = layout_peak(w, p);
     CHECK(closed.stage == r.busiest().stage);

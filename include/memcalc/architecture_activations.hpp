@@ -7,10 +7,12 @@
 /// no copy of its input; Platform::cpu swaps in the CPU kernels that differ.
 /// validation/reference_trainer.py counts the same tensors in a real framework.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "memcalc/activations.hpp"
+#include "memcalc/framework.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/units.hpp"
 
@@ -337,18 +339,31 @@ inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t
     return rows;
 }
 
+/// The loss's dtype: its log-probabilities and their gradients. None for a fused kernel, which
+/// writes the gradient over the logits and keeps nothing of the vocabulary's width.
+inline std::optional<DType> loss_dtype(LossKernel loss, DType compute) {
+    switch (loss) {
+        case LossKernel::fp32: return DType::fp32;
+        case LossKernel::bf16: return compute;
+        case LossKernel::fused: return std::nullopt;
+    }
+    return DType::fp32;
+}
+
 /// What the head and the loss save for their backward pass: from the loss step until the head's
 /// backward, at the start of backward L.
 inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                           DType compute, Platform platform = Platform::cuda) {
+                                           DType compute, Platform platform = Platform::cuda,
+                                           LossKernel loss = LossKernel::fp32) {
     const detail::Sizes z(m, seq, micro_batch, compute, platform);
     const std::uint64_t d = z.d;
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
     detail::norm_rows(t, m, z, "final norm");
     t.add("output head", "its input", "weight gradient = input^T x output gradient", shape::sbh, z.sbh, d);
-    t.add("loss (log-softmax)", "log-probabilities, fp32", "log-softmax's gradient is written in its output", shape::sbV,
-          z.tokens * m.vocab, dtype::fp32);
+    if (const auto logp = loss_dtype(loss, compute))
+        t.add("loss (log-softmax)", std::string("log-probabilities, ") + dtype_name(*logp),
+              "log-softmax's gradient is written in its output", shape::sbV, z.tokens * m.vocab, bytes_per_element(*logp));
     t.add("loss (NLL)", "the target ids (int64)", "which log-probability each token's loss picked", shape::ids,
                      z.tokens, 8);
     return rows;

@@ -142,8 +142,7 @@ public:
         const Parallelism& p = settings.parallel;
         counted(settings, [&] {
             ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.activations,
-                                                   settings.activations, settings.framework.attention,
-                                                   settings.framework.platform);
+                                                   settings.activations, settings.framework);
             const Workload w = workload(settings, t);
             split(t, p);
             r.activations = all_layers(t, [](const LayerActivations& l) { return l.total(); });
@@ -174,8 +173,7 @@ public:
         out.reserve(modes.size());
         counted(settings, [&] {
             ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.activations,
-                                                   settings.activations, settings.framework.attention,
-                                                   settings.framework.platform);
+                                                   settings.activations, settings.framework);
             for (Recompute mode : modes) {
                 Settings with = settings;
                 with.recompute = mode;
@@ -252,7 +250,7 @@ private:
 
     Workload workload(const Settings& settings, const ActivationTables& t) const {
         return make_workload(model_, settings.recipe, settings.seq, settings.micro_batch, settings.recompute, splits_, t,
-                             settings.framework.optimizer, settings.framework.grad_buffer);
+                             settings.framework);
     }
 
     /// Every layer's `of(one layer)`, by kind: one rank's bytes of one micro-batch.

@@ -2,8 +2,11 @@
 /// How the training framework runs a step, where frameworks differ: the kernels the architecture
 /// activation model follows, the attention kernel, how the optimiser step runs and when the
 /// gradients exist. One value in Settings; a profile (Megatron-LM, DeepSpeed, FSDP, ...) is a row of them.
+#include <algorithm>
 #include <array>
+#include <string>
 #include <string_view>
+#include <tuple>
 
 #include "memcalc/activations.hpp"
 #include "memcalc/text.hpp"
@@ -34,12 +37,104 @@ enum class GradBuffer { lazy, persistent };
 
 inline const char* grad_buffer_name(GradBuffer g) { return g == GradBuffer::lazy ? "lazy" : "persistent"; }
 
+/// How the program computes the loss from the logits.
+enum class LossKernel {
+    fp32,   ///< cross_entropy(logits.float()): an fp32 copy, fp32 log-probabilities saved, fp32 gradients
+    bf16,   ///< cross_entropy on the logits as they are (nanoGPT's call on bf16 logits): all in the compute dtype
+    fused,  ///< one kernel (Liger's, Transformer Engine's): its gradient written over the logits, nothing else saved
+};
+
+inline const char* loss_kernel_name(LossKernel l) {
+    switch (l) {
+        case LossKernel::fp32: return "fp32";
+        case LossKernel::bf16: return "bf16";
+        case LossKernel::fused: return "fused";
+    }
+    return "?";
+}
+
+/// Whether the training loop keeps the model's output (the logits) through backward. Held: nanoGPT's
+/// `logits, loss = model(x, y)` keeps them to the end of the micro-batch, the next forward's return
+/// freeing them. Freed: transformers' Trainer returns the loss alone, so they go once the loss is made.
+enum class LogitsLife { held, freed };
+
+inline const char* logits_life_name(LogitsLife l) { return l == LogitsLife::held ? "held" : "freed"; }
+
 struct Framework {
     Platform platform = Platform::cuda;              ///< the architecture model's kernels
     Attention attention = Attention::eager;          ///< eager scores, or a fused (flash) kernel
     OptimizerImpl optimizer = OptimizerImpl::fused;  ///< decides the optimiser step's temporaries
     GradBuffer grad_buffer = GradBuffer::lazy;       ///< when the gradients exist
+    LossKernel loss = LossKernel::fp32;              ///< how the loss is computed
+    LogitsLife logits = LogitsLife::held;            ///< whether the loop keeps the logits through backward
 };
+
+/// A framework setting as a row: its key (profile files, JSON reports; the option is --key with '-'
+/// for '_'), its member, its choices and their names. Options, profile files, the listing and the
+/// reports all loop over framework_switches, so a new setting is a row there.
+template <class E, std::size_t N>
+struct Switch {
+    Text key;
+    Text heading;  ///< the profiles table's
+    E Framework::*member;
+    std::array<E, N> values;
+    const char* (*name)(E);
+    Text help;  ///< for --help: what each choice means
+
+    /// "fused, foreach or for-loop"
+    std::string choice_list() const {
+        std::string out;
+        for (std::size_t i = 0; i < N; ++i) out += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + name(values[i]);
+        return out;
+    }
+    const E* find(std::string_view text) const {
+        for (const E& v : values)
+            if (text == name(v)) return &v;
+        return nullptr;
+    }
+    std::string option() const {
+        std::string o = "--" + std::string(key);
+        std::replace(o.begin(), o.end(), '_', '-');
+        return o;
+    }
+};
+
+template <class E, std::size_t N>
+Switch(Text, Text, E Framework::*, std::array<E, N>, const char* (*)(E), Text) -> Switch<E, N>;
+
+inline const auto framework_switches = std::make_tuple(
+    Switch{"platform", "platform", &Framework::platform, std::array{Platform::cuda, Platform::cpu}, platform_name,
+           "Whose PyTorch kernels the architecture model follows: cuda (default) or cpu, which\n"
+           "keeps LayerNorm statistics in bf16, softmaxes an fp32 copy and keeps a dropout's noise\n"
+           "in the compute dtype (how validation/gpu/ measures the model without a GPU)"},
+    Switch{"attention", "attention", &Framework::attention, std::array{Attention::eager, Attention::flash}, attention_name, ""},
+    Switch{"optimizer_impl", "optimizer step", &Framework::optimizer,
+           std::array{OptimizerImpl::fused, OptimizerImpl::foreach, OptimizerImpl::for_loop}, optimizer_impl_name,
+           "How the optimizer step runs, which decides its temporaries: fused (default: Megatron-LM,\n"
+           "DeepSpeed, torch fused=True; none), foreach (torch.optim's default on CUDA: sqrt(v) of\n"
+           "every parameter at once) or for-loop (one tensor at a time: two of the largest)"},
+    Switch{"grad_buffer", "gradients", &Framework::grad_buffer, std::array{GradBuffer::lazy, GradBuffer::persistent},
+           grad_buffer_name,
+           "When gradients exist: lazy (default: PyTorch with zero_grad(set_to_none=True); each\n"
+           "appears as backward makes it, and from the second micro-batch on all are held) or\n"
+           "persistent (Megatron-LM's and DeepSpeed's contiguous buffer, live at every step;\n"
+           "Megatron's is fp32 main_grad: pair it with --recipe mixed-adam-fp32-grads)"},
+    Switch{"loss", "loss", &Framework::loss, std::array{LossKernel::fp32, LossKernel::bf16, LossKernel::fused},
+           loss_kernel_name,
+           "How the loss is computed: fp32 (default: cross_entropy(logits.float()), as transformers\n"
+           "does: an fp32 copy, fp32 log-probabilities and gradients), bf16 (cross_entropy on the\n"
+           "logits in the compute dtype, as nanoGPT calls it) or fused (Liger's or Transformer\n"
+           "Engine's kernel: the gradient written over the logits, nothing else kept)"},
+    Switch{"logits", "logits", &Framework::logits, std::array{LogitsLife::held, LogitsLife::freed}, logits_life_name,
+           "Whether the loop keeps the logits through backward: held (default: nanoGPT's\n"
+           "'logits, loss = model(x, y)', until the next forward returns) or freed (transformers'\n"
+           "Trainer, which keeps only the loss)"});
+
+/// `f(row)` for every framework switch, in order.
+template <class F>
+void for_each_switch(F&& f) {
+    std::apply([&](const auto&... row) { (f(row), ...); }, framework_switches);
+}
 
 /// A named framework: how training programs built on it run a step. A new one is a row here (or a
 /// JSON file of the keys `memcalc profiles --format json` prints); command-line flags override its values.
@@ -53,20 +148,20 @@ inline constexpr Text default_profile = "default";
 inline const std::array<FrameworkProfile, 5> framework_profiles{{
     {"default", "the chapter's model: CUDA kernels, eager attention, a fused optimiser step, gradients made by backward",
      "the chapter (Korthikanti et al. 2022's accounting)",
-     {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::lazy}},
+     {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
     {"pytorch", "a PyTorch 2 loop on CUDA: torch.optim's default (foreach) step, zero_grad(set_to_none=True), attention as written",
      "torch.optim docs (foreach is the default on CUDA); Optimizer.zero_grad (set_to_none=True by default since 2.0)",
-     {Platform::cuda, Attention::eager, OptimizerImpl::foreach, GradBuffer::lazy}},
+     {Platform::cuda, Attention::eager, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
     {"megatron", "Megatron-LM: fused attention, a fused Adam step, the contiguous main_grad buffer (fp32 under bf16: "
                  "pair with --recipe mixed-adam-fp32-grads)",
      "Megatron-LM's DistributedDataParallel grad buffer and FusedAdam; NeMo's bf16-mixed (grad_reduce_in_fp32)",
-     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent}},
+     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32, LogitsLife::held}},
     {"deepspeed", "DeepSpeed's engine: a fused Adam step, a contiguous gradient buffer; attention as the model's code writes it",
      "DeepSpeed's FusedAdam and its ZeRO stage 1/2 gradient partitions (runtime/zero/stage_1_and_2.py)",
-     {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::persistent}},
+     {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32, LogitsLife::held}},
     {"cpu-replication", "validation/'s CPU replication: PyTorch's CPU kernels, eager attention, a for-loop optimiser step",
      "validation/gpu/replicate.py --device cpu (its MixedAdam steps one tensor at a time)",
-     {Platform::cpu, Attention::eager, OptimizerImpl::for_loop, GradBuffer::lazy}},
+     {Platform::cpu, Attention::eager, OptimizerImpl::for_loop, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
 }};
 
 /// The built-in profile of that name, or nullptr.

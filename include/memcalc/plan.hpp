@@ -131,9 +131,8 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
         Cached built;
         try {
             const ActivationTables t = activation_tables(m, s, b, recipe->activations, request.base.activations,
-                                                         request.base.framework.attention, request.base.framework.platform);
-            built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t, request.base.framework.optimizer,
-                                                 request.base.framework.grad_buffer),
+                                                         request.base.framework);
+            built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t, request.base.framework),
                                    compute_cost(m, s, b, mode).recompute_fraction());
         } catch (const overflow_error&) {
         }

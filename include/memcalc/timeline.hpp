@@ -87,6 +87,8 @@ struct TimelineInputs : StageLayers {
     /// A gradient buffer allocated for the whole run (Megatron-LM's, DeepSpeed's): every gradient is
     /// live at every step, from the first forward step on.
     bool persistent_gradients = false;
+    /// The loop keeps the logits through backward (nanoGPT); else they go once the loss is made (Trainer).
+    bool logits_held = true;
     Count weights, master_weights, optimizer_state;  ///< persistent through the whole step
     std::array<LayerInputs, max_layer_kinds> layer;  ///< by kind of layer
     Count other_microbatches;     ///< kept activations of the other micro-batches a pipeline stage holds
@@ -99,7 +101,7 @@ struct TimelineInputs : StageLayers {
     Count input_gradients;        ///< embeddings (untied): ready after the last backward step
     Count input_side_kept;        ///< saved by the embedding side: from the first forward step to the last backward
     Count later_input_side_kept;  ///< the same at a later micro-batch
-    Count logits;                 ///< held from the loss step to the end of the step
+    Count logits;                 ///< from the head's forward; held to the end of the step when logits_held
     Count loss_buffers;           ///< the loss step alone (the loss's fp32 softmax, what the head saves)
     Count logits_gradient;        ///< from the loss step until the top layer's backward step ends
     Count activation_gradient;    ///< the incoming gradient of each backward step
@@ -157,12 +159,13 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
                        in.over<&LayerInputs::kept>(1, done);
     const bool at_layer = phase == Phase::forward || phase == Phase::backward;
     const LayerInputs& here = in.layer[at_layer && !in.uniform() ? in.kind_at(position) : 0];
+    const Count held_logits = in.loss && in.logits_held ? in.logits : Count(0);
     switch (phase) {
         case Phase::forward:
             b.kept_activations = kept;
             b.gathered_weights = here.gathered_weights;
             b.workspace = in.forward_buffers + here.forward_work;
-            if (later && in.loss) b.logits = in.logits;  // the previous micro-batch's
+            if (later) b.logits = held_logits;  // the previous micro-batch's
             return {phase, in.layer_id(position - 1), b, microbatch};
         case Phase::loss:
             b.kept_activations = kept;
@@ -177,7 +180,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             b.workspace = (held ? here.backward_work_held : here.backward_work) + in.recompute_buffers;
             if (position == 1)
                 b.workspace = std::max(b.workspace, held ? in.input_backward_work_held : in.input_backward_work);
-            if (in.loss) b.logits = position == L ? in.logits + in.logits_gradient : in.logits;
+            b.logits = position == L ? held_logits + in.logits_gradient : held_logits;
             // The layers after this one have finished their backward steps.
             b.gradients = (held ? held_gradients + in.buffered_gradients
                                 : in.head_gradients + in.over<&LayerInputs::gradients>(position + 1, L) +
@@ -186,7 +189,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             return {phase, in.layer_id(position - 1), b, microbatch};
         }
         case Phase::optimizer:
-            if (in.loss) b.logits = in.logits;
+            b.logits = held_logits;
             b.workspace = in.optimizer_work;
             b.gradients = in.all_gradients();
             return {phase, 0, b, in.microbatches};

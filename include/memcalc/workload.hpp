@@ -226,8 +226,7 @@ struct Workload {
     /// The architecture model: tensors live as autograd orders them (the head's backward frees the
     /// logits' gradient; the embedding's backward writes a whole table's gradient after layer 1's).
     bool autograd_order = false;
-    OptimizerImpl optimizer = OptimizerImpl::fused;
-    GradBuffer grad_buffer = GradBuffer::lazy;
+    Framework framework;  ///< how the framework runs the step: its optimiser step, gradients, loss and logits
     std::shared_ptr<const ParameterSplits> parameters;  ///< the model's, shared by all its workloads
 };
 
@@ -243,10 +242,12 @@ struct ActivationTables {
     const LayerActivations& of_kind(std::size_t kind) const { return kind == 0 ? layer : other_kinds[kind - 1]; }
 };
 
-/// `compute`: the recipe's compute dtype, which the activations are stored in.
+/// `compute`: the recipe's compute dtype, which the activations are stored in; `f`: the framework's
+/// kernels (its attention, platform and loss).
 inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s, std::uint64_t b, DType compute,
-                                          ActivationModel model, Attention attention,
-                                          Platform platform = Platform::cuda) {
+                                          ActivationModel model, const Framework& f = {}) {
+    const Attention attention = f.attention;
+    const Platform platform = f.platform;
     const auto layer = [&](const Architecture& view) {
         return model == ActivationModel::korthikanti ? korthikanti_layer(view, s, b, bytes_per_element(compute))
                                                      : architecture_layer(view, s, b, compute, attention, platform);
@@ -257,7 +258,7 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
     for (std::size_t k = 1; k < m.kind_count(); ++k) t.other_kinds.push_back(layer(m.kind_view(k)));
     if (model == ActivationModel::architecture) {
         t.input_side = input_side_saved(m, s, b, compute, platform);
-        t.head = head_saved(m, s, b, compute, platform);
+        t.head = head_saved(m, s, b, compute, platform, f.loss);
         t.forward_buffers = forward_buffers(s, b, compute, attention);
     }
     return t;
@@ -266,9 +267,8 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
 /// `t`: the whole model's tables (not split across ranks).
 inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::uint64_t seq, std::uint64_t micro_batch,
                               Recompute mode, std::shared_ptr<const ParameterSplits> params, const ActivationTables& t,
-                              OptimizerImpl optimizer = OptimizerImpl::fused,
-                              GradBuffer grad_buffer = GradBuffer::lazy) {
-    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), optimizer, grad_buffer, std::move(params)};
+                              const Framework& framework = {}) {
+    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params)};
     const std::uint64_t V = m.vocab;
     for (const auto& row : t.forward_buffers) w.forward_buffers.add(row);
     w.layers.resize(m.kind_count());
@@ -412,8 +412,8 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
 /// The optimiser step's temporaries on one rank: none when it is fused or runs on the host.
 inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const StageFacts& f) {
     const std::uint64_t t = w.recipe.step_temporary_bytes();
-    if (t == 0 || w.optimizer == OptimizerImpl::fused || p.offload != Offload::none) return 0;
-    switch (w.optimizer) {
+    if (t == 0 || w.framework.optimizer == OptimizerImpl::fused || p.offload != Offload::none) return 0;
+    switch (w.framework.optimizer) {
         case OptimizerImpl::fused: return 0;
         case OptimizerImpl::foreach: {  // every parameter whose state this rank holds, at once
             const Count dense = f.trainable_dense, experts = f.trainable_experts;
@@ -450,7 +450,8 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     static_cast<StageLayers&>(in) = f.layers;
     in.loss = last;
     in.microbatches = p.steps_per_batch();
-    in.persistent_gradients = w.grad_buffer == GradBuffer::persistent;
+    in.persistent_gradients = w.framework.grad_buffer == GradBuffer::persistent;
+    in.logits_held = w.framework.logits == LogitsLife::held;
     in.weights = f.state.weights;
     in.master_weights = f.state.master_weights;
     in.optimizer_state = f.state.optimizer_state;
@@ -517,21 +518,27 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
         const Count sbV = ceil_div(Count(w.seq) * w.micro_batch, p.cp) * ceil_div(V, p.tp);
         in.logits = sbV * d;
-        // The loss reads an fp32 copy of the logits (the formula's "fp32 softmax"); the architecture
-        // model adds what the head and the loss save for backward.
-        in.loss_buffers = sbV * dtype::fp32 + w.head.on_rank(p, V);
-        in.logits_gradient = sbV * d;
-        in.later_loss_work = in.logits;  // the formula's loss step, beside the previous micro-batch's logits
+        // The loss's log-probabilities and gradients, in its dtype: none of the vocabulary's width for a
+        // fused kernel, which writes its gradient over the logits.
+        const std::optional<DType> loss = loss_dtype(w.framework.loss, w.recipe.activations);
+        const std::uint64_t l = loss ? bytes_per_element(*loss) : 0;
+        const Count previous_logits = in.logits_held ? in.logits : Count(0);  // the last micro-batch's, if the loop holds them
+        // The formula model: the loss reads a copy of the logits in its dtype (the formula's "fp32
+        // softmax"); the architecture model adds what the head and the loss save for backward.
+        in.loss_buffers = sbV * l + w.head.on_rank(p, V);
+        in.logits_gradient = loss ? sbV * d : Count(0);
+        in.later_loss_work = previous_logits;  // the formula's loss step, beside the previous micro-batch's logits
         if (w.autograd_order) {
-            // Autograd's order: the loss's fp32 copy of the logits lives while the loss runs forward; its
-            // backward holds the log-probabilities' gradient and the logits' (both fp32), and the head's
-            // backward frees the last of them before layer L's starts.
+            // Autograd's order: logits.float() copies them while the loss runs forward (not when they are
+            // fp32 already); its backward holds the log-probabilities' gradient and the logits' (in the
+            // loss's dtype), and the head's backward frees the last of them before layer L's starts.
             in.loss_buffers = w.head.on_rank(p, V);
             in.logits_gradient = 0;
-            in.loss_work = std::max(sbV * dtype::fp32 + in.forward_buffers, sbV * (2 * dtype::fp32) + in.recompute_buffers);
-            // The previous micro-batch's logits live until this forward returns, not into its backward.
-            in.later_loss_work = std::max(sbV * dtype::fp32 + in.forward_buffers + in.logits,
-                                          sbV * (2 * dtype::fp32) + in.recompute_buffers);
+            const Count copy = loss && *loss != w.recipe.activations ? sbV * l : Count(0);
+            const Count backward = sbV * (2 * l) + in.recompute_buffers;
+            in.loss_work = std::max(copy + in.forward_buffers, backward);
+            // The previous micro-batch's logits, held, live until this forward returns, not into its backward.
+            in.later_loss_work = std::max(copy + in.forward_buffers + previous_logits, backward);
         }
     }
     in.activation_gradient = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * d, p);
