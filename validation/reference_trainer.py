@@ -127,10 +127,11 @@ def explained_difference(spec, mode, s, b, region):
     return sum(v for _, v in effects), [n for n, _ in effects]
 
 
-# "native": dropout through torch.native_dropout, the kernel F.dropout dispatches to on CUDA (keeps a
-# bool mask, 1 byte per element).  "functional": F.dropout as it runs on CPU in torch 1.13, which
-# multiplies by a noise tensor of the input's dtype (2 bytes per element in bf16).
-DROPOUT_KERNEL = "native"
+# "functional": torch's own F.dropout as it runs on CPU, which multiplies by a noise tensor of the
+# input's dtype (2 bytes per element in bf16): what memcalc --platform cpu predicts.  "native":
+# torch.native_dropout, the kernel F.dropout dispatches to on CUDA (a bool mask, 1 byte per element),
+# to see CUDA's figure on a CPU (--measure only).
+DROPOUT_KERNEL = "functional"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1097,11 +1098,14 @@ def main(argv=None) -> int:
     ap.add_argument("--memcalc", metavar="PATH", help="memcalc executable (for --compare)")
     ap.add_argument("--seq", type=int, nargs="+", help=f"sequence lengths (default {DEFAULT_SEQS})")
     ap.add_argument("--micro-batch", type=int, nargs="+", help=f"micro-batches (default {DEFAULT_BATCHES})")
-    ap.add_argument("--dropout-kernel", choices=("native", "functional"), default="native",
-                    help="native: bool mask like CUDA's F.dropout (default); functional: CPU F.dropout")
+    ap.add_argument("--dropout-kernel", choices=("native", "functional"), default="functional",
+                    help="functional: torch's F.dropout, on CPU a noise tensor (default); native: the bool mask "
+                         "CUDA's F.dropout keeps (--measure only: memcalc --platform cpu predicts the CPU kernel)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     a = ap.parse_args(argv)
     DROPOUT_KERNEL = a.dropout_kernel
+    if a.compare and DROPOUT_KERNEL != "functional":
+        ap.error("--compare measures torch's own F.dropout (memcalc --platform cpu predicts it): drop --dropout-kernel")
     torch.set_num_threads(a.threads)
     specs = [load_spec(p) for p in (a.model or DEFAULT_MODELS)]
     batches = a.micro_batch or list(DEFAULT_BATCHES)

@@ -118,6 +118,17 @@ inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, co
     }
 }
 
+/// A dropout's saved tensor: CUDA's kernel keeps a 1-byte mask; on CPU, F.dropout multiplies by a
+/// noise tensor of the input's dtype (bernoulli / (1 - p)) and the product keeps that.
+inline void dropout_row(TableBuilder& t, const Sizes& z, const std::string& op, const Shape& shape, Count elements,
+                        Keep keep = Keep::always) {
+    if (z.platform == Platform::cuda)
+        t.add(op, "mask (1 byte)", "which elements were zeroed", shape, elements, dtype::mask, keep);
+    else
+        t.add(op, std::string("noise (") + dtype_name(z.compute) + ", CPU F.dropout)",
+              "the gradient is multiplied by the same noise", shape, elements, z.d, keep);
+}
+
 inline bool activation_keeps_input(Activation a) { return a != Activation::relu; }  // ReLU keeps its output
 
 inline const char* activation_label(Activation a) {
@@ -190,8 +201,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
               "softmax's gradient is written in its output", shape::scores, z.scores, z.d, Keep::not_selective);
     }
     if (dropout) {
-        t.add("attention dropout", "mask (1 byte)", "which weights were zeroed", shape::scores, z.scores, dtype::mask,
-              Keep::not_selective);
+        dropout_row(t, z, "attention dropout", shape::scores, z.scores, Keep::not_selective);
         t.add("attention over V", "the dropped-out weights", "the gradient w.r.t. v is weights^T x the output's gradient",
               shape::scores, z.scores, z.d, Keep::not_selective);
     }
@@ -276,7 +286,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     detail::attention_rows(t, m, z, attention);
     if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-attention norm");
     if (m.hidden_dropout > 0 && !m.parallel_attention)
-        t.add("attention residual dropout", "mask (1 byte)", "which elements were zeroed", shape::sbh, z.sbh, dtype::mask);
+        detail::dropout_row(t, z, "attention residual dropout", shape::sbh, z.sbh);
 
     if (!shared_norm) detail::norm_rows(t, m, z, "MLP norm", m.parallel_attention);
     if (!shared_norm)
@@ -289,8 +299,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     }
     if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-MLP norm");
     if (m.hidden_dropout > 0)
-        t.add(m.parallel_attention ? "residual dropout" : "MLP residual dropout", "mask (1 byte)",
-              "which elements were zeroed", shape::sbh, z.sbh, dtype::mask);
+        detail::dropout_row(t, z, m.parallel_attention ? "residual dropout" : "MLP residual dropout", shape::sbh, z.sbh);
 
     // The last add: the MLP's output and the sum, beside the residual stream's earlier tensors that
     // no row keeps (a LayerNorm keeps its input; an RMSNorm only an fp32 copy).
@@ -322,7 +331,7 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
               Count(seq) * m.head_size(), d, Keep::always, 2);
     if (m.embedding_norm) detail::norm_rows(t, m, z, "embedding norm");
     if (m.hidden_dropout > 0)
-        t.add("embedding dropout", "mask (1 byte)", "which elements were zeroed", shape::sbh, z.sbh, dtype::mask);
+        detail::dropout_row(t, z, "embedding dropout", shape::sbh, z.sbh);
     return rows;
 }
 
