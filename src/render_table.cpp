@@ -21,11 +21,17 @@ std::string dims_text(const Dims& dims) {
 
 std::string header(const Report& r) {
     const std::uint64_t M = r.settings.parallel.steps_per_batch();
+    // Every framework setting that is not the chapter's, so the assumptions show: "loss bf16".
+    std::string framework;
+    const Framework chapter;
+    for_each_switch([&](const auto& row) {
+        if (r.settings.framework.*row.member != chapter.*row.member)
+            framework += fmt::format(", {} {}", row.option().substr(2), row.name(r.settings.framework.*row.member));
+    });
     return fmt::format("memcalc {}: {}, seq {}, micro-batch {}{}, recompute {}, recipe {}{}\n", memcalc::version,
                        r.model.name, r.settings.seq, r.settings.micro_batch,
                        M > 1 ? fmt::format(" x {} per step", M) : "", recompute_name(r.settings.recompute),
-                       r.settings.recipe.name,
-                       r.settings.framework.grad_buffer == GradBuffer::persistent ? ", persistent gradient buffer" : "");
+                       r.settings.recipe.name, framework);
 }
 
 /// " 'dense'" for a model of several kinds of layer, "" for one kind.

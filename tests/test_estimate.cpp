@@ -154,7 +154,17 @@ TEST_CASE("the optimizer step's temporaries follow its implementation", "[estima
     const std::uint64_t P = 6738415616, largest = 32000ULL * 4096;  // the embedding and the head
     CHECK(optimizer_work(OptimizerImpl::fused) == 0);
     CHECK(optimizer_work(OptimizerImpl::foreach) == 4 * P);           // sqrt(v) of every parameter, fp32
-    CHECK(optimizer_work(OptimizerImpl::for_loop) == 8 * largest);    // sqrt(v) and the quotient, one tensor
+    // sqrt(v) and the quotient of one tensor, beside the quotient of the one before: the head's beside
+    // the embedding's (both V x h), fp32; bf16 under bf16-adam.
+    CHECK(optimizer_work(OptimizerImpl::for_loop) == 4 * 3 * largest);
+    CHECK(optimizer_work(OptimizerImpl::for_loop, "bf16-adam") == 2 * 3 * largest);
+    // A pipeline's middle stage steps its layers alone: gate, up and down are h x f each.
+    settings.parallel.pp = 4;
+    const Report staged = estimate(m, settings);
+    const Step& middle = staged.ranks[1].timeline.back();  // the optimizer step
+    CHECK(middle.name() == "optimizer");
+    CHECK(middle.bytes.workspace.value() == 2 * 3 * 4096ULL * 11008);
+    settings.parallel.pp = 1;
     CHECK(optimizer_work(OptimizerImpl::foreach, "mixed-sgd") == 0);  // momentum updates in place
     // ZeRO-1 over 8 ranks: the foreach step covers this rank's shard of the state.
     settings.parallel.dp = 8, settings.parallel.zero = 1;

@@ -114,16 +114,22 @@ inline SplitParams gradients_from(const ParameterTable& t, Text first, std::uint
     return ready;
 }
 
-/// The largest parameter tensor of each kind (group, split, expert or not). The for-loop optimiser's
-/// temporaries are two of the largest tensor a rank steps, and each split gives a larger tensor a
-/// share at least as large, so these few stand for every row.
+/// The two largest parameter tensors of each kind (group, split, expert or not). The for-loop
+/// optimiser's temporaries are two of the tensor being stepped beside one of the tensor before it
+/// (measured), and each split gives a larger tensor a share at least as large, so these few stand
+/// for every row.
 struct LargestTensors {
-    Count count[3][3][2] = {};  ///< [Group][ParamSplit][expert]
+    Count count[3][3][2][2] = {};  ///< [Group][ParamSplit][expert]: the largest, then the next
 
-    /// An expert row counts one expert: each is a tensor of its own.
+    /// An expert row counts one expert: each is a tensor of its own. A layer's row stands for every
+    /// layer of its kind, so it fills both places.
     void add(const ParamRow& r) {
-        Count& most = count[static_cast<int>(r.group)][static_cast<int>(r.split)][r.expert ? 1 : 0];
-        most = std::max(most, r.expert ? Count(r.count.value() / *r.dims.begin()) : r.count);
+        Count(&top)[2] = count[static_cast<int>(r.group)][static_cast<int>(r.split)][r.expert ? 1 : 0];
+        const Count n = r.expert ? Count(r.count.value() / *r.dims.begin()) : r.count;
+        for (int copies = r.group == Group::layer || r.expert ? 2 : 1; copies > 0; --copies) {
+            if (n > top[0]) top[1] = top[0], top[0] = n;
+            else if (n > top[1]) top[1] = n;
+        }
     }
 };
 
@@ -419,23 +425,29 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
             const Count dense = f.trainable_dense, experts = f.trainable_experts;
             return (p.zero >= 1 ? StageFacts::shard(p, dense, experts) : dense + experts) * t;
         }
-        case OptimizerImpl::for_loop: {  // two of the largest tensor: sqrt(v), then its quotient
+        case OptimizerImpl::for_loop: {
+            // torch.optim's single-tensor step: sqrt(v), then its quotient, of the tensor being stepped,
+            // while the loop's variable still holds the previous tensor's quotient (measured with
+            // torch.optim.AdamW on CPU). Which tensor comes before the largest depends on the program's
+            // parameter groups, so the next largest stands for it: 2 x the largest + the next, leaning high.
             const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
             const std::uint64_t V = w.model.vocab;
-            Count largest;
+            Count top[2];  // this rank's two largest shares
             const auto& most = w.parameters->largest.count;
             for (Group group : {Group::input, Group::layer, Group::head}) {
                 if ((group == Group::input && !first) || (group == Group::head && !last)) continue;
+                if (group == Group::layer && f.layers.layers == 0) continue;
                 for (ParamSplit split : {ParamSplit::replicated, ParamSplit::tensor, ParamSplit::vocab})
-                    for (int expert = 0; expert < 2; ++expert) {
-                        Count n = most[static_cast<int>(group)][static_cast<int>(split)][expert];
-                        if (n == 0) continue;
-                        if (split == ParamSplit::tensor) n = ceil_div(n, p.tp);
-                        if (split == ParamSplit::vocab) n = Count(n.value() / V) * ceil_div(V, p.tp);
-                        largest = std::max(largest, n);
-                    }
+                    for (int expert = 0; expert < 2; ++expert)
+                        for (Count n : most[static_cast<int>(group)][static_cast<int>(split)][expert]) {
+                            if (n == 0) continue;
+                            if (split == ParamSplit::tensor) n = ceil_div(n, p.tp);
+                            if (split == ParamSplit::vocab) n = Count(n.value() / V) * ceil_div(V, p.tp);
+                            if (n > top[0]) top[1] = top[0], top[0] = n;
+                            else if (n > top[1]) top[1] = n;
+                        }
             }
-            return largest * (2 * t);
+            return (top[0] * 2 + top[1]) * t;
         }
     }
     return 0;
@@ -536,9 +548,13 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
             in.logits_gradient = 0;
             const Count copy = loss && *loss != w.recipe.activations ? sbV * l : Count(0);
             const Count backward = sbV * (2 * l) + in.recompute_buffers;
-            in.loss_work = std::max(copy + in.forward_buffers, backward);
+            // A loop that keeps only the loss drops the logits when the forward returns, before the
+            // loss's backward (measured): then they are part of the loss's forward alone.
+            const Count own_logits = in.logits_held ? Count(0) : in.logits;
+            if (!in.logits_held) in.logits = 0;
+            in.loss_work = std::max(copy + in.forward_buffers + own_logits, backward);
             // The previous micro-batch's logits, held, live until this forward returns, not into its backward.
-            in.later_loss_work = std::max(copy + in.forward_buffers + previous_logits, backward);
+            in.later_loss_work = std::max(copy + in.forward_buffers + own_logits + previous_logits, backward);
         }
     }
     in.activation_gradient = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * d, p);

@@ -40,6 +40,10 @@ def predict(memcalc, run, platform, older=False):
         command += ["--microbatches", str(run["microbatches"])]
     if run.get("grad_buffer", "lazy") != "lazy":
         command += ["--grad-buffer", run["grad_buffer"]]
+    for key in ("recipe", "loss", "logits"):  # recorded since replicate.py measured them; else the defaults
+        default = {"recipe": "mixed-adam", "loss": "fp32", "logits": "held"}[key]
+        if run.get(key, default) != default:
+            command += ["--" + key, run[key]]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"compare.py: {' '.join(command)} failed: {done.stderr.strip()}")

@@ -24,6 +24,7 @@ before torch 2.0. Then validation/gpu/compare.py sets memcalc's predictions besi
 """
 import argparse
 import gc
+import itertools
 import json
 import math
 import os
@@ -85,6 +86,8 @@ class Block(nn.Module):
         self.a, self.kv, self.d = a, spec.get("kv_heads", a), h // a
         self.llama = spec.get("norm") == "rmsnorm"
         self.attention, self.mode = attention, mode
+        # torch's own F.dropout (on CPU it keeps a noise tensor of the compute dtype, on CUDA a 1-byte mask)
+        self.p_attention, self.p_hidden = spec.get("attention_dropout", 0.0), spec.get("hidden_dropout", 0.0)
         bias = spec.get("bias", "none") == "all"
         self.norm1 = RMSNorm(h) if self.llama else nn.LayerNorm(h)
         self.norm2 = RMSNorm(h) if self.llama else nn.LayerNorm(h)
@@ -107,6 +110,8 @@ class Block(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.d) + mask  # mask: 0 or -inf, made once per step
         weights = F.softmax(scores, dim=-1, dtype=torch.float32 if self.llama else None).to(q.dtype)
+        if self.p_attention > 0:
+            weights = F.dropout(weights, self.p_attention, self.training)
         return weights @ v
 
     def rotate(self, x, cos, sin):
@@ -132,15 +137,18 @@ class Block(nn.Module):
         hidden = F.silu(self.gate(y)) * self.up(y) if self.gate is not None else F.gelu(self.up(y), approximate="tanh")
         return self.down(hidden)
 
+    def residual(self, y):
+        return F.dropout(y, self.p_hidden, self.training) if self.p_hidden > 0 else y
+
     def forward(self, x, mask, cos=None, sin=None):
-        h = x + self.attend(self.norm1(x), mask, cos, sin)
-        return h + self.feed_forward(self.norm2(h))
+        h = x + self.residual(self.attend(self.norm1(x), mask, cos, sin))
+        return h + self.residual(self.feed_forward(self.norm2(h)))
 
 
 class Model(nn.Module):
-    def __init__(self, spec, attention, mode):
+    def __init__(self, spec, attention, mode, loss="fp32"):
         super().__init__()
-        self.spec, self.mode = spec, mode
+        self.spec, self.mode, self.loss = spec, mode, loss
         h, V = spec["hidden"], spec["vocab"]
         self.embed = nn.Embedding(V, h)
         self.positions = nn.Embedding(spec["max_positions"], h) if spec.get("position") == "learned" else None
@@ -166,6 +174,8 @@ class Model(nn.Module):
         cos = sin = None
         if self.positions is not None:
             x = x + self.positions(torch.arange(s, device=ids.device))
+        if self.spec.get("hidden_dropout", 0.0) > 0:
+            x = F.dropout(x, self.spec["hidden_dropout"], self.training)
         elif self.spec.get("position", "rotary") == "rotary":
             cos, sin = self.rotary(s, ids.device, x.dtype)
         mask = None  # fused attention masks inside; eager adds 0 or -inf, built once per forward as transformers does
@@ -180,7 +190,9 @@ class Model(nn.Module):
         mark("loss")
         weight = self.embed.weight if self.head is None else self.head.weight
         logits = self.norm(x) @ weight.t()
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), ids.view(-1)), logits
+        # fp32: transformers' loss, over an fp32 copy; bf16: nanoGPT's call, on the logits as they are.
+        scored = logits.float() if self.loss == "fp32" else logits
+        return F.cross_entropy(scored.view(-1, logits.shape[-1]), ids.view(-1)), logits
 
 
 class Meter:
@@ -276,21 +288,41 @@ class MixedAdam:
                 p.grad = None
 
 
-def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="lazy"):
+def make_optimizer(recipe, model, grad_buffer):
+    """mixed-adam: this script's MixedAdam (an fp32 master copy and moments); bf16-adam: torch's own
+    AdamW on the bf16 parameters, one tensor at a time (foreach=False), its state bf16 too."""
+    if recipe == "bf16-adam":
+        adamw = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), foreach=False)
+        step = adamw.step
+
+        def step_and_zero():  # as MixedAdam: gradients dropped (lazy) or zeroed and kept (persistent)
+            step()
+            adamw.zero_grad(set_to_none=grad_buffer != "persistent")
+        adamw.step = step_and_zero
+        return adamw
+    return MixedAdam(model.parameters(), persistent=grad_buffer == "persistent")
+
+
+def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="lazy", recipe="mixed-adam",
+        loss_kernel="fp32", logits_life="held"):
     torch.manual_seed(0)
     if _torch_version() >= (2, 0):  # initialise on the device itself: a billion weights take seconds on a CPU
         with torch.device(device):
-            model = Model(spec, attention, mode).to(dtype=DTYPE)
+            model = Model(spec, attention, mode, loss_kernel).to(dtype=DTYPE)
     else:
-        model = Model(spec, attention, mode).to(device=device, dtype=DTYPE)
-    optimizer = MixedAdam(model.parameters(), persistent=grad_buffer == "persistent")
+        model = Model(spec, attention, mode, loss_kernel).to(device=device, dtype=DTYPE)
+    optimizer = make_optimizer(recipe, model, grad_buffer)
     ids = torch.randint(0, spec["vocab"], (1, seq), device=device)
 
     def step(meter=None):
         # Gradient accumulation as nanoGPT's train.py writes it: each micro-batch's logits live until the
         # next forward returns its own (the last ones to the end of the step), its gradients add up.
+        # Freed: the loop keeps the loss alone, as transformers' Trainer does.
         for microbatch in range(1, microbatches + 1):
-            loss, logits = model(ids, meter, microbatch)
+            if logits_life == "held":
+                loss, logits = model(ids, meter, microbatch)
+            else:
+                loss = model(ids, meter, microbatch)[0]
             (loss / microbatches).backward()
         if meter:
             meter.mark("optimizer")
@@ -314,7 +346,8 @@ def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="
         torch.cuda.empty_cache()
     return {"model": spec["name"], "model_file": spec["path"], "seq": seq, "micro_batch": 1,
             "microbatches": microbatches, "grad_buffer": grad_buffer, "recompute": mode,
-            "attention": attention, "optimizer_impl": "for-loop", "memory_before_step": meter.before, "max_memory_allocated": peak,
+            "attention": attention, "optimizer_impl": "for-loop", "recipe": recipe, "loss": loss_kernel,
+            "logits": logits_life, "memory_before_step": meter.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": meter.steps,
             "median_step_seconds": statistics.median(times), "steps_timed": steps}
 
@@ -344,6 +377,17 @@ def main(argv=None):
                     help="micro-batches per step, accumulated (default 1)")
     ap.add_argument("--grad-buffer", nargs="+", choices=("lazy", "persistent"), default=["lazy"],
                     help="gradients dropped by each step (lazy, the default) or zeroed and kept (persistent)")
+    ap.add_argument("--recipe", nargs="+", choices=("mixed-adam", "bf16-adam"), default=["mixed-adam"],
+                    help="mixed-adam (default: fp32 master copy and moments) or bf16-adam (torch.optim.AdamW "
+                         "on the bf16 model, foreach=False)")
+    ap.add_argument("--loss", nargs="+", choices=("fp32", "bf16"), default=["fp32"],
+                    help="cross_entropy over logits.float() (fp32, default) or over the bf16 logits (bf16)")
+    ap.add_argument("--logits", nargs="+", choices=("held", "freed"), default=["held"],
+                    help="the loop keeps the logits through backward (held, default) or only the loss (freed)")
+    ap.add_argument("--modes", nargs="+", choices=("none", "selective", "full"), default=["none", "selective", "full"],
+                    help="recomputation modes (default all three)")
+    ap.add_argument("--attentions", nargs="+", choices=("eager", "sdpa"), default=["eager", "sdpa"],
+                    help="attention kernels (default both, sdpa where this torch has it)")
     a = ap.parse_args(argv)
     names = a.models or (("gpt2-tiny", "llama-tiny") if a.tiny else ("gpt2-small", "llama-1b"))
     seqs = a.seqs or ((32, 64, 128) if a.tiny else (1024, 2048, 4096))
@@ -365,19 +409,19 @@ def main(argv=None):
         spec = json.load(open(path))
         spec["path"] = os.path.relpath(path, os.path.dirname(os.path.dirname(HERE)))
         for seq in seqs:
-            for attention in ("eager", "sdpa"):
+            for attention in a.attentions:
                 if attention == "sdpa" and not sdpa:
                     skipped.append(f"{name} seq {seq}: torch {torch.__version__} has no scaled_dot_product_attention")
                     continue
-                for mode in ("none", "selective", "full"):
-                    for microbatches in a.microbatches:
-                        for buffer in a.grad_buffer:
-                            r = run(spec, seq, mode, attention, a.device, steps, microbatches, buffer)
-                            runs.append(r)
-                            save()
-                            print(f"{name:<12} seq {seq:>5} {attention:<5} {mode:<9} M {microbatches} {buffer:<10} "
-                                  f"peak {r['max_memory_allocated']:>13,} B at {r['peak_step']:<12} "
-                                  f"step {r['median_step_seconds'] * 1e3:.1f} ms", flush=True)
+                for mode, microbatches, buffer, recipe, loss, logits in itertools.product(
+                        a.modes, a.microbatches, a.grad_buffer, a.recipe, a.loss, a.logits):
+                    r = run(spec, seq, mode, attention, a.device, steps, microbatches, buffer, recipe, loss, logits)
+                    runs.append(r)
+                    save()
+                    print(f"{name:<12} seq {seq:>5} {attention:<5} {mode:<9} M {microbatches} {buffer:<10} "
+                          f"{recipe:<10} loss {loss} logits {logits:<5} "
+                          f"peak {r['max_memory_allocated']:>13,} B at {r['peak_step']:<12} "
+                          f"step {r['median_step_seconds'] * 1e3:.1f} ms", flush=True)
     save()
     for line in skipped:
         print("skipped:", line)
