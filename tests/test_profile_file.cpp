@@ -75,8 +75,9 @@ TEST_CASE("a profile gives the estimate its flags give; a flag given overrides i
         CHECK(by_profile.status == 0);
         CHECK(by_profile.out == by_flags.out);
     }
-    // megatron's persistent buffer and flash attention, with the default profile's for-the-rest.
-    const auto overridden = testing::memcalc(run + " --profile megatron --grad-buffer lazy --attention eager");
+    // megatron's every value overridden by the default profile's.
+    const auto overridden =
+        testing::memcalc(run + " --profile megatron --grad-buffer lazy --attention eager --loss fp32 --logits held");
     const auto plain = testing::memcalc(run);
     CHECK(overridden.status == 0);
     CHECK(overridden.out == plain.out);

@@ -145,7 +145,9 @@ struct FrameworkProfile {
 
 inline constexpr Text default_profile = "default";
 
-inline const std::array<FrameworkProfile, 5> framework_profiles{{
+// Each row says which upstream code it follows. What memcalc measures is each setting on its own
+// (validation/); that a framework runs with these settings is read from its source, not measured.
+inline const std::array<FrameworkProfile, 9> framework_profiles{{
     {"default", "the chapter's model: CUDA kernels, eager attention, a fused optimiser step, gradients made by backward",
      "the chapter (Korthikanti et al. 2022's accounting)",
      {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
@@ -153,12 +155,32 @@ inline const std::array<FrameworkProfile, 5> framework_profiles{{
      "torch.optim docs (foreach is the default on CUDA); Optimizer.zero_grad (set_to_none=True by default since 2.0)",
      {Platform::cuda, Attention::eager, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
     {"megatron", "Megatron-LM: fused attention, a fused Adam step, the contiguous main_grad buffer (fp32 under bf16: "
-                 "pair with --recipe mixed-adam-fp32-grads)",
-     "Megatron-LM's DistributedDataParallel grad buffer and FusedAdam; NeMo's bf16-mixed (grad_reduce_in_fp32)",
-     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32, LogitsLife::held}},
+                 "pair with --recipe mixed-adam-fp32-grads), the fused vocabulary-parallel loss; the logits stay in the model",
+     "Megatron-LM core 0.9-0.12: DistributedDataParallel's grad buffer, FusedAdam, --cross-entropy-loss-fusion "
+     "(NeMo 2's default); GPTModel returns the loss, not the logits",
+     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fused, LogitsLife::freed}},
     {"deepspeed", "DeepSpeed's engine: a fused Adam step, a contiguous gradient buffer; attention as the model's code writes it",
-     "DeepSpeed's FusedAdam and its ZeRO stage 1/2 gradient partitions (runtime/zero/stage_1_and_2.py)",
+     "DeepSpeed 0.14-0.16: FusedAdam and its ZeRO stage 1/2 gradient partitions (runtime/zero/stage_1_and_2.py)",
      {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32, LogitsLife::held}},
+    {"fsdp2", "PyTorch FSDP2 (fully_shard) with a plain loop: torch.optim's foreach AdamW on the shards, gradients made by "
+              "backward and reduce-scattered; pair with --zero 3",
+     "torch 2.4-2.6 torch.distributed.fsdp.fully_shard; torch.optim.AdamW (foreach on CUDA)",
+     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
+    {"torchtitan", "torchtitan's trainer: FSDP2 (pair with --zero 3), SDPA, a foreach AdamW, the loss over fp32 logits, "
+                   "which it deletes before backward",
+     "torchtitan 0.1 (2025): train.py (pred = model(inputs); loss = loss_fn(pred, labels); del pred), "
+     "cross_entropy_loss (pred.float()), build_optimizers (implementation foreach)",
+     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::freed}},
+    {"hf-trainer", "transformers' Trainer: SDPA attention (the default), torch's foreach AdamW (adamw_torch), "
+                   "the loss over fp32 logits (ForCausalLMLoss), the outputs dropped once the loss is taken",
+     "transformers 4.46-4.53: Trainer.compute_loss returns the loss alone; loss_utils.ForCausalLMLoss upcasts the "
+     "logits; attn_implementation defaults to sdpa",
+     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::freed}},
+    {"nanogpt", "nanoGPT's train.py on CUDA: flash attention (torch 2), AdamW(fused=True), zero_grad(set_to_none=True); "
+                "'logits, loss = model(X, Y)' keeps the logits to the next forward; under autocast the loss runs in fp32",
+     "karpathy/nanoGPT train.py and model.py (2023): configure_optimizers uses fused AdamW on CUDA; "
+     "cross_entropy is on autocast's fp32 list",
+     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
     {"cpu-replication", "validation/'s CPU replication: PyTorch's CPU kernels, eager attention, a for-loop optimiser step",
      "validation/gpu/replicate.py --device cpu (its MixedAdam steps one tensor at a time)",
      {Platform::cpu, Attention::eager, OptimizerImpl::for_loop, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
