@@ -240,19 +240,13 @@ inline void linear_run(std::vector<Step>& steps, PeakSoFar* peak, const Timeline
     const Step next = step_at(in, phase, second, microbatch);
     const Breakdown delta = Breakdown::modulo(next.bytes, steps.back().bytes, std::minus<>());
     const std::size_t second_index = steps.size();
-    // The later steps are copies of the second, each then given its layer and its bytes: the step
-    // before's plus the difference, written in place (which compilers do in vector registers).
-    steps.resize(second_index + count - 1, next);
-    Step* const out = steps.data() + second_index;
-    // Copies of the layers' layout: the steps written below cannot alias them, so they stay in registers.
-    const StageLayers layers = in;
+    steps.push_back(next);
+    // Each later step is the one before (still in cache) plus the difference: one pass over the steps.
+    const StageLayers layers = in;  // a copy: the steps written below cannot alias it
     const std::uint64_t one = down ? ~std::uint64_t{0} : 1;  // +1 or -1, modulo 2^64
-    std::uint64_t position = second;
-    for (std::size_t i = 1; i < count - 1; ++i) {
-        position += one;
-        out[i].bytes = Breakdown::modulo(out[i - 1].bytes, delta, std::plus<>());
-        out[i].layer = layers.layer_id(position - 1);
-    }
+    for (std::uint64_t k = 2, position = second + one; k < count; ++k, position += one)
+        steps.push_back({phase, layers.layer_id(position - 1),
+                         Breakdown::modulo(steps.back().bytes, delta, std::plus<>()), microbatch});
     if (!peak) return;
     // Each step's total is linear in the position too, so past the first step the run's earliest
     // largest is its second step or its last; the totals between those two fit when they do.
