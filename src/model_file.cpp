@@ -11,7 +11,6 @@
 
 #include "memcalc/error.hpp"
 #include "json_reader.hpp"
-#include "presets_data.hpp"
 #include "suggest.hpp"
 
 namespace memcalc::cli {
@@ -141,20 +140,6 @@ std::string read_text_file(const std::string& path, const std::string& what) {
 
 ModelFile load_model_file(const std::string& path) {
     return parse_model_json(read_text_file(path, "model file"), path, std::filesystem::path(path).stem().string());
-}
-
-std::vector<std::string> preset_names() {
-    std::vector<std::string> names;
-    for (const auto& p : embedded_presets) names.emplace_back(p.name);
-    std::sort(names.begin(), names.end());
-    return names;
-}
-
-ModelFile load_preset(const std::string& name) {
-    for (const auto& p : embedded_presets)
-        if (name == p.name) return parse_model_json(p.json, "preset " + name, name);
-    throw error("unknown preset '" + name + "'" + did_you_mean(name, preset_names()) +
-                "; 'memcalc presets' lists them");
 }
 
 }  // namespace memcalc::cli

@@ -1,5 +1,9 @@
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "memcalc/params.hpp"
@@ -102,6 +106,43 @@ TEST_CASE("every shipped preset loads and agrees with its own published figure a
         if (file.published_parameters)
             CHECK(parameter_table(file.architecture).total().value() == *file.published_parameters);
     }
+}
+
+namespace {
+/// Every field of a model file, written out: what the program would see of it. A field added to
+/// Architecture or ModelFile goes here, and into src/preset_compiler.cpp, which writes the presets.
+std::string every_field(const cli::ModelFile& file) {
+    const Architecture& m = file.architecture;
+    std::ostringstream out;
+    out.precision(17);
+    out << m.name << '|' << m.hidden << '|' << m.layers << '|' << m.heads << '|' << m.kv_heads << '|' << m.head_dim << '|'
+        << m.ffn << '|' << m.vocab << '|' << m.max_positions << '|' << m.position_rows << '|' << int(m.mlp) << '|'
+        << int(m.norm) << '|' << int(m.bias) << '|' << int(m.position) << '|' << m.tied_embeddings << '|' << m.head_bias
+        << '|' << m.experts << '|' << m.experts_per_token << '|' << int(m.activation) << '|' << m.norms_per_layer << '|'
+        << m.parallel_attention << '|' << m.embedding_norm << '|' << m.attention_dropout << '|' << m.hidden_dropout << '|'
+        << m.softmax_fp32;
+    const auto given = [&](const std::optional<std::uint64_t>& n) { return n ? std::to_string(*n) : std::string("-"); };
+    for (const auto& k : m.layer_kinds)
+        out << "|kind " << k.name << ' ' << given(k.ffn) << ' ' << given(k.experts) << ' ' << given(k.experts_per_token);
+    for (const auto& run : m.layer_pattern) out << "|run " << run.kind << ' ' << run.count;
+    out << '|' << file.description << '|' << file.source << '|' << given(file.published_parameters);
+    return out.str();
+}
+}  // namespace
+
+TEST_CASE("every compiled preset is its JSON file as the model-file reader reads it", "[presets]") {
+    std::size_t files = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(std::string(MEMCALC_SOURCE_DIR) + "/presets")) {
+        if (entry.path().extension() != ".json") continue;
+        const std::string name = entry.path().stem().string();
+        CAPTURE(name);
+        ++files;
+        const auto parsed = parse_model_json(cli::read_text_file(entry.path().string(), "preset"), "preset " + name, name);
+        CHECK(every_field(cli::load_preset(name)) == every_field(parsed));
+    }
+    CHECK(files == cli::preset_names().size());
+    // Doubles go through text and back: a dropout of 0.1 must be the same double both ways.
+    CHECK(cli::load_preset("gpt2").architecture.attention_dropout == 0.1);
 }
 
 TEST_CASE("the Decoder preset has the chapter's shape", "[presets]") {

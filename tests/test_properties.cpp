@@ -288,6 +288,11 @@ TEST_CASE("a timeline's steps are step_at's, one by one, however its linear runs
             expected.push_back(step_at(in, Phase::optimizer, 0));
             const std::vector<Step> built = timeline(in);
             REQUIRE(built.size() == expected.size());
+            // The peak found as the steps are made (ends of linear runs only) is the scan's.
+            const TimelineWithPeak with_peak = timeline_with_peak(in);
+            CHECK(with_peak.peak == peak_index(built));
+            REQUIRE(with_peak.steps.size() == built.size());
+            CHECK(with_peak.steps[with_peak.peak].name() == built[peak_index(built)].name());
             for (std::size_t k = 0; k < built.size(); ++k) {
                 CAPTURE(stage, k, expected[k].name());
                 CHECK(built[k].name() == expected[k].name());

@@ -48,6 +48,14 @@ TEST_CASE("the peak is the largest step and the earliest on a tie", "[timeline]"
     in.weights = 5;  // nothing but weights: every step ties
     steps = timeline(in);
     CHECK(peak_index(steps) == 0);
+    CHECK(timeline_with_peak(in).peak == 0);  // found in one pass, ties in a linear run included
+
+    in.layers = 40;  // long linear runs, each flat: the earliest of their ends wins
+    CHECK(timeline_with_peak(in).peak == 0);
+    in.layer[0].kept = 1;  // rising forward, falling backward: the last forward step (or the loss)
+    const TimelineWithPeak made = timeline_with_peak(in);
+    CHECK(made.peak == peak_index(made.steps));
+    CHECK(made.steps[made.peak].name() == "forward 40");
 }
 
 TEST_CASE("workspaces join the step they run in", "[timeline][workspace]") {

@@ -93,8 +93,9 @@ inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint
     rank.host = f.host;
     const TimelineInputs in = stage_inputs(w, p, f);
     if (timelines) {
-        rank.timeline = timeline(in);
-        rank.peak = peak_index(rank.timeline);
+        TimelineWithPeak made = timeline_with_peak(in);
+        rank.timeline = std::move(made.steps);
+        rank.peak = made.peak;
         rank.peak_at = rank.timeline[rank.peak];
     } else {
         rank.peak_at = peak_step(in);
@@ -138,7 +139,7 @@ public:
     /// Every table, and each rank's timeline unless settings.timelines is false.
     Report estimate(const Settings& settings) const {
         const Configuration c = configure(settings);
-        Report r{model_, settings, table_, parameter_count_, c.state, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
+        Report r{model_, settings, table(), parameter_count_, c.state, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
         const Parallelism& p = settings.parallel;
         counted(settings, [&] {
             ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.activations,
@@ -192,12 +193,11 @@ public:
 
 private:
     Estimator(const Architecture& model, std::optional<ParameterTable> table) : model_(model) {
-        validate(model_);
         try {
-            table_ = parameter_table(model_);
+            ParameterTable own = parameter_table(model_);  // which validates the model first
             if (table) {  // the model's rows, each frozen or stored as the caller says, and nothing else
-                const bool same = table->layers == table_.layers && table->rows.size() == table_.rows.size() &&
-                                  std::equal(table->rows.begin(), table->rows.end(), table_.rows.begin(),
+                const bool same = table->layers == own.layers && table->rows.size() == own.rows.size() &&
+                                  std::equal(table->rows.begin(), table->rows.end(), own.rows.begin(),
                                              [](const ParamRow& a, const ParamRow& b) {
                                                  return a.tensor == b.tensor && a.count == b.count && a.group == b.group &&
                                                         a.split == b.split && a.expert == b.expert && a.kind == b.kind;
@@ -206,10 +206,10 @@ private:
                     throw error("the parameter table given is not " +
                                 (model.name.empty() ? std::string("the model") : model.name) +
                                 "'s: only its rows' trainable and storage may change");
-                table_ = std::move(*table);
+                own = std::move(*table);
             }
-            parameter_count_ = table_.total();
-            splits_ = parameter_splits(table_, model_.vocab);
+            parameter_count_ = own.total();
+            splits_ = parameter_splits(std::move(own), model_.vocab);  // which keeps the table
         } catch (const overflow_error&) {  // every estimate says so, once its settings are checked
             overflow_ = "the parameter count of " + (model.name.empty() ? std::string("the model") : model.name) +
                         " overflows 64 bits (hidden " + std::to_string(model.hidden) + ", layers " +
@@ -217,6 +217,9 @@ private:
                         std::to_string(model.vocab) + ")";
         }
     }
+
+    /// The model's parameter table (once configure() has found it countable).
+    const ParameterTable& table() const { return splits_->table; }
 
     struct Configuration {
         TrainingState state;  ///< the whole model's, under the settings' recipe
@@ -258,7 +261,7 @@ private:
     Count all_layers(const ActivationTables& t, Of of) const {
         Count sum;
         for (std::size_t k = 0; k < model_.kind_count(); ++k)
-            sum += Count(table_.kind_layers[k]) * of(t.of_kind(k));
+            sum += Count(table().kind_layers[k]) * of(t.of_kind(k));
         return sum;
     }
 
@@ -278,7 +281,6 @@ private:
     }
 
     Architecture model_;
-    ParameterTable table_;
     Count parameter_count_;
     std::shared_ptr<const ParameterSplits> splits_;
     std::string overflow_;  ///< why the parameter count cannot be counted, when it cannot

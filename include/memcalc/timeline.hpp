@@ -6,7 +6,9 @@
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memcalc/layers.hpp"
@@ -28,6 +30,15 @@ struct Breakdown {
         return weights + master_weights + optimizer_state + gradients + gathered_weights + kept_activations +
                rebuilt_activations + logits + activation_gradient + workspace;
     }
+    /// `op(a's, b's)` in every category, modulo 2^64 (a linear run's difference, and its later steps).
+    template <class Op>
+    static Breakdown modulo(const Breakdown& a, const Breakdown& b, Op op) {
+        const auto f = [&](Count Breakdown::*c) { return Count(op((a.*c).value(), (b.*c).value())); };
+        return {f(&Breakdown::weights), f(&Breakdown::master_weights), f(&Breakdown::optimizer_state),
+                f(&Breakdown::gradients), f(&Breakdown::gathered_weights), f(&Breakdown::kept_activations),
+                f(&Breakdown::rebuilt_activations), f(&Breakdown::logits), f(&Breakdown::activation_gradient),
+                f(&Breakdown::workspace)};
+    }
     /// `f(mine, theirs)` for every category, in order: for code that treats them alike.
     template <class F>
     void each(const Breakdown& other, F f) {
@@ -36,6 +47,7 @@ struct Breakdown {
         f(kept_activations, other.kept_activations), f(rebuilt_activations, other.rebuilt_activations);
         f(logits, other.logits), f(activation_gradient, other.activation_gradient), f(workspace, other.workspace);
     }
+
 };
 
 enum class Phase { forward, loss, backward, optimizer };
@@ -202,26 +214,70 @@ inline std::uint64_t shown_microbatches(const TimelineInputs& in) { return in.mi
 
 namespace detail {
 
+/// The earliest largest step of a timeline as it is made (peak_index's answer, without a second pass).
+struct PeakSoFar {
+    std::size_t index = 0;
+    Count bytes;
+
+    void consider(std::size_t i, Count total) {
+        if (i == 0 || total > bytes) index = i, bytes = total;
+    }
+};
+
+/// Appends `s`, weighing it against the peak so far when one is kept.
+inline void add_step(std::vector<Step>& steps, PeakSoFar* peak, const Step& s) {
+    if (peak) peak->consider(steps.size(), s.bytes.total());
+    steps.push_back(s);
+}
+
 /// Steps `from`..`to` of `phase` (positions, either direction), where every category is linear in the
 /// position (what peak_step relies on too): the first two from step_at, each later one the last plus
 /// their difference. Modulo 2^64 that is exact, as the run's true values lie between its ends, which fit.
-inline void linear_run(std::vector<Step>& steps, const TimelineInputs& in, Phase phase, std::uint64_t from,
-                       std::uint64_t to, std::uint64_t microbatch) {
+inline void linear_run(std::vector<Step>& steps, PeakSoFar* peak, const TimelineInputs& in, Phase phase,
+                       std::uint64_t from, std::uint64_t to, std::uint64_t microbatch) {
     const bool down = to < from;
     const std::uint64_t count = (down ? from - to : to - from) + 1;
-    steps.push_back(step_at(in, phase, from, microbatch));
+    add_step(steps, peak, step_at(in, phase, from, microbatch));
     if (count == 1) return;
     const std::uint64_t second = down ? from - 1 : from + 1;
-    steps.push_back(step_at(in, phase, second, microbatch));
-    Breakdown delta = steps.back().bytes;
-    delta.each(steps[steps.size() - 2].bytes, [](Count& d, Count first) { d = Count(d.value() - first.value()); });
-    for (std::uint64_t k = 2, position = second; k < count; ++k) {
-        position = down ? position - 1 : position + 1;
-        steps.push_back(steps.back());
-        Step& next = steps.back();
-        next.bytes.each(delta, [](Count& b, Count d) { b = Count(b.value() + d.value()); });
-        next.layer = in.layer_id(position - 1);
+    const Step next = step_at(in, phase, second, microbatch);
+    const Breakdown delta = Breakdown::modulo(next.bytes, steps.back().bytes, std::minus<>());
+    const std::size_t second_index = steps.size();
+    steps.push_back(next);
+    // Each later step is the one before (still in cache) plus the difference: one pass over the steps.
+    const StageLayers layers = in;  // a copy: the steps written below cannot alias it
+    const std::uint64_t one = down ? ~std::uint64_t{0} : 1;  // +1 or -1, modulo 2^64
+    for (std::uint64_t k = 2, position = second + one; k < count; ++k, position += one)
+        steps.push_back({phase, layers.layer_id(position - 1),
+                         Breakdown::modulo(steps.back().bytes, delta, std::plus<>()), microbatch});
+    if (!peak) return;
+    // Each step's total is linear in the position too, so past the first step the run's earliest
+    // largest is its second step or its last; the totals between those two fit when they do.
+    const Count second_total = steps[second_index].bytes.total(), last_total = steps.back().bytes.total();
+    if (last_total > second_total) peak->consider(steps.size() - 1, last_total);
+    else peak->consider(second_index, second_total);
+}
+
+/// timeline(in), and its peak into `peak` when one is asked for.
+inline std::vector<Step> timeline(const TimelineInputs& in, PeakSoFar* peak) {
+    std::vector<Step> steps;
+    const std::uint64_t shown = shown_microbatches(in), L = in.layers;
+    steps.reserve(shown * (2 * L + 1) + 1);
+    for (std::uint64_t mb = 1; mb <= shown; ++mb) {
+        for (std::uint64_t a = 1, b; a <= L; a = b + 1) {
+            b = in.run_end(a);
+            linear_run(steps, peak, in, Phase::forward, a, b, mb);
+        }
+        if (in.loss) add_step(steps, peak, step_at(in, Phase::loss, 0, mb));
+        if (L >= 1) add_step(steps, peak, step_at(in, Phase::backward, L, mb));
+        for (std::uint64_t b = L - 1, a; L >= 3 && b >= 2; b = a - 1) {
+            a = std::max<std::uint64_t>(2, in.run_start(b));
+            linear_run(steps, peak, in, Phase::backward, b, a, mb);
+        }
+        if (L >= 2) add_step(steps, peak, step_at(in, Phase::backward, 1, mb));
     }
+    add_step(steps, peak, step_at(in, Phase::optimizer, 0));
+    return steps;
 }
 
 }  // namespace detail
@@ -230,25 +286,19 @@ inline void linear_run(std::vector<Step>& steps, const TimelineInputs& in, Phase
 /// (last stage), backward L..1; then the optimizer. Backward L (the logits' gradient) and backward 1
 /// (the embedding's backward) differ; the steps between are linear in the position within each run
 /// of one kind of layer.
-inline std::vector<Step> timeline(const TimelineInputs& in) {
+inline std::vector<Step> timeline(const TimelineInputs& in) { return detail::timeline(in, nullptr); }
+
+/// A timeline and its peak_index.
+struct TimelineWithPeak {
     std::vector<Step> steps;
-    const std::uint64_t shown = shown_microbatches(in), L = in.layers;
-    steps.reserve(shown * (2 * L + 1) + 1);
-    for (std::uint64_t mb = 1; mb <= shown; ++mb) {
-        for (std::uint64_t a = 1, b; a <= L; a = b + 1) {
-            b = in.run_end(a);
-            detail::linear_run(steps, in, Phase::forward, a, b, mb);
-        }
-        if (in.loss) steps.push_back(step_at(in, Phase::loss, 0, mb));
-        if (L >= 1) steps.push_back(step_at(in, Phase::backward, L, mb));
-        for (std::uint64_t b = L - 1, a; L >= 3 && b >= 2; b = a - 1) {
-            a = std::max<std::uint64_t>(2, in.run_start(b));
-            detail::linear_run(steps, in, Phase::backward, b, a, mb);
-        }
-        if (L >= 2) steps.push_back(step_at(in, Phase::backward, 1, mb));
-    }
-    steps.push_back(step_at(in, Phase::optimizer, 0));
-    return steps;
+    std::size_t peak = 0;
+};
+
+/// timeline(in) and peak_index of it in one pass: within each linear run only the ends are weighed.
+inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
+    detail::PeakSoFar peak;
+    std::vector<Step> steps = detail::timeline(in, &peak);
+    return {std::move(steps), peak.index};
 }
 
 /// The peak step of timeline(in) without building it: within the forward steps and within

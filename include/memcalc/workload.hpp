@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "memcalc/activations.hpp"
@@ -166,10 +167,12 @@ struct ParameterSplits {
     const StateClass& trainable() const { return classes.front(); }
 };
 
-inline std::shared_ptr<const ParameterSplits> parameter_splits(const ParameterTable& params, std::uint64_t V) {
+/// `table` by value: a caller done with its table moves it in, and no copy is made.
+inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable table, std::uint64_t V) {
     auto made = std::make_shared<ParameterSplits>();
     ParameterSplits& splits = *made;
-    splits.table = params;
+    splits.table = std::move(table);
+    const ParameterTable& params = splits.table;
     if (!params.runs.empty()) splits.pattern = LayerPattern(params.runs, params.kinds);  // else one kind
     splits.classes.emplace_back();  // the trainable class, always first
     std::array<const ParamRow*, max_layer_kinds> largest{};  // of each kind's layer

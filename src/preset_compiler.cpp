@@ -1,0 +1,167 @@
+// Build-time tool: reads presets/*.json with the program's own reader (parse_model_json) and writes
+// a C++ source with one function per preset that builds its ModelFile field by field, so the program
+// parses no JSON at start-up. The JSON files stay the only source of truth; a preset the reader
+// refuses fails the build with the reader's message.
+//
+//   memcalc_preset_compiler OUTPUT.cpp PRESET.json...
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "memcalc/error.hpp"
+#include "model_file.hpp"
+
+namespace {
+
+using namespace memcalc;
+
+/// `text` as a C++ string literal: printable ASCII as is, every other byte as a three-digit octal escape.
+std::string literal(const std::string& text) {
+    std::string out = "\"";
+    for (const unsigned char c : text) {
+        if (c == '"' || c == '\\') {
+            out += '\\', out += static_cast<char>(c);
+        } else if (c >= 0x20 && c < 0x7f) {
+            out += static_cast<char>(c);
+        } else {
+            char escaped[5];
+            std::snprintf(escaped, sizeof escaped, "\\%03o", c);
+            out += escaped;
+        }
+    }
+    return out + "\"";
+}
+
+std::string number(std::uint64_t n) { return std::to_string(n) + "u"; }
+
+/// A double that reads back as the same value.
+std::string number(double x) {
+    std::ostringstream out;
+    out.precision(std::numeric_limits<double>::max_digits10);
+    out << x;
+    return out.str();
+}
+
+std::string optional_number(const std::optional<std::uint64_t>& n) {
+    return n ? "std::uint64_t{" + number(*n) + "}" : "std::nullopt";
+}
+
+const char* boolean(bool b) { return b ? "true" : "false"; }
+
+const char* mlp(Mlp m) { return m == Mlp::gated ? "Mlp::gated" : "Mlp::plain"; }
+const char* norm(Norm n) { return n == Norm::rmsnorm ? "Norm::rmsnorm" : "Norm::layernorm"; }
+const char* bias(Bias b) {
+    switch (b) {
+        case Bias::none: return "Bias::none";
+        case Bias::qkv: return "Bias::qkv";
+        case Bias::attention: return "Bias::attention";
+        case Bias::all: return "Bias::all";
+    }
+    throw std::logic_error("a bias the compiler does not know");
+}
+const char* position(Position p) {
+    switch (p) {
+        case Position::rotary: return "Position::rotary";
+        case Position::learned: return "Position::learned";
+        case Position::none: return "Position::none";
+    }
+    throw std::logic_error("a position the compiler does not know");
+}
+const char* activation(Activation a) {
+    switch (a) {
+        case Activation::silu: return "Activation::silu";
+        case Activation::gelu: return "Activation::gelu";
+        case Activation::gelu_tanh: return "Activation::gelu_tanh";
+        case Activation::relu: return "Activation::relu";
+    }
+    throw std::logic_error("an activation the compiler does not know");
+}
+
+/// The body of a function that returns `file`: every field the reader sets, defaults included.
+std::string builder(const cli::ModelFile& file) {
+    const Architecture& m = file.architecture;
+    std::ostringstream out;
+    out << "    ModelFile file;\n"
+        << "    Architecture& m = file.architecture;\n"
+        << "    m.name = " << literal(m.name) << ";\n"
+        << "    m.hidden = " << number(m.hidden) << ", m.layers = " << number(m.layers) << ", m.heads = " << number(m.heads)
+        << ";\n"
+        << "    m.kv_heads = " << number(m.kv_heads) << ", m.head_dim = " << number(m.head_dim) << ", m.ffn = " << number(m.ffn)
+        << ", m.vocab = " << number(m.vocab) << ";\n"
+        << "    m.max_positions = " << number(m.max_positions) << ", m.position_rows = " << number(m.position_rows) << ";\n"
+        << "    m.mlp = " << mlp(m.mlp) << ", m.norm = " << norm(m.norm) << ", m.bias = " << bias(m.bias)
+        << ", m.position = " << position(m.position) << ";\n"
+        << "    m.tied_embeddings = " << boolean(m.tied_embeddings) << ", m.head_bias = " << boolean(m.head_bias) << ";\n"
+        << "    m.experts = " << number(m.experts) << ", m.experts_per_token = " << number(m.experts_per_token) << ";\n"
+        << "    m.activation = " << activation(m.activation) << ", m.norms_per_layer = " << number(m.norms_per_layer)
+        << ";\n"
+        << "    m.parallel_attention = " << boolean(m.parallel_attention) << ", m.embedding_norm = "
+        << boolean(m.embedding_norm) << ";\n"
+        << "    m.attention_dropout = " << number(m.attention_dropout) << ", m.hidden_dropout = "
+        << number(m.hidden_dropout) << ";\n"
+        << "    m.softmax_fp32 = " << boolean(m.softmax_fp32) << ";\n";
+    for (const LayerKind& k : m.layer_kinds)
+        out << "    m.layer_kinds.push_back({" << literal(k.name) << ", " << optional_number(k.ffn) << ", "
+            << optional_number(k.experts) << ", " << optional_number(k.experts_per_token) << "});\n";
+    for (const LayerRun& run : m.layer_pattern)
+        out << "    m.layer_pattern.push_back({" << run.kind << ", " << number(run.count) << "});\n";
+    out << "    file.description = " << literal(file.description) << ";\n"
+        << "    file.source = " << literal(file.source) << ";\n";
+    if (file.published_parameters) out << "    file.published_parameters = " << number(*file.published_parameters) << ";\n";
+    out << "    return file;\n";
+    return out.str();
+}
+
+std::string stem(const std::string& path) {
+    const std::size_t slash = path.find_last_of("/\\");
+    std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    const std::size_t dot = name.rfind('.');
+    return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::cerr << "usage: memcalc_preset_compiler OUTPUT.cpp PRESET.json...\n";
+        return 2;
+    }
+    try {
+        std::ostringstream out;
+        out << "// Generated by memcalc_preset_compiler (src/preset_compiler.cpp) from presets/*.json; edit those\n"
+               "// files, not this one.\n"
+               "#include <cstdint>\n#include <optional>\n\n#include \"presets_data.hpp\"\n\n"
+               "namespace memcalc::cli {\nnamespace {\n\n";
+        std::vector<std::string> names;
+        for (int i = 2; i < argc; ++i) {
+            const std::string name = stem(argv[i]);
+            // As the program named a preset when it parsed one at run time, so messages read the same.
+            const cli::ModelFile file = cli::parse_model_json(cli::read_text_file(argv[i], "preset file"), "preset " + name, name);
+            out << "ModelFile preset_" << names.size() << "() {  // " << name << "\n" << builder(file) << "}\n\n";
+            names.push_back(name);
+        }
+        out << "}  // namespace\n\nconst std::array<CompiledPreset, " << names.size() << "> compiled_presets{{\n";
+        for (std::size_t i = 0; i < names.size(); ++i) out << "    {" << literal(names[i]) << ", preset_" << i << "},\n";
+        out << "}};\n\n}  // namespace memcalc::cli\n";
+        // Written only when it changes, so an untouched preset rebuilds nothing.
+        std::string previous;
+        if (std::ifstream in{argv[1], std::ios::binary}) previous.assign(std::istreambuf_iterator<char>(in), {});
+        if (previous != out.str()) {
+            std::ofstream file(argv[1], std::ios::binary | std::ios::trunc);
+            file << out.str();
+            if (!file.flush()) throw memcalc::error(std::string("cannot write ") + argv[1]);
+        }
+    } catch (const std::exception& e) {
+        std::cerr << "memcalc_preset_compiler: " << e.what() << "\n";
+        return 1;
+    }
+    return 0;
+}
