@@ -54,6 +54,6 @@ TEST_CASE("a recipe's byte counts follow from its dtypes and its optimiser's slo
     CHECK(bf16.step_temporary_bytes() == 2);
     const Recipe& lion = *find_recipe("lion");
     CHECK(lion.optimizer_bytes() == 4);
-    CHECK(lion.step_temporary_bytes() == 0);  // a sign, applied in place
+    CHECK(lion.step_temporary_bytes() == 4);  // the interpolation whose sign is the update, fp32 beside the master
     CHECK(lion.bytes_per_parameter() == 12);
 }

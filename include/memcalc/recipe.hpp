@@ -21,15 +21,15 @@ struct Optimizer {
     std::string_view name;
     std::string_view slots;   ///< as a report names them: "Adam m, v"
     std::uint64_t slot_count;
-    /// Adam's step computes sqrt(v), then its quotient, per parameter; SGD's momentum and Lion's sign
-    /// update in place.
+    /// Adam's step computes sqrt(v), then its quotient, per parameter; Lion its interpolation, then the
+    /// sign of it (lion-pytorch, timm); SGD's momentum updates in place.
     bool step_temporary;
 };
 
 inline constexpr Optimizer adam{"adam", "Adam m, v", 2, true};
 inline constexpr Optimizer sgd_momentum{"sgd-momentum", "momentum", 1, false};
-/// Lion (Chen et al. 2023): one momentum; the update is the sign of an interpolation, applied in place.
-inline constexpr Optimizer lion{"lion", "Lion momentum", 1, false};
+/// Lion (Chen et al. 2023): one momentum; the update is the sign of an interpolation of it and the gradient.
+inline constexpr Optimizer lion{"lion", "Lion momentum", 1, true};
 
 inline constexpr std::array<Optimizer, 3> optimizers{{adam, sgd_momentum, lion}};
 
