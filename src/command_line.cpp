@@ -142,8 +142,8 @@ struct FrameworkChoice {
             ->type_name("NAME");
         app.add_option("--profile-file", q.profile_file,
                        "A profile of your own in JSON: name, platform, attention, optimizer_impl, grad_buffer,\n"
-                       "loss, logits,\n"
-                       "as 'memcalc profiles --format json' prints each built-in one (a key left out: default's)")
+                       "loss and logits, as 'memcalc profiles --format json' prints each built-in one (a key\n"
+                       "left out: default's)")
             ->excludes(profile)
             ->type_name("PATH");
         for_each_switch([&](const auto& row) {

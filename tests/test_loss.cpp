@@ -5,6 +5,7 @@
 
 #include "fixtures.hpp"
 #include "memcalc/estimate.hpp"
+#include "run_program.hpp"
 
 using namespace memcalc;
 
@@ -96,4 +97,22 @@ TEST_CASE("the formula model's loss: a copy in the loss's dtype and the logits' 
     CHECK(loss(LossKernel::fp32) == sbV * (2 + 4 + 2));  // the logits, the fp32 softmax, the logits' gradient
     CHECK(loss(LossKernel::bf16) == sbV * (2 + 2 + 2));
     CHECK(loss(LossKernel::fused) == sbV * 2);           // the gradient is written over the logits
+}
+
+TEST_CASE("--loss and --logits: every bad value gets one line naming it, and nothing on stdout", "[loss][cli]") {
+    using Case = std::pair<std::string, std::string>;  // arguments, what the message says
+    auto [args, message] = GENERATE(table<std::string, std::string>({
+        Case{"--loss bf61", "--loss must be fp32, bf16 or fused (got 'bf61') (did you mean 'bf16'?)"},
+        Case{"--logits kept", "--logits must be held or freed (got 'kept')"},
+        Case{"--loss ''", "--loss needs a value (got '')"},
+    }));
+    CAPTURE(args);
+    const auto run = testing::memcalc("--preset llama-7b --seq 4096 " + args);
+    CHECK(run.status == 2);
+    CHECK(run.out.empty());
+    CHECK(run.err == "memcalc: " + message + "\n");
+    // Given well, the table's header names each setting that is not the chapter's.
+    const auto good = testing::memcalc("--preset llama-7b --seq 4096 --loss bf16 --logits freed --recipe bf16-adam");
+    CHECK(good.status == 0);
+    CHECK_THAT(good.out, Catch::StartsWith("memcalc ") && Catch::Contains("recipe bf16-adam, loss bf16, logits freed\n"));
 }

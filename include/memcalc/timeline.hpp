@@ -47,7 +47,6 @@ struct Breakdown {
         f(kept_activations, other.kept_activations), f(rebuilt_activations, other.rebuilt_activations);
         f(logits, other.logits), f(activation_gradient, other.activation_gradient), f(workspace, other.workspace);
     }
-
 };
 
 enum class Phase { forward, loss, backward, optimizer };
