@@ -26,7 +26,10 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def predict(memcalc, run, platform, older=False):
+SWITCH_DEFAULTS = {"recipe": "mixed-adam", "loss": "fp32", "logits": "held"}
+
+
+def predict(memcalc, run, platform, older=False, defaults=False):
     """memcalc's report (JSON) for one measured run. `older`: a memcalc from before --microbatches
     and --grad-buffer counted anything, asked what a user of it could ask (one lazy micro-batch)."""
     if older:
@@ -40,9 +43,8 @@ def predict(memcalc, run, platform, older=False):
         command += ["--microbatches", str(run["microbatches"])]
     if run.get("grad_buffer", "lazy") != "lazy":
         command += ["--grad-buffer", run["grad_buffer"]]
-    for key in ("recipe", "loss", "logits"):  # recorded since replicate.py measured them; else the defaults
-        default = {"recipe": "mixed-adam", "loss": "fp32", "logits": "held"}[key]
-        if run.get(key, default) != default:
+    for key, default in SWITCH_DEFAULTS.items():  # recorded since replicate.py measured them; else the defaults
+        if run.get(key, default) != default and not defaults:
             command += ["--" + key, run[key]]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
@@ -120,6 +122,9 @@ def main(argv=None):
     ap.add_argument("--plot", metavar="FILE.svg", help="draw measured against predicted peaks")
     ap.add_argument("--markdown", action="store_true", help="also the runs as a Markdown table (the README's)")
     ap.add_argument("--before", metavar="MEMCALC", help="with --markdown: another memcalc's predictions beside")
+    ap.add_argument("--defaults", action="store_true",
+                    help="predict every run with memcalc's default recipe, loss and logits, as if those were "
+                         "not said (what memcalc could be asked before it had them)")
     a = ap.parse_args(argv)
     files = [json.load(open(path)) for path in a.results]
     for f in files:
@@ -133,7 +138,8 @@ def main(argv=None):
         r.setdefault("grad_buffer", "lazy")
     loop = lambda r: f"{r['microbatches']}{'p' if r['grad_buffer'] == 'persistent' else ''}"
     print(f"{'model':<24} {'seq':>5} {'attention':<9} {'recompute':<9} {'M':>3} {'measured':>13} {'at':<28} "
-          f"{'predicted':>13} {'at':<28} {'error':>7} {'before step':>12} {'predicted':>12} {'step ms':>8} {'vs none':>7}")
+          f"{'predicted':>13} {'at':<28} {'error':>7} {'before step':>12} {'predicted':>12} {'step ms':>8} {'vs none':>7}"
+          f"  recipe loss logits")
     print("M: micro-batches per step, accumulated; p: gradients zeroed and kept (--grad-buffer persistent)")
     key = lambda r: (r["model"], r["seq"], r["attention"], r["microbatches"], r["grad_buffer"])
     base = {key(r): r["median_step_seconds"] for r in results["runs"] if r["recompute"] == "none"}
@@ -141,7 +147,7 @@ def main(argv=None):
     table = ["| model | seq | recompute | M | measured peak (B) | at |" + (" before (B) | error |" if a.before else "") +
              " predicted (B) | at | error |", "|---|---|---|---|---|---|" + ("---|---|" if a.before else "") + "---|---|---|"]
     for r in results["runs"]:
-        report = predict(a.memcalc, r, r["platform"])
+        report = predict(a.memcalc, r, r["platform"], defaults=a.defaults)
         state = report["state"]
         persistent = state["weights"] + state["master_weights"] + state["optimizer_state"]
         if r["grad_buffer"] == "persistent":
@@ -165,7 +171,8 @@ def main(argv=None):
             cost[r["recompute"]].append(ratio)
         print(f"{r['model']:<24} {r['seq']:>5} {r['attention']:<9} {r['recompute']:<9} {loop(r):>3} {measured:>13,} "
               f"{r['peak_step']:<28} {peak:>13,} {peak_step:<28} {100 * e:>+6.2f}% {r['memory_before_step']:>12,} "
-              f"{persistent:>12,} {1e3 * r['median_step_seconds']:>8.1f} {ratio:>7.2f}")
+              f"{persistent:>12,} {1e3 * r['median_step_seconds']:>8.1f} {ratio:>7.2f}"
+              f"  {' '.join(r.get(k, d) for k, d in SWITCH_DEFAULTS.items())}")
         if a.steps:
             predicted = {s["step"]: s["bytes"] for s in report["timeline"]}
             for s in r["timeline"]:
