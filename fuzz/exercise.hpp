@@ -25,6 +25,9 @@ inline void exercise(const memcalc::Architecture& m) {
                 // Accumulated and persistent gradients, and uneven stages, somewhere too.
                 if (seq == 7) s.parallel.microbatches = 3, s.parallel.pp = 3, s.parallel.first_stage_layers = 1;
                 if (mode == Recompute::full) s.framework.grad_buffer = GradBuffer::persistent;
+                // Each loss kernel, and a loop that drops its logits.
+                s.framework.loss = seq == 1 ? LossKernel::fp32 : seq == 7 ? LossKernel::bf16 : LossKernel::fused;
+                if (mode == Recompute::selective) s.framework.logits = LogitsLife::freed;
                 try {
                     const Report r = estimate(m, s);
                     const cli::View view;

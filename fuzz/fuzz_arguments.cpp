@@ -1,4 +1,4 @@
-// libFuzzer target: the command line's values: sizes ("80GB"), comma lists, modes, ZeRO stages.
+// libFuzzer target: the command line's values: sizes ("80GB"), comma lists, modes, ZeRO stages, framework switches.
 #include <cstdint>
 #include <string>
 
@@ -18,9 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     attempt([&] { (void)parse_modes(text); });
     attempt([&] { (void)parse_attention(text); });
     attempt([&] { (void)parse_zero(text); });
-    attempt([&] { (void)parse_optimizer_impl(text); });
-    attempt([&] { (void)parse_grad_buffer(text); });
-    attempt([&] { (void)parse_platform(text); });
+    memcalc::for_each_switch([&](const auto& row) { attempt([&] { (void)parse_switch(row, text); }); });
     attempt([&] {
         Request q;
         q.dp = text, q.global_batch = text, q.first_stage_layers = text;

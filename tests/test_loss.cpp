@@ -99,7 +99,7 @@ TEST_CASE("the formula model's loss: a copy in the loss's dtype and the logits' 
     CHECK(loss(LossKernel::fused) == sbV * 2);           // the gradient is written over the logits
 }
 
-TEST_CASE("--loss and --logits: every bad value gets one line naming it, and nothing on stdout", "[loss][cli]") {
+TEST_CASE("the loss and logits options: every bad value gets one line naming it, and nothing on stdout", "[loss][cli]") {
     using Case = std::pair<std::string, std::string>;  // arguments, what the message says
     auto [args, message] = GENERATE(table<std::string, std::string>({
         Case{"--loss bf61", "--loss must be fp32, bf16 or fused (got 'bf61') (did you mean 'bf16'?)"},
