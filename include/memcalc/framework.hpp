@@ -41,7 +41,8 @@ inline const char* grad_buffer_name(GradBuffer g) { return g == GradBuffer::lazy
 enum class LossKernel {
     fp32,   ///< cross_entropy(logits.float()): an fp32 copy, fp32 log-probabilities saved, fp32 gradients
     bf16,   ///< cross_entropy on the logits as they are (nanoGPT's call on bf16 logits): all in the compute dtype
-    fused,  ///< one kernel (Liger's, Transformer Engine's): its gradient written over the logits, nothing else saved
+    fused,  ///< one kernel (Liger's, Transformer Engine's): its gradient written over the logits, nothing else
+            ///< saved (read from their sources, not measured; Megatron-LM's "fusion" still keeps an fp32 copy: fp32)
 };
 
 inline const char* loss_kernel_name(LossKernel l) {
@@ -155,10 +156,10 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "torch.optim docs (foreach is the default on CUDA); Optimizer.zero_grad (set_to_none=True by default since 2.0)",
      {Platform::cuda, Attention::eager, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
     {"megatron", "Megatron-LM: fused attention, a fused Adam step, the contiguous main_grad buffer (fp32 under bf16: "
-                 "pair with --recipe mixed-adam-fp32-grads), the fused vocabulary-parallel loss; the logits stay in the model",
-     "Megatron-LM core 0.9-0.12: DistributedDataParallel's grad buffer, FusedAdam, --cross-entropy-loss-fusion "
-     "(NeMo 2's default); GPTModel returns the loss, not the logits",
-     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fused, LogitsLife::freed}},
+                 "pair with --recipe mixed-adam-fp32-grads), a loss over an fp32 copy of the logits; the logits stay in the model",
+     "Megatron-LM core 0.9-0.12: DistributedDataParallel's grad buffer, FusedAdam; VocabParallelCrossEntropy (fused "
+     "or not) softmaxes an fp32 copy of the logits and keeps it for backward; GPTModel returns the loss, not the logits",
+     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32, LogitsLife::freed}},
     {"deepspeed", "DeepSpeed's engine: a fused Adam step, a contiguous gradient buffer; attention as the model's code writes it",
      "DeepSpeed 0.14-0.16: FusedAdam and its ZeRO stage 1/2 gradient partitions (runtime/zero/stage_1_and_2.py)",
      {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32, LogitsLife::held}},

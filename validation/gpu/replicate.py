@@ -288,19 +288,23 @@ class MixedAdam:
                 p.grad = None
 
 
-def make_optimizer(recipe, model, grad_buffer):
-    """mixed-adam: this script's MixedAdam (an fp32 master copy and moments); bf16-adam: torch's own
-    AdamW on the bf16 parameters, one tensor at a time (foreach=False), its state bf16 too."""
-    if recipe == "bf16-adam":
-        adamw = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), foreach=False)
-        step = adamw.step
+class TorchAdamW:
+    """torch's own AdamW on the bf16 parameters, one tensor at a time (foreach=False), its state bf16
+    too; like MixedAdam, each step drops the gradients (lazy) or zeroes and keeps them (persistent)."""
 
-        def step_and_zero():  # as MixedAdam: gradients dropped (lazy) or zeroed and kept (persistent)
-            step()
-            adamw.zero_grad(set_to_none=grad_buffer != "persistent")
-        adamw.step = step_and_zero
-        return adamw
-    return MixedAdam(model.parameters(), persistent=grad_buffer == "persistent")
+    def __init__(self, params, persistent=False):
+        self.adamw = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), foreach=False)
+        self.persistent = persistent
+
+    def step(self):
+        self.adamw.step()
+        self.adamw.zero_grad(set_to_none=not self.persistent)
+
+
+def make_optimizer(recipe, model, grad_buffer):
+    """mixed-adam: this script's MixedAdam (an fp32 master copy and moments); bf16-adam: TorchAdamW."""
+    optimizer = TorchAdamW if recipe == "bf16-adam" else MixedAdam
+    return optimizer(model.parameters(), persistent=grad_buffer == "persistent")
 
 
 def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="lazy", recipe="mixed-adam",
