@@ -14,7 +14,7 @@ namespace memcalc::cli {
 namespace {
 
 const std::vector<std::string> recipe_keys = {"name",        "description", "weights", "gradients",
-                                              "master",      "activations", "optimizer", "state"};
+                                              "master",      "activations", "optimizer", "state", "autocast"};
 /// What the listing derives from the keys above: accepted, and checked against them.
 const std::vector<std::string> derived_keys = {"weight_bytes",    "gradient_bytes",   "master_bytes",
                                                "optimizer_bytes", "activation_bytes", "bytes_per_parameter"};
@@ -52,6 +52,7 @@ Recipe parse_recipe_json(std::string_view text, const std::string& origin) {
              intern(in.text_or("description", ""))};
     if (r.name.empty()) in.fail("name must not be empty");
     if (in.has("master")) r.master = in.choice_or<DType>("master", dtypes, DType::fp32);
+    if (in.has("autocast")) r.autocast = in.flag_or("autocast", false);
 
     const std::map<std::string, std::uint64_t> derived = {
         {"weight_bytes", r.weight_bytes()},         {"gradient_bytes", r.gradient_bytes()},

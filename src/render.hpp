@@ -28,7 +28,7 @@ struct Listing {
         const char* heading;  ///< the table's heading
         Style style = Style::plain;
     };
-    using Cell = std::variant<std::monostate, std::string, std::uint64_t>;  ///< monostate: none (JSON null)
+    using Cell = std::variant<std::monostate, std::string, std::uint64_t, bool>;  ///< monostate: none (JSON null)
     std::vector<Column> columns;
     std::vector<std::vector<Cell>> rows;
     std::vector<std::size_t> table, csv;  ///< the columns each shows, in order
@@ -53,7 +53,7 @@ struct Category {
     const char* label;
     Count Breakdown::*member;
 };
-inline constexpr std::array<Category, 10> categories{{
+inline constexpr std::array<Category, 11> categories{{
     {"weights", "weights", &Breakdown::weights},
     {"master_weights", "master weights", &Breakdown::master_weights},
     {"optimizer_state", "optimizer state", &Breakdown::optimizer_state},
@@ -64,6 +64,7 @@ inline constexpr std::array<Category, 10> categories{{
     {"logits", "logits and loss", &Breakdown::logits},
     {"activation_gradient", "activation gradient", &Breakdown::activation_gradient},
     {"workspace", "workspace", &Breakdown::workspace},
+    {"weight_copies", "weight copies (autocast)", &Breakdown::weight_copies},  // last: CSV columns keep their places
 }};
 
 /// A fit's question and answers, for rendering.

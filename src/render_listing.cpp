@@ -21,18 +21,21 @@ std::string table_text(const Listing::Column& column, const Listing::Cell& cell)
             case Listing::Style::bytes: return std::to_string(*n) + " B";
         }
     }
+    if (const auto* flag = std::get_if<bool>(&cell)) return *flag ? "yes" : "no";
     return "";
 }
 
 std::string csv_text(const Listing::Cell& cell) {
     if (const auto* text = std::get_if<std::string>(&cell)) return csv_field(*text);
     if (const auto* n = std::get_if<std::uint64_t>(&cell)) return std::to_string(*n);
+    if (const auto* flag = std::get_if<bool>(&cell)) return *flag ? "true" : "false";
     return "";  // none
 }
 
 nlohmann::json json_value(const Listing::Cell& cell) {
     if (const auto* text = std::get_if<std::string>(&cell)) return *text;
     if (const auto* n = std::get_if<std::uint64_t>(&cell)) return *n;
+    if (const auto* flag = std::get_if<bool>(&cell)) return *flag;
     return nullptr;
 }
 
@@ -104,7 +107,8 @@ Listing recipes_listing() {
                  {"master_bytes", "master"},  {"optimizer_bytes", "optimizer"},
                  {"activation_bytes", "activations", S::bytes}, {"bytes_per_parameter", "total", S::bytes},
                  // The recipe itself, as a --recipe-file gives it (JSON only).
-                 {"weights", ""}, {"gradients", ""}, {"master", ""}, {"activations", ""}, {"optimizer", ""}, {"state", ""}};
+                 {"weights", ""}, {"gradients", ""}, {"master", ""}, {"activations", ""}, {"optimizer", ""}, {"state", ""},
+                 {"autocast", ""}};
     l.table = {0, 2, 3, 4, 5, 7, 6, 1};
     l.csv = {0, 2, 3, 4, 5, 6, 7};
     for (const auto& r : recipes) {
@@ -114,7 +118,7 @@ Listing recipes_listing() {
                           r.master_bytes(), r.optimizer_bytes(), r.activation_bytes(), r.bytes_per_parameter(),
                           std::string(dtype_name(r.weights)), std::string(dtype_name(r.gradients)), master,
                           std::string(dtype_name(r.activations)), std::string(r.optimizer.name),
-                          std::string(dtype_name(r.state))});
+                          std::string(dtype_name(r.state)), r.autocast});
     }
     return l;
 }

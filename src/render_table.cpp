@@ -274,7 +274,7 @@ std::string timeline_section(const Report& r, const View& view) {
         previous = i;
         const Breakdown& b = steps[i].bytes;
         std::vector<std::string> row{steps[i].name(), scaled(b.total(), scale),
-                                     scaled(b.weights + b.master_weights + b.optimizer_state + b.gathered_weights, scale),
+                                     scaled(b.weights + b.master_weights + b.optimizer_state + b.gathered_weights + b.weight_copies, scale),
                                      scaled(b.gradients, scale), scaled(b.kept_activations, scale),
                                      scaled(b.rebuilt_activations, scale), scaled(b.logits, scale),
                                      scaled(b.activation_gradient, scale)};

@@ -19,7 +19,7 @@ const char* colour(const std::string& key) {
         {"weights", "#4e79a7"},          {"master_weights", "#a0cbe8"},   {"optimizer_state", "#f28e2b"},
         {"gradients", "#ffbe7d"},        {"gathered_weights", "#8cd17d"}, {"kept_activations", "#59a14f"},
         {"rebuilt_activations", "#e15759"}, {"logits", "#b07aa1"},       {"activation_gradient", "#9d7660"},
-        {"workspace", "#ff9da7"},        {"none", "#e15759"},             {"selective", "#4e79a7"},        {"full", "#59a14f"}};
+        {"workspace", "#ff9da7"},        {"weight_copies", "#b6992d"},    {"none", "#e15759"},             {"selective", "#4e79a7"},        {"full", "#59a14f"}};
     const auto it = colours.find(key);
     return it == colours.end() ? "#79706e" : it->second;
 }

@@ -14,6 +14,7 @@
 #include "memcalc/activations.hpp"
 #include "memcalc/framework.hpp"
 #include "memcalc/model.hpp"
+#include "memcalc/recipe.hpp"
 #include "memcalc/units.hpp"
 
 namespace memcalc {
@@ -72,18 +73,28 @@ struct Sizes {
     Count scores;    ///< a s^2 b
     DType compute;   ///< the recipe's compute dtype
     std::uint64_t d; ///< its bytes per activation
+    DType stream;    ///< the residual stream's dtype: the compute dtype, or the weights' under autocast
+    std::uint64_t s; ///< its bytes per element
+    bool autocast;   ///< each matmul saves a copy of its input cast to the compute dtype
     Platform platform;
+    /// Bytes per element of the copy a CPU kernel makes of a compute-dtype operand when the other is
+    /// the stream's wider dtype (autocast's fp32 mask or residual): CUDA kernels cast as they read.
+    std::uint64_t upcast;
 
-    Sizes(const Architecture& m, std::uint64_t s, std::uint64_t b, DType compute_dtype, Platform where = Platform::cuda)
-        : tokens(Count(s) * b),
+    Sizes(const Architecture& m, std::uint64_t seq, std::uint64_t b, Precision p, Platform where = Platform::cuda)
+        : tokens(Count(seq) * b),
           sbh(tokens * m.hidden),
           sbq(tokens * m.heads * m.head_size()),
           sbkv(tokens * m.key_value_heads() * m.head_size()),
           sbf(tokens * m.ffn),
-          scores(Count(m.heads) * s * s * b),
-          compute(compute_dtype),
-          d(bytes_per_element(compute_dtype)),
-          platform(where) {}
+          scores(Count(m.heads) * seq * seq * b),
+          compute(p.compute),
+          d(bytes_per_element(p.compute)),
+          stream(p.stream),
+          s(bytes_per_element(p.stream)),
+          autocast(p.autocast),
+          platform(where),
+          upcast(where == Platform::cpu && s != d ? s : 0) {}
 };
 
 /// "4 as^2b" for 4 bytes of `symbol`.
@@ -99,35 +110,52 @@ inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, co
     if (m.norm == Norm::rmsnorm) {
         // HF's RMSNorm: x.float(); x * rsqrt(mean(x^2) + eps); weight * result.to(bf16). The upcast
         // is a new tensor unless x is fp32 already.
-        t.add(what + " (RMSNorm)", z.d == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
+        t.add(what + " (RMSNorm)", z.s == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
               "pow(x, 2) and x * rsqrt need x", shape::sbh, z.sbh, dtype::fp32);
-        t.mark_layer_input(layer_input && z.d == dtype::fp32);
+        t.mark_layer_input(layer_input && z.s == dtype::fp32);
         t.add(what + " (RMSNorm)", "1/rms per token, fp32", "rsqrt's gradient is written in its output", shape::sb,
               z.tokens, dtype::fp32);
+        // Cast back to the input's dtype: the stream's (fp32 under autocast).
         t.add(what + " (RMSNorm)", "the normalised input", "the weight's gradient is x_norm x the output's gradient",
-              shape::sbh, z.sbh, z.d);
+              shape::sbh, z.sbh, z.s);
     } else {
         if (!input_kept) {
-            t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", shape::sbh, z.sbh, z.d);
+            t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", shape::sbh, z.sbh, z.s);
             t.mark_layer_input(layer_input);
         }
-        // CUDA keeps the statistics in fp32; the CPU kernel in the activations' dtype.
+        // CUDA keeps the statistics in fp32; the CPU kernel in its input's dtype.
         const bool fp32 = z.platform == Platform::cuda;
-        t.add(what + " (LayerNorm)", std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(z.compute)),
-              "so backward need not recompute them", shape::sb, z.tokens, fp32 ? dtype::fp32 : z.d, Keep::always, 2);
+        t.add(what + " (LayerNorm)", std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(z.stream)),
+              "so backward need not recompute them", shape::sb, z.tokens, fp32 ? dtype::fp32 : z.s, Keep::always, 2);
     }
 }
 
 /// A dropout's saved tensor: CUDA's kernel keeps a 1-byte mask; on CPU, F.dropout multiplies by a
-/// noise tensor of the input's dtype (bernoulli / (1 - p)) and the product keeps that.
-inline void dropout_row(TableBuilder& t, const Sizes& z, const std::string& op, const Shape& shape, Count elements,
-                        Keep keep = Keep::always) {
+/// noise tensor of the input's dtype (`input`: bernoulli / (1 - p)) and the product keeps that.
+inline void dropout_row(TableBuilder& t, const Sizes& z, DType input, const std::string& op, const Shape& shape,
+                        Count elements, Keep keep = Keep::always) {
     if (z.platform == Platform::cuda)
         t.add(op, "mask (1 byte)", "which elements were zeroed", shape, elements, dtype::mask, keep);
     else
-        t.add(op, std::string("noise (") + dtype_name(z.compute) + ", CPU F.dropout)",
-              "the gradient is multiplied by the same noise", shape, elements, z.d, keep);
+        t.add(op, std::string("noise (") + dtype_name(input) + ", CPU F.dropout)",
+              "the gradient is multiplied by the same noise", shape, elements, bytes_per_element(input), keep);
 }
+
+/// What the projections reading a stream tensor keep: that tensor, or under autocast a copy of it cast
+/// to the compute dtype by each of the `projections` (autocast caches only the weights' casts).
+/// Separate projections are counted, as transformers writes LLaMA's: a fused one casts once (leans high).
+inline void projection_input_row(TableBuilder& t, const Sizes& z, const std::string& op, const std::string& what,
+                                 Count elements, const Shape& shape, std::uint64_t projections) {
+    if (!z.autocast) {
+        t.add(op, what, "weight gradient = input^T x output gradient", shape, elements, z.d);
+        return;
+    }
+    t.add(op, what + ", cast to " + dtype_name(z.compute) + " by each of " + std::to_string(projections) + " (autocast)",
+          "weight gradient = input^T x output gradient", shape, elements, z.d, Keep::always, projections);
+}
+
+/// The linear layers that read the MLP's input: gate and up, or up alone.
+inline std::uint64_t mlp_input_projections(const Architecture& m) { return m.mlp == Mlp::gated ? 2 : 1; }
 
 inline bool activation_keeps_input(Activation a) { return a != Activation::relu; }  // ReLU keeps its output
 
@@ -165,9 +193,10 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
 }
 
 inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
-    t.add("q/k/v projections", m.parallel_attention && m.norms_per_layer == 1 ? "their input, shared with the MLP"
-                                                                                : "their input",
-          "weight gradient = input^T x output gradient", shape::sbh, z.sbh, z.d);
+    projection_input_row(t, z, "q/k/v projections",
+                         m.parallel_attention && m.norms_per_layer == 1 && !z.autocast ? "their input, shared with the MLP"
+                                                                                       : "their input",
+                         z.sbh, shape::sbh, 3);
     qkv_rows(t, m, z, attention);
     if (attention == Attention::flash) {
         // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per row
@@ -185,11 +214,17 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     }
     const bool dropout = m.attention_dropout > 0;
     // Q K^T, then / sqrt(d) and + mask, each out of place: two s x s score tensors at once, before
-    // softmax makes the first saved one.
-    t.workspace(false, "Q K^T / sqrt(d) + mask", "the scores and the scaled scores", bytes_of(2 * z.d, "as^2b"),
-                Count(2 * z.d) * z.scores);
+    // softmax makes the first saved one. The mask has the stream's dtype, which the sum takes (on CPU
+    // through an upcast copy of the scores).
+    const std::uint64_t scores = z.d + std::max(z.d, z.s + z.upcast);
+    t.workspace(false, "Q K^T / sqrt(d) + mask",
+                z.upcast ? "the scaled scores, and their upcast copy and their sum with the mask"
+                         : "the scaled scores, and the scores or their sum with the mask",
+                bytes_of(scores, "as^2b"), Count(scores) * z.scores);
     const std::size_t softmax_row = t.size();
-    if (m.softmax_fp32) {
+    // An fp32 sum (autocast's) softmaxes to fp32, as does CUDA autocast's softmax on any input.
+    const bool softmax_fp32 = m.softmax_fp32 || z.autocast;
+    if (softmax_fp32) {
         t.add("softmax", "its output, fp32", "softmax's gradient is written in its output", shape::scores, z.scores,
               dtype::fp32, Keep::not_selective);
         if (!dropout)
@@ -201,7 +236,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
               "softmax's gradient is written in its output", shape::scores, z.scores, z.d, Keep::not_selective);
     }
     if (dropout) {
-        dropout_row(t, z, "attention dropout", shape::scores, z.scores, Keep::not_selective);
+        dropout_row(t, z, z.compute, "attention dropout", shape::scores, z.scores, Keep::not_selective);
         t.add("attention over V", "the dropped-out weights", "the gradient w.r.t. v is weights^T x the output's gradient",
               shape::scores, z.scores, z.d, Keep::not_selective);
     }
@@ -209,9 +244,9 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
 
     // Softmax's input lives beside its output; its backward holds the gradients of both. Upcasting
     // on the fly is CUDA's: the CPU kernel softmaxes an fp32 copy and returns an fp32 gradient.
-    const std::uint64_t out = m.softmax_fp32 ? dtype::fp32 : z.d;
-    const bool copy = m.softmax_fp32 && z.platform == Platform::cpu;
-    const std::uint64_t forward = z.d + (copy ? dtype::fp32 : 0), backward = out + (copy ? dtype::fp32 : z.d);
+    const std::uint64_t out = softmax_fp32 ? dtype::fp32 : z.d;
+    const bool copy = softmax_fp32 && z.platform == Platform::cpu && z.s != dtype::fp32;
+    const std::uint64_t forward = z.s + (copy ? dtype::fp32 : 0), backward = out + (copy ? dtype::fp32 : z.s);
     t.workspace_at(softmax_row + 1, false, "softmax", copy ? "its input and its fp32 copy" : "its input",
                    bytes_of(forward, "as^2b"), Count(forward) * z.scores);
     t.workspace_at(softmax_row + 1, true, "softmax backward", "the gradients of its output and its input",
@@ -260,23 +295,28 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
           z.tokens, dtype::fp32);
     t.add("dispatch", "token and slot indices per expert (2 x int64)", "index and index_add need them", shape::sbk, slots,
           16);
+    // Gathered from the stream: under autocast fp32, and each expert's first projections cast it again.
     t.add("dispatch", "the gathered tokens", "the expert's first projections need their input", shape::sbkh,
-          slots * m.hidden, z.d);
+          slots * m.hidden, z.s);
+    if (z.autocast)
+        projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden, shape::sbkh,
+                             mlp_input_projections(m));
     mlp_rows(t, m, z, shape::sbkf, slots * m.ffn, "experts: ");
     t.add("expert output x weight", "the expert outputs", "the routing weight's gradient", shape::sbkh, slots * m.hidden,
           z.d);
-    t.add("expert output x weight", std::string("the routing weights, ") + dtype_name(z.compute), "the expert output's gradient", shape::sbk,
-          slots, z.d);
+    // transformers casts the routing weights to the stream's dtype, which the weighted outputs take.
+    t.add("expert output x weight", std::string("the routing weights, ") + dtype_name(z.stream),
+          "the expert output's gradient", shape::sbk, slots, z.s);
     t.add("combine (index_add)", "the weighted expert outputs", "index_add keeps its source", shape::sbkh,
-          slots * m.hidden, z.d);
+          slots * m.hidden, z.s);
 }
 
 }  // namespace detail
 
 /// One layer's saved tensors as PyTorch keeps them for this architecture, `d`-byte activations.
 inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                           DType compute, Attention attention, Platform platform = Platform::cuda) {
-    const detail::Sizes z(m, seq, micro_batch, compute, platform);
+                                           Precision precision, Attention attention, Platform platform = Platform::cuda) {
+    const detail::Sizes z(m, seq, micro_batch, precision, platform);
     const std::uint64_t d = z.d;
     LayerActivations layer;
     detail::TableBuilder t(layer.rows, &layer.work);
@@ -286,12 +326,13 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     detail::attention_rows(t, m, z, attention);
     if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-attention norm");
     if (m.hidden_dropout > 0 && !m.parallel_attention)
-        detail::dropout_row(t, z, "attention residual dropout", shape::sbh, z.sbh);
+        detail::dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);
 
     if (!shared_norm) detail::norm_rows(t, m, z, "MLP norm", m.parallel_attention);
-    if (!shared_norm)
-        t.add(m.is_moe() ? "router and experts" : "MLP up projections", "their input",
-              "weight gradient = input^T x output gradient", shape::sbh, z.sbh, d);
+    // Under autocast a shared norm's output is cast again by the MLP's projections (the router, for experts).
+    if (!shared_norm || z.autocast)
+        detail::projection_input_row(t, z, m.is_moe() ? "router and experts" : "MLP up projections", "their input",
+                                     z.sbh, shape::sbh, m.is_moe() ? 1 : detail::mlp_input_projections(m));
     if (m.is_moe()) {
         detail::moe_rows(t, m, z);
     } else {
@@ -299,28 +340,33 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     }
     if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-MLP norm");
     if (m.hidden_dropout > 0)
-        detail::dropout_row(t, z, m.parallel_attention ? "residual dropout" : "MLP residual dropout", shape::sbh, z.sbh);
+        detail::dropout_row(t, z, z.compute, m.parallel_attention ? "residual dropout" : "MLP residual dropout",
+                            shape::sbh, z.sbh);
 
-    // The last add: the MLP's output and the sum, beside the residual stream's earlier tensors that
-    // no row keeps (a LayerNorm keeps its input; an RMSNorm only an fp32 copy).
-    const bool layernorm = m.norm == Norm::layernorm;
-    const std::uint64_t stream = m.parallel_attention ? (layernorm ? 3 : 4) : (layernorm ? 2 : 4);
-    const char* what = m.parallel_attention
-                           ? (layernorm ? "the attention's and the MLP's outputs, the sum"
-                                        : "the layer's input, the attention's and the MLP's outputs, the sum")
-                           : (layernorm ? "the MLP's output and the sum"
-                                        : "the layer's input, the attention half's sum, the MLP's output, the sum");
-    t.layer_end("residual add (the layer's last op)", what, detail::bytes_of(stream * d, "sbh"),
-                Count(stream * d) * z.sbh);
+    // The last add: the MLP's output (compute dtype) and the sum (the stream's), beside the residual
+    // stream's earlier tensors that no row keeps (a LayerNorm keeps its input; an RMSNorm only an fp32
+    // copy, which is the stream itself when that is fp32).
+    const bool norm_keeps_stream = m.norm == Norm::layernorm || z.s == dtype::fp32;
+    const std::uint64_t stream = (m.parallel_attention ? (norm_keeps_stream ? 2 * d + z.s : 2 * d + 2 * z.s)
+                                                       : (norm_keeps_stream ? d + z.s : d + 3 * z.s)) +
+                                 z.upcast;
+    const std::string what =
+        std::string(m.parallel_attention
+                        ? (norm_keeps_stream ? "the attention's and the MLP's outputs, the sum"
+                                             : "the layer's input, the attention's and the MLP's outputs, the sum")
+                        : (norm_keeps_stream ? "the MLP's output and the sum"
+                                             : "the layer's input, the attention half's sum, the MLP's output, the sum")) +
+        (z.upcast ? ", the MLP's output upcast (CPU)" : "");
+    t.layer_end("residual add (the layer's last op)", what, detail::bytes_of(stream, "sbh"), Count(stream) * z.sbh);
 
-    layer.input_bytes = z.sbh * d;  // the checkpoint keeps the layer's input
+    layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input
     return layer;
 }
 
 /// What the embedding side saves from the first forward step until the last backward step.
 inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                                 DType compute, Platform platform = Platform::cuda) {
-    const detail::Sizes z(m, seq, micro_batch, compute, platform);
+                                                 Precision precision, Platform platform = Platform::cuda) {
+    const detail::Sizes z(m, seq, micro_batch, precision, platform);
     const std::uint64_t d = z.d;
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
@@ -330,16 +376,16 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
         t.add("rotary embedding", "cos and sin tables, shared by every layer", "q and k were multiplied by them", shape::sd,
               Count(seq) * m.head_size(), d, Keep::always, 2);
     if (m.embedding_norm) detail::norm_rows(t, m, z, "embedding norm");
-    if (m.hidden_dropout > 0)
-        detail::dropout_row(t, z, "embedding dropout", shape::sbh, z.sbh);
+    if (m.hidden_dropout > 0)  // the embedding's output: the stream's dtype
+        detail::dropout_row(t, z, z.stream, "embedding dropout", shape::sbh, z.sbh);
     return rows;
 }
 
 /// What one forward pass builds for all its layers and drops when it returns, after the loss: eager
-/// attention's causal mask, s^2 b values of the compute dtype, as transformers builds it.
-inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t micro_batch, DType compute,
+/// attention's causal mask, s^2 b values of the embeddings' dtype (the stream's), as transformers builds it.
+inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t micro_batch, Precision precision,
                                                 Attention attention) {
-    const std::uint64_t d = bytes_per_element(compute);
+    const std::uint64_t d = bytes_per_element(precision.stream);
     std::vector<SavedTensor> rows;
     if (attention == Attention::flash) return rows;  // the fused kernel masks inside
     detail::TableBuilder t(rows);
@@ -349,11 +395,12 @@ inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t
 }
 
 /// The loss's dtype: its log-probabilities and their gradients. None for a fused kernel, which
-/// writes the gradient over the logits and keeps nothing of the vocabulary's width.
-inline std::optional<DType> loss_dtype(LossKernel loss, DType compute) {
+/// writes the gradient over the logits and keeps nothing of the vocabulary's width. Autocast runs
+/// cross_entropy in fp32 whatever its input (CUDA's op lists; measured on CPU).
+inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision) {
     switch (loss) {
         case LossKernel::fp32: return DType::fp32;
-        case LossKernel::bf16: return compute;
+        case LossKernel::bf16: return precision.autocast ? DType::fp32 : precision.compute;
         case LossKernel::fused: return std::nullopt;
     }
     return DType::fp32;
@@ -362,15 +409,14 @@ inline std::optional<DType> loss_dtype(LossKernel loss, DType compute) {
 /// What the head and the loss save for their backward pass: from the loss step until the head's
 /// backward, at the start of backward L.
 inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                           DType compute, Platform platform = Platform::cuda,
+                                           Precision precision, Platform platform = Platform::cuda,
                                            LossKernel loss = LossKernel::fp32) {
-    const detail::Sizes z(m, seq, micro_batch, compute, platform);
-    const std::uint64_t d = z.d;
+    const detail::Sizes z(m, seq, micro_batch, precision, platform);
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
     detail::norm_rows(t, m, z, "final norm");
-    t.add("output head", "its input", "weight gradient = input^T x output gradient", shape::sbh, z.sbh, d);
-    if (const auto logp = loss_dtype(loss, compute))
+    detail::projection_input_row(t, z, "output head", "its input", z.sbh, shape::sbh, 1);
+    if (const auto logp = loss_dtype(loss, precision))
         t.add("loss (log-softmax)", std::string("log-probabilities, ") + dtype_name(*logp),
               "log-softmax's gradient is written in its output", shape::sbV, z.tokens * m.vocab, bytes_per_element(*logp));
     t.add("loss (NLL)", "the target ids (int64)", "which log-probability each token's loss picked", shape::ids,

@@ -142,7 +142,7 @@ public:
         Report r{model_, settings, table(), parameter_count_, c.state, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
         const Parallelism& p = settings.parallel;
         counted(settings, [&] {
-            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.activations,
+            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.precision(),
                                                    settings.activations, settings.framework);
             const Workload w = workload(settings, t);
             split(t, p);
@@ -173,7 +173,7 @@ public:
         std::vector<Summary> out;
         out.reserve(modes.size());
         counted(settings, [&] {
-            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.activations,
+            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.precision(),
                                                    settings.activations, settings.framework);
             for (Recompute mode : modes) {
                 Settings with = settings;

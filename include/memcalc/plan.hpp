@@ -130,7 +130,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
         if (it != workloads.end()) return it->second;
         Cached built;
         try {
-            const ActivationTables t = activation_tables(m, s, b, recipe->activations, request.base.activations,
+            const ActivationTables t = activation_tables(m, s, b, recipe->precision(), request.base.activations,
                                                          request.base.framework);
             built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t, request.base.framework),
                                    compute_cost(m, s, b, mode).recompute_fraction());

@@ -40,6 +40,18 @@ inline const Optimizer* find_optimizer(std::string_view name) {
     return nullptr;
 }
 
+/// The dtypes a layer's tensors take: the compute dtype, and the residual stream's, which differs
+/// under torch.autocast (the weights' dtype there; each matmul saves a cast copy of its input).
+struct Precision {
+    DType compute;
+    DType stream;
+    bool autocast = false;
+
+    Precision(DType one) : compute(one), stream(one) {}  // one dtype throughout: no autocast
+    Precision(DType compute_dtype, DType stream_dtype, bool under_autocast)
+        : compute(compute_dtype), stream(stream_dtype), autocast(under_autocast) {}
+};
+
 /// A training recipe: the dtypes of the weights, gradients, master copy and activations, and its
 /// optimiser; every byte count follows from them.
 struct Recipe {
@@ -51,7 +63,13 @@ struct Recipe {
     Optimizer optimizer;
     DType state;                  ///< the optimiser's slots and its step's temporaries
     std::string_view description;
+    /// The forward runs under torch.autocast: the weights (fp32) stay the residual stream's dtype, each
+    /// matmul casts its inputs and its weights to `activations` (autocast_layer_rows tells the rest).
+    bool autocast = false;
 
+    /// The dtype of the residual stream and the norms: the weights' under autocast, else the activations'.
+    DType stream() const { return autocast ? weights : activations; }
+    Precision precision() const { return {activations, stream(), autocast}; }
     std::uint64_t weight_bytes() const { return bytes_per_element(weights); }
     std::uint64_t gradient_bytes() const { return bytes_per_element(gradients); }
     std::uint64_t master_bytes() const { return master ? bytes_per_element(*master) : 0; }
@@ -72,9 +90,9 @@ inline constexpr DType bf16 = DType::bf16, fp32 = DType::fp32;
 inline constexpr std::optional<DType> none = std::nullopt;
 }  // namespace recipe_table
 
-inline constexpr std::array<Recipe, 7> recipes = [] {
+inline constexpr std::array<Recipe, 8> recipes = [] {
     using namespace recipe_table;
-    return std::array<Recipe, 7>{{
+    return std::array<Recipe, 8>{{
         // clang-format off
         // name                  weights grads master activations optimizer    state
         {"mixed-adam",            bf16,  bf16, fp32,  bf16,  adam,         fp32,
@@ -91,6 +109,9 @@ inline constexpr std::array<Recipe, 7> recipes = [] {
          "model.to(torch.bfloat16) with torch.optim.AdamW: all bf16, the moments and the step's temporaries too; no master copy"},
         {"lion",                  bf16,  bf16, fp32,  bf16,  lion,         fp32,
          "mixed-precision Lion: bf16 weights and gradients, an fp32 master copy and Lion's one momentum"},
+        {"amp-adam",              fp32,  fp32, none,  bf16,  adam,         fp32,
+         "an fp32 model under torch.autocast(bfloat16) with torch.optim.AdamW (nanoGPT, Trainer(bf16=True)): "
+         "fp32 weights, gradients and moments; matmuls in bf16 on cast copies of their inputs and weights", true},
         // clang-format on
     }};
 }();

@@ -25,10 +25,13 @@ struct Breakdown {
     Count logits;               ///< logits, the loss's fp32 softmax and the logits gradient
     Count activation_gradient;  ///< the gradient flowing down through the layers
     Count workspace;            ///< temporaries of the op running now, and the forward pass's causal mask
+    /// Autocast's casts of the weights to the compute dtype: each layer's from its forward step until its
+    /// backward step ends (autograd saved them), the head's in the loss step (measured: gone by backward L's peak).
+    Count weight_copies;
 
     Count total() const {
         return weights + master_weights + optimizer_state + gradients + gathered_weights + kept_activations +
-               rebuilt_activations + logits + activation_gradient + workspace;
+               rebuilt_activations + logits + activation_gradient + workspace + weight_copies;
     }
     /// `op(a's, b's)` in every category, modulo 2^64 (a linear run's difference, and its later steps).
     template <class Op>
@@ -37,7 +40,7 @@ struct Breakdown {
         return {f(&Breakdown::weights), f(&Breakdown::master_weights), f(&Breakdown::optimizer_state),
                 f(&Breakdown::gradients), f(&Breakdown::gathered_weights), f(&Breakdown::kept_activations),
                 f(&Breakdown::rebuilt_activations), f(&Breakdown::logits), f(&Breakdown::activation_gradient),
-                f(&Breakdown::workspace)};
+                f(&Breakdown::workspace), f(&Breakdown::weight_copies)};
     }
     /// `f(mine, theirs)` for every category, in order: for code that treats them alike.
     template <class F>
@@ -46,6 +49,7 @@ struct Breakdown {
         f(gradients, other.gradients), f(gathered_weights, other.gathered_weights);
         f(kept_activations, other.kept_activations), f(rebuilt_activations, other.rebuilt_activations);
         f(logits, other.logits), f(activation_gradient, other.activation_gradient), f(workspace, other.workspace);
+        f(weight_copies, other.weight_copies);
     }
 };
 
@@ -88,6 +92,7 @@ struct LayerInputs {
     Count forward_work;      ///< the most its forward workspaces add to its step
     Count backward_work;     ///< the most its backward workspaces add to its step
     Count backward_work_held;  ///< the same when the gradients they write are already held
+    Count weight_copies;     ///< autocast's cast of one layer's matmul weights (and biases)
 };
 
 /// What one device's timeline needs to know, already in bytes. Its layers (StageLayers) may be of
@@ -125,6 +130,10 @@ struct TimelineInputs : StageLayers {
     Count optimizer_work;         ///< the optimiser step's temporaries
     Count input_backward_work;    ///< what the embedding's backward adds to backward 1 over its layer's
     Count input_backward_work_held;  ///< the same when the gradients it writes are already held
+    Count head_weight_copy;       ///< autocast's cast of the output head's matrix: the loss step
+    /// Full recomputation under autocast: no layer saves its weights' casts, but autocast's cache holds
+    /// every layer's until the forward pass ends; each backward step casts its layer's again.
+    bool weight_copies_recast = false;
 
     /// `n` layers of each kind, times what one of that kind holds (`member`).
     Count per_kind(const KindCounts& n, Count LayerInputs::*member) const {
@@ -175,18 +184,22 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
         case Phase::forward:
             b.kept_activations = kept;
             b.gathered_weights = here.gathered_weights;
+            b.weight_copies = in.over<&LayerInputs::weight_copies>(1, position);
             b.workspace = in.forward_buffers + here.forward_work;
             if (later) b.logits = held_logits;  // the previous micro-batch's
             return {phase, in.layer_id(position - 1), b, microbatch};
         case Phase::loss:
             b.kept_activations = kept;
             b.logits = in.logits + in.loss_buffers + in.logits_gradient;
+            b.weight_copies = in.over<&LayerInputs::weight_copies>(1, L) + in.head_weight_copy;
             b.workspace = later ? in.later_loss_work : in.loss_work;
             return {phase, 0, b, microbatch};
         case Phase::backward: {
             b.kept_activations = kept;
             b.rebuilt_activations = here.rebuilt;
             b.gathered_weights = here.gathered_weights;
+            b.weight_copies = in.weight_copies_recast ? here.weight_copies
+                                                      : in.over<&LayerInputs::weight_copies>(1, position);
             b.activation_gradient = in.activation_gradient;
             b.workspace = (held ? here.backward_work_held : here.backward_work) + in.recompute_buffers;
             if (position == 1)

@@ -161,11 +161,25 @@ struct ParameterSplits {
     /// alive at a workspace's peak is not always the op's own (measured), so the layer's largest (by kind).
     std::array<SplitParams, max_layer_kinds> fresh_gradient;
     LargestTensors largest;  ///< of the trainable tensors: the for-loop optimiser steps those
+    /// The tensors autocast casts to the compute dtype (autocast_casts): one layer of each kind's, the head's.
+    std::array<SplitParams, max_layer_kinds> cast_per_layer;
+    SplitParams cast_head;
     ParameterTable table;    ///< the rows themselves: a workspace names the first whose gradient exists
     LayerPattern pattern;    ///< which kind each layer is
 
     const StateClass& trainable() const { return classes.front(); }
 };
+
+/// Whether autocast casts the tensor for a matmul: the linear layers' weights and biases, the head's
+/// matrix (a tied embedding's too). Embedding lookups and norms run in the weights' own dtype.
+inline bool autocast_casts(const ParamRow& r) {
+    switch (r.part) {
+        case Part::attention: case Part::mlp: case Part::router: case Part::head: return true;
+        case Part::embedding: return r.group == Group::head;
+        case Part::norms: case Part::final_norm: return false;
+    }
+    return false;
+}
 
 /// `table` by value: a caller done with its table moves it in, and no copy is made.
 inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable table, std::uint64_t V) {
@@ -187,6 +201,7 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
         }
         c->total += params.in_model(row);
         if (row.trainable) splits.largest.add(row);
+        if (autocast_casts(row)) (row.group == Group::layer ? splits.cast_per_layer[row.kind] : splits.cast_head).add(row, V);
         switch (row.group) {
             case Group::input: c->input.add(row, V); break;
             case Group::layer: {
@@ -251,24 +266,24 @@ struct ActivationTables {
     const LayerActivations& of_kind(std::size_t kind) const { return kind == 0 ? layer : other_kinds[kind - 1]; }
 };
 
-/// `compute`: the recipe's compute dtype, which the activations are stored in; `f`: the framework's
-/// kernels (its attention, platform and loss).
-inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s, std::uint64_t b, DType compute,
+/// `precision`: the recipe's compute dtype, which the activations are stored in, and its stream's
+/// (Recipe::precision); `f`: the framework's kernels (its attention, platform and loss).
+inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s, std::uint64_t b, Precision precision,
                                           ActivationModel model, const Framework& f = {}) {
     const Attention attention = f.attention;
     const Platform platform = f.platform;
     const auto layer = [&](const Architecture& view) {
-        return model == ActivationModel::korthikanti ? korthikanti_layer(view, s, b, bytes_per_element(compute))
-                                                     : architecture_layer(view, s, b, compute, attention, platform);
+        return model == ActivationModel::korthikanti ? korthikanti_layer(view, s, b, bytes_per_element(precision.compute))
+                                                     : architecture_layer(view, s, b, precision, attention, platform);
     };
     ActivationTables t;
     if (m.layer_kinds.empty()) t.layer = layer(m);  // the model itself, not a copy
     else t.layer = layer(m.kind_view(0));
     for (std::size_t k = 1; k < m.kind_count(); ++k) t.other_kinds.push_back(layer(m.kind_view(k)));
     if (model == ActivationModel::architecture) {
-        t.input_side = input_side_saved(m, s, b, compute, platform);
-        t.head = head_saved(m, s, b, compute, platform, f.loss);
-        t.forward_buffers = forward_buffers(s, b, compute, attention);
+        t.input_side = input_side_saved(m, s, b, precision, platform);
+        t.head = head_saved(m, s, b, precision, platform, f.loss);
+        t.forward_buffers = forward_buffers(s, b, precision, attention);
     }
     return t;
 }
@@ -470,19 +485,24 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.weights = f.state.weights;
     in.master_weights = f.state.master_weights;
     in.optimizer_state = f.state.optimizer_state;
+    in.weight_copies_recast = w.recipe.autocast && w.recompute == Recompute::full;
     Count most_kept, most_weights;  // of one layer, over the kinds this stage runs
     for (std::size_t k = 0; k < kinds; ++k) {
         in.layer[k].kept = w.layers[k].kept.on_rank(p, V);
         in.layer[k].rebuilt = w.layers[k].rebuilt.on_rank(p, V);
+        // Autocast casts the layer's whole weights (ZeRO-3's gathered ones too): this rank's tensor-parallel share.
+        if (w.recipe.autocast) in.layer[k].weight_copies = w.parameters->cast_per_layer[k].on_rank(p, V) * d;
         if (f.kind_layers[k] == 0) continue;
-        most_kept = std::max(most_kept, in.layer[k].kept);
+        most_kept = std::max(most_kept, in.layer[k].kept + (in.weight_copies_recast ? Count(0) : in.layer[k].weight_copies));
         most_weights = std::max(most_weights, f.layer_weight_bytes[k]);
     }
 
     // A pipeline stage also holds the activations of the other micro-batches in flight: 1F1B keeps
     // whole micro-batches, the interleaved schedule model chunks of L / (P V) layers (of whichever
     // kinds: each counted as the stage's largest, leaning high where kinds differ).
-    const Count stage_kept = in.per_kind(f.kind_layers, &LayerInputs::kept);
+    // Each micro-batch in flight holds the casts its layers saved, unless they are recast in backward.
+    const Count stage_kept = in.per_kind(f.kind_layers, &LayerInputs::kept) +
+                             (in.weight_copies_recast ? Count(0) : in.per_kind(f.kind_layers, &LayerInputs::weight_copies));
     const auto others = [&](std::uint64_t in_flight) {
         if (p.vpp == 1) return in_flight > 1 ? Count(in_flight - 1) * stage_kept : Count(0);
         const std::uint64_t held = in_flight * in.chunk;
@@ -521,10 +541,13 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         if (p.zero >= 2) layer.gradient_bucket = t.per_layer[k] * g;  // until its reduce-scatter
         layer.forward_work = largest_on_rank(work.forward_work, p, V, 0);
         // The layer's gradients written so far count unless a bucket or the held gradients have them already.
-        layer.backward_work = largest_on_rank(work.backward_work, p, V, p.zero >= 2 ? Count(0) : g);
+        // Under autocast each replaces its weight's cast, which its backward freed (the norms' few, leaning low).
+        const Count written = p.zero >= 2 ? Count(0) : w.recipe.autocast ? Count(g.value() - d) : g;
+        layer.backward_work = largest_on_rank(work.backward_work, p, V, written);
         layer.backward_work_held =
             largest_on_rank(work.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.parameters->fresh_gradient[k]);
     }
+    if (w.recipe.autocast && last) in.head_weight_copy = w.parameters->cast_head.on_rank(p, V) * d;
 
     in.forward_buffers = w.forward_buffers.on_rank(p, V);
     // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last rebuild.
@@ -535,7 +558,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         in.logits = sbV * d;
         // The loss's log-probabilities and gradients, in its dtype: none of the vocabulary's width for a
         // fused kernel, which writes its gradient over the logits.
-        const std::optional<DType> loss = loss_dtype(w.framework.loss, w.recipe.activations);
+        const std::optional<DType> loss = loss_dtype(w.framework.loss, w.recipe.precision());
         const std::uint64_t l = loss ? bytes_per_element(*loss) : 0;
         const Count previous_logits = in.logits_held ? in.logits : Count(0);  // the last micro-batch's, if the loop holds them
         // The formula model: the loss reads a copy of the logits in its dtype (the formula's "fp32
@@ -560,7 +583,8 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
             in.later_loss_work = std::max(copy + in.forward_buffers + own_logits + previous_logits, backward);
         }
     }
-    in.activation_gradient = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * d, p);
+    // The gradient of the residual stream, in the stream's dtype (fp32 under autocast).
+    in.activation_gradient = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * bytes_per_element(w.recipe.stream()), p);
     in.optimizer_work = optimizer_step_work(w, p, f);
     if (w.autograd_order && first && in.layers > 0) {
         // Once layer 1's backward ends, the embedding's writes a gradient for its whole table (V x h,

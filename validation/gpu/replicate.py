@@ -108,8 +108,9 @@ class Block(nn.Module):
             v = v.repeat_interleave(self.a // self.kv, dim=1)
         if self.attention == "sdpa":
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.d) + mask  # mask: 0 or -inf, made once per step
-        weights = F.softmax(scores, dim=-1, dtype=torch.float32 if self.llama else None).to(q.dtype)
+        # One name rebound at each op, as transformers writes it: the scores go once softmax has run.
+        weights = (q @ k.transpose(-1, -2)) / math.sqrt(self.d) + mask  # mask: 0 or -inf, made once per step
+        weights = F.softmax(weights, dim=-1, dtype=torch.float32 if self.llama else None).to(q.dtype)
         if self.p_attention > 0:
             weights = F.dropout(weights, self.p_attention, self.training)
         return weights @ v
@@ -177,7 +178,7 @@ class Model(nn.Module):
         if self.spec.get("hidden_dropout", 0.0) > 0:
             x = F.dropout(x, self.spec["hidden_dropout"], self.training)
         elif self.spec.get("position", "rotary") == "rotary":
-            cos, sin = self.rotary(s, ids.device, x.dtype)
+            cos, sin = self.rotary(s, ids.device, DTYPE)  # transformers casts them to v's dtype: bf16 under autocast too
         mask = None  # fused attention masks inside; eager adds 0 or -inf, built once per forward as transformers does
         if self.blocks[0].attention == "eager":
             mask = torch.full((s, s), float("-inf"), device=ids.device, dtype=x.dtype).triu(1)
@@ -302,19 +303,24 @@ class TorchAdamW:
 
 
 def make_optimizer(recipe, model, grad_buffer):
-    """mixed-adam: this script's MixedAdam (an fp32 master copy and moments); bf16-adam: TorchAdamW."""
-    optimizer = TorchAdamW if recipe == "bf16-adam" else MixedAdam
+    """mixed-adam: this script's MixedAdam (an fp32 master copy and moments); bf16-adam and amp-adam:
+    TorchAdamW on the model's own parameters (bf16, or fp32 under autocast)."""
+    optimizer = MixedAdam if recipe == "mixed-adam" else TorchAdamW
     return optimizer(model.parameters(), persistent=grad_buffer == "persistent")
 
 
 def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="lazy", recipe="mixed-adam",
         loss_kernel="fp32", logits_life="held"):
     torch.manual_seed(0)
+    # amp-adam: an fp32 model whose forward runs under torch.autocast (nanoGPT's train.py, transformers'
+    # Trainer(bf16=True)); backward runs outside it, as PyTorch's AMP recipe says.
+    weights = torch.float32 if recipe == "amp-adam" else DTYPE
     if _torch_version() >= (2, 0):  # initialise on the device itself: a billion weights take seconds on a CPU
         with torch.device(device):
-            model = Model(spec, attention, mode, loss_kernel).to(dtype=DTYPE)
+            model = Model(spec, attention, mode, loss_kernel).to(dtype=weights)
     else:
-        model = Model(spec, attention, mode, loss_kernel).to(device=device, dtype=DTYPE)
+        model = Model(spec, attention, mode, loss_kernel).to(device=device, dtype=weights)
+    autocast = lambda: torch.autocast(device_type=device, dtype=DTYPE, enabled=recipe == "amp-adam")
     optimizer = make_optimizer(recipe, model, grad_buffer)
     ids = torch.randint(0, spec["vocab"], (1, seq), device=device)
 
@@ -323,10 +329,11 @@ def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="
         # next forward returns its own (the last ones to the end of the step), its gradients add up.
         # Freed: the loop keeps the loss alone, as transformers' Trainer does.
         for microbatch in range(1, microbatches + 1):
-            if logits_life == "held":
-                loss, logits = model(ids, meter, microbatch)
-            else:
-                loss = model(ids, meter, microbatch)[0]
+            with autocast():
+                if logits_life == "held":
+                    loss, logits = model(ids, meter, microbatch)
+                else:
+                    loss = model(ids, meter, microbatch)[0]
             (loss / microbatches).backward()
         if meter:
             meter.mark("optimizer")
@@ -381,9 +388,11 @@ def main(argv=None):
                     help="micro-batches per step, accumulated (default 1)")
     ap.add_argument("--grad-buffer", nargs="+", choices=("lazy", "persistent"), default=["lazy"],
                     help="gradients dropped by each step (lazy, the default) or zeroed and kept (persistent)")
-    ap.add_argument("--recipe", nargs="+", choices=("mixed-adam", "bf16-adam"), default=["mixed-adam"],
-                    help="mixed-adam (default: fp32 master copy and moments) or bf16-adam (torch.optim.AdamW "
-                         "on the bf16 model, foreach=False)")
+    ap.add_argument("--recipe", nargs="+", choices=("mixed-adam", "bf16-adam", "amp-adam"),
+                    default=["mixed-adam"],
+                    help="mixed-adam (default: fp32 master copy and moments), bf16-adam (torch.optim.AdamW "
+                         "on the bf16 model, foreach=False) or amp-adam (torch.optim.AdamW on the fp32 model, "
+                         "its forward under torch.autocast(bfloat16))")
     ap.add_argument("--loss", nargs="+", choices=("fp32", "bf16"), default=["fp32"],
                     help="cross_entropy over logits.float() (fp32, default) or over the bf16 logits (bf16)")
     ap.add_argument("--logits", nargs="+", choices=("held", "freed"), default=["held"],
