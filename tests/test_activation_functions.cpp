@@ -2,11 +2,16 @@
 // validation/activation_functions.py's measurements (torch 1.13, CPU, bf16), on plain and gated MLPs.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include "fixtures.hpp"
+#include "workspace_named.hpp"
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/estimate.hpp"
+#include "render.hpp"
 
 using namespace memcalc;
+using fixtures::workspace_named;
 
 namespace {
 Architecture with(Architecture m, Activation a, double mlp_dropout = 0) {
@@ -24,13 +29,6 @@ Count mlp_bytes(const LayerActivations& layer) {
         if (r.op == "down projection") break;
     }
     return sum;
-}
-
-const Workspace& workspace_named(const LayerActivations& layer, const std::string& op) {
-    for (const auto& w : layer.work)
-        if (w.op == op) return w;
-    FAIL("no workspace " << op);
-    return layer.work.front();
 }
 }  // namespace
 
@@ -123,4 +121,18 @@ TEST_CASE("every activation function row is complete and its name unique", "[act
         CHECK((fn.kernel == ActivationKernel::ops ? fn.kept_count() >= 2 : fn.kept_count() <= 1));
     }
     CHECK(find_activation_function("gelu_newer") == nullptr);
+}
+
+TEST_CASE("memcalc activation-functions lists every row with its code and what it keeps", "[activation_functions][cli]") {
+    const auto listed = nlohmann::json::parse(cli::render_listing(cli::activation_functions_listing(), cli::Format::json));
+    REQUIRE(listed.size() == activation_functions.size());
+    for (const auto& f : listed) {
+        const ActivationFunction* row = find_activation_function(f["name"].get<std::string>());
+        REQUIRE(row != nullptr);
+        CHECK(f["implementation"] == kernel_name(row->kernel));
+        CHECK(f["kept_tensors"] == row->kept_count());
+        CHECK(f["backward_workspace_tensors"] == row->backward_workspace);
+        CHECK(f["code"] == std::string(row->code));
+    }
+    CHECK_THAT(cli::render_listing(cli::activation_functions_listing(), cli::Format::table), Catch::Contains("torch.pow(x, 3.0)"));
 }
