@@ -1,4 +1,4 @@
-// memcalc presets, recipes, profiles and gpus: the catalogues.
+// memcalc presets, recipes, profiles, gpus and activation-functions: the catalogues.
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,5 +19,9 @@ std::string run_recipes(const std::string& format) { return render_listing(recip
 std::string run_profiles(const std::string& format) { return render_listing(profiles_listing(), parse_format(format)); }
 
 std::string run_gpus(const std::string& format) { return render_listing(gpus_listing(), parse_format(format)); }
+
+std::string run_activation_functions(const std::string& format) {
+    return render_listing(activation_functions_listing(), parse_format(format));
+}
 
 }  // namespace memcalc::cli

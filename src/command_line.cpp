@@ -44,6 +44,7 @@ const char* const examples = R"(Examples:
   memcalc recipes
   memcalc profiles
   memcalc gpus
+  memcalc activation-functions
 
 Exit status: 0 on success, 1 for a bad model (preset, model file, sizes that overflow),
 2 for a bad command line. Errors are one line on stderr; nothing is printed on stdout then.)";
@@ -451,6 +452,8 @@ Example:
     CLI::App* recipes_cmd = catalogue("recipes", "List the training recipes (bytes per parameter)");
     CLI::App* profiles_cmd = catalogue("profiles", "List the framework profiles (what --profile sets)");
     CLI::App* gpus_cmd = catalogue("gpus", "List the GPUs --gpu names, with their memory as the driver reports it");
+    CLI::App* functions_cmd = catalogue("activation-functions",
+                                        "List the MLP's activation functions: the code each runs, what autograd keeps");
     const auto parsed = [](const CLI::App* command) { return command != nullptr && command->parsed(); };
 
     try {
@@ -468,7 +471,7 @@ Example:
 
     try {
         // An empty value ("--seq ''") is a mistake, not the option's absence.
-        for (const CLI::App* command : {&app, fit, plan, presets, recipes_cmd, profiles_cmd, gpus_cmd}) {
+        for (const CLI::App* command : {&app, fit, plan, presets, recipes_cmd, profiles_cmd, gpus_cmd, functions_cmd}) {
             if (command == nullptr) continue;
             for (const CLI::Option* option : command->get_options())
                 if (option->count() > 0 && option->get_type_size() != 0)
@@ -476,7 +479,7 @@ Example:
                         if (value.empty()) throw usage_error(fmt::format("{} needs a value (got '')", option->get_name()));
         }
         // Options of the estimate given before a subcommand would be silently ignored: refuse them.
-        for (const CLI::App* sub : {fit, plan, presets, recipes_cmd, profiles_cmd, gpus_cmd}) {
+        for (const CLI::App* sub : {fit, plan, presets, recipes_cmd, profiles_cmd, gpus_cmd, functions_cmd}) {
             if (!parsed(sub)) continue;
             for (const CLI::Option* option : app.get_options())
                 if (option->count() > 0)
@@ -492,6 +495,7 @@ Example:
         else if (parsed(recipes_cmd)) out.append(run_recipes(list_format));
         else if (parsed(profiles_cmd)) out.append(run_profiles(list_format));
         else if (parsed(gpus_cmd)) out.append(run_gpus(list_format));
+        else if (parsed(functions_cmd)) out.append(run_activation_functions(list_format));
         else if (parsed(fit)) out.append(run_fit(fit_q));
         else if (parsed(plan)) out.append(run_plan(plan_q));
         else run_estimate(q, out, files);

@@ -12,13 +12,24 @@ namespace {
 
 using nlohmann::json;
 
+/// transformers' ACT2FN names, each to the row of what it runs: "gelu_new" and "gelu_fast" are
+/// chains of Python ops, "gelu_pytorch_tanh" is torch's fused tanh kernel (src/transformers/activations.py).
+const std::vector<std::pair<std::string, Activation>> hf_activations = {
+    {"silu", Activation::silu},         {"swish", Activation::silu},
+    {"gelu", Activation::gelu},         {"gelu_pytorch_tanh", Activation::gelu_tanh},
+    {"relu", Activation::relu},         {"gelu_new", Activation::gelu_new},
+    {"gelu_fast", Activation::gelu_fast}, {"quick_gelu", Activation::quick_gelu},
+    // BLOOM's own GeLUFunction keeps only its input, as a fused kernel does (modeling_bloom.py)
+    {"bloom_gelu", Activation::gelu_tanh},
+};
+
 Activation activation_named(const JsonReader& in, const char* key, const std::string& value) {
-    if (value == "silu" || value == "swish") return Activation::silu;
-    if (value == "gelu_new" || value == "gelu_pytorch_tanh" || value == "gelu_fast" || value == "bloom_gelu")
-        return Activation::gelu_tanh;
-    if (value == "gelu") return Activation::gelu;
-    if (value == "relu") return Activation::relu;
-    in.fail(std::string(key) + " '" + value + "' is not an activation memcalc knows (silu, gelu, gelu_new, relu, ...)");
+    std::string names;
+    for (const auto& [name, activation] : hf_activations) {
+        if (name == value) return activation;
+        names += (names.empty() ? "" : ", ") + name;
+    }
+    in.fail(std::string(key) + " '" + value + "' is not an activation memcalc knows (" + names + ")");
 }
 
 /// The first of several spellings of one key that the file has ("n_embd", "hidden_size").

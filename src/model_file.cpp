@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "memcalc/activation_functions.hpp"
 #include "memcalc/error.hpp"
 #include "json_reader.hpp"
 #include "suggest.hpp"
@@ -21,7 +22,8 @@ using nlohmann::json;
 const std::vector<std::string> architecture_keys = {
     "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_positions", "position_rows", "mlp",
     "norm", "bias", "position", "tied_embeddings", "experts", "experts_per_token", "activation", "norms_per_layer",
-    "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "softmax_fp32", "head_bias"};
+    "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "mlp_dropout", "softmax_fp32",
+    "head_bias"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source", "published_parameters"};
 const std::vector<std::string> kind_keys = {"name", "ffn", "experts", "experts_per_token"};
 
@@ -92,16 +94,16 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     m.experts = in.positive_or("experts", 0);
     m.experts_per_token = in.positive_or("experts_per_token", 0);
     m.position_rows = in.positive_or("position_rows", 0);
-    m.activation = in.choice_or<Activation>(
-        "activation",
-        {{"silu", Activation::silu}, {"gelu", Activation::gelu}, {"gelu_tanh", Activation::gelu_tanh},
-         {"relu", Activation::relu}},
-        m.mlp == Mlp::gated ? Activation::silu : Activation::gelu_tanh);
+    std::map<std::string, Activation> activations;
+    for (const auto& f : activation_functions) activations.emplace(f.name, f.id);
+    m.activation = in.choice_or<Activation>("activation", activations,
+                                            m.mlp == Mlp::gated ? Activation::silu : Activation::gelu_tanh);
     m.norms_per_layer = in.positive_or("norms_per_layer", 2);
     m.parallel_attention = in.flag_or("parallel_attention", false);
     m.embedding_norm = in.flag_or("embedding_norm", false);
     m.attention_dropout = in.probability_or("attention_dropout", 0);
     m.hidden_dropout = in.probability_or("hidden_dropout", 0);
+    m.mlp_dropout = in.probability_or("mlp_dropout", 0);
     m.softmax_fp32 = in.flag_or("softmax_fp32", true);
     m.head_bias = in.flag_or("head_bias", false);
     file.description = in.text_or("description", "");

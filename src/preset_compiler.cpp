@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "memcalc/activation_functions.hpp"
 #include "memcalc/error.hpp"
 #include "model_file.hpp"
 
@@ -75,15 +76,7 @@ const char* position(Position p) {
     }
     throw std::logic_error("a position the compiler does not know");
 }
-const char* activation(Activation a) {
-    switch (a) {
-        case Activation::silu: return "Activation::silu";
-        case Activation::gelu: return "Activation::gelu";
-        case Activation::gelu_tanh: return "Activation::gelu_tanh";
-        case Activation::relu: return "Activation::relu";
-    }
-    throw std::logic_error("an activation the compiler does not know");
-}
+std::string activation(Activation a) { return "Activation::" + std::string(activation_function(a).name); }
 
 /// The body of a function that returns `file`: every field the reader sets, defaults included.
 std::string builder(const cli::ModelFile& file) {
@@ -106,7 +99,7 @@ std::string builder(const cli::ModelFile& file) {
         << "    m.parallel_attention = " << boolean(m.parallel_attention) << ", m.embedding_norm = "
         << boolean(m.embedding_norm) << ";\n"
         << "    m.attention_dropout = " << number(m.attention_dropout) << ", m.hidden_dropout = "
-        << number(m.hidden_dropout) << ";\n"
+        << number(m.hidden_dropout) << ", m.mlp_dropout = " << number(m.mlp_dropout) << ";\n"
         << "    m.softmax_fp32 = " << boolean(m.softmax_fp32) << ";\n";
     for (const LayerKind& k : m.layer_kinds)
         out << "    m.layer_kinds.push_back({" << literal(k.name) << ", " << optional_number(k.ffn) << ", "

@@ -38,6 +38,7 @@ Listing presets_listing(const std::vector<std::pair<std::string, ModelFile>>& pr
 Listing recipes_listing();
 Listing profiles_listing();
 Listing gpus_listing();
+Listing activation_functions_listing();
 
 struct View {
     Unit unit = Unit::gb;

@@ -17,15 +17,6 @@ const char* bias_name(Bias b) {
     }
     return "?";
 }
-const char* activation_name(Activation a) {
-    switch (a) {
-        case Activation::silu: return "silu";
-        case Activation::gelu: return "gelu";
-        case Activation::gelu_tanh: return "gelu_tanh";
-        case Activation::relu: return "relu";
-    }
-    return "?";
-}
 const char* position_name(Position p) {
     return p == Position::rotary ? "rotary" : p == Position::learned ? "learned" : "none";
 }
@@ -48,12 +39,13 @@ json model_json(const Architecture& m) {
             {"experts", m.experts},
             {"experts_per_token", m.is_moe() ? m.active_experts() : 0},
             {"position_rows", m.position == Position::learned ? m.learned_positions() : 0},
-            {"activation", activation_name(m.activation)},
+            {"activation", std::string(activation_function(m.activation).name)},
             {"norms_per_layer", m.norms_per_layer},
             {"parallel_attention", m.parallel_attention},
             {"embedding_norm", m.embedding_norm},
             {"attention_dropout", m.attention_dropout},
             {"hidden_dropout", m.hidden_dropout},
+            {"mlp_dropout", m.mlp_dropout},
             {"softmax_fp32", m.softmax_fp32},
             {"head_bias", m.head_bias}};
     if (m.layer_kinds.empty()) return out;

@@ -137,6 +137,25 @@ Listing gpus_listing() {
     return l;
 }
 
+Listing activation_functions_listing() {
+    Listing l;
+    l.columns = {{"name", "function"}, {"implementation", "implementation"},
+                 {"kept_tensors", "kept (s b f)"}, {"keeps_output", "keeps output"},
+                 {"backward_workspace_tensors", "backward (s b f)"}, {"code", "code"},
+                 {"kept", ""}, {"source", ""}};
+    l.table = {0, 1, 2, 3, 4, 5};
+    l.csv = {0, 1, 2, 3, 4, 5};
+    for (const auto& f : activation_functions) {
+        std::string kept;
+        for (std::size_t i = 0; i < f.kept_count(); ++i)
+            kept += (i ? "; " : "") + (f.kept[i].op.empty() ? "" : std::string(f.kept[i].op) + ": ") + std::string(f.kept[i].tensor);
+        l.rows.push_back({std::string(f.name), std::string(kernel_name(f.kernel)), std::uint64_t{f.kept_count()},
+                          std::string(f.keeps_output ? "yes" : "no"), f.backward_workspace, std::string(f.code), kept,
+                          std::string(f.source)});
+    }
+    return l;
+}
+
 Listing profiles_listing() {
     Listing l;
     l.columns = {{"name", "profile"}};

@@ -3,9 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include "fixtures.hpp"
+#include "workspace_named.hpp"
 #include "memcalc/architecture_activations.hpp"
 
 using namespace memcalc;
+using fixtures::workspace_named;
 
 namespace {
 Architecture llama_like(std::uint64_t h, std::uint64_t a, std::uint64_t kv, std::uint64_t f) {
@@ -90,15 +92,6 @@ TEST_CASE("the head and the embedding side", "[architecture]") {
     // token ids (8 sb) and the rotary cos and sin tables (2 x 2 s d)
     CHECK(saved_bytes(input_side_saved(m, s, 1, DType::bf16)).value() == 8 * s + 4 * s * 128);
 }
-
-namespace {
-const Workspace& workspace_named(const LayerActivations& layer, const std::string& op) {
-    for (const auto& w : layer.work)
-        if (w.op == op) return w;
-    FAIL("no workspace " << op);
-    return layer.work.front();
-}
-}  // namespace
 
 TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporaries, by hand", "[architecture][workspace]") {
     const std::uint64_t h = 64, a = 4, kv = 2, f = 176, d = 16;

@@ -86,3 +86,35 @@ TEST_CASE("a config named config.json takes its folder's name", "[hf_config]") {
     CHECK(cli::load_hf_config(dir + "/config.json").architecture.name == "Tiny-Llama");
     std::system("rm -rf memcalc_test_dir");
 }
+
+TEST_CASE("transformers' activation names map to the row of what they run", "[hf_config][activation_functions]") {
+    // ACT2FN: gelu_new and gelu_fast are chains of Python ops, gelu_pytorch_tanh torch's fused kernel.
+    using Row = std::pair<std::string, Activation>;
+    const auto [name, activation] = GENERATE(table<std::string, Activation>({
+        Row{"gelu_new", Activation::gelu_new}, Row{"gelu_pytorch_tanh", Activation::gelu_tanh},
+        Row{"gelu", Activation::gelu}, Row{"silu", Activation::silu}, Row{"swish", Activation::silu},
+        Row{"relu", Activation::relu}, Row{"gelu_fast", Activation::gelu_fast}, Row{"quick_gelu", Activation::quick_gelu},
+        Row{"bloom_gelu", Activation::gelu_tanh},
+    }));
+    CAPTURE(name);
+    const std::string gpt2 = R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100,
+                                 "n_positions": 64, "activation_function": ")" + name + "\"}";
+    CHECK(cli::parse_hf_config(gpt2, "c.json", "c").architecture.activation == activation);
+    const std::string llama = R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                  "intermediate_size": 128, "vocab_size": 10, "hidden_act": ")" + name + "\"}";
+    CHECK(cli::parse_hf_config(llama, "c.json", "c").architecture.activation == activation);
+}
+
+TEST_CASE("GPT-2's and Phi-2's published configs run gelu_new's ops; Gemma's the fused tanh kernel", "[hf_config][activation_functions]") {
+    CHECK(cli::load_hf_config(configs + "gpt2.json").architecture.activation == Activation::gelu_new);
+    CHECK(cli::load_hf_config(configs + "phi-2.json").architecture.activation == Activation::gelu_new);
+    CHECK(cli::load_hf_config(configs + "gemma-2b.json").architecture.activation == Activation::gelu_tanh);
+    CHECK(cli::load_hf_config(configs + "pythia-1b.json").architecture.activation == Activation::gelu);
+    // The presets say the same as their configs.
+    for (const char* name : {"gpt2", "phi-2"})
+        CHECK(cli::load_preset(name).architecture.activation == cli::load_hf_config(configs + name + ".json").architecture.activation);
+    CHECK_THROWS_WITH(cli::parse_hf_config(R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+                                                "vocab_size": 100, "n_positions": 64, "activation_function": "gelu_neww"})",
+                                           "c.json", "c"),
+                      Catch::Contains("activation_function 'gelu_neww' is not an activation memcalc knows (silu, swish, gelu,"));
+}

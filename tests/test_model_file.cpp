@@ -55,6 +55,10 @@ TEST_CASE("every bad model file gets one message naming the key and value", "[mo
         Row{with("tied_embeddings", "1"), "tied_embeddings must be true or false (got number 1)"},
         Row{with("position", "\"learned\""), "max_positions must be a positive integer for learned position"},
         Row{with("experts_per_token", "2"), "experts_per_token (2) needs experts > 0"},
+        Row{with("activation", "\"gelu_neww\""), "activation must be one of gelu, gelu_fast, gelu_new, gelu_tanh, quick_gelu, "
+                                                 "relu, silu (got 'gelu_neww') (did you mean 'gelu_new'?)"},
+        Row{with("mlp_dropout", "1.5"), "mlp_dropout must be a probability in [0, 1) (got number 1.5)"},
+        Row{with("mlp_dropout", "\"0.1\""), "mlp_dropout must be a probability in [0, 1) (got string \"0.1\")"},
     }));
     CAPTURE(text);
     CHECK_THROWS_WITH(parse_model_json(text, "my.json", "my"), Catch::Contains(message));
@@ -120,7 +124,7 @@ std::string every_field(const cli::ModelFile& file) {
         << int(m.norm) << '|' << int(m.bias) << '|' << int(m.position) << '|' << m.tied_embeddings << '|' << m.head_bias
         << '|' << m.experts << '|' << m.experts_per_token << '|' << int(m.activation) << '|' << m.norms_per_layer << '|'
         << m.parallel_attention << '|' << m.embedding_norm << '|' << m.attention_dropout << '|' << m.hidden_dropout << '|'
-        << m.softmax_fp32;
+        << m.mlp_dropout << '|' << m.softmax_fp32;
     const auto given = [&](const std::optional<std::uint64_t>& n) { return n ? std::to_string(*n) : std::string("-"); };
     for (const auto& k : m.layer_kinds)
         out << "|kind " << k.name << ' ' << given(k.ffn) << ' ' << given(k.experts) << ' ' << given(k.experts_per_token);

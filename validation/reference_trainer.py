@@ -71,6 +71,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from activation_functions import FUNCTIONS
+
 DTYPE = torch.bfloat16
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -81,6 +83,9 @@ DEFAULT_MODELS = [
     os.path.join(HERE, "models", "gpt2-tiny.json"),
     os.path.join(HERE, "models", "falcon-tiny.json"),
     os.path.join(HERE, "models", "falcon40b-tiny.json"),
+    os.path.join(HERE, "models", "gpt2-tiny-gelu-new.json"),
+    os.path.join(HERE, "models", "llama-tiny-quick-gelu.json"),
+    os.path.join(HERE, "models", "opt-tiny-relu-dropout.json"),
     os.path.join(REPO, "presets", "decoder.json"),
 ]
 MODES = ("none", "selective", "full")
@@ -162,6 +167,7 @@ class Spec:
     norms_per_layer: int
     attention_dropout: float
     hidden_dropout: float
+    mlp_dropout: float = 0.0
     embedding_norm: bool = False
     style: str = ""
 
@@ -200,14 +206,12 @@ def load_spec(path: str) -> Spec:
         tied_embeddings=bool(doc.get("tied_embeddings", False)),
         experts=int(doc.get("experts", 0) or 0),
         experts_per_token=int(doc.get("experts_per_token", 0) or 0),
-        # "gelu_new" is an extension of this script only: HF's NewGELUActivation, the composite tanh
-        # GELU that HF GPT-2 really runs (activation_function "gelu_new").
-        activation=_choice(doc, "activation", ("silu", "gelu", "gelu_tanh", "relu", "gelu_new"),
-                           "silu" if mlp == "gated" else "gelu_tanh"),
+        activation=_choice(doc, "activation", tuple(FUNCTIONS), "silu" if mlp == "gated" else "gelu_tanh"),
         parallel_attention=parallel,
         norms_per_layer=int(doc.get("norms_per_layer", 2)),  # memcalc's default, parallel or not
         attention_dropout=float(doc.get("attention_dropout", 0.0)),
         hidden_dropout=float(doc.get("hidden_dropout", 0.0)),
+        mlp_dropout=float(doc.get("mlp_dropout", 0.0)),
         embedding_norm=bool(doc.get("embedding_norm", False)),
     )
     if spec.heads % spec.kv_heads:
@@ -244,17 +248,7 @@ def dropout(x, p, training=True):
 
 
 def act_fn(name):
-    if name == "silu":
-        return F.silu
-    if name == "gelu":
-        return F.gelu
-    if name == "gelu_tanh":
-        return lambda x: F.gelu(x, approximate="tanh")
-    if name == "relu":
-        return F.relu
-    if name == "gelu_new":  # transformers.activations.NewGELUActivation
-        return lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
-    raise ValueError(name)
+    return FUNCTIONS[name]  # as the modeling code writes each (validation/activation_functions.py)
 
 
 class RMSNorm(nn.Module):
@@ -314,9 +308,10 @@ class GatedMLP(nn.Module):
         self.up_proj = nn.Linear(spec.hidden, spec.ffn, bias=bias)
         self.down_proj = nn.Linear(spec.ffn, spec.hidden, bias=bias)
         self.act = act_fn(spec.activation)
+        self.p = spec.mlp_dropout
 
     def forward(self, x):
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(dropout(self.act(self.gate_proj(x)) * self.up_proj(x), self.p))
 
 
 class PlainMLP(nn.Module):
@@ -327,9 +322,10 @@ class PlainMLP(nn.Module):
         self.fc1 = nn.Linear(spec.hidden, spec.ffn, bias=bias)
         self.fc2 = nn.Linear(spec.ffn, spec.hidden, bias=bias)
         self.act = act_fn(spec.activation)
+        self.p = spec.mlp_dropout
 
     def forward(self, x):
-        return self.fc2(self.act(self.fc1(x)))
+        return self.fc2(dropout(self.act(self.fc1(x)), self.p))
 
 
 def make_mlp(spec, bias):
@@ -475,10 +471,10 @@ class GPT2MLP(nn.Module):
         self.c_fc = Conv1D(spec.ffn, spec.hidden, spec.bias == "all")
         self.c_proj = Conv1D(spec.hidden, spec.ffn, spec.bias == "all")
         self.act = act_fn(spec.activation)
-        self.p = spec.hidden_dropout
+        self.p, self.p_mlp = spec.hidden_dropout, spec.mlp_dropout
 
     def forward(self, x):
-        return dropout(self.c_proj(self.act(self.c_fc(x))), self.p, self.training)
+        return dropout(self.c_proj(dropout(self.act(self.c_fc(x)), self.p_mlp)), self.p, self.training)
 
 
 class FalconAttention(nn.Module):

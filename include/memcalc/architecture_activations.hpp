@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "memcalc/activation_functions.hpp"
 #include "memcalc/activations.hpp"
 #include "memcalc/framework.hpp"
 #include "memcalc/model.hpp"
@@ -157,18 +158,6 @@ inline void projection_input_row(TableBuilder& t, const Sizes& z, const std::str
 /// The linear layers that read the MLP's input: gate and up, or up alone.
 inline std::uint64_t mlp_input_projections(const Architecture& m) { return m.mlp == Mlp::gated ? 2 : 1; }
 
-inline bool activation_keeps_input(Activation a) { return a != Activation::relu; }  // ReLU keeps its output
-
-inline const char* activation_label(Activation a) {
-    switch (a) {
-        case Activation::silu: return "SiLU";
-        case Activation::gelu: return "GELU";
-        case Activation::gelu_tanh: return "GELU (tanh)";
-        case Activation::relu: return "ReLU";
-    }
-    return "?";
-}
-
 /// q, k and v as the attention products keep them. With fewer key/value heads than query heads,
 /// eager attention repeats k and v to every head (a copy); selective recomputation's checkpoint
 /// keeps the un-repeated k and v instead.
@@ -253,33 +242,60 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                    bytes_of(backward, "as^2b"), Count(backward) * z.scores, "o_proj");
 }
 
-/// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts).
+/// The tensors the MLP's activation function keeps (its row in activation_functions.hpp), read from
+/// `input`, the projection it follows.
+inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const Shape& shape, Count sbf,
+                            const std::string& prefix, const std::string& input, std::uint64_t d) {
+    for (std::size_t i = 0; i < fn.kept_count(); ++i) {
+        const ActivationTensor& kept = fn.kept[i];
+        const std::string op = prefix + std::string(fn.label) + (kept.op.empty() ? "" : ": " + std::string(kept.op));
+        const std::string tensor(kept.tensor);
+        t.add(op, tensor == "its input" ? tensor + " (" + input + ")" : tensor, std::string(kept.why), shape, sbf, d);
+    }
+}
+
+/// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
+/// dropout inside it (mlp_dropout, nn.TransformerEncoderLayer's) acts on the down projection's input.
 inline void mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const Shape& shape, Count sbf,
                      const std::string& prefix) {
-    const char* act = activation_label(m.activation);
+    const ActivationFunction& fn = activation_function(m.activation);
+    const std::string act = prefix + std::string(fn.label);
+    const bool dropout = m.mlp_dropout > 0;
+    // The dropout's backward: its incoming gradient and its input's, beside its mask or noise.
+    const auto dropout_rows = [&] {
+        dropout_row(t, z, z.compute, prefix + "MLP dropout", shape, sbf);
+        t.workspace(true, prefix + "MLP dropout backward", "its incoming gradient and its input's gradient",
+                    bytes_of(2 * z.d, shape.symbol), Count(2 * z.d) * sbf, "down_proj");
+    };
     if (m.mlp == Mlp::gated) {
-        if (activation_keeps_input(m.activation))
-            t.add(prefix + act, "its input (the gate projection's output)", "its derivative is taken at its input",
-                  shape, sbf, z.d);
-        t.add(prefix + "gate x up", std::string(act) + "'s output", "the up branch's gradient is act(gate) x grad",
+        activation_rows(t, fn, shape, sbf, prefix, "the gate projection's output", z.d);
+        t.add(prefix + "gate x up", std::string(fn.label) + "'s output", "the up branch's gradient is act(gate) x grad",
               shape, sbf, z.d);
         t.add(prefix + "gate x up", "the up projection's output", "the gate branch's gradient is up x grad", shape,
               sbf, z.d);
         // gate x up's backward: its incoming gradient and one for each factor, the down projection's
-        // input already freed.
+        // input already freed; the activation's own backward, after it, holds less.
         t.workspace(true, prefix + "gate x up backward", "its incoming gradient and the gradients of both factors",
                     bytes_of(3 * z.d, shape.symbol), Count(3 * z.d) * sbf, "down_proj");
-        t.add(prefix + "down projection", "its input (gate x up)", "weight gradient = input^T x output gradient",
-              shape, sbf, z.d);
-    } else {
-        if (activation_keeps_input(m.activation))
-            t.add(prefix + act, "its input (the up projection's output)", "its derivative is taken at its input",
-                  shape, sbf, z.d);
-        t.workspace(true, prefix + act + " backward", "its incoming gradient and its input's gradient",
-                    bytes_of(2 * z.d, shape.symbol), Count(2 * z.d) * sbf, "down_proj");
-        t.add(prefix + "down projection", std::string("its input (") + act + "'s output)",
+        if (dropout) dropout_rows();
+        t.add(prefix + "down projection", dropout ? "its input (gate x up, dropped out)" : "its input (gate x up)",
               "weight gradient = input^T x output gradient", shape, sbf, z.d);
+        return;
     }
+    activation_rows(t, fn, shape, sbf, prefix, "the up projection's output", z.d);
+    // An output the function keeps is the down projection's input, unless a dropout comes between.
+    if (fn.keeps_output && dropout)
+        t.add(act, "its output", "its derivative is read from its output", shape, sbf, z.d);
+    const std::size_t act_end = t.size();
+    if (dropout) dropout_rows();
+    t.add(prefix + "down projection",
+          dropout ? "its input (the dropped-out hidden)" : "its input (" + std::string(fn.label) + "'s output)",
+          "weight gradient = input^T x output gradient", shape, sbf, z.d);
+    const std::uint64_t work = fn.backward_workspace * z.d;
+    t.workspace_at(fn.keeps_output && !dropout ? t.size() : act_end, true, act + " backward",
+                   fn.kernel == ActivationKernel::fused ? "its incoming gradient and its input's gradient"
+                                                        : "its incoming gradient and the last product's two gradients",
+                   bytes_of(work, shape.symbol), Count(work) * sbf, "down_proj");
 }
 
 /// HF's sparse mixture-of-experts block: route, gather each expert's tokens, run it, weight, scatter.

@@ -16,7 +16,9 @@ enum class Norm { rmsnorm, layernorm };      ///< RMSNorm keeps a weight; LayerN
 /// Which linear layers carry a bias vector: none; q, k and v; all four attention projections; every one.
 enum class Bias { none, qkv, attention, all };
 enum class Position { rotary, learned, none };  ///< only learned position embeddings hold parameters
-enum class Activation { silu, gelu, gelu_tanh, relu };  ///< the MLP's non-linearity (SiLU makes a gated MLP SwiGLU)
+/// The MLP's non-linearity (SiLU makes a gated MLP SwiGLU); what each keeps is a row of
+/// activation_functions.hpp: gelu_new, gelu_fast and quick_gelu are chains of Python ops.
+enum class Activation { silu, gelu, gelu_tanh, relu, gelu_new, gelu_fast, quick_gelu };
 
 /// A kind of layer: what differs from the model's fields in some of its layers (DeepSeek's first
 /// dense layers beside its mixture-of-experts ones; Llama 4's interleaved dense and MoE layers). A
@@ -62,6 +64,7 @@ struct Architecture {
     bool embedding_norm = false;         ///< a LayerNorm right after the token embedding (BLOOM)
     double attention_dropout = 0;        ///< dropout probability on the attention weights
     double hidden_dropout = 0;           ///< dropout probability on each residual branch
+    double mlp_dropout = 0;              ///< dropout inside the MLP, on the down projection's input (nn.TransformerEncoderLayer)
     bool softmax_fp32 = true;            ///< eager attention takes its softmax in fp32 (LLaMA-style code does; GPT-2's does not)
     /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's own
     /// fields (one kind). The runs' counts sum to `layers`.
@@ -172,7 +175,8 @@ inline void validate(const Architecture& m) {
         throw error("norms_per_layer must be 1, 2 or 4 (got " + std::to_string(m.norms_per_layer) + ")");
     if (m.norms_per_layer == 1 && !m.parallel_attention)
         throw error("norms_per_layer 1 needs parallel_attention: a sequential layer normalises twice");
-    for (auto [field, p] : {std::pair{"attention_dropout", m.attention_dropout}, {"hidden_dropout", m.hidden_dropout}})
+    for (auto [field, p] : {std::pair{"attention_dropout", m.attention_dropout}, {"hidden_dropout", m.hidden_dropout},
+                            {"mlp_dropout", m.mlp_dropout}})
         if (!(p >= 0 && p < 1))
             throw error(std::string(field) + " must be a probability in [0, 1) (got " + std::to_string(p) + ")");
     if (!m.is_moe() && m.experts_per_token != 0)

@@ -119,6 +119,7 @@ def main(argv=None):
     ap.add_argument("--tolerance", type=float, default=0.05, help="relative error that counts as a miss (5%%)")
     ap.add_argument("--steps", action="store_true", help="also every step of each run's timeline")
     ap.add_argument("--check", action="store_true", help="exit 1 when a run misses by more than --tolerance")
+    ap.add_argument("--check-step", action="store_true", help="with --check: a run whose peak falls in another step misses too")
     ap.add_argument("--plot", metavar="FILE.svg", help="draw measured against predicted peaks")
     ap.add_argument("--markdown", action="store_true", help="also the runs as a Markdown table (the README's)")
     ap.add_argument("--before", metavar="MEMCALC", help="with --markdown: another memcalc's predictions beside")
@@ -160,6 +161,8 @@ def main(argv=None):
         points.append((measured, peak, r["recompute"], label))
         if abs(e) > a.tolerance:
             misses.append(f"{label}: {100 * e:+.1f}%")
+        elif a.check_step and peak_step != r["peak_step"]:
+            misses.append(f"{label}: the peak at {peak_step}, measured at {r['peak_step']}")
         ratio = r["median_step_seconds"] / base[key(r)]
         if a.markdown:
             row = f"| {r['model'].replace('-replication', '')} | {r['seq']} | {r['recompute']} | {loop(r)} | {measured:,} | {r['peak_step']} |"

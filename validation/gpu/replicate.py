@@ -40,6 +40,8 @@ from torch.utils.checkpoint import checkpoint
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DTYPE = torch.bfloat16
+sys.path.insert(0, os.path.dirname(HERE))
+from activation_functions import FUNCTIONS  # noqa: E402  each activation as its modeling code writes it
 
 
 
@@ -88,6 +90,8 @@ class Block(nn.Module):
         self.attention, self.mode = attention, mode
         # torch's own F.dropout (on CPU it keeps a noise tensor of the compute dtype, on CUDA a 1-byte mask)
         self.p_attention, self.p_hidden = spec.get("attention_dropout", 0.0), spec.get("hidden_dropout", 0.0)
+        self.p_mlp = spec.get("mlp_dropout", 0.0)  # inside the MLP, as nn.TransformerEncoderLayer's
+        self.act = FUNCTIONS[spec.get("activation", "silu" if spec.get("mlp") == "gated" else "gelu_tanh")]
         bias = spec.get("bias", "none") == "all"
         self.norm1 = RMSNorm(h) if self.llama else nn.LayerNorm(h)
         self.norm2 = RMSNorm(h) if self.llama else nn.LayerNorm(h)
@@ -135,7 +139,9 @@ class Block(nn.Module):
         return self.o(out.transpose(1, 2).reshape(b, s, -1))
 
     def feed_forward(self, y):
-        hidden = F.silu(self.gate(y)) * self.up(y) if self.gate is not None else F.gelu(self.up(y), approximate="tanh")
+        hidden = self.act(self.gate(y)) * self.up(y) if self.gate is not None else self.act(self.up(y))
+        if self.p_mlp > 0:
+            hidden = F.dropout(hidden, self.p_mlp, self.training)
         return self.down(hidden)
 
     def residual(self, y):
