@@ -25,6 +25,11 @@ MODELS = "validation/published/models/"
 # Megatron-LM's bf16 run: its own attention/Adam/main_grad profile, and fp32 main_grad, which --bf16
 # forces (accumulate_allreduce_grads_in_fp32); the golden value is global rank world_size-1's.
 MEGATRON = ["--activations", "architecture", "--profile", "megatron", "--recipe", "mixed-adam-fp32-grads"]
+# Megatron-LM's VocabParallelCrossEntropy (megatron/core/tensor_parallel/cross_entropy.py) makes one fp32
+# copy of its logits shard and works in place on it (max, subtract, exp, divide; the backward writes the
+# gradient over the saved softmax): 6 B per logit with the bf16 logits. memcalc's fp32 loss is
+# log_softmax + nll as autograd runs them: 12 B per logit at the loss step. The difference is stated.
+INPLACE_LOSS_BYTES = 12 - 6
 # torchtitan: FSDP2 over fp32 parameters (16 B a parameter, sharded, as mixed-adam's 16), --zero 3.
 TORCHTITAN = ["--activations", "architecture", "--profile", "torchtitan", "--zero", "3"]
 # torchtune's single-device recipe: the model in bf16 with torch.optim.AdamW (bf16 moments), SDPA, the
@@ -157,6 +162,9 @@ ROWS = {
         comparable=False,
         why="unpacked Alpaca samples: each batch is as long as its longest sample, not 4096 (an upper bound)"),
     "torchtune-l32-3b-full-packed": dict(
+        under_estimate=("torchtune's Llama3ScaledRoPE (torchtune/models/llama3_1/_position_embeddings.py) "
+                        "rotates x.float(): the muls keep fp32 copies of q and k, 4 sb(ad) + 4 sb(kd) = "
+                        "134 MB a layer, 3.76 GB over 28 layers, where memcalc counts only the bf16 results"),
         args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + TORCHTUNE,
         note=("the table's first rows add one technique each, so this run has no compile, no chunked "
               "loss, no AC, torch.optim.AdamW (not the config's 8-bit one) and no optimizer_in_bwd")),
@@ -211,6 +219,13 @@ def command_line(args):
     return "memcalc " + " ".join(shlex.quote(a) for a in args)
 
 
+def loss_overcount(report):
+    """What memcalc's fp32 loss counts beyond Megatron's in-place one on the last stage: 6 s b V/tp."""
+    par = report["settings"]["parallel"]
+    tokens = -(-report["settings"]["seq"] * report["settings"]["micro_batch"] // par["cp"])
+    return INPLACE_LOSS_BYTES * tokens * -(-report["model"]["vocab"] // par["tp"])
+
+
 def predict(memcalc, args, rank):
     out = subprocess.run([memcalc] + args + ["--format", "json"], cwd=ROOT, capture_output=True, text=True)
     if out.returncode != 0:
@@ -218,8 +233,8 @@ def predict(memcalc, args, rank):
     report = json.loads(out.stdout)
     if rank == "last":  # Megatron's golden value is global rank world_size-1: the last pipeline stage
         peak = report["ranks"][-1]["peak"]
-        return peak["bytes"], peak["step"], report["ranks"][-1]["stage"]
-    return report["peak"]["bytes"], report["peak"]["step"], report["peak"]["stage"]
+        return peak["bytes"], peak["step"], report["ranks"][-1]["stage"], report
+    return report["peak"]["bytes"], report["peak"]["step"], report["peak"]["stage"], report
 
 
 def layout(row):
@@ -245,9 +260,16 @@ def build(memcalc):
                  "error": None}
         if spec["args"] is not None:
             entry["command"] = command_line(spec["args"])
-            got, step, stage = predict(memcalc, spec["args"], spec.get("rank", "peak"))
+            got, step, stage, report = predict(memcalc, spec["args"], spec.get("rank", "peak"))
             entry.update(memcalc_bytes=got, memcalc_step=step, memcalc_stage=stage,
                          error=round(got / published - 1, 4))
+            if "megatron" in spec["args"] and step.startswith("loss"):
+                over = loss_overcount(report)
+                entry["loss_overcount_bytes"] = over
+                entry["why"] = (entry["why"] + "; " if entry["why"] else "") + (
+                    f"peak at the loss: memcalc's fp32 loss keeps 12 B a logit where Megatron's in-place "
+                    f"VocabParallelCrossEntropy keeps 6, {over / 1e9:.2f} GB here (without it: "
+                    f"{pct((got - over) / published - 1)})")
         results.append(entry)
     return results
 
