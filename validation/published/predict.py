@@ -87,12 +87,9 @@ ROWS = {
     "titan-l31-8b-fsdp8-sac": dict(
         args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "8", "--recompute",
               "selective"] + TORCHTITAN, comparable=False, why=OP_SAC + "; " + SEQ_ASSUMED),
-    "titan-l31-8b-fsdp8-sac-compile": dict(
-        args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "8", "--recompute",
-              "selective"] + TORCHTITAN, comparable=False, why=COMPILE + "; " + OP_SAC),
-    "titan-l31-8b-fsdp8-sac-compile-fp8": dict(
-        args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "8", "--recompute",
-              "selective"] + TORCHTITAN, comparable=False, why=FP8 + "; " + COMPILE + "; " + OP_SAC),
+    "titan-l31-8b-fsdp8-sac-compile": dict(same_as="titan-l31-8b-fsdp8-sac", why=COMPILE + "; " + OP_SAC),
+    "titan-l31-8b-fsdp8-sac-compile-fp8": dict(same_as="titan-l31-8b-fsdp8-sac",
+        why=FP8 + "; " + COMPILE + "; " + OP_SAC),
     "titan-l31-8b-fsdp8-cp1-32k": dict(
         args=["--preset", "llama-3-8b", "--seq", "32768", "-b", "1", "--dp", "8", "--recompute",
               "full"] + TORCHTITAN, comparable=False, why=FP8 + "; " + COMPILE),
