@@ -1,0 +1,360 @@
+#!/usr/bin/python3
+"""memcalc's prediction beside each published GPU peak in measurements.json (issue 14).
+
+Each row below is the memcalc command that describes the published run as its source states it, and,
+where memcalc does not model something the run used, why the figure is only the nearest one. Nothing
+here is fitted to the published figures: a row's settings come from its source (quoted in
+measurements.json), never from its number.
+
+  predict.py [--memcalc build/memcalc]          writes predictions.json and predictions.md
+  predict.py [--memcalc build/memcalc] --check  fails if the committed files differ from a fresh run
+Standard library only.
+"""
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+MODELS = "validation/published/models/"
+
+# Megatron-LM's bf16 run: its own attention/Adam/main_grad profile, and fp32 main_grad, which --bf16
+# forces (accumulate_allreduce_grads_in_fp32); the golden value is global rank world_size-1's.
+MEGATRON = ["--activations", "architecture", "--profile", "megatron", "--recipe", "mixed-adam-fp32-grads"]
+# Megatron-LM's VocabParallelCrossEntropy (megatron/core/tensor_parallel/cross_entropy.py) makes one fp32
+# copy of its logits shard and works in place on it (max, subtract, exp, divide; the backward writes the
+# gradient over the saved softmax): 6 B per logit with the bf16 logits. memcalc's fp32 loss is
+# log_softmax + nll as autograd runs them: 12 B per logit at the loss step. The difference is stated.
+INPLACE_LOSS_BYTES = 12 - 6
+# torchtitan: FSDP2 over fp32 parameters (16 B a parameter, sharded, as mixed-adam's 16), --zero 3.
+TORCHTITAN = ["--activations", "architecture", "--profile", "torchtitan", "--zero", "3"]
+# torchtune's single-device recipe: the model in bf16 with torch.optim.AdamW (bf16 moments), SDPA, the
+# loss over fp32 logits (TransformerDecoder.unembed: self.output(h).float()), then 'del logits'.
+TORCHTUNE = ["--activations", "architecture", "--recipe", "bf16-adam", "--profile", "pytorch",
+             "--attention", "flash", "--logits", "freed"]
+
+# Reasons shared by many rows (each names what memcalc does not model, or what the source leaves unsaid).
+RESERVED = ("max reserved (the caching allocator's segments) is above max allocated by fragmentation "
+            "and cached free blocks, which memcalc does not model")
+OP_SAC = ("torchtitan's per-op selective checkpointing (saves matmul outputs, recomputes the rest) is "
+          "not a memcalc recompute mode yet; the nearest, --recompute selective (Korthikanti's rule), "
+          "keeps nearly every tensor under fused attention")
+COMPILE = "torch.compile's fusion changes which tensors autograd keeps; memcalc models eager kernels"
+FP8 = ("float8 linears (torchao) keep fp8 copies of linear inputs and weight casts; no fp8 recipe in "
+       "memcalc yet")
+SEQ_ASSUMED = "sequence not stated by the page: the llama3 toml's default 8192 is assumed"
+LORA = ("LoRA: frozen base weights without gradients or optimizer state; memcalc has no LoRA "
+        "recipe, so the nearest is a full finetune (far above)")
+
+ROWS = {
+    # ---- Megatron-LM functional-test golden values (max allocated, one rank: the last pipeline stage)
+    "megatron-gpt-small-tp2pp2-a100": dict(
+        args=["--model-file", MODELS + "megatron-gpt-small-tp2.json", "--seq", "1024", "-b", "4",
+              "--tp", "2", "--pp", "2", "--dp", "2", "--global-batch", "32", "--attention", "eager"] + MEGATRON,
+        rank="last", note="--attention-backend unfused: eager attention keeps the s x s scores"),
+    "megatron-gpt-small-fullrecompute-h100": dict(
+        args=["--model-file", MODELS + "megatron-gpt-small-tp1.json", "--seq", "1024", "-b", "4",
+              "--dp", "8", "--global-batch", "32", "--recompute", "full"] + MEGATRON,
+        rank="last", note="recompute-method uniform, recompute-num-layers 1: every layer checkpointed"),
+    "megatron-7b-tp1pp4-vpp-h100": dict(
+        args=["--model-file", MODELS + "megatron-gpt-7b-tp1.json", "--seq", "8192", "-b", "1",
+              "--pp", "4", "--vpp", "8", "--dp", "2", "--zero", "1", "--global-batch", "8"] + MEGATRON,
+        rank="last", note="1 layer per virtual stage: 8 chunks a rank; distributed optimizer as ZeRO-1"),
+    "megatron-7b-tp1pp4-vpp-a100": dict(same_as="megatron-7b-tp1pp4-vpp-h100"),
+    "megatron-7b-tp4pp1-h100": dict(
+        args=["--model-file", MODELS + "megatron-gpt-7b-tp4.json", "--seq", "8192", "-b", "2",
+              "--tp", "4", "--dp", "2", "--zero", "1", "--global-batch", "8"] + MEGATRON,
+        rank="last", note="TP 4 without sequence parallelism; distributed optimizer as ZeRO-1"),
+    "megatron-7b-tp4pp1-gb200": dict(same_as="megatron-7b-tp4pp1-h100"),
+    "megatron-moe-mla-tp2pp2ep4-h100": dict(
+        args=["--model-file", MODELS + "megatron-moe-proxy-1024.json", "--seq", "4096", "-b", "4",
+              "--tp", "2", "--sp", "--pp", "2", "--vpp", "4", "--dp", "2", "--ep", "2", "--zero", "1",
+              "--global-batch", "32", "--attention", "eager"] + MEGATRON,
+        rank="last", comparable=False,
+        why=("multi-latent attention, the shared expert and the MTP layer are not modelled (the model "
+             "file reads MLA as plain attention); EP 4 over TP x DP (expert-tensor-parallel 1) cannot be "
+             "said: memcalc's --ep divides --dp, so --ep 2")),
+    "megatron-moe-mla-ep8-h100": dict(
+        args=["--model-file", MODELS + "megatron-moe-proxy-2560.json", "--seq", "4096", "-b", "1",
+              "--dp", "8", "--ep", "8", "--zero", "1", "--global-batch", "128"] + MEGATRON,
+        rank="last", comparable=False,
+        why="multi-latent attention, the shared expert and the MTP layer are not modelled"),
+    # ---- torchtitan benchmarks (max reserved, max over GPUs)
+    "titan-l31-8b-fsdp8-sac": dict(
+        args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "8", "--recompute",
+              "selective"] + TORCHTITAN, comparable=False, why=OP_SAC + "; " + SEQ_ASSUMED),
+    "titan-l31-8b-fsdp8-sac-compile": dict(same_as="titan-l31-8b-fsdp8-sac", why=COMPILE + "; " + OP_SAC),
+    "titan-l31-8b-fsdp8-sac-compile-fp8": dict(same_as="titan-l31-8b-fsdp8-sac",
+        why=FP8 + "; " + COMPILE + "; " + OP_SAC),
+    "titan-l31-8b-fsdp8-cp1-32k": dict(
+        args=["--preset", "llama-3-8b", "--seq", "32768", "-b", "1", "--dp", "8", "--recompute",
+              "full"] + TORCHTITAN, comparable=False, why=FP8 + "; " + COMPILE),
+    "titan-l31-8b-fsdp4-cp2-64k": dict(
+        args=["--preset", "llama-3-8b", "--seq", "65536", "-b", "1", "--dp", "4", "--cp", "2",
+              "--recompute", "full"] + TORCHTITAN, comparable=False, why=FP8 + "; " + COMPILE),
+    "titan-l31-8b-fsdp1-cp8-256k": dict(
+        args=["--preset", "llama-3-8b", "--seq", "262144", "-b", "1", "--cp", "8", "--recompute",
+              "full"] + TORCHTITAN, comparable=False, why=FP8 + "; " + COMPILE),
+    "titan-l31-8b-fsdp128-sac": dict(
+        args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "128", "--recompute",
+              "selective"] + TORCHTITAN, comparable=False, why=OP_SAC + "; " + SEQ_ASSUMED),
+    "titan-l31-70b-fsdp32-tp8": dict(
+        args=["--preset", "llama-3-70b", "--seq", "8192", "-b", "16", "--tp", "8", "--sp", "--dp", "32",
+              "--recompute", "full"] + TORCHTITAN, comparable=False,
+        why=FP8 + "; " + COMPILE + "; " + SEQ_ASSUMED),
+    "titan-l31-70b-fsdp32-tp8-asynctp": dict(same_as="titan-l31-70b-fsdp32-tp8",
+        why=FP8 + "; " + COMPILE + "; async TP's symmetric-memory buffers; " + SEQ_ASSUMED),
+    "titan-l31-405b-3d-1f1b": dict(
+        args=["--preset", "llama-3.1-405b", "--seq", "8192", "-b", "4", "--tp", "8", "--sp", "--pp", "8", "--first-stage-layers", "15", "--last-stage-layers", "15",
+              "--dp", "8", "--global-batch", "256", "--recompute", "full"] + TORCHTITAN, comparable=False,
+        why=FP8 + "; " + COMPILE + "; " + SEQ_ASSUMED + "; micro-batches not stated (8 of 4 assumed); the 126 layers split 15, 16 x 6, 15 (assumed)"),
+    "titan-l31-405b-3d-interleaved": dict(
+        args=["--preset", "llama-3.1-405b", "--seq", "8192", "-b", "4", "--tp", "8", "--sp", "--pp", "8", "--first-stage-layers", "15", "--last-stage-layers", "15",
+              "--dp", "8", "--global-batch", "256", "--recompute", "full"] + TORCHTITAN,
+        comparable=False,
+        why=FP8 + "; " + COMPILE + "; " + SEQ_ASSUMED + "; micro-batches and stages per rank not stated "
+            "(8 of 4 assumed); memcalc cannot interleave 126 layers over 8 ranks (its chunks are even), so "
+            "this is the 1F1B row's figure"),
+    "titan-l31-405b-4d-cp1-32k": dict(
+        args=["--preset", "llama-3.1-405b", "--seq", "32768", "-b", "1", "--tp", "8", "--sp", "--pp", "8", "--first-stage-layers", "15", "--last-stage-layers", "15",
+              "--dp", "8", "--global-batch", "64", "--recompute", "full"] + TORCHTITAN, comparable=False,
+        why=FP8 + "; " + COMPILE + "; micro-batches not stated (8 of 1 assumed); the 126 layers split 15, 16 x 6, 15 (assumed)"),
+    "titan-l31-405b-4d-cp8-256k": dict(
+        args=["--preset", "llama-3.1-405b", "--seq", "262144", "-b", "1", "--tp", "8", "--sp", "--pp", "8", "--first-stage-layers", "15", "--last-stage-layers", "15",
+              "--cp", "8", "--global-batch", "8", "--recompute", "full"] + TORCHTITAN, comparable=False,
+        why=FP8 + "; " + COMPILE + "; micro-batches not stated (8 of 1 assumed); the 126 layers split 15, 16 x 6, 15 (assumed)"),
+    "titan-l31-8b-h200-32gpu-fp8": dict(
+        args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "32", "--recompute",
+              "selective"] + TORCHTITAN, comparable=False,
+        why=FP8 + " (with float8 all-gather); " + COMPILE + "; " + OP_SAC + "; " + SEQ_ASSUMED),
+    # ---- torchao's float8 README (torchtitan runs; max reserved, in GiB though headed GB)
+    "torchao-l3-8b-bf16-sac": dict(
+        args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "1", "--dp", "8", "--recompute",
+              "selective"] + TORCHTITAN, comparable=False, why=COMPILE + "; " + OP_SAC, unit_bytes=2**30),
+    "torchao-l3-8b-fp8-tensorwise-sac": dict(same_as="torchao-l3-8b-bf16-sac",
+        why=FP8 + " (float8 all-gather); " + COMPILE + "; " + OP_SAC),
+    "torchao-l3-8b-fp8-rowwise-sac": dict(same_as="torchao-l3-8b-bf16-sac",
+        why=FP8 + " (rowwise); " + COMPILE + "; " + OP_SAC),
+    # ---- torchtune README
+    "torchtune-l31-8b-full-4090": dict(
+        args=["--preset", "llama-3-8b", "--seq", "2048", "-b", "2", "--recompute", "full"] + TORCHTUNE,
+        comparable=False,
+        why=("the table states neither the memory statistic, the optimizer nor AC; its config's defaults "
+             "(bitsandbytes PagedAdamW8bit, optimizer_in_bwd) are not modelled; " + COMPILE)),
+    "torchtune-l31-8b-full-a6000": dict(same_as="torchtune-l31-8b-full-4090",
+        why=("the same model and setting as the 4090 row at twice the memory: its settings differ and are "
+             "not stated; " + COMPILE)),
+    "torchtune-l31-8b-lora-4090": dict(same_as="torchtune-l31-8b-full-4090", why=LORA + "; settings not stated"),
+    "torchtune-l31-8b-qlora-4090": dict(same_as="torchtune-l31-8b-full-4090",
+        why="QLoRA (NF4 base weights) and " + LORA + "; settings not stated"),
+    "torchtune-l31-70b-lora-8xa100": dict(
+        args=["--preset", "llama-3-70b", "--seq", "2048", "-b", "2", "--dp", "8", "--zero", "3",
+              "--recompute", "full"] + TORCHTUNE, comparable=False, why=LORA + "; settings not stated"),
+    "torchtune-l32-3b-full-baseline": dict(
+        args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + TORCHTUNE,
+        comparable=False,
+        why="unpacked Alpaca samples: each batch is as long as its longest sample, not 4096 (an upper bound)"),
+    "torchtune-l32-3b-full-packed": dict(
+        under_estimate=("torchtune's Llama3ScaledRoPE (torchtune/models/llama3_1/_position_embeddings.py) "
+                        "rotates x.float(): the muls keep fp32 copies of q and k, 4 sb(ad) + 4 sb(kd) = "
+                        "134 MB a layer, 3.76 GB over 28 layers, where memcalc counts only the bf16 results"),
+        args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + TORCHTUNE,
+        note=("the table's first rows add one technique each, so this run has no compile, no chunked "
+              "loss, no AC, torch.optim.AdamW (not the config's 8-bit one) and no optimizer_in_bwd")),
+    "torchtune-l32-3b-full-packed-compile-chunkedce": dict(
+        args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2", "--loss", "bf16"]
+             + TORCHTUNE, comparable=False,
+        why=COMPILE + "; CEWithChunkedOutputLoss upcasts one chunk of logits at a time (nearest: --loss bf16)"),
+    "torchtune-l32-3b-full-packed-compile-chunkedce-ac": dict(
+        args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2", "--loss", "bf16",
+              "--recompute", "full"] + TORCHTUNE, comparable=False,
+        why=COMPILE + "; CEWithChunkedOutputLoss upcasts one chunk of logits at a time (nearest: --loss bf16)"),
+    "torchtune-l32-3b-lora": dict(same_as="torchtune-l32-3b-full-packed-compile-chunkedce-ac",
+        why=LORA + "; activation offloading to the host is not modelled; " + COMPILE),
+    "torchtune-l32-3b-qlora": dict(same_as="torchtune-l32-3b-full-packed-compile-chunkedce-ac",
+        why="QLoRA (NF4 base weights) and " + LORA + "; activation offloading is not modelled; " + COMPILE),
+    # ---- LitGPT resource tables (max allocated, GB = 1e9 bytes)
+    "litgpt-llama2-7b-lora-mb1": dict(
+        args=["--preset", "llama-7b", "--seq", "1304", "-b", "1", "--microbatches", "128",
+              "--activations", "architecture", "--recipe", "bf16-adam", "--profile", "pytorch",
+              "--attention", "flash"], comparable=False,
+        why=LORA + "; Alpaca samples vary in length (1304 is the longest); Llama 2 7B has LLaMA 7B's shape"),
+    "litgpt-llama2-7b-lora-mb2": dict(
+        args=["--preset", "llama-7b", "--seq", "1304", "-b", "2", "--microbatches", "64",
+              "--activations", "architecture", "--recipe", "bf16-adam", "--profile", "pytorch",
+              "--attention", "flash"], comparable=False,
+        why=LORA + "; Alpaca samples vary in length (1304 is the longest); Llama 2 7B has LLaMA 7B's shape"),
+    # ---- PEFT README: batch, sequence, precision, rank and the statistic are not stated
+    "peft-bloomz-7b1-lora-pytorch": dict(args=None, comparable=False,
+        why="batch, sequence, precision, LoRA rank and the statistic are not stated: nothing to predict"),
+    "peft-bloomz-7b1-lora-deepspeed-offload": dict(args=None, comparable=False,
+        why="as above, and ZeRO-3 with CPU offload of an unstated stage: nothing to predict"),
+}
+
+
+def spec_of(row_id):
+    """A row's spec, with `same_as` resolved (its own keys win)."""
+    spec = dict(ROWS[row_id])
+    if "same_as" in spec:
+        base = dict(ROWS[spec.pop("same_as")])
+        base.update(spec)
+        spec = base
+    return spec
+
+
+def published_bytes(row, spec):
+    """The published figure in bytes; GB is 10^9 unless the row's source says the column is GiB."""
+    unit = spec.get("unit_bytes") or {"bytes": 1, "GiB": 2**30, "GB": 10**9}[row["unit"]]
+    return row["value"] * unit
+
+
+def command_line(args):
+    return "memcalc " + " ".join(shlex.quote(a) for a in args)
+
+
+def loss_overcount(report):
+    """What memcalc's fp32 loss counts beyond Megatron's in-place one on the last stage: 6 s b V/tp."""
+    par = report["settings"]["parallel"]
+    tokens = -(-report["settings"]["seq"] * report["settings"]["micro_batch"] // par["cp"])
+    return INPLACE_LOSS_BYTES * tokens * -(-report["model"]["vocab"] // par["tp"])
+
+
+def predict(memcalc, args, rank):
+    out = subprocess.run([memcalc] + args + ["--format", "json"], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"predict.py: {command_line(args)} failed: {out.stderr.strip()}")
+    report = json.loads(out.stdout)
+    if rank == "last":  # Megatron's golden value is global rank world_size-1: the last pipeline stage
+        peak = report["ranks"][-1]["peak"]
+        return peak["bytes"], peak["step"], report["ranks"][-1]["stage"], report
+    return report["peak"]["bytes"], report["peak"]["step"], report["peak"]["stage"], report
+
+
+def layout(row):
+    parts = [f"{k} {row[k]}" for k in ("tp", "pp", "dp", "cp", "ep", "vpp") if row.get(k) not in (None, 1)]
+    return ", ".join(parts) or "1 GPU"
+
+
+def build(memcalc):
+    rows = json.loads((HERE / "measurements.json").read_text())
+    unknown = sorted(set(r["id"] for r in rows) ^ set(ROWS))
+    if unknown:
+        raise SystemExit(f"predict.py: rows without a prediction spec, or specs without a row: {unknown}")
+    results = []
+    for row in rows:
+        spec = spec_of(row["id"])
+        published = published_bytes(row, spec)
+        entry = {"id": row["id"], "model": row["model"], "layout": layout(row), "sequence": row["sequence"],
+                 "micro_batch": row["micro_batch"], "global_batch": row["global_batch"],
+                 "recompute": row["recompute"], "precision": row["precision"], "measured": row["measured"],
+                 "published": row["value"], "unit": row["unit"], "published_bytes": round(published),
+                 "comparable": spec.get("comparable", True), "why": spec.get("why", spec.get("note", "")),
+                 "command": None, "memcalc_bytes": None, "memcalc_step": None, "memcalc_stage": None,
+                 "error": None}
+        if spec["args"] is not None:
+            entry["command"] = command_line(spec["args"])
+            got, step, stage, report = predict(memcalc, spec["args"], spec.get("rank", "peak"))
+            entry.update(memcalc_bytes=got, memcalc_step=step, memcalc_stage=stage,
+                         error=round(got / published - 1, 4))
+            if "megatron" in spec["args"] and step.startswith("loss"):
+                over = loss_overcount(report)
+                entry["loss_overcount_bytes"] = over
+                entry["why"] = (entry["why"] + "; " if entry["why"] else "") + (
+                    f"peak at the loss: memcalc's fp32 loss keeps 12 B a logit where Megatron's in-place "
+                    f"VocabParallelCrossEntropy keeps 6, {over / 1e9:.2f} GB here (without it at least "
+                    f"{pct((got - over) / published - 1)})")
+        results.append(entry)
+    return results
+
+
+def summary(results):
+    comparable = [r for r in results if r["comparable"] and r["error"] is not None]
+    errors = [abs(r["error"]) for r in comparable]
+    under = [r["id"] for r in comparable if r["error"] < 0]
+    return {"rows": len(results), "comparable": len(comparable),
+            "median_abs_error": round(statistics.median(errors), 4) if errors else None,
+            "max_abs_error": round(max(errors), 4) if errors else None,
+            "under_estimates": under}
+
+
+def figure(value_bytes, unit, unit_bytes):
+    shown = "GB" if unit == "bytes" else unit
+    scale = 10**9 if unit == "bytes" else unit_bytes
+    return f"{value_bytes / scale:,.2f} {shown}"
+
+
+def markdown(results, stats, memcalc_shown):
+    lines = ["# memcalc beside published GPU peaks", "",
+             f"Generated by `/usr/bin/python3 validation/published/predict.py --memcalc {memcalc_shown}` from "
+             "`measurements.json` (sources and quotes there). Each command runs from the repository root. "
+             "Error = memcalc / published - 1. Rows marked *no* need something memcalc does not model, or "
+             "settings the source does not state: memcalc's nearest figure is shown, and the row is left "
+             "out of the summary.", "",
+             f"Comparable rows: {stats['comparable']} of {stats['rows']}; median |error| "
+             f"{pct(stats['median_abs_error'])}, max |error| {pct(stats['max_abs_error'])}; under-estimates: "
+             f"{len(stats['under_estimates'])}" + (f" ({', '.join(stats['under_estimates'])})"
+                                                    if stats['under_estimates'] else "") + ".", "",
+             "| id | model | layout | seq | micro / global batch | recompute | precision | measured | "
+             "published | memcalc | error | comparable | why | command |",
+             "|---|---|---|---:|---|---|---|---|---:|---:|---:|---|---|---|"]
+    for r in results:
+        spec = spec_of(r["id"])
+        unit_bytes = r["published_bytes"] / r["published"]
+        ours = "—" if r["memcalc_bytes"] is None else (
+            figure(r["memcalc_bytes"], r["unit"], unit_bytes) + f" ({r['memcalc_step']}, stage {r['memcalc_stage']})")
+        cells = [r["id"], r["model"], r["layout"], str(r["sequence"]), f"{r['micro_batch']} / {r['global_batch']}",
+                 str(r["recompute"]), str(r["precision"]), r["measured"],
+                 figure(r["published_bytes"], r["unit"], unit_bytes) if r["unit"] == "bytes"
+                 else f"{r['published']} {r['unit']}" + (" (GiB)" if spec.get("unit_bytes") == 2**30 else ""),
+                 ours, pct(r["error"]), "yes" if r["comparable"] else "no", r["why"],
+                 f"`{r['command']}`" if r["command"] else "—"]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def pct(x):
+    return "—" if x is None else f"{x * 100:+.1f}%"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memcalc", default="build/memcalc", help="the memcalc program (default build/memcalc)")
+    parser.add_argument("--check", action="store_true", help="fail if the committed files differ from a fresh run")
+    opts = parser.parse_args()
+    memcalc = str(Path(opts.memcalc).resolve())
+    results = build(memcalc)
+    stats = summary(results)
+    unexplained = [r["id"] for r in results if r["comparable"] and r["error"] is not None and r["error"] < 0
+                   and not spec_of(r["id"]).get("under_estimate")]
+    for r in results:
+        cause = spec_of(r["id"]).get("under_estimate")
+        if cause:
+            r["why"] = (r["why"] + "; " if r["why"] else "") + "under-estimate: " + cause
+    document = {"summary": stats, "rows": results}
+    files = {HERE / "predictions.json": json.dumps(document, indent=1) + "\n",
+             HERE / "predictions.md": markdown(results, stats, "build/memcalc")}
+    if opts.check:
+        stale = [p.name for p, text in files.items() if not p.exists() or p.read_text() != text]
+        if stale:
+            print(f"predict.py: {', '.join(stale)} differ from a fresh run; rerun "
+                  "validation/published/predict.py", file=sys.stderr)
+            sys.exit(1)
+        if unexplained:  # the house rule: an under-estimate is never silent
+            print(f"predict.py: under-estimates without a stated cause: {unexplained}", file=sys.stderr)
+            sys.exit(1)
+        print(f"predict.py: {stats['rows']} rows, {stats['comparable']} comparable, committed files agree")
+        return
+    for path, text in files.items():
+        path.write_text(text)
+    print(json.dumps(stats))
+    if unexplained:  # the house rule: an under-estimate is never silent
+        print(f"predict.py: under-estimates without a stated cause: {unexplained}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
