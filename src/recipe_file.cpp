@@ -16,8 +16,9 @@ namespace {
 const std::vector<std::string> recipe_keys = {"name",        "description", "weights", "gradients",
                                               "master",      "activations", "optimizer", "state", "autocast"};
 /// What the listing derives from the keys above: accepted, and checked against them.
-const std::vector<std::string> derived_keys = {"weight_bytes",    "gradient_bytes",   "master_bytes",
-                                               "optimizer_bytes", "activation_bytes", "bytes_per_parameter"};
+const std::vector<std::string> derived_keys = {"weight_bytes",     "gradient_bytes",      "master_bytes",
+                                               "optimizer_bytes",  "activation_bytes",    "bytes_per_parameter",
+                                               "optimizer_rule"};
 
 std::map<std::string, DType> dtype_choices() {
     std::map<std::string, DType> choices;
@@ -54,14 +55,19 @@ Recipe parse_recipe_json(std::string_view text, const std::string& origin) {
     if (in.has("master")) r.master = in.choice_or<DType>("master", dtypes, DType::fp32);
     if (in.has("autocast")) r.autocast = in.flag_or("autocast", false);
 
-    const std::map<std::string, std::uint64_t> derived = {
+    // null where the optimiser's state is counted tensor by tensor; the rule says how.
+    const auto number = [](std::optional<std::uint64_t> n) { return n ? nlohmann::json(*n) : nlohmann::json(nullptr); };
+    const std::map<std::string, nlohmann::json> derived = {
         {"weight_bytes", r.weight_bytes()},         {"gradient_bytes", r.gradient_bytes()},
-        {"master_bytes", r.master_bytes()},         {"optimizer_bytes", r.optimizer_bytes()},
-        {"activation_bytes", r.activation_bytes()}, {"bytes_per_parameter", r.bytes_per_parameter()}};
-    for (const auto& [key, value] : derived)
-        if (document.contains(key) && !(document.at(key).is_number_unsigned() && document.at(key).get<std::uint64_t>() == value))
-            in.fail(key + " is " + document.at(key).dump() + ", but the dtypes and the optimiser make it " +
-                    std::to_string(value));
+        {"master_bytes", r.master_bytes()},         {"optimizer_bytes", number(r.optimizer_bytes())},
+        {"activation_bytes", r.activation_bytes()}, {"bytes_per_parameter", number(r.bytes_per_parameter())},
+        {"optimizer_rule", r.optimizer.rule.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(r.optimizer.rule))}};
+    for (const auto& [key, value] : derived) {
+        if (!document.contains(key)) continue;
+        const nlohmann::json& given = document.at(key);
+        const bool same = value.is_number() ? given.is_number_unsigned() && given == value : given == value;
+        if (!same) in.fail(key + " is " + given.dump() + ", but the dtypes and the optimiser make it " + value.dump());
+    }
     return r;
 }
 

@@ -6,6 +6,8 @@ namespace {
 
 using nlohmann::json;
 
+json number_or_null(std::optional<std::uint64_t> n) { return n ? json(*n) : json(nullptr); }
+
 const char* mlp_name(Mlp m) { return m == Mlp::gated ? "gated" : "plain"; }
 const char* norm_name(Norm n) { return n == Norm::rmsnorm ? "rmsnorm" : "layernorm"; }
 const char* bias_name(Bias b) {
@@ -241,8 +243,10 @@ json report_json(const Report& r, const View& view) {
             {"parameters", parameters_json(r)},
             {"state",
              {{"bytes", r.state.total().value()},
-              {"bytes_per_parameter", r.settings.recipe.bytes_per_parameter()},
-              {"zero_k", r.settings.recipe.zero_k()},
+              // null where the optimiser's state is counted tensor by tensor (optimizer_rule says how)
+              {"bytes_per_parameter", number_or_null(r.settings.recipe.bytes_per_parameter())},
+              {"zero_k", number_or_null(r.settings.recipe.zero_k())},
+              {"optimizer_rule", r.settings.recipe.optimizer.rule.empty() ? json(nullptr) : json(std::string(r.settings.recipe.optimizer.rule))},
               {"weights", r.state.weights.value()},
               {"gradients", r.state.gradients.value()},
               {"master_weights", r.state.master_weights.value()},

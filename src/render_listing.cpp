@@ -108,17 +108,21 @@ Listing recipes_listing() {
                  {"activation_bytes", "activations", S::bytes}, {"bytes_per_parameter", "total", S::bytes},
                  // The recipe itself, as a --recipe-file gives it (JSON only).
                  {"weights", ""}, {"gradients", ""}, {"master", ""}, {"activations", ""}, {"optimizer", ""}, {"state", ""},
+                 // Where the optimiser's state is not whole bytes per parameter (the two byte columns empty).
+                 {"optimizer_rule", "optimizer state per tensor"},
                  {"autocast", ""}};
-    l.table = {0, 2, 3, 4, 5, 7, 6, 1};
-    l.csv = {0, 2, 3, 4, 5, 6, 7};
+    l.table = {0, 2, 3, 4, 5, 7, 6, 14, 1};
+    l.csv = {0, 2, 3, 4, 5, 6, 7, 14};
+    const auto number = [](std::optional<std::uint64_t> n) { return n ? Listing::Cell(*n) : Listing::Cell(); };
     for (const auto& r : recipes) {
-        Listing::Cell master;
+        Listing::Cell master, rule;
         if (r.master) master = std::string(dtype_name(*r.master));
+        if (!r.optimizer.rule.empty()) rule = std::string(r.optimizer.rule);
         l.rows.push_back({std::string(r.name), std::string(r.description), r.weight_bytes(), r.gradient_bytes(),
-                          r.master_bytes(), r.optimizer_bytes(), r.activation_bytes(), r.bytes_per_parameter(),
+                          r.master_bytes(), number(r.optimizer_bytes()), r.activation_bytes(), number(r.bytes_per_parameter()),
                           std::string(dtype_name(r.weights)), std::string(dtype_name(r.gradients)), master,
                           std::string(dtype_name(r.activations)), std::string(r.optimizer.name),
-                          std::string(dtype_name(r.state)), r.autocast});
+                          std::string(dtype_name(r.state)), rule, r.autocast});
     }
     return l;
 }

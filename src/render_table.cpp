@@ -80,8 +80,10 @@ std::string parameters_section(const Report& r) {
 std::string state_section(const Report& r, const View& view) {
     const Recipe& p = r.settings.recipe;
     TextTable table({L, L, R, R, R});
-    auto line = [&](const char* what, std::string dtype, std::uint64_t per_param, Count bytes) {
-        table.row({what, std::move(dtype), fmt::format("{} B/param", per_param), digits(bytes) + " B", amount(bytes, view.unit)});
+    auto line = [&](const char* what, std::string dtype, std::optional<std::uint64_t> per_param, Count bytes) {
+        // A per-tensor rule (8-bit blocks, factored moments, Muon's parts) has no one figure per parameter.
+        table.row({what, std::move(dtype), per_param ? fmt::format("{} B/param", *per_param) : "per tensor",
+                   digits(bytes) + " B", amount(bytes, view.unit)});
     };
     line("weights", dtype_name(p.weights), p.weight_bytes(), r.state.weights);
     line("gradients", dtype_name(p.gradients), p.gradient_bytes(), r.state.gradients);
@@ -89,9 +91,11 @@ std::string state_section(const Report& r, const View& view) {
     line("optimizer state", std::string(p.optimizer_state()), p.optimizer_bytes(), r.state.optimizer_state);
     table.rule();
     line("total", "", p.bytes_per_parameter(), r.state.total());
-    return fmt::format("Training state: {} ({} B per parameter, ZeRO K = {})\n", p.name, p.bytes_per_parameter(),
-                       p.zero_k()) +
-           table.str();
+    const std::string heading =
+        p.bytes_per_parameter()
+            ? fmt::format("Training state: {} ({} B per parameter, ZeRO K = {})\n", p.name, *p.bytes_per_parameter(), *p.zero_k())
+            : fmt::format("Training state: {} (optimizer state per tensor: {})\n", p.name, p.optimizer.rule);
+    return heading + table.str();
 }
 
 /// A saved-tensor table; `why` adds the column that says why backward needs each tensor.

@@ -348,7 +348,7 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"--preset llama-7b --seq 1099511627776", 1, "seq 1099511627776 with micro-batch 1 needs more bytes"},
         Row{"--preset llama-7b -b 0", 2, "--micro-batch must be a positive integer (got '0')"},
         Row{"--preset llama-7b --recompute some", 2, "--recompute must be none, selective, full or all (got 'some')"},
-        Row{"--preset llama-7b --recipe adam", 2, "unknown --recipe 'adam' (did you mean 'mixed-adam'?)"},
+        Row{"--preset llama-7b --recipe adam", 2, "unknown --recipe 'adam' (did you mean 'adam-8bit'?)"},
         Row{"--preset llama-7b --units tb", 2, "--units: tb not in {gb,gib}"},
         Row{"--preset llama-7b --format yaml", 2, "--format: yaml not in {table,json,csv}"},
         Row{"--preset llama-7b --frobnicate", 2, "--frobnicate"},

@@ -71,7 +71,7 @@ TEST_CASE("every bad recipe file gets one message naming the key and the value",
         Case{with("weights", "\"bf61\""), "weights must be one of"},
         Case{with("weights", "\"bf61\""), "did you mean 'bf16'"},
         Case{with("weights", "\"nf4\""), "(got 'nf4')"},  // stored only: never a computed dtype
-        Case{with("optimizer", "\"adamw8\""), "optimizer must be one of adam, lion, sgd-momentum (got 'adamw8')"},
+        Case{with("optimizer", "\"adamw8\""), "optimizer must be one of adafactor, adam, adam-8bit, lion, muon, sgd-momentum (got 'adamw8')"},
         Case{with("state", "\"fp4\""), "state must be one of"},
         Case{with("master", "4"), "master must be a string (got number 4)"},
         Case{with("wieghts", "\"bf16\""), "unknown key 'wieghts'"},

@@ -203,11 +203,12 @@ inline std::vector<std::uint64_t> stage_layers(const Parallelism& p, std::uint64
 
 /// ZeRO (Rajbhandari et al. 2020, section 5 and Figure 1): stage 1 shards the master copy and the
 /// optimiser state over `shards` ranks, stage 2 also the gradients, stage 3 also the weights. Flat
-/// buffers are padded to a multiple of the shard count.
+/// buffers are padded to a multiple of the shard count. The optimiser state only where it is whole
+/// bytes per parameter (else 0: stage_facts counts it tensor by tensor).
 inline TrainingState sharded_state(Count parameters, const Recipe& r, unsigned zero, std::uint64_t shards) {
     const auto part = [&](unsigned from_stage) { return zero >= from_stage ? ceil_div(parameters, shards) : parameters; };
     return {part(3) * r.weight_bytes(), part(2) * r.gradient_bytes(), part(1) * r.master_bytes(),
-            part(1) * r.optimizer_bytes()};
+            part(1) * r.optimizer_bytes().value_or(0)};
 }
 
 /// One rank's share of a saved tensor: tensor parallelism splits heads, MLP columns and the

@@ -8,37 +8,12 @@
 #include <string>
 #include <string_view>
 
-#include "memcalc/error.hpp"
 #include "memcalc/dtype.hpp"
+#include "memcalc/error.hpp"
+#include "memcalc/optimizer.hpp"
 #include "memcalc/units.hpp"
 
 namespace memcalc {
-
-/// An optimiser as a row: the state slots it keeps per parameter and whether its step computes a
-/// per-parameter temporary. Their dtype is the recipe's (`Recipe::state`): torch.optim keeps state in
-/// the parameters' dtype, a mixed-precision optimiser in fp32 beside its master copy.
-struct Optimizer {
-    std::string_view name;
-    std::string_view slots;   ///< as a report names them: "Adam m, v"
-    std::uint64_t slot_count;
-    /// Adam's step computes sqrt(v), then its quotient, per parameter; Lion its interpolation, then the
-    /// sign of it (lion-pytorch, timm); SGD's momentum updates in place.
-    bool step_temporary;
-};
-
-inline constexpr Optimizer adam{"adam", "Adam m, v", 2, true};
-inline constexpr Optimizer sgd_momentum{"sgd-momentum", "momentum", 1, false};
-/// Lion (Chen et al. 2023): one momentum; the update is the sign of an interpolation of it and the gradient.
-inline constexpr Optimizer lion{"lion", "Lion momentum", 1, true};
-
-inline constexpr std::array<Optimizer, 3> optimizers{{adam, sgd_momentum, lion}};
-
-/// Returns nullptr for an unknown name, so callers can suggest the nearest one.
-inline const Optimizer* find_optimizer(std::string_view name) {
-    for (const auto& o : optimizers)
-        if (o.name == name) return &o;
-    return nullptr;
-}
 
 /// The dtypes a layer's tensors take: the compute dtype, and the residual stream's, which differs
 /// under torch.autocast (the weights' dtype there; each matmul saves a cast copy of its input).
@@ -64,7 +39,7 @@ struct Recipe {
     DType state;                  ///< the optimiser's slots and its step's temporaries
     std::string_view description;
     /// The forward runs under torch.autocast: the weights (fp32) stay the residual stream's dtype, each
-    /// matmul casts its inputs and its weights to `activations` (autocast_layer_rows tells the rest).
+    /// matmul casts its inputs and its weights to `activations` (architecture_activations.hpp counts it).
     bool autocast = false;
 
     /// The dtype of the residual stream and the norms: the weights' under autocast, else the activations'.
@@ -73,16 +48,28 @@ struct Recipe {
     std::uint64_t weight_bytes() const { return bytes_per_element(weights); }
     std::uint64_t gradient_bytes() const { return bytes_per_element(gradients); }
     std::uint64_t master_bytes() const { return master ? bytes_per_element(*master) : 0; }
-    std::uint64_t optimizer_bytes() const { return optimizer.slot_count * bytes_per_element(state); }
+    /// Optimiser-state bytes per parameter, when every tensor keeps the same (not 8-bit, factored or Muon's).
+    std::optional<std::uint64_t> optimizer_bytes() const { return optimizer.uniform_bytes(state); }
     std::uint64_t activation_bytes() const { return bytes_per_element(activations); }
-    std::uint64_t step_temporary_bytes() const { return optimizer.step_temporary ? bytes_per_element(state) : 0; }
-    /// "Adam m, v (fp32)"
-    std::string optimizer_state() const { return std::string(optimizer.slots) + " (" + dtype_name(state) + ")"; }
-    std::uint64_t bytes_per_parameter() const {
-        return weight_bytes() + gradient_bytes() + master_bytes() + optimizer_bytes();
+    std::uint64_t step_temporary_bytes() const { return optimizer.step != StepWork::none ? bytes_per_element(state) : 0; }
+    /// "Adam m, v (fp32)", "Adam m, v (int8, an fp32 scale per 256)"
+    std::string optimizer_state() const {
+        const auto& q = optimizer.slot_storage;  // 8-bit slots say their storage
+        return std::string(optimizer.slots) + " (" +
+               (q ? std::string(dtype_name(q->dtype)) + ", an " + dtype_name(q->scale) + " scale per " + std::to_string(q->block)
+                  : std::string(dtype_name(state))) +
+               ")";
+    }
+    /// When the optimiser state is whole bytes per parameter.
+    std::optional<std::uint64_t> bytes_per_parameter() const {
+        if (!optimizer_bytes()) return std::nullopt;
+        return weight_bytes() + gradient_bytes() + master_bytes() + *optimizer_bytes();
     }
     /// ZeRO's K (Rajbhandari et al. 2020, 3.1): optimiser-state bytes per parameter, master copy included.
-    std::uint64_t zero_k() const { return master_bytes() + optimizer_bytes(); }
+    std::optional<std::uint64_t> zero_k() const {
+        if (!optimizer_bytes()) return std::nullopt;
+        return master_bytes() + *optimizer_bytes();
+    }
 };
 
 namespace recipe_table {  // short names for the table's cells
@@ -90,9 +77,9 @@ inline constexpr DType bf16 = DType::bf16, fp32 = DType::fp32;
 inline constexpr std::optional<DType> none = std::nullopt;
 }  // namespace recipe_table
 
-inline constexpr std::array<Recipe, 8> recipes = [] {
+inline constexpr std::array<Recipe, 11> recipes = [] {
     using namespace recipe_table;
-    return std::array<Recipe, 8>{{
+    return std::array<Recipe, 11>{{
         // clang-format off
         // name                  weights grads master activations optimizer    state
         {"mixed-adam",            bf16,  bf16, fp32,  bf16,  adam,         fp32,
@@ -109,6 +96,15 @@ inline constexpr std::array<Recipe, 8> recipes = [] {
          "model.to(torch.bfloat16) with torch.optim.AdamW: all bf16, the moments and the step's temporaries too; no master copy"},
         {"lion",                  bf16,  bf16, fp32,  bf16,  lion,         fp32,
          "mixed-precision Lion: bf16 weights and gradients, an fp32 master copy and Lion's one momentum"},
+        {"adam-8bit",             bf16,  bf16, fp32,  bf16,  adam_8bit,    fp32,
+         "bitsandbytes AdamW8bit (>= 0.44) beside a mixed-precision master: bf16 weights and gradients, fp32 master; "
+         "m, v in 8 bits with an fp32 scale per 256 elements, fp32 below 4096 elements; one fused kernel, no temporaries"},
+        {"adafactor",             bf16,  bf16, fp32,  bf16,  adafactor,    fp32,
+         "transformers Adafactor (beta1=None) beside a mixed-precision master: bf16 weights and gradients, fp32 master; "
+         "fp32 row and column second moments of each matrix, a whole one of each vector"},
+        {"muon",                  bf16,  bf16, fp32,  bf16,  muon,         fp32,
+         "Keller Jordan's Muon with aux AdamW, mixed precision: bf16 weights and gradients, fp32 master; fp32 momentum "
+         "for the layers' matrices, fp32 m, v for embedding, head, norms and biases; bf16 Newton-Schulz"},
         {"amp-adam",              fp32,  fp32, none,  bf16,  adam,         fp32,
          "an fp32 model under torch.autocast(bfloat16) with torch.optim.AdamW (nanoGPT, Trainer(bf16=True)): "
          "fp32 weights, gradients and moments; matmuls in bf16 on cast copies of their inputs and weights", true},
@@ -142,9 +138,14 @@ struct TrainingState {
     }
 };
 
+/// With the optimiser state counted per tensor (model_state), for any recipe.
+inline TrainingState training_state(Count parameters, const Recipe& r, Count optimizer_state) {
+    return {parameters * r.weight_bytes(), parameters * r.gradient_bytes(), parameters * r.master_bytes(), optimizer_state};
+}
+
+/// A recipe whose optimiser state is whole bytes per parameter (Recipe::optimizer_bytes).
 inline TrainingState training_state(Count parameters, const Recipe& r) {
-    return {parameters * r.weight_bytes(), parameters * r.gradient_bytes(), parameters * r.master_bytes(),
-            parameters * r.optimizer_bytes()};
+    return training_state(parameters, r, parameters * r.optimizer_bytes().value());
 }
 
 }  // namespace memcalc

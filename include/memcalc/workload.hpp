@@ -16,6 +16,7 @@
 #include "memcalc/framework.hpp"
 #include "memcalc/layers.hpp"
 #include "memcalc/model.hpp"
+#include "memcalc/optimizer.hpp"
 #include "memcalc/parallel.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
@@ -62,6 +63,42 @@ struct SplitParams {
     Count experts_on_rank(const Parallelism& p) const {
         return ceil_div(expert_replicated, p.ep) + ceil_div(ceil_div(expert_tensor, p.tp), p.ep);
     }
+};
+
+/// Optimiser state of one group by how it divides across tensor- and expert-parallel ranks, in
+/// SplitParams' buckets. A split tensor's piece takes its share and its slack (StateCount).
+struct SplitState {
+    StateCount replicated, tensor, vocab, expert_replicated, expert_tensor;
+
+    void add(const ParamRow& r, const StateCount& s) {
+        StateCount& into = r.split == ParamSplit::vocab    ? vocab
+                           : r.split == ParamSplit::tensor ? (r.expert ? expert_tensor : tensor)
+                                                           : (r.expert ? expert_replicated : replicated);
+        into = into + s;
+    }
+    /// One piece of `pieces` of each tensor summed in `s`.
+    static StateCount piece(const StateCount& s, std::uint64_t pieces) {
+        return {ceil_div(s.main, pieces), ceil_div(s.fallback, pieces),
+                ceil_div(s.other, pieces) + (pieces > 1 ? s.slack : Count(0)), 0};
+    }
+    /// The dense tensors' share on a rank (a vocabulary row's elements by its ceil(V / tp) columns).
+    StateCount on_rank(const Parallelism& p, std::uint64_t V) const {
+        const StateCount columns{Count(vocab.main.value() / V) * ceil_div(V, p.tp),
+                                 Count(vocab.fallback.value() / V) * ceil_div(V, p.tp), 0, 0};
+        return replicated + piece(tensor, p.tp) + columns + piece({0, 0, vocab.other, vocab.slack}, p.tp);
+    }
+    /// The experts' share: expert parallelism deals whole experts out.
+    StateCount experts_on_rank(const Parallelism& p) const {
+        const StateCount of_rank = expert_replicated + piece(expert_tensor, p.tp);
+        return {ceil_div(of_rank.main, p.ep), ceil_div(of_rank.fallback, p.ep), ceil_div(of_rank.other, p.ep), 0};
+    }
+};
+
+/// The trainable tensors' optimiser state under one recipe, by group as StateClass keeps the counts.
+struct OptimizerSplits {
+    SplitState input, head, tied_embedding;
+    std::array<SplitState, max_layer_kinds> per_layer;  ///< one layer of each kind
+    StateCount total;                                   ///< the whole model's
 };
 
 /// A workspace's effect on its step (workspace_effect): on a rank it adds max(0, added + the layer's
@@ -164,10 +201,25 @@ struct ParameterSplits {
     /// The tensors autocast casts to the compute dtype (autocast_casts): one layer of each kind's, the head's.
     std::array<SplitParams, max_layer_kinds> cast_per_layer;
     SplitParams cast_head;
+    LargestTensors largest_outside_matrices;  ///< of those but the layers' matrices: Muon's AdamW steps them
+    /// Of the trainable layers' matrices, one tensor each: the largest Newton-Schulz work's dimensions,
+    /// and the elements of the two largest (Muon orthogonalises one beside the previous one's update).
+    std::uint64_t matrix_rows = 0, matrix_cols = 0;
+    Count matrix_elements[2];
     ParameterTable table;    ///< the rows themselves: a workspace names the first whose gradient exists
     LayerPattern pattern;    ///< which kind each layer is
 
     const StateClass& trainable() const { return classes.front(); }
+
+    void add_matrix(const ParamRow& r) {
+        const std::uint64_t* d = r.dims.end() - 2;
+        if (newton_schulz_bytes(d[0], d[1]) > newton_schulz_bytes(matrix_rows, matrix_cols)) matrix_rows = d[0], matrix_cols = d[1];
+        const Count n = tensor_elements(r);
+        for (int copies = 2; copies > 0; --copies) {  // a layer's stands for every layer's
+            if (n > matrix_elements[0]) matrix_elements[1] = matrix_elements[0], matrix_elements[0] = n;
+            else if (n > matrix_elements[1]) matrix_elements[1] = n;
+        }
+    }
 };
 
 /// Whether autocast casts the tensor for a matmul: the linear layers' weights and biases, the head's
@@ -200,7 +252,11 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
             c = splits.classes.insert(splits.classes.end(), frozen);
         }
         c->total += params.in_model(row);
-        if (row.trainable) splits.largest.add(row);
+        if (row.trainable) {
+            splits.largest.add(row);
+            if (!layer_matrix(row)) splits.largest_outside_matrices.add(row);
+            else splits.add_matrix(row);
+        }
         if (autocast_casts(row)) (row.group == Group::layer ? splits.cast_per_layer[row.kind] : splits.cast_head).add(row, V);
         switch (row.group) {
             case Group::input: c->input.add(row, V); break;
@@ -221,12 +277,32 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
     return made;
 }
 
+/// The trainable tensors' optimiser state under `recipe`, by group.
+inline OptimizerSplits optimizer_splits(const ParameterTable& table, const Recipe& recipe) {
+    OptimizerSplits o;
+    for (const auto& row : table.rows) {
+        if (!row.trainable) continue;
+        const StateCount s = tensor_state(recipe.optimizer, recipe.state, row);
+        o.total = o.total + Count(row.group == Group::layer ? table.kind_layers[row.kind] : 1) * s;
+        switch (row.group) {
+            case Group::input: o.input.add(row, s); break;
+            case Group::layer: o.per_layer[row.kind].add(row, s); break;
+            case Group::head:
+                o.head.add(row, s);
+                if (row.part == Part::embedding) o.tied_embedding.add(row, s);
+                break;
+        }
+    }
+    return o;
+}
+
 /// The whole model's state, unsharded: each class's.
 inline TrainingState model_state(const ParameterSplits& splits, const Recipe& recipe) {
     TrainingState total;
+    const Count optimizer = state_bytes(recipe.optimizer, recipe.state, optimizer_splits(splits.table, recipe).total);
     for (const StateClass& c : splits.classes) {
         TrainingState s;
-        if (c.trainable) s = training_state(c.total, recipe);
+        if (c.trainable) s = training_state(c.total, recipe, optimizer);
         else s.weights = c.weight_bytes(c.total, recipe);
         total = total + s;
     }
@@ -252,6 +328,7 @@ struct Workload {
     bool autograd_order = false;
     Framework framework;  ///< how the framework runs the step: its optimiser step, gradients, loss and logits
     std::shared_ptr<const ParameterSplits> parameters;  ///< the model's, shared by all its workloads
+    OptimizerSplits optimizer_state;                    ///< the trainable tensors' under the recipe
 };
 
 /// The saved-tensor tables of one workload, whole (not split across ranks). The formula model has
@@ -292,7 +369,8 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
 inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::uint64_t seq, std::uint64_t micro_batch,
                               Recompute mode, std::shared_ptr<const ParameterSplits> params, const ActivationTables& t,
                               const Framework& framework = {}) {
-    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params)};
+    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params), {}};
+    w.optimizer_state = optimizer_splits(w.parameters->table, recipe);
     const std::uint64_t V = m.vocab;
     for (const auto& row : t.forward_buffers) w.forward_buffers.add(row);
     w.layers.resize(m.kind_count());
@@ -392,6 +470,27 @@ inline TrainingState class_state(const StateClass& c, Count dense, Count experts
     return s;
 }
 
+/// The trainable tensors' optimiser state on one rank: their pieces after tensor, expert and pipeline
+/// splits, then its ZeRO shard, the dense tensors' and the experts' each over its own group.
+inline Count rank_optimizer_state(const Workload& w, const Parallelism& p, std::uint64_t stage, const KindCounts& layers) {
+    const OptimizerSplits& o = w.optimizer_state;
+    const std::uint64_t V = w.model.vocab;
+    const bool first = stage == 0, last = stage + 1 == p.pp;
+    StateCount dense, experts;
+    if (first) dense = dense + o.input.on_rank(p, V);
+    if (last) dense = dense + o.head.on_rank(p, V);
+    if (first && !last) dense = dense + o.tied_embedding.on_rank(p, V);  // the first stage's own copy (rank_params)
+    for (std::size_t k = 0; k < w.layers.size(); ++k) {
+        if (layers[k] == 0) continue;
+        dense = dense + Count(layers[k]) * o.per_layer[k].on_rank(p, V);
+        experts = experts + Count(layers[k]) * o.per_layer[k].experts_on_rank(p);
+    }
+    const bool zero = p.zero >= 1;
+    const Optimizer& opt = w.recipe.optimizer;
+    return state_bytes(opt, w.recipe.state, dense, zero, zero ? p.dense_shards() : 1) +
+           state_bytes(opt, w.recipe.state, experts, zero, zero ? p.expert_shards() : 1);
+}
+
 inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint64_t stage) {
     const std::uint64_t V = w.model.vocab;
     const std::size_t kinds = w.layers.size();
@@ -416,6 +515,7 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
         f.parameters += total, f.expert_parameters += experts;
         f.state = f.state + class_state(c, dense, experts, w.recipe, p);
     }
+    f.state.optimizer_state = rank_optimizer_state(w, p, stage, f.kind_layers);
     if (p.offload != Offload::none) {
         // ZeRO-Offload (DeepSpeed): the CPU steps the fp32 master copy and the optimiser state from host
         // memory, reading an fp32 copy of this rank's gradient shard there. With partitioned gradients
@@ -433,25 +533,30 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
     return f;
 }
 
-/// The optimiser step's temporaries on one rank: none when it is fused or runs on the host.
+/// The optimiser step's temporaries on one rank: none when it is fused or runs on the host. The
+/// optimiser's own code decides where it has one (bitsandbytes' kernel, a Python loop), else the
+/// framework's switch.
 inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const StageFacts& f) {
+    const Optimizer& o = w.recipe.optimizer;
     const std::uint64_t t = w.recipe.step_temporary_bytes();
-    if (t == 0 || w.framework.optimizer == OptimizerImpl::fused || p.offload != Offload::none) return 0;
-    switch (w.framework.optimizer) {
+    const OptimizerImpl impl = o.own_impl.value_or(w.framework.optimizer);
+    if (t == 0 || impl == OptimizerImpl::fused || p.offload != Offload::none) return 0;
+    switch (impl) {
         case OptimizerImpl::fused: return 0;
         case OptimizerImpl::foreach: {  // every parameter whose state this rank holds, at once
             const Count dense = f.trainable_dense, experts = f.trainable_experts;
             return (p.zero >= 1 ? StageFacts::shard(p, dense, experts) : dense + experts) * t;
         }
         case OptimizerImpl::for_loop: {
-            // torch.optim's single-tensor step: sqrt(v), then its quotient, of the tensor being stepped,
-            // while the loop's variable still holds the previous tensor's quotient (measured with
-            // torch.optim.AdamW on CPU). Which tensor comes before the largest depends on the program's
-            // parameter groups, so the next largest stands for it: 2 x the largest + the next, leaning high.
+            // One tensor at a time: the row's copies of the tensor stepped, while the loop's variable still
+            // holds the previous tensor's update (measured with torch.optim.AdamW on CPU). Which tensor comes
+            // before the largest depends on the program's parameter groups, so the next largest stands for
+            // it, leaning high. Muon's AdamW steps the tensors outside the layers' matrices.
             const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
             const std::uint64_t V = w.model.vocab;
             Count top[2];  // this rank's two largest shares
-            const auto& most = w.parameters->largest.count;
+            const auto& most = (o.step == StepWork::newton_schulz ? w.parameters->largest_outside_matrices
+                                                                  : w.parameters->largest).count;
             for (Group group : {Group::input, Group::layer, Group::head}) {
                 if ((group == Group::input && !first) || (group == Group::head && !last)) continue;
                 if (group == Group::layer && f.layers.layers == 0) continue;
@@ -465,7 +570,19 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
                             else if (n > top[1]) top[1] = n;
                         }
             }
-            return (top[0] * 2 + top[1]) * t;
+            Count work = (top[0] * o.copies + top[1] * o.previous) * t;
+            // transformers' Adafactor steps fp32 copies of a narrower weight and its gradient.
+            const DType stepped = w.recipe.master.value_or(w.recipe.weights);
+            if (o.upcast && bytes_per_element(stepped) < dtype::fp32) work += top[0] * (2 * dtype::fp32);
+            if (o.step == StepWork::newton_schulz && f.layers.layers > 0) {
+                // Newton-Schulz on the largest matrix whole, beside the previous matrix's bf16 update; a
+                // split one is gathered first (Moonlight's distributed Muon, Megatron-LM's duplicated mode).
+                const ParameterSplits& s = *w.parameters;
+                Count ns = newton_schulz_bytes(s.matrix_rows, s.matrix_cols) + s.matrix_elements[1] * dtype::bf16;
+                if (p.tp > 1 || p.zero >= 1) ns += Count(s.matrix_rows) * s.matrix_cols * t;
+                work = std::max(work, ns);
+            }
+            return work;
         }
     }
     return 0;
