@@ -26,7 +26,12 @@ inline void exercise(const memcalc::Architecture& m) {
                 if (seq == 7) s.parallel.microbatches = 3, s.parallel.pp = 3, s.parallel.first_stage_layers = 1;
                 if (mode == Recompute::full) s.framework.grad_buffer = GradBuffer::persistent;
                 // Each loss kernel, and a loop that drops its logits.
-                s.framework.loss = seq == 1 ? LossKernel::fp32 : seq == 7 ? LossKernel::bf16 : LossKernel::fused;
+                s.framework.loss = seq == 1                  ? LossKernel::fp32
+                                   : seq == 7                  ? LossKernel::bf16
+                                   : mode == Recompute::full   ? LossKernel::fused
+                                                               : LossKernel::fp32_inplace;
+                // An fp32 model under autocast (its weight casts, its two dtypes) on the long sequence.
+                if (model == ActivationModel::architecture && seq == context) s.recipe = builtin_recipe("amp-adam");
                 if (mode == Recompute::selective) s.framework.logits = LogitsLife::freed;
                 try {
                     const Report r = estimate(m, s);

@@ -102,7 +102,7 @@ TEST_CASE("the formula model's loss: a copy in the loss's dtype and the logits' 
 TEST_CASE("the loss and logits options: every bad value gets one line naming it, and nothing on stdout", "[loss][cli]") {
     using Case = std::pair<std::string, std::string>;  // arguments, what the message says
     auto [args, message] = GENERATE(table<std::string, std::string>({
-        Case{"--loss bf61", "--loss must be fp32, bf16 or fused (got 'bf61') (did you mean 'bf16'?)"},
+        Case{"--loss bf61", "--loss must be fp32, bf16, fused or fp32-inplace (got 'bf61') (did you mean 'bf16'?)"},
         Case{"--logits kept", "--logits must be held or freed (got 'kept')"},
         Case{"--loss ''", "--loss needs a value (got '')"},
     }));
@@ -115,4 +115,23 @@ TEST_CASE("the loss and logits options: every bad value gets one line naming it,
     const auto good = testing::memcalc("--preset llama-7b --seq 4096 --loss bf16 --logits freed --recipe bf16-adam");
     CHECK(good.status == 0);
     CHECK_THAT(good.out, Catch::StartsWith("memcalc ") && Catch::Contains("recipe bf16-adam, loss bf16, logits freed\n"));
+}
+
+TEST_CASE("Megatron's in-place fp32 loss keeps one fp32 copy and writes its gradient over it", "[loss]") {
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
+    const LogitsLife logits = GENERATE(LogitsLife::held, LogitsLife::freed);
+    CAPTURE(m.name, logits_life_name(logits));
+    const std::uint64_t sbV = 256 * 2 * m.vocab;
+    const auto run = [&](LossKernel loss) {
+        Settings s = settings(ActivationModel::architecture, loss, logits);
+        s.framework.attention = Attention::flash;  // no causal mask beside the loss: the sums stay clean
+        return estimate(m, s);
+    };
+    const Report fp32 = run(LossKernel::fp32), in_place = run(LossKernel::fp32_inplace);
+    // The same fp32 tensor of the vocabulary's width is kept (log-probabilities, or the softmax itself).
+    CHECK(saved_bytes(fp32.head) == saved_bytes(in_place.head));
+    // The loss step: fp32's backward holds two fp32 gradients (8 sbV); in place only the logits' bf16
+    // gradient (2 sbV), and its forward made no copy beside the one it keeps.
+    CHECK(at(fp32, "loss") - at(in_place, "loss") == 6 * sbV);
+    CHECK(at(fp32, "forward 1") == at(in_place, "forward 1"));
 }

@@ -418,6 +418,7 @@ inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision) {
         case LossKernel::fp32: return DType::fp32;
         case LossKernel::bf16: return precision.autocast ? DType::fp32 : precision.compute;
         case LossKernel::fused: return std::nullopt;
+        case LossKernel::fp32_inplace: return DType::fp32;
     }
     return DType::fp32;
 }
@@ -432,7 +433,10 @@ inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t 
     detail::TableBuilder t(rows);
     detail::norm_rows(t, m, z, "final norm");
     detail::projection_input_row(t, z, "output head", "its input", z.sbh, shape::sbh, 1);
-    if (const auto logp = loss_dtype(loss, precision))
+    if (loss == LossKernel::fp32_inplace)
+        t.add("loss (softmax in place)", "an fp32 copy of the logits, softmaxed in place",
+              "the gradient is written over it", shape::sbV, z.tokens * m.vocab, dtype::fp32);
+    else if (const auto logp = loss_dtype(loss, precision))
         t.add("loss (log-softmax)", std::string("log-probabilities, ") + dtype_name(*logp),
               "log-softmax's gradient is written in its output", shape::sbV, z.tokens * m.vocab, bytes_per_element(*logp));
     t.add("loss (NLL)", "the target ids (int64)", "which log-probability each token's loss picked", shape::ids,

@@ -42,7 +42,10 @@ enum class LossKernel {
     fp32,   ///< cross_entropy(logits.float()): an fp32 copy, fp32 log-probabilities saved, fp32 gradients
     bf16,   ///< cross_entropy on the logits as they are (nanoGPT's call on bf16 logits): all in the compute dtype
     fused,  ///< one kernel (Liger's, Transformer Engine's): its gradient written over the logits, nothing else
-            ///< saved (read from their sources, not measured; Megatron-LM's "fusion" still keeps an fp32 copy: fp32)
+            ///< saved (read from their sources, not measured; Megatron-LM's "fusion" still keeps an fp32 copy)
+    /// Megatron-LM's VocabParallelCrossEntropy: one fp32 copy of the logits, softmaxed in place and kept,
+    /// its gradient written over it; the logits' gradient is that cast back to the compute dtype.
+    fp32_inplace,
 };
 
 inline const char* loss_kernel_name(LossKernel l) {
@@ -50,6 +53,7 @@ inline const char* loss_kernel_name(LossKernel l) {
         case LossKernel::fp32: return "fp32";
         case LossKernel::bf16: return "bf16";
         case LossKernel::fused: return "fused";
+        case LossKernel::fp32_inplace: return "fp32-inplace";
     }
     return "?";
 }
@@ -120,12 +124,15 @@ inline const auto framework_switches = std::make_tuple(
            "appears as backward makes it, and from the second micro-batch on all are held) or\n"
            "persistent (Megatron-LM's and DeepSpeed's contiguous buffer, live at every step;\n"
            "Megatron's is fp32 main_grad: pair it with --recipe mixed-adam-fp32-grads)"},
-    Switch{"loss", "loss", &Framework::loss, std::array{LossKernel::fp32, LossKernel::bf16, LossKernel::fused},
+    Switch{"loss", "loss", &Framework::loss,
+           std::array{LossKernel::fp32, LossKernel::bf16, LossKernel::fused, LossKernel::fp32_inplace},
            loss_kernel_name,
            "How the loss is computed: fp32 (default: cross_entropy(logits.float()), as transformers\n"
            "does: an fp32 copy, fp32 log-probabilities and gradients), bf16 (cross_entropy on the\n"
-           "logits in the compute dtype, as nanoGPT calls it) or fused (Liger's or Transformer\n"
-           "Engine's kernel: the gradient written over the logits, nothing else kept)"},
+           "logits in the compute dtype, as nanoGPT calls it), fused (Liger's or Transformer\n"
+           "Engine's kernel: the gradient written over the logits, nothing else kept) or\n"
+           "fp32-inplace (Megatron-LM's: an fp32 copy softmaxed in place, kept, its gradient\n"
+           "written over it)"},
     Switch{"logits", "logits", &Framework::logits, std::array{LogitsLife::held, LogitsLife::freed}, logits_life_name,
            "Whether the loop keeps the logits through backward: held (default: nanoGPT's\n"
            "'logits, loss = model(x, y)', until the next forward returns) or freed (transformers'\n"
@@ -156,10 +163,11 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "torch.optim docs (foreach is the default on CUDA); Optimizer.zero_grad (set_to_none=True by default since 2.0)",
      {Platform::cuda, Attention::eager, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
     {"megatron", "Megatron-LM: fused attention, a fused Adam step, the contiguous main_grad buffer (fp32 under bf16: "
-                 "pair with --recipe mixed-adam-fp32-grads), a loss over an fp32 copy of the logits; the logits stay in the model",
+                 "pair with --recipe mixed-adam-fp32-grads), a loss softmaxing an fp32 copy of the logits in place; the logits stay in the model",
      "Megatron-LM core 0.9-0.12: DistributedDataParallel's grad buffer, FusedAdam; VocabParallelCrossEntropy (fused "
      "or not) softmaxes an fp32 copy of the logits and keeps it for backward; GPTModel returns the loss, not the logits",
-     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32, LogitsLife::freed}},
+     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32_inplace,
+      LogitsLife::freed}},
     {"deepspeed", "DeepSpeed's engine: a fused Adam step, a contiguous gradient buffer; attention as the model's code writes it",
      "DeepSpeed 0.14-0.16: FusedAdam and its ZeRO stage 1/2 gradient partitions (runtime/zero/stage_1_and_2.py)",
      {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32, LogitsLife::held}},

@@ -689,8 +689,11 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
             // loss's dtype), and the head's backward frees the last of them before layer L's starts.
             in.loss_buffers = w.head.on_rank(p, V);
             in.logits_gradient = 0;
-            const Count copy = loss && *loss != w.recipe.activations ? sbV * l : Count(0);
-            const Count backward = sbV * (2 * l) + in.recompute_buffers;
+            // In place (Megatron's): the copy is the saved softmax, and backward writes over it, making
+            // only the logits' gradient in the compute dtype.
+            const bool in_place = w.framework.loss == LossKernel::fp32_inplace;
+            const Count copy = loss && *loss != w.recipe.activations && !in_place ? sbV * l : Count(0);
+            const Count backward = (in_place ? sbV * d : sbV * (2 * l)) + in.recompute_buffers;
             // A loop that keeps only the loss drops the logits when the forward returns, before the
             // loss's backward (measured): then they are part of the loss's forward alone.
             const Count own_logits = in.logits_held ? Count(0) : in.logits;

@@ -152,6 +152,32 @@ class Block(nn.Module):
         return h + self.residual(self.feed_forward(self.norm2(h)))
 
 
+class InPlaceCrossEntropy(torch.autograd.Function):
+    """Megatron-LM's VocabParallelCrossEntropy on one tensor-parallel rank, its memory as
+    megatron/core/tensor_parallel/cross_entropy.py makes it: an fp32 copy of the logits, the maximum
+    subtracted, exponentiated and normalised in place and kept for backward, which writes the gradient
+    over it and returns it in fp32 (autograd casts it to the logits' dtype)."""
+
+    @staticmethod
+    def forward(ctx, logits, target):
+        x = logits.float()
+        x.sub_(x.max(dim=-1, keepdim=True)[0])
+        x.exp_()
+        sum_exp = x.sum(dim=-1, keepdim=True)
+        predicted = x.gather(-1, target.unsqueeze(-1))
+        loss = sum_exp.log() - predicted.log()
+        x.div_(sum_exp)
+        ctx.save_for_backward(x, target)
+        return loss.mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        softmax, target = ctx.saved_tensors
+        softmax.scatter_add_(-1, target.unsqueeze(-1), torch.full_like(target, -1, dtype=softmax.dtype).unsqueeze(-1))
+        softmax.mul_(grad / target.numel())
+        return softmax, None
+
+
 class Model(nn.Module):
     def __init__(self, spec, attention, mode, loss="fp32"):
         super().__init__()
@@ -197,6 +223,8 @@ class Model(nn.Module):
         mark("loss")
         weight = self.embed.weight if self.head is None else self.head.weight
         logits = self.norm(x) @ weight.t()
+        if self.loss == "fp32-inplace":  # Megatron-LM's
+            return InPlaceCrossEntropy.apply(logits.view(-1, logits.shape[-1]), ids.view(-1)), logits
         # fp32: transformers' loss, over an fp32 copy; bf16: nanoGPT's call, on the logits as they are.
         scored = logits.float() if self.loss == "fp32" else logits
         return F.cross_entropy(scored.view(-1, logits.shape[-1]), ids.view(-1)), logits
@@ -399,8 +427,9 @@ def main(argv=None):
                     help="mixed-adam (default: fp32 master copy and moments), bf16-adam (torch.optim.AdamW "
                          "on the bf16 model, foreach=False) or amp-adam (torch.optim.AdamW on the fp32 model, "
                          "its forward under torch.autocast(bfloat16))")
-    ap.add_argument("--loss", nargs="+", choices=("fp32", "bf16"), default=["fp32"],
-                    help="cross_entropy over logits.float() (fp32, default) or over the bf16 logits (bf16)")
+    ap.add_argument("--loss", nargs="+", choices=("fp32", "bf16", "fp32-inplace"), default=["fp32"],
+                    help="cross_entropy over logits.float() (fp32, default), over the bf16 logits (bf16), or "
+                         "Megatron-LM's in-place softmax of an fp32 copy (fp32-inplace)")
     ap.add_argument("--logits", nargs="+", choices=("held", "freed"), default=["held"],
                     help="the loop keeps the logits through backward (held, default) or only the loss (freed)")
     ap.add_argument("--modes", nargs="+", choices=("none", "selective", "full"), default=["none", "selective", "full"],

@@ -29,7 +29,6 @@ MEGATRON = ["--activations", "architecture", "--profile", "megatron", "--recipe"
 # copy of its logits shard and works in place on it (max, subtract, exp, divide; the backward writes the
 # gradient over the saved softmax): 6 B per logit with the bf16 logits. memcalc's fp32 loss is
 # log_softmax + nll as autograd runs them: 12 B per logit at the loss step. The difference is stated.
-INPLACE_LOSS_BYTES = 12 - 6
 # torchtitan: FSDP2 over fp32 parameters (16 B a parameter, sharded, as mixed-adam's 16), --zero 3.
 TORCHTITAN = ["--activations", "architecture", "--profile", "torchtitan", "--zero", "3"]
 # torchtune's single-device recipe: the model in bf16 with torch.optim.AdamW (bf16 moments), SDPA, the
@@ -47,6 +46,11 @@ COMPILE = "torch.compile's fusion changes which tensors autograd keeps; memcalc 
 FP8 = ("float8 linears (torchao) keep fp8 copies of linear inputs and weight casts; no fp8 recipe in "
        "memcalc yet")
 SEQ_ASSUMED = "sequence not stated by the page: the llama3 toml's default 8192 is assumed"
+# Megatron's golden values, with its in-place loss modelled (--loss fp32-inplace): what is left short.
+MEGATRON_SHORT = ("not modelled: what the libraries allocate beside the model's tensors (cuBLAS and "
+                  "Transformer Engine workspaces, NCCL's and the distributed optimizer's communication "
+                  "buffers); the same program's golden value is 1.08 GB higher on GB200 than on H100, "
+                  "which is of that kind. Not measured here (no GPU)")
 LORA = ("LoRA: frozen base weights without gradients or optimizer state; memcalc has no LoRA "
         "recipe, so the nearest is a full finetune (far above)")
 
@@ -55,20 +59,20 @@ ROWS = {
     "megatron-gpt-small-tp2pp2-a100": dict(
         args=["--model-file", MODELS + "megatron-gpt-small-tp2.json", "--seq", "1024", "-b", "4",
               "--tp", "2", "--pp", "2", "--dp", "2", "--global-batch", "32", "--attention", "eager"] + MEGATRON,
-        rank="last", note="--attention-backend unfused: eager attention keeps the s x s scores"),
+        rank="last", under_estimate=MEGATRON_SHORT, note="--attention-backend unfused: eager attention keeps the s x s scores"),
     "megatron-gpt-small-fullrecompute-h100": dict(
         args=["--model-file", MODELS + "megatron-gpt-small-tp1.json", "--seq", "1024", "-b", "4",
               "--dp", "8", "--global-batch", "32", "--recompute", "full"] + MEGATRON,
-        rank="last", note="recompute-method uniform, recompute-num-layers 1: every layer checkpointed"),
+        rank="last", under_estimate=MEGATRON_SHORT, note="recompute-method uniform, recompute-num-layers 1: every layer checkpointed"),
     "megatron-7b-tp1pp4-vpp-h100": dict(
         args=["--model-file", MODELS + "megatron-gpt-7b-tp1.json", "--seq", "8192", "-b", "1",
               "--pp", "4", "--vpp", "8", "--dp", "2", "--zero", "1", "--global-batch", "8"] + MEGATRON,
-        rank="last", note="1 layer per virtual stage: 8 chunks a rank; distributed optimizer as ZeRO-1"),
+        rank="last", under_estimate=MEGATRON_SHORT, note="1 layer per virtual stage: 8 chunks a rank; distributed optimizer as ZeRO-1"),
     "megatron-7b-tp1pp4-vpp-a100": dict(same_as="megatron-7b-tp1pp4-vpp-h100"),
     "megatron-7b-tp4pp1-h100": dict(
         args=["--model-file", MODELS + "megatron-gpt-7b-tp4.json", "--seq", "8192", "-b", "2",
               "--tp", "4", "--dp", "2", "--zero", "1", "--global-batch", "8"] + MEGATRON,
-        rank="last", note="TP 4 without sequence parallelism; distributed optimizer as ZeRO-1"),
+        rank="last", under_estimate=MEGATRON_SHORT, note="TP 4 without sequence parallelism; distributed optimizer as ZeRO-1"),
     "megatron-7b-tp4pp1-gb200": dict(same_as="megatron-7b-tp4pp1-h100"),
     "megatron-moe-mla-tp2pp2ep4-h100": dict(
         args=["--model-file", MODELS + "megatron-moe-proxy-1024.json", "--seq", "4096", "-b", "4",
@@ -216,13 +220,6 @@ def command_line(args):
     return "memcalc " + " ".join(shlex.quote(a) for a in args)
 
 
-def loss_overcount(report):
-    """What memcalc's fp32 loss counts beyond Megatron's in-place one on the last stage: 6 s b V/tp."""
-    par = report["settings"]["parallel"]
-    tokens = -(-report["settings"]["seq"] * report["settings"]["micro_batch"] // par["cp"])
-    return INPLACE_LOSS_BYTES * tokens * -(-report["model"]["vocab"] // par["tp"])
-
-
 def predict(memcalc, args, rank):
     out = subprocess.run([memcalc] + args + ["--format", "json"], cwd=ROOT, capture_output=True, text=True)
     if out.returncode != 0:
@@ -260,13 +257,6 @@ def build(memcalc):
             got, step, stage, report = predict(memcalc, spec["args"], spec.get("rank", "peak"))
             entry.update(memcalc_bytes=got, memcalc_step=step, memcalc_stage=stage,
                          error=round(got / published - 1, 4))
-            if "megatron" in spec["args"] and step.startswith("loss"):
-                over = loss_overcount(report)
-                entry["loss_overcount_bytes"] = over
-                entry["why"] = (entry["why"] + "; " if entry["why"] else "") + (
-                    f"peak at the loss: memcalc's fp32 loss keeps 12 B a logit where Megatron's in-place "
-                    f"VocabParallelCrossEntropy keeps 6, {over / 1e9:.2f} GB here (without it at least "
-                    f"{pct((got - over) / published - 1)})")
         results.append(entry)
     return results
 
