@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fixtures.hpp"
+#include "step_named.hpp"
 #include "memcalc/estimate.hpp"
 #include "run_program.hpp"
 
@@ -24,12 +25,7 @@ Settings amp_settings(Recompute mode, LossKernel loss = LossKernel::fp32) {
     s.framework.loss = loss;
     return s;
 }
-const Step& step_named(const Report& r, const std::string& name) {
-    for (const auto& s : r.busiest().timeline)
-        if (s.name() == name) return s;
-    FAIL("no step " << name);
-    return r.busiest().timeline.front();
-}
+using fixtures::step_named;
 std::uint64_t copies_at(const Report& r, const std::string& step) {
     return step_named(r, step).bytes.weight_copies.value();
 }

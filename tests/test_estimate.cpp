@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "fixtures.hpp"
+#include "step_named.hpp"
 #include "memcalc/estimate.hpp"
 
 using namespace memcalc;
@@ -13,12 +14,7 @@ Report run(const Architecture& m, std::uint64_t seq, std::uint64_t batch, Recomp
     return estimate(m, settings);
 }
 std::uint64_t peak_bytes(const Report& r) { return r.peak_step().bytes.total().value(); }
-const Step& step_named(const Report& r, const std::string& name) {
-    for (const auto& s : r.timeline())
-        if (s.name() == name) return s;
-    FAIL("no step " << name);
-    return r.timeline().front();
-}
+using fixtures::step_named;
 }  // namespace
 
 TEST_CASE("the chapter's LLaMA 7B figures to the byte", "[estimate][chapter]") {

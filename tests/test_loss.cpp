@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "fixtures.hpp"
+#include "step_named.hpp"
 #include "memcalc/estimate.hpp"
 #include "run_program.hpp"
 
@@ -17,12 +18,7 @@ Settings settings(ActivationModel model, LossKernel loss, LogitsLife logits, std
     s.framework.loss = loss, s.framework.logits = logits, s.parallel.microbatches = microbatches;
     return s;
 }
-const Step& step_named(const Report& r, const std::string& name) {
-    for (const auto& s : r.busiest().timeline)
-        if (s.name() == name) return s;
-    FAIL("no step " << name);
-    return r.busiest().timeline.front();
-}
+using fixtures::step_named;
 std::uint64_t at(const Report& r, const std::string& step) { return step_named(r, step).bytes.total().value(); }
 }  // namespace
 

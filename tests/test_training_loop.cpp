@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "fixtures.hpp"
+#include "step_named.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/plan.hpp"
 
@@ -16,12 +17,7 @@ Report run(const Architecture& m, std::uint64_t seq, Recompute mode, const Paral
     return estimate(m, s);
 }
 std::uint64_t peak(const Report& r) { return r.peak_step().bytes.total().value(); }
-const Step& step_named(const RankReport& k, const std::string& name) {
-    for (const auto& s : k.timeline)
-        if (s.name() == name) return s;
-    FAIL("no step " << name);
-    return k.timeline.front();
-}
+using fixtures::step_named;
 std::uint64_t up(std::uint64_t n, std::uint64_t by) { return (n + by - 1) / by; }
 Architecture mixtral() {
     Architecture m = fixtures::mistral_7b();
