@@ -28,6 +28,8 @@ inline void exercise(const memcalc::Architecture& m) {
                 // Each loss kernel, and a loop that drops its logits.
                 s.framework.loss = seq == 1 ? LossKernel::fp32 : seq == 7 ? LossKernel::bf16 : LossKernel::fused;
                 if (mode == Recompute::selective) s.framework.logits = LogitsLife::freed;
+                // A k/v cache kept with the output, somewhere.
+                if (seq == 7 || mode == Recompute::full) s.framework.kv_cache = KvCache::kept;
                 try {
                     const Report r = estimate(m, s);
                     const cli::View view;
