@@ -33,6 +33,8 @@ inline void exercise(const memcalc::Architecture& m) {
                 // An fp32 model under autocast (its weight casts, its two dtypes) on the long sequence.
                 if (model == ActivationModel::architecture && seq == context) s.recipe = builtin_recipe("amp-adam");
                 if (mode == Recompute::selective) s.framework.logits = LogitsLife::freed;
+                // A k/v cache kept with the output, somewhere.
+                if (seq == 7 || mode == Recompute::full) s.framework.kv_cache = KvCache::kept;
                 try {
                     const Report r = estimate(m, s);
                     const cli::View view;

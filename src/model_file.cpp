@@ -23,7 +23,7 @@ const std::vector<std::string> architecture_keys = {
     "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_positions", "position_rows", "mlp",
     "norm", "bias", "position", "tied_embeddings", "experts", "experts_per_token", "activation", "norms_per_layer",
     "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "mlp_dropout", "softmax_fp32",
-    "head_bias"};
+    "head_bias", "causal_mask_buffer"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source", "published_parameters"};
 const std::vector<std::string> kind_keys = {"name", "ffn", "experts", "experts_per_token"};
 
@@ -106,6 +106,9 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     m.mlp_dropout = in.probability_or("mlp_dropout", 0);
     m.softmax_fp32 = in.flag_or("softmax_fp32", true);
     m.head_bias = in.flag_or("head_bias", false);
+    m.causal_mask_buffer = in.choice_or<CausalMaskBuffer>(
+        "causal_mask_buffer", {{"none", CausalMaskBuffer::none}, {"per_layer", CausalMaskBuffer::per_layer}},
+        CausalMaskBuffer::none);
     file.description = in.text_or("description", "");
     file.source = in.text_or("source", "");
     if (in.has("published_parameters")) file.published_parameters = in.positive("published_parameters");

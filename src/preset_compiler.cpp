@@ -100,7 +100,9 @@ std::string builder(const cli::ModelFile& file) {
         << boolean(m.embedding_norm) << ";\n"
         << "    m.attention_dropout = " << number(m.attention_dropout) << ", m.hidden_dropout = "
         << number(m.hidden_dropout) << ", m.mlp_dropout = " << number(m.mlp_dropout) << ";\n"
-        << "    m.softmax_fp32 = " << boolean(m.softmax_fp32) << ";\n";
+        << "    m.softmax_fp32 = " << boolean(m.softmax_fp32) << ";\n"
+        << "    m.causal_mask_buffer = CausalMaskBuffer::"
+        << (m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none") << ";\n";
     for (const LayerKind& k : m.layer_kinds)
         out << "    m.layer_kinds.push_back({" << literal(k.name) << ", " << optional_number(k.ffn) << ", "
             << optional_number(k.experts) << ", " << optional_number(k.experts_per_token) << "});\n";

@@ -163,3 +163,29 @@ TEST_CASE("flash attention: one backward workspace and no mask", "[architecture]
     CHECK(forward_buffers(s, 1, DType::bf16, Attention::flash).empty());
     CHECK(saved_bytes(forward_buffers(s, 3, DType::bf16, Attention::eager)).value() == 2 * s * s * 3);
 }
+
+TEST_CASE("nanoGPT's registered mask: masked_fill keeps a bool s^2 in each layer, no mask is shared",
+          "[architecture][buffers]") {
+    // Measured with torch 1.13: masked_fill(bias[:, :, :s, :s] == 0, -inf) saves the comparison's
+    // (1, 1, s, s) bool result, whatever the batch and heads (validation/results/cpu-buffers.json).
+    using Row = std::pair<Architecture, std::uint64_t>;
+    const auto [shape, a] = GENERATE(table<Architecture, std::uint64_t>({Row{fixtures::gpt2_small(), 12},
+                                                                         Row{llama_like(256, 4, 2, 704), 4}}));
+    const std::uint64_t s = GENERATE(64, 1000), b = GENERATE(1, 3);
+    CAPTURE(shape.hidden, s, b);
+    Architecture added = shape, registered = shape;
+    registered.causal_mask_buffer = CausalMaskBuffer::per_layer;
+    const LayerActivations with = architecture_layer(registered, s, b, DType::bf16, Attention::eager);
+    const LayerActivations without = architecture_layer(added, s, b, DType::bf16, Attention::eager);
+    CHECK(with.total().value() == without.total().value() + s * s);
+    CHECK(with.kept(Recompute::selective) == without.kept(Recompute::selective));  // the checkpoint remakes it
+    CHECK(with.rebuilt(Recompute::selective).value() == without.rebuilt(Recompute::selective).value() + s * s);
+    CHECK(with.kept(Recompute::full) == without.kept(Recompute::full));
+    // The scaled scores and the filled ones, both bf16: 4 as^2b, with the bool mask beside them.
+    CHECK(workspace_named(with, "Q K^T / sqrt(d), masked_fill").bytes.value() == 4 * a * s * s * b);
+    CHECK(forward_buffers(s, b, DType::bf16, Attention::eager, CausalMaskBuffer::per_layer).empty());
+    CHECK(saved_bytes(forward_buffers(s, b, DType::bf16, Attention::eager)).value() == 2 * s * s * b);
+    // Flash attention: nanoGPT registers nothing and masks inside the kernel.
+    CHECK(architecture_layer(registered, s, b, DType::bf16, Attention::flash).total() ==
+          architecture_layer(added, s, b, DType::bf16, Attention::flash).total());
+}

@@ -213,3 +213,66 @@ TEST_CASE("the embedding's backward writes a whole table's gradient after layer 
     settings.activations = ActivationModel::korthikanti;
     CHECK(step_named(estimate(m, settings), "backward 1").bytes.workspace.value() == 0);
 }
+
+TEST_CASE("nanoGPT's registered masks: max_positions^2 per layer in the weights' dtype, on every step",
+          "[estimate][buffers]") {
+    using Row = std::tuple<Architecture, const char*, std::uint64_t>;
+    const auto [shape, recipe, bytes] = GENERATE(table<Architecture, const char*, std::uint64_t>({
+        Row{fixtures::gpt2_small(), "mixed-adam", 2}, Row{fixtures::gpt2_small(), "amp-adam", 4},
+        Row{fixtures::llama_7b(), "mixed-adam", 2}, Row{fixtures::llama_7b(), "fp32-adam", 4},
+    }));
+    CAPTURE(shape.name, recipe);
+    Architecture registered = shape;
+    registered.causal_mask_buffer = CausalMaskBuffer::per_layer;
+    Settings settings;
+    settings.seq = 512, settings.activations = ActivationModel::architecture, settings.recipe = builtin_recipe(recipe);
+    const Report with = estimate(registered, settings), without = estimate(shape, settings);
+    const std::uint64_t buffers = shape.layers * shape.max_positions * shape.max_positions * bytes;
+    CHECK(with.state.weights.value() == without.state.weights.value() + buffers);
+    CHECK(with.ranks.front().state.weights.value() == without.ranks.front().state.weights.value() + buffers);
+    // Each layer's bool s^2 instead of the one s^2 b mask of the stream's dtype, built per forward.
+    const std::uint64_t stream = bytes_per_element(settings.recipe.precision().stream);
+    CHECK(with.activations.value() == without.activations.value() + shape.layers * 512 * 512);
+    CHECK(saved_bytes(with.forward_buffers).value() + 512 * 512 * stream == saved_bytes(without.forward_buffers).value());
+    for (std::size_t i = 0; i < with.timeline().size(); ++i)
+        CHECK(with.timeline()[i].bytes.weights.value() == without.timeline()[i].bytes.weights.value() + buffers);
+    // Flash attention: nanoGPT registers no mask.
+    settings.framework.attention = Attention::flash;
+    CHECK(estimate(registered, settings).state.weights == estimate(shape, settings).state.weights);
+    // nanoGPT asserts the sequence fits its block size.
+    settings.framework.attention = Attention::eager, settings.seq = shape.max_positions + 1;
+    CHECK_THROWS_WITH(estimate(registered, settings), Catch::Contains("exceeds the " + std::to_string(shape.max_positions)));
+}
+
+TEST_CASE("a kept k/v cache: the copies backward does not keep, from each forward for as long as the logits",
+          "[estimate][buffers]") {
+    // Per layer 2 s b k d bytes of bf16 where backward keeps other tensors: eager attention's repeated
+    // k and v (grouped-query), or full recomputation's bare input; none where it keeps k and v themselves.
+    using Row = std::tuple<Architecture, Attention, Recompute, bool>;
+    const auto [shape, attention, mode, extra] = GENERATE(table<Architecture, Attention, Recompute, bool>({
+        Row{fixtures::mistral_7b(), Attention::eager, Recompute::none, true},
+        Row{fixtures::mistral_7b(), Attention::eager, Recompute::selective, false},
+        Row{fixtures::mistral_7b(), Attention::eager, Recompute::full, true},
+        Row{fixtures::mistral_7b(), Attention::flash, Recompute::none, false},
+        Row{fixtures::gpt2_small(), Attention::eager, Recompute::none, false},
+        Row{fixtures::gpt2_small(), Attention::flash, Recompute::full, true},
+    }));
+    const LogitsLife logits = GENERATE(LogitsLife::held, LogitsLife::freed);
+    CAPTURE(shape.name, attention_name(attention), recompute_name(mode), logits_life_name(logits));
+    Settings settings;
+    settings.seq = 256, settings.activations = ActivationModel::architecture, settings.recompute = mode;
+    settings.framework.attention = attention, settings.framework.logits = logits;
+    const Report off = estimate(shape, settings);
+    settings.framework.kv_cache = KvCache::kept;
+    const Report kept = estimate(shape, settings);
+    const std::uint64_t per_layer = extra ? 2 * 256 * shape.key_value_heads() * shape.head_size() * 2 : 0;
+    const std::uint64_t L = shape.layers, held = logits == LogitsLife::held ? L * per_layer : 0;
+    const auto added = [&](const std::string& step) {
+        return step_named(kept, step).bytes.total().value() - step_named(off, step).bytes.total().value();
+    };
+    CHECK(added("forward 3") == 3 * per_layer);
+    CHECK(added("loss") == L * per_layer);
+    CHECK(added("backward " + std::to_string(L)) == held);
+    CHECK(added("backward 1") == held);
+    CHECK(added("optimizer") == held);
+}

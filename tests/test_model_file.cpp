@@ -59,6 +59,9 @@ TEST_CASE("every bad model file gets one message naming the key and value", "[mo
                                                  "relu, silu (got 'gelu_neww') (did you mean 'gelu_new'?)"},
         Row{with("mlp_dropout", "1.5"), "mlp_dropout must be a probability in [0, 1) (got number 1.5)"},
         Row{with("mlp_dropout", "\"0.1\""), "mlp_dropout must be a probability in [0, 1) (got string \"0.1\")"},
+        Row{with("causal_mask_buffer", "\"per-layer\""),
+            "causal_mask_buffer must be one of none, per_layer (got 'per-layer') (did you mean 'per_layer'?)"},
+        Row{with("causal_mask_buffer", "\"per_layer\""), "max_positions must be a positive integer for causal_mask_buffer"},
     }));
     CAPTURE(text);
     CHECK_THROWS_WITH(parse_model_json(text, "my.json", "my"), Catch::Contains(message));

@@ -91,6 +91,7 @@ inline constexpr Shape sbkf{"sbk(f)", ActivationSplit::tensor};   ///< routed to
 inline constexpr Shape sd{"sd", ActivationSplit::replicated};     ///< per position and head dimension (rotary tables)
 inline constexpr Shape sbV{"sbV", ActivationSplit::vocab};        ///< logits: a vocabulary slice per rank
 inline constexpr Shape mask{"s^2b", ActivationSplit::replicated}; ///< the causal mask, on every rank
+inline constexpr Shape ss{"s^2", ActivationSplit::replicated};    ///< per query and key, broadcast over batch and heads
 }  // namespace shape
 
 /// One tensor saved for backward: `copies` tensors of `symbol` elements each.

@@ -66,6 +66,7 @@ private:
 
 /// The sizes a layer's tensors are made of, for sequence s and micro-batch b.
 struct Sizes {
+    std::uint64_t seq;  ///< s
     Count tokens;    ///< s b
     Count sbh;       ///< the residual stream
     Count sbq;       ///< queries: s b a d
@@ -83,7 +84,8 @@ struct Sizes {
     std::uint64_t upcast;
 
     Sizes(const Architecture& m, std::uint64_t seq, std::uint64_t b, Precision p, Platform where = Platform::cuda)
-        : tokens(Count(seq) * b),
+        : seq(seq),
+          tokens(Count(seq) * b),
           sbh(tokens * m.hidden),
           sbq(tokens * m.heads * m.head_size()),
           sbkv(tokens * m.key_value_heads() * m.head_size()),
@@ -202,14 +204,25 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         return;
     }
     const bool dropout = m.attention_dropout > 0;
-    // Q K^T, then / sqrt(d) and + mask, each out of place: two s x s score tensors at once, before
-    // softmax makes the first saved one. The mask has the stream's dtype, which the sum takes (on CPU
-    // through an upcast copy of the scores).
-    const std::uint64_t scores = z.d + std::max(z.d, z.s + z.upcast);
-    t.workspace(false, "Q K^T / sqrt(d) + mask",
-                z.upcast ? "the scaled scores, and their upcast copy and their sum with the mask"
-                         : "the scaled scores, and the scores or their sum with the mask",
-                bytes_of(scores, "as^2b"), Count(scores) * z.scores);
+    if (m.causal_mask_buffer == CausalMaskBuffer::per_layer) {
+        // nanoGPT: masked_fill(bias[:, :, :s, :s] == 0, -inf) keeps the comparison's new s x s bool
+        // tensor for backward (measured: validation/results/cpu-buffers.json); the scores stay in the
+        // compute dtype, the scaled ones and the filled ones at once.
+        t.add("masked_fill (registered mask)", "bias == 0 (bool), broadcast over batch and heads",
+              "the gradient is zeroed where the mask was filled", shape::ss, Count(z.seq) * z.seq, dtype::mask,
+              Keep::not_selective);
+        t.workspace(false, "Q K^T / sqrt(d), masked_fill", "the scaled scores and the filled ones",
+                    bytes_of(2 * z.d, "as^2b"), Count(2 * z.d) * z.scores);
+    } else {
+        // Q K^T, then / sqrt(d) and + mask, each out of place: two s x s score tensors at once, before
+        // softmax makes the first saved one. The mask has the stream's dtype, which the sum takes (on CPU
+        // through an upcast copy of the scores).
+        const std::uint64_t scores = z.d + std::max(z.d, z.s + z.upcast);
+        t.workspace(false, "Q K^T / sqrt(d) + mask",
+                    z.upcast ? "the scaled scores, and their upcast copy and their sum with the mask"
+                             : "the scaled scores, and the scores or their sum with the mask",
+                    bytes_of(scores, "as^2b"), Count(scores) * z.scores);
+    }
     const std::size_t softmax_row = t.size();
     // An fp32 sum (autocast's) softmaxes to fp32, as does CUDA autocast's softmax on any input.
     const bool softmax_fp32 = m.softmax_fp32 || z.autocast;
@@ -399,14 +412,34 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
 
 /// What one forward pass builds for all its layers and drops when it returns, after the loss: eager
 /// attention's causal mask, s^2 b values of the embeddings' dtype (the stream's), as transformers builds it.
+/// None where each layer masks with its registered buffer instead.
 inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t micro_batch, Precision precision,
-                                                Attention attention) {
+                                                Attention attention,
+                                                CausalMaskBuffer buffer = CausalMaskBuffer::none) {
     const std::uint64_t d = bytes_per_element(precision.stream);
     std::vector<SavedTensor> rows;
-    if (attention == Attention::flash) return rows;  // the fused kernel masks inside
+    // The fused kernel masks inside.
+    if (attention == Attention::flash || buffer == CausalMaskBuffer::per_layer) return rows;
     detail::TableBuilder t(rows);
     t.add("causal mask", "0 or -inf per query and key, made once per forward", "added to every layer's scores",
                      shape::mask, Count(seq) * seq * micro_batch, d);
+    return rows;
+}
+
+/// What the model's output adds when it keeps each layer's k and v (use_cache): post-rotary, of the
+/// key/value heads, in the compute dtype, as transformers' attention hands them back. Where backward
+/// saves those very tensors (no repeat, or selective recomputation's checkpoint inputs) they add
+/// nothing; the repeated copies eager attention saves, or full recomputation's bare input, leave them
+/// extra (measured: validation/results/cpu-buffers.json).
+inline std::vector<SavedTensor> kv_cache_rows(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
+                                              Precision precision, Attention attention, Recompute mode) {
+    const detail::Sizes z(m, seq, micro_batch, precision);
+    const bool repeated = attention == Attention::eager && m.key_value_heads() < m.heads;
+    std::vector<SavedTensor> rows;
+    if (mode == Recompute::selective || (mode == Recompute::none && !repeated)) return rows;
+    detail::TableBuilder t(rows);
+    t.add("k/v cache (the model's output)", "k after rotary and v, k heads", "use_cache hands them back",
+          shape::sbkv, z.sbkv, z.d, Keep::always, 2);
     return rows;
 }
 

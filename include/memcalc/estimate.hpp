@@ -229,15 +229,19 @@ private:
     Configuration configure(const Settings& settings) const {
         detail::require_positive("seq", settings.seq);
         detail::require_positive("micro_batch", settings.micro_batch);
-        if (model_.position == Position::learned && settings.seq > model_.max_positions)
+        if ((model_.position == Position::learned || model_.causal_mask_buffer == CausalMaskBuffer::per_layer) &&
+            settings.seq > model_.max_positions)
             throw error("seq " + std::to_string(settings.seq) + " exceeds the " + std::to_string(model_.max_positions) +
-                        " learned positions of " + (model_.name.empty() ? "the model" : model_.name));
+                        (model_.position == Position::learned ? " learned positions of " : " positions of the mask of ") +
+                        (model_.name.empty() ? "the model" : model_.name));
         validate(settings.parallel, model_, settings.seq);
         if (!overflow_.empty()) throw error(overflow_);
         if (settings.activations == ActivationModel::korthikanti && settings.framework.attention == Attention::flash)
             throw error("flash attention needs the architecture activation model: Korthikanti's formula describes "
                         "eager attention");
-        return {model_state(*splits_, settings.recipe)};
+        TrainingState state = model_state(*splits_, settings.recipe);
+        state.weights += registered_buffer_bytes(model_, settings.recipe, settings.framework) * Count(model_.layers);
+        return {state};
     }
 
     /// Runs `count`, saying which sizes overflowed where a byte count passes 64 bits.

@@ -65,6 +65,13 @@ enum class LogitsLife { held, freed };
 
 inline const char* logits_life_name(LogitsLife l) { return l == LogitsLife::held ? "held" : "freed"; }
 
+/// Whether the model hands back each layer's k and v (transformers' use_cache, on by default in its
+/// configs): off, or kept in the output, which lives as the logits do (held to the next forward, or
+/// freed once the loss is made). transformers turns it off itself under gradient checkpointing.
+enum class KvCache { off, kept };
+
+inline const char* kv_cache_name(KvCache c) { return c == KvCache::off ? "off" : "kept"; }
+
 struct Framework {
     Platform platform = Platform::cuda;              ///< the architecture model's kernels
     Attention attention = Attention::eager;          ///< eager scores, or a fused (flash) kernel
@@ -72,6 +79,7 @@ struct Framework {
     GradBuffer grad_buffer = GradBuffer::lazy;       ///< when the gradients exist
     LossKernel loss = LossKernel::fp32;              ///< how the loss is computed
     LogitsLife logits = LogitsLife::held;            ///< whether the loop keeps the logits through backward
+    KvCache kv_cache = KvCache::off;                 ///< whether the model's output keeps each layer's k and v
 };
 
 /// A framework setting as a row: its key (profile files, JSON reports; the option is --key with '-'
@@ -136,7 +144,11 @@ inline const auto framework_switches = std::make_tuple(
     Switch{"logits", "logits", &Framework::logits, std::array{LogitsLife::held, LogitsLife::freed}, logits_life_name,
            "Whether the loop keeps the logits through backward: held (default: nanoGPT's\n"
            "'logits, loss = model(x, y)', until the next forward returns) or freed (transformers'\n"
-           "Trainer, which keeps only the loss)"});
+           "Trainer, which keeps only the loss)"},
+    Switch{"kv_cache", "k/v cache", &Framework::kv_cache, std::array{KvCache::off, KvCache::kept}, kv_cache_name,
+           "Whether the model's output keeps each layer's k and v (use_cache left on in training):\n"
+           "off (default) or kept, for as long as the logits live (--logits); only the copies\n"
+           "backward does not keep already count (repeated k/v, recomputation)"});
 
 /// `f(row)` for every framework switch, in order.
 template <class F>
@@ -158,41 +170,41 @@ inline constexpr Text default_profile = "default";
 inline const std::array<FrameworkProfile, 9> framework_profiles{{
     {"default", "the chapter's model: CUDA kernels, eager attention, a fused optimiser step, gradients made by backward",
      "the chapter (Korthikanti et al. 2022's accounting)",
-     {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
+     {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held, KvCache::off}},
     {"pytorch", "a PyTorch 2 loop on CUDA: torch.optim's default (foreach) step, zero_grad(set_to_none=True), attention as written",
      "torch.optim docs (foreach is the default on CUDA); Optimizer.zero_grad (set_to_none=True by default since 2.0)",
-     {Platform::cuda, Attention::eager, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
+     {Platform::cuda, Attention::eager, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held, KvCache::off}},
     {"megatron", "Megatron-LM: fused attention, a fused Adam step, the contiguous main_grad buffer (fp32 under bf16: "
                  "pair with --recipe mixed-adam-fp32-grads), a loss softmaxing an fp32 copy of the logits in place; the logits stay in the model",
      "Megatron-LM core 0.9-0.12: DistributedDataParallel's grad buffer, FusedAdam; VocabParallelCrossEntropy (fused "
      "or not) softmaxes an fp32 copy of the logits and keeps it for backward; GPTModel returns the loss, not the logits",
      {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32_inplace,
-      LogitsLife::freed}},
+      LogitsLife::freed, KvCache::off}},
     {"deepspeed", "DeepSpeed's engine: a fused Adam step, a contiguous gradient buffer; attention as the model's code writes it",
      "DeepSpeed 0.14-0.16: FusedAdam and its ZeRO stage 1/2 gradient partitions (runtime/zero/stage_1_and_2.py)",
-     {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32, LogitsLife::held}},
+     {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32, LogitsLife::held, KvCache::off}},
     {"fsdp2", "PyTorch FSDP2 (fully_shard) with a plain loop: torch.optim's foreach AdamW on the shards, gradients made by "
               "backward and reduce-scattered; pair with --zero 3",
      "torch 2.4-2.6 torch.distributed.fsdp.fully_shard; torch.optim.AdamW (foreach on CUDA)",
-     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
+     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held, KvCache::off}},
     {"torchtitan", "torchtitan's trainer: FSDP2 (pair with --zero 3), SDPA, a foreach AdamW, the loss over fp32 logits, "
                    "which it deletes before backward",
      "torchtitan 0.1 (2025): train.py (pred = model(inputs); loss = loss_fn(pred, labels); del pred), "
      "cross_entropy_loss (pred.float()), build_optimizers (implementation foreach)",
-     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::freed}},
+     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::freed, KvCache::off}},
     {"hf-trainer", "transformers' Trainer: SDPA attention (the default), torch's foreach AdamW (adamw_torch), "
                    "the loss over fp32 logits (ForCausalLMLoss), the outputs dropped once the loss is taken",
      "transformers 4.46-4.53: Trainer.compute_loss returns the loss alone; loss_utils.ForCausalLMLoss upcasts the "
      "logits; attn_implementation defaults to sdpa",
-     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::freed}},
+     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::freed, KvCache::off}},
     {"nanogpt", "nanoGPT's train.py on CUDA: flash attention (torch 2), AdamW(fused=True), zero_grad(set_to_none=True); "
                 "'logits, loss = model(X, Y)' keeps the logits to the next forward; under autocast the loss runs in fp32",
      "karpathy/nanoGPT train.py and model.py (2023): configure_optimizers uses fused AdamW on CUDA; "
      "cross_entropy is on autocast's fp32 list",
-     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
+     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held, KvCache::off}},
     {"cpu-replication", "validation/'s CPU replication: PyTorch's CPU kernels, eager attention, a for-loop optimiser step",
      "validation/gpu/replicate.py --device cpu (its MixedAdam steps one tensor at a time)",
-     {Platform::cpu, Attention::eager, OptimizerImpl::for_loop, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held}},
+     {Platform::cpu, Attention::eager, OptimizerImpl::for_loop, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held, KvCache::off}},
 }};
 
 /// The built-in profile of that name, or nullptr.

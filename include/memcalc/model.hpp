@@ -19,6 +19,10 @@ enum class Position { rotary, learned, none };  ///< only learned position embed
 /// The MLP's non-linearity (SiLU makes a gated MLP SwiGLU); what each keeps is a row of
 /// activation_functions.hpp: gelu_new, gelu_fast and quick_gelu are chains of Python ops.
 enum class Activation { silu, gelu, gelu_tanh, relu, gelu_new, gelu_fast, quick_gelu };
+/// Where eager attention's causal mask comes from. None: one additive mask built per forward
+/// (transformers'). Per layer: nanoGPT's CausalSelfAttention registers a max_positions^2 buffer in
+/// every layer (the weights' dtype once the model is cast) and masks with masked_fill(bias == 0).
+enum class CausalMaskBuffer { none, per_layer };
 
 /// A kind of layer: what differs from the model's fields in some of its layers (DeepSeek's first
 /// dense layers beside its mixture-of-experts ones; Llama 4's interleaved dense and MoE layers). A
@@ -66,6 +70,7 @@ struct Architecture {
     double hidden_dropout = 0;           ///< dropout probability on each residual branch
     double mlp_dropout = 0;              ///< dropout inside the MLP, on the down projection's input (nn.TransformerEncoderLayer)
     bool softmax_fp32 = true;            ///< eager attention takes its softmax in fp32 (LLaMA-style code does; GPT-2's does not)
+    CausalMaskBuffer causal_mask_buffer = CausalMaskBuffer::none;  ///< eager attention's mask: built per forward, or a buffer per layer
     /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's own
     /// fields (one kind). The runs' counts sum to `layers`.
     std::vector<LayerKind> layer_kinds;
@@ -171,6 +176,8 @@ inline void validate(const Architecture& m) {
         throw error("kv_heads (" + std::to_string(m.kv_heads) + ") must divide heads (" + std::to_string(m.heads) + ")");
     if (m.position == Position::learned && m.learned_positions() == 0)
         throw error("max_positions must be a positive integer for learned position embeddings (got 0)");
+    if (m.causal_mask_buffer == CausalMaskBuffer::per_layer && m.max_positions == 0)
+        throw error("max_positions must be a positive integer for causal_mask_buffer per_layer (got 0)");
     if (m.norms_per_layer != 1 && m.norms_per_layer != 2 && m.norms_per_layer != 4)
         throw error("norms_per_layer must be 1, 2 or 4 (got " + std::to_string(m.norms_per_layer) + ")");
     if (m.norms_per_layer == 1 && !m.parallel_attention)

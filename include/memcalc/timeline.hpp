@@ -20,7 +20,7 @@ namespace memcalc {
 struct Breakdown {
     Count weights, master_weights, optimizer_state, gradients;
     Count gathered_weights;     ///< full weights made for the layers being computed: ZeRO-3's gathers, dequantized copies
-    Count kept_activations;     ///< saved by the forward pass, waiting for their backward step
+    Count kept_activations;     ///< saved by the forward pass, waiting for their backward step (and a kept k/v cache)
     Count rebuilt_activations;  ///< recomputed for the backward step running now
     Count logits;               ///< logits, the loss's fp32 softmax and the logits gradient
     Count activation_gradient;  ///< the gradient flowing down through the layers
@@ -118,6 +118,9 @@ struct TimelineInputs : StageLayers {
     Count input_side_kept;        ///< saved by the embedding side: from the first forward step to the last backward
     Count later_input_side_kept;  ///< the same at a later micro-batch
     Count logits;                 ///< from the head's forward; held to the end of the step when logits_held
+    /// Per layer: the k and v the model's output keeps beyond what backward saves (--kv-cache kept),
+    /// from the layer's forward step for as long as the output lives (the logits' life).
+    Count kv_cache;
     Count loss_buffers;           ///< the loss step alone (the loss's fp32 softmax, what the head saves)
     Count logits_gradient;        ///< from the loss step until the top layer's backward step ends
     Count activation_gradient;    ///< the incoming gradient of each backward step
@@ -180,22 +183,25 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
     const bool at_layer = phase == Phase::forward || phase == Phase::backward;
     const LayerInputs& here = in.layer[at_layer && !in.uniform() ? in.kind_at(position) : 0];
     const Count held_logits = in.loss && in.logits_held ? in.logits : Count(0);
+    // The whole model's k/v cache, held with the output; a later micro-batch's forward still has the last one's.
+    const Count held_cache = in.logits_held ? Count(L) * in.kv_cache : Count(0);
+    const Count cache = Count(done) * in.kv_cache + (later ? held_cache : Count(0));
     switch (phase) {
         case Phase::forward:
-            b.kept_activations = kept;
+            b.kept_activations = kept + cache;
             b.gathered_weights = here.gathered_weights;
             b.weight_copies = in.over<&LayerInputs::weight_copies>(1, position);
             b.workspace = in.forward_buffers + here.forward_work;
             if (later) b.logits = held_logits;  // the previous micro-batch's
             return {phase, in.layer_id(position - 1), b, microbatch};
         case Phase::loss:
-            b.kept_activations = kept;
+            b.kept_activations = kept + cache;
             b.logits = in.logits + in.loss_buffers + in.logits_gradient;
             b.weight_copies = in.over<&LayerInputs::weight_copies>(1, L) + in.head_weight_copy;
             b.workspace = later ? in.later_loss_work : in.loss_work;
             return {phase, 0, b, microbatch};
         case Phase::backward: {
-            b.kept_activations = kept;
+            b.kept_activations = kept + held_cache;
             b.rebuilt_activations = here.rebuilt;
             b.gathered_weights = here.gathered_weights;
             b.weight_copies = in.weight_copies_recast ? here.weight_copies
@@ -213,6 +219,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             return {phase, in.layer_id(position - 1), b, microbatch};
         }
         case Phase::optimizer:
+            b.kept_activations = held_cache;
             b.logits = held_logits;
             b.workspace = in.optimizer_work;
             b.gradients = in.all_gradients();

@@ -329,6 +329,7 @@ struct Workload {
     Framework framework;  ///< how the framework runs the step: its optimiser step, gradients, loss and logits
     std::shared_ptr<const ParameterSplits> parameters;  ///< the model's, shared by all its workloads
     OptimizerSplits optimizer_state;                    ///< the trainable tensors' under the recipe
+    SplitBytes kv_cache;  ///< per layer: the k and v the model's output keeps beyond what backward saves
 };
 
 /// The saved-tensor tables of one workload, whole (not split across ranks). The formula model has
@@ -360,7 +361,7 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
     if (model == ActivationModel::architecture) {
         t.input_side = input_side_saved(m, s, b, precision, platform);
         t.head = head_saved(m, s, b, precision, platform, f.loss);
-        t.forward_buffers = forward_buffers(s, b, precision, attention);
+        t.forward_buffers = forward_buffers(s, b, precision, attention, m.causal_mask_buffer);
     }
     return t;
 }
@@ -369,7 +370,10 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
 inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::uint64_t seq, std::uint64_t micro_batch,
                               Recompute mode, std::shared_ptr<const ParameterSplits> params, const ActivationTables& t,
                               const Framework& framework = {}) {
-    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params), {}};
+    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params), {}, {}};
+    if (framework.kv_cache == KvCache::kept)
+        for (const auto& row : kv_cache_rows(m, seq, micro_batch, recipe.precision(), framework.attention, mode))
+            w.kv_cache.add(row);
     w.optimizer_state = optimizer_splits(w.parameters->table, recipe);
     const std::uint64_t V = m.vocab;
     for (const auto& row : t.forward_buffers) w.forward_buffers.add(row);
@@ -491,6 +495,14 @@ inline Count rank_optimizer_state(const Workload& w, const Parallelism& p, std::
            state_bytes(opt, w.recipe.state, experts, zero, zero ? p.expert_shards() : 1);
 }
 
+/// The buffers one layer's module registers beside its weights, in the weights' dtype (nn.Module.to
+/// casts floating buffers with the parameters): nanoGPT's causal mask, max_positions^2 per layer,
+/// which its flash path never registers.
+inline Count registered_buffer_bytes(const Architecture& m, const Recipe& r, const Framework& f) {
+    if (m.causal_mask_buffer != CausalMaskBuffer::per_layer || f.attention == Attention::flash) return 0;
+    return Count(m.max_positions) * m.max_positions * bytes_per_element(r.weights);
+}
+
 inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint64_t stage) {
     const std::uint64_t V = w.model.vocab;
     const std::size_t kinds = w.layers.size();
@@ -530,6 +542,8 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
         f.host += f.state.weights;
         f.state.weights = 0;
     }
+    // The program's own buffers stay on the device, counted with the weights.
+    f.state.weights += registered_buffer_bytes(w.model, w.recipe, w.framework) * Count(f.layers.layers);
     return f;
 }
 
@@ -599,6 +613,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.microbatches = p.steps_per_batch();
     in.persistent_gradients = w.framework.grad_buffer == GradBuffer::persistent;
     in.logits_held = w.framework.logits == LogitsLife::held;
+    in.kv_cache = w.kv_cache.on_rank(p, V);
     in.weights = f.state.weights;
     in.master_weights = f.state.master_weights;
     in.optimizer_state = f.state.optimizer_state;

@@ -26,7 +26,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-SWITCH_DEFAULTS = {"recipe": "mixed-adam", "loss": "fp32", "logits": "held"}
+SWITCH_DEFAULTS = {"recipe": "mixed-adam", "loss": "fp32", "logits": "held", "kv_cache": "off"}
 
 
 def predict(memcalc, run, platform, older=False, defaults=False):
@@ -45,7 +45,7 @@ def predict(memcalc, run, platform, older=False, defaults=False):
         command += ["--grad-buffer", run["grad_buffer"]]
     for key, default in SWITCH_DEFAULTS.items():  # recorded since replicate.py measured them; else the defaults
         if run.get(key, default) != default and not defaults:
-            command += ["--" + key, run[key]]
+            command += ["--" + key.replace("_", "-"), run[key]]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"compare.py: {' '.join(command)} failed: {done.stderr.strip()}")
@@ -140,7 +140,7 @@ def main(argv=None):
     loop = lambda r: f"{r['microbatches']}{'p' if r['grad_buffer'] == 'persistent' else ''}"
     print(f"{'model':<24} {'seq':>5} {'attention':<9} {'recompute':<9} {'M':>3} {'measured':>13} {'at':<28} "
           f"{'predicted':>13} {'at':<28} {'error':>7} {'before step':>12} {'predicted':>12} {'step ms':>8} {'vs none':>7}"
-          f"  recipe loss logits")
+          f"  recipe loss logits k/v")
     print("M: micro-batches per step, accumulated; p: gradients zeroed and kept (--grad-buffer persistent)")
     key = lambda r: (r["model"], r["seq"], r["attention"], r["microbatches"], r["grad_buffer"])
     base = {key(r): r["median_step_seconds"] for r in results["runs"] if r["recompute"] == "none"}

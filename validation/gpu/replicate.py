@@ -82,8 +82,9 @@ class Block(nn.Module):
     """One decoder layer, GPT-style (LayerNorm, GELU, learned positions) or LLaMA-style (RMSNorm,
     SwiGLU, rotary, grouped-query attention), with eager or fused attention."""
 
-    def __init__(self, spec, attention, mode):
+    def __init__(self, spec, attention, mode, kv_cache="off"):
         super().__init__()
+        self.kv_cache = kv_cache
         h, a = spec["hidden"], spec["heads"]
         self.a, self.kv, self.d = a, spec.get("kv_heads", a), h // a
         self.llama = spec.get("norm") == "rmsnorm"
@@ -103,6 +104,12 @@ class Block(nn.Module):
         self.up = nn.Linear(h, f, bias=bias)
         self.down = nn.Linear(f, h, bias=bias)
         self.gate = nn.Linear(h, f, bias=False) if spec.get("mlp") == "gated" else None
+        # nanoGPT's CausalSelfAttention without flash: a max_positions^2 mask registered in every layer,
+        # cast with the weights by .to(dtype), and masked_fill(bias == 0, -inf) in place of an added mask.
+        self.mask_buffer = spec.get("causal_mask_buffer", "none") == "per_layer" and attention == "eager"
+        if self.mask_buffer:
+            n = spec["max_positions"]
+            self.register_buffer("bias", torch.tril(torch.ones(n, n)).view(1, 1, n, n))
 
     def core(self, q, k, v, mask):
         if self.attention == "sdpa" and (self.kv == self.a or SDPA_GQA):
@@ -113,7 +120,12 @@ class Block(nn.Module):
         if self.attention == "sdpa":
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         # One name rebound at each op, as transformers writes it: the scores go once softmax has run.
-        weights = (q @ k.transpose(-1, -2)) / math.sqrt(self.d) + mask  # mask: 0 or -inf, made once per step
+        if self.mask_buffer:
+            s = q.shape[-2]
+            weights = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d))
+            weights = weights.masked_fill(self.bias[:, :, :s, :s] == 0, float("-inf"))
+        else:
+            weights = (q @ k.transpose(-1, -2)) / math.sqrt(self.d) + mask  # mask: 0 or -inf, made once per step
         weights = F.softmax(weights, dim=-1, dtype=torch.float32 if self.llama else None).to(q.dtype)
         if self.p_attention > 0:
             weights = F.dropout(weights, self.p_attention, self.training)
@@ -136,7 +148,8 @@ class Block(nn.Module):
             out = checkpoint(self.core, q, k, v, mask, use_reentrant=False)
         else:
             out = self.core(q, k, v, mask)
-        return self.o(out.transpose(1, 2).reshape(b, s, -1))
+        # use_cache: k (after rotary) and v before any repeat, handed back; else freed here.
+        return self.o(out.transpose(1, 2).reshape(b, s, -1)), (k, v) if self.kv_cache == "kept" else None
 
     def feed_forward(self, y):
         hidden = self.act(self.gate(y)) * self.up(y) if self.gate is not None else self.act(self.up(y))
@@ -148,8 +161,10 @@ class Block(nn.Module):
         return F.dropout(y, self.p_hidden, self.training) if self.p_hidden > 0 else y
 
     def forward(self, x, mask, cos=None, sin=None):
-        h = x + self.residual(self.attend(self.norm1(x), mask, cos, sin))
-        return h + self.residual(self.feed_forward(self.norm2(h)))
+        """The layer's output, and with the k/v cache kept its (k, v), as transformers' layer hands them back."""
+        attended, cache = self.attend(self.norm1(x), mask, cos, sin)
+        h = x + self.residual(attended)
+        return h + self.residual(self.feed_forward(self.norm2(h))), cache
 
 
 class InPlaceCrossEntropy(torch.autograd.Function):
@@ -179,13 +194,13 @@ class InPlaceCrossEntropy(torch.autograd.Function):
 
 
 class Model(nn.Module):
-    def __init__(self, spec, attention, mode, loss="fp32"):
+    def __init__(self, spec, attention, mode, loss="fp32", kv_cache="off"):
         super().__init__()
-        self.spec, self.mode, self.loss = spec, mode, loss
+        self.spec, self.mode, self.loss, self.kv_cache = spec, mode, loss, kv_cache
         h, V = spec["hidden"], spec["vocab"]
         self.embed = nn.Embedding(V, h)
         self.positions = nn.Embedding(spec["max_positions"], h) if spec.get("position") == "learned" else None
-        self.blocks = nn.ModuleList(Block(spec, attention, mode) for _ in range(spec["layers"]))
+        self.blocks = nn.ModuleList(Block(spec, attention, mode, kv_cache) for _ in range(spec["layers"]))
         self.norm = self.blocks[0].norm1.__class__(h)
         self.head = None if spec.get("tied_embeddings") else nn.Linear(h, V, bias=False)
 
@@ -212,12 +227,16 @@ class Model(nn.Module):
         elif self.spec.get("position", "rotary") == "rotary":
             cos, sin = self.rotary(s, ids.device, DTYPE)  # transformers casts them to v's dtype: bf16 under autocast too
         mask = None  # fused attention masks inside; eager adds 0 or -inf, built once per forward as transformers does
-        if self.blocks[0].attention == "eager":
+        if self.blocks[0].attention == "eager" and not self.blocks[0].mask_buffer:
             mask = torch.full((s, s), float("-inf"), device=ids.device, dtype=x.dtype).triu(1)
+        cache = []  # kept: each layer's (k, v) in the output, as use_cache keeps them
         for i, block in enumerate(self.blocks, start=1):
             if i > 1:
                 mark(f"forward {i}")
-            x = checkpoint(block, x, mask, cos, sin, use_reentrant=False) if self.mode == "full" else block(x, mask, cos, sin)
+            x, kv = checkpoint(block, x, mask, cos, sin, use_reentrant=False) if self.mode == "full" else block(x, mask, cos, sin)
+            if kv is not None:
+                cache.append(kv)
+            del kv
             if meter:  # this layer's backward step starts when the gradient of its output arrives
                 x.register_hook(lambda grad, i=i: mark(f"backward {i}"))
         mark("loss")
@@ -227,7 +246,7 @@ class Model(nn.Module):
             return InPlaceCrossEntropy.apply(logits.view(-1, logits.shape[-1]), ids.view(-1)), logits
         # fp32: transformers' loss, over an fp32 copy; bf16: nanoGPT's call, on the logits as they are.
         scored = logits.float() if self.loss == "fp32" else logits
-        return F.cross_entropy(scored.view(-1, logits.shape[-1]), ids.view(-1)), logits
+        return F.cross_entropy(scored.view(-1, logits.shape[-1]), ids.view(-1)), logits, cache
 
 
 class Meter:
@@ -344,16 +363,16 @@ def make_optimizer(recipe, model, grad_buffer):
 
 
 def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="lazy", recipe="mixed-adam",
-        loss_kernel="fp32", logits_life="held"):
+        loss_kernel="fp32", logits_life="held", kv_cache="off"):
     torch.manual_seed(0)
     # amp-adam: an fp32 model whose forward runs under torch.autocast (nanoGPT's train.py, transformers'
     # Trainer(bf16=True)); backward runs outside it, as PyTorch's AMP recipe says.
     weights = torch.float32 if recipe == "amp-adam" else DTYPE
     if _torch_version() >= (2, 0):  # initialise on the device itself: a billion weights take seconds on a CPU
         with torch.device(device):
-            model = Model(spec, attention, mode, loss_kernel).to(dtype=weights)
+            model = Model(spec, attention, mode, loss_kernel, kv_cache).to(dtype=weights)
     else:
-        model = Model(spec, attention, mode, loss_kernel).to(device=device, dtype=weights)
+        model = Model(spec, attention, mode, loss_kernel, kv_cache).to(device=device, dtype=weights)
     autocast = lambda: torch.autocast(device_type=device, dtype=DTYPE, enabled=recipe == "amp-adam")
     optimizer = make_optimizer(recipe, model, grad_buffer)
     ids = torch.randint(0, spec["vocab"], (1, seq), device=device)
@@ -364,8 +383,8 @@ def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="
         # Freed: the loop keeps the loss alone, as transformers' Trainer does.
         for microbatch in range(1, microbatches + 1):
             with autocast():
-                if logits_life == "held":
-                    loss, logits = model(ids, meter, microbatch)
+                if logits_life == "held":  # the output's k/v cache with them
+                    loss, logits, cache = model(ids, meter, microbatch)
                 else:
                     loss = model(ids, meter, microbatch)[0]
             (loss / microbatches).backward()
@@ -392,7 +411,7 @@ def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="
     return {"model": spec["name"], "model_file": spec["path"], "seq": seq, "micro_batch": 1,
             "microbatches": microbatches, "grad_buffer": grad_buffer, "recompute": mode,
             "attention": attention, "optimizer_impl": "for-loop", "recipe": recipe, "loss": loss_kernel,
-            "logits": logits_life, "memory_before_step": meter.before, "max_memory_allocated": peak,
+            "logits": logits_life, "kv_cache": kv_cache, "memory_before_step": meter.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": meter.steps,
             "median_step_seconds": statistics.median(times), "steps_timed": steps}
 
@@ -432,6 +451,8 @@ def main(argv=None):
                          "Megatron-LM's in-place softmax of an fp32 copy (fp32-inplace)")
     ap.add_argument("--logits", nargs="+", choices=("held", "freed"), default=["held"],
                     help="the loop keeps the logits through backward (held, default) or only the loss (freed)")
+    ap.add_argument("--kv-cache", nargs="+", choices=("off", "kept"), default=["off"],
+                    help="the model's output keeps each layer's k and v (kept: use_cache on) or not (off, default)")
     ap.add_argument("--modes", nargs="+", choices=("none", "selective", "full"), default=["none", "selective", "full"],
                     help="recomputation modes (default all three)")
     ap.add_argument("--attentions", nargs="+", choices=("eager", "sdpa"), default=["eager", "sdpa"],
@@ -461,13 +482,14 @@ def main(argv=None):
                 if attention == "sdpa" and not sdpa:
                     skipped.append(f"{name} seq {seq}: torch {torch.__version__} has no scaled_dot_product_attention")
                     continue
-                for mode, microbatches, buffer, recipe, loss, logits in itertools.product(
-                        a.modes, a.microbatches, a.grad_buffer, a.recipe, a.loss, a.logits):
-                    r = run(spec, seq, mode, attention, a.device, steps, microbatches, buffer, recipe, loss, logits)
+                for mode, microbatches, buffer, recipe, loss, logits, kv_cache in itertools.product(
+                        a.modes, a.microbatches, a.grad_buffer, a.recipe, a.loss, a.logits, a.kv_cache):
+                    r = run(spec, seq, mode, attention, a.device, steps, microbatches, buffer, recipe, loss, logits,
+                            kv_cache)
                     runs.append(r)
                     save()
                     print(f"{name:<12} seq {seq:>5} {attention:<5} {mode:<9} M {microbatches} {buffer:<10} "
-                          f"{recipe:<10} loss {loss} logits {logits:<5} "
+                          f"{recipe:<10} loss {loss} logits {logits:<5} k/v {kv_cache:<4} "
                           f"peak {r['max_memory_allocated']:>13,} B at {r['peak_step']:<12} "
                           f"step {r['median_step_seconds'] * 1e3:.1f} ms", flush=True)
     save()
