@@ -163,9 +163,11 @@ ROWS = {
         comparable=False,
         why="unpacked Alpaca samples: each batch is as long as its longest sample, not 4096 (an upper bound)"),
     "torchtune-l32-3b-full-packed": dict(
-        under_estimate=("torchtune's Llama3ScaledRoPE (torchtune/models/llama3_1/_position_embeddings.py) "
-                        "rotates x.float(): the muls keep fp32 copies of q and k, 4 sb(ad) + 4 sb(kd) = "
-                        "134 MB a layer, 3.76 GB over 28 layers, where memcalc counts only the bf16 results"),
+        under_estimate=("not yet explained. Not torchtune's RoPE keeping fp32 q and k, as first read: its "
+                        "products keep only the cache they multiply by (measured with saved_tensors_hooks on "
+                        "torch 1.13); with packed positions that is a gathered fp32 cache per call, 4 s b d "
+                        "bytes for q and for k in every layer (about 235 MB here), not counted. torchtune's "
+                        "max active also counts blocks the caching allocator splits, not modelled"),
         args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + TORCHTUNE,
         note=("the table's first rows add one technique each, so this run has no compile, no chunked "
               "loss, no AC, torch.optim.AdamW (not the config's 8-bit one) and no optimizer_in_bwd")),
