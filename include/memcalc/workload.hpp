@@ -198,6 +198,9 @@ struct ParameterSplits {
     /// alive at a workspace's peak is not always the op's own (measured), so the layer's largest (by kind).
     std::array<SplitParams, max_layer_kinds> fresh_gradient;
     LargestTensors largest;  ///< of the trainable tensors: the for-loop optimiser steps those
+    /// optimizer_splits of an optimiser that keeps whole slots of every tensor (Adam, SGD, Lion), which
+    /// is the same whatever their number or dtype: made once per model, not once per workload.
+    OptimizerSplits every_tensor_state;
     /// The tensors autocast casts to the compute dtype (autocast_casts): one layer of each kind's, the head's.
     std::array<SplitParams, max_layer_kinds> cast_per_layer;
     SplitParams cast_head;
@@ -231,6 +234,25 @@ inline bool autocast_casts(const ParamRow& r) {
         case Part::norms: case Part::final_norm: return false;
     }
     return false;
+}
+
+/// The trainable tensors' optimiser state under optimiser `o` with state dtype `state`, by group.
+inline OptimizerSplits optimizer_splits(const ParameterTable& table, const Optimizer& o, DType state) {
+    OptimizerSplits splits;
+    for (const auto& row : table.rows) {
+        if (!row.trainable) continue;
+        const StateCount s = tensor_state(o, state, row);
+        splits.total = splits.total + Count(row.group == Group::layer ? table.kind_layers[row.kind] : 1) * s;
+        switch (row.group) {
+            case Group::input: splits.input.add(row, s); break;
+            case Group::layer: splits.per_layer[row.kind].add(row, s); break;
+            case Group::head:
+                splits.head.add(row, s);
+                if (row.part == Part::embedding) splits.tied_embedding.add(row, s);
+                break;
+        }
+    }
+    return splits;
 }
 
 /// `table` by value: a caller done with its table moves it in, and no copy is made.
@@ -274,32 +296,20 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
     }
     for (std::size_t k = 0; k < params.kinds; ++k)
         if (largest[k] != nullptr) splits.fresh_gradient[k] = gradients_from(params, largest[k]->tensor, V, true, k);
+    splits.every_tensor_state = optimizer_splits(params, adam, DType::fp32);
     return made;
 }
 
 /// The trainable tensors' optimiser state under `recipe`, by group.
-inline OptimizerSplits optimizer_splits(const ParameterTable& table, const Recipe& recipe) {
-    OptimizerSplits o;
-    for (const auto& row : table.rows) {
-        if (!row.trainable) continue;
-        const StateCount s = tensor_state(recipe.optimizer, recipe.state, row);
-        o.total = o.total + Count(row.group == Group::layer ? table.kind_layers[row.kind] : 1) * s;
-        switch (row.group) {
-            case Group::input: o.input.add(row, s); break;
-            case Group::layer: o.per_layer[row.kind].add(row, s); break;
-            case Group::head:
-                o.head.add(row, s);
-                if (row.part == Part::embedding) o.tied_embedding.add(row, s);
-                break;
-        }
-    }
-    return o;
+inline OptimizerSplits optimizer_splits(const ParameterSplits& splits, const Recipe& recipe) {
+    if (recipe.optimizer.uniform_bytes(recipe.state)) return splits.every_tensor_state;
+    return optimizer_splits(splits.table, recipe.optimizer, recipe.state);
 }
 
 /// The whole model's state, unsharded: each class's.
 inline TrainingState model_state(const ParameterSplits& splits, const Recipe& recipe) {
     TrainingState total;
-    const Count optimizer = state_bytes(recipe.optimizer, recipe.state, optimizer_splits(splits.table, recipe).total);
+    const Count optimizer = state_bytes(recipe.optimizer, recipe.state, optimizer_splits(splits, recipe).total);
     for (const StateClass& c : splits.classes) {
         TrainingState s;
         if (c.trainable) s = training_state(c.total, recipe, optimizer);
@@ -374,7 +384,7 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     if (framework.kv_cache == KvCache::kept)
         for (const auto& row : kv_cache_rows(m, seq, micro_batch, recipe.precision(), framework.attention, mode))
             w.kv_cache.add(row);
-    w.optimizer_state = optimizer_splits(w.parameters->table, recipe);
+    w.optimizer_state = optimizer_splits(*w.parameters, recipe);
     const std::uint64_t V = m.vocab;
     for (const auto& row : t.forward_buffers) w.forward_buffers.add(row);
     w.layers.resize(m.kind_count());
