@@ -32,6 +32,8 @@ inline void exercise(const memcalc::Architecture& m) {
                                                                : LossKernel::fp32_inplace;
                 // An fp32 model under autocast (its weight casts, its two dtypes) on the long sequence.
                 if (model == ActivationModel::architecture && seq == context) s.recipe = builtin_recipe("amp-adam");
+                // Narrow (fp8) linears, their saved casts and weight casts, on the shortest one.
+                if (model == ActivationModel::architecture && seq == 1) s.recipe = builtin_recipe("fp8");
                 if (mode == Recompute::selective) s.framework.logits = LogitsLife::freed;
                 // A k/v cache kept with the output, somewhere.
                 if (seq == 7 || mode == Recompute::full) s.framework.kv_cache = KvCache::kept;

@@ -70,10 +70,12 @@ Settings settings_from(const Request& q) {
     if (f.platform == Platform::cpu && settings.activations != ActivationModel::architecture)
         throw usage_error(fmt::format("{} needs --activations architecture: Korthikanti's formula has no kernels to choose",
                                       q.framework.count("platform") ? "--platform cpu" : from_profile + " (--platform cpu)"));
-    if (settings.recipe.autocast && settings.activations != ActivationModel::architecture)
-        throw usage_error(fmt::format("{} needs --activations architecture: it runs under autocast, whose several "
-                                      "dtypes Korthikanti's formula cannot tell apart",
-                                      q.recipe_file.empty() ? "--recipe " + q.recipe : "--recipe-file " + q.recipe_file));
+    if ((settings.recipe.autocast || settings.recipe.linears) && settings.activations != ActivationModel::architecture)
+        throw usage_error(fmt::format("{} needs --activations architecture: {} several dtypes, which Korthikanti's "
+                                      "formula cannot tell apart",
+                                      q.recipe_file.empty() ? "--recipe " + q.recipe : "--recipe-file " + q.recipe_file,
+                                      settings.recipe.autocast ? "autocast gives a layer's tensors"
+                                                               : "its narrow linear layers give a layer's tensors"));
     if (q.attention.empty() && f.attention == Attention::flash && settings.activations != ActivationModel::architecture)
         throw usage_error(fmt::format("{} (--attention flash) needs --activations architecture, or --attention eager: "
                                       "Korthikanti's formula describes eager attention", from_profile));

@@ -14,7 +14,8 @@ namespace memcalc::cli {
 namespace {
 
 const std::vector<std::string> recipe_keys = {"name",        "description", "weights", "gradients",
-                                              "master",      "activations", "optimizer", "state", "autocast"};
+                                              "master",      "activations", "optimizer", "state", "autocast",
+                                              "linears"};
 /// What the listing derives from the keys above: accepted, and checked against them.
 const std::vector<std::string> derived_keys = {"weight_bytes",     "gradient_bytes",      "master_bytes",
                                                "optimizer_bytes",  "activation_bytes",    "bytes_per_parameter",
@@ -54,6 +55,13 @@ Recipe parse_recipe_json(std::string_view text, const std::string& origin) {
     if (r.name.empty()) in.fail("name must not be empty");
     if (in.has("master")) r.master = in.choice_or<DType>("master", dtypes, DType::fp32);
     if (in.has("autocast")) r.autocast = in.flag_or("autocast", false);
+    // Narrow linears as Transformer Engine runs them: a cast of each weight and of its transpose.
+    if (in.has("linears"))
+        r.linears = NarrowLinears{in.choice_or<DType>("linears", dtypes, DType::fp8_e4m3), 2};
+    if (r.linears && bytes_per_element(r.linears->dtype) >= r.activation_bytes())
+        in.fail(std::string("linears is ") + dtype_name(r.linears->dtype) + ", not narrower than the activations (" +
+                dtype_name(r.activations) + ")");
+    if (r.linears && r.autocast) in.fail("a recipe with linears cannot also run under autocast");
 
     // null where the optimiser's state is counted tensor by tensor; the rule says how.
     const auto number = [](std::optional<std::uint64_t> n) { return n ? nlohmann::json(*n) : nlohmann::json(nullptr); };

@@ -110,7 +110,9 @@ Listing recipes_listing() {
                  {"weights", ""}, {"gradients", ""}, {"master", ""}, {"activations", ""}, {"optimizer", ""}, {"state", ""},
                  // Where the optimiser's state is not whole bytes per parameter (the two byte columns empty).
                  {"optimizer_rule", "optimizer state per tensor"},
-                 {"autocast", ""}};
+                 {"autocast", ""},
+                 // Narrow (fp8) linear layers: their dtype, as a --recipe-file's "linears" gives it.
+                 {"linears", ""}};
     l.table = {0, 2, 3, 4, 5, 7, 6, 14, 1};
     l.csv = {0, 2, 3, 4, 5, 6, 7, 14};
     const auto number = [](std::optional<std::uint64_t> n) { return n ? Listing::Cell(*n) : Listing::Cell(); };
@@ -118,11 +120,13 @@ Listing recipes_listing() {
         Listing::Cell master, rule;
         if (r.master) master = std::string(dtype_name(*r.master));
         if (!r.optimizer.rule.empty()) rule = std::string(r.optimizer.rule);
+        Listing::Cell linears;
+        if (r.linears) linears = std::string(dtype_name(r.linears->dtype));
         l.rows.push_back({std::string(r.name), std::string(r.description), r.weight_bytes(), r.gradient_bytes(),
                           r.master_bytes(), number(r.optimizer_bytes()), r.activation_bytes(), number(r.bytes_per_parameter()),
                           std::string(dtype_name(r.weights)), std::string(dtype_name(r.gradients)), master,
                           std::string(dtype_name(r.activations)), std::string(r.optimizer.name),
-                          std::string(dtype_name(r.state)), rule, r.autocast});
+                          std::string(dtype_name(r.state)), rule, r.autocast, linears});
     }
     return l;
 }

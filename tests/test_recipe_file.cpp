@@ -38,6 +38,8 @@ TEST_CASE("every listed recipe reads back as itself, byte counts checked", "[rec
         CHECK(read.activations == builtin.activations);
         CHECK(read.optimizer.name == builtin.optimizer.name);
         CHECK(read.state == builtin.state);
+        CHECK(read.autocast == builtin.autocast);
+        CHECK(read.linears.has_value() == builtin.linears.has_value());
         CHECK(read.bytes_per_parameter() == builtin.bytes_per_parameter());
         // The same estimate, to the byte.
         Architecture m;

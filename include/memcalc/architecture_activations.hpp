@@ -78,6 +78,9 @@ struct Sizes {
     DType stream;    ///< the residual stream's dtype: the compute dtype, or the weights' under autocast
     std::uint64_t s; ///< its bytes per element
     bool autocast;   ///< each matmul saves a copy of its input cast to the compute dtype
+    /// Linear layers save their inputs cast once to this narrower dtype (Transformer Engine's fp8).
+    std::optional<DType> narrow;
+    std::uint64_t linear_in;  ///< bytes per element of a linear layer's saved input: the narrow dtype's, or d
     Platform platform;
     /// Bytes per element of the copy a CPU kernel makes of a compute-dtype operand when the other is
     /// the stream's wider dtype (autocast's fp32 mask or residual): CUDA kernels cast as they read.
@@ -96,8 +99,18 @@ struct Sizes {
           stream(p.stream),
           s(bytes_per_element(p.stream)),
           autocast(p.autocast),
+          narrow(p.linear_inputs),
+          linear_in(p.linear_inputs ? bytes_per_element(*p.linear_inputs) : d),
           platform(where),
           upcast(where == Platform::cpu && s != d ? s : 0) {}
+
+    /// The same sizes for a linear layer that runs in the compute dtype (a router, Megatron-LM's head).
+    Sizes wide_linears() const {
+        Sizes wide = *this;
+        wide.narrow.reset();
+        wide.linear_in = d;
+        return wide;
+    }
 };
 
 /// "4 as^2b" for 4 bytes of `symbol`.
@@ -147,8 +160,15 @@ inline void dropout_row(TableBuilder& t, const Sizes& z, DType input, const std:
 /// What the projections reading a stream tensor keep: that tensor, or under autocast a copy of it cast
 /// to the compute dtype by each of the `projections` (autocast caches only the weights' casts).
 /// Separate projections are counted, as transformers writes LLaMA's: a fused one casts once (leans high).
+/// Narrow (fp8) linears save one cast, as Megatron-LM's fused QKV and gate/up layers make it, and the
+/// tensor itself is not kept (Transformer Engine's LayerNormLinear writes its norm's output in fp8).
 inline void projection_input_row(TableBuilder& t, const Sizes& z, const std::string& op, const std::string& what,
                                  Count elements, const Shape& shape, std::uint64_t projections) {
+    if (z.narrow) {
+        t.add(op, what + ", cast once to " + dtype_name(*z.narrow), "weight gradient = input^T x output gradient",
+              shape, elements, z.linear_in);
+        return;
+    }
     if (!z.autocast) {
         t.add(op, what, "weight gradient = input^T x output gradient", shape, elements, z.d);
         return;
@@ -185,7 +205,8 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
 
 inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
     projection_input_row(t, z, "q/k/v projections",
-                         m.parallel_attention && m.norms_per_layer == 1 && !z.autocast ? "their input, shared with the MLP"
+                         m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow
+                             ? "their input, shared with the MLP"
                                                                                        : "their input",
                          z.sbh, shape::sbh, 3);
     qkv_rows(t, m, z, attention);
@@ -194,8 +215,10 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         // and recomputes the scores block by block in backward.
         t.add("flash attention", "log-sum-exp per query row, fp32", "backward rebuilds the softmax from it", shape::asb,
               Count(m.heads) * z.tokens, dtype::fp32, Keep::not_selective);
-        t.add("flash attention", "its output (also the output projection's input)",
+        t.add("flash attention", z.narrow ? "its output" : "its output (also the output projection's input)",
               "backward needs the output for the softmax gradient", shape::sbq, z.sbq, z.d);
+        if (z.narrow)  // beside the kernel's own copy
+            projection_input_row(t, z, "output projection", "its input", z.sbq, shape::sbq, 1);
         // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query.
         const Count work = z.sbq * (dtype::fp32 + z.d) + Count(2 * z.d) * z.sbkv + Count(m.heads) * z.tokens * dtype::fp32;
         t.workspace(true, "flash attention backward", "dq (fp32 accumulator and result), dk, dv, row sums",
@@ -242,7 +265,8 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         t.add("attention over V", "the dropped-out weights", "the gradient w.r.t. v is weights^T x the output's gradient",
               shape::scores, z.scores, z.d, Keep::not_selective);
     }
-    t.add("output projection", "its input", "weight gradient = input^T x output gradient", shape::sbq, z.sbq, z.d);
+    if (z.narrow) projection_input_row(t, z, "output projection", "its input", z.sbq, shape::sbq, 1);
+    else t.add("output projection", "its input", "weight gradient = input^T x output gradient", shape::sbq, z.sbq, z.d);
 
     // Softmax's input lives beside its output; its backward holds the gradients of both. Upcasting
     // on the fly is CUDA's: the CPU kernel softmaxes an fp32 copy and returns an fp32 gradient.
@@ -265,6 +289,13 @@ inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const
         const std::string tensor(kept.tensor);
         t.add(op, tensor == "its input" ? tensor + " (" + input + ")" : tensor, std::string(kept.why), shape, sbf, d);
     }
+}
+
+/// The down projection's input, which nothing else keeps: in the compute dtype, or its one narrow cast.
+inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::string& prefix, const std::string& what,
+                                const Shape& shape, Count sbf) {
+    if (z.narrow) projection_input_row(t, z, prefix + "down projection", what, sbf, shape, 1);
+    else t.add(prefix + "down projection", what, "weight gradient = input^T x output gradient", shape, sbf, z.d);
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
@@ -291,8 +322,8 @@ inline void mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         t.workspace(true, prefix + "gate x up backward", "its incoming gradient and the gradients of both factors",
                     bytes_of(3 * z.d, shape.symbol), Count(3 * z.d) * sbf, "down_proj");
         if (dropout) dropout_rows();
-        t.add(prefix + "down projection", dropout ? "its input (gate x up, dropped out)" : "its input (gate x up)",
-              "weight gradient = input^T x output gradient", shape, sbf, z.d);
+        down_projection_row(t, z, prefix, dropout ? "its input (gate x up, dropped out)" : "its input (gate x up)",
+                            shape, sbf);
         return;
     }
     activation_rows(t, fn, shape, sbf, prefix, "the up projection's output", z.d);
@@ -301,9 +332,9 @@ inline void mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         t.add(act, "its output", "its derivative is read from its output", shape, sbf, z.d);
     const std::size_t act_end = t.size();
     if (dropout) dropout_rows();
-    t.add(prefix + "down projection",
-          dropout ? "its input (the dropped-out hidden)" : "its input (" + std::string(fn.label) + "'s output)",
-          "weight gradient = input^T x output gradient", shape, sbf, z.d);
+    down_projection_row(t, z, prefix,
+                        dropout ? "its input (the dropped-out hidden)" : "its input (" + std::string(fn.label) + "'s output)",
+                        shape, sbf);
     const std::uint64_t work = fn.backward_workspace * z.d;
     t.workspace_at(fn.keeps_output && !dropout ? t.size() : act_end, true, act + " backward",
                    fn.kernel == ActivationKernel::fused ? "its incoming gradient and its input's gradient"
@@ -325,8 +356,12 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     t.add("dispatch", "token and slot indices per expert (2 x int64)", "index and index_add need them", shape::sbk, slots,
           16);
     // Gathered from the stream: under autocast fp32, and each expert's first projections cast it again.
-    t.add("dispatch", "the gathered tokens", "the expert's first projections need their input", shape::sbkh,
-          slots * m.hidden, z.s);
+    // Narrow linears keep only their cast of it.
+    if (z.narrow)
+        projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden, shape::sbkh, 1);
+    else
+        t.add("dispatch", "the gathered tokens", "the expert's first projections need their input", shape::sbkh,
+              slots * m.hidden, z.s);
     if (z.autocast)
         projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden, shape::sbkh,
                              mlp_input_projections(m));
@@ -358,9 +393,12 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
         detail::dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);
 
     if (!shared_norm) detail::norm_rows(t, m, z, "MLP norm", m.parallel_attention);
-    // Under autocast a shared norm's output is cast again by the MLP's projections (the router, for experts).
-    if (!shared_norm || z.autocast)
-        detail::projection_input_row(t, z, m.is_moe() ? "router and experts" : "MLP up projections", "their input",
+    // Under autocast a shared norm's output is cast again by the MLP's projections (the router, for
+    // experts); narrow linears save their own cast of it.
+    if (!shared_norm || z.autocast || z.narrow)
+        // A router is no Transformer Engine module: it keeps its input in the compute dtype.
+        detail::projection_input_row(t, m.is_moe() ? z.wide_linears() : z,
+                                     m.is_moe() ? "router and experts" : "MLP up projections", "their input",
                                      z.sbh, shape::sbh, m.is_moe() ? 1 : detail::mlp_input_projections(m));
     if (m.is_moe()) {
         detail::moe_rows(t, m, z);
@@ -465,7 +503,8 @@ inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t 
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
     detail::norm_rows(t, m, z, "final norm");
-    detail::projection_input_row(t, z, "output head", "its input", z.sbh, shape::sbh, 1);
+    // Megatron-LM's output layer is no Transformer Engine module: its input stays in the compute dtype.
+    detail::projection_input_row(t, z.wide_linears(), "output head", "its input", z.sbh, shape::sbh, 1);
     if (loss == LossKernel::fp32_inplace)
         t.add("loss (softmax in place)", "an fp32 copy of the logits, softmaxed in place",
               "the gradient is written over it", shape::sbV, z.tokens * m.vocab, dtype::fp32);

@@ -21,10 +21,22 @@ struct Precision {
     DType compute;
     DType stream;
     bool autocast = false;
+    /// The dtype the linear layers save their inputs in, where narrower than `compute` (NarrowLinears).
+    std::optional<DType> linear_inputs;
 
     Precision(DType one) : compute(one), stream(one) {}  // one dtype throughout: no autocast
-    Precision(DType compute_dtype, DType stream_dtype, bool under_autocast)
-        : compute(compute_dtype), stream(stream_dtype), autocast(under_autocast) {}
+    Precision(DType compute_dtype, DType stream_dtype, bool under_autocast,
+              std::optional<DType> linear_input_dtype = std::nullopt)
+        : compute(compute_dtype), stream(stream_dtype), autocast(under_autocast), linear_inputs(linear_input_dtype) {}
+};
+
+/// Linear layers computed in a narrower dtype than the activations, as Transformer Engine's fp8 runs
+/// them (TE 1.x, transformer_engine/pytorch/module/linear.py): each casts its input once and saves
+/// that cast for the weight gradient, and keeps a cast of its weight and of the weight's transpose
+/// (Hopper's fp8 GEMMs take no transposed operand) as module buffers for the whole run.
+struct NarrowLinears {
+    DType dtype;
+    std::uint32_t weight_casts;  ///< casts kept per weight element: the weight's and its transpose's
 };
 
 /// A training recipe: the dtypes of the weights, gradients, master copy and activations, and its
@@ -41,10 +53,14 @@ struct Recipe {
     /// The forward runs under torch.autocast: the weights (fp32) stay the residual stream's dtype, each
     /// matmul casts its inputs and its weights to `activations` (architecture_activations.hpp counts it).
     bool autocast = false;
+    /// The layers' linear layers run in a narrower dtype (fp8): their saved inputs and weight casts.
+    std::optional<NarrowLinears> linears = std::nullopt;
 
     /// The dtype of the residual stream and the norms: the weights' under autocast, else the activations'.
     DType stream() const { return autocast ? weights : activations; }
-    Precision precision() const { return {activations, stream(), autocast}; }
+    Precision precision() const {
+        return {activations, stream(), autocast, linears ? std::optional<DType>(linears->dtype) : std::nullopt};
+    }
     std::uint64_t weight_bytes() const { return bytes_per_element(weights); }
     std::uint64_t gradient_bytes() const { return bytes_per_element(gradients); }
     std::uint64_t master_bytes() const { return master ? bytes_per_element(*master) : 0; }
@@ -75,11 +91,13 @@ struct Recipe {
 namespace recipe_table {  // short names for the table's cells
 inline constexpr DType bf16 = DType::bf16, fp32 = DType::fp32;
 inline constexpr std::optional<DType> none = std::nullopt;
+/// Transformer Engine's fp8 on Hopper: E4M3 forward tensors, a weight cast and its transpose.
+inline constexpr NarrowLinears te_fp8{DType::fp8_e4m3, 2};
 }  // namespace recipe_table
 
-inline constexpr std::array<Recipe, 11> recipes = [] {
+inline constexpr std::array<Recipe, 12> recipes = [] {
     using namespace recipe_table;
-    return std::array<Recipe, 11>{{
+    return std::array<Recipe, 12>{{
         // clang-format off
         // name                  weights grads master activations optimizer    state
         {"mixed-adam",            bf16,  bf16, fp32,  bf16,  adam,         fp32,
@@ -108,6 +126,10 @@ inline constexpr std::array<Recipe, 11> recipes = [] {
         {"amp-adam",              fp32,  fp32, none,  bf16,  adam,         fp32,
          "an fp32 model under torch.autocast(bfloat16) with torch.optim.AdamW (nanoGPT, Trainer(bf16=True)): "
          "fp32 weights, gradients and moments; matmuls in bf16 on cast copies of their inputs and weights", true},
+        {"fp8",                   bf16,  bf16, fp32,  bf16,  adam,         fp32,
+         "Transformer Engine fp8 (1.x, Hopper) beside mixed-precision Adam: the layers' linear layers save their "
+         "inputs in fp8 (one cast per input) and keep an fp8 cast of each weight and of its transpose, 2 B per "
+         "weight element, for the run; attention, norms, the head and the loss stay bf16", false, te_fp8},
         // clang-format on
     }};
 }();

@@ -134,6 +134,7 @@ struct TimelineInputs : StageLayers {
     Count input_backward_work;    ///< what the embedding's backward adds to backward 1 over its layer's
     Count input_backward_work_held;  ///< the same when the gradients it writes are already held
     Count head_weight_copy;       ///< autocast's cast of the output head's matrix: the loss step
+    Count persistent_weight_copies;  ///< narrow (fp8) linears' weight casts, module buffers: every step
     /// Full recomputation under autocast: no layer saves its weights' casts, but autocast's cache holds
     /// every layer's until the forward pass ends; each backward step casts its layer's again.
     bool weight_copies_recast = false;
@@ -173,6 +174,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
     b.weights = in.weights;
     b.master_weights = in.master_weights;
     b.optimizer_state = in.optimizer_state;
+    b.weight_copies = in.persistent_weight_copies;
     // Held gradients are live throughout; a ZeRO-2/3 bucket also while a backward step fills it.
     const Count held_gradients = held ? in.all_gradients() : Count(0);
     b.gradients = held_gradients;
@@ -190,22 +192,22 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
         case Phase::forward:
             b.kept_activations = kept + cache;
             b.gathered_weights = here.gathered_weights;
-            b.weight_copies = in.over<&LayerInputs::weight_copies>(1, position);
+            b.weight_copies += in.over<&LayerInputs::weight_copies>(1, position);
             b.workspace = in.forward_buffers + here.forward_work;
             if (later) b.logits = held_logits;  // the previous micro-batch's
             return {phase, in.layer_id(position - 1), b, microbatch};
         case Phase::loss:
             b.kept_activations = kept + cache;
             b.logits = in.logits + in.loss_buffers + in.logits_gradient;
-            b.weight_copies = in.over<&LayerInputs::weight_copies>(1, L) + in.head_weight_copy;
+            b.weight_copies += in.over<&LayerInputs::weight_copies>(1, L) + in.head_weight_copy;
             b.workspace = later ? in.later_loss_work : in.loss_work;
             return {phase, 0, b, microbatch};
         case Phase::backward: {
             b.kept_activations = kept + held_cache;
             b.rebuilt_activations = here.rebuilt;
             b.gathered_weights = here.gathered_weights;
-            b.weight_copies = in.weight_copies_recast ? here.weight_copies
-                                                      : in.over<&LayerInputs::weight_copies>(1, position);
+            b.weight_copies += in.weight_copies_recast ? here.weight_copies
+                                                       : in.over<&LayerInputs::weight_copies>(1, position);
             b.activation_gradient = in.activation_gradient;
             b.workspace = (held ? here.backward_work_held : here.backward_work) + in.recompute_buffers;
             if (position == 1)

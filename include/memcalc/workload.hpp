@@ -204,6 +204,8 @@ struct ParameterSplits {
     /// The tensors autocast casts to the compute dtype (autocast_casts): one layer of each kind's, the head's.
     std::array<SplitParams, max_layer_kinds> cast_per_layer;
     SplitParams cast_head;
+    /// One layer of each kind's linear weights, biases and router aside: narrow (fp8) linears keep casts of them.
+    std::array<SplitParams, max_layer_kinds> linear_weights;
     LargestTensors largest_outside_matrices;  ///< of those but the layers' matrices: Muon's AdamW steps them
     /// Of the trainable layers' matrices, one tensor each: the largest Newton-Schulz work's dimensions,
     /// and the elements of the two largest (Muon orthogonalises one beside the previous one's update).
@@ -234,6 +236,12 @@ inline bool autocast_casts(const ParamRow& r) {
         case Part::norms: case Part::final_norm: return false;
     }
     return false;
+}
+
+/// Whether the tensor is the weight of one of a layer's Transformer Engine linear layers: a matrix of
+/// the attention or the MLP (experts too). Megatron-LM's router is a plain torch layer.
+inline bool te_linear_weight(const ParamRow& r) {
+    return layer_matrix(r) && (r.part == Part::attention || r.part == Part::mlp);
 }
 
 /// The trainable tensors' optimiser state under optimiser `o` with state dtype `state`, by group.
@@ -280,6 +288,7 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
             else splits.add_matrix(row);
         }
         if (autocast_casts(row)) (row.group == Group::layer ? splits.cast_per_layer[row.kind] : splits.cast_head).add(row, V);
+        if (te_linear_weight(row)) splits.linear_weights[row.kind].add(row, V);
         switch (row.group) {
             case Group::input: c->input.add(row, V); break;
             case Group::layer: {
@@ -628,6 +637,13 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.master_weights = f.state.master_weights;
     in.optimizer_state = f.state.optimizer_state;
     in.weight_copies_recast = w.recipe.autocast && w.recompute == Recompute::full;
+    if (const auto& narrow = w.recipe.linears) {
+        // Transformer Engine's casts of the stage's weights (this rank's tensor- and expert-parallel
+        // share, not ZeRO's: it casts whole weights), module buffers kept for the run.
+        const std::uint64_t bytes = std::uint64_t(narrow->weight_casts) * bytes_per_element(narrow->dtype);
+        for (std::size_t k = 0; k < kinds; ++k)
+            in.persistent_weight_copies += Count(f.kind_layers[k]) * w.parameters->linear_weights[k].on_rank(p, V) * bytes;
+    }
     Count most_kept, most_weights;  // of one layer, over the kinds this stage runs
     for (std::size_t k = 0; k < kinds; ++k) {
         in.layer[k].kept = w.layers[k].kept.on_rank(p, V);
