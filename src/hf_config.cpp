@@ -74,11 +74,27 @@ void qwen2(const JsonReader& in, Architecture& m) {
     m.bias = Bias::qkv;  // Qwen2 always has q, k and v biases
 }
 
+/// Qwen3: LLaMA's keys, head_dim given, q_norm and k_norm per head (modeling_qwen3.py).
+void qwen3(const JsonReader& in, Architecture& m) {
+    llama(in, m);
+    m.qk_norm = QkNorm::per_head;
+    if (in.flag_or("use_sliding_window", false))
+        in.fail("use_sliding_window true (Qwen's sliding-window layers) is not modelled");
+}
+
 void gemma(const JsonReader& in, Architecture& m) { llama_like(in, m, true); }
 
 void gemma2(const JsonReader& in, Architecture& m) {
     llama_like(in, m, true);
     m.norms_per_layer = 4;  // before and after both attention and MLP
+}
+
+/// Gemma 3's text model: Gemma 2's four norms a layer, q_norm and k_norm per head; its sliding-window
+/// layers keep what full-attention ones keep in training (eager attention masks a full s x s score
+/// matrix; a fused kernel keeps a log-sum-exp per row either way). gemma3's multimodal config nests it.
+void gemma3_text(const JsonReader& in, Architecture& m) {
+    gemma2(in, m);
+    m.qk_norm = QkNorm::per_head;
 }
 
 void phi3(const JsonReader& in, Architecture& m) {
@@ -201,7 +217,8 @@ using Reader = std::function<void(const JsonReader&, Architecture&)>;
 const std::vector<std::pair<std::string, Reader>> families = {
     {"llama", llama}, {"mistral", llama}, {"mixtral", mixtral}, {"qwen2", qwen2}, {"gemma", gemma},
     {"gemma2", gemma2}, {"phi3", phi3}, {"gpt2", gpt2}, {"opt", opt}, {"falcon", falcon}, {"bloom", bloom},
-    {"gpt_neox", gpt_neox}, {"phi", phi},
+    {"gpt_neox", gpt_neox}, {"phi", phi}, {"qwen3", qwen3}, {"gemma3_text", gemma3_text},
+    {"gemma3", gemma3_text},  // its text_config: the language model alone, the vision tower not counted
     {"RefinedWebModel", falcon}, {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
 
@@ -229,8 +246,13 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin, cons
     }
     ModelFile file;
     file.architecture.name = default_name;
-    family->second(in, file.architecture);
-    file.description = "imported from " + origin + " (model_type " + type + ")";
+    // A multimodal config nests its language model's keys (Gemma 3's text_config).
+    const bool nested = type == "gemma3";
+    if (nested && !(document.contains("text_config") && document.at("text_config").is_object()))
+        in.fail("model_type gemma3 needs its language model's keys in a text_config object");
+    family->second(nested ? JsonReader(document.at("text_config"), origin + " (text_config)") : in, file.architecture);
+    file.description = "imported from " + origin + " (model_type " + type + (nested ? ", text_config: the language "
+                                                                                      "model alone" : "") + ")";
     try {
         validate(file.architecture);
     } catch (const error& e) {

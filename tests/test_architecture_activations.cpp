@@ -189,3 +189,25 @@ TEST_CASE("nanoGPT's registered mask: masked_fill keeps a bool s^2 in each layer
     CHECK(architecture_layer(registered, s, b, DType::bf16, Attention::flash).total() ==
           architecture_layer(added, s, b, DType::bf16, Attention::flash).total());
 }
+
+TEST_CASE("q_norm and k_norm (Qwen3, Gemma 3) keep an RMSNorm's tensors per head: fp32 input, 1/rms, output",
+          "[architecture][qk_norm]") {
+    const std::uint64_t s = 512, b = 2;
+    Architecture m = GENERATE(fixtures::llama_7b(), fixtures::mistral_7b());
+    CAPTURE(m.name);
+    const std::uint64_t sbq = s * b * m.heads * m.head_size(), sbkv = s * b * m.key_value_heads() * m.head_size();
+    const std::uint64_t rows = s * b * (m.heads + m.key_value_heads());
+    const Attention attention = GENERATE(Attention::eager, Attention::flash);
+    const auto total = [&](const Architecture& a, DType d) { return architecture_layer(a, s, b, d, attention).total().value(); };
+    Architecture normed = m;
+    normed.qk_norm = QkNorm::per_head;
+    // bf16: the projection's output upcast (4), its normalised cast back (2), an fp32 1/rms per head and token.
+    CHECK(total(normed, DType::bf16) - total(m, DType::bf16) == 6 * (sbq + sbkv) + 4 * rows);
+    // fp32: the input is the projection's output itself (4), the normalised one fp32 too (4).
+    CHECK(total(normed, DType::fp32) - total(m, DType::fp32) == 8 * (sbq + sbkv) + 4 * rows);
+    // Outside the core attention: every recomputation but full keeps them.
+    const LayerActivations layer = architecture_layer(normed, s, b, DType::bf16, attention);
+    CHECK(layer.sum(Recompute::selective).value() -
+              architecture_layer(m, s, b, DType::bf16, attention).sum(Recompute::selective).value() ==
+          6 * (sbq + sbkv) + 4 * rows);
+}

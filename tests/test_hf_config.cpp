@@ -33,7 +33,8 @@ TEST_CASE("real config.json files give their checkpoints' exact counts", "[hf_co
         families.insert(entry["model_type"].get<std::string>());
     }
     CHECK(manifest.size() >= 20);
-    CHECK(families.size() == cli::supported_model_types().size() - 2);  // every model_type but Falcon's old names
+    // Every model_type but Falcon's old names and gemma3, whose text_config is a gemma3_text config.
+    CHECK(families.size() == cli::supported_model_types().size() - 3);
 }
 
 TEST_CASE("family quirks come through the importer", "[hf_config]") {
@@ -53,6 +54,34 @@ TEST_CASE("family quirks come through the importer", "[hf_config]") {
     const auto qwen = cli::load_hf_config(configs + "qwen2-0.5b.json").architecture;
     CHECK(qwen.bias == Bias::qkv);
     CHECK(qwen.tied_embeddings);
+}
+
+TEST_CASE("Qwen3 and Gemma 3 norm q and k per head; gemma3 reads its text_config", "[hf_config][qk_norm]") {
+    const auto qwen3 = cli::load_hf_config(configs + "qwen3-8b.json").architecture;
+    CHECK(qwen3.qk_norm == QkNorm::per_head);
+    CHECK(qwen3.head_size() == 128);
+    const auto gemma3 = cli::load_hf_config(configs + "gemma-3-1b-pt.json").architecture;
+    CHECK(gemma3.qk_norm == QkNorm::per_head);
+    CHECK(gemma3.norms_per_layer == 4);
+    CHECK(gemma3.tied_embeddings);
+    // Two weights of head_dim per layer: what a model without them lacks, exactly.
+    Architecture bare = qwen3;
+    bare.qk_norm = QkNorm::none;
+    CHECK(parameter_table(qwen3).total().value() - parameter_table(bare).total().value() == 36 * 2 * 128);
+
+    // The multimodal config's language model is the same text model.
+    json text = read_json(configs + "gemma-3-1b-pt.json");
+    const json nested = {{"model_type", "gemma3"}, {"text_config", text}, {"vision_config", {{"hidden_size", 1152}}}};
+    const auto from_nested = cli::parse_hf_config(nested.dump(), "g.json", "g").architecture;
+    CHECK(parameter_table(from_nested).total() == parameter_table(gemma3).total());
+    CHECK_THROWS_WITH(cli::parse_hf_config(R"({"model_type": "gemma3"})", "g.json", "g"),
+                      "g.json: model_type gemma3 needs its language model's keys in a text_config object");
+    text.erase("num_hidden_layers");
+    CHECK_THROWS_WITH(cli::parse_hf_config(json{{"model_type", "gemma3"}, {"text_config", text}}.dump(), "g.json", "g"),
+                      "g.json (text_config): missing key 'num_hidden_layers'");
+    json sliding = read_json(configs + "qwen3-8b.json");
+    sliding["use_sliding_window"] = true;
+    CHECK_THROWS_WITH(cli::parse_hf_config(sliding.dump(), "q.json", "q"), Catch::Contains("use_sliding_window true"));
 }
 
 TEST_CASE("a config.json the importer cannot read says which key or type", "[hf_config]") {

@@ -92,7 +92,7 @@ TEST_CASE("every preset's count equals its published exact count", "[model_file]
         Row{"gemma-2-9b", 9241705984ULL},   Row{"phi-3-mini", 3821079552ULL},  Row{"opt-125m", 125239296ULL},
         Row{"opt-1.3b", 1315758080ULL},     Row{"bloom-560m", 559214592ULL},   Row{"bloom-7b1", 7069016064ULL},
         Row{"falcon-rw-1b", 1311625216ULL}, Row{"pythia-1b", 1011781632ULL},  Row{"phi-2", 2779683840ULL},
-        Row{"llama-3.1-405b", 405853388800ULL},
+        Row{"llama-3.1-405b", 405853388800ULL}, Row{"qwen3-8b", 8190735360ULL}, Row{"gemma-3-1b", 999885952ULL},
     }));
     CAPTURE(name);
     const auto file = cli::load_preset(name);

@@ -84,6 +84,7 @@ inline constexpr Shape sbkv{"sb(kd)", ActivationSplit::tensor};   ///< keys or v
 inline constexpr Shape sbf{"sbf", ActivationSplit::tensor};       ///< the MLP's hidden width
 inline constexpr Shape scores{"as^2b", ActivationSplit::tensor};  ///< attention scores per head
 inline constexpr Shape asb{"asb", ActivationSplit::tensor};       ///< a value per head and query
+inline constexpr Shape ksb{"ksb", ActivationSplit::tensor};       ///< a value per key/value head and token
 inline constexpr Shape sbE{"sbE", ActivationSplit::sequence};     ///< router probabilities per token and expert
 inline constexpr Shape sbk{"sbk", ActivationSplit::sequence};     ///< a value per routed token-slot
 inline constexpr Shape sbkh{"sbk(h)", ActivationSplit::sequence}; ///< routed tokens at the model's width

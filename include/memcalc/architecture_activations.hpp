@@ -45,6 +45,7 @@ public:
     std::size_t size() const { return rows_.size(); }
     /// The last row is the layer's input itself (SavedTensor::layer_input).
     void mark_layer_input(bool is_input) { rows_.back().layer_input = is_input; }
+    void mark_layer_input_at(std::size_t row) { rows_.at(row).layer_input = true; }
 
     /// One saved storage of `copies` x `per_copy` elements of `shape`, which says how it divides
     /// across ranks.
@@ -121,19 +122,27 @@ inline std::string bytes_of(std::uint64_t bytes, const std::string& symbol) {
 /// A normalisation layer's saved tensors. `what` names it ("attention norm"). `input_kept`: its input
 /// is a tensor another row already keeps (a parallel layer's second norm reads the layer input too).
 /// `layer_input`: it reads the layer's input, so a saved input that is no copy is the checkpoint itself.
+/// HF's RMSNorm over `elements` values of `input` bytes each, normalised in `rows` rows:
+/// x.float(); x * rsqrt(mean(x^2) + eps); weight * result.to(input dtype). The upcast is a new tensor
+/// unless x is fp32 already. Returns whether the saved input is x itself (no copy).
+inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& shape, Count elements,
+                         const Shape& row_shape, Count rows, const std::string& row_name, std::uint64_t input) {
+    t.add(what + " (RMSNorm)", input == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
+          "pow(x, 2) and x * rsqrt need x", shape, elements, dtype::fp32);
+    t.add(what + " (RMSNorm)", "1/rms per " + row_name + ", fp32", "rsqrt's gradient is written in its output",
+          row_shape, rows, dtype::fp32);
+    t.add(what + " (RMSNorm)", "the normalised input", "the weight's gradient is x_norm x the output's gradient",
+          shape, elements, input);
+    return input == dtype::fp32;
+}
+
 inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const std::string& what,
                       bool input_kept = false, bool layer_input = false) {
     if (m.norm == Norm::rmsnorm) {
-        // HF's RMSNorm: x.float(); x * rsqrt(mean(x^2) + eps); weight * result.to(bf16). The upcast
-        // is a new tensor unless x is fp32 already.
-        t.add(what + " (RMSNorm)", z.s == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
-              "pow(x, 2) and x * rsqrt need x", shape::sbh, z.sbh, dtype::fp32);
-        t.mark_layer_input(layer_input && z.s == dtype::fp32);
-        t.add(what + " (RMSNorm)", "1/rms per token, fp32", "rsqrt's gradient is written in its output", shape::sb,
-              z.tokens, dtype::fp32);
-        // Cast back to the input's dtype: the stream's (fp32 under autocast).
-        t.add(what + " (RMSNorm)", "the normalised input", "the weight's gradient is x_norm x the output's gradient",
-              shape::sbh, z.sbh, z.s);
+        // On the residual stream, in its dtype (fp32 under autocast, where the input kept is the stream itself).
+        const std::size_t input_row = t.size();
+        if (rmsnorm_rows(t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", z.s) && layer_input)
+            t.mark_layer_input_at(input_row);
     } else {
         if (!input_kept) {
             t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", shape::sbh, z.sbh, z.s);
@@ -203,12 +212,20 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
     }
 }
 
+/// Qwen3's and Gemma 3's q_norm and k_norm: an RMSNorm of each head's projection output, before rotary.
+inline void qk_norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
+    if (m.qk_norm == QkNorm::none) return;
+    rmsnorm_rows(t, "q_norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads, "query head and token", z.d);
+    rmsnorm_rows(t, "k_norm", shape::sbkv, z.sbkv, shape::ksb, z.tokens * m.key_value_heads(), "key head and token", z.d);
+}
+
 inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
     projection_input_row(t, z, "q/k/v projections",
                          m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow
                              ? "their input, shared with the MLP"
                                                                                        : "their input",
                          z.sbh, shape::sbh, 3);
+    qk_norm_rows(t, m, z);
     qkv_rows(t, m, z, attention);
     if (attention == Attention::flash) {
         // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per row

@@ -23,6 +23,9 @@ enum class Activation { silu, gelu, gelu_tanh, relu, gelu_new, gelu_fast, quick_
 /// (transformers'). Per layer: nanoGPT's CausalSelfAttention registers a max_positions^2 buffer in
 /// every layer (the weights' dtype once the model is cast) and masks with masked_fill(bias == 0).
 enum class CausalMaskBuffer { none, per_layer };
+/// Norms on the queries and keys, before rotary: none, or an RMSNorm over each head's d values whose
+/// one weight of d the heads share (Qwen3, Gemma 3: q_norm, k_norm in transformers).
+enum class QkNorm { none, per_head };
 
 /// A kind of layer: what differs from the model's fields in some of its layers (DeepSeek's first
 /// dense layers beside its mixture-of-experts ones; Llama 4's interleaved dense and MoE layers). A
@@ -71,6 +74,7 @@ struct Architecture {
     double mlp_dropout = 0;              ///< dropout inside the MLP, on the down projection's input (nn.TransformerEncoderLayer)
     bool softmax_fp32 = true;            ///< eager attention takes its softmax in fp32 (LLaMA-style code does; GPT-2's does not)
     CausalMaskBuffer causal_mask_buffer = CausalMaskBuffer::none;  ///< eager attention's mask: built per forward, or a buffer per layer
+    QkNorm qk_norm = QkNorm::none;       ///< norms on q and k before rotary (Qwen3, Gemma 3)
     /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's own
     /// fields (one kind). The runs' counts sum to `layers`.
     std::vector<LayerKind> layer_kinds;
@@ -178,6 +182,8 @@ inline void validate(const Architecture& m) {
         throw error("max_positions must be a positive integer for learned position embeddings (got 0)");
     if (m.causal_mask_buffer == CausalMaskBuffer::per_layer && m.max_positions == 0)
         throw error("max_positions must be a positive integer for causal_mask_buffer per_layer (got 0)");
+    if (m.qk_norm != QkNorm::none && m.norm != Norm::rmsnorm)
+        throw error("qk_norm per_head is an RMSNorm: it needs norm rmsnorm");
     if (m.norms_per_layer != 1 && m.norms_per_layer != 2 && m.norms_per_layer != 4)
         throw error("norms_per_layer must be 1, 2 or 4 (got " + std::to_string(m.norms_per_layer) + ")");
     if (m.norms_per_layer == 1 && !m.parallel_attention)

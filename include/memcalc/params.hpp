@@ -172,6 +172,10 @@ inline ParameterTable parameter_table(const Architecture& m) {
             add(Part::attention, Group::layer, "k_proj.bias", "k*d", {kv}, split);
             add(Part::attention, Group::layer, "v_proj.bias", "k*d", {kv}, split);
         }
+        if (m.qk_norm == QkNorm::per_head) {  // one weight of d, shared by every head
+            add(Part::norms, Group::layer, "q_norm.weight", "d", {m.head_size()});
+            add(Part::norms, Group::layer, "k_norm.weight", "d", {m.head_size()});
+        }
         add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
         if (m.bias == Bias::attention || m.bias == Bias::all) add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
         if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, {"post_attention_norm.weight", "post_attention_norm.bias"});
