@@ -23,7 +23,7 @@ const std::vector<std::string> architecture_keys = {
     "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_positions", "position_rows", "mlp",
     "norm", "bias", "position", "tied_embeddings", "experts", "experts_per_token", "activation", "norms_per_layer",
     "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "mlp_dropout", "softmax_fp32",
-    "head_bias", "causal_mask_buffer", "qk_norm"};
+    "head_bias", "causal_mask_buffer", "qk_norm", "rotary_embedding"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source", "published_parameters"};
 const std::vector<std::string> kind_keys = {"name", "ffn", "experts", "experts_per_token"};
 
@@ -110,6 +110,9 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
         "causal_mask_buffer", {{"none", CausalMaskBuffer::none}, {"per_layer", CausalMaskBuffer::per_layer}},
         CausalMaskBuffer::none);
     m.qk_norm = in.choice_or<QkNorm>("qk_norm", {{"none", QkNorm::none}, {"per_head", QkNorm::per_head}}, QkNorm::none);
+    std::map<std::string, RotaryEmbedding> rotary;
+    for (const auto& row : rotary_embeddings) rotary.emplace(row.name, row.id);
+    m.rotary_embedding = in.choice_or<RotaryEmbedding>("rotary_embedding", rotary, RotaryEmbedding::shared);
     file.description = in.text_or("description", "");
     file.source = in.text_or("source", "");
     if (in.has("published_parameters")) file.published_parameters = in.positive("published_parameters");

@@ -103,7 +103,8 @@ std::string builder(const cli::ModelFile& file) {
         << "    m.softmax_fp32 = " << boolean(m.softmax_fp32) << ";\n"
         << "    m.causal_mask_buffer = CausalMaskBuffer::"
         << (m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none") << ";\n"
-        << "    m.qk_norm = QkNorm::" << (m.qk_norm == QkNorm::per_head ? "per_head" : "none") << ";\n";
+        << "    m.qk_norm = QkNorm::" << (m.qk_norm == QkNorm::per_head ? "per_head" : "none") << ";\n"
+        << "    m.rotary_embedding = RotaryEmbedding::" << rotary_embedding(m.rotary_embedding).name << ";\n";
     for (const LayerKind& k : m.layer_kinds)
         out << "    m.layer_kinds.push_back({" << literal(k.name) << ", " << optional_number(k.ffn) << ", "
             << optional_number(k.experts) << ", " << optional_number(k.experts_per_token) << "});\n";

@@ -51,7 +51,8 @@ json model_json(const Architecture& m) {
             {"softmax_fp32", m.softmax_fp32},
             {"head_bias", m.head_bias},
             {"causal_mask_buffer", m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none"},
-            {"qk_norm", m.qk_norm == QkNorm::per_head ? "per_head" : "none"}};
+            {"qk_norm", m.qk_norm == QkNorm::per_head ? "per_head" : "none"},
+            {"rotary_embedding", rotary_embedding(m.rotary_embedding).name}};
     if (m.layer_kinds.empty()) return out;
     const auto given = [](const std::optional<std::uint64_t>& v) { return v ? json(*v) : json(nullptr); };
     json kinds = json::array(), pattern = json::array();

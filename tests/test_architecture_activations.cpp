@@ -211,3 +211,38 @@ TEST_CASE("q_norm and k_norm (Qwen3, Gemma 3) keep an RMSNorm's tensors per head
               architecture_layer(m, s, b, DType::bf16, attention).sum(Recompute::selective).value() ==
           6 * (sbq + sbkv) + 4 * rows);
 }
+
+TEST_CASE("a rotary embedding per layer: each layer keeps its own cos and sin, none is shared",
+          "[architecture][buffers]") {
+    // Measured with torch 1.13 (saved_tensors_hooks): q * cos and rotate_half(q) * sin keep the layer's
+    // (1, 1, s, head_dim) cos and sin, whatever the batch; k's products the same two.
+    using Row = std::pair<Architecture, std::uint64_t>;
+    const auto [shape, d] = GENERATE(table<Architecture, std::uint64_t>({Row{llama_like(256, 4, 2, 688), 64},
+                                                                         Row{fixtures::mistral_7b(), 128}}));
+    const RotaryEmbedding kind = GENERATE(RotaryEmbedding::per_layer, RotaryEmbedding::per_layer_cached);
+    const std::uint64_t s = GENERATE(64, 1000), b = GENERATE(1, 3);
+    const Attention attention = GENERATE(Attention::eager, Attention::flash);
+    CAPTURE(shape.hidden, rotary_embedding(kind).name, s, b, attention_name(attention));
+    Architecture own = shape;
+    own.rotary_embedding = kind;
+    const LayerActivations with = architecture_layer(own, s, b, DType::bf16, attention);
+    const LayerActivations shared = architecture_layer(shape, s, b, DType::bf16, attention);
+    const std::uint64_t pair = 2 * s * d * 2;  // cos and sin, bf16
+    CHECK(with.total().value() == shared.total().value() + pair);
+    CHECK(with.kept(Recompute::selective).value() == shared.kept(Recompute::selective).value() + pair);
+    CHECK(with.kept(Recompute::full) == shared.kept(Recompute::full));
+    // The model-level pair is gone: each layer made its own.
+    CHECK(saved_bytes(input_side_saved(shape, s, b, DType::bf16)).value() ==
+          saved_bytes(input_side_saved(own, s, b, DType::bf16)).value() + pair);
+    // Under autocast they take v's dtype, bf16, as well.
+    const Precision autocast{DType::bf16, DType::fp32, true};
+    CHECK(architecture_layer(own, s, b, autocast, attention).total().value() ==
+          architecture_layer(shape, s, b, autocast, attention).total().value() + pair);
+}
+
+TEST_CASE("learned positions have no rotary embedding to place", "[architecture][buffers]") {
+    Architecture own = fixtures::gpt2_small();
+    own.rotary_embedding = RotaryEmbedding::per_layer_cached;
+    CHECK(architecture_layer(own, 128, 2, DType::bf16, Attention::eager).total() ==
+          architecture_layer(fixtures::gpt2_small(), 128, 2, DType::bf16, Attention::eager).total());
+}

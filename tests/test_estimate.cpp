@@ -276,3 +276,53 @@ TEST_CASE("a kept k/v cache: the copies backward does not keep, from each forwar
     CHECK(added("backward 1") == held);
     CHECK(added("optimizer") == held);
 }
+
+TEST_CASE("per-layer rotary embeddings: their buffers in the weights' dtype on every rank and step, their cos and sin per layer",
+          "[estimate][buffers]") {
+    // transformers 4.31-4.37 registers inv_freq (head_dim / 2) and cos and sin caches (max_positions x
+    // head_dim) in every attention layer; 4.40-4.44 inv_freq alone. model.to(dtype) casts them all.
+    using Row = std::tuple<Architecture, const char*, std::uint64_t>;
+    const auto [shape, recipe, bytes] = GENERATE(table<Architecture, const char*, std::uint64_t>({
+        Row{fixtures::llama_7b(), "mixed-adam", 2}, Row{fixtures::llama_7b(), "amp-adam", 4},
+        Row{fixtures::mistral_7b(), "mixed-adam", 2}, Row{fixtures::mistral_7b(), "fp32-adam", 4},
+    }));
+    const RotaryEmbedding kind = GENERATE(RotaryEmbedding::per_layer, RotaryEmbedding::per_layer_cached);
+    const std::uint64_t tp = GENERATE(1, 2);
+    CAPTURE(shape.name, recipe, rotary_embedding(kind).name, tp);
+    Architecture own = shape;
+    own.max_positions = 4096, own.rotary_embedding = kind;
+    Architecture shared = own;
+    shared.rotary_embedding = RotaryEmbedding::shared;
+    Settings settings;
+    settings.seq = 512, settings.activations = ActivationModel::architecture, settings.recipe = builtin_recipe(recipe);
+    settings.parallel.tp = tp;
+    const Report with = estimate(own, settings), without = estimate(shared, settings);
+    const std::uint64_t d = shape.head_size(), L = shape.layers;
+    const std::uint64_t caches = kind == RotaryEmbedding::per_layer_cached ? 2 * 4096 * d : 0;
+    const std::uint64_t buffers = L * (caches + d / 2) * bytes;
+    CHECK(with.state.weights.value() == without.state.weights.value() + buffers);
+    // Buffers are no parameters: tensor parallelism leaves each rank's module its whole buffers.
+    CHECK(with.ranks.front().state.weights.value() == without.ranks.front().state.weights.value() + buffers);
+    for (std::size_t i = 0; i < with.timeline().size(); ++i)
+        CHECK(with.timeline()[i].bytes.weights.value() == without.timeline()[i].bytes.weights.value() + buffers);
+    // Each layer's own cos and sin in the compute dtype (v's: bf16 under autocast too) in place of the one shared pair.
+    const std::uint64_t pair = 2 * 512 * d * bytes_per_element(settings.recipe.precision().compute);
+    CHECK(with.activations.value() == without.activations.value() + L * pair);
+    CHECK(saved_bytes(with.input_side).value() + pair == saved_bytes(without.input_side).value());
+}
+
+TEST_CASE("rotary caches shorter than the sequence are rebuilt at its length in the compute dtype", "[estimate][buffers]") {
+    // transformers 4.31-4.37: forward calls _set_cos_sin_cache(seq_len, dtype=x.dtype) past max_positions.
+    Architecture own = fixtures::llama_7b();
+    own.rotary_embedding = RotaryEmbedding::per_layer_cached;
+    Architecture shared = fixtures::llama_7b();
+    Settings settings;
+    settings.recipe = builtin_recipe("amp-adam");  // fp32 weights, bf16 compute
+    const std::uint64_t d = 128, L = 32;
+    for (const std::uint64_t seq : {std::uint64_t{2048}, std::uint64_t{3000}}) {
+        settings.seq = seq;
+        const std::uint64_t caches = seq > 2048 ? 2 * seq * d * 2 : 2 * 2048 * d * 4;
+        CHECK(estimate(own, settings).state.weights.value() ==
+              estimate(shared, settings).state.weights.value() + L * (caches + d / 2 * 4));
+    }
+}

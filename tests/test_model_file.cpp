@@ -62,6 +62,10 @@ TEST_CASE("every bad model file gets one message naming the key and value", "[mo
         Row{with("causal_mask_buffer", "\"per-layer\""),
             "causal_mask_buffer must be one of none, per_layer (got 'per-layer') (did you mean 'per_layer'?)"},
         Row{with("causal_mask_buffer", "\"per_layer\""), "max_positions must be a positive integer for causal_mask_buffer"},
+        Row{with("rotary_embedding", "\"per-layer\""),
+            "rotary_embedding must be one of per_layer, per_layer_cached, shared (got 'per-layer') (did you mean 'per_layer'?)"},
+        Row{with("rotary_embedding", "\"per_layer_cached\""),
+            "max_positions must be a positive integer for rotary_embedding per_layer_cached"},
     }));
     CAPTURE(text);
     CHECK_THROWS_WITH(parse_model_json(text, "my.json", "my"), Catch::Contains(message));

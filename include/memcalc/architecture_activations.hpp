@@ -219,6 +219,16 @@ inline void qk_norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z)
     rmsnorm_rows(t, "k_norm", shape::sbkv, z.sbkv, shape::ksb, z.tokens * m.key_value_heads(), "key head and token", z.d);
 }
 
+/// The cos and sin a layer's own rotary embedding makes (rotary_embeddings' per-layer rows): of
+/// (1, s, head_dim) whatever the batch (position_ids is (1, s)), in v's dtype, the compute dtype; q *
+/// cos and rotate_half(q) * sin save them, and k's products the same two. Outside selective
+/// recomputation's checkpoint, so only full recomputation drops them.
+inline void rotary_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
+    if (m.position != Position::rotary || !rotary_embedding(m.rotary_embedding).per_layer_tables) return;
+    t.add("rotary embedding (this layer's)", "cos and sin for the sequence's positions",
+          "q and k were multiplied by them", shape::sd, Count(z.seq) * m.head_size(), z.d, Keep::always, 2);
+}
+
 inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
     projection_input_row(t, z, "q/k/v projections",
                          m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow
@@ -226,6 +236,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                                                                                        : "their input",
                          z.sbh, shape::sbh, 3);
     qk_norm_rows(t, m, z);
+    rotary_rows(t, m, z);
     qkv_rows(t, m, z, attention);
     if (attention == Attention::flash) {
         // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per row
@@ -456,7 +467,7 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
     detail::TableBuilder t(rows);
     t.add("token embedding", "the token ids (int64)", "the gradient is scattered into their rows", shape::ids,
                      z.tokens, 8);
-    if (m.position == Position::rotary)
+    if (m.position == Position::rotary && !rotary_embedding(m.rotary_embedding).per_layer_tables)
         t.add("rotary embedding", "cos and sin tables, shared by every layer", "q and k were multiplied by them", shape::sd,
               Count(seq) * m.head_size(), d, Keep::always, 2);
     if (m.embedding_norm) detail::norm_rows(t, m, z, "embedding norm");

@@ -240,7 +240,7 @@ private:
             throw error("flash attention needs the architecture activation model: Korthikanti's formula describes "
                         "eager attention");
         TrainingState state = model_state(*splits_, settings.recipe);
-        state.weights += registered_buffer_bytes(model_, settings.recipe, settings.framework) * Count(model_.layers);
+        state.weights += registered_buffer_bytes(model_, settings.recipe, settings.framework, settings.seq) * Count(model_.layers);
         return {state};
     }
 

@@ -1,10 +1,12 @@
 #pragma once
 /// The architecture of a decoder-only transformer: what a preset or a model file describes.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memcalc/error.hpp"
@@ -26,6 +28,40 @@ enum class CausalMaskBuffer { none, per_layer };
 /// Norms on the queries and keys, before rotary: none, or an RMSNorm over each head's d values whose
 /// one weight of d the heads share (Qwen3, Gemma 3: q_norm, k_norm in transformers).
 enum class QkNorm { none, per_head };
+/// Where transformers' rotary embedding module lives, which sets what a step holds of cos and sin.
+enum class RotaryEmbedding { shared, per_layer, per_layer_cached };
+
+/// A rotary embedding as a row: whether every attention layer makes its own cos and sin (autograd
+/// then saves a pair per layer), and whether it registers cos and sin caches of max_positions x
+/// head_dim beside its inv_freq (head_dim / 2), buffers that model.to(dtype) casts with the weights.
+struct RotaryEmbeddingRow {
+    RotaryEmbedding id;
+    std::string_view name;  ///< the model file's spelling
+    bool per_layer_tables;  ///< each layer's cos and sin of s x head_dim, saved by q * cos and rotate_half(q) * sin
+    bool cached;            ///< each layer registers its cos and sin caches
+    std::string_view source;
+};
+
+/// transformers' models/llama/modeling_llama.py in three eras (Mistral's and others' are copies).
+inline constexpr std::array<RotaryEmbeddingRow, 3> rotary_embeddings{{
+    {RotaryEmbedding::shared, "shared", false, false,
+     "4.45 and later: the model's one rotary_emb computes cos and sin once per forward (position_ids "
+     "(1, s)) and passes them to every layer"},
+    {RotaryEmbedding::per_layer, "per_layer", true, false,
+     "4.40-4.44: each LlamaAttention's own rotary_emb computes cos and sin of (1, s, head_dim) from its "
+     "inv_freq each forward"},
+    {RotaryEmbedding::per_layer_cached, "per_layer_cached", true, true,
+     "4.31-4.38: each LlamaAttention's rotary_emb registers cos_cached and sin_cached of max_positions x "
+     "head_dim in torch.get_default_dtype(); forward returns cos_cached[:s].to(x.dtype) and "
+     "apply_rotary_pos_emb gathers cos[position_ids], a new (1, s, head_dim) tensor per layer (4.38 "
+     "keeps the caches for BC and computes the same tensor from inv_freq)"},
+}};
+
+inline const RotaryEmbeddingRow& rotary_embedding(RotaryEmbedding id) {
+    for (const auto& row : rotary_embeddings)
+        if (row.id == id) return row;
+    return rotary_embeddings.front();
+}
 
 /// A kind of layer: what differs from the model's fields in some of its layers (DeepSeek's first
 /// dense layers beside its mixture-of-experts ones; Llama 4's interleaved dense and MoE layers). A
@@ -75,6 +111,7 @@ struct Architecture {
     bool softmax_fp32 = true;            ///< eager attention takes its softmax in fp32 (LLaMA-style code does; GPT-2's does not)
     CausalMaskBuffer causal_mask_buffer = CausalMaskBuffer::none;  ///< eager attention's mask: built per forward, or a buffer per layer
     QkNorm qk_norm = QkNorm::none;       ///< norms on q and k before rotary (Qwen3, Gemma 3)
+    RotaryEmbedding rotary_embedding = RotaryEmbedding::shared;  ///< one cos and sin per forward, or each layer's own
     /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's own
     /// fields (one kind). The runs' counts sum to `layers`.
     std::vector<LayerKind> layer_kinds;
@@ -184,6 +221,8 @@ inline void validate(const Architecture& m) {
         throw error("max_positions must be a positive integer for causal_mask_buffer per_layer (got 0)");
     if (m.qk_norm != QkNorm::none && m.norm != Norm::rmsnorm)
         throw error("qk_norm per_head is an RMSNorm: it needs norm rmsnorm");
+    if (m.position == Position::rotary && rotary_embedding(m.rotary_embedding).cached && m.max_positions == 0)
+        throw error("max_positions must be a positive integer for rotary_embedding per_layer_cached (got 0)");
     if (m.norms_per_layer != 1 && m.norms_per_layer != 2 && m.norms_per_layer != 4)
         throw error("norms_per_layer must be 1, 2 or 4 (got " + std::to_string(m.norms_per_layer) + ")");
     if (m.norms_per_layer == 1 && !m.parallel_attention)

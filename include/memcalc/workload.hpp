@@ -514,12 +514,25 @@ inline Count rank_optimizer_state(const Workload& w, const Parallelism& p, std::
            state_bytes(opt, w.recipe.state, experts, zero, zero ? p.expert_shards() : 1);
 }
 
-/// The buffers one layer's module registers beside its weights, in the weights' dtype (nn.Module.to
-/// casts floating buffers with the parameters): nanoGPT's causal mask, max_positions^2 per layer,
-/// which its flash path never registers.
-inline Count registered_buffer_bytes(const Architecture& m, const Recipe& r, const Framework& f) {
-    if (m.causal_mask_buffer != CausalMaskBuffer::per_layer || f.attention == Attention::flash) return 0;
-    return Count(m.max_positions) * m.max_positions * bytes_per_element(r.weights);
+/// The buffers one layer's modules register beside its weights, in the weights' dtype (nn.Module.to
+/// casts floating buffers with the parameters), whole on every rank: nanoGPT's causal mask,
+/// max_positions^2 per layer, which its flash path never registers; a per-layer rotary embedding's
+/// inv_freq (head_dim / 2), and with its caches cos and sin of max_positions x head_dim. A sequence
+/// longer than the caches has transformers rebuild them at its length in the compute dtype.
+inline Count registered_buffer_bytes(const Architecture& m, const Recipe& r, const Framework& f, std::uint64_t seq) {
+    Count bytes = 0;
+    if (m.causal_mask_buffer == CausalMaskBuffer::per_layer && f.attention != Attention::flash)
+        bytes += Count(m.max_positions) * m.max_positions * bytes_per_element(r.weights);
+    const RotaryEmbeddingRow& rotary = rotary_embedding(m.rotary_embedding);
+    if (m.position != Position::rotary || !rotary.per_layer_tables) return bytes;
+    const std::uint64_t d = m.head_size();
+    bytes += Count(d / 2) * bytes_per_element(r.weights);
+    if (rotary.cached) {
+        const bool grown = seq > m.max_positions;
+        bytes += Count(2) * (grown ? seq : m.max_positions) * d *
+                 bytes_per_element(grown ? r.precision().compute : r.weights);
+    }
+    return bytes;
 }
 
 inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint64_t stage) {
@@ -562,7 +575,7 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
         f.state.weights = 0;
     }
     // The program's own buffers stay on the device, counted with the weights.
-    f.state.weights += registered_buffer_bytes(w.model, w.recipe, w.framework) * Count(f.layers.layers);
+    f.state.weights += registered_buffer_bytes(w.model, w.recipe, w.framework, w.seq) * Count(f.layers.layers);
     return f;
 }
 

@@ -78,6 +78,53 @@ def mean_of_squares(y):
     return y.pow(2).sum(-1, keepdim=True) / y.shape[-1]
 
 
+class CachedRotary(nn.Module):
+    """transformers 4.31-4.37's LlamaRotaryEmbedding, one in every attention layer (models/llama/
+    modeling_llama.py): inv_freq, and cos and sin caches of max_positions x head_dim built in torch's
+    default dtype, registered as non-persistent buffers, so model.to(dtype) casts them with the weights.
+    Its forward returns the caches cut to the sequence and cast to x's dtype (the cut itself where the
+    dtypes match); apply_rotary_pos_emb then gathers them at position_ids."""
+
+    gathered = True
+
+    def __init__(self, d, max_positions, base=10000):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, d, 2).float() / d)), persistent=False)
+        angles = torch.outer(torch.arange(max_positions, dtype=self.inv_freq.dtype), self.inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        self.register_buffer("cos_cached", angles.cos().to(torch.get_default_dtype()), persistent=False)
+        self.register_buffer("sin_cached", angles.sin().to(torch.get_default_dtype()), persistent=False)
+
+    def forward(self, x, positions):
+        s = positions.shape[-1]
+        return self.cos_cached[:s].to(dtype=x.dtype), self.sin_cached[:s].to(dtype=x.dtype)
+
+
+class LayerRotary(nn.Module):
+    """transformers 4.40-4.44's LlamaRotaryEmbedding, one in every attention layer: inv_freq alone is
+    registered; each forward makes cos and sin of (1, s, head_dim) in fp32, outside autograd and
+    autocast, and casts them to x's dtype."""
+
+    gathered = False
+
+    def __init__(self, d, max_positions, base=10000):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, d, 2).float() / d)), persistent=False)
+
+    @torch.no_grad()
+    def forward(self, x, positions):
+        inv_freq = self.inv_freq[None, :, None].float().expand(positions.shape[0], -1, 1)
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            freqs = (inv_freq.float() @ positions[:, None, :].float()).transpose(1, 2)
+            angles = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = angles.cos(), angles.sin()
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+# The model file's rotary_embedding: shared (one cos and sin per forward, the Model's), or a module per layer.
+LAYER_ROTARY = {"per_layer": LayerRotary, "per_layer_cached": CachedRotary}
+
+
 class Block(nn.Module):
     """One decoder layer, GPT-style (LayerNorm, GELU, learned positions) or LLaMA-style (RMSNorm,
     SwiGLU, rotary, grouped-query attention), with eager or fused attention."""
@@ -110,6 +157,9 @@ class Block(nn.Module):
         if self.mask_buffer:
             n = spec["max_positions"]
             self.register_buffer("bias", torch.tril(torch.ones(n, n)).view(1, 1, n, n))
+        kind = spec.get("rotary_embedding", "shared")
+        rotary = spec.get("position", "rotary") == "rotary" and kind != "shared"
+        self.rotary_emb = LAYER_ROTARY[kind](self.d, spec["max_positions"]) if rotary else None
 
     def core(self, q, k, v, mask):
         if self.attention == "sdpa" and (self.kv == self.a or SDPA_GQA):
@@ -136,13 +186,24 @@ class Block(nn.Module):
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    def attend(self, y, mask, cos, sin):
+    def attend(self, y, mask, cos, sin, positions=None):
         """The attention half, its temporaries freed when it returns, as transformers' attention module's are."""
         b, s, _ = y.shape
         q = self.q(y).view(b, s, self.a, self.d).transpose(1, 2)
         k = self.k(y).view(b, s, self.kv, self.d).transpose(1, 2)
         v = self.v(y).view(b, s, self.kv, self.d).transpose(1, 2)
-        if cos is not None:
+        if self.rotary_emb is not None:
+            # The layer's own cos and sin, held until the attention returns as LlamaAttention.forward
+            # holds them; apply_rotary_pos_emb gathers a cache at the positions (a new tensor) or
+            # unsqueezes what was computed, over the heads either way.
+            cos, sin = self.rotary_emb(v, positions)
+            if self.rotary_emb.gathered:
+                q_cos, q_sin = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
+            else:
+                q_cos, q_sin = cos.unsqueeze(1), sin.unsqueeze(1)
+            q, k = self.rotate(q, q_cos, q_sin), self.rotate(k, q_cos, q_sin)
+            del q_cos, q_sin
+        elif cos is not None:
             q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
         if self.mode == "selective":
             out = checkpoint(self.core, q, k, v, mask, use_reentrant=False)
@@ -160,9 +221,9 @@ class Block(nn.Module):
     def residual(self, y):
         return F.dropout(y, self.p_hidden, self.training) if self.p_hidden > 0 else y
 
-    def forward(self, x, mask, cos=None, sin=None):
+    def forward(self, x, mask, cos=None, sin=None, positions=None):
         """The layer's output, and with the k/v cache kept its (k, v), as transformers' layer hands them back."""
-        attended, cache = self.attend(self.norm1(x), mask, cos, sin)
+        attended, cache = self.attend(self.norm1(x), mask, cos, sin, positions)
         h = x + self.residual(attended)
         return h + self.residual(self.feed_forward(self.norm2(h))), cache
 
@@ -224,8 +285,10 @@ class Model(nn.Module):
             x = x + self.positions(torch.arange(s, device=ids.device))
         if self.spec.get("hidden_dropout", 0.0) > 0:
             x = F.dropout(x, self.spec["hidden_dropout"], self.training)
-        elif self.spec.get("position", "rotary") == "rotary":
+        elif self.spec.get("position", "rotary") == "rotary" and self.blocks[0].rotary_emb is None:
             cos, sin = self.rotary(s, ids.device, DTYPE)  # transformers casts them to v's dtype: bf16 under autocast too
+        # Each layer's own rotary embedding reads LlamaModel's position_ids, (1, s) whatever the batch.
+        positions = torch.arange(s, device=ids.device).unsqueeze(0) if self.blocks[0].rotary_emb is not None else None
         mask = None  # fused attention masks inside; eager adds 0 or -inf, built once per forward as transformers does
         if self.blocks[0].attention == "eager" and not self.blocks[0].mask_buffer:
             mask = torch.full((s, s), float("-inf"), device=ids.device, dtype=x.dtype).triu(1)
@@ -233,7 +296,8 @@ class Model(nn.Module):
         for i, block in enumerate(self.blocks, start=1):
             if i > 1:
                 mark(f"forward {i}")
-            x, kv = checkpoint(block, x, mask, cos, sin, use_reentrant=False) if self.mode == "full" else block(x, mask, cos, sin)
+            x, kv = (checkpoint(block, x, mask, cos, sin, positions, use_reentrant=False) if self.mode == "full"
+                     else block(x, mask, cos, sin, positions))
             if kv is not None:
                 cache.append(kv)
             del kv
