@@ -393,7 +393,7 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
         LayerWork& lw = w.layers[k];
         for (const auto& work : layer.work) {
             WorkspaceEffect e;
-            workspace_effect(layer.rows, work, mode, e.added, e.covered);
+            workspace_effect(layer.rows, work, mode, e.added, e.covered, layer.policy_outputs);
             e.gradients = gradients_from(w.parameters->table, work.gradients_from, V, false, k);
             (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
         }
@@ -401,7 +401,9 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
             if (row.kept(mode)) lw.kept.add(row);
             if (rebuilt_by(row, mode)) lw.rebuilt.add(row);
         }
-        if (mode == Recompute::full) lw.kept.sequence = layer.input_bytes;  // the layer's input, on the residual stream
+        if (checkpoints_layer(mode)) lw.kept.sequence += layer.input_bytes;  // the layer's input, on the residual stream
+        if (mode == Recompute::op)
+            for (const auto& saved : layer.policy_outputs) lw.kept.add(saved.tensor);
     }
     for (const auto& row : t.input_side) w.input_side.add(row);
     for (const auto& row : t.head) w.head.add(row);
@@ -627,7 +629,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.weights = f.state.weights;
     in.master_weights = f.state.master_weights;
     in.optimizer_state = f.state.optimizer_state;
-    in.weight_copies_recast = w.recipe.autocast && w.recompute == Recompute::full;
+    in.weight_copies_recast = w.recipe.autocast && checkpoints_layer(w.recompute);
     Count most_kept, most_weights;  // of one layer, over the kinds this stage runs
     for (std::size_t k = 0; k < kinds; ++k) {
         in.layer[k].kept = w.layers[k].kept.on_rank(p, V);
