@@ -175,9 +175,7 @@ void layer_json(json& out, const LayerActivations& layer, Recompute mode, bool w
     out["layer_input_bytes"] = layer.input_bytes.value();
     out["tensors"] = tensors_json(layer.rows, mode);
     if (mode == Recompute::op) {  // only then, so that the other modes' JSON stays as it was
-        std::vector<SavedTensor> outputs;
-        for (const auto& p : layer.policy_outputs) outputs.push_back(p.tensor);
-        out["policy_output_tensors"] = tensors_json(outputs, mode);
+        out["policy_output_tensors"] = tensors_json(layer.policy_output_rows(), mode);
     }
     if (!workspaces) return;
     json work = json::array();

@@ -182,9 +182,8 @@ std::string layer_tables(const Report& r, std::size_t kind, bool why) {
     const LayerActivations& layer = r.layer_of(kind);
     std::string out = saved_table(layer.rows, mode, why);
     if (mode == Recompute::op && !layer.policy_outputs.empty()) {
-        std::vector<SavedTensor> outputs;
-        for (const auto& p : layer.policy_outputs) outputs.push_back(p.tensor);
-        out += "op outputs the policy saves beyond the rows (no backward needs them):\n" + saved_table(outputs, mode, why);
+        out += "op outputs the policy saves beyond the rows (no backward needs them):\n" +
+               saved_table(layer.policy_output_rows(), mode, why);
     }
     TextTable totals({L, R, R});
     totals.row({fmt::format("one{} layer, no recomputation", kind_label(r, kind)), layer_formula(layer), digits(layer.total())});

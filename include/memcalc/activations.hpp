@@ -183,6 +183,12 @@ struct LayerActivations {
         for (const auto& p : policy_outputs) total += p.tensor.bytes;
         return total;
     }
+    /// The same as saved-tensor rows, for a table of their own.
+    std::vector<SavedTensor> policy_output_rows() const {
+        std::vector<SavedTensor> out;
+        for (const auto& p : policy_outputs) out.push_back(p.tensor);
+        return out;
+    }
     /// Bytes a layer holds from its forward step until its backward step: under the op-level policy the
     /// checkpoint's input and the saved op outputs.
     Count kept(Recompute mode) const {
