@@ -188,7 +188,7 @@ TEST_CASE("the architecture-aware model through the program", "[cli][architectur
     CHECK_THAT(table.out, Catch::Contains("Head and loss"));
 }
 
-TEST_CASE("--recompute op through the program: the policy's outputs named and counted", "[cli][architecture]") {
+TEST_CASE("recompute op through the program: the policy's outputs named and counted", "[cli][architecture]") {
     const auto run = memcalc("--preset llama-3-8b --seq 8192 --activations architecture --attention flash "
                              "--recompute op --format json");
     REQUIRE(run.status == 0);
