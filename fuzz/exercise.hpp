@@ -12,7 +12,7 @@ inline void exercise(const memcalc::Architecture& m) {
     using namespace memcalc;
     const std::uint64_t context = m.max_positions == 0 ? 4096 : std::min<std::uint64_t>(m.max_positions, 4096);
     for (std::uint64_t seq : {std::uint64_t{1}, std::uint64_t{7}, context})
-        for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full})
+        for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full, Recompute::op})
             for (ActivationModel model : {ActivationModel::korthikanti, ActivationModel::architecture}) {
                 Settings s;
                 s.seq = seq, s.micro_batch = seq == 7 ? 3 : 1, s.recompute = mode, s.activations = model;

@@ -47,15 +47,16 @@ std::vector<std::uint64_t> parse_sizes(const std::string& option, const std::str
 }
 
 std::vector<Recompute> parse_modes(const std::string& text) {
-    const std::vector<std::string> names = {"none", "selective", "full"};
+    const std::vector<std::string> names = {"none", "selective", "full", "op"};
     if (text == "all") return {Recompute::none, Recompute::selective, Recompute::full};
     std::vector<Recompute> modes;
     for (const auto& item : split_list("--recompute", text)) {
         if (item == "none") modes.push_back(Recompute::none);
         else if (item == "selective") modes.push_back(Recompute::selective);
         else if (item == "full") modes.push_back(Recompute::full);
+        else if (item == "op") modes.push_back(Recompute::op);
         else
-            throw usage_error(fmt::format("--recompute must be none, selective, full or all (got '{}'){}", item,
+            throw usage_error(fmt::format("--recompute must be none, selective, full, op or all (got '{}'){}", item,
                                           did_you_mean(item, names)));
     }
     return modes;

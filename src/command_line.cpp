@@ -76,7 +76,8 @@ struct RunSizes {  // the sequence, the micro-batch, the recomputation
         app.add_option("-b,--micro-batch", q.micro_batch, "Sequences per step per device b, or a comma list (default: 1)")
             ->type_name("B[,B...]");
         app.add_option("--recompute", q.recompute,
-                       "Activation recomputation: none, selective, full, a comma list, or all (default: none)")
+                       "Activation recomputation: none, selective, full, op (torchtitan's per-op policy, with\n"
+                       "--activations architecture), a comma list, or all (none,selective,full; default: none)")
             ->type_name("MODE[,MODE...]");
     }
 };

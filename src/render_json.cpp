@@ -176,10 +176,13 @@ void layer_json(json& out, const LayerActivations& layer, Recompute mode, bool w
     out["rebuilt_layer_bytes"] = layer.rebuilt(mode).value();
     out["layer_input_bytes"] = layer.input_bytes.value();
     out["tensors"] = tensors_json(layer.rows, mode);
+    if (mode == Recompute::op) {  // only then, so that the other modes' JSON stays as it was
+        out["policy_output_tensors"] = tensors_json(layer.policy_output_rows(), mode);
+    }
     if (!workspaces) return;
     json work = json::array();
     for (const auto& w : layer.work) {
-        const WorkspaceSum sum = workspace_sum(layer.rows, w, mode);
+        const WorkspaceSum sum = workspace_sum(layer.rows, w, mode, layer.policy_outputs);
         work.push_back({{"phase", w.backward ? "backward" : "forward"},
                         {"op", w.op},
                         {"tensor", w.tensor},

@@ -166,7 +166,7 @@ std::string workspace_table(const Report& r) {
     for (std::size_t k = 0; k < r.parameters.kinds; ++k) {
         const LayerActivations& layer = r.layer_of(k);
         for (const auto& w : layer.work) {
-            const WorkspaceSum sum = workspace_sum(layer.rows, w, r.settings.recompute);
+            const WorkspaceSum sum = workspace_sum(layer.rows, w, r.settings.recompute, layer.policy_outputs);
             table.row({std::string(w.op) + kind_label(r, k), w.tensor, w.formula, digits(w.bytes), digits(sum.covered),
                        digits(sum.adds()), w.gradients_from.empty() ? "-" : w.gradients_from});
         }
@@ -181,11 +181,18 @@ std::string layer_tables(const Report& r, std::size_t kind, bool why) {
     const Recompute mode = r.settings.recompute;
     const LayerActivations& layer = r.layer_of(kind);
     std::string out = saved_table(layer.rows, mode, why);
+    if (mode == Recompute::op && !layer.policy_outputs.empty()) {
+        out += "op outputs the policy saves beyond the rows (no backward needs them):\n" +
+               saved_table(layer.policy_output_rows(), mode, why);
+    }
     TextTable totals({L, R, R});
     totals.row({fmt::format("one{} layer, no recomputation", kind_label(r, kind)), layer_formula(layer), digits(layer.total())});
     if (mode != Recompute::none) {
         totals.row({fmt::format("kept under {}", recompute_name(mode)),
-                    mode == Recompute::full ? "the layer's input" : "", digits(layer.kept(mode))});
+                    mode == Recompute::full ? "the layer's input"
+                    : mode == Recompute::op ? "the layer's input and the saved op outputs"
+                                            : "",
+                    digits(layer.kept(mode))});
         totals.row({"rebuilt in its backward step", "", digits(layer.rebuilt(mode))});
     }
     return out + totals.str();

@@ -19,7 +19,8 @@ const char* colour(const std::string& key) {
         {"weights", "#4e79a7"},          {"master_weights", "#a0cbe8"},   {"optimizer_state", "#f28e2b"},
         {"gradients", "#ffbe7d"},        {"gathered_weights", "#8cd17d"}, {"kept_activations", "#59a14f"},
         {"rebuilt_activations", "#e15759"}, {"logits", "#b07aa1"},       {"activation_gradient", "#9d7660"},
-        {"workspace", "#ff9da7"},        {"weight_copies", "#b6992d"},    {"none", "#e15759"},             {"selective", "#4e79a7"},        {"full", "#59a14f"}};
+        {"workspace", "#ff9da7"},        {"weight_copies", "#b6992d"},    {"none", "#e15759"},             {"selective", "#4e79a7"},        {"full", "#59a14f"},
+        {"op", "#76b7b2"}};
     const auto it = colours.find(key);
     return it == colours.end() ? "#79706e" : it->second;
 }
@@ -165,7 +166,7 @@ std::string sweep_svg(const std::string& name, const std::vector<SweepPoint>& ru
     std::map<std::string, std::vector<const SweepPoint*>> lines;  // one per recomputation mode
     for (const auto& r : runs) lines[recompute_name(r.recompute)].push_back(&r);
     double legend_y = top;
-    for (const char* mode : {"none", "selective", "full"}) {
+    for (const char* mode : {"none", "selective", "full", "op"}) {
         auto it = lines.find(mode);
         if (it == lines.end()) continue;
         std::string points;

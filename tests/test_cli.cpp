@@ -188,6 +188,27 @@ TEST_CASE("the architecture-aware model through the program", "[cli][architectur
     CHECK_THAT(table.out, Catch::Contains("Head and loss"));
 }
 
+TEST_CASE("recompute op through the program: the policy's outputs named and counted", "[cli][architecture]") {
+    const auto run = memcalc("--preset llama-3-8b --seq 8192 --activations architecture --attention flash "
+                             "--recompute op --format json");
+    REQUIRE(run.status == 0);
+    const json j = json::parse(run.out);
+    CHECK(j["settings"]["recompute"] == "op");
+    std::uint64_t kept = j["activations"]["layer_input_bytes"].get<std::uint64_t>();
+    for (const auto& t : j["activations"]["tensors"])
+        if (t["kept"].get<bool>()) kept += t["bytes"].get<std::uint64_t>();
+    REQUIRE(j["activations"]["policy_output_tensors"].size() == 2);  // q's output and the down projection's
+    for (const auto& t : j["activations"]["policy_output_tensors"]) kept += t["bytes"].get<std::uint64_t>();
+    CHECK(j["activations"]["kept_layer_bytes"].get<std::uint64_t>() == kept);
+    // The other modes' JSON has no such key.
+    const json none = json::parse(memcalc("--preset llama-3-8b --seq 8192 --activations architecture --format json").out);
+    CHECK_FALSE(none["activations"].contains("policy_output_tensors"));
+    const auto table = memcalc("--preset llama-3-8b --seq 8192 --activations architecture --recompute op --per-layer");
+    REQUIRE(table.status == 0);
+    CHECK_THAT(table.out, Catch::Contains("op outputs the policy saves beyond the rows"));
+    CHECK_THAT(table.out, Catch::Contains("the layer's input and the saved op outputs"));
+}
+
 TEST_CASE("a parallel layout through the program: every stage and the most loaded", "[cli][parallel]") {
     const auto run = memcalc("--preset llama-2-70b --seq 4096 --tp 8 --sp --pp 4 --dp 2 --zero 1 --global-batch 128 "
                              "--recompute selective --format json");
@@ -347,7 +368,9 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"--preset llama-7b --seq 99999999999999999999", 2, "--seq is too large (got '99999999999999999999'"},
         Row{"--preset llama-7b --seq 1099511627776", 1, "seq 1099511627776 with micro-batch 1 needs more bytes"},
         Row{"--preset llama-7b -b 0", 2, "--micro-batch must be a positive integer (got '0')"},
-        Row{"--preset llama-7b --recompute some", 2, "--recompute must be none, selective, full or all (got 'some')"},
+        Row{"--preset llama-7b --recompute some", 2, "--recompute must be none, selective, full, op or all (got 'some')"},
+        Row{"--preset llama-7b --recompute op", 1, "recompute op needs the architecture activation model"},
+        Row{"--preset llama-7b --activations architecture --recompute op --tp 2", 1, "recompute op with tp 2 is not modelled"},
         Row{"--preset llama-7b --recipe adam", 2, "unknown --recipe 'adam' (did you mean 'adam-8bit'?)"},
         Row{"--preset llama-7b --units tb", 2, "--units: tb not in {gb,gib}"},
         Row{"--preset llama-7b --format yaml", 2, "--format: yaml not in {table,json,csv}"},

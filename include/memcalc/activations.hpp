@@ -13,16 +13,26 @@
 
 namespace memcalc {
 
-enum class Recompute { none, selective, full };
+/// op: torchtitan's op-level selective checkpointing (activation_checkpoint.mode "selective",
+/// selective_ac_option "op"): each layer is checkpointed, and its forward keeps the outputs of the ops
+/// a policy names (every odd-numbered aten.mm of the layer, the attention kernels), which the
+/// recomputation in its backward reuses. Source: pytorch/torchtitan torchtitan/distributed/
+/// activation_checkpoint.py @cfb93265 (_apply_op_sac) and models/llama3/infra/parallelize.py @018740b7
+/// (_op_sac_save_list).
+enum class Recompute { none, selective, full, op };
 
 inline const char* recompute_name(Recompute r) {
     switch (r) {
         case Recompute::none: return "none";
         case Recompute::selective: return "selective";
         case Recompute::full: return "full";
+        case Recompute::op: return "op";
     }
     return "?";
 }
+
+/// Whether the whole layer runs under a checkpoint, its input the checkpoint's (full and op).
+inline bool checkpoints_layer(Recompute r) { return r == Recompute::full || r == Recompute::op; }
 
 /// Where the per-layer table comes from: Korthikanti et al.'s formula (the chapter's), or the
 /// architecture's own ops as PyTorch's eager implementations save them.
@@ -110,15 +120,26 @@ struct SavedTensor {
     /// The layer's input itself, the same storage (a LayerNorm's input): under full recomputation it is
     /// the checkpoint, which checkpointing detaches and does not copy, so it is counted once.
     bool layer_input = false;
+    /// The output of an op the op-level policy saves (an odd-numbered mm, the attention kernel), the same
+    /// storage: Recompute::op keeps it from the forward and its recomputation reuses it.
+    bool policy_saved = false;
 
     bool kept(Recompute mode) const {
         switch (mode) {
             case Recompute::none: return keep != Keep::only_selective;
             case Recompute::selective: return keep != Keep::not_selective;
             case Recompute::full: return false;
+            case Recompute::op: return policy_saved;
         }
         return true;
     }
+};
+
+/// An output the op-level policy saves that no backward needs, so no row is (the q projection's, the
+/// down projection's): kept by Recompute::op alone, from the forward until its recomputation pops it.
+struct PolicyOutput {
+    std::size_t made_at;  ///< rows made before it: the layer's forward workspaces from this row on run before it
+    SavedTensor tensor;
 };
 
 /// A temporary that lives only while one op of the layer runs and is never saved for backward: the
@@ -144,6 +165,9 @@ struct Workspace {
 struct LayerActivations {
     std::vector<SavedTensor> rows;
     std::vector<Workspace> work;  ///< the largest temporaries of its ops (architecture model only)
+    /// The op-level policy's saved outputs that are no row (architecture model only; none means Recompute::op
+    /// keeps what full does).
+    std::vector<PolicyOutput> policy_outputs;
     Count input_bytes;  ///< the layer's input: all that full recomputation keeps
 
     Count sum(Recompute mode) const {
@@ -154,16 +178,33 @@ struct LayerActivations {
     }
     /// Everything the layer saves with no recomputation.
     Count total() const { return sum(Recompute::none); }
-    /// Bytes a layer holds from its forward step until its backward step.
-    Count kept(Recompute mode) const { return mode == Recompute::full ? input_bytes : sum(mode); }
+    /// The op-level policy's outputs beyond the rows.
+    Count policy_output_bytes() const {
+        Count total;
+        for (const auto& p : policy_outputs) total += p.tensor.bytes;
+        return total;
+    }
+    /// The same as saved-tensor rows, for a table of their own.
+    std::vector<SavedTensor> policy_output_rows() const {
+        std::vector<SavedTensor> out;
+        for (const auto& p : policy_outputs) out.push_back(p.tensor);
+        return out;
+    }
+    /// Bytes a layer holds from its forward step until its backward step: under the op-level policy the
+    /// checkpoint's input and the saved op outputs.
+    Count kept(Recompute mode) const {
+        if (mode == Recompute::full) return input_bytes;
+        if (mode == Recompute::op) return input_bytes + sum(mode) + policy_output_bytes();
+        return sum(mode);
+    }
     /// Bytes a layer's backward step rebuilds by running part of its forward again.
     Count rebuilt(Recompute mode) const;
 };
 
 /// Whether a layer's backward step makes a row again: saved with no recomputation, not kept under
-/// `mode`, and not the checkpointed input itself (full recomputation keeps that storage already).
+/// `mode`, and not the checkpointed input itself (a checkpointed layer keeps that storage already).
 inline bool rebuilt_by(const SavedTensor& r, Recompute mode) {
-    return r.kept(Recompute::none) && !r.kept(mode) && !(mode == Recompute::full && r.layer_input);
+    return r.kept(Recompute::none) && !r.kept(mode) && !(checkpoints_layer(mode) && r.layer_input);
 }
 
 inline Count LayerActivations::rebuilt(Recompute mode) const {
@@ -181,15 +222,20 @@ inline bool live_in_backward(const SavedTensor& r, Recompute mode) {
 /// How a workspace changes the step it runs in, as the rows the step's sum already counts (`covered`:
 /// the rows it makes absent) and the ones it does not (`added`: the workspace itself, and in forward
 /// the rows a recomputation does not keep but the op still needs). The step grows by
-/// max(0, added - covered), computed per rank by the caller.
+/// max(0, added - covered), computed per rank by the caller. `policy`: the op-level policy's outputs
+/// beyond the rows, counted as kept: absent in forward until made, and in backward once the
+/// recomputation has popped them (nothing saves them for backward).
 template <class Sink>
 void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, Recompute mode, Sink& added,
-                      Sink& covered) {
+                      Sink& covered, const std::vector<PolicyOutput>& policy = {}) {
     if (w.layer_end) {
-        if (mode != Recompute::full) added.add(w);
+        if (!checkpoints_layer(mode)) added.add(w);
         return;
     }
     added.add(w);
+    if (mode == Recompute::op)
+        for (const PolicyOutput& p : policy)
+            if (w.backward || p.made_at >= w.absent_from) covered.add(p.tensor);
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const SavedTensor& r = rows[i];
         const bool before = i < w.absent_from;
@@ -218,9 +264,10 @@ struct ByteSum {
 };
 }  // namespace detail
 
-inline WorkspaceSum workspace_sum(const std::vector<SavedTensor>& rows, const Workspace& w, Recompute mode) {
+inline WorkspaceSum workspace_sum(const std::vector<SavedTensor>& rows, const Workspace& w, Recompute mode,
+                                  const std::vector<PolicyOutput>& policy = {}) {
     detail::ByteSum added, covered;
-    workspace_effect(rows, w, mode, added, covered);
+    workspace_effect(rows, w, mode, added, covered, policy);
     return {added.bytes, covered.bytes};
 }
 

@@ -23,11 +23,34 @@ namespace memcalc {
 namespace detail {
 
 /// Builds a table row by row: each row one saved storage, `copies` x `per_copy` elements; and,
-/// when given a list for them, the workspaces of the ops.
+/// when given lists for them, the workspaces of the ops and the op-level policy's outputs beyond the rows.
 class TableBuilder {
 public:
-    explicit TableBuilder(std::vector<SavedTensor>& rows, std::vector<Workspace>* work = nullptr)
-        : rows_(rows), work_(work) {}
+    explicit TableBuilder(std::vector<SavedTensor>& rows, std::vector<Workspace>* work = nullptr,
+                          std::vector<PolicyOutput>* policy = nullptr)
+        : rows_(rows), work_(work), policy_(policy) {}
+
+    /// Whether torchtitan's op-level policy saves the output of the layer's next linear, in forward
+    /// order: a bias-free one runs as aten.mm (a biased one as addmm, not on the save list), and the
+    /// policy saves every mm but every second, counting per checkpointed call (its forward and its
+    /// recomputation count alike). While `every_mm` is set each mm counts as saved: an upper bound.
+    bool linear_saved(bool biased) {
+        if (biased) return false;
+        ++mm_count_;
+        return every_mm_ || mm_count_ % 2 == 1;
+    }
+    void every_mm(bool on) { every_mm_ = on; }
+    /// The last row is the output of an op the policy saves (SavedTensor::policy_saved).
+    void mark_policy_saved(bool saved = true) { rows_.back().policy_saved = saved; }
+    /// An output the policy saves that no row is, made after the rows added so far.
+    void policy_output(bool saved, Label op, Label tensor, const Shape& shape, Count elements,
+                       std::uint64_t bytes_per_element) {
+        if (!saved || !policy_) return;
+        policy_->push_back({rows_.size(), {op, tensor, "the op-level policy saves it; the recomputation reuses it",
+                                           shape.symbol, 1, bytes_per_element, Keep::always, elements,
+                                           elements * bytes_per_element, shape.split}});
+        policy_->back().tensor.policy_saved = true;
+    }
 
     /// A temporary of the op running now, by default while the rows added so far are live.
     /// `gradients_from`: in backward, the first parameter tensor of the layer whose gradient exists.
@@ -63,6 +86,9 @@ private:
 
     std::vector<SavedTensor>& rows_;
     std::vector<Workspace>* work_;
+    std::vector<PolicyOutput>* policy_;
+    std::uint64_t mm_count_ = 0;
+    bool every_mm_ = false;
 };
 
 /// The sizes a layer's tensors are made of, for sequence s and micro-batch b.
@@ -192,22 +218,37 @@ inline std::uint64_t mlp_input_projections(const Architecture& m) { return m.mlp
 /// q, k and v as the attention products keep them. With fewer key/value heads than query heads,
 /// eager attention repeats k and v to every head (a copy); selective recomputation's checkpoint
 /// keeps the un-repeated k and v instead.
+/// The op-level policy's q, k and v projection outputs: a row where the attention saves that very storage
+/// (no rotary, no repeat, and the fused kernel's input or, at micro-batch 1, a view matmul keeps), else
+/// an output of its own; eager attention's matmul copies a transposed operand when b > 1.
 inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
     const bool rotary = m.position == Position::rotary;
+    const bool changed = rotary || m.qk_norm != QkNorm::none;  // q and k are no longer the projections' outputs
     const bool repeated = attention == Attention::eager && m.key_value_heads() < m.heads;
+    const bool qkv_bias = m.bias != Bias::none;
+    const bool saved[3] = {t.linear_saved(qkv_bias), t.linear_saved(qkv_bias), t.linear_saved(qkv_bias)};
+    const bool viewed = attention == Attention::flash || z.tokens == Count(z.seq);
+    const bool shared[3] = {!changed && viewed, !changed && !repeated && viewed, !repeated && viewed};
+    const char* names[3] = {"q projection", "k projection", "v projection"};
+    for (int i = 0; i < 3; ++i)
+        t.policy_output(saved[i] && !shared[i], names[i], "its output", i == 0 ? shape::sbq : shape::sbkv,
+                        i == 0 ? z.sbq : z.sbkv, z.d);
     t.add("Q K^T", rotary ? "q after rotary" : "q", "the gradient w.r.t. k is q x the scores' gradient", shape::sbq,
           z.sbq, z.d);
-    for (const char* name : {"k", "v"}) {
-        const std::string what = std::string(name) + (rotary && name[0] == 'k' ? " after rotary" : "");
-        const std::string op = name[0] == 'k' ? "Q K^T" : "attention over V";
-        const std::string why = name[0] == 'k' ? "the gradient w.r.t. q is the scores' gradient x k"
-                                               : "the gradient w.r.t. the weights is the output's gradient x v";
+    t.mark_policy_saved(saved[0] && shared[0]);
+    for (int i : {1, 2}) {
+        const bool key = i == 1;
+        const std::string what = std::string(key ? "k" : "v") + (rotary && key ? " after rotary" : "");
+        const std::string op = key ? "Q K^T" : "attention over V";
+        const std::string why = key ? "the gradient w.r.t. q is the scores' gradient x k"
+                                    : "the gradient w.r.t. the weights is the output's gradient x v";
         if (repeated) {
             t.add(op, what + ", repeated to every query head", why, shape::sbq, z.sbq, z.d, Keep::not_selective);
             t.add("selective checkpoint", what + " (k heads), an input of the core attention",
                   "the checkpoint reruns the core attention from it", shape::sbkv, z.sbkv, z.d, Keep::only_selective);
         } else {
             t.add(op, what, why, shape::sbkv, z.sbkv, z.d);
+            t.mark_policy_saved(saved[i] && shared[i]);
         }
     }
 }
@@ -241,10 +282,13 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     if (attention == Attention::flash) {
         // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per row
         // and recomputes the scores block by block in backward.
+        // Both are the kernel's outputs, which the op-level policy saves (the SDPA kernels are on its list).
         t.add("flash attention", "log-sum-exp per query row, fp32", "backward rebuilds the softmax from it", shape::asb,
               Count(m.heads) * z.tokens, dtype::fp32, Keep::not_selective);
+        t.mark_policy_saved();
         t.add("flash attention", z.narrow ? "its output" : "its output (also the output projection's input)",
               "backward needs the output for the softmax gradient", shape::sbq, z.sbq, z.d);
+        t.mark_policy_saved();
         if (z.narrow)  // beside the kernel's own copy
             projection_input_row(t, z, "output projection", "its input", z.sbq, shape::sbq, 1);
         // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query.
@@ -308,14 +352,16 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
 }
 
 /// The tensors the MLP's activation function keeps (its row in activation_functions.hpp), read from
-/// `input`, the projection it follows.
+/// `input`, the projection it follows; `input_saved`: the op-level policy saves that projection's output.
 inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const Shape& shape, Count sbf,
-                            const std::string& prefix, const std::string& input, std::uint64_t d) {
+                            const std::string& prefix, const std::string& input, std::uint64_t d, bool input_saved) {
     for (std::size_t i = 0; i < fn.kept_count(); ++i) {
         const ActivationTensor& kept = fn.kept[i];
         const std::string op = prefix + std::string(fn.label) + (kept.op.empty() ? "" : ": " + std::string(kept.op));
         const std::string tensor(kept.tensor);
-        t.add(op, tensor == "its input" ? tensor + " (" + input + ")" : tensor, std::string(kept.why), shape, sbf, d);
+        const bool is_input = tensor == "its input";
+        t.add(op, is_input ? tensor + " (" + input + ")" : tensor, std::string(kept.why), shape, sbf, d);
+        t.mark_policy_saved(is_input && input_saved);
     }
 }
 
@@ -328,9 +374,11 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
 /// dropout inside it (mlp_dropout, nn.TransformerEncoderLayer's) acts on the down projection's input.
-inline void mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const Shape& shape, Count sbf,
+/// Returns whether the op-level policy saves the down projection's output, which the caller places.
+inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const Shape& shape, Count sbf,
                      const std::string& prefix) {
     const ActivationFunction& fn = activation_function(m.activation);
+    const bool biased = m.bias == Bias::all;
     const std::string act = prefix + std::string(fn.label);
     const bool dropout = m.mlp_dropout > 0;
     // The dropout's backward: its incoming gradient and its input's, beside its mask or noise.
@@ -340,11 +388,13 @@ inline void mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
                     bytes_of(2 * z.d, shape.symbol), Count(2 * z.d) * sbf, "down_proj");
     };
     if (m.mlp == Mlp::gated) {
-        activation_rows(t, fn, shape, sbf, prefix, "the gate projection's output", z.d);
+        const bool gate_saved = t.linear_saved(biased), up_saved = t.linear_saved(biased);  // act(gate(x)) * up(x)
+        activation_rows(t, fn, shape, sbf, prefix, "the gate projection's output", z.d, gate_saved);
         t.add(prefix + "gate x up", std::string(fn.label) + "'s output", "the up branch's gradient is act(gate) x grad",
               shape, sbf, z.d);
         t.add(prefix + "gate x up", "the up projection's output", "the gate branch's gradient is up x grad", shape,
               sbf, z.d);
+        t.mark_policy_saved(up_saved);
         // gate x up's backward: its incoming gradient and one for each factor, the down projection's
         // input already freed; the activation's own backward, after it, holds less.
         t.workspace(true, prefix + "gate x up backward", "its incoming gradient and the gradients of both factors",
@@ -352,9 +402,9 @@ inline void mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         if (dropout) dropout_rows();
         down_projection_row(t, z, prefix, dropout ? "its input (gate x up, dropped out)" : "its input (gate x up)",
                             shape, sbf);
-        return;
+        return t.linear_saved(biased);
     }
-    activation_rows(t, fn, shape, sbf, prefix, "the up projection's output", z.d);
+    activation_rows(t, fn, shape, sbf, prefix, "the up projection's output", z.d, t.linear_saved(biased));
     // An output the function keeps is the down projection's input, unless a dropout comes between.
     if (fn.keeps_output && dropout)
         t.add(act, "its output", "its derivative is read from its output", shape, sbf, z.d);
@@ -368,12 +418,14 @@ inline void mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
                    fn.kernel == ActivationKernel::fused ? "its incoming gradient and its input's gradient"
                                                         : "its incoming gradient and the last product's two gradients",
                    bytes_of(work, shape.symbol), Count(work) * sbf, "down_proj");
+    return t.linear_saved(biased);
 }
 
 /// HF's sparse mixture-of-experts block: route, gather each expert's tokens, run it, weight, scatter.
 inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     const std::uint64_t k = m.active_experts();
     const Count slots = z.tokens * k;  // every token goes to k experts: s b k rows in all, whatever the routing
+    t.policy_output(t.linear_saved(false), "router", "its logits", shape::sbE, z.tokens * m.experts, z.d);
     t.add("router softmax", "routing probabilities, fp32", "softmax's gradient is written in its output", shape::sbE,
           z.tokens * m.experts, dtype::fp32);
     t.add("top-k", "the chosen experts' indices (int64)", "to scatter the gradient back", shape::sbk, slots, 8);
@@ -393,9 +445,14 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     if (z.autocast)
         projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden, shape::sbkh,
                              mlp_input_projections(m));
-    mlp_rows(t, m, z, shape::sbkf, slots * m.ffn, "experts: ");
+    // Which experts' mms the op-level policy saves depends on how many experts the routing fills and in
+    // what order: counted as if it saved every one (an upper bound; about half are).
+    t.every_mm(true);
+    const bool down_saved = mlp_rows(t, m, z, shape::sbkf, slots * m.ffn, "experts: ");
+    t.every_mm(false);
     t.add("expert output x weight", "the expert outputs", "the routing weight's gradient", shape::sbkh, slots * m.hidden,
           z.d);
+    t.mark_policy_saved(down_saved);
     // transformers casts the routing weights to the stream's dtype, which the weighted outputs take.
     t.add("expert output x weight", std::string("the routing weights, ") + dtype_name(z.stream),
           "the expert output's gradient", shape::sbk, slots, z.s);
@@ -411,11 +468,13 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     const detail::Sizes z(m, seq, micro_batch, precision, platform);
     const std::uint64_t d = z.d;
     LayerActivations layer;
-    detail::TableBuilder t(layer.rows, &layer.work);
+    detail::TableBuilder t(layer.rows, &layer.work, &layer.policy_outputs);
     const bool shared_norm = m.parallel_attention && m.norms_per_layer == 1;
 
     detail::norm_rows(t, m, z, shared_norm ? "layer norm" : "attention norm", false, true);
     detail::attention_rows(t, m, z, attention);
+    t.policy_output(t.linear_saved(m.bias == Bias::attention || m.bias == Bias::all), "output projection", "its output",
+                    shape::sbh, z.sbh, z.d);
     if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-attention norm");
     if (m.hidden_dropout > 0 && !m.parallel_attention)
         detail::dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);
@@ -431,7 +490,8 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     if (m.is_moe()) {
         detail::moe_rows(t, m, z);
     } else {
-        detail::mlp_rows(t, m, z, shape::sbf, z.sbf, "");
+        t.policy_output(detail::mlp_rows(t, m, z, shape::sbf, z.sbf, ""), "MLP down projection", "its output", shape::sbh,
+                        z.sbh, z.d);
     }
     if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-MLP norm");
     if (m.hidden_dropout > 0)

@@ -239,6 +239,15 @@ private:
         if (settings.activations == ActivationModel::korthikanti && settings.framework.attention == Attention::flash)
             throw error("flash attention needs the architecture activation model: Korthikanti's formula describes "
                         "eager attention");
+        if (settings.recompute == Recompute::op && settings.activations == ActivationModel::korthikanti)
+            throw error("recompute op needs the architecture activation model (--activations architecture): "
+                        "Korthikanti's formula has no ops for the policy to save");
+        // Row-parallel layers' mm outputs are whole partial sums, and the policy also saves sequence
+        // parallelism's reduce-scatter outputs: not modelled.
+        if (settings.recompute == Recompute::op && settings.parallel.tp > 1)
+            throw error("recompute op with tp " + std::to_string(settings.parallel.tp) +
+                        " is not modelled: under tensor parallelism the policy also saves whole partial sums and "
+                        "reduce-scatter outputs");
         TrainingState state = model_state(*splits_, settings.recipe);
         state.weights += registered_buffer_bytes(model_, settings.recipe, settings.framework, settings.seq) * Count(model_.layers);
         return {state};

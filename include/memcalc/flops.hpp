@@ -38,9 +38,10 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
         if (first) c.layer_forward = layer_forward;
         forward += static_cast<double>(count) * layer_forward;
         // Selective re-runs the core attention (as Megatron-LM's checkpointed core attention does);
-        // full re-runs each layer's whole forward pass.
+        // full re-runs each layer's whole forward pass, and so is op counted (an upper bound: its saved
+        // mms and attention kernel are not run again).
         c.recompute += static_cast<double>(count) *
-                       (mode == Recompute::full ? layer_forward : mode == Recompute::selective ? c.attention_core : 0);
+                       (checkpoints_layer(mode) ? layer_forward : mode == Recompute::selective ? c.attention_core : 0);
     };
     if (m.layer_kinds.empty()) add_layers(m, m.layers, true);
     for (std::size_t k = 0; k < m.layer_kinds.size(); ++k) add_layers(m.kind_view(k), m.layers_of_kind(k), k == 0);

@@ -188,7 +188,7 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "torch 2.4-2.6 torch.distributed.fsdp.fully_shard; torch.optim.AdamW (foreach on CUDA)",
      {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held, KvCache::off}},
     {"torchtitan", "torchtitan's trainer: FSDP2 (pair with --zero 3), SDPA, a foreach AdamW, the loss over fp32 logits, "
-                   "which it deletes before backward",
+                   "which it deletes before backward; its per-op selective checkpointing is --recompute op",
      "torchtitan 0.1 (2025): train.py (pred = model(inputs); loss = loss_fn(pred, labels); del pred), "
      "cross_entropy_loss (pred.float()), build_optimizers (implementation foreach)",
      {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::freed, KvCache::off}},

@@ -402,7 +402,7 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
         LayerWork& lw = w.layers[k];
         for (const auto& work : layer.work) {
             WorkspaceEffect e;
-            workspace_effect(layer.rows, work, mode, e.added, e.covered);
+            workspace_effect(layer.rows, work, mode, e.added, e.covered, layer.policy_outputs);
             e.gradients = gradients_from(w.parameters->table, work.gradients_from, V, false, k);
             (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
         }
@@ -410,7 +410,9 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
             if (row.kept(mode)) lw.kept.add(row);
             if (rebuilt_by(row, mode)) lw.rebuilt.add(row);
         }
-        if (mode == Recompute::full) lw.kept.sequence = layer.input_bytes;  // the layer's input, on the residual stream
+        if (checkpoints_layer(mode)) lw.kept.sequence += layer.input_bytes;  // the layer's input, on the residual stream
+        if (mode == Recompute::op)
+            for (const auto& saved : layer.policy_outputs) lw.kept.add(saved.tensor);
     }
     for (const auto& row : t.input_side) w.input_side.add(row);
     for (const auto& row : t.head) w.head.add(row);
@@ -649,7 +651,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.weights = f.state.weights;
     in.master_weights = f.state.master_weights;
     in.optimizer_state = f.state.optimizer_state;
-    in.weight_copies_recast = w.recipe.autocast && w.recompute == Recompute::full;
+    in.weight_copies_recast = w.recipe.autocast && checkpoints_layer(w.recompute);
     if (const auto& narrow = w.recipe.linears) {
         // Transformer Engine's casts of the stage's weights (this rank's tensor- and expert-parallel
         // share, not ZeRO's: it casts whole weights), module buffers kept for the run.

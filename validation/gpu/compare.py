@@ -56,7 +56,7 @@ def plot(path, points, title):
     """Two panels: measured against predicted peak (log-log, the diagonal and 5% off it), and each
     run's relative error against the 5% band. One dot per run, coloured by recomputation mode."""
     w, h, top, bottom = 900, 470, 50, 60
-    colours = {"none": "#e15759", "selective": "#4e79a7", "full": "#59a14f"}
+    colours = {"none": "#e15759", "selective": "#4e79a7", "full": "#59a14f", "op": "#76b7b2"}
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
            f'<rect width="{w}" height="{h}" fill="white"/>', f'<text x="70" y="24" font-size="14">{title}</text>']
 
@@ -120,6 +120,8 @@ def main(argv=None):
     ap.add_argument("--steps", action="store_true", help="also every step of each run's timeline")
     ap.add_argument("--check", action="store_true", help="exit 1 when a run misses by more than --tolerance")
     ap.add_argument("--check-step", action="store_true", help="with --check: a run whose peak falls in another step misses too")
+    ap.add_argument("--check-timeline", action="store_true",
+                    help="with --check: every step of every run within --tolerance, not only the peak")
     ap.add_argument("--plot", metavar="FILE.svg", help="draw measured against predicted peaks")
     ap.add_argument("--markdown", action="store_true", help="also the runs as a Markdown table (the README's)")
     ap.add_argument("--before", metavar="MEMCALC", help="with --markdown: another memcalc's predictions beside")
@@ -144,7 +146,7 @@ def main(argv=None):
     print("M: micro-batches per step, accumulated; p: gradients zeroed and kept (--grad-buffer persistent)")
     key = lambda r: (r["model"], r["seq"], r["attention"], r["microbatches"], r["grad_buffer"])
     base = {key(r): r["median_step_seconds"] for r in results["runs"] if r["recompute"] == "none"}
-    errors, misses, points, cost, details = [], [], [], {"selective": [], "full": []}, []
+    errors, misses, points, cost, details = [], [], [], {"selective": [], "full": [], "op": []}, []
     table = ["| model | seq | recompute | M | measured peak (B) | at |" + (" before (B) | error |" if a.before else "") +
              " predicted (B) | at | error |", "|---|---|---|---|---|---|" + ("---|---|" if a.before else "") + "---|---|---|"]
     for r in results["runs"]:
@@ -176,10 +178,14 @@ def main(argv=None):
               f"{r['peak_step']:<28} {peak:>13,} {peak_step:<28} {100 * e:>+6.2f}% {r['memory_before_step']:>12,} "
               f"{persistent:>12,} {1e3 * r['median_step_seconds']:>8.1f} {ratio:>7.2f}"
               f"  {' '.join(r.get(k, d) for k, d in SWITCH_DEFAULTS.items())}")
-        if a.steps:
+        if a.steps or a.check_timeline:
             predicted = {s["step"]: s["bytes"] for s in report["timeline"]}
             for s in r["timeline"]:
                 p = predicted[s["step"]]
+                if a.check_timeline and abs(p - s["max_bytes"]) > a.tolerance * s["max_bytes"]:
+                    misses.append(f"{label} {s['step']}: {100 * (p - s['max_bytes']) / s['max_bytes']:+.2f}%")
+                if not a.steps:
+                    continue
                 details.append(f"  {label:<40} {s['step']:<28} "
                                f"measured {s['max_bytes']:>13,} predicted {p:>13,} "
                                f"{100 * (p - s['max_bytes']) / s['max_bytes']:+6.2f}%")

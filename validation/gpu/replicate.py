@@ -5,8 +5,8 @@ Trains one step at a time of a GPT-style and a LLaMA-style model (validation/gpu
 same files memcalc reads) in bf16 mixed precision with Adam: bf16 weights and gradients, an fp32
 master copy and fp32 moments, the loss in fp32, as memcalc's mixed-adam recipe counts them. Every
 model runs at three sequence lengths, with no, selective (the core attention checkpointed) and full
-(each layer checkpointed) recomputation, with eager attention and with PyTorch's fused
-scaled_dot_product_attention where this PyTorch has it.
+(each layer checkpointed) recomputation, and on request torchtitan's op-level policy (--modes op), with
+eager attention and with PyTorch's fused scaled_dot_product_attention where this PyTorch has it.
 
 For each run it records, after a warm-up step: the memory before the step (weights, master copy,
 moments), torch.cuda.max_memory_allocated over one step and its largest value within each step of
@@ -23,6 +23,7 @@ does not round, so they are the bytes the tensors need), and only PyTorch's fuse
 before torch 2.0. Then validation/gpu/compare.py sets memcalc's predictions beside the measurements.
 """
 import argparse
+import collections
 import gc
 import itertools
 import json
@@ -37,6 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+from torch.utils._python_dispatch import TorchDispatchMode
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DTYPE = torch.bfloat16
@@ -125,6 +127,60 @@ class LayerRotary(nn.Module):
 LAYER_ROTARY = {"per_layer": LayerRotary, "per_layer_cached": CachedRotary}
 
 
+# torchtitan's save list for op-level selective checkpointing (pytorch/torchtitan
+# torchtitan/models/llama3/infra/parallelize.py @018740b7, _op_sac_save_list): the ops of it this torch has.
+# reduce_scatter, flex and varlen attention and compiled code do not occur in these single-device eager layers.
+OP_SAC_SAVE_LIST = {getattr(torch.ops.aten, name).default for name in (
+    "mm", "max", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_attention_math",
+    "_scaled_dot_product_fused_attention_overrideable") if hasattr(torch.ops.aten, name)}
+
+
+class OpPolicy(TorchDispatchMode):
+    """torchtitan's op-level policy (torchtitan/distributed/activation_checkpoint.py @cfb93265, _apply_op_sac)
+    as torch's selective checkpointing runs it (torch.utils.checkpoint's _CachingTorchDispatchMode and
+    _CachedTorchDispatchMode), for a torch without create_selective_checkpoint_contexts (before 2.4): in the
+    layer's forward each output of a save-list op is kept, detached, except every second aten.mm (one count
+    for the forward and one for the recomputation, per checkpointed call); the recomputation pops each
+    kept output in order instead of running the op again."""
+
+    def __init__(self, call):
+        super().__init__()
+        self.call = call
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        call, kwargs = self.call, kwargs or {}
+        # torch 1.13's checkpoint detaches each saved tensor inside the mode, where a wrapped number (x / 64's
+        # 64) arrives as a Python number: it stays the 0-dim tensor it was.
+        if func == torch.ops.aten.detach.default and not torch.is_tensor(args[0]):
+            return torch.tensor(args[0])
+        if func == torch.ops.aten.mm.default:
+            call["mm"][call["recompute"]] += 1
+        saved = func in OP_SAC_SAVE_LIST and not (func == torch.ops.aten.mm.default and
+                                                  call["mm"][call["recompute"]] % 2 == 0)
+        if not saved:
+            return func(*args, **kwargs)
+        if call["recompute"]:
+            return call["storage"][func].pop(0)
+        out = func(*args, **kwargs)
+        call["storage"][func].append(out.detach() if torch.is_tensor(out) else
+                                     tuple(o.detach() if torch.is_tensor(o) else o for o in out))
+        return out
+
+
+def op_checkpoint(function, *args):
+    """`function` checkpointed under the op-level policy: torch's non-reentrant checkpoint (which keeps the
+    inputs and reruns `function` at the first unpack in backward), each run of it under OpPolicy."""
+    call = {"mm": [0, 0], "recompute": 0, "runs": 0, "storage": collections.defaultdict(list)}
+
+    def run(*inner):
+        call["recompute"], call["runs"] = int(call["runs"] > 0), call["runs"] + 1
+        with OpPolicy(call):
+            return function(*inner)
+
+    return checkpoint(run, *args, use_reentrant=False)
+
+
 class Block(nn.Module):
     """One decoder layer, GPT-style (LayerNorm, GELU, learned positions) or LLaMA-style (RMSNorm,
     SwiGLU, rotary, grouped-query attention), with eager or fused attention."""
@@ -140,16 +196,18 @@ class Block(nn.Module):
         self.p_attention, self.p_hidden = spec.get("attention_dropout", 0.0), spec.get("hidden_dropout", 0.0)
         self.p_mlp = spec.get("mlp_dropout", 0.0)  # inside the MLP, as nn.TransformerEncoderLayer's
         self.act = FUNCTIONS[spec.get("activation", "silu" if spec.get("mlp") == "gated" else "gelu_tanh")]
-        bias = spec.get("bias", "none") == "all"
+        # Which linears carry a bias, as memcalc's model files say: none, qkv (Qwen2's), attention or all.
+        bias = spec.get("bias", "none")
+        qkv_bias, o_bias, mlp_bias = bias != "none", bias in ("attention", "all"), bias == "all"
         self.norm1 = RMSNorm(h) if self.llama else nn.LayerNorm(h)
         self.norm2 = RMSNorm(h) if self.llama else nn.LayerNorm(h)
-        self.q = nn.Linear(h, a * self.d, bias=bias)
-        self.k = nn.Linear(h, self.kv * self.d, bias=bias)
-        self.v = nn.Linear(h, self.kv * self.d, bias=bias)
-        self.o = nn.Linear(a * self.d, h, bias=bias)
+        self.q = nn.Linear(h, a * self.d, bias=qkv_bias)
+        self.k = nn.Linear(h, self.kv * self.d, bias=qkv_bias)
+        self.v = nn.Linear(h, self.kv * self.d, bias=qkv_bias)
+        self.o = nn.Linear(a * self.d, h, bias=o_bias)
         f = spec["ffn"]
-        self.up = nn.Linear(h, f, bias=bias)
-        self.down = nn.Linear(f, h, bias=bias)
+        self.up = nn.Linear(h, f, bias=mlp_bias)
+        self.down = nn.Linear(f, h, bias=mlp_bias)
         self.gate = nn.Linear(h, f, bias=False) if spec.get("mlp") == "gated" else None
         # nanoGPT's CausalSelfAttention without flash: a max_positions^2 mask registered in every layer,
         # cast with the weights by .to(dtype), and masked_fill(bias == 0, -inf) in place of an added mask.
@@ -296,8 +354,12 @@ class Model(nn.Module):
         for i, block in enumerate(self.blocks, start=1):
             if i > 1:
                 mark(f"forward {i}")
-            x, kv = (checkpoint(block, x, mask, cos, sin, positions, use_reentrant=False) if self.mode == "full"
-                     else block(x, mask, cos, sin, positions))
+            if self.mode == "full":
+                x, kv = checkpoint(block, x, mask, cos, sin, positions, use_reentrant=False)
+            elif self.mode == "op":  # torchtitan's: every layer checkpointed under its op-level policy
+                x, kv = op_checkpoint(block, x, mask, cos, sin, positions)
+            else:
+                x, kv = block(x, mask, cos, sin, positions)
             if kv is not None:
                 cache.append(kv)
             del kv
@@ -517,8 +579,9 @@ def main(argv=None):
                     help="the loop keeps the logits through backward (held, default) or only the loss (freed)")
     ap.add_argument("--kv-cache", nargs="+", choices=("off", "kept"), default=["off"],
                     help="the model's output keeps each layer's k and v (kept: use_cache on) or not (off, default)")
-    ap.add_argument("--modes", nargs="+", choices=("none", "selective", "full"), default=["none", "selective", "full"],
-                    help="recomputation modes (default all three)")
+    ap.add_argument("--modes", nargs="+", choices=("none", "selective", "full", "op"), default=["none", "selective", "full"],
+                    help="recomputation modes (default none, selective and full; op: torchtitan's op-level selective "
+                         "checkpointing, emulated where torch has no create_selective_checkpoint_contexts)")
     ap.add_argument("--attentions", nargs="+", choices=("eager", "sdpa"), default=["eager", "sdpa"],
                     help="attention kernels (default both, sdpa where this torch has it)")
     a = ap.parse_args(argv)
