@@ -39,12 +39,12 @@ TORCHTUNE = ["--activations", "architecture", "--recipe", "bf16-adam", "--profil
 # Reasons shared by many rows (each names what memcalc does not model, or what the source leaves unsaid).
 RESERVED = ("max reserved (the caching allocator's segments) is above max allocated by fragmentation "
             "and cached free blocks, which memcalc does not model")
-OP_SAC = ("torchtitan's per-op selective checkpointing (saves matmul outputs, recomputes the rest) is "
-          "not a memcalc recompute mode yet; the nearest, --recompute selective (Korthikanti's rule), "
-          "keeps nearly every tensor under fused attention")
+OP_SAC = ("torchtitan's per-op selective checkpointing is memcalc's --recompute op, measured on eager layers "
+          "without tensor parallelism; under torch.compile which tensors exist differs, so the nearest, "
+          "--recompute selective (Korthikanti's rule), is shown")
 COMPILE = "torch.compile's fusion changes which tensors autograd keeps; memcalc models eager kernels"
-FP8 = ("float8 linears (torchao) keep fp8 copies of linear inputs and weight casts; no fp8 recipe in "
-       "memcalc yet")
+FP8 = ("float8 linears here are torchao's (Float8Linear casts per forward; float8 all-gather under FSDP), "
+       "not Transformer Engine's module buffers that memcalc's fp8 recipe counts: not modelled")
 SEQ_ASSUMED = "sequence not stated by the page: the llama3 toml's default 8192 is assumed"
 # Megatron's golden values, with its in-place loss modelled (--loss fp32-inplace): what is left short.
 MEGATRON_SHORT = ("not modelled: what the libraries allocate beside the model's tensors (cuBLAS and "
