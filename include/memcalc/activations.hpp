@@ -283,9 +283,12 @@ inline LayerActivations korthikanti_layer(const Architecture& m, std::uint64_t s
     // on the residual stream, replicated unless sequence parallelism splits them.
     auto row = [&](Text op, Text tensor, Text why, bool scores, std::uint64_t copies,
                    std::uint64_t bytes, ActivationSplit split) {
-        const Count elements = Count(copies) * (scores ? as2b : sbh);
-        layer.rows.push_back({op, tensor, why, scores ? "as^2b" : "sbh", copies, bytes,
-                              scores ? Keep::not_selective : Keep::always, elements, elements * bytes, split});
+        // Made in place, a field at a time: a row built aside and copied in is read back in wider
+        // pieces than it was written, which stalls every row on store-to-load forwarding.
+        SavedTensor& r = layer.rows.emplace_back();
+        r.op = op, r.tensor = tensor, r.why = why, r.symbol = scores ? "as^2b" : "sbh";
+        r.copies = copies, r.bytes_per_element = bytes, r.keep = scores ? Keep::not_selective : Keep::always;
+        r.elements = Count(copies) * (scores ? as2b : sbh), r.bytes = r.elements * bytes, r.split = split;
     };
     constexpr auto T = ActivationSplit::tensor, S = ActivationSplit::sequence;
     // clang-format off

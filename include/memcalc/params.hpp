@@ -54,6 +54,16 @@ private:
 };
 
 struct ParamRow {
+    /// A trainable row of `dims`, its count their product. A constructor, so that the table's rows are
+    /// made in place: a row built aside and copied in is read back in wider pieces than it was
+    /// written, which stalls every row on store-to-load forwarding.
+    ParamRow(Part part_, Group group_, Text tensor_, Text shape_, Dims dims_, ParamSplit split_, bool expert_,
+             std::uint8_t kind_)
+        : part(part_), group(group_), tensor(tensor_), shape(shape_), dims(dims_), count(1), split(split_),
+          expert(expert_), kind(kind_) {
+        for (auto d : dims) count *= d;
+    }
+
     Part part;
     Group group;
     Text tensor;                       ///< "q_proj", "gate_proj", "final_norm.weight"
@@ -132,10 +142,7 @@ inline ParameterTable parameter_table(const Architecture& m) {
     std::uint8_t kind = 0;  // of the layer rows being added
     auto add = [&t, &kind](Part part, Group group, Text tensor, Text shape, Dims dims,
                            ParamSplit split = ParamSplit::replicated, bool expert = false) {
-        Count n = 1;
-        for (auto d : dims) n *= d;
-        t.rows.push_back({part, group, tensor, shape, dims, n, split, expert, true, std::nullopt,
-                          group == Group::layer ? kind : std::uint8_t{0}});
+        t.rows.emplace_back(part, group, tensor, shape, dims, split, expert, group == Group::layer ? kind : std::uint8_t{0});
     };
     constexpr auto split = ParamSplit::tensor;
     struct NormNames {

@@ -268,9 +268,14 @@ inline void linear_run(std::vector<Step>& steps, PeakSoFar* peak, const Timeline
     // Each later step is the one before (still in cache) plus the difference: one pass over the steps.
     const StageLayers layers = in;  // a copy: the steps written below cannot alias it
     const std::uint64_t one = down ? ~std::uint64_t{0} : 1;  // +1 or -1, modulo 2^64
-    for (std::uint64_t k = 2, position = second + one; k < count; ++k, position += one)
-        steps.push_back({phase, layers.layer_id(position - 1),
-                         Breakdown::modulo(steps.back().bytes, delta, std::plus<>()), microbatch});
+    for (std::uint64_t k = 2, position = second + one; k < count; ++k, position += one) {
+        // Made in place from a copy of the second step (its phase and micro-batch), a category at a
+        // time: a Step built aside and then copied in is read back in wider pieces than it was
+        // written, which stalls every step on store-to-load forwarding.
+        Step& s = steps.emplace_back(next);
+        s.layer = layers.layer_id(position - 1);
+        s.bytes = Breakdown::modulo(steps[steps.size() - 2].bytes, delta, std::plus<>());
+    }
     if (!peak) return;
     // Each step's total is linear in the position too, so past the first step the run's earliest
     // largest is its second step or its last; the totals between those two fit when they do.

@@ -244,9 +244,9 @@ inline bool te_linear_weight(const ParamRow& r) {
     return layer_matrix(r) && (r.part == Part::attention || r.part == Part::mlp);
 }
 
-/// The trainable tensors' optimiser state under optimiser `o` with state dtype `state`, by group.
-inline OptimizerSplits optimizer_splits(const ParameterTable& table, const Optimizer& o, DType state) {
-    OptimizerSplits splits;
+/// The trainable tensors' optimiser state under optimiser `o` with state dtype `state`, by group, added
+/// to `splits` (which a model's splits fill in place: a kilobyte returned is a kilobyte copied).
+inline void add_optimizer_state(OptimizerSplits& splits, const ParameterTable& table, const Optimizer& o, DType state) {
     for (const auto& row : table.rows) {
         if (!row.trainable) continue;
         const StateCount s = tensor_state(o, state, row);
@@ -260,6 +260,12 @@ inline OptimizerSplits optimizer_splits(const ParameterTable& table, const Optim
                 break;
         }
     }
+}
+
+/// The trainable tensors' optimiser state under optimiser `o` with state dtype `state`, by group.
+inline OptimizerSplits optimizer_splits(const ParameterTable& table, const Optimizer& o, DType state) {
+    OptimizerSplits splits;
+    add_optimizer_state(splits, table, o, state);
     return splits;
 }
 
@@ -305,20 +311,25 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
     }
     for (std::size_t k = 0; k < params.kinds; ++k)
         if (largest[k] != nullptr) splits.fresh_gradient[k] = gradients_from(params, largest[k]->tensor, V, true, k);
-    splits.every_tensor_state = optimizer_splits(params, adam, DType::fp32);
+    add_optimizer_state(splits.every_tensor_state, params, adam, DType::fp32);
     return made;
 }
 
-/// The trainable tensors' optimiser state under `recipe`, by group.
-inline OptimizerSplits optimizer_splits(const ParameterSplits& splits, const Recipe& recipe) {
-    if (recipe.optimizer.uniform_bytes(recipe.state)) return splits.every_tensor_state;
-    return optimizer_splits(splits.table, recipe.optimizer, recipe.state);
+/// The trainable tensors' optimiser state under `recipe`, by group. An optimiser that keeps whole slots
+/// of every tensor shares the model's own (every_tensor_state): a kilobyte not copied per workload.
+inline std::shared_ptr<const OptimizerSplits> optimizer_splits(const std::shared_ptr<const ParameterSplits>& splits,
+                                                               const Recipe& recipe) {
+    if (recipe.optimizer.uniform_bytes(recipe.state)) return {splits, &splits->every_tensor_state};
+    return std::make_shared<const OptimizerSplits>(optimizer_splits(splits->table, recipe.optimizer, recipe.state));
 }
 
 /// The whole model's state, unsharded: each class's.
 inline TrainingState model_state(const ParameterSplits& splits, const Recipe& recipe) {
     TrainingState total;
-    const Count optimizer = state_bytes(recipe.optimizer, recipe.state, optimizer_splits(splits, recipe).total);
+    const StateCount state = recipe.optimizer.uniform_bytes(recipe.state)
+                                 ? splits.every_tensor_state.total
+                                 : optimizer_splits(splits.table, recipe.optimizer, recipe.state).total;
+    const Count optimizer = state_bytes(recipe.optimizer, recipe.state, state);
     for (const StateClass& c : splits.classes) {
         TrainingState s;
         if (c.trainable) s = training_state(c.total, recipe, optimizer);
@@ -347,7 +358,7 @@ struct Workload {
     bool autograd_order = false;
     Framework framework;  ///< how the framework runs the step: its optimiser step, gradients, loss and logits
     std::shared_ptr<const ParameterSplits> parameters;  ///< the model's, shared by all its workloads
-    OptimizerSplits optimizer_state;                    ///< the trainable tensors' under the recipe
+    std::shared_ptr<const OptimizerSplits> optimizer_state;  ///< the trainable tensors' under the recipe
     SplitBytes kv_cache;  ///< per layer: the k and v the model's output keeps beyond what backward saves
 };
 
@@ -393,7 +404,7 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     if (framework.kv_cache == KvCache::kept)
         for (const auto& row : kv_cache_rows(m, seq, micro_batch, recipe.precision(), framework.attention, mode))
             w.kv_cache.add(row);
-    w.optimizer_state = optimizer_splits(*w.parameters, recipe);
+    w.optimizer_state = optimizer_splits(w.parameters, recipe);
     const std::uint64_t V = m.vocab;
     for (const auto& row : t.forward_buffers) w.forward_buffers.add(row);
     w.layers.resize(m.kind_count());
@@ -498,7 +509,7 @@ inline TrainingState class_state(const StateClass& c, Count dense, Count experts
 /// The trainable tensors' optimiser state on one rank: their pieces after tensor, expert and pipeline
 /// splits, then its ZeRO shard, the dense tensors' and the experts' each over its own group.
 inline Count rank_optimizer_state(const Workload& w, const Parallelism& p, std::uint64_t stage, const KindCounts& layers) {
-    const OptimizerSplits& o = w.optimizer_state;
+    const OptimizerSplits& o = *w.optimizer_state;
     const std::uint64_t V = w.model.vocab;
     const bool first = stage == 0, last = stage + 1 == p.pp;
     StateCount dense, experts;
