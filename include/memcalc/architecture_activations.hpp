@@ -107,7 +107,6 @@ struct Sizes {
     bool autocast;   ///< each matmul saves a copy of its input cast to the compute dtype
     /// Linear layers save their inputs cast once to this narrower dtype (Transformer Engine's fp8).
     std::optional<DType> narrow;
-    std::uint64_t linear_in;  ///< bytes per element of a linear layer's saved input: the narrow dtype's, or d
     Platform platform;
     /// Bytes per element of the copy a CPU kernel makes of a compute-dtype operand when the other is
     /// the stream's wider dtype (autocast's fp32 mask or residual): CUDA kernels cast as they read.
@@ -127,7 +126,6 @@ struct Sizes {
           s(bytes_per_element(p.stream)),
           autocast(p.autocast),
           narrow(p.linear_inputs),
-          linear_in(p.linear_inputs ? bytes_per_element(*p.linear_inputs) : d),
           platform(where),
           upcast(where == Platform::cpu && s != d ? s : 0) {}
 
@@ -135,7 +133,6 @@ struct Sizes {
     Sizes wide_linears() const {
         Sizes wide = *this;
         wide.narrow.reset();
-        wide.linear_in = d;
         return wide;
     }
 };
@@ -201,7 +198,7 @@ inline void projection_input_row(TableBuilder& t, const Sizes& z, const std::str
                                  Count elements, const Shape& shape, std::uint64_t projections) {
     if (z.narrow) {
         t.add(op, what + ", cast once to " + dtype_name(*z.narrow), "weight gradient = input^T x output gradient",
-              shape, elements, z.linear_in);
+              shape, elements, bytes_per_element(*z.narrow));
         return;
     }
     if (!z.autocast) {
