@@ -46,4 +46,15 @@ inline void exercise(const memcalc::Architecture& m) {
                 } catch (const error&) {
                 }
             }
+    // Serving it: each weight format, a cache dtype, tensor parallelism, and the largest batch.
+    for (const WeightFormat& format : weight_formats) {
+        ServeSettings s;
+        s.context = context, s.batch = 3, s.weights = &format, s.tp = format.values == DType::int4 ? 2 : 1;
+        s.kv_dtype = format.values == DType::bf16 ? DType::bf16 : DType::fp8_e4m3;
+        try {
+            (void)serve(m, s);
+            (void)serve_fit(m, s, Count(80'000'000'000ULL));
+        } catch (const error&) {
+        }
+    }
 }

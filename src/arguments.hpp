@@ -34,6 +34,7 @@ struct Request {
     std::string gpu, gpu_file;                                  // a device by name or file, for its memory
     std::string gpus, top, max_tp;                              // plan
     std::string plot;                                           // --plot FILE.svg
+    std::string context, batch, kv_dtype = "bf16", weights = "bf16", block_size, prefill_chunk;  // serve
     std::string output;                                         // --output FILE instead of stdout
     bool sp = false;
 };

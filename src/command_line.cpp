@@ -40,6 +40,7 @@ const char* const examples = R"(Examples:
   memcalc --preset llama-7b --seq 4096 --recompute selective --microbatches 4 --grad-buffer persistent
   memcalc --preset llama-3.1-405b --seq 8192 --tp 8 --pp 16 --dp 8 --zero 1 --first-stage-layers 7 --last-stage-layers 7
   memcalc --preset llama-7b --seq 4096 --activations architecture --profile megatron --recipe mixed-adam-fp32-grads
+  memcalc serve --preset llama-3-70b --context 32768 --batch 8 --tp 8 --gpu h100-sxm
   memcalc presets
   memcalc recipes
   memcalc profiles
@@ -441,6 +442,45 @@ Example:
   memcalc plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512)");
     }
 
+    Request serve_q;
+    CLI::App* serve = nullptr;
+    if (mentions("serve")) {
+        serve = app.add_subcommand("serve", "Serving memory: the weights in a storage format, the KV cache, prefill");
+        ModelChoice::add(*serve, serve_q);
+        OutputChoice::add(*serve, serve_q);
+        serve->add_option("--context", serve_q.context, "Tokens of each sequence, prompt and output (required)")
+            ->type_name("N");
+        serve->add_option("--batch", serve_q.batch, "Sequences served at once (default 1)")->type_name("B");
+        serve->add_option("--weights", serve_q.weights,
+                          "How the linear layers are stored: bf16 (default), fp8 (a scale per matrix), int8 (a\n"
+                          "scale per output channel), int4 (AWQ/GPTQ: a scale and a zero point per 128 inputs)")
+            ->type_name("FORMAT");
+        serve->add_option("--kv-dtype", serve_q.kv_dtype, "The KV cache's dtype: bf16 (default), fp16, fp8, fp8-e5m2, fp32")
+            ->type_name("DTYPE");
+        serve->add_option("--tp", serve_q.tp, "Tensor-parallel ranks: heads, MLP columns and vocabulary split (default 1)")
+            ->type_name("N");
+        serve->add_option("--block-size", serve_q.block_size, "Tokens per KV-cache block, each sequence rounded up (default 16)")
+            ->type_name("N");
+        serve->add_option("--prefill-chunk", serve_q.prefill_chunk,
+                          "Most tokens one forward takes (chunked prefill; default 8192)")
+            ->type_name("N");
+        add_device_options(*serve, serve_q, "The device's memory: with it, the KV cache capacity and the largest batch");
+        serve->add_option("--reserve", serve_q.reserve, "Memory the engine keeps for itself (default 2GiB)")
+            ->type_name("SIZE");
+        serve->footer(R"(Per tensor-parallel rank: the weights (linear layers in --weights' format; embeddings, norms,
+routers and the head in bf16), the KV cache (k and v of every layer's key/value heads for each
+token, each sequence rounded up to whole blocks; with fewer key/value heads than ranks each rank
+keeps a whole head), and the activations of one forward of a prefill chunk (the residual stream,
+the larger of attention's q, k, v and output and the MLP's hidden tensors, and the last tokens'
+logits). With --device-memory or --gpu: whether it fits, the KV cache capacity in tokens beside the
+weights and activations, and the largest batch at --context.
+
+Examples:
+  memcalc serve --preset llama-3-8b --context 8192 --batch 16
+  memcalc serve --preset llama-3-70b --context 32768 --batch 8 --tp 8 --gpu h100-sxm
+  memcalc serve --preset llama-3-70b --context 8192 --weights int4 --kv-dtype fp8 --device-memory 48GB --format json)");
+    }
+
     // The catalogues: each a subcommand with only --format, made when the command line names it.
     std::string list_format = "table";
     const auto catalogue = [&](const char* name, const char* help) -> CLI::App* {
@@ -472,7 +512,7 @@ Example:
 
     try {
         // An empty value ("--seq ''") is a mistake, not the option's absence.
-        for (const CLI::App* command : {&app, fit, plan, presets, recipes_cmd, profiles_cmd, gpus_cmd, functions_cmd}) {
+        for (const CLI::App* command : {&app, fit, plan, serve, presets, recipes_cmd, profiles_cmd, gpus_cmd, functions_cmd}) {
             if (command == nullptr) continue;
             for (const CLI::Option* option : command->get_options())
                 if (option->count() > 0 && option->get_type_size() != 0)
@@ -480,7 +520,7 @@ Example:
                         if (value.empty()) throw usage_error(fmt::format("{} needs a value (got '')", option->get_name()));
         }
         // Options of the estimate given before a subcommand would be silently ignored: refuse them.
-        for (const CLI::App* sub : {fit, plan, presets, recipes_cmd, profiles_cmd, gpus_cmd, functions_cmd}) {
+        for (const CLI::App* sub : {fit, plan, serve, presets, recipes_cmd, profiles_cmd, gpus_cmd, functions_cmd}) {
             if (!parsed(sub)) continue;
             for (const CLI::Option* option : app.get_options())
                 if (option->count() > 0)
@@ -490,7 +530,7 @@ Example:
         // The whole output is built before any of it is printed, so a failure prints nothing on stdout
         // and writes no file.
         std::vector<PendingFile> files;
-        const Request& used = parsed(fit) ? fit_q : parsed(plan) ? plan_q : q;
+        const Request& used = parsed(fit) ? fit_q : parsed(plan) ? plan_q : parsed(serve) ? serve_q : q;
         Spool out;
         if (parsed(presets)) out.append(run_presets(list_format));
         else if (parsed(recipes_cmd)) out.append(run_recipes(list_format));
@@ -499,6 +539,7 @@ Example:
         else if (parsed(functions_cmd)) out.append(run_activation_functions(list_format));
         else if (parsed(fit)) out.append(run_fit(fit_q));
         else if (parsed(plan)) out.append(run_plan(plan_q));
+        else if (parsed(serve)) out.append(run_serve(serve_q));
         else run_estimate(q, out, files);
         if (!used.output.empty()) files.push_back({"--output", used.output, "", &out});
         for (const auto& f : files) refuse_overwriting_inputs(f, {used.model_file, used.config, used.recipe_file, used.profile_file, used.gpu_file});

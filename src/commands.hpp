@@ -1,6 +1,6 @@
 #pragma once
 // The subcommands, a file each (command_estimate.cpp, command_fit.cpp, command_plan.cpp,
-// command_catalogues.cpp), and what they share; command_line.cpp parses and dispatches.
+// command_serve.cpp, command_catalogues.cpp), and what they share; command_line.cpp parses and dispatches.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -82,6 +82,7 @@ inline Unit unit_of(const Request& q) { return q.units == "gib" ? Unit::gib : Un
 void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files);
 std::string run_fit(const Request& q);
 std::string run_plan(const Request& q);
+std::string run_serve(const Request& q);
 std::string run_presets(const std::string& format);
 std::string run_recipes(const std::string& format);
 std::string run_profiles(const std::string& format);

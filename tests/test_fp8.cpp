@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "fixtures.hpp"
@@ -75,6 +76,37 @@ TEST_CASE("fp8 linears save one 1-byte cast of each input instead of the 2-byte 
     SECTION("the head's input stays bf16: Megatron-LM's output layer is no Transformer Engine module") {
         const Architecture m = fixtures::llama_7b();
         CHECK(saved_bytes(head_saved(m, s, b, fp8)) == saved_bytes(head_saved(m, s, b, DType::bf16)));
+    }
+}
+
+TEST_CASE("an fp8 linear's backward casts its output's gradient to fp8 and transposes it: 2 bytes per output element",
+          "[fp8][architecture]") {
+    const std::uint64_t s = 512, b = 2;
+    const auto casts = [&](const Architecture& m, Precision p) {
+        std::map<std::string, std::uint64_t> bytes;  // by the linear's weight
+        for (const Workspace& w : architecture_layer(m, s, b, p, Attention::flash).work)
+            if (w.backward && Text(w.tensor).find("gradient cast to") != Text::npos)
+                bytes[std::string(Text(w.gradients_from))] += w.bytes.value();
+        return bytes;
+    };
+    SECTION("dense layers: q/k/v, the output projection, gate and up, the down projection") {
+        const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
+        CAPTURE(m.name);
+        const std::uint64_t tokens = s * b, q = m.heads * m.head_size(), kv = m.key_value_heads() * m.head_size();
+        const auto c = casts(m, fp8);
+        REQUIRE(c.size() == 4);
+        CHECK(c.at("q_proj") == 2 * tokens * (q + 2 * kv));
+        CHECK(c.at("o_proj") == 2 * tokens * m.hidden);
+        CHECK(c.at(m.mlp == Mlp::gated ? "gate_proj" : "up_proj") == 2 * tokens * m.ffn * (m.mlp == Mlp::gated ? 2 : 1));
+        CHECK(c.at("down_proj") == 2 * tokens * m.hidden);
+        CHECK(casts(m, DType::bf16).empty());  // bf16 linears run their GEMMs on the gradient as it is
+    }
+    SECTION("experts: per routed token-slot; the router casts nothing") {
+        const Architecture m = mixtral_like();
+        const std::uint64_t slots = s * b * m.experts_per_token;
+        const auto c = casts(m, fp8);
+        CHECK(c.at("gate_proj") == 2 * slots * 2 * m.ffn);
+        CHECK(c.at("down_proj") == 2 * slots * m.hidden);
     }
 }
 

@@ -58,8 +58,8 @@ public:
         workspace_at(rows_.size(), backward, op, tensor, formula, bytes, gradients_from);
     }
     void workspace_at(std::size_t absent_from, bool backward, Label op, Label tensor, Label formula, Count bytes,
-                      Label gradients_from = "") {
-        push({backward, op, tensor, formula, bytes, ActivationSplit::tensor, absent_from, gradients_from, false});
+                      Label gradients_from = "", ActivationSplit split = ActivationSplit::tensor) {
+        push({backward, op, tensor, formula, bytes, split, absent_from, gradients_from, false});
     }
     /// A temporary at the layer's last op (Workspace::layer_end), on the residual stream.
     void layer_end(Label op, Label tensor, Label formula, Count bytes) {
@@ -189,16 +189,34 @@ inline void dropout_row(TableBuilder& t, const Sizes& z, DType input, const std:
               "the gradient is multiplied by the same noise", shape, elements, bytes_per_element(input), keep);
 }
 
+/// The output of the linear layer(s) reading a saved input: what a narrow linear's backward casts.
+struct LinearOutput {
+    Count elements;          ///< none: not counted (a linear that is no Transformer Engine module)
+    Label symbol = "";       ///< its elements in the paper's letters: "sb(ad) + 2 sb(kd)"
+    Label weight = "";       ///< the first weight whose gradient the backward writes ("q_proj")
+    /// A column-parallel output divides by tp; a row-parallel one's gradient is gathered whole.
+    ActivationSplit split = ActivationSplit::tensor;
+};
+
 /// What the projections reading a stream tensor keep: that tensor, or under autocast a copy of it cast
 /// to the compute dtype by each of the `projections` (autocast caches only the weights' casts).
 /// Separate projections are counted, as transformers writes LLaMA's: a fused one casts once (leans high).
 /// Narrow (fp8) linears save one cast, as Megatron-LM's fused QKV and gate/up layers make it, and the
-/// tensor itself is not kept (Transformer Engine's LayerNormLinear writes its norm's output in fp8).
+/// tensor itself is not kept (Transformer Engine's LayerNormLinear writes its norm's output in fp8);
+/// their backward casts the output's gradient to fp8 and transposes it for the two GEMMs (TE 1.x's
+/// fp8_cast_transpose_fused), a temporary of 2 narrow bytes per output element while it runs.
 inline void projection_input_row(TableBuilder& t, const Sizes& z, const std::string& op, const std::string& what,
-                                 Count elements, const Shape& shape, std::uint64_t projections) {
+                                 Count elements, const Shape& shape, std::uint64_t projections,
+                                 const LinearOutput& output = {}) {
     if (z.narrow) {
         t.add(op, what + ", cast once to " + dtype_name(*z.narrow), "weight gradient = input^T x output gradient",
               shape, elements, bytes_per_element(*z.narrow));
+        const std::uint64_t cast = 2 * bytes_per_element(*z.narrow);
+        if (output.elements > Count(0))
+            t.workspace_at(t.size(), true, op + " backward",
+                           std::string("its output's gradient cast to ") + dtype_name(*z.narrow) + " and transposed",
+                           bytes_of(cast, std::string(Text(output.symbol))), output.elements * cast, output.weight,
+                           output.split);
         return;
     }
     if (!z.autocast) {
@@ -211,6 +229,13 @@ inline void projection_input_row(TableBuilder& t, const Sizes& z, const std::str
 
 /// The linear layers that read the MLP's input: gate and up, or up alone.
 inline std::uint64_t mlp_input_projections(const Architecture& m) { return m.mlp == Mlp::gated ? 2 : 1; }
+
+/// Their outputs, `sbf` elements each, of `shape`: the first weight they write a gradient to.
+inline LinearOutput mlp_input_output(const Architecture& m, Count sbf, const Shape& shape) {
+    const std::uint64_t n = mlp_input_projections(m);
+    return {sbf * n, n == 1 ? std::string(Text(shape.symbol)) : std::to_string(n) + " " + std::string(Text(shape.symbol)),
+            n == 1 ? "up_proj" : "gate_proj"};
+}
 
 /// q, k and v as the attention products keep them. With fewer key/value heads than query heads,
 /// eager attention repeats k and v to every head (a copy); selective recomputation's checkpoint
@@ -267,12 +292,15 @@ inline void rotary_rows(TableBuilder& t, const Architecture& m, const Sizes& z) 
           "q and k were multiplied by them", shape::sd, Count(z.seq) * m.head_size(), z.d, Keep::always, 2);
 }
 
+/// The output projection's output: row-parallel, so its gradient is the whole residual stream's.
+inline LinearOutput output_projection(const Sizes& z) { return {z.sbh, "sbh", "o_proj", ActivationSplit::replicated}; }
+
 inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
     projection_input_row(t, z, "q/k/v projections",
                          m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow
                              ? "their input, shared with the MLP"
                                                                                        : "their input",
-                         z.sbh, shape::sbh, 3);
+                         z.sbh, shape::sbh, 3, {z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj"});
     qk_norm_rows(t, m, z);
     rotary_rows(t, m, z);
     qkv_rows(t, m, z, attention);
@@ -287,7 +315,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
               "backward needs the output for the softmax gradient", shape::sbq, z.sbq, z.d);
         t.mark_policy_saved();
         if (z.narrow)  // beside the kernel's own copy
-            projection_input_row(t, z, "output projection", "its input", z.sbq, shape::sbq, 1);
+            projection_input_row(t, z, "output projection", "its input", z.sbq, shape::sbq, 1, output_projection(z));
         // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query.
         const Count work = z.sbq * (dtype::fp32 + z.d) + Count(2 * z.d) * z.sbkv + Count(m.heads) * z.tokens * dtype::fp32;
         t.workspace(true, "flash attention backward", "dq (fp32 accumulator and result), dk, dv, row sums",
@@ -334,7 +362,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         t.add("attention over V", "the dropped-out weights", "the gradient w.r.t. v is weights^T x the output's gradient",
               shape::scores, z.scores, z.d, Keep::not_selective);
     }
-    if (z.narrow) projection_input_row(t, z, "output projection", "its input", z.sbq, shape::sbq, 1);
+    if (z.narrow) projection_input_row(t, z, "output projection", "its input", z.sbq, shape::sbq, 1, output_projection(z));
     else t.add("output projection", "its input", "weight gradient = input^T x output gradient", shape::sbq, z.sbq, z.d);
 
     // Softmax's input lives beside its output; its backward holds the gradients of both. Upcasting
@@ -364,8 +392,8 @@ inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const
 
 /// The down projection's input, which nothing else keeps: in the compute dtype, or its one narrow cast.
 inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::string& prefix, const std::string& what,
-                                const Shape& shape, Count sbf) {
-    if (z.narrow) projection_input_row(t, z, prefix + "down projection", what, sbf, shape, 1);
+                                const Shape& shape, Count sbf, const LinearOutput& output) {
+    if (z.narrow) projection_input_row(t, z, prefix + "down projection", what, sbf, shape, 1, output);
     else t.add(prefix + "down projection", what, "weight gradient = input^T x output gradient", shape, sbf, z.d);
 }
 
@@ -378,6 +406,10 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
     const bool biased = m.bias == Bias::all;
     const std::string act = prefix + std::string(fn.label);
     const bool dropout = m.mlp_dropout > 0;
+    // The down projection's output: row-parallel, the width of the stream for as many tokens.
+    const bool routed = Text(shape.symbol) == Text(shape::sbkf.symbol);
+    const LinearOutput down{Count(sbf.value() / m.ffn) * m.hidden, routed ? "sbk(h)" : "sbh", "down_proj",
+                            ActivationSplit::replicated};
     // The dropout's backward: its incoming gradient and its input's, beside its mask or noise.
     const auto dropout_rows = [&] {
         dropout_row(t, z, z.compute, prefix + "MLP dropout", shape, sbf);
@@ -398,7 +430,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
                     bytes_of(3 * z.d, shape.symbol), Count(3 * z.d) * sbf, "down_proj");
         if (dropout) dropout_rows();
         down_projection_row(t, z, prefix, dropout ? "its input (gate x up, dropped out)" : "its input (gate x up)",
-                            shape, sbf);
+                            shape, sbf, down);
         return t.linear_saved(biased);
     }
     activation_rows(t, fn, shape, sbf, prefix, "the up projection's output", z.d, t.linear_saved(biased));
@@ -409,7 +441,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
     if (dropout) dropout_rows();
     down_projection_row(t, z, prefix,
                         dropout ? "its input (the dropped-out hidden)" : "its input (" + std::string(fn.label) + "'s output)",
-                        shape, sbf);
+                        shape, sbf, down);
     const std::uint64_t work = fn.backward_workspace * z.d;
     t.workspace_at(fn.keeps_output && !dropout ? t.size() : act_end, true, act + " backward",
                    fn.kernel == ActivationKernel::fused ? "its incoming gradient and its input's gradient"
@@ -435,7 +467,8 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     // Gathered from the stream: under autocast fp32, and each expert's first projections cast it again.
     // Narrow linears keep only their cast of it.
     if (z.narrow)
-        projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden, shape::sbkh, 1);
+        projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden, shape::sbkh, 1,
+                             mlp_input_output(m, slots * m.ffn, shape::sbkf));
     else
         t.add("dispatch", "the gathered tokens", "the expert's first projections need their input", shape::sbkh,
               slots * m.hidden, z.s);
@@ -483,7 +516,8 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
         // A router is no Transformer Engine module: it keeps its input in the compute dtype.
         detail::projection_input_row(t, m.is_moe() ? z.wide_linears() : z,
                                      m.is_moe() ? "router and experts" : "MLP up projections", "their input",
-                                     z.sbh, shape::sbh, m.is_moe() ? 1 : detail::mlp_input_projections(m));
+                                     z.sbh, shape::sbh, m.is_moe() ? 1 : detail::mlp_input_projections(m),
+                                     m.is_moe() ? detail::LinearOutput{} : detail::mlp_input_output(m, z.sbf, shape::sbf));
     if (m.is_moe()) {
         detail::moe_rows(t, m, z);
     } else {

@@ -14,6 +14,7 @@
 #include "memcalc/plan.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
+#include "memcalc/serve.hpp"
 #include "memcalc/timeline.hpp"
 #include "memcalc/units.hpp"
 #include "memcalc/version.hpp"

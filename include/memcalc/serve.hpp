@@ -1,0 +1,214 @@
+#pragma once
+/// Serving memory: the weights in an inference engine's storage format, the KV cache in paged blocks,
+/// and the activations of one chunk of prefill, per tensor-parallel rank. An estimate of what the
+/// engine allocates for the model, not of the engine's own reserves (CUDA graphs, NCCL and cuBLAS
+/// workspaces), which the caller leaves room for with a reserve.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "memcalc/dtype.hpp"
+#include "memcalc/error.hpp"
+#include "memcalc/model.hpp"
+#include "memcalc/params.hpp"
+#include "memcalc/units.hpp"
+
+namespace memcalc {
+
+/// How an inference checkpoint stores each linear layer's matrix (in x out): its values, and per
+/// group of `group` input rows (0: per output channel, the whole input) one scale per output column
+/// and, for asymmetric formats, a zero point. Embeddings, norms, routers, biases and
+/// the head stay bf16, as GPTQ, AWQ and vLLM's fp8 and int8 checkpoints keep them.
+struct WeightFormat {
+    std::string_view name;
+    DType values;
+    std::uint32_t group;      ///< input rows sharing a scale; 0: one scale per output column
+    DType scale;              ///< the scales' dtype
+    std::optional<DType> zero;  ///< a zero point per scale, packed; none: symmetric
+    bool per_tensor;          ///< one scale for the whole matrix instead
+    std::string_view source;
+
+    /// Exact bytes of one in x out matrix.
+    Count matrix_bytes(std::uint64_t in, std::uint64_t out) const {
+        const Count values_bytes = Storage{this->values}.bytes(Count(in) * out);
+        if (this->values == DType::bf16) return values_bytes;
+        if (per_tensor) return values_bytes + Count(bytes_per_element(scale));
+        const std::uint64_t groups = group == 0 ? 1 : (in + group - 1) / group;
+        const Count scales = Count(groups) * out;
+        return values_bytes + scales * bytes_per_element(scale) + (zero ? Storage{*zero}.bytes(scales) : Count(0));
+    }
+};
+
+inline constexpr std::array<WeightFormat, 4> weight_formats{{
+    {"bf16", DType::bf16, 0, DType::bf16, std::nullopt, false, "the checkpoint as trained"},
+    {"fp8", DType::fp8_e4m3, 0, DType::fp32, std::nullopt, true,
+     "vLLM's Fp8LinearMethod: e4m3 values and one fp32 weight_scale per matrix"},
+    {"int8", DType::int8, 0, DType::fp32, std::nullopt, false,
+     "W8A8 (compressed-tensors, SmoothQuant): int8 values, one fp32 scale per output channel"},
+    {"int4", DType::int4, 128, DType::fp16, DType::int4, false,
+     "AWQ / GPTQ 4-bit, group 128: packed int4 values, per group of 128 input rows an fp16 scale and a "
+     "4-bit zero point per output column (GPTQ's g_idx, in int32 per input row, not counted)"},
+}};
+
+/// nullptr for an unknown name.
+inline const WeightFormat* weight_format(std::string_view name) {
+    for (const auto& f : weight_formats)
+        if (f.name == name) return &f;
+    return nullptr;
+}
+
+struct ServeSettings {
+    std::uint64_t context = 0;        ///< tokens per sequence: prompt and generated
+    std::uint64_t batch = 1;          ///< sequences at once
+    DType kv_dtype = DType::bf16;
+    const WeightFormat* weights = &weight_formats[0];
+    std::uint64_t block_size = 16;    ///< tokens per KV-cache block (vLLM's default)
+    std::uint64_t prefill_chunk = 8192;  ///< tokens one forward takes at most (chunked prefill)
+    std::uint64_t tp = 1;
+};
+
+/// What one tensor-parallel rank holds.
+struct ServeReport {
+    Count weights;                 ///< bytes
+    Count parameters;              ///< this rank's share
+    std::uint64_t kv_heads_per_rank = 0;
+    bool kv_replicated = false;    ///< fewer key/value heads than ranks: each rank keeps a whole head
+    Count kv_bytes_per_token;      ///< over every layer
+    std::uint64_t blocks_per_sequence = 0;
+    Count kv_cache;                ///< batch x blocks x block size x bytes per token
+    std::uint64_t prefill_tokens = 0;
+    Count activations;             ///< prefill's largest forward temporaries and the last tokens' logits
+    Count peak() const { return weights + kv_cache + activations; }
+};
+
+namespace detail {
+inline std::uint64_t ceil_div_u(std::uint64_t n, std::uint64_t d) { return n / d + (n % d != 0 ? 1 : 0); }
+
+/// A row of the parameter table that the weight format stores: a layer's matrix, not a bias, norm or router.
+inline bool quantised(const ParamRow& r) {
+    return r.group == Group::layer && (r.part == Part::attention || r.part == Part::mlp) && r.dims.size() >= 2;
+}
+}  // namespace detail
+
+inline void validate(const ServeSettings& s, const Architecture& m) {
+    detail::require_positive("context", s.context);
+    detail::require_positive("batch", s.batch);
+    detail::require_positive("block size", s.block_size);
+    detail::require_positive("prefill chunk", s.prefill_chunk);
+    detail::require_positive("tp", s.tp);
+    if (m.position == Position::learned && s.context > m.learned_positions())
+        throw error("context (" + std::to_string(s.context) + ") exceeds the model's " +
+                    std::to_string(m.learned_positions()) + " learned positions");
+    const std::uint64_t kv = m.key_value_heads();
+    if (kv % s.tp != 0 && s.tp % kv != 0)
+        throw error("tp (" + std::to_string(s.tp) + ") must divide the " + std::to_string(kv) +
+                    " key/value heads or be a multiple of them");
+    if (m.heads % s.tp != 0)
+        throw error("tp (" + std::to_string(s.tp) + ") must divide the " + std::to_string(m.heads) + " query heads");
+    if (bytes_per_element(s.kv_dtype) == 0) throw error(std::string("kv dtype ") + dtype_name(s.kv_dtype) + " is not a cache dtype");
+}
+
+/// The weights, KV cache and prefill activations of serving `m` as `s` says, on one rank.
+inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
+    validate(m);
+    validate(s, m);
+    const ParameterTable table = parameter_table(m);
+    ServeReport r;
+    const std::uint64_t tp = s.tp;
+    for (const ParamRow& row : table.rows) {
+        const Count layers = row.group == Group::layer ? Count(table.kind_layers[row.kind]) : Count(1);
+        // A tensor-parallel rank holds its slice of split tensors (vocabulary rows rounded up).
+        const std::uint64_t n = row.dims.size();
+        const std::uint64_t in = n >= 2 ? row.dims.begin()[n - 2] : 1, out = row.dims.begin()[n - 1];
+        const std::uint64_t stacked = n == 3 ? row.dims.begin()[0] : 1;
+        Count elements = row.count, bytes;
+        if (row.split == ParamSplit::vocab) elements = Count(detail::ceil_div_u(row.dims.begin()[0], tp)) * (row.count.value() / row.dims.begin()[0]);
+        else if (row.split == ParamSplit::tensor) elements = Count(detail::ceil_div_u(row.count.value(), tp));
+        if (detail::quantised(row)) {
+            // Each rank's matrix is in x out / tp: column-parallel ones (reading the model's width) split
+            // their outputs, row-parallel ones their inputs, along which the groups run.
+            const bool column = in == m.hidden;
+            bytes = Count(stacked) * s.weights->matrix_bytes(column ? in : detail::ceil_div_u(in, tp),
+                                                              column ? detail::ceil_div_u(out, tp) : out);
+        } else {
+            bytes = elements * dtype::bf16;
+        }
+        r.parameters += layers * elements;
+        r.weights += layers * bytes;
+    }
+
+    // The cache: k and v of each layer's key/value heads on this rank, whole heads when fewer than ranks.
+    const std::uint64_t kv = m.key_value_heads();
+    r.kv_replicated = kv < tp;
+    r.kv_heads_per_rank = r.kv_replicated ? 1 : kv / tp;
+    r.kv_bytes_per_token = Count(m.layers) * 2 * r.kv_heads_per_rank * m.head_size() * bytes_per_element(s.kv_dtype);
+    r.blocks_per_sequence = detail::ceil_div_u(s.context, s.block_size);
+    r.kv_cache = Count(s.batch) * r.blocks_per_sequence * s.block_size * r.kv_bytes_per_token;
+
+    // One forward of a prefill chunk, in bf16 with no autograd: the residual stream and the norm's
+    // output, then the larger of attention's q, k, v and output (a fused kernel: no scores) and the
+    // MLP's gate/up output and product (per routed slot for experts, beside the gathered tokens, their
+    // outputs and the router's fp32 logits); and at the end the logits of each sequence's last token,
+    // bf16 and an fp32 copy for sampling.
+    const std::uint64_t N = std::min(s.prefill_chunk, s.batch * s.context);
+    r.prefill_tokens = N;
+    const std::uint64_t heads = m.heads / tp, d = m.head_size();
+    const Count attention = Count(N) * (2 * heads * d + 2 * r.kv_heads_per_rank * d) * dtype::bf16;
+    Count mlp;
+    m.every_kind([&](const Architecture& v) {
+        const Count slots = Count(N) * v.active_experts();
+        Count here = slots * (detail::ceil_div_u(v.ffn, tp) * (v.mlp == Mlp::gated ? 3 : 2)) * dtype::bf16;
+        if (v.is_moe()) here += slots * m.hidden * (2 * dtype::bf16) + Count(N) * v.experts * dtype::fp32;
+        mlp = std::max(mlp, here);
+        return true;
+    });
+    const Count stream = Count(N) * m.hidden * (2 * dtype::bf16);
+    const Count logits = Count(s.batch) * detail::ceil_div_u(m.vocab, tp) * (dtype::bf16 + dtype::fp32);
+    r.activations = stream + std::max(attention, mlp) + logits;
+    return r;
+}
+
+/// What a device of `capacity` bytes (its memory less a reserve) holds when serving as `s` says.
+struct ServeFit {
+    bool fits = false;                   ///< the peak at s.batch fits
+    Count kv_capacity_tokens;            ///< cache tokens left beside the weights and activations, whole blocks
+    std::uint64_t max_batch = 0;         ///< the most sequences of s.context that fit (0: none)
+    std::optional<ServeReport> at_max;   ///< the report at max_batch
+};
+
+/// The largest batch whose peak fits (the peak grows with the batch), by doubling then bisecting.
+inline ServeFit serve_fit(const Architecture& m, ServeSettings s, Count capacity) {
+    ServeFit f;
+    const ServeReport here = serve(m, s);
+    f.fits = here.peak() <= capacity;
+    const Count fixed = here.weights + here.activations;
+    if (capacity > fixed && here.kv_bytes_per_token > Count(0)) {
+        const std::uint64_t tokens = (capacity.value() - fixed.value()) / here.kv_bytes_per_token.value();
+        f.kv_capacity_tokens = Count(tokens / s.block_size * s.block_size);
+    }
+    const auto fits = [&](std::uint64_t batch) {
+        s.batch = batch;
+        try {
+            return serve(m, s).peak() <= capacity;
+        } catch (const overflow_error&) {  // a peak past 2^64 bytes: far over any device
+            return false;
+        }
+    };
+    if (!fits(1)) return f;
+    std::uint64_t lo = 1, hi = 2;  // lo fits; hi is to be tried
+    constexpr std::uint64_t limit = 1ULL << 32;
+    while (hi <= limit && fits(hi)) lo = hi, hi *= 2;
+    while (hi - lo > 1) {
+        const std::uint64_t mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    f.max_batch = lo;
+    s.batch = lo;
+    f.at_max = serve(m, s);
+    return f;
+}
+
+}  // namespace memcalc

@@ -1,0 +1,154 @@
+// memcalc serve: the memory of serving a model: weights in a storage format, the KV cache, prefill.
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "arguments.hpp"
+#include "commands.hpp"
+#include "memcalc/memcalc.hpp"
+#include "render.hpp"
+#include "text_table.hpp"
+
+namespace memcalc::cli {
+namespace {
+
+using Align = TextTable::Align;
+
+DType kv_dtype_named(const std::string& text) {
+    for (DType d : {DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2, DType::fp32})
+        if (text == dtype_name(d) || (text == "fp8" && d == DType::fp8_e4m3)) return d;
+    throw usage_error(fmt::format("--kv-dtype must be bf16, fp16, fp8 (e4m3), fp8-e5m2 or fp32 (got '{}')", text));
+}
+
+const WeightFormat& weight_format_named(const std::string& text) {
+    if (const WeightFormat* f = weight_format(text)) return *f;
+    std::string names;
+    for (const auto& f : weight_formats) names += (names.empty() ? "" : ", ") + std::string(f.name);
+    throw usage_error(fmt::format("--weights must be one of {} (got '{}')", names, text));
+}
+
+struct ServeRun {
+    std::string model;
+    Count model_parameters;
+    std::uint64_t layers = 0;
+    ServeSettings settings;
+    ServeReport report;
+    std::optional<Count> memory, reserve, capacity;  ///< with a device
+    std::string device;
+    std::optional<ServeFit> fit;
+};
+
+std::string serve_table(const ServeRun& r, Unit unit) {
+    const ServeSettings& s = r.settings;
+    const ServeReport& p = r.report;
+    std::string out = fmt::format("memcalc serve: {} ({} parameters), {} weights, context {}, batch {}, tp {}\n\n",
+                                  r.model, digits(r.model_parameters), s.weights->name, digits(Count(s.context)),
+                                  digits(Count(s.batch)), s.tp);
+    TextTable table({Align::left, Align::right, Align::right, Align::left});
+    table.row({"per device", "bytes", "", "what"});
+    table.row({"weights", digits(p.weights), amount(p.weights, unit),
+               fmt::format("{} parameters on this rank; linear layers {}", digits(p.parameters), s.weights->name)});
+    table.row({"KV cache", digits(p.kv_cache), amount(p.kv_cache, unit),
+               fmt::format("{} B a token (k and v of {} {} head{}{} x {} layers), {} blocks of {} per sequence",
+                           digits(p.kv_bytes_per_token), p.kv_heads_per_rank, dtype_name(s.kv_dtype),
+                           p.kv_heads_per_rank == 1 ? "" : "s", p.kv_replicated ? ", replicated" : "", r.layers,
+                           digits(Count(p.blocks_per_sequence)), s.block_size)});
+    table.row({"activations", digits(p.activations), amount(p.activations, unit),
+               fmt::format("a prefill chunk of {} tokens, and the last tokens' logits", digits(Count(p.prefill_tokens)))});
+    table.row({"peak", digits(p.peak()), amount(p.peak(), unit), ""});
+    out += table.str();
+    if (r.capacity) {
+        out += fmt::format("\n{}: {} less a {} reserve = {} usable: {}\n", r.device, amount(*r.memory, unit),
+                           amount(*r.reserve, unit), amount(*r.capacity, unit),
+                           r.fit->fits ? fmt::format("fits, {} to spare", amount(Count(r.capacity->value() - p.peak().value()), unit))
+                                       : fmt::format("does not fit, {} over", amount(Count(p.peak().value() - r.capacity->value()), unit)));
+        out += fmt::format("  KV cache capacity beside the weights and activations: {} tokens\n",
+                           digits(r.fit->kv_capacity_tokens));
+        out += r.fit->max_batch == 0
+                   ? fmt::format("  largest batch at context {}: none fits\n", digits(Count(s.context)))
+                   : fmt::format("  largest batch at context {}: {} (peak {})\n", digits(Count(s.context)),
+                                 digits(Count(r.fit->max_batch)), amount(r.fit->at_max->peak(), unit));
+    }
+    out += "\nNot counted: the engine's own reserves (CUDA graphs, NCCL and cuBLAS workspaces, the allocator's\n"
+           "fragmentation); leave them in --reserve.\n";
+    return out;
+}
+
+nlohmann::json serve_json(const ServeRun& r) {
+    const ServeSettings& s = r.settings;
+    const ServeReport& p = r.report;
+    nlohmann::json j = {
+        {"memcalc", memcalc::version},
+        {"schema", memcalc::json_schema},
+        {"command", "serve"},
+        {"model", {{"name", r.model}, {"parameters", r.model_parameters.value()}}},
+        {"settings",
+         {{"context", s.context}, {"batch", s.batch}, {"tp", s.tp}, {"kv_dtype", dtype_name(s.kv_dtype)},
+          {"weights", s.weights->name}, {"block_size", s.block_size}, {"prefill_chunk", s.prefill_chunk}}},
+        {"weights", {{"bytes", p.weights.value()}, {"parameters", p.parameters.value()}, {"format", s.weights->name}}},
+        {"kv_cache",
+         {{"bytes", p.kv_cache.value()}, {"bytes_per_token", p.kv_bytes_per_token.value()},
+          {"kv_heads_per_rank", p.kv_heads_per_rank}, {"replicated", p.kv_replicated},
+          {"blocks_per_sequence", p.blocks_per_sequence}, {"dtype", dtype_name(s.kv_dtype)}}},
+        {"activations", {{"bytes", p.activations.value()}, {"prefill_tokens", p.prefill_tokens}}},
+        {"peak", {{"bytes", p.peak().value()}}},
+    };
+    if (r.capacity)
+        j["device"] = {{"name", r.device},
+                       {"memory_bytes", r.memory->value()},
+                       {"reserve_bytes", r.reserve->value()},
+                       {"capacity_bytes", r.capacity->value()},
+                       {"fits", r.fit->fits},
+                       {"kv_capacity_tokens", r.fit->kv_capacity_tokens.value()},
+                       {"max_batch", r.fit->max_batch}};
+    return j;
+}
+
+std::string serve_csv(const ServeRun& r) {
+    const ServeReport& p = r.report;
+    std::string out = "model,weights_format,context,batch,tp,kv_dtype,weights_bytes,kv_cache_bytes,activations_bytes,peak_bytes,"
+                      "fits,max_batch,kv_capacity_tokens\n";
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(r.model), r.settings.weights->name,
+                       r.settings.context, r.settings.batch, r.settings.tp, dtype_name(r.settings.kv_dtype),
+                       p.weights.value(), p.kv_cache.value(), p.activations.value(), p.peak().value(),
+                       r.fit ? (r.fit->fits ? "true" : "false") : "", r.fit ? std::to_string(r.fit->max_batch) : "",
+                       r.fit ? std::to_string(r.fit->kv_capacity_tokens.value()) : "");
+    return out;
+}
+
+}  // namespace
+
+std::string run_serve(const Request& q) {
+    if (q.context.empty()) throw usage_error("serve needs --context, the tokens of each sequence (prompt and output)");
+    ServeSettings s;
+    s.context = parse_count("--context", q.context, 0);
+    s.batch = parse_count("--batch", q.batch, 1);
+    s.tp = parse_count("--tp", q.tp, 1);
+    s.block_size = parse_count("--block-size", q.block_size, 16);
+    s.prefill_chunk = parse_count("--prefill-chunk", q.prefill_chunk, 8192);
+    s.kv_dtype = kv_dtype_named(q.kv_dtype);
+    s.weights = &weight_format_named(q.weights);
+    ServeRun run;
+    const std::optional<DeviceMemory> device = device_memory(q);
+    if (device) {
+        run.memory = device->bytes;
+        run.reserve = parse_size("--reserve", q.reserve);
+        if (*run.reserve >= *run.memory)
+            throw usage_error(fmt::format("--reserve {} leaves nothing of {}", q.reserve, device->given_by));
+        run.capacity = Count(run.memory->value() - run.reserve->value());
+        run.device = device->given_by;
+    }
+    const ModelFile model = load_model(q);
+    run.model = model.architecture.name;
+    run.model_parameters = parameter_table(model.architecture).total();
+    run.layers = model.architecture.layers;
+    run.settings = s;
+    run.report = serve(model.architecture, s);
+    if (run.capacity) run.fit = serve_fit(model.architecture, s, *run.capacity);
+    return in_format(
+        q.format, [&] { return serve_json(run); }, [&] { return serve_csv(run); },
+        [&] { return serve_table(run, unit_of(q)); });
+}
+
+}  // namespace memcalc::cli

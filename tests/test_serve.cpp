@@ -1,0 +1,133 @@
+// Serving memory: the weights by storage format, the KV cache in paged blocks, prefill, and what fits.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "fixtures.hpp"
+#include "run_program.hpp"
+#include "memcalc/serve.hpp"
+#include "model_file.hpp"
+
+using namespace memcalc;
+
+namespace {
+Architecture preset(const char* name) { return cli::load_preset(name).architecture; }
+
+ServeSettings at(std::uint64_t context, std::uint64_t batch = 1, std::uint64_t tp = 1) {
+    ServeSettings s;
+    s.context = context, s.batch = batch, s.tp = tp;
+    return s;
+}
+}  // namespace
+
+TEST_CASE("the KV cache per token is 2 x layers x key/value heads x head_dim x the cache dtype's bytes", "[serve]") {
+    // llama.cpp prints "KV self size = 1024.00 MiB, K (f16): 512.00 MiB, V (f16): 512.00 MiB" for
+    // Llama 2 7B at n_ctx 2048 (TheBloke/Llama-2-7B-GGUF, a public log: find_string 'KV self size  =
+    // 1024.00 MiB', id 21437509663) and for Llama 3 8B at n_ctx 8192 (id 2232086978: its 15317 MiB of
+    // f16 weights are Llama 3 8B's).
+    const auto cache = [](const char* name, std::uint64_t context) {
+        return serve(preset(name), at(context)).kv_cache.value();
+    };
+    CHECK(cache("llama-7b", 2048) == 1024ULL << 20);
+    CHECK(cache("llama-3-8b", 8192) == 1024ULL << 20);
+    SECTION("an fp8 cache halves it; blocks round each sequence up; the batch multiplies it") {
+        const Architecture m = preset("llama-3-8b");
+        ServeSettings s = at(1000, 3);
+        s.kv_dtype = DType::fp8_e4m3;
+        const ServeReport r = serve(m, s);
+        CHECK(r.kv_bytes_per_token.value() == 32 * 2 * 8 * 128);
+        CHECK(r.blocks_per_sequence == 63);  // 1000 tokens in blocks of 16
+        CHECK(r.kv_cache.value() == 3 * 63 * 16 * 32 * 2 * 8 * 128);
+    }
+    SECTION("tensor parallelism splits the key/value heads, and each rank keeps a whole one when fewer") {
+        const Architecture m = preset("llama-3-70b");  // 8 key/value heads
+        const ServeReport tp8 = serve(m, at(4096, 1, 8)), tp16 = serve(m, at(4096, 1, 16));
+        CHECK(tp8.kv_heads_per_rank == 1);
+        CHECK_FALSE(tp8.kv_replicated);
+        CHECK(tp16.kv_heads_per_rank == 1);
+        CHECK(tp16.kv_replicated);
+        CHECK(tp16.kv_cache == tp8.kv_cache);
+        CHECK(serve(m, at(4096, 1, 2)).kv_cache.value() == 4 * tp8.kv_cache.value());
+        CHECK_THROWS_WITH(serve(m, at(4096, 1, 3)), Catch::Contains("tp (3)"));
+    }
+}
+
+TEST_CASE("weights: bf16 is 2 bytes a parameter; quantised formats store the layers' matrices with their scales",
+          "[serve]") {
+    const Architecture m = GENERATE(preset("llama-3-8b"), preset("mixtral-8x7b"), fixtures::gpt2_small());
+    CAPTURE(m.name);
+    const ParameterTable table = parameter_table(m);
+    ServeSettings s = at(128);
+    CHECK(serve(m, s).weights == table.total() * 2);
+    CHECK(serve(m, s).parameters == table.total());
+    // The matrices of the layers, and everything else in bf16.
+    Count matrices, rest;
+    for (const ParamRow& r : table.rows)
+        (r.group == Group::layer && (r.part == Part::attention || r.part == Part::mlp) && r.dims.size() >= 2 ? matrices
+                                                                                                               : rest) +=
+            table.in_model(r);
+    const auto with = [&](const char* format) {
+        s.weights = weight_format(format);
+        return serve(m, s).weights.value();
+    };
+    CHECK(with("fp8") > matrices.value() + 2 * rest.value());       // one byte each, and a scale per matrix
+    CHECK(with("fp8") < matrices.value() + 2 * rest.value() + 4096);
+    CHECK(with("int8") > with("fp8"));                               // a scale per output channel
+    CHECK(with("int4") < with("int8"));
+}
+
+TEST_CASE("int4 stores AWQ's and GPTQ's packed values, an fp16 scale and a 4-bit zero per 128 inputs of each output",
+          "[serve]") {
+    const WeightFormat& int4 = *weight_format("int4");
+    CHECK(int4.matrix_bytes(4096, 4096).value() == 4096 * 4096 / 2 + 32 * 4096 * 2 + 32 * 4096 / 2);
+    CHECK(int4.matrix_bytes(4096, 14336).value() == 4096ULL * 14336 / 2 + 32 * 14336 * 2 + 32 * 14336 / 2);
+    CHECK(int4.matrix_bytes(200, 8).value() == 200 * 8 / 2 + 2 * 8 * 2 + 2 * 8 / 2);  // a partial group
+    CHECK(weight_format("int8")->matrix_bytes(4096, 1024).value() == 4096 * 1024 + 1024 * 4);
+    CHECK(weight_format("fp8")->matrix_bytes(4096, 1024).value() == 4096 * 1024 + 4);
+    CHECK(weight_format("int3") == nullptr);
+}
+
+TEST_CASE("serving fits: the largest batch fits and the next does not; the cache capacity is in whole blocks",
+          "[serve]") {
+    const Architecture m = GENERATE(preset("llama-3-8b"), preset("llama-2-70b"));
+    CAPTURE(m.name);
+    ServeSettings s = at(8192, 1, m.layers > 40 ? 4 : 1);
+    const Count capacity = Count(78) * 1'000'000'000ULL;
+    const ServeFit f = serve_fit(m, s, capacity);
+    REQUIRE(f.max_batch > 0);
+    s.batch = f.max_batch;
+    CHECK(serve(m, s).peak() <= capacity);
+    s.batch = f.max_batch + 1;
+    CHECK(serve(m, s).peak() > capacity);
+    CHECK(f.kv_capacity_tokens.value() % 16 == 0);
+    CHECK(f.kv_capacity_tokens.value() >= f.max_batch * 8192);
+    CHECK_FALSE(serve_fit(m, s, Count(1'000'000)).fits);
+    CHECK(serve_fit(m, s, Count(1'000'000)).max_batch == 0);
+}
+
+TEST_CASE("memcalc serve: JSON keys, a device's answer, and errors that name the value", "[serve][cli]") {
+    const auto r = testing::memcalc("serve --preset llama-3-8b --context 8192 --batch 4 --format json");
+    REQUIRE(r.status == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j.at("kv_cache").at("bytes").get<std::uint64_t>() == 4ULL << 30);
+    CHECK(j.at("weights").at("bytes").get<std::uint64_t>() == 2 * j.at("model").at("parameters").get<std::uint64_t>());
+    CHECK(j.at("peak").at("bytes").get<std::uint64_t>() ==
+          j.at("weights").at("bytes").get<std::uint64_t>() + j.at("kv_cache").at("bytes").get<std::uint64_t>() +
+              j.at("activations").at("bytes").get<std::uint64_t>());
+    const auto fit = testing::memcalc("serve --preset llama-3-8b --context 8192 --gpu h100-sxm --format json");
+    REQUIRE(fit.status == 0);
+    CHECK(nlohmann::json::parse(fit.out).at("device").at("max_batch").get<std::uint64_t>() > 1);
+    for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+             {"serve --preset llama-3-8b", "--context"},
+             {"serve --preset llama-3-8b --context 0", "--context"},
+             {"serve --preset llama-3-8b --context 4096 --weights int3", "'int3'"},
+             {"serve --preset llama-3-8b --context 4096 --kv-dtype int2", "'int2'"},
+             {"serve --preset llama-3-8b --context 4096 --tp 3", "tp (3)"},
+             {"serve --preset gpt2 --context 4096", "1024 learned positions"}}) {
+        CAPTURE(args);
+        const auto bad = testing::memcalc(args);
+        CHECK(bad.status != 0);
+        CHECK(bad.out.empty());
+        CHECK_THAT(bad.err, Catch::Contains(says));
+    }
+}
