@@ -1,4 +1,5 @@
 // Building an architecture from a HuggingFace config.json: each model_type names its keys its own way.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -80,6 +81,86 @@ void qwen3(const JsonReader& in, Architecture& m) {
     m.qk_norm = QkNorm::per_head;
     if (in.flag_or("use_sliding_window", false))
         in.fail("use_sliding_window true (Qwen's sliding-window layers) is not modelled");
+}
+
+/// Dense and MoE layers in one model, first layer first: the model's fields are the MoE layers';
+/// a layer where `routed(i)` is false is a dense kind of width `dense_ffn`.
+void dense_and_moe_layers(Architecture& m, std::uint64_t dense_ffn, const std::function<bool(std::uint64_t)>& routed) {
+    if (m.layers > max_layers) return;  // validate() names it
+    std::vector<LayerRun> runs;
+    for (std::uint64_t i = 0; i < m.layers; ++i) {
+        const std::size_t kind = routed(i) ? 0 : 1;
+        if (!runs.empty() && runs.back().kind == kind) ++runs.back().count;
+        else runs.push_back({kind, 1});
+    }
+    if (runs.size() == 1 && runs.front().kind == 0) return;  // every layer routes
+    m.layer_kinds = {{"moe", {}, {}, {}}, {"dense", dense_ffn, std::uint64_t{0}, {}}};
+    m.layer_pattern = std::move(runs);
+    if (m.layer_pattern.size() == 1) m = m.kind_view(1);  // no layer routes: a dense model
+}
+
+/// Qwen2-MoE's and Qwen3-MoE's experts: a MoE block in every decoder_sparse_step-th layer not in
+/// mlp_only_layers, a dense MLP of intermediate_size elsewhere (Qwen2MoeDecoderLayer).
+void qwen_moe_layers(const JsonReader& in, Architecture& m) {
+    const std::uint64_t dense_ffn = m.ffn;
+    m.experts = in.positive("num_experts");
+    m.experts_per_token = in.positive("num_experts_per_tok");
+    m.ffn = in.positive("moe_intermediate_size");
+    m.renormalize_topk = in.flag_or("norm_topk_prob", false);  // the configs' default: used as they are
+    const std::uint64_t step = in.positive_or("decoder_sparse_step", 1);
+    const std::vector<std::uint64_t> dense_only = in.counts_or_empty("mlp_only_layers");
+    dense_and_moe_layers(m, dense_ffn, [&](std::uint64_t i) {
+        return (i + 1) % step == 0 && std::find(dense_only.begin(), dense_only.end(), i) == dense_only.end();
+    });
+}
+
+/// Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's attention, and beside the routed experts one shared
+/// expert of shared_expert_intermediate_size scaled by sigmoid(shared_expert_gate(x)) (modeling_qwen2_moe.py).
+void qwen2_moe(const JsonReader& in, Architecture& m) {
+    llama_like(in, m, false);
+    m.bias = in.flag_or("qkv_bias", true) ? Bias::qkv : Bias::none;
+    if (in.flag_or("use_sliding_window", false))
+        in.fail("use_sliding_window true (Qwen's sliding-window layers) is not modelled");
+    m.shared_ffn = in.positive("shared_expert_intermediate_size");
+    m.shared_expert_gate = true;
+    qwen_moe_layers(in, m);
+}
+
+/// Qwen3-MoE: Qwen3's attention (q_norm, k_norm) and routed experts alone (modeling_qwen3_moe.py).
+void qwen3_moe(const JsonReader& in, Architecture& m) {
+    qwen3(in, m);
+    qwen_moe_layers(in, m);
+}
+
+/// Phi-3.5-MoE: Mixtral's router and experts, LayerNorms with biases, q/k/v/o biases when
+/// attention_bias, a biased head when lm_head_bias (modular_phimoe.py). Its sparsemixer router and
+/// input jitter keep tensors of their own that memcalc counts as Mixtral's top-k routing.
+void phimoe(const JsonReader& in, Architecture& m) {
+    mixtral(in, m);
+    m.norm = Norm::layernorm;
+    m.bias = in.flag_or("attention_bias", false) ? Bias::attention : Bias::none;
+    m.head_bias = in.flag_or("lm_head_bias", false);
+}
+
+/// Llama 4's text model (modeling_llama4.py): MoE layers at moe_layers (by default every
+/// interleave_moe_layer_step-th) with num_local_experts experts and one shared expert, each of
+/// intermediate_size, a bias-free router whose top-k logits pass a sigmoid, no renormalisation;
+/// dense layers of intermediate_size_mlp. use_qk_norm's L2 norm, the NoPE layers and chunked
+/// attention hold no parameters.
+void llama4_text(const JsonReader& in, Architecture& m) {
+    llama_like(in, m, false);
+    m.bias = in.flag_or("attention_bias", false) ? Bias::attention : Bias::none;
+    const std::uint64_t dense_ffn = in.positive("intermediate_size_mlp");
+    m.experts = in.positive("num_local_experts");
+    m.experts_per_token = in.positive("num_experts_per_tok");
+    m.shared_ffn = m.ffn;
+    m.renormalize_topk = false;
+    const bool listed = in.has("moe_layers");
+    const std::vector<std::uint64_t> moe_layers = in.counts_or_empty("moe_layers");
+    const std::uint64_t step = in.positive_or("interleave_moe_layer_step", 1);
+    dense_and_moe_layers(m, dense_ffn, [&](std::uint64_t i) {
+        return listed ? std::find(moe_layers.begin(), moe_layers.end(), i) != moe_layers.end() : (i + 1) % step == 0;
+    });
 }
 
 void gemma(const JsonReader& in, Architecture& m) { llama_like(in, m, true); }
@@ -219,6 +300,8 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"gemma2", gemma2}, {"phi3", phi3}, {"gpt2", gpt2}, {"opt", opt}, {"falcon", falcon}, {"bloom", bloom},
     {"gpt_neox", gpt_neox}, {"phi", phi}, {"qwen3", qwen3}, {"gemma3_text", gemma3_text},
     {"gemma3", gemma3_text},  // its text_config: the language model alone, the vision tower not counted
+    {"qwen2_moe", qwen2_moe}, {"qwen3_moe", qwen3_moe}, {"phimoe", phimoe}, {"llama4_text", llama4_text},
+    {"llama4", llama4_text},  // its text_config, as gemma3's
     {"RefinedWebModel", falcon}, {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
 
@@ -246,10 +329,10 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin, cons
     }
     ModelFile file;
     file.architecture.name = default_name;
-    // A multimodal config nests its language model's keys (Gemma 3's text_config).
-    const bool nested = type == "gemma3";
+    // A multimodal config nests its language model's keys (Gemma 3's and Llama 4's text_config).
+    const bool nested = type == "gemma3" || type == "llama4";
     if (nested && !(document.contains("text_config") && document.at("text_config").is_object()))
-        in.fail("model_type gemma3 needs its language model's keys in a text_config object");
+        in.fail("model_type " + type + " needs its language model's keys in a text_config object");
     family->second(nested ? JsonReader(document.at("text_config"), origin + " (text_config)") : in, file.architecture);
     file.description = "imported from " + origin + " (model_type " + type + (nested ? ", text_config: the language "
                                                                                       "model alone" : "") + ")";

@@ -43,6 +43,20 @@ public:
         fail(std::string(key) + " must be a non-negative integer (got " + type_and_value(v) + ")");
     }
 
+    /// An array of non-negative integers (layer indices), empty when absent.
+    std::vector<std::uint64_t> counts_or_empty(const char* key) const {
+        std::vector<std::uint64_t> values;
+        if (!has(key)) return values;
+        const nlohmann::json& v = object_.at(key);
+        if (!v.is_array()) fail(std::string(key) + " must be an array of non-negative integers (got " + type_and_value(v) + ")");
+        for (const auto& item : v) {
+            if (!item.is_number_unsigned())
+                fail(std::string(key) + " must hold non-negative integers (got " + type_and_value(item) + ")");
+            values.push_back(item.get<std::uint64_t>());
+        }
+        return values;
+    }
+
     double probability_or(const char* key, double otherwise) const {
         if (!has(key)) return otherwise;
         const nlohmann::json& v = object_.at(key);

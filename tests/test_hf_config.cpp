@@ -33,8 +33,89 @@ TEST_CASE("real config.json files give their checkpoints' exact counts", "[hf_co
         families.insert(entry["model_type"].get<std::string>());
     }
     CHECK(manifest.size() >= 20);
-    // Every model_type but Falcon's old names and gemma3, whose text_config is a gemma3_text config.
-    CHECK(families.size() == cli::supported_model_types().size() - 3);
+    // Every model_type has a real config here but Falcon's old names, the multimodal configs whose
+    // text_config is another type's (gemma3, llama4), and those whose config.json was not found
+    // published with an exact count (phimoe, llama4_text: tested on their shapes below).
+    const std::set<std::string> without_config = {"RefinedWebModel", "RefinedWeb", "gemma3", "llama4", "phimoe",
+                                                  "llama4_text"};
+    for (const auto& type : cli::supported_model_types()) {
+        CAPTURE(type);
+        CHECK(families.count(type) + without_config.count(type) == 1);
+    }
+}
+
+TEST_CASE("Qwen2-MoE's shared expert and gate, Qwen3-MoE's experts, their dense layers", "[hf_config][experts]") {
+    const auto qwen2 = cli::load_hf_config(configs + "qwen1.5-moe-a2.7b.json").architecture;
+    CHECK(qwen2.shared_ffn == 5632);
+    CHECK(qwen2.shared_expert_gate);
+    CHECK_FALSE(qwen2.renormalize_topk);  // norm_topk_prob false
+    CHECK(qwen2.ffn == 1408);
+    CHECK(qwen2.layer_kinds.empty());
+    const auto qwen3 = cli::load_hf_config(configs + "qwen3-30b-a3b.json").architecture;
+    CHECK(qwen3.renormalize_topk);
+    CHECK(qwen3.shared_ffn == 0);
+    CHECK(qwen3.qk_norm == QkNorm::per_head);
+    // decoder_sparse_step 2 and mlp_only_layers [1]: layers 0, 1 and 2 dense (intermediate_size), 3 MoE, ...
+    json sparse = read_json(configs + "qwen1.5-moe-a2.7b.json");
+    sparse["decoder_sparse_step"] = 2, sparse["mlp_only_layers"] = {1};
+    const auto mixed = cli::parse_hf_config(sparse.dump(), "q.json", "q").architecture;
+    REQUIRE(mixed.layer_pattern.size() == 22);
+    CHECK(mixed.layers_of_kind(0) == 11);  // MoE: 3, 5, ..., 23
+    CHECK(mixed.layers_of_kind(1) == 13);
+    const std::uint64_t h = 2048, moe = 570560512, dense = 4 * h * h + 3 * h + 2 * h + 3 * h * 5632;
+    const std::uint64_t outside = 2 * 151936 * h + h;
+    CHECK(parameter_table(mixed).total().value() == 11 * moe + 13 * dense + outside);
+    CHECK(parameter_table(mixed.kind_view(1)).per_layer().value() == dense);
+    sparse["mlp_only_layers"] = "1";
+    CHECK_THROWS_WITH(cli::parse_hf_config(sparse.dump(), "q.json", "q"),
+                      Catch::Contains("mlp_only_layers must be an array of non-negative integers"));
+}
+
+TEST_CASE("Phi-3.5-MoE: LayerNorms with biases, q/k/v/o biases, a biased head", "[hf_config][experts]") {
+    // Phi-3.5-MoE-instruct's shape keys (its config.json: attention_bias and lm_head_bias true).
+    const json phi = {{"model_type", "phimoe"}, {"hidden_size", 4096}, {"intermediate_size", 6400},
+                      {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
+                      {"num_local_experts", 16}, {"num_experts_per_tok", 2}, {"vocab_size", 32064},
+                      {"attention_bias", true}, {"lm_head_bias", true}, {"tie_word_embeddings", false}};
+    const auto m = cli::parse_hf_config(phi.dump(), "phi.json", "phi").architecture;
+    CHECK(m.norm == Norm::layernorm);
+    CHECK(m.bias == Bias::attention);
+    CHECK(m.head_bias);
+    // 41,873,153,344: the total quoted for Phi-3.5-MoE beside Phi-3.5-mini's 3,821,079,552 (README: sources).
+    CHECK(parameter_table(m).total().value() == 41873153344ULL);
+}
+
+TEST_CASE("Llama 4's text model: interleaved dense and MoE layers, one shared expert, the multimodal text_config",
+          "[hf_config][experts]") {
+    // Llama 4 Maverick's text_config shape: 128 experts in every second layer, dense layers of 16384.
+    json maverick = {{"model_type", "llama4_text"}, {"hidden_size", 5120}, {"intermediate_size", 8192},
+                     {"intermediate_size_mlp", 16384}, {"num_hidden_layers", 48}, {"num_attention_heads", 40},
+                     {"num_key_value_heads", 8}, {"head_dim", 128}, {"vocab_size", 202048},
+                     {"num_local_experts", 128}, {"num_experts_per_tok", 1}, {"interleave_moe_layer_step", 2},
+                     {"use_qk_norm", true}, {"attention_chunk_size", 8192}, {"tie_word_embeddings", false}};
+    const auto m = cli::parse_hf_config(maverick.dump(), "l.json", "l").architecture;
+    CHECK(m.shared_ffn == 8192);
+    CHECK_FALSE(m.renormalize_topk);
+    CHECK(m.layers_of_kind(0) == 24);
+    CHECK(m.layers_of_kind(1) == 24);
+    CHECK(m.layer_pattern.front().kind == 1);  // layer 0 is dense: moe_layers = 1, 3, ..., 47
+    // 400,711,848,960: Maverick's decoder, the public safetensors total less its vision encoder and projector.
+    CHECK(parameter_table(m).total().value() == 400711848960ULL);
+    // Scout's shape: 16 experts in every layer, no dense kind.
+    json scout = maverick;
+    scout["num_local_experts"] = 16, scout["interleave_moe_layer_step"] = 1;
+    const auto every = cli::parse_hf_config(scout.dump(), "l.json", "l").architecture;
+    CHECK(every.layer_kinds.empty());
+    const std::uint64_t h = 5120, attention = 2 * h * 40 * 128 + 2 * h * 8 * 128;
+    const std::uint64_t layer = attention + 2 * h + h * 16 + 16 * 3 * h * 8192 + 3 * h * 8192;
+    CHECK(parameter_table(every).total().value() == 48 * layer + 2 * 202048 * h + h);
+    // moe_layers given outright wins over the step.
+    scout["moe_layers"] = {0, 47};
+    CHECK(cli::parse_hf_config(scout.dump(), "l.json", "l").architecture.layers_of_kind(0) == 2);
+    // The multimodal config: its text_config alone.
+    const json nested = {{"model_type", "llama4"}, {"text_config", maverick}, {"vision_config", {{"hidden_size", 1408}}}};
+    CHECK(parameter_table(cli::parse_hf_config(nested.dump(), "l.json", "l").architecture).total().value() ==
+          400711848960ULL);
 }
 
 TEST_CASE("family quirks come through the importer", "[hf_config]") {

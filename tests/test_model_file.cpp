@@ -97,6 +97,8 @@ TEST_CASE("every preset's count equals its published exact count", "[model_file]
         Row{"opt-1.3b", 1315758080ULL},     Row{"bloom-560m", 559214592ULL},   Row{"bloom-7b1", 7069016064ULL},
         Row{"falcon-rw-1b", 1311625216ULL}, Row{"pythia-1b", 1011781632ULL},  Row{"phi-2", 2779683840ULL},
         Row{"llama-3.1-405b", 405853388800ULL}, Row{"qwen3-8b", 8190735360ULL}, Row{"gemma-3-1b", 999885952ULL},
+        Row{"qwen1.5-moe-a2.7b", 14315784192ULL}, Row{"qwen3-30b-a3b", 30532122624ULL},
+        Row{"phi-3.5-moe", 41873153344ULL},
     }));
     CAPTURE(name);
     const auto file = cli::load_preset(name);

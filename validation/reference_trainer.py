@@ -9,7 +9,10 @@ model JSON file, following the op sequence of HuggingFace transformers' EAGER im
            softmax in fp32 then cast back, dropout, @V; gated MLP down(act(gate(x)) * up(x)).
   qwen2    llama with q/k/v biases ("bias": "qkv"; "attention" adds the o_proj bias, "all" the MLP's).
   mixtral  llama attention + MixtralSparseMoeBlock (router Linear, fp32 softmax, top-k, renormalise,
-           loop over hit experts with torch.where / index / index_add_).
+           loop over hit experts with torch.where / index / index_add_).  With "shared_ffn" it is
+           Qwen2MoeSparseMoeBlock: a shared expert of that width over every token, scaled by
+           sigmoid(shared_expert_gate(x)) when "shared_expert_gate", added to the routed output;
+           "renormalize_topk": false is norm_topk_prob False (the top-k probabilities used as they are).
   gpt2     GPT2Block: LayerNorm, fused c_attn Conv1D (addmm), QK^T / full([], sqrt(d)), torch.where with
            the per-layer causal buffer, softmax in bf16 (no upcast), attn dropout, @V, c_proj, resid
            dropout; MLP c_fc, activation, c_proj, dropout.  The chapter's "decoder" preset is this style.
@@ -62,7 +65,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Dict, List, Optional, Tuple
 
@@ -80,6 +83,8 @@ DEFAULT_MODELS = [
     os.path.join(HERE, "models", "llama-tiny.json"),
     os.path.join(HERE, "models", "qwen2-tiny.json"),
     os.path.join(HERE, "models", "mixtral-tiny.json"),
+    os.path.join(HERE, "models", "qwen2-moe-tiny.json"),
+    os.path.join(HERE, "models", "qwen2-moe-tiny-renorm.json"),
     os.path.join(HERE, "models", "gpt2-tiny.json"),
     os.path.join(HERE, "models", "falcon-tiny.json"),
     os.path.join(HERE, "models", "falcon40b-tiny.json"),
@@ -169,6 +174,9 @@ class Spec:
     hidden_dropout: float
     mlp_dropout: float = 0.0
     embedding_norm: bool = False
+    shared_ffn: int = 0
+    shared_expert_gate: bool = False
+    renormalize_topk: bool = True
     style: str = ""
 
 
@@ -213,6 +221,9 @@ def load_spec(path: str) -> Spec:
         hidden_dropout=float(doc.get("hidden_dropout", 0.0)),
         mlp_dropout=float(doc.get("mlp_dropout", 0.0)),
         embedding_norm=bool(doc.get("embedding_norm", False)),
+        shared_ffn=int(doc.get("shared_ffn", 0) or 0),
+        shared_expert_gate=bool(doc.get("shared_expert_gate", False)),
+        renormalize_topk=bool(doc.get("renormalize_topk", True)),
     )
     if spec.heads % spec.kv_heads:
         raise ValueError(f"{path}: heads ({spec.heads}) must be a multiple of kv_heads ({spec.kv_heads})")
@@ -333,13 +344,17 @@ def make_mlp(spec, bias):
 
 
 class SparseMoE(nn.Module):
-    """transformers MixtralSparseMoeBlock (loop over the experts that got tokens)."""
+    """transformers MixtralSparseMoeBlock (loop over the experts that got tokens); with a shared expert,
+    Qwen2MoeSparseMoeBlock."""
 
     def __init__(self, spec):
         super().__init__()
         self.E, self.k, self.h = spec.experts, spec.experts_per_token, spec.hidden
+        self.renormalize = spec.renormalize_topk
         self.gate = nn.Linear(spec.hidden, spec.experts, bias=False)
         self.experts = nn.ModuleList([make_mlp(spec, spec.bias == "all") for _ in range(spec.experts)])
+        self.shared_expert = make_mlp(replace(spec, ffn=spec.shared_ffn), False) if spec.shared_ffn else None
+        self.shared_expert_gate = nn.Linear(spec.hidden, 1, bias=False) if spec.shared_expert_gate else None
 
     def forward(self, hidden_states):
         batch_size, sequence_length, hidden_dim = hidden_states.shape
@@ -347,7 +362,8 @@ class SparseMoE(nn.Module):
         router_logits = self.gate(hidden_states)
         routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
         routing_weights, selected_experts = torch.topk(routing_weights, self.k, dim=-1)
-        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        if self.renormalize:
+            routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
         routing_weights = routing_weights.to(hidden_states.dtype)
         final_hidden_states = torch.zeros((batch_size * sequence_length, hidden_dim),
                                           dtype=hidden_states.dtype, device=hidden_states.device)
@@ -359,6 +375,11 @@ class SparseMoE(nn.Module):
             current_state = hidden_states[None, top_x].reshape(-1, hidden_dim)
             current_hidden_states = expert_layer(current_state) * routing_weights[top_x, idx, None]
             final_hidden_states.index_add_(0, top_x, current_hidden_states.to(hidden_states.dtype))
+        if self.shared_expert is not None:
+            shared_expert_output = self.shared_expert(hidden_states)
+            if self.shared_expert_gate is not None:
+                shared_expert_output = torch.sigmoid(self.shared_expert_gate(hidden_states)) * shared_expert_output  # F.sigmoid in transformers: the same op
+            final_hidden_states = final_hidden_states + shared_expert_output
         return final_hidden_states.reshape(batch_size, sequence_length, hidden_dim)
 
 
@@ -1029,10 +1050,21 @@ def memcalc_prediction(memcalc: str, path: str, s: int, b: int, mode: str):
         return None, None, f"unreadable memcalc JSON ({e})"
 
 
-def run_compare(specs: List[Spec], memcalc: str, seqs, batches) -> int:
+def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Optional[str] = None,
+                committed: Optional[str] = None) -> int:
+    """Measure each configuration (or, with `committed`, read the measured bytes from that JSON) and
+    compare with memcalc; `json_out` writes every row, measured and predicted."""
     failed = 0
     total = 0
     reasons: List[str] = []
+    rows: List[dict] = []
+    recorded = {}
+    if committed:
+        with open(committed) as f:
+            doc = json.load(f)
+        for r in doc["rows"]:
+            recorded[(r["model_file"], r["seq"], r["micro_batch"], r["recompute"])] = r
+        specs = [load_spec(os.path.join(REPO, p)) for p in dict.fromkeys(r["model_file"] for r in doc["rows"])]
     print(f"{'model':<14} {'style':<8} {'s':>4} {'b':>2} {'what':<15} {'measured':>10} {'predicted':>10} "
           f"{'difference':>10}  verdict")
 
@@ -1053,14 +1085,25 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches) -> int:
         return f"MISMATCH (the documented effects explain {expected:+d})"
 
     for spec in specs:
-        model = build_model(spec)
-        for s in seq_grid(spec, seqs):
-            for b in batches:
+        model = None if committed else build_model(spec)
+        model_file = os.path.relpath(os.path.abspath(spec.path), REPO)
+        grid = sorted({(k[1], k[2]) for k in recorded if k[0] == model_file}) if committed else \
+            [(s, b) for s in seq_grid(spec, seqs) for b in batches]
+        for s, b in grid:
                 for mode in MODES:
                     total += 1
-                    m = measure(spec, model, s, b, mode)
-                    measured = m.layers[0].kept
+                    if committed:
+                        r = recorded[(model_file, s, b, mode)]
+                        measured, head = r["measured_layer_bytes"], r.get("measured_head_bytes")
+                    else:
+                        m = measure(spec, model, s, b, mode)
+                        measured = m.layers[0].kept
+                        head = m.head.by_cat.get("layer", 0) + m.head.by_cat.get("input", 0)
                     pred, head_pred, err = memcalc_prediction(memcalc, spec.path, s, b, mode)
+                    rows.append({"model_file": model_file, "seq": s, "micro_batch": b, "recompute": mode,
+                                 "measured_layer_bytes": measured, "predicted_layer_bytes": pred,
+                                 "measured_head_bytes": head if mode == "none" else None,
+                                 "predicted_head_bytes": head_pred if mode == "none" else None})
                     label = f"{spec.name:<14} {spec.style:<8} {s:>4} {b:>2}"
                     if pred is None:
                         failed += 1
@@ -1070,9 +1113,13 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches) -> int:
                           f"{verdict(spec, 'layer', mode, s, b, measured, pred)}")
                     if mode == "none":  # the head does not depend on the layers' recomputation
                         total += 1
-                        head = m.head.by_cat.get("layer", 0) + m.head.by_cat.get("input", 0)
                         print(f"{label} {'head + loss':<15} {head:>10} {head_pred:>10} {head - head_pred:>+10}  "
                               f"{verdict(spec, 'head', mode, s, b, head, head_pred)}")
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump({"torch": torch.__version__, "device": "cpu", "dtype": "bfloat16", "attention": "eager",
+                       "command": " ".join(["validation/reference_trainer.py"] + sys.argv[1:]), "rows": rows}, f, indent=1)
+            f.write("\n")
     print(f"\n{total - failed}/{total} rows agree exactly or by a documented effect; {failed} failed")
     for n, reason in enumerate(reasons, 1):
         print(f"  [{n}] {reason}")
@@ -1098,6 +1145,9 @@ def main(argv=None) -> int:
                     help="functional: torch's F.dropout, on CPU a noise tensor (default); native: the bool mask "
                          "CUDA's F.dropout keeps (--measure only: memcalc --platform cpu predicts the CPU kernel)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    ap.add_argument("--json", metavar="FILE", help="--compare: write every row, measured and predicted, to FILE")
+    ap.add_argument("--committed", metavar="FILE", help="--compare: take the measured bytes from FILE (a --json "
+                    "output) instead of measuring, and check memcalc against them")
     a = ap.parse_args(argv)
     DROPOUT_KERNEL = a.dropout_kernel
     if a.compare and DROPOUT_KERNEL != "functional":
@@ -1114,7 +1164,7 @@ def main(argv=None) -> int:
         return 0
     if not a.memcalc:
         ap.error("--compare needs --memcalc PATH")
-    rc = run_compare(specs, a.memcalc, a.seq, batches)
+    rc = run_compare(specs, a.memcalc, a.seq, batches, a.json, a.committed)
     print(f"({time.time() - t0:.1f} s)")
     return rc
 
