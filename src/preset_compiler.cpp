@@ -104,7 +104,10 @@ std::string builder(const cli::ModelFile& file) {
         << "    m.causal_mask_buffer = CausalMaskBuffer::"
         << (m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none") << ";\n"
         << "    m.qk_norm = QkNorm::" << (m.qk_norm == QkNorm::per_head ? "per_head" : "none") << ";\n"
-        << "    m.rotary_embedding = RotaryEmbedding::" << rotary_embedding(m.rotary_embedding).name << ";\n";
+        << "    m.rotary_embedding = RotaryEmbedding::" << rotary_embedding(m.rotary_embedding).name << ";\n"
+        << "    m.mla = {" << number(m.mla.q_lora_rank) << ", " << number(m.mla.kv_lora_rank) << ", "
+        << number(m.mla.qk_nope_head_dim) << ", " << number(m.mla.qk_rope_head_dim) << ", " << number(m.mla.v_head_dim)
+        << "};\n";
     for (const LayerKind& k : m.layer_kinds)
         out << "    m.layer_kinds.push_back({" << literal(k.name) << ", " << optional_number(k.ffn) << ", "
             << optional_number(k.experts) << ", " << optional_number(k.experts_per_token) << "});\n";

@@ -53,6 +53,11 @@ json model_json(const Architecture& m) {
             {"causal_mask_buffer", m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none"},
             {"qk_norm", m.qk_norm == QkNorm::per_head ? "per_head" : "none"},
             {"rotary_embedding", rotary_embedding(m.rotary_embedding).name}};
+    if (m.mla.enabled())
+        for (auto [key, value] : {std::pair{"q_lora_rank", m.mla.q_lora_rank}, {"kv_lora_rank", m.mla.kv_lora_rank},
+                                  {"qk_nope_head_dim", m.mla.qk_nope_head_dim}, {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
+                                  {"v_head_dim", m.mla.v_head_dim}})
+            out[key] = value;
     if (m.layer_kinds.empty()) return out;
     const auto given = [](const std::optional<std::uint64_t>& v) { return v ? json(*v) : json(nullptr); };
     json kinds = json::array(), pattern = json::array();

@@ -13,13 +13,17 @@ model JSON file, following the op sequence of HuggingFace transformers' EAGER im
   gpt2     GPT2Block: LayerNorm, fused c_attn Conv1D (addmm), QK^T / full([], sqrt(d)), torch.where with
            the per-layer causal buffer, softmax in bf16 (no upcast), attn dropout, @V, c_proj, resid
            dropout; MLP c_fc, activation, c_proj, dropout.  The chapter's "decoder" preset is this style.
+  deepseek DeepseekV3Attention (and V2's, whose complex rotary saves the same): q_a_proj, q_a_layernorm,
+           q_b_proj (or q_proj), kv_a_proj_with_mqa split into the latent and k's rope part,
+           kv_a_layernorm, kv_b_proj split into k's nope part and v, rotary on the rope parts, q and k
+           concatenated (k's rope part expanded to every head), eager attention; llama's norms and MLP.
   falcon   FalconDecoderLayer with parallel_attn: one LayerNorm feeding attention and MLP
            (norms_per_layer 1; 2 means ln_attn + ln_mlp), fused query_key_value, multi-query split,
            rotary, q @ k^T (broadcast over heads), in-place /= sqrt(d), softmax(scores + mask) in bf16,
            @ v, dense; MLP dense_h_to_4h, GELU, dense_4h_to_h; mlp_output += attention_output;
            dropout_add(hidden_dropout).
 
-Style: parallel_attention -> falcon; else experts -> mixtral; else layernorm without rotary -> gpt2;
+Style: parallel_attention -> falcon; else kv_lora_rank -> deepseek; else experts -> mixtral; else layernorm without rotary -> gpt2;
 else llama (qwen2 when bias is qkv).  norm, mlp, activation, bias, position, norms_per_layer (4 =
 post-attention and post-MLP norms as well, Gemma 2's sandwich), embedding_norm and the dropouts are
 taken from the file for every style.  Unknown keys are ignored.
@@ -86,6 +90,8 @@ DEFAULT_MODELS = [
     os.path.join(HERE, "models", "gpt2-tiny-gelu-new.json"),
     os.path.join(HERE, "models", "llama-tiny-quick-gelu.json"),
     os.path.join(HERE, "models", "opt-tiny-relu-dropout.json"),
+    os.path.join(HERE, "models", "deepseek-v3-tiny.json"),
+    os.path.join(HERE, "models", "deepseek-v2-lite-tiny.json"),
     os.path.join(REPO, "presets", "decoder.json"),
 ]
 MODES = ("none", "selective", "full")
@@ -102,11 +108,17 @@ def _rms(spec, region):
     return 1 if region == "head" else spec.norms_per_layer
 
 
+def _latent_norm_width(spec, region):
+    """The widths latent attention's RMSNorms normalise (q_a_layernorm, kv_a_layernorm), in a layer."""
+    return spec.q_lora_rank + spec.kv_lora_rank if region == "layer" else 0
+
+
 KNOWN_EFFECTS = [
     ("torch < 2.2: mean() saves its input, so each RMSNorm also keeps x^2 in fp32, 4 s b h bytes "
-     "(PyTorch PR #109935 keeps only the sizes; memcalc models the newer behaviour)",
+     "(and 4 s b r for latent attention's norms of a latent r wide; PyTorch PR #109935 keeps only the sizes; "
+     "memcalc models the newer behaviour)",
      lambda spec, mode, region: mode != "full" and _rms(spec, region) > 0,
-     lambda spec, s, b, region: 4 * s * b * spec.hidden * _rms(spec, region)),
+     lambda spec, s, b, region: 4 * s * b * (spec.hidden * _rms(spec, region) + _latent_norm_width(spec, region))),
     ("micro-batch 1 with one KV head: torch.matmul broadcasts K and V over the heads as a view; memcalc "
      "counts the repeated copies that b >= 2 (and repeat_kv) materialise, 2 x 2 s (heads - 1) head_dim bytes",
      lambda spec, mode, region: region == "layer" and mode == "none" and spec.kv_heads == 1 and spec.heads > 1,
@@ -169,6 +181,11 @@ class Spec:
     hidden_dropout: float
     mlp_dropout: float = 0.0
     embedding_norm: bool = False
+    q_lora_rank: int = 0       # latent attention (DeepSeek); kv_lora_rank 0: none
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
     style: str = ""
 
 
@@ -213,7 +230,14 @@ def load_spec(path: str) -> Spec:
         hidden_dropout=float(doc.get("hidden_dropout", 0.0)),
         mlp_dropout=float(doc.get("mlp_dropout", 0.0)),
         embedding_norm=bool(doc.get("embedding_norm", False)),
+        q_lora_rank=int(doc.get("q_lora_rank", 0) or 0),
+        kv_lora_rank=int(doc.get("kv_lora_rank", 0) or 0),
+        qk_nope_head_dim=int(doc.get("qk_nope_head_dim", 0) or 0),
+        qk_rope_head_dim=int(doc.get("qk_rope_head_dim", 0) or 0),
+        v_head_dim=int(doc.get("v_head_dim", 0) or 0),
     )
+    if spec.kv_lora_rank:  # q and k heads are d_n + d_r wide; rotary turns d_r
+        spec.head_dim = spec.qk_nope_head_dim + spec.qk_rope_head_dim
     if spec.heads % spec.kv_heads:
         raise ValueError(f"{path}: heads ({spec.heads}) must be a multiple of kv_heads ({spec.kv_heads})")
     if spec.experts and not (0 < spec.experts_per_token <= spec.experts):
@@ -224,6 +248,8 @@ def load_spec(path: str) -> Spec:
         raise ValueError(f"{path}: sequential layers take norms_per_layer 2 or 4")
     if parallel:
         spec.style = "falcon"
+    elif spec.kv_lora_rank:
+        spec.style = "deepseek"
     elif spec.experts:
         spec.style = "mixtral"
     elif spec.norm == "layernorm" and spec.position != "rotary":
@@ -409,6 +435,56 @@ class LlamaAttention(nn.Module):
         return self.o_proj(out)
 
 
+class LatentAttention(nn.Module):
+    """transformers DeepseekV3Attention + eager_attention_forward (multi-head latent attention)."""
+
+    def __init__(self, spec):
+        super().__init__()
+        H, h = spec.heads, spec.hidden
+        self.nope, self.rope, self.v_dim = spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+        self.qk, self.latent = self.nope + self.rope, spec.kv_lora_rank
+        bias = spec.bias == "attention"  # attention_bias
+        self.q_lora = spec.q_lora_rank > 0
+        if self.q_lora:
+            self.q_a_proj = nn.Linear(h, spec.q_lora_rank, bias=bias)
+            self.q_a_layernorm = RMSNorm(spec.q_lora_rank)
+            self.q_b_proj = nn.Linear(spec.q_lora_rank, H * self.qk, bias=False)
+        else:
+            self.q_proj = nn.Linear(h, H * self.qk, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(h, self.latent + self.rope, bias=bias)
+        self.kv_a_layernorm = RMSNorm(self.latent)
+        self.kv_b_proj = nn.Linear(self.latent, H * (self.nope + self.v_dim), bias=False)
+        self.o_proj = nn.Linear(H * self.v_dim, h, bias=bias)
+        self.scaling = self.qk ** -0.5
+        self.p = spec.attention_dropout
+
+    def core(self, query, key, value, mask):  # eager_attention_forward with one key/value group
+        attn_weights = torch.matmul(query, key.transpose(2, 3)) * self.scaling
+        if mask is not None:
+            attn_weights = attn_weights + mask[:, :, :, : key.shape[-2]]
+        attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+        attn_weights = dropout(attn_weights, self.p, self.training)
+        return torch.matmul(attn_weights, value)
+
+    def forward(self, x, ctx: Ctx, selective: bool):
+        b, s = x.shape[:-1]
+        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if self.q_lora else self.q_proj(x)
+        q = q.view(b, s, -1, self.qk).transpose(1, 2)
+        q_pass, q_rot = torch.split(q, [self.nope, self.rope], dim=-1)
+        compressed_kv = self.kv_a_proj_with_mqa(x)
+        k_pass, k_rot = torch.split(compressed_kv, [self.latent, self.rope], dim=-1)
+        k_pass = self.kv_b_proj(self.kv_a_layernorm(k_pass)).view(b, s, -1, self.nope + self.v_dim).transpose(1, 2)
+        k_pass, value = torch.split(k_pass, [self.nope, self.v_dim], dim=-1)
+        k_rot = k_rot.view(b, 1, s, self.rope)
+        q_rot, k_rot = apply_rotary_pos_emb(q_rot, k_rot, ctx.cos, ctx.sin)
+        k_rot = k_rot.expand(*k_pass.shape[:-1], -1)
+        query = torch.cat((q_pass, q_rot), dim=-1)
+        key = torch.cat((k_pass, k_rot), dim=-1)
+        out = _ckpt(self.core, query, key, value, ctx.mask) if selective else self.core(query, key, value, ctx.mask)
+        out = out.transpose(1, 2).contiguous()
+        return self.o_proj(out.reshape(b, s, -1).contiguous())
+
+
 class Conv1D(nn.Module):
     """transformers.pytorch_utils.Conv1D (weight stored in x out)."""
 
@@ -545,7 +621,7 @@ class SequentialLayer(nn.Module):
             self.attn = GPT2Attention(spec)
             self.mlp = GPT2MLP(spec) if spec.mlp == "plain" else make_mlp(spec, spec.bias == "all")
         else:
-            self.attn = LlamaAttention(spec)
+            self.attn = LatentAttention(spec) if spec.style == "deepseek" else LlamaAttention(spec)
             self.mlp = SparseMoE(spec) if spec.experts else make_mlp(spec, spec.bias == "all")
         # GPT-2's dropouts live inside its attention (resid) and MLP modules.
         self.p_hidden = 0.0 if (self.gpt2 and spec.mlp == "plain") else spec.hidden_dropout
@@ -604,7 +680,7 @@ class Model(nn.Module):
         if not spec.tied_embeddings:
             self.lm_head = nn.Linear(spec.hidden, spec.vocab, bias=False)
         if spec.position == "rotary":
-            d = spec.head_dim
+            d = spec.qk_rope_head_dim if spec.kv_lora_rank else spec.head_dim
             self.register_buffer("inv_freq", 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)),
                                  persistent=False)
 
@@ -1029,10 +1105,11 @@ def memcalc_prediction(memcalc: str, path: str, s: int, b: int, mode: str):
         return None, None, f"unreadable memcalc JSON ({e})"
 
 
-def run_compare(specs: List[Spec], memcalc: str, seqs, batches) -> int:
+def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Optional[str] = None) -> int:
     failed = 0
     total = 0
     reasons: List[str] = []
+    records: List[dict] = []  # every row, for --json
     print(f"{'model':<14} {'style':<8} {'s':>4} {'b':>2} {'what':<15} {'measured':>10} {'predicted':>10} "
           f"{'difference':>10}  verdict")
 
@@ -1052,6 +1129,11 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches) -> int:
         failed += 1
         return f"MISMATCH (the documented effects explain {expected:+d})"
 
+    def record(spec, s, b, what, measured, pred, result):
+        records.append({"model": spec.name, "file": os.path.relpath(spec.path, REPO), "style": spec.style, "seq": s,
+                        "micro_batch": b, "what": what, "measured_bytes": measured, "predicted_bytes": pred,
+                        "verdict": result})
+
     for spec in specs:
         model = build_model(spec)
         for s in seq_grid(spec, seqs):
@@ -1066,16 +1148,23 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches) -> int:
                         failed += 1
                         print(f"{label} {'layer ' + mode:<15} {measured:>10} {'-':>10} {'-':>10}  FAILED: {err}")
                         continue
-                    print(f"{label} {'layer ' + mode:<15} {measured:>10} {pred:>10} {measured - pred:>+10}  "
-                          f"{verdict(spec, 'layer', mode, s, b, measured, pred)}")
+                    result = verdict(spec, 'layer', mode, s, b, measured, pred)
+                    record(spec, s, b, "layer " + mode, measured, pred, result)
+                    print(f"{label} {'layer ' + mode:<15} {measured:>10} {pred:>10} {measured - pred:>+10}  {result}")
                     if mode == "none":  # the head does not depend on the layers' recomputation
                         total += 1
                         head = m.head.by_cat.get("layer", 0) + m.head.by_cat.get("input", 0)
-                        print(f"{label} {'head + loss':<15} {head:>10} {head_pred:>10} {head - head_pred:>+10}  "
-                              f"{verdict(spec, 'head', mode, s, b, head, head_pred)}")
+                        result = verdict(spec, 'head', mode, s, b, head, head_pred)
+                        record(spec, s, b, "head + loss", head, head_pred, result)
+                        print(f"{label} {'head + loss':<15} {head:>10} {head_pred:>10} {head - head_pred:>+10}  {result}")
     print(f"\n{total - failed}/{total} rows agree exactly or by a documented effect; {failed} failed")
     for n, reason in enumerate(reasons, 1):
         print(f"  [{n}] {reason}")
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump({"torch": torch.__version__, "device": "cpu", "dtype": "bfloat16", "rows": records,
+                       "effects": {str(n): r for n, r in enumerate(reasons, 1)}, "failed": failed}, f, indent=1)
+            f.write("\n")
     print("  Not compared: one-element scalars (e.g. the attention scale, a few bytes a layer) and the tensors made\n"
           "  once per model and shared by every layer (rotary cos/sin, the mask, position ids), which memcalc\n"
           "  counts once on the embedding side.")
@@ -1098,6 +1187,7 @@ def main(argv=None) -> int:
                     help="functional: torch's F.dropout, on CPU a noise tensor (default); native: the bool mask "
                          "CUDA's F.dropout keeps (--measure only: memcalc --platform cpu predicts the CPU kernel)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    ap.add_argument("--json", metavar="FILE", help="--compare: also write every row, measured and predicted, as JSON")
     a = ap.parse_args(argv)
     DROPOUT_KERNEL = a.dropout_kernel
     if a.compare and DROPOUT_KERNEL != "functional":
@@ -1114,7 +1204,7 @@ def main(argv=None) -> int:
         return 0
     if not a.memcalc:
         ap.error("--compare needs --memcalc PATH")
-    rc = run_compare(specs, a.memcalc, a.seq, batches)
+    rc = run_compare(specs, a.memcalc, a.seq, batches, a.json)
     print(f"({time.time() - t0:.1f} s)")
     return rc
 
