@@ -1171,6 +1171,27 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Option
     return 1 if failed else 0
 
 
+def check_committed(path: str, memcalc: str) -> int:
+    """Committed --compare rows (--json) against memcalc as it is now: each prediction, and the measured
+    difference still exactly the documented effects. Runs memcalc only (no torch model), in seconds."""
+    with open(path) as f:
+        doc = json.load(f)
+    failed = 0
+    specs: Dict[str, Spec] = {}
+    for row in doc["rows"]:
+        spec = specs.setdefault(row["file"], load_spec(os.path.join(REPO, row["file"])))
+        region, mode = ("head", "none") if row["what"] == "head + loss" else ("layer", row["what"].split()[-1])
+        layer, head, err = memcalc_prediction(memcalc, spec.path, row["seq"], row["micro_batch"], mode)
+        pred = head if region == "head" else layer
+        expected, _ = explained_difference(spec, mode, row["seq"], row["micro_batch"], region)
+        ok = pred is not None and row["measured_bytes"] - pred == expected
+        failed += not ok
+        print(f"{row['model']:<22} {row['seq']:>4} {row['micro_batch']:>2} {row['what']:<15} {row['measured_bytes']:>8} "
+              f"{pred if pred is not None else '-':>8}  {'ok' if ok else 'MISMATCH ' + err}")
+    print(f"\n{len(doc['rows']) - failed}/{len(doc['rows'])} committed rows agree with memcalc now (torch {doc['torch']})")
+    return 1 if failed else 0
+
+
 def main(argv=None) -> int:
     global DROPOUT_KERNEL
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -1178,6 +1199,7 @@ def main(argv=None) -> int:
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--measure", action="store_true", help="print measured tables")
     g.add_argument("--compare", action="store_true", help="compare with memcalc's predictions")
+    g.add_argument("--check-json", metavar="FILE", help="check committed --json rows against --memcalc (no measuring)")
     ap.add_argument("--model", nargs="+", metavar="FILE", help="model JSON files (default: the validation set)")
     ap.add_argument("--breakdown", action="store_true", help="per-op breakdown (first seq/batch of the grid)")
     ap.add_argument("--memcalc", metavar="PATH", help="memcalc executable (for --compare)")
@@ -1193,6 +1215,10 @@ def main(argv=None) -> int:
     if a.compare and DROPOUT_KERNEL != "functional":
         ap.error("--compare measures torch's own F.dropout (memcalc --platform cpu predicts it): drop --dropout-kernel")
     torch.set_num_threads(a.threads)
+    if a.check_json:
+        if not a.memcalc:
+            ap.error("--check-json needs --memcalc PATH")
+        return check_committed(a.check_json, a.memcalc)
     specs = [load_spec(p) for p in (a.model or DEFAULT_MODELS)]
     batches = a.micro_batch or list(DEFAULT_BATCHES)
     t0 = time.time()
