@@ -100,9 +100,12 @@ void gemma3_text(const JsonReader& in, Architecture& m) {
 
 /// DeepSeek-V2 and V3 (modeling_deepseek_v2.py, modeling_deepseek_v3.py): LLaMA's keys, latent attention,
 /// the first first_k_dense_replace layers dense (intermediate_size), the rest mixture-of-experts layers
-/// of n_routed_experts experts of moe_intermediate_size. head_dim, where a saved config carries it, is
-/// the rotary width (transformers sets it to qk_rope_head_dim): the q/k width comes from the parts.
-void deepseek(const JsonReader& in, Architecture& m) {
+/// of n_routed_experts experts of moe_intermediate_size beside n_shared_experts shared ones (one MLP
+/// n_shared_experts times as wide). V3's router registers e_score_correction_bias as a buffer; its
+/// routed_scaling_factor and topk_method (group-limited, bias-corrected choice) hold no parameters.
+/// head_dim, where a saved config carries it, is the rotary width (transformers sets it to
+/// qk_rope_head_dim): the q/k width comes from the parts.
+void deepseek(const JsonReader& in, Architecture& m, bool v3) {
     llama_like(in, m, false);
     m.head_dim = 0;
     m.bias = in.flag_or("attention_bias", false) ? Bias::attention : Bias::none;
@@ -117,6 +120,9 @@ void deepseek(const JsonReader& in, Architecture& m) {
     m.ffn = in.positive("moe_intermediate_size");
     m.experts = in.positive("n_routed_experts");
     m.experts_per_token = in.positive("num_experts_per_tok");
+    m.shared_ffn = in.count_if_given("n_shared_experts").value_or(0) * m.ffn;
+    m.router_bias = v3 ? RouterBias::buffer : RouterBias::none;
+    m.renormalize_topk = in.flag_or("norm_topk_prob", v3);  // the configs' defaults: V2 false, V3 true
     if (dense_layers == 0) return;
     m.layer_kinds = {{"dense", dense_ffn, std::uint64_t{0}, std::nullopt}, {"moe", std::nullopt, std::nullopt, std::nullopt}};
     m.layer_pattern = {{0, dense_layers}};
@@ -245,7 +251,8 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"gemma2", gemma2}, {"phi3", phi3}, {"gpt2", gpt2}, {"opt", opt}, {"falcon", falcon}, {"bloom", bloom},
     {"gpt_neox", gpt_neox}, {"phi", phi}, {"qwen3", qwen3}, {"gemma3_text", gemma3_text},
     {"gemma3", gemma3_text},  // its text_config: the language model alone, the vision tower not counted
-    {"deepseek_v2", deepseek}, {"deepseek_v3", deepseek},
+    {"deepseek_v2", [](const JsonReader& in, Architecture& m) { deepseek(in, m, false); }},
+    {"deepseek_v3", [](const JsonReader& in, Architecture& m) { deepseek(in, m, true); }},
     {"RefinedWebModel", falcon}, {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
 
@@ -264,7 +271,8 @@ std::string next_token_layers_note(const JsonReader& in, const Architecture& m) 
     const Count copies = Count(m.vocab) * h * (m.tied_embeddings ? 1 : 2);
     return "; the checkpoint also holds " + std::to_string(n) + " multi-token-prediction layer" + (n == 1 ? "" : "s") +
            " (num_nextn_predict_layers) that num_parameters() does not count: " + std::to_string((per_layer * n).value()) +
-           " parameters, and a copy of the embedding and head each (" + std::to_string((copies * n).value()) + ")";
+           " parameters (buffers aside), and a copy of the embedding and head each (" +
+           std::to_string((copies * n).value()) + ")";
 }
 
 }  // namespace

@@ -105,12 +105,22 @@ std::string builder(const cli::ModelFile& file) {
         << (m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none") << ";\n"
         << "    m.qk_norm = QkNorm::" << (m.qk_norm == QkNorm::per_head ? "per_head" : "none") << ";\n"
         << "    m.rotary_embedding = RotaryEmbedding::" << rotary_embedding(m.rotary_embedding).name << ";\n"
+        << "    m.shared_ffn = " << number(m.shared_ffn) << ", m.shared_expert_gate = " << boolean(m.shared_expert_gate)
+        << ";\n"
+        << "    m.router_bias = RouterBias::" << router_bias_name(m.router_bias)
+        << ", m.renormalize_topk = " << boolean(m.renormalize_topk) << ";\n"
         << "    m.mla = {" << number(m.mla.q_lora_rank) << ", " << number(m.mla.kv_lora_rank) << ", "
         << number(m.mla.qk_nope_head_dim) << ", " << number(m.mla.qk_rope_head_dim) << ", " << number(m.mla.v_head_dim)
         << "};\n";
-    for (const LayerKind& k : m.layer_kinds)
+    for (const LayerKind& k : m.layer_kinds) {
         out << "    m.layer_kinds.push_back({" << literal(k.name) << ", " << optional_number(k.ffn) << ", "
-            << optional_number(k.experts) << ", " << optional_number(k.experts_per_token) << "});\n";
+            << optional_number(k.experts) << ", " << optional_number(k.experts_per_token) << ", "
+            << optional_number(k.shared_ffn) << "});\n";
+        if (k.shared_expert_gate)
+            out << "    m.layer_kinds.back().shared_expert_gate = " << boolean(*k.shared_expert_gate) << ";\n";
+        if (k.router_bias)
+            out << "    m.layer_kinds.back().router_bias = RouterBias::" << router_bias_name(*k.router_bias) << ";\n";
+    }
     for (const LayerRun& run : m.layer_pattern)
         out << "    m.layer_pattern.push_back({" << run.kind << ", " << number(run.count) << "});\n";
     out << "    file.description = " << literal(file.description) << ";\n"

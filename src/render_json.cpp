@@ -52,7 +52,11 @@ json model_json(const Architecture& m) {
             {"head_bias", m.head_bias},
             {"causal_mask_buffer", m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none"},
             {"qk_norm", m.qk_norm == QkNorm::per_head ? "per_head" : "none"},
-            {"rotary_embedding", rotary_embedding(m.rotary_embedding).name}};
+            {"rotary_embedding", rotary_embedding(m.rotary_embedding).name},
+            {"shared_ffn", m.shared_ffn},
+            {"shared_expert_gate", m.shared_expert_gate},
+            {"router_bias", router_bias_name(m.router_bias)},
+            {"renormalize_topk", m.renormalize_topk}};
     if (m.mla.enabled())
         for (auto [key, value] : {std::pair{"q_lora_rank", m.mla.q_lora_rank}, {"kv_lora_rank", m.mla.kv_lora_rank},
                                   {"qk_nope_head_dim", m.mla.qk_nope_head_dim}, {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
@@ -63,7 +67,9 @@ json model_json(const Architecture& m) {
     json kinds = json::array(), pattern = json::array();
     for (const auto& k : m.layer_kinds)
         kinds.push_back({{"name", k.name}, {"ffn", given(k.ffn)}, {"experts", given(k.experts)},
-                         {"experts_per_token", given(k.experts_per_token)}});
+                         {"experts_per_token", given(k.experts_per_token)}, {"shared_ffn", given(k.shared_ffn)},
+                         {"shared_expert_gate", k.shared_expert_gate ? json(*k.shared_expert_gate) : json(nullptr)},
+                         {"router_bias", k.router_bias ? json(router_bias_name(*k.router_bias)) : json(nullptr)}});
     for (const auto& run : m.layer_pattern) pattern.push_back({{"kind", m.layer_kinds[run.kind].name}, {"layers", run.count}});
     out["layer_kinds"] = kinds;
     out["layer_pattern"] = pattern;

@@ -184,3 +184,49 @@ TEST_CASE("model files name latent attention by config.json's keys", "[mla][mode
                                             "mla.json", "mla"),
                       "mla.json: v_head_dim must be a positive integer (got 0)");
 }
+
+TEST_CASE("DeepSeek's config.json: dense layers then MoE layers, latent attention, the MTP layer described",
+          "[mla][hf_config]") {
+    const std::string configs = std::string(MEMCALC_SOURCE_DIR) + "/tests/configs/";
+    const auto v3 = cli::load_hf_config(configs + "deepseek-v3.json");
+    const Architecture& m = v3.architecture;
+    CHECK(m.mla.q_lora_rank == 1536);
+    CHECK(m.head_size() == 192);
+    CHECK(m.value_head_size() == 128);
+    REQUIRE(m.layer_pattern.size() == 2);
+    CHECK(m.layers_of_kind(0) == 3);
+    CHECK(m.kind_view(0).ffn == 18432);
+    CHECK(!m.kind_view(0).is_moe());
+    CHECK(m.kind_view(1).experts == 256);
+    CHECK(m.kind_view(1).shared_ffn == 2048);
+    CHECK(m.router_bias == RouterBias::buffer);
+    // The checkpoint's one multi-token-prediction layer: a MoE layer, enorm, hnorm, eh_proj (2h x h) and
+    // shared_head.norm; with its router bias and copies of the embedding and head it brings the main
+    // model's 671,026,419,200 checkpoint elements to the safetensors total less the fp8 scales.
+    const ParameterTable t = parameter_table(m);
+    const std::uint64_t mtp = t.per_layer(1).value() + 3 * 7168 + 2 * 7168ull * 7168;
+    CHECK(mtp == 11610067968ull);
+    CHECK(v3.description.find("1 multi-token-prediction layer") != std::string::npos);
+    CHECK(v3.description.find(std::to_string(mtp) + " parameters") != std::string::npos);
+    CHECK(t.total().value() + 58 * 256 + mtp + 256 + 2 * 129280ull * 7168 + 41540496 == 684531386000ull);
+    // The presets are the configs.
+    CHECK(parameter_table(cli::load_preset("deepseek-v3").architecture).total() == t.total());
+    const auto lite = cli::load_hf_config(configs + "deepseek-v2-lite.json");
+    CHECK(lite.architecture.mla.q_lora_rank == 0);
+    CHECK(!lite.architecture.renormalize_topk);
+    CHECK(lite.description.find("multi-token") == std::string::npos);
+    CHECK(parameter_table(cli::load_preset("deepseek-v2-lite").architecture).total() ==
+          parameter_table(lite.architecture).total());
+}
+
+TEST_CASE("DeepSeek's configs that memcalc cannot model are refused by name", "[mla][hf_config]") {
+    const std::string base = R"({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 100, "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12)";
+    CHECK(cli::parse_hf_config(base + "}", "c.json", "c").architecture.mla.enabled());
+    CHECK_THROWS_WITH(cli::parse_hf_config(base + R"(, "n_routed_experts": 4, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32, "moe_layer_freq": 2})", "c.json", "c"),
+                      Catch::Contains("moe_layer_freq 2"));
+    CHECK_THROWS_WITH(cli::parse_hf_config(base + R"(, "num_key_value_heads": 2})", "c.json", "c"),
+                      Catch::Contains("kv_heads (2) must equal heads"));
+}
