@@ -455,16 +455,10 @@ class LatentAttention(nn.Module):
         self.kv_a_layernorm = RMSNorm(self.latent)
         self.kv_b_proj = nn.Linear(self.latent, H * (self.nope + self.v_dim), bias=False)
         self.o_proj = nn.Linear(H * self.v_dim, h, bias=bias)
-        self.scaling = self.qk ** -0.5
+        self.scaling, self.n_rep = self.qk ** -0.5, 1  # one key/value group: k and v at every head
         self.p = spec.attention_dropout
 
-    def core(self, query, key, value, mask):  # eager_attention_forward with one key/value group
-        attn_weights = torch.matmul(query, key.transpose(2, 3)) * self.scaling
-        if mask is not None:
-            attn_weights = attn_weights + mask[:, :, :, : key.shape[-2]]
-        attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
-        attn_weights = dropout(attn_weights, self.p, self.training)
-        return torch.matmul(attn_weights, value)
+    core = LlamaAttention.core  # eager_attention_forward
 
     def forward(self, x, ctx: Ctx, selective: bool):
         b, s = x.shape[:-1]
