@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "json_reader.hpp"
+#include "memcalc/params.hpp"
 #include "model_file.hpp"
 
 namespace memcalc::cli {
@@ -178,6 +179,37 @@ void gemma3_text(const JsonReader& in, Architecture& m) {
     m.qk_norm = QkNorm::per_head;
 }
 
+/// DeepSeek-V2 and V3 (modeling_deepseek_v2.py, modeling_deepseek_v3.py): LLaMA's keys, latent attention,
+/// the first first_k_dense_replace layers dense (intermediate_size), the rest mixture-of-experts layers
+/// of n_routed_experts experts of moe_intermediate_size beside n_shared_experts shared ones (one MLP
+/// n_shared_experts times as wide). V3's router registers e_score_correction_bias as a buffer; its
+/// routed_scaling_factor and topk_method (group-limited, bias-corrected choice) hold no parameters.
+/// head_dim, where a saved config carries it, is the rotary width (transformers sets it to
+/// qk_rope_head_dim): the q/k width comes from the parts.
+void deepseek(const JsonReader& in, Architecture& m, bool v3) {
+    llama_like(in, m, false);
+    m.head_dim = 0;
+    m.bias = in.flag_or("attention_bias", false) ? Bias::attention : Bias::none;
+    m.mla = {in.positive_or("q_lora_rank", 0), in.positive("kv_lora_rank"), in.positive("qk_nope_head_dim"),
+             in.positive("qk_rope_head_dim"), in.positive("v_head_dim")};
+    if (in.positive_or("moe_layer_freq", 1) != 1)
+        in.fail("moe_layer_freq " + std::to_string(in.positive("moe_layer_freq")) +
+                " (experts in every n-th layer) is not modelled: memcalc reads DeepSeek's 1");
+    if (!in.has("n_routed_experts")) return;  // a dense model
+    const std::uint64_t dense_layers = std::min(in.count_if_given("first_k_dense_replace").value_or(0), m.layers);
+    const std::uint64_t dense_ffn = m.ffn;
+    m.ffn = in.positive("moe_intermediate_size");
+    m.experts = in.positive("n_routed_experts");
+    m.experts_per_token = in.positive("num_experts_per_tok");
+    m.shared_ffn = in.count_if_given("n_shared_experts").value_or(0) * m.ffn;
+    m.router_bias = v3 ? RouterBias::buffer : RouterBias::none;
+    m.renormalize_topk = in.flag_or("norm_topk_prob", v3);  // the configs' defaults: V2 false, V3 true
+    if (dense_layers == 0) return;
+    m.layer_kinds = {{"dense", dense_ffn, std::uint64_t{0}, std::nullopt}, {"moe", std::nullopt, std::nullopt, std::nullopt}};
+    m.layer_pattern = {{0, dense_layers}};
+    if (dense_layers < m.layers) m.layer_pattern.push_back({1, m.layers - dense_layers});
+}
+
 void phi3(const JsonReader& in, Architecture& m) {
     llama_like(in, m, false);  // fused qkv_proj and gate_up_proj hold the same parameters as separate ones
     m.hidden_dropout = in.probability_or("resid_pdrop", 0);
@@ -302,8 +334,29 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"gemma3", gemma3_text},  // its text_config: the language model alone, the vision tower not counted
     {"qwen2_moe", qwen2_moe}, {"qwen3_moe", qwen3_moe}, {"phimoe", phimoe}, {"llama4_text", llama4_text},
     {"llama4", llama4_text},  // its text_config, as gemma3's
+    {"deepseek_v2", [](const JsonReader& in, Architecture& m) { deepseek(in, m, false); }},
+    {"deepseek_v3", [](const JsonReader& in, Architecture& m) { deepseek(in, m, true); }},
     {"RefinedWebModel", falcon}, {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
+
+/// DeepSeek-V3's multi-token-prediction layers (num_nextn_predict_layers): in the checkpoint, not in the
+/// causal LM that num_parameters() counts. Each is one more layer of the last kind, enorm and hnorm (h
+/// each), eh_proj (2h x h) and shared_head.norm (h); its embedding and head are stored again, copies of
+/// the model's. Said in the description, so a check of a checkpoint's total can account for them.
+std::string next_token_layers_note(const JsonReader& in, const Architecture& m) {
+    if (!in.has("num_nextn_predict_layers")) return "";
+    const std::uint64_t n = in.count_if_given("num_nextn_predict_layers").value_or(0);
+    if (n == 0) return "";
+    const ParameterTable table = parameter_table(m);
+    const std::uint64_t last_kind = m.layer_pattern.empty() ? 0 : m.layer_pattern.back().kind;
+    const std::uint64_t h = m.hidden;
+    const Count per_layer = table.per_layer(last_kind) + Count(3 * h) + Count(2 * h) * h;
+    const Count copies = Count(m.vocab) * h * (m.tied_embeddings ? 1 : 2);
+    return "; the checkpoint also holds " + std::to_string(n) + " multi-token-prediction layer" + (n == 1 ? "" : "s") +
+           " (num_nextn_predict_layers) that num_parameters() does not count: " + std::to_string((per_layer * n).value()) +
+           " parameters (buffers aside), and a copy of the embedding and head each (" +
+           std::to_string((copies * n).value()) + ")";
+}
 
 }  // namespace
 
@@ -334,13 +387,14 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin, cons
     if (nested && !(document.contains("text_config") && document.at("text_config").is_object()))
         in.fail("model_type " + type + " needs its language model's keys in a text_config object");
     family->second(nested ? JsonReader(document.at("text_config"), origin + " (text_config)") : in, file.architecture);
-    file.description = "imported from " + origin + " (model_type " + type + (nested ? ", text_config: the language "
-                                                                                      "model alone" : "") + ")";
     try {
         validate(file.architecture);
     } catch (const error& e) {
         throw error(origin + ": " + e.what());
     }
+    file.description = "imported from " + origin + " (model_type " + type + (nested ? ", text_config: the language "
+                                                                                      "model alone" : "") + ")" +
+                       next_token_layers_note(in, file.architecture);
     return file;
 }
 

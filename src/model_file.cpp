@@ -24,7 +24,7 @@ const std::vector<std::string> architecture_keys = {
     "norm", "bias", "position", "tied_embeddings", "experts", "experts_per_token", "activation", "norms_per_layer",
     "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "mlp_dropout", "softmax_fp32",
     "head_bias", "causal_mask_buffer", "qk_norm", "rotary_embedding", "shared_ffn", "shared_expert_gate", "router_bias",
-    "renormalize_topk"};
+    "renormalize_topk", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source", "published_parameters"};
 const std::vector<std::string> kind_keys = {"name", "ffn", "experts", "experts_per_token", "shared_ffn",
                                             "shared_expert_gate", "router_bias"};
@@ -127,6 +127,9 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     m.shared_expert_gate = in.flag_or("shared_expert_gate", false);
     m.router_bias = in.choice_or("router_bias", router_bias_choices(), RouterBias::none);
     m.renormalize_topk = in.flag_or("renormalize_topk", true);
+    // Latent attention (DeepSeek): HF config.json's names; kv_lora_rank > 0 turns it on.
+    m.mla = {in.count_if_given("q_lora_rank").value_or(0), in.positive_or("kv_lora_rank", 0), in.positive_or("qk_nope_head_dim", 0),
+             in.positive_or("qk_rope_head_dim", 0), in.positive_or("v_head_dim", 0)};
     file.description = in.text_or("description", "");
     file.source = in.text_or("source", "");
     if (in.has("published_parameters")) file.published_parameters = in.positive("published_parameters");

@@ -108,7 +108,10 @@ std::string builder(const cli::ModelFile& file) {
         << "    m.shared_ffn = " << number(m.shared_ffn) << ", m.shared_expert_gate = " << boolean(m.shared_expert_gate)
         << ";\n"
         << "    m.router_bias = RouterBias::" << router_bias_name(m.router_bias)
-        << ", m.renormalize_topk = " << boolean(m.renormalize_topk) << ";\n";
+        << ", m.renormalize_topk = " << boolean(m.renormalize_topk) << ";\n"
+        << "    m.mla = {" << number(m.mla.q_lora_rank) << ", " << number(m.mla.kv_lora_rank) << ", "
+        << number(m.mla.qk_nope_head_dim) << ", " << number(m.mla.qk_rope_head_dim) << ", " << number(m.mla.v_head_dim)
+        << "};\n";
     for (const LayerKind& k : m.layer_kinds) {
         out << "    m.layer_kinds.push_back({" << literal(k.name) << ", " << optional_number(k.ffn) << ", "
             << optional_number(k.experts) << ", " << optional_number(k.experts_per_token) << ", "

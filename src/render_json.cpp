@@ -57,6 +57,11 @@ json model_json(const Architecture& m) {
             {"shared_expert_gate", m.shared_expert_gate},
             {"router_bias", router_bias_name(m.router_bias)},
             {"renormalize_topk", m.renormalize_topk}};
+    if (m.mla.enabled())
+        for (auto [key, value] : {std::pair{"q_lora_rank", m.mla.q_lora_rank}, {"kv_lora_rank", m.mla.kv_lora_rank},
+                                  {"qk_nope_head_dim", m.mla.qk_nope_head_dim}, {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
+                                  {"v_head_dim", m.mla.v_head_dim}})
+            out[key] = value;
     if (m.layer_kinds.empty()) return out;
     const auto given = [](const std::optional<std::uint64_t>& v) { return v ? json(*v) : json(nullptr); };
     json kinds = json::array(), pattern = json::array();

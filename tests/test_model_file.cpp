@@ -133,7 +133,8 @@ std::string every_field(const cli::ModelFile& file) {
         << int(m.norm) << '|' << int(m.bias) << '|' << int(m.position) << '|' << m.tied_embeddings << '|' << m.head_bias
         << '|' << m.experts << '|' << m.experts_per_token << '|' << int(m.activation) << '|' << m.norms_per_layer << '|'
         << m.parallel_attention << '|' << m.embedding_norm << '|' << m.attention_dropout << '|' << m.hidden_dropout << '|'
-        << m.mlp_dropout << '|' << m.softmax_fp32;
+        << m.mlp_dropout << '|' << m.softmax_fp32 << "|mla " << m.mla.q_lora_rank << ' ' << m.mla.kv_lora_rank << ' '
+        << m.mla.qk_nope_head_dim << ' ' << m.mla.qk_rope_head_dim << ' ' << m.mla.v_head_dim;
     const auto given = [&](const std::optional<std::uint64_t>& n) { return n ? std::to_string(*n) : std::string("-"); };
     for (const auto& k : m.layer_kinds)
         out << "|kind " << k.name << ' ' << given(k.ffn) << ' ' << given(k.experts) << ' ' << given(k.experts_per_token);

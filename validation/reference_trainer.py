@@ -16,13 +16,17 @@ model JSON file, following the op sequence of HuggingFace transformers' EAGER im
   gpt2     GPT2Block: LayerNorm, fused c_attn Conv1D (addmm), QK^T / full([], sqrt(d)), torch.where with
            the per-layer causal buffer, softmax in bf16 (no upcast), attn dropout, @V, c_proj, resid
            dropout; MLP c_fc, activation, c_proj, dropout.  The chapter's "decoder" preset is this style.
+  deepseek DeepseekV3Attention (and V2's, whose complex rotary saves the same): q_a_proj, q_a_layernorm,
+           q_b_proj (or q_proj), kv_a_proj_with_mqa split into the latent and k's rope part,
+           kv_a_layernorm, kv_b_proj split into k's nope part and v, rotary on the rope parts, q and k
+           concatenated (k's rope part expanded to every head), eager attention; llama's norms and MLP.
   falcon   FalconDecoderLayer with parallel_attn: one LayerNorm feeding attention and MLP
            (norms_per_layer 1; 2 means ln_attn + ln_mlp), fused query_key_value, multi-query split,
            rotary, q @ k^T (broadcast over heads), in-place /= sqrt(d), softmax(scores + mask) in bf16,
            @ v, dense; MLP dense_h_to_4h, GELU, dense_4h_to_h; mlp_output += attention_output;
            dropout_add(hidden_dropout).
 
-Style: parallel_attention -> falcon; else experts -> mixtral; else layernorm without rotary -> gpt2;
+Style: parallel_attention -> falcon; else kv_lora_rank -> deepseek; else experts -> mixtral; else layernorm without rotary -> gpt2;
 else llama (qwen2 when bias is qkv).  norm, mlp, activation, bias, position, norms_per_layer (4 =
 post-attention and post-MLP norms as well, Gemma 2's sandwich), embedding_norm and the dropouts are
 taken from the file for every style.  Unknown keys are ignored.
@@ -91,6 +95,8 @@ DEFAULT_MODELS = [
     os.path.join(HERE, "models", "gpt2-tiny-gelu-new.json"),
     os.path.join(HERE, "models", "llama-tiny-quick-gelu.json"),
     os.path.join(HERE, "models", "opt-tiny-relu-dropout.json"),
+    os.path.join(HERE, "models", "deepseek-v3-tiny.json"),
+    os.path.join(HERE, "models", "deepseek-v2-lite-tiny.json"),
     os.path.join(REPO, "presets", "decoder.json"),
 ]
 MODES = ("none", "selective", "full")
@@ -107,11 +113,17 @@ def _rms(spec, region):
     return 1 if region == "head" else spec.norms_per_layer
 
 
+def _latent_norm_width(spec, region):
+    """The widths latent attention's RMSNorms normalise (q_a_layernorm, kv_a_layernorm), in a layer."""
+    return spec.q_lora_rank + spec.kv_lora_rank if region == "layer" else 0
+
+
 KNOWN_EFFECTS = [
     ("torch < 2.2: mean() saves its input, so each RMSNorm also keeps x^2 in fp32, 4 s b h bytes "
-     "(PyTorch PR #109935 keeps only the sizes; memcalc models the newer behaviour)",
+     "(and 4 s b r for latent attention's norms of a latent r wide; PyTorch PR #109935 keeps only the sizes; "
+     "memcalc models the newer behaviour)",
      lambda spec, mode, region: mode != "full" and _rms(spec, region) > 0,
-     lambda spec, s, b, region: 4 * s * b * spec.hidden * _rms(spec, region)),
+     lambda spec, s, b, region: 4 * s * b * (spec.hidden * _rms(spec, region) + _latent_norm_width(spec, region))),
     ("micro-batch 1 with one KV head: torch.matmul broadcasts K and V over the heads as a view; memcalc "
      "counts the repeated copies that b >= 2 (and repeat_kv) materialise, 2 x 2 s (heads - 1) head_dim bytes",
      lambda spec, mode, region: region == "layer" and mode == "none" and spec.kv_heads == 1 and spec.heads > 1,
@@ -177,6 +189,11 @@ class Spec:
     shared_ffn: int = 0
     shared_expert_gate: bool = False
     renormalize_topk: bool = True
+    q_lora_rank: int = 0       # latent attention (DeepSeek); kv_lora_rank 0: none
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
     style: str = ""
 
 
@@ -224,7 +241,14 @@ def load_spec(path: str) -> Spec:
         shared_ffn=int(doc.get("shared_ffn", 0) or 0),
         shared_expert_gate=bool(doc.get("shared_expert_gate", False)),
         renormalize_topk=bool(doc.get("renormalize_topk", True)),
+        q_lora_rank=int(doc.get("q_lora_rank", 0) or 0),
+        kv_lora_rank=int(doc.get("kv_lora_rank", 0) or 0),
+        qk_nope_head_dim=int(doc.get("qk_nope_head_dim", 0) or 0),
+        qk_rope_head_dim=int(doc.get("qk_rope_head_dim", 0) or 0),
+        v_head_dim=int(doc.get("v_head_dim", 0) or 0),
     )
+    if spec.kv_lora_rank:  # q and k heads are d_n + d_r wide; rotary turns d_r
+        spec.head_dim = spec.qk_nope_head_dim + spec.qk_rope_head_dim
     if spec.heads % spec.kv_heads:
         raise ValueError(f"{path}: heads ({spec.heads}) must be a multiple of kv_heads ({spec.kv_heads})")
     if spec.experts and not (0 < spec.experts_per_token <= spec.experts):
@@ -235,6 +259,8 @@ def load_spec(path: str) -> Spec:
         raise ValueError(f"{path}: sequential layers take norms_per_layer 2 or 4")
     if parallel:
         spec.style = "falcon"
+    elif spec.kv_lora_rank:
+        spec.style = "deepseek"
     elif spec.experts:
         spec.style = "mixtral"
     elif spec.norm == "layernorm" and spec.position != "rotary":
@@ -430,6 +456,50 @@ class LlamaAttention(nn.Module):
         return self.o_proj(out)
 
 
+class LatentAttention(nn.Module):
+    """transformers DeepseekV3Attention + eager_attention_forward (multi-head latent attention)."""
+
+    def __init__(self, spec):
+        super().__init__()
+        H, h = spec.heads, spec.hidden
+        self.nope, self.rope, self.v_dim = spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+        self.qk, self.latent = self.nope + self.rope, spec.kv_lora_rank
+        bias = spec.bias == "attention"  # attention_bias
+        self.q_lora = spec.q_lora_rank > 0
+        if self.q_lora:
+            self.q_a_proj = nn.Linear(h, spec.q_lora_rank, bias=bias)
+            self.q_a_layernorm = RMSNorm(spec.q_lora_rank)
+            self.q_b_proj = nn.Linear(spec.q_lora_rank, H * self.qk, bias=False)
+        else:
+            self.q_proj = nn.Linear(h, H * self.qk, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(h, self.latent + self.rope, bias=bias)
+        self.kv_a_layernorm = RMSNorm(self.latent)
+        self.kv_b_proj = nn.Linear(self.latent, H * (self.nope + self.v_dim), bias=False)
+        self.o_proj = nn.Linear(H * self.v_dim, h, bias=bias)
+        self.scaling, self.n_rep = self.qk ** -0.5, 1  # one key/value group: k and v at every head
+        self.p = spec.attention_dropout
+
+    core = LlamaAttention.core  # eager_attention_forward
+
+    def forward(self, x, ctx: Ctx, selective: bool):
+        b, s = x.shape[:-1]
+        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if self.q_lora else self.q_proj(x)
+        q = q.view(b, s, -1, self.qk).transpose(1, 2)
+        q_pass, q_rot = torch.split(q, [self.nope, self.rope], dim=-1)
+        compressed_kv = self.kv_a_proj_with_mqa(x)
+        k_pass, k_rot = torch.split(compressed_kv, [self.latent, self.rope], dim=-1)
+        k_pass = self.kv_b_proj(self.kv_a_layernorm(k_pass)).view(b, s, -1, self.nope + self.v_dim).transpose(1, 2)
+        k_pass, value = torch.split(k_pass, [self.nope, self.v_dim], dim=-1)
+        k_rot = k_rot.view(b, 1, s, self.rope)
+        q_rot, k_rot = apply_rotary_pos_emb(q_rot, k_rot, ctx.cos, ctx.sin)
+        k_rot = k_rot.expand(*k_pass.shape[:-1], -1)
+        query = torch.cat((q_pass, q_rot), dim=-1)
+        key = torch.cat((k_pass, k_rot), dim=-1)
+        out = _ckpt(self.core, query, key, value, ctx.mask) if selective else self.core(query, key, value, ctx.mask)
+        out = out.transpose(1, 2).contiguous()
+        return self.o_proj(out.reshape(b, s, -1).contiguous())
+
+
 class Conv1D(nn.Module):
     """transformers.pytorch_utils.Conv1D (weight stored in x out)."""
 
@@ -566,7 +636,7 @@ class SequentialLayer(nn.Module):
             self.attn = GPT2Attention(spec)
             self.mlp = GPT2MLP(spec) if spec.mlp == "plain" else make_mlp(spec, spec.bias == "all")
         else:
-            self.attn = LlamaAttention(spec)
+            self.attn = LatentAttention(spec) if spec.style == "deepseek" else LlamaAttention(spec)
             self.mlp = SparseMoE(spec) if spec.experts else make_mlp(spec, spec.bias == "all")
         # GPT-2's dropouts live inside its attention (resid) and MLP modules.
         self.p_hidden = 0.0 if (self.gpt2 and spec.mlp == "plain") else spec.hidden_dropout
@@ -625,7 +695,7 @@ class Model(nn.Module):
         if not spec.tied_embeddings:
             self.lm_head = nn.Linear(spec.hidden, spec.vocab, bias=False)
         if spec.position == "rotary":
-            d = spec.head_dim
+            d = spec.qk_rope_head_dim if spec.kv_lora_rank else spec.head_dim
             self.register_buffer("inv_freq", 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)),
                                  persistent=False)
 
@@ -1109,8 +1179,8 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Option
                         failed += 1
                         print(f"{label} {'layer ' + mode:<15} {measured:>10} {'-':>10} {'-':>10}  FAILED: {err}")
                         continue
-                    print(f"{label} {'layer ' + mode:<15} {measured:>10} {pred:>10} {measured - pred:>+10}  "
-                          f"{verdict(spec, 'layer', mode, s, b, measured, pred)}")
+                    result = verdict(spec, 'layer', mode, s, b, measured, pred)
+                    print(f"{label} {'layer ' + mode:<15} {measured:>10} {pred:>10} {measured - pred:>+10}  {result}")
                     if mode == "none":  # the head does not depend on the layers' recomputation
                         total += 1
                         print(f"{label} {'head + loss':<15} {head:>10} {head_pred:>10} {head - head_pred:>+10}  "

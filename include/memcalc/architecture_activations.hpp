@@ -98,6 +98,7 @@ struct Sizes {
     Count sbh;       ///< the residual stream
     Count sbq;       ///< queries: s b a d
     Count sbkv;      ///< keys or values: s b k d
+    Count sbv;       ///< the attention's output (and values at every head): s b a d_v
     Count sbf;       ///< the MLP's hidden width
     Count scores;    ///< a s^2 b
     DType compute;   ///< the recipe's compute dtype
@@ -118,6 +119,7 @@ struct Sizes {
           sbh(tokens * m.hidden),
           sbq(tokens * m.heads * m.head_size()),
           sbkv(tokens * m.key_value_heads() * m.head_size()),
+          sbv(tokens * m.heads * m.value_head_size()),
           sbf(tokens * m.ffn),
           scores(Count(m.heads) * seq * seq * b),
           compute(p.compute),
@@ -148,10 +150,21 @@ inline std::string bytes_of(std::uint64_t bytes, const std::string& symbol) {
 /// HF's RMSNorm over `elements` values of `input` bytes each, normalised in `rows` rows:
 /// x.float(); x * rsqrt(mean(x^2) + eps); weight * result.to(input dtype). The upcast is a new tensor
 /// unless x is fp32 already. Returns whether the saved input is x itself (no copy).
+/// `fp32_input`: the saved fp32 input when it is x itself, a view of a wider storage that it keeps whole.
+struct SavedStorage {
+    std::string what;
+    Shape shape;
+    Count elements;
+};
 inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& shape, Count elements,
-                         const Shape& row_shape, Count rows, const std::string& row_name, std::uint64_t input) {
-    t.add(what + " (RMSNorm)", input == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
-          "pow(x, 2) and x * rsqrt need x", shape, elements, dtype::fp32);
+                         const Shape& row_shape, Count rows, const std::string& row_name, std::uint64_t input,
+                         const std::optional<SavedStorage>& fp32_input = std::nullopt) {
+    if (input == dtype::fp32 && fp32_input)
+        t.add(what + " (RMSNorm)", fp32_input->what, "pow(x, 2) and x * rsqrt need x", fp32_input->shape,
+              fp32_input->elements, dtype::fp32);
+    else
+        t.add(what + " (RMSNorm)", input == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
+              "pow(x, 2) and x * rsqrt need x", shape, elements, dtype::fp32);
     t.add(what + " (RMSNorm)", "1/rms per " + row_name + ", fp32", "rsqrt's gradient is written in its output",
           row_shape, rows, dtype::fp32);
     t.add(what + " (RMSNorm)", "the normalised input", "the weight's gradient is x_norm x the output's gradient",
@@ -289,21 +302,96 @@ inline void qk_norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z)
 inline void rotary_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     if (m.position != Position::rotary || !rotary_embedding(m.rotary_embedding).per_layer_tables) return;
     t.add("rotary embedding (this layer's)", "cos and sin for the sequence's positions",
-          "q and k were multiplied by them", shape::sd, Count(z.seq) * m.head_size(), z.d, Keep::always, 2);
+          "q and k were multiplied by them", shape::sd, Count(z.seq) * m.rotary_dim(), z.d, Keep::always, 2);
+}
+
+/// Latent attention's shapes (r_q, r_kv: the latents; d_n, d_r, d_v: the nope, rotary and v widths per
+/// head). Megatron-LM's down projections are whole on every tensor-parallel rank, and so are the
+/// latents they make (gathered across the sequence under sequence parallelism).
+namespace latent_shape {
+inline constexpr Shape sbrq{"sb(r_q)", ActivationSplit::replicated};         ///< the query latent
+inline constexpr Shape sbrkv{"sb(r_kv)", ActivationSplit::replicated};       ///< the key/value latent
+inline constexpr Shape sbrkvr{"sb(r_kv+d_r)", ActivationSplit::replicated};  ///< the latent beside k's rotary part
+inline constexpr Shape sb{"sb", ActivationSplit::replicated};                ///< a value per token of a latent
+inline constexpr Shape sbqk{"sb(a(d_n+d_r))", ActivationSplit::tensor};      ///< q or k at every head
+inline constexpr Shape sbkvb{"sb(a(d_n+d_v))", ActivationSplit::tensor};     ///< kv_b_proj's output: k's nope part and v
+inline constexpr Shape sbv{"sb(a d_v)", ActivationSplit::tensor};            ///< v, or the attention's output
+}  // namespace latent_shape
+
+/// Latent attention as transformers' DeepseekV3Attention (and V2's) runs it: q_b_proj(q_a_layernorm(
+/// q_a_proj(x))) or q_proj(x); kv_a_proj_with_mqa(x) split into the latent and k's rotary part; kv_b_proj(
+/// kv_a_layernorm(latent)) split into k's nope part and v; rotary on q's and k's rope parts (q * cos
+/// saves cos alone: a shared table); q and k concatenated from their parts, k's rope part expanded to
+/// every head. The kernel saves q, k and v: eager matmul keeps a view of v, and so kv_b_proj's whole
+/// output, unless b > 1 makes it copy v; flash_attention_2 pads v to q's width with F.pad (a new
+/// tensor) when d_v != d_n + d_r. Megatron-LM's mla_up_proj recomputation drops the up projections'
+/// outputs (q, k, v: the rows that say so) and keeps their inputs.
+inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
+    namespace ls = latent_shape;
+    const LatentAttention& a = m.mla;
+    const bool biased = m.bias == Bias::attention, q_latent = a.q_lora_rank > 0, eager = attention == Attention::eager;
+    const Count latent_q = z.tokens * a.q_lora_rank, latent_kv = z.tokens * a.kv_lora_rank;
+    const Count latent_and_rope = z.tokens * (a.kv_lora_rank + a.qk_rope_head_dim);
+    const Count kv_b_out = z.tokens * m.heads * (a.qk_nope_head_dim + a.v_head_dim);
+    const std::string dropped = "; Megatron's mla_up_proj recomputation drops it";
+    // The op-level policy counts the mms in forward order: q_a_proj or q_proj, q_b_proj, kv_a_proj_with_mqa,
+    // kv_b_proj. Its outputs count as extra even where a norm keeps that very storage (fp32): leaning high.
+    projection_input_row(t, z, q_latent ? "q_a_proj and kv_a_proj_with_mqa" : "q_proj and kv_a_proj_with_mqa",
+                         "their input", z.sbh, shape::sbh, 2);
+    if (q_latent) {
+        t.policy_output(t.linear_saved(biased), "q_a_proj", "its output", ls::sbrq, latent_q, z.d);
+        rmsnorm_rows(t, "q_a_layernorm", ls::sbrq, latent_q, ls::sb, z.tokens, "token", z.d);
+        projection_input_row(t, z, "q_b_proj", "its input (the normalised query latent)", latent_q, ls::sbrq, 1);
+    }
+    t.policy_output(t.linear_saved(false), q_latent ? "q_b_proj" : "q_proj", "its output", ls::sbqk, z.sbq, z.d);
+    t.policy_output(t.linear_saved(biased), "kv_a_proj_with_mqa", "its output", ls::sbrkvr, latent_and_rope, z.d);
+    // The latent is a slice of kv_a_proj_with_mqa's output: in fp32, x.to(float32) is that view itself.
+    rmsnorm_rows(t, "kv_a_layernorm", ls::sbrkv, latent_kv, ls::sb, z.tokens, "token", z.d,
+                 SavedStorage{"kv_a_proj_with_mqa's output, which its input views (fp32)", ls::sbrkvr, latent_and_rope});
+    projection_input_row(t, z, "kv_b_proj", "its input (the normalised key/value latent)", latent_kv, ls::sbrkv, 1);
+    const bool kv_b_saved = t.linear_saved(false);
+    rotary_rows(t, m, z);
+
+    const bool padded = !eager && a.v_head_dim != m.head_size();
+    const bool viewed = !eager || z.tokens == Count(z.seq);  // as qkv_rows: matmul copies a strided v when b > 1
+    const std::string kernel = eager ? "attention over V" : "flash attention";
+    const std::string v_why = eager ? "the gradient w.r.t. the weights is the output's gradient x v"
+                                    : "the kernel's backward reads v";
+    if (padded) {
+        t.policy_output(kv_b_saved, "kv_b_proj", "its output", ls::sbkvb, kv_b_out, z.d);
+    } else {
+        t.add(kernel, "kv_b_proj's output (k's nope part and v), which v views", v_why + dropped, ls::sbkvb, kv_b_out,
+              z.d, viewed ? Keep::always : Keep::only_selective);
+        t.mark_policy_saved(kv_b_saved);
+        if (!viewed)
+            t.add(kernel, "v, copied contiguous by matmul", v_why + dropped, ls::sbv, z.sbv, z.d, Keep::not_selective);
+    }
+    const std::string qk_op = eager ? "Q K^T" : "flash attention";
+    t.add(qk_op, "q: its nope part and its rotated rope part, concatenated",
+          "the gradient w.r.t. k is q x the scores' gradient" + dropped, ls::sbqk, z.sbq, z.d);
+    t.add(qk_op, "k: kv_b_proj's nope part and the rotated rope part expanded to every head, concatenated",
+          "the gradient w.r.t. q is the scores' gradient x k" + dropped, ls::sbqk, z.sbq, z.d);
+    if (padded)
+        t.add(kernel, "v, padded to q's head width (F.pad)", v_why + dropped, ls::sbqk, z.sbq, z.d);
 }
 
 /// The output projection's output: row-parallel, so its gradient is the whole residual stream's.
 inline LinearOutput output_projection(const Sizes& z) { return {z.sbh, "sbh", "o_proj", ActivationSplit::replicated}; }
 
 inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
-    projection_input_row(t, z, "q/k/v projections",
-                         m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow
-                             ? "their input, shared with the MLP"
-                                                                                       : "their input",
-                         z.sbh, shape::sbh, 3, {z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj"});
-    qk_norm_rows(t, m, z);
-    rotary_rows(t, m, z);
-    qkv_rows(t, m, z, attention);
+    if (m.mla.enabled()) {
+        latent_attention_rows(t, m, z, attention);
+    } else {
+        projection_input_row(t, z, "q/k/v projections",
+                             m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow
+                                 ? "their input, shared with the MLP"
+                                 : "their input",
+                             z.sbh, shape::sbh, 3, {z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj"});
+        qk_norm_rows(t, m, z);
+        rotary_rows(t, m, z);
+        qkv_rows(t, m, z, attention);
+    }
+    const Shape& output = m.mla.enabled() ? latent_shape::sbv : shape::sbq;  // of a d_v wide per head
     if (attention == Attention::flash) {
         // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per row
         // and recomputes the scores block by block in backward.
@@ -311,11 +399,22 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         t.add("flash attention", "log-sum-exp per query row, fp32", "backward rebuilds the softmax from it", shape::asb,
               Count(m.heads) * z.tokens, dtype::fp32, Keep::not_selective);
         t.mark_policy_saved();
-        t.add("flash attention", z.narrow ? "its output" : "its output (also the output projection's input)",
-              "backward needs the output for the softmax gradient", shape::sbq, z.sbq, z.d);
-        t.mark_policy_saved();
-        if (z.narrow)  // beside the kernel's own copy
-            projection_input_row(t, z, "output projection", "its input", z.sbq, shape::sbq, 1, output_projection(z));
+        // v padded to q's width (latent attention) makes an output as wide: the output projection reads a
+        // copy of its unpadded slice, and the padded output is the kernel's alone.
+        const bool padded = m.value_head_size() != m.head_size();
+        if (padded) {
+            t.add("flash attention", "its output, padded to q's head width", "backward needs the output for the softmax "
+                  "gradient", latent_shape::sbqk, z.sbq, z.d, Keep::not_selective);
+            t.mark_policy_saved();
+            projection_input_row(t, z, "output projection", "its input (the output's unpadded slice, copied)", z.sbv,
+                                 output, 1, output_projection(z));
+        } else {
+            t.add("flash attention", z.narrow ? "its output" : "its output (also the output projection's input)",
+                  "backward needs the output for the softmax gradient", output, z.sbv, z.d);
+            t.mark_policy_saved();
+            if (z.narrow)  // beside the kernel's own copy
+                projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1, output_projection(z));
+        }
         // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query.
         const Count work = z.sbq * (dtype::fp32 + z.d) + Count(2 * z.d) * z.sbkv + Count(m.heads) * z.tokens * dtype::fp32;
         t.workspace(true, "flash attention backward", "dq (fp32 accumulator and result), dk, dv, row sums",
@@ -362,8 +461,8 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         t.add("attention over V", "the dropped-out weights", "the gradient w.r.t. v is weights^T x the output's gradient",
               shape::scores, z.scores, z.d, Keep::not_selective);
     }
-    if (z.narrow) projection_input_row(t, z, "output projection", "its input", z.sbq, shape::sbq, 1, output_projection(z));
-    else t.add("output projection", "its input", "weight gradient = input^T x output gradient", shape::sbq, z.sbq, z.d);
+    if (z.narrow) projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1, output_projection(z));
+    else t.add("output projection", "its input", "weight gradient = input^T x output gradient", output, z.sbv, z.d);
 
     // Softmax's input lives beside its output; its backward holds the gradients of both. Upcasting
     // on the fly is CUDA's: the CPU kernel softmaxes an fp32 copy and returns an fp32 gradient.
@@ -585,7 +684,7 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
                      z.tokens, 8);
     if (m.position == Position::rotary && !rotary_embedding(m.rotary_embedding).per_layer_tables)
         t.add("rotary embedding", "cos and sin tables, shared by every layer", "q and k were multiplied by them", shape::sd,
-              Count(seq) * m.head_size(), d, Keep::always, 2);
+              Count(seq) * m.rotary_dim(), d, Keep::always, 2);
     if (m.embedding_norm) detail::norm_rows(t, m, z, "embedding norm");
     if (m.hidden_dropout > 0)  // the embedding's output: the stream's dtype
         detail::dropout_row(t, z, z.stream, "embedding dropout", shape::sbh, z.sbh);
@@ -618,6 +717,21 @@ inline std::vector<SavedTensor> kv_cache_rows(const Architecture& m, std::uint64
     const detail::Sizes z(m, seq, micro_batch, precision);
     const bool repeated = attention == Attention::eager && m.key_value_heads() < m.heads;
     std::vector<SavedTensor> rows;
+    if (m.mla.enabled()) {
+        // Latent attention caches k and v before flash's padding: v a view of kv_b_proj's output, which
+        // backward keeps only where it keeps v itself (eager at b = 1, selective's checkpoint).
+        detail::TableBuilder t(rows);
+        const bool bare = checkpoints_layer(mode), padded = attention == Attention::flash && m.value_head_size() != m.head_size();
+        const bool copied = attention == Attention::eager && mode == Recompute::none && z.tokens != Count(seq);
+        if (bare)
+            t.add("k/v cache (the model's output)", "k, every head", "use_cache hands it back", detail::latent_shape::sbqk,
+                  z.sbq, z.d);
+        if (bare || padded || copied)
+            t.add("k/v cache (the model's output)", "kv_b_proj's output, which the cached v views",
+                  "use_cache hands v back", detail::latent_shape::sbkvb,
+                  z.tokens * m.heads * (m.mla.qk_nope_head_dim + m.mla.v_head_dim), z.d);
+        return rows;
+    }
     if (mode == Recompute::selective || (mode == Recompute::none && !repeated)) return rows;
     detail::TableBuilder t(rows);
     t.add("k/v cache (the model's output)", "k after rotary and v, k heads", "use_cache hands them back",

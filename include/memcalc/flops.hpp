@@ -27,8 +27,16 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
     const double mlp_matrices = m.mlp == Mlp::gated ? 3 : 2;
 
     ComputeCost c;
-    c.attention_core = 2 * 2 * T * static_cast<double>(seq) * q;  // Q K^T and (weights . V), every head
-    const double projections = 2 * T * h * (q + 2 * kv) + 2 * T * q * h;
+    const double v = static_cast<double>(m.heads * m.value_head_size());  // = q but under latent attention
+    c.attention_core = 2 * T * static_cast<double>(seq) * (q + v);  // Q K^T and (weights . V), every head
+    double projections = 2 * T * h * (q + 2 * kv) + 2 * T * q * h;
+    if (m.mla.enabled()) {  // the latents' down and up projections, then o_proj
+        const LatentAttention& a = m.mla;
+        const double latent = static_cast<double>(a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
+        const double nope_and_v = static_cast<double>(m.heads * (a.qk_nope_head_dim + a.v_head_dim));
+        const double q_side = a.q_lora_rank == 0 ? h * q : static_cast<double>(a.q_lora_rank) * (h + q);
+        projections = 2 * T * (q_side + h * (latent + rope) + latent * nope_and_v + v * h);
+    }
     c.head_forward = 2 * T * h * static_cast<double>(m.vocab);
     double forward = c.head_forward;
     const auto add_layers = [&](const Architecture& layer, std::uint64_t count, bool first) {

@@ -71,6 +71,21 @@ inline const RotaryEmbeddingRow& rotary_embedding(RotaryEmbedding id) {
     return rotary_embeddings.front();
 }
 
+/// Multi-head latent attention (DeepSeek-V2 and V3, transformers' modeling_deepseek_v2/v3.py): q comes
+/// from a latent of q_lora_rank (or a plain q_proj), k and v from one latent of kv_lora_rank, each latent
+/// RMSNormed; every head's q and k are a part without rotary (nope) and a rotary part, k's rotary part
+/// one for all heads, read from the latent's projection beside the latent. kv_lora_rank 0: none.
+struct LatentAttention {
+    std::uint64_t q_lora_rank = 0;       ///< the query latent's width; 0: a plain q_proj (DeepSeek-V2-Lite)
+    std::uint64_t kv_lora_rank = 0;      ///< the key/value latent's width; 0: standard attention
+    std::uint64_t qk_nope_head_dim = 0;  ///< per head, the part of q and k that rotary leaves alone
+    std::uint64_t qk_rope_head_dim = 0;  ///< per head, the rotary part
+    std::uint64_t v_head_dim = 0;        ///< per head, v's width (and the attention output's)
+
+    bool enabled() const { return kv_lora_rank > 0; }
+    std::uint64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
 /// A kind of layer: what differs from the model's fields in some of its layers (DeepSeek's first
 /// dense layers beside its mixture-of-experts ones; Llama 4's interleaved dense and MoE layers). A
 /// field left empty is the model's. New per-layer variants (a window, a mixer) are fields here.
@@ -131,13 +146,22 @@ struct Architecture {
     bool shared_expert_gate = false;     ///< Qwen2-MoE: sigmoid(Linear(h, 1)) scales the shared expert's output
     RouterBias router_bias = RouterBias::none;
     bool renormalize_topk = true;        ///< the top-k probabilities divided by their sum (Qwen2-MoE's norm_topk_prob)
+    LatentAttention mla;                 ///< multi-head latent attention's widths (DeepSeek); none by default
     /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's own
     /// fields (one kind). The runs' counts sum to `layers`.
     std::vector<LayerKind> layer_kinds;
     std::vector<LayerRun> layer_pattern;
 
     std::uint64_t key_value_heads() const { return kv_heads == 0 ? heads : kv_heads; }
-    std::uint64_t head_size() const { return head_dim == 0 ? (heads == 0 ? 0 : hidden / heads) : head_dim; }
+    /// The width of each head's q and k (under latent attention its nope and rotary parts together).
+    std::uint64_t head_size() const {
+        if (mla.enabled()) return mla.qk_head_dim();
+        return head_dim == 0 ? (heads == 0 ? 0 : hidden / heads) : head_dim;
+    }
+    /// The width of each head's v and of the attention's output per head.
+    std::uint64_t value_head_size() const { return mla.enabled() ? mla.v_head_dim : head_size(); }
+    /// The width rotary turns, and of its cos and sin tables.
+    std::uint64_t rotary_dim() const { return mla.enabled() ? mla.qk_rope_head_dim : head_size(); }
     std::uint64_t learned_positions() const { return position_rows == 0 ? max_positions : position_rows; }
     bool is_moe() const { return experts > 0; }
     std::uint64_t active_experts() const { return is_moe() ? (experts_per_token == 0 ? 1 : experts_per_token) : 1; }
@@ -225,6 +249,35 @@ inline void validate_layer_kinds(const Architecture& m) {
     }
 }
 
+/// Latent attention's widths, and the fields of standard attention it replaces or cannot have.
+inline void validate_latent_attention(const Architecture& m) {
+    const LatentAttention& a = m.mla;
+    if (!a.enabled()) {
+        for (auto [field, value] : {std::pair{"q_lora_rank", a.q_lora_rank}, {"qk_nope_head_dim", a.qk_nope_head_dim},
+                                    {"qk_rope_head_dim", a.qk_rope_head_dim}, {"v_head_dim", a.v_head_dim}})
+            if (value != 0)
+                throw error(std::string(field) + " (" + std::to_string(value) +
+                            ") is a width of latent attention: it needs kv_lora_rank > 0");
+        return;
+    }
+    detail::require_positive("qk_nope_head_dim", a.qk_nope_head_dim);
+    detail::require_positive("qk_rope_head_dim", a.qk_rope_head_dim);
+    detail::require_positive("v_head_dim", a.v_head_dim);
+    if (a.qk_rope_head_dim % 2 != 0)
+        throw error("qk_rope_head_dim must be even: rotary turns pairs (got " + std::to_string(a.qk_rope_head_dim) + ")");
+    if (m.head_dim != 0 && m.head_dim != a.qk_head_dim())
+        throw error("head_dim (" + std::to_string(m.head_dim) + ") is qk_nope_head_dim + qk_rope_head_dim (" +
+                    std::to_string(a.qk_head_dim()) + ") under latent attention");
+    if (m.key_value_heads() != m.heads)
+        throw error("kv_heads (" + std::to_string(m.kv_heads) + ") must equal heads under latent attention: kv_b_proj "
+                    "makes k and v for every head");
+    if (m.position != Position::rotary) throw error("latent attention needs position rotary: its rope parts are rotary");
+    if (m.qk_norm != QkNorm::none) throw error("qk_norm per_head is not a norm of latent attention");
+    if (m.bias == Bias::qkv || m.bias == Bias::all)
+        throw error("bias under latent attention is none or attention (attention_bias: q_a_proj, kv_a_proj_with_mqa "
+                    "and o_proj)");
+}
+
 /// Throws memcalc::error naming the first field that makes the architecture impossible.
 inline void validate(const Architecture& m) {
     detail::require_positive("hidden", m.hidden);
@@ -235,7 +288,7 @@ inline void validate(const Architecture& m) {
     detail::require_positive("heads", m.heads);
     detail::require_positive("ffn", m.ffn);
     detail::require_positive("vocab", m.vocab);
-    if (m.head_dim == 0 && m.hidden % m.heads != 0)
+    if (m.head_dim == 0 && !m.mla.enabled() && m.hidden % m.heads != 0)
         throw error("heads (" + std::to_string(m.heads) + ") must divide hidden (" + std::to_string(m.hidden) +
                     ") unless head_dim is given");
     if (m.key_value_heads() > m.heads || m.heads % m.key_value_heads() != 0)
@@ -256,6 +309,7 @@ inline void validate(const Architecture& m) {
                             {"mlp_dropout", m.mlp_dropout}})
         if (!(p >= 0 && p < 1))
             throw error(std::string(field) + " must be a probability in [0, 1) (got " + std::to_string(p) + ")");
+    validate_latent_attention(m);
     if (!m.is_moe() && m.experts_per_token != 0)
         throw error("experts_per_token (" + std::to_string(m.experts_per_token) + ") needs experts > 0");
     if (m.is_moe() && m.active_experts() > m.experts)

@@ -153,6 +153,30 @@ inline ParameterTable parameter_table(const Architecture& m) {
         if (m.norm == Norm::layernorm) add(part, group, name.bias, "h", {h});
     };
 
+    // Latent attention, as transformers' DeepseekV3Attention holds it (d_n, d_r, d_v: the nope, rotary and
+    // v widths per head; r_q, r_kv: the latents). Megatron-LM's MultiLatentAttention keeps the down
+    // projections and the latents' norms whole on every tensor-parallel rank and splits the up
+    // projections and o_proj by heads. attention_bias adds q_a_proj's, kv_a_proj_with_mqa's and o_proj's.
+    const auto add_latent_attention = [&] {
+        const LatentAttention& a = m.mla;
+        const bool biased = m.bias == Bias::attention;
+        if (a.q_lora_rank == 0) {
+            add(Part::attention, Group::layer, "q_proj", "h x a*(d_n+d_r)", {h, q}, split);
+        } else {
+            add(Part::attention, Group::layer, "q_a_proj", "h x r_q", {h, a.q_lora_rank});
+            if (biased) add(Part::attention, Group::layer, "q_a_proj.bias", "r_q", {a.q_lora_rank});
+            add(Part::norms, Group::layer, "q_a_layernorm.weight", "r_q", {a.q_lora_rank});
+            add(Part::attention, Group::layer, "q_b_proj", "r_q x a*(d_n+d_r)", {a.q_lora_rank, q}, split);
+        }
+        add(Part::attention, Group::layer, "kv_a_proj_with_mqa", "h x (r_kv+d_r)", {h, a.kv_lora_rank + a.qk_rope_head_dim});
+        if (biased)
+            add(Part::attention, Group::layer, "kv_a_proj_with_mqa.bias", "r_kv+d_r", {a.kv_lora_rank + a.qk_rope_head_dim});
+        add(Part::norms, Group::layer, "kv_a_layernorm.weight", "r_kv", {a.kv_lora_rank});
+        add(Part::attention, Group::layer, "kv_b_proj", "r_kv x a*(d_n+d_v)",
+            {a.kv_lora_rank, m.heads * (a.qk_nope_head_dim + a.v_head_dim)}, split);
+        add(Part::attention, Group::layer, "o_proj", "a*d_v x h", {m.heads * a.v_head_dim, h}, split);
+    };
+
     // The input side. A tied head's gradient appears with the head, so the shared matrix joins that group.
     add(Part::embedding, m.tied_embeddings ? Group::head : Group::input, "token_embedding", "V x h", {V, h},
         ParamSplit::vocab);
@@ -171,19 +195,23 @@ inline ParameterTable parameter_table(const Architecture& m) {
         add_norm(Part::norms, Group::layer,
                  m.norms_per_layer == 1 ? NormNames{"layer_norm.weight", "layer_norm.bias"}
                                         : NormNames{"attention_norm.weight", "attention_norm.bias"});
-        add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q}, split);
-        add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv}, split);
-        add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv}, split);
-        if (m.bias != Bias::none) {
-            add(Part::attention, Group::layer, "q_proj.bias", "a*d", {q}, split);
-            add(Part::attention, Group::layer, "k_proj.bias", "k*d", {kv}, split);
-            add(Part::attention, Group::layer, "v_proj.bias", "k*d", {kv}, split);
+        if (m.mla.enabled()) {
+            add_latent_attention();
+        } else {
+            add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q}, split);
+            add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv}, split);
+            add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv}, split);
+            if (m.bias != Bias::none) {
+                add(Part::attention, Group::layer, "q_proj.bias", "a*d", {q}, split);
+                add(Part::attention, Group::layer, "k_proj.bias", "k*d", {kv}, split);
+                add(Part::attention, Group::layer, "v_proj.bias", "k*d", {kv}, split);
+            }
+            if (m.qk_norm == QkNorm::per_head) {  // one weight of d, shared by every head
+                add(Part::norms, Group::layer, "q_norm.weight", "d", {m.head_size()});
+                add(Part::norms, Group::layer, "k_norm.weight", "d", {m.head_size()});
+            }
+            add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
         }
-        if (m.qk_norm == QkNorm::per_head) {  // one weight of d, shared by every head
-            add(Part::norms, Group::layer, "q_norm.weight", "d", {m.head_size()});
-            add(Part::norms, Group::layer, "k_norm.weight", "d", {m.head_size()});
-        }
-        add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
         if (m.bias == Bias::attention || m.bias == Bias::all) add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
         if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, {"post_attention_norm.weight", "post_attention_norm.bias"});
 

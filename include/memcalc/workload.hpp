@@ -538,7 +538,7 @@ inline Count registered_buffer_bytes(const Architecture& m, const Recipe& r, con
         bytes += Count(m.max_positions) * m.max_positions * bytes_per_element(r.weights);
     const RotaryEmbeddingRow& rotary = rotary_embedding(m.rotary_embedding);
     if (m.position != Position::rotary || !rotary.per_layer_tables) return bytes;
-    const std::uint64_t d = m.head_size();
+    const std::uint64_t d = m.rotary_dim();
     bytes += Count(d / 2) * bytes_per_element(r.weights);
     if (rotary.cached) {
         const bool grown = seq > m.max_positions;
