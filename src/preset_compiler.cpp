@@ -103,11 +103,16 @@ std::string builder(const cli::ModelFile& file) {
         << "    m.softmax_fp32 = " << boolean(m.softmax_fp32) << ";\n"
         << "    m.causal_mask_buffer = CausalMaskBuffer::"
         << (m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none") << ";\n"
-        << "    m.qk_norm = QkNorm::" << (m.qk_norm == QkNorm::per_head ? "per_head" : "none") << ";\n"
+        << "    m.qk_norm = QkNorm::" << qk_norm_name(m.qk_norm) << ", m.norm_position = NormPosition::"
+        << norm_position_name(m.norm_position) << ";\n"
+        << "    m.rmsnorm_fp32_scale = " << boolean(m.rmsnorm_fp32_scale) << ", m.attention_sinks = "
+        << boolean(m.attention_sinks) << ", m.router_bias = " << boolean(m.router_bias) << ", m.window = "
+        << number(m.window) << ", m.stacked_experts = " << boolean(m.stacked_experts) << ";\n"
         << "    m.rotary_embedding = RotaryEmbedding::" << rotary_embedding(m.rotary_embedding).name << ";\n";
     for (const LayerKind& k : m.layer_kinds)
         out << "    m.layer_kinds.push_back({" << literal(k.name) << ", " << optional_number(k.ffn) << ", "
-            << optional_number(k.experts) << ", " << optional_number(k.experts_per_token) << "});\n";
+            << optional_number(k.experts) << ", " << optional_number(k.experts_per_token) << ", "
+            << optional_number(k.window) << "});\n";
     for (const LayerRun& run : m.layer_pattern)
         out << "    m.layer_pattern.push_back({" << run.kind << ", " << number(run.count) << "});\n";
     out << "    file.description = " << literal(file.description) << ";\n"

@@ -51,14 +51,20 @@ json model_json(const Architecture& m) {
             {"softmax_fp32", m.softmax_fp32},
             {"head_bias", m.head_bias},
             {"causal_mask_buffer", m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none"},
-            {"qk_norm", m.qk_norm == QkNorm::per_head ? "per_head" : "none"},
+            {"qk_norm", qk_norm_name(m.qk_norm)},
+            {"norm_position", norm_position_name(m.norm_position)},
+            {"rmsnorm_fp32_scale", m.rmsnorm_fp32_scale},
+            {"attention_sinks", m.attention_sinks},
+            {"router_bias", m.router_bias},
+            {"stacked_experts", m.stacked_experts},
+            {"window", m.window},
             {"rotary_embedding", rotary_embedding(m.rotary_embedding).name}};
     if (m.layer_kinds.empty()) return out;
     const auto given = [](const std::optional<std::uint64_t>& v) { return v ? json(*v) : json(nullptr); };
     json kinds = json::array(), pattern = json::array();
     for (const auto& k : m.layer_kinds)
         kinds.push_back({{"name", k.name}, {"ffn", given(k.ffn)}, {"experts", given(k.experts)},
-                         {"experts_per_token", given(k.experts_per_token)}});
+                         {"experts_per_token", given(k.experts_per_token)}, {"window", given(k.window)}});
     for (const auto& run : m.layer_pattern) pattern.push_back({{"kind", m.layer_kinds[run.kind].name}, {"layers", run.count}});
     out["layer_kinds"] = kinds;
     out["layer_pattern"] = pattern;

@@ -19,6 +19,14 @@ model JSON file, following the op sequence of HuggingFace transformers' EAGER im
            @ v, dense; MLP dense_h_to_4h, GELU, dense_4h_to_h; mlp_output += attention_output;
            dropout_add(hidden_dropout).
 
+  olmo2    Olmo2DecoderLayer ("norm_position": "post"): no norm before attention or the MLP, an RMSNorm
+           on each branch's output before its residual add; "qk_norm": "whole" normalises q_proj's and
+           k_proj's whole outputs (a*d, k*d) before rotary; "rmsnorm_fp32_scale" is Olmo2RMSNorm's
+           (weight * x_normalised).to(input dtype), which keeps the normalised x in fp32.
+  sinks    GptOssAttention's eager_attention_forward ("attention_sinks": true): a learnable logit per
+           head joins the scores as a column, the row max is subtracted, softmax in the scores' dtype
+           over s + 1 columns, the sink column dropped by a view before @V.
+
 Style: parallel_attention -> falcon; else experts -> mixtral; else layernorm without rotary -> gpt2;
 else llama (qwen2 when bias is qkv).  norm, mlp, activation, bias, position, norms_per_layer (4 =
 post-attention and post-MLP norms as well, Gemma 2's sandwich), embedding_norm and the dropouts are
@@ -97,16 +105,20 @@ DEFAULT_BATCHES = (1, 2)
 # equals exactly the sum of the effects that apply to it; every other difference fails the run.
 # Each entry: (reason, applies(spec, mode, region), bytes(spec, s, b) = measured - predicted).
 def _rms(spec, region):
+    """The widths (in units of h, as a Fraction) of the RMSNorms of a region."""
     if spec.norm != "rmsnorm":
         return 0
-    return 1 if region == "head" else spec.norms_per_layer
+    if region == "head":
+        return 1
+    qk = Fraction(spec.heads * spec.head_dim + spec.kv_heads * spec.head_dim, spec.hidden) if spec.qk_norm == "whole" else 0
+    return spec.norms_per_layer + qk
 
 
 KNOWN_EFFECTS = [
     ("torch < 2.2: mean() saves its input, so each RMSNorm also keeps x^2 in fp32, 4 s b h bytes "
      "(PyTorch PR #109935 keeps only the sizes; memcalc models the newer behaviour)",
      lambda spec, mode, region: mode != "full" and _rms(spec, region) > 0,
-     lambda spec, s, b, region: 4 * s * b * spec.hidden * _rms(spec, region)),
+     lambda spec, s, b, region: int(4 * s * b * spec.hidden * _rms(spec, region))),
     ("micro-batch 1 with one KV head: torch.matmul broadcasts K and V over the heads as a view; memcalc "
      "counts the repeated copies that b >= 2 (and repeat_kv) materialise, 2 x 2 s (heads - 1) head_dim bytes",
      lambda spec, mode, region: region == "layer" and mode == "none" and spec.kv_heads == 1 and spec.heads > 1,
@@ -169,6 +181,10 @@ class Spec:
     hidden_dropout: float
     mlp_dropout: float = 0.0
     embedding_norm: bool = False
+    norm_position: str = "pre"
+    qk_norm: str = "none"
+    rmsnorm_fp32_scale: bool = False
+    attention_sinks: bool = False
     style: str = ""
 
 
@@ -213,6 +229,10 @@ def load_spec(path: str) -> Spec:
         hidden_dropout=float(doc.get("hidden_dropout", 0.0)),
         mlp_dropout=float(doc.get("mlp_dropout", 0.0)),
         embedding_norm=bool(doc.get("embedding_norm", False)),
+        norm_position=_choice(doc, "norm_position", ("pre", "post"), "pre"),
+        qk_norm=_choice(doc, "qk_norm", ("none", "whole"), "none"),
+        rmsnorm_fp32_scale=bool(doc.get("rmsnorm_fp32_scale", False)),
+        attention_sinks=bool(doc.get("attention_sinks", False)),
     )
     if spec.heads % spec.kv_heads:
         raise ValueError(f"{path}: heads ({spec.heads}) must be a multiple of kv_heads ({spec.kv_heads})")
@@ -252,23 +272,28 @@ def act_fn(name):
 
 
 class RMSNorm(nn.Module):
-    """transformers LlamaRMSNorm."""
+    """transformers LlamaRMSNorm; fp32_scale: Olmo2RMSNorm / GptOssRMSNorm (weight times the fp32 result)."""
 
-    def __init__(self, h, eps=1e-6):
+    def __init__(self, h, eps=1e-6, fp32_scale=False):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(h))
         self.eps = eps
+        self.fp32_scale = fp32_scale
 
     def forward(self, x):
         input_dtype = x.dtype
         x = x.to(torch.float32)
         variance = x.pow(2).mean(-1, keepdim=True)
         x = x * torch.rsqrt(variance + self.eps)
+        if self.fp32_scale:
+            return (self.weight * x).to(input_dtype)
         return self.weight * x.to(input_dtype)
 
 
-def make_norm(spec):
-    return RMSNorm(spec.hidden) if spec.norm == "rmsnorm" else nn.LayerNorm(spec.hidden, eps=1e-5)
+def make_norm(spec, width=None):
+    if spec.norm == "rmsnorm":
+        return RMSNorm(width or spec.hidden, fp32_scale=spec.rmsnorm_fp32_scale)
+    return nn.LayerNorm(spec.hidden, eps=1e-5)
 
 
 @dataclass
@@ -381,6 +406,11 @@ class LlamaAttention(nn.Module):
         self.scaling = d ** -0.5
         self.p = spec.attention_dropout
         self.rotary = spec.position == "rotary"
+        self.qk_norm = spec.qk_norm == "whole"
+        if self.qk_norm:  # Olmo2Attention: over the whole projections
+            self.q_norm = make_norm(spec, H * d)
+            self.k_norm = make_norm(spec, kv * d)
+        self.sinks = nn.Parameter(torch.zeros(H)) if spec.attention_sinks else None
 
     def core(self, query, key, value, mask):
         key_states = repeat_kv(key, self.n_rep)
@@ -388,6 +418,13 @@ class LlamaAttention(nn.Module):
         attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * self.scaling
         if mask is not None:
             attn_weights = attn_weights + mask[:, :, :, : key_states.shape[-2]]
+        if self.sinks is not None:  # gpt-oss: a sink column, the row max off, softmax over s + 1, column dropped
+            sinks = self.sinks.reshape(1, -1, 1, 1).expand(query.shape[0], -1, query.shape[-2], -1)
+            combined = torch.cat([attn_weights, sinks], dim=-1)
+            combined = combined - combined.max(dim=-1, keepdim=True).values
+            probs = F.softmax(combined, dim=-1, dtype=combined.dtype)
+            attn_weights = dropout(probs[..., :-1], self.p, self.training)
+            return torch.matmul(attn_weights, value_states)
         attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
         attn_weights = dropout(attn_weights, self.p, self.training)
         return torch.matmul(attn_weights, value_states)
@@ -395,8 +432,11 @@ class LlamaAttention(nn.Module):
     def forward(self, x, ctx: Ctx, selective: bool):
         input_shape = x.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-        q = self.q_proj(x).view(hidden_shape).transpose(1, 2)
-        k = self.k_proj(x).view(hidden_shape).transpose(1, 2)
+        q, k = self.q_proj(x), self.k_proj(x)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.view(hidden_shape).transpose(1, 2)
+        k = k.view(hidden_shape).transpose(1, 2)
         v = self.v_proj(x).view(hidden_shape).transpose(1, 2)
         if self.rotary:
             q, k = apply_rotary_pos_emb(q, k, ctx.cos, ctx.sin)
@@ -535,9 +575,10 @@ class SequentialLayer(nn.Module):
     def __init__(self, spec):
         super().__init__()
         self.gpt2 = spec.style == "gpt2"
-        self.norm1 = make_norm(spec)
-        self.norm2 = make_norm(spec)
-        self.sandwich = spec.norms_per_layer == 4
+        self.pre = spec.norm_position == "pre"  # OLMo 2's post: no norm before the branches
+        self.norm1 = make_norm(spec) if self.pre else nn.Identity()
+        self.norm2 = make_norm(spec) if self.pre else nn.Identity()
+        self.sandwich = spec.norms_per_layer == 4 or not self.pre
         if self.sandwich:
             self.post_attn_norm = make_norm(spec)
             self.post_mlp_norm = make_norm(spec)

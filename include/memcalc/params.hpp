@@ -168,9 +168,10 @@ inline ParameterTable parameter_table(const Architecture& m) {
         const std::uint64_t f = view.ffn, E = view.experts;
 
         // One layer: attention (a query heads, k key/value heads of width d).
-        add_norm(Part::norms, Group::layer,
-                 m.norms_per_layer == 1 ? NormNames{"layer_norm.weight", "layer_norm.bias"}
-                                        : NormNames{"attention_norm.weight", "attention_norm.bias"});
+        if (m.norms_before_branches())
+            add_norm(Part::norms, Group::layer,
+                     m.norms_per_layer == 1 ? NormNames{"layer_norm.weight", "layer_norm.bias"}
+                                            : NormNames{"attention_norm.weight", "attention_norm.bias"});
         add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q}, split);
         add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv}, split);
         add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv}, split);
@@ -182,13 +183,19 @@ inline ParameterTable parameter_table(const Architecture& m) {
         if (m.qk_norm == QkNorm::per_head) {  // one weight of d, shared by every head
             add(Part::norms, Group::layer, "q_norm.weight", "d", {m.head_size()});
             add(Part::norms, Group::layer, "k_norm.weight", "d", {m.head_size()});
+        } else if (m.qk_norm == QkNorm::whole) {  // one weight over the whole projection (OLMo 2)
+            add(Part::norms, Group::layer, "q_norm.weight", "a*d", {q});
+            add(Part::norms, Group::layer, "k_norm.weight", "k*d", {kv});
         }
+        if (m.attention_sinks) add(Part::attention, Group::layer, "sinks", "a", {m.heads}, split);  // a logit per head
         add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
         if (m.bias == Bias::attention || m.bias == Bias::all) add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
-        if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, {"post_attention_norm.weight", "post_attention_norm.bias"});
+        if (m.norms_after_branches())
+            add_norm(Part::norms, Group::layer, {"post_attention_norm.weight", "post_attention_norm.bias"});
 
         // One layer: the feed-forward block, once per expert for mixture-of-experts layers.
-        if (m.norms_per_layer >= 2) add_norm(Part::norms, Group::layer, {"mlp_norm.weight", "mlp_norm.bias"});
+        if (m.norms_per_layer >= 2 && m.norms_before_branches())
+            add_norm(Part::norms, Group::layer, {"mlp_norm.weight", "mlp_norm.bias"});
         const bool moe = view.is_moe();
         // `shape` for a dense layer, `experts_shape` for E stacked experts.
         auto mlp = [&](Text name, Text shape, Text experts_shape, Dims dims, ParamSplit s) {
@@ -196,6 +203,7 @@ inline ParameterTable parameter_table(const Architecture& m) {
             add(Part::mlp, Group::layer, name, moe ? experts_shape : shape, dims, s, moe);
         };
         if (moe) add(Part::router, Group::layer, "router", "h x E", {h, E});
+        if (moe && m.router_bias) add(Part::router, Group::layer, "router.bias", "E", {E});
         if (m.mlp == Mlp::gated) mlp("gate_proj", "h x f", "E x h x f", {h, f}, split);
         mlp("up_proj", "h x f", "E x h x f", {h, f}, split);
         mlp("down_proj", "f x h", "E x f x h", {f, h}, split);
@@ -204,7 +212,7 @@ inline ParameterTable parameter_table(const Architecture& m) {
             mlp("up_proj.bias", "f", "E x f", {f}, split);
             mlp("down_proj.bias", "h", "E x h", {h}, ParamSplit::replicated);  // a row-parallel layer adds its bias once
         }
-        if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
+        if (m.norms_after_branches()) add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
     }
 
     // The head side.
