@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <tuple>
 
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/params.hpp"
@@ -190,4 +191,21 @@ TEST_CASE("Qwen3 with use_sliding_window slides from max_window_layers on; bad l
         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 100,
         "num_local_experts": 4, "num_experts_per_tok": 2, "layer_types": ["sliding_attention"]})", "g.json", "g"),
                       "g.json: layer_types has 1 entries; num_hidden_layers is 2");
+}
+
+TEST_CASE("the gpt-oss and OLMo 2 presets count their published figures and equal their configs", "[gpt_oss][olmo2][presets]") {
+    using Row = std::tuple<const char*, const char*, std::uint64_t>;
+    const auto [preset, config, published] = GENERATE(table<const char*, const char*, std::uint64_t>(
+        {Row{"gpt-oss-20b", "gpt-oss-20b", 20914757184ULL}, Row{"gpt-oss-120b", "gpt-oss-120b", 116829156672ULL},
+         Row{"olmo-2-1b", "olmo-2-0425-1b", 1484916736ULL}}));
+    CAPTURE(preset);
+    const Architecture p = cli::load_preset(preset).architecture;
+    const Architecture c = cli::load_hf_config(configs + config + ".json").architecture;
+    CHECK(parameter_table(p).total().value() == published);
+    CHECK(parameter_table(c).total().value() == published);
+    // The preset keeps every field the importer sets: the same saved tensors, kind by kind.
+    REQUIRE(p.kind_count() == c.kind_count());
+    for (std::size_t k = 0; k < p.kind_count(); ++k)
+        CHECK(architecture_layer(p.kind_view(k), 256, 1, DType::bf16, Attention::eager).total() ==
+              architecture_layer(c.kind_view(k), 256, 1, DType::bf16, Attention::eager).total());
 }
