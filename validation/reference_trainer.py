@@ -94,6 +94,8 @@ DEFAULT_MODELS = [
     os.path.join(HERE, "models", "gpt2-tiny-gelu-new.json"),
     os.path.join(HERE, "models", "llama-tiny-quick-gelu.json"),
     os.path.join(HERE, "models", "opt-tiny-relu-dropout.json"),
+    os.path.join(HERE, "models", "olmo2-tiny.json"),
+    os.path.join(HERE, "models", "sinks-tiny.json"),
     os.path.join(REPO, "presets", "decoder.json"),
 ]
 MODES = ("none", "selective", "full")
@@ -1070,7 +1072,8 @@ def memcalc_prediction(memcalc: str, path: str, s: int, b: int, mode: str):
         return None, None, f"unreadable memcalc JSON ({e})"
 
 
-def run_compare(specs: List[Spec], memcalc: str, seqs, batches) -> int:
+def run_compare(specs: List[Spec], memcalc: str, seqs, batches, rows: Optional[list] = None) -> int:
+    """`rows`: when given, each compared row is appended to it as a dict (for --json)."""
     failed = 0
     total = 0
     reasons: List[str] = []
@@ -1093,6 +1096,12 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches) -> int:
         failed += 1
         return f"MISMATCH (the documented effects explain {expected:+d})"
 
+    def record(spec, what, mode, s, b, measured, pred, verdict_text):
+        if rows is not None:
+            rows.append({"model": spec.name, "model_file": os.path.relpath(spec.path, REPO), "what": what,
+                         "recompute": mode, "seq": s, "micro_batch": b, "measured_bytes": measured,
+                         "predicted_bytes": pred, "verdict": verdict_text})
+
     for spec in specs:
         model = build_model(spec)
         for s in seq_grid(spec, seqs):
@@ -1107,16 +1116,20 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches) -> int:
                         failed += 1
                         print(f"{label} {'layer ' + mode:<15} {measured:>10} {'-':>10} {'-':>10}  FAILED: {err}")
                         continue
-                    print(f"{label} {'layer ' + mode:<15} {measured:>10} {pred:>10} {measured - pred:>+10}  "
-                          f"{verdict(spec, 'layer', mode, s, b, measured, pred)}")
+                    v = verdict(spec, 'layer', mode, s, b, measured, pred)
+                    record(spec, "layer", mode, s, b, measured, pred, v)
+                    print(f"{label} {'layer ' + mode:<15} {measured:>10} {pred:>10} {measured - pred:>+10}  {v}")
                     if mode == "none":  # the head does not depend on the layers' recomputation
                         total += 1
                         head = m.head.by_cat.get("layer", 0) + m.head.by_cat.get("input", 0)
-                        print(f"{label} {'head + loss':<15} {head:>10} {head_pred:>10} {head - head_pred:>+10}  "
-                              f"{verdict(spec, 'head', mode, s, b, head, head_pred)}")
+                        v = verdict(spec, 'head', mode, s, b, head, head_pred)
+                        record(spec, "head + loss", mode, s, b, head, head_pred, v)
+                        print(f"{label} {'head + loss':<15} {head:>10} {head_pred:>10} {head - head_pred:>+10}  {v}")
     print(f"\n{total - failed}/{total} rows agree exactly or by a documented effect; {failed} failed")
     for n, reason in enumerate(reasons, 1):
         print(f"  [{n}] {reason}")
+    if rows is not None:
+        rows.append({"effects": {f"[{n}]": reason for n, reason in enumerate(reasons, 1)}})
     print("  Not compared: one-element scalars (e.g. the attention scale, a few bytes a layer) and the tensors made\n"
           "  once per model and shared by every layer (rotary cos/sin, the mask, position ids), which memcalc\n"
           "  counts once on the embedding side.")
@@ -1135,6 +1148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--memcalc", metavar="PATH", help="memcalc executable (for --compare)")
     ap.add_argument("--seq", type=int, nargs="+", help=f"sequence lengths (default {DEFAULT_SEQS})")
     ap.add_argument("--micro-batch", type=int, nargs="+", help=f"micro-batches (default {DEFAULT_BATCHES})")
+    ap.add_argument("--json", metavar="FILE", help="--compare: also write every compared row to FILE")
     ap.add_argument("--dropout-kernel", choices=("native", "functional"), default="functional",
                     help="functional: torch's F.dropout, on CPU a noise tensor (default); native: the bool mask "
                          "CUDA's F.dropout keeps (--measure only: memcalc --platform cpu predicts the CPU kernel)")
@@ -1155,8 +1169,15 @@ def main(argv=None) -> int:
         return 0
     if not a.memcalc:
         ap.error("--compare needs --memcalc PATH")
-    rc = run_compare(specs, a.memcalc, a.seq, batches)
+    rows: Optional[list] = [] if a.json else None
+    rc = run_compare(specs, a.memcalc, a.seq, batches, rows)
     print(f"({time.time() - t0:.1f} s)")
+    if a.json:
+        effects = rows.pop() if rows and "effects" in rows[-1] else {"effects": {}}
+        with open(a.json, "w") as f:
+            json.dump({"torch": torch.__version__, "device": "cpu", "dtype": "bfloat16", "failed": rc != 0,
+                       **effects, "rows": rows}, f, indent=1)
+            f.write("\n")
     return rc
 
 

@@ -166,7 +166,8 @@ inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, co
                       bool input_kept = false, bool layer_input = false, bool branch_output = false) {
     const std::uint64_t input = branch_output ? z.d : z.s;
     if (m.norm == Norm::rmsnorm) {
-        // On the residual stream, in its dtype (fp32 under autocast, where the input kept is the stream itself).
+        // On the residual stream, in its dtype (fp32 under autocast, where the input kept is the stream itself),
+        // or on a branch's output in the compute dtype.
         const std::size_t input_row = t.size();
         if (rmsnorm_rows(t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", input, m.rmsnorm_fp32_scale) &&
             layer_input)
@@ -178,7 +179,8 @@ inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, co
         }
         // CUDA keeps the statistics in fp32; the CPU kernel in its input's dtype.
         const bool fp32 = z.platform == Platform::cuda;
-        t.add(what + " (LayerNorm)", std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(z.stream)),
+        t.add(what + " (LayerNorm)",
+              std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(branch_output ? z.compute : z.stream)),
               "so backward need not recompute them", shape::sb, z.tokens, fp32 ? dtype::fp32 : input, Keep::always, 2);
     }
 }
