@@ -23,6 +23,9 @@ model JSON file, following the op sequence of HuggingFace transformers' EAGER im
            on each branch's output before its residual add; "qk_norm": "whole" normalises q_proj's and
            k_proj's whole outputs (a*d, k*d) before rotary; "rmsnorm_fp32_scale" is Olmo2RMSNorm's
            (weight * x_normalised).to(input dtype), which keeps the normalised x in fp32.
+  gpt-oss  "stacked_experts": GptOssMLP's training path: a biased router Linear, top-k of the logits and
+           a softmax over those k; a loop over the hit experts that indexes the stacked gate_up_proj and
+           down_proj (copies) and their biases, clamps gate and up, (up + 1) * gate * sigmoid(1.702 gate).
   sinks    GptOssAttention's eager_attention_forward ("attention_sinks": true): a learnable logit per
            head joins the scores as a column, the row max is subtracted, softmax in the scores' dtype
            over s + 1 columns, the sink column dropped by a view before @V.
@@ -96,6 +99,7 @@ DEFAULT_MODELS = [
     os.path.join(HERE, "models", "opt-tiny-relu-dropout.json"),
     os.path.join(HERE, "models", "olmo2-tiny.json"),
     os.path.join(HERE, "models", "sinks-tiny.json"),
+    os.path.join(HERE, "models", "gpt-oss-tiny.json"),
     os.path.join(REPO, "presets", "decoder.json"),
 ]
 MODES = ("none", "selective", "full")
@@ -132,6 +136,17 @@ KNOWN_EFFECTS = [
      lambda spec, mode, region: region == "layer" and mode == "selective" and spec.style == "falcon"
      and 1 < spec.kv_heads < spec.heads,
      lambda spec, s, b, region: 4 * s * b * (spec.heads - spec.kv_heads) * spec.head_dim),
+    ("gpt-oss's router (top-k of the logits, a bf16 softmax over those k) is counted as Mixtral's (an fp32 "
+     "softmax over all E, top-k, an fp32 renormalisation and its sum), which leans high: (4 E + 2 k + 4) s b "
+     "bytes",
+     lambda spec, mode, region: region == "layer" and mode != "full" and spec.stacked_experts,
+     lambda spec, s, b, region: -(4 * spec.experts + 2 * spec.experts_per_token + 4) * s * b),
+    ("gpt-oss's loop copies the weights of the experts that got tokens; memcalc counts all E: 2 x 3 h f bytes "
+     "and an 8-byte id less per expert left without tokens, and 2 bytes less per expert given one slot, whose "
+     "gathered routing weight is a one-element tensor the hooks class as a scalar",
+     lambda spec, mode, region: region == "layer" and mode != "full" and spec.stacked_experts,
+     lambda spec, s, b, region: -sum(6 * spec.hidden * spec.ffn + 8 for n in spec.routing if n == 0)
+     - sum(2 for n in spec.routing if n == 1)),
     ("micro-batch 1: transformers pads the labels to s + 1 and shifts them; one row is already contiguous, so "
      "the loss keeps a view of the padded storage, 8 bytes more than memcalc's s b int64 targets",
      lambda spec, mode, region: region == "head",
@@ -187,7 +202,9 @@ class Spec:
     qk_norm: str = "none"
     rmsnorm_fp32_scale: bool = False
     attention_sinks: bool = False
+    stacked_experts: bool = False
     style: str = ""
+    routing: List[int] = field(default_factory=list)  # slots per expert of layer 0's last forward (gpt-oss)
 
 
 def _choice(doc, key, allowed, default):
@@ -235,6 +252,7 @@ def load_spec(path: str) -> Spec:
         qk_norm=_choice(doc, "qk_norm", ("none", "whole"), "none"),
         rmsnorm_fp32_scale=bool(doc.get("rmsnorm_fp32_scale", False)),
         attention_sinks=bool(doc.get("attention_sinks", False)),
+        stacked_experts=bool(doc.get("stacked_experts", False)),
     )
     if spec.heads % spec.kv_heads:
         raise ValueError(f"{path}: heads ({spec.heads}) must be a multiple of kv_heads ({spec.kv_heads})")
@@ -387,6 +405,52 @@ class SparseMoE(nn.Module):
             current_hidden_states = expert_layer(current_state) * routing_weights[top_x, idx, None]
             final_hidden_states.index_add_(0, top_x, current_hidden_states.to(hidden_states.dtype))
         return final_hidden_states.reshape(batch_size, sequence_length, hidden_dim)
+
+
+class GptOssMoE(nn.Module):
+    """transformers GptOssMLP in training: GptOssTopKRouter (biased Linear, top-k of the logits, softmax
+    over those k, scattered into E columns) and GptOssExperts' loop over the hit experts, which indexes
+    the stacked gate_up_proj / down_proj (and their biases) with a tensor per expert."""
+
+    def __init__(self, spec):
+        super().__init__()
+        E, h, f = spec.experts, spec.hidden, spec.ffn
+        self.E, self.k, self.h = E, spec.experts_per_token, h
+        self.router_weight = nn.Parameter(torch.empty(E, h))
+        self.router_bias = nn.Parameter(torch.zeros(E))
+        self.gate_up_proj = nn.Parameter(torch.empty(E, h, 2 * f))
+        self.gate_up_proj_bias = nn.Parameter(torch.zeros(E, 2 * f))
+        self.down_proj = nn.Parameter(torch.empty(E, f, h))
+        self.down_proj_bias = nn.Parameter(torch.zeros(E, h))
+        self.alpha, self.limit = 1.702, 7.0
+        self.slots = [0] * E  # slots per expert in the last forward (for the compare's routing effect)
+
+    def forward(self, x):
+        batch_size = x.shape[0]
+        hidden_states = x.reshape(-1, self.h)
+        router_logits = F.linear(hidden_states, self.router_weight, self.router_bias)
+        top_value, router_indices = torch.topk(router_logits, self.k, dim=-1)
+        top_value = F.softmax(top_value, dim=1, dtype=top_value.dtype)
+        routing_weights = torch.zeros_like(router_logits).scatter_(1, router_indices, top_value)
+        next_states = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            expert_mask = F.one_hot(router_indices, num_classes=self.E).permute(2, 1, 0)
+            expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+        self.slots = [0] * self.E
+        for expert_idx in expert_hit[:]:
+            with torch.no_grad():
+                _, token_idx = torch.where(expert_mask[expert_idx[0]])
+            self.slots[int(expert_idx[0])] = len(token_idx)
+            current_state = hidden_states[token_idx]
+            gate_up = current_state @ self.gate_up_proj[expert_idx] + self.gate_up_proj_bias[expert_idx]
+            gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+            gate = gate.clamp(min=None, max=self.limit)
+            up = up.clamp(min=-self.limit, max=self.limit)
+            glu = gate * torch.sigmoid(gate * self.alpha)
+            out = ((up + 1) * glu) @ self.down_proj[expert_idx] + self.down_proj_bias[expert_idx]
+            weighted = out[0] * routing_weights[token_idx, expert_idx, None]
+            next_states.index_add_(0, token_idx, weighted.to(hidden_states.dtype))
+        return next_states.view(batch_size, -1, self.h)
 
 
 def _ckpt(fn, *args):
@@ -589,7 +653,8 @@ class SequentialLayer(nn.Module):
             self.mlp = GPT2MLP(spec) if spec.mlp == "plain" else make_mlp(spec, spec.bias == "all")
         else:
             self.attn = LlamaAttention(spec)
-            self.mlp = SparseMoE(spec) if spec.experts else make_mlp(spec, spec.bias == "all")
+            self.mlp = (GptOssMoE(spec) if spec.stacked_experts else SparseMoE(spec)) if spec.experts \
+                else make_mlp(spec, spec.bias == "all")
         # GPT-2's dropouts live inside its attention (resid) and MLP modules.
         self.p_hidden = 0.0 if (self.gpt2 and spec.mlp == "plain") else spec.hidden_dropout
         self.p_attn_out = 0.0 if self.gpt2 else spec.hidden_dropout
@@ -719,6 +784,9 @@ def build_model(spec: Spec, seed=0) -> Model:
         for name, p in m.named_parameters():
             if p.dim() >= 2:
                 p.normal_(0.0, 0.02)
+        for mod in m.modules():  # logits wide enough that every expert gets tokens, as memcalc counts
+            if isinstance(mod, GptOssMoE):
+                mod.router_weight.normal_(0.0, 1.0)
     return m.to(DTYPE).train()
 
 
@@ -797,7 +865,7 @@ def classify(key, numel, input_key, shared_keys, param_keys):
         return "input"
     if key in shared_keys:
         return "shared"
-    if numel <= 1:
+    if numel <= 1 and key[1] <= 8:  # one element of its own; a one-element view of more (an index row) counts
         return "tiny"
     return "layer"
 
@@ -1110,6 +1178,7 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches, rows: Optional[l
                     total += 1
                     m = measure(spec, model, s, b, mode)
                     measured = m.layers[0].kept
+                    spec.routing = getattr(model.layers[0].mlp, "slots", [])  # layer 0's, for the effects
                     pred, head_pred, err = memcalc_prediction(memcalc, spec.path, s, b, mode)
                     label = f"{spec.name:<14} {spec.style:<8} {s:>4} {b:>2}"
                     if pred is None:
