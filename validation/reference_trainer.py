@@ -43,8 +43,8 @@ keeps its whole base storage alive).  Categories:
 
   input   the layer's input (the previous layer's output)
   layer   storages allocated inside the layer
-  tiny    one-element tensors (Python numbers wrapped as 0-dim fp64 tensors, torch.full([]) constants,
-          1-element index tensors): listed, NOT in "kept"
+  tiny    one-element tensors of one-element storages (Python numbers wrapped as 0-dim fp64 tensors,
+          torch.full([]) constants, 1-element index tensors): listed, NOT in "kept"
   shared  tensors made once per model and passed to every layer (rotary cos/sin, causal mask,
           position ids): listed, NOT in "kept" (they are counted once per model, not per layer)
   param   parameters and buffers (e.g. GPT-2's bool causal buffer): listed, excluded
