@@ -193,11 +193,11 @@ TEST_CASE("Qwen3 with use_sliding_window slides from max_window_layers on; bad l
                       "g.json: layer_types has 1 entries; num_hidden_layers is 2");
 }
 
-TEST_CASE("the gpt-oss and OLMo 2 presets count their published figures and equal their configs", "[gpt_oss][olmo2][presets]") {
+TEST_CASE("the gpt-oss, OLMo 2 and Gemma 3 presets count their published figures and equal their configs", "[gpt_oss][olmo2][presets]") {
     using Row = std::tuple<const char*, const char*, std::uint64_t>;
     const auto [preset, config, published] = GENERATE(table<const char*, const char*, std::uint64_t>(
         {Row{"gpt-oss-20b", "gpt-oss-20b", 20914757184ULL}, Row{"gpt-oss-120b", "gpt-oss-120b", 116829156672ULL},
-         Row{"olmo-2-1b", "olmo-2-0425-1b", 1484916736ULL}}));
+         Row{"olmo-2-1b", "olmo-2-0425-1b", 1484916736ULL}, Row{"gemma-3-1b", "gemma-3-1b-pt", 999885952ULL}}));
     CAPTURE(preset);
     const Architecture p = cli::load_preset(preset).architecture;
     const Architecture c = cli::load_hf_config(configs + config + ".json").architecture;
@@ -205,6 +205,7 @@ TEST_CASE("the gpt-oss and OLMo 2 presets count their published figures and equa
     CHECK(parameter_table(c).total().value() == published);
     // The preset keeps every field the importer sets: the same saved tensors, kind by kind.
     REQUIRE(p.kind_count() == c.kind_count());
+    CHECK(p.distinct_windows() == c.distinct_windows());
     for (std::size_t k = 0; k < p.kind_count(); ++k)
         CHECK(architecture_layer(p.kind_view(k), 256, 1, DType::bf16, Attention::eager).total() ==
               architecture_layer(c.kind_view(k), 256, 1, DType::bf16, Attention::eager).total());
