@@ -79,7 +79,7 @@ struct LayerKind {
     std::optional<std::uint64_t> experts;            ///< 0: a dense feed-forward block
     std::optional<std::uint64_t> experts_per_token;
     /// Sliding-window attention's window in tokens; 0: full causal attention.
-    std::optional<std::uint64_t> window;
+    std::optional<std::uint64_t> window = std::nullopt;
 };
 
 /// `count` consecutive layers of one kind (an index into Architecture::layer_kinds).
