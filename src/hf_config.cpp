@@ -83,7 +83,8 @@ void read_windows(const JsonReader& in, Architecture& m, const std::function<boo
         auto it = std::find(kinds.begin(), kinds.end(), w);
         if (it == kinds.end()) {
             kinds.push_back(w);
-            m.layer_kinds.push_back({w == 0 ? "full_attention" : "sliding_attention", {}, {}, {}, w});
+            m.layer_kinds.push_back({w == 0 ? "full_attention" : "sliding_attention", {}, {}, {}});
+            m.layer_kinds.back().window = w;
             it = kinds.end() - 1;
         }
         const std::size_t kind = static_cast<std::size_t>(it - kinds.begin());
@@ -165,7 +166,8 @@ void gpt_oss(const JsonReader& in, Architecture& m) {
     m.bias = in.flag_or("attention_bias", true) ? Bias::all : Bias::none;
     if (m.bias == Bias::none) in.fail("attention_bias false: gpt-oss's experts keep their biases; not a layout memcalc models");
     m.activation = Activation::clamped_swiglu;
-    m.attention_sinks = true, m.router_bias = true, m.rmsnorm_fp32_scale = true, m.softmax_fp32 = false;
+    m.attention_sinks = true, m.router_bias = RouterBias::trainable, m.rmsnorm_fp32_scale = true;
+    m.softmax_fp32 = false;
     m.stacked_experts = true;  // GptOssExperts' training loop indexes gate_up_proj[expert_idx]
     read_windows(in, m, [](std::uint64_t i) { return i % 2 == 0; });  // GptOssConfig: sliding, full, ...
 }

@@ -23,10 +23,17 @@ const std::vector<std::string> architecture_keys = {
     "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_positions", "position_rows", "mlp",
     "norm", "bias", "position", "tied_embeddings", "experts", "experts_per_token", "activation", "norms_per_layer",
     "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "mlp_dropout", "softmax_fp32",
-    "head_bias", "causal_mask_buffer", "qk_norm", "rotary_embedding", "norm_position", "rmsnorm_fp32_scale",
-    "attention_sinks", "router_bias", "window", "stacked_experts"};
+    "head_bias", "causal_mask_buffer", "qk_norm", "rotary_embedding", "shared_ffn", "shared_expert_gate", "router_bias",
+    "renormalize_topk", "norm_position", "rmsnorm_fp32_scale", "attention_sinks", "window", "stacked_experts"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source", "published_parameters"};
-const std::vector<std::string> kind_keys = {"name", "ffn", "experts", "experts_per_token", "window"};
+const std::vector<std::string> kind_keys = {"name", "ffn", "experts", "experts_per_token", "shared_ffn",
+                                            "shared_expert_gate", "router_bias", "window"};
+
+std::map<std::string, RouterBias> router_bias_choices() {
+    std::map<std::string, RouterBias> choices;
+    for (const auto& [id, name] : router_bias_names) choices.emplace(name, id);
+    return choices;
+}
 
 /// "layer_kinds": [{"name": "dense", "ffn": 18432, "experts": 0}, {"name": "moe"}] and
 /// "layer_pattern": [{"kind": "dense", "layers": 3}, {"kind": "moe", "layers": 58}], first layer first.
@@ -42,7 +49,10 @@ void read_layer_kinds(const json& document, const std::string& origin, Architect
         expect_object(list[i], where, "a kind of layer", kind_keys);
         const JsonReader in(list[i], where);
         LayerKind kind{in.text_or("name", ""), in.count_if_given("ffn"), in.count_if_given("experts"),
-                       in.count_if_given("experts_per_token"), in.count_if_given("window")};
+                       in.count_if_given("experts_per_token"), in.count_if_given("shared_ffn")};
+        if (in.has("shared_expert_gate")) kind.shared_expert_gate = in.flag_or("shared_expert_gate", false);
+        if (in.has("router_bias")) kind.router_bias = in.choice_or("router_bias", router_bias_choices(), RouterBias::none);
+        kind.window = in.count_if_given("window");
         if (kind.name.empty()) in.fail("name must be a non-empty string");
         if (std::find(names.begin(), names.end(), kind.name) != names.end()) in.fail("name '" + kind.name + "' is given twice");
         if (kind.ffn == std::uint64_t{0}) in.fail("ffn must be a positive integer (got 0)");
@@ -116,12 +126,15 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
                                                  NormPosition::pre);
     m.rmsnorm_fp32_scale = in.flag_or("rmsnorm_fp32_scale", false);
     m.attention_sinks = in.flag_or("attention_sinks", false);
-    m.router_bias = in.flag_or("router_bias", false);
     m.stacked_experts = in.flag_or("stacked_experts", false);
     m.window = in.count_if_given("window").value_or(0);
     std::map<std::string, RotaryEmbedding> rotary;
     for (const auto& row : rotary_embeddings) rotary.emplace(row.name, row.id);
     m.rotary_embedding = in.choice_or<RotaryEmbedding>("rotary_embedding", rotary, RotaryEmbedding::shared);
+    m.shared_ffn = in.count_if_given("shared_ffn").value_or(0);
+    m.shared_expert_gate = in.flag_or("shared_expert_gate", false);
+    m.router_bias = in.choice_or("router_bias", router_bias_choices(), RouterBias::none);
+    m.renormalize_topk = in.flag_or("renormalize_topk", true);
     file.description = in.text_or("description", "");
     file.source = in.text_or("source", "");
     if (in.has("published_parameters")) file.published_parameters = in.positive("published_parameters");

@@ -106,13 +106,23 @@ std::string builder(const cli::ModelFile& file) {
         << "    m.qk_norm = QkNorm::" << qk_norm_name(m.qk_norm) << ", m.norm_position = NormPosition::"
         << norm_position_name(m.norm_position) << ";\n"
         << "    m.rmsnorm_fp32_scale = " << boolean(m.rmsnorm_fp32_scale) << ", m.attention_sinks = "
-        << boolean(m.attention_sinks) << ", m.router_bias = " << boolean(m.router_bias) << ", m.window = "
-        << number(m.window) << ", m.stacked_experts = " << boolean(m.stacked_experts) << ";\n"
-        << "    m.rotary_embedding = RotaryEmbedding::" << rotary_embedding(m.rotary_embedding).name << ";\n";
-    for (const LayerKind& k : m.layer_kinds)
+        << boolean(m.attention_sinks) << ", m.window = " << number(m.window) << ", m.stacked_experts = "
+        << boolean(m.stacked_experts) << ";\n"
+        << "    m.rotary_embedding = RotaryEmbedding::" << rotary_embedding(m.rotary_embedding).name << ";\n"
+        << "    m.shared_ffn = " << number(m.shared_ffn) << ", m.shared_expert_gate = " << boolean(m.shared_expert_gate)
+        << ";\n"
+        << "    m.router_bias = RouterBias::" << router_bias_name(m.router_bias)
+        << ", m.renormalize_topk = " << boolean(m.renormalize_topk) << ";\n";
+    for (const LayerKind& k : m.layer_kinds) {
         out << "    m.layer_kinds.push_back({" << literal(k.name) << ", " << optional_number(k.ffn) << ", "
             << optional_number(k.experts) << ", " << optional_number(k.experts_per_token) << ", "
-            << optional_number(k.window) << "});\n";
+            << optional_number(k.shared_ffn) << "});\n";
+        if (k.shared_expert_gate)
+            out << "    m.layer_kinds.back().shared_expert_gate = " << boolean(*k.shared_expert_gate) << ";\n";
+        if (k.window) out << "    m.layer_kinds.back().window = " << number(*k.window) << ";\n";
+        if (k.router_bias)
+            out << "    m.layer_kinds.back().router_bias = RouterBias::" << router_bias_name(*k.router_bias) << ";\n";
+    }
     for (const LayerRun& run : m.layer_pattern)
         out << "    m.layer_pattern.push_back({" << run.kind << ", " << number(run.count) << "});\n";
     out << "    file.description = " << literal(file.description) << ";\n"

@@ -55,16 +55,22 @@ json model_json(const Architecture& m) {
             {"norm_position", norm_position_name(m.norm_position)},
             {"rmsnorm_fp32_scale", m.rmsnorm_fp32_scale},
             {"attention_sinks", m.attention_sinks},
-            {"router_bias", m.router_bias},
             {"stacked_experts", m.stacked_experts},
             {"window", m.window},
-            {"rotary_embedding", rotary_embedding(m.rotary_embedding).name}};
+            {"rotary_embedding", rotary_embedding(m.rotary_embedding).name},
+            {"shared_ffn", m.shared_ffn},
+            {"shared_expert_gate", m.shared_expert_gate},
+            {"router_bias", router_bias_name(m.router_bias)},
+            {"renormalize_topk", m.renormalize_topk}};
     if (m.layer_kinds.empty()) return out;
     const auto given = [](const std::optional<std::uint64_t>& v) { return v ? json(*v) : json(nullptr); };
     json kinds = json::array(), pattern = json::array();
     for (const auto& k : m.layer_kinds)
         kinds.push_back({{"name", k.name}, {"ffn", given(k.ffn)}, {"experts", given(k.experts)},
-                         {"experts_per_token", given(k.experts_per_token)}, {"window", given(k.window)}});
+                         {"experts_per_token", given(k.experts_per_token)}, {"shared_ffn", given(k.shared_ffn)},
+                         {"shared_expert_gate", k.shared_expert_gate ? json(*k.shared_expert_gate) : json(nullptr)},
+                         {"router_bias", k.router_bias ? json(router_bias_name(*k.router_bias)) : json(nullptr)},
+                         {"window", given(k.window)}});
     for (const auto& run : m.layer_pattern) pattern.push_back({{"kind", m.layer_kinds[run.kind].name}, {"layers", run.count}});
     out["layer_kinds"] = kinds;
     out["layer_pattern"] = pattern;

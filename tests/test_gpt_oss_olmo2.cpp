@@ -28,7 +28,8 @@ Architecture gpt_oss_shape(std::uint64_t h, std::uint64_t layers, std::uint64_t 
     Architecture m;
     m.hidden = h, m.layers = layers, m.heads = heads, m.kv_heads = kv, m.head_dim = d, m.ffn = f, m.vocab = 1000;
     m.experts = E, m.experts_per_token = k, m.bias = Bias::all, m.activation = Activation::clamped_swiglu;
-    m.attention_sinks = true, m.router_bias = true, m.rmsnorm_fp32_scale = true, m.softmax_fp32 = false;
+    m.attention_sinks = true, m.router_bias = RouterBias::trainable, m.rmsnorm_fp32_scale = true;
+    m.softmax_fp32 = false;
     m.stacked_experts = true;
     return m;
 }
@@ -52,7 +53,7 @@ TEST_CASE("OLMo 2 and gpt-oss configs import their quirks", "[gpt_oss][olmo2][hf
     const auto oss = cli::load_hf_config(configs + "gpt-oss-20b.json");
     const Architecture& g = oss.architecture;
     CHECK(g.attention_sinks);
-    CHECK(g.router_bias);
+    CHECK(g.router_bias == RouterBias::trainable);
     CHECK(g.bias == Bias::all);
     CHECK(g.activation == Activation::clamped_swiglu);
     CHECK(g.head_size() == 64);
@@ -103,7 +104,7 @@ TEST_CASE("gpt-oss's parameters: sinks, biased q/k/v/o, biased router and expert
     CHECK(parameter_table(m).per_layer().value() == 2 * h + attention + moe);
     // Without sinks and the router's bias: exactly a per layer and E per layer fewer.
     Architecture plain = m;
-    plain.attention_sinks = false, plain.router_bias = false;
+    plain.attention_sinks = false, plain.router_bias = RouterBias::none;
     CHECK(parameter_table(m).total().value() - parameter_table(plain).total().value() == 4 * (a + E));
 }
 

@@ -99,6 +99,7 @@ inline constexpr Shape sbE{"sbE", ActivationSplit::sequence};     ///< router pr
 inline constexpr Shape sbk{"sbk", ActivationSplit::sequence};     ///< a value per routed token-slot
 inline constexpr Shape sbkh{"sbk(h)", ActivationSplit::sequence}; ///< routed tokens at the model's width
 inline constexpr Shape sbkf{"sbk(f)", ActivationSplit::tensor};   ///< routed tokens at an expert's hidden width
+inline constexpr Shape sbfs{"sb(f_s)", ActivationSplit::tensor};  ///< every token at the shared experts' width
 inline constexpr Shape sd{"sd", ActivationSplit::replicated};     ///< per position and head dimension (rotary tables)
 inline constexpr Shape sbV{"sbV", ActivationSplit::vocab};        ///< logits: a vocabulary slice per rank
 inline constexpr Shape mask{"s^2b", ActivationSplit::replicated}; ///< the causal mask, on every rank

@@ -451,14 +451,16 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
 inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     const std::uint64_t k = m.active_experts();
     const Count slots = z.tokens * k;  // every token goes to k experts: s b k rows in all, whatever the routing
-    t.policy_output(t.linear_saved(m.router_bias), "router", "its logits", shape::sbE, z.tokens * m.experts, z.d);
+    t.policy_output(t.linear_saved(m.router_bias == RouterBias::trainable), "router", "its logits", shape::sbE, z.tokens * m.experts, z.d);
     t.add("router softmax", "routing probabilities, fp32", "softmax's gradient is written in its output", shape::sbE,
           z.tokens * m.experts, dtype::fp32);
     t.add("top-k", "the chosen experts' indices (int64)", "to scatter the gradient back", shape::sbk, slots, 8);
-    t.add("renormalise top-k", "the top-k probabilities, fp32", "division's gradient needs the numerator", shape::sbk,
-          slots, dtype::fp32);
-    t.add("renormalise top-k", "their sum per token, fp32", "division's gradient needs the denominator", shape::sb,
-          z.tokens, dtype::fp32);
+    if (m.renormalize_topk) {  // without it (norm_topk_prob false) the top-k probabilities are used as they are
+        t.add("renormalise top-k", "the top-k probabilities, fp32", "division's gradient needs the numerator", shape::sbk,
+              slots, dtype::fp32);
+        t.add("renormalise top-k", "their sum per token, fp32", "division's gradient needs the denominator", shape::sb,
+              z.tokens, dtype::fp32);
+    }
     t.add("dispatch", "token and slot indices per expert (2 x int64)", "index and index_add need them", shape::sbk, slots,
           16);
     // Gathered from the stream: under autocast fp32, and each expert's first projections cast it again.
@@ -495,6 +497,28 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
           slots * m.hidden, z.s);
 }
 
+/// Shared experts: a dense MLP over every token beside the routed ones, reading the MLP norm's output
+/// (the router's input, kept already; under autocast its projections cast it again). Qwen2-MoE scales
+/// its output by sigmoid(shared_expert_gate(x)), which keeps the sigmoid's output and the MLP's; the
+/// sum with the routed output keeps nothing.
+inline void shared_expert_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
+    if (m.shared_ffn == 0) return;
+    if (z.autocast || z.narrow)
+        projection_input_row(t, z, "shared expert: up projections", "their input", z.sbh, shape::sbh,
+                             mlp_input_projections(m));
+    const bool down_saved = mlp_rows(t, m, z, shape::sbfs, z.tokens * m.shared_ffn, "shared expert: ");
+    if (!m.shared_expert_gate) {
+        t.policy_output(down_saved, "shared expert: down projection", "its output", shape::sbh, z.sbh, z.d);
+        return;
+    }
+    if (z.autocast) projection_input_row(t, z.wide_linears(), "shared expert gate", "its input", z.sbh, shape::sbh, 1);
+    t.policy_output(t.linear_saved(false), "shared expert gate", "its output", shape::sb, z.tokens, z.d);
+    t.add("shared expert gate: sigmoid", "its output (also a factor of the product)",
+          "sigmoid's gradient is written in its output; the product's other factor's gradient", shape::sb, z.tokens, z.d);
+    t.add("shared expert output x gate", "the shared expert's output", "the gate's gradient", shape::sbh, z.sbh, z.d);
+    t.mark_policy_saved(down_saved);
+}
+
 }  // namespace detail
 
 /// One layer's saved tensors as PyTorch keeps them for this architecture, `d`-byte activations.
@@ -524,6 +548,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
                                      z.sbh, shape::sbh, m.is_moe() ? 1 : detail::mlp_input_projections(m));
     if (m.is_moe()) {
         detail::moe_rows(t, m, z);
+        detail::shared_expert_rows(t, m, z);
     } else {
         t.policy_output(detail::mlp_rows(t, m, z, shape::sbf, z.sbf, ""), "MLP down projection", "its output", shape::sbh,
                         z.sbh, z.d);

@@ -33,7 +33,9 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
     double forward = c.head_forward;
     const auto add_layers = [&](const Architecture& layer, std::uint64_t count, bool first) {
         const double mlp = 2 * T * h * static_cast<double>(layer.ffn) * mlp_matrices * static_cast<double>(layer.active_experts()) +
-                           (layer.is_moe() ? 2 * T * h * static_cast<double>(layer.experts) : 0);
+                           (layer.is_moe() ? 2 * T * h * static_cast<double>(layer.experts) : 0) +
+                           2 * T * h * static_cast<double>(layer.shared_ffn) * mlp_matrices +
+                           (layer.shared_expert_gate ? 2 * T * h : 0);
         const double layer_forward = projections + c.attention_core + mlp;
         if (first) c.layer_forward = layer_forward;
         forward += static_cast<double>(count) * layer_forward;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "memcalc/error.hpp"
@@ -37,6 +38,13 @@ inline const char* qk_norm_name(QkNorm n) { return n == QkNorm::per_head ? "per_
 inline const char* norm_position_name(NormPosition p) { return p == NormPosition::post ? "post" : "pre"; }
 /// Where transformers' rotary embedding module lives, which sets what a step holds of cos and sin.
 enum class RotaryEmbedding { shared, per_layer, per_layer_cached };
+/// A router's per-expert bias of E: none; a trainable Parameter (gpt-oss's router Linear); or a
+/// registered buffer that num_parameters() does not count (DeepSeek-V3's e_score_correction_bias,
+/// register_buffer in transformers' modeling_deepseek_v3.py), updated from load statistics.
+enum class RouterBias { none, trainable, buffer };
+inline constexpr std::array<std::pair<RouterBias, std::string_view>, 3> router_bias_names{
+    {{RouterBias::none, "none"}, {RouterBias::trainable, "trainable"}, {RouterBias::buffer, "buffer"}}};
+inline std::string_view router_bias_name(RouterBias b) { return router_bias_names[static_cast<std::size_t>(b)].second; }
 
 /// A rotary embedding as a row: whether every attention layer makes its own cos and sin (autograd
 /// then saves a pair per layer), and whether it registers cos and sin caches of max_positions x
@@ -78,6 +86,10 @@ struct LayerKind {
     std::optional<std::uint64_t> ffn;                ///< feed-forward width (per expert)
     std::optional<std::uint64_t> experts;            ///< 0: a dense feed-forward block
     std::optional<std::uint64_t> experts_per_token;
+    // Initialised, so that a kind listing only the fields above stays a complete aggregate.
+    std::optional<std::uint64_t> shared_ffn = std::nullopt;  ///< the shared experts' total width; 0: none
+    std::optional<bool> shared_expert_gate = std::nullopt;
+    std::optional<RouterBias> router_bias = std::nullopt;
     /// Sliding-window attention's window in tokens; 0: full causal attention.
     std::optional<std::uint64_t> window = std::nullopt;
 };
@@ -126,7 +138,6 @@ struct Architecture {
     bool rmsnorm_fp32_scale = false;
     /// Each attention head has a learnable logit (gpt-oss's sinks): the softmax runs over s + 1 columns.
     bool attention_sinks = false;
-    bool router_bias = false;            ///< the router Linear has a bias of E (gpt-oss)
     /// The experts are one stacked E x ... parameter per projection, which the training loop indexes with
     /// a tensor for each expert that has tokens: a copy of its weights that the matmul keeps (gpt-oss).
     bool stacked_experts = false;
@@ -135,6 +146,13 @@ struct Architecture {
     /// fused kernel keeps a log-sum-exp per row either way. A KV cache would (issue 16).
     std::uint64_t window = 0;
     RotaryEmbedding rotary_embedding = RotaryEmbedding::shared;  ///< one cos and sin per forward, or each layer's own
+    /// Shared experts: one gated-or-plain MLP of this width that every token passes beside the routed
+    /// experts (DeepSeek's n_shared_experts x moe_intermediate_size, Qwen2-MoE's
+    /// shared_expert_intermediate_size, Llama 4's one); 0: none. Only in MoE layers.
+    std::uint64_t shared_ffn = 0;
+    bool shared_expert_gate = false;     ///< Qwen2-MoE: sigmoid(Linear(h, 1)) scales the shared expert's output
+    RouterBias router_bias = RouterBias::none;
+    bool renormalize_topk = true;        ///< the top-k probabilities divided by their sum (Qwen2-MoE's norm_topk_prob)
     /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's own
     /// fields (one kind). The runs' counts sum to `layers`.
     std::vector<LayerKind> layer_kinds;
@@ -171,7 +189,13 @@ struct Architecture {
         if (k.experts) v.experts = *k.experts;
         if (k.experts_per_token) v.experts_per_token = *k.experts_per_token;
         if (k.window) v.window = *k.window;
-        if (v.experts == 0) v.experts_per_token = 0;  // a dense kind of a MoE model routes nothing
+        if (k.shared_ffn) v.shared_ffn = *k.shared_ffn;
+        if (k.shared_expert_gate) v.shared_expert_gate = *k.shared_expert_gate;
+        if (k.router_bias) v.router_bias = *k.router_bias;
+        if (v.experts == 0) {  // a dense kind of a MoE model routes nothing and shares no expert
+            v.experts_per_token = 0, v.shared_ffn = 0, v.shared_expert_gate = false;
+            v.router_bias = RouterBias::none;
+        }
         return v;
     }
     /// Whether `test` holds for the view of every kind that has layers.
@@ -278,6 +302,11 @@ inline void validate(const Architecture& m) {
     if (m.is_moe() && m.active_experts() > m.experts)
         throw error("experts_per_token (" + std::to_string(m.experts_per_token) + ") must not exceed experts (" +
                     std::to_string(m.experts) + ")");
+    if (!m.is_moe() && m.shared_ffn != 0)
+        throw error("shared_ffn (" + std::to_string(m.shared_ffn) + ") needs experts > 0: a shared expert sits beside routed ones");
+    if (m.shared_expert_gate && m.shared_ffn == 0) throw error("shared_expert_gate needs shared_ffn > 0");
+    if (m.shared_ffn != 0 && m.bias == Bias::all) throw error("shared_ffn with bias all (biased shared experts) is not modelled");
+    if (!m.is_moe() && m.router_bias != RouterBias::none) throw error("router_bias needs experts > 0");
     validate_layer_kinds(m);
 }
 

@@ -138,7 +138,7 @@ inline ParameterTable parameter_table(const Architecture& m) {
     t.kinds = m.kind_count();
     for (std::size_t k = 0; k < t.kinds; ++k) t.kind_layers[k] = m.layers_of_kind(k);
     t.runs = m.layer_pattern;
-    t.rows.reserve(24 * t.kinds);
+    t.rows.reserve(28 * t.kinds);
     std::uint8_t kind = 0;  // of the layer rows being added
     auto add = [&t, &kind](Part part, Group group, Text tensor, Text shape, Dims dims,
                            ParamSplit split = ParamSplit::replicated, bool expert = false) {
@@ -203,7 +203,7 @@ inline ParameterTable parameter_table(const Architecture& m) {
             add(Part::mlp, Group::layer, name, moe ? experts_shape : shape, dims, s, moe);
         };
         if (moe) add(Part::router, Group::layer, "router", "h x E", {h, E});
-        if (moe && m.router_bias) add(Part::router, Group::layer, "router.bias", "E", {E});
+        if (view.router_bias == RouterBias::trainable) add(Part::router, Group::layer, "router.bias", "E", {E});
         if (m.mlp == Mlp::gated) mlp("gate_proj", "h x f", "E x h x f", {h, f}, split);
         mlp("up_proj", "h x f", "E x h x f", {h, f}, split);
         mlp("down_proj", "f x h", "E x f x h", {f, h}, split);
@@ -212,6 +212,13 @@ inline ParameterTable parameter_table(const Architecture& m) {
             mlp("up_proj.bias", "f", "E x f", {f}, split);
             mlp("down_proj.bias", "h", "E x h", {h}, ParamSplit::replicated);  // a row-parallel layer adds its bias once
         }
+        // Shared experts: one dense MLP of width f_s beside the routed ones, split like a dense layer's.
+        if (const std::uint64_t fs = view.shared_ffn; fs > 0) {
+            if (m.mlp == Mlp::gated) add(Part::mlp, Group::layer, "shared_expert.gate_proj", "h x f_s", {h, fs}, split);
+            add(Part::mlp, Group::layer, "shared_expert.up_proj", "h x f_s", {h, fs}, split);
+            add(Part::mlp, Group::layer, "shared_expert.down_proj", "f_s x h", {fs, h}, split);
+        }
+        if (view.shared_expert_gate) add(Part::router, Group::layer, "shared_expert_gate", "h x 1", {h, 1});
         if (m.norms_after_branches()) add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
     }
 
