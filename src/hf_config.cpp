@@ -58,11 +58,54 @@ void llama_like(const JsonReader& in, Architecture& m, bool tied_default) {
     m.attention_dropout = in.probability_or("attention_dropout", 0);
 }
 
+/// Each layer's attention window from transformers' layer_types ("sliding_attention" layers get
+/// sliding_window, "full_attention" ones none), or `sliding(i)` where the config has none. Layers
+/// alike: the model's window; else a kind per window and the runs of layers in order.
+void read_windows(const JsonReader& in, Architecture& m, const std::function<bool(std::uint64_t)>& sliding) {
+    const std::uint64_t window = in.count_if_given("sliding_window").value_or(0);
+    std::vector<std::uint64_t> per_layer;
+    if (const auto types = in.texts_if_given("layer_types")) {
+        if (types->size() != m.layers)
+            in.fail("layer_types has " + std::to_string(types->size()) + " entries; num_hidden_layers is " +
+                    std::to_string(m.layers));
+        for (const auto& type : *types) {
+            if (type != "sliding_attention" && type != "full_attention")
+                in.fail("layer_types entry '" + type + "' is not an attention memcalc models (full_attention, sliding_attention)");
+            per_layer.push_back(type == "sliding_attention" ? window : 0);
+        }
+    } else {
+        for (std::uint64_t i = 0; i < m.layers; ++i) per_layer.push_back(sliding(i) ? window : 0);
+    }
+    if (std::all_of(per_layer.begin(), per_layer.end(), [&](std::uint64_t w) { return w == per_layer.front(); })) {
+        m.window = per_layer.empty() ? 0 : per_layer.front();
+        return;
+    }
+    std::vector<std::uint64_t> kinds;  // the window of each kind, first seen first
+    for (const std::uint64_t w : per_layer) {
+        auto it = std::find(kinds.begin(), kinds.end(), w);
+        if (it == kinds.end()) {
+            kinds.push_back(w);
+            m.layer_kinds.push_back({w == 0 ? "full_attention" : "sliding_attention", {}, {}, {}});
+            m.layer_kinds.back().window = w;
+            it = kinds.end() - 1;
+        }
+        const std::size_t kind = static_cast<std::size_t>(it - kinds.begin());
+        if (!m.layer_pattern.empty() && m.layer_pattern.back().kind == kind) ++m.layer_pattern.back().count;
+        else m.layer_pattern.push_back({kind, 1});
+    }
+}
+
 void llama(const JsonReader& in, Architecture& m) {
     llama_like(in, m, false);
     const bool attention_bias = in.flag_or("attention_bias", false), mlp_bias = in.flag_or("mlp_bias", false);
     if (mlp_bias && !attention_bias) in.fail("mlp_bias without attention_bias is not a bias layout memcalc models");
     m.bias = mlp_bias ? Bias::all : attention_bias ? Bias::attention : Bias::none;
+}
+
+/// Mistral: LLaMA's keys and a sliding_window for every layer (null in v0.3).
+void mistral(const JsonReader& in, Architecture& m) {
+    llama(in, m);
+    read_windows(in, m, [](std::uint64_t) { return true; });
 }
 
 void mixtral(const JsonReader& in, Architecture& m) {
@@ -80,8 +123,11 @@ void qwen2(const JsonReader& in, Architecture& m) {
 void qwen3(const JsonReader& in, Architecture& m) {
     llama(in, m);
     m.qk_norm = QkNorm::per_head;
-    if (in.flag_or("use_sliding_window", false))
-        in.fail("use_sliding_window true (Qwen's sliding-window layers) is not modelled");
+    // use_sliding_window: layers from max_window_layers on slide (Qwen3Config's layer_types).
+    const bool sliding = in.flag_or("use_sliding_window", false);
+    const std::uint64_t first_sliding = in.count_if_given("max_window_layers").value_or(28);
+    if (sliding || in.has("layer_types"))
+        read_windows(in, m, [&](std::uint64_t i) { return sliding && i >= first_sliding; });
 }
 
 /// Dense and MoE layers in one model, first layer first: the model's fields are the MoE layers';
@@ -177,6 +223,35 @@ void gemma2(const JsonReader& in, Architecture& m) {
 void gemma3_text(const JsonReader& in, Architecture& m) {
     gemma2(in, m);
     m.qk_norm = QkNorm::per_head;
+    // Every sliding_window_pattern-th layer full (Gemma3TextConfig's default layer_types).
+    const std::uint64_t pattern = in.positive_or("sliding_window_pattern", 6);
+    read_windows(in, m, [&](std::uint64_t i) { return (i + 1) % pattern != 0; });
+}
+
+/// OLMo 2 (modeling_olmo2.py): LLaMA's keys; RMSNorms after attention and after the MLP, none before;
+/// q_norm and k_norm over the whole projections; RMSNorm scales in fp32 before casting back.
+void olmo2(const JsonReader& in, Architecture& m) {
+    llama(in, m);
+    m.norm_position = NormPosition::post;
+    m.qk_norm = QkNorm::whole;
+    m.rmsnorm_fp32_scale = true;
+}
+
+/// gpt-oss (modeling_gpt_oss.py): biased q/k/v/o, a sink logit per head, alternating sliding and
+/// full layers, experts with biases and a biased router, the clamped SwiGLU, softmax in the logits'
+/// dtype. The checkpoint stores the experts as MXFP4 blocks and scales; counted as num_parameters().
+void gpt_oss(const JsonReader& in, Architecture& m) {
+    llama_like(in, m, false);
+    m.head_dim = in.positive_or("head_dim", 64);
+    m.experts = in.positive("num_local_experts");
+    m.experts_per_token = in.positive(spelled(in, {"num_experts_per_tok", "experts_per_token"}));
+    m.bias = in.flag_or("attention_bias", true) ? Bias::all : Bias::none;
+    if (m.bias == Bias::none) in.fail("attention_bias false: gpt-oss's experts keep their biases; not a layout memcalc models");
+    m.activation = Activation::clamped_swiglu;
+    m.attention_sinks = true, m.router_bias = RouterBias::trainable, m.rmsnorm_fp32_scale = true;
+    m.softmax_fp32 = false;
+    m.stacked_experts = true;  // GptOssExperts' training loop indexes gate_up_proj[expert_idx]
+    read_windows(in, m, [](std::uint64_t i) { return i % 2 == 0; });  // GptOssConfig: sliding, full, ...
 }
 
 /// DeepSeek-V2 and V3 (modeling_deepseek_v2.py, modeling_deepseek_v3.py): LLaMA's keys, latent attention,
@@ -328,7 +403,7 @@ void phi(const JsonReader& in, Architecture& m) {
 
 using Reader = std::function<void(const JsonReader&, Architecture&)>;
 const std::vector<std::pair<std::string, Reader>> families = {
-    {"llama", llama}, {"mistral", llama}, {"mixtral", mixtral}, {"qwen2", qwen2}, {"gemma", gemma},
+    {"llama", llama}, {"mistral", mistral}, {"mixtral", mixtral}, {"qwen2", qwen2}, {"gemma", gemma},
     {"gemma2", gemma2}, {"phi3", phi3}, {"gpt2", gpt2}, {"opt", opt}, {"falcon", falcon}, {"bloom", bloom},
     {"gpt_neox", gpt_neox}, {"phi", phi}, {"qwen3", qwen3}, {"gemma3_text", gemma3_text},
     {"gemma3", gemma3_text},  // its text_config: the language model alone, the vision tower not counted
@@ -336,6 +411,7 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"llama4", llama4_text},  // its text_config, as gemma3's
     {"deepseek_v2", [](const JsonReader& in, Architecture& m) { deepseek(in, m, false); }},
     {"deepseek_v3", [](const JsonReader& in, Architecture& m) { deepseek(in, m, true); }},
+    {"olmo2", olmo2}, {"gpt_oss", gpt_oss},
     {"RefinedWebModel", falcon}, {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
 
@@ -395,6 +471,9 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin, cons
     file.description = "imported from " + origin + " (model_type " + type + (nested ? ", text_config: the language "
                                                                                       "model alone" : "") + ")" +
                        next_token_layers_note(in, file.architecture);
+    if (type == "gpt_oss")
+        file.description += "; the checkpoint stores the experts as MXFP4 blocks and scales, counted here as "
+                            "the parameters they dequantise to";
     return file;
 }
 

@@ -57,6 +57,19 @@ public:
         return values;
     }
 
+    /// An array of strings, when given.
+    std::optional<std::vector<std::string>> texts_if_given(const char* key) const {
+        if (!has(key)) return std::nullopt;
+        const nlohmann::json& v = object_.at(key);
+        std::vector<std::string> out;
+        if (v.is_array())
+            for (const auto& item : v)
+                if (item.is_string()) out.push_back(item.get<std::string>());
+        if (!v.is_array() || out.size() != v.size())
+            fail(std::string(key) + " must be an array of strings (got " + type_and_value(v) + ")");
+        return out;
+    }
+
     double probability_or(const char* key, double otherwise) const {
         if (!has(key)) return otherwise;
         const nlohmann::json& v = object_.at(key);

@@ -24,10 +24,11 @@ const std::vector<std::string> architecture_keys = {
     "norm", "bias", "position", "tied_embeddings", "experts", "experts_per_token", "activation", "norms_per_layer",
     "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "mlp_dropout", "softmax_fp32",
     "head_bias", "causal_mask_buffer", "qk_norm", "rotary_embedding", "shared_ffn", "shared_expert_gate", "router_bias",
-    "renormalize_topk", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"};
+    "renormalize_topk", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "norm_position", "rmsnorm_fp32_scale", "attention_sinks", "window", "stacked_experts"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source", "published_parameters"};
 const std::vector<std::string> kind_keys = {"name", "ffn", "experts", "experts_per_token", "shared_ffn",
-                                            "shared_expert_gate", "router_bias"};
+                                            "shared_expert_gate", "router_bias", "window"};
 
 std::map<std::string, RouterBias> router_bias_choices() {
     std::map<std::string, RouterBias> choices;
@@ -52,6 +53,7 @@ void read_layer_kinds(const json& document, const std::string& origin, Architect
                        in.count_if_given("experts_per_token"), in.count_if_given("shared_ffn")};
         if (in.has("shared_expert_gate")) kind.shared_expert_gate = in.flag_or("shared_expert_gate", false);
         if (in.has("router_bias")) kind.router_bias = in.choice_or("router_bias", router_bias_choices(), RouterBias::none);
+        kind.window = in.count_if_given("window");
         if (kind.name.empty()) in.fail("name must be a non-empty string");
         if (std::find(names.begin(), names.end(), kind.name) != names.end()) in.fail("name '" + kind.name + "' is given twice");
         if (kind.ffn == std::uint64_t{0}) in.fail("ffn must be a positive integer (got 0)");
@@ -119,7 +121,14 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     m.causal_mask_buffer = in.choice_or<CausalMaskBuffer>(
         "causal_mask_buffer", {{"none", CausalMaskBuffer::none}, {"per_layer", CausalMaskBuffer::per_layer}},
         CausalMaskBuffer::none);
-    m.qk_norm = in.choice_or<QkNorm>("qk_norm", {{"none", QkNorm::none}, {"per_head", QkNorm::per_head}}, QkNorm::none);
+    m.qk_norm = in.choice_or<QkNorm>(
+        "qk_norm", {{"none", QkNorm::none}, {"per_head", QkNorm::per_head}, {"whole", QkNorm::whole}}, QkNorm::none);
+    m.norm_position = in.choice_or<NormPosition>("norm_position", {{"pre", NormPosition::pre}, {"post", NormPosition::post}},
+                                                 NormPosition::pre);
+    m.rmsnorm_fp32_scale = in.flag_or("rmsnorm_fp32_scale", false);
+    m.attention_sinks = in.flag_or("attention_sinks", false);
+    m.stacked_experts = in.flag_or("stacked_experts", false);
+    m.window = in.count_if_given("window").value_or(0);
     std::map<std::string, RotaryEmbedding> rotary;
     for (const auto& row : rotary_embeddings) rotary.emplace(row.name, row.id);
     m.rotary_embedding = in.choice_or<RotaryEmbedding>("rotary_embedding", rotary, RotaryEmbedding::shared);

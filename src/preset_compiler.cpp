@@ -103,7 +103,11 @@ std::string builder(const cli::ModelFile& file) {
         << "    m.softmax_fp32 = " << boolean(m.softmax_fp32) << ";\n"
         << "    m.causal_mask_buffer = CausalMaskBuffer::"
         << (m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none") << ";\n"
-        << "    m.qk_norm = QkNorm::" << (m.qk_norm == QkNorm::per_head ? "per_head" : "none") << ";\n"
+        << "    m.qk_norm = QkNorm::" << qk_norm_name(m.qk_norm) << ", m.norm_position = NormPosition::"
+        << norm_position_name(m.norm_position) << ";\n"
+        << "    m.rmsnorm_fp32_scale = " << boolean(m.rmsnorm_fp32_scale) << ", m.attention_sinks = "
+        << boolean(m.attention_sinks) << ", m.window = " << number(m.window) << ", m.stacked_experts = "
+        << boolean(m.stacked_experts) << ";\n"
         << "    m.rotary_embedding = RotaryEmbedding::" << rotary_embedding(m.rotary_embedding).name << ";\n"
         << "    m.shared_ffn = " << number(m.shared_ffn) << ", m.shared_expert_gate = " << boolean(m.shared_expert_gate)
         << ";\n"
@@ -118,6 +122,7 @@ std::string builder(const cli::ModelFile& file) {
             << optional_number(k.shared_ffn) << "});\n";
         if (k.shared_expert_gate)
             out << "    m.layer_kinds.back().shared_expert_gate = " << boolean(*k.shared_expert_gate) << ";\n";
+        if (k.window) out << "    m.layer_kinds.back().window = " << number(*k.window) << ";\n";
         if (k.router_bias)
             out << "    m.layer_kinds.back().router_bias = RouterBias::" << router_bias_name(*k.router_bias) << ";\n";
     }

@@ -51,7 +51,12 @@ json model_json(const Architecture& m) {
             {"softmax_fp32", m.softmax_fp32},
             {"head_bias", m.head_bias},
             {"causal_mask_buffer", m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none"},
-            {"qk_norm", m.qk_norm == QkNorm::per_head ? "per_head" : "none"},
+            {"qk_norm", qk_norm_name(m.qk_norm)},
+            {"norm_position", norm_position_name(m.norm_position)},
+            {"rmsnorm_fp32_scale", m.rmsnorm_fp32_scale},
+            {"attention_sinks", m.attention_sinks},
+            {"stacked_experts", m.stacked_experts},
+            {"window", m.window},
             {"rotary_embedding", rotary_embedding(m.rotary_embedding).name},
             {"shared_ffn", m.shared_ffn},
             {"shared_expert_gate", m.shared_expert_gate},
@@ -69,7 +74,8 @@ json model_json(const Architecture& m) {
         kinds.push_back({{"name", k.name}, {"ffn", given(k.ffn)}, {"experts", given(k.experts)},
                          {"experts_per_token", given(k.experts_per_token)}, {"shared_ffn", given(k.shared_ffn)},
                          {"shared_expert_gate", k.shared_expert_gate ? json(*k.shared_expert_gate) : json(nullptr)},
-                         {"router_bias", k.router_bias ? json(router_bias_name(*k.router_bias)) : json(nullptr)}});
+                         {"router_bias", k.router_bias ? json(router_bias_name(*k.router_bias)) : json(nullptr)},
+                         {"window", given(k.window)}});
     for (const auto& run : m.layer_pattern) pattern.push_back({{"kind", m.layer_kinds[run.kind].name}, {"layers", run.count}});
     out["layer_kinds"] = kinds;
     out["layer_pattern"] = pattern;

@@ -160,9 +160,12 @@ TEST_CASE("Qwen3 and Gemma 3 norm q and k per head; gemma3 reads its text_config
     text.erase("num_hidden_layers");
     CHECK_THROWS_WITH(cli::parse_hf_config(json{{"model_type", "gemma3"}, {"text_config", text}}.dump(), "g.json", "g"),
                       "g.json (text_config): missing key 'num_hidden_layers'");
+    // use_sliding_window: the layers from max_window_layers on slide, and keep what full ones keep.
     json sliding = read_json(configs + "qwen3-8b.json");
-    sliding["use_sliding_window"] = true;
-    CHECK_THROWS_WITH(cli::parse_hf_config(sliding.dump(), "q.json", "q"), Catch::Contains("use_sliding_window true"));
+    sliding["use_sliding_window"] = true, sliding["sliding_window"] = 4096, sliding["max_window_layers"] = 28;
+    const auto windowed = cli::parse_hf_config(sliding.dump(), "q.json", "q").architecture;
+    CHECK(windowed.layers_of_kind(1) == 8);
+    CHECK(parameter_table(windowed).total() == parameter_table(qwen3).total());
 }
 
 TEST_CASE("a config.json the importer cannot read says which key or type", "[hf_config]") {

@@ -108,7 +108,7 @@ TEST_CASE("one kind of layer, or alike kinds in runs, gives every preset's figur
     std::mt19937_64 random(20261130);
     for (const auto& name : cli::preset_names()) {
         const Architecture m = cli::load_preset(name).architecture;
-        if (!m.layer_kinds.empty()) continue;  // already in kinds (DeepSeek's): the tests below split those
+        if (!m.layer_kinds.empty()) continue;  // kinds of its own (DeepSeek's dense and MoE layers, sliding and full ones): the tests below split single-kind models
         for (const Settings& s : layouts(m)) {
             if (m.layers % s.parallel.pp != 0) continue;
             CAPTURE(name, s.parallel.pp, s.parallel.vpp, recompute_name(s.recompute));
@@ -292,8 +292,8 @@ TEST_CASE("every bad kind of layer or pattern in a model file is named", "[layer
              "m.json: layer_kinds[1]: name 'dense' is given twice"},
         Case{mixed_file("layer_kinds", R"([{"name": "dense", "experts": -1}, {"name": "moe"}])"),
              "m.json: layer_kinds[0]: experts must be a non-negative integer (got number -1)"},
-        Case{mixed_file("layer_kinds", R"([{"name": "dense", "window": 4096}, {"name": "moe"}])"),
-             "m.json: layer_kinds[0]: unknown key 'window'"},
+        Case{mixed_file("layer_kinds", R"([{"name": "dense", "mixer": "mamba"}, {"name": "moe"}])"),
+             "m.json: layer_kinds[0]: unknown key 'mixer'"},
         Case{mixed_file("layer_kinds", R"([{"name": "dense", "experts_per_token": 9}, {"name": "moe"}])"),
              "m.json: layer kind 'dense': experts_per_token (9) must not exceed experts (8)"},
         Case{mixed_file("layer_kinds", "[]"), "m.json: layer_kinds must be a non-empty array of objects"},

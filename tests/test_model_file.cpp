@@ -55,8 +55,8 @@ TEST_CASE("every bad model file gets one message naming the key and value", "[mo
         Row{with("tied_embeddings", "1"), "tied_embeddings must be true or false (got number 1)"},
         Row{with("position", "\"learned\""), "max_positions must be a positive integer for learned position"},
         Row{with("experts_per_token", "2"), "experts_per_token (2) needs experts > 0"},
-        Row{with("activation", "\"gelu_neww\""), "activation must be one of gelu, gelu_fast, gelu_new, gelu_tanh, quick_gelu, "
-                                                 "relu, silu (got 'gelu_neww') (did you mean 'gelu_new'?)"},
+        Row{with("activation", "\"gelu_neww\""), "activation must be one of clamped_swiglu, gelu, gelu_fast, gelu_new, gelu_tanh, "
+                                                 "quick_gelu, relu, silu (got 'gelu_neww') (did you mean 'gelu_new'?)"},
         Row{with("mlp_dropout", "1.5"), "mlp_dropout must be a probability in [0, 1) (got number 1.5)"},
         Row{with("mlp_dropout", "\"0.1\""), "mlp_dropout must be a probability in [0, 1) (got string \"0.1\")"},
         Row{with("causal_mask_buffer", "\"per-layer\""),

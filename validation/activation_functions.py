@@ -45,6 +45,11 @@ def quick_gelu(x):  # QuickGELUActivation, "quick_gelu"
     return x * torch.sigmoid(1.702 * x)
 
 
+def clamped_swiglu(x):  # GptOssExperts' gate half: gate.clamp(max=limit) * sigmoid(gate * alpha)
+    gate = x.clamp(min=None, max=7.0)
+    return gate * torch.sigmoid(gate * 1.702)
+
+
 FUNCTIONS = {
     "silu": F.silu,
     "gelu": F.gelu,
@@ -53,6 +58,7 @@ FUNCTIONS = {
     "gelu_new": gelu_new,
     "gelu_fast": gelu_fast,
     "quick_gelu": quick_gelu,
+    "clamped_swiglu": clamped_swiglu,
 }
 
 
@@ -130,7 +136,7 @@ def main(argv=None):
     ap.add_argument("--compare", metavar="MEMCALC", help="check memcalc's rows against the measurements")
     a = ap.parse_args(argv)
     print(f"torch {torch.__version__}, CPU, {DTYPE}; figures in tensors of s x f elements of {DTYPE}")
-    print(f"{'function':<11} {'kept':>5} {'output':>7} {'forward':>8} {'backward':>9}  verdict")
+    print(f"{'function':<14} {'kept':>5} {'output':>7} {'forward':>8} {'backward':>9}  verdict")
     predicted = memcalc_rows(a.compare) if a.compare else {}
     failed = 0
     names = list(FUNCTIONS)
@@ -149,7 +155,7 @@ def main(argv=None):
             ok = got == expect
             verdict = "ok" if ok else f"MISMATCH (memcalc: {expect})"
             failed += not ok
-        print(f"{name:<11} {m['kept']:>5g} {'yes' if m['keeps_output'] else 'no':>7} {m['forward_workspace']:>8g} "
+        print(f"{name:<14} {m['kept']:>5g} {'yes' if m['keeps_output'] else 'no':>7} {m['forward_workspace']:>8g} "
               f"{m['backward_workspace']:>9g}  {verdict}  {', '.join(m['kept_dtypes'])}")
     if a.compare:
         print(f"\n{len(names) - failed}/{len(names)} functions agree with memcalc's rows exactly")

@@ -26,6 +26,17 @@ model JSON file, following the op sequence of HuggingFace transformers' EAGER im
            @ v, dense; MLP dense_h_to_4h, GELU, dense_4h_to_h; mlp_output += attention_output;
            dropout_add(hidden_dropout).
 
+  olmo2    Olmo2DecoderLayer ("norm_position": "post"): no norm before attention or the MLP, an RMSNorm
+           on each branch's output before its residual add; "qk_norm": "whole" normalises q_proj's and
+           k_proj's whole outputs (a*d, k*d) before rotary; "rmsnorm_fp32_scale" is Olmo2RMSNorm's
+           (weight * x_normalised).to(input dtype), which keeps the normalised x in fp32.
+  gpt-oss  "stacked_experts": GptOssMLP's training path: a biased router Linear, top-k of the logits and
+           a softmax over those k; a loop over the hit experts that indexes the stacked gate_up_proj and
+           down_proj (copies) and their biases, clamps gate and up, (up + 1) * gate * sigmoid(1.702 gate).
+  sinks    GptOssAttention's eager_attention_forward ("attention_sinks": true): a learnable logit per
+           head joins the scores as a column, the row max is subtracted, softmax in the scores' dtype
+           over s + 1 columns, the sink column dropped by a view before @V.
+
 Style: parallel_attention -> falcon; else kv_lora_rank -> deepseek; else experts -> mixtral; else layernorm without rotary -> gpt2;
 else llama (qwen2 when bias is qkv).  norm, mlp, activation, bias, position, norms_per_layer (4 =
 post-attention and post-MLP norms as well, Gemma 2's sandwich), embedding_norm and the dropouts are
@@ -39,8 +50,8 @@ keeps its whole base storage alive).  Categories:
 
   input   the layer's input (the previous layer's output)
   layer   storages allocated inside the layer
-  tiny    one-element tensors (Python numbers wrapped as 0-dim fp64 tensors, torch.full([]) constants,
-          1-element index tensors): listed, NOT in "kept"
+  tiny    one-element tensors of one-element storages (Python numbers wrapped as 0-dim fp64 tensors,
+          torch.full([]) constants, 1-element index tensors): listed, NOT in "kept"
   shared  tensors made once per model and passed to every layer (rotary cos/sin, causal mask,
           position ids): listed, NOT in "kept" (they are counted once per model, not per layer)
   param   parameters and buffers (e.g. GPT-2's bool causal buffer): listed, excluded
@@ -97,6 +108,9 @@ DEFAULT_MODELS = [
     os.path.join(HERE, "models", "opt-tiny-relu-dropout.json"),
     os.path.join(HERE, "models", "deepseek-v3-tiny.json"),
     os.path.join(HERE, "models", "deepseek-v2-lite-tiny.json"),
+    os.path.join(HERE, "models", "olmo2-tiny.json"),
+    os.path.join(HERE, "models", "sinks-tiny.json"),
+    os.path.join(HERE, "models", "gpt-oss-tiny.json"),
     os.path.join(REPO, "presets", "decoder.json"),
 ]
 MODES = ("none", "selective", "full")
@@ -108,9 +122,13 @@ DEFAULT_BATCHES = (1, 2)
 # equals exactly the sum of the effects that apply to it; every other difference fails the run.
 # Each entry: (reason, applies(spec, mode, region), bytes(spec, s, b) = measured - predicted).
 def _rms(spec, region):
+    """The widths (in units of h, as a Fraction) of the RMSNorms of a region."""
     if spec.norm != "rmsnorm":
         return 0
-    return 1 if region == "head" else spec.norms_per_layer
+    if region == "head":
+        return 1
+    qk = Fraction(spec.heads * spec.head_dim + spec.kv_heads * spec.head_dim, spec.hidden) if spec.qk_norm == "whole" else 0
+    return spec.norms_per_layer + qk
 
 
 def _latent_norm_width(spec, region):
@@ -123,7 +141,7 @@ KNOWN_EFFECTS = [
      "(and 4 s b r for latent attention's norms of a latent r wide; PyTorch PR #109935 keeps only the sizes; "
      "memcalc models the newer behaviour)",
      lambda spec, mode, region: mode != "full" and _rms(spec, region) > 0,
-     lambda spec, s, b, region: 4 * s * b * (spec.hidden * _rms(spec, region) + _latent_norm_width(spec, region))),
+     lambda spec, s, b, region: int(4 * s * b * (spec.hidden * _rms(spec, region) + _latent_norm_width(spec, region)))),
     ("micro-batch 1 with one KV head: torch.matmul broadcasts K and V over the heads as a view; memcalc "
      "counts the repeated copies that b >= 2 (and repeat_kv) materialise, 2 x 2 s (heads - 1) head_dim bytes",
      lambda spec, mode, region: region == "layer" and mode == "none" and spec.kv_heads == 1 and spec.heads > 1,
@@ -135,6 +153,17 @@ KNOWN_EFFECTS = [
      lambda spec, mode, region: region == "layer" and mode == "selective" and spec.style == "falcon"
      and 1 < spec.kv_heads < spec.heads,
      lambda spec, s, b, region: 4 * s * b * (spec.heads - spec.kv_heads) * spec.head_dim),
+    ("gpt-oss's router (top-k of the logits, a bf16 softmax over those k) is counted as Mixtral's (an fp32 "
+     "softmax over all E, top-k, an fp32 renormalisation and its sum), which leans high: (4 E + 2 k + 4) s b "
+     "bytes",
+     lambda spec, mode, region: region == "layer" and mode != "full" and spec.stacked_experts,
+     lambda spec, s, b, region: -(4 * spec.experts + 2 * spec.experts_per_token + 4) * s * b),
+    ("gpt-oss's loop copies the weights of the experts that got tokens; memcalc counts all E: 2 x 3 h f bytes "
+     "and an 8-byte id less per expert left without tokens, and 2 bytes less per expert given one slot, whose "
+     "gathered routing weight is a one-element tensor the hooks class as a scalar",
+     lambda spec, mode, region: region == "layer" and mode != "full" and spec.stacked_experts,
+     lambda spec, s, b, region: -sum(6 * spec.hidden * spec.ffn + 8 for n in spec.routing if n == 0)
+     - sum(2 for n in spec.routing if n == 1)),
     ("micro-batch 1: transformers pads the labels to s + 1 and shifts them; one row is already contiguous, so "
      "the loss keeps a view of the padded storage, 8 bytes more than memcalc's s b int64 targets",
      lambda spec, mode, region: region == "head",
@@ -194,7 +223,13 @@ class Spec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    norm_position: str = "pre"
+    qk_norm: str = "none"
+    rmsnorm_fp32_scale: bool = False
+    attention_sinks: bool = False
+    stacked_experts: bool = False
     style: str = ""
+    routing: List[int] = field(default_factory=list)  # slots per expert of layer 0's last forward (gpt-oss)
 
 
 def _choice(doc, key, allowed, default):
@@ -246,6 +281,11 @@ def load_spec(path: str) -> Spec:
         qk_nope_head_dim=int(doc.get("qk_nope_head_dim", 0) or 0),
         qk_rope_head_dim=int(doc.get("qk_rope_head_dim", 0) or 0),
         v_head_dim=int(doc.get("v_head_dim", 0) or 0),
+        norm_position=_choice(doc, "norm_position", ("pre", "post"), "pre"),
+        qk_norm=_choice(doc, "qk_norm", ("none", "whole"), "none"),
+        rmsnorm_fp32_scale=bool(doc.get("rmsnorm_fp32_scale", False)),
+        attention_sinks=bool(doc.get("attention_sinks", False)),
+        stacked_experts=bool(doc.get("stacked_experts", False)),
     )
     if spec.kv_lora_rank:  # q and k heads are d_n + d_r wide; rotary turns d_r
         spec.head_dim = spec.qk_nope_head_dim + spec.qk_rope_head_dim
@@ -289,23 +329,28 @@ def act_fn(name):
 
 
 class RMSNorm(nn.Module):
-    """transformers LlamaRMSNorm."""
+    """transformers LlamaRMSNorm; fp32_scale: Olmo2RMSNorm / GptOssRMSNorm (weight times the fp32 result)."""
 
-    def __init__(self, h, eps=1e-6):
+    def __init__(self, h, eps=1e-6, fp32_scale=False):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(h))
         self.eps = eps
+        self.fp32_scale = fp32_scale
 
     def forward(self, x):
         input_dtype = x.dtype
         x = x.to(torch.float32)
         variance = x.pow(2).mean(-1, keepdim=True)
         x = x * torch.rsqrt(variance + self.eps)
+        if self.fp32_scale:
+            return (self.weight * x).to(input_dtype)
         return self.weight * x.to(input_dtype)
 
 
-def make_norm(spec):
-    return RMSNorm(spec.hidden) if spec.norm == "rmsnorm" else nn.LayerNorm(spec.hidden, eps=1e-5)
+def make_norm(spec, width=None):
+    if spec.norm == "rmsnorm":
+        return RMSNorm(width or spec.hidden, fp32_scale=spec.rmsnorm_fp32_scale)
+    return nn.LayerNorm(spec.hidden, eps=1e-5)
 
 
 @dataclass
@@ -409,6 +454,52 @@ class SparseMoE(nn.Module):
         return final_hidden_states.reshape(batch_size, sequence_length, hidden_dim)
 
 
+class GptOssMoE(nn.Module):
+    """transformers GptOssMLP in training: GptOssTopKRouter (biased Linear, top-k of the logits, softmax
+    over those k, scattered into E columns) and GptOssExperts' loop over the hit experts, which indexes
+    the stacked gate_up_proj / down_proj (and their biases) with a tensor per expert."""
+
+    def __init__(self, spec):
+        super().__init__()
+        E, h, f = spec.experts, spec.hidden, spec.ffn
+        self.E, self.k, self.h = E, spec.experts_per_token, h
+        self.router_weight = nn.Parameter(torch.empty(E, h))
+        self.router_bias = nn.Parameter(torch.zeros(E))
+        self.gate_up_proj = nn.Parameter(torch.empty(E, h, 2 * f))
+        self.gate_up_proj_bias = nn.Parameter(torch.zeros(E, 2 * f))
+        self.down_proj = nn.Parameter(torch.empty(E, f, h))
+        self.down_proj_bias = nn.Parameter(torch.zeros(E, h))
+        self.alpha, self.limit = 1.702, 7.0
+        self.slots = [0] * E  # slots per expert in the last forward (for the compare's routing effect)
+
+    def forward(self, x):
+        batch_size = x.shape[0]
+        hidden_states = x.reshape(-1, self.h)
+        router_logits = F.linear(hidden_states, self.router_weight, self.router_bias)
+        top_value, router_indices = torch.topk(router_logits, self.k, dim=-1)
+        top_value = F.softmax(top_value, dim=1, dtype=top_value.dtype)
+        routing_weights = torch.zeros_like(router_logits).scatter_(1, router_indices, top_value)
+        next_states = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            expert_mask = F.one_hot(router_indices, num_classes=self.E).permute(2, 1, 0)
+            expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+        self.slots = [0] * self.E
+        for expert_idx in expert_hit[:]:
+            with torch.no_grad():
+                _, token_idx = torch.where(expert_mask[expert_idx[0]])
+            self.slots[int(expert_idx[0])] = len(token_idx)
+            current_state = hidden_states[token_idx]
+            gate_up = current_state @ self.gate_up_proj[expert_idx] + self.gate_up_proj_bias[expert_idx]
+            gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+            gate = gate.clamp(min=None, max=self.limit)
+            up = up.clamp(min=-self.limit, max=self.limit)
+            glu = gate * torch.sigmoid(gate * self.alpha)
+            out = ((up + 1) * glu) @ self.down_proj[expert_idx] + self.down_proj_bias[expert_idx]
+            weighted = out[0] * routing_weights[token_idx, expert_idx, None]
+            next_states.index_add_(0, token_idx, weighted.to(hidden_states.dtype))
+        return next_states.view(batch_size, -1, self.h)
+
+
 def _ckpt(fn, *args):
     return checkpoint(fn, *args, use_reentrant=True)
 
@@ -428,6 +519,11 @@ class LlamaAttention(nn.Module):
         self.scaling = d ** -0.5
         self.p = spec.attention_dropout
         self.rotary = spec.position == "rotary"
+        self.qk_norm = spec.qk_norm == "whole"
+        if self.qk_norm:  # Olmo2Attention: over the whole projections
+            self.q_norm = make_norm(spec, H * d)
+            self.k_norm = make_norm(spec, kv * d)
+        self.sinks = nn.Parameter(torch.zeros(H)) if spec.attention_sinks else None
 
     def core(self, query, key, value, mask):
         key_states = repeat_kv(key, self.n_rep)
@@ -435,6 +531,13 @@ class LlamaAttention(nn.Module):
         attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * self.scaling
         if mask is not None:
             attn_weights = attn_weights + mask[:, :, :, : key_states.shape[-2]]
+        if self.sinks is not None:  # gpt-oss: a sink column, the row max off, softmax over s + 1, column dropped
+            sinks = self.sinks.reshape(1, -1, 1, 1).expand(query.shape[0], -1, query.shape[-2], -1)
+            combined = torch.cat([attn_weights, sinks], dim=-1)
+            combined = combined - combined.max(dim=-1, keepdim=True).values
+            probs = F.softmax(combined, dim=-1, dtype=combined.dtype)
+            attn_weights = dropout(probs[..., :-1], self.p, self.training)
+            return torch.matmul(attn_weights, value_states)
         attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
         attn_weights = dropout(attn_weights, self.p, self.training)
         return torch.matmul(attn_weights, value_states)
@@ -442,8 +545,11 @@ class LlamaAttention(nn.Module):
     def forward(self, x, ctx: Ctx, selective: bool):
         input_shape = x.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-        q = self.q_proj(x).view(hidden_shape).transpose(1, 2)
-        k = self.k_proj(x).view(hidden_shape).transpose(1, 2)
+        q, k = self.q_proj(x), self.k_proj(x)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.view(hidden_shape).transpose(1, 2)
+        k = k.view(hidden_shape).transpose(1, 2)
         v = self.v_proj(x).view(hidden_shape).transpose(1, 2)
         if self.rotary:
             q, k = apply_rotary_pos_emb(q, k, ctx.cos, ctx.sin)
@@ -464,6 +570,7 @@ class LatentAttention(nn.Module):
         H, h = spec.heads, spec.hidden
         self.nope, self.rope, self.v_dim = spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
         self.qk, self.latent = self.nope + self.rope, spec.kv_lora_rank
+        self.sinks = None  # LlamaAttention's core, which it reuses, reads it
         bias = spec.bias == "attention"  # attention_bias
         self.q_lora = spec.q_lora_rank > 0
         if self.q_lora:
@@ -626,9 +733,10 @@ class SequentialLayer(nn.Module):
     def __init__(self, spec):
         super().__init__()
         self.gpt2 = spec.style == "gpt2"
-        self.norm1 = make_norm(spec)
-        self.norm2 = make_norm(spec)
-        self.sandwich = spec.norms_per_layer == 4
+        self.pre = spec.norm_position == "pre"  # OLMo 2's post: no norm before the branches
+        self.norm1 = make_norm(spec) if self.pre else nn.Identity()
+        self.norm2 = make_norm(spec) if self.pre else nn.Identity()
+        self.sandwich = spec.norms_per_layer == 4 or not self.pre
         if self.sandwich:
             self.post_attn_norm = make_norm(spec)
             self.post_mlp_norm = make_norm(spec)
@@ -637,7 +745,8 @@ class SequentialLayer(nn.Module):
             self.mlp = GPT2MLP(spec) if spec.mlp == "plain" else make_mlp(spec, spec.bias == "all")
         else:
             self.attn = LatentAttention(spec) if spec.style == "deepseek" else LlamaAttention(spec)
-            self.mlp = SparseMoE(spec) if spec.experts else make_mlp(spec, spec.bias == "all")
+            self.mlp = (GptOssMoE(spec) if spec.stacked_experts else SparseMoE(spec)) if spec.experts \
+                else make_mlp(spec, spec.bias == "all")
         # GPT-2's dropouts live inside its attention (resid) and MLP modules.
         self.p_hidden = 0.0 if (self.gpt2 and spec.mlp == "plain") else spec.hidden_dropout
         self.p_attn_out = 0.0 if self.gpt2 else spec.hidden_dropout
@@ -767,6 +876,9 @@ def build_model(spec: Spec, seed=0) -> Model:
         for name, p in m.named_parameters():
             if p.dim() >= 2:
                 p.normal_(0.0, 0.02)
+        for mod in m.modules():  # logits wide enough that every expert gets tokens, as memcalc counts
+            if isinstance(mod, GptOssMoE):
+                mod.router_weight.normal_(0.0, 1.0)
     return m.to(DTYPE).train()
 
 
@@ -845,7 +957,7 @@ def classify(key, numel, input_key, shared_keys, param_keys):
         return "input"
     if key in shared_keys:
         return "shared"
-    if numel <= 1:
+    if numel <= 1 and key[1] <= 8:  # one element of its own; a one-element view of more (an index row) counts
         return "tiny"
     return "layer"
 
@@ -1169,6 +1281,7 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Option
                         m = measure(spec, model, s, b, mode)
                         measured = m.layers[0].kept
                         head = m.head.by_cat.get("layer", 0) + m.head.by_cat.get("input", 0)
+                        spec.routing = getattr(model.layers[0].mlp, "slots", [])  # layer 0's, for the effects
                     pred, head_pred, err = memcalc_prediction(memcalc, spec.path, s, b, mode)
                     rows.append({"model_file": model_file, "seq": s, "micro_batch": b, "recompute": mode,
                                  "measured_layer_bytes": measured, "predicted_layer_bytes": pred,

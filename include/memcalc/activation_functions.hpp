@@ -39,6 +39,9 @@ struct ActivationFunction {
     /// a product of two tensors makes one for each factor first.
     std::uint64_t backward_workspace;
     std::string_view source;
+    /// In a gated MLP, what the up branch becomes before the product, when not the up projection's
+    /// output itself: the product keeps it, one more s b f tensor (gpt-oss's up.clamp(-7, 7) + 1).
+    std::string_view up_branch = {};
 
     std::size_t kept_count() const {
         std::size_t n = 0;
@@ -56,7 +59,7 @@ inline constexpr ActivationTensor one_plus_tanh{"0.5 * x * (1.0 + tanh)", "1.0 +
 
 /// The chains are transformers' (src/transformers/activations.py), selected by a config's
 /// activation_function or hidden_act through ACT2FN.
-inline constexpr std::array<ActivationFunction, 7> activation_functions{{
+inline constexpr std::array<ActivationFunction, 8> activation_functions{{
     {Activation::silu, "silu", "SiLU", ActivationKernel::fused, "F.silu(x)", {{detail::fused_input}}, false, 2,
      "torch.nn.functional.silu; transformers' 'silu' and 'swish'"},
     {Activation::gelu, "gelu", "GELU", ActivationKernel::fused, "F.gelu(x)", {{detail::fused_input}}, false, 2,
@@ -82,6 +85,15 @@ inline constexpr std::array<ActivationFunction, 7> activation_functions{{
      {{{"x * sigmoid", "its input", "the gradient w.r.t. sigmoid's output"},
        {"sigmoid", "its output (also the product's)", "sigmoid's gradient is written in its output; the gradient w.r.t. x"}}},
      false, 3, "transformers' 'quick_gelu' (QuickGELUActivation)"},
+    // gpt-oss's experts (modeling_gpt_oss.py, GptOssExperts): the gate clamped above at 7, then
+    // gate * sigmoid(1.702 gate); the up branch is up.clamp(-7, 7) + 1, whose clamp keeps the up
+    // projection's output (in one storage with the gate's: gate_up_proj) and the product its sum.
+    {Activation::clamped_swiglu, "clamped_swiglu", "clamped SwiGLU", ActivationKernel::ops,
+     "x.clamp(max=7.0) * torch.sigmoid(x.clamp(max=7.0) * 1.702)",
+     {{{"clamp", "its input", "clamp's gradient is masked where x exceeded the limit"},
+       {"gate * sigmoid", "the clamped gate", "the gradient w.r.t. sigmoid's output"},
+       {"sigmoid", "its output (also the product's)", "sigmoid's gradient is written in its output; the gradient w.r.t. the gate"}}},
+     false, 3, "transformers' GptOssExperts (alpha 1.702, limit 7): gpt-oss", "up.clamp(-7, 7) + 1"},
 }};
 
 inline const ActivationFunction& activation_function(Activation a) {

@@ -104,6 +104,8 @@ inline constexpr Shape sd{"sd", ActivationSplit::replicated};     ///< per posit
 inline constexpr Shape sbV{"sbV", ActivationSplit::vocab};        ///< logits: a vocabulary slice per rank
 inline constexpr Shape mask{"s^2b", ActivationSplit::replicated}; ///< the causal mask, on every rank
 inline constexpr Shape ss{"s^2", ActivationSplit::replicated};    ///< per query and key, broadcast over batch and heads
+inline constexpr Shape expert_weights{"E(3hf)", ActivationSplit::tensor};  ///< copies of every expert's weights
+inline constexpr Shape experts{"E", ActivationSplit::replicated};  ///< a value per expert
 }  // namespace shape
 
 /// One tensor saved for backward: `copies` tensors of `symbol` elements each.

@@ -149,7 +149,8 @@ inline std::string bytes_of(std::uint64_t bytes, const std::string& symbol) {
 /// `layer_input`: it reads the layer's input, so a saved input that is no copy is the checkpoint itself.
 /// HF's RMSNorm over `elements` values of `input` bytes each, normalised in `rows` rows:
 /// x.float(); x * rsqrt(mean(x^2) + eps); weight * result.to(input dtype). The upcast is a new tensor
-/// unless x is fp32 already. Returns whether the saved input is x itself (no copy).
+/// unless x is fp32 already. `fp32_scale`: the weight multiplies the fp32 result before the cast back
+/// (Architecture::rmsnorm_fp32_scale), which keeps it in fp32. Returns whether the saved input is x itself.
 /// `fp32_input`: the saved fp32 input when it is x itself, a view of a wider storage that it keeps whole.
 struct SavedStorage {
     std::string what;
@@ -158,7 +159,7 @@ struct SavedStorage {
 };
 inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& shape, Count elements,
                          const Shape& row_shape, Count rows, const std::string& row_name, std::uint64_t input,
-                         const std::optional<SavedStorage>& fp32_input = std::nullopt) {
+                         bool fp32_scale = false, const std::optional<SavedStorage>& fp32_input = std::nullopt) {
     if (input == dtype::fp32 && fp32_input)
         t.add(what + " (RMSNorm)", fp32_input->what, "pow(x, 2) and x * rsqrt need x", fp32_input->shape,
               fp32_input->elements, dtype::fp32);
@@ -167,27 +168,32 @@ inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& 
               "pow(x, 2) and x * rsqrt need x", shape, elements, dtype::fp32);
     t.add(what + " (RMSNorm)", "1/rms per " + row_name + ", fp32", "rsqrt's gradient is written in its output",
           row_shape, rows, dtype::fp32);
-    t.add(what + " (RMSNorm)", "the normalised input", "the weight's gradient is x_norm x the output's gradient",
-          shape, elements, input);
+    t.add(what + " (RMSNorm)", fp32_scale ? "the normalised input, fp32" : "the normalised input",
+          "the weight's gradient is x_norm x the output's gradient", shape, elements, fp32_scale ? dtype::fp32 : input);
     return input == dtype::fp32;
 }
 
+/// `branch_output`: a post-norm, reading a branch's output in the compute dtype, not the residual stream.
 inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const std::string& what,
-                      bool input_kept = false, bool layer_input = false) {
+                      bool input_kept = false, bool layer_input = false, bool branch_output = false) {
+    const std::uint64_t input = branch_output ? z.d : z.s;
     if (m.norm == Norm::rmsnorm) {
-        // On the residual stream, in its dtype (fp32 under autocast, where the input kept is the stream itself).
+        // On the residual stream, in its dtype (fp32 under autocast, where the input kept is the stream itself),
+        // or on a branch's output in the compute dtype.
         const std::size_t input_row = t.size();
-        if (rmsnorm_rows(t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", z.s) && layer_input)
+        if (rmsnorm_rows(t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", input, m.rmsnorm_fp32_scale) &&
+            layer_input)
             t.mark_layer_input_at(input_row);
     } else {
         if (!input_kept) {
-            t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", shape::sbh, z.sbh, z.s);
+            t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", shape::sbh, z.sbh, input);
             t.mark_layer_input(layer_input);
         }
         // CUDA keeps the statistics in fp32; the CPU kernel in its input's dtype.
         const bool fp32 = z.platform == Platform::cuda;
-        t.add(what + " (LayerNorm)", std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(z.stream)),
-              "so backward need not recompute them", shape::sb, z.tokens, fp32 ? dtype::fp32 : z.s, Keep::always, 2);
+        t.add(what + " (LayerNorm)",
+              std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(branch_output ? z.compute : z.stream)),
+              "so backward need not recompute them", shape::sb, z.tokens, fp32 ? dtype::fp32 : input, Keep::always, 2);
     }
 }
 
@@ -288,11 +294,18 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
     }
 }
 
-/// Qwen3's and Gemma 3's q_norm and k_norm: an RMSNorm of each head's projection output, before rotary.
+/// q_norm and k_norm, before rotary: an RMSNorm of each head's projection output (Qwen3's, Gemma 3's),
+/// or of the whole projection output, one 1/rms per token (OLMo 2's).
 inline void qk_norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
-    if (m.qk_norm == QkNorm::none) return;
-    rmsnorm_rows(t, "q_norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads, "query head and token", z.d);
-    rmsnorm_rows(t, "k_norm", shape::sbkv, z.sbkv, shape::ksb, z.tokens * m.key_value_heads(), "key head and token", z.d);
+    const bool fp32 = m.rmsnorm_fp32_scale;
+    if (m.qk_norm == QkNorm::per_head) {
+        rmsnorm_rows(t, "q_norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads, "query head and token", z.d, fp32);
+        rmsnorm_rows(t, "k_norm", shape::sbkv, z.sbkv, shape::ksb, z.tokens * m.key_value_heads(), "key head and token",
+                     z.d, fp32);
+    } else if (m.qk_norm == QkNorm::whole) {
+        rmsnorm_rows(t, "q_norm (whole width)", shape::sbq, z.sbq, shape::sb, z.tokens, "token", z.d, fp32);
+        rmsnorm_rows(t, "k_norm (whole width)", shape::sbkv, z.sbkv, shape::sb, z.tokens, "token", z.d, fp32);
+    }
 }
 
 /// The cos and sin a layer's own rotary embedding makes (rotary_embeddings' per-layer rows): of
@@ -340,13 +353,13 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
                          "their input", z.sbh, shape::sbh, 2);
     if (q_latent) {
         t.policy_output(t.linear_saved(biased), "q_a_proj", "its output", ls::sbrq, latent_q, z.d);
-        rmsnorm_rows(t, "q_a_layernorm", ls::sbrq, latent_q, ls::sb, z.tokens, "token", z.d);
+        rmsnorm_rows(t, "q_a_layernorm", ls::sbrq, latent_q, ls::sb, z.tokens, "token", z.d, m.rmsnorm_fp32_scale);
         projection_input_row(t, z, "q_b_proj", "its input (the normalised query latent)", latent_q, ls::sbrq, 1);
     }
     t.policy_output(t.linear_saved(false), q_latent ? "q_b_proj" : "q_proj", "its output", ls::sbqk, z.sbq, z.d);
     t.policy_output(t.linear_saved(biased), "kv_a_proj_with_mqa", "its output", ls::sbrkvr, latent_and_rope, z.d);
     // The latent is a slice of kv_a_proj_with_mqa's output: in fp32, x.to(float32) is that view itself.
-    rmsnorm_rows(t, "kv_a_layernorm", ls::sbrkv, latent_kv, ls::sb, z.tokens, "token", z.d,
+    rmsnorm_rows(t, "kv_a_layernorm", ls::sbrkv, latent_kv, ls::sb, z.tokens, "token", z.d, m.rmsnorm_fp32_scale,
                  SavedStorage{"kv_a_proj_with_mqa's output, which its input views (fp32)", ls::sbrkvr, latent_and_rope});
     projection_input_row(t, z, "kv_b_proj", "its input (the normalised key/value latent)", latent_kv, ls::sbrkv, 1);
     const bool kv_b_saved = t.linear_saved(false);
@@ -387,6 +400,8 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                                  ? "their input, shared with the MLP"
                                  : "their input",
                              z.sbh, shape::sbh, 3, {z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj"});
+        // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
+        if (!m.norms_before_branches() && !z.autocast && !z.narrow) t.mark_layer_input(true);
         qk_norm_rows(t, m, z);
         rotary_rows(t, m, z);
         qkv_rows(t, m, z, attention);
@@ -442,19 +457,29 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                              : "the scaled scores, and the scores or their sum with the mask",
                     bytes_of(scores, "as^2b"), Count(scores) * z.scores);
     }
+    // Attention sinks (gpt-oss): a column of per-head logits joins the scores, the row's max is taken
+    // off (max keeps its indices), the softmax runs over s + 1 columns and the sink's column is dropped
+    // by a view, so the softmax's output is the storage the product with V keeps.
+    const Count softmax_elements = z.scores + (m.attention_sinks ? Count(m.heads) * z.tokens : Count(0));
+    if (m.attention_sinks)
+        t.add("scores - max (sinks)", "the row maxima's indices (int64)", "max's gradient goes to the maximum",
+              shape::asb, Count(m.heads) * z.tokens, 8, Keep::not_selective);
     const std::size_t softmax_row = t.size();
     // An fp32 sum (autocast's) softmaxes to fp32, as does CUDA autocast's softmax on any input.
     const bool softmax_fp32 = m.softmax_fp32 || z.autocast;
     if (softmax_fp32) {
-        t.add("softmax", "its output, fp32", "softmax's gradient is written in its output", shape::scores, z.scores,
-              dtype::fp32, Keep::not_selective);
+        t.add("softmax", m.attention_sinks ? "its output over s + 1 columns, fp32" : "its output, fp32",
+              "softmax's gradient is written in its output", shape::scores, softmax_elements, dtype::fp32,
+              Keep::not_selective);
         if (!dropout)
             t.add("attention over V", std::string("the weights, cast back to ") + dtype_name(z.compute),
                   "the gradient w.r.t. v is weights^T x the output's gradient", shape::scores, z.scores, z.d,
                   Keep::not_selective);
     } else {
-        t.add("softmax", dropout ? "its output" : "its output (also the weights over V)",
-              "softmax's gradient is written in its output", shape::scores, z.scores, z.d, Keep::not_selective);
+        t.add("softmax",
+              std::string(dropout ? "its output" : "its output (also the weights over V)") +
+                  (m.attention_sinks ? ", s + 1 columns" : ""),
+              "softmax's gradient is written in its output", shape::scores, softmax_elements, z.d, Keep::not_selective);
     }
     if (dropout) {
         dropout_row(t, z, z.compute, "attention dropout", shape::scores, z.scores, Keep::not_selective);
@@ -470,9 +495,9 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     const bool copy = softmax_fp32 && z.platform == Platform::cpu && z.s != dtype::fp32;
     const std::uint64_t forward = z.s + (copy ? dtype::fp32 : 0), backward = out + (copy ? dtype::fp32 : z.s);
     t.workspace_at(softmax_row + 1, false, "softmax", copy ? "its input and its fp32 copy" : "its input",
-                   bytes_of(forward, "as^2b"), Count(forward) * z.scores);
+                   bytes_of(forward, "as^2b"), Count(forward) * softmax_elements);
     t.workspace_at(softmax_row + 1, true, "softmax backward", "the gradients of its output and its input",
-                   bytes_of(backward, "as^2b"), Count(backward) * z.scores, "o_proj");
+                   bytes_of(backward, "as^2b"), Count(backward) * softmax_elements, "o_proj");
 }
 
 /// The tensors the MLP's activation function keeps (its row in activation_functions.hpp), read from
@@ -523,6 +548,9 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         t.add(prefix + "gate x up", "the up projection's output", "the gate branch's gradient is up x grad", shape,
               sbf, z.d);
         t.mark_policy_saved(up_saved);
+        if (!fn.up_branch.empty())
+            t.add(prefix + "gate x up", std::string(fn.up_branch), "the gate branch's gradient is (up branch) x grad",
+                  shape, sbf, z.d);
         // gate x up's backward: its incoming gradient and one for each factor, the down projection's
         // input already freed; the activation's own backward, after it, holds less.
         t.workspace(true, prefix + "gate x up backward", "its incoming gradient and the gradients of both factors",
@@ -553,7 +581,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
 inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     const std::uint64_t k = m.active_experts();
     const Count slots = z.tokens * k;  // every token goes to k experts: s b k rows in all, whatever the routing
-    t.policy_output(t.linear_saved(false), "router", "its logits", shape::sbE, z.tokens * m.experts, z.d);
+    t.policy_output(t.linear_saved(m.router_bias == RouterBias::trainable), "router", "its logits", shape::sbE, z.tokens * m.experts, z.d);
     t.add("router softmax", "routing probabilities, fp32", "softmax's gradient is written in its output", shape::sbE,
           z.tokens * m.experts, dtype::fp32);
     t.add("top-k", "the chosen experts' indices (int64)", "to scatter the gradient back", shape::sbk, slots, 8);
@@ -576,6 +604,15 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     if (z.autocast)
         projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden, shape::sbkh,
                              mlp_input_projections(m));
+    if (m.stacked_experts) {
+        // Each expert with tokens indexes the stacked weights with a tensor: copies, which the matmuls
+        // keep; counted for every expert (with s b k slots spread over E, all are hit).
+        const Count weights = Count(m.experts) * (mlp_input_projections(m) + 1) * m.hidden * m.ffn;
+        t.add("experts: stacked weights indexed", "each expert's projection weights, copied",
+              "the input's gradient is the output's gradient x W^T", shape::expert_weights, weights, z.d);
+        t.add("experts: stacked weights indexed", "the hit experts' ids (int64)", "index's gradient scatters by them",
+              shape::experts, m.experts, 8);
+    }
     // Which experts' mms the op-level policy saves depends on how many experts the routing fills and in
     // what order: counted as if it saved every one (an upper bound; about half are).
     t.every_mm(true);
@@ -624,15 +661,15 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     detail::TableBuilder t(layer.rows, &layer.work, &layer.policy_outputs);
     const bool shared_norm = m.parallel_attention && m.norms_per_layer == 1;
 
-    detail::norm_rows(t, m, z, shared_norm ? "layer norm" : "attention norm", false, true);
+    if (m.norms_before_branches()) detail::norm_rows(t, m, z, shared_norm ? "layer norm" : "attention norm", false, true);
     detail::attention_rows(t, m, z, attention);
     t.policy_output(t.linear_saved(m.bias == Bias::attention || m.bias == Bias::all), "output projection", "its output",
                     shape::sbh, z.sbh, z.d);
-    if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-attention norm");
+    if (m.norms_after_branches()) detail::norm_rows(t, m, z, "post-attention norm", false, false, true);
     if (m.hidden_dropout > 0 && !m.parallel_attention)
         detail::dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);
 
-    if (!shared_norm) detail::norm_rows(t, m, z, "MLP norm", m.parallel_attention);
+    if (!shared_norm && m.norms_before_branches()) detail::norm_rows(t, m, z, "MLP norm", m.parallel_attention);
     // Under autocast a shared norm's output is cast again by the MLP's projections (the router, for
     // experts); narrow linears save their own cast of it.
     if (!shared_norm || z.autocast || z.narrow)
@@ -648,7 +685,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
         t.policy_output(detail::mlp_rows(t, m, z, shape::sbf, z.sbf, ""), "MLP down projection", "its output", shape::sbh,
                         z.sbh, z.d);
     }
-    if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-MLP norm");
+    if (m.norms_after_branches()) detail::norm_rows(t, m, z, "post-MLP norm", false, false, true);
     if (m.hidden_dropout > 0)
         detail::dropout_row(t, z, z.compute, m.parallel_attention ? "residual dropout" : "MLP residual dropout",
                             shape::sbh, z.sbh);
@@ -656,7 +693,9 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     // The last add: the MLP's output (compute dtype) and the sum (the stream's), beside the residual
     // stream's earlier tensors that no row keeps (a LayerNorm keeps its input; an RMSNorm only an fp32
     // copy, which is the stream itself when that is fp32).
-    const bool norm_keeps_stream = m.norm == Norm::layernorm || z.s == dtype::fp32;
+    // Without pre-norms the projections keep the stream's tensors themselves (unless they cast them).
+    const bool norm_keeps_stream = m.norm == Norm::layernorm || z.s == dtype::fp32 ||
+                                   (!m.norms_before_branches() && !z.autocast && !z.narrow);
     const std::uint64_t stream = (m.parallel_attention ? (norm_keeps_stream ? 2 * d + z.s : 2 * d + 2 * z.s)
                                                        : (norm_keeps_stream ? d + z.s : d + 3 * z.s)) +
                                  z.upcast;
@@ -694,16 +733,20 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
 /// What one forward pass builds for all its layers and drops when it returns, after the loss: eager
 /// attention's causal mask, s^2 b values of the embeddings' dtype (the stream's), as transformers builds it.
 /// None where each layer masks with its registered buffer instead.
+/// `masks`: transformers builds one per attention window (gpt-oss's and Gemma 3's sliding layers have
+/// their own beside the full layers').
 inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t micro_batch, Precision precision,
                                                 Attention attention,
-                                                CausalMaskBuffer buffer = CausalMaskBuffer::none) {
+                                                CausalMaskBuffer buffer = CausalMaskBuffer::none,
+                                                std::uint64_t masks = 1) {
     const std::uint64_t d = bytes_per_element(precision.stream);
     std::vector<SavedTensor> rows;
     // The fused kernel masks inside.
     if (attention == Attention::flash || buffer == CausalMaskBuffer::per_layer) return rows;
     detail::TableBuilder t(rows);
-    t.add("causal mask", "0 or -inf per query and key, made once per forward", "added to every layer's scores",
-                     shape::mask, Count(seq) * seq * micro_batch, d);
+    t.add("causal mask", masks > 1 ? "0 or -inf per query and key, one per attention window, made once per forward"
+                                   : "0 or -inf per query and key, made once per forward",
+          "added to every layer's scores", shape::mask, Count(seq) * seq * micro_batch, d, Keep::always, masks);
     return rows;
 }
 

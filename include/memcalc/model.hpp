@@ -21,14 +21,21 @@ enum class Bias { none, qkv, attention, all };
 enum class Position { rotary, learned, none };  ///< only learned position embeddings hold parameters
 /// The MLP's non-linearity (SiLU makes a gated MLP SwiGLU); what each keeps is a row of
 /// activation_functions.hpp: gelu_new, gelu_fast and quick_gelu are chains of Python ops.
-enum class Activation { silu, gelu, gelu_tanh, relu, gelu_new, gelu_fast, quick_gelu };
+enum class Activation { silu, gelu, gelu_tanh, relu, gelu_new, gelu_fast, quick_gelu, clamped_swiglu };
 /// Where eager attention's causal mask comes from. None: one additive mask built per forward
 /// (transformers'). Per layer: nanoGPT's CausalSelfAttention registers a max_positions^2 buffer in
 /// every layer (the weights' dtype once the model is cast) and masks with masked_fill(bias == 0).
 enum class CausalMaskBuffer { none, per_layer };
-/// Norms on the queries and keys, before rotary: none, or an RMSNorm over each head's d values whose
-/// one weight of d the heads share (Qwen3, Gemma 3: q_norm, k_norm in transformers).
-enum class QkNorm { none, per_head };
+/// Norms on the queries and keys, before rotary: none; an RMSNorm over each head's d values whose
+/// one weight of d the heads share (Qwen3, Gemma 3: q_norm, k_norm in transformers); or one RMSNorm over
+/// the whole projection, a*d and k*d values with a weight each (OLMo 2).
+enum class QkNorm { none, per_head, whole };
+/// Where a sequential layer's two norms sit (norms_per_layer 2): before each branch (pre, LLaMA's), or
+/// on each branch's output before its residual add (post, OLMo 2's). 4 is both; 1 one shared pre-norm.
+enum class NormPosition { pre, post };
+
+inline const char* qk_norm_name(QkNorm n) { return n == QkNorm::per_head ? "per_head" : n == QkNorm::whole ? "whole" : "none"; }
+inline const char* norm_position_name(NormPosition p) { return p == NormPosition::post ? "post" : "pre"; }
 /// Where transformers' rotary embedding module lives, which sets what a step holds of cos and sin.
 enum class RotaryEmbedding { shared, per_layer, per_layer_cached };
 /// A router's per-expert bias of E: none; a trainable Parameter (gpt-oss's router Linear); or a
@@ -98,6 +105,8 @@ struct LayerKind {
     std::optional<std::uint64_t> shared_ffn = std::nullopt;  ///< the shared experts' total width; 0: none
     std::optional<bool> shared_expert_gate = std::nullopt;
     std::optional<RouterBias> router_bias = std::nullopt;
+    /// Sliding-window attention's window in tokens; 0: full causal attention.
+    std::optional<std::uint64_t> window = std::nullopt;
 };
 
 /// `count` consecutive layers of one kind (an index into Architecture::layer_kinds).
@@ -137,7 +146,20 @@ struct Architecture {
     double mlp_dropout = 0;              ///< dropout inside the MLP, on the down projection's input (nn.TransformerEncoderLayer)
     bool softmax_fp32 = true;            ///< eager attention takes its softmax in fp32 (LLaMA-style code does; GPT-2's does not)
     CausalMaskBuffer causal_mask_buffer = CausalMaskBuffer::none;  ///< eager attention's mask: built per forward, or a buffer per layer
-    QkNorm qk_norm = QkNorm::none;       ///< norms on q and k before rotary (Qwen3, Gemma 3)
+    QkNorm qk_norm = QkNorm::none;       ///< norms on q and k before rotary (Qwen3, Gemma 3, OLMo 2)
+    NormPosition norm_position = NormPosition::pre;  ///< with norms_per_layer 2: before or after each branch
+    /// RMSNorm multiplies its weight into the fp32 normalised input and then casts back (T5's, OLMo 2's,
+    /// gpt-oss's), so autograd keeps that input in fp32; LLaMA's casts back first and keeps it narrow.
+    bool rmsnorm_fp32_scale = false;
+    /// Each attention head has a learnable logit (gpt-oss's sinks): the softmax runs over s + 1 columns.
+    bool attention_sinks = false;
+    /// The experts are one stacked E x ... parameter per projection, which the training loop indexes with
+    /// a tensor for each expert that has tokens: a copy of its weights that the matmul keeps (gpt-oss).
+    bool stacked_experts = false;
+    /// Sliding-window attention's window in tokens (a LayerKind may set its own); 0: full attention.
+    /// Training memory does not depend on it: eager attention masks a full s x s score matrix, and a
+    /// fused kernel keeps a log-sum-exp per row either way. A KV cache would (issue 16).
+    std::uint64_t window = 0;
     RotaryEmbedding rotary_embedding = RotaryEmbedding::shared;  ///< one cos and sin per forward, or each layer's own
     /// Shared experts: one gated-or-plain MLP of this width that every token passes beside the routed
     /// experts (DeepSeek's n_shared_experts x moe_intermediate_size, Qwen2-MoE's
@@ -164,6 +186,10 @@ struct Architecture {
     std::uint64_t rotary_dim() const { return mla.enabled() ? mla.qk_rope_head_dim : head_size(); }
     std::uint64_t learned_positions() const { return position_rows == 0 ? max_positions : position_rows; }
     bool is_moe() const { return experts > 0; }
+    /// Whether norms sit before the attention and MLP branches (pre, sandwich, or one shared).
+    bool norms_before_branches() const { return norms_per_layer != 2 || norm_position == NormPosition::pre; }
+    /// Whether norms sit on the branches' outputs, before the residual adds (sandwich, post).
+    bool norms_after_branches() const { return norms_per_layer == 4 || norm_position == NormPosition::post; }
     std::uint64_t active_experts() const { return is_moe() ? (experts_per_token == 0 ? 1 : experts_per_token) : 1; }
 
     std::size_t kind_count() const { return layer_kinds.empty() ? 1 : layer_kinds.size(); }
@@ -186,6 +212,7 @@ struct Architecture {
         if (k.ffn) v.ffn = *k.ffn;
         if (k.experts) v.experts = *k.experts;
         if (k.experts_per_token) v.experts_per_token = *k.experts_per_token;
+        if (k.window) v.window = *k.window;
         if (k.shared_ffn) v.shared_ffn = *k.shared_ffn;
         if (k.shared_expert_gate) v.shared_expert_gate = *k.shared_expert_gate;
         if (k.router_bias) v.router_bias = *k.router_bias;
@@ -202,6 +229,16 @@ struct Architecture {
         for (std::size_t k = 0; k < kind_count(); ++k)
             if (layers_of_kind(k) > 0 && !test(kind_view(k))) return false;
         return true;
+    }
+    /// How many different attention windows the layers have (full attention counting as one).
+    std::uint64_t distinct_windows() const {
+        std::vector<std::uint64_t> seen;
+        for (std::size_t k = 0; k < kind_count(); ++k) {
+            if (!layer_kinds.empty() && layers_of_kind(k) == 0) continue;
+            const std::uint64_t w = layer_kinds.empty() || !layer_kinds[k].window ? window : *layer_kinds[k].window;
+            if (std::find(seen.begin(), seen.end(), w) == seen.end()) seen.push_back(w);
+        }
+        return seen.size();
     }
     /// Whether any layer has experts.
     bool any_moe() const { return !every_kind([](const Architecture& v) { return !v.is_moe(); }); }
@@ -298,11 +335,15 @@ inline void validate(const Architecture& m) {
     if (m.causal_mask_buffer == CausalMaskBuffer::per_layer && m.max_positions == 0)
         throw error("max_positions must be a positive integer for causal_mask_buffer per_layer (got 0)");
     if (m.qk_norm != QkNorm::none && m.norm != Norm::rmsnorm)
-        throw error("qk_norm per_head is an RMSNorm: it needs norm rmsnorm");
+        throw error(std::string("qk_norm ") + (m.qk_norm == QkNorm::whole ? "whole" : "per_head") +
+                    " is an RMSNorm: it needs norm rmsnorm");
     if (m.position == Position::rotary && rotary_embedding(m.rotary_embedding).cached && m.max_positions == 0)
         throw error("max_positions must be a positive integer for rotary_embedding per_layer_cached (got 0)");
     if (m.norms_per_layer != 1 && m.norms_per_layer != 2 && m.norms_per_layer != 4)
         throw error("norms_per_layer must be 1, 2 or 4 (got " + std::to_string(m.norms_per_layer) + ")");
+    if (m.norm_position == NormPosition::post && (m.norms_per_layer != 2 || m.parallel_attention))
+        throw error("norm_position post needs norms_per_layer 2 and a sequential layer (got norms_per_layer " +
+                    std::to_string(m.norms_per_layer) + (m.parallel_attention ? ", parallel_attention)" : ")"));
     if (m.norms_per_layer == 1 && !m.parallel_attention)
         throw error("norms_per_layer 1 needs parallel_attention: a sequential layer normalises twice");
     for (auto [field, p] : {std::pair{"attention_dropout", m.attention_dropout}, {"hidden_dropout", m.hidden_dropout},

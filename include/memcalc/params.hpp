@@ -192,9 +192,10 @@ inline ParameterTable parameter_table(const Architecture& m) {
         const std::uint64_t f = view.ffn, E = view.experts;
 
         // One layer: attention (a query heads, k key/value heads of width d).
-        add_norm(Part::norms, Group::layer,
-                 m.norms_per_layer == 1 ? NormNames{"layer_norm.weight", "layer_norm.bias"}
-                                        : NormNames{"attention_norm.weight", "attention_norm.bias"});
+        if (m.norms_before_branches())
+            add_norm(Part::norms, Group::layer,
+                     m.norms_per_layer == 1 ? NormNames{"layer_norm.weight", "layer_norm.bias"}
+                                            : NormNames{"attention_norm.weight", "attention_norm.bias"});
         if (m.mla.enabled()) {
             add_latent_attention();
         } else {
@@ -209,14 +210,20 @@ inline ParameterTable parameter_table(const Architecture& m) {
             if (m.qk_norm == QkNorm::per_head) {  // one weight of d, shared by every head
                 add(Part::norms, Group::layer, "q_norm.weight", "d", {m.head_size()});
                 add(Part::norms, Group::layer, "k_norm.weight", "d", {m.head_size()});
+            } else if (m.qk_norm == QkNorm::whole) {  // one weight over the whole projection (OLMo 2)
+                add(Part::norms, Group::layer, "q_norm.weight", "a*d", {q});
+                add(Part::norms, Group::layer, "k_norm.weight", "k*d", {kv});
             }
+            if (m.attention_sinks) add(Part::attention, Group::layer, "sinks", "a", {m.heads}, split);  // a logit per head
             add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
         }
         if (m.bias == Bias::attention || m.bias == Bias::all) add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
-        if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, {"post_attention_norm.weight", "post_attention_norm.bias"});
+        if (m.norms_after_branches())
+            add_norm(Part::norms, Group::layer, {"post_attention_norm.weight", "post_attention_norm.bias"});
 
         // One layer: the feed-forward block, once per expert for mixture-of-experts layers.
-        if (m.norms_per_layer >= 2) add_norm(Part::norms, Group::layer, {"mlp_norm.weight", "mlp_norm.bias"});
+        if (m.norms_per_layer >= 2 && m.norms_before_branches())
+            add_norm(Part::norms, Group::layer, {"mlp_norm.weight", "mlp_norm.bias"});
         const bool moe = view.is_moe();
         // `shape` for a dense layer, `experts_shape` for E stacked experts.
         auto mlp = [&](Text name, Text shape, Text experts_shape, Dims dims, ParamSplit s) {
@@ -240,7 +247,7 @@ inline ParameterTable parameter_table(const Architecture& m) {
             add(Part::mlp, Group::layer, "shared_expert.down_proj", "f_s x h", {fs, h}, split);
         }
         if (view.shared_expert_gate) add(Part::router, Group::layer, "shared_expert_gate", "h x 1", {h, 1});
-        if (m.norms_per_layer == 4) add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
+        if (m.norms_after_branches()) add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
     }
 
     // The head side.

@@ -391,7 +391,7 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
     if (model == ActivationModel::architecture) {
         t.input_side = input_side_saved(m, s, b, precision, platform);
         t.head = head_saved(m, s, b, precision, platform, f.loss);
-        t.forward_buffers = forward_buffers(s, b, precision, attention, m.causal_mask_buffer);
+        t.forward_buffers = forward_buffers(s, b, precision, attention, m.causal_mask_buffer, m.distinct_windows());
     }
     return t;
 }
