@@ -57,9 +57,6 @@ const std::array<std::pair<const char*, std::uint64_t>, 6> config_dtypes{{
 const std::array<const char*, 10> other_module_names{{"vision_tower", "vision_model", "visual", "multi_modal_projector",
                                                       "mm_projector", "audio_tower", "vision_embed_tokens",
                                                       "image_newline", "vision", "audio_model"}};
-/// The first name component of a language model's tensors.
-const std::array<const char*, 9> language_model_roots{{"model", "transformer", "gpt_neox", "lm_head", "embed_out",
-                                                       "language_model", "backbone", "decoder", "lm"}};
 
 std::vector<std::string> components(const std::string& name) {
     std::vector<std::string> out(1);
@@ -96,9 +93,8 @@ Named classify(const std::string& name, const Architecture& m) {
     if (last == "weight_scale_inv") return {fp8_scales, layer};
     if (ends_with(last, "_scales")) return {mxfp4_scales, layer};
     const bool other = std::any_of(parts.begin(), parts.end(), [](const std::string& p) {
-                           return std::find(other_module_names.begin(), other_module_names.end(), p) != other_module_names.end();
-                       }) ||
-                       std::find(language_model_roots.begin(), language_model_roots.end(), parts.front()) == language_model_roots.end();
+        return std::find(other_module_names.begin(), other_module_names.end(), p) != other_module_names.end();
+    });
     if (other) return {other_modules, layer};
     if (layer && *layer >= m.layers) return {mtp_layers, layer};
     if (m.tied_embeddings && parts.size() >= 2 && parts[parts.size() - 2] == "lm_head") return {tied_head_copy, layer};
@@ -138,6 +134,10 @@ std::int64_t signed_bytes(std::uint64_t have, std::uint64_t expected, const std:
     if (have > limit || expected > limit) throw error(origin + ": sizes over 2^62 bytes");
     return static_cast<std::int64_t>(have) - static_cast<std::int64_t>(expected);
 }
+
+void tally(CheckpointCheck& c, const Architecture& m, const ParameterTable& table,
+           const std::vector<std::pair<std::string, const SafetensorsTensor*>>& tensors, std::uint64_t block_rows,
+           std::uint64_t block_columns, const std::string& origin);
 
 }  // namespace
 
@@ -209,26 +209,40 @@ CheckpointCheck check_checkpoint(const Architecture& m, const std::string& confi
     c.from_headers = !shards.empty();
     if (c.from_headers) {
         c.source = std::to_string(shards.size()) + (shards.size() == 1 ? " safetensors header" : " safetensors headers");
-        std::uint64_t sum = 0;
+        Count sum;
         for (const auto& [name, t] : tensors) sum += t->bytes;
-        c.bytes = sum;
+        c.bytes = sum.value();
     } else {
         c.bytes = c.index_total_size;
     }
     if (c.bytes) c.difference = signed_bytes(*c.bytes, c.expected_bytes, origin);
 
+    try {
+        tally(c, m, table, tensors, block_rows, block_columns, origin);
+    } catch (const overflow_error&) {
+        throw error(origin + ": the checkpoint's sizes do not fit in 64 bits");
+    }
+    return c;
+}
+
+namespace {
+
+/// Sorts each tensor into its part, and (with the shards' headers) tallies dtypes and layers.
+void tally(CheckpointCheck& c, const Architecture& m, const ParameterTable& table,
+           const std::vector<std::pair<std::string, const SafetensorsTensor*>>& tensors, std::uint64_t block_rows,
+           std::uint64_t block_columns, const std::string& origin) {
     std::set<std::string> names;
     for (const auto& [name, unused] : tensors) names.insert(name);
     std::map<std::string, DtypeTally> dtypes;
-    std::map<std::optional<std::uint64_t>, std::uint64_t> layer_elements;  // none: outside the layers
-    std::uint64_t modelled_elements = 0;
+    std::map<std::optional<std::uint64_t>, Count> layer_elements;  // none: outside the layers
+    Count modelled_elements;
     std::vector<bool> known(roles, true);  // whether each part's bytes are known
     std::vector<std::int64_t> part_bytes(roles, 0);
     for (const auto& [name, header] : tensors) {
         Named named = classify(name, m);
         // An index alone says which weights are fp8: those with a weight_scale_inv beside them.
         if (named.role == modelled && ends_with(name, ".weight") && names.count(name + "_scale_inv")) named.role = fp8_weights;
-        std::uint64_t elements = 0;  // memcalc's parameters in it
+        Count elements;  // memcalc's parameters in it
         if (header) {
             const unsigned bits = safetensors_dtype_bits(header->dtype);
             elements = header->elements;
@@ -236,7 +250,8 @@ CheckpointCheck check_checkpoint(const Architecture& m, const std::string& confi
             if (named.role == modelled && bits != 8 * c.bytes_per_element)
                 named.role = bits == 8 && header->dtype.rfind("F8", 0) == 0 ? fp8_weights : other_dtypes;
             DtypeTally& d = dtypes[header->dtype];
-            d.dtype = header->dtype, ++d.tensors, d.elements += header->elements, d.bytes += header->bytes;
+            d.dtype = header->dtype, ++d.tensors;
+            d.elements = (Count(d.elements) + header->elements).value(), d.bytes = (Count(d.bytes) + header->bytes).value();
         }
         CheckpointPart* part = named.role == modelled ? nullptr : &c.parts[named.role];
         if (part && part->tensors++ == 0) part->first = name;
@@ -246,23 +261,24 @@ CheckpointCheck check_checkpoint(const Architecture& m, const std::string& confi
                 modelled_elements += elements;
                 layer_elements[named.layer] += elements;
             }
-            if (part) part_bytes[named.role] += signed_bytes(header->bytes, counted ? elements * c.bytes_per_element : 0, origin);
+            if (part)
+                part_bytes[named.role] += signed_bytes(header->bytes, counted ? (elements * c.bytes_per_element).value() : 0, origin);
             continue;
         }
         // From the index alone: the bytes of what memcalc knows the shape of.
         if (named.role == tied_head_copy) {
-            part_bytes[named.role] += static_cast<std::int64_t>(m.vocab * m.hidden * c.bytes_per_element);
+            part_bytes[named.role] += signed_bytes((Count(m.vocab) * m.hidden * c.bytes_per_element).value(), 0, origin);
         } else if (named.role == fp8_weights || named.role == fp8_scales) {
             const std::string weight = named.role == fp8_scales ? name.substr(0, name.size() - 10) : name;  // less "_scale_inv"
             const auto dims = matrix_of(weight, table, named.layer);
             if (!dims) {
                 known[named.role] = false;
             } else if (named.role == fp8_weights) {
-                part_bytes[named.role] -= static_cast<std::int64_t>(dims->first * dims->second * (c.bytes_per_element - 1));
+                part_bytes[named.role] -= signed_bytes((Count(dims->first) * dims->second * (c.bytes_per_element - 1)).value(), 0, origin);
             } else {  // one fp32 per block of the (out x in) weight
                 const std::uint64_t in_blocks = (dims->first + block_columns - 1) / block_columns;
                 const std::uint64_t out_blocks = (dims->second + block_rows - 1) / block_rows;
-                part_bytes[named.role] += static_cast<std::int64_t>(4 * in_blocks * out_blocks);
+                part_bytes[named.role] += signed_bytes((Count(4) * in_blocks * out_blocks).value(), 0, origin);
             }
         } else if (part) {
             known[named.role] = false;
@@ -277,9 +293,9 @@ CheckpointCheck check_checkpoint(const Architecture& m, const std::string& confi
         else all_known = false;
     }
     if (c.difference && all_known) c.unexplained = *c.difference - explained;
-    if (!c.from_headers) return c;
+    if (!c.from_headers) return;
 
-    c.modelled_elements = modelled_elements;
+    c.modelled_elements = modelled_elements.value();
     for (auto& [unused, d] : dtypes) c.dtypes.push_back(d);
     // Tensor by tensor, summed a layer at a time: each layer against memcalc's rows for its kind.
     std::uint64_t in_layers = 0;
@@ -287,14 +303,15 @@ CheckpointCheck check_checkpoint(const Architecture& m, const std::string& confi
         const std::uint64_t memcalc = table.per_layer(kind_of_layer(table, layer)).value();
         in_layers += memcalc;
         const auto found = layer_elements.find(layer);
-        const std::uint64_t have = found == layer_elements.end() ? 0 : found->second;
+        const std::uint64_t have = found == layer_elements.end() ? 0 : found->second.value();
         if (have != memcalc) c.layer_differences.push_back({layer, have, memcalc});
     }
     const auto outside = layer_elements.find(std::nullopt);
-    const std::uint64_t have = outside == layer_elements.end() ? 0 : outside->second;
+    const std::uint64_t have = outside == layer_elements.end() ? 0 : outside->second.value();
     if (have != c.parameters - in_layers) c.layer_differences.push_back({std::nullopt, have, c.parameters - in_layers});
-    return c;
 }
+
+}  // namespace
 
 ModelFile load_model_folder(const std::string& dir) {
     const fs::path folder(dir);
@@ -319,6 +336,10 @@ ModelFile load_model_folder(const std::string& dir) {
             for (const auto& [unused, shard] : doc.at("weight_map").items())
                 if (shard.is_string()) named.insert(shard.get<std::string>());
         std::vector<std::string> missing;
+        for (const auto& shard : named) {
+            if (shard.empty() || fs::path(shard).filename() != shard || shard == "." || shard == "..")
+                throw error(index_path.string() + ": weight_map names '" + shard + "', not a file name in the folder");
+        }
         for (const auto& shard : named)
             (fs::exists(folder / shard, code) ? shard_files : missing).push_back(shard);
         if (!shard_files.empty() && !missing.empty())
