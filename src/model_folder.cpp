@@ -160,8 +160,8 @@ CheckpointCheck check_checkpoint(const Architecture& m, const std::string& confi
     if (document.contains("quantization_config") && document.at("quantization_config").is_object()) {
         const json& q = document.at("quantization_config");
         if (q.contains("weight_block_size") && q.at("weight_block_size").is_array() && q.at("weight_block_size").size() == 2) {
-            const JsonReader block(json{{"rows", q.at("weight_block_size")[0]}, {"columns", q.at("weight_block_size")[1]}},
-                                   origin + "/config.json: quantization_config.weight_block_size");
+            const json sizes = {{"rows", q.at("weight_block_size")[0]}, {"columns", q.at("weight_block_size")[1]}};
+            const JsonReader block(sizes, origin + "/config.json: quantization_config.weight_block_size");
             block_rows = block.positive("rows"), block_columns = block.positive("columns");
         }
     }
