@@ -292,7 +292,7 @@ void tally(CheckpointCheck& c, const Architecture& m, const ParameterTable& tabl
         if (c.parts[r].bytes) explained += *c.parts[r].bytes;
         else all_known = false;
     }
-    if (c.difference && all_known) c.unexplained = *c.difference - explained;
+    if (c.difference) (all_known ? c.unexplained : c.left_to_unknown) = *c.difference - explained;
     if (!c.from_headers) return;
 
     c.modelled_elements = modelled_elements.value();

@@ -46,6 +46,7 @@ struct CheckpointCheck {
     std::optional<std::int64_t> difference;            ///< bytes - expected_bytes
     std::vector<CheckpointPart> parts;                 ///< every reason, in a fixed order, zero or not
     std::optional<std::int64_t> unexplained;           ///< difference less the parts; unknown when a part is
+    std::optional<std::int64_t> left_to_unknown;       ///< else the difference less the parts known: what the others hold
     std::optional<std::uint64_t> modelled_elements;    ///< the elements of the tensors memcalc has rows for
     std::vector<DtypeTally> dtypes;
     std::vector<LayerDifference> layer_differences;

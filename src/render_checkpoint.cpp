@@ -34,6 +34,11 @@ std::string checkpoint_table(const CheckpointCheck& c) {
     t.row({"difference", "", known(c.difference)});
     for (const auto& p : c.parts)
         if (p.tensors > 0) t.row({fmt::format("  {} (e.g. {})", p.label, p.first), std::to_string(p.tensors), known(p.bytes)});
+    if (c.left_to_unknown) {
+        std::uint64_t tensors = 0;
+        for (const auto& p : c.parts) tensors += p.bytes ? 0 : p.tensors;
+        t.row({"left to the parts of unknown size", std::to_string(tensors), signed_digits(*c.left_to_unknown)});
+    }
     t.row({"unexplained", "", known(c.unexplained)});
     out += t.str();
     if (c.index_total_size && c.bytes && *c.index_total_size != *c.bytes)
@@ -84,6 +89,7 @@ json checkpoint_json(const CheckpointCheck& c) {
             {"difference", signed_or_null(c.difference)},
             {"parts", parts},
             {"unexplained", signed_or_null(c.unexplained)},
+            {"left_to_unknown", signed_or_null(c.left_to_unknown)},
             {"modelled_elements", unsigned_or_null(c.modelled_elements)},
             {"dtypes", c.from_headers ? dtypes : json(nullptr)},
             {"layer_differences", c.from_headers ? layers : json(nullptr)}};

@@ -274,6 +274,23 @@ TEST_CASE("fp8 weights with block scales, and MXFP4 blocks: from the shards and 
     CHECK(part(i, "mxfp4_blocks").tensors == 1);
     CHECK_FALSE(part(i, "mxfp4_blocks").bytes);
     CHECK_FALSE(i.unexplained);
+    CHECK(i.left_to_unknown == 4096 - 64 * 128 * 2 + 256);  // what the MXFP4 tensors hold, less memcalc's bf16
+}
+
+TEST_CASE("a real index with rotary buffers: LLaMA 7B's 32 inv_freq tensors hold the 8,192 bytes over", "[model_folder]") {
+    // Pygmalion-7b: LLaMA 7B's shapes (the chapter's 6,738,415,616), saved by transformers 4.28 with
+    // each layer's rotary inv_freq (64 fp32 values, head_dim / 2).
+    const auto file = cli::load_model_folder(std::string(MEMCALC_SOURCE_DIR) + "/tests/models/pygmalion-7b");
+    REQUIRE(file.checkpoint);
+    const auto& c = *file.checkpoint;
+    CHECK(c.parameters == 6738415616u);
+    CHECK(c.tensors == 323);
+    CHECK(c.difference == 13476839424 - 2 * 6738415616);
+    CHECK(c.difference == 32 * 64 * 4);
+    CHECK(part(c, "rotary_inv_freq").tensors == 32);
+    CHECK_FALSE(part(c, "rotary_inv_freq").bytes);  // the dtype is in the shards' headers, not the index
+    CHECK(c.left_to_unknown == 8192);
+    CHECK_FALSE(c.unexplained);
 }
 
 TEST_CASE("a real model folder's index: Phi-3-mini's total_size is memcalc's count in bfloat16", "[model_folder][cli]") {
