@@ -152,9 +152,12 @@ CheckpointCheck check_checkpoint(const Architecture& m, const std::string& confi
     // config.json's dtype and quantization; a missing dtype is what transformers loads by default: float32.
     const json document = parse_json(config, origin + "/config.json");
     const JsonReader in(document, origin + "/config.json");
-    c.dtype = in.text_or(in.has("torch_dtype") ? "torch_dtype" : "dtype", "float32");
+    const char* dtype_key = in.has("torch_dtype") ? "torch_dtype" : "dtype";
+    c.dtype = in.text_or(dtype_key, "float32");
     const auto dtype = std::find_if(config_dtypes.begin(), config_dtypes.end(), [&](const auto& d) { return c.dtype == d.first; });
-    if (dtype == config_dtypes.end()) in.fail("torch_dtype '" + c.dtype + "' is not a dtype memcalc knows (float32, bfloat16, float16, float64, float8_e4m3fn, float8_e5m2)");
+    if (dtype == config_dtypes.end())
+        in.fail(std::string(dtype_key) + " '" + c.dtype +
+                "' is not a dtype memcalc knows (float32, bfloat16, float16, float64, float8_e4m3fn, float8_e5m2)");
     c.bytes_per_element = dtype->second;
     std::uint64_t block_rows = 128, block_columns = 128;  // DeepSeek-V3's weight_block_size
     if (document.contains("quantization_config") && document.at("quantization_config").is_object()) {
@@ -173,10 +176,13 @@ CheckpointCheck check_checkpoint(const Architecture& m, const std::string& confi
 
     // Every tensor's name, and its header entry when the shards were read.
     std::vector<std::pair<std::string, const SafetensorsTensor*>> tensors;
-    if (!shards.empty()) {
-        for (const auto& [file, list] : shards)
-            for (const auto& t : list) tensors.emplace_back(t.name, &t);
-    }
+    std::map<std::string, std::string> shard_of;  // a tensor in two shards would be counted twice
+    for (const auto& [file, list] : shards)
+        for (const auto& t : list) {
+            const auto [it, first] = shard_of.emplace(t.name, file);
+            if (!first) throw error(origin + "/" + file + ": tensor '" + t.name + "' is in " + it->second + " too");
+            tensors.emplace_back(t.name, &t);
+        }
     if (!index.empty()) {
         const std::string where = origin + "/model.safetensors.index.json";
         const json doc = parse_json(index, where);

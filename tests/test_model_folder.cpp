@@ -353,8 +353,22 @@ TEST_CASE("a model folder through the program: the check in the table and JSON, 
     bad.write("model.safetensors.index.json", R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors"}})");
     write_safetensors(bad.path / "one.safetensors", {{"a", "BF16", {2}}});
     refused("names two.safetensors, which is not in the folder (1 of 2 shards missing: a partial download?)");
+    bad.write("model.safetensors.index.json", R"({"weight_map": {"a": "one.safetensors"}})");
+    write_safetensors(bad.path / "one.safetensors", {{"a", "BF16", {2}}, {"b", "BF16", {2}}});
+    refused("model.safetensors.index.json: does not name 'b', which a shard holds");
     fs::remove(bad.path / "model.safetensors.index.json");
+    write_safetensors(bad.path / "two.safetensors", {{"a", "BF16", {2}}});
+    refused(dir + "/two.safetensors: tensor 'a' is in one.safetensors too");
     fs::remove(bad.path / "one.safetensors");
+    fs::remove(bad.path / "two.safetensors");
+    json unknown_dtype = tiny_config();
+    unknown_dtype.erase("torch_dtype");
+    unknown_dtype["dtype"] = "int4";
+    bad.write("config.json", unknown_dtype.dump());
+    write_safetensors(bad.path / "one.safetensors", {{"a", "BF16", {2}}});
+    refused("config.json: dtype 'int4' is not a dtype memcalc knows");
+    fs::remove(bad.path / "one.safetensors");
+    bad.write("config.json", tiny_config().dump());
     bad.write("model.safetensors", std::string("\x10\0\0\0\0\0\0\0{\"a\":", 13));
     refused(dir + "/model.safetensors: header length 16 runs past the end of the file (13 bytes)");
 }
