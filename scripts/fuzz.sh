@@ -10,7 +10,8 @@ build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMCALC_FUZZ=ON \
   -DMEMCALC_BUILD_TESTS=OFF -DMEMCALC_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS=$flags" >/dev/null
-cmake --build "$build" -j2 --target fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line >/dev/null
+cmake --build "$build" -j2 --target fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line \
+  fuzz_safetensors_header >/dev/null
 
 seed() {  # target, then seed files
   local dir="$build/corpus/$1"
@@ -23,6 +24,17 @@ seed fuzz_hf_config $(ls "$root"/tests/configs/*.json | grep -v manifest.json)
 mkdir -p "$build/corpus/fuzz_arguments"
 for text in 80GB 2GiB 1.5TB 512 "0.5 KiB" 1024,2048,4096 all none,full 0,1,2,3 18446744073709551615; do
   printf '%s' "$text" > "$build/corpus/fuzz_arguments/$(printf '%s' "$text" | md5sum | cut -c1-12)"
+done
+
+# Safetensors files' starts: an 8-byte little-endian length, then the JSON header (no data).
+mkdir -p "$build/corpus/fuzz_safetensors_header"
+i=0
+for header in '{"w":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}}' \
+    '{"model.layers.0.self_attn.q_proj.weight":{"dtype":"F8_E4M3","shape":[64,64],"data_offsets":[0,4096]},"__metadata__":{"format":"pt"}}' \
+    '{"model.layers.1.mlp.down_proj_blocks":{"dtype":"U8","shape":[64,4,16],"data_offsets":[0,4096]}}'; do
+  /usr/bin/python3 -c 'import struct, sys; h = sys.argv[1].encode(); sys.stdout.buffer.write(struct.pack("<Q", len(h)) + h)' \
+    "$header" > "$build/corpus/fuzz_safetensors_header/seed-$i"
+  i=$((i + 1))
 done
 
 # Whole command lines, one argument a line: an estimate, a sweep over the layout, fit and plan.
@@ -42,9 +54,10 @@ for line in "--preset llama-7b --seq 1024 --recompute selective" \
 done
 
 status=0
-for target in fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line; do
+for target in fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line fuzz_safetensors_header; do
   dict=""
-  [ "$target" = fuzz_model_file ] || [ "$target" = fuzz_hf_config ] && dict="-dict=$root/fuzz/model.dict"
+  [ "$target" = fuzz_model_file ] || [ "$target" = fuzz_hf_config ] || [ "$target" = fuzz_safetensors_header ] &&
+    dict="-dict=$root/fuzz/model.dict"
   [ "$target" = fuzz_command_line ] && dict="-dict=$root/fuzz/command_line.dict"
   mkdir -p "$build/crashes"
   log="$build/$target.log"

@@ -2,11 +2,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "gpu_file.hpp"
+#include "model_folder.hpp"
 #include "profile_file.hpp"
 #include "recipe_file.hpp"
 #include "suggest.hpp"
@@ -44,7 +46,8 @@ std::string printable(const std::string& text) {
 ModelFile load_model(const Request& q) {
     ModelFile m = !q.preset.empty()       ? load_preset(q.preset)
                   : !q.model_file.empty() ? load_model_file(q.model_file)
-                                          : load_hf_config(q.config);
+                  : std::filesystem::is_directory(q.config) ? load_model_folder(q.config)
+                                                            : load_hf_config(q.config);
     m.architecture.name = printable(m.architecture.name);
     return m;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "model_folder.hpp"
 #include "memcalc/memcalc.hpp"
 #include "render.hpp"
 
@@ -86,9 +87,17 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
         const Report r = estimate(arch, settings);
         if (!q.plot.empty()) files.push_back({"--plot", q.plot, timeline_svg(r, view.device_memory, view.unit)});
         switch (format) {
-            case Format::json: out.append((q.per_layer ? per_layer_json(r) : report_json(r, view)).dump(2) + "\n"); break;
+            case Format::json: {
+                nlohmann::json j = q.per_layer ? per_layer_json(r) : report_json(r, view);
+                if (model.checkpoint && !q.per_layer) j["checkpoint"] = checkpoint_json(*model.checkpoint);
+                out.append(j.dump(2) + "\n");
+                break;
+            }
             case Format::csv: out.append(q.per_layer ? per_layer_csv(r) : csv_header() + csv_row(r)); break;
-            case Format::table: out.append(q.per_layer ? per_layer_table(r, view) : report_table(r, view)); break;
+            case Format::table:
+                out.append(q.per_layer ? per_layer_table(r, view) : report_table(r, view));
+                if (model.checkpoint && !q.per_layer) out.append(checkpoint_table(*model.checkpoint));
+                break;
         }
         return;
     }
@@ -136,6 +145,7 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
                 }
     if (format == Format::json) out.append("\n]\n");
     if (table) out.append(table->str());
+    if (table && model.checkpoint) out.append(checkpoint_table(*model.checkpoint));
     // A sweep plots the peak against the sequence (or, when only it varies, the micro-batch).
     if (!q.plot.empty())
         files.push_back({"--plot", q.plot,

@@ -35,6 +35,7 @@ const char* const examples = R"(Examples:
   memcalc --preset llama-2-70b --seq 1024,2048,4096 --recompute all --format csv
   memcalc --model-file my-model.json --seq 2048 --micro-batch 4 --units gib
   memcalc --config Llama-2-7b-hf/config.json --seq 4096 --recompute full
+  memcalc --config Llama-2-7b-hf --seq 4096
   memcalc --preset llama-3-8b --seq 8192 --activations architecture --attention flash --per-layer
   memcalc --preset llama-2-70b --seq 4096 --tp 8 --sp --pp 4 --dp 2 --zero 1 --global-batch 128 --recompute selective
   memcalc --preset llama-7b --seq 4096 --recompute selective --microbatches 4 --grad-buffer persistent
@@ -62,10 +63,12 @@ struct ModelChoice {  // which model
             ->type_name("PATH");
         app.add_option("--config", q.config,
                        "A HuggingFace config.json (model_type llama, mistral, mixtral, qwen2, gemma, gemma2, phi3,\n"
-                       "gpt2, opt, falcon, bloom, gpt_neox or phi)")
+                       "gpt2, opt, falcon, bloom, gpt_neox or phi)"
+                       ", or a downloaded model folder holding one: its\nmodel.safetensors.index.json or safetensors "
+                       "headers are then checked against memcalc's count")
             ->excludes(preset)
             ->excludes(model_file)
-            ->type_name("PATH");
+            ->type_name("PATH|DIR");
     }
 };
 

@@ -453,8 +453,8 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin, cons
     if (family == families.end()) {
         std::string names;
         for (const auto& name : supported_model_types()) names += (names.empty() ? "" : ", ") + name;
-        in.fail("model_type '" + type + "' is not supported" + did_you_mean(type, supported_model_types()) +
-                "; memcalc reads " + names);
+        // No nearest name: a near spelling is often another family ("qwen3" is not "qwen2").
+        in.fail("model_type '" + type + "' is not supported; memcalc reads " + names);
     }
     ModelFile file;
     file.architecture.name = default_name;

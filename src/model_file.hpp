@@ -1,6 +1,7 @@
 #pragma once
 // Reading a model description (a preset or a user's --model-file) from JSON.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,11 +11,14 @@
 
 namespace memcalc::cli {
 
+struct CheckpointCheck;  // model_folder.hpp
+
 struct ModelFile {
     Architecture architecture;
     std::string description;
     std::string source;
     std::optional<std::uint64_t> published_parameters;  ///< the model's published exact count, when known
+    std::shared_ptr<const CheckpointCheck> checkpoint;    ///< --config DIR: its checkpoint against the count
 };
 
 /// Parses and validates one model description; `origin` (a file name) prefixes every error message.

@@ -7,6 +7,7 @@
 
 #include "exercise.hpp"
 #include "model_file.hpp"
+#include "safetensors_header.hpp"
 
 TEST_CASE("every input a fuzzer found is handled", "[fuzz]") {
     const std::filesystem::path dir = std::filesystem::path(MEMCALC_SOURCE_DIR) / "tests" / "fuzz-regressions";
@@ -17,6 +18,10 @@ TEST_CASE("every input a fuzzer found is handled", "[fuzz]") {
         text << in.rdbuf();
         CAPTURE(entry.path().filename().string());
         ++inputs;
+        try {  // as the start of a safetensors file, too
+            (void)memcalc::cli::parse_safetensors_header(text.str(), text.str().size(), "fuzz");
+        } catch (const memcalc::error&) {
+        }
         for (bool hf : {false, true}) {
             try {
                 const auto file = hf ? memcalc::cli::parse_hf_config(text.str(), "fuzz", "fuzz")
