@@ -49,11 +49,16 @@ std::string serve_table(const ServeRun& r, Unit unit) {
     table.row({"per device", "bytes", "", "what"});
     table.row({"weights", digits(p.weights), amount(p.weights, unit),
                fmt::format("{} parameters on this rank; linear layers {}", digits(p.parameters), s.weights->name)});
+    const std::string what = p.kv_latent ? fmt::format("the {} latent and k's rotary part", dtype_name(s.kv_dtype))
+                                         : fmt::format("k and v of {} {} head{}{}", p.kv_heads_per_rank,
+                                                       dtype_name(s.kv_dtype), p.kv_heads_per_rank == 1 ? "" : "s",
+                                                       p.kv_replicated ? ", replicated" : "");
     table.row({"KV cache", digits(p.kv_cache), amount(p.kv_cache, unit),
-               fmt::format("{} B a token (k and v of {} {} head{}{} x {} layers), {} blocks of {} per sequence",
-                           digits(p.kv_bytes_per_token), p.kv_heads_per_rank, dtype_name(s.kv_dtype),
-                           p.kv_heads_per_rank == 1 ? "" : "s", p.kv_replicated ? ", replicated" : "", r.layers,
-                           digits(Count(p.blocks_per_sequence)), s.block_size)});
+               fmt::format("{} B a token ({} x {} layers), {} blocks of {} per sequence{}", digits(p.kv_bytes_per_token),
+                           what, r.layers, digits(Count(p.blocks_per_sequence)), s.block_size,
+                           p.windowed_layers == 0 ? ""
+                                                  : fmt::format("; {} sliding-window layers keep their window's",
+                                                                p.windowed_layers))});
     table.row({"activations", digits(p.activations), amount(p.activations, unit),
                fmt::format("a prefill chunk of {} tokens, and the last tokens' logits", digits(Count(p.prefill_tokens)))});
     table.row({"peak", digits(p.peak()), amount(p.peak(), unit), ""});
@@ -89,7 +94,8 @@ nlohmann::json serve_json(const ServeRun& r) {
         {"weights", {{"bytes", p.weights.value()}, {"parameters", p.parameters.value()}, {"format", s.weights->name}}},
         {"kv_cache",
          {{"bytes", p.kv_cache.value()}, {"bytes_per_token", p.kv_bytes_per_token.value()},
-          {"kv_heads_per_rank", p.kv_heads_per_rank}, {"replicated", p.kv_replicated},
+          {"kv_heads_per_rank", p.kv_heads_per_rank}, {"replicated", p.kv_replicated}, {"latent", p.kv_latent},
+          {"windowed_layers", p.windowed_layers},
           {"blocks_per_sequence", p.blocks_per_sequence}, {"dtype", dtype_name(s.kv_dtype)}}},
         {"activations", {{"bytes", p.activations.value()}, {"prefill_tokens", p.prefill_tokens}}},
         {"peak", {{"bytes", p.peak().value()}}},

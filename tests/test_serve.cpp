@@ -52,6 +52,27 @@ TEST_CASE("the KV cache per token is 2 x layers x key/value heads x head_dim x t
     }
 }
 
+TEST_CASE("latent attention caches its compressed latent and k's rotary part; sliding windows cap theirs", "[serve]") {
+    SECTION("DeepSeek-V3: (512 + 64) values a layer a token, whole on every rank") {
+        const Architecture m = preset("deepseek-v3");
+        const ServeReport r = serve(m, at(4096, 1, 8));
+        CHECK(r.kv_latent);
+        CHECK(r.kv_bytes_per_token.value() == 61 * (512 + 64) * 2);  // 70,272 B
+        CHECK(r.kv_cache.value() == 4096ULL * 61 * (512 + 64) * 2);
+        CHECK(serve(m, at(4096, 1, 1)).kv_cache == r.kv_cache);
+    }
+    SECTION("gpt-oss: its 128-token sliding layers keep 9 blocks of 16 (the window and the one its start is in)") {
+        const Architecture m = GENERATE(preset("gpt-oss-20b"), preset("gpt-oss-120b"));
+        CAPTURE(m.name);
+        const std::uint64_t half = m.layers / 2, per_layer = 2 * 8 * 64 * 2;  // 8 key/value heads of 64, bf16
+        const ServeReport r = serve(m, at(8192, 2));
+        CHECK(r.windowed_layers == half);
+        CHECK(r.kv_cache.value() == 2 * 16 * per_layer * (half * 512 + half * 9));
+        // A context inside the window: every layer keeps it all.
+        CHECK(serve(m, at(100)).kv_cache.value() == 7 * 16 * per_layer * m.layers);
+    }
+}
+
 TEST_CASE("weights: bf16 is 2 bytes a parameter; quantised formats store the layers' matrices with their scales",
           "[serve]") {
     const Architecture m = GENERATE(preset("llama-3-8b"), preset("mixtral-8x7b"), fixtures::gpt2_small());

@@ -76,9 +76,11 @@ struct ServeReport {
     Count parameters;              ///< this rank's share
     std::uint64_t kv_heads_per_rank = 0;
     bool kv_replicated = false;    ///< fewer key/value heads than ranks: each rank keeps a whole head
-    Count kv_bytes_per_token;      ///< over every layer
-    std::uint64_t blocks_per_sequence = 0;
-    Count kv_cache;                ///< batch x blocks x block size x bytes per token
+    bool kv_latent = false;        ///< latent attention: the compressed latent and k's rotary part
+    std::uint64_t windowed_layers = 0;  ///< layers whose sliding window caps their cache
+    Count kv_bytes_per_token;      ///< over every layer, while no window caps them
+    std::uint64_t blocks_per_sequence = 0;  ///< the most any layer keeps a sequence
+    Count kv_cache;                ///< batch x blocks x block size x bytes per token, by kind of layer
     std::uint64_t prefill_tokens = 0;
     Count activations;             ///< prefill's largest forward temporaries and the last tokens' logits
     Count peak() const { return weights + kv_cache + activations; }
@@ -140,14 +142,31 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
         r.weights += layers * bytes;
     }
 
-    // The cache: k and v of each layer's key/value heads on this rank, whole heads when fewer than ranks.
+    // The cache, a kind of layer at a time: k and v of its key/value heads on this rank (whole heads
+    // when fewer than ranks), or latent attention's compressed latent and k's rotary part (one per
+    // token, whole on every rank, as vLLM keeps it); a sliding-window layer keeps its window's tokens
+    // and one block more (the block the window's start falls in).
     const std::uint64_t kv = m.key_value_heads();
-    r.kv_replicated = kv < tp;
-    r.kv_heads_per_rank = r.kv_replicated ? 1 : kv / tp;
-    r.kv_bytes_per_token = Count(m.layers) * 2 * r.kv_heads_per_rank * m.head_size() * bytes_per_element(s.kv_dtype);
-    r.blocks_per_sequence = detail::ceil_div_u(s.context, s.block_size);
-    r.kv_cache = Count(s.batch) * r.blocks_per_sequence * s.block_size * r.kv_bytes_per_token;
-
+    r.kv_replicated = !m.mla.enabled() && kv < tp;
+    r.kv_heads_per_rank = m.mla.enabled() ? 1 : r.kv_replicated ? 1 : kv / tp;
+    r.kv_latent = m.mla.enabled();
+    r.blocks_per_sequence = 0;
+    const std::uint64_t cache = bytes_per_element(s.kv_dtype);
+    const std::uint64_t blocks_full = detail::ceil_div_u(s.context, s.block_size);
+    for (std::size_t k = 0; k < m.kind_count(); ++k) {
+        const std::uint64_t layers = m.layers_of_kind(k);
+        if (layers == 0) continue;
+        const Architecture v = m.kind_view(k);
+        const Count per_token = Count(layers) * cache *
+                                (v.mla.enabled() ? v.mla.kv_lora_rank + v.mla.qk_rope_head_dim
+                                                 : 2 * r.kv_heads_per_rank * v.head_size());
+        const std::uint64_t blocks =
+            v.window == 0 ? blocks_full : std::min(blocks_full, detail::ceil_div_u(v.window, s.block_size) + 1);
+        r.kv_bytes_per_token += per_token;
+        r.kv_cache += Count(s.batch) * blocks * s.block_size * per_token;
+        r.blocks_per_sequence = std::max(r.blocks_per_sequence, blocks);
+        if (blocks < blocks_full) r.windowed_layers += layers;
+    }
     // One forward of a prefill chunk, in bf16 with no autograd: the residual stream and the norm's
     // output, then the larger of attention's q, k, v and output (a fused kernel: no scores) and the
     // MLP's gate/up output and product (per routed slot for experts, beside the gathered tokens, their
