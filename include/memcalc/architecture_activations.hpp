@@ -40,6 +40,28 @@ public:
         return every_mm_ || mm_count_ % 2 == 1;
     }
     void every_mm(bool on) { every_mm_ = on; }
+    /// Starts a part of the layer (Module): every row and workspace added from now on belongs to it.
+    /// Returns the part it ends, for a nested part to restore.
+    Module current_section() const { return module_; }
+    Module section(Module m) {
+        const Module before = module_;
+        module_ = m;
+        return before;
+    }
+    /// The last row is the module's input itself, which its checkpoint keeps.
+    void mark_module_input() { rows_.back().role = ModuleRole::input; }
+    void row_role_at(std::size_t row, ModuleRole role) { rows_.at(row).role = role; }
+    /// The last row's storage is a norm's output, which recomputing the norm discards.
+    void mark_norm_output(bool is = true) { rows_.back().norm_output = is; }
+    /// The current module's checkpoint keeps a tensor no other row keeps: a row counted only when it
+    /// is recomputed (select_modules drops it otherwise).
+    void checkpoint_input(Label tensor, const Shape& shape, Count elements, std::uint64_t bytes_per_element,
+                          bool norm_output = false) {
+        add(std::string(module_name(module_)) + " checkpoint", tensor, "the checkpoint reruns the module from it", shape,
+            elements, bytes_per_element, Keep::only_selective);
+        rows_.back().role = ModuleRole::checkpoint;
+        rows_.back().norm_output = norm_output;
+    }
     /// The last row is the output of an op the policy saves (SavedTensor::policy_saved).
     void mark_policy_saved(bool saved = true) { rows_.back().policy_saved = saved; }
     /// An output the policy saves that no row is, made after the rows added so far.
@@ -77,10 +99,12 @@ public:
         const Count elements = per_copy * copies;
         rows_.push_back({op, tensor, why, shape.symbol, copies, bytes_per_element, keep, elements,
                          elements * bytes_per_element, shape.split});
+        rows_.back().module = module_;
     }
 
 private:
     void push(Workspace w) {
+        w.module = module_;
         if (work_) work_->push_back(w);
     }
 
@@ -89,6 +113,7 @@ private:
     std::vector<PolicyOutput>* policy_;
     std::uint64_t mm_count_ = 0;
     bool every_mm_ = false;
+    Module module_ = Module::none;
 };
 
 /// The sizes a layer's tensors are made of, for sequence s and micro-batch b.
@@ -159,22 +184,27 @@ inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& 
     return input == dtype::fp32;
 }
 
-inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const std::string& what,
+/// Returns whether a row of it, or of an earlier norm (`input_kept`), is its input itself.
+inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const std::string& what,
                       bool input_kept = false, bool layer_input = false) {
     if (m.norm == Norm::rmsnorm) {
         // On the residual stream, in its dtype (fp32 under autocast, where the input kept is the stream itself).
         const std::size_t input_row = t.size();
-        if (rmsnorm_rows(t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", z.s) && layer_input)
-            t.mark_layer_input_at(input_row);
+        const bool keeps_input = rmsnorm_rows(t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", z.s);
+        if (keeps_input && layer_input) t.mark_layer_input_at(input_row);
+        if (keeps_input) t.row_role_at(input_row, ModuleRole::input);
+        return keeps_input || input_kept;
     } else {
         if (!input_kept) {
             t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", shape::sbh, z.sbh, z.s);
             t.mark_layer_input(layer_input);
+            t.mark_module_input();
         }
         // CUDA keeps the statistics in fp32; the CPU kernel in its input's dtype.
         const bool fp32 = z.platform == Platform::cuda;
         t.add(what + " (LayerNorm)", std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(z.stream)),
               "so backward need not recompute them", shape::sb, z.tokens, fp32 ? dtype::fp32 : z.s, Keep::always, 2);
+        return true;
     }
 }
 
@@ -273,9 +303,12 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                              ? "their input, shared with the MLP"
                                                                                        : "their input",
                          z.sbh, shape::sbh, 3);
+    t.mark_norm_output(!z.autocast && !z.narrow);
     qk_norm_rows(t, m, z);
     rotary_rows(t, m, z);
     qkv_rows(t, m, z, attention);
+    // Korthikanti's selective checkpoint: its rows are those Keep marks, its input q, k and v above.
+    t.section(Module::core_attn);
     if (attention == Attention::flash) {
         // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per row
         // and recomputes the scores block by block in backward.
@@ -359,6 +392,7 @@ inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const
         const bool is_input = tensor == "its input";
         t.add(op, is_input ? tensor + " (" + input + ")" : tensor, std::string(kept.why), shape, sbf, d);
         t.mark_policy_saved(is_input && input_saved);
+        if (is_input && t.current_section() == Module::moe_act) t.mark_module_input();  // the checkpoint's input
     }
 }
 
@@ -378,6 +412,10 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
     const bool biased = m.bias == Bias::all;
     const std::string act = prefix + std::string(fn.label);
     const bool dropout = m.mlp_dropout > 0;
+    // The routed experts' activation, from its input (the first projections' outputs) to the down projection's.
+    const Module outer = t.current_section();
+    if (outer == Module::moe) t.section(Module::moe_act);
+    const auto end_act = [&] { t.section(outer); };
     // The dropout's backward: its incoming gradient and its input's, beside its mask or noise.
     const auto dropout_rows = [&] {
         dropout_row(t, z, z.compute, prefix + "MLP dropout", shape, sbf);
@@ -392,6 +430,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         t.add(prefix + "gate x up", "the up projection's output", "the gate branch's gradient is up x grad", shape,
               sbf, z.d);
         t.mark_policy_saved(up_saved);
+        if (outer == Module::moe) t.mark_module_input();  // with the gate's, moe_act's input
         // gate x up's backward: its incoming gradient and one for each factor, the down projection's
         // input already freed; the activation's own backward, after it, holds less.
         t.workspace(true, prefix + "gate x up backward", "its incoming gradient and the gradients of both factors",
@@ -399,6 +438,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         if (dropout) dropout_rows();
         down_projection_row(t, z, prefix, dropout ? "its input (gate x up, dropped out)" : "its input (gate x up)",
                             shape, sbf);
+        end_act();
         return t.linear_saved(biased);
     }
     activation_rows(t, fn, shape, sbf, prefix, "the up projection's output", z.d, t.linear_saved(biased));
@@ -415,6 +455,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
                    fn.kernel == ActivationKernel::fused ? "its incoming gradient and its input's gradient"
                                                         : "its incoming gradient and the last product's two gradients",
                    bytes_of(work, shape.symbol), Count(work) * sbf, "down_proj");
+    end_act();
     return t.linear_saved(biased);
 }
 
@@ -468,28 +509,45 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     detail::TableBuilder t(layer.rows, &layer.work, &layer.policy_outputs);
     const bool shared_norm = m.parallel_attention && m.norms_per_layer == 1;
 
-    detail::norm_rows(t, m, z, shared_norm ? "layer norm" : "attention norm", false, true);
+    // Megatron-LM's layernorm module: input_layernorm and pre_mlp_layernorm. Its checkpoint keeps the
+    // norm's input: a row of the norm's where that is the input itself, else a copy of its own.
+    const auto layer_norm = [&](const std::string& what, bool input_kept, bool layer_input) {
+        t.section(Module::layernorm);
+        if (!detail::norm_rows(t, m, z, what, input_kept, layer_input))
+            t.checkpoint_input("the norm's input (the residual stream)", shape::sbh, z.sbh, z.s);
+    };
+    layer_norm(shared_norm ? "layer norm" : "attention norm", false, true);
+    t.section(Module::attention);
     detail::attention_rows(t, m, z, attention);
+    t.section(Module::none);
     t.policy_output(t.linear_saved(m.bias == Bias::attention || m.bias == Bias::all), "output projection", "its output",
                     shape::sbh, z.sbh, z.d);
     if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-attention norm");
     if (m.hidden_dropout > 0 && !m.parallel_attention)
         detail::dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);
 
-    if (!shared_norm) detail::norm_rows(t, m, z, "MLP norm", m.parallel_attention);
+    layer.mlp_half_from = t.size();
+    if (!shared_norm) layer_norm("MLP norm", m.parallel_attention, false);
+    t.section(m.is_moe() ? Module::moe : Module::mlp);
     // Under autocast a shared norm's output is cast again by the MLP's projections (the router, for
     // experts); narrow linears save their own cast of it.
-    if (!shared_norm || z.autocast || z.narrow)
-        // A router is no Transformer Engine module: it keeps its input in the compute dtype.
-        detail::projection_input_row(t, m.is_moe() ? z.wide_linears() : z,
-                                     m.is_moe() ? "router and experts" : "MLP up projections", "their input",
-                                     z.sbh, shape::sbh, m.is_moe() ? 1 : detail::mlp_input_projections(m));
+    // A router is no Transformer Engine module: it keeps its input in the compute dtype.
+    const detail::Sizes& mlp_sizes = m.is_moe() ? z.wide_linears() : z;
+    // The module's checkpoint keeps the norm's output: the row below where it is that very storage.
+    const bool input_is_norm_output = !mlp_sizes.autocast && !mlp_sizes.narrow;
+    if (!shared_norm || z.autocast || z.narrow) {
+        detail::projection_input_row(t, mlp_sizes, m.is_moe() ? "router and experts" : "MLP up projections",
+                                     "their input", z.sbh, shape::sbh, m.is_moe() ? 1 : detail::mlp_input_projections(m));
+        if (input_is_norm_output) t.mark_module_input(), t.mark_norm_output();
+    }
+    if (!input_is_norm_output) t.checkpoint_input("the norm's output", shape::sbh, z.sbh, z.s, true);
     if (m.is_moe()) {
         detail::moe_rows(t, m, z);
     } else {
         t.policy_output(detail::mlp_rows(t, m, z, shape::sbf, z.sbf, ""), "MLP down projection", "its output", shape::sbh,
                         z.sbh, z.d);
     }
+    t.section(Module::none);
     if (m.norms_per_layer == 4) detail::norm_rows(t, m, z, "post-MLP norm");
     if (m.hidden_dropout > 0)
         detail::dropout_row(t, z, z.compute, m.parallel_attention ? "residual dropout" : "MLP residual dropout",
