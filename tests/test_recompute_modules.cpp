@@ -30,9 +30,7 @@ Architecture dense_then_moe() {
 }
 LayerActivations layer_with(const Architecture& m, std::uint64_t s, ModuleSet modules,
                             Attention attention = Attention::eager) {
-    LayerActivations layer = architecture_layer(m, s, 1, DType::bf16, attention);
-    select_modules(layer, modules);
-    return layer;
+    return architecture_layer(m, s, 1, DType::bf16, attention, Platform::cuda, modules);
 }
 }  // namespace
 
@@ -41,9 +39,9 @@ TEST_CASE("recompute_modules core_attn is Korthikanti's selective recomputation,
     const Attention attention = GENERATE(Attention::eager, Attention::flash);
     CAPTURE(m.name, attention_name(attention));
     // The modules' own checkpoint rows leave the table: the rest is what 1.1 built.
-    const LayerActivations built = architecture_layer(m.layer_kinds.empty() ? m : m.kind_view(0), 512, 2, DType::bf16, attention);
-    LayerActivations core = built;
-    select_modules(core, ModuleSet::of({Module::core_attn}));
+    const Architecture layer = m.layer_kinds.empty() ? m : m.kind_view(0);
+    const LayerActivations built = architecture_layer(layer, 512, 2, DType::bf16, attention, Platform::cuda, ModuleSet{0});
+    const LayerActivations core = architecture_layer(layer, 512, 2, DType::bf16, attention);
     std::size_t checkpoints = 0;
     Count checkpoint_bytes;
     for (const auto& r : built.rows)
@@ -144,7 +142,7 @@ TEST_CASE("recompute_modules a model or a mode cannot honour is named", "[recomp
     CHECK_NOTHROW(estimate(dense_then_moe(), architecture_settings(1024, ModuleSet::of({Module::mlp, Module::moe_act}))));
 }
 
-TEST_CASE("--recompute-modules on the command line: core_attn is --recompute selective", "[recompute_modules][cli]") {
+TEST_CASE("the command line's --recompute-modules: core_attn is --recompute selective", "[recompute_modules][cli]") {
     const std::string base = "memcalc --preset llama-7b --seq 2048 --activations architecture --recompute selective";
     const auto plain = testing::shell(base + " --format json");
     const auto named = testing::shell(base + " --recompute-modules core_attn --format json");
@@ -221,7 +219,7 @@ TEST_CASE("etp splits the experts' hidden activations, and its bad values are na
     CHECK_THROWS_WITH(estimate(model, bad), message);
 }
 
-TEST_CASE("--etp on the command line: the layout shows it, a bad value is named", "[parallel][etp][cli]") {
+TEST_CASE("the command line's --etp: the layout shows it, a bad value is named", "[parallel][etp][cli]") {
     const auto json = testing::shell("memcalc --preset mixtral-8x7b --seq 1024 --dp 2 --tp 4 --etp 1 --format json");
     REQUIRE(json.status == 0);
     CHECK(json.out.find("\"etp\": 1") != std::string::npos);

@@ -501,8 +501,11 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
 }  // namespace detail
 
 /// One layer's saved tensors as PyTorch keeps them for this architecture, `d`-byte activations.
+/// `modules`: what selective recomputation checkpoints (select_modules); none ({0}): the table unselected,
+/// every module's checkpoint rows in it.
 inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                           Precision precision, Attention attention, Platform platform = Platform::cuda) {
+                                           Precision precision, Attention attention, Platform platform = Platform::cuda,
+                                           ModuleSet modules = {}) {
     const detail::Sizes z(m, seq, micro_batch, precision, platform);
     const std::uint64_t d = z.d;
     LayerActivations layer;
@@ -570,6 +573,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     t.layer_end("residual add (the layer's last op)", what, detail::bytes_of(stream, "sbh"), Count(stream) * z.sbh);
 
     layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input
+    if (modules.bits != 0) select_modules(layer, modules);
     return layer;
 }
 

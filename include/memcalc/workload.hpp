@@ -388,14 +388,12 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
     const Platform platform = f.platform;
     const auto layer = [&](const Architecture& view) {
         return model == ActivationModel::korthikanti ? korthikanti_layer(view, s, b, bytes_per_element(precision.compute))
-                                                     : architecture_layer(view, s, b, precision, attention, platform);
+                                                     : architecture_layer(view, s, b, precision, attention, platform, modules);
     };
     ActivationTables t;
     if (m.layer_kinds.empty()) t.layer = layer(m);  // the model itself, not a copy
     else t.layer = layer(m.kind_view(0));
     for (std::size_t k = 1; k < m.kind_count(); ++k) t.other_kinds.push_back(layer(m.kind_view(k)));
-    select_modules(t.layer, modules);
-    for (LayerActivations& kind : t.other_kinds) select_modules(kind, modules);
     if (model == ActivationModel::architecture) {
         t.input_side = input_side_saved(m, s, b, precision, platform);
         t.head = head_saved(m, s, b, precision, platform, f.loss);
