@@ -62,6 +62,23 @@ std::vector<Recompute> parse_modes(const std::string& text) {
     return modes;
 }
 
+ModuleSet parse_recompute_modules(const Request& q) {
+    if (q.recompute_modules.empty()) return {};
+    if (q.recompute != "selective")
+        throw usage_error(fmt::format("--recompute-modules needs --recompute selective (got '{}')", q.recompute));
+    std::string known;
+    for (Module m : recomputable_modules) known += (known.empty() ? "" : ", ") + std::string(module_name(m));
+    ModuleSet modules{0};
+    for (const auto& item : split_list("--recompute-modules", q.recompute_modules)) {
+        const auto* found = std::find_if(std::begin(recomputable_modules), std::end(recomputable_modules),
+                                         [&](Module m) { return item == module_name(m); });
+        if (found == std::end(recomputable_modules))
+            throw usage_error(fmt::format("--recompute-modules: unknown module '{}' (known: {})", item, known));
+        modules.bits |= ModuleSet::of({*found}).bits;
+    }
+    return modules;
+}
+
 std::vector<Attention> parse_attention(const std::string& text) {
     std::vector<Attention> kinds;
     for (const auto& item : split_list("--attention", text)) {
@@ -131,6 +148,7 @@ std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_bat
     Parallelism base;
     base.cp = parse_count("--cp", q.cp, 1);
     base.ep = parse_count("--ep", q.ep, 1);
+    base.etp = parse_count("--etp", q.etp, 0);
     base.vpp = parse_count("--vpp", q.vpp, 1);
     base.shard_group = parse_count("--shard-group", q.shard_group, 0);
     base.microbatches = parse_count("--microbatches", q.microbatches, 0);

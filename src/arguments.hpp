@@ -21,13 +21,14 @@ struct usage_error : std::runtime_error {
 /// What the user asked for, before the model is known.
 struct Request {
     std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe}, recipe_file;
+    std::string recompute_modules;  ///< empty: Megatron-LM's default, core_attn
     std::string units = "gb", format = "table", activations = "korthikanti";
     // The framework: a profile, and its values the flags override (empty: the profile's).
     std::string profile{default_profile}, profile_file, attention;
     std::map<std::string, std::string> framework;  ///< by framework_switches key: "loss" -> "bf16"
     bool timeline = false, per_layer = false;
     // Parallelism, as typed; empty means the default.
-    std::string dp, tp, pp, cp, ep, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
+    std::string dp, tp, pp, cp, ep, etp, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
     std::string first_stage_layers, last_stage_layers;
     std::string compare, gpus_per_node;
     std::string device_memory, reserve = "2GiB", multiple_of;  // fit and plan
@@ -48,6 +49,8 @@ std::vector<std::uint64_t> parse_sizes(const std::string& option, const std::str
 /// One positive integer option ("--tp 8"); `fallback` when it was not given.
 std::uint64_t parse_count(const std::string& option, const std::string& text, std::uint64_t fallback);
 std::vector<Recompute> parse_modes(const std::string& text);
+/// --recompute-modules: Megatron-LM's module names, a comma list (empty: core_attn alone).
+ModuleSet parse_recompute_modules(const Request& q);
 std::vector<Attention> parse_attention(const std::string& text);
 /// A framework switch's value as typed ("--loss bf16"), or an error naming it and the choices.
 template <class E, std::size_t N>

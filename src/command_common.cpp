@@ -61,6 +61,7 @@ Settings settings_from(const Request& q) {
     // check_run_options has named a wrong built-in one already
     settings.recipe = q.recipe_file.empty() ? builtin_recipe(q.recipe) : load_recipe_file(q.recipe_file);
     settings.activations = activation_model(q);
+    settings.recompute_modules = parse_recompute_modules(q);
     // The profile's values, each flag given overriding one (check_run_options has named a wrong built-in one).
     const FrameworkProfile profile = q.profile_file.empty() ? *find_profile(q.profile) : load_profile_file(q.profile_file);
     Framework& f = settings.framework;

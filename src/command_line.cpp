@@ -83,6 +83,10 @@ struct RunSizes {  // the sequence, the micro-batch, the recomputation
                        "Activation recomputation: none, selective, full, op (torchtitan's per-op policy, with\n"
                        "--activations architecture), a comma list, or all (none,selective,full; default: none)")
             ->type_name("MODE[,MODE...]");
+        app.add_option("--recompute-modules", q.recompute_modules,
+                       "With --recompute selective: what it checkpoints, Megatron-LM's recompute_modules\n"
+                       "(core_attn, mlp, moe_act, layernorm, moe, shared_experts, mla_up_proj; default: core_attn)")
+            ->type_name("MODULE[,MODULE...]");
     }
 };
 
@@ -231,6 +235,10 @@ struct ParallelChoice {
         app.add_option("--cp", q.cp, "Context-parallel ranks: the sequence split across them")->group(parallel_group)
             ->type_name("N");
         app.add_option("--ep", q.ep, "Expert-parallel ranks for mixture-of-experts models (divides --dp)")
+            ->group(parallel_group)
+            ->type_name("N");
+        app.add_option("--etp", q.etp, "Expert tensor-parallel ranks: the experts' weights and hidden activations\n"
+                                       "split over them instead of --tp (Megatron-LM's; default: --tp)")
             ->group(parallel_group)
             ->type_name("N");
         app.add_option("--microbatches", q.microbatches,

@@ -154,7 +154,7 @@ json tensors_json(const std::vector<SavedTensor>& rows, Recompute mode) {
 
 json parallel_json(const Parallelism& p) {
     return {{"devices", p.devices()}, {"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep},
-            {"vpp", p.vpp}, {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero},
+            {"etp", p.expert_tp()}, {"vpp", p.vpp}, {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero},
             {"offload", offload_name(p.offload)},
             {"shard_group", p.sharding()}, {"microbatches", p.steps_per_batch()},
             {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers}};
@@ -258,6 +258,7 @@ json report_json(const Report& r, const View& view) {
                      {"activations", activation_model_name(r.settings.activations)},
                      {"parallel", parallel_json(r.settings.parallel)}};
     for_each_switch([&](const auto& row) { settings[std::string(row.key)] = row.name(r.settings.framework.*row.member); });
+    if (!r.settings.recompute_modules.is_default()) settings["recompute_modules"] = r.settings.recompute_modules.names();
     return {{"memcalc", memcalc::version},
             {"schema", memcalc::json_schema},
             {"model", model_json(r.model)},

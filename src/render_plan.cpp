@@ -67,6 +67,7 @@ nlohmann::json plan_json(const PlanView& v) {
                            {"pp", p.pp},
                            {"cp", p.cp},
                            {"ep", p.ep},
+                           {"etp", p.expert_tp()},
                            {"zero", p.zero},
                            {"sequence_parallel", p.sequence_parallel},
                            {"micro_batch", r.micro_batch},

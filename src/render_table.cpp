@@ -30,7 +30,10 @@ std::string header(const Report& r) {
     });
     return fmt::format("memcalc {}: {}, seq {}, micro-batch {}{}, recompute {}, recipe {}{}\n", memcalc::version,
                        r.model.name, r.settings.seq, r.settings.micro_batch,
-                       M > 1 ? fmt::format(" x {} per step", M) : "", recompute_name(r.settings.recompute),
+                       M > 1 ? fmt::format(" x {} per step", M) : "",
+                       std::string(recompute_name(r.settings.recompute)) +
+                           (r.settings.recompute_modules.is_default() ? ""
+                                                                      : " (" + r.settings.recompute_modules.names() + ")"),
                        r.settings.recipe.name, framework);
 }
 
@@ -133,6 +136,7 @@ std::string parallel_section(const Report& r, const View& view) {
     if (p.cp > 1) layout += fmt::format(" x cp {}", p.cp);
     if (p.sequence_parallel) layout += ", sequence parallel";
     if (p.ep > 1) layout += fmt::format(", experts over {} ranks", p.ep);
+    if (p.etp != 0) layout += fmt::format(", each expert split over etp {}", p.etp);
     if (p.zero > 0) layout += fmt::format(", ZeRO-{} over {} ranks", p.zero, p.dense_shards());
     if (p.zero > 0 && p.ep > 1) layout += fmt::format(" ({} for expert state)", p.expert_shards());
     if (p.pp > 1)
@@ -166,7 +170,7 @@ std::string workspace_table(const Report& r) {
     for (std::size_t k = 0; k < r.parameters.kinds; ++k) {
         const LayerActivations& layer = r.layer_of(k);
         for (const auto& w : layer.work) {
-            const WorkspaceSum sum = workspace_sum(layer.rows, w, r.settings.recompute, layer.policy_outputs);
+            const WorkspaceSum sum = workspace_sum(layer.rows, w, r.settings.recompute, layer.policy_outputs, layer.mlp_half_from);
             table.row({std::string(w.op) + kind_label(r, k), w.tensor, w.formula, digits(w.bytes), digits(sum.covered),
                        digits(sum.adds()), w.gradients_from.empty() ? "-" : w.gradients_from});
         }
@@ -348,6 +352,7 @@ std::string layout_text(const Parallelism& p) {
     if (p.last_stage_layers > 0) out += fmt::format(" last {}", p.last_stage_layers);
     if (p.cp > 1) out += fmt::format(" cp {}", p.cp);
     if (p.ep > 1) out += fmt::format(" ep {}", p.ep);
+    if (p.etp != 0) out += fmt::format(" etp {}", p.etp);
     if (p.zero > 0) out += fmt::format(" ZeRO-{}", p.zero);
     if (p.offload != Offload::none) out += fmt::format(" offload {}", offload_name(p.offload));
     return out;

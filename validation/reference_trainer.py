@@ -114,6 +114,10 @@ DEFAULT_MODELS = [
     os.path.join(REPO, "presets", "decoder.json"),
 ]
 MODES = ("none", "selective", "full")
+# Megatron-LM's recompute_modules, each checkpointed with torch.utils.checkpoint around its module
+# (validation/recompute_modules.py sets it): "layernorm" (both norms), "mlp", "moe", "moe_act" (an
+# expert's activation and gate x up product).
+RECOMPUTE_MODULES: frozenset = frozenset()
 DEFAULT_SEQS = (16, 32)
 DEFAULT_BATCHES = (1, 2)
 
@@ -391,8 +395,12 @@ class GatedMLP(nn.Module):
         self.down_proj = nn.Linear(spec.ffn, spec.hidden, bias=bias)
         self.act = act_fn(spec.activation)
         self.p = spec.mlp_dropout
+        self.expert = False  # SparseMoE marks its experts
 
     def forward(self, x):
+        if self.expert and "moe_act" in RECOMPUTE_MODULES:
+            glu = _ckpt(lambda g, u: self.act(g) * u, self.gate_proj(x), self.up_proj(x))
+            return self.down_proj(dropout(glu, self.p))
         return self.down_proj(dropout(self.act(self.gate_proj(x)) * self.up_proj(x), self.p))
 
 
@@ -426,6 +434,8 @@ class SparseMoE(nn.Module):
         self.experts = nn.ModuleList([make_mlp(spec, spec.bias == "all") for _ in range(spec.experts)])
         self.shared_expert = make_mlp(replace(spec, ffn=spec.shared_ffn), False) if spec.shared_ffn else None
         self.shared_expert_gate = nn.Linear(spec.hidden, 1, bias=False) if spec.shared_expert_gate else None
+        for expert in self.experts:
+            expert.expert = True
 
     def forward(self, hidden_states):
         batch_size, sequence_length, hidden_dim = hidden_states.shape
@@ -752,14 +762,20 @@ class SequentialLayer(nn.Module):
         self.p_attn_out = 0.0 if self.gpt2 else spec.hidden_dropout
 
     def forward(self, x, ctx: Ctx, selective: bool = False):
+        def norm(module, t):
+            return _ckpt(module, t) if "layernorm" in RECOMPUTE_MODULES else module(t)
+
+        moe = isinstance(self.mlp, SparseMoE)
+        checkpoint_mlp = ("moe" if moe else "mlp") in RECOMPUTE_MODULES
         residual = x
-        a = self.attn(self.norm1(x), ctx, selective)
+        a = self.attn(norm(self.norm1, x), ctx, selective)
         if self.sandwich:
             a = self.post_attn_norm(a)
         a = dropout(a, self.p_attn_out, self.training)
         x = residual + a
         residual = x
-        m = self.mlp(self.norm2(x))
+        h = norm(self.norm2, x)
+        m = _ckpt(self.mlp, h) if checkpoint_mlp else self.mlp(h)
         if self.sandwich:
             m = self.post_mlp_norm(m)
         m = dropout(m, self.p_hidden, self.training)

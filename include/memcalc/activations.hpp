@@ -2,7 +2,9 @@
 /// The tensors one transformer layer keeps for its backward pass, and what each recomputation mode
 /// keeps or rebuilds. The reference table is Korthikanti et al. 2022 (Reducing Activation
 /// Recomputation in Large Transformer Models, section 4.1): s b h (34 + 5 a s / h) bytes per layer.
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,63 @@ inline const char* activation_model_name(ActivationModel m) {
 }
 inline const char* attention_name(Attention a) { return a == Attention::eager ? "eager" : "flash"; }
 
+/// Megatron-LM's recompute_modules (transformer_config.py), the parts of a layer selective recomputation
+/// can checkpoint; `none` and `attention` (the projections around the core) are never recomputed.
+/// core_attn, mlp, moe and shared_experts checkpoint a module and keep its input; layernorm, moe_act and
+/// mla_up_proj discard their output once its consumer has run and recompute it before that one's backward.
+enum class Module : std::uint8_t { none, attention, core_attn, layernorm, mlp, moe, moe_act, shared_experts, mla_up_proj };
+
+inline constexpr Module recomputable_modules[] = {Module::core_attn, Module::mlp,            Module::moe_act,
+                                                  Module::layernorm, Module::moe,            Module::shared_experts,
+                                                  Module::mla_up_proj};
+
+inline const char* module_name(Module m) {
+    switch (m) {
+        case Module::none: return "none";
+        case Module::attention: return "attention";
+        case Module::core_attn: return "core_attn";
+        case Module::layernorm: return "layernorm";
+        case Module::mlp: return "mlp";
+        case Module::moe: return "moe";
+        case Module::moe_act: return "moe_act";
+        case Module::shared_experts: return "shared_experts";
+        case Module::mla_up_proj: return "mla_up_proj";
+    }
+    return "?";
+}
+
+/// The modules selective recomputation checkpoints: Megatron-LM's default is core_attn alone.
+struct ModuleSet {
+    std::uint32_t bits = 1u << unsigned(Module::core_attn);
+    static ModuleSet of(std::initializer_list<Module> ms) {
+        ModuleSet s{0};
+        for (Module m : ms) s.bits |= 1u << unsigned(m);
+        return s;
+    }
+    bool has(Module m) const { return (bits >> unsigned(m)) & 1u; }
+    /// moe_act and shared_experts run inside the MoE layer, which `moe` checkpoints whole.
+    bool recomputes(Module m) const {
+        return has(m) || ((m == Module::moe_act || m == Module::shared_experts) && has(Module::moe));
+    }
+    bool is_default() const { return bits == ModuleSet{}.bits; }
+    bool operator==(const ModuleSet& o) const { return bits == o.bits; }
+    bool operator!=(const ModuleSet& o) const { return bits != o.bits; }
+    /// "core_attn,mlp", in recomputable_modules' order.
+    std::string names() const {
+        std::string out;
+        for (Module m : recomputable_modules)
+            if (has(m)) out += (out.empty() ? "" : ",") + std::string(module_name(m));
+        return out;
+    }
+};
+
+/// What a row is to its module's checkpoint (SavedTensor::role).
+enum class ModuleRole : std::uint8_t {
+    inside,      ///< made inside the module: recomputing it drops the row
+    input,       ///< the module's input itself, which its checkpoint keeps
+    checkpoint,  ///< the checkpoint's own copy of the input, which no other row keeps: only when recomputed
+};
+
 /// Which recomputation modes keep a saved tensor from its forward step to its backward step.
 /// (Full recomputation keeps only the layer's input, whatever the row says.)
 enum class Keep {
@@ -76,6 +135,9 @@ enum class ActivationSplit {
     sequence,    ///< on the residual stream (norms, dropout, the linear layers' inputs): / tp with sequence parallelism
     replicated,  ///< the same on every tensor-parallel rank (token ids, rotary tables)
     vocab,       ///< vocabulary-parallel logits: ceil(V / tp) of the V columns
+    /// inside an expert's hidden width: / etp, the expert tensor-parallel ranks (tp unless given). Megatron-LM
+    /// gathers the token-slots over them under sequence parallelism, which this leans high for (/ tp there).
+    expert_tensor,
 };
 
 /// A saved tensor's shape: its element count in the paper's letters, and how it divides across ranks.
@@ -98,7 +160,7 @@ inline constexpr Shape ksb{"ksb", ActivationSplit::tensor};       ///< a value p
 inline constexpr Shape sbE{"sbE", ActivationSplit::sequence};     ///< router probabilities per token and expert
 inline constexpr Shape sbk{"sbk", ActivationSplit::sequence};     ///< a value per routed token-slot
 inline constexpr Shape sbkh{"sbk(h)", ActivationSplit::sequence}; ///< routed tokens at the model's width
-inline constexpr Shape sbkf{"sbk(f)", ActivationSplit::tensor};   ///< routed tokens at an expert's hidden width
+inline constexpr Shape sbkf{"sbk(f)", ActivationSplit::expert_tensor};   ///< routed tokens at an expert's hidden width
 inline constexpr Shape sbfs{"sb(f_s)", ActivationSplit::tensor};  ///< every token at the shared experts' width
 inline constexpr Shape sd{"sd", ActivationSplit::replicated};     ///< per position and head dimension (rotary tables)
 inline constexpr Shape sbV{"sbV", ActivationSplit::vocab};        ///< logits: a vocabulary slice per rank
@@ -126,6 +188,10 @@ struct SavedTensor {
     /// The output of an op the op-level policy saves (an odd-numbered mm, the attention kernel), the same
     /// storage: Recompute::op keeps it from the forward and its recomputation reuses it.
     bool policy_saved = false;
+    Module module = Module::none;  ///< the part of the layer that saves it (TableBuilder's section)
+    ModuleRole role = ModuleRole::inside;
+    /// The storage is a norm's output (a projection's saved input): the layernorm module discards it.
+    bool norm_output = false;
 
     bool kept(Recompute mode) const {
         switch (mode) {
@@ -163,6 +229,7 @@ struct Workspace {
     /// Forward, at the layer's last op, after the modules that made its rows have returned: the rows
     /// a recomputation does not keep are gone. Full recomputation's forward is not modelled there.
     bool layer_end = false;
+    Module module = Module::none;  ///< the part of the layer whose op runs
 };
 
 struct LayerActivations {
@@ -172,6 +239,12 @@ struct LayerActivations {
     /// keeps what full does).
     std::vector<PolicyOutput> policy_outputs;
     Count input_bytes;  ///< the layer's input: all that full recomputation keeps
+    /// The first row of the MLP half (its norm, the MLP or the MoE layer): selective recomputation rebuilds
+    /// one half at a time, in its backward, with the recomputed norm that feeds it.
+    std::size_t mlp_half_from = static_cast<std::size_t>(-1);
+
+    /// Whether row `i` is rebuilt in the MLP half's backward (else in the attention half's).
+    bool in_mlp_half(std::size_t i) const { return i >= mlp_half_from; }
 
     Count sum(Recompute mode) const {
         Count total;
@@ -211,10 +284,45 @@ inline bool rebuilt_by(const SavedTensor& r, Recompute mode) {
 }
 
 inline Count LayerActivations::rebuilt(Recompute mode) const {
-    Count made;
-    for (const auto& r : rows)
-        if (rebuilt_by(r, mode)) made += r.bytes;
-    return made;
+    Count made, mlp_half;  // selective recomputation rebuilds one half of the layer at a time
+    for (std::size_t i = 0; i < rows.size(); ++i)
+        if (rebuilt_by(rows[i], mode)) (mode == Recompute::selective && in_mlp_half(i) ? mlp_half : made) += rows[i].bytes;
+    return std::max(made, mlp_half);
+}
+
+/// Rewrites a layer's table so that Recompute::selective recomputes `modules` (Megatron-LM's
+/// recompute_modules) rather than the core attention alone; the other modes keep what they kept. A
+/// recomputed module's rows become Keep::not_selective but its input, and its checkpoint's own copy of
+/// the input a Keep::only_selective row; the copies of modules not recomputed leave the table. The
+/// core attention's rows are Korthikanti's (Keep), kept whole when core_attn is not recomputed.
+inline void select_modules(LayerActivations& layer, ModuleSet modules) {
+    const bool core = modules.has(Module::core_attn), norms = modules.has(Module::layernorm);
+    std::vector<std::size_t> index(layer.rows.size() + 1);
+    std::vector<SavedTensor> out;
+    out.reserve(layer.rows.size());
+    for (std::size_t i = 0; i < layer.rows.size(); ++i) {
+        index[i] = out.size();
+        SavedTensor r = layer.rows[i];
+        const bool discarded = r.norm_output && norms;  // the norm's output storage, freed and recomputed
+        // Inside the MoE layer, which `moe` checkpoints whole: its parts' inputs are its internals.
+        const bool in_moe = (r.module == Module::moe_act || r.module == Module::shared_experts) && modules.has(Module::moe);
+        if (r.keep != Keep::always && r.role != ModuleRole::checkpoint) {  // the core attention's
+            if (!core && r.keep == Keep::only_selective) continue;
+            if (!core) r.keep = Keep::always;
+        } else if (r.role == ModuleRole::checkpoint) {
+            if (!modules.recomputes(r.module) || in_moe || discarded) continue;
+        } else if ((r.module != Module::core_attn && modules.recomputes(r.module) &&
+                    (r.role == ModuleRole::inside || in_moe)) ||
+                   discarded) {
+            r.keep = Keep::not_selective;
+        }
+        out.push_back(r);
+    }
+    index[layer.rows.size()] = out.size();
+    if (layer.mlp_half_from < layer.rows.size()) layer.mlp_half_from = index[layer.mlp_half_from];
+    for (Workspace& w : layer.work) w.absent_from = index[std::min(w.absent_from, layer.rows.size())];
+    for (PolicyOutput& p : layer.policy_outputs) p.made_at = index[std::min(p.made_at, layer.rows.size())];
+    layer.rows = std::move(out);
 }
 
 /// Whether a row is live in a layer's backward step: kept, or rebuilt by the recomputation.
@@ -228,9 +336,14 @@ inline bool live_in_backward(const SavedTensor& r, Recompute mode) {
 /// max(0, added - covered), computed per rank by the caller. `policy`: the op-level policy's outputs
 /// beyond the rows, counted as kept: absent in forward until made, and in backward once the
 /// recomputation has popped them (nothing saves them for backward).
+/// Under selective recomputation of several modules (select_modules) a workspace sees the rebuilt rows
+/// of its own half of the layer only (`mlp_half_from`: LayerActivations'), and in forward only those of
+/// its own module or a norm's output, which lives until its consumer returns; the others' checkpoints
+/// ran without saving anything.
 template <class Sink>
 void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, Recompute mode, Sink& added,
-                      Sink& covered, const std::vector<PolicyOutput>& policy = {}) {
+                      Sink& covered, const std::vector<PolicyOutput>& policy = {},
+                      std::size_t mlp_half_from = static_cast<std::size_t>(-1)) {
     if (w.layer_end) {
         if (!checkpoints_layer(mode)) added.add(w);
         return;
@@ -239,9 +352,18 @@ void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, 
     if (mode == Recompute::op)
         for (const PolicyOutput& p : policy)
             if (w.backward || p.made_at >= w.absent_from) covered.add(p.tensor);
+    const bool selective = mode == Recompute::selective;
+    const bool mlp_half = w.absent_from > mlp_half_from;
+    const auto attention_part = [](Module m) { return m == Module::attention || m == Module::core_attn; };
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const SavedTensor& r = rows[i];
         const bool before = i < w.absent_from;
+        const bool other_rebuilt = selective && rebuilt_by(r, mode) &&
+                                   (w.backward ? (i >= mlp_half_from) != mlp_half
+                                               : !r.norm_output && (w.module == Module::core_attn
+                                                                        ? !attention_part(r.module)
+                                                                        : r.module != w.module));
+        if (other_rebuilt) continue;
         if (w.backward) {
             if (!before && live_in_backward(r, mode)) covered.add(r);
         } else if (before) {
@@ -268,9 +390,10 @@ struct ByteSum {
 }  // namespace detail
 
 inline WorkspaceSum workspace_sum(const std::vector<SavedTensor>& rows, const Workspace& w, Recompute mode,
-                                  const std::vector<PolicyOutput>& policy = {}) {
+                                  const std::vector<PolicyOutput>& policy = {},
+                                  std::size_t mlp_half_from = static_cast<std::size_t>(-1)) {
     detail::ByteSum added, covered;
-    workspace_effect(rows, w, mode, added, covered, policy);
+    workspace_effect(rows, w, mode, added, covered, policy, mlp_half_from);
     return {added.bytes, covered.bytes};
 }
 

@@ -40,6 +40,28 @@ public:
         return every_mm_ || mm_count_ % 2 == 1;
     }
     void every_mm(bool on) { every_mm_ = on; }
+    /// Starts a part of the layer (Module): every row and workspace added from now on belongs to it.
+    /// Returns the part it ends, for a nested part to restore.
+    Module current_section() const { return module_; }
+    Module section(Module m) {
+        const Module before = module_;
+        module_ = m;
+        return before;
+    }
+    /// The last row is the module's input itself, which its checkpoint keeps.
+    void mark_module_input() { rows_.back().role = ModuleRole::input; }
+    void row_role_at(std::size_t row, ModuleRole role) { rows_.at(row).role = role; }
+    /// The last row's storage is a norm's output, which recomputing the norm discards.
+    void mark_norm_output(bool is = true) { rows_.back().norm_output = is; }
+    /// The current module's checkpoint keeps a tensor no other row keeps: a row counted only when it
+    /// is recomputed (select_modules drops it otherwise).
+    void checkpoint_input(Label tensor, const Shape& shape, Count elements, std::uint64_t bytes_per_element,
+                          bool norm_output = false) {
+        add(std::string(module_name(module_)) + " checkpoint", tensor, "the checkpoint reruns the module from it", shape,
+            elements, bytes_per_element, Keep::only_selective);
+        rows_.back().role = ModuleRole::checkpoint;
+        rows_.back().norm_output = norm_output;
+    }
     /// The last row is the output of an op the policy saves (SavedTensor::policy_saved).
     void mark_policy_saved(bool saved = true) { rows_.back().policy_saved = saved; }
     /// An output the policy saves that no row is, made after the rows added so far.
@@ -77,10 +99,12 @@ public:
         const Count elements = per_copy * copies;
         rows_.push_back({op, tensor, why, shape.symbol, copies, bytes_per_element, keep, elements,
                          elements * bytes_per_element, shape.split});
+        rows_.back().module = module_;
     }
 
 private:
     void push(Workspace w) {
+        w.module = module_;
         if (work_) work_->push_back(w);
     }
 
@@ -89,6 +113,7 @@ private:
     std::vector<PolicyOutput>* policy_;
     std::uint64_t mm_count_ = 0;
     bool every_mm_ = false;
+    Module module_ = Module::none;
 };
 
 /// The sizes a layer's tensors are made of, for sequence s and micro-batch b.
@@ -174,26 +199,31 @@ inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& 
 }
 
 /// `branch_output`: a post-norm, reading a branch's output in the compute dtype, not the residual stream.
-inline void norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const std::string& what,
+/// Returns whether a row of it, or of an earlier norm (`input_kept`), is its input itself.
+inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const std::string& what,
                       bool input_kept = false, bool layer_input = false, bool branch_output = false) {
     const std::uint64_t input = branch_output ? z.d : z.s;
     if (m.norm == Norm::rmsnorm) {
         // On the residual stream, in its dtype (fp32 under autocast, where the input kept is the stream itself),
         // or on a branch's output in the compute dtype.
         const std::size_t input_row = t.size();
-        if (rmsnorm_rows(t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", input, m.rmsnorm_fp32_scale) &&
-            layer_input)
-            t.mark_layer_input_at(input_row);
+        const bool keeps_input =
+            rmsnorm_rows(t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", input, m.rmsnorm_fp32_scale);
+        if (keeps_input && layer_input) t.mark_layer_input_at(input_row);
+        if (keeps_input) t.row_role_at(input_row, ModuleRole::input);
+        return keeps_input || input_kept;
     } else {
         if (!input_kept) {
             t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input", shape::sbh, z.sbh, input);
             t.mark_layer_input(layer_input);
+            t.mark_module_input();
         }
         // CUDA keeps the statistics in fp32; the CPU kernel in its input's dtype.
         const bool fp32 = z.platform == Platform::cuda;
         t.add(what + " (LayerNorm)",
               std::string("mean and 1/std per token, ") + (fp32 ? "fp32" : dtype_name(branch_output ? z.compute : z.stream)),
               "so backward need not recompute them", shape::sb, z.tokens, fp32 ? dtype::fp32 : input, Keep::always, 2);
+        return true;
     }
 }
 
@@ -351,6 +381,7 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
     // kv_b_proj. Its outputs count as extra even where a norm keeps that very storage (fp32): leaning high.
     projection_input_row(t, z, q_latent ? "q_a_proj and kv_a_proj_with_mqa" : "q_proj and kv_a_proj_with_mqa",
                          "their input", z.sbh, shape::sbh, 2);
+    t.mark_norm_output(!z.autocast && !z.narrow);
     if (q_latent) {
         t.policy_output(t.linear_saved(biased), "q_a_proj", "its output", ls::sbrq, latent_q, z.d);
         rmsnorm_rows(t, "q_a_layernorm", ls::sbrq, latent_q, ls::sb, z.tokens, "token", z.d, m.rmsnorm_fp32_scale);
@@ -400,12 +431,15 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                                  ? "their input, shared with the MLP"
                                  : "their input",
                              z.sbh, shape::sbh, 3, {z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj"});
+        t.mark_norm_output(!z.autocast && !z.narrow);
         // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
         if (!m.norms_before_branches() && !z.autocast && !z.narrow) t.mark_layer_input(true);
         qk_norm_rows(t, m, z);
         rotary_rows(t, m, z);
         qkv_rows(t, m, z, attention);
     }
+    // Korthikanti's selective checkpoint: its rows are those Keep marks, its input q, k and v above.
+    t.section(Module::core_attn);
     const Shape& output = m.mla.enabled() ? latent_shape::sbv : shape::sbq;  // of a d_v wide per head
     if (attention == Attention::flash) {
         // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per row
@@ -511,6 +545,7 @@ inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const
         const bool is_input = tensor == "its input";
         t.add(op, is_input ? tensor + " (" + input + ")" : tensor, std::string(kept.why), shape, sbf, d);
         t.mark_policy_saved(is_input && input_saved);
+        if (is_input && t.current_section() == Module::moe_act) t.mark_module_input();  // the checkpoint's input
     }
 }
 
@@ -534,6 +569,10 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
     const bool routed = Text(shape.symbol) == Text(shape::sbkf.symbol);
     const LinearOutput down{Count(sbf.value() / m.ffn) * m.hidden, routed ? "sbk(h)" : "sbh", "down_proj",
                             ActivationSplit::replicated};
+    // The routed experts' activation, from its input (the first projections' outputs) to the down projection's.
+    const Module outer = t.current_section();
+    if (outer == Module::moe) t.section(Module::moe_act);
+    const auto end_act = [&] { t.section(outer); };
     // The dropout's backward: its incoming gradient and its input's, beside its mask or noise.
     const auto dropout_rows = [&] {
         dropout_row(t, z, z.compute, prefix + "MLP dropout", shape, sbf);
@@ -548,6 +587,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         t.add(prefix + "gate x up", "the up projection's output", "the gate branch's gradient is up x grad", shape,
               sbf, z.d);
         t.mark_policy_saved(up_saved);
+        if (outer == Module::moe) t.mark_module_input();  // with the gate's, moe_act's input
         if (!fn.up_branch.empty())
             t.add(prefix + "gate x up", std::string(fn.up_branch), "the gate branch's gradient is (up branch) x grad",
                   shape, sbf, z.d);
@@ -558,6 +598,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         if (dropout) dropout_rows();
         down_projection_row(t, z, prefix, dropout ? "its input (gate x up, dropped out)" : "its input (gate x up)",
                             shape, sbf, down);
+        end_act();
         return t.linear_saved(biased);
     }
     activation_rows(t, fn, shape, sbf, prefix, "the up projection's output", z.d, t.linear_saved(biased));
@@ -574,6 +615,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
                    fn.kernel == ActivationKernel::fused ? "its incoming gradient and its input's gradient"
                                                         : "its incoming gradient and the last product's two gradients",
                    bytes_of(work, shape.symbol), Count(work) * sbf, "down_proj");
+    end_act();
     return t.linear_saved(biased);
 }
 
@@ -653,38 +695,59 @@ inline void shared_expert_rows(TableBuilder& t, const Architecture& m, const Siz
 }  // namespace detail
 
 /// One layer's saved tensors as PyTorch keeps them for this architecture, `d`-byte activations.
+/// `modules`: what selective recomputation checkpoints (select_modules); none ({0}): the table unselected,
+/// every module's checkpoint rows in it.
 inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                           Precision precision, Attention attention, Platform platform = Platform::cuda) {
+                                           Precision precision, Attention attention, Platform platform = Platform::cuda,
+                                           ModuleSet modules = {}) {
     const detail::Sizes z(m, seq, micro_batch, precision, platform);
     const std::uint64_t d = z.d;
     LayerActivations layer;
     detail::TableBuilder t(layer.rows, &layer.work, &layer.policy_outputs);
     const bool shared_norm = m.parallel_attention && m.norms_per_layer == 1;
 
-    if (m.norms_before_branches()) detail::norm_rows(t, m, z, shared_norm ? "layer norm" : "attention norm", false, true);
+    // Megatron-LM's layernorm module: input_layernorm and pre_mlp_layernorm. Its checkpoint keeps the
+    // norm's input: a row of the norm's where that is the input itself, else a copy of its own.
+    const auto layer_norm = [&](const std::string& what, bool input_kept, bool layer_input) {
+        t.section(Module::layernorm);
+        if (!detail::norm_rows(t, m, z, what, input_kept, layer_input))
+            t.checkpoint_input("the norm's input (the residual stream)", shape::sbh, z.sbh, z.s);
+    };
+    if (m.norms_before_branches()) layer_norm(shared_norm ? "layer norm" : "attention norm", false, true);
+    t.section(Module::attention);
     detail::attention_rows(t, m, z, attention);
+    t.section(Module::none);
     t.policy_output(t.linear_saved(m.bias == Bias::attention || m.bias == Bias::all), "output projection", "its output",
                     shape::sbh, z.sbh, z.d);
     if (m.norms_after_branches()) detail::norm_rows(t, m, z, "post-attention norm", false, false, true);
     if (m.hidden_dropout > 0 && !m.parallel_attention)
         detail::dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);
 
-    if (!shared_norm && m.norms_before_branches()) detail::norm_rows(t, m, z, "MLP norm", m.parallel_attention);
+    layer.mlp_half_from = t.size();
+    if (!shared_norm && m.norms_before_branches()) layer_norm("MLP norm", m.parallel_attention, false);
+    t.section(m.is_moe() ? Module::moe : Module::mlp);
     // Under autocast a shared norm's output is cast again by the MLP's projections (the router, for
     // experts); narrow linears save their own cast of it.
-    if (!shared_norm || z.autocast || z.narrow)
-        // A router is no Transformer Engine module: it keeps its input in the compute dtype.
-        detail::projection_input_row(t, m.is_moe() ? z.wide_linears() : z,
-                                     m.is_moe() ? "router and experts" : "MLP up projections", "their input",
-                                     z.sbh, shape::sbh, m.is_moe() ? 1 : detail::mlp_input_projections(m),
+    // A router is no Transformer Engine module: it keeps its input in the compute dtype.
+    const detail::Sizes& mlp_sizes = m.is_moe() ? z.wide_linears() : z;
+    // The module's checkpoint keeps the norm's output: the row below where it is that very storage.
+    const bool input_is_norm_output = !mlp_sizes.autocast && !mlp_sizes.narrow;
+    if (!shared_norm || z.autocast || z.narrow) {
+        detail::projection_input_row(t, mlp_sizes, m.is_moe() ? "router and experts" : "MLP up projections",
+                                     "their input", z.sbh, shape::sbh, m.is_moe() ? 1 : detail::mlp_input_projections(m),
                                      m.is_moe() ? detail::LinearOutput{} : detail::mlp_input_output(m, z.sbf, shape::sbf));
+        if (input_is_norm_output) t.mark_module_input(), t.mark_norm_output();
+    }
+    if (!input_is_norm_output) t.checkpoint_input("the norm's output", shape::sbh, z.sbh, z.s, true);
     if (m.is_moe()) {
         detail::moe_rows(t, m, z);
+        t.section(Module::shared_experts);  // inside the MoE layer; its input, the router's, kept already
         detail::shared_expert_rows(t, m, z);
     } else {
         t.policy_output(detail::mlp_rows(t, m, z, shape::sbf, z.sbf, ""), "MLP down projection", "its output", shape::sbh,
                         z.sbh, z.d);
     }
+    t.section(Module::none);
     if (m.norms_after_branches()) detail::norm_rows(t, m, z, "post-MLP norm", false, false, true);
     if (m.hidden_dropout > 0)
         detail::dropout_row(t, z, z.compute, m.parallel_attention ? "residual dropout" : "MLP residual dropout",
@@ -709,6 +772,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     t.layer_end("residual add (the layer's last op)", what, detail::bytes_of(stream, "sbh"), Count(stream) * z.sbh);
 
     layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input
+    if (modules.bits != 0) select_modules(layer, modules);
     return layer;
 }
 

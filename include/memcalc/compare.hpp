@@ -132,7 +132,7 @@ inline double megatron_activations_without_sp(const Report& r, double V, double 
 
 /// Megatron-LM's formula for this model and layout. Its "distributed optimizer" is memcalc's ZeRO-1;
 /// its vocabulary is padded to a multiple of 128 x tp; its world is dp x tp x pp x cp, with ep
-/// carved out of dp x cp, and its expert tensor parallelism is tp (Megatron's default).
+/// carved out of dp x cp, and its expert tensor parallelism etp (tp unless given, Megatron's default).
 inline MegatronEstimate megatron_estimate(const Report& r) {
     const Architecture& m = r.model;
     const Parallelism& p = r.settings.parallel;
@@ -141,7 +141,7 @@ inline MegatronEstimate megatron_estimate(const Report& r) {
     e.padded_vocab = (m.vocab + multiple - 1) / multiple * multiple;
     const detail::MegatronParameters n = detail::megatron_parameters(m, e.padded_vocab);
     const double t = static_cast<double>(p.tp), P = static_cast<double>(p.pp);
-    const std::uint64_t expert_tensor_parallel = p.tp;
+    const std::uint64_t expert_tensor_parallel = p.expert_tp();
 
     // Weights and optimiser: the first stage holds 1/pp of the layers and the embedding.
     const double split_by_tp = (n.attention + n.dense_mlp) * n.dense_layers + n.attention * n.moe_layers;

@@ -26,6 +26,8 @@ struct Settings {
     std::uint64_t seq = 0;          ///< s, tokens per sequence
     std::uint64_t micro_batch = 1;  ///< b, sequences per micro-batch on one device
     Recompute recompute = Recompute::none;
+    /// What selective recomputation checkpoints (Megatron-LM's recompute_modules); core_attn is Korthikanti's.
+    ModuleSet recompute_modules;
     Recipe recipe = builtin_recipe(default_recipe);  ///< the recipe itself, not its name
     ActivationModel activations = ActivationModel::korthikanti;
     Framework framework;            ///< kernels, attention, optimiser step, gradient lifetime
@@ -103,6 +105,45 @@ inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint
     return rank;
 }
 
+/// Whether some layer of `m` has the part `module` names (mla_up_proj: not yet sectioned, so none).
+inline bool has_module(const Architecture& m, Module module) {
+    for (std::size_t k = 0; k < m.kind_count(); ++k) {
+        if (!m.layer_kinds.empty() && m.layers_of_kind(k) == 0) continue;
+        const Architecture& v = m.layer_kinds.empty() ? m : m.kind_view(k);
+        const bool moe = v.is_moe();
+        switch (module) {
+            case Module::mlp: if (!moe) return true; break;
+            case Module::moe: case Module::moe_act: if (moe) return true; break;
+            case Module::shared_experts: if (moe && v.shared_ffn > 0) return true; break;
+            case Module::mla_up_proj: break;
+            default: return true;
+        }
+    }
+    return false;
+}
+
+/// Throws naming a recompute_modules entry the settings or the model cannot honour.
+inline void validate_modules(const Architecture& m, const Settings& settings) {
+    const ModuleSet& modules = settings.recompute_modules;
+    if (modules.is_default()) return;
+    if (modules.bits == 0) throw error("recompute_modules must name at least one module");
+    if (settings.recompute == Recompute::full || settings.recompute == Recompute::op)
+        throw error("recompute_modules (" + modules.names() + ") needs recompute selective (got " +
+                    recompute_name(settings.recompute) + ")");
+    if (settings.activations == ActivationModel::korthikanti)
+        throw error("recompute_modules (" + modules.names() +
+                    ") needs the architecture activation model (--activations architecture): Korthikanti's formula "
+                    "has no modules");
+    for (Module module : recomputable_modules)
+        if (modules.has(module) && !has_module(m, module))
+            throw error(std::string("recompute module ") + module_name(module) + ": " +
+                        (m.name.empty() ? std::string("the model") : m.name) + " has no " +
+                        (module == Module::mlp ? "dense MLP layer"
+                         : module == Module::shared_experts ? "shared experts"
+                         : module == Module::mla_up_proj ? "multi-latent attention"
+                                                         : "mixture-of-experts layer"));
+}
+
 }  // namespace detail
 
 /// The figures of one configuration that a sweep's row prints: an estimate without its tables and
@@ -143,7 +184,7 @@ public:
         const Parallelism& p = settings.parallel;
         counted(settings, [&] {
             ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.precision(),
-                                                   settings.activations, settings.framework);
+                                                   settings.activations, settings.framework, settings.recompute_modules);
             const Workload w = workload(settings, t);
             split(t, p);
             r.activations = all_layers(t, [](const LayerActivations& l) { return l.total(); });
@@ -159,7 +200,7 @@ public:
             for (std::size_t i = 1; i < r.ranks.size(); ++i)
                 if (r.ranks[i].peak_step().bytes.total() > r.busiest().peak_step().bytes.total()) r.most_loaded = i;
         });
-        r.compute = compute_cost(model_, settings.seq, settings.micro_batch, settings.recompute);
+        r.compute = compute_cost(model_, settings.seq, settings.micro_batch, settings.recompute, settings.recompute_modules);
         return r;
     }
 
@@ -174,13 +215,13 @@ public:
         out.reserve(modes.size());
         counted(settings, [&] {
             ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.precision(),
-                                                   settings.activations, settings.framework);
+                                                   settings.activations, settings.framework, settings.recompute_modules);
             for (Recompute mode : modes) {
                 Settings with = settings;
                 with.recompute = mode;
                 const LayoutPeak peak = layout_peak(workload(with, t), with.parallel);
                 out.push_back({with, parameter_count_, c.state, {}, {}, peak.step, peak.stage,
-                               compute_cost(model_, with.seq, with.micro_batch, mode)});
+                               compute_cost(model_, with.seq, with.micro_batch, mode, with.recompute_modules)});
             }
             split(t, settings.parallel);
             for (Summary& one : out) {
@@ -248,6 +289,7 @@ private:
             throw error("recompute op with tp " + std::to_string(settings.parallel.tp) +
                         " is not modelled: under tensor parallelism the policy also saves whole partial sums and "
                         "reduce-scatter outputs");
+        detail::validate_modules(model_, settings);
         TrainingState state = model_state(*splits_, settings.recipe);
         state.weights += registered_buffer_bytes(model_, settings.recipe, settings.framework, settings.seq) * Count(model_.layers);
         return {state};

@@ -19,7 +19,9 @@ struct ComputeCost {
 
 /// Counts 2 m n k per (m x k) . (k x n) product; element-wise ops are left out. Each kind of layer
 /// counts its own feed-forward block, times its layers.
-inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch, Recompute mode) {
+/// `modules`: what selective recomputation re-runs (the norms and the MoE activation: no matrix products).
+inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch, Recompute mode,
+                                ModuleSet modules = {}) {
     const double T = static_cast<double>(seq) * static_cast<double>(micro_batch);  // tokens
     const double h = static_cast<double>(m.hidden);
     const double q = static_cast<double>(m.heads * m.head_size());
@@ -47,11 +49,14 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
         const double layer_forward = projections + c.attention_core + mlp;
         if (first) c.layer_forward = layer_forward;
         forward += static_cast<double>(count) * layer_forward;
-        // Selective re-runs the core attention (as Megatron-LM's checkpointed core attention does);
+        // Selective re-runs the modules it checkpoints (the core attention, and the MLP or MoE block's
+        // matrix products where recompute_modules names them);
         // full re-runs each layer's whole forward pass, and so is op counted (an upper bound: its saved
         // mms and attention kernel are not run again).
+        const double selective = (modules.has(Module::core_attn) ? c.attention_core : 0) +
+                                 (modules.has(layer.is_moe() ? Module::moe : Module::mlp) ? mlp : 0);
         c.recompute += static_cast<double>(count) *
-                       (checkpoints_layer(mode) ? layer_forward : mode == Recompute::selective ? c.attention_core : 0);
+                       (checkpoints_layer(mode) ? layer_forward : mode == Recompute::selective ? selective : 0);
     };
     if (m.layer_kinds.empty()) add_layers(m, m.layers, true);
     for (std::size_t k = 0; k < m.layer_kinds.size(); ++k) add_layers(m.kind_view(k), m.layers_of_kind(k), k == 0);

@@ -34,6 +34,9 @@ struct Parallelism {
     std::uint64_t pp = 1;            ///< pipeline stages
     std::uint64_t cp = 1;            ///< context-parallel ranks: the sequence split across them
     std::uint64_t ep = 1;            ///< expert-parallel ranks (within the data-parallel group)
+    /// Expert tensor-parallel ranks (Megatron-LM's expert_tensor_parallel_size): the routed experts'
+    /// weights and hidden width split over them instead of tp; 0 means tp.
+    std::uint64_t etp = 0;
     std::uint64_t vpp = 1;           ///< virtual stages per pipeline rank (interleaved 1F1B when > 1)
     bool sequence_parallel = false;  ///< with tp > 1: norms, dropout and the linear layers' inputs split too
     unsigned zero = 0;               ///< ZeRO stage: 1 shards optimiser state, 2 also gradients, 3 also weights
@@ -53,7 +56,12 @@ struct Parallelism {
     std::uint64_t dense_shards() const { return sharding() * (zero == 0 ? 1 : cp); }
     /// The same for an expert's: only the ranks that hold the same experts (the expert-data-parallel
     /// group, dp x cp / ep) share its state; with ep = dp x cp each expert's state stays whole.
-    std::uint64_t expert_shards() const { return std::gcd(dense_shards(), zero == 0 ? 1 : dp * cp / ep); }
+    /// With etp below tp the tp / etp ranks that hold one expert piece join that group (Megatron-LM's
+    /// expert_data_parallel_size = world / (etp x ep x pp)).
+    std::uint64_t expert_shards() const {
+        return std::gcd(dense_shards() * (tp / expert_tp()), zero == 0 ? 1 : dp * cp * tp / (expert_tp() * ep));
+    }
+    std::uint64_t expert_tp() const { return etp == 0 ? tp : etp; }
     std::uint64_t steps_per_batch() const { return microbatches == 0 ? pp : microbatches; }
     bool uneven_stages() const { return first_stage_layers != 0 || last_stage_layers != 0; }
     bool any() const { return devices() > 1 || zero > 0 || vpp > 1 || offload != Offload::none; }
@@ -124,6 +132,23 @@ inline void validate_uneven_stages(const Parallelism& p, std::uint64_t layers) {
                     " layers evenly (" + what + " of " + n(layers) + ")");
 }
 
+/// Megatron-LM's rule (parallel_state.initialize_model_parallel): etp x ep x pp divides the world
+/// dp x tp x pp x cp; and each expert's hidden width splits over etp.
+inline void validate_expert_tp(const Parallelism& p, const Architecture& m) {
+    const auto n = [](std::uint64_t v) { return std::to_string(v); };
+    if (!m.any_moe()) throw error("etp (" + n(p.etp) + ") needs a mixture-of-experts model");
+    if (p.etp > p.tp * p.cp * p.dp || (p.tp * p.cp * p.dp) % (p.etp * p.ep) != 0)
+        throw error("etp x ep (" + n(p.etp) + " x " + n(p.ep) + ") must divide tp x cp x dp (" + n(p.tp) + " x " +
+                    n(p.cp) + " x " + n(p.dp) + ")");
+    for (std::size_t k = 0; k < m.kind_count(); ++k) {
+        const Architecture v = m.layer_kinds.empty() ? m : m.kind_view(k);
+        if (v.is_moe() && (m.layer_kinds.empty() || m.layers_of_kind(k) > 0) && v.ffn % p.etp != 0)
+            detail::require_divides("etp", p.etp,
+                                    m.layer_kinds.empty() ? "ffn" : ("ffn (layer kind '" + m.layer_kinds[k].name + "')").c_str(),
+                                    v.ffn);
+    }
+}
+
 /// Throws memcalc::error naming the degree that does not fit the model or the sequence.
 inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t seq) {
     for (auto [name, v] : {std::pair{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep}, {"vpp", p.vpp}})
@@ -173,6 +198,7 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
         if (!m.any_moe()) throw error("ep (" + std::to_string(p.ep) + ") needs a mixture-of-experts model");
         detail::require_divides("ep", p.ep, "dp", p.dp);
     }
+    if (p.etp != 0) validate_expert_tp(p, m);
     if (p.gathered_layers == 0) throw error("gathered_layers must be a positive integer (got 0)");
     if (p.offload == Offload::parameters && p.zero != 3)
         throw error("offloading parameters needs ZeRO stage 3 (got zero " + std::to_string(p.zero) + ")");
@@ -222,6 +248,7 @@ inline Count rank_share(Count n, ActivationSplit split, const Parallelism& p, st
     if (n.value() == 0) return n;  // most sums of a split kind are empty: skip the divisions (plan's hot path)
     switch (split) {
         case ActivationSplit::tensor: n = ceil_div(n, p.tp); break;
+        case ActivationSplit::expert_tensor: n = ceil_div(n, p.expert_tp()); break;
         case ActivationSplit::sequence:
             if (p.sequence_parallel) n = ceil_div(n, p.tp);
             break;

@@ -131,9 +131,9 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
         Cached built;
         try {
             const ActivationTables t = activation_tables(m, s, b, recipe->precision(), request.base.activations,
-                                                         request.base.framework);
+                                                         request.base.framework, request.base.recompute_modules);
             built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t, request.base.framework),
-                                   compute_cost(m, s, b, mode).recompute_fraction());
+                                   compute_cost(m, s, b, mode, request.base.recompute_modules).recompute_fraction());
         } catch (const overflow_error&) {
         }
         return workloads.emplace(std::make_pair(b, mode), std::move(built)).first->second;
@@ -155,6 +155,9 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                 const std::uint64_t dp = request.gpus / (tp * pp * cp);
                 for (std::uint64_t ep : moe ? divisors(dp) : std::vector<std::uint64_t>{1}) {
                     if (!m.every_kind([&](const Architecture& v) { return !v.is_moe() || v.experts % ep == 0; })) continue;
+                    // Expert tensor parallelism: tp (Megatron's default), or none (etp 1), which frees
+                    // the experts of tp's communication.
+                    for (std::uint64_t etp : moe && tp > 1 ? std::vector<std::uint64_t>{tp, 1} : std::vector<std::uint64_t>{tp})
                     for (bool sp : {false, true}) {
                         if (sp && tp == 1) continue;
                         if (s % (cp * (sp ? tp : 1)) != 0) continue;
@@ -168,6 +171,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                                     continue;
                                 Parallelism p;
                                 p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep, p.zero = zero;
+                                p.etp = etp == tp ? 0 : etp;
                                 p.sequence_parallel = sp;
                                 std::tie(p.first_stage_layers, p.last_stage_layers) = *split;
                                 p.microbatches = G / (dp * b);

@@ -27,12 +27,13 @@ namespace memcalc {
 
 /// Bytes of saved tensors by how they divide across tensor-parallel ranks.
 struct SplitBytes {
-    Count tensor, sequence, replicated, vocab;
+    Count tensor, sequence, replicated, vocab, expert_tensor;
 
     template <class Tensor>  // a SavedTensor or a Workspace
     void add(const Tensor& r) {
         switch (r.split) {
             case ActivationSplit::tensor: tensor += r.bytes; break;
+            case ActivationSplit::expert_tensor: expert_tensor += r.bytes; break;
             case ActivationSplit::sequence: sequence += r.bytes; break;
             case ActivationSplit::replicated: replicated += r.bytes; break;
             case ActivationSplit::vocab: vocab += r.bytes; break;
@@ -41,7 +42,8 @@ struct SplitBytes {
     /// One rank's share, by the rule each row follows (rank_share; exact for valid layouts).
     Count on_rank(const Parallelism& p, std::uint64_t V) const {
         return rank_share(tensor, ActivationSplit::tensor, p, V) + rank_share(sequence, ActivationSplit::sequence, p, V) +
-               rank_share(replicated, ActivationSplit::replicated, p, V) + rank_share(vocab, ActivationSplit::vocab, p, V);
+               rank_share(replicated, ActivationSplit::replicated, p, V) + rank_share(vocab, ActivationSplit::vocab, p, V) +
+               rank_share(expert_tensor, ActivationSplit::expert_tensor, p, V);
     }
 };
 
@@ -61,7 +63,7 @@ struct SplitParams {
     }
     /// The experts' share of on_rank: their state shards over the expert-data-parallel group only.
     Count experts_on_rank(const Parallelism& p) const {
-        return ceil_div(expert_replicated, p.ep) + ceil_div(ceil_div(expert_tensor, p.tp), p.ep);
+        return ceil_div(expert_replicated, p.ep) + ceil_div(ceil_div(expert_tensor, p.expert_tp()), p.ep);
     }
 };
 
@@ -89,7 +91,7 @@ struct SplitState {
     }
     /// The experts' share: expert parallelism deals whole experts out.
     StateCount experts_on_rank(const Parallelism& p) const {
-        const StateCount of_rank = expert_replicated + piece(expert_tensor, p.tp);
+        const StateCount of_rank = expert_replicated + piece(expert_tensor, p.expert_tp());
         return {ceil_div(of_rank.main, p.ep), ceil_div(of_rank.fallback, p.ep), ceil_div(of_rank.other, p.ep), 0};
     }
 };
@@ -342,6 +344,9 @@ inline TrainingState model_state(const ParameterSplits& splits, const Recipe& re
 /// One kind of layer's share of a workload, one layer of one micro-batch.
 struct LayerWork {
     SplitBytes kept, rebuilt;  ///< under the recomputation
+    /// Selective recomputation rebuilds the MLP half apart from the attention half (`rebuilt`): a backward
+    /// step holds the larger.
+    SplitBytes rebuilt_mlp_half;
     std::vector<WorkspaceEffect> forward_work, backward_work;  ///< its workspaces
 };
 
@@ -376,13 +381,14 @@ struct ActivationTables {
 
 /// `precision`: the recipe's compute dtype, which the activations are stored in, and its stream's
 /// (Recipe::precision); `f`: the framework's kernels (its attention, platform and loss).
+/// `modules`: what selective recomputation checkpoints (select_modules).
 inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s, std::uint64_t b, Precision precision,
-                                          ActivationModel model, const Framework& f = {}) {
+                                          ActivationModel model, const Framework& f = {}, ModuleSet modules = {}) {
     const Attention attention = f.attention;
     const Platform platform = f.platform;
     const auto layer = [&](const Architecture& view) {
         return model == ActivationModel::korthikanti ? korthikanti_layer(view, s, b, bytes_per_element(precision.compute))
-                                                     : architecture_layer(view, s, b, precision, attention, platform);
+                                                     : architecture_layer(view, s, b, precision, attention, platform, modules);
     };
     ActivationTables t;
     if (m.layer_kinds.empty()) t.layer = layer(m);  // the model itself, not a copy
@@ -413,13 +419,15 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
         LayerWork& lw = w.layers[k];
         for (const auto& work : layer.work) {
             WorkspaceEffect e;
-            workspace_effect(layer.rows, work, mode, e.added, e.covered, layer.policy_outputs);
+            workspace_effect(layer.rows, work, mode, e.added, e.covered, layer.policy_outputs, layer.mlp_half_from);
             e.gradients = gradients_from(w.parameters->table, work.gradients_from, V, false, k);
             (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
         }
-        for (const auto& row : layer.rows) {
+        for (std::size_t i = 0; i < layer.rows.size(); ++i) {
+            const SavedTensor& row = layer.rows[i];
             if (row.kept(mode)) lw.kept.add(row);
-            if (rebuilt_by(row, mode)) lw.rebuilt.add(row);
+            if (rebuilt_by(row, mode))
+                (mode == Recompute::selective && layer.in_mlp_half(i) ? lw.rebuilt_mlp_half : lw.rebuilt).add(row);
         }
         if (checkpoints_layer(mode)) lw.kept.sequence += layer.input_bytes;  // the layer's input, on the residual stream
         if (mode == Recompute::op)
@@ -673,7 +681,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     Count most_kept, most_weights;  // of one layer, over the kinds this stage runs
     for (std::size_t k = 0; k < kinds; ++k) {
         in.layer[k].kept = w.layers[k].kept.on_rank(p, V);
-        in.layer[k].rebuilt = w.layers[k].rebuilt.on_rank(p, V);
+        in.layer[k].rebuilt = std::max(w.layers[k].rebuilt.on_rank(p, V), w.layers[k].rebuilt_mlp_half.on_rank(p, V));
         // Autocast casts the layer's whole weights (ZeRO-3's gathered ones too): this rank's tensor-parallel share.
         if (w.recipe.autocast) in.layer[k].weight_copies = w.parameters->cast_per_layer[k].on_rank(p, V) * d;
         if (f.kind_layers[k] == 0) continue;
