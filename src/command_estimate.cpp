@@ -90,6 +90,7 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
             case Format::json: {
                 nlohmann::json j = q.per_layer ? per_layer_json(r) : report_json(r, view);
                 if (model.checkpoint && !q.per_layer) j["checkpoint"] = checkpoint_json(*model.checkpoint);
+                if (!model.notes.empty()) j["model_notes"] = model.notes;
                 out.append(j.dump(2) + "\n");
                 break;
             }
@@ -97,6 +98,7 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
             case Format::table:
                 out.append(q.per_layer ? per_layer_table(r, view) : report_table(r, view));
                 if (model.checkpoint && !q.per_layer) out.append(checkpoint_table(*model.checkpoint));
+                for (const std::string& note : model.notes) out.append(fmt::format("\nNote on {}: {}.\n", arch.name, note));
                 break;
         }
         return;

@@ -428,7 +428,7 @@ std::string next_token_layers_note(const JsonReader& in, const Architecture& m) 
     const std::uint64_t h = m.hidden;
     const Count per_layer = table.per_layer(last_kind) + Count(3 * h) + Count(2 * h) * h;
     const Count copies = Count(m.vocab) * h * (m.tied_embeddings ? 1 : 2);
-    return "; the checkpoint also holds " + std::to_string(n) + " multi-token-prediction layer" + (n == 1 ? "" : "s") +
+    return "the checkpoint also holds " + std::to_string(n) + " multi-token-prediction layer" + (n == 1 ? "" : "s") +
            " (num_nextn_predict_layers) that num_parameters() does not count: " + std::to_string((per_layer * n).value()) +
            " parameters (buffers aside), and a copy of the embedding and head each (" +
            std::to_string((copies * n).value()) + ")";
@@ -468,12 +468,17 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin, cons
     } catch (const error& e) {
         throw error(origin + ": " + e.what());
     }
-    file.description = "imported from " + origin + " (model_type " + type + (nested ? ", text_config: the language "
-                                                                                      "model alone" : "") + ")" +
-                       next_token_layers_note(in, file.architecture);
+    // What the user should know of this import, printed beside its estimate and kept in its description.
+    if (const std::string mtp = next_token_layers_note(in, file.architecture); !mtp.empty()) file.notes.push_back(mtp);
     if (type == "gpt_oss")
-        file.description += "; the checkpoint stores the experts as MXFP4 blocks and scales, counted here as "
-                            "the parameters they dequantise to";
+        file.notes.push_back("the checkpoint stores the experts as MXFP4 blocks and scales, counted here as the "
+                             "parameters they dequantise to");
+    if (type == "llama4" || type == "llama4_text")  // not silent where it does not lean high yet
+        file.notes.push_back("its activations are counted as routed (top-k slots): transformers' Llama4TextMoe runs "
+                             "every expert over every token, so under that code they come out low");
+    file.description = "imported from " + origin + " (model_type " + type +
+                       (nested ? ", text_config: the language model alone" : "") + ")";
+    for (const std::string& note : file.notes) file.description += "; " + note;
     return file;
 }
 

@@ -17,6 +17,7 @@ struct ModelFile {
     Architecture architecture;
     std::string description;
     std::string source;
+    std::vector<std::string> notes;  ///< what an import could not model or count, said beside its estimate
     std::optional<std::uint64_t> published_parameters;  ///< the model's published exact count, when known
     std::shared_ptr<const CheckpointCheck> checkpoint;    ///< --config DIR: its checkpoint against the count
 };

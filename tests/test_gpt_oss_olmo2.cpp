@@ -10,6 +10,7 @@
 #include "memcalc/params.hpp"
 #include "memcalc/workload.hpp"
 #include "model_file.hpp"
+#include "run_program.hpp"
 
 using namespace memcalc;
 
@@ -210,4 +211,16 @@ TEST_CASE("the gpt-oss, OLMo 2 and Gemma 3 presets count their published figures
     for (std::size_t k = 0; k < p.kind_count(); ++k)
         CHECK(architecture_layer(p.kind_view(k), 256, 1, DType::bf16, Attention::eager).total() ==
               architecture_layer(c.kind_view(k), 256, 1, DType::bf16, Attention::eager).total());
+}
+
+TEST_CASE("an import's notes are printed beside its estimate, in the table and in JSON", "[gpt_oss][cli]") {
+    const std::string config = std::string(MEMCALC_SOURCE_DIR) + "/tests/configs/gpt-oss-20b.json";
+    const auto table = testing::memcalc("--config " + config + " --seq 1024");
+    REQUIRE(table.status == 0);
+    CHECK_THAT(table.out, Catch::Contains("Note on gpt-oss-20b: the checkpoint stores the experts as MXFP4"));
+    const auto json = testing::memcalc("--config " + config + " --seq 1024 --format json");
+    REQUIRE(json.status == 0);
+    CHECK_THAT(json.out, Catch::Contains("\"model_notes\""));
+    // A preset has none.
+    CHECK_THAT(testing::memcalc("--preset gpt-oss-20b --seq 1024").out, !Catch::Contains("Note on"));
 }

@@ -215,6 +215,8 @@ TEST_CASE("DeepSeek's config.json: dense layers then MoE layers, latent attentio
     CHECK(lite.architecture.mla.q_lora_rank == 0);
     CHECK(!lite.architecture.renormalize_topk);
     CHECK(lite.description.find("multi-token") == std::string::npos);
+    CHECK(v3.notes.size() == 1);
+    CHECK(lite.notes.empty());
     CHECK(parameter_table(cli::load_preset("deepseek-v2-lite").architecture).total() ==
           parameter_table(lite.architecture).total());
 }
