@@ -13,6 +13,7 @@
 #include "memcalc/dtype.hpp"
 #include "memcalc/error.hpp"
 #include "memcalc/model.hpp"
+#include "memcalc/parallel.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/units.hpp"
 
@@ -87,8 +88,6 @@ struct ServeReport {
 };
 
 namespace detail {
-inline std::uint64_t ceil_div_u(std::uint64_t n, std::uint64_t d) { return n / d + (n % d != 0 ? 1 : 0); }
-
 /// A row of the parameter table that the weight format stores: a layer's matrix, not a bias, norm or router.
 inline bool quantised(const ParamRow& r) {
     return r.group == Group::layer && (r.part == Part::attention || r.part == Part::mlp) && r.dims.size() >= 2;
@@ -127,14 +126,14 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
         const std::uint64_t in = n >= 2 ? row.dims.begin()[n - 2] : 1, out = row.dims.begin()[n - 1];
         const std::uint64_t stacked = n == 3 ? row.dims.begin()[0] : 1;
         Count elements = row.count, bytes;
-        if (row.split == ParamSplit::vocab) elements = Count(detail::ceil_div_u(row.dims.begin()[0], tp)) * (row.count.value() / row.dims.begin()[0]);
-        else if (row.split == ParamSplit::tensor) elements = Count(detail::ceil_div_u(row.count.value(), tp));
+        if (row.split == ParamSplit::vocab) elements = ceil_div(Count(row.dims.begin()[0]), tp) * (row.count.value() / row.dims.begin()[0]);
+        else if (row.split == ParamSplit::tensor) elements = ceil_div(row.count, tp);
         if (detail::quantised(row)) {
             // Each rank's matrix is in x out / tp: column-parallel ones (reading the model's width) split
             // their outputs, row-parallel ones their inputs, along which the groups run.
             const bool column = in == m.hidden;
-            bytes = Count(stacked) * s.weights->matrix_bytes(column ? in : detail::ceil_div_u(in, tp),
-                                                              column ? detail::ceil_div_u(out, tp) : out);
+            bytes = Count(stacked) * s.weights->matrix_bytes(column ? in : ceil_div(Count(in), tp).value(),
+                                                              column ? ceil_div(Count(out), tp).value() : out);
         } else {
             bytes = elements * dtype::bf16;
         }
@@ -152,7 +151,7 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
     r.kv_latent = m.mla.enabled();
     r.blocks_per_sequence = 0;
     const std::uint64_t cache = bytes_per_element(s.kv_dtype);
-    const std::uint64_t blocks_full = detail::ceil_div_u(s.context, s.block_size);
+    const std::uint64_t blocks_full = ceil_div(Count(s.context), s.block_size).value();
     for (std::size_t k = 0; k < m.kind_count(); ++k) {
         const std::uint64_t layers = m.layers_of_kind(k);
         if (layers == 0) continue;
@@ -161,7 +160,7 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
                                 (v.mla.enabled() ? v.mla.kv_lora_rank + v.mla.qk_rope_head_dim
                                                  : 2 * r.kv_heads_per_rank * v.head_size());
         const std::uint64_t blocks =
-            v.window == 0 ? blocks_full : std::min(blocks_full, detail::ceil_div_u(v.window, s.block_size) + 1);
+            v.window == 0 ? blocks_full : std::min(blocks_full, ceil_div(Count(v.window), s.block_size).value() + 1);
         r.kv_bytes_per_token += per_token;
         r.kv_cache += Count(s.batch) * blocks * s.block_size * per_token;
         r.blocks_per_sequence = std::max(r.blocks_per_sequence, blocks);
@@ -179,13 +178,13 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
     Count mlp;
     m.every_kind([&](const Architecture& v) {
         const Count slots = Count(N) * v.active_experts();
-        Count here = slots * (detail::ceil_div_u(v.ffn, tp) * (v.mlp == Mlp::gated ? 3 : 2)) * dtype::bf16;
+        Count here = slots * (ceil_div(Count(v.ffn), tp).value() * (v.mlp == Mlp::gated ? 3 : 2)) * dtype::bf16;
         if (v.is_moe()) here += slots * m.hidden * (2 * dtype::bf16) + Count(N) * v.experts * dtype::fp32;
         mlp = std::max(mlp, here);
         return true;
     });
     const Count stream = Count(N) * m.hidden * (2 * dtype::bf16);
-    const Count logits = Count(s.batch) * detail::ceil_div_u(m.vocab, tp) * (dtype::bf16 + dtype::fp32);
+    const Count logits = Count(s.batch) * ceil_div(Count(m.vocab), tp).value() * (dtype::bf16 + dtype::fp32);
     r.activations = stream + std::max(attention, mlp) + logits;
     return r;
 }
