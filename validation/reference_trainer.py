@@ -67,9 +67,35 @@ use_reentrant=True); full (the whole layer in torch.utils.checkpoint, use_reentr
 with the arguments HF's gradient checkpointing passes: hidden_states, causal mask, position ids and
 the (cos, sin) tuple).
 
+Fine-tuning (--train frozen / lora; memcalc's flags of the same names, passed on by --compare):
+  frozen  --frozen PARTS: the parameters of each part get requires_grad_(False) when the model is built.
+          Parts: embeddings (token and position tables), attention, mlp (experts and shared expert too),
+          norms (every RMSNorm/LayerNorm, the final one included), head (lm_head; with tied embeddings the
+          token table, so "head" and "embeddings" then freeze the same tensor), router (the MoE gate,
+          Qwen2-MoE's shared_expert_gate, gpt-oss's router); or projections by name (q_proj, k_proj,
+          v_proj, o_proj, gate_proj, up_proj, down_proj: every nn.Linear of that name, experts' too).
+  lora    every base parameter frozen; each target nn.Linear wrapped as peft's lora.Linear does it
+          (LoraLinear below): result = base_layer(x) + lora_B(lora_A(dropout(x))) * scaling with
+          lora_A = Linear(in, r), lora_B = Linear(r, out), no biases, dropout nn.Dropout(p) (p > 0) or
+          nn.Identity (p = 0), adapters bf16 and trainable.  --lora-targets all-linear wraps every
+          projection above (attention, MLP, experts, shared expert) but, unlike peft's all-linear, not the
+          MoE router; a style whose layers have other projections (GPT-2's Conv1D, Falcon's fused
+          query_key_value, latent attention's, gpt-oss's stacked experts) is refused, as is any target
+          or part the style does not have.  peft's get_peft_model upcasts bf16 adapters to fp32 by
+          default (autocast_adapter_dtype); --lora-dtype fp32 measures that (--measure only).
+  The ASSUMPTION, for both: the first layer's input requires grad, as it does when anything before it
+  trains, or under transformers' enable_input_require_grads (which PEFT and gradient checkpointing with
+  frozen embeddings use): Model.forward sets requires_grad on the embedding output when nothing did.
+  Without it layer 0 would keep less (no op before the first adapter would need a gradient), and under
+  full recomputation the reentrant checkpoint's output would not require grad: backward fails ("element 0
+  of tensors does not require grad"), the failure enable_input_require_grads exists for.
+  validation/train_breakdown.py lists, storage by storage, what each setting removes and adds.
+
 Usage:
   /usr/bin/python3 validation/reference_trainer.py --measure [--model FILE ...] [--breakdown]
   /usr/bin/python3 validation/reference_trainer.py --compare --memcalc build/memcalc [--model FILE ...]
+  ... [--train full lora frozen] [--frozen attention,mlp ...] [--lora-targets q_proj,v_proj all-linear ...]
+      [--lora-dropout 0 0.05] [--lora-rank 8]        (each setting in turn; --json rows carry their own)
 """
 from __future__ import annotations
 
@@ -860,6 +886,8 @@ class Model(nn.Module):
         set_region("embedding")
         ctx = self.make_ctx(b, s, input_ids.device)
         x = self.wte(input_ids)
+        if not x.requires_grad:  # frozen embeddings: transformers' enable_input_require_grads (see the docstring)
+            x.requires_grad_(True)
         if spec.position == "learned":
             x = x + self.wpe(ctx.position_ids)
         if spec.embedding_norm:
@@ -885,7 +913,7 @@ class Model(nn.Module):
         return loss, logits, ctx, ios
 
 
-def build_model(spec: Spec, seed=0) -> Model:
+def build_model(spec: Spec, seed=0, train: Optional["Train"] = None) -> Model:
     torch.manual_seed(seed)
     m = Model(spec)
     with torch.no_grad():
@@ -895,7 +923,200 @@ def build_model(spec: Spec, seed=0) -> Model:
         for mod in m.modules():  # logits wide enough that every expert gets tokens, as memcalc counts
             if isinstance(mod, GptOssMoE):
                 mod.router_weight.normal_(0.0, 1.0)
-    return m.to(DTYPE).train()
+    if train is not None and train.mode != "full":
+        apply_training(m, spec, train)  # after the base initialisation: the base weights are full's
+    m = m.to(DTYPE).train()
+    if train is not None and train.mode == "lora" and train.lora_dtype == "fp32":
+        for mod in m.modules():  # peft's get_peft_model(autocast_adapter_dtype=True) upcasts bf16 adapters
+            if isinstance(mod, LoraLinear):
+                mod.lora_A.float()
+                mod.lora_B.float()
+    return m
+
+
+# --------------------------------------------------------------------------------------------------
+# Fine-tuning: frozen parts and LoRA adapters (memcalc's --train, --frozen, --lora-*)
+# --------------------------------------------------------------------------------------------------
+
+PARTS = ("embeddings", "attention", "mlp", "norms", "head", "router")
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Train:
+    """One fine-tuning setting, normalised: fields that do not apply to the mode keep their defaults, so
+    two settings that train the same way compare (and key) equal."""
+    mode: str = "full"                      # full | frozen | lora
+    frozen: Tuple[str, ...] = ()            # frozen: parts and/or projection names
+    lora_rank: int = 8
+    lora_targets: Tuple[str, ...] = ("q_proj", "v_proj")  # or ("all-linear",)
+    lora_dropout: float = 0.05
+    lora_dtype: str = "bf16"                # fp32: peft's default upcast of bf16 adapters (--measure only)
+
+    @staticmethod
+    def make(mode="full", frozen="", lora_rank=8, lora_targets="q_proj,v_proj", lora_dropout=0.05,
+             lora_dtype="bf16") -> "Train":
+        def names(v):
+            return tuple(x.strip() for x in (v.split(",") if isinstance(v, str) else v) if x.strip())
+        if mode == "full":
+            return Train()
+        if mode == "frozen":
+            parts = names(frozen)
+            if not parts:
+                raise ValueError("--train frozen needs --frozen PARTS")
+            for x in parts:
+                if x not in PARTS + PROJECTIONS:
+                    raise ValueError(f"--frozen: unknown part '{x}' (parts: {', '.join(PARTS)}; "
+                                     f"tensors: {', '.join(PROJECTIONS)})")
+            return Train("frozen", frozen=tuple(sorted(set(parts), key=(PARTS + PROJECTIONS).index)))
+        if mode == "lora":
+            targets = names(lora_targets)
+            if targets != ("all-linear",):
+                for x in targets:
+                    if x not in PROJECTIONS:
+                        raise ValueError(f"--lora-targets: unknown linear '{x}' (names: {', '.join(PROJECTIONS)}; "
+                                         "or all-linear)")
+                targets = tuple(sorted(set(targets), key=PROJECTIONS.index))
+            if not targets:
+                raise ValueError("--lora-targets is empty")
+            if int(lora_rank) < 1:
+                raise ValueError("--lora-rank must be at least 1")
+            if not 0 <= float(lora_dropout) < 1:
+                raise ValueError("--lora-dropout must be in [0, 1)")
+            return Train("lora", lora_rank=int(lora_rank), lora_targets=targets, lora_dropout=float(lora_dropout),
+                         lora_dtype=lora_dtype)
+        raise ValueError(f"--train: unknown mode '{mode}' (full, lora, frozen)")
+
+    def label(self) -> str:
+        if self.mode == "frozen":
+            return f"frozen {','.join(self.frozen)}"
+        if self.mode == "lora":
+            return (f"lora r={self.lora_rank} targets={','.join(self.lora_targets)} dropout={self.lora_dropout:g}"
+                    + (" fp32 adapters" if self.lora_dtype != "bf16" else ""))
+        return "full"
+
+    def memcalc_flags(self) -> List[str]:
+        if self.mode == "frozen":
+            return ["--train", "frozen", "--frozen", ",".join(self.frozen)]
+        if self.mode == "lora":
+            return ["--train", "lora", "--lora-rank", str(self.lora_rank), "--lora-targets",
+                    ",".join(self.lora_targets), "--lora-dropout", f"{self.lora_dropout:g}"]
+        return []  # full: memcalc's default, no flag (so older builds still answer)
+
+    def row_fields(self) -> dict:
+        if self.mode == "frozen":
+            return {"train": "frozen", "frozen": ",".join(self.frozen)}
+        if self.mode == "lora":
+            return {"train": "lora", "lora_rank": self.lora_rank, "lora_targets": ",".join(self.lora_targets),
+                    "lora_dropout": self.lora_dropout}
+        return {"train": "full"}
+
+    @staticmethod
+    def from_row(r: dict) -> "Train":
+        """A --json row's setting; rows written before these fields existed are full training."""
+        return Train.make(r.get("train", "full"), r.get("frozen", ""), r.get("lora_rank", 8),
+                          r.get("lora_targets", "q_proj,v_proj"), r.get("lora_dropout", 0.05))
+
+
+class LoraLinear(nn.Module):
+    """peft's lora.Linear around a frozen nn.Linear (one adapter, no DoRA, lora_bias False):
+    result = base_layer(x); x = x.to(lora_A.weight.dtype) (peft's _cast_input_dtype, a no-op when both are
+    bf16); result = result + lora_B(lora_A(dropout(x))) * scaling; result.to(result's dtype).  dropout is
+    nn.Dropout(p) for p > 0 and nn.Identity() for p == 0; scaling = lora_alpha / r, a Python float
+    (peft's default lora_alpha 8).  lora_A kaiming-uniform, lora_B zeros, as peft initialises them."""
+
+    def __init__(self, base: nn.Linear, r: int, p: float, alpha: float = 8.0):
+        super().__init__()
+        self.base_layer = base
+        self.lora_A = nn.Linear(base.in_features, r, bias=False)
+        self.lora_B = nn.Linear(r, base.out_features, bias=False)
+        nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_B.weight)
+        self.p = p
+        self.scaling = alpha / r
+
+    def forward(self, x):
+        result = self.base_layer(x)
+        result_dtype = result.dtype
+        x = x if x.dtype == self.lora_A.weight.dtype else x.to(self.lora_A.weight.dtype)
+        x = dropout(x, self.p, self.training)  # nn.Dropout is F.dropout; p == 0: nn.Identity
+        result = result + self.lora_B(self.lora_A(x)) * self.scaling
+        return result.to(result_dtype)
+
+
+_NORMS = (RMSNorm, nn.LayerNorm)
+_ATTENTION = (LlamaAttention, LatentAttention, GPT2Attention, FalconAttention)
+
+
+def parameter_parts(model: Model):
+    """Every parameter as (qualified name, parameter, part, projection name or ''): norms are every RMSNorm /
+    LayerNorm (the final one and q/k norms too), embeddings the token and position tables, head lm_head
+    (with tied embeddings the same tensor as the token table), router the MoE gate (and Qwen2-MoE's
+    shared_expert_gate, gpt-oss's router), attention and mlp the rest of those modules."""
+    out = []
+    mods = dict(model.named_modules())
+    for mname, mod in mods.items():
+        for pname, p in mod.named_parameters(recurse=False):
+            comps = mname.split(".") if mname else []
+            ancestors = [mods[".".join(comps[:i])] for i in range(1, len(comps))]
+            parent = ancestors[-1] if ancestors else model
+            if isinstance(mod, _NORMS):
+                part = "norms"
+            elif isinstance(mod, nn.Embedding):
+                part = "embeddings"
+            elif mname == "lm_head":
+                part = "head"
+            elif (isinstance(parent, SparseMoE) and comps[-1] in ("gate", "shared_expert_gate")) or \
+                    (isinstance(mod, GptOssMoE) and pname.startswith("router")):
+                part = "router"
+            elif isinstance(mod, _ATTENTION) or any(isinstance(a, _ATTENTION) for a in ancestors):
+                part = "attention"
+            elif isinstance(mod, (GatedMLP, PlainMLP, GPT2MLP, SparseMoE, GptOssMoE)) or \
+                    any(isinstance(a, (GatedMLP, PlainMLP, GPT2MLP, SparseMoE, GptOssMoE)) for a in ancestors):
+                part = "mlp"
+            else:
+                raise AssertionError(f"unclassified parameter {mname}.{pname}")
+            proj = comps[-1] if comps and isinstance(mod, nn.Linear) and comps[-1] in PROJECTIONS else ""
+            out.append((f"{mname}.{pname}" if mname else pname, p, part, proj))
+    return out
+
+
+def apply_training(model: Model, spec: Spec, train: "Train"):
+    """Freeze the parts (frozen) or every base parameter and wrap the targets in LoRA adapters (lora).
+    Raises ValueError, in one line, when a part or target does not exist in this style of layer."""
+    parts = parameter_parts(model)
+    if train.mode == "frozen":
+        for what in train.frozen:
+            hit = [p for name, p, part, proj in parts if what in (part, proj)
+                   or (what == "head" and spec.tied_embeddings and name == "wte.weight")]  # the tied table
+            if not hit:
+                raise ValueError(f"--frozen {what}: no such {'tensor' if what in PROJECTIONS else 'part'} "
+                                 f"in {spec.name} ({spec.style} style)")
+            for p in hit:
+                p.requires_grad_(False)
+        return
+    for _, p, _, _ in parts:
+        p.requires_grad_(False)
+    layer_linears = [(name, mod) for name, mod in model.layers.named_modules() if isinstance(mod, nn.Linear)]
+    if train.lora_targets == ("all-linear",):
+        router = {name for name, _, part, _ in parts if part == "router"}
+        other = [f"layers.{n}" for n, m in layer_linears if n.split(".")[-1] not in PROJECTIONS
+                 and f"layers.{n}.weight" not in router]
+        if other or spec.style in ("gpt2", "falcon") or spec.stacked_experts:
+            raise ValueError(f"--lora-targets all-linear: {spec.name} ({spec.style} style) has projections "
+                             f"other than {', '.join(PROJECTIONS)} (e.g. {other[0] if other else 'fused or stacked'})")
+        targets = set(PROJECTIONS)
+    else:
+        targets = set(train.lora_targets)
+        present = {n.split(".")[-1] for n, _ in layer_linears}
+        missing = sorted(targets - present, key=PROJECTIONS.index)
+        if missing:
+            raise ValueError(f"--lora-targets: {spec.name} ({spec.style} style) has no {', '.join(missing)}")
+    for name, mod in layer_linears:
+        comps = name.split(".")
+        if comps[-1] in targets:
+            parent = model.layers.get_submodule(".".join(comps[:-1]))
+            setattr(parent, comps[-1], LoraLinear(mod, train.lora_rank, train.lora_dropout))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1181,17 +1402,19 @@ def print_rows(res: RegionResult, indent="    "):
         print(f"{indent}WARNING: {res.walk_mismatch}")
 
 
-def run_measure(specs: List[Spec], seqs, batches, breakdown: bool) -> Dict[str, List[Measurement]]:
+def run_measure(specs: List[Spec], seqs, batches, breakdown: bool,
+                trains: Optional[List["Train"]] = None) -> Dict[str, List[Measurement]]:
     out: Dict[str, List[Measurement]] = {}
-    for spec in specs:
-        model = build_model(spec)
+    for spec, train in [(sp, t) for sp in specs for t in (trains or [Train()])]:
+        model = build_model(spec, train=train)
         ms: List[Measurement] = []
         grid = [(s, b) for s in seq_grid(spec, seqs) for b in batches]
         for s, b in grid:
             for mode in MODES:
                 ms.append(measure(spec, model, s, b, mode))
-        out[spec.path] = ms
-        print(f"== {spec.name} [{spec.style}]  {describe(spec)}")
+        out[spec.path if train.mode == "full" else f"{spec.path} [{train.label()}]"] = ms
+        print(f"== {spec.name} [{spec.style}]  {describe(spec)}" + (f"\n   training: {train.label()}"
+                                                                     if train.mode != "full" else ""))
         print(f"   {'s':>4} {'b':>2} {'mode':<9} {'kept/layer':>10} {'input':>7} {'layer':>8} {'tiny':>5} "
               f"{'shared':>7} {'layers equal':>12} {'head':>8} {'embed':>6} {'logits bf16':>11}")
         for m in ms:
@@ -1231,10 +1454,12 @@ def run_measure(specs: List[Spec], seqs, batches, breakdown: bool) -> Dict[str, 
     return out
 
 
-def memcalc_prediction(memcalc: str, path: str, s: int, b: int, mode: str):
-    """memcalc's (one layer's kept bytes, the head's saved bytes, error) for one configuration."""
+def memcalc_prediction(memcalc: str, path: str, s: int, b: int, mode: str, train: Optional["Train"] = None):
+    """memcalc's (one layer's kept bytes, the head's saved bytes, error) for one configuration (and training
+    setting: memcalc's --train / --frozen / --lora-* flags, none for full training)."""
     cmd = [memcalc, "--model-file", path, "--seq", str(s), "--micro-batch", str(b), "--recompute", mode,
            "--activations", "architecture", "--attention", "eager", "--platform", "cpu", "--format", "json"]
+    cmd += train.memcalc_flags() if train is not None else []
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -1249,20 +1474,23 @@ def memcalc_prediction(memcalc: str, path: str, s: int, b: int, mode: str):
 
 
 def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Optional[str] = None,
-                committed: Optional[str] = None) -> int:
+                committed: Optional[str] = None, trains: Optional[List["Train"]] = None) -> int:
     """Measure each configuration (or, with `committed`, read the measured bytes from that JSON) and
-    compare with memcalc; `json_out` writes every row, measured and predicted."""
+    compare with memcalc; `json_out` writes every row, measured and predicted.  Each model runs under each
+    training setting of `trains` (full training by default); a committed file's rows carry their own."""
     failed = 0
     total = 0
     reasons: List[str] = []
     rows: List[dict] = []
     recorded = {}
+    cases = [(spec, train) for spec in specs for train in (trains or [Train()])]
     if committed:
         with open(committed) as f:
             doc = json.load(f)
-        for r in doc["rows"]:
-            recorded[(r["model_file"], r["seq"], r["micro_batch"], r["recompute"])] = r
-        specs = [load_spec(os.path.join(REPO, p)) for p in dict.fromkeys(r["model_file"] for r in doc["rows"])]
+        for r in doc["rows"]:  # keyed by the training setting too (rows without one: full training)
+            recorded[(r["model_file"], Train.from_row(r), r["seq"], r["micro_batch"], r["recompute"])] = r
+        loaded = {p: load_spec(os.path.join(REPO, p)) for p in dict.fromkeys(r["model_file"] for r in doc["rows"])}
+        cases = [(loaded[k[0]], k[1]) for k in dict.fromkeys(k[:2] for k in recorded)]
     print(f"{'model':<14} {'style':<8} {'s':>4} {'b':>2} {'what':<15} {'measured':>10} {'predicted':>10} "
           f"{'difference':>10}  verdict")
 
@@ -1282,27 +1510,30 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Option
         failed += 1
         return f"MISMATCH (the documented effects explain {expected:+d})"
 
-    for spec in specs:
-        model = None if committed else build_model(spec)
+    for spec, train in cases:
+        model = None if committed else build_model(spec, train=train)
         model_file = os.path.relpath(os.path.abspath(spec.path), REPO)
-        grid = sorted({(k[1], k[2]) for k in recorded if k[0] == model_file}) if committed else \
+        grid = sorted({(k[2], k[3]) for k in recorded if k[:2] == (model_file, train)}) if committed else \
             [(s, b) for s in seq_grid(spec, seqs) for b in batches]
+        if train.mode != "full":
+            print(f"-- {spec.name}, training: {train.label()}")
         for s, b in grid:
                 for mode in MODES:
                     total += 1
                     if committed:
-                        r = recorded[(model_file, s, b, mode)]
+                        r = recorded[(model_file, train, s, b, mode)]
                         measured, head = r["measured_layer_bytes"], r.get("measured_head_bytes")
                     else:
                         m = measure(spec, model, s, b, mode)
                         measured = m.layers[0].kept
                         head = m.head.by_cat.get("layer", 0) + m.head.by_cat.get("input", 0)
                         spec.routing = getattr(model.layers[0].mlp, "slots", [])  # layer 0's, for the effects
-                    pred, head_pred, err = memcalc_prediction(memcalc, spec.path, s, b, mode)
+                    pred, head_pred, err = memcalc_prediction(memcalc, spec.path, s, b, mode, train)
                     rows.append({"model_file": model_file, "seq": s, "micro_batch": b, "recompute": mode,
                                  "measured_layer_bytes": measured, "predicted_layer_bytes": pred,
                                  "measured_head_bytes": head if mode == "none" else None,
-                                 "predicted_head_bytes": head_pred if mode == "none" else None})
+                                 "predicted_head_bytes": head_pred if mode == "none" else None,
+                                 **train.row_fields()})
                     label = f"{spec.name:<14} {spec.style:<8} {s:>4} {b:>2}"
                     if pred is None:
                         failed += 1
@@ -1347,23 +1578,48 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="FILE", help="--compare: write every row, measured and predicted, to FILE")
     ap.add_argument("--committed", metavar="FILE", help="--compare: take the measured bytes from FILE (a --json "
                     "output) instead of measuring, and check memcalc against them")
+    ap.add_argument("--train", nargs="+", choices=("full", "lora", "frozen"), default=["full"],
+                    help="what trains (memcalc's --train; default full); several: each in turn")
+    ap.add_argument("--frozen", nargs="+", metavar="PARTS", default=[""],
+                    help="with --train frozen: a comma list of parts (" + ", ".join(PARTS) + ") and/or tensors ("
+                    + ", ".join(PROJECTIONS) + ") whose parameters get requires_grad False; several lists: each in turn")
+    ap.add_argument("--lora-rank", nargs="+", type=int, metavar="R", default=[8], help="LoRA rank (default 8)")
+    ap.add_argument("--lora-targets", nargs="+", metavar="LIST", default=["q_proj,v_proj"],
+                    help="the nn.Linear names LoRA wraps, a comma list, or all-linear (every projection of "
+                    "attention and MLP/experts, not the MoE router); default q_proj,v_proj; several lists: each in turn")
+    ap.add_argument("--lora-dropout", nargs="+", type=float, metavar="P", default=[0.05],
+                    help="LoRA dropout (default 0.05; 0: peft's nn.Identity)")
+    ap.add_argument("--lora-dtype", choices=("bf16", "fp32"), default="bf16",
+                    help="the adapters' dtype: bf16 as the base (default), or fp32 as peft's get_peft_model "
+                         "leaves them by default (autocast_adapter_dtype) (--measure only: memcalc has no such flag)")
     a = ap.parse_args(argv)
     DROPOUT_KERNEL = a.dropout_kernel
     if a.compare and DROPOUT_KERNEL != "functional":
         ap.error("--compare measures torch's own F.dropout (memcalc --platform cpu predicts it): drop --dropout-kernel")
+    if a.compare and a.lora_dtype != "bf16":
+        ap.error("--compare checks bf16 adapters (memcalc has no adapter dtype): drop --lora-dtype")
     torch.set_num_threads(a.threads)
-    specs = [load_spec(p) for p in (a.model or DEFAULT_MODELS)]
+    try:
+        trains = list(dict.fromkeys(Train.make(m, fz, r, t, p, a.lora_dtype) for m in a.train for fz in a.frozen
+                                    for r in a.lora_rank for t in a.lora_targets for p in a.lora_dropout))
+        specs = [load_spec(p) for p in (a.model or DEFAULT_MODELS)]
+        for spec in specs:  # refuse, in one line, a part or target the style does not have
+            for train in trains:
+                build_model(spec, train=train)
+    except ValueError as e:
+        print(f"reference_trainer.py: {e}", file=sys.stderr)
+        return 2
     batches = a.micro_batch or list(DEFAULT_BATCHES)
     t0 = time.time()
     if a.measure:
         print(f"torch {torch.__version__}, CPU, bf16 parameters and activations, train mode, "
               f"dropout kernel {DROPOUT_KERNEL}; bytes per layer (layer 0)\n")
-        run_measure(specs, a.seq, batches, a.breakdown)
+        run_measure(specs, a.seq, batches, a.breakdown, trains)
         print(f"({time.time() - t0:.1f} s)")
         return 0
     if not a.memcalc:
         ap.error("--compare needs --memcalc PATH")
-    rc = run_compare(specs, a.memcalc, a.seq, batches, a.json, a.committed)
+    rc = run_compare(specs, a.memcalc, a.seq, batches, a.json, a.committed, trains)
     print(f"({time.time() - t0:.1f} s)")
     return rc
 
