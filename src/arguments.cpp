@@ -62,6 +62,48 @@ std::vector<Recompute> parse_modes(const std::string& text) {
     return modes;
 }
 
+FineTuning parse_fine_tuning(const Request& q) {
+    FineTuning f;
+    const auto* row = std::find_if(training_rows.begin(), training_rows.end(),
+                                   [&](const TrainingRow& r) { return q.train == r.name; });
+    if (row == training_rows.end()) {
+        std::vector<std::string> names;
+        for (const auto& r : training_rows) names.emplace_back(r.name);
+        throw usage_error(fmt::format("unknown --train '{}'{} (full, frozen, lora or qlora)", q.train, did_you_mean(q.train, names)));
+    }
+    f.mode = row->mode;
+    const bool adapters = row->adapters;
+    if (!q.frozen.empty()) {
+        if (f.mode != Training::frozen && f.mode != Training::full)
+            throw usage_error(fmt::format("--frozen {} is for --train frozen: --train {} freezes the whole base", q.frozen, q.train));
+        f.mode = Training::frozen;  // --frozen alone implies it
+        f.frozen = split_list("--frozen", q.frozen);
+    } else if (f.mode == Training::frozen) {
+        throw usage_error("--train frozen needs --frozen PARTS (embeddings, attention, mlp, router, norms, head, or tensor "
+                          "names such as q_proj)");
+    }
+    for (const auto& [option, value] : {std::pair<const char*, const std::string&>{"--lora-rank", q.lora_rank},
+                                        {"--lora-targets", q.lora_targets}, {"--lora-dropout", q.lora_dropout},
+                                        {"--lora-dtype", q.lora_dtype}})
+        if (!value.empty() && !adapters)
+            throw usage_error(fmt::format("{} {} needs --train lora or qlora (got --train {})", option, value, q.train));
+    f.lora.rank = parse_count("--lora-rank", q.lora_rank, f.lora.rank);
+    if (!q.lora_targets.empty()) f.lora.targets = split_list("--lora-targets", q.lora_targets);
+    if (!q.lora_dropout.empty()) {
+        char* end = nullptr;
+        const double p = std::strtod(q.lora_dropout.c_str(), &end);
+        if (end != q.lora_dropout.c_str() + q.lora_dropout.size() || !(p >= 0 && p < 1))
+            throw usage_error(fmt::format("--lora-dropout: '{}' is not a probability in [0, 1)", q.lora_dropout));
+        f.lora.dropout = p > 0;
+    }
+    if (!q.lora_dtype.empty()) {
+        if (q.lora_dtype != "fp32" && q.lora_dtype != "bf16" && q.lora_dtype != "fp16")
+            throw usage_error(fmt::format("--lora-dtype: '{}' is not fp32 (peft's default), bf16 or fp16", q.lora_dtype));
+        f.lora.fp32 = q.lora_dtype == "fp32";
+    }
+    return f;
+}
+
 ModuleSet parse_recompute_modules(const Request& q) {
     if (q.recompute_modules.empty()) return {};
     if (q.recompute != "selective")

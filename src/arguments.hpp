@@ -22,7 +22,9 @@ struct usage_error : std::runtime_error {
 struct Request {
     std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe}, recipe_file;
     std::string recompute_modules;  ///< empty: Megatron-LM's default, core_attn
-    std::string units = "gb", format = "table", activations = "korthikanti";
+    std::string units = "gb", format = "table", activations;  ///< empty: korthikanti, or architecture to fine-tune
+    // Fine-tuning: which parameters train (finetune.hpp).
+    std::string train = "full", frozen, lora_rank, lora_targets, lora_dropout, lora_dtype;
     // The framework: a profile, and its values the flags override (empty: the profile's).
     std::string profile{default_profile}, profile_file, attention;
     std::map<std::string, std::string> framework;  ///< by framework_switches key: "loss" -> "bf16"
@@ -51,6 +53,8 @@ std::uint64_t parse_count(const std::string& option, const std::string& text, st
 std::vector<Recompute> parse_modes(const std::string& text);
 /// --recompute-modules: Megatron-LM's module names, a comma list (empty: core_attn alone).
 ModuleSet parse_recompute_modules(const Request& q);
+/// --train, --frozen and the --lora-* options.
+FineTuning parse_fine_tuning(const Request& q);
 std::vector<Attention> parse_attention(const std::string& text);
 /// A framework switch's value as typed ("--loss bf16"), or an error naming it and the choices.
 template <class E, std::size_t N>

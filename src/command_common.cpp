@@ -53,6 +53,8 @@ ModelFile load_model(const Request& q) {
 }
 
 ActivationModel activation_model(const Request& q) {
+    // Fine-tuning freezes weights, which Korthikanti's formula cannot: it takes the architecture model.
+    if (q.activations.empty()) return q.train == "full" && q.frozen.empty() ? ActivationModel::korthikanti : ActivationModel::architecture;
     return q.activations == "architecture" ? ActivationModel::architecture : ActivationModel::korthikanti;
 }
 
@@ -62,6 +64,10 @@ Settings settings_from(const Request& q) {
     settings.recipe = q.recipe_file.empty() ? builtin_recipe(q.recipe) : load_recipe_file(q.recipe_file);
     settings.activations = activation_model(q);
     settings.recompute_modules = parse_recompute_modules(q);
+    settings.tuning = parse_fine_tuning(q);
+    if (!settings.tuning.is_full() && settings.activations != ActivationModel::architecture)
+        throw usage_error(fmt::format("--train {} needs --activations architecture: Korthikanti's formula has every "
+                                      "weight trained", training_name(settings.tuning.mode)));
     // The profile's values, each flag given overriding one (check_run_options has named a wrong built-in one).
     const FrameworkProfile profile = q.profile_file.empty() ? *find_profile(q.profile) : load_profile_file(q.profile_file);
     Framework& f = settings.framework;

@@ -41,6 +41,10 @@ const char* const examples = R"(Examples:
   memcalc --preset llama-7b --seq 4096 --recompute selective --microbatches 4 --grad-buffer persistent
   memcalc --preset llama-3.1-405b --seq 8192 --tp 8 --pp 16 --dp 8 --zero 1 --first-stage-layers 7 --last-stage-layers 7
   memcalc --preset llama-7b --seq 4096 --activations architecture --profile megatron --recipe mixed-adam-fp32-grads
+  memcalc --preset llama-3-8b --seq 2048 --train qlora --lora-rank 16 --lora-targets all-linear --recompute full
+  memcalc --preset llama-7b --seq 2048 --train lora --lora-rank 8 --lora-targets q_proj,v_proj
+  memcalc --preset llama-7b --seq 2048 --train frozen --frozen embeddings,attention
+  memcalc fit --preset llama-3-70b --train qlora --lora-targets all-linear --recompute full --device-memory 48GB
   memcalc serve --preset llama-3-70b --context 32768 --batch 8 --tp 8 --gpu h100-sxm
   memcalc presets
   memcalc recipes
@@ -90,6 +94,34 @@ struct RunSizes {  // the sequence, the micro-batch, the recomputation
     }
 };
 
+struct TrainingChoice {
+    template <class App>
+    static void add(App& app, Request& q) {
+        app.add_option("--train", q.train,
+                       "What trains: full (default), frozen (all but --frozen PARTS), lora (low-rank adapters\n"
+                       "beside a frozen base, as peft's LoRA), qlora (the same over 4-bit NF4 base linears,\n"
+                       "bitsandbytes' double quantisation). Not full: --activations architecture by default")
+            ->type_name("MODE");
+        app.add_option("--frozen", q.frozen,
+                       "Parts that keep their weights alone (no gradient, master copy or optimiser state):\n"
+                       "embeddings, attention, mlp, router, norms, head, all, or tensor names (q_proj, ...)")
+            ->type_name("PART[,PART...]");
+        app.add_option("--lora-rank", q.lora_rank, "LoRA's rank r (default: 8, peft's)")->type_name("R");
+        app.add_option("--lora-targets", q.lora_targets,
+                       "The linears LoRA adapts, by name as peft matches them, or all-linear (every layer's;\n"
+                       "default: q_proj,v_proj, peft's for LLaMA)")
+            ->type_name("NAME[,NAME...]");
+        app.add_option("--lora-dropout", q.lora_dropout,
+                       "lora_dropout: above 0 each adapter keeps its dropped-out input and mask (default: 0.05;\n"
+                       "peft's 0 keeps neither)")
+            ->type_name("P");
+        app.add_option("--lora-dtype", q.lora_dtype,
+                       "The adapters' dtype: fp32 (default: peft's autocast_adapter_dtype beside a 16-bit model;\n"
+                       "each adapter then casts its input to fp32) or bf16/fp16 (the model's own)")
+            ->type_name("DTYPE");
+    }
+};
+
 struct RecipeChoice {
     template <class App>
     static void add(App& app, Request& q) {
@@ -108,7 +140,7 @@ struct ActivationChoice {
     static void add(App& app, Request& q) {
         app.add_option("--activations", q.activations,
                        "Per-layer activations: korthikanti (the chapter's formula, default) or architecture\n"
-                       "(the tensors PyTorch keeps for this architecture, op by op)")
+                       "(the tensors PyTorch keeps for this architecture, op by op; the default with --train)")
             ->check(CLI::IsMember({"korthikanti", "architecture"}));
         app.add_option("--attention", q.attention,
                        "eager (default: the s x s scores are stored), flash (a fused kernel keeps a log-sum-exp\n"
@@ -137,6 +169,7 @@ void add_model_options(App& app, Request& q) {
     ModelChoice::add(app, q);
     RunSizes::add(app, q);
     RecipeChoice::add(app, q);
+    TrainingChoice::add(app, q);
     ActivationChoice::add(app, q);
     OutputChoice::add(app, q);
 }
@@ -370,7 +403,7 @@ int memcalc::cli::run_command_line(int argc, const char* const* argv) {
 
     Request q;
     const std::vector<std::string> formats = {"table", "json", "csv"};
-    const bool every_group = add_groups_used<ModelChoice, RunSizes, RecipeChoice, ActivationChoice, OutputChoice,
+    const bool every_group = add_groups_used<ModelChoice, RunSizes, RecipeChoice, TrainingChoice, ActivationChoice, OutputChoice,
                                              FrameworkChoice, ParallelChoice, ReportChoice>(app, q, argc, argv);
     // A subcommand, and its options, only when the command line names it (or everything is built).
     const auto mentions = [&](const char* name) {

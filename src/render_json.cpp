@@ -98,7 +98,9 @@ json parameters_json(const Report& r) {
                        {"shape", row.shape},
                        {"dims", row.dims},
                        {"count", row.count.value()},
-                       {"per_layer", row.group == Group::layer}};
+                       {"per_layer", row.group == Group::layer},
+                       {"trainable", row.trainable},
+                       {"storage", row.storage ? json(dtype_name(row.storage->dtype)) : json(nullptr)}};
         if (mixed && row.group == Group::layer) tensor["kind"] = r.model.layer_kinds[row.kind].name;
         tensors.push_back(std::move(tensor));
     }
@@ -114,6 +116,7 @@ json parameters_json(const Report& r) {
                     {"norms", part(Part::norms)}, {"total", t.per_layer(kind).value()}};
     };
     json out = {{"total", r.parameter_count.value()},
+                {"trainable", trainable_parameters(t).value()},
                 {"layers", t.layers},
                 {"embedding", t.part(Part::embedding).value()},
                 {"per_layer", mixed ? json(nullptr) : one_layer(0)},  // layers differ: see layer_kinds
@@ -259,6 +262,17 @@ json report_json(const Report& r, const View& view) {
                      {"parallel", parallel_json(r.settings.parallel)}};
     for_each_switch([&](const auto& row) { settings[std::string(row.key)] = row.name(r.settings.framework.*row.member); });
     if (!r.settings.recompute_modules.is_default()) settings["recompute_modules"] = r.settings.recompute_modules.names();
+    const FineTuning& f = r.settings.tuning;
+    json training = {{"mode", training_name(f.mode)}};
+    if (f.mode == Training::frozen) training["frozen"] = f.frozen;
+    if (training_row(f.mode).adapters)
+        training["lora"] = {{"rank", f.lora.rank}, {"targets", f.lora.targets}, {"dropout", f.lora.dropout},
+                            {"fp32_adapters", f.lora.fp32}};
+    if (training_row(f.mode).quantized_base)
+        training["base_storage"] = {{"dtype", dtype_name(f.base.dtype)}, {"block", f.base.block},
+                                    {"scale", dtype_name(f.base.scale)}, {"scale_block", f.base.scale_block},
+                                    {"scale_scale", dtype_name(f.base.scale_scale)}};
+    settings["training"] = training;
     return {{"memcalc", memcalc::version},
             {"schema", memcalc::json_schema},
             {"model", model_json(r.model)},

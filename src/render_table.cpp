@@ -34,12 +34,33 @@ std::string header(const Report& r) {
                        std::string(recompute_name(r.settings.recompute)) +
                            (r.settings.recompute_modules.is_default() ? ""
                                                                       : " (" + r.settings.recompute_modules.names() + ")"),
-                       r.settings.recipe.name, framework);
+                       r.settings.recipe.name,
+                       framework + (r.settings.tuning.is_full() ? "" : fmt::format(", train {}", training_name(r.settings.tuning.mode))));
 }
 
 /// " 'dense'" for a model of several kinds of layer, "" for one kind.
 std::string kind_label(const Report& r, std::size_t kind) {
     return r.parameters.kinds == 1 ? std::string() : fmt::format(" '{}'", r.model.layer_kinds[kind].name);
+}
+
+/// Under fine-tuning: what trains, and what the frozen base keeps.
+std::string training_line(const Report& r) {
+    const FineTuning& f = r.settings.tuning;
+    if (f.is_full()) return "";
+    const Count trainable = trainable_parameters(r.parameters);
+    std::string how;
+    if (f.mode == Training::frozen) how = fmt::format("frozen: {}", fmt::join(f.frozen, ", "));
+    else
+        how = fmt::format("rank {} on {}, {}, {} adapters{}", f.lora.rank, fmt::join(f.lora.targets, ", "),
+                          f.lora.dropout ? "dropout on their inputs" : "no dropout", f.lora.fp32 ? "fp32" : "model-dtype",
+                          training_row(f.mode).quantized_base
+                              ? fmt::format("; base linears {} in blocks of {} with {} scales (one {} per {} of them)",
+                                            dtype_name(f.base.dtype), f.base.block, dtype_name(f.base.scale),
+                                            dtype_name(f.base.scale_scale), f.base.scale_block)
+                              : "");
+    return fmt::format("  training {} ({}): {} trainable, {:.4f}% of {}\n", training_name(f.mode), how, digits(trainable),
+                       100.0 * static_cast<double>(trainable.value()) / static_cast<double>(r.parameter_count.value()),
+                       digits(r.parameter_count));
 }
 
 std::string parameters_section(const Report& r) {
@@ -77,7 +98,7 @@ std::string parameters_section(const Report& r) {
     }
     return fmt::format("Parameters: {} ({:.2f} B)\n", digits(r.parameter_count),
                        static_cast<double>(r.parameter_count.value()) / 1e9) +
-           table.str() + by_part;
+           table.str() + by_part + training_line(r);
 }
 
 std::string state_section(const Report& r, const View& view) {
@@ -88,14 +109,23 @@ std::string state_section(const Report& r, const View& view) {
         table.row({what, std::move(dtype), per_param ? fmt::format("{} B/param", *per_param) : "per tensor",
                    digits(bytes) + " B", amount(bytes, view.unit)});
     };
-    line("weights", dtype_name(p.weights), p.weight_bytes(), r.state.weights);
+    // Under fine-tuning the gradients, master weights and optimiser state are the trainable parameters'
+    // alone, and the frozen ones keep their weights in their own storage (QLoRA's 4-bit base).
+    const FineTuning& f = r.settings.tuning;
+    const bool tuned = !f.is_full();
+    const std::string weights = training_row(f.mode).quantized_base
+                                    ? fmt::format("{}, base linears {}", dtype_name(p.weights), dtype_name(f.base.dtype))
+                                    : std::string(dtype_name(p.weights));
+    line("weights", weights, training_row(f.mode).quantized_base ? std::optional<std::uint64_t>{} : p.weight_bytes(), r.state.weights);
     line("gradients", dtype_name(p.gradients), p.gradient_bytes(), r.state.gradients);
     if (p.master) line("master weights", dtype_name(*p.master), p.master_bytes(), r.state.master_weights);
     line("optimizer state", std::string(p.optimizer_state()), p.optimizer_bytes(), r.state.optimizer_state);
     table.rule();
-    line("total", "", p.bytes_per_parameter(), r.state.total());
+    line("total", "", tuned ? std::optional<std::uint64_t>{} : p.bytes_per_parameter(), r.state.total());
     const std::string heading =
-        p.bytes_per_parameter()
+        tuned ? fmt::format("Training state: {} (gradients, master weights and optimizer state: {} trainable parameters "
+                            "only)\n", p.name, digits(trainable_parameters(r.parameters)))
+        : p.bytes_per_parameter()
             ? fmt::format("Training state: {} ({} B per parameter, ZeRO K = {})\n", p.name, *p.bytes_per_parameter(), *p.zero_k())
             : fmt::format("Training state: {} (optimizer state per tensor: {})\n", p.name, p.optimizer.rule);
     return heading + table.str();

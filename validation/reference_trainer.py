@@ -78,11 +78,11 @@ Fine-tuning (--train frozen / lora; memcalc's flags of the same names, passed on
           (LoraLinear below): result = base_layer(x) + lora_B(lora_A(dropout(x))) * scaling with
           lora_A = Linear(in, r), lora_B = Linear(r, out), no biases, dropout nn.Dropout(p) (p > 0) or
           nn.Identity (p = 0), adapters bf16 and trainable.  --lora-targets all-linear wraps every
-          projection above (attention, MLP, experts, shared expert) but, unlike peft's all-linear, not the
-          MoE router; a style whose layers have other projections (GPT-2's Conv1D, Falcon's fused
+          projection above (attention, MLP, experts, shared expert) and, as peft's all-linear, the MoE
+          router (and shared_expert_gate); a style whose layers have other projections (GPT-2's Conv1D, Falcon's fused
           query_key_value, latent attention's, gpt-oss's stacked experts) is refused, as is any target
           or part the style does not have.  peft's get_peft_model upcasts bf16 adapters to fp32 by
-          default (autocast_adapter_dtype); --lora-dtype fp32 measures that (--measure only).
+          default (autocast_adapter_dtype); --lora-dtype fp32 measures that.
   The ASSUMPTION, for both: the first layer's input requires grad, as it does when anything before it
   trains, or under transformers' enable_input_require_grads (which PEFT and gradient checkpointing with
   frozen embeddings use): Model.forward sets requires_grad on the embedding output when nothing did.
@@ -951,7 +951,7 @@ class Train:
     lora_rank: int = 8
     lora_targets: Tuple[str, ...] = ("q_proj", "v_proj")  # or ("all-linear",)
     lora_dropout: float = 0.05
-    lora_dtype: str = "bf16"                # fp32: peft's default upcast of bf16 adapters (--measure only)
+    lora_dtype: str = "bf16"                # fp32: peft's default upcast of bf16 adapters
 
     @staticmethod
     def make(mode="full", frozen="", lora_rank=8, lora_targets="q_proj,v_proj", lora_dropout=0.05,
@@ -1000,22 +1000,27 @@ class Train:
             return ["--train", "frozen", "--frozen", ",".join(self.frozen)]
         if self.mode == "lora":
             return ["--train", "lora", "--lora-rank", str(self.lora_rank), "--lora-targets",
-                    ",".join(self.lora_targets), "--lora-dropout", f"{self.lora_dropout:g}"]
+                    ",".join(self.lora_targets), "--lora-dropout", f"{self.lora_dropout:g}", "--lora-dtype",
+                    self.lora_dtype]
         return []  # full: memcalc's default, no flag (so older builds still answer)
 
     def row_fields(self) -> dict:
         if self.mode == "frozen":
             return {"train": "frozen", "frozen": ",".join(self.frozen)}
         if self.mode == "lora":
-            return {"train": "lora", "lora_rank": self.lora_rank, "lora_targets": ",".join(self.lora_targets),
-                    "lora_dropout": self.lora_dropout}
+            fields = {"train": "lora", "lora_rank": self.lora_rank, "lora_targets": ",".join(self.lora_targets),
+                      "lora_dropout": self.lora_dropout}
+            if self.lora_dtype != "bf16":  # rows written before it existed are bf16
+                fields["lora_dtype"] = self.lora_dtype
+            return fields
         return {"train": "full"}
 
     @staticmethod
     def from_row(r: dict) -> "Train":
         """A --json row's setting; rows written before these fields existed are full training."""
         return Train.make(r.get("train", "full"), r.get("frozen", ""), r.get("lora_rank", 8),
-                          r.get("lora_targets", "q_proj,v_proj"), r.get("lora_dropout", 0.05))
+                          r.get("lora_targets", "q_proj,v_proj"), r.get("lora_dropout", 0.05),
+                          r.get("lora_dtype", "bf16"))
 
 
 class LoraLinear(nn.Module):
@@ -1105,7 +1110,8 @@ def apply_training(model: Model, spec: Spec, train: "Train"):
         if other or spec.style in ("gpt2", "falcon") or spec.stacked_experts:
             raise ValueError(f"--lora-targets all-linear: {spec.name} ({spec.style} style) has projections "
                              f"other than {', '.join(PROJECTIONS)} (e.g. {other[0] if other else 'fused or stacked'})")
-        targets = set(PROJECTIONS)
+        # peft's all-linear: every nn.Linear but the output layer, the MoE router (gate) among them.
+        targets = set(PROJECTIONS) | {n.split(".")[-1] for n, _ in layer_linears if f"layers.{n}.weight" in router}
     else:
         targets = set(train.lora_targets)
         present = {n.split(".")[-1] for n, _ in layer_linears}
@@ -1586,18 +1592,16 @@ def main(argv=None) -> int:
     ap.add_argument("--lora-rank", nargs="+", type=int, metavar="R", default=[8], help="LoRA rank (default 8)")
     ap.add_argument("--lora-targets", nargs="+", metavar="LIST", default=["q_proj,v_proj"],
                     help="the nn.Linear names LoRA wraps, a comma list, or all-linear (every projection of "
-                    "attention and MLP/experts, not the MoE router); default q_proj,v_proj; several lists: each in turn")
+                    "attention and MLP/experts, and the MoE router, as peft's); default q_proj,v_proj; several lists: each in turn")
     ap.add_argument("--lora-dropout", nargs="+", type=float, metavar="P", default=[0.05],
                     help="LoRA dropout (default 0.05; 0: peft's nn.Identity)")
     ap.add_argument("--lora-dtype", choices=("bf16", "fp32"), default="bf16",
                     help="the adapters' dtype: bf16 as the base (default), or fp32 as peft's get_peft_model "
-                         "leaves them by default (autocast_adapter_dtype) (--measure only: memcalc has no such flag)")
+                         "leaves them by default (autocast_adapter_dtype); memcalc's --lora-dtype alike")
     a = ap.parse_args(argv)
     DROPOUT_KERNEL = a.dropout_kernel
     if a.compare and DROPOUT_KERNEL != "functional":
         ap.error("--compare measures torch's own F.dropout (memcalc --platform cpu predicts it): drop --dropout-kernel")
-    if a.compare and a.lora_dtype != "bf16":
-        ap.error("--compare checks bf16 adapters (memcalc has no adapter dtype): drop --lora-dtype")
     torch.set_num_threads(a.threads)
     try:
         trains = list(dict.fromkeys(Train.make(m, fz, r, t, p, a.lora_dtype) for m in a.train for fz in a.frozen

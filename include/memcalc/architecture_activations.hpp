@@ -13,6 +13,7 @@
 
 #include "memcalc/activation_functions.hpp"
 #include "memcalc/activations.hpp"
+#include "memcalc/finetune.hpp"
 #include "memcalc/framework.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/recipe.hpp"
@@ -27,8 +28,12 @@ namespace detail {
 class TableBuilder {
 public:
     explicit TableBuilder(std::vector<SavedTensor>& rows, std::vector<Workspace>* work = nullptr,
-                          std::vector<PolicyOutput>* policy = nullptr)
-        : rows_(rows), work_(work), policy_(policy) {}
+                          std::vector<PolicyOutput>* policy = nullptr, LayerTuning tuning = {})
+        : tuning(tuning), rows_(rows), work_(work), policy_(policy) {}
+
+    /// What fine-tuning changes: frozen linears and norms keep nothing for their weights' gradients,
+    /// and LoRA's adapters keep their own inputs.
+    const LayerTuning tuning;
 
     /// Whether torchtitan's op-level policy saves the output of the layer's next linear, in forward
     /// order: a bias-free one runs as aten.mm (a biased one as addmm, not on the save list), and the
@@ -193,8 +198,9 @@ inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& 
               "pow(x, 2) and x * rsqrt need x", shape, elements, dtype::fp32);
     t.add(what + " (RMSNorm)", "1/rms per " + row_name + ", fp32", "rsqrt's gradient is written in its output",
           row_shape, rows, dtype::fp32);
-    t.add(what + " (RMSNorm)", fp32_scale ? "the normalised input, fp32" : "the normalised input",
-          "the weight's gradient is x_norm x the output's gradient", shape, elements, fp32_scale ? dtype::fp32 : input);
+    if (!t.tuning.frozen_norms)  // autograd keeps x_norm only for a weight that gets a gradient
+        t.add(what + " (RMSNorm)", fp32_scale ? "the normalised input, fp32" : "the normalised input",
+              "the weight's gradient is x_norm x the output's gradient", shape, elements, fp32_scale ? dtype::fp32 : input);
     return input == dtype::fp32;
 }
 
@@ -230,12 +236,12 @@ inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z, co
 /// A dropout's saved tensor: CUDA's kernel keeps a 1-byte mask; on CPU, F.dropout multiplies by a
 /// noise tensor of the input's dtype (`input`: bernoulli / (1 - p)) and the product keeps that.
 inline void dropout_row(TableBuilder& t, const Sizes& z, DType input, const std::string& op, const Shape& shape,
-                        Count elements, Keep keep = Keep::always) {
+                        Count elements, Keep keep = Keep::always, std::uint64_t copies = 1) {
     if (z.platform == Platform::cuda)
-        t.add(op, "mask (1 byte)", "which elements were zeroed", shape, elements, dtype::mask, keep);
+        t.add(op, "mask (1 byte)", "which elements were zeroed", shape, elements, dtype::mask, keep, copies);
     else
         t.add(op, std::string("noise (") + dtype_name(input) + ", CPU F.dropout)",
-              "the gradient is multiplied by the same noise", shape, elements, bytes_per_element(input), keep);
+              "the gradient is multiplied by the same noise", shape, elements, bytes_per_element(input), keep, copies);
 }
 
 /// The output of the linear layer(s) reading a saved input: what a narrow linear's backward casts.
@@ -254,9 +260,80 @@ struct LinearOutput {
 /// tensor itself is not kept (Transformer Engine's LayerNormLinear writes its norm's output in fp8);
 /// their backward casts the output's gradient to fp8 and transposes it for the two GEMMs (TE 1.x's
 /// fp8_cast_transpose_fused), a temporary of 2 narrow bytes per output element while it runs.
-inline void projection_input_row(TableBuilder& t, const Sizes& z, const std::string& op, const std::string& what,
+inline constexpr Shape sbr{"sbr", ActivationSplit::replicated};  ///< a LoRA adapter's r-wide intermediate
+
+inline std::uint64_t linears_in(LinearSet set) {
+    std::uint64_t n = 0;
+    for (; set != 0; set &= set - 1) ++n;
+    return n;
+}
+
+/// Whether each adapter casts its input (of `input_bytes`) to fp32, peft's fp32 adapters beside a
+/// 16-bit model: a copy per adapter. Under autocast the input is the fp32 stream already.
+inline bool adapter_upcast(const TableBuilder& t, const Sizes& z, std::uint64_t input_bytes) {
+    return t.tuning.adapter_fp32 && !z.autocast && input_bytes != dtype::fp32;
+}
+
+/// What each LoRA adapter among `readers` keeps beside its frozen linear, as peft's Linear runs
+/// base(x) + lora_B(lora_A(dropout(x.to(adapter dtype)))) * scaling over `tokens` tokens of input
+/// `elements`: with a dropout its mask (or CPU noise) and, unless autocast's cast of it is counted
+/// with the input, the dropped-out input that lora_A reads; undropped, an fp32 adapter's cast of x;
+/// A's r-wide output, which lora_B keeps. The scaling and the sum keep nothing (measured).
+inline void adapter_rows(TableBuilder& t, const Sizes& z, const std::string& op, LinearSet readers, Count tokens,
+                         Count elements, const Shape& shape, std::uint64_t input_bytes) {
+    const std::uint64_t adapters = linears_in(readers & t.tuning.adapted);
+    if (adapters == 0) return;
+    const std::string each = adapters > 1 ? " (each of " + std::to_string(adapters) + " adapters)" : "";
+    const bool upcast = adapter_upcast(t, z, input_bytes);
+    // The adapter's own dtype: fp32, or the model's (under autocast lora_A computes in the compute dtype).
+    const std::uint64_t own = t.tuning.adapter_fp32 && !z.autocast ? dtype::fp32 : z.d;
+    if (t.tuning.adapter_dropout) {
+        const DType input = upcast || input_bytes == dtype::fp32 ? DType::fp32 : z.compute;
+        dropout_row(t, z, input, op + ": LoRA dropout" + each, shape, elements, Keep::always, adapters);
+        if (!z.autocast)
+            t.add(op + ": LoRA A", "its input, the dropped-out input" + each, "A's gradient = input^T x its output's gradient",
+                  shape, elements, upcast ? dtype::fp32 : input_bytes, Keep::always, adapters);
+    } else if (upcast) {
+        t.add(op + ": LoRA A", "its input, cast to fp32 for the fp32 adapter" + each,
+              "A's gradient = input^T x its output's gradient", shape, elements, dtype::fp32, Keep::always, adapters);
+    }
+    t.add(op + ": LoRA B", "its input, A's r-wide output" + each, "B's gradient = input^T x its output's gradient", sbr,
+          tokens * t.tuning.rank, own, Keep::always, adapters);
+}
+
+/// A linear input in the compute dtype (the attention's output, the down projection's): kept while a
+/// reader's weight gets a gradient, or while an adapter reads it undropped; then its adapters' rows.
+inline void linear_input_row(TableBuilder& t, const Sizes& z, const std::string& op, const std::string& what,
+                             const Shape& shape, Count tokens, Count elements, LinearSet readers) {
+    const bool trained = (readers & ~t.tuning.frozen) != 0;
+    if (trained || ((readers & t.tuning.adapted) != 0 && !t.tuning.adapter_dropout && !adapter_upcast(t, z, z.d)))
+        t.add(op, trained ? what : what + " (LoRA A's input)", "weight gradient = input^T x output gradient", shape,
+              elements, z.d);
+    adapter_rows(t, z, op, readers, tokens, elements, shape, z.d);
+}
+
+/// `readers`: the linears reading the tensor, for fine-tuning: a frozen one keeps no input (autograd
+/// saves it for the weight's gradient alone), and under autocast each adapter's lora_A casts it again;
+/// 0 where every reader trains. Returns whether the row is the tensor itself (or its casts): none is
+/// kept when every reader is frozen and no adapter reads it undropped. The adapters' own rows follow
+/// from adapter_rows.
+inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::string& op, const std::string& what,
                                  Count elements, const Shape& shape, std::uint64_t projections,
-                                 const LinearOutput& output = {}) {
+                                 const LinearOutput& output = {}, LinearSet readers = 0) {
+    if (readers != 0 && t.tuning.any()) {
+        const std::uint64_t trained = linears_in(readers & ~t.tuning.frozen), adapters = linears_in(readers & t.tuning.adapted);
+        if (trained == 0) {
+            if (z.narrow) return false;  // a frozen narrow linear saves no cast of its input
+            const bool undropped_reads_x = adapters > 0 && !t.tuning.adapter_dropout && !adapter_upcast(t, z, z.s);
+            const std::uint64_t copies = z.autocast ? adapters : (undropped_reads_x ? 1 : 0);
+            if (copies == 0) return false;
+            t.add(op, z.autocast ? what + ", cast to " + dtype_name(z.compute) + " by each LoRA A (autocast)"
+                                 : what + " (LoRA A's input)",
+                  "A's gradient = input^T x its output's gradient", shape, elements, z.d, Keep::always, copies);
+            return true;
+        }
+        projections = std::min(projections, trained) + (z.autocast ? adapters : 0);
+    }
     if (z.narrow) {
         t.add(op, what + ", cast once to " + dtype_name(*z.narrow), "weight gradient = input^T x output gradient",
               shape, elements, bytes_per_element(*z.narrow));
@@ -266,18 +343,23 @@ inline void projection_input_row(TableBuilder& t, const Sizes& z, const std::str
                            std::string("its output's gradient cast to ") + dtype_name(*z.narrow) + " and transposed",
                            bytes_of(cast, std::string(Text(output.symbol))), output.elements * cast, output.weight,
                            output.split);
-        return;
+        return true;
     }
     if (!z.autocast) {
         t.add(op, what, "weight gradient = input^T x output gradient", shape, elements, z.d);
-        return;
+        return true;
     }
     t.add(op, what + ", cast to " + dtype_name(z.compute) + " by each of " + std::to_string(projections) + " (autocast)",
           "weight gradient = input^T x output gradient", shape, elements, z.d, Keep::always, projections);
+    return true;
 }
 
 /// The linear layers that read the MLP's input: gate and up, or up alone.
 inline std::uint64_t mlp_input_projections(const Architecture& m) { return m.mlp == Mlp::gated ? 2 : 1; }
+inline LinearSet mlp_input_readers(const Architecture& m, bool shared = false) {
+    return bit(shared ? Linear::shared_up : Linear::up) |
+           (m.mlp == Mlp::gated ? bit(shared ? Linear::shared_gate : Linear::gate) : 0);
+}
 
 /// Their outputs, `sbf` elements each, of `shape`: the first weight they write a gradient to.
 inline LinearOutput mlp_input_output(const Architecture& m, Count sbf, const Shape& shape) {
@@ -379,20 +461,26 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
     const std::string dropped = "; Megatron's mla_up_proj recomputation drops it";
     // The op-level policy counts the mms in forward order: q_a_proj or q_proj, q_b_proj, kv_a_proj_with_mqa,
     // kv_b_proj. Its outputs count as extra even where a norm keeps that very storage (fp32): leaning high.
-    projection_input_row(t, z, q_latent ? "q_a_proj and kv_a_proj_with_mqa" : "q_proj and kv_a_proj_with_mqa",
-                         "their input", z.sbh, shape::sbh, 2);
-    t.mark_norm_output(!z.autocast && !z.narrow);
+    const std::string first = q_latent ? "q_a_proj and kv_a_proj_with_mqa" : "q_proj and kv_a_proj_with_mqa";
+    const LinearSet first_readers = bit(q_latent ? Linear::q_a : Linear::q) | bit(Linear::kv_a);
+    if (projection_input_row(t, z, first, "their input", z.sbh, shape::sbh, 2, {}, first_readers))
+        t.mark_norm_output(!z.autocast && !z.narrow);
+    adapter_rows(t, z, first, first_readers, z.tokens, z.sbh, shape::sbh, z.s);
     if (q_latent) {
         t.policy_output(t.linear_saved(biased), "q_a_proj", "its output", ls::sbrq, latent_q, z.d);
         rmsnorm_rows(t, "q_a_layernorm", ls::sbrq, latent_q, ls::sb, z.tokens, "token", z.d, m.rmsnorm_fp32_scale);
-        projection_input_row(t, z, "q_b_proj", "its input (the normalised query latent)", latent_q, ls::sbrq, 1);
+        projection_input_row(t, z, "q_b_proj", "its input (the normalised query latent)", latent_q, ls::sbrq, 1, {},
+                             bit(Linear::q_b));
+        adapter_rows(t, z, "q_b_proj", bit(Linear::q_b), z.tokens, latent_q, ls::sbrq, z.d);
     }
     t.policy_output(t.linear_saved(false), q_latent ? "q_b_proj" : "q_proj", "its output", ls::sbqk, z.sbq, z.d);
     t.policy_output(t.linear_saved(biased), "kv_a_proj_with_mqa", "its output", ls::sbrkvr, latent_and_rope, z.d);
     // The latent is a slice of kv_a_proj_with_mqa's output: in fp32, x.to(float32) is that view itself.
     rmsnorm_rows(t, "kv_a_layernorm", ls::sbrkv, latent_kv, ls::sb, z.tokens, "token", z.d, m.rmsnorm_fp32_scale,
                  SavedStorage{"kv_a_proj_with_mqa's output, which its input views (fp32)", ls::sbrkvr, latent_and_rope});
-    projection_input_row(t, z, "kv_b_proj", "its input (the normalised key/value latent)", latent_kv, ls::sbrkv, 1);
+    projection_input_row(t, z, "kv_b_proj", "its input (the normalised key/value latent)", latent_kv, ls::sbrkv, 1, {},
+                         bit(Linear::kv_b));
+    adapter_rows(t, z, "kv_b_proj", bit(Linear::kv_b), z.tokens, latent_kv, ls::sbrkv, z.d);
     const bool kv_b_saved = t.linear_saved(false);
     rotary_rows(t, m, z);
 
@@ -426,14 +514,17 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     if (m.mla.enabled()) {
         latent_attention_rows(t, m, z, attention);
     } else {
-        projection_input_row(t, z, "q/k/v projections",
-                             m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow
-                                 ? "their input, shared with the MLP"
-                                 : "their input",
-                             z.sbh, shape::sbh, 3, {z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj"});
-        t.mark_norm_output(!z.autocast && !z.narrow);
-        // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
-        if (!m.norms_before_branches() && !z.autocast && !z.narrow) t.mark_layer_input(true);
+        constexpr LinearSet qkv = bit(Linear::q) | bit(Linear::k) | bit(Linear::v);
+        const bool shared = m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow;
+        const LinearSet mlp = m.is_moe() ? bit(Linear::router) : mlp_input_readers(m);  // reading it too
+        if (projection_input_row(t, z, "q/k/v projections", shared ? "their input, shared with the MLP" : "their input",
+                                 z.sbh, shape::sbh, 3, {z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj"},
+                                 shared ? qkv | mlp : qkv)) {
+            t.mark_norm_output(!z.autocast && !z.narrow);
+            // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
+            if (!m.norms_before_branches() && !z.autocast && !z.narrow) t.mark_layer_input(true);
+        }
+        adapter_rows(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s);
         qk_norm_rows(t, m, z);
         rotary_rows(t, m, z);
         qkv_rows(t, m, z, attention);
@@ -456,13 +547,16 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                   "gradient", latent_shape::sbqk, z.sbq, z.d, Keep::not_selective);
             t.mark_policy_saved();
             projection_input_row(t, z, "output projection", "its input (the output's unpadded slice, copied)", z.sbv,
-                                 output, 1, output_projection(z));
+                                 output, 1, output_projection(z), bit(Linear::o));
+            adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
         } else {
             t.add("flash attention", z.narrow ? "its output" : "its output (also the output projection's input)",
                   "backward needs the output for the softmax gradient", output, z.sbv, z.d);
             t.mark_policy_saved();
             if (z.narrow)  // beside the kernel's own copy
-                projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1, output_projection(z));
+                projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1, output_projection(z),
+                                     bit(Linear::o));
+            adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
         }
         // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query.
         const Count work = z.sbq * (dtype::fp32 + z.d) + Count(2 * z.d) * z.sbkv + Count(m.heads) * z.tokens * dtype::fp32;
@@ -520,8 +614,9 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         t.add("attention over V", "the dropped-out weights", "the gradient w.r.t. v is weights^T x the output's gradient",
               shape::scores, z.scores, z.d, Keep::not_selective);
     }
-    if (z.narrow) projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1, output_projection(z));
-    else t.add("output projection", "its input", "weight gradient = input^T x output gradient", output, z.sbv, z.d);
+    if (z.narrow)
+        projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1, output_projection(z), bit(Linear::o));
+    else linear_input_row(t, z, "output projection", "its input", output, z.tokens, z.sbv, bit(Linear::o));
 
     // Softmax's input lives beside its output; its backward holds the gradients of both. Upcasting
     // on the fly is CUDA's: the CPU kernel softmaxes an fp32 copy and returns an fp32 gradient.
@@ -551,16 +646,17 @@ inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const
 
 /// The down projection's input, which nothing else keeps: in the compute dtype, or its one narrow cast.
 inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::string& prefix, const std::string& what,
-                                const Shape& shape, Count sbf, const LinearOutput& output) {
-    if (z.narrow) projection_input_row(t, z, prefix + "down projection", what, sbf, shape, 1, output);
-    else t.add(prefix + "down projection", what, "weight gradient = input^T x output gradient", shape, sbf, z.d);
+                                const Shape& shape, Count sbf, const LinearOutput& output, Linear down) {
+    if (z.narrow) projection_input_row(t, z, prefix + "down projection", what, sbf, shape, 1, output, bit(down));
+    else linear_input_row(t, z, prefix + "down projection", what, shape,
+                          Count(output.elements.value() / (z.sbh.value() / z.tokens.value())), sbf, bit(down));
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
 /// dropout inside it (mlp_dropout, nn.TransformerEncoderLayer's) acts on the down projection's input.
 /// Returns whether the op-level policy saves the down projection's output, which the caller places.
 inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const Shape& shape, Count sbf,
-                     const std::string& prefix) {
+                     const std::string& prefix, Linear down_linear = Linear::down) {
     const ActivationFunction& fn = activation_function(m.activation);
     const bool biased = m.bias == Bias::all;
     const std::string act = prefix + std::string(fn.label);
@@ -597,7 +693,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
                     bytes_of(3 * z.d, shape.symbol), Count(3 * z.d) * sbf, "down_proj");
         if (dropout) dropout_rows();
         down_projection_row(t, z, prefix, dropout ? "its input (gate x up, dropped out)" : "its input (gate x up)",
-                            shape, sbf, down);
+                            shape, sbf, down, down_linear);
         end_act();
         return t.linear_saved(biased);
     }
@@ -609,7 +705,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
     if (dropout) dropout_rows();
     down_projection_row(t, z, prefix,
                         dropout ? "its input (the dropped-out hidden)" : "its input (" + std::string(fn.label) + "'s output)",
-                        shape, sbf, down);
+                        shape, sbf, down, down_linear);
     const std::uint64_t work = fn.backward_workspace * z.d;
     t.workspace_at(fn.keeps_output && !dropout ? t.size() : act_end, true, act + " backward",
                    fn.kernel == ActivationKernel::fused ? "its incoming gradient and its input's gradient"
@@ -637,15 +733,18 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
           16);
     // Gathered from the stream: under autocast fp32, and each expert's first projections cast it again.
     // Narrow linears keep only their cast of it.
+    const LinearSet first = mlp_input_readers(m);
     if (z.narrow)
         projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden, shape::sbkh, 1,
-                             mlp_input_output(m, slots * m.ffn, shape::sbkf));
-    else
+                             mlp_input_output(m, slots * m.ffn, shape::sbkf), first);
+    else if ((first & ~t.tuning.frozen) != 0 ||
+             ((first & t.tuning.adapted) != 0 && !t.tuning.adapter_dropout && !adapter_upcast(t, z, z.s)))
         t.add("dispatch", "the gathered tokens", "the expert's first projections need their input", shape::sbkh,
               slots * m.hidden, z.s);
     if (z.autocast)
         projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden, shape::sbkh,
-                             mlp_input_projections(m));
+                             mlp_input_projections(m), {}, first);
+    adapter_rows(t, z, "experts: first projections", first, slots, slots * m.hidden, shape::sbkh, z.s);
     if (m.stacked_experts) {
         // Each expert with tokens indexes the stacked weights with a tensor: copies, which the matmuls
         // keep; counted for every expert (with s b k slots spread over E, all are hit).
@@ -676,15 +775,22 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
 /// sum with the routed output keeps nothing.
 inline void shared_expert_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     if (m.shared_ffn == 0) return;
-    if (z.autocast || z.narrow)
+    // Without autocast they read the router's input, whose row (architecture_layer) counts their adapters.
+    if (z.autocast || z.narrow) {
         projection_input_row(t, z, "shared expert: up projections", "their input", z.sbh, shape::sbh,
-                             mlp_input_projections(m));
-    const bool down_saved = mlp_rows(t, m, z, shape::sbfs, z.tokens * m.shared_ffn, "shared expert: ");
+                             mlp_input_projections(m), {}, mlp_input_readers(m, true));
+        adapter_rows(t, z, "shared expert: up projections", mlp_input_readers(m, true), z.tokens, z.sbh, shape::sbh, z.s);
+    }
+    const bool down_saved = mlp_rows(t, m, z, shape::sbfs, z.tokens * m.shared_ffn, "shared expert: ", Linear::shared_down);
     if (!m.shared_expert_gate) {
         t.policy_output(down_saved, "shared expert: down projection", "its output", shape::sbh, z.sbh, z.d);
         return;
     }
-    if (z.autocast) projection_input_row(t, z.wide_linears(), "shared expert gate", "its input", z.sbh, shape::sbh, 1);
+    if (z.autocast) {
+        projection_input_row(t, z.wide_linears(), "shared expert gate", "its input", z.sbh, shape::sbh, 1, {},
+                             bit(Linear::shared_expert_gate));
+        adapter_rows(t, z, "shared expert gate", bit(Linear::shared_expert_gate), z.tokens, z.sbh, shape::sbh, z.s);
+    }
     t.policy_output(t.linear_saved(false), "shared expert gate", "its output", shape::sb, z.tokens, z.d);
     t.add("shared expert gate: sigmoid", "its output (also a factor of the product)",
           "sigmoid's gradient is written in its output; the product's other factor's gradient", shape::sb, z.tokens, z.d);
@@ -697,13 +803,14 @@ inline void shared_expert_rows(TableBuilder& t, const Architecture& m, const Siz
 /// One layer's saved tensors as PyTorch keeps them for this architecture, `d`-byte activations.
 /// `modules`: what selective recomputation checkpoints (select_modules); none ({0}): the table unselected,
 /// every module's checkpoint rows in it.
+/// `tuning`: what fine-tuning changes (finetune.hpp); by default every weight trains.
 inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
                                            Precision precision, Attention attention, Platform platform = Platform::cuda,
-                                           ModuleSet modules = {}) {
+                                           ModuleSet modules = {}, const LayerTuning& tuning = {}) {
     const detail::Sizes z(m, seq, micro_batch, precision, platform);
     const std::uint64_t d = z.d;
     LayerActivations layer;
-    detail::TableBuilder t(layer.rows, &layer.work, &layer.policy_outputs);
+    detail::TableBuilder t(layer.rows, &layer.work, &layer.policy_outputs, tuning);
     const bool shared_norm = m.parallel_attention && m.norms_per_layer == 1;
 
     // Megatron-LM's layernorm module: input_layernorm and pre_mlp_layernorm. Its checkpoint keeps the
@@ -731,14 +838,24 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     // A router is no Transformer Engine module: it keeps its input in the compute dtype.
     const detail::Sizes& mlp_sizes = m.is_moe() ? z.wide_linears() : z;
     // The module's checkpoint keeps the norm's output: the row below where it is that very storage.
-    const bool input_is_norm_output = !mlp_sizes.autocast && !mlp_sizes.narrow;
+    bool input_is_norm_output = !mlp_sizes.autocast && !mlp_sizes.narrow;
+    // Its readers: the MLP's first projections, or the router and, reading it too unless autocast casts
+    // it for them, the shared experts.
+    const LinearSet shared_readers = m.shared_ffn > 0 && !z.autocast && !z.narrow
+                                         ? detail::mlp_input_readers(m, true) |
+                                               (m.shared_expert_gate ? bit(Linear::shared_expert_gate) : 0)
+                                         : 0;
+    const LinearSet readers = m.is_moe() ? bit(Linear::router) | shared_readers : detail::mlp_input_readers(m);
+    const std::string first = m.is_moe() ? "router and experts" : "MLP up projections";
     if (!shared_norm || z.autocast || z.narrow) {
-        detail::projection_input_row(t, mlp_sizes, m.is_moe() ? "router and experts" : "MLP up projections",
-                                     "their input", z.sbh, shape::sbh, m.is_moe() ? 1 : detail::mlp_input_projections(m),
-                                     m.is_moe() ? detail::LinearOutput{} : detail::mlp_input_output(m, z.sbf, shape::sbf));
-        if (input_is_norm_output) t.mark_module_input(), t.mark_norm_output();
+        const bool kept = detail::projection_input_row(
+            t, mlp_sizes, first, "their input", z.sbh, shape::sbh, m.is_moe() ? 1 : detail::mlp_input_projections(m),
+            m.is_moe() ? detail::LinearOutput{} : detail::mlp_input_output(m, z.sbf, shape::sbf), readers);
+        if (kept && input_is_norm_output) t.mark_module_input(), t.mark_norm_output();
+        input_is_norm_output = input_is_norm_output && kept;
     }
     if (!input_is_norm_output) t.checkpoint_input("the norm's output", shape::sbh, z.sbh, z.s, true);
+    detail::adapter_rows(t, z, first, readers, z.tokens, z.sbh, shape::sbh, z.s);
     if (m.is_moe()) {
         detail::moe_rows(t, m, z);
         t.section(Module::shared_experts);  // inside the MoE layer; its input, the router's, kept already
@@ -770,6 +887,15 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
                                              : "the layer's input, the attention half's sum, the MLP's output, the sum")) +
         (z.upcast ? ", the MLP's output upcast (CPU)" : "");
     t.layer_end("residual add (the layer's last op)", what, detail::bytes_of(stream, "sbh"), Count(stream) * z.sbh);
+
+    // QLoRA: each 4-bit linear dequantises its weight to the compute dtype while it computes, forward
+    // and backward (bitsandbytes' MatMul4Bit); the largest, beside everything the layer keeps.
+    if (tuning.dequantized > Count(0)) {
+        t.workspace(false, "4-bit linear (bitsandbytes)", "the largest weight, dequantised",
+                    detail::bytes_of(d, "x its elements"), tuning.dequantized * d);
+        t.workspace(true, "4-bit linear backward", "the largest weight, dequantised", detail::bytes_of(d, "x its elements"),
+                    tuning.dequantized * d);
+    }
 
     layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input
     if (modules.bits != 0) select_modules(layer, modules);
@@ -863,13 +989,13 @@ inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision) {
 /// backward, at the start of backward L.
 inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
                                            Precision precision, Platform platform = Platform::cuda,
-                                           LossKernel loss = LossKernel::fp32) {
+                                           LossKernel loss = LossKernel::fp32, const LayerTuning& tuning = {}) {
     const detail::Sizes z(m, seq, micro_batch, precision, platform);
     std::vector<SavedTensor> rows;
-    detail::TableBuilder t(rows);
+    detail::TableBuilder t(rows, nullptr, nullptr, tuning);
     detail::norm_rows(t, m, z, "final norm");
     // Megatron-LM's output layer is no Transformer Engine module: its input stays in the compute dtype.
-    detail::projection_input_row(t, z.wide_linears(), "output head", "its input", z.sbh, shape::sbh, 1);
+    detail::projection_input_row(t, z.wide_linears(), "output head", "its input", z.sbh, shape::sbh, 1, {}, bit(Linear::head));
     if (loss == LossKernel::fp32_inplace)
         t.add("loss (softmax in place)", "an fp32 copy of the logits, softmaxed in place",
               "the gradient is written over it", shape::sbV, z.tokens * m.vocab, dtype::fp32);

@@ -58,14 +58,18 @@ inline constexpr std::uint64_t mask = bytes_per_element(DType::mask);
 }  // namespace dtype
 
 /// How a tensor is stored: its dtype, and with `block` > 0 one `scale` per block of that many
-/// elements (bitsandbytes' 8-bit state, QLoRA's nf4 weights).
+/// elements (bitsandbytes' 8-bit state, QLoRA's nf4 weights); with `scale_block` > 0 the scales are
+/// quantised in turn, one `scale_scale` per that many of them (QLoRA's double quantisation).
 struct Storage {
     DType dtype = DType::bf16;
     std::uint32_t block = 0;
     DType scale = DType::fp32;
+    std::uint32_t scale_block = 0;
+    DType scale_scale = DType::fp32;
 
     friend bool operator==(const Storage& x, const Storage& y) {
-        return x.dtype == y.dtype && x.block == y.block && x.scale == y.scale;
+        return x.dtype == y.dtype && x.block == y.block && x.scale == y.scale && x.scale_block == y.scale_block &&
+               x.scale_scale == y.scale_scale;
     }
     friend bool operator!=(const Storage& x, const Storage& y) { return !(x == y); }
 
@@ -74,7 +78,10 @@ struct Storage {
         const std::uint64_t n = elements.value(), bits = dtype_bits(dtype);
         const Count packed = Count(n / 8) * bits + Count(((n % 8) * bits + 7) / 8);
         if (block == 0) return packed;
-        return packed + Count(n / block + (n % block != 0 ? 1 : 0)) * bytes_per_element(scale);
+        const std::uint64_t blocks = n / block + (n % block != 0 ? 1 : 0);
+        const Count scales = Count(blocks) * bytes_per_element(scale);
+        if (scale_block == 0) return packed + scales;
+        return packed + scales + Count(blocks / scale_block + (blocks % scale_block != 0 ? 1 : 0)) * bytes_per_element(scale_scale);
     }
 };
 

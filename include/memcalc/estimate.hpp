@@ -10,6 +10,7 @@
 
 #include "memcalc/activations.hpp"
 #include "memcalc/architecture_activations.hpp"
+#include "memcalc/finetune.hpp"
 #include "memcalc/flops.hpp"
 #include "memcalc/framework.hpp"
 #include "memcalc/model.hpp"
@@ -29,6 +30,7 @@ struct Settings {
     /// What selective recomputation checkpoints (Megatron-LM's recompute_modules); core_attn is Korthikanti's.
     ModuleSet recompute_modules;
     Recipe recipe = builtin_recipe(default_recipe);  ///< the recipe itself, not its name
+    FineTuning tuning;              ///< which parameters train: all, by default
     ActivationModel activations = ActivationModel::korthikanti;
     Framework framework;            ///< kernels, attention, optimiser step, gradient lifetime
     Parallelism parallel;           ///< every degree 1: one device
@@ -144,6 +146,17 @@ inline void validate_modules(const Architecture& m, const Settings& settings) {
                                                          : "mixture-of-experts layer"));
 }
 
+/// Throws where fine-tuning `f` cannot be counted under these settings.
+inline void validate_tuning(const FineTuning& f, ActivationModel activations, const Recipe& recipe) {
+    if (f.is_full()) return;
+    if (activations == ActivationModel::korthikanti)
+        throw error(std::string("training ") + training_name(f.mode) +
+                    " needs the architecture activation model: Korthikanti's formula has every weight trained");
+    if (training_row(f.mode).adapters && recipe.linears)
+        throw error(std::string("training ") + training_name(f.mode) + " with recipe " + std::string(recipe.name) +
+                    ": adapters beside narrow (fp8) linears are not modelled");
+}
+
 }  // namespace detail
 
 /// The figures of one configuration that a sweep's row prints: an estimate without its tables and
@@ -180,12 +193,11 @@ public:
     /// Every table, and each rank's timeline unless settings.timelines is false.
     Report estimate(const Settings& settings) const {
         const Configuration c = configure(settings);
-        Report r{model_, settings, table(), parameter_count_, c.state, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
+        Report r{model_, settings, c.splits->table, c.parameter_count, c.state, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
         const Parallelism& p = settings.parallel;
         counted(settings, [&] {
-            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.precision(),
-                                                   settings.activations, settings.framework, settings.recompute_modules);
-            const Workload w = workload(settings, t);
+            ActivationTables t = tables(settings, c);
+            const Workload w = workload(settings, t, c);
             split(t, p);
             r.activations = all_layers(t, [](const LayerActivations& l) { return l.total(); });
             r.kept_activations = all_layers(t, [&](const LayerActivations& l) { return l.kept(settings.recompute); });
@@ -214,13 +226,12 @@ public:
         std::vector<Summary> out;
         out.reserve(modes.size());
         counted(settings, [&] {
-            ActivationTables t = activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.precision(),
-                                                   settings.activations, settings.framework, settings.recompute_modules);
+            ActivationTables t = tables(settings, c);
             for (Recompute mode : modes) {
                 Settings with = settings;
                 with.recompute = mode;
-                const LayoutPeak peak = layout_peak(workload(with, t), with.parallel);
-                out.push_back({with, parameter_count_, c.state, {}, {}, peak.step, peak.stage,
+                const LayoutPeak peak = layout_peak(workload(with, t, c), with.parallel);
+                out.push_back({with, c.parameter_count, c.state, {}, {}, peak.step, peak.stage,
                                compute_cost(model_, with.seq, with.micro_batch, mode, with.recompute_modules)});
             }
             split(t, settings.parallel);
@@ -264,6 +275,9 @@ private:
 
     struct Configuration {
         TrainingState state;  ///< the whole model's, under the settings' recipe
+        std::shared_ptr<const ParameterSplits> splits;  ///< the model's table as settings.tuning trains it
+        Count parameter_count;                          ///< adapters included
+        std::vector<LayerTuning> tunings;               ///< per kind of layer; empty: every tensor trains
     };
 
     /// The checks every estimate makes before it counts, in the order it makes them.
@@ -290,9 +304,22 @@ private:
                         " is not modelled: under tensor parallelism the policy also saves whole partial sums and "
                         "reduce-scatter outputs");
         detail::validate_modules(model_, settings);
-        TrainingState state = model_state(*splits_, settings.recipe);
-        state.weights += registered_buffer_bytes(model_, settings.recipe, settings.framework, settings.seq) * Count(model_.layers);
-        return {state};
+        Configuration c{{}, splits_, parameter_count_, {}};
+        if (!settings.tuning.is_full()) {
+            const FineTuning& f = settings.tuning;
+            detail::validate_tuning(f, settings.activations, settings.recipe);
+            c.splits = parameter_splits(fine_tuned_table(model_, table(), f), model_.vocab);
+            c.parameter_count = c.splits->table.total();
+            c.tunings = layer_tunings(model_, c.splits->table, f);
+        }
+        c.state = model_state(*c.splits, settings.recipe);
+        c.state.weights += registered_buffer_bytes(model_, settings.recipe, settings.framework, settings.seq) * Count(model_.layers);
+        return c;
+    }
+
+    ActivationTables tables(const Settings& settings, const Configuration& c) const {
+        return activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.precision(), settings.activations,
+                                 settings.framework, settings.recompute_modules, c.tunings);
     }
 
     /// Runs `count`, saying which sizes overflowed where a byte count passes 64 bits.
@@ -306,8 +333,8 @@ private:
         }
     }
 
-    Workload workload(const Settings& settings, const ActivationTables& t) const {
-        return make_workload(model_, settings.recipe, settings.seq, settings.micro_batch, settings.recompute, splits_, t,
+    Workload workload(const Settings& settings, const ActivationTables& t, const Configuration& c) const {
+        return make_workload(model_, settings.recipe, settings.seq, settings.micro_batch, settings.recompute, c.splits, t,
                              settings.framework);
     }
 

@@ -16,7 +16,7 @@
 
 namespace memcalc {
 
-enum class Part { embedding, attention, mlp, router, norms, final_norm, head };
+enum class Part { embedding, attention, mlp, router, norms, final_norm, head, adapter };  // adapter: LoRA's (finetune.hpp)
 
 /// When a tensor's gradient appears in the backward pass: the head side first, each layer after its
 /// own backward step, the input side (embeddings) last.
@@ -124,6 +124,7 @@ inline const char* part_name(Part p) {
         case Part::norms: return "norms";
         case Part::final_norm: return "final_norm";
         case Part::head: return "head";
+        case Part::adapter: return "adapter";
     }
     return "?";
 }

@@ -119,7 +119,9 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
     if (m.position == Position::learned && s > m.learned_positions())
         throw error("seq " + std::to_string(s) + " exceeds the " + std::to_string(m.learned_positions()) +
                     " learned positions of " + m.name);
-    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    detail::validate_tuning(request.base.tuning, request.base.activations, *recipe);
+    const auto params = parameter_splits(fine_tuned_table(m, parameter_table(m), request.base.tuning), m.vocab);
+    const std::vector<LayerTuning> tunings = layer_tunings(m, params->table, request.base.tuning);
 
     // Workloads depend on the micro-batch and the recomputation alone: build each once. One whose
     // byte counts pass 64 bits is remembered as such: every layout with it is too big to run.
@@ -131,7 +133,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
         Cached built;
         try {
             const ActivationTables t = activation_tables(m, s, b, recipe->precision(), request.base.activations,
-                                                         request.base.framework, request.base.recompute_modules);
+                                                         request.base.framework, request.base.recompute_modules, tunings);
             built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t, request.base.framework),
                                    compute_cost(m, s, b, mode, request.base.recompute_modules).recompute_fraction());
         } catch (const overflow_error&) {

@@ -233,7 +233,7 @@ struct ParameterSplits {
 /// matrix (a tied embedding's too). Embedding lookups and norms run in the weights' own dtype.
 inline bool autocast_casts(const ParamRow& r) {
     switch (r.part) {
-        case Part::attention: case Part::mlp: case Part::router: case Part::head: return true;
+        case Part::attention: case Part::mlp: case Part::router: case Part::head: case Part::adapter: return true;
         case Part::embedding: return r.group == Group::head;
         case Part::norms: case Part::final_norm: return false;
     }
@@ -295,7 +295,9 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
             if (!layer_matrix(row)) splits.largest_outside_matrices.add(row);
             else splits.add_matrix(row);
         }
-        if (autocast_casts(row)) (row.group == Group::layer ? splits.cast_per_layer[row.kind] : splits.cast_head).add(row, V);
+        // A 4-bit weight is dequantised by its own kernel, not cast by autocast (the layer's workspace).
+        if (autocast_casts(row) && !row.storage)
+            (row.group == Group::layer ? splits.cast_per_layer[row.kind] : splits.cast_head).add(row, V);
         if (te_linear_weight(row)) splits.linear_weights[row.kind].add(row, V);
         switch (row.group) {
             case Group::input: c->input.add(row, V); break;
@@ -382,21 +384,25 @@ struct ActivationTables {
 /// `precision`: the recipe's compute dtype, which the activations are stored in, and its stream's
 /// (Recipe::precision); `f`: the framework's kernels (its attention, platform and loss).
 /// `modules`: what selective recomputation checkpoints (select_modules).
+/// `tunings`: what fine-tuning changes in each kind of layer (layer_tuning); empty: every weight trains.
 inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s, std::uint64_t b, Precision precision,
-                                          ActivationModel model, const Framework& f = {}, ModuleSet modules = {}) {
+                                          ActivationModel model, const Framework& f = {}, ModuleSet modules = {},
+                                          const std::vector<LayerTuning>& tunings = {}) {
     const Attention attention = f.attention;
     const Platform platform = f.platform;
-    const auto layer = [&](const Architecture& view) {
-        return model == ActivationModel::korthikanti ? korthikanti_layer(view, s, b, bytes_per_element(precision.compute))
-                                                     : architecture_layer(view, s, b, precision, attention, platform, modules);
+    const auto tuning = [&](std::size_t kind) { return tunings.empty() ? LayerTuning{} : tunings[kind]; };
+    const auto layer = [&](const Architecture& view, std::size_t kind) {
+        return model == ActivationModel::korthikanti
+                   ? korthikanti_layer(view, s, b, bytes_per_element(precision.compute))
+                   : architecture_layer(view, s, b, precision, attention, platform, modules, tuning(kind));
     };
     ActivationTables t;
-    if (m.layer_kinds.empty()) t.layer = layer(m);  // the model itself, not a copy
-    else t.layer = layer(m.kind_view(0));
-    for (std::size_t k = 1; k < m.kind_count(); ++k) t.other_kinds.push_back(layer(m.kind_view(k)));
+    if (m.layer_kinds.empty()) t.layer = layer(m, 0);  // the model itself, not a copy
+    else t.layer = layer(m.kind_view(0), 0);
+    for (std::size_t k = 1; k < m.kind_count(); ++k) t.other_kinds.push_back(layer(m.kind_view(k), k));
     if (model == ActivationModel::architecture) {
         t.input_side = input_side_saved(m, s, b, precision, platform);
-        t.head = head_saved(m, s, b, precision, platform, f.loss);
+        t.head = head_saved(m, s, b, precision, platform, f.loss, tuning(0));
         t.forward_buffers = forward_buffers(s, b, precision, attention, m.causal_mask_buffer, m.distinct_windows());
     }
     return t;

@@ -1,0 +1,290 @@
+#pragma once
+/// Fine-tuning as rows: which parameters train (all; all but the parts named frozen; low-rank
+/// adapters beside a frozen base, peft's LoRA; the same over a base whose linear weights bitsandbytes
+/// stores in 4 bits, QLoRA), the parameter table each makes, and what it changes in a layer's saved
+/// tensors. A frozen tensor keeps its weights alone; an adapter is a row of its own, trained under
+/// the recipe like any other.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcalc/dtype.hpp"
+#include "memcalc/error.hpp"
+#include "memcalc/model.hpp"
+#include "memcalc/params.hpp"
+#include "memcalc/text.hpp"
+
+namespace memcalc {
+
+enum class Training : std::uint8_t { full, frozen, lora, qlora };
+
+struct TrainingRow {
+    Training mode;
+    const char* name;
+    bool adapters;        ///< LoRA adapters train beside a frozen base
+    bool quantized_base;  ///< the base's linear weights in 4 bits (QLoRA)
+    const char* summary;
+};
+
+inline constexpr std::array<TrainingRow, 4> training_rows{{
+    {Training::full, "full", false, false, "every parameter trains"},
+    {Training::frozen, "frozen", false, false, "the parts --frozen names keep their weights alone; the rest trains"},
+    {Training::lora, "lora", true, false, "low-rank adapters train beside a frozen base (peft's LoRA)"},
+    {Training::qlora, "qlora", true, true,
+     "LoRA over a base whose linear weights are 4-bit NF4 with double quantisation (bitsandbytes)"},
+}};
+
+constexpr const TrainingRow& training_row(Training t) { return training_rows[static_cast<std::size_t>(t)]; }
+inline const char* training_name(Training t) { return training_row(t).name; }
+
+/// bitsandbytes' NF4 as QLoRA stores a weight: two values a byte, an absmax per 64 values quantised to
+/// 8 bits, and an fp32 scale per 256 of those (compress_statistics). Per tensor it also keeps an fp32
+/// offset and a 16-entry fp32 code: 68 bytes a tensor, not counted.
+inline constexpr Storage nf4_double_quant{DType::nf4, 64, DType::int8, 256, DType::fp32};
+
+/// The linear layers of a layer (and the head), as transformers names their weights: what LoRA
+/// targets, and what reads each saved input.
+enum class Linear : std::uint8_t {
+    q, k, v, o, gate, up, down, router, q_a, q_b, kv_a, kv_b, shared_gate, shared_up, shared_down, shared_expert_gate,
+    head
+};
+using LinearSet = std::uint32_t;
+constexpr LinearSet bit(Linear l) { return LinearSet{1} << static_cast<unsigned>(l); }
+
+struct LinearRow {
+    Linear linear;
+    const char* tensor;  ///< its weight's row in the parameter table
+    bool row_parallel;   ///< Megatron-LM splits its input (o_proj, down_proj); else its output
+};
+
+inline constexpr std::array<LinearRow, 17> linear_rows{{
+    {Linear::q, "q_proj", false},
+    {Linear::k, "k_proj", false},
+    {Linear::v, "v_proj", false},
+    {Linear::o, "o_proj", true},
+    {Linear::gate, "gate_proj", false},
+    {Linear::up, "up_proj", false},
+    {Linear::down, "down_proj", true},
+    {Linear::router, "router", false},
+    {Linear::q_a, "q_a_proj", false},
+    {Linear::q_b, "q_b_proj", false},
+    {Linear::kv_a, "kv_a_proj_with_mqa", false},
+    {Linear::kv_b, "kv_b_proj", false},
+    {Linear::shared_gate, "shared_expert.gate_proj", false},
+    {Linear::shared_up, "shared_expert.up_proj", false},
+    {Linear::shared_down, "shared_expert.down_proj", true},
+    {Linear::shared_expert_gate, "shared_expert_gate", false},
+    {Linear::head, "lm_head", false},
+}};
+
+/// The linear whose weight is row `tensor`, if any.
+inline const LinearRow* linear_of(Text tensor) {
+    for (const auto& row : linear_rows)
+        if (tensor == row.tensor) return &row;
+    return nullptr;
+}
+
+/// Low-rank adapters (peft's LoraConfig): rank r, the linears they sit beside, and whether a dropout
+/// (lora_dropout > 0) acts on each adapter's input. alpha only scales: no memory.
+struct Lora {
+    std::uint64_t rank = 8;
+    std::vector<std::string> targets{"q_proj", "v_proj"};  ///< names as peft matches them; "all-linear"
+    bool dropout = true;
+    /// The adapters' weights: fp32 by default, as peft makes them beside a 16-bit base
+    /// (autocast_adapter_dtype), so each adapter casts its input to fp32, a copy of its own; or the
+    /// recipe's weight dtype.
+    bool fp32 = true;
+};
+
+struct FineTuning {
+    Training mode = Training::full;
+    std::vector<std::string> frozen;  ///< Training::frozen: parts (embeddings, attention, ...) or tensor names
+    Lora lora;
+    Storage base = nf4_double_quant;  ///< Training::qlora: the base linears' storage
+
+    bool is_full() const { return mode == Training::full; }
+};
+
+/// What fine-tuning changes in one kind of layer's saved tensors (architecture_activations.hpp).
+struct LayerTuning {
+    LinearSet frozen = 0;   ///< linears whose weight gets no gradient: their input is not kept for one
+    LinearSet adapted = 0;  ///< LoRA's targets
+    std::uint64_t rank = 0;
+    bool adapter_dropout = false;
+    bool adapter_fp32 = false;  ///< fp32 adapters: an input of another dtype is cast to fp32 for each
+    bool frozen_norms = false;  ///< the RMSNorm weights: x_norm is not kept for their gradient
+    Count dequantized;          ///< QLoRA: the largest 4-bit weight's elements, dequantised while it computes
+
+    bool any() const { return frozen != 0 || adapted != 0 || frozen_norms; }
+};
+
+namespace detail {
+
+/// peft's match: `name` is the row's tensor or the last part of its dotted path ("down_proj" is
+/// also "shared_expert.down_proj"), or the module whose weight or bias it is.
+inline bool names_tensor(const std::string& name, Text tensor) {
+    const std::string t(tensor);
+    if (t == name) return true;
+    const auto ends_with = [](const std::string& s, const std::string& end) {
+        return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+    };
+    return ends_with(t, "." + name) || t == name + ".bias" || t == name + ".weight" || ends_with(t, "." + name + ".bias") ||
+           ends_with(t, "." + name + ".weight");
+}
+
+/// An nn.Linear weight of a layer: what LoRA can target and bitsandbytes quantises. Stacked experts
+/// (one Parameter of E x in x out) are not Linear modules.
+inline bool linear_weight(const Architecture& m, const ParamRow& r) {
+    return r.group == Group::layer && r.dims.size() - (r.expert ? 1 : 0) == 2 && !(r.expert && m.stacked_experts);
+}
+
+/// A part's rows, by the name --frozen gives it.
+inline bool in_part(const std::string& part, const ParamRow& r) {
+    if (part == "all") return true;
+    if (part == "embeddings") return r.part == Part::embedding;
+    if (part == "attention") return r.part == Part::attention;
+    if (part == "mlp") return r.part == Part::mlp;
+    if (part == "router") return r.part == Part::router;
+    if (part == "norms") return r.part == Part::norms || r.part == Part::final_norm;
+    if (part == "head") return r.part == Part::head || (r.part == Part::embedding && r.group == Group::head);  // tied
+    return false;
+}
+inline constexpr std::array<const char*, 7> part_names{"all", "embeddings", "attention", "mlp", "router", "norms", "head"};
+
+inline std::string model_name(const Architecture& m) { return m.name.empty() ? std::string("the model") : m.name; }
+
+/// "h x a*d" split at its last " x ": the input and output letters of a linear's shape.
+inline std::pair<std::string, std::string> shape_ends(Text shape) {
+    const std::string s(shape);
+    const auto at = s.rfind(" x ");
+    if (at == std::string::npos) return {s, s};
+    return {s.substr(0, at), s.substr(at + 3)};
+}
+
+}  // namespace detail
+
+/// Checks a fine-tuning's own values (before any model is read).
+inline void validate(const FineTuning& f) {
+    if (f.mode == Training::frozen && f.frozen.empty())
+        throw error("training frozen needs the parts to freeze (embeddings, attention, mlp, router, norms, head, or tensor names)");
+    if (f.mode != Training::frozen && !f.frozen.empty())
+        throw error(std::string("frozen parts are for training frozen (got training ") + training_name(f.mode) +
+                    (training_row(f.mode).adapters ? ", whose base is frozen whole)" : ")"));
+    if (training_row(f.mode).adapters) {
+        if (f.lora.rank == 0) throw error("lora rank must be at least 1");
+        if (f.lora.targets.empty()) throw error("lora targets must name at least one linear layer");
+    }
+}
+
+/// `table` (the model's own) as `f` trains it: rows frozen, 4-bit storage for QLoRA's base linears,
+/// and each LoRA target followed by its adapter's two rows, A (in x r) and B (r x out). Tensor
+/// parallelism splits an adapter as its base: A whole and B by columns beside a column-parallel
+/// layer, A by rows and B whole beside a row-parallel one.
+inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable table, const FineTuning& f) {
+    validate(f);
+    if (f.mode == Training::full) return table;
+    if (f.mode == Training::frozen) {
+        std::vector<bool> used(f.frozen.size(), false);
+        for (ParamRow& r : table.rows)
+            for (std::size_t i = 0; i < f.frozen.size(); ++i)
+                if (detail::in_part(f.frozen[i], r) || detail::names_tensor(f.frozen[i], r.tensor)) r.trainable = false, used[i] = true;
+        for (std::size_t i = 0; i < f.frozen.size(); ++i)
+            if (!used[i])
+                throw error("frozen '" + f.frozen[i] + "' names no tensor of " + detail::model_name(m) +
+                            " (parts: embeddings, attention, mlp, router, norms, head; or a tensor such as q_proj)");
+        for (const ParamRow& r : table.rows)
+            if (r.trainable) return table;
+        throw error("frozen " + f.frozen.front() + (f.frozen.size() > 1 ? ",..." : "") + " leaves nothing of " +
+                    detail::model_name(m) + " to train");
+    }
+    const bool all_linear = f.lora.targets.size() == 1 && f.lora.targets.front() == "all-linear";
+    std::vector<bool> used(f.lora.targets.size(), false);
+    const auto targeted = [&](const ParamRow& r) {
+        if (!detail::linear_weight(m, r)) return false;
+        if (all_linear) return bool(used[0] = true);
+        bool hit = false;
+        for (std::size_t i = 0; i < f.lora.targets.size(); ++i)
+            if (detail::names_tensor(f.lora.targets[i], r.tensor)) hit = true, used[i] = true;
+        return hit;
+    };
+    const std::uint64_t r = f.lora.rank;
+    std::vector<ParamRow> rows;
+    rows.reserve(table.rows.size() * 3);
+    for (ParamRow row : table.rows) {
+        row.trainable = false;
+        if (f.mode == Training::qlora && detail::linear_weight(m, row)) row.storage = f.base;
+        const bool target = targeted(row);
+        rows.push_back(row);
+        if (!target) continue;
+        const std::uint64_t E = row.expert ? *row.dims.begin() : 0;
+        const std::uint64_t in = row.dims.begin()[E ? 1 : 0], out = row.dims.begin()[E ? 2 : 1];
+        const auto [in_letters, out_letters] = detail::shape_ends(row.shape);
+        const LinearRow* linear = linear_of(row.tensor);
+        const bool row_parallel = linear != nullptr && linear->row_parallel;
+        const bool split = row.split == ParamSplit::tensor;
+        Dims a{in, r}, b{r, out};
+        if (E) a.stack(E), b.stack(E);
+        const std::string tensor(row.tensor);
+        rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_A").text, Label(in_letters + " x r").text, a,
+                          split && row_parallel ? ParamSplit::tensor : ParamSplit::replicated, row.expert, row.kind);
+        rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_B").text,
+                          Label("r x " + out_letters).text, b,
+                          split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated, row.expert, row.kind);
+    }
+    for (std::size_t i = 0; i < f.lora.targets.size(); ++i)
+        if (!used[i])
+            throw error("lora target '" + f.lora.targets[i] + "' names no linear layer of " + detail::model_name(m) +
+                        (all_linear ? "" : " (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, ...; or all-linear)"));
+    table.rows = std::move(rows);
+    return table;
+}
+
+/// What `table` (fine-tuned) changes in layer kind `kind`'s saved tensors.
+inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f, std::size_t kind) {
+    LayerTuning t;
+    if (f.mode == Training::full) return t;
+    t.rank = f.lora.rank;
+    t.adapter_dropout = f.lora.dropout;
+    t.adapter_fp32 = f.lora.fp32;
+    bool norms = false, trained_norm = false;
+    for (const ParamRow& r : table.rows) {
+        const bool here = r.group == Group::layer ? r.kind == kind : r.group == Group::head;
+        if (!here) continue;
+        if (r.part == Part::norms) {
+            norms = true;
+            trained_norm = trained_norm || r.trainable;
+        }
+        if (r.part == Part::adapter) {
+            const std::string base(r.tensor.substr(0, r.tensor.rfind('.')));
+            if (const LinearRow* l = linear_of(base)) t.adapted |= bit(l->linear);
+            continue;
+        }
+        if (const LinearRow* l = linear_of(r.tensor); l && !r.trainable) t.frozen |= bit(l->linear);
+        if (r.part == Part::embedding && r.group == Group::head && !r.trainable) t.frozen |= bit(Linear::head);  // tied
+        if (r.storage && r.storage->dtype == DType::nf4 && r.group == Group::layer) {
+            const Count one = r.expert ? Count(r.count.value() / *r.dims.begin()) : r.count;
+            if (one > t.dequantized) t.dequantized = one;
+        }
+    }
+    t.frozen_norms = norms && !trained_norm;
+    return t;
+}
+
+/// layer_tuning for each kind of layer of `m`; empty when every tensor trains.
+inline std::vector<LayerTuning> layer_tunings(const Architecture& m, const ParameterTable& table, const FineTuning& f) {
+    std::vector<LayerTuning> out;
+    if (f.is_full()) return out;
+    for (std::size_t k = 0; k < m.kind_count(); ++k) out.push_back(layer_tuning(table, f, k));
+    return out;
+}
+
+/// Parameters the optimiser steps.
+inline Count trainable_parameters(const ParameterTable& t) {
+    Count n;
+    for (const auto& r : t.rows)
+        if (r.trainable) n += t.in_model(r);
+    return n;
+}
+
+}  // namespace memcalc

@@ -1,0 +1,230 @@
+// Fine-tuning: frozen parts, LoRA adapters and QLoRA's 4-bit base. Parameter counts against what
+// peft prints, 4-bit storage against the QLoRA paper's bits per parameter, saved tensors against hand
+// sums on several shapes (validation/reference_trainer.py measures them in PyTorch).
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "fixtures.hpp"
+#include "run_program.hpp"
+#include "memcalc/estimate.hpp"
+#include "memcalc/finetune.hpp"
+
+using namespace memcalc;
+
+namespace {
+
+Architecture llama_3_8b() {
+    Architecture m;
+    m.name = "llama-3-8b";
+    m.hidden = 4096, m.layers = 32, m.heads = 32, m.kv_heads = 8, m.ffn = 14336, m.vocab = 128256;
+    return m;
+}
+
+FineTuning lora(std::uint64_t rank, std::vector<std::string> targets, Training mode = Training::lora) {
+    FineTuning f;
+    f.mode = mode;
+    f.lora.rank = rank;
+    f.lora.targets = std::move(targets);
+    return f;
+}
+
+Settings tuned(const FineTuning& f, std::uint64_t seq = 512) {
+    Settings s;
+    s.seq = seq, s.micro_batch = 2, s.activations = ActivationModel::architecture, s.tuning = f;
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA's adapter parameters are what peft prints", "[finetune]") {
+    // peft's print_trainable_parameters(), r = 8 on q_proj and v_proj of Llama-2-7B:
+    // "trainable params: 4,194,304 || all params: 6,742,609,920".
+    const Report r7 = Estimator(fixtures::llama_7b()).estimate(tuned(lora(8, {"q_proj", "v_proj"})));
+    CHECK(trainable_parameters(r7.parameters) == Count(4194304));
+    CHECK(r7.parameter_count == Count(6742609920ULL));
+    // r = 16 on every linear of Llama-3-8B: "trainable params: 41,943,040 || all params: 8,072,204,288".
+    const Report r8 = Estimator(llama_3_8b()).estimate(tuned(lora(16, {"all-linear"})));
+    CHECK(trainable_parameters(r8.parameters) == Count(41943040));
+    CHECK(r8.parameter_count == Count(8072204288ULL));
+    // Naming every linear is all-linear on a dense model.
+    const Report named = Estimator(llama_3_8b()).estimate(
+        tuned(lora(16, {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})));
+    CHECK(trainable_parameters(named.parameters) == Count(41943040));
+}
+
+TEST_CASE("Adapters are written out per target, r x (in + out), and split as their linear", "[finetune]") {
+    const Architecture m = fixtures::mistral_7b();  // grouped-query attention: k and v are narrower
+    const ParameterTable t = fine_tuned_table(m, parameter_table(m), lora(4, {"k_proj", "o_proj"}));
+    const auto row = [&](Text name) -> const ParamRow& {
+        for (const auto& r : t.rows)
+            if (r.tensor == name) return r;
+        FAIL("no row " << name);
+        return t.rows.front();
+    };
+    CHECK(row("k_proj.lora_A").count == Count(4096 * 4));
+    CHECK(row("k_proj.lora_B").count == Count(4 * 1024));
+    CHECK(row("o_proj.lora_A").count == Count(4096 * 4));
+    // A column-parallel linear's B splits by its columns; a row-parallel one's A by its rows.
+    CHECK(row("k_proj.lora_A").split == ParamSplit::replicated);
+    CHECK(row("k_proj.lora_B").split == ParamSplit::tensor);
+    CHECK(row("o_proj.lora_A").split == ParamSplit::tensor);
+    CHECK(row("o_proj.lora_B").split == ParamSplit::replicated);
+    CHECK(row("k_proj.lora_B").part == Part::adapter);
+    for (const auto& r : t.rows) CHECK(r.trainable == (r.part == Part::adapter));
+    CHECK(trainable_parameters(t) == Count(32) * 4 * ((4096 + 1024) + (4096 + 4096)));
+}
+
+TEST_CASE("Mixture-of-experts adapters: one per expert, as peft adapts each expert's Linear", "[finetune]") {
+    Architecture m = fixtures::mistral_7b();
+    m.experts = 8, m.experts_per_token = 2;
+    const ParameterTable t = fine_tuned_table(m, parameter_table(m), lora(8, {"down_proj"}));
+    CHECK(trainable_parameters(t) == Count(32) * 8 * 8 * (14336 + 4096));
+    // Stacked experts (gpt-oss) are one Parameter each, no Linear: nothing to adapt.
+    m.stacked_experts = true;
+    CHECK_THROWS_WITH(fine_tuned_table(m, parameter_table(m), lora(8, {"down_proj"})),
+                      Catch::Contains("lora target 'down_proj' names no linear layer"));
+}
+
+TEST_CASE("QLoRA stores the base linears as bitsandbytes' NF4 with double quantisation", "[finetune]") {
+    // The QLoRA paper: 4 bits a weight, plus 8/64 + 32/(64 x 256) bits of constants.
+    const std::uint64_t n = 4096ULL * 4096;
+    const Count bytes = nf4_double_quant.bytes(Count(n));
+    CHECK(bytes == Count(n / 2 + n / 64 + n / 64 / 256 * 4));
+    CHECK(static_cast<double>(bytes.value()) * 8 / static_cast<double>(n) == Approx(4.126953125).epsilon(1e-12));
+    // Rounded up: a partial block keeps a whole scale; a partial group of scales a whole fp32.
+    CHECK(nf4_double_quant.bytes(Count(65)) == Count(33 + 2 + 4));
+
+    const Architecture m = llama_3_8b();
+    const Report q = Estimator(m).estimate(tuned(lora(16, {"all-linear"}, Training::qlora)));
+    const Report l = Estimator(m).estimate(tuned(lora(16, {"all-linear"})));
+    CHECK(trainable_parameters(q.parameters) == trainable_parameters(l.parameters));
+    // Every layer linear in 4 bits; embeddings, norms and the head stay in the recipe's bf16.
+    Count linear, other;
+    for (const auto& r : q.parameters.rows) {
+        if (r.part == Part::adapter) continue;
+        (r.storage ? linear : other) += q.parameters.in_model(r);
+        CHECK(bool(r.storage) == (r.group == Group::layer && r.dims.size() == 2));
+    }
+    const Count adapters = trainable_parameters(q.parameters);
+    CHECK(q.state.weights == nf4_double_quant.bytes(linear) + other * 2 + adapters * 2);
+    CHECK(q.state.gradients == adapters * 2);
+    CHECK(q.state.optimizer_state == adapters * 8);
+}
+
+TEST_CASE("Frozen parts keep their weights alone", "[finetune]") {
+    const Architecture m = fixtures::llama_7b();
+    FineTuning f;
+    f.mode = Training::frozen;
+    f.frozen = {"embeddings", "attention"};
+    const Report r = Estimator(m).estimate(tuned(f));
+    const ParameterTable all = parameter_table(m);
+    const std::uint64_t frozen = (all.part(Part::embedding) + Count(m.layers) * all.part(Part::attention)).value();
+    const Count trains(all.total().value() - frozen);
+    CHECK(trainable_parameters(r.parameters) == trains);
+    CHECK(r.state.gradients == trains * 2);
+    CHECK(r.state.weights == all.total() * 2);
+    // By tensor name too, as peft matches module names.
+    f.frozen = {"q_proj"};
+    CHECK(trainable_parameters(fine_tuned_table(m, all, f)).value() == all.total().value() - 32ULL * 4096 * 4096);
+    f.frozen = {"nothing_such"};
+    CHECK_THROWS_WITH(fine_tuned_table(m, all, f), Catch::Contains("frozen 'nothing_such' names no tensor"));
+    f.frozen = {"all"};
+    CHECK_THROWS_WITH(fine_tuned_table(m, all, f), Catch::Contains("leaves nothing"));
+}
+
+TEST_CASE("A frozen linear keeps no input for its weight; an adapter keeps its own", "[finetune]") {
+    // Hand sums on three shapes: what LoRA on q and v (rank r, dropout) changes in one layer's bytes.
+    struct Shape_ {
+        std::uint64_t h, heads, kv, f, s, b, r;
+    };
+    for (const Shape_ x : {Shape_{64, 4, 4, 176, 32, 2, 8}, Shape_{96, 6, 2, 256, 16, 1, 4}, Shape_{128, 8, 8, 344, 24, 3, 16}}) {
+        Architecture m;
+        m.name = "tiny", m.hidden = x.h, m.layers = 2, m.heads = x.heads, m.kv_heads = x.kv, m.ffn = x.f, m.vocab = 100;
+        const std::uint64_t d = 2, sbh = x.s * x.b * x.h, sbf = x.s * x.b * x.f, tokens = x.s * x.b;
+        FineTuning f = lora(x.r, {"q_proj", "v_proj"});
+        f.lora.fp32 = false;  // adapters in the model's bf16: nothing cast for them
+        const ParameterTable t = fine_tuned_table(m, parameter_table(m), f);
+        const LayerTuning tuning = layer_tuning(t, f, 0);
+        CHECK(tuning.adapted == (bit(Linear::q) | bit(Linear::v)));
+        CHECK(tuning.frozen_norms);
+        for (const Attention a : {Attention::eager, Attention::flash}) {
+            const LayerActivations full = architecture_layer(m, x.s, x.b, DType::bf16, a);
+            const LayerActivations lo = architecture_layer(m, x.s, x.b, DType::bf16, a, Platform::cuda, {}, tuning);
+            // Gone: q/k/v's input, both norms' x_norm, the up projections' input, the down projection's,
+            // and (eager) o_proj's: flash keeps its output as its own.
+            const std::uint64_t gone = (4 + (a == Attention::eager ? 1 : 0)) * sbh * d + sbf * d;
+            // Added: each adapter's dropout mask (1 B) and dropped-out input, and its r-wide intermediate.
+            const std::uint64_t added = 2 * sbh * (1 + d) + 2 * tokens * x.r * d;
+            CHECK(lo.total().value() == full.total().value() - gone + added);
+        }
+        // Without dropout lora_A reads x itself: q/k/v's input stays, once.
+        FineTuning undropped = f;
+        undropped.lora.dropout = false;
+        const LayerActivations full = architecture_layer(m, x.s, x.b, DType::bf16, Attention::eager);
+        const LayerActivations plain = architecture_layer(m, x.s, x.b, DType::bf16, Attention::eager, Platform::cuda, {},
+                                                          layer_tuning(t, undropped, 0));
+        CHECK(plain.total().value() == full.total().value() - (4 * sbh + sbf) * d + 2 * tokens * x.r * d);
+        // peft's default fp32 adapters cast x for each (a copy of 4 bytes an element, which the
+        // dropout reads) and compute A's output in fp32: q/k/v's input goes too.
+        FineTuning fp32 = f;
+        fp32.lora.fp32 = true;
+        const LayerActivations upcast = architecture_layer(m, x.s, x.b, DType::bf16, Attention::eager, Platform::cuda,
+                                                           {}, layer_tuning(t, fp32, 0));
+        CHECK(upcast.total().value() == full.total().value() - (5 * sbh + sbf) * d + 2 * sbh * (1 + 4) + 2 * tokens * x.r * 4);
+        fp32.lora.dropout = false;
+        const LayerActivations cast = architecture_layer(m, x.s, x.b, DType::bf16, Attention::eager, Platform::cuda, {},
+                                                         layer_tuning(t, fp32, 0));
+        CHECK(cast.total().value() == full.total().value() - (5 * sbh + sbf) * d + 2 * sbh * 4 + 2 * tokens * x.r * 4);
+    }
+}
+
+TEST_CASE("QLoRA's layer dequantises its largest weight while it computes", "[finetune]") {
+    const Architecture m = fixtures::llama_7b();
+    const FineTuning f = lora(8, {"all-linear"}, Training::qlora);
+    const LayerTuning tuning = layer_tuning(fine_tuned_table(m, parameter_table(m), f), f, 0);
+    CHECK(tuning.dequantized == Count(4096ULL * 11008));
+    const LayerActivations l = architecture_layer(m, 128, 1, DType::bf16, Attention::flash, Platform::cuda, {}, tuning);
+    int found = 0;
+    for (const auto& w : l.work)
+        if (std::string(w.op).find("4-bit linear") != std::string::npos) {
+            CHECK(w.bytes == Count(4096ULL * 11008 * 2));
+            ++found;
+        }
+    CHECK(found == 2);  // forward and backward
+}
+
+TEST_CASE("Fine-tuning needs the architecture model, and composes with fit", "[finetune]") {
+    Settings s = tuned(lora(8, {"q_proj"}));
+    s.activations = ActivationModel::korthikanti;
+    CHECK_THROWS_WITH(Estimator(fixtures::llama_7b()).estimate(s), Catch::Contains("training lora needs the architecture"));
+    CHECK_THROWS_WITH(Estimator(fixtures::llama_7b()).estimate(tuned(lora(8, {"w_pack"}))),
+                      Catch::Contains("lora target 'w_pack' names no linear layer of llama-7b"));
+    // LoRA's peak is well below full training's at the same size.
+    const Report full = Estimator(fixtures::llama_7b()).estimate(tuned(FineTuning{}, 2048));
+    const Report lo = Estimator(fixtures::llama_7b()).estimate(tuned(lora(8, {"q_proj", "v_proj"}), 2048));
+    CHECK(lo.peak_step().bytes.total() < full.peak_step().bytes.total());
+}
+
+TEST_CASE("memcalc --train: spellings, JSON and errors", "[finetune][cli]") {
+    const auto r = testing::memcalc("--preset llama-7b --seq 512 --train lora --lora-rank 8 --lora-targets q_proj,v_proj --format json");
+    REQUIRE(r.status == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["parameters"]["trainable"] == 4194304);
+    CHECK(j["parameters"]["total"] == 6742609920ULL);
+    CHECK(j["settings"]["training"]["mode"] == "lora");
+    CHECK(j["settings"]["activations"] == "architecture");
+    const auto q = testing::memcalc("--preset llama-3-8b --seq 512 --train qlora --lora-rank 16 --lora-targets all-linear --format json");
+    REQUIRE(q.status == 0);
+    CHECK(nlohmann::json::parse(q.out)["parameters"]["trainable"] == 41943040);
+    for (const char* bad : {"--train lorra", "--train frozen", "--lora-rank 8", "--train lora --lora-rank 0",
+                            "--train lora --lora-dropout 1.5", "--train lora --frozen mlp",
+                            "--train lora --activations korthikanti", "--train lora --lora-targets w_pack",
+                            "--frozen all", "--train lora --lora-dtype int8"}) {
+        const auto e = testing::memcalc(std::string("--preset llama-7b --seq 512 ") + bad);
+        INFO(bad << ": " << e.err);
+        CHECK(e.status != 0);
+        CHECK(e.out.empty());
+        CHECK(e.err.find('\n') == e.err.size() - 1);  // one line
+    }
+}
