@@ -2,18 +2,23 @@
 # Builds memcalc's libFuzzer targets with clang++, AddressSanitizer and UndefinedBehaviorSanitizer,
 # and runs each for SECONDS (default 60) from a seed corpus of the shipped presets and configs.
 # Prints each target's executions; exits non-zero if any input crashed (saved under crashes/).
-# Usage: scripts/fuzz.sh [SECONDS]     (FUZZ_BUILD_DIR overrides where it builds, default build-fuzz)
+# Usage: scripts/fuzz.sh [SECONDS]     (FUZZ_BUILD_DIR overrides where it builds, default build-fuzz;
+# FUZZ_PREBUILT names a build that has the targets already, as the suite's clang++ build makes them)
 set -euo pipefail
 seconds=${1:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
-# -O1 with line tables: fuzzing needs the sanitizers, not -O2's code or full debug info, which more
-# than double the compile time of this build (the suite's longest step beside the clang++ build).
-flags="-O1 -gline-tables-only -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None -DMEMCALC_FUZZ=ON \
-  -DMEMCALC_BUILD_TESTS=OFF -DMEMCALC_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS=$flags" >/dev/null
-cmake --build "$build" -j2 --target fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line \
-  fuzz_safetensors_header >/dev/null
+targets=${FUZZ_PREBUILT:-$build}/fuzz
+if [ -z "${FUZZ_PREBUILT:-}" ]; then
+  # -O1 with line tables: fuzzing needs the sanitizers, not -O2's code or full debug info, which more
+  # than double the compile time of this build. tests/compiler_build.cmake uses the same flags.
+  flags="-O1 -gline-tables-only -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+  cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None -DMEMCALC_FUZZ=ON \
+    -DMEMCALC_BUILD_TESTS=OFF -DMEMCALC_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS=$flags" >/dev/null
+  cmake --build "$build" -j2 --target fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line \
+    fuzz_safetensors_header >/dev/null
+fi
+mkdir -p "$build"
 
 seed() {  # target, then seed files
   local dir="$build/corpus/$1"
@@ -63,7 +68,7 @@ for target in fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line fu
   [ "$target" = fuzz_command_line ] && dict="-dict=$root/fuzz/command_line.dict"
   mkdir -p "$build/crashes"
   log="$build/$target.log"
-  if ! "$build/fuzz/$target" $dict -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+  if ! "$targets/$target" $dict -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
       -artifact_prefix="$build/crashes/$target-" "$build/corpus/$target" >"$log" 2>&1; then
     echo "$target: CRASH (see $log and $build/crashes/)"
     status=1
