@@ -29,6 +29,30 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SWITCH_DEFAULTS = {"recipe": "mixed-adam", "loss": "fp32", "logits": "held", "kv_cache": "off"}
 
 
+def training_flags(run):
+    """memcalc's --train, --frozen and --lora-* flags for the setting a run records (replicate.py --train;
+    runs from before it trained every parameter, and get no flag, so that an older memcalc still runs).
+    --lora-dtype always: memcalc's default is fp32 adapters, the run records its own."""
+    train = run.get("train", "full")
+    if train == "frozen":
+        return ["--train", "frozen", "--frozen", run["frozen"]]
+    if train == "lora":
+        return ["--train", "lora", "--lora-rank", str(run["lora_rank"]), "--lora-targets", run["lora_targets"],
+                "--lora-dropout", f"{run['lora_dropout']:g}", "--lora-dtype", run.get("lora_dtype", "bf16")]
+    return []
+
+
+def training_label(run):
+    """The setting in a few characters: full, frozen PARTS, lora r8 TARGETS p0.05 bf16."""
+    train = run.get("train", "full")
+    if train == "frozen":
+        return f"frozen {run['frozen']}"
+    if train == "lora":
+        return (f"lora r{run['lora_rank']} {run['lora_targets']} p{run['lora_dropout']:g} "
+                f"{run.get('lora_dtype', 'bf16')}")
+    return "full"
+
+
 def predict(memcalc, run, platform, older=False, defaults=False):
     """memcalc's report (JSON) for one measured run. `older`: a memcalc from before --microbatches
     and --grad-buffer counted anything, asked what a user of it could ask (one lazy micro-batch)."""
@@ -46,6 +70,7 @@ def predict(memcalc, run, platform, older=False, defaults=False):
     for key, default in SWITCH_DEFAULTS.items():  # recorded since replicate.py measured them; else the defaults
         if run.get(key, default) != default and not defaults:
             command += ["--" + key.replace("_", "-"), run[key]]
+    command += training_flags(run)
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"compare.py: {' '.join(command)} failed: {done.stderr.strip()}")
@@ -142,9 +167,9 @@ def main(argv=None):
     loop = lambda r: f"{r['microbatches']}{'p' if r['grad_buffer'] == 'persistent' else ''}"
     print(f"{'model':<24} {'seq':>5} {'attention':<9} {'recompute':<9} {'M':>3} {'measured':>13} {'at':<28} "
           f"{'predicted':>13} {'at':<28} {'error':>7} {'before step':>12} {'predicted':>12} {'step ms':>8} {'vs none':>7}"
-          f"  recipe loss logits k/v")
+          f"  recipe loss logits k/v training")
     print("M: micro-batches per step, accumulated; p: gradients zeroed and kept (--grad-buffer persistent)")
-    key = lambda r: (r["model"], r["seq"], r["attention"], r["microbatches"], r["grad_buffer"])
+    key = lambda r: (r["model"], r["seq"], r["attention"], r["microbatches"], r["grad_buffer"], training_label(r))
     base = {key(r): r["median_step_seconds"] for r in results["runs"] if r["recompute"] == "none"}
     errors, misses, points, cost, details = [], [], [], {"selective": [], "full": [], "op": []}, []
     table = ["| model | seq | recompute | M | measured peak (B) | at |" + (" before (B) | error |" if a.before else "") +
@@ -160,6 +185,8 @@ def main(argv=None):
         e = (peak - measured) / measured
         errors.append(abs(e))
         label = f"{r['model']} s={r['seq']} {r['attention']} {r['recompute']} M={loop(r)}"
+        if r.get("train", "full") != "full":
+            label += f" {training_label(r)}"
         points.append((measured, peak, r["recompute"], label))
         if abs(e) > a.tolerance:
             misses.append(f"{label}: {100 * e:+.1f}%")
@@ -177,7 +204,7 @@ def main(argv=None):
         print(f"{r['model']:<24} {r['seq']:>5} {r['attention']:<9} {r['recompute']:<9} {loop(r):>3} {measured:>13,} "
               f"{r['peak_step']:<28} {peak:>13,} {peak_step:<28} {100 * e:>+6.2f}% {r['memory_before_step']:>12,} "
               f"{persistent:>12,} {1e3 * r['median_step_seconds']:>8.1f} {ratio:>7.2f}"
-              f"  {' '.join(r.get(k, d) for k, d in SWITCH_DEFAULTS.items())}")
+              f"  {' '.join(r.get(k, d) for k, d in SWITCH_DEFAULTS.items())} {training_label(r)}")
         if a.steps or a.check_timeline:
             predicted = {s["step"]: s["bytes"] for s in report["timeline"]}
             for s in r["timeline"]:

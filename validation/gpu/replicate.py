@@ -18,6 +18,20 @@ memcalc's timeline (forward 1..L, loss, backward L..1, optimizer), and the media
   /usr/bin/python3 validation/gpu/replicate.py --device cpu --models gpt2-mid llama-mid --seqs 256 512 1024 \
       --steps 1 --out validation/results/cpu.json                                      # the CPU figures
 
+Fine-tuning (--train frozen --frozen PARTS, or --train lora with --lora-rank, --lora-targets, --lora-dropout and
+--lora-dtype; memcalc's flags of the same names, which compare.py passes on): the parts are frozen, or every base
+parameter and each target linear wrapped in reference_trainer.py's LoraLinear (peft's lora.Linear), before the
+cast to bf16 (fp32 adapters are upcast after it, as peft's get_peft_model does); the optimizer (the recipe's,
+as for full training) gets the parameters that require grad and no others, so a frozen tensor keeps its bf16
+weights alone; and a forward hook on the token embedding sets requires_grad on its output, as transformers'
+enable_input_require_grads does (what PEFT and gradient checkpointing over frozen embeddings call), so the first
+layer's input requires grad whatever trains. An fp32 adapter is its own master copy (MixedAdam's .float() of
+it is the tensor itself), as with torch's AdamW over fp32 parameters. Each JSON row records its setting.
+
+  /usr/bin/python3 validation/gpu/replicate.py --device cpu --models llama-mid --seqs 256 512 --steps 1 \
+      --train full lora frozen --frozen attention,mlp --lora-targets q_proj,v_proj all-linear \
+      --lora-dropout 0 0.05 --lora-dtype bf16 fp32 --out /tmp/lora-step.json
+
 On CPU the same figures come from the profiler's record of every allocation (PyTorch's CPU allocator
 does not round, so they are the bytes the tensors need), and only PyTorch's fused attention is missing
 before torch 2.0. Then validation/gpu/compare.py sets memcalc's predictions beside the measurements.
@@ -44,6 +58,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DTYPE = torch.bfloat16
 sys.path.insert(0, os.path.dirname(HERE))
 from activation_functions import FUNCTIONS  # noqa: E402  each activation as its modeling code writes it
+# Fine-tuning as the reference trainer does it: the setting (parsed, normalised, as memcalc's flags and
+# JSON fields) and peft's lora.Linear.
+from reference_trainer import LoraLinear, PARTS, PROJECTIONS, Train  # noqa: E402
 
 
 
@@ -483,22 +500,104 @@ class TorchAdamW:
 
 def make_optimizer(recipe, model, grad_buffer):
     """mixed-adam: this script's MixedAdam (an fp32 master copy and moments); bf16-adam and amp-adam:
-    TorchAdamW on the model's own parameters (bf16, or fp32 under autocast)."""
+    TorchAdamW on the model's own parameters (bf16, or fp32 under autocast). Either steps only the
+    parameters that require grad (all of them under full training)."""
     optimizer = MixedAdam if recipe == "mixed-adam" else TorchAdamW
-    return optimizer(model.parameters(), persistent=grad_buffer == "persistent")
+    # As a fine-tuning loop builds it: the parameters that train, and no others.
+    return optimizer([p for p in model.parameters() if p.requires_grad], persistent=grad_buffer == "persistent")
+
+
+# This script's names for the linears of a Block, as transformers names them (what --frozen and
+# --lora-targets say).
+PROJECTION_OF = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
+                 "down": "down_proj"}
+
+
+def parameter_parts(model):
+    """Every parameter of this script's Model as (name, parameter, part, projection name or ''), the
+    parts being reference_trainer.py's: embeddings (token and position tables), attention, mlp, norms
+    (both of each layer and the final one), head."""
+    out = []
+    for name, p in model.named_parameters():
+        comps = name.split(".")
+        if comps[0] in ("embed", "positions"):
+            part, proj = "embeddings", ""
+        elif comps[0] == "head":
+            part, proj = "head", ""
+        elif comps[0] == "norm" or (comps[0] == "blocks" and comps[2] in ("norm1", "norm2")):
+            part, proj = "norms", ""
+        elif comps[0] == "blocks" and comps[2] in PROJECTION_OF:
+            proj = PROJECTION_OF[comps[2]]
+            part = "attention" if comps[2] in ("q", "k", "v", "o") else "mlp"
+        else:
+            raise AssertionError(f"unclassified parameter {name}")
+        out.append((name, p, part, proj))
+    return out
+
+
+def apply_training(model, spec, train):
+    """reference_trainer.py's apply_training on this script's Model: freeze the parts (frozen), or every
+    base parameter and wrap each target linear in reference_trainer's LoraLinear (lora). Raises ValueError
+    for a part or target the model has not."""
+    parts = parameter_parts(model)
+    if train.mode == "frozen":
+        for what in train.frozen:
+            hit = [p for name, p, part, proj in parts if what in (part, proj)
+                   or (what == "head" and model.head is None and name == "embed.weight")]  # the tied table
+            if not hit:
+                raise ValueError(f"--frozen {what}: no such {'tensor' if what in PROJECTIONS else 'part'} in {spec['name']}")
+            for p in hit:
+                p.requires_grad_(False)
+        return
+    for _, p, _, _ in parts:
+        p.requires_grad_(False)
+    present = {PROJECTION_OF[n] for n in PROJECTION_OF if getattr(model.blocks[0], n) is not None}
+    targets = present if train.lora_targets == ("all-linear",) else set(train.lora_targets)
+    missing = sorted(targets - present, key=PROJECTIONS.index)
+    if missing:
+        raise ValueError(f"--lora-targets: {spec['name']} has no {', '.join(missing)}")
+    for block in model.blocks:
+        for attr, proj in PROJECTION_OF.items():
+            if proj in targets:
+                setattr(block, attr, LoraLinear(getattr(block, attr), train.lora_rank, train.lora_dropout))
+
+
+def training_fields(train):
+    """The setting as each JSON row records it (reference_trainer.py's fields; lora_dtype always, since
+    memcalc's default is fp32 and the reference trainer's bf16)."""
+    fields = train.row_fields()
+    if train.mode == "lora":
+        fields["lora_dtype"] = train.lora_dtype
+    return fields
 
 
 def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="lazy", recipe="mixed-adam",
-        loss_kernel="fp32", logits_life="held", kv_cache="off"):
+        loss_kernel="fp32", logits_life="held", kv_cache="off", train=Train()):
     torch.manual_seed(0)
     # amp-adam: an fp32 model whose forward runs under torch.autocast (nanoGPT's train.py, transformers'
     # Trainer(bf16=True)); backward runs outside it, as PyTorch's AMP recipe says.
     weights = torch.float32 if recipe == "amp-adam" else DTYPE
     if _torch_version() >= (2, 0):  # initialise on the device itself: a billion weights take seconds on a CPU
         with torch.device(device):
-            model = Model(spec, attention, mode, loss_kernel, kv_cache).to(dtype=weights)
+            model = Model(spec, attention, mode, loss_kernel, kv_cache)
+            if train.mode != "full":  # after the base initialisation, before the cast: bf16 adapters
+                apply_training(model, spec, train)
+        model = model.to(dtype=weights)
     else:
-        model = Model(spec, attention, mode, loss_kernel, kv_cache).to(device=device, dtype=weights)
+        model = Model(spec, attention, mode, loss_kernel, kv_cache)
+        if train.mode != "full":
+            apply_training(model, spec, train)
+        model = model.to(device=device, dtype=weights)
+    if train.mode == "lora" and train.lora_dtype == "fp32":
+        for module in model.modules():  # peft's get_peft_model(autocast_adapter_dtype=True) upcasts them
+            if isinstance(module, LoraLinear):
+                module.lora_A.float()
+                module.lora_B.float()
+    if train.mode != "full":
+        # transformers' enable_input_require_grads (what PEFT and gradient checkpointing over frozen
+        # embeddings call): a forward hook on the input embeddings sets requires_grad on their output, so
+        # the first layer's input requires grad whatever trains before it.
+        model.embed.register_forward_hook(lambda module, inputs, output: output.requires_grad_(True))
     autocast = lambda: torch.autocast(device_type=device, dtype=DTYPE, enabled=recipe == "amp-adam")
     optimizer = make_optimizer(recipe, model, grad_buffer)
     ids = torch.randint(0, spec["vocab"], (1, seq), device=device)
@@ -537,7 +636,7 @@ def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="
     return {"model": spec["name"], "model_file": spec["path"], "seq": seq, "micro_batch": 1,
             "microbatches": microbatches, "grad_buffer": grad_buffer, "recompute": mode,
             "attention": attention, "optimizer_impl": "for-loop", "recipe": recipe, "loss": loss_kernel,
-            "logits": logits_life, "kv_cache": kv_cache, "memory_before_step": meter.before, "max_memory_allocated": peak,
+            "logits": logits_life, "kv_cache": kv_cache, **training_fields(train), "memory_before_step": meter.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": meter.steps,
             "median_step_seconds": statistics.median(times), "steps_timed": steps}
 
@@ -584,7 +683,30 @@ def main(argv=None):
                          "checkpointing, emulated where torch has no create_selective_checkpoint_contexts)")
     ap.add_argument("--attentions", nargs="+", choices=("eager", "sdpa"), default=["eager", "sdpa"],
                     help="attention kernels (default both, sdpa where this torch has it)")
+    ap.add_argument("--train", nargs="+", choices=("full", "frozen", "lora"), default=["full"],
+                    help="what trains (memcalc's --train; default full): frozen parts (--frozen) or LoRA adapters "
+                         "beside a frozen base (--lora-*), as validation/reference_trainer.py builds them; the "
+                         "optimizer gets the trainable parameters alone, and the first layer's input requires grad "
+                         "(transformers' enable_input_require_grads); several: each in turn")
+    ap.add_argument("--frozen", nargs="+", metavar="PARTS", default=[""],
+                    help="with --train frozen: a comma list of parts (" + ", ".join(p for p in PARTS if p != "router")
+                         + ") and/or tensors (" + ", ".join(PROJECTIONS) + "); several lists: each in turn")
+    ap.add_argument("--lora-rank", nargs="+", type=int, metavar="R", default=[8], help="LoRA rank (default 8)")
+    ap.add_argument("--lora-targets", nargs="+", metavar="LIST", default=["q_proj,v_proj"],
+                    help="the linears LoRA wraps, a comma list, or all-linear (every projection of attention and "
+                         "MLP); default q_proj,v_proj; several lists: each in turn")
+    ap.add_argument("--lora-dropout", nargs="+", type=float, metavar="P", default=[0.05],
+                    help="LoRA dropout (default 0.05; 0: peft's nn.Identity)")
+    ap.add_argument("--lora-dtype", nargs="+", choices=("bf16", "fp32"), default=["bf16"],
+                    help="the adapters' dtype: bf16 as the base (default), or fp32 as peft's get_peft_model "
+                         "leaves them (autocast_adapter_dtype)")
     a = ap.parse_args(argv)
+    try:
+        trains = list(dict.fromkeys(Train.make(m, fz, r, t, p, d) for m in a.train for fz in a.frozen
+                                    for r in a.lora_rank for t in a.lora_targets for p in a.lora_dropout
+                                    for d in a.lora_dtype))
+    except ValueError as e:
+        ap.error(str(e))
     names = a.models or (("gpt2-tiny", "llama-tiny") if a.tiny else ("gpt2-small", "llama-1b"))
     seqs = a.seqs or ((32, 64, 128) if a.tiny else (1024, 2048, 4096))
     steps = a.steps or (2 if a.tiny else 5)
@@ -609,16 +731,19 @@ def main(argv=None):
                 if attention == "sdpa" and not sdpa:
                     skipped.append(f"{name} seq {seq}: torch {torch.__version__} has no scaled_dot_product_attention")
                     continue
-                for mode, microbatches, buffer, recipe, loss, logits, kv_cache in itertools.product(
-                        a.modes, a.microbatches, a.grad_buffer, a.recipe, a.loss, a.logits, a.kv_cache):
-                    r = run(spec, seq, mode, attention, a.device, steps, microbatches, buffer, recipe, loss, logits,
-                            kv_cache)
+                for train, mode, microbatches, buffer, recipe, loss, logits, kv_cache in itertools.product(
+                        trains, a.modes, a.microbatches, a.grad_buffer, a.recipe, a.loss, a.logits, a.kv_cache):
+                    try:
+                        r = run(spec, seq, mode, attention, a.device, steps, microbatches, buffer, recipe, loss,
+                                logits, kv_cache, train)
+                    except ValueError as e:  # a part or target this model has not
+                        sys.exit(f"replicate.py: {e}")
                     runs.append(r)
                     save()
                     print(f"{name:<12} seq {seq:>5} {attention:<5} {mode:<9} M {microbatches} {buffer:<10} "
                           f"{recipe:<10} loss {loss} logits {logits:<5} k/v {kv_cache:<4} "
                           f"peak {r['max_memory_allocated']:>13,} B at {r['peak_step']:<12} "
-                          f"step {r['median_step_seconds'] * 1e3:.1f} ms", flush=True)
+                          f"step {r['median_step_seconds'] * 1e3:.1f} ms  {train.label()}", flush=True)
     save()
     for line in skipped:
         print("skipped:", line)
