@@ -61,8 +61,11 @@ TEST_CASE("frozen layers in 4-bit blocks: the weights are the storage's exact by
     const std::uint64_t shard = (layers * per_layer + 3) / 4, trainable_shard = (outside + 3) / 4;
     CHECK(z3.busiest().state.weights.value() == nf4.bytes(shard).value() + 2 * trainable_shard);
     CHECK(z3.busiest().state.master_weights.value() == 4 * trainable_shard);
-    // The layer computed now is dequantized to bf16, counted whole (leaning high until measured).
-    CHECK(r.peak_step().bytes.gathered_weights.value() == 2 * per_layer);
+    // bitsandbytes dequantises one weight at a time, in the layer's workspace: the largest, gate_proj's.
+    CHECK(r.peak_step().bytes.gathered_weights.value() == 0);
+    bool dequantised = false;
+    for (const auto& w : r.layer.work) dequantised = dequantised || w.bytes == Count(2ULL * 4096 * 11008);
+    CHECK(dequantised);
     sharded.parallel.zero = 1;  // the weights are whole again; the trainable state stays sharded
     const Report z1 = estimator.estimate(sharded);
     CHECK(z1.busiest().state.weights.value() == nf4.bytes(layers * per_layer).value() + 2 * outside);

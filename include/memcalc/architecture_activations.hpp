@@ -251,6 +251,7 @@ struct LinearOutput {
     Label weight = "";       ///< the first weight whose gradient the backward writes ("q_proj")
     /// A column-parallel output divides by tp; a row-parallel one's gradient is gathered whole.
     ActivationSplit split = ActivationSplit::tensor;
+    Count largest;           ///< the largest one linear's output, where several share the input; none: elements
 };
 
 /// What the projections reading a stream tensor keep: that tensor, or under autocast a copy of it cast
@@ -303,13 +304,42 @@ inline void adapter_rows(TableBuilder& t, const Sizes& z, const std::string& op,
 
 /// A linear input in the compute dtype (the attention's output, the down projection's): kept while a
 /// reader's weight gets a gradient, or while an adapter reads it undropped; then its adapters' rows.
+/// The forward of frozen linears whose input no row keeps: that input is alive while they run, beside
+/// their outputs (and, beside the MLP, the residual stream the layer adds them to: `stream`); an
+/// adapter's lora_B output scaled and its sum with the base output follow, in the adapter's dtype (an
+/// fp32 adapter's sum is promoted to fp32). Measured: the whole step under full recomputation peaks
+/// here when nothing is saved (validation/results/cpu-lora-step.json).
+inline void frozen_linear_work(TableBuilder& t, const Sizes& z, const std::string& op, Count input_alive,
+                               const LinearOutput& out, LinearSet readers, Count stream = {}) {
+    if (out.elements == Count(0)) return;  // a linear whose outputs are not tabled: not counted
+    const bool adapted = (readers & t.tuning.adapted) != 0;
+    const std::uint64_t own = t.tuning.adapter_fp32 && !z.autocast ? dtype::fp32 : z.d;
+    const Count largest = out.largest > Count(0) ? out.largest : out.elements;
+    const Count bytes = input_alive + stream + out.elements * z.d + (adapted ? largest * (own + std::max(own, z.d)) : Count(0));
+    t.workspace(false, op + " (frozen)",
+                adapted ? "its input and outputs, an adapter's scaled output and the sum" : "its input and outputs",
+                adapted ? "input + outputs + (scaled + sum) x the largest" : "input + outputs", bytes);
+}
+
+/// What follows the linears of `readers` under fine-tuning: their adapters' rows, then, where every
+/// reader is frozen, their forward's workspace with those rows made (the input alive unless `input_kept`).
+inline void after_linears(TableBuilder& t, const Sizes& z, const std::string& op, LinearSet readers, Count tokens,
+                          Count elements, const Shape& shape, std::uint64_t input_bytes, bool input_kept,
+                          const LinearOutput& output = {}, Count stream = {}) {
+    adapter_rows(t, z, op, readers, tokens, elements, shape, input_bytes);
+    if ((readers & ~t.tuning.frozen) == 0 && t.tuning.any())
+        frozen_linear_work(t, z, op, input_kept ? Count(0) : elements * input_bytes, output, readers, stream);
+}
+
 inline void linear_input_row(TableBuilder& t, const Sizes& z, const std::string& op, const std::string& what,
-                             const Shape& shape, Count tokens, Count elements, LinearSet readers) {
+                             const Shape& shape, Count tokens, Count elements, LinearSet readers,
+                             const LinearOutput& output = {}, Count stream = {}) {
     const bool trained = (readers & ~t.tuning.frozen) != 0;
-    if (trained || ((readers & t.tuning.adapted) != 0 && !t.tuning.adapter_dropout && !adapter_upcast(t, z, z.d)))
+    const bool kept = trained || ((readers & t.tuning.adapted) != 0 && !t.tuning.adapter_dropout && !adapter_upcast(t, z, z.d));
+    if (kept)
         t.add(op, trained ? what : what + " (LoRA A's input)", "weight gradient = input^T x output gradient", shape,
               elements, z.d);
-    adapter_rows(t, z, op, readers, tokens, elements, shape, z.d);
+    after_linears(t, z, op, readers, tokens, elements, shape, z.d, kept, output, stream);
 }
 
 /// `readers`: the linears reading the tensor, for fine-tuning: a frozen one keeps no input (autograd
@@ -326,11 +356,11 @@ inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::str
             if (z.narrow) return false;  // a frozen narrow linear saves no cast of its input
             const bool undropped_reads_x = adapters > 0 && !t.tuning.adapter_dropout && !adapter_upcast(t, z, z.s);
             const std::uint64_t copies = z.autocast ? adapters : (undropped_reads_x ? 1 : 0);
-            if (copies == 0) return false;
-            t.add(op, z.autocast ? what + ", cast to " + dtype_name(z.compute) + " by each LoRA A (autocast)"
-                                 : what + " (LoRA A's input)",
-                  "A's gradient = input^T x its output's gradient", shape, elements, z.d, Keep::always, copies);
-            return true;
+            if (copies > 0)
+                t.add(op, z.autocast ? what + ", cast to " + dtype_name(z.compute) + " by each LoRA A (autocast)"
+                                     : what + " (LoRA A's input)",
+                      "A's gradient = input^T x its output's gradient", shape, elements, z.d, Keep::always, copies);
+            return copies > 0;
         }
         projections = std::min(projections, trained) + (z.autocast ? adapters : 0);
     }
@@ -365,7 +395,7 @@ inline LinearSet mlp_input_readers(const Architecture& m, bool shared = false) {
 inline LinearOutput mlp_input_output(const Architecture& m, Count sbf, const Shape& shape) {
     const std::uint64_t n = mlp_input_projections(m);
     return {sbf * n, n == 1 ? std::string(Text(shape.symbol)) : std::to_string(n) + " " + std::string(Text(shape.symbol)),
-            n == 1 ? "up_proj" : "gate_proj"};
+            n == 1 ? "up_proj" : "gate_proj", ActivationSplit::tensor, sbf};
 }
 
 /// q, k and v as the attention products keep them. With fewer key/value heads than query heads,
@@ -508,7 +538,7 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
 }
 
 /// The output projection's output: row-parallel, so its gradient is the whole residual stream's.
-inline LinearOutput output_projection(const Sizes& z) { return {z.sbh, "sbh", "o_proj", ActivationSplit::replicated}; }
+inline LinearOutput output_projection(const Sizes& z) { return {z.sbh, "sbh", "o_proj", ActivationSplit::replicated, {}}; }
 
 inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
     if (m.mla.enabled()) {
@@ -517,14 +547,16 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         constexpr LinearSet qkv = bit(Linear::q) | bit(Linear::k) | bit(Linear::v);
         const bool shared = m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow;
         const LinearSet mlp = m.is_moe() ? bit(Linear::router) : mlp_input_readers(m);  // reading it too
-        if (projection_input_row(t, z, "q/k/v projections", shared ? "their input, shared with the MLP" : "their input",
-                                 z.sbh, shape::sbh, 3, {z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj"},
-                                 shared ? qkv | mlp : qkv)) {
+        const LinearOutput qkv_out{z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj", ActivationSplit::tensor, z.sbq};
+        const bool kept = projection_input_row(t, z, "q/k/v projections",
+                                               shared ? "their input, shared with the MLP" : "their input", z.sbh,
+                                               shape::sbh, 3, qkv_out, shared ? qkv | mlp : qkv);
+        if (kept) {
             t.mark_norm_output(!z.autocast && !z.narrow);
             // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
             if (!m.norms_before_branches() && !z.autocast && !z.narrow) t.mark_layer_input(true);
         }
-        adapter_rows(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s);
+        after_linears(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s, kept, qkv_out);
         qk_norm_rows(t, m, z);
         rotary_rows(t, m, z);
         qkv_rows(t, m, z, attention);
@@ -616,7 +648,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     }
     if (z.narrow)
         projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1, output_projection(z), bit(Linear::o));
-    else linear_input_row(t, z, "output projection", "its input", output, z.tokens, z.sbv, bit(Linear::o));
+    else linear_input_row(t, z, "output projection", "its input", output, z.tokens, z.sbv, bit(Linear::o), output_projection(z));
 
     // Softmax's input lives beside its output; its backward holds the gradients of both. Upcasting
     // on the fly is CUDA's: the CPU kernel softmaxes an fp32 copy and returns an fp32 gradient.
@@ -649,7 +681,8 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
                                 const Shape& shape, Count sbf, const LinearOutput& output, Linear down) {
     if (z.narrow) projection_input_row(t, z, prefix + "down projection", what, sbf, shape, 1, output, bit(down));
     else linear_input_row(t, z, prefix + "down projection", what, shape,
-                          Count(output.elements.value() / (z.sbh.value() / z.tokens.value())), sbf, bit(down));
+                          Count(output.elements.value() / (z.sbh.value() / z.tokens.value())), sbf, bit(down), output,
+                          z.sbh * (z.s + z.d));  // the residual stream, and the MLP's input its caller holds
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
@@ -664,7 +697,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
     // The down projection's output: row-parallel, the width of the stream for as many tokens.
     const bool routed = Text(shape.symbol) == Text(shape::sbkf.symbol);
     const LinearOutput down{Count(sbf.value() / m.ffn) * m.hidden, routed ? "sbk(h)" : "sbh", "down_proj",
-                            ActivationSplit::replicated};
+                            ActivationSplit::replicated, {}};
     // The routed experts' activation, from its input (the first projections' outputs) to the down projection's.
     const Module outer = t.current_section();
     if (outer == Module::moe) t.section(Module::moe_act);
@@ -847,15 +880,18 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
                                          : 0;
     const LinearSet readers = m.is_moe() ? bit(Linear::router) | shared_readers : detail::mlp_input_readers(m);
     const std::string first = m.is_moe() ? "router and experts" : "MLP up projections";
+    const detail::LinearOutput first_out =
+        m.is_moe() ? detail::LinearOutput{} : detail::mlp_input_output(m, z.sbf, shape::sbf);
+    bool input_kept = true;  // with a shared norm, by the q/k/v projections' row
     if (!shared_norm || z.autocast || z.narrow) {
-        const bool kept = detail::projection_input_row(
-            t, mlp_sizes, first, "their input", z.sbh, shape::sbh, m.is_moe() ? 1 : detail::mlp_input_projections(m),
-            m.is_moe() ? detail::LinearOutput{} : detail::mlp_input_output(m, z.sbf, shape::sbf), readers);
-        if (kept && input_is_norm_output) t.mark_module_input(), t.mark_norm_output();
-        input_is_norm_output = input_is_norm_output && kept;
+        input_kept = detail::projection_input_row(t, mlp_sizes, first, "their input", z.sbh, shape::sbh,
+                                                  m.is_moe() ? 1 : detail::mlp_input_projections(m), first_out, readers);
+        if (input_kept && input_is_norm_output) t.mark_module_input(), t.mark_norm_output();
+        input_is_norm_output = input_is_norm_output && input_kept;
     }
     if (!input_is_norm_output) t.checkpoint_input("the norm's output", shape::sbh, z.sbh, z.s, true);
-    detail::adapter_rows(t, z, first, readers, z.tokens, z.sbh, shape::sbh, z.s);
+    // Beside the MLP's frozen linears: the residual stream the layer adds their output to.
+    detail::after_linears(t, z, first, readers, z.tokens, z.sbh, shape::sbh, z.s, input_kept, first_out, z.sbh * z.s);
     if (m.is_moe()) {
         detail::moe_rows(t, m, z);
         t.section(Module::shared_experts);  // inside the MoE layer; its input, the router's, kept already

@@ -261,6 +261,7 @@ private:
                 own = std::move(*table);
             }
             parameter_count_ = own.total();
+            tunings_ = layer_tunings(model_, own, FineTuning{});  // an edited table's frozen rows
             splits_ = parameter_splits(std::move(own), model_.vocab);  // which keeps the table
         } catch (const overflow_error&) {  // every estimate says so, once its settings are checked
             overflow_ = "the parameter count of " + (model.name.empty() ? std::string("the model") : model.name) +
@@ -304,7 +305,7 @@ private:
                         " is not modelled: under tensor parallelism the policy also saves whole partial sums and "
                         "reduce-scatter outputs");
         detail::validate_modules(model_, settings);
-        Configuration c{{}, splits_, parameter_count_, {}};
+        Configuration c{{}, splits_, parameter_count_, tunings_};
         if (!settings.tuning.is_full()) {
             const FineTuning& f = settings.tuning;
             detail::validate_tuning(f, settings.activations, settings.recipe);
@@ -364,6 +365,7 @@ private:
 
     Architecture model_;
     Count parameter_count_;
+    std::vector<LayerTuning> tunings_;  ///< what the table's frozen rows change in the layers; empty: all train
     std::shared_ptr<const ParameterSplits> splits_;
     std::string overflow_;  ///< why the parameter count cannot be counted, when it cannot
 };

@@ -4,6 +4,7 @@
 /// stores in 4 bits, QLoRA), the parameter table each makes, and what it changes in a layer's saved
 /// tensors. A frozen tensor keeps its weights alone; an adapter is a row of its own, trained under
 /// the recipe like any other.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -241,9 +242,9 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
 }
 
 /// What `table` (fine-tuned) changes in layer kind `kind`'s saved tensors.
+/// The table decides what is frozen or adapted (a caller may edit one by hand); `f` the adapters' settings.
 inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f, std::size_t kind) {
     LayerTuning t;
-    if (f.mode == Training::full) return t;
     t.rank = f.lora.rank;
     t.adapter_dropout = f.lora.dropout;
     t.adapter_fp32 = f.lora.fp32;
@@ -274,7 +275,8 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
 /// layer_tuning for each kind of layer of `m`; empty when every tensor trains.
 inline std::vector<LayerTuning> layer_tunings(const Architecture& m, const ParameterTable& table, const FineTuning& f) {
     std::vector<LayerTuning> out;
-    if (f.is_full()) return out;
+    const bool all_train = std::all_of(table.rows.begin(), table.rows.end(), [](const ParamRow& r) { return r.trainable; });
+    if (all_train) return out;
     for (std::size_t k = 0; k < m.kind_count(); ++k) out.push_back(layer_tuning(table, f, k));
     return out;
 }

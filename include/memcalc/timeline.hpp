@@ -19,7 +19,7 @@ namespace memcalc {
 /// Live bytes at one step, by category.
 struct Breakdown {
     Count weights, master_weights, optimizer_state, gradients;
-    Count gathered_weights;     ///< full weights made for the layers being computed: ZeRO-3's gathers, dequantized copies
+    Count gathered_weights;     ///< full weights made for the layers being computed: ZeRO-3's gathers (QLoRA dequantises in the layer's workspace)
     Count kept_activations;     ///< saved by the forward pass, waiting for their backward step (and a kept k/v cache)
     Count rebuilt_activations;  ///< recomputed for the backward step running now
     Count logits;               ///< logits, the loss's fp32 softmax and the logits gradient
@@ -86,12 +86,15 @@ struct Step {
 struct LayerInputs {
     Count kept;              ///< one layer's kept activations under the chosen recomputation
     Count rebuilt;           ///< what one layer's backward step rebuilds
-    Count gathered_weights;  ///< ZeRO-3's gathered and dequantized weights, during its forward and backward steps
+    Count gathered_weights;  ///< ZeRO-3's gathered weights, during its forward and backward steps
     Count gradients;         ///< one layer's (its shard, under ZeRO-2/3): ready once its backward step ends
     Count gradient_bucket;   ///< ZeRO-2/3: a layer's full gradient, held until it is reduce-scattered
     Count forward_work;      ///< the most its forward workspaces add to its step
     Count backward_work;     ///< the most its backward workspaces add to its step
     Count backward_work_held;  ///< the same when the gradients they write are already held
+    /// Full recomputation: what its forward, rerun inside the backward step, holds beyond the rows that
+    /// step rebuilds (a frozen base keeps few rows, and its linears' inputs and outputs pass them).
+    Count recompute_forward_work;
     Count weight_copies;     ///< autocast's cast of one layer's matmul weights (and biases)
 };
 
@@ -209,7 +212,8 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             b.weight_copies += in.weight_copies_recast ? here.weight_copies
                                                        : in.over<&LayerInputs::weight_copies>(1, position);
             b.activation_gradient = in.activation_gradient;
-            b.workspace = (held ? here.backward_work_held : here.backward_work) + in.recompute_buffers;
+            b.workspace = std::max(held ? here.backward_work_held : here.backward_work, here.recompute_forward_work) +
+                          in.recompute_buffers;
             if (position == 1)
                 b.workspace = std::max(b.workspace, held ? in.input_backward_work_held : in.input_backward_work);
             b.logits = position == L ? held_logits + in.logits_gradient : held_logits;

@@ -497,7 +497,7 @@ struct StageFacts {
     Count trainable_dense, trainable_experts;  ///< all of them on this rank, outside and inside experts
     /// One layer's weights of each kind on this rank, each class in its storage; and those in a
     /// storage of their own, in the recipe's weight dtype.
-    std::array<Count, max_layer_kinds> layer_weight_bytes{}, layer_dequantized{};
+    std::array<Count, max_layer_kinds> layer_weight_bytes{};
     Count parameters;              ///< on this rank: after tensor, expert and pipeline splits
     Count expert_parameters;       ///< the experts' part of them
     TrainingState state;           ///< on the device, after ZeRO sharding and offload
@@ -581,7 +581,6 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
         for (std::size_t k = 0; k < kinds; ++k) {
             f.all.per_layer[k] += r.per_layer[k], f.all.per_layer_experts[k] += r.per_layer_experts[k];
             f.layer_weight_bytes[k] += c.weight_bytes(r.per_layer[k], w.recipe);
-            if (c.storage) f.layer_dequantized[k] += r.per_layer[k] * w.recipe.weight_bytes();
         }
         f.parameters += total, f.expert_parameters += experts;
         f.state = f.state + class_state(c, dense, experts, w.recipe, p);
@@ -732,9 +731,6 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // one's and the prefetched ones' (counted as the stage's largest kind).
         if (p.zero >= 3 && gathered > 0)
             layer.gathered_weights = f.layer_weight_bytes[k] + Count(gathered - 1) * most_weights;
-        // Weights in a storage of their own (4-bit) are dequantized for the layer being computed. Not yet
-        // measured against a real loop, so a whole layer's copy in the weight dtype is counted: it leans high.
-        layer.gathered_weights += f.layer_dequantized[k];
         layer.gradients = sharded(Count(t.per_layer[k].value() - t.per_layer_experts[k].value()), t.per_layer_experts[k]) * g;
         if (p.zero >= 2) layer.gradient_bucket = t.per_layer[k] * g;  // until its reduce-scatter
         layer.forward_work = largest_on_rank(work.forward_work, p, V, 0);
@@ -744,6 +740,8 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         layer.backward_work = largest_on_rank(work.backward_work, p, V, written);
         layer.backward_work_held =
             largest_on_rank(work.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.parameters->fresh_gradient[k]);
+        if (checkpoints_layer(w.recompute) && layer.forward_work > layer.rebuilt)
+            layer.recompute_forward_work = Count(layer.forward_work.value() - layer.rebuilt.value());
     }
     if (w.recipe.autocast && last) in.head_weight_copy = w.parameters->cast_head.on_rank(p, V) * d;
 
