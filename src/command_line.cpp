@@ -208,7 +208,8 @@ void add_device_options(App& app, Request& q, const char* memory_help) {
                     ->excludes(memory)
                     ->type_name("NAME");
     app.add_option("--gpu-file", q.gpu_file,
-                   "A GPU of your own in JSON: name and memory_bytes, as 'memcalc gpus --format json' prints")
+                   "A GPU of your own in JSON: name and memory_bytes, as 'memcalc gpus --format json' prints;\n"
+                   "its speeds (peak_bf16_flops, intra_node_bytes_per_second, ...) optional, for plan's times")
         ->excludes(memory)
         ->excludes(gpu)
         ->type_name("PATH");

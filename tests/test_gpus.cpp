@@ -75,6 +75,19 @@ TEST_CASE("a GPU by name gives what its memory given by hand gives, in fit, plan
     CHECK(named["evaluated"] == by_hand["evaluated"]);
     CHECK(named["fitting"] == by_hand["fitting"]);
     CHECK(named["capacity_bytes"] == by_hand["capacity_bytes"]);
+    // A file of the listing's row for it gives the plan what the name gives: memory and speeds.
+    const auto listed = nlohmann::json::parse(cli::render_listing(cli::gpus_listing(), cli::Format::json));
+    const std::string path = "gpu_file_speeds_test.json";
+    {
+        std::ofstream out(path);
+        out << listed[2].dump();  // h100-sxm
+    }
+    const std::string csv = "plan --preset llama-7b --seq 4096 --global-batch 64 --top 3 --format csv";
+    const auto by_file = testing::memcalc(csv + " --gpu-file " + path);
+    CHECK(by_file.status == 0);
+    CHECK(by_file.out == testing::memcalc(csv + " --gpu h100-sxm").out);
+    CHECK(by_file.out.find(",,") == std::string::npos);  // every row timed
+    std::remove(path.c_str());
     // The "80 GB" of its name is 6.5% short of what the H100 reports: the longest sequence differs.
     const auto nominal = testing::memcalc("fit --preset llama-3.2-1b --recompute full --device-memory 80GB --format csv");
     const auto reported = testing::memcalc("fit --preset llama-3.2-1b --recompute full --gpu h100-sxm --format csv");
