@@ -484,7 +484,7 @@ Examples:
 mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, sequence parallelism on
 or off, every micro-batch that divides the global batch per replica, and each recomputation mode.
 --dp, --tp, --pp, --cp, --ep, --zero, --sp, --recompute and -b, given, restrict the search to them.
-Without --gpus it tries 1, 2, 3, ... devices (with --gpu: 1, 2, 3, ... of its nodes) up to 65,536
+Without --gpus it tries 1, 2, 3, ... devices (with --gpu: 1, 2, 3, ... of its nodes) up to 16,384
 and answers with the first count on which some layout fits.
 It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by
   1. the estimated step time, with --gpu or a --gpu-file that gives the figures (an estimate, not a

@@ -304,8 +304,9 @@ inline std::optional<double> tokens_per_second_per_gpu(const PlanRequest& reques
            (row.time->seconds() * static_cast<double>(row.parallel.devices()));
 }
 
-/// The most devices the search for the fewest tries: it stops there, having found none that fits.
-inline constexpr std::uint64_t fewest_gpus_limit = 1ULL << 16;
+/// The most devices the search for the fewest tries (Llama 3 405B's cluster): it stops there, having
+/// found none that fits, within a second or so rather than the many a search to max_devices would take.
+inline constexpr std::uint64_t fewest_gpus_limit = 1ULL << 14;
 
 /// The fewest devices, a multiple of `step` (the GPUs of a node, or 1), on which some layout fits, with
 /// that count's best `k` layouts; request.gpus is set to the count found (none: 0, with an empty summary).
