@@ -94,10 +94,10 @@ Settings settings_from(const Request& q) {
 
 std::optional<DeviceMemory> device_memory(const Request& q) {
     if (!q.device_memory.empty())
-        return DeviceMemory{parse_size("--device-memory", q.device_memory), "--device-memory " + q.device_memory};
+        return DeviceMemory{parse_size("--device-memory", q.device_memory), "--device-memory " + q.device_memory, std::nullopt};
     if (!q.gpu_file.empty()) {
         const Gpu g = load_gpu_file(q.gpu_file);
-        return DeviceMemory{g.memory, fmt::format("--gpu-file {} ({})", q.gpu_file, g.name)};
+        return DeviceMemory{g.memory, fmt::format("--gpu-file {} ({})", q.gpu_file, g.name), g};
     }
     if (q.gpu.empty()) return std::nullopt;
     const Gpu* g = find_gpu(q.gpu);
@@ -106,7 +106,7 @@ std::optional<DeviceMemory> device_memory(const Request& q) {
         for (const auto& each : gpus) names.emplace_back(each.name);
         throw usage_error(fmt::format("unknown --gpu '{}'{}; 'memcalc gpus' lists them", q.gpu, did_you_mean(q.gpu, names)));
     }
-    return DeviceMemory{g->memory, "--gpu " + q.gpu};
+    return DeviceMemory{g->memory, "--gpu " + q.gpu, *g};
 }
 
 std::vector<Attention> attentions_from(const Request& q, const Settings& settings) {

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "arguments.hpp"
@@ -207,7 +208,8 @@ void add_device_options(App& app, Request& q, const char* memory_help) {
                     ->excludes(memory)
                     ->type_name("NAME");
     app.add_option("--gpu-file", q.gpu_file,
-                   "A GPU of your own in JSON: name and memory_bytes, as 'memcalc gpus --format json' prints")
+                   "A GPU of your own in JSON: name and memory_bytes, as 'memcalc gpus --format json' prints;\n"
+                   "its speeds (peak_bf16_flops, intra_node_bytes_per_second, ...) optional, for plan's times")
         ->excludes(memory)
         ->excludes(gpu)
         ->type_name("PATH");
@@ -448,16 +450,18 @@ Examples:
     plan_q.recompute = plan_q.micro_batch = "";  // not given: the search tries every one
     CLI::App* plan = nullptr;
     if (mentions("plan")) {
-        plan = app.add_subcommand("plan", "Every layout of a cluster that fits, ranked by the compute it wastes");
+        plan = app.add_subcommand("plan", "The layouts of a cluster that fit, ranked by estimated step time; or the fewest GPUs");
         add_model_options(*plan, plan_q);
         FrameworkChoice::add(*plan, plan_q);
         single_valued(*plan, {"--seq", "--attention"});
         plan->get_option("--recompute")->description("Recomputation modes to try, a comma list (default: all three)");
         plan->get_option("--micro-batch")->description("Micro-batches to try, a comma list (default: every one that divides\n"
                                                        "the global batch per replica)");
-        plan->add_option("--gpus", plan_q.gpus, "Devices in the cluster (required)")
+        plan->add_option("--gpus", plan_q.gpus,
+                         "Devices in the cluster (default: the fewest on which a layout fits, in whole nodes\n"
+                         "of --gpu's node size, else any count)")
             ->type_name("N");
-        add_device_options(*plan, plan_q, "Each device's memory: 80GB, 141GB, ... (or --gpu)");
+        add_device_options(*plan, plan_q, "Each device's memory: 80GB, 141GB, ... (or --gpu, which also times the step)");
         plan->add_option("--global-batch", plan_q.global_batch, "Sequences per step (required)")
             ->type_name("G");
         plan->add_option("--reserve", plan_q.reserve, "Memory the model does not see (default 2GiB)")
@@ -466,24 +470,45 @@ Examples:
             ->type_name("K");
         plan->add_option("--max-tp", plan_q.max_tp, "Largest tensor-parallel degree to try, e.g. the GPUs of a node")
             ->type_name("N");
+        const char* pinned = "Pinned (each given restricts the search to it; a comma list to several)";
+        for (auto [option, value, what] : {std::tuple{"--dp", &plan_q.dp, "Data-parallel degrees"},
+                                           std::tuple{"--tp", &plan_q.tp, "Tensor-parallel degrees"},
+                                           std::tuple{"--pp", &plan_q.pp, "Pipeline stages"},
+                                           std::tuple{"--cp", &plan_q.cp, "Context-parallel degrees"},
+                                           std::tuple{"--ep", &plan_q.ep, "Expert-parallel degrees"}})
+            plan->add_option(option, *value, std::string(what) + " to try")->group(pinned)->type_name("N[,N...]");
+        plan->add_option("--zero", plan_q.zero, "ZeRO stages to try (0-3)")->group(pinned)->type_name("STAGE[,STAGE...]");
+        plan->add_flag("--sp", plan_q.sp, "Only layouts with sequence parallelism")->group(pinned);
         add_stage_options(*plan, plan_q, "Options");
         plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B), context and expert (for
 mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, sequence parallelism on
 or off, every micro-batch that divides the global batch per replica, and each recomputation mode.
+--dp, --tp, --pp, --cp, --ep, --zero, --sp, --recompute and -b, given, restrict the search to them.
+Without --gpus it tries 1, 2, 3, ... devices (with --gpu: 1, 2, 3, ... of its nodes) up to 16,384
+and answers with the first count on which some layout fits.
 It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by
-  1. wasted compute: recomputation's extra FLOPs plus the pipeline bubble (P-1)/(M+P-1), as
+  1. the estimated step time, with --gpu or a --gpu-file that gives the figures (an estimate, not a
+     simulation): compute = the step's FLOPs, recomputation included / (GPUs x peak dense bf16
+     FLOP/s x 0.4, an assumed model-FLOPs utilisation); plus the 1F1B bubble, (pp - 1) / micro-
+     batches of the compute; plus every byte a device sends, at its group's bandwidth, none of it
+     overlapped: the data-parallel gradient all-reduce, 2 x gradient bytes x (dp - 1) / dp (ZeRO-3:
+     also its weight gathers), tensor-parallel all-reduces, context-parallel key/value rings and
+     pipeline sends; a group runs at the GPU's intra-node bandwidth when it fits in a node (ranks in
+     the order tp, cp, dp, pp), else at its per-GPU network bandwidth. Tokens per second per GPU
+     are shown beside it;
+  2. then wasted compute: recomputation's extra FLOPs plus the pipeline bubble (P-1)/(M+P-1), as
      fractions of the step;
-  2. then the bytes each device sends per step (ring all-reduce of gradients, ZeRO-3's weight
-     gathers, tensor-parallel all-reduces, pipeline sends, context-parallel key/value rings);
-  3. then the peak.
+  3. then the bytes each device sends per step;
+  4. then the peak.
 Where pp does not divide the layers, the first and last stages take equally fewer than the others
 (Llama 3 405B's 126 layers on 16 stages: 7, 14 x 8, 7), unless --first-stage-layers or
 --last-stage-layers say otherwise. Every micro-batch after the first holds the gradients of the
-step so far (see --grad-buffer). --recompute and --micro-batch, given, restrict the search. Only the
-best --top layouts are kept, so memory does not grow with the cluster.
+step so far (see --grad-buffer). Only the best --top layouts are kept, so memory does not grow with
+the cluster.
 
-Example:
-  memcalc plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512)");
+Examples:
+  memcalc plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512
+  memcalc plan --preset llama-3-70b --gpu h100-sxm --seq 8192 --global-batch 512 --tp 8)");
     }
 
     Request serve_q;

@@ -1,9 +1,10 @@
-// memcalc plan: every layout of a cluster that fits, ranked.
+// memcalc plan: every layout of a cluster that fits, ranked; or the fewest GPUs on which one fits.
 #include <fmt/format.h>
 
 #include <chrono>
 #include <functional>
 #include <string>
+#include <tuple>
 
 #include "commands.hpp"
 #include "memcalc/memcalc.hpp"
@@ -15,7 +16,6 @@ std::string run_plan(const Request& q) {
     check_run_options(q);
     const std::optional<DeviceMemory> device = device_memory(q);
     if (!device) throw usage_error("plan needs --device-memory or --gpu, e.g. --device-memory 80GB or --gpu h100-sxm");
-    if (q.gpus.empty()) throw usage_error("plan needs --gpus, the number of devices");
     if (q.seq.empty()) throw usage_error("plan needs --seq");
     if (q.global_batch.empty()) throw usage_error("plan needs --global-batch, the sequences per step");
     PlanView view;
@@ -25,6 +25,7 @@ std::string run_plan(const Request& q) {
         throw usage_error(fmt::format("--reserve {} leaves nothing of {}", q.reserve, device->given_by));
     PlanRequest& r = view.request;
     r.gpus = parse_count("--gpus", q.gpus, 1);
+    r.gpu = device->gpu;
     r.capacity = Count(view.memory.value() - view.reserve.value());
     r.base = settings_from(q);
     r.base.seq = parse_count("--seq", q.seq, 0);
@@ -36,13 +37,26 @@ std::string run_plan(const Request& q) {
     // Given, they restrict the search; not given, it tries them all.
     if (!q.recompute.empty()) r.modes = parse_modes(q.recompute);
     if (!q.micro_batch.empty()) r.micro_batches = parse_sizes("--micro-batch", q.micro_batch);
+    // So do degrees and ZeRO stages.
+    for (auto [option, text, list] : {std::tuple{"--dp", &q.dp, &r.dp}, std::tuple{"--tp", &q.tp, &r.tp},
+                                      std::tuple{"--pp", &q.pp, &r.pp}, std::tuple{"--cp", &q.cp, &r.cp},
+                                      std::tuple{"--ep", &q.ep, &r.ep}})
+        if (!text->empty()) *list = parse_sizes(option, *text);
+    if (!q.zero.empty()) r.zero = parse_zero(q.zero);
+    r.sequence_parallel = q.sp;
     view.top = parse_count("--top", q.top, 10);
     const ModelFile model = load_model(q);
     view.model = model.architecture.name;
     const auto start = std::chrono::steady_clock::now();
     {
         Progress progress("plan", 4096);
-        view.result = plan_top(model.architecture, r, view.top, std::ref(progress));
+        if (q.gpus.empty()) {
+            // The fewest GPUs: whole nodes of a GPU whose node size is known, else any count.
+            view.fewest_step = r.gpu && r.gpu->gpus_per_node > 0 ? r.gpu->gpus_per_node : 1;
+            view.result = plan_fewest(model.architecture, r, *view.fewest_step, view.top, std::ref(progress));
+        } else {
+            view.result = plan_top(model.architecture, r, view.top, std::ref(progress));
+        }
     }
     view.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return in_format(

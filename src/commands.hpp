@@ -57,6 +57,7 @@ Settings settings_from(const Request& q);
 struct DeviceMemory {
     Count bytes;
     std::string given_by;
+    std::optional<Gpu> gpu;  ///< the GPU named, with its speeds; none for --device-memory
 };
 /// --device-memory, or the memory of --gpu or --gpu-file; none when no option gives one.
 std::optional<DeviceMemory> device_memory(const Request& q);

@@ -12,12 +12,26 @@ std::string gib_text(Count memory) { return fmt::format("{:.2f}", static_cast<do
 Gpu parse_gpu_json(std::string_view text, const std::string& origin) {
     const nlohmann::json document = parse_json(text, origin);
     // memory_gib, which the listing shows beside the bytes, is accepted and checked against them.
-    expect_object(document, origin, "a GPU", {"name", "description", "source", "memory_bytes", "memory_gib"});
+    expect_object(document, origin, "a GPU",
+                  {"name", "description", "source", "memory_bytes", "memory_gib", "peak_bf16_flops", "peak_fp8_flops",
+                   "intra_node_bytes_per_second", "inter_node_bytes_per_second", "gpus_per_node", "performance_source",
+                   "network_source"});
     const JsonReader in(document, origin);
     if (!in.has("name")) in.fail("missing key 'name'");
-    Gpu g{intern(in.text_or("name", "")), intern(in.text_or("description", "")), intern(in.text_or("source", "")),
-          in.positive("memory_bytes")};
+    Gpu g;
+    g.name = intern(in.text_or("name", ""));
+    g.description = intern(in.text_or("description", ""));
+    g.source = intern(in.text_or("source", ""));
+    g.memory = Count(in.positive("memory_bytes"));
     if (g.name.empty()) in.fail("name must not be empty");
+    // The speeds are optional: absent or null, the planner has no step time for this GPU.
+    g.peak_bf16_flops = in.positive_or("peak_bf16_flops", 0);
+    g.peak_fp8_flops = in.positive_or("peak_fp8_flops", 0);
+    g.intra_node_bandwidth = in.positive_or("intra_node_bytes_per_second", 0);
+    g.inter_node_bandwidth = in.positive_or("inter_node_bytes_per_second", 0);
+    g.gpus_per_node = in.positive_or("gpus_per_node", 0);
+    g.performance_source = intern(in.text_or("performance_source", ""));
+    g.network_source = intern(in.text_or("network_source", ""));
     const std::string gib = gib_text(g.memory);
     if (in.has("memory_gib") && in.text_or("memory_gib", "") != gib)
         in.fail("memory_gib is " + document.at("memory_gib").dump() + ", but memory_bytes makes it \"" + gib + "\"");

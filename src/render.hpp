@@ -22,7 +22,9 @@ enum class Format { table, json, csv };
 /// A catalogue (presets, recipes, ...) as rows of cells: JSON shows every column under its key, CSV
 /// and the table the columns they list, in their order.
 struct Listing {
-    enum class Style { plain, digits, bytes };  ///< how the table shows a number: 16, 6,738,415,616, 16 B
+    /// How the table shows a number: 16, 6,738,415,616, 16 B, or in thousands of millions (989.4 for
+    /// 989,400,000,000,000 FLOP/s as tera, 450 for 450,000,000,000 B/s as giga); none shows as "-".
+    enum class Style { plain, digits, bytes, tera, giga };
     struct Column {
         const char* key;      ///< the JSON key and CSV heading
         const char* heading;  ///< the table's heading
@@ -91,6 +93,8 @@ struct PlanView {
     Count memory, reserve;
     PlanSummary result;         ///< the best `top` fitting layouts, and the counts
     std::size_t top = 10;
+    /// Without --gpus: the count was searched for, in steps of this many (a node's GPUs, or 1).
+    std::optional<std::uint64_t> fewest_step;
     double seconds = 0;         ///< how long the search took
 };
 

@@ -2,6 +2,7 @@
 // one function. A catalogue says what its rows hold; this file says how a table, JSON and CSV show it.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "gpu_file.hpp"
@@ -19,10 +20,12 @@ std::string table_text(const Listing::Column& column, const Listing::Cell& cell)
             case Listing::Style::plain: return std::to_string(*n);
             case Listing::Style::digits: return digits(*n);
             case Listing::Style::bytes: return std::to_string(*n) + " B";
+            case Listing::Style::tera: return fmt::format("{:g}", static_cast<double>(*n) / 1e12);
+            case Listing::Style::giga: return fmt::format("{:g}", static_cast<double>(*n) / 1e9);
         }
     }
     if (const auto* flag = std::get_if<bool>(&cell)) return *flag ? "yes" : "no";
-    return "";
+    return column.style == Listing::Style::tera || column.style == Listing::Style::giga ? "-" : "";
 }
 
 std::string csv_text(const Listing::Cell& cell) {
@@ -67,7 +70,10 @@ std::string render_listing(const Listing& listing, Format format) {
             std::vector<TextTable::Align> aligns;
             std::vector<std::string> head;
             for (std::size_t c : listing.table) {
-                const bool number = !listing.rows.empty() && std::holds_alternative<std::uint64_t>(listing.rows.front()[c]);
+                // A column is numbers when any row's cell is one (a first row may have none).
+                const bool number = std::any_of(listing.rows.begin(), listing.rows.end(), [&](const auto& row) {
+                    return std::holds_alternative<std::uint64_t>(row[c]);
+                });
                 aligns.push_back(number ? TextTable::Align::right : TextTable::Align::left);
                 head.emplace_back(columns[c].heading);
             }
@@ -134,14 +140,23 @@ Listing recipes_listing() {
 Listing gpus_listing() {
     using S = Listing::Style;
     Listing l;
-    l.columns = {{"name", "gpu"}, {"memory_bytes", "memory (bytes)", S::digits}, {"memory_gib", "GiB"}, {"description", "description"},
-                 {"source", "source"}};
-    l.table = {0, 1, 2, 3};
-    l.csv = {0, 1, 3};
+    l.columns = {{"name", "gpu"}, {"memory_bytes", "memory (bytes)", S::digits}, {"memory_gib", "GiB"},
+                 {"peak_bf16_flops", "bf16 TFLOP/s", S::tera}, {"peak_fp8_flops", "fp8 TFLOP/s", S::tera},
+                 {"intra_node_bytes_per_second", "in node GB/s", S::giga},
+                 {"inter_node_bytes_per_second", "network GB/s", S::giga}, {"gpus_per_node", "per node"},
+                 {"description", "description"}, {"source", "source"}, {"performance_source", "FLOP/s source"},
+                 {"network_source", "network source"}};
+    l.table = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    l.csv = {0, 1, 8, 3, 4, 5, 6, 7};  // the first three as before: new columns after them
+    const auto known = [](std::uint64_t n) -> Listing::Cell {  // 0 is "unknown": JSON null
+        if (n == 0) return {};
+        return n;
+    };
     for (const auto& g : gpus)
-        l.rows.push_back({std::string(g.name), g.memory.value(),
-                          gib_text(g.memory),
-                          std::string(g.description), std::string(g.source)});
+        l.rows.push_back({std::string(g.name), g.memory.value(), gib_text(g.memory), known(g.peak_bf16_flops),
+                          known(g.peak_fp8_flops), known(g.intra_node_bandwidth), known(g.inter_node_bandwidth),
+                          known(g.gpus_per_node), std::string(g.description), std::string(g.source),
+                          std::string(g.performance_source), std::string(g.network_source)});
     return l;
 }
 

@@ -1,4 +1,4 @@
-// memcalc plan: the layouts that fit, ranked by what they waste.
+// memcalc plan: the layouts that fit, ranked by estimated step time, then by what they waste.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,27 +22,62 @@ std::string communication_text(double bytes, Unit unit) {
     return fmt::format("{:.3g} B", bytes);
 }
 
+/// "2.41 s", or "-" without a time.
+std::string seconds_text(const std::optional<StepTime>& t) { return t ? fmt::format("{:.3g} s", t->seconds()) : "-"; }
+
+std::string tokens_text(const PlanView& v, const PlanRow& r) {
+    const auto tokens = tokens_per_second_per_gpu(v.request, r);
+    return tokens ? fmt::format("{:.0f}", *tokens) : "-";
+}
+
+/// A JSON number, or null.
+nlohmann::json number_or_null(const std::optional<double>& x) { return x ? nlohmann::json(*x) : nlohmann::json(nullptr); }
+
+/// How the rows are ranked, and with what the times are made, in a line or two.
+std::string ranking_text(const PlanView& v) {
+    const auto& gpu = v.request.gpu;
+    if (!gpu)
+        return "Ranked by wasted compute (recomputation + pipeline bubble), then communication per device, then peak\n"
+               "(no step times: --device-memory gives no GPU speeds; --gpu does).\n";
+    if (gpu->peak_bf16_flops == 0)
+        return fmt::format("Ranked by wasted compute, then communication per device, then peak: {} has no bf16 peak to "
+                           "time steps with.\n",
+                           gpu->name);
+    return fmt::format("Ranked by estimated step time at {} ({:g} TFLOP/s bf16 x {:g} assumed utilisation; see --help), "
+                       "then wasted compute,\nthen communication per device, then peak.\n",
+                       gpu->name, static_cast<double>(gpu->peak_bf16_flops) / 1e12, assumed_model_flops_utilization);
+}
+
 }  // namespace
 
 std::string plan_table(const PlanView& v, Unit unit) {
     TextTable table({Align::right, Align::left, Align::right, Align::right, Align::left, Align::right, Align::left,
-                     Align::right, Align::right, Align::right});
+                     Align::right, Align::right, Align::right, Align::right, Align::right});
     table.row({"rank", "layout", "micro-batch", "micro-batches", "recompute", "peak", "peak at", "recompute",
-               "bubble", "comm/device"});
+               "bubble", "comm/device", "step", "tokens/s/GPU"});
     for (std::size_t i = 0; i < shown(v); ++i) {
         const PlanRow& r = v.result.top[i];
         table.row({std::to_string(i + 1), layout_text(r.parallel), std::to_string(r.micro_batch),
                    std::to_string(r.parallel.steps_per_batch()), recompute_name(r.recompute), amount(r.peak.bytes(), unit),
                    r.peak.step.name() + (r.parallel.pp > 1 ? fmt::format(" (stage {})", r.peak.stage) : ""),
                    fmt::format("{:.1f}%", 100 * r.recompute_fraction), fmt::format("{:.1f}%", 100 * r.bubble),
-                   communication_text(r.communication, unit)});
+                   communication_text(r.communication, unit), seconds_text(r.time), tokens_text(v, r)});
     }
+    if (v.fewest_step && v.request.gpus == 0)
+        return fmt::format("memcalc plan: {}: no layout fits on up to {} devices of {} ({} usable), seq {}, {} sequences "
+                           "per step\n({} layouts evaluated in {:.3f} s). Try more memory, a shorter sequence or fewer "
+                           "pinned options.\n",
+                           v.model, digits(Count(fewest_gpus_limit)), amount(v.memory, unit), amount(v.request.capacity, unit),
+                           v.request.base.seq, v.request.global_batch, v.result.evaluated, v.seconds);
     std::string out = fmt::format(
-        "memcalc plan: {} on {} devices of {} ({} usable), seq {}, {} sequences per step\n"
-        "{} layouts evaluated in {:.3f} s; {} fit. Ranked by wasted compute (recomputation + pipeline bubble),\n"
-        "then communication per device, then peak.\n",
+        "memcalc plan: {} on {} devices of {} ({} usable), seq {}, {} sequences per step\n",
         v.model, v.request.gpus, amount(v.memory, unit), amount(v.request.capacity, unit), v.request.base.seq,
-        v.request.global_batch, v.result.evaluated, v.seconds, fitting(v));
+        v.request.global_batch);
+    if (v.fewest_step)
+        out += *v.fewest_step > 1 ? fmt::format("The fewest devices, in whole nodes of {}, on which a layout fits.\n", *v.fewest_step)
+                                  : "The fewest devices, any count, on which a layout fits.\n";
+    out += fmt::format("{} layouts evaluated in {:.3f} s; {} fit. {}", v.result.evaluated, v.seconds, fitting(v),
+                       ranking_text(v));
     if (v.result.evaluated == 0)
         return out + fmt::format(
                          "No layout of {} devices is valid: each way to write {} as dp x tp x pp x cp needs a degree the "
@@ -82,13 +117,24 @@ nlohmann::json plan_json(const PlanView& v) {
                              {"microbatch", r.peak.step.microbatch}}},
                            {"recompute_fraction", r.recompute_fraction},
                            {"bubble", r.bubble},
-                           {"communication_bytes", r.communication}});
+                           {"communication_bytes", r.communication},
+                           {"step_seconds", number_or_null(r.time ? std::optional<double>(r.time->seconds()) : std::nullopt)},
+                           {"compute_seconds", number_or_null(r.time ? std::optional<double>(r.time->compute) : std::nullopt)},
+                           {"bubble_seconds", number_or_null(r.time ? std::optional<double>(r.time->bubble) : std::nullopt)},
+                           {"communication_seconds",
+                            number_or_null(r.time ? std::optional<double>(r.time->communication) : std::nullopt)},
+                           {"tokens_per_second_per_gpu", number_or_null(tokens_per_second_per_gpu(v.request, r))},
+                           {"gpus", p.devices()}});
     }
     return {{"memcalc", memcalc::version},
             {"schema", memcalc::json_schema},
             {"command", "plan"},
             {"model", v.model},
             {"gpus", v.request.gpus},
+            {"gpus_searched", v.fewest_step ? nlohmann::json(*v.fewest_step > 1 ? "whole nodes" : "any count")
+                                            : nlohmann::json(nullptr)},
+            {"gpu", v.request.gpu ? nlohmann::json(std::string(v.request.gpu->name)) : nlohmann::json(nullptr)},
+            {"assumed_model_flops_utilization", assumed_model_flops_utilization},
             {"seq", v.request.base.seq},
             {"global_batch", v.request.global_batch},
             {"device_memory_bytes", v.memory.value()},
@@ -97,22 +143,25 @@ nlohmann::json plan_json(const PlanView& v) {
             {"evaluated", v.result.evaluated},
             {"seconds", v.seconds},
             {"fitting", fitting(v)},
-            {"ranking", "waste (recompute_fraction + bubble), then communication_bytes, then peak bytes"},
+            {"ranking", "step_seconds (null last), then waste (recompute_fraction + bubble), then communication_bytes, "
+                        "then peak bytes"},
             {"layouts", layouts}};
 }
 
 std::string plan_csv(const PlanView& v) {
     std::string out = "rank,dp,tp,pp,cp,ep,zero,sequence_parallel,micro_batch,microbatches,recompute,peak_bytes,peak_step,"
                       "peak_stage,recompute_fraction,bubble,communication_bytes,peak_microbatch,first_stage_layers,"
-                      "last_stage_layers\n";
+                      "last_stage_layers,step_seconds,tokens_per_second_per_gpu,gpus\n";
     for (std::size_t i = 0; i < shown(v); ++i) {
         const PlanRow& r = v.result.top[i];
         const Parallelism& p = r.parallel;
-        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f},{},{},{}\n", i + 1, p.dp, p.tp,
+        const auto tokens = tokens_per_second_per_gpu(v.request, r);
+        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f},{},{},{},{},{},{}\n", i + 1, p.dp, p.tp,
                            p.pp, p.cp,
                            p.ep, p.zero, p.sequence_parallel, r.micro_batch, p.steps_per_batch(), recompute_name(r.recompute),
                            r.peak.bytes().value(), r.peak.step.name(), r.peak.stage, r.recompute_fraction, r.bubble,
-                           r.communication, r.peak.step.microbatch, p.first_stage_layers, p.last_stage_layers);
+                           r.communication, r.peak.step.microbatch, p.first_stage_layers, p.last_stage_layers,
+                           r.time ? fmt::format("{:.6g}", r.time->seconds()) : "", tokens ? fmt::format("{:.1f}", *tokens) : "", p.devices());
     }
     return out;
 }

@@ -25,8 +25,14 @@ inline std::size_t edit_distance(const std::string& a, const std::string& b) {
 inline std::string did_you_mean(const std::string& wrong, const std::vector<std::string>& candidates) {
     // The one name that begins with what was typed ("h100" for "h100-sxm") beats a near miss ("h200").
     const auto begins = [&](const std::string& c) { return wrong.size() >= 3 && c.rfind(wrong, 0) == 0; };
-    if (std::count_if(candidates.begin(), candidates.end(), begins) == 1)
-        return " (did you mean '" + *std::find_if(candidates.begin(), candidates.end(), begins) + "'?)";
+    const auto beginning = std::count_if(candidates.begin(), candidates.end(), begins);
+    if (beginning == 1) return " (did you mean '" + *std::find_if(candidates.begin(), candidates.end(), begins) + "'?)";
+    if (beginning <= 3 && beginning > 1) {  // a few ("h100" for "h100-sxm" and "h100-pcie"): each of them
+        std::string names;
+        for (const auto& c : candidates)
+            if (begins(c)) names += (names.empty() ? "'" : "' or '") + c;
+        return " (did you mean " + names + "'?)";
+    }
     const std::string* best = nullptr;
     std::size_t best_distance = 0;
     for (const auto& c : candidates) {

@@ -420,7 +420,7 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"fit --preset llama-7b --device-memory 1GB --reserve 2GiB", 2, "--reserve 2GiB leaves nothing of --device-memory 1GB"},
         Row{"fit --preset llama-7b --device-memory 80GB --tp 1,2", 2, "fit takes one layout"},
         Row{"fit --preset llama-7b --device-memory 80GB --tp 3", 1, "tp (3) must divide heads (32)"},
-        Row{"plan --preset llama-7b --device-memory 80GB --seq 2048 --global-batch 8", 2, "plan needs --gpus"},
+        Row{"plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 --global-batch 8 --tp 0", 2, "--tp"},
         Row{"plan --preset llama-7b --gpus 8 --device-memory 80GB --global-batch 8", 2, "plan needs --seq"},
         Row{"plan --preset gpt2 --gpus 8 --device-memory 80GB --seq 4096 --global-batch 8", 1, "seq 4096 exceeds the 1024 learned positions of gpt2"},
         Row{"--config memcalc_missing.json", 1, "cannot read config file 'memcalc_missing.json'"},
@@ -504,6 +504,52 @@ TEST_CASE("control characters in a model's name reach no output raw", "[cli][out
     CHECK(svg.out == "svg\n");
     std::remove("memcalc_escape.json");
     std::remove("memcalc_escape.svg");
+}
+
+TEST_CASE("plan without --gpus finds the fewest, in whole nodes of --gpu; pinned options hold; rows carry times",
+          "[cli][plan]") {
+    const auto nodes = memcalc("plan --preset llama-2-70b --gpu h100-sxm --seq 4096 --global-batch 64 --top 3 --format json");
+    REQUIRE(nodes.status == 0);
+    const json j = json::parse(nodes.out);
+    const std::uint64_t n = j["gpus"].get<std::uint64_t>();
+    CHECK(n % 8 == 0);
+    CHECK(j["gpus_searched"] == "whole nodes");
+    REQUIRE(j["layouts"].size() > 0);
+    for (const auto& l : j["layouts"]) {
+        CHECK(l["gpus"] == n);
+        CHECK(l["step_seconds"].get<double>() > 0);
+        CHECK(l["tokens_per_second_per_gpu"].get<double>() > 0);
+    }
+    CHECK(j["layouts"][0]["step_seconds"].get<double>() <= j["layouts"][1]["step_seconds"].get<double>());
+    if (n > 8) {  // one node fewer: nothing fits
+        const json fewer = json::parse(memcalc(fmt("plan --preset llama-2-70b --gpu h100-sxm --seq 4096 --global-batch 64 "
+                                                   "--top 3 --format json --gpus {}", n - 8)).out);
+        CHECK(fewer["fitting"] == 0);
+    }
+    // Any count with --device-memory; no GPU speeds, so no times.
+    const json any = json::parse(memcalc("plan --preset llama-7b --device-memory 24GB --seq 2048 --global-batch 16 --top 2 "
+                                         "--format json").out);
+    CHECK(any["gpus_searched"] == "any count");
+    REQUIRE(any["layouts"].size() > 0);
+    CHECK(any["layouts"][0]["step_seconds"].is_null());
+    const json fewer = json::parse(memcalc(fmt("plan --preset llama-7b --device-memory 24GB --seq 2048 --global-batch 16 "
+                                               "--top 2 --format json --gpus {}", any["gpus"].get<std::uint64_t>() - 1)).out);
+    CHECK(fewer["fitting"] == 0);
+    // Pinned: every row has them.
+    const json pinned = json::parse(memcalc("plan --preset llama-2-70b --gpu h100-sxm --gpus 64 --seq 4096 --global-batch 512 "
+                                            "--tp 8 --zero 1 --pp 2 --sp --recompute selective -b 1 --top 50 --format json").out);
+    REQUIRE(pinned["layouts"].size() > 0);
+    for (const auto& l : pinned["layouts"]) {
+        CHECK(l["tp"] == 8);
+        CHECK(l["zero"] == 1);
+        CHECK(l["pp"] == 2);
+        CHECK(l["sequence_parallel"] == true);
+        CHECK(l["recompute"] == "selective");
+        CHECK(l["micro_batch"] == 1);
+    }
+    const auto table = memcalc("plan --preset llama-7b --gpu a100-80gb --seq 2048 --global-batch 16 --top 2");
+    CHECK_THAT(table.out, Catch::Contains("The fewest devices, in whole nodes of 8"));
+    CHECK_THAT(table.out, Catch::Contains("tokens/s/GPU"));
 }
 
 TEST_CASE("plan says when no layout is valid, and honours --recompute and --micro-batch", "[cli][plan]") {

@@ -112,3 +112,143 @@ TEST_CASE("plan_top keeps the best k fitting layouts in plan's order, and counts
         }
     }
 }
+
+namespace {
+/// A GPU of round figures, for hand-derived times: 100 TFLOP/s, 100 GB/s in a node of 8, 10 GB/s out.
+Gpu round_gpu() {
+    Gpu g;
+    g.name = "round", g.memory = 80000000000ULL;
+    g.peak_bf16_flops = 100'000'000'000'000ULL;
+    g.intra_node_bandwidth = 100'000'000'000ULL, g.inter_node_bandwidth = 10'000'000'000ULL, g.gpus_per_node = 8;
+    return g;
+}
+}  // namespace
+
+TEST_CASE("step_time: each term against hand-derived values", "[plan][time]") {
+    const Gpu g = round_gpu();
+    Parallelism p;
+    p.dp = 4, p.tp = 2, p.pp = 2, p.microbatches = 8;  // 16 GPUs: tp x dp = 8 fills a node, pp crosses nodes
+    Traffic bytes;
+    bytes.tensor_parallel = 1e9, bytes.data_parallel = 2e9, bytes.pipeline = 1e8, bytes.context_parallel = 5e9;
+    const auto t = step_time(g, p, 1.6e16, bytes);
+    REQUIRE(t);
+    CHECK(t->compute == Approx(1.6e16 / (16 * 1e14 * 0.4)));  // 25 s
+    CHECK(t->bubble == Approx(25.0 * 1 / 8));                 // (pp - 1) / micro-batches of it
+    // tp (span 2) and dp (span 8) inside a node at 100 GB/s; pp (span 16) across nodes at 10 GB/s; cp is 1.
+    CHECK(t->communication == Approx(1e9 / 1e11 + 2e9 / 1e11 + 1e8 / 1e10));
+    CHECK(t->seconds() == Approx(25 + 3.125 + 0.04));
+
+    p.dp = 8, p.pp = 1;  // dp spans 16 GPUs: its all-reduce leaves the node
+    const auto wide = step_time(g, p, 1.6e16, bytes);
+    REQUIRE(wide);
+    CHECK(wide->bubble == 0);
+    CHECK(wide->communication == Approx(1e9 / 1e11 + 2e9 / 1e10));  // no pipeline: its bytes cost nothing
+
+    Gpu no_network = g;
+    no_network.inter_node_bandwidth = 0;
+    CHECK_FALSE(step_time(no_network, p, 1.6e16, bytes));  // a figure it needs is missing
+    p.dp = 4;
+    CHECK(step_time(no_network, p, 1.6e16, bytes));  // 8 GPUs: one node, no network needed
+    Gpu no_peak = g;
+    no_peak.peak_bf16_flops = 0;
+    CHECK_FALSE(step_time(no_peak, p, 1.6e16, bytes));
+}
+
+TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient bytes x (dp-1)/dp", "[plan][time]") {
+    const Architecture m = small_llama();
+    PlanRequest request;
+    request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
+    request.gpu = round_gpu();
+    const auto rows = plan(m, request);
+    double last = 0;
+    bool fitting = true;
+    for (const PlanRow& r : rows) {
+        REQUIRE(r.time);
+        const Parallelism& p = r.parallel;
+        const ComputeCost c = compute_cost(m, 1024, r.micro_batch, r.recompute);
+        const double flops = (c.step + c.recompute) * static_cast<double>(32 / r.micro_batch);
+        CHECK(r.time->compute == Approx(flops / (16 * 1e14 * assumed_model_flops_utilization)));
+        CHECK(r.time->bubble == Approx(r.time->compute * static_cast<double>(p.pp - 1) / static_cast<double>(p.microbatches)));
+        if (r.fits != fitting) last = 0, fitting = r.fits;  // each group ranked by time, fitting ones first
+        CHECK(r.time->seconds() >= last);
+        last = r.time->seconds();
+        const auto tokens = tokens_per_second_per_gpu(request, r);
+        REQUIRE(tokens);
+        CHECK(*tokens == Approx(32.0 * 1024 / (r.time->seconds() * 16)));
+    }
+    // A layout whose only traffic is the gradient all-reduce: dp 16 (two nodes: across them).
+    Settings s;
+    s.seq = 1024, s.micro_batch = 2, s.parallel.dp = 16, s.parallel.microbatches = 1;
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const ActivationTables tables = activation_tables(m, 1024, 2, s.recipe.precision(), s.activations, s.framework,
+                                                      s.recompute_modules, {});
+    const Workload w = make_workload(m, s.recipe, 1024, 2, Recompute::none, params, tables, s.framework);
+    const StageFacts f = stage_facts(w, s.parallel, 0);
+    const Traffic bytes = traffic(w, s.parallel, f);
+    CHECK(bytes.data_parallel ==
+          Approx(2.0 * static_cast<double>(f.parameters.value()) * static_cast<double>(s.recipe.gradient_bytes()) * 15 / 16));
+    CHECK(bytes.tensor_parallel == 0);
+    CHECK(bytes.pipeline == 0);
+    CHECK(bytes.context_parallel == 0);
+    const auto t = step_time(round_gpu(), s.parallel, 1e15, bytes);
+    REQUIRE(t);
+    CHECK(t->communication == Approx(bytes.data_parallel / 1e10));
+}
+
+TEST_CASE("plan_fewest: the first count, by hand, on which a layout fits", "[plan][fewest]") {
+    const Architecture m = small_llama();
+    PlanRequest request;
+    request.capacity = 9000000000ULL, request.base.seq = 2048, request.global_batch = 16;
+    // By hand: the first count whose plan has a fitting row.
+    std::uint64_t first = 0, first_even = 0;
+    for (std::uint64_t n = 1; n <= 16 && (first == 0 || first_even == 0); ++n) {
+        request.gpus = n;
+        const auto rows = plan(m, request);
+        const bool fits = std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) { return r.fits; });
+        if (fits && first == 0) first = n;
+        if (fits && first_even == 0 && n % 4 == 0) first_even = n;
+    }
+    REQUIRE(first > 1);  // one device does not hold it: the search has work to do
+    PlanRequest any = request;
+    const PlanSummary found = plan_fewest(m, any, 1, 3);
+    CHECK(any.gpus == first);
+    CHECK(found.fitting > 0);
+    for (const PlanRow& r : found.top) CHECK(r.parallel.devices() == first);
+    PlanRequest nodes = request;
+    plan_fewest(m, nodes, 4, 3);
+    CHECK(nodes.gpus == first_even);
+    PlanRequest hopeless = request;
+    hopeless.capacity = 1000;
+    hopeless.tp = {1}, hopeless.pp = {1}, hopeless.cp = {1}, hopeless.dp = {1};  // pinned to one device: a quick no
+    const PlanSummary none = plan_fewest(m, hopeless, 1, 3);
+    CHECK(hopeless.gpus == 0);
+    CHECK(none.fitting == 0);
+}
+
+TEST_CASE("pinned degrees, ZeRO stages and sequence parallelism restrict the search to them", "[plan][pin]") {
+    const Architecture m = small_llama();
+    PlanRequest request;
+    request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
+    const auto all = plan(m, request);
+    PlanRequest pinned = request;
+    pinned.tp = {2, 4}, pinned.zero = {1}, pinned.sequence_parallel = true, pinned.pp = {2}, pinned.modes = {Recompute::selective};
+    pinned.micro_batches = {1, 2};
+    const auto some = plan(m, pinned);
+    std::set<Key> expected, found;
+    for (const PlanRow& r : all) {
+        const Parallelism& p = r.parallel;
+        if ((p.tp == 2 || p.tp == 4) && p.zero == 1 && p.sequence_parallel && p.pp == 2 && r.recompute == Recompute::selective &&
+            r.micro_batch <= 2)
+            expected.insert(layout_text_key(r));
+    }
+    for (const PlanRow& r : some) found.insert(layout_text_key(r));
+    REQUIRE(!expected.empty());
+    CHECK(found == expected);
+    CHECK(some.size() == expected.size());
+    PlanRequest by_dp = request;
+    by_dp.dp = {4}, by_dp.cp = {1};
+    for (const PlanRow& r : plan(m, by_dp)) {
+        CHECK(r.parallel.dp == 4);
+        CHECK(r.parallel.cp == 1);
+    }
+}

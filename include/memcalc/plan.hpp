@@ -1,10 +1,12 @@
 #pragma once
 /// Every valid way to train a model on a cluster: data, tensor, pipeline, context and expert degrees,
 /// ZeRO stage, sequence parallelism, micro-batch and recomputation; which fit in device memory, and
-/// what each wastes. Each layout costs a few operations on a Workload (workload.hpp).
+/// what each wastes and how long its step takes (step_time.hpp). Each layout costs a few operations on a
+/// Workload (workload.hpp).
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -13,6 +15,8 @@
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/flops.hpp"
+#include "memcalc/hardware.hpp"
+#include "memcalc/step_time.hpp"
 #include "memcalc/workload.hpp"
 
 namespace memcalc {
@@ -30,7 +34,21 @@ struct PlanRequest {
     std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
     std::vector<Recompute> modes;               ///< recomputation modes to try; empty means all three
     std::vector<std::uint64_t> micro_batches;   ///< micro-batches to try; empty means every divisor
+    /// Degrees and ZeRO stages to try, each list pinning its own (empty: every valid one); with
+    /// sequence_parallel, only layouts that have it.
+    std::vector<std::uint64_t> dp, tp, pp, cp, ep;
+    std::vector<unsigned> zero;
+    bool sequence_parallel = false;
+    /// The GPU whose speeds time each step; none (or one lacking a figure): no times, and the
+    /// ranking by waste alone.
+    std::optional<Gpu> gpu;
 };
+
+/// Whether a search list allows `value`: an empty one allows all.
+template <class T, class U>
+bool allowed(const std::vector<T>& list, U value) {
+    return list.empty() || std::find(list.begin(), list.end(), static_cast<T>(value)) != list.end();
+}
 
 struct PlanRow {
     Parallelism parallel;
@@ -41,13 +59,17 @@ struct PlanRow {
     double recompute_fraction = 0;  ///< extra FLOPs of recomputation / the step's FLOPs
     double bubble = 0;              ///< pipeline bubble, (P - 1) / (M + P - 1)
     double communication = 0;       ///< bytes each device sends per step (estimate)
+    std::optional<StepTime> time;   ///< the step's estimated time, when the GPU's figures give one
     double waste() const { return recompute_fraction + bubble; }
 };
 
-/// The ranking: least wasted compute (recomputation plus pipeline bubble), then least
-/// communication per device, then lowest peak.
-inline std::tuple<double, double, std::uint64_t> plan_key(const PlanRow& r) {
-    return {r.waste(), r.communication, r.peak.bytes().value()};
+/// The ranking: shortest estimated step (a layout without a time after those with one), then least
+/// wasted compute (recomputation plus pipeline bubble), then least communication per device, then
+/// lowest peak.
+using PlanKey = std::tuple<double, double, double, std::uint64_t>;
+inline PlanKey plan_key(const PlanRow& r) {
+    return {r.time ? r.time->seconds() : std::numeric_limits<double>::infinity(), r.waste(), r.communication,
+            r.peak.bytes().value()};
 }
 
 inline bool plan_order(const PlanRow& a, const PlanRow& b) { return plan_key(a) < plan_key(b); }
@@ -81,24 +103,28 @@ inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::u
 /// Bytes one device sends in a step, by ring collectives: data-parallel gradient all-reduce (ZeRO-3:
 /// also two weight all-gathers), tensor-parallel all-reduces (4 a layer a micro-batch), pipeline
 /// sends between stages, context-parallel key/value rings.
-inline double communication_bytes(const Workload& w, const Parallelism& p, const StageFacts& f) {
+inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts& f) {
     const double M = static_cast<double>(p.steps_per_batch());
     const double params = static_cast<double>(f.parameters.value());
     const double d = static_cast<double>(w.recipe.activation_bytes());
     const double tokens = static_cast<double>(w.seq * w.micro_batch) / static_cast<double>(p.cp);
     const double stream = tokens * static_cast<double>(w.model.hidden) * d;  // one layer's output, one micro-batch
     const auto ring = [](double n) { return n <= 1 ? 0.0 : (n - 1) / n; };
-    double bytes = 0;
+    Traffic bytes;
     const double dp = static_cast<double>(p.dp);
-    bytes += 2 * ring(dp) * params * static_cast<double>(w.recipe.gradient_bytes());
-    if (p.zero >= 3) bytes += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
+    bytes.data_parallel = 2 * ring(dp) * params * static_cast<double>(w.recipe.gradient_bytes());
+    if (p.zero >= 3) bytes.data_parallel += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
     const double layers = static_cast<double>(f.layers.layers);
-    bytes += 4 * 2 * ring(static_cast<double>(p.tp)) * stream * layers * M;
-    if (p.pp > 1) bytes += 2 * stream / (p.sequence_parallel ? static_cast<double>(p.tp) : 1) * M;
+    bytes.tensor_parallel = 4 * 2 * ring(static_cast<double>(p.tp)) * stream * layers * M;
+    if (p.pp > 1) bytes.pipeline = 2 * stream / (p.sequence_parallel ? static_cast<double>(p.tp) : 1) * M;
     const double kv = tokens * static_cast<double>(w.model.key_value_heads() * w.model.head_size()) * d /
                       static_cast<double>(p.tp);
-    bytes += 2 * 2 * ring(static_cast<double>(p.cp)) * static_cast<double>(p.cp) * kv * layers * M;
+    bytes.context_parallel = 2 * 2 * ring(static_cast<double>(p.cp)) * static_cast<double>(p.cp) * kv * layers * M;
     return bytes;
+}
+
+inline double communication_bytes(const Workload& w, const Parallelism& p, const StageFacts& f) {
+    return traffic(w, p, f).total();
 }
 
 /// Every valid layout of `request.gpus` devices, with its peak and costs, handed to `visit` as it is
@@ -125,7 +151,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
 
     // Workloads depend on the micro-batch and the recomputation alone: build each once. One whose
     // byte counts pass 64 bits is remembered as such: every layout with it is too big to run.
-    using Cached = std::optional<std::pair<Workload, double>>;
+    using Cached = std::optional<std::pair<Workload, ComputeCost>>;
     std::map<std::pair<std::uint64_t, Recompute>, Cached> workloads;
     const auto workload = [&](std::uint64_t b, Recompute mode) -> const Cached& {
         auto it = workloads.find({b, mode});
@@ -135,7 +161,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
             const ActivationTables t = activation_tables(m, s, b, recipe->precision(), request.base.activations,
                                                          request.base.framework, request.base.recompute_modules, tunings);
             built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t, request.base.framework),
-                                   compute_cost(m, s, b, mode, request.base.recompute_modules).recompute_fraction());
+                                   compute_cost(m, s, b, mode, request.base.recompute_modules));
         } catch (const overflow_error&) {
         }
         return workloads.emplace(std::make_pair(b, mode), std::move(built)).first->second;
@@ -149,28 +175,28 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                (request.max_tp == 0 || tp <= request.max_tp);
     };
     for (std::uint64_t tp : factors) {
-        if (!attention_heads_ok(tp)) continue;
+        if (!attention_heads_ok(tp) || !allowed(request.tp, tp)) continue;
         for (std::uint64_t pp : divisors(request.gpus / tp)) {
+            if (!allowed(request.pp, pp)) continue;
             const auto split = stage_split(m.layers, pp, request.first_stage_layers, request.last_stage_layers);
             if (!split) continue;
             for (std::uint64_t cp : divisors(request.gpus / (tp * pp))) {
                 const std::uint64_t dp = request.gpus / (tp * pp * cp);
+                if (!allowed(request.cp, cp) || !allowed(request.dp, dp)) continue;
                 for (std::uint64_t ep : moe ? divisors(dp) : std::vector<std::uint64_t>{1}) {
+                    if (!allowed(request.ep, ep)) continue;
                     if (!m.every_kind([&](const Architecture& v) { return !v.is_moe() || v.experts % ep == 0; })) continue;
                     // Expert tensor parallelism: tp (Megatron's default), or none (etp 1), which frees
                     // the experts of tp's communication.
                     for (std::uint64_t etp : moe && tp > 1 ? std::vector<std::uint64_t>{tp, 1} : std::vector<std::uint64_t>{tp})
                     for (bool sp : {false, true}) {
-                        if (sp && tp == 1) continue;
+                        if ((sp && tp == 1) || (request.sequence_parallel && !sp)) continue;
                         if (s % (cp * (sp ? tp : 1)) != 0) continue;
                         for (unsigned zero = 0; zero <= 3; ++zero) {
-                            if (zero > 0 && dp == 1) continue;  // nothing to shard over
+                            if ((zero > 0 && dp == 1) || !allowed(request.zero, zero)) continue;  // dp 1: nothing to shard
                             if (G % dp != 0) continue;
                             for (std::uint64_t b : divisors(G / dp)) {
-                                if (!request.micro_batches.empty() &&
-                                    std::find(request.micro_batches.begin(), request.micro_batches.end(), b) ==
-                                        request.micro_batches.end())
-                                    continue;
+                                if (!allowed(request.micro_batches, b)) continue;
                                 Parallelism p;
                                 p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep, p.zero = zero;
                                 p.etp = etp == tp ? 0 : etp;
@@ -178,9 +204,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                                 std::tie(p.first_stage_layers, p.last_stage_layers) = *split;
                                 p.microbatches = G / (dp * b);
                                 for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
-                                    if (!request.modes.empty() &&
-                                        std::find(request.modes.begin(), request.modes.end(), mode) == request.modes.end())
-                                        continue;
+                                    if (!allowed(request.modes, mode)) continue;
                                     PlanRow row;
                                     row.parallel = p;
                                     row.micro_batch = b;
@@ -188,12 +212,16 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                                     const double M = static_cast<double>(p.microbatches), P = static_cast<double>(pp);
                                     row.bubble = (P - 1) / (M + P - 1);
                                     if (const Cached& cached = workload(b, mode)) {
-                                        const auto& [w, fraction] = *cached;
-                                        row.recompute_fraction = fraction;
+                                        const auto& [w, cost] = *cached;
+                                        row.recompute_fraction = cost.recompute_fraction();
                                         try {
                                             row.peak = layout_peak(w, p);
                                             row.fits = row.peak.bytes() <= request.capacity;
-                                            row.communication = communication_bytes(w, p, stage_facts(w, p, 0));
+                                            const Traffic bytes = traffic(w, p, stage_facts(w, p, 0));
+                                            row.communication = bytes.total();
+                                            // cost is one micro-batch's: the step runs G / b of them.
+                                            const double flops = (cost.step + cost.recompute) * static_cast<double>(G / b);
+                                            if (request.gpu) row.time = step_time(*request.gpu, p, flops, bytes);
                                         } catch (const overflow_error&) {
                                             row.fits = false;  // its bytes do not fit in 64 bits, let alone a device
                                         }
@@ -221,7 +249,7 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
     // Sort the keys, computed once, not the rows: a row is a few hundred bytes and its peak a sum.
     struct Ranked {
         bool fits;
-        std::tuple<double, double, std::uint64_t> key;
+        PlanKey key;
         std::size_t row;
     };
     std::vector<Ranked> ranked;
@@ -245,7 +273,7 @@ struct PlanSummary {
 
 inline PlanSummary plan_top(const Architecture& m, const PlanRequest& request, std::size_t k,
                             const std::function<void(std::size_t)>& each = nullptr) {
-    using Ranked = std::pair<std::tuple<double, double, std::uint64_t>, std::size_t>;  // key, then order made
+    using Ranked = std::pair<PlanKey, std::size_t>;  // key, then order made
     std::vector<std::pair<Ranked, PlanRow>> heap;  // a max-heap: the worst of the best k on top
     const auto worse = [](const auto& a, const auto& b) { return a.first < b.first; };
     PlanSummary summary;
@@ -267,6 +295,40 @@ inline PlanSummary plan_top(const Architecture& m, const PlanRequest& request, s
     std::sort_heap(heap.begin(), heap.end(), worse);
     for (auto& [rank, row] : heap) summary.top.push_back(std::move(row));
     return summary;
+}
+
+/// Tokens a GPU processes a second under a row's estimated step time, or none without one.
+inline std::optional<double> tokens_per_second_per_gpu(const PlanRequest& request, const PlanRow& row) {
+    if (!row.time) return std::nullopt;
+    return static_cast<double>(request.global_batch) * static_cast<double>(request.base.seq) /
+           (row.time->seconds() * static_cast<double>(row.parallel.devices()));
+}
+
+/// The most devices the search for the fewest tries (Llama 3 405B's cluster): it stops there, having
+/// found none that fits, within a second or so rather than the many a search to max_devices would take.
+inline constexpr std::uint64_t fewest_gpus_limit = 1ULL << 14;
+
+/// The fewest devices, a multiple of `step` (the GPUs of a node, or 1), on which some layout fits, with
+/// that count's best `k` layouts; request.gpus is set to the count found (none: 0, with an empty summary).
+inline PlanSummary plan_fewest(const Architecture& m, PlanRequest& request, std::uint64_t step, std::size_t k,
+                               const std::function<void(std::size_t)>& each = nullptr) {
+    detail::require_positive("step", step);
+    std::size_t evaluated = 0;
+    for (std::uint64_t n = step; n <= fewest_gpus_limit; n += step) {
+        request.gpus = n;
+        PlanSummary summary = plan_top(m, request, k, [&](std::size_t made) {
+            if (each) each(evaluated + made);
+        });
+        evaluated += summary.evaluated;
+        if (summary.fitting > 0) {
+            summary.evaluated = evaluated;
+            return summary;
+        }
+    }
+    request.gpus = 0;
+    PlanSummary none;
+    none.evaluated = evaluated;
+    return none;
 }
 
 }  // namespace memcalc

@@ -1,0 +1,62 @@
+#pragma once
+/// A training step's time on a GPU, estimated, not simulated: the step's FLOPs at an assumed share of
+/// the GPU's peak, the pipeline's idle time, and every byte a device sends at the bandwidth of the
+/// group it sends to, none of it overlapped with compute.
+#include <cstdint>
+#include <limits>
+#include <optional>
+
+#include "memcalc/hardware.hpp"
+#include "memcalc/parallel.hpp"
+
+namespace memcalc {
+
+/// The share of the peak bf16 FLOP/s a training step's matrix products reach (model-FLOPs utilisation):
+/// large dense runs report 0.38-0.43 (Llama 3 405B on H100: 38-43%), so 0.4.
+inline constexpr double assumed_model_flops_utilization = 0.4;
+
+/// Bytes one device sends in a step, by the group it sends to.
+struct Traffic {
+    double data_parallel = 0;     ///< gradient all-reduce (ZeRO-3: also its weight gathers)
+    double tensor_parallel = 0;   ///< the layers' all-reduces
+    double pipeline = 0;          ///< activations and their gradients between stages
+    double context_parallel = 0;  ///< the key/value ring
+    double total() const { return data_parallel + tensor_parallel + pipeline + context_parallel; }
+};
+
+/// Seconds of one step, by cause.
+struct StepTime {
+    double compute = 0;        ///< the step's FLOPs / (devices x peak bf16 x assumed utilisation)
+    double bubble = 0;         ///< 1F1B's idle stages: (pp - 1) / micro-batches of the compute
+    double communication = 0;  ///< every group's bytes at its bandwidth, not overlapped
+    double seconds() const { return compute + bubble + communication; }
+};
+
+/// Bytes per second within a group of `size` ranks `stride` apart: inside a node when the group's span
+/// fits in one (Megatron-LM's rank order: tp, then cp, then dp, then pp), else across nodes. None when
+/// the GPU lacks the figure; infinite for a group of one, which sends nothing.
+inline std::optional<double> group_bandwidth(const Gpu& gpu, std::uint64_t stride, std::uint64_t size) {
+    if (size <= 1) return std::numeric_limits<double>::infinity();
+    if (gpu.gpus_per_node == 0) return std::nullopt;
+    const std::uint64_t bandwidth = stride * size <= gpu.gpus_per_node ? gpu.intra_node_bandwidth : gpu.inter_node_bandwidth;
+    if (bandwidth == 0) return std::nullopt;
+    return static_cast<double>(bandwidth);
+}
+
+/// The time of a step of `flops` (every device's, recomputation included) on `p.devices()` GPUs, or none
+/// when the GPU lacks a figure the layout needs (its bf16 peak, a bandwidth, its node size).
+inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p, double flops, const Traffic& bytes) {
+    if (gpu.peak_bf16_flops == 0) return std::nullopt;
+    StepTime t;
+    const double devices = static_cast<double>(p.devices());
+    t.compute = flops / (devices * static_cast<double>(gpu.peak_bf16_flops) * assumed_model_flops_utilization);
+    t.bubble = t.compute * static_cast<double>(p.pp - 1) / static_cast<double>(p.steps_per_batch());
+    const auto tp = group_bandwidth(gpu, 1, p.tp), cp = group_bandwidth(gpu, p.tp, p.cp),
+               dp = group_bandwidth(gpu, p.tp * p.cp, p.dp), pp = group_bandwidth(gpu, p.tp * p.cp * p.dp, p.pp);
+    if (!tp || !cp || !dp || !pp) return std::nullopt;
+    t.communication = bytes.tensor_parallel / *tp + bytes.context_parallel / *cp + bytes.data_parallel / *dp +
+                      bytes.pipeline / *pp;
+    return t;
+}
+
+}  // namespace memcalc
