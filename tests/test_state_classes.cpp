@@ -51,6 +51,12 @@ TEST_CASE("frozen layers in 4-bit blocks: the weights are the storage's exact by
     const Estimator estimator(m, table);
     const std::uint64_t per_layer = table.per_layer().value(), layers = 32;
     const std::uint64_t outside = table.total().value() - layers * per_layer;  // embedding, final norm, head
+    CHECK_THROWS_WITH(estimator.estimate(at(2048)), Catch::Contains("need the architecture activation model"));
+    const auto at = [](std::uint64_t seq) {  // the architecture model, which dequantises in a workspace
+        Settings s = ::at(seq);
+        s.activations = ActivationModel::architecture;
+        return s;
+    };
     const Report r = estimator.estimate(at(2048));
     CHECK(r.state.weights.value() == nf4.bytes(layers * per_layer).value() + 2 * outside);
     CHECK(r.state.optimizer_state.value() == 8 * outside);
@@ -110,6 +116,7 @@ TEST_CASE("freezing never costs more than a class's padding, on any rank, in any
                               : which == 2 ? r.part == Part::norms : r.part == Part::attention;
         };
         const std::optional<Storage> storage = pick(2) == 0 ? std::nullopt : std::optional<Storage>(Storage{DType::int8, 256});
+        if (storage) s.activations = ActivationModel::architecture;  // which dequantises them in a workspace
         CAPTURE(shape, which, m.layers, s.parallel.dp, s.parallel.zero, s.parallel.pp, storage.has_value());
         const Report all = Estimator(m).estimate(s);
         const Report part = Estimator(m, freeze(m, frozen, storage)).estimate(s);

@@ -313,6 +313,14 @@ private:
             c.parameter_count = c.splits->table.total();
             c.tunings = layer_tunings(model_, c.splits->table, f);
         }
+        // Weights in a storage of their own are dequantised in the layer's workspace, which only the
+        // architecture model has.
+        if (settings.activations == ActivationModel::korthikanti)
+            for (const StateClass& k : c.splits->classes)
+                if (k.storage)
+                    throw error(std::string("weights stored as ") + dtype_name(k.storage->dtype) +
+                                " need the architecture activation model: Korthikanti's formula has no workspace to "
+                                "dequantise them in");
         c.state = model_state(*c.splits, settings.recipe);
         c.state.weights += registered_buffer_bytes(model_, settings.recipe, settings.framework, settings.seq) * Count(model_.layers);
         return c;
