@@ -254,13 +254,6 @@ struct LinearOutput {
     Count largest;           ///< the largest one linear's output, where several share the input; none: elements
 };
 
-/// What the projections reading a stream tensor keep: that tensor, or under autocast a copy of it cast
-/// to the compute dtype by each of the `projections` (autocast caches only the weights' casts).
-/// Separate projections are counted, as transformers writes LLaMA's: a fused one casts once (leans high).
-/// Narrow (fp8) linears save one cast, as Megatron-LM's fused QKV and gate/up layers make it, and the
-/// tensor itself is not kept (Transformer Engine's LayerNormLinear writes its norm's output in fp8);
-/// their backward casts the output's gradient to fp8 and transposes it for the two GEMMs (TE 1.x's
-/// fp8_cast_transpose_fused), a temporary of 2 narrow bytes per output element while it runs.
 inline constexpr Shape sbr{"sbr", ActivationSplit::replicated};  ///< a LoRA adapter's r-wide intermediate
 
 inline std::uint64_t linears_in(LinearSet set) {
@@ -302,8 +295,6 @@ inline void adapter_rows(TableBuilder& t, const Sizes& z, const std::string& op,
           tokens * t.tuning.rank, own, Keep::always, adapters);
 }
 
-/// A linear input in the compute dtype (the attention's output, the down projection's): kept while a
-/// reader's weight gets a gradient, or while an adapter reads it undropped; then its adapters' rows.
 /// The forward of frozen linears whose input no row keeps: that input is alive while they run, beside
 /// their outputs (and, beside the MLP, the residual stream the layer adds them to: `stream`); an
 /// adapter's lora_B output scaled and its sum with the base output follow, in the adapter's dtype (an
@@ -331,6 +322,8 @@ inline void after_linears(TableBuilder& t, const Sizes& z, const std::string& op
         frozen_linear_work(t, z, op, input_kept ? Count(0) : elements * input_bytes, output, readers, stream);
 }
 
+/// A linear input in the compute dtype (the attention's output, the down projection's): kept while a
+/// reader's weight gets a gradient, or while an adapter reads it undropped; then what follows the linears.
 inline void linear_input_row(TableBuilder& t, const Sizes& z, const std::string& op, const std::string& what,
                              const Shape& shape, Count tokens, Count elements, LinearSet readers,
                              const LinearOutput& output = {}, Count stream = {}) {
@@ -342,6 +335,13 @@ inline void linear_input_row(TableBuilder& t, const Sizes& z, const std::string&
     after_linears(t, z, op, readers, tokens, elements, shape, z.d, kept, output, stream);
 }
 
+/// What the projections reading a stream tensor keep: that tensor, or under autocast a copy of it cast
+/// to the compute dtype by each of the `projections` (autocast caches only the weights' casts).
+/// Separate projections are counted, as transformers writes LLaMA's: a fused one casts once (leans high).
+/// Narrow (fp8) linears save one cast, as Megatron-LM's fused QKV and gate/up layers make it, and the
+/// tensor itself is not kept (Transformer Engine's LayerNormLinear writes its norm's output in fp8);
+/// their backward casts the output's gradient to fp8 and transposes it for the two GEMMs (TE 1.x's
+/// fp8_cast_transpose_fused), a temporary of 2 narrow bytes per output element while it runs.
 /// `readers`: the linears reading the tensor, for fine-tuning: a frozen one keeps no input (autograd
 /// saves it for the weight's gradient alone), and under autocast each adapter's lora_A casts it again;
 /// 0 where every reader trains. Returns whether the row is the tensor itself (or its casts): none is

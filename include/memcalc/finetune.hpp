@@ -151,7 +151,6 @@ inline bool in_part(const std::string& part, const ParamRow& r) {
     if (part == "head") return r.part == Part::head || (r.part == Part::embedding && r.group == Group::head);  // tied
     return false;
 }
-inline constexpr std::array<const char*, 7> part_names{"all", "embeddings", "attention", "mlp", "router", "norms", "head"};
 
 inline std::string model_name(const Architecture& m) { return m.name.empty() ? std::string("the model") : m.name; }
 
