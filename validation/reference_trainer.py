@@ -1023,6 +1023,33 @@ class Train:
                           r.get("lora_dtype", "bf16"))
 
 
+def add_train_arguments(ap, how: str):
+    """The fine-tuning options, memcalc's --train, --frozen and --lora-* (this script's and
+    gpu/replicate.py's), each taking several values, run in turn; `how` adds what the script does with
+    them to --train's help."""
+    ap.add_argument("--train", nargs="+", choices=("full", "frozen", "lora"), default=["full"],
+                    help="what trains (memcalc's --train; default full): frozen parts (--frozen) or LoRA adapters "
+                         "beside a frozen base (--lora-*)" + how + "; several: each in turn")
+    ap.add_argument("--frozen", nargs="+", metavar="PARTS", default=[""],
+                    help="with --train frozen: a comma list of parts (" + ", ".join(PARTS) + ") and/or tensors ("
+                    + ", ".join(PROJECTIONS) + ") whose parameters get requires_grad False; several lists: each in turn")
+    ap.add_argument("--lora-rank", nargs="+", type=int, metavar="R", default=[8], help="LoRA rank (default 8)")
+    ap.add_argument("--lora-targets", nargs="+", metavar="LIST", default=["q_proj,v_proj"],
+                    help="the nn.Linear names LoRA wraps, a comma list, or all-linear (every projection of "
+                    "attention and MLP/experts, and the MoE router, as peft's); default q_proj,v_proj; several lists: each in turn")
+    ap.add_argument("--lora-dropout", nargs="+", type=float, metavar="P", default=[0.05],
+                    help="LoRA dropout (default 0.05; 0: peft's nn.Identity)")
+    ap.add_argument("--lora-dtype", nargs="+", choices=("bf16", "fp32"), default=["bf16"],
+                    help="the adapters' dtype: bf16 as the base (default), or fp32 as peft's get_peft_model "
+                         "leaves them by default (autocast_adapter_dtype); memcalc's --lora-dtype alike")
+
+
+def trains_from(a) -> List["Train"]:
+    """Every setting add_train_arguments' options name, once each, in order (ValueError for a bad one)."""
+    return list(dict.fromkeys(Train.make(m, fz, r, t, p, d) for m in a.train for fz in a.frozen for r in a.lora_rank
+                              for t in a.lora_targets for p in a.lora_dropout for d in a.lora_dtype))
+
+
 class LoraLinear(nn.Module):
     """peft's lora.Linear around a frozen nn.Linear (one adapter, no DoRA, lora_bias False):
     result = base_layer(x); x = x.to(lora_A.weight.dtype) (peft's _cast_input_dtype, a no-op when both are
@@ -1584,28 +1611,14 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="FILE", help="--compare: write every row, measured and predicted, to FILE")
     ap.add_argument("--committed", metavar="FILE", help="--compare: take the measured bytes from FILE (a --json "
                     "output) instead of measuring, and check memcalc against them")
-    ap.add_argument("--train", nargs="+", choices=("full", "lora", "frozen"), default=["full"],
-                    help="what trains (memcalc's --train; default full); several: each in turn")
-    ap.add_argument("--frozen", nargs="+", metavar="PARTS", default=[""],
-                    help="with --train frozen: a comma list of parts (" + ", ".join(PARTS) + ") and/or tensors ("
-                    + ", ".join(PROJECTIONS) + ") whose parameters get requires_grad False; several lists: each in turn")
-    ap.add_argument("--lora-rank", nargs="+", type=int, metavar="R", default=[8], help="LoRA rank (default 8)")
-    ap.add_argument("--lora-targets", nargs="+", metavar="LIST", default=["q_proj,v_proj"],
-                    help="the nn.Linear names LoRA wraps, a comma list, or all-linear (every projection of "
-                    "attention and MLP/experts, and the MoE router, as peft's); default q_proj,v_proj; several lists: each in turn")
-    ap.add_argument("--lora-dropout", nargs="+", type=float, metavar="P", default=[0.05],
-                    help="LoRA dropout (default 0.05; 0: peft's nn.Identity)")
-    ap.add_argument("--lora-dtype", choices=("bf16", "fp32"), default="bf16",
-                    help="the adapters' dtype: bf16 as the base (default), or fp32 as peft's get_peft_model "
-                         "leaves them by default (autocast_adapter_dtype); memcalc's --lora-dtype alike")
+    add_train_arguments(ap, "")
     a = ap.parse_args(argv)
     DROPOUT_KERNEL = a.dropout_kernel
     if a.compare and DROPOUT_KERNEL != "functional":
         ap.error("--compare measures torch's own F.dropout (memcalc --platform cpu predicts it): drop --dropout-kernel")
     torch.set_num_threads(a.threads)
     try:
-        trains = list(dict.fromkeys(Train.make(m, fz, r, t, p, a.lora_dtype) for m in a.train for fz in a.frozen
-                                    for r in a.lora_rank for t in a.lora_targets for p in a.lora_dropout))
+        trains = trains_from(a)
         specs = [load_spec(p) for p in (a.model or DEFAULT_MODELS)]
         for spec in specs:  # refuse, in one line, a part or target the style does not have
             for train in trains:

@@ -60,7 +60,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from activation_functions import FUNCTIONS  # noqa: E402  each activation as its modeling code writes it
 # Fine-tuning as the reference trainer does it: the setting (parsed, normalised, as memcalc's flags and
 # JSON fields) and peft's lora.Linear.
-from reference_trainer import LoraLinear, PARTS, PROJECTIONS, Train  # noqa: E402
+from reference_trainer import LoraLinear, PROJECTIONS, Train, add_train_arguments, trains_from  # noqa: E402
 
 
 
@@ -683,28 +683,12 @@ def main(argv=None):
                          "checkpointing, emulated where torch has no create_selective_checkpoint_contexts)")
     ap.add_argument("--attentions", nargs="+", choices=("eager", "sdpa"), default=["eager", "sdpa"],
                     help="attention kernels (default both, sdpa where this torch has it)")
-    ap.add_argument("--train", nargs="+", choices=("full", "frozen", "lora"), default=["full"],
-                    help="what trains (memcalc's --train; default full): frozen parts (--frozen) or LoRA adapters "
-                         "beside a frozen base (--lora-*), as validation/reference_trainer.py builds them; the "
-                         "optimizer gets the trainable parameters alone, and the first layer's input requires grad "
-                         "(transformers' enable_input_require_grads); several: each in turn")
-    ap.add_argument("--frozen", nargs="+", metavar="PARTS", default=[""],
-                    help="with --train frozen: a comma list of parts (" + ", ".join(p for p in PARTS if p != "router")
-                         + ") and/or tensors (" + ", ".join(PROJECTIONS) + "); several lists: each in turn")
-    ap.add_argument("--lora-rank", nargs="+", type=int, metavar="R", default=[8], help="LoRA rank (default 8)")
-    ap.add_argument("--lora-targets", nargs="+", metavar="LIST", default=["q_proj,v_proj"],
-                    help="the linears LoRA wraps, a comma list, or all-linear (every projection of attention and "
-                         "MLP); default q_proj,v_proj; several lists: each in turn")
-    ap.add_argument("--lora-dropout", nargs="+", type=float, metavar="P", default=[0.05],
-                    help="LoRA dropout (default 0.05; 0: peft's nn.Identity)")
-    ap.add_argument("--lora-dtype", nargs="+", choices=("bf16", "fp32"), default=["bf16"],
-                    help="the adapters' dtype: bf16 as the base (default), or fp32 as peft's get_peft_model "
-                         "leaves them (autocast_adapter_dtype)")
+    add_train_arguments(ap, ", as validation/reference_trainer.py builds them; the optimizer gets the trainable "
+                            "parameters alone, and the first layer's input requires grad (transformers' "
+                            "enable_input_require_grads)")
     a = ap.parse_args(argv)
     try:
-        trains = list(dict.fromkeys(Train.make(m, fz, r, t, p, d) for m in a.train for fz in a.frozen
-                                    for r in a.lora_rank for t in a.lora_targets for p in a.lora_dropout
-                                    for d in a.lora_dtype))
+        trains = trains_from(a)
     except ValueError as e:
         ap.error(str(e))
     names = a.models or (("gpt2-tiny", "llama-tiny") if a.tiny else ("gpt2-small", "llama-1b"))
