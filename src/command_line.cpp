@@ -394,7 +394,9 @@ std::vector<std::string> option_tokens(int argc, const char* const* argv) {
 
 }  // namespace
 
-int memcalc::cli::run_command_line(int argc, const char* const* argv) {
+int memcalc::cli::run_command_line(int argc, const char* const* argv) { return run_command_line(argc, argv, std::cout, std::cerr); }
+
+int memcalc::cli::run_command_line(int argc, const char* const* argv, std::ostream& out_stream, std::ostream& err_stream) {
     CLI::App app{"memcalc: how much device memory one training step of a transformer language model takes,\n"
                  "from the architecture alone, exactly: parameters, training state, saved activations,\n"
                  "and the peak over the step's timeline.",
@@ -569,13 +571,13 @@ Examples:
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
-        return app.exit(e);
+        return app.exit(e, out_stream, err_stream);
     } catch (const CLI::CallForAllHelp& e) {
-        return app.exit(e);
+        return app.exit(e, out_stream, err_stream);
     } catch (const CLI::CallForVersion& e) {
-        return app.exit(e);
+        return app.exit(e, out_stream, err_stream);
     } catch (const CLI::ParseError& e) {
-        std::cerr << "memcalc: " << e.what() << " (see memcalc --help)\n";
+        err_stream << "memcalc: " << e.what() << " (see memcalc --help)\n";
         return exit_usage_error;
     }
 
@@ -614,24 +616,24 @@ Examples:
         for (const auto& f : files) refuse_overwriting_inputs(f, {used.model_file, used.config, used.recipe_file, used.profile_file, used.gpu_file});
         write_files(files);
         if (!used.output.empty()) return 0;
-        const bool read = out.each_chunk([](std::string_view chunk) {
-            std::cout.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+        const bool read = out.each_chunk([&out_stream](std::string_view chunk) {
+            out_stream.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
         });
-        std::cout.flush();
+        out_stream.flush();
         if (!read) throw error("cannot read back the spooled output");
-        if (!std::cout) {
-            std::cerr << "memcalc: cannot write to standard output: " << std::strerror(errno) << "\n";
+        if (!out_stream) {
+            err_stream << "memcalc: cannot write to standard output: " << std::strerror(errno) << "\n";
             return exit_input_error;
         }
         return 0;
     } catch (const usage_error& e) {
-        std::cerr << "memcalc: " << e.what() << "\n";
+        err_stream << "memcalc: " << e.what() << "\n";
         return exit_usage_error;
     } catch (const memcalc::error& e) {
-        std::cerr << "memcalc: " << e.what() << "\n";
+        err_stream << "memcalc: " << e.what() << "\n";
         return exit_input_error;
     } catch (const std::exception& e) {
-        std::cerr << "memcalc: internal error: " << e.what() << "\n";
+        err_stream << "memcalc: internal error: " << e.what() << "\n";
         return exit_input_error;
     }
 }
