@@ -5,7 +5,7 @@ what it shows: LLaMA 7B at 4,096 (the training state, and the peak under each re
 timeline redrawn on switching recomputation with the recomputed layer in each backward step, the device
 line, a pasted config.json, and a bad one's error message, which must be the command line's own.
 
-    drive_page.py [--chromium PATH] [--memcalc NATIVE] [--screenshot OUT.png] BUILD/web/index.html
+    drive_page.py [--chromium PATH] [--memcalc NATIVE] [--screenshot OUT.png [--height PX]] BUILD/web/index.html
 """
 import argparse
 import base64
@@ -107,12 +107,13 @@ class Browser:
             time.sleep(0.05)
         raise AssertionError(f"timed out waiting for {what} ({expression})")
 
-    def screenshot(self, path):
-        size = self.call("Page.getLayoutMetrics")["cssContentSize"]
-        self.call("Emulation.setDeviceMetricsOverride", width=1280, height=int(size["height"]) + 1,
-                  deviceScaleFactor=1, mobile=False)
+    def screenshot(self, path, height=None):
+        if not height:
+            height = int(self.call("Page.getLayoutMetrics")["cssContentSize"]["height"]) + 1
+        self.call("Emulation.setDeviceMetricsOverride", width=1280, height=height, deviceScaleFactor=1, mobile=False)
         time.sleep(0.3)
-        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+        clip = {"x": 0, "y": 0, "width": 1280, "height": height, "scale": 1}
+        data = self.call("Page.captureScreenshot", format="png", clip=clip, captureBeyondViewport=True)["data"]
         pathlib.Path(path).write_bytes(base64.b64decode(data))
 
 
@@ -230,6 +231,7 @@ def main():
     parser.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
     parser.add_argument("--memcalc", help="the native program, to compare error messages with")
     parser.add_argument("--screenshot", help="only take a screenshot (LLaMA 7B, selective recomputation) into this PNG")
+    parser.add_argument("--height", type=int, help="the screenshot's height in pixels (default: the whole page)")
     args = parser.parse_args()
     url = pathlib.Path(args.page).resolve().as_uri()
     started = time.time()
@@ -241,7 +243,7 @@ def main():
                 browser.wait("!!document.body && document.body.getAttribute('data-ready') === 'true'", "the page to start")
                 timeline_after(browser, None)
                 recompute(browser, "selective")
-                browser.screenshot(args.screenshot)
+                browser.screenshot(args.screenshot, args.height)
             else:
                 run_checks(browser, args)
         except Exception:

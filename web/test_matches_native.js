@@ -24,9 +24,9 @@ require(path.resolve(modulePath))().then((memcalc) => {
   const cases = [];
   for (const p of presets) {
     cases.push(['--preset', p, '--format', 'json']);
-    cases.push(['--preset', p, '--seq', '2048', '--micro-batch', '2', '--recompute', 'selective', '--format', 'json']);
-    cases.push(['--preset', p, '--seq', '1024', '--recompute', 'full', '--activations', 'architecture',
-                '--attention', 'flash', '--format', 'json']);
+    cases.push(['--preset', p, '--seq', '512', '--micro-batch', '2', '--recompute', 'selective', '--format', 'json']);
+    cases.push(['--preset', p, '--recompute', 'full', '--activations', 'architecture', '--attention', 'flash',
+                '--format', 'json']);
   }
   const llama = ['--preset', 'llama-7b', '--seq', '4096'];
   cases.push(
