@@ -367,7 +367,8 @@
     $('step').addEventListener('input', function () { drawing++; selectStep(Number(this.value)); });
     $('play').addEventListener('click', function () {
       current.bars.forEach(function (b) { b.style.visibility = 'hidden'; });
-      reveal(current.bars, 0, current.bars.length, Number($('step').value), 90);
+      // About four seconds in all, each step's breakdown shown as its bar appears.
+      reveal(current.bars, 0, current.bars.length, Number($('step').value), Math.max(35, 4000 / current.bars.length));
     });
     $('loading').hidden = true;
     changed();

@@ -184,6 +184,15 @@ def run_checks(browser, args):
     check(timelines["none"]["bars"] != timelines["selective"]["bars"] != timelines["full"]["bars"],
           "switching recomputation redraws the timeline with other bars")
     check(max(b[1] for b in timelines["selective"]["bars"]) == 116095778816, "selective: the tallest bar is the peak")
+    # Play: the bars appear one after another, each step's breakdown shown as its bar appears.
+    before = browser.js("document.getElementById('timeline').getAttribute('data-done')")
+    browser.js("document.getElementById('play').click()")
+    time.sleep(0.5)
+    midway = browser.js(TIMELINE)
+    label = browser.js(text("step-label"))
+    after = timeline_after(browser, before)
+    check(midway["visible"] < 66 and after["visible"] == 66,
+          f"playing step by step: {midway['visible']} bars after half a second ({label[:30]}...), then all 66")
     device = browser.js(text("device"))
     check("does not fit in 85.5 GB: 25.2 GB over" in device, f"device line on the H100 SXM: {device!r}")
     modes = browser.js("Array.from(document.querySelectorAll('#modes button')).map(function (b) { return b.textContent; })")
