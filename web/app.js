@@ -133,8 +133,13 @@
 
     $('parameters').textContent = count(p.total);
     $('parameters-exact').textContent = grouped(p.total) + ' (' + grouped(p.trainable) + ' trainable), ' + p.layers + ' layers';
-    $('state').textContent = gb(s.bytes);
-    $('state-note').textContent = s.bytes_per_parameter + ' bytes per parameter (' + j.settings.recipe + ')';
+    // Split over devices, the state shown is the device's with the peak (its pipeline stage), as the peak is.
+    var devices = j.settings.parallel.devices;
+    var rank = (j.ranks || []).filter(function (r) { return r.stage === peak.stage; })[0];
+    var held = devices > 1 && rank ? rank.state : s;
+    $('state').textContent = gb(held.bytes);
+    $('state-note').textContent = s.bytes_per_parameter + ' bytes per parameter (' + j.settings.recipe + ')' +
+      (held !== s ? '; per device, of ' + gb(s.bytes) + ' in all' : '');
     $('peak').textContent = gb(peak.bytes);
     $('peak-note').textContent = 'at ' + peak.step + ', recompute ' + mode + ' (' + grouped(peak.bytes) + ' B)';
 
@@ -169,10 +174,11 @@
       .map(function (c) { return { cells: [c[1], grouped(peak.by_category[c[0]]), amount(peak.by_category[c[0]])] }; })
       .concat([{ attrs: { class: 'total' }, cells: ['peak', grouped(peak.bytes), gb(peak.bytes)] }]), [false, true, true]);
     $('breakdown-note').textContent = 'at ' + peak.step + layout;
-    table($('state-table'), ['part', 'bytes', ''], [['weights', s.weights], ['master weights', s.master_weights],
-      ['optimizer state', s.optimizer_state], ['gradients', s.gradients]]
+    table($('state-table'), ['part', 'bytes', ''], [['weights', held.weights], ['master weights', held.master_weights],
+      ['optimizer state', held.optimizer_state], ['gradients', held.gradients]]
       .map(function (r) { return { cells: [r[0], grouped(r[1]), amount(r[1])] }; })
-      .concat([{ attrs: { class: 'total' }, cells: ['state', grouped(s.bytes), gb(s.bytes)] }]), [false, true, true]);
+      .concat([{ attrs: { class: 'total' }, cells: ['state', grouped(held.bytes), gb(held.bytes)] }]), [false, true, true]);
+    $('state-table-note').textContent = held !== s ? 'per device' + (j.ranks.length > 1 ? ', pipeline stage ' + peak.stage : '') : '';
 
     table($('parameter-table'), ['part', 'tensor', 'shape', 'dims', 'count', ''], p.tensors.map(function (t) {
       return { cells: [t.part, t.tensor, t.shape, (t.dims || []).join(' x '), grouped(t.count),
