@@ -1,0 +1,203 @@
+"""memcalc: how much device memory one training step of a transformer language model takes.
+
+The memcalc program, run in-process: each function builds its command line from keyword arguments,
+runs it with ``--format json`` and returns the JSON it prints, as Python objects (exact ints). So the
+results are the command-line program's, by construction.
+
+Keyword arguments are the program's options (``memcalc --help``, ``memcalc fit --help``, ...):
+
+* underscores become dashes: ``micro_batch=4`` is ``--micro-batch 4``;
+* ``True`` is a flag (``sp=True`` is ``--sp``); ``False`` and ``None`` leave the option out;
+* a list or tuple is a comma list, which sweeps: ``seq=[2048, 4096]`` is ``--seq 2048,4096``;
+* a dict given for a file option (``config``, ``model_file``, ``recipe_file``, ``profile_file``,
+  ``gpu_file``) is written to a temporary JSON file for the run, and removed afterwards.
+
+Errors raise :class:`memcalc.Error` (a ``ValueError``) with the program's one-line message, without its
+``memcalc:`` prefix; an unknown keyword is an unknown option, and gets the program's message for it.
+
+>>> import memcalc
+>>> r = memcalc.estimate(preset="llama-7b", seq=4096, recompute="selective")
+>>> r["peak"]["bytes"]  # doctest: +SKIP
+"""
+
+import json as _json
+import os as _os
+import tempfile as _tempfile
+
+from ._memcalc import run as _run_raw
+
+__all__ = ["Error", "run", "estimate", "fit", "plan", "serve", "presets", "recipes", "profiles", "gpus",
+           "activation_functions", "arguments"]
+
+_PREFIX = "memcalc: "
+
+
+class Error(ValueError):
+    """A run of memcalc that failed: its one-line message, without the ``memcalc:`` prefix.
+
+    ``status`` is the program's exit status: 1 for bad input (a model, a file, sizes that overflow),
+    2 for a bad command line (an unknown option, a bad value).
+
+    >>> try:
+    ...     memcalc.estimate(preset="no-such-model")
+    ... except memcalc.Error as e:
+    ...     print(e.status, e)
+    1 unknown preset 'no-such-model'; 'memcalc presets' lists them
+    """
+
+    def __init__(self, message, status):
+        super().__init__(message)
+        self.status = status
+
+
+def run(args):
+    """Runs ``memcalc ARGS...`` in-process, as given: returns ``(status, out, err)``, the exit status
+    and what the program prints on stdout and stderr. Nothing is raised for a failed run.
+
+    >>> status, out, err = memcalc.run(["--preset", "gpt2", "--seq", "1024"])
+    >>> status
+    0
+    >>> print(out)  # the table the program prints  # doctest: +SKIP
+    """
+    return _run_raw([_os.fspath(a) if isinstance(a, _os.PathLike) else str(a) for a in args])
+
+
+def _value(value):
+    if isinstance(value, (list, tuple)):
+        return ",".join(_value(v) for v in value)
+    if isinstance(value, _os.PathLike):
+        return _os.fspath(value)
+    return str(value)
+
+
+def arguments(command=None, **options):
+    """The command line (without the program's name) that a call with these keywords runs.
+
+    >>> memcalc.arguments("fit", preset="llama-7b", gpu="h100-sxm", sp=True, seq=None, recompute=["none", "full"])
+    ['fit', '--preset', 'llama-7b', '--gpu', 'h100-sxm', '--sp', '--recompute', 'none,full']
+    """
+    args = [command] if command else []
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        option = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(option)
+        else:
+            args += [option, _value(value)]
+    return args
+
+
+def _json_command(command, options):
+    for key in ("format", "output"):
+        if key in options:
+            raise TypeError(f"memcalc.{command or 'estimate'}() returns the JSON result: for --{key} use memcalc.run()")
+    temporaries = {}
+    try:
+        for key, value in options.items():
+            if isinstance(value, dict):
+                handle, path = _tempfile.mkstemp(prefix="memcalc-", suffix=".json")
+                temporaries[path] = key
+                with _os.fdopen(handle, "w") as f:
+                    _json.dump(value, f)
+                options[key] = path
+        status, out, err = run(arguments(command, **options) + ["--format", "json"])
+    finally:
+        for path in temporaries:
+            _os.unlink(path)
+    if status != 0:
+        message = err.strip().splitlines()[-1] if err.strip() else f"exit status {status}"
+        if message.startswith(_PREFIX):
+            message = message[len(_PREFIX):]
+        for path, key in temporaries.items():  # the file is gone: name the argument instead
+            message = message.replace(path, f"<{key} dict>")
+        raise Error(message, status)
+    return _json.loads(out)
+
+
+def estimate(**options):
+    """The estimate for one model and run: parameters, training state, saved activations and the
+    peak over the step's timeline, as ``memcalc [OPTIONS] --format json`` prints it.
+
+    Choose the model with ``preset=``, ``model_file=`` (memcalc's JSON, a path or a dict) or
+    ``config=`` (a HuggingFace config.json: a path, a model folder, or the dict itself). A list for
+    ``seq``, ``micro_batch``, ``recompute``, ``dp``, ``tp``, ``pp`` or ``zero`` sweeps them.
+
+    >>> r = memcalc.estimate(preset="llama-7b", seq=4096, recompute="selective")
+    >>> r["parameters"]["total"]  # doctest: +SKIP
+    6738415616
+    >>> memcalc.estimate(config={"model_type": "llama", ...}, seq=2048, tp=2, sp=True)  # doctest: +SKIP
+    """
+    return _json_command(None, options)
+
+
+def fit(**options):
+    """The longest sequence (or, with ``seq=``, the largest micro-batch) that fits in a device's memory,
+    for each recomputation mode: ``memcalc fit [OPTIONS] --format json``.
+
+    >>> r = memcalc.fit(preset="llama-7b", gpu="h100-sxm", recompute="selective")  # doctest: +SKIP
+    """
+    return _json_command("fit", options)
+
+
+def plan(**options):
+    """The layouts of a cluster that fit, ranked by estimated step time (or the fewest GPUs on which one
+    fits): ``memcalc plan [OPTIONS] --format json``. ``global_batch=`` is required.
+
+    >>> r = memcalc.plan(preset="llama-7b", seq=4096, global_batch=64, gpus=8, gpu="h100-sxm")  # doctest: +SKIP
+    """
+    return _json_command("plan", options)
+
+
+def serve(**options):
+    """Inference memory: the weights and the KV cache for a context and batch,
+    ``memcalc serve [OPTIONS] --format json``.
+
+    >>> r = memcalc.serve(preset="llama-3-8b", context=8192, batch=4, gpu="h100-sxm")  # doctest: +SKIP
+    """
+    return _json_command("serve", options)
+
+
+def presets():
+    """The built-in models: a list of dicts (name, description, parameters, source, ...).
+
+    >>> [p["name"] for p in memcalc.presets()][:3]
+    ['bloom-560m', 'bloom-7b1', 'decoder']
+    """
+    return _json_command("presets", {})
+
+
+def recipes():
+    """The built-in training recipes (bytes per parameter and dtypes), as dicts.
+
+    >>> "mixed-adam" in [r["name"] for r in memcalc.recipes()]
+    True
+    """
+    return _json_command("recipes", {})
+
+
+def profiles():
+    """The built-in framework profiles (attention kernel, optimiser implementation, ...), as dicts.
+
+    >>> "default" in [p["name"] for p in memcalc.profiles()]
+    True
+    """
+    return _json_command("profiles", {})
+
+
+def gpus():
+    """The built-in GPUs (memory as the driver reports it, speeds), as dicts.
+
+    >>> "h100-sxm" in [g["name"] for g in memcalc.gpus()]
+    True
+    """
+    return _json_command("gpus", {})
+
+
+def activation_functions():
+    """The activation functions memcalc knows, as dicts.
+
+    >>> len(memcalc.activation_functions()) > 0
+    True
+    """
+    return _json_command("activation-functions", {})
