@@ -10,7 +10,8 @@ Keyword arguments are the program's options (``memcalc --help``, ``memcalc fit -
 * ``True`` is a flag (``sp=True`` is ``--sp``); ``False`` and ``None`` leave the option out;
 * a list or tuple is a comma list, which sweeps: ``seq=[2048, 4096]`` is ``--seq 2048,4096``;
 * a dict given for a file option (``config``, ``model_file``, ``recipe_file``, ``profile_file``,
-  ``gpu_file``) is written to a temporary JSON file for the run, and removed afterwards.
+  ``gpu_file``) is written to a temporary JSON file for the run, and removed afterwards; the model is
+  named after a config's ``_name_or_path`` (its last part), else after the keyword (``config``).
 
 Errors raise :class:`memcalc.Error` (a ``ValueError``) with the program's one-line message, without its
 ``memcalc:`` prefix; an unknown keyword is an unknown option, and gets the program's message for it.
@@ -22,6 +23,8 @@ Errors raise :class:`memcalc.Error` (a ``ValueError``) with the program's one-li
 
 import json as _json
 import os as _os
+import re as _re
+import shutil as _shutil
 import tempfile as _tempfile
 
 from ._memcalc import run as _run_raw
@@ -88,28 +91,38 @@ def arguments(command=None, **options):
     return args
 
 
+def _write_json_file(folder, key, value):
+    """Writes a dict given for a file option where the program names the model after the file: a
+    HuggingFace config's _name_or_path ("meta-llama/Llama-2-7b-hf": Llama-2-7b-hf), else the keyword."""
+    stem = _re.sub(r"[^A-Za-z0-9._-]", "_", str(value.get("_name_or_path", "")).rstrip("/").split("/")[-1])
+    stem = stem.strip(".") or key.replace("_", "-")
+    # in a folder of the same name: ".../config/config.json" is the model "config", as a download's is
+    path = _os.path.join(folder, stem, stem + ".json")
+    _os.makedirs(_os.path.dirname(path))
+    with open(path, "w", encoding="utf-8") as f:
+        _json.dump(value, f)
+    return path
+
+
 def _json_command(command, options):
     for key in ("format", "output"):
         if key in options:
             raise TypeError(f"memcalc.{command or 'estimate'}() returns the JSON result: for --{key} use memcalc.run()")
-    temporaries = {}
+    dicts = {key: value for key, value in options.items() if isinstance(value, dict)}
+    written = {}
+    folder = _tempfile.mkdtemp(prefix="memcalc-") if dicts else None
     try:
-        for key, value in options.items():
-            if isinstance(value, dict):
-                handle, path = _tempfile.mkstemp(prefix="memcalc-", suffix=".json")
-                temporaries[path] = key
-                with _os.fdopen(handle, "w") as f:
-                    _json.dump(value, f)
-                options[key] = path
+        for key, value in dicts.items():
+            written[key] = options[key] = _write_json_file(_os.path.join(folder, key), key, value)
         status, out, err = run(arguments(command, **options) + ["--format", "json"])
     finally:
-        for path in temporaries:
-            _os.unlink(path)
+        if folder:
+            _shutil.rmtree(folder, ignore_errors=True)
     if status != 0:
         message = err.strip().splitlines()[-1] if err.strip() else f"exit status {status}"
         if message.startswith(_PREFIX):
             message = message[len(_PREFIX):]
-        for path, key in temporaries.items():  # the file is gone: name the argument instead
+        for key, path in written.items():  # the file is gone: name the argument instead
             message = message.replace(path, f"<{key} dict>")
         raise Error(message, status)
     return _json.loads(out)
