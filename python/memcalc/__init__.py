@@ -18,7 +18,8 @@ Errors raise :class:`memcalc.Error` (a ``ValueError``) with the program's one-li
 
 >>> import memcalc
 >>> r = memcalc.estimate(preset="llama-7b", seq=4096, recompute="selective")
->>> r["peak"]["bytes"]  # doctest: +SKIP
+>>> r["peak"]["bytes"], r["peak"]["step"]
+(116095778816, 'backward 32')
 """
 
 import json as _json
@@ -58,8 +59,8 @@ def run(args):
     and what the program prints on stdout and stderr. Nothing is raised for a failed run.
 
     >>> status, out, err = memcalc.run(["--preset", "gpt2", "--seq", "1024"])
-    >>> status
-    0
+    >>> status, err
+    (0, '')
     >>> print(out)  # the table the program prints  # doctest: +SKIP
     """
     return _run_raw([_os.fspath(a) if isinstance(a, _os.PathLike) else str(a) for a in args])
@@ -137,9 +138,13 @@ def estimate(**options):
     ``seq``, ``micro_batch``, ``recompute``, ``dp``, ``tp``, ``pp`` or ``zero`` sweeps them.
 
     >>> r = memcalc.estimate(preset="llama-7b", seq=4096, recompute="selective")
-    >>> r["parameters"]["total"]  # doctest: +SKIP
+    >>> r["parameters"]["total"]
     6738415616
-    >>> memcalc.estimate(config={"model_type": "llama", ...}, seq=2048, tp=2, sp=True)  # doctest: +SKIP
+    >>> [r["peak"]["bytes"] for r in memcalc.estimate(preset="llama-7b", seq=[2048, 4096], tp=2, sp=True)]
+    [62742134784, 99771539456]
+    >>> config = json.load(open("Llama-2-7b-hf/config.json"))  # doctest: +SKIP
+    >>> memcalc.estimate(config=config, seq=4096)["model"]["name"]  # doctest: +SKIP
+    'Llama-2-7b-hf'
     """
     return _json_command(None, options)
 
@@ -148,7 +153,9 @@ def fit(**options):
     """The longest sequence (or, with ``seq=``, the largest micro-batch) that fits in a device's memory,
     for each recomputation mode: ``memcalc fit [OPTIONS] --format json``.
 
-    >>> r = memcalc.fit(preset="llama-7b", gpu="h100-sxm", recompute="selective")  # doctest: +SKIP
+    >>> r = memcalc.fit(preset="llama-3-8b", train="lora", gpu="h100-sxm", recompute="selective")
+    >>> r["search"], r["results"][0]["largest"]
+    ('seq', 8107)
     """
     return _json_command("fit", options)
 
@@ -157,7 +164,9 @@ def plan(**options):
     """The layouts of a cluster that fit, ranked by estimated step time (or the fewest GPUs on which one
     fits): ``memcalc plan [OPTIONS] --format json``. ``global_batch=`` is required.
 
-    >>> r = memcalc.plan(preset="llama-7b", seq=4096, global_batch=64, gpus=8, gpu="h100-sxm")  # doctest: +SKIP
+    >>> r = memcalc.plan(preset="llama-7b", seq=4096, global_batch=64, gpus=8, gpu="h100-sxm")
+    >>> {key: r["layouts"][0][key] for key in ("dp", "tp", "pp", "zero", "recompute")}
+    {'dp': 4, 'tp': 1, 'pp': 1, 'zero': 2, 'recompute': 'none'}
     """
     return _json_command("plan", options)
 
@@ -166,7 +175,9 @@ def serve(**options):
     """Inference memory: the weights and the KV cache for a context and batch,
     ``memcalc serve [OPTIONS] --format json``.
 
-    >>> r = memcalc.serve(preset="llama-3-8b", context=8192, batch=4, gpu="h100-sxm")  # doctest: +SKIP
+    >>> r = memcalc.serve(preset="llama-3-8b", context=8192, batch=4, gpu="h100-sxm")
+    >>> r["kv_cache"]["bytes"], r["peak"]["bytes"]
+    (4294967296, 21197428736)
     """
     return _json_command("serve", options)
 

@@ -1,4 +1,4 @@
-"""The README's Python example, run as a doctest: what it shows is what the module prints."""
+"""The README's Python example and the docstrings' examples, run as doctests: what they show is what the module gives."""
 import doctest
 import os
 import re
@@ -17,3 +17,9 @@ def test_readme_example(source_dir):
         runner.run(parser.get_doctest(text, {}, f"README.md Python example {i + 1}", "README.md", 0))
     result = runner.summarize(verbose=False)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_docstring_examples():
+    import memcalc
+    result = doctest.testmod(memcalc, extraglobs={"memcalc": memcalc}, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 10 and result.failed == 0
