@@ -13,6 +13,8 @@ Keyword arguments are the program's options (``memcalc --help``, ``memcalc fit -
   ``gpu_file``) is written to a temporary JSON file for the run, and removed afterwards; the model is
   named after a config's ``_name_or_path`` (its last part), else after the keyword (``config``).
 
+``format`` and ``output`` are the module's own (a TypeError): :func:`run` gives a table, CSV or a file.
+
 Errors raise :class:`memcalc.Error` (a ``ValueError``) with the program's one-line message, without its
 ``memcalc:`` prefix; an unknown keyword is an unknown option, and gets the program's message for it.
 
