@@ -477,33 +477,36 @@ Examples:
                                            std::tuple{"--tp", &plan_q.tp, "Tensor-parallel degrees"},
                                            std::tuple{"--pp", &plan_q.pp, "Pipeline stages"},
                                            std::tuple{"--cp", &plan_q.cp, "Context-parallel degrees"},
-                                           std::tuple{"--ep", &plan_q.ep, "Expert-parallel degrees"}})
+                                           std::tuple{"--ep", &plan_q.ep, "Expert-parallel degrees"},
+                                           std::tuple{"--vpp", &plan_q.vpp, "Virtual stages per pipeline rank (interleaved 1F1B)"}})
             plan->add_option(option, *value, std::string(what) + " to try")->group(pinned)->type_name("N[,N...]");
         plan->add_option("--zero", plan_q.zero, "ZeRO stages to try (0-3)")->group(pinned)->type_name("STAGE[,STAGE...]");
         plan->add_flag("--sp", plan_q.sp, "Only layouts with sequence parallelism")->group(pinned);
         add_stage_options(*plan, plan_q, "Options");
-        plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B), context and expert (for
-mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, sequence parallelism on
-or off, every micro-batch that divides the global batch per replica, and each recomputation mode.
---dp, --tp, --pp, --cp, --ep, --zero, --sp, --recompute and -b, given, restrict the search to them.
+        plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B, and interleaved 1F1B with
+each vpp that splits a rank's layers evenly, when the micro-batches are a multiple of pp), context and
+expert (for mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, sequence
+parallelism on or off, every micro-batch that divides the global batch per replica, and each
+recomputation mode. --dp, --tp, --pp, --vpp, --cp, --ep, --zero, --sp, --recompute and -b, given,
+restrict the search to them.
 Without --gpus it tries 1, 2, 3, ... devices (with --gpu: 1, 2, 3, ... of its nodes) up to 16,384
 and answers with the first count on which some layout fits.
 It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by
   1. the estimated step time, with --gpu or a --gpu-file that gives the figures (an estimate, not a
      simulation): compute = the step's FLOPs, recomputation included / (GPUs x peak dense bf16
-     FLOP/s x 0.4, an assumed model-FLOPs utilisation); plus the 1F1B bubble, (pp - 1) / micro-
-     batches of the compute; plus every byte a device sends, at its group's bandwidth, none of it
+     FLOP/s x 0.4, an assumed model-FLOPs utilisation); plus the 1F1B bubble, (pp - 1) / (micro-
+     batches x vpp) of the compute; plus every byte a device sends, at its group's bandwidth, none of it
      overlapped: the data-parallel gradient all-reduce, 2 x gradient bytes x (dp - 1) / dp (ZeRO-3:
      also its weight gathers), tensor-parallel all-reduces, context-parallel key/value rings and
      pipeline sends; a group runs at the GPU's intra-node bandwidth when it fits in a node (ranks in
      the order tp, cp, dp, pp), else at its per-GPU network bandwidth. Tokens per second per GPU
      are shown beside it;
-  2. then wasted compute: recomputation's extra FLOPs plus the pipeline bubble (P-1)/(M+P-1), as
+  2. then wasted compute: recomputation's extra FLOPs plus the pipeline bubble (P-1)/(vM+P-1), as
      fractions of the step;
   3. then the bytes each device sends per step;
   4. then the peak.
-Where pp does not divide the layers, the first and last stages take equally fewer than the others
-(Llama 3 405B's 126 layers on 16 stages: 7, 14 x 8, 7), unless --first-stage-layers or
+Where pp does not divide the layers, the first and last stages take fewer than the others (Llama 3
+405B's 126 layers on 16 stages: 7, 14 x 8, 7; DeepSeek-V3's 61: 2, 14 x 4, 3), unless --first-stage-layers or
 --last-stage-layers say otherwise. Every micro-batch after the first holds the gradients of the
 step so far (see --grad-buffer). Only the best --top layouts are kept, so memory does not grow with
 the cluster.

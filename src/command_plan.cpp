@@ -40,7 +40,7 @@ std::string run_plan(const Request& q) {
     // So do degrees and ZeRO stages.
     for (auto [option, text, list] : {std::tuple{"--dp", &q.dp, &r.dp}, std::tuple{"--tp", &q.tp, &r.tp},
                                       std::tuple{"--pp", &q.pp, &r.pp}, std::tuple{"--cp", &q.cp, &r.cp},
-                                      std::tuple{"--ep", &q.ep, &r.ep}})
+                                      std::tuple{"--ep", &q.ep, &r.ep}, std::tuple{"--vpp", &q.vpp, &r.vpp}})
         if (!text->empty()) *list = parse_sizes(option, *text);
     if (!q.zero.empty()) r.zero = parse_zero(q.zero);
     r.sequence_parallel = q.sp;

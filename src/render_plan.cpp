@@ -82,7 +82,7 @@ std::string plan_table(const PlanView& v, Unit unit) {
         return out + fmt::format(
                          "No layout of {} devices is valid: each way to write {} as dp x tp x pp x cp needs a degree the "
                          "model or the run cannot take\n(tp must divide the heads, the key/value heads and the MLP "
-                         "width; pp the layers, or leave the first and last stages an even split of the rest;\ncp, "
+                         "width; pp the layers, or leave the first and last stages fewer than the others' even share;\ncp, "
                          "times tp with sequence parallelism, the sequence; dp the global batch). Try a device count "
                          "with other factors.\n",
                          v.request.gpus, v.request.gpus);
@@ -100,6 +100,7 @@ nlohmann::json plan_json(const PlanView& v) {
                            {"dp", p.dp},
                            {"tp", p.tp},
                            {"pp", p.pp},
+                           {"vpp", p.vpp},
                            {"cp", p.cp},
                            {"ep", p.ep},
                            {"etp", p.expert_tp()},
@@ -151,17 +152,17 @@ nlohmann::json plan_json(const PlanView& v) {
 std::string plan_csv(const PlanView& v) {
     std::string out = "rank,dp,tp,pp,cp,ep,zero,sequence_parallel,micro_batch,microbatches,recompute,peak_bytes,peak_step,"
                       "peak_stage,recompute_fraction,bubble,communication_bytes,peak_microbatch,first_stage_layers,"
-                      "last_stage_layers,step_seconds,tokens_per_second_per_gpu,gpus\n";
+                      "last_stage_layers,step_seconds,tokens_per_second_per_gpu,gpus,vpp\n";
     for (std::size_t i = 0; i < shown(v); ++i) {
         const PlanRow& r = v.result.top[i];
         const Parallelism& p = r.parallel;
         const auto tokens = tokens_per_second_per_gpu(v.request, r);
-        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f},{},{},{},{},{},{}\n", i + 1, p.dp, p.tp,
+        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f},{},{},{},{},{},{},{}\n", i + 1, p.dp, p.tp,
                            p.pp, p.cp,
                            p.ep, p.zero, p.sequence_parallel, r.micro_batch, p.steps_per_batch(), recompute_name(r.recompute),
                            r.peak.bytes().value(), r.peak.step.name(), r.peak.stage, r.recompute_fraction, r.bubble,
                            r.communication, r.peak.step.microbatch, p.first_stage_layers, p.last_stage_layers,
-                           r.time ? fmt::format("{:.6g}", r.time->seconds()) : "", tokens ? fmt::format("{:.1f}", *tokens) : "", p.devices());
+                           r.time ? fmt::format("{:.6g}", r.time->seconds()) : "", tokens ? fmt::format("{:.1f}", *tokens) : "", p.devices(), p.vpp);
     }
     return out;
 }

@@ -14,11 +14,12 @@ Architecture small_llama() {
     m.name = "small-llama", m.layers = 16, m.hidden = 2048, m.heads = 16, m.kv_heads = 4, m.ffn = 5632;
     return m;
 }
-using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, unsigned, bool, std::uint64_t, int>;
+using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, unsigned, bool, std::uint64_t, int,
+                       std::uint64_t>;
 /// Which layout a row is: its degrees, micro-batch and mode.
 Key layout_text_key(const PlanRow& r) {
     const Parallelism& p = r.parallel;
-    return {p.dp, p.tp, p.pp, p.cp, p.zero, p.sequence_parallel, r.micro_batch, static_cast<int>(r.recompute)};
+    return {p.dp, p.tp, p.pp, p.cp, p.zero, p.sequence_parallel, r.micro_batch, static_cast<int>(r.recompute), p.vpp};
 }
 }  // namespace
 
@@ -30,7 +31,8 @@ TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration fi
 
     // By hand: dp x tp x pp x cp = 8; tp divides heads (16), kv heads (4) and ffn; pp divides the 16
     // layers; the sequence splits over cp (and tp with sequence parallelism); ZeRO needs dp > 1; the
-    // micro-batch divides the 16 sequences per replica; three recomputation modes.
+    // micro-batch divides the 16 sequences per replica; three recomputation modes; with pp > 1 and
+    // micro-batches a multiple of pp, also each interleaving of a rank's 16 / pp layers (vpp 2, 4, ...).
     std::set<Key> expected;
     for (std::uint64_t tp : {1, 2, 4, 8})
         for (std::uint64_t pp : {1, 2, 4, 8})
@@ -43,16 +45,23 @@ TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration fi
                         for (std::uint64_t b : {1, 2, 4, 8, 16})
                             for (int mode = 0; mode < 3; ++mode) {
                                 if ((sp && tp == 1) || (zero > 0 && dp == 1) || (16 / dp) % b != 0) continue;
-                                expected.insert({dp, tp, pp, cp, zero, sp, b, mode});
+                                const std::uint64_t microbatches = 16 / (dp * b);
+                                for (std::uint64_t vpp : {1, 2, 4, 8, 16})
+                                    if (vpp == 1 || (pp > 1 && (16 / pp) % vpp == 0 && microbatches % pp == 0))
+                                        expected.insert({dp, tp, pp, cp, zero, sp, b, mode, vpp});
                             }
             }
     std::set<Key> found;
     for (const auto& r : rows) {
-        const Parallelism& p = r.parallel;
-        found.insert({p.dp, p.tp, p.pp, p.cp, p.zero, p.sequence_parallel, r.micro_batch, static_cast<int>(r.recompute)});
+        found.insert(layout_text_key(r));
+        // Interleaving divides the bubble by vpp: (P - 1) / (v M + P - 1).
+        const double P = static_cast<double>(r.parallel.pp), M = static_cast<double>(r.parallel.microbatches),
+                     v = static_cast<double>(r.parallel.vpp);
+        CHECK(r.bubble == Approx((P - 1) / (v * M + P - 1)));
     }
     CHECK(rows.size() == expected.size());
     CHECK(found == expected);
+    CHECK(std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) { return r.parallel.vpp == 4 && r.fits; }));
 }
 
 TEST_CASE("plan's peaks are estimate()'s, and the ranking follows its rule", "[plan]") {
@@ -77,8 +86,9 @@ TEST_CASE("plan's peaks are estimate()'s, and the ranking follows its rule", "[p
         if (!r.fits) fitting = false;
         CHECK((r.fits || !fitting));  // every fitting layout comes first
         if (i > 0 && rows[i - 1].fits == r.fits) CHECK_FALSE(plan_order(r, rows[i - 1]));
-        const double P = static_cast<double>(r.parallel.pp), M = static_cast<double>(r.parallel.steps_per_batch());
-        CHECK(r.bubble == Approx((P - 1) / (M + P - 1)));
+        const double P = static_cast<double>(r.parallel.pp), M = static_cast<double>(r.parallel.steps_per_batch()),
+                     v = static_cast<double>(r.parallel.vpp);
+        CHECK(r.bubble == Approx((P - 1) / (v * M + P - 1)));
     }
 }
 
@@ -168,7 +178,7 @@ TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient b
         const ComputeCost c = compute_cost(m, 1024, r.micro_batch, r.recompute);
         const double flops = (c.step + c.recompute) * static_cast<double>(32 / r.micro_batch);
         CHECK(r.time->compute == Approx(flops / (16 * 1e14 * assumed_model_flops_utilization)));
-        CHECK(r.time->bubble == Approx(r.time->compute * static_cast<double>(p.pp - 1) / static_cast<double>(p.microbatches)));
+        CHECK(r.time->bubble == Approx(r.time->compute * static_cast<double>(p.pp - 1) / static_cast<double>(p.microbatches * p.vpp)));
         if (r.fits != fitting) last = 0, fitting = r.fits;  // each group ranked by time, fitting ones first
         CHECK(r.time->seconds() >= last);
         last = r.time->seconds();
@@ -250,5 +260,13 @@ TEST_CASE("pinned degrees, ZeRO stages and sequence parallelism restrict the sea
     for (const PlanRow& r : plan(m, by_dp)) {
         CHECK(r.parallel.dp == 4);
         CHECK(r.parallel.cp == 1);
+    }
+    PlanRequest interleaved = request;
+    interleaved.vpp = {2};
+    const auto two = plan(m, interleaved);
+    REQUIRE(!two.empty());
+    for (const PlanRow& r : two) {
+        CHECK(r.parallel.vpp == 2);
+        CHECK(r.parallel.microbatches % r.parallel.pp == 0);
     }
 }

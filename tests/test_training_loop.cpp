@@ -246,7 +246,9 @@ TEST_CASE("plan splits stages the way the 405B run did when pp does not divide t
     CHECK(stage_split(126, 16, 0, 0) == Split{7, 7});
     CHECK(stage_split(32, 4, 0, 0) == Split{0, 0});
     CHECK(stage_split(126, 4, 0, 0) == Split{31, 31});
-    CHECK_FALSE(stage_split(125, 16, 0, 0));  // 125 - 14 x 8 = 13 cannot be shared equally
+    CHECK(stage_split(125, 16, 0, 0) == Split{6, 7});  // 125 - 14 x 8 = 13: the last stage takes the odd one
+    CHECK(stage_split(61, 16, 0, 0) == Split{2, 3});   // DeepSeek-V3
+    CHECK_FALSE(stage_split(17, 16, 0, 0));            // 14 stages of 2 are already more than 17
     CHECK(stage_split(32, 4, 5, 0) == Split{5, 0});
     CHECK_FALSE(stage_split(32, 4, 6, 0));  // 26 layers over 3 stages
     PlanRequest q;

@@ -37,6 +37,8 @@ struct PlanRequest {
     /// Degrees and ZeRO stages to try, each list pinning its own (empty: every valid one); with
     /// sequence_parallel, only layouts that have it.
     std::vector<std::uint64_t> dp, tp, pp, cp, ep;
+    /// Virtual stages per pipeline rank (interleaved 1F1B) to try; empty: 1 and every valid interleaving.
+    std::vector<std::uint64_t> vpp;
     std::vector<unsigned> zero;
     bool sequence_parallel = false;
     /// The GPU whose speeds time each step; none (or one lacking a figure): no times, and the
@@ -76,8 +78,8 @@ inline bool plan_order(const PlanRow& a, const PlanRow& b) { return plan_key(a) 
 
 /// The first and last stages' layer counts for `pp` stages of `layers` (0: an even share), or none when
 /// no split fits. Asked-for counts apply wherever they fit; otherwise stages are even when pp divides
-/// the layers, else the first and the last take equally fewer than the others, as Llama 3 405B's 126
-/// layers ran on 16 stages (7 + 14 x 8 + 7).
+/// the layers, else the first and the last take fewer than the others, as Llama 3 405B's 126 layers ran
+/// on 16 stages (7 + 14 x 8 + 7); DeepSeek-V3's 61 take 2 + 14 x 4 + 3.
 inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::uint64_t layers, std::uint64_t pp,
                                                                           std::uint64_t first, std::uint64_t last) {
     if (pp == 1) return std::make_pair(std::uint64_t{0}, std::uint64_t{0});
@@ -95,8 +97,10 @@ inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::u
     const std::uint64_t middle = (layers + pp - 1) / pp;  // the other stages' share, rounded up
     if (pp < 3 || (pp - 2) * middle >= layers) return std::nullopt;
     const std::uint64_t ends = layers - (pp - 2) * middle;
-    if (ends % 2 != 0 || ends / 2 > middle) return std::nullopt;
-    return std::make_pair(ends / 2, ends / 2);
+    // An odd remainder gives the last stage the extra layer: under 1F1B the first holds pp micro-batches.
+    const std::uint64_t first_share = ends / 2, last_share = ends - first_share;
+    if (first_share == 0 || last_share > middle) return std::nullopt;  // 0 would mean an even share
+    return std::make_pair(first_share, last_share);
 }
 
 
@@ -116,7 +120,8 @@ inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts
     if (p.zero >= 3) bytes.data_parallel += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
     const double layers = static_cast<double>(f.layers.layers);
     bytes.tensor_parallel = 4 * 2 * ring(static_cast<double>(p.tp)) * stream * layers * M;
-    if (p.pp > 1) bytes.pipeline = 2 * stream / (p.sequence_parallel ? static_cast<double>(p.tp) : 1) * M;
+    // Interleaving sends each micro-batch across every rank boundary once per virtual stage.
+    if (p.pp > 1) bytes.pipeline = 2 * stream / (p.sequence_parallel ? static_cast<double>(p.tp) : 1) * M * static_cast<double>(p.vpp);
     const double kv = tokens * static_cast<double>(w.model.key_value_heads() * w.model.head_size()) * d /
                       static_cast<double>(p.tp);
     bytes.context_parallel = 2 * 2 * ring(static_cast<double>(p.cp)) * static_cast<double>(p.cp) * kv * layers * M;
@@ -174,6 +179,15 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                m.every_kind([&](const Architecture& v) { return v.ffn % tp == 0 && v.shared_ffn % tp == 0; }) &&
                (request.max_tp == 0 || tp <= request.max_tp);
     };
+    // Interleaved 1F1B as Megatron-LM runs it: even stages, each rank's layers in vpp equal chunks,
+    // and micro-batches a multiple of pp.
+    const auto interleavings = [&](std::uint64_t pp, std::pair<std::uint64_t, std::uint64_t> split, std::uint64_t M) {
+        std::vector<std::uint64_t> counts{1};
+        if (pp > 1 && split.first == 0 && split.second == 0 && M % pp == 0)
+            for (std::uint64_t v : divisors(m.layers / pp))
+                if (v > 1) counts.push_back(v);
+        return counts;
+    };
     for (std::uint64_t tp : factors) {
         if (!attention_heads_ok(tp) || !allowed(request.tp, tp)) continue;
         for (std::uint64_t pp : divisors(request.gpus / tp)) {
@@ -203,6 +217,9 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                                 p.sequence_parallel = sp;
                                 std::tie(p.first_stage_layers, p.last_stage_layers) = *split;
                                 p.microbatches = G / (dp * b);
+                                for (std::uint64_t vpp : interleavings(pp, *split, p.microbatches)) {
+                                if (!allowed(request.vpp, vpp)) continue;
+                                p.vpp = vpp;
                                 for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
                                     if (!allowed(request.modes, mode)) continue;
                                     PlanRow row;
@@ -210,7 +227,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                                     row.micro_batch = b;
                                     row.recompute = mode;
                                     const double M = static_cast<double>(p.microbatches), P = static_cast<double>(pp);
-                                    row.bubble = (P - 1) / (M + P - 1);
+                                    row.bubble = (P - 1) / (static_cast<double>(vpp) * M + P - 1);
                                     if (const Cached& cached = workload(b, mode)) {
                                         const auto& [w, cost] = *cached;
                                         row.recompute_fraction = cost.recompute_fraction();
@@ -227,6 +244,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                                         }
                                     }
                                     visit(row);
+                                }
                                 }
                             }
                         }

@@ -27,7 +27,7 @@ struct Traffic {
 /// Seconds of one step, by cause.
 struct StepTime {
     double compute = 0;        ///< the step's FLOPs / (devices x peak bf16 x assumed utilisation)
-    double bubble = 0;         ///< 1F1B's idle stages: (pp - 1) / micro-batches of the compute
+    double bubble = 0;         ///< 1F1B's idle stages: (pp - 1) / (micro-batches x vpp) of the compute
     double communication = 0;  ///< every group's bytes at its bandwidth, not overlapped
     double seconds() const { return compute + bubble + communication; }
 };
@@ -50,7 +50,7 @@ inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p, d
     StepTime t;
     const double devices = static_cast<double>(p.devices());
     t.compute = flops / (devices * static_cast<double>(gpu.peak_bf16_flops) * assumed_model_flops_utilization);
-    t.bubble = t.compute * static_cast<double>(p.pp - 1) / static_cast<double>(p.steps_per_batch());
+    t.bubble = t.compute * static_cast<double>(p.pp - 1) / static_cast<double>(p.steps_per_batch() * p.vpp);
     const auto tp = group_bandwidth(gpu, 1, p.tp), cp = group_bandwidth(gpu, p.tp, p.cp),
                dp = group_bandwidth(gpu, p.tp * p.cp, p.dp), pp = group_bandwidth(gpu, p.tp * p.cp * p.dp, p.pp);
     if (!tp || !cp || !dp || !pp) return std::nullopt;
