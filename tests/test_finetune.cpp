@@ -179,6 +179,66 @@ TEST_CASE("A frozen linear keeps no input for its weight; an adapter keeps its o
     }
 }
 
+TEST_CASE("Full recomputation of a LoRA layer: the rerun forward at its largest op, beside the gradients made before it", "[finetune]") {
+    // A shape of its own (h 96, 6 heads over 2 key/value heads, f 256, s 16, b 2, r 4), LoRA on every
+    // linear without dropout, fp32 adapters beside the bf16 model; sb = 32 tokens.
+    Architecture m;
+    m.name = "lora-rerun", m.hidden = 96, m.layers = 2, m.heads = 6, m.kv_heads = 2, m.ffn = 256, m.vocab = 100;
+    const std::uint64_t s = 16, b = 2, r = 4, tokens = s * b, sbh = tokens * 96, sbf = tokens * 256;
+    FineTuning f = lora(r, {"all-linear"});
+    f.lora.dropout = false;
+    const ParameterTable table = fine_tuned_table(m, parameter_table(m), f);
+    for (const Platform platform : {Platform::cuda, Platform::cpu}) {
+        INFO((platform == Platform::cpu ? "cpu" : "cuda"));
+        const std::uint64_t copy = platform == Platform::cpu ? 4 : 0;  // the CPU add's fp32 copy of the base output
+        const LayerActivations l = architecture_layer(m, s, b, DType::bf16, Attention::eager, platform, {},
+                                                      layer_tuning(table, f, 0));
+        // At up(x), the last of the MLP's frozen linears: their input (no row keeps it: each fp32 adapter
+        // casts its own) and the residual stream, 2 sbh each; gate(x), act(gate(x)) (made before up(x)) and
+        // up(x), 2 sbf each; up's adapter output scaled, its sum (fp32) and on CPU the base output's copy.
+        const Workspace *up = nullptr, *down = nullptr;
+        for (const auto& w : l.work) {
+            if (std::string(w.op) == "MLP up projections (frozen)") up = &w;
+            if (std::string(w.op) == "down projection (frozen)") down = &w;
+        }
+        REQUIRE(up != nullptr);
+        REQUIRE(down != nullptr);
+        CHECK(up->bytes.value() == 4 * sbh + 3 * 2 * sbf + sbf * (4 + copy + 4));
+        // At down(x), the layer's last linear: its input (2 sbf, no row), the residual stream and the MLP's
+        // input (2 sbh each), its output (2 sbh) and its adapter's scaled output and sum (and copy).
+        CHECK(down->bytes.value() == 2 * sbf + 3 * 2 * sbh + sbh * (4 + copy + 4));
+        // Before the rerun: the scaled adapter output's gradient (fp32) and the base output's, cast to bf16.
+        CHECK(l.rerun_gradients.value() == sbh * (4 + 2));
+
+        // The first backward step holds every row, and the rerun forward adds what is not one of them at
+        // its largest: up(x)'s workspace less the rows made after it (act's input, its output, up(x): 2 sbf
+        // each; down's fp32 cast of its input, 4 sbf; its r-wide A output, 4 tokens r), or down(x)'s, made
+        // after every row; beside those gradients, and the causal mask (2 s^2 b bytes) recomputation keeps.
+        // On CUDA down(x) holds the most, on CPU up(x), whose 2 sbf-wide copy outweighs down's 4 sbh.
+        Settings set = tuned(f, s);
+        set.micro_batch = b, set.recompute = Recompute::full, set.framework.platform = platform;
+        const Report rep = Estimator(m).estimate(set);
+        const Step& last = rep.timeline().at(m.layers + 1);  // forward 1, 2, loss, backward 2
+        REQUIRE(last.name() == "backward 2");
+        CHECK(last.bytes.rebuilt_activations == l.total());
+        const std::uint64_t at_up = up->bytes.value() - (10 * sbf + 4 * tokens * r), at_down = down->bytes.value();
+        CHECK((platform == Platform::cpu ? at_up > at_down : at_down > at_up));
+        CHECK(last.bytes.workspace.value() == 2 * s * s * b + std::max(at_up, at_down) + 6 * sbh);
+        CHECK(last.bytes.workspace.value() ==
+              2 * s * s * b + (platform == Platform::cpu ? 4 * sbh + 8 * sbf - 4 * tokens * r : 14 * sbh + 2 * sbf) + 6 * sbh);
+    }
+    // bf16 adapters: only the scaled output's gradient is new (the sum passes the incoming one on as it is);
+    // none where the down projection has no adapter, or under frozen training, whose last linear reads a saved weight.
+    FineTuning bf16 = f;
+    bf16.lora.fp32 = false;
+    CHECK(architecture_layer(m, s, b, DType::bf16, Attention::eager, Platform::cuda, {}, layer_tuning(table, bf16, 0))
+              .rerun_gradients.value() == 2 * sbh);
+    const FineTuning qv = lora(r, {"q_proj", "v_proj"});
+    CHECK(architecture_layer(m, s, b, DType::bf16, Attention::eager, Platform::cuda, {},
+                             layer_tuning(fine_tuned_table(m, parameter_table(m), qv), qv, 0))
+              .rerun_gradients == Count(0));
+}
+
 TEST_CASE("QLoRA's layer dequantises its largest weight while it computes", "[finetune]") {
     const Architecture m = fixtures::llama_7b();
     const FineTuning f = lora(8, {"all-linear"}, Training::qlora);

@@ -239,6 +239,10 @@ struct LayerActivations {
     /// keeps what full does).
     std::vector<PolicyOutput> policy_outputs;
     Count input_bytes;  ///< the layer's input: all that full recomputation keeps
+    /// A checkpointed layer (torch's non-reentrant checkpoint): the gradients its backward makes before
+    /// it first reads a saved tensor, alive while its forward reruns (on the residual stream's width:
+    /// gathered whole, as a row-parallel output's gradient is).
+    Count rerun_gradients;
     /// The first row of the MLP half (its norm, the MLP or the MoE layer): selective recomputation rebuilds
     /// one half at a time, in its backward, with the recomputed norm that feeds it.
     std::size_t mlp_half_from = static_cast<std::size_t>(-1);

@@ -252,6 +252,9 @@ struct LinearOutput {
     /// A column-parallel output divides by tp; a row-parallel one's gradient is gathered whole.
     ActivationSplit split = ActivationSplit::tensor;
     Count largest;           ///< the largest one linear's output, where several share the input; none: elements
+    /// Made between the readers and still alive when the last one runs: a gated MLP's act(gate(x)), which
+    /// transformers computes before up(x). Elements in the compute dtype.
+    Count between;
 };
 
 inline constexpr Shape sbr{"sbr", ActivationSplit::replicated};  ///< a LoRA adapter's r-wide intermediate
@@ -268,6 +271,11 @@ inline bool adapter_upcast(const TableBuilder& t, const Sizes& z, std::uint64_t 
     return t.tuning.adapter_fp32 && !z.autocast && input_bytes != dtype::fp32;
 }
 
+/// An adapter's own dtype: fp32, or the model's (under autocast lora_A computes in the compute dtype).
+inline std::uint64_t adapter_bytes(const TableBuilder& t, const Sizes& z) {
+    return t.tuning.adapter_fp32 && !z.autocast ? dtype::fp32 : z.d;
+}
+
 /// What each LoRA adapter among `readers` keeps beside its frozen linear, as peft's Linear runs
 /// base(x) + lora_B(lora_A(dropout(x.to(adapter dtype)))) * scaling over `tokens` tokens of input
 /// `elements`: with a dropout its mask (or CPU noise) and, unless autocast's cast of it is counted
@@ -279,8 +287,7 @@ inline void adapter_rows(TableBuilder& t, const Sizes& z, const std::string& op,
     if (adapters == 0) return;
     const std::string each = adapters > 1 ? " (each of " + std::to_string(adapters) + " adapters)" : "";
     const bool upcast = adapter_upcast(t, z, input_bytes);
-    // The adapter's own dtype: fp32, or the model's (under autocast lora_A computes in the compute dtype).
-    const std::uint64_t own = t.tuning.adapter_fp32 && !z.autocast ? dtype::fp32 : z.d;
+    const std::uint64_t own = adapter_bytes(t, z);
     if (t.tuning.adapter_dropout) {
         const DType input = upcast || input_bytes == dtype::fp32 ? DType::fp32 : z.compute;
         dropout_row(t, z, input, op + ": LoRA dropout" + each, shape, elements, Keep::always, adapters);
@@ -296,27 +303,62 @@ inline void adapter_rows(TableBuilder& t, const Sizes& z, const std::string& op,
 }
 
 /// The forward of frozen linears whose input no row keeps: that input is alive while they run, beside
-/// their outputs (and, beside the MLP, the residual stream the layer adds them to: `stream`); an
-/// adapter's lora_B output scaled and its sum with the base output follow, in the adapter's dtype (an
-/// fp32 adapter's sum is promoted to fp32). Measured: the whole step under full recomputation peaks
+/// their outputs and what is made between them (a gated MLP's activation: LinearOutput::between) and,
+/// beside the MLP, the residual stream the layer adds them to (`stream`); an adapter's lora_B output
+/// scaled and its sum with the base output follow, in the adapter's dtype (an fp32 adapter's sum is
+/// promoted to fp32; on CPU the add first copies the narrower operand to that dtype, as it does the
+/// scores before the mask: Sizes::upcast). Counted at the last reader, with every output made: leaning
+/// high where only an earlier one is adapted. Measured: the whole step under full recomputation peaks
 /// here when nothing is saved (validation/results/cpu-lora-step.json).
 inline void frozen_linear_work(TableBuilder& t, const Sizes& z, const std::string& op, Count input_alive,
                                const LinearOutput& out, LinearSet readers, Count stream = {}) {
     if (out.elements == Count(0)) return;  // a linear whose outputs are not tabled: not counted
     const bool adapted = (readers & t.tuning.adapted) != 0;
-    const std::uint64_t own = t.tuning.adapter_fp32 && !z.autocast ? dtype::fp32 : z.d;
+    const std::uint64_t own = adapter_bytes(t, z), sum = std::max(own, z.d);
+    const std::uint64_t copy = z.platform == Platform::cpu && own != z.d ? sum : 0;
     const Count largest = out.largest > Count(0) ? out.largest : out.elements;
-    const Count bytes = input_alive + stream + out.elements * z.d + (adapted ? largest * (own + std::max(own, z.d)) : Count(0));
+    const Count bytes = input_alive + stream + (out.elements + out.between) * z.d +
+                        (adapted ? largest * (own + copy + sum) : Count(0));
     t.workspace(false, op + " (frozen)",
-                adapted ? "its input and outputs, an adapter's scaled output and the sum" : "its input and outputs",
-                adapted ? "input + outputs + (scaled + sum) x the largest" : "input + outputs", bytes);
+                adapted ? (copy ? "its input and outputs, an adapter's scaled output, its CPU copy of the base output and the sum"
+                                : "its input and outputs, an adapter's scaled output and the sum")
+                        : "its input and outputs",
+                adapted ? (copy ? "input + outputs + (scaled + copy + sum) x the largest"
+                                : "input + outputs + (scaled + sum) x the largest")
+                        : "input + outputs",
+                bytes);
+}
+
+/// torch's non-reentrant checkpoint reruns a layer's forward when its backward first reads a saved
+/// tensor; the ops before that read have run. An adapter beside the layer's last linear, whose output
+/// goes straight to the residual add, is reached through ops that save nothing (the cast back to the
+/// base's dtype, the sum, the scaling): the scaled output's gradient in the adapter's dtype, and for an
+/// adapter of another dtype the base output's gradient cast back, are alive while the forward reruns.
+/// `elements`: that linear's output.
+inline Count rerun_gradients(const TableBuilder& t, const Sizes& z, Count elements) {
+    const std::uint64_t own = adapter_bytes(t, z);
+    return elements * (own + (own != z.d ? z.d : 0));
 }
 
 /// What follows the linears of `readers` under fine-tuning: their adapters' rows, then, where every
 /// reader is frozen, their forward's workspace with those rows made (the input alive unless `input_kept`).
+/// In backward, an adapted linear's input gradient is summed from the base linears' and the adapters', once
+/// the adapters' rows and a kept input (the last row, when `input_kept`) are freed and the gradients of the
+/// linears' adapters and every later tensor written. An adapter's path runs first (autograd takes the latest
+/// made): lora_A's input gradient, in its input's dtype (an fp32 adapter's cast of x), with the dropout's, or
+/// with its cast back; where several linears read the input, beside the sum so far. Then each sum holds the
+/// sum so far, the next gradient and their sum.
 inline void after_linears(TableBuilder& t, const Sizes& z, const std::string& op, LinearSet readers, Count tokens,
                           Count elements, const Shape& shape, std::uint64_t input_bytes, bool input_kept,
                           const LinearOutput& output = {}, Count stream = {}) {
+    if (linears_in(readers & t.tuning.adapted) > 0) {
+        const std::uint64_t in = input_bytes, own = adapter_upcast(t, z, in) ? dtype::fp32 : in;
+        const std::uint64_t path = t.tuning.adapter_dropout ? 2 * own : own + (own != in ? in : 0);
+        const std::uint64_t bytes = std::max(3 * in, path + (linears_in(readers) > 1 ? in : 0));
+        t.workspace_at(input_kept ? t.size() - 1 : t.size(), true, op + " backward (LoRA)",
+                       "its input's gradient: an adapter's path, or the sum so far, the next and their sum",
+                       bytes_of(bytes, std::string(Text(shape.symbol))), elements * bytes, output.weight, shape.split);
+    }
     adapter_rows(t, z, op, readers, tokens, elements, shape, input_bytes);
     if ((readers & ~t.tuning.frozen) == 0 && t.tuning.any())
         frozen_linear_work(t, z, op, input_kept ? Count(0) : elements * input_bytes, output, readers, stream);
@@ -394,8 +436,9 @@ inline LinearSet mlp_input_readers(const Architecture& m, bool shared = false) {
 /// Their outputs, `sbf` elements each, of `shape`: the first weight they write a gradient to.
 inline LinearOutput mlp_input_output(const Architecture& m, Count sbf, const Shape& shape) {
     const std::uint64_t n = mlp_input_projections(m);
+    // act(gate(x)) is made before up(x) runs.
     return {sbf * n, n == 1 ? std::string(Text(shape.symbol)) : std::to_string(n) + " " + std::string(Text(shape.symbol)),
-            n == 1 ? "up_proj" : "gate_proj", ActivationSplit::tensor, sbf};
+            n == 1 ? "up_proj" : "gate_proj", ActivationSplit::tensor, sbf, n == 1 ? Count(0) : sbf};
 }
 
 /// q, k and v as the attention products keep them. With fewer key/value heads than query heads,
@@ -538,7 +581,7 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
 }
 
 /// The output projection's output: row-parallel, so its gradient is the whole residual stream's.
-inline LinearOutput output_projection(const Sizes& z) { return {z.sbh, "sbh", "o_proj", ActivationSplit::replicated, {}}; }
+inline LinearOutput output_projection(const Sizes& z) { return {z.sbh, "sbh", "o_proj", ActivationSplit::replicated, {}, {}}; }
 
 inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
     if (m.mla.enabled()) {
@@ -547,7 +590,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         constexpr LinearSet qkv = bit(Linear::q) | bit(Linear::k) | bit(Linear::v);
         const bool shared = m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow;
         const LinearSet mlp = m.is_moe() ? bit(Linear::router) : mlp_input_readers(m);  // reading it too
-        const LinearOutput qkv_out{z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj", ActivationSplit::tensor, z.sbq};
+        const LinearOutput qkv_out{z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj", ActivationSplit::tensor, z.sbq, {}};
         const bool kept = projection_input_row(t, z, "q/k/v projections",
                                                shared ? "their input, shared with the MLP" : "their input", z.sbh,
                                                shape::sbh, 3, qkv_out, shared ? qkv | mlp : qkv);
@@ -697,7 +740,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
     // The down projection's output: row-parallel, the width of the stream for as many tokens.
     const bool routed = Text(shape.symbol) == Text(shape::sbkf.symbol);
     const LinearOutput down{Count(sbf.value() / m.ffn) * m.hidden, routed ? "sbk(h)" : "sbh", "down_proj",
-                            ActivationSplit::replicated, {}};
+                            ActivationSplit::replicated, {}, {}};
     // The routed experts' activation, from its input (the first projections' outputs) to the down projection's.
     const Module outer = t.current_section();
     if (outer == Module::moe) t.section(Module::moe_act);
@@ -934,6 +977,10 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     }
 
     layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input
+    // A LoRA adapter beside the down projection, whose output the layer's last add takes as it is (no
+    // experts' weighting, post-norm or dropout after it): reached before any saved tensor is read.
+    if (!m.is_moe() && !m.norms_after_branches() && m.hidden_dropout == 0 && (tuning.adapted & bit(Linear::down)) != 0)
+        layer.rerun_gradients = detail::rerun_gradients(t, z, z.sbh);
     if (modules.bits != 0) select_modules(layer, modules);
     return layer;
 }

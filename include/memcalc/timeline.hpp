@@ -93,7 +93,8 @@ struct LayerInputs {
     Count backward_work;     ///< the most its backward workspaces add to its step
     Count backward_work_held;  ///< the same when the gradients they write are already held
     /// Full recomputation: what its forward, rerun inside the backward step, holds beyond the rows that
-    /// step rebuilds (a frozen base keeps few rows, and its linears' inputs and outputs pass them).
+    /// step rebuilds (a frozen base keeps few rows, and its linears' inputs and outputs pass them), with
+    /// the gradients the step made before the rerun began.
     Count recompute_forward_work;
     Count weight_copies;     ///< autocast's cast of one layer's matmul weights (and biases)
 };

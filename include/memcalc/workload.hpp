@@ -350,6 +350,7 @@ struct LayerWork {
     /// step holds the larger.
     SplitBytes rebuilt_mlp_half;
     std::vector<WorkspaceEffect> forward_work, backward_work;  ///< its workspaces
+    SplitBytes rerun_gradients;  ///< LayerActivations::rerun_gradients, where the layer is checkpointed
 };
 
 struct Workload {
@@ -435,7 +436,10 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
             if (rebuilt_by(row, mode))
                 (mode == Recompute::selective && layer.in_mlp_half(i) ? lw.rebuilt_mlp_half : lw.rebuilt).add(row);
         }
-        if (checkpoints_layer(mode)) lw.kept.sequence += layer.input_bytes;  // the layer's input, on the residual stream
+        if (checkpoints_layer(mode)) {
+            lw.kept.sequence += layer.input_bytes;  // the layer's input, on the residual stream
+            lw.rerun_gradients.replicated += layer.rerun_gradients;
+        }
         if (mode == Recompute::op)
             for (const auto& saved : layer.policy_outputs) lw.kept.add(saved.tensor);
     }
@@ -740,8 +744,12 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         layer.backward_work = largest_on_rank(work.backward_work, p, V, written);
         layer.backward_work_held =
             largest_on_rank(work.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.parameters->fresh_gradient[k]);
-        if (checkpoints_layer(w.recompute) && layer.forward_work > layer.rebuilt)
-            layer.recompute_forward_work = Count(layer.forward_work.value() - layer.rebuilt.value());
+        // The rerun forward: its largest op with the rows made before it, or all the rows, beside the
+        // gradients made before the rerun (LayerActivations::rerun_gradients).
+        if (checkpoints_layer(w.recompute)) {
+            const Count rerun = std::max(layer.forward_work, layer.rebuilt) + work.rerun_gradients.on_rank(p, V);
+            if (rerun > layer.rebuilt) layer.recompute_forward_work = Count(rerun.value() - layer.rebuilt.value());
+        }
     }
     if (w.recipe.autocast && last) in.head_weight_copy = w.parameters->cast_head.on_rank(p, V) * d;
 
