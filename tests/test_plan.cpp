@@ -324,7 +324,7 @@ TEST_CASE("offload's host transfers: the gradient shard down, the weight shard u
     CHECK(step_time(no_host, s.parallel, 1e15, none));
 }
 
-TEST_CASE("plan --offload pins the offload modes; a mode no pinned ZeRO stage allows is named", "[plan][pin][offload][cli]") {
+TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeRO stage allows", "[plan][pin][offload][cli]") {
     const Architecture m = small_llama();
     PlanRequest request;
     request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
