@@ -184,6 +184,20 @@ std::vector<unsigned> parse_zero(const std::string& text) {
     return stages;
 }
 
+std::vector<Offload> parse_offloads(const std::string& text) {
+    const std::vector<std::string> names = {"none", "optimizer", "parameters"};
+    std::vector<Offload> modes;
+    for (const auto& item : split_list("--offload", text)) {
+        if (item == "none") modes.push_back(Offload::none);
+        else if (item == "optimizer") modes.push_back(Offload::optimizer);
+        else if (item == "parameters") modes.push_back(Offload::parameters);
+        else
+            throw usage_error(fmt::format("--offload must be none, optimizer or parameters (got '{}'){}", item,
+                                          did_you_mean(item, names)));
+    }
+    return modes;
+}
+
 /// The layouts of one step over devices: every combination of the --dp, --tp, --pp and --zero
 /// lists. The micro-batch count follows from --global-batch when given.
 std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_batch) {

@@ -481,14 +481,20 @@ Examples:
                                            std::tuple{"--vpp", &plan_q.vpp, "Virtual stages per pipeline rank (interleaved 1F1B)"}})
             plan->add_option(option, *value, std::string(what) + " to try")->group(pinned)->type_name("N[,N...]");
         plan->add_option("--zero", plan_q.zero, "ZeRO stages to try (0-3)")->group(pinned)->type_name("STAGE[,STAGE...]");
+        plan_q.offload.clear();  // not given: every mode (the estimate's default is none)
+        plan->add_option("--offload", plan_q.offload,
+                         "ZeRO-Offload modes to try: none, optimizer (with ZeRO 1-3), parameters (with ZeRO 3)")
+            ->group(pinned)
+            ->type_name("MODE[,MODE...]");
         plan->add_flag("--sp", plan_q.sp, "Only layouts with sequence parallelism")->group(pinned);
         add_stage_options(*plan, plan_q, "Options");
         plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B, and interleaved 1F1B with
 each vpp that splits a rank's layers evenly, when the micro-batches are a multiple of pp), context and
-expert (for mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, sequence
+expert (for mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, ZeRO-Offload
+(none; optimizer with ZeRO 1-3; parameters with ZeRO 3, as a single estimate's --offload), sequence
 parallelism on or off, every micro-batch that divides the global batch per replica, and each
-recomputation mode. --dp, --tp, --pp, --vpp, --cp, --ep, --zero, --sp, --recompute and -b, given,
-restrict the search to them.
+recomputation mode. --dp, --tp, --pp, --vpp, --cp, --ep, --zero, --offload, --sp, --recompute and
+-b, given, restrict the search to them.
 Without --gpus it tries 1, 2, 3, ... devices (with --gpu: 1, 2, 3, ... of its nodes) up to 16,384
 and answers with the first count on which some layout fits.
 It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by
@@ -499,11 +505,15 @@ It keeps those whose most loaded device fits in --device-memory less --reserve a
      overlapped: the data-parallel gradient all-reduce, 2 x gradient bytes x (dp - 1) / dp (ZeRO-3:
      also its weight gathers), tensor-parallel all-reduces, context-parallel key/value rings and
      pipeline sends; a group runs at the GPU's intra-node bandwidth when it fits in a node (ranks in
-     the order tp, cp, dp, pp), else at its per-GPU network bandwidth. Tokens per second per GPU
-     are shown beside it;
+     the order tp, cp, dp, pp), else at its per-GPU network bandwidth; plus offload's host transfers
+     at the GPU's host-link (PCIe) bandwidth, none of them overlapped either: optimizer offload moves
+     the device's gradient shard to the host and the updated weight shard back each step, parameter
+     offload the gradient shard down and the weight shard up for each micro-batch's forward and
+     backward (a GPU without a host-link figure gives such layouts no time). The CPU's optimiser step
+     is not timed. Tokens per second per GPU are shown beside it;
   2. then wasted compute: recomputation's extra FLOPs plus the pipeline bubble (P-1)/(vM+P-1), as
      fractions of the step;
-  3. then the bytes each device sends per step;
+  3. then the bytes each device sends per step (host transfers included);
   4. then the peak.
 Where pp does not divide the layers, the first and last stages take fewer than the others (Llama 3
 405B's 126 layers on 16 stages: 7, 14 x 8, 7; DeepSeek-V3's 61: 2, 14 x 4, 3), unless --first-stage-layers or

@@ -1,6 +1,7 @@
 // memcalc plan: every layout of a cluster that fits, ranked; or the fewest GPUs on which one fits.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -43,6 +44,19 @@ std::string run_plan(const Request& q) {
                                       std::tuple{"--ep", &q.ep, &r.ep}, std::tuple{"--vpp", &q.vpp, &r.vpp}})
         if (!text->empty()) *list = parse_sizes(option, *text);
     if (!q.zero.empty()) r.zero = parse_zero(q.zero);
+    if (!q.offload.empty()) r.offload = parse_offloads(q.offload);
+    // An offload no pinned ZeRO stage allows is a mistake to name, not a search that finds nothing.
+    if (!r.offload.empty() && !r.zero.empty()) {
+        const auto any_stage = [&](auto ok) { return std::any_of(r.zero.begin(), r.zero.end(), ok); };
+        const bool possible = std::any_of(r.offload.begin(), r.offload.end(), [&](Offload o) {
+            return o == Offload::none || (o == Offload::optimizer && any_stage([](unsigned z) { return z >= 1; })) ||
+                   any_stage([](unsigned z) { return z == 3; });
+        });
+        if (!possible)
+            throw usage_error(fmt::format("--offload {} needs {} (got --zero {})", q.offload,
+                                          allowed(r.offload, Offload::optimizer) ? "a ZeRO stage, --zero 1, 2 or 3" : "--zero 3",
+                                          q.zero));
+    }
     r.sequence_parallel = q.sp;
     view.top = parse_count("--top", q.top, 10);
     const ModelFile model = load_model(q);

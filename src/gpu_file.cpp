@@ -14,8 +14,8 @@ Gpu parse_gpu_json(std::string_view text, const std::string& origin) {
     // memory_gib, which the listing shows beside the bytes, is accepted and checked against them.
     expect_object(document, origin, "a GPU",
                   {"name", "description", "source", "memory_bytes", "memory_gib", "peak_bf16_flops", "peak_fp8_flops",
-                   "intra_node_bytes_per_second", "inter_node_bytes_per_second", "gpus_per_node", "performance_source",
-                   "network_source"});
+                   "intra_node_bytes_per_second", "inter_node_bytes_per_second", "gpus_per_node", "host_bytes_per_second",
+                   "performance_source", "network_source"});
     const JsonReader in(document, origin);
     if (!in.has("name")) in.fail("missing key 'name'");
     Gpu g;
@@ -30,6 +30,7 @@ Gpu parse_gpu_json(std::string_view text, const std::string& origin) {
     g.intra_node_bandwidth = in.positive_or("intra_node_bytes_per_second", 0);
     g.inter_node_bandwidth = in.positive_or("inter_node_bytes_per_second", 0);
     g.gpus_per_node = in.positive_or("gpus_per_node", 0);
+    g.host_bandwidth = in.positive_or("host_bytes_per_second", 0);
     g.performance_source = intern(in.text_or("performance_source", ""));
     g.network_source = intern(in.text_or("network_source", ""));
     const std::string gib = gib_text(g.memory);

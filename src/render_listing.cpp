@@ -144,10 +144,11 @@ Listing gpus_listing() {
                  {"peak_bf16_flops", "bf16 TFLOP/s", S::tera}, {"peak_fp8_flops", "fp8 TFLOP/s", S::tera},
                  {"intra_node_bytes_per_second", "in node GB/s", S::giga},
                  {"inter_node_bytes_per_second", "network GB/s", S::giga}, {"gpus_per_node", "per node"},
+                 {"host_bytes_per_second", "host GB/s", S::giga},
                  {"description", "description"}, {"source", "source"}, {"performance_source", "FLOP/s source"},
                  {"network_source", "network source"}};
-    l.table = {0, 1, 2, 3, 4, 5, 6, 7, 8};
-    l.csv = {0, 1, 8, 3, 4, 5, 6, 7};  // the first three as before: new columns after them
+    l.table = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    l.csv = {0, 1, 9, 3, 4, 5, 6, 7, 8};  // the first three as before: new columns after them
     const auto known = [](std::uint64_t n) -> Listing::Cell {  // 0 is "unknown": JSON null
         if (n == 0) return {};
         return n;
@@ -155,7 +156,7 @@ Listing gpus_listing() {
     for (const auto& g : gpus)
         l.rows.push_back({std::string(g.name), g.memory.value(), gib_text(g.memory), known(g.peak_bf16_flops),
                           known(g.peak_fp8_flops), known(g.intra_node_bandwidth), known(g.inter_node_bandwidth),
-                          known(g.gpus_per_node), std::string(g.description), std::string(g.source),
+                          known(g.gpus_per_node), known(g.host_bandwidth), std::string(g.description), std::string(g.source),
                           std::string(g.performance_source), std::string(g.network_source)});
     return l;
 }

@@ -303,9 +303,10 @@ TEST_CASE("memcalc plan ranks the layouts that fit", "[cli][plan]") {
     // The first layout, estimated on its own, has the same peak.
     const json& best = j["layouts"][0];
     const auto one = memcalc(fmt("--preset llama-2-70b --seq 4096 --format json --dp {} --tp {} --pp {} --cp {} --zero {} "
-                                 "--micro-batch {} --global-batch 512 --recompute {}{}",
+                                 "--micro-batch {} --global-batch 512 --recompute {} --offload {}{}",
                                  best["dp"], best["tp"], best["pp"], best["cp"], best["zero"], best["micro_batch"],
-                                 best["recompute"].get<std::string>(), best["sequence_parallel"].get<bool>() ? " --sp" : ""));
+                                 best["recompute"].get<std::string>(), best["offload"].get<std::string>(),
+                                 best["sequence_parallel"].get<bool>() ? " --sp" : ""));
     REQUIRE(one.status == 0);
     CHECK(json::parse(one.out)["peak"]["bytes"] == best["peak"]["bytes"]);
     CHECK(count_lines(memcalc("plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 --global-batch 64 --top 3 "

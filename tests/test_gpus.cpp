@@ -25,6 +25,7 @@ TEST_CASE("every listed GPU reads back as itself", "[gpus]") {
         CHECK(read.intra_node_bandwidth == gpus[i].intra_node_bandwidth);
         CHECK(read.inter_node_bandwidth == gpus[i].inter_node_bandwidth);
         CHECK(read.gpus_per_node == gpus[i].gpus_per_node);
+        CHECK(read.host_bandwidth == gpus[i].host_bandwidth);
         CHECK(read.performance_source == gpus[i].performance_source);
         CHECK(read.network_source == gpus[i].network_source);
         CHECK(!gpus[i].performance_source.empty());
@@ -46,16 +47,26 @@ TEST_CASE("the presets the planner needs, with speeds", "[gpus]") {
         CHECK(g->peak_bf16_flops > 0);
         CHECK(g->intra_node_bandwidth > 0);
         CHECK(g->gpus_per_node > 0);
+        // The host link offload crosses: PCIe Gen4 x16 (32 GB/s each way) or Gen5 x16 (64).
+        CHECK((g->host_bandwidth == 32'000'000'000ULL || g->host_bandwidth == 64'000'000'000ULL));
+        CHECK_THAT(std::string(g->network_source), Catch::Contains("host link: PCIe Gen"));
     }
+    CHECK(find_gpu("a100-80gb")->host_bandwidth == 32'000'000'000ULL);
+    CHECK(find_gpu("rtx-4090")->host_bandwidth == 32'000'000'000ULL);
+    for (const char* gen5 : {"h100-sxm", "h100-pcie", "h800", "h200", "b200", "mi300x"}) CHECK(find_gpu(gen5)->host_bandwidth == 64'000'000'000ULL);
     // An H800 is an H100 SXM with less NVLink.
     CHECK(find_gpu("h800")->peak_bf16_flops == find_gpu("h100-sxm")->peak_bf16_flops);
     CHECK(find_gpu("h800")->intra_node_bandwidth < find_gpu("h100-sxm")->intra_node_bandwidth);
     const auto listed = nlohmann::json::parse(cli::render_listing(cli::gpus_listing(), cli::Format::json));
     CHECK(listed[2]["peak_bf16_flops"] == 989400000000000ULL);
     CHECK(listed[3]["inter_node_bytes_per_second"].is_null());  // h100-pcie: no standard NIC
+    CHECK(listed[2]["host_bytes_per_second"] == 64000000000ULL);
     const std::string table = cli::render_listing(cli::gpus_listing(), cli::Format::table);
     CHECK_THAT(table, Catch::Contains("bf16 TFLOP/s"));
     CHECK_THAT(table, Catch::Contains("989.4"));
+    CHECK_THAT(table, Catch::Contains("host GB/s"));
+    const std::string csv = cli::render_listing(cli::gpus_listing(), cli::Format::csv);
+    CHECK_THAT(csv, Catch::Contains(",gpus_per_node,host_bytes_per_second\n"));
 }
 
 TEST_CASE("a GPU by name gives what its memory given by hand gives, in fit, plan and the estimate", "[gpus][cli]") {

@@ -1,10 +1,14 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "fixtures.hpp"
 #include "memcalc/plan.hpp"
+#include "run_program.hpp"
 
 using namespace memcalc;
 
@@ -15,11 +19,12 @@ Architecture small_llama() {
     return m;
 }
 using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, unsigned, bool, std::uint64_t, int,
-                       std::uint64_t>;
-/// Which layout a row is: its degrees, micro-batch and mode.
+                       std::uint64_t, int>;
+/// Which layout a row is: its degrees, micro-batch, mode and offload.
 Key layout_text_key(const PlanRow& r) {
     const Parallelism& p = r.parallel;
-    return {p.dp, p.tp, p.pp, p.cp, p.zero, p.sequence_parallel, r.micro_batch, static_cast<int>(r.recompute), p.vpp};
+    return {p.dp, p.tp, p.pp, p.cp, p.zero, p.sequence_parallel, r.micro_batch, static_cast<int>(r.recompute), p.vpp,
+            static_cast<int>(p.offload)};
 }
 }  // namespace
 
@@ -32,7 +37,8 @@ TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration fi
     // By hand: dp x tp x pp x cp = 8; tp divides heads (16), kv heads (4) and ffn; pp divides the 16
     // layers; the sequence splits over cp (and tp with sequence parallelism); ZeRO needs dp > 1; the
     // micro-batch divides the 16 sequences per replica; three recomputation modes; with pp > 1 and
-    // micro-batches a multiple of pp, also each interleaving of a rank's 16 / pp layers (vpp 2, 4, ...).
+    // micro-batches a multiple of pp, also each interleaving of a rank's 16 / pp layers (vpp 2, 4, ...);
+    // offload none, optimizer with ZeRO 1-3, parameters with ZeRO 3 (0, 1, 2 as the enum counts them).
     std::set<Key> expected;
     for (std::uint64_t tp : {1, 2, 4, 8})
         for (std::uint64_t pp : {1, 2, 4, 8})
@@ -47,8 +53,9 @@ TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration fi
                                 if ((sp && tp == 1) || (zero > 0 && dp == 1) || (16 / dp) % b != 0) continue;
                                 const std::uint64_t microbatches = 16 / (dp * b);
                                 for (std::uint64_t vpp : {1, 2, 4, 8, 16})
-                                    if (vpp == 1 || (pp > 1 && (16 / pp) % vpp == 0 && microbatches % pp == 0))
-                                        expected.insert({dp, tp, pp, cp, zero, sp, b, mode, vpp});
+                                    for (int offload = 0; offload <= static_cast<int>(zero == 3 ? 2 : zero > 0 ? 1 : 0); ++offload)
+                                        if (vpp == 1 || (pp > 1 && (16 / pp) % vpp == 0 && microbatches % pp == 0))
+                                            expected.insert({dp, tp, pp, cp, zero, sp, b, mode, vpp, offload});
                             }
             }
     std::set<Key> found;
@@ -62,6 +69,7 @@ TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration fi
     CHECK(rows.size() == expected.size());
     CHECK(found == expected);
     CHECK(std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) { return r.parallel.vpp == 4 && r.fits; }));
+    CHECK(std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) { return r.parallel.offload == Offload::parameters && r.fits; }));
 }
 
 TEST_CASE("plan's peaks are estimate()'s, and the ranking follows its rule", "[plan]") {
@@ -130,6 +138,7 @@ Gpu round_gpu() {
     g.name = "round", g.memory = 80000000000ULL;
     g.peak_bf16_flops = 100'000'000'000'000ULL;
     g.intra_node_bandwidth = 100'000'000'000ULL, g.inter_node_bandwidth = 10'000'000'000ULL, g.gpus_per_node = 8;
+    g.host_bandwidth = 20'000'000'000ULL;
     return g;
 }
 }  // namespace
@@ -185,6 +194,7 @@ TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient b
         const auto tokens = tokens_per_second_per_gpu(request, r);
         REQUIRE(tokens);
         CHECK(*tokens == Approx(32.0 * 1024 / (r.time->seconds() * 16)));
+        CHECK((r.time->offload > 0) == (p.offload != Offload::none));  // only offload crosses the host link
     }
     // A layout whose only traffic is the gradient all-reduce: dp 16 (two nodes: across them).
     Settings s;
@@ -269,4 +279,95 @@ TEST_CASE("pinned degrees, ZeRO stages and sequence parallelism restrict the sea
         CHECK(r.parallel.vpp == 2);
         CHECK(r.parallel.microbatches % r.parallel.pp == 0);
     }
+}
+
+TEST_CASE("offload's host transfers: the gradient shard down, the weight shard up, at the host bandwidth", "[plan][time][offload]") {
+    const Architecture m = small_llama();
+    Settings s;
+    s.seq = 1024, s.micro_batch = 2;
+    s.parallel.dp = 4, s.parallel.zero = 3, s.parallel.microbatches = 4;  // 32 sequences a step
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const ActivationTables tables = activation_tables(m, 1024, 2, s.recipe.precision(), s.activations, s.framework,
+                                                      s.recompute_modules, {});
+    const Workload w = make_workload(m, s.recipe, 1024, 2, Recompute::none, params, tables, s.framework);
+    // By hand: every parameter trains; ZeRO-3 over 4 ranks leaves each a quarter (rounded up).
+    const double P = static_cast<double>(stage_facts(w, s.parallel, 0).parameters.value());
+    const double shard = std::ceil(P / 4), g = static_cast<double>(s.recipe.gradient_bytes()),
+                 wb = static_cast<double>(s.recipe.weight_bytes());
+    const Traffic none = traffic(w, s.parallel, stage_facts(w, s.parallel, 0));
+    CHECK(none.offload == 0);
+
+    s.parallel.offload = Offload::optimizer;  // gradients down, the updated weights back, once a step
+    const Traffic optimizer = traffic(w, s.parallel, stage_facts(w, s.parallel, 0));
+    CHECK(optimizer.offload == Approx(shard * g + shard * wb));
+    CHECK(optimizer.data_parallel == Approx(none.data_parallel));  // the network's bytes are as they were
+    CHECK(optimizer.total() == Approx(none.total() + optimizer.offload));
+    const Gpu gpu = round_gpu();
+    const auto t = step_time(gpu, s.parallel, 1e15, optimizer);
+    REQUIRE(t);
+    CHECK(t->offload == Approx((shard * g + shard * wb) / 2e10));
+    CHECK(t->seconds() == Approx(t->compute + t->bubble + t->communication + t->offload));
+
+    s.parallel.offload = Offload::parameters;  // and the weights up for each of 4 micro-batches' forward and backward
+    const StageFacts f = stage_facts(w, s.parallel, 0);
+    CHECK(static_cast<double>(f.host_weights.value()) == shard * wb);
+    const Traffic parameters = traffic(w, s.parallel, f);
+    CHECK(parameters.offload == Approx(shard * g + 2 * 4 * shard * wb));
+    const auto tp = step_time(gpu, s.parallel, 1e15, parameters);
+    REQUIRE(tp);
+    CHECK(tp->offload == Approx((shard * g + 8 * shard * wb) / 2e10));
+
+    Gpu no_host = gpu;  // without the host link's figure an offloaded layout has no time; the rest keep theirs
+    no_host.host_bandwidth = 0;
+    CHECK_FALSE(step_time(no_host, s.parallel, 1e15, parameters));
+    s.parallel.offload = Offload::none;
+    CHECK(step_time(no_host, s.parallel, 1e15, none));
+}
+
+TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeRO stage allows", "[plan][pin][offload][cli]") {
+    const Architecture m = small_llama();
+    PlanRequest request;
+    request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
+    const auto all = plan(m, request);
+    for (const std::vector<Offload>& pins : {std::vector<Offload>{Offload::parameters},
+                                             std::vector<Offload>{Offload::none, Offload::optimizer}}) {
+        PlanRequest pinned = request;
+        pinned.offload = pins;
+        std::set<Key> expected, found;
+        for (const PlanRow& r : all)
+            if (allowed(pins, r.parallel.offload)) expected.insert(layout_text_key(r));
+        for (const PlanRow& r : plan(m, pinned)) {
+            found.insert(layout_text_key(r));
+            if (r.parallel.offload == Offload::parameters) CHECK(r.parallel.zero == 3);
+            if (r.parallel.offload == Offload::optimizer) CHECK(r.parallel.zero >= 1);
+        }
+        REQUIRE(!expected.empty());
+        CHECK(found == expected);
+    }
+    const std::string run = "plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 4096 --global-batch 64 --top 5 --format json";
+    const auto parameters = testing::memcalc(run + " --offload parameters");
+    REQUIRE(parameters.status == 0);
+    const auto rows = nlohmann::json::parse(parameters.out)["layouts"];
+    REQUIRE(!rows.empty());
+    for (const auto& row : rows) {
+        CHECK(row["offload"] == "parameters");
+        CHECK(row["zero"] == 3);
+    }
+    const auto csv = testing::memcalc("plan --preset llama-7b --gpus 8 --gpu h100-sxm --seq 4096 --global-batch 64 --top 2 "
+                                      "--format csv --offload optimizer --zero 2");
+    REQUIRE(csv.status == 0);
+    CHECK_THAT(csv.out, Catch::StartsWith("rank,") && Catch::Contains(",vpp,offload\n"));
+    CHECK_THAT(csv.out, Catch::Contains(",optimizer\n"));
+    // Not given, every mode is tried: as many layouts as all three pinned.
+    const auto every = nlohmann::json::parse(testing::memcalc(run).out);
+    const auto three = nlohmann::json::parse(testing::memcalc(run + " --offload none,optimizer,parameters").out);
+    const auto only_none = nlohmann::json::parse(testing::memcalc(run + " --offload none").out);
+    CHECK(every["evaluated"] == three["evaluated"]);
+    CHECK(every["evaluated"].get<std::size_t>() > only_none["evaluated"].get<std::size_t>());
+    const auto wrong = testing::memcalc(run + " --offload parameters --zero 1,2");
+    CHECK(wrong.status == 2);
+    CHECK_THAT(wrong.err, Catch::Contains("--offload parameters needs --zero 3"));
+    const auto typo = testing::memcalc(run + " --offload optimiser");
+    CHECK(typo.status == 2);
+    CHECK_THAT(typo.err, Catch::Contains("did you mean 'optimizer'"));
 }

@@ -1,6 +1,6 @@
 #pragma once
 /// Every valid way to train a model on a cluster: data, tensor, pipeline, context and expert degrees,
-/// ZeRO stage, sequence parallelism, micro-batch and recomputation; which fit in device memory, and
+/// ZeRO stage and offload, sequence parallelism, micro-batch and recomputation; which fit in device memory, and
 /// what each wastes and how long its step takes (step_time.hpp). Each layout costs a few operations on a
 /// Workload (workload.hpp).
 #include <algorithm>
@@ -40,6 +40,8 @@ struct PlanRequest {
     /// Virtual stages per pipeline rank (interleaved 1F1B) to try; empty: 1 and every valid interleaving.
     std::vector<std::uint64_t> vpp;
     std::vector<unsigned> zero;
+    /// ZeRO-Offload modes to try; empty: each the ZeRO stage allows (optimizer: 1-3, parameters: 3).
+    std::vector<Offload> offload;
     bool sequence_parallel = false;
     /// The GPU whose speeds time each step; none (or one lacking a figure): no times, and the
     /// ranking by waste alone.
@@ -60,7 +62,7 @@ struct PlanRow {
     bool fits = false;
     double recompute_fraction = 0;  ///< extra FLOPs of recomputation / the step's FLOPs
     double bubble = 0;              ///< pipeline bubble, (P - 1) / (M + P - 1)
-    double communication = 0;       ///< bytes each device sends per step (estimate)
+    double communication = 0;       ///< bytes each device sends per step, to host memory too (estimate)
     std::optional<StepTime> time;   ///< the step's estimated time, when the GPU's figures give one
     double waste() const { return recompute_fraction + bubble; }
 };
@@ -106,7 +108,10 @@ inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::u
 
 /// Bytes one device sends in a step, by ring collectives: data-parallel gradient all-reduce (ZeRO-3:
 /// also two weight all-gathers), tensor-parallel all-reduces (4 a layer a micro-batch), pipeline
-/// sends between stages, context-parallel key/value rings.
+/// sends between stages, context-parallel key/value rings; and what ZeRO-Offload moves over the host
+/// link: optimizer offload, the device's gradient shard down and the updated weight shard back each
+/// step; parameter offload, the gradient shard down and the weight shard up for each micro-batch's
+/// forward and its backward (the update stays on the host, where the weights live).
 inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts& f) {
     const double M = static_cast<double>(p.steps_per_batch());
     const double params = static_cast<double>(f.parameters.value());
@@ -125,6 +130,12 @@ inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts
     const double kv = tokens * static_cast<double>(w.model.key_value_heads() * w.model.head_size()) * d /
                       static_cast<double>(p.tp);
     bytes.context_parallel = 2 * 2 * ring(static_cast<double>(p.cp)) * static_cast<double>(p.cp) * kv * layers * M;
+    if (p.offload != Offload::none) {
+        const double shard = static_cast<double>(StageFacts::shard(p, f.trainable_dense, f.trainable_experts).value());
+        bytes.offload = shard * static_cast<double>(w.recipe.gradient_bytes());
+        bytes.offload += p.offload == Offload::parameters ? 2 * M * static_cast<double>(f.host_weights.value())
+                                                          : shard * static_cast<double>(w.recipe.weight_bytes());
+    }
     return bytes;
 }
 
@@ -206,13 +217,18 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                     for (bool sp : {false, true}) {
                         if ((sp && tp == 1) || (request.sequence_parallel && !sp)) continue;
                         if (s % (cp * (sp ? tp : 1)) != 0) continue;
-                        for (unsigned zero = 0; zero <= 3; ++zero) {
+                        for (unsigned zero = 0; zero <= 3; ++zero)
+                        for (Offload offload : {Offload::none, Offload::optimizer, Offload::parameters}) {
                             if ((zero > 0 && dp == 1) || !allowed(request.zero, zero)) continue;  // dp 1: nothing to shard
+                            // validate()'s rule: optimizer offload needs a ZeRO stage, parameter offload ZeRO-3.
+                            if ((offload == Offload::optimizer && zero == 0) || (offload == Offload::parameters && zero != 3) ||
+                                !allowed(request.offload, offload))
+                                continue;
                             if (G % dp != 0) continue;
                             for (std::uint64_t b : divisors(G / dp)) {
                                 if (!allowed(request.micro_batches, b)) continue;
                                 Parallelism p;
-                                p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep, p.zero = zero;
+                                p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep, p.zero = zero, p.offload = offload;
                                 p.etp = etp == tp ? 0 : etp;
                                 p.sequence_parallel = sp;
                                 std::tie(p.first_stage_layers, p.last_stage_layers) = *split;

@@ -1,7 +1,8 @@
 #pragma once
 /// A training step's time on a GPU, estimated, not simulated: the step's FLOPs at an assumed share of
-/// the GPU's peak, the pipeline's idle time, and every byte a device sends at the bandwidth of the
-/// group it sends to, none of it overlapped with compute.
+/// the GPU's peak, the pipeline's idle time, every byte a device sends at the bandwidth of the group it
+/// sends to, and what offload moves to and from host memory at the host link's, none of it overlapped
+/// with compute.
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -21,7 +22,8 @@ struct Traffic {
     double tensor_parallel = 0;   ///< the layers' all-reduces
     double pipeline = 0;          ///< activations and their gradients between stages
     double context_parallel = 0;  ///< the key/value ring
-    double total() const { return data_parallel + tensor_parallel + pipeline + context_parallel; }
+    double offload = 0;           ///< to and from host memory (ZeRO-Offload), over the host link
+    double total() const { return data_parallel + tensor_parallel + pipeline + context_parallel + offload; }
 };
 
 /// Seconds of one step, by cause.
@@ -29,7 +31,8 @@ struct StepTime {
     double compute = 0;        ///< the step's FLOPs / (devices x peak bf16 x assumed utilisation)
     double bubble = 0;         ///< 1F1B's idle stages: (pp - 1) / (micro-batches x vpp) of the compute
     double communication = 0;  ///< every group's bytes at its bandwidth, not overlapped
-    double seconds() const { return compute + bubble + communication; }
+    double offload = 0;        ///< the host transfers at the host link's bandwidth, not overlapped
+    double seconds() const { return compute + bubble + communication + offload; }
 };
 
 /// Bytes per second within a group of `size` ranks `stride` apart: inside a node when the group's span
@@ -44,7 +47,8 @@ inline std::optional<double> group_bandwidth(const Gpu& gpu, std::uint64_t strid
 }
 
 /// The time of a step of `flops` (every device's, recomputation included) on `p.devices()` GPUs, or none
-/// when the GPU lacks a figure the layout needs (its bf16 peak, a bandwidth, its node size).
+/// when the GPU lacks a figure the layout needs (its bf16 peak, a bandwidth, its node size, its host link
+/// where offload moves bytes).
 inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p, double flops, const Traffic& bytes) {
     if (gpu.peak_bf16_flops == 0) return std::nullopt;
     StepTime t;
@@ -56,6 +60,10 @@ inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p, d
     if (!tp || !cp || !dp || !pp) return std::nullopt;
     t.communication = bytes.tensor_parallel / *tp + bytes.context_parallel / *cp + bytes.data_parallel / *dp +
                       bytes.pipeline / *pp;
+    if (bytes.offload > 0) {
+        if (gpu.host_bandwidth == 0) return std::nullopt;
+        t.offload = bytes.offload / static_cast<double>(gpu.host_bandwidth);
+    }
     return t;
 }
 

@@ -506,6 +506,7 @@ struct StageFacts {
     Count expert_parameters;       ///< the experts' part of them
     TrainingState state;           ///< on the device, after ZeRO sharding and offload
     Count host;                    ///< what offload keeps in host memory
+    Count host_weights;            ///< the weights' part of it (parameter offload): fetched for each use
 
     /// This rank's ZeRO shard of `dense` and `experts` parameters, each over its own group.
     static Count shard(const Parallelism& p, Count dense, Count experts) {
@@ -602,6 +603,7 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
     }
     if (p.offload == Offload::parameters) {
         f.host += f.state.weights;
+        f.host_weights = f.state.weights;
         f.state.weights = 0;
     }
     // The program's own buffers stay on the device, counted with the weights.
