@@ -481,18 +481,21 @@ Examples:
                                            std::tuple{"--vpp", &plan_q.vpp, "Virtual stages per pipeline rank (interleaved 1F1B)"}})
             plan->add_option(option, *value, std::string(what) + " to try")->group(pinned)->type_name("N[,N...]");
         plan->add_option("--zero", plan_q.zero, "ZeRO stages to try (0-3)")->group(pinned)->type_name("STAGE[,STAGE...]");
-        plan_q.offload.clear();  // not given: every mode (the estimate's default is none)
+        // Offload is searched only when asked for: memcalc checks neither the host memory it needs nor the
+        // CPU optimiser step's time, so a layout that fits only by offloading is not offered unasked.
         plan->add_option("--offload", plan_q.offload,
-                         "ZeRO-Offload modes to try: none, optimizer (with ZeRO 1-3), parameters (with ZeRO 3)")
+                         "ZeRO-Offload modes to try: none (default), optimizer (with ZeRO 1-3), parameters (with\n"
+                         "ZeRO 3); e.g. --offload none,optimizer,parameters")
             ->group(pinned)
             ->type_name("MODE[,MODE...]");
         plan->add_flag("--sp", plan_q.sp, "Only layouts with sequence parallelism")->group(pinned);
         add_stage_options(*plan, plan_q, "Options");
         plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B, and interleaved 1F1B with
 each vpp that splits a rank's layers evenly, when the micro-batches are a multiple of pp), context and
-expert (for mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, ZeRO-Offload
-(none; optimizer with ZeRO 1-3; parameters with ZeRO 3, as a single estimate's --offload), sequence
-parallelism on or off, every micro-batch that divides the global batch per replica, and each
+expert (for mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, with
+--offload the ZeRO-Offload modes it lists (optimizer with ZeRO 1-3; parameters with ZeRO 3, as a single
+estimate's --offload; not searched unless asked for, since memcalc checks neither the host memory they
+need nor the CPU optimiser's time), sequence parallelism on or off, every micro-batch that divides the global batch per replica, and each
 recomputation mode. --dp, --tp, --pp, --vpp, --cp, --ep, --zero, --offload, --sp, --recompute and
 -b, given, restrict the search to them.
 Without --gpus it tries 1, 2, 3, ... devices (with --gpu: 1, 2, 3, ... of its nodes) up to 16,384
