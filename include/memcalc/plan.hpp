@@ -40,7 +40,8 @@ struct PlanRequest {
     /// Virtual stages per pipeline rank (interleaved 1F1B) to try; empty: 1 and every valid interleaving.
     std::vector<std::uint64_t> vpp;
     std::vector<unsigned> zero;
-    /// ZeRO-Offload modes to try; empty: each the ZeRO stage allows (optimizer: 1-3, parameters: 3).
+    /// ZeRO-Offload modes to try; empty: each the ZeRO stage allows (optimizer: 1-3, parameters: 3). The
+    /// program passes {none} unless asked: it checks neither host memory nor the CPU optimiser's time.
     std::vector<Offload> offload;
     bool sequence_parallel = false;
     /// The GPU whose speeds time each step; none (or one lacking a figure): no times, and the
@@ -61,7 +62,7 @@ struct PlanRow {
     LayoutPeak peak;
     bool fits = false;
     double recompute_fraction = 0;  ///< extra FLOPs of recomputation / the step's FLOPs
-    double bubble = 0;              ///< pipeline bubble, (P - 1) / (M + P - 1)
+    double bubble = 0;              ///< pipeline bubble, (P - 1) / (vpp x M + P - 1)
     double communication = 0;       ///< bytes each device sends per step, to host memory too (estimate)
     std::optional<StepTime> time;   ///< the step's estimated time, when the GPU's figures give one
     double waste() const { return recompute_fraction + bubble; }
