@@ -453,20 +453,23 @@ TEST_CASE("files are written whole, by the run that succeeds, through links, nev
     std::remove("memcalc_plot.svg");
     CHECK(memcalc("--preset llama-7b --seq 1024,2048 --per-layer --plot memcalc_plot.svg").status == 2);
     CHECK_FALSE(std::ifstream("memcalc_plot.svg"));
-    // Four writers racing for one file: each succeeds, and the file is one whole report.
+    // Four writers racing for one file: each succeeds, and the file is one whole report. In a folder of
+    // its own, so that no other test's temporary (ctest -j) is taken for one left behind.
+    const std::string dir = "memcalc_race_" + std::to_string(getpid());
+    REQUIRE(testing::shell("rm -rf " + dir + " && mkdir " + dir).status == 0);
     for (int round = 0; round < 10; ++round) {
         const auto race = testing::shell(
-            "for i in 1 2 3 4; do (memcalc --preset llama-7b --seq $((512 * i)) --format json --output memcalc_race.json; "
-            "echo $? > memcalc_race.$i) & done; wait; cat memcalc_race.1 memcalc_race.2 memcalc_race.3 memcalc_race.4 | "
-            "grep -vc '^0$'; rm -f memcalc_race.[1-4]");
+            "cd " + dir + " && for i in 1 2 3 4; do (memcalc --preset llama-7b --seq $((512 * i)) --format json --output "
+            "memcalc_race.json; echo $? > memcalc_race.$i) & done; wait; cat memcalc_race.1 memcalc_race.2 memcalc_race.3 "
+            "memcalc_race.4 | grep -vc '^0$'; rm -f memcalc_race.[1-4]");
         CHECK(race.out == "0\n");
-        std::ifstream file("memcalc_race.json");
+        std::ifstream file(dir + "/memcalc_race.json");
         std::stringstream text;
         text << file.rdbuf();
         CHECK_NOTHROW(json::parse(text.str()));
     }
-    CHECK(testing::shell("ls -a | grep -c memcalc-").out == "0\n");  // no temporary left behind
-    std::remove("memcalc_race.json");
+    CHECK(testing::shell("ls -a " + dir + " | grep -c memcalc-").out == "0\n");  // no temporary left behind
+    testing::shell("rm -rf " + dir);
     // Through a symbolic link: the target gets the report, the link stays a link.
     std::ofstream("memcalc_target.csv") << "old";
     CHECK(testing::shell("chmod 640 memcalc_target.csv && ln -sf memcalc_target.csv memcalc_link.csv").status == 0);
