@@ -185,15 +185,16 @@ std::vector<unsigned> parse_zero(const std::string& text) {
 }
 
 std::vector<Offload> parse_offloads(const std::string& text) {
-    const std::vector<std::string> names = {"none", "optimizer", "parameters"};
+    const std::vector<Offload> all = {Offload::none, Offload::optimizer, Offload::parameters};
+    std::vector<std::string> names;
+    for (Offload o : all) names.emplace_back(offload_name(o));
     std::vector<Offload> modes;
     for (const auto& item : split_list("--offload", text)) {
-        if (item == "none") modes.push_back(Offload::none);
-        else if (item == "optimizer") modes.push_back(Offload::optimizer);
-        else if (item == "parameters") modes.push_back(Offload::parameters);
-        else
+        const auto found = std::find(names.begin(), names.end(), item);
+        if (found == names.end())
             throw usage_error(fmt::format("--offload must be none, optimizer or parameters (got '{}'){}", item,
                                           did_you_mean(item, names)));
+        modes.push_back(all[static_cast<std::size_t>(found - names.begin())]);
     }
     return modes;
 }
@@ -210,9 +211,7 @@ std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_bat
     base.microbatches = parse_count("--microbatches", q.microbatches, 0);
     base.first_stage_layers = parse_count("--first-stage-layers", q.first_stage_layers, 0);
     base.last_stage_layers = parse_count("--last-stage-layers", q.last_stage_layers, 0);
-    base.offload = q.offload == "parameters" ? Offload::parameters
-                   : q.offload == "optimizer" ? Offload::optimizer
-                                              : Offload::none;
+    base.offload = parse_offloads(q.offload).front();  // one name: the option's check allows no list
     const auto list = [](const char* option, const std::string& text) {
         return text.empty() ? std::vector<std::uint64_t>{1} : parse_sizes(option, text);
     };

@@ -319,12 +319,10 @@ inline void frozen_linear_work(TableBuilder& t, const Sizes& z, const std::strin
     const Count largest = out.largest > Count(0) ? out.largest : out.elements;
     const Count bytes = input_alive + stream + (out.elements + out.between) * z.d +
                         (adapted ? largest * (own + copy + sum) : Count(0));
+    const std::string copied = copy ? ", its CPU copy of the base output" : "";
     t.workspace(false, op + " (frozen)",
-                adapted ? (copy ? "its input and outputs, an adapter's scaled output, its CPU copy of the base output and the sum"
-                                : "its input and outputs, an adapter's scaled output and the sum")
-                        : "its input and outputs",
-                adapted ? (copy ? "input + outputs + (scaled + copy + sum) x the largest"
-                                : "input + outputs + (scaled + sum) x the largest")
+                adapted ? "its input and outputs, an adapter's scaled output" + copied + " and the sum" : "its input and outputs",
+                adapted ? std::string("input + outputs + (scaled + ") + (copy ? "copy + " : "") + "sum) x the largest"
                         : "input + outputs",
                 bytes);
 }
