@@ -303,6 +303,7 @@ void gpt2(const JsonReader& in, Architecture& m) {
     m.attention_dropout = in.probability_or("attn_pdrop", 0);
     m.hidden_dropout = in.probability_or("resid_pdrop", 0);
     m.softmax_fp32 = false;  // its eager attention takes the softmax in the compute dtype
+    m.attention_output_held = true;  // GPT2Block's attn_output
 }
 
 void opt(const JsonReader& in, Architecture& m) {
@@ -343,7 +344,7 @@ void falcon(const JsonReader& in, Architecture& m) {
         m.norms_per_layer = 1;
     }
     m.parallel_attention = new_architecture || in.flag_or("parallel_attn", true);
-    if (!m.parallel_attention) m.norms_per_layer = 2;
+    if (!m.parallel_attention) m.norms_per_layer = 2, m.attention_output_held = true;  // FalconDecoderLayer's attention_output
     m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.activation = Activation::gelu;
     m.bias = in.flag_or("bias", false) ? Bias::all : Bias::none;
     m.position = in.flag_or("alibi", false) ? Position::none : Position::rotary;

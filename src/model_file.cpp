@@ -22,7 +22,7 @@ using nlohmann::json;
 const std::vector<std::string> architecture_keys = {
     "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_positions", "position_rows", "mlp",
     "norm", "bias", "position", "tied_embeddings", "experts", "experts_per_token", "activation", "norms_per_layer",
-    "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "mlp_dropout", "softmax_fp32",
+    "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "mlp_dropout", "softmax_fp32", "attention_output_held",
     "head_bias", "causal_mask_buffer", "qk_norm", "rotary_embedding", "shared_ffn", "shared_expert_gate", "router_bias",
     "renormalize_topk", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
     "norm_position", "rmsnorm_fp32_scale", "attention_sinks", "window", "stacked_experts"};
@@ -117,6 +117,7 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     m.hidden_dropout = in.probability_or("hidden_dropout", 0);
     m.mlp_dropout = in.probability_or("mlp_dropout", 0);
     m.softmax_fp32 = in.flag_or("softmax_fp32", true);
+    m.attention_output_held = in.flag_or("attention_output_held", false);
     m.head_bias = in.flag_or("head_bias", false);
     m.causal_mask_buffer = in.choice_or<CausalMaskBuffer>(
         "causal_mask_buffer", {{"none", CausalMaskBuffer::none}, {"per_layer", CausalMaskBuffer::per_layer}},

@@ -101,6 +101,7 @@ std::string builder(const cli::ModelFile& file) {
         << "    m.attention_dropout = " << number(m.attention_dropout) << ", m.hidden_dropout = "
         << number(m.hidden_dropout) << ", m.mlp_dropout = " << number(m.mlp_dropout) << ";\n"
         << "    m.softmax_fp32 = " << boolean(m.softmax_fp32) << ";\n"
+        << "    m.attention_output_held = " << boolean(m.attention_output_held) << ";\n"
         << "    m.causal_mask_buffer = CausalMaskBuffer::"
         << (m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none") << ";\n"
         << "    m.qk_norm = QkNorm::" << qk_norm_name(m.qk_norm) << ", m.norm_position = NormPosition::"

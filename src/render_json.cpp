@@ -49,6 +49,7 @@ json model_json(const Architecture& m) {
             {"hidden_dropout", m.hidden_dropout},
             {"mlp_dropout", m.mlp_dropout},
             {"softmax_fp32", m.softmax_fp32},
+            {"attention_output_held", m.attention_output_held},
             {"head_bias", m.head_bias},
             {"causal_mask_buffer", m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none"},
             {"qk_norm", qk_norm_name(m.qk_norm)},
@@ -210,7 +211,8 @@ void layer_json(json& out, const LayerActivations& layer, Recompute mode, bool w
                         {"bytes", w.bytes.value()},
                         {"absent_bytes", sum.covered.value()},
                         {"adds_bytes", sum.adds().value()},
-                        {"gradients_from", w.gradients_from}});
+                        {"gradients_from", w.gradients_from},
+                        {"stream_beside_bytes", (w.stream_other + (checkpoints_layer(mode) ? Count(0) : w.stream_input)).value()}});
     }
     out["workspaces"] = work;
 }

@@ -194,7 +194,8 @@ std::string parallel_section(const Report& r, const View& view) {
 std::string workspace_table(const Report& r) {
     std::string out = "\nWorkspaces: temporaries of the op running now, never saved. Each adds to its step what the\n"
                       "rows not live meanwhile (made later in forward, freed earlier in backward) do not cover;\n"
-                      "a backward one also finds the layer's gradients from the named tensor on written.\n";
+                      "a backward one also finds the layer's gradients from the named tensor on written, a forward one\n"
+                      "the residual stream's tensors no row keeps (the layer's input, the attention half's sum).\n";
     TextTable table({L, L, L, R, R, R, L});
     table.row({"op", "makes", "formula", "bytes", "rows not live", "adds", "gradients from"});
     for (std::size_t k = 0; k < r.parameters.kinds; ++k) {

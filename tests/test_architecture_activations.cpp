@@ -104,12 +104,14 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     CHECK(workspace_named(layer, "Q K^T / sqrt(d) + mask").bytes.value() == 4 * A);
     CHECK(workspace_named(layer, "softmax").bytes.value() == 2 * A);  // CUDA upcasts as it goes
     const Workspace& softmax = workspace_named(layer, "softmax backward");
-    CHECK(softmax.bytes.value() == 6 * A);  // the fp32 gradient of its output, the bf16 one of its input
+    // The fp32 gradient of its output, the bf16 one of its input, and v's (at every query head: 2 sb(ad)).
+    CHECK(softmax.bytes.value() == 6 * A + 2 * sb * a * d);
     CHECK(softmax.gradients_from == "o_proj");
     // Freed by then: the bf16 weights (2A), the output projection's input, the MLP norm and input, SwiGLU's 8 sbf.
     const std::uint64_t later = 2 * A + 2 * sb * a * d + (4 * sb * h + 4 * sb + 2 * sb * h) + 2 * sb * h + 8 * sb * f;
     CHECK(workspace_sum(layer.rows, softmax, Recompute::none).covered.value() == later);
-    CHECK(workspace_sum(layer.rows, softmax, Recompute::none).adds().value() == (6 * A > later ? 6 * A - later : 0));
+    const std::uint64_t work = 6 * A + 2 * sb * a * d;
+    CHECK(workspace_sum(layer.rows, softmax, Recompute::none).adds().value() == (work > later ? work - later : 0));
     // Selective recomputation rebuilds the same rows for the backward step: the same effect.
     CHECK(workspace_sum(layer.rows, softmax, Recompute::selective).covered.value() == later);
     // gate x up's backward: its incoming gradient and both factors' (3 x 2 sbf), the down input freed.
@@ -130,6 +132,42 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     CHECK(workspace_sum(layer.rows, last, Recompute::full).adds().value() == 0);
 }
 
+TEST_CASE("forward workspaces find the residual stream's unkept tensors beside them", "[architecture][workspace]") {
+    // The caller holds the layer's input, and the MLP half runs beside the attention half's sum; no row keeps
+    // either where an RMSNorm keeps only an fp32 copy (measured: cpu-rotary-wide512.json, selective forward).
+    const std::uint64_t h = GENERATE(64, 96), s = GENERATE(8, 40), b = GENERATE(1, 2);
+    CAPTURE(h, s, b);
+    const std::uint64_t sbh = s * b * h;
+    const Architecture llama = llama_like(h, 4, 2, 176);
+    const LayerActivations l = architecture_layer(llama, s, b, DType::bf16, Attention::eager);
+    const Workspace& softmax = workspace_named(l, "softmax");
+    CHECK(softmax.stream_input.value() == 2 * sbh);
+    CHECK(softmax.stream_other.value() == 0);
+    CHECK(workspace_named(l, "residual add (the layer's last op)").stream_input.value() == 0);  // its bytes count it
+    // It adds 2 sbh under none and selective recomputation; full recomputation's checkpoint keeps the
+    // layer's input already, so there it adds nothing.
+    Workspace bare = softmax;
+    bare.stream_input = Count(0);
+    for (const Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+        CAPTURE(recompute_name(mode));
+        const std::uint64_t with = workspace_sum(l.rows, softmax, mode).added.value();
+        CHECK(with - workspace_sum(l.rows, bare, mode).added.value() == (mode == Recompute::full ? 0 : 2 * sbh));
+    }
+    // (The MLP half's: the attention half's sum beside it too; test_finetune.cpp's frozen MLP checks it.)
+    // An fp32 stream: the RMSNorm's fp32 "copy" is the stream itself, a row; a LayerNorm keeps its input.
+    const LayerActivations fp32 = architecture_layer(llama, s, b, DType::fp32, Attention::eager);
+    CHECK(workspace_named(fp32, "softmax").stream_input.value() == 0);
+    Architecture gpt = llama;
+    gpt.norm = Norm::layernorm, gpt.mlp = Mlp::plain, gpt.position = Position::learned, gpt.softmax_fp32 = false;
+    const LayerActivations g = architecture_layer(gpt, s, b, DType::bf16, Attention::eager);
+    CHECK(workspace_named(g, "softmax").stream_input.value() == 0);
+    // GPT-2's code holds the attention's output until the layer returns: 2 sbh more at the last add.
+    gpt.attention_output_held = true;
+    const LayerActivations held = architecture_layer(gpt, s, b, DType::bf16, Attention::eager);
+    CHECK(workspace_named(held, "residual add (the layer's last op)").bytes.value() ==
+          workspace_named(g, "residual add (the layer's last op)").bytes.value() + 2 * sbh);
+}
+
 TEST_CASE("the CPU platform: bf16 LayerNorm statistics and a softmax over an fp32 copy", "[architecture][workspace]") {
     const Architecture llama = llama_like(64, 4, 2, 176);
     const std::uint64_t s = 32, A = 4 * s * s;
@@ -137,15 +175,16 @@ TEST_CASE("the CPU platform: bf16 LayerNorm statistics and a softmax over an fp3
     const LayerActivations cpu = architecture_layer(llama, s, 1, DType::bf16, Attention::eager, Platform::cpu);
     CHECK(cuda.total() == cpu.total());  // RMSNorm has no statistics to keep
     CHECK(workspace_named(cpu, "softmax").bytes.value() == 6 * A);           // its input and the fp32 copy
-    CHECK(workspace_named(cpu, "softmax backward").bytes.value() == 8 * A);  // the input's gradient in fp32 too
+    // The input's gradient in fp32 too; beside them v's (2 sb(ad)).
+    CHECK(workspace_named(cpu, "softmax backward").bytes.value() == 8 * A + 2 * s * 64);
 
     Architecture gpt2 = fixtures::gpt2_small();  // LayerNorm, softmax in the activations' dtype
     const LayerActivations g_cuda = architecture_layer(gpt2, s, 1, DType::bf16, Attention::eager, Platform::cuda);
     const LayerActivations g_cpu = architecture_layer(gpt2, s, 1, DType::bf16, Attention::eager, Platform::cpu);
     CHECK(g_cuda.total().value() == g_cpu.total().value() + 2 * 4 * s);  // two LayerNorms, 8 sb in fp32, 4 sb in bf16
     const std::uint64_t G = 12 * s * s;
-    CHECK(workspace_named(g_cpu, "softmax backward").bytes.value() == 4 * G);
-    CHECK(workspace_named(g_cuda, "softmax backward").bytes.value() == 4 * G);
+    CHECK(workspace_named(g_cpu, "softmax backward").bytes.value() == 4 * G + 2 * s * 768);
+    CHECK(workspace_named(g_cuda, "softmax backward").bytes.value() == 4 * G + 2 * s * 768);
     CHECK(workspace_named(g_cuda, "GELU (tanh) backward").bytes.value() == 4 * s * 3072);
     // LayerNorm keeps its input, so the last add adds only the MLP's output and the sum.
     CHECK(workspace_named(g_cuda, "residual add (the layer's last op)").bytes.value() == 4 * s * 768);

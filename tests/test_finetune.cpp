@@ -194,8 +194,10 @@ TEST_CASE("Full recomputation of a LoRA layer: the rerun forward at its largest 
         const LayerActivations l = architecture_layer(m, s, b, DType::bf16, Attention::eager, platform, {},
                                                       layer_tuning(table, f, 0));
         // At up(x), the last of the MLP's frozen linears: their input (no row keeps it: each fp32 adapter
-        // casts its own) and the residual stream, 2 sbh each; gate(x), act(gate(x)) (made before up(x)) and
-        // up(x), 2 sbf each; up's adapter output scaled, its sum (fp32) and on CPU the base output's copy.
+        // casts its own), 2 sbh; gate(x), act(gate(x)) (made before up(x)) and up(x), 2 sbf each; up's
+        // adapter output scaled, its sum (fp32) and on CPU the base output's copy. Beside them the residual
+        // stream no row keeps (the RMSNorms keep fp32 copies): the attention half's sum, and the layer's input
+        // unless a checkpoint keeps it, 2 sbh each.
         const Workspace *up = nullptr, *down = nullptr;
         for (const auto& w : l.work) {
             if (std::string(w.op) == "MLP up projections (frozen)") up = &w;
@@ -203,10 +205,13 @@ TEST_CASE("Full recomputation of a LoRA layer: the rerun forward at its largest 
         }
         REQUIRE(up != nullptr);
         REQUIRE(down != nullptr);
-        CHECK(up->bytes.value() == 4 * sbh + 3 * 2 * sbf + sbf * (4 + copy + 4));
-        // At down(x), the layer's last linear: its input (2 sbf, no row), the residual stream and the MLP's
-        // input (2 sbh each), its output (2 sbh) and its adapter's scaled output and sum (and copy).
-        CHECK(down->bytes.value() == 2 * sbf + 3 * 2 * sbh + sbh * (4 + copy + 4));
+        CHECK(up->bytes.value() == 2 * sbh + 3 * 2 * sbf + sbf * (4 + copy + 4));
+        CHECK(up->stream_other.value() == 2 * sbh);
+        CHECK(up->stream_input.value() == 2 * sbh);
+        // At down(x), the layer's last linear: its input (2 sbf, no row), the MLP's input (2 sbh), its output
+        // (2 sbh) and its adapter's scaled output and sum (and copy); beside them the stream, as at up(x).
+        CHECK(down->bytes.value() == 2 * sbf + 2 * 2 * sbh + sbh * (4 + copy + 4));
+        CHECK(down->stream_other.value() == 2 * sbh);
         // Before the rerun: the scaled adapter output's gradient (fp32) and the base output's, cast to bf16.
         CHECK(l.rerun_gradients.value() == sbh * (4 + 2));
 
@@ -221,7 +226,9 @@ TEST_CASE("Full recomputation of a LoRA layer: the rerun forward at its largest 
         const Step& last = rep.timeline().at(m.layers + 1);  // forward 1, 2, loss, backward 2
         REQUIRE(last.name() == "backward 2");
         CHECK(last.bytes.rebuilt_activations == l.total());
-        const std::uint64_t at_up = up->bytes.value() - (10 * sbf + 4 * tokens * r), at_down = down->bytes.value();
+        // Full recomputation's checkpoint keeps the layer's input: the stream beside is the half's sum alone.
+        const std::uint64_t at_up = up->bytes.value() + 2 * sbh - (10 * sbf + 4 * tokens * r),
+                            at_down = down->bytes.value() + 2 * sbh;
         CHECK((platform == Platform::cpu ? at_up > at_down : at_down > at_up));
         CHECK(last.bytes.workspace.value() == 2 * s * s * b + std::max(at_up, at_down) + 6 * sbh);
         CHECK(last.bytes.workspace.value() ==

@@ -230,6 +230,11 @@ struct Workspace {
     /// a recomputation does not keep are gone. Full recomputation's forward is not modelled there.
     bool layer_end = false;
     Module module = Module::none;  ///< the part of the layer whose op runs
+    /// Forward, before the layer's end: the residual stream's tensors that no row keeps, alive in the
+    /// caller meanwhile (measured: validation/results/cpu-rotary-wide512.json, selective). `stream_input`:
+    /// the layer's input, which a checkpointed layer keeps anyway; `stream_other`: in the MLP half the
+    /// attention half's sum (or, in a parallel layer, the attention's output).
+    Count stream_input, stream_other;
 };
 
 struct LayerActivations {
@@ -334,6 +339,12 @@ inline bool live_in_backward(const SavedTensor& r, Recompute mode) {
     return r.kept(Recompute::none) || (mode == Recompute::selective && r.keep == Keep::only_selective);
 }
 
+/// Bytes on the residual stream, divided as it is (by sequence and context parallelism).
+struct StreamShare {
+    Count bytes;
+    ActivationSplit split = ActivationSplit::sequence;
+};
+
 /// How a workspace changes the step it runs in, as the rows the step's sum already counts (`covered`:
 /// the rows it makes absent) and the ones it does not (`added`: the workspace itself, and in forward
 /// the rows a recomputation does not keep but the op still needs). The step grows by
@@ -353,6 +364,10 @@ void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, 
         return;
     }
     added.add(w);
+    if (!w.backward) {
+        added.add(StreamShare{w.stream_other});
+        if (!checkpoints_layer(mode)) added.add(StreamShare{w.stream_input});  // else the checkpoint keeps it
+    }
     if (mode == Recompute::op)
         for (const PolicyOutput& p : policy)
             if (w.backward || p.made_at >= w.absent_from) covered.add(p.tensor);

@@ -86,11 +86,17 @@ public:
     }
     void workspace_at(std::size_t absent_from, bool backward, Label op, Label tensor, Label formula, Count bytes,
                       Label gradients_from = "", ActivationSplit split = ActivationSplit::tensor) {
-        push({backward, op, tensor, formula, bytes, split, absent_from, gradients_from, false});
+        const Count input = backward ? Count(0) : stream_input_, other = backward ? Count(0) : stream_other_;
+        push({backward, op, tensor, formula, bytes, split, absent_from, gradients_from, false, module_, input, other});
+    }
+    /// The residual stream's tensors no row keeps, alive beside the forward workspaces added from now on.
+    void stream_beside(Count layer_input, Count other) {
+        stream_input_ = layer_input;
+        stream_other_ = other;
     }
     /// A temporary at the layer's last op (Workspace::layer_end), on the residual stream.
     void layer_end(Label op, Label tensor, Label formula, Count bytes) {
-        push({false, op, tensor, formula, bytes, ActivationSplit::sequence, rows_.size(), {}, true});
+        push({false, op, tensor, formula, bytes, ActivationSplit::sequence, rows_.size(), {}, true, module_, {}, {}});
     }
     std::size_t size() const { return rows_.size(); }
     /// The last row is the layer's input itself (SavedTensor::layer_input).
@@ -109,7 +115,6 @@ public:
 
 private:
     void push(Workspace w) {
-        w.module = module_;
         if (work_) work_->push_back(w);
     }
 
@@ -119,6 +124,7 @@ private:
     std::uint64_t mm_count_ = 0;
     bool every_mm_ = false;
     Module module_ = Module::none;
+    Count stream_input_, stream_other_;
 };
 
 /// The sizes a layer's tensors are made of, for sequence s and micro-batch b.
@@ -698,8 +704,10 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     const std::uint64_t forward = z.s + (copy ? dtype::fp32 : 0), backward = out + (copy ? dtype::fp32 : z.s);
     t.workspace_at(softmax_row + 1, false, "softmax", copy ? "its input and its fp32 copy" : "its input",
                    bytes_of(forward, "as^2b"), Count(forward) * softmax_elements);
-    t.workspace_at(softmax_row + 1, true, "softmax backward", "the gradients of its output and its input",
-                   bytes_of(backward, "as^2b"), Count(backward) * softmax_elements, "o_proj");
+    // The product with V's backward has made v's gradient (at every query head) before the softmax's runs.
+    t.workspace_at(softmax_row + 1, true, "softmax backward", "the gradients of its output and its input, and v's",
+                   bytes_of(backward, "as^2b") + " + " + bytes_of(z.d, "sb(ad_v)"),
+                   Count(backward) * softmax_elements + z.sbv * z.d, "o_proj");
 }
 
 /// The tensors the MLP's activation function keeps (its row in activation_functions.hpp), read from
@@ -723,7 +731,7 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
     if (z.narrow) projection_input_row(t, z, prefix + "down projection", what, sbf, shape, 1, output, bit(down));
     else linear_input_row(t, z, prefix + "down projection", what, shape,
                           Count(output.elements.value() / (z.sbh.value() / z.tokens.value())), sbf, bit(down), output,
-                          z.sbh * (z.s + z.d));  // the residual stream, and the MLP's input its caller holds
+                          z.sbh * z.d);  // the MLP's input, which its caller holds (the stream: Workspace::stream_other)
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
@@ -894,6 +902,13 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
         if (!detail::norm_rows(t, m, z, what, input_kept, layer_input))
             t.checkpoint_input("the norm's input (the residual stream)", shape::sbh, z.sbh, z.s);
     };
+    // The residual stream's tensors are alive in the caller while the layer runs; rows keep them only
+    // where a LayerNorm keeps its input (an RMSNorm keeps an fp32 copy, the stream itself when that is
+    // fp32) or, without pre-norms, the projections read the stream itself (unless they cast it).
+    const bool norm_keeps_stream = m.norm == Norm::layernorm || z.s == dtype::fp32 ||
+                                   (!m.norms_before_branches() && !z.autocast && !z.narrow);
+    const Count unkept_stream = norm_keeps_stream ? Count(0) : z.sbh * z.s;
+    t.stream_beside(unkept_stream, 0);
     if (m.norms_before_branches()) layer_norm(shared_norm ? "layer norm" : "attention norm", false, true);
     t.section(Module::attention);
     detail::attention_rows(t, m, z, attention);
@@ -905,6 +920,10 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
         detail::dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);
 
     layer.mlp_half_from = t.size();
+    // Beside the MLP: the attention half's sum, or a parallel layer's attention output, and the output
+    // where the layer's code holds it.
+    const Count held = m.attention_output_held && !m.parallel_attention ? z.sbh * d : Count(0);
+    t.stream_beside(unkept_stream, m.parallel_attention ? z.sbh * d : unkept_stream + held);
     if (!shared_norm && m.norms_before_branches()) layer_norm("MLP norm", m.parallel_attention, false);
     t.section(m.is_moe() ? Module::moe : Module::mlp);
     // Under autocast a shared norm's output is cast again by the MLP's projections (the router, for
@@ -932,7 +951,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     }
     if (!input_is_norm_output) t.checkpoint_input("the norm's output", shape::sbh, z.sbh, z.s, true);
     // Beside the MLP's frozen linears: the residual stream the layer adds their output to.
-    detail::after_linears(t, z, first, readers, z.tokens, z.sbh, shape::sbh, z.s, input_kept, first_out, z.sbh * z.s);
+    detail::after_linears(t, z, first, readers, z.tokens, z.sbh, shape::sbh, z.s, input_kept, first_out);
     if (m.is_moe()) {
         detail::moe_rows(t, m, z);
         t.section(Module::shared_experts);  // inside the MoE layer; its input, the router's, kept already
@@ -948,21 +967,17 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
                             shape::sbh, z.sbh);
 
     // The last add: the MLP's output (compute dtype) and the sum (the stream's), beside the residual
-    // stream's earlier tensors that no row keeps (a LayerNorm keeps its input; an RMSNorm only an fp32
-    // copy, which is the stream itself when that is fp32).
-    // Without pre-norms the projections keep the stream's tensors themselves (unless they cast them).
-    const bool norm_keeps_stream = m.norm == Norm::layernorm || z.s == dtype::fp32 ||
-                                   (!m.norms_before_branches() && !z.autocast && !z.narrow);
+    // stream's earlier tensors that no row keeps.
     const std::uint64_t stream = (m.parallel_attention ? (norm_keeps_stream ? 2 * d + z.s : 2 * d + 2 * z.s)
                                                        : (norm_keeps_stream ? d + z.s : d + 3 * z.s)) +
-                                 z.upcast;
+                                 z.upcast + (held > Count(0) ? d : 0);
     const std::string what =
         std::string(m.parallel_attention
                         ? (norm_keeps_stream ? "the attention's and the MLP's outputs, the sum"
                                              : "the layer's input, the attention's and the MLP's outputs, the sum")
                         : (norm_keeps_stream ? "the MLP's output and the sum"
                                              : "the layer's input, the attention half's sum, the MLP's output, the sum")) +
-        (z.upcast ? ", the MLP's output upcast (CPU)" : "");
+        (z.upcast ? ", the MLP's output upcast (CPU)" : "") + (held > Count(0) ? ", the attention's output (held)" : "");
     t.layer_end("residual add (the layer's last op)", what, detail::bytes_of(stream, "sbh"), Count(stream) * z.sbh);
 
     // QLoRA: each 4-bit linear dequantises its weight to the compute dtype while it computes, forward

@@ -145,6 +145,9 @@ struct Architecture {
     double hidden_dropout = 0;           ///< dropout probability on each residual branch
     double mlp_dropout = 0;              ///< dropout inside the MLP, on the down projection's input (nn.TransformerEncoderLayer)
     bool softmax_fp32 = true;            ///< eager attention takes its softmax in fp32 (LLaMA-style code does; GPT-2's does not)
+    /// The layer's code keeps the attention's output in a name of its own until it returns (transformers'
+    /// GPT2Block, a sequential FalconDecoderLayer); LLaMA-style code rebinds hidden_states, freeing it at the add.
+    bool attention_output_held = false;
     CausalMaskBuffer causal_mask_buffer = CausalMaskBuffer::none;  ///< eager attention's mask: built per forward, or a buffer per layer
     QkNorm qk_norm = QkNorm::none;       ///< norms on q and k before rotary (Qwen3, Gemma 3, OLMo 2)
     NormPosition norm_position = NormPosition::pre;  ///< with norms_per_layer 2: before or after each branch

@@ -300,6 +300,8 @@ class Block(nn.Module):
         """The layer's output, and with the k/v cache kept its (k, v), as transformers' layer hands them back."""
         attended, cache = self.attend(self.norm1(x), mask, cos, sin, positions)
         h = x + self.residual(attended)
+        if self.llama:  # LlamaDecoderLayer rebinds hidden_states: the attention's output goes with the add;
+            del attended  # GPT2Block keeps its attn_output until it returns (memcalc: attention_output_held)
         return h + self.residual(self.feed_forward(self.norm2(h))), cache
 
 
