@@ -179,11 +179,13 @@ void qwen3_moe(const JsonReader& in, Architecture& m) {
     qwen_moe_layers(in, m);
 }
 
-/// Phi-3.5-MoE: Mixtral's router and experts, LayerNorms with biases, q/k/v/o biases when
-/// attention_bias, a biased head when lm_head_bias (modular_phimoe.py). Its sparsemixer router and
-/// input jitter keep tensors of their own that memcalc counts as Mixtral's top-k routing.
+/// Phi-3.5-MoE: Mixtral's experts, LayerNorms with biases, q/k/v/o biases when attention_bias, a
+/// biased head when lm_head_bias (modular_phimoe.py); its sparsemixer router (top 2, no renormalisation)
+/// and, when input_jitter_noise, the MoE input's in-place jitter.
 void phimoe(const JsonReader& in, Architecture& m) {
     mixtral(in, m);
+    m.router = Router::sparsemixer, m.renormalize_topk = false;
+    m.input_jitter = in.probability_or("input_jitter_noise", 0);
     m.norm = Norm::layernorm;
     m.bias = in.flag_or("attention_bias", false) ? Bias::attention : Bias::none;
     m.head_bias = in.flag_or("lm_head_bias", false);

@@ -26,7 +26,7 @@ const std::vector<std::string> architecture_keys = {
     "head_bias", "causal_mask_buffer", "qk_norm", "rotary_embedding", "shared_ffn", "shared_expert_gate", "router_bias",
     "renormalize_topk", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
     "norm_position", "rmsnorm_fp32_scale", "attention_sinks", "window", "stacked_experts", "attention_chunk",
-    "attention_temperature", "expert_dispatch"};
+    "attention_temperature", "expert_dispatch", "router", "input_jitter"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source", "published_parameters"};
 const std::vector<std::string> kind_keys = {"name", "ffn", "experts", "experts_per_token", "shared_ffn",
                                             "shared_expert_gate", "router_bias", "window", "attention_chunk",
@@ -141,6 +141,10 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     std::map<std::string, ExpertDispatch> dispatch;
     for (const auto& [id, name] : expert_dispatch_names) dispatch.emplace(name, id);
     m.expert_dispatch = in.choice_or("expert_dispatch", dispatch, ExpertDispatch::routed);
+    std::map<std::string, Router> routers;
+    for (const auto& [id, name] : router_names) routers.emplace(name, id);
+    m.router = in.choice_or("router", routers, Router::softmax_topk);
+    m.input_jitter = in.probability_or("input_jitter", 0);
     std::map<std::string, RotaryEmbedding> rotary;
     for (const auto& row : rotary_embeddings) rotary.emplace(row.name, row.id);
     m.rotary_embedding = in.choice_or<RotaryEmbedding>("rotary_embedding", rotary, RotaryEmbedding::shared);

@@ -112,6 +112,7 @@ std::string builder(const cli::ModelFile& file) {
         << "    m.attention_chunk = " << number(m.attention_chunk) << ", m.attention_temperature = "
         << boolean(m.attention_temperature) << ", m.expert_dispatch = ExpertDispatch::"
         << expert_dispatch_name(m.expert_dispatch) << ";\n"
+        << "    m.router = Router::" << router_name(m.router) << ", m.input_jitter = " << number(m.input_jitter) << ";\n"
         << "    m.shared_ffn = " << number(m.shared_ffn) << ", m.shared_expert_gate = " << boolean(m.shared_expert_gate)
         << ";\n"
         << "    m.router_bias = RouterBias::" << router_bias_name(m.router_bias)

@@ -64,7 +64,9 @@ json model_json(const Architecture& m) {
             {"renormalize_topk", m.renormalize_topk},
             {"attention_chunk", m.attention_chunk},
             {"attention_temperature", m.attention_temperature},
-            {"expert_dispatch", expert_dispatch_name(m.expert_dispatch)}};
+            {"expert_dispatch", expert_dispatch_name(m.expert_dispatch)},
+            {"router", router_name(m.router)},
+            {"input_jitter", m.input_jitter}};
     if (m.mla.enabled())
         for (auto [key, value] : {std::pair{"q_lora_rank", m.mla.q_lora_rank}, {"kv_lora_rank", m.mla.kv_lora_rank},
                                   {"qk_nope_head_dim", m.mla.qk_nope_head_dim}, {"qk_rope_head_dim", m.mla.qk_rope_head_dim},

@@ -44,6 +44,9 @@ model JSON file, following the op sequence of HuggingFace transformers' EAGER im
            (create_chunked_causal_mask: still s x s); "softmax_fp32": false softmaxes in bf16 (Llama 4's
            eager_attention_forward).  Its rotary (complex multiply by freqs_cis) keeps only the shared
            table per model, as cos/sin here do.
+  phimoe   "router": "sparsemixer": PhimoeSparseMoeBlock's router in training (two masked softmaxes, Gumbel-
+           sampled experts, gathered weights and MultiplierProcessor's Heun correction), "input_jitter" its
+           in-place multiplication of the block's input by uniform noise; Mixtral's loop over the experts.
   sinks    GptOssAttention's eager_attention_forward ("attention_sinks": true): a learnable logit per
            head joins the scores as a column, the row max is subtracted, softmax in the scores' dtype
            over s + 1 columns, the sink column dropped by a view before @V.
@@ -207,6 +210,10 @@ KNOWN_EFFECTS = [
      lambda spec, mode, region: region == "layer" and mode != "full" and spec.stacked_experts,
      lambda spec, s, b, region: -sum(6 * spec.hidden * spec.ffn + 8 for n in spec.routing if n == 0)
      - sum(2 for n in spec.routing if n == 1)),
+    ("Phi-3.5-MoE's sampled routing: an expert given one slot gathers a one-element routing weight, which the "
+     "hooks class as a scalar: 2 bytes less per such expert",
+     lambda spec, mode, region: region == "layer" and mode != "full" and spec.router == "sparsemixer",
+     lambda spec, s, b, region: -sum(2 for n in spec.routing if n == 1)),
     ("micro-batch 1: transformers pads the labels to s + 1 and shifts them; one row is already contiguous, so "
      "the loss keeps a view of the padded storage, 8 bytes more than memcalc's s b int64 targets",
      lambda spec, mode, region: region == "head",
@@ -275,6 +282,8 @@ class Spec:
     attention_chunk: int = 0
     attention_temperature: bool = False
     expert_dispatch: str = "routed"
+    router: str = "softmax_topk"
+    input_jitter: float = 0.0
     style: str = ""
     routing: List[int] = field(default_factory=list)  # slots per expert of layer 0's last forward (gpt-oss)
 
@@ -337,6 +346,8 @@ def load_spec(path: str) -> Spec:
         attention_chunk=int(doc.get("attention_chunk", 0) or 0),
         attention_temperature=bool(doc.get("attention_temperature", False)),
         expert_dispatch=_choice(doc, "expert_dispatch", ("routed", "every_token"), "routed"),
+        router=_choice(doc, "router", ("softmax_topk", "sparsemixer"), "softmax_topk"),
+        input_jitter=float(doc.get("input_jitter", 0.0)),
     )
     if spec.kv_lora_rank:  # q and k heads are d_n + d_r wide; rotary turns d_r
         spec.head_dim = spec.qk_nope_head_dim + spec.qk_rope_head_dim
@@ -469,6 +480,50 @@ def make_mlp(spec, bias):
     return GatedMLP(spec, bias) if spec.mlp == "gated" else PlainMLP(spec, bias)
 
 
+class HeunCorrection(torch.autograd.Function):
+    """PhimoeSparseMoeBlock's MultiplierProcessor: keeps the gathered weight, the sampled index and the
+    softmax for its backward, returns weight x mask_for_one; the gradient goes to the logits alone."""
+
+    @staticmethod
+    def forward(ctx, scores, weight, index, probs, mask_for_one):
+        ctx.save_for_backward(weight, index, probs)
+        return weight * mask_for_one
+
+    @staticmethod
+    def backward(ctx, grad):
+        weight, index, probs = ctx.saved_tensors
+        grad = grad * weight
+        grad_scores = probs * grad.mul(-1)
+        grad_scores.scatter_add_(dim=-1, index=index, src=grad)
+        return grad_scores, None, None, None, None
+
+
+def sparsemixer(scores, eps):
+    """Phi-3.5-MoE's router in training: two passes of a masked softmax, a Gumbel-sampled expert, its
+    gathered weight and the Heun correction; the first pass's expert masked out of the second."""
+    weights, picks = [], []
+    masked_scores = scores
+    for n in range(2):
+        with torch.no_grad():
+            best, _ = masked_scores.max(dim=-1, keepdim=True)
+            factor = scores.abs().clamp(min=best)
+            far = ((best - scores) / factor) > (2 * eps)
+        gates = masked_scores.masked_fill(far, float("-inf"))
+        noise = torch.empty_like(gates, memory_format=torch.legacy_contiguous_format).exponential_().log()
+        pick = (gates - noise).max(dim=-1)[1].unsqueeze(-1)
+        probs = torch.softmax(gates, dim=-1)
+        weight = probs.gather(dim=-1, index=pick)
+        with torch.no_grad():  # transformers' max here builds a node whose values die at once, freeing its indices
+            top, top_ind = probs.max(dim=-1, keepdim=True)
+        mask_for_one = torch.logical_or(pick == top_ind, torch.rand_like(top) > 0.75)
+        mask_for_one = torch.add(0.3333, mask_for_one, alpha=0.6667).type_as(probs)
+        weights.append(HeunCorrection.apply(scores, weight, pick, probs, mask_for_one))
+        picks.append(pick)
+        if n == 0:
+            masked_scores = torch.scatter(scores, -1, pick, float("-inf"))
+    return torch.concat(weights, dim=-1), torch.concat(picks, dim=-1)
+
+
 class SparseMoE(nn.Module):
     """transformers MixtralSparseMoeBlock (loop over the experts that got tokens); with a shared expert,
     Qwen2MoeSparseMoeBlock."""
@@ -477,6 +532,8 @@ class SparseMoE(nn.Module):
         super().__init__()
         self.E, self.k, self.h = spec.experts, spec.experts_per_token, spec.hidden
         self.renormalize = spec.renormalize_topk
+        self.sparsemixer, self.input_jitter = spec.router == "sparsemixer", spec.input_jitter
+        self.slots = [0] * self.E  # slots per expert in the last forward (for the compare's routing effect)
         self.gate = nn.Linear(spec.hidden, spec.experts, bias=False)
         self.experts = nn.ModuleList([make_mlp(spec, spec.bias == "all") for _ in range(spec.experts)])
         self.shared_expert = make_mlp(replace(spec, ffn=spec.shared_ffn), False) if spec.shared_ffn else None
@@ -486,16 +543,22 @@ class SparseMoE(nn.Module):
 
     def forward(self, hidden_states):
         batch_size, sequence_length, hidden_dim = hidden_states.shape
+        if self.input_jitter > 0:  # PhimoeSparseMoeBlock: in place, in training
+            hidden_states *= torch.empty_like(hidden_states).uniform_(1.0 - self.input_jitter, 1.0 + self.input_jitter)
         hidden_states = hidden_states.view(-1, hidden_dim)
         router_logits = self.gate(hidden_states)
-        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
-        routing_weights, selected_experts = torch.topk(routing_weights, self.k, dim=-1)
-        if self.renormalize:
-            routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        if self.sparsemixer:
+            routing_weights, selected_experts = sparsemixer(router_logits, 0.01)
+        else:
+            routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+            routing_weights, selected_experts = torch.topk(routing_weights, self.k, dim=-1)
+            if self.renormalize:
+                routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
         routing_weights = routing_weights.to(hidden_states.dtype)
         final_hidden_states = torch.zeros((batch_size * sequence_length, hidden_dim),
                                           dtype=hidden_states.dtype, device=hidden_states.device)
         expert_mask = F.one_hot(selected_experts, num_classes=self.E).permute(2, 1, 0)
+        self.slots = expert_mask.sum(dim=(-1, -2)).tolist()
         expert_hit = (expert_mask.sum(dim=(-1, -2)) > 0).nonzero(as_tuple=True)[0].tolist()
         for expert_idx in expert_hit:
             expert_layer = self.experts[expert_idx]
@@ -676,7 +739,7 @@ class LatentAttention(nn.Module):
         H, h = spec.heads, spec.hidden
         self.nope, self.rope, self.v_dim = spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
         self.qk, self.latent = self.nope + self.rope, spec.kv_lora_rank
-        self.sinks = None  # LlamaAttention's core, which it reuses, reads it
+        self.sinks, self.softmax_fp32 = None, True  # LlamaAttention's core, which it reuses, reads them
         bias = spec.bias == "attention"  # attention_bias
         self.q_lora = spec.q_lora_rank > 0
         if self.q_lora:
@@ -694,20 +757,31 @@ class LatentAttention(nn.Module):
 
     core = LlamaAttention.core  # eager_attention_forward
 
-    def forward(self, x, ctx: Ctx, selective: bool):
-        b, s = x.shape[:-1]
-        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if self.q_lora else self.q_proj(x)
+    def up(self, b, s, q_in, kv_in, k_rot, cos, sin):
+        """q_b_proj (or q_proj), kv_b_proj, rotary and the concatenations: Megatron-LM's mla_up_proj."""
+        q = self.q_b_proj(q_in) if self.q_lora else self.q_proj(q_in)
         q = q.view(b, s, -1, self.qk).transpose(1, 2)
         q_pass, q_rot = torch.split(q, [self.nope, self.rope], dim=-1)
-        compressed_kv = self.kv_a_proj_with_mqa(x)
-        k_pass, k_rot = torch.split(compressed_kv, [self.latent, self.rope], dim=-1)
-        k_pass = self.kv_b_proj(self.kv_a_layernorm(k_pass)).view(b, s, -1, self.nope + self.v_dim).transpose(1, 2)
+        ctx = Ctx(cos=cos, sin=sin)
+        k_pass = self.kv_b_proj(kv_in).view(b, s, -1, self.nope + self.v_dim).transpose(1, 2)
         k_pass, value = torch.split(k_pass, [self.nope, self.v_dim], dim=-1)
         k_rot = k_rot.view(b, 1, s, self.rope)
         q_rot, k_rot = apply_rotary_pos_emb(q_rot, k_rot, ctx.cos, ctx.sin)
         k_rot = k_rot.expand(*k_pass.shape[:-1], -1)
         query = torch.cat((q_pass, q_rot), dim=-1)
         key = torch.cat((k_pass, k_rot), dim=-1)
+        return query, key, value
+
+    def forward(self, x, ctx: Ctx, selective: bool):
+        b, s = x.shape[:-1]
+        q_in = self.q_a_layernorm(self.q_a_proj(x)) if self.q_lora else x
+        compressed_kv = self.kv_a_proj_with_mqa(x)
+        k_pass, k_rot = torch.split(compressed_kv, [self.latent, self.rope], dim=-1)
+        kv_in = self.kv_a_layernorm(k_pass)
+        if "mla_up_proj" in RECOMPUTE_MODULES:  # Megatron-LM's: the up projections and rotary, checkpointed
+            query, key, value = _ckpt(lambda *a: self.up(b, s, *a), q_in, kv_in, k_rot, ctx.cos, ctx.sin)
+        else:
+            query, key, value = self.up(b, s, q_in, kv_in, k_rot, ctx.cos, ctx.sin)
         out = _ckpt(self.core, query, key, value, ctx.mask) if selective else self.core(query, key, value, ctx.mask)
         out = out.transpose(1, 2).contiguous()
         return self.o_proj(out.reshape(b, s, -1).contiguous())

@@ -538,7 +538,6 @@ inline constexpr Shape sb{"sb", ActivationSplit::replicated};                ///
 inline constexpr Shape sbqk{"sb(a(d_n+d_r))", ActivationSplit::tensor};      ///< q or k at every head
 inline constexpr Shape sbkvb{"sb(a(d_n+d_v))", ActivationSplit::tensor};     ///< kv_b_proj's output: k's nope part and v
 inline constexpr Shape sbv{"sb(a d_v)", ActivationSplit::tensor};            ///< v, or the attention's output
-inline constexpr Shape sbdr{"sb(d_r)", ActivationSplit::replicated};         ///< k's rope part, one for all heads
 }  // namespace latent_shape
 
 /// Latent attention as transformers' DeepseekV3Attention (and V2's) runs it: q_b_proj(q_a_layernorm(
@@ -585,11 +584,12 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
     const bool padded = !eager && a.v_head_dim != m.head_size();
     const bool viewed = !eager || z.tokens == Count(z.seq);  // as qkv_rows: matmul copies a strided v when b > 1
     // Megatron-LM's mla_up_proj: the up projections and rotary rerun from the normalised latents (their
-    // rows above) and k's rope part before rotary, which in fp32 kv_a_proj_with_mqa's kept output holds.
+    // rows above) and k's rope part before rotary, a view that keeps kv_a_proj_with_mqa's whole output
+    // (which in fp32 the latent's norm keeps already).
     t.section(Module::mla_up_proj);
     if (z.d != dtype::fp32)
-        t.checkpoint_input("k's rope part before rotary (a slice of kv_a_proj_with_mqa's output)", ls::sbdr,
-                           z.tokens * a.qk_rope_head_dim, z.d);
+        t.checkpoint_input("k's rope part before rotary: kv_a_proj_with_mqa's output, which it views", ls::sbrkvr,
+                           latent_and_rope, z.d);
     const std::string kernel = eager ? "attention over V" : "flash attention";
     const std::string v_why = eager ? "the gradient w.r.t. the weights is the output's gradient x v"
                                     : "the kernel's backward reads v";
@@ -831,11 +831,27 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
 inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     const std::uint64_t k = m.active_experts();
     const Count slots = z.tokens * k;  // every token goes to k experts: s b k rows in all, whatever the routing
+    if (m.input_jitter > 0)  // in place on the router's input, whose row follows (architecture_layer)
+        t.add("input jitter (in place)", "the noise, uniform in [1 - jitter, 1 + jitter]",
+              "the input's gradient is multiplied by it", shape::sbh, z.sbh, z.s);
     t.policy_output(t.linear_saved(m.router_bias == RouterBias::trainable), "router", "its logits", shape::sbE, z.tokens * m.experts, z.d);
-    t.add("router softmax", "routing probabilities, fp32", "softmax's gradient is written in its output", shape::sbE,
-          z.tokens * m.experts, dtype::fp32);
-    t.add("top-k", "the chosen experts' indices (int64)", "to scatter the gradient back", shape::sbk, slots, 8);
-    if (m.renormalize_topk) {  // without it (norm_topk_prob false) the top-k probabilities are used as they are
+    if (m.router == Router::sparsemixer) {
+        // Twice, once per expert picked: masked_fill keeps its mask; softmax its output; gather the sampled
+        // expert's index; the Heun correction (MultiplierProcessor) the gathered weight. In the logits' dtype.
+        t.add("sparsemixer: masked_fill", "the mask of logits too far below the best (bool), per pass",
+              "the gradient is zeroed where it was filled", shape::sbE, z.tokens * m.experts, dtype::mask, Keep::always, 2);
+        t.add("sparsemixer: softmax", "its output over the unmasked logits, per pass",
+              "softmax's gradient is written in its output", shape::sbE, z.tokens * m.experts, z.d, Keep::always, 2);
+        t.add("sparsemixer: gather", "the sampled expert's index (int64), per pass", "gather's gradient scatters by it",
+              shape::sb, z.tokens, 8, Keep::always, 2);
+        t.add("sparsemixer: Heun correction", "the gathered weight, per pass", "the logits' gradient is scaled by it",
+              shape::sb, z.tokens, z.d, Keep::always, 2);
+    } else {
+        t.add("router softmax", "routing probabilities, fp32", "softmax's gradient is written in its output", shape::sbE,
+              z.tokens * m.experts, dtype::fp32);
+        t.add("top-k", "the chosen experts' indices (int64)", "to scatter the gradient back", shape::sbk, slots, 8);
+    }
+    if (m.renormalize_topk && m.router == Router::softmax_topk) {  // without it (norm_topk_prob false) the top-k probabilities are used as they are
         t.add("renormalise top-k", "the top-k probabilities, fp32", "division's gradient needs the numerator", shape::sbk,
               slots, dtype::fp32);
         t.add("renormalise top-k", "their sum per token, fp32", "division's gradient needs the denominator", shape::sb,

@@ -48,6 +48,13 @@ enum class RouterBias { none, trainable, buffer };
 inline constexpr std::array<std::pair<RouterBias, std::string_view>, 3> router_bias_names{
     {{RouterBias::none, "none"}, {RouterBias::trainable, "trainable"}, {RouterBias::buffer, "buffer"}}};
 inline std::string_view router_bias_name(RouterBias b) { return router_bias_names[static_cast<std::size_t>(b)].second; }
+/// How a MoE block's router picks and weights its experts in training: a softmax over the logits and
+/// top-k (Mixtral's; renormalised where renormalize_topk), or Phi-3.5-MoE's sparsemixer, two passes of a
+/// masked softmax, a Gumbel-sampled expert, a gathered weight and its Heun correction (top 2 alone).
+enum class Router { softmax_topk, sparsemixer };
+inline constexpr std::array<std::pair<Router, std::string_view>, 2> router_names{
+    {{Router::softmax_topk, "softmax_topk"}, {Router::sparsemixer, "sparsemixer"}}};
+inline std::string_view router_name(Router r) { return router_names[static_cast<std::size_t>(r)].second; }
 /// Which tokens a MoE block's experts compute over in the model's own code: the routed token-slots
 /// (Mixtral's loop, Megatron-LM's dropless grouped GEMM), or every token through every expert, the
 /// router's scores multiplied into the input (transformers' Llama4TextMoe: a repeat and two bmm).
@@ -185,6 +192,10 @@ struct Architecture {
     /// attn_temperature_tuning): the product keeps the s fp32 scales.
     bool attention_temperature = false;
     ExpertDispatch expert_dispatch = ExpertDispatch::routed;  ///< which tokens the experts compute over
+    Router router = Router::softmax_topk;  ///< how the router weights its experts
+    /// Phi-3.5-MoE's input_jitter_noise: in training the MoE block's input is multiplied in place by
+    /// noise uniform in [1 - it, 1 + it], which the product keeps; 0: none.
+    double input_jitter = 0;
     RotaryEmbedding rotary_embedding = RotaryEmbedding::shared;  ///< one cos and sin per forward, or each layer's own
     /// Shared experts: one gated-or-plain MLP of this width that every token passes beside the routed
     /// experts (DeepSeek's n_shared_experts x moe_intermediate_size, Qwen2-MoE's
@@ -392,6 +403,10 @@ inline void validate(const Architecture& m) {
     if (m.shared_expert_gate && m.shared_ffn == 0) throw error("shared_expert_gate needs shared_ffn > 0");
     if (m.shared_ffn != 0 && m.bias == Bias::all) throw error("shared_ffn with bias all (biased shared experts) is not modelled");
     if (!m.is_moe() && m.router_bias != RouterBias::none) throw error("router_bias needs experts > 0");
+    if (m.is_moe() && m.router == Router::sparsemixer && m.active_experts() != 2)
+        throw error("router sparsemixer picks 2 experts (got experts_per_token " + std::to_string(m.active_experts()) + ")");
+    if (!(m.input_jitter >= 0 && m.input_jitter < 1))
+        throw error("input_jitter must be in [0, 1) (got " + std::to_string(m.input_jitter) + ")");
     if (m.is_moe() && m.expert_dispatch == ExpertDispatch::every_token && (m.mlp != Mlp::gated || m.bias == Bias::all))
         throw error("expert_dispatch every_token is Llama4TextMoe's: it needs gated, bias-free experts");
     validate_layer_kinds(m);
