@@ -1705,6 +1705,7 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Option
                     if committed:
                         r = recorded[(model_file, train, s, b, mode)]
                         measured, head = r["measured_layer_bytes"], r.get("measured_head_bytes")
+                        spec.routing = r.get("routing", [])  # slots per expert as measured, for the effects
                     else:
                         m = measure(spec, model, s, b, mode)
                         measured = m.layers[0].kept
@@ -1715,6 +1716,7 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Option
                                  "measured_layer_bytes": measured, "predicted_layer_bytes": pred,
                                  "measured_head_bytes": head if mode == "none" else None,
                                  "predicted_head_bytes": head_pred if mode == "none" else None,
+                                 **({"routing": list(spec.routing)} if spec.routing else {}),
                                  **train.row_fields()})
                     label = f"{spec.name:<14} {spec.style:<8} {s:>4} {b:>2}"
                     if pred is None:
