@@ -153,8 +153,6 @@ TEST_CASE("Llama 4's configs: a kind per (MoE or dense, rotary or NoPE) pair", "
     CHECK(m.layer_pattern.size() == 24);
     CHECK(m.layer_pattern[1].kind == 1);
     CHECK(m.layer_pattern[1].count == 1);
-    // Scout's published count: 107,770,000,000 less its vision part is not published; the layers alike
-    // in parameters whatever their attention, as before.
     CHECK(file.notes.back().find("every expert over every token") != std::string::npos);
 
     // Maverick: dense layers 0, 2, ...; MoE ones 1, 3, ...; every 4th (3, 7, ...) NoPE, all of them MoE.
