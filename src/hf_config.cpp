@@ -179,11 +179,13 @@ void qwen3_moe(const JsonReader& in, Architecture& m) {
     qwen_moe_layers(in, m);
 }
 
-/// Phi-3.5-MoE: Mixtral's router and experts, LayerNorms with biases, q/k/v/o biases when
-/// attention_bias, a biased head when lm_head_bias (modular_phimoe.py). Its sparsemixer router and
-/// input jitter keep tensors of their own that memcalc counts as Mixtral's top-k routing.
+/// Phi-3.5-MoE: Mixtral's experts, LayerNorms with biases, q/k/v/o biases when attention_bias, a
+/// biased head when lm_head_bias (modular_phimoe.py); its sparsemixer router (top 2, no renormalisation)
+/// and, when input_jitter_noise, the MoE input's in-place jitter.
 void phimoe(const JsonReader& in, Architecture& m) {
     mixtral(in, m);
+    m.router = Router::sparsemixer, m.renormalize_topk = false;
+    m.input_jitter = in.probability_or("input_jitter_noise", 0);
     m.norm = Norm::layernorm;
     m.bias = in.flag_or("attention_bias", false) ? Bias::attention : Bias::none;
     m.head_bias = in.flag_or("lm_head_bias", false);
@@ -192,8 +194,12 @@ void phimoe(const JsonReader& in, Architecture& m) {
 /// Llama 4's text model (modeling_llama4.py): MoE layers at moe_layers (by default every
 /// interleave_moe_layer_step-th) with num_local_experts experts and one shared expert, each of
 /// intermediate_size, a bias-free router whose top-k logits pass a sigmoid, no renormalisation;
-/// dense layers of intermediate_size_mlp. use_qk_norm's L2 norm, the NoPE layers and chunked
-/// attention hold no parameters.
+/// dense layers of intermediate_size_mlp. The layers no_rope_layers marks 1 (by default all but every
+/// no_rope_layer_interval-th) have rotary, chunked attention of attention_chunk_size and, with
+/// use_qk_norm, a weightless L2 norm of q and k; the others (NoPE) attend over the whole sequence and,
+/// with attn_temperature_tuning, scale their queries per position. Its experts run over every token
+/// (Llama4TextMoe) and its eager attention softmaxes in the scores' dtype. None of it holds parameters
+/// beyond the experts' and the MLPs'.
 void llama4_text(const JsonReader& in, Architecture& m) {
     llama_like(in, m, false);
     m.bias = in.flag_or("attention_bias", false) ? Bias::attention : Bias::none;
@@ -202,12 +208,46 @@ void llama4_text(const JsonReader& in, Architecture& m) {
     m.experts_per_token = in.positive("num_experts_per_tok");
     m.shared_ffn = m.ffn;
     m.renormalize_topk = false;
+    m.softmax_fp32 = false;
+    m.expert_dispatch = ExpertDispatch::every_token;
+    m.qk_norm = in.flag_or("use_qk_norm", true) ? QkNorm::l2 : QkNorm::none;
+    // Early configs wrote attn_temperature_tuning as a number (4); any non-zero one turns it on.
+    m.attention_temperature = in.flag_or_count("attn_temperature_tuning", true);
+    const std::uint64_t chunk = in.has("attention_chunk_size") ? in.positive("attention_chunk_size") : 0;
     const bool listed = in.has("moe_layers");
     const std::vector<std::uint64_t> moe_layers = in.counts_or_empty("moe_layers");
     const std::uint64_t step = in.positive_or("interleave_moe_layer_step", 1);
-    dense_and_moe_layers(m, dense_ffn, [&](std::uint64_t i) {
-        return listed ? std::find(moe_layers.begin(), moe_layers.end(), i) != moe_layers.end() : (i + 1) % step == 0;
-    });
+    std::vector<std::uint64_t> rope = in.counts_or_empty("no_rope_layers");  // 1: rotary; empty: the default
+    const std::uint64_t interval = in.positive_or("no_rope_layer_interval", 4);
+    if (rope.empty())
+        for (std::uint64_t i = 0; i < m.layers && i <= max_layers; ++i) rope.push_back((i + 1) % interval != 0);
+    if (rope.size() < std::min(m.layers, max_layers))
+        in.fail("no_rope_layers has " + std::to_string(rope.size()) + " entries; num_hidden_layers is " +
+                std::to_string(m.layers));
+    m.attention_chunk = chunk;
+    if (m.layers > max_layers) return;  // validate() names it
+    // A kind per (MoE or dense, rotary or NoPE) pair that has layers, first seen first.
+    std::vector<std::pair<bool, bool>> seen;
+    std::vector<LayerRun> runs;
+    for (std::uint64_t i = 0; i < m.layers; ++i) {
+        const bool routed = listed ? std::find(moe_layers.begin(), moe_layers.end(), i) != moe_layers.end()
+                                   : (i + 1) % step == 0;
+        const std::pair kind{routed, rope[i] != 0};
+        auto it = std::find(seen.begin(), seen.end(), kind);
+        if (it == seen.end()) {
+            seen.push_back(kind);
+            LayerKind k{std::string(routed ? "moe" : "dense") + (kind.second ? "" : "_nope"), {}, {}, {}};
+            if (!routed) k.ffn = dense_ffn, k.experts = 0;
+            if (!kind.second) k.position = Position::none, k.qk_norm = QkNorm::none, k.attention_chunk = 0;
+            m.layer_kinds.push_back(std::move(k));
+            it = seen.end() - 1;
+        }
+        const std::size_t index = static_cast<std::size_t>(it - seen.begin());
+        if (!runs.empty() && runs.back().kind == index) ++runs.back().count;
+        else runs.push_back({index, 1});
+    }
+    m.layer_pattern = std::move(runs);
+    if (m.layer_kinds.size() == 1) m = m.kind_view(0);  // every layer alike
 }
 
 void gemma(const JsonReader& in, Architecture& m) { llama_like(in, m, true); }
@@ -474,9 +514,12 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin, cons
     if (type == "gpt_oss")
         file.notes.push_back("the checkpoint stores the experts as MXFP4 blocks and scales, counted here as the "
                              "parameters they dequantise to");
-    if (type == "llama4" || type == "llama4_text")  // not silent where it does not lean high yet
-        file.notes.push_back("its activations are counted as routed (top-k slots): transformers' Llama4TextMoe runs "
-                             "every expert over every token, so under that code they come out low");
+    if (type == "llama4" || type == "llama4_text")
+        file.notes.push_back("its MoE layers are counted as transformers' Llama4TextMoe trains them, every expert over "
+                             "every token (E x the routed slots; --moe-kernel grouped-gemm, or --profile megatron, "
+                             "counts the routed slots alone); chunked attention keeps what full attention keeps "
+                             "(eager masks a full s x s score matrix); a fused kernel given an explicit chunked "
+                             "mask (SDPA's) would keep that mask, s^2 b bytes, which is not counted");
     file.description = "imported from " + origin + " (model_type " + type +
                        (nested ? ", text_config: the language model alone" : "") + ")";
     for (const std::string& note : file.notes) file.description += "; " + note;

@@ -92,6 +92,14 @@ public:
         return v.get<bool>();
     }
 
+    /// true or false, or a count read as "non-zero" (configs that once wrote a flag as a number).
+    bool flag_or_count(const char* key, bool otherwise) const {
+        if (!has(key)) return otherwise;
+        if (object_.at(key).is_boolean()) return object_.at(key).get<bool>();
+        if (object_.at(key).is_number_unsigned()) return object_.at(key).get<std::uint64_t>() != 0;
+        fail(std::string(key) + " must be true, false or a non-negative integer (got " + type_and_value(object_.at(key)) + ")");
+    }
+
     template <typename Enum>
     Enum choice_or(const char* key, const std::map<std::string, Enum>& choices, Enum otherwise) const {
         if (!has(key)) return otherwise;

@@ -25,10 +25,17 @@ const std::vector<std::string> architecture_keys = {
     "parallel_attention", "embedding_norm", "attention_dropout", "hidden_dropout", "mlp_dropout", "softmax_fp32", "attention_output_held",
     "head_bias", "causal_mask_buffer", "qk_norm", "rotary_embedding", "shared_ffn", "shared_expert_gate", "router_bias",
     "renormalize_topk", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-    "norm_position", "rmsnorm_fp32_scale", "attention_sinks", "window", "stacked_experts"};
+    "norm_position", "rmsnorm_fp32_scale", "attention_sinks", "window", "stacked_experts", "attention_chunk",
+    "attention_temperature", "expert_dispatch", "router", "input_jitter"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source", "published_parameters"};
 const std::vector<std::string> kind_keys = {"name", "ffn", "experts", "experts_per_token", "shared_ffn",
-                                            "shared_expert_gate", "router_bias", "window"};
+                                            "shared_expert_gate", "router_bias", "window", "attention_chunk",
+                                            "position", "qk_norm"};
+
+const std::map<std::string, Position> position_choices = {
+    {"rotary", Position::rotary}, {"learned", Position::learned}, {"none", Position::none}};
+const std::map<std::string, QkNorm> qk_norm_choices = {
+    {"none", QkNorm::none}, {"per_head", QkNorm::per_head}, {"whole", QkNorm::whole}, {"l2", QkNorm::l2}};
 
 std::map<std::string, RouterBias> router_bias_choices() {
     std::map<std::string, RouterBias> choices;
@@ -54,6 +61,9 @@ void read_layer_kinds(const json& document, const std::string& origin, Architect
         if (in.has("shared_expert_gate")) kind.shared_expert_gate = in.flag_or("shared_expert_gate", false);
         if (in.has("router_bias")) kind.router_bias = in.choice_or("router_bias", router_bias_choices(), RouterBias::none);
         kind.window = in.count_if_given("window");
+        kind.attention_chunk = in.count_if_given("attention_chunk");
+        if (in.has("position")) kind.position = in.choice_or("position", position_choices, Position::rotary);
+        if (in.has("qk_norm")) kind.qk_norm = in.choice_or("qk_norm", qk_norm_choices, QkNorm::none);
         if (kind.name.empty()) in.fail("name must be a non-empty string");
         if (std::find(names.begin(), names.end(), kind.name) != names.end()) in.fail("name '" + kind.name + "' is given twice");
         if (kind.ffn == std::uint64_t{0}) in.fail("ffn must be a positive integer (got 0)");
@@ -99,9 +109,7 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     m.bias = in.choice_or<Bias>(
         "bias", {{"none", Bias::none}, {"qkv", Bias::qkv}, {"attention", Bias::attention}, {"all", Bias::all}},
         Bias::none);
-    m.position = in.choice_or<Position>(
-        "position", {{"rotary", Position::rotary}, {"learned", Position::learned}, {"none", Position::none}},
-        Position::rotary);
+    m.position = in.choice_or("position", position_choices, Position::rotary);
     m.tied_embeddings = in.flag_or("tied_embeddings", false);
     m.experts = in.positive_or("experts", 0);
     m.experts_per_token = in.positive_or("experts_per_token", 0);
@@ -122,14 +130,22 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     m.causal_mask_buffer = in.choice_or<CausalMaskBuffer>(
         "causal_mask_buffer", {{"none", CausalMaskBuffer::none}, {"per_layer", CausalMaskBuffer::per_layer}},
         CausalMaskBuffer::none);
-    m.qk_norm = in.choice_or<QkNorm>(
-        "qk_norm", {{"none", QkNorm::none}, {"per_head", QkNorm::per_head}, {"whole", QkNorm::whole}}, QkNorm::none);
+    m.qk_norm = in.choice_or("qk_norm", qk_norm_choices, QkNorm::none);
     m.norm_position = in.choice_or<NormPosition>("norm_position", {{"pre", NormPosition::pre}, {"post", NormPosition::post}},
                                                  NormPosition::pre);
     m.rmsnorm_fp32_scale = in.flag_or("rmsnorm_fp32_scale", false);
     m.attention_sinks = in.flag_or("attention_sinks", false);
     m.stacked_experts = in.flag_or("stacked_experts", false);
     m.window = in.count_if_given("window").value_or(0);
+    m.attention_chunk = in.count_if_given("attention_chunk").value_or(0);
+    m.attention_temperature = in.flag_or("attention_temperature", false);
+    std::map<std::string, ExpertDispatch> dispatch;
+    for (const auto& [id, name] : expert_dispatch_names) dispatch.emplace(name, id);
+    m.expert_dispatch = in.choice_or("expert_dispatch", dispatch, ExpertDispatch::routed);
+    std::map<std::string, Router> routers;
+    for (const auto& [id, name] : router_names) routers.emplace(name, id);
+    m.router = in.choice_or("router", routers, Router::softmax_topk);
+    m.input_jitter = in.probability_or("input_jitter", 0);
     std::map<std::string, RotaryEmbedding> rotary;
     for (const auto& row : rotary_embeddings) rotary.emplace(row.name, row.id);
     m.rotary_embedding = in.choice_or<RotaryEmbedding>("rotary_embedding", rotary, RotaryEmbedding::shared);

@@ -110,6 +110,10 @@ std::string builder(const cli::ModelFile& file) {
         << boolean(m.attention_sinks) << ", m.window = " << number(m.window) << ", m.stacked_experts = "
         << boolean(m.stacked_experts) << ";\n"
         << "    m.rotary_embedding = RotaryEmbedding::" << rotary_embedding(m.rotary_embedding).name << ";\n"
+        << "    m.attention_chunk = " << number(m.attention_chunk) << ", m.attention_temperature = "
+        << boolean(m.attention_temperature) << ", m.expert_dispatch = ExpertDispatch::"
+        << expert_dispatch_name(m.expert_dispatch) << ";\n"
+        << "    m.router = Router::" << router_name(m.router) << ", m.input_jitter = " << number(m.input_jitter) << ";\n"
         << "    m.shared_ffn = " << number(m.shared_ffn) << ", m.shared_expert_gate = " << boolean(m.shared_expert_gate)
         << ";\n"
         << "    m.router_bias = RouterBias::" << router_bias_name(m.router_bias)
@@ -124,6 +128,10 @@ std::string builder(const cli::ModelFile& file) {
         if (k.shared_expert_gate)
             out << "    m.layer_kinds.back().shared_expert_gate = " << boolean(*k.shared_expert_gate) << ";\n";
         if (k.window) out << "    m.layer_kinds.back().window = " << number(*k.window) << ";\n";
+        if (k.attention_chunk)
+            out << "    m.layer_kinds.back().attention_chunk = " << number(*k.attention_chunk) << ";\n";
+        if (k.position) out << "    m.layer_kinds.back().position = " << position(*k.position) << ";\n";
+        if (k.qk_norm) out << "    m.layer_kinds.back().qk_norm = QkNorm::" << qk_norm_name(*k.qk_norm) << ";\n";
         if (k.router_bias)
             out << "    m.layer_kinds.back().router_bias = RouterBias::" << router_bias_name(*k.router_bias) << ";\n";
     }

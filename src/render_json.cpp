@@ -62,7 +62,12 @@ json model_json(const Architecture& m) {
             {"shared_ffn", m.shared_ffn},
             {"shared_expert_gate", m.shared_expert_gate},
             {"router_bias", router_bias_name(m.router_bias)},
-            {"renormalize_topk", m.renormalize_topk}};
+            {"renormalize_topk", m.renormalize_topk},
+            {"attention_chunk", m.attention_chunk},
+            {"attention_temperature", m.attention_temperature},
+            {"expert_dispatch", expert_dispatch_name(m.expert_dispatch)},
+            {"router", router_name(m.router)},
+            {"input_jitter", m.input_jitter}};
     if (m.mla.enabled())
         for (auto [key, value] : {std::pair{"q_lora_rank", m.mla.q_lora_rank}, {"kv_lora_rank", m.mla.kv_lora_rank},
                                   {"qk_nope_head_dim", m.mla.qk_nope_head_dim}, {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
@@ -76,7 +81,9 @@ json model_json(const Architecture& m) {
                          {"experts_per_token", given(k.experts_per_token)}, {"shared_ffn", given(k.shared_ffn)},
                          {"shared_expert_gate", k.shared_expert_gate ? json(*k.shared_expert_gate) : json(nullptr)},
                          {"router_bias", k.router_bias ? json(router_bias_name(*k.router_bias)) : json(nullptr)},
-                         {"window", given(k.window)}});
+                         {"window", given(k.window)}, {"attention_chunk", given(k.attention_chunk)},
+                         {"position", k.position ? json(position_name(*k.position)) : json(nullptr)},
+                         {"qk_norm", k.qk_norm ? json(qk_norm_name(*k.qk_norm)) : json(nullptr)}});
     for (const auto& run : m.layer_pattern) pattern.push_back({{"kind", m.layer_kinds[run.kind].name}, {"layers", run.count}});
     out["layer_kinds"] = kinds;
     out["layer_pattern"] = pattern;

@@ -25,6 +25,7 @@ std::string header(const Report& r) {
     std::string framework;
     const Framework chapter;
     for_each_switch([&](const auto& row) {
+        if (row.key == Text("moe_kernel") && !r.model.any_moe()) return;  // it changes nothing in a dense model
         if (r.settings.framework.*row.member != chapter.*row.member)
             framework += fmt::format(", {} {}", row.option().substr(2), row.name(r.settings.framework.*row.member));
     });

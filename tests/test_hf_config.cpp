@@ -96,22 +96,25 @@ TEST_CASE("Llama 4's text model: interleaved dense and MoE layers, one shared ex
     const auto m = cli::parse_hf_config(maverick.dump(), "l.json", "l").architecture;
     CHECK(m.shared_ffn == 8192);
     CHECK_FALSE(m.renormalize_topk);
+    // Layer 0 is dense (moe_layers = 1, 3, ..., 47); every 4th layer (3, 7, ...) is a NoPE MoE layer.
     CHECK(m.layers_of_kind(0) == 24);
-    CHECK(m.layers_of_kind(1) == 24);
-    CHECK(m.layer_pattern.front().kind == 1);  // layer 0 is dense: moe_layers = 1, 3, ..., 47
+    CHECK(m.layers_of_kind(1) + m.layers_of_kind(2) == 24);
+    CHECK(m.kind_view(0).experts == 0);
     // 400,711,848,960: Maverick's decoder, the public safetensors total less its vision encoder and projector.
     CHECK(parameter_table(m).total().value() == 400711848960ULL);
     // Scout's shape: 16 experts in every layer, no dense kind.
     json scout = maverick;
     scout["num_local_experts"] = 16, scout["interleave_moe_layer_step"] = 1;
     const auto every = cli::parse_hf_config(scout.dump(), "l.json", "l").architecture;
-    CHECK(every.layer_kinds.empty());
+    CHECK(every.every_kind([](const Architecture& v) { return v.is_moe(); }));
     const std::uint64_t h = 5120, attention = 2 * h * 40 * 128 + 2 * h * 8 * 128;
     const std::uint64_t layer = attention + 2 * h + h * 16 + 16 * 3 * h * 8192 + 3 * h * 8192;
     CHECK(parameter_table(every).total().value() == 48 * layer + 2 * 202048 * h + h);
     // moe_layers given outright wins over the step.
-    scout["moe_layers"] = {0, 47};
-    CHECK(cli::parse_hf_config(scout.dump(), "l.json", "l").architecture.layers_of_kind(0) == 2);
+    scout["moe_layers"] = {0, 47};  // layer 0 rotary, layer 47 NoPE: two kinds of one layer each, four in all
+    const auto two = cli::parse_hf_config(scout.dump(), "l.json", "l").architecture;
+    CHECK(two.layer_kinds.size() == 4);
+    CHECK(two.layers_of_kind(0) + two.layers_of_kind(3) == 2);
     // The multimodal config: its text_config alone.
     const json nested = {{"model_type", "llama4"}, {"text_config", maverick}, {"vision_config", {{"hidden_size", 1408}}}};
     CHECK(parameter_table(cli::parse_hf_config(nested.dump(), "l.json", "l").architecture).total().value() ==

@@ -232,3 +232,43 @@ TEST_CASE("DeepSeek's configs that memcalc cannot model are refused by name", "[
     CHECK_THROWS_WITH(cli::parse_hf_config(base + R"(, "num_key_value_heads": 2})", "c.json", "c"),
                       Catch::Contains("kv_heads (2) must equal heads"));
 }
+
+TEST_CASE("recompute module mla_up_proj drops q, k and v (or kv_b_proj's output) and keeps k's rope part",
+          "[mla][recompute_modules]") {
+    const MlaShape x = GENERATE(with_query_latent, plain_query);
+    const Attention attention = GENERATE(Attention::eager, Attention::flash);
+    const std::uint64_t s = GENERATE(16, 512), b = GENERATE(1, 2);
+    CAPTURE(x.q_rank, attention_name(attention), s, b);
+    const Architecture m = mla_model(x);
+    const auto layer = [&](ModuleSet modules) {
+        return architecture_layer(m, s, b, DType::bf16, attention, Platform::cuda, modules);
+    };
+    const LayerActivations core = layer(ModuleSet::of({Module::core_attn}));
+    const LayerActivations up = layer(ModuleSet::of({Module::core_attn, Module::mla_up_proj}));
+    const std::uint64_t T = s * b, qk = x.nope + x.rope;
+    const bool padded = attention == Attention::flash && x.v != qk;
+    // q and k at every head, and v's storage: kv_b_proj's output, or flash's padded copy; less the
+    // checkpoint's k rope part (bf16), a view of kv_a_proj_with_mqa's whole output.
+    const std::uint64_t outputs = 2 * 2 * T * x.a * qk + 2 * T * x.a * (padded ? qk : x.nope + x.v);
+    CHECK(core.kept(Recompute::selective).value() - up.kept(Recompute::selective).value() == outputs - 2 * T * (x.kv_rank + x.rope));
+    // Without recomputation nothing changes; the backward step rebuilds what was dropped.
+    CHECK(core.kept(Recompute::none) == up.kept(Recompute::none));
+    CHECK(up.rebuilt(Recompute::selective) >= core.rebuilt(Recompute::selective));
+    // Without core_attn the same, but that eager attention at b > 1 keeps matmul's copy of v, not the
+    // output it was copied from (which only the core attention's checkpoint kept).
+    const LayerActivations norms = layer(ModuleSet::of({Module::layernorm}));
+    const LayerActivations norms_up = layer(ModuleSet::of({Module::layernorm, Module::mla_up_proj}));
+    const std::uint64_t copied = attention == Attention::eager && b > 1 ? 2 * T * x.a * (x.nope + x.v) : 0;
+    CHECK(norms.kept(Recompute::selective).value() - norms_up.kept(Recompute::selective).value() ==
+          outputs - copied - 2 * T * (x.kv_rank + x.rope));
+}
+
+TEST_CASE("--recompute-modules mla_up_proj runs on a latent-attention model", "[mla][recompute_modules][cli]") {
+    Architecture m = mla_model(with_query_latent);
+    Settings settings;
+    settings.seq = 256, settings.recompute = Recompute::selective, settings.activations = ActivationModel::architecture;
+    const Report core = estimate(m, settings);
+    settings.recompute_modules = ModuleSet::of({Module::core_attn, Module::mla_up_proj});
+    const Report up = estimate(m, settings);
+    CHECK(up.kept_activations < core.kept_activations);
+}

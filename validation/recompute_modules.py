@@ -32,12 +32,20 @@ CASES = [
     ("models/gpt2-tiny.json", False, {"layernorm", "mlp"}, "layernorm,mlp"),
     ("models/mixtral-tiny.json", False, {"moe"}, "moe"),
     ("models/mixtral-tiny.json", True, {"moe_act"}, "core_attn,moe_act"),
+    ("models/deepseek-v3-tiny.json", False, {"mla_up_proj"}, "mla_up_proj"),
+    ("models/deepseek-v3-tiny.json", True, {"mla_up_proj"}, "core_attn,mla_up_proj"),
+    ("models/deepseek-v2-lite-tiny.json", True, {"mla_up_proj"}, "core_attn,mla_up_proj"),
 ]
 
 
-def discarded(spec, modules, s, b):
+def discarded(spec, modules, s, b, selective=False):
     """Bytes Megatron-LM's output-discarding checkpoint frees that torch.utils.checkpoint keeps."""
     out = 0
+    if "mla_up_proj" in modules:  # q and k at every head, and kv_b_proj's output that v views (bf16, eager)
+        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        out += 2 * 2 * s * b * spec.heads * qk
+        if b == 1 or selective:  # at b > 1 matmul copies v, and only the core attention's checkpoint keeps the view
+            out += 2 * s * b * spec.heads * (spec.qk_nope_head_dim + spec.v_head_dim)
     if "layernorm" in modules:  # each norm's output, which the projections after it saved (bf16)
         out += 2 * 2 * s * b * spec.hidden
     if "moe_act" in modules:  # act(gate) x up, the down projection's input, for every routed slot
@@ -50,6 +58,7 @@ def platform_effects(spec, modules, s, b):
     out = 0
     if spec.norm == "rmsnorm" and "layernorm" not in modules:  # torch < 2.2: mean() keeps x^2 in fp32
         out += 4 * s * b * spec.hidden * spec.norms_per_layer
+        out += 4 * s * b * (spec.q_lora_rank + spec.kv_lora_rank)  # the latents' norms (latent attention)
     if spec.style == "gpt2" and "mlp" in modules and spec.hidden_dropout:
         # GPT2MLP holds its residual dropout, so the checkpoint drops its noise (bf16 on CPU); Megatron-LM's
         # bias-dropout-add runs outside the MLP, where memcalc keeps it.
@@ -90,7 +99,7 @@ def main(argv=None):
                     rt.RECOMPUTE_MODULES = frozenset()
                 measured = m.layers[0].kept
                 predicted = predict(a.memcalc, path, s, b, names)
-                freed = discarded(spec, modules, s, b)
+                freed = discarded(spec, modules, s, b, selective)
                 platform = platform_effects(spec, modules, s, b)
                 ok = measured - predicted == freed + platform
                 failed += not ok

@@ -33,11 +33,26 @@ model JSON file, following the op sequence of HuggingFace transformers' EAGER im
   gpt-oss  "stacked_experts": GptOssMLP's training path: a biased router Linear, top-k of the logits and
            a softmax over those k; a loop over the hit experts that indexes the stacked gate_up_proj and
            down_proj (copies) and their biases, clamps gate and up, (up + 1) * gate * sigmoid(1.702 gate).
+  llama4   "expert_dispatch": "every_token": Llama4TextMoe in training: a bias-free router Linear, top-k of
+           the logits scattered into -inf, an fp32 sigmoid; every token repeated for every expert and
+           multiplied by its score; one bmm with the stacked gate_up_proj, act(gate) * up, a bmm with
+           down_proj, summed over the experts; the shared expert (a gated MLP of "shared_ffn") beside.
+           Llama4TextAttention: "qk_norm": "l2" is Llama4TextL2Norm on q and k after rotary (x.float(),
+           x * rsqrt(mean(x^2) + eps), cast back; no weight); "position": "none" with
+           "attention_temperature" scales q by log1p(floor((pos + 1) / 8192)) * 0.1 + 1 (fp32, (1, s, 1, 1)
+           expanded) before the cast back; "attention_chunk" makes the mask block-diagonal causal
+           (create_chunked_causal_mask: still s x s); "softmax_fp32": false softmaxes in bf16 (Llama 4's
+           eager_attention_forward).  Its rotary (complex multiply by freqs_cis) keeps only the shared
+           table per model, as cos/sin here do.
+  phimoe   "router": "sparsemixer": PhimoeSparseMoeBlock's router in training (two masked softmaxes, Gumbel-
+           sampled experts, gathered weights and MultiplierProcessor's Heun correction), "input_jitter" its
+           in-place multiplication of the block's input by uniform noise; Mixtral's loop over the experts.
   sinks    GptOssAttention's eager_attention_forward ("attention_sinks": true): a learnable logit per
            head joins the scores as a column, the row max is subtracted, softmax in the scores' dtype
            over s + 1 columns, the sink column dropped by a view before @V.
 
-Style: parallel_attention -> falcon; else kv_lora_rank -> deepseek; else experts -> mixtral; else layernorm without rotary -> gpt2;
+Style: parallel_attention -> falcon; else kv_lora_rank -> deepseek; else experts -> mixtral (llama4 with
+"expert_dispatch": "every_token"); else layernorm without rotary -> gpt2;
 else llama (qwen2 when bias is qkv).  norm, mlp, activation, bias, position, norms_per_layer (4 =
 post-attention and post-MLP norms as well, Gemma 2's sandwich), embedding_norm and the dropouts are
 taken from the file for every style.  Unknown keys are ignored.
@@ -157,7 +172,8 @@ def _rms(spec, region):
         return 0
     if region == "head":
         return 1
-    qk = Fraction(spec.heads * spec.head_dim + spec.kv_heads * spec.head_dim, spec.hidden) if spec.qk_norm == "whole" else 0
+    qk = Fraction(spec.heads * spec.head_dim + spec.kv_heads * spec.head_dim, spec.hidden) \
+        if spec.qk_norm in ("whole", "l2") else 0
     return spec.norms_per_layer + qk
 
 
@@ -168,7 +184,7 @@ def _latent_norm_width(spec, region):
 
 KNOWN_EFFECTS = [
     ("torch < 2.2: mean() saves its input, so each RMSNorm also keeps x^2 in fp32, 4 s b h bytes "
-     "(and 4 s b r for latent attention's norms of a latent r wide; PyTorch PR #109935 keeps only the sizes; "
+     "(4 s b r for latent attention's norms of a latent r wide, 4 s b (a + k) d for q/k norms; PyTorch PR #109935 keeps only the sizes; "
      "memcalc models the newer behaviour)",
      lambda spec, mode, region: mode != "full" and _rms(spec, region) > 0,
      lambda spec, s, b, region: int(4 * s * b * (spec.hidden * _rms(spec, region) + _latent_norm_width(spec, region)))),
@@ -194,6 +210,10 @@ KNOWN_EFFECTS = [
      lambda spec, mode, region: region == "layer" and mode != "full" and spec.stacked_experts,
      lambda spec, s, b, region: -sum(6 * spec.hidden * spec.ffn + 8 for n in spec.routing if n == 0)
      - sum(2 for n in spec.routing if n == 1)),
+    ("Phi-3.5-MoE's sampled routing: an expert given one slot gathers a one-element routing weight, which the "
+     "hooks class as a scalar: 2 bytes less per such expert",
+     lambda spec, mode, region: region == "layer" and mode != "full" and spec.router == "sparsemixer",
+     lambda spec, s, b, region: -sum(2 for n in spec.routing if n == 1)),
     ("micro-batch 1: transformers pads the labels to s + 1 and shifts them; one row is already contiguous, so "
      "the loss keeps a view of the padded storage, 8 bytes more than memcalc's s b int64 targets",
      lambda spec, mode, region: region == "head",
@@ -258,6 +278,12 @@ class Spec:
     rmsnorm_fp32_scale: bool = False
     attention_sinks: bool = False
     stacked_experts: bool = False
+    softmax_fp32: bool = True
+    attention_chunk: int = 0
+    attention_temperature: bool = False
+    expert_dispatch: str = "routed"
+    router: str = "softmax_topk"
+    input_jitter: float = 0.0
     style: str = ""
     routing: List[int] = field(default_factory=list)  # slots per expert of layer 0's last forward (gpt-oss)
 
@@ -312,10 +338,16 @@ def load_spec(path: str) -> Spec:
         qk_rope_head_dim=int(doc.get("qk_rope_head_dim", 0) or 0),
         v_head_dim=int(doc.get("v_head_dim", 0) or 0),
         norm_position=_choice(doc, "norm_position", ("pre", "post"), "pre"),
-        qk_norm=_choice(doc, "qk_norm", ("none", "whole"), "none"),
+        qk_norm=_choice(doc, "qk_norm", ("none", "whole", "l2"), "none"),
         rmsnorm_fp32_scale=bool(doc.get("rmsnorm_fp32_scale", False)),
         attention_sinks=bool(doc.get("attention_sinks", False)),
         stacked_experts=bool(doc.get("stacked_experts", False)),
+        softmax_fp32=bool(doc.get("softmax_fp32", True)),
+        attention_chunk=int(doc.get("attention_chunk", 0) or 0),
+        attention_temperature=bool(doc.get("attention_temperature", False)),
+        expert_dispatch=_choice(doc, "expert_dispatch", ("routed", "every_token"), "routed"),
+        router=_choice(doc, "router", ("softmax_topk", "sparsemixer"), "softmax_topk"),
+        input_jitter=float(doc.get("input_jitter", 0.0)),
     )
     if spec.kv_lora_rank:  # q and k heads are d_n + d_r wide; rotary turns d_r
         spec.head_dim = spec.qk_nope_head_dim + spec.qk_rope_head_dim
@@ -332,7 +364,7 @@ def load_spec(path: str) -> Spec:
     elif spec.kv_lora_rank:
         spec.style = "deepseek"
     elif spec.experts:
-        spec.style = "mixtral"
+        spec.style = "llama4" if spec.expert_dispatch == "every_token" else "mixtral"
     elif spec.norm == "layernorm" and spec.position != "rotary":
         spec.style = "gpt2"
     else:
@@ -448,6 +480,50 @@ def make_mlp(spec, bias):
     return GatedMLP(spec, bias) if spec.mlp == "gated" else PlainMLP(spec, bias)
 
 
+class HeunCorrection(torch.autograd.Function):
+    """PhimoeSparseMoeBlock's MultiplierProcessor: keeps the gathered weight, the sampled index and the
+    softmax for its backward, returns weight x mask_for_one; the gradient goes to the logits alone."""
+
+    @staticmethod
+    def forward(ctx, scores, weight, index, probs, mask_for_one):
+        ctx.save_for_backward(weight, index, probs)
+        return weight * mask_for_one
+
+    @staticmethod
+    def backward(ctx, grad):
+        weight, index, probs = ctx.saved_tensors
+        grad = grad * weight
+        grad_scores = probs * grad.mul(-1)
+        grad_scores.scatter_add_(dim=-1, index=index, src=grad)
+        return grad_scores, None, None, None, None
+
+
+def sparsemixer(scores, eps):
+    """Phi-3.5-MoE's router in training: two passes of a masked softmax, a Gumbel-sampled expert, its
+    gathered weight and the Heun correction; the first pass's expert masked out of the second."""
+    weights, picks = [], []
+    masked_scores = scores
+    for n in range(2):
+        with torch.no_grad():
+            best, _ = masked_scores.max(dim=-1, keepdim=True)
+            factor = scores.abs().clamp(min=best)
+            far = ((best - scores) / factor) > (2 * eps)
+        gates = masked_scores.masked_fill(far, float("-inf"))
+        noise = torch.empty_like(gates, memory_format=torch.legacy_contiguous_format).exponential_().log()
+        pick = (gates - noise).max(dim=-1)[1].unsqueeze(-1)
+        probs = torch.softmax(gates, dim=-1)
+        weight = probs.gather(dim=-1, index=pick)
+        with torch.no_grad():  # transformers' max here builds a node whose values die at once, freeing its indices
+            top, top_ind = probs.max(dim=-1, keepdim=True)
+        mask_for_one = torch.logical_or(pick == top_ind, torch.rand_like(top) > 0.75)
+        mask_for_one = torch.add(0.3333, mask_for_one, alpha=0.6667).type_as(probs)
+        weights.append(HeunCorrection.apply(scores, weight, pick, probs, mask_for_one))
+        picks.append(pick)
+        if n == 0:
+            masked_scores = torch.scatter(scores, -1, pick, float("-inf"))
+    return torch.concat(weights, dim=-1), torch.concat(picks, dim=-1)
+
+
 class SparseMoE(nn.Module):
     """transformers MixtralSparseMoeBlock (loop over the experts that got tokens); with a shared expert,
     Qwen2MoeSparseMoeBlock."""
@@ -456,6 +532,8 @@ class SparseMoE(nn.Module):
         super().__init__()
         self.E, self.k, self.h = spec.experts, spec.experts_per_token, spec.hidden
         self.renormalize = spec.renormalize_topk
+        self.sparsemixer, self.input_jitter = spec.router == "sparsemixer", spec.input_jitter
+        self.slots = [0] * self.E  # slots per expert in the last forward (for the compare's routing effect)
         self.gate = nn.Linear(spec.hidden, spec.experts, bias=False)
         self.experts = nn.ModuleList([make_mlp(spec, spec.bias == "all") for _ in range(spec.experts)])
         self.shared_expert = make_mlp(replace(spec, ffn=spec.shared_ffn), False) if spec.shared_ffn else None
@@ -465,16 +543,22 @@ class SparseMoE(nn.Module):
 
     def forward(self, hidden_states):
         batch_size, sequence_length, hidden_dim = hidden_states.shape
+        if self.input_jitter > 0:  # PhimoeSparseMoeBlock: in place, in training
+            hidden_states *= torch.empty_like(hidden_states).uniform_(1.0 - self.input_jitter, 1.0 + self.input_jitter)
         hidden_states = hidden_states.view(-1, hidden_dim)
         router_logits = self.gate(hidden_states)
-        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
-        routing_weights, selected_experts = torch.topk(routing_weights, self.k, dim=-1)
-        if self.renormalize:
-            routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        if self.sparsemixer:
+            routing_weights, selected_experts = sparsemixer(router_logits, 0.01)
+        else:
+            routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+            routing_weights, selected_experts = torch.topk(routing_weights, self.k, dim=-1)
+            if self.renormalize:
+                routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
         routing_weights = routing_weights.to(hidden_states.dtype)
         final_hidden_states = torch.zeros((batch_size * sequence_length, hidden_dim),
                                           dtype=hidden_states.dtype, device=hidden_states.device)
         expert_mask = F.one_hot(selected_experts, num_classes=self.E).permute(2, 1, 0)
+        self.slots = expert_mask.sum(dim=(-1, -2)).tolist()
         expert_hit = (expert_mask.sum(dim=(-1, -2)) > 0).nonzero(as_tuple=True)[0].tolist()
         for expert_idx in expert_hit:
             expert_layer = self.experts[expert_idx]
@@ -536,6 +620,37 @@ class GptOssMoE(nn.Module):
         return next_states.view(batch_size, -1, self.h)
 
 
+class Llama4MoE(nn.Module):
+    """transformers Llama4TextMoe in training: every expert over every token, the router's sigmoid scores
+    multiplied into the repeated input, two bmm with the stacked weights, the shared expert beside."""
+
+    def __init__(self, spec):
+        super().__init__()
+        E, h, f = spec.experts, spec.hidden, spec.ffn
+        self.E, self.k, self.h = E, spec.experts_per_token, h
+        self.router = nn.Linear(h, E, bias=False)
+        self.gate_up_proj = nn.Parameter(torch.empty(E, h, 2 * f))
+        self.down_proj = nn.Parameter(torch.empty(E, f, h))
+        self.act = act_fn(spec.activation)
+        self.shared_expert = make_mlp(replace(spec, ffn=spec.shared_ffn), False)
+
+    def forward(self, x):
+        shape = x.shape
+        hidden_states = x.reshape(-1, self.h)
+        router_logits = self.router(hidden_states)
+        top_value, router_indices = torch.topk(router_logits, self.k, dim=1)
+        router_scores = torch.full_like(router_logits, float("-inf")).scatter_(1, router_indices, top_value)
+        router_scores = torch.sigmoid(router_scores.float()).to(router_scores.dtype)
+        routed_in = hidden_states.repeat(self.E, 1)
+        routed_in = routed_in * router_scores.transpose(0, 1).reshape(-1, 1)
+        states = routed_in.view(self.E, -1, self.h)
+        gate, up = torch.bmm(states, self.gate_up_proj).chunk(2, dim=-1)
+        routed_out = torch.bmm(up * self.act(gate), self.down_proj).view(-1, self.h)
+        out = self.shared_expert(hidden_states)
+        out.add_(routed_out.reshape(self.E, -1, self.h).sum(dim=0))
+        return out.view(shape)
+
+
 def _ckpt(fn, *args):
     return checkpoint(fn, *args, use_reentrant=True)
 
@@ -560,6 +675,13 @@ class LlamaAttention(nn.Module):
             self.q_norm = make_norm(spec, H * d)
             self.k_norm = make_norm(spec, kv * d)
         self.sinks = nn.Parameter(torch.zeros(H)) if spec.attention_sinks else None
+        self.l2_norm = spec.qk_norm == "l2"  # Llama4TextL2Norm, after rotary, no weight
+        self.temperature = spec.attention_temperature and not self.rotary
+        self.softmax_fp32 = spec.softmax_fp32
+
+    @staticmethod
+    def l2(x, eps=1e-5):
+        return (lambda f: f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + eps))(x.float()).type_as(x)
 
     def core(self, query, key, value, mask):
         key_states = repeat_kv(key, self.n_rep)
@@ -574,7 +696,10 @@ class LlamaAttention(nn.Module):
             probs = F.softmax(combined, dim=-1, dtype=combined.dtype)
             attn_weights = dropout(probs[..., :-1], self.p, self.training)
             return torch.matmul(attn_weights, value_states)
-        attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+        if self.softmax_fp32:
+            attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+        else:  # Llama 4's eager_attention_forward: in the scores' dtype
+            attn_weights = F.softmax(attn_weights, dim=-1)
         attn_weights = dropout(attn_weights, self.p, self.training)
         return torch.matmul(attn_weights, value_states)
 
@@ -584,11 +709,19 @@ class LlamaAttention(nn.Module):
         q, k = self.q_proj(x), self.k_proj(x)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.temperature:  # Llama 4's NoPE layers: per-position scales, (1, s, 1, 1) fp32 over the batch
+            with torch.no_grad():
+                pos = torch.arange(input_shape[-1], dtype=torch.float32)
+                scales = torch.log1p(torch.floor((pos + 1.0) / 8192.0)) * 0.1 + 1.0
+                scales = scales.view((1, input_shape[-1], 1, 1)).expand((*input_shape, 1, 1))
+            q = (q.view(hidden_shape) * scales).to(q.dtype)
         q = q.view(hidden_shape).transpose(1, 2)
         k = k.view(hidden_shape).transpose(1, 2)
         v = self.v_proj(x).view(hidden_shape).transpose(1, 2)
         if self.rotary:
             q, k = apply_rotary_pos_emb(q, k, ctx.cos, ctx.sin)
+        if self.l2_norm and self.rotary:
+            q, k = self.l2(q), self.l2(k)
         if selective:
             out = _ckpt(self.core, q, k, v, ctx.mask)
         else:
@@ -606,7 +739,7 @@ class LatentAttention(nn.Module):
         H, h = spec.heads, spec.hidden
         self.nope, self.rope, self.v_dim = spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
         self.qk, self.latent = self.nope + self.rope, spec.kv_lora_rank
-        self.sinks = None  # LlamaAttention's core, which it reuses, reads it
+        self.sinks, self.softmax_fp32 = None, True  # LlamaAttention's core, which it reuses, reads them
         bias = spec.bias == "attention"  # attention_bias
         self.q_lora = spec.q_lora_rank > 0
         if self.q_lora:
@@ -624,20 +757,31 @@ class LatentAttention(nn.Module):
 
     core = LlamaAttention.core  # eager_attention_forward
 
-    def forward(self, x, ctx: Ctx, selective: bool):
-        b, s = x.shape[:-1]
-        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if self.q_lora else self.q_proj(x)
+    def up(self, b, s, q_in, kv_in, k_rot, cos, sin):
+        """q_b_proj (or q_proj), kv_b_proj, rotary and the concatenations: Megatron-LM's mla_up_proj."""
+        q = self.q_b_proj(q_in) if self.q_lora else self.q_proj(q_in)
         q = q.view(b, s, -1, self.qk).transpose(1, 2)
         q_pass, q_rot = torch.split(q, [self.nope, self.rope], dim=-1)
-        compressed_kv = self.kv_a_proj_with_mqa(x)
-        k_pass, k_rot = torch.split(compressed_kv, [self.latent, self.rope], dim=-1)
-        k_pass = self.kv_b_proj(self.kv_a_layernorm(k_pass)).view(b, s, -1, self.nope + self.v_dim).transpose(1, 2)
+        ctx = Ctx(cos=cos, sin=sin)
+        k_pass = self.kv_b_proj(kv_in).view(b, s, -1, self.nope + self.v_dim).transpose(1, 2)
         k_pass, value = torch.split(k_pass, [self.nope, self.v_dim], dim=-1)
         k_rot = k_rot.view(b, 1, s, self.rope)
         q_rot, k_rot = apply_rotary_pos_emb(q_rot, k_rot, ctx.cos, ctx.sin)
         k_rot = k_rot.expand(*k_pass.shape[:-1], -1)
         query = torch.cat((q_pass, q_rot), dim=-1)
         key = torch.cat((k_pass, k_rot), dim=-1)
+        return query, key, value
+
+    def forward(self, x, ctx: Ctx, selective: bool):
+        b, s = x.shape[:-1]
+        q_in = self.q_a_layernorm(self.q_a_proj(x)) if self.q_lora else x
+        compressed_kv = self.kv_a_proj_with_mqa(x)
+        k_pass, k_rot = torch.split(compressed_kv, [self.latent, self.rope], dim=-1)
+        kv_in = self.kv_a_layernorm(k_pass)
+        if "mla_up_proj" in RECOMPUTE_MODULES:  # Megatron-LM's: the up projections and rotary, checkpointed
+            query, key, value = _ckpt(lambda *a: self.up(b, s, *a), q_in, kv_in, k_rot, ctx.cos, ctx.sin)
+        else:
+            query, key, value = self.up(b, s, q_in, kv_in, k_rot, ctx.cos, ctx.sin)
         out = _ckpt(self.core, query, key, value, ctx.mask) if selective else self.core(query, key, value, ctx.mask)
         out = out.transpose(1, 2).contiguous()
         return self.o_proj(out.reshape(b, s, -1).contiguous())
@@ -781,7 +925,8 @@ class SequentialLayer(nn.Module):
             self.mlp = GPT2MLP(spec) if spec.mlp == "plain" else make_mlp(spec, spec.bias == "all")
         else:
             self.attn = LatentAttention(spec) if spec.style == "deepseek" else LlamaAttention(spec)
-            self.mlp = (GptOssMoE(spec) if spec.stacked_experts else SparseMoE(spec)) if spec.experts \
+            self.mlp = (GptOssMoE(spec) if spec.stacked_experts else Llama4MoE(spec)
+                        if spec.expert_dispatch == "every_token" else SparseMoE(spec)) if spec.experts \
                 else make_mlp(spec, spec.bias == "all")
         # GPT-2's dropouts live inside its attention (resid) and MLP modules.
         self.p_hidden = 0.0 if (self.gpt2 and spec.mlp == "plain") else spec.hidden_dropout
@@ -791,7 +936,7 @@ class SequentialLayer(nn.Module):
         def norm(module, t):
             return _ckpt(module, t) if "layernorm" in RECOMPUTE_MODULES else module(t)
 
-        moe = isinstance(self.mlp, SparseMoE)
+        moe = isinstance(self.mlp, (SparseMoE, Llama4MoE))
         checkpoint_mlp = ("moe" if moe else "mlp") in RECOMPUTE_MODULES
         residual = x
         a = self.attn(norm(self.norm1, x), ctx, selective)
@@ -863,6 +1008,9 @@ class Model(nn.Module):
                 ctx.cos, ctx.sin = emb.cos().to(DTYPE), emb.sin().to(DTYPE)
             if spec.style != "gpt2":  # HF _update_causal_mask (eager): 4-D additive bf16 mask
                 m = torch.full((s, s), torch.finfo(DTYPE).min, dtype=DTYPE, device=device).triu(1)
+                if spec.attention_chunk:  # create_chunked_causal_mask: each query within its own chunk, s x s
+                    chunk = torch.arange(s, device=device) // spec.attention_chunk
+                    m = m.masked_fill(chunk[:, None] != chunk[None, :], torch.finfo(DTYPE).min)
                 ctx.mask = m[None, None, :, :].expand(b, 1, -1, -1)
         return ctx
 
@@ -923,6 +1071,7 @@ def build_model(spec: Spec, seed=0, train: Optional["Train"] = None) -> Model:
         for mod in m.modules():  # logits wide enough that every expert gets tokens, as memcalc counts
             if isinstance(mod, GptOssMoE):
                 mod.router_weight.normal_(0.0, 1.0)
+
     if train is not None and train.mode != "full":
         apply_training(m, spec, train)  # after the base initialisation: the base weights are full's
     m = m.to(DTYPE).train()
@@ -1556,6 +1705,7 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Option
                     if committed:
                         r = recorded[(model_file, train, s, b, mode)]
                         measured, head = r["measured_layer_bytes"], r.get("measured_head_bytes")
+                        spec.routing = r.get("routing", [])  # slots per expert as measured, for the effects
                     else:
                         m = measure(spec, model, s, b, mode)
                         measured = m.layers[0].kept
@@ -1566,6 +1716,7 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Option
                                  "measured_layer_bytes": measured, "predicted_layer_bytes": pred,
                                  "measured_head_bytes": head if mode == "none" else None,
                                  "predicted_head_bytes": head_pred if mode == "none" else None,
+                                 **({"routing": list(spec.routing)} if spec.routing else {}),
                                  **train.row_fields()})
                     label = f"{spec.name:<14} {spec.style:<8} {s:>4} {b:>2}"
                     if pred is None:

@@ -315,7 +315,11 @@ inline void select_modules(LayerActivations& layer, ModuleSet modules) {
         const bool discarded = r.norm_output && norms;  // the norm's output storage, freed and recomputed
         // Inside the MoE layer, which `moe` checkpoints whole: its parts' inputs are its internals.
         const bool in_moe = (r.module == Module::moe_act || r.module == Module::shared_experts) && modules.has(Module::moe);
-        if (r.keep != Keep::always && r.role != ModuleRole::checkpoint) {  // the core attention's
+        if (r.module == Module::mla_up_proj && r.role == ModuleRole::inside && modules.has(Module::mla_up_proj)) {
+            // Discarded once the core attention has read it, its own checkpoint included (b > 1's v).
+            if (r.keep == Keep::only_selective) continue;
+            r.keep = Keep::not_selective;
+        } else if (r.keep != Keep::always && r.role != ModuleRole::checkpoint) {  // the core attention's
             if (!core && r.keep == Keep::only_selective) continue;
             if (!core) r.keep = Keep::always;
         } else if (r.role == ModuleRole::checkpoint) {
@@ -373,7 +377,9 @@ void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, 
             if (w.backward || p.made_at >= w.absent_from) covered.add(p.tensor);
     const bool selective = mode == Recompute::selective;
     const bool mlp_half = w.absent_from > mlp_half_from;
-    const auto attention_part = [](Module m) { return m == Module::attention || m == Module::core_attn; };
+    const auto attention_part = [](Module m) {
+        return m == Module::attention || m == Module::core_attn || m == Module::mla_up_proj;
+    };
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const SavedTensor& r = rows[i];
         const bool before = i < w.absent_from;

@@ -193,9 +193,11 @@ struct SavedStorage {
     Shape shape;
     Count elements;
 };
+/// `weighted`: false for a norm without a weight (Llama 4's L2 norm of q and k), which keeps no x_norm.
 inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& shape, Count elements,
                          const Shape& row_shape, Count rows, const std::string& row_name, std::uint64_t input,
-                         bool fp32_scale = false, const std::optional<SavedStorage>& fp32_input = std::nullopt) {
+                         bool fp32_scale = false, const std::optional<SavedStorage>& fp32_input = std::nullopt,
+                         bool weighted = true) {
     if (input == dtype::fp32 && fp32_input)
         t.add(what + " (RMSNorm)", fp32_input->what, "pow(x, 2) and x * rsqrt need x", fp32_input->shape,
               fp32_input->elements, dtype::fp32);
@@ -204,7 +206,7 @@ inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& 
               "pow(x, 2) and x * rsqrt need x", shape, elements, dtype::fp32);
     t.add(what + " (RMSNorm)", "1/rms per " + row_name + ", fp32", "rsqrt's gradient is written in its output",
           row_shape, rows, dtype::fp32);
-    if (!t.tuning.frozen_norms)  // autograd keeps x_norm only for a weight that gets a gradient
+    if (weighted && !t.tuning.frozen_norms)  // autograd keeps x_norm only for a weight that gets a gradient
         t.add(what + " (RMSNorm)", fp32_scale ? "the normalised input, fp32" : "the normalised input",
               "the weight's gradient is x_norm x the output's gradient", shape, elements, fp32_scale ? dtype::fp32 : input);
     return input == dtype::fp32;
@@ -445,6 +447,22 @@ inline LinearOutput mlp_input_output(const Architecture& m, Count sbf, const Sha
             n == 1 ? "up_proj" : "gate_proj", ActivationSplit::tensor, sbf, n == 1 ? Count(0) : sbf};
 }
 
+/// Whether the layer scales its queries by a per-position temperature (Llama 4's NoPE layers).
+inline bool temperature_tuned(const Architecture& m) {
+    return m.attention_temperature && m.position == Position::none;
+}
+
+inline constexpr Shape per_position{"s", ActivationSplit::replicated};  ///< a value per position, any batch
+
+/// Llama 4's attn_temperature_tuning: q times log1p(floor((position + 1) / floor_scale)) x attn_scale + 1,
+/// scales of (1, s, 1, 1) in fp32 expanded over the batch, which the product keeps (its fp32 result is
+/// cast back: a new q of the same size, which the q row counts).
+inline void temperature_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
+    if (!temperature_tuned(m)) return;
+    t.add("attention temperature (q x scales)", "the per-position scales, fp32", "q's gradient is scaled by them",
+          per_position, Count(z.seq), dtype::fp32);
+}
+
 /// q, k and v as the attention products keep them. With fewer key/value heads than query heads,
 /// eager attention repeats k and v to every head (a copy); selective recomputation's checkpoint
 /// keeps the un-repeated k and v instead.
@@ -453,7 +471,8 @@ inline LinearOutput mlp_input_output(const Architecture& m, Count sbf, const Sha
 /// an output of its own; eager attention's matmul copies a transposed operand when b > 1.
 inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
     const bool rotary = m.position == Position::rotary;
-    const bool changed = rotary || m.qk_norm != QkNorm::none;  // q and k are no longer the projections' outputs
+    // q and k are no longer the projections' outputs (the temperature makes a new q; k stays counted as changed).
+    const bool changed = rotary || m.qk_norm != QkNorm::none || temperature_tuned(m);
     const bool repeated = attention == Attention::eager && m.key_value_heads() < m.heads;
     const bool qkv_bias = m.bias != Bias::none;
     const bool saved[3] = {t.linear_saved(qkv_bias), t.linear_saved(qkv_bias), t.linear_saved(qkv_bias)};
@@ -484,10 +503,17 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
 }
 
 /// q_norm and k_norm, before rotary: an RMSNorm of each head's projection output (Qwen3's, Gemma 3's),
-/// or of the whole projection output, one 1/rms per token (OLMo 2's).
+/// or of the whole projection output, one 1/rms per token (OLMo 2's). Llama 4's L2 norm comes after
+/// rotary, weightless: x.float() (a copy), x * rsqrt(mean(x^2) + eps), cast back; its fp32 copy and
+/// the 1/rms per head and token are kept.
 inline void qk_norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     const bool fp32 = m.rmsnorm_fp32_scale;
-    if (m.qk_norm == QkNorm::per_head) {
+    if (m.qk_norm == QkNorm::l2) {
+        rmsnorm_rows(t, "q L2 norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads, "query head and token", z.d,
+                     false, std::nullopt, false);
+        rmsnorm_rows(t, "k L2 norm", shape::sbkv, z.sbkv, shape::ksb, z.tokens * m.key_value_heads(),
+                     "key head and token", z.d, false, std::nullopt, false);
+    } else if (m.qk_norm == QkNorm::per_head) {
         rmsnorm_rows(t, "q_norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads, "query head and token", z.d, fp32);
         rmsnorm_rows(t, "k_norm", shape::sbkv, z.sbkv, shape::ksb, z.tokens * m.key_value_heads(), "key head and token",
                      z.d, fp32);
@@ -563,6 +589,13 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
 
     const bool padded = !eager && a.v_head_dim != m.head_size();
     const bool viewed = !eager || z.tokens == Count(z.seq);  // as qkv_rows: matmul copies a strided v when b > 1
+    // Megatron-LM's mla_up_proj: the up projections and rotary rerun from the normalised latents (their
+    // rows above) and k's rope part before rotary, a view that keeps kv_a_proj_with_mqa's whole output
+    // (which in fp32 the latent's norm keeps already).
+    t.section(Module::mla_up_proj);
+    if (z.d != dtype::fp32)
+        t.checkpoint_input("k's rope part before rotary: kv_a_proj_with_mqa's output, which it views", ls::sbrkvr,
+                           latent_and_rope, z.d);
     const std::string kernel = eager ? "attention over V" : "flash attention";
     const std::string v_why = eager ? "the gradient w.r.t. the weights is the output's gradient x v"
                                     : "the kernel's backward reads v";
@@ -572,8 +605,11 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
         t.add(kernel, "kv_b_proj's output (k's nope part and v), which v views", v_why + dropped, ls::sbkvb, kv_b_out,
               z.d, viewed ? Keep::always : Keep::only_selective);
         t.mark_policy_saved(kv_b_saved);
-        if (!viewed)
-            t.add(kernel, "v, copied contiguous by matmul", v_why + dropped, ls::sbv, z.sbv, z.d, Keep::not_selective);
+        if (!viewed) {  // matmul's copy, inside the core attention
+            const Module up = t.section(Module::attention);
+            t.add(kernel, "v, copied contiguous by matmul", v_why, ls::sbv, z.sbv, z.d, Keep::not_selective);
+            t.section(up);
+        }
     }
     const std::string qk_op = eager ? "Q K^T" : "flash attention";
     t.add(qk_op, "q: its nope part and its rotated rope part, concatenated",
@@ -582,6 +618,7 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
           "the gradient w.r.t. q is the scores' gradient x k" + dropped, ls::sbqk, z.sbq, z.d);
     if (padded)
         t.add(kernel, "v, padded to q's head width (F.pad)", v_why + dropped, ls::sbqk, z.sbq, z.d);
+    t.section(Module::attention);
 }
 
 /// The output projection's output: row-parallel, so its gradient is the whole residual stream's.
@@ -606,6 +643,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         after_linears(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s, kept, qkv_out);
         qk_norm_rows(t, m, z);
         rotary_rows(t, m, z);
+        temperature_rows(t, m, z);
         qkv_rows(t, m, z, attention);
     }
     // Korthikanti's selective checkpoint: its rows are those Keep marks, its input q, k and v above.
@@ -801,11 +839,27 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
 inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     const std::uint64_t k = m.active_experts();
     const Count slots = z.tokens * k;  // every token goes to k experts: s b k rows in all, whatever the routing
+    if (m.input_jitter > 0)  // in place on the router's input, whose row follows (architecture_layer)
+        t.add("input jitter (in place)", "the noise, uniform in [1 - jitter, 1 + jitter]",
+              "the input's gradient is multiplied by it", shape::sbh, z.sbh, z.s);
     t.policy_output(t.linear_saved(m.router_bias == RouterBias::trainable), "router", "its logits", shape::sbE, z.tokens * m.experts, z.d);
-    t.add("router softmax", "routing probabilities, fp32", "softmax's gradient is written in its output", shape::sbE,
-          z.tokens * m.experts, dtype::fp32);
-    t.add("top-k", "the chosen experts' indices (int64)", "to scatter the gradient back", shape::sbk, slots, 8);
-    if (m.renormalize_topk) {  // without it (norm_topk_prob false) the top-k probabilities are used as they are
+    if (m.router == Router::sparsemixer) {
+        // Twice, once per expert picked: masked_fill keeps its mask; softmax its output; gather the sampled
+        // expert's index; the Heun correction (MultiplierProcessor) the gathered weight. In the logits' dtype.
+        t.add("sparsemixer: masked_fill", "the mask of logits too far below the best (bool), per pass",
+              "the gradient is zeroed where it was filled", shape::sbE, z.tokens * m.experts, dtype::mask, Keep::always, 2);
+        t.add("sparsemixer: softmax", "its output over the unmasked logits, per pass",
+              "softmax's gradient is written in its output", shape::sbE, z.tokens * m.experts, z.d, Keep::always, 2);
+        t.add("sparsemixer: gather", "the sampled expert's index (int64), per pass", "gather's gradient scatters by it",
+              shape::sb, z.tokens, 8, Keep::always, 2);
+        t.add("sparsemixer: Heun correction", "the gathered weight, per pass", "the logits' gradient is scaled by it",
+              shape::sb, z.tokens, z.d, Keep::always, 2);
+    } else {
+        t.add("router softmax", "routing probabilities, fp32", "softmax's gradient is written in its output", shape::sbE,
+              z.tokens * m.experts, dtype::fp32);
+        t.add("top-k", "the chosen experts' indices (int64)", "to scatter the gradient back", shape::sbk, slots, 8);
+    }
+    if (m.renormalize_topk && m.router == Router::softmax_topk) {  // without it (norm_topk_prob false) the top-k probabilities are used as they are
         t.add("renormalise top-k", "the top-k probabilities, fp32", "division's gradient needs the numerator", shape::sbk,
               slots, dtype::fp32);
         t.add("renormalise top-k", "their sum per token, fp32", "division's gradient needs the denominator", shape::sb,
@@ -849,6 +903,45 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
           "the expert output's gradient", shape::sbk, slots, z.s);
     t.add("combine (index_add)", "the weighted expert outputs", "index_add keeps its source", shape::sbkh,
           slots * m.hidden, z.s);
+}
+
+/// Every token through every expert (ExpertDispatch::every_token), as transformers' Llama4TextMoe runs
+/// it in training: the router's top-k logits scattered into -inf and passed through an fp32 sigmoid;
+/// the tokens repeated E times and multiplied by their scores (the product keeps both: the repeated
+/// tokens and the scores' transposed copy); one bmm with the stacked gate_up_proj (its input kept, and
+/// its output, which act(gate) and the product with up read as views); act(gate) and its product with
+/// up (the down bmm's input) kept; the E outputs summed, which keeps nothing. Under autocast the tokens
+/// stay in the stream's dtype and bmm keeps its cast of the product.
+inline void every_token_expert_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
+    constexpr Shape sbEh{"sbE(h)", ActivationSplit::sequence}, sbEf{"sbE(f)", ActivationSplit::expert_tensor};
+    const Count copies = z.tokens * m.experts;  // s b E token-copies
+    const ActivationFunction& fn = activation_function(m.activation);
+    t.policy_output(t.linear_saved(m.router_bias == RouterBias::trainable), "router", "its logits", shape::sbE,
+                    z.tokens * m.experts, z.d);
+    t.add("router top-k", "the chosen experts' indices (int64)", "topk's and scatter's gradients go by them", shape::sbk,
+          z.tokens * m.active_experts(), 8);
+    t.add("router sigmoid", "its output over every expert, fp32", "sigmoid's gradient is written in its output",
+          shape::sbE, z.tokens * m.experts, dtype::fp32);
+    t.add("tokens x scores", "the tokens, repeated for every expert", "the scores' gradient", sbEh, copies * m.hidden, z.s);
+    t.add("tokens x scores", "the scores, one column (transposed copy)", "the tokens' gradient", shape::sbE, copies, z.d);
+    t.add("experts: gate_up bmm", z.autocast ? "its input, the weighted tokens, cast by autocast" : "its input, the weighted tokens",
+          "gate_up_proj's gradient = input^T x output gradient", sbEh, copies * m.hidden, z.d);
+    const Module outer = t.section(Module::moe_act);
+    t.add("experts: gate_up bmm", "its output, gate and up (which act and the product view)",
+          std::string(fn.label) + "'s derivative is taken at gate; the product's gradient needs up", sbEf,
+          copies * m.ffn * 2, z.d);
+    t.mark_module_input();
+    for (std::size_t i = 0; i < fn.kept_count(); ++i)  // its input is gate, a view of the row above
+        if (fn.kept[i].tensor != "its input")
+            t.add("experts: " + std::string(fn.label) + (fn.kept[i].op.empty() ? "" : ": " + std::string(fn.kept[i].op)),
+                  std::string(fn.kept[i].tensor), std::string(fn.kept[i].why), sbEf, copies * m.ffn, z.d);
+    t.add("experts: up x act(gate)", std::string(fn.label) + "'s output", "up's gradient is act(gate) x grad", sbEf,
+          copies * m.ffn, z.d);
+    t.workspace(true, "experts: up x act(gate) backward", "its incoming gradient and the gradients of both factors",
+                bytes_of(3 * z.d, std::string(Text(sbEf.symbol))), Count(3 * z.d) * copies * m.ffn, "down_proj");
+    t.add("experts: down bmm", "its input, up x act(gate)", "down_proj's gradient = input^T x output gradient", sbEf,
+          copies * m.ffn, z.d);
+    t.section(outer);
 }
 
 /// Shared experts: a dense MLP over every token beside the routed ones, reading the MLP norm's output
@@ -953,7 +1046,8 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     // Beside the MLP's frozen linears: the residual stream the layer adds their output to.
     detail::after_linears(t, z, first, readers, z.tokens, z.sbh, shape::sbh, z.s, input_kept, first_out);
     if (m.is_moe()) {
-        detail::moe_rows(t, m, z);
+        if (m.expert_dispatch == ExpertDispatch::every_token) detail::every_token_expert_rows(t, m, z);
+        else detail::moe_rows(t, m, z);
         t.section(Module::shared_experts);  // inside the MoE layer; its input, the router's, kept already
         detail::shared_expert_rows(t, m, z);
     } else {

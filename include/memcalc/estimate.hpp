@@ -107,7 +107,7 @@ inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint
     return rank;
 }
 
-/// Whether some layer of `m` has the part `module` names (mla_up_proj: not yet sectioned, so none).
+/// Whether some layer of `m` has the part `module` names.
 inline bool has_module(const Architecture& m, Module module) {
     for (std::size_t k = 0; k < m.kind_count(); ++k) {
         if (!m.layer_kinds.empty() && m.layers_of_kind(k) == 0) continue;
@@ -117,7 +117,7 @@ inline bool has_module(const Architecture& m, Module module) {
             case Module::mlp: if (!moe) return true; break;
             case Module::moe: case Module::moe_act: if (moe) return true; break;
             case Module::shared_experts: if (moe && v.shared_ffn > 0) return true; break;
-            case Module::mla_up_proj: break;
+            case Module::mla_up_proj: if (v.mla.enabled()) return true; break;
             default: return true;
         }
     }

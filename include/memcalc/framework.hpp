@@ -72,6 +72,12 @@ enum class KvCache { off, kept };
 
 inline const char* kv_cache_name(KvCache c) { return c == KvCache::off ? "off" : "kept"; }
 
+/// How a MoE layer's experts run: as the model's code writes them (ExpertDispatch: transformers' Llama 4
+/// runs every expert over every token), or as Megatron-LM's dropless grouped GEMM over the routed slots.
+enum class MoeKernel { model_code, grouped_gemm };
+
+inline const char* moe_kernel_name(MoeKernel k) { return k == MoeKernel::model_code ? "model-code" : "grouped-gemm"; }
+
 struct Framework {
     Platform platform = Platform::cuda;              ///< the architecture model's kernels
     Attention attention = Attention::eager;          ///< eager scores, or a fused (flash) kernel
@@ -80,6 +86,7 @@ struct Framework {
     LossKernel loss = LossKernel::fp32;              ///< how the loss is computed
     LogitsLife logits = LogitsLife::held;            ///< whether the loop keeps the logits through backward
     KvCache kv_cache = KvCache::off;                 ///< whether the model's output keeps each layer's k and v
+    MoeKernel moe = MoeKernel::model_code;           ///< which tokens the experts compute over
 };
 
 /// A framework setting as a row: its key (profile files, JSON reports; the option is --key with '-'
@@ -148,7 +155,13 @@ inline const auto framework_switches = std::make_tuple(
     Switch{"kv_cache", "k/v cache", &Framework::kv_cache, std::array{KvCache::off, KvCache::kept}, kv_cache_name,
            "Whether the model's output keeps each layer's k and v (use_cache left on in training):\n"
            "off (default) or kept, for as long as the logits live (--logits); only the copies\n"
-           "backward does not keep already count (repeated k/v, recomputation)"});
+           "backward does not keep already count (repeated k/v, recomputation)"},
+    Switch{"moe_kernel", "MoE kernel", &Framework::moe, std::array{MoeKernel::model_code, MoeKernel::grouped_gemm},
+           moe_kernel_name,
+           "How a MoE layer's experts run: model-code (default: as the model's code writes them;\n"
+           "transformers' Llama 4 runs every expert over every token, the router's scores\n"
+           "multiplied into the input) or grouped-gemm (Megatron-LM's dropless grouped GEMM over\n"
+           "the routed token-slots alone)"});
 
 /// `f(row)` for every framework switch, in order.
 template <class F>
@@ -179,7 +192,7 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "Megatron-LM core 0.9-0.12: DistributedDataParallel's grad buffer, FusedAdam; VocabParallelCrossEntropy (fused "
      "or not) softmaxes an fp32 copy of the logits and keeps it for backward; GPTModel returns the loss, not the logits",
      {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32_inplace,
-      LogitsLife::freed, KvCache::off}},
+      LogitsLife::freed, KvCache::off, MoeKernel::grouped_gemm}},
     {"deepspeed", "DeepSpeed's engine: a fused Adam step, a contiguous gradient buffer; attention as the model's code writes it",
      "DeepSpeed 0.14-0.16: FusedAdam and its ZeRO stage 1/2 gradient partitions (runtime/zero/stage_1_and_2.py)",
      {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32, LogitsLife::held, KvCache::off}},

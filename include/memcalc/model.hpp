@@ -28,13 +28,16 @@ enum class Activation { silu, gelu, gelu_tanh, relu, gelu_new, gelu_fast, quick_
 enum class CausalMaskBuffer { none, per_layer };
 /// Norms on the queries and keys, before rotary: none; an RMSNorm over each head's d values whose
 /// one weight of d the heads share (Qwen3, Gemma 3: q_norm, k_norm in transformers); or one RMSNorm over
-/// the whole projection, a*d and k*d values with a weight each (OLMo 2).
-enum class QkNorm { none, per_head, whole };
+/// the whole projection, a*d and k*d values with a weight each (OLMo 2); or an L2 norm of each head's q
+/// and k after rotary, without a weight (Llama 4's use_qk_norm, Llama4TextL2Norm).
+enum class QkNorm { none, per_head, whole, l2 };
 /// Where a sequential layer's two norms sit (norms_per_layer 2): before each branch (pre, LLaMA's), or
 /// on each branch's output before its residual add (post, OLMo 2's). 4 is both; 1 one shared pre-norm.
 enum class NormPosition { pre, post };
 
-inline const char* qk_norm_name(QkNorm n) { return n == QkNorm::per_head ? "per_head" : n == QkNorm::whole ? "whole" : "none"; }
+inline const char* qk_norm_name(QkNorm n) {
+    return n == QkNorm::per_head ? "per_head" : n == QkNorm::whole ? "whole" : n == QkNorm::l2 ? "l2" : "none";
+}
 inline const char* norm_position_name(NormPosition p) { return p == NormPosition::post ? "post" : "pre"; }
 /// Where transformers' rotary embedding module lives, which sets what a step holds of cos and sin.
 enum class RotaryEmbedding { shared, per_layer, per_layer_cached };
@@ -45,6 +48,22 @@ enum class RouterBias { none, trainable, buffer };
 inline constexpr std::array<std::pair<RouterBias, std::string_view>, 3> router_bias_names{
     {{RouterBias::none, "none"}, {RouterBias::trainable, "trainable"}, {RouterBias::buffer, "buffer"}}};
 inline std::string_view router_bias_name(RouterBias b) { return router_bias_names[static_cast<std::size_t>(b)].second; }
+/// How a MoE block's router picks and weights its experts in training: a softmax over the logits and
+/// top-k (Mixtral's; renormalised where renormalize_topk), or Phi-3.5-MoE's sparsemixer, two passes of a
+/// masked softmax, a Gumbel-sampled expert, a gathered weight and its Heun correction (top 2 alone).
+enum class Router { softmax_topk, sparsemixer };
+inline constexpr std::array<std::pair<Router, std::string_view>, 2> router_names{
+    {{Router::softmax_topk, "softmax_topk"}, {Router::sparsemixer, "sparsemixer"}}};
+inline std::string_view router_name(Router r) { return router_names[static_cast<std::size_t>(r)].second; }
+/// Which tokens a MoE block's experts compute over in the model's own code: the routed token-slots
+/// (Mixtral's loop, Megatron-LM's dropless grouped GEMM), or every token through every expert, the
+/// router's scores multiplied into the input (transformers' Llama4TextMoe: a repeat and two bmm).
+enum class ExpertDispatch { routed, every_token };
+inline constexpr std::array<std::pair<ExpertDispatch, std::string_view>, 2> expert_dispatch_names{
+    {{ExpertDispatch::routed, "routed"}, {ExpertDispatch::every_token, "every_token"}}};
+inline std::string_view expert_dispatch_name(ExpertDispatch d) {
+    return expert_dispatch_names[static_cast<std::size_t>(d)].second;
+}
 
 /// A rotary embedding as a row: whether every attention layer makes its own cos and sin (autograd
 /// then saves a pair per layer), and whether it registers cos and sin caches of max_positions x
@@ -107,6 +126,10 @@ struct LayerKind {
     std::optional<RouterBias> router_bias = std::nullopt;
     /// Sliding-window attention's window in tokens; 0: full causal attention.
     std::optional<std::uint64_t> window = std::nullopt;
+    /// Chunked attention's chunk in tokens; 0: none (Llama 4's rotary layers chunk, its NoPE ones do not).
+    std::optional<std::uint64_t> attention_chunk = std::nullopt;
+    std::optional<Position> position = std::nullopt;  ///< none: a NoPE layer of a rotary model (Llama 4)
+    std::optional<QkNorm> qk_norm = std::nullopt;
 };
 
 /// `count` consecutive layers of one kind (an index into Architecture::layer_kinds).
@@ -163,6 +186,19 @@ struct Architecture {
     /// Training memory does not depend on it: eager attention masks a full s x s score matrix, and a
     /// fused kernel keeps a log-sum-exp per row either way. A KV cache would (issue 16).
     std::uint64_t window = 0;
+    /// Chunked attention (Llama 4's attention_chunk_size): each query sees the keys of its own chunk of
+    /// this many tokens; 0: none. Like a window it leaves training's tensors as they are: transformers'
+    /// eager attention masks a full s x s score matrix (create_chunked_causal_mask), a fused kernel keeps
+    /// a log-sum-exp per row; eager builds one mask more for it.
+    std::uint64_t attention_chunk = 0;
+    /// Queries scaled by a per-position temperature in the layers without rotary (Llama 4's
+    /// attn_temperature_tuning): the product keeps the s fp32 scales.
+    bool attention_temperature = false;
+    ExpertDispatch expert_dispatch = ExpertDispatch::routed;  ///< which tokens the experts compute over
+    Router router = Router::softmax_topk;  ///< how the router weights its experts
+    /// Phi-3.5-MoE's input_jitter_noise: in training the MoE block's input is multiplied in place by
+    /// noise uniform in [1 - it, 1 + it], which the product keeps; 0: none.
+    double input_jitter = 0;
     RotaryEmbedding rotary_embedding = RotaryEmbedding::shared;  ///< one cos and sin per forward, or each layer's own
     /// Shared experts: one gated-or-plain MLP of this width that every token passes beside the routed
     /// experts (DeepSeek's n_shared_experts x moe_intermediate_size, Qwen2-MoE's
@@ -216,6 +252,9 @@ struct Architecture {
         if (k.experts) v.experts = *k.experts;
         if (k.experts_per_token) v.experts_per_token = *k.experts_per_token;
         if (k.window) v.window = *k.window;
+        if (k.attention_chunk) v.attention_chunk = *k.attention_chunk;
+        if (k.position) v.position = *k.position;
+        if (k.qk_norm) v.qk_norm = *k.qk_norm;
         if (k.shared_ffn) v.shared_ffn = *k.shared_ffn;
         if (k.shared_expert_gate) v.shared_expert_gate = *k.shared_expert_gate;
         if (k.router_bias) v.router_bias = *k.router_bias;
@@ -233,13 +272,15 @@ struct Architecture {
             if (layers_of_kind(k) > 0 && !test(kind_view(k))) return false;
         return true;
     }
-    /// How many different attention windows the layers have (full attention counting as one).
+    /// How many different attention masks the layers need: one per (window, chunk) pair, full causal
+    /// attention counting as one.
     std::uint64_t distinct_windows() const {
-        std::vector<std::uint64_t> seen;
+        std::vector<std::pair<std::uint64_t, std::uint64_t>> seen;
         for (std::size_t k = 0; k < kind_count(); ++k) {
             if (!layer_kinds.empty() && layers_of_kind(k) == 0) continue;
-            const std::uint64_t w = layer_kinds.empty() || !layer_kinds[k].window ? window : *layer_kinds[k].window;
-            if (std::find(seen.begin(), seen.end(), w) == seen.end()) seen.push_back(w);
+            const Architecture v = layer_kinds.empty() ? *this : kind_view(k);
+            const std::pair mask{v.window, v.attention_chunk};
+            if (std::find(seen.begin(), seen.end(), mask) == seen.end()) seen.push_back(mask);
         }
         return seen.size();
     }
@@ -312,7 +353,8 @@ inline void validate_latent_attention(const Architecture& m) {
         throw error("kv_heads (" + std::to_string(m.kv_heads) + ") must equal heads under latent attention: kv_b_proj "
                     "makes k and v for every head");
     if (m.position != Position::rotary) throw error("latent attention needs position rotary: its rope parts are rotary");
-    if (m.qk_norm != QkNorm::none) throw error("qk_norm per_head is not a norm of latent attention");
+    if (m.qk_norm != QkNorm::none)
+        throw error(std::string("qk_norm ") + qk_norm_name(m.qk_norm) + " is not a norm of latent attention");
     if (m.bias == Bias::qkv || m.bias == Bias::all)
         throw error("bias under latent attention is none or attention (attention_bias: q_a_proj, kv_a_proj_with_mqa "
                     "and o_proj)");
@@ -337,7 +379,7 @@ inline void validate(const Architecture& m) {
         throw error("max_positions must be a positive integer for learned position embeddings (got 0)");
     if (m.causal_mask_buffer == CausalMaskBuffer::per_layer && m.max_positions == 0)
         throw error("max_positions must be a positive integer for causal_mask_buffer per_layer (got 0)");
-    if (m.qk_norm != QkNorm::none && m.norm != Norm::rmsnorm)
+    if ((m.qk_norm == QkNorm::per_head || m.qk_norm == QkNorm::whole) && m.norm != Norm::rmsnorm)
         throw error(std::string("qk_norm ") + (m.qk_norm == QkNorm::whole ? "whole" : "per_head") +
                     " is an RMSNorm: it needs norm rmsnorm");
     if (m.position == Position::rotary && rotary_embedding(m.rotary_embedding).cached && m.max_positions == 0)
@@ -364,6 +406,12 @@ inline void validate(const Architecture& m) {
     if (m.shared_expert_gate && m.shared_ffn == 0) throw error("shared_expert_gate needs shared_ffn > 0");
     if (m.shared_ffn != 0 && m.bias == Bias::all) throw error("shared_ffn with bias all (biased shared experts) is not modelled");
     if (!m.is_moe() && m.router_bias != RouterBias::none) throw error("router_bias needs experts > 0");
+    if (m.is_moe() && m.router == Router::sparsemixer && m.active_experts() != 2)
+        throw error("router sparsemixer picks 2 experts (got experts_per_token " + std::to_string(m.active_experts()) + ")");
+    if (!(m.input_jitter >= 0 && m.input_jitter < 1))
+        throw error("input_jitter must be in [0, 1) (got " + std::to_string(m.input_jitter) + ")");
+    if (m.is_moe() && m.expert_dispatch == ExpertDispatch::every_token && (m.mlp != Mlp::gated || m.bias == Bias::all))
+        throw error("expert_dispatch every_token is Llama4TextMoe's: it needs gated, bias-free experts");
     validate_layer_kinds(m);
 }
 

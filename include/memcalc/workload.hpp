@@ -393,9 +393,13 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
     const Platform platform = f.platform;
     const auto tuning = [&](std::size_t kind) { return tunings.empty() ? LayerTuning{} : tunings[kind]; };
     const auto layer = [&](const Architecture& view, std::size_t kind) {
-        return model == ActivationModel::korthikanti
-                   ? korthikanti_layer(view, s, b, bytes_per_element(precision.compute))
-                   : architecture_layer(view, s, b, precision, attention, platform, modules, tuning(kind));
+        if (model == ActivationModel::korthikanti) return korthikanti_layer(view, s, b, bytes_per_element(precision.compute));
+        if (f.moe == MoeKernel::grouped_gemm && view.expert_dispatch != ExpertDispatch::routed) {
+            Architecture routed = view;  // the framework's grouped GEMM in place of the model's code
+            routed.expert_dispatch = ExpertDispatch::routed;
+            return architecture_layer(routed, s, b, precision, attention, platform, modules, tuning(kind));
+        }
+        return architecture_layer(view, s, b, precision, attention, platform, modules, tuning(kind));
     };
     ActivationTables t;
     if (m.layer_kinds.empty()) t.layer = layer(m, 0);  // the model itself, not a copy
