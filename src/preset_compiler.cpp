@@ -116,6 +116,11 @@ std::string builder(const cli::ModelFile& file) {
         << "    m.mla = {" << number(m.mla.q_lora_rank) << ", " << number(m.mla.kv_lora_rank) << ", "
         << number(m.mla.qk_nope_head_dim) << ", " << number(m.mla.qk_rope_head_dim) << ", " << number(m.mla.v_head_dim)
         << "};\n";
+    if (m.mixer != Mixer::attention || m.ssm.enabled())
+        out << "    m.mixer = Mixer::" << mixer_name(m.mixer) << ";\n"
+            << "    m.ssm = {" << number(m.ssm.d_inner) << ", " << number(m.ssm.d_state) << ", " << number(m.ssm.d_conv)
+            << ", " << number(m.ssm.dt_rank) << ", " << boolean(m.ssm.conv_bias) << ", " << boolean(m.ssm.proj_bias)
+            << ", " << boolean(m.ssm.inner_norms) << ", " << boolean(m.ssm.kernels) << "};\n";
     for (const LayerKind& k : m.layer_kinds) {
         out << "    m.layer_kinds.push_back({" << literal(k.name) << ", " << optional_number(k.ffn) << ", "
             << optional_number(k.experts) << ", " << optional_number(k.experts_per_token) << ", "
@@ -123,6 +128,7 @@ std::string builder(const cli::ModelFile& file) {
         if (k.shared_expert_gate)
             out << "    m.layer_kinds.back().shared_expert_gate = " << boolean(*k.shared_expert_gate) << ";\n";
         if (k.window) out << "    m.layer_kinds.back().window = " << number(*k.window) << ";\n";
+        if (k.mixer) out << "    m.layer_kinds.back().mixer = Mixer::" << mixer_name(*k.mixer) << ";\n";
         if (k.router_bias)
             out << "    m.layer_kinds.back().router_bias = RouterBias::" << router_bias_name(*k.router_bias) << ";\n";
     }

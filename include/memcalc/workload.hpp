@@ -394,7 +394,8 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
     const auto tuning = [&](std::size_t kind) { return tunings.empty() ? LayerTuning{} : tunings[kind]; };
     const auto layer = [&](const Architecture& view, std::size_t kind) {
         return model == ActivationModel::korthikanti
-                   ? korthikanti_layer(view, s, b, bytes_per_element(precision.compute))
+                   ? (view.mixer == Mixer::mamba ? korthikanti_mamba_layer(view, s, b, bytes_per_element(precision.compute))
+                                                  : korthikanti_layer(view, s, b, bytes_per_element(precision.compute)))
                    : architecture_layer(view, s, b, precision, attention, platform, modules, tuning(kind));
     };
     ActivationTables t;
