@@ -199,6 +199,10 @@ KNOWN_EFFECTS = [
      lambda spec, mode, region: region == "layer" and mode != "full" and spec.stacked_experts,
      lambda spec, s, b, region: -sum(6 * spec.hidden * spec.ffn + 8 for n in spec.routing if n == 0)
      - sum(2 for n in spec.routing if n == 1)),
+    ("an expert given exactly one token-slot: its gathered routing weight is a one-element tensor, which the "
+     "hooks class as a scalar: 2 bytes less per such expert (memcalc counts every slot's weight)",
+     lambda spec, mode, region: region == "layer" and mode != "full" and spec.experts > 0 and not spec.stacked_experts,
+     lambda spec, s, b, region: -sum(2 for n in spec.routing if n == 1)),
     ("micro-batch 1: transformers pads the labels to s + 1 and shifts them; one row is already contiguous, so "
      "the loss keeps a view of the padded storage, 8 bytes more than memcalc's s b int64 targets",
      lambda spec, mode, region: region == "head",
@@ -501,6 +505,7 @@ class SparseMoE(nn.Module):
                                           dtype=hidden_states.dtype, device=hidden_states.device)
         expert_mask = F.one_hot(selected_experts, num_classes=self.E).permute(2, 1, 0)
         expert_hit = (expert_mask.sum(dim=(-1, -2)) > 0).nonzero(as_tuple=True)[0].tolist()
+        self.slots = expert_mask.sum(dim=(-1, -2)).tolist()  # slots per expert (for the compare's effects)
         for expert_idx in expert_hit:
             expert_layer = self.experts[expert_idx]
             idx, top_x = torch.where(expert_mask[expert_idx])
@@ -1628,6 +1633,7 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Option
                     if committed:
                         r = recorded[(model_file, train, s, b, mode)]
                         measured, head = r["measured_layer_bytes"], r.get("measured_head_bytes")
+                        spec.routing = r.get("routing", [])  # layer 0's slots per expert, where recorded
                     else:
                         m = measure(spec, model, s, b, mode)
                         measured = m.layers[0].kept
@@ -1638,7 +1644,8 @@ def run_compare(specs: List[Spec], memcalc: str, seqs, batches, json_out: Option
                                  "measured_layer_bytes": measured, "predicted_layer_bytes": pred,
                                  "measured_head_bytes": head if mode == "none" else None,
                                  "predicted_head_bytes": head_pred if mode == "none" else None,
-                                 **train.row_fields()})
+                                 **train.row_fields(),
+                                 **({"routing": spec.routing} if spec.routing and spec.mixer == "mamba" else {})})
                     label = f"{spec.name:<14} {spec.style:<8} {s:>4} {b:>2}"
                     if pred is None:
                         failed += 1
