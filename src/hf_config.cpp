@@ -525,6 +525,13 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin, cons
     if (type == "gpt_oss")
         file.notes.push_back("the checkpoint stores the experts as MXFP4 blocks and scales, counted here as the "
                              "parameters they dequantise to");
+    if (type == "jamba")
+        file.notes.push_back(file.architecture.ssm.kernels
+                                 ? "its Mamba layers' saved tensors are mamba_ssm's fused kernels' (use_mamba_kernels), "
+                                   "read from their code and not measured, leaning high where a contiguous copy may not "
+                                   "be made; serving keeps a state per sequence in those layers, no KV cache"
+                                 : "its Mamba layers run transformers' slow path (use_mamba_kernels false), which keeps "
+                                   "every step's state: s b d_inner d_state fp32 values several times a layer");
     if (type == "llama4" || type == "llama4_text")  // not silent where it does not lean high yet
         file.notes.push_back("its activations are counted as routed (top-k slots): transformers' Llama4TextMoe runs "
                              "every expert over every token, so under that code they come out low");
