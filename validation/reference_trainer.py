@@ -33,6 +33,10 @@ model JSON file, following the op sequence of HuggingFace transformers' EAGER im
   gpt-oss  "stacked_experts": GptOssMLP's training path: a biased router Linear, top-k of the logits and
            a softmax over those k; a loop over the hit experts that indexes the stacked gate_up_proj and
            down_proj (copies) and their biases, clamps gate and up, (up + 1) * gate * sigmoid(1.702 gate).
+  mamba    "mixer": "mamba": JambaMambaMixer's slow path (use_mamba_kernels false) in place of attention:
+           in_proj, depthwise causal conv1d and SiLU, x_proj into dt, B and C (RMSNormed with
+           "mamba_inner_norms"), dt_proj, softplus, the discretised A and B in fp32, the recurrence one
+           step at a time (each state kept), + u D, gated by SiLU(z), out_proj; then the style's MLP or experts.
   sinks    GptOssAttention's eager_attention_forward ("attention_sinks": true): a learnable logit per
            head joins the scores as a column, the row max is subtracted, softmax in the scores' dtype
            over s + 1 columns, the sink column dropped by a view before @V.
@@ -137,6 +141,8 @@ DEFAULT_MODELS = [
     os.path.join(HERE, "models", "olmo2-tiny.json"),
     os.path.join(HERE, "models", "sinks-tiny.json"),
     os.path.join(HERE, "models", "gpt-oss-tiny.json"),
+    os.path.join(HERE, "models", "mamba-tiny.json"),
+    os.path.join(HERE, "models", "jamba-tiny.json"),
     os.path.join(REPO, "presets", "decoder.json"),
 ]
 MODES = ("none", "selective", "full")
