@@ -96,7 +96,7 @@ TEST_CASE("jamba's config: attention every period-th layer, experts every other,
 TEST_CASE("a Mamba mixer without its widths is refused", "[ssm][model]") {
     Architecture m = mamba_model(tiny);
     m.ssm.d_state = 0;
-    CHECK_THROWS_WITH(validate(m), Catch::Contains("ssm_state"));
+    CHECK_THROWS_WITH(validate(m), Catch::Contains("mamba_state must be a positive integer"));
 }
 
 TEST_CASE("the slow path's saved tensors in closed form, as measured on CPU", "[ssm][activations]") {

@@ -348,10 +348,10 @@ inline void validate_latent_attention(const Architecture& m) {
 inline void validate_state_space(const Architecture& m) {
     const StateSpace& x = m.ssm;
     if (m.mixer != Mixer::mamba) return;  // each kind's view is validated in turn
-    detail::require_positive("ssm_inner", x.d_inner);
-    detail::require_positive("ssm_state", x.d_state);
-    detail::require_positive("ssm_conv", x.d_conv);
-    detail::require_positive("ssm_dt_rank", x.dt_rank);
+    detail::require_positive("mamba_inner", x.d_inner);
+    detail::require_positive("mamba_state", x.d_state);
+    detail::require_positive("mamba_conv", x.d_conv);
+    detail::require_positive("mamba_dt_rank", x.dt_rank);
     if (m.mla.enabled()) throw error("mixer mamba with latent attention: a layer has one mixer");
 }
 
