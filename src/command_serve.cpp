@@ -55,10 +55,14 @@ std::string serve_table(const ServeRun& r, Unit unit) {
                                                        p.kv_replicated ? ", replicated" : "");
     table.row({"KV cache", digits(p.kv_cache), amount(p.kv_cache, unit),
                fmt::format("{} B a token ({} x {} layers), {} blocks of {} per sequence{}", digits(p.kv_bytes_per_token),
-                           what, r.layers, digits(Count(p.blocks_per_sequence)), s.block_size,
+                           what, p.cache_layers, digits(Count(p.blocks_per_sequence)), s.block_size,
                            p.windowed_layers == 0 ? ""
                                                   : fmt::format("; {} sliding-window layers keep their window's",
                                                                 p.windowed_layers))});
+    if (p.state_layers > 0)
+        table.row({"Mamba state", digits(p.ssm_state), amount(p.ssm_state, unit),
+                   fmt::format("{} B a sequence, any length ({} layers: conv state bf16, scan state fp32), no KV cache",
+                               digits(p.state_bytes_per_sequence), p.state_layers)});
     table.row({"activations", digits(p.activations), amount(p.activations, unit),
                fmt::format("a prefill chunk of {} tokens, and the last tokens' logits", digits(Count(p.prefill_tokens)))});
     table.row({"peak", digits(p.peak()), amount(p.peak(), unit), ""});
@@ -100,6 +104,9 @@ nlohmann::json serve_json(const ServeRun& r) {
         {"activations", {{"bytes", p.activations.value()}, {"prefill_tokens", p.prefill_tokens}}},
         {"peak", {{"bytes", p.peak().value()}}},
     };
+    if (p.state_layers > 0)  // appended: the keys above stay as they were
+        j["ssm_state"] = {{"bytes", p.ssm_state.value()}, {"bytes_per_sequence", p.state_bytes_per_sequence.value()},
+                          {"layers", p.state_layers}};
     if (r.capacity)
         j["device"] = {{"name", r.device},
                        {"memory_bytes", r.memory->value()},

@@ -325,6 +325,58 @@ void deepseek(const JsonReader& in, Architecture& m, bool v3) {
     if (dense_layers < m.layers) m.layer_pattern.push_back({1, m.layers - dense_layers});
 }
 
+/// Jamba (modeling_jamba.py): LLaMA's keys without rotary (its attention has no position encoding);
+/// attention in layers i % attn_layer_period == attn_layer_offset, a Mamba-1 mixer in the others;
+/// num_experts experts in layers i % expert_layer_period == expert_layer_offset (a router without bias,
+/// top-k of an fp32 softmax, not renormalised), a dense MLP of intermediate_size elsewhere. The mixer:
+/// d_inner = mamba_expand x hidden, dt_rank ceil(hidden / 16) when "auto", RMSNorms on dt, B and C.
+void jamba(const JsonReader& in, Architecture& m) {
+    llama_like(in, m, false);
+    m.position = Position::none;
+    m.head_dim = 0;  // JambaAttention: hidden / heads
+    const std::uint64_t experts = in.positive_or("num_experts", 16);
+    m.experts_per_token = experts > 1 ? in.positive_or("num_experts_per_tok", 2) : 0;
+    m.renormalize_topk = false;
+    m.ssm.d_inner = in.positive_or("mamba_expand", 2) * m.hidden;
+    m.ssm.d_state = in.positive_or("mamba_d_state", 16);
+    m.ssm.d_conv = in.positive_or("mamba_d_conv", 4);
+    const bool auto_rank = in.is_text("mamba_dt_rank") && in.text_or("mamba_dt_rank", "") == "auto";
+    if (in.is_text("mamba_dt_rank") && !auto_rank) in.fail("mamba_dt_rank must be a positive integer or \"auto\"");
+    m.ssm.dt_rank = !in.has("mamba_dt_rank") || auto_rank ? (m.hidden + 15) / 16 : in.positive("mamba_dt_rank");
+    m.ssm.conv_bias = in.flag_or("mamba_conv_bias", true);
+    m.ssm.proj_bias = in.flag_or("mamba_proj_bias", false);
+    m.ssm.inner_norms = true;
+    m.ssm.kernels = in.flag_or("use_mamba_kernels", true);
+    if (m.layers > max_layers) return;  // validate() names it
+    const std::uint64_t attn_period = in.positive_or("attn_layer_period", 8), attn_offset = in.count_if_given("attn_layer_offset").value_or(4);
+    const std::uint64_t moe_period = in.positive_or("expert_layer_period", 2), moe_offset = in.count_if_given("expert_layer_offset").value_or(1);
+    // Each layer's (mixer, routed) pair is a kind, first seen first.
+    std::vector<std::pair<Mixer, bool>> kinds;
+    std::vector<LayerRun> runs;
+    for (std::uint64_t i = 0; i < m.layers; ++i) {
+        const std::pair<Mixer, bool> layer{i % attn_period == attn_offset ? Mixer::attention : Mixer::mamba,
+                                           experts > 1 && i % moe_period == moe_offset};
+        auto it = std::find(kinds.begin(), kinds.end(), layer);
+        if (it == kinds.end()) it = kinds.insert(kinds.end(), layer);
+        const std::size_t kind = static_cast<std::size_t>(it - kinds.begin());
+        if (!runs.empty() && runs.back().kind == kind) ++runs.back().count;
+        else runs.push_back({kind, 1});
+    }
+    m.experts = experts > 1 ? experts : 0;
+    if (kinds.size() == 1) {  // every layer alike
+        m.mixer = kinds[0].first;
+        if (!kinds[0].second) m.experts = 0, m.experts_per_token = 0;
+        return;
+    }
+    for (const auto& [mixer, routed] : kinds) {
+        LayerKind k{std::string(mixer_name(mixer)) + (routed ? "+moe" : "+mlp"), std::nullopt,
+                    routed ? std::nullopt : std::optional<std::uint64_t>(0), std::nullopt};
+        k.mixer = mixer;
+        m.layer_kinds.push_back(k);
+    }
+    m.layer_pattern = std::move(runs);
+}
+
 void phi3(const JsonReader& in, Architecture& m) {
     llama_like(in, m, false);  // fused qkv_proj and gate_up_proj hold the same parameters as separate ones
     m.hidden_dropout = in.probability_or("resid_pdrop", 0);
@@ -452,7 +504,7 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"llama4", llama4_text},  // its text_config, as gemma3's
     {"deepseek_v2", [](const JsonReader& in, Architecture& m) { deepseek(in, m, false); }},
     {"deepseek_v3", [](const JsonReader& in, Architecture& m) { deepseek(in, m, true); }},
-    {"olmo2", olmo2}, {"gpt_oss", gpt_oss},
+    {"olmo2", olmo2}, {"gpt_oss", gpt_oss}, {"jamba", jamba},
     {"RefinedWebModel", falcon}, {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
 
@@ -514,6 +566,13 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin, cons
     if (type == "gpt_oss")
         file.notes.push_back("the checkpoint stores the experts as MXFP4 blocks and scales, counted here as the "
                              "parameters they dequantise to");
+    if (type == "jamba")
+        file.notes.push_back(file.architecture.ssm.kernels
+                                 ? "its Mamba layers' saved tensors are mamba_ssm's fused kernels' (use_mamba_kernels), "
+                                   "read from their code and not measured, leaning high where a contiguous copy may not "
+                                   "be made; serving keeps a state per sequence in those layers, no KV cache"
+                                 : "its Mamba layers run transformers' slow path (use_mamba_kernels false), which keeps "
+                                   "every step's state: s b d_inner d_state fp32 values several times a layer");
     if (type == "llama4" || type == "llama4_text")
         file.notes.push_back("its MoE layers are counted as transformers' Llama4TextMoe trains them, every expert over "
                              "every token (E x the routed slots; --moe-kernel grouped-gemm, or --profile megatron, "

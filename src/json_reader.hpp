@@ -78,6 +78,9 @@ public:
         return v.get<double>();
     }
 
+    /// Whether the key is given as a string (a key that may be a number or a word, "auto").
+    bool is_text(const char* key) const { return has(key) && object_.at(key).is_string(); }
+
     std::string text_or(const char* key, std::string otherwise) const {
         if (!has(key)) return otherwise;
         const nlohmann::json& v = object_.at(key);

@@ -26,16 +26,18 @@ const std::vector<std::string> architecture_keys = {
     "head_bias", "causal_mask_buffer", "qk_norm", "rotary_embedding", "shared_ffn", "shared_expert_gate", "router_bias",
     "renormalize_topk", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
     "norm_position", "rmsnorm_fp32_scale", "attention_sinks", "window", "stacked_experts", "attention_chunk",
-    "attention_temperature", "expert_dispatch", "router", "input_jitter"};
+    "attention_temperature", "expert_dispatch", "router", "input_jitter", "mixer", "mamba_inner", "mamba_state",
+    "mamba_conv", "mamba_dt_rank", "mamba_conv_bias", "mamba_proj_bias", "mamba_inner_norms", "mamba_kernels"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source", "published_parameters"};
 const std::vector<std::string> kind_keys = {"name", "ffn", "experts", "experts_per_token", "shared_ffn",
                                             "shared_expert_gate", "router_bias", "window", "attention_chunk",
-                                            "position", "qk_norm"};
+                                            "position", "qk_norm", "mixer"};
 
 const std::map<std::string, Position> position_choices = {
     {"rotary", Position::rotary}, {"learned", Position::learned}, {"none", Position::none}};
 const std::map<std::string, QkNorm> qk_norm_choices = {
     {"none", QkNorm::none}, {"per_head", QkNorm::per_head}, {"whole", QkNorm::whole}, {"l2", QkNorm::l2}};
+const std::map<std::string, Mixer> mixer_choices = {{"attention", Mixer::attention}, {"mamba", Mixer::mamba}};
 
 std::map<std::string, RouterBias> router_bias_choices() {
     std::map<std::string, RouterBias> choices;
@@ -64,6 +66,7 @@ void read_layer_kinds(const json& document, const std::string& origin, Architect
         kind.attention_chunk = in.count_if_given("attention_chunk");
         if (in.has("position")) kind.position = in.choice_or("position", position_choices, Position::rotary);
         if (in.has("qk_norm")) kind.qk_norm = in.choice_or("qk_norm", qk_norm_choices, QkNorm::none);
+        if (in.has("mixer")) kind.mixer = in.choice_or("mixer", mixer_choices, Mixer::attention);
         if (kind.name.empty()) in.fail("name must be a non-empty string");
         if (std::find(names.begin(), names.end(), kind.name) != names.end()) in.fail("name '" + kind.name + "' is given twice");
         if (kind.ffn == std::uint64_t{0}) in.fail("ffn must be a positive integer (got 0)");
@@ -156,6 +159,16 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     // Latent attention (DeepSeek): HF config.json's names; kv_lora_rank > 0 turns it on.
     m.mla = {in.count_if_given("q_lora_rank").value_or(0), in.positive_or("kv_lora_rank", 0), in.positive_or("qk_nope_head_dim", 0),
              in.positive_or("qk_rope_head_dim", 0), in.positive_or("v_head_dim", 0)};
+    // A Mamba-1 mixer (Jamba): its widths wherever some layer is one.
+    m.mixer = in.choice_or("mixer", mixer_choices, Mixer::attention);
+    m.ssm.d_inner = in.count_if_given("mamba_inner").value_or(0);
+    m.ssm.d_state = in.count_if_given("mamba_state").value_or(0);
+    m.ssm.d_conv = in.count_if_given("mamba_conv").value_or(0);
+    m.ssm.dt_rank = in.count_if_given("mamba_dt_rank").value_or(0);
+    m.ssm.conv_bias = in.flag_or("mamba_conv_bias", true);
+    m.ssm.proj_bias = in.flag_or("mamba_proj_bias", false);
+    m.ssm.inner_norms = in.flag_or("mamba_inner_norms", false);
+    m.ssm.kernels = in.flag_or("mamba_kernels", true);
     file.description = in.text_or("description", "");
     file.source = in.text_or("source", "");
     if (in.has("published_parameters")) file.published_parameters = in.positive("published_parameters");

@@ -121,6 +121,11 @@ std::string builder(const cli::ModelFile& file) {
         << "    m.mla = {" << number(m.mla.q_lora_rank) << ", " << number(m.mla.kv_lora_rank) << ", "
         << number(m.mla.qk_nope_head_dim) << ", " << number(m.mla.qk_rope_head_dim) << ", " << number(m.mla.v_head_dim)
         << "};\n";
+    if (m.mixer != Mixer::attention || m.ssm.enabled())
+        out << "    m.mixer = Mixer::" << mixer_name(m.mixer) << ";\n"
+            << "    m.ssm = {" << number(m.ssm.d_inner) << ", " << number(m.ssm.d_state) << ", " << number(m.ssm.d_conv)
+            << ", " << number(m.ssm.dt_rank) << ", " << boolean(m.ssm.conv_bias) << ", " << boolean(m.ssm.proj_bias)
+            << ", " << boolean(m.ssm.inner_norms) << ", " << boolean(m.ssm.kernels) << "};\n";
     for (const LayerKind& k : m.layer_kinds) {
         out << "    m.layer_kinds.push_back({" << literal(k.name) << ", " << optional_number(k.ffn) << ", "
             << optional_number(k.experts) << ", " << optional_number(k.experts_per_token) << ", "
@@ -132,6 +137,7 @@ std::string builder(const cli::ModelFile& file) {
             out << "    m.layer_kinds.back().attention_chunk = " << number(*k.attention_chunk) << ";\n";
         if (k.position) out << "    m.layer_kinds.back().position = " << position(*k.position) << ";\n";
         if (k.qk_norm) out << "    m.layer_kinds.back().qk_norm = QkNorm::" << qk_norm_name(*k.qk_norm) << ";\n";
+        if (k.mixer) out << "    m.layer_kinds.back().mixer = Mixer::" << mixer_name(*k.mixer) << ";\n";
         if (k.router_bias)
             out << "    m.layer_kinds.back().router_bias = RouterBias::" << router_bias_name(*k.router_bias) << ";\n";
     }

@@ -73,6 +73,15 @@ json model_json(const Architecture& m) {
                                   {"qk_nope_head_dim", m.mla.qk_nope_head_dim}, {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
                                   {"v_head_dim", m.mla.v_head_dim}})
             out[key] = value;
+    if (m.ssm.enabled()) {  // appended: the keys before stay as they were
+        out["mixer"] = mixer_name(m.mixer);
+        for (auto [key, value] : {std::pair{"mamba_inner", m.ssm.d_inner}, {"mamba_state", m.ssm.d_state},
+                                  {"mamba_conv", m.ssm.d_conv}, {"mamba_dt_rank", m.ssm.dt_rank}})
+            out[key] = value;
+        for (auto [key, value] : {std::pair{"mamba_conv_bias", m.ssm.conv_bias}, {"mamba_proj_bias", m.ssm.proj_bias},
+                                  {"mamba_inner_norms", m.ssm.inner_norms}, {"mamba_kernels", m.ssm.kernels}})
+            out[key] = value;
+    }
     if (m.layer_kinds.empty()) return out;
     const auto given = [](const std::optional<std::uint64_t>& v) { return v ? json(*v) : json(nullptr); };
     json kinds = json::array(), pattern = json::array();
@@ -83,7 +92,8 @@ json model_json(const Architecture& m) {
                          {"router_bias", k.router_bias ? json(router_bias_name(*k.router_bias)) : json(nullptr)},
                          {"window", given(k.window)}, {"attention_chunk", given(k.attention_chunk)},
                          {"position", k.position ? json(position_name(*k.position)) : json(nullptr)},
-                         {"qk_norm", k.qk_norm ? json(qk_norm_name(*k.qk_norm)) : json(nullptr)}});
+                         {"qk_norm", k.qk_norm ? json(qk_norm_name(*k.qk_norm)) : json(nullptr)},
+                         {"mixer", k.mixer ? json(mixer_name(*k.mixer)) : json(nullptr)}});
     for (const auto& run : m.layer_pattern) pattern.push_back({{"kind", m.layer_kinds[run.kind].name}, {"layers", run.count}});
     out["layer_kinds"] = kinds;
     out["layer_pattern"] = pattern;

@@ -134,10 +134,13 @@ std::string every_field(const cli::ModelFile& file) {
         << '|' << m.experts << '|' << m.experts_per_token << '|' << int(m.activation) << '|' << m.norms_per_layer << '|'
         << m.parallel_attention << '|' << m.embedding_norm << '|' << m.attention_dropout << '|' << m.hidden_dropout << '|'
         << m.mlp_dropout << '|' << m.softmax_fp32 << "|mla " << m.mla.q_lora_rank << ' ' << m.mla.kv_lora_rank << ' '
-        << m.mla.qk_nope_head_dim << ' ' << m.mla.qk_rope_head_dim << ' ' << m.mla.v_head_dim;
+        << m.mla.qk_nope_head_dim << ' ' << m.mla.qk_rope_head_dim << ' ' << m.mla.v_head_dim << "|mixer "
+        << mixer_name(m.mixer) << ' ' << m.ssm.d_inner << ' ' << m.ssm.d_state << ' ' << m.ssm.d_conv << ' '
+        << m.ssm.dt_rank << ' ' << m.ssm.conv_bias << m.ssm.proj_bias << m.ssm.inner_norms << m.ssm.kernels;
     const auto given = [&](const std::optional<std::uint64_t>& n) { return n ? std::to_string(*n) : std::string("-"); };
     for (const auto& k : m.layer_kinds)
-        out << "|kind " << k.name << ' ' << given(k.ffn) << ' ' << given(k.experts) << ' ' << given(k.experts_per_token);
+        out << "|kind " << k.name << ' ' << given(k.ffn) << ' ' << given(k.experts) << ' ' << given(k.experts_per_token)
+            << ' ' << (k.mixer ? mixer_name(*k.mixer) : "-");
     for (const auto& run : m.layer_pattern) out << "|run " << run.kind << ' ' << run.count;
     out << '|' << file.description << '|' << file.source << '|' << given(file.published_parameters);
     return out.str();

@@ -47,6 +47,10 @@ model JSON file, following the op sequence of HuggingFace transformers' EAGER im
   phimoe   "router": "sparsemixer": PhimoeSparseMoeBlock's router in training (two masked softmaxes, Gumbel-
            sampled experts, gathered weights and MultiplierProcessor's Heun correction), "input_jitter" its
            in-place multiplication of the block's input by uniform noise; Mixtral's loop over the experts.
+  mamba    "mixer": "mamba": JambaMambaMixer's slow path (use_mamba_kernels false) in place of attention:
+           in_proj, depthwise causal conv1d and SiLU, x_proj into dt, B and C (RMSNormed with
+           "mamba_inner_norms"), dt_proj, softplus, the discretised A and B in fp32, the recurrence one
+           step at a time (each state kept), + u D, gated by SiLU(z), out_proj; then the style's MLP or experts.
   sinks    GptOssAttention's eager_attention_forward ("attention_sinks": true): a learnable logit per
            head joins the scores as a column, the row max is subtracted, softmax in the scores' dtype
            over s + 1 columns, the sink column dropped by a view before @V.
@@ -152,6 +156,8 @@ DEFAULT_MODELS = [
     os.path.join(HERE, "models", "olmo2-tiny.json"),
     os.path.join(HERE, "models", "sinks-tiny.json"),
     os.path.join(HERE, "models", "gpt-oss-tiny.json"),
+    os.path.join(HERE, "models", "mamba-tiny.json"),
+    os.path.join(HERE, "models", "jamba-tiny.json"),
     os.path.join(REPO, "presets", "decoder.json"),
 ]
 MODES = ("none", "selective", "full")
@@ -178,13 +184,18 @@ def _rms(spec, region):
 
 
 def _latent_norm_width(spec, region):
-    """The widths latent attention's RMSNorms normalise (q_a_layernorm, kv_a_layernorm), in a layer."""
-    return spec.q_lora_rank + spec.kv_lora_rank if region == "layer" else 0
+    """The widths latent attention's RMSNorms normalise (q_a_layernorm, kv_a_layernorm), and a Mamba mixer's
+    (dt_layernorm, b_layernorm, c_layernorm), in a layer."""
+    if region != "layer":
+        return 0
+    mamba = spec.mamba_dt_rank + 2 * spec.mamba_state if spec.mixer == "mamba" and spec.mamba_inner_norms else 0
+    return spec.q_lora_rank + spec.kv_lora_rank + mamba
 
 
 KNOWN_EFFECTS = [
     ("torch < 2.2: mean() saves its input, so each RMSNorm also keeps x^2 in fp32, 4 s b h bytes "
-     "(4 s b r for latent attention's norms of a latent r wide, 4 s b (a + k) d for q/k norms; PyTorch PR #109935 keeps only the sizes; "
+     "(4 s b r for latent attention's norms of a latent r wide, 4 s b (a + k) d for q/k norms, and for a Mamba "
+     "mixer's norms of dt, B and C, r + 2N wide; PyTorch PR #109935 keeps only the sizes; "
      "memcalc models the newer behaviour)",
      lambda spec, mode, region: mode != "full" and _rms(spec, region) > 0,
      lambda spec, s, b, region: int(4 * s * b * (spec.hidden * _rms(spec, region) + _latent_norm_width(spec, region)))),
@@ -210,9 +221,9 @@ KNOWN_EFFECTS = [
      lambda spec, mode, region: region == "layer" and mode != "full" and spec.stacked_experts,
      lambda spec, s, b, region: -sum(6 * spec.hidden * spec.ffn + 8 for n in spec.routing if n == 0)
      - sum(2 for n in spec.routing if n == 1)),
-    ("Phi-3.5-MoE's sampled routing: an expert given one slot gathers a one-element routing weight, which the "
-     "hooks class as a scalar: 2 bytes less per such expert",
-     lambda spec, mode, region: region == "layer" and mode != "full" and spec.router == "sparsemixer",
+    ("an expert given exactly one token-slot: its gathered routing weight is a one-element tensor, which the "
+     "hooks class as a scalar: 2 bytes less per such expert (memcalc counts every slot's weight)",
+     lambda spec, mode, region: region == "layer" and mode != "full" and spec.experts > 0 and not spec.stacked_experts,
      lambda spec, s, b, region: -sum(2 for n in spec.routing if n == 1)),
     ("micro-batch 1: transformers pads the labels to s + 1 and shifts them; one row is already contiguous, so "
      "the loss keeps a view of the padded storage, 8 bytes more than memcalc's s b int64 targets",
@@ -284,6 +295,14 @@ class Spec:
     expert_dispatch: str = "routed"
     router: str = "softmax_topk"
     input_jitter: float = 0.0
+    mixer: str = "attention"   # "mamba": JambaMambaMixer's slow path in place of attention
+    mamba_inner: int = 0
+    mamba_state: int = 0
+    mamba_conv: int = 0
+    mamba_dt_rank: int = 0
+    mamba_conv_bias: bool = True
+    mamba_proj_bias: bool = False
+    mamba_inner_norms: bool = False
     style: str = ""
     routing: List[int] = field(default_factory=list)  # slots per expert of layer 0's last forward (gpt-oss)
 
@@ -348,7 +367,17 @@ def load_spec(path: str) -> Spec:
         expert_dispatch=_choice(doc, "expert_dispatch", ("routed", "every_token"), "routed"),
         router=_choice(doc, "router", ("softmax_topk", "sparsemixer"), "softmax_topk"),
         input_jitter=float(doc.get("input_jitter", 0.0)),
+        mixer=_choice(doc, "mixer", ("attention", "mamba"), "attention"),
+        mamba_inner=int(doc.get("mamba_inner", 0) or 0),
+        mamba_state=int(doc.get("mamba_state", 0) or 0),
+        mamba_conv=int(doc.get("mamba_conv", 0) or 0),
+        mamba_dt_rank=int(doc.get("mamba_dt_rank", 0) or 0),
+        mamba_conv_bias=bool(doc.get("mamba_conv_bias", True)),
+        mamba_proj_bias=bool(doc.get("mamba_proj_bias", False)),
+        mamba_inner_norms=bool(doc.get("mamba_inner_norms", False)),
     )
+    if spec.mixer == "mamba" and bool(doc.get("mamba_kernels", True)):
+        raise ValueError(f"{path}: mamba_kernels true (mamba_ssm's CUDA kernels) cannot run here; set it false")
     if spec.kv_lora_rank:  # q and k heads are d_n + d_r wide; rotary turns d_r
         spec.head_dim = spec.qk_nope_head_dim + spec.qk_rope_head_dim
     if spec.heads % spec.kv_heads:
@@ -369,6 +398,8 @@ def load_spec(path: str) -> Spec:
         spec.style = "gpt2"
     else:
         spec.style = "qwen2" if spec.bias == "qkv" else "llama"
+    if spec.mixer == "mamba":  # a label only: the layer's MLP or experts are those of the style above
+        spec.style = "mamba"
     if spec.style == "gpt2" and spec.kv_heads != spec.heads:
         raise ValueError(f"{path}: GPT-2 style attention has no grouped-query variant")
     return spec
@@ -560,6 +591,7 @@ class SparseMoE(nn.Module):
         expert_mask = F.one_hot(selected_experts, num_classes=self.E).permute(2, 1, 0)
         self.slots = expert_mask.sum(dim=(-1, -2)).tolist()
         expert_hit = (expert_mask.sum(dim=(-1, -2)) > 0).nonzero(as_tuple=True)[0].tolist()
+        self.slots = expert_mask.sum(dim=(-1, -2)).tolist()  # slots per expert (for the compare's effects)
         for expert_idx in expert_hit:
             expert_layer = self.experts[expert_idx]
             idx, top_x = torch.where(expert_mask[expert_idx])
@@ -907,6 +939,52 @@ class FalconAttention(nn.Module):
         return self.dense(out)
 
 
+class MambaMixer(nn.Module):
+    """transformers JambaMambaMixer.slow_forward (use_mamba_kernels False; MambaMixer's without the inner
+    norms), in training with no cache and no padding mask: in_proj, depthwise causal conv1d, SiLU, x_proj
+    split into dt, B, C (RMSNormed when mamba_inner_norms), dt_proj, softplus, the discretised A and B in
+    fp32, the recurrence a step at a time, + u D, gated by SiLU(z), out_proj."""
+
+    def __init__(self, spec):
+        super().__init__()
+        h, di, n, r, k = spec.hidden, spec.mamba_inner, spec.mamba_state, spec.mamba_dt_rank, spec.mamba_conv
+        self.di, self.n, self.r = di, n, r
+        self.in_proj = nn.Linear(h, 2 * di, bias=spec.mamba_proj_bias)
+        self.conv1d = nn.Conv1d(di, di, k, groups=di, padding=k - 1, bias=spec.mamba_conv_bias)
+        self.x_proj = nn.Linear(di, r + 2 * n, bias=False)
+        self.dt_proj = nn.Linear(r, di, bias=True)
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, n + 1, dtype=torch.float32)[None, :].expand(di, -1).contiguous()))
+        self.D = nn.Parameter(torch.ones(di))
+        self.out_proj = nn.Linear(di, h, bias=spec.mamba_proj_bias)
+        self.norms = spec.mamba_inner_norms
+        if self.norms:
+            self.dt_layernorm, self.b_layernorm, self.c_layernorm = RMSNorm(r), RMSNorm(n), RMSNorm(n)
+
+    def forward(self, x, ctx: Ctx, selective: bool):
+        b, s, _ = x.shape
+        dtype = x.dtype
+        projected = self.in_proj(x).transpose(1, 2)
+        u, gate = projected.chunk(2, dim=1)
+        u = F.silu(self.conv1d(u)[..., :s])
+        dt, B, C = torch.split(self.x_proj(u.transpose(1, 2)), [self.r, self.n, self.n], dim=-1)
+        if self.norms:
+            dt, B, C = self.dt_layernorm(dt), self.b_layernorm(B), self.c_layernorm(C)
+        delta = F.softplus(self.dt_proj(dt)).transpose(1, 2)
+        A = -torch.exp(self.A_log.float())
+        dA = torch.exp(A[None, :, None, :] * delta[:, :, :, None])
+        dB = delta[:, :, :, None] * B[:, None, :, :].float()
+        dBu = dB * u[:, :, :, None].float()
+        state = torch.zeros((b, self.di, self.n), dtype=dtype)
+        ys = []
+        for i in range(s):
+            state = dA[:, :, i, :] * state + dBu[:, :, i, :]
+            ys.append(torch.matmul(state.to(dtype), C[:, i, :].unsqueeze(-1))[:, :, 0])
+        y = torch.stack(ys, dim=-1)
+        y = y + u * self.D[None, :, None]
+        y = y * F.silu(gate)
+        return self.out_proj(y.transpose(1, 2))
+
+
 class SequentialLayer(nn.Module):
     """Pre-norm layer: llama, qwen2, mixtral, gpt2 (norms_per_layer 4 adds post-branch norms)."""
 
@@ -924,7 +1002,8 @@ class SequentialLayer(nn.Module):
             self.attn = GPT2Attention(spec)
             self.mlp = GPT2MLP(spec) if spec.mlp == "plain" else make_mlp(spec, spec.bias == "all")
         else:
-            self.attn = LatentAttention(spec) if spec.style == "deepseek" else LlamaAttention(spec)
+            self.attn = MambaMixer(spec) if spec.mixer == "mamba" else \
+                LatentAttention(spec) if spec.style == "deepseek" else LlamaAttention(spec)
             self.mlp = (GptOssMoE(spec) if spec.stacked_experts else Llama4MoE(spec)
                         if spec.expert_dispatch == "every_token" else SparseMoE(spec)) if spec.experts \
                 else make_mlp(spec, spec.bias == "all")

@@ -17,6 +17,7 @@
 #include "memcalc/framework.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/recipe.hpp"
+#include "memcalc/ssm_activations.hpp"
 #include "memcalc/units.hpp"
 
 namespace memcalc {
@@ -624,6 +625,27 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
 /// The output projection's output: row-parallel, so its gradient is the whole residual stream's.
 inline LinearOutput output_projection(const Sizes& z) { return {z.sbh, "sbh", "o_proj", ActivationSplit::replicated, {}, {}}; }
 
+/// A Mamba layer's mixer (ssm_activations.hpp) in place of attention: in_proj keeps its input, the
+/// norm's output, as q/k/v do. Autocast, narrow linears and fine-tuning of its tensors are not modelled.
+inline void mamba_rows(TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t micro_batch) {
+    if (z.autocast || z.narrow)
+        throw error("Mamba layers under autocast or fp8 linears are not modelled (a bf16 or fp32 recipe is)");
+    if (t.tuning.any()) throw error("fine-tuning (frozen parts or LoRA) of a model with Mamba layers is not modelled");
+    const LinearOutput in_out{z.tokens * (2 * m.ssm.d_inner), "sb(2d_i)", "in_proj", ActivationSplit::tensor, {}, {}};
+    if (projection_input_row(t, z, "in_proj", "its input", z.sbh, shape::sbh, 1, in_out)) {
+        t.mark_norm_output(true);
+        if (!m.norms_before_branches()) t.mark_layer_input(true);
+    }
+    const auto add = [&](Label op, Label tensor, Label why, const Shape& shape, Count elements, std::uint64_t bytes,
+                         Keep keep = Keep::always, std::uint64_t copies = 1) {
+        t.add(op, tensor, why, shape, elements, bytes, keep, copies);
+    };
+    const auto work = [&](bool backward, Label op, Label tensor, Label formula, Count bytes) {
+        t.workspace(backward, op, tensor, formula, bytes);
+    };
+    mamba_mixer_rows(m, z.seq, micro_batch, z.d, false, add, work);
+}
+
 inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Attention attention) {
     if (m.mla.enabled()) {
         latent_attention_rows(t, m, z, attention);
@@ -1004,9 +1026,11 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     t.stream_beside(unkept_stream, 0);
     if (m.norms_before_branches()) layer_norm(shared_norm ? "layer norm" : "attention norm", false, true);
     t.section(Module::attention);
-    detail::attention_rows(t, m, z, attention);
+    if (m.mixer == Mixer::mamba) detail::mamba_rows(t, m, z, micro_batch);
+    else detail::attention_rows(t, m, z, attention);
     t.section(Module::none);
-    t.policy_output(t.linear_saved(m.bias == Bias::attention || m.bias == Bias::all), "output projection", "its output",
+    const bool output_biased = m.mixer == Mixer::mamba ? m.ssm.proj_bias : m.bias == Bias::attention || m.bias == Bias::all;
+    t.policy_output(t.linear_saved(output_biased), "output projection", "its output",
                     shape::sbh, z.sbh, z.d);
     if (m.norms_after_branches()) detail::norm_rows(t, m, z, "post-attention norm", false, false, true);
     if (m.hidden_dropout > 0 && !m.parallel_attention)

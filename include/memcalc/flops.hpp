@@ -46,14 +46,22 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
                            (layer.is_moe() ? 2 * T * h * static_cast<double>(layer.experts) : 0) +
                            2 * T * h * static_cast<double>(layer.shared_ffn) * mlp_matrices +
                            (layer.shared_expert_gate ? 2 * T * h : 0);
-        const double layer_forward = projections + c.attention_core + mlp;
+        // A Mamba mixer's matrices (in_proj, x_proj, dt_proj, out_proj) in place of attention's; its scan
+        // and convolution are element-wise, left out as the rest are.
+        const StateSpace& x = layer.ssm;
+        const double mixer = layer.mixer == Mixer::mamba
+                                 ? 2 * T * static_cast<double>(x.d_inner) *
+                                       (3 * h + static_cast<double>(x.dt_rank + 2 * x.d_state) + static_cast<double>(x.dt_rank))
+                                 : projections + c.attention_core;
+        const double core = layer.mixer == Mixer::mamba ? 0 : c.attention_core;
+        const double layer_forward = mixer + mlp;
         if (first) c.layer_forward = layer_forward;
         forward += static_cast<double>(count) * layer_forward;
         // Selective re-runs the modules it checkpoints (the core attention, and the MLP or MoE block's
         // matrix products where recompute_modules names them);
         // full re-runs each layer's whole forward pass, and so is op counted (an upper bound: its saved
         // mms and attention kernel are not run again).
-        const double selective = (modules.has(Module::core_attn) ? c.attention_core : 0) +
+        const double selective = (modules.has(Module::core_attn) ? core : 0) +
                                  (modules.has(layer.is_moe() ? Module::moe : Module::mlp) ? mlp : 0);
         c.recompute += static_cast<double>(count) *
                        (checkpoints_layer(mode) ? layer_forward : mode == Recompute::selective ? selective : 0);

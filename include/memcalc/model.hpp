@@ -112,6 +112,29 @@ struct LatentAttention {
     std::uint64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
+/// What mixes tokens in a layer: attention, or a Mamba selective state-space mixer (Mamba-1, as
+/// transformers' JambaMambaMixer and MambaMixer hold it).
+enum class Mixer { attention, mamba };
+inline const char* mixer_name(Mixer x) { return x == Mixer::mamba ? "mamba" : "attention"; }
+
+/// A Mamba-1 mixer's widths (Gu and Dao 2023; transformers' modeling_jamba.py): in_proj makes x and the
+/// gate z (d_inner each), a depthwise causal conv1d of d_conv taps, x_proj makes dt (dt_rank), B and C
+/// (d_state each), dt_proj widens dt back to d_inner, A_log (d_inner x d_state) and D (d_inner).
+/// `kernels`: mamba_ssm's fused kernels (config use_mamba_kernels; causal_conv1d_fn and selective_scan_fn
+/// keep what they save), else transformers' slow path, which keeps every step's state.
+struct StateSpace {
+    std::uint64_t d_inner = 0;  ///< 0: no Mamba layers
+    std::uint64_t d_state = 0;  ///< N
+    std::uint64_t d_conv = 0;   ///< the convolution's taps
+    std::uint64_t dt_rank = 0;  ///< r
+    bool conv_bias = true;
+    bool proj_bias = false;     ///< in_proj's and out_proj's biases
+    bool inner_norms = false;   ///< Jamba's RMSNorms on dt, B and C (dt_layernorm, b_layernorm, c_layernorm)
+    bool kernels = true;
+
+    bool enabled() const { return d_inner > 0; }
+};
+
 /// A kind of layer: what differs from the model's fields in some of its layers (DeepSeek's first
 /// dense layers beside its mixture-of-experts ones; Llama 4's interleaved dense and MoE layers). A
 /// field left empty is the model's. New per-layer variants (a window, a mixer) are fields here.
@@ -130,6 +153,7 @@ struct LayerKind {
     std::optional<std::uint64_t> attention_chunk = std::nullopt;
     std::optional<Position> position = std::nullopt;  ///< none: a NoPE layer of a rotary model (Llama 4)
     std::optional<QkNorm> qk_norm = std::nullopt;
+    std::optional<Mixer> mixer = std::nullopt;  ///< a Mamba layer among attention ones (Jamba)
 };
 
 /// `count` consecutive layers of one kind (an index into Architecture::layer_kinds).
@@ -208,6 +232,8 @@ struct Architecture {
     RouterBias router_bias = RouterBias::none;
     bool renormalize_topk = true;        ///< the top-k probabilities divided by their sum (Qwen2-MoE's norm_topk_prob)
     LatentAttention mla;                 ///< multi-head latent attention's widths (DeepSeek); none by default
+    Mixer mixer = Mixer::attention;      ///< what mixes tokens (a LayerKind may set its own)
+    StateSpace ssm;                      ///< the Mamba layers' widths, where any layer is one
     /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's own
     /// fields (one kind). The runs' counts sum to `layers`.
     std::vector<LayerKind> layer_kinds;
@@ -258,6 +284,7 @@ struct Architecture {
         if (k.shared_ffn) v.shared_ffn = *k.shared_ffn;
         if (k.shared_expert_gate) v.shared_expert_gate = *k.shared_expert_gate;
         if (k.router_bias) v.router_bias = *k.router_bias;
+        if (k.mixer) v.mixer = *k.mixer;
         if (v.experts == 0) {  // a dense kind of a MoE model routes nothing and shares no expert
             v.experts_per_token = 0, v.shared_ffn = 0, v.shared_expert_gate = false;
             v.router_bias = RouterBias::none;
@@ -284,6 +311,8 @@ struct Architecture {
         }
         return seen.size();
     }
+    /// Whether any layer mixes with `mixer`.
+    bool any_mixer(Mixer mixer) const { return !every_kind([&](const Architecture& v) { return v.mixer != mixer; }); }
     /// Whether any layer has experts.
     bool any_moe() const { return !every_kind([](const Architecture& v) { return !v.is_moe(); }); }
 };
@@ -360,6 +389,17 @@ inline void validate_latent_attention(const Architecture& m) {
                     "and o_proj)");
 }
 
+/// A Mamba layer's widths: all given where a layer is one, none where none is.
+inline void validate_state_space(const Architecture& m) {
+    const StateSpace& x = m.ssm;
+    if (m.mixer != Mixer::mamba) return;  // each kind's view is validated in turn
+    detail::require_positive("mamba_inner", x.d_inner);
+    detail::require_positive("mamba_state", x.d_state);
+    detail::require_positive("mamba_conv", x.d_conv);
+    detail::require_positive("mamba_dt_rank", x.dt_rank);
+    if (m.mla.enabled()) throw error("mixer mamba with latent attention: a layer has one mixer");
+}
+
 /// Throws memcalc::error naming the first field that makes the architecture impossible.
 inline void validate(const Architecture& m) {
     detail::require_positive("hidden", m.hidden);
@@ -396,6 +436,7 @@ inline void validate(const Architecture& m) {
         if (!(p >= 0 && p < 1))
             throw error(std::string(field) + " must be a probability in [0, 1) (got " + std::to_string(p) + ")");
     validate_latent_attention(m);
+    validate_state_space(m);
     if (!m.is_moe() && m.experts_per_token != 0)
         throw error("experts_per_token (" + std::to_string(m.experts_per_token) + ") needs experts > 0");
     if (m.is_moe() && m.active_experts() > m.experts)

@@ -170,6 +170,8 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     const auto check_kind = [&](const Architecture& v, const std::string& kind) {  // kind: " (layer kind 'x')"
         if (v.ffn % p.tp != 0) detail::require_divides("tp", p.tp, ("ffn" + kind).c_str(), v.ffn);
         if (v.shared_ffn % p.tp != 0) detail::require_divides("tp", p.tp, ("shared_ffn" + kind).c_str(), v.shared_ffn);
+        if (v.mixer == Mixer::mamba && v.ssm.d_inner % p.tp != 0)
+            detail::require_divides("tp", p.tp, ("mamba_inner" + kind).c_str(), v.ssm.d_inner);
         if (p.ep > 1 && v.is_moe() && v.experts % p.ep != 0)
             detail::require_divides("ep", p.ep, ("experts" + kind).c_str(), v.experts);
     };

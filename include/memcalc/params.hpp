@@ -178,6 +178,30 @@ inline ParameterTable parameter_table(const Architecture& m) {
         add(Part::attention, Group::layer, "o_proj", "a*d_v x h", {m.heads * a.v_head_dim, h}, split);
     };
 
+    // A Mamba-1 mixer, as transformers' JambaMambaMixer holds it (d_i: d_inner, N: d_state, r: dt_rank, K:
+    // d_conv), in the attention part. Split like Megatron-LM's Mamba mixer: every d_i-wide tensor by
+    // channels across tensor-parallel ranks; dt, B and C's norms whole on each.
+    const auto add_mamba = [&] {
+        const StateSpace& x = m.ssm;
+        const std::uint64_t di = x.d_inner, N = x.d_state, r = x.dt_rank;
+        add(Part::attention, Group::layer, "in_proj", "h x 2d_i", {h, 2 * di}, split);
+        if (x.proj_bias) add(Part::attention, Group::layer, "in_proj.bias", "2d_i", {2 * di}, split);
+        add(Part::attention, Group::layer, "conv1d.weight", "d_i x 1 x K", {di, 1, x.d_conv}, split);
+        if (x.conv_bias) add(Part::attention, Group::layer, "conv1d.bias", "d_i", {di}, split);
+        add(Part::attention, Group::layer, "x_proj", "d_i x (r+2N)", {di, r + 2 * N}, split);
+        add(Part::attention, Group::layer, "dt_proj", "r x d_i", {r, di}, split);
+        add(Part::attention, Group::layer, "dt_proj.bias", "d_i", {di}, split);
+        add(Part::attention, Group::layer, "A_log", "d_i x N", {di, N}, split);
+        add(Part::attention, Group::layer, "D", "d_i", {di}, split);
+        if (x.inner_norms) {
+            add(Part::norms, Group::layer, "dt_layernorm.weight", "r", {r});
+            add(Part::norms, Group::layer, "b_layernorm.weight", "N", {N});
+            add(Part::norms, Group::layer, "c_layernorm.weight", "N", {N});
+        }
+        add(Part::attention, Group::layer, "out_proj", "d_i x h", {di, h}, split);
+        if (x.proj_bias) add(Part::attention, Group::layer, "out_proj.bias", "h", {h});
+    };
+
     // The input side. A tied head's gradient appears with the head, so the shared matrix joins that group.
     add(Part::embedding, m.tied_embeddings ? Group::head : Group::input, "token_embedding", "V x h", {V, h},
         ParamSplit::vocab);
@@ -197,7 +221,9 @@ inline ParameterTable parameter_table(const Architecture& m) {
             add_norm(Part::norms, Group::layer,
                      m.norms_per_layer == 1 ? NormNames{"layer_norm.weight", "layer_norm.bias"}
                                             : NormNames{"attention_norm.weight", "attention_norm.bias"});
-        if (m.mla.enabled()) {
+        if (view.mixer == Mixer::mamba) {
+            add_mamba();
+        } else if (m.mla.enabled()) {
             add_latent_attention();
         } else {
             add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q}, split);
@@ -218,7 +244,8 @@ inline ParameterTable parameter_table(const Architecture& m) {
             if (m.attention_sinks) add(Part::attention, Group::layer, "sinks", "a", {m.heads}, split);  // a logit per head
             add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
         }
-        if (m.bias == Bias::attention || m.bias == Bias::all) add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
+        if ((m.bias == Bias::attention || m.bias == Bias::all) && view.mixer != Mixer::mamba)
+            add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
         if (m.norms_after_branches())
             add_norm(Part::norms, Group::layer, {"post_attention_norm.weight", "post_attention_norm.bias"});
 

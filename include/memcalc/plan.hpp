@@ -188,7 +188,10 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
     const bool moe = m.any_moe();
     const auto attention_heads_ok = [&](std::uint64_t tp) {
         return m.heads % tp == 0 && m.key_value_heads() % tp == 0 &&
-               m.every_kind([&](const Architecture& v) { return v.ffn % tp == 0 && v.shared_ffn % tp == 0; }) &&
+               m.every_kind([&](const Architecture& v) {
+                   return v.ffn % tp == 0 && v.shared_ffn % tp == 0 &&
+                          (v.mixer != Mixer::mamba || v.ssm.d_inner % tp == 0);
+               }) &&
                (request.max_tp == 0 || tp <= request.max_tp);
     };
     // Interleaved 1F1B as Megatron-LM runs it: even stages, each rank's layers in vpp equal chunks,

@@ -84,13 +84,21 @@ struct ServeReport {
     Count kv_cache;                ///< batch x blocks x block size x bytes per token, by kind of layer
     std::uint64_t prefill_tokens = 0;
     Count activations;             ///< prefill's largest forward temporaries and the last tokens' logits
-    Count peak() const { return weights + kv_cache + activations; }
+    std::uint64_t cache_layers = 0;  ///< the attention layers, which keep a KV cache
+    /// Mamba layers keep no cache but a state per sequence, whatever its length: the convolution's last
+    /// d_conv inputs (bf16) and the scan's d_inner x d_state state (fp32), d_inner split across ranks.
+    std::uint64_t state_layers = 0;
+    Count state_bytes_per_sequence;  ///< over every Mamba layer
+    Count ssm_state;                 ///< batch x state_bytes_per_sequence
+    Count peak() const { return weights + kv_cache + ssm_state + activations; }
 };
 
 namespace detail {
 /// A row of the parameter table that the weight format stores: a layer's matrix, not a bias, norm or router.
 inline bool quantised(const ParamRow& r) {
-    return r.group == Group::layer && (r.part == Part::attention || r.part == Part::mlp) && r.dims.size() >= 2;
+    // A Mamba mixer's convolution taps and A stay in bf16, as vLLM's MambaMixer keeps them.
+    return r.group == Group::layer && (r.part == Part::attention || r.part == Part::mlp) && r.dims.size() >= 2 &&
+           r.tensor != "conv1d.weight" && r.tensor != "A_log";
 }
 }  // namespace detail
 
@@ -109,6 +117,9 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
                     " key/value heads or be a multiple of them");
     if (m.heads % s.tp != 0)
         throw error("tp (" + std::to_string(s.tp) + ") must divide the " + std::to_string(m.heads) + " query heads");
+    if (m.any_mixer(Mixer::mamba) && m.ssm.d_inner % s.tp != 0)
+        throw error("tp (" + std::to_string(s.tp) + ") must divide the Mamba layers' " + std::to_string(m.ssm.d_inner) +
+                    " inner channels");
     if (bytes_per_element(s.kv_dtype) == 0) throw error(std::string("kv dtype ") + dtype_name(s.kv_dtype) + " is not a cache dtype");
 }
 
@@ -156,6 +167,14 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
         const std::uint64_t layers = m.layers_of_kind(k);
         if (layers == 0) continue;
         const Architecture v = m.kind_view(k);
+        if (v.mixer == Mixer::mamba) {  // no cache: a state per sequence (transformers' conv_states, ssm_states)
+            const std::uint64_t channels = v.ssm.d_inner / tp;
+            r.state_layers += layers;
+            r.state_bytes_per_sequence += Count(layers) * channels *
+                                          (v.ssm.d_conv * dtype::bf16 + v.ssm.d_state * dtype::fp32);
+            continue;
+        }
+        r.cache_layers += layers;
         const Count per_token = Count(layers) * cache *
                                 (v.mla.enabled() ? v.mla.kv_lora_rank + v.mla.qk_rope_head_dim
                                                  : 2 * r.kv_heads_per_rank * v.head_size());
@@ -183,6 +202,11 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
         mlp = std::max(mlp, here);
         return true;
     });
+    // A Mamba mixer's prefill: in_proj's x and z, the convolution's output, delta, the scan's output and
+    // its gate, d_i wide each, in bf16 (mamba_ssm's kernels), counted beside attention's as the larger.
+    if (m.any_mixer(Mixer::mamba))
+        mlp = std::max(mlp, Count(N) * (6 * (m.ssm.d_inner / tp)) * dtype::bf16);
+    r.ssm_state = Count(s.batch) * r.state_bytes_per_sequence;
     const Count stream = Count(N) * m.hidden * (2 * dtype::bf16);
     const Count logits = Count(s.batch) * ceil_div(Count(m.vocab), tp).value() * (dtype::bf16 + dtype::fp32);
     r.activations = stream + std::max(attention, mlp) + logits;
@@ -202,7 +226,7 @@ inline ServeFit serve_fit(const Architecture& m, ServeSettings s, Count capacity
     ServeFit f;
     const ServeReport here = serve(m, s);
     f.fits = here.peak() <= capacity;
-    const Count fixed = here.weights + here.activations;
+    const Count fixed = here.weights + here.ssm_state + here.activations;
     if (capacity > fixed && here.kv_bytes_per_token > Count(0)) {
         const std::uint64_t tokens = (capacity.value() - fixed.value()) / here.kv_bytes_per_token.value();
         f.kv_capacity_tokens = Count(tokens / s.block_size * s.block_size);

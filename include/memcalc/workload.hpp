@@ -393,7 +393,9 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
     const Platform platform = f.platform;
     const auto tuning = [&](std::size_t kind) { return tunings.empty() ? LayerTuning{} : tunings[kind]; };
     const auto layer = [&](const Architecture& view, std::size_t kind) {
-        if (model == ActivationModel::korthikanti) return korthikanti_layer(view, s, b, bytes_per_element(precision.compute));
+        if (model == ActivationModel::korthikanti)
+            return view.mixer == Mixer::mamba ? korthikanti_mamba_layer(view, s, b, bytes_per_element(precision.compute))
+                                              : korthikanti_layer(view, s, b, bytes_per_element(precision.compute));
         if (f.moe == MoeKernel::grouped_gemm && view.expert_dispatch != ExpertDispatch::routed) {
             Architecture routed = view;  // the framework's grouped GEMM in place of the model's code
             routed.expert_dispatch = ExpertDispatch::routed;
