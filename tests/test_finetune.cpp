@@ -280,7 +280,8 @@ TEST_CASE("memcalc --train: spellings, JSON and errors", "[finetune][cli]") {
     for (const char* bad : {"--train lorra", "--train frozen", "--lora-rank 8", "--train lora --lora-rank 0",
                             "--train lora --lora-dropout 1.5", "--train lora --frozen mlp",
                             "--train lora --activations korthikanti", "--train lora --lora-targets w_pack",
-                            "--frozen all", "--train lora --lora-dtype int8"}) {
+                            "--frozen all", "--train lora --lora-dtype int8", "--train lora --lora-variant vera",
+                            "--lora-variant dora"}) {
         const auto e = testing::memcalc(std::string("--preset llama-7b --seq 512 ") + bad);
         INFO(bad << ": " << e.err);
         CHECK(e.status != 0);
@@ -331,7 +332,7 @@ TEST_CASE("DoRA adds a trained magnitude vector of out_features per adapted line
 
 TEST_CASE("DoRA keeps the base output, the adapter's output and, dropped out over a cast weight, the weight",
           "[finetune][dora]") {
-    // Per adapted linear, peft's DoRA forward (measured on CPU, validation/results/cpu-dora.txt): the base
+    // Per adapted linear, peft's DoRA forward (measured per layer on CPU, validation/results/cpu-dora.txt): the base
     // output (bf16; with a dropout F.linear(dropout(x), W) in the adapter's dtype), B A x (adapter's dtype),
     // three out-vectors; with a dropout and W of another dtype than the adapter, W cast (out x in).
     struct Shape_ {
@@ -438,4 +439,27 @@ TEST_CASE("bitsandbytes' stored bytes for Llama-3-8B's linears and a shape whose
     const std::uint64_t adapters = trainable_parameters(s.parameters).value();
     CHECK(adapters == 30 * 8 * (2 * (576 + 576) + 2 * (576 + 192) + 2 * (576 + 1536) + (1536 + 576)));
     CHECK(s.state.weights.value() == smol_layer * 30 + (49152 * 576 + 61 * 576 + adapters) * 2);
+}
+
+TEST_CASE("memcalc --lora-variant dora and the CSV's training column", "[finetune][cli][dora]") {
+    const auto d = testing::memcalc("--preset llama-7b --seq 512 --train lora --lora-variant dora --format json");
+    REQUIRE(d.status == 0);
+    const auto j = nlohmann::json::parse(d.out);
+    CHECK(j["parameters"]["trainable"] == 4194304 + 32 * 2 * 4096);
+    CHECK(j["settings"]["training"]["lora"]["variant"] == "dora");
+    CHECK_THAT(testing::memcalc("--preset llama-7b --seq 512 --train qlora --lora-variant dora").out,
+               Catch::Contains("training qlora (DoRA, rank 8 on q_proj, v_proj"));
+    // The training column comes last, so the columns before it keep their places.
+    const auto header_and_row = [](const std::string& flags) {
+        const auto run = testing::memcalc("--preset llama-7b --seq 512,1024 --format csv " + flags);
+        REQUIRE(run.status == 0);
+        return run.out;
+    };
+    const std::string full = header_and_row(""), q = header_and_row("--train qlora");
+    CHECK(full.rfind("model,seq,micro_batch,recompute,recipe,activations,attention,parameters,state_bytes,", 0) == 0);
+    CHECK_THAT(full, Catch::Contains("first_stage_layers,last_stage_layers,training\n"));
+    CHECK_THAT(full, Catch::Contains(",full\nllama-7b,1024,"));
+    CHECK(full.substr(full.size() - 6) == ",full\n");
+    CHECK_THAT(q, Catch::Contains(",qlora\nllama-7b,1024,"));
+    CHECK(q.substr(q.size() - 7) == ",qlora\n");
 }

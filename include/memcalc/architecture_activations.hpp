@@ -292,7 +292,7 @@ inline bool dora_weight_copied(const TableBuilder& t, const Sizes& z) {
 /// the base output (in the model's dtype; with a dropout peft recomputes it as F.linear(dropout(x), W)
 /// in the adapter's) and B A x (the adapter's), and three vectors of out (m / norm, it minus 1, the norm).
 /// With a dropout that F.linear keeps W for x's gradient: a copy where W was dequantised or cast.
-/// Measured per linear on CPU (validation/results/cpu-dora.txt).
+/// Measured per layer on CPU (validation/results/cpu-dora.txt).
 inline void dora_rows(TableBuilder& t, const Sizes& z, const std::string& op, LinearSet readers, Count tokens) {
     if (!t.tuning.dora) return;
     const std::uint64_t own = adapter_bytes(t, z);
