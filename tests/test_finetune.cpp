@@ -7,6 +7,7 @@
 
 #include "fixtures.hpp"
 #include "run_program.hpp"
+#include "workspace_named.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/finetune.hpp"
 
@@ -107,7 +108,8 @@ TEST_CASE("QLoRA stores the base linears as bitsandbytes' NF4 with double quanti
         CHECK(bool(r.storage) == (r.group == Group::layer && r.dims.size() == 2));
     }
     const Count adapters = trainable_parameters(q.parameters);
-    CHECK(q.state.weights == nf4_double_quant.bytes(linear) + other * 2 + adapters * 2);
+    // 224 tensors (32 layers x 7), each also keeping its 68 bytes of constants.
+    CHECK(q.state.weights == nf4_double_quant.bytes(linear) + Count(224 * 68) + other * 2 + adapters * 2);
     CHECK(q.state.gradients == adapters * 2);
     CHECK(q.state.optimizer_state == adapters * 8);
 }
@@ -462,4 +464,15 @@ TEST_CASE("memcalc --lora-variant dora and the CSV's training column", "[finetun
     CHECK(full.substr(full.size() - 6) == ",full\n");
     CHECK_THAT(q, Catch::Contains(",qlora\nllama-7b,1024,"));
     CHECK(q.substr(q.size() - 7) == ",qlora\n");
+}
+
+TEST_CASE("memcalc fit says what trains in its CSV and JSON", "[finetune][cli][fit]") {
+    const auto csv = testing::memcalc("fit --preset llama-3.2-1b --train lora --device-memory 24GB --format csv");
+    REQUIRE(csv.status == 0);
+    CHECK(csv.out.rfind("model,search,recompute,largest,peak_bytes,peak_step,peak_stage,headroom_bytes,next_size,"
+                        "next_peak_bytes,training\n", 0) == 0);
+    CHECK(csv.out.substr(csv.out.size() - 6) == ",lora\n");
+    const auto json = testing::memcalc("fit --preset llama-3.2-1b --train qlora --device-memory 24GB --format json");
+    REQUIRE(json.status == 0);
+    CHECK(nlohmann::json::parse(json.out)["training"] == "qlora");
 }
