@@ -122,7 +122,8 @@ struct TrainingChoice {
             ->type_name("DTYPE");
         app.add_option("--lora-variant", q.lora_variant,
                        "lora (default) or dora (peft's use_dora): a trained magnitude vector per adapted linear,\n"
-                       "the norm of W + B A made in each forward, and the base output kept beside the adapter's")
+                       "the norm of W + B A made in each forward, and the base output kept beside the adapter's\n"
+                       "(kept tensors measured; the norm's and backward's workspaces assumed, leaning high)")
             ->type_name("VARIANT");
     }
 };

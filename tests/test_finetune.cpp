@@ -365,6 +365,8 @@ TEST_CASE("DoRA keeps the base output, the adapter's output and, dropped out ove
                 // where it is; q_proj (in = out = h) is the largest.
                 const Workspace& norm = fixtures::workspace_named(dl, "DoRA weight norm");
                 CHECK(norm.bytes.value() == (x.h * x.h + (fp32 ? 4 : 3) * x.h * q_out + x.h * x.r) * own);
+                // Backward, assumed (leaning high): four s b out tensors of the widest adapted linear, q_proj's.
+                CHECK(fixtures::workspace_named(dl, "DoRA backward").bytes.value() == 4 * tokens * q_out * own);
             }
     }
     // QDoRA with a dropout: the dequantised weight is kept even for adapters of the model's dtype.

@@ -1027,14 +1027,20 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     if (tuning.dora) {
         const std::uint64_t own = detail::adapter_bytes(t, z);
         const std::uint64_t copies = 3 + (detail::dora_weight_copied(t, z) ? 1 : 0);
-        Count largest;
+        Count largest, widest;
         for (std::size_t l = 0; l < tuning.shapes.size(); ++l) {
             const AdaptedShape& w = tuning.shapes[l];
             if ((tuning.adapted & (LinearSet{1} << l)) == 0) continue;
             largest = std::max(largest, (Count(w.in) * w.in + Count(copies) * w.in * w.out + Count(w.in) * tuning.rank) * own);
+            widest = std::max(widest, Count(w.out));
         }
         t.workspace(false, "DoRA weight norm", "I (in x in), B A, W cast, W + scaled B A, largest linear",
                     detail::bytes_of(own, "x (in^2 + " + std::to_string(copies) + " in out + in r)"), largest);
+        // Not measured (saved-tensor hooks see no temporaries): the output's gradient and those of the two
+        // products' factors, s b out each in the adapter's dtype, at the widest adapted linear (an expert's
+        // tokens are at most s b). Leans high.
+        t.workspace(true, "DoRA backward", "its output's gradient and the products' factors' gradients, widest linear",
+                    detail::bytes_of(4 * own, "sb(out)"), z.tokens * widest * (4 * own));
     }
 
     layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input
