@@ -84,7 +84,7 @@ FineTuning parse_fine_tuning(const Request& q) {
     }
     for (const auto& [option, value] : {std::pair<const char*, const std::string&>{"--lora-rank", q.lora_rank},
                                         {"--lora-targets", q.lora_targets}, {"--lora-dropout", q.lora_dropout},
-                                        {"--lora-dtype", q.lora_dtype}})
+                                        {"--lora-dtype", q.lora_dtype}, {"--lora-variant", q.lora_variant}})
         if (!value.empty() && !adapters)
             throw usage_error(fmt::format("{} {} needs --train lora or qlora (got --train {})", option, value, q.train));
     f.lora.rank = parse_count("--lora-rank", q.lora_rank, f.lora.rank);
@@ -100,6 +100,13 @@ FineTuning parse_fine_tuning(const Request& q) {
         if (q.lora_dtype != "fp32" && q.lora_dtype != "bf16" && q.lora_dtype != "fp16")
             throw usage_error(fmt::format("--lora-dtype: '{}' is not fp32 (peft's default), bf16 or fp16", q.lora_dtype));
         f.lora.fp32 = q.lora_dtype == "fp32";
+    }
+    if (!q.lora_variant.empty()) {
+        const auto* variant = std::find_if(lora_variant_rows.begin(), lora_variant_rows.end(),
+                                           [&](const LoraVariantRow& r) { return q.lora_variant == r.name; });
+        if (variant == lora_variant_rows.end())
+            throw usage_error(fmt::format("--lora-variant: '{}' is not lora or dora", q.lora_variant));
+        f.lora.variant = variant->variant;
     }
     return f;
 }

@@ -24,7 +24,7 @@ struct Request {
     std::string recompute_modules;  ///< empty: Megatron-LM's default, core_attn
     std::string units = "gb", format = "table", activations;  ///< empty: korthikanti, or architecture to fine-tune
     // Fine-tuning: which parameters train (finetune.hpp).
-    std::string train = "full", frozen, lora_rank, lora_targets, lora_dropout, lora_dtype;
+    std::string train = "full", frozen, lora_rank, lora_targets, lora_dropout, lora_dtype, lora_variant;
     // The framework: a profile, and its values the flags override (empty: the profile's).
     std::string profile{default_profile}, profile_file, attention;
     std::map<std::string, std::string> framework;  ///< by framework_switches key: "loss" -> "bf16"

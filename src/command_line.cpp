@@ -120,6 +120,11 @@ struct TrainingChoice {
                        "The adapters' dtype: fp32 (default: peft's autocast_adapter_dtype beside a 16-bit model;\n"
                        "each adapter then casts its input to fp32) or bf16/fp16 (the model's own)")
             ->type_name("DTYPE");
+        app.add_option("--lora-variant", q.lora_variant,
+                       "lora (default) or dora (peft's use_dora): a trained magnitude vector per adapted linear,\n"
+                       "the norm of W + B A made in each forward, and the base output kept beside the adapter's\n"
+                       "(kept tensors measured; the norm's and backward's workspaces assumed, leaning high)")
+            ->type_name("VARIANT");
     }
 };
 

@@ -84,20 +84,24 @@ nlohmann::json fit_json(const FitRequest& f) {
             {"attention", attention_name(f.settings.framework.attention)},
             {"grad_buffer", grad_buffer_name(f.settings.framework.grad_buffer)},
             {"microbatches", f.settings.parallel.steps_per_batch()},
+            {"training", training_name(f.settings.tuning.mode)},
             {"results", results}};
 }
 
 std::string fit_csv(const FitRequest& f) {
-    std::string out = "model,search,recompute,largest,peak_bytes,peak_step,peak_stage,headroom_bytes,next_size,next_peak_bytes\n";
+    // training, last: what trains, as --train spells it (appended, so the columns before keep their places)
+    std::string out =
+        "model,search,recompute,largest,peak_bytes,peak_step,peak_stage,headroom_bytes,next_size,next_peak_bytes,training\n";
     for (std::size_t i = 0; i < f.modes.size(); ++i) {
         const FitResult& r = f.results[i];
         const FitProbe* l = r.largest ? &*r.largest : nullptr;
         const FitProbe* n = r.first_over ? &*r.first_over : nullptr;
-        out += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", csv_field(f.model.name), searched(f), recompute_name(f.modes[i]),
+        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(f.model.name), searched(f), recompute_name(f.modes[i]),
                            l ? std::to_string(l->size) : "", l ? std::to_string(l->peak.value()) : "",
                            l ? l->step : "", l ? std::to_string(l->stage) : "",
                            l ? std::to_string(f.capacity.value() - l->peak.value()) : "",
-                           n ? std::to_string(n->size) : "", n && n->runs ? std::to_string(n->peak.value()) : "");
+                           n ? std::to_string(n->size) : "", n && n->runs ? std::to_string(n->peak.value()) : "",
+                           training_name(f.settings.tuning.mode));
     }
     return out;
 }

@@ -286,7 +286,7 @@ json report_json(const Report& r, const View& view) {
     if (f.mode == Training::frozen) training["frozen"] = f.frozen;
     if (training_row(f.mode).adapters)
         training["lora"] = {{"rank", f.lora.rank}, {"targets", f.lora.targets}, {"dropout", f.lora.dropout},
-                            {"fp32_adapters", f.lora.fp32}};
+                            {"fp32_adapters", f.lora.fp32}, {"variant", lora_variant_row(f.lora.variant).name}};
     if (training_row(f.mode).quantized_base)
         training["base_storage"] = {{"dtype", dtype_name(f.base.dtype)}, {"block", f.base.block},
                                     {"scale", dtype_name(f.base.scale)}, {"scale_block", f.base.scale_block},

@@ -52,7 +52,8 @@ std::string training_line(const Report& r) {
     std::string how;
     if (f.mode == Training::frozen) how = fmt::format("frozen: {}", fmt::join(f.frozen, ", "));
     else
-        how = fmt::format("rank {} on {}, {}, {} adapters{}", f.lora.rank, fmt::join(f.lora.targets, ", "),
+        how = fmt::format("{}rank {} on {}, {}, {} adapters{}",
+                          lora_variant_row(f.lora.variant).magnitude ? "DoRA, " : "", f.lora.rank, fmt::join(f.lora.targets, ", "),
                           f.lora.dropout ? "dropout on their inputs" : "no dropout", f.lora.fp32 ? "fp32" : "model-dtype",
                           training_row(f.mode).quantized_base
                               ? fmt::format("; base linears {} in blocks of {} with {} scales (one {} per {} of them)",

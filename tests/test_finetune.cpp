@@ -7,6 +7,7 @@
 
 #include "fixtures.hpp"
 #include "run_program.hpp"
+#include "workspace_named.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/finetune.hpp"
 
@@ -107,7 +108,8 @@ TEST_CASE("QLoRA stores the base linears as bitsandbytes' NF4 with double quanti
         CHECK(bool(r.storage) == (r.group == Group::layer && r.dims.size() == 2));
     }
     const Count adapters = trainable_parameters(q.parameters);
-    CHECK(q.state.weights == nf4_double_quant.bytes(linear) + other * 2 + adapters * 2);
+    // 224 tensors (32 layers x 7), each also keeping its 68 bytes of constants.
+    CHECK(q.state.weights == nf4_double_quant.bytes(linear) + Count(224 * 68) + other * 2 + adapters * 2);
     CHECK(q.state.gradients == adapters * 2);
     CHECK(q.state.optimizer_state == adapters * 8);
 }
@@ -287,11 +289,199 @@ TEST_CASE("memcalc --train: spellings, JSON and errors", "[finetune][cli]") {
     for (const char* bad : {"--train lorra", "--train frozen", "--lora-rank 8", "--train lora --lora-rank 0",
                             "--train lora --lora-dropout 1.5", "--train lora --frozen mlp",
                             "--train lora --activations korthikanti", "--train lora --lora-targets w_pack",
-                            "--frozen all", "--train lora --lora-dtype int8"}) {
+                            "--frozen all", "--train lora --lora-dtype int8", "--train lora --lora-variant vera",
+                            "--lora-variant dora"}) {
         const auto e = testing::memcalc(std::string("--preset llama-7b --seq 512 ") + bad);
         INFO(bad << ": " << e.err);
         CHECK(e.status != 0);
         CHECK(e.out.empty());
         CHECK(e.err.find('\n') == e.err.size() - 1);  // one line
     }
+}
+
+namespace {
+
+FineTuning dora(std::uint64_t rank, std::vector<std::string> targets, Training mode = Training::lora) {
+    FineTuning f = lora(rank, std::move(targets), mode);
+    f.lora.variant = LoraVariant::dora;
+    return f;
+}
+
+}  // namespace
+
+TEST_CASE("DoRA adds a trained magnitude vector of out_features per adapted linear", "[finetune][dora]") {
+    // peft's DoraLinearLayer: lora_magnitude_vector.weight has the base's out_features elements.
+    // Llama-2-7B, r = 8 on q_proj and v_proj: LoRA's 4,194,304 and 32 layers x 2 x 4096.
+    const Report r7 = Estimator(fixtures::llama_7b()).estimate(tuned(dora(8, {"q_proj", "v_proj"})));
+    CHECK(trainable_parameters(r7.parameters) == Count(4194304 + 32 * 2 * 4096));
+    CHECK(r7.parameter_count == Count(6742609920ULL + 32 * 2 * 4096));
+    // Llama-3-8B, r = 16 on every linear: 41,943,040 and 32 x (4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096).
+    const Report r8 = Estimator(llama_3_8b()).estimate(tuned(dora(16, {"all-linear"})));
+    CHECK(trainable_parameters(r8.parameters) == Count(41943040 + 32 * 43008));
+    // QDoRA: the same adapters over the 4-bit base.
+    const Report q8 = Estimator(llama_3_8b()).estimate(tuned(dora(16, {"all-linear"}, Training::qlora)));
+    CHECK(trainable_parameters(q8.parameters) == trainable_parameters(r8.parameters));
+    // Experts: one per expert's down_proj (out = h); split as its linear (row-parallel: whole).
+    Architecture moe = fixtures::mistral_7b();
+    moe.experts = 8, moe.experts_per_token = 2;
+    const ParameterTable t = fine_tuned_table(moe, parameter_table(moe), dora(8, {"down_proj", "k_proj"}));
+    CHECK(trainable_parameters(t) == Count(32) * (8 * (8 * (14336 + 4096) + 4096) + 8 * (4096 + 1024) + 1024));
+    for (const auto& r : t.rows) {
+        if (r.tensor == "down_proj.lora_magnitude_vector") CHECK(r.split == ParamSplit::replicated);
+        if (r.tensor == "k_proj.lora_magnitude_vector") CHECK(r.split == ParamSplit::tensor);
+    }
+    const LayerTuning tuning = layer_tuning(t, dora(8, {"down_proj", "k_proj"}), 0);
+    CHECK(tuning.dora);
+    const AdaptedShape& down = tuning.shapes[static_cast<std::size_t>(Linear::down)];
+    CHECK(down.in == 14336);
+    CHECK(down.out == 4096);
+    CHECK(down.modules == 8);
+    CHECK(tuning.shapes[static_cast<std::size_t>(Linear::k)].out == 1024);
+}
+
+TEST_CASE("DoRA keeps the base output, the adapter's output and, dropped out over a cast weight, the weight",
+          "[finetune][dora]") {
+    // Per adapted linear, peft's DoRA forward (measured per layer on CPU, validation/results/cpu-dora.txt): the base
+    // output (bf16; with a dropout F.linear(dropout(x), W) in the adapter's dtype), B A x (adapter's dtype),
+    // three out-vectors; with a dropout and W of another dtype than the adapter, W cast (out x in).
+    struct Shape_ {
+        std::uint64_t h, heads, kv, f, s, b, r;
+    };
+    for (const Shape_ x : {Shape_{64, 4, 4, 176, 32, 2, 8}, Shape_{96, 6, 2, 256, 16, 1, 4}, Shape_{128, 8, 8, 344, 24, 3, 16}}) {
+        Architecture m;
+        m.name = "tiny", m.hidden = x.h, m.layers = 2, m.heads = x.heads, m.kv_heads = x.kv, m.ffn = x.f, m.vocab = 100;
+        const std::uint64_t tokens = x.s * x.b, q_out = x.h, v_out = x.kv * (x.h / x.heads);
+        CAPTURE(x.h, x.kv, x.s, x.b);
+        for (const bool dropout : {false, true})
+            for (const bool fp32 : {false, true}) {
+                CAPTURE(dropout, fp32);
+                FineTuning lo = lora(x.r, {"q_proj", "v_proj"});
+                lo.lora.dropout = dropout, lo.lora.fp32 = fp32;
+                FineTuning d = lo;
+                d.lora.variant = LoraVariant::dora;
+                const LayerActivations l = architecture_layer(m, x.s, x.b, DType::bf16, Attention::eager, Platform::cuda,
+                                                              {}, layer_tuning(fine_tuned_table(m, parameter_table(m), lo), lo, 0));
+                const LayerActivations dl = architecture_layer(m, x.s, x.b, DType::bf16, Attention::eager, Platform::cuda,
+                                                               {}, layer_tuning(fine_tuned_table(m, parameter_table(m), d), d, 0));
+                const std::uint64_t own = fp32 ? 4 : 2, base = dropout ? own : 2;
+                std::uint64_t extra = 0;
+                for (const std::uint64_t out : {q_out, v_out})
+                    extra += tokens * out * (base + own) + 3 * out * own + (dropout && fp32 ? out * x.h * own : 0);
+                CHECK(dl.total().value() == l.total().value() + extra);
+                // The weight norm's workspace: I (in x in), B A, W + scaled B A, the scaled term, and W cast
+                // where it is; q_proj (in = out = h) is the largest.
+                const Workspace& norm = fixtures::workspace_named(dl, "DoRA weight norm");
+                CHECK(norm.bytes.value() == (x.h * x.h + (fp32 ? 4 : 3) * x.h * q_out + x.h * x.r) * own);
+                // Backward, assumed (leaning high): four s b out tensors of the widest adapted linear, q_proj's.
+                CHECK(fixtures::workspace_named(dl, "DoRA backward").bytes.value() == 4 * tokens * q_out * own);
+            }
+    }
+    // QDoRA with a dropout: the dequantised weight is kept even for adapters of the model's dtype.
+    const Architecture m = fixtures::llama_7b();
+    FineTuning q = dora(8, {"v_proj"}, Training::qlora);
+    q.lora.fp32 = false;
+    const LayerActivations ql = architecture_layer(m, 64, 1, DType::bf16, Attention::flash, Platform::cuda, {},
+                                                   layer_tuning(fine_tuned_table(m, parameter_table(m), q), q, 0));
+    bool weight_kept = false;
+    for (const auto& row : ql.rows)
+        if (row.tensor == "the base weight, dequantised") weight_kept = row.bytes == Count(4096ULL * 4096 * 2);
+    CHECK(weight_kept);
+}
+
+TEST_CASE("Frozen routed experts' first projections: their forward's workspace per routed slot", "[finetune][moe]") {
+    // Mixtral-like layers (8 experts, 2 a token) on two shapes: under LoRA on q,v the experts' gate and up
+    // keep no input, but make the gathered tokens (s b k h), their two outputs and act(gate) (s b k f each)
+    // beside the residual stream and the norm's output (s b h each), as a dense MLP's frozen linears do.
+    struct Shape_ {
+        std::uint64_t h, f, experts, k, s, b;
+    };
+    for (const Shape_ x : {Shape_{64, 224, 8, 2, 32, 2}, Shape_{96, 160, 4, 1, 16, 3}, Shape_{4096, 14336, 8, 2, 64, 1}}) {
+        Architecture m;
+        m.name = "mixtral-like", m.hidden = x.h, m.layers = 2, m.heads = 8, m.kv_heads = 4, m.ffn = x.f, m.vocab = 100;
+        m.experts = x.experts, m.experts_per_token = x.k;
+        CAPTURE(x.h, x.f, x.experts, x.k);
+        const std::uint64_t tokens = x.s * x.b, slots = tokens * x.k, sbh = tokens * x.h;
+        FineTuning f = lora(8, {"q_proj", "v_proj"});
+        const LayerActivations l = architecture_layer(m, x.s, x.b, DType::bf16, Attention::flash, Platform::cuda, {},
+                                                      layer_tuning(fine_tuned_table(m, parameter_table(m), f), f, 0));
+        const Workspace& first = fixtures::workspace_named(l, "experts: first projections (frozen)");
+        CHECK(first.bytes.value() == slots * x.h * 2 + 2 * sbh * 2 + 3 * slots * x.f * 2);
+        // The down projection's, per slot too: its input (s b k f), its output (s b k h), the stream and the input.
+        const Workspace& down = fixtures::workspace_named(l, "experts: down projection (frozen)");
+        CHECK(down.bytes.value() == slots * x.f * 2 + slots * x.h * 2 + sbh * (2 + 2));
+        // Adapters on the experts' gate_proj (fp32, dropout): each keeps its cast input; the scaled output,
+        // and the sum in fp32, beside the largest output; and their input gradient's sum in backward.
+        FineTuning g = lora(8, {"gate_proj"});
+        const LayerActivations gl = architecture_layer(m, x.s, x.b, DType::bf16, Attention::flash, Platform::cuda, {},
+                                                       layer_tuning(fine_tuned_table(m, parameter_table(m), g), g, 0));
+        CHECK(fixtures::workspace_named(gl, "experts: first projections (frozen)").bytes.value() ==
+              slots * x.h * 2 + 2 * sbh * 2 + 3 * slots * x.f * 2 + slots * x.f * (4 + 4));
+        CHECK(fixtures::workspace_named(gl, "experts: first projections backward (LoRA)").bytes.value() ==
+              slots * x.h * std::max<std::uint64_t>(3 * 2, 2 * 4 + 2));
+    }
+}
+
+TEST_CASE("bitsandbytes' stored bytes for Llama-3-8B's linears and a shape whose blocks do not divide", "[finetune][qlora]") {
+    // bitsandbytes' quantize_4bit(blocksize 64, compress_statistics, nf4) stores per weight of n elements:
+    // (n + 1) / 2 packed bytes, ceil(n / 64) absmax quantised to uint8 (quantize_blockwise, blocksize 256),
+    // ceil(ceil(n / 64) / 256) fp32 second-level absmax, an fp32 offset and a 16-entry fp32 code.
+    const auto bnb = [](std::uint64_t n) {
+        const std::uint64_t blocks = (n + 63) / 64;
+        return (n + 1) / 2 + blocks + (blocks + 255) / 256 * 4 + 4 + 16 * 4;
+    };
+    // Llama-3-8B: per layer q, o 4096 x 4096; k, v 4096 x 1024; gate, up, down 4096 x 14336. By hand:
+    // 2 (8,388,608 + 262,144 + 4,096 + 68) + 2 (2,097,152 + 65,536 + 1,024 + 68) + 3 (29,360,128 + 917,504 + 14,336 + 68).
+    const std::uint64_t layer = 2 * 8654916 + 2 * 2163780 + 3 * 30292036;
+    CHECK(layer == 2 * bnb(4096 * 4096) + 2 * bnb(4096 * 1024) + 3 * bnb(4096 * 14336));
+    CHECK(layer * 32 == 3600432000ULL);
+    // The rest in bf16: embeddings and head (128,256 x 4096 each), 65 norms of 4096; adapters r = 16 in bf16.
+    const Report q = Estimator(llama_3_8b()).estimate(tuned(lora(16, {"all-linear"}, Training::qlora)));
+    CHECK(q.state.weights.value() == 3600432000ULL + (2 * 525336576ULL + 65 * 4096 + 41943040) * 2);
+
+    // SmolLM-135M's shape (h 576, 9 heads over 3, f 1536, 30 layers, tied): q and o have 5,184 blocks,
+    // k and v 1,728, so their second-level scales round up per tensor (21 and 7 of 256), as bitsandbytes
+    // stores each Linear4bit on its own.
+    Architecture smol;
+    smol.name = "smollm-135m", smol.hidden = 576, smol.layers = 30, smol.heads = 9, smol.kv_heads = 3, smol.ffn = 1536;
+    smol.vocab = 49152, smol.tied_embeddings = true;
+    const std::uint64_t smol_layer = 2 * bnb(576 * 576) + 2 * bnb(576 * 192) + 3 * bnb(576 * 1536);
+    CHECK(smol_layer == 2 * (165888 + 5184 + 21 * 4 + 68) + 2 * (55296 + 1728 + 7 * 4 + 68) + 3 * (442368 + 13824 + 54 * 4 + 68));
+    const Report s = Estimator(smol).estimate(tuned(lora(8, {"all-linear"}, Training::qlora)));
+    const std::uint64_t adapters = trainable_parameters(s.parameters).value();
+    CHECK(adapters == 30 * 8 * (2 * (576 + 576) + 2 * (576 + 192) + 2 * (576 + 1536) + (1536 + 576)));
+    CHECK(s.state.weights.value() == smol_layer * 30 + (49152 * 576 + 61 * 576 + adapters) * 2);
+}
+
+TEST_CASE("memcalc --lora-variant dora and the CSV's training column", "[finetune][cli][dora]") {
+    const auto d = testing::memcalc("--preset llama-7b --seq 512 --train lora --lora-variant dora --format json");
+    REQUIRE(d.status == 0);
+    const auto j = nlohmann::json::parse(d.out);
+    CHECK(j["parameters"]["trainable"] == 4194304 + 32 * 2 * 4096);
+    CHECK(j["settings"]["training"]["lora"]["variant"] == "dora");
+    CHECK_THAT(testing::memcalc("--preset llama-7b --seq 512 --train qlora --lora-variant dora").out,
+               Catch::Contains("training qlora (DoRA, rank 8 on q_proj, v_proj"));
+    // The training column comes last, so the columns before it keep their places.
+    const auto header_and_row = [](const std::string& flags) {
+        const auto run = testing::memcalc("--preset llama-7b --seq 512,1024 --format csv " + flags);
+        REQUIRE(run.status == 0);
+        return run.out;
+    };
+    const std::string full = header_and_row(""), q = header_and_row("--train qlora");
+    CHECK(full.rfind("model,seq,micro_batch,recompute,recipe,activations,attention,parameters,state_bytes,", 0) == 0);
+    CHECK_THAT(full, Catch::Contains("first_stage_layers,last_stage_layers,training\n"));
+    CHECK_THAT(full, Catch::Contains(",full\nllama-7b,1024,"));
+    CHECK(full.substr(full.size() - 6) == ",full\n");
+    CHECK_THAT(q, Catch::Contains(",qlora\nllama-7b,1024,"));
+    CHECK(q.substr(q.size() - 7) == ",qlora\n");
+}
+
+TEST_CASE("memcalc fit says what trains in its CSV and JSON", "[finetune][cli][fit]") {
+    const auto csv = testing::memcalc("fit --preset llama-3.2-1b --train lora --device-memory 24GB --format csv");
+    REQUIRE(csv.status == 0);
+    CHECK(csv.out.rfind("model,search,recompute,largest,peak_bytes,peak_step,peak_stage,headroom_bytes,next_size,"
+                        "next_peak_bytes,training\n", 0) == 0);
+    CHECK(csv.out.substr(csv.out.size() - 6) == ",lora\n");
+    const auto json = testing::memcalc("fit --preset llama-3.2-1b --train qlora --device-memory 24GB --format json");
+    REQUIRE(json.status == 0);
+    CHECK(nlohmann::json::parse(json.out)["training"] == "qlora");
 }

@@ -1159,6 +1159,8 @@ def build_model(spec: Spec, seed=0, train: Optional["Train"] = None) -> Model:
             if isinstance(mod, LoraLinear):
                 mod.lora_A.float()
                 mod.lora_B.float()
+                if mod.magnitude is not None:
+                    mod.magnitude.data = mod.magnitude.data.float()
     return m
 
 
@@ -1180,10 +1182,11 @@ class Train:
     lora_targets: Tuple[str, ...] = ("q_proj", "v_proj")  # or ("all-linear",)
     lora_dropout: float = 0.05
     lora_dtype: str = "bf16"                # fp32: peft's default upcast of bf16 adapters
+    lora_variant: str = "lora"              # dora: peft's use_dora=True
 
     @staticmethod
     def make(mode="full", frozen="", lora_rank=8, lora_targets="q_proj,v_proj", lora_dropout=0.05,
-             lora_dtype="bf16") -> "Train":
+             lora_dtype="bf16", lora_variant="lora") -> "Train":
         def names(v):
             return tuple(x.strip() for x in (v.split(",") if isinstance(v, str) else v) if x.strip())
         if mode == "full":
@@ -1211,8 +1214,10 @@ class Train:
                 raise ValueError("--lora-rank must be at least 1")
             if not 0 <= float(lora_dropout) < 1:
                 raise ValueError("--lora-dropout must be in [0, 1)")
+            if lora_variant not in ("lora", "dora"):
+                raise ValueError(f"--lora-variant: unknown '{lora_variant}' (lora, dora)")
             return Train("lora", lora_rank=int(lora_rank), lora_targets=targets, lora_dropout=float(lora_dropout),
-                         lora_dtype=lora_dtype)
+                         lora_dtype=lora_dtype, lora_variant=lora_variant)
         raise ValueError(f"--train: unknown mode '{mode}' (full, lora, frozen)")
 
     def label(self) -> str:
@@ -1220,7 +1225,8 @@ class Train:
             return f"frozen {','.join(self.frozen)}"
         if self.mode == "lora":
             return (f"lora r={self.lora_rank} targets={','.join(self.lora_targets)} dropout={self.lora_dropout:g}"
-                    + (" fp32 adapters" if self.lora_dtype != "bf16" else ""))
+                    + (" fp32 adapters" if self.lora_dtype != "bf16" else "")
+                    + (" dora" if self.lora_variant != "lora" else ""))
         return "full"
 
     def memcalc_flags(self) -> List[str]:
@@ -1229,7 +1235,7 @@ class Train:
         if self.mode == "lora":
             return ["--train", "lora", "--lora-rank", str(self.lora_rank), "--lora-targets",
                     ",".join(self.lora_targets), "--lora-dropout", f"{self.lora_dropout:g}", "--lora-dtype",
-                    self.lora_dtype]
+                    self.lora_dtype] + (["--lora-variant", self.lora_variant] if self.lora_variant != "lora" else [])
         return []  # full: memcalc's default, no flag (so older builds still answer)
 
     def row_fields(self) -> dict:
@@ -1240,6 +1246,8 @@ class Train:
                       "lora_dropout": self.lora_dropout}
             if self.lora_dtype != "bf16":  # rows written before it existed are bf16
                 fields["lora_dtype"] = self.lora_dtype
+            if self.lora_variant != "lora":  # rows written before it existed are plain LoRA
+                fields["lora_variant"] = self.lora_variant
             return fields
         return {"train": "full"}
 
@@ -1248,7 +1256,7 @@ class Train:
         """A --json row's setting; rows written before these fields existed are full training."""
         return Train.make(r.get("train", "full"), r.get("frozen", ""), r.get("lora_rank", 8),
                           r.get("lora_targets", "q_proj,v_proj"), r.get("lora_dropout", 0.05),
-                          r.get("lora_dtype", "bf16"))
+                          r.get("lora_dtype", "bf16"), r.get("lora_variant", "lora"))
 
 
 def add_train_arguments(ap, how: str):
@@ -1270,12 +1278,15 @@ def add_train_arguments(ap, how: str):
     ap.add_argument("--lora-dtype", nargs="+", choices=("bf16", "fp32"), default=["bf16"],
                     help="the adapters' dtype: bf16 as the base (default), or fp32 as peft's get_peft_model "
                          "leaves them by default (autocast_adapter_dtype); memcalc's --lora-dtype alike")
+    ap.add_argument("--lora-variant", nargs="+", choices=("lora", "dora"), default=["lora"],
+                    help="lora (default) or dora, as peft's use_dora=True runs it (LoraLinear); memcalc's --lora-variant")
 
 
 def trains_from(a) -> List["Train"]:
     """Every setting add_train_arguments' options name, once each, in order (ValueError for a bad one)."""
-    return list(dict.fromkeys(Train.make(m, fz, r, t, p, d) for m in a.train for fz in a.frozen for r in a.lora_rank
-                              for t in a.lora_targets for p in a.lora_dropout for d in a.lora_dtype))
+    return list(dict.fromkeys(Train.make(m, fz, r, t, p, d, v) for m in a.train for fz in a.frozen for r in a.lora_rank
+                              for t in a.lora_targets for p in a.lora_dropout for d in a.lora_dtype
+                              for v in a.lora_variant))
 
 
 class LoraLinear(nn.Module):
@@ -1285,7 +1296,7 @@ class LoraLinear(nn.Module):
     nn.Dropout(p) for p > 0 and nn.Identity() for p == 0; scaling = lora_alpha / r, a Python float
     (peft's default lora_alpha 8).  lora_A kaiming-uniform, lora_B zeros, as peft initialises them."""
 
-    def __init__(self, base: nn.Linear, r: int, p: float, alpha: float = 8.0):
+    def __init__(self, base: nn.Linear, r: int, p: float, alpha: float = 8.0, dora: bool = False):
         super().__init__()
         self.base_layer = base
         self.lora_A = nn.Linear(base.in_features, r, bias=False)
@@ -1294,14 +1305,40 @@ class LoraLinear(nn.Module):
         nn.init.zeros_(self.lora_B.weight)
         self.p = p
         self.scaling = alpha / r
+        # DoRA (peft's use_dora): a magnitude per output row, ||W + scaling B A|| at the start (B is zero).
+        self.magnitude = nn.Parameter(torch.linalg.norm(base.weight.detach().float(), dim=1)) if dora else None
 
     def forward(self, x):
         result = self.base_layer(x)
         result_dtype = result.dtype
         x = x if x.dtype == self.lora_A.weight.dtype else x.to(self.lora_A.weight.dtype)
-        x = dropout(x, self.p, self.training)  # nn.Dropout is F.dropout; p == 0: nn.Identity
-        result = result + self.lora_B(self.lora_A(x)) * self.scaling
+        if self.magnitude is None:
+            x = dropout(x, self.p, self.training)  # nn.Dropout is F.dropout; p == 0: nn.Identity
+            result = result + self.lora_B(self.lora_A(x)) * self.scaling
+        else:
+            result = result + self.dora(x, result)
         return result.to(result_dtype)
+
+    def dora(self, x, result):
+        """peft's DoraLinearVariant.forward and DoraLinearLayer.forward: with a dropout x is dropped out and
+        the base output recomputed from it, F.linear(x, W in x's dtype); without, the base output is reused.
+        B A is made by running the adapter over an in x in identity and only its detached norm is used:
+        peft's graph for it is freed when the forward returns, so it is made here without one (what
+        backward keeps is the same; its bytes are a forward workspace, memcalc's 'DoRA weight norm')."""
+        base_result = result
+        if self.p > 0 and self.training:
+            x = dropout(x, self.p, self.training)
+            base_result = None
+        weight = self.base_layer.weight.to(x.dtype)
+        with torch.no_grad():
+            eye = torch.eye(self.base_layer.in_features, device=x.device).to(x.dtype)  # no bf16 eye on CPU in 1.13
+            lora_weight = self.lora_B(self.lora_A(eye)).T
+            norm = torch.linalg.norm(weight + self.scaling * lora_weight, dim=1).to(weight.dtype)
+        scale = (self.magnitude / norm).view(1, -1)
+        lora_result = self.lora_B(self.lora_A(x))
+        if base_result is None:
+            base_result = F.linear(x, weight)
+        return (scale - 1) * base_result + scale * lora_result * self.scaling
 
 
 _NORMS = (RMSNorm, nn.LayerNorm)
@@ -1377,7 +1414,8 @@ def apply_training(model: Model, spec: Spec, train: "Train"):
         comps = name.split(".")
         if comps[-1] in targets:
             parent = model.layers.get_submodule(".".join(comps[:-1]))
-            setattr(parent, comps[-1], LoraLinear(mod, train.lora_rank, train.lora_dropout))
+            setattr(parent, comps[-1], LoraLinear(mod, train.lora_rank, train.lora_dropout,
+                                                  dora=train.lora_variant == "dora"))
 
 
 # --------------------------------------------------------------------------------------------------

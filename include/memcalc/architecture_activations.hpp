@@ -285,6 +285,45 @@ inline std::uint64_t adapter_bytes(const TableBuilder& t, const Sizes& z) {
     return t.tuning.adapter_fp32 && !z.autocast ? dtype::fp32 : z.d;
 }
 
+inline constexpr Shape sbo{"sb(out)", ActivationSplit::tensor};          ///< a column-parallel linear's output
+inline constexpr Shape sbo_whole{"sb(out)", ActivationSplit::replicated};  ///< a row-parallel one's, gathered whole
+inline constexpr Shape out_vector{"out", ActivationSplit::replicated};     ///< a value per output row (leans high)
+inline constexpr Shape weight_shape{"out x in", ActivationSplit::tensor};   ///< a copy of a linear's weight
+
+/// Whether DoRA's forward makes a copy of the base weight in the adapter's dtype: a 4-bit base is
+/// dequantised, a base of another dtype cast (peft's dequantize_module_weight(...).to(x.dtype)).
+inline bool dora_weight_copied(const TableBuilder& t, const Sizes& z) {
+    return t.tuning.dequantized > Count(0) || adapter_bytes(t, z) != z.d || z.autocast;
+}
+
+/// DoRA (peft's DoraLinearLayer) adds, per adapted linear among `readers`, out = m / ||W + B A|| x (base
+/// output) - base output + m / ||W + B A|| x B A x x scaling, with the norm detached: the products keep
+/// the base output (in the model's dtype; with a dropout peft recomputes it as F.linear(dropout(x), W)
+/// in the adapter's) and B A x (the adapter's), and three vectors of out (m / norm, it minus 1, the norm).
+/// With a dropout that F.linear keeps W for x's gradient: a copy where W was dequantised or cast.
+/// Measured per layer on CPU (validation/results/cpu-dora.txt).
+inline void dora_rows(TableBuilder& t, const Sizes& z, const std::string& op, LinearSet readers, Count tokens) {
+    if (!t.tuning.dora) return;
+    const std::uint64_t own = adapter_bytes(t, z);
+    const bool dropped = t.tuning.adapter_dropout;
+    for (const LinearRow& l : linear_rows) {
+        if ((readers & t.tuning.adapted & bit(l.linear)) == 0) continue;
+        const AdaptedShape& w = t.tuning.shapes[static_cast<std::size_t>(l.linear)];
+        const Shape& out = l.row_parallel ? sbo_whole : sbo;
+        const std::string at = op + ": DoRA (" + l.tensor + ")";
+        t.add(at, dropped ? "the base output, F.linear(dropout(x), W)" : "the base output",
+              "the magnitude's gradient = (base output + B A x) x its output's gradient", out, tokens * w.out,
+              dropped ? own : z.d);
+        t.add(at, "B A x, the adapter's output", "the magnitude's gradient", out, tokens * w.out, own);
+        t.add(at, "m / ||W + B A||, it minus 1, and the norm", "the products' and the division's gradients",
+              out_vector, Count(w.out) * w.modules, own, Keep::always, 3);
+        if (dropped && dora_weight_copied(t, z))
+            t.add(at, t.tuning.dequantized > Count(0) ? "the base weight, dequantised" : "the base weight, cast",
+                  "x's gradient through F.linear(dropout(x), W) = its output's gradient x W", weight_shape,
+                  Count(w.out) * w.in * w.modules, own);
+    }
+}
+
 /// What each LoRA adapter among `readers` keeps beside its frozen linear, as peft's Linear runs
 /// base(x) + lora_B(lora_A(dropout(x.to(adapter dtype)))) * scaling over `tokens` tokens of input
 /// `elements`: with a dropout its mask (or CPU noise) and, unless autocast's cast of it is counted
@@ -309,6 +348,7 @@ inline void adapter_rows(TableBuilder& t, const Sizes& z, const std::string& op,
     }
     t.add(op + ": LoRA B", "its input, A's r-wide output" + each, "B's gradient = input^T x its output's gradient", sbr,
           tokens * t.tuning.rank, own, Keep::always, adapters);
+    dora_rows(t, z, op, readers, tokens);
 }
 
 /// The forward of frozen linears whose input no row keeps: that input is alive while they run, beside
@@ -892,17 +932,25 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     // Gathered from the stream: under autocast fp32, and each expert's first projections cast it again.
     // Narrow linears keep only their cast of it.
     const LinearSet first = mlp_input_readers(m);
+    const LinearOutput first_out = mlp_input_output(m, slots * m.ffn, shape::sbkf);
+    bool gathered_kept = false;
     if (z.narrow)
-        projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden, shape::sbkh, 1,
-                             mlp_input_output(m, slots * m.ffn, shape::sbkf), first);
+        gathered_kept = projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden,
+                                             shape::sbkh, 1, first_out, first);
     else if ((first & ~t.tuning.frozen) != 0 ||
-             ((first & t.tuning.adapted) != 0 && !t.tuning.adapter_dropout && !adapter_upcast(t, z, z.s)))
+             ((first & t.tuning.adapted) != 0 && !t.tuning.adapter_dropout && !adapter_upcast(t, z, z.s))) {
         t.add("dispatch", "the gathered tokens", "the expert's first projections need their input", shape::sbkh,
               slots * m.hidden, z.s);
+        gathered_kept = true;
+    }
     if (z.autocast)
-        projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden, shape::sbkh,
-                             mlp_input_projections(m), {}, first);
-    adapter_rows(t, z, "experts: first projections", first, slots, slots * m.hidden, shape::sbkh, z.s);
+        gathered_kept = projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden,
+                                             shape::sbkh, mlp_input_projections(m), {}, first) || gathered_kept;
+    // Frozen, the experts' first projections keep no input but make it and their outputs as dense ones do
+    // (all s b k slots at once: one expert's tokens are at most s b, leaning high), beside the residual
+    // stream and the MLP norm's output the experts gather from.
+    after_linears(t, z, "experts: first projections", first, slots, slots * m.hidden, shape::sbkh, z.s, gathered_kept,
+                  first_out, z.sbh * (2 * z.s));
     if (m.stacked_experts) {
         // Each expert with tokens indexes the stacked weights with a tensor: copies, which the matmuls
         // keep; counted for every expert (with s b k slots spread over E, all are hit).
@@ -1105,6 +1153,27 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
                     detail::bytes_of(d, "x its elements"), tuning.dequantized * d);
         t.workspace(true, "4-bit linear backward", "the largest weight, dequantised", detail::bytes_of(d, "x its elements"),
                     tuning.dequantized * d);
+    }
+
+    // DoRA: each adapted linear's forward makes ||W + B A|| from B A x I (an in x in identity through the
+    // adapter), W as the adapter's dtype, W + scaling B A and the scaled term; the largest, beside the layer.
+    if (tuning.dora) {
+        const std::uint64_t own = detail::adapter_bytes(t, z);
+        const std::uint64_t copies = 3 + (detail::dora_weight_copied(t, z) ? 1 : 0);
+        Count largest, widest;
+        for (std::size_t l = 0; l < tuning.shapes.size(); ++l) {
+            const AdaptedShape& w = tuning.shapes[l];
+            if ((tuning.adapted & (LinearSet{1} << l)) == 0) continue;
+            largest = std::max(largest, (Count(w.in) * w.in + Count(copies) * w.in * w.out + Count(w.in) * tuning.rank) * own);
+            widest = std::max(widest, Count(w.out));
+        }
+        t.workspace(false, "DoRA weight norm", "I (in x in), B A, W cast, W + scaled B A, largest linear",
+                    detail::bytes_of(own, "x (in^2 + " + std::to_string(copies) + " in out + in r)"), largest);
+        // Not measured (saved-tensor hooks see no temporaries): the output's gradient and those of the two
+        // products' factors, s b out each in the adapter's dtype, at the widest adapted linear (an expert's
+        // tokens are at most s b). Leans high.
+        t.workspace(true, "DoRA backward", "its output's gradient and the products' factors' gradients, widest linear",
+                    detail::bytes_of(4 * own, "sb(out)"), z.tokens * widest * (4 * own));
     }
 
     layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input

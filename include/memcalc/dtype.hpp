@@ -66,10 +66,11 @@ struct Storage {
     DType scale = DType::fp32;
     std::uint32_t scale_block = 0;
     DType scale_scale = DType::fp32;
+    std::uint32_t per_tensor = 0;  ///< bytes each stored tensor keeps besides (bitsandbytes: an offset, a code)
 
     friend bool operator==(const Storage& x, const Storage& y) {
         return x.dtype == y.dtype && x.block == y.block && x.scale == y.scale && x.scale_block == y.scale_block &&
-               x.scale_scale == y.scale_scale;
+               x.scale_scale == y.scale_scale && x.per_tensor == y.per_tensor;
     }
     friend bool operator!=(const Storage& x, const Storage& y) { return !(x == y); }
 
@@ -83,6 +84,8 @@ struct Storage {
         if (scale_block == 0) return packed + scales;
         return packed + scales + Count(blocks / scale_block + (blocks % scale_block != 0 ? 1 : 0)) * bytes_per_element(scale_scale);
     }
+    /// One tensor of `elements` as stored on its own: its blocks and scales rounded up, and per_tensor.
+    Count tensor_bytes(Count elements) const { return bytes(elements) + Count(per_tensor); }
 };
 
 }  // namespace memcalc

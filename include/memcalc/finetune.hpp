@@ -39,10 +39,10 @@ inline constexpr std::array<TrainingRow, 4> training_rows{{
 constexpr const TrainingRow& training_row(Training t) { return training_rows[static_cast<std::size_t>(t)]; }
 inline const char* training_name(Training t) { return training_row(t).name; }
 
-/// bitsandbytes' NF4 as QLoRA stores a weight: two values a byte, an absmax per 64 values quantised to
-/// 8 bits, and an fp32 scale per 256 of those (compress_statistics). Per tensor it also keeps an fp32
-/// offset and a 16-entry fp32 code: 68 bytes a tensor, not counted.
-inline constexpr Storage nf4_double_quant{DType::nf4, 64, DType::int8, 256, DType::fp32};
+/// bitsandbytes' NF4 as QLoRA stores a weight (functional.quantize_4bit): two values a byte, an absmax
+/// per 64 values quantised to 8 bits, and an fp32 scale per 256 of those (compress_statistics), each
+/// Linear4bit's rounded up on its own; per tensor also an fp32 offset and a 16-entry fp32 code, 68 bytes.
+inline constexpr Storage nf4_double_quant{DType::nf4, 64, DType::int8, 256, DType::fp32, 4 + 16 * 4};
 
 /// The linear layers of a layer (and the head), as transformers names their weights: what LoRA
 /// targets, and what reads each saved input.
@@ -86,9 +86,29 @@ inline const LinearRow* linear_of(Text tensor) {
     return nullptr;
 }
 
+/// What an adapter adds to its linear: LoRA's B A x, or DoRA's (peft's use_dora) magnitude-scaled
+/// direction, m (W + B A) / ||W + B A|| per output row, with m a trained vector of out_features.
+enum class LoraVariant : std::uint8_t { lora, dora };
+
+struct LoraVariantRow {
+    LoraVariant variant;
+    const char* name;
+    bool magnitude;  ///< a trained magnitude vector per adapted linear, and the weight norm per forward
+    const char* summary;
+};
+
+inline constexpr std::array<LoraVariantRow, 2> lora_variant_rows{{
+    {LoraVariant::lora, "lora", false, "B A x beside the frozen linear (peft's default)"},
+    {LoraVariant::dora, "dora", true,
+     "DoRA (peft's use_dora): a magnitude vector per adapted linear, the norm of W + B A made every forward"},
+}};
+
+constexpr const LoraVariantRow& lora_variant_row(LoraVariant v) { return lora_variant_rows[static_cast<std::size_t>(v)]; }
+
 /// Low-rank adapters (peft's LoraConfig): rank r, the linears they sit beside, and whether a dropout
 /// (lora_dropout > 0) acts on each adapter's input. alpha only scales: no memory.
 struct Lora {
+    LoraVariant variant = LoraVariant::lora;
     std::uint64_t rank = 8;
     std::vector<std::string> targets{"q_proj", "v_proj"};  ///< names as peft matches them; "all-linear"
     bool dropout = true;
@@ -107,6 +127,11 @@ struct FineTuning {
     bool is_full() const { return mode == Training::full; }
 };
 
+/// An adapted linear's widths (one expert's, for experts) and how many modules of it a layer has.
+struct AdaptedShape {
+    std::uint64_t in = 0, out = 0, modules = 0;
+};
+
 /// What fine-tuning changes in one kind of layer's saved tensors (architecture_activations.hpp).
 struct LayerTuning {
     LinearSet frozen = 0;   ///< linears whose weight gets no gradient: their input is not kept for one
@@ -116,6 +141,8 @@ struct LayerTuning {
     bool adapter_fp32 = false;  ///< fp32 adapters: an input of another dtype is cast to fp32 for each
     bool frozen_norms = false;  ///< the RMSNorm weights: x_norm is not kept for their gradient
     Count dequantized;          ///< QLoRA: the largest 4-bit weight's elements, dequantised while it computes
+    bool dora = false;          ///< DoRA: each adapter scales by m / ||W + B A|| (LoraVariantRow::magnitude)
+    std::array<AdaptedShape, linear_rows.size()> shapes{};  ///< by Linear: the adapted ones' widths
 
     bool any() const { return frozen != 0 || adapted != 0 || frozen_norms; }
 };
@@ -231,6 +258,12 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
         rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_B").text,
                           Label("r x " + out_letters).text, b,
                           split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated, row.expert, row.kind);
+        if (!lora_variant_row(f.lora.variant).magnitude) continue;
+        Dims magnitude{out};  // ||W + B A|| per output row at the start, trained from there
+        if (E) magnitude.stack(E);
+        rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_magnitude_vector").text, Label(out_letters).text,
+                          magnitude, split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated, row.expert,
+                          row.kind);
     }
     for (std::size_t i = 0; i < f.lora.targets.size(); ++i)
         if (!used[i])
@@ -247,6 +280,7 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
     t.rank = f.lora.rank;
     t.adapter_dropout = f.lora.dropout;
     t.adapter_fp32 = f.lora.fp32;
+    t.dora = lora_variant_row(f.lora.variant).magnitude;
     bool norms = false, trained_norm = false;
     for (const ParamRow& r : table.rows) {
         const bool here = r.group == Group::layer ? r.kind == kind : r.group == Group::head;
@@ -257,7 +291,16 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
         }
         if (r.part == Part::adapter) {
             const std::string base(r.tensor.substr(0, r.tensor.rfind('.')));
-            if (const LinearRow* l = linear_of(base)) t.adapted |= bit(l->linear);
+            if (const LinearRow* l = linear_of(base)) {
+                t.adapted |= bit(l->linear);
+                // A is in x r, B r x out (stacked: E first).
+                AdaptedShape& shape = t.shapes[static_cast<std::size_t>(l->linear)];
+                const std::size_t e = r.expert ? 1 : 0;
+                shape.modules = e ? *r.dims.begin() : 1;
+                const Text end = r.tensor.substr(base.size() + 1);
+                if (end == "lora_A") shape.in = r.dims.begin()[e];
+                if (end == "lora_B") shape.out = r.dims.begin()[e + 1];
+            }
             continue;
         }
         if (const LinearRow* l = linear_of(r.tensor); l && !r.trainable) t.frozen |= bit(l->linear);

@@ -5,6 +5,7 @@
 /// thousands of layouts a millisecond with them.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -183,11 +184,24 @@ struct StateClass {
     std::array<SplitParams, max_layer_kinds> per_layer;  ///< one layer of each kind
     SplitParams tied_embedding;      ///< the embedding rows of the head's group (tied models)
     Count total;                     ///< the whole model's
+    Count stored;                    ///< a storage's bytes of `total`, each tensor stored on its own
 
     bool holds(const ParamRow& r) const { return r.trainable == trainable && r.storage == storage; }
-    /// Bytes of `n` of its weights.
+    /// Bytes of `n` of its weights: in a storage, the whole model's tensor by tensor, and a part of them
+    /// its share of those (rounded up), never less than the part stored as one.
     Count weight_bytes(Count n, const Recipe& recipe) const {
-        return storage ? storage->bytes(n) : n * recipe.weight_bytes();
+        if (!storage) return n * recipe.weight_bytes();
+        if (n == total) return stored;
+        const long double share = static_cast<long double>(stored.value()) * static_cast<long double>(n.value()) /
+                                  static_cast<long double>(total.value());
+        return std::max(storage->bytes(n), Count(static_cast<std::uint64_t>(std::ceil(share))));
+    }
+    /// Adds `row`: its elements, and with a storage each of its tensors (an expert's each) as stored.
+    void add(const ParamRow& row, Count in_model) {
+        total += in_model;
+        if (!storage) return;
+        const std::uint64_t per_tensor = row.count.value() / (row.expert ? *row.dims.begin() : 1);
+        stored += storage->tensor_bytes(Count(per_tensor)) * (in_model.value() / per_tensor);
     }
 };
 
@@ -289,7 +303,7 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
             frozen.trainable = false, frozen.storage = row.storage;
             c = splits.classes.insert(splits.classes.end(), frozen);
         }
-        c->total += params.in_model(row);
+        c->add(row, params.in_model(row));
         if (row.trainable) {
             splits.largest.add(row);
             if (!layer_matrix(row)) splits.largest_outside_matrices.add(row);
