@@ -290,7 +290,7 @@ struct ParallelChoice {
                        "CPU steps them; with --zero 2 or 3 the device keeps only the gradient bucket in flight), or\n"
                        "parameters (that and the weights; needs --zero 3). Or activations: each layer's saved\n"
                        "tensors (its checkpoint under --recompute full) go to host memory after its forward and\n"
-                       "come back for its backward, the device keeping the layer computing and one on each side\n"
+                       "come back for its backward, the device keeping the layer computing and the one in transit\n"
                        "(the other micro-batches in flight: one layer each); alone or joined with '+', e.g.\n"
                        "optimizer+activations. The host figure counts what was moved; its memory is not checked")
             ->group(parallel_group)

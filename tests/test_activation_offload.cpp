@@ -58,10 +58,9 @@ TEST_CASE("activation offload on one device: the host holds every layer, the dev
         CHECK(kept(plain.busiest(), "forward " + std::to_string(k)) == k * A);
     }
     CHECK(kept(r, "loss") == 2 * A);
-    // Backward k: k, k + 1 (just done) and k - 1 (prefetched), as far as the layers go.
-    CHECK(kept(r, "backward 6") == 2 * A);
-    for (int k = 2; k <= 5; ++k) CHECK(kept(r, "backward " + std::to_string(k)) == 3 * A);
-    CHECK(kept(r, "backward 1") == 2 * A);
+    // Backward k: k and k - 1, being fetched back; k + 1's went when its step ended.
+    for (int k = 2; k <= 6; ++k) CHECK(kept(r, "backward " + std::to_string(k)) == 2 * A);
+    CHECK(kept(r, "backward 1") == A);
     // The rebuilt tensors and everything else are as they were: offload moves only what is kept.
     for (std::size_t i = 0; i < r.timeline.size(); ++i) {
         const Breakdown& a = r.timeline[i].bytes;
@@ -69,10 +68,10 @@ TEST_CASE("activation offload on one device: the host holds every layer, the dev
         CAPTURE(r.timeline[i].name());
         CHECK(a.rebuilt_activations == b.rebuilt_activations);
         CHECK(a.total().value() - a.kept_activations.value() == b.total().value() - b.kept_activations.value());
+        CHECK(a.total() <= b.total());  // never more than without offload, at any step
     }
     CHECK(r.state.total() == plain.busiest().state.total());
-    // The peak moves: without offload the loss holds all six layers; with it less, wherever it falls.
-    CHECK(off.peak_step().bytes.total() < plain.peak_step().bytes.total());
+    CHECK(off.peak_step().bytes.total() <= plain.peak_step().bytes.total());
 }
 
 TEST_CASE("activation offload under a pipeline: the micro-batches in flight go to the host but one layer each",
@@ -91,9 +90,10 @@ TEST_CASE("activation offload under a pipeline: the micro-batches in flight go t
     // Stage 0: the other micro-batch keeps one layer on the device beside the transit window.
     CHECK(kept(first, "forward 1") == A + A);
     CHECK(kept(first, "forward 3") == A + 2 * A);
-    CHECK(kept(first, "backward 2") == A + 3 * A);
-    CHECK(kept(first, "backward 2 of micro-batch 2") == A + 3 * A);  // later ones hold min(P, M - 1) = 2 too
-    CHECK(kept(last, "backward 5") == 3 * A);
+    CHECK(kept(first, "backward 2") == A + 2 * A);
+    CHECK(kept(first, "backward 2 of micro-batch 2") == A + 2 * A);  // later ones hold min(P, M - 1) = 2 too
+    CHECK(kept(first, "backward 1") == A + A);
+    CHECK(kept(last, "backward 5") == 2 * A);
     CHECK(kept(last, "forward 6") == 2 * A);
 
     // Interleaved, vpp 3 of one-layer chunks: stage 0 holds 2 (P - 1) + (V - 1) P + 1 = 7 chunks; the 4
@@ -184,7 +184,7 @@ TEST_CASE("plan searches activation offload only where --offload lists it, alone
           "[offload][activations][plan]") {
     const Architecture m = tiny();
     PlanRequest request;
-    request.gpus = 4, request.capacity = 4000000000ULL, request.base.seq = 128, request.global_batch = 8;
+    request.gpus = 4, request.capacity = 4000000000ULL, request.base.seq = 1024, request.global_batch = 8;
     const auto key = [](const PlanRow& r) {
         const Parallelism& p = r.parallel;
         return std::tuple{p.dp, p.tp, p.pp, p.vpp, p.zero, p.sequence_parallel, r.micro_batch, static_cast<int>(r.recompute)};

@@ -147,13 +147,12 @@ struct TimelineInputs : StageLayers {
     bool kept_offloaded = false;
 
     /// The positions whose kept activations are on the device at a step (loss: position L): every one up to
-    /// it; offloaded, only the layers in transit, the current one and one on each side in time: in forward
-    /// the one before, whose copy to the host is in flight; in backward also the one before in time (after
-    /// it in position), which a lean-high count keeps until its step ends, and the one after, prefetched.
-    std::pair<std::uint64_t, std::uint64_t> kept_on_device(Phase phase, std::uint64_t position) const {
+    /// it; offloaded, the layer computing and the one in transit (Transformer Engine's double buffer): in
+    /// forward the one before, whose copy to the host may still be in flight; in backward the one before,
+    /// being fetched back. The one after is freed when its backward step ends, as without offload.
+    std::pair<std::uint64_t, std::uint64_t> kept_on_device(std::uint64_t position) const {
         if (!kept_offloaded) return {1, position};
-        const std::uint64_t last = phase == Phase::backward ? std::min(position + 1, layers) : position;
-        return {position > 1 ? position - 1 : 1, last};
+        return {position > 1 ? position - 1 : 1, position};
     }
 
     /// `n` layers of each kind, times what one of that kind holds (`member`).
@@ -196,7 +195,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
     const Count held_gradients = held ? in.all_gradients() : Count(0);
     b.gradients = held_gradients;
     const std::uint64_t done = phase == Phase::loss ? L : position;  // the layers up to this step's
-    const auto [first_kept, last_kept] = in.kept_on_device(phase, done);
+    const auto [first_kept, last_kept] = in.kept_on_device(done);
     const Count kept = (later ? in.later_input_side_kept + in.later_other_microbatches
                               : in.input_side_kept + in.other_microbatches) +
                        in.over<&LayerInputs::kept>(first_kept, last_kept);
@@ -303,16 +302,16 @@ inline void linear_run(std::vector<Step>& steps, PeakSoFar* peak, const Timeline
     else peak->consider(second_index, second_total);
 }
 
-/// A run of one kind of layer. With activation offload its first and last steps' transit window reaches
-/// into the next run: those two alone, the steps between linear.
+/// A run of one kind of layer. With activation offload the transit window of its lowest position holds a
+/// layer of the run before: that step alone, the others linear.
 inline void layer_run(std::vector<Step>& steps, PeakSoFar* peak, const TimelineInputs& in, Phase phase,
                       std::uint64_t from, std::uint64_t to, std::uint64_t microbatch) {
     if (!in.kept_offloaded || from == to) return linear_run(steps, peak, in, phase, from, to, microbatch);
-    const bool down = to < from;
-    add_step(steps, peak, step_at(in, phase, from, microbatch));
-    const std::uint64_t inner_from = down ? from - 1 : from + 1, inner_to = down ? to + 1 : to - 1;
-    if (down ? inner_from >= inner_to : inner_from <= inner_to)
-        linear_run(steps, peak, in, phase, inner_from, inner_to, microbatch);
+    if (from < to) {  // forward: the lowest comes first
+        add_step(steps, peak, step_at(in, phase, from, microbatch));
+        return linear_run(steps, peak, in, phase, from + 1, to, microbatch);
+    }
+    linear_run(steps, peak, in, phase, from, to + 1, microbatch);
     add_step(steps, peak, step_at(in, phase, to, microbatch));
 }
 
@@ -364,7 +363,7 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
 /// earliest largest step is one of forward 1, the ends of each forward run, loss, backward L, the
 /// ends of each backward run, backward 1 (of each micro-batch shown) and optimizer. One kind: forward
 /// 1 and L, backward L, L-1 and 1, as the steps between are dominated by one of their ends. With
-/// activation offload also each run's second and next-to-last steps (layer_run).
+/// activation offload also the step next to each run's lowest (layer_run).
 /// Flattened: its dozen steps inline, each specialised to its phase (sweeps, fit and plan call this
 /// a million times a second).
 [[gnu::flatten]] inline Step peak_step(const TimelineInputs& in) {
@@ -379,8 +378,8 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
         for (std::uint64_t a = 1, b; a <= L; a = b + 1) {
             b = in.run_end(a);
             if (a > 1) consider(Phase::forward, a, mb);
-            // Offloaded: a run's ends differ from its inner steps, which are linear (layer_run); in time order.
-            if (in.kept_offloaded && b > a + 1) consider(Phase::forward, a + 1, mb), consider(Phase::forward, b - 1, mb);
+            // Offloaded: the steps after a run's lowest are linear (layer_run), from its second.
+            if (in.kept_offloaded && b > a + 1) consider(Phase::forward, a + 1, mb);
             if (b > a) consider(Phase::forward, b, mb);
         }
         if (in.loss) consider(Phase::loss, 0, mb);
@@ -388,7 +387,7 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
         for (std::uint64_t b = L - 1, a; L >= 3 && b >= 2; b = a - 1) {
             a = std::max<std::uint64_t>(2, in.run_start(b));
             consider(Phase::backward, b, mb);
-            if (in.kept_offloaded && b > a + 1) consider(Phase::backward, b - 1, mb), consider(Phase::backward, a + 1, mb);
+            if (in.kept_offloaded && b > a + 1) consider(Phase::backward, a + 1, mb);
             if (a < b && (!in.uniform() || in.kept_offloaded)) consider(Phase::backward, a, mb);
         }
         if (L >= 2) consider(Phase::backward, 1, mb);
