@@ -191,17 +191,35 @@ std::vector<unsigned> parse_zero(const std::string& text) {
     return stages;
 }
 
-std::vector<Offload> parse_offloads(const std::string& text) {
+std::vector<OffloadMode> parse_offloads(const std::string& text) {
     const std::vector<Offload> all = {Offload::none, Offload::optimizer, Offload::parameters};
-    std::vector<std::string> names;
-    for (Offload o : all) names.emplace_back(offload_name(o));
-    std::vector<Offload> modes;
+    std::vector<std::string> names;  // every alternative's spelling, for "did you mean"
+    for (bool activations : {false, true})
+        for (Offload o : all) names.emplace_back(OffloadMode(o, activations).name());
+    std::vector<OffloadMode> modes;
     for (const auto& item : split_list("--offload", text)) {
-        const auto found = std::find(names.begin(), names.end(), item);
-        if (found == names.end())
-            throw usage_error(fmt::format("--offload must be none, optimizer or parameters (got '{}'){}", item,
-                                          did_you_mean(item, names)));
-        modes.push_back(all[static_cast<std::size_t>(found - names.begin())]);
+        // An alternative joins a ZeRO-Offload mode and activations with '+', in either order.
+        OffloadMode mode;
+        bool state_named = false, valid = !item.empty();
+        for (std::size_t from = 0; valid && from <= item.size();) {
+            const std::size_t plus = std::min(item.find('+', from), item.size());
+            const std::string part = item.substr(from, plus - from);
+            const auto state = std::find(names.begin(), names.begin() + 3, part);
+            if (part == "activations" && !mode.activations) {
+                mode.activations = true;
+            } else if (state != names.begin() + 3 && !state_named && (part != "none" || item == "none")) {
+                mode.state = all[static_cast<std::size_t>(state - names.begin())];
+                state_named = true;
+            } else {
+                valid = false;
+            }
+            from = plus + 1;
+        }
+        if (!valid)
+            throw usage_error(fmt::format("--offload must be none, optimizer, parameters or activations, or "
+                                          "optimizer+activations or parameters+activations (got '{}'){}",
+                                          item, did_you_mean(item, names)));
+        modes.push_back(mode);
     }
     return modes;
 }
@@ -218,7 +236,12 @@ std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_bat
     base.microbatches = parse_count("--microbatches", q.microbatches, 0);
     base.first_stage_layers = parse_count("--first-stage-layers", q.first_stage_layers, 0);
     base.last_stage_layers = parse_count("--last-stage-layers", q.last_stage_layers, 0);
-    base.offload = parse_offloads(q.offload).front();  // one name: the option's check allows no list
+    const std::vector<OffloadMode> offload = parse_offloads(q.offload);
+    if (offload.size() != 1)
+        throw usage_error(fmt::format("--offload takes one mode (got '{}'); join ZeRO-Offload and activation offload "
+                                      "with '+', e.g. optimizer+activations", q.offload));
+    base.offload = offload.front().state;
+    base.offload_activations = offload.front().activations;
     const auto list = [](const char* option, const std::string& text) {
         return text.empty() ? std::vector<std::uint64_t>{1} : parse_sizes(option, text);
     };

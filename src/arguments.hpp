@@ -65,8 +65,9 @@ E parse_switch(const Switch<E, N>& row, const std::string& text) {
     throw usage_error(row.option() + " must be " + row.choice_list() + " (got '" + text + "')" + did_you_mean(text, names));
 }
 std::vector<unsigned> parse_zero(const std::string& text);
-/// --offload as plan takes it: a comma list of none, optimizer and parameters.
-std::vector<Offload> parse_offloads(const std::string& text);
+/// --offload as plan takes it: a comma list of none, optimizer, parameters and activations, each a
+/// ZeRO-Offload mode, activations, or both joined by '+' (optimizer+activations).
+std::vector<OffloadMode> parse_offloads(const std::string& text);
 Format parse_format(const std::string& text);
 /// A memory size: "80GB", "80 GB", "2GiB", "1.5TB", "512MiB" or plain bytes.
 Count parse_size(const std::string& option, const std::string& text);

@@ -293,9 +293,13 @@ struct ParallelChoice {
                        "ZeRO-Offload, as DeepSpeed runs it: none (default), optimizer (needs --zero 1-3: the master\n"
                        "copy, the optimiser state and an fp32 copy of the gradient shard in host memory, where the\n"
                        "CPU steps them; with --zero 2 or 3 the device keeps only the gradient bucket in flight), or\n"
-                       "parameters (that and the weights; needs --zero 3)")
-            ->check(CLI::IsMember({"none", "optimizer", "parameters"}))
-            ->group(parallel_group);
+                       "parameters (that and the weights; needs --zero 3). Or activations: each layer's saved\n"
+                       "tensors (its checkpoint under --recompute full) go to host memory after its forward and\n"
+                       "come back for its backward, the device keeping the layer computing and the one in transit\n"
+                       "(the other micro-batches in flight: one layer each); alone or joined with '+', e.g.\n"
+                       "optimizer+activations. The host figure counts what was moved; its memory is not checked")
+            ->group(parallel_group)
+            ->type_name("MODE");
         app.add_option("--gpus-per-node", q.gpus_per_node, "GPUs per node, for --compare deepspeed (default 8)")
             ->group(parallel_group)
             ->type_name("N");
@@ -489,8 +493,9 @@ Examples:
         // Offload is searched only when asked for: memcalc checks neither the host memory it needs nor the
         // CPU optimiser step's time, so a layout that fits only by offloading is not offered unasked.
         plan->add_option("--offload", plan_q.offload,
-                         "ZeRO-Offload modes to try: none (default), optimizer (with ZeRO 1-3), parameters (with\n"
-                         "ZeRO 3); e.g. --offload none,optimizer,parameters")
+                         "Offload alternatives to try: none (default), optimizer (with ZeRO 1-3), parameters (with\n"
+                         "ZeRO 3), activations (activation offload, as a single estimate's), or one joined with\n"
+                         "activations by '+'; e.g. --offload none,optimizer,activations,optimizer+activations")
             ->group(pinned)
             ->type_name("MODE[,MODE...]");
         plan->add_flag("--sp", plan_q.sp, "Only layouts with sequence parallelism")->group(pinned);
@@ -498,9 +503,10 @@ Examples:
         plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B, and interleaved 1F1B with
 each vpp that splits a rank's layers evenly, when the micro-batches are a multiple of pp), context and
 expert (for mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, with
---offload the ZeRO-Offload modes it lists (optimizer with ZeRO 1-3; parameters with ZeRO 3, as a single
-estimate's --offload; not searched unless asked for, since memcalc checks neither the host memory they
-need nor the CPU optimiser's time), sequence parallelism on or off, every micro-batch that divides the global batch per replica, and each
+--offload the offload alternatives it lists (optimizer with ZeRO 1-3; parameters with ZeRO 3;
+activations, alone or as optimizer+activations or parameters+activations, as a single estimate's
+--offload; not searched unless asked for, since memcalc checks neither the host memory they need nor
+the CPU optimiser's time), sequence parallelism on or off, every micro-batch that divides the global batch per replica, and each
 recomputation mode. --dp, --tp, --pp, --vpp, --cp, --ep, --zero, --offload, --sp, --recompute and
 -b, given, restrict the search to them.
 Without --gpus it tries 1, 2, 3, ... devices (with --gpu: 1, 2, 3, ... of its nodes) up to 16,384
@@ -517,8 +523,10 @@ It keeps those whose most loaded device fits in --device-memory less --reserve a
      at the GPU's host-link (PCIe) bandwidth, none of them overlapped either: optimizer offload moves
      the device's gradient shard to the host and the updated weight shard back each step, parameter
      offload the gradient shard down and the weight shard up for each micro-batch's forward and
-     backward (a GPU without a host-link figure gives such layouts no time). The CPU's optimiser step
-     is not timed. Tokens per second per GPU are shown beside it;
+     backward, activation offload each micro-batch's kept activations down and back up (from the
+     stage that offloads the most; frameworks overlap these copies with compute on a stream of their
+     own, so this time leans slow). A GPU without a host-link figure gives such layouts no time. The
+     CPU's optimiser step is not timed. Tokens per second per GPU are shown beside it;
   2. then wasted compute: recomputation's extra FLOPs plus the pipeline bubble (P-1)/(vM+P-1), as
      fractions of the step;
   3. then the bytes each device sends per step (host transfers included);

@@ -48,14 +48,15 @@ std::string run_plan(const Request& q) {
     // An offload no pinned ZeRO stage allows is a mistake to name, not a search that finds nothing.
     if (!r.offload.empty() && !r.zero.empty()) {
         const auto any_stage = [&](auto ok) { return std::any_of(r.zero.begin(), r.zero.end(), ok); };
-        const bool possible = std::any_of(r.offload.begin(), r.offload.end(), [&](Offload o) {
-            return o == Offload::none || (o == Offload::optimizer && any_stage([](unsigned z) { return z >= 1; })) ||
+        const bool possible = std::any_of(r.offload.begin(), r.offload.end(), [&](OffloadMode o) {
+            return o.state == Offload::none || (o.state == Offload::optimizer && any_stage([](unsigned z) { return z >= 1; })) ||
                    any_stage([](unsigned z) { return z == 3; });
         });
+        const bool optimizer = std::any_of(r.offload.begin(), r.offload.end(),
+                                           [](OffloadMode o) { return o.state == Offload::optimizer; });
         if (!possible)
             throw usage_error(fmt::format("--offload {} needs {} (got --zero {})", q.offload,
-                                          allowed(r.offload, Offload::optimizer) ? "a ZeRO stage, --zero 1, 2 or 3" : "--zero 3",
-                                          q.zero));
+                                          optimizer ? "a ZeRO stage, --zero 1, 2 or 3" : "--zero 3", q.zero));
     }
     r.sequence_parallel = q.sp;
     view.top = parse_count("--top", q.top, 10);

@@ -176,7 +176,7 @@ json tensors_json(const std::vector<SavedTensor>& rows, Recompute mode) {
 json parallel_json(const Parallelism& p) {
     return {{"devices", p.devices()}, {"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep},
             {"etp", p.expert_tp()}, {"vpp", p.vpp}, {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero},
-            {"offload", offload_name(p.offload)},
+            {"offload", p.offload_mode().name()},
             {"shard_group", p.sharding()}, {"microbatches", p.steps_per_batch()},
             {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers}};
 }

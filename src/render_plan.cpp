@@ -105,7 +105,7 @@ nlohmann::json plan_json(const PlanView& v) {
                            {"ep", p.ep},
                            {"etp", p.expert_tp()},
                            {"zero", p.zero},
-                           {"offload", offload_name(p.offload)},
+                           {"offload", p.offload_mode().name()},
                            {"sequence_parallel", p.sequence_parallel},
                            {"micro_batch", r.micro_batch},
                            {"microbatches", p.steps_per_batch()},
@@ -165,7 +165,7 @@ std::string plan_csv(const PlanView& v) {
                            r.peak.bytes().value(), r.peak.step.name(), r.peak.stage, r.recompute_fraction, r.bubble,
                            r.communication, r.peak.step.microbatch, p.first_stage_layers, p.last_stage_layers,
                            r.time ? fmt::format("{:.6g}", r.time->seconds()) : "", tokens ? fmt::format("{:.1f}", *tokens) : "", p.devices(), p.vpp,
-                           offload_name(p.offload));
+                           p.offload_mode().name());
     }
     return out;
 }

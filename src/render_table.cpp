@@ -174,8 +174,8 @@ std::string parallel_section(const Report& r, const View& view) {
     if (p.pp > 1)
         layout += fmt::format(", {} micro-batches per step ({})", p.steps_per_batch(),
                               p.vpp > 1 ? fmt::format("interleaved 1F1B, {} chunks per rank", p.vpp) : "1F1B");
-    const bool host = p.offload != Offload::none;
-    if (host) layout += fmt::format(", {} offloaded to host memory", offload_name(p.offload));
+    const bool host = p.offload != Offload::none || p.offload_activations;
+    if (host) layout += fmt::format(", {} offloaded to host memory", p.offload_mode().name());
     TextTable table({L, L, L, R, R, R, R, R, L, L});
     table.row({"stage", "layers", "holds", "in flight", "parameters", "state", host ? "host" : "", "peak", "peak step", ""});
     for (std::size_t i = 0; i < r.ranks.size(); ++i) {
@@ -387,7 +387,7 @@ std::string layout_text(const Parallelism& p) {
     if (p.ep > 1) out += fmt::format(" ep {}", p.ep);
     if (p.etp != 0) out += fmt::format(" etp {}", p.etp);
     if (p.zero > 0) out += fmt::format(" ZeRO-{}", p.zero);
-    if (p.offload != Offload::none) out += fmt::format(" offload {}", offload_name(p.offload));
+    if (p.offload != Offload::none || p.offload_activations) out += fmt::format(" offload {}", p.offload_mode().name());
     return out;
 }
 

@@ -332,7 +332,7 @@ TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeR
     for (const std::vector<Offload>& pins : {std::vector<Offload>{Offload::parameters},
                                              std::vector<Offload>{Offload::none, Offload::optimizer}}) {
         PlanRequest pinned = request;
-        pinned.offload = pins;
+        pinned.offload = {pins.begin(), pins.end()};
         std::set<Key> expected, found;
         for (const PlanRow& r : all)
             if (allowed(pins, r.parallel.offload)) expected.insert(layout_text_key(r));

@@ -28,6 +28,21 @@ inline const char* offload_name(Offload o) {
     return o == Offload::none ? "none" : o == Offload::optimizer ? "optimizer" : "parameters";
 }
 
+/// One offload alternative: a ZeRO-Offload mode, and whether each layer's activations go to host memory
+/// too (activation offload, orthogonal to it). Named as --offload spells it: "optimizer+activations".
+struct OffloadMode {
+    Offload state = Offload::none;
+    bool activations = false;
+
+    OffloadMode(Offload s = Offload::none, bool a = false) : state(s), activations(a) {}  // implicit: a mode alone
+    bool operator==(const OffloadMode& o) const { return state == o.state && activations == o.activations; }
+    const char* name() const {
+        if (!activations) return offload_name(state);
+        return state == Offload::none ? "activations" : state == Offload::optimizer ? "optimizer+activations"
+                                                                                    : "parameters+activations";
+    }
+};
+
 struct Parallelism {
     std::uint64_t dp = 1;            ///< data-parallel replicas
     std::uint64_t tp = 1;            ///< tensor-parallel ranks (Megatron-style column/row splits)
@@ -44,6 +59,10 @@ struct Parallelism {
     std::uint64_t microbatches = 0;  ///< micro-batches per step (gradient accumulation); 0 means pp
     std::uint64_t gathered_layers = 2;  ///< ZeRO-3: layers whose full weights are gathered at once (prefetch)
     Offload offload = Offload::none;
+    /// Activation offload: what each layer keeps for backward (its saved tensors, or its checkpoint
+    /// under full recomputation) goes to host memory after its forward and comes back for its backward;
+    /// the device keeps only the layers in transit (stage_inputs and step_at say which).
+    bool offload_activations = false;
     /// Layers of the first and the last pipeline stage when they differ from the rest (Megatron-LM's
     /// decoder-first/last-pipeline-num-layers); 0: an even share. The other stages split the rest evenly.
     std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
@@ -64,7 +83,8 @@ struct Parallelism {
     std::uint64_t expert_tp() const { return etp == 0 ? tp : etp; }
     std::uint64_t steps_per_batch() const { return microbatches == 0 ? pp : microbatches; }
     bool uneven_stages() const { return first_stage_layers != 0 || last_stage_layers != 0; }
-    bool any() const { return devices() > 1 || zero > 0 || vpp > 1 || offload != Offload::none; }
+    bool any() const { return devices() > 1 || zero > 0 || vpp > 1 || offload != Offload::none || offload_activations; }
+    OffloadMode offload_mode() const { return {offload, offload_activations}; }
 };
 
 /// The largest cluster memcalc plans for: far beyond any built, small enough that its layouts can be

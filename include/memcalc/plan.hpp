@@ -40,9 +40,11 @@ struct PlanRequest {
     /// Virtual stages per pipeline rank (interleaved 1F1B) to try; empty: 1 and every valid interleaving.
     std::vector<std::uint64_t> vpp;
     std::vector<unsigned> zero;
-    /// ZeRO-Offload modes to try; empty: each the ZeRO stage allows (optimizer: 1-3, parameters: 3). The
-    /// program passes {none} unless asked: it checks neither host memory nor the CPU optimiser's time.
-    std::vector<Offload> offload;
+    /// Offload alternatives to try; empty: each ZeRO-Offload mode the ZeRO stage allows (optimizer: 1-3,
+    /// parameters: 3), none with activation offload, which is tried only where listed (alone, or as
+    /// optimizer+activations...). The program passes {none} unless asked: it checks neither host memory
+    /// nor the CPU optimiser's time.
+    std::vector<OffloadMode> offload;
     bool sequence_parallel = false;
     /// The GPU whose speeds time each step; none (or one lacking a figure): no times, and the
     /// ranking by waste alone.
@@ -112,7 +114,9 @@ inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::u
 /// sends between stages, context-parallel key/value rings; and what ZeRO-Offload moves over the host
 /// link: optimizer offload, the device's gradient shard down and the updated weight shard back each
 /// step; parameter offload, the gradient shard down and the weight shard up for each micro-batch's
-/// forward and its backward (the update stays on the host, where the weights live).
+/// forward and its backward (the update stays on the host, where the weights live); activation offload,
+/// each micro-batch's kept activations down after each layer's forward and up for its backward, from
+/// the stage that offloads the most (leaning slow).
 inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts& f) {
     const double M = static_cast<double>(p.steps_per_batch());
     const double params = static_cast<double>(f.parameters.value());
@@ -136,6 +140,13 @@ inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts
         bytes.offload = shard * static_cast<double>(w.recipe.gradient_bytes());
         bytes.offload += p.offload == Offload::parameters ? 2 * M * static_cast<double>(f.host_weights.value())
                                                           : shard * static_cast<double>(w.recipe.weight_bytes());
+    }
+    if (p.offload_activations) {
+        Count most = f.offloaded_activations;  // stages differ only when uneven or of different kinds of layer
+        if (p.uneven_stages() || !w.parameters->pattern.uniform())
+            for (std::uint64_t stage = 1; stage < p.pp; ++stage)
+                most = std::max(most, stage_facts(w, p, stage).offloaded_activations);
+        bytes.offload += 2 * M * static_cast<double>(most.value());
     }
     return bytes;
 }
@@ -222,17 +233,22 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                         if ((sp && tp == 1) || (request.sequence_parallel && !sp)) continue;
                         if (s % (cp * (sp ? tp : 1)) != 0) continue;
                         for (unsigned zero = 0; zero <= 3; ++zero)
-                        for (Offload offload : {Offload::none, Offload::optimizer, Offload::parameters}) {
+                        for (Offload offload : {Offload::none, Offload::optimizer, Offload::parameters})
+                        for (bool activations : {false, true}) {
                             if ((zero > 0 && dp == 1) || !allowed(request.zero, zero)) continue;  // dp 1: nothing to shard
                             // validate()'s rule: optimizer offload needs a ZeRO stage, parameter offload ZeRO-3.
-                            if ((offload == Offload::optimizer && zero == 0) || (offload == Offload::parameters && zero != 3) ||
-                                !allowed(request.offload, offload))
+                            if ((offload == Offload::optimizer && zero == 0) || (offload == Offload::parameters && zero != 3))
+                                continue;
+                            const OffloadMode alternative{offload, activations};  // activation offload: only where listed
+                            if (activations ? std::find(request.offload.begin(), request.offload.end(), alternative) == request.offload.end()
+                                            : !allowed(request.offload, alternative))
                                 continue;
                             if (G % dp != 0) continue;
                             for (std::uint64_t b : divisors(G / dp)) {
                                 if (!allowed(request.micro_batches, b)) continue;
                                 Parallelism p;
                                 p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep, p.zero = zero, p.offload = offload;
+                                p.offload_activations = activations;
                                 p.etp = etp == tp ? 0 : etp;
                                 p.sequence_parallel = sp;
                                 std::tie(p.first_stage_layers, p.last_stage_layers) = *split;

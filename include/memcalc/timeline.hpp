@@ -142,6 +142,18 @@ struct TimelineInputs : StageLayers {
     /// Full recomputation under autocast: no layer saves its weights' casts, but autocast's cache holds
     /// every layer's until the forward pass ends; each backward step casts its layer's again.
     bool weight_copies_recast = false;
+    /// Activation offload: each layer's kept activations are on the device only around its steps (see
+    /// kept_on_device); the other layers' wait in host memory.
+    bool kept_offloaded = false;
+
+    /// The positions whose kept activations are on the device at a step (loss: position L): every one up to
+    /// it; offloaded, the layer computing and the one in transit (Transformer Engine's double buffer): in
+    /// forward the one before, whose copy to the host may still be in flight; in backward the one before,
+    /// being fetched back. The one after is freed when its backward step ends, as without offload.
+    std::pair<std::uint64_t, std::uint64_t> kept_on_device(std::uint64_t position) const {
+        if (!kept_offloaded) return {1, position};
+        return {position > 1 ? position - 1 : 1, position};
+    }
 
     /// `n` layers of each kind, times what one of that kind holds (`member`).
     Count per_kind(const KindCounts& n, Count LayerInputs::*member) const {
@@ -183,9 +195,10 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
     const Count held_gradients = held ? in.all_gradients() : Count(0);
     b.gradients = held_gradients;
     const std::uint64_t done = phase == Phase::loss ? L : position;  // the layers up to this step's
+    const auto [first_kept, last_kept] = in.kept_on_device(done);
     const Count kept = (later ? in.later_input_side_kept + in.later_other_microbatches
                               : in.input_side_kept + in.other_microbatches) +
-                       in.over<&LayerInputs::kept>(1, done);
+                       in.over<&LayerInputs::kept>(first_kept, last_kept);
     const bool at_layer = phase == Phase::forward || phase == Phase::backward;
     const LayerInputs& here = in.layer[at_layer && !in.uniform() ? in.kind_at(position) : 0];
     const Count held_logits = in.loss && in.logits_held ? in.logits : Count(0);
@@ -289,6 +302,19 @@ inline void linear_run(std::vector<Step>& steps, PeakSoFar* peak, const Timeline
     else peak->consider(second_index, second_total);
 }
 
+/// A run of one kind of layer. With activation offload the transit window of its lowest position holds a
+/// layer of the run before: that step alone, the others linear.
+inline void layer_run(std::vector<Step>& steps, PeakSoFar* peak, const TimelineInputs& in, Phase phase,
+                      std::uint64_t from, std::uint64_t to, std::uint64_t microbatch) {
+    if (!in.kept_offloaded || from == to) return linear_run(steps, peak, in, phase, from, to, microbatch);
+    if (from < to) {  // forward: the lowest comes first
+        add_step(steps, peak, step_at(in, phase, from, microbatch));
+        return linear_run(steps, peak, in, phase, from + 1, to, microbatch);
+    }
+    linear_run(steps, peak, in, phase, from, to + 1, microbatch);
+    add_step(steps, peak, step_at(in, phase, to, microbatch));
+}
+
 /// timeline(in), and its peak into `peak` when one is asked for.
 inline std::vector<Step> timeline(const TimelineInputs& in, PeakSoFar* peak) {
     std::vector<Step> steps;
@@ -297,13 +323,13 @@ inline std::vector<Step> timeline(const TimelineInputs& in, PeakSoFar* peak) {
     for (std::uint64_t mb = 1; mb <= shown; ++mb) {
         for (std::uint64_t a = 1, b; a <= L; a = b + 1) {
             b = in.run_end(a);
-            linear_run(steps, peak, in, Phase::forward, a, b, mb);
+            layer_run(steps, peak, in, Phase::forward, a, b, mb);
         }
         if (in.loss) add_step(steps, peak, step_at(in, Phase::loss, 0, mb));
         if (L >= 1) add_step(steps, peak, step_at(in, Phase::backward, L, mb));
         for (std::uint64_t b = L - 1, a; L >= 3 && b >= 2; b = a - 1) {
             a = std::max<std::uint64_t>(2, in.run_start(b));
-            linear_run(steps, peak, in, Phase::backward, b, a, mb);
+            layer_run(steps, peak, in, Phase::backward, b, a, mb);
         }
         if (L >= 2) add_step(steps, peak, step_at(in, Phase::backward, 1, mb));
     }
@@ -336,7 +362,8 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
 /// backward L-1..2 of a micro-batch, each run of one kind of layer is linear in the position, so the
 /// earliest largest step is one of forward 1, the ends of each forward run, loss, backward L, the
 /// ends of each backward run, backward 1 (of each micro-batch shown) and optimizer. One kind: forward
-/// 1 and L, backward L, L-1 and 1, as the steps between are dominated by one of their ends.
+/// 1 and L, backward L, L-1 and 1, as the steps between are dominated by one of their ends. With
+/// activation offload also the step next to each run's lowest (layer_run).
 /// Flattened: its dozen steps inline, each specialised to its phase (sweeps, fit and plan call this
 /// a million times a second).
 [[gnu::flatten]] inline Step peak_step(const TimelineInputs& in) {
@@ -351,6 +378,8 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
         for (std::uint64_t a = 1, b; a <= L; a = b + 1) {
             b = in.run_end(a);
             if (a > 1) consider(Phase::forward, a, mb);
+            // Offloaded: the steps after a run's lowest are linear (layer_run), from its second.
+            if (in.kept_offloaded && b > a + 1) consider(Phase::forward, a + 1, mb);
             if (b > a) consider(Phase::forward, b, mb);
         }
         if (in.loss) consider(Phase::loss, 0, mb);
@@ -358,7 +387,8 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
         for (std::uint64_t b = L - 1, a; L >= 3 && b >= 2; b = a - 1) {
             a = std::max<std::uint64_t>(2, in.run_start(b));
             consider(Phase::backward, b, mb);
-            if (a < b && !in.uniform()) consider(Phase::backward, a, mb);
+            if (in.kept_offloaded && b > a + 1) consider(Phase::backward, a + 1, mb);
+            if (a < b && (!in.uniform() || in.kept_offloaded)) consider(Phase::backward, a, mb);
         }
         if (L >= 2) consider(Phase::backward, 1, mb);
     }

@@ -527,12 +527,30 @@ struct StageFacts {
     TrainingState state;           ///< on the device, after ZeRO sharding and offload
     Count host;                    ///< what offload keeps in host memory
     Count host_weights;            ///< the weights' part of it (parameter offload): fetched for each use
+    /// Activation offload: one micro-batch's kept activations of this rank's layers, which go to the host
+    /// after each layer's forward and come back for its backward (host counts every micro-batch in flight).
+    Count offloaded_activations;
 
     /// This rank's ZeRO shard of `dense` and `experts` parameters, each over its own group.
     static Count shard(const Parallelism& p, Count dense, Count experts) {
         return ceil_div(dense, p.dense_shards()) + ceil_div(experts, p.expert_shards());
     }
 };
+
+/// Micro-batches (interleaved: model chunks) a stage holds activations of beside the one running.
+inline std::uint64_t other_in_flight(const Parallelism& p, std::uint64_t in_flight) {
+    if (p.vpp == 1) return in_flight > 1 ? in_flight - 1 : 0;
+    return in_flight > p.vpp ? in_flight - p.vpp : 0;
+}
+
+/// What those hold: 1F1B keeps whole micro-batches (`stage`: one micro-batch's on the stage), the
+/// interleaved schedule model chunks of L / (P V) layers (of whichever kinds: each counted as the stage's
+/// largest, `most`, leaning high where kinds differ).
+inline Count other_microbatches_kept(const Parallelism& p, const StageLayers& layers, std::uint64_t in_flight, Count stage,
+                                     Count most) {
+    const std::uint64_t others = other_in_flight(p, in_flight);
+    return p.vpp == 1 ? Count(others) * stage : Count(others) * Count(layers.chunk) * most;
+}
 
 /// One class's state on a rank: the recipe's for trainable parameters; a frozen class's weights alone,
 /// which ZeRO-3 shards as it shards every weight.
@@ -626,6 +644,17 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
         f.host_weights = f.state.weights;
         f.state.weights = 0;
     }
+    if (p.offload_activations) {
+        // The host holds what the device would have kept of every layer: each micro-batch in flight's.
+        Count most;  // of one layer, over the kinds this stage runs
+        for (std::size_t k = 0; k < kinds; ++k) {
+            if (f.kind_layers[k] == 0) continue;
+            const Count layer = w.layers[k].kept.on_rank(p, V);
+            f.offloaded_activations += Count(f.kind_layers[k]) * layer;
+            most = std::max(most, layer);
+        }
+        f.host += f.offloaded_activations + other_microbatches_kept(p, f.layers, f.in_flight, f.offloaded_activations, most);
+    }
     // The program's own buffers stay on the device, counted with the weights.
     f.state.weights += registered_buffer_bytes(w.model, w.recipe, w.framework, w.seq) * Count(f.layers.layers);
     return f;
@@ -710,26 +739,32 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
             in.persistent_weight_copies += Count(f.kind_layers[k]) * w.parameters->linear_weights[k].on_rank(p, V) * bytes;
     }
     Count most_kept, most_weights;  // of one layer, over the kinds this stage runs
+    Count most_activations, most_copies;  // the same of its kept activations alone, and of its weights' casts
     for (std::size_t k = 0; k < kinds; ++k) {
         in.layer[k].kept = w.layers[k].kept.on_rank(p, V);
         in.layer[k].rebuilt = std::max(w.layers[k].rebuilt.on_rank(p, V), w.layers[k].rebuilt_mlp_half.on_rank(p, V));
         // Autocast casts the layer's whole weights (ZeRO-3's gathered ones too): this rank's tensor-parallel share.
         if (w.recipe.autocast) in.layer[k].weight_copies = w.parameters->cast_per_layer[k].on_rank(p, V) * d;
         if (f.kind_layers[k] == 0) continue;
-        most_kept = std::max(most_kept, in.layer[k].kept + (in.weight_copies_recast ? Count(0) : in.layer[k].weight_copies));
+        const Count copies = in.weight_copies_recast ? Count(0) : in.layer[k].weight_copies;
+        most_kept = std::max(most_kept, in.layer[k].kept + copies);
+        most_activations = std::max(most_activations, in.layer[k].kept);
+        most_copies = std::max(most_copies, copies);
         most_weights = std::max(most_weights, f.layer_weight_bytes[k]);
     }
 
-    // A pipeline stage also holds the activations of the other micro-batches in flight: 1F1B keeps
-    // whole micro-batches, the interleaved schedule model chunks of L / (P V) layers (of whichever
-    // kinds: each counted as the stage's largest, leaning high where kinds differ).
+    // A pipeline stage also holds the activations of the other micro-batches in flight (other_microbatches_kept).
     // Each micro-batch in flight holds the casts its layers saved, unless they are recast in backward.
-    const Count stage_kept = in.per_kind(f.kind_layers, &LayerInputs::kept) +
-                             (in.weight_copies_recast ? Count(0) : in.per_kind(f.kind_layers, &LayerInputs::weight_copies));
+    const Count stage_copies = in.weight_copies_recast ? Count(0) : in.per_kind(f.kind_layers, &LayerInputs::weight_copies);
+    const Count stage_kept = in.per_kind(f.kind_layers, &LayerInputs::kept) + stage_copies;
+    in.kept_offloaded = p.offload_activations;
     const auto others = [&](std::uint64_t in_flight) {
-        if (p.vpp == 1) return in_flight > 1 ? Count(in_flight - 1) * stage_kept : Count(0);
-        const std::uint64_t held = in_flight * in.chunk;
-        return Count(held > in.layers ? held - in.layers : 0) * most_kept;
+        if (!p.offload_activations) return other_microbatches_kept(p, f.layers, in_flight, stage_kept, most_kept);
+        // Offloaded, their activations wait on the host but for one layer each, the last of its run, which
+        // Megatron-LM (cpu_offloading_num_layers below the layers) and torchtitan leave on the device, and
+        // whose copy the next backward need not wait for. The casts stay on the device (leaning high).
+        return other_microbatches_kept(p, f.layers, in_flight, stage_copies, most_copies) +
+               Count(other_in_flight(p, in_flight)) * most_activations;
     };
     const auto input_side = [&](std::uint64_t in_flight) {
         const std::uint64_t batches_held = p.vpp == 1 ? in_flight : (in_flight + p.vpp - 1) / p.vpp;
