@@ -482,9 +482,11 @@ inline RankParams rank_params(const StateClass& groups, const Parallelism& p, st
 inline StageLayers stage_layers(const Workload& w, const Parallelism& p, std::uint64_t stage) {
     const std::uint64_t L = w.model.layers;
     StageLayers s;
-    s.layers = p.vpp == 1 ? stage_layer_count(p, L, stage) : L / p.pp;
-    s.chunk = p.vpp == 1 ? s.layers : L / (p.pp * p.vpp);
-    s.first_layer = p.vpp == 1 ? stage_first_layer(p, L, stage) : 0;
+    const bool one_chunk = chunks_per_rank(p) == 1;
+    s.chunk = one_chunk ? stage_layer_count(p, L, stage) : L / model_chunks(p);
+    s.layers = s.chunk * chunks_per_rank(p);
+    s.first_layer = one_chunk ? stage_first_layer(p, L, stage) : 0;
+    if (schedule_row(p).mirrored) s.mirrored_chunks = model_chunks(p);
     s.pp = p.pp;
     s.stage = stage;
     return s.with(w.parameters->pattern);
@@ -530,7 +532,7 @@ inline TrainingState class_state(const StateClass& c, Count dense, Count experts
 inline Count rank_optimizer_state(const Workload& w, const Parallelism& p, std::uint64_t stage, const KindCounts& layers) {
     const OptimizerSplits& o = *w.optimizer_state;
     const std::uint64_t V = w.model.vocab;
-    const bool first = stage == 0, last = stage + 1 == p.pp;
+    const bool first = holds_embedding(p, stage), last = holds_head(p, stage);
     StateCount dense, experts;
     if (first) dense = dense + o.input.on_rank(p, V);
     if (last) dense = dense + o.head.on_rank(p, V);
@@ -570,7 +572,7 @@ inline Count registered_buffer_bytes(const Architecture& m, const Recipe& r, con
 inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint64_t stage) {
     const std::uint64_t V = w.model.vocab;
     const std::size_t kinds = w.layers.size();
-    const bool first = stage == 0, last = stage + 1 == p.pp;
+    const bool first = holds_embedding(p, stage), last = holds_head(p, stage);
     StageFacts f;
     f.stage = stage;
     f.in_flight = in_flight(p, stage);
@@ -630,7 +632,7 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
             // holds the previous tensor's update (measured with torch.optim.AdamW on CPU). Which tensor comes
             // before the largest depends on the program's parameter groups, so the next largest stands for
             // it, leaning high. Muon's AdamW steps the tensors outside the layers' matrices.
-            const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
+            const bool first = holds_embedding(p, f.stage), last = holds_head(p, f.stage);
             const std::uint64_t V = w.model.vocab;
             Count top[2];  // this rank's two largest shares
             const auto& most = (o.step == StepWork::newton_schulz ? w.parameters->largest_outside_matrices
@@ -670,7 +672,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     const Architecture& m = w.model;
     const std::uint64_t V = m.vocab, d = w.recipe.activation_bytes();
     const std::size_t kinds = w.layers.size();
-    const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
+    const bool first = holds_embedding(p, f.stage), last = holds_head(p, f.stage);
     TimelineInputs in;
     static_cast<StageLayers&>(in) = f.layers;
     in.loss = last;
@@ -701,18 +703,19 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     }
 
     // A pipeline stage also holds the activations of the other micro-batches in flight: 1F1B keeps
-    // whole micro-batches, the interleaved schedule model chunks of L / (P V) layers (of whichever
-    // kinds: each counted as the stage's largest, leaning high where kinds differ).
+    // whole micro-batches, schedules of several chunks per rank (interleaved, ZB-V, DualPipe) chunks
+    // (of whichever kinds: each counted as the stage's largest, leaning high where kinds differ).
     // Each micro-batch in flight holds the casts its layers saved, unless they are recast in backward.
     const Count stage_kept = in.per_kind(f.kind_layers, &LayerInputs::kept) +
                              (in.weight_copies_recast ? Count(0) : in.per_kind(f.kind_layers, &LayerInputs::weight_copies));
+    const std::uint64_t chunks = chunks_per_microbatch(p);  // DualPipe's micro-batch runs one of its rank's two
     const auto others = [&](std::uint64_t in_flight) {
-        if (p.vpp == 1) return in_flight > 1 ? Count(in_flight - 1) * stage_kept : Count(0);
+        if (chunks_per_rank(p) == 1) return in_flight > 1 ? Count(in_flight - 1) * stage_kept : Count(0);
         const std::uint64_t held = in_flight * in.chunk;
         return Count(held > in.layers ? held - in.layers : 0) * most_kept;
     };
     const auto input_side = [&](std::uint64_t in_flight) {
-        const std::uint64_t batches_held = p.vpp == 1 ? in_flight : (in_flight + p.vpp - 1) / p.vpp;
+        const std::uint64_t batches_held = (in_flight + chunks - 1) / chunks;
         return first ? Count(batches_held) * w.input_side.on_rank(p, V) : Count(0);
     };
     in.other_microbatches = others(f.in_flight);
