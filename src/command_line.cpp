@@ -522,8 +522,8 @@ It keeps those whose most loaded device fits in --device-memory less --reserve a
      FLOP/s x 0.4, an assumed model-FLOPs utilisation); plus the schedule's bubble, with F, B and W
      one chunk's forward, full backward and weight-gradient times from the FLOPs (W = F, B = the rest
      of the chunk, recomputation included): 1F1B and interleaved (P-1)(F+B), i.e. (pp - 1) / (micro-
-     batches x vpp) of the compute; ZB-H1 (P-1)(F+B-2W); ZB-V 0 (its paper's figure for F = B-W = W);
-     DualPipe (P/2-1)(F&B+B-3W) with F&B = F+B; plus every byte a device sends, at its group's bandwidth, none of it
+     batches x vpp) of the compute; ZB-H1 (P-1)(F+B-2W); ZB-V 0 (its paper's figure for F = B-W = W,
+     applied under recomputation too: optimistic there); DualPipe (P/2-1)(F&B+B-3W) with F&B = F+B; plus every byte a device sends, at its group's bandwidth, none of it
      overlapped: the data-parallel gradient all-reduce, 2 x gradient bytes x (dp - 1) / dp (ZeRO-3:
      also its weight gathers), tensor-parallel all-reduces, context-parallel key/value rings and
      pipeline sends; a group runs at the GPU's intra-node bandwidth when it fits in a node (ranks in

@@ -387,7 +387,9 @@ std::string layout_text(const Parallelism& p) {
     std::string out = fmt::format("dp {}", p.dp);
     if (p.tp > 1) out += fmt::format(" tp {}{}", p.tp, p.sequence_parallel ? "+sp" : "");
     if (p.pp > 1) out += fmt::format(" pp {}{}", p.pp, p.vpp > 1 ? fmt::format("x{}", p.vpp) : "");
-    if (p.pp > 1 && p.schedule != Schedule::one_f_one_b) out += fmt::format(" {}", schedule_name(p.schedule));
+    const Schedule schedule = p.pipeline_schedule();  // "pp 4x2" says interleaved already
+    if (p.pp > 1 && schedule != Schedule::one_f_one_b && schedule != Schedule::interleaved)
+        out += fmt::format(" {}", schedule_name(schedule));
     if (p.first_stage_layers > 0) out += fmt::format(" first {}", p.first_stage_layers);
     if (p.last_stage_layers > 0) out += fmt::format(" last {}", p.last_stage_layers);
     if (p.cp > 1) out += fmt::format(" cp {}", p.cp);

@@ -266,12 +266,14 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                                     row.parallel = p;
                                     row.micro_batch = b;
                                     row.recompute = mode;
-                                    if (const Cached& cached = workload(b, mode)) {
+                                    const Cached& cached = workload(b, mode);
+                                    // The forward's share of a chunk's time: recomputation lengthens its backward.
+                                    const double forward_share =
+                                        cached ? cached->second.step / 3 / (cached->second.step + cached->second.recompute) : 1.0 / 3;
+                                    const double idle = bubble_share(p, forward_share);
+                                    row.bubble = idle / (1 + idle);
+                                    if (cached) {
                                         const auto& [w, cost] = *cached;
-                                        // The forward's share of a chunk's time: recomputation lengthens its backward.
-                                        const double forward_share = cost.step / 3 / (cost.step + cost.recompute);
-                                        const double idle = bubble_share(p, forward_share);
-                                        row.bubble = idle / (1 + idle);
                                         row.recompute_fraction = cost.recompute_fraction();
                                         try {
                                             row.peak = layout_peak(w, p);
