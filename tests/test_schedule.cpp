@@ -166,12 +166,12 @@ TEST_CASE("the program: --schedule in the estimate's JSON and table, and its ref
     const auto dual = testing::memcalc(run + "dualpipe");
     REQUIRE(dual.status == 0);
     const auto j = nlohmann::json::parse(dual.out);
-    CHECK(j["parallel"]["schedule"] == "dualpipe");
-    CHECK(j["parallel"]["parameter_copies"] == 2);
+    CHECK(j["settings"]["parallel"]["schedule"] == "dualpipe");
+    CHECK(j["settings"]["parallel"]["parameter_copies"] == 2);
     CHECK(j["ranks"][1]["in_flight"] == 5);
     CHECK(j["ranks"][3]["holds_embedding"] == true);
     const auto plain = nlohmann::json::parse(testing::memcalc("--preset llama-7b --seq 1024 --pp 4 --vpp 2 --microbatches 8 --format json").out);
-    CHECK(plain["parallel"]["schedule"] == "interleaved");  // --vpp alone: interleaved, as before
+    CHECK(plain["settings"]["parallel"]["schedule"] == "interleaved");  // --vpp alone: interleaved, as before
     const auto table = testing::memcalc("--preset llama-7b --seq 1024 --pp 4 --microbatches 8 --schedule zb-v");
     CHECK_THAT(table.out, Catch::Contains("(ZB-V, 2 chunks per rank)"));
     for (const auto& [args, message] : {
