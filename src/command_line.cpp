@@ -272,7 +272,8 @@ struct ParallelChoice {
                        "per rank in a V, 2 pp chunks in flight on every rank), dualpipe (each rank holds stages k and\n"
                        "pp-1-k: twice the weights, gradients and optimiser state; pp + 1 stages' activations;\n"
                        "needs an even pp). zb-v and dualpipe need micro-batches >= 2 pp (dualpipe: even). A\n"
-                       "micro-batch counts as live until its deferred weight-gradient pass (W) ends: see README")
+                       "micro-batch counts as live until its deferred weight-gradient pass (W) ends, as the papers\n"
+                       "count; the output gradients W reads are not added, so zero-bubble peaks may be low (README)")
             ->group(parallel_group)
             ->type_name("NAME");
         add_stage_options(app, q, parallel_group);
