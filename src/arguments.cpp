@@ -1,6 +1,7 @@
 #include "arguments.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -224,6 +225,24 @@ std::vector<OffloadMode> parse_offloads(const std::string& text) {
     return modes;
 }
 
+std::vector<Schedule> parse_schedules(const std::string& text) {
+    std::vector<std::string> names;
+    for (const ScheduleRow& row : schedule_rows) names.emplace_back(row.name);
+    std::vector<Schedule> schedules;
+    for (const auto& item : split_list("--schedule", text)) {
+        if (item == "all") {
+            for (const ScheduleRow& row : schedule_rows) schedules.push_back(row.schedule);
+            continue;
+        }
+        const auto found = std::find(names.begin(), names.end(), item);
+        if (found == names.end())
+            throw usage_error(fmt::format("--schedule must be {} (got '{}'){}", fmt::join(names, ", "), item,
+                                          did_you_mean(item, names)));
+        schedules.push_back(schedule_rows[static_cast<std::size_t>(found - names.begin())].schedule);
+    }
+    return schedules;
+}
+
 /// The layouts of one step over devices: every combination of the --dp, --tp, --pp and --zero
 /// lists. The micro-batch count follows from --global-batch when given.
 std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_batch) {
@@ -242,6 +261,14 @@ std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_bat
                                       "with '+', e.g. optimizer+activations", q.offload));
     base.offload = offload.front().state;
     base.offload_activations = offload.front().activations;
+    if (!q.schedule.empty()) {
+        const std::vector<Schedule> schedules = parse_schedules(q.schedule);
+        if (schedules.size() != 1) throw usage_error(fmt::format("--schedule takes one schedule here (got '{}')", q.schedule));
+        base.schedule = schedules.front();
+        // --vpp alone means interleaved; named 1F1B with it is a contradiction, not a quiet switch.
+        if (base.schedule == Schedule::one_f_one_b && base.vpp > 1)
+            throw usage_error(fmt::format("--schedule 1f1b runs one chunk per rank: --vpp must be 1 (got {})", base.vpp));
+    }
     const auto list = [](const char* option, const std::string& text) {
         return text.empty() ? std::vector<std::uint64_t>{1} : parse_sizes(option, text);
     };

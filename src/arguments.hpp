@@ -32,6 +32,7 @@ struct Request {
     // Parallelism, as typed; empty means the default.
     std::string dp, tp, pp, cp, ep, etp, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
     std::string first_stage_layers, last_stage_layers;
+    std::string schedule;  ///< --schedule: the pipeline schedule (plan: a comma list, or all)
     std::string compare, gpus_per_node;
     std::string device_memory, reserve = "2GiB", multiple_of;  // fit and plan
     std::string gpu, gpu_file;                                  // a device by name or file, for its memory
@@ -68,6 +69,8 @@ std::vector<unsigned> parse_zero(const std::string& text);
 /// --offload as plan takes it: a comma list of none, optimizer, parameters and activations, each a
 /// ZeRO-Offload mode, activations, or both joined by '+' (optimizer+activations).
 std::vector<OffloadMode> parse_offloads(const std::string& text);
+/// --schedule: a comma list of schedule names (schedule.hpp's rows), or "all" of them.
+std::vector<Schedule> parse_schedules(const std::string& text);
 Format parse_format(const std::string& text);
 /// A memory size: "80GB", "80 GB", "2GiB", "1.5TB", "512MiB" or plain bytes.
 Count parse_size(const std::string& option, const std::string& text);

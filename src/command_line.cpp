@@ -267,10 +267,20 @@ struct ParallelChoice {
             ->type_name("N[,N...]");
         app.add_flag("--sp", q.sp, "Sequence parallelism with --tp: norms, dropout and linear inputs split too")
             ->group(parallel_group);
-        app.add_option("--pp", q.pp, "Pipeline stages (1F1B schedule)")->group(parallel_group)
+        app.add_option("--pp", q.pp, "Pipeline stages (schedule: see --schedule)")->group(parallel_group)
             ->type_name("N[,N...]");
         app.add_option("--vpp", q.vpp, "Virtual stages per pipeline rank (interleaved 1F1B)")->group(parallel_group)
             ->type_name("V");
+        app.add_option("--schedule", q.schedule,
+                       "Pipeline schedule (default 1f1b; interleaved when --vpp > 1): 1f1b, interleaved (--vpp\n"
+                       "chunks per rank), zb-h1 (W deferred: every stage holds pp micro-batches), zb-v (2 chunks\n"
+                       "per rank in a V, 2 pp chunks in flight on every rank), dualpipe (each rank holds stages k and\n"
+                       "pp-1-k: twice the weights, gradients and optimiser state; pp + 1 stages' activations;\n"
+                       "needs an even pp). zb-v and dualpipe need micro-batches >= 2 pp (dualpipe: even). A\n"
+                       "micro-batch counts as live until its deferred weight-gradient pass (W) ends, as the papers\n"
+                       "count; the output gradients W reads are not added, so zero-bubble peaks may be low (README)")
+            ->group(parallel_group)
+            ->type_name("NAME");
         add_stage_options(app, q, parallel_group);
         app.add_option("--cp", q.cp, "Context-parallel ranks: the sequence split across them")->group(parallel_group)
             ->type_name("N");
@@ -490,6 +500,12 @@ Examples:
                                            std::tuple{"--vpp", &plan_q.vpp, "Virtual stages per pipeline rank (interleaved 1F1B)"}})
             plan->add_option(option, *value, std::string(what) + " to try")->group(pinned)->type_name("N[,N...]");
         plan->add_option("--zero", plan_q.zero, "ZeRO stages to try (0-3)")->group(pinned)->type_name("STAGE[,STAGE...]");
+        plan->add_option("--schedule", plan_q.schedule,
+                         "Pipeline schedules to try: 1f1b, interleaved, zb-h1, zb-v, dualpipe, or all (default:\n"
+                         "1f1b,interleaved, which every pipeline framework runs; the others need their own runtimes\n"
+                         "and their bubbles are their papers' ideal figures)")
+            ->group(pinned)
+            ->type_name("NAME[,NAME...]");
         // Offload is searched only when asked for: memcalc checks neither the host memory it needs nor the
         // CPU optimiser step's time, so a layout that fits only by offloading is not offered unasked.
         plan->add_option("--offload", plan_q.offload,
@@ -507,15 +523,19 @@ expert (for mixture-of-experts models) degrees whose product is --gpus, ZeRO sta
 activations, alone or as optimizer+activations or parameters+activations, as a single estimate's
 --offload; not searched unless asked for, since memcalc checks neither the host memory they need nor
 the CPU optimiser's time), sequence parallelism on or off, every micro-batch that divides the global batch per replica, and each
-recomputation mode. --dp, --tp, --pp, --vpp, --cp, --ep, --zero, --offload, --sp, --recompute and
--b, given, restrict the search to them.
+recomputation mode; with --schedule, the pipeline schedules it lists (zb-h1, zb-v, dualpipe where
+their rules allow). --dp, --tp, --pp, --vpp, --schedule, --cp, --ep, --zero, --offload, --sp,
+--recompute and -b, given, restrict the search to them.
 Without --gpus it tries 1, 2, 3, ... devices (with --gpu: 1, 2, 3, ... of its nodes) up to 16,384
 and answers with the first count on which some layout fits.
 It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by
   1. the estimated step time, with --gpu or a --gpu-file that gives the figures (an estimate, not a
      simulation): compute = the step's FLOPs, recomputation included / (GPUs x peak dense bf16
-     FLOP/s x 0.4, an assumed model-FLOPs utilisation); plus the 1F1B bubble, (pp - 1) / (micro-
-     batches x vpp) of the compute; plus every byte a device sends, at its group's bandwidth, none of it
+     FLOP/s x 0.4, an assumed model-FLOPs utilisation); plus the schedule's bubble, with F, B and W
+     one chunk's forward, full backward and weight-gradient times from the FLOPs (W = F, B = the rest
+     of the chunk, recomputation included): 1F1B and interleaved (P-1)(F+B), i.e. (pp - 1) / (micro-
+     batches x vpp) of the compute; ZB-H1 (P-1)(F+B-2W); ZB-V 0 (its paper's figure for F = B-W = W,
+     applied under recomputation too: optimistic there); DualPipe (P/2-1)(F&B+B-3W) with F&B = F+B; plus every byte a device sends, at its group's bandwidth, none of it
      overlapped: the data-parallel gradient all-reduce, 2 x gradient bytes x (dp - 1) / dp (ZeRO-3:
      also its weight gathers), tensor-parallel all-reduces, context-parallel key/value rings and
      pipeline sends; a group runs at the GPU's intra-node bandwidth when it fits in a node (ranks in
@@ -527,8 +547,8 @@ It keeps those whose most loaded device fits in --device-memory less --reserve a
      stage that offloads the most; frameworks overlap these copies with compute on a stream of their
      own, so this time leans slow). A GPU without a host-link figure gives such layouts no time. The
      CPU's optimiser step is not timed. Tokens per second per GPU are shown beside it;
-  2. then wasted compute: recomputation's extra FLOPs plus the pipeline bubble (P-1)/(vM+P-1), as
-     fractions of the step;
+  2. then wasted compute: recomputation's extra FLOPs plus the pipeline bubble (1F1B: (P-1)/(vM+P-1)),
+     as fractions of the step;
   3. then the bytes each device sends per step (host transfers included);
   4. then the peak.
 Where pp does not divide the layers, the first and last stages take fewer than the others (Llama 3

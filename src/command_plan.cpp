@@ -44,6 +44,7 @@ std::string run_plan(const Request& q) {
                                       std::tuple{"--ep", &q.ep, &r.ep}, std::tuple{"--vpp", &q.vpp, &r.vpp}})
         if (!text->empty()) *list = parse_sizes(option, *text);
     if (!q.zero.empty()) r.zero = parse_zero(q.zero);
+    if (!q.schedule.empty()) r.schedules = parse_schedules(q.schedule);
     if (!q.offload.empty()) r.offload = parse_offloads(q.offload);
     // An offload no pinned ZeRO stage allows is a mistake to name, not a search that finds nothing.
     if (!r.offload.empty() && !r.zero.empty()) {

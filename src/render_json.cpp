@@ -178,7 +178,8 @@ json parallel_json(const Parallelism& p) {
             {"etp", p.expert_tp()}, {"vpp", p.vpp}, {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero},
             {"offload", p.offload_mode().name()},
             {"shard_group", p.sharding()}, {"microbatches", p.steps_per_batch()},
-            {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers}};
+            {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers},
+            {"schedule", schedule_name(p.pipeline_schedule())}, {"parameter_copies", schedule_row(p).parameter_copies}};
 }
 
 json ranks_json(const Report& r) {

@@ -127,7 +127,8 @@ nlohmann::json plan_json(const PlanView& v) {
                             number_or_null(r.time ? std::optional<double>(r.time->communication) : std::nullopt)},
                            {"offload_seconds", number_or_null(r.time ? std::optional<double>(r.time->offload) : std::nullopt)},
                            {"tokens_per_second_per_gpu", number_or_null(tokens_per_second_per_gpu(v.request, r))},
-                           {"gpus", p.devices()}});
+                           {"gpus", p.devices()},
+                           {"schedule", schedule_name(p.pipeline_schedule())}});
     }
     return {{"memcalc", memcalc::version},
             {"schema", memcalc::json_schema},
@@ -154,18 +155,18 @@ nlohmann::json plan_json(const PlanView& v) {
 std::string plan_csv(const PlanView& v) {
     std::string out = "rank,dp,tp,pp,cp,ep,zero,sequence_parallel,micro_batch,microbatches,recompute,peak_bytes,peak_step,"
                       "peak_stage,recompute_fraction,bubble,communication_bytes,peak_microbatch,first_stage_layers,"
-                      "last_stage_layers,step_seconds,tokens_per_second_per_gpu,gpus,vpp,offload\n";
+                      "last_stage_layers,step_seconds,tokens_per_second_per_gpu,gpus,vpp,offload,schedule\n";
     for (std::size_t i = 0; i < shown(v); ++i) {
         const PlanRow& r = v.result.top[i];
         const Parallelism& p = r.parallel;
         const auto tokens = tokens_per_second_per_gpu(v.request, r);
-        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f},{},{},{},{},{},{},{},{}\n", i + 1, p.dp, p.tp,
+        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f},{},{},{},{},{},{},{},{},{}\n", i + 1, p.dp, p.tp,
                            p.pp, p.cp,
                            p.ep, p.zero, p.sequence_parallel, r.micro_batch, p.steps_per_batch(), recompute_name(r.recompute),
                            r.peak.bytes().value(), r.peak.step.name(), r.peak.stage, r.recompute_fraction, r.bubble,
                            r.communication, r.peak.step.microbatch, p.first_stage_layers, p.last_stage_layers,
                            r.time ? fmt::format("{:.6g}", r.time->seconds()) : "", tokens ? fmt::format("{:.1f}", *tokens) : "", p.devices(), p.vpp,
-                           p.offload_mode().name());
+                           p.offload_mode().name(), schedule_name(p.pipeline_schedule()));
     }
     return out;
 }

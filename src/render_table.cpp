@@ -162,6 +162,15 @@ std::string layers_text(const std::vector<std::uint64_t>& ids) {
     return out;
 }
 
+/// The schedule's name, with its chunks per rank and weight copies where it has more than one.
+std::string schedule_text(const Parallelism& p) {
+    const ScheduleRow& row = schedule_row(p);
+    std::string out = row.title;
+    if (chunks_per_rank(p) > 1) out += fmt::format(", {} chunks per rank", chunks_per_rank(p));
+    if (row.parameter_copies > 1) out += fmt::format(", {} copies of the weights", row.parameter_copies);
+    return out;
+}
+
 std::string parallel_section(const Report& r, const View& view) {
     const Parallelism& p = r.settings.parallel;
     std::string layout = fmt::format("{} devices = dp {} x tp {} x pp {}", p.devices(), p.dp, p.tp, p.pp);
@@ -173,7 +182,7 @@ std::string parallel_section(const Report& r, const View& view) {
     if (p.zero > 0 && p.ep > 1) layout += fmt::format(" ({} for expert state)", p.expert_shards());
     if (p.pp > 1)
         layout += fmt::format(", {} micro-batches per step ({})", p.steps_per_batch(),
-                              p.vpp > 1 ? fmt::format("interleaved 1F1B, {} chunks per rank", p.vpp) : "1F1B");
+                              schedule_text(p));
     const bool host = p.offload != Offload::none || p.offload_activations;
     if (host) layout += fmt::format(", {} offloaded to host memory", p.offload_mode().name());
     TextTable table({L, L, L, R, R, R, R, R, L, L});
@@ -381,6 +390,9 @@ std::string layout_text(const Parallelism& p) {
     std::string out = fmt::format("dp {}", p.dp);
     if (p.tp > 1) out += fmt::format(" tp {}{}", p.tp, p.sequence_parallel ? "+sp" : "");
     if (p.pp > 1) out += fmt::format(" pp {}{}", p.pp, p.vpp > 1 ? fmt::format("x{}", p.vpp) : "");
+    const Schedule schedule = p.pipeline_schedule();  // "pp 4x2" says interleaved already
+    if (p.pp > 1 && schedule != Schedule::one_f_one_b && schedule != Schedule::interleaved)
+        out += fmt::format(" {}", schedule_name(schedule));
     if (p.first_stage_layers > 0) out += fmt::format(" first {}", p.first_stage_layers);
     if (p.last_stage_layers > 0) out += fmt::format(" last {}", p.last_stage_layers);
     if (p.cp > 1) out += fmt::format(" cp {}", p.cp);

@@ -356,8 +356,8 @@ TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeR
     const auto csv = testing::memcalc("plan --preset llama-7b --gpus 8 --gpu h100-sxm --seq 4096 --global-batch 64 --top 2 "
                                       "--format csv --offload optimizer --zero 2");
     REQUIRE(csv.status == 0);
-    CHECK_THAT(csv.out, Catch::StartsWith("rank,") && Catch::Contains(",vpp,offload\n"));
-    CHECK_THAT(csv.out, Catch::Contains(",optimizer\n"));
+    CHECK_THAT(csv.out, Catch::StartsWith("rank,") && Catch::Contains(",vpp,offload,schedule\n"));
+    CHECK_THAT(csv.out, Catch::Contains(",optimizer,1f1b\n"));
     // Not given, none alone is tried (offload's host memory and CPU time go unchecked): asked for, all three.
     const auto unasked = nlohmann::json::parse(testing::memcalc(run).out);
     const auto three = nlohmann::json::parse(testing::memcalc(run + " --offload none,optimizer,parameters").out);

@@ -89,8 +89,8 @@ inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint
     RankReport rank;
     rank.stage = stage;
     rank.layer_ids = stage_layers(p, w.model.layers, stage);
-    rank.holds_embedding = stage == 0;
-    rank.holds_head = stage + 1 == p.pp;
+    rank.holds_embedding = holds_embedding(p, stage);
+    rank.holds_head = holds_head(p, stage);
     rank.in_flight = f.in_flight;
     rank.parameters = f.parameters;
     rank.state = f.state;

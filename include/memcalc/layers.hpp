@@ -90,12 +90,19 @@ inline std::uint64_t layer_number(std::uint64_t i, std::uint64_t chunk, std::uin
     return (i / chunk * pp + stage) * chunk + i % chunk + 1;
 }
 
+/// The same when a stage's second chunk mirrors its first: of `chunks`, the (chunks - 1 - stage)-th
+/// (ZB-V's V shape, DualPipe's two directions).
+inline std::uint64_t mirrored_layer_number(std::uint64_t i, std::uint64_t chunk, std::uint64_t chunks, std::uint64_t stage) {
+    return ((i / chunk == 0 ? stage : chunks - 1 - stage) * chunk) + i % chunk + 1;
+}
+
 /// The layers one device runs, in forward order: `layers` of them, in chunks of `chunk` consecutive
 /// layers, chunk c being the (c pp + stage)-th of the model (interleaved pipelines), or one run of
 /// layers after `first_layer` (chunk 0 or chunk = layers).
 struct StageLayers {
     std::uint64_t layers = 0, chunk = 0, pp = 1, stage = 0;
     std::uint64_t first_layer = 0;          ///< layers before this device's first, when it holds one chunk
+    std::uint64_t mirrored_chunks = 0;      ///< nonzero: two chunks of that many, placed mirrored (mirrored_layer_number)
     const LayerPattern* pattern = nullptr;  ///< the model's; none: every layer one kind
     bool mixed = false;                     ///< `pattern` has more than one kind (set with it: read on every step)
 
@@ -109,7 +116,8 @@ struct StageLayers {
 
     /// The global number (1..L) of the i-th layer this device runs (0-based, forward order).
     std::uint64_t layer_id(std::uint64_t i) const {
-        return one_chunk() ? first_layer + i + 1 : layer_number(i, chunk, pp, stage);
+        if (one_chunk()) return first_layer + i + 1;
+        return mirrored_chunks ? mirrored_layer_number(i, chunk, mirrored_chunks, stage) : layer_number(i, chunk, pp, stage);
     }
     /// The kind of the layer at `position` (1-based, forward order).
     std::size_t kind_at(std::uint64_t position) const {

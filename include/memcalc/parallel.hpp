@@ -12,6 +12,7 @@
 #include "memcalc/model.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
+#include "memcalc/schedule.hpp"
 #include "memcalc/timeline.hpp"
 #include "memcalc/units.hpp"
 
@@ -53,6 +54,8 @@ struct Parallelism {
     /// weights and hidden width split over them instead of tp; 0 means tp.
     std::uint64_t etp = 0;
     std::uint64_t vpp = 1;           ///< virtual stages per pipeline rank (interleaved 1F1B when > 1)
+    /// The pipeline schedule; 1F1B with vpp > 1 means interleaved (pipeline_schedule), as --vpp alone always has.
+    Schedule schedule = Schedule::one_f_one_b;
     bool sequence_parallel = false;  ///< with tp > 1: norms, dropout and the linear layers' inputs split too
     unsigned zero = 0;               ///< ZeRO stage: 1 shards optimiser state, 2 also gradients, 3 also weights
     std::uint64_t shard_group = 0;   ///< ranks that share one copy of the sharded state; 0 means all dp ranks
@@ -85,6 +88,9 @@ struct Parallelism {
     bool uneven_stages() const { return first_stage_layers != 0 || last_stage_layers != 0; }
     bool any() const { return devices() > 1 || zero > 0 || vpp > 1 || offload != Offload::none || offload_activations; }
     OffloadMode offload_mode() const { return {offload, offload_activations}; }
+    Schedule pipeline_schedule() const {
+        return schedule == Schedule::one_f_one_b && vpp > 1 ? Schedule::interleaved : schedule;
+    }
 };
 
 /// The largest cluster memcalc plans for: far beyond any built, small enough that its layouts can be
@@ -119,6 +125,74 @@ inline void require_divides(const char* what, std::uint64_t d, const char* of, s
         throw error(std::string(what) + " (" + std::to_string(d) + ") must divide " + of + " (" + std::to_string(n) + ")");
 }
 }  // namespace detail
+
+inline const ScheduleRow& schedule_row(const Parallelism& p) { return schedule_row(p.pipeline_schedule()); }
+
+/// Model chunks each pipeline rank holds: 1, vpp (interleaved), or 2 (ZB-V, DualPipe).
+inline std::uint64_t chunks_per_rank(const Parallelism& p) {
+    const std::uint64_t chunks = schedule_row(p).chunks;
+    return chunks == 0 ? p.vpp : chunks;
+}
+
+/// The distinct chunks the model is cut into (DualPipe's ranks hold each twice).
+inline std::uint64_t model_chunks(const Parallelism& p) {
+    return p.pp * chunks_per_rank(p) / schedule_row(p).parameter_copies;
+}
+
+/// Chunks of one micro-batch a rank runs: each chunk it holds, but once per direction under DualPipe.
+inline std::uint64_t chunks_per_microbatch(const Parallelism& p) {
+    return chunks_per_rank(p) / schedule_row(p).parameter_copies;
+}
+
+/// Whether stage `stage`'s ranks hold the model's first chunk (the embedding) or its last (the head):
+/// under a mirrored placement the first rank holds both ends (ZB-V), or the first and last ranks do (DualPipe).
+inline bool holds_embedding(const Parallelism& p, std::uint64_t stage) {
+    return stage == 0 || (schedule_row(p).mirrored && stage + 1 == model_chunks(p));
+}
+inline bool holds_head(const Parallelism& p, std::uint64_t stage) {
+    return schedule_row(p).mirrored ? stage == 0 || stage + 1 == model_chunks(p) : stage + 1 == p.pp;
+}
+
+/// Micro-batches (with several chunks per rank: model chunks) whose activations pipeline stage `stage`
+/// holds at the backward step of its first micro-batch, as the schedule's row gives them (1F1B:
+/// min(P - k, M)). `later`: at the backward of micro-batch 2 (the most any later one holds).
+inline std::uint64_t in_flight(const Parallelism& p, std::uint64_t stage, bool later = false) {
+    return schedule_row(p).in_flight(p.pp, stage, p.steps_per_batch(), p.vpp, later);
+}
+
+/// The schedule's bubble as a share of a rank's compute (its chunks of all M micro-batches), with
+/// `forward_share` of each chunk's time in its forward.
+inline double bubble_share(const Parallelism& p, double forward_share = 1.0 / 3) {
+    if (p.pp == 1) return 0;
+    const double chunks = static_cast<double>(p.steps_per_batch() * chunks_per_microbatch(p));
+    return schedule_row(p).bubble(p.pp, chunk_times(1, forward_share)) / chunks;
+}
+
+/// The schedule's own rules (Throws naming the value): its chunk count per rank, even stages, and
+/// what its paper's runtime needs.
+inline void validate_schedule(const Parallelism& p, std::uint64_t layers) {
+    const auto n = [](std::uint64_t v) { return std::to_string(v); };
+    const ScheduleRow& row = schedule_row(p);
+    const std::string name = std::string("schedule ") + row.name;
+    if (p.schedule == Schedule::one_f_one_b) return;  // vpp's rules are validate()'s
+    if (p.pp == 1) throw error(name + " needs pp > 1");
+    if (row.chunks == 0 && p.vpp == 1) throw error(name + " needs vpp > 1 (got vpp 1)");
+    if (row.chunks != 0 && p.vpp != 1)
+        throw error(name + " runs " + n(row.chunks) + (row.chunks == 1 ? " chunk" : " chunks") +
+                    " per rank: vpp must be 1 (got vpp " + n(p.vpp) + ")");
+    if (p.uneven_stages()) throw error("first_stage_layers and last_stage_layers need the 1f1b schedule (got " + std::string(row.name) + ")");
+    const std::uint64_t M = p.steps_per_batch();
+    if (p.schedule == Schedule::dualpipe && p.pp % 2 != 0) throw error(name + " needs an even pp (got pp " + n(p.pp) + ")");
+    // DualPipe's runtime asserts an even count of at least 2 pp; ZB-V's zero bubble is a steady state
+    // that needs as many.
+    if ((p.schedule == Schedule::dualpipe || p.schedule == Schedule::zb_v) &&
+        (M < 2 * p.pp || (p.schedule == Schedule::dualpipe && M % 2 != 0)))
+        throw error(name + " needs " + (p.schedule == Schedule::dualpipe ? "an even number of " : "") +
+                    "micro-batches of at least 2 x pp = " + n(2 * p.pp) + " (got microbatches " + n(M) + ")");
+    if (row.chunks == 2 && layers % model_chunks(p) != 0)
+        throw error(name + " cuts the model into " + n(model_chunks(p)) + " chunks (" +
+                    (row.parameter_copies == 2 ? "pp" : "2 x pp") + "), which must divide layers (" + n(layers) + ")");
+}
 
 /// Layers of pipeline stage `stage` (vpp = 1). Validated layouts only: see validate_uneven_stages.
 inline std::uint64_t stage_layer_count(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
@@ -205,13 +279,14 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
                     std::to_string(m.layers) + ")");
     if (p.microbatches > max_microbatches)
         throw error("microbatches (" + std::to_string(p.microbatches) + ") exceeds the 2^40 per step memcalc models");
+    validate_schedule(p, m.layers);
     if (p.uneven_stages()) {
         validate_uneven_stages(p, m.layers);
-    } else if (p.vpp == 1 && m.layers % p.pp != 0) {
+    } else if (chunks_per_rank(p) == 1 && m.layers % p.pp != 0) {
         throw error("pp (" + std::to_string(p.pp) + ") must divide layers (" + std::to_string(m.layers) +
                     "), or give the first and last stages their own layer counts (first_stage_layers, "
                     "last_stage_layers)");
-    } else {
+    } else if (p.vpp > 1) {
         detail::require_divides("pp x vpp", p.pp * p.vpp, "layers", m.layers);
     }
     const std::uint64_t sequence_split = p.cp * (p.sequence_parallel ? p.tp : 1);
@@ -228,29 +303,25 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
         throw error("offloading the optimizer needs a ZeRO stage (ZeRO-Offload shards what it moves to the host; got zero 0)");
 }
 
-/// Micro-batches (interleaved: model chunks) whose activations pipeline stage `stage` holds at the
-/// backward step of its first micro-batch. 1F1B (Narayanan et al. 2021): min(P - k, M). Interleaved,
-/// with V chunks per rank, Megatron-LM's warm-up: 2 (P - k - 1) + (V - 1) P forward chunks, plus the
-/// one in steady state. `later`: at the backward of micro-batch 2 (the most any later one holds):
-/// one micro-batch fewer is left to start, min(P - k, M - 1) in 1F1B.
-inline std::uint64_t in_flight(const Parallelism& p, std::uint64_t stage, bool later = false) {
-    const std::uint64_t P = p.pp, M = p.steps_per_batch() - (later ? 1 : 0);
-    if (p.vpp == 1) return std::min(P - stage, M);
-    return std::min(2 * (P - stage - 1) + (p.vpp - 1) * P + 1, M * p.vpp);
+/// The global number (1..L) of the i-th layer (0-based, forward order) of stage `stage` with chunks of
+/// `chunk` layers, by the schedule's placement.
+inline std::uint64_t placed_layer_number(const Parallelism& p, std::uint64_t i, std::uint64_t chunk, std::uint64_t stage) {
+    if (schedule_row(p).mirrored) return mirrored_layer_number(i, chunk, model_chunks(p), stage);
+    return layer_number(i, chunk, p.pp, stage);
 }
 
 /// The global indices (1..L) of the layers pipeline stage `stage` holds, in forward order.
 inline std::vector<std::uint64_t> stage_layers(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
     std::vector<std::uint64_t> ids;
-    if (p.vpp == 1) {
+    if (chunks_per_rank(p) == 1) {
         const std::uint64_t first = stage_first_layer(p, layers, stage), count = stage_layer_count(p, layers, stage);
         ids.reserve(count);
         for (std::uint64_t i = 1; i <= count; ++i) ids.push_back(first + i);
         return ids;
     }
-    const std::uint64_t chunk = layers / (p.pp * p.vpp);
-    ids.reserve(chunk * p.vpp);
-    for (std::uint64_t i = 0; i < chunk * p.vpp; ++i) ids.push_back(layer_number(i, chunk, p.pp, stage));
+    const std::uint64_t chunk = layers / model_chunks(p), held = chunk * chunks_per_rank(p);
+    ids.reserve(held);
+    for (std::uint64_t i = 0; i < held; ++i) ids.push_back(placed_layer_number(p, i, chunk, stage));
     return ids;
 }
 

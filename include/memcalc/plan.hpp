@@ -39,6 +39,9 @@ struct PlanRequest {
     std::vector<std::uint64_t> dp, tp, pp, cp, ep;
     /// Virtual stages per pipeline rank (interleaved 1F1B) to try; empty: 1 and every valid interleaving.
     std::vector<std::uint64_t> vpp;
+    /// Pipeline schedules to try; empty: 1F1B and interleaved 1F1B, which every pipeline framework runs
+    /// (the zero-bubble ones need their own runtimes, and their bubbles are their papers' ideal figures).
+    std::vector<Schedule> schedules;
     std::vector<unsigned> zero;
     /// Offload alternatives to try; empty: each ZeRO-Offload mode the ZeRO stage allows (optimizer: 1-3,
     /// parameters: 3), none with activation offload, which is tried only where listed (alone, or as
@@ -64,7 +67,7 @@ struct PlanRow {
     LayoutPeak peak;
     bool fits = false;
     double recompute_fraction = 0;  ///< extra FLOPs of recomputation / the step's FLOPs
-    double bubble = 0;              ///< pipeline bubble, (P - 1) / (vpp x M + P - 1)
+    double bubble = 0;              ///< pipeline bubble, of the step (1F1B: (P - 1) / (vpp x M + P - 1))
     double communication = 0;       ///< bytes each device sends per step, to host memory too (estimate)
     std::optional<StepTime> time;   ///< the step's estimated time, when the GPU's figures give one
     double waste() const { return recompute_fraction + bubble; }
@@ -130,8 +133,10 @@ inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts
     if (p.zero >= 3) bytes.data_parallel += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
     const double layers = static_cast<double>(f.layers.layers);
     bytes.tensor_parallel = 4 * 2 * ring(static_cast<double>(p.tp)) * stream * layers * M;
-    // Interleaving sends each micro-batch across every rank boundary once per virtual stage.
-    if (p.pp > 1) bytes.pipeline = 2 * stream / (p.sequence_parallel ? static_cast<double>(p.tp) : 1) * M * static_cast<double>(p.vpp);
+    // Several chunks a micro-batch (interleaved, ZB-V) send it across every rank boundary once per chunk.
+    if (p.pp > 1)
+        bytes.pipeline = 2 * stream / (p.sequence_parallel ? static_cast<double>(p.tp) : 1) * M *
+                         static_cast<double>(chunks_per_microbatch(p));
     const double kv = tokens * static_cast<double>(w.model.key_value_heads() * w.model.head_size()) * d /
                       static_cast<double>(p.tp);
     bytes.context_parallel = 2 * 2 * ring(static_cast<double>(p.cp)) * static_cast<double>(p.cp) * kv * layers * M;
@@ -205,14 +210,31 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                }) &&
                (request.max_tp == 0 || tp <= request.max_tp);
     };
-    // Interleaved 1F1B as Megatron-LM runs it: even stages, each rank's layers in vpp equal chunks,
-    // and micro-batches a multiple of pp.
-    const auto interleavings = [&](std::uint64_t pp, std::pair<std::uint64_t, std::uint64_t> split, std::uint64_t M) {
-        std::vector<std::uint64_t> counts{1};
-        if (pp > 1 && split.first == 0 && split.second == 0 && M % pp == 0)
+    // The schedules a layout can run, each with its vpp. Interleaved 1F1B as Megatron-LM runs it: even
+    // stages, each rank's layers in vpp equal chunks, and micro-batches a multiple of pp. The others
+    // where validate_schedule allows them.
+    const std::vector<Schedule> schedules =
+        request.schedules.empty() ? std::vector<Schedule>{Schedule::one_f_one_b, Schedule::interleaved} : request.schedules;
+    const auto pipelines = [&](std::uint64_t pp, std::pair<std::uint64_t, std::uint64_t> split, std::uint64_t M) {
+        std::vector<std::pair<Schedule, std::uint64_t>> runs;
+        if (allowed(schedules, Schedule::one_f_one_b)) runs.emplace_back(Schedule::one_f_one_b, 1);
+        const bool even = split.first == 0 && split.second == 0;
+        if (pp == 1 || !even) return runs;
+        if (allowed(schedules, Schedule::interleaved) && M % pp == 0)
             for (std::uint64_t v : divisors(m.layers / pp))
-                if (v > 1) counts.push_back(v);
-        return counts;
+                if (v > 1) runs.emplace_back(Schedule::interleaved, v);
+        for (Schedule s : {Schedule::zb_h1, Schedule::zb_v, Schedule::dualpipe}) {
+            if (!allowed(schedules, s)) continue;
+            Parallelism p;
+            p.pp = pp, p.microbatches = M, p.schedule = s;
+            try {
+                validate_schedule(p, m.layers);
+            } catch (const error&) {
+                continue;
+            }
+            runs.emplace_back(s, 1);
+        }
+        return runs;
     };
     for (std::uint64_t tp : factors) {
         if (!attention_heads_ok(tp) || !allowed(request.tp, tp)) continue;
@@ -253,18 +275,23 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                                 p.sequence_parallel = sp;
                                 std::tie(p.first_stage_layers, p.last_stage_layers) = *split;
                                 p.microbatches = G / (dp * b);
-                                for (std::uint64_t vpp : interleavings(pp, *split, p.microbatches)) {
+                                for (auto [schedule, vpp] : pipelines(pp, *split, p.microbatches)) {
                                 if (!allowed(request.vpp, vpp)) continue;
                                 p.vpp = vpp;
+                                p.schedule = schedule == Schedule::interleaved ? Schedule::one_f_one_b : schedule;
                                 for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
                                     if (!allowed(request.modes, mode)) continue;
                                     PlanRow row;
                                     row.parallel = p;
                                     row.micro_batch = b;
                                     row.recompute = mode;
-                                    const double M = static_cast<double>(p.microbatches), P = static_cast<double>(pp);
-                                    row.bubble = (P - 1) / (static_cast<double>(vpp) * M + P - 1);
-                                    if (const Cached& cached = workload(b, mode)) {
+                                    const Cached& cached = workload(b, mode);
+                                    // The forward's share of a chunk's time: recomputation lengthens its backward.
+                                    const double forward_share =
+                                        cached ? cached->second.step / 3 / (cached->second.step + cached->second.recompute) : 1.0 / 3;
+                                    const double idle = bubble_share(p, forward_share);
+                                    row.bubble = idle / (1 + idle);
+                                    if (cached) {
                                         const auto& [w, cost] = *cached;
                                         row.recompute_fraction = cost.recompute_fraction();
                                         try {
@@ -274,7 +301,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                                             row.communication = bytes.total();
                                             // cost is one micro-batch's: the step runs G / b of them.
                                             const double flops = (cost.step + cost.recompute) * static_cast<double>(G / b);
-                                            if (request.gpu) row.time = step_time(*request.gpu, p, flops, bytes);
+                                            if (request.gpu) row.time = step_time(*request.gpu, p, flops, bytes, forward_share);
                                         } catch (const overflow_error&) {
                                             row.fits = false;  // its bytes do not fit in 64 bits, let alone a device
                                         }

@@ -29,7 +29,7 @@ struct Traffic {
 /// Seconds of one step, by cause.
 struct StepTime {
     double compute = 0;        ///< the step's FLOPs / (devices x peak bf16 x assumed utilisation)
-    double bubble = 0;         ///< 1F1B's idle stages: (pp - 1) / (micro-batches x vpp) of the compute
+    double bubble = 0;         ///< the schedule's idle time (bubble_share of the compute; 1F1B: (pp - 1) / micro-batches)
     double communication = 0;  ///< every group's bytes at its bandwidth, not overlapped
     double offload = 0;        ///< the host transfers at the host link's bandwidth, not overlapped
     double seconds() const { return compute + bubble + communication + offload; }
@@ -48,13 +48,15 @@ inline std::optional<double> group_bandwidth(const Gpu& gpu, std::uint64_t strid
 
 /// The time of a step of `flops` (every device's, recomputation included) on `p.devices()` GPUs, or none
 /// when the GPU lacks a figure the layout needs (its bf16 peak, a bandwidth, its node size, its host link
-/// where offload moves bytes).
-inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p, double flops, const Traffic& bytes) {
+/// where offload moves bytes). `forward_share`: the forward's part of the FLOPs, which sets the schedule's
+/// F, B and W (its weight-gradient pass as many FLOPs as the forward).
+inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p, double flops, const Traffic& bytes,
+                                         double forward_share = 1.0 / 3) {
     if (gpu.peak_bf16_flops == 0) return std::nullopt;
     StepTime t;
     const double devices = static_cast<double>(p.devices());
     t.compute = flops / (devices * static_cast<double>(gpu.peak_bf16_flops) * assumed_model_flops_utilization);
-    t.bubble = t.compute * static_cast<double>(p.pp - 1) / static_cast<double>(p.steps_per_batch() * p.vpp);
+    t.bubble = t.compute * bubble_share(p, forward_share);
     const auto tp = group_bandwidth(gpu, 1, p.tp), cp = group_bandwidth(gpu, p.tp, p.cp),
                dp = group_bandwidth(gpu, p.tp * p.cp, p.dp), pp = group_bandwidth(gpu, p.tp * p.cp * p.dp, p.pp);
     if (!tp || !cp || !dp || !pp) return std::nullopt;

@@ -502,9 +502,11 @@ inline RankParams rank_params(const StateClass& groups, const Parallelism& p, st
 inline StageLayers stage_layers(const Workload& w, const Parallelism& p, std::uint64_t stage) {
     const std::uint64_t L = w.model.layers;
     StageLayers s;
-    s.layers = p.vpp == 1 ? stage_layer_count(p, L, stage) : L / p.pp;
-    s.chunk = p.vpp == 1 ? s.layers : L / (p.pp * p.vpp);
-    s.first_layer = p.vpp == 1 ? stage_first_layer(p, L, stage) : 0;
+    const bool one_chunk = chunks_per_rank(p) == 1;
+    s.chunk = one_chunk ? stage_layer_count(p, L, stage) : L / model_chunks(p);
+    s.layers = s.chunk * chunks_per_rank(p);
+    s.first_layer = one_chunk ? stage_first_layer(p, L, stage) : 0;
+    if (schedule_row(p).mirrored) s.mirrored_chunks = model_chunks(p);
     s.pp = p.pp;
     s.stage = stage;
     return s.with(w.parameters->pattern);
@@ -537,19 +539,20 @@ struct StageFacts {
     }
 };
 
-/// Micro-batches (interleaved: model chunks) a stage holds activations of beside the one running.
+/// Micro-batches (several chunks per rank: model chunks) a stage holds activations of beside the one running.
 inline std::uint64_t other_in_flight(const Parallelism& p, std::uint64_t in_flight) {
-    if (p.vpp == 1) return in_flight > 1 ? in_flight - 1 : 0;
-    return in_flight > p.vpp ? in_flight - p.vpp : 0;
+    const std::uint64_t chunks = chunks_per_rank(p);
+    if (chunks == 1) return in_flight > 1 ? in_flight - 1 : 0;
+    return in_flight > chunks ? in_flight - chunks : 0;
 }
 
-/// What those hold: 1F1B keeps whole micro-batches (`stage`: one micro-batch's on the stage), the
-/// interleaved schedule model chunks of L / (P V) layers (of whichever kinds: each counted as the stage's
+/// What those hold: 1F1B keeps whole micro-batches (`stage`: one micro-batch's on the stage), schedules of
+/// several chunks per rank model chunks (of whichever kinds: each counted as the stage's
 /// largest, `most`, leaning high where kinds differ).
 inline Count other_microbatches_kept(const Parallelism& p, const StageLayers& layers, std::uint64_t in_flight, Count stage,
                                      Count most) {
     const std::uint64_t others = other_in_flight(p, in_flight);
-    return p.vpp == 1 ? Count(others) * stage : Count(others) * Count(layers.chunk) * most;
+    return chunks_per_rank(p) == 1 ? Count(others) * stage : Count(others) * Count(layers.chunk) * most;
 }
 
 /// One class's state on a rank: the recipe's for trainable parameters; a frozen class's weights alone,
@@ -568,7 +571,7 @@ inline TrainingState class_state(const StateClass& c, Count dense, Count experts
 inline Count rank_optimizer_state(const Workload& w, const Parallelism& p, std::uint64_t stage, const KindCounts& layers) {
     const OptimizerSplits& o = *w.optimizer_state;
     const std::uint64_t V = w.model.vocab;
-    const bool first = stage == 0, last = stage + 1 == p.pp;
+    const bool first = holds_embedding(p, stage), last = holds_head(p, stage);
     StateCount dense, experts;
     if (first) dense = dense + o.input.on_rank(p, V);
     if (last) dense = dense + o.head.on_rank(p, V);
@@ -608,7 +611,7 @@ inline Count registered_buffer_bytes(const Architecture& m, const Recipe& r, con
 inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint64_t stage) {
     const std::uint64_t V = w.model.vocab;
     const std::size_t kinds = w.layers.size();
-    const bool first = stage == 0, last = stage + 1 == p.pp;
+    const bool first = holds_embedding(p, stage), last = holds_head(p, stage);
     StageFacts f;
     f.stage = stage;
     f.in_flight = in_flight(p, stage);
@@ -679,7 +682,7 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
             // holds the previous tensor's update (measured with torch.optim.AdamW on CPU). Which tensor comes
             // before the largest depends on the program's parameter groups, so the next largest stands for
             // it, leaning high. Muon's AdamW steps the tensors outside the layers' matrices.
-            const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
+            const bool first = holds_embedding(p, f.stage), last = holds_head(p, f.stage);
             const std::uint64_t V = w.model.vocab;
             Count top[2];  // this rank's two largest shares
             const auto& most = (o.step == StepWork::newton_schulz ? w.parameters->largest_outside_matrices
@@ -719,7 +722,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     const Architecture& m = w.model;
     const std::uint64_t V = m.vocab, d = w.recipe.activation_bytes();
     const std::size_t kinds = w.layers.size();
-    const bool first = f.stage == 0, last = f.stage + 1 == p.pp;
+    const bool first = holds_embedding(p, f.stage), last = holds_head(p, f.stage);
     TimelineInputs in;
     static_cast<StageLayers&>(in) = f.layers;
     in.loss = last;
@@ -753,7 +756,8 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         most_weights = std::max(most_weights, f.layer_weight_bytes[k]);
     }
 
-    // A pipeline stage also holds the activations of the other micro-batches in flight (other_microbatches_kept).
+    // A pipeline stage also holds the activations of the other micro-batches in flight (other_microbatches_kept):
+    // whole micro-batches, or with several chunks per rank (interleaved, ZB-V, DualPipe) chunks.
     // Each micro-batch in flight holds the casts its layers saved, unless they are recast in backward.
     const Count stage_copies = in.weight_copies_recast ? Count(0) : in.per_kind(f.kind_layers, &LayerInputs::weight_copies);
     const Count stage_kept = in.per_kind(f.kind_layers, &LayerInputs::kept) + stage_copies;
@@ -766,8 +770,9 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         return other_microbatches_kept(p, f.layers, in_flight, stage_copies, most_copies) +
                Count(other_in_flight(p, in_flight)) * most_activations;
     };
+    const std::uint64_t chunks = chunks_per_microbatch(p);  // DualPipe's micro-batch runs one of its rank's two
     const auto input_side = [&](std::uint64_t in_flight) {
-        const std::uint64_t batches_held = p.vpp == 1 ? in_flight : (in_flight + p.vpp - 1) / p.vpp;
+        const std::uint64_t batches_held = (in_flight + chunks - 1) / chunks;
         return first ? Count(batches_held) * w.input_side.on_rank(p, V) : Count(0);
     };
     in.other_microbatches = others(f.in_flight);

@@ -1,0 +1,262 @@
+// Pipeline schedules against their papers: in-flight counts, chunk placement, weight copies, bubbles.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "fixtures.hpp"
+#include "memcalc/plan.hpp"
+#include "run_program.hpp"
+
+using namespace memcalc;
+
+namespace {
+Parallelism pipeline(std::uint64_t pp, std::uint64_t microbatches, Schedule s) {
+    Parallelism p;
+    p.pp = pp, p.microbatches = microbatches, p.schedule = s;
+    return p;
+}
+Report run(const Architecture& m, const Parallelism& p) {
+    Settings settings;
+    settings.seq = 1024, settings.parallel = p;
+    return estimate(m, settings);
+}
+}  // namespace
+
+TEST_CASE("in flight per stage, as each paper's schedule gives it", "[schedule][pipeline]") {
+    using Row = std::tuple<Schedule, std::uint64_t, std::uint64_t, std::vector<std::uint64_t>>;
+    for (const auto& [schedule, P, M, expected] : {
+             // 1F1B: stage k runs P - k forwards before its first backward (Narayanan et al. 2021, Figure 4).
+             Row{Schedule::one_f_one_b, 4, 8, {4, 3, 2, 1}},
+             Row{Schedule::one_f_one_b, 4, 2, {2, 2, 2, 1}},
+             // ZB-H1: W deferred so every stage holds what 1F1B's first does (Qi et al. 2024, Figure 3).
+             Row{Schedule::zb_h1, 4, 8, {4, 4, 4, 4}},
+             Row{Schedule::zb_h1, 4, 3, {3, 3, 3, 3}},
+             // ZB-V: 1F1B's peak on every rank, in chunks of half a stage: 2 P.
+             Row{Schedule::zb_v, 4, 8, {8, 8, 8, 8}},
+             // DualPipe: PP + 1 stages' activations on every rank (DeepSeek-V3, Table 2); the README's 8 ranks, 20 micro-batches.
+             Row{Schedule::dualpipe, 8, 20, {9, 9, 9, 9, 9, 9, 9, 9}},
+         }) {
+        const Parallelism p = pipeline(P, M, schedule);
+        CAPTURE(schedule_name(schedule), P, M);
+        for (std::uint64_t k = 0; k < P; ++k) CHECK(in_flight(p, k) == expected[k]);
+    }
+    // DualPipe's warm-up on rank k of P (its runtime's first two steps): 2 (P/2 - h - 1) forwards of
+    // the first direction, then h + 1 pairs of both, h = min(k, P - 1 - k): P on every rank before the
+    // first backward, and one more while a forward overlaps that backward.
+    for (std::uint64_t P : {2, 4, 8, 16}) {
+        const Parallelism p = pipeline(P, 2 * P, Schedule::dualpipe);
+        for (std::uint64_t k = 0; k < P; ++k) {
+            const std::uint64_t h = std::min(k, P - 1 - k), warm_up = 2 * (P / 2 - h - 1) + 2 * (h + 1);
+            CAPTURE(P, k);
+            CHECK(in_flight(p, k) == warm_up + 1);
+        }
+    }
+    // ZB-V holds 1F1B's first-stage activations on every rank: P micro-batches of a rank's L / P layers.
+    const Architecture m = fixtures::llama_7b();
+    const Parallelism v = pipeline(4, 8, Schedule::zb_v), one = pipeline(4, 8, Schedule::one_f_one_b);
+    CHECK(in_flight(v, 2) * (m.layers / model_chunks(v)) == in_flight(one, 0) * (m.layers / 4));
+}
+
+TEST_CASE("chunk placement: ZB-V's V, DualPipe's two directions, and who holds the embedding and head", "[schedule]") {
+    const Parallelism v = pipeline(4, 8, Schedule::zb_v);
+    CHECK(chunks_per_rank(v) == 2);
+    CHECK(model_chunks(v) == 8);
+    CHECK(stage_layers(v, 32, 0) == std::vector<std::uint64_t>{1, 2, 3, 4, 29, 30, 31, 32});  // chunks 0 and 7
+    CHECK(stage_layers(v, 32, 3) == std::vector<std::uint64_t>{13, 14, 15, 16, 17, 18, 19, 20});  // chunks 3 and 4
+    CHECK((holds_embedding(v, 0) && holds_head(v, 0)));
+    CHECK_FALSE((holds_embedding(v, 3) || holds_head(v, 3)));
+
+    const Parallelism d = pipeline(4, 8, Schedule::dualpipe);
+    CHECK(model_chunks(d) == 4);  // the model's 4 stages, each held twice
+    CHECK(stage_layers(d, 32, 1) == std::vector<std::uint64_t>{9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24});
+    for (std::uint64_t k : {0, 3}) CHECK((holds_embedding(d, k) && holds_head(d, k)));
+    CHECK_FALSE((holds_embedding(d, 1) || holds_head(d, 2)));
+
+    // Interleaved keeps Megatron-LM's placement: chunk c of rank k is the (c P + k)-th.
+    Parallelism i = pipeline(4, 8, Schedule::interleaved);
+    i.vpp = 2;
+    CHECK(stage_layers(i, 32, 1) == std::vector<std::uint64_t>{5, 6, 7, 8, 21, 22, 23, 24});
+    CHECK(holds_head(i, 3));
+    CHECK_FALSE(holds_head(i, 0));
+}
+
+TEST_CASE("DualPipe: each rank holds two stages' weights, gradients and optimiser state", "[schedule][estimate]") {
+    const Architecture m = fixtures::llama_7b();  // untied: the embedding on the first stage, the head on the last
+    for (unsigned zero : {0u, 1u}) {
+        Parallelism one = pipeline(4, 8, Schedule::one_f_one_b), dual = pipeline(4, 8, Schedule::dualpipe);
+        one.dp = dual.dp = 2, one.zero = dual.zero = zero;
+        const Report a = run(m, one), b = run(m, dual);
+        CAPTURE(zero);
+        for (std::uint64_t k = 0; k < 4; ++k) {
+            const RankReport &mine = b.ranks[k], &forward = a.ranks[k], &reverse = a.ranks[3 - k];
+            CAPTURE(k);
+            CHECK(mine.parameters == forward.parameters + reverse.parameters);
+            CHECK(mine.state.weights == forward.state.weights + reverse.state.weights);
+            CHECK(mine.state.gradients == forward.state.gradients + reverse.state.gradients);
+            CHECK(mine.state.optimizer_state == forward.state.optimizer_state + reverse.state.optimizer_state);
+            CHECK(mine.state.master_weights == forward.state.master_weights + reverse.state.master_weights);
+        }
+        // Twice the model's parameters across the pipeline; ZB-V keeps one copy.
+        Count dual_total, v_total;
+        const Report v = run(m, pipeline(4, 8, Schedule::zb_v));
+        for (std::uint64_t k = 0; k < 4; ++k) dual_total += b.ranks[k].parameters, v_total += v.ranks[k].parameters;
+        CHECK(dual_total == Count(2) * v_total);
+        CHECK(v_total == a.parameter_count);
+    }
+}
+
+TEST_CASE("the bubble of each schedule from one chunk's F, B and W, by hand", "[schedule][time]") {
+    // A chunk of time 1 with forward share 1/3: F = W = 1/3, B = 2/3 (W the weight-gradient half of it).
+    const ChunkTimes t = chunk_times(1, 1.0 / 3);
+    CHECK(t.forward == Approx(1.0 / 3));
+    CHECK(t.backward == Approx(2.0 / 3));
+    CHECK(t.weight == Approx(1.0 / 3));
+    // P = 4, M = 8: 1F1B (P-1)(F+B) = 3 chunks of 8: 3/8 of the compute.
+    CHECK(bubble_share(pipeline(4, 8, Schedule::one_f_one_b)) == Approx(3.0 / 8));
+    Parallelism interleaved = pipeline(4, 8, Schedule::interleaved);
+    interleaved.vpp = 2;  // the same 3 chunks, each half a stage: of 16
+    CHECK(bubble_share(interleaved) == Approx(3.0 / 16));
+    // ZB-H1: (P-1)(F+B-2W) = 3 x 1/3 = 1 chunk of 8.
+    CHECK(bubble_share(pipeline(4, 8, Schedule::zb_h1)) == Approx(1.0 / 8));
+    CHECK(bubble_share(pipeline(4, 8, Schedule::zb_v)) == 0);
+    // DualPipe: (P/2-1)(F&B+B-3W) = 1 x (1 + 2/3 - 1) = 2/3 of a chunk; each micro-batch one chunk per rank.
+    CHECK(bubble_share(pipeline(4, 8, Schedule::dualpipe)) == Approx(2.0 / 3 / 8));
+    CHECK(bubble_share(pipeline(8, 20, Schedule::dualpipe)) == Approx(3 * (2.0 / 3) / 20));
+    // Full recomputation puts another forward into B: share 1/4, F = W = 1/4, B = 3/4.
+    CHECK(bubble_share(pipeline(4, 8, Schedule::zb_h1), 0.25) == Approx(3 * (1 - 0.5) / 8));
+    CHECK(bubble_share(pipeline(4, 8, Schedule::dualpipe), 0.25) == Approx((1 + 0.75 - 0.75) / 8));
+    CHECK(bubble_share(pipeline(4, 8, Schedule::one_f_one_b), 0.25) == Approx(3.0 / 8));  // 1F1B's needs no split
+
+    // In step_time: the bubble is that share of the compute.
+    Gpu g;
+    g.name = "round", g.peak_bf16_flops = 100'000'000'000'000ULL, g.gpus_per_node = 8;
+    g.intra_node_bandwidth = 100'000'000'000ULL, g.inter_node_bandwidth = 10'000'000'000ULL;
+    const auto time = step_time(g, pipeline(4, 8, Schedule::dualpipe), 1.6e16, Traffic{});
+    REQUIRE(time);
+    CHECK(time->compute == Approx(1.6e16 / (4 * 1e14 * 0.4)));  // 100 s
+    CHECK(time->bubble == Approx(100.0 / 12));
+}
+
+TEST_CASE("invalid schedules are refused with the value named", "[schedule]") {
+    const Architecture m = fixtures::llama_7b();
+    using Row = std::tuple<Parallelism, const char*>;
+    Parallelism zb_v_vpp = pipeline(4, 8, Schedule::zb_v), interleaved_one = pipeline(4, 8, Schedule::interleaved),
+                uneven = pipeline(4, 8, Schedule::zb_h1);
+    zb_v_vpp.vpp = 2, uneven.first_stage_layers = 5;
+    for (const auto& [p, message] : {
+             Row{pipeline(3, 6, Schedule::dualpipe), "schedule dualpipe needs an even pp (got pp 3)"},
+             Row{pipeline(4, 6, Schedule::dualpipe), "at least 2 x pp = 8 (got microbatches 6)"},
+             Row{pipeline(4, 9, Schedule::dualpipe), "an even number of micro-batches of at least 2 x pp = 8 (got microbatches 9)"},
+             Row{pipeline(4, 4, Schedule::zb_v), "schedule zb-v needs micro-batches of at least 2 x pp = 8 (got microbatches 4)"},
+             Row{pipeline(1, 8, Schedule::zb_v), "schedule zb-v needs pp > 1"},
+             Row{zb_v_vpp, "schedule zb-v runs 2 chunks per rank: vpp must be 1 (got vpp 2)"},
+             Row{interleaved_one, "schedule interleaved needs vpp > 1 (got vpp 1)"},
+             Row{uneven, "need the 1f1b schedule (got zb-h1)"},
+             Row{pipeline(32, 64, Schedule::zb_v), "schedule zb-v cuts the model into 64 chunks (2 x pp), which must divide layers (32)"},
+         }) {
+        CAPTURE(message);
+        CHECK_THROWS_WITH(validate(p, m, 1024), Catch::Contains(message));
+    }
+    CHECK_NOTHROW(validate(pipeline(32, 64, Schedule::dualpipe), m, 1024));
+    CHECK_THROWS_WITH(parse_schedule("zbv"), Catch::Contains("(got 'zbv')"));
+}
+
+TEST_CASE("the program: --schedule in the estimate's JSON and table, and its refusals", "[schedule][cli]") {
+    const std::string run = "--preset llama-7b --seq 1024 --pp 4 --microbatches 8 --format json --schedule ";
+    const auto dual = testing::memcalc(run + "dualpipe");
+    REQUIRE(dual.status == 0);
+    const auto j = nlohmann::json::parse(dual.out);
+    CHECK(j["settings"]["parallel"]["schedule"] == "dualpipe");
+    CHECK(j["settings"]["parallel"]["parameter_copies"] == 2);
+    CHECK(j["ranks"][1]["in_flight"] == 5);
+    CHECK(j["ranks"][3]["holds_embedding"] == true);
+    const auto plain = nlohmann::json::parse(testing::memcalc("--preset llama-7b --seq 1024 --pp 4 --vpp 2 --microbatches 8 --format json").out);
+    CHECK(plain["settings"]["parallel"]["schedule"] == "interleaved");  // --vpp alone: interleaved, as before
+    const auto table = testing::memcalc("--preset llama-7b --seq 1024 --pp 4 --microbatches 8 --schedule zb-v");
+    CHECK_THAT(table.out, Catch::Contains("(ZB-V, 2 chunks per rank)"));
+    for (const auto& [args, message] : {
+             std::pair{"--preset llama-7b --pp 4 --schedule 1f1b --vpp 2", "--schedule 1f1b runs one chunk per rank: --vpp must be 1 (got 2)"},
+             std::pair{"--preset llama-7b --pp 4 --schedule zbv", "--schedule must be 1f1b, interleaved, zb-h1, zb-v, dualpipe (got 'zbv')"},
+             std::pair{"--preset llama-7b --pp 3 --microbatches 6 --schedule dualpipe", "schedule dualpipe needs an even pp (got pp 3)"},
+         }) {
+        const auto r = testing::memcalc(args);
+        CAPTURE(args);
+        CHECK(r.status != 0);
+        CHECK_THAT(r.err, Catch::Contains(message));
+    }
+}
+
+TEST_CASE("plan searches the schedules asked for, and its peaks are estimate()'s", "[schedule][plan][pin]") {
+    Architecture m = fixtures::llama_7b();
+    m.name = "small-llama", m.layers = 16, m.hidden = 2048, m.heads = 16, m.kv_heads = 4, m.ffn = 5632;
+    PlanRequest request;
+    request.gpus = 8, request.capacity = 40000000000ULL, request.base.seq = 1024, request.global_batch = 32;
+    // Unasked: 1F1B and interleaved only.
+    for (const PlanRow& r : plan(m, request)) {
+        const Schedule s = r.parallel.pipeline_schedule();
+        CHECK((s == Schedule::one_f_one_b || s == Schedule::interleaved));
+    }
+    request.schedules = {Schedule::dualpipe, Schedule::zb_v};
+    const auto rows = plan(m, request);
+    REQUIRE(!rows.empty());
+    bool dual = false, v = false;
+    for (const PlanRow& r : rows) {
+        const Parallelism& p = r.parallel;
+        CAPTURE(p.pp, p.microbatches, schedule_name(p.pipeline_schedule()));
+        REQUIRE(p.pp > 1);
+        CHECK(p.vpp == 1);
+        CHECK(p.steps_per_batch() >= 2 * p.pp);
+        if (p.schedule == Schedule::dualpipe) {
+            CHECK(p.pp % 2 == 0);
+            dual = true;
+        } else {
+            CHECK(p.schedule == Schedule::zb_v);
+            v = true;
+        }
+        // Recomputation reruns the forward inside B: the forward's share of the chunk falls below 1/3.
+        const ComputeCost c = compute_cost(m, 1024, r.micro_batch, r.recompute);
+        const double idle = bubble_share(p, c.step / 3 / (c.step + c.recompute));
+        CHECK(r.bubble == Approx(idle / (1 + idle)).margin(1e-12));
+        if (r.recompute == Recompute::none) CHECK(idle == Approx(bubble_share(p)));
+    }
+    CHECK((dual && v));
+    // A few rows' peaks against a full estimate's busiest rank.
+    for (std::size_t i = 0; i < rows.size(); i += rows.size() / 5 + 1) {
+        const PlanRow& r = rows[i];
+        Settings s = request.base;
+        s.micro_batch = r.micro_batch, s.recompute = r.recompute, s.parallel = r.parallel;
+        CAPTURE(i, r.parallel.pp, schedule_name(r.parallel.schedule));
+        CHECK(estimate(m, s).peak_step().bytes.total() == r.peak.bytes());
+    }
+    const auto csv = testing::memcalc("plan --preset llama-7b --gpus 8 --gpu h100-sxm --seq 4096 --global-batch 64 --top 3 "
+                                      "--format csv --pp 4 --schedule dualpipe");
+    REQUIRE(csv.status == 0);
+    CHECK_THAT(csv.out, Catch::Contains(",vpp,offload,schedule\n") && Catch::Contains(",dualpipe\n"));
+    CHECK_THAT(csv.out, !Catch::Contains(",1f1b\n"));
+}
+
+TEST_CASE("under every schedule the closed-form layout peak equals the most loaded timeline's", "[schedule][fast]") {
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
+    const Recompute mode = GENERATE(Recompute::none, Recompute::full);
+    const ActivationModel model = GENERATE(ActivationModel::korthikanti, ActivationModel::architecture);
+    for (Schedule schedule : {Schedule::zb_h1, Schedule::zb_v, Schedule::dualpipe})
+        for (std::uint64_t pp : {2, 4, 6})
+            for (unsigned zero : {0u, 3u}) {
+                Parallelism p = pipeline(pp, 2 * pp, schedule);
+                p.dp = 2, p.zero = zero;
+                try {
+                    validate(p, m, 512);
+                } catch (const error&) {
+                    continue;  // gpt2's 12 layers: no ZB-V on 4 stages
+                }
+                Settings settings;
+                settings.seq = 512, settings.recompute = mode, settings.activations = model, settings.parallel = p;
+                CAPTURE(m.name, recompute_name(mode), schedule_name(schedule), pp, zero);
+                const Report r = estimate(m, settings);
+                const ActivationTables t = activation_tables(m, 512, 1, DType::bf16, model);
+                const Workload w = make_workload(m, r.settings.recipe, 512, 1, mode, parameter_splits(r.parameters, m.vocab), t);
+                const LayoutPeak fast = layout_peak(w, p);
+                CHECK(fast.bytes() == r.peak_step().bytes.total());
+                CHECK(fast.stage == r.busiest().stage);
+            }
+}
