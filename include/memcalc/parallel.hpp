@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ struct Parallelism {
     /// Layers of the first and the last pipeline stage when they differ from the rest (Megatron-LM's
     /// decoder-first/last-pipeline-num-layers); 0: an even share. The other stages split the rest evenly.
     std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
+    /// Partial recomputation (Megatron-LM's --recompute-method block --recompute-num-layers N): with
+    /// recompute full, only the first N layers of each stage's chunk are recomputed; none: all of them.
+    std::optional<std::uint64_t> recompute_layers;
 
     std::uint64_t devices() const { return dp * tp * pp * cp; }
     /// Data-parallel ranks that share one copy of the sharded state (the hybrid shard group).
@@ -204,6 +208,26 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
         throw error("offloading parameters needs ZeRO stage 3 (got zero " + std::to_string(p.zero) + ")");
     if (p.offload == Offload::optimizer && p.zero == 0)
         throw error("offloading the optimizer needs a ZeRO stage (ZeRO-Offload shards what it moves to the host; got zero 0)");
+}
+
+/// The most layers one model chunk of a stage runs (a stage's, without interleaving): the most
+/// recompute_layers may name. Validated layouts only.
+inline std::uint64_t largest_chunk(const Parallelism& p, std::uint64_t layers) {
+    if (p.vpp > 1) return layers / (p.pp * p.vpp);
+    std::uint64_t most = stage_layer_count(p, layers, 0);
+    if (p.pp > 1) most = std::max({most, stage_layer_count(p, layers, 1), stage_layer_count(p, layers, p.pp - 1)});
+    return most;
+}
+
+/// Throws naming recompute_layers where the layout or the recomputation cannot take it.
+inline void validate_recompute_layers(const Parallelism& p, std::uint64_t layers, Recompute mode) {
+    if (!p.recompute_layers) return;
+    const std::uint64_t n = *p.recompute_layers, most = largest_chunk(p, layers);
+    if (mode != Recompute::full)
+        throw error("recompute_layers (" + std::to_string(n) + ") needs recompute full (got " + recompute_name(mode) + ")");
+    if (n > most)
+        throw error("recompute_layers (" + std::to_string(n) + ") exceeds the " + std::to_string(most) + " layers of " +
+                    (p.vpp > 1 ? "a model chunk (layers / (pp x vpp))" : p.pp > 1 ? "the largest pipeline stage" : "the model"));
 }
 
 /// Micro-batches (interleaved: model chunks) whose activations pipeline stage `stage` holds at the

@@ -44,6 +44,10 @@ struct PlanRequest {
     /// program passes {none} unless asked: it checks neither host memory nor the CPU optimiser's time.
     std::vector<Offload> offload;
     bool sequence_parallel = false;
+    /// Partial recomputation pinned: full recomputation of the first N layers of each stage's chunks
+    /// (Parallelism::recompute_layers), the only mode tried. None: where full fits and none does not,
+    /// the fewest N that fits is searched as a layout of its own beside full.
+    std::optional<std::uint64_t> recompute_layers;
     /// The GPU whose speeds time each step; none (or one lacking a figure): no times, and the
     /// ranking by waste alone.
     std::optional<Gpu> gpu;
@@ -144,6 +148,55 @@ inline double communication_bytes(const Workload& w, const Parallelism& p, const
     return traffic(w, p, f).total();
 }
 
+/// A row's peak, fit, traffic and time under `w` and `cost` (one micro-batch's FLOPs) on row.parallel.
+inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost, const PlanRequest& request) {
+    const Parallelism& p = row.parallel;
+    row.recompute_fraction = cost.recompute_fraction();
+    try {
+        row.peak = layout_peak(w, p);
+        row.fits = row.peak.bytes() <= request.capacity;
+        const Traffic bytes = traffic(w, p, stage_facts(w, p, 0));
+        row.communication = bytes.total();
+        // cost is one micro-batch's: the step runs G / b of them.
+        const double flops = (cost.step + cost.recompute) * static_cast<double>(request.global_batch / row.micro_batch);
+        if (request.gpu) row.time = step_time(*request.gpu, p, flops, bytes);
+    } catch (const overflow_error&) {
+        row.fits = false;  // its bytes do not fit in 64 bits, let alone a device
+    }
+}
+
+/// One micro-batch's FLOPs under partial recomputation (row.parallel.recompute_layers): only the
+/// layers it recomputes rerun their forward.
+inline ComputeCost partial_cost(const Architecture& m, const Workload& w, const Parallelism& p, const PlanRequest& request) {
+    const KindCounts recomputed = recomputed_layers(w, p);
+    return compute_cost(m, w.seq, w.micro_batch, Recompute::full, request.base.recompute_modules, &recomputed);
+}
+
+/// The fewest layers per chunk whose full recomputation fits, where all of them (`full`, fitting) do,
+/// as a row of its own; none when it takes every layer. The peak falls as N grows: a binary search.
+inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Workload& w, const PlanRow& full,
+                                                const PlanRequest& request) {
+    PlanRow row = full;
+    const std::uint64_t most = largest_chunk(row.parallel, m.layers);
+    std::uint64_t lo = 1, hi = most;  // hi fits
+    while (lo < hi) {
+        const std::uint64_t mid = lo + (hi - lo) / 2;
+        row.parallel.recompute_layers = mid;
+        bool fits = false;
+        try {
+            fits = layout_peak(w, row.parallel).bytes() <= request.capacity;
+        } catch (const overflow_error&) {
+        }
+        if (fits) hi = mid;
+        else lo = mid + 1;
+    }
+    if (hi >= most) return std::nullopt;
+    row.parallel.recompute_layers = hi;
+    row.time.reset();
+    measure(row, w, partial_cost(m, w, row.parallel, request), request);
+    return row;
+}
+
 /// Every valid layout of `request.gpus` devices, with its peak and costs, handed to `visit` as it is
 /// made, in a fixed order (the order ties are ranked in).
 template <class Visit>
@@ -237,30 +290,27 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                                 for (std::uint64_t vpp : interleavings(pp, *split, p.microbatches)) {
                                 if (!allowed(request.vpp, vpp)) continue;
                                 p.vpp = vpp;
+                                bool none_fits = false;  // then recomputing fewer layers needs no search
                                 for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
                                     if (!allowed(request.modes, mode)) continue;
+                                    const auto& pinned = request.recompute_layers;
+                                    if (pinned && (mode != Recompute::full || *pinned > largest_chunk(p, m.layers))) continue;
                                     PlanRow row;
                                     row.parallel = p;
+                                    row.parallel.recompute_layers = pinned;
                                     row.micro_batch = b;
                                     row.recompute = mode;
                                     const double M = static_cast<double>(p.microbatches), P = static_cast<double>(pp);
                                     row.bubble = (P - 1) / (static_cast<double>(vpp) * M + P - 1);
-                                    if (const Cached& cached = workload(b, mode)) {
+                                    const Cached& cached = workload(b, mode);
+                                    if (cached) {
                                         const auto& [w, cost] = *cached;
-                                        row.recompute_fraction = cost.recompute_fraction();
-                                        try {
-                                            row.peak = layout_peak(w, p);
-                                            row.fits = row.peak.bytes() <= request.capacity;
-                                            const Traffic bytes = traffic(w, p, stage_facts(w, p, 0));
-                                            row.communication = bytes.total();
-                                            // cost is one micro-batch's: the step runs G / b of them.
-                                            const double flops = (cost.step + cost.recompute) * static_cast<double>(G / b);
-                                            if (request.gpu) row.time = step_time(*request.gpu, p, flops, bytes);
-                                        } catch (const overflow_error&) {
-                                            row.fits = false;  // its bytes do not fit in 64 bits, let alone a device
-                                        }
+                                        measure(row, w, pinned ? partial_cost(m, w, row.parallel, request) : cost, request);
                                     }
+                                    none_fits = none_fits || (mode == Recompute::none && row.fits);
                                     visit(row);
+                                    if (mode == Recompute::full && row.fits && !none_fits && !pinned)
+                                        if (const auto partial = fewest_recomputed(m, cached->first, row, request)) visit(*partial);
                                 }
                                 }
                             }

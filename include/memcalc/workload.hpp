@@ -368,7 +368,36 @@ struct Workload {
     std::shared_ptr<const ParameterSplits> parameters;  ///< the model's, shared by all its workloads
     std::shared_ptr<const OptimizerSplits> optimizer_state;  ///< the trainable tensors' under the recipe
     SplitBytes kv_cache;  ///< per layer: the k and v the model's output keeps beyond what backward saves
+    /// Under full recomputation, each kind's layer under none as well: partial recomputation
+    /// (Parallelism::recompute_layers) runs the layers past the first N of each chunk so.
+    std::vector<LayerWork> not_recomputed;
+    SplitBytes kv_cache_not_recomputed;  ///< kv_cache under none
 };
+
+/// One kind of layer's share of a workload under `mode`: its kept and rebuilt rows and its workspaces.
+inline LayerWork layer_work(const LayerActivations& layer, Recompute mode, const ParameterTable& params,
+                            std::uint64_t V, std::size_t kind) {
+    LayerWork lw;
+    for (const auto& work : layer.work) {
+        WorkspaceEffect e;
+        workspace_effect(layer.rows, work, mode, e.added, e.covered, layer.policy_outputs, layer.mlp_half_from);
+        e.gradients = gradients_from(params, work.gradients_from, V, false, kind);
+        (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
+    }
+    for (std::size_t i = 0; i < layer.rows.size(); ++i) {
+        const SavedTensor& row = layer.rows[i];
+        if (row.kept(mode)) lw.kept.add(row);
+        if (rebuilt_by(row, mode))
+            (mode == Recompute::selective && layer.in_mlp_half(i) ? lw.rebuilt_mlp_half : lw.rebuilt).add(row);
+    }
+    if (checkpoints_layer(mode)) {
+        lw.kept.sequence += layer.input_bytes;  // the layer's input, on the residual stream
+        lw.rerun_gradients.replicated += layer.rerun_gradients;
+    }
+    if (mode == Recompute::op)
+        for (const auto& saved : layer.policy_outputs) lw.kept.add(saved.tensor);
+    return lw;
+}
 
 /// The saved-tensor tables of one workload, whole (not split across ranks). The formula model has
 /// only the layer's; the architecture model also the embedding side's, the head's, the forward
@@ -413,35 +442,22 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
 inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::uint64_t seq, std::uint64_t micro_batch,
                               Recompute mode, std::shared_ptr<const ParameterSplits> params, const ActivationTables& t,
                               const Framework& framework = {}) {
-    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params), {}, {}};
-    if (framework.kv_cache == KvCache::kept)
-        for (const auto& row : kv_cache_rows(m, seq, micro_batch, recipe.precision(), framework.attention, mode))
-            w.kv_cache.add(row);
+    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params), {}, {},
+               {}, {}};
+    const auto cache = [&](Recompute under, SplitBytes& into) {
+        if (framework.kv_cache == KvCache::kept)
+            for (const auto& row : kv_cache_rows(m, seq, micro_batch, recipe.precision(), framework.attention, under))
+                into.add(row);
+    };
+    cache(mode, w.kv_cache);
     w.optimizer_state = optimizer_splits(w.parameters, recipe);
     const std::uint64_t V = m.vocab;
     for (const auto& row : t.forward_buffers) w.forward_buffers.add(row);
-    w.layers.resize(m.kind_count());
-    for (std::size_t k = 0; k < w.layers.size(); ++k) {
-        const LayerActivations& layer = t.of_kind(k);
-        LayerWork& lw = w.layers[k];
-        for (const auto& work : layer.work) {
-            WorkspaceEffect e;
-            workspace_effect(layer.rows, work, mode, e.added, e.covered, layer.policy_outputs, layer.mlp_half_from);
-            e.gradients = gradients_from(w.parameters->table, work.gradients_from, V, false, k);
-            (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
-        }
-        for (std::size_t i = 0; i < layer.rows.size(); ++i) {
-            const SavedTensor& row = layer.rows[i];
-            if (row.kept(mode)) lw.kept.add(row);
-            if (rebuilt_by(row, mode))
-                (mode == Recompute::selective && layer.in_mlp_half(i) ? lw.rebuilt_mlp_half : lw.rebuilt).add(row);
-        }
-        if (checkpoints_layer(mode)) {
-            lw.kept.sequence += layer.input_bytes;  // the layer's input, on the residual stream
-            lw.rerun_gradients.replicated += layer.rerun_gradients;
-        }
-        if (mode == Recompute::op)
-            for (const auto& saved : layer.policy_outputs) lw.kept.add(saved.tensor);
+    for (std::size_t k = 0; k < m.kind_count(); ++k) w.layers.push_back(layer_work(t.of_kind(k), mode, w.parameters->table, V, k));
+    if (mode == Recompute::full) {
+        cache(Recompute::none, w.kv_cache_not_recomputed);
+        for (std::size_t k = 0; k < m.kind_count(); ++k)
+            w.not_recomputed.push_back(layer_work(t.of_kind(k), Recompute::none, w.parameters->table, V, k));
     }
     for (const auto& row : t.input_side) w.input_side.add(row);
     for (const auto& row : t.head) w.head.add(row);
@@ -487,7 +503,21 @@ inline StageLayers stage_layers(const Workload& w, const Parallelism& p, std::ui
     s.first_layer = p.vpp == 1 ? stage_first_layer(p, L, stage) : 0;
     s.pp = p.pp;
     s.stage = stage;
-    return s.with(w.parameters->pattern);
+    s.with(w.parameters->pattern);
+    if (p.recompute_layers) s.recomputing(*p.recompute_layers);
+    return s;
+}
+
+/// The model's layers of each kind whose forward reruns in backward under partial recomputation
+/// (Parallelism::recompute_layers): the first N of each stage's chunks.
+inline KindCounts recomputed_layers(const Workload& w, const Parallelism& p) {
+    KindCounts sum{};
+    for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
+        const StageLayers s = stage_layers(w, p, stage);
+        const KindCounts c = s.recomputed_counts(s.layers);
+        for (std::size_t k = 0; k < max_layer_kinds; ++k) sum[k] += c[k];
+    }
+    return sum;
 }
 
 /// What one rank of pipeline stage `stage` holds apart from its timeline.
@@ -678,6 +708,8 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.persistent_gradients = w.framework.grad_buffer == GradBuffer::persistent;
     in.logits_held = w.framework.logits == LogitsLife::held;
     in.kv_cache = w.kv_cache.on_rank(p, V);
+    // Per layer: the larger of the two recomputations' caches, leaning high where they differ.
+    if (in.partial()) in.kv_cache = std::max(in.kv_cache, w.kv_cache_not_recomputed.on_rank(p, V));
     in.weights = f.state.weights;
     in.master_weights = f.state.master_weights;
     in.optimizer_state = f.state.optimizer_state;
@@ -690,13 +722,19 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
             in.persistent_weight_copies += Count(f.kind_layers[k]) * w.parameters->linear_weights[k].on_rank(p, V) * bytes;
     }
     Count most_kept, most_weights;  // of one layer, over the kinds this stage runs
+    Count most_kept_whole;          // the same of a layer that keeps every activation (partial recomputation)
     for (std::size_t k = 0; k < kinds; ++k) {
         in.layer[k].kept = w.layers[k].kept.on_rank(p, V);
         in.layer[k].rebuilt = std::max(w.layers[k].rebuilt.on_rank(p, V), w.layers[k].rebuilt_mlp_half.on_rank(p, V));
         // Autocast casts the layer's whole weights (ZeRO-3's gathered ones too): this rank's tensor-parallel share.
         if (w.recipe.autocast) in.layer[k].weight_copies = w.parameters->cast_per_layer[k].on_rank(p, V) * d;
+        if (in.partial()) {
+            in.not_recomputed[k].kept = w.not_recomputed[k].kept.on_rank(p, V);
+            in.not_recomputed[k].weight_copies = in.layer[k].weight_copies;
+        }
         if (f.kind_layers[k] == 0) continue;
         most_kept = std::max(most_kept, in.layer[k].kept + (in.weight_copies_recast ? Count(0) : in.layer[k].weight_copies));
+        most_kept_whole = std::max(most_kept_whole, in.not_recomputed[k].kept + in.not_recomputed[k].weight_copies);
         most_weights = std::max(most_weights, f.layer_weight_bytes[k]);
     }
 
@@ -704,12 +742,20 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     // whole micro-batches, the interleaved schedule model chunks of L / (P V) layers (of whichever
     // kinds: each counted as the stage's largest, leaning high where kinds differ).
     // Each micro-batch in flight holds the casts its layers saved, unless they are recast in backward.
-    const Count stage_kept = in.per_kind(f.kind_layers, &LayerInputs::kept) +
-                             (in.weight_copies_recast ? Count(0) : in.per_kind(f.kind_layers, &LayerInputs::weight_copies));
+    // Under partial recomputation a layer past the first N of its chunk keeps every activation and its casts.
+    const Count stage_kept =
+        in.partial() ? in.over<&LayerInputs::kept>(1, in.layers) +
+                           (in.weight_copies_recast ? in.over_not_recomputed(1, in.layers, &LayerInputs::weight_copies)
+                                                    : in.over<&LayerInputs::weight_copies>(1, in.layers))
+                     : in.per_kind(f.kind_layers, &LayerInputs::kept) +
+                           (in.weight_copies_recast ? Count(0) : in.per_kind(f.kind_layers, &LayerInputs::weight_copies));
+    // One chunk of the interleaved schedule: its first N layers recomputed, the rest not.
+    const std::uint64_t chunk_recomputed = std::min(in.recomputed, in.chunk);
+    const Count chunk_kept = Count(chunk_recomputed) * most_kept + Count(in.chunk - chunk_recomputed) * most_kept_whole;
     const auto others = [&](std::uint64_t in_flight) {
         if (p.vpp == 1) return in_flight > 1 ? Count(in_flight - 1) * stage_kept : Count(0);
         const std::uint64_t held = in_flight * in.chunk;
-        return Count(held > in.layers ? held - in.layers : 0) * most_kept;
+        return Count(held > in.layers ? (held - in.layers) / in.chunk : 0) * chunk_kept;
     };
     const auto input_side = [&](std::uint64_t in_flight) {
         const std::uint64_t batches_held = p.vpp == 1 ? in_flight : (in_flight + p.vpp - 1) / p.vpp;
@@ -751,6 +797,17 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         if (checkpoints_layer(w.recompute)) {
             const Count rerun = std::max(layer.forward_work, layer.rebuilt) + work.rerun_gradients.on_rank(p, V);
             if (rerun > layer.rebuilt) layer.recompute_forward_work = Count(rerun.value() - layer.rebuilt.value());
+        }
+        if (in.partial()) {  // the same layer keeping every activation: its own workspaces, nothing rebuilt
+            LayerInputs& whole = in.not_recomputed[k];
+            const LayerWork& kept_work = w.not_recomputed[k];
+            const Count kept = whole.kept;
+            whole = layer;
+            whole.kept = kept, whole.rebuilt = 0, whole.recompute_forward_work = 0;
+            whole.forward_work = largest_on_rank(kept_work.forward_work, p, V, 0);
+            whole.backward_work = largest_on_rank(kept_work.backward_work, p, V, written);
+            whole.backward_work_held =
+                largest_on_rank(kept_work.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.parameters->fresh_gradient[k]);
         }
     }
     if (w.recipe.autocast && last) in.head_weight_copy = w.parameters->cast_head.on_rank(p, V) * d;
@@ -800,7 +857,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // whatever rows the batch used); a tied table's is then added to the head's out of place,
         // a second such table for a moment. Layer 1's activations are gone by then, its gradients not.
         // Into held gradients the table is still written whole, then added.
-        const LayerInputs& layer1 = in.layer[in.kind_at(1)];
+        const LayerInputs& layer1 = in.at(1);
         const Count table = m.tied_embeddings ? w.parameters->trainable().tied_embedding.on_rank(p, V) * Count(2) : Count(0);
         const Count fresh = (t.input + table) * g;
         const Count freed = layer1.kept + layer1.rebuilt;
