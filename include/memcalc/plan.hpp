@@ -177,20 +177,30 @@ inline ComputeCost partial_cost(const Architecture& m, const Workload& w, const 
 inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Workload& w, const PlanRow& full,
                                                 const PlanRequest& request) {
     PlanRow row = full;
-    const std::uint64_t most = largest_chunk(row.parallel, m.layers);
-    std::uint64_t lo = 1, hi = most;  // hi fits
+    const Parallelism& p = row.parallel;
+    const std::uint64_t most = largest_chunk(p, m.layers);
+    if (most < 2) return std::nullopt;
+    // A stage's facts (its state, its layers) do not depend on N: made once, each try rebuilds its inputs.
+    std::vector<StageFacts> facts{stage_facts(w, p, 0)};
+    other_candidate_stages(w, p, [&](std::uint64_t stage) { facts.push_back(stage_facts(w, p, stage)); });
+    const auto fits = [&](std::uint64_t n) {
+        try {
+            for (StageFacts& f : facts) {
+                f.layers.recomputing(n);
+                if (peak_step(stage_inputs(w, p, f)).bytes.total() > request.capacity) return false;
+            }
+            return true;
+        } catch (const overflow_error&) {
+            return false;  // past 64 bits: no device holds it
+        }
+    };
+    if (!fits(most - 1)) return std::nullopt;  // most often it takes every layer: one try says so
+    std::uint64_t lo = 1, hi = most - 1;       // hi fits
     while (lo < hi) {
         const std::uint64_t mid = lo + (hi - lo) / 2;
-        row.parallel.recompute_layers = mid;
-        bool fits = false;
-        try {
-            fits = layout_peak(w, row.parallel).bytes() <= request.capacity;
-        } catch (const overflow_error&) {
-        }
-        if (fits) hi = mid;
+        if (fits(mid)) hi = mid;
         else lo = mid + 1;
     }
-    if (hi >= most) return std::nullopt;
     row.parallel.recompute_layers = hi;
     row.time.reset();
     measure(row, w, partial_cost(m, w, row.parallel, request), request);

@@ -814,7 +814,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
 
     in.forward_buffers = w.forward_buffers.on_rank(p, V);
     // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last rebuild.
-    if (w.recompute != Recompute::none) in.recompute_buffers = in.forward_buffers;
+    if (w.recompute != Recompute::none && in.recomputed > 0) in.recompute_buffers = in.forward_buffers;
     if (last) {
         // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
         const Count sbV = ceil_div(Count(w.seq) * w.micro_batch, p.cp) * ceil_div(V, p.tp);
@@ -884,19 +884,24 @@ struct LayoutPeak {
     Count bytes() const { return step.bytes.total(); }
 };
 
-inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
-    LayoutPeak best{0, peak_step(stage_inputs(w, p, stage_facts(w, p, 0)))};
-    const auto consider = [&](std::uint64_t stage) {
-        const Step s = peak_step(stage_inputs(w, p, stage_facts(w, p, stage)));
-        if (s.bytes.total() > best.bytes()) best = {stage, s};
-    };
+/// The stages besides the first that may be the most loaded, each handed to `consider` in order.
+template <class Consider>
+void other_candidate_stages(const Workload& w, const Parallelism& p, Consider consider) {
     if (!w.parameters->pattern.uniform()) {  // stages of different kinds of layer: any may hold the most
         for (std::uint64_t stage = 1; stage < p.pp; ++stage) consider(stage);
-        return best;
+        return;
     }
     // With a smaller first stage, the second holds the most of the middle ones (the most in flight).
     if (p.uneven_stages() && p.pp > 2) consider(1);
     if (p.pp > 1) consider(p.pp - 1);
+}
+
+inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
+    LayoutPeak best{0, peak_step(stage_inputs(w, p, stage_facts(w, p, 0)))};
+    other_candidate_stages(w, p, [&](std::uint64_t stage) {
+        const Step s = peak_step(stage_inputs(w, p, stage_facts(w, p, stage)));
+        if (s.bytes.total() > best.bytes()) best = {stage, s};
+    });
     return best;
 }
 
