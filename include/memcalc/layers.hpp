@@ -159,7 +159,7 @@ struct StageLayers {
         if (!several_kinds) return start;
         // The run may have begun before this device's first layer: the chunk's start bounds it.
         const std::uint64_t global = layer_id(position - 1);
-        return std::max(start, position - (global - pattern->run_around(global).first));
+        return position - std::min(global - pattern->run_around(global).first, position - start);
     }
 
 private:
