@@ -82,7 +82,7 @@ TEST_CASE("partial recomputation: N = 0 is none, N = layers is full, each N betw
         if (n > 0 && n < 8) {
             // Between the two: the peak falls as more layers are recomputed.
             CHECK(r.peak_step().bytes.total() < plain_none.peak_step().bytes.total());
-            CHECK(r.peak_step().bytes.total() > plain_full.peak_step().bytes.total());
+            CHECK(r.peak_step().bytes.total() >= plain_full.peak_step().bytes.total());
             CHECK(r.peak_step().bytes.total() <= estimate(m, partial(n - 1)).peak_step().bytes.total());
         }
     }
