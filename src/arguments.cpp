@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -243,6 +244,23 @@ std::vector<Schedule> parse_schedules(const std::string& text) {
     return schedules;
 }
 
+std::optional<std::uint64_t> parse_recompute_layers(const Request& q, bool searched) {
+    if (q.recompute_layers.empty()) return std::nullopt;
+    const std::string& text = q.recompute_layers;
+    std::uint64_t n = 0;
+    const auto [end, failed] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (failed != std::errc() || end != text.data() + text.size())
+        throw usage_error(fmt::format("--recompute-layers must be a whole number of layers (got '{}')", text));
+    // A plan searches the modes it is given, full among them (none given: all three); an estimate takes full alone.
+    const std::vector<Recompute> modes = q.recompute.empty() ? std::vector<Recompute>{Recompute::full} : parse_modes(q.recompute);
+    const bool full = searched ? std::find(modes.begin(), modes.end(), Recompute::full) != modes.end()
+                               : modes == std::vector<Recompute>{Recompute::full};
+    if (!full)
+        throw usage_error(fmt::format("--recompute-layers {} needs --recompute full (got '{}')", text,
+                                      q.recompute.empty() ? "none" : q.recompute));
+    return n;
+}
+
 /// The layouts of one step over devices: every combination of the --dp, --tp, --pp and --zero
 /// lists. The micro-batch count follows from --global-batch when given.
 std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_batch) {
@@ -269,6 +287,7 @@ std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_bat
         if (base.schedule == Schedule::one_f_one_b && base.vpp > 1)
             throw usage_error(fmt::format("--schedule 1f1b runs one chunk per rank: --vpp must be 1 (got {})", base.vpp));
     }
+    base.recompute_layers = parse_recompute_layers(q);
     const auto list = [](const char* option, const std::string& text) {
         return text.empty() ? std::vector<std::uint64_t>{1} : parse_sizes(option, text);
     };

@@ -3,6 +3,7 @@
 // names the option and the value.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@ struct usage_error : std::runtime_error {
 struct Request {
     std::string preset, model_file, config, seq, micro_batch = "1", recompute = "none", recipe{default_recipe}, recipe_file;
     std::string recompute_modules;  ///< empty: Megatron-LM's default, core_attn
+    std::string recompute_layers;   ///< empty: every layer of the recomputation
     std::string units = "gb", format = "table", activations;  ///< empty: korthikanti, or architecture to fine-tune
     // Fine-tuning: which parameters train (finetune.hpp).
     std::string train = "full", frozen, lora_rank, lora_targets, lora_dropout, lora_dtype, lora_variant;
@@ -54,6 +56,8 @@ std::uint64_t parse_count(const std::string& option, const std::string& text, st
 std::vector<Recompute> parse_modes(const std::string& text);
 /// --recompute-modules: Megatron-LM's module names, a comma list (empty: core_attn alone).
 ModuleSet parse_recompute_modules(const Request& q);
+/// --recompute-layers N (0 and up), which needs --recompute full (`searched`: a plan's list that has full).
+std::optional<std::uint64_t> parse_recompute_layers(const Request& q, bool searched = false);
 /// --train, --frozen and the --lora-* options.
 FineTuning parse_fine_tuning(const Request& q);
 std::vector<Attention> parse_attention(const std::string& text);

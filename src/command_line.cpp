@@ -92,6 +92,11 @@ struct RunSizes {  // the sequence, the micro-batch, the recomputation
                        "With --recompute selective: what it checkpoints, Megatron-LM's recompute_modules\n"
                        "(core_attn, mlp, moe_act, layernorm, moe, shared_experts, mla_up_proj; default: core_attn)")
             ->type_name("MODULE[,MODULE...]");
+        app.add_option("--recompute-layers", q.recompute_layers,
+                       "With --recompute full: recompute only the first N layers of each pipeline stage (each\n"
+                       "model chunk with --vpp), the others keeping every activation, as Megatron-LM's\n"
+                       "--recompute-method block --recompute-num-layers N (default: every layer)")
+            ->type_name("N");
     }
 };
 
@@ -523,9 +528,12 @@ expert (for mixture-of-experts models) degrees whose product is --gpus, ZeRO sta
 activations, alone or as optimizer+activations or parameters+activations, as a single estimate's
 --offload; not searched unless asked for, since memcalc checks neither the host memory they need nor
 the CPU optimiser's time), sequence parallelism on or off, every micro-batch that divides the global batch per replica, and each
-recomputation mode; with --schedule, the pipeline schedules it lists (zb-h1, zb-v, dualpipe where
-their rules allow). --dp, --tp, --pp, --vpp, --schedule, --cp, --ep, --zero, --offload, --sp,
---recompute and -b, given, restrict the search to them.
+recomputation mode; where full recomputation fits and none does not, also the fewest layers per stage
+(per model chunk with vpp) whose full recomputation fits, the rest keeping their activations (Megatron-LM's
+--recompute-num-layers, block method; a binary search, as the peak falls with each layer recomputed;
+--recompute-layers N pins it, and full recomputation with it); with --schedule, the pipeline schedules it
+lists (zb-h1, zb-v, dualpipe where their rules allow). --dp, --tp, --pp, --vpp, --schedule, --cp, --ep,
+--zero, --offload, --sp, --recompute and -b, given, restrict the search to them.
 Without --gpus it tries 1, 2, 3, ... devices (with --gpu: 1, 2, 3, ... of its nodes) up to 16,384
 and answers with the first count on which some layout fits.
 It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by

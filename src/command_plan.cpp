@@ -37,6 +37,7 @@ std::string run_plan(const Request& q) {
     r.max_tp = parse_count("--max-tp", q.max_tp, 0);
     // Given, they restrict the search; not given, it tries them all.
     if (!q.recompute.empty()) r.modes = parse_modes(q.recompute);
+    r.recompute_layers = parse_recompute_layers(q, true);
     if (!q.micro_batch.empty()) r.micro_batches = parse_sizes("--micro-batch", q.micro_batch);
     // So do degrees and ZeRO stages.
     for (auto [option, text, list] : {std::tuple{"--dp", &q.dp, &r.dp}, std::tuple{"--tp", &q.tp, &r.tp},

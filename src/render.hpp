@@ -102,6 +102,8 @@ std::string plan_table(const PlanView& v, Unit unit);
 nlohmann::json plan_json(const PlanView& v);
 std::string plan_csv(const PlanView& v);
 std::string layout_text(const Parallelism& p);
+/// " (first N layers of each stage)" under partial recomputation, else nothing.
+std::string recompute_layers_text(const Parallelism& p);
 
 // Pictures (plain SVG).
 std::string timeline_svg(const Report& r, std::optional<Count> device, Unit unit);

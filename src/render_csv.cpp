@@ -12,7 +12,8 @@ namespace memcalc::cli {
 std::string csv_header() {
     return "model,seq,micro_batch,recompute,recipe,activations,attention,parameters,state_bytes,activation_bytes,"
            "kept_activation_bytes,peak_bytes,peak_step,step_flops,recompute_flops,dp,tp,pp,cp,ep,zero,"
-           "sequence_parallel,microbatches,peak_stage,peak_microbatch,grad_buffer,first_stage_layers,last_stage_layers,training\n";
+           "sequence_parallel,microbatches,peak_stage,peak_microbatch,grad_buffer,first_stage_layers,last_stage_layers,training,"
+           "recompute_layers\n";
 }
 
 namespace {
@@ -107,6 +108,8 @@ void CsvRowWriter::append(std::string& out, std::string_view model, const Summar
     row.flag(p.sequence_parallel).number(p.steps_per_batch()).number(r.peak_stage).number(r.peak.microbatch);
     row.text(grad_buffer_name(s.framework.grad_buffer)).number(p.first_stage_layers).number(p.last_stage_layers);
     row.text(training_name(s.tuning.mode));  // what trains, as --train spells it (appended: earlier columns stay)
+    if (p.recompute_layers) row.number(*p.recompute_layers);
+    else row.text("");  // every layer of the recomputation
     row.end();
 }
 

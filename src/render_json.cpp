@@ -282,6 +282,9 @@ json report_json(const Report& r, const View& view) {
                      {"parallel", parallel_json(r.settings.parallel)}};
     for_each_switch([&](const auto& row) { settings[std::string(row.key)] = row.name(r.settings.framework.*row.member); });
     if (!r.settings.recompute_modules.is_default()) settings["recompute_modules"] = r.settings.recompute_modules.names();
+    // Partial recomputation: layers recomputed per stage (per chunk with vpp); null: every layer.
+    const auto& partial = r.settings.parallel.recompute_layers;
+    settings["recompute_layers"] = partial ? json(*partial) : json(nullptr);
     const FineTuning& f = r.settings.tuning;
     json training = {{"mode", training_name(f.mode)}};
     if (f.mode == Training::frozen) training["frozen"] = f.frozen;

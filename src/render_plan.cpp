@@ -48,6 +48,13 @@ std::string ranking_text(const PlanView& v) {
                        gpu->name, static_cast<double>(gpu->peak_bf16_flops) / 1e12, assumed_model_flops_utilization);
 }
 
+/// The recomputation, with partial recomputation's layers per stage (per chunk with vpp).
+std::string recompute_text(const PlanRow& r) {
+    const auto& n = r.parallel.recompute_layers;
+    return n ? fmt::format("{} ({}/{})", recompute_name(r.recompute), *n, r.parallel.vpp > 1 ? "chunk" : "stage")
+             : std::string(recompute_name(r.recompute));
+}
+
 }  // namespace
 
 std::string plan_table(const PlanView& v, Unit unit) {
@@ -58,7 +65,7 @@ std::string plan_table(const PlanView& v, Unit unit) {
     for (std::size_t i = 0; i < shown(v); ++i) {
         const PlanRow& r = v.result.top[i];
         table.row({std::to_string(i + 1), layout_text(r.parallel), std::to_string(r.micro_batch),
-                   std::to_string(r.parallel.steps_per_batch()), recompute_name(r.recompute), amount(r.peak.bytes(), unit),
+                   std::to_string(r.parallel.steps_per_batch()), recompute_text(r), amount(r.peak.bytes(), unit),
                    r.peak.step.name() + (r.parallel.pp > 1 ? fmt::format(" (stage {})", r.peak.stage) : ""),
                    fmt::format("{:.1f}%", 100 * r.recompute_fraction), fmt::format("{:.1f}%", 100 * r.bubble),
                    communication_text(r.communication, unit), seconds_text(r.time), tokens_text(v, r)});
@@ -128,7 +135,8 @@ nlohmann::json plan_json(const PlanView& v) {
                            {"offload_seconds", number_or_null(r.time ? std::optional<double>(r.time->offload) : std::nullopt)},
                            {"tokens_per_second_per_gpu", number_or_null(tokens_per_second_per_gpu(v.request, r))},
                            {"gpus", p.devices()},
-                           {"schedule", schedule_name(p.pipeline_schedule())}});
+                           {"schedule", schedule_name(p.pipeline_schedule())},
+                           {"recompute_layers", p.recompute_layers ? json(*p.recompute_layers) : json(nullptr)}});
     }
     return {{"memcalc", memcalc::version},
             {"schema", memcalc::json_schema},
@@ -155,7 +163,7 @@ nlohmann::json plan_json(const PlanView& v) {
 std::string plan_csv(const PlanView& v) {
     std::string out = "rank,dp,tp,pp,cp,ep,zero,sequence_parallel,micro_batch,microbatches,recompute,peak_bytes,peak_step,"
                       "peak_stage,recompute_fraction,bubble,communication_bytes,peak_microbatch,first_stage_layers,"
-                      "last_stage_layers,step_seconds,tokens_per_second_per_gpu,gpus,vpp,offload,schedule\n";
+                      "last_stage_layers,step_seconds,tokens_per_second_per_gpu,gpus,vpp,offload,schedule,recompute_layers\n";
     for (std::size_t i = 0; i < shown(v); ++i) {
         const PlanRow& r = v.result.top[i];
         const Parallelism& p = r.parallel;
@@ -166,7 +174,8 @@ std::string plan_csv(const PlanView& v) {
                            r.peak.bytes().value(), r.peak.step.name(), r.peak.stage, r.recompute_fraction, r.bubble,
                            r.communication, r.peak.step.microbatch, p.first_stage_layers, p.last_stage_layers,
                            r.time ? fmt::format("{:.6g}", r.time->seconds()) : "", tokens ? fmt::format("{:.1f}", *tokens) : "", p.devices(), p.vpp,
-                           p.offload_mode().name(), schedule_name(p.pipeline_schedule()));
+                           p.offload_mode().name(), schedule_name(p.pipeline_schedule()),
+                           p.recompute_layers ? std::to_string(*p.recompute_layers) : "");
     }
     return out;
 }

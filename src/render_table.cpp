@@ -34,7 +34,8 @@ std::string header(const Report& r) {
                        M > 1 ? fmt::format(" x {} per step", M) : "",
                        std::string(recompute_name(r.settings.recompute)) +
                            (r.settings.recompute_modules.is_default() ? ""
-                                                                      : " (" + r.settings.recompute_modules.names() + ")"),
+                                                                      : " (" + r.settings.recompute_modules.names() + ")") +
+                           recompute_layers_text(r.settings.parallel),
                        r.settings.recipe.name,
                        framework + (r.settings.tuning.is_full() ? "" : fmt::format(", train {}", training_name(r.settings.tuning.mode))));
 }
@@ -384,6 +385,11 @@ std::string report_table(const Report& r, const View& view) {
 
 std::string per_layer_table(const Report& r, const View& view) {
     return header(r) + "\n" + activations_section(r, view, true);
+}
+
+std::string recompute_layers_text(const Parallelism& p) {
+    if (!p.recompute_layers) return "";
+    return fmt::format(" (first {} layers of each {})", *p.recompute_layers, p.vpp > 1 ? "model chunk" : "stage");
 }
 
 std::string layout_text(const Parallelism& p) {

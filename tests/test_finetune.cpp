@@ -391,7 +391,7 @@ TEST_CASE("DoRA keeps the base output, the adapter's output and, dropped out ove
 TEST_CASE("Frozen routed experts' first projections: their forward's workspace per routed slot", "[finetune][moe]") {
     // Mixtral-like layers (8 experts, 2 a token) on two shapes: under LoRA on q,v the experts' gate and up
     // keep no input, but make the gathered tokens (s b k h), their two outputs and act(gate) (s b k f each)
-    // beside the residual stream and the norm's output (s b h each), as a dense MLP's frozen linears do.
+    // beside the norm's output (s b h), as a dense MLP's frozen linears do, and the residual stream (stream_other).
     struct Shape_ {
         std::uint64_t h, f, experts, k, s, b;
     };
@@ -405,17 +405,19 @@ TEST_CASE("Frozen routed experts' first projections: their forward's workspace p
         const LayerActivations l = architecture_layer(m, x.s, x.b, DType::bf16, Attention::flash, Platform::cuda, {},
                                                       layer_tuning(fine_tuned_table(m, parameter_table(m), f), f, 0));
         const Workspace& first = fixtures::workspace_named(l, "experts: first projections (frozen)");
-        CHECK(first.bytes.value() == slots * x.h * 2 + 2 * sbh * 2 + 3 * slots * x.f * 2);
-        // The down projection's, per slot too: its input (s b k f), its output (s b k h), the stream and the input.
+        CHECK(first.bytes.value() == slots * x.h * 2 + sbh * 2 + 3 * slots * x.f * 2);
+        CHECK(first.stream_other.value() == sbh * 2);
+        // The down projection's, per slot too: its input (s b k f), its output (s b k h), the MLP's input.
         const Workspace& down = fixtures::workspace_named(l, "experts: down projection (frozen)");
-        CHECK(down.bytes.value() == slots * x.f * 2 + slots * x.h * 2 + sbh * (2 + 2));
+        CHECK(down.bytes.value() == slots * x.f * 2 + slots * x.h * 2 + sbh * 2);
+        CHECK(down.stream_other.value() == sbh * 2);
         // Adapters on the experts' gate_proj (fp32, dropout): each keeps its cast input; the scaled output,
         // and the sum in fp32, beside the largest output; and their input gradient's sum in backward.
         FineTuning g = lora(8, {"gate_proj"});
         const LayerActivations gl = architecture_layer(m, x.s, x.b, DType::bf16, Attention::flash, Platform::cuda, {},
                                                        layer_tuning(fine_tuned_table(m, parameter_table(m), g), g, 0));
         CHECK(fixtures::workspace_named(gl, "experts: first projections (frozen)").bytes.value() ==
-              slots * x.h * 2 + 2 * sbh * 2 + 3 * slots * x.f * 2 + slots * x.f * (4 + 4));
+              slots * x.h * 2 + sbh * 2 + 3 * slots * x.f * 2 + slots * x.f * (4 + 4));
         CHECK(fixtures::workspace_named(gl, "experts: first projections backward (LoRA)").bytes.value() ==
               slots * x.h * std::max<std::uint64_t>(3 * 2, 2 * 4 + 2));
     }

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -59,15 +60,33 @@ TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration fi
                             }
             }
     std::set<Key> found;
+    std::map<Key, bool> fits;
+    std::vector<PlanRow> partial;  // the fewest layers per chunk whose full recomputation fits: rows of their own
     for (const auto& r : rows) {
+        if (r.parallel.recompute_layers) {
+            partial.push_back(r);
+            continue;
+        }
         found.insert(layout_text_key(r));
+        fits[layout_text_key(r)] = r.fits;
         // Interleaving divides the bubble by vpp: (P - 1) / (v M + P - 1).
         const double P = static_cast<double>(r.parallel.pp), M = static_cast<double>(r.parallel.microbatches),
                      v = static_cast<double>(r.parallel.vpp);
         CHECK(r.bubble == Approx((P - 1) / (v * M + P - 1)));
     }
-    CHECK(rows.size() == expected.size());
+    CHECK(rows.size() == expected.size() + partial.size());
     CHECK(found == expected);
+    // Only where full recomputation fits and none does not, each N below the chunk's layers (test_partial_recompute
+    // finds them where they must be).
+    for (const PlanRow& r : partial) {
+        Key full = layout_text_key(r), none = full;
+        std::get<7>(none) = static_cast<int>(Recompute::none);
+        CHECK(r.recompute == Recompute::full);
+        CHECK(fits.at(full));
+        CHECK_FALSE(fits.at(none));
+        CHECK(*r.parallel.recompute_layers >= 1);
+        CHECK(*r.parallel.recompute_layers < 16 / (r.parallel.pp * r.parallel.vpp));
+    }
     CHECK(std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) { return r.parallel.vpp == 4 && r.fits; }));
     CHECK(std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) { return r.parallel.offload == Offload::parameters && r.fits; }));
 }
@@ -184,7 +203,9 @@ TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient b
     for (const PlanRow& r : rows) {
         REQUIRE(r.time);
         const Parallelism& p = r.parallel;
-        const ComputeCost c = compute_cost(m, 1024, r.micro_batch, r.recompute);
+        ComputeCost c = compute_cost(m, 1024, r.micro_batch, r.recompute);
+        if (const auto& n = r.parallel.recompute_layers)  // the first n of each chunk, of 16 layers
+            c.recompute *= static_cast<double>(*n * p.pp * p.vpp) / 16;
         const double flops = (c.step + c.recompute) * static_cast<double>(32 / r.micro_batch);
         CHECK(r.time->compute == Approx(flops / (16 * 1e14 * assumed_model_flops_utilization)));
         CHECK(r.time->bubble == Approx(r.time->compute * static_cast<double>(p.pp - 1) / static_cast<double>(p.microbatches * p.vpp)));
@@ -356,8 +377,8 @@ TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeR
     const auto csv = testing::memcalc("plan --preset llama-7b --gpus 8 --gpu h100-sxm --seq 4096 --global-batch 64 --top 2 "
                                       "--format csv --offload optimizer --zero 2");
     REQUIRE(csv.status == 0);
-    CHECK_THAT(csv.out, Catch::StartsWith("rank,") && Catch::Contains(",vpp,offload,schedule\n"));
-    CHECK_THAT(csv.out, Catch::Contains(",optimizer,1f1b\n"));
+    CHECK_THAT(csv.out, Catch::StartsWith("rank,") && Catch::Contains(",vpp,offload,schedule,recompute_layers\n"));
+    CHECK_THAT(csv.out, Catch::Contains(",optimizer,1f1b,\n"));  // every layer of its recomputation
     // Not given, none alone is tried (offload's host memory and CPU time go unchecked): asked for, all three.
     const auto unasked = nlohmann::json::parse(testing::memcalc(run).out);
     const auto three = nlohmann::json::parse(testing::memcalc(run + " --offload none,optimizer,parameters").out);

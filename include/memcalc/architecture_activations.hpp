@@ -947,10 +947,10 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
         gathered_kept = projection_input_row(t, z, "experts: first projections", "the gathered tokens", slots * m.hidden,
                                              shape::sbkh, mlp_input_projections(m), {}, first) || gathered_kept;
     // Frozen, the experts' first projections keep no input but make it and their outputs as dense ones do
-    // (all s b k slots at once: one expert's tokens are at most s b, leaning high), beside the residual
-    // stream and the MLP norm's output the experts gather from.
+    // (all s b k slots at once: one expert's tokens are at most s b, leaning high), beside the MLP norm's
+    // output the experts gather from (and the residual stream: Workspace::stream_other).
     after_linears(t, z, "experts: first projections", first, slots, slots * m.hidden, shape::sbkh, z.s, gathered_kept,
-                  first_out, z.sbh * (2 * z.s));
+                  first_out, z.sbh * z.d);
     if (m.stacked_experts) {
         // Each expert with tokens indexes the stacked weights with a tensor: copies, which the matmuls
         // keep; counted for every expert (with s b k slots spread over E, all are hit).

@@ -195,12 +195,14 @@ public:
         const Configuration c = configure(settings);
         Report r{model_, settings, c.splits->table, c.parameter_count, c.state, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
         const Parallelism& p = settings.parallel;
+        std::optional<KindCounts> recomputed;  // partial recomputation's layers, by kind
         counted(settings, [&] {
             ActivationTables t = tables(settings, c);
             const Workload w = workload(settings, t, c);
+            if (p.recompute_layers) recomputed = recomputed_layers(w, p);
             split(t, p);
             r.activations = all_layers(t, [](const LayerActivations& l) { return l.total(); });
-            r.kept_activations = all_layers(t, [&](const LayerActivations& l) { return l.kept(settings.recompute); });
+            r.kept_activations = kept_layers(t, settings.recompute, recomputed);
             r.layer = std::move(t.layer);
             r.other_kinds = std::move(t.other_kinds);
             r.input_side = std::move(t.input_side);
@@ -212,7 +214,8 @@ public:
             for (std::size_t i = 1; i < r.ranks.size(); ++i)
                 if (r.ranks[i].peak_step().bytes.total() > r.busiest().peak_step().bytes.total()) r.most_loaded = i;
         });
-        r.compute = compute_cost(model_, settings.seq, settings.micro_batch, settings.recompute, settings.recompute_modules);
+        r.compute = compute_cost(model_, settings.seq, settings.micro_batch, settings.recompute, settings.recompute_modules,
+                                 recomputed ? &*recomputed : nullptr);
         return r;
     }
 
@@ -227,17 +230,23 @@ public:
         out.reserve(modes.size());
         counted(settings, [&] {
             ActivationTables t = tables(settings, c);
+            std::vector<std::optional<KindCounts>> recomputed;  // by mode: partial recomputation's layers
             for (Recompute mode : modes) {
                 Settings with = settings;
                 with.recompute = mode;
-                const LayoutPeak peak = layout_peak(workload(with, t, c), with.parallel);
+                validate_recompute_layers(with.parallel, model_.layers, mode);
+                const Workload w = workload(with, t, c);
+                const LayoutPeak peak = layout_peak(w, with.parallel);
+                recomputed.push_back(with.parallel.recompute_layers ? std::optional(recomputed_layers(w, with.parallel))
+                                                                   : std::nullopt);
                 out.push_back({with, c.parameter_count, c.state, {}, {}, peak.step, peak.stage,
-                               compute_cost(model_, with.seq, with.micro_batch, mode, with.recompute_modules)});
+                               compute_cost(model_, with.seq, with.micro_batch, mode, with.recompute_modules,
+                                            recomputed.back() ? &*recomputed.back() : nullptr)});
             }
             split(t, settings.parallel);
-            for (Summary& one : out) {
-                one.activations = all_layers(t, [](const LayerActivations& l) { return l.total(); });
-                one.kept_activations = all_layers(t, [&](const LayerActivations& l) { return l.kept(one.settings.recompute); });
+            for (std::size_t i = 0; i < out.size(); ++i) {
+                out[i].activations = all_layers(t, [](const LayerActivations& l) { return l.total(); });
+                out[i].kept_activations = kept_layers(t, out[i].settings.recompute, recomputed[i]);
             }
         });
         return out;
@@ -291,6 +300,7 @@ private:
                         (model_.position == Position::learned ? " learned positions of " : " positions of the mask of ") +
                         (model_.name.empty() ? "the model" : model_.name));
         validate(settings.parallel, model_, settings.seq);
+        validate_recompute_layers(settings.parallel, model_.layers, settings.recompute);
         if (!overflow_.empty()) throw error(overflow_);
         if (settings.activations == ActivationModel::korthikanti && settings.framework.attention == Attention::flash)
             throw error("flash attention needs the architecture activation model: Korthikanti's formula describes "
@@ -353,6 +363,19 @@ private:
         Count sum;
         for (std::size_t k = 0; k < model_.kind_count(); ++k)
             sum += Count(table().kind_layers[k]) * of(t.of_kind(k));
+        return sum;
+    }
+
+    /// Every layer's kept bytes under `mode`; under partial recomputation (`recomputed`: its layers by
+    /// kind) the others' under none.
+    Count kept_layers(const ActivationTables& t, Recompute mode, const std::optional<KindCounts>& recomputed) const {
+        if (!recomputed) return all_layers(t, [&](const LayerActivations& l) { return l.kept(mode); });
+        Count sum;
+        for (std::size_t k = 0; k < model_.kind_count(); ++k) {
+            const LayerActivations& l = t.of_kind(k);
+            const std::uint64_t n = (*recomputed)[k];
+            sum += Count(n) * l.kept(mode) + Count(table().kind_layers[k] - n) * l.kept(Recompute::none);
+        }
         return sum;
     }
 

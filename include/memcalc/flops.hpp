@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "memcalc/activations.hpp"
+#include "memcalc/layers.hpp"
 #include "memcalc/model.hpp"
 
 namespace memcalc {
@@ -20,8 +21,9 @@ struct ComputeCost {
 /// Counts 2 m n k per (m x k) . (k x n) product; element-wise ops are left out. Each kind of layer
 /// counts its own feed-forward block, times its layers.
 /// `modules`: what selective recomputation re-runs (the norms and the MoE activation: no matrix products).
+/// `recomputed`: under partial recomputation, the layers of each kind that rerun their forward (none: all).
 inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch, Recompute mode,
-                                ModuleSet modules = {}) {
+                                ModuleSet modules = {}, const KindCounts* recomputed = nullptr) {
     const double T = static_cast<double>(seq) * static_cast<double>(micro_batch);  // tokens
     const double h = static_cast<double>(m.hidden);
     const double q = static_cast<double>(m.heads * m.head_size());
@@ -41,7 +43,8 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
     }
     c.head_forward = 2 * T * h * static_cast<double>(m.vocab);
     double forward = c.head_forward;
-    const auto add_layers = [&](const Architecture& layer, std::uint64_t count, bool first) {
+    const auto add_layers = [&](const Architecture& layer, std::uint64_t count, std::size_t kind) {
+        const bool first = kind == 0;
         const double mlp = 2 * T * h * static_cast<double>(layer.ffn) * mlp_matrices * static_cast<double>(layer.active_experts()) +
                            (layer.is_moe() ? 2 * T * h * static_cast<double>(layer.experts) : 0) +
                            2 * T * h * static_cast<double>(layer.shared_ffn) * mlp_matrices +
@@ -63,11 +66,11 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
         // mms and attention kernel are not run again).
         const double selective = (modules.has(Module::core_attn) ? core : 0) +
                                  (modules.has(layer.is_moe() ? Module::moe : Module::mlp) ? mlp : 0);
-        c.recompute += static_cast<double>(count) *
+        c.recompute += static_cast<double>(recomputed ? (*recomputed)[kind] : count) *
                        (checkpoints_layer(mode) ? layer_forward : mode == Recompute::selective ? selective : 0);
     };
-    if (m.layer_kinds.empty()) add_layers(m, m.layers, true);
-    for (std::size_t k = 0; k < m.layer_kinds.size(); ++k) add_layers(m.kind_view(k), m.layers_of_kind(k), k == 0);
+    if (m.layer_kinds.empty()) add_layers(m, m.layers, 0);
+    for (std::size_t k = 0; k < m.layer_kinds.size(); ++k) add_layers(m.kind_view(k), m.layers_of_kind(k), k);
     c.step = 3 * forward;
     return c;
 }

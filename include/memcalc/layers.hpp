@@ -95,6 +95,8 @@ inline std::uint64_t layer_number(std::uint64_t i, std::uint64_t chunk, std::uin
 inline std::uint64_t mirrored_layer_number(std::uint64_t i, std::uint64_t chunk, std::uint64_t chunks, std::uint64_t stage) {
     return ((i / chunk == 0 ? stage : chunks - 1 - stage) * chunk) + i % chunk + 1;
 }
+/// Every position of a chunk runs under the recomputation (StageLayers::recomputed's default).
+inline constexpr std::uint64_t every_position = ~std::uint64_t{0};
 
 /// The layers one device runs, in forward order: `layers` of them, in chunks of `chunk` consecutive
 /// layers, chunk c being the (c pp + stage)-th of the model (interleaved pipelines), or one run of
@@ -103,16 +105,31 @@ struct StageLayers {
     std::uint64_t layers = 0, chunk = 0, pp = 1, stage = 0;
     std::uint64_t first_layer = 0;          ///< layers before this device's first, when it holds one chunk
     std::uint64_t mirrored_chunks = 0;      ///< nonzero: two chunks of that many, placed mirrored (mirrored_layer_number)
+    /// Partial recomputation (Megatron-LM's recompute-num-layers, block method): only the first so many
+    /// positions of each chunk run under the recomputation; the rest keep every activation.
+    std::uint64_t recomputed = every_position;
     const LayerPattern* pattern = nullptr;  ///< the model's; none: every layer one kind
-    bool mixed = false;                     ///< `pattern` has more than one kind (set with it: read on every step)
+    bool several_kinds = false;             ///< `pattern` has more than one kind
+    /// Layers differ (kinds, or recomputed and not): steps are linear only within runs (set by with()).
+    bool mixed = false;
 
     StageLayers& with(const LayerPattern& p) {
-        pattern = &p, mixed = !p.uniform();
+        pattern = &p, several_kinds = !p.uniform();
+        mixed = several_kinds || partial();
+        return *this;
+    }
+    /// Only the first `n` positions of each chunk recomputed (every_position: all).
+    StageLayers& recomputing(std::uint64_t n) {
+        recomputed = n;
+        mixed = several_kinds || partial();
         return *this;
     }
     bool one_chunk() const { return chunk == 0 || chunk == layers; }
+    std::uint64_t chunk_width() const { return one_chunk() ? layers : chunk; }
+    /// Some positions recomputed and some not.
+    bool partial() const { return recomputed < chunk_width(); }
     bool uniform() const { return !mixed; }
-    std::size_t kinds() const { return mixed ? pattern->kinds() : 1; }
+    std::size_t kinds() const { return several_kinds ? pattern->kinds() : 1; }
 
     /// The global number (1..L) of the i-th layer this device runs (0-based, forward order).
     std::uint64_t layer_id(std::uint64_t i) const {
@@ -121,47 +138,57 @@ struct StageLayers {
     }
     /// The kind of the layer at `position` (1-based, forward order).
     std::size_t kind_at(std::uint64_t position) const {
-        return uniform() ? 0 : pattern->kind_of(layer_id(position - 1));
+        return several_kinds ? pattern->kind_of(layer_id(position - 1)) : 0;
     }
+    /// Whether the layer at `position` runs under the recomputation (else it keeps every activation).
+    bool recomputed_at(std::uint64_t position) const { return (position - 1) % chunk_width() < recomputed; }
     /// Layers of each kind among the first `positions` this device runs.
-    KindCounts counts(std::uint64_t positions) const {
+    KindCounts counts(std::uint64_t positions) const { return counts_within(positions, every_position); }
+    /// Those of them that run under the recomputation.
+    KindCounts recomputed_counts(std::uint64_t positions) const { return counts_within(positions, recomputed); }
+    /// The last position of the run of one kind (and one recomputation) that holds `position`
+    /// (1-based): up to it, steps are linear in the position.
+    std::uint64_t run_end(std::uint64_t position) const {
+        if (uniform()) return layers;
+        const std::uint64_t width = chunk_width(), offset = (position - 1) % width;
+        std::uint64_t end = position - offset + width - 1;  // the chunk's last
+        if (offset < recomputed && recomputed < width) end = position - offset + recomputed - 1;
+        if (!several_kinds) return end;
+        const std::uint64_t global = layer_id(position - 1);
+        return std::min(end, position + (pattern->run_around(global).second - global));
+    }
+    /// The first position of that run.
+    std::uint64_t run_start(std::uint64_t position) const {
+        if (uniform()) return 1;
+        const std::uint64_t offset = (position - 1) % chunk_width();
+        std::uint64_t start = position - offset;  // the chunk's first
+        if (offset >= recomputed) start += recomputed;
+        if (!several_kinds) return start;
+        // The run may have begun before this device's first layer: the chunk's start bounds it.
+        const std::uint64_t global = layer_id(position - 1);
+        return position - std::min(global - pattern->run_around(global).first, position - start);
+    }
+
+private:
+    /// Layers of each kind among the first `positions`, counting only the first `limit` of each chunk.
+    KindCounts counts_within(std::uint64_t positions, std::uint64_t limit) const {
         KindCounts c{};
-        if (uniform()) {
-            c[0] = positions;
+        const std::uint64_t width = chunk_width();
+        if (!several_kinds) {  // whole chunks, then the part of the last
+            if (width > 0) c[0] = positions / width * std::min(limit, width) + std::min(positions % width, limit);
             return c;
         }
         const auto add_range = [&](std::uint64_t first, std::uint64_t last) {  // global, 1-based, inclusive
             const KindCounts upto = pattern->prefix(last), before = pattern->prefix(first - 1);
             for (std::size_t k = 0; k < kinds(); ++k) c[k] += upto[k] - before[k];
         };
-        if (one_chunk()) {
-            if (positions > 0) add_range(first_layer + 1, first_layer + positions);
-            return c;
-        }
         for (std::uint64_t done = 0; done < positions;) {
-            const std::uint64_t take = std::min(chunk - done % chunk, positions - done);
-            add_range(layer_id(done), layer_id(done) + take - 1);
+            const std::uint64_t offset = done % width, take = std::min(width - offset, positions - done);
+            const std::uint64_t counted = offset >= limit ? 0 : std::min(take, limit - offset);
+            if (counted > 0) add_range(layer_id(done), layer_id(done) + counted - 1);
             done += take;
         }
         return c;
-    }
-    /// The last position of the run of one kind that holds `position` (1-based): up to it, steps are
-    /// linear in the position.
-    std::uint64_t run_end(std::uint64_t position) const {
-        if (uniform()) return layers;
-        const std::uint64_t width = one_chunk() ? layers : chunk;
-        const std::uint64_t chunk_end = ((position - 1) / width + 1) * width;
-        const std::uint64_t global = layer_id(position - 1);
-        return position + std::min(pattern->run_around(global).second - global, chunk_end - position);
-    }
-    /// The first position of that run.
-    std::uint64_t run_start(std::uint64_t position) const {
-        if (uniform()) return 1;
-        const std::uint64_t width = one_chunk() ? layers : chunk;
-        const std::uint64_t chunk_start = (position - 1) / width * width + 1;
-        const std::uint64_t global = layer_id(position - 1);
-        // The run may have begun before this device's first layer: the chunk's start bounds it.
-        return position - std::min(global - pattern->run_around(global).first, position - chunk_start);
     }
 };
 

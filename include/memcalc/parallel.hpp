@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,9 @@ struct Parallelism {
     /// Layers of the first and the last pipeline stage when they differ from the rest (Megatron-LM's
     /// decoder-first/last-pipeline-num-layers); 0: an even share. The other stages split the rest evenly.
     std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
+    /// Partial recomputation (Megatron-LM's --recompute-method block --recompute-num-layers N): with
+    /// recompute full, only the first N layers of each stage's chunk are recomputed; none: all of them.
+    std::optional<std::uint64_t> recompute_layers;
 
     std::uint64_t devices() const { return dp * tp * pp * cp; }
     /// Data-parallel ranks that share one copy of the sharded state (the hybrid shard group).
@@ -308,6 +312,26 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
 inline std::uint64_t placed_layer_number(const Parallelism& p, std::uint64_t i, std::uint64_t chunk, std::uint64_t stage) {
     if (schedule_row(p).mirrored) return mirrored_layer_number(i, chunk, model_chunks(p), stage);
     return layer_number(i, chunk, p.pp, stage);
+}
+
+/// The most layers one model chunk of a stage runs (a stage's, without interleaving): the most
+/// recompute_layers may name. Validated layouts only.
+inline std::uint64_t largest_chunk(const Parallelism& p, std::uint64_t layers) {
+    if (chunks_per_rank(p) > 1) return layers / model_chunks(p);
+    std::uint64_t most = stage_layer_count(p, layers, 0);
+    if (p.pp > 1) most = std::max({most, stage_layer_count(p, layers, 1), stage_layer_count(p, layers, p.pp - 1)});
+    return most;
+}
+
+/// Throws naming recompute_layers where the layout or the recomputation cannot take it.
+inline void validate_recompute_layers(const Parallelism& p, std::uint64_t layers, Recompute mode) {
+    if (!p.recompute_layers) return;
+    const std::uint64_t n = *p.recompute_layers, most = largest_chunk(p, layers);
+    if (mode != Recompute::full)
+        throw error("recompute_layers (" + std::to_string(n) + ") needs recompute full (got " + recompute_name(mode) + ")");
+    if (n > most)
+        throw error("recompute_layers (" + std::to_string(n) + ") exceeds the " + std::to_string(most) + " layers of " +
+                    (chunks_per_rank(p) > 1 ? "a model chunk" : p.pp > 1 ? "the largest pipeline stage" : "the model"));
 }
 
 /// The global indices (1..L) of the layers pipeline stage `stage` holds, in forward order.

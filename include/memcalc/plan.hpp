@@ -49,6 +49,10 @@ struct PlanRequest {
     /// nor the CPU optimiser's time.
     std::vector<OffloadMode> offload;
     bool sequence_parallel = false;
+    /// Partial recomputation pinned: full recomputation of the first N layers of each stage's chunks
+    /// (Parallelism::recompute_layers), the only mode tried. None: where full fits and none does not,
+    /// the fewest N that fits is searched as a layout of its own beside full.
+    std::optional<std::uint64_t> recompute_layers;
     /// The GPU whose speeds time each step; none (or one lacking a figure): no times, and the
     /// ranking by waste alone.
     std::optional<Gpu> gpu;
@@ -158,6 +162,69 @@ inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts
 
 inline double communication_bytes(const Workload& w, const Parallelism& p, const StageFacts& f) {
     return traffic(w, p, f).total();
+}
+
+/// A row's peak, fit, traffic and time under `w` and `cost` (one micro-batch's FLOPs) on row.parallel.
+inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost, const PlanRequest& request) {
+    const Parallelism& p = row.parallel;
+    row.recompute_fraction = cost.recompute_fraction();
+    // The forward's share of a chunk's time: recomputation lengthens its backward.
+    const double forward_share = cost.step / 3 / (cost.step + cost.recompute);
+    const double idle = bubble_share(p, forward_share);
+    row.bubble = idle / (1 + idle);
+    try {
+        row.peak = layout_peak(w, p);
+        row.fits = row.peak.bytes() <= request.capacity;
+        const Traffic bytes = traffic(w, p, stage_facts(w, p, 0));
+        row.communication = bytes.total();
+        // cost is one micro-batch's: the step runs G / b of them.
+        const double flops = (cost.step + cost.recompute) * static_cast<double>(request.global_batch / row.micro_batch);
+        if (request.gpu) row.time = step_time(*request.gpu, p, flops, bytes, forward_share);
+    } catch (const overflow_error&) {
+        row.fits = false;  // its bytes do not fit in 64 bits, let alone a device
+    }
+}
+
+/// One micro-batch's FLOPs under partial recomputation (row.parallel.recompute_layers): only the
+/// layers it recomputes rerun their forward.
+inline ComputeCost partial_cost(const Architecture& m, const Workload& w, const Parallelism& p, const PlanRequest& request) {
+    const KindCounts recomputed = recomputed_layers(w, p);
+    return compute_cost(m, w.seq, w.micro_batch, Recompute::full, request.base.recompute_modules, &recomputed);
+}
+
+/// The fewest layers per chunk whose full recomputation fits, where all of them (`full`, fitting) do,
+/// as a row of its own; none when it takes every layer. The peak falls as N grows: a binary search.
+inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Workload& w, const PlanRow& full,
+                                                const PlanRequest& request) {
+    PlanRow row = full;
+    const Parallelism& p = row.parallel;
+    const std::uint64_t most = largest_chunk(p, m.layers);
+    if (most < 2) return std::nullopt;
+    // A stage's facts (its state, its layers) do not depend on N: made once, each try rebuilds its inputs.
+    std::vector<StageFacts> facts{stage_facts(w, p, 0)};
+    other_candidate_stages(w, p, [&](std::uint64_t stage) { facts.push_back(stage_facts(w, p, stage)); });
+    const auto fits = [&](std::uint64_t n) {
+        try {
+            for (StageFacts& f : facts) {
+                f.layers.recomputing(n);
+                if (peak_step(stage_inputs(w, p, f)).bytes.total() > request.capacity) return false;
+            }
+            return true;
+        } catch (const overflow_error&) {
+            return false;  // past 64 bits: no device holds it
+        }
+    };
+    if (!fits(most - 1)) return std::nullopt;  // most often it takes every layer: one try says so
+    std::uint64_t lo = 1, hi = most - 1;       // hi fits
+    while (lo < hi) {
+        const std::uint64_t mid = lo + (hi - lo) / 2;
+        if (fits(mid)) hi = mid;
+        else lo = mid + 1;
+    }
+    row.parallel.recompute_layers = hi;
+    row.time.reset();
+    measure(row, w, partial_cost(m, w, row.parallel, request), request);
+    return row;
 }
 
 /// Every valid layout of `request.gpus` devices, with its peak and costs, handed to `visit` as it is
@@ -279,34 +346,28 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                                 if (!allowed(request.vpp, vpp)) continue;
                                 p.vpp = vpp;
                                 p.schedule = schedule == Schedule::interleaved ? Schedule::one_f_one_b : schedule;
+                                bool none_fits = false;  // then recomputing fewer layers needs no search
                                 for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
                                     if (!allowed(request.modes, mode)) continue;
+                                    const auto& pinned = request.recompute_layers;
+                                    if (pinned && (mode != Recompute::full || *pinned > largest_chunk(p, m.layers))) continue;
                                     PlanRow row;
                                     row.parallel = p;
+                                    row.parallel.recompute_layers = pinned;
                                     row.micro_batch = b;
                                     row.recompute = mode;
                                     const Cached& cached = workload(b, mode);
-                                    // The forward's share of a chunk's time: recomputation lengthens its backward.
-                                    const double forward_share =
-                                        cached ? cached->second.step / 3 / (cached->second.step + cached->second.recompute) : 1.0 / 3;
-                                    const double idle = bubble_share(p, forward_share);
-                                    row.bubble = idle / (1 + idle);
                                     if (cached) {
                                         const auto& [w, cost] = *cached;
-                                        row.recompute_fraction = cost.recompute_fraction();
-                                        try {
-                                            row.peak = layout_peak(w, p);
-                                            row.fits = row.peak.bytes() <= request.capacity;
-                                            const Traffic bytes = traffic(w, p, stage_facts(w, p, 0));
-                                            row.communication = bytes.total();
-                                            // cost is one micro-batch's: the step runs G / b of them.
-                                            const double flops = (cost.step + cost.recompute) * static_cast<double>(G / b);
-                                            if (request.gpu) row.time = step_time(*request.gpu, p, flops, bytes, forward_share);
-                                        } catch (const overflow_error&) {
-                                            row.fits = false;  // its bytes do not fit in 64 bits, let alone a device
-                                        }
+                                        measure(row, w, pinned ? partial_cost(m, w, row.parallel, request) : cost, request);
+                                    } else {
+                                        const double idle = bubble_share(p, 1.0 / 3);
+                                        row.bubble = idle / (1 + idle);
                                     }
+                                    none_fits = none_fits || (mode == Recompute::none && row.fits);
                                     visit(row);
+                                    if (mode == Recompute::full && row.fits && !none_fits && !pinned)
+                                        if (const auto partial = fewest_recomputed(m, cached->first, row, request)) visit(*partial);
                                 }
                                 }
                             }

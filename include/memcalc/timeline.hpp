@@ -111,6 +111,9 @@ struct TimelineInputs : StageLayers {
     bool logits_held = true;
     Count weights, master_weights, optimizer_state;  ///< persistent through the whole step
     std::array<LayerInputs, max_layer_kinds> layer;  ///< by kind of layer
+    /// Partial recomputation: the same of a layer past the first `recomputed` of its chunk, which
+    /// keeps every activation (recompute none).
+    std::array<LayerInputs, max_layer_kinds> not_recomputed;
     Count other_microbatches;     ///< kept activations of the other micro-batches a pipeline stage holds
     Count later_other_microbatches;  ///< the same at a later micro-batch (1F1B: one fewer left to start)
     Count head_gradients;         ///< final norm and output head: ready after the first backward step starts
@@ -155,11 +158,18 @@ struct TimelineInputs : StageLayers {
         return {position > 1 ? position - 1 : 1, position};
     }
 
-    /// `n` layers of each kind, times what one of that kind holds (`member`).
-    Count per_kind(const KindCounts& n, Count LayerInputs::*member) const {
+    /// `n` layers of each kind, times what one of that kind holds (`member`; `of`: which variant).
+    Count per_kind(const KindCounts& n, Count LayerInputs::*member,
+                   const std::array<LayerInputs, max_layer_kinds>* of = nullptr) const {
+        const auto& each = of ? *of : layer;
         Count sum;
-        for (std::size_t k = 0; k < kinds(); ++k) sum += Count(n[k]) * (layer[k].*member);
+        for (std::size_t k = 0; k < kinds(); ++k) sum += Count(n[k]) * (each[k].*member);
         return sum;
+    }
+    /// The figures of the layer at `position` (1-based): its kind's, recomputed or not.
+    const LayerInputs& at(std::uint64_t position) const {
+        if (uniform()) return layer[0];
+        return (recomputed_at(position) ? layer : not_recomputed)[kind_at(position)];
     }
     /// `member` summed over positions first..last (1-based, inclusive; none when first > last). A
     /// template, so each step inlines its one multiplication when every layer is one kind.
@@ -170,10 +180,25 @@ struct TimelineInputs : StageLayers {
         return over_kinds(first, last, member);
     }
     Count over_kinds(std::uint64_t first, std::uint64_t last, Count LayerInputs::*member) const {
-        KindCounts n = counts(last);
-        const KindCounts before = counts(first - 1);
+        if (!partial()) return per_kind(between(first, last, false), member);
+        return per_kind(between(first, last, true), member) + over_not_recomputed(first, last, member);
+    }
+    /// `member` summed over the positions first..last that keep every activation (none but under
+    /// partial recomputation).
+    Count over_not_recomputed(std::uint64_t first, std::uint64_t last, Count LayerInputs::*member) const {
+        if (!partial() || first > last) return 0;
+        KindCounts n = between(first, last, false);
+        const KindCounts recomputed_ones = between(first, last, true);
+        for (std::size_t k = 0; k < kinds(); ++k) n[k] -= recomputed_ones[k];
+        return per_kind(n, member, &not_recomputed);
+    }
+    /// Layers of each kind among positions first..last (1-based, inclusive), only the recomputed ones
+    /// when `recomputed_only`.
+    KindCounts between(std::uint64_t first, std::uint64_t last, bool recomputed_only) const {
+        KindCounts n = recomputed_only ? recomputed_counts(last) : counts(last);
+        const KindCounts before = recomputed_only ? recomputed_counts(first - 1) : counts(first - 1);
         for (std::size_t k = 0; k < kinds(); ++k) n[k] -= before[k];
-        return per_kind(n, member);
+        return n;
     }
     /// Every gradient this device holds once its backward pass is done.
     Count all_gradients() const { return head_gradients + over<&LayerInputs::gradients>(1, layers) + input_gradients; }
@@ -200,7 +225,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
                               : in.input_side_kept + in.other_microbatches) +
                        in.over<&LayerInputs::kept>(first_kept, last_kept);
     const bool at_layer = phase == Phase::forward || phase == Phase::backward;
-    const LayerInputs& here = in.layer[at_layer && !in.uniform() ? in.kind_at(position) : 0];
+    const LayerInputs& here = at_layer ? in.at(position) : in.layer[0];
     const Count held_logits = in.loss && in.logits_held ? in.logits : Count(0);
     // The whole model's k/v cache, held with the output; a later micro-batch's forward still has the last one's.
     const Count held_cache = in.logits_held ? Count(L) * in.kv_cache : Count(0);
@@ -223,8 +248,11 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             b.kept_activations = kept + held_cache;
             b.rebuilt_activations = here.rebuilt;
             b.gathered_weights = here.gathered_weights;
-            b.weight_copies += in.weight_copies_recast ? here.weight_copies
-                                                       : in.over<&LayerInputs::weight_copies>(1, position);
+            // Recast: a recomputed layer casts its own again; one that keeps its activations saved its casts.
+            b.weight_copies += in.weight_copies_recast
+                                   ? (in.recomputed_at(position) ? here.weight_copies : Count(0)) +
+                                         in.over_not_recomputed(1, position, &LayerInputs::weight_copies)
+                                   : in.over<&LayerInputs::weight_copies>(1, position);
             b.activation_gradient = in.activation_gradient;
             b.workspace = std::max(held ? here.backward_work_held : here.backward_work, here.recompute_forward_work) +
                           in.recompute_buffers;

@@ -382,7 +382,36 @@ struct Workload {
     std::shared_ptr<const ParameterSplits> parameters;  ///< the model's, shared by all its workloads
     std::shared_ptr<const OptimizerSplits> optimizer_state;  ///< the trainable tensors' under the recipe
     SplitBytes kv_cache;  ///< per layer: the k and v the model's output keeps beyond what backward saves
+    /// Under full recomputation, each kind's layer under none as well: partial recomputation
+    /// (Parallelism::recompute_layers) runs the layers past the first N of each chunk so.
+    std::vector<LayerWork> not_recomputed;
+    SplitBytes kv_cache_not_recomputed;  ///< kv_cache under none
 };
+
+/// One kind of layer's share of a workload under `mode`: its kept and rebuilt rows and its workspaces.
+inline LayerWork layer_work(const LayerActivations& layer, Recompute mode, const ParameterTable& params,
+                            std::uint64_t V, std::size_t kind) {
+    LayerWork lw;
+    for (const auto& work : layer.work) {
+        WorkspaceEffect e;
+        workspace_effect(layer.rows, work, mode, e.added, e.covered, layer.policy_outputs, layer.mlp_half_from);
+        e.gradients = gradients_from(params, work.gradients_from, V, false, kind);
+        (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
+    }
+    for (std::size_t i = 0; i < layer.rows.size(); ++i) {
+        const SavedTensor& row = layer.rows[i];
+        if (row.kept(mode)) lw.kept.add(row);
+        if (rebuilt_by(row, mode))
+            (mode == Recompute::selective && layer.in_mlp_half(i) ? lw.rebuilt_mlp_half : lw.rebuilt).add(row);
+    }
+    if (checkpoints_layer(mode)) {
+        lw.kept.sequence += layer.input_bytes;  // the layer's input, on the residual stream
+        lw.rerun_gradients.replicated += layer.rerun_gradients;
+    }
+    if (mode == Recompute::op)
+        for (const auto& saved : layer.policy_outputs) lw.kept.add(saved.tensor);
+    return lw;
+}
 
 /// The saved-tensor tables of one workload, whole (not split across ranks). The formula model has
 /// only the layer's; the architecture model also the embedding side's, the head's, the forward
@@ -433,35 +462,22 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
 inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::uint64_t seq, std::uint64_t micro_batch,
                               Recompute mode, std::shared_ptr<const ParameterSplits> params, const ActivationTables& t,
                               const Framework& framework = {}) {
-    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params), {}, {}};
-    if (framework.kv_cache == KvCache::kept)
-        for (const auto& row : kv_cache_rows(m, seq, micro_batch, recipe.precision(), framework.attention, mode))
-            w.kv_cache.add(row);
+    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params), {}, {},
+               {}, {}};
+    const auto cache = [&](Recompute under, SplitBytes& into) {
+        if (framework.kv_cache == KvCache::kept)
+            for (const auto& row : kv_cache_rows(m, seq, micro_batch, recipe.precision(), framework.attention, under))
+                into.add(row);
+    };
+    cache(mode, w.kv_cache);
     w.optimizer_state = optimizer_splits(w.parameters, recipe);
     const std::uint64_t V = m.vocab;
     for (const auto& row : t.forward_buffers) w.forward_buffers.add(row);
-    w.layers.resize(m.kind_count());
-    for (std::size_t k = 0; k < w.layers.size(); ++k) {
-        const LayerActivations& layer = t.of_kind(k);
-        LayerWork& lw = w.layers[k];
-        for (const auto& work : layer.work) {
-            WorkspaceEffect e;
-            workspace_effect(layer.rows, work, mode, e.added, e.covered, layer.policy_outputs, layer.mlp_half_from);
-            e.gradients = gradients_from(w.parameters->table, work.gradients_from, V, false, k);
-            (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
-        }
-        for (std::size_t i = 0; i < layer.rows.size(); ++i) {
-            const SavedTensor& row = layer.rows[i];
-            if (row.kept(mode)) lw.kept.add(row);
-            if (rebuilt_by(row, mode))
-                (mode == Recompute::selective && layer.in_mlp_half(i) ? lw.rebuilt_mlp_half : lw.rebuilt).add(row);
-        }
-        if (checkpoints_layer(mode)) {
-            lw.kept.sequence += layer.input_bytes;  // the layer's input, on the residual stream
-            lw.rerun_gradients.replicated += layer.rerun_gradients;
-        }
-        if (mode == Recompute::op)
-            for (const auto& saved : layer.policy_outputs) lw.kept.add(saved.tensor);
+    for (std::size_t k = 0; k < m.kind_count(); ++k) w.layers.push_back(layer_work(t.of_kind(k), mode, w.parameters->table, V, k));
+    if (mode == Recompute::full) {
+        cache(Recompute::none, w.kv_cache_not_recomputed);
+        for (std::size_t k = 0; k < m.kind_count(); ++k)
+            w.not_recomputed.push_back(layer_work(t.of_kind(k), Recompute::none, w.parameters->table, V, k));
     }
     for (const auto& row : t.input_side) w.input_side.add(row);
     for (const auto& row : t.head) w.head.add(row);
@@ -509,7 +525,21 @@ inline StageLayers stage_layers(const Workload& w, const Parallelism& p, std::ui
     if (schedule_row(p).mirrored) s.mirrored_chunks = model_chunks(p);
     s.pp = p.pp;
     s.stage = stage;
-    return s.with(w.parameters->pattern);
+    s.with(w.parameters->pattern);
+    if (p.recompute_layers) s.recomputing(*p.recompute_layers);
+    return s;
+}
+
+/// The model's layers of each kind whose forward reruns in backward under partial recomputation
+/// (Parallelism::recompute_layers): the first N of each stage's chunks.
+inline KindCounts recomputed_layers(const Workload& w, const Parallelism& p) {
+    KindCounts sum{};
+    for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
+        const StageLayers s = stage_layers(w, p, stage);
+        const KindCounts c = s.recomputed_counts(s.layers);
+        for (std::size_t k = 0; k < max_layer_kinds; ++k) sum[k] += c[k];
+    }
+    return sum;
 }
 
 /// What one rank of pipeline stage `stage` holds apart from its timeline.
@@ -547,12 +577,11 @@ inline std::uint64_t other_in_flight(const Parallelism& p, std::uint64_t in_flig
 }
 
 /// What those hold: 1F1B keeps whole micro-batches (`stage`: one micro-batch's on the stage), schedules of
-/// several chunks per rank model chunks (of whichever kinds: each counted as the stage's
-/// largest, `most`, leaning high where kinds differ).
-inline Count other_microbatches_kept(const Parallelism& p, const StageLayers& layers, std::uint64_t in_flight, Count stage,
-                                     Count most) {
+/// several chunks per rank model chunks (`chunk`: one's, its layers of whichever kinds each counted as
+/// the stage's largest, leaning high where kinds differ).
+inline Count other_microbatches_kept(const Parallelism& p, std::uint64_t in_flight, Count stage, Count chunk) {
     const std::uint64_t others = other_in_flight(p, in_flight);
-    return chunks_per_rank(p) == 1 ? Count(others) * stage : Count(others) * Count(layers.chunk) * most;
+    return Count(others) * (chunks_per_rank(p) == 1 ? stage : chunk);
 }
 
 /// One class's state on a rank: the recipe's for trainable parameters; a frozen class's weights alone,
@@ -656,7 +685,7 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
             f.offloaded_activations += Count(f.kind_layers[k]) * layer;
             most = std::max(most, layer);
         }
-        f.host += f.offloaded_activations + other_microbatches_kept(p, f.layers, f.in_flight, f.offloaded_activations, most);
+        f.host += f.offloaded_activations + other_microbatches_kept(p, f.in_flight, f.offloaded_activations, Count(f.layers.chunk) * most);
     }
     // The program's own buffers stay on the device, counted with the weights.
     f.state.weights += registered_buffer_bytes(w.model, w.recipe, w.framework, w.seq) * Count(f.layers.layers);
@@ -730,6 +759,8 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.persistent_gradients = w.framework.grad_buffer == GradBuffer::persistent;
     in.logits_held = w.framework.logits == LogitsLife::held;
     in.kv_cache = w.kv_cache.on_rank(p, V);
+    // Per layer: the larger of the two recomputations' caches, leaning high where they differ.
+    if (in.partial()) in.kv_cache = std::max(in.kv_cache, w.kv_cache_not_recomputed.on_rank(p, V));
     in.weights = f.state.weights;
     in.master_weights = f.state.master_weights;
     in.optimizer_state = f.state.optimizer_state;
@@ -743,31 +774,46 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     }
     Count most_kept, most_weights;  // of one layer, over the kinds this stage runs
     Count most_activations, most_copies;  // the same of its kept activations alone, and of its weights' casts
+    Count most_kept_whole;          // the same of a layer that keeps every activation (partial recomputation)
     for (std::size_t k = 0; k < kinds; ++k) {
         in.layer[k].kept = w.layers[k].kept.on_rank(p, V);
         in.layer[k].rebuilt = std::max(w.layers[k].rebuilt.on_rank(p, V), w.layers[k].rebuilt_mlp_half.on_rank(p, V));
         // Autocast casts the layer's whole weights (ZeRO-3's gathered ones too): this rank's tensor-parallel share.
         if (w.recipe.autocast) in.layer[k].weight_copies = w.parameters->cast_per_layer[k].on_rank(p, V) * d;
+        if (in.partial()) {
+            in.not_recomputed[k].kept = w.not_recomputed[k].kept.on_rank(p, V);
+            in.not_recomputed[k].weight_copies = in.layer[k].weight_copies;
+        }
         if (f.kind_layers[k] == 0) continue;
         const Count copies = in.weight_copies_recast ? Count(0) : in.layer[k].weight_copies;
         most_kept = std::max(most_kept, in.layer[k].kept + copies);
-        most_activations = std::max(most_activations, in.layer[k].kept);
-        most_copies = std::max(most_copies, copies);
+        most_kept_whole = std::max(most_kept_whole, in.not_recomputed[k].kept + in.not_recomputed[k].weight_copies);
+        // Offloaded, the largest layer's activations and casts apart (partial recomputation: of either variant).
+        most_activations = std::max({most_activations, in.layer[k].kept, in.not_recomputed[k].kept});
+        most_copies = std::max({most_copies, copies, in.not_recomputed[k].weight_copies});
         most_weights = std::max(most_weights, f.layer_weight_bytes[k]);
     }
 
     // A pipeline stage also holds the activations of the other micro-batches in flight (other_microbatches_kept):
     // whole micro-batches, or with several chunks per rank (interleaved, ZB-V, DualPipe) chunks.
     // Each micro-batch in flight holds the casts its layers saved, unless they are recast in backward.
-    const Count stage_copies = in.weight_copies_recast ? Count(0) : in.per_kind(f.kind_layers, &LayerInputs::weight_copies);
-    const Count stage_kept = in.per_kind(f.kind_layers, &LayerInputs::kept) + stage_copies;
+    // Under partial recomputation a layer past the first N of its chunk keeps every activation and its casts.
+    const Count stage_copies =
+        in.partial() ? (in.weight_copies_recast ? in.over_not_recomputed(1, in.layers, &LayerInputs::weight_copies)
+                                                : in.over<&LayerInputs::weight_copies>(1, in.layers))
+                     : (in.weight_copies_recast ? Count(0) : in.per_kind(f.kind_layers, &LayerInputs::weight_copies));
+    const Count stage_kept =
+        (in.partial() ? in.over<&LayerInputs::kept>(1, in.layers) : in.per_kind(f.kind_layers, &LayerInputs::kept)) + stage_copies;
+    // One model chunk of several a rank: its first N layers recomputed, the rest not.
+    const std::uint64_t chunk_recomputed = std::min(in.recomputed, in.chunk);
+    const Count chunk_kept = Count(chunk_recomputed) * most_kept + Count(in.chunk - chunk_recomputed) * most_kept_whole;
     in.kept_offloaded = p.offload_activations;
     const auto others = [&](std::uint64_t in_flight) {
-        if (!p.offload_activations) return other_microbatches_kept(p, f.layers, in_flight, stage_kept, most_kept);
+        if (!p.offload_activations) return other_microbatches_kept(p, in_flight, stage_kept, chunk_kept);
         // Offloaded, their activations wait on the host but for one layer each, the last of its run, which
         // Megatron-LM (cpu_offloading_num_layers below the layers) and torchtitan leave on the device, and
         // whose copy the next backward need not wait for. The casts stay on the device (leaning high).
-        return other_microbatches_kept(p, f.layers, in_flight, stage_copies, most_copies) +
+        return other_microbatches_kept(p, in_flight, stage_copies, Count(in.chunk) * most_copies) +
                Count(other_in_flight(p, in_flight)) * most_activations;
     };
     const std::uint64_t chunks = chunks_per_microbatch(p);  // DualPipe's micro-batch runs one of its rank's two
@@ -812,12 +858,23 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
             const Count rerun = std::max(layer.forward_work, layer.rebuilt) + work.rerun_gradients.on_rank(p, V);
             if (rerun > layer.rebuilt) layer.recompute_forward_work = Count(rerun.value() - layer.rebuilt.value());
         }
+        if (in.partial()) {  // the same layer keeping every activation: its own workspaces, nothing rebuilt
+            LayerInputs& whole = in.not_recomputed[k];
+            const LayerWork& kept_work = w.not_recomputed[k];
+            const Count kept = whole.kept;
+            whole = layer;
+            whole.kept = kept, whole.rebuilt = 0, whole.recompute_forward_work = 0;
+            whole.forward_work = largest_on_rank(kept_work.forward_work, p, V, 0);
+            whole.backward_work = largest_on_rank(kept_work.backward_work, p, V, written);
+            whole.backward_work_held =
+                largest_on_rank(kept_work.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.parameters->fresh_gradient[k]);
+        }
     }
     if (w.recipe.autocast && last) in.head_weight_copy = w.parameters->cast_head.on_rank(p, V) * d;
 
     in.forward_buffers = w.forward_buffers.on_rank(p, V);
     // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last rebuild.
-    if (w.recompute != Recompute::none) in.recompute_buffers = in.forward_buffers;
+    if (w.recompute != Recompute::none && in.recomputed > 0) in.recompute_buffers = in.forward_buffers;
     if (last) {
         // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
         const Count sbV = ceil_div(Count(w.seq) * w.micro_batch, p.cp) * ceil_div(V, p.tp);
@@ -860,7 +917,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // whatever rows the batch used); a tied table's is then added to the head's out of place,
         // a second such table for a moment. Layer 1's activations are gone by then, its gradients not.
         // Into held gradients the table is still written whole, then added.
-        const LayerInputs& layer1 = in.layer[in.kind_at(1)];
+        const LayerInputs& layer1 = in.at(1);
         const Count table = m.tied_embeddings ? w.parameters->trainable().tied_embedding.on_rank(p, V) * Count(2) : Count(0);
         const Count fresh = (t.input + table) * g;
         const Count freed = layer1.kept + layer1.rebuilt;
@@ -887,19 +944,24 @@ struct LayoutPeak {
     Count bytes() const { return step.bytes.total(); }
 };
 
-inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
-    LayoutPeak best{0, peak_step(stage_inputs(w, p, stage_facts(w, p, 0)))};
-    const auto consider = [&](std::uint64_t stage) {
-        const Step s = peak_step(stage_inputs(w, p, stage_facts(w, p, stage)));
-        if (s.bytes.total() > best.bytes()) best = {stage, s};
-    };
+/// The stages besides the first that may be the most loaded, each handed to `consider` in order.
+template <class Consider>
+void other_candidate_stages(const Workload& w, const Parallelism& p, Consider consider) {
     if (!w.parameters->pattern.uniform()) {  // stages of different kinds of layer: any may hold the most
         for (std::uint64_t stage = 1; stage < p.pp; ++stage) consider(stage);
-        return best;
+        return;
     }
     // With a smaller first stage, the second holds the most of the middle ones (the most in flight).
     if (p.uneven_stages() && p.pp > 2) consider(1);
     if (p.pp > 1) consider(p.pp - 1);
+}
+
+inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
+    LayoutPeak best{0, peak_step(stage_inputs(w, p, stage_facts(w, p, 0)))};
+    other_candidate_stages(w, p, [&](std::uint64_t stage) {
+        const Step s = peak_step(stage_inputs(w, p, stage_facts(w, p, stage)));
+        if (s.bytes.total() > best.bytes()) best = {stage, s};
+    });
     return best;
 }
 

@@ -67,6 +67,8 @@ def predict(memcalc, run, platform, older=False, defaults=False):
         command += ["--microbatches", str(run["microbatches"])]
     if run.get("grad_buffer", "lazy") != "lazy":
         command += ["--grad-buffer", run["grad_buffer"]]
+    if "recompute_layers" in run:  # partial recomputation: the first N layers checkpointed
+        command += ["--recompute-layers", str(run["recompute_layers"])]
     for key, default in SWITCH_DEFAULTS.items():  # recorded since replicate.py measured them; else the defaults
         if run.get(key, default) != default and not defaults:
             command += ["--" + key.replace("_", "-"), run[key]]

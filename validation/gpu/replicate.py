@@ -332,9 +332,11 @@ class InPlaceCrossEntropy(torch.autograd.Function):
 
 
 class Model(nn.Module):
-    def __init__(self, spec, attention, mode, loss="fp32", kv_cache="off"):
+    def __init__(self, spec, attention, mode, loss="fp32", kv_cache="off", recompute_layers=None):
         super().__init__()
         self.spec, self.mode, self.loss, self.kv_cache = spec, mode, loss, kv_cache
+        # Partial recomputation (Megatron-LM's block method): only the first N layers checkpointed under full.
+        self.recompute_layers = recompute_layers
         h, V = spec["hidden"], spec["vocab"]
         self.embed = nn.Embedding(V, h)
         self.positions = nn.Embedding(spec["max_positions"], h) if spec.get("position") == "learned" else None
@@ -373,7 +375,7 @@ class Model(nn.Module):
         for i, block in enumerate(self.blocks, start=1):
             if i > 1:
                 mark(f"forward {i}")
-            if self.mode == "full":
+            if self.mode == "full" and (self.recompute_layers is None or i <= self.recompute_layers):
                 x, kv = checkpoint(block, x, mask, cos, sin, positions, use_reentrant=False)
             elif self.mode == "op":  # torchtitan's: every layer checkpointed under its op-level policy
                 x, kv = op_checkpoint(block, x, mask, cos, sin, positions)
@@ -574,19 +576,19 @@ def training_fields(train):
 
 
 def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="lazy", recipe="mixed-adam",
-        loss_kernel="fp32", logits_life="held", kv_cache="off", train=Train()):
+        loss_kernel="fp32", logits_life="held", kv_cache="off", train=Train(), recompute_layers=None):
     torch.manual_seed(0)
     # amp-adam: an fp32 model whose forward runs under torch.autocast (nanoGPT's train.py, transformers'
     # Trainer(bf16=True)); backward runs outside it, as PyTorch's AMP recipe says.
     weights = torch.float32 if recipe == "amp-adam" else DTYPE
     if _torch_version() >= (2, 0):  # initialise on the device itself: a billion weights take seconds on a CPU
         with torch.device(device):
-            model = Model(spec, attention, mode, loss_kernel, kv_cache)
+            model = Model(spec, attention, mode, loss_kernel, kv_cache, recompute_layers)
             if train.mode != "full":  # after the base initialisation, before the cast: bf16 adapters
                 apply_training(model, spec, train)
         model = model.to(dtype=weights)
     else:
-        model = Model(spec, attention, mode, loss_kernel, kv_cache)
+        model = Model(spec, attention, mode, loss_kernel, kv_cache, recompute_layers)
         if train.mode != "full":
             apply_training(model, spec, train)
         model = model.to(device=device, dtype=weights)
@@ -640,7 +642,8 @@ def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="
             "attention": attention, "optimizer_impl": "for-loop", "recipe": recipe, "loss": loss_kernel,
             "logits": logits_life, "kv_cache": kv_cache, **training_fields(train), "memory_before_step": meter.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": meter.steps,
-            "median_step_seconds": statistics.median(times), "steps_timed": steps}
+            "median_step_seconds": statistics.median(times), "steps_timed": steps,
+            **({"recompute_layers": recompute_layers} if recompute_layers is not None else {})}
 
 
 def cpu_name():
@@ -683,6 +686,9 @@ def main(argv=None):
     ap.add_argument("--modes", nargs="+", choices=("none", "selective", "full", "op"), default=["none", "selective", "full"],
                     help="recomputation modes (default none, selective and full; op: torchtitan's op-level selective "
                          "checkpointing, emulated where torch has no create_selective_checkpoint_contexts)")
+    ap.add_argument("--recompute-layers", nargs="+", type=int, metavar="N",
+                    help="with --modes full: runs that checkpoint only the first N layers (memcalc's "
+                         "--recompute-layers; default: every layer)")
     ap.add_argument("--attentions", nargs="+", choices=("eager", "sdpa"), default=["eager", "sdpa"],
                     help="attention kernels (default both, sdpa where this torch has it)")
     add_train_arguments(ap, ", as validation/reference_trainer.py builds them; the optimizer gets the trainable "
@@ -717,11 +723,14 @@ def main(argv=None):
                 if attention == "sdpa" and not sdpa:
                     skipped.append(f"{name} seq {seq}: torch {torch.__version__} has no scaled_dot_product_attention")
                     continue
-                for train, mode, microbatches, buffer, recipe, loss, logits, kv_cache in itertools.product(
-                        trains, a.modes, a.microbatches, a.grad_buffer, a.recipe, a.loss, a.logits, a.kv_cache):
+                for train, mode, microbatches, buffer, recipe, loss, logits, kv_cache, partial in itertools.product(
+                        trains, a.modes, a.microbatches, a.grad_buffer, a.recipe, a.loss, a.logits, a.kv_cache,
+                        [None] + (a.recompute_layers or [])):
+                    if partial is not None and mode != "full":
+                        continue
                     try:
                         r = run(spec, seq, mode, attention, a.device, steps, microbatches, buffer, recipe, loss,
-                                logits, kv_cache, train)
+                                logits, kv_cache, train, partial)
                     except ValueError as e:  # a part or target this model has not
                         sys.exit(f"replicate.py: {e}")
                     runs.append(r)
