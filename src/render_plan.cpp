@@ -168,7 +168,7 @@ std::string plan_csv(const PlanView& v) {
         const PlanRow& r = v.result.top[i];
         const Parallelism& p = r.parallel;
         const auto tokens = tokens_per_second_per_gpu(v.request, r);
-        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f},{},{},{},{},{},{},{},{},{}\n", i + 1, p.dp, p.tp,
+        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f},{},{},{},{},{},{},{},{},{},{}\n", i + 1, p.dp, p.tp,
                            p.pp, p.cp,
                            p.ep, p.zero, p.sequence_parallel, r.micro_batch, p.steps_per_batch(), recompute_name(r.recompute),
                            r.peak.bytes().value(), r.peak.step.name(), r.peak.stage, r.recompute_fraction, r.bubble,

@@ -36,4 +36,15 @@ inline memcalc::Architecture decoder() {
     return m;
 }
 
+/// A mixture-of-experts model whose first two layers are dense, as DeepSeek's are.
+inline memcalc::Architecture dense_then_moe() {
+    memcalc::Architecture m;
+    m.name = "dense-then-moe";
+    m.hidden = 512, m.layers = 8, m.heads = 8, m.kv_heads = 4, m.ffn = 256, m.vocab = 1000, m.max_positions = 2048;
+    m.experts = 8, m.experts_per_token = 2;
+    m.layer_kinds = {{"dense", 2048, 0, {}}, {"moe", {}, {}, {}}};
+    m.layer_pattern = {{0, 2}, {1, 6}};
+    return m;
+}
+
 }  // namespace fixtures

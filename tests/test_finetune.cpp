@@ -470,11 +470,12 @@ TEST_CASE("memcalc --lora-variant dora and the CSV's training column", "[finetun
     };
     const std::string full = header_and_row(""), q = header_and_row("--train qlora");
     CHECK(full.rfind("model,seq,micro_batch,recompute,recipe,activations,attention,parameters,state_bytes,", 0) == 0);
-    CHECK_THAT(full, Catch::Contains("first_stage_layers,last_stage_layers,training\n"));
-    CHECK_THAT(full, Catch::Contains(",full\nllama-7b,1024,"));
-    CHECK(full.substr(full.size() - 6) == ",full\n");
-    CHECK_THAT(q, Catch::Contains(",qlora\nllama-7b,1024,"));
-    CHECK(q.substr(q.size() - 7) == ",qlora\n");
+    // training, then partial recomputation's recompute_layers (empty: every layer of the mode).
+    CHECK_THAT(full, Catch::Contains("first_stage_layers,last_stage_layers,training,recompute_layers\n"));
+    CHECK_THAT(full, Catch::Contains(",full,\nllama-7b,1024,"));
+    CHECK(full.substr(full.size() - 7) == ",full,\n");
+    CHECK_THAT(q, Catch::Contains(",qlora,\nllama-7b,1024,"));
+    CHECK(q.substr(q.size() - 8) == ",qlora,\n");
 }
 
 TEST_CASE("memcalc fit says what trains in its CSV and JSON", "[finetune][cli][fit]") {

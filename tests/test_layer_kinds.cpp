@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "fixtures.hpp"
 #include "memcalc/estimate.hpp"
 #include "model_file.hpp"
 #include "run_program.hpp"
@@ -119,18 +120,7 @@ TEST_CASE("one kind of layer, or alike kinds in runs, gives every preset's figur
     }
 }
 
-namespace {
-/// A mixture-of-experts model whose first two layers are dense, as DeepSeek's are.
-Architecture dense_then_moe() {
-    Architecture m;
-    m.name = "dense-then-moe";
-    m.hidden = 512, m.layers = 8, m.heads = 8, m.kv_heads = 4, m.ffn = 256, m.vocab = 1000, m.max_positions = 2048;
-    m.experts = 8, m.experts_per_token = 2;
-    m.layer_kinds = {{"dense", 2048, 0, {}}, {"moe", {}, {}, {}}};
-    m.layer_pattern = {{0, 2}, {1, 6}};
-    return m;
-}
-}  // namespace
+using fixtures::dense_then_moe;
 
 TEST_CASE("a model of a dense and a mixture-of-experts kind is each kind's sum", "[layer_kinds]") {
     const Architecture mixed = dense_then_moe();

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fixtures.hpp"
 #include "memcalc/plan.hpp"
 #include "run_program.hpp"
 
@@ -37,16 +38,7 @@ const Step& step_named(const RankReport& rank, const std::string& name) {
     return *it;
 }
 
-/// A dense layer of width 2,048 twice, then six of 8 experts, as DeepSeek's first layers are dense.
-Architecture dense_then_moe() {
-    Architecture m;
-    m.name = "dense-then-moe";
-    m.hidden = 512, m.layers = 8, m.heads = 8, m.kv_heads = 4, m.ffn = 256, m.vocab = 1000, m.max_positions = 2048;
-    m.experts = 8, m.experts_per_token = 2;
-    m.layer_kinds = {{"dense", 2048, 0, {}}, {"moe", {}, {}, {}}};
-    m.layer_pattern = {{0, 2}, {1, 6}};
-    return m;
-}
+using fixtures::dense_then_moe;  // two dense layers of width 2,048, then six of 8 experts
 }  // namespace
 
 TEST_CASE("partial recomputation: N = 0 is none, N = layers is full, each N between keeps N inputs and the rest whole",
@@ -195,7 +187,7 @@ TEST_CASE("partial recomputation's errors name the value", "[partial_recompute]"
     CHECK_THROWS_WITH(estimate(m, s), "recompute_layers (5) exceeds the 4 layers of the largest pipeline stage");
     s.parallel.vpp = 2;
     s.parallel.recompute_layers = 3;
-    CHECK_THROWS_WITH(estimate(m, s), "recompute_layers (3) exceeds the 2 layers of a model chunk (layers / (pp x vpp))");
+    CHECK_THROWS_WITH(estimate(m, s), "recompute_layers (3) exceeds the 2 layers of a model chunk");
     s = partial(2);
     for (Recompute mode : {Recompute::none, Recompute::selective}) {
         s.recompute = mode;
@@ -227,8 +219,8 @@ TEST_CASE("the program reports recompute_layers in its JSON, CSV and table", "[p
     CHECK(plain["settings"]["recompute_layers"].is_null());
     const std::string csv = testing::memcalc(run + " --format csv").out;
     const std::string header = csv.substr(0, csv.find('\n'));
-    CHECK(header.substr(header.size() - std::string(",last_stage_layers,recompute_layers").size()) ==
-          ",last_stage_layers,recompute_layers");
+    CHECK(header.substr(header.size() - std::string(",last_stage_layers,training,recompute_layers").size()) ==
+          ",last_stage_layers,training,recompute_layers");
     CHECK(csv.substr(csv.size() - 3) == ",3\n");
     CHECK(testing::memcalc(run).out.find("recompute full (first 3 layers of each stage)") != std::string::npos);
 }
@@ -298,7 +290,7 @@ TEST_CASE("plan: the fewest recomputed layers that fit (N fits, N - 1 does not),
     REQUIRE(!j["layouts"].empty());
     CHECK(j["layouts"][0]["recompute_layers"].is_number());
     const std::string csv = testing::memcalc(run + " --format csv").out;
-    CHECK(csv.substr(0, csv.find('\n')).find(",offload,recompute_layers") != std::string::npos);
+    CHECK(csv.substr(0, csv.find('\n')).find(",offload,schedule,recompute_layers") != std::string::npos);
 }
 
 TEST_CASE("a stage's layers split into runs where the recomputed ones end", "[partial_recompute][layer_kinds]") {

@@ -335,13 +335,14 @@ TEST_CASE("a CSV row is what one format string gives, FLOPs past 2^64 included",
         const Report r = estimate(m, s);
         const Parallelism& p = r.settings.parallel;
         const std::string expected = fmt::format(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{:.0f},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", cli::csv_field(m.name),
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{:.0f},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", cli::csv_field(m.name),
             s.seq, s.micro_batch, recompute_name(s.recompute), s.recipe.name, activation_model_name(s.activations),
             attention_name(s.framework.attention), r.parameter_count.value(), r.state.total().value(), r.activations.value(),
             r.kept_activations.value(), r.peak_step().bytes.total().value(), r.peak_step().name(), r.compute.step,
             r.compute.recompute, p.dp, p.tp, p.pp, p.cp, p.ep, p.zero, p.sequence_parallel, p.steps_per_batch(),
             r.busiest().stage, r.peak_step().microbatch, grad_buffer_name(s.framework.grad_buffer), p.first_stage_layers,
-            p.last_stage_layers, training_name(r.settings.tuning.mode));
+            p.last_stage_layers, training_name(r.settings.tuning.mode),
+            p.recompute_layers ? std::to_string(*p.recompute_layers) : "");
         CHECK(cli::csv_row(r) == expected);
     }
 }
