@@ -231,7 +231,7 @@ TEST_CASE("plan searches activation offload only where --offload lists it, alone
     CHECK_FALSE(pair[1].fits);
 }
 
-TEST_CASE("--offload activations in an estimate and a plan, and the names it refuses", "[offload][activations][cli]") {
+TEST_CASE("offload activations in an estimate and a plan, and the names it refuses", "[offload][activations][cli]") {
     using nlohmann::json;
     const std::string estimate = "--preset llama-7b --seq 2048 --format json";
     const json plain = json::parse(testing::memcalc(estimate).out);

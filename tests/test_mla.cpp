@@ -263,7 +263,7 @@ TEST_CASE("recompute module mla_up_proj drops q, k and v (or kv_b_proj's output)
           outputs - copied - 2 * T * (x.kv_rank + x.rope));
 }
 
-TEST_CASE("--recompute-modules mla_up_proj runs on a latent-attention model", "[mla][recompute_modules][cli]") {
+TEST_CASE("recompute-modules mla_up_proj runs on a latent-attention model", "[mla][recompute_modules][cli]") {
     Architecture m = mla_model(with_query_latent);
     Settings settings;
     settings.seq = 256, settings.recompute = Recompute::selective, settings.activations = ActivationModel::architecture;

@@ -235,6 +235,9 @@ struct Workspace {
     /// the layer's input, which a checkpointed layer keeps anyway; `stream_other`: in the MLP half the
     /// attention half's sum (or, in a parallel layer, the attention's output).
     Count stream_input, stream_other;
+    /// Backward, only under selective recomputation: a gradient that elsewhere takes the place of the saved
+    /// tensor it belongs to, freed as it is made, but that the checkpoint still holds (v's, at the softmax's backward).
+    Count selective_extra;
 };
 
 struct LayerActivations {
@@ -343,7 +346,7 @@ inline bool live_in_backward(const SavedTensor& r, Recompute mode) {
     return r.kept(Recompute::none) || (mode == Recompute::selective && r.keep == Keep::only_selective);
 }
 
-/// Bytes on the residual stream, divided as it is (by sequence and context parallelism).
+/// Bytes of one split (by default the residual stream's, divided by sequence and context parallelism).
 struct StreamShare {
     Count bytes;
     ActivationSplit split = ActivationSplit::sequence;
@@ -368,6 +371,7 @@ void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, 
         return;
     }
     added.add(w);
+    if (w.backward && mode == Recompute::selective) added.add(StreamShare{w.selective_extra, ActivationSplit::tensor});
     if (!w.backward) {
         added.add(StreamShare{w.stream_other});
         if (!checkpoints_layer(mode)) added.add(StreamShare{w.stream_input});  // else the checkpoint keeps it

@@ -88,16 +88,20 @@ public:
     void workspace_at(std::size_t absent_from, bool backward, Label op, Label tensor, Label formula, Count bytes,
                       Label gradients_from = "", ActivationSplit split = ActivationSplit::tensor) {
         const Count input = backward ? Count(0) : stream_input_, other = backward ? Count(0) : stream_other_;
-        push({backward, op, tensor, formula, bytes, split, absent_from, gradients_from, false, module_, input, other});
+        push({backward, op, tensor, formula, bytes, split, absent_from, gradients_from, false, module_, input, other, {}});
     }
     /// The residual stream's tensors no row keeps, alive beside the forward workspaces added from now on.
     void stream_beside(Count layer_input, Count other) {
         stream_input_ = layer_input;
         stream_other_ = other;
     }
+    /// The last workspace's Workspace::selective_extra.
+    void selective_extra(Count bytes) {
+        if (work_) work_->back().selective_extra = bytes;
+    }
     /// A temporary at the layer's last op (Workspace::layer_end), on the residual stream.
     void layer_end(Label op, Label tensor, Label formula, Count bytes) {
-        push({false, op, tensor, formula, bytes, ActivationSplit::sequence, rows_.size(), {}, true, module_, {}, {}});
+        push({false, op, tensor, formula, bytes, ActivationSplit::sequence, rows_.size(), {}, true, module_, {}, {}, {}});
     }
     std::size_t size() const { return rows_.size(); }
     /// The last row is the layer's input itself (SavedTensor::layer_input).
@@ -804,10 +808,11 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     const std::uint64_t forward = z.s + (copy ? dtype::fp32 : 0), backward = out + (copy ? dtype::fp32 : z.s);
     t.workspace_at(softmax_row + 1, false, "softmax", copy ? "its input and its fp32 copy" : "its input",
                    bytes_of(forward, "as^2b"), Count(forward) * softmax_elements);
-    // The product with V's backward has made v's gradient (at every query head) before the softmax's runs.
-    t.workspace_at(softmax_row + 1, true, "softmax backward", "the gradients of its output and its input, and v's",
-                   bytes_of(backward, "as^2b") + " + " + bytes_of(z.d, "sb(ad_v)"),
-                   Count(backward) * softmax_elements + z.sbv * z.d, "o_proj");
+    t.workspace_at(softmax_row + 1, true, "softmax backward", "the gradients of its output and its input",
+                   bytes_of(backward, "as^2b"), Count(backward) * softmax_elements, "o_proj");
+    // The product with V's backward has made v's gradient before the softmax's runs, and freed v, which it
+    // alone saved; selective recomputation's checkpoint holds an unrepeated v still (measured: cpu-rotary-wide512).
+    if (m.key_value_heads() == m.heads) t.selective_extra(z.sbv * z.d);
 }
 
 /// The tensors the MLP's activation function keeps (its row in activation_functions.hpp), read from
