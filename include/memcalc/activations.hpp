@@ -347,7 +347,7 @@ inline bool live_in_backward(const SavedTensor& r, Recompute mode) {
 }
 
 /// Bytes of one split (by default the residual stream's, divided by sequence and context parallelism).
-struct StreamShare {
+struct SplitShare {
     Count bytes;
     ActivationSplit split = ActivationSplit::sequence;
 };
@@ -371,10 +371,10 @@ void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, 
         return;
     }
     added.add(w);
-    if (w.backward && mode == Recompute::selective) added.add(StreamShare{w.selective_extra, ActivationSplit::tensor});
+    if (w.backward && mode == Recompute::selective) added.add(SplitShare{w.selective_extra, ActivationSplit::tensor});
     if (!w.backward) {
-        added.add(StreamShare{w.stream_other});
-        if (!checkpoints_layer(mode)) added.add(StreamShare{w.stream_input});  // else the checkpoint keeps it
+        added.add(SplitShare{w.stream_other});
+        if (!checkpoints_layer(mode)) added.add(SplitShare{w.stream_input});  // else the checkpoint keeps it
     }
     if (mode == Recompute::op)
         for (const PolicyOutput& p : policy)

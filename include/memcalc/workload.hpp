@@ -681,7 +681,10 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
         Count most;  // of one layer, over the kinds this stage runs
         for (std::size_t k = 0; k < kinds; ++k) {
             if (f.kind_layers[k] == 0) continue;
-            const Count layer = w.layers[k].kept.on_rank(p, V);
+            // Partial recomputation: each layer counted as one that keeps everything (leaning high on the host).
+            const Count layer = p.recompute_layers && k < w.not_recomputed.size()
+                                    ? std::max(w.layers[k].kept.on_rank(p, V), w.not_recomputed[k].kept.on_rank(p, V))
+                                    : w.layers[k].kept.on_rank(p, V);
             f.offloaded_activations += Count(f.kind_layers[k]) * layer;
             most = std::max(most, layer);
         }
