@@ -37,6 +37,7 @@ struct Request {
     std::string schedule;  ///< --schedule: the pipeline schedule (plan: a comma list, or all)
     std::string compare, gpus_per_node;
     std::string device_memory, reserve = "2GiB", multiple_of;  // fit and plan
+    std::string host_memory;                                    // --host-memory: each device's share of its node's
     std::string gpu, gpu_file;                                  // a device by name or file, for its memory
     std::string gpus, top, max_tp;                              // plan
     std::string plot;                                           // --plot FILE.svg

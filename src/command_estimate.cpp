@@ -77,8 +77,9 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
                                       q.per_layer ? "--per-layer" : "--timeline", configurations));
     const Format format = parse_format(q.format);
     View view{unit_of(q), q.timeline, q.compare,
-              parse_count("--gpus-per-node", q.gpus_per_node, 8), std::nullopt};
+              parse_count("--gpus-per-node", q.gpus_per_node, 8), std::nullopt, std::nullopt};
     if (const auto device = device_memory(q)) view.device_memory = device->bytes;
+    if (!q.host_memory.empty()) view.host_memory = parse_size("--host-memory", q.host_memory);
 
     if (!sweep) {
         settings.seq = seqs.front(), settings.micro_batch = batches.front(), settings.recompute = modes.front();

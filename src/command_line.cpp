@@ -225,6 +225,15 @@ void add_device_options(App& app, Request& q, const char* memory_help) {
         ->type_name("PATH");
 }
 
+/// --host-memory: what offload may fill of each device's host memory, checked where given.
+template <class App>  // a CLI::App, or a NameRecorder
+auto* add_host_memory_option(App& app, Request& q) {
+    return app.add_option("--host-memory", q.host_memory,
+                          "Host memory each device may fill with what --offload moves there: its node's memory over\n"
+                          "its GPUs (a DGX H100: 2TiB / 8 = 256GiB). Checked where given; without it, not")
+        ->type_name("SIZE");
+}
+
 /// Options a subcommand takes one value of, where the estimate takes a comma list: said so in --help.
 void single_valued(CLI::App& app, std::initializer_list<const char*> names) {
     for (const char* name : names) {
@@ -283,7 +292,8 @@ struct ParallelChoice {
                        "pp-1-k: twice the weights, gradients and optimiser state; pp + 1 stages' activations;\n"
                        "needs an even pp). zb-v and dualpipe need micro-batches >= 2 pp (dualpipe: even). A\n"
                        "micro-batch counts as live until its deferred weight-gradient pass (W) ends, as the papers\n"
-                       "count; the output gradients W reads are not added, so zero-bubble peaks may be low (README)")
+                       "count, and as what W reads (the linears' inputs and their outputs' gradients) where that is\n"
+                       "more, as under recomputation: leaning high (README)")
             ->group(parallel_group)
             ->type_name("NAME");
         add_stage_options(app, q, parallel_group);
@@ -312,9 +322,10 @@ struct ParallelChoice {
                        "tensors (its checkpoint under --recompute full) go to host memory after its forward and\n"
                        "come back for its backward, the device keeping the layer computing and the one in transit\n"
                        "(the other micro-batches in flight: one layer each); alone or joined with '+', e.g.\n"
-                       "optimizer+activations. The host figure counts what was moved; its memory is not checked")
+                       "optimizer+activations. The host figure counts what was moved (see --host-memory)")
             ->group(parallel_group)
             ->type_name("MODE");
+        add_host_memory_option(app, q)->group(parallel_group);
         app.add_option("--gpus-per-node", q.gpus_per_node, "GPUs per node, for --compare deepspeed (default 8)")
             ->group(parallel_group)
             ->type_name("N");
@@ -511,14 +522,15 @@ Examples:
                          "and their bubbles are their papers' ideal figures)")
             ->group(pinned)
             ->type_name("NAME[,NAME...]");
-        // Offload is searched only when asked for: memcalc checks neither the host memory it needs nor the
-        // CPU optimiser step's time, so a layout that fits only by offloading is not offered unasked.
+        // Offload is searched only when asked for: its host memory is checked only against --host-memory, and the
+        // CPU optimiser step's time is not counted, so a layout that fits only by offloading is not offered unasked.
         plan->add_option("--offload", plan_q.offload,
                          "Offload alternatives to try: none (default), optimizer (with ZeRO 1-3), parameters (with\n"
                          "ZeRO 3), activations (activation offload, as a single estimate's), or one joined with\n"
                          "activations by '+'; e.g. --offload none,optimizer,activations,optimizer+activations")
             ->group(pinned)
             ->type_name("MODE[,MODE...]");
+        add_host_memory_option(*plan, plan_q)->group(pinned);
         plan->add_flag("--sp", plan_q.sp, "Only layouts with sequence parallelism")->group(pinned);
         add_stage_options(*plan, plan_q, "Options");
         plan->footer(R"(Enumerates every valid layout: data, tensor, pipeline (1F1B, and interleaved 1F1B with
@@ -526,8 +538,8 @@ each vpp that splits a rank's layers evenly, when the micro-batches are a multip
 expert (for mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, with
 --offload the offload alternatives it lists (optimizer with ZeRO 1-3; parameters with ZeRO 3;
 activations, alone or as optimizer+activations or parameters+activations, as a single estimate's
---offload; not searched unless asked for, since memcalc checks neither the host memory they need nor
-the CPU optimiser's time), sequence parallelism on or off, every micro-batch that divides the global batch per replica, and each
+--offload; not searched unless asked for, since their host memory is checked only with --host-memory
+and the CPU optimiser's time is not counted), sequence parallelism on or off, every micro-batch that divides the global batch per replica, and each
 recomputation mode; where full recomputation fits and none does not, also the fewest layers per stage
 (per model chunk with vpp) whose full recomputation fits, the rest keeping their activations (Megatron-LM's
 --recompute-num-layers, block method; a binary search, as the peak falls with each layer recomputed;

@@ -28,6 +28,7 @@ std::string run_plan(const Request& q) {
     r.gpus = parse_count("--gpus", q.gpus, 1);
     r.gpu = device->gpu;
     r.capacity = Count(view.memory.value() - view.reserve.value());
+    if (!q.host_memory.empty()) r.host_capacity = parse_size("--host-memory", q.host_memory);
     r.base = settings_from(q);
     r.base.seq = parse_count("--seq", q.seq, 0);
     r.base.framework.attention = single_attention(q, r.base, "plan");

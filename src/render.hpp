@@ -48,6 +48,7 @@ struct View {
     std::string compare;         ///< "megatron" or "deepspeed": add that tool's figures
     std::uint64_t gpus_per_node = 8;
     std::optional<Count> device_memory;  ///< when given: drawn in plots, and the peak checked against it
+    std::optional<Count> host_memory;    ///< when given: what offload keeps in host memory checked against it
 };
 
 /// The timeline's categories with their JSON keys and printed labels, in print order.

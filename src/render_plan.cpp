@@ -48,27 +48,44 @@ std::string ranking_text(const PlanView& v) {
                        gpu->name, static_cast<double>(gpu->peak_bf16_flops) / 1e12, assumed_model_flops_utilization);
 }
 
-/// The recomputation, with partial recomputation's layers per stage (per chunk with vpp).
+/// Whether the search tried layouts that offload, whose host memory the table then shows.
+bool offload_searched(const PlanView& v) {
+    return std::any_of(v.request.offload.begin(), v.request.offload.end(),
+                       [](OffloadMode o) { return o.state != Offload::none || o.activations; });
+}
+
+/// Whether the host memory offload needs was checked, in a line, where the search tried offload.
+std::string host_text(const PlanView& v, Unit unit) {
+    if (!offload_searched(v)) return "";
+    if (v.request.host_capacity)
+        return fmt::format("A layout that offloads fits only if its host memory does too: at most {} a device (--host-memory).\n",
+                           amount(*v.request.host_capacity, unit));
+    return "Host memory was not checked: a layout that offloads fits on its device memory alone (give --host-memory).\n";
+}
+
+/// The recomputation, with partial recomputation's layers per stage (per chunk where a rank holds several).
 std::string recompute_text(const PlanRow& r) {
     const auto& n = r.parallel.recompute_layers;
-    return n ? fmt::format("{} ({}/{})", recompute_name(r.recompute), *n, r.parallel.vpp > 1 ? "chunk" : "stage")
+    return n ? fmt::format("{} ({}/{})", recompute_name(r.recompute), *n, chunks_per_rank(r.parallel) > 1 ? "chunk" : "stage")
              : std::string(recompute_name(r.recompute));
 }
 
 }  // namespace
 
 std::string plan_table(const PlanView& v, Unit unit) {
+    const bool host = offload_searched(v);
     TextTable table({Align::right, Align::left, Align::right, Align::right, Align::left, Align::right, Align::left,
-                     Align::right, Align::right, Align::right, Align::right, Align::right});
+                     Align::right, Align::right, Align::right, Align::right, Align::right, Align::right});
     table.row({"rank", "layout", "micro-batch", "micro-batches", "recompute", "peak", "peak at", "recompute",
-               "bubble", "comm/device", "step", "tokens/s/GPU"});
+               "bubble", "comm/device", "step", "tokens/s/GPU", host ? "host" : ""});
     for (std::size_t i = 0; i < shown(v); ++i) {
         const PlanRow& r = v.result.top[i];
         table.row({std::to_string(i + 1), layout_text(r.parallel), std::to_string(r.micro_batch),
                    std::to_string(r.parallel.steps_per_batch()), recompute_text(r), amount(r.peak.bytes(), unit),
                    r.peak.step.name() + (r.parallel.pp > 1 ? fmt::format(" (stage {})", r.peak.stage) : ""),
                    fmt::format("{:.1f}%", 100 * r.recompute_fraction), fmt::format("{:.1f}%", 100 * r.bubble),
-                   communication_text(r.communication, unit), seconds_text(r.time), tokens_text(v, r)});
+                   communication_text(r.communication, unit), seconds_text(r.time), tokens_text(v, r),
+                   host ? amount(r.host, unit) : ""});
     }
     if (v.fewest_step && v.request.gpus == 0)
         return fmt::format("memcalc plan: {}: no layout fits on up to {} devices of {} ({} usable), seq {}, {} sequences "
@@ -84,7 +101,8 @@ std::string plan_table(const PlanView& v, Unit unit) {
         out += *v.fewest_step > 1 ? fmt::format("The fewest devices, in whole nodes of {}, on which a layout fits.\n", *v.fewest_step)
                                   : "The fewest devices, any count, on which a layout fits.\n";
     out += fmt::format("{} layouts evaluated in {:.3f} s; {} fit. {}", v.result.evaluated, v.seconds, fitting(v),
-                       ranking_text(v));
+                       ranking_text(v)) +
+           host_text(v, unit);
     if (v.result.evaluated == 0)
         return out + fmt::format(
                          "No layout of {} devices is valid: each way to write {} as dp x tp x pp x cp needs a degree the "
@@ -93,7 +111,10 @@ std::string plan_table(const PlanView& v, Unit unit) {
                          "times tp with sequence parallelism, the sequence; dp the global batch). Try a device count "
                          "with other factors.\n",
                          v.request.gpus, v.request.gpus);
-    if (fitting(v) == 0) return out + "No layout fits: try more devices, more memory or a shorter sequence.\n";
+    if (fitting(v) == 0)
+        return out + (offload_searched(v) && v.request.host_capacity
+                          ? "No layout fits: try more devices, more device or host memory, or a shorter sequence.\n"
+                          : "No layout fits: try more devices, more memory or a shorter sequence.\n");
     return out + table.str();
 }
 
@@ -136,7 +157,8 @@ nlohmann::json plan_json(const PlanView& v) {
                            {"tokens_per_second_per_gpu", number_or_null(tokens_per_second_per_gpu(v.request, r))},
                            {"gpus", p.devices()},
                            {"schedule", schedule_name(p.pipeline_schedule())},
-                           {"recompute_layers", p.recompute_layers ? json(*p.recompute_layers) : json(nullptr)}});
+                           {"recompute_layers", p.recompute_layers ? json(*p.recompute_layers) : json(nullptr)},
+                           {"host_bytes", r.host.value()}});
     }
     return {{"memcalc", memcalc::version},
             {"schema", memcalc::json_schema},
@@ -152,6 +174,7 @@ nlohmann::json plan_json(const PlanView& v) {
             {"device_memory_bytes", v.memory.value()},
             {"reserve_bytes", v.reserve.value()},
             {"capacity_bytes", v.request.capacity.value()},
+            {"host_memory_bytes", v.request.host_capacity ? json(v.request.host_capacity->value()) : json(nullptr)},
             {"evaluated", v.result.evaluated},
             {"seconds", v.seconds},
             {"fitting", fitting(v)},
@@ -163,19 +186,20 @@ nlohmann::json plan_json(const PlanView& v) {
 std::string plan_csv(const PlanView& v) {
     std::string out = "rank,dp,tp,pp,cp,ep,zero,sequence_parallel,micro_batch,microbatches,recompute,peak_bytes,peak_step,"
                       "peak_stage,recompute_fraction,bubble,communication_bytes,peak_microbatch,first_stage_layers,"
-                      "last_stage_layers,step_seconds,tokens_per_second_per_gpu,gpus,vpp,offload,schedule,recompute_layers\n";
+                      "last_stage_layers,step_seconds,tokens_per_second_per_gpu,gpus,vpp,offload,schedule,recompute_layers,"
+                      "host_bytes\n";
     for (std::size_t i = 0; i < shown(v); ++i) {
         const PlanRow& r = v.result.top[i];
         const Parallelism& p = r.parallel;
         const auto tokens = tokens_per_second_per_gpu(v.request, r);
-        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f},{},{},{},{},{},{},{},{},{},{}\n", i + 1, p.dp, p.tp,
+        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.0f},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, p.dp, p.tp,
                            p.pp, p.cp,
                            p.ep, p.zero, p.sequence_parallel, r.micro_batch, p.steps_per_batch(), recompute_name(r.recompute),
                            r.peak.bytes().value(), r.peak.step.name(), r.peak.stage, r.recompute_fraction, r.bubble,
                            r.communication, r.peak.step.microbatch, p.first_stage_layers, p.last_stage_layers,
                            r.time ? fmt::format("{:.6g}", r.time->seconds()) : "", tokens ? fmt::format("{:.1f}", *tokens) : "", p.devices(), p.vpp,
                            p.offload_mode().name(), schedule_name(p.pipeline_schedule()),
-                           p.recompute_layers ? std::to_string(*p.recompute_layers) : "");
+                           p.recompute_layers ? std::to_string(*p.recompute_layers) : "", r.host.value());
     }
     return out;
 }

@@ -184,7 +184,7 @@ std::string parallel_section(const Report& r, const View& view) {
     if (p.pp > 1)
         layout += fmt::format(", {} micro-batches per step ({})", p.steps_per_batch(),
                               schedule_text(p));
-    const bool host = p.offload != Offload::none || p.offload_activations;
+    const bool host = p.offloads();
     if (host) layout += fmt::format(", {} offloaded to host memory", p.offload_mode().name());
     TextTable table({L, L, L, R, R, R, R, R, L, L});
     table.row({"stage", "layers", "holds", "in flight", "parameters", "state", host ? "host" : "", "peak", "peak step", ""});
@@ -365,6 +365,18 @@ std::string peak_section(const Report& r, const View& view) {
                                   : fmt::format("  does not fit in {}: {} over\n", amount(device, view.unit),
                                                 amount(Count(total.value() - device.value()), view.unit));
     }
+    if (view.host_memory && r.settings.parallel.offloads()) {
+        const RankReport* most = &r.ranks.front();  // the device keeping the most in host memory
+        for (const RankReport& k : r.ranks)
+            if (k.host > most->host) most = &k;
+        const Count host = most->host, memory = *view.host_memory;
+        const std::string whose = r.ranks.size() > 1 ? fmt::format(" (stage {})", most->stage) : "";
+        verdict += host <= memory ? fmt::format("  host memory{}: {} fits in {}: {} to spare\n", whose, amount(host, view.unit),
+                                                amount(memory, view.unit), amount(Count(memory.value() - host.value()), view.unit))
+                                  : fmt::format("  host memory{}: {} does not fit in {}: {} over\n", whose,
+                                                amount(host, view.unit), amount(memory, view.unit),
+                                                amount(Count(host.value() - memory.value()), view.unit));
+    }
     const std::string later =
         peak.microbatch > 1 && peak.phase != Phase::optimizer
             ? "  micro-batch 2 stands for every later one: each starts with the gradients the earlier ones\n"
@@ -405,7 +417,7 @@ std::string layout_text(const Parallelism& p) {
     if (p.ep > 1) out += fmt::format(" ep {}", p.ep);
     if (p.etp != 0) out += fmt::format(" etp {}", p.etp);
     if (p.zero > 0) out += fmt::format(" ZeRO-{}", p.zero);
-    if (p.offload != Offload::none || p.offload_activations) out += fmt::format(" offload {}", p.offload_mode().name());
+    if (p.offloads()) out += fmt::format(" offload {}", p.offload_mode().name());
     return out;
 }
 

@@ -1,8 +1,10 @@
 // GPUs by name: every built-in one reads back from its listing as itself, --gpu gives what its
 // memory given by hand gives, and bad names and files are named.
 #include <catch2/catch.hpp>
+
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "gpu_file.hpp"
@@ -97,7 +99,22 @@ TEST_CASE("a GPU by name gives what its memory given by hand gives, in fit, plan
     const auto by_file = testing::memcalc(csv + " --gpu-file " + path);
     CHECK(by_file.status == 0);
     CHECK(by_file.out == testing::memcalc(csv + " --gpu h100-sxm").out);
-    CHECK(by_file.out.find(",,") == std::string::npos);  // every row timed
+    // Every row timed: its step_seconds field is not empty.
+    std::istringstream lines(by_file.out);
+    std::string header, line;
+    std::getline(lines, header);
+    const auto field = [](const std::string& row, std::size_t n) {
+        std::istringstream cells(row);
+        std::string cell;
+        for (std::size_t i = 0; i <= n; ++i) std::getline(cells, cell, ',');
+        return cell;
+    };
+    std::size_t step_column = 0;
+    while (step_column < 64 && field(header, step_column) != "step_seconds") ++step_column;
+    REQUIRE(step_column < 64);
+    std::size_t rows = 0;
+    for (; std::getline(lines, line); ++rows) CHECK_FALSE(field(line, step_column).empty());
+    CHECK(rows == 3);
     std::remove(path.c_str());
     // The "80 GB" of its name is 6.5% short of what the H100 reports: the longest sequence differs.
     const auto nominal = testing::memcalc("fit --preset llama-3.2-1b --recompute full --device-memory 80GB --format csv");

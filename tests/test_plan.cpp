@@ -377,8 +377,8 @@ TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeR
     const auto csv = testing::memcalc("plan --preset llama-7b --gpus 8 --gpu h100-sxm --seq 4096 --global-batch 64 --top 2 "
                                       "--format csv --offload optimizer --zero 2");
     REQUIRE(csv.status == 0);
-    CHECK_THAT(csv.out, Catch::StartsWith("rank,") && Catch::Contains(",vpp,offload,schedule,recompute_layers\n"));
-    CHECK_THAT(csv.out, Catch::Contains(",optimizer,1f1b,\n"));  // every layer of its recomputation
+    CHECK_THAT(csv.out, Catch::StartsWith("rank,") && Catch::Contains(",vpp,offload,schedule,recompute_layers,host_bytes\n"));
+    CHECK_THAT(csv.out, Catch::Contains(",optimizer,1f1b,,"));  // every layer of its recomputation, then its host bytes
     // Not given, none alone is tried (offload's host memory and CPU time go unchecked): asked for, all three.
     const auto unasked = nlohmann::json::parse(testing::memcalc(run).out);
     const auto three = nlohmann::json::parse(testing::memcalc(run + " --offload none,optimizer,parameters").out);
@@ -392,4 +392,59 @@ TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeR
     const auto typo = testing::memcalc(run + " --offload optimiser");
     CHECK(typo.status == 2);
     CHECK_THAT(typo.err, Catch::Contains("did you mean 'optimizer'"));
+}
+
+TEST_CASE("a layout that offloads fits only where its host memory does too, when that is given", "[plan][offload]") {
+    const Architecture m = fixtures::llama_7b();
+    PlanRequest request;
+    request.gpus = 8, request.capacity = 1ULL << 50, request.base.seq = 1024, request.global_batch = 8;
+    request.dp = {8}, request.zero = {3}, request.modes = {Recompute::none}, request.micro_batches = {1};
+    request.offload = {OffloadMode{Offload::optimizer, false}};
+    // ZeRO-Offload's host share of a device, by hand: the fp32 master copy, Adam's two fp32 moments and the
+    // fp32 gradient shard, 16 bytes for each of its ceil(6,738,415,616 / 8) parameters.
+    const Count host = Count(842'301'952) * 16;
+    const auto only_row = [&] {
+        const auto rows = plan(m, request);
+        REQUIRE(rows.size() == 1);
+        CHECK(rows.front().parallel.offload == Offload::optimizer);
+        CHECK(rows.front().host == host);
+        return rows.front();
+    };
+    CHECK(only_row().fits);  // no host memory given: not checked
+    request.host_capacity = host;
+    CHECK(only_row().fits);
+    request.host_capacity = Count(host.value() - 1);
+    CHECK_FALSE(only_row().fits);
+    // A layout that keeps everything on the device is not held to it.
+    request.offload = {OffloadMode{Offload::none, false}};
+    const auto rows = plan(m, request);
+    REQUIRE(rows.size() == 1);
+    CHECK(rows.front().host == Count(0));
+    CHECK(rows.front().fits);
+}
+
+TEST_CASE("--host-memory: checked in plan and in a single estimate, said where it is not given", "[plan][offload][cli]") {
+    const std::string run = "plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 1024 --global-batch 8 --dp 8 "
+                            "--zero 3 --offload optimizer --recompute none -b 1";
+    // 16 B for each of the device's 842,301,952 parameters: 13.5 GB.
+    const auto unchecked = testing::memcalc(run);
+    REQUIRE(unchecked.status == 0);
+    CHECK_THAT(unchecked.out, Catch::Contains("Host memory was not checked") && Catch::Contains("13.5 GB"));
+    const auto roomy = nlohmann::json::parse(testing::memcalc(run + " --host-memory 13476831232B --format json").out);
+    CHECK(roomy["host_memory_bytes"] == 13476831232ULL);
+    REQUIRE(roomy["layouts"].size() == 1);
+    CHECK(roomy["layouts"][0]["host_bytes"] == 13476831232ULL);
+    const auto tight = testing::memcalc(run + " --host-memory 13476831231B");
+    REQUIRE(tight.status == 0);
+    CHECK_THAT(tight.out, Catch::Contains("No layout fits") && Catch::Contains("at most 13.5 GB a device"));
+
+    const std::string single = "--preset llama-7b --seq 1024 --dp 8 --zero 3 --offload optimizer --device-memory 80GB";
+    CHECK_THAT(testing::memcalc(single + " --host-memory 16GB").out,
+               Catch::Contains("host memory: 13.5 GB fits in 16.0 GB: 2.5 GB to spare"));
+    CHECK_THAT(testing::memcalc(single + " --host-memory 12GB").out,
+               Catch::Contains("host memory: 13.5 GB does not fit in 12.0 GB: 1.5 GB over"));
+    const auto bad = testing::memcalc(single + " --host-memory lots");
+    CHECK(bad.status != 0);
+    CHECK(bad.out.empty());
+    CHECK_THAT(bad.err, Catch::Contains("--host-memory") && Catch::Contains("lots"));
 }

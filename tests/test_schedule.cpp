@@ -231,7 +231,7 @@ TEST_CASE("plan searches the schedules asked for, and its peaks are estimate()'s
     const auto csv = testing::memcalc("plan --preset llama-7b --gpus 8 --gpu h100-sxm --seq 4096 --global-batch 64 --top 3 "
                                       "--format csv --pp 4 --schedule dualpipe");
     REQUIRE(csv.status == 0);
-    CHECK_THAT(csv.out, Catch::Contains(",vpp,offload,schedule,recompute_layers\n") && Catch::Contains(",dualpipe,"));
+    CHECK_THAT(csv.out, Catch::Contains(",vpp,offload,schedule,recompute_layers,host_bytes\n") && Catch::Contains(",dualpipe,"));
     CHECK_THAT(csv.out, !Catch::Contains(",1f1b,"));
 }
 
@@ -259,4 +259,64 @@ TEST_CASE("under every schedule the closed-form layout peak equals the most load
                 CHECK(fast.bytes() == r.peak_step().bytes.total());
                 CHECK(fast.stage == r.busiest().stage);
             }
+}
+
+TEST_CASE("a deferred weight-gradient pass holds each linear's input and its output's gradient, by hand", "[schedule][pipeline]") {
+    const Architecture m = fixtures::llama_7b();
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const std::uint64_t s = 4096, h = 4096, f = 11008, d = 2, V = m.vocab;
+    // One layer: q, k, v and o (h to h), gate and up (h to f), down (f to h); each its input and its output's gradient.
+    const SplitBytes reads = weight_pass_reads(m, params->table, 0, s, d);
+    const Parallelism whole;
+    CHECK(reads.on_rank(whole, V) == Count(s) * (8 * h + 3 * (h + f)) * d);
+    // Tensor-parallel: the 7 sides of the model's width stay whole (W reads the gathered input), the rest split.
+    Parallelism tp2;
+    tp2.tp = 2, tp2.sequence_parallel = true;
+    CHECK(reads.on_rank(tp2, V) == Count(s) * (7 * h + (4 * h + 3 * f) / 2) * d);
+    // A frozen linear has no weight gradient, so nothing waits for it.
+    ParameterTable frozen = parameter_table(m);
+    for (ParamRow& row : frozen.rows)
+        if (row.tensor == Text("down_proj")) row.trainable = false;
+    CHECK(weight_pass_reads(m, frozen, 0, s, d).on_rank(whole, V) == Count(s) * (8 * h + 2 * (h + f)) * d);
+
+    // Stage 0 of 4, 8 micro-batches: under ZB-H1 and ZB-V each other micro-batch (chunk) in flight counts the
+    // larger of its saved tensors and W's reads; 1F1B its saved tensors. The formula's layer keeps 34 sbh +
+    // 5 as^2b bytes with nothing recomputed (more than W's 38 sbh at this length), 34 sbh under selective
+    // recomputation and 2 sbh under full (less).
+    for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+        const ActivationTables t = activation_tables(m, s, 1, DType::bf16, ActivationModel::korthikanti);
+        const Workload w = make_workload(m, Settings{}.recipe, s, 1, mode, params, t);
+        const Count kept = w.layers[0].kept.on_rank(whole, V), read = reads.on_rank(whole, V);
+        CAPTURE(recompute_name(mode));
+        CHECK((kept > read) == (mode == Recompute::none));
+        const auto others = [&](Schedule schedule) {
+            const Parallelism p = pipeline(4, 8, schedule);
+            return stage_inputs(w, p, stage_facts(w, p, 0)).other_microbatches;
+        };
+        CHECK(others(Schedule::one_f_one_b) == Count(3 * 8) * kept);
+        CHECK(others(Schedule::zb_h1) == Count(3 * 8) * std::max(kept, read));  // 4 in flight, 8 layers each
+        CHECK(others(Schedule::zb_v) == Count(6 * 4) * std::max(kept, read));   // 8 chunks, 2 running, 4 layers each
+    }
+}
+
+TEST_CASE("partial recomputation reruns the first N layers of each model chunk once per micro-batch, whatever the schedule",
+          "[schedule][recompute]") {
+    const Architecture m = fixtures::llama_7b();
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const ActivationTables t = activation_tables(m, 1024, 1, DType::bf16, ActivationModel::korthikanti);
+    const Workload w = make_workload(m, Settings{}.recipe, 1024, 1, Recompute::full, params, t);
+    using Row = std::tuple<Schedule, std::uint64_t, std::uint64_t>;  // schedule, vpp, the model's chunks
+    for (const auto& [schedule, vpp, chunks] : {Row{Schedule::one_f_one_b, 1, 4}, Row{Schedule::interleaved, 2, 8},
+                                                Row{Schedule::zb_h1, 1, 4}, Row{Schedule::zb_v, 1, 8},
+                                                // DualPipe keeps each of the 4 stages twice; a micro-batch runs one copy.
+                                                Row{Schedule::dualpipe, 1, 4}}) {
+        Parallelism p = pipeline(4, 8, schedule);
+        p.vpp = vpp;
+        CHECK(model_chunks(p) == chunks);
+        for (std::uint64_t n : {1, 2, 3}) {
+            p.recompute_layers = n;
+            CAPTURE(schedule_name(schedule), n);
+            CHECK(recomputed_layers(w, p)[0] == chunks * n);
+        }
+    }
 }

@@ -90,8 +90,10 @@ struct Parallelism {
     std::uint64_t expert_tp() const { return etp == 0 ? tp : etp; }
     std::uint64_t steps_per_batch() const { return microbatches == 0 ? pp : microbatches; }
     bool uneven_stages() const { return first_stage_layers != 0 || last_stage_layers != 0; }
-    bool any() const { return devices() > 1 || zero > 0 || vpp > 1 || offload != Offload::none || offload_activations; }
+    bool any() const { return devices() > 1 || zero > 0 || vpp > 1 || offloads(); }
     OffloadMode offload_mode() const { return {offload, offload_activations}; }
+    /// Whether anything goes to host memory.
+    bool offloads() const { return offload != Offload::none || offload_activations; }
     Schedule pipeline_schedule() const {
         return schedule == Schedule::one_f_one_b && vpp > 1 ? Schedule::interleaved : schedule;
     }

@@ -45,8 +45,8 @@ struct PlanRequest {
     std::vector<unsigned> zero;
     /// Offload alternatives to try; empty: each ZeRO-Offload mode the ZeRO stage allows (optimizer: 1-3,
     /// parameters: 3), none with activation offload, which is tried only where listed (alone, or as
-    /// optimizer+activations...). The program passes {none} unless asked: it checks neither host memory
-    /// nor the CPU optimiser's time.
+    /// optimizer+activations...). The program passes {none} unless asked: it checks host memory only
+    /// where host_capacity is given, and does not count the CPU optimiser's time.
     std::vector<OffloadMode> offload;
     bool sequence_parallel = false;
     /// Partial recomputation pinned: full recomputation of the first N layers of each stage's chunks
@@ -56,6 +56,9 @@ struct PlanRequest {
     /// The GPU whose speeds time each step; none (or one lacking a figure): no times, and the
     /// ranking by waste alone.
     std::optional<Gpu> gpu;
+    /// Host memory each device may fill with what it offloads (its node's, shared among its GPUs);
+    /// none: not checked, so an offloading layout fits on its device memory alone.
+    std::optional<Count> host_capacity;
 };
 
 /// Whether a search list allows `value`: an empty one allows all.
@@ -69,7 +72,8 @@ struct PlanRow {
     std::uint64_t micro_batch = 1;
     Recompute recompute = Recompute::none;
     LayoutPeak peak;
-    bool fits = false;
+    Count host;  ///< host memory of the device that offloads the most (layout_host); 0 without offload
+    bool fits = false;  ///< in device memory, and in host memory where the request gives it
     double recompute_fraction = 0;  ///< extra FLOPs of recomputation / the step's FLOPs
     double bubble = 0;              ///< pipeline bubble, of the step (1F1B: (P - 1) / (vpp x M + P - 1))
     double communication = 0;       ///< bytes each device sends per step, to host memory too (estimate)
@@ -174,7 +178,8 @@ inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost, co
     row.bubble = idle / (1 + idle);
     try {
         row.peak = layout_peak(w, p);
-        row.fits = row.peak.bytes() <= request.capacity;
+        row.host = p.offloads() ? layout_host(w, p) : Count(0);
+        row.fits = row.peak.bytes() <= request.capacity && (!request.host_capacity || row.host <= *request.host_capacity);
         const Traffic bytes = traffic(w, p, stage_facts(w, p, 0));
         row.communication = bytes.total();
         // cost is one micro-batch's: the step runs G / b of them.

@@ -32,12 +32,15 @@ struct SplitBytes {
 
     template <class Tensor>  // a SavedTensor or a Workspace
     void add(const Tensor& r) {
-        switch (r.split) {
-            case ActivationSplit::tensor: tensor += r.bytes; break;
-            case ActivationSplit::expert_tensor: expert_tensor += r.bytes; break;
-            case ActivationSplit::sequence: sequence += r.bytes; break;
-            case ActivationSplit::replicated: replicated += r.bytes; break;
-            case ActivationSplit::vocab: vocab += r.bytes; break;
+        add(r.split, r.bytes);
+    }
+    void add(ActivationSplit split, Count bytes) {
+        switch (split) {
+            case ActivationSplit::tensor: tensor += bytes; break;
+            case ActivationSplit::expert_tensor: expert_tensor += bytes; break;
+            case ActivationSplit::sequence: sequence += bytes; break;
+            case ActivationSplit::replicated: replicated += bytes; break;
+            case ActivationSplit::vocab: vocab += bytes; break;
         }
     }
     /// One rank's share, by the rule each row follows (rank_share; exact for valid layouts).
@@ -386,7 +389,35 @@ struct Workload {
     /// (Parallelism::recompute_layers) runs the layers past the first N of each chunk so.
     std::vector<LayerWork> not_recomputed;
     SplitBytes kv_cache_not_recomputed;  ///< kv_cache under none
+    /// By kind, one layer of one micro-batch: what a deferred weight-gradient pass reads (weight_pass_reads).
+    std::vector<SplitBytes> weight_pass_reads;
 };
+
+/// What the weight-gradient pass (W) of one layer of kind `kind` reads, one micro-batch of `tokens` tokens:
+/// each trainable linear's input and its output's gradient, in the compute dtype (`bytes`). Zero-bubble
+/// schedules hold them from the input-gradient pass until W. Of a tensor-parallel linear, the side Megatron-LM
+/// splits is 1 / tp and the other whole on every rank (under sequence parallelism W reads the gathered
+/// input, as its deferred weight-gradient store keeps it): the input of a row-parallel one (linear_rows),
+/// the output of the others; a linear not in that table is split but on the model's width. Experts read
+/// their tokens' k slots.
+inline SplitBytes weight_pass_reads(const Architecture& m, const ParameterTable& table, std::size_t kind,
+                                    std::uint64_t tokens, std::uint64_t bytes) {
+    SplitBytes reads;
+    const std::uint64_t slots = tokens * m.kind_view(kind).active_experts();
+    for (const ParamRow& row : table.rows) {
+        if (row.group != Group::layer || row.kind != kind || !row.trainable || tensor_dims(row) != 2) continue;
+        if (row.part == Part::norms || row.part == Part::final_norm) continue;
+        const std::uint64_t* d = row.dims.end() - 2;  // in x out
+        const LinearRow* linear = linear_of(row.tensor);
+        const ActivationSplit split = row.expert ? ActivationSplit::expert_tensor : ActivationSplit::tensor;
+        for (int out = 0; out < 2; ++out) {
+            const bool cut = row.split == ParamSplit::tensor &&
+                             (linear ? linear->row_parallel == (out == 0) : d[out] != m.hidden);
+            reads.add(cut ? split : ActivationSplit::replicated, Count(row.expert ? slots : tokens) * d[out] * bytes);
+        }
+    }
+    return reads;
+}
 
 /// One kind of layer's share of a workload under `mode`: its kept and rebuilt rows and its workspaces.
 inline LayerWork layer_work(const LayerActivations& layer, Recompute mode, const ParameterTable& params,
@@ -463,7 +494,7 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
                               Recompute mode, std::shared_ptr<const ParameterSplits> params, const ActivationTables& t,
                               const Framework& framework = {}) {
     Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params), {}, {},
-               {}, {}};
+               {}, {}, {}};
     const auto cache = [&](Recompute under, SplitBytes& into) {
         if (framework.kv_cache == KvCache::kept)
             for (const auto& row : kv_cache_rows(m, seq, micro_batch, recipe.precision(), framework.attention, under))
@@ -473,7 +504,11 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     w.optimizer_state = optimizer_splits(w.parameters, recipe);
     const std::uint64_t V = m.vocab;
     for (const auto& row : t.forward_buffers) w.forward_buffers.add(row);
-    for (std::size_t k = 0; k < m.kind_count(); ++k) w.layers.push_back(layer_work(t.of_kind(k), mode, w.parameters->table, V, k));
+    for (std::size_t k = 0; k < m.kind_count(); ++k) {
+        w.layers.push_back(layer_work(t.of_kind(k), mode, w.parameters->table, V, k));
+        w.weight_pass_reads.push_back(
+            weight_pass_reads(m, w.parameters->table, k, seq * micro_batch, recipe.activation_bytes()));
+    }
     if (mode == Recompute::full) {
         cache(Recompute::none, w.kv_cache_not_recomputed);
         for (std::size_t k = 0; k < m.kind_count(); ++k)
@@ -531,7 +566,8 @@ inline StageLayers stage_layers(const Workload& w, const Parallelism& p, std::ui
 }
 
 /// The model's layers of each kind whose forward reruns in backward under partial recomputation
-/// (Parallelism::recompute_layers): the first N of each stage's chunks.
+/// (Parallelism::recompute_layers): the first N of each stage's chunks. A micro-batch runs through one
+/// copy of each chunk where the schedule keeps two (DualPipe): the ranks' sum, over the copies.
 inline KindCounts recomputed_layers(const Workload& w, const Parallelism& p) {
     KindCounts sum{};
     for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
@@ -539,6 +575,7 @@ inline KindCounts recomputed_layers(const Workload& w, const Parallelism& p) {
         const KindCounts c = s.recomputed_counts(s.layers);
         for (std::size_t k = 0; k < max_layer_kinds; ++k) sum[k] += c[k];
     }
+    for (std::uint64_t& n : sum) n /= schedule_row(p).parameter_copies;
     return sum;
 }
 
@@ -811,13 +848,24 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     const std::uint64_t chunk_recomputed = std::min(in.recomputed, in.chunk);
     const Count chunk_kept = Count(chunk_recomputed) * most_kept + Count(in.chunk - chunk_recomputed) * most_kept_whole;
     in.kept_offloaded = p.offload_activations;
+    // A schedule that defers W: a micro-batch past its B holds what W reads instead, on the device; each
+    // counts the larger of the two, as any may be either (leaning high where few have run B).
+    Count stage_reads, most_reads;
+    if (schedule_row(p).defers_weight_gradients)
+        for (std::size_t k = 0; k < kinds; ++k) {
+            const Count reads = w.weight_pass_reads[k].on_rank(p, V);
+            stage_reads += Count(f.kind_layers[k]) * reads;
+            if (f.kind_layers[k] > 0) most_reads = std::max(most_reads, reads);
+        }
     const auto others = [&](std::uint64_t in_flight) {
-        if (!p.offload_activations) return other_microbatches_kept(p, in_flight, stage_kept, chunk_kept);
+        const Count awaiting_w = other_microbatches_kept(p, in_flight, stage_reads, Count(in.chunk) * most_reads);
+        if (!p.offload_activations) return std::max(other_microbatches_kept(p, in_flight, stage_kept, chunk_kept), awaiting_w);
         // Offloaded, their activations wait on the host but for one layer each, the last of its run, which
         // Megatron-LM (cpu_offloading_num_layers below the layers) and torchtitan leave on the device, and
         // whose copy the next backward need not wait for. The casts stay on the device (leaning high).
-        return other_microbatches_kept(p, in_flight, stage_copies, Count(in.chunk) * most_copies) +
-               Count(other_in_flight(p, in_flight)) * most_activations;
+        return std::max(other_microbatches_kept(p, in_flight, stage_copies, Count(in.chunk) * most_copies) +
+                            Count(other_in_flight(p, in_flight)) * most_activations,
+                        awaiting_w);
     };
     const std::uint64_t chunks = chunks_per_microbatch(p);  // DualPipe's micro-batch runs one of its rank's two
     const auto input_side = [&](std::uint64_t in_flight) {
@@ -957,6 +1005,14 @@ void other_candidate_stages(const Workload& w, const Parallelism& p, Consider co
     // With a smaller first stage, the second holds the most of the middle ones (the most in flight).
     if (p.uneven_stages() && p.pp > 2) consider(1);
     if (p.pp > 1) consider(p.pp - 1);
+}
+
+/// The most host memory a device of the layout fills (offload): the stages layout_peak weighs hold
+/// the most there too (the most micro-batches in flight, the embedding, the head, the most layers).
+inline Count layout_host(const Workload& w, const Parallelism& p) {
+    Count most = stage_facts(w, p, 0).host;
+    other_candidate_stages(w, p, [&](std::uint64_t stage) { most = std::max(most, stage_facts(w, p, stage).host); });
+    return most;
 }
 
 inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
