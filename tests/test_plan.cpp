@@ -423,7 +423,7 @@ TEST_CASE("a layout that offloads fits only where its host memory does too, when
     CHECK(rows.front().fits);
 }
 
-TEST_CASE("--host-memory: checked in plan and in a single estimate, said where it is not given", "[plan][offload][cli]") {
+TEST_CASE("host memory (--host-memory) is checked in plan and in a single estimate, and said where it is not", "[plan][offload][cli]") {
     const std::string run = "plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 1024 --global-batch 8 --dp 8 "
                             "--zero 3 --offload optimizer --recompute none -b 1";
     // 16 B for each of the device's 842,301,952 parameters: 13.5 GB.
