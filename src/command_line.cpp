@@ -523,7 +523,7 @@ Examples:
             ->group(pinned)
             ->type_name("NAME[,NAME...]");
         // Offload is searched only when asked for: its host memory is checked only against --host-memory, and the
-        // CPU optimiser step's time is not counted, so a layout that fits only by offloading is not offered unasked.
+        // CPU optimiser step's time rests on an assumed host bandwidth, so one that fits only by offloading is not offered unasked.
         plan->add_option("--offload", plan_q.offload,
                          "Offload alternatives to try: none (default), optimizer (with ZeRO 1-3), parameters (with\n"
                          "ZeRO 3), activations (activation offload, as a single estimate's), or one joined with\n"
@@ -539,7 +539,7 @@ expert (for mixture-of-experts models) degrees whose product is --gpus, ZeRO sta
 --offload the offload alternatives it lists (optimizer with ZeRO 1-3; parameters with ZeRO 3;
 activations, alone or as optimizer+activations or parameters+activations, as a single estimate's
 --offload; not searched unless asked for, since their host memory is checked only with --host-memory
-and the CPU optimiser's time is not counted), sequence parallelism on or off, every micro-batch that divides the global batch per replica, and each
+and the CPU optimiser's time is an assumption's), sequence parallelism on or off, every micro-batch that divides the global batch per replica, and each
 recomputation mode; where full recomputation fits and none does not, also the fewest layers per stage
 (per model chunk with vpp) whose full recomputation fits, the rest keeping their activations (Megatron-LM's
 --recompute-num-layers, block method; a binary search, as the peak falls with each layer recomputed;
@@ -566,7 +566,10 @@ It keeps those whose most loaded device fits in --device-memory less --reserve a
      backward, activation offload each micro-batch's kept activations down and back up (from the
      stage that offloads the most; frameworks overlap these copies with compute on a stream of their
      own, so this time leans slow). A GPU without a host-link figure gives such layouts no time. The
-     CPU's optimiser step is not timed. Tokens per second per GPU are shown beside it;
+     host's optimiser step (ZeRO-Offload's CPUAdam) reads and writes the master copy and the state,
+     reads the fp32 gradient shard and writes the weights, at an assumed 20 GB/s of host memory per
+     GPU (DeepSpeed's own measurement gives at least 19), not overlapped. Tokens per second per GPU
+     are shown beside it;
   2. then wasted compute: recomputation's extra FLOPs plus the pipeline bubble (1F1B: (P-1)/(vM+P-1)),
      as fractions of the step;
   3. then the bytes each device sends per step (host transfers included);

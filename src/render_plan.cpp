@@ -154,6 +154,8 @@ nlohmann::json plan_json(const PlanView& v) {
                            {"communication_seconds",
                             number_or_null(r.time ? std::optional<double>(r.time->communication) : std::nullopt)},
                            {"offload_seconds", number_or_null(r.time ? std::optional<double>(r.time->offload) : std::nullopt)},
+                           {"host_optimizer_seconds",
+                            number_or_null(r.time ? std::optional<double>(r.time->host_optimizer) : std::nullopt)},
                            {"tokens_per_second_per_gpu", number_or_null(tokens_per_second_per_gpu(v.request, r))},
                            {"gpus", p.devices()},
                            {"schedule", schedule_name(p.pipeline_schedule())},

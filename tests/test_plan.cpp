@@ -327,13 +327,19 @@ TEST_CASE("offload's host transfers: the gradient shard down, the weight shard u
     const auto t = step_time(gpu, s.parallel, 1e15, optimizer);
     REQUIRE(t);
     CHECK(t->offload == Approx((shard * g + shard * wb) / 2e10));
-    CHECK(t->seconds() == Approx(t->compute + t->bubble + t->communication + t->offload));
+    // The host's Adam step: the fp32 master copy and both moments read and written (2 x 12 bytes), the fp32
+    // gradient read and the weight written: 30 bytes for each parameter of the shard, at the assumed bandwidth.
+    CHECK(none.host_optimizer == 0);
+    CHECK(optimizer.host_optimizer == Approx(30 * shard));
+    CHECK(t->host_optimizer == Approx(30 * shard / assumed_host_optimizer_bandwidth));
+    CHECK(t->seconds() == Approx(t->compute + t->bubble + t->communication + t->offload + t->host_optimizer));
 
     s.parallel.offload = Offload::parameters;  // and the weights up for each of 4 micro-batches' forward and backward
     const StageFacts f = stage_facts(w, s.parallel, 0);
     CHECK(static_cast<double>(f.host_weights.value()) == shard * wb);
     const Traffic parameters = traffic(w, s.parallel, f);
     CHECK(parameters.offload == Approx(shard * g + 2 * 4 * shard * wb));
+    CHECK(parameters.host_optimizer == Approx(30 * shard));  // the same step, wherever the weights live
     const auto tp = step_time(gpu, s.parallel, 1e15, parameters);
     REQUIRE(tp);
     CHECK(tp->offload == Approx((shard * g + 8 * shard * wb) / 2e10));

@@ -238,6 +238,9 @@ struct Workspace {
     /// Backward, only under selective recomputation: a gradient that elsewhere takes the place of the saved
     /// tensor it belongs to, freed as it is made, but that the checkpoint still holds (v's, at the softmax's backward).
     Count selective_extra;
+    /// Forward: the first of the layer's tensors whose autocast copy is not made yet while it runs (it and
+    /// every later one, in forward order); empty: every one may be. A step counts the layer's casts whole.
+    Text uncast_from;
 };
 
 struct LayerActivations {

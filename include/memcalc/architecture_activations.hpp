@@ -88,8 +88,11 @@ public:
     void workspace_at(std::size_t absent_from, bool backward, Label op, Label tensor, Label formula, Count bytes,
                       Label gradients_from = "", ActivationSplit split = ActivationSplit::tensor) {
         const Count input = backward ? Count(0) : stream_input_, other = backward ? Count(0) : stream_other_;
-        push({backward, op, tensor, formula, bytes, split, absent_from, gradients_from, false, module_, input, other, {}});
+        push({backward, op, tensor, formula, bytes, split, absent_from, gradients_from, false, module_, input, other, {},
+              backward ? Text{} : uncast_from_});
     }
+    /// Forward workspaces added from now on run before tensor `first` (and every later one) is cast.
+    void casts_pending(Text first) { uncast_from_ = first; }
     /// The residual stream's tensors no row keeps, alive beside the forward workspaces added from now on.
     void stream_beside(Count layer_input, Count other) {
         stream_input_ = layer_input;
@@ -101,7 +104,7 @@ public:
     }
     /// A temporary at the layer's last op (Workspace::layer_end), on the residual stream.
     void layer_end(Label op, Label tensor, Label formula, Count bytes) {
-        push({false, op, tensor, formula, bytes, ActivationSplit::sequence, rows_.size(), {}, true, module_, {}, {}, {}});
+        push({false, op, tensor, formula, bytes, ActivationSplit::sequence, rows_.size(), {}, true, module_, {}, {}, {}, {}});
     }
     std::size_t size() const { return rows_.size(); }
     /// The last row is the layer's input itself (SavedTensor::layer_input).
@@ -129,6 +132,7 @@ private:
     std::uint64_t mm_count_ = 0;
     bool every_mm_ = false;
     Module module_ = Module::none;
+    Text uncast_from_;  ///< casts_pending's
     Count stream_input_, stream_other_;
 };
 
@@ -1079,8 +1083,11 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     t.stream_beside(unkept_stream, 0);
     if (m.norms_before_branches()) layer_norm(shared_norm ? "layer norm" : "attention norm", false, true);
     t.section(Module::attention);
+    // Autocast casts each weight as its linear runs: inside the mixer the output projection's is still to come.
+    t.casts_pending(m.mixer == Mixer::mamba ? "out_proj" : "o_proj");
     if (m.mixer == Mixer::mamba) detail::mamba_rows(t, m, z, micro_batch);
     else detail::attention_rows(t, m, z, attention);
+    t.casts_pending({});
     t.section(Module::none);
     const bool output_biased = m.mixer == Mixer::mamba ? m.ssm.proj_bias : m.bias == Bias::attention || m.bias == Bias::all;
     t.policy_output(t.linear_saved(output_biased), "output projection", "its output",
@@ -1128,8 +1135,10 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
         t.section(Module::shared_experts);  // inside the MoE layer; its input, the router's, kept already
         detail::shared_expert_rows(t, m, z);
     } else {
+        t.casts_pending("down_proj");
         t.policy_output(detail::mlp_rows(t, m, z, shape::sbf, z.sbf, ""), "MLP down projection", "its output", shape::sbh,
                         z.sbh, z.d);
+        t.casts_pending({});
     }
     t.section(Module::none);
     if (m.norms_after_branches()) detail::norm_rows(t, m, z, "post-MLP norm", false, false, true);

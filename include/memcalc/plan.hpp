@@ -46,7 +46,7 @@ struct PlanRequest {
     /// Offload alternatives to try; empty: each ZeRO-Offload mode the ZeRO stage allows (optimizer: 1-3,
     /// parameters: 3), none with activation offload, which is tried only where listed (alone, or as
     /// optimizer+activations...). The program passes {none} unless asked: it checks host memory only
-    /// where host_capacity is given, and does not count the CPU optimiser's time.
+    /// where host_capacity is given, and times the CPU optimiser at an assumed bandwidth.
     std::vector<OffloadMode> offload;
     bool sequence_parallel = false;
     /// Partial recomputation pinned: full recomputation of the first N layers of each stage's chunks
@@ -127,7 +127,8 @@ inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::u
 /// step; parameter offload, the gradient shard down and the weight shard up for each micro-batch's
 /// forward and its backward (the update stays on the host, where the weights live); activation offload,
 /// each micro-batch's kept activations down after each layer's forward and up for its backward, from
-/// the stage that offloads the most (leaning slow).
+/// the stage that offloads the most (leaning slow). Beside them, not sent: what the host's optimiser step
+/// reads and writes in host memory.
 inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts& f) {
     const double M = static_cast<double>(p.steps_per_batch());
     const double params = static_cast<double>(f.parameters.value());
@@ -153,6 +154,10 @@ inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts
         bytes.offload = shard * static_cast<double>(w.recipe.gradient_bytes());
         bytes.offload += p.offload == Offload::parameters ? 2 * M * static_cast<double>(f.host_weights.value())
                                                           : shard * static_cast<double>(w.recipe.weight_bytes());
+        // The host's step reads and writes its master copy and state, reads the fp32 gradient shard and
+        // writes the weights the device fetches.
+        bytes.host_optimizer = 2 * static_cast<double>(f.host_optimizer_state.value()) +
+                               shard * static_cast<double>(dtype::fp32 + w.recipe.weight_bytes());
     }
     if (p.offload_activations) {
         Count most = f.offloaded_activations;  // stages differ only when uneven or of different kinds of layer

@@ -1,8 +1,8 @@
 #pragma once
 /// A training step's time on a GPU, estimated, not simulated: the step's FLOPs at an assumed share of
 /// the GPU's peak, the pipeline's idle time, every byte a device sends at the bandwidth of the group it
-/// sends to, and what offload moves to and from host memory at the host link's, none of it overlapped
-/// with compute.
+/// sends to, what offload moves to and from host memory at the host link's, and the host's optimiser
+/// step at an assumed host memory bandwidth, none of it overlapped with compute.
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -16,6 +16,12 @@ namespace memcalc {
 /// large dense runs report 0.38-0.43 (Llama 3 405B on H100: 38-43%), so 0.4.
 inline constexpr double assumed_model_flops_utilization = 0.4;
 
+/// The host memory bandwidth, per GPU, at which a CPU optimiser step (DeepSpeed's CPUAdam under ZeRO-Offload)
+/// reads and writes its state. DeepSpeed PR #7474 measured a whole step of 2.38 s for Qwen2.5-3B on 2 A100s
+/// (ZeRO-Offload, 128 host cores bound to the ranks), in which each rank's CPUAdam moves about 46 GB (30 bytes
+/// for each of 1.5 B parameters): at least 19 GB/s. 20 GB/s, leaning slow.
+inline constexpr double assumed_host_optimizer_bandwidth = 20e9;
+
 /// Bytes one device sends in a step, by the group it sends to.
 struct Traffic {
     double data_parallel = 0;     ///< gradient all-reduce (ZeRO-3: also its weight gathers)
@@ -23,6 +29,8 @@ struct Traffic {
     double pipeline = 0;          ///< activations and their gradients between stages
     double context_parallel = 0;  ///< the key/value ring
     double offload = 0;           ///< to and from host memory (ZeRO-Offload), over the host link
+    /// Not sent: what the host's optimiser step reads and writes in host memory (ZeRO-Offload's CPUAdam).
+    double host_optimizer = 0;
     double total() const { return data_parallel + tensor_parallel + pipeline + context_parallel + offload; }
 };
 
@@ -32,7 +40,8 @@ struct StepTime {
     double bubble = 0;         ///< the schedule's idle time (bubble_share of the compute; 1F1B: (pp - 1) / micro-batches)
     double communication = 0;  ///< every group's bytes at its bandwidth, not overlapped
     double offload = 0;        ///< the host transfers at the host link's bandwidth, not overlapped
-    double seconds() const { return compute + bubble + communication + offload; }
+    double host_optimizer = 0;  ///< the host's optimiser step at assumed_host_optimizer_bandwidth, not overlapped
+    double seconds() const { return compute + bubble + communication + offload + host_optimizer; }
 };
 
 /// Bytes per second within a group of `size` ranks `stride` apart: inside a node when the group's span
@@ -66,6 +75,7 @@ inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p, d
         if (gpu.host_bandwidth == 0) return std::nullopt;
         t.offload = bytes.offload / static_cast<double>(gpu.host_bandwidth);
     }
+    t.host_optimizer = bytes.host_optimizer / assumed_host_optimizer_bandwidth;
     return t;
 }
 

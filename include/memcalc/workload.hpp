@@ -108,14 +108,16 @@ struct OptimizerSplits {
 };
 
 /// A workspace's effect on its step (workspace_effect): on a rank it adds max(0, added + the layer's
-/// gradients already written - covered).
+/// gradients already written - covered - the layer's casts not made yet).
 struct WorkspaceEffect {
     SplitBytes added, covered;
     SplitParams gradients;  ///< parameters of the layer whose gradients exist while it runs
+    SplitParams uncast;     ///< forward: parameters of the layer whose autocast copies are not made yet
 
-    /// `written`: bytes of the layer's gradients that exist while it runs.
-    Count on_rank(const Parallelism& p, std::uint64_t V, Count written) const {
-        const Count a = added.on_rank(p, V) + written, c = covered.on_rank(p, V);
+    /// `written`: bytes of the layer's gradients that exist while it runs; `unmade`: bytes the step counts
+    /// that do not exist yet while it runs.
+    Count on_rank(const Parallelism& p, std::uint64_t V, Count written, Count unmade = 0) const {
+        const Count a = added.on_rank(p, V) + written, c = covered.on_rank(p, V) + unmade;
         return a > c ? Count(a.value() - c.value()) : Count(0);
     }
 };
@@ -123,19 +125,21 @@ struct WorkspaceEffect {
 /// The most any of `effects` adds on a rank. `gradient_bytes`: per parameter, 0 where a ZeRO-2/3 bucket
 /// already holds the layer's gradient. `fresh`: when gradients are already held (a later micro-batch, a
 /// persistent buffer), the only new one, whatever the op (else each effect's own gradients written).
+/// `cast_bytes`: per parameter, what the step counts of the layer's autocast copies (0 without autocast).
 inline Count largest_on_rank(const std::vector<WorkspaceEffect>& effects, const Parallelism& p, std::uint64_t V,
-                             Count gradient_bytes, const SplitParams* fresh = nullptr) {
+                             Count gradient_bytes, const SplitParams* fresh = nullptr, Count cast_bytes = 0) {
     Count most;
     for (const auto& e : effects)
-        most = std::max(most, e.on_rank(p, V, (fresh ? *fresh : e.gradients).on_rank(p, V) * gradient_bytes));
+        most = std::max(most, e.on_rank(p, V, (fresh ? *fresh : e.gradients).on_rank(p, V) * gradient_bytes,
+                                        cast_bytes.value() == 0 ? Count(0) : e.uncast.on_rank(p, V) * cast_bytes));
     return most;
 }
 
-/// The layer's parameters whose gradients exist once the backward pass reaches `first`: it and every
-/// later tensor of the layer in forward order, each bias with its weight. `only_first`: `first` and
-/// its bias alone.
-inline SplitParams gradients_from(const ParameterTable& t, Text first, std::uint64_t V, bool only_first = false,
-                                  std::size_t kind = 0) {
+/// The layer's parameters from `first` on: it and every later tensor of the layer in forward order, each
+/// bias with its weight, those `keep` accepts. `only_first`: `first` and its bias alone.
+template <class Keep>
+SplitParams tensors_from(const ParameterTable& t, Text first, std::uint64_t V, bool only_first, std::size_t kind,
+                         Keep keep) {
     SplitParams ready;
     if (first.empty()) return ready;
     std::vector<Text> earlier;
@@ -153,9 +157,16 @@ inline SplitParams gradients_from(const ParameterTable& t, Text first, std::uint
             continue;
         }
         if (only_first && weight != first) continue;
-        if (row.trainable) ready.add(row, V);  // a frozen tensor gets no gradient
+        if (keep(row)) ready.add(row, V);
     }
     return ready;
+}
+
+/// The layer's parameters whose gradients exist once the backward pass reaches `first` (tensors_from):
+/// a frozen tensor gets no gradient.
+inline SplitParams gradients_from(const ParameterTable& t, Text first, std::uint64_t V, bool only_first = false,
+                                  std::size_t kind = 0) {
+    return tensors_from(t, first, V, only_first, kind, [](const ParamRow& r) { return r.trainable; });
 }
 
 /// The two largest parameter tensors of each kind (group, split, expert or not). The for-loop
@@ -257,6 +268,9 @@ inline bool autocast_casts(const ParamRow& r) {
     return false;
 }
 
+/// Whether autocast makes a copy of the tensor: a 4-bit weight is dequantised by its own kernel instead.
+inline bool autocast_copies(const ParamRow& r) { return autocast_casts(r) && !r.storage; }
+
 /// Whether the tensor is the weight of one of a layer's Transformer Engine linear layers: a matrix of
 /// the attention or the MLP (experts too). Megatron-LM's router is a plain torch layer.
 inline bool te_linear_weight(const ParamRow& r) {
@@ -313,7 +327,7 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
             else splits.add_matrix(row);
         }
         // A 4-bit weight is dequantised by its own kernel, not cast by autocast (the layer's workspace).
-        if (autocast_casts(row) && !row.storage)
+        if (autocast_copies(row))
             (row.group == Group::layer ? splits.cast_per_layer[row.kind] : splits.cast_head).add(row, V);
         if (te_linear_weight(row)) splits.linear_weights[row.kind].add(row, V);
         switch (row.group) {
@@ -427,6 +441,7 @@ inline LayerWork layer_work(const LayerActivations& layer, Recompute mode, const
         WorkspaceEffect e;
         workspace_effect(layer.rows, work, mode, e.added, e.covered, layer.policy_outputs, layer.mlp_half_from);
         e.gradients = gradients_from(params, work.gradients_from, V, false, kind);
+        e.uncast = tensors_from(params, work.uncast_from, V, false, kind, autocast_copies);
         (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
     }
     for (std::size_t i = 0; i < layer.rows.size(); ++i) {
@@ -595,6 +610,7 @@ struct StageFacts {
     Count expert_parameters;       ///< the experts' part of them
     TrainingState state;           ///< on the device, after ZeRO sharding and offload
     Count host;                    ///< what offload keeps in host memory
+    Count host_optimizer_state;    ///< the master copy and optimiser state of it, which the host's step updates
     Count host_weights;            ///< the weights' part of it (parameter offload): fetched for each use
     /// Activation offload: one micro-batch's kept activations of this rank's layers, which go to the host
     /// after each layer's forward and come back for its backward (host counts every micro-batch in flight).
@@ -703,8 +719,8 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
         // memory, reading an fp32 copy of this rank's gradient shard there. With partitioned gradients
         // (ZeRO-2/3) each reduced shard goes to the host as backward makes it, and the device keeps
         // only the bucket in flight; ZeRO-1 keeps its gradients on the device until the step.
-        f.host = f.state.master_weights + f.state.optimizer_state +
-                 StageFacts::shard(p, f.trainable_dense, f.trainable_experts) * dtype::fp32;
+        f.host_optimizer_state = f.state.master_weights + f.state.optimizer_state;
+        f.host = f.host_optimizer_state + StageFacts::shard(p, f.trainable_dense, f.trainable_experts) * dtype::fp32;
         f.state.master_weights = f.state.optimizer_state = 0;
         if (p.zero >= 2) f.state.gradients = 0;
     }
@@ -896,7 +912,9 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
             layer.gathered_weights = f.layer_weight_bytes[k] + Count(gathered - 1) * most_weights;
         layer.gradients = sharded(Count(t.per_layer[k].value() - t.per_layer_experts[k].value()), t.per_layer_experts[k]) * g;
         if (p.zero >= 2) layer.gradient_bucket = t.per_layer[k] * g;  // until its reduce-scatter
-        layer.forward_work = largest_on_rank(work.forward_work, p, V, 0);
+        // Under autocast the step counts the layer's casts whole; a forward op runs before the later ones are made.
+        const Count cast_bytes = w.recipe.autocast ? Count(d) : Count(0);
+        layer.forward_work = largest_on_rank(work.forward_work, p, V, 0, nullptr, cast_bytes);
         // The layer's gradients written so far count unless a bucket or the held gradients have them already.
         // Under autocast each replaces its weight's cast, which its backward freed (the norms' few, leaning low).
         const Count written = p.zero >= 2 ? Count(0) : w.recipe.autocast ? Count(g.value() - d) : g;
@@ -915,7 +933,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
             const Count kept = whole.kept;
             whole = layer;
             whole.kept = kept, whole.rebuilt = 0, whole.recompute_forward_work = 0;
-            whole.forward_work = largest_on_rank(kept_work.forward_work, p, V, 0);
+            whole.forward_work = largest_on_rank(kept_work.forward_work, p, V, 0, nullptr, cast_bytes);
             whole.backward_work = largest_on_rank(kept_work.backward_work, p, V, written);
             whole.backward_work_held =
                 largest_on_rank(kept_work.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.parameters->fresh_gradient[k]);

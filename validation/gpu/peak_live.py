@@ -9,7 +9,7 @@ it was made in, the autograd node and the op (with its input shapes) that made i
 The profiler of torch 1.13 records no addresses, so each free is matched to the latest live allocation of
 its size: the bytes live of each size are exact, which of several same-sized tensors is live (and so its
 op) is a guess. "peak reached at" names the allocation that made the peak. A diagnostic: it measures what
-replicate.py measures, one run, eager attention, one micro-batch, the default recipe.
+replicate.py measures, one run, eager attention (the recipe, micro-batches, loss and logits as asked).
 """
 import argparse
 import collections
@@ -68,6 +68,10 @@ def main(argv=None):
     ap.add_argument("--lora-targets", default="q_proj,v_proj")
     ap.add_argument("--lora-dropout", type=float, default=0.05)
     ap.add_argument("--lora-dtype", choices=("bf16", "fp32"), default="bf16")
+    ap.add_argument("--recipe", default="mixed-adam", help="as replicate.py's --recipe (default mixed-adam)")
+    ap.add_argument("--microbatches", type=int, default=1)
+    ap.add_argument("--loss", default="fp32", help="as replicate.py's --loss")
+    ap.add_argument("--logits", default="held", help="as replicate.py's --logits")
     ap.add_argument("--step", help="the peak of this timeline step (default: the whole step's)")
     ap.add_argument("--made-in", help="list only what this timeline step made")
     a = ap.parse_args(argv)
@@ -85,7 +89,8 @@ def main(argv=None):
     R.Meter.__exit__ = exit_
     torch.profiler.profile = lambda **kw: original_profile(record_shapes=True, **kw)
     try:
-        r = R.run(spec, a.seq, a.recompute, "eager", "cpu", 1, train=train)
+        r = R.run(spec, a.seq, a.recompute, "eager", "cpu", 1, microbatches=a.microbatches, recipe=a.recipe,
+                  loss_kernel=a.loss, logits_life=a.logits, train=train)
     finally:
         R.Meter.__exit__, torch.profiler.profile = original_exit, original_profile
     total, step, live, at = found["best"]
