@@ -1,0 +1,405 @@
+#!/usr/bin/env python3
+"""Pipeline schedules run for real: the bytes each stage holds, measured, beside memcalc's --pp figures.
+
+A LLaMA-style decoder (a model file of validation/gpu/models, built from gpu/replicate.py's Block in bf16)
+is split over P ranks, one process each (torch.multiprocessing, gloo on localhost): stage 0 holds the
+embedding, the last stage the final norm, the head and the fp32 loss, each stage L / P layers. Activations
+go forward and gradients back with point-to-point sends; a sent activation is freed once its send is done,
+as Megatron-LM's deallocate_output_tensor does, and backward then runs on the autograd graph alone.
+
+Schedules, each rank running its list of passes in order:
+  1f1b   PipeDream-Flush as Megatron-LM's forward_backward_pipelining_without_interleaving orders it:
+         min(P - k - 1, M) warm-up forwards, then one forward and one backward, then the cool-down backwards.
+  zb-h1  Qi et al. 2024's ZB-H1, in the order of the authors' DeepSpeed schedule (ZeroBubbleH1Pipeline with
+         exact semantics): P - k - 1 warm-up forwards; k times a forward and an input-gradient pass B whose
+         weight-gradient pass W waits; then forward, B and the oldest waiting W; then B and W; then the W
+         still waiting. Stage 0 runs whole backwards. Every linear of the layers is a DeferredLinear: its
+         backward computes the input's gradient alone and queues (input, output's gradient) for W; the
+         norms take their weights' gradients in B. The head's linear is not deferred (memcalc counts the
+         layers' W reads only).
+
+Each rank runs one step as a warm-up (gradients exist from there on and are kept, memcalc's
+--grad-buffer persistent), then one measured step: gpu/replicate.py's Meter replays the profiler's record
+of every allocation and free, so the peak is the most bytes of live tensors at any point of the step,
+and `before` what lived before it (weights and gradients). There is no optimizer step; memcalc's figure
+compared is its peak less its persistent state (weights, gradients, master copy, optimizer state), its
+peak step being a forward or backward one. `in_flight` is the most micro-batches a rank held at once
+(forward run, backward or deferred W not yet), counted by the schedule as it ran.
+
+  /usr/bin/python3 validation/pipeline_schedules.py --memcalc BUILD/memcalc \\
+      --out validation/results/cpu-pipeline-schedules.json
+"""
+import argparse
+import collections
+import gc
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import types
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.autograd import Variable
+from torch.utils.checkpoint import checkpoint
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(HERE, "gpu"))
+from replicate import DTYPE, Block, Meter, Model, RMSNorm, cpu_name  # noqa: E402
+
+
+def accumulate_weight_gradient(weight, x, g):
+    """W of one linear: g^T x over every token, added to the weight's gradient."""
+    grad = g.reshape(-1, g.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+    if weight.grad is None:
+        weight.grad = grad
+    else:
+        weight.grad.add_(grad)
+
+
+class WeightPassQueue:
+    """What deferred W passes read: per micro-batch, in B's order, each linear's weight, input and output's
+    gradient. While `defer` is off (a whole backward) each W runs in B, as nn.Linear's backward does."""
+
+    def __init__(self):
+        self.defer = False
+        self.open, self.waiting = [], collections.deque()
+
+    def put(self, weight, x, g):
+        if self.defer:
+            self.open.append((weight, x, g))
+        else:
+            accumulate_weight_gradient(weight, x, g)
+
+    def close(self):
+        """One micro-batch's B has ended: its reads wait for its W."""
+        if self.open:
+            self.waiting.append(self.open)
+            self.open = []
+
+    def run_oldest(self):
+        """W of the micro-batch that has waited longest; then its reads go."""
+        if self.waiting:
+            for weight, x, g in self.waiting.popleft():
+                accumulate_weight_gradient(weight, x, g)
+
+
+class DeferredLinearFunction(torch.autograd.Function):
+    """y = x W^T, whose backward returns x's gradient alone and hands (x, dy) to the queue for W."""
+
+    @staticmethod
+    def forward(ctx, x, weight, queue):
+        ctx.save_for_backward(x, weight)
+        ctx.queue = queue
+        return F.linear(x, weight)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight = ctx.saved_tensors
+        ctx.queue.put(weight, x, g)
+        return g @ weight, None, None
+
+
+class DeferredLinear(nn.Module):
+    def __init__(self, linear, queue):
+        super().__init__()
+        assert linear.bias is None, "DeferredLinear: bias-free linears only"
+        self.weight, self.queue = linear.weight, queue
+
+    def forward(self, x):
+        return DeferredLinearFunction.apply(x, self.weight, self.queue)
+
+
+LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+class Stage(nn.Module):
+    """One rank's part of the model: the embedding on the first, the final norm, head and loss on the last."""
+
+    def __init__(self, spec, layers, first, last, recompute, queue=None):
+        super().__init__()
+        h, V = spec["hidden"], spec["vocab"]
+        self.spec, self.recompute, self.last = spec, recompute, last
+        self.embed = nn.Embedding(V, h) if first else None
+        self.blocks = nn.ModuleList(Block(spec, "eager", "none") for _ in range(layers))
+        if queue is not None:
+            for block in self.blocks:
+                for name in LINEARS:
+                    if getattr(block, name, None) is not None:
+                        setattr(block, name, DeferredLinear(getattr(block, name), queue))
+        self.norm = RMSNorm(h) if last else None
+        self.head = nn.Linear(h, V, bias=False) if last else None
+
+    def forward(self, x, ids):
+        if self.embed is not None:
+            x = self.embed(ids)
+        s = x.shape[1]
+        # Per micro-batch, as transformers' LlamaModel makes them: rotary cos and sin, the additive causal mask.
+        cos, sin = Model.rotary(types.SimpleNamespace(spec=self.spec), s, x.device, DTYPE)
+        mask = torch.full((s, s), float("-inf"), dtype=x.dtype).triu(1)
+        for block in self.blocks:
+            if self.recompute == "full":
+                x = checkpoint(block, x, mask, cos, sin, None, use_reentrant=False)[0]
+            else:
+                x = block(x, mask, cos, sin)[0]
+        if not self.last:
+            return x
+        logits = self.head(self.norm(x))  # freed once the loss has it: only the loss is kept
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), ids.view(-1))
+
+
+def one_f_one_b(P, k, M):
+    """Megatron-LM's order: (pass, micro-batch) pairs, 'B' a whole backward."""
+    warm = min(P - k - 1, M)
+    passes = [("F", j) for j in range(warm)]
+    for i in range(M - warm):
+        passes += [("F", warm + i), ("B", i)]
+    return passes + [("B", j) for j in range(M - warm, M)]
+
+
+def zb_h1(P, k, M):
+    """The ZB-H1 authors' DeepSpeed order (ZeroBubbleH1Pipeline, exact semantics): 'Bi' an input-gradient
+    pass whose W waits, 'W' the oldest waiting W, 'B' a whole backward (stage 0's)."""
+    passes, forward, backward, weight = [], 0, 0, 0
+    for _ in range(P - k - 1):  # F section
+        if forward < M:
+            passes.append(("F", forward))
+            forward += 1
+    for _ in range(k):  # FB section: W deferred
+        if forward < M:
+            passes += [("F", forward), ("Bi", backward)]
+            forward += 1
+            backward += 1
+    while forward < M:  # FBW section
+        passes.append(("F", forward))
+        passes += [("B", backward)] if k == 0 else [("Bi", backward), ("W", None)]
+        forward, backward, weight = forward + 1, backward + 1, weight + 1
+    while backward < M:  # BW section
+        passes += [("B", backward)] if k == 0 else [("Bi", backward), ("W", None)]
+        backward, weight = backward + 1, weight + 1
+    while weight < M:  # W section
+        passes.append(("W", None))
+        weight += 1
+    return passes
+
+
+SCHEDULES = {"1f1b": one_f_one_b, "zb-h1": zb_h1}
+
+
+class Links:
+    """Sends that do not block (a rank waits only on what it receives, so no schedule order can deadlock).
+    Gloo's send is done once the receiver has posted its receive, and its work cannot be polled: a thread
+    waits on each; the sent tensor is held, and `done` runs, on this thread at the first poll after."""
+
+    def __init__(self):
+        self.pending = []
+
+    def send(self, tensor, to, done=None):
+        finished = threading.Event()
+
+        def wait(work):
+            work.wait()
+            del work  # the work's own reference goes on that thread; the last one is dropped here
+            finished.set()
+
+        waiter = threading.Thread(target=wait, args=(dist.isend(tensor, to),))
+        waiter.start()
+        self.pending.append((waiter, finished, tensor, done))
+
+    def recv(self, shape, source):
+        t = torch.empty(shape, dtype=DTYPE)
+        dist.recv(t, source)
+        self.poll()  # what was sent while this rank waited goes before it computes
+        return t
+
+    def poll(self, wait=False):
+        left = []
+        for waiter, finished, tensor, done in self.pending:
+            if wait or finished.is_set():
+                waiter.join()
+                if done:
+                    done()
+            else:
+                left.append((waiter, finished, tensor, done))
+        self.pending = left
+
+
+def free_storage(t):
+    """Megatron-LM's deallocate_output_tensor: the sent output's data goes, its autograd node stays."""
+    t.data = torch.empty((1,), dtype=t.dtype)
+
+
+def run_step(stage, passes, queue, links, rank, P, M, spec, seq, micro_batch, meter=None):
+    """One step of the schedule on this rank. Returns the most micro-batches held at once."""
+    first, last = rank == 0, rank == P - 1
+    shape = (micro_batch, seq, spec["hidden"])
+    mark = meter.mark if meter else (lambda name: None)
+
+    def probe(name):  # a step with no allocation in it: its bytes are those live here
+        mark(name)
+        mark("send/receive")
+
+    held, waiting_w, in_flight, most = {}, collections.deque(), set(), 0
+    for kind, j in passes:
+        links.poll()
+        if kind == "F":
+            ids = torch.randint(0, spec["vocab"], (micro_batch, seq), generator=torch.Generator().manual_seed(j)) \
+                if first or last else None
+            x = None if first else links.recv(shape, rank - 1).requires_grad_()
+            mark(f"F{j}")
+            out = stage(x, ids)
+            if last:
+                out = out / M
+            else:
+                links.send(out, rank + 1, done=lambda out=out: free_storage(out))
+            held[j] = (x, out)
+            del x, out, ids
+            in_flight.add(j)
+            most = max(most, len(in_flight))
+            probe(f"after F{j}")
+        elif kind in ("B", "Bi"):
+            x, out = held.pop(j)
+            g = torch.ones_like(out) if last else links.recv(shape, rank + 1)
+            mark(f"{kind}{j}")
+            queue.defer = kind == "Bi"
+            Variable._execution_engine.run_backward((out,), (g,), False, False, (), True, True)
+            queue.close()
+            if not first:
+                links.send(x.grad, rank - 1)
+            del x, out, g
+            if kind == "B":
+                in_flight.discard(j)
+            else:
+                waiting_w.append(j)
+            probe(f"after {kind}{j}")
+        else:  # W
+            mark(f"W{waiting_w[0]}")
+            queue.run_oldest()
+            in_flight.discard(waiting_w.popleft())
+            probe(f"after W")
+    links.poll(wait=True)
+    assert not held and not waiting_w and not queue.waiting
+    return most
+
+
+def worker(rank, P, config, port, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=P)
+    spec, seq, b, M = config["spec"], config["seq"], config["micro_batch"], config["microbatches"]
+    layers = spec["layers"] // P
+    torch.manual_seed(rank)
+    queue = WeightPassQueue()
+    deferred = config["schedule"] == "zb-h1"
+    stage = Stage(spec, layers, rank == 0, rank == P - 1, config["recompute"], queue if deferred else None).to(DTYPE)
+    passes = SCHEDULES[config["schedule"]](P, rank, M)
+    links = Links()
+    run_step(stage, passes, queue, links, rank, P, M, spec, seq, b)  # warm-up: the gradients exist from here on
+    dist.barrier()
+    gc.collect()
+    with Meter("cpu") as meter:
+        most = run_step(stage, passes, queue, links, rank, P, M, spec, seq, b, meter)
+    dist.barrier()
+    peak, peak_step = meter.peak()
+    live_after = {s["step"]: s["max_bytes"] - meter.before for s in meter.steps if s["step"].startswith("after ")}
+    result = {"stage": rank, "layers": layers, "passes": " ".join(k + ("" if j is None else str(j)) for k, j in passes),
+              "in_flight": most, "memory_before_step": meter.before, "peak_bytes": peak, "peak_step": peak_step,
+              "peak_activation_bytes": peak - meter.before, "live_after": live_after}
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure(config, P):
+    with tempfile.TemporaryDirectory() as out_dir:
+        mp.spawn(worker, args=(P, config, free_port(), out_dir), nprocs=P, join=True)
+        return [json.load(open(os.path.join(out_dir, f"rank{k}.json"))) for k in range(P)]
+
+
+def memcalc_command(memcalc, model_file, config, P):
+    return [memcalc, "--model-file", model_file, "--seq", str(config["seq"]), "--micro-batch", str(config["micro_batch"]),
+            "--pp", str(P), "--microbatches", str(config["microbatches"]), "--schedule", config["schedule"],
+            "--recompute", config["recompute"], "--activations", "architecture", "--attention", "eager",
+            "--platform", "cpu", "--grad-buffer", "persistent", "--logits", "freed", "--format", "json"]
+
+
+def weight_pass_reads(spec, tokens):
+    """One layer's W reads by hand: every linear's input and output gradient, bf16, each counted (q, k and v
+    share their input, as gate and up do: memcalc's count leans high there)."""
+    h, a, kv, f = spec["hidden"], spec["heads"], spec.get("kv_heads", spec["heads"]), spec["ffn"]
+    d = h // a
+    sides = [(h, a * d), (h, kv * d), (h, kv * d), (a * d, h), (h, f), (h, f), (f, h)]
+    return sum(i + o for i, o in sides) * tokens * 2
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=os.path.join(HERE, "gpu", "models", "llama-pipeline.json"))
+    ap.add_argument("--pp", nargs="+", type=int, default=[2, 4])
+    ap.add_argument("--schedules", nargs="+", choices=tuple(SCHEDULES), default=list(SCHEDULES))
+    ap.add_argument("--recompute", nargs="+", choices=("none", "full"), default=["none", "full"])
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--memcalc", help="memcalc binary: its per-rank figures beside each run")
+    ap.add_argument("--out", help="results JSON")
+    a = ap.parse_args(argv)
+    spec = json.load(open(a.model))
+    model_file = os.path.relpath(os.path.abspath(a.model), os.path.dirname(ROOT))
+    result = {"date": time.strftime("%Y-%m-%d"), "device_name": cpu_name(), "torch": torch.__version__,
+              "model_file": model_file, "command": " ".join(["/usr/bin/python3", "validation/pipeline_schedules.py"] +
+                                                            (argv if argv is not None else sys.argv[1:])),
+              "runs": []}
+    for P in a.pp:
+        for schedule in a.schedules:
+            for recompute in a.recompute:
+                config = {"spec": spec, "seq": a.seq, "micro_batch": a.micro_batch, "microbatches": a.microbatches,
+                          "schedule": schedule, "recompute": recompute}
+                start = time.time()
+                ranks = measure(config, P)
+                run = {"pp": P, "schedule": schedule, "recompute": recompute, "seq": a.seq, "micro_batch": a.micro_batch,
+                       "microbatches": a.microbatches, "seconds": round(time.time() - start, 1),
+                       "weight_pass_reads_per_layer": weight_pass_reads(spec, a.seq * a.micro_batch), "ranks": ranks}
+                if a.memcalc:
+                    command = memcalc_command(a.memcalc, os.path.join(os.path.dirname(ROOT), model_file), config, P)
+                    done = subprocess.run(command, capture_output=True, text=True)
+                    if done.returncode != 0:
+                        sys.exit(f"pipeline_schedules.py: {' '.join(command)} failed: {done.stderr.strip()}")
+                    report = json.loads(done.stdout)
+                    run["memcalc_command"] = " ".join(["memcalc"] + command[1:])
+                    for measured, predicted in zip(ranks, report["ranks"]):
+                        activation = predicted["peak"]["bytes"] - predicted["state"]["bytes"]
+                        measured["memcalc"] = {"in_flight": predicted["in_flight"], "peak_bytes": predicted["peak"]["bytes"],
+                                               "peak_step": predicted["peak"]["step"], "state_bytes": predicted["state"]["bytes"],
+                                               "peak_activation_bytes": activation,
+                                               **({"by_category": predicted["peak"]["by_category"]}
+                                                  if "by_category" in predicted["peak"] else {})}
+                        measured["memcalc_minus_measured"] = activation - measured["peak_activation_bytes"]
+                result["runs"].append(run)
+                for r in ranks:
+                    m = r.get("memcalc", {})
+                    print(f"pp {P} {schedule:6} recompute {recompute:4} stage {r['stage']}: in flight {r['in_flight']}"
+                          f" (memcalc {m.get('in_flight', '-')}), activations {r['peak_activation_bytes'] / 2**20:8.3f} MiB"
+                          f" at {r['peak_step']:10} memcalc {m.get('peak_activation_bytes', 0) / 2**20:8.3f} MiB"
+                          f" at {m.get('peak_step', '-')}", flush=True)
+                if a.out:
+                    with open(a.out, "w") as f:
+                        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
