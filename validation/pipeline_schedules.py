@@ -56,6 +56,7 @@ sys.path.insert(0, os.path.join(HERE, "gpu"))
 from replicate import DTYPE, Block, Meter, Model, RMSNorm, cpu_name  # noqa: E402
 
 
+@torch.no_grad()  # x requires grad: outside no_grad the product would join (and keep) the graph
 def accumulate_weight_gradient(weight, x, g):
     """W of one linear: g^T x over every token, added to the weight's gradient."""
     grad = g.reshape(-1, g.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
@@ -97,15 +98,17 @@ class DeferredLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, queue):
-        ctx.save_for_backward(x, weight)
-        ctx.queue = queue
+        ctx.save_for_backward(x)
+        # The parameter itself, not a saved tensor: under checkpoint a saved one unpacks as a detached alias,
+        # whose .grad would be lost.
+        ctx.weight, ctx.queue = weight, queue
         return F.linear(x, weight)
 
     @staticmethod
     def backward(ctx, g):
-        x, weight = ctx.saved_tensors
-        ctx.queue.put(weight, x, g)
-        return g @ weight, None, None
+        x, = ctx.saved_tensors
+        ctx.queue.put(ctx.weight, x, g)
+        return g @ ctx.weight, None, None
 
 
 class DeferredLinear(nn.Module):
@@ -281,10 +284,11 @@ def run_step(stage, passes, queue, links, rank, P, M, spec, seq, micro_batch, me
                 waiting_w.append(j)
             probe(f"after {kind}{j}")
         else:  # W
-            mark(f"W{waiting_w[0]}")
+            j = waiting_w[0]
+            mark(f"W{j}")
             queue.run_oldest()
             in_flight.discard(waiting_w.popleft())
-            probe(f"after W")
+            probe(f"after W{j}")
     links.poll(wait=True)
     assert not held and not waiting_w and not queue.waiting
     return most
@@ -305,9 +309,13 @@ def worker(rank, P, config, port, out_dir):
     run_step(stage, passes, queue, links, rank, P, M, spec, seq, b)  # warm-up: the gradients exist from here on
     dist.barrier()
     gc.collect()
+    # Every gradient as a Python tensor, so that the Meter's count of what lives before the step finds it.
+    gradients = [p.grad for p in stage.parameters() if p.grad is not None]
+    assert len(gradients) == len(list(stage.parameters())), "a parameter without a gradient after the warm-up"
     with Meter("cpu") as meter:
         most = run_step(stage, passes, queue, links, rank, P, M, spec, seq, b, meter)
     dist.barrier()
+    del gradients
     peak, peak_step = meter.peak()
     live_after = {s["step"]: s["max_bytes"] - meter.before for s in meter.steps if s["step"].startswith("after ")}
     result = {"stage": rank, "layers": layers, "passes": " ".join(k + ("" if j is None else str(j)) for k, j in passes),
