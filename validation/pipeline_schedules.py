@@ -107,7 +107,8 @@ class DeferredLinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         x, = ctx.saved_tensors
-        ctx.queue.put(ctx.weight, x, g)
+        # Detached: x's autograd node would keep the graph above it, and the stage's input, alive until W.
+        ctx.queue.put(ctx.weight, x.detach(), g)
         return g @ ctx.weight, None, None
 
 
@@ -198,41 +199,41 @@ SCHEDULES = {"1f1b": one_f_one_b, "zb-h1": zb_h1}
 
 
 class Links:
-    """Sends that do not block (a rank waits only on what it receives, so no schedule order can deadlock).
-    Gloo's send is done once the receiver has posted its receive, and its work cannot be polled: a thread
-    waits on each; the sent tensor is held, and `done` runs, on this thread at the first poll after."""
+    """Point-to-point sends in Megatron-LM's order. Gloo's send is done once the receiver has posted its
+    receive. An activation's send is waited on at once (send_forward), and the output freed; a gradient's
+    goes on a thread and is waited on after the next activation is received (send_backward_recv_forward),
+    or at once where no forward is left (send_backward in the cool-down). A rank blocks only on a receive
+    its neighbour posts in that same order, so no schedule here deadlocks."""
 
     def __init__(self):
         self.pending = []
 
-    def send(self, tensor, to, done=None):
+    def send_activation(self, tensor, to):
+        dist.send(tensor, to)
+
+    def send_gradient(self, tensor, to, now=False):
         finished = threading.Event()
 
         def wait(work):
             work.wait()
-            del work  # the work's own reference goes on that thread; the last one is dropped here
+            del work  # the work's own reference goes on that thread; the last one is dropped on this one
             finished.set()
 
         waiter = threading.Thread(target=wait, args=(dist.isend(tensor, to),))
         waiter.start()
-        self.pending.append((waiter, finished, tensor, done))
+        self.pending.append((waiter, tensor))
+        if now:
+            self.wait()
 
     def recv(self, shape, source):
         t = torch.empty(shape, dtype=DTYPE)
         dist.recv(t, source)
-        self.poll()  # what was sent while this rank waited goes before it computes
         return t
 
-    def poll(self, wait=False):
-        left = []
-        for waiter, finished, tensor, done in self.pending:
-            if wait or finished.is_set():
-                waiter.join()
-                if done:
-                    done()
-            else:
-                left.append((waiter, finished, tensor, done))
-        self.pending = left
+    def wait(self):
+        for waiter, tensor in self.pending:
+            waiter.join()
+        self.pending = []
 
 
 def free_storage(t):
@@ -251,18 +252,23 @@ def run_step(stage, passes, queue, links, rank, P, M, spec, seq, micro_batch, me
         mark("send/receive")
 
     held, waiting_w, in_flight, most = {}, collections.deque(), set(), 0
+    forwards_left = sum(kind == "F" for kind, _ in passes)
     for kind, j in passes:
-        links.poll()
         if kind == "F":
+            forwards_left -= 1
             ids = torch.randint(0, spec["vocab"], (micro_batch, seq), generator=torch.Generator().manual_seed(j)) \
                 if first or last else None
-            x = None if first else links.recv(shape, rank - 1).requires_grad_()
+            x = None
+            if not first:
+                x = links.recv(shape, rank - 1).requires_grad_()
+                links.wait()
             mark(f"F{j}")
             out = stage(x, ids)
             if last:
                 out = out / M
             else:
-                links.send(out, rank + 1, done=lambda out=out: free_storage(out))
+                links.send_activation(out, rank + 1)
+                free_storage(out)
             held[j] = (x, out)
             del x, out, ids
             in_flight.add(j)
@@ -276,7 +282,7 @@ def run_step(stage, passes, queue, links, rank, P, M, spec, seq, micro_batch, me
             Variable._execution_engine.run_backward((out,), (g,), False, False, (), True, True)
             queue.close()
             if not first:
-                links.send(x.grad, rank - 1)
+                links.send_gradient(x.grad, rank - 1, now=forwards_left == 0)
             del x, out, g
             if kind == "B":
                 in_flight.discard(j)
@@ -289,7 +295,7 @@ def run_step(stage, passes, queue, links, rank, P, M, spec, seq, micro_batch, me
             queue.run_oldest()
             in_flight.discard(waiting_w.popleft())
             probe(f"after W{j}")
-    links.poll(wait=True)
+    links.wait()
     assert not held and not waiting_w and not queue.waiting
     return most
 
