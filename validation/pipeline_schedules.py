@@ -73,6 +73,8 @@ class WeightPassQueue:
     def __init__(self):
         self.defer = False
         self.open, self.waiting = [], collections.deque()
+        self.most_read = 0  # the most bytes one micro-batch's W read: each storage once
+
 
     def put(self, weight, x, g):
         if self.defer:
@@ -89,7 +91,10 @@ class WeightPassQueue:
     def run_oldest(self):
         """W of the micro-batch that has waited longest; then its reads go."""
         if self.waiting:
-            for weight, x, g in self.waiting.popleft():
+            reads = self.waiting.popleft()
+            storages = {t.storage().data_ptr(): t.storage().nbytes() for _, x, g in reads for t in (x, g)}
+            self.most_read = max(self.most_read, sum(storages.values()))
+            for weight, x, g in reads:
                 accumulate_weight_gradient(weight, x, g)
 
 
@@ -325,7 +330,7 @@ def worker(rank, P, config, port, out_dir):
     peak, peak_step = meter.peak()
     live_after = {s["step"]: s["max_bytes"] - meter.before for s in meter.steps if s["step"].startswith("after ")}
     result = {"stage": rank, "layers": layers, "passes": " ".join(k + ("" if j is None else str(j)) for k, j in passes),
-              "in_flight": most, "memory_before_step": meter.before, "peak_bytes": peak, "peak_step": peak_step,
+              "in_flight": most, "weight_pass_read_bytes": queue.most_read, "memory_before_step": meter.before, "peak_bytes": peak, "peak_step": peak_step,
               "peak_activation_bytes": peak - meter.before, "live_after": live_after}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
@@ -351,9 +356,43 @@ def memcalc_command(memcalc, model_file, config, P):
             "--platform", "cpu", "--grad-buffer", "persistent", "--logits", "freed", "--format", "json"]
 
 
+def predict(memcalc, key, model_file, config, P, run):
+    """memcalc's per-rank figures for one run, under `key` in each rank's row."""
+    command = memcalc_command(memcalc, os.path.join(os.path.dirname(ROOT), model_file), config, P)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"pipeline_schedules.py: {' '.join(command)} failed: {done.stderr.strip()}")
+    report = json.loads(done.stdout)
+    run[key + "_command"] = " ".join(["memcalc"] + command[1:])
+    for measured, predicted in zip(run["ranks"], report["ranks"]):
+        activation = predicted["peak"]["bytes"] - predicted["state"]["bytes"]
+        measured[key] = {"in_flight": predicted["in_flight"], "peak_bytes": predicted["peak"]["bytes"],
+                         "peak_step": predicted["peak"]["step"], "state_bytes": predicted["state"]["bytes"],
+                         "peak_activation_bytes": activation, "minus_measured": activation - measured["peak_activation_bytes"],
+                         **({"by_category": predicted["peak"]["by_category"]} if "by_category" in predicted["peak"] else {})}
+
+
+def table(results):
+    """The runs as a Markdown table: per rank, micro-batches in flight and activation bytes at the peak."""
+    baseline = any("memcalc_baseline" in r for run in results["runs"] for r in run["ranks"])
+    head = "| P | schedule | recompute | stage | in flight (memcalc) | measured MiB | memcalc MiB | memcalc - measured |"
+    lines = [head + (" baseline MiB |" if baseline else ""), "|" + "---|" * (head.count("|") - 1 + baseline)]
+    for run in results["runs"]:
+        for r in run["ranks"]:
+            m = r.get("memcalc", {})
+            line = (f"| {run['pp']} | {run['schedule']} | {run['recompute']} | {r['stage']} | {r['in_flight']} "
+                    f"({m.get('in_flight', '-')}) | {r['peak_activation_bytes'] / 2**20:.3f} | "
+                    f"{m.get('peak_activation_bytes', 0) / 2**20:.3f} | {m.get('minus_measured', 0) / 2**20:+.3f} "
+                    f"({100 * m.get('minus_measured', 0) / r['peak_activation_bytes']:+.1f}%) |")
+            if baseline:
+                line += f" {r.get('memcalc_baseline', {}).get('peak_activation_bytes', 0) / 2**20:.3f} |"
+            lines.append(line)
+    return "\n".join(lines)
+
+
 def weight_pass_reads(spec, tokens):
-    """One layer's W reads by hand: every linear's input and output gradient, bf16, each counted (q, k and v
-    share their input, as gate and up do: memcalc's count leans high there)."""
+    """One layer's W reads as memcalc's rule counts them: every linear's input and output gradient, bf16,
+    each input once per linear (q, k and v share theirs, as gate and up do: it leans high there)."""
     h, a, kv, f = spec["hidden"], spec["heads"], spec.get("kv_heads", spec["heads"]), spec["ffn"]
     d = h // a
     sides = [(h, a * d), (h, kv * d), (h, kv * d), (a * d, h), (h, f), (h, f), (f, h)]
@@ -370,8 +409,13 @@ def main(argv=None):
     ap.add_argument("--micro-batch", type=int, default=1)
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--memcalc", help="memcalc binary: its per-rank figures beside each run")
+    ap.add_argument("--memcalc-baseline", metavar="MEMCALC", help="another memcalc's figures beside (memcalc_baseline)")
     ap.add_argument("--out", help="results JSON")
+    ap.add_argument("--table", metavar="RESULTS", help="print a results JSON as a Markdown table, measuring nothing")
     a = ap.parse_args(argv)
+    if a.table:
+        print(table(json.load(open(a.table))))
+        return
     spec = json.load(open(a.model))
     model_file = os.path.relpath(os.path.abspath(a.model), os.path.dirname(ROOT))
     result = {"date": time.strftime("%Y-%m-%d"), "device_name": cpu_name(), "torch": torch.__version__,
@@ -387,22 +431,10 @@ def main(argv=None):
                 ranks = measure(config, P)
                 run = {"pp": P, "schedule": schedule, "recompute": recompute, "seq": a.seq, "micro_batch": a.micro_batch,
                        "microbatches": a.microbatches, "seconds": round(time.time() - start, 1),
-                       "weight_pass_reads_per_layer": weight_pass_reads(spec, a.seq * a.micro_batch), "ranks": ranks}
-                if a.memcalc:
-                    command = memcalc_command(a.memcalc, os.path.join(os.path.dirname(ROOT), model_file), config, P)
-                    done = subprocess.run(command, capture_output=True, text=True)
-                    if done.returncode != 0:
-                        sys.exit(f"pipeline_schedules.py: {' '.join(command)} failed: {done.stderr.strip()}")
-                    report = json.loads(done.stdout)
-                    run["memcalc_command"] = " ".join(["memcalc"] + command[1:])
-                    for measured, predicted in zip(ranks, report["ranks"]):
-                        activation = predicted["peak"]["bytes"] - predicted["state"]["bytes"]
-                        measured["memcalc"] = {"in_flight": predicted["in_flight"], "peak_bytes": predicted["peak"]["bytes"],
-                                               "peak_step": predicted["peak"]["step"], "state_bytes": predicted["state"]["bytes"],
-                                               "peak_activation_bytes": activation,
-                                               **({"by_category": predicted["peak"]["by_category"]}
-                                                  if "by_category" in predicted["peak"] else {})}
-                        measured["memcalc_minus_measured"] = activation - measured["peak_activation_bytes"]
+                       "memcalc_rule_weight_pass_reads_per_layer": weight_pass_reads(spec, a.seq * a.micro_batch), "ranks": ranks}
+                for key, memcalc in (("memcalc", a.memcalc), ("memcalc_baseline", a.memcalc_baseline)):
+                    if memcalc:
+                        predict(memcalc, key, model_file, config, P, run)
                 result["runs"].append(run)
                 for r in ranks:
                     m = r.get("memcalc", {})
