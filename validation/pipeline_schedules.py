@@ -165,58 +165,87 @@ class Stage(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), ids.view(-1))
 
 
-def one_f_one_b(P, k, M):
-    """Megatron-LM's order: (pass, micro-batch) pairs, 'B' a whole backward."""
+def one_f_one_b(P, k, M, V=1):
+    """Megatron-LM's order: (pass, chunk, micro-batch), 'B' a whole backward."""
     warm = min(P - k - 1, M)
-    passes = [("F", j) for j in range(warm)]
+    passes = [("F", 0, j) for j in range(warm)]
     for i in range(M - warm):
-        passes += [("F", warm + i), ("B", i)]
-    return passes + [("B", j) for j in range(M - warm, M)]
+        passes += [("F", 0, warm + i), ("B", 0, i)]
+    return passes + [("B", 0, j) for j in range(M - warm, M)]
 
 
-def zb_h1(P, k, M):
+def interleaved(P, k, M, V):
+    """Megatron-LM's interleaved order (forward_backward_pipelining_with_interleaving): V model chunks a
+    rank, chunk c the (c P + k)-th of the model; 2 (P - k - 1) + (V - 1) P warm-up forwards, then one
+    forward and one backward, then the cool-down; forward i runs chunk (i // P) % V, backward i the
+    chunk V - 1 - (i // P) % V, each on micro-batch (i // (P V)) P + i % P."""
+    assert M % P == 0, "interleaved: micro-batches a multiple of the pipeline's size (Megatron-LM's condition)"
+    total = M * V
+    warm = total if M == P else min(2 * (P - k - 1) + (V - 1) * P, total)
+    step = lambda i, forward: ("F" if forward else "B", (i // P) % V if forward else V - 1 - (i // P) % V,
+                               (i // (P * V)) * P + i % P)
+    passes = [step(i, True) for i in range(warm)]
+    for i in range(total - warm):
+        passes += [step(warm + i, True), step(i, False)]
+    return passes + [step(i, False) for i in range(total - warm, total)]
+
+
+def zb_h1(P, k, M, V=1):
     """The ZB-H1 authors' DeepSpeed order (ZeroBubbleH1Pipeline, exact semantics): 'Bi' an input-gradient
     pass whose W waits, 'W' the oldest waiting W, 'B' a whole backward (stage 0's)."""
     passes, forward, backward, weight = [], 0, 0, 0
     for _ in range(P - k - 1):  # F section
         if forward < M:
-            passes.append(("F", forward))
+            passes.append(("F", 0, forward))
             forward += 1
     for _ in range(k):  # FB section: W deferred
         if forward < M:
-            passes += [("F", forward), ("Bi", backward)]
+            passes += [("F", 0, forward), ("Bi", 0, backward)]
             forward += 1
             backward += 1
     while forward < M:  # FBW section
-        passes.append(("F", forward))
-        passes += [("B", backward)] if k == 0 else [("Bi", backward), ("W", None)]
+        passes.append(("F", 0, forward))
+        passes += [("B", 0, backward)] if k == 0 else [("Bi", 0, backward), ("W", 0, None)]
         forward, backward, weight = forward + 1, backward + 1, weight + 1
     while backward < M:  # BW section
-        passes += [("B", backward)] if k == 0 else [("Bi", backward), ("W", None)]
+        passes += [("B", 0, backward)] if k == 0 else [("Bi", 0, backward), ("W", 0, None)]
         backward, weight = backward + 1, weight + 1
     while weight < M:  # W section
-        passes.append(("W", None))
+        passes.append(("W", 0, None))
         weight += 1
     return passes
 
 
-SCHEDULES = {"1f1b": one_f_one_b, "zb-h1": zb_h1}
+SCHEDULES = {"1f1b": one_f_one_b, "zb-h1": zb_h1, "interleaved": interleaved}
 
 
 class Links:
     """Point-to-point sends in Megatron-LM's order. Gloo's send is done once the receiver has posted its
-    receive. An activation's send is waited on at once (send_forward), and the output freed; a gradient's
-    goes on a thread and is waited on after the next activation is received (send_backward_recv_forward),
-    or at once where no forward is left (send_backward in the cool-down). A rank blocks only on a receive
-    its neighbour posts in that same order, so no schedule here deadlocks."""
+    receive. With one chunk a rank, an activation's send is waited on at once (send_forward), and the output
+    freed; a gradient's goes on a thread and is waited on after the next activation is received
+    (send_backward_recv_forward), or at once where no forward is left (send_backward in the cool-down). A rank
+    blocks only on a receive its neighbour posts in that same order, so these schedules cannot deadlock.
+    The interleaved schedule's ranks form a ring (the last stage feeds chunk c + 1 on the first): there every
+    send goes on a thread, and is waited on (the output freed) at the next poll once done. Tags keep each
+    chunk's activations and gradients apart."""
 
-    def __init__(self):
+    def __init__(self, ring):
+        self.ring = ring
         self.pending = []
 
-    def send_activation(self, tensor, to):
-        dist.send(tensor, to)
+    def send_activation(self, tensor, to, tag):
+        if not self.ring:
+            dist.send(tensor, to, tag=tag)
+            free_storage(tensor)
+        else:
+            self.send(tensor, to, tag, lambda: free_storage(tensor))
 
-    def send_gradient(self, tensor, to, now=False):
+    def send_gradient(self, tensor, to, tag, now=False):
+        self.send(tensor, to, tag)
+        if now and not self.ring:
+            self.wait()
+
+    def send(self, tensor, to, tag, done=None):
         finished = threading.Event()
 
         def wait(work):
@@ -224,20 +253,35 @@ class Links:
             del work  # the work's own reference goes on that thread; the last one is dropped on this one
             finished.set()
 
-        waiter = threading.Thread(target=wait, args=(dist.isend(tensor, to),))
+        waiter = threading.Thread(target=wait, args=(dist.isend(tensor, to, tag=tag),))
         waiter.start()
-        self.pending.append((waiter, tensor))
-        if now:
-            self.wait()
+        self.pending.append((waiter, finished, tensor, done))
 
-    def recv(self, shape, source):
+    def recv(self, shape, source, tag):
         t = torch.empty(shape, dtype=DTYPE)
-        dist.recv(t, source)
+        dist.recv(t, source, tag=tag)
+        if self.ring:
+            self.poll()
+        else:
+            self.wait()
         return t
 
+    def poll(self):
+        left = []
+        for waiter, finished, tensor, done in self.pending:
+            if finished.is_set():
+                waiter.join()
+                if done:
+                    done()
+            else:
+                left.append((waiter, finished, tensor, done))
+        self.pending = left
+
     def wait(self):
-        for waiter, tensor in self.pending:
+        for waiter, finished, tensor, done in self.pending:
             waiter.join()
+            if done:
+                done()
         self.pending = []
 
 
@@ -246,60 +290,66 @@ def free_storage(t):
     t.data = torch.empty((1,), dtype=t.dtype)
 
 
-def run_step(stage, passes, queue, links, rank, P, M, spec, seq, micro_batch, meter=None):
-    """One step of the schedule on this rank. Returns the most micro-batches held at once."""
-    first, last = rank == 0, rank == P - 1
+def run_step(chunks, passes, queue, links, rank, P, M, spec, seq, micro_batch, meter=None):
+    """One step of the schedule on this rank (`chunks`: its model chunks, chunk c the (c P + rank)-th stage of
+    the model). Returns the most chunk-micro-batches held at once."""
+    V = len(chunks)
     shape = (micro_batch, seq, spec["hidden"])
     mark = meter.mark if meter else (lambda name: None)
+    previous, following = (rank - 1) % P, (rank + 1) % P
+    # Tags: 2 c for the activations chunk c receives, 2 c + 1 for its gradients.
+    received_by_next = lambda c: c + (rank == P - 1)
+    received_by_previous = lambda c: c - (rank == 0)
 
     def probe(name):  # a step with no allocation in it: its bytes are those live here
         mark(name)
         mark("send/receive")
 
     held, waiting_w, in_flight, most = {}, collections.deque(), set(), 0
-    forwards_left = sum(kind == "F" for kind, _ in passes)
-    for kind, j in passes:
+    forwards_left = sum(kind == "F" for kind, _, _ in passes)
+    for kind, c, j in passes:
+        stage_id = c * P + rank
+        first, last = stage_id == 0, stage_id == P * V - 1
+        name = f"{kind}{'' if j is None else j}" + (f"c{c}" if V > 1 else "")
+        if links.ring:
+            links.poll()
         if kind == "F":
             forwards_left -= 1
             ids = torch.randint(0, spec["vocab"], (micro_batch, seq), generator=torch.Generator().manual_seed(j)) \
                 if first or last else None
-            x = None
-            if not first:
-                x = links.recv(shape, rank - 1).requires_grad_()
-                links.wait()
-            mark(f"F{j}")
-            out = stage(x, ids)
+            x = None if first else links.recv(shape, previous, 2 * c).requires_grad_()
+            mark(name)
+            out = chunks[c](x, ids)
             if last:
                 out = out / M
             else:
-                links.send_activation(out, rank + 1)
-                free_storage(out)
-            held[j] = (x, out)
+                links.send_activation(out, following, 2 * received_by_next(c))
+            held[c, j] = (x, out)
             del x, out, ids
-            in_flight.add(j)
+            in_flight.add((c, j))
             most = max(most, len(in_flight))
-            probe(f"after F{j}")
+            probe("after " + name)
         elif kind in ("B", "Bi"):
-            x, out = held.pop(j)
-            g = torch.ones_like(out) if last else links.recv(shape, rank + 1)
-            mark(f"{kind}{j}")
+            x, out = held.pop((c, j))
+            g = torch.ones_like(out) if last else links.recv(shape, following, 2 * c + 1)
+            mark(name)
             queue.defer = kind == "Bi"
             Variable._execution_engine.run_backward((out,), (g,), False, False, (), True, True)
             queue.close()
             if not first:
-                links.send_gradient(x.grad, rank - 1, now=forwards_left == 0)
+                links.send_gradient(x.grad, previous, 2 * received_by_previous(c) + 1, now=forwards_left == 0)
             del x, out, g
             if kind == "B":
-                in_flight.discard(j)
+                in_flight.discard((c, j))
             else:
-                waiting_w.append(j)
-            probe(f"after {kind}{j}")
+                waiting_w.append((c, j))
+            probe("after " + name)
         else:  # W
-            j = waiting_w[0]
-            mark(f"W{j}")
+            name = f"W{waiting_w[0][1]}"
+            mark(name)
             queue.run_oldest()
             in_flight.discard(waiting_w.popleft())
-            probe(f"after W{j}")
+            probe("after " + name)
     links.wait()
     assert not held and not waiting_w and not queue.waiting
     return most
@@ -309,29 +359,33 @@ def worker(rank, P, config, port, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=P)
-    spec, seq, b, M = config["spec"], config["seq"], config["micro_batch"], config["microbatches"]
-    layers = spec["layers"] // P
+    spec, seq, b, M, V = config["spec"], config["seq"], config["micro_batch"], config["microbatches"], config["vpp"]
+    layers = spec["layers"] // (P * V)
     torch.manual_seed(rank)
     queue = WeightPassQueue()
     deferred = config["schedule"] == "zb-h1"
-    stage = Stage(spec, layers, rank == 0, rank == P - 1, config["recompute"], queue if deferred else None).to(DTYPE)
-    passes = SCHEDULES[config["schedule"]](P, rank, M)
-    links = Links()
-    run_step(stage, passes, queue, links, rank, P, M, spec, seq, b)  # warm-up: the gradients exist from here on
+    chunks = [Stage(spec, layers, c * P + rank == 0, c * P + rank == P * V - 1, config["recompute"],
+                    queue if deferred else None).to(DTYPE) for c in range(V)]
+    passes = SCHEDULES[config["schedule"]](P, rank, M, V)
+    links = Links(ring=V > 1)
+    run_step(chunks, passes, queue, links, rank, P, M, spec, seq, b)  # warm-up: the gradients exist from here on
     dist.barrier()
     gc.collect()
     # Every gradient as a Python tensor, so that the Meter's count of what lives before the step finds it.
-    gradients = [p.grad for p in stage.parameters() if p.grad is not None]
-    assert len(gradients) == len(list(stage.parameters())), "a parameter without a gradient after the warm-up"
+    parameters = [p for chunk in chunks for p in chunk.parameters()]
+    gradients = [p.grad for p in parameters if p.grad is not None]
+    assert len(gradients) == len(parameters), "a parameter without a gradient after the warm-up"
     with Meter("cpu") as meter:
-        most = run_step(stage, passes, queue, links, rank, P, M, spec, seq, b, meter)
+        most = run_step(chunks, passes, queue, links, rank, P, M, spec, seq, b, meter)
     dist.barrier()
     del gradients
     peak, peak_step = meter.peak()
     live_after = {s["step"]: s["max_bytes"] - meter.before for s in meter.steps if s["step"].startswith("after ")}
-    result = {"stage": rank, "layers": layers, "passes": " ".join(k + ("" if j is None else str(j)) for k, j in passes),
-              "in_flight": most, "weight_pass_read_bytes": queue.most_read, "memory_before_step": meter.before, "peak_bytes": peak, "peak_step": peak_step,
-              "peak_activation_bytes": peak - meter.before, "live_after": live_after}
+    result = {"stage": rank, "layers": layers * V,
+              "passes": " ".join(k + ("" if j is None else str(j)) + (f"c{c}" if V > 1 else "") for k, c, j in passes),
+              "in_flight": most, "weight_pass_read_bytes": queue.most_read, "memory_before_step": meter.before,
+              "peak_bytes": peak, "peak_step": peak_step, "peak_activation_bytes": peak - meter.before,
+              "live_after": live_after}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
     dist.destroy_process_group()
@@ -352,14 +406,15 @@ def measure(config, P):
 def memcalc_command(memcalc, model_file, config, P):
     return [memcalc, "--model-file", model_file, "--seq", str(config["seq"]), "--micro-batch", str(config["micro_batch"]),
             "--pp", str(P), "--microbatches", str(config["microbatches"]), "--schedule", config["schedule"],
+            *(["--vpp", str(config["vpp"])] if config["vpp"] > 1 else []),
             "--recompute", config["recompute"], "--activations", "architecture", "--attention", "eager",
             "--platform", "cpu", "--grad-buffer", "persistent", "--logits", "freed", "--format", "json"]
 
 
 def predict(memcalc, key, model_file, config, P, run):
     """memcalc's per-rank figures for one run, under `key` in each rank's row."""
-    command = memcalc_command(memcalc, os.path.join(os.path.dirname(ROOT), model_file), config, P)
-    done = subprocess.run(command, capture_output=True, text=True)
+    command = memcalc_command(os.path.abspath(memcalc), model_file, config, P)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         sys.exit(f"pipeline_schedules.py: {' '.join(command)} failed: {done.stderr.strip()}")
     report = json.loads(done.stdout)
@@ -408,6 +463,7 @@ def main(argv=None):
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--micro-batch", type=int, default=1)
     ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--vpp", type=int, default=2, help="model chunks a rank under the interleaved schedule (default 2)")
     ap.add_argument("--memcalc", help="memcalc binary: its per-rank figures beside each run")
     ap.add_argument("--memcalc-baseline", metavar="MEMCALC", help="another memcalc's figures beside (memcalc_baseline)")
     ap.add_argument("--out", help="results JSON")
@@ -417,7 +473,7 @@ def main(argv=None):
         print(table(json.load(open(a.table))))
         return
     spec = json.load(open(a.model))
-    model_file = os.path.relpath(os.path.abspath(a.model), os.path.dirname(ROOT))
+    model_file = os.path.relpath(os.path.abspath(a.model), ROOT)
     result = {"date": time.strftime("%Y-%m-%d"), "device_name": cpu_name(), "torch": torch.__version__,
               "model_file": model_file, "command": " ".join(["/usr/bin/python3", "validation/pipeline_schedules.py"] +
                                                             (argv if argv is not None else sys.argv[1:])),
@@ -426,10 +482,10 @@ def main(argv=None):
         for schedule in a.schedules:
             for recompute in a.recompute:
                 config = {"spec": spec, "seq": a.seq, "micro_batch": a.micro_batch, "microbatches": a.microbatches,
-                          "schedule": schedule, "recompute": recompute}
+                          "schedule": schedule, "recompute": recompute, "vpp": a.vpp if schedule == "interleaved" else 1}
                 start = time.time()
                 ranks = measure(config, P)
-                run = {"pp": P, "schedule": schedule, "recompute": recompute, "seq": a.seq, "micro_batch": a.micro_batch,
+                run = {"pp": P, "vpp": config["vpp"], "schedule": schedule, "recompute": recompute, "seq": a.seq, "micro_batch": a.micro_batch,
                        "microbatches": a.microbatches, "seconds": round(time.time() - start, 1),
                        "memcalc_rule_weight_pass_reads_per_layer": weight_pass_reads(spec, a.seq * a.micro_batch), "ranks": ranks}
                 for key, memcalc in (("memcalc", a.memcalc), ("memcalc_baseline", a.memcalc_baseline)):
