@@ -10,6 +10,9 @@ as Megatron-LM's deallocate_output_tensor does, and backward then runs on the au
 Schedules, each rank running its list of passes in order:
   1f1b   PipeDream-Flush as Megatron-LM's forward_backward_pipelining_without_interleaving orders it:
          min(P - k - 1, M) warm-up forwards, then one forward and one backward, then the cool-down backwards.
+  interleaved  Megatron-LM's interleaved 1F1B (--vpp V chunks a rank, chunk c the (c P + k)-th stage of the
+         model): 2 (P - k - 1) + (V - 1) P warm-up forwards, then one forward and one backward, then the
+         cool-down, each pass on the chunk and micro-batch Megatron-LM's order gives it.
   zb-h1  Qi et al. 2024's ZB-H1, in the order of the authors' DeepSpeed schedule (ZeroBubbleH1Pipeline with
          exact semantics): P - k - 1 warm-up forwards; k times a forward and an input-gradient pass B whose
          weight-gradient pass W waits; then forward, B and the oldest waiting W; then B and W; then the W
@@ -28,6 +31,9 @@ peak step being a forward or backward one. `in_flight` is the most micro-batches
 
   /usr/bin/python3 validation/pipeline_schedules.py --memcalc BUILD/memcalc \\
       --out validation/results/cpu-pipeline-schedules.json
+  /usr/bin/python3 validation/pipeline_schedules.py --table validation/results/cpu-pipeline-schedules.json
+  /usr/bin/python3 validation/pipeline_schedules.py --committed validation/results/cpu-pipeline-schedules.json \\
+      --memcalc BUILD/memcalc --check          # memcalc now beside the committed measurements
 """
 import argparse
 import collections
@@ -427,6 +433,16 @@ def predict(memcalc, key, model_file, config, P, run):
                          **({"by_category": predicted["peak"]["by_category"]} if "by_category" in predicted["peak"] else {})}
 
 
+def in_flight_agrees(results):
+    """Whether every rank held as many micro-batches (chunks) at once as memcalc says; the others named."""
+    wrong = [f"pp {run['pp']} {run['schedule']} recompute {run['recompute']} stage {r['stage']}: "
+             f"{r['in_flight']} in flight, memcalc {r['memcalc']['in_flight']}"
+             for run in results["runs"] for r in run["ranks"] if r["in_flight"] != r["memcalc"]["in_flight"]]
+    for line in wrong:
+        print("pipeline_schedules.py: " + line, file=sys.stderr)
+    return not wrong
+
+
 def table(results):
     """The runs as a Markdown table: per rank, micro-batches in flight and activation bytes at the peak."""
     baseline = any("memcalc_baseline" in r for run in results["runs"] for r in run["ranks"])
@@ -468,10 +484,25 @@ def main(argv=None):
     ap.add_argument("--memcalc-baseline", metavar="MEMCALC", help="another memcalc's figures beside (memcalc_baseline)")
     ap.add_argument("--out", help="results JSON")
     ap.add_argument("--table", metavar="RESULTS", help="print a results JSON as a Markdown table, measuring nothing")
+    ap.add_argument("--committed", metavar="RESULTS", help="with --memcalc: its figures beside a results JSON's "
+                                                           "measurements, measuring nothing")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 where a rank's micro-batches in flight differ from memcalc's (its bytes are printed)")
     a = ap.parse_args(argv)
     if a.table:
         print(table(json.load(open(a.table))))
         return
+    if a.committed:
+        if not a.memcalc:
+            ap.error("--committed needs --memcalc")
+        result = json.load(open(a.committed))
+        for run in result["runs"]:
+            config = {"spec": json.load(open(os.path.join(ROOT, result["model_file"]))), "seq": run["seq"],
+                      "micro_batch": run["micro_batch"], "microbatches": run["microbatches"],
+                      "schedule": run["schedule"], "recompute": run["recompute"], "vpp": run.get("vpp", 1)}
+            predict(a.memcalc, "memcalc", result["model_file"], config, run["pp"], run)
+        print(table(result))
+        sys.exit(1 if a.check and not in_flight_agrees(result) else 0)
     spec = json.load(open(a.model))
     model_file = os.path.relpath(os.path.abspath(a.model), ROOT)
     result = {"date": time.strftime("%Y-%m-%d"), "device_name": cpu_name(), "torch": torch.__version__,
@@ -501,6 +532,8 @@ def main(argv=None):
                 if a.out:
                     with open(a.out, "w") as f:
                         json.dump(result, f, indent=1)
+    if a.check and not in_flight_agrees(result):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
