@@ -187,7 +187,9 @@ def interleaved(P, k, M, V):
     chunk V - 1 - (i // P) % V, each on micro-batch (i // (P V)) P + i % P."""
     assert M % P == 0, "interleaved: micro-batches a multiple of the pipeline's size (Megatron-LM's condition)"
     total = M * V
-    warm = total if M == P else min(2 * (P - k - 1) + (V - 1) * P, total)
+    # As Megatron-LM's core has it now (microbatch_group_size_per_vp_stage = P). Older versions ran every
+    # forward first where M = P, so that each rank held M V chunks.
+    warm = min(2 * (P - k - 1) + (V - 1) * P, total)
     step = lambda i, forward: ("F" if forward else "B", (i // P) % V if forward else V - 1 - (i // P) % V,
                                (i // (P * V)) * P + i % P)
     passes = [step(i, True) for i in range(warm)]
