@@ -201,7 +201,8 @@ json ranks_json(const Report& r) {
                          {"peak",
                           {{"bytes", k.peak_step().bytes.total().value()},
                            {"step", k.peak_step().name()},
-                           {"microbatch", k.peak_step().microbatch}}}});
+                           {"microbatch", k.peak_step().microbatch},
+                           {"by_category", breakdown_json(k.peak_step().bytes)}}}});
     return ranks;
 }
 

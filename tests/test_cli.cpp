@@ -224,6 +224,14 @@ TEST_CASE("a parallel layout through the program: every stage and the most loade
     for (const auto& rank : j["ranks"]) highest = std::max(highest, rank["peak"]["bytes"].get<std::uint64_t>());
     CHECK(j["peak"]["bytes"].get<std::uint64_t>() == highest);
     CHECK(j["peak"]["stage"] == 0);
+    // Each rank's peak by category: its parts sum to its bytes, its state among them, and the stages differ.
+    for (const auto& rank : j["ranks"]) {
+        std::uint64_t sum = 0;
+        for (const auto& [key, bytes] : rank["peak"]["by_category"].items()) sum += bytes.get<std::uint64_t>();
+        CHECK(sum == rank["peak"]["bytes"].get<std::uint64_t>());
+        CHECK(rank["peak"]["by_category"]["weights"] == rank["state"]["weights"]);
+    }
+    CHECK(j["ranks"][0]["peak"]["by_category"]["kept_activations"] != j["ranks"][3]["peak"]["by_category"]["kept_activations"]);
 
     const auto table = memcalc("--preset llama-2-70b --seq 4096 --tp 8 --pp 4 --dp 2 --zero 1 --global-batch 128");
     REQUIRE(table.status == 0);
