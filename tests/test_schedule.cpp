@@ -320,3 +320,58 @@ TEST_CASE("partial recomputation reruns the first N layers of each model chunk o
         }
     }
 }
+
+TEST_CASE("a pipeline stage holds what the CPU pipeline runs measured: received inputs, its own rotary tables, masks",
+          "[schedule][pipeline]") {
+    // validation/results/cpu-pipeline-schedules.json: each term by hand on LLaMA 7B's shape (RMSNorm, rotary) and
+    // GPT-2's (LayerNorm, which keeps its input: nothing received is extra).
+    const std::uint64_t s = 1024;
+    for (const Architecture& m : {fixtures::llama_7b(), fixtures::gpt2_small()}) {
+        const bool rms = m.norm == Norm::rmsnorm;
+        const auto params = parameter_splits(parameter_table(m), m.vocab);
+        const ActivationTables t = activation_tables(m, s, 1, DType::bf16, ActivationModel::architecture);
+        const Count stream = Count(s) * m.hidden * 2, rotary = rms ? Count(2) * s * m.rotary_dim() * 2 : Count(0);
+        const Count mask = Count(s) * s * 2;  // eager attention's, built once per forward
+        CAPTURE(m.name);
+        for (Recompute mode : {Recompute::none, Recompute::full}) {
+            const Workload w = make_workload(m, Settings{}.recipe, s, 1, mode, params, t);
+            CHECK(w.stage_side.on_rank(Parallelism{}, m.vocab) == rotary);
+            const Parallelism p = pipeline(4, 8, Schedule::one_f_one_b);
+            for (std::uint64_t stage : {0, 1, 3}) {
+                const StageFacts f = stage_facts(w, p, stage);
+                const TimelineInputs in = stage_inputs(w, p, f);
+                CAPTURE(recompute_name(mode), stage);
+                // Received: a stage after the first, unless its first layer keeps the tensor (LayerNorm, checkpoint).
+                const bool received = stage > 0 && rms && mode == Recompute::none;
+                const Count embedding_side = stage == 0 ? Count(f.in_flight) * w.input_side.on_rank(p, m.vocab) : Count(0);
+                CHECK(in.input_side_kept == embedding_side + Count(f.in_flight) * (rotary + (received ? stream : Count(0))));
+                // Under recomputation each other micro-batch in flight keeps its mask.
+                const Count per_microbatch = Count(f.layers.layers) * w.layers[0].kept.on_rank(p, m.vocab);
+                CHECK(in.other_microbatches ==
+                      Count(f.in_flight - 1) * (per_microbatch + (mode == Recompute::full ? mask : Count(0))));
+            }
+        }
+    }
+}
+
+TEST_CASE("under a schedule deferring W, a backward step holds the W reads of the layers its B has passed",
+          "[schedule][pipeline]") {
+    const Architecture m = fixtures::llama_7b();
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const ActivationTables t = activation_tables(m, 1024, 1, DType::bf16, ActivationModel::korthikanti);
+    const Workload w = make_workload(m, Settings{}.recipe, 1024, 1, Recompute::full, params, t);
+    const Count reads = w.weight_pass_reads[0].on_rank(Parallelism{}, m.vocab);
+    for (Schedule schedule : {Schedule::one_f_one_b, Schedule::zb_h1}) {
+        const Parallelism p = pipeline(4, 8, schedule);
+        const TimelineInputs in = stage_inputs(w, p, stage_facts(w, p, 3));
+        TimelineInputs none = in;
+        for (LayerInputs& layer : none.layer) layer.weight_reads = 0;
+        const bool defers = schedule == Schedule::zb_h1;
+        for (std::uint64_t position = 1; position <= in.layers; ++position) {
+            CAPTURE(schedule_name(schedule), position);
+            const Count with = step_at(in, Phase::backward, position).bytes.kept_activations;
+            const Count without = step_at(none, Phase::backward, position).bytes.kept_activations;
+            CHECK(with == without + (defers ? Count(in.layers - position) * reads : Count(0)));
+        }
+    }
+}

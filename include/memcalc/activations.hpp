@@ -192,6 +192,9 @@ struct SavedTensor {
     ModuleRole role = ModuleRole::inside;
     /// The storage is a norm's output (a projection's saved input): the layernorm module discards it.
     bool norm_output = false;
+    /// Embedding side: built by every pipeline stage for its own layers (the shared rotary tables), not by
+    /// the first alone.
+    bool every_stage = false;
 
     bool kept(Recompute mode) const {
         switch (mode) {

@@ -1208,9 +1208,11 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
     detail::TableBuilder t(rows);
     t.add("token embedding", "the token ids (int64)", "the gradient is scattered into their rows", shape::ids,
                      z.tokens, 8);
-    if (m.position == Position::rotary && !rotary_embedding(m.rotary_embedding).per_layer_tables)
+    if (m.position == Position::rotary && !rotary_embedding(m.rotary_embedding).per_layer_tables) {
         t.add("rotary embedding", "cos and sin tables, shared by every layer", "q and k were multiplied by them", shape::sd,
               Count(seq) * m.rotary_dim(), d, Keep::always, 2);
+        rows.back().every_stage = true;  // each pipeline stage builds its own
+    }
     if (m.embedding_norm) detail::norm_rows(t, m, z, "embedding norm");
     if (m.hidden_dropout > 0)  // the embedding's output: the stream's dtype
         detail::dropout_row(t, z, z.stream, "embedding dropout", shape::sbh, z.sbh);

@@ -97,6 +97,8 @@ struct LayerInputs {
     /// the gradients the step made before the rerun began.
     Count recompute_forward_work;
     Count weight_copies;     ///< autocast's cast of one layer's matmul weights (and biases)
+    /// A schedule deferring W: what W reads of one layer, held from the end of its backward step until W.
+    Count weight_reads;
 };
 
 /// What one device's timeline needs to know, already in bytes. Its layers (StageLayers) may be of
@@ -245,7 +247,9 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             b.workspace = later ? in.later_loss_work : in.loss_work;
             return {phase, 0, b, microbatch};
         case Phase::backward: {
-            b.kept_activations = kept + held_cache;
+            // The layers after this one have passed their B: what their deferred W reads waits (measured:
+            // validation/results/cpu-pipeline-schedules.json, ZB-H1's last stage).
+            b.kept_activations = kept + held_cache + in.over<&LayerInputs::weight_reads>(position + 1, L);
             b.rebuilt_activations = here.rebuilt;
             b.gathered_weights = here.gathered_weights;
             // Recast: a recomputed layer casts its own again; one that keeps its activations saved its casts.

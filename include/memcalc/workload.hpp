@@ -34,6 +34,7 @@ struct SplitBytes {
     void add(const Tensor& r) {
         add(r.split, r.bytes);
     }
+    bool any() const { return (tensor + sequence + replicated + vocab + expert_tensor).value() > 0; }
     void add(ActivationSplit split, Count bytes) {
         switch (split) {
             case ActivationSplit::tensor: tensor += bytes; break;
@@ -382,6 +383,7 @@ struct LayerWork {
     SplitBytes rebuilt_mlp_half;
     std::vector<WorkspaceEffect> forward_work, backward_work;  ///< its workspaces
     SplitBytes rerun_gradients;  ///< LayerActivations::rerun_gradients, where the layer is checkpointed
+    bool keeps_input = false;    ///< it keeps its input tensor itself (a LayerNorm's saved input, a checkpoint)
 };
 
 struct Workload {
@@ -390,6 +392,7 @@ struct Workload {
     std::uint64_t seq = 0, micro_batch = 1;
     std::vector<LayerWork> layers;         ///< by kind of layer
     SplitBytes input_side, head;           ///< what the embedding side and the head save
+    SplitBytes stage_side;                 ///< what every pipeline stage builds for its layers (SavedTensor::every_stage)
     SplitBytes forward_buffers;            ///< built by the forward pass for all its layers (the causal mask)
     Recompute recompute = Recompute::none;
     /// The architecture model: tensors live as autograd orders them (the head's backward frees the
@@ -447,10 +450,12 @@ inline LayerWork layer_work(const LayerActivations& layer, Recompute mode, const
     for (std::size_t i = 0; i < layer.rows.size(); ++i) {
         const SavedTensor& row = layer.rows[i];
         if (row.kept(mode)) lw.kept.add(row);
+        if (row.kept(mode) && row.layer_input) lw.keeps_input = true;
         if (rebuilt_by(row, mode))
             (mode == Recompute::selective && layer.in_mlp_half(i) ? lw.rebuilt_mlp_half : lw.rebuilt).add(row);
     }
     if (checkpoints_layer(mode)) {
+        lw.keeps_input = true;
         lw.kept.sequence += layer.input_bytes;  // the layer's input, on the residual stream
         lw.rerun_gradients.replicated += layer.rerun_gradients;
     }
@@ -508,8 +513,8 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
 inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::uint64_t seq, std::uint64_t micro_batch,
                               Recompute mode, std::shared_ptr<const ParameterSplits> params, const ActivationTables& t,
                               const Framework& framework = {}) {
-    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params), {}, {},
-               {}, {}, {}};
+    Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params), {},
+               {}, {}, {}, {}};
     const auto cache = [&](Recompute under, SplitBytes& into) {
         if (framework.kv_cache == KvCache::kept)
             for (const auto& row : kv_cache_rows(m, seq, micro_batch, recipe.precision(), framework.attention, under))
@@ -529,7 +534,7 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
         for (std::size_t k = 0; k < m.kind_count(); ++k)
             w.not_recomputed.push_back(layer_work(t.of_kind(k), Recompute::none, w.parameters->table, V, k));
     }
-    for (const auto& row : t.input_side) w.input_side.add(row);
+    for (const auto& row : t.input_side) (row.every_stage ? w.stage_side : w.input_side).add(row);
     for (const auto& row : t.head) w.head.add(row);
     return w;
 }
@@ -836,7 +841,9 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         in.layer[k].rebuilt = std::max(w.layers[k].rebuilt.on_rank(p, V), w.layers[k].rebuilt_mlp_half.on_rank(p, V));
         // Autocast casts the layer's whole weights (ZeRO-3's gathered ones too): this rank's tensor-parallel share.
         if (w.recipe.autocast) in.layer[k].weight_copies = w.parameters->cast_per_layer[k].on_rank(p, V) * d;
+        if (schedule_row(p).defers_weight_gradients) in.layer[k].weight_reads = w.weight_pass_reads[k].on_rank(p, V);
         if (in.partial()) {
+            in.not_recomputed[k].weight_reads = in.layer[k].weight_reads;
             in.not_recomputed[k].kept = w.not_recomputed[k].kept.on_rank(p, V);
             in.not_recomputed[k].weight_copies = in.layer[k].weight_copies;
         }
@@ -873,7 +880,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
             stage_reads += Count(f.kind_layers[k]) * reads;
             if (f.kind_layers[k] > 0) most_reads = std::max(most_reads, reads);
         }
-    const auto others = [&](std::uint64_t in_flight) {
+    const auto others_kept = [&](std::uint64_t in_flight) {
         const Count awaiting_w = other_microbatches_kept(p, in_flight, stage_reads, Count(in.chunk) * most_reads);
         if (!p.offload_activations) return std::max(other_microbatches_kept(p, in_flight, stage_kept, chunk_kept), awaiting_w);
         // Offloaded, their activations wait on the host but for one layer each, the last of its run, which
@@ -883,10 +890,30 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
                             Count(other_in_flight(p, in_flight)) * most_activations,
                         awaiting_w);
     };
+    // Each micro-batch (chunk) in flight handed its causal mask to every checkpoint, which keeps it until the
+    // last rebuild (measured: validation/results/cpu-pipeline-schedules.json, 1F1B under full recomputation).
+    const Count mask_held =
+        w.recompute != Recompute::none && in.recomputed > 0 ? w.forward_buffers.on_rank(p, V) : Count(0);
+    const auto others = [&](std::uint64_t in_flight) {
+        return others_kept(in_flight) + Count(other_in_flight(p, in_flight)) * mask_held;
+    };
+    // A chunk that does not start the model holds each micro-batch's received input until its backward sends
+    // the gradient back (Megatron-LM's input_tensors), unless its first layer keeps that very tensor (a
+    // LayerNorm's saved input, a checkpoint): an RMSNorm saves an fp32 copy instead (measured, as above).
+    bool input_kept = true;
+    for (std::size_t k = 0; k < kinds; ++k)
+        if (f.kind_layers[k] > 0)
+            input_kept = input_kept && w.layers[k].keeps_input && (!in.partial() || w.not_recomputed[k].keeps_input);
+    const bool receives = !first || chunks_per_rank(p) > 1;
+    // The residual stream of one micro-batch, in its dtype (fp32 under autocast): also its gradient's size.
+    const Count stream = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * bytes_per_element(w.recipe.stream()), p);
+    const Count received = receives && !input_kept ? stream : Count(0);
     const std::uint64_t chunks = chunks_per_microbatch(p);  // DualPipe's micro-batch runs one of its rank's two
     const auto input_side = [&](std::uint64_t in_flight) {
         const std::uint64_t batches_held = (in_flight + chunks - 1) / chunks;
-        return first ? Count(batches_held) * w.input_side.on_rank(p, V) : Count(0);
+        // Every stage builds its own shared tables (rotary cos and sin) for each chunk it runs.
+        return (first ? Count(batches_held) * w.input_side.on_rank(p, V) : Count(0)) +
+               Count(in_flight) * (w.stage_side.on_rank(p, V) + received);
     };
     in.other_microbatches = others(f.in_flight);
     in.input_side_kept = input_side(f.in_flight);
@@ -979,7 +1006,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         }
     }
     // The gradient of the residual stream, in the stream's dtype (fp32 under autocast).
-    in.activation_gradient = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * bytes_per_element(w.recipe.stream()), p);
+    in.activation_gradient = stream;
     in.optimizer_work = optimizer_step_work(w, p, f);
     if (w.autograd_order && first && in.layers > 0) {
         // Once layer 1's backward ends, the embedding's writes a gradient for its whole table (V x h,
@@ -1013,6 +1040,15 @@ struct LayoutPeak {
     Count bytes() const { return step.bytes.total(); }
 };
 
+/// Whether a stage after the first holds for each micro-batch what the first does not: a received input its
+/// first layer does not keep, its own shared tables (stage_inputs).
+inline bool later_stages_hold_more(const Workload& w) {
+    if (w.stage_side.any()) return true;
+    for (std::size_t k = 0; k < w.layers.size(); ++k)
+        if (!w.layers[k].keeps_input || (k < w.not_recomputed.size() && !w.not_recomputed[k].keeps_input)) return true;
+    return false;
+}
+
 /// The stages besides the first that may be the most loaded, each handed to `consider` in order.
 template <class Consider>
 void other_candidate_stages(const Workload& w, const Parallelism& p, Consider consider) {
@@ -1020,8 +1056,9 @@ void other_candidate_stages(const Workload& w, const Parallelism& p, Consider co
         for (std::uint64_t stage = 1; stage < p.pp; ++stage) consider(stage);
         return;
     }
-    // With a smaller first stage, the second holds the most of the middle ones (the most in flight).
-    if (p.uneven_stages() && p.pp > 2) consider(1);
+    // The second holds the most of the middle ones (the most in flight), more than the first where that is
+    // smaller or holds less per micro-batch.
+    if (p.pp > 2 && (p.uneven_stages() || later_stages_hold_more(w))) consider(1);
     if (p.pp > 1) consider(p.pp - 1);
 }
 
