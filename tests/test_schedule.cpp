@@ -375,3 +375,36 @@ TEST_CASE("under a schedule deferring W, a backward step holds the W reads of th
         }
     }
 }
+
+TEST_CASE("interleaved: at its chunk c the running micro-batch's later chunks are other micro-batches' instead",
+          "[schedule][pipeline]") {
+    // Measured (validation/results/cpu-pipeline-schedules.json, interleaved under full recomputation): in steady
+    // state the most chunks stay in flight while the running micro-batch's later chunks are not, so at its first
+    // chunk another micro-batch's chunk (its checkpoints and its mask) stands in each such place.
+    const Architecture m = fixtures::llama_7b();
+    const std::uint64_t s = 1024;
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const ActivationTables t = activation_tables(m, s, 1, DType::bf16, ActivationModel::architecture);
+    const Workload w = make_workload(m, Settings{}.recipe, s, 1, Recompute::full, params, t);
+    Parallelism p = pipeline(4, 8, Schedule::interleaved);
+    p.vpp = 2;
+    const TimelineInputs in = stage_inputs(w, p, stage_facts(w, p, 1));
+    const Count mask = Count(s) * s * 2;
+    REQUIRE(in.chunk == 4);
+    CHECK(in.spare_chunks == 1);
+    CHECK(in.spare_chunk == Count(4) * w.layers[0].kept.on_rank(p, m.vocab) + mask);
+    // Each chunk's forward built its own mask, which that chunk's checkpoints keep.
+    CHECK(in.recompute_buffers == Count(2) * mask);
+    // Backward at the first chunk's last layer holds the spare chunk; at the second chunk's first, none.
+    TimelineInputs none = in;
+    none.spare_chunks = 0;
+    for (std::uint64_t position : {4, 5}) {
+        const Count with = step_at(in, Phase::backward, position).bytes.kept_activations;
+        const Count without = step_at(none, Phase::backward, position).bytes.kept_activations;
+        CAPTURE(position);
+        CHECK(with == without + (position <= 4 ? in.spare_chunk : Count(0)));
+    }
+    // One chunk a rank (1F1B): nothing of the kind.
+    const Parallelism one = pipeline(4, 8, Schedule::one_f_one_b);
+    CHECK(stage_inputs(w, one, stage_facts(w, one, 1)).spare_chunks == 0);
+}

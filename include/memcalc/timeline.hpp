@@ -118,6 +118,12 @@ struct TimelineInputs : StageLayers {
     std::array<LayerInputs, max_layer_kinds> not_recomputed;
     Count other_microbatches;     ///< kept activations of the other micro-batches a pipeline stage holds
     Count later_other_microbatches;  ///< the same at a later micro-batch (1F1B: one fewer left to start)
+    /// Several chunks a rank: other_microbatches counts the running micro-batch's chunks as its own, but in
+    /// steady state, at its chunk c, its later chunks are not in flight (not begun, or through backward) and
+    /// other micro-batches' chunks are in their place (measured: interleaved, validation/pipeline_schedules.py).
+    /// One other chunk's bytes, and how many such places at most (at chunk 0; each later chunk one fewer).
+    Count spare_chunk;
+    std::uint64_t spare_chunks = 0, later_spare_chunks = 0;
     Count head_gradients;         ///< final norm and output head: ready after the first backward step starts
     Count buffered_gradients;     ///< into held gradients: a tied table's from the head until the embedding's backward
     /// The same with no gradient held yet, where the gradients are sharded (ZeRO-2/3) or offloaded:
@@ -223,9 +229,15 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
     b.gradients = held_gradients;
     const std::uint64_t done = phase == Phase::loss ? L : position;  // the layers up to this step's
     const auto [first_kept, last_kept] = in.kept_on_device(done);
+    // At a layer step of chunk c, the chunks after it held by other micro-batches instead (spare_chunk).
+    const std::uint64_t spare = later ? in.later_spare_chunks : in.spare_chunks;
+    const std::uint64_t chunk_index = in.one_chunk() || done == 0 ? 0 : (done - 1) / in.chunk;
+    const std::uint64_t spares = (phase == Phase::forward || phase == Phase::backward) && spare > chunk_index
+                                     ? spare - chunk_index
+                                     : 0;
     const Count kept = (later ? in.later_input_side_kept + in.later_other_microbatches
                               : in.input_side_kept + in.other_microbatches) +
-                       in.over<&LayerInputs::kept>(first_kept, last_kept);
+                       in.over<&LayerInputs::kept>(first_kept, last_kept) + Count(spares) * in.spare_chunk;
     const bool at_layer = phase == Phase::forward || phase == Phase::backward;
     const LayerInputs& here = at_layer ? in.at(position) : in.layer[0];
     const Count held_logits = in.loss && in.logits_held ? in.logits : Count(0);

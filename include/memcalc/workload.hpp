@@ -919,6 +919,18 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.input_side_kept = input_side(f.in_flight);
     in.later_other_microbatches = others(f.later_in_flight);
     in.later_input_side_kept = input_side(f.later_in_flight);
+    const std::uint64_t held_chunks = chunks_per_rank(p);
+    if (held_chunks > 1) {
+        // One other chunk, as others counts each (the difference one more in flight makes), and the places for
+        // it: the running micro-batch's later chunks, no more than are in flight beside the others.
+        in.spare_chunk = Count(others(held_chunks + 1).value() - others(held_chunks).value());
+        const auto places = [&](std::uint64_t in_flight) {
+            return std::min(held_chunks - 1, in_flight - 1 - std::min(in_flight - 1, other_in_flight(p, in_flight)));
+        };
+        in.spare_chunks = places(f.in_flight), in.later_spare_chunks = places(f.later_in_flight);
+        // Steps are then linear within each chunk only.
+        if (in.spare_chunks > 0 || in.later_spare_chunks > 0) in.mixed = true;
+    }
 
     const Count g = w.recipe.gradient_bytes();
     // ZeRO-2/3 keep this rank's shard of each gradient (ZeRO-Offload: not even that, it goes to the host).
@@ -969,8 +981,9 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     if (w.recipe.autocast && last) in.head_weight_copy = w.parameters->cast_head.on_rank(p, V) * d;
 
     in.forward_buffers = w.forward_buffers.on_rank(p, V);
-    // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last rebuild.
-    if (w.recompute != Recompute::none && in.recomputed > 0) in.recompute_buffers = in.forward_buffers;
+    // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last rebuild: each chunk's
+    // forward built its own, and a rank's running micro-batch may have several in flight.
+    if (w.recompute != Recompute::none && in.recomputed > 0) in.recompute_buffers = Count(chunks_per_rank(p)) * in.forward_buffers;
     if (last) {
         // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
         const Count sbV = ceil_div(Count(w.seq) * w.micro_batch, p.cp) * ceil_div(V, p.tp);
