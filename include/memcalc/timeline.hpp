@@ -417,10 +417,33 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
         Step s = step_at(in, phase, position, mb);
         if (s.bytes.total() > best.bytes.total()) best = s;
     };
+    // One kind, every layer recomputed alike, nothing offloaded: runs break only where the spare chunks change
+    // (TimelineInputs::spare_chunks), chunk by chunk below the spares' count S, and a step's value there is linear
+    // in the chunk's index too; so chunks 0 and S - 1 stand for those, and the chunks from S on are one run.
+    const bool spares_only = in.mixed && !in.several_kinds && !in.partial() && !in.kept_offloaded && !in.one_chunk();
+    const auto next_run_end = [&](std::uint64_t a, std::uint64_t spare) {
+        if (!spares_only) return in.run_end(a);
+        const std::uint64_t c = (a - 1) / in.chunk;
+        if (c >= spare) return L;
+        return (c + 1) * in.chunk;
+    };
+    const auto next_run_start = [&](std::uint64_t b, std::uint64_t spare) {
+        if (!spares_only) return in.run_start(b);
+        const std::uint64_t c = (b - 1) / in.chunk;
+        return c >= spare ? spare * in.chunk + 1 : c * in.chunk + 1;
+    };
+    // Where to go next: from chunk 1 straight to chunk S - 1 (forward), or back from S - 1 to 1 (backward).
+    const auto skip_up = [&](std::uint64_t a, std::uint64_t spare) {
+        return spares_only && spare >= 3 && a == in.chunk + 1 ? (spare - 1) * in.chunk + 1 : a;
+    };
+    const auto skip_down = [&](std::uint64_t b, std::uint64_t spare) {
+        return spares_only && spare >= 3 && b == (spare - 1) * in.chunk ? in.chunk : b;
+    };
     for (std::uint64_t mb = 1; mb <= shown_microbatches(in); ++mb) {  // in time order: a tie keeps the earliest
+        const std::uint64_t spare = mb > 1 ? in.later_spare_chunks : in.spare_chunks;
         if (mb > 1) consider(Phase::forward, 1, mb);
-        for (std::uint64_t a = 1, b; a <= L; a = b + 1) {
-            b = in.run_end(a);
+        for (std::uint64_t a = 1, b; a <= L; a = skip_up(b + 1, spare)) {
+            b = next_run_end(a, spare);
             if (a > 1) consider(Phase::forward, a, mb);
             // Offloaded: the steps after a run's lowest are linear (layer_run), from its second.
             if (in.kept_offloaded && b > a + 1) consider(Phase::forward, a + 1, mb);
@@ -428,8 +451,8 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
         }
         if (in.loss) consider(Phase::loss, 0, mb);
         consider(Phase::backward, L, mb);
-        for (std::uint64_t b = L - 1, a; L >= 3 && b >= 2; b = a - 1) {
-            a = std::max<std::uint64_t>(2, in.run_start(b));
+        for (std::uint64_t b = L - 1, a; L >= 3 && b >= 2; b = skip_down(a - 1, spare)) {
+            a = std::max<std::uint64_t>(2, next_run_start(b, spare));
             consider(Phase::backward, b, mb);
             if (in.kept_offloaded && b > a + 1) consider(Phase::backward, a + 1, mb);
             if (a < b && (!in.uniform() || in.kept_offloaded)) consider(Phase::backward, a, mb);
