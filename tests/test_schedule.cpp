@@ -15,6 +15,12 @@ Parallelism pipeline(std::uint64_t pp, std::uint64_t microbatches, Schedule s) {
     p.pp = pp, p.microbatches = microbatches, p.schedule = s;
     return p;
 }
+/// LLaMA 7B's workload at `s` tokens, one sequence, under `mode`, the chapter's recipe.
+Workload llama_7b_workload(Recompute mode, ActivationModel model = ActivationModel::korthikanti, std::uint64_t s = 1024) {
+    const Architecture m = fixtures::llama_7b();
+    const ActivationTables t = activation_tables(m, s, 1, DType::bf16, model);
+    return make_workload(m, Settings{}.recipe, s, 1, mode, parameter_splits(parameter_table(m), m.vocab), t);
+}
 Report run(const Architecture& m, const Parallelism& p) {
     Settings settings;
     settings.seq = 1024, settings.parallel = p;
@@ -302,9 +308,7 @@ TEST_CASE("a deferred weight-gradient pass holds each linear's input and its out
 TEST_CASE("partial recomputation reruns the first N layers of each model chunk once per micro-batch, whatever the schedule",
           "[schedule][recompute]") {
     const Architecture m = fixtures::llama_7b();
-    const auto params = parameter_splits(parameter_table(m), m.vocab);
-    const ActivationTables t = activation_tables(m, 1024, 1, DType::bf16, ActivationModel::korthikanti);
-    const Workload w = make_workload(m, Settings{}.recipe, 1024, 1, Recompute::full, params, t);
+    const Workload w = llama_7b_workload(Recompute::full);
     using Row = std::tuple<Schedule, std::uint64_t, std::uint64_t>;  // schedule, vpp, the model's chunks
     for (const auto& [schedule, vpp, chunks] : {Row{Schedule::one_f_one_b, 1, 4}, Row{Schedule::interleaved, 2, 8},
                                                 Row{Schedule::zb_h1, 1, 4}, Row{Schedule::zb_v, 1, 8},
@@ -357,9 +361,7 @@ TEST_CASE("a pipeline stage holds what the CPU pipeline runs measured: received 
 TEST_CASE("under a schedule deferring W, a backward step holds the W reads of the layers its B has passed",
           "[schedule][pipeline]") {
     const Architecture m = fixtures::llama_7b();
-    const auto params = parameter_splits(parameter_table(m), m.vocab);
-    const ActivationTables t = activation_tables(m, 1024, 1, DType::bf16, ActivationModel::korthikanti);
-    const Workload w = make_workload(m, Settings{}.recipe, 1024, 1, Recompute::full, params, t);
+    const Workload w = llama_7b_workload(Recompute::full);
     const Count reads = w.weight_pass_reads[0].on_rank(Parallelism{}, m.vocab);
     for (Schedule schedule : {Schedule::one_f_one_b, Schedule::zb_h1}) {
         const Parallelism p = pipeline(4, 8, schedule);
@@ -383,9 +385,7 @@ TEST_CASE("interleaved: at its chunk c the running micro-batch's later chunks ar
     // chunk another micro-batch's chunk (its checkpoints and its mask) stands in each such place.
     const Architecture m = fixtures::llama_7b();
     const std::uint64_t s = 1024;
-    const auto params = parameter_splits(parameter_table(m), m.vocab);
-    const ActivationTables t = activation_tables(m, s, 1, DType::bf16, ActivationModel::architecture);
-    const Workload w = make_workload(m, Settings{}.recipe, s, 1, Recompute::full, params, t);
+    const Workload w = llama_7b_workload(Recompute::full, ActivationModel::architecture, s);
     Parallelism p = pipeline(4, 8, Schedule::interleaved);
     p.vpp = 2;
     const TimelineInputs in = stage_inputs(w, p, stage_facts(w, p, 1));
