@@ -230,7 +230,7 @@ template <class App>  // a CLI::App, or a NameRecorder
 auto* add_host_memory_option(App& app, Request& q) {
     return app.add_option("--host-memory", q.host_memory,
                           "Host memory each device may fill with what --offload moves there: its node's memory over\n"
-                          "its GPUs (a DGX H100: 2TiB / 8 = 256GiB). Checked where given; without it, not")
+                          "its GPUs (a DGX H100: 2TB / 8 = 250GB). Checked where given; without it, not")
         ->type_name("SIZE");
 }
 

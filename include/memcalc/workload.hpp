@@ -873,13 +873,11 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.kept_offloaded = p.offload_activations;
     // A schedule that defers W: a micro-batch past its B holds what W reads instead, on the device; each
     // counts the larger of the two, as any may be either (leaning high where few have run B).
-    Count stage_reads, most_reads;
-    if (schedule_row(p).defers_weight_gradients)
-        for (std::size_t k = 0; k < kinds; ++k) {
-            const Count reads = w.weight_pass_reads[k].on_rank(p, V);
-            stage_reads += Count(f.kind_layers[k]) * reads;
-            if (f.kind_layers[k] > 0) most_reads = std::max(most_reads, reads);
-        }
+    Count stage_reads, most_reads;  // in.layer[k].weight_reads: none unless the schedule defers W
+    for (std::size_t k = 0; k < kinds; ++k) {
+        stage_reads += Count(f.kind_layers[k]) * in.layer[k].weight_reads;
+        if (f.kind_layers[k] > 0) most_reads = std::max(most_reads, in.layer[k].weight_reads);
+    }
     const auto others_kept = [&](std::uint64_t in_flight) {
         const Count awaiting_w = other_microbatches_kept(p, in_flight, stage_reads, Count(in.chunk) * most_reads);
         if (!p.offload_activations) return std::max(other_microbatches_kept(p, in_flight, stage_kept, chunk_kept), awaiting_w);
@@ -892,6 +890,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     };
     // Each micro-batch (chunk) in flight handed its causal mask to every checkpoint, which keeps it until the
     // last rebuild (measured: validation/results/cpu-pipeline-schedules.json, 1F1B under full recomputation).
+    const std::uint64_t held_chunks = chunks_per_rank(p);
     const Count mask_held =
         w.recompute != Recompute::none && in.recomputed > 0 ? w.forward_buffers.on_rank(p, V) : Count(0);
     const auto others = [&](std::uint64_t in_flight) {
@@ -904,7 +903,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     for (std::size_t k = 0; k < kinds; ++k)
         if (f.kind_layers[k] > 0)
             input_kept = input_kept && w.layers[k].keeps_input && (!in.partial() || w.not_recomputed[k].keeps_input);
-    const bool receives = !first || chunks_per_rank(p) > 1;
+    const bool receives = !first || held_chunks > 1;
     // The residual stream of one micro-batch, in its dtype (fp32 under autocast): also its gradient's size.
     const Count stream = rank_stream(Count(w.seq) * w.micro_batch * m.hidden * bytes_per_element(w.recipe.stream()), p);
     const Count received = receives && !input_kept ? stream : Count(0);
@@ -919,7 +918,6 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.input_side_kept = input_side(f.in_flight);
     in.later_other_microbatches = others(f.later_in_flight);
     in.later_input_side_kept = input_side(f.later_in_flight);
-    const std::uint64_t held_chunks = chunks_per_rank(p);
     if (held_chunks > 1) {
         // One other chunk, as others counts each (the difference one more in flight makes), and the places for
         // it: the running micro-batch's later chunks, no more than are in flight beside the others.
@@ -983,7 +981,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.forward_buffers = w.forward_buffers.on_rank(p, V);
     // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last rebuild: each chunk's
     // forward built its own, and a rank's running micro-batch may have several in flight.
-    if (w.recompute != Recompute::none && in.recomputed > 0) in.recompute_buffers = Count(chunks_per_rank(p)) * in.forward_buffers;
+    in.recompute_buffers = Count(held_chunks) * mask_held;
     if (last) {
         // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
         const Count sbV = ceil_div(Count(w.seq) * w.micro_batch, p.cp) * ceil_div(V, p.tp);
