@@ -1,6 +1,7 @@
 # Configures and builds the whole project (tests included) with another compiler and -Werror, with
-# AddressSanitizer and UndefinedBehaviorSanitizer when SANITIZE is on, then runs its unit tests
-# (which run its own memcalc program). Called by ctest with SOURCE_DIR, WORK_DIR, COMPILER, SANITIZE.
+# AddressSanitizer and UndefinedBehaviorSanitizer when SANITIZE is on; ctest then runs its unit tests
+# (which run its own memcalc program) in two halves beside the fuzzing. Called by ctest with SOURCE_DIR,
+# WORK_DIR, COMPILER, SANITIZE.
 file(REMOVE_RECURSE "${WORK_DIR}")
 # -O0: the sanitizers catch the same faults unoptimised, and this build, the suite's longest step, compiles
 # in a third of -O1's time (the tests then run a few times slower, seconds).
@@ -20,8 +21,4 @@ foreach(args
     message(FATAL_ERROR "${COMPILER} build failed: cmake ${args}\n${out}\n${err}")
   endif()
 endforeach()
-execute_process(COMMAND "${WORK_DIR}/tests/memcalc_tests" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "tests built by ${COMPILER} (sanitizers: ${SANITIZE}) failed\n${out}\n${err}")
-endif()
-message(STATUS "${COMPILER}: built with -Werror ${flags}; ${out}")
+message(STATUS "${COMPILER}: built with -Werror ${flags}")

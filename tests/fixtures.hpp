@@ -36,6 +36,13 @@ inline memcalc::Architecture decoder() {
     return m;
 }
 
+/// Mixtral 8x7B: Mistral 7B's layers with 8 experts, 2 a token.
+inline memcalc::Architecture mixtral() {
+    memcalc::Architecture m = mistral_7b();
+    m.name = "mixtral", m.experts = 8, m.experts_per_token = 2;
+    return m;
+}
+
 /// A mixture-of-experts model whose first two layers are dense, as DeepSeek's are.
 inline memcalc::Architecture dense_then_moe() {
     memcalc::Architecture m;

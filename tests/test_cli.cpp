@@ -9,7 +9,6 @@
 #include "run_program.hpp"
 
 using nlohmann::json;
-using testing::memcalc;
 
 namespace {
 /// "{}" placeholders filled in order with each value's text (JSON numbers as they print).
@@ -39,7 +38,7 @@ std::size_t count_lines(const std::string& text) { return static_cast<std::size_
 }  // namespace
 
 TEST_CASE("the chapter's command prints the chapter's figures", "[cli][chapter]") {
-    const auto run = memcalc("--preset llama-7b --seq 4096 --recompute selective");
+    const auto run = testing::memcalc("--preset llama-7b --seq 4096 --recompute selective");
     REQUIRE(run.status == 0);
     CHECK(run.err.empty());
     CHECK_THAT(run.out, Catch::Contains("Parameters: 6,738,415,616"));
@@ -61,13 +60,13 @@ TEST_CASE("the three recomputation modes' peaks as printed", "[cli][chapter]") {
         Row{"selective", "Peak: 116.1 GB at backward 32"},
         Row{"full", "Peak: 110.7 GB at backward 1"},
     }));
-    const auto run = memcalc(std::string("--preset llama-7b --seq 4096 --recompute ") + mode);
+    const auto run = testing::memcalc(std::string("--preset llama-7b --seq 4096 --recompute ") + mode);
     REQUIRE(run.status == 0);
     CHECK_THAT(run.out, Catch::Contains(line));
 }
 
 TEST_CASE("JSON carries the stable keys with exact integers", "[cli][json]") {
-    const auto run = memcalc("--preset llama-7b --seq 4096 --recompute full --format json");
+    const auto run = testing::memcalc("--preset llama-7b --seq 4096 --recompute full --format json");
     REQUIRE(run.status == 0);
     const json j = json::parse(run.out);
     CHECK(j["parameters"]["total"].get<std::uint64_t>() == 6738415616ULL);
@@ -89,20 +88,20 @@ TEST_CASE("JSON carries the stable keys with exact integers", "[cli][json]") {
 }
 
 TEST_CASE("activations double with the micro-batch through the program", "[cli][json]") {
-    const json one = json::parse(memcalc("--preset mistral-7b --seq 2048 -b 1 --format json").out);
-    const json two = json::parse(memcalc("--preset mistral-7b --seq 2048 -b 2 --format json").out);
+    const json one = json::parse(testing::memcalc("--preset mistral-7b --seq 2048 -b 1 --format json").out);
+    const json two = json::parse(testing::memcalc("--preset mistral-7b --seq 2048 -b 2 --format json").out);
     CHECK(two["activations"]["bytes"].get<std::uint64_t>() == 2 * one["activations"]["bytes"].get<std::uint64_t>());
 }
 
 TEST_CASE("a sweep prints one row or object per combination", "[cli][sweep]") {
-    const auto csv = memcalc("--preset llama-7b --seq 1024,2048,4096 --recompute all --format csv");
+    const auto csv = testing::memcalc("--preset llama-7b --seq 1024,2048,4096 --recompute all --format csv");
     REQUIRE(csv.status == 0);
     CHECK(count_lines(csv.out) == 1 + 9);
     CHECK(csv.out.rfind("model,seq,micro_batch,recompute,recipe,activations,attention,parameters,state_bytes,", 0) == 0);
     CHECK_THAT(csv.out, Catch::Contains("llama-7b,4096,1,selective,mixed-adam,korthikanti,eager,6738415616,107814649856,104152956928,"
                                         "18253611008,116095778816,backward 32,"));
 
-    const auto j = memcalc("--preset gpt2 --seq 256,512 -b 1,2 --format json");
+    const auto j = testing::memcalc("--preset gpt2 --seq 256,512 -b 1,2 --format json");
     REQUIRE(j.status == 0);
     const json all = json::parse(j.out);
     REQUIRE(all.is_array());
@@ -110,26 +109,26 @@ TEST_CASE("a sweep prints one row or object per combination", "[cli][sweep]") {
     CHECK(all[3]["settings"]["seq"] == 512);
     CHECK(all[3]["settings"]["micro_batch"] == 2);
 
-    const auto table = memcalc("--preset gpt2 --seq 256,512");
+    const auto table = testing::memcalc("--preset gpt2 --seq 256,512");
     REQUIRE(table.status == 0);
     CHECK(count_lines(table.out) == 3);
 }
 
 TEST_CASE("a single configuration in CSV is the sweep's header and one row", "[cli][csv]") {
-    const auto run = memcalc("--preset llama-7b --seq 4096 --format csv");
+    const auto run = testing::memcalc("--preset llama-7b --seq 4096 --format csv");
     REQUIRE(run.status == 0);
     CHECK(count_lines(run.out) == 2);
     CHECK_THAT(run.out, Catch::Contains(",199539351552,loss,"));
 }
 
 TEST_CASE("units gib switches to binary units", "[cli]") {
-    const auto run = memcalc("--preset llama-7b --seq 4096 --recompute selective --units gib");
+    const auto run = testing::memcalc("--preset llama-7b --seq 4096 --recompute selective --units gib");
     CHECK_THAT(run.out, Catch::Contains("Peak: 108.1 GiB at backward 32"));
 }
 
 TEST_CASE("timeline flag prints every step; the default prints a compact list", "[cli]") {
-    const auto all = memcalc("--preset llama-7b --seq 4096 --timeline");
-    const auto compact = memcalc("--preset llama-7b --seq 4096");
+    const auto all = testing::memcalc("--preset llama-7b --seq 4096 --timeline");
+    const auto compact = testing::memcalc("--preset llama-7b --seq 4096");
     CHECK_THAT(all.out, Catch::Contains("forward 17"));
     CHECK_THAT(all.out, Catch::Contains("backward 17"));
     CHECK_THAT(compact.out, !Catch::Contains("forward 17"));
@@ -137,38 +136,38 @@ TEST_CASE("timeline flag prints every step; the default prints a compact list", 
 }
 
 TEST_CASE("per-layer flag prints the op-by-op table alone", "[cli]") {
-    const auto run = memcalc("--preset decoder --per-layer");
+    const auto run = testing::memcalc("--preset decoder --per-layer");
     REQUIRE(run.status == 0);
     CHECK_THAT(run.out, Catch::Contains("34 sbh + 5 as^2b  4,992"));
     CHECK_THAT(run.out, !Catch::Contains("Peak:"));
-    const json j = json::parse(memcalc("--preset decoder --per-layer --format json").out);
+    const json j = json::parse(testing::memcalc("--preset decoder --per-layer --format json").out);
     CHECK(j["layer_bytes"] == 4992);
     CHECK(j["tensors"].size() == 14);
 }
 
 TEST_CASE("presets and recipes are listed", "[cli]") {
-    const auto run = memcalc("presets");
+    const auto run = testing::memcalc("presets");
     REQUIRE(run.status == 0);
     CHECK_THAT(run.out, Catch::Contains("llama-7b"));
     CHECK_THAT(run.out, Catch::Contains("6,738,415,616"));
-    const json j = json::parse(memcalc("presets --format json").out);
+    const json j = json::parse(testing::memcalc("presets --format json").out);
     CHECK(j.size() >= 14);
     for (const auto& p : j)
         if (!p["published_parameters"].is_null()) CHECK(p["parameters"] == p["published_parameters"]);
-    CHECK_THAT(memcalc("recipes").out, Catch::Contains("mixed-adam-fp32-grads"));
-    CHECK(count_lines(memcalc("recipes --format csv").out) == json::parse(memcalc("recipes --format json").out).size() + 1);
+    CHECK_THAT(testing::memcalc("recipes").out, Catch::Contains("mixed-adam-fp32-grads"));
+    CHECK(count_lines(testing::memcalc("recipes --format csv").out) == json::parse(testing::memcalc("recipes --format json").out).size() + 1);
 }
 
 TEST_CASE("help explains with examples and version prints the version", "[cli]") {
-    const auto help = memcalc("--help");
+    const auto help = testing::memcalc("--help");
     CHECK(help.status == 0);
     CHECK_THAT(help.out, Catch::Contains("Examples:"));
     CHECK_THAT(help.out, Catch::Contains("--recompute"));
-    CHECK_THAT(memcalc("--version").out, Catch::Contains("memcalc 1.2.0"));
+    CHECK_THAT(testing::memcalc("--version").out, Catch::Contains("memcalc 1.2.0"));
 }
 
 TEST_CASE("the architecture-aware model through the program", "[cli][architecture]") {
-    const auto run = memcalc("--preset llama-3-8b --seq 8192 --activations architecture --attention flash --format json");
+    const auto run = testing::memcalc("--preset llama-3-8b --seq 8192 --activations architecture --attention flash --format json");
     REQUIRE(run.status == 0);
     const json j = json::parse(run.out);
     CHECK(j["settings"]["activations"] == "architecture");
@@ -178,10 +177,10 @@ TEST_CASE("the architecture-aware model through the program", "[cli][architectur
     CHECK(j["activations"]["head_bytes"].get<std::uint64_t>() > 0);
     CHECK(j["activations"]["input_side_bytes"].get<std::uint64_t>() > 0);
     // The chapter's figures do not move unless the architecture model is asked for.
-    const json chapter = json::parse(memcalc("--preset llama-7b --seq 4096 --activations korthikanti --format json").out);
+    const json chapter = json::parse(testing::memcalc("--preset llama-7b --seq 4096 --activations korthikanti --format json").out);
     CHECK(chapter["peak"]["bytes"].get<std::uint64_t>() == 199539351552ULL);
 
-    const auto table = memcalc("--preset mixtral-8x7b --seq 1024 --activations architecture --per-layer");
+    const auto table = testing::memcalc("--preset mixtral-8x7b --seq 1024 --activations architecture --per-layer");
     REQUIRE(table.status == 0);
     CHECK_THAT(table.out, Catch::Contains("why backward needs it"));
     CHECK_THAT(table.out, Catch::Contains("router softmax"));
@@ -189,7 +188,7 @@ TEST_CASE("the architecture-aware model through the program", "[cli][architectur
 }
 
 TEST_CASE("recompute op through the program: the policy's outputs named and counted", "[cli][architecture]") {
-    const auto run = memcalc("--preset llama-3-8b --seq 8192 --activations architecture --attention flash "
+    const auto run = testing::memcalc("--preset llama-3-8b --seq 8192 --activations architecture --attention flash "
                              "--recompute op --format json");
     REQUIRE(run.status == 0);
     const json j = json::parse(run.out);
@@ -201,16 +200,16 @@ TEST_CASE("recompute op through the program: the policy's outputs named and coun
     for (const auto& t : j["activations"]["policy_output_tensors"]) kept += t["bytes"].get<std::uint64_t>();
     CHECK(j["activations"]["kept_layer_bytes"].get<std::uint64_t>() == kept);
     // The other modes' JSON has no such key.
-    const json none = json::parse(memcalc("--preset llama-3-8b --seq 8192 --activations architecture --format json").out);
+    const json none = json::parse(testing::memcalc("--preset llama-3-8b --seq 8192 --activations architecture --format json").out);
     CHECK_FALSE(none["activations"].contains("policy_output_tensors"));
-    const auto table = memcalc("--preset llama-3-8b --seq 8192 --activations architecture --recompute op --per-layer");
+    const auto table = testing::memcalc("--preset llama-3-8b --seq 8192 --activations architecture --recompute op --per-layer");
     REQUIRE(table.status == 0);
     CHECK_THAT(table.out, Catch::Contains("op outputs the policy saves beyond the rows"));
     CHECK_THAT(table.out, Catch::Contains("the layer's input and the saved op outputs"));
 }
 
 TEST_CASE("a parallel layout through the program: every stage and the most loaded", "[cli][parallel]") {
-    const auto run = memcalc("--preset llama-2-70b --seq 4096 --tp 8 --sp --pp 4 --dp 2 --zero 1 --global-batch 128 "
+    const auto run = testing::memcalc("--preset llama-2-70b --seq 4096 --tp 8 --sp --pp 4 --dp 2 --zero 1 --global-batch 128 "
                              "--recompute selective --format json");
     REQUIRE(run.status == 0);
     const json j = json::parse(run.out);
@@ -233,7 +232,7 @@ TEST_CASE("a parallel layout through the program: every stage and the most loade
     }
     CHECK(j["ranks"][0]["peak"]["by_category"]["kept_activations"] != j["ranks"][3]["peak"]["by_category"]["kept_activations"]);
 
-    const auto table = memcalc("--preset llama-2-70b --seq 4096 --tp 8 --pp 4 --dp 2 --zero 1 --global-batch 128");
+    const auto table = testing::memcalc("--preset llama-2-70b --seq 4096 --tp 8 --pp 4 --dp 2 --zero 1 --global-batch 128");
     REQUIRE(table.status == 0);
     CHECK_THAT(table.out, Catch::Contains("Parallel layout: 64 devices = dp 2 x tp 8 x pp 4, ZeRO-1 over 2 ranks"));
     CHECK_THAT(table.out, Catch::Contains("<- most loaded"));
@@ -241,7 +240,7 @@ TEST_CASE("a parallel layout through the program: every stage and the most loade
 }
 
 TEST_CASE("other tools' figures beside memcalc's and offload to host memory", "[cli][parallel]") {
-    const auto megatron = memcalc("--preset llama-2-70b --seq 4096 --dp 8 --tp 8 --sp --zero 1 --recompute selective "
+    const auto megatron = testing::memcalc("--preset llama-2-70b --seq 4096 --dp 8 --tp 8 --sp --zero 1 --recompute selective "
                                   "--recipe mixed-adam-fp32-grads --compare megatron --format json");
     REQUIRE(megatron.status == 0);
     const json m = json::parse(megatron.out)["compare"];
@@ -256,11 +255,11 @@ TEST_CASE("other tools' figures beside memcalc's and offload to host memory", "[
     CHECK(m["megatron"]["weight_and_optimizer_bytes"].get<double>() ==
           Approx(m["memcalc"]["state_bytes"].get<double>() + vocab_rows * per_parameter).epsilon(1e-9));
 
-    const auto deepspeed = memcalc("--preset llama-7b --seq 2048 --dp 16 --zero 3 --offload optimizer --compare deepspeed");
+    const auto deepspeed = testing::memcalc("--preset llama-7b --seq 2048 --dp 16 --zero 3 --offload optimizer --compare deepspeed");
     REQUIRE(deepspeed.status == 0);
     CHECK_THAT(deepspeed.out, Catch::Contains("Compared with DeepSpeed's ZeRO-3 model-state estimator (8 GPUs per node)"));
     CHECK_THAT(deepspeed.out, Catch::Contains("optimizer offloaded to host memory"));
-    const json d = json::parse(memcalc("--preset llama-7b --seq 2048 --dp 16 --zero 3 --offload optimizer --format json").out);
+    const json d = json::parse(testing::memcalc("--preset llama-7b --seq 2048 --dp 16 --zero 3 --offload optimizer --format json").out);
     // The master copy, Adam's moments and an fp32 copy of the gradients, 16 bytes per parameter,
     // sharded 16 ways, live in host memory; the device keeps its weights' shard and no gradients.
     CHECK(d["ranks"][0]["host_bytes"].get<std::uint64_t>() == (6738415616ULL + 15) / 16 * 16);
@@ -269,7 +268,7 @@ TEST_CASE("other tools' figures beside memcalc's and offload to host memory", "[
 }
 
 TEST_CASE("memcalc fit answers per recomputation mode in every format", "[cli][fit]") {
-    const auto run = memcalc("fit --preset llama-7b --device-memory 141GB --reserve 2GiB --format json");
+    const auto run = testing::memcalc("fit --preset llama-7b --device-memory 141GB --reserve 2GiB --format json");
     REQUIRE(run.status == 0);
     const json j = json::parse(run.out);
     CHECK(j["command"] == "fit");
@@ -285,17 +284,17 @@ TEST_CASE("memcalc fit answers per recomputation mode in every format", "[cli][f
     }
     // The answer agrees with the estimate for that size.
     const auto largest = j["results"][1]["largest"].get<std::uint64_t>();
-    const json at = json::parse(memcalc("--preset llama-7b --recompute selective --format json --seq " + std::to_string(largest)).out);
+    const json at = json::parse(testing::memcalc("--preset llama-7b --recompute selective --format json --seq " + std::to_string(largest)).out);
     CHECK(at["peak"]["bytes"] == j["results"][1]["peak"]["bytes"]);
 
-    const auto table = memcalc("fit --preset llama-7b --device-memory 80GB --dp 8 --zero 3 --seq 4096 --recompute full");
+    const auto table = testing::memcalc("fit --preset llama-7b --device-memory 80GB --dp 8 --zero 3 --seq 4096 --recompute full");
     REQUIRE(table.status == 0);
     CHECK_THAT(table.out, Catch::Contains("the largest micro-batch that fits"));
-    CHECK(count_lines(memcalc("fit --preset gpt2 --device-memory 24GiB --format csv").out) == 4);
+    CHECK(count_lines(testing::memcalc("fit --preset gpt2 --device-memory 24GiB --format csv").out) == 4);
 }
 
 TEST_CASE("memcalc plan ranks the layouts that fit", "[cli][plan]") {
-    const auto run = memcalc("plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512 "
+    const auto run = testing::memcalc("plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512 "
                              "--top 5 --format json");
     REQUIRE(run.status == 0);
     CHECK(run.err.empty());  // no progress line when stderr is not a terminal
@@ -310,21 +309,21 @@ TEST_CASE("memcalc plan ranks the layouts that fit", "[cli][plan]") {
     }
     // The first layout, estimated on its own, has the same peak.
     const json& best = j["layouts"][0];
-    const auto one = memcalc(fmt("--preset llama-2-70b --seq 4096 --format json --dp {} --tp {} --pp {} --cp {} --zero {} "
+    const auto one = testing::memcalc(fmt("--preset llama-2-70b --seq 4096 --format json --dp {} --tp {} --pp {} --cp {} --zero {} "
                                  "--micro-batch {} --global-batch 512 --recompute {} --offload {}{}",
                                  best["dp"], best["tp"], best["pp"], best["cp"], best["zero"], best["micro_batch"],
                                  best["recompute"].get<std::string>(), best["offload"].get<std::string>(),
                                  best["sequence_parallel"].get<bool>() ? " --sp" : ""));
     REQUIRE(one.status == 0);
     CHECK(json::parse(one.out)["peak"]["bytes"] == best["peak"]["bytes"]);
-    CHECK(count_lines(memcalc("plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 --global-batch 64 --top 3 "
+    CHECK(count_lines(testing::memcalc("plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 --global-batch 64 --top 3 "
                               "--format csv").out) == 4);
 }
 
 TEST_CASE("output files are written whole or not at all", "[cli][output]") {
     const std::string path = "memcalc_output_test.json";
     std::remove(path.c_str());
-    const auto ok = memcalc("--preset llama-7b --seq 4096 --format json --output " + path);
+    const auto ok = testing::memcalc("--preset llama-7b --seq 4096 --format json --output " + path);
     CHECK(ok.status == 0);
     CHECK(ok.out.empty());
     std::ifstream written(path);
@@ -333,7 +332,7 @@ TEST_CASE("output files are written whole or not at all", "[cli][output]") {
     CHECK(json::parse(text.str())["peak"]["bytes"] == 199539351552ULL);
 
     // A failing run leaves the earlier file as it was, and no temporary file beside it.
-    const auto bad = memcalc("--preset llama-7b --seq 0 --format json --output " + path);
+    const auto bad = testing::memcalc("--preset llama-7b --seq 0 --format json --output " + path);
     CHECK(bad.status == 2);
     std::ifstream still(path);
     std::stringstream again;
@@ -342,13 +341,13 @@ TEST_CASE("output files are written whole or not at all", "[cli][output]") {
     CHECK_FALSE(std::ifstream(path + ".memcalc-tmp").good());
     std::remove(path.c_str());
 
-    const auto unwritable = memcalc("--preset llama-7b --output /nonexistent-dir/out.json");
+    const auto unwritable = testing::memcalc("--preset llama-7b --output /nonexistent-dir/out.json");
     CHECK(unwritable.status == 1);
     CHECK_THAT(unwritable.err, Catch::Contains("cannot write '/nonexistent-dir/out.json'"));
 }
 
 TEST_CASE("a HuggingFace config.json through the program", "[cli]") {
-    const auto run = memcalc(std::string("--config ") + MEMCALC_SOURCE_DIR + "/tests/configs/gemma-2-9b-it.json --seq 8 --format csv");
+    const auto run = testing::memcalc(std::string("--config ") + MEMCALC_SOURCE_DIR + "/tests/configs/gemma-2-9b-it.json --seq 8 --format csv");
     REQUIRE(run.status == 0);
     CHECK_THAT(run.out, Catch::Contains("gemma-2-9b-it,8,1,none,mixed-adam,korthikanti,eager,9241705984,"));
 }
@@ -356,7 +355,7 @@ TEST_CASE("a HuggingFace config.json through the program", "[cli]") {
 TEST_CASE("a user's model file is accepted", "[cli]") {
     const std::string path = "memcalc_cli_model.json";
     std::ofstream(path) << R"({"name": "tiny", "hidden": 64, "layers": 2, "heads": 4, "ffn": 256, "vocab": 100})";
-    const auto run = memcalc("--model-file " + path + " --seq 32 --format json");
+    const auto run = testing::memcalc("--model-file " + path + " --seq 32 --format json");
     std::remove(path.c_str());
     REQUIRE(run.status == 0);
     CHECK(json::parse(run.out)["model"]["name"] == "tiny");
@@ -441,7 +440,7 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
         Row{"--model-file memcalc_heads.json --seq 8", 1, "heads (3) must divide hidden (100)"},
     }));
     CAPTURE(args);
-    const auto run = memcalc(args);
+    const auto run = testing::memcalc(args);
     CHECK(run.status == status);
     CHECK(run.out.empty());
     CHECK(count_lines(run.err) == 1);
@@ -459,7 +458,7 @@ TEST_CASE("bad input: one line on stderr naming the value and a non-zero exit wi
 TEST_CASE("files are written whole, by the run that succeeds, through links, never over an input", "[cli][output]") {
     // A run that fails writes no plot (issue 12: it used to leave p.svg behind).
     std::remove("memcalc_plot.svg");
-    CHECK(memcalc("--preset llama-7b --seq 1024,2048 --per-layer --plot memcalc_plot.svg").status == 2);
+    CHECK(testing::memcalc("--preset llama-7b --seq 1024,2048 --per-layer --plot memcalc_plot.svg").status == 2);
     CHECK_FALSE(std::ifstream("memcalc_plot.svg"));
     // Four writers racing for one file: each succeeds, and the file is one whole report. In a folder of
     // its own, so that no other test's temporary (ctest -j) is taken for one left behind.
@@ -481,7 +480,7 @@ TEST_CASE("files are written whole, by the run that succeeds, through links, nev
     // Through a symbolic link: the target gets the report, the link stays a link.
     std::ofstream("memcalc_target.csv") << "old";
     CHECK(testing::shell("chmod 640 memcalc_target.csv && ln -sf memcalc_target.csv memcalc_link.csv").status == 0);
-    CHECK(memcalc("--preset llama-7b --seq 64 --format csv --output memcalc_link.csv").status == 0);
+    CHECK(testing::memcalc("--preset llama-7b --seq 64 --format csv --output memcalc_link.csv").status == 0);
     CHECK(testing::shell("test -L memcalc_link.csv && stat -c %a memcalc_target.csv").out == "640\n");
     std::ifstream target("memcalc_target.csv");
     std::string first;
@@ -501,7 +500,7 @@ TEST_CASE("control characters in a model's name reach no output raw", "[cli][out
     std::ofstream("memcalc_escape.json")
         << R"({"name": "evil\u001b[31m\nforged<x>", "hidden": 64, "layers": 2, "heads": 4, "ffn": 256, "vocab": 100})";
     for (const char* format : {"table", "csv", "json"}) {
-        const auto run = memcalc(std::string("--model-file memcalc_escape.json --seq 16 --format ") + format +
+        const auto run = testing::memcalc(std::string("--model-file memcalc_escape.json --seq 16 --format ") + format +
                                  " --plot memcalc_escape.svg");
         CAPTURE(format);
         REQUIRE(run.status == 0);
@@ -520,7 +519,7 @@ TEST_CASE("control characters in a model's name reach no output raw", "[cli][out
 
 TEST_CASE("plan without --gpus finds the fewest, in whole nodes of --gpu; pinned options hold; rows carry times",
           "[cli][plan]") {
-    const auto nodes = memcalc("plan --preset llama-2-70b --gpu h100-sxm --seq 4096 --global-batch 64 --top 3 --format json");
+    const auto nodes = testing::memcalc("plan --preset llama-2-70b --gpu h100-sxm --seq 4096 --global-batch 64 --top 3 --format json");
     REQUIRE(nodes.status == 0);
     const json j = json::parse(nodes.out);
     const std::uint64_t n = j["gpus"].get<std::uint64_t>();
@@ -534,21 +533,21 @@ TEST_CASE("plan without --gpus finds the fewest, in whole nodes of --gpu; pinned
     }
     CHECK(j["layouts"][0]["step_seconds"].get<double>() <= j["layouts"][1]["step_seconds"].get<double>());
     if (n > 8) {  // one node fewer: nothing fits
-        const json fewer = json::parse(memcalc(fmt("plan --preset llama-2-70b --gpu h100-sxm --seq 4096 --global-batch 64 "
+        const json fewer = json::parse(testing::memcalc(fmt("plan --preset llama-2-70b --gpu h100-sxm --seq 4096 --global-batch 64 "
                                                    "--top 3 --format json --gpus {}", n - 8)).out);
         CHECK(fewer["fitting"] == 0);
     }
     // Any count with --device-memory; no GPU speeds, so no times.
-    const json any = json::parse(memcalc("plan --preset llama-7b --device-memory 24GB --seq 2048 --global-batch 16 --top 2 "
+    const json any = json::parse(testing::memcalc("plan --preset llama-7b --device-memory 24GB --seq 2048 --global-batch 16 --top 2 "
                                          "--format json").out);
     CHECK(any["gpus_searched"] == "any count");
     REQUIRE(any["layouts"].size() > 0);
     CHECK(any["layouts"][0]["step_seconds"].is_null());
-    const json fewer = json::parse(memcalc(fmt("plan --preset llama-7b --device-memory 24GB --seq 2048 --global-batch 16 "
+    const json fewer = json::parse(testing::memcalc(fmt("plan --preset llama-7b --device-memory 24GB --seq 2048 --global-batch 16 "
                                                "--top 2 --format json --gpus {}", any["gpus"].get<std::uint64_t>() - 1)).out);
     CHECK(fewer["fitting"] == 0);
     // Pinned: every row has them.
-    const json pinned = json::parse(memcalc("plan --preset llama-2-70b --gpu h100-sxm --gpus 64 --seq 4096 --global-batch 512 "
+    const json pinned = json::parse(testing::memcalc("plan --preset llama-2-70b --gpu h100-sxm --gpus 64 --seq 4096 --global-batch 512 "
                                             "--tp 8 --zero 1 --pp 2 --sp --recompute selective -b 1 --top 50 --format json").out);
     REQUIRE(pinned["layouts"].size() > 0);
     for (const auto& l : pinned["layouts"]) {
@@ -559,16 +558,16 @@ TEST_CASE("plan without --gpus finds the fewest, in whole nodes of --gpu; pinned
         CHECK(l["recompute"] == "selective");
         CHECK(l["micro_batch"] == 1);
     }
-    const auto table = memcalc("plan --preset llama-7b --gpu a100-80gb --seq 2048 --global-batch 16 --top 2");
+    const auto table = testing::memcalc("plan --preset llama-7b --gpu a100-80gb --seq 2048 --global-batch 16 --top 2");
     CHECK_THAT(table.out, Catch::Contains("The fewest devices, in whole nodes of 8"));
     CHECK_THAT(table.out, Catch::Contains("tokens/s/GPU"));
 }
 
 TEST_CASE("plan says when no layout is valid, and honours --recompute and --micro-batch", "[cli][plan]") {
-    const auto none = memcalc("plan --preset llama-7b --gpus 31 --device-memory 80GB --seq 2048 --global-batch 8");
+    const auto none = testing::memcalc("plan --preset llama-7b --gpus 31 --device-memory 80GB --seq 2048 --global-batch 8");
     REQUIRE(none.status == 0);
     CHECK_THAT(none.out, Catch::Contains("No layout of 31 devices is valid"));
-    const json j = json::parse(memcalc("plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 "
+    const json j = json::parse(testing::memcalc("plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 "
                                        "--global-batch 16 --recompute full -b 2 --top 1000 --format json").out);
     REQUIRE(j["layouts"].size() > 0);
     for (const auto& l : j["layouts"]) {
@@ -579,17 +578,17 @@ TEST_CASE("plan says when no layout is valid, and honours --recompute and --micr
 
 TEST_CASE("fit of the micro-batch keeps the global batch: the answer runs, the next divisor does not fit",
           "[cli][fit]") {
-    const json j = json::parse(memcalc("fit --preset llama-7b --device-memory 141GB --seq 1024 --global-batch 8 "
+    const json j = json::parse(testing::memcalc("fit --preset llama-7b --device-memory 141GB --seq 1024 --global-batch 8 "
                                        "--recompute none --format json").out);
     const auto& r = j["results"][0];
     const std::uint64_t b = r["largest"].get<std::uint64_t>();
     CHECK(8 % b == 0);
-    const auto ok = memcalc("--preset llama-7b --seq 1024 --global-batch 8 -b " + std::to_string(b) + " --format json");
+    const auto ok = testing::memcalc("--preset llama-7b --seq 1024 --global-batch 8 -b " + std::to_string(b) + " --format json");
     REQUIRE(ok.status == 0);
     CHECK(json::parse(ok.out)["peak"]["bytes"] == r["peak"]["bytes"]);
     CHECK(r["first_over"]["size"].get<std::uint64_t>() == 2 * b);  // 2 and 4 divide 8: the next divisor
     // A micro-batch that does not divide the global batch is not an answer the estimate would refuse.
-    CHECK(memcalc("--preset llama-7b --seq 1024 --global-batch 8 -b 3").status == 2);
+    CHECK(testing::memcalc("--preset llama-7b --seq 1024 --global-batch 8 -b 3").status == 2);
 }
 
 TEST_CASE("every command in the README prints what the README shows", "[cli][readme]") {
@@ -620,7 +619,7 @@ TEST_CASE("every command in the README prints what the README shows", "[cli][rea
 }
 
 TEST_CASE("a sweep streams: its JSON is the array nlohmann would print, and past 16 MiB it spools", "[cli][sweep]") {
-    const auto sweep = memcalc("--preset llama-7b --seq 64,128,256 --recompute all --format json");
+    const auto sweep = testing::memcalc("--preset llama-7b --seq 64,128,256 --recompute all --format json");
     REQUIRE(sweep.status == 0);
     const json all = json::parse(sweep.out);
     CHECK(all.size() == 9);
@@ -628,11 +627,11 @@ TEST_CASE("a sweep streams: its JSON is the array nlohmann would print, and past
     // 105,000 CSV rows, over 16 MiB: spooled to a temporary file, then printed or written whole.
     std::string seqs;
     for (int s = 1; s <= 5000; ++s) seqs += (s > 1 ? "," : "") + std::to_string(s);
-    const auto big = memcalc("--preset llama-7b --seq " + seqs + " -b 1,2,3,4,5,6,7 --recompute all --format csv");
+    const auto big = testing::memcalc("--preset llama-7b --seq " + seqs + " -b 1,2,3,4,5,6,7 --recompute all --format csv");
     REQUIRE(big.status == 0);
     CHECK(big.out.size() > (16u << 20));
     CHECK(std::count(big.out.begin(), big.out.end(), '\n') == 1 + 3 * 7 * 5000);
-    REQUIRE(memcalc("--preset llama-7b --seq " + seqs + " -b 1,2,3,4,5,6,7 --recompute all --format csv --output memcalc_big.csv").status == 0);
+    REQUIRE(testing::memcalc("--preset llama-7b --seq " + seqs + " -b 1,2,3,4,5,6,7 --recompute all --format csv --output memcalc_big.csv").status == 0);
     std::ifstream file("memcalc_big.csv", std::ios::binary);
     std::stringstream text;
     text << file.rdbuf();

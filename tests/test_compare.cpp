@@ -12,7 +12,7 @@ using namespace memcalc;
 using nlohmann::json;
 
 namespace {
-Report run(const Architecture& m, std::uint64_t seq, Recompute mode, const Parallelism& p) {
+Report estimate_fp32_grads(const Architecture& m, std::uint64_t seq, Recompute mode, const Parallelism& p) {
     Settings settings;
     settings.seq = seq, settings.recompute = mode, settings.parallel = p;
     settings.recipe = builtin_recipe("mixed-adam-fp32-grads");
@@ -52,7 +52,7 @@ TEST_CASE("Megatron: a dense model with tp 2 and pp 2, by hand from the formula"
     model.hidden = 2048, model.layers = 16, model.heads = 16, model.kv_heads = 8, model.ffn = 5632;
     Parallelism p;
     p.dp = 4, p.tp = 2, p.pp = 2, p.zero = 1, p.sequence_parallel = true;
-    const MegatronEstimate e = megatron_estimate(run(model, 1024, Recompute::selective, p));
+    const MegatronEstimate e = megatron_estimate(estimate_fp32_grads(model, 1024, Recompute::selective, p));
     // Attention 2 h^2 (1 + 8/16) = 12,582,912 and MLP 2 h f x 1.5 = 34,603,008 a layer, split by tp;
     // vocabulary 32,000 already a multiple of 128 x 2. The first stage: (16 x 47,185,920 / 2 +
     // 2,048 x 32,000) / 2 = 221,511,680; its norms (16 x 2 h + h) / 2 = 33,792, whole on both tp ranks.
@@ -75,7 +75,7 @@ TEST_CASE("Megatron: experts split by tp x ep, their optimiser over dp x cp / ep
     model.experts = 8, model.experts_per_token = 2, model.bias = Bias::all;
     Parallelism p;
     p.dp = 4, p.tp = 2, p.cp = 2, p.ep = 4, p.zero = 1;
-    const MegatronEstimate e = megatron_estimate(run(model, 2048, Recompute::full, p));
+    const MegatronEstimate e = megatron_estimate(estimate_fp32_grads(model, 2048, Recompute::full, p));
     // Vocabulary padded to 1,024 (a multiple of 128 x 2). tp-split: (4 x attention 2 h^2 x 2 +
     // embedding h x 1,024) / 2 + the output layer / 2 = 9,437,184. Whole: 4 x (norms 2 h + router
     // h x 8 + its bias 8) + final norm h = 42,016. Experts: 4 x 2 h f 8 x 1.5 / (2 x 4) = 25,165,824.

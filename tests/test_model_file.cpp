@@ -16,12 +16,12 @@ namespace {
 const char* const valid = R"({"hidden": 4096, "layers": 32, "heads": 32, "ffn": 11008, "vocab": 32000})";
 
 // The valid model with one key replaced (or added) by `key: value`.
-std::string with(const std::string& key, const std::string& value) {
+std::string model_with(const std::string& key, const std::string& value) {
     auto j = nlohmann::json::parse(valid);
     j[key] = nlohmann::json::parse(value);
     return j.dump();
 }
-std::string without(const std::string& key) {
+std::string model_without(const std::string& key) {
     auto j = nlohmann::json::parse(valid);
     j.erase(key);
     return j.dump();
@@ -40,31 +40,31 @@ TEST_CASE("every bad model file gets one message naming the key and value", "[mo
     const auto [text, message] = GENERATE(table<std::string, std::string>({
         Row{R"({"hidden": 4096,)", "my.json: malformed JSON: parse error at line 1, column 17"},
         Row{"[1, 2]", "expected a JSON object describing a model (got array)"},
-        Row{without("vocab"), "my.json: missing key 'vocab'"},
-        Row{with("hidden", "\"4096\""), "hidden must be a positive integer (got string \"4096\")"},
-        Row{with("hidden", "4096.5"), "hidden must be a positive integer below 2^64 (got 4096.5)"},
-        Row{with("layers", "-3"), "layers must be a positive integer (got -3)"},
-        Row{with("layers", "0"), "layers must be a positive integer (got 0)"},
-        Row{with("ffn", "1e30"), "ffn must be a positive integer below 2^64"},
-        Row{with("heads", "30"), "heads (30) must divide hidden (4096)"},
-        Row{with("kv_heads", "5"), "kv_heads (5) must divide heads (32)"},
-        Row{with("hiden", "4096"), "unknown key 'hiden' (did you mean 'hidden'?)"},
-        Row{with("mlp", "\"swiglu\""), "mlp must be one of gated, plain (got 'swiglu')"},
-        Row{with("norm", "\"rmsnrom\""), "(got 'rmsnrom') (did you mean 'rmsnorm'?)"},
-        Row{with("vocab", "[[[1]]]"), "vocab must be a positive integer (got array)"},
-        Row{with("tied_embeddings", "1"), "tied_embeddings must be true or false (got number 1)"},
-        Row{with("position", "\"learned\""), "max_positions must be a positive integer for learned position"},
-        Row{with("experts_per_token", "2"), "experts_per_token (2) needs experts > 0"},
-        Row{with("activation", "\"gelu_neww\""), "activation must be one of clamped_swiglu, gelu, gelu_fast, gelu_new, gelu_tanh, "
+        Row{model_without("vocab"), "my.json: missing key 'vocab'"},
+        Row{model_with("hidden", "\"4096\""), "hidden must be a positive integer (got string \"4096\")"},
+        Row{model_with("hidden", "4096.5"), "hidden must be a positive integer below 2^64 (got 4096.5)"},
+        Row{model_with("layers", "-3"), "layers must be a positive integer (got -3)"},
+        Row{model_with("layers", "0"), "layers must be a positive integer (got 0)"},
+        Row{model_with("ffn", "1e30"), "ffn must be a positive integer below 2^64"},
+        Row{model_with("heads", "30"), "heads (30) must divide hidden (4096)"},
+        Row{model_with("kv_heads", "5"), "kv_heads (5) must divide heads (32)"},
+        Row{model_with("hiden", "4096"), "unknown key 'hiden' (did you mean 'hidden'?)"},
+        Row{model_with("mlp", "\"swiglu\""), "mlp must be one of gated, plain (got 'swiglu')"},
+        Row{model_with("norm", "\"rmsnrom\""), "(got 'rmsnrom') (did you mean 'rmsnorm'?)"},
+        Row{model_with("vocab", "[[[1]]]"), "vocab must be a positive integer (got array)"},
+        Row{model_with("tied_embeddings", "1"), "tied_embeddings must be true or false (got number 1)"},
+        Row{model_with("position", "\"learned\""), "max_positions must be a positive integer for learned position"},
+        Row{model_with("experts_per_token", "2"), "experts_per_token (2) needs experts > 0"},
+        Row{model_with("activation", "\"gelu_neww\""), "activation must be one of clamped_swiglu, gelu, gelu_fast, gelu_new, gelu_tanh, "
                                                  "quick_gelu, relu, silu (got 'gelu_neww') (did you mean 'gelu_new'?)"},
-        Row{with("mlp_dropout", "1.5"), "mlp_dropout must be a probability in [0, 1) (got number 1.5)"},
-        Row{with("mlp_dropout", "\"0.1\""), "mlp_dropout must be a probability in [0, 1) (got string \"0.1\")"},
-        Row{with("causal_mask_buffer", "\"per-layer\""),
+        Row{model_with("mlp_dropout", "1.5"), "mlp_dropout must be a probability in [0, 1) (got number 1.5)"},
+        Row{model_with("mlp_dropout", "\"0.1\""), "mlp_dropout must be a probability in [0, 1) (got string \"0.1\")"},
+        Row{model_with("causal_mask_buffer", "\"per-layer\""),
             "causal_mask_buffer must be one of none, per_layer (got 'per-layer') (did you mean 'per_layer'?)"},
-        Row{with("causal_mask_buffer", "\"per_layer\""), "max_positions must be a positive integer for causal_mask_buffer"},
-        Row{with("rotary_embedding", "\"per-layer\""),
+        Row{model_with("causal_mask_buffer", "\"per_layer\""), "max_positions must be a positive integer for causal_mask_buffer"},
+        Row{model_with("rotary_embedding", "\"per-layer\""),
             "rotary_embedding must be one of per_layer, per_layer_cached, shared (got 'per-layer') (did you mean 'per_layer'?)"},
-        Row{with("rotary_embedding", "\"per_layer_cached\""),
+        Row{model_with("rotary_embedding", "\"per_layer_cached\""),
             "max_positions must be a positive integer for rotary_embedding per_layer_cached"},
     }));
     CAPTURE(text);

@@ -17,7 +17,7 @@ Architecture gpt3_175b() {  // GPT-3 175B's layer: h = 12288, a = 96
     m.name = "gpt3", m.hidden = 12288, m.layers = 96, m.heads = 96, m.ffn = 4 * 12288, m.vocab = 51200;
     return m;
 }
-Architecture small_llama() {
+Architecture small_llama_8kv() {
     Architecture m = fixtures::llama_7b();
     m.name = "small-llama", m.layers = 16, m.hidden = 2048, m.heads = 16, m.kv_heads = 8, m.ffn = 5632;
     return m;
@@ -202,7 +202,7 @@ TEST_CASE("every degree 1 and no sharding is the single device, to the byte", "[
 }
 
 TEST_CASE("sharding and splitting never raise a rank's memory above the single device's", "[parallel][property]") {
-    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), small_llama());
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), small_llama_8kv());
     const std::uint64_t seq = GENERATE(256, 1024);
     const Recompute mode = GENERATE(Recompute::none, Recompute::selective, Recompute::full);
     const Report one = run(m, seq, 1, mode, Parallelism{});
@@ -237,7 +237,7 @@ TEST_CASE("degrees that do not fit the model are refused with the degree named",
 }
 
 TEST_CASE("the closed-form layout peak equals the most loaded timeline's, step for step", "[parallel][fast]") {
-    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), small_llama());
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), small_llama_8kv());
     const Recompute mode = GENERATE(Recompute::none, Recompute::selective, Recompute::full);
     const ActivationModel model = GENERATE(ActivationModel::korthikanti, ActivationModel::architecture);
     for (std::uint64_t tp : {1, 2, 4})

@@ -44,7 +44,7 @@ TEST_CASE("a tiny model counted by hand", "[params]") {
 }
 
 namespace {
-struct Shape {
+struct ParamShape {
     const char* name;
     std::uint64_t hidden, layers, heads, kv_heads, head_dim, ffn, vocab, positions;
     Mlp mlp;
@@ -58,7 +58,7 @@ struct Shape {
 
 TEST_CASE("published exact counts fall out of the general table", "[params]") {
     // clang-format off
-    const Shape shape = GENERATE(values<Shape>({
+    const ParamShape shape = GENERATE(values<ParamShape>({
         //  name            h     L   a   kv  hd   f      V       pos   mlp         norm             bias       tied   E  k  published
         {"llama-13b",     5120,  40, 40,  0,   0, 13824,  32000,    0, Mlp::gated, Norm::rmsnorm,   Bias::none, false, 0, 0, 13015864320ULL},
         {"llama-2-70b",   8192,  80, 64,  8,   0, 28672,  32000,    0, Mlp::gated, Norm::rmsnorm,   Bias::none, false, 0, 0, 68976648192ULL},

@@ -9,8 +9,10 @@
 #include "fixtures.hpp"
 #include "memcalc/plan.hpp"
 #include "run_program.hpp"
+#include "step_named.hpp"
 
 using namespace memcalc;
+using fixtures::step_named;
 
 namespace {
 /// 8 layers of width 256, 4 heads, at sequence 256: under Korthikanti's formula (bf16) a layer keeps
@@ -31,12 +33,6 @@ Settings partial(std::uint64_t n) {
     return s;
 }
 
-/// The first step named `name` of a rank's timeline.
-const Step& step_named(const RankReport& rank, const std::string& name) {
-    const auto it = std::find_if(rank.timeline.begin(), rank.timeline.end(), [&](const Step& s) { return s.name() == name; });
-    REQUIRE(it != rank.timeline.end());
-    return *it;
-}
 
 using fixtures::dense_then_moe;  // two dense layers of width 2,048, then six of 8 experts
 }  // namespace

@@ -19,7 +19,7 @@ Architecture phimoe_shape(std::uint64_t h, std::uint64_t E) {
     m.renormalize_topk = false;
     return m;
 }
-std::uint64_t kept(const Architecture& m, std::uint64_t s, std::uint64_t b, Recompute mode = Recompute::none) {
+std::uint64_t layer_kept(const Architecture& m, std::uint64_t s, std::uint64_t b, Recompute mode = Recompute::none) {
     return architecture_layer(m, s, b, DType::bf16, Attention::eager).kept(mode).value();
 }
 }  // namespace
@@ -37,12 +37,12 @@ TEST_CASE("the sparsemixer keeps two masks, two softmaxes, two indices and two g
     // softmax over E and its int64 top-2 indices.
     const std::uint64_t sparse = 2 * (T * E + 2 * T * E + 8 * T + 2 * T), softmax_topk = 4 * T * E + 8 * T * 2;
     for (Recompute mode : {Recompute::none, Recompute::selective})
-        CHECK(kept(mixer, s, b, mode) + softmax_topk == kept(top2, s, b, mode) + sparse);
-    CHECK(kept(mixer, s, b, Recompute::full) == kept(top2, s, b, Recompute::full));
+        CHECK(layer_kept(mixer, s, b, mode) + softmax_topk == layer_kept(top2, s, b, mode) + sparse);
+    CHECK(layer_kept(mixer, s, b, Recompute::full) == layer_kept(top2, s, b, Recompute::full));
     // The input's jitter keeps its noise, the width of the stream.
     Architecture jittered = mixer;
     jittered.input_jitter = 0.01;
-    CHECK(kept(jittered, s, b) - kept(mixer, s, b) == 2 * T * h);
+    CHECK(layer_kept(jittered, s, b) - layer_kept(mixer, s, b) == 2 * T * h);
 }
 
 TEST_CASE("Phi-3.5-MoE's config imports the sparsemixer and its input jitter", "[phimoe][hf_config]") {

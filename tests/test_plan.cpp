@@ -14,7 +14,7 @@
 using namespace memcalc;
 
 namespace {
-Architecture small_llama() {
+Architecture small_llama_4kv() {
     Architecture m = fixtures::llama_7b();
     m.name = "small-llama", m.layers = 16, m.hidden = 2048, m.heads = 16, m.kv_heads = 4, m.ffn = 5632;
     return m;
@@ -30,7 +30,7 @@ Key layout_text_key(const PlanRow& r) {
 }  // namespace
 
 TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration finds", "[plan]") {
-    const Architecture m = small_llama();
+    const Architecture m = small_llama_4kv();
     PlanRequest request;
     request.gpus = 8, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 16;
     const auto rows = plan(m, request);
@@ -92,7 +92,7 @@ TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration fi
 }
 
 TEST_CASE("plan's peaks are estimate()'s, and the ranking follows its rule", "[plan]") {
-    const Architecture m = small_llama();
+    const Architecture m = small_llama_4kv();
     PlanRequest request;
     request.gpus = 8, request.capacity = 12000000000ULL, request.base.seq = 2048, request.global_batch = 8;
     // The chapter's model, and the architecture's with its workspaces and a foreach optimiser step.
@@ -120,7 +120,7 @@ TEST_CASE("plan's peaks are estimate()'s, and the ranking follows its rule", "[p
 }
 
 TEST_CASE("plan: a mixture-of-experts model also enumerates expert parallelism", "[plan]") {
-    Architecture m = small_llama();
+    Architecture m = small_llama_4kv();
     m.experts = 4, m.experts_per_token = 2;
     PlanRequest request;
     request.gpus = 4, request.capacity = 80000000000ULL, request.base.seq = 512, request.global_batch = 4;
@@ -130,7 +130,7 @@ TEST_CASE("plan: a mixture-of-experts model also enumerates expert parallelism",
 }
 
 TEST_CASE("plan_top keeps the best k fitting layouts in plan's order, and counts them all", "[plan]") {
-    const Architecture m = small_llama();
+    const Architecture m = small_llama_4kv();
     PlanRequest request;
     request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
     const auto all = plan(m, request);
@@ -193,7 +193,7 @@ TEST_CASE("step_time: each term against hand-derived values", "[plan][time]") {
 }
 
 TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient bytes x (dp-1)/dp", "[plan][time]") {
-    const Architecture m = small_llama();
+    const Architecture m = small_llama_4kv();
     PlanRequest request;
     request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
     request.gpu = round_gpu();
@@ -237,7 +237,7 @@ TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient b
 }
 
 TEST_CASE("plan_fewest: the first count, by hand, on which a layout fits", "[plan][fewest]") {
-    const Architecture m = small_llama();
+    const Architecture m = small_llama_4kv();
     PlanRequest request;
     request.capacity = 9000000000ULL, request.base.seq = 2048, request.global_batch = 16;
     // By hand: the first count whose plan has a fitting row.
@@ -267,7 +267,7 @@ TEST_CASE("plan_fewest: the first count, by hand, on which a layout fits", "[pla
 }
 
 TEST_CASE("pinned degrees, ZeRO stages and sequence parallelism restrict the search to them", "[plan][pin]") {
-    const Architecture m = small_llama();
+    const Architecture m = small_llama_4kv();
     PlanRequest request;
     request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
     const auto all = plan(m, request);
@@ -303,7 +303,7 @@ TEST_CASE("pinned degrees, ZeRO stages and sequence parallelism restrict the sea
 }
 
 TEST_CASE("offload's host transfers: the gradient shard down, the weight shard up, at the host bandwidth", "[plan][time][offload]") {
-    const Architecture m = small_llama();
+    const Architecture m = small_llama_4kv();
     Settings s;
     s.seq = 1024, s.micro_batch = 2;
     s.parallel.dp = 4, s.parallel.zero = 3, s.parallel.microbatches = 4;  // 32 sequences a step
@@ -352,7 +352,7 @@ TEST_CASE("offload's host transfers: the gradient shard down, the weight shard u
 }
 
 TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeRO stage allows", "[plan][pin][offload][cli]") {
-    const Architecture m = small_llama();
+    const Architecture m = small_llama_4kv();
     PlanRequest request;
     request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
     const auto all = plan(m, request);

@@ -17,7 +17,7 @@ namespace {
 const char* const bf16_adam =
     R"({"name": "my-adam", "weights": "bf16", "gradients": "bf16", "master": "fp32", "activations": "bf16", "optimizer": "adam"})";
 
-std::string with(const std::string& key, const std::string& value) {
+std::string recipe_with(const std::string& key, const std::string& value) {
     auto j = nlohmann::json::parse(bf16_adam);
     j[key] = nlohmann::json::parse(value);
     return j.dump();
@@ -51,16 +51,16 @@ TEST_CASE("every listed recipe reads back as itself, byte counts checked", "[rec
 }
 
 TEST_CASE("a recipe file may differ from every built-in one", "[recipe_file]") {
-    const Recipe fp16 = parse_recipe_json(with("weights", "\"fp16\""), "f");  // a name no byte count could give
+    const Recipe fp16 = parse_recipe_json(recipe_with("weights", "\"fp16\""), "f");  // a name no byte count could give
     CHECK(std::string(dtype_name(fp16.weights)) == "fp16");
-    const Recipe no_master = parse_recipe_json(with("master", "null"), "f");
+    const Recipe no_master = parse_recipe_json(recipe_with("master", "null"), "f");
     CHECK(!no_master.master);
     CHECK(no_master.bytes_per_parameter() == 12);
-    const Recipe sgd = parse_recipe_json(with("optimizer", "\"sgd-momentum\""), "f");
+    const Recipe sgd = parse_recipe_json(recipe_with("optimizer", "\"sgd-momentum\""), "f");
     CHECK(sgd.bytes_per_parameter() == 12);
     // A file from before the optimiser's state had a dtype of its own meant fp32.
     CHECK(parse_recipe_json(bf16_adam, "f").optimizer_bytes() == 8);
-    const Recipe bf16_state = parse_recipe_json(with("state", "\"bf16\""), "f");
+    const Recipe bf16_state = parse_recipe_json(recipe_with("state", "\"bf16\""), "f");
     CHECK(bf16_state.optimizer_bytes() == 4);
     CHECK(bf16_state.step_temporary_bytes() == 2);
     CHECK(bf16_state.optimizer_state() == "Adam m, v (bf16)");
@@ -70,15 +70,15 @@ TEST_CASE("every bad recipe file gets one message naming the key and the value",
     using Case = std::pair<std::string, std::string>;  // file text, what the message says
     auto [text, message] = GENERATE(table<std::string, std::string>({
         Case{"[]", "expected a JSON object describing a recipe (got array)"},
-        Case{with("weights", "\"bf61\""), "weights must be one of"},
-        Case{with("weights", "\"bf61\""), "did you mean 'bf16'"},
-        Case{with("weights", "\"nf4\""), "(got 'nf4')"},  // stored only: never a computed dtype
-        Case{with("optimizer", "\"adamw8\""), "optimizer must be one of adafactor, adam, adam-8bit, lion, muon, sgd-momentum (got 'adamw8')"},
-        Case{with("state", "\"fp4\""), "state must be one of"},
-        Case{with("master", "4"), "master must be a string (got number 4)"},
-        Case{with("wieghts", "\"bf16\""), "unknown key 'wieghts'"},
-        Case{with("name", "\"\""), "name must not be empty"},
-        Case{with("weight_bytes", "4"), "weight_bytes is 4, but the dtypes and the optimiser make it 2"},
+        Case{recipe_with("weights", "\"bf61\""), "weights must be one of"},
+        Case{recipe_with("weights", "\"bf61\""), "did you mean 'bf16'"},
+        Case{recipe_with("weights", "\"nf4\""), "(got 'nf4')"},  // stored only: never a computed dtype
+        Case{recipe_with("optimizer", "\"adamw8\""), "optimizer must be one of adafactor, adam, adam-8bit, lion, muon, sgd-momentum (got 'adamw8')"},
+        Case{recipe_with("state", "\"fp4\""), "state must be one of"},
+        Case{recipe_with("master", "4"), "master must be a string (got number 4)"},
+        Case{recipe_with("wieghts", "\"bf16\""), "unknown key 'wieghts'"},
+        Case{recipe_with("name", "\"\""), "name must not be empty"},
+        Case{recipe_with("weight_bytes", "4"), "weight_bytes is 4, but the dtypes and the optimiser make it 2"},
         Case{R"({"name": "x", "weights": "bf16", "gradients": "bf16", "activations": "bf16"})", "missing key 'optimizer'"},
         Case{R"({"name": "x", "name": "y"})", "key 'name' appears twice"},
     }));

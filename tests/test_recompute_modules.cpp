@@ -15,14 +15,9 @@ Settings architecture_settings(std::uint64_t seq, ModuleSet modules, Recompute m
     s.activations = ActivationModel::architecture;
     return s;
 }
-Architecture mixtral() {
-    Architecture m = fixtures::mistral_7b();
-    m.name = "mixtral", m.experts = 8, m.experts_per_token = 2;
-    return m;
-}
 /// Mixtral's layers, the first two of them dense (as DeepSeek's are) with a wider MLP.
-Architecture dense_then_moe() {
-    Architecture m = mixtral();
+Architecture mixtral_dense_then_moe() {
+    Architecture m = fixtures::mixtral();
     m.name = "dense-then-moe", m.layers = 8;
     m.layer_kinds = {{"dense", 28672, 0, {}}, {"moe", {}, {}, {}}};
     m.layer_pattern = {{0, 2}, {1, 6}};
@@ -35,7 +30,7 @@ LayerActivations layer_with(const Architecture& m, std::uint64_t s, ModuleSet mo
 }  // namespace
 
 TEST_CASE("recompute_modules core_attn is Korthikanti's selective recomputation, row for row", "[recompute_modules]") {
-    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), mixtral(), dense_then_moe());
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mixtral(), mixtral_dense_then_moe());
     const Attention attention = GENERATE(Attention::eager, Attention::flash);
     CAPTURE(m.name, attention_name(attention));
     // The modules' own checkpoint rows leave the table: the rest is what 1.1 built.
@@ -98,7 +93,7 @@ TEST_CASE("a LayerNorm's input is its checkpoint's: GPT-2 keeps no copy", "[reco
 
 TEST_CASE("recompute moe_act keeps the experts' first projections and drops the activation's outputs",
           "[recompute_modules]") {
-    const Architecture m = mixtral();
+    const Architecture m = fixtures::mixtral();
     const std::uint64_t s = 512, slots = s * 2, f = m.ffn;
     const LayerActivations act = layer_with(m, s, ModuleSet::of({Module::moe_act}));
     CHECK(act.kept(Recompute::selective).value() == act.total().value() - 2 * 2 * slots * f);
@@ -114,7 +109,7 @@ TEST_CASE("recompute moe_act keeps the experts' first projections and drops the 
 }
 
 TEST_CASE("recomputing the MLP too lowers what a dense or a mixed model keeps, and its peak", "[recompute_modules]") {
-    const Architecture m = GENERATE(fixtures::llama_7b(), dense_then_moe());
+    const Architecture m = GENERATE(fixtures::llama_7b(), mixtral_dense_then_moe());
     const Report before = estimate(m, architecture_settings(4096, {}));
     const Report after = estimate(m, architecture_settings(4096, ModuleSet::of({Module::core_attn, Module::mlp})));
     const Report norms =
@@ -131,15 +126,15 @@ TEST_CASE("recompute_modules a model or a mode cannot honour is named", "[recomp
     const auto [m, modules, mode, message] = GENERATE(table<Architecture, ModuleSet, Recompute, std::string>({
         Case{fixtures::llama_7b(), ModuleSet::of({Module::moe_act}), Recompute::selective,
              "recompute module moe_act: llama-7b has no mixture-of-experts layer"},
-        Case{mixtral(), ModuleSet::of({Module::mlp}), Recompute::selective,
+        Case{fixtures::mixtral(), ModuleSet::of({Module::mlp}), Recompute::selective,
              "recompute module mlp: mixtral has no dense MLP layer"},
-        Case{mixtral(), ModuleSet::of({Module::mla_up_proj}), Recompute::selective,
+        Case{fixtures::mixtral(), ModuleSet::of({Module::mla_up_proj}), Recompute::selective,
              "recompute module mla_up_proj: mixtral has no multi-latent attention"},
         Case{fixtures::llama_7b(), ModuleSet::of({Module::mlp}), Recompute::full,
              "recompute_modules (mlp) needs recompute selective (got full)"},
     }));
     CHECK_THROWS_WITH(estimate(m, architecture_settings(1024, modules, mode)), message);
-    CHECK_NOTHROW(estimate(dense_then_moe(), architecture_settings(1024, ModuleSet::of({Module::mlp, Module::moe_act}))));
+    CHECK_NOTHROW(estimate(mixtral_dense_then_moe(), architecture_settings(1024, ModuleSet::of({Module::mlp, Module::moe_act}))));
 }
 
 TEST_CASE("the command line's --recompute-modules: core_attn is --recompute selective", "[recompute_modules][cli]") {
@@ -167,7 +162,7 @@ TEST_CASE("the command line's --recompute-modules: core_attn is --recompute sele
 }
 
 TEST_CASE("expert tensor parallelism splits the experts' weights by etp, the rest by tp", "[parallel][etp]") {
-    const Architecture m = GENERATE(mixtral(), dense_then_moe());
+    const Architecture m = GENERATE(fixtures::mixtral(), mixtral_dense_then_moe());
     const std::uint64_t tp = 4, ep = GENERATE(1, 2);
     Settings s = architecture_settings(1024, {}, Recompute::full);
     s.parallel.dp = 2, s.parallel.tp = tp, s.parallel.ep = ep;
@@ -192,7 +187,7 @@ TEST_CASE("expert tensor parallelism splits the experts' weights by etp, the res
 }
 
 TEST_CASE("etp splits the experts' hidden activations, and its bad values are named", "[parallel][etp]") {
-    const Architecture m = mixtral();
+    const Architecture m = fixtures::mixtral();
     Settings s = architecture_settings(1024, {}, Recompute::none);
     s.parallel.dp = 2, s.parallel.tp = 4;
     const std::uint64_t slots_f = 1024ULL * 2 * m.ffn;
@@ -209,8 +204,8 @@ TEST_CASE("etp splits the experts' hidden activations, and its bad values are na
     CHECK(at_tp.value() % (slots_f / 4) == 0);
     using Case = std::tuple<Architecture, std::uint64_t, std::uint64_t, std::string>;
     const auto [model, etp, ep, message] = GENERATE(table<Architecture, std::uint64_t, std::uint64_t, std::string>({
-        Case{mixtral(), 3, 1, "etp x ep (3 x 1) must divide tp x cp x dp (4 x 1 x 2)"},
-        Case{mixtral(), 16, 1, "etp x ep (16 x 1) must divide tp x cp x dp (4 x 1 x 2)"},
+        Case{fixtures::mixtral(), 3, 1, "etp x ep (3 x 1) must divide tp x cp x dp (4 x 1 x 2)"},
+        Case{fixtures::mixtral(), 16, 1, "etp x ep (16 x 1) must divide tp x cp x dp (4 x 1 x 2)"},
         Case{fixtures::llama_7b(), 2, 1, "etp (2) needs a mixture-of-experts model"},
     }));
     Settings bad = s;
@@ -233,7 +228,7 @@ TEST_CASE("the command line's --etp: the layout shows it, a bad value is named",
 
 TEST_CASE("recompute_modules shared_experts drops the shared expert's own rows and keeps its input, the router's",
           "[recompute_modules][shared_experts]") {
-    Architecture m = mixtral();
+    Architecture m = fixtures::mixtral();
     m.name = "mixtral-with-shared", m.shared_ffn = GENERATE(std::uint64_t{4096}, std::uint64_t{14336});
     m.shared_expert_gate = GENERATE(false, true);
     CAPTURE(m.shared_ffn, m.shared_expert_gate);
@@ -250,6 +245,6 @@ TEST_CASE("recompute_modules shared_experts drops the shared expert's own rows a
     CHECK(layer_with(m, 512, ModuleSet::of({Module::core_attn, Module::moe})).kept(Recompute::selective) <
           shared.kept(Recompute::selective));
     // A model without shared experts is refused, naming the module.
-    CHECK_THROWS_WITH(estimate(mixtral(), architecture_settings(512, ModuleSet::of({Module::shared_experts}))),
+    CHECK_THROWS_WITH(estimate(fixtures::mixtral(), architecture_settings(512, ModuleSet::of({Module::shared_experts}))),
                       Catch::Contains("shared_experts") && Catch::Contains("shared experts"));
 }

@@ -21,7 +21,7 @@ Workload llama_7b_workload(Recompute mode, ActivationModel model = ActivationMod
     const ActivationTables t = activation_tables(m, s, 1, DType::bf16, model);
     return make_workload(m, Settings{}.recipe, s, 1, mode, parameter_splits(parameter_table(m), m.vocab), t);
 }
-Report run(const Architecture& m, const Parallelism& p) {
+Report estimate_at_1024(const Architecture& m, const Parallelism& p) {
     Settings settings;
     settings.seq = 1024, settings.parallel = p;
     return estimate(m, settings);
@@ -91,7 +91,7 @@ TEST_CASE("DualPipe: each rank holds two stages' weights, gradients and optimise
     for (unsigned zero : {0u, 1u}) {
         Parallelism one = pipeline(4, 8, Schedule::one_f_one_b), dual = pipeline(4, 8, Schedule::dualpipe);
         one.dp = dual.dp = 2, one.zero = dual.zero = zero;
-        const Report a = run(m, one), b = run(m, dual);
+        const Report a = estimate_at_1024(m, one), b = estimate_at_1024(m, dual);
         CAPTURE(zero);
         for (std::uint64_t k = 0; k < 4; ++k) {
             const RankReport &mine = b.ranks[k], &forward = a.ranks[k], &reverse = a.ranks[3 - k];
@@ -104,7 +104,7 @@ TEST_CASE("DualPipe: each rank holds two stages' weights, gradients and optimise
         }
         // Twice the model's parameters across the pipeline; ZB-V keeps one copy.
         Count dual_total, v_total;
-        const Report v = run(m, pipeline(4, 8, Schedule::zb_v));
+        const Report v = estimate_at_1024(m, pipeline(4, 8, Schedule::zb_v));
         for (std::uint64_t k = 0; k < 4; ++k) dual_total += b.ranks[k].parameters, v_total += v.ranks[k].parameters;
         CHECK(dual_total == Count(2) * v_total);
         CHECK(v_total == a.parameter_count);

@@ -26,7 +26,7 @@ Architecture deepseek_like() {
     m.router_bias = RouterBias::trainable;
     return m;
 }
-Report run(const Architecture& m, const Parallelism& p) {
+Report estimate_recomputed(const Architecture& m, const Parallelism& p) {
     Settings settings;
     settings.seq = 512, settings.micro_batch = 1, settings.recompute = Recompute::full, settings.parallel = p;
     return estimate(m, settings);
@@ -118,15 +118,15 @@ TEST_CASE("expert parallelism leaves the shared expert whole; tensor parallelism
     const std::uint64_t gate = m.shared_expert_gate ? m.hidden * m.layers : 0;  // replicated, like the router
     Parallelism ep;
     ep.dp = 4, ep.ep = GENERATE(2, 4);
-    CHECK(run(m, ep).busiest().parameters.value() - run(without, ep).busiest().parameters.value() == mats + gate);
+    CHECK(estimate_recomputed(m, ep).busiest().parameters.value() - estimate_recomputed(without, ep).busiest().parameters.value() == mats + gate);
     Parallelism tp;
     tp.tp = GENERATE(2, 4);
-    CHECK(run(m, tp).busiest().parameters.value() - run(without, tp).busiest().parameters.value() == mats / tp.tp + gate);
+    CHECK(estimate_recomputed(m, tp).busiest().parameters.value() - estimate_recomputed(without, tp).busiest().parameters.value() == mats / tp.tp + gate);
     // tp must divide the shared width too.
     Architecture odd = m;
     odd.shared_ffn = 1000 + 2;
     tp.tp = 4;
-    CHECK_THROWS_WITH(run(odd, tp), Catch::Contains("shared_ffn"));
+    CHECK_THROWS_WITH(estimate_recomputed(odd, tp), Catch::Contains("shared_ffn"));
 }
 
 TEST_CASE("shared experts, their gate and a router bias need routed experts", "[shared_experts][validate]") {

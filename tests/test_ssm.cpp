@@ -21,8 +21,8 @@ struct MambaShape {
     std::uint64_t h, di, N, r, K;
     bool conv_bias, proj_bias, norms;
 };
-const MambaShape tiny{64, 128, 8, 4, 4, true, false, true};       // validation/models/mamba-tiny.json
-const MambaShape plain{48, 96, 6, 5, 3, false, true, false};      // MambaMixer's: biased projections, no inner norms
+const MambaShape mamba_tiny{64, 128, 8, 4, 4, true, false, true};       // validation/models/mamba-tiny.json
+const MambaShape mamba_plain{48, 96, 6, 5, 3, false, true, false};      // MambaMixer's: biased projections, no inner norms
 
 Architecture mamba_model(const MambaShape& x) {
     Architecture m;
@@ -53,7 +53,7 @@ json jamba_config() {
 }  // namespace
 
 TEST_CASE("a Mamba mixer's parameters, tensor by tensor", "[ssm][params]") {
-    const MambaShape x = GENERATE(tiny, plain);
+    const MambaShape x = GENERATE(mamba_tiny, mamba_plain);
     CAPTURE(x.h);
     const Architecture m = mamba_model(x);
     const ParameterTable t = parameter_table(m);
@@ -94,7 +94,7 @@ TEST_CASE("jamba's config: attention every period-th layer, experts every other,
 }
 
 TEST_CASE("a Mamba mixer without its widths is refused", "[ssm][model]") {
-    Architecture m = mamba_model(tiny);
+    Architecture m = mamba_model(mamba_tiny);
     m.ssm.d_state = 0;
     CHECK_THROWS_WITH(validate(m), Catch::Contains("mamba_state must be a positive integer"));
 }
@@ -102,7 +102,7 @@ TEST_CASE("a Mamba mixer without its widths is refused", "[ssm][model]") {
 TEST_CASE("the slow path's saved tensors in closed form, as measured on CPU", "[ssm][activations]") {
     // validation/results/cpu-mamba.json: mamba-tiny's layer keeps, less the documented mean() effect,
     // 638,592 bytes at s 16, b 2 and 1,271,552 at s 32, b 2 (bf16, eager, CPU).
-    const Architecture m = mamba_model(tiny);
+    const Architecture m = mamba_model(mamba_tiny);
     const auto kept = [&](std::uint64_t s, std::uint64_t b) {
         return architecture_layer(m, s, b, Precision(DType::bf16), Attention::eager, Platform::cpu).total().value();
     };
@@ -140,7 +140,7 @@ TEST_CASE("the slow path's saved tensors in closed form, as measured on CPU", "[
 }
 
 TEST_CASE("the fused kernels keep far less than the slow path, and a state per 2048-token chunk", "[ssm][activations]") {
-    Architecture slow = mamba_model(tiny), fused = slow;
+    Architecture slow = mamba_model(mamba_tiny), fused = slow;
     fused.ssm.kernels = true;
     const auto kept = [](const Architecture& m, std::uint64_t s) {
         return architecture_layer(m, s, 1, Precision(DType::bf16), Attention::flash).total().value();
@@ -158,7 +158,7 @@ TEST_CASE("the fused kernels keep far less than the slow path, and a state per 2
 }
 
 TEST_CASE("autocast and fine-tuning of Mamba layers are refused, not guessed", "[ssm][activations]") {
-    const Architecture m = mamba_model(tiny);
+    const Architecture m = mamba_model(mamba_tiny);
     CHECK_THROWS_WITH(architecture_layer(m, 16, 1, Precision(DType::bf16, DType::fp32, true), Attention::eager),
                       Catch::Contains("autocast"));
 }
@@ -189,7 +189,7 @@ TEST_CASE("serving: Mamba layers keep a state per sequence, no KV cache", "[ssm]
 }
 
 TEST_CASE("a Mamba layer's FLOPs are its four matrices", "[ssm][flops]") {
-    const Architecture m = mamba_model(tiny);
+    const Architecture m = mamba_model(mamba_tiny);
     const ComputeCost c = compute_cost(m, 16, 1, Recompute::none);
     const double T = 16, di = 128, h = 64, r = 4, N = 8;
     CHECK(c.layer_forward == Approx(2 * T * di * (3 * h + r + 2 * N + r) + 2 * T * h * 176 * 3));

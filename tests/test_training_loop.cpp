@@ -19,11 +19,6 @@ Report run(const Architecture& m, std::uint64_t seq, Recompute mode, const Paral
 std::uint64_t peak(const Report& r) { return r.peak_step().bytes.total().value(); }
 using fixtures::step_named;
 std::uint64_t up(std::uint64_t n, std::uint64_t by) { return (n + by - 1) / by; }
-Architecture mixtral() {
-    Architecture m = fixtures::mistral_7b();
-    m.name = "mixtral", m.experts = 8, m.experts_per_token = 2;
-    return m;
-}
 Architecture llama_405b() {
     Architecture m = fixtures::llama_7b();
     m.name = "llama-405b", m.hidden = 16384, m.layers = 126, m.heads = 128, m.kv_heads = 8, m.ffn = 53248;
@@ -153,7 +148,7 @@ TEST_CASE("a pipeline's later micro-batches hold the gradients, with one fewer m
 
 TEST_CASE("expert state shards over the expert-data-parallel group, dense state over dp x cp",
           "[training-loop][sharding]") {
-    const Architecture moe = mixtral();
+    const Architecture moe = fixtures::mixtral();
     const unsigned zero = GENERATE(1u, 2u, 3u);
     const std::uint64_t ep = GENERATE(1, 2, 8);
     CAPTURE(zero, ep);
