@@ -100,7 +100,9 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     CAPTURE(s, b);
     const std::uint64_t sb = s * b, A = a * s * s * b;
     const LayerActivations layer = architecture_layer(m, s, b, DType::bf16, Attention::eager);
-    REQUIRE(layer.work.size() == 5);
+    REQUIRE(layer.work.size() == 6);
+    // The product with V's backward: the weights' gradient (2A), the output's and the repeated v's (2 sb(ad) each).
+    CHECK(workspace_named(layer, "attention over V backward").bytes.value() == 2 * A + 4 * sb * a * d);
     CHECK(workspace_named(layer, "Q K^T / sqrt(d) + mask").bytes.value() == 4 * A);
     CHECK(workspace_named(layer, "softmax").bytes.value() == 2 * A);  // CUDA upcasts as it goes
     const Workspace& softmax = workspace_named(layer, "softmax backward");
@@ -287,4 +289,46 @@ TEST_CASE("learned positions have no rotary embedding to place", "[architecture]
     own.rotary_embedding = RotaryEmbedding::per_layer_cached;
     CHECK(architecture_layer(own, 128, 2, DType::bf16, Attention::eager).total() ==
           architecture_layer(fixtures::gpt2_small(), 128, 2, DType::bf16, Attention::eager).total());
+}
+
+TEST_CASE("selective recomputation: the MLP half's backward runs before the core attention is rebuilt",
+          "[architecture][workspace]") {
+    // A GPT-style layer with dropout, of a width no validation model has: the checkpoint reruns the core
+    // attention when backward first reaches it, after the MLP half's backward (measured: cpu-recipes.json).
+    Architecture m = fixtures::gpt2_small();
+    m.hidden = 96, m.heads = 3, m.ffn = 320, m.attention_dropout = 0.1, m.hidden_dropout = 0.1;
+    const std::uint64_t s = GENERATE(24, 200), b = GENERATE(1, 2);
+    const Platform platform = GENERATE(Platform::cuda, Platform::cpu);
+    CAPTURE(s, b, platform == Platform::cpu);
+    const std::uint64_t sbh = s * b * 96, sbf = s * b * 320, A = 3 * s * s * b;
+    const LayerActivations l = architecture_layer(m, s, b, DType::bf16, Attention::eager, platform);
+    const auto sum = [&](const Workspace& w, Recompute mode, const LayerActivations& in) {
+        return workspace_sum(in.rows, w, mode, {}, in.mlp_half_from);
+    };
+    // A dropout keeps bf16 noise on CPU (F.dropout), a bool mask on CUDA (native_dropout).
+    const std::uint64_t noise = platform == Platform::cpu ? 2 : 1;
+    // The MLP's workspaces see none of the attention's rebuilt rows (softmax, noise, dropped weights); with
+    // nothing recomputed the same rows are kept, and live.
+    const Workspace& gelu = workspace_named(l, "GELU (tanh) backward");
+    CHECK(l.rebuilt(Recompute::selective).value() == (4 + noise) * A);
+    CHECK(sum(gelu, Recompute::selective, l).covered.value() - sum(gelu, Recompute::none, l).covered.value() ==
+          (4 + noise) * A);
+    // Where the MLP half is rebuilt too, the step counts the larger half only: the attention's stay uncounted.
+    const LayerActivations both =
+        architecture_layer(m, s, b, DType::bf16, Attention::eager, platform, ModuleSet::of({Module::core_attn, Module::mlp}));
+    const Workspace& gelu_both = workspace_named(both, "GELU (tanh) backward");
+    CHECK(sum(gelu_both, Recompute::selective, both).covered.value() == sum(gelu_both, Recompute::none, both).covered.value());
+    // The core attention's first backward op, the product with V's: the weights' gradient, the output's and v's
+    // (2 A + 4 sbh), on CPU two contiguous copies more (4 sbh), every row from the output projection's input freed.
+    const Workspace& over_v = workspace_named(l, "attention over V backward");
+    CHECK(over_v.bytes.value() == 2 * A + (platform == Platform::cpu ? 8 : 4) * sbh);
+    CHECK(over_v.gradients_from == "o_proj");
+    const std::uint64_t stats = (platform == Platform::cpu ? 4 : 8) * s * b;  // the MLP norm's mean and 1/std
+    // The output projection's input, the MLP norm's and the up projection's (2 sbh each), two residual dropouts'
+    // noise, the MLP norm's statistics, GELU's input and the down projection's (2 sbf each).
+    const std::uint64_t later = 3 * 2 * sbh + 2 * noise * sbh + stats + 2 * 2 * sbf;
+    for (const Recompute mode : {Recompute::none, Recompute::selective}) {
+        CAPTURE(recompute_name(mode));
+        CHECK(sum(over_v, mode, l).covered.value() == later);
+    }
 }

@@ -801,6 +801,15 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         t.add("attention over V", "the dropped-out weights", "the gradient w.r.t. v is weights^T x the output's gradient",
               shape::scores, z.scores, z.d, Keep::not_selective);
     }
+    // The product with V's backward, the core attention's first: the weights' gradient and v's beside the
+    // attention output's gradient (its incoming one), the output projection's input and all after it freed.
+    // A CPU kernel also copies two strided operands contiguous (measured: torch 1.13's BmmBackward0 on CPU).
+    const std::uint64_t over_v = (z.platform == Platform::cpu ? 4 : 2) * z.d;
+    t.workspace_at(t.size(), true, "attention over V backward",
+                   z.platform == Platform::cpu ? "the weights' gradient, the output's and v's, two contiguous copies"
+                                               : "the weights' gradient, the output's and v's",
+                   bytes_of(z.d, "as^2b") + " + " + bytes_of(over_v, "sb(a d_v)"),
+                   Count(z.d) * z.scores + Count(over_v) * z.sbv, "o_proj");
     if (z.narrow)
         projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1, output_projection(z), bit(Linear::o));
     else linear_input_row(t, z, "output projection", "its input", output, z.tokens, z.sbv, bit(Linear::o), output_projection(z));
