@@ -113,6 +113,8 @@ struct OptimizerSplits {
 struct WorkspaceEffect {
     SplitBytes added, covered;
     SplitParams gradients;  ///< parameters of the layer whose gradients exist while it runs
+    /// Its op has no weights (the core attention's): no fresh gradient exists while it runs, held ones aside.
+    bool weightless = false;
     SplitParams uncast;     ///< forward: parameters of the layer whose autocast copies are not made yet
 
     /// `written`: bytes of the layer's gradients that exist while it runs; `unmade`: bytes the step counts
@@ -125,14 +127,18 @@ struct WorkspaceEffect {
 
 /// The most any of `effects` adds on a rank. `gradient_bytes`: per parameter, 0 where a ZeRO-2/3 bucket
 /// already holds the layer's gradient. `fresh`: when gradients are already held (a later micro-batch, a
-/// persistent buffer), the only new one, whatever the op (else each effect's own gradients written).
+/// persistent buffer), the only new one, whatever the op but a weightless one (else each effect's own gradients
+/// written).
 /// `cast_bytes`: per parameter, what the step counts of the layer's autocast copies (0 without autocast).
 inline Count largest_on_rank(const std::vector<WorkspaceEffect>& effects, const Parallelism& p, std::uint64_t V,
                              Count gradient_bytes, const SplitParams* fresh = nullptr, Count cast_bytes = 0) {
     Count most;
-    for (const auto& e : effects)
-        most = std::max(most, e.on_rank(p, V, (fresh ? *fresh : e.gradients).on_rank(p, V) * gradient_bytes,
+    const SplitParams none;
+    for (const auto& e : effects) {
+        const SplitParams& written = fresh ? (e.weightless ? none : *fresh) : e.gradients;
+        most = std::max(most, e.on_rank(p, V, written.on_rank(p, V) * gradient_bytes,
                                         cast_bytes.value() == 0 ? Count(0) : e.uncast.on_rank(p, V) * cast_bytes));
+    }
     return most;
 }
 
@@ -444,6 +450,7 @@ inline LayerWork layer_work(const LayerActivations& layer, Recompute mode, const
         WorkspaceEffect e;
         workspace_effect(layer.rows, work, mode, e.added, e.covered, layer.policy_outputs, layer.mlp_half_from);
         e.gradients = gradients_from(params, work.gradients_from, V, false, kind);
+        e.weightless = work.backward && work.module == Module::core_attn;
         e.uncast = tensors_from(params, work.uncast_from, V, false, kind, autocast_copies);
         (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
     }
