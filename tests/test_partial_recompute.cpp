@@ -320,3 +320,28 @@ TEST_CASE("a stage's layers split into runs where the recomputed ones end", "[pa
     one.recomputing(8);  // every layer: one run again
     CHECK(one.uniform());
 }
+
+TEST_CASE("on a CPU each checkpoint keeps the generator state it restores: one a layer, one a recomputed module",
+          "[partial_recompute][checkpoint]") {
+    const Architecture m = GENERATE(eight_layers(), fixtures::gpt2_small());
+    CAPTURE(m.name);
+    constexpr std::uint64_t state = 5056;  // torch.get_rng_state().numel(), torch 1.13
+    const ModuleSet core = ModuleSet::of({Module::core_attn}), core_and_mlp = ModuleSet::of({Module::core_attn, Module::mlp});
+    for (const auto& [mode, modules, checkpoints] : {std::tuple{Recompute::none, core, 0u}, {Recompute::full, core, 1u},
+                                                     {Recompute::selective, core, 1u},
+                                                     {Recompute::selective, core_and_mlp, 2u}}) {
+        for (const Platform platform : {Platform::cuda, Platform::cpu}) {
+            CAPTURE(static_cast<int>(mode), checkpoints, platform == Platform::cpu);
+            Settings s;
+            s.seq = 128, s.recompute = mode, s.activations = ActivationModel::architecture, s.recompute_modules = modules;
+            s.framework.platform = platform, s.framework.attention = Attention::eager;
+            const RankReport& r = estimate(m, s).busiest();
+            // Forward 3 holds one layer's more than forward 2: its saved tensors, and on a CPU its checkpoints' states.
+            const std::uint64_t layer = step_named(r, "forward 3").bytes.kept_activations.value() -
+                                        step_named(r, "forward 2").bytes.kept_activations.value();
+            const std::uint64_t saved =
+                architecture_layer(m, 128, 1, DType::bf16, Attention::eager, platform, modules).kept(mode).value();
+            CHECK(layer == saved + (platform == Platform::cpu ? checkpoints * state : 0));
+        }
+    }
+}

@@ -257,6 +257,9 @@ struct LayerActivations {
     /// it first reads a saved tensor, alive while its forward reruns (on the residual stream's width:
     /// gathered whole, as a row-parallel output's gradient is).
     Count rerun_gradients;
+    /// What each of its checkpoints keeps beside tensors: the CPU RNG state torch.utils.checkpoint restores before
+    /// rerunning (preserve_rng_state), on a CPU platform (a CUDA one's state is a host tensor). No saved tensor.
+    Count checkpoint_state;
     /// The first row of the MLP half (its norm, the MLP or the MoE layer): selective recomputation rebuilds
     /// one half at a time, in its backward, with the recomputed norm that feeds it.
     std::size_t mlp_half_from = static_cast<std::size_t>(-1);
@@ -293,6 +296,9 @@ struct LayerActivations {
     }
     /// Bytes a layer's backward step rebuilds by running part of its forward again.
     Count rebuilt(Recompute mode) const;
+    /// How many checkpoints it runs under: the layer's own (full, op), or one for each module whose rows
+    /// selective recomputation rebuilds (a MoE layer's parts each count: leaning high).
+    std::uint64_t checkpoints(Recompute mode) const;
 };
 
 /// Whether a layer's backward step makes a row again: saved with no recomputation, not kept under
@@ -306,6 +312,15 @@ inline Count LayerActivations::rebuilt(Recompute mode) const {
     for (std::size_t i = 0; i < rows.size(); ++i)
         if (rebuilt_by(rows[i], mode)) (mode == Recompute::selective && in_mlp_half(i) ? mlp_half : made) += rows[i].bytes;
     return std::max(made, mlp_half);
+}
+
+inline std::uint64_t LayerActivations::checkpoints(Recompute mode) const {
+    if (checkpoints_layer(mode)) return 1;
+    std::vector<Module> modules;
+    for (const auto& r : rows)
+        if (rebuilt_by(r, mode) && std::find(modules.begin(), modules.end(), r.module) == modules.end())
+            modules.push_back(r.module);
+    return modules.size();
 }
 
 /// Rewrites a layer's table so that Recompute::selective recomputes `modules` (Megatron-LM's

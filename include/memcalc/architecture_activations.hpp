@@ -1200,6 +1200,8 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     }
 
     layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input
+    // torch's CPU generator's state, a 5,056-byte tensor (measured: torch.get_rng_state().numel(), torch 1.13).
+    if (z.platform == Platform::cpu) layer.checkpoint_state = 5056;
     // A LoRA adapter beside the down projection, whose output the layer's last add takes as it is (no
     // experts' weighting, post-norm or dropout after it): reached before any saved tensor is read.
     if (!m.is_moe() && !m.norms_after_branches() && m.hidden_dropout == 0 && (tuning.adapted & bit(Linear::down)) != 0)

@@ -165,7 +165,7 @@ inline LayerActivations korthikanti_mamba_layer(const Architecture& m, std::uint
     fused.ssm.kernels = true, fused.ssm.inner_norms = false;  // the paper's layer has no inner norms
     detail::mamba_mixer_rows(fused, seq, micro_batch, d, false, add, [](bool, Label, Label, Label, Count) {});
     for (std::size_t i = 8; i < gpt.rows.size(); ++i) layer.rows.push_back(gpt.rows[i]);  // residual dropout on
-    layer.input_bytes = gpt.input_bytes;
+    layer.input_bytes = gpt.input_bytes, layer.checkpoint_state = gpt.checkpoint_state;
     return layer;
 }
 

@@ -466,6 +466,7 @@ inline LayerWork layer_work(const LayerActivations& layer, Recompute mode, const
         lw.kept.sequence += layer.input_bytes;  // the layer's input, on the residual stream
         lw.rerun_gradients.replicated += layer.rerun_gradients;
     }
+    lw.kept.replicated += Count(layer.checkpoints(mode)) * layer.checkpoint_state;
     if (mode == Recompute::op)
         for (const auto& saved : layer.policy_outputs) lw.kept.add(saved.tensor);
     return lw;
