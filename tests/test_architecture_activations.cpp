@@ -100,7 +100,7 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     CAPTURE(s, b);
     const std::uint64_t sb = s * b, A = a * s * s * b;
     const LayerActivations layer = architecture_layer(m, s, b, DType::bf16, Attention::eager);
-    REQUIRE(layer.work.size() == 6);
+    REQUIRE(layer.work.size() == 7);
     // The product with V's backward: the weights' gradient (2A), the output's and the repeated v's (2 sb(ad) each).
     CHECK(workspace_named(layer, "attention over V backward").bytes.value() == 2 * A + 4 * sb * a * d);
     CHECK(workspace_named(layer, "Q K^T / sqrt(d) + mask").bytes.value() == 4 * A);
@@ -119,6 +119,14 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     CHECK(swiglu.bytes.value() == 6 * sb * f);
     CHECK(swiglu.gradients_from == "down_proj");
     CHECK(workspace_sum(layer.rows, swiglu, Recompute::none).adds().value() == 4 * sb * f);
+    // The down projection's backward: its input's gradient (2 sbf), its input (gate x up) still live.
+    const Workspace& down = workspace_named(layer, "down projection backward");
+    CHECK(down.bytes.value() == 2 * sb * f);
+    CHECK(down.gradients_from == "down_proj");
+    CHECK(workspace_sum(layer.rows, down, Recompute::none).covered.value() == 0);
+    CHECK_FALSE(down.weightless);
+    CHECK(swiglu.weightless);
+    CHECK(softmax.weightless);
     // In a full recomputation's forward nothing is kept, so the scores come on top of all made before.
     const Workspace& scores = workspace_named(layer, "Q K^T / sqrt(d) + mask");
     CHECK(workspace_sum(layer.rows, scores, Recompute::full).covered.value() == 0);

@@ -257,3 +257,52 @@ TEST_CASE("plan splits stages the way the 405B run did when pp does not divide t
         }
     CHECK(seen);
 }
+
+TEST_CASE("a later micro-batch's fresh weight gradient: at a linear's backward, none at the ops without weights",
+          "[training-loop][accumulation][workspace]") {
+    // Measured (peak_live.py, 2 micro-batches): at the softmax's and the activation's backward autograd has
+    // already added the output and down projections' gradients into the held ones; the down projection's own
+    // backward holds its fresh one beside its input's gradient (counted as the layer's largest, leaning high).
+    // Widths no validation model has; a short sequence makes the MLP's backward the layer's largest, a long one
+    // the softmax's.
+    Architecture gpt = fixtures::gpt2_small(), llama = fixtures::llama_7b();
+    gpt.hidden = 96, gpt.heads = 3, gpt.ffn = 320, gpt.hidden_dropout = 0.1;
+    llama.hidden = 128, llama.heads = 4, llama.kv_heads = 2, llama.ffn = 352;
+    const Architecture m = GENERATE_COPY(gpt, llama);
+    const std::uint64_t seq = GENERATE(16, 48, 700);
+    const Platform platform = GENERATE(Platform::cuda, Platform::cpu);
+    const Attention attention = GENERATE(Attention::eager, Attention::flash);
+    const Recompute mode = GENERATE(Recompute::none, Recompute::full);
+    CAPTURE(m.name, seq, platform == Platform::cpu, attention == Attention::flash, recompute_name(mode));
+    Framework f;
+    f.platform = platform, f.attention = attention;
+    const Recipe recipe = builtin_recipe("bf16-adam");
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const ActivationTables t = activation_tables(m, seq, 1, recipe.precision(), ActivationModel::architecture, f);
+    const Workload w = make_workload(m, recipe, seq, 1, mode, params, t, f);
+    const Parallelism whole;
+    const TimelineInputs in = stage_inputs(w, whole, stage_facts(w, whole, 0));
+    const std::uint64_t fresh = params->fresh_gradient[0].on_rank(whole, m.vocab).value() * 2;
+    CHECK(fresh >= m.hidden * m.ffn * 2);
+    const auto& effects = w.layers[0].backward_work;
+    std::vector<const Workspace*> backward;
+    for (const Workspace& work : t.layer.work)
+        if (work.backward) backward.push_back(&work);
+    REQUIRE(effects.size() == backward.size());
+    Count most, weightless_most, down;
+    for (std::size_t i = 0; i < effects.size(); ++i) {
+        const Workspace& work = *backward[i];
+        CAPTURE(std::string(work.op));
+        const bool linear = Text(work.op) == Text("down projection backward");
+        CHECK(work.weightless == !linear);
+        if (linear) CHECK(work.bytes.value() == seq * m.ffn * 2);  // its input's gradient
+        const Count without = effects[i].on_rank(whole, m.vocab, 0);
+        most = std::max(most, effects[i].on_rank(whole, m.vocab, linear ? fresh : 0));
+        if (linear) down = effects[i].on_rank(whole, m.vocab, fresh);
+        else weightless_most = std::max(weightless_most, without);
+    }
+    CHECK(down > Count(fresh));  // the fresh gradient and (part of) its input's
+    CHECK(in.layer[0].backward_work_held == most);
+    CHECK(in.layer[0].backward_work_held == std::max(down, weightless_most));
+    if (seq == 700 && attention == Attention::eager) CHECK(in.layer[0].backward_work_held == weightless_most);
+}

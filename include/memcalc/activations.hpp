@@ -244,6 +244,10 @@ struct Workspace {
     /// Forward: the first of the layer's tensors whose autocast copy is not made yet while it runs (it and
     /// every later one, in forward order); empty: every one may be. A step counts the layer's casts whole.
     Text uncast_from;
+    /// Backward: its op has no weights (an activation, a product, a dropout, the core attention), so a later
+    /// micro-batch's fresh weight gradient is not alive: autograd has added the one before into the held one
+    /// (measured: peak_live.py). Else (a linear's backward) the layer's largest counts, leaning high.
+    bool weightless = false;
 };
 
 struct LayerActivations {

@@ -98,6 +98,10 @@ public:
         stream_input_ = layer_input;
         stream_other_ = other;
     }
+    /// The last workspace's op has no weights (Workspace::weightless).
+    void weightless() {
+        if (work_) work_->back().weightless = true;
+    }
     /// The last workspace's Workspace::selective_extra.
     void selective_extra(Count bytes) {
         if (work_) work_->back().selective_extra = bytes;
@@ -750,6 +754,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         t.workspace(true, "flash attention backward", "dq (fp32 accumulator and result), dk, dv, row sums",
                     bytes_of(dtype::fp32 + z.d, "sb(ad)") + " + " + bytes_of(2 * z.d, "sb(kd)") + " + 4 asb", work,
                     "o_proj");
+        t.weightless();
         return;
     }
     const bool dropout = m.attention_dropout > 0;
@@ -810,6 +815,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                                                : "the weights' gradient, the output's and v's",
                    bytes_of(z.d, "as^2b") + " + " + bytes_of(over_v, "sb(a d_v)"),
                    Count(z.d) * z.scores + Count(over_v) * z.sbv, "o_proj");
+    t.weightless();
     if (z.narrow)
         projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1, output_projection(z), bit(Linear::o));
     else linear_input_row(t, z, "output projection", "its input", output, z.tokens, z.sbv, bit(Linear::o), output_projection(z));
@@ -823,6 +829,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                    bytes_of(forward, "as^2b"), Count(forward) * softmax_elements);
     t.workspace_at(softmax_row + 1, true, "softmax backward", "the gradients of its output and its input",
                    bytes_of(backward, "as^2b"), Count(backward) * softmax_elements, "o_proj");
+    t.weightless();
     // The product with V's backward has made v's gradient before the softmax's runs, and freed v, which it
     // alone saved; selective recomputation's checkpoint holds an unrepeated v still (measured: cpu-rotary-wide512).
     if (m.key_value_heads() == m.heads) t.selective_extra(z.sbv * z.d);
@@ -850,6 +857,13 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
     else linear_input_row(t, z, prefix + "down projection", what, shape,
                           Count(output.elements.value() / (z.sbh.value() / z.tokens.value())), sbf, bit(down), output,
                           z.sbh * z.d);  // the MLP's input, which its caller holds (the stream: Workspace::stream_other)
+    // Its backward: its input's gradient beside its own weight's, every row up to its input still live. From the
+    // second micro-batch on that fresh gradient counts here, not at the weightless ops around it (measured,
+    // peak_live.py: GPT-2, full recomputation, 2 micro-batches peaks at this AddmmBackward0; oneDNN's scratchpad
+    // beside it is not counted).
+    if (!z.narrow)
+        t.workspace_at(t.size(), true, prefix + "down projection backward", "its input's gradient",
+                       bytes_of(z.d, std::string(Text(shape.symbol))), sbf * z.d, output.weight, shape.split);
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
@@ -874,6 +888,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         dropout_row(t, z, z.compute, prefix + "MLP dropout", shape, sbf);
         t.workspace(true, prefix + "MLP dropout backward", "its incoming gradient and its input's gradient",
                     bytes_of(2 * z.d, shape.symbol), Count(2 * z.d) * sbf, "down_proj");
+        t.weightless();
     };
     if (m.mlp == Mlp::gated) {
         const bool gate_saved = t.linear_saved(biased), up_saved = t.linear_saved(biased);  // act(gate(x)) * up(x)
@@ -891,6 +906,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         // input already freed; the activation's own backward, after it, holds less.
         t.workspace(true, prefix + "gate x up backward", "its incoming gradient and the gradients of both factors",
                     bytes_of(3 * z.d, shape.symbol), Count(3 * z.d) * sbf, "down_proj");
+        t.weightless();
         if (dropout) dropout_rows();
         down_projection_row(t, z, prefix, dropout ? "its input (gate x up, dropped out)" : "its input (gate x up)",
                             shape, sbf, down, down_linear);
@@ -911,6 +927,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
                    fn.kernel == ActivationKernel::fused ? "its incoming gradient and its input's gradient"
                                                         : "its incoming gradient and the last product's two gradients",
                    bytes_of(work, shape.symbol), Count(work) * sbf, "down_proj");
+    t.weightless();
     end_act();
     return t.linear_saved(biased);
 }
@@ -1027,6 +1044,7 @@ inline void every_token_expert_rows(TableBuilder& t, const Architecture& m, cons
           copies * m.ffn, z.d);
     t.workspace(true, "experts: up x act(gate) backward", "its incoming gradient and the gradients of both factors",
                 bytes_of(3 * z.d, std::string(Text(sbEf.symbol))), Count(3 * z.d) * copies * m.ffn, "down_proj");
+    t.weightless();
     t.add("experts: down bmm", "its input, up x act(gate)", "down_proj's gradient = input^T x output gradient", sbEf,
           copies * m.ffn, z.d);
     t.section(outer);

@@ -450,7 +450,7 @@ inline LayerWork layer_work(const LayerActivations& layer, Recompute mode, const
         WorkspaceEffect e;
         workspace_effect(layer.rows, work, mode, e.added, e.covered, layer.policy_outputs, layer.mlp_half_from);
         e.gradients = gradients_from(params, work.gradients_from, V, false, kind);
-        e.weightless = work.backward && work.module == Module::core_attn;
+        e.weightless = work.weightless;
         e.uncast = tensors_from(params, work.uncast_from, V, false, kind, autocast_copies);
         (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
     }
