@@ -335,7 +335,8 @@ TEST_CASE("on a CPU each checkpoint keeps the generator state it restores: one a
             Settings s;
             s.seq = 128, s.recompute = mode, s.activations = ActivationModel::architecture, s.recompute_modules = modules;
             s.framework.platform = platform, s.framework.attention = Attention::eager;
-            const RankReport& r = estimate(m, s).busiest();
+            const Report report = estimate(m, s);
+            const RankReport& r = report.busiest();
             // Forward 3 holds one layer's more than forward 2: its saved tensors, and on a CPU its checkpoints' states.
             const std::uint64_t layer = step_named(r, "forward 3").bytes.kept_activations.value() -
                                         step_named(r, "forward 2").bytes.kept_activations.value();
