@@ -113,8 +113,7 @@ struct OptimizerSplits {
 struct WorkspaceEffect {
     SplitBytes added, covered;
     SplitParams gradients;  ///< parameters of the layer whose gradients exist while it runs
-    /// Its op has no weights (the core attention's): no fresh gradient exists while it runs, held ones aside.
-    bool weightless = false;
+    bool weightless = false;  ///< Workspace::weightless: no fresh gradient exists while it runs, held ones aside
     SplitParams uncast;     ///< forward: parameters of the layer whose autocast copies are not made yet
 
     /// `written`: bytes of the layer's gradients that exist while it runs; `unmade`: bytes the step counts
