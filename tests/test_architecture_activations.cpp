@@ -340,3 +340,35 @@ TEST_CASE("selective recomputation: the MLP half's backward runs before the core
         CHECK(sum(over_v, mode, l).covered.value() == later);
     }
 }
+
+TEST_CASE("dropouts' own moments: the attention's forward, the residual's gradient at the down projection",
+          "[architecture][workspace]") {
+    // Measured with peak_live.py (GPT-2 with dropout, s = 512): under full recomputation forward 1 peaks at
+    // F.dropout's product over the scores, and every backward step at the down projection's weight gradient,
+    // where the residual dropout's backward has made the output's gradient. A width no validation model has.
+    Architecture m = fixtures::gpt2_small();
+    m.hidden = 80, m.heads = 5, m.ffn = 288, m.attention_dropout = 0.1, m.hidden_dropout = 0.1;
+    const std::uint64_t s = GENERATE(20, 300), b = GENERATE(1, 3);
+    const Platform platform = GENERATE(Platform::cuda, Platform::cpu);
+    CAPTURE(s, b, platform == Platform::cpu);
+    const std::uint64_t sbh = s * b * 80, sbf = s * b * 288, A = 5 * s * s * b;
+    const std::uint64_t drawn = platform == Platform::cpu ? 2 : 1;  // CPU noise in bf16, CUDA's bool mask
+    const LayerActivations l = architecture_layer(m, s, b, DType::bf16, Attention::eager, platform);
+    const auto effect = [&](const Workspace& w, Recompute mode) { return workspace_sum(l.rows, w, mode, {}, l.mlp_half_from); };
+    // The dropout over the scores draws its noise or mask and writes its output beside its input, softmax's output.
+    const Workspace& dropped = workspace_named(l, "attention dropout");
+    CHECK_FALSE(dropped.backward);
+    CHECK(dropped.bytes.value() == (drawn + 2) * A);
+    // Without recomputation both are rows the step counts already; under full recomputation's forward nothing
+    // is kept, so it outgrows softmax's moment (softmax's input beside the same rows) by the noise or mask.
+    CHECK(effect(dropped, Recompute::none).adds().value() == 0);
+    const Workspace& softmax = workspace_named(l, "softmax");
+    CHECK(effect(dropped, Recompute::full).adds().value() - effect(softmax, Recompute::full).adds().value() == drawn * A);
+    // The down projection's backward: its input's gradient and, after the residual dropout, its output's (2 sbh).
+    const Workspace& down = workspace_named(l, "down projection backward");
+    CHECK(down.bytes.value() == 2 * sbf + 2 * sbh);
+    Architecture undropped = m;
+    undropped.hidden_dropout = 0;
+    const LayerActivations plain = architecture_layer(undropped, s, b, DType::bf16, Attention::eager, platform);
+    CHECK(workspace_named(plain, "down projection backward").bytes.value() == 2 * sbf);
+}

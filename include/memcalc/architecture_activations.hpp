@@ -802,6 +802,12 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
               "softmax's gradient is written in its output", shape::scores, softmax_elements, z.d, Keep::not_selective);
     }
     if (dropout) {
+        // Its forward holds its input, the noise (CPU) or mask it draws and its output at once: under recomputation,
+        // which keeps none of them, the core attention's largest moment (measured, peak_live.py: GPT-2 with dropout,
+        // full recomputation, forward 1 peaks at F.dropout's product).
+        const std::uint64_t drawn = z.platform == Platform::cuda ? dtype::mask : z.d;
+        t.workspace(false, "attention dropout", z.platform == Platform::cuda ? "its mask and its output" : "its noise and its output",
+                    bytes_of(drawn + z.d, "as^2b"), Count(drawn + z.d) * z.scores);
         dropout_row(t, z, z.compute, "attention dropout", shape::scores, z.scores, Keep::not_selective);
         t.add("attention over V", "the dropped-out weights", "the gradient w.r.t. v is weights^T x the output's gradient",
               shape::scores, z.scores, z.d, Keep::not_selective);
@@ -851,8 +857,10 @@ inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const
 }
 
 /// The down projection's input, which nothing else keeps: in the compute dtype, or its one narrow cast.
+/// `dropped`: a dropout between its output and the residual add, whose backward makes the output's gradient.
 inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::string& prefix, const std::string& what,
-                                const Shape& shape, Count sbf, const LinearOutput& output, Linear down) {
+                                const Shape& shape, Count sbf, const LinearOutput& output, Linear down,
+                                bool dropped = false) {
     if (z.narrow) projection_input_row(t, z, prefix + "down projection", what, sbf, shape, 1, output, bit(down));
     else linear_input_row(t, z, prefix + "down projection", what, shape,
                           Count(output.elements.value() / (z.sbh.value() / z.tokens.value())), sbf, bit(down), output,
@@ -860,17 +868,26 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
     // Its backward: its input's gradient beside its own weight's, every row up to its input still live. From the
     // second micro-batch on that fresh gradient counts here, not at the weightless ops around it (measured,
     // peak_live.py: GPT-2, full recomputation, 2 micro-batches peaks at this AddmmBackward0; oneDNN's scratchpad
-    // beside it is not counted).
-    if (!z.narrow)
-        t.workspace_at(t.size(), true, prefix + "down projection backward", "its input's gradient",
-                       bytes_of(z.d, std::string(Text(shape.symbol))), sbf * z.d, output.weight, shape.split);
+    // beside it is not counted). After a residual dropout its output's gradient is a tensor of its own, the
+    // dropout's backward's, live beside the one the residual passes on (measured, as above, with dropout).
+    if (z.narrow) return;
+    const std::string formula = bytes_of(z.d, std::string(Text(shape.symbol)));
+    if (dropped)
+        t.workspace_at(t.size(), true, prefix + "down projection backward",
+                       "its input's gradient, and its output's from the residual dropout",
+                       formula + " + " + bytes_of(z.d, std::string(Text(output.symbol))),
+                       (sbf + output.elements) * z.d, output.weight, shape.split);
+    else
+        t.workspace_at(t.size(), true, prefix + "down projection backward", "its input's gradient", formula,
+                       sbf * z.d, output.weight, shape.split);
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
 /// dropout inside it (mlp_dropout, nn.TransformerEncoderLayer's) acts on the down projection's input.
 /// Returns whether the op-level policy saves the down projection's output, which the caller places.
+/// `dropped`: a residual dropout follows the block (down_projection_row's).
 inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const Shape& shape, Count sbf,
-                     const std::string& prefix, Linear down_linear = Linear::down) {
+                     const std::string& prefix, Linear down_linear = Linear::down, bool dropped = false) {
     const ActivationFunction& fn = activation_function(m.activation);
     const bool biased = m.bias == Bias::all;
     const std::string act = prefix + std::string(fn.label);
@@ -909,7 +926,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         t.weightless();
         if (dropout) dropout_rows();
         down_projection_row(t, z, prefix, dropout ? "its input (gate x up, dropped out)" : "its input (gate x up)",
-                            shape, sbf, down, down_linear);
+                            shape, sbf, down, down_linear, dropped);
         end_act();
         return t.linear_saved(biased);
     }
@@ -921,7 +938,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
     if (dropout) dropout_rows();
     down_projection_row(t, z, prefix,
                         dropout ? "its input (the dropped-out hidden)" : "its input (" + std::string(fn.label) + "'s output)",
-                        shape, sbf, down, down_linear);
+                        shape, sbf, down, down_linear, dropped);
     const std::uint64_t work = fn.backward_workspace * z.d;
     t.workspace_at(fn.keeps_output && !dropout ? t.size() : act_end, true, act + " backward",
                    fn.kernel == ActivationKernel::fused ? "its incoming gradient and its input's gradient"
@@ -1163,7 +1180,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
         detail::shared_expert_rows(t, m, z);
     } else {
         t.casts_pending("down_proj");
-        t.policy_output(detail::mlp_rows(t, m, z, shape::sbf, z.sbf, ""), "MLP down projection", "its output", shape::sbh,
+        t.policy_output(detail::mlp_rows(t, m, z, shape::sbf, z.sbf, "", Linear::down, m.hidden_dropout > 0), "MLP down projection", "its output", shape::sbh,
                         z.sbh, z.d);
         t.casts_pending({});
     }

@@ -115,6 +115,8 @@ struct WorkspaceEffect {
     SplitParams gradients;  ///< parameters of the layer whose gradients exist while it runs
     bool weightless = false;  ///< Workspace::weightless: no fresh gradient exists while it runs, held ones aside
     SplitParams uncast;     ///< forward: parameters of the layer whose autocast copies are not made yet
+    /// A weightless backward op: parameters whose autocast copies their linears' backward has freed already.
+    SplitParams cast_freed;
 
     /// `written`: bytes of the layer's gradients that exist while it runs; `unmade`: bytes the step counts
     /// that do not exist yet while it runs.
@@ -129,14 +131,18 @@ struct WorkspaceEffect {
 /// persistent buffer), the only new one, whatever the op but a weightless one (else each effect's own gradients
 /// written).
 /// `cast_bytes`: per parameter, what the step counts of the layer's autocast copies (0 without autocast).
+/// With gradients held the step still counts the layer's copies whole, so a weightless op takes off those its
+/// linears' backward freed (without, each gradient written stands in for its weight's copy: the caller's).
 inline Count largest_on_rank(const std::vector<WorkspaceEffect>& effects, const Parallelism& p, std::uint64_t V,
                              Count gradient_bytes, const SplitParams* fresh = nullptr, Count cast_bytes = 0) {
     Count most;
     const SplitParams none;
     for (const auto& e : effects) {
         const SplitParams& written = fresh ? (e.weightless ? none : *fresh) : e.gradients;
-        most = std::max(most, e.on_rank(p, V, written.on_rank(p, V) * gradient_bytes,
-                                        cast_bytes.value() == 0 ? Count(0) : e.uncast.on_rank(p, V) * cast_bytes));
+        const Count unmade = cast_bytes.value() == 0
+                                 ? Count(0)
+                                 : (e.uncast.on_rank(p, V) + (fresh ? e.cast_freed.on_rank(p, V) : Count(0))) * cast_bytes;
+        most = std::max(most, e.on_rank(p, V, written.on_rank(p, V) * gradient_bytes, unmade));
     }
     return most;
 }
@@ -451,6 +457,8 @@ inline LayerWork layer_work(const LayerActivations& layer, Recompute mode, const
         e.gradients = gradients_from(params, work.gradients_from, V, false, kind);
         e.weightless = work.weightless;
         e.uncast = tensors_from(params, work.uncast_from, V, false, kind, autocast_copies);
+        if (work.backward && work.weightless)
+            e.cast_freed = tensors_from(params, work.gradients_from, V, false, kind, autocast_copies);
         (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
     }
     for (std::size_t i = 0; i < layer.rows.size(); ++i) {
@@ -963,8 +971,8 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // Under autocast each replaces its weight's cast, which its backward freed (the norms' few, leaning low).
         const Count written = p.zero >= 2 ? Count(0) : w.recipe.autocast ? Count(g.value() - d) : g;
         layer.backward_work = largest_on_rank(work.backward_work, p, V, written);
-        layer.backward_work_held =
-            largest_on_rank(work.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.parameters->fresh_gradient[k]);
+        layer.backward_work_held = largest_on_rank(work.backward_work, p, V, p.zero >= 2 ? Count(0) : g,
+                                                   &w.parameters->fresh_gradient[k], cast_bytes);
         // The rerun forward: its largest op with the rows made before it, or all the rows, beside the
         // gradients made before the rerun (LayerActivations::rerun_gradients).
         if (checkpoints_layer(w.recompute)) {
@@ -979,8 +987,8 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
             whole.kept = kept, whole.rebuilt = 0, whole.recompute_forward_work = 0;
             whole.forward_work = largest_on_rank(kept_work.forward_work, p, V, 0, nullptr, cast_bytes);
             whole.backward_work = largest_on_rank(kept_work.backward_work, p, V, written);
-            whole.backward_work_held =
-                largest_on_rank(kept_work.backward_work, p, V, p.zero >= 2 ? Count(0) : g, &w.parameters->fresh_gradient[k]);
+            whole.backward_work_held = largest_on_rank(kept_work.backward_work, p, V, p.zero >= 2 ? Count(0) : g,
+                                                       &w.parameters->fresh_gradient[k], cast_bytes);
         }
     }
     if (w.recipe.autocast && last) in.head_weight_copy = w.parameters->cast_head.on_rank(p, V) * d;
