@@ -15,6 +15,12 @@ Architecture llama_like(std::uint64_t h, std::uint64_t a, std::uint64_t kv, std:
     m.hidden = h, m.heads = a, m.kv_heads = kv, m.ffn = f;
     return m;
 }
+/// GPT-2's layer at another width, with its attention and residual dropouts.
+Architecture gpt_with_dropout(std::uint64_t h, std::uint64_t a, std::uint64_t f) {
+    Architecture m = fixtures::gpt2_small();
+    m.hidden = h, m.heads = a, m.ffn = f, m.attention_dropout = 0.1, m.hidden_dropout = 0.1;
+    return m;
+}
 }  // namespace
 
 TEST_CASE("LLaMA-style layers: sb(16h + 8 + 8ad + 8f) + 6 a s^2 b with repeated k and v", "[architecture]") {
@@ -303,8 +309,7 @@ TEST_CASE("selective recomputation: the MLP half's backward runs before the core
           "[architecture][workspace]") {
     // A GPT-style layer with dropout, of a width no validation model has: the checkpoint reruns the core
     // attention when backward first reaches it, after the MLP half's backward (measured: cpu-recipes.json).
-    Architecture m = fixtures::gpt2_small();
-    m.hidden = 96, m.heads = 3, m.ffn = 320, m.attention_dropout = 0.1, m.hidden_dropout = 0.1;
+    const Architecture m = gpt_with_dropout(96, 3, 320);
     const std::uint64_t s = GENERATE(24, 200), b = GENERATE(1, 2);
     const Platform platform = GENERATE(Platform::cuda, Platform::cpu);
     CAPTURE(s, b, platform == Platform::cpu);
@@ -346,8 +351,7 @@ TEST_CASE("dropouts' own moments: the attention's forward, the residual's gradie
     // Measured with peak_live.py (GPT-2 with dropout, s = 512): under full recomputation forward 1 peaks at
     // F.dropout's product over the scores, and every backward step at the down projection's weight gradient,
     // where the residual dropout's backward has made the output's gradient. A width no validation model has.
-    Architecture m = fixtures::gpt2_small();
-    m.hidden = 80, m.heads = 5, m.ffn = 288, m.attention_dropout = 0.1, m.hidden_dropout = 0.1;
+    const Architecture m = gpt_with_dropout(80, 5, 288);
     const std::uint64_t s = GENERATE(20, 300), b = GENERATE(1, 3);
     const Platform platform = GENERATE(Platform::cuda, Platform::cpu);
     CAPTURE(s, b, platform == Platform::cpu);

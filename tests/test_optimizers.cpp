@@ -176,8 +176,8 @@ TEST_CASE("each optimiser's step temporaries follow its own code", "[optimizer][
     CHECK(step(tiny, "adafactor") == Count(3 * 64 * 176) * 4);
     // A bf16 model with no master copy: fp32 copies of the weight and its gradient too.
     CHECK(step(tiny, "adafactor", OptimizerImpl::fused, std::nullopt) == Count(3 * 64 * 176) * 4 + Count(2 * 64 * 176) * 4);
-    // Muon: the aux AdamW's four of the embedding or head (128 x 64) beside the previous, fp32, outweigh
-    // Newton-Schulz on 64 x 176 here...
+    // Muon: the aux AdamW's four of the embedding or head (128 x 64) beside the previous, fp32 (its groups step
+    // the head, then the embedding), outweigh Newton-Schulz on 64 x 176 here...
     const Count ns_tiny = Count(4 * 64 * 176 + 2 * 64 * 64) * 2 + Count(64 * 176) * 2;
     CHECK(step(tiny, "muon") == Count(5 * 128 * 64) * 4);
     CHECK(step(tiny, "muon") > ns_tiny);

@@ -136,6 +136,7 @@ struct TimelineInputs : StageLayers {
     /// Per layer: the k and v the model's output keeps beyond what backward saves (--kv-cache kept),
     /// from the layer's forward step for as long as the output lives (the logits' life).
     Count kv_cache;
+    Count kv_cache_whole;         ///< per layer: all of the k/v cache, which a layer's finished backward leaves
     Count loss_buffers;           ///< the loss step alone (the loss's fp32 softmax, what the head saves)
     Count logits_gradient;        ///< from the loss step until the top layer's backward step ends
     Count activation_gradient;    ///< the incoming gradient of each backward step
@@ -241,9 +242,12 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
     const bool at_layer = phase == Phase::forward || phase == Phase::backward;
     const LayerInputs& here = at_layer ? in.at(position) : in.layer[0];
     const Count held_logits = in.loss && in.logits_held ? in.logits : Count(0);
-    // The whole model's k/v cache, held with the output; a later micro-batch's forward still has the last one's.
-    const Count held_cache = in.logits_held ? Count(L) * in.kv_cache : Count(0);
-    const Count cache = Count(done) * in.kv_cache + (later ? held_cache : Count(0));
+    // The whole model's k/v cache, held with the output: beyond what backward saves until a layer's backward
+    // has run, then all of it (measured: cpu-buffers.json); a later micro-batch's forward still has the last one's.
+    const auto held_cache_after = [&](std::uint64_t finished) {
+        return in.logits_held ? Count(L - finished) * in.kv_cache + Count(finished) * in.kv_cache_whole : Count(0);
+    };
+    const Count cache = Count(done) * in.kv_cache + (later ? held_cache_after(L) : Count(0));
     switch (phase) {
         case Phase::forward:
             b.kept_activations = kept + cache;
@@ -261,7 +265,9 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
         case Phase::backward: {
             // The layers after this one have passed their B: what their deferred W reads waits (measured:
             // validation/results/cpu-pipeline-schedules.json, ZB-H1's last stage).
-            b.kept_activations = kept + held_cache + in.over<&LayerInputs::weight_reads>(position + 1, L);
+            // This layer's own too: its backward frees the k and v it saved at one op or another, the cache
+            // keeps them (leaning high by those before then).
+            b.kept_activations = kept + held_cache_after(L - position + 1) + in.over<&LayerInputs::weight_reads>(position + 1, L);
             b.rebuilt_activations = here.rebuilt;
             b.gathered_weights = here.gathered_weights;
             // Recast: a recomputed layer casts its own again; one that keeps its activations saved its casts.
@@ -283,7 +289,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             return {phase, in.layer_id(position - 1), b, microbatch};
         }
         case Phase::optimizer:
-            b.kept_activations = held_cache;
+            b.kept_activations = held_cache_after(L);
             b.logits = held_logits;
             b.workspace = in.optimizer_work;
             b.gradients = in.all_gradients();

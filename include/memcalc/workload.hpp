@@ -181,18 +181,25 @@ inline SplitParams gradients_from(const ParameterTable& t, Text first, std::uint
     return tensors_from(t, first, V, only_first, kind, [](const ParamRow& r) { return r.trainable; });
 }
 
-/// The two largest parameter tensors of each kind (group, split, expert or not). The for-loop
-/// optimiser's temporaries are two of the tensor being stepped beside one of the tensor before it
-/// (measured), and each split gives a larger tensor a share at least as large, so these few stand
-/// for every row.
+/// The two largest parameter tensors of each kind (group, split, expert or not), and the first one added,
+/// which the loop steps first. The for-loop optimiser's temporaries are two of the tensor being stepped
+/// beside one of the tensor before it (measured), and each split gives a larger tensor a share at least
+/// as large, so these few stand for every row.
 struct LargestTensors {
     Count count[3][3][2][2] = {};  ///< [Group][ParamSplit][expert]: the largest, then the next
+    struct First {
+        Group group;
+        ParamSplit split;
+        Count n;
+    };
+    std::optional<First> first;  ///< in the table's order, the model's: the token embedding
 
     /// An expert row counts one expert: each is a tensor of its own. A layer's row stands for every
     /// layer of its kind, so it fills both places.
     void add(const ParamRow& r) {
-        Count(&top)[2] = count[static_cast<int>(r.group)][static_cast<int>(r.split)][r.expert ? 1 : 0];
         const Count n = r.expert ? Count(r.count.value() / *r.dims.begin()) : r.count;
+        if (!first) first = First{r.group, r.split, n};
+        Count(&top)[2] = count[static_cast<int>(r.group)][static_cast<int>(r.split)][r.expert ? 1 : 0];
         for (int copies = r.group == Group::layer || r.expert ? 2 : 1; copies > 0; --copies) {
             if (n > top[0]) top[1] = top[0], top[0] = n;
             else if (n > top[1]) top[1] = n;
@@ -413,6 +420,7 @@ struct Workload {
     std::shared_ptr<const ParameterSplits> parameters;  ///< the model's, shared by all its workloads
     std::shared_ptr<const OptimizerSplits> optimizer_state;  ///< the trainable tensors' under the recipe
     SplitBytes kv_cache;  ///< per layer: the k and v the model's output keeps beyond what backward saves
+    SplitBytes kv_cache_whole;  ///< per layer: all of it, once the layer's backward has freed what it saved
     /// Under full recomputation, each kind's layer under none as well: partial recomputation
     /// (Parallelism::recompute_layers) runs the layers past the first N of each chunk so.
     std::vector<LayerWork> not_recomputed;
@@ -529,13 +537,14 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
                               Recompute mode, std::shared_ptr<const ParameterSplits> params, const ActivationTables& t,
                               const Framework& framework = {}) {
     Workload w{m, recipe, seq, micro_batch, {}, {}, {}, {}, {}, mode, !t.head.empty(), framework, std::move(params), {},
-               {}, {}, {}, {}};
+               {}, {}, {}, {}, {}};
     const auto cache = [&](Recompute under, SplitBytes& into) {
         if (framework.kv_cache == KvCache::kept)
             for (const auto& row : kv_cache_rows(m, seq, micro_batch, recipe.precision(), framework.attention, under))
                 into.add(row);
     };
     cache(mode, w.kv_cache);
+    cache(Recompute::full, w.kv_cache_whole);  // a checkpointed layer saves none of it
     w.optimizer_state = optimizer_splits(w.parameters, recipe);
     const std::uint64_t V = m.vocab;
     for (const auto& row : t.forward_buffers) w.forward_buffers.add(row);
@@ -784,28 +793,52 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
         }
         case OptimizerImpl::for_loop: {
             // One tensor at a time: the row's copies of the tensor stepped, while the loop's variable still
-            // holds the previous tensor's update (measured with torch.optim.AdamW on CPU). Which tensor comes
-            // before the largest depends on the program's parameter groups, so the next largest stands for
-            // it, leaning high. Muon's AdamW steps the tensors outside the layers' matrices.
+            // holds the previous tensor's update (measured with torch.optim.AdamW on CPU). Muon's AdamW steps
+            // the tensors outside the layers' matrices in its own groups' order (its example's: the head, then the
+            // embedding; measured, validation/optimizer_state.py), not the model's: none stands first alone.
             const bool first = holds_embedding(p, f.stage), last = holds_head(p, f.stage);
             const std::uint64_t V = w.model.vocab;
-            Count top[2];  // this rank's two largest shares
-            const auto& most = (o.step == StepWork::newton_schulz ? w.parameters->largest_outside_matrices
-                                                                  : w.parameters->largest).count;
+            const bool muon = o.step == StepWork::newton_schulz;
+            const LargestTensors& most = muon ? w.parameters->largest_outside_matrices : w.parameters->largest;
+            const auto held = [&](Group group) {
+                return !(group == Group::input && !first) && !(group == Group::head && !last) &&
+                       !(group == Group::layer && f.layers.layers == 0);
+            };
+            const auto share = [&](Count n, ParamSplit split) {  // this rank's part of a tensor of n
+                if (split == ParamSplit::tensor) return ceil_div(n, p.tp);
+                if (split == ParamSplit::vocab) return Count(n.value() / V) * ceil_div(V, p.tp);
+                return n;
+            };
+            // The tensor stepped first has none before it: the token embedding, whose share is left out of
+            // the others' once. The one after it is the input side's next or the first layer's first tensor.
+            const LargestTensors::First* lead = muon || !most.first ? nullptr : &*most.first;
+            const Count head_of_loop = lead && held(lead->group) ? share(lead->n, lead->split) : Count(0);
+            bool lead_left_out = head_of_loop == Count(0);
+            Count group_top[3], others[2];  // others: the two largest but the first tensor, of every group held
             for (Group group : {Group::input, Group::layer, Group::head}) {
-                if ((group == Group::input && !first) || (group == Group::head && !last)) continue;
-                if (group == Group::layer && f.layers.layers == 0) continue;
+                if (!held(group)) continue;
                 for (ParamSplit split : {ParamSplit::replicated, ParamSplit::tensor, ParamSplit::vocab})
                     for (int expert = 0; expert < 2; ++expert)
-                        for (Count n : most[static_cast<int>(group)][static_cast<int>(split)][expert]) {
+                        for (Count n : most.count[static_cast<int>(group)][static_cast<int>(split)][expert]) {
                             if (n == 0) continue;
-                            if (split == ParamSplit::tensor) n = ceil_div(n, p.tp);
-                            if (split == ParamSplit::vocab) n = Count(n.value() / V) * ceil_div(V, p.tp);
-                            if (n > top[0]) top[1] = top[0], top[0] = n;
-                            else if (n > top[1]) top[1] = n;
+                            n = share(n, split);
+                            if (!lead_left_out && lead->group == group && n == head_of_loop) {
+                                lead_left_out = true;
+                                continue;
+                            }
+                            group_top[static_cast<int>(group)] = std::max(group_top[static_cast<int>(group)], n);
+                            if (n > others[0]) others[1] = others[0], others[0] = n;
+                            else if (n > others[1]) others[1] = n;
                         }
             }
-            Count work = (top[0] * o.copies + top[1] * o.previous) * t;
+            const Count after_lead = std::max(group_top[static_cast<int>(Group::input)], group_top[static_cast<int>(Group::layer)]);
+            // Which tensor comes before another depends on the program's parameter groups (transformers' Trainer
+            // steps the norms and biases apart, so its head follows the last layer's matrix), so the next largest
+            // stands for it, leaning high.
+            Count work = std::max({head_of_loop * o.copies, after_lead * o.copies + head_of_loop * o.previous,
+                                   others[0] * o.copies + others[1] * o.previous}) *
+                         t;
+            const Count top[2] = {std::max(head_of_loop, others[0]), others[1]};
             // transformers' Adafactor steps fp32 copies of a narrower weight and its gradient.
             const DType stepped = w.recipe.master.value_or(w.recipe.weights);
             if (o.upcast && bytes_per_element(stepped) < dtype::fp32) work += top[0] * (2 * dtype::fp32);
@@ -835,6 +868,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.persistent_gradients = w.framework.grad_buffer == GradBuffer::persistent;
     in.logits_held = w.framework.logits == LogitsLife::held;
     in.kv_cache = w.kv_cache.on_rank(p, V);
+    in.kv_cache_whole = w.kv_cache_whole.on_rank(p, V);
     // Per layer: the larger of the two recomputations' caches, leaning high where they differ.
     if (in.partial()) in.kv_cache = std::max(in.kv_cache, w.kv_cache_not_recomputed.on_rank(p, V));
     in.weights = f.state.weights;
