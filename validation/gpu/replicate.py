@@ -3,7 +3,8 @@
 
 Trains one step at a time of a GPT-style and a LLaMA-style model (validation/gpu/models/*.json, the
 same files memcalc reads) in bf16 mixed precision with Adam: bf16 weights and gradients, an fp32
-master copy and fp32 moments, the loss in fp32, as memcalc's mixed-adam recipe counts them. Every
+master copy and fp32 moments (stepped by torch.optim.AdamW's own for-loop, reading the bf16 gradients),
+the loss in fp32, as memcalc's mixed-adam recipe counts them. Every
 model runs at three sequence lengths, with no, selective (the core attention checkpointed) and full
 (each layer checkpointed) recomputation, and on request torchtitan's op-level policy (--modes op), with
 eager attention and with PyTorch's fused scaled_dot_product_attention where this PyTorch has it.
@@ -17,6 +18,8 @@ memcalc's timeline (forward 1..L, loss, backward L..1, optimizer), and the media
 
   /usr/bin/python3 validation/gpu/replicate.py --device cpu --models gpt2-mid llama-mid --seqs 256 512 1024 \
       --steps 1 --out validation/results/cpu.json                                      # the CPU figures
+  /usr/bin/python3 validation/gpu/replicate.py --rerun validation/results/cpu.json --out /tmp/cpu.json
+                                                       # the same runs again, after this script changed
 
 Fine-tuning (--train frozen --frozen PARTS, or --train lora with --lora-rank, --lora-targets, --lora-dropout and
 --lora-dtype; memcalc's flags of the same names, which compare.py passes on): the parts are frozen, or every base
@@ -52,6 +55,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+from torch.optim.adamw import adamw  # torch.optim.AdamW's functional form
 from torch.utils._python_dispatch import TorchDispatchMode
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -390,7 +394,7 @@ class Model(nn.Module):
         weight = self.embed.weight if self.head is None else self.head.weight
         logits = self.norm(x) @ weight.t()
         if self.loss == "fp32-inplace":  # Megatron-LM's
-            return InPlaceCrossEntropy.apply(logits.view(-1, logits.shape[-1]), ids.view(-1)), logits
+            return InPlaceCrossEntropy.apply(logits.view(-1, logits.shape[-1]), ids.view(-1)), logits, cache
         # fp32: transformers' loss, over an fp32 copy; bf16: nanoGPT's call, on the logits as they are.
         scored = logits.float() if self.loss == "fp32" else logits
         return F.cross_entropy(scored.view(-1, logits.shape[-1]), ids.view(-1)), logits, cache
@@ -460,28 +464,28 @@ class Meter:
 
 
 class MixedAdam:
-    """Adam on an fp32 master copy of bf16 weights: 2 + 2 + 4 + 8 bytes per parameter. `persistent`:
-    the step zeroes the gradients instead of dropping them (zero_grad(set_to_none=False)), so they
-    live for the whole run and backward accumulates into them."""
+    """Adam on an fp32 master copy of bf16 weights: 2 + 2 + 4 + 8 bytes per parameter. Its step is
+    torch.optim.AdamW's own for-loop (torch.optim.adamw, foreach=False) over the master copy, reading the
+    bf16 gradients as they are; then each weight takes its master's new value. `persistent`: the step
+    zeroes the gradients instead of dropping them (zero_grad(set_to_none=False)), so they live for the
+    whole run and backward accumulates into them."""
 
-    def __init__(self, params, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, persistent=False):
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01, persistent=False):
         self.persistent = persistent
         self.params = list(params)
         self.master = [p.detach().float() for p in self.params]
         self.m = [torch.zeros_like(p) for p in self.master]
         self.v = [torch.zeros_like(p) for p in self.master]
-        self.lr, self.betas, self.eps, self.t = lr, betas, eps, 0
+        self.steps = [torch.tensor(0.0) for _ in self.master]  # as torch.optim.AdamW keeps each tensor's
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
 
     @torch.no_grad()
     def step(self):
-        self.t += 1
         b1, b2 = self.betas
-        for p, w, m, v in zip(self.params, self.master, self.m, self.v):
-            g = p.grad.float()
-            m.mul_(b1).add_(g, alpha=1 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            step = self.lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
-            w.addcdiv_(m, v.sqrt().add_(self.eps), value=-step)
+        adamw(self.master, [p.grad for p in self.params], self.m, self.v, [], self.steps,
+                                foreach=False, amsgrad=False, beta1=b1, beta2=b2, lr=self.lr,
+                                weight_decay=self.weight_decay, eps=self.eps, maximize=False)
+        for p, w in zip(self.params, self.master):
             p.copy_(w)
             if self.persistent:
                 p.grad.zero_()
@@ -658,6 +662,30 @@ def cpu_name():
     return platform.processor() or "cpu"
 
 
+def rerun(earlier, out, device, steps):
+    """Every run of `earlier` measured again: when this script changes how it trains, the committed
+    results follow it rather than stay as an older loop measured them."""
+    root = os.path.dirname(os.path.dirname(HERE))
+    previous = json.load(open(earlier))
+    result = {"date": time.strftime("%Y-%m-%d"), "device": device,
+              "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu_name(),
+              "torch": torch.__version__, "runs": [], "skipped": previous.get("skipped", [])}
+    for row in previous["runs"]:
+        spec = json.load(open(os.path.join(root, row["model_file"])))
+        spec["path"] = row["model_file"]
+        r = run(spec, row["seq"], row["recompute"], row["attention"], device, steps, row.get("microbatches", 1),
+                row.get("grad_buffer", "lazy"), row.get("recipe", "mixed-adam"), row.get("loss", "fp32"),
+                row.get("logits", "held"), row.get("kv_cache", "off"), Train.from_row(row), row.get("recompute_layers"))
+        result["runs"].append(r)
+        print(f"{row['model']} seq {row['seq']} {row['recompute']} M {r['microbatches']}: peak "
+              f"{r['max_memory_allocated']:,} B at {r['peak_step']} (was {row['max_memory_allocated']:,} at "
+              f"{row['peak_step']})", flush=True)
+    with open(out + ".part", "w") as f:
+        json.dump(result, f, indent=2)
+    os.replace(out + ".part", out)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
@@ -694,7 +722,12 @@ def main(argv=None):
     add_train_arguments(ap, ", as validation/reference_trainer.py builds them; the optimizer gets the trainable "
                             "parameters alone, and the first layer's input requires grad (transformers' "
                             "enable_input_require_grads)")
+    ap.add_argument("--rerun", metavar="RESULTS.json",
+                    help="measure every run of an earlier results file again, with this script as it is now (what "
+                         "it ran, in its order; of the other options only --device, --out and --steps apply)")
     a = ap.parse_args(argv)
+    if a.rerun:
+        return rerun(a.rerun, a.out, a.device, a.steps or 1)
     try:
         trains = trains_from(a)
     except ValueError as e:
