@@ -188,5 +188,7 @@ TEST_CASE("each optimiser's step temporaries follow its own code", "[optimizer][
     CHECK(step(wide, "muon") == Count(4 * 1024 * 4096 + 2 * 1024 * 1024) * 2 + Count(1024 * 4096) * 2);
     // Adam as before: 2 x the largest + the next under the for-loop, none fused.
     CHECK(step(tiny, "mixed-adam", OptimizerImpl::for_loop) == Count(3 * 64 * 176) * 4);
+    // Lion's loop: the interpolation and its sign, no earlier update (measured: validation/optimizer_state.py).
+    CHECK(step(tiny, "lion", OptimizerImpl::for_loop) == Count(2 * 64 * 176) * 4);
     CHECK(step(tiny, "mixed-adam") == 0);
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Optimizer state and step temporaries of `--recipe adafactor` and `--recipe muon`, measured on CPU.
+"""Optimizer state and step temporaries of `--recipe adafactor`, `muon` and `lion`, measured on CPU.
 
 torch 1.13 has neither optimiser, so each is written here in the order of operations of the code
 memcalc's row follows, which is what decides the temporaries:
@@ -7,7 +7,10 @@ memcalc's row follows, which is what decides the temporaries:
              (beta1=None, relative step, clip threshold 1.0), factored for tensors of >= 2 dimensions;
   muon:      KellerJordan/Muon muon.py, SingleDeviceMuonWithAuxAdam with the parameter groups of its
              docstring's example (head, embeddings and scalars under AdamW first, then the layers'
-             matrices under Muon), 5 Newton-Schulz steps in bf16.
+             matrices under Muon), 5 Newton-Schulz steps in bf16;
+  lion:      timm's Lion (timm/optim/lion.py at 3086dd03, _single_tensor_lion, read in
+             validation/published/optimizer-state.md: the update's name still holds the previous tensor's
+             while the next is made), memcalc's --optimizer-impl for-loop.
 The parameters are the fp32 master copy a mixed-precision recipe steps, each with an fp32 gradient;
 their shapes are memcalc's own parameter table of the model (`memcalc estimate --format json`).
 
@@ -38,7 +41,9 @@ import torch  # noqa: E402  after the ISA cap, which oneDNN reads once
 HERE = pathlib.Path(__file__).resolve().parent
 # Models whose largest tensor follows one of its own size in the loop, so memcalc's stand-in for the
 # previous tensor (the next largest) is exact. On validation/models/mixtral-tiny.json Adafactor's step
-# is 98,304 B against 73,900 measured: the embedding, largest, has no tensor before it.
+# is 90,112 B against 73,900 measured: the embedding, largest, is stepped first, with none before it,
+# as memcalc counts, but the head here follows the final norm, where memcalc counts the next largest
+# before it (transformers' Trainer steps norms apart, so its head follows the last layer's matrix).
 MODELS = [HERE / "gpu" / "models" / name for name in ("llama-tiny.json", "gpt2-tiny.json", "muon-wide-tiny.json")]
 
 
@@ -151,6 +156,29 @@ class MuonWithAuxAdam:
         return [t for s in self.state.values() for t in s.values() if torch.is_tensor(t)]
 
 
+class Lion:
+    """timm's Lion, one tensor at a time in the model's order, its default betas."""
+
+    def __init__(self, params):
+        self.params, self.state = params, {}
+
+    @torch.no_grad()
+    def step(self, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0):
+        for p in self.params:
+            exp_avg = self.state.setdefault(id(p), {}).setdefault("exp_avg", torch.zeros_like(p))
+            p.mul_(1 - lr * weight_decay)
+            update = exp_avg.mul(betas[0]).add_(p.grad, alpha=1 - betas[0]).sign_()
+            p.add_(update, alpha=-lr)
+            exp_avg.lerp_(p.grad, 1 - betas[1])
+
+    def state_tensors(self):
+        return [t for s in self.state.values() for t in s.values() if torch.is_tensor(t)]
+
+
+# What memcalc is asked beside each recipe: Lion's loop is torch.optim's kind, which the switch chooses.
+RECIPE_FLAGS = {"adafactor": [], "muon": [], "lion": ["--optimizer-impl", "for-loop"]}
+
+
 def step_peak(optimizer):
     """The most the step allocates beyond what is live when it starts."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -165,8 +193,8 @@ def step_peak(optimizer):
 
 
 def memcalc_figures(memcalc, model, recipe):
-    out = subprocess.run([memcalc, "--model-file", str(model), "--seq", "16", "--recipe", recipe,
-                          "--format", "json"], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([memcalc, "--model-file", str(model), "--seq", "16", "--recipe", recipe, "--format", "json"]
+                         + RECIPE_FLAGS[recipe], check=True, capture_output=True, text=True).stdout
     report = json.loads(out)
     step = next(s for s in report["timeline"] if s["step"] == "optimizer")
     return report, report["state"]["optimizer_state"], step["by_category"]["workspace"]
@@ -187,6 +215,8 @@ def build(report, recipe):
             made.append((row, p))
     if recipe == "adafactor":
         return Adafactor([p for _, p in made])
+    if recipe == "lion":
+        return Lion([p for _, p in made])
     matrices = [p for row, p in made if row["per_layer"] and p.dim() >= 2]
     head = [p for row, p in made if row["part"] == "head" and p.dim() >= 2]
     embed = [p for row, p in made if row["part"] == "embedding" and p.dim() >= 2]
@@ -205,7 +235,7 @@ def main():
     args = ap.parse_args()
     rows, failed = [], False
     for model in args.models:
-        for recipe in ("adafactor", "muon"):
+        for recipe in RECIPE_FLAGS:
             report, predicted_state, predicted_step = memcalc_figures(args.memcalc, model, recipe)
             optimizer = build(report, recipe)
             optimizer.step()  # makes the state

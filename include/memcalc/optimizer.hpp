@@ -85,8 +85,9 @@ inline constexpr std::array<Optimizer, 6> optimizers = [] {
         {"adam", "Adam m, v", 2, all, 0, 0, plain, false, 0, elementwise, 2, 1, false, switched, "", ""},
         {"sgd-momentum", "momentum", 1, all, 0, 0, plain, false, 0, none, 0, 0, false, switched, "", ""},
         // Lion (Chen et al. 2023): one momentum; the update is the sign of an interpolation of it and
-        // the gradient (lion-pytorch, timm).
-        {"lion", "Lion momentum", 1, all, 0, 0, plain, false, 0, elementwise, 2, 1, false, switched, "", ""},
+        // the gradient, signed in place: the previous update beside the next interpolation, two of the tensor
+        // (measured with timm's loop, validation/optimizer_state.py; lion-pytorch's clone and sum alike).
+        {"lion", "Lion momentum", 1, all, 0, 0, plain, false, 0, elementwise, 2, 0, false, switched, "", ""},
         // bitsandbytes >= 0.44 AdamW8bit (optim/optimizer.py Optimizer2State.init_state): m and v in
         // uint8 with an fp32 absmax per block of 256 (2048 before 0.44) for tensors of at least
         // min_8bit_size = 4096 elements, fp32 m and v below; its one fused kernel updates them in place
