@@ -871,15 +871,11 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
     // beside it is not counted). After a residual dropout its output's gradient is a tensor of its own, the
     // dropout's backward's, live beside the one the residual passes on (measured, as above, with dropout).
     if (z.narrow) return;
-    const std::string formula = bytes_of(z.d, std::string(Text(shape.symbol)));
-    if (dropped)
-        t.workspace_at(t.size(), true, prefix + "down projection backward",
-                       "its input's gradient, and its output's from the residual dropout",
-                       formula + " + " + bytes_of(z.d, std::string(Text(output.symbol))),
-                       (sbf + output.elements) * z.d, output.weight, shape.split);
-    else
-        t.workspace_at(t.size(), true, prefix + "down projection backward", "its input's gradient", formula,
-                       sbf * z.d, output.weight, shape.split);
+    t.workspace_at(t.size(), true, prefix + "down projection backward",
+                   dropped ? "its input's gradient, and its output's from the residual dropout" : "its input's gradient",
+                   bytes_of(z.d, std::string(Text(shape.symbol))) +
+                       (dropped ? " + " + bytes_of(z.d, std::string(Text(output.symbol))) : std::string()),
+                   (sbf + (dropped ? output.elements : Count(0))) * z.d, output.weight, shape.split);
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A

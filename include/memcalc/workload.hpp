@@ -814,7 +814,7 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
             const LargestTensors::First* lead = muon || !most.first ? nullptr : &*most.first;
             const Count head_of_loop = lead && held(lead->group) ? share(lead->n, lead->split) : Count(0);
             bool lead_left_out = head_of_loop == Count(0);
-            Count group_top[3], others[2];  // others: the two largest but the first tensor, of every group held
+            Count after_lead, others[2];  // others: the two largest but the first tensor, of every group held
             for (Group group : {Group::input, Group::layer, Group::head}) {
                 if (!held(group)) continue;
                 for (ParamSplit split : {ParamSplit::replicated, ParamSplit::tensor, ParamSplit::vocab})
@@ -826,23 +826,22 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
                                 lead_left_out = true;
                                 continue;
                             }
-                            group_top[static_cast<int>(group)] = std::max(group_top[static_cast<int>(group)], n);
+                            if (group != Group::head) after_lead = std::max(after_lead, n);
                             if (n > others[0]) others[1] = others[0], others[0] = n;
                             else if (n > others[1]) others[1] = n;
                         }
             }
-            const Count after_lead = std::max(group_top[static_cast<int>(Group::input)], group_top[static_cast<int>(Group::layer)]);
             // Which tensor comes before another depends on the program's parameter groups (transformers' Trainer
             // steps the norms and biases apart, so its head follows the last layer's matrix), so the next largest
             // stands for it, leaning high.
             Count work = std::max({head_of_loop * o.copies, after_lead * o.copies + head_of_loop * o.previous,
                                    others[0] * o.copies + others[1] * o.previous}) *
                          t;
-            const Count top[2] = {std::max(head_of_loop, others[0]), others[1]};
             // transformers' Adafactor steps fp32 copies of a narrower weight and its gradient.
             const DType stepped = w.recipe.master.value_or(w.recipe.weights);
-            if (o.upcast && bytes_per_element(stepped) < dtype::fp32) work += top[0] * (2 * dtype::fp32);
-            if (o.step == StepWork::newton_schulz && f.layers.layers > 0) {
+            if (o.upcast && bytes_per_element(stepped) < dtype::fp32)
+                work += std::max(head_of_loop, others[0]) * (2 * dtype::fp32);
+            if (muon && f.layers.layers > 0) {
                 // Newton-Schulz on the largest matrix whole, beside the previous matrix's bf16 update; a
                 // split one is gathered first (Moonlight's distributed Muon, Megatron-LM's duplicated mode).
                 const ParameterSplits& s = *w.parameters;
