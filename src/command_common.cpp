@@ -9,6 +9,7 @@
 #include "commands.hpp"
 #include "gpu_file.hpp"
 #include "model_folder.hpp"
+#include "printable.hpp"
 #include "profile_file.hpp"
 #include "recipe_file.hpp"
 #include "suggest.hpp"
@@ -32,16 +33,6 @@ void check_run_options(const Request& q) {
     }
 }
 
-/// `text` with its control characters written as \xNN, so a model's name can reach a terminal, a CSV
-/// row or an SVG without escape sequences, forged lines or ill-formed XML.
-namespace {
-std::string printable(const std::string& text) {
-    std::string out;
-    for (unsigned char c : text)
-        out += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
-    return out;
-}
-}  // namespace
 
 ModelFile load_model(const Request& q) {
     ModelFile m = !q.preset.empty()       ? load_preset(q.preset)

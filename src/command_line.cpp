@@ -20,6 +20,7 @@
 #include "memcalc/compare.hpp"
 #include "memcalc/memcalc.hpp"
 #include "output_file.hpp"
+#include "printable.hpp"
 
 namespace {
 
@@ -649,7 +650,7 @@ Examples:
     } catch (const CLI::CallForVersion& e) {
         return app.exit(e, out_stream, err_stream);
     } catch (const CLI::ParseError& e) {
-        err_stream << "memcalc: " << e.what() << " (see memcalc --help)\n";
+        err_stream << "memcalc: " << printable(e.what()) << " (see memcalc --help)\n";
         return exit_usage_error;
     }
 
@@ -698,14 +699,14 @@ Examples:
             return exit_input_error;
         }
         return 0;
-    } catch (const usage_error& e) {
-        err_stream << "memcalc: " << e.what() << "\n";
+    } catch (const usage_error& e) {  // messages quote the user's values: printed escaped
+        err_stream << "memcalc: " << printable(e.what()) << "\n";
         return exit_usage_error;
     } catch (const memcalc::error& e) {
-        err_stream << "memcalc: " << e.what() << "\n";
+        err_stream << "memcalc: " << printable(e.what()) << "\n";
         return exit_input_error;
     } catch (const std::exception& e) {
-        err_stream << "memcalc: internal error: " << e.what() << "\n";
+        err_stream << "memcalc: internal error: " << printable(e.what()) << "\n";
         return exit_input_error;
     }
 }

@@ -19,9 +19,9 @@ Gpu parse_gpu_json(std::string_view text, const std::string& origin) {
     const JsonReader in(document, origin);
     if (!in.has("name")) in.fail("missing key 'name'");
     Gpu g;
-    g.name = intern(in.text_or("name", ""));
-    g.description = intern(in.text_or("description", ""));
-    g.source = intern(in.text_or("source", ""));
+    g.name = intern(in.shown_text_or("name", ""));
+    g.description = intern(in.shown_text_or("description", ""));
+    g.source = intern(in.shown_text_or("source", ""));
     g.memory = Count(in.positive("memory_bytes"));
     if (g.name.empty()) in.fail("name must not be empty");
     // The speeds are optional: absent or null, the planner has no step time for this GPU.
@@ -31,8 +31,8 @@ Gpu parse_gpu_json(std::string_view text, const std::string& origin) {
     g.inter_node_bandwidth = in.positive_or("inter_node_bytes_per_second", 0);
     g.gpus_per_node = in.positive_or("gpus_per_node", 0);
     g.host_bandwidth = in.positive_or("host_bytes_per_second", 0);
-    g.performance_source = intern(in.text_or("performance_source", ""));
-    g.network_source = intern(in.text_or("network_source", ""));
+    g.performance_source = intern(in.shown_text_or("performance_source", ""));
+    g.network_source = intern(in.shown_text_or("network_source", ""));
     const std::string gib = gib_text(g.memory);
     if (in.has("memory_gib") && in.text_or("memory_gib", "") != gib)
         in.fail("memory_gib is " + document.at("memory_gib").dump() + ", but memory_bytes makes it \"" + gib + "\"");

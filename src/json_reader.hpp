@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "memcalc/error.hpp"
+#include "printable.hpp"
 #include "suggest.hpp"
 
 namespace memcalc::cli {
@@ -86,6 +87,11 @@ public:
         const nlohmann::json& v = object_.at(key);
         if (!v.is_string()) fail(std::string(key) + " must be a string (got " + type_and_value(v) + ")");
         return v.get<std::string>();
+    }
+
+    /// A text the program prints (a name, a description, a source): its controls escaped.
+    std::string shown_text_or(const char* key, std::string otherwise) const {
+        return printable(text_or(key, std::move(otherwise)));
     }
 
     bool flag_or(const char* key, bool otherwise) const {

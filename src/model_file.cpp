@@ -58,7 +58,7 @@ void read_layer_kinds(const json& document, const std::string& origin, Architect
         const std::string where = origin + ": layer_kinds[" + std::to_string(i) + "]";
         expect_object(list[i], where, "a kind of layer", kind_keys);
         const JsonReader in(list[i], where);
-        LayerKind kind{in.text_or("name", ""), in.count_if_given("ffn"), in.count_if_given("experts"),
+        LayerKind kind{in.shown_text_or("name", ""), in.count_if_given("ffn"), in.count_if_given("experts"),
                        in.count_if_given("experts_per_token"), in.count_if_given("shared_ffn")};
         if (in.has("shared_expert_gate")) kind.shared_expert_gate = in.flag_or("shared_expert_gate", false);
         if (in.has("router_bias")) kind.router_bias = in.choice_or("router_bias", router_bias_choices(), RouterBias::none);
@@ -98,7 +98,7 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     const JsonReader in(document, origin);
     ModelFile file;
     Architecture& m = file.architecture;
-    m.name = in.text_or("name", default_name);
+    m.name = in.shown_text_or("name", default_name);
     m.hidden = in.positive("hidden");
     m.layers = in.positive("layers");
     m.heads = in.positive("heads");
@@ -169,8 +169,8 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin, con
     m.ssm.proj_bias = in.flag_or("mamba_proj_bias", false);
     m.ssm.inner_norms = in.flag_or("mamba_inner_norms", false);
     m.ssm.kernels = in.flag_or("mamba_kernels", true);
-    file.description = in.text_or("description", "");
-    file.source = in.text_or("source", "");
+    file.description = in.shown_text_or("description", "");
+    file.source = in.shown_text_or("source", "");
     if (in.has("published_parameters")) file.published_parameters = in.positive("published_parameters");
     read_layer_kinds(document, origin, m);
 

@@ -44,14 +44,14 @@ Recipe parse_recipe_json(std::string_view text, const std::string& origin) {
     std::map<std::string, const Optimizer*> optimizer_choices;
     for (const auto& o : optimizers) optimizer_choices.emplace(std::string(o.name), &o);
 
-    Recipe r{intern(in.text_or("name", "")),
+    Recipe r{intern(in.shown_text_or("name", "")),
              in.choice_or<DType>("weights", dtypes, DType::bf16),
              in.choice_or<DType>("gradients", dtypes, DType::bf16),
              std::nullopt,  // "master": null or absent for none
              in.choice_or<DType>("activations", dtypes, DType::bf16),
              *in.choice_or<const Optimizer*>("optimizer", optimizer_choices, nullptr),
              in.choice_or<DType>("state", dtypes, DType::fp32),  // absent: fp32, as memcalc 1.2's files meant
-             intern(in.text_or("description", ""))};
+             intern(in.shown_text_or("description", ""))};
     if (r.name.empty()) in.fail("name must not be empty");
     if (in.has("master")) r.master = in.choice_or<DType>("master", dtypes, DType::fp32);
     if (in.has("autocast")) r.autocast = in.flag_or("autocast", false);
