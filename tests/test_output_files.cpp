@@ -16,7 +16,7 @@ struct OutputScratch {
     OutputScratch() { testing::shell("rm -rf " + path + " && mkdir " + path); }
     ~OutputScratch() { testing::shell("rm -rf " + path); }
     testing::Run run(const std::string& command) const {
-        return testing::shell("cd " + path + " && " + command);
+        return testing::shell("cd " + path + " && (" + command + ")");
     }
 };
 
@@ -93,6 +93,12 @@ TEST_CASE("a character device or FIFO is written as it is, never replaced", "[cl
         "memcalc --preset decoder --output f; echo $?; wait; test -p f && "
         "echo fifo && cat got");
     CHECK(fifo.out == "0\nfifo\n" + decoder_report());
+    // Waiting there for a reader, with the plot's temporary made: SIGTERM removes it, no plot left.
+    const auto stopped = scratch.run(
+        "memcalc --preset decoder --output f --plot p.svg & for i in $(seq 100); do "
+        "ls -a | grep -q memcalc- && break; sleep 0.1; done; ls -a | grep -c memcalc-; "
+        "kill -TERM $!; wait $!; echo $?; ls -a | grep -c 'memcalc-\\|p.svg'");
+    CHECK(stopped.out == "1\n143\n0\n");
 }
 
 TEST_CASE("a folder, socket or block device is refused, naming it", "[cli][output]") {
