@@ -208,14 +208,15 @@ std::string read_text_file(const std::string& path, const std::string& what) {
 
 namespace {
 std::vector<InputFile>& recorded_inputs() {
-    thread_local std::vector<InputFile> inputs;  // the Python module may run commands in two threads
+    thread_local std::vector<InputFile> inputs;  // the Python module may run two commands at once
     return inputs;
 }
 }  // namespace
 
 void remember_input(const std::string& path) {
     struct stat file {};
-    if (stat(path.c_str(), &file) == 0) recorded_inputs().push_back({path, file.st_dev, file.st_ino});
+    if (stat(path.c_str(), &file) != 0) return;  // gone since it was opened: the read fails and says why
+    recorded_inputs().push_back({path, file.st_dev, file.st_ino});
 }
 
 const std::vector<InputFile>& inputs_read() { return recorded_inputs(); }

@@ -147,7 +147,10 @@ private:
             throw error(fmt::format("{}: more than {} symbolic links (a loop?)", output_named(f_),
                                     max_links));
         refuse_planted_link(here, link);
-        if (walked_.is_own_descriptor(name, STDOUT_FILENO)) return !(to_standard_output_ = true);
+        if (todo_.empty() && walked_.is_own_descriptor(name, STDOUT_FILENO)) {
+            to_standard_output_ = true;
+            return false;
+        }
         const std::string to = link_text(here);
         if (!kernel_agrees(here, to)) {  // a /proc link to an open file, which no path names
             walked_.enter(name);
