@@ -433,6 +433,7 @@ std::vector<std::string> option_tokens(int argc, const char* const* argv) {
 int memcalc::cli::run_command_line(int argc, const char* const* argv) { return run_command_line(argc, argv, std::cout, std::cerr); }
 
 int memcalc::cli::run_command_line(int argc, const char* const* argv, std::ostream& out_stream, std::ostream& err_stream) {
+    forget_inputs();  // the files an earlier run in this process read are no concern of this one
     CLI::App app{"memcalc: how much device memory one training step of a transformer language model takes,\n"
                  "from the architecture alone, exactly: parameters, training state, saved activations,\n"
                  "and the peak over the step's timeline.",
@@ -685,11 +686,11 @@ Examples:
         else if (parsed(plan)) out.append(run_plan(plan_q));
         else if (parsed(serve)) out.append(run_serve(serve_q));
         else run_estimate(q, out, files);
-        if (!used.output.empty()) files.push_back({"--output", used.output, "", &out});
-        for (const auto& f : files) refuse_overwriting_inputs(f, {used.model_file, used.config, used.recipe_file, used.profile_file, used.gpu_file});
-        write_files(files);
-        if (!used.output.empty()) return 0;
-        const bool read = out.each_chunk([&out_stream](std::string_view chunk) {
+        if (used.output.empty()) files.push_back({"", "-", "", &out});  // the report, on stdout
+        else files.push_back({"--output", used.output, "", &out});
+        const PendingFile* printed = write_files(files);  // the one for stdout, if any
+        if (printed == nullptr) return 0;
+        const bool read = printed->each_chunk([&out_stream](std::string_view chunk) {
             out_stream.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
         });
         out_stream.flush();

@@ -1,5 +1,7 @@
 #include "model_file.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -196,12 +198,30 @@ std::string read_text_file(const std::string& path, const std::string& what) {
                     std::to_string(max_input_bytes) + " (16 MiB)");
     std::ifstream stream(path, std::ios::binary);
     if (!stream) throw error("cannot read " + named);
+    remember_input(path);  // no output of this run may replace it
     std::string text(static_cast<std::size_t>(size), '\0');
     stream.read(text.data(), static_cast<std::streamsize>(size));
     if (stream.bad() || static_cast<std::uintmax_t>(stream.gcount()) != size || stream.peek() != std::char_traits<char>::eof())
         throw error("cannot read " + named + ": it changed while being read");
     return text;
 }
+
+namespace {
+std::vector<InputFile>& recorded_inputs() {
+    thread_local std::vector<InputFile> inputs;  // the Python module may run two commands at once
+    return inputs;
+}
+}  // namespace
+
+void remember_input(const std::string& path) {
+    struct stat file {};
+    if (stat(path.c_str(), &file) != 0) return;  // gone since it was opened: the read fails and says why
+    recorded_inputs().push_back({path, file.st_dev, file.st_ino});
+}
+
+const std::vector<InputFile>& inputs_read() { return recorded_inputs(); }
+
+void forget_inputs() { recorded_inputs().clear(); }
 
 ModelFile load_model_file(const std::string& path) {
     return parse_model_json(read_text_file(path, "model file"), path, std::filesystem::path(path).stem().string());

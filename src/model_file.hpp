@@ -42,6 +42,17 @@ inline constexpr std::uintmax_t max_input_bytes = 16u << 20;
 /// A regular file's whole text, at most max_input_bytes; `what` names it in errors ("model file").
 std::string read_text_file(const std::string& path, const std::string& what);
 
+/// A file this run read, which no output of the run may replace (compared by device and inode).
+struct InputFile {
+    std::string path;
+    std::uint64_t device = 0, inode = 0;
+};
+/// Records `path` as read: read_text_file does, and so must every other reader of a user's file.
+void remember_input(const std::string& path);
+/// The files recorded since forget_inputs(); each run of the command line starts with none.
+const std::vector<InputFile>& inputs_read();
+void forget_inputs();
+
 /// The presets compiled into the program, by name.
 std::vector<std::string> preset_names();
 ModelFile load_preset(const std::string& name);

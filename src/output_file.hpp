@@ -37,20 +37,31 @@ private:
 };
 
 struct PendingFile {
-    std::string option;  ///< "--output", "--plot": named in errors
-    std::string path;
+    std::string option;  ///< "--output", "--plot": named in errors; empty for the report on stdout
+    std::string path;    ///< "-", /dev/stdout, /dev/fd/1 and /proc/self/fd/1: standard output
     std::string text;
     const Spool* spool = nullptr;  ///< when set, the text comes from here
+
+    /// Hands every byte to `sink`, from the spool or the text; false when the spool cannot be read.
+    template <class Sink>
+    bool each_chunk(Sink&& sink) const {
+        if (spool != nullptr) return spool->each_chunk(sink);
+        sink(std::string_view(text));
+        return true;
+    }
 };
 
-/// Writes every file through a temporary of its own (mkstemp) in the target's folder, flushed to disk,
-/// then renamed into place, so concurrent writers never splice and a failure leaves no partial file.
-/// A symbolic link is written through (its target is replaced, the link stays); a file that exists
-/// keeps its permissions, a new one gets 0666 less the umask. A temporary is removed on every failure
-/// path, and on SIGINT, SIGTERM and SIGHUP before the signal takes its course. Throws memcalc::error.
-void write_files(const std::vector<PendingFile>& files);
-
-/// Throws a usage error when `output` is the same file as one of `inputs` (a model file, a config).
-void refuse_overwriting_inputs(const PendingFile& output, const std::vector<std::string>& inputs);
+/// Resolves every path as open(2) would, a link at a time under the kernel's protected_symlinks
+/// rule (another user's link in a sticky world-writable folder such as /tmp is refused), and
+/// refuses a path that is a file this run read (inputs_read()) or that another output names.
+/// A regular file, new or not, is written through a temporary of its own (mkstemp, a short fixed
+/// name) in its folder, flushed to disk, then renamed into place, so concurrent writers never
+/// splice and a failure leaves no partial file; it keeps its permissions, a new one gets 0666 less
+/// the umask. A character device or FIFO is opened and written as it is, never replaced (a FIFO
+/// waits for its reader); a folder, block device or socket is refused. Temporaries are removed on
+/// every failure path, and on SIGINT, SIGTERM and SIGHUP before the signal takes its course.
+/// Returns the one file that names standard output, for the caller to print (nullptr: none).
+/// Throws memcalc::error, or usage_error for a path that is an input or named twice.
+const PendingFile* write_files(const std::vector<PendingFile>& files);
 
 }  // namespace memcalc::cli

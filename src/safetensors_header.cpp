@@ -7,6 +7,7 @@
 
 #include "json_reader.hpp"
 #include "memcalc/units.hpp"
+#include "model_file.hpp"
 
 namespace memcalc::cli {
 
@@ -98,6 +99,7 @@ std::vector<SafetensorsTensor> read_safetensors_header(const std::string& path) 
     if (code) throw error("cannot read '" + path + "': " + code.message());
     std::ifstream in(path, std::ios::binary);
     if (!in) throw error("cannot read '" + path + "'");
+    remember_input(path);  // no output of this run may replace it
     std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(size, 8)), '\0');
     in.read(head.data(), static_cast<std::streamsize>(head.size()));
     if (head.size() == 8) {  // then the header, as far as the length says and the file allows
