@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Builds memcalc's libFuzzer targets with clang++, AddressSanitizer and UndefinedBehaviorSanitizer,
-# and runs each for SECONDS (default 60) from a seed corpus of the shipped presets and configs.
-# Prints each target's executions; exits non-zero if any input crashed (saved under crashes/).
+# and runs each for SECONDS (default 60) from a seed corpus: the shipped presets and configs, the
+# seeds made below, and fuzz/corpus/<target>/ kept in the repository.
+# Prints each target's executions and rate; exits non-zero if any input crashed (saved under crashes/).
 # Usage: scripts/fuzz.sh [SECONDS]     (FUZZ_BUILD_DIR overrides where it builds, default build-fuzz;
 # FUZZ_PREBUILT names a build that has the targets already, as the suite's clang++ build makes them)
 set -euo pipefail
 seconds=${1:-60}
+all_targets="fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line fuzz_safetensors_header
+  fuzz_safetensors_index fuzz_recipe_file fuzz_profile_file fuzz_gpu_file fuzz_serve"
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 targets=${FUZZ_PREBUILT:-$build}/fuzz
@@ -15,8 +18,8 @@ if [ -z "${FUZZ_PREBUILT:-}" ]; then
   flags="-O1 -gline-tables-only -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
   cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None -DMEMCALC_FUZZ=ON \
     -DMEMCALC_BUILD_TESTS=OFF -DMEMCALC_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS=$flags" >/dev/null
-  cmake --build "$build" -j2 --target fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line \
-    fuzz_safetensors_header >/dev/null
+  # shellcheck disable=SC2086  # the list, a word a target
+  cmake --build "$build" -j2 --target $all_targets >/dev/null
 fi
 mkdir -p "$build"
 
@@ -33,13 +36,15 @@ for text in 80GB 2GiB 1.5TB 512 "0.5 KiB" 1024,2048,4096 all none,full 0,1,2,3 1
   printf '%s' "$text" > "$build/corpus/fuzz_arguments/$(printf '%s' "$text" | md5sum | cut -c1-12)"
 done
 
-# Safetensors files' starts: an 8-byte little-endian length, then the JSON header (no data).
+# Safetensors files: an 8-byte little-endian length, the JSON header, then the (zero) data it names.
 mkdir -p "$build/corpus/fuzz_safetensors_header"
 i=0
 for header in '{"w":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}}' \
     '{"model.layers.0.self_attn.q_proj.weight":{"dtype":"F8_E4M3","shape":[64,64],"data_offsets":[0,4096]},"__metadata__":{"format":"pt"}}' \
     '{"model.layers.1.mlp.down_proj_blocks":{"dtype":"U8","shape":[64,4,16],"data_offsets":[0,4096]}}'; do
-  /usr/bin/python3 -c 'import struct, sys; h = sys.argv[1].encode(); sys.stdout.buffer.write(struct.pack("<Q", len(h)) + h)' \
+  /usr/bin/python3 -c 'import json, struct, sys; h = sys.argv[1].encode()
+ends = [t["data_offsets"][1] for n, t in json.loads(h).items() if n != "__metadata__"]
+sys.stdout.buffer.write(struct.pack("<Q", len(h)) + h + bytes(max(ends)))' \
     "$header" > "$build/corpus/fuzz_safetensors_header/seed-$i"
   i=$((i + 1))
 done
@@ -60,12 +65,20 @@ for line in "--preset llama-7b --seq 1024 --recompute selective" \
   i=$((i + 1))
 done
 
+# The seeds kept in the repository, beside those made here.
+for target in $all_targets; do
+  if [ -d "$root/fuzz/corpus/$target" ]; then seed "$target" "$root/fuzz/corpus/$target"/*; fi
+done
+
 status=0
-for target in fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line fuzz_safetensors_header; do
-  dict=""
-  [ "$target" = fuzz_model_file ] || [ "$target" = fuzz_hf_config ] || [ "$target" = fuzz_safetensors_header ] &&
-    dict="-dict=$root/fuzz/model.dict"
-  [ "$target" = fuzz_command_line ] && dict="-dict=$root/fuzz/command_line.dict"
+for target in $all_targets; do
+  case "$target" in
+    fuzz_model_file | fuzz_hf_config) dict="-dict=$root/fuzz/model.dict" ;;
+    fuzz_safetensors_header | fuzz_safetensors_index) dict="-dict=$root/fuzz/safetensors.dict" ;;
+    fuzz_recipe_file | fuzz_profile_file | fuzz_gpu_file) dict="-dict=$root/fuzz/files.dict" ;;
+    fuzz_command_line | fuzz_serve) dict="-dict=$root/fuzz/command_line.dict" ;;
+    *) dict="" ;;
+  esac
   mkdir -p "$build/crashes"
   log="$build/$target.log"
   if ! "$targets/$target" $dict -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
@@ -74,7 +87,8 @@ for target in fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line fu
     status=1
   fi
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
-  echo "$target: $runs executions in $seconds s, corpus $(ls "$build/corpus/$target" | wc -l) inputs"
+  rate=$([ "$runs" = "?" ] && echo "?" || echo $((runs / seconds)))
+  echo "$target: $runs executions in $seconds s ($rate/s), corpus $(ls "$build/corpus/$target" | wc -l) inputs"
 done
 [ "$status" = 0 ] && echo "fuzzing: no crashes"
 exit "$status"

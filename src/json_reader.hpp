@@ -146,30 +146,88 @@ inline void expect_object(const nlohmann::json& document, const std::string& ori
             throw error(origin + ": unknown key '" + key + "'" + did_you_mean(key, known));
 }
 
-/// Parses JSON text, turning a syntax error into memcalc::error that says where ("at line 3, column 5").
-/// A key given twice in one object is an error: JSON parsers disagree on which one wins.
-inline nlohmann::json parse_json(std::string_view text, const std::string& origin) {
-    std::vector<std::vector<std::string>> keys;  // the keys seen so far in each open object
-    const auto refuse_duplicates = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-        using Event = nlohmann::json::parse_event_t;
-        if (event == Event::object_start) keys.emplace_back();
-        if (event == Event::object_end) keys.pop_back();
-        if (event == Event::key) {
-            const std::string key = parsed.get<std::string>();
-            if (std::find(keys.back().begin(), keys.back().end(), key) != keys.back().end())
-                throw error(origin + ": key '" + key + "' appears twice in one object");
-            keys.back().push_back(key);
-        }
+/// How deep parse_json lets arrays and objects nest: far past any config, and shallow enough that
+/// copying or printing a document (recursive in nlohmann) never runs out of stack.
+inline constexpr std::size_t max_json_depth = 512;
+
+/// nlohmann's SAX events built into a document, each object's keys checked as they arrive (its map
+/// finds a repeated key in log time) and the nesting bounded: linear in the text, unlike the
+/// callback parser, whose end of each object rescans its parent.
+class JsonDocumentBuilder {
+public:
+    using json = nlohmann::json;
+    JsonDocumentBuilder(json& root, const std::string& origin) : root_(root), origin_(origin) {}
+
+    bool null() { return place(nullptr); }
+    bool boolean(bool value) { return place(value); }
+    bool number_integer(json::number_integer_t value) { return place(value); }
+    bool number_unsigned(json::number_unsigned_t value) { return place(value); }
+    bool number_float(json::number_float_t value, const json::string_t&) { return place(value); }
+    bool string(json::string_t& value) { return place(std::move(value)); }
+    bool binary(json::binary_t& value) { return place(json::binary(std::move(value))); }
+    bool start_object(std::size_t) { return open(json::value_t::object); }
+    bool start_array(std::size_t) { return open(json::value_t::array); }
+    bool end_object() { return close(); }
+    bool end_array() { return close(); }
+
+    bool key(json::string_t& name) {
+        auto& members = open_.back()->get_ref<json::object_t&>();
+        const auto [member, fresh] = members.emplace(std::move(name), nullptr);
+        if (!fresh)
+            throw error(origin_ + ": key '" + member->first + "' appears twice in one object");
+        member_ = &member->second;
         return true;
-    };
-    try {
-        return nlohmann::json::parse(text.begin(), text.end(), refuse_duplicates);
-    } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number too large for a double
-        std::string what = e.what();  // drop nlohmann's "[json.exception.parse_error.101] " tag
+    }
+
+    /// A syntax error, or a number too large for a double: nlohmann's message, less its tag.
+    template <typename Exception>
+    bool parse_error(std::size_t, const std::string&, const Exception& e) {
+        std::string what = e.what();  // drop "[json.exception.parse_error.101] "
         const auto tag_end = what.find("] ");
         if (tag_end != std::string::npos) what = what.substr(tag_end + 2);
-        throw error(origin + ": malformed JSON: " + what);
+        throw error(origin_ + ": malformed JSON: " + what);
     }
+
+private:
+    /// Puts a value where the document is up to: the root, the next array element or the member
+    /// whose key came last.
+    json& put(json value) {
+        if (open_.empty()) return root_ = std::move(value);
+        json& parent = *open_.back();
+        if (!parent.is_array()) return *member_ = std::move(value);
+        auto& elements = parent.get_ref<json::array_t&>();
+        elements.push_back(std::move(value));
+        return elements.back();
+    }
+    bool place(json value) {
+        put(std::move(value));
+        return true;
+    }
+    bool open(json::value_t type) {
+        if (open_.size() == max_json_depth)
+            throw error(origin_ + ": JSON nested deeper than " + std::to_string(max_json_depth) +
+                        " arrays and objects (memcalc's limit)");
+        open_.push_back(&put(json(type)));
+        return true;
+    }
+    bool close() {
+        open_.pop_back();
+        return true;
+    }
+
+    json& root_;
+    const std::string& origin_;
+    std::vector<json*> open_;  // the arrays and objects not yet closed, innermost last
+    json* member_ = nullptr;   // where the value of the key just read goes
+};
+
+/// Parses JSON text, turning a syntax error into memcalc::error that says where ("at line 3,
+/// column 5"). A key given twice in one object is an error: parsers disagree on which one wins.
+inline nlohmann::json parse_json(std::string_view text, const std::string& origin) {
+    nlohmann::json document;
+    JsonDocumentBuilder builder(document, origin);
+    nlohmann::json::sax_parse(text.begin(), text.end(), &builder);
+    return document;
 }
 
 }  // namespace memcalc::cli

@@ -1,5 +1,6 @@
 #include "safetensors_header.hpp"
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +30,47 @@ std::uint64_t header_length(std::string_view first8) {
     std::uint64_t length = 0;
     for (int i = 7; i >= 0; --i) length = length << 8 | static_cast<unsigned char>(first8[static_cast<std::size_t>(i)]);
     return length;
+}
+
+/// A tensor and its byte range as the header writes it: "tensor 'w' [0, 8]".
+std::string range_of(const SafetensorsTensor& t) {
+    const std::uint64_t end = t.offset + t.bytes;
+    return "tensor '" + t.name + "' [" + std::to_string(t.offset) + ", " + std::to_string(end) +
+           "]";
+}
+
+/// A stretch of the data no tensor's range covers.
+std::string unused_bytes(std::uint64_t begin, std::uint64_t end) {
+    return "bytes " + std::to_string(begin) + " to " + std::to_string(end) +
+           " of the data are in no tensor";
+}
+
+/// The tensors' byte ranges must tile the data, as the safetensors library checks: sorted by start,
+/// each begins where the one before ended, the first at 0, the last at the data's end.
+void check_tiling(const std::vector<SafetensorsTensor>& tensors, std::uint64_t data_size,
+                  const std::string& origin) {
+    std::vector<const SafetensorsTensor*> sorted;
+    for (const auto& t : tensors) sorted.push_back(&t);
+    const auto by_range = [](const SafetensorsTensor* a, const SafetensorsTensor* b) {
+        return std::make_pair(a->offset, a->bytes) < std::make_pair(b->offset, b->bytes);
+    };
+    std::sort(sorted.begin(), sorted.end(), by_range);
+    const auto fail = [&](const std::string& what) {
+        throw error(origin + ": " + what + " (the tensors' data_offsets must tile the data)");
+    };
+    const SafetensorsTensor* previous = nullptr;
+    std::uint64_t end = 0;  // where the data covered so far ends
+    for (const SafetensorsTensor* t : sorted) {
+        if (t->offset < end) fail(range_of(*previous) + " and " + range_of(*t) + " overlap");
+        if (t->offset > end) {
+            const std::string at = previous ? "between " + range_of(*previous) + " and" : "before";
+            fail(unused_bytes(end, t->offset) + " (" + at + " " + range_of(*t) + ")");
+        }
+        previous = t, end = t->offset + t->bytes;
+    }
+    if (end == data_size) return;
+    const std::string where = previous ? "after " + range_of(*previous) : "the header names none";
+    fail(unused_bytes(end, data_size) + " (" + where + ")");
 }
 }  // namespace
 
@@ -82,13 +124,14 @@ std::vector<SafetensorsTensor> parse_safetensors_header(std::string_view head, s
         if (begin > end || end > data_size)
             fail(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                  "] fall outside the file's " + std::to_string(data_size) + " bytes of data (truncated?)");
-        t.bytes = end - begin;
+        t.bytes = end - begin, t.offset = begin;
         const std::uint64_t expected = (t.elements * bits + 7) / 8;
         if (t.bytes != expected)
             fail(where + ": " + std::to_string(t.bytes) + " bytes of data, but " + t.dtype + " of this shape takes " +
                  std::to_string(expected));
         tensors.push_back(std::move(t));
     }
+    check_tiling(tensors, data_size, origin);
     return tensors;
 }
 

@@ -13,6 +13,7 @@ struct SafetensorsTensor {
     std::vector<std::uint64_t> shape;
     std::uint64_t elements = 1;        ///< the product of shape (a packed dtype's storage elements: U8 for MXFP4)
     std::uint64_t bytes = 0;           ///< data_offsets' end minus begin, checked against dtype and shape
+    std::uint64_t offset = 0;          ///< data_offsets' begin: where its bytes start in the data
 };
 
 /// The bits of one element of a safetensors dtype ("BF16" -> 16, "F4" -> 4); 0 for a name it does not list.

@@ -148,9 +148,45 @@ TEST_CASE("a malformed safetensors header: the file named and what is wrong", "[
             "tensor 'w': 6 bytes of data, but BF16 of this shape takes 8"},
         Row{file(R"({"w":{"dtype":"BF16","shape":[2,-2],"data_offsets":[0,8]}})", "12345678"),
             "tensor 'w': shape must be an array of non-negative integers"},
+        // The ranges must tile the data: two tensors on the same bytes are no checkpoint.
+        Row{file(R"({"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},)"
+                 R"("b":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})", "12345678"),
+            "x.safetensors: tensor 'a' [0, 8] and tensor 'b' [0, 8] overlap "
+            "(the tensors' data_offsets must tile the data)"},
+        Row{file(R"({"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[4,12]},)"
+                 R"("b":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})", "123456789012"),
+            "tensor 'b' [0, 8] and tensor 'a' [4, 12] overlap"},
+        Row{file(R"({"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},)"
+                 R"("b":{"dtype":"BF16","shape":[2,2],"data_offsets":[12,20]}})",
+                 std::string(20, 'x')),
+            "bytes 8 to 12 of the data are in no tensor "
+            "(between tensor 'a' [0, 8] and tensor 'b' [12, 20])"},
+        Row{file(R"({"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[4,12]}})", "123456789012"),
+            "bytes 0 to 4 of the data are in no tensor (before tensor 'a' [4, 12])"},
+        Row{file(R"({"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})", "1234567890"),
+            "bytes 8 to 10 of the data are in no tensor (after tensor 'a' [0, 8])"},
+        Row{file(R"({"__metadata__":{}})", "12"),
+            "bytes 0 to 2 of the data are in no tensor (the header names none)"},
     }));
     CAPTURE(bytes);
     CHECK_THROWS_WITH(cli::parse_safetensors_header(bytes, bytes.size(), "x.safetensors"), Catch::Contains(message));
+}
+
+TEST_CASE("safetensors data_offsets that tile the data, in any order, empty ones anywhere",
+          "[model_folder]") {
+    const std::string header = R"({"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                               R"("a":{"dtype":"U8","shape":[3],"data_offsets":[8,11]},)"
+                               R"("e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
+                               R"("z":{"dtype":"F32","shape":[2,0],"data_offsets":[11,11]}})";
+    std::string bytes(8, '\0');
+    bytes[0] = static_cast<char>(header.size() & 0xff);
+    bytes[1] = static_cast<char>(header.size() >> 8);
+    bytes += header + "01234567890";
+    const auto tensors = cli::parse_safetensors_header(bytes, bytes.size(), "x.safetensors");
+    REQUIRE(tensors.size() == 4);
+    CHECK(tensors[0].name == "a");
+    CHECK(tensors[0].offset == 8);
+    CHECK(tensors[0].bytes == 3);
 }
 
 TEST_CASE("a checkpoint that is memcalc's table exactly: no difference, every layer matched", "[model_folder]") {
