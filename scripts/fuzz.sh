@@ -5,8 +5,13 @@
 # Prints each target's executions and rate; exits non-zero if any input crashed (saved under crashes/).
 # Usage: scripts/fuzz.sh [SECONDS]     (FUZZ_BUILD_DIR overrides where it builds, default build-fuzz;
 # FUZZ_PREBUILT names a build that has the targets already, as the suite's clang++ build makes them)
+# A campaign: FUZZ_RUNS=10000000 FUZZ_JOBS=2 scripts/fuzz.sh 7200 stops each target after FUZZ_RUNS
+# executions or SECONDS, whichever comes first, FUZZ_JOBS targets at a time; FUZZ_TARGETS="a b"
+# runs only those.
 set -euo pipefail
 seconds=${1:-60}
+runs_limit=${FUZZ_RUNS:--1}  # libFuzzer's -runs: -1 is no limit
+jobs=${FUZZ_JOBS:-1}
 all_targets="fuzz_model_file fuzz_hf_config fuzz_arguments fuzz_command_line fuzz_safetensors_header
   fuzz_safetensors_index fuzz_recipe_file fuzz_profile_file fuzz_gpu_file fuzz_serve"
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -70,8 +75,9 @@ for target in $all_targets; do
   if [ -d "$root/fuzz/corpus/$target" ]; then seed "$target" "$root/fuzz/corpus/$target"/*; fi
 done
 
-status=0
-for target in $all_targets; do
+# One target's run; its summary line goes to its .summary file, its status to .failed.
+fuzz_one() {
+  local target=$1 dict log="$build/$1.log"
   case "$target" in
     fuzz_model_file | fuzz_hf_config) dict="-dict=$root/fuzz/model.dict" ;;
     fuzz_safetensors_header | fuzz_safetensors_index) dict="-dict=$root/fuzz/safetensors.dict" ;;
@@ -79,16 +85,34 @@ for target in $all_targets; do
     fuzz_command_line | fuzz_serve) dict="-dict=$root/fuzz/command_line.dict" ;;
     *) dict="" ;;
   esac
-  mkdir -p "$build/crashes"
-  log="$build/$target.log"
-  if ! "$targets/$target" $dict -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
-      -artifact_prefix="$build/crashes/$target-" "$build/corpus/$target" >"$log" 2>&1; then
-    echo "$target: CRASH (see $log and $build/crashes/)"
-    status=1
+  rm -f "$build/$target.failed"
+  local started=$SECONDS
+  if ! "$targets/$target" ${dict:+"$dict"} -max_total_time="$seconds" -runs="$runs_limit" -timeout=20 \
+      -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$build/crashes/$target-" \
+      "$build/corpus/$target" >"$log" 2>&1; then
+    echo "$target: CRASH (see $log and $build/crashes/)" > "$build/$target.failed"
   fi
+  local took=$((SECONDS - started)) runs
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
-  rate=$([ "$runs" = "?" ] && echo "?" || echo $((runs / seconds)))
-  echo "$target: $runs executions in $seconds s ($rate/s), corpus $(ls "$build/corpus/$target" | wc -l) inputs"
+  local rate="?"
+  [ "$runs" = "?" ] || rate=$((runs / (took > 0 ? took : 1)))
+  echo "$target: $runs executions in $took s ($rate/s), corpus $(ls "$build/corpus/$target" | wc -l) inputs" \
+    > "$build/$target.summary"
+}
+
+mkdir -p "$build/crashes"
+selected=${FUZZ_TARGETS:-$all_targets}
+running=0
+for target in $selected; do
+  fuzz_one "$target" &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then wait -n || true; running=$((running - 1)); fi
+done
+wait
+status=0
+for target in $selected; do
+  if [ -f "$build/$target.failed" ]; then cat "$build/$target.failed"; status=1; fi
+  cat "$build/$target.summary"
 done
 [ "$status" = 0 ] && echo "fuzzing: no crashes"
 exit "$status"
