@@ -2,7 +2,7 @@
 # Builds memcalc's libFuzzer targets with clang++, AddressSanitizer and UndefinedBehaviorSanitizer,
 # and runs each for SECONDS (default 60) from a seed corpus: the shipped presets and configs, the
 # seeds made below, and fuzz/corpus/<target>/ kept in the repository.
-# Prints each target's executions and rate; exits non-zero if any input crashed (saved under crashes/).
+# Prints each target's executions and rate; exits non-zero if any input crashed (kept in crashes/).
 # Usage: scripts/fuzz.sh [SECONDS]     (FUZZ_BUILD_DIR overrides where it builds, default build-fuzz;
 # FUZZ_PREBUILT names a build that has the targets already, as the suite's clang++ build makes them)
 set -euo pipefail
@@ -88,7 +88,8 @@ for target in $all_targets; do
   fi
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
   rate=$([ "$runs" = "?" ] && echo "?" || echo $((runs / seconds)))
-  echo "$target: $runs executions in $seconds s ($rate/s), corpus $(ls "$build/corpus/$target" | wc -l) inputs"
+  inputs=$(ls "$build/corpus/$target" | wc -l)
+  echo "$target: $runs executions in $seconds s ($rate/s), corpus $inputs inputs"
 done
 [ "$status" = 0 ] && echo "fuzzing: no crashes"
 exit "$status"
