@@ -10,8 +10,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     run_with_file(data, size, memcalc::cli::parse_recipe_json, "recipe.json",
-                  {"--preset gpt2 --seq 64 -b 1,2 --activations architecture --recipe-file recipe.json "
-                   "--format json",
+                  {"--preset gpt2 --seq 64 -b 1,2 --activations architecture "
+                   "--recipe-file recipe.json --format json",
                    "--preset mixtral-8x7b --seq 128 --dp 8 --zero 3 --recipe-file recipe.json",
                    "fit --preset gpt2 --device-memory 24GB --seq 256 --activations architecture "
                    "--recipe-file recipe.json",

@@ -44,7 +44,8 @@ inline bool fit_to_run(const std::vector<std::string>& words) {
     }
     if (plans)
         for (const auto& w : words)
-            if (w.size() > 5 && w.find_first_not_of("0123456789") == std::string::npos) return false;
+            if (w.size() > 5 && w.find_first_not_of("0123456789") == std::string::npos)
+                return false;
     return true;
 }
 
@@ -58,7 +59,7 @@ inline void run_memcalc(const std::vector<std::string>& words) {
     const int status = memcalc::cli::run_command_line(static_cast<int>(argv.size()), argv.data());
     std::cout.rdbuf(cout);
     std::cerr.rdbuf(cerr);
-    if (err.str().rfind("memcalc: internal error", 0) == 0) {  // at the start: not an argument echoed
+    if (err.str().rfind("memcalc: internal error", 0) == 0) {  // at the start: no argument echoed
         std::cerr << err.str();
         std::abort();
     }

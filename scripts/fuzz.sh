@@ -2,7 +2,7 @@
 # Builds memcalc's libFuzzer targets with clang++, AddressSanitizer and UndefinedBehaviorSanitizer,
 # and runs each for SECONDS (default 60) from a seed corpus: the shipped presets and configs, the
 # seeds made below, and fuzz/corpus/<target>/ kept in the repository.
-# Prints each target's executions and rate; exits non-zero if any input crashed (saved under crashes/).
+# Prints each target's executions and rate; exits non-zero if any input crashed (kept in crashes/).
 # Usage: scripts/fuzz.sh [SECONDS]     (FUZZ_BUILD_DIR overrides where it builds, default build-fuzz;
 # FUZZ_PREBUILT names a build that has the targets already, as the suite's clang++ build makes them)
 # A campaign: FUZZ_RUNS=10000000 FUZZ_JOBS=2 scripts/fuzz.sh 7200 stops each target after FUZZ_RUNS
