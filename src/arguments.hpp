@@ -39,7 +39,7 @@ struct Request {
     std::string device_memory, reserve = "2GiB", multiple_of;  // fit and plan
     std::string host_memory;                                    // --host-memory: each device's share of its node's
     std::string gpu, gpu_file;                                  // a device by name or file, for its memory
-    std::string gpus, top, max_tp;                              // plan
+    std::string gpus, top, max_tp, search_limit;                // plan
     std::string plot;                                           // --plot FILE.svg
     std::string context, batch, kv_dtype = "bf16", weights = "bf16", block_size, prefill_chunk;  // serve
     std::string output;                                         // --output FILE instead of stdout

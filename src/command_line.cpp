@@ -507,6 +507,11 @@ Examples:
             ->type_name("K");
         plan->add_option("--max-tp", plan_q.max_tp, "Largest tensor-parallel degree to try, e.g. the GPUs of a node")
             ->type_name("N");
+        plan->add_option("--search-limit", plan_q.search_limit,
+                         "Most pipeline stages the search may measure, counted before it\n"
+                         "starts (default 20,000,000: a minute or so); each layout measures\n"
+                         "the stages that may hold its peak")
+            ->type_name("N");
         const char* pinned = "Pinned (each given restricts the search to it; a comma list to several)";
         for (auto [option, value, what] : {std::tuple{"--dp", &plan_q.dp, "Data-parallel degrees"},
                                            std::tuple{"--tp", &plan_q.tp, "Tensor-parallel degrees"},
@@ -548,6 +553,9 @@ lists (zb-h1, zb-v, dualpipe where their rules allow). --dp, --tp, --pp, --vpp, 
 --zero, --offload, --sp, --recompute and -b, given, restrict the search to them.
 Without --gpus it tries 1, 2, 3, ... devices (with --gpu: 1, 2, 3, ... of its nodes) up to 16,384
 and answers with the first count on which some layout fits.
+The search is counted before it starts: one that would measure more pipeline stages than
+--search-limit (default 20,000,000; each layout measures the stages that may hold its peak; without
+--gpus, every count's layouts) is refused, naming its size.
 It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by
   1. the estimated step time, with --gpu or a --gpu-file that gives the figures (an estimate, not a
      simulation): compute = the step's FLOPs, recomputation included / (GPUs x peak dense bf16
