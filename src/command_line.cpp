@@ -346,6 +346,9 @@ struct ReportChoice {
                        "Also draw an SVG: the timeline as stacked areas by category, or for a sweep the peak\n"
                        "against the swept size, one line per recomputation mode")
             ->type_name("FILE.svg");
+        app.add_option("--sweep-limit", q.sweep_limit,
+                       "Most configurations a sweep's lists may make (default 1,000,000)")
+            ->type_name("N");
         add_device_options(app, q, "A device's memory (80GB, 24GiB): drawn in plots, checked in the report");
         app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
         app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");
@@ -594,6 +597,7 @@ Examples:
     }
 
     Request serve_q;
+    serve_q.reserve = "";  // given, it needs a device: see run_serve
     CLI::App* serve = nullptr;
     if (mentions("serve")) {
         serve = app.add_subcommand("serve", "Serving memory: the weights in a storage format, the KV cache, prefill");

@@ -561,3 +561,34 @@ TEST_CASE("plan refuses a search too large at once, naming its size, the limit a
                Catch::Contains("past the search limit of 10:"));
     CHECK(testing::memcalc(small + " --search-limit 100000").status == 0);
 }
+
+TEST_CASE("stage layers past the model's, and a GPU file's node past plan's reach, are named up "
+          "front", "[plan][errors][cli]") {
+    // memcalc 1.2 wrapped 16 + (2^64 - 16) to 0 and blamed the sequence; plan dropped every
+    // pipelined layout instead; and a node of 2^64 - 1 GPUs had plan try no count at all and
+    // suggest more memory.
+    const std::string stages = "--first-stage-layers 16 --last-stage-layers 18446744073709551600";
+    const std::string says = "first_stage_layers (16) + last_stage_layers (18446744073709551600) "
+                             "exceeds layers (32)";
+    const std::string plan = "plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 4096 "
+                             "--global-batch 8 ";
+    for (const std::string& args : {"--preset llama-7b --pp 4 " + stages, plan + stages}) {
+        CAPTURE(args);
+        const auto bad = testing::memcalc(args);
+        CHECK(bad.status != 0);
+        CHECK(bad.out.empty());
+        CHECK_THAT(bad.err, Catch::Contains(says));
+    }
+    const auto most = testing::shell(
+        "f=$(mktemp); printf '{\"name\": \"big\", \"memory_bytes\": 80000000000, "
+        "\"gpus_per_node\": 18446744073709551615}' > $f; memcalc plan --preset llama-7b "
+        "--gpu-file $f --seq 4096 --global-batch 64; s=$?; rm $f; exit $s");
+    CHECK(most.status != 0);
+    CHECK(most.out.empty());
+    CHECK_THAT(most.err, Catch::Contains("gpus_per_node must be at most 16384, the most GPUs plan "
+                                         "searches (got 18446744073709551615)"));
+    PlanRequest r;
+    r.capacity = 80000000000ULL, r.base.seq = 4096, r.global_batch = 64;
+    CHECK_THROWS_WITH(plan_fewest(fixtures::llama_7b(), r, 16385, 1),
+                      Catch::Contains("step (16385) exceeds"));
+}

@@ -270,6 +270,9 @@ inline void validate_plan_request(const Architecture& m, const PlanRequest& requ
         throw error("seq " + std::to_string(s) + " exceeds the " + std::to_string(m.learned_positions()) +
                     " learned positions of " + m.name);
     validate_tuning(request.base.tuning, request.base.activations, request.base.recipe);
+    // Asked-for stage counts no pipeline can take are a mistake to name, not layouts to drop.
+    const std::uint64_t first = request.first_stage_layers, last = request.last_stage_layers;
+    if (first != 0 || last != 0) validate_stage_layer_counts(first, last, m.layers);
 }
 
 using PipelineRuns = std::vector<std::pair<Schedule, std::uint64_t>>;
@@ -425,7 +428,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
     detail::validate_plan_request(m, request);
     const Recipe* recipe = &request.base.recipe;
     const std::uint64_t s = request.base.seq, G = request.global_batch;
-    const auto params = parameter_splits(fine_tuned_table(m, parameter_table(m), request.base.tuning), m.vocab);
+    const auto params = detail::trained_parameters(m, request.base.tuning);
     const std::vector<LayerTuning> tunings = layer_tunings(m, params->table, request.base.tuning);
 
     // Workloads depend on the micro-batch and the recomputation alone: build each once. One whose
@@ -707,6 +710,9 @@ inline constexpr std::uint64_t fewest_gpus_limit = 1ULL << 14;
 inline PlanSummary plan_fewest(const Architecture& m, PlanRequest& request, std::uint64_t step, std::size_t k,
                                const std::function<void(std::size_t)>& each = nullptr) {
     detail::require_positive("step", step);
+    if (step > fewest_gpus_limit)
+        throw error("step (" + std::to_string(step) + ") exceeds the " +
+                    std::to_string(fewest_gpus_limit) + " devices the search for the fewest tries");
     SearchCounter counter(m, request);
     SearchSize most;  // should no count fit: every count's search
     for (std::uint64_t n = step; n <= fewest_gpus_limit; n += step) {
