@@ -324,4 +324,30 @@ std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_bat
     return layouts;
 }
 
+ListLengths layout_list_lengths(const Request& q) {
+    ListLengths lengths;
+    for (const auto& [option, text] : {std::pair<const char*, const std::string&>{"--dp", q.dp},
+                                       {"--tp", q.tp}, {"--pp", q.pp}, {"--zero", q.zero}})
+        lengths.emplace_back(option, text.empty() ? 1 : split_list(option, text).size());
+    return lengths;
+}
+
+void check_sweep_size(const Request& q, const ListLengths& lists) {
+    const std::uint64_t limit = parse_count("--sweep-limit", q.sweep_limit, default_sweep_limit);
+    std::uint64_t product = 1;
+    bool past = false;  // past 64 bits, let alone the limit
+    std::vector<std::string> factors;
+    for (const auto& [option, length] : lists) {
+        if (length < 2) continue;
+        factors.push_back(fmt::format("{} {}", option, length));
+        past = past || product > std::numeric_limits<std::uint64_t>::max() / length;
+        product = past ? product : product * length;
+    }
+    if (!past && product <= limit) return;
+    const std::string size = past ? "over 2^64" : digits(Count(product));
+    throw usage_error(fmt::format("a sweep of {} configurations ({}) exceeds the limit of {}: "
+                                  "shorten the lists or raise --sweep-limit",
+                                  size, fmt::join(factors, " x "), digits(Count(limit))));
+}
+
 }  // namespace memcalc::cli

@@ -39,8 +39,9 @@ struct Request {
     std::string device_memory, reserve = "2GiB", multiple_of;  // fit and plan
     std::string host_memory;                                    // --host-memory: each device's share of its node's
     std::string gpu, gpu_file;                                  // a device by name or file, for its memory
-    std::string gpus, top, max_tp;                              // plan
+    std::string gpus, top, max_tp, search_limit;                // plan
     std::string plot;                                           // --plot FILE.svg
+    std::string sweep_limit;                                    // --sweep-limit N configurations
     std::string context, batch, kv_dtype = "bf16", weights = "bf16", block_size, prefill_chunk;  // serve
     std::string output;                                         // --output FILE instead of stdout
     bool sp = false;
@@ -81,5 +82,14 @@ Format parse_format(const std::string& text);
 Count parse_size(const std::string& option, const std::string& text);
 /// Every combination of the --dp, --tp, --pp and --zero lists; micro-batches follow --global-batch.
 std::vector<Parallelism> parse_layouts(const Request& q, std::uint64_t micro_batch);
+
+/// The most configurations a sweep makes unless --sweep-limit says otherwise: a few seconds of CSV.
+inline constexpr std::uint64_t default_sweep_limit = 1'000'000;
+/// Refuses a sweep whose lists (--seq, -b, --dp, --tp, --pp, --zero, --attention, --recompute, each
+/// `lists` gives with its length) make more configurations than --sweep-limit, before any is made.
+using ListLengths = std::vector<std::pair<std::string, std::size_t>>;  ///< option, items
+void check_sweep_size(const Request& q, const ListLengths& lists);
+/// The lengths of the layout lists parse_layouts combines: --dp, --tp, --pp and --zero.
+ListLengths layout_list_lengths(const Request& q);
 
 }  // namespace memcalc::cli

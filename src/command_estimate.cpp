@@ -55,6 +55,10 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
     const std::vector<Attention> attentions = attentions_from(q, settings);
     std::vector<std::uint64_t> seqs;  // empty: the model's max_positions
     if (!q.seq.empty()) seqs = parse_sizes("--seq", q.seq);
+    ListLengths lists = {{"--seq", seqs.size()}, {"--micro-batch", batches.size()},
+                         {"--attention", attentions.size()}, {"--recompute", modes.size()}};
+    for (const auto& layout_list : layout_list_lengths(q)) lists.push_back(layout_list);
+    check_sweep_size(q, lists);  // before a layout is made or a row spooled
 
     const ModelFile model = load_model(q);
     const Architecture& arch = model.architecture;

@@ -347,6 +347,9 @@ struct ReportChoice {
                        "Also draw an SVG: the timeline as stacked areas by category, or for a sweep the peak\n"
                        "against the swept size, one line per recomputation mode")
             ->type_name("FILE.svg");
+        app.add_option("--sweep-limit", q.sweep_limit,
+                       "Most configurations a sweep's lists may make (default 1,000,000)")
+            ->type_name("N");
         add_device_options(app, q, "A device's memory (80GB, 24GiB): drawn in plots, checked in the report");
         app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
         app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");
@@ -509,6 +512,11 @@ Examples:
             ->type_name("K");
         plan->add_option("--max-tp", plan_q.max_tp, "Largest tensor-parallel degree to try, e.g. the GPUs of a node")
             ->type_name("N");
+        plan->add_option("--search-limit", plan_q.search_limit,
+                         "Most pipeline stages the search may measure, counted before it\n"
+                         "starts (default 20,000,000: a minute or so); each layout measures\n"
+                         "the stages that may hold its peak")
+            ->type_name("N");
         const char* pinned = "Pinned (each given restricts the search to it; a comma list to several)";
         for (auto [option, value, what] : {std::tuple{"--dp", &plan_q.dp, "Data-parallel degrees"},
                                            std::tuple{"--tp", &plan_q.tp, "Tensor-parallel degrees"},
@@ -550,6 +558,9 @@ lists (zb-h1, zb-v, dualpipe where their rules allow). --dp, --tp, --pp, --vpp, 
 --zero, --offload, --sp, --recompute and -b, given, restrict the search to them.
 Without --gpus it tries 1, 2, 3, ... devices (with --gpu: 1, 2, 3, ... of its nodes) up to 16,384
 and answers with the first count on which some layout fits.
+The search is counted before it starts: one that would measure more pipeline stages than
+--search-limit (default 20,000,000; each layout measures the stages that may hold its peak; without
+--gpus, every count's layouts) is refused, naming its size.
 It keeps those whose most loaded device fits in --device-memory less --reserve and ranks them by
   1. the estimated step time, with --gpu or a --gpu-file that gives the figures (an estimate, not a
      simulation): compute = the step's FLOPs, recomputation included / (GPUs x peak dense bf16
@@ -588,6 +599,7 @@ Examples:
     }
 
     Request serve_q;
+    serve_q.reserve = "";  // given, it needs a device: see run_serve
     CLI::App* serve = nullptr;
     if (mentions("serve")) {
         serve = app.add_subcommand("serve", "Serving memory: the weights in a storage format, the KV cache, prefill");

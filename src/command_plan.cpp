@@ -36,6 +36,7 @@ std::string run_plan(const Request& q) {
     r.first_stage_layers = parse_count("--first-stage-layers", q.first_stage_layers, 0);
     r.last_stage_layers = parse_count("--last-stage-layers", q.last_stage_layers, 0);
     r.max_tp = parse_count("--max-tp", q.max_tp, 0);
+    r.search_limit = parse_count("--search-limit", q.search_limit, default_search_limit);
     // Given, they restrict the search; not given, it tries them all.
     if (!q.recompute.empty()) r.modes = parse_modes(q.recompute);
     r.recompute_layers = parse_recompute_layers(q, true);
@@ -66,7 +67,7 @@ std::string run_plan(const Request& q) {
     const ModelFile model = load_model(q);
     view.model = model.architecture.name;
     const auto start = std::chrono::steady_clock::now();
-    {
+    try {
         Progress progress("plan", 4096);
         if (q.gpus.empty()) {
             // The fewest GPUs: whole nodes of a GPU whose node size is known, else any count.
@@ -75,6 +76,11 @@ std::string run_plan(const Request& q) {
         } else {
             view.result = plan_top(model.architecture, r, view.top, std::ref(progress));
         }
+    } catch (const search_limit_error& e) {
+        const char* gpus = q.gpus.empty() ? "--gpus, " : "";
+        throw usage_error(fmt::format("{}: narrow it ({}--tp, --pp, --dp, --micro-batch, "
+                                      "--recompute) or raise --search-limit",
+                                      e.what(), gpus));
     }
     view.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return in_format(

@@ -144,20 +144,28 @@ std::string run_serve(const Request& q) {
     s.weights = &weight_format_named(q.weights);
     ServeRun run;
     const std::optional<DeviceMemory> device = device_memory(q);
+    if (!device && !q.reserve.empty())  // not given, the default: a device's
+        throw usage_error(fmt::format("--reserve {} needs --device-memory, --gpu or --gpu-file: it "
+                                      "is kept out of a device's memory",
+                                      q.reserve));
     if (device) {
+        const std::string reserve = q.reserve.empty() ? Request{}.reserve : q.reserve;
         run.memory = device->bytes;
-        run.reserve = parse_size("--reserve", q.reserve);
+        run.reserve = parse_size("--reserve", reserve);
         if (*run.reserve >= *run.memory)
-            throw usage_error(fmt::format("--reserve {} leaves nothing of {}", q.reserve, device->given_by));
+            throw usage_error(
+                fmt::format("--reserve {} leaves nothing of {}", reserve, device->given_by));
         run.capacity = Count(run.memory->value() - run.reserve->value());
         run.device = device->given_by;
     }
     const ModelFile model = load_model(q);
     run.model = model.architecture.name;
-    run.model_parameters = parameter_table(model.architecture).total();
     run.layers = model.architecture.layers;
     run.settings = s;
-    run.report = serve(model.architecture, s);
+    run.report = serve(model.architecture, s);  // which names an overflow's inputs
+    const Architecture& m = model.architecture;
+    run.model_parameters = detail::named_overflow([&] { return parameter_table(m).total(); },
+                                                  [&] { return detail::parameter_overflow(m); });
     if (run.capacity) run.fit = serve_fit(model.architecture, s, *run.capacity);
     return in_format(
         q.format, [&] { return serve_json(run); }, [&] { return serve_csv(run); },

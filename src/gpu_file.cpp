@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "json_reader.hpp"
+#include "memcalc/plan.hpp"
 #include "model_file.hpp"
 
 namespace memcalc::cli {
@@ -30,6 +31,11 @@ Gpu parse_gpu_json(std::string_view text, const std::string& origin) {
     g.intra_node_bandwidth = in.positive_or("intra_node_bytes_per_second", 0);
     g.inter_node_bandwidth = in.positive_or("inter_node_bytes_per_second", 0);
     g.gpus_per_node = in.positive_or("gpus_per_node", 0);
+    // plan steps its search for the fewest GPUs by nodes: a node past its reach would try none.
+    if (g.gpus_per_node > fewest_gpus_limit)
+        in.fail(fmt::format("gpus_per_node must be at most {}, the most GPUs plan searches "
+                            "(got {})",
+                            fewest_gpus_limit, g.gpus_per_node));
     g.host_bandwidth = in.positive_or("host_bytes_per_second", 0);
     g.performance_source = intern(in.shown_text_or("performance_source", ""));
     g.network_source = intern(in.shown_text_or("network_source", ""));

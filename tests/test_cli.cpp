@@ -114,6 +114,28 @@ TEST_CASE("a sweep prints one row or object per combination", "[cli][sweep]") {
     CHECK(count_lines(table.out) == 3);
 }
 
+TEST_CASE("a sweep's lists are multiplied before a row is made: past --sweep-limit it is refused",
+          "[cli][sweep][limit]") {
+    // memcalc 1.2 spooled the 4e8 rows (73 GB of CSV) before printing anything.
+    const auto huge = testing::shell("L=$(seq -s, 1 20000); timeout 20 memcalc --preset llama-7b "
+                                     "--seq $L -b $L --format csv | wc -c");
+    CHECK(huge.out == "0\n");
+    CHECK(huge.err == "memcalc: a sweep of 400,000,000 configurations (--seq 20000 x --micro-batch "
+                      "20000) exceeds the limit of 1,000,000: shorten the lists or raise "
+                      "--sweep-limit\n");
+    // Every list counts, the layouts' too, and the limit is the user's to raise.
+    const auto layouts = testing::memcalc("--preset llama-7b --seq 1024,2048 --dp 1,2 --tp 1,2 "
+                                          "--zero 0,1 --recompute all --sweep-limit 47");
+    CHECK(layouts.status == 2);
+    CHECK_THAT(layouts.err, Catch::Contains("48 configurations (--seq 2 x --recompute 3 x --dp 2 x "
+                                            "--tp 2 x --zero 2) exceeds the limit of 47"));
+    const auto raised = testing::memcalc("--preset llama-7b --seq 1024,2048 --dp 1,2 --tp 1,2 "
+                                         "--zero 0,1 --recompute all --sweep-limit 48 "
+                                         "--format csv");
+    CHECK(raised.status == 0);
+    CHECK(count_lines(raised.out) == 1 + 48);
+}
+
 TEST_CASE("a single configuration in CSV is the sweep's header and one row", "[cli][csv]") {
     const auto run = testing::memcalc("--preset llama-7b --seq 4096 --format csv");
     REQUIRE(run.status == 0);

@@ -488,3 +488,26 @@ TEST_CASE("memcalc fit says what trains in its CSV and JSON", "[finetune][cli][f
     REQUIRE(json.status == 0);
     CHECK(nlohmann::json::parse(json.out)["training"] == "qlora");
 }
+
+TEST_CASE("LoRA's errors name the rank that overflows and all-linear given beside names",
+          "[finetune][cli][errors]") {
+    const std::string lora = "--preset llama-7b --train lora --activations architecture ";
+    const std::string rank = "--lora-rank 18446744073709551615";
+    const std::string says = "lora rank 18446744073709551615 makes the adapters of llama-7b";
+    const std::string plan = "plan " + lora + rank + " --device-memory 80GB --gpus 8 --seq 4096 "
+                                                     "--global-batch 8";
+    for (const std::string& args : {lora + rank, lora + "--lora-rank 4503599627370496", plan}) {
+        CAPTURE(args);
+        const auto bad = testing::memcalc(args);
+        CHECK(bad.status != 0);
+        CHECK(bad.out.empty());
+        CHECK_THAT(bad.err, Catch::Contains(args.find("4503599627370496") != std::string::npos
+                                                ? "lora rank 4503599627370496 makes the adapters"
+                                                : says));
+    }
+    const auto mixed = testing::memcalc(lora + "--lora-targets all-linear,q_proj");
+    CHECK(mixed.status != 0);
+    CHECK(mixed.out.empty());
+    CHECK(mixed.err == "memcalc: lora target all-linear adapts every linear layer: give it "
+                       "alone, or names alone (got all-linear,q_proj)\n");
+}

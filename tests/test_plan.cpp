@@ -454,3 +454,141 @@ TEST_CASE("host memory (--host-memory) is checked in plan and in a single estima
     CHECK(bad.out.empty());
     CHECK_THAT(bad.err, Catch::Contains("--host-memory") && Catch::Contains("lots"));
 }
+
+namespace {
+/// The rows for_each_layout makes, besides partial recomputation's, and the stages SearchSize says
+/// they measure.
+SearchSize made_by_search(const Architecture& m, const PlanRequest& request) {
+    const bool uniform = LayerPattern(m).uniform();
+    SearchSize made;
+    for_each_layout(m, request, [&](const PlanRow& row) {
+        if (row.parallel.recompute_layers && !request.recompute_layers) return;  // searched partial
+        ++made.layouts;
+        made.stages += uniform ? std::min<std::uint64_t>(row.parallel.pp, 3) : row.parallel.pp;
+    });
+    return made;
+}
+
+/// `r` with every knob that multiplies or restricts a search turned.
+std::vector<PlanRequest> varied_searches(const PlanRequest& r) {
+    PlanRequest wide = r;  // every schedule, offload and sequence parallelism
+    for (const ScheduleRow& row : schedule_rows) wide.schedules.push_back(row.schedule);
+    wide.sequence_parallel = r.gpus > 1;
+    wide.offload = {{Offload::none, false}, {Offload::optimizer, false}, {Offload::none, true},
+                    {Offload::parameters, true}};
+    PlanRequest pinned = r;  // micro-batches, modes, recomputed layers and vpp
+    pinned.micro_batches = {1, 3}, pinned.modes = {Recompute::full}, pinned.recompute_layers = 2;
+    pinned.vpp = {1, 2};
+    PlanRequest uneven = r;
+    uneven.first_stage_layers = 4;
+    return {r, wide, pinned, uneven};
+}
+}  // namespace
+
+TEST_CASE("a search is counted before it runs: its layouts exactly, and the stages each measures",
+          "[plan][limit]") {
+    PlanRequest base;
+    base.capacity = 9000000000ULL, base.base.seq = 1024, base.global_batch = 48;
+    for (std::uint64_t gpus : {1, 6, 8, 12}) {
+        base.gpus = gpus;
+        for (const Architecture& m : {small_llama_4kv(), fixtures::dense_then_moe()})
+            for (const PlanRequest& request : varied_searches(base)) {
+                CAPTURE(m.name, gpus, request.schedules.size(), request.micro_batches.size(),
+                        request.first_stage_layers);
+                const SearchSize counted = SearchCounter(m, request).size(gpus);
+                const SearchSize made = made_by_search(m, request);
+                CHECK(counted.layouts == made.layouts);
+                CHECK(counted.stages == made.stages);
+            }
+    }
+}
+
+TEST_CASE("a search past its limit is refused before it measures a layout, naming its size and the "
+          "limit", "[plan][limit]") {
+    const Architecture m = small_llama_4kv();
+    PlanRequest request;
+    request.gpus = 8, request.capacity = 9000000000ULL, request.base.seq = 1024;
+    request.global_batch = 16;
+    const SearchSize size = SearchCounter(m, request).size(8);
+    REQUIRE(size.layouts > 100);
+    request.search_limit = size.stages;  // at the limit: searched
+    CHECK(plan_top(m, request, 3).evaluated >= size.layouts);
+    request.search_limit = size.stages - 1;
+    std::size_t seen = 0;
+    const auto count = [&](std::size_t) { ++seen; };
+    const std::string says = "a plan on 8 devices would evaluate " + std::to_string(size.layouts) +
+                             " layouts, measuring " + std::to_string(size.stages) +
+                             " pipeline stages, past the search limit of " +
+                             std::to_string(size.stages - 1);
+    CHECK_THROWS_WITH(plan_top(m, request, 3, count), Catch::Contains(says));
+    CHECK_THROWS_AS(plan(m, request, count), search_limit_error);
+    // The search for the fewest counts every count it may try before it tries one.
+    PlanRequest fewest = request;
+    fewest.capacity = 1000;
+    std::uint64_t every = 0;
+    SearchCounter counter(m, fewest);
+    for (std::uint64_t n = 2; n <= fewest_gpus_limit; n += 2) every += counter.size(n).stages;
+    fewest.search_limit = every - 1;
+    CHECK_THROWS_WITH(plan_fewest(m, fewest, 2, 3, count),
+                      Catch::Contains("the search for the fewest devices (up to 16384, 2 at "
+                                      "a time) would evaluate") &&
+                          Catch::Contains(std::to_string(every) + " pipeline stages"));
+    CHECK(seen == 0);
+}
+
+TEST_CASE("plan refuses a search too large at once, naming its size, the limit and the options",
+          "[plan][limit][cli]") {
+    // memcalc 1.2 measured the first's 224 million layouts for 667 s, the second's 4.4 million 63.
+    const auto layouts = testing::shell("timeout 20 memcalc plan --preset llama-7b --gpus 14414400 "
+                                        "--seq 720720 --global-batch 963761198400 "
+                                        "--device-memory 80GB");
+    CHECK(layouts.status == 2);
+    CHECK(layouts.out.empty());
+    CHECK_THAT(layouts.err, Catch::Contains("a plan on 14414400 devices would evaluate 224220096 "
+                                            "layouts, measuring 582987456 pipeline stages, past "
+                                            "the search limit of 20000000") &&
+                                Catch::Contains("or raise --search-limit"));
+    const auto fewest = testing::shell("timeout 20 memcalc plan --preset deepseek-v3 "
+                                       "--device-memory 4GB --seq 4096 --global-batch 1024");
+    CHECK(fewest.status == 2);
+    CHECK(fewest.out.empty());
+    CHECK_THAT(fewest.err, Catch::Contains("the search for the fewest devices (up to 16384) would "
+                                           "evaluate 4382169 layouts") &&
+                               Catch::Contains("narrow it (--gpus, --tp"));
+    const std::string small =
+        "plan --preset llama-7b --gpus 8 --seq 4096 --global-batch 64 --device-memory 80GB";
+    CHECK_THAT(testing::memcalc(small + " --search-limit 10").err,
+               Catch::Contains("past the search limit of 10:"));
+    CHECK(testing::memcalc(small + " --search-limit 100000").status == 0);
+}
+
+TEST_CASE("stage layers past the model's, and a GPU file's node past plan's reach, are named up "
+          "front", "[plan][errors][cli]") {
+    // memcalc 1.2 wrapped 16 + (2^64 - 16) to 0 and blamed the sequence; plan dropped every
+    // pipelined layout instead; and a node of 2^64 - 1 GPUs had plan try no count at all and
+    // suggest more memory.
+    const std::string stages = "--first-stage-layers 16 --last-stage-layers 18446744073709551600";
+    const std::string says = "first_stage_layers (16) + last_stage_layers (18446744073709551600) "
+                             "exceeds layers (32)";
+    const std::string plan = "plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 4096 "
+                             "--global-batch 8 ";
+    for (const std::string& args : {"--preset llama-7b --pp 4 " + stages, plan + stages}) {
+        CAPTURE(args);
+        const auto bad = testing::memcalc(args);
+        CHECK(bad.status != 0);
+        CHECK(bad.out.empty());
+        CHECK_THAT(bad.err, Catch::Contains(says));
+    }
+    const auto most = testing::shell(
+        "f=$(mktemp); printf '{\"name\": \"big\", \"memory_bytes\": 80000000000, "
+        "\"gpus_per_node\": 18446744073709551615}' > $f; memcalc plan --preset llama-7b "
+        "--gpu-file $f --seq 4096 --global-batch 64; s=$?; rm $f; exit $s");
+    CHECK(most.status != 0);
+    CHECK(most.out.empty());
+    CHECK_THAT(most.err, Catch::Contains("gpus_per_node must be at most 16384, the most GPUs plan "
+                                         "searches (got 18446744073709551615)"));
+    PlanRequest r;
+    r.capacity = 80000000000ULL, r.base.seq = 4096, r.global_batch = 64;
+    CHECK_THROWS_WITH(plan_fewest(fixtures::llama_7b(), r, 16385, 1),
+                      Catch::Contains("step (16385) exceeds"));
+}

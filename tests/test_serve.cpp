@@ -152,3 +152,48 @@ TEST_CASE("memcalc serve: JSON keys, a device's answer, and errors that name the
         CHECK_THAT(bad.err, Catch::Contains(says));
     }
 }
+
+TEST_CASE("serve_fit's largest batch is exact past 2^32: doubling and bisecting span 64 bits",
+          "[serve]") {
+    // memcalc 1.2 stopped doubling at 2^32 and answered 2^33 - 1 for any larger batch.
+    const Architecture m = fixtures::decoder();
+    ServeSettings s = at(8);
+    const Count capacity = Count(1'000'000'000'000'000ULL);  // a petabyte: some 4e11 sequences
+    const ServeFit f = serve_fit(m, s, capacity);
+    CHECK(f.max_batch > (1ULL << 33));
+    s.batch = f.max_batch;
+    CHECK(serve(m, s).peak() <= capacity);
+    s.batch = f.max_batch + 1;
+    CHECK(serve(m, s).peak() > capacity);
+    // The whole range: a batch past 2^64 bytes is refused naming it, and never fits.
+    s.batch = std::numeric_limits<std::uint64_t>::max();
+    CHECK_THROWS_WITH(serve(m, s), Catch::Contains("the KV cache of batch (18446744073709551615) "
+                                                   "x context (8, in blocks of 16 tokens)"));
+    CHECK(serve_fit(m, at(8), Count(std::numeric_limits<std::uint64_t>::max())).max_batch <
+          std::numeric_limits<std::uint64_t>::max());
+}
+
+TEST_CASE("memcalc serve names the input that overflows, and --reserve needs a device",
+          "[serve][cli][errors]") {
+    const std::string most = "18446744073709551615";
+    for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+             {"--context 4096 --batch " + most, "KV cache of batch (" + most + ") x context (4096"},
+             {"--context " + most, "batch (1) x context (" + most + ", in blocks of 16 tokens)"},
+             {"--context 4096 --block-size " + most, "(4096, in blocks of " + most + " tokens)"},
+             {"--context 4096 --reserve 0", "--reserve 0 needs --device-memory, --gpu or"}}) {
+        CAPTURE(args);
+        const auto bad = testing::memcalc("serve --preset llama-7b " + args);
+        CHECK(bad.status != 0);
+        CHECK(bad.out.empty());
+        CHECK_THAT(bad.err, Catch::Contains(says));
+    }
+    // The default reserve still applies with a device, and a given one there.
+    const std::string device =
+        "serve --preset llama-7b --context 4096 --gpu h100-sxm --format json";
+    const auto with = testing::memcalc(device + " --reserve 4GiB");
+    REQUIRE(with.status == 0);
+    CHECK(nlohmann::json::parse(with.out).at("device").at("reserve_bytes") == 4ULL << 30);
+    const auto by_default = testing::memcalc(device);
+    REQUIRE(by_default.status == 0);
+    CHECK(nlohmann::json::parse(by_default.out).at("device").at("reserve_bytes") == 2ULL << 30);
+}

@@ -82,6 +82,25 @@ struct Report {
 };
 
 namespace detail {
+/// The model's parameters as `f` trains them, split as a workload needs them; an overflow names
+/// its cause, the model's widths or the adapters' rank.
+inline std::shared_ptr<const ParameterSplits> trained_parameters(const Architecture& m,
+                                                                 const FineTuning& f) {
+    ParameterTable own;
+    try {
+        own = parameter_table(m);
+    } catch (const overflow_error&) {
+        throw error(parameter_overflow(m));
+    }
+    try {
+        return parameter_splits(fine_tuned_table(m, std::move(own), f), m.vocab);
+    } catch (const overflow_error&) {
+        throw error(adapters_overflow(m, f));
+    }
+}
+}  // namespace detail
+
+namespace detail {
 
 /// One pipeline stage's device: its parameters, sharded state and timeline.
 inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint64_t stage, bool timelines) {
@@ -273,10 +292,7 @@ private:
             tunings_ = layer_tunings(model_, own, FineTuning{});  // an edited table's frozen rows
             splits_ = parameter_splits(std::move(own), model_.vocab);  // which keeps the table
         } catch (const overflow_error&) {  // every estimate says so, once its settings are checked
-            overflow_ = "the parameter count of " + (model.name.empty() ? std::string("the model") : model.name) +
-                        " overflows 64 bits (hidden " + std::to_string(model.hidden) + ", layers " +
-                        std::to_string(model.layers) + ", ffn " + std::to_string(model.ffn) + ", vocab " +
-                        std::to_string(model.vocab) + ")";
+            overflow_ = detail::parameter_overflow(model);
         }
     }
 
@@ -319,9 +335,14 @@ private:
         if (!settings.tuning.is_full()) {
             const FineTuning& f = settings.tuning;
             detail::validate_tuning(f, settings.activations, settings.recipe);
-            c.splits = parameter_splits(fine_tuned_table(model_, table(), f), model_.vocab);
-            c.parameter_count = c.splits->table.total();
-            c.tunings = layer_tunings(model_, c.splits->table, f);
+            // The model's own table counts (overflow_ says so): only the adapters can overflow.
+            try {
+                c.splits = parameter_splits(fine_tuned_table(model_, table(), f), model_.vocab);
+                c.parameter_count = c.splits->table.total();
+                c.tunings = layer_tunings(model_, c.splits->table, f);
+            } catch (const overflow_error&) {
+                throw error(detail::adapters_overflow(model_, f));
+            }
         }
         // Weights in a storage of their own are dequantised in the layer's workspace, which only the
         // architecture model has.
@@ -341,14 +362,19 @@ private:
                                  settings.framework, settings.recompute_modules, c.tunings);
     }
 
-    /// Runs `count`, saying which sizes overflowed where a byte count passes 64 bits.
+    /// Runs `count`, saying which sizes overflowed where a byte count passes 64 bits (LoRA's
+    /// activations grow with its rank as others with the sequence).
     template <class Count_>
     static void counted(const Settings& settings, Count_ count) {
         try {
             count();
         } catch (const overflow_error&) {
+            const FineTuning& f = settings.tuning;
+            const std::string rank = training_row(f.mode).adapters
+                                         ? " and lora rank " + std::to_string(f.lora.rank) : "";
             throw error("seq " + std::to_string(settings.seq) + " with micro-batch " +
-                        std::to_string(settings.micro_batch) + " needs more bytes than 64 bits can count");
+                        std::to_string(settings.micro_batch) + rank +
+                        " needs more bytes than 64 bits can count");
         }
     }
 

@@ -201,6 +201,14 @@ inline void validate(const FineTuning& f) {
     if (training_row(f.mode).adapters) {
         if (f.lora.rank == 0) throw error("lora rank must be at least 1");
         if (f.lora.targets.empty()) throw error("lora targets must name at least one linear layer");
+        const auto& targets = f.lora.targets;
+        const bool all = std::find(targets.begin(), targets.end(), "all-linear") != targets.end();
+        if (targets.size() > 1 && all) {
+            std::string listed;
+            for (const std::string& name : targets) listed += (listed.empty() ? "" : ",") + name;
+            throw error("lora target all-linear adapts every linear layer: give it alone, or "
+                        "names alone (got " + listed + ")");
+        }
     }
 }
 
@@ -272,6 +280,17 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
     table.rows = std::move(rows);
     return table;
 }
+
+namespace detail {
+/// Why a model whose own parameters count has a fine-tuned table that does not: its adapters' rank.
+inline std::string adapters_overflow(const Architecture& m, const FineTuning& f) {
+    if (!training_row(f.mode).adapters)
+        return std::string("the parameter count of ") + model_name(m) + " trained " +
+               training_name(f.mode) + " overflows 64 bits";
+    return "lora rank " + std::to_string(f.lora.rank) + " makes the adapters of " + model_name(m) +
+           " (in x r and r x out beside each target) overflow 64 bits";
+}
+}  // namespace detail
 
 /// What `table` (fine-tuned) changes in layer kind `kind`'s saved tensors.
 /// The table decides what is frozen or adapted (a caller may edit one by hand); `f` the adapters' settings.

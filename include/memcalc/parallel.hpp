@@ -216,17 +216,33 @@ inline std::uint64_t stage_first_layer(const Parallelism& p, std::uint64_t layer
     return stage_layer_count(p, layers, 0) + (stage - 1) * stage_layer_count(p, layers, 1);
 }
 
+namespace detail {
+inline std::string stage_layers_text(std::uint64_t first, std::uint64_t last) {
+    return "first_stage_layers (" + std::to_string(first) + ") + last_stage_layers (" +
+           std::to_string(last) + ")";
+}
+}  // namespace detail
+
+/// What any pipeline needs of the first and last stages' layer counts: at most the model's, both.
+/// Each is compared alone first, so a sum past 64 bits never wraps to a small one.
+inline void validate_stage_layer_counts(std::uint64_t first, std::uint64_t last,
+                                        std::uint64_t layers) {
+    if (first > layers || last > layers || first + last > layers)
+        throw error(detail::stage_layers_text(first, last) + " exceeds layers (" +
+                    std::to_string(layers) + ")");
+}
+
 inline void validate_uneven_stages(const Parallelism& p, std::uint64_t layers) {
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
     if (p.pp < 2) throw error("first_stage_layers and last_stage_layers need pp > 1 (got pp " + n(p.pp) + ")");
     if (p.vpp > 1) throw error("first_stage_layers and last_stage_layers need vpp 1 (got vpp " + n(p.vpp) + ")");
-    const std::uint64_t given = p.first_stage_layers + p.last_stage_layers;  // each at most 100,000 layers
+    validate_stage_layer_counts(p.first_stage_layers, p.last_stage_layers, layers);
+    const std::uint64_t given = p.first_stage_layers + p.last_stage_layers;  // at most layers
     const std::uint64_t fixed = (p.first_stage_layers != 0) + (p.last_stage_layers != 0);
     const std::uint64_t others = p.pp - fixed;
-    const std::string what = "first_stage_layers (" + n(p.first_stage_layers) + ") + last_stage_layers (" +
-                             n(p.last_stage_layers) + ")";
-    if (given > layers || (others == 0 && given != layers))
-        throw error(what + (others == 0 ? " must equal" : " exceeds") + " layers (" + n(layers) + ")");
+    const std::string what = detail::stage_layers_text(p.first_stage_layers, p.last_stage_layers);
+    if (others == 0 && given != layers)
+        throw error(what + " must equal layers (" + n(layers) + ")");
     if (others > 0 && ((layers - given) % others != 0 || layers - given < others))
         throw error("the other " + n(others) + " pipeline stages cannot split the remaining " + n(layers - given) +
                     " layers evenly (" + what + " of " + n(layers) + ")");

@@ -285,4 +285,14 @@ inline ParameterTable parameter_table(const Architecture& m) {
     return t;
 }
 
+namespace detail {
+/// Why a model's parameters cannot be counted: its widths, whose product passes 64 bits.
+inline std::string parameter_overflow(const Architecture& m) {
+    const auto n = [](std::uint64_t v) { return std::to_string(v); };
+    return "the parameter count of " + (m.name.empty() ? std::string("the model") : m.name) +
+           " overflows 64 bits (hidden " + n(m.hidden) + ", layers " + n(m.layers) + ", ffn " +
+           n(m.ffn) + ", vocab " + n(m.vocab) + ")";
+}
+}  // namespace detail
+
 }  // namespace memcalc

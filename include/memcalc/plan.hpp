@@ -4,11 +4,14 @@
 /// what each wastes and how long its step takes (step_time.hpp). Each layout costs a few operations on a
 /// Workload (workload.hpp).
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -20,6 +23,16 @@
 #include "memcalc/workload.hpp"
 
 namespace memcalc {
+
+/// The most pipeline stages a search measures unless asked for more: a minute or so of the slowest
+/// models' layouts, and several times the largest search of the README's (about 3 million).
+inline constexpr std::uint64_t default_search_limit = 20'000'000;
+
+/// A search past its limit (PlanRequest::search_limit), refused before it starts.
+class search_limit_error : public error {
+public:
+    using error::error;
+};
 
 struct PlanRequest {
     /// What every layout shares: the sequence, the recipe, the activation model and the framework.
@@ -59,6 +72,8 @@ struct PlanRequest {
     /// Host memory each device may fill with what it offloads (its node's, shared among its GPUs);
     /// none: not checked, so an offloading layout fits on its device memory alone.
     std::optional<Count> host_capacity;
+    /// The most pipeline stages the search may measure (SearchSize), checked before it starts.
+    std::uint64_t search_limit = default_search_limit;
 };
 
 /// Whether a search list allows `value`: an empty one allows all.
@@ -237,16 +252,15 @@ inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Wor
     return row;
 }
 
-/// Every valid layout of `request.gpus` devices, with its peak and costs, handed to `visit` as it is
-/// made, in a fixed order (the order ties are ranked in).
-template <class Visit>
-void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& visit) {
+namespace detail {
+
+/// What every search checks before it enumerates: the request's counts against the model, limits.
+inline void validate_plan_request(const Architecture& m, const PlanRequest& request) {
     validate(m);
-    const Recipe* recipe = &request.base.recipe;
     const std::uint64_t s = request.base.seq, G = request.global_batch;
-    detail::require_positive("seq", s);
-    detail::require_positive("global_batch", G);
-    detail::require_positive("gpus", request.gpus);
+    require_positive("seq", s);
+    require_positive("global_batch", G);
+    require_positive("gpus", request.gpus);
     if (request.gpus > max_devices)
         throw error("gpus (" + std::to_string(request.gpus) + ") exceeds the " + std::to_string(max_devices) +
                     " devices memcalc plans for");
@@ -255,8 +269,166 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
     if (m.position == Position::learned && s > m.learned_positions())
         throw error("seq " + std::to_string(s) + " exceeds the " + std::to_string(m.learned_positions()) +
                     " learned positions of " + m.name);
-    detail::validate_tuning(request.base.tuning, request.base.activations, *recipe);
-    const auto params = parameter_splits(fine_tuned_table(m, parameter_table(m), request.base.tuning), m.vocab);
+    validate_tuning(request.base.tuning, request.base.activations, request.base.recipe);
+    // Asked-for stage counts no pipeline can take are a mistake to name, not layouts to drop.
+    const std::uint64_t first = request.first_stage_layers, last = request.last_stage_layers;
+    if (first != 0 || last != 0) validate_stage_layer_counts(first, last, m.layers);
+}
+
+using PipelineRuns = std::vector<std::pair<Schedule, std::uint64_t>>;
+
+/// The schedules a layout can run, each with its vpp. Interleaved 1F1B as Megatron-LM runs it: even
+/// stages, each rank's layers in vpp equal chunks, and micro-batches a multiple of pp. The others
+/// where validate_schedule allows them.
+inline PipelineRuns pipeline_runs(const Architecture& m, const PlanRequest& request,
+                                  std::uint64_t pp, std::pair<std::uint64_t, std::uint64_t> split,
+                                  std::uint64_t M) {
+    const std::vector<Schedule> every_framework{Schedule::one_f_one_b, Schedule::interleaved};
+    const std::vector<Schedule>& schedules =
+        request.schedules.empty() ? every_framework : request.schedules;
+    PipelineRuns runs;
+    if (allowed(schedules, Schedule::one_f_one_b)) runs.emplace_back(Schedule::one_f_one_b, 1);
+    const bool even = split.first == 0 && split.second == 0;
+    if (pp == 1 || !even) return runs;
+    if (allowed(schedules, Schedule::interleaved) && M % pp == 0)
+        for (std::uint64_t v : divisors(m.layers / pp))
+            if (v > 1) runs.emplace_back(Schedule::interleaved, v);
+    for (Schedule s : {Schedule::zb_h1, Schedule::zb_v, Schedule::dualpipe}) {
+        if (!allowed(schedules, s)) continue;
+        Parallelism p;
+        p.pp = pp, p.microbatches = M, p.schedule = s;
+        try {
+            validate_schedule(p, m.layers);
+        } catch (const error&) {
+            continue;
+        }
+        runs.emplace_back(s, 1);
+    }
+    return runs;
+}
+
+/// `p` running `run`: its vpp, and the schedule it keeps (interleaved is 1F1B with vpp > 1).
+inline Parallelism running(Parallelism p, std::pair<Schedule, std::uint64_t> run) {
+    p.vpp = run.second;
+    p.schedule = run.first == Schedule::interleaved ? Schedule::one_f_one_b : run.first;
+    return p;
+}
+
+/// Whether a layout tries recomputation `mode`: where the request allows it, and a pinned count of
+/// recomputed layers only with full recomputation and where the layout's chunks have that many.
+inline bool mode_tried(const Architecture& m, const PlanRequest& request, const Parallelism& p,
+                       Recompute mode) {
+    if (!allowed(request.modes, mode)) return false;
+    const auto& pinned = request.recompute_layers;
+    return !pinned || (mode == Recompute::full && *pinned <= largest_chunk(p, m.layers));
+}
+
+/// The divisors of `n` among `factors`, the divisors of a multiple of n: a filter, not a search.
+inline std::vector<std::uint64_t> divisors_among(const std::vector<std::uint64_t>& factors,
+                                                 std::uint64_t n) {
+    std::vector<std::uint64_t> out;
+    for (std::uint64_t d : factors) {
+        if (d > n) break;  // factors ascend
+        if (n % d == 0) out.push_back(d);
+    }
+    return out;
+}
+
+/// The ZeRO stages and offloads a layout of dp replicas tries, each handed to visit(zero, offload).
+template <class Visit>
+void for_each_state(const PlanRequest& request, std::uint64_t dp, Visit&& visit) {
+    for (unsigned zero = 0; zero <= 3; ++zero)
+    for (Offload offload : {Offload::none, Offload::optimizer, Offload::parameters})
+    for (bool activations : {false, true}) {
+        // dp 1: nothing to shard
+        if ((zero > 0 && dp == 1) || !allowed(request.zero, zero)) continue;
+        // validate()'s rule: optimizer offload needs a ZeRO stage, parameter offload ZeRO-3.
+        if ((offload == Offload::optimizer && zero == 0) ||
+            (offload == Offload::parameters && zero != 3))
+            continue;
+        const OffloadMode alternative{offload, activations};  // activations: only where listed
+        const auto& listed = request.offload;
+        if (activations ? std::find(listed.begin(), listed.end(), alternative) == listed.end()
+                        : !allowed(listed, alternative))
+            continue;
+        visit(zero, alternative);
+    }
+}
+
+/// Every layout's degrees (dp, tp, pp, cp, ep, etp, sequence parallelism) and stage split, handed
+/// to `visit` (the Parallelism, the split) in a fixed order; the rest of the layout is not set.
+template <class Visit>
+void for_each_degrees(const Architecture& m, const PlanRequest& request, Visit&& visit) {
+    const std::uint64_t s = request.base.seq, G = request.global_batch;
+    const std::vector<std::uint64_t> factors = divisors(request.gpus);
+    const bool moe = m.any_moe();
+    // A degree divides every width it splits where it divides their greatest common divisor: one
+    // division a degree, not one a width of each kind of layer.
+    std::uint64_t split_widths = std::gcd(m.heads, m.key_value_heads()), experts = 0;
+    m.every_kind([&](const Architecture& v) {
+        split_widths = std::gcd(split_widths, std::gcd(v.ffn, v.shared_ffn));
+        if (v.mixer == Mixer::mamba) split_widths = std::gcd(split_widths, v.ssm.d_inner);
+        if (v.is_moe()) experts = std::gcd(experts, v.experts);
+        return true;
+    });
+    for (std::uint64_t tp : factors) {
+        const bool too_wide = request.max_tp != 0 && tp > request.max_tp;
+        if (split_widths % tp != 0 || too_wide || !allowed(request.tp, tp)) continue;
+        for (std::uint64_t pp : divisors_among(factors, request.gpus / tp)) {
+            if (!allowed(request.pp, pp)) continue;
+            const auto split =
+                stage_split(m.layers, pp, request.first_stage_layers, request.last_stage_layers);
+            if (!split) continue;
+            for (std::uint64_t cp : divisors_among(factors, request.gpus / (tp * pp))) {
+                const std::uint64_t dp = request.gpus / (tp * pp * cp);
+                if (!allowed(request.cp, cp) || !allowed(request.dp, dp) || G % dp != 0) continue;
+                using Degrees = std::vector<std::uint64_t>;
+                const Degrees eps = moe ? divisors_among(factors, dp) : Degrees{1};
+                for (std::uint64_t ep : eps) {
+                    // ep divides every mixture-of-experts kind's experts
+                    if (!allowed(request.ep, ep) || experts % ep != 0) continue;
+                    // Expert tensor parallelism: tp (Megatron's default), or none (etp 1), which
+                    // frees the experts of tp's communication.
+                    const Degrees etps = moe && tp > 1 ? Degrees{tp, 1} : Degrees{tp};
+                    for (std::uint64_t etp : etps)
+                    for (bool sp : {false, true}) {
+                        if ((sp && tp == 1) || (request.sequence_parallel && !sp)) continue;
+                        if (s % (cp * (sp ? tp : 1)) != 0) continue;
+                        Parallelism p;
+                        p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep;
+                        p.etp = etp == tp ? 0 : etp;
+                        p.sequence_parallel = sp;
+                        std::tie(p.first_stage_layers, p.last_stage_layers) = *split;
+                        visit(p, *split);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every layout's shape: its degrees, stage split, ZeRO stage and offload, handed to `visit` (the
+/// Parallelism, the split) in a fixed order; its micro-batch, schedule and recomputation unset.
+template <class Visit>
+void for_each_shape(const Architecture& m, const PlanRequest& request, Visit&& visit) {
+    for_each_degrees(m, request, [&](Parallelism p, std::pair<std::uint64_t, std::uint64_t> split) {
+        for_each_state(request, p.dp, [&](unsigned zero, OffloadMode offload) {
+            p.zero = zero, p.offload = offload.state, p.offload_activations = offload.activations;
+            visit(p, split);
+        });
+    });
+}
+
+}  // namespace detail
+
+/// Every valid layout of `request.gpus` devices, with its peak and costs, handed to `visit` as it
+/// is made, in a fixed order (the order ties are ranked in).
+template <class Visit>
+void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& visit) {
+    detail::validate_plan_request(m, request);
+    const Recipe* recipe = &request.base.recipe;
+    const std::uint64_t s = request.base.seq, G = request.global_batch;
+    const auto params = detail::trained_parameters(m, request.base.tuning);
     const std::vector<LayerTuning> tunings = layer_tunings(m, params->table, request.base.tuning);
 
     // Workloads depend on the micro-batch and the recomputation alone: build each once. One whose
@@ -277,121 +449,184 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
         return workloads.emplace(std::make_pair(b, mode), std::move(built)).first->second;
     };
 
-    const std::vector<std::uint64_t> factors = divisors(request.gpus);
-    const bool moe = m.any_moe();
-    const auto attention_heads_ok = [&](std::uint64_t tp) {
-        return m.heads % tp == 0 && m.key_value_heads() % tp == 0 &&
-               m.every_kind([&](const Architecture& v) {
-                   return v.ffn % tp == 0 && v.shared_ffn % tp == 0 &&
-                          (v.mixer != Mixer::mamba || v.ssm.d_inner % tp == 0);
-               }) &&
-               (request.max_tp == 0 || tp <= request.max_tp);
-    };
-    // The schedules a layout can run, each with its vpp. Interleaved 1F1B as Megatron-LM runs it: even
-    // stages, each rank's layers in vpp equal chunks, and micro-batches a multiple of pp. The others
-    // where validate_schedule allows them.
-    const std::vector<Schedule> schedules =
-        request.schedules.empty() ? std::vector<Schedule>{Schedule::one_f_one_b, Schedule::interleaved} : request.schedules;
-    const auto pipelines = [&](std::uint64_t pp, std::pair<std::uint64_t, std::uint64_t> split, std::uint64_t M) {
-        std::vector<std::pair<Schedule, std::uint64_t>> runs;
-        if (allowed(schedules, Schedule::one_f_one_b)) runs.emplace_back(Schedule::one_f_one_b, 1);
-        const bool even = split.first == 0 && split.second == 0;
-        if (pp == 1 || !even) return runs;
-        if (allowed(schedules, Schedule::interleaved) && M % pp == 0)
-            for (std::uint64_t v : divisors(m.layers / pp))
-                if (v > 1) runs.emplace_back(Schedule::interleaved, v);
-        for (Schedule s : {Schedule::zb_h1, Schedule::zb_v, Schedule::dualpipe}) {
-            if (!allowed(schedules, s)) continue;
-            Parallelism p;
-            p.pp = pp, p.microbatches = M, p.schedule = s;
-            try {
-                validate_schedule(p, m.layers);
-            } catch (const error&) {
-                continue;
-            }
-            runs.emplace_back(s, 1);
+    // One row: layout q at micro-batch b under `mode`, measured where its workload fits in 64 bits.
+    const auto measured = [&](const Parallelism& q, std::uint64_t b, Recompute mode) {
+        PlanRow row;
+        row.parallel = q;
+        row.parallel.recompute_layers = request.recompute_layers;
+        row.micro_batch = b;
+        row.recompute = mode;
+        if (const Cached& cached = workload(b, mode)) {
+            const auto& [w, cost] = *cached;
+            const bool pinned = request.recompute_layers.has_value();
+            measure(row, w, pinned ? partial_cost(m, w, row.parallel, request) : cost, request);
+        } else {
+            const double idle = bubble_share(q, 1.0 / 3);
+            row.bubble = idle / (1 + idle);
         }
-        return runs;
+        return row;
     };
-    for (std::uint64_t tp : factors) {
-        if (!attention_heads_ok(tp) || !allowed(request.tp, tp)) continue;
-        for (std::uint64_t pp : divisors(request.gpus / tp)) {
-            if (!allowed(request.pp, pp)) continue;
-            const auto split = stage_split(m.layers, pp, request.first_stage_layers, request.last_stage_layers);
-            if (!split) continue;
-            for (std::uint64_t cp : divisors(request.gpus / (tp * pp))) {
-                const std::uint64_t dp = request.gpus / (tp * pp * cp);
-                if (!allowed(request.cp, cp) || !allowed(request.dp, dp)) continue;
-                for (std::uint64_t ep : moe ? divisors(dp) : std::vector<std::uint64_t>{1}) {
-                    if (!allowed(request.ep, ep)) continue;
-                    if (!m.every_kind([&](const Architecture& v) { return !v.is_moe() || v.experts % ep == 0; })) continue;
-                    // Expert tensor parallelism: tp (Megatron's default), or none (etp 1), which frees
-                    // the experts of tp's communication.
-                    for (std::uint64_t etp : moe && tp > 1 ? std::vector<std::uint64_t>{tp, 1} : std::vector<std::uint64_t>{tp})
-                    for (bool sp : {false, true}) {
-                        if ((sp && tp == 1) || (request.sequence_parallel && !sp)) continue;
-                        if (s % (cp * (sp ? tp : 1)) != 0) continue;
-                        for (unsigned zero = 0; zero <= 3; ++zero)
-                        for (Offload offload : {Offload::none, Offload::optimizer, Offload::parameters})
-                        for (bool activations : {false, true}) {
-                            if ((zero > 0 && dp == 1) || !allowed(request.zero, zero)) continue;  // dp 1: nothing to shard
-                            // validate()'s rule: optimizer offload needs a ZeRO stage, parameter offload ZeRO-3.
-                            if ((offload == Offload::optimizer && zero == 0) || (offload == Offload::parameters && zero != 3))
-                                continue;
-                            const OffloadMode alternative{offload, activations};  // activation offload: only where listed
-                            if (activations ? std::find(request.offload.begin(), request.offload.end(), alternative) == request.offload.end()
-                                            : !allowed(request.offload, alternative))
-                                continue;
-                            if (G % dp != 0) continue;
-                            for (std::uint64_t b : divisors(G / dp)) {
-                                if (!allowed(request.micro_batches, b)) continue;
-                                Parallelism p;
-                                p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep, p.zero = zero, p.offload = offload;
-                                p.offload_activations = activations;
-                                p.etp = etp == tp ? 0 : etp;
-                                p.sequence_parallel = sp;
-                                std::tie(p.first_stage_layers, p.last_stage_layers) = *split;
-                                p.microbatches = G / (dp * b);
-                                for (auto [schedule, vpp] : pipelines(pp, *split, p.microbatches)) {
-                                if (!allowed(request.vpp, vpp)) continue;
-                                p.vpp = vpp;
-                                p.schedule = schedule == Schedule::interleaved ? Schedule::one_f_one_b : schedule;
-                                bool none_fits = false;  // then recomputing fewer layers needs no search
-                                for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
-                                    if (!allowed(request.modes, mode)) continue;
-                                    const auto& pinned = request.recompute_layers;
-                                    if (pinned && (mode != Recompute::full || *pinned > largest_chunk(p, m.layers))) continue;
-                                    PlanRow row;
-                                    row.parallel = p;
-                                    row.parallel.recompute_layers = pinned;
-                                    row.micro_batch = b;
-                                    row.recompute = mode;
-                                    const Cached& cached = workload(b, mode);
-                                    if (cached) {
-                                        const auto& [w, cost] = *cached;
-                                        measure(row, w, pinned ? partial_cost(m, w, row.parallel, request) : cost, request);
-                                    } else {
-                                        const double idle = bubble_share(p, 1.0 / 3);
-                                        row.bubble = idle / (1 + idle);
-                                    }
-                                    none_fits = none_fits || (mode == Recompute::none && row.fits);
-                                    visit(row);
-                                    if (mode == Recompute::full && row.fits && !none_fits && !pinned)
-                                        if (const auto partial = fewest_recomputed(m, cached->first, row, request)) visit(*partial);
-                                }
-                                }
-                            }
-                        }
-                    }
+    using Split = std::pair<std::uint64_t, std::uint64_t>;
+    detail::for_each_shape(m, request, [&](Parallelism p, Split split) {
+        for (std::uint64_t b : divisors(G / p.dp)) {
+            if (!allowed(request.micro_batches, b)) continue;
+            p.microbatches = G / (p.dp * b);
+            for (const auto& run : detail::pipeline_runs(m, request, p.pp, split, p.microbatches)) {
+                if (!allowed(request.vpp, run.second)) continue;
+                const Parallelism q = detail::running(p, run);
+                bool none_fits = false;  // then recomputing fewer layers needs no search
+                for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+                    if (!detail::mode_tried(m, request, q, mode)) continue;
+                    const PlanRow row = measured(q, b, mode);
+                    none_fits = none_fits || (mode == Recompute::none && row.fits);
+                    visit(row);
+                    const bool partial = mode == Recompute::full && row.fits && !none_fits;
+                    if (!partial || request.recompute_layers) continue;
+                    const Workload& w = workload(b, mode)->first;  // it fits: it has a workload
+                    if (const auto fewest = fewest_recomputed(m, w, row, request)) visit(*fewest);
                 }
             }
         }
-    }
+    });
 }
+
+/// How much a search evaluates: its layouts (for_each_layout's rows, besides the partial
+/// recomputation rows, at most one a fully recomputing layout), and the pipeline stages whose peaks
+/// they measure (layout_peak: every stage where the kinds of layer differ, else at most three).
+struct SearchSize {
+    std::uint64_t layouts = 0, stages = 0;
+};
+
+namespace detail {
+inline constexpr std::uint64_t most_counted = std::numeric_limits<std::uint64_t>::max();
+inline std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
+    return a > most_counted - b ? most_counted : a + b;
+}
+inline std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) {
+    return b != 0 && a > most_counted / b ? most_counted : a * b;
+}
+}  // namespace detail
+
+/// Counts a search before it runs, on any number of devices, without measuring a layout: a shape's
+/// rows depend on its dp, pp and stage split alone, and are counted once for each.
+class SearchCounter {
+public:
+    SearchCounter(const Architecture& m, const PlanRequest& request)
+        : m_(m), request_(request), uniform_(LayerPattern(m).uniform()),
+          counts_(divisors(request.global_batch)) {}
+
+    /// The search plan_top makes on `gpus` devices (checked as it checks them).
+    SearchSize size(std::uint64_t gpus) {
+        request_.gpus = gpus;
+        detail::validate_plan_request(m_, request_);
+        SearchSize total;
+        detail::for_each_degrees(m_, request_, [&](const Parallelism& p, Split split) {
+            using detail::saturating_add, detail::saturating_mul;
+            const std::uint64_t rows = saturating_mul(shape_rows(p.dp, p.pp, split), states(p.dp));
+            const std::uint64_t stages = uniform_ ? std::min<std::uint64_t>(p.pp, 3) : p.pp;
+            total.layouts = saturating_add(total.layouts, rows);
+            total.stages = saturating_add(total.stages, saturating_mul(rows, stages));
+        });
+        return total;
+    }
+
+private:
+    using Split = std::pair<std::uint64_t, std::uint64_t>;
+    static constexpr std::uint64_t unknown = std::numeric_limits<std::uint64_t>::max();
+
+    /// A shape's rows: each micro-batch count (counts_[i], a divisor of a replica's share of the
+    /// global batch) whose micro-batch is tried, times its schedules and modes.
+    std::uint64_t shape_rows(std::uint64_t dp, std::uint64_t pp, Split split) {
+        const ShapeKey key{dp, Key{pp, split.first, split.second}};
+        // Each ZeRO stage and offload of a layout asks again: one comparison, not a search.
+        if (last_ != shape_rows_.end() && last_->first == key) return last_->second;
+        const auto [it, made] = shape_rows_.try_emplace(key, 0);
+        last_ = it;
+        if (!made) return it->second;
+        const std::uint64_t share = request_.global_batch / dp;
+        const Key stages{pp, split.first, split.second};
+        std::vector<std::uint64_t>& rows_at =
+            rows_by_count_.try_emplace(stages, counts_.size(), unknown).first->second;
+        for (std::size_t i : share_divisors(dp)) {
+            if (!allowed(request_.micro_batches, share / counts_[i])) continue;
+            if (rows_at[i] == unknown) rows_at[i] = count_rows(pp, split, counts_[i]);
+            it->second += rows_at[i];
+        }
+        return it->second;
+    }
+
+    /// The ZeRO stages and offloads of dp replicas: one set for dp 1 (nothing to shard), one else.
+    std::uint64_t states(std::uint64_t dp) {
+        std::uint64_t& known = states_[dp > 1];
+        if (known == unknown) {
+            known = 0;
+            detail::for_each_state(request_, dp, [&](unsigned, OffloadMode) { ++known; });
+        }
+        return known;
+    }
+
+    /// Indices in counts_ of the divisors of the share of the global batch of each of dp replicas.
+    const std::vector<std::size_t>& share_divisors(std::uint64_t dp) {
+        const auto [it, made] = share_divisors_.try_emplace(dp);
+        if (made)
+            for (std::size_t i = 0; i < counts_.size(); ++i)
+                if ((request_.global_batch / dp) % counts_[i] == 0) it->second.push_back(i);
+        return it->second;
+    }
+
+    /// Rows of one micro-batch count M on pp stages split as given: its schedules, each mode tried.
+    std::uint64_t count_rows(std::uint64_t pp, Split split, std::uint64_t M) const {
+        Parallelism p;
+        p.pp = pp, p.microbatches = M;
+        std::tie(p.first_stage_layers, p.last_stage_layers) = split;
+        std::uint64_t rows = 0;
+        for (const auto& run : detail::pipeline_runs(m_, request_, pp, split, M)) {
+            if (!allowed(request_.vpp, run.second)) continue;
+            const Parallelism q = detail::running(p, run);
+            for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full})
+                rows += detail::mode_tried(m_, request_, q, mode);
+        }
+        return rows;
+    }
+
+    const Architecture& m_;
+    PlanRequest request_;
+    bool uniform_;
+    std::vector<std::uint64_t> counts_;  ///< the global batch's divisors: the micro-batch counts
+    using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>;  ///< pp, first, last
+    using ShapeKey = std::pair<std::uint64_t, Key>;                       ///< dp, then as above
+    std::map<ShapeKey, std::uint64_t> shape_rows_;
+    std::map<ShapeKey, std::uint64_t>::iterator last_ = shape_rows_.end();  ///< the last asked for
+    std::map<Key, std::vector<std::uint64_t>> rows_by_count_;             ///< rows at counts_[i]
+    std::map<std::uint64_t, std::vector<std::size_t>> share_divisors_;
+    std::array<std::uint64_t, 2> states_{unknown, unknown};  ///< for dp 1, and for more
+};
+
+namespace detail {
+inline std::string search_on(std::uint64_t gpus) {
+    return "a plan on " + std::to_string(gpus) + " devices";
+}
+
+/// Refuses a search past the request's limit, naming it (`what`), its size and the limit.
+inline void check_search(const SearchSize& size, const PlanRequest& request,
+                         const std::string& what) {
+    if (size.stages <= request.search_limit) return;
+    throw search_limit_error(what + " would evaluate " + std::to_string(size.layouts) +
+                             " layouts, measuring " + std::to_string(size.stages) +
+                             " pipeline stages, past the search limit of " +
+                             std::to_string(request.search_limit));
+}
+
+/// The search on request.gpus devices, refused past its limit.
+inline void check_search(const Architecture& m, const PlanRequest& request) {
+    check_search(SearchCounter(m, request).size(request.gpus), request, search_on(request.gpus));
+}
+}  // namespace detail
 
 /// Every valid layout, ranked by plan_order, fitting ones first; `each` sees the count as rows are made.
 inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& request,
                                  const std::function<void(std::size_t)>& each = nullptr) {
+    detail::check_search(m, request);
     std::vector<PlanRow> rows;
     rows.reserve(4096);  // a few thousand layouts is typical: skip the small regrowths
     for_each_layout(m, request, [&](const PlanRow& row) {
@@ -423,8 +658,10 @@ struct PlanSummary {
     std::size_t evaluated = 0, fitting = 0;
 };
 
-inline PlanSummary plan_top(const Architecture& m, const PlanRequest& request, std::size_t k,
-                            const std::function<void(std::size_t)>& each = nullptr) {
+namespace detail {
+/// plan_top without its check: plan_fewest checks its whole search at once.
+inline PlanSummary top_layouts(const Architecture& m, const PlanRequest& request, std::size_t k,
+                               const std::function<void(std::size_t)>& each) {
     using Ranked = std::pair<PlanKey, std::size_t>;  // key, then order made
     std::vector<std::pair<Ranked, PlanRow>> heap;  // a max-heap: the worst of the best k on top
     const auto worse = [](const auto& a, const auto& b) { return a.first < b.first; };
@@ -448,6 +685,13 @@ inline PlanSummary plan_top(const Architecture& m, const PlanRequest& request, s
     for (auto& [rank, row] : heap) summary.top.push_back(std::move(row));
     return summary;
 }
+}  // namespace detail
+
+inline PlanSummary plan_top(const Architecture& m, const PlanRequest& request, std::size_t k,
+                            const std::function<void(std::size_t)>& each = nullptr) {
+    detail::check_search(m, request);
+    return detail::top_layouts(m, request, k, each);
+}
 
 /// Tokens a GPU processes a second under a row's estimated step time, or none without one.
 inline std::optional<double> tokens_per_second_per_gpu(const PlanRequest& request, const PlanRow& row) {
@@ -457,18 +701,32 @@ inline std::optional<double> tokens_per_second_per_gpu(const PlanRequest& reques
 }
 
 /// The most devices the search for the fewest tries (Llama 3 405B's cluster): it stops there, having
-/// found none that fits, within a second or so rather than the many a search to max_devices would take.
+/// found none that fits, rather than try the many a search to max_devices would.
 inline constexpr std::uint64_t fewest_gpus_limit = 1ULL << 14;
 
 /// The fewest devices, a multiple of `step` (the GPUs of a node, or 1), on which some layout fits, with
 /// that count's best `k` layouts; request.gpus is set to the count found (none: 0, with an empty summary).
+/// Refused (search_limit_error) before it starts where trying every count would pass the limit.
 inline PlanSummary plan_fewest(const Architecture& m, PlanRequest& request, std::uint64_t step, std::size_t k,
                                const std::function<void(std::size_t)>& each = nullptr) {
     detail::require_positive("step", step);
+    if (step > fewest_gpus_limit)
+        throw error("step (" + std::to_string(step) + ") exceeds the " +
+                    std::to_string(fewest_gpus_limit) + " devices the search for the fewest tries");
+    SearchCounter counter(m, request);
+    SearchSize most;  // should no count fit: every count's search
+    for (std::uint64_t n = step; n <= fewest_gpus_limit; n += step) {
+        const SearchSize size = counter.size(n);
+        most.layouts = detail::saturating_add(most.layouts, size.layouts);
+        most.stages = detail::saturating_add(most.stages, size.stages);
+    }
+    const std::string counts = step > 1 ? ", " + std::to_string(step) + " at a time" : "";
+    detail::check_search(most, request, "the search for the fewest devices (up to " +
+                                            std::to_string(fewest_gpus_limit) + counts + ")");
     std::size_t evaluated = 0;
     for (std::uint64_t n = step; n <= fewest_gpus_limit; n += step) {
         request.gpus = n;
-        PlanSummary summary = plan_top(m, request, k, [&](std::size_t made) {
+        PlanSummary summary = detail::top_layouts(m, request, k, [&](std::size_t made) {
             if (each) each(evaluated + made);
         });
         evaluated += summary.evaluated;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -123,12 +124,21 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
     if (bytes_per_element(s.kv_dtype) == 0) throw error(std::string("kv dtype ") + dtype_name(s.kv_dtype) + " is not a cache dtype");
 }
 
-/// The weights, KV cache and prefill activations of serving `m` as `s` says, on one rank.
-inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
-    validate(m);
-    validate(s, m);
+namespace detail {
+/// `count()`, or past 64 bits an overflow_error naming what overflowed, `what()`: the inputs it
+/// multiplies (serve_fit's search reads any overflow as a batch too large to fit).
+template <class Counting, class What>
+auto named_overflow(Counting count, What what) {
+    try {
+        return count();
+    } catch (const overflow_error&) {
+        throw overflow_error(what());
+    }
+}
+
+/// The weights one rank holds, in s.weights' format.
+inline void serve_weights(const Architecture& m, const ServeSettings& s, ServeReport& r) {
     const ParameterTable table = parameter_table(m);
-    ServeReport r;
     const std::uint64_t tp = s.tp;
     for (const ParamRow& row : table.rows) {
         const Count layers = row.group == Group::layer ? Count(table.kind_layers[row.kind]) : Count(1);
@@ -152,6 +162,11 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
         r.weights += layers * bytes;
     }
 
+}
+
+/// The KV cache (and Mamba state) of s.batch sequences of s.context tokens, on one rank.
+inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeReport& r) {
+    const std::uint64_t tp = s.tp;
     // The cache, a kind of layer at a time: k and v of its key/value heads on this rank (whole heads
     // when fewer than ranks), or latent attention's compressed latent and k's rotary part (one per
     // token, whole on every rank, as vLLM keeps it); a sliding-window layer keeps its window's tokens
@@ -185,12 +200,20 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
         r.blocks_per_sequence = std::max(r.blocks_per_sequence, blocks);
         if (blocks < blocks_full) r.windowed_layers += layers;
     }
+    r.ssm_state = Count(s.batch) * r.state_bytes_per_sequence;
+}
+
+/// The largest forward temporaries of a prefill chunk, and the last tokens' logits.
+inline void serve_activations(const Architecture& m, const ServeSettings& s, ServeReport& r) {
+    const std::uint64_t tp = s.tp;
     // One forward of a prefill chunk, in bf16 with no autograd: the residual stream and the norm's
     // output, then the larger of attention's q, k, v and output (a fused kernel: no scores) and the
     // MLP's gate/up output and product (per routed slot for experts, beside the gathered tokens, their
     // outputs and the router's fp32 logits); and at the end the logits of each sequence's last token,
     // bf16 and an fp32 copy for sampling.
-    const std::uint64_t N = std::min(s.prefill_chunk, s.batch * s.context);
+    // A batch whose tokens pass a chunk fills it: the product is not formed, so never wraps.
+    const std::uint64_t chunk = s.prefill_chunk;
+    const std::uint64_t N = s.batch > chunk / s.context ? chunk : s.batch * s.context;
     r.prefill_tokens = N;
     const std::uint64_t heads = m.heads / tp, d = m.head_size();
     const Count attention = Count(N) * (2 * heads * d + 2 * r.kv_heads_per_rank * d) * dtype::bf16;
@@ -206,10 +229,30 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
     // its gate, d_i wide each, in bf16 (mamba_ssm's kernels), counted beside attention's as the larger.
     if (m.any_mixer(Mixer::mamba))
         mlp = std::max(mlp, Count(N) * (6 * (m.ssm.d_inner / tp)) * dtype::bf16);
-    r.ssm_state = Count(s.batch) * r.state_bytes_per_sequence;
     const Count stream = Count(N) * m.hidden * (2 * dtype::bf16);
     const Count logits = Count(s.batch) * ceil_div(Count(m.vocab), tp).value() * (dtype::bf16 + dtype::fp32);
     r.activations = stream + std::max(attention, mlp) + logits;
+}
+}  // namespace detail
+
+/// The weights, KV cache and prefill activations of serving `m` as `s` says, on one rank; a count
+/// past 64 bits names the inputs that made it.
+inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
+    validate(m);
+    validate(s, m);
+    const auto n = [](std::uint64_t v) { return std::to_string(v); };
+    ServeReport r;
+    detail::named_overflow([&] { detail::serve_weights(m, s, r); },
+                           [&] { return detail::parameter_overflow(m); });
+    detail::named_overflow([&] { detail::serve_cache(m, s, r); }, [&] {
+        return "the KV cache of batch (" + n(s.batch) + ") x context (" + n(s.context) +
+               ", in blocks of " + n(s.block_size) + " tokens) overflows 64 bits";
+    });
+    detail::named_overflow([&] { detail::serve_activations(m, s, r); }, [&] {
+        return "the activations of a prefill chunk of " + n(r.prefill_tokens) +
+               " tokens (prefill chunk " + n(s.prefill_chunk) + ") and the logits of batch (" +
+               n(s.batch) + ") overflow 64 bits";
+    });
     return r;
 }
 
@@ -240,9 +283,10 @@ inline ServeFit serve_fit(const Architecture& m, ServeSettings s, Count capacity
         }
     };
     if (!fits(1)) return f;
+    // Doubling to the largest batch 64 bits hold (where the peak has long since overflowed).
+    constexpr std::uint64_t most = std::numeric_limits<std::uint64_t>::max();
     std::uint64_t lo = 1, hi = 2;  // lo fits; hi is to be tried
-    constexpr std::uint64_t limit = 1ULL << 32;
-    while (hi <= limit && fits(hi)) lo = hi, hi *= 2;
+    while (lo < most && fits(hi)) lo = hi, hi = hi > most / 2 ? most : 2 * hi;
     while (hi - lo > 1) {
         const std::uint64_t mid = lo + (hi - lo) / 2;
         (fits(mid) ? lo : hi) = mid;
