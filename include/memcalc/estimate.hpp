@@ -98,9 +98,6 @@ inline std::shared_ptr<const ParameterSplits> trained_parameters(const Architect
         throw error(adapters_overflow(m, f));
     }
 }
-}  // namespace detail
-
-namespace detail {
 
 /// One pipeline stage's device: its parameters, sharded state and timeline.
 inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint64_t stage, bool timelines) {
@@ -158,7 +155,7 @@ inline void validate_modules(const Architecture& m, const Settings& settings) {
     for (Module module : recomputable_modules)
         if (modules.has(module) && !has_module(m, module))
             throw error(std::string("recompute module ") + module_name(module) + ": " +
-                        (m.name.empty() ? std::string("the model") : m.name) + " has no " +
+                        model_name(m) + " has no " +
                         (module == Module::mlp ? "dense MLP layer"
                          : module == Module::shared_experts ? "shared experts"
                          : module == Module::mla_up_proj ? "multi-latent attention"
@@ -284,7 +281,7 @@ private:
                                              });
                 if (!same)
                     throw error("the parameter table given is not " +
-                                (model.name.empty() ? std::string("the model") : model.name) +
+                                model_name(model) +
                                 "'s: only its rows' trainable and storage may change");
                 own = std::move(*table);
             }

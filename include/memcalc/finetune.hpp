@@ -179,8 +179,6 @@ inline bool in_part(const std::string& part, const ParamRow& r) {
     return false;
 }
 
-inline std::string model_name(const Architecture& m) { return m.name.empty() ? std::string("the model") : m.name; }
-
 /// "h x a*d" split at its last " x ": the input and output letters of a linear's shape.
 inline std::pair<std::string, std::string> shape_ends(Text shape) {
     const std::string s(shape);
@@ -226,12 +224,12 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
                 if (detail::in_part(f.frozen[i], r) || detail::names_tensor(f.frozen[i], r.tensor)) r.trainable = false, used[i] = true;
         for (std::size_t i = 0; i < f.frozen.size(); ++i)
             if (!used[i])
-                throw error("frozen '" + f.frozen[i] + "' names no tensor of " + detail::model_name(m) +
+                throw error("frozen '" + f.frozen[i] + "' names no tensor of " + model_name(m) +
                             " (parts: embeddings, attention, mlp, router, norms, head; or a tensor such as q_proj)");
         for (const ParamRow& r : table.rows)
             if (r.trainable) return table;
         throw error("frozen " + f.frozen.front() + (f.frozen.size() > 1 ? ",..." : "") + " leaves nothing of " +
-                    detail::model_name(m) + " to train");
+                    model_name(m) + " to train");
     }
     const bool all_linear = f.lora.targets.size() == 1 && f.lora.targets.front() == "all-linear";
     std::vector<bool> used(f.lora.targets.size(), false);
@@ -275,7 +273,7 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
     }
     for (std::size_t i = 0; i < f.lora.targets.size(); ++i)
         if (!used[i])
-            throw error("lora target '" + f.lora.targets[i] + "' names no linear layer of " + detail::model_name(m) +
+            throw error("lora target '" + f.lora.targets[i] + "' names no linear layer of " + model_name(m) +
                         (all_linear ? "" : " (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, ...; or all-linear)"));
     table.rows = std::move(rows);
     return table;

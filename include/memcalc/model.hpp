@@ -456,4 +456,9 @@ inline void validate(const Architecture& m) {
     validate_layer_kinds(m);
 }
 
+/// The model as messages name it: its name, or "the model" when it has none.
+inline std::string model_name(const Architecture& m) {
+    return m.name.empty() ? std::string("the model") : m.name;
+}
+
 }  // namespace memcalc

@@ -289,7 +289,7 @@ namespace detail {
 /// Why a model's parameters cannot be counted: its widths, whose product passes 64 bits.
 inline std::string parameter_overflow(const Architecture& m) {
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
-    return "the parameter count of " + (m.name.empty() ? std::string("the model") : m.name) +
+    return "the parameter count of " + model_name(m) +
            " overflows 64 bits (hidden " + n(m.hidden) + ", layers " + n(m.layers) + ", ffn " +
            n(m.ffn) + ", vocab " + n(m.vocab) + ")";
 }
