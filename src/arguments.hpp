@@ -30,7 +30,7 @@ struct Request {
     // The framework: a profile, and its values the flags override (empty: the profile's).
     std::string profile{default_profile}, profile_file, attention;
     std::map<std::string, std::string> framework;  ///< by framework_switches key: "loss" -> "bf16"
-    bool timeline = false, per_layer = false;
+    bool timeline = false, per_layer = false, ops = false;
     // Parallelism, as typed; empty means the default.
     std::string dp, tp, pp, cp, ep, etp, vpp, zero, shard_group, microbatches, global_batch, offload = "none";
     std::string first_stage_layers, last_stage_layers;

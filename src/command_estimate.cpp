@@ -76,9 +76,10 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
     check_plot(q, seqs.size(), batches.size(), layouts, attentions.size());
     const std::size_t configurations = seqs.size() * batches.size() * layouts * attentions.size() * modes.size();
     const bool sweep = configurations > 1;
-    if (sweep && (q.per_layer || q.timeline))
+    if (sweep && (q.per_layer || q.timeline || q.ops))
         throw usage_error(fmt::format("{} shows one configuration; this asks for {} (a sweep)",
-                                      q.per_layer ? "--per-layer" : "--timeline", configurations));
+                                      q.per_layer ? "--per-layer" : q.ops ? "--ops" : "--timeline",
+                                      configurations));
     const Format format = parse_format(q.format);
     View view{unit_of(q), q.timeline, q.compare,
               parse_count("--gpus-per-node", q.gpus_per_node, 8), std::nullopt, std::nullopt};
@@ -89,20 +90,27 @@ void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files)
         settings.seq = seqs.front(), settings.micro_batch = batches.front(), settings.recompute = modes.front();
         settings.framework.attention = attentions.front();
         settings.parallel = parse_layouts(q, batches.front()).front();
+        settings.ops = q.ops;
         const Report r = estimate(arch, settings);
         if (!q.plot.empty()) files.push_back({"--plot", q.plot, timeline_svg(r, view.device_memory, view.unit)});
         switch (format) {
             case Format::json: {
                 nlohmann::json j = q.per_layer ? per_layer_json(r) : report_json(r, view);
+                if (q.ops) add_ops_json(q.per_layer ? j : j["activations"], r);
                 if (model.checkpoint && !q.per_layer) j["checkpoint"] = checkpoint_json(*model.checkpoint);
                 if (!model.notes.empty()) j["model_notes"] = model.notes;
                 out.append(j.dump(2) + "\n");
                 break;
             }
-            case Format::csv: out.append(q.per_layer ? per_layer_csv(r) : csv_header() + csv_row(r)); break;
+            case Format::csv:
+                out.append(q.ops         ? ops_csv(r)
+                           : q.per_layer ? per_layer_csv(r)
+                                         : csv_header() + csv_row(r));
+                break;
             case Format::table:
                 out.append(q.per_layer ? per_layer_table(r, view) : report_table(r, view));
                 if (model.checkpoint && !q.per_layer) out.append(checkpoint_table(*model.checkpoint));
+                if (q.ops) out.append(ops_table(r, view));
                 for (const std::string& note : model.notes) out.append(fmt::format("\nNote on {}: {}.\n", arch.name, note));
                 break;
         }

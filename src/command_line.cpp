@@ -353,6 +353,9 @@ struct ReportChoice {
         add_device_options(app, q, "A device's memory (80GB, 24GiB): drawn in plots, checked in the report");
         app.add_flag("--timeline", q.timeline, "Show every step of the timeline, not only the first and last of each phase");
         app.add_flag("--per-layer", q.per_layer, "Show only the per-layer activation table (op by op)");
+        app.add_flag("--ops", q.ops,
+                     "Also show one layer's op tape: each event (alloc, save, free, rebuild, run) with\n"
+                     "its op, tensor, bytes and the layer's live bytes after it, on one rank");
     }
 };
 

@@ -123,6 +123,8 @@ std::string compare_table(const Report& r, const View& view);
 nlohmann::json compare_json(const Report& r, const View& view);
 std::vector<Count> compare_figures(const Report& r, const View& view);  ///< the other tool's headline figures
 std::string per_layer_table(const Report& r, const View& view);
+/// Each kind's op tape as a table: `--ops`.
+std::string ops_table(const Report& r, const View& view);
 /// A sweep's table, a row a configuration: only the row's text is kept, not the report.
 class SweepTable {
 public:
@@ -140,6 +142,9 @@ private:
 // JSON for programs: exact integer bytes.
 nlohmann::json report_json(const Report& r, const View& view);
 nlohmann::json per_layer_json(const Report& r);
+/// Each kind's op tape (Report::ops) into `activations`: `ops` (the first kind's), and each entry
+/// of `layer_kinds` its own.
+void add_ops_json(nlohmann::json& activations, const Report& r);
 
 // CSV for scripts: one row per configuration, the same columns every time.
 std::string csv_header();
@@ -160,6 +165,8 @@ private:
     std::array<Cell, 24> cells_{};
 };
 std::string per_layer_csv(const Report& r);
+/// Each kind's op tape, a row an event (with its kind's name when there are several).
+std::string ops_csv(const Report& r);
 
 // Shared by the renderers.
 std::string digits(Count n);                       ///< 6,738,415,616

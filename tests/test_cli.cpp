@@ -660,3 +660,27 @@ TEST_CASE("a sweep streams: its JSON is the array nlohmann would print, and past
     CHECK(text.str() == big.out);
     std::remove("memcalc_big.csv");
 }
+
+TEST_CASE("one layer's op tape (--ops) in every format", "[cli][ops]") {
+    const auto table = testing::memcalc("--preset llama-7b --seq 512 --ops --recompute selective");
+    REQUIRE(table.status == 0);
+    CHECK_THAT(table.out, Catch::Contains("Op tape of one layer under selective recomputation"));
+    CHECK_THAT(table.out, Catch::Contains("rebuild"));
+    CHECK_THAT(table.out, Catch::Contains("Peak:"));
+    const auto run = testing::memcalc("--preset llama-3-8b --seq 256 --activations architecture --recompute full "
+                                      "--tp 2 --sp --ops --format json");
+    REQUIRE(run.status == 0);
+    const json ops = json::parse(run.out)["activations"]["ops"];
+    REQUIRE(ops.size() > 20);
+    for (const auto& e : ops)
+        for (const char* key : {"phase", "op", "event", "tensor", "bytes", "live"}) CHECK(e.contains(key));
+    CHECK(ops.back()["live"] == 0);
+    const auto per_layer = json::parse(testing::memcalc("--preset decoder --per-layer --ops --format json").out);
+    CHECK(per_layer["ops"].size() > 10);
+    const auto csv = testing::memcalc("--preset decoder --ops --format csv");
+    CHECK(csv.out.rfind("phase,op,event,tensor,bytes,live\n", 0) == 0);
+    const auto sweep = testing::memcalc("--preset decoder --seq 128,256 --ops");
+    CHECK(sweep.status != 0);
+    CHECK_THAT(sweep.err, Catch::Contains("--ops shows one configuration"));
+    CHECK(sweep.out.empty());
+}

@@ -2,6 +2,8 @@
 // checkpointed input counted once, expert and context sharding under ZeRO, offload, uneven stages.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "fixtures.hpp"
 #include "step_named.hpp"
 #include "memcalc/estimate.hpp"
@@ -285,13 +287,11 @@ TEST_CASE("a later micro-batch's fresh weight gradient: at a linear's backward, 
     const std::uint64_t fresh = params->fresh_gradient[0].on_rank(whole, m.vocab).value() * 2;
     CHECK(fresh >= m.hidden * m.ffn * 2);
     const auto& effects = w.layers[0].backward_work;
-    std::vector<const Workspace*> backward;
-    for (const Workspace& work : t.layer.work)
-        if (work.backward) backward.push_back(&work);
-    REQUIRE(effects.size() == backward.size());
+    REQUIRE(effects.size() == std::size_t(std::count_if(t.layer.work.begin(), t.layer.work.end(),
+                                                         [](const Workspace& w) { return w.backward; })));
     Count most, weightless_most, down;
     for (std::size_t i = 0; i < effects.size(); ++i) {
-        const Workspace& work = *backward[i];
+        const Workspace& work = t.layer.work[effects[i].source];
         CAPTURE(std::string(work.op));
         const bool linear = Text(work.op) == Text("down projection backward");
         CHECK(work.weightless == !linear);
@@ -328,12 +328,8 @@ TEST_CASE("autocast, gradients held: an op without weights no longer holds the c
         const ActivationTables t = activation_tables(m, seq, 1, r.precision(), ActivationModel::architecture, f);
         const Workload w = make_workload(m, r, seq, 1, mode, params, t, f);
         std::pair<Count, WorkspaceEffect> out;
-        std::size_t i = 0;
-        for (const Workspace& work : t.layer.work) {
-            if (!work.backward) continue;
-            if (Text(work.op) == Text("softmax backward")) out.second = w.layers[0].backward_work[i];
-            ++i;
-        }
+        for (const WorkspaceEffect& e : w.layers[0].backward_work)
+            if (Text(t.layer.work[e.source].op) == Text("softmax backward")) out.second = e;
         const Parallelism whole;
         out.first = stage_inputs(w, whole, stage_facts(w, whole, 0)).layer[0].backward_work_held;
         return out;

@@ -17,6 +17,7 @@
 #include "memcalc/parallel.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
+#include "memcalc/tape/ops.hpp"
 #include "memcalc/timeline.hpp"
 #include "memcalc/units.hpp"
 #include "memcalc/workload.hpp"
@@ -37,6 +38,8 @@ struct Settings {
     /// Build every rank's timeline; without them each rank's peak comes from the closed form
     /// (peak_step), which costs a few operations and no memory per layer: sweeps and fit.
     bool timelines = true;
+    /// Also write each kind of layer's op tape as rows (Report::ops): what `--ops` shows.
+    bool ops = false;
 };
 
 /// One kind of device: every rank of one pipeline stage holds the same (tensor, data, context and
@@ -72,6 +75,8 @@ struct Report {
     ComputeCost compute;
     std::vector<RankReport> ranks;        ///< one per pipeline stage
     std::size_t most_loaded = 0;          ///< the rank with the highest peak (the earliest stage on a tie)
+    /// By kind of layer, one layer's op tape on one rank (only when Settings::ops).
+    std::vector<std::vector<tape::OpRow>> ops;
 
     const RankReport& busiest() const { return ranks[most_loaded]; }
     /// One layer of kind `kind`'s saved tensors.
@@ -209,13 +214,17 @@ public:
     /// Every table, and each rank's timeline unless settings.timelines is false.
     Report estimate(const Settings& settings) const {
         const Configuration c = configure(settings);
-        Report r{model_, settings, c.splits->table, c.parameter_count, c.state, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0};
+        Report r{model_, settings, c.splits->table, c.parameter_count, c.state, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0, {}};
         const Parallelism& p = settings.parallel;
         std::optional<KindCounts> recomputed;  // partial recomputation's layers, by kind
         counted(settings, [&] {
             ActivationTables t = tables(settings, c);
             const Workload w = workload(settings, t, c);
             if (p.recompute_layers) recomputed = recomputed_layers(w, p);
+            if (settings.ops)
+                for (std::size_t k = 0; k < model_.kind_count(); ++k)
+                    r.ops.push_back(tape::op_rows(tape::from_table(t.of_kind(k), settings.recompute), p,
+                                                  model_.vocab));
             split(t, p);
             r.activations = all_layers(t, [](const LayerActivations& l) { return l.total(); });
             r.kept_activations = kept_layers(t, settings.recompute, recomputed);

@@ -21,36 +21,13 @@
 #include "memcalc/parallel.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
+#include "memcalc/split_bytes.hpp"
+#include "memcalc/tape/from_table.hpp"
+#include "memcalc/tape/liveness.hpp"
 #include "memcalc/timeline.hpp"
 #include "memcalc/units.hpp"
 
 namespace memcalc {
-
-/// Bytes of saved tensors by how they divide across tensor-parallel ranks.
-struct SplitBytes {
-    Count tensor, sequence, replicated, vocab, expert_tensor;
-
-    template <class Tensor>  // a SavedTensor or a Workspace
-    void add(const Tensor& r) {
-        add(r.split, r.bytes);
-    }
-    bool any() const { return (tensor + sequence + replicated + vocab + expert_tensor).value() > 0; }
-    void add(ActivationSplit split, Count bytes) {
-        switch (split) {
-            case ActivationSplit::tensor: tensor += bytes; break;
-            case ActivationSplit::expert_tensor: expert_tensor += bytes; break;
-            case ActivationSplit::sequence: sequence += bytes; break;
-            case ActivationSplit::replicated: replicated += bytes; break;
-            case ActivationSplit::vocab: vocab += bytes; break;
-        }
-    }
-    /// One rank's share, by the rule each row follows (rank_share; exact for valid layouts).
-    Count on_rank(const Parallelism& p, std::uint64_t V) const {
-        return rank_share(tensor, ActivationSplit::tensor, p, V) + rank_share(sequence, ActivationSplit::sequence, p, V) +
-               rank_share(replicated, ActivationSplit::replicated, p, V) + rank_share(vocab, ActivationSplit::vocab, p, V) +
-               rank_share(expert_tensor, ActivationSplit::expert_tensor, p, V);
-    }
-};
 
 /// Parameter counts of one group by how they divide across tensor- and expert-parallel ranks.
 struct SplitParams {
@@ -117,6 +94,7 @@ struct WorkspaceEffect {
     SplitParams uncast;     ///< forward: parameters of the layer whose autocast copies are not made yet
     /// A weightless backward op: parameters whose autocast copies their linears' backward has freed already.
     SplitParams cast_freed;
+    std::uint32_t source = 0;  ///< its Workspace's index in the layer's table
 
     /// `written`: bytes of the layer's gradients that exist while it runs; `unmade`: bytes the step counts
     /// that do not exist yet while it runs.
@@ -455,35 +433,84 @@ inline SplitBytes weight_pass_reads(const Architecture& m, const ParameterTable&
     return reads;
 }
 
-/// One kind of layer's share of a workload under `mode`: its kept and rebuilt rows and its workspaces.
-inline LayerWork layer_work(const LayerActivations& layer, Recompute mode, const ParameterTable& params,
-                            std::uint64_t V, std::size_t kind) {
-    LayerWork lw;
-    for (const auto& work : layer.work) {
-        WorkspaceEffect e;
-        workspace_effect(layer.rows, work, mode, e.added, e.covered, layer.policy_outputs, layer.mlp_half_from);
-        e.gradients = gradients_from(params, work.gradients_from, V, false, kind);
-        e.weightless = work.weightless;
-        e.uncast = tensors_from(params, work.uncast_from, V, false, kind, autocast_copies);
-        if (work.backward && work.weightless)
-            e.cast_freed = tensors_from(params, work.gradients_from, V, false, kind, autocast_copies);
-        (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
-    }
+namespace detail {
+
+/// What a workspace of `layer` is to its step besides its bytes: the gradients and casts that exist
+/// while it runs.
+inline WorkspaceEffect workspace_facts(const Workspace& work, const ParameterTable& params, std::uint64_t V,
+                                       std::size_t kind) {
+    WorkspaceEffect e;
+    e.gradients = gradients_from(params, work.gradients_from, V, false, kind);
+    e.weightless = work.weightless;
+    e.uncast = tensors_from(params, work.uncast_from, V, false, kind, autocast_copies);
+    if (work.backward && work.weightless)
+        e.cast_freed = tensors_from(params, work.gradients_from, V, false, kind, autocast_copies);
+    return e;
+}
+
+/// Whether every layer_work checks its tape's sweep against 1.2's rules (the unit tests turn it on).
+inline bool& check_tapes() {
+    static bool on = false;
+    return on;
+}
+
+/// 1.2's rules over the table (activations.hpp), which the tape's sweep must give to the byte.
+inline void check_against_table(const LayerActivations& layer, Recompute mode, const LayerWork& lw) {
+    SplitBytes kept, rebuilt, rebuilt_mlp_half;
     for (std::size_t i = 0; i < layer.rows.size(); ++i) {
         const SavedTensor& row = layer.rows[i];
-        if (row.kept(mode)) lw.kept.add(row);
-        if (row.kept(mode) && row.layer_input) lw.keeps_input = true;
+        if (row.kept(mode)) kept.add(row);
         if (rebuilt_by(row, mode))
-            (mode == Recompute::selective && layer.in_mlp_half(i) ? lw.rebuilt_mlp_half : lw.rebuilt).add(row);
+            (mode == Recompute::selective && layer.in_mlp_half(i) ? rebuilt_mlp_half : rebuilt).add(row);
     }
+    if (checkpoints_layer(mode)) kept.sequence += layer.input_bytes;
+    kept.replicated += Count(layer.checkpoints(mode)) * layer.checkpoint_state;
+    if (mode == Recompute::op)
+        for (const auto& saved : layer.policy_outputs) kept.add(saved.tensor);
+    std::vector<std::pair<SplitBytes, SplitBytes>> effects;
+    for (const auto& work : layer.work) {
+        SplitBytes added, covered;
+        workspace_effect(layer.rows, work, mode, added, covered, layer.policy_outputs, layer.mlp_half_from);
+        effects.emplace_back(added, covered);
+    }
+    const auto check = [&](bool same, const char* what) {
+        if (!same) throw error(std::string("internal: the layer's tape and table disagree on ") + what);
+    };
+    std::vector<bool> seen(layer.work.size());
+    for (const auto* list : {&lw.forward_work, &lw.backward_work})
+        for (const WorkspaceEffect& e : *list) {
+            check(e.added == effects[e.source].first && e.covered == effects[e.source].second,
+                  "a workspace's effect");
+            seen[e.source] = true;
+        }
+    for (std::size_t i = 0; i < seen.size(); ++i)  // a layer-end op a checkpoint does not run: none
+        check(seen[i] || (!effects[i].first.any() && !effects[i].second.any()), "an op not run");
+    check(kept == lw.kept, "the kept bytes");
+    check(rebuilt == lw.rebuilt && rebuilt_mlp_half == lw.rebuilt_mlp_half, "the rebuilt bytes");
+}
+
+}  // namespace detail
+
+/// One kind of layer's share of a workload under `mode`: its tape's sweep (kept, rebuilt, what each
+/// op adds to its step) and what its ops' gradients and casts are.
+inline LayerWork layer_work(const LayerActivations& layer, Recompute mode, const ParameterTable& params,
+                            std::uint64_t V, std::size_t kind) {
+    const tape::Liveness live = tape::sweep_table(layer, mode);
+    LayerWork lw;
+    lw.kept = live.kept, lw.rebuilt = live.rebuilt[0], lw.rebuilt_mlp_half = live.rebuilt[1];
+    for (const tape::RunEffect& run : live.runs) {  // in the tape's order
+        const Workspace& work = layer.work[run.source];
+        WorkspaceEffect e = detail::workspace_facts(work, params, V, kind);
+        e.added = run.added, e.covered = run.covered, e.source = run.source;
+        (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
+    }
+    for (const SavedTensor& row : layer.rows)
+        if (row.kept(mode) && row.layer_input) lw.keeps_input = true;
     if (checkpoints_layer(mode)) {
         lw.keeps_input = true;
-        lw.kept.sequence += layer.input_bytes;  // the layer's input, on the residual stream
         lw.rerun_gradients.replicated += layer.rerun_gradients;
     }
-    lw.kept.replicated += Count(layer.checkpoints(mode)) * layer.checkpoint_state;
-    if (mode == Recompute::op)
-        for (const auto& saved : layer.policy_outputs) lw.kept.add(saved.tensor);
+    if (detail::check_tapes()) detail::check_against_table(layer, mode, lw);
     return lw;
 }
 

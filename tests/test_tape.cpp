@@ -1,0 +1,155 @@
+// Op tapes: every layer of every preset, under every recomputation mode, attention kernel, platform,
+// module set and precision, gives through its tape's sweep what 1.2's table rules give (the check
+// main.cpp turns on throws on the first disagreement); a tape is well formed.
+#include <catch2/catch.hpp>
+
+#include "fixtures.hpp"
+#include "memcalc/estimate.hpp"
+#include "memcalc/tape/from_table.hpp"
+#include "memcalc/tape/liveness.hpp"
+#include "memcalc/workload.hpp"
+#include "model_file.hpp"
+
+using namespace memcalc;
+
+namespace {
+
+constexpr Recompute modes[] = {Recompute::none, Recompute::selective, Recompute::full, Recompute::op};
+
+const ModuleSet module_sets[] = {
+    ModuleSet{},
+    ModuleSet::of({Module::core_attn, Module::mlp}),
+    ModuleSet::of({Module::layernorm, Module::mlp}),
+    ModuleSet::of({Module::mlp}),
+    ModuleSet::of({Module::moe, Module::layernorm}),
+    ModuleSet::of({Module::moe_act, Module::shared_experts, Module::core_attn}),
+    ModuleSet::of({Module::mla_up_proj, Module::core_attn, Module::layernorm}),
+    ModuleSet::of({Module::core_attn, Module::mlp, Module::moe_act, Module::layernorm, Module::moe,
+                   Module::shared_experts, Module::mla_up_proj}),
+};
+
+const Precision precisions[] = {Precision(DType::bf16), Precision(DType::fp32),
+                                Precision(DType::bf16, DType::fp32, true),
+                                Precision(DType::bf16, DType::bf16, false, DType::fp8_e4m3)};
+
+/// Each kind of layer of `m` under every mode: layer_work checks its sweep against the table.
+std::size_t check_layers(const Architecture& m, std::uint64_t s, std::uint64_t b, Precision precision,
+                         const Framework& f, ModuleSet modules) {
+    ActivationTables t;
+    try {
+        t = activation_tables(m, s, b, precision, ActivationModel::architecture, f, modules);
+    } catch (const error& e) {  // a combination the architecture model refuses (named), not a tape's
+        return 0;
+    }
+    const ParameterTable params = parameter_table(m);
+    std::size_t checked = 0;
+    for (std::size_t k = 0; k < m.kind_count(); ++k)
+        for (Recompute mode : modes) {
+            (void)layer_work(t.of_kind(k), mode, params, m.vocab, k);
+            ++checked;
+        }
+    return checked;
+}
+
+}  // namespace
+
+TEST_CASE("every preset's layers give their table's figures through the tape's sweep", "[tape]") {
+    REQUIRE(detail::check_tapes());
+    std::size_t checked = 0;
+    for (const auto& name : cli::preset_names()) {
+        INFO(name);
+        const Architecture m = cli::load_preset(name).architecture;
+        for (Attention attention : {Attention::eager, Attention::flash})
+            for (Platform platform : {Platform::cuda, Platform::cpu})
+                for (ModuleSet modules : module_sets)
+                    for (const Precision& precision : precisions) {
+                        Framework f;
+                        f.attention = attention, f.platform = platform;
+                        checked += check_layers(m, 64, 2, precision, f, modules);
+                        f.moe = MoeKernel::grouped_gemm;
+                        if (m.experts > 0) checked += check_layers(m, 64, 1, precision, f, modules);
+                    }
+    }
+    CHECK(checked > 4000);
+}
+
+TEST_CASE("Korthikanti's layer gives its table's figures through the tape's sweep", "[tape]") {
+    const ParameterTable params = parameter_table(fixtures::llama_7b());
+    for (Recompute mode : modes) {
+        const LayerActivations layer = korthikanti_layer(fixtures::llama_7b(), 4096, 1, 2);
+        const LayerWork lw = layer_work(layer, mode, params, 32000, 0);
+        CHECK(lw.kept.on_rank({}, 32000) == layer.kept(mode));
+    }
+}
+
+TEST_CASE("a tape is well formed: forward ends with what it saved, backward with nothing", "[tape]") {
+    const Architecture m = fixtures::llama_7b();
+    Framework cpu;
+    cpu.platform = Platform::cpu;  // its checkpoints keep RNG states
+    const ActivationTables t = activation_tables(m, 128, 1, DType::bf16, ActivationModel::architecture,
+                                                 cpu, ModuleSet::of({Module::core_attn, Module::mlp}));
+    for (Recompute mode : modes) {
+        INFO(recompute_name(mode));
+        const tape::Tape tp = tape::from_table(t.layer, mode);
+        const std::vector<SplitBytes> live = tape::live_after_each(tp);
+        REQUIRE(live.size() == tp.events.size());
+        std::size_t last_forward = 0;
+        for (std::size_t i = 0; i < tp.events.size(); ++i)
+            if (tp.events[i].pass == tape::Pass::forward) last_forward = i;
+        CHECK(live[last_forward] == tape::sweep(tp).kept);
+        CHECK(!live.back().any());
+        // Each tensor's declared class is what its events say: saved in forward, or rebuilt in
+        // its region; no other.
+        std::vector<tape::Counted> said(tp.tensors.size(), tape::Counted::none);
+        for (const tape::Event& e : tp.events) {
+            REQUIRE(e.tensor < tp.tensors.size());
+            if (e.kind == tape::EventKind::save && e.pass == tape::Pass::forward)
+                said[e.tensor] = tape::Counted::saved;
+            if (e.kind == tape::EventKind::rebuild) said[e.tensor] = tape::rebuilt_in(e.region);
+        }
+        for (std::size_t i = 0; i < said.size(); ++i) CHECK(said[i] == tp.tensors[i].counted);
+    }
+}
+
+TEST_CASE("every preset's op tape under every mode: forward peaks at least at what it keeps, "
+          "backward returns to nothing", "[tape][ops]") {
+    for (const auto& name : cli::preset_names()) {
+        const Architecture m = cli::load_preset(name).architecture;
+        for (Recompute mode : modes) {
+            INFO(name << " " << recompute_name(mode));
+            Settings s;
+            s.seq = 128, s.recompute = mode, s.ops = true, s.timelines = false;
+            s.activations = ActivationModel::architecture;
+            Report r;
+            try {
+                r = estimate(m, s);
+            } catch (const error&) {  // a combination the model refuses, named
+                continue;
+            }
+            REQUIRE(r.ops.size() == m.kind_count());
+            for (std::size_t k = 0; k < r.ops.size(); ++k) {
+                const auto& ops = r.ops[k];
+                REQUIRE(!ops.empty());
+                Count forward_most, kept;
+                for (const tape::OpRow& e : ops)
+                    if (e.pass == tape::Pass::forward) forward_most = std::max(forward_most, e.live), kept = e.live;
+                CHECK(forward_most >= kept);
+                CHECK(ops.back().live == Count(0));
+            }
+        }
+    }
+}
+
+TEST_CASE("Korthikanti's layer on its tape keeps its formula's bytes after the forward pass",
+          "[tape][ops]") {
+    Settings s;
+    s.seq = 4096, s.ops = true, s.timelines = false;
+    for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+        s.recompute = mode;
+        const Report r = estimate(fixtures::llama_7b(), s);
+        Count after_forward;
+        for (const tape::OpRow& e : r.ops.front())
+            if (e.pass == tape::Pass::forward) after_forward = e.live;
+        CHECK(after_forward == r.layer.kept(mode));
+    }
+}
