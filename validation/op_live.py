@@ -3,6 +3,7 @@
 
   /usr/bin/python3 validation/op_live.py [--model llama-tiny] [--seq 64] [--recompute none]
       [--layer 2] [--train lora --lora-targets all-linear ...] [--memcalc build/memcalc] [--json]
+      [--check] [--tolerance BYTES] [--small BYTES] [--all] [--memcalc-json REPORT.json]
   /usr/bin/python3 validation/op_live.py --self-test          # the alignment logic alone, no torch
 
 Measures one training step as gpu/replicate.py does (its run and Meter, one step after a warm-up,
@@ -492,6 +493,9 @@ def main(argv=None):
                     help="list every event (default: unmatched measured ones of --small bytes "
                          "folded)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the tables")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 when memcalc gives no tape or a phase disagrees (beyond "
+                         "--tolerance)")
     a = ap.parse_args(argv)
     if a.self_test:
         return self_test()
@@ -536,7 +540,8 @@ def main(argv=None):
         print(json.dumps(out, indent=1))
     else:
         print("\n".join(lines))
-    return 0
+    disagree = [p for p, e in out["phases"].items() if e.get("first_disagreement")]
+    return 1 if a.check and (why_not or disagree) else 0
 
 
 # ---------------------------------------------------------------- self-test
