@@ -16,9 +16,10 @@ compare.py gives the same run, plus --ops: activations.ops, one layer's events (
 rebuild, run) with the live bytes after each, taken here less the phase's start (forward: 0;
 backward: what the layer kept).
 
-The two sequences are aligned by size alone: a longest common subsequence of the signed byte
-counts (+ an allocation, - a free), weighted by bytes, so that the big tensors pair first. At each
-aligned pair both sides should hold as many bytes more than at the step's start; the first pair
+The two sequences are aligned by size and lifetime: a longest common subsequence of the signed
+byte counts (+ an allocation, - a free), each with whether it stays within the step (an allocation
+the step frees again; a free of what the step made: memcalc's by tensor name), weighted by bytes,
+so that the big tensors pair first. At each aligned pair both sides should hold as many bytes more than at the step's start; the first pair
 where they do not is reported, with the unmatched events since the last pair that agreed (where
 the difference arose). Also each phase's most bytes above its start, measured and modelled, and
 where the step ends.
@@ -47,8 +48,9 @@ SIGN = {"alloc": 1, "save": 1, "rebuild": 1, "free": -1}  # a phase's first even
 CAVEATS = [
     "Only differences within the step are compared: the measured process also holds the other "
     "layers' tensors and the weights, memcalc's backward starts from what the layer kept.",
-    "Aligned by size alone (weighted LCS of the signed byte counts): a pair of equal size is taken "
-    "for one tensor, which is wrong where sizes coincide (s = h, ...).",
+    "Aligned by size and lifetime alone (weighted LCS of the signed byte counts, each with whether "
+    "it stays within the step): a pair is taken for one tensor, which is wrong where sizes "
+    "coincide (s = h, ...).",
     "Frees are matched to allocations by address (the profiler's event tree), so what a free "
     "frees is exact; the op named for an allocation is the innermost aten op around it.",
     "The CPU allocates what a GPU would not: oneDNN's matmul scratchpads (freed at once), 0-dim "
@@ -129,16 +131,21 @@ def measured_steps(records, wanted):
         else:
             event = {"bytes": n, "node": node, "op": op, "shapes": shapes, "step": step,
                      "made": live.pop(address, None)}
+            if event["made"] is not None and event["made"]["step"] == step:
+                event["made"]["freed_in_step"] = True
         if step in steps:
             steps[step].append(event)
     return {w: [finish(r, w) for r in rs] for w, rs in steps.items()}
 
 
 def finish(record, step):
-    """An event dict for output: a free names what it freed; the step itself is left out."""
-    out = {k: v for k, v in record.items() if k not in ("step", "made")}
+    """An event dict for output: a free names what it freed; within_step says, of an allocation,
+    that the step frees it again, of a free, that the step made what it frees."""
+    out = {k: v for k, v in record.items() if k not in ("step", "made", "freed_in_step")}
+    out["within_step"] = bool(record.get("freed_in_step"))
     if record["bytes"] < 0:
         made = record["made"]
+        out["within_step"] = made is not None and made["step"] == step
         out["made_by"] = (f"{made['node'] + ': ' if made['node'] else ''}{made['op']} "
                           f"{made['shapes']}".strip()) if made else "?"
         out["made_in"] = (made["step"] or "before the step") if made else "before profiling"
@@ -163,10 +170,12 @@ def add_live(measured, count_weight_grads=False):
 
 def model_phase(ops, phase):
     """(start, events) of one phase of memcalc's activations.ops: each event with delta (its change
-    to live: live less the previous event's; the first one's from its kind) and rel (live less the
-    phase's start)."""
+    to live: live less the previous event's; the first one's from its kind), rel (live less the
+    phase's start) and within_step (an allocation the phase frees again, by tensor name and bytes;
+    a free of one the phase made)."""
     events = [dict(e) for e in ops if e.get("phase") == phase]
     start, previous = 0, None
+    made = {}  # (tensor, bytes) -> events that made it in this phase, not yet freed
     for e in events:
         if previous is None:
             delta = SIGN.get(e.get("event"), 0) * int(e.get("bytes", 0))
@@ -175,21 +184,30 @@ def model_phase(ops, phase):
             delta = int(e["live"]) - previous
         e["delta"], e["rel"] = delta, int(e["live"]) - start
         previous = int(e["live"])
+        key = (e.get("tensor"), e.get("bytes"))
+        e["within_step"] = False
+        if e.get("event") in ("alloc", "save", "rebuild"):
+            made.setdefault(key, []).append(e)
+        elif e.get("event") == "free" and made.get(key):
+            made[key].pop()["within_step"] = e["within_step"] = True
     return start, events
 
 
 def model_tokens(events):
-    """memcalc's events as alignment tokens (event index, signed bytes, live after); an event that
-    leaves live as it was (run: the op running with its temporaries) has None, which never pairs."""
-    return [(j, e["delta"] or None, e["rel"]) for j, e in enumerate(events)]
+    """memcalc's events as alignment tokens (event index, (signed bytes, within_step), live after);
+    an event that leaves live as it was (run: the op running with its temporaries) has None."""
+    return [(j, (e["delta"], e["within_step"]) if e["delta"] else None, e["rel"])
+            for j, e in enumerate(events)]
 
 
 # ---------------------------------------------------------------- alignment
 
 def align(a, b):
-    """A longest common subsequence of two sequences of signed byte counts (None never matches),
-    weighted by |bytes| + 1: [(i or None, j or None)] covering both in order; between two pairs the
-    unmatched of b come first, then those of a."""
+    """A longest common subsequence of two sequences of signed byte counts, or of (signed bytes,
+    anything else that must be equal) (None never matches), weighted by |bytes| + 1: [(i or None,
+    j or None)] covering both in order; between two pairs the unmatched of b come first, then
+    those of a."""
+    weight = lambda x: abs(x[0] if isinstance(x, tuple) else x) + 1
     n, m = len(a), len(b)
     score = [[0] * (m + 1) for _ in range(n + 1)]
     for i in range(n - 1, -1, -1):
@@ -197,12 +215,12 @@ def align(a, b):
         for j in range(m - 1, -1, -1):
             best = max(below[j], row[j + 1])
             if a[i] is not None and a[i] == b[j]:
-                best = max(best, below[j + 1] + abs(a[i]) + 1)
+                best = max(best, below[j + 1] + weight(a[i]))
             row[j] = best
     out, i, j, gap_a, gap_b = [], 0, 0, [], []
     while i < n or j < m:
         if (i < n and j < m and a[i] is not None and a[i] == b[j]
-                and score[i][j] == score[i + 1][j + 1] + abs(a[i]) + 1):
+                and score[i][j] == score[i + 1][j + 1] + weight(a[i])):
             out += [(None, y) for y in gap_b] + [(x, None) for x in gap_a] + [(i, j)]
             gap_a, gap_b = [], []
             i, j = i + 1, j + 1
@@ -221,7 +239,7 @@ def compare_phase(measured, model_events, tolerance=0, small=SMALL):
     wrapped numbers, index scalars), the first pair that differs by more than `tolerance` with the
     unmatched events since the last pair that agreed, and the phase's maxima and ends."""
     tokens = model_tokens(model_events)
-    a = [e["bytes"] if e["counted"] else None for e in measured]
+    a = [(e["bytes"], e["within_step"]) if e["counted"] else None for e in measured]
     b = [t[1] for t in tokens]
     rows, noise = [], 0
     for i, k in align(a, b):
@@ -567,16 +585,20 @@ def self_test():
     check("forward start", start, 0)
     check("forward deltas", [e["delta"] for e in fwd], [400, 50, 0, -50, 200])
     check("tokens", model_tokens(fwd),
-          [(0, 400, 400), (1, 50, 450), (2, None, 450), (3, -50, 400), (4, 200, 600)])
+          [(0, (400, False), 400), (1, (50, True), 450), (2, None, 450), (3, (-50, True), 400),
+           (4, (200, False), 600)])
     start, bwd = model_phase(ops, "backward")
     check("backward start", start, 1000)
     check("backward rel", [e["rel"] for e in bwd], [200, 0])
+    check("backward within", [e["within_step"] for e in bwd], [False, False])
+    check("align tuples", align([(8, True), (8, False)], [(8, False)]), [(0, None), (1, 0)])
 
     # compare_phase: agrees while the unmatched cancel, then a measured allocation memcalc lacks
     # (a small unmatched one, 8 B, is left out of the difference unless small=0).
-    def ev(n, counted=True):
-        return {"bytes": n, "node": "", "op": "x", "shapes": "", "counted": counted}
-    measured = add_live([ev(400), ev(8), ev(50), ev(-50), ev(96), ev(200)])
+    def ev(n, within=False, counted=True):
+        return {"bytes": n, "node": "", "op": "x", "shapes": "", "counted": counted,
+                "within_step": within}
+    measured = add_live([ev(400), ev(8), ev(50, True), ev(-50, True), ev(96), ev(200)])
     r = compare_phase(measured, fwd)
     check("pairs", (r["pairs"], r["pairs_agreeing"]), (4, 3))
     check("rows", [(row["measured"], row["model"]) for row in r["rows"]],
@@ -592,6 +614,7 @@ def self_test():
           {"row": 2, "diff": 8, "since_row": 0, "unmatched_rows": [1]})
     # a weight gradient is not counted, so not aligned either
     measured = add_live([ev(400), ev(200, counted=False)])
+    check("kept is not temporary", compare_phase(add_live([ev(50)]), fwd)["pairs"], 0)
     measured[1]["weight_gradient"] = "w"
     measured = add_live(measured)
     check("wgrad live", [e["live"] for e in measured], [400, 400])
@@ -624,6 +647,8 @@ def self_test():
     check("backward events", [(e["bytes"], e["node"], e["op"], e["shapes"]) for e in b],
           [(32, "MmBackward0", "mm", "[[4,4],[4,4]]"), (-32, "MmBackward0", "", ""),
            (-64, "", "", ""), (-8, "", "", "")])
+    check("forward within", [e["within_step"] for e in f], [False, True, True])
+    check("backward within", [e["within_step"] for e in b], [True, True, False, False])
     check("wgrad tagged", b[0].get("weight_gradient"), "blocks.1.q.weight")
     check("wgrad free", (b[1].get("weight_gradient"), b[1]["made_in"]),
           ("blocks.1.q.weight", "backward 2"))
