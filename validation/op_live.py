@@ -19,10 +19,10 @@ backward: what the layer kept).
 The two sequences are aligned by size and lifetime: a longest common subsequence of the signed
 byte counts (+ an allocation, - a free), each with whether it stays within the step (an allocation
 the step frees again; a free of what the step made: memcalc's by tensor name), weighted by bytes,
-so that the big tensors pair first. At each aligned pair both sides should hold as many bytes more than at the step's start; the first pair
-where they do not is reported, with the unmatched events since the last pair that agreed (where
-the difference arose). Also each phase's most bytes above its start, measured and modelled, and
-where the step ends.
+so that the big tensors pair first. At each aligned pair both sides should hold as many bytes
+more than at the step's start; the first pair where they do not is reported, with the unmatched
+events since the last pair that agreed (where the difference arose). Also each phase's most bytes
+above its start, measured and modelled, and where the step ends.
 
 Caveats (printed with the output): only differences within the step are compared (the process
 also holds other layers' tensors and the weights); pairs of equal size are taken for one tensor
