@@ -284,7 +284,7 @@ def compare_phase(measured, model_events, tolerance=0, small=SMALL):
 def label_measured(e):
     node = e["node"] + ": " if e["node"] else ""
     if e["bytes"] > 0:
-        text = f"{node}{e['op']} {e['shapes']}".strip()
+        text = f"{node}{e['op'] or '(no op: outside the dispatcher)'} {e['shapes']}".strip()
     else:
         text = f"free {e['made_by']}" + (f" ({e['made_in']})" if e.get("made_in") else "")
     return ("[wgrad] " if "weight_gradient" in e else "") + text
