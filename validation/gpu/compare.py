@@ -56,6 +56,15 @@ def training_label(run):
 def predict(memcalc, run, platform, older=False, defaults=False):
     """memcalc's report (JSON) for one measured run. `older`: a memcalc from before --microbatches
     and --grad-buffer counted anything, asked what a user of it could ask (one lazy micro-batch)."""
+    command = predict_command(memcalc, run, platform, older, defaults)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"compare.py: {' '.join(command)} failed: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def predict_command(memcalc, run, platform, older=False, defaults=False):
+    """The memcalc command line (a list, --format json) that predicts one measured run (predict's)."""
     if older:
         run = dict(run, microbatches=1, grad_buffer="lazy")
     command = [memcalc, "--model-file", os.path.join(ROOT, run["model_file"]), "--seq", str(run["seq"]),
@@ -73,10 +82,7 @@ def predict(memcalc, run, platform, older=False, defaults=False):
         if run.get(key, default) != default and not defaults:
             command += ["--" + key.replace("_", "-"), run[key]]
     command += training_flags(run)
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"compare.py: {' '.join(command)} failed: {done.stderr.strip()}")
-    return json.loads(done.stdout)
+    return command
 
 
 def plot(path, points, title):
