@@ -10,13 +10,15 @@ using namespace memcalc;
 
 Architecture llama_7b() {
     Architecture m;
-    m.name = "llama-7b", m.hidden = 4096, m.layers = 32, m.heads = 32, m.ffn = 11008, m.vocab = 32000;
+    m.name = "llama-7b", m.hidden = 4096, m.layers = 32, m.heads = 32, m.ffn = 11008,
+    m.vocab = 32000;
     return m;
 }
 
 Architecture llama_405b() {
     Architecture m;
-    m.name = "llama-3.1-405b", m.hidden = 16384, m.layers = 126, m.heads = 128, m.kv_heads = 8, m.ffn = 53248;
+    m.name = "llama-3.1-405b", m.hidden = 16384, m.layers = 126, m.heads = 128, m.kv_heads = 8,
+    m.ffn = 53248;
     m.vocab = 128256;
     return m;
 }
@@ -37,7 +39,8 @@ void estimate_llama_7b_architecture(benchmark::State& state) {
 }
 BENCHMARK(estimate_llama_7b_architecture);
 
-void summary_llama_7b(benchmark::State& state) {  // a CSV sweep's configuration: the closed form, no tables kept
+void summary_llama_7b(
+    benchmark::State& state) {  // a CSV sweep's configuration: the closed form, no tables kept
     Settings s;
     s.seq = 4096, s.recompute = Recompute::selective;
     const Estimator estimator(llama_7b());
@@ -72,7 +75,8 @@ BENCHMARK(layout_peak_405b);
 
 void plan_405b_on_1024_gpus(benchmark::State& state) {
     PlanRequest request;
-    request.gpus = 1024, request.capacity = 78000000000ULL, request.base.seq = 8192, request.global_batch = 2048;
+    request.gpus = 1024, request.capacity = 78000000000ULL, request.base.seq = 8192,
+    request.global_batch = 2048;
     const Architecture m = llama_405b();
     std::size_t layouts = 0;
     for (auto _ : state) {  // as `memcalc plan --top 10` runs it

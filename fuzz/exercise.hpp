@@ -10,30 +10,42 @@
 
 inline void exercise(const memcalc::Architecture& m) {
     using namespace memcalc;
-    const std::uint64_t context = m.max_positions == 0 ? 4096 : std::min<std::uint64_t>(m.max_positions, 4096);
+    const std::uint64_t context =
+        m.max_positions == 0 ? 4096 : std::min<std::uint64_t>(m.max_positions, 4096);
     for (std::uint64_t seq : {std::uint64_t{1}, std::uint64_t{7}, context})
-        for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full, Recompute::op})
-            for (ActivationModel model : {ActivationModel::korthikanti, ActivationModel::architecture}) {
+        for (Recompute mode :
+             {Recompute::none, Recompute::selective, Recompute::full, Recompute::op})
+            for (ActivationModel model :
+                 {ActivationModel::korthikanti, ActivationModel::architecture}) {
                 Settings s;
-                s.seq = seq, s.micro_batch = seq == 7 ? 3 : 1, s.recompute = mode, s.activations = model;
-                // Each platform and optimizer implementation somewhere, without multiplying the runs.
-                if (model == ActivationModel::architecture && seq == 7) s.framework.platform = Platform::cpu;
-                s.framework.optimizer = mode == Recompute::none ? OptimizerImpl::fused
-                              : mode == Recompute::selective ? OptimizerImpl::foreach
-                                                             : OptimizerImpl::for_loop;
-                if (seq == context) s.parallel.tp = 2, s.parallel.pp = 2, s.parallel.dp = 2, s.parallel.zero = 3;
+                s.seq = seq, s.micro_batch = seq == 7 ? 3 : 1, s.recompute = mode,
+                s.activations = model;
+                // Each platform and optimizer implementation somewhere, without multiplying the
+                // runs.
+                if (model == ActivationModel::architecture && seq == 7)
+                    s.framework.platform = Platform::cpu;
+                s.framework.optimizer = mode == Recompute::none        ? OptimizerImpl::fused
+                                        : mode == Recompute::selective ? OptimizerImpl::foreach
+                                                                       : OptimizerImpl::for_loop;
+                if (seq == context)
+                    s.parallel.tp = 2, s.parallel.pp = 2, s.parallel.dp = 2, s.parallel.zero = 3;
                 // Accumulated and persistent gradients, and uneven stages, somewhere too.
-                if (seq == 7) s.parallel.microbatches = 3, s.parallel.pp = 3, s.parallel.first_stage_layers = 1;
+                if (seq == 7)
+                    s.parallel.microbatches = 3, s.parallel.pp = 3,
+                    s.parallel.first_stage_layers = 1;
                 if (mode == Recompute::full) s.framework.grad_buffer = GradBuffer::persistent;
                 // Each loss kernel, and a loop that drops its logits.
                 s.framework.loss = seq == 1                  ? LossKernel::fp32
-                                   : seq == 7                  ? LossKernel::bf16
-                                   : mode == Recompute::full   ? LossKernel::fused
-                                                               : LossKernel::fp32_inplace;
-                // An fp32 model under autocast (its weight casts, its two dtypes) on the long sequence.
-                if (model == ActivationModel::architecture && seq == context) s.recipe = builtin_recipe("amp-adam");
+                                   : seq == 7                ? LossKernel::bf16
+                                   : mode == Recompute::full ? LossKernel::fused
+                                                             : LossKernel::fp32_inplace;
+                // An fp32 model under autocast (its weight casts, its two dtypes) on the long
+                // sequence.
+                if (model == ActivationModel::architecture && seq == context)
+                    s.recipe = builtin_recipe("amp-adam");
                 // Narrow (fp8) linears, their saved casts and weight casts, on the shortest one.
-                if (model == ActivationModel::architecture && seq == 1) s.recipe = builtin_recipe("fp8");
+                if (model == ActivationModel::architecture && seq == 1)
+                    s.recipe = builtin_recipe("fp8");
                 if (mode == Recompute::selective) s.framework.logits = LogitsLife::freed;
                 // A k/v cache kept with the output, somewhere.
                 if (seq == 7 || mode == Recompute::full) s.framework.kv_cache = KvCache::kept;
@@ -43,18 +55,17 @@ inline void exercise(const memcalc::Architecture& m) {
                     (void)cli::report_json(r, view).dump();
                     (void)cli::report_table(r, view);
                     (void)cli::csv_row(r);
-                } catch (const error&) {
-                }
+                } catch (const error&) {}
             }
     // Serving it: each weight format, a cache dtype, tensor parallelism, and the largest batch.
     for (const WeightFormat& format : weight_formats) {
         ServeSettings s;
-        s.context = context, s.batch = 3, s.weights = &format, s.tp = format.values == DType::int4 ? 2 : 1;
+        s.context = context, s.batch = 3, s.weights = &format,
+        s.tp = format.values == DType::int4 ? 2 : 1;
         s.kv_dtype = format.values == DType::bf16 ? DType::bf16 : DType::fp8_e4m3;
         try {
             (void)serve(m, s);
             (void)serve_fit(m, s, Count(80'000'000'000ULL));
-        } catch (const error&) {
-        }
+        } catch (const error&) {}
     }
 }

@@ -1,6 +1,7 @@
 // libFuzzer target: the whole program, in process. The input is a command line, one argument per
-// line, after "memcalc"; every option and subcommand is reachable (fuzz/command_line.dict names them).
-// It runs in a scratch folder of its own, and an input naming a path outside it is skipped, so
+// line, after "memcalc"; every option and subcommand is reachable (fuzz/command_line.dict names
+// them). It runs in a scratch folder of its own, and an input naming a path outside it is skipped,
+// so
 // --output, --plot, --model-file and --config only ever touch files there.
 #include "in_process.hpp"
 

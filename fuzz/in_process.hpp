@@ -27,8 +27,10 @@ inline void enter_scratch_folder() {
 inline std::vector<std::string> split(const std::string& text, char separator = '\n') {
     std::vector<std::string> words(1);
     for (char c : text)
-        if (c == separator) words.emplace_back();
-        else words.back() += c;
+        if (c == separator)
+            words.emplace_back();
+        else
+            words.back() += c;
     return words;
 }
 

@@ -1,6 +1,7 @@
-// memcalc._memcalc: the memcalc program, run in-process. One function, run(args) -> (status, out, err),
-// which is what the command line `memcalc ARGS...` exits with and prints on stdout and stderr.
-// memcalc/__init__.py builds the arguments and reads the JSON; nothing here computes anything itself.
+// memcalc._memcalc: the memcalc program, run in-process. One function, run(args) -> (status, out,
+// err), which is what the command line `memcalc ARGS...` exits with and prints on stdout and
+// stderr. memcalc/__init__.py builds the arguments and reads the JSON; nothing here computes
+// anything itself.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -50,7 +51,8 @@ std::tuple<int, std::string, std::string> run(const std::vector<std::string>& ar
         py::gil_scoped_release unlocked;  // other Python threads run meanwhile
         const std::lock_guard<std::mutex> lock(one_run);
         const SignalHandlersKept kept;
-        status = memcalc::cli::run_command_line(static_cast<int>(argv.size() - 1), argv.data(), out, err);
+        status = memcalc::cli::run_command_line(static_cast<int>(argv.size() - 1), argv.data(), out,
+                                                err);
     }
     return {status, out.str(), err.str()};
 }
@@ -58,9 +60,11 @@ std::tuple<int, std::string, std::string> run(const std::vector<std::string>& ar
 }  // namespace
 
 PYBIND11_MODULE(_memcalc, m) {
-    m.doc() = "The memcalc program, run in-process (see the memcalc package for the Python interface).";
+    m.doc() =
+        "The memcalc program, run in-process (see the memcalc package for the Python interface).";
     m.def("run", &run, py::arg("args"),
           "run(args: list[str]) -> (status, out, err)\n\n"
-          "Runs `memcalc ARGS...` in-process: its exit status (0, 1 bad input, 2 bad command line) and what it\n"
+          "Runs `memcalc ARGS...` in-process: its exit status (0, 1 bad input, 2 bad command line) "
+          "and what it\n"
           "prints on stdout and stderr.");
 }

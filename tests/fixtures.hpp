@@ -7,14 +7,16 @@ namespace fixtures {
 inline memcalc::Architecture llama_7b() {
     memcalc::Architecture m;
     m.name = "llama-7b";
-    m.hidden = 4096, m.layers = 32, m.heads = 32, m.ffn = 11008, m.vocab = 32000, m.max_positions = 2048;
+    m.hidden = 4096, m.layers = 32, m.heads = 32, m.ffn = 11008, m.vocab = 32000,
+    m.max_positions = 2048;
     return m;  // gated MLP, RMSNorm, no biases, rotary, untied: the defaults
 }
 
 inline memcalc::Architecture gpt2_small() {
     memcalc::Architecture m;
     m.name = "gpt2";
-    m.hidden = 768, m.layers = 12, m.heads = 12, m.ffn = 3072, m.vocab = 50257, m.max_positions = 1024;
+    m.hidden = 768, m.layers = 12, m.heads = 12, m.ffn = 3072, m.vocab = 50257,
+    m.max_positions = 1024;
     m.mlp = memcalc::Mlp::plain, m.norm = memcalc::Norm::layernorm, m.bias = memcalc::Bias::all;
     m.position = memcalc::Position::learned, m.tied_embeddings = true;
     m.activation = memcalc::Activation::gelu_tanh, m.softmax_fp32 = false;
@@ -47,7 +49,8 @@ inline memcalc::Architecture mixtral() {
 inline memcalc::Architecture dense_then_moe() {
     memcalc::Architecture m;
     m.name = "dense-then-moe";
-    m.hidden = 512, m.layers = 8, m.heads = 8, m.kv_heads = 4, m.ffn = 256, m.vocab = 1000, m.max_positions = 2048;
+    m.hidden = 512, m.layers = 8, m.heads = 8, m.kv_heads = 4, m.ffn = 256, m.vocab = 1000,
+    m.max_positions = 2048;
     m.experts = 8, m.experts_per_token = 2;
     m.layer_kinds = {{"dense", 2048, 0, {}}, {"moe", {}, {}, {}}};
     m.layer_pattern = {{0, 2}, {1, 6}};

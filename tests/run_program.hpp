@@ -22,7 +22,8 @@ inline Run shell(const std::string& command) {
     if (fd >= 0) close(fd);
     const std::string binary = MEMCALC_BINARY;
     const std::string dir = binary.substr(0, binary.rfind('/'));
-    const std::string full = "PATH='" + dir + "':\"$PATH\"; export PATH; (" + command + ") 2>" + err_path;
+    const std::string full =
+        "PATH='" + dir + "':\"$PATH\"; export PATH; (" + command + ") 2>" + err_path;
     Run run;
     if (FILE* pipe = popen(full.c_str(), "r")) {
         char buffer[4096];

@@ -1,5 +1,6 @@
 #pragma once
-// A timeline's step by its name ("backward 3", "loss of micro-batch 2"); the test fails when there is none.
+// A timeline's step by its name ("backward 3", "loss of micro-batch 2"); the test fails when there
+// is none.
 #include <catch2/catch.hpp>
 
 #include <string>

@@ -15,10 +15,15 @@ Architecture shaped(std::uint64_t h, std::uint64_t a) {
 
 TEST_CASE("the per-op rows add up to s b h (34 + 5 a s / h)", "[activations]") {
     using Row = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>;
-    const auto [s, b, h, a] = GENERATE(table<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>({
-        Row{4096, 1, 4096, 32}, Row{2048, 4, 5120, 40}, Row{8, 1, 16, 2}, Row{1, 1, 1, 1}, Row{1000, 3, 768, 12},
-        Row{131072, 1, 8192, 64},
-    }));
+    const auto [s, b, h, a] =
+        GENERATE(table<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>({
+            Row{4096, 1, 4096, 32},
+            Row{2048, 4, 5120, 40},
+            Row{8, 1, 16, 2},
+            Row{1, 1, 1, 1},
+            Row{1000, 3, 768, 12},
+            Row{131072, 1, 8192, 64},
+        }));
     CAPTURE(s, b, h, a);
     const LayerActivations layer = korthikanti_layer(shaped(h, a), s, b, 2);
     const std::uint64_t sbh = s * b * h, as2b = a * s * s * b;
@@ -29,7 +34,8 @@ TEST_CASE("the per-op rows add up to s b h (34 + 5 a s / h)", "[activations]") {
     CHECK(layer.kept(Recompute::full).value() == 2 * sbh);
     CHECK(layer.rebuilt(Recompute::none).value() == 0);
     CHECK(layer.rebuilt(Recompute::selective).value() == 5 * as2b);
-    // The rebuilt layer's LayerNorm input is the checkpoint itself: counted once, in what full keeps.
+    // The rebuilt layer's LayerNorm input is the checkpoint itself: counted once, in what full
+    // keeps.
     CHECK(layer.rebuilt(Recompute::full).value() == 32 * sbh + 5 * as2b);
 }
 
@@ -39,9 +45,10 @@ TEST_CASE("LLaMA 7B keeps 3254779904 bytes per layer at s = 4096", "[activations
     CHECK((Count(32) * layer.total()).value() == 104152956928ULL);
 }
 
-TEST_CASE("the chapter's Decoder: 2496 values per sequence per block by the formula", "[activations]") {
+TEST_CASE("the chapter's Decoder: 2496 values per sequence per block by the formula",
+          "[activations]") {
     const LayerActivations layer = korthikanti_layer(fixtures::decoder(), 8, 1, 2);
-    CHECK(layer.total().value() == 4992);  // bytes
+    CHECK(layer.total().value() == 4992);      // bytes
     CHECK(layer.total().value() / 2 == 2496);  // 16-bit values, the chapter's unit
 }
 

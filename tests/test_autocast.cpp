@@ -1,7 +1,8 @@
-// An fp32 model under torch.autocast (the amp-adam recipe): the residual stream and the norms in fp32,
-// each matmul saving its own bf16 copy of its input, and autocast's bf16 copies of the weights held
-// from each layer's forward until its backward (until the forward ends, under full recomputation).
-// Hand sums on several shapes; validation/results/cpu-amp.json holds the PyTorch measurements.
+// An fp32 model under torch.autocast (the amp-adam recipe): the residual stream and the norms in
+// fp32, each matmul saving its own bf16 copy of its input, and autocast's bf16 copies of the
+// weights held from each layer's forward until its backward (until the forward ends, under full
+// recomputation). Hand sums on several shapes; validation/results/cpu-amp.json holds the PyTorch
+// measurements.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -20,7 +21,8 @@ const Precision amp{DType::bf16, DType::fp32, true};
 
 Settings amp_settings(Recompute mode, LossKernel loss = LossKernel::fp32) {
     Settings s;
-    s.seq = 256, s.micro_batch = 2, s.activations = ActivationModel::architecture, s.recompute = mode;
+    s.seq = 256, s.micro_batch = 2, s.activations = ActivationModel::architecture,
+    s.recompute = mode;
     s.recipe = builtin_recipe("amp-adam");
     s.framework.loss = loss;
     return s;
@@ -31,15 +33,18 @@ std::uint64_t copies_at(const Report& r, const std::string& step) {
 }
 /// The parameters autocast casts in one layer: every linear layer's weight and bias.
 std::uint64_t cast_per_layer(const Architecture& m) {
-    const std::uint64_t h = m.hidden, f = m.ffn, q = m.heads * m.head_size(), kv = m.key_value_heads() * m.head_size();
-    const std::uint64_t matrices = h * q + 2 * h * kv + q * h + (m.mlp == Mlp::gated ? 3 : 2) * h * f;
+    const std::uint64_t h = m.hidden, f = m.ffn, q = m.heads * m.head_size(),
+                        kv = m.key_value_heads() * m.head_size();
+    const std::uint64_t matrices =
+        h * q + 2 * h * kv + q * h + (m.mlp == Mlp::gated ? 3 : 2) * h * f;
     const std::uint64_t biases = m.bias == Bias::all ? q + 2 * kv + h + f + h : 0;
     return matrices + biases;
 }
 }  // namespace
 
-TEST_CASE("amp-adam keeps fp32 weights, gradients and moments, computes in bf16, and runs under autocast",
-          "[autocast][recipe]") {
+TEST_CASE(
+    "amp-adam keeps fp32 weights, gradients and moments, computes in bf16, and runs under autocast",
+    "[autocast][recipe]") {
     const Recipe& r = builtin_recipe("amp-adam");
     CHECK(r.bytes_per_parameter() == 16);  // 4 + 4 + 8: no master copy, the weights are it
     CHECK(r.master_bytes() == 0);
@@ -50,43 +55,58 @@ TEST_CASE("amp-adam keeps fp32 weights, gradients and moments, computes in bf16,
     CHECK(builtin_recipe("mixed-adam").stream() == DType::bf16);
 }
 
-TEST_CASE("under autocast a layer keeps fp32 norms and a bf16 copy of its input for each projection",
-          "[autocast][architecture]") {
+TEST_CASE(
+    "under autocast a layer keeps fp32 norms and a bf16 copy of its input for each projection",
+    "[autocast][architecture]") {
     const std::uint64_t s = 512, b = 2;
     SECTION("LLaMA-style (RMSNorm, gated MLP, fp32 softmax): 10 sbh more") {
         const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::mistral_7b());
         CAPTURE(m.name);
         const std::uint64_t sbh = s * b * m.hidden;
-        const auto bf16 = architecture_layer(m, s, b, DType::bf16, Attention::eager).total().value();
+        const auto bf16 =
+            architecture_layer(m, s, b, DType::bf16, Attention::eager).total().value();
         const auto cast = architecture_layer(m, s, b, amp, Attention::eager).total().value();
-        // Each norm's normalised input in fp32 (2 x 2 sbh), q, k and v each casting (4 sbh more), gate
-        // and up each casting (2 sbh more); the RMSNorms' fp32 inputs are the stream itself, no copies.
+        // Each norm's normalised input in fp32 (2 x 2 sbh), q, k and v each casting (4 sbh more),
+        // gate and up each casting (2 sbh more); the RMSNorms' fp32 inputs are the stream itself,
+        // no copies.
         CHECK(cast - bf16 == 10 * sbh);
     }
     SECTION("GPT-2-style (LayerNorm, plain MLP, bf16 softmax): 8 sbh and 4 as^2b more") {
         const Architecture m = fixtures::gpt2_small();
         const std::uint64_t sbh = s * b * m.hidden, scores = m.heads * s * s * b;
-        const auto bf16 = architecture_layer(m, s, b, DType::bf16, Attention::eager).total().value();
+        const auto bf16 =
+            architecture_layer(m, s, b, DType::bf16, Attention::eager).total().value();
         const auto cast = architecture_layer(m, s, b, amp, Attention::eager).total().value();
-        // LayerNorm inputs in fp32 (2 x 2 sbh), q, k and v each casting (4 sbh); the fp32 mask makes the
-        // scores fp32, so softmax keeps fp32 and the matmul over V a bf16 cast of it (4 as^2b more).
+        // LayerNorm inputs in fp32 (2 x 2 sbh), q, k and v each casting (4 sbh); the fp32 mask
+        // makes the scores fp32, so softmax keeps fp32 and the matmul over V a bf16 cast of it (4
+        // as^2b more).
         CHECK(cast - bf16 == 8 * sbh + 4 * scores);
         // On CPU the LayerNorm statistics follow their fp32 input too: 2 x 2 sb x 2 bytes more.
-        const auto bf16_cpu = architecture_layer(m, s, b, DType::bf16, Attention::eager, Platform::cpu).total().value();
-        const auto cast_cpu = architecture_layer(m, s, b, amp, Attention::eager, Platform::cpu).total().value();
+        const auto bf16_cpu =
+            architecture_layer(m, s, b, DType::bf16, Attention::eager, Platform::cpu)
+                .total()
+                .value();
+        const auto cast_cpu =
+            architecture_layer(m, s, b, amp, Attention::eager, Platform::cpu).total().value();
         CHECK(cast_cpu - bf16_cpu == 8 * sbh + 4 * scores + 8 * s * b);
     }
     SECTION("the checkpoint of full recomputation is the fp32 layer input") {
         const Architecture m = fixtures::llama_7b();
-        CHECK(architecture_layer(m, s, b, amp, Attention::eager).input_bytes.value() == 4 * s * b * m.hidden);
+        CHECK(architecture_layer(m, s, b, amp, Attention::eager).input_bytes.value() ==
+              4 * s * b * m.hidden);
     }
 }
 
-TEST_CASE("autocast's weight copies live from each layer's forward to its backward, or to the forward's end "
-          "under full recomputation", "[autocast][timeline]") {
-    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mistral_7b());
+TEST_CASE(
+    "autocast's weight copies live from each layer's forward to its backward, or to the forward's "
+    "end "
+    "under full recomputation",
+    "[autocast][timeline]") {
+    const Architecture m =
+        GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mistral_7b());
     CAPTURE(m.name);
-    const std::uint64_t layer = 2 * cast_per_layer(m), head = 2 * m.vocab * m.hidden;  // bf16 copies
+    const std::uint64_t layer = 2 * cast_per_layer(m),
+                        head = 2 * m.vocab * m.hidden;  // bf16 copies
     const std::string L = std::to_string(m.layers);
     const Report none = estimate(m, amp_settings(Recompute::none));
     const Report full = estimate(m, amp_settings(Recompute::full));
@@ -96,7 +116,8 @@ TEST_CASE("autocast's weight copies live from each layer's forward to its backwa
         CHECK(copies_at(*r, "loss") == m.layers * layer + head);  // the cache holds them all
         CHECK(copies_at(*r, "optimizer") == 0);
     }
-    CHECK(copies_at(none, "backward " + L) == m.layers * layer);  // the head's is gone by then (measured)
+    CHECK(copies_at(none, "backward " + L) ==
+          m.layers * layer);  // the head's is gone by then (measured)
     CHECK(copies_at(none, "backward 3") == 3 * layer);
     CHECK(copies_at(full, "backward " + L) == layer);  // the recomputed layer casts its own again
     CHECK(copies_at(full, "backward 3") == layer);
@@ -107,7 +128,8 @@ TEST_CASE("autocast's weight copies live from each layer's forward to its backwa
     CHECK(copies_at(mixed, "loss") == 0);
 }
 
-TEST_CASE("autocast runs cross_entropy in fp32: a bf16 loss call gets fp32 log-probabilities", "[autocast][loss]") {
+TEST_CASE("autocast runs cross_entropy in fp32: a bf16 loss call gets fp32 log-probabilities",
+          "[autocast][loss]") {
     const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
     CAPTURE(m.name);
     const auto head = [&](LossKernel loss) {
@@ -118,8 +140,9 @@ TEST_CASE("autocast runs cross_entropy in fp32: a bf16 loss call gets fp32 log-p
     CHECK(loss_dtype(LossKernel::bf16, DType::bf16) == DType::bf16);  // without autocast, as called
 }
 
-TEST_CASE("amp-adam through the program: needs the architecture model; a recipe file can say autocast",
-          "[autocast][cli]") {
+TEST_CASE(
+    "amp-adam through the program: needs the architecture model; a recipe file can say autocast",
+    "[autocast][cli]") {
     const auto formula = testing::memcalc("--preset llama-7b --recipe amp-adam");
     CHECK(formula.status == 2);
     CHECK(formula.out.empty());
@@ -128,7 +151,8 @@ TEST_CASE("amp-adam through the program: needs the architecture model; a recipe 
     const std::string args = "--preset llama-7b --seq 2048 --activations architecture --format csv";
     const auto by_name = testing::memcalc(args + " --recipe amp-adam");
     REQUIRE(by_name.status == 0);
-    const auto json = testing::memcalc("--preset llama-7b --recipe amp-adam --activations architecture --format json");
+    const auto json = testing::memcalc(
+        "--preset llama-7b --recipe amp-adam --activations architecture --format json");
     CHECK_THAT(json.out, Catch::Contains("\"weight_copies\""));
 
     // The listing's row is a recipe file that says the same, autocast included.
@@ -141,7 +165,8 @@ TEST_CASE("amp-adam through the program: needs the architecture model; a recipe 
     CHECK(by_file.status == 0);
     CHECK(by_file.out == by_name.out);
 
-    std::ofstream(path) << R"({"name": "bad", "weights": "fp32", "gradients": "fp32", "activations": "bf16",
+    std::ofstream(path)
+        << R"({"name": "bad", "weights": "fp32", "gradients": "fp32", "activations": "bf16",
                                "optimizer": "adam", "autocast": 1})";
     const auto bad = testing::memcalc(args + " --recipe-file " + path);
     CHECK(bad.status != 0);
@@ -150,17 +175,22 @@ TEST_CASE("amp-adam through the program: needs the architecture model; a recipe 
     std::remove(path.c_str());
 }
 
-TEST_CASE("a forward op under autocast runs before the later linears' casts exist", "[autocast][workspace]") {
-    // Measured (peak_live.py, llama-mid, amp-adam, full recomputation, 2 micro-batches): at the scores' add
-    // of forward 4 only q, k and v are cast; o, gate, up and down come after. Each forward workspace names
-    // the first tensor not yet cast; the step, which counts the layer's casts whole, is that much smaller.
-    for (const Architecture& m : {fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mistral_7b()}) {
+TEST_CASE("a forward op under autocast runs before the later linears' casts exist",
+          "[autocast][workspace]") {
+    // Measured (peak_live.py, llama-mid, amp-adam, full recomputation, 2 micro-batches): at the
+    // scores' add of forward 4 only q, k and v are cast; o, gate, up and down come after. Each
+    // forward workspace names the first tensor not yet cast; the step, which counts the layer's
+    // casts whole, is that much smaller.
+    for (const Architecture& m :
+         {fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mistral_7b()}) {
         const Settings s = amp_settings(Recompute::none);
         const auto params = parameter_splits(parameter_table(m), m.vocab);
-        const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, s.recipe.precision(), s.activations);
+        const ActivationTables t =
+            activation_tables(m, s.seq, s.micro_batch, s.recipe.precision(), s.activations);
         const LayerActivations& layer = t.layer;
         const std::uint64_t h = m.hidden, f = m.ffn, q = m.heads * m.head_size();
-        const std::uint64_t mlp = (m.mlp == Mlp::gated ? 3 : 2) * h * f + (m.bias == Bias::all ? f + h : 0);
+        const std::uint64_t mlp =
+            (m.mlp == Mlp::gated ? 3 : 2) * h * f + (m.bias == Bias::all ? f + h : 0);
         const std::uint64_t o = q * h + (m.bias == Bias::all ? h : 0);
         const std::uint64_t down = h * f + (m.bias == Bias::all ? h : 0);
         const Parallelism whole;
@@ -168,7 +198,8 @@ TEST_CASE("a forward op under autocast runs before the later linears' casts exis
         std::size_t attention = 0;
         for (const Workspace& w : layer.work) {
             if (w.backward) continue;
-            const SplitParams uncast = tensors_from(params->table, w.uncast_from, m.vocab, false, 0, autocast_copies);
+            const SplitParams uncast =
+                tensors_from(params->table, w.uncast_from, m.vocab, false, 0, autocast_copies);
             CAPTURE(std::string(w.op));
             const Count pending = uncast.on_rank(whole, m.vocab);
             if (w.layer_end) {
@@ -182,10 +213,12 @@ TEST_CASE("a forward op under autocast runs before the later linears' casts exis
         }
         CHECK(attention > 0);  // the scores' workspaces
         // The step: a forward step's workspace no longer includes casts that are not made yet.
-        const Workload w = make_workload(m, s.recipe, s.seq, s.micro_batch, Recompute::none, params, t, s.framework);
+        const Workload w = make_workload(m, s.recipe, s.seq, s.micro_batch, Recompute::none, params,
+                                         t, s.framework);
         const TimelineInputs in = stage_inputs(w, whole, stage_facts(w, whole, 0));
         Count without;
-        for (const WorkspaceEffect& e : w.layers[0].forward_work) without = std::max(without, e.on_rank(whole, m.vocab, 0));
+        for (const WorkspaceEffect& e : w.layers[0].forward_work)
+            without = std::max(without, e.on_rank(whole, m.vocab, 0));
         CHECK(in.layer[0].forward_work <= without);
         CHECK(in.layer[0].forward_work.value() + (o + mlp) * 2 >= without.value());
     }

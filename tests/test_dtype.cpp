@@ -1,4 +1,5 @@
-// Storage types: names from the row, never from a byte count; exact bytes for sub-byte and block-scaled storage.
+// Storage types: names from the row, never from a byte count; exact bytes for sub-byte and
+// block-scaled storage.
 #include <catch2/catch.hpp>
 #include <set>
 #include <string>
@@ -19,23 +20,26 @@ TEST_CASE("every dtype has its own name, whatever its width", "[dtype]") {
     CHECK(bytes_per_element(DType::nf4) == 0);  // never computed in, only stored
 }
 
-TEST_CASE("storage bytes are exact: packed values rounded up to a byte, plus one scale per block", "[dtype]") {
+TEST_CASE("storage bytes are exact: packed values rounded up to a byte, plus one scale per block",
+          "[dtype]") {
     using Row = std::tuple<Storage, std::uint64_t, std::uint64_t>;  // storage, elements, bytes
     auto [storage, elements, bytes] = GENERATE(table<Storage, std::uint64_t, std::uint64_t>({
-        Row{{DType::bf16}, 1000, 2000},
-        Row{{DType::fp32}, 7, 28},
-        Row{{DType::nf4}, 3, 2},                                // 12 bits: two bytes
+        Row{{DType::bf16}, 1000, 2000}, Row{{DType::fp32}, 7, 28},
+        Row{{DType::nf4}, 3, 2},  // 12 bits: two bytes
         Row{{DType::nf4}, 4096, 2048},
         Row{{DType::nf4, 64, DType::fp32}, 1000, 500 + 16 * 4},  // QLoRA's blocks of 64, 16 of them
         Row{{DType::int8, 2048, DType::fp32}, 4096, 4096 + 2 * 4},  // bitsandbytes' 8-bit state
-        Row{{DType::int8, 2048, DType::fp32}, 4097, 4097 + 3 * 4},  // a partial last block has its scale too
+        Row{{DType::int8, 2048, DType::fp32},
+            4097,
+            4097 + 3 * 4},  // a partial last block has its scale too
         Row{{DType::int4}, (1ULL << 62) + 1, (1ULL << 61) + 1},  // no overflow on the way
     }));
     CAPTURE(dtype_name(storage.dtype), storage.block, elements);
     CHECK(storage.bytes(elements).value() == bytes);
 }
 
-TEST_CASE("a recipe's byte counts follow from its dtypes and its optimiser's slots", "[dtype][recipe]") {
+TEST_CASE("a recipe's byte counts follow from its dtypes and its optimiser's slots",
+          "[dtype][recipe]") {
     const Recipe& mixed = *find_recipe("mixed-adam");
     CHECK(mixed.weight_bytes() == 2);
     CHECK(mixed.master_bytes() == 4);
@@ -54,6 +58,7 @@ TEST_CASE("a recipe's byte counts follow from its dtypes and its optimiser's slo
     CHECK(bf16.step_temporary_bytes() == 2);
     const Recipe& lion = *find_recipe("lion");
     CHECK(lion.optimizer_bytes() == 4);
-    CHECK(lion.step_temporary_bytes() == 4);  // the interpolation whose sign is the update, fp32 beside the master
+    CHECK(lion.step_temporary_bytes() ==
+          4);  // the interpolation whose sign is the update, fp32 beside the master
     CHECK(lion.bytes_per_parameter() == 12);
 }

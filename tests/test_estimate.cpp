@@ -10,7 +10,8 @@ namespace {
 Report run(const Architecture& m, std::uint64_t seq, std::uint64_t batch, Recompute mode,
            const std::string& recipe = "mixed-adam") {
     Settings settings;
-    settings.seq = seq, settings.micro_batch = batch, settings.recompute = mode, settings.recipe = builtin_recipe(recipe);
+    settings.seq = seq, settings.micro_batch = batch, settings.recompute = mode,
+    settings.recipe = builtin_recipe(recipe);
     return estimate(m, settings);
 }
 std::uint64_t peak_bytes(const Report& r) { return r.peak_step().bytes.total().value(); }
@@ -19,12 +20,13 @@ using fixtures::step_named;
 
 TEST_CASE("the chapter's LLaMA 7B figures to the byte", "[estimate][chapter]") {
     using Row = std::tuple<Recompute, std::uint64_t, const char*, std::uint64_t>;
-    const auto [mode, peak, step, kept] = GENERATE(table<Recompute, std::uint64_t, const char*, std::uint64_t>({
-        Row{Recompute::none, 199539351552ULL, "loss", 104152956928ULL},
-        Row{Recompute::selective, 116095778816ULL, "backward 32", 32ULL * 34 * 4096 * 4096},
-        // memcalc 1.x counted the checkpointed input twice: 110,731,771,904 = this + 2 sbh.
-        Row{Recompute::full, 110698217472ULL, "backward 1", 32ULL * 2 * 4096 * 4096},
-    }));
+    const auto [mode, peak, step, kept] =
+        GENERATE(table<Recompute, std::uint64_t, const char*, std::uint64_t>({
+            Row{Recompute::none, 199539351552ULL, "loss", 104152956928ULL},
+            Row{Recompute::selective, 116095778816ULL, "backward 32", 32ULL * 34 * 4096 * 4096},
+            // memcalc 1.x counted the checkpointed input twice: 110,731,771,904 = this + 2 sbh.
+            Row{Recompute::full, 110698217472ULL, "backward 1", 32ULL * 2 * 4096 * 4096},
+        }));
     CAPTURE(recompute_name(mode));
     const Report r = run(fixtures::llama_7b(), 4096, 1, mode);
     CHECK(r.parameter_count.value() == 6738415616ULL);
@@ -35,18 +37,21 @@ TEST_CASE("the chapter's LLaMA 7B figures to the byte", "[estimate][chapter]") {
     CHECK(r.peak_step().name() == step);
 }
 
-TEST_CASE("full recomputation counts the checkpointed input once, and never peaks above selective there",
-          "[estimate][recompute]") {
+TEST_CASE(
+    "full recomputation counts the checkpointed input once, and never peaks above selective there",
+    "[estimate][recompute]") {
     // The rebuilt layer's first saved tensor is the checkpoint's own storage: a LayerNorm's input,
     // or an RMSNorm's input when it is fp32 already (its upcast is then no copy).
     const std::uint64_t sbh = 4096ULL * 4096;
     const Report full = run(fixtures::llama_7b(), 4096, 1, Recompute::full);
     CHECK(full.layer.rebuilt(Recompute::full).value() == full.layer.total().value() - 2 * sbh);
     using Row = std::tuple<const char*, ActivationModel, std::uint64_t>;
-    const auto [recipe, model, twice] = GENERATE(table<const char*, ActivationModel, std::uint64_t>({
+    const auto [recipe, model,
+                twice] = GENERATE(table<const char*, ActivationModel, std::uint64_t>({
         Row{"mixed-adam", ActivationModel::korthikanti, 2},  // the formula's LayerNorm input, bf16
         Row{"fp32-sgd", ActivationModel::korthikanti, 4},
-        Row{"fp32-sgd", ActivationModel::architecture, 4},   // RMSNorm's fp32 input is the checkpoint
+        Row{"fp32-sgd", ActivationModel::architecture,
+            4},  // RMSNorm's fp32 input is the checkpoint
         Row{"mixed-adam", ActivationModel::architecture, 0},  // its fp32 upcast is a new tensor
     }));
     CAPTURE(recipe, activation_model_name(model));
@@ -54,20 +59,24 @@ TEST_CASE("full recomputation counts the checkpointed input once, and never peak
     s.seq = 1024, s.recipe = builtin_recipe(recipe), s.activations = model;
     s.recompute = Recompute::full;
     const Report r = estimate(fixtures::llama_7b(), s);
-    const std::uint64_t counted_once = r.layer.total().value() - r.layer.rebuilt(Recompute::full).value();
+    const std::uint64_t counted_once =
+        r.layer.total().value() - r.layer.rebuilt(Recompute::full).value();
     CHECK(counted_once == twice * 1024 * 4096);
-    // Where the rebuilt layer keeps nothing the checkpoint does not (the formula's layer), full never
-    // peaks above selective.
+    // Where the rebuilt layer keeps nothing the checkpoint does not (the formula's layer), full
+    // never peaks above selective.
     s.recompute = Recompute::selective;
-    if (model == ActivationModel::korthikanti) CHECK(peak_bytes(r) <= peak_bytes(estimate(fixtures::llama_7b(), s)));
+    if (model == ActivationModel::korthikanti)
+        CHECK(peak_bytes(r) <= peak_bytes(estimate(fixtures::llama_7b(), s)));
 }
 
 TEST_CASE("Mistral 7B selective: the peak derived by hand from the model document", "[estimate]") {
-    const std::uint64_t P = 7241732096ULL, sbh = 4096ULL * 4096, as2b = 32ULL * 4096 * 4096, sbV = 4096ULL * 32000;
+    const std::uint64_t P = 7241732096ULL, sbh = 4096ULL * 4096, as2b = 32ULL * 4096 * 4096,
+                        sbV = 4096ULL * 32000;
     const std::uint64_t head = 4096 + 32000ULL * 4096;  // final norm and output head
     // persistent 14P, 32 layers' 34 sbh, layer 32's rebuilt scores, the incoming gradient,
     // logits and their gradient, the head's bf16 gradients.
-    const std::uint64_t expected = 14 * P + 32 * 34 * sbh + 5 * as2b + 2 * sbh + 2 * 2 * sbV + 2 * head;
+    const std::uint64_t expected =
+        14 * P + 32 * 34 * sbh + 5 * as2b + 2 * sbh + 2 * 2 * sbV + 2 * head;
     const Report r = run(fixtures::mistral_7b(), 4096, 1, Recompute::selective);
     CHECK(r.parameter_count.value() == P);
     CHECK(peak_bytes(r) == expected);
@@ -90,8 +99,10 @@ TEST_CASE("GPT-2 small full recomputation: tied head and learned positions by ha
     CHECK(peak_bytes(r) == 2172737024ULL);
 }
 
-TEST_CASE("the peak is the largest step of the timeline for every preset-like shape", "[estimate]") {
-    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mistral_7b());
+TEST_CASE("the peak is the largest step of the timeline for every preset-like shape",
+          "[estimate]") {
+    const Architecture m =
+        GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mistral_7b());
     const std::uint64_t seq = GENERATE(128, 1024);
     const Recompute mode = GENERATE(Recompute::none, Recompute::selective, Recompute::full);
     const Report r = run(m, seq, 2, mode);
@@ -101,7 +112,8 @@ TEST_CASE("the peak is the largest step of the timeline for every preset-like sh
 }
 
 TEST_CASE("recomputation never raises kept activations or the peak", "[estimate]") {
-    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mistral_7b());
+    const Architecture m =
+        GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mistral_7b());
     const std::uint64_t seq = GENERATE(8, 256, 1024);
     const std::uint64_t b = GENERATE(1, 3);
     const Report none = run(m, seq, b, Recompute::none), sel = run(m, seq, b, Recompute::selective),
@@ -115,26 +127,33 @@ TEST_CASE("the recipe changes state and activation bytes but not the structure",
     const Report fp32 = run(fixtures::llama_7b(), 4096, 1, Recompute::none, "fp32-adam");
     CHECK(fp32.state.total().value() == 16 * 6738415616ULL);
     CHECK(fp32.activations.value() == 32ULL * (66ULL * 4096 * 4096 + 9ULL * 32 * 4096 * 4096));
-    const Report megatron = run(fixtures::llama_7b(), 4096, 1, Recompute::none, "mixed-adam-fp32-grads");
+    const Report megatron =
+        run(fixtures::llama_7b(), 4096, 1, Recompute::none, "mixed-adam-fp32-grads");
     CHECK(megatron.state.total().value() == 18 * 6738415616ULL);
 }
 
 TEST_CASE("bad settings are refused with the value named", "[estimate]") {
     const Architecture m = fixtures::llama_7b();
-    CHECK_THROWS_WITH(run(m, 0, 1, Recompute::none), Catch::Contains("seq must be a positive integer"));
-    CHECK_THROWS_WITH(run(m, 1024, 0, Recompute::none), Catch::Contains("micro_batch must be a positive integer"));
-    CHECK_THROWS_WITH(run(m, 1024, 1, Recompute::none, "adamw"), Catch::Contains("unknown recipe 'adamw'"));
+    CHECK_THROWS_WITH(run(m, 0, 1, Recompute::none),
+                      Catch::Contains("seq must be a positive integer"));
+    CHECK_THROWS_WITH(run(m, 1024, 0, Recompute::none),
+                      Catch::Contains("micro_batch must be a positive integer"));
+    CHECK_THROWS_WITH(run(m, 1024, 1, Recompute::none, "adamw"),
+                      Catch::Contains("unknown recipe 'adamw'"));
     CHECK_THROWS_WITH(run(fixtures::gpt2_small(), 2048, 1, Recompute::none),
                       Catch::Contains("seq 2048 exceeds the 1024 learned positions"));
 }
 
-TEST_CASE("sizes whose bytes overflow 64 bits are an error and never a wrapped number", "[estimate]") {
+TEST_CASE("sizes whose bytes overflow 64 bits are an error and never a wrapped number",
+          "[estimate]") {
     const Architecture m = fixtures::llama_7b();
     CHECK_THROWS_WITH(run(m, 1ULL << 40, 1, Recompute::none), Catch::Contains("seq 1099511627776"));
-    CHECK_THROWS_WITH(run(m, 4096, 1ULL << 50, Recompute::full), Catch::Contains("micro-batch 1125899906842624"));
+    CHECK_THROWS_WITH(run(m, 4096, 1ULL << 50, Recompute::full),
+                      Catch::Contains("micro-batch 1125899906842624"));
     Architecture wide = m;
     wide.vocab = 1ULL << 60;
-    CHECK_THROWS_WITH(run(wide, 4096, 1, Recompute::none), Catch::Contains("parameter count of llama-7b overflows"));
+    CHECK_THROWS_WITH(run(wide, 4096, 1, Recompute::none),
+                      Catch::Contains("parameter count of llama-7b overflows"));
     // Just inside the limit still works: 10 million tokens of LLaMA 7B with full recomputation.
     CHECK_NOTHROW(run(m, 10000000, 1, Recompute::full));
 }
@@ -148,12 +167,12 @@ TEST_CASE("the optimizer step's temporaries follow its implementation", "[estima
         return step_named(estimate(m, settings), "optimizer").bytes.workspace.value();
     };
     const std::uint64_t P = 6738415616, largest = 32000ULL * 4096;  // the embedding and the head
-    const std::uint64_t matrix = 4096ULL * 11008;                     // gate, up and down
+    const std::uint64_t matrix = 4096ULL * 11008;                   // gate, up and down
     CHECK(optimizer_work(OptimizerImpl::fused) == 0);
-    CHECK(optimizer_work(OptimizerImpl::foreach) == 4 * P);           // sqrt(v) of every parameter, fp32
-    // sqrt(v) and the quotient of one tensor, beside the quotient of the one before: the head's beside a
-    // layer's largest (transformers' Trainer steps it after the last down projection; the embedding, stepped
-    // first, has none before it), fp32; bf16 under bf16-adam.
+    CHECK(optimizer_work(OptimizerImpl::foreach) == 4 * P);  // sqrt(v) of every parameter, fp32
+    // sqrt(v) and the quotient of one tensor, beside the quotient of the one before: the head's
+    // beside a layer's largest (transformers' Trainer steps it after the last down projection; the
+    // embedding, stepped first, has none before it), fp32; bf16 under bf16-adam.
     CHECK(optimizer_work(OptimizerImpl::for_loop) == 4 * (2 * largest + matrix));
     CHECK(optimizer_work(OptimizerImpl::for_loop, "bf16-adam") == 2 * (2 * largest + matrix));
     // A pipeline's middle stage steps its layers alone: gate, up and down are h x f each.
@@ -170,15 +189,18 @@ TEST_CASE("the optimizer step's temporaries follow its implementation", "[estima
     settings.parallel.offload = Offload::optimizer;  // the host runs the step
     CHECK(optimizer_work(OptimizerImpl::foreach) == 0);
     // The chapter's peaks do not move: its model has no workspaces and the default step is fused.
-    settings.parallel = {}, settings.framework.optimizer = OptimizerImpl::fused, settings.recipe = builtin_recipe("mixed-adam");
+    settings.parallel = {}, settings.framework.optimizer = OptimizerImpl::fused,
+    settings.recipe = builtin_recipe("mixed-adam");
     settings.recompute = Recompute::selective;
     CHECK(estimate(m, settings).peak_step().bytes.total().value() == 116095778816ULL);
 }
 
-TEST_CASE("the for-loop steps the token embedding first, with no tensor before it", "[estimate][workspace]") {
-    // Measured (cpu-gpt2-small.json, torch.optim.AdamW's own loop): GPT-2's tied token table, its largest
-    // tensor, is stepped first, alone; the position table after it holds the table's quotient beside its own
-    // two. A vocabulary and widths no validation model has; more positions than tokens, then fewer.
+TEST_CASE("the for-loop steps the token embedding first, with no tensor before it",
+          "[estimate][workspace]") {
+    // Measured (cpu-gpt2-small.json, torch.optim.AdamW's own loop): GPT-2's tied token table, its
+    // largest tensor, is stepped first, alone; the position table after it holds the table's
+    // quotient beside its own two. A vocabulary and widths no validation model has; more positions
+    // than tokens, then fewer.
     Architecture m = fixtures::gpt2_small();
     m.vocab = 5000, m.hidden = 64, m.heads = 4, m.ffn = 256, m.layers = 2;
     m.max_positions = GENERATE(2048, 8192);
@@ -186,13 +208,17 @@ TEST_CASE("the for-loop steps the token embedding first, with no tensor before i
     Settings settings;
     settings.seq = 256, settings.framework.optimizer = OptimizerImpl::for_loop;
     const std::uint64_t table = 5000 * 64, positions = m.max_positions * 64, matrix = 64 * 256;
-    const std::uint64_t expected = std::max({2 * table, 2 * positions + table, 2 * std::max(positions, matrix) + matrix});
+    const std::uint64_t expected =
+        std::max({2 * table, 2 * positions + table, 2 * std::max(positions, matrix) + matrix});
     CHECK(step_named(estimate(m, settings), "optimizer").bytes.workspace.value() == 4 * expected);
-    if (m.max_positions == 2048) CHECK(expected == 2 * table);  // the table alone, where it is the largest
+    if (m.max_positions == 2048)
+        CHECK(expected == 2 * table);  // the table alone, where it is the largest
 }
 
-TEST_CASE("a backward workspace finds the layer's gradients from its tensor on, each bias with its weight",
-          "[estimate][workspace]") {
+TEST_CASE(
+    "a backward workspace finds the layer's gradients from its tensor on, each bias with its "
+    "weight",
+    "[estimate][workspace]") {
     const ParameterTable llama = parameter_table(fixtures::llama_7b());
     const std::uint64_t h = 4096, f = 11008;
     // o_proj, the MLP norm, gate, up and down.
@@ -207,7 +233,8 @@ TEST_CASE("a backward workspace finds the layer's gradients from its tensor on, 
     CHECK(down.replicated.value() == 768);
 }
 
-TEST_CASE("the embedding's backward writes a whole table's gradient after layer 1's backward", "[estimate][workspace]") {
+TEST_CASE("the embedding's backward writes a whole table's gradient after layer 1's backward",
+          "[estimate][workspace]") {
     // GPT-2 small at a short sequence: its tied 50257 x 768 table dwarfs a layer's activations, so
     // the moment after layer 1's backward, with every layer's gradient written, is the largest of
     // backward 1: the embedding's gradient and the out-of-place sum with the head's, 2 x V h x 2 B.
@@ -218,12 +245,14 @@ TEST_CASE("the embedding's backward writes a whole table's gradient after layer 
     const Report r = estimate(m, settings);
     const Step& last = step_named(r, "backward 1");
     const Step& before = step_named(r, "backward 2");
-    const std::uint64_t table = 50257ULL * 768 * 2, layer_grads = r.parameters.per_layer().value() * 2;
+    const std::uint64_t table = 50257ULL * 768 * 2,
+                        layer_grads = r.parameters.per_layer().value() * 2;
     // Persistent state, the head's and all 12 layers' gradients, the token ids and positions' side,
     // the two tables, the incoming activation gradient and the logits still held.
     const Breakdown& b = last.bytes;
     CHECK(b.total().value() == (b.weights + b.master_weights + b.optimizer_state).value() +
-                                   saved_bytes(r.input_side).value() + b.gradients.value() + layer_grads +
+                                   saved_bytes(r.input_side).value() + b.gradients.value() +
+                                   layer_grads +
                                    (r.parameters.group(Group::input).value() * 2 + 2 * table) +
                                    b.activation_gradient.value() + b.logits.value());
     CHECK(last.bytes.total() > before.bytes.total());
@@ -232,82 +261,103 @@ TEST_CASE("the embedding's backward writes a whole table's gradient after layer 
     CHECK(step_named(estimate(m, settings), "backward 1").bytes.workspace.value() == 0);
 }
 
-TEST_CASE("nanoGPT's registered masks: max_positions^2 per layer in the weights' dtype, on every step",
-          "[estimate][buffers]") {
+TEST_CASE(
+    "nanoGPT's registered masks: max_positions^2 per layer in the weights' dtype, on every step",
+    "[estimate][buffers]") {
     using Row = std::tuple<Architecture, const char*, std::uint64_t>;
     const auto [shape, recipe, bytes] = GENERATE(table<Architecture, const char*, std::uint64_t>({
-        Row{fixtures::gpt2_small(), "mixed-adam", 2}, Row{fixtures::gpt2_small(), "amp-adam", 4},
-        Row{fixtures::llama_7b(), "mixed-adam", 2}, Row{fixtures::llama_7b(), "fp32-adam", 4},
+        Row{fixtures::gpt2_small(), "mixed-adam", 2},
+        Row{fixtures::gpt2_small(), "amp-adam", 4},
+        Row{fixtures::llama_7b(), "mixed-adam", 2},
+        Row{fixtures::llama_7b(), "fp32-adam", 4},
     }));
     CAPTURE(shape.name, recipe);
     Architecture registered = shape;
     registered.causal_mask_buffer = CausalMaskBuffer::per_layer;
     Settings settings;
-    settings.seq = 512, settings.activations = ActivationModel::architecture, settings.recipe = builtin_recipe(recipe);
+    settings.seq = 512, settings.activations = ActivationModel::architecture,
+    settings.recipe = builtin_recipe(recipe);
     const Report with = estimate(registered, settings), without = estimate(shape, settings);
     const std::uint64_t buffers = shape.layers * shape.max_positions * shape.max_positions * bytes;
     CHECK(with.state.weights.value() == without.state.weights.value() + buffers);
-    CHECK(with.ranks.front().state.weights.value() == without.ranks.front().state.weights.value() + buffers);
+    CHECK(with.ranks.front().state.weights.value() ==
+          without.ranks.front().state.weights.value() + buffers);
     // Each layer's bool s^2 instead of the one s^2 b mask of the stream's dtype, built per forward.
     const std::uint64_t stream = bytes_per_element(settings.recipe.precision().stream);
     CHECK(with.activations.value() == without.activations.value() + shape.layers * 512 * 512);
-    CHECK(saved_bytes(with.forward_buffers).value() + 512 * 512 * stream == saved_bytes(without.forward_buffers).value());
+    CHECK(saved_bytes(with.forward_buffers).value() + 512 * 512 * stream ==
+          saved_bytes(without.forward_buffers).value());
     for (std::size_t i = 0; i < with.timeline().size(); ++i)
-        CHECK(with.timeline()[i].bytes.weights.value() == without.timeline()[i].bytes.weights.value() + buffers);
+        CHECK(with.timeline()[i].bytes.weights.value() ==
+              without.timeline()[i].bytes.weights.value() + buffers);
     // Flash attention: nanoGPT registers no mask.
     settings.framework.attention = Attention::flash;
     CHECK(estimate(registered, settings).state.weights == estimate(shape, settings).state.weights);
     // nanoGPT asserts the sequence fits its block size.
     settings.framework.attention = Attention::eager, settings.seq = shape.max_positions + 1;
-    CHECK_THROWS_WITH(estimate(registered, settings), Catch::Contains("exceeds the " + std::to_string(shape.max_positions)));
+    CHECK_THROWS_WITH(estimate(registered, settings),
+                      Catch::Contains("exceeds the " + std::to_string(shape.max_positions)));
 }
 
-TEST_CASE("a kept k/v cache: the copies backward does not keep, from each forward for as long as the logits",
-          "[estimate][buffers]") {
-    // Per layer 2 s b k d bytes of bf16 where backward keeps other tensors: eager attention's repeated
-    // k and v (grouped-query), or full recomputation's bare input; none where it keeps k and v themselves.
+TEST_CASE(
+    "a kept k/v cache: the copies backward does not keep, from each forward for as long as the "
+    "logits",
+    "[estimate][buffers]") {
+    // Per layer 2 s b k d bytes of bf16 where backward keeps other tensors: eager attention's
+    // repeated k and v (grouped-query), or full recomputation's bare input; none where it keeps k
+    // and v themselves.
     using Row = std::tuple<Architecture, Attention, Recompute, bool>;
-    const auto [shape, attention, mode, extra] = GENERATE(table<Architecture, Attention, Recompute, bool>({
-        Row{fixtures::mistral_7b(), Attention::eager, Recompute::none, true},
-        Row{fixtures::mistral_7b(), Attention::eager, Recompute::selective, false},
-        Row{fixtures::mistral_7b(), Attention::eager, Recompute::full, true},
-        Row{fixtures::mistral_7b(), Attention::flash, Recompute::none, false},
-        Row{fixtures::gpt2_small(), Attention::eager, Recompute::none, false},
-        Row{fixtures::gpt2_small(), Attention::flash, Recompute::full, true},
-    }));
+    const auto [shape, attention, mode, extra] =
+        GENERATE(table<Architecture, Attention, Recompute, bool>({
+            Row{fixtures::mistral_7b(), Attention::eager, Recompute::none, true},
+            Row{fixtures::mistral_7b(), Attention::eager, Recompute::selective, false},
+            Row{fixtures::mistral_7b(), Attention::eager, Recompute::full, true},
+            Row{fixtures::mistral_7b(), Attention::flash, Recompute::none, false},
+            Row{fixtures::gpt2_small(), Attention::eager, Recompute::none, false},
+            Row{fixtures::gpt2_small(), Attention::flash, Recompute::full, true},
+        }));
     const LogitsLife logits = GENERATE(LogitsLife::held, LogitsLife::freed);
     CAPTURE(shape.name, attention_name(attention), recompute_name(mode), logits_life_name(logits));
     Settings settings;
-    settings.seq = 256, settings.activations = ActivationModel::architecture, settings.recompute = mode;
+    settings.seq = 256, settings.activations = ActivationModel::architecture,
+    settings.recompute = mode;
     settings.framework.attention = attention, settings.framework.logits = logits;
     const Report off = estimate(shape, settings);
     settings.framework.kv_cache = KvCache::kept;
     const Report kept = estimate(shape, settings);
-    const std::uint64_t whole = 2 * 256 * shape.key_value_heads() * shape.head_size() * 2, per_layer = extra ? whole : 0;
+    const std::uint64_t whole = 2 * 256 * shape.key_value_heads() * shape.head_size() * 2,
+                        per_layer = extra ? whole : 0;
     const std::uint64_t L = shape.layers;
     const bool held = logits == LogitsLife::held;
     const auto added = [&](const std::string& step) {
-        return step_named(kept, step).bytes.total().value() - step_named(off, step).bytes.total().value();
+        return step_named(kept, step).bytes.total().value() -
+               step_named(off, step).bytes.total().value();
     };
     CHECK(added("forward 3") == 3 * per_layer);
     CHECK(added("loss") == L * per_layer);
-    // Held with the output, the cache is whole again once a layer's backward has freed the k and v it saved
-    // (the running layer's counted so, leaning high; measured: cpu-buffers.json).
+    // Held with the output, the cache is whole again once a layer's backward has freed the k and v
+    // it saved (the running layer's counted so, leaning high; measured: cpu-buffers.json).
     CHECK(added("backward " + std::to_string(L)) == (held ? (L - 1) * per_layer + whole : 0));
     CHECK(added("backward 1") == (held ? L * whole : 0));
     CHECK(added("optimizer") == (held ? L * whole : 0));
 }
 
-TEST_CASE("per-layer rotary embeddings: their buffers in the weights' dtype on every rank and step, their cos and sin per layer",
-          "[estimate][buffers]") {
-    // transformers 4.31-4.37 registers inv_freq (head_dim / 2) and cos and sin caches (max_positions x
-    // head_dim) in every attention layer; 4.40-4.44 inv_freq alone. model.to(dtype) casts them all.
+TEST_CASE(
+    "per-layer rotary embeddings: their buffers in the weights' dtype on every rank and step, "
+    "their cos and sin per layer",
+    "[estimate][buffers]") {
+    // transformers 4.31-4.37 registers inv_freq (head_dim / 2) and cos and sin caches
+    // (max_positions x head_dim) in every attention layer; 4.40-4.44 inv_freq alone.
+    // model.to(dtype) casts them all.
     using Row = std::tuple<Architecture, const char*, std::uint64_t>;
     const auto [shape, recipe, bytes] = GENERATE(table<Architecture, const char*, std::uint64_t>({
-        Row{fixtures::llama_7b(), "mixed-adam", 2}, Row{fixtures::llama_7b(), "amp-adam", 4},
-        Row{fixtures::mistral_7b(), "mixed-adam", 2}, Row{fixtures::mistral_7b(), "fp32-adam", 4},
+        Row{fixtures::llama_7b(), "mixed-adam", 2},
+        Row{fixtures::llama_7b(), "amp-adam", 4},
+        Row{fixtures::mistral_7b(), "mixed-adam", 2},
+        Row{fixtures::mistral_7b(), "fp32-adam", 4},
     }));
-    const RotaryEmbedding kind = GENERATE(RotaryEmbedding::per_layer, RotaryEmbedding::per_layer_cached);
+    const RotaryEmbedding kind =
+        GENERATE(RotaryEmbedding::per_layer, RotaryEmbedding::per_layer_cached);
     const std::uint64_t tp = GENERATE(1, 2);
     CAPTURE(shape.name, recipe, rotary_embedding(kind).name, tp);
     Architecture own = shape;
@@ -315,7 +365,8 @@ TEST_CASE("per-layer rotary embeddings: their buffers in the weights' dtype on e
     Architecture shared = own;
     shared.rotary_embedding = RotaryEmbedding::shared;
     Settings settings;
-    settings.seq = 512, settings.activations = ActivationModel::architecture, settings.recipe = builtin_recipe(recipe);
+    settings.seq = 512, settings.activations = ActivationModel::architecture,
+    settings.recipe = builtin_recipe(recipe);
     settings.parallel.tp = tp;
     const Report with = estimate(own, settings), without = estimate(shared, settings);
     const std::uint64_t d = shape.head_size(), L = shape.layers;
@@ -323,17 +374,22 @@ TEST_CASE("per-layer rotary embeddings: their buffers in the weights' dtype on e
     const std::uint64_t buffers = L * (caches + d / 2) * bytes;
     CHECK(with.state.weights.value() == without.state.weights.value() + buffers);
     // Buffers are no parameters: tensor parallelism leaves each rank's module its whole buffers.
-    CHECK(with.ranks.front().state.weights.value() == without.ranks.front().state.weights.value() + buffers);
+    CHECK(with.ranks.front().state.weights.value() ==
+          without.ranks.front().state.weights.value() + buffers);
     for (std::size_t i = 0; i < with.timeline().size(); ++i)
-        CHECK(with.timeline()[i].bytes.weights.value() == without.timeline()[i].bytes.weights.value() + buffers);
-    // Each layer's own cos and sin in the compute dtype (v's: bf16 under autocast too) in place of the one shared pair.
+        CHECK(with.timeline()[i].bytes.weights.value() ==
+              without.timeline()[i].bytes.weights.value() + buffers);
+    // Each layer's own cos and sin in the compute dtype (v's: bf16 under autocast too) in place of
+    // the one shared pair.
     const std::uint64_t pair = 2 * 512 * d * bytes_per_element(settings.recipe.precision().compute);
     CHECK(with.activations.value() == without.activations.value() + L * pair);
     CHECK(saved_bytes(with.input_side).value() + pair == saved_bytes(without.input_side).value());
 }
 
-TEST_CASE("rotary caches shorter than the sequence are rebuilt at its length in the compute dtype", "[estimate][buffers]") {
-    // transformers 4.31-4.37: forward calls _set_cos_sin_cache(seq_len, dtype=x.dtype) past max_positions.
+TEST_CASE("rotary caches shorter than the sequence are rebuilt at its length in the compute dtype",
+          "[estimate][buffers]") {
+    // transformers 4.31-4.37: forward calls _set_cos_sin_cache(seq_len, dtype=x.dtype) past
+    // max_positions.
     Architecture own = fixtures::llama_7b();
     own.rotary_embedding = RotaryEmbedding::per_layer_cached;
     Architecture shared = fixtures::llama_7b();

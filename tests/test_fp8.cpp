@@ -1,6 +1,6 @@
-// The fp8 recipe: Transformer Engine's linear layers save their inputs cast once to fp8 and keep an fp8
-// cast of each weight and of its transpose for the whole run. Read from TE 1.x's source, not measured
-// (PyTorch 1.13 on CPU has no fp8): these are hand sums on several shapes.
+// The fp8 recipe: Transformer Engine's linear layers save their inputs cast once to fp8 and keep an
+// fp8 cast of each weight and of its transpose for the whole run. Read from TE 1.x's source, not
+// measured (PyTorch 1.13 on CPU has no fp8): these are hand sums on several shapes.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -20,7 +20,8 @@ const Precision fp8{DType::bf16, DType::bf16, false, DType::fp8_e4m3};
 
 Settings fp8_settings(Recompute mode) {
     Settings s;
-    s.seq = 256, s.micro_batch = 2, s.activations = ActivationModel::architecture, s.recompute = mode;
+    s.seq = 256, s.micro_batch = 2, s.activations = ActivationModel::architecture,
+    s.recompute = mode;
     s.recipe = builtin_recipe("fp8");
     return s;
 }
@@ -28,7 +29,8 @@ Settings fp8_settings(Recompute mode) {
 /// One layer's linear weights, written out: q, k, v, o and the MLP's matrices (every expert's), no
 /// biases, no router.
 std::uint64_t linear_weights(const Architecture& m) {
-    const std::uint64_t h = m.hidden, f = m.ffn, q = m.heads * m.head_size(), kv = m.key_value_heads() * m.head_size();
+    const std::uint64_t h = m.hidden, f = m.ffn, q = m.heads * m.head_size(),
+                        kv = m.key_value_heads() * m.head_size();
     const std::uint64_t mlp = (m.mlp == Mlp::gated ? 3 : 2) * h * f;
     return h * q + 2 * h * kv + q * h + (m.is_moe() ? m.experts : 1) * mlp;
 }
@@ -41,7 +43,9 @@ Architecture mixtral_like() {
 }
 }  // namespace
 
-TEST_CASE("the fp8 recipe keeps mixed-precision Adam's state and names Transformer Engine's linears", "[fp8][recipe]") {
+TEST_CASE(
+    "the fp8 recipe keeps mixed-precision Adam's state and names Transformer Engine's linears",
+    "[fp8][recipe]") {
     const Recipe& r = builtin_recipe("fp8");
     CHECK(r.bytes_per_parameter() == 16);  // the state is mixed-adam's; the casts are no state
     REQUIRE(r.linears);
@@ -52,35 +56,49 @@ TEST_CASE("the fp8 recipe keeps mixed-precision Adam's state and names Transform
     CHECK_FALSE(builtin_recipe("mixed-adam").precision().linear_inputs);
 }
 
-TEST_CASE("fp8 linears save one 1-byte cast of each input instead of the 2-byte tensor", "[fp8][architecture]") {
+TEST_CASE("fp8 linears save one 1-byte cast of each input instead of the 2-byte tensor",
+          "[fp8][architecture]") {
     const std::uint64_t s = 512, b = 2;
     const auto total = [&](const Architecture& m, Precision p, Attention a) {
         return static_cast<std::int64_t>(architecture_layer(m, s, b, p, a).total().value());
     };
-    SECTION("dense layers: q/k/v's and the MLP's inputs, the output projection's and the down projection's") {
-        const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::mistral_7b(), fixtures::gpt2_small());
+    SECTION(
+        "dense layers: q/k/v's and the MLP's inputs, the output projection's and the down "
+        "projection's") {
+        const Architecture m =
+            GENERATE(fixtures::llama_7b(), fixtures::mistral_7b(), fixtures::gpt2_small());
         CAPTURE(m.name);
-        const std::int64_t sbh = s * b * m.hidden, sbq = s * b * m.heads * m.head_size(), sbf = s * b * m.ffn;
+        const std::int64_t sbh = s * b * m.hidden, sbq = s * b * m.heads * m.head_size(),
+                           sbf = s * b * m.ffn;
         // Eager: the output projection's input was its own bf16 row; it becomes its cast.
-        CHECK(total(m, fp8, Attention::eager) - total(m, DType::bf16, Attention::eager) == -(2 * sbh + sbq + sbf));
-        // Flash: the kernel keeps its bf16 output whatever the next layer does; the cast comes beside it.
-        CHECK(total(m, fp8, Attention::flash) - total(m, DType::bf16, Attention::flash) == -(2 * sbh + sbf) + sbq);
+        CHECK(total(m, fp8, Attention::eager) - total(m, DType::bf16, Attention::eager) ==
+              -(2 * sbh + sbq + sbf));
+        // Flash: the kernel keeps its bf16 output whatever the next layer does; the cast comes
+        // beside it.
+        CHECK(total(m, fp8, Attention::flash) - total(m, DType::bf16, Attention::flash) ==
+              -(2 * sbh + sbf) + sbq);
     }
-    SECTION("experts: the gathered tokens and each slot's down projection input; the router keeps bf16") {
+    SECTION(
+        "experts: the gathered tokens and each slot's down projection input; the router keeps "
+        "bf16") {
         const Architecture m = mixtral_like();
         const std::int64_t sbh = s * b * m.hidden, sbq = s * b * m.heads * m.head_size();
         const std::int64_t slots = static_cast<std::int64_t>(s * b * m.experts_per_token);
         CHECK(total(m, fp8, Attention::eager) - total(m, DType::bf16, Attention::eager) ==
               -(sbh + sbq + slots * static_cast<std::int64_t>(m.hidden + m.ffn)));
     }
-    SECTION("the head's input stays bf16: Megatron-LM's output layer is no Transformer Engine module") {
+    SECTION(
+        "the head's input stays bf16: Megatron-LM's output layer is no Transformer Engine module") {
         const Architecture m = fixtures::llama_7b();
-        CHECK(saved_bytes(head_saved(m, s, b, fp8)) == saved_bytes(head_saved(m, s, b, DType::bf16)));
+        CHECK(saved_bytes(head_saved(m, s, b, fp8)) ==
+              saved_bytes(head_saved(m, s, b, DType::bf16)));
     }
 }
 
-TEST_CASE("an fp8 linear's backward casts its output's gradient to fp8 and transposes it: 2 bytes per output element",
-          "[fp8][architecture]") {
+TEST_CASE(
+    "an fp8 linear's backward casts its output's gradient to fp8 and transposes it: 2 bytes per "
+    "output element",
+    "[fp8][architecture]") {
     const std::uint64_t s = 512, b = 2;
     const auto casts = [&](const Architecture& m, Precision p) {
         std::map<std::string, std::uint64_t> bytes;  // by the linear's weight
@@ -92,14 +110,17 @@ TEST_CASE("an fp8 linear's backward casts its output's gradient to fp8 and trans
     SECTION("dense layers: q/k/v, the output projection, gate and up, the down projection") {
         const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
         CAPTURE(m.name);
-        const std::uint64_t tokens = s * b, q = m.heads * m.head_size(), kv = m.key_value_heads() * m.head_size();
+        const std::uint64_t tokens = s * b, q = m.heads * m.head_size(),
+                            kv = m.key_value_heads() * m.head_size();
         const auto c = casts(m, fp8);
         REQUIRE(c.size() == 4);
         CHECK(c.at("q_proj") == 2 * tokens * (q + 2 * kv));
         CHECK(c.at("o_proj") == 2 * tokens * m.hidden);
-        CHECK(c.at(m.mlp == Mlp::gated ? "gate_proj" : "up_proj") == 2 * tokens * m.ffn * (m.mlp == Mlp::gated ? 2 : 1));
+        CHECK(c.at(m.mlp == Mlp::gated ? "gate_proj" : "up_proj") ==
+              2 * tokens * m.ffn * (m.mlp == Mlp::gated ? 2 : 1));
         CHECK(c.at("down_proj") == 2 * tokens * m.hidden);
-        CHECK(casts(m, DType::bf16).empty());  // bf16 linears run their GEMMs on the gradient as it is
+        CHECK(casts(m, DType::bf16)
+                  .empty());  // bf16 linears run their GEMMs on the gradient as it is
     }
     SECTION("experts: per routed token-slot; the router casts nothing") {
         const Architecture m = mixtral_like();
@@ -110,19 +131,22 @@ TEST_CASE("an fp8 linear's backward casts its output's gradient to fp8 and trans
     }
 }
 
-TEST_CASE("fp8 weight casts (the weight and its transpose) are held at every step, this rank's share",
-          "[fp8][timeline]") {
+TEST_CASE(
+    "fp8 weight casts (the weight and its transpose) are held at every step, this rank's share",
+    "[fp8][timeline]") {
     const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), mixtral_like());
     CAPTURE(m.name);
-    const std::uint64_t casts = 2 * linear_weights(m);  // one byte each for the cast and its transpose
+    const std::uint64_t casts =
+        2 * linear_weights(m);  // one byte each for the cast and its transpose
     const auto at = [](const RankReport& r, const std::string& step) {
         return fixtures::step_named(r, step).bytes.weight_copies.value();
     };
     const std::string L = std::to_string(m.layers);
     for (Recompute mode : {Recompute::none, Recompute::full}) {
         const Report r = estimate(m, fp8_settings(mode));
-        for (const std::string& step : {std::string("forward 1"), std::string("loss"), "backward " + L,
-                                        std::string("backward 1"), std::string("optimizer")})
+        for (const std::string& step :
+             {std::string("forward 1"), std::string("loss"), "backward " + L,
+              std::string("backward 1"), std::string("optimizer")})
             CHECK(at(r.busiest(), step) == m.layers * casts);
     }
     Settings split = fp8_settings(Recompute::selective);
@@ -130,15 +154,17 @@ TEST_CASE("fp8 weight casts (the weight and its transpose) are held at every ste
     const Report r = estimate(m, split);
     REQUIRE(r.ranks.size() == 2);
     for (const RankReport& stage : r.ranks)
-        for (const Step& step : stage.timeline) CHECK(step.bytes.weight_copies.value() == m.layers / 2 * casts / 2);
+        for (const Step& step : stage.timeline)
+            CHECK(step.bytes.weight_copies.value() == m.layers / 2 * casts / 2);
     // No casts without narrow linears.
     Settings plain = fp8_settings(Recompute::none);
     plain.recipe = builtin_recipe("mixed-adam");
     CHECK(at(estimate(m, plain).busiest(), "optimizer") == 0);
 }
 
-TEST_CASE("fp8 through the program: needs the architecture model; a recipe file can say its linears",
-          "[fp8][cli]") {
+TEST_CASE(
+    "fp8 through the program: needs the architecture model; a recipe file can say its linears",
+    "[fp8][cli]") {
     const auto formula = testing::memcalc("--preset llama-7b --recipe fp8");
     CHECK(formula.status == 2);
     CHECK(formula.out.empty());
@@ -159,11 +185,13 @@ TEST_CASE("fp8 through the program: needs the architecture model; a recipe file 
     CHECK(by_file.status == 0);
     CHECK(by_file.out == by_name.out);
 
-    std::ofstream(path) << R"({"name": "wide", "weights": "bf16", "gradients": "bf16", "activations": "bf16",
+    std::ofstream(path)
+        << R"({"name": "wide", "weights": "bf16", "gradients": "bf16", "activations": "bf16",
                                "optimizer": "adam", "linears": "bf16"})";
     const auto wide = testing::memcalc(args + " --recipe-file " + path);
     CHECK(wide.status != 0);
     CHECK(wide.out.empty());
-    CHECK_THAT(wide.err, Catch::Contains("linears is bf16, not narrower than the activations (bf16)"));
+    CHECK_THAT(wide.err,
+               Catch::Contains("linears is bf16, not narrower than the activations (bf16)"));
     std::remove(path.c_str());
 }

@@ -10,7 +10,8 @@
 #include "safetensors_header.hpp"
 
 TEST_CASE("every input a fuzzer found is handled", "[fuzz]") {
-    const std::filesystem::path dir = std::filesystem::path(MEMCALC_SOURCE_DIR) / "tests" / "fuzz-regressions";
+    const std::filesystem::path dir =
+        std::filesystem::path(MEMCALC_SOURCE_DIR) / "tests" / "fuzz-regressions";
     std::size_t inputs = 0;
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
         std::ifstream in(entry.path(), std::ios::binary);
@@ -20,15 +21,13 @@ TEST_CASE("every input a fuzzer found is handled", "[fuzz]") {
         ++inputs;
         try {  // as the start of a safetensors file, too
             (void)memcalc::cli::parse_safetensors_header(text.str(), text.str().size(), "fuzz");
-        } catch (const memcalc::error&) {
-        }
+        } catch (const memcalc::error&) {}
         for (bool hf : {false, true}) {
             try {
                 const auto file = hf ? memcalc::cli::parse_hf_config(text.str(), "fuzz", "fuzz")
                                      : memcalc::cli::parse_model_json(text.str(), "fuzz", "fuzz");
                 exercise(file.architecture);
-            } catch (const memcalc::error&) {
-            }
+            } catch (const memcalc::error&) {}
         }
     }
     CHECK(inputs > 0);

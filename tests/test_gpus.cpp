@@ -15,11 +15,13 @@ using namespace memcalc;
 using memcalc::cli::parse_gpu_json;
 
 TEST_CASE("every listed GPU reads back as itself", "[gpus]") {
-    const auto listed = nlohmann::json::parse(cli::render_listing(cli::gpus_listing(), cli::Format::json));
+    const auto listed =
+        nlohmann::json::parse(cli::render_listing(cli::gpus_listing(), cli::Format::json));
     REQUIRE(listed.size() == gpus.size());
     for (std::size_t i = 0; i < gpus.size(); ++i) {
         CAPTURE(gpus[i].name);
-        const Gpu read = parse_gpu_json(listed[i].dump(), "listed");  // memory_gib is shown, not read
+        const Gpu read =
+            parse_gpu_json(listed[i].dump(), "listed");  // memory_gib is shown, not read
         CHECK(read.name == gpus[i].name);
         CHECK(read.memory == gpus[i].memory);
         CHECK(read.peak_bf16_flops == gpus[i].peak_bf16_flops);
@@ -32,9 +34,10 @@ TEST_CASE("every listed GPU reads back as itself", "[gpus]") {
         CHECK(read.network_source == gpus[i].network_source);
         CHECK(!gpus[i].performance_source.empty());
         CHECK(!gpus[i].network_source.empty());
-        // Dense figures: fp8, where there is one, runs at twice bf16's rate on every listed part (the
-        // L40S's datasheet: 733 against 362.05).
-        if (gpus[i].peak_fp8_flops != 0) CHECK(gpus[i].peak_fp8_flops == Approx(2.0 * gpus[i].peak_bf16_flops).epsilon(0.03));
+        // Dense figures: fp8, where there is one, runs at twice bf16's rate on every listed part
+        // (the L40S's datasheet: 733 against 362.05).
+        if (gpus[i].peak_fp8_flops != 0)
+            CHECK(gpus[i].peak_fp8_flops == Approx(2.0 * gpus[i].peak_bf16_flops).epsilon(0.03));
         CHECK(read.memory.value() % (1u << 20) == 0);  // as the driver reports it: whole MiB
         CHECK(!gpus[i].source.empty());
         CHECK(find_gpu(gpus[i].name) == &gpus[i]);
@@ -42,7 +45,8 @@ TEST_CASE("every listed GPU reads back as itself", "[gpus]") {
 }
 
 TEST_CASE("the presets the planner needs, with speeds", "[gpus]") {
-    for (const char* name : {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h800", "h200", "b200", "mi300x", "l40s", "rtx-4090"}) {
+    for (const char* name : {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h800", "h200",
+                             "b200", "mi300x", "l40s", "rtx-4090"}) {
         CAPTURE(name);
         const Gpu* g = find_gpu(name);
         REQUIRE(g != nullptr);
@@ -55,11 +59,13 @@ TEST_CASE("the presets the planner needs, with speeds", "[gpus]") {
     }
     CHECK(find_gpu("a100-80gb")->host_bandwidth == 32'000'000'000ULL);
     CHECK(find_gpu("rtx-4090")->host_bandwidth == 32'000'000'000ULL);
-    for (const char* gen5 : {"h100-sxm", "h100-pcie", "h800", "h200", "b200", "mi300x"}) CHECK(find_gpu(gen5)->host_bandwidth == 64'000'000'000ULL);
+    for (const char* gen5 : {"h100-sxm", "h100-pcie", "h800", "h200", "b200", "mi300x"})
+        CHECK(find_gpu(gen5)->host_bandwidth == 64'000'000'000ULL);
     // An H800 is an H100 SXM with less NVLink.
     CHECK(find_gpu("h800")->peak_bf16_flops == find_gpu("h100-sxm")->peak_bf16_flops);
     CHECK(find_gpu("h800")->intra_node_bandwidth < find_gpu("h100-sxm")->intra_node_bandwidth);
-    const auto listed = nlohmann::json::parse(cli::render_listing(cli::gpus_listing(), cli::Format::json));
+    const auto listed =
+        nlohmann::json::parse(cli::render_listing(cli::gpus_listing(), cli::Format::json));
     CHECK(listed[2]["peak_bf16_flops"] == 989400000000000ULL);
     CHECK(listed[3]["inter_node_bytes_per_second"].is_null());  // h100-pcie: no standard NIC
     CHECK(listed[2]["host_bytes_per_second"] == 64000000000ULL);
@@ -71,10 +77,12 @@ TEST_CASE("the presets the planner needs, with speeds", "[gpus]") {
     CHECK_THAT(csv, Catch::Contains(",gpus_per_node,host_bytes_per_second\n"));
 }
 
-TEST_CASE("a GPU by name gives what its memory given by hand gives, in fit, plan and the estimate", "[gpus][cli]") {
+TEST_CASE("a GPU by name gives what its memory given by hand gives, in fit, plan and the estimate",
+          "[gpus][cli]") {
     const Gpu& h100 = *find_gpu("h100-sxm");
     const std::string bytes = std::to_string(h100.memory.value()) + "B";
-    for (const std::string run : {"fit --preset llama-7b --recompute selective --format json", "--preset llama-7b --seq 4096"}) {
+    for (const std::string run : {"fit --preset llama-7b --recompute selective --format json",
+                                  "--preset llama-7b --seq 4096"}) {
         CAPTURE(run);
         const auto by_name = testing::memcalc(run + " --gpu h100-sxm");
         const auto by_hand = testing::memcalc(run + " --device-memory " + bytes);
@@ -82,20 +90,24 @@ TEST_CASE("a GPU by name gives what its memory given by hand gives, in fit, plan
         CHECK(by_name.out == by_hand.out);
     }
     // The plan: the same layouts fit (the GPU's speeds also time and so rank them).
-    const std::string plan = "plan --preset llama-7b --gpus 8 --seq 4096 --global-batch 64 --top 3 --format json";
+    const std::string plan =
+        "plan --preset llama-7b --gpus 8 --seq 4096 --global-batch 64 --top 3 --format json";
     const auto named = nlohmann::json::parse(testing::memcalc(plan + " --gpu h100-sxm").out);
-    const auto by_hand = nlohmann::json::parse(testing::memcalc(plan + " --device-memory " + bytes).out);
+    const auto by_hand =
+        nlohmann::json::parse(testing::memcalc(plan + " --device-memory " + bytes).out);
     CHECK(named["evaluated"] == by_hand["evaluated"]);
     CHECK(named["fitting"] == by_hand["fitting"]);
     CHECK(named["capacity_bytes"] == by_hand["capacity_bytes"]);
     // A file of the listing's row for it gives the plan what the name gives: memory and speeds.
-    const auto listed = nlohmann::json::parse(cli::render_listing(cli::gpus_listing(), cli::Format::json));
+    const auto listed =
+        nlohmann::json::parse(cli::render_listing(cli::gpus_listing(), cli::Format::json));
     const std::string path = "gpu_file_speeds_test.json";
     {
         std::ofstream out(path);
         out << listed[2].dump();  // h100-sxm
     }
-    const std::string csv = "plan --preset llama-7b --seq 4096 --global-batch 64 --top 3 --format csv";
+    const std::string csv =
+        "plan --preset llama-7b --seq 4096 --global-batch 64 --top 3 --format csv";
     const auto by_file = testing::memcalc(csv + " --gpu-file " + path);
     CHECK(by_file.status == 0);
     CHECK(by_file.out == testing::memcalc(csv + " --gpu h100-sxm").out);
@@ -117,8 +129,10 @@ TEST_CASE("a GPU by name gives what its memory given by hand gives, in fit, plan
     CHECK(rows == 3);
     std::remove(path.c_str());
     // The "80 GB" of its name is 6.5% short of what the H100 reports: the longest sequence differs.
-    const auto nominal = testing::memcalc("fit --preset llama-3.2-1b --recompute full --device-memory 80GB --format csv");
-    const auto reported = testing::memcalc("fit --preset llama-3.2-1b --recompute full --gpu h100-sxm --format csv");
+    const auto nominal = testing::memcalc(
+        "fit --preset llama-3.2-1b --recompute full --device-memory 80GB --format csv");
+    const auto reported =
+        testing::memcalc("fit --preset llama-3.2-1b --recompute full --gpu h100-sxm --format csv");
     CHECK(nominal.out != reported.out);
 }
 
@@ -134,7 +148,9 @@ TEST_CASE("a GPU file, an unknown name, or two memories at once", "[gpus][cli]")
     CHECK(by_file.out == by_name.out);
     using Row = std::pair<std::string, std::string>;  // arguments, what stderr says
     auto [args, message] = GENERATE(table<std::string, std::string>({
-        Row{"--gpu h100", "unknown --gpu 'h100' (did you mean 'h100-sxm' or 'h100-pcie'?); 'memcalc gpus' lists them"},
+        Row{"--gpu h100",
+            "unknown --gpu 'h100' (did you mean 'h100-sxm' or 'h100-pcie'?); 'memcalc gpus' lists "
+            "them"},
         Row{"--gpu h100-sxm --device-memory 80GB", "excludes"},
         Row{"--gpu-file no-such-gpu.json", "GPU file 'no-such-gpu.json'"},
         Row{"", "fit needs --device-memory or --gpu"},
@@ -146,21 +162,32 @@ TEST_CASE("a GPU file, an unknown name, or two memories at once", "[gpus][cli]")
     CHECK(r.err.find(message) != std::string::npos);
     CHECK_THROWS_WITH(parse_gpu_json(R"({"name": "x", "memory_bytes": 0})", "g.json"),
                       "g.json: memory_bytes must be a positive integer (got 0)");
-    CHECK_THROWS_WITH(parse_gpu_json(R"({"name": "x", "memory": 80})", "g.json"), Catch::Contains("unknown key 'memory'"));
+    CHECK_THROWS_WITH(parse_gpu_json(R"({"name": "x", "memory": 80})", "g.json"),
+                      Catch::Contains("unknown key 'memory'"));
     // The speeds are optional (absent or null: unknown), and positive integers when given.
-    const Gpu speeds = parse_gpu_json(R"({"name": "x", "memory_bytes": 1073741824, "peak_bf16_flops": 1000000000000,
-                                          "peak_fp8_flops": null, "gpus_per_node": 4})", "g.json");
+    const Gpu speeds = parse_gpu_json(
+        R"({"name": "x", "memory_bytes": 1073741824, "peak_bf16_flops": 1000000000000,
+                                          "peak_fp8_flops": null, "gpus_per_node": 4})",
+        "g.json");
     CHECK(speeds.peak_bf16_flops == 1000000000000ULL);
     CHECK(speeds.peak_fp8_flops == 0);
     CHECK(speeds.gpus_per_node == 4);
-    CHECK_THROWS_WITH(parse_gpu_json(R"({"name": "x", "memory_bytes": 1073741824, "peak_bf16_flops": -1})", "g.json"),
-                      "g.json: peak_bf16_flops must be a positive integer (got -1)");
-    CHECK_THROWS_WITH(parse_gpu_json(R"({"name": "x", "memory_bytes": 1073741824, "gpus_per_node": "8"})", "g.json"),
-                      Catch::Contains("gpus_per_node must be a positive integer"));
-    CHECK_THROWS_WITH(parse_gpu_json(R"({"name": "x", "memory_bytes": 1073741824, "intra_node_bytes_per_second": 4.5e11})",
-                                     "g.json"),
-                      Catch::Contains("intra_node_bytes_per_second must be a positive integer"));
-    CHECK_THROWS_WITH(parse_gpu_json(R"({"name": "x", "memory_bytes": 1073741824, "memory_gib": "2.00"})", "g.json"),
-                      "g.json: memory_gib is \"2.00\", but memory_bytes makes it \"1.00\"");
+    CHECK_THROWS_WITH(
+        parse_gpu_json(R"({"name": "x", "memory_bytes": 1073741824, "peak_bf16_flops": -1})",
+                       "g.json"),
+        "g.json: peak_bf16_flops must be a positive integer (got -1)");
+    CHECK_THROWS_WITH(
+        parse_gpu_json(R"({"name": "x", "memory_bytes": 1073741824, "gpus_per_node": "8"})",
+                       "g.json"),
+        Catch::Contains("gpus_per_node must be a positive integer"));
+    CHECK_THROWS_WITH(
+        parse_gpu_json(
+            R"({"name": "x", "memory_bytes": 1073741824, "intra_node_bytes_per_second": 4.5e11})",
+            "g.json"),
+        Catch::Contains("intra_node_bytes_per_second must be a positive integer"));
+    CHECK_THROWS_WITH(
+        parse_gpu_json(R"({"name": "x", "memory_bytes": 1073741824, "memory_gib": "2.00"})",
+                       "g.json"),
+        "g.json: memory_gib is \"2.00\", but memory_bytes makes it \"1.00\"");
     std::remove(path.c_str());
 }

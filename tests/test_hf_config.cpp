@@ -28,7 +28,8 @@ TEST_CASE("real config.json files give their checkpoints' exact counts", "[hf_co
     for (const auto& [name, entry] : manifest.items()) {
         CAPTURE(name);
         const auto file = cli::load_hf_config(configs + name + ".json");
-        CHECK(parameter_table(file.architecture).total().value() == entry["published_parameters"].get<std::uint64_t>());
+        CHECK(parameter_table(file.architecture).total().value() ==
+              entry["published_parameters"].get<std::uint64_t>());
         CHECK(file.architecture.name == name);
         families.insert(entry["model_type"].get<std::string>());
     }
@@ -36,15 +37,16 @@ TEST_CASE("real config.json files give their checkpoints' exact counts", "[hf_co
     // Every model_type has a real config here but Falcon's old names, the multimodal configs whose
     // text_config is another type's (gemma3, llama4), and those whose config.json was not found
     // published with an exact count (phimoe, llama4_text: tested on their shapes below).
-    const std::set<std::string> without_config = {"RefinedWebModel", "RefinedWeb", "gemma3", "llama4", "phimoe",
-                                                  "llama4_text"};
+    const std::set<std::string> without_config = {"RefinedWebModel", "RefinedWeb", "gemma3",
+                                                  "llama4",          "phimoe",     "llama4_text"};
     for (const auto& type : cli::supported_model_types()) {
         CAPTURE(type);
         CHECK(families.count(type) + without_config.count(type) == 1);
     }
 }
 
-TEST_CASE("Qwen2-MoE's shared expert and gate, Qwen3-MoE's experts, their dense layers", "[hf_config][experts]") {
+TEST_CASE("Qwen2-MoE's shared expert and gate, Qwen3-MoE's experts, their dense layers",
+          "[hf_config][experts]") {
     const auto qwen2 = cli::load_hf_config(configs + "qwen1.5-moe-a2.7b.json").architecture;
     CHECK(qwen2.shared_ffn == 5632);
     CHECK(qwen2.shared_expert_gate);
@@ -55,7 +57,8 @@ TEST_CASE("Qwen2-MoE's shared expert and gate, Qwen3-MoE's experts, their dense 
     CHECK(qwen3.renormalize_topk);
     CHECK(qwen3.shared_ffn == 0);
     CHECK(qwen3.qk_norm == QkNorm::per_head);
-    // decoder_sparse_step 2 and mlp_only_layers [1]: layers 0, 1 and 2 dense (intermediate_size), 3 MoE, ...
+    // decoder_sparse_step 2 and mlp_only_layers [1]: layers 0, 1 and 2 dense (intermediate_size), 3
+    // MoE, ...
     json sparse = read_json(configs + "qwen1.5-moe-a2.7b.json");
     sparse["decoder_sparse_step"] = 2, sparse["mlp_only_layers"] = {1};
     const auto mixed = cli::parse_hf_config(sparse.dump(), "q.json", "q").architecture;
@@ -71,36 +74,47 @@ TEST_CASE("Qwen2-MoE's shared expert and gate, Qwen3-MoE's experts, their dense 
                       Catch::Contains("mlp_only_layers must be an array of non-negative integers"));
 }
 
-TEST_CASE("Phi-3.5-MoE: LayerNorms with biases, q/k/v/o biases, a biased head", "[hf_config][experts]") {
+TEST_CASE("Phi-3.5-MoE: LayerNorms with biases, q/k/v/o biases, a biased head",
+          "[hf_config][experts]") {
     // Phi-3.5-MoE-instruct's shape keys (its config.json: attention_bias and lm_head_bias true).
-    const json phi = {{"model_type", "phimoe"}, {"hidden_size", 4096}, {"intermediate_size", 6400},
-                      {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
-                      {"num_local_experts", 16}, {"num_experts_per_tok", 2}, {"vocab_size", 32064},
-                      {"attention_bias", true}, {"lm_head_bias", true}, {"tie_word_embeddings", false}};
+    const json phi = {
+        {"model_type", "phimoe"},  {"hidden_size", 4096},       {"intermediate_size", 6400},
+        {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
+        {"num_local_experts", 16}, {"num_experts_per_tok", 2},  {"vocab_size", 32064},
+        {"attention_bias", true},  {"lm_head_bias", true},      {"tie_word_embeddings", false}};
     const auto m = cli::parse_hf_config(phi.dump(), "phi.json", "phi").architecture;
     CHECK(m.norm == Norm::layernorm);
     CHECK(m.bias == Bias::attention);
     CHECK(m.head_bias);
-    // 41,873,153,344: the total quoted for Phi-3.5-MoE beside Phi-3.5-mini's 3,821,079,552 (README: sources).
+    // 41,873,153,344: the total quoted for Phi-3.5-MoE beside Phi-3.5-mini's 3,821,079,552 (README:
+    // sources).
     CHECK(parameter_table(m).total().value() == 41873153344ULL);
 }
 
-TEST_CASE("Llama 4's text model: interleaved dense and MoE layers, one shared expert, the multimodal text_config",
-          "[hf_config][experts]") {
-    // Llama 4 Maverick's text_config shape: 128 experts in every second layer, dense layers of 16384.
-    json maverick = {{"model_type", "llama4_text"}, {"hidden_size", 5120}, {"intermediate_size", 8192},
-                     {"intermediate_size_mlp", 16384}, {"num_hidden_layers", 48}, {"num_attention_heads", 40},
-                     {"num_key_value_heads", 8}, {"head_dim", 128}, {"vocab_size", 202048},
-                     {"num_local_experts", 128}, {"num_experts_per_tok", 1}, {"interleave_moe_layer_step", 2},
-                     {"use_qk_norm", true}, {"attention_chunk_size", 8192}, {"tie_word_embeddings", false}};
+TEST_CASE(
+    "Llama 4's text model: interleaved dense and MoE layers, one shared expert, the multimodal "
+    "text_config",
+    "[hf_config][experts]") {
+    // Llama 4 Maverick's text_config shape: 128 experts in every second layer, dense layers of
+    // 16384.
+    json maverick = {{"model_type", "llama4_text"}, {"hidden_size", 5120},
+                     {"intermediate_size", 8192},   {"intermediate_size_mlp", 16384},
+                     {"num_hidden_layers", 48},     {"num_attention_heads", 40},
+                     {"num_key_value_heads", 8},    {"head_dim", 128},
+                     {"vocab_size", 202048},        {"num_local_experts", 128},
+                     {"num_experts_per_tok", 1},    {"interleave_moe_layer_step", 2},
+                     {"use_qk_norm", true},         {"attention_chunk_size", 8192},
+                     {"tie_word_embeddings", false}};
     const auto m = cli::parse_hf_config(maverick.dump(), "l.json", "l").architecture;
     CHECK(m.shared_ffn == 8192);
     CHECK_FALSE(m.renormalize_topk);
-    // Layer 0 is dense (moe_layers = 1, 3, ..., 47); every 4th layer (3, 7, ...) is a NoPE MoE layer.
+    // Layer 0 is dense (moe_layers = 1, 3, ..., 47); every 4th layer (3, 7, ...) is a NoPE MoE
+    // layer.
     CHECK(m.layers_of_kind(0) == 24);
     CHECK(m.layers_of_kind(1) + m.layers_of_kind(2) == 24);
     CHECK(m.kind_view(0).experts == 0);
-    // 400,711,848,960: Maverick's decoder, the public safetensors total less its vision encoder and projector.
+    // 400,711,848,960: Maverick's decoder, the public safetensors total less its vision encoder and
+    // projector.
     CHECK(parameter_table(m).total().value() == 400711848960ULL);
     // Scout's shape: 16 experts in every layer, no dense kind.
     json scout = maverick;
@@ -111,14 +125,18 @@ TEST_CASE("Llama 4's text model: interleaved dense and MoE layers, one shared ex
     const std::uint64_t layer = attention + 2 * h + h * 16 + 16 * 3 * h * 8192 + 3 * h * 8192;
     CHECK(parameter_table(every).total().value() == 48 * layer + 2 * 202048 * h + h);
     // moe_layers given outright wins over the step.
-    scout["moe_layers"] = {0, 47};  // layer 0 rotary, layer 47 NoPE: two kinds of one layer each, four in all
+    scout["moe_layers"] = {
+        0, 47};  // layer 0 rotary, layer 47 NoPE: two kinds of one layer each, four in all
     const auto two = cli::parse_hf_config(scout.dump(), "l.json", "l").architecture;
     CHECK(two.layer_kinds.size() == 4);
     CHECK(two.layers_of_kind(0) + two.layers_of_kind(3) == 2);
     // The multimodal config: its text_config alone.
-    const json nested = {{"model_type", "llama4"}, {"text_config", maverick}, {"vision_config", {{"hidden_size", 1408}}}};
-    CHECK(parameter_table(cli::parse_hf_config(nested.dump(), "l.json", "l").architecture).total().value() ==
-          400711848960ULL);
+    const json nested = {{"model_type", "llama4"},
+                         {"text_config", maverick},
+                         {"vision_config", {{"hidden_size", 1408}}}};
+    CHECK(parameter_table(cli::parse_hf_config(nested.dump(), "l.json", "l").architecture)
+              .total()
+              .value() == 400711848960ULL);
 }
 
 TEST_CASE("family quirks come through the importer", "[hf_config]") {
@@ -140,7 +158,8 @@ TEST_CASE("family quirks come through the importer", "[hf_config]") {
     CHECK(qwen.tied_embeddings);
 }
 
-TEST_CASE("Qwen3 and Gemma 3 norm q and k per head; gemma3 reads its text_config", "[hf_config][qk_norm]") {
+TEST_CASE("Qwen3 and Gemma 3 norm q and k per head; gemma3 reads its text_config",
+          "[hf_config][qk_norm]") {
     const auto qwen3 = cli::load_hf_config(configs + "qwen3-8b.json").architecture;
     CHECK(qwen3.qk_norm == QkNorm::per_head);
     CHECK(qwen3.head_size() == 128);
@@ -151,21 +170,28 @@ TEST_CASE("Qwen3 and Gemma 3 norm q and k per head; gemma3 reads its text_config
     // Two weights of head_dim per layer: what a model without them lacks, exactly.
     Architecture bare = qwen3;
     bare.qk_norm = QkNorm::none;
-    CHECK(parameter_table(qwen3).total().value() - parameter_table(bare).total().value() == 36 * 2 * 128);
+    CHECK(parameter_table(qwen3).total().value() - parameter_table(bare).total().value() ==
+          36 * 2 * 128);
 
     // The multimodal config's language model is the same text model.
     json text = read_json(configs + "gemma-3-1b-pt.json");
-    const json nested = {{"model_type", "gemma3"}, {"text_config", text}, {"vision_config", {{"hidden_size", 1152}}}};
+    const json nested = {{"model_type", "gemma3"},
+                         {"text_config", text},
+                         {"vision_config", {{"hidden_size", 1152}}}};
     const auto from_nested = cli::parse_hf_config(nested.dump(), "g.json", "g").architecture;
     CHECK(parameter_table(from_nested).total() == parameter_table(gemma3).total());
-    CHECK_THROWS_WITH(cli::parse_hf_config(R"({"model_type": "gemma3"})", "g.json", "g"),
-                      "g.json: model_type gemma3 needs its language model's keys in a text_config object");
+    CHECK_THROWS_WITH(
+        cli::parse_hf_config(R"({"model_type": "gemma3"})", "g.json", "g"),
+        "g.json: model_type gemma3 needs its language model's keys in a text_config object");
     text.erase("num_hidden_layers");
-    CHECK_THROWS_WITH(cli::parse_hf_config(json{{"model_type", "gemma3"}, {"text_config", text}}.dump(), "g.json", "g"),
-                      "g.json (text_config): missing key 'num_hidden_layers'");
+    CHECK_THROWS_WITH(
+        cli::parse_hf_config(json{{"model_type", "gemma3"}, {"text_config", text}}.dump(), "g.json",
+                             "g"),
+        "g.json (text_config): missing key 'num_hidden_layers'");
     // use_sliding_window: the layers from max_window_layers on slide, and keep what full ones keep.
     json sliding = read_json(configs + "qwen3-8b.json");
-    sliding["use_sliding_window"] = true, sliding["sliding_window"] = 4096, sliding["max_window_layers"] = 28;
+    sliding["use_sliding_window"] = true, sliding["sliding_window"] = 4096,
+    sliding["max_window_layers"] = 28;
     const auto windowed = cli::parse_hf_config(sliding.dump(), "q.json", "q").architecture;
     CHECK(windowed.layers_of_kind(1) == 8);
     CHECK(parameter_table(windowed).total() == parameter_table(qwen3).total());
@@ -175,16 +201,23 @@ TEST_CASE("a config.json the importer cannot read says which key or type", "[hf_
     using Row = std::pair<std::string, std::string>;
     const auto [text, message] = GENERATE(table<std::string, std::string>({
         Row{R"({"hidden_size": 8})", "c.json: missing key 'model_type'"},
-        Row{R"({"model_type": "mamba"})", "model_type 'mamba' is not supported; memcalc reads llama, mistral"},
-        Row{R"({"model_type": "llama", "hidden_size": 64})", "c.json: missing key 'num_hidden_layers'"},
-        Row{R"({"model_type": "gpt2", "n_embd": "768"})", "n_embd must be a positive integer (got string \"768\")"},
-        Row{R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        Row{R"({"model_type": "mamba"})",
+            "model_type 'mamba' is not supported; memcalc reads llama, mistral"},
+        Row{R"({"model_type": "llama", "hidden_size": 64})",
+            "c.json: missing key 'num_hidden_layers'"},
+        Row{R"({"model_type": "gpt2", "n_embd": "768"})",
+            "n_embd must be a positive integer (got string \"768\")"},
+        Row{R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4,
                "intermediate_size": 128, "vocab_size": 10, "hidden_act": "swiglu2"})",
             "hidden_act 'swiglu2' is not an activation memcalc knows"},
-        Row{R"({"model_type": "opt", "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
-               "ffn_dim": 4096, "vocab_size": 50272, "max_position_embeddings": 2048, "word_embed_proj_dim": 512})",
+        Row{R"({"model_type": "opt", "hidden_size": 1024, "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+               "ffn_dim": 4096, "vocab_size": 50272, "max_position_embeddings": 2048,
+               "word_embed_proj_dim": 512})",
             "word_embed_proj_dim (512) differs from hidden_size (1024)"},
-        Row{R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 6,
+        Row{R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 6,
                "intermediate_size": 128, "vocab_size": 10})",
             "c.json: heads (6) must divide hidden (64)"},
         Row{"{\"model_type\": ", "c.json: malformed JSON"},
@@ -193,13 +226,17 @@ TEST_CASE("a config.json the importer cannot read says which key or type", "[hf_
     CHECK_THROWS_WITH(cli::parse_hf_config(text, "c.json", "c"), Catch::Contains(message));
 }
 
-TEST_CASE("an unknown model_type gets the list of known ones, never a nearest name from another family", "[hf_config]") {
-    // "qwen4" is one edit from "qwen3" and "qwen2", "lama" one from "llama": a guess across families misleads.
+TEST_CASE(
+    "an unknown model_type gets the list of known ones, never a nearest name from another family",
+    "[hf_config]") {
+    // "qwen4" is one edit from "qwen3" and "qwen2", "lama" one from "llama": a guess across
+    // families misleads.
     for (const std::string type : {"qwen4", "lama", "gemma4", "mamba"}) {
         CAPTURE(type);
         const std::string text = json{{"model_type", type}}.dump();
         CHECK_THROWS_WITH(cli::parse_hf_config(text, "c.json", "c"),
-                          Catch::StartsWith("c.json: model_type '" + type + "' is not supported; memcalc reads llama, ") &&
+                          Catch::StartsWith("c.json: model_type '" + type +
+                                            "' is not supported; memcalc reads llama, ") &&
                               !Catch::Contains("did you mean"));
     }
 }
@@ -207,40 +244,62 @@ TEST_CASE("an unknown model_type gets the list of known ones, never a nearest na
 TEST_CASE("a config named config.json takes its folder's name", "[hf_config]") {
     const std::string dir = "memcalc_test_dir/Tiny-Llama";
     std::system(("mkdir -p " + dir).c_str());
-    std::ofstream(dir + "/config.json") << R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+    std::ofstream(dir + "/config.json")
+        << R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10})";
     CHECK(cli::load_hf_config(dir + "/config.json").architecture.name == "Tiny-Llama");
     std::system("rm -rf memcalc_test_dir");
 }
 
-TEST_CASE("transformers' activation names map to the row of what they run", "[hf_config][activation_functions]") {
-    // ACT2FN: gelu_new and gelu_fast are chains of Python ops, gelu_pytorch_tanh torch's fused kernel.
+TEST_CASE("transformers' activation names map to the row of what they run",
+          "[hf_config][activation_functions]") {
+    // ACT2FN: gelu_new and gelu_fast are chains of Python ops, gelu_pytorch_tanh torch's fused
+    // kernel.
     using Row = std::pair<std::string, Activation>;
     const auto [name, activation] = GENERATE(table<std::string, Activation>({
-        Row{"gelu_new", Activation::gelu_new}, Row{"gelu_pytorch_tanh", Activation::gelu_tanh},
-        Row{"gelu", Activation::gelu}, Row{"silu", Activation::silu}, Row{"swish", Activation::silu},
-        Row{"relu", Activation::relu}, Row{"gelu_fast", Activation::gelu_fast}, Row{"quick_gelu", Activation::quick_gelu},
+        Row{"gelu_new", Activation::gelu_new},
+        Row{"gelu_pytorch_tanh", Activation::gelu_tanh},
+        Row{"gelu", Activation::gelu},
+        Row{"silu", Activation::silu},
+        Row{"swish", Activation::silu},
+        Row{"relu", Activation::relu},
+        Row{"gelu_fast", Activation::gelu_fast},
+        Row{"quick_gelu", Activation::quick_gelu},
         Row{"bloom_gelu", Activation::gelu_tanh},
     }));
     CAPTURE(name);
-    const std::string gpt2 = R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100,
-                                 "n_positions": 64, "activation_function": ")" + name + "\"}";
+    const std::string gpt2 =
+        R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100,
+                                 "n_positions": 64, "activation_function": ")" +
+        name + "\"}";
     CHECK(cli::parse_hf_config(gpt2, "c.json", "c").architecture.activation == activation);
-    const std::string llama = R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                  "intermediate_size": 128, "vocab_size": 10, "hidden_act": ")" + name + "\"}";
+    const std::string llama =
+        R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+                                  "intermediate_size": 128, "vocab_size": 10, "hidden_act": ")" +
+        name + "\"}";
     CHECK(cli::parse_hf_config(llama, "c.json", "c").architecture.activation == activation);
 }
 
-TEST_CASE("GPT-2's and Phi-2's published configs run gelu_new's ops; Gemma's the fused tanh kernel", "[hf_config][activation_functions]") {
-    CHECK(cli::load_hf_config(configs + "gpt2.json").architecture.activation == Activation::gelu_new);
-    CHECK(cli::load_hf_config(configs + "phi-2.json").architecture.activation == Activation::gelu_new);
-    CHECK(cli::load_hf_config(configs + "gemma-2b.json").architecture.activation == Activation::gelu_tanh);
-    CHECK(cli::load_hf_config(configs + "pythia-1b.json").architecture.activation == Activation::gelu);
+TEST_CASE("GPT-2's and Phi-2's published configs run gelu_new's ops; Gemma's the fused tanh kernel",
+          "[hf_config][activation_functions]") {
+    CHECK(cli::load_hf_config(configs + "gpt2.json").architecture.activation ==
+          Activation::gelu_new);
+    CHECK(cli::load_hf_config(configs + "phi-2.json").architecture.activation ==
+          Activation::gelu_new);
+    CHECK(cli::load_hf_config(configs + "gemma-2b.json").architecture.activation ==
+          Activation::gelu_tanh);
+    CHECK(cli::load_hf_config(configs + "pythia-1b.json").architecture.activation ==
+          Activation::gelu);
     // The presets say the same as their configs.
     for (const char* name : {"gpt2", "phi-2"})
-        CHECK(cli::load_preset(name).architecture.activation == cli::load_hf_config(configs + name + ".json").architecture.activation);
-    CHECK_THROWS_WITH(cli::parse_hf_config(R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
-                                                "vocab_size": 100, "n_positions": 64, "activation_function": "gelu_neww"})",
-                                           "c.json", "c"),
-                      Catch::Contains("activation_function 'gelu_neww' is not an activation memcalc knows (silu, swish, gelu,"));
+        CHECK(cli::load_preset(name).architecture.activation ==
+              cli::load_hf_config(configs + name + ".json").architecture.activation);
+    CHECK_THROWS_WITH(
+        cli::parse_hf_config(R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+                                                "vocab_size": 100, "n_positions": 64,
+                                                "activation_function": "gelu_neww"})",
+                             "c.json", "c"),
+        Catch::Contains("activation_function 'gelu_neww' is not an activation memcalc knows (silu, "
+                        "swish, gelu,"));
 }

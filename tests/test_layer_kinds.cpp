@@ -1,6 +1,7 @@
 // Models as kinds of layer in a pattern of runs: one kind, or the same kind split into runs, gives
 // every preset's figures; a model of two kinds is each kind's sum; its timeline rebuilds each layer
-// as its kind; the closed form stays allocation-free; model files give kinds; bad patterns are named.
+// as its kind; the closed form stays allocation-free; model files give kinds; bad patterns are
+// named.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -23,7 +24,8 @@ using namespace memcalc;
 #if defined(__SANITIZE_ADDRESS__)
 #define MEMCALC_COUNTS_ALLOCATIONS 0
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer) || __has_feature(thread_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer) || \
+    __has_feature(thread_sanitizer)
 #define MEMCALC_COUNTS_ALLOCATIONS 0
 #endif
 #endif
@@ -77,7 +79,8 @@ void require_same(const Report& a, const Report& b) {
 /// The same model with every layer of kinds that change nothing: one kind, or `kinds` alike ones
 /// in runs of random lengths.
 Architecture alike_kinds(Architecture m, std::size_t kinds, std::mt19937_64& random) {
-    for (std::size_t k = 0; k < kinds; ++k) m.layer_kinds.push_back({"kind" + std::to_string(k), {}, {}, {}});
+    for (std::size_t k = 0; k < kinds; ++k)
+        m.layer_kinds.push_back({"kind" + std::to_string(k), {}, {}, {}});
     for (std::uint64_t left = m.layers; left > 0;) {
         const std::uint64_t count = std::uniform_int_distribution<std::uint64_t>(1, left)(random);
         m.layer_pattern.push_back({random() % kinds, count});
@@ -94,22 +97,27 @@ std::vector<Settings> layouts(const Architecture& m) {
     out.push_back(plain);
     Settings staged = plain;
     staged.activations = ActivationModel::architecture, staged.recompute = Recompute::selective;
-    staged.parallel.pp = 2, staged.parallel.dp = 2, staged.parallel.zero = 3, staged.parallel.microbatches = 4;
+    staged.parallel.pp = 2, staged.parallel.dp = 2, staged.parallel.zero = 3,
+    staged.parallel.microbatches = 4;
     out.push_back(staged);
     Settings interleaved = plain;
     interleaved.recompute = Recompute::full;
-    interleaved.parallel.pp = 2, interleaved.parallel.vpp = 2, interleaved.parallel.microbatches = 4;
+    interleaved.parallel.pp = 2, interleaved.parallel.vpp = 2,
+    interleaved.parallel.microbatches = 4;
     if (m.layers % 4 == 0) out.push_back(interleaved);
     return out;
 }
 
 }  // namespace
 
-TEST_CASE("one kind of layer, or alike kinds in runs, gives every preset's figures", "[layer_kinds]") {
+TEST_CASE("one kind of layer, or alike kinds in runs, gives every preset's figures",
+          "[layer_kinds]") {
     std::mt19937_64 random(20261130);
     for (const auto& name : cli::preset_names()) {
         const Architecture m = cli::load_preset(name).architecture;
-        if (!m.layer_kinds.empty()) continue;  // kinds of its own (DeepSeek's dense and MoE layers, sliding and full ones): the tests below split single-kind models
+        if (!m.layer_kinds.empty())
+            continue;  // kinds of its own (DeepSeek's dense and MoE layers, sliding and full ones):
+                       // the tests below split single-kind models
         for (const Settings& s : layouts(m)) {
             if (m.layers % s.parallel.pp != 0) continue;
             CAPTURE(name, s.parallel.pp, s.parallel.vpp, recompute_name(s.recompute));
@@ -127,17 +135,22 @@ TEST_CASE("a model of a dense and a mixture-of-experts kind is each kind's sum",
     Architecture dense = mixed.kind_view(0), moe = mixed.kind_view(1);  // every layer of one kind
     for (auto activations : {ActivationModel::korthikanti, ActivationModel::architecture}) {
         Settings s;
-        s.seq = 1024, s.micro_batch = 2, s.activations = activations, s.recompute = Recompute::selective;
+        s.seq = 1024, s.micro_batch = 2, s.activations = activations,
+        s.recompute = Recompute::selective;
         const Report r = estimate(mixed, s), d = estimate(dense, s), e = estimate(moe, s);
         const ParameterTable& t = d.parameters;
-        const Count outside = t.group(Group::input) + t.group(Group::head);  // the same in all three
-        CHECK(r.parameter_count == outside + Count(2) * d.parameters.per_layer() + Count(6) * e.parameters.per_layer());
+        const Count outside =
+            t.group(Group::input) + t.group(Group::head);  // the same in all three
+        CHECK(r.parameter_count ==
+              outside + Count(2) * d.parameters.per_layer() + Count(6) * e.parameters.per_layer());
         CHECK(r.parameters.per_layer(0) == d.parameters.per_layer());
         CHECK(r.parameters.per_layer(1) == e.parameters.per_layer());
         CHECK(r.activations == Count(2) * d.layer.total() + Count(6) * e.layer.total());
-        CHECK(r.kept_activations == Count(2) * d.layer.kept(s.recompute) + Count(6) * e.layer.kept(s.recompute));
+        CHECK(r.kept_activations ==
+              Count(2) * d.layer.kept(s.recompute) + Count(6) * e.layer.kept(s.recompute));
         CHECK(r.compute.step == Approx(0.25 * d.compute.step + 0.75 * e.compute.step));
-        CHECK(r.compute.recompute == Approx(0.25 * d.compute.recompute + 0.75 * e.compute.recompute));
+        CHECK(r.compute.recompute ==
+              Approx(0.25 * d.compute.recompute + 0.75 * e.compute.recompute));
 
         // Forward steps keep each layer as its kind; each backward step rebuilds its own kind.
         const Recompute full = Recompute::full;
@@ -149,7 +162,8 @@ TEST_CASE("a model of a dense and a mixture-of-experts kind is each kind's sum",
             const Report& own = step.layer <= 2 ? fd : fe;
             CHECK(step.bytes.rebuilt_activations == own.layer.rebuilt(full));
         }
-        // Forward 8 keeps every layer's checkpoint; forward 1 the embedding side's and one dense layer's.
+        // Forward 8 keeps every layer's checkpoint; forward 1 the embedding side's and one dense
+        // layer's.
         const Step& first_forward = f.timeline()[0];
         const Step& last_forward = f.timeline()[7];
         REQUIRE(last_forward.name() == "forward 8");
@@ -158,17 +172,21 @@ TEST_CASE("a model of a dense and a mixture-of-experts kind is each kind's sum",
     }
 }
 
-TEST_CASE("the closed form of a mixed model allocates nothing and finds the timelines' peak", "[layer_kinds]") {
+TEST_CASE("the closed form of a mixed model allocates nothing and finds the timelines' peak",
+          "[layer_kinds]") {
     Architecture m = dense_then_moe();
     m.layers = 16;
     m.layer_pattern = {{0, 3}, {1, 5}, {0, 1}, {1, 7}};
     Settings s;
     s.seq = 2048, s.activations = ActivationModel::architecture, s.recompute = Recompute::selective;
-    s.parallel.pp = 4, s.parallel.vpp = 2, s.parallel.dp = 2, s.parallel.ep = 2, s.parallel.zero = 2;
+    s.parallel.pp = 4, s.parallel.vpp = 2, s.parallel.dp = 2, s.parallel.ep = 2,
+    s.parallel.zero = 2;
     s.parallel.microbatches = 8;
     const Report r = estimate(m, s);
-    const ActivationTables t = activation_tables(m, s.seq, s.micro_batch, DType::bf16, s.activations);
-    const Workload w = make_workload(m, s.recipe, s.seq, s.micro_batch, s.recompute, parameter_splits(r.parameters, m.vocab), t);
+    const ActivationTables t =
+        activation_tables(m, s.seq, s.micro_batch, DType::bf16, s.activations);
+    const Workload w = make_workload(m, s.recipe, s.seq, s.micro_batch, s.recompute,
+                                     parameter_splits(r.parameters, m.vocab), t);
     const std::uint64_t before = allocations;
     const LayoutPeak peak = layout_peak(w, s.parallel);
     if (MEMCALC_COUNTS_ALLOCATIONS) CHECK(allocations == before);
@@ -191,7 +209,8 @@ TEST_CASE("a bad pattern of layer kinds is named", "[layer_kinds]") {
 
     Architecture bad_kind = dense_then_moe();
     bad_kind.layer_kinds[1].experts_per_token = 9;
-    CHECK_THROWS_WITH(validate(bad_kind), "layer kind 'moe': experts_per_token (9) must not exceed experts (8)");
+    CHECK_THROWS_WITH(validate(bad_kind),
+                      "layer kind 'moe': experts_per_token (9) must not exceed experts (8)");
     Settings s;
     s.seq = 128, s.parallel.tp = 4;
     Architecture narrow = dense_then_moe();
@@ -199,10 +218,12 @@ TEST_CASE("a bad pattern of layer kinds is named", "[layer_kinds]") {
     CHECK_THROWS_WITH(estimate(narrow, s), "tp (4) must divide ffn (layer kind 'dense') (2046)");
 }
 
-TEST_CASE("a stage's layers by kind: counts and runs, across chunks and stage boundaries", "[layer_kinds]") {
+TEST_CASE("a stage's layers by kind: counts and runs, across chunks and stage boundaries",
+          "[layer_kinds]") {
     Architecture m = dense_then_moe();
     m.layers = 16;
-    m.layer_pattern = {{0, 3}, {1, 5}, {0, 1}, {1, 7}};  // kinds of layers 1..16: 000 11111 0 1111111
+    m.layer_pattern = {
+        {0, 3}, {1, 5}, {0, 1}, {1, 7}};  // kinds of layers 1..16: 000 11111 0 1111111
     const LayerPattern pattern(m);
     CHECK(pattern.prefix(9) == KindCounts{4, 5, 0, 0});
     CHECK(pattern.kind_of(9) == 0);
@@ -216,7 +237,7 @@ TEST_CASE("a stage's layers by kind: counts and runs, across chunks and stage bo
     CHECK(interleaved.counts(4) == KindCounts{1, 3, 0, 0});
     CHECK(interleaved.counts(1) == KindCounts{1, 0, 0, 0});
     CHECK(interleaved.run_end(1) == 1);
-    CHECK(interleaved.run_end(2) == 2);    // layers 4 and 11 are alike but not consecutive
+    CHECK(interleaved.run_end(2) == 2);  // layers 4 and 11 are alike but not consecutive
     CHECK(interleaved.run_start(4) == 3);
     CHECK(interleaved.run_end(3) == 4);
 
@@ -243,7 +264,8 @@ TEST_CASE("a stage's layers by kind: counts and runs, across chunks and stage bo
 namespace {
 /// A model file of two kinds of layer, with `key` replaced by `value` (JSON) when given.
 std::string mixed_file(const std::string& key = "", const std::string& value = "") {
-    auto j = nlohmann::json::parse(R"({"name": "mixed", "hidden": 512, "layers": 8, "heads": 8, "kv_heads": 4,
+    auto j = nlohmann::json::parse(
+        R"({"name": "mixed", "hidden": 512, "layers": 8, "heads": 8, "kv_heads": 4,
         "ffn": 256, "vocab": 1000, "experts": 8, "experts_per_token": 2,
         "layer_kinds": [{"name": "dense", "ffn": 2048, "experts": 0}, {"name": "moe"}],
         "layer_pattern": [{"kind": "dense", "layers": 2}, {"kind": "moe", "layers": 6}]})");
@@ -252,7 +274,8 @@ std::string mixed_file(const std::string& key = "", const std::string& value = "
 }
 }  // namespace
 
-TEST_CASE("a model file's kinds of layer read back as the model they describe", "[layer_kinds][model_file]") {
+TEST_CASE("a model file's kinds of layer read back as the model they describe",
+          "[layer_kinds][model_file]") {
     const Architecture read = cli::parse_model_json(mixed_file(), "m.json", "m").architecture;
     Architecture expected = dense_then_moe();
     REQUIRE(read.layer_kinds.size() == 2);
@@ -266,31 +289,40 @@ TEST_CASE("a model file's kinds of layer read back as the model they describe", 
     Settings s;
     s.seq = 1024;
     expected.max_positions = 0;
-    CHECK(estimate(read, s).peak_step().bytes.total() == estimate(expected, s).peak_step().bytes.total());
+    CHECK(estimate(read, s).peak_step().bytes.total() ==
+          estimate(expected, s).peak_step().bytes.total());
 }
 
-TEST_CASE("every bad kind of layer or pattern in a model file is named", "[layer_kinds][model_file]") {
+TEST_CASE("every bad kind of layer or pattern in a model file is named",
+          "[layer_kinds][model_file]") {
     using Case = std::pair<std::string, std::string>;  // file text, what the message says
     auto [text, message] = GENERATE(table<std::string, std::string>({
-        Case{mixed_file("layer_pattern", R"([{"kind": "dnese", "layers": 2}, {"kind": "moe", "layers": 6}])"),
-             "m.json: layer_pattern[0]: kind 'dnese' is not in layer_kinds (did you mean 'dense'?)"},
-        Case{mixed_file("layer_pattern", R"([{"kind": "dense", "layers": 2}, {"kind": "moe", "layers": 5}])"),
+        Case{
+            mixed_file("layer_pattern",
+                       R"([{"kind": "dnese", "layers": 2}, {"kind": "moe", "layers": 6}])"),
+            "m.json: layer_pattern[0]: kind 'dnese' is not in layer_kinds (did you mean 'dense'?)"},
+        Case{mixed_file("layer_pattern",
+                        R"([{"kind": "dense", "layers": 2}, {"kind": "moe", "layers": 5}])"),
              "m.json: layer_pattern covers 7 layers; the model has 8"},
-        Case{mixed_file("layer_pattern", R"([{"kind": "dense", "layers": 0}, {"kind": "moe", "layers": 8}])"),
+        Case{mixed_file("layer_pattern",
+                        R"([{"kind": "dense", "layers": 0}, {"kind": "moe", "layers": 8}])"),
              "m.json: layer_pattern[0]: layers must be a positive integer (got 0)"},
         Case{mixed_file("layer_kinds", R"([{"name": "dense"}, {"name": "dense"}])"),
              "m.json: layer_kinds[1]: name 'dense' is given twice"},
         Case{mixed_file("layer_kinds", R"([{"name": "dense", "experts": -1}, {"name": "moe"}])"),
              "m.json: layer_kinds[0]: experts must be a non-negative integer (got number -1)"},
-        Case{mixed_file("layer_kinds", R"([{"name": "dense", "mixers": "mamba"}, {"name": "moe"}])"),
-             "m.json: layer_kinds[0]: unknown key 'mixers'"},
+        Case{
+            mixed_file("layer_kinds", R"([{"name": "dense", "mixers": "mamba"}, {"name": "moe"}])"),
+            "m.json: layer_kinds[0]: unknown key 'mixers'"},
         Case{mixed_file("layer_kinds", R"([{"name": "dense", "mixer": "mamba"}, {"name": "moe"}])"),
              "m.json: layer kind 'dense': mamba_inner must be a positive integer (got 0)"},
         Case{mixed_file("layer_kinds", R"([{"name": "dense", "mixer": "ssm"}, {"name": "moe"}])"),
              "m.json: layer_kinds[0]: mixer"},
-        Case{mixed_file("layer_kinds", R"([{"name": "dense", "experts_per_token": 9}, {"name": "moe"}])"),
+        Case{mixed_file("layer_kinds",
+                        R"([{"name": "dense", "experts_per_token": 9}, {"name": "moe"}])"),
              "m.json: layer kind 'dense': experts_per_token (9) must not exceed experts (8)"},
-        Case{mixed_file("layer_kinds", "[]"), "m.json: layer_kinds must be a non-empty array of objects"},
+        Case{mixed_file("layer_kinds", "[]"),
+             "m.json: layer_kinds must be a non-empty array of objects"},
     }));
     CAPTURE(text);
     CHECK_THROWS_WITH(cli::parse_model_json(text, "m.json", "m"), Catch::Contains(message));
@@ -300,35 +332,44 @@ TEST_CASE("every bad kind of layer or pattern in a model file is named", "[layer
                       "m.json: layer_kinds and layer_pattern go together: give both or neither");
 }
 
-TEST_CASE("a model of several kinds through the program: each kind shown, --compare refused", "[layer_kinds][cli]") {
+TEST_CASE("a model of several kinds through the program: each kind shown, --compare refused",
+          "[layer_kinds][cli]") {
     const std::string path = "layer_kinds_test.json";
     {
         std::ofstream out(path);
         out << mixed_file();
     }
-    const auto json_run = testing::memcalc("--model-file " + path + " --seq 1024 --activations architecture --format json");
+    const auto json_run = testing::memcalc("--model-file " + path +
+                                           " --seq 1024 --activations architecture --format json");
     REQUIRE(json_run.status == 0);
     const auto report = nlohmann::json::parse(json_run.out);
     CHECK(report["model"]["layer_pattern"][0]["kind"] == "dense");
     CHECK(report["parameters"]["per_layer"].is_null());
     const auto& kinds = report["parameters"]["layer_kinds"];
     REQUIRE(kinds.size() == 2);
-    const std::uint64_t layers = kinds[0]["total"].get<std::uint64_t>() * 2 + kinds[1]["total"].get<std::uint64_t>() * 6;
+    const std::uint64_t layers =
+        kinds[0]["total"].get<std::uint64_t>() * 2 + kinds[1]["total"].get<std::uint64_t>() * 6;
     CHECK(report["parameters"]["total"].get<std::uint64_t>() ==
-          layers + report["parameters"]["embedding"].get<std::uint64_t>() + report["parameters"]["head"].get<std::uint64_t>() +
+          layers + report["parameters"]["embedding"].get<std::uint64_t>() +
+              report["parameters"]["head"].get<std::uint64_t>() +
               report["parameters"]["final_norm"].get<std::uint64_t>());
     const auto& saved = report["activations"]["layer_kinds"];
     REQUIRE(saved.size() == 2);
-    CHECK(saved[0]["layer_bytes"] != saved[1]["layer_bytes"]);  // a 2048-wide dense MLP against two 256-wide experts
+    CHECK(saved[0]["layer_bytes"] !=
+          saved[1]["layer_bytes"]);  // a 2048-wide dense MLP against two 256-wide experts
     CHECK(report["activations"]["bytes"].get<std::uint64_t>() ==
-          2 * saved[0]["layer_bytes"].get<std::uint64_t>() + 6 * saved[1]["layer_bytes"].get<std::uint64_t>());
+          2 * saved[0]["layer_bytes"].get<std::uint64_t>() +
+              6 * saved[1]["layer_bytes"].get<std::uint64_t>());
 
-    const auto table = testing::memcalc("--model-file " + path + " --seq 1024 --activations architecture");
+    const auto table =
+        testing::memcalc("--model-file " + path + " --seq 1024 --activations architecture");
     CHECK(table.out.find("one 'dense' layer") != std::string::npos);
     CHECK(table.out.find("Activations of one 'moe' layer") != std::string::npos);
-    const auto csv = testing::memcalc("--model-file " + path + " --seq 1024 --per-layer --format csv");
+    const auto csv =
+        testing::memcalc("--model-file " + path + " --seq 1024 --per-layer --format csv");
     CHECK(csv.out.rfind("kind,op,", 0) == 0);
-    const auto compare = testing::memcalc("--model-file " + path + " --seq 1024 --compare megatron");
+    const auto compare =
+        testing::memcalc("--model-file " + path + " --seq 1024 --compare megatron");
     CHECK(compare.status != 0);
     CHECK(compare.out.empty());
     CHECK(compare.err.find("--compare needs layers all alike") != std::string::npos);

@@ -1,6 +1,7 @@
-// The loss and the logits as training programs compute and keep them: an fp32 loss over a copy of the
-// logits, one in the compute dtype, a fused kernel writing its gradient over the logits; a loop that
-// holds the logits through backward or drops them once the loss is made. Hand sums on several shapes.
+// The loss and the logits as training programs compute and keep them: an fp32 loss over a copy of
+// the logits, one in the compute dtype, a fused kernel writing its gradient over the logits; a loop
+// that holds the logits through backward or drops them once the loss is made. Hand sums on several
+// shapes.
 #include <catch2/catch.hpp>
 
 #include "fixtures.hpp"
@@ -11,61 +12,77 @@
 using namespace memcalc;
 
 namespace {
-Settings settings(ActivationModel model, LossKernel loss, LogitsLife logits, std::uint64_t microbatches = 1,
-                  const char* recipe = "mixed-adam") {
+Settings settings(ActivationModel model, LossKernel loss, LogitsLife logits,
+                  std::uint64_t microbatches = 1, const char* recipe = "mixed-adam") {
     Settings s;
     s.seq = 256, s.micro_batch = 2, s.activations = model, s.recipe = builtin_recipe(recipe);
     s.framework.loss = loss, s.framework.logits = logits, s.parallel.microbatches = microbatches;
     return s;
 }
 using fixtures::step_named;
-std::uint64_t at(const Report& r, const std::string& step) { return step_named(r, step).bytes.total().value(); }
+std::uint64_t at(const Report& r, const std::string& step) {
+    return step_named(r, step).bytes.total().value();
+}
 }  // namespace
 
-TEST_CASE("a loop that drops its logits holds them in no backward step, nor beside the next forward",
-          "[loss][logits]") {
-    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mistral_7b());
-    const ActivationModel model = GENERATE(ActivationModel::korthikanti, ActivationModel::architecture);
+TEST_CASE(
+    "a loop that drops its logits holds them in no backward step, nor beside the next forward",
+    "[loss][logits]") {
+    const Architecture m =
+        GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mistral_7b());
+    const ActivationModel model =
+        GENERATE(ActivationModel::korthikanti, ActivationModel::architecture);
     CAPTURE(m.name, activation_model_name(model));
     const Report held = estimate(m, settings(model, LossKernel::fp32, LogitsLife::held, 2));
     const Report freed = estimate(m, settings(model, LossKernel::fp32, LogitsLife::freed, 2));
     const std::uint64_t logits = 256 * 2 * m.vocab * 2;  // s b V, bf16
     const std::string L = std::to_string(m.layers);
-    for (const std::string& step : std::vector<std::string>{"backward " + L, "backward 1", "optimizer", "forward 1 of micro-batch 2",
-                                   "backward 1 of micro-batch 2"})
+    for (const std::string& step :
+         std::vector<std::string>{"backward " + L, "backward 1", "optimizer",
+                                  "forward 1 of micro-batch 2", "backward 1 of micro-batch 2"})
         CHECK(at(held, step) - at(freed, step) == logits);
     CHECK(at(held, "forward 1") == at(freed, "forward 1"));
     if (model == ActivationModel::korthikanti) {
-        CHECK(at(held, "loss") == at(freed, "loss"));  // the formula's loss step holds them throughout
+        CHECK(at(held, "loss") ==
+              at(freed, "loss"));  // the formula's loss step holds them throughout
     } else {
-        // Dropped when the forward returns, they are gone before the loss's backward, which holds two
-        // fp32 gradients of the vocabulary's width: more than the logits and their fp32 copy (measured).
+        // Dropped when the forward returns, they are gone before the loss's backward, which holds
+        // two fp32 gradients of the vocabulary's width: more than the logits and their fp32 copy
+        // (measured).
         CHECK(at(held, "loss") - at(freed, "loss") == logits);
     }
 }
 
-TEST_CASE("the loss's dtype sizes its log-probabilities and its gradients; a fused kernel keeps neither",
-          "[loss]") {
+TEST_CASE(
+    "the loss's dtype sizes its log-probabilities and its gradients; a fused kernel keeps neither",
+    "[loss]") {
     const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
     CAPTURE(m.name);
     const std::uint64_t sbV = 256 * 2 * m.vocab;
     const auto head = [&](LossKernel loss) {
-        return saved_bytes(estimate(m, settings(ActivationModel::architecture, loss, LogitsLife::held)).head).value();
+        return saved_bytes(
+                   estimate(m, settings(ActivationModel::architecture, loss, LogitsLife::held))
+                       .head)
+            .value();
     };
-    CHECK(head(LossKernel::fp32) - head(LossKernel::bf16) == sbV * 2);  // fp32 log-probabilities, not bf16
+    CHECK(head(LossKernel::fp32) - head(LossKernel::bf16) ==
+          sbV * 2);  // fp32 log-probabilities, not bf16
     CHECK(head(LossKernel::bf16) - head(LossKernel::fused) == sbV * 2);
 
-    // The loss step, architecture model: fp32 adds an fp32 copy in forward, or the two fp32 gradients
-    // in backward, whichever is larger; bf16 the two bf16 gradients; fused nothing of the vocabulary's width.
+    // The loss step, architecture model: fp32 adds an fp32 copy in forward, or the two fp32
+    // gradients in backward, whichever is larger; bf16 the two bf16 gradients; fused nothing of the
+    // vocabulary's width.
     const auto loss_step = [&](LossKernel loss) {
-        const Report r = estimate(m, settings(ActivationModel::architecture, loss, LogitsLife::held));
+        const Report r =
+            estimate(m, settings(ActivationModel::architecture, loss, LogitsLife::held));
         const Step& s = step_named(r, "loss");
         return std::make_pair(s.bytes.workspace.value(), s.bytes.logits.value());
     };
     const auto [fp32_work, fp32_logits] = loss_step(LossKernel::fp32);
     const auto [bf16_work, bf16_logits] = loss_step(LossKernel::bf16);
     const auto [fused_work, fused_logits] = loss_step(LossKernel::fused);
-    const std::uint64_t mask = 256 * 256 * 2 * 2;  // the causal mask, still alive in the loss's forward
+    const std::uint64_t mask =
+        256 * 256 * 2 * 2;  // the causal mask, still alive in the loss's forward
     CHECK(fp32_work == std::max(sbV * 4 + mask, sbV * 8));
     CHECK(bf16_work == std::max<std::uint64_t>(mask, sbV * 4));
     CHECK(fused_work == mask);
@@ -76,29 +93,41 @@ TEST_CASE("the loss's dtype sizes its log-probabilities and its gradients; a fus
 TEST_CASE("an fp32 loss over fp32 logits makes no copy of them", "[loss]") {
     const Architecture m = fixtures::gpt2_small();
     const std::uint64_t sbV = 256 * 2 * m.vocab;
-    const Report r = estimate(m, settings(ActivationModel::architecture, LossKernel::fp32, LogitsLife::held, 1, "fp32-adam"));
+    const Report r = estimate(m, settings(ActivationModel::architecture, LossKernel::fp32,
+                                          LogitsLife::held, 1, "fp32-adam"));
     const std::uint64_t mask = 256 * 256 * 2 * 4;
     CHECK(step_named(r, "loss").bytes.workspace.value() == std::max(mask, sbV * 8));
     // ... and a bf16 loss under an fp32 recipe is the fp32 one: the compute dtype is fp32.
-    const Report bf16 = estimate(m, settings(ActivationModel::architecture, LossKernel::bf16, LogitsLife::held, 1, "fp32-adam"));
+    const Report bf16 = estimate(m, settings(ActivationModel::architecture, LossKernel::bf16,
+                                             LogitsLife::held, 1, "fp32-adam"));
     CHECK(bf16.peak_step().bytes.total() == r.peak_step().bytes.total());
 }
 
-TEST_CASE("the formula model's loss: a copy in the loss's dtype and the logits' gradient, none when fused", "[loss]") {
+TEST_CASE(
+    "the formula model's loss: a copy in the loss's dtype and the logits' gradient, none when "
+    "fused",
+    "[loss]") {
     const Architecture m = fixtures::llama_7b();
     const std::uint64_t sbV = 256 * 2 * m.vocab;
     const auto loss = [&](LossKernel k) {
-        return step_named(estimate(m, settings(ActivationModel::korthikanti, k, LogitsLife::held)), "loss").bytes.logits.value();
+        return step_named(estimate(m, settings(ActivationModel::korthikanti, k, LogitsLife::held)),
+                          "loss")
+            .bytes.logits.value();
     };
-    CHECK(loss(LossKernel::fp32) == sbV * (2 + 4 + 2));  // the logits, the fp32 softmax, the logits' gradient
+    CHECK(loss(LossKernel::fp32) ==
+          sbV * (2 + 4 + 2));  // the logits, the fp32 softmax, the logits' gradient
     CHECK(loss(LossKernel::bf16) == sbV * (2 + 2 + 2));
-    CHECK(loss(LossKernel::fused) == sbV * 2);           // the gradient is written over the logits
+    CHECK(loss(LossKernel::fused) == sbV * 2);  // the gradient is written over the logits
 }
 
-TEST_CASE("the loss and logits options: every bad value gets one line naming it, and nothing on stdout", "[loss][cli]") {
+TEST_CASE(
+    "the loss and logits options: every bad value gets one line naming it, and nothing on stdout",
+    "[loss][cli]") {
     using Case = std::pair<std::string, std::string>;  // arguments, what the message says
     auto [args, message] = GENERATE(table<std::string, std::string>({
-        Case{"--loss bf61", "--loss must be fp32, bf16, fused or fp32-inplace (got 'bf61') (did you mean 'bf16'?)"},
+        Case{
+            "--loss bf61",
+            "--loss must be fp32, bf16, fused or fp32-inplace (got 'bf61') (did you mean 'bf16'?)"},
         Case{"--logits kept", "--logits must be held or freed (got 'kept')"},
         Case{"--loss ''", "--loss needs a value (got '')"},
     }));
@@ -108,26 +137,31 @@ TEST_CASE("the loss and logits options: every bad value gets one line naming it,
     CHECK(run.out.empty());
     CHECK(run.err == "memcalc: " + message + "\n");
     // Given well, the table's header names each setting that is not the chapter's.
-    const auto good = testing::memcalc("--preset llama-7b --seq 4096 --loss bf16 --logits freed --recipe bf16-adam");
+    const auto good = testing::memcalc(
+        "--preset llama-7b --seq 4096 --loss bf16 --logits freed --recipe bf16-adam");
     CHECK(good.status == 0);
-    CHECK_THAT(good.out, Catch::StartsWith("memcalc ") && Catch::Contains("recipe bf16-adam, loss bf16, logits freed\n"));
+    CHECK_THAT(good.out, Catch::StartsWith("memcalc ") &&
+                             Catch::Contains("recipe bf16-adam, loss bf16, logits freed\n"));
 }
 
-TEST_CASE("Megatron's in-place fp32 loss keeps one fp32 copy and writes its gradient over it", "[loss]") {
+TEST_CASE("Megatron's in-place fp32 loss keeps one fp32 copy and writes its gradient over it",
+          "[loss]") {
     const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
     const LogitsLife logits = GENERATE(LogitsLife::held, LogitsLife::freed);
     CAPTURE(m.name, logits_life_name(logits));
     const std::uint64_t sbV = 256 * 2 * m.vocab;
     const auto run = [&](LossKernel loss) {
         Settings s = settings(ActivationModel::architecture, loss, logits);
-        s.framework.attention = Attention::flash;  // no causal mask beside the loss: the sums stay clean
+        s.framework.attention =
+            Attention::flash;  // no causal mask beside the loss: the sums stay clean
         return estimate(m, s);
     };
     const Report fp32 = run(LossKernel::fp32), in_place = run(LossKernel::fp32_inplace);
-    // The same fp32 tensor of the vocabulary's width is kept (log-probabilities, or the softmax itself).
+    // The same fp32 tensor of the vocabulary's width is kept (log-probabilities, or the softmax
+    // itself).
     CHECK(saved_bytes(fp32.head) == saved_bytes(in_place.head));
-    // The loss step: fp32's backward holds two fp32 gradients (8 sbV); in place only the logits' bf16
-    // gradient (2 sbV), and its forward made no copy beside the one it keeps.
+    // The loss step: fp32's backward holds two fp32 gradients (8 sbV); in place only the logits'
+    // bf16 gradient (2 sbV), and its forward made no copy beside the one it keeps.
     CHECK(at(fp32, "loss") - at(in_place, "loss") == 6 * sbV);
     CHECK(at(fp32, "forward 1") == at(in_place, "forward 1"));
 }

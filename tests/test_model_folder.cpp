@@ -1,5 +1,6 @@
-// A HuggingFace model folder (--config DIR): the safetensors header reader, the checkpoint check tensor
-// by tensor, and the folder through the program. Shards are synthetic: a real header over sparse zeros.
+// A HuggingFace model folder (--config DIR): the safetensors header reader, the checkpoint check
+// tensor by tensor, and the folder through the program. Shards are synthetic: a real header over
+// sparse zeros.
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <filesystem>
@@ -40,7 +41,8 @@ struct Spec {
     std::vector<std::uint64_t> shape;
 };
 
-/// A safetensors file: the 8-byte length, the header, then the data as a hole of zeros (never written).
+/// A safetensors file: the 8-byte length, the header, then the data as a hole of zeros (never
+/// written).
 std::uint64_t write_safetensors(const fs::path& file, const std::vector<Spec>& tensors) {
     json header = json::object();
     std::uint64_t offset = 0;
@@ -48,13 +50,15 @@ std::uint64_t write_safetensors(const fs::path& file, const std::vector<Spec>& t
         std::uint64_t elements = 1;
         for (auto d : t.shape) elements *= d;
         const std::uint64_t bytes = (elements * cli::safetensors_dtype_bits(t.dtype) + 7) / 8;
-        header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+        header[t.name] = {
+            {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
         offset += bytes;
     }
     header["__metadata__"] = {{"format", "pt"}};
     const std::string text = header.dump();
     std::string length(8, '\0');
-    for (int i = 0; i < 8; ++i) length[static_cast<std::size_t>(i)] = static_cast<char>(text.size() >> (8 * i) & 0xff);
+    for (int i = 0; i < 8; ++i)
+        length[static_cast<std::size_t>(i)] = static_cast<char>(text.size() >> (8 * i) & 0xff);
     std::ofstream out(file, std::ios::binary);
     out << length << text;
     if (offset > 0) {
@@ -64,23 +68,29 @@ std::uint64_t write_safetensors(const fs::path& file, const std::vector<Spec>& t
     return offset;
 }
 
-/// A LLaMA-like model small enough to write by hand: h 64, 2 layers, 4 heads of 16, 2 kv heads, f 128, V 100.
+/// A LLaMA-like model small enough to write by hand: h 64, 2 layers, 4 heads of 16, 2 kv heads, f
+/// 128, V 100.
 json tiny_config(bool tied = false) {
-    return {{"model_type", "llama"}, {"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-            {"num_key_value_heads", 2}, {"intermediate_size", 128}, {"vocab_size", 100},
-            {"tie_word_embeddings", tied}, {"torch_dtype", "bfloat16"}};
+    return {{"model_type", "llama"},    {"hidden_size", 64},           {"num_hidden_layers", 2},
+            {"num_attention_heads", 4}, {"num_key_value_heads", 2},    {"intermediate_size", 128},
+            {"vocab_size", 100},        {"tie_word_embeddings", tied}, {"torch_dtype", "bfloat16"}};
 }
 
 /// Its checkpoint as transformers writes it: (out, in) matrices, every tensor in `dtype`.
 std::vector<Spec> tiny_tensors(const std::string& dtype = "BF16") {
-    std::vector<Spec> t{{"model.embed_tokens.weight", dtype, {100, 64}}, {"model.norm.weight", dtype, {64}},
+    std::vector<Spec> t{{"model.embed_tokens.weight", dtype, {100, 64}},
+                        {"model.norm.weight", dtype, {64}},
                         {"lm_head.weight", dtype, {100, 64}}};
     for (int l = 0; l < 2; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
-        for (const Spec& s : std::vector<Spec>{{"input_layernorm.weight", dtype, {64}}, {"self_attn.q_proj.weight", dtype, {64, 64}},
-                                               {"self_attn.k_proj.weight", dtype, {32, 64}}, {"self_attn.v_proj.weight", dtype, {32, 64}},
-                                               {"self_attn.o_proj.weight", dtype, {64, 64}}, {"post_attention_layernorm.weight", dtype, {64}},
-                                               {"mlp.gate_proj.weight", dtype, {128, 64}}, {"mlp.up_proj.weight", dtype, {128, 64}},
+        for (const Spec& s : std::vector<Spec>{{"input_layernorm.weight", dtype, {64}},
+                                               {"self_attn.q_proj.weight", dtype, {64, 64}},
+                                               {"self_attn.k_proj.weight", dtype, {32, 64}},
+                                               {"self_attn.v_proj.weight", dtype, {32, 64}},
+                                               {"self_attn.o_proj.weight", dtype, {64, 64}},
+                                               {"post_attention_layernorm.weight", dtype, {64}},
+                                               {"mlp.gate_proj.weight", dtype, {128, 64}},
+                                               {"mlp.up_proj.weight", dtype, {128, 64}},
                                                {"mlp.down_proj.weight", dtype, {64, 128}}})
             t.push_back({p + s.name, s.dtype, s.shape});
     }
@@ -101,7 +111,8 @@ const cli::CheckpointPart& part(const cli::CheckpointCheck& c, const std::string
     return c.parts.front();
 }
 
-const std::string tiny_parameters = "86848";  // 2 x 100 x 64 + 64 + 2 x (2 x 64 + 64 x 64 x 2 + 2 x 32 x 64 + 3 x 64 x 128)
+const std::string tiny_parameters =
+    "86848";  // 2 x 100 x 64 + 64 + 2 x (2 x 64 + 64 x 64 x 2 + 2 x 32 x 64 + 3 x 64 x 128)
 
 }  // namespace
 
@@ -110,10 +121,12 @@ TEST_CASE("the tiny model's count, by hand", "[model_folder]") {
     CHECK(parameter_table(m).total().value() == std::stoull(tiny_parameters));
 }
 
-TEST_CASE("safetensors headers: each tensor's dtype, shape and bytes; the data never read", "[model_folder]") {
+TEST_CASE("safetensors headers: each tensor's dtype, shape and bytes; the data never read",
+          "[model_folder]") {
     TempFolder folder;
-    const std::uint64_t data = write_safetensors(folder.path / "a.safetensors",
-                                                 {{"w", "BF16", {3, 5}}, {"s", "F32", {2}}, {"b", "U8", {4, 2, 16}}, {"e", "F4", {3}}});
+    const std::uint64_t data = write_safetensors(
+        folder.path / "a.safetensors",
+        {{"w", "BF16", {3, 5}}, {"s", "F32", {2}}, {"b", "U8", {4, 2, 16}}, {"e", "F4", {3}}});
     CHECK(data == 30 + 8 + 128 + 2);
     const auto tensors = cli::read_safetensors_header((folder.path / "a.safetensors").string());
     REQUIRE(tensors.size() == 4);
@@ -129,17 +142,25 @@ TEST_CASE("a malformed safetensors header: the file named and what is wrong", "[
     using Row = std::pair<std::string, std::string>;
     const auto with_length = [](std::uint64_t n) {
         std::string s(8, '\0');
-        for (int i = 0; i < 8; ++i) s[static_cast<std::size_t>(i)] = static_cast<char>(n >> (8 * i) & 0xff);
+        for (int i = 0; i < 8; ++i)
+            s[static_cast<std::size_t>(i)] = static_cast<char>(n >> (8 * i) & 0xff);
         return s;
     };
-    const auto file = [&](const std::string& header, const std::string& data) { return with_length(header.size()) + header + data; };
+    const auto file = [&](const std::string& header, const std::string& data) {
+        return with_length(header.size()) + header + data;
+    };
     const auto [bytes, message] = GENERATE_COPY(table<std::string, std::string>({
-        Row{"abc", "x.safetensors: truncated: 3 bytes, and a safetensors file starts with an 8-byte header length"},
-        Row{with_length(1000) + "{}", "x.safetensors: header length 1000 runs past the end of the file (10 bytes)"},
-        Row{with_length(200'000'000) + "{}", "header length 200000000 is over the format's limit of 100,000,000 bytes"},
+        Row{"abc",
+            "x.safetensors: truncated: 3 bytes, and a safetensors file starts with an 8-byte "
+            "header length"},
+        Row{with_length(1000) + "{}",
+            "x.safetensors: header length 1000 runs past the end of the file (10 bytes)"},
+        Row{with_length(200'000'000) + "{}",
+            "header length 200000000 is over the format's limit of 100,000,000 bytes"},
         Row{file("hello", ""), "x.safetensors (header): malformed JSON"},
         Row{file("[]", ""), "x.safetensors: the header is not a JSON object (got array)"},
-        Row{file(R"({"w":{"dtype":"BF16","shape":[2,2]}})", ""), "tensor 'w' needs dtype, shape and data_offsets"},
+        Row{file(R"({"w":{"dtype":"BF16","shape":[2,2]}})", ""),
+            "tensor 'w' needs dtype, shape and data_offsets"},
         Row{file(R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,1]}})", "x"),
             "tensor 'w': dtype 'Q4' is not a safetensors dtype"},
         Row{file(R"({"w":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})", "1234"),
@@ -150,11 +171,13 @@ TEST_CASE("a malformed safetensors header: the file named and what is wrong", "[
             "tensor 'w': shape must be an array of non-negative integers"},
         // The ranges must tile the data: two tensors on the same bytes are no checkpoint.
         Row{file(R"({"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},)"
-                 R"("b":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})", "12345678"),
+                 R"("b":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})",
+                 "12345678"),
             "x.safetensors: tensor 'a' [0, 8] and tensor 'b' [0, 8] overlap "
             "(the tensors' data_offsets must tile the data)"},
         Row{file(R"({"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[4,12]},)"
-                 R"("b":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})", "123456789012"),
+                 R"("b":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})",
+                 "123456789012"),
             "tensor 'b' [0, 8] and tensor 'a' [4, 12] overlap"},
         Row{file(R"({"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},)"
                  R"("b":{"dtype":"BF16","shape":[2,2],"data_offsets":[12,20]}})",
@@ -169,7 +192,8 @@ TEST_CASE("a malformed safetensors header: the file named and what is wrong", "[
             "bytes 0 to 2 of the data are in no tensor (the header names none)"},
     }));
     CAPTURE(bytes);
-    CHECK_THROWS_WITH(cli::parse_safetensors_header(bytes, bytes.size(), "x.safetensors"), Catch::Contains(message));
+    CHECK_THROWS_WITH(cli::parse_safetensors_header(bytes, bytes.size(), "x.safetensors"),
+                      Catch::Contains(message));
 }
 
 TEST_CASE("safetensors data_offsets that tile the data, in any order, empty ones anywhere",
@@ -189,14 +213,16 @@ TEST_CASE("safetensors data_offsets that tile the data, in any order, empty ones
     CHECK(tensors[0].bytes == 3);
 }
 
-TEST_CASE("a checkpoint that is memcalc's table exactly: no difference, every layer matched", "[model_folder]") {
+TEST_CASE("a checkpoint that is memcalc's table exactly: no difference, every layer matched",
+          "[model_folder]") {
     for (const std::string dtype : {"BF16", "F32"}) {
         CAPTURE(dtype);
         TempFolder folder;
         json config = tiny_config();
         config["torch_dtype"] = dtype == "BF16" ? "bfloat16" : "float32";
         folder.write("config.json", config.dump());
-        const std::uint64_t bytes = write_safetensors(folder.path / "model.safetensors", tiny_tensors(dtype));
+        const std::uint64_t bytes =
+            write_safetensors(folder.path / "model.safetensors", tiny_tensors(dtype));
         const auto c = checked(folder);
         CHECK(c.from_headers);
         CHECK(c.tensors == 21);
@@ -214,18 +240,22 @@ TEST_CASE("a checkpoint that is memcalc's table exactly: no difference, every la
     }
 }
 
-TEST_CASE("what a checkpoint holds beyond the table, each in its part and exact", "[model_folder]") {
+TEST_CASE("what a checkpoint holds beyond the table, each in its part and exact",
+          "[model_folder]") {
     TempFolder folder;
     auto tensors = tiny_tensors();
-    tensors.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {8}});   // 32 bytes
-    tensors.push_back({"model.layers.1.self_attn.rotary_emb.inv_freq", "F32", {8}});   // 32 bytes
-    tensors.push_back({"model.vision_tower.patch_embed.weight", "BF16", {10, 10}});    // 200 bytes
-    tensors.push_back({"model.layers.2.eh_proj.weight", "BF16", {64, 128}});           // 16,384 bytes: an MTP layer
-    tensors.push_back({"model.layers.2.enorm.weight", "BF16", {64}});                  // 128 bytes
+    tensors.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {8}});  // 32 bytes
+    tensors.push_back({"model.layers.1.self_attn.rotary_emb.inv_freq", "F32", {8}});  // 32 bytes
+    tensors.push_back({"model.vision_tower.patch_embed.weight", "BF16", {10, 10}});   // 200 bytes
+    tensors.push_back(
+        {"model.layers.2.eh_proj.weight", "BF16", {64, 128}});         // 16,384 bytes: an MTP layer
+    tensors.push_back({"model.layers.2.enorm.weight", "BF16", {64}});  // 128 bytes
     for (auto& t : tensors)
-        if (t.name == "model.norm.weight") t.dtype = "F32";  // 64 x (4 - 2) = 128 bytes more than memcalc's
+        if (t.name == "model.norm.weight")
+            t.dtype = "F32";  // 64 x (4 - 2) = 128 bytes more than memcalc's
     // The second shard: a split checkpoint reads every *.safetensors when there is no index.
-    std::vector<Spec> first(tensors.begin(), tensors.begin() + 10), second(tensors.begin() + 10, tensors.end());
+    std::vector<Spec> first(tensors.begin(), tensors.begin() + 10),
+        second(tensors.begin() + 10, tensors.end());
     folder.write("config.json", tiny_config().dump());
     write_safetensors(folder.path / "model-00001-of-00002.safetensors", first);
     write_safetensors(folder.path / "model-00002-of-00002.safetensors", second);
@@ -244,16 +274,20 @@ TEST_CASE("what a checkpoint holds beyond the table, each in its part and exact"
     CHECK(c.layer_differences.empty());  // the extra tensors are not counted into layers 0 and 1
 }
 
-TEST_CASE("a tied head written twice, and a layer that differs from memcalc's rows", "[model_folder]") {
+TEST_CASE("a tied head written twice, and a layer that differs from memcalc's rows",
+          "[model_folder]") {
     TempFolder folder;
     auto tensors = tiny_tensors();
     tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
-                                 [](const Spec& s) { return s.name == "model.layers.1.self_attn.k_proj.weight"; }),
+                                 [](const Spec& s) {
+                                     return s.name == "model.layers.1.self_attn.k_proj.weight";
+                                 }),
                   tensors.end());
     folder.write("config.json", tiny_config(true).dump());
     write_safetensors(folder.path / "model.safetensors", tensors);
     const auto c = checked(folder);
-    CHECK(c.parameters == std::stoull(tiny_parameters) - 100 * 64);  // tied: the embedding counted once
+    CHECK(c.parameters ==
+          std::stoull(tiny_parameters) - 100 * 64);  // tied: the embedding counted once
     CHECK(part(c, "tied_head_copy").tensors == 1);
     CHECK(part(c, "tied_head_copy").bytes == 100 * 64 * 2);
     CHECK(c.unexplained == -32 * 64 * 2);  // the k_proj the checkpoint lacks
@@ -262,23 +296,31 @@ TEST_CASE("a tied head written twice, and a layer that differs from memcalc's ro
     CHECK(c.layer_differences[0].memcalc - c.layer_differences[0].checkpoint == 32 * 64);
 }
 
-TEST_CASE("fp8 weights with block scales, and MXFP4 blocks: from the shards and from the index alone", "[model_folder]") {
+TEST_CASE(
+    "fp8 weights with block scales, and MXFP4 blocks: from the shards and from the index alone",
+    "[model_folder]") {
     auto tensors = tiny_tensors();
     for (auto& t : tensors)
-        if (t.name.find("q_proj") != std::string::npos || t.name.find("gate_proj") != std::string::npos) t.dtype = "F8_E4M3";
+        if (t.name.find("q_proj") != std::string::npos ||
+            t.name.find("gate_proj") != std::string::npos)
+            t.dtype = "F8_E4M3";
     tensors.push_back({"model.layers.0.self_attn.q_proj.weight_scale_inv", "F32", {1, 1}});
     tensors.push_back({"model.layers.1.self_attn.q_proj.weight_scale_inv", "F32", {1, 1}});
     tensors.push_back({"model.layers.0.mlp.gate_proj.weight_scale_inv", "F32", {1, 1}});
     tensors.push_back({"model.layers.1.mlp.gate_proj.weight_scale_inv", "F32", {1, 1}});
-    // Layer 1's down_proj as MXFP4: 64 x 128 values, two a byte in 32-value blocks, one scale a block.
+    // Layer 1's down_proj as MXFP4: 64 x 128 values, two a byte in 32-value blocks, one scale a
+    // block.
     tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
-                                 [](const Spec& s) { return s.name == "model.layers.1.mlp.down_proj.weight"; }),
+                                 [](const Spec& s) {
+                                     return s.name == "model.layers.1.mlp.down_proj.weight";
+                                 }),
                   tensors.end());
     tensors.push_back({"model.layers.1.mlp.down_proj_blocks", "U8", {64, 4, 16}});
     tensors.push_back({"model.layers.1.mlp.down_proj_scales", "U8", {64, 4}});
     json config = tiny_config();
     config["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
-    const std::int64_t fp8 = -2 * (64 * 64 + 128 * 64);  // two of each, a byte each where memcalc counts two
+    const std::int64_t fp8 =
+        -2 * (64 * 64 + 128 * 64);  // two of each, a byte each where memcalc counts two
 
     TempFolder folder;
     folder.write("config.json", config.dump());
@@ -293,14 +335,17 @@ TEST_CASE("fp8 weights with block scales, and MXFP4 blocks: from the shards and 
     CHECK(c.layer_differences.empty());  // the blocks hold down_proj's 8,192 values
     std::map<std::string, std::uint64_t> by_dtype;
     for (const auto& d : c.dtypes) by_dtype[d.dtype] = d.tensors;
-    CHECK(by_dtype == std::map<std::string, std::uint64_t>{{"BF16", 16}, {"F32", 4}, {"F8_E4M3", 4}, {"U8", 2}});
+    CHECK(by_dtype == std::map<std::string, std::uint64_t>{
+                          {"BF16", 16}, {"F32", 4}, {"F8_E4M3", 4}, {"U8", 2}});
 
     // The index alone: fp8 weights and their scales from the shapes memcalc knows; MXFP4's unknown.
     TempFolder index_only;
     index_only.write("config.json", config.dump());
     json weight_map = json::object();
     for (const auto& t : tensors) weight_map[t.name] = "model-00001-of-00001.safetensors";
-    index_only.write("model.safetensors.index.json", json{{"metadata", {{"total_size", bytes}}}, {"weight_map", weight_map}}.dump());
+    index_only.write(
+        "model.safetensors.index.json",
+        json{{"metadata", {{"total_size", bytes}}}, {"weight_map", weight_map}}.dump());
     const auto i = checked(index_only);
     CHECK_FALSE(i.from_headers);
     CHECK(i.bytes == bytes);
@@ -310,13 +355,17 @@ TEST_CASE("fp8 weights with block scales, and MXFP4 blocks: from the shards and 
     CHECK(part(i, "mxfp4_blocks").tensors == 1);
     CHECK_FALSE(part(i, "mxfp4_blocks").bytes);
     CHECK_FALSE(i.unexplained);
-    CHECK(i.left_to_unknown == 4096 - 64 * 128 * 2 + 256);  // what the MXFP4 tensors hold, less memcalc's bf16
+    CHECK(i.left_to_unknown ==
+          4096 - 64 * 128 * 2 + 256);  // what the MXFP4 tensors hold, less memcalc's bf16
 }
 
-TEST_CASE("a real index with rotary buffers: LLaMA 7B's 32 inv_freq tensors hold the 8,192 bytes over", "[model_folder]") {
-    // Pygmalion-7b: LLaMA 7B's shapes (the chapter's 6,738,415,616), saved by transformers 4.28 with
-    // each layer's rotary inv_freq (64 fp32 values, head_dim / 2).
-    const auto file = cli::load_model_folder(std::string(MEMCALC_SOURCE_DIR) + "/tests/models/pygmalion-7b");
+TEST_CASE(
+    "a real index with rotary buffers: LLaMA 7B's 32 inv_freq tensors hold the 8,192 bytes over",
+    "[model_folder]") {
+    // Pygmalion-7b: LLaMA 7B's shapes (the chapter's 6,738,415,616), saved by transformers 4.28
+    // with each layer's rotary inv_freq (64 fp32 values, head_dim / 2).
+    const auto file =
+        cli::load_model_folder(std::string(MEMCALC_SOURCE_DIR) + "/tests/models/pygmalion-7b");
     REQUIRE(file.checkpoint);
     const auto& c = *file.checkpoint;
     CHECK(c.parameters == 6738415616u);
@@ -324,12 +373,14 @@ TEST_CASE("a real index with rotary buffers: LLaMA 7B's 32 inv_freq tensors hold
     CHECK(c.difference == 13476839424 - 2 * 6738415616);
     CHECK(c.difference == 32 * 64 * 4);
     CHECK(part(c, "rotary_inv_freq").tensors == 32);
-    CHECK_FALSE(part(c, "rotary_inv_freq").bytes);  // the dtype is in the shards' headers, not the index
+    CHECK_FALSE(
+        part(c, "rotary_inv_freq").bytes);  // the dtype is in the shards' headers, not the index
     CHECK(c.left_to_unknown == 8192);
     CHECK_FALSE(c.unexplained);
 }
 
-TEST_CASE("a real model folder's index: Phi-3-mini's total_size is memcalc's count in bfloat16", "[model_folder][cli]") {
+TEST_CASE("a real model folder's index: Phi-3-mini's total_size is memcalc's count in bfloat16",
+          "[model_folder][cli]") {
     const std::string folder = std::string(MEMCALC_SOURCE_DIR) + "/tests/models/phi3-3b-slerp";
     const auto file = cli::load_model_folder(folder);
     CHECK(file.architecture.name == "phi3-3b-slerp");
@@ -337,7 +388,8 @@ TEST_CASE("a real model folder's index: Phi-3-mini's total_size is memcalc's cou
     const auto& c = *file.checkpoint;
     CHECK(c.tensors == 195);
     CHECK(c.bytes == 7642159104u);
-    CHECK(c.parameters == 3821079552u);  // Phi-3-mini's published count (tests/configs/manifest.json)
+    CHECK(c.parameters ==
+          3821079552u);  // Phi-3-mini's published count (tests/configs/manifest.json)
     CHECK(c.difference == 0);
     CHECK(c.unexplained == 0);
 
@@ -356,11 +408,14 @@ TEST_CASE("a real model folder's index: Phi-3-mini's total_size is memcalc's cou
     CHECK_THAT(table.out, Catch::Contains("7,642,159,104"));
 }
 
-TEST_CASE("a model folder through the program: the check in the table and JSON, and bad folders refused", "[model_folder][cli]") {
+TEST_CASE(
+    "a model folder through the program: the check in the table and JSON, and bad folders refused",
+    "[model_folder][cli]") {
     TempFolder folder;
     folder.write("config.json", tiny_config().dump());
     write_safetensors(folder.path / "model.safetensors", tiny_tensors());
-    const auto run = testing::memcalc("--config " + folder.path.string() + " --seq 16 --format json");
+    const auto run =
+        testing::memcalc("--config " + folder.path.string() + " --seq 16 --format json");
     REQUIRE(run.status == 0);
     const json out = json::parse(run.out);
     CHECK(out["parameters"]["total"] == std::stoull(tiny_parameters));
@@ -368,7 +423,8 @@ TEST_CASE("a model folder through the program: the check in the table and JSON, 
     CHECK(out["checkpoint"]["dtypes"][0]["bytes"] == 2 * std::stoull(tiny_parameters));
     CHECK(out["checkpoint"]["layer_differences"].empty());
     const auto table = testing::memcalc("--config " + folder.path.string() + " --seq 16");
-    CHECK_THAT(table.out, Catch::Contains("Every layer and the tensors outside the layers hold the elements"));
+    CHECK_THAT(table.out,
+               Catch::Contains("Every layer and the tensors outside the layers hold the elements"));
 
     // Each bad folder: one line on stderr naming the file, exit 1, nothing on stdout.
     TempFolder bad;
@@ -386,9 +442,12 @@ TEST_CASE("a model folder through the program: the check in the table and JSON, 
     refused(dir + "/model.safetensors.index.json: malformed JSON");
     bad.write("model.safetensors.index.json", R"({"metadata": {"total_size": 10}})");
     refused("model.safetensors.index.json: expected an object with a weight_map object");
-    bad.write("model.safetensors.index.json", R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors"}})");
+    bad.write("model.safetensors.index.json",
+              R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors"}})");
     write_safetensors(bad.path / "one.safetensors", {{"a", "BF16", {2}}});
-    refused("names two.safetensors, which is not in the folder (1 of 2 shards missing: a partial download?)");
+    refused(
+        "names two.safetensors, which is not in the folder (1 of 2 shards missing: a partial "
+        "download?)");
     bad.write("model.safetensors.index.json", R"({"weight_map": {"a": "one.safetensors"}})");
     write_safetensors(bad.path / "one.safetensors", {{"a", "BF16", {2}}, {"b", "BF16", {2}}});
     refused("model.safetensors.index.json: does not name 'b', which a shard holds");

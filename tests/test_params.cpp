@@ -18,12 +18,13 @@ TEST_CASE("LLaMA 7B's parameter table matches the model document row by row", "[
 }
 
 TEST_CASE("a tiny model counted by hand", "[params]") {
-    // h=8, L=2, a=2, f=16, V=10, plain MLP, LayerNorm, all biases, 4 learned positions, untied head:
-    // embeddings 10*8 + 4*8 = 112; per layer: norms 2*(8+8) = 32, attention 4*64 + 4*8 = 288,
+    // h=8, L=2, a=2, f=16, V=10, plain MLP, LayerNorm, all biases, 4 learned positions, untied
+    // head: embeddings 10*8 + 4*8 = 112; per layer: norms 2*(8+8) = 32, attention 4*64 + 4*8 = 288,
     // mlp 2*8*16 + 16 + 8 = 280, so 600; final norm 16; head 80. Total 112 + 1200 + 16 + 80 = 1408.
     Architecture m;
     m.hidden = 8, m.layers = 2, m.heads = 2, m.ffn = 16, m.vocab = 10, m.max_positions = 4;
-    m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.bias = Bias::all, m.position = Position::learned;
+    m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.bias = Bias::all,
+    m.position = Position::learned;
     const ParameterTable t = parameter_table(m);
     CHECK(t.per_layer().value() == 600);
     CHECK(t.group(Group::input).value() == 112);
@@ -59,21 +60,32 @@ struct ParamShape {
 TEST_CASE("published exact counts fall out of the general table", "[params]") {
     // clang-format off
     const ParamShape shape = GENERATE(values<ParamShape>({
-        //  name            h     L   a   kv  hd   f      V       pos   mlp         norm             bias       tied   E  k  published
-        {"llama-13b",     5120,  40, 40,  0,   0, 13824,  32000,    0, Mlp::gated, Norm::rmsnorm,   Bias::none, false, 0, 0, 13015864320ULL},
-        {"llama-2-70b",   8192,  80, 64,  8,   0, 28672,  32000,    0, Mlp::gated, Norm::rmsnorm,   Bias::none, false, 0, 0, 68976648192ULL},
-        {"llama-3-8b",    4096,  32, 32,  8,   0, 14336, 128256,    0, Mlp::gated, Norm::rmsnorm,   Bias::none, false, 0, 0,  8030261248ULL},
-        {"mixtral-8x7b",  4096,  32, 32,  8,   0, 14336,  32000,    0, Mlp::gated, Norm::rmsnorm,   Bias::none, false, 8, 2, 46702792704ULL},
-        {"qwen2-7b",      3584,  28, 28,  4,   0, 18944, 152064,    0, Mlp::gated, Norm::rmsnorm,   Bias::qkv,  false, 0, 0,  7615616512ULL},
-        {"gemma-7b",      3072,  28, 16, 16, 256, 24576, 256000,    0, Mlp::gated, Norm::rmsnorm,   Bias::none, true,  0, 0,  8537680896ULL},
-        {"gpt2",           768,  12, 12,  0,   0,  3072,  50257, 1024, Mlp::plain, Norm::layernorm, Bias::all,  true,  0, 0,   124439808ULL},
-        {"gpt2-xl",       1600,  48, 25,  0,   0,  6400,  50257, 1024, Mlp::plain, Norm::layernorm, Bias::all,  true,  0, 0,  1557611200ULL},
+        //  name            h     L   a   kv  hd   f      V       pos   mlp         norm            
+        // bias       tied   E  k  published
+        {"llama-13b",     5120,  40, 40,  0,   0, 13824,  32000,    0, Mlp::gated, Norm::rmsnorm,
+              Bias::none, false, 0, 0, 13015864320ULL},
+        {"llama-2-70b",   8192,  80, 64,  8,   0, 28672,  32000,    0, Mlp::gated, Norm::rmsnorm,
+              Bias::none, false, 0, 0, 68976648192ULL},
+        {"llama-3-8b",    4096,  32, 32,  8,   0, 14336, 128256,    0, Mlp::gated, Norm::rmsnorm,
+              Bias::none, false, 0, 0,  8030261248ULL},
+        {"mixtral-8x7b",  4096,  32, 32,  8,   0, 14336,  32000,    0, Mlp::gated, Norm::rmsnorm,
+              Bias::none, false, 8, 2, 46702792704ULL},
+        {"qwen2-7b",      3584,  28, 28,  4,   0, 18944, 152064,    0, Mlp::gated, Norm::rmsnorm,
+              Bias::qkv,  false, 0, 0,  7615616512ULL},
+        {"gemma-7b",      3072,  28, 16, 16, 256, 24576, 256000,    0, Mlp::gated, Norm::rmsnorm,
+              Bias::none, true,  0, 0,  8537680896ULL},
+        {"gpt2",           768,  12, 12,  0,   0,  3072,  50257, 1024, Mlp::plain,
+            Norm::layernorm, Bias::all,  true,  0, 0,   124439808ULL},
+        {"gpt2-xl",       1600,  48, 25,  0,   0,  6400,  50257, 1024, Mlp::plain,
+            Norm::layernorm, Bias::all,  true,  0, 0,  1557611200ULL},
     }));
     // clang-format on
     CAPTURE(shape.name);
     Architecture m;
-    m.hidden = shape.hidden, m.layers = shape.layers, m.heads = shape.heads, m.kv_heads = shape.kv_heads;
-    m.head_dim = shape.head_dim, m.ffn = shape.ffn, m.vocab = shape.vocab, m.max_positions = shape.positions;
+    m.hidden = shape.hidden, m.layers = shape.layers, m.heads = shape.heads,
+    m.kv_heads = shape.kv_heads;
+    m.head_dim = shape.head_dim, m.ffn = shape.ffn, m.vocab = shape.vocab,
+    m.max_positions = shape.positions;
     m.mlp = shape.mlp, m.norm = shape.norm, m.bias = shape.bias, m.tied_embeddings = shape.tied;
     m.position = shape.positions > 0 ? Position::learned : Position::rotary;
     m.experts = shape.experts, m.experts_per_token = shape.top_k;
@@ -94,7 +106,8 @@ TEST_CASE("impossible architectures are refused with the field named", "[params]
     Architecture m = fixtures::llama_7b();
     SECTION("heads that do not divide the width") {
         m.heads = 30;
-        CHECK_THROWS_WITH(parameter_table(m), Catch::Contains("heads (30) must divide hidden (4096)"));
+        CHECK_THROWS_WITH(parameter_table(m),
+                          Catch::Contains("heads (30) must divide hidden (4096)"));
     }
     SECTION("unless the head width is given") {
         m.heads = 30, m.head_dim = 128;
@@ -102,7 +115,8 @@ TEST_CASE("impossible architectures are refused with the field named", "[params]
     }
     SECTION("key/value heads that do not divide the heads") {
         m.kv_heads = 5;
-        CHECK_THROWS_WITH(parameter_table(m), Catch::Contains("kv_heads (5) must divide heads (32)"));
+        CHECK_THROWS_WITH(parameter_table(m),
+                          Catch::Contains("kv_heads (5) must divide heads (32)"));
     }
     SECTION("a zero size") {
         m.vocab = 0;

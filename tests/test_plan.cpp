@@ -16,30 +16,36 @@ using namespace memcalc;
 namespace {
 Architecture small_llama_4kv() {
     Architecture m = fixtures::llama_7b();
-    m.name = "small-llama", m.layers = 16, m.hidden = 2048, m.heads = 16, m.kv_heads = 4, m.ffn = 5632;
+    m.name = "small-llama", m.layers = 16, m.hidden = 2048, m.heads = 16, m.kv_heads = 4,
+    m.ffn = 5632;
     return m;
 }
-using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, unsigned, bool, std::uint64_t, int,
-                       std::uint64_t, int>;
+using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, unsigned, bool,
+                       std::uint64_t, int, std::uint64_t, int>;
 /// Which layout a row is: its degrees, micro-batch, mode and offload.
 Key layout_text_key(const PlanRow& r) {
     const Parallelism& p = r.parallel;
-    return {p.dp, p.tp, p.pp, p.cp, p.zero, p.sequence_parallel, r.micro_batch, static_cast<int>(r.recompute), p.vpp,
-            static_cast<int>(p.offload)};
+    return {p.dp,          p.tp,
+            p.pp,          p.cp,
+            p.zero,        p.sequence_parallel,
+            r.micro_batch, static_cast<int>(r.recompute),
+            p.vpp,         static_cast<int>(p.offload)};
 }
 }  // namespace
 
 TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration finds", "[plan]") {
     const Architecture m = small_llama_4kv();
     PlanRequest request;
-    request.gpus = 8, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 16;
+    request.gpus = 8, request.capacity = 20000000000ULL, request.base.seq = 1024,
+    request.global_batch = 16;
     const auto rows = plan(m, request);
 
-    // By hand: dp x tp x pp x cp = 8; tp divides heads (16), kv heads (4) and ffn; pp divides the 16
-    // layers; the sequence splits over cp (and tp with sequence parallelism); ZeRO needs dp > 1; the
-    // micro-batch divides the 16 sequences per replica; three recomputation modes; with pp > 1 and
-    // micro-batches a multiple of pp, also each interleaving of a rank's 16 / pp layers (vpp 2, 4, ...);
-    // offload none, optimizer with ZeRO 1-3, parameters with ZeRO 3 (0, 1, 2 as the enum counts them).
+    // By hand: dp x tp x pp x cp = 8; tp divides heads (16), kv heads (4) and ffn; pp divides the
+    // 16 layers; the sequence splits over cp (and tp with sequence parallelism); ZeRO needs dp > 1;
+    // the micro-batch divides the 16 sequences per replica; three recomputation modes; with pp > 1
+    // and micro-batches a multiple of pp, also each interleaving of a rank's 16 / pp layers (vpp 2,
+    // 4, ...); offload none, optimizer with ZeRO 1-3, parameters with ZeRO 3 (0, 1, 2 as the enum
+    // counts them).
     std::set<Key> expected;
     for (std::uint64_t tp : {1, 2, 4, 8})
         for (std::uint64_t pp : {1, 2, 4, 8})
@@ -51,17 +57,25 @@ TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration fi
                     for (unsigned zero = 0; zero <= 3; ++zero)
                         for (std::uint64_t b : {1, 2, 4, 8, 16})
                             for (int mode = 0; mode < 3; ++mode) {
-                                if ((sp && tp == 1) || (zero > 0 && dp == 1) || (16 / dp) % b != 0) continue;
+                                if ((sp && tp == 1) || (zero > 0 && dp == 1) || (16 / dp) % b != 0)
+                                    continue;
                                 const std::uint64_t microbatches = 16 / (dp * b);
                                 for (std::uint64_t vpp : {1, 2, 4, 8, 16})
-                                    for (int offload = 0; offload <= static_cast<int>(zero == 3 ? 2 : zero > 0 ? 1 : 0); ++offload)
-                                        if (vpp == 1 || (pp > 1 && (16 / pp) % vpp == 0 && microbatches % pp == 0))
-                                            expected.insert({dp, tp, pp, cp, zero, sp, b, mode, vpp, offload});
+                                    for (int offload = 0;
+                                         offload <= static_cast<int>(zero == 3  ? 2
+                                                                     : zero > 0 ? 1
+                                                                                : 0);
+                                         ++offload)
+                                        if (vpp == 1 || (pp > 1 && (16 / pp) % vpp == 0 &&
+                                                         microbatches % pp == 0))
+                                            expected.insert(
+                                                {dp, tp, pp, cp, zero, sp, b, mode, vpp, offload});
                             }
             }
     std::set<Key> found;
     std::map<Key, bool> fits;
-    std::vector<PlanRow> partial;  // the fewest layers per chunk whose full recomputation fits: rows of their own
+    std::vector<PlanRow>
+        partial;  // the fewest layers per chunk whose full recomputation fits: rows of their own
     for (const auto& r : rows) {
         if (r.parallel.recompute_layers) {
             partial.push_back(r);
@@ -70,14 +84,15 @@ TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration fi
         found.insert(layout_text_key(r));
         fits[layout_text_key(r)] = r.fits;
         // Interleaving divides the bubble by vpp: (P - 1) / (v M + P - 1).
-        const double P = static_cast<double>(r.parallel.pp), M = static_cast<double>(r.parallel.microbatches),
+        const double P = static_cast<double>(r.parallel.pp),
+                     M = static_cast<double>(r.parallel.microbatches),
                      v = static_cast<double>(r.parallel.vpp);
         CHECK(r.bubble == Approx((P - 1) / (v * M + P - 1)));
     }
     CHECK(rows.size() == expected.size() + partial.size());
     CHECK(found == expected);
-    // Only where full recomputation fits and none does not, each N below the chunk's layers (test_partial_recompute
-    // finds them where they must be).
+    // Only where full recomputation fits and none does not, each N below the chunk's layers
+    // (test_partial_recompute finds them where they must be).
     for (const PlanRow& r : partial) {
         Key full = layout_text_key(r), none = full;
         std::get<7>(none) = static_cast<int>(Recompute::none);
@@ -87,25 +102,32 @@ TEST_CASE("plan on 8 devices evaluates exactly the layouts a hand enumeration fi
         CHECK(*r.parallel.recompute_layers >= 1);
         CHECK(*r.parallel.recompute_layers < 16 / (r.parallel.pp * r.parallel.vpp));
     }
-    CHECK(std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) { return r.parallel.vpp == 4 && r.fits; }));
-    CHECK(std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) { return r.parallel.offload == Offload::parameters && r.fits; }));
+    CHECK(std::any_of(rows.begin(), rows.end(),
+                      [](const PlanRow& r) { return r.parallel.vpp == 4 && r.fits; }));
+    CHECK(std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) {
+        return r.parallel.offload == Offload::parameters && r.fits;
+    }));
 }
 
 TEST_CASE("plan's peaks are estimate()'s, and the ranking follows its rule", "[plan]") {
     const Architecture m = small_llama_4kv();
     PlanRequest request;
-    request.gpus = 8, request.capacity = 12000000000ULL, request.base.seq = 2048, request.global_batch = 8;
+    request.gpus = 8, request.capacity = 12000000000ULL, request.base.seq = 2048,
+    request.global_batch = 8;
     // The chapter's model, and the architecture's with its workspaces and a foreach optimiser step.
     const bool framework = GENERATE(false, true);
     if (framework)
-        request.base.activations = ActivationModel::architecture, request.base.framework.optimizer = OptimizerImpl::foreach;
+        request.base.activations = ActivationModel::architecture,
+        request.base.framework.optimizer = OptimizerImpl::foreach;
     const auto rows = plan(m, request);
     bool fitting = true;
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const PlanRow& r = rows[i];
         Settings s;
-        s.seq = 2048, s.micro_batch = r.micro_batch, s.recompute = r.recompute, s.parallel = r.parallel;
-        s.activations = request.base.activations, s.framework.optimizer = request.base.framework.optimizer;
+        s.seq = 2048, s.micro_batch = r.micro_batch, s.recompute = r.recompute,
+        s.parallel = r.parallel;
+        s.activations = request.base.activations,
+        s.framework.optimizer = request.base.framework.optimizer;
         const Report e = estimate(m, s);
         CAPTURE(i);
         CHECK(r.peak.bytes() == e.peak_step().bytes.total());
@@ -113,7 +135,8 @@ TEST_CASE("plan's peaks are estimate()'s, and the ranking follows its rule", "[p
         if (!r.fits) fitting = false;
         CHECK((r.fits || !fitting));  // every fitting layout comes first
         if (i > 0 && rows[i - 1].fits == r.fits) CHECK_FALSE(plan_order(r, rows[i - 1]));
-        const double P = static_cast<double>(r.parallel.pp), M = static_cast<double>(r.parallel.steps_per_batch()),
+        const double P = static_cast<double>(r.parallel.pp),
+                     M = static_cast<double>(r.parallel.steps_per_batch()),
                      v = static_cast<double>(r.parallel.vpp);
         CHECK(r.bubble == Approx((P - 1) / (v * M + P - 1)));
     }
@@ -123,19 +146,22 @@ TEST_CASE("plan: a mixture-of-experts model also enumerates expert parallelism",
     Architecture m = small_llama_4kv();
     m.experts = 4, m.experts_per_token = 2;
     PlanRequest request;
-    request.gpus = 4, request.capacity = 80000000000ULL, request.base.seq = 512, request.global_batch = 4;
+    request.gpus = 4, request.capacity = 80000000000ULL, request.base.seq = 512,
+    request.global_batch = 4;
     std::set<std::uint64_t> eps;
     for (const auto& r : plan(m, request)) eps.insert(r.parallel.ep);
     CHECK(eps == std::set<std::uint64_t>{1, 2, 4});
 }
 
-TEST_CASE("plan_top keeps the best k fitting layouts in plan's order, and counts them all", "[plan]") {
+TEST_CASE("plan_top keeps the best k fitting layouts in plan's order, and counts them all",
+          "[plan]") {
     const Architecture m = small_llama_4kv();
     PlanRequest request;
-    request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
+    request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024,
+    request.global_batch = 32;
     const auto all = plan(m, request);
-    const std::size_t fitting =
-        static_cast<std::size_t>(std::count_if(all.begin(), all.end(), [](const PlanRow& r) { return r.fits; }));
+    const std::size_t fitting = static_cast<std::size_t>(
+        std::count_if(all.begin(), all.end(), [](const PlanRow& r) { return r.fits; }));
     REQUIRE(fitting > 10);
     for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{7}, fitting, fitting + 5}) {
         const PlanSummary top = plan_top(m, request, k);
@@ -151,12 +177,14 @@ TEST_CASE("plan_top keeps the best k fitting layouts in plan's order, and counts
 }
 
 namespace {
-/// A GPU of round figures, for hand-derived times: 100 TFLOP/s, 100 GB/s in a node of 8, 10 GB/s out.
+/// A GPU of round figures, for hand-derived times: 100 TFLOP/s, 100 GB/s in a node of 8, 10 GB/s
+/// out.
 Gpu round_gpu() {
     Gpu g;
     g.name = "round", g.memory = 80000000000ULL;
     g.peak_bf16_flops = 100'000'000'000'000ULL;
-    g.intra_node_bandwidth = 100'000'000'000ULL, g.inter_node_bandwidth = 10'000'000'000ULL, g.gpus_per_node = 8;
+    g.intra_node_bandwidth = 100'000'000'000ULL, g.inter_node_bandwidth = 10'000'000'000ULL,
+    g.gpus_per_node = 8;
     g.host_bandwidth = 20'000'000'000ULL;
     return g;
 }
@@ -165,14 +193,17 @@ Gpu round_gpu() {
 TEST_CASE("step_time: each term against hand-derived values", "[plan][time]") {
     const Gpu g = round_gpu();
     Parallelism p;
-    p.dp = 4, p.tp = 2, p.pp = 2, p.microbatches = 8;  // 16 GPUs: tp x dp = 8 fills a node, pp crosses nodes
+    p.dp = 4, p.tp = 2, p.pp = 2,
+    p.microbatches = 8;  // 16 GPUs: tp x dp = 8 fills a node, pp crosses nodes
     Traffic bytes;
-    bytes.tensor_parallel = 1e9, bytes.data_parallel = 2e9, bytes.pipeline = 1e8, bytes.context_parallel = 5e9;
+    bytes.tensor_parallel = 1e9, bytes.data_parallel = 2e9, bytes.pipeline = 1e8,
+    bytes.context_parallel = 5e9;
     const auto t = step_time(g, p, 1.6e16, bytes);
     REQUIRE(t);
     CHECK(t->compute == Approx(1.6e16 / (16 * 1e14 * 0.4)));  // 25 s
     CHECK(t->bubble == Approx(25.0 * 1 / 8));                 // (pp - 1) / micro-batches of it
-    // tp (span 2) and dp (span 8) inside a node at 100 GB/s; pp (span 16) across nodes at 10 GB/s; cp is 1.
+    // tp (span 2) and dp (span 8) inside a node at 100 GB/s; pp (span 16) across nodes at 10 GB/s;
+    // cp is 1.
     CHECK(t->communication == Approx(1e9 / 1e11 + 2e9 / 1e11 + 1e8 / 1e10));
     CHECK(t->seconds() == Approx(25 + 3.125 + 0.04));
 
@@ -180,7 +211,8 @@ TEST_CASE("step_time: each term against hand-derived values", "[plan][time]") {
     const auto wide = step_time(g, p, 1.6e16, bytes);
     REQUIRE(wide);
     CHECK(wide->bubble == 0);
-    CHECK(wide->communication == Approx(1e9 / 1e11 + 2e9 / 1e10));  // no pipeline: its bytes cost nothing
+    CHECK(wide->communication ==
+          Approx(1e9 / 1e11 + 2e9 / 1e10));  // no pipeline: its bytes cost nothing
 
     Gpu no_network = g;
     no_network.inter_node_bandwidth = 0;
@@ -192,10 +224,12 @@ TEST_CASE("step_time: each term against hand-derived values", "[plan][time]") {
     CHECK_FALSE(step_time(no_peak, p, 1.6e16, bytes));
 }
 
-TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient bytes x (dp-1)/dp", "[plan][time]") {
+TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient bytes x (dp-1)/dp",
+          "[plan][time]") {
     const Architecture m = small_llama_4kv();
     PlanRequest request;
-    request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
+    request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024,
+    request.global_batch = 32;
     request.gpu = round_gpu();
     const auto rows = plan(m, request);
     double last = 0;
@@ -208,26 +242,30 @@ TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient b
             c.recompute *= static_cast<double>(*n * p.pp * p.vpp) / 16;
         const double flops = (c.step + c.recompute) * static_cast<double>(32 / r.micro_batch);
         CHECK(r.time->compute == Approx(flops / (16 * 1e14 * assumed_model_flops_utilization)));
-        CHECK(r.time->bubble == Approx(r.time->compute * static_cast<double>(p.pp - 1) / static_cast<double>(p.microbatches * p.vpp)));
-        if (r.fits != fitting) last = 0, fitting = r.fits;  // each group ranked by time, fitting ones first
+        CHECK(r.time->bubble == Approx(r.time->compute * static_cast<double>(p.pp - 1) /
+                                       static_cast<double>(p.microbatches * p.vpp)));
+        if (r.fits != fitting)
+            last = 0, fitting = r.fits;  // each group ranked by time, fitting ones first
         CHECK(r.time->seconds() >= last);
         last = r.time->seconds();
         const auto tokens = tokens_per_second_per_gpu(request, r);
         REQUIRE(tokens);
         CHECK(*tokens == Approx(32.0 * 1024 / (r.time->seconds() * 16)));
-        CHECK((r.time->offload > 0) == (p.offload != Offload::none));  // only offload crosses the host link
+        CHECK((r.time->offload > 0) ==
+              (p.offload != Offload::none));  // only offload crosses the host link
     }
     // A layout whose only traffic is the gradient all-reduce: dp 16 (two nodes: across them).
     Settings s;
     s.seq = 1024, s.micro_batch = 2, s.parallel.dp = 16, s.parallel.microbatches = 1;
     const auto params = parameter_splits(parameter_table(m), m.vocab);
-    const ActivationTables tables = activation_tables(m, 1024, 2, s.recipe.precision(), s.activations, s.framework,
-                                                      s.recompute_modules, {});
-    const Workload w = make_workload(m, s.recipe, 1024, 2, Recompute::none, params, tables, s.framework);
+    const ActivationTables tables = activation_tables(
+        m, 1024, 2, s.recipe.precision(), s.activations, s.framework, s.recompute_modules, {});
+    const Workload w =
+        make_workload(m, s.recipe, 1024, 2, Recompute::none, params, tables, s.framework);
     const StageFacts f = stage_facts(w, s.parallel, 0);
     const Traffic bytes = traffic(w, s.parallel, f);
-    CHECK(bytes.data_parallel ==
-          Approx(2.0 * static_cast<double>(f.parameters.value()) * static_cast<double>(s.recipe.gradient_bytes()) * 15 / 16));
+    CHECK(bytes.data_parallel == Approx(2.0 * static_cast<double>(f.parameters.value()) *
+                                        static_cast<double>(s.recipe.gradient_bytes()) * 15 / 16));
     CHECK(bytes.tensor_parallel == 0);
     CHECK(bytes.pipeline == 0);
     CHECK(bytes.context_parallel == 0);
@@ -245,7 +283,8 @@ TEST_CASE("plan_fewest: the first count, by hand, on which a layout fits", "[pla
     for (std::uint64_t n = 1; n <= 16 && (first == 0 || first_even == 0); ++n) {
         request.gpus = n;
         const auto rows = plan(m, request);
-        const bool fits = std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) { return r.fits; });
+        const bool fits =
+            std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) { return r.fits; });
         if (fits && first == 0) first = n;
         if (fits && first_even == 0 && n % 4 == 0) first_even = n;
     }
@@ -260,26 +299,30 @@ TEST_CASE("plan_fewest: the first count, by hand, on which a layout fits", "[pla
     CHECK(nodes.gpus == first_even);
     PlanRequest hopeless = request;
     hopeless.capacity = 1000;
-    hopeless.tp = {1}, hopeless.pp = {1}, hopeless.cp = {1}, hopeless.dp = {1};  // pinned to one device: a quick no
+    hopeless.tp = {1}, hopeless.pp = {1}, hopeless.cp = {1},
+    hopeless.dp = {1};  // pinned to one device: a quick no
     const PlanSummary none = plan_fewest(m, hopeless, 1, 3);
     CHECK(hopeless.gpus == 0);
     CHECK(none.fitting == 0);
 }
 
-TEST_CASE("pinned degrees, ZeRO stages and sequence parallelism restrict the search to them", "[plan][pin]") {
+TEST_CASE("pinned degrees, ZeRO stages and sequence parallelism restrict the search to them",
+          "[plan][pin]") {
     const Architecture m = small_llama_4kv();
     PlanRequest request;
-    request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
+    request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024,
+    request.global_batch = 32;
     const auto all = plan(m, request);
     PlanRequest pinned = request;
-    pinned.tp = {2, 4}, pinned.zero = {1}, pinned.sequence_parallel = true, pinned.pp = {2}, pinned.modes = {Recompute::selective};
+    pinned.tp = {2, 4}, pinned.zero = {1}, pinned.sequence_parallel = true, pinned.pp = {2},
+    pinned.modes = {Recompute::selective};
     pinned.micro_batches = {1, 2};
     const auto some = plan(m, pinned);
     std::set<Key> expected, found;
     for (const PlanRow& r : all) {
         const Parallelism& p = r.parallel;
-        if ((p.tp == 2 || p.tp == 4) && p.zero == 1 && p.sequence_parallel && p.pp == 2 && r.recompute == Recompute::selective &&
-            r.micro_batch <= 2)
+        if ((p.tp == 2 || p.tp == 4) && p.zero == 1 && p.sequence_parallel && p.pp == 2 &&
+            r.recompute == Recompute::selective && r.micro_batch <= 2)
             expected.insert(layout_text_key(r));
     }
     for (const PlanRow& r : some) found.insert(layout_text_key(r));
@@ -302,15 +345,18 @@ TEST_CASE("pinned degrees, ZeRO stages and sequence parallelism restrict the sea
     }
 }
 
-TEST_CASE("offload's host transfers: the gradient shard down, the weight shard up, at the host bandwidth", "[plan][time][offload]") {
+TEST_CASE(
+    "offload's host transfers: the gradient shard down, the weight shard up, at the host bandwidth",
+    "[plan][time][offload]") {
     const Architecture m = small_llama_4kv();
     Settings s;
     s.seq = 1024, s.micro_batch = 2;
     s.parallel.dp = 4, s.parallel.zero = 3, s.parallel.microbatches = 4;  // 32 sequences a step
     const auto params = parameter_splits(parameter_table(m), m.vocab);
-    const ActivationTables tables = activation_tables(m, 1024, 2, s.recipe.precision(), s.activations, s.framework,
-                                                      s.recompute_modules, {});
-    const Workload w = make_workload(m, s.recipe, 1024, 2, Recompute::none, params, tables, s.framework);
+    const ActivationTables tables = activation_tables(
+        m, 1024, 2, s.recipe.precision(), s.activations, s.framework, s.recompute_modules, {});
+    const Workload w =
+        make_workload(m, s.recipe, 1024, 2, Recompute::none, params, tables, s.framework);
     // By hand: every parameter trains; ZeRO-3 over 4 ranks leaves each a quarter (rounded up).
     const double P = static_cast<double>(stage_facts(w, s.parallel, 0).parameters.value());
     const double shard = std::ceil(P / 4), g = static_cast<double>(s.recipe.gradient_bytes()),
@@ -318,46 +364,56 @@ TEST_CASE("offload's host transfers: the gradient shard down, the weight shard u
     const Traffic none = traffic(w, s.parallel, stage_facts(w, s.parallel, 0));
     CHECK(none.offload == 0);
 
-    s.parallel.offload = Offload::optimizer;  // gradients down, the updated weights back, once a step
+    s.parallel.offload =
+        Offload::optimizer;  // gradients down, the updated weights back, once a step
     const Traffic optimizer = traffic(w, s.parallel, stage_facts(w, s.parallel, 0));
     CHECK(optimizer.offload == Approx(shard * g + shard * wb));
-    CHECK(optimizer.data_parallel == Approx(none.data_parallel));  // the network's bytes are as they were
+    CHECK(optimizer.data_parallel ==
+          Approx(none.data_parallel));  // the network's bytes are as they were
     CHECK(optimizer.total() == Approx(none.total() + optimizer.offload));
     const Gpu gpu = round_gpu();
     const auto t = step_time(gpu, s.parallel, 1e15, optimizer);
     REQUIRE(t);
     CHECK(t->offload == Approx((shard * g + shard * wb) / 2e10));
-    // The host's Adam step: the fp32 master copy and both moments read and written (2 x 12 bytes), the fp32
-    // gradient read and the weight written: 30 bytes for each parameter of the shard, at the assumed bandwidth.
+    // The host's Adam step: the fp32 master copy and both moments read and written (2 x 12 bytes),
+    // the fp32 gradient read and the weight written: 30 bytes for each parameter of the shard, at
+    // the assumed bandwidth.
     CHECK(none.host_optimizer == 0);
     CHECK(optimizer.host_optimizer == Approx(30 * shard));
     CHECK(t->host_optimizer == Approx(30 * shard / assumed_host_optimizer_bandwidth));
-    CHECK(t->seconds() == Approx(t->compute + t->bubble + t->communication + t->offload + t->host_optimizer));
+    CHECK(t->seconds() ==
+          Approx(t->compute + t->bubble + t->communication + t->offload + t->host_optimizer));
 
-    s.parallel.offload = Offload::parameters;  // and the weights up for each of 4 micro-batches' forward and backward
+    s.parallel.offload = Offload::parameters;  // and the weights up for each of 4 micro-batches'
+                                               // forward and backward
     const StageFacts f = stage_facts(w, s.parallel, 0);
     CHECK(static_cast<double>(f.host_weights.value()) == shard * wb);
     const Traffic parameters = traffic(w, s.parallel, f);
     CHECK(parameters.offload == Approx(shard * g + 2 * 4 * shard * wb));
-    CHECK(parameters.host_optimizer == Approx(30 * shard));  // the same step, wherever the weights live
+    CHECK(parameters.host_optimizer ==
+          Approx(30 * shard));  // the same step, wherever the weights live
     const auto tp = step_time(gpu, s.parallel, 1e15, parameters);
     REQUIRE(tp);
     CHECK(tp->offload == Approx((shard * g + 8 * shard * wb) / 2e10));
 
-    Gpu no_host = gpu;  // without the host link's figure an offloaded layout has no time; the rest keep theirs
+    Gpu no_host = gpu;  // without the host link's figure an offloaded layout has no time; the rest
+                        // keep theirs
     no_host.host_bandwidth = 0;
     CHECK_FALSE(step_time(no_host, s.parallel, 1e15, parameters));
     s.parallel.offload = Offload::none;
     CHECK(step_time(no_host, s.parallel, 1e15, none));
 }
 
-TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeRO stage allows", "[plan][pin][offload][cli]") {
+TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeRO stage allows",
+          "[plan][pin][offload][cli]") {
     const Architecture m = small_llama_4kv();
     PlanRequest request;
-    request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024, request.global_batch = 32;
+    request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024,
+    request.global_batch = 32;
     const auto all = plan(m, request);
-    for (const std::vector<Offload>& pins : {std::vector<Offload>{Offload::parameters},
-                                             std::vector<Offload>{Offload::none, Offload::optimizer}}) {
+    for (const std::vector<Offload>& pins :
+         {std::vector<Offload>{Offload::parameters},
+          std::vector<Offload>{Offload::none, Offload::optimizer}}) {
         PlanRequest pinned = request;
         pinned.offload = {pins.begin(), pins.end()};
         std::set<Key> expected, found;
@@ -371,7 +427,9 @@ TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeR
         REQUIRE(!expected.empty());
         CHECK(found == expected);
     }
-    const std::string run = "plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 4096 --global-batch 64 --top 5 --format json";
+    const std::string run =
+        "plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 4096 --global-batch 64 --top 5 "
+        "--format json";
     const auto parameters = testing::memcalc(run + " --offload parameters");
     REQUIRE(parameters.status == 0);
     const auto rows = nlohmann::json::parse(parameters.out)["layouts"];
@@ -380,14 +438,20 @@ TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeR
         CHECK(row["offload"] == "parameters");
         CHECK(row["zero"] == 3);
     }
-    const auto csv = testing::memcalc("plan --preset llama-7b --gpus 8 --gpu h100-sxm --seq 4096 --global-batch 64 --top 2 "
-                                      "--format csv --offload optimizer --zero 2");
+    const auto csv = testing::memcalc(
+        "plan --preset llama-7b --gpus 8 --gpu h100-sxm --seq 4096 --global-batch 64 --top 2 "
+        "--format csv --offload optimizer --zero 2");
     REQUIRE(csv.status == 0);
-    CHECK_THAT(csv.out, Catch::StartsWith("rank,") && Catch::Contains(",vpp,offload,schedule,recompute_layers,host_bytes\n"));
-    CHECK_THAT(csv.out, Catch::Contains(",optimizer,1f1b,,"));  // every layer of its recomputation, then its host bytes
-    // Not given, none alone is tried (offload's host memory and CPU time go unchecked): asked for, all three.
+    CHECK_THAT(csv.out, Catch::StartsWith("rank,") &&
+                            Catch::Contains(",vpp,offload,schedule,recompute_layers,host_bytes\n"));
+    CHECK_THAT(csv.out,
+               Catch::Contains(
+                   ",optimizer,1f1b,,"));  // every layer of its recomputation, then its host bytes
+    // Not given, none alone is tried (offload's host memory and CPU time go unchecked): asked for,
+    // all three.
     const auto unasked = nlohmann::json::parse(testing::memcalc(run).out);
-    const auto three = nlohmann::json::parse(testing::memcalc(run + " --offload none,optimizer,parameters").out);
+    const auto three =
+        nlohmann::json::parse(testing::memcalc(run + " --offload none,optimizer,parameters").out);
     const auto only_none = nlohmann::json::parse(testing::memcalc(run + " --offload none").out);
     CHECK(unasked["evaluated"] == only_none["evaluated"]);
     CHECK(three["evaluated"].get<std::size_t>() > only_none["evaluated"].get<std::size_t>());
@@ -400,14 +464,17 @@ TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeR
     CHECK_THAT(typo.err, Catch::Contains("did you mean 'optimizer'"));
 }
 
-TEST_CASE("a layout that offloads fits only where its host memory does too, when that is given", "[plan][offload]") {
+TEST_CASE("a layout that offloads fits only where its host memory does too, when that is given",
+          "[plan][offload]") {
     const Architecture m = fixtures::llama_7b();
     PlanRequest request;
-    request.gpus = 8, request.capacity = 1ULL << 50, request.base.seq = 1024, request.global_batch = 8;
-    request.dp = {8}, request.zero = {3}, request.modes = {Recompute::none}, request.micro_batches = {1};
+    request.gpus = 8, request.capacity = 1ULL << 50, request.base.seq = 1024,
+    request.global_batch = 8;
+    request.dp = {8}, request.zero = {3}, request.modes = {Recompute::none},
+    request.micro_batches = {1};
     request.offload = {OffloadMode{Offload::optimizer, false}};
-    // ZeRO-Offload's host share of a device, by hand: the fp32 master copy, Adam's two fp32 moments and the
-    // fp32 gradient shard, 16 bytes for each of its ceil(6,738,415,616 / 8) parameters.
+    // ZeRO-Offload's host share of a device, by hand: the fp32 master copy, Adam's two fp32 moments
+    // and the fp32 gradient shard, 16 bytes for each of its ceil(6,738,415,616 / 8) parameters.
     const Count host = Count(842'301'952) * 16;
     const auto only_row = [&] {
         const auto rows = plan(m, request);
@@ -429,22 +496,30 @@ TEST_CASE("a layout that offloads fits only where its host memory does too, when
     CHECK(rows.front().fits);
 }
 
-TEST_CASE("host memory (--host-memory) is checked in plan and in a single estimate, and said where it is not", "[plan][offload][cli]") {
-    const std::string run = "plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 1024 --global-batch 8 --dp 8 "
-                            "--zero 3 --offload optimizer --recompute none -b 1";
+TEST_CASE(
+    "host memory (--host-memory) is checked in plan and in a single estimate, and said where it is "
+    "not",
+    "[plan][offload][cli]") {
+    const std::string run =
+        "plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 1024 --global-batch 8 --dp 8 "
+        "--zero 3 --offload optimizer --recompute none -b 1";
     // 16 B for each of the device's 842,301,952 parameters: 13.5 GB.
     const auto unchecked = testing::memcalc(run);
     REQUIRE(unchecked.status == 0);
-    CHECK_THAT(unchecked.out, Catch::Contains("Host memory was not checked") && Catch::Contains("13.5 GB"));
-    const auto roomy = nlohmann::json::parse(testing::memcalc(run + " --host-memory 13476831232B --format json").out);
+    CHECK_THAT(unchecked.out,
+               Catch::Contains("Host memory was not checked") && Catch::Contains("13.5 GB"));
+    const auto roomy = nlohmann::json::parse(
+        testing::memcalc(run + " --host-memory 13476831232B --format json").out);
     CHECK(roomy["host_memory_bytes"] == 13476831232ULL);
     REQUIRE(roomy["layouts"].size() == 1);
     CHECK(roomy["layouts"][0]["host_bytes"] == 13476831232ULL);
     const auto tight = testing::memcalc(run + " --host-memory 13476831231B");
     REQUIRE(tight.status == 0);
-    CHECK_THAT(tight.out, Catch::Contains("No layout fits") && Catch::Contains("at most 13.5 GB a device"));
+    CHECK_THAT(tight.out,
+               Catch::Contains("No layout fits") && Catch::Contains("at most 13.5 GB a device"));
 
-    const std::string single = "--preset llama-7b --seq 1024 --dp 8 --zero 3 --offload optimizer --device-memory 80GB";
+    const std::string single =
+        "--preset llama-7b --seq 1024 --dp 8 --zero 3 --offload optimizer --device-memory 80GB";
     CHECK_THAT(testing::memcalc(single + " --host-memory 16GB").out,
                Catch::Contains("host memory: 13.5 GB fits in 16.0 GB: 2.5 GB to spare"));
     CHECK_THAT(testing::memcalc(single + " --host-memory 12GB").out,
@@ -474,7 +549,9 @@ std::vector<PlanRequest> varied_searches(const PlanRequest& r) {
     PlanRequest wide = r;  // every schedule, offload and sequence parallelism
     for (const ScheduleRow& row : schedule_rows) wide.schedules.push_back(row.schedule);
     wide.sequence_parallel = r.gpus > 1;
-    wide.offload = {{Offload::none, false}, {Offload::optimizer, false}, {Offload::none, true},
+    wide.offload = {{Offload::none, false},
+                    {Offload::optimizer, false},
+                    {Offload::none, true},
                     {Offload::parameters, true}};
     PlanRequest pinned = r;  // micro-batches, modes, recomputed layers and vpp
     pinned.micro_batches = {1, 3}, pinned.modes = {Recompute::full}, pinned.recompute_layers = 2;
@@ -503,8 +580,10 @@ TEST_CASE("a search is counted before it runs: its layouts exactly, and the stag
     }
 }
 
-TEST_CASE("a search past its limit is refused before it measures a layout, naming its size and the "
-          "limit", "[plan][limit]") {
+TEST_CASE(
+    "a search past its limit is refused before it measures a layout, naming its size and the "
+    "limit",
+    "[plan][limit]") {
     const Architecture m = small_llama_4kv();
     PlanRequest request;
     request.gpus = 8, request.capacity = 9000000000ULL, request.base.seq = 1024;
@@ -539,17 +618,19 @@ TEST_CASE("a search past its limit is refused before it measures a layout, namin
 TEST_CASE("plan refuses a search too large at once, naming its size, the limit and the options",
           "[plan][limit][cli]") {
     // memcalc 1.2 measured the first's 224 million layouts for 667 s, the second's 4.4 million 63.
-    const auto layouts = testing::shell("timeout 20 memcalc plan --preset llama-7b --gpus 14414400 "
-                                        "--seq 720720 --global-batch 963761198400 "
-                                        "--device-memory 80GB");
+    const auto layouts = testing::shell(
+        "timeout 20 memcalc plan --preset llama-7b --gpus 14414400 "
+        "--seq 720720 --global-batch 963761198400 "
+        "--device-memory 80GB");
     CHECK(layouts.status == 2);
     CHECK(layouts.out.empty());
     CHECK_THAT(layouts.err, Catch::Contains("a plan on 14414400 devices would evaluate 224220096 "
                                             "layouts, measuring 582987456 pipeline stages, past "
                                             "the search limit of 20000000") &&
                                 Catch::Contains("or raise --search-limit"));
-    const auto fewest = testing::shell("timeout 20 memcalc plan --preset deepseek-v3 "
-                                       "--device-memory 4GB --seq 4096 --global-batch 1024");
+    const auto fewest = testing::shell(
+        "timeout 20 memcalc plan --preset deepseek-v3 "
+        "--device-memory 4GB --seq 4096 --global-batch 1024");
     CHECK(fewest.status == 2);
     CHECK(fewest.out.empty());
     CHECK_THAT(fewest.err, Catch::Contains("the search for the fewest devices (up to 16384) would "
@@ -562,16 +643,20 @@ TEST_CASE("plan refuses a search too large at once, naming its size, the limit a
     CHECK(testing::memcalc(small + " --search-limit 100000").status == 0);
 }
 
-TEST_CASE("stage layers past the model's, and a GPU file's node past plan's reach, are named up "
-          "front", "[plan][errors][cli]") {
+TEST_CASE(
+    "stage layers past the model's, and a GPU file's node past plan's reach, are named up "
+    "front",
+    "[plan][errors][cli]") {
     // memcalc 1.2 wrapped 16 + (2^64 - 16) to 0 and blamed the sequence; plan dropped every
     // pipelined layout instead; and a node of 2^64 - 1 GPUs had plan try no count at all and
     // suggest more memory.
     const std::string stages = "--first-stage-layers 16 --last-stage-layers 18446744073709551600";
-    const std::string says = "first_stage_layers (16) + last_stage_layers (18446744073709551600) "
-                             "exceeds layers (32)";
-    const std::string plan = "plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 4096 "
-                             "--global-batch 8 ";
+    const std::string says =
+        "first_stage_layers (16) + last_stage_layers (18446744073709551600) "
+        "exceeds layers (32)";
+    const std::string plan =
+        "plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 4096 "
+        "--global-batch 8 ";
     for (const std::string& args : {"--preset llama-7b --pp 4 " + stages, plan + stages}) {
         CAPTURE(args);
         const auto bad = testing::memcalc(args);

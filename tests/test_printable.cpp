@@ -33,10 +33,14 @@ TEST_CASE("printable escapes controls, bidi overrides and ill-formed UTF-8", "[p
         Row{"tab\there", "tab\\x09here"},
         Row{"esc\x1b[31mred", "esc\\x1b[31mred"},
         Row{"del\x7f", "del\\x7f"},
-        Row{"csi \xc2\x9b" "31m", "csi \\x9b31m"},              // U+009B, the 8-bit CSI, as UTF-8
-        Row{"nel \xc2\x85", "nel \\x85"},                        // U+0085, next line
-        Row{"raw \x9b", "raw \\x9b"},                            // a lone C1 byte: not UTF-8
-        Row{"rlo \xe2\x80\xae" "gpj.exe", "rlo \\u202egpj.exe"},  // U+202E, right-to-left override
+        Row{"csi \xc2\x9b"
+            "31m",
+            "csi \\x9b31m"},               // U+009B, the 8-bit CSI, as UTF-8
+        Row{"nel \xc2\x85", "nel \\x85"},  // U+0085, next line
+        Row{"raw \x9b", "raw \\x9b"},      // a lone C1 byte: not UTF-8
+        Row{"rlo \xe2\x80\xae"
+            "gpj.exe",
+            "rlo \\u202egpj.exe"},  // U+202E, right-to-left override
         Row{"isolate \xe2\x81\xa6", "isolate \\u2066"},
         Row{"line \xe2\x80\xa8", "line \\u2028"},
         Row{"overlong \xc0\xaf", "overlong \\xc0\\xaf"},
@@ -53,15 +57,17 @@ TEST_CASE("printable escapes controls, bidi overrides and ill-formed UTF-8", "[p
 TEST_CASE("names from recipe, GPU and model files reach stdout escaped", "[printable][cli]") {
     const std::string evil = R"(evil\u001b]0;title\u0007\u009b31m\u0085\u202e\nforged)";
     const std::string shown = "evil\\x1b]0;title\\x07\\x9b31m\\x85\\u202e\\x0aforged";
-    std::ofstream("printable_recipe.json") << R"({"name": ")" << evil << R"(", "description": ")"
-        << evil << R"(", "weights": "bf16", "gradients": "bf16", "activations": "bf16",
+    std::ofstream("printable_recipe.json")
+        << R"({"name": ")" << evil << R"(", "description": ")" << evil
+        << R"(", "weights": "bf16", "gradients": "bf16", "activations": "bf16",
         "optimizer": "adam"})";
     std::ofstream("printable_gpu.json") << R"({"name": ")" << evil << R"(", "description": ")"
-        << evil << R"(", "memory_bytes": 25757220864})";
+                                        << evil << R"(", "memory_bytes": 25757220864})";
     std::ofstream("printable_model.json") << R"({"name": ")" << evil << R"(", "hidden": 64,
         "layers": 2, "heads": 4, "ffn": 256, "vocab": 100})";
-    const std::string base = "--model-file printable_model.json --seq 16 --activations architecture"
-                             " --recipe-file printable_recipe.json";
+    const std::string base =
+        "--model-file printable_model.json --seq 16 --activations architecture"
+        " --recipe-file printable_recipe.json";
     const std::string fit = "fit --model-file printable_model.json --gpu-file printable_gpu.json";
     const std::vector<std::string> runs = {base, base + " --format json", base + " --format csv",
                                            fit, fit + " --format json"};
@@ -80,10 +86,10 @@ TEST_CASE("names from recipe, GPU and model files reach stdout escaped", "[print
 
 TEST_CASE("an error quoting the user's value prints it escaped, on one line", "[printable][cli]") {
     // printf's octal escapes: the shell that runs the program is sh, which has no $'...'.
-    for (const char* args : {R"sh(--preset "$(printf 'llama\033[2J\302\233')")sh",
-                             R"sh(--profile "$(printf 'x\ny\342\200\256')")sh",
-                             R"sh(--seq "$(printf '12\033')")sh",
-                             R"sh("$(printf -- '--no-such-option-\033')")sh"}) {
+    for (const char* args :
+         {R"sh(--preset "$(printf 'llama\033[2J\302\233')")sh",
+          R"sh(--profile "$(printf 'x\ny\342\200\256')")sh", R"sh(--seq "$(printf '12\033')")sh",
+          R"sh("$(printf -- '--no-such-option-\033')")sh"}) {
         const auto run = testing::shell(std::string("memcalc ") + args);
         CAPTURE(args, run.err);
         CHECK(run.status != 0);

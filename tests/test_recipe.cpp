@@ -7,9 +7,9 @@ using namespace memcalc;
 TEST_CASE("the recipe table's bytes per parameter", "[recipe]") {
     using Row = std::tuple<const char*, std::uint64_t, std::uint64_t>;
     const auto [name, bytes, k] = GENERATE(table<const char*, std::uint64_t, std::uint64_t>({
-        Row{"mixed-adam", 16, 12},            // ZeRO 3.1: 2 + 2 + K, K = 12
-        Row{"fp32-adam", 16, 8},              // 4 + 4 + 8
-        Row{"mixed-adam-fp32-grads", 18, 12}, // Megatron-LM: fp32 gradients
+        Row{"mixed-adam", 16, 12},             // ZeRO 3.1: 2 + 2 + K, K = 12
+        Row{"fp32-adam", 16, 8},               // 4 + 4 + 8
+        Row{"mixed-adam-fp32-grads", 18, 12},  // Megatron-LM: fp32 gradients
         Row{"mixed-sgd", 12, 8},
         Row{"fp32-sgd", 12, 4},
     }));

@@ -1,5 +1,5 @@
-// Recipes of one's own, in the schema `memcalc recipes --format json` prints: every built-in one reads
-// back as itself, and every bad file gets one message naming the key and the value.
+// Recipes of one's own, in the schema `memcalc recipes --format json` prints: every built-in one
+// reads back as itself, and every bad file gets one message naming the key and the value.
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -15,7 +15,8 @@ using memcalc::cli::parse_recipe_json;
 
 namespace {
 const char* const bf16_adam =
-    R"({"name": "my-adam", "weights": "bf16", "gradients": "bf16", "master": "fp32", "activations": "bf16", "optimizer": "adam"})";
+    R"({"name": "my-adam", "weights": "bf16", "gradients": "bf16", "master": "fp32",
+        "activations": "bf16", "optimizer": "adam"})";
 
 std::string recipe_with(const std::string& key, const std::string& value) {
     auto j = nlohmann::json::parse(bf16_adam);
@@ -25,7 +26,8 @@ std::string recipe_with(const std::string& key, const std::string& value) {
 }  // namespace
 
 TEST_CASE("every listed recipe reads back as itself, byte counts checked", "[recipe_file]") {
-    const auto listed = nlohmann::json::parse(cli::render_listing(cli::recipes_listing(), cli::Format::json));
+    const auto listed =
+        nlohmann::json::parse(cli::render_listing(cli::recipes_listing(), cli::Format::json));
     REQUIRE(listed.size() == recipes.size());
     for (std::size_t i = 0; i < recipes.size(); ++i) {
         const Recipe& builtin = recipes[i];
@@ -51,7 +53,8 @@ TEST_CASE("every listed recipe reads back as itself, byte counts checked", "[rec
 }
 
 TEST_CASE("a recipe file may differ from every built-in one", "[recipe_file]") {
-    const Recipe fp16 = parse_recipe_json(recipe_with("weights", "\"fp16\""), "f");  // a name no byte count could give
+    const Recipe fp16 = parse_recipe_json(recipe_with("weights", "\"fp16\""),
+                                          "f");  // a name no byte count could give
     CHECK(std::string(dtype_name(fp16.weights)) == "fp16");
     const Recipe no_master = parse_recipe_json(recipe_with("master", "null"), "f");
     CHECK(!no_master.master);
@@ -72,35 +75,48 @@ TEST_CASE("every bad recipe file gets one message naming the key and the value",
         Case{"[]", "expected a JSON object describing a recipe (got array)"},
         Case{recipe_with("weights", "\"bf61\""), "weights must be one of"},
         Case{recipe_with("weights", "\"bf61\""), "did you mean 'bf16'"},
-        Case{recipe_with("weights", "\"nf4\""), "(got 'nf4')"},  // stored only: never a computed dtype
-        Case{recipe_with("optimizer", "\"adamw8\""), "optimizer must be one of adafactor, adam, adam-8bit, lion, muon, sgd-momentum (got 'adamw8')"},
+        Case{recipe_with("weights", "\"nf4\""),
+             "(got 'nf4')"},  // stored only: never a computed dtype
+        Case{recipe_with("optimizer", "\"adamw8\""),
+             "optimizer must be one of adafactor, adam, adam-8bit, lion, muon, sgd-momentum (got "
+             "'adamw8')"},
         Case{recipe_with("state", "\"fp4\""), "state must be one of"},
         Case{recipe_with("master", "4"), "master must be a string (got number 4)"},
         Case{recipe_with("wieghts", "\"bf16\""), "unknown key 'wieghts'"},
         Case{recipe_with("name", "\"\""), "name must not be empty"},
-        Case{recipe_with("weight_bytes", "4"), "weight_bytes is 4, but the dtypes and the optimiser make it 2"},
-        Case{R"({"name": "x", "weights": "bf16", "gradients": "bf16", "activations": "bf16"})", "missing key 'optimizer'"},
+        Case{recipe_with("weight_bytes", "4"),
+             "weight_bytes is 4, but the dtypes and the optimiser make it 2"},
+        Case{R"({"name": "x", "weights": "bf16", "gradients": "bf16", "activations": "bf16"})",
+             "missing key 'optimizer'"},
         Case{R"({"name": "x", "name": "y"})", "key 'name' appears twice"},
     }));
     CAPTURE(text);
-    CHECK_THROWS_WITH(parse_recipe_json(text, "r.json"), Catch::StartsWith("r.json: ") && Catch::Contains(message));
+    CHECK_THROWS_WITH(parse_recipe_json(text, "r.json"),
+                      Catch::StartsWith("r.json: ") && Catch::Contains(message));
 }
 
-TEST_CASE("a recipe file through the program (--recipe-file) gives the estimate of the recipe it names", "[recipe_file][cli]") {
+TEST_CASE(
+    "a recipe file through the program (--recipe-file) gives the estimate of the recipe it names",
+    "[recipe_file][cli]") {
     const std::string path = "recipe_file_test.json";
     {
         std::ofstream out(path);
-        out << nlohmann::json::parse(testing::memcalc("recipes --format json").out)[2].dump();  // mixed-adam-fp32-grads
+        out << nlohmann::json::parse(testing::memcalc("recipes --format json").out)[2]
+                   .dump();  // mixed-adam-fp32-grads
     }
-    const auto by_name = testing::memcalc("--preset llama-7b --seq 4096 --recipe mixed-adam-fp32-grads --format csv");
-    const auto by_file = testing::memcalc("--preset llama-7b --seq 4096 --recipe-file " + path + " --format csv");
+    const auto by_name = testing::memcalc(
+        "--preset llama-7b --seq 4096 --recipe mixed-adam-fp32-grads --format csv");
+    const auto by_file =
+        testing::memcalc("--preset llama-7b --seq 4096 --recipe-file " + path + " --format csv");
     CHECK(by_file.status == 0);
     CHECK(by_file.out == by_name.out);
-    const auto both = testing::memcalc("--preset llama-7b --recipe mixed-adam --recipe-file " + path);
+    const auto both =
+        testing::memcalc("--preset llama-7b --recipe mixed-adam --recipe-file " + path);
     CHECK(both.status != 0);
     CHECK(both.out.empty());
     CHECK(both.err.find("excludes") != std::string::npos);
-    const auto missing = testing::memcalc("--preset llama-7b --seq 4096 --recipe-file no-such-recipe.json");
+    const auto missing =
+        testing::memcalc("--preset llama-7b --seq 4096 --recipe-file no-such-recipe.json");
     CHECK(missing.status != 0);
     CHECK(missing.out.empty());
     CHECK(missing.err.find("recipe file 'no-such-recipe.json'") != std::string::npos);

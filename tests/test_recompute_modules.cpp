@@ -1,5 +1,5 @@
-// Megatron-LM's recompute_modules (selective recomputation of named parts of a layer) and its expert
-// tensor parallelism (etp), against closed forms of the architecture's rows.
+// Megatron-LM's recompute_modules (selective recomputation of named parts of a layer) and its
+// expert tensor parallelism (etp), against closed forms of the architecture's rows.
 #include <catch2/catch.hpp>
 
 #include "fixtures.hpp"
@@ -9,7 +9,8 @@
 using namespace memcalc;
 
 namespace {
-Settings architecture_settings(std::uint64_t seq, ModuleSet modules, Recompute mode = Recompute::selective) {
+Settings architecture_settings(std::uint64_t seq, ModuleSet modules,
+                               Recompute mode = Recompute::selective) {
     Settings s;
     s.seq = seq, s.recompute = mode, s.recompute_modules = modules;
     s.activations = ActivationModel::architecture;
@@ -29,13 +30,16 @@ LayerActivations layer_with(const Architecture& m, std::uint64_t s, ModuleSet mo
 }
 }  // namespace
 
-TEST_CASE("recompute_modules core_attn is Korthikanti's selective recomputation, row for row", "[recompute_modules]") {
-    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(), fixtures::mixtral(), mixtral_dense_then_moe());
+TEST_CASE("recompute_modules core_attn is Korthikanti's selective recomputation, row for row",
+          "[recompute_modules]") {
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small(),
+                                    fixtures::mixtral(), mixtral_dense_then_moe());
     const Attention attention = GENERATE(Attention::eager, Attention::flash);
     CAPTURE(m.name, attention_name(attention));
     // The modules' own checkpoint rows leave the table: the rest is what 1.1 built.
     const Architecture layer = m.layer_kinds.empty() ? m : m.kind_view(0);
-    const LayerActivations built = architecture_layer(layer, 512, 2, DType::bf16, attention, Platform::cuda, ModuleSet{0});
+    const LayerActivations built =
+        architecture_layer(layer, 512, 2, DType::bf16, attention, Platform::cuda, ModuleSet{0});
     const LayerActivations core = architecture_layer(layer, 512, 2, DType::bf16, attention);
     std::size_t checkpoints = 0;
     Count checkpoint_bytes;
@@ -43,7 +47,8 @@ TEST_CASE("recompute_modules core_attn is Korthikanti's selective recomputation,
         if (r.role == ModuleRole::checkpoint) ++checkpoints, checkpoint_bytes += r.bytes;
     CHECK(core.rows.size() + checkpoints == built.rows.size());
     for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
-        CHECK(core.kept(mode) + (mode == Recompute::selective ? checkpoint_bytes : Count(0)) == built.kept(mode));
+        CHECK(core.kept(mode) + (mode == Recompute::selective ? checkpoint_bytes : Count(0)) ==
+              built.kept(mode));
         CHECK(core.rebuilt(mode) == built.rebuilt(mode));
     }
     // Through the estimate: the default and core_attn named are one configuration.
@@ -53,7 +58,8 @@ TEST_CASE("recompute_modules core_attn is Korthikanti's selective recomputation,
     CHECK(a.kept_activations == b.kept_activations);
 }
 
-TEST_CASE("recompute mlp keeps the MLP's input and drops SwiGLU's four sbf tensors", "[recompute_modules]") {
+TEST_CASE("recompute mlp keeps the MLP's input and drops SwiGLU's four sbf tensors",
+          "[recompute_modules]") {
     const std::uint64_t s = GENERATE(128, 1000);
     const Architecture m = fixtures::llama_7b();
     const std::uint64_t f = m.ffn, sb = s;
@@ -63,24 +69,29 @@ TEST_CASE("recompute mlp keeps the MLP's input and drops SwiGLU's four sbf tenso
     CHECK(none.kept(Recompute::selective).value() == none.total().value() - 8 * sb * f);
     CHECK(none.rebuilt(Recompute::selective).value() == 8 * sb * f);
     const LayerActivations both = layer_with(m, s, ModuleSet::of({Module::core_attn, Module::mlp}));
-    CHECK(both.kept(Recompute::selective).value() == core.kept(Recompute::selective).value() - 8 * sb * f);
+    CHECK(both.kept(Recompute::selective).value() ==
+          core.kept(Recompute::selective).value() - 8 * sb * f);
     // One half at a time: the larger of the attention core's and the MLP's rebuilt rows.
     CHECK(both.rebuilt(Recompute::selective) ==
           std::max(core.rebuilt(Recompute::selective), none.rebuilt(Recompute::selective)));
 }
 
-TEST_CASE("recompute layernorm keeps each norm's input and drops its rows and its output", "[recompute_modules]") {
+TEST_CASE("recompute layernorm keeps each norm's input and drops its rows and its output",
+          "[recompute_modules]") {
     const std::uint64_t s = GENERATE(64, 1000);
     const Architecture m = fixtures::llama_7b();
     const std::uint64_t h = m.hidden;
     const LayerActivations norms = layer_with(m, s, ModuleSet::of({Module::layernorm}));
-    // Each RMSNorm: its fp32 copy (4 sbh), 1/rms (4 sb), the normalised input (2 sbh); its output, which
-    // the next projections saved (2 sbh); its input, the bf16 residual stream, kept instead (2 sbh).
-    CHECK(norms.kept(Recompute::selective).value() == norms.total().value() - 2 * (6 * s * h + 4 * s + 2 * s * h) + 2 * 2 * s * h);
+    // Each RMSNorm: its fp32 copy (4 sbh), 1/rms (4 sb), the normalised input (2 sbh); its output,
+    // which the next projections saved (2 sbh); its input, the bf16 residual stream, kept instead
+    // (2 sbh).
+    CHECK(norms.kept(Recompute::selective).value() ==
+          norms.total().value() - 2 * (6 * s * h + 4 * s + 2 * s * h) + 2 * 2 * s * h);
     CHECK(norms.rebuilt(Recompute::selective).value() == 8 * s * h + 4 * s);
     // With the MLP too, the MLP's checkpoint input is the norm's output, discarded all the same.
     const LayerActivations both = layer_with(m, s, ModuleSet::of({Module::layernorm, Module::mlp}));
-    CHECK(both.kept(Recompute::selective).value() == norms.kept(Recompute::selective).value() - 8 * s * m.ffn);
+    CHECK(both.kept(Recompute::selective).value() ==
+          norms.kept(Recompute::selective).value() - 8 * s * m.ffn);
 }
 
 TEST_CASE("a LayerNorm's input is its checkpoint's: GPT-2 keeps no copy", "[recompute_modules]") {
@@ -88,11 +99,13 @@ TEST_CASE("a LayerNorm's input is its checkpoint's: GPT-2 keeps no copy", "[reco
     const LayerActivations layer = layer_with(m, 256, ModuleSet::of({Module::layernorm}));
     for (const auto& r : layer.rows) CHECK(r.role != ModuleRole::checkpoint);
     // Two norms' statistics (2 x 2 fp32 per token) and two outputs (2 sbh each) are dropped.
-    CHECK(layer.kept(Recompute::selective).value() == layer.total().value() - 2 * 8 * 256 - 2 * 2 * 256 * m.hidden);
+    CHECK(layer.kept(Recompute::selective).value() ==
+          layer.total().value() - 2 * 8 * 256 - 2 * 2 * 256 * m.hidden);
 }
 
-TEST_CASE("recompute moe_act keeps the experts' first projections and drops the activation's outputs",
-          "[recompute_modules]") {
+TEST_CASE(
+    "recompute moe_act keeps the experts' first projections and drops the activation's outputs",
+    "[recompute_modules]") {
     const Architecture m = fixtures::mixtral();
     const std::uint64_t s = 512, slots = s * 2, f = m.ffn;
     const LayerActivations act = layer_with(m, s, ModuleSet::of({Module::moe_act}));
@@ -104,16 +117,21 @@ TEST_CASE("recompute moe_act keeps the experts' first projections and drops the 
     CHECK(moe.kept(Recompute::selective) < act.kept(Recompute::selective));
     Count kept_in_moe;
     for (const auto& r : moe.rows)
-        if ((r.module == Module::moe || r.module == Module::moe_act) && r.kept(Recompute::selective)) kept_in_moe += r.bytes;
+        if ((r.module == Module::moe || r.module == Module::moe_act) &&
+            r.kept(Recompute::selective))
+            kept_in_moe += r.bytes;
     CHECK(kept_in_moe.value() == 2 * s * m.hidden);  // the router's input, the norm's output
 }
 
-TEST_CASE("recomputing the MLP too lowers what a dense or a mixed model keeps, and its peak", "[recompute_modules]") {
+TEST_CASE("recomputing the MLP too lowers what a dense or a mixed model keeps, and its peak",
+          "[recompute_modules]") {
     const Architecture m = GENERATE(fixtures::llama_7b(), mixtral_dense_then_moe());
     const Report before = estimate(m, architecture_settings(4096, {}));
-    const Report after = estimate(m, architecture_settings(4096, ModuleSet::of({Module::core_attn, Module::mlp})));
+    const Report after =
+        estimate(m, architecture_settings(4096, ModuleSet::of({Module::core_attn, Module::mlp})));
     const Report norms =
-        estimate(m, architecture_settings(4096, ModuleSet::of({Module::core_attn, Module::mlp, Module::layernorm})));
+        estimate(m, architecture_settings(
+                        4096, ModuleSet::of({Module::core_attn, Module::mlp, Module::layernorm})));
     CAPTURE(m.name);
     CHECK(after.kept_activations < before.kept_activations);
     CHECK(norms.kept_activations < after.kept_activations);
@@ -123,22 +141,27 @@ TEST_CASE("recomputing the MLP too lowers what a dense or a mixed model keeps, a
 
 TEST_CASE("recompute_modules a model or a mode cannot honour is named", "[recompute_modules]") {
     using Case = std::tuple<Architecture, ModuleSet, Recompute, std::string>;
-    const auto [m, modules, mode, message] = GENERATE(table<Architecture, ModuleSet, Recompute, std::string>({
-        Case{fixtures::llama_7b(), ModuleSet::of({Module::moe_act}), Recompute::selective,
-             "recompute module moe_act: llama-7b has no mixture-of-experts layer"},
-        Case{fixtures::mixtral(), ModuleSet::of({Module::mlp}), Recompute::selective,
-             "recompute module mlp: mixtral has no dense MLP layer"},
-        Case{fixtures::mixtral(), ModuleSet::of({Module::mla_up_proj}), Recompute::selective,
-             "recompute module mla_up_proj: mixtral has no multi-latent attention"},
-        Case{fixtures::llama_7b(), ModuleSet::of({Module::mlp}), Recompute::full,
-             "recompute_modules (mlp) needs recompute selective (got full)"},
-    }));
+    const auto [m, modules, mode, message] =
+        GENERATE(table<Architecture, ModuleSet, Recompute, std::string>({
+            Case{fixtures::llama_7b(), ModuleSet::of({Module::moe_act}), Recompute::selective,
+                 "recompute module moe_act: llama-7b has no mixture-of-experts layer"},
+            Case{fixtures::mixtral(), ModuleSet::of({Module::mlp}), Recompute::selective,
+                 "recompute module mlp: mixtral has no dense MLP layer"},
+            Case{fixtures::mixtral(), ModuleSet::of({Module::mla_up_proj}), Recompute::selective,
+                 "recompute module mla_up_proj: mixtral has no multi-latent attention"},
+            Case{fixtures::llama_7b(), ModuleSet::of({Module::mlp}), Recompute::full,
+                 "recompute_modules (mlp) needs recompute selective (got full)"},
+        }));
     CHECK_THROWS_WITH(estimate(m, architecture_settings(1024, modules, mode)), message);
-    CHECK_NOTHROW(estimate(mixtral_dense_then_moe(), architecture_settings(1024, ModuleSet::of({Module::mlp, Module::moe_act}))));
+    CHECK_NOTHROW(
+        estimate(mixtral_dense_then_moe(),
+                 architecture_settings(1024, ModuleSet::of({Module::mlp, Module::moe_act}))));
 }
 
-TEST_CASE("the command line's --recompute-modules: core_attn is --recompute selective", "[recompute_modules][cli]") {
-    const std::string base = "memcalc --preset llama-7b --seq 2048 --activations architecture --recompute selective";
+TEST_CASE("the command line's --recompute-modules: core_attn is --recompute selective",
+          "[recompute_modules][cli]") {
+    const std::string base =
+        "memcalc --preset llama-7b --seq 2048 --activations architecture --recompute selective";
     const auto plain = testing::shell(base + " --format json");
     const auto named = testing::shell(base + " --recompute-modules core_attn --format json");
     REQUIRE(plain.status == 0);
@@ -150,18 +173,22 @@ TEST_CASE("the command line's --recompute-modules: core_attn is --recompute sele
     CHECK(unknown.status != 0);
     CHECK(unknown.out.empty());
     CHECK(unknown.err ==
-          "memcalc: --recompute-modules: unknown module 'mpl' (known: core_attn, mlp, moe_act, layernorm, moe, "
+          "memcalc: --recompute-modules: unknown module 'mpl' (known: core_attn, mlp, moe_act, "
+          "layernorm, moe, "
           "shared_experts, mla_up_proj)\n");
-    const auto full = testing::shell("memcalc --preset llama-7b --recompute full --recompute-modules mlp");
+    const auto full =
+        testing::shell("memcalc --preset llama-7b --recompute full --recompute-modules mlp");
     CHECK(full.status != 0);
     CHECK(full.err == "memcalc: --recompute-modules needs --recompute selective (got 'full')\n");
     const auto dense = testing::shell(base + " --recompute-modules moe_act");
     CHECK(dense.status != 0);
     CHECK(dense.out.empty());
-    CHECK(dense.err == "memcalc: recompute module moe_act: llama-7b has no mixture-of-experts layer\n");
+    CHECK(dense.err ==
+          "memcalc: recompute module moe_act: llama-7b has no mixture-of-experts layer\n");
 }
 
-TEST_CASE("expert tensor parallelism splits the experts' weights by etp, the rest by tp", "[parallel][etp]") {
+TEST_CASE("expert tensor parallelism splits the experts' weights by etp, the rest by tp",
+          "[parallel][etp]") {
     const Architecture m = GENERATE(fixtures::mixtral(), mixtral_dense_then_moe());
     const std::uint64_t tp = 4, ep = GENERATE(1, 2);
     Settings s = architecture_settings(1024, {}, Recompute::full);
@@ -180,13 +207,15 @@ TEST_CASE("expert tensor parallelism splits the experts' weights by etp, the res
         CAPTURE(m.name, ep, etp);
         s.parallel.etp = etp;
         const Report r = estimate(m, s);
-        CHECK(r.busiest().parameters.value() ==
-              by_tp.busiest().parameters.value() - experts.value() / (tp * ep) + experts.value() / (etp * ep));
+        CHECK(r.busiest().parameters.value() == by_tp.busiest().parameters.value() -
+                                                    experts.value() / (tp * ep) +
+                                                    experts.value() / (etp * ep));
         CHECK(r.peak_step().bytes.total() > by_tp.peak_step().bytes.total());
     }
 }
 
-TEST_CASE("etp splits the experts' hidden activations, and its bad values are named", "[parallel][etp]") {
+TEST_CASE("etp splits the experts' hidden activations, and its bad values are named",
+          "[parallel][etp]") {
     const Architecture m = fixtures::mixtral();
     Settings s = architecture_settings(1024, {}, Recompute::none);
     s.parallel.dp = 2, s.parallel.tp = 4;
@@ -203,7 +232,8 @@ TEST_CASE("etp splits the experts' hidden activations, and its bad values are na
     CHECK(at_one.value() == 4 * at_tp.value());
     CHECK(at_tp.value() % (slots_f / 4) == 0);
     using Case = std::tuple<Architecture, std::uint64_t, std::uint64_t, std::string>;
-    const auto [model, etp, ep, message] = GENERATE(table<Architecture, std::uint64_t, std::uint64_t, std::string>({
+    const auto [model, etp, ep,
+                message] = GENERATE(table<Architecture, std::uint64_t, std::uint64_t, std::string>({
         Case{fixtures::mixtral(), 3, 1, "etp x ep (3 x 1) must divide tp x cp x dp (4 x 1 x 2)"},
         Case{fixtures::mixtral(), 16, 1, "etp x ep (16 x 1) must divide tp x cp x dp (4 x 1 x 2)"},
         Case{fixtures::llama_7b(), 2, 1, "etp (2) needs a mixture-of-experts model"},
@@ -214,11 +244,14 @@ TEST_CASE("etp splits the experts' hidden activations, and its bad values are na
     CHECK_THROWS_WITH(estimate(model, bad), message);
 }
 
-TEST_CASE("the command line's --etp: the layout shows it, a bad value is named", "[parallel][etp][cli]") {
-    const auto json = testing::shell("memcalc --preset mixtral-8x7b --seq 1024 --dp 2 --tp 4 --etp 1 --format json");
+TEST_CASE("the command line's --etp: the layout shows it, a bad value is named",
+          "[parallel][etp][cli]") {
+    const auto json = testing::shell(
+        "memcalc --preset mixtral-8x7b --seq 1024 --dp 2 --tp 4 --etp 1 --format json");
     REQUIRE(json.status == 0);
     CHECK(json.out.find("\"etp\": 1") != std::string::npos);
-    const auto table = testing::shell("memcalc --preset mixtral-8x7b --seq 1024 --dp 2 --tp 4 --etp 1");
+    const auto table =
+        testing::shell("memcalc --preset mixtral-8x7b --seq 1024 --dp 2 --tp 4 --etp 1");
     CHECK(table.out.find("each expert split over etp 1") != std::string::npos);
     const auto bad = testing::shell("memcalc --preset mixtral-8x7b --seq 1024 --tp 4 --etp 8");
     CHECK(bad.status != 0);
@@ -226,25 +259,33 @@ TEST_CASE("the command line's --etp: the layout shows it, a bad value is named",
     CHECK(bad.err == "memcalc: etp x ep (8 x 1) must divide tp x cp x dp (4 x 1 x 1)\n");
 }
 
-TEST_CASE("recompute_modules shared_experts drops the shared expert's own rows and keeps its input, the router's",
-          "[recompute_modules][shared_experts]") {
+TEST_CASE(
+    "recompute_modules shared_experts drops the shared expert's own rows and keeps its input, the "
+    "router's",
+    "[recompute_modules][shared_experts]") {
     Architecture m = fixtures::mixtral();
-    m.name = "mixtral-with-shared", m.shared_ffn = GENERATE(std::uint64_t{4096}, std::uint64_t{14336});
+    m.name = "mixtral-with-shared",
+    m.shared_ffn = GENERATE(std::uint64_t{4096}, std::uint64_t{14336});
     m.shared_expert_gate = GENERATE(false, true);
     CAPTURE(m.shared_ffn, m.shared_expert_gate);
     const LayerActivations core = layer_with(m, 512, ModuleSet::of({Module::core_attn}));
-    const LayerActivations shared = layer_with(m, 512, ModuleSet::of({Module::core_attn, Module::shared_experts}));
+    const LayerActivations shared =
+        layer_with(m, 512, ModuleSet::of({Module::core_attn, Module::shared_experts}));
     Count inside;
     for (const auto& r : core.rows)
-        if (r.module == Module::shared_experts && r.role == ModuleRole::inside && r.kept(Recompute::selective))
+        if (r.module == Module::shared_experts && r.role == ModuleRole::inside &&
+            r.kept(Recompute::selective))
             inside += r.bytes;
-    // At least the shared MLP's hidden tensors (gate's and up's outputs, the down projection's input).
+    // At least the shared MLP's hidden tensors (gate's and up's outputs, the down projection's
+    // input).
     CHECK(inside >= Count(512) * m.shared_ffn * 2 * 3);
-    CHECK(core.kept(Recompute::selective).value() - shared.kept(Recompute::selective).value() == inside.value());
+    CHECK(core.kept(Recompute::selective).value() - shared.kept(Recompute::selective).value() ==
+          inside.value());
     // moe checkpoints the whole MoE layer, the shared expert with it.
-    CHECK(layer_with(m, 512, ModuleSet::of({Module::core_attn, Module::moe})).kept(Recompute::selective) <
-          shared.kept(Recompute::selective));
+    CHECK(layer_with(m, 512, ModuleSet::of({Module::core_attn, Module::moe}))
+              .kept(Recompute::selective) < shared.kept(Recompute::selective));
     // A model without shared experts is refused, naming the module.
-    CHECK_THROWS_WITH(estimate(fixtures::mixtral(), architecture_settings(512, ModuleSet::of({Module::shared_experts}))),
+    CHECK_THROWS_WITH(estimate(fixtures::mixtral(),
+                               architecture_settings(512, ModuleSet::of({Module::shared_experts}))),
                       Catch::Contains("shared_experts") && Catch::Contains("shared experts"));
 }

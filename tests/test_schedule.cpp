@@ -1,4 +1,5 @@
-// Pipeline schedules against their papers: in-flight counts, chunk placement, weight copies, bubbles.
+// Pipeline schedules against their papers: in-flight counts, chunk placement, weight copies,
+// bubbles.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -16,10 +17,12 @@ Parallelism pipeline(std::uint64_t pp, std::uint64_t microbatches, Schedule s) {
     return p;
 }
 /// LLaMA 7B's workload at `s` tokens, one sequence, under `mode`, the chapter's recipe.
-Workload llama_7b_workload(Recompute mode, ActivationModel model = ActivationModel::korthikanti, std::uint64_t s = 1024) {
+Workload llama_7b_workload(Recompute mode, ActivationModel model = ActivationModel::korthikanti,
+                           std::uint64_t s = 1024) {
     const Architecture m = fixtures::llama_7b();
     const ActivationTables t = activation_tables(m, s, 1, DType::bf16, model);
-    return make_workload(m, Settings{}.recipe, s, 1, mode, parameter_splits(parameter_table(m), m.vocab), t);
+    return make_workload(m, Settings{}.recipe, s, 1, mode,
+                         parameter_splits(parameter_table(m), m.vocab), t);
 }
 Report estimate_at_1024(const Architecture& m, const Parallelism& p) {
     Settings settings;
@@ -31,50 +34,61 @@ Report estimate_at_1024(const Architecture& m, const Parallelism& p) {
 TEST_CASE("in flight per stage, as each paper's schedule gives it", "[schedule][pipeline]") {
     using Row = std::tuple<Schedule, std::uint64_t, std::uint64_t, std::vector<std::uint64_t>>;
     for (const auto& [schedule, P, M, expected] : {
-             // 1F1B: stage k runs P - k forwards before its first backward (Narayanan et al. 2021, Figure 4).
+             // 1F1B: stage k runs P - k forwards before its first backward (Narayanan et al. 2021,
+             // Figure 4).
              Row{Schedule::one_f_one_b, 4, 8, {4, 3, 2, 1}},
              Row{Schedule::one_f_one_b, 4, 2, {2, 2, 2, 1}},
-             // ZB-H1: W deferred so every stage holds what 1F1B's first does (Qi et al. 2024, Figure 3).
+             // ZB-H1: W deferred so every stage holds what 1F1B's first does (Qi et al. 2024,
+             // Figure 3).
              Row{Schedule::zb_h1, 4, 8, {4, 4, 4, 4}},
              Row{Schedule::zb_h1, 4, 3, {3, 3, 3, 3}},
              // ZB-V: 1F1B's peak on every rank, in chunks of half a stage: 2 P.
              Row{Schedule::zb_v, 4, 8, {8, 8, 8, 8}},
-             // DualPipe: PP + 1 stages' activations on every rank (DeepSeek-V3, Table 2); the README's 8 ranks, 20 micro-batches.
+             // DualPipe: PP + 1 stages' activations on every rank (DeepSeek-V3, Table 2); the
+             // README's 8 ranks, 20 micro-batches.
              Row{Schedule::dualpipe, 8, 20, {9, 9, 9, 9, 9, 9, 9, 9}},
          }) {
         const Parallelism p = pipeline(P, M, schedule);
         CAPTURE(schedule_name(schedule), P, M);
         for (std::uint64_t k = 0; k < P; ++k) CHECK(in_flight(p, k) == expected[k]);
     }
-    // DualPipe's warm-up on rank k of P (its runtime's first two steps): 2 (P/2 - h - 1) forwards of
-    // the first direction, then h + 1 pairs of both, h = min(k, P - 1 - k): P on every rank before the
-    // first backward, and one more while a forward overlaps that backward.
+    // DualPipe's warm-up on rank k of P (its runtime's first two steps): 2 (P/2 - h - 1) forwards
+    // of the first direction, then h + 1 pairs of both, h = min(k, P - 1 - k): P on every rank
+    // before the first backward, and one more while a forward overlaps that backward.
     for (std::uint64_t P : {2, 4, 8, 16}) {
         const Parallelism p = pipeline(P, 2 * P, Schedule::dualpipe);
         for (std::uint64_t k = 0; k < P; ++k) {
-            const std::uint64_t h = std::min(k, P - 1 - k), warm_up = 2 * (P / 2 - h - 1) + 2 * (h + 1);
+            const std::uint64_t h = std::min(k, P - 1 - k),
+                                warm_up = 2 * (P / 2 - h - 1) + 2 * (h + 1);
             CAPTURE(P, k);
             CHECK(in_flight(p, k) == warm_up + 1);
         }
     }
-    // ZB-V holds 1F1B's first-stage activations on every rank: P micro-batches of a rank's L / P layers.
+    // ZB-V holds 1F1B's first-stage activations on every rank: P micro-batches of a rank's L / P
+    // layers.
     const Architecture m = fixtures::llama_7b();
-    const Parallelism v = pipeline(4, 8, Schedule::zb_v), one = pipeline(4, 8, Schedule::one_f_one_b);
+    const Parallelism v = pipeline(4, 8, Schedule::zb_v),
+                      one = pipeline(4, 8, Schedule::one_f_one_b);
     CHECK(in_flight(v, 2) * (m.layers / model_chunks(v)) == in_flight(one, 0) * (m.layers / 4));
 }
 
-TEST_CASE("chunk placement: ZB-V's V, DualPipe's two directions, and who holds the embedding and head", "[schedule]") {
+TEST_CASE(
+    "chunk placement: ZB-V's V, DualPipe's two directions, and who holds the embedding and head",
+    "[schedule]") {
     const Parallelism v = pipeline(4, 8, Schedule::zb_v);
     CHECK(chunks_per_rank(v) == 2);
     CHECK(model_chunks(v) == 8);
-    CHECK(stage_layers(v, 32, 0) == std::vector<std::uint64_t>{1, 2, 3, 4, 29, 30, 31, 32});  // chunks 0 and 7
-    CHECK(stage_layers(v, 32, 3) == std::vector<std::uint64_t>{13, 14, 15, 16, 17, 18, 19, 20});  // chunks 3 and 4
+    CHECK(stage_layers(v, 32, 0) ==
+          std::vector<std::uint64_t>{1, 2, 3, 4, 29, 30, 31, 32});  // chunks 0 and 7
+    CHECK(stage_layers(v, 32, 3) ==
+          std::vector<std::uint64_t>{13, 14, 15, 16, 17, 18, 19, 20});  // chunks 3 and 4
     CHECK((holds_embedding(v, 0) && holds_head(v, 0)));
     CHECK_FALSE((holds_embedding(v, 3) || holds_head(v, 3)));
 
     const Parallelism d = pipeline(4, 8, Schedule::dualpipe);
     CHECK(model_chunks(d) == 4);  // the model's 4 stages, each held twice
-    CHECK(stage_layers(d, 32, 1) == std::vector<std::uint64_t>{9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24});
+    CHECK(stage_layers(d, 32, 1) == std::vector<std::uint64_t>{9, 10, 11, 12, 13, 14, 15, 16, 17,
+                                                               18, 19, 20, 21, 22, 23, 24});
     for (std::uint64_t k : {0, 3}) CHECK((holds_embedding(d, k) && holds_head(d, k)));
     CHECK_FALSE((holds_embedding(d, 1) || holds_head(d, 2)));
 
@@ -86,10 +100,13 @@ TEST_CASE("chunk placement: ZB-V's V, DualPipe's two directions, and who holds t
     CHECK_FALSE(holds_head(i, 0));
 }
 
-TEST_CASE("DualPipe: each rank holds two stages' weights, gradients and optimiser state", "[schedule][estimate]") {
-    const Architecture m = fixtures::llama_7b();  // untied: the embedding on the first stage, the head on the last
+TEST_CASE("DualPipe: each rank holds two stages' weights, gradients and optimiser state",
+          "[schedule][estimate]") {
+    const Architecture m =
+        fixtures::llama_7b();  // untied: the embedding on the first stage, the head on the last
     for (unsigned zero : {0u, 1u}) {
-        Parallelism one = pipeline(4, 8, Schedule::one_f_one_b), dual = pipeline(4, 8, Schedule::dualpipe);
+        Parallelism one = pipeline(4, 8, Schedule::one_f_one_b),
+                    dual = pipeline(4, 8, Schedule::dualpipe);
         one.dp = dual.dp = 2, one.zero = dual.zero = zero;
         const Report a = estimate_at_1024(m, one), b = estimate_at_1024(m, dual);
         CAPTURE(zero);
@@ -99,20 +116,24 @@ TEST_CASE("DualPipe: each rank holds two stages' weights, gradients and optimise
             CHECK(mine.parameters == forward.parameters + reverse.parameters);
             CHECK(mine.state.weights == forward.state.weights + reverse.state.weights);
             CHECK(mine.state.gradients == forward.state.gradients + reverse.state.gradients);
-            CHECK(mine.state.optimizer_state == forward.state.optimizer_state + reverse.state.optimizer_state);
-            CHECK(mine.state.master_weights == forward.state.master_weights + reverse.state.master_weights);
+            CHECK(mine.state.optimizer_state ==
+                  forward.state.optimizer_state + reverse.state.optimizer_state);
+            CHECK(mine.state.master_weights ==
+                  forward.state.master_weights + reverse.state.master_weights);
         }
         // Twice the model's parameters across the pipeline; ZB-V keeps one copy.
         Count dual_total, v_total;
         const Report v = estimate_at_1024(m, pipeline(4, 8, Schedule::zb_v));
-        for (std::uint64_t k = 0; k < 4; ++k) dual_total += b.ranks[k].parameters, v_total += v.ranks[k].parameters;
+        for (std::uint64_t k = 0; k < 4; ++k)
+            dual_total += b.ranks[k].parameters, v_total += v.ranks[k].parameters;
         CHECK(dual_total == Count(2) * v_total);
         CHECK(v_total == a.parameter_count);
     }
 }
 
 TEST_CASE("the bubble of each schedule from one chunk's F, B and W, by hand", "[schedule][time]") {
-    // A chunk of time 1 with forward share 1/3: F = W = 1/3, B = 2/3 (W the weight-gradient half of it).
+    // A chunk of time 1 with forward share 1/3: F = W = 1/3, B = 2/3 (W the weight-gradient half of
+    // it).
     const ChunkTimes t = chunk_times(1, 1.0 / 3);
     CHECK(t.forward == Approx(1.0 / 3));
     CHECK(t.backward == Approx(2.0 / 3));
@@ -125,13 +146,15 @@ TEST_CASE("the bubble of each schedule from one chunk's F, B and W, by hand", "[
     // ZB-H1: (P-1)(F+B-2W) = 3 x 1/3 = 1 chunk of 8.
     CHECK(bubble_share(pipeline(4, 8, Schedule::zb_h1)) == Approx(1.0 / 8));
     CHECK(bubble_share(pipeline(4, 8, Schedule::zb_v)) == 0);
-    // DualPipe: (P/2-1)(F&B+B-3W) = 1 x (1 + 2/3 - 1) = 2/3 of a chunk; each micro-batch one chunk per rank.
+    // DualPipe: (P/2-1)(F&B+B-3W) = 1 x (1 + 2/3 - 1) = 2/3 of a chunk; each micro-batch one chunk
+    // per rank.
     CHECK(bubble_share(pipeline(4, 8, Schedule::dualpipe)) == Approx(2.0 / 3 / 8));
     CHECK(bubble_share(pipeline(8, 20, Schedule::dualpipe)) == Approx(3 * (2.0 / 3) / 20));
     // Full recomputation puts another forward into B: share 1/4, F = W = 1/4, B = 3/4.
     CHECK(bubble_share(pipeline(4, 8, Schedule::zb_h1), 0.25) == Approx(3 * (1 - 0.5) / 8));
     CHECK(bubble_share(pipeline(4, 8, Schedule::dualpipe), 0.25) == Approx((1 + 0.75 - 0.75) / 8));
-    CHECK(bubble_share(pipeline(4, 8, Schedule::one_f_one_b), 0.25) == Approx(3.0 / 8));  // 1F1B's needs no split
+    CHECK(bubble_share(pipeline(4, 8, Schedule::one_f_one_b), 0.25) ==
+          Approx(3.0 / 8));  // 1F1B's needs no split
 
     // In step_time: the bubble is that share of the compute.
     Gpu g;
@@ -146,19 +169,25 @@ TEST_CASE("the bubble of each schedule from one chunk's F, B and W, by hand", "[
 TEST_CASE("invalid schedules are refused with the value named", "[schedule]") {
     const Architecture m = fixtures::llama_7b();
     using Row = std::tuple<Parallelism, const char*>;
-    Parallelism zb_v_vpp = pipeline(4, 8, Schedule::zb_v), interleaved_one = pipeline(4, 8, Schedule::interleaved),
+    Parallelism zb_v_vpp = pipeline(4, 8, Schedule::zb_v),
+                interleaved_one = pipeline(4, 8, Schedule::interleaved),
                 uneven = pipeline(4, 8, Schedule::zb_h1);
     zb_v_vpp.vpp = 2, uneven.first_stage_layers = 5;
     for (const auto& [p, message] : {
-             Row{pipeline(3, 6, Schedule::dualpipe), "schedule dualpipe needs an even pp (got pp 3)"},
+             Row{pipeline(3, 6, Schedule::dualpipe),
+                 "schedule dualpipe needs an even pp (got pp 3)"},
              Row{pipeline(4, 6, Schedule::dualpipe), "at least 2 x pp = 8 (got microbatches 6)"},
-             Row{pipeline(4, 9, Schedule::dualpipe), "an even number of micro-batches of at least 2 x pp = 8 (got microbatches 9)"},
-             Row{pipeline(4, 4, Schedule::zb_v), "schedule zb-v needs micro-batches of at least 2 x pp = 8 (got microbatches 4)"},
+             Row{pipeline(4, 9, Schedule::dualpipe),
+                 "an even number of micro-batches of at least 2 x pp = 8 (got microbatches 9)"},
+             Row{pipeline(4, 4, Schedule::zb_v),
+                 "schedule zb-v needs micro-batches of at least 2 x pp = 8 (got microbatches 4)"},
              Row{pipeline(1, 8, Schedule::zb_v), "schedule zb-v needs pp > 1"},
              Row{zb_v_vpp, "schedule zb-v runs 2 chunks per rank: vpp must be 1 (got vpp 2)"},
              Row{interleaved_one, "schedule interleaved needs vpp > 1 (got vpp 1)"},
              Row{uneven, "need the 1f1b schedule (got zb-h1)"},
-             Row{pipeline(32, 64, Schedule::zb_v), "schedule zb-v cuts the model into 64 chunks (2 x pp), which must divide layers (32)"},
+             Row{pipeline(32, 64, Schedule::zb_v),
+                 "schedule zb-v cuts the model into 64 chunks (2 x pp), which must divide layers "
+                 "(32)"},
          }) {
         CAPTURE(message);
         CHECK_THROWS_WITH(validate(p, m, 1024), Catch::Contains(message));
@@ -167,8 +196,10 @@ TEST_CASE("invalid schedules are refused with the value named", "[schedule]") {
     CHECK_THROWS_WITH(parse_schedule("zbv"), Catch::Contains("(got 'zbv')"));
 }
 
-TEST_CASE("the program: --schedule in the estimate's JSON and table, and its refusals", "[schedule][cli]") {
-    const std::string run = "--preset llama-7b --seq 1024 --pp 4 --microbatches 8 --format json --schedule ";
+TEST_CASE("the program: --schedule in the estimate's JSON and table, and its refusals",
+          "[schedule][cli]") {
+    const std::string run =
+        "--preset llama-7b --seq 1024 --pp 4 --microbatches 8 --format json --schedule ";
     const auto dual = testing::memcalc(run + "dualpipe");
     REQUIRE(dual.status == 0);
     const auto j = nlohmann::json::parse(dual.out);
@@ -176,14 +207,22 @@ TEST_CASE("the program: --schedule in the estimate's JSON and table, and its ref
     CHECK(j["settings"]["parallel"]["parameter_copies"] == 2);
     CHECK(j["ranks"][1]["in_flight"] == 5);
     CHECK(j["ranks"][3]["holds_embedding"] == true);
-    const auto plain = nlohmann::json::parse(testing::memcalc("--preset llama-7b --seq 1024 --pp 4 --vpp 2 --microbatches 8 --format json").out);
-    CHECK(plain["settings"]["parallel"]["schedule"] == "interleaved");  // --vpp alone: interleaved, as before
-    const auto table = testing::memcalc("--preset llama-7b --seq 1024 --pp 4 --microbatches 8 --schedule zb-v");
+    const auto plain = nlohmann::json::parse(
+        testing::memcalc(
+            "--preset llama-7b --seq 1024 --pp 4 --vpp 2 --microbatches 8 --format json")
+            .out);
+    CHECK(plain["settings"]["parallel"]["schedule"] ==
+          "interleaved");  // --vpp alone: interleaved, as before
+    const auto table =
+        testing::memcalc("--preset llama-7b --seq 1024 --pp 4 --microbatches 8 --schedule zb-v");
     CHECK_THAT(table.out, Catch::Contains("(ZB-V, 2 chunks per rank)"));
     for (const auto& [args, message] : {
-             std::pair{"--preset llama-7b --pp 4 --schedule 1f1b --vpp 2", "--schedule 1f1b runs one chunk per rank: --vpp must be 1 (got 2)"},
-             std::pair{"--preset llama-7b --pp 4 --schedule zbv", "--schedule must be 1f1b, interleaved, zb-h1, zb-v, dualpipe (got 'zbv')"},
-             std::pair{"--preset llama-7b --pp 3 --microbatches 6 --schedule dualpipe", "schedule dualpipe needs an even pp (got pp 3)"},
+             std::pair{"--preset llama-7b --pp 4 --schedule 1f1b --vpp 2",
+                       "--schedule 1f1b runs one chunk per rank: --vpp must be 1 (got 2)"},
+             std::pair{"--preset llama-7b --pp 4 --schedule zbv",
+                       "--schedule must be 1f1b, interleaved, zb-h1, zb-v, dualpipe (got 'zbv')"},
+             std::pair{"--preset llama-7b --pp 3 --microbatches 6 --schedule dualpipe",
+                       "schedule dualpipe needs an even pp (got pp 3)"},
          }) {
         const auto r = testing::memcalc(args);
         CAPTURE(args);
@@ -192,11 +231,14 @@ TEST_CASE("the program: --schedule in the estimate's JSON and table, and its ref
     }
 }
 
-TEST_CASE("plan searches the schedules asked for, and its peaks are estimate()'s", "[schedule][plan][pin]") {
+TEST_CASE("plan searches the schedules asked for, and its peaks are estimate()'s",
+          "[schedule][plan][pin]") {
     Architecture m = fixtures::llama_7b();
-    m.name = "small-llama", m.layers = 16, m.hidden = 2048, m.heads = 16, m.kv_heads = 4, m.ffn = 5632;
+    m.name = "small-llama", m.layers = 16, m.hidden = 2048, m.heads = 16, m.kv_heads = 4,
+    m.ffn = 5632;
     PlanRequest request;
-    request.gpus = 8, request.capacity = 40000000000ULL, request.base.seq = 1024, request.global_batch = 32;
+    request.gpus = 8, request.capacity = 40000000000ULL, request.base.seq = 1024,
+    request.global_batch = 32;
     // Unasked: 1F1B and interleaved only.
     for (const PlanRow& r : plan(m, request)) {
         const Schedule s = r.parallel.pipeline_schedule();
@@ -219,7 +261,8 @@ TEST_CASE("plan searches the schedules asked for, and its peaks are estimate()'s
             CHECK(p.schedule == Schedule::zb_v);
             v = true;
         }
-        // Recomputation reruns the forward inside B: the forward's share of the chunk falls below 1/3.
+        // Recomputation reruns the forward inside B: the forward's share of the chunk falls below
+        // 1/3.
         const ComputeCost c = compute_cost(m, 1024, r.micro_batch, r.recompute);
         const double idle = bubble_share(p, c.step / 3 / (c.step + c.recompute));
         CHECK(r.bubble == Approx(idle / (1 + idle)).margin(1e-12));
@@ -234,17 +277,21 @@ TEST_CASE("plan searches the schedules asked for, and its peaks are estimate()'s
         CAPTURE(i, r.parallel.pp, schedule_name(r.parallel.schedule));
         CHECK(estimate(m, s).peak_step().bytes.total() == r.peak.bytes());
     }
-    const auto csv = testing::memcalc("plan --preset llama-7b --gpus 8 --gpu h100-sxm --seq 4096 --global-batch 64 --top 3 "
-                                      "--format csv --pp 4 --schedule dualpipe");
+    const auto csv = testing::memcalc(
+        "plan --preset llama-7b --gpus 8 --gpu h100-sxm --seq 4096 --global-batch 64 --top 3 "
+        "--format csv --pp 4 --schedule dualpipe");
     REQUIRE(csv.status == 0);
-    CHECK_THAT(csv.out, Catch::Contains(",vpp,offload,schedule,recompute_layers,host_bytes\n") && Catch::Contains(",dualpipe,"));
+    CHECK_THAT(csv.out, Catch::Contains(",vpp,offload,schedule,recompute_layers,host_bytes\n") &&
+                            Catch::Contains(",dualpipe,"));
     CHECK_THAT(csv.out, !Catch::Contains(",1f1b,"));
 }
 
-TEST_CASE("under every schedule the closed-form layout peak equals the most loaded timeline's", "[schedule][fast]") {
+TEST_CASE("under every schedule the closed-form layout peak equals the most loaded timeline's",
+          "[schedule][fast]") {
     const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
     const Recompute mode = GENERATE(Recompute::none, Recompute::full);
-    const ActivationModel model = GENERATE(ActivationModel::korthikanti, ActivationModel::architecture);
+    const ActivationModel model =
+        GENERATE(ActivationModel::korthikanti, ActivationModel::architecture);
     for (Schedule schedule : {Schedule::zb_h1, Schedule::zb_v, Schedule::dualpipe})
         for (std::uint64_t pp : {2, 4, 6})
             for (unsigned zero : {0u, 3u}) {
@@ -256,26 +303,32 @@ TEST_CASE("under every schedule the closed-form layout peak equals the most load
                     continue;  // gpt2's 12 layers: no ZB-V on 4 stages
                 }
                 Settings settings;
-                settings.seq = 512, settings.recompute = mode, settings.activations = model, settings.parallel = p;
+                settings.seq = 512, settings.recompute = mode, settings.activations = model,
+                settings.parallel = p;
                 CAPTURE(m.name, recompute_name(mode), schedule_name(schedule), pp, zero);
                 const Report r = estimate(m, settings);
                 const ActivationTables t = activation_tables(m, 512, 1, DType::bf16, model);
-                const Workload w = make_workload(m, r.settings.recipe, 512, 1, mode, parameter_splits(r.parameters, m.vocab), t);
+                const Workload w = make_workload(m, r.settings.recipe, 512, 1, mode,
+                                                 parameter_splits(r.parameters, m.vocab), t);
                 const LayoutPeak fast = layout_peak(w, p);
                 CHECK(fast.bytes() == r.peak_step().bytes.total());
                 CHECK(fast.stage == r.busiest().stage);
             }
 }
 
-TEST_CASE("a deferred weight-gradient pass holds each linear's input and its output's gradient, by hand", "[schedule][pipeline]") {
+TEST_CASE(
+    "a deferred weight-gradient pass holds each linear's input and its output's gradient, by hand",
+    "[schedule][pipeline]") {
     const Architecture m = fixtures::llama_7b();
     const auto params = parameter_splits(parameter_table(m), m.vocab);
     const std::uint64_t s = 4096, h = 4096, f = 11008, d = 2, V = m.vocab;
-    // One layer: q, k, v and o (h to h), gate and up (h to f), down (f to h); each its input and its output's gradient.
+    // One layer: q, k, v and o (h to h), gate and up (h to f), down (f to h); each its input and
+    // its output's gradient.
     const SplitBytes reads = weight_pass_reads(m, params->table, 0, s, d);
     const Parallelism whole;
     CHECK(reads.on_rank(whole, V) == Count(s) * (8 * h + 3 * (h + f)) * d);
-    // Tensor-parallel: the 7 sides of the model's width stay whole (W reads the gathered input), the rest split.
+    // Tensor-parallel: the 7 sides of the model's width stay whole (W reads the gathered input),
+    // the rest split.
     Parallelism tp2;
     tp2.tp = 2, tp2.sequence_parallel = true;
     CHECK(reads.on_rank(tp2, V) == Count(s) * (7 * h + (4 * h + 3 * f) / 2) * d);
@@ -283,14 +336,16 @@ TEST_CASE("a deferred weight-gradient pass holds each linear's input and its out
     ParameterTable frozen = parameter_table(m);
     for (ParamRow& row : frozen.rows)
         if (row.tensor == Text("down_proj")) row.trainable = false;
-    CHECK(weight_pass_reads(m, frozen, 0, s, d).on_rank(whole, V) == Count(s) * (8 * h + 2 * (h + f)) * d);
+    CHECK(weight_pass_reads(m, frozen, 0, s, d).on_rank(whole, V) ==
+          Count(s) * (8 * h + 2 * (h + f)) * d);
 
-    // Stage 0 of 4, 8 micro-batches: under ZB-H1 and ZB-V each other micro-batch (chunk) in flight counts the
-    // larger of its saved tensors and W's reads; 1F1B its saved tensors. The formula's layer keeps 34 sbh +
-    // 5 as^2b bytes with nothing recomputed (more than W's 38 sbh at this length), 34 sbh under selective
-    // recomputation and 2 sbh under full (less).
+    // Stage 0 of 4, 8 micro-batches: under ZB-H1 and ZB-V each other micro-batch (chunk) in flight
+    // counts the larger of its saved tensors and W's reads; 1F1B its saved tensors. The formula's
+    // layer keeps 34 sbh + 5 as^2b bytes with nothing recomputed (more than W's 38 sbh at this
+    // length), 34 sbh under selective recomputation and 2 sbh under full (less).
     for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
-        const ActivationTables t = activation_tables(m, s, 1, DType::bf16, ActivationModel::korthikanti);
+        const ActivationTables t =
+            activation_tables(m, s, 1, DType::bf16, ActivationModel::korthikanti);
         const Workload w = make_workload(m, Settings{}.recipe, s, 1, mode, params, t);
         const Count kept = w.layers[0].kept.on_rank(whole, V), read = reads.on_rank(whole, V);
         CAPTURE(recompute_name(mode));
@@ -300,20 +355,26 @@ TEST_CASE("a deferred weight-gradient pass holds each linear's input and its out
             return stage_inputs(w, p, stage_facts(w, p, 0)).other_microbatches;
         };
         CHECK(others(Schedule::one_f_one_b) == Count(3 * 8) * kept);
-        CHECK(others(Schedule::zb_h1) == Count(3 * 8) * std::max(kept, read));  // 4 in flight, 8 layers each
-        CHECK(others(Schedule::zb_v) == Count(6 * 4) * std::max(kept, read));   // 8 chunks, 2 running, 4 layers each
+        CHECK(others(Schedule::zb_h1) ==
+              Count(3 * 8) * std::max(kept, read));  // 4 in flight, 8 layers each
+        CHECK(others(Schedule::zb_v) ==
+              Count(6 * 4) * std::max(kept, read));  // 8 chunks, 2 running, 4 layers each
     }
 }
 
-TEST_CASE("partial recomputation reruns the first N layers of each model chunk once per micro-batch, whatever the schedule",
-          "[schedule][recompute]") {
+TEST_CASE(
+    "partial recomputation reruns the first N layers of each model chunk once per micro-batch, "
+    "whatever the schedule",
+    "[schedule][recompute]") {
     const Architecture m = fixtures::llama_7b();
     const Workload w = llama_7b_workload(Recompute::full);
-    using Row = std::tuple<Schedule, std::uint64_t, std::uint64_t>;  // schedule, vpp, the model's chunks
-    for (const auto& [schedule, vpp, chunks] : {Row{Schedule::one_f_one_b, 1, 4}, Row{Schedule::interleaved, 2, 8},
-                                                Row{Schedule::zb_h1, 1, 4}, Row{Schedule::zb_v, 1, 8},
-                                                // DualPipe keeps each of the 4 stages twice; a micro-batch runs one copy.
-                                                Row{Schedule::dualpipe, 1, 4}}) {
+    using Row =
+        std::tuple<Schedule, std::uint64_t, std::uint64_t>;  // schedule, vpp, the model's chunks
+    for (const auto& [schedule, vpp, chunks] :
+         {Row{Schedule::one_f_one_b, 1, 4}, Row{Schedule::interleaved, 2, 8},
+          Row{Schedule::zb_h1, 1, 4}, Row{Schedule::zb_v, 1, 8},
+          // DualPipe keeps each of the 4 stages twice; a micro-batch runs one copy.
+          Row{Schedule::dualpipe, 1, 4}}) {
         Parallelism p = pipeline(4, 8, schedule);
         p.vpp = vpp;
         CHECK(model_chunks(p) == chunks);
@@ -325,16 +386,20 @@ TEST_CASE("partial recomputation reruns the first N layers of each model chunk o
     }
 }
 
-TEST_CASE("a pipeline stage holds what the CPU pipeline runs measured: received inputs, its own rotary tables, masks",
-          "[schedule][pipeline]") {
-    // validation/results/cpu-pipeline-schedules.json: each term by hand on LLaMA 7B's shape (RMSNorm, rotary) and
-    // GPT-2's (LayerNorm, which keeps its input: nothing received is extra).
+TEST_CASE(
+    "a pipeline stage holds what the CPU pipeline runs measured: received inputs, its own rotary "
+    "tables, masks",
+    "[schedule][pipeline]") {
+    // validation/results/cpu-pipeline-schedules.json: each term by hand on LLaMA 7B's shape
+    // (RMSNorm, rotary) and GPT-2's (LayerNorm, which keeps its input: nothing received is extra).
     const std::uint64_t s = 1024;
     for (const Architecture& m : {fixtures::llama_7b(), fixtures::gpt2_small()}) {
         const bool rms = m.norm == Norm::rmsnorm;
         const auto params = parameter_splits(parameter_table(m), m.vocab);
-        const ActivationTables t = activation_tables(m, s, 1, DType::bf16, ActivationModel::architecture);
-        const Count stream = Count(s) * m.hidden * 2, rotary = rms ? Count(2) * s * m.rotary_dim() * 2 : Count(0);
+        const ActivationTables t =
+            activation_tables(m, s, 1, DType::bf16, ActivationModel::architecture);
+        const Count stream = Count(s) * m.hidden * 2,
+                    rotary = rms ? Count(2) * s * m.rotary_dim() * 2 : Count(0);
         const Count mask = Count(s) * s * 2;  // eager attention's, built once per forward
         CAPTURE(m.name);
         for (Recompute mode : {Recompute::none, Recompute::full}) {
@@ -345,21 +410,29 @@ TEST_CASE("a pipeline stage holds what the CPU pipeline runs measured: received 
                 const StageFacts f = stage_facts(w, p, stage);
                 const TimelineInputs in = stage_inputs(w, p, f);
                 CAPTURE(recompute_name(mode), stage);
-                // Received: a stage after the first, unless its first layer keeps the tensor (LayerNorm, checkpoint).
+                // Received: a stage after the first, unless its first layer keeps the tensor
+                // (LayerNorm, checkpoint).
                 const bool received = stage > 0 && rms && mode == Recompute::none;
-                const Count embedding_side = stage == 0 ? Count(f.in_flight) * w.input_side.on_rank(p, m.vocab) : Count(0);
-                CHECK(in.input_side_kept == embedding_side + Count(f.in_flight) * (rotary + (received ? stream : Count(0))));
+                const Count embedding_side =
+                    stage == 0 ? Count(f.in_flight) * w.input_side.on_rank(p, m.vocab) : Count(0);
+                CHECK(in.input_side_kept ==
+                      embedding_side +
+                          Count(f.in_flight) * (rotary + (received ? stream : Count(0))));
                 // Under recomputation each other micro-batch in flight keeps its mask.
-                const Count per_microbatch = Count(f.layers.layers) * w.layers[0].kept.on_rank(p, m.vocab);
+                const Count per_microbatch =
+                    Count(f.layers.layers) * w.layers[0].kept.on_rank(p, m.vocab);
                 CHECK(in.other_microbatches ==
-                      Count(f.in_flight - 1) * (per_microbatch + (mode == Recompute::full ? mask : Count(0))));
+                      Count(f.in_flight - 1) *
+                          (per_microbatch + (mode == Recompute::full ? mask : Count(0))));
             }
         }
     }
 }
 
-TEST_CASE("under a schedule deferring W, a backward step holds the W reads of the layers its B has passed",
-          "[schedule][pipeline]") {
+TEST_CASE(
+    "under a schedule deferring W, a backward step holds the W reads of the layers its B has "
+    "passed",
+    "[schedule][pipeline]") {
     const Architecture m = fixtures::llama_7b();
     const Workload w = llama_7b_workload(Recompute::full);
     const Count reads = w.weight_pass_reads[0].on_rank(Parallelism{}, m.vocab);
@@ -378,11 +451,14 @@ TEST_CASE("under a schedule deferring W, a backward step holds the W reads of th
     }
 }
 
-TEST_CASE("interleaved: at its chunk c the running micro-batch's later chunks are other micro-batches' instead",
-          "[schedule][pipeline]") {
-    // Measured (validation/results/cpu-pipeline-schedules.json, interleaved under full recomputation): in steady
-    // state the most chunks stay in flight while the running micro-batch's later chunks are not, so at its first
-    // chunk another micro-batch's chunk (its checkpoints and its mask) stands in each such place.
+TEST_CASE(
+    "interleaved: at its chunk c the running micro-batch's later chunks are other micro-batches' "
+    "instead",
+    "[schedule][pipeline]") {
+    // Measured (validation/results/cpu-pipeline-schedules.json, interleaved under full
+    // recomputation): in steady state the most chunks stay in flight while the running
+    // micro-batch's later chunks are not, so at its first chunk another micro-batch's chunk (its
+    // checkpoints and its mask) stands in each such place.
     const Architecture m = fixtures::llama_7b();
     const std::uint64_t s = 1024;
     const Workload w = llama_7b_workload(Recompute::full, ActivationModel::architecture, s);
@@ -395,7 +471,8 @@ TEST_CASE("interleaved: at its chunk c the running micro-batch's later chunks ar
     CHECK(in.spare_chunk == Count(4) * w.layers[0].kept.on_rank(p, m.vocab) + mask);
     // Each chunk's forward built its own mask, which that chunk's checkpoints keep.
     CHECK(in.recompute_buffers == Count(2) * mask);
-    // Backward at the first chunk's last layer holds the spare chunk; at the second chunk's first, none.
+    // Backward at the first chunk's last layer holds the spare chunk; at the second chunk's first,
+    // none.
     TimelineInputs none = in;
     none.spare_chunks = 0;
     for (std::uint64_t position : {4, 5}) {

@@ -1,4 +1,5 @@
-// Serving memory: the weights by storage format, the KV cache in paged blocks, prefill, and what fits.
+// Serving memory: the weights by storage format, the KV cache in paged blocks, prefill, and what
+// fits.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -20,11 +21,13 @@ ServeSettings at(std::uint64_t context, std::uint64_t batch = 1, std::uint64_t t
 }
 }  // namespace
 
-TEST_CASE("the KV cache per token is 2 x layers x key/value heads x head_dim x the cache dtype's bytes", "[serve]") {
+TEST_CASE(
+    "the KV cache per token is 2 x layers x key/value heads x head_dim x the cache dtype's bytes",
+    "[serve]") {
     // llama.cpp prints "KV self size = 1024.00 MiB, K (f16): 512.00 MiB, V (f16): 512.00 MiB" for
-    // Llama 2 7B at n_ctx 2048 (TheBloke/Llama-2-7B-GGUF, a public log: find_string 'KV self size  =
-    // 1024.00 MiB', id 21437509663) and for Llama 3 8B at n_ctx 8192 (id 2232086978: its 15317 MiB of
-    // f16 weights are Llama 3 8B's).
+    // Llama 2 7B at n_ctx 2048 (TheBloke/Llama-2-7B-GGUF, a public log: find_string 'KV self size =
+    // 1024.00 MiB', id 21437509663) and for Llama 3 8B at n_ctx 8192 (id 2232086978: its 15317 MiB
+    // of f16 weights are Llama 3 8B's).
     const auto cache = [](const char* name, std::uint64_t context) {
         return serve(preset(name), at(context)).kv_cache.value();
     };
@@ -39,7 +42,9 @@ TEST_CASE("the KV cache per token is 2 x layers x key/value heads x head_dim x t
         CHECK(r.blocks_per_sequence == 63);  // 1000 tokens in blocks of 16
         CHECK(r.kv_cache.value() == 3 * 63 * 16 * 32 * 2 * 8 * 128);
     }
-    SECTION("tensor parallelism splits the key/value heads, and each rank keeps a whole one when fewer") {
+    SECTION(
+        "tensor parallelism splits the key/value heads, and each rank keeps a whole one when "
+        "fewer") {
         const Architecture m = preset("llama-3-70b");  // 8 key/value heads
         const ServeReport tp8 = serve(m, at(4096, 1, 8)), tp16 = serve(m, at(4096, 1, 16));
         CHECK(tp8.kv_heads_per_rank == 1);
@@ -52,7 +57,9 @@ TEST_CASE("the KV cache per token is 2 x layers x key/value heads x head_dim x t
     }
 }
 
-TEST_CASE("latent attention caches its compressed latent and k's rotary part; sliding windows cap theirs", "[serve]") {
+TEST_CASE(
+    "latent attention caches its compressed latent and k's rotary part; sliding windows cap theirs",
+    "[serve]") {
     SECTION("DeepSeek-V3: (512 + 64) values a layer a token, whole on every rank") {
         const Architecture m = preset("deepseek-v3");
         const ServeReport r = serve(m, at(4096, 1, 8));
@@ -61,10 +68,13 @@ TEST_CASE("latent attention caches its compressed latent and k's rotary part; sl
         CHECK(r.kv_cache.value() == 4096ULL * 61 * (512 + 64) * 2);
         CHECK(serve(m, at(4096, 1, 1)).kv_cache == r.kv_cache);
     }
-    SECTION("gpt-oss: its 128-token sliding layers keep 9 blocks of 16 (the window and the one its start is in)") {
+    SECTION(
+        "gpt-oss: its 128-token sliding layers keep 9 blocks of 16 (the window and the one its "
+        "start is in)") {
         const Architecture m = GENERATE(preset("gpt-oss-20b"), preset("gpt-oss-120b"));
         CAPTURE(m.name);
-        const std::uint64_t half = m.layers / 2, per_layer = 2 * 8 * 64 * 2;  // 8 key/value heads of 64, bf16
+        const std::uint64_t half = m.layers / 2,
+                            per_layer = 2 * 8 * 64 * 2;  // 8 key/value heads of 64, bf16
         const ServeReport r = serve(m, at(8192, 2));
         CHECK(r.windowed_layers == half);
         CHECK(r.kv_cache.value() == 2 * 16 * per_layer * (half * 512 + half * 9));
@@ -73,9 +83,12 @@ TEST_CASE("latent attention caches its compressed latent and k's rotary part; sl
     }
 }
 
-TEST_CASE("weights: bf16 is 2 bytes a parameter; quantised formats store the layers' matrices with their scales",
-          "[serve]") {
-    const Architecture m = GENERATE(preset("llama-3-8b"), preset("mixtral-8x7b"), fixtures::gpt2_small());
+TEST_CASE(
+    "weights: bf16 is 2 bytes a parameter; quantised formats store the layers' matrices with their "
+    "scales",
+    "[serve]") {
+    const Architecture m =
+        GENERATE(preset("llama-3-8b"), preset("mixtral-8x7b"), fixtures::gpt2_small());
     CAPTURE(m.name);
     const ParameterTable table = parameter_table(m);
     ServeSettings s = at(128);
@@ -84,32 +97,40 @@ TEST_CASE("weights: bf16 is 2 bytes a parameter; quantised formats store the lay
     // The matrices of the layers, and everything else in bf16.
     Count matrices, rest;
     for (const ParamRow& r : table.rows)
-        (r.group == Group::layer && (r.part == Part::attention || r.part == Part::mlp) && r.dims.size() >= 2 ? matrices
-                                                                                                               : rest) +=
-            table.in_model(r);
+        (r.group == Group::layer && (r.part == Part::attention || r.part == Part::mlp) &&
+                 r.dims.size() >= 2
+             ? matrices
+             : rest) += table.in_model(r);
     const auto with = [&](const char* format) {
         s.weights = weight_format(format);
         return serve(m, s).weights.value();
     };
-    CHECK(with("fp8") > matrices.value() + 2 * rest.value());       // one byte each, and a scale per matrix
+    CHECK(with("fp8") >
+          matrices.value() + 2 * rest.value());  // one byte each, and a scale per matrix
     CHECK(with("fp8") < matrices.value() + 2 * rest.value() + 4096);
-    CHECK(with("int8") > with("fp8"));                               // a scale per output channel
+    CHECK(with("int8") > with("fp8"));  // a scale per output channel
     CHECK(with("int4") < with("int8"));
 }
 
-TEST_CASE("int4 stores AWQ's and GPTQ's packed values, an fp16 scale and a 4-bit zero per 128 inputs of each output",
-          "[serve]") {
+TEST_CASE(
+    "int4 stores AWQ's and GPTQ's packed values, an fp16 scale and a 4-bit zero per 128 inputs of "
+    "each output",
+    "[serve]") {
     const WeightFormat& int4 = *weight_format("int4");
     CHECK(int4.matrix_bytes(4096, 4096).value() == 4096 * 4096 / 2 + 32 * 4096 * 2 + 32 * 4096 / 2);
-    CHECK(int4.matrix_bytes(4096, 14336).value() == 4096ULL * 14336 / 2 + 32 * 14336 * 2 + 32 * 14336 / 2);
-    CHECK(int4.matrix_bytes(200, 8).value() == 200 * 8 / 2 + 2 * 8 * 2 + 2 * 8 / 2);  // a partial group
+    CHECK(int4.matrix_bytes(4096, 14336).value() ==
+          4096ULL * 14336 / 2 + 32 * 14336 * 2 + 32 * 14336 / 2);
+    CHECK(int4.matrix_bytes(200, 8).value() ==
+          200 * 8 / 2 + 2 * 8 * 2 + 2 * 8 / 2);  // a partial group
     CHECK(weight_format("int8")->matrix_bytes(4096, 1024).value() == 4096 * 1024 + 1024 * 4);
     CHECK(weight_format("fp8")->matrix_bytes(4096, 1024).value() == 4096 * 1024 + 4);
     CHECK(weight_format("int3") == nullptr);
 }
 
-TEST_CASE("serving fits: the largest batch fits and the next does not; the cache capacity is in whole blocks",
-          "[serve]") {
+TEST_CASE(
+    "serving fits: the largest batch fits and the next does not; the cache capacity is in whole "
+    "blocks",
+    "[serve]") {
     const Architecture m = GENERATE(preset("llama-3-8b"), preset("llama-2-70b"));
     CAPTURE(m.name);
     ServeSettings s = at(8192, 1, m.layers > 40 ? 4 : 1);
@@ -126,16 +147,21 @@ TEST_CASE("serving fits: the largest batch fits and the next does not; the cache
     CHECK(serve_fit(m, s, Count(1'000'000)).max_batch == 0);
 }
 
-TEST_CASE("memcalc serve: JSON keys, a device's answer, and errors that name the value", "[serve][cli]") {
-    const auto r = testing::memcalc("serve --preset llama-3-8b --context 8192 --batch 4 --format json");
+TEST_CASE("memcalc serve: JSON keys, a device's answer, and errors that name the value",
+          "[serve][cli]") {
+    const auto r =
+        testing::memcalc("serve --preset llama-3-8b --context 8192 --batch 4 --format json");
     REQUIRE(r.status == 0);
     const auto j = nlohmann::json::parse(r.out);
     CHECK(j.at("kv_cache").at("bytes").get<std::uint64_t>() == 4ULL << 30);
-    CHECK(j.at("weights").at("bytes").get<std::uint64_t>() == 2 * j.at("model").at("parameters").get<std::uint64_t>());
+    CHECK(j.at("weights").at("bytes").get<std::uint64_t>() ==
+          2 * j.at("model").at("parameters").get<std::uint64_t>());
     CHECK(j.at("peak").at("bytes").get<std::uint64_t>() ==
-          j.at("weights").at("bytes").get<std::uint64_t>() + j.at("kv_cache").at("bytes").get<std::uint64_t>() +
+          j.at("weights").at("bytes").get<std::uint64_t>() +
+              j.at("kv_cache").at("bytes").get<std::uint64_t>() +
               j.at("activations").at("bytes").get<std::uint64_t>());
-    const auto fit = testing::memcalc("serve --preset llama-3-8b --context 8192 --gpu h100-sxm --format json");
+    const auto fit =
+        testing::memcalc("serve --preset llama-3-8b --context 8192 --gpu h100-sxm --format json");
     REQUIRE(fit.status == 0);
     CHECK(nlohmann::json::parse(fit.out).at("device").at("max_batch").get<std::uint64_t>() > 1);
     for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{

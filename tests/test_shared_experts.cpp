@@ -1,6 +1,6 @@
-// Shared experts beside routed ones (DeepSeek, Qwen2-MoE, Llama 4), Qwen2-MoE's sigmoid gate on them,
-// a router's bias and top-k renormalisation: exact parameters, the saved tensors they add, and how
-// tensor and expert parallelism split them.
+// Shared experts beside routed ones (DeepSeek, Qwen2-MoE, Llama 4), Qwen2-MoE's sigmoid gate on
+// them, a router's bias and top-k renormalisation: exact parameters, the saved tensors they add,
+// and how tensor and expert parallelism split them.
 #include <catch2/catch.hpp>
 
 #include "fixtures.hpp"
@@ -10,32 +10,39 @@
 using namespace memcalc;
 
 namespace {
-/// Qwen1.5-MoE-A2.7B's layer: 60 experts of 1408, top 4, a gated shared expert of 5632, q/k/v biases.
+/// Qwen1.5-MoE-A2.7B's layer: 60 experts of 1408, top 4, a gated shared expert of 5632, q/k/v
+/// biases.
 Architecture qwen2_moe_like() {
     Architecture m;
-    m.name = "qwen2-moe-like", m.hidden = 2048, m.layers = 24, m.heads = 16, m.ffn = 1408, m.vocab = 151936;
-    m.bias = Bias::qkv, m.experts = 60, m.experts_per_token = 4, m.shared_ffn = 5632, m.shared_expert_gate = true;
+    m.name = "qwen2-moe-like", m.hidden = 2048, m.layers = 24, m.heads = 16, m.ffn = 1408,
+    m.vocab = 151936;
+    m.bias = Bias::qkv, m.experts = 60, m.experts_per_token = 4, m.shared_ffn = 5632,
+    m.shared_expert_gate = true;
     return m;
 }
 /// A DeepSeek-like layer: 64 experts of 256, two shared experts (512 wide), grouped queries, a
 /// trainable router bias.
 Architecture deepseek_like() {
     Architecture m;
-    m.name = "deepseek-like", m.hidden = 1024, m.layers = 8, m.heads = 16, m.kv_heads = 4, m.ffn = 256,
-    m.vocab = 32000, m.experts = 64, m.experts_per_token = 6, m.shared_ffn = 2 * 256;
+    m.name = "deepseek-like", m.hidden = 1024, m.layers = 8, m.heads = 16, m.kv_heads = 4,
+    m.ffn = 256, m.vocab = 32000, m.experts = 64, m.experts_per_token = 6, m.shared_ffn = 2 * 256;
     m.router_bias = RouterBias::trainable;
     return m;
 }
 Report estimate_recomputed(const Architecture& m, const Parallelism& p) {
     Settings settings;
-    settings.seq = 512, settings.micro_batch = 1, settings.recompute = Recompute::full, settings.parallel = p;
+    settings.seq = 512, settings.micro_batch = 1, settings.recompute = Recompute::full,
+    settings.parallel = p;
     return estimate(m, settings);
 }
 }  // namespace
 
-TEST_CASE("a shared expert is one dense gated MLP per MoE layer; its gate a Linear(h, 1); the router's bias E",
-          "[shared_experts][params]") {
-    // Qwen2-MoE: 4 h^2 + 3 h (attention, q/k/v biases) + 2 h (norms) + h E (router) + 3 E h f + 3 h f_s + h (gate)
+TEST_CASE(
+    "a shared expert is one dense gated MLP per MoE layer; its gate a Linear(h, 1); the router's "
+    "bias E",
+    "[shared_experts][params]") {
+    // Qwen2-MoE: 4 h^2 + 3 h (attention, q/k/v biases) + 2 h (norms) + h E (router) + 3 E h f + 3 h
+    // f_s + h (gate)
     const ParameterTable qwen = parameter_table(qwen2_moe_like());
     CHECK(qwen.per_layer().value() == 570560512);
     // DeepSeek-like: 2 h a d + 2 h k d + 2 h + h E + E (bias) + 3 E h f + 3 h f_s
@@ -55,7 +62,8 @@ TEST_CASE("a shared expert is one dense gated MLP per MoE layer; its gate a Line
     CHECK(parameter_table(buffered).per_layer().value() == 54593600 - 64);
 }
 
-TEST_CASE("a dense kind of a MoE model has no shared expert, gate or router bias", "[shared_experts][kinds]") {
+TEST_CASE("a dense kind of a MoE model has no shared expert, gate or router bias",
+          "[shared_experts][kinds]") {
     Architecture m = deepseek_like();
     m.layers = 3;
     m.layer_kinds = {{"dense", std::uint64_t{2048}, std::uint64_t{0}, {}}, {"moe", {}, {}, {}}};
@@ -69,59 +77,78 @@ TEST_CASE("a dense kind of a MoE model has no shared expert, gate or router bias
     CHECK(parameter_table(m).per_layer(1).value() == 54593600 + 3 * 1024 * 512);
 }
 
-TEST_CASE("a shared expert's saved tensors are a dense MLP's over every token; the gate adds its sigmoid and the "
-          "product's factor",
-          "[shared_experts][architecture]") {
+TEST_CASE(
+    "a shared expert's saved tensors are a dense MLP's over every token; the gate adds its sigmoid "
+    "and the "
+    "product's factor",
+    "[shared_experts][architecture]") {
     const std::uint64_t s = GENERATE(128, 1024), b = GENERATE(1, 2);
     const Architecture with = GENERATE(qwen2_moe_like(), deepseek_like());
     CAPTURE(with.name, s, b);
     Architecture without = with;
     without.shared_ffn = 0, without.shared_expert_gate = false;
     const std::uint64_t sb = s * b, sbh = sb * with.hidden, sbfs = sb * with.shared_ffn;
-    const std::uint64_t gate = with.shared_expert_gate ? 2 * sb + 2 * sbh : 0;  // sigmoid's output, the MLP's
+    const std::uint64_t gate =
+        with.shared_expert_gate ? 2 * sb + 2 * sbh : 0;  // sigmoid's output, the MLP's
     const Attention attention = GENERATE(Attention::eager, Attention::flash);
-    const auto total = [&](const Architecture& m, Precision p) { return architecture_layer(m, s, b, p, attention).total().value(); };
-    // bf16: SwiGLU keeps the gate's output, SiLU's, the up projection's and the down projection's input.
+    const auto total = [&](const Architecture& m, Precision p) {
+        return architecture_layer(m, s, b, p, attention).total().value();
+    };
+    // bf16: SwiGLU keeps the gate's output, SiLU's, the up projection's and the down projection's
+    // input.
     CHECK(total(with, DType::bf16) - total(without, DType::bf16) == 4 * 2 * sbfs + gate);
     // The same rows as a dense SwiGLU MLP of that width adds to a layer.
     Architecture dense = fixtures::llama_7b(), dense_wider = dense;
     dense_wider.ffn = dense.ffn + with.shared_ffn;
     CHECK(total(dense_wider, DType::bf16) - total(dense, DType::bf16) == 4 * 2 * sbfs);
-    // Autocast: gate_proj and up_proj each cast the input (bf16), and so does the shared expert's gate.
+    // Autocast: gate_proj and up_proj each cast the input (bf16), and so does the shared expert's
+    // gate.
     const Precision autocast{DType::bf16, DType::fp32, true};
     CHECK(total(with, autocast) - total(without, autocast) ==
           4 * 2 * sbfs + gate + 2 * 2 * sbh + (with.shared_expert_gate ? 2 * sbh : 0));
     // Every recomputation but full keeps them all.
     const LayerActivations a = architecture_layer(with, s, b, DType::bf16, attention);
     const LayerActivations c = architecture_layer(without, s, b, DType::bf16, attention);
-    CHECK(a.kept(Recompute::selective).value() - c.kept(Recompute::selective).value() == 4 * 2 * sbfs + gate);
+    CHECK(a.kept(Recompute::selective).value() - c.kept(Recompute::selective).value() ==
+          4 * 2 * sbfs + gate);
     CHECK(a.kept(Recompute::full) == c.kept(Recompute::full));
 }
 
-TEST_CASE("without renormalisation (norm_topk_prob false) the top-k probabilities and their sum are not kept",
-          "[shared_experts][architecture]") {
+TEST_CASE(
+    "without renormalisation (norm_topk_prob false) the top-k probabilities and their sum are not "
+    "kept",
+    "[shared_experts][architecture]") {
     const std::uint64_t s = GENERATE(64, 512), b = GENERATE(1, 3);
     Architecture m = GENERATE(qwen2_moe_like(), deepseek_like());
     CAPTURE(m.name, s, b);
-    const std::uint64_t renormalised = architecture_layer(m, s, b, DType::bf16, Attention::flash).total().value();
+    const std::uint64_t renormalised =
+        architecture_layer(m, s, b, DType::bf16, Attention::flash).total().value();
     m.renormalize_topk = false;
-    const std::uint64_t raw = architecture_layer(m, s, b, DType::bf16, Attention::flash).total().value();
+    const std::uint64_t raw =
+        architecture_layer(m, s, b, DType::bf16, Attention::flash).total().value();
     CHECK(renormalised - raw == 4 * s * b * m.experts_per_token + 4 * s * b);
 }
 
-TEST_CASE("expert parallelism leaves the shared expert whole; tensor parallelism splits it", "[shared_experts][parallel]") {
+TEST_CASE("expert parallelism leaves the shared expert whole; tensor parallelism splits it",
+          "[shared_experts][parallel]") {
     const Architecture m = GENERATE(qwen2_moe_like(), deepseek_like());
     CAPTURE(m.name);
     Architecture without = m;
     without.shared_ffn = 0, without.shared_expert_gate = false;
-    const std::uint64_t mats = 3 * m.hidden * m.shared_ffn * m.layers;  // the shared experts' matrices
-    const std::uint64_t gate = m.shared_expert_gate ? m.hidden * m.layers : 0;  // replicated, like the router
+    const std::uint64_t mats =
+        3 * m.hidden * m.shared_ffn * m.layers;  // the shared experts' matrices
+    const std::uint64_t gate =
+        m.shared_expert_gate ? m.hidden * m.layers : 0;  // replicated, like the router
     Parallelism ep;
     ep.dp = 4, ep.ep = GENERATE(2, 4);
-    CHECK(estimate_recomputed(m, ep).busiest().parameters.value() - estimate_recomputed(without, ep).busiest().parameters.value() == mats + gate);
+    CHECK(estimate_recomputed(m, ep).busiest().parameters.value() -
+              estimate_recomputed(without, ep).busiest().parameters.value() ==
+          mats + gate);
     Parallelism tp;
     tp.tp = GENERATE(2, 4);
-    CHECK(estimate_recomputed(m, tp).busiest().parameters.value() - estimate_recomputed(without, tp).busiest().parameters.value() == mats / tp.tp + gate);
+    CHECK(estimate_recomputed(m, tp).busiest().parameters.value() -
+              estimate_recomputed(without, tp).busiest().parameters.value() ==
+          mats / tp.tp + gate);
     // tp must divide the shared width too.
     Architecture odd = m;
     odd.shared_ffn = 1000 + 2;
@@ -129,25 +156,31 @@ TEST_CASE("expert parallelism leaves the shared expert whole; tensor parallelism
     CHECK_THROWS_WITH(estimate_recomputed(odd, tp), Catch::Contains("shared_ffn"));
 }
 
-TEST_CASE("shared experts, their gate and a router bias need routed experts", "[shared_experts][validate]") {
+TEST_CASE("shared experts, their gate and a router bias need routed experts",
+          "[shared_experts][validate]") {
     Architecture dense = fixtures::llama_7b();
     dense.shared_ffn = 1024;
     CHECK_THROWS_WITH(validate(dense), Catch::Contains("shared_ffn (1024) needs experts > 0"));
     Architecture ungated = qwen2_moe_like();
     ungated.shared_ffn = 0;
-    CHECK_THROWS_WITH(validate(ungated), Catch::Contains("shared_expert_gate needs shared_ffn > 0"));
+    CHECK_THROWS_WITH(validate(ungated),
+                      Catch::Contains("shared_expert_gate needs shared_ffn > 0"));
     Architecture biased = fixtures::llama_7b();
     biased.router_bias = RouterBias::trainable;
     CHECK_THROWS_WITH(validate(biased), Catch::Contains("router_bias needs experts > 0"));
 }
 
-TEST_CASE("model files give shared experts, their gate, the router bias and renormalisation, per kind too",
-          "[shared_experts][model_file]") {
-    const std::string text = R"({"hidden": 1024, "layers": 3, "heads": 16, "kv_heads": 4, "ffn": 256, "vocab": 32000,
+TEST_CASE(
+    "model files give shared experts, their gate, the router bias and renormalisation, per kind "
+    "too",
+    "[shared_experts][model_file]") {
+    const std::string text =
+        R"({"hidden": 1024, "layers": 3, "heads": 16, "kv_heads": 4, "ffn": 256, "vocab": 32000,
         "experts": 64, "experts_per_token": 6, "shared_ffn": 512, "router_bias": "trainable",
         "renormalize_topk": false,
         "layer_kinds": [{"name": "dense", "ffn": 2048, "experts": 0},
-                        {"name": "moe", "shared_ffn": 1024, "shared_expert_gate": true, "router_bias": "buffer"}],
+                        {"name": "moe", "shared_ffn": 1024, "shared_expert_gate": true,
+                            "router_bias": "buffer"}],
         "layer_pattern": [{"kind": "dense", "layers": 1}, {"kind": "moe", "layers": 2}]})";
     const Architecture m = cli::parse_model_json(text, "m.json", "m").architecture;
     CHECK(m.shared_ffn == 512);
@@ -159,7 +192,9 @@ TEST_CASE("model files give shared experts, their gate, the router bias and reno
     CHECK(moe.router_bias == RouterBias::buffer);
     CHECK(dense.shared_ffn == 0);
     CHECK(dense.router_bias == RouterBias::none);
-    CHECK_THROWS_WITH(cli::parse_model_json(R"({"hidden": 64, "layers": 1, "heads": 4, "ffn": 64, "vocab": 10,
-        "experts": 4, "router_bias": "learned"})", "m.json", "m"),
-                      Catch::Contains("router_bias must be one of buffer, none, trainable (got 'learned')"));
+    CHECK_THROWS_WITH(
+        cli::parse_model_json(R"({"hidden": 64, "layers": 1, "heads": 4, "ffn": 64, "vocab": 10,
+        "experts": 4, "router_bias": "learned"})",
+                              "m.json", "m"),
+        Catch::Contains("router_bias must be one of buffer, none, trainable (got 'learned')"));
 }

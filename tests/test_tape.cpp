@@ -1,6 +1,6 @@
-// Op tapes: every layer of every preset, under every recomputation mode, attention kernel, platform,
-// module set and precision, gives through its tape's sweep what 1.2's table rules give (the check
-// main.cpp turns on throws on the first disagreement); a tape is well formed.
+// Op tapes: every layer of every preset, under every recomputation mode, attention kernel,
+// platform, module set and precision, gives through its tape's sweep what 1.2's table rules give
+// (the check main.cpp turns on throws on the first disagreement); a tape is well formed.
 #include <catch2/catch.hpp>
 
 #include "fixtures.hpp"
@@ -14,7 +14,8 @@ using namespace memcalc;
 
 namespace {
 
-constexpr Recompute modes[] = {Recompute::none, Recompute::selective, Recompute::full, Recompute::op};
+constexpr Recompute modes[] = {Recompute::none, Recompute::selective, Recompute::full,
+                               Recompute::op};
 
 const ModuleSet module_sets[] = {
     ModuleSet{},
@@ -33,12 +34,13 @@ const Precision precisions[] = {Precision(DType::bf16), Precision(DType::fp32),
                                 Precision(DType::bf16, DType::bf16, false, DType::fp8_e4m3)};
 
 /// Each kind of layer of `m` under every mode: layer_work checks its sweep against the table.
-std::size_t check_layers(const Architecture& m, std::uint64_t s, std::uint64_t b, Precision precision,
-                         const Framework& f, ModuleSet modules) {
+std::size_t check_layers(const Architecture& m, std::uint64_t s, std::uint64_t b,
+                         Precision precision, const Framework& f, ModuleSet modules) {
     ActivationTables t;
     try {
         t = activation_tables(m, s, b, precision, ActivationModel::architecture, f, modules);
-    } catch (const error& e) {  // a combination the architecture model refuses (named), not a tape's
+    } catch (
+        const error& e) {  // a combination the architecture model refuses (named), not a tape's
         return 0;
     }
     const ParameterTable params = parameter_table(m);
@@ -82,12 +84,14 @@ TEST_CASE("Korthikanti's layer gives its table's figures through the tape's swee
     }
 }
 
-TEST_CASE("a tape is well formed: forward ends with what it saved, backward with nothing", "[tape]") {
+TEST_CASE("a tape is well formed: forward ends with what it saved, backward with nothing",
+          "[tape]") {
     const Architecture m = fixtures::llama_7b();
     Framework cpu;
     cpu.platform = Platform::cpu;  // its checkpoints keep RNG states
-    const ActivationTables t = activation_tables(m, 128, 1, DType::bf16, ActivationModel::architecture,
-                                                 cpu, ModuleSet::of({Module::core_attn, Module::mlp}));
+    const ActivationTables t =
+        activation_tables(m, 128, 1, DType::bf16, ActivationModel::architecture, cpu,
+                          ModuleSet::of({Module::core_attn, Module::mlp}));
     for (Recompute mode : modes) {
         INFO(recompute_name(mode));
         const tape::Tape tp = tape::from_table(t.layer, mode);
@@ -111,8 +115,10 @@ TEST_CASE("a tape is well formed: forward ends with what it saved, backward with
     }
 }
 
-TEST_CASE("every preset's op tape under every mode: forward peaks at least at what it keeps, "
-          "backward returns to nothing", "[tape][ops]") {
+TEST_CASE(
+    "every preset's op tape under every mode: forward peaks at least at what it keeps, "
+    "backward returns to nothing",
+    "[tape][ops]") {
     for (const auto& name : cli::preset_names()) {
         const Architecture m = cli::load_preset(name).architecture;
         for (Recompute mode : modes) {
@@ -132,7 +138,8 @@ TEST_CASE("every preset's op tape under every mode: forward peaks at least at wh
                 REQUIRE(!ops.empty());
                 Count forward_most, kept;
                 for (const tape::OpRow& e : ops)
-                    if (e.pass == tape::Pass::forward) forward_most = std::max(forward_most, e.live), kept = e.live;
+                    if (e.pass == tape::Pass::forward)
+                        forward_most = std::max(forward_most, e.live), kept = e.live;
                 CHECK(forward_most >= kept);
                 CHECK(ops.back().live == Count(0));
             }

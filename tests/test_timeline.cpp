@@ -28,7 +28,8 @@ TEST_CASE("each step holds what the model says by hand for two layers", "[timeli
     CHECK(steps[1].bytes.total().value() == persistent + 200);
     CHECK(steps[2].name() == "loss");
     CHECK(steps[2].bytes.total().value() == persistent + 200 + 11 + 22 + 13);
-    CHECK(steps[3].name() == "backward 2");  // kept 1..2, rebuilt, act grad, logits + logits grad, head grads
+    CHECK(steps[3].name() ==
+          "backward 2");  // kept 1..2, rebuilt, act grad, logits + logits grad, head grads
     CHECK(steps[3].bytes.total().value() == persistent + 200 + 30 + 3 + 11 + 13 + 7);
     CHECK(steps[4].name() == "backward 1");  // kept 1, layer 2's gradients now done
     CHECK(steps[4].bytes.total().value() == persistent + 100 + 30 + 3 + 11 + 7 + 50);
@@ -61,12 +62,15 @@ TEST_CASE("the peak is the largest step and the earliest on a tie", "[timeline]"
 TEST_CASE("workspaces join the step they run in", "[timeline][workspace]") {
     TimelineInputs in = two_layers();
     in.forward_buffers = 100000, in.layer[0].forward_work = 20000, in.loss_work = 300000;
-    in.layer[0].backward_work = 4000000, in.recompute_buffers = 50000000, in.optimizer_work = 600000000;
+    in.layer[0].backward_work = 4000000, in.recompute_buffers = 50000000,
+    in.optimizer_work = 600000000;
     const auto steps = timeline(in);
     CHECK(steps[0].bytes.workspace.value() == 120000);  // the mask and the layer's own
     CHECK(steps[1].bytes.workspace.value() == 120000);
-    CHECK(steps[2].bytes.workspace.value() == 300000);  // the loss's, the mask included by its maker
-    CHECK(steps[3].bytes.workspace.value() == 54000000);  // the layer's, and what the checkpoints hold
+    CHECK(steps[2].bytes.workspace.value() ==
+          300000);  // the loss's, the mask included by its maker
+    CHECK(steps[3].bytes.workspace.value() ==
+          54000000);  // the layer's, and what the checkpoints hold
     CHECK(steps[4].bytes.workspace.value() == 54000000);
     CHECK(steps[5].bytes.workspace.value() == 600000000);
     CHECK(peak_step(in).name() == "optimizer");

@@ -7,7 +7,8 @@
 
 namespace fixtures {
 
-inline const memcalc::Workspace& workspace_named(const memcalc::LayerActivations& layer, const std::string& op) {
+inline const memcalc::Workspace& workspace_named(const memcalc::LayerActivations& layer,
+                                                 const std::string& op) {
     for (const auto& w : layer.work)
         if (w.op == op) return w;
     FAIL("no workspace " << op);

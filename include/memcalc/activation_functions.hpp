@@ -1,9 +1,10 @@
 #pragma once
-/// The MLP's activation functions as rows: each with the code it runs (one fused kernel, or a chain of
-/// Python ops that autograd records op by op) and what autograd keeps of it for backward, in tensors
-/// of the MLP's hidden width (s b f elements of the compute dtype). Measured with torch 1.13 on CPU in
-/// bf16 by validation/activation_functions.py (saved_tensors_hooks, each storage once; the profiler's
-/// allocations for the workspace), which `--compare` checks against this table.
+/// The MLP's activation functions as rows: each with the code it runs (one fused kernel, or a chain
+/// of Python ops that autograd records op by op) and what autograd keeps of it for backward, in
+/// tensors of the MLP's hidden width (s b f elements of the compute dtype). Measured with
+/// torch 1.13 on CPU in bf16 by validation/activation_functions.py (saved_tensors_hooks, each
+/// storage once; the profiler's allocations for the workspace), which `--compare` checks against
+/// this table.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +17,9 @@ namespace memcalc {
 
 enum class ActivationKernel { fused, ops };
 
-inline const char* kernel_name(ActivationKernel k) { return k == ActivationKernel::fused ? "fused" : "ops"; }
+inline const char* kernel_name(ActivationKernel k) {
+    return k == ActivationKernel::fused ? "fused" : "ops";
+}
 
 /// One s b f tensor an activation keeps for backward, other than its output. `op`: the op of the
 /// chain that keeps it; empty for the fused kernel itself.
@@ -31,12 +34,13 @@ struct ActivationFunction {
     std::string_view name;   ///< the model file's spelling
     std::string_view label;  ///< the per-layer table's op name
     ActivationKernel kernel;
-    std::string_view code;   ///< what the modeling code runs on x, the up (or gate) projection's output
+    std::string_view
+        code;  ///< what the modeling code runs on x, the up (or gate) projection's output
     std::array<ActivationTensor, 7> kept;  ///< the tensors autograd keeps, the first `kept_count()`
-    bool keeps_output;       ///< ReLU's derivative is read from its output, which it keeps
-    /// Its backward's temporaries, in s b f tensors: the incoming gradient and the gradients it makes,
-    /// while everything it keeps is live. A fused kernel makes its input's gradient; a chain ending in
-    /// a product of two tensors makes one for each factor first.
+    bool keeps_output;  ///< ReLU's derivative is read from its output, which it keeps
+    /// Its backward's temporaries, in s b f tensors: the incoming gradient and the gradients it
+    /// makes, while everything it keeps is live. A fused kernel makes its input's gradient; a chain
+    /// ending in a product of two tensors makes one for each factor first.
     std::uint64_t backward_workspace;
     std::string_view source;
     /// In a gated MLP, what the up branch becomes before the product, when not the up projection's
@@ -51,49 +55,111 @@ struct ActivationFunction {
 };
 
 namespace detail {
-inline constexpr ActivationTensor fused_input{"", "its input", "its derivative is taken at its input"};
-inline constexpr ActivationTensor tanh_output{"tanh", "its output", "tanh's gradient is written in its output"};
-inline constexpr ActivationTensor half_x{"0.5 * x * (1.0 + tanh)", "0.5 * x", "the gradient w.r.t. 1.0 + tanh"};
-inline constexpr ActivationTensor one_plus_tanh{"0.5 * x * (1.0 + tanh)", "1.0 + tanh", "the gradient w.r.t. 0.5 * x"};
+inline constexpr ActivationTensor fused_input{"", "its input",
+                                              "its derivative is taken at its input"};
+inline constexpr ActivationTensor tanh_output{"tanh", "its output",
+                                              "tanh's gradient is written in its output"};
+inline constexpr ActivationTensor half_x{"0.5 * x * (1.0 + tanh)", "0.5 * x",
+                                         "the gradient w.r.t. 1.0 + tanh"};
+inline constexpr ActivationTensor one_plus_tanh{"0.5 * x * (1.0 + tanh)", "1.0 + tanh",
+                                                "the gradient w.r.t. 0.5 * x"};
 }  // namespace detail
 
 /// The chains are transformers' (src/transformers/activations.py), selected by a config's
 /// activation_function or hidden_act through ACT2FN.
 inline constexpr std::array<ActivationFunction, 8> activation_functions{{
-    {Activation::silu, "silu", "SiLU", ActivationKernel::fused, "F.silu(x)", {{detail::fused_input}}, false, 2,
+    {Activation::silu,
+     "silu",
+     "SiLU",
+     ActivationKernel::fused,
+     "F.silu(x)",
+     {{detail::fused_input}},
+     false,
+     2,
      "torch.nn.functional.silu; transformers' 'silu' and 'swish'"},
-    {Activation::gelu, "gelu", "GELU", ActivationKernel::fused, "F.gelu(x)", {{detail::fused_input}}, false, 2,
+    {Activation::gelu,
+     "gelu",
+     "GELU",
+     ActivationKernel::fused,
+     "F.gelu(x)",
+     {{detail::fused_input}},
+     false,
+     2,
      "torch.nn.functional.gelu (erf), nn.GELU(); transformers' 'gelu' (GELUActivation)"},
-    {Activation::gelu_tanh, "gelu_tanh", "GELU (tanh)", ActivationKernel::fused, "F.gelu(x, approximate='tanh')",
-     {{detail::fused_input}}, false, 2, "transformers' 'gelu_pytorch_tanh' (PytorchGELUTanh)"},
-    {Activation::relu, "relu", "ReLU", ActivationKernel::fused, "F.relu(x)", {}, true, 2,
+    {Activation::gelu_tanh,
+     "gelu_tanh",
+     "GELU (tanh)",
+     ActivationKernel::fused,
+     "F.gelu(x, approximate='tanh')",
+     {{detail::fused_input}},
+     false,
+     2,
+     "transformers' 'gelu_pytorch_tanh' (PytorchGELUTanh)"},
+    {Activation::relu,
+     "relu",
+     "ReLU",
+     ActivationKernel::fused,
+     "F.relu(x)",
+     {},
+     true,
+     2,
      "torch.nn.functional.relu: threshold_backward reads its output; transformers' 'relu'"},
-    {Activation::gelu_new, "gelu_new", "gelu_new", ActivationKernel::ops,
+    {Activation::gelu_new,
+     "gelu_new",
+     "gelu_new",
+     ActivationKernel::ops,
      "0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))",
-     {{{"torch.pow(x, 3.0)", "its input", "pow's gradient is 3 x^2"}, detail::tanh_output, detail::half_x,
+     {{{"torch.pow(x, 3.0)", "its input", "pow's gradient is 3 x^2"},
+       detail::tanh_output,
+       detail::half_x,
        detail::one_plus_tanh}},
-     false, 3, "transformers' 'gelu_new' (NewGELUActivation): GPT-2's and Phi-2's configs"},
-    {Activation::gelu_fast, "gelu_fast", "gelu_fast", ActivationKernel::ops,
+     false,
+     3,
+     "transformers' 'gelu_new' (NewGELUActivation): GPT-2's and Phi-2's configs"},
+    {Activation::gelu_fast,
+     "gelu_fast",
+     "gelu_fast",
+     ActivationKernel::ops,
      "0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))",
      {{{"0.044715 * x * x", "its input", "the gradient w.r.t. 0.044715 * x"},
        {"0.044715 * x * x", "0.044715 * x", "the gradient w.r.t. the second x"},
-       {"x * 0.7978845608 * (1.0 + ...)", "x * 0.7978845608", "the gradient w.r.t. 1.0 + 0.044715 * x * x"},
-       {"x * 0.7978845608 * (1.0 + ...)", "1.0 + 0.044715 * x * x", "the gradient w.r.t. x * 0.7978845608"},
-       detail::tanh_output, detail::half_x, detail::one_plus_tanh}},
-     false, 3, "transformers' 'gelu_fast' (FastGELUActivation)"},
-    {Activation::quick_gelu, "quick_gelu", "quick_gelu", ActivationKernel::ops, "x * torch.sigmoid(1.702 * x)",
+       {"x * 0.7978845608 * (1.0 + ...)", "x * 0.7978845608",
+        "the gradient w.r.t. 1.0 + 0.044715 * x * x"},
+       {"x * 0.7978845608 * (1.0 + ...)", "1.0 + 0.044715 * x * x",
+        "the gradient w.r.t. x * 0.7978845608"},
+       detail::tanh_output,
+       detail::half_x,
+       detail::one_plus_tanh}},
+     false,
+     3,
+     "transformers' 'gelu_fast' (FastGELUActivation)"},
+    {Activation::quick_gelu,
+     "quick_gelu",
+     "quick_gelu",
+     ActivationKernel::ops,
+     "x * torch.sigmoid(1.702 * x)",
      {{{"x * sigmoid", "its input", "the gradient w.r.t. sigmoid's output"},
-       {"sigmoid", "its output (also the product's)", "sigmoid's gradient is written in its output; the gradient w.r.t. x"}}},
-     false, 3, "transformers' 'quick_gelu' (QuickGELUActivation)"},
+       {"sigmoid", "its output (also the product's)",
+        "sigmoid's gradient is written in its output; the gradient w.r.t. x"}}},
+     false,
+     3,
+     "transformers' 'quick_gelu' (QuickGELUActivation)"},
     // gpt-oss's experts (modeling_gpt_oss.py, GptOssExperts): the gate clamped above at 7, then
     // gate * sigmoid(1.702 gate); the up branch is up.clamp(-7, 7) + 1, whose clamp keeps the up
     // projection's output (in one storage with the gate's: gate_up_proj) and the product its sum.
-    {Activation::clamped_swiglu, "clamped_swiglu", "clamped SwiGLU", ActivationKernel::ops,
+    {Activation::clamped_swiglu,
+     "clamped_swiglu",
+     "clamped SwiGLU",
+     ActivationKernel::ops,
      "x.clamp(max=7.0) * torch.sigmoid(x.clamp(max=7.0) * 1.702)",
      {{{"clamp", "its input", "clamp's gradient is masked where x exceeded the limit"},
        {"gate * sigmoid", "the clamped gate", "the gradient w.r.t. sigmoid's output"},
-       {"sigmoid", "its output (also the product's)", "sigmoid's gradient is written in its output; the gradient w.r.t. the gate"}}},
-     false, 3, "transformers' GptOssExperts (alpha 1.702, limit 7): gpt-oss", "up.clamp(-7, 7) + 1"},
+       {"sigmoid", "its output (also the product's)",
+        "sigmoid's gradient is written in its output; the gradient w.r.t. the gate"}}},
+     false,
+     3,
+     "transformers' GptOssExperts (alpha 1.702, limit 7): gpt-oss",
+     "up.clamp(-7, 7) + 1"},
 }};
 
 inline const ActivationFunction& activation_function(Activation a) {

@@ -16,10 +16,11 @@
 namespace memcalc {
 
 /// op: torchtitan's op-level selective checkpointing (activation_checkpoint.mode "selective",
-/// selective_ac_option "op"): each layer is checkpointed, and its forward keeps the outputs of the ops
-/// a policy names (every odd-numbered aten.mm of the layer, the attention kernels), which the
+/// selective_ac_option "op"): each layer is checkpointed, and its forward keeps the outputs of the
+/// ops a policy names (every odd-numbered aten.mm of the layer, the attention kernels), which the
 /// recomputation in its backward reuses. Source: pytorch/torchtitan torchtitan/distributed/
-/// activation_checkpoint.py @cfb93265 (_apply_op_sac) and models/llama3/infra/parallelize.py @018740b7
+/// activation_checkpoint.py @cfb93265 (_apply_op_sac) and models/llama3/infra/parallelize.py
+/// @018740b7
 /// (_op_sac_save_list).
 enum class Recompute { none, selective, full, op };
 
@@ -39,7 +40,8 @@ inline bool checkpoints_layer(Recompute r) { return r == Recompute::full || r ==
 /// Where the per-layer table comes from: Korthikanti et al.'s formula (the chapter's), or the
 /// architecture's own ops as PyTorch's eager implementations save them.
 enum class ActivationModel { korthikanti, architecture };
-/// Eager attention materialises the s x s scores; a fused (flash) kernel keeps a log-sum-exp per row.
+/// Eager attention materialises the s x s scores; a fused (flash) kernel keeps a log-sum-exp per
+/// row.
 enum class Attention { eager, flash };
 
 /// Where the framework profile's PyTorch runs. Its kernels differ in what they keep and in the
@@ -55,15 +57,26 @@ inline const char* activation_model_name(ActivationModel m) {
 }
 inline const char* attention_name(Attention a) { return a == Attention::eager ? "eager" : "flash"; }
 
-/// Megatron-LM's recompute_modules (transformer_config.py), the parts of a layer selective recomputation
-/// can checkpoint; `none` and `attention` (the projections around the core) are never recomputed.
-/// core_attn, mlp, moe and shared_experts checkpoint a module and keep its input; layernorm, moe_act and
-/// mla_up_proj discard their output once its consumer has run and recompute it before that one's backward.
-enum class Module : std::uint8_t { none, attention, core_attn, layernorm, mlp, moe, moe_act, shared_experts, mla_up_proj };
+/// Megatron-LM's recompute_modules (transformer_config.py), the parts of a layer selective
+/// recomputation can checkpoint; `none` and `attention` (the projections around the core) are never
+/// recomputed. core_attn, mlp, moe and shared_experts checkpoint a module and keep its input;
+/// layernorm, moe_act and mla_up_proj discard their output once its consumer has run and recompute
+/// it before that one's backward.
+enum class Module : std::uint8_t {
+    none,
+    attention,
+    core_attn,
+    layernorm,
+    mlp,
+    moe,
+    moe_act,
+    shared_experts,
+    mla_up_proj
+};
 
-inline constexpr Module recomputable_modules[] = {Module::core_attn, Module::mlp,            Module::moe_act,
-                                                  Module::layernorm, Module::moe,            Module::shared_experts,
-                                                  Module::mla_up_proj};
+inline constexpr Module recomputable_modules[] = {
+    Module::core_attn,      Module::mlp,        Module::moe_act, Module::layernorm, Module::moe,
+    Module::shared_experts, Module::mla_up_proj};
 
 inline const char* module_name(Module m) {
     switch (m) {
@@ -91,7 +104,8 @@ struct ModuleSet {
     bool has(Module m) const { return (bits >> unsigned(m)) & 1u; }
     /// moe_act and shared_experts run inside the MoE layer, which `moe` checkpoints whole.
     bool recomputes(Module m) const {
-        return has(m) || ((m == Module::moe_act || m == Module::shared_experts) && has(Module::moe));
+        return has(m) ||
+               ((m == Module::moe_act || m == Module::shared_experts) && has(Module::moe));
     }
     bool is_default() const { return bits == ModuleSet{}.bits; }
     bool operator==(const ModuleSet& o) const { return bits == o.bits; }
@@ -109,7 +123,8 @@ struct ModuleSet {
 enum class ModuleRole : std::uint8_t {
     inside,      ///< made inside the module: recomputing it drops the row
     input,       ///< the module's input itself, which its checkpoint keeps
-    checkpoint,  ///< the checkpoint's own copy of the input, which no other row keeps: only when recomputed
+    checkpoint,  ///< the checkpoint's own copy of the input, which no other row keeps: only when
+                 ///< recomputed
 };
 
 /// Which recomputation modes keep a saved tensor from its forward step to its backward step.
@@ -117,7 +132,8 @@ enum class ModuleRole : std::uint8_t {
 enum class Keep {
     always,          ///< every mode but full
     not_selective,   ///< made inside the core attention: selective recomputation rebuilds it
-    only_selective,  ///< an input of the core attention that only selective recomputation's checkpoint saves
+    only_selective,  ///< an input of the core attention that only selective recomputation's
+                     ///< checkpoint saves
 };
 
 inline const char* keep_name(Keep k) {
@@ -131,42 +147,59 @@ inline const char* keep_name(Keep k) {
 
 /// How a saved tensor divides across a tensor-parallel group (Korthikanti et al. 2022, Table 2).
 enum class ActivationSplit {
-    tensor,      ///< inside a tensor-parallel region (per head, per MLP column, per vocabulary slice): / tp
-    sequence,    ///< on the residual stream (norms, dropout, the linear layers' inputs): / tp with sequence parallelism
+    tensor,  ///< inside a tensor-parallel region (per head, per MLP column, per vocabulary slice):
+             ///< / tp
+    sequence,    ///< on the residual stream (norms, dropout, the linear layers' inputs): / tp with
+                 ///< sequence parallelism
     replicated,  ///< the same on every tensor-parallel rank (token ids, rotary tables)
     vocab,       ///< vocabulary-parallel logits: ceil(V / tp) of the V columns
-    /// inside an expert's hidden width: / etp, the expert tensor-parallel ranks (tp unless given). Megatron-LM
-    /// gathers the token-slots over them under sequence parallelism, which this leans high for (/ tp there).
+    /// inside an expert's hidden width: / etp, the expert tensor-parallel ranks (tp unless given).
+    /// Megatron-LM gathers the token-slots over them under sequence parallelism, which this leans
+    /// high for (/ tp there).
     expert_tensor,
 };
 
-/// A saved tensor's shape: its element count in the paper's letters, and how it divides across ranks.
-/// Rows name one of these, so a new shape says its split where it is written, never guessed from text.
+/// A saved tensor's shape: its element count in the paper's letters, and how it divides across
+/// ranks. Rows name one of these, so a new shape says its split where it is written, never guessed
+/// from text.
 struct Shape {
     const char* symbol;
     ActivationSplit split;
 };
 
 namespace shape {
-inline constexpr Shape sbh{"sbh", ActivationSplit::sequence};     ///< the residual stream
-inline constexpr Shape sb{"sb", ActivationSplit::sequence};       ///< a value per token (norm statistics)
-inline constexpr Shape ids{"sb", ActivationSplit::replicated};    ///< token or target ids, on every rank
-inline constexpr Shape sbq{"sb(ad)", ActivationSplit::tensor};    ///< queries (or keys, values repeated to every head)
-inline constexpr Shape sbkv{"sb(kd)", ActivationSplit::tensor};   ///< keys or values at their own heads
-inline constexpr Shape sbf{"sbf", ActivationSplit::tensor};       ///< the MLP's hidden width
+inline constexpr Shape sbh{"sbh", ActivationSplit::sequence};  ///< the residual stream
+inline constexpr Shape sb{"sb",
+                          ActivationSplit::sequence};  ///< a value per token (norm statistics)
+inline constexpr Shape ids{"sb",
+                           ActivationSplit::replicated};  ///< token or target ids, on every rank
+inline constexpr Shape sbq{
+    "sb(ad)", ActivationSplit::tensor};  ///< queries (or keys, values repeated to every head)
+inline constexpr Shape sbkv{"sb(kd)",
+                            ActivationSplit::tensor};        ///< keys or values at their own heads
+inline constexpr Shape sbf{"sbf", ActivationSplit::tensor};  ///< the MLP's hidden width
 inline constexpr Shape scores{"as^2b", ActivationSplit::tensor};  ///< attention scores per head
 inline constexpr Shape asb{"asb", ActivationSplit::tensor};       ///< a value per head and query
-inline constexpr Shape ksb{"ksb", ActivationSplit::tensor};       ///< a value per key/value head and token
-inline constexpr Shape sbE{"sbE", ActivationSplit::sequence};     ///< router probabilities per token and expert
-inline constexpr Shape sbk{"sbk", ActivationSplit::sequence};     ///< a value per routed token-slot
-inline constexpr Shape sbkh{"sbk(h)", ActivationSplit::sequence}; ///< routed tokens at the model's width
-inline constexpr Shape sbkf{"sbk(f)", ActivationSplit::expert_tensor};   ///< routed tokens at an expert's hidden width
-inline constexpr Shape sbfs{"sb(f_s)", ActivationSplit::tensor};  ///< every token at the shared experts' width
-inline constexpr Shape sd{"sd", ActivationSplit::replicated};     ///< per position and head dimension (rotary tables)
-inline constexpr Shape sbV{"sbV", ActivationSplit::vocab};        ///< logits: a vocabulary slice per rank
-inline constexpr Shape mask{"s^2b", ActivationSplit::replicated}; ///< the causal mask, on every rank
-inline constexpr Shape ss{"s^2", ActivationSplit::replicated};    ///< per query and key, broadcast over batch and heads
-inline constexpr Shape expert_weights{"E(3hf)", ActivationSplit::tensor};  ///< copies of every expert's weights
+inline constexpr Shape ksb{"ksb",
+                           ActivationSplit::tensor};  ///< a value per key/value head and token
+inline constexpr Shape sbE{
+    "sbE", ActivationSplit::sequence};  ///< router probabilities per token and expert
+inline constexpr Shape sbk{"sbk", ActivationSplit::sequence};  ///< a value per routed token-slot
+inline constexpr Shape sbkh{"sbk(h)",
+                            ActivationSplit::sequence};  ///< routed tokens at the model's width
+inline constexpr Shape sbkf{
+    "sbk(f)", ActivationSplit::expert_tensor};  ///< routed tokens at an expert's hidden width
+inline constexpr Shape sbfs{"sb(f_s)",
+                            ActivationSplit::tensor};  ///< every token at the shared experts' width
+inline constexpr Shape sd{
+    "sd", ActivationSplit::replicated};  ///< per position and head dimension (rotary tables)
+inline constexpr Shape sbV{"sbV", ActivationSplit::vocab};  ///< logits: a vocabulary slice per rank
+inline constexpr Shape mask{"s^2b",
+                            ActivationSplit::replicated};  ///< the causal mask, on every rank
+inline constexpr Shape ss{
+    "s^2", ActivationSplit::replicated};  ///< per query and key, broadcast over batch and heads
+inline constexpr Shape expert_weights{
+    "E(3hf)", ActivationSplit::tensor};  ///< copies of every expert's weights
 inline constexpr Shape experts{"E", ActivationSplit::replicated};  ///< a value per expert
 }  // namespace shape
 
@@ -182,18 +215,19 @@ struct SavedTensor {
     Count elements;
     Count bytes;
     ActivationSplit split = ActivationSplit::tensor;
-    /// The layer's input itself, the same storage (a LayerNorm's input): under full recomputation it is
-    /// the checkpoint, which checkpointing detaches and does not copy, so it is counted once.
+    /// The layer's input itself, the same storage (a LayerNorm's input): under full recomputation
+    /// it is the checkpoint, which checkpointing detaches and does not copy, so it is counted once.
     bool layer_input = false;
-    /// The output of an op the op-level policy saves (an odd-numbered mm, the attention kernel), the same
-    /// storage: Recompute::op keeps it from the forward and its recomputation reuses it.
+    /// The output of an op the op-level policy saves (an odd-numbered mm, the attention kernel),
+    /// the same storage: Recompute::op keeps it from the forward and its recomputation reuses it.
     bool policy_saved = false;
     Module module = Module::none;  ///< the part of the layer that saves it (TableBuilder's section)
     ModuleRole role = ModuleRole::inside;
-    /// The storage is a norm's output (a projection's saved input): the layernorm module discards it.
+    /// The storage is a norm's output (a projection's saved input): the layernorm module discards
+    /// it.
     bool norm_output = false;
-    /// Embedding side: built by every pipeline stage for its own layers (the shared rotary tables), not by
-    /// the first alone.
+    /// Embedding side: built by every pipeline stage for its own layers (the shared rotary tables),
+    /// not by the first alone.
     bool every_stage = false;
 
     bool kept(Recompute mode) const {
@@ -207,65 +241,72 @@ struct SavedTensor {
     }
 };
 
-/// An output the op-level policy saves that no backward needs, so no row is (the q projection's, the
-/// down projection's): kept by Recompute::op alone, from the forward until its recomputation pops it.
+/// An output the op-level policy saves that no backward needs, so no row is (the q projection's,
+/// the down projection's): kept by Recompute::op alone, from the forward until its recomputation
+/// pops it.
 struct PolicyOutput {
-    std::size_t made_at;  ///< rows made before it: the layer's forward workspaces from this row on run before it
+    std::size_t made_at;  ///< rows made before it: the layer's forward workspaces from this row on
+                          ///< run before it
     SavedTensor tensor;
 };
 
 /// A temporary that lives only while one op of the layer runs and is never saved for backward: the
-/// scores being scaled, a softmax's gradient. While it exists the layer's rows from `absent_from` on
-/// are not live: in forward they are not made yet, in backward they are already freed. So it adds
-/// to a step only what those rows do not cover (workspace_excess).
+/// scores being scaled, a softmax's gradient. While it exists the layer's rows from `absent_from`
+/// on are not live: in forward they are not made yet, in backward they are already freed. So it
+/// adds to a step only what those rows do not cover (workspace_excess).
 struct Workspace {
-    bool backward;       ///< made by the op's backward (else by its forward)
-    Text op;             ///< the op running
-    Text tensor;         ///< what it makes
-    Text formula;        ///< its bytes in the paper's letters: "4 as^2b + 2 as^2b"
+    bool backward;  ///< made by the op's backward (else by its forward)
+    Text op;        ///< the op running
+    Text tensor;    ///< what it makes
+    Text formula;   ///< its bytes in the paper's letters: "4 as^2b + 2 as^2b"
     Count bytes;
     ActivationSplit split;
     std::size_t absent_from;  ///< index of the first row not live while it exists
-    /// Backward: the first of the layer's parameter tensors whose gradient already exists ("o_proj";
-    /// every later one in forward order has one too); empty when none has.
+    /// Backward: the first of the layer's parameter tensors whose gradient already exists
+    /// ("o_proj"; every later one in forward order has one too); empty when none has.
     Text gradients_from;
-    /// Forward, at the layer's last op, after the modules that made its rows have returned: the rows
-    /// a recomputation does not keep are gone. Full recomputation's forward is not modelled there.
+    /// Forward, at the layer's last op, after the modules that made its rows have returned: the
+    /// rows a recomputation does not keep are gone. Full recomputation's forward is not modelled
+    /// there.
     bool layer_end = false;
     Module module = Module::none;  ///< the part of the layer whose op runs
-    /// Forward, before the layer's end: the residual stream's tensors that no row keeps, alive in the
-    /// caller meanwhile (measured: validation/results/cpu-rotary-wide512.json, selective). `stream_input`:
-    /// the layer's input, which a checkpointed layer keeps anyway; `stream_other`: in the MLP half the
-    /// attention half's sum (or, in a parallel layer, the attention's output).
+    /// Forward, before the layer's end: the residual stream's tensors that no row keeps, alive in
+    /// the caller meanwhile (measured: validation/results/cpu-rotary-wide512.json, selective).
+    /// `stream_input`: the layer's input, which a checkpointed layer keeps anyway; `stream_other`:
+    /// in the MLP half the attention half's sum (or, in a parallel layer, the attention's output).
     Count stream_input, stream_other;
-    /// Backward, only under selective recomputation: a gradient that elsewhere takes the place of the saved
-    /// tensor it belongs to, freed as it is made, but that the checkpoint still holds (v's, at the softmax's backward).
+    /// Backward, only under selective recomputation: a gradient that elsewhere takes the place of
+    /// the saved tensor it belongs to, freed as it is made, but that the checkpoint still holds
+    /// (v's, at the softmax's backward).
     Count selective_extra;
-    /// Forward: the first of the layer's tensors whose autocast copy is not made yet while it runs (it and
-    /// every later one, in forward order); empty: every one may be. A step counts the layer's casts whole.
+    /// Forward: the first of the layer's tensors whose autocast copy is not made yet while it runs
+    /// (it and every later one, in forward order); empty: every one may be. A step counts the
+    /// layer's casts whole.
     Text uncast_from;
-    /// Backward: its op has no weights (an activation, a product, a dropout, the core attention), so a later
-    /// micro-batch's fresh weight gradient is not alive: autograd has added the one before into the held one
-    /// (measured: peak_live.py). Else (a linear's backward) the layer's largest counts, leaning high.
+    /// Backward: its op has no weights (an activation, a product, a dropout, the core attention),
+    /// so a later micro-batch's fresh weight gradient is not alive: autograd has added the one
+    /// before into the held one (measured: peak_live.py). Else (a linear's backward) the layer's
+    /// largest counts, leaning high.
     bool weightless = false;
 };
 
 struct LayerActivations {
     std::vector<SavedTensor> rows;
     std::vector<Workspace> work;  ///< the largest temporaries of its ops (architecture model only)
-    /// The op-level policy's saved outputs that are no row (architecture model only; none means Recompute::op
-    /// keeps what full does).
+    /// The op-level policy's saved outputs that are no row (architecture model only; none means
+    /// Recompute::op keeps what full does).
     std::vector<PolicyOutput> policy_outputs;
     Count input_bytes;  ///< the layer's input: all that full recomputation keeps
-    /// A checkpointed layer (torch's non-reentrant checkpoint): the gradients its backward makes before
-    /// it first reads a saved tensor, alive while its forward reruns (on the residual stream's width:
-    /// gathered whole, as a row-parallel output's gradient is).
+    /// A checkpointed layer (torch's non-reentrant checkpoint): the gradients its backward makes
+    /// before it first reads a saved tensor, alive while its forward reruns (on the residual
+    /// stream's width: gathered whole, as a row-parallel output's gradient is).
     Count rerun_gradients;
-    /// What each of its checkpoints keeps beside tensors: the CPU RNG state torch.utils.checkpoint restores before
-    /// rerunning (preserve_rng_state), on a CPU platform (a CUDA one's state is a host tensor). No saved tensor.
+    /// What each of its checkpoints keeps beside tensors: the CPU RNG state torch.utils.checkpoint
+    /// restores before rerunning (preserve_rng_state), on a CPU platform (a CUDA one's state is a
+    /// host tensor). No saved tensor.
     Count checkpoint_state;
-    /// The first row of the MLP half (its norm, the MLP or the MoE layer): selective recomputation rebuilds
-    /// one half at a time, in its backward, with the recomputed norm that feeds it.
+    /// The first row of the MLP half (its norm, the MLP or the MoE layer): selective recomputation
+    /// rebuilds one half at a time, in its backward, with the recomputed norm that feeds it.
     std::size_t mlp_half_from = static_cast<std::size_t>(-1);
 
     /// Whether row `i` is rebuilt in the MLP half's backward (else in the attention half's).
@@ -291,8 +332,8 @@ struct LayerActivations {
         for (const auto& p : policy_outputs) out.push_back(p.tensor);
         return out;
     }
-    /// Bytes a layer holds from its forward step until its backward step: under the op-level policy the
-    /// checkpoint's input and the saved op outputs.
+    /// Bytes a layer holds from its forward step until its backward step: under the op-level policy
+    /// the checkpoint's input and the saved op outputs.
     Count kept(Recompute mode) const {
         if (mode == Recompute::full) return input_bytes;
         if (mode == Recompute::op) return input_bytes + sum(mode) + policy_output_bytes();
@@ -300,8 +341,8 @@ struct LayerActivations {
     }
     /// Bytes a layer's backward step rebuilds by running part of its forward again.
     Count rebuilt(Recompute mode) const;
-    /// How many checkpoints it runs under: the layer's own (full, op), or one for each module whose rows
-    /// selective recomputation rebuilds (a MoE layer's parts each count: leaning high).
+    /// How many checkpoints it runs under: the layer's own (full, op), or one for each module whose
+    /// rows selective recomputation rebuilds (a MoE layer's parts each count: leaning high).
     std::uint64_t checkpoints(Recompute mode) const;
 };
 
@@ -314,7 +355,8 @@ inline bool rebuilt_by(const SavedTensor& r, Recompute mode) {
 inline Count LayerActivations::rebuilt(Recompute mode) const {
     Count made, mlp_half;  // selective recomputation rebuilds one half of the layer at a time
     for (std::size_t i = 0; i < rows.size(); ++i)
-        if (rebuilt_by(rows[i], mode)) (mode == Recompute::selective && in_mlp_half(i) ? mlp_half : made) += rows[i].bytes;
+        if (rebuilt_by(rows[i], mode))
+            (mode == Recompute::selective && in_mlp_half(i) ? mlp_half : made) += rows[i].bytes;
     return std::max(made, mlp_half);
 }
 
@@ -322,16 +364,17 @@ inline std::uint64_t LayerActivations::checkpoints(Recompute mode) const {
     if (checkpoints_layer(mode)) return 1;
     std::vector<Module> modules;
     for (const auto& r : rows)
-        if (rebuilt_by(r, mode) && std::find(modules.begin(), modules.end(), r.module) == modules.end())
+        if (rebuilt_by(r, mode) &&
+            std::find(modules.begin(), modules.end(), r.module) == modules.end())
             modules.push_back(r.module);
     return modules.size();
 }
 
 /// Rewrites a layer's table so that Recompute::selective recomputes `modules` (Megatron-LM's
 /// recompute_modules) rather than the core attention alone; the other modes keep what they kept. A
-/// recomputed module's rows become Keep::not_selective but its input, and its checkpoint's own copy of
-/// the input a Keep::only_selective row; the copies of modules not recomputed leave the table. The
-/// core attention's rows are Korthikanti's (Keep), kept whole when core_attn is not recomputed.
+/// recomputed module's rows become Keep::not_selective but its input, and its checkpoint's own copy
+/// of the input a Keep::only_selective row; the copies of modules not recomputed leave the table.
+/// The core attention's rows are Korthikanti's (Keep), kept whole when core_attn is not recomputed.
 inline void select_modules(LayerActivations& layer, ModuleSet modules) {
     const bool core = modules.has(Module::core_attn), norms = modules.has(Module::layernorm);
     std::vector<std::size_t> index(layer.rows.size() + 1);
@@ -340,14 +383,19 @@ inline void select_modules(LayerActivations& layer, ModuleSet modules) {
     for (std::size_t i = 0; i < layer.rows.size(); ++i) {
         index[i] = out.size();
         SavedTensor r = layer.rows[i];
-        const bool discarded = r.norm_output && norms;  // the norm's output storage, freed and recomputed
+        const bool discarded =
+            r.norm_output && norms;  // the norm's output storage, freed and recomputed
         // Inside the MoE layer, which `moe` checkpoints whole: its parts' inputs are its internals.
-        const bool in_moe = (r.module == Module::moe_act || r.module == Module::shared_experts) && modules.has(Module::moe);
-        if (r.module == Module::mla_up_proj && r.role == ModuleRole::inside && modules.has(Module::mla_up_proj)) {
-            // Discarded once the core attention has read it, its own checkpoint included (b > 1's v).
+        const bool in_moe = (r.module == Module::moe_act || r.module == Module::shared_experts) &&
+                            modules.has(Module::moe);
+        if (r.module == Module::mla_up_proj && r.role == ModuleRole::inside &&
+            modules.has(Module::mla_up_proj)) {
+            // Discarded once the core attention has read it, its own checkpoint included (b > 1's
+            // v).
             if (r.keep == Keep::only_selective) continue;
             r.keep = Keep::not_selective;
-        } else if (r.keep != Keep::always && r.role != ModuleRole::checkpoint) {  // the core attention's
+        } else if (r.keep != Keep::always &&
+                   r.role != ModuleRole::checkpoint) {  // the core attention's
             if (!core && r.keep == Keep::only_selective) continue;
             if (!core) r.keep = Keep::always;
         } else if (r.role == ModuleRole::checkpoint) {
@@ -361,45 +409,51 @@ inline void select_modules(LayerActivations& layer, ModuleSet modules) {
     }
     index[layer.rows.size()] = out.size();
     if (layer.mlp_half_from < layer.rows.size()) layer.mlp_half_from = index[layer.mlp_half_from];
-    for (Workspace& w : layer.work) w.absent_from = index[std::min(w.absent_from, layer.rows.size())];
-    for (PolicyOutput& p : layer.policy_outputs) p.made_at = index[std::min(p.made_at, layer.rows.size())];
+    for (Workspace& w : layer.work)
+        w.absent_from = index[std::min(w.absent_from, layer.rows.size())];
+    for (PolicyOutput& p : layer.policy_outputs)
+        p.made_at = index[std::min(p.made_at, layer.rows.size())];
     layer.rows = std::move(out);
 }
 
 /// Whether a row is live in a layer's backward step: kept, or rebuilt by the recomputation.
 inline bool live_in_backward(const SavedTensor& r, Recompute mode) {
-    return r.kept(Recompute::none) || (mode == Recompute::selective && r.keep == Keep::only_selective);
+    return r.kept(Recompute::none) ||
+           (mode == Recompute::selective && r.keep == Keep::only_selective);
 }
 
-/// Bytes of one split (by default the residual stream's, divided by sequence and context parallelism).
+/// Bytes of one split (by default the residual stream's, divided by sequence and context
+/// parallelism).
 struct SplitShare {
     Count bytes;
     ActivationSplit split = ActivationSplit::sequence;
 };
 
-/// How a workspace changes the step it runs in, as the rows the step's sum already counts (`covered`:
-/// the rows it makes absent) and the ones it does not (`added`: the workspace itself, and in forward
-/// the rows a recomputation does not keep but the op still needs). The step grows by
-/// max(0, added - covered), computed per rank by the caller. `policy`: the op-level policy's outputs
-/// beyond the rows, counted as kept: absent in forward until made, and in backward once the
+/// How a workspace changes the step it runs in, as the rows the step's sum already counts
+/// (`covered`: the rows it makes absent) and the ones it does not (`added`: the workspace itself,
+/// and in forward the rows a recomputation does not keep but the op still needs). The step grows by
+/// max(0, added - covered), computed per rank by the caller. `policy`: the op-level policy's
+/// outputs beyond the rows, counted as kept: absent in forward until made, and in backward once the
 /// recomputation has popped them (nothing saves them for backward).
-/// Under selective recomputation of several modules (select_modules) a workspace sees the rebuilt rows
-/// of its own half of the layer only (`mlp_half_from`: LayerActivations'), and in forward only those of
-/// its own module or a norm's output, which lives until its consumer returns; the others' checkpoints
-/// ran without saving anything.
+/// Under selective recomputation of several modules (select_modules) a workspace sees the rebuilt
+/// rows of its own half of the layer only (`mlp_half_from`: LayerActivations'), and in forward only
+/// those of its own module or a norm's output, which lives until its consumer returns; the others'
+/// checkpoints ran without saving anything.
 template <class Sink>
-void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, Recompute mode, Sink& added,
-                      Sink& covered, const std::vector<PolicyOutput>& policy = {},
+void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, Recompute mode,
+                      Sink& added, Sink& covered, const std::vector<PolicyOutput>& policy = {},
                       std::size_t mlp_half_from = static_cast<std::size_t>(-1)) {
     if (w.layer_end) {
         if (!checkpoints_layer(mode)) added.add(w);
         return;
     }
     added.add(w);
-    if (w.backward && mode == Recompute::selective) added.add(SplitShare{w.selective_extra, ActivationSplit::tensor});
+    if (w.backward && mode == Recompute::selective)
+        added.add(SplitShare{w.selective_extra, ActivationSplit::tensor});
     if (!w.backward) {
         added.add(SplitShare{w.stream_other});
-        if (!checkpoints_layer(mode)) added.add(SplitShare{w.stream_input});  // else the checkpoint keeps it
+        if (!checkpoints_layer(mode))
+            added.add(SplitShare{w.stream_input});  // else the checkpoint keeps it
     }
     if (mode == Recompute::op)
         for (const PolicyOutput& p : policy)
@@ -409,9 +463,10 @@ void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, 
     const auto attention_part = [](Module m) {
         return m == Module::attention || m == Module::core_attn || m == Module::mla_up_proj;
     };
-    // Backward runs the MLP half first, and the attention half's checkpoint reruns only once backward reaches it
-    // (measured: validation/results/cpu-recipes.json, GPT-2 with dropout). Where the MLP half rebuilds nothing,
-    // the step's rebuilt rows are the attention half's alone, and none is made yet at an MLP half's workspace.
+    // Backward runs the MLP half first, and the attention half's checkpoint reruns only once
+    // backward reaches it (measured: validation/results/cpu-recipes.json, GPT-2 with dropout).
+    // Where the MLP half rebuilds nothing, the step's rebuilt rows are the attention half's alone,
+    // and none is made yet at an MLP half's workspace.
     const bool nothing_rebuilt_yet = selective && w.backward && mlp_half && [&] {
         for (std::size_t i = mlp_half_from; i < rows.size(); ++i)
             if (rebuilt_by(rows[i], mode)) return false;
@@ -439,23 +494,27 @@ void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, 
     }
 }
 
-/// A workspace against one table (a rank's share, say): its bytes, the rows it makes absent, and what
-/// it adds to its step, the layer's own gradients aside.
+/// A workspace against one table (a rank's share, say): its bytes, the rows it makes absent, and
+/// what it adds to its step, the layer's own gradients aside.
 struct WorkspaceSum {
     Count added, covered;
-    Count adds() const { return added > covered ? Count(added.value() - covered.value()) : Count(0); }
+    Count adds() const {
+        return added > covered ? Count(added.value() - covered.value()) : Count(0);
+    }
 };
 
 namespace detail {
 struct ByteSum {
     Count bytes;
     template <class T>
-    void add(const T& t) { bytes += t.bytes; }
+    void add(const T& t) {
+        bytes += t.bytes;
+    }
 };
 }  // namespace detail
 
-inline WorkspaceSum workspace_sum(const std::vector<SavedTensor>& rows, const Workspace& w, Recompute mode,
-                                  const std::vector<PolicyOutput>& policy = {},
+inline WorkspaceSum workspace_sum(const std::vector<SavedTensor>& rows, const Workspace& w,
+                                  Recompute mode, const std::vector<PolicyOutput>& policy = {},
                                   std::size_t mlp_half_from = static_cast<std::size_t>(-1)) {
     detail::ByteSum added, covered;
     workspace_effect(rows, w, mode, added, covered, policy, mlp_half_from);
@@ -464,41 +523,59 @@ inline WorkspaceSum workspace_sum(const std::vector<SavedTensor>& rows, const Wo
 
 /// Korthikanti et al.'s GPT layer (4h GELU MLP, dropout, `d`-byte activations, 1-byte masks).
 /// With d = 2 its rows add up to s b h (34 + 5 a s / h) bytes.
-inline LayerActivations korthikanti_layer(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
-                                          std::uint64_t d) {
+inline LayerActivations korthikanti_layer(const Architecture& m, std::uint64_t seq,
+                                          std::uint64_t micro_batch, std::uint64_t d) {
     const Count sbh = Count(seq) * micro_batch * m.hidden;
     const Count as2b = Count(m.heads) * seq * seq * micro_batch;
     LayerActivations layer;
     layer.rows.reserve(14);
-    // `split`: tensor-parallel rows hold 24 sbh / t + 5 as^2b / t of the total; the other 10 sbh sit
-    // on the residual stream, replicated unless sequence parallelism splits them.
+    // `split`: tensor-parallel rows hold 24 sbh / t + 5 as^2b / t of the total; the other 10 sbh
+    // sit on the residual stream, replicated unless sequence parallelism splits them.
     auto row = [&](Text op, Text tensor, Text why, bool scores, std::uint64_t copies,
                    std::uint64_t bytes, ActivationSplit split) {
         // Made in place, a field at a time: a row built aside and copied in is read back in wider
         // pieces than it was written, which stalls every row on store-to-load forwarding.
         SavedTensor& r = layer.rows.emplace_back();
         r.op = op, r.tensor = tensor, r.why = why, r.symbol = scores ? "as^2b" : "sbh";
-        r.copies = copies, r.bytes_per_element = bytes, r.keep = scores ? Keep::not_selective : Keep::always;
-        r.elements = Count(copies) * (scores ? as2b : sbh), r.bytes = r.elements * bytes, r.split = split;
+        r.copies = copies, r.bytes_per_element = bytes,
+        r.keep = scores ? Keep::not_selective : Keep::always;
+        r.elements = Count(copies) * (scores ? as2b : sbh), r.bytes = r.elements * bytes,
+        r.split = split;
     };
     constexpr auto T = ActivationSplit::tensor, S = ActivationSplit::sequence;
     // clang-format off
-    //  op                            tensor kept              why backward needs it                                   s x s  copies  bytes  split
-    row("attention LayerNorm",        "its input",             "normalisation's gradient needs the input (mean, var)",  false, 1, d, S);
+    //  op                            tensor kept              why backward needs it                
+    //                   s x s  copies  bytes  split
+    row("attention LayerNorm",        "its input",
+                    "normalisation's gradient needs the input (mean, var)",  false, 1, d, S);
     layer.rows.back().layer_input = true;
-    row("QKV projection",             "its input",             "weight gradient = input^T x output gradient",           false, 1, d, S);
-    row("Q K^T",                      "Q and K",               "each is the other's factor in the gradient",            false, 2, d, T);
-    row("softmax",                    "its output",            "softmax's gradient is written in its output",           true,  1, d, T);
-    row("attention dropout",          "mask",                  "which scores were zeroed",                              true,  1, dtype::mask, T);
-    row("attention over V",           "dropout output",        "gradient w.r.t. V needs the attention weights",         true,  1, d, T);
-    row("attention over V",           "V",                     "gradient w.r.t. the weights needs V",                   false, 1, d, T);
-    row("output projection",          "its input",             "weight gradient = input^T x output gradient",           false, 1, d, T);
-    row("attention residual dropout", "mask",                  "which elements were zeroed",                            false, 1, dtype::mask, S);
-    row("MLP LayerNorm",              "its input",             "normalisation's gradient needs the input (mean, var)",  false, 1, d, S);
-    row("MLP up projection",          "its input",             "weight gradient = input^T x output gradient",           false, 1, d, S);
-    row("GELU",                       "its input (4h wide)",   "GELU's derivative is evaluated at its input",           false, 4, d, T);
-    row("MLP down projection",        "its input (4h wide)",   "weight gradient = input^T x output gradient",           false, 4, d, T);
-    row("MLP residual dropout",       "mask",                  "which elements were zeroed",                            false, 1, dtype::mask, S);
+    row("QKV projection",             "its input",
+                    "weight gradient = input^T x output gradient",           false, 1, d, S);
+    row("Q K^T",                      "Q and K",
+                      "each is the other's factor in the gradient",            false, 2, d, T);
+    row("softmax",                    "its output",
+                   "softmax's gradient is written in its output",           true,  1, d, T);
+    row("attention dropout",          "mask",                  "which scores were zeroed",
+                                     true,  1, dtype::mask, T);
+    row("attention over V",           "dropout output",
+               "gradient w.r.t. V needs the attention weights",         true,  1, d, T);
+    row("attention over V",           "V",
+                            "gradient w.r.t. the weights needs "
+                            "V",                   false, 1, d, T);
+    row("output projection",          "its input",
+                    "weight gradient = input^T x output gradient",           false, 1, d, T);
+    row("attention residual dropout", "mask",                  "which elements were zeroed",
+                                   false, 1, dtype::mask, S);
+    row("MLP LayerNorm",              "its input",
+                    "normalisation's gradient needs the input (mean, var)",  false, 1, d, S);
+    row("MLP up projection",          "its input",
+                    "weight gradient = input^T x output gradient",           false, 1, d, S);
+    row("GELU",                       "its input (4h wide)",
+          "GELU's derivative is evaluated at its input",           false, 4, d, T);
+    row("MLP down projection",        "its input (4h wide)",
+          "weight gradient = input^T x output gradient",           false, 4, d, T);
+    row("MLP residual dropout",       "mask",                  "which elements were zeroed",
+                                   false, 1, dtype::mask, S);
     // clang-format on
     layer.input_bytes = sbh * d;
     return layer;

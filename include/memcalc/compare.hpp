@@ -21,7 +21,9 @@ inline constexpr const char* megatron_follows = "main since PR #4687, May 2026";
 inline constexpr const char* deepspeed_follows = "master since PR #5099, commit f4cb866, 2024";
 
 /// Megatron's float bytes as whole bytes: it only ever prints them in MB, so the nearest byte.
-inline std::uint64_t nearest_byte(double bytes) { return static_cast<std::uint64_t>(std::llround(bytes)); }
+inline std::uint64_t nearest_byte(double bytes) {
+    return static_cast<std::uint64_t>(std::llround(bytes));
+}
 
 /// Python's int() of a non-negative float, as DeepSpeed converts its figures: truncation.
 inline std::uint64_t python_int(double value) { return static_cast<std::uint64_t>(value); }
@@ -30,13 +32,14 @@ struct MegatronEstimate {
     // The most loaded shard's parameters, by how a rank holds them.
     double tensor_parallel_parameters = 0;  ///< attention, dense MLP and embeddings: split by tp
     double replicated_parameters = 0;       ///< norms and the MoE router: whole on every rank
-    double expert_parameters = 0;           ///< routed experts: split by etp x ep (etp defaults to tp)
-    double bytes_per_parameter = 0;         ///< 18, or 6 + 12 / dp with the distributed optimiser
-    double expert_bytes_per_parameter = 0;  ///< the same over the expert-data-parallel group
-    std::uint64_t expert_data_parallel = 0; ///< world / (etp x ep x pp) = dp x cp / ep
-    double weight_and_optimizer = 0;        ///< bytes, Megatron's float
-    double activations = 0;                 ///< bytes of the first pipeline stage, Megatron's float
-    bool sequence_parallel_formula = false; ///< Megatron uses its SP + selective formula, else the other one
+    double expert_parameters = 0;    ///< routed experts: split by etp x ep (etp defaults to tp)
+    double bytes_per_parameter = 0;  ///< 18, or 6 + 12 / dp with the distributed optimiser
+    double expert_bytes_per_parameter = 0;   ///< the same over the expert-data-parallel group
+    std::uint64_t expert_data_parallel = 0;  ///< world / (etp x ep x pp) = dp x cp / ep
+    double weight_and_optimizer = 0;         ///< bytes, Megatron's float
+    double activations = 0;  ///< bytes of the first pipeline stage, Megatron's float
+    bool sequence_parallel_formula =
+        false;  ///< Megatron uses its SP + selective formula, else the other one
     std::uint64_t padded_vocab = 0;
 
     double parameters_on_most_loaded_shard() const {
@@ -71,10 +74,12 @@ inline MegatronParameters megatron_parameters(const Architecture& m, std::uint64
     n.norms = 2 * h * norm;
     n.final_norm = norm * h;
     n.embedding = h * static_cast<double>(padded_vocab);
-    // memcalc's MoE models make every layer MoE (moe_layer_freq 1), no shared experts, the experts as wide as ffn.
+    // memcalc's MoE models make every layer MoE (moe_layer_freq 1), no shared experts, the experts
+    // as wide as ffn.
     if (m.is_moe()) {
         n.routed_experts = 2 * h * f * E * gated;
-        n.router = h * E + (m.bias == Bias::all ? E : 0);  // add_bias_linear gives the router a bias
+        n.router =
+            h * E + (m.bias == Bias::all ? E : 0);  // add_bias_linear gives the router a bias
         n.moe_layers = static_cast<double>(m.layers);
     } else {
         n.dense_layers = static_cast<double>(m.layers);
@@ -82,8 +87,10 @@ inline MegatronParameters megatron_parameters(const Architecture& m, std::uint64
     return n;
 }
 
-/// Megatron's bytes per parameter: bf16 weights, fp32 gradients, fp32 master weights and Adam moments.
-inline double megatron_bytes_per_parameter(bool distributed_optimizer, std::uint64_t data_parallel) {
+/// Megatron's bytes per parameter: bf16 weights, fp32 gradients, fp32 master weights and Adam
+/// moments.
+inline double megatron_bytes_per_parameter(bool distributed_optimizer,
+                                           std::uint64_t data_parallel) {
     return distributed_optimizer ? 6 + 12 / static_cast<double>(data_parallel) : 18;
 }
 
@@ -91,7 +98,8 @@ inline double megatron_bytes_per_parameter(bool distributed_optimizer, std::uint
 inline double megatron_activations_with_sp(const Report& r, double V, double M) {
     const Architecture& m = r.model;
     const Parallelism& p = r.settings.parallel;
-    const double s = static_cast<double>(r.settings.seq), b = static_cast<double>(r.settings.micro_batch);
+    const double s = static_cast<double>(r.settings.seq),
+                 b = static_cast<double>(r.settings.micro_batch);
     const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn);
     const double t = static_cast<double>(p.tp), P = static_cast<double>(p.pp);
     double a = s * b * h * (18 + 4 * (f / h));
@@ -110,7 +118,8 @@ inline double megatron_activations_with_sp(const Report& r, double V, double M) 
 inline double megatron_activations_without_sp(const Report& r, double V, double M) {
     const Architecture& m = r.model;
     const Parallelism& p = r.settings.parallel;
-    const double s = static_cast<double>(r.settings.seq), b = static_cast<double>(r.settings.micro_batch);
+    const double s = static_cast<double>(r.settings.seq),
+                 b = static_cast<double>(r.settings.micro_batch);
     const double h = static_cast<double>(m.hidden);
     const double t = static_cast<double>(p.tp), P = static_cast<double>(p.pp);
     double a = s * b * h * (10 + 24 / t);
@@ -130,9 +139,10 @@ inline double megatron_activations_without_sp(const Report& r, double V, double 
 
 }  // namespace detail
 
-/// Megatron-LM's formula for this model and layout. Its "distributed optimizer" is memcalc's ZeRO-1;
-/// its vocabulary is padded to a multiple of 128 x tp; its world is dp x tp x pp x cp, with ep
-/// carved out of dp x cp, and its expert tensor parallelism etp (tp unless given, Megatron's default).
+/// Megatron-LM's formula for this model and layout. Its "distributed optimizer" is memcalc's
+/// ZeRO-1; its vocabulary is padded to a multiple of 128 x tp; its world is dp x tp x pp x cp, with
+/// ep carved out of dp x cp, and its expert tensor parallelism etp (tp unless given, Megatron's
+/// default).
 inline MegatronEstimate megatron_estimate(const Report& r) {
     const Architecture& m = r.model;
     const Parallelism& p = r.settings.parallel;
@@ -144,22 +154,29 @@ inline MegatronEstimate megatron_estimate(const Report& r) {
     const std::uint64_t expert_tensor_parallel = p.expert_tp();
 
     // Weights and optimiser: the first stage holds 1/pp of the layers and the embedding.
-    const double split_by_tp = (n.attention + n.dense_mlp) * n.dense_layers + n.attention * n.moe_layers;
-    const double replicated = n.norms * n.dense_layers + (n.norms + n.router) * n.moe_layers + n.final_norm;
+    const double split_by_tp =
+        (n.attention + n.dense_mlp) * n.dense_layers + n.attention * n.moe_layers;
+    const double replicated =
+        n.norms * n.dense_layers + (n.norms + n.router) * n.moe_layers + n.final_norm;
     const double experts = n.routed_experts * n.moe_layers;
     e.tensor_parallel_parameters = (split_by_tp / P + n.embedding) / t;
     e.replicated_parameters = replicated / P;
     e.expert_parameters = experts / P / static_cast<double>(expert_tensor_parallel * p.ep);
-    if (!m.tied_embeddings && p.pp == 1) e.tensor_parallel_parameters += n.embedding / t;  // the output layer
+    if (!m.tied_embeddings && p.pp == 1)
+        e.tensor_parallel_parameters += n.embedding / t;  // the output layer
     e.expert_data_parallel = p.devices() / (expert_tensor_parallel * p.ep * p.pp);
     e.bytes_per_parameter = detail::megatron_bytes_per_parameter(p.zero >= 1, p.dp);
-    e.expert_bytes_per_parameter = detail::megatron_bytes_per_parameter(p.zero >= 1, e.expert_data_parallel);
-    e.weight_and_optimizer = (e.tensor_parallel_parameters + e.replicated_parameters) * e.bytes_per_parameter +
-                             e.expert_parameters * e.expert_bytes_per_parameter;
+    e.expert_bytes_per_parameter =
+        detail::megatron_bytes_per_parameter(p.zero >= 1, e.expert_data_parallel);
+    e.weight_and_optimizer =
+        (e.tensor_parallel_parameters + e.replicated_parameters) * e.bytes_per_parameter +
+        e.expert_parameters * e.expert_bytes_per_parameter;
 
     // Activations of the first stage, by Korthikanti et al.'s Table 2.
-    e.sequence_parallel_formula = p.sequence_parallel && r.settings.recompute == Recompute::selective;
-    const double V = static_cast<double>(e.padded_vocab), M = static_cast<double>(p.steps_per_batch());
+    e.sequence_parallel_formula =
+        p.sequence_parallel && r.settings.recompute == Recompute::selective;
+    const double V = static_cast<double>(e.padded_vocab),
+                 M = static_cast<double>(p.steps_per_batch());
     e.activations = e.sequence_parallel_formula ? detail::megatron_activations_with_sp(r, V, M)
                                                 : detail::megatron_activations_without_sp(r, V, M);
     return e;
@@ -167,15 +184,15 @@ inline MegatronEstimate megatron_estimate(const Report& r) {
 
 struct DeepSpeedEstimate {
     unsigned stage = 2;
-    std::uint64_t gpu = 0;            ///< bytes per GPU for parameters, gradients and optimiser state
-    std::uint64_t cpu = 0;            ///< bytes per node of host memory
+    std::uint64_t gpu = 0;  ///< bytes per GPU for parameters, gradients and optimiser state
+    std::uint64_t cpu = 0;  ///< bytes per node of host memory
     std::uint64_t largest_layer = 0;  ///< ZeRO-3: the parameters of the largest module
 };
 
 namespace detail {
 
-/// DeepSpeed's ZeRO-3 largest_layer_params: the most parameters one module holds itself (a weight and
-/// its bias together; an expert's matrix alone).
+/// DeepSpeed's ZeRO-3 largest_layer_params: the most parameters one module holds itself (a weight
+/// and its bias together; an expert's matrix alone).
 inline std::uint64_t largest_module(const Report& r) {
     std::map<std::string, std::uint64_t> modules;
     for (const auto& row : r.parameters.rows) {
@@ -209,12 +226,14 @@ inline DeepSpeedEstimate deepspeed_estimate(const Report& r, std::uint64_t gpus_
         // bf16 weights on every GPU; bf16 and fp32 gradients, fp32 master weights and Adam moments
         // (2 + 4 + 4 + 8 = 18 bytes) sharded over the GPUs.
         e.gpu = offload ? python_int(2 * P) : python_int(2 * P) + python_int(18 * P / N);
-        e.cpu = offload ? python_int(P * std::max(4 * N, 16.0) * buffer) : python_int(P * 4 * G * buffer);
+        e.cpu = offload ? python_int(P * std::max(4 * N, 16.0) * buffer)
+                        : python_int(P * 4 * G * buffer);
         return e;
     }
     e.largest_layer = detail::largest_module(r);
     const double largest = static_cast<double>(e.largest_layer);
-    const std::uint64_t largest_memory = 4 * e.largest_layer;  // bf16 weights and gradients, gathered
+    const std::uint64_t largest_memory =
+        4 * e.largest_layer;  // bf16 weights and gradients, gathered
     const double gpus_factor = 1 / nodes;
     if (p.offload == Offload::parameters) {
         e.gpu = largest_memory;

@@ -1,7 +1,8 @@
 #pragma once
 /// Storage types as rows: a dtype is an enum whose row gives its name and width, so a name is never
 /// guessed from a byte count (fp16 and bf16 are both 2 bytes; fp8 and int8 both 1). A Storage adds
-/// block scales, which 8-bit optimiser state and 4-bit weights keep, and makes sub-byte widths exact.
+/// block scales, which 8-bit optimiser state and 4-bit weights keep, and makes sub-byte widths
+/// exact.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +11,18 @@
 
 namespace memcalc {
 
-enum class DType : std::uint8_t { fp64, fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, mask, nf4, int4 };
+enum class DType : std::uint8_t {
+    fp64,
+    fp32,
+    bf16,
+    fp16,
+    fp8_e4m3,
+    fp8_e5m2,
+    int8,
+    mask,
+    nf4,
+    int4
+};
 
 struct DTypeRow {
     DType dtype;
@@ -37,7 +49,9 @@ constexpr const char* dtype_name(DType d) { return dtype_row(d).name; }
 constexpr std::uint32_t dtype_bits(DType d) { return dtype_row(d).bits; }
 /// Bytes per element of a whole-byte dtype, which every computed tensor has; a sub-byte one is 0
 /// here and only ever stored, through Storage::bytes.
-constexpr std::uint64_t bytes_per_element(DType d) { return dtype_bits(d) % 8 == 0 ? dtype_bits(d) / 8 : 0; }
+constexpr std::uint64_t bytes_per_element(DType d) {
+    return dtype_bits(d) % 8 == 0 ? dtype_bits(d) / 8 : 0;
+}
 
 namespace detail {
 constexpr bool rows_in_enum_order() {
@@ -66,11 +80,13 @@ struct Storage {
     DType scale = DType::fp32;
     std::uint32_t scale_block = 0;
     DType scale_scale = DType::fp32;
-    std::uint32_t per_tensor = 0;  ///< bytes each stored tensor keeps besides (bitsandbytes: an offset, a code)
+    std::uint32_t per_tensor =
+        0;  ///< bytes each stored tensor keeps besides (bitsandbytes: an offset, a code)
 
     friend bool operator==(const Storage& x, const Storage& y) {
-        return x.dtype == y.dtype && x.block == y.block && x.scale == y.scale && x.scale_block == y.scale_block &&
-               x.scale_scale == y.scale_scale && x.per_tensor == y.per_tensor;
+        return x.dtype == y.dtype && x.block == y.block && x.scale == y.scale &&
+               x.scale_block == y.scale_block && x.scale_scale == y.scale_scale &&
+               x.per_tensor == y.per_tensor;
     }
     friend bool operator!=(const Storage& x, const Storage& y) { return !(x == y); }
 
@@ -82,9 +98,12 @@ struct Storage {
         const std::uint64_t blocks = n / block + (n % block != 0 ? 1 : 0);
         const Count scales = Count(blocks) * bytes_per_element(scale);
         if (scale_block == 0) return packed + scales;
-        return packed + scales + Count(blocks / scale_block + (blocks % scale_block != 0 ? 1 : 0)) * bytes_per_element(scale_scale);
+        return packed + scales +
+               Count(blocks / scale_block + (blocks % scale_block != 0 ? 1 : 0)) *
+                   bytes_per_element(scale_scale);
     }
-    /// One tensor of `elements` as stored on its own: its blocks and scales rounded up, and per_tensor.
+    /// One tensor of `elements` as stored on its own: its blocks and scales rounded up, and
+    /// per_tensor.
     Count tensor_bytes(Count elements) const { return bytes(elements) + Count(per_tensor); }
 };
 

@@ -28,13 +28,14 @@ struct Settings {
     std::uint64_t seq = 0;          ///< s, tokens per sequence
     std::uint64_t micro_batch = 1;  ///< b, sequences per micro-batch on one device
     Recompute recompute = Recompute::none;
-    /// What selective recomputation checkpoints (Megatron-LM's recompute_modules); core_attn is Korthikanti's.
+    /// What selective recomputation checkpoints (Megatron-LM's recompute_modules); core_attn is
+    /// Korthikanti's.
     ModuleSet recompute_modules;
     Recipe recipe = builtin_recipe(default_recipe);  ///< the recipe itself, not its name
-    FineTuning tuning;              ///< which parameters train: all, by default
+    FineTuning tuning;                               ///< which parameters train: all, by default
     ActivationModel activations = ActivationModel::korthikanti;
-    Framework framework;            ///< kernels, attention, optimiser step, gradient lifetime
-    Parallelism parallel;           ///< every degree 1: one device
+    Framework framework;   ///< kernels, attention, optimiser step, gradient lifetime
+    Parallelism parallel;  ///< every degree 1: one device
     /// Build every rank's timeline; without them each rank's peak comes from the closed form
     /// (peak_step), which costs a few operations and no memory per layer: sweeps and fit.
     bool timelines = true;
@@ -45,13 +46,14 @@ struct Settings {
 /// One kind of device: every rank of one pipeline stage holds the same (tensor, data, context and
 /// expert parallel ranks are alike).
 struct RankReport {
-    std::uint64_t stage = 0;                 ///< pipeline stage, 0 first
-    std::vector<std::uint64_t> layer_ids;    ///< its layers, in forward order
+    std::uint64_t stage = 0;               ///< pipeline stage, 0 first
+    std::vector<std::uint64_t> layer_ids;  ///< its layers, in forward order
     bool holds_embedding = false, holds_head = false;
-    std::uint64_t in_flight = 1;             ///< micro-batches (interleaved: model chunks) whose activations it holds
-    Count parameters;                        ///< on this rank: after tensor, expert and pipeline splits
-    TrainingState state;                     ///< on the device, after ZeRO sharding and offload
-    Count host;                              ///< what offload keeps in host memory for this rank
+    std::uint64_t in_flight =
+        1;                ///< micro-batches (interleaved: model chunks) whose activations it holds
+    Count parameters;     ///< on this rank: after tensor, expert and pipeline splits
+    TrainingState state;  ///< on the device, after ZeRO sharding and offload
+    Count host;           ///< what offload keeps in host memory for this rank
     std::vector<Step> timeline;              ///< empty unless Settings::timelines
     std::size_t peak = 0;                    ///< the peak's index in timeline (when it is built)
     Step peak_at{Phase::forward, 0, {}, 1};  ///< the peak step, the earliest largest
@@ -61,26 +63,31 @@ struct RankReport {
 
 struct Report {
     Architecture model;
-    Settings settings;               ///< its recipe among them
+    Settings settings;  ///< its recipe among them
     ParameterTable parameters;
     Count parameter_count;
-    TrainingState state;                  ///< the whole model's, unsharded
-    LayerActivations layer;               ///< one layer's saved tensors on one rank, this s and b (the first kind's)
+    TrainingState state;  ///< the whole model's, unsharded
+    LayerActivations
+        layer;  ///< one layer's saved tensors on one rank, this s and b (the first kind's)
     std::vector<LayerActivations> other_kinds;  ///< the same for each further kind of layer
-    std::vector<SavedTensor> input_side;  ///< what the embedding side saves (architecture model only)
-    std::vector<SavedTensor> head;        ///< what the head and the loss save (architecture model only)
-    std::vector<SavedTensor> forward_buffers;  ///< built for all layers by the forward pass (architecture model)
-    Count activations;                    ///< all L layers of one micro-batch, no recomputation
-    Count kept_activations;               ///< the same, under the chosen recomputation
+    std::vector<SavedTensor>
+        input_side;                 ///< what the embedding side saves (architecture model only)
+    std::vector<SavedTensor> head;  ///< what the head and the loss save (architecture model only)
+    std::vector<SavedTensor>
+        forward_buffers;     ///< built for all layers by the forward pass (architecture model)
+    Count activations;       ///< all L layers of one micro-batch, no recomputation
+    Count kept_activations;  ///< the same, under the chosen recomputation
     ComputeCost compute;
-    std::vector<RankReport> ranks;        ///< one per pipeline stage
-    std::size_t most_loaded = 0;          ///< the rank with the highest peak (the earliest stage on a tie)
+    std::vector<RankReport> ranks;  ///< one per pipeline stage
+    std::size_t most_loaded = 0;  ///< the rank with the highest peak (the earliest stage on a tie)
     /// By kind of layer, one layer's op tape on one rank (only when Settings::ops).
     std::vector<std::vector<tape::OpRow>> ops;
 
     const RankReport& busiest() const { return ranks[most_loaded]; }
     /// One layer of kind `kind`'s saved tensors.
-    const LayerActivations& layer_of(std::size_t kind) const { return kind == 0 ? layer : other_kinds[kind - 1]; }
+    const LayerActivations& layer_of(std::size_t kind) const {
+        return kind == 0 ? layer : other_kinds[kind - 1];
+    }
     const std::vector<Step>& timeline() const { return busiest().timeline; }
     std::size_t peak() const { return busiest().peak; }
     const Step& peak_step() const { return busiest().peak_step(); }
@@ -105,7 +112,8 @@ inline std::shared_ptr<const ParameterSplits> trained_parameters(const Architect
 }
 
 /// One pipeline stage's device: its parameters, sharded state and timeline.
-inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint64_t stage, bool timelines) {
+inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint64_t stage,
+                              bool timelines) {
     const StageFacts f = stage_facts(w, p, stage);
     RankReport rank;
     rank.stage = stage;
@@ -135,10 +143,19 @@ inline bool has_module(const Architecture& m, Module module) {
         const Architecture& v = m.layer_kinds.empty() ? m : m.kind_view(k);
         const bool moe = v.is_moe();
         switch (module) {
-            case Module::mlp: if (!moe) return true; break;
-            case Module::moe: case Module::moe_act: if (moe) return true; break;
-            case Module::shared_experts: if (moe && v.shared_ffn > 0) return true; break;
-            case Module::mla_up_proj: if (v.mla.enabled()) return true; break;
+            case Module::mlp:
+                if (!moe) return true;
+                break;
+            case Module::moe:
+            case Module::moe_act:
+                if (moe) return true;
+                break;
+            case Module::shared_experts:
+                if (moe && v.shared_ffn > 0) return true;
+                break;
+            case Module::mla_up_proj:
+                if (v.mla.enabled()) return true;
+                break;
             default: return true;
         }
     }
@@ -155,26 +172,30 @@ inline void validate_modules(const Architecture& m, const Settings& settings) {
                     recompute_name(settings.recompute) + ")");
     if (settings.activations == ActivationModel::korthikanti)
         throw error("recompute_modules (" + modules.names() +
-                    ") needs the architecture activation model (--activations architecture): Korthikanti's formula "
+                    ") needs the architecture activation model (--activations architecture): "
+                    "Korthikanti's formula "
                     "has no modules");
     for (Module module : recomputable_modules)
         if (modules.has(module) && !has_module(m, module))
             throw error(std::string("recompute module ") + module_name(module) + ": " +
                         model_name(m) + " has no " +
-                        (module == Module::mlp ? "dense MLP layer"
+                        (module == Module::mlp              ? "dense MLP layer"
                          : module == Module::shared_experts ? "shared experts"
-                         : module == Module::mla_up_proj ? "multi-latent attention"
-                                                         : "mixture-of-experts layer"));
+                         : module == Module::mla_up_proj    ? "multi-latent attention"
+                                                            : "mixture-of-experts layer"));
 }
 
 /// Throws where fine-tuning `f` cannot be counted under these settings.
-inline void validate_tuning(const FineTuning& f, ActivationModel activations, const Recipe& recipe) {
+inline void validate_tuning(const FineTuning& f, ActivationModel activations,
+                            const Recipe& recipe) {
     if (f.is_full()) return;
     if (activations == ActivationModel::korthikanti)
         throw error(std::string("training ") + training_name(f.mode) +
-                    " needs the architecture activation model: Korthikanti's formula has every weight trained");
+                    " needs the architecture activation model: Korthikanti's formula has every "
+                    "weight trained");
     if (training_row(f.mode).adapters && recipe.linears)
-        throw error(std::string("training ") + training_name(f.mode) + " with recipe " + std::string(recipe.name) +
+        throw error(std::string("training ") + training_name(f.mode) + " with recipe " +
+                    std::string(recipe.name) +
                     ": adapters beside narrow (fp8) linears are not modelled");
 }
 
@@ -189,32 +210,51 @@ struct Summary {
     Count activations;       ///< all layers of one micro-batch on one rank, no recomputation
     Count kept_activations;  ///< the same, under the chosen recomputation
     Step peak{Phase::forward, 0, {}, 1};
-    std::uint64_t peak_stage = 0;  ///< the most loaded rank's pipeline stage (the earliest on a tie)
+    std::uint64_t peak_stage =
+        0;  ///< the most loaded rank's pipeline stage (the earliest on a tie)
     ComputeCost compute;
 };
 
 /// The summary of a report already made.
 inline Summary summary(const Report& r) {
-    return {r.settings, r.parameter_count, r.state, r.activations, r.kept_activations, r.peak_step(),
-            r.busiest().stage, r.compute};
+    return {r.settings,         r.parameter_count, r.state,           r.activations,
+            r.kept_activations, r.peak_step(),     r.busiest().stage, r.compute};
 }
 
 /// One model, prepared for many configurations: its parameter table and how it splits are built
-/// once, so each estimate or summary counts only what the settings change. estimate() is one of these.
+/// once, so each estimate or summary counts only what the settings change. estimate() is one of
+/// these.
 class Estimator {
 public:
     explicit Estimator(const Architecture& model) : Estimator(model, std::nullopt) {}
 
-    /// With the model's parameter table as the caller edited it: frozen tensors (ParamRow::trainable)
-    /// and the storage of their weights (ParamRow::storage). The table must be the model's own rows.
-    Estimator(const Architecture& model, ParameterTable table) : Estimator(model, std::optional<ParameterTable>(std::move(table))) {}
+    /// With the model's parameter table as the caller edited it: frozen tensors
+    /// (ParamRow::trainable) and the storage of their weights (ParamRow::storage). The table must
+    /// be the model's own rows.
+    Estimator(const Architecture& model, ParameterTable table)
+        : Estimator(model, std::optional<ParameterTable>(std::move(table))) {}
 
     const Architecture& model() const { return model_; }
 
     /// Every table, and each rank's timeline unless settings.timelines is false.
     Report estimate(const Settings& settings) const {
         const Configuration c = configure(settings);
-        Report r{model_, settings, c.splits->table, c.parameter_count, c.state, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0, {}};
+        Report r{model_,
+                 settings,
+                 c.splits->table,
+                 c.parameter_count,
+                 c.state,
+                 {},
+                 {},
+                 {},
+                 {},
+                 {},
+                 {},
+                 {},
+                 {},
+                 {},
+                 0,
+                 {}};
         const Parallelism& p = settings.parallel;
         std::optional<KindCounts> recomputed;  // partial recomputation's layers, by kind
         counted(settings, [&] {
@@ -223,8 +263,8 @@ public:
             if (p.recompute_layers) recomputed = recomputed_layers(w, p);
             if (settings.ops)
                 for (std::size_t k = 0; k < model_.kind_count(); ++k)
-                    r.ops.push_back(tape::op_rows(tape::from_table(t.of_kind(k), settings.recompute), p,
-                                                  model_.vocab));
+                    r.ops.push_back(tape::op_rows(
+                        tape::from_table(t.of_kind(k), settings.recompute), p, model_.vocab));
             split(t, p);
             r.activations = all_layers(t, [](const LayerActivations& l) { return l.total(); });
             r.kept_activations = kept_layers(t, settings.recompute, recomputed);
@@ -237,40 +277,54 @@ public:
             for (std::uint64_t stage = 0; stage < p.pp; ++stage)
                 r.ranks.push_back(detail::rank_report(w, p, stage, settings.timelines));
             for (std::size_t i = 1; i < r.ranks.size(); ++i)
-                if (r.ranks[i].peak_step().bytes.total() > r.busiest().peak_step().bytes.total()) r.most_loaded = i;
+                if (r.ranks[i].peak_step().bytes.total() > r.busiest().peak_step().bytes.total())
+                    r.most_loaded = i;
         });
-        r.compute = compute_cost(model_, settings.seq, settings.micro_batch, settings.recompute, settings.recompute_modules,
-                                 recomputed ? &*recomputed : nullptr);
+        r.compute = compute_cost(model_, settings.seq, settings.micro_batch, settings.recompute,
+                                 settings.recompute_modules, recomputed ? &*recomputed : nullptr);
         return r;
     }
 
     /// The same figures a report's summary gives, with no table kept and no timeline built.
-    Summary summary(const Settings& settings) const { return summaries(settings, {settings.recompute}).front(); }
+    Summary summary(const Settings& settings) const {
+        return summaries(settings, {settings.recompute}).front();
+    }
 
     /// summary() under each of `modes` in turn (settings.recompute aside): the saved-tensor tables,
     /// which recomputation does not change, are built once for all of them.
-    std::vector<Summary> summaries(const Settings& settings, const std::vector<Recompute>& modes) const {
+    std::vector<Summary> summaries(const Settings& settings,
+                                   const std::vector<Recompute>& modes) const {
         const Configuration c = configure(settings);
         std::vector<Summary> out;
         out.reserve(modes.size());
         counted(settings, [&] {
             ActivationTables t = tables(settings, c);
-            std::vector<std::optional<KindCounts>> recomputed;  // by mode: partial recomputation's layers
+            std::vector<std::optional<KindCounts>>
+                recomputed;  // by mode: partial recomputation's layers
             for (Recompute mode : modes) {
                 Settings with = settings;
                 with.recompute = mode;
                 validate_recompute_layers(with.parallel, model_.layers, mode);
                 const Workload w = workload(with, t, c);
                 const LayoutPeak peak = layout_peak(w, with.parallel);
-                recomputed.push_back(with.parallel.recompute_layers ? std::optional(recomputed_layers(w, with.parallel))
-                                                                   : std::nullopt);
-                out.push_back({with, c.parameter_count, c.state, {}, {}, peak.step, peak.stage,
-                               compute_cost(model_, with.seq, with.micro_batch, mode, with.recompute_modules,
-                                            recomputed.back() ? &*recomputed.back() : nullptr)});
+                recomputed.push_back(with.parallel.recompute_layers
+                                         ? std::optional(recomputed_layers(w, with.parallel))
+                                         : std::nullopt);
+                out.push_back(
+                    {with,
+                     c.parameter_count,
+                     c.state,
+                     {},
+                     {},
+                     peak.step,
+                     peak.stage,
+                     compute_cost(model_, with.seq, with.micro_batch, mode, with.recompute_modules,
+                                  recomputed.back() ? &*recomputed.back() : nullptr)});
             }
             split(t, settings.parallel);
             for (std::size_t i = 0; i < out.size(); ++i) {
-                out[i].activations = all_layers(t, [](const LayerActivations& l) { return l.total(); });
+                out[i].activations =
+                    all_layers(t, [](const LayerActivations& l) { return l.total(); });
                 out[i].kept_activations = kept_layers(t, out[i].settings.recompute, recomputed[i]);
             }
         });
@@ -281,16 +335,18 @@ private:
     Estimator(const Architecture& model, std::optional<ParameterTable> table) : model_(model) {
         try {
             ParameterTable own = parameter_table(model_);  // which validates the model first
-            if (table) {  // the model's rows, each frozen or stored as the caller says, and nothing else
-                const bool same = table->layers == own.layers && table->rows.size() == own.rows.size() &&
-                                  std::equal(table->rows.begin(), table->rows.end(), own.rows.begin(),
-                                             [](const ParamRow& a, const ParamRow& b) {
-                                                 return a.tensor == b.tensor && a.count == b.count && a.group == b.group &&
-                                                        a.split == b.split && a.expert == b.expert && a.kind == b.kind;
-                                             });
+            if (table) {  // the model's rows, each frozen or stored as the caller says, and nothing
+                          // else
+                const bool same =
+                    table->layers == own.layers && table->rows.size() == own.rows.size() &&
+                    std::equal(table->rows.begin(), table->rows.end(), own.rows.begin(),
+                               [](const ParamRow& a, const ParamRow& b) {
+                                   return a.tensor == b.tensor && a.count == b.count &&
+                                          a.group == b.group && a.split == b.split &&
+                                          a.expert == b.expert && a.kind == b.kind;
+                               });
                 if (!same)
-                    throw error("the parameter table given is not " +
-                                model_name(model) +
+                    throw error("the parameter table given is not " + model_name(model) +
                                 "'s: only its rows' trainable and storage may change");
                 own = std::move(*table);
             }
@@ -307,34 +363,45 @@ private:
 
     struct Configuration {
         TrainingState state;  ///< the whole model's, under the settings' recipe
-        std::shared_ptr<const ParameterSplits> splits;  ///< the model's table as settings.tuning trains it
-        Count parameter_count;                          ///< adapters included
-        std::vector<LayerTuning> tunings;               ///< per kind of layer; empty: every tensor trains
+        std::shared_ptr<const ParameterSplits>
+            splits;                        ///< the model's table as settings.tuning trains it
+        Count parameter_count;             ///< adapters included
+        std::vector<LayerTuning> tunings;  ///< per kind of layer; empty: every tensor trains
     };
 
     /// The checks every estimate makes before it counts, in the order it makes them.
     Configuration configure(const Settings& settings) const {
         detail::require_positive("seq", settings.seq);
         detail::require_positive("micro_batch", settings.micro_batch);
-        if ((model_.position == Position::learned || model_.causal_mask_buffer == CausalMaskBuffer::per_layer) &&
+        if ((model_.position == Position::learned ||
+             model_.causal_mask_buffer == CausalMaskBuffer::per_layer) &&
             settings.seq > model_.max_positions)
-            throw error("seq " + std::to_string(settings.seq) + " exceeds the " + std::to_string(model_.max_positions) +
-                        (model_.position == Position::learned ? " learned positions of " : " positions of the mask of ") +
+            throw error("seq " + std::to_string(settings.seq) + " exceeds the " +
+                        std::to_string(model_.max_positions) +
+                        (model_.position == Position::learned ? " learned positions of "
+                                                              : " positions of the mask of ") +
                         (model_.name.empty() ? "the model" : model_.name));
         validate(settings.parallel, model_, settings.seq);
         validate_recompute_layers(settings.parallel, model_.layers, settings.recompute);
         if (!overflow_.empty()) throw error(overflow_);
-        if (settings.activations == ActivationModel::korthikanti && settings.framework.attention == Attention::flash)
-            throw error("flash attention needs the architecture activation model: Korthikanti's formula describes "
-                        "eager attention");
-        if (settings.recompute == Recompute::op && settings.activations == ActivationModel::korthikanti)
-            throw error("recompute op needs the architecture activation model (--activations architecture): "
-                        "Korthikanti's formula has no ops for the policy to save");
-        // Row-parallel layers' mm outputs are whole partial sums, and the policy also saves sequence
-        // parallelism's reduce-scatter outputs: not modelled.
+        if (settings.activations == ActivationModel::korthikanti &&
+            settings.framework.attention == Attention::flash)
+            throw error(
+                "flash attention needs the architecture activation model: Korthikanti's formula "
+                "describes "
+                "eager attention");
+        if (settings.recompute == Recompute::op &&
+            settings.activations == ActivationModel::korthikanti)
+            throw error(
+                "recompute op needs the architecture activation model (--activations "
+                "architecture): "
+                "Korthikanti's formula has no ops for the policy to save");
+        // Row-parallel layers' mm outputs are whole partial sums, and the policy also saves
+        // sequence parallelism's reduce-scatter outputs: not modelled.
         if (settings.recompute == Recompute::op && settings.parallel.tp > 1)
             throw error("recompute op with tp " + std::to_string(settings.parallel.tp) +
-                        " is not modelled: under tensor parallelism the policy also saves whole partial sums and "
+                        " is not modelled: under tensor parallelism the policy also saves whole "
+                        "partial sums and "
                         "reduce-scatter outputs");
         detail::validate_modules(model_, settings);
         Configuration c{{}, splits_, parameter_count_, tunings_};
@@ -350,21 +417,25 @@ private:
                 throw error(detail::adapters_overflow(model_, f));
             }
         }
-        // Weights in a storage of their own are dequantised in the layer's workspace, which only the
-        // architecture model has.
+        // Weights in a storage of their own are dequantised in the layer's workspace, which only
+        // the architecture model has.
         if (settings.activations == ActivationModel::korthikanti)
             for (const StateClass& k : c.splits->classes)
                 if (k.storage)
                     throw error(std::string("weights stored as ") + dtype_name(k.storage->dtype) +
-                                " need the architecture activation model: Korthikanti's formula has no workspace to "
+                                " need the architecture activation model: Korthikanti's formula "
+                                "has no workspace to "
                                 "dequantise them in");
         c.state = model_state(*c.splits, settings.recipe);
-        c.state.weights += registered_buffer_bytes(model_, settings.recipe, settings.framework, settings.seq) * Count(model_.layers);
+        c.state.weights +=
+            registered_buffer_bytes(model_, settings.recipe, settings.framework, settings.seq) *
+            Count(model_.layers);
         return c;
     }
 
     ActivationTables tables(const Settings& settings, const Configuration& c) const {
-        return activation_tables(model_, settings.seq, settings.micro_batch, settings.recipe.precision(), settings.activations,
+        return activation_tables(model_, settings.seq, settings.micro_batch,
+                                 settings.recipe.precision(), settings.activations,
                                  settings.framework, settings.recompute_modules, c.tunings);
     }
 
@@ -377,16 +448,18 @@ private:
         } catch (const overflow_error&) {
             const FineTuning& f = settings.tuning;
             const std::string rank = training_row(f.mode).adapters
-                                         ? " and lora rank " + std::to_string(f.lora.rank) : "";
+                                         ? " and lora rank " + std::to_string(f.lora.rank)
+                                         : "";
             throw error("seq " + std::to_string(settings.seq) + " with micro-batch " +
                         std::to_string(settings.micro_batch) + rank +
                         " needs more bytes than 64 bits can count");
         }
     }
 
-    Workload workload(const Settings& settings, const ActivationTables& t, const Configuration& c) const {
-        return make_workload(model_, settings.recipe, settings.seq, settings.micro_batch, settings.recompute, c.splits, t,
-                             settings.framework);
+    Workload workload(const Settings& settings, const ActivationTables& t,
+                      const Configuration& c) const {
+        return make_workload(model_, settings.recipe, settings.seq, settings.micro_batch,
+                             settings.recompute, c.splits, t, settings.framework);
     }
 
     /// Every layer's `of(one layer)`, by kind: one rank's bytes of one micro-batch.
@@ -398,15 +471,18 @@ private:
         return sum;
     }
 
-    /// Every layer's kept bytes under `mode`; under partial recomputation (`recomputed`: its layers by
-    /// kind) the others' under none.
-    Count kept_layers(const ActivationTables& t, Recompute mode, const std::optional<KindCounts>& recomputed) const {
-        if (!recomputed) return all_layers(t, [&](const LayerActivations& l) { return l.kept(mode); });
+    /// Every layer's kept bytes under `mode`; under partial recomputation (`recomputed`: its layers
+    /// by kind) the others' under none.
+    Count kept_layers(const ActivationTables& t, Recompute mode,
+                      const std::optional<KindCounts>& recomputed) const {
+        if (!recomputed)
+            return all_layers(t, [&](const LayerActivations& l) { return l.kept(mode); });
         Count sum;
         for (std::size_t k = 0; k < model_.kind_count(); ++k) {
             const LayerActivations& l = t.of_kind(k);
             const std::uint64_t n = (*recomputed)[k];
-            sum += Count(n) * l.kept(mode) + Count(table().kind_layers[k] - n) * l.kept(Recompute::none);
+            sum += Count(n) * l.kept(mode) +
+                   Count(table().kind_layers[k] - n) * l.kept(Recompute::none);
         }
         return sum;
     }
@@ -428,7 +504,8 @@ private:
 
     Architecture model_;
     Count parameter_count_;
-    std::vector<LayerTuning> tunings_;  ///< what the table's frozen rows change in the layers; empty: all train
+    std::vector<LayerTuning>
+        tunings_;  ///< what the table's frozen rows change in the layers; empty: all train
     std::shared_ptr<const ParameterSplits> splits_;
     std::string overflow_;  ///< why the parameter count cannot be counted, when it cannot
 };

@@ -1,9 +1,9 @@
 #pragma once
 /// Fine-tuning as rows: which parameters train (all; all but the parts named frozen; low-rank
-/// adapters beside a frozen base, peft's LoRA; the same over a base whose linear weights bitsandbytes
-/// stores in 4 bits, QLoRA), the parameter table each makes, and what it changes in a layer's saved
-/// tensors. A frozen tensor keeps its weights alone; an adapter is a row of its own, trained under
-/// the recipe like any other.
+/// adapters beside a frozen base, peft's LoRA; the same over a base whose linear weights
+/// bitsandbytes stores in 4 bits, QLoRA), the parameter table each makes, and what it changes in a
+/// layer's saved tensors. A frozen tensor keeps its weights alone; an adapter is a row of its own,
+/// trained under the recipe like any other.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -30,24 +30,45 @@ struct TrainingRow {
 
 inline constexpr std::array<TrainingRow, 4> training_rows{{
     {Training::full, "full", false, false, "every parameter trains"},
-    {Training::frozen, "frozen", false, false, "the parts --frozen names keep their weights alone; the rest trains"},
-    {Training::lora, "lora", true, false, "low-rank adapters train beside a frozen base (peft's LoRA)"},
+    {Training::frozen, "frozen", false, false,
+     "the parts --frozen names keep their weights alone; the rest trains"},
+    {Training::lora, "lora", true, false,
+     "low-rank adapters train beside a frozen base (peft's LoRA)"},
     {Training::qlora, "qlora", true, true,
      "LoRA over a base whose linear weights are 4-bit NF4 with double quantisation (bitsandbytes)"},
 }};
 
-constexpr const TrainingRow& training_row(Training t) { return training_rows[static_cast<std::size_t>(t)]; }
+constexpr const TrainingRow& training_row(Training t) {
+    return training_rows[static_cast<std::size_t>(t)];
+}
 inline const char* training_name(Training t) { return training_row(t).name; }
 
-/// bitsandbytes' NF4 as QLoRA stores a weight (functional.quantize_4bit): two values a byte, an absmax
-/// per 64 values quantised to 8 bits, and an fp32 scale per 256 of those (compress_statistics), each
-/// Linear4bit's rounded up on its own; per tensor also an fp32 offset and a 16-entry fp32 code, 68 bytes.
-inline constexpr Storage nf4_double_quant{DType::nf4, 64, DType::int8, 256, DType::fp32, 4 + 16 * 4};
+/// bitsandbytes' NF4 as QLoRA stores a weight (functional.quantize_4bit): two values a byte, an
+/// absmax per 64 values quantised to 8 bits, and an fp32 scale per 256 of those
+/// (compress_statistics), each Linear4bit's rounded up on its own; per tensor also an fp32 offset
+/// and a 16-entry fp32 code, 68 bytes.
+inline constexpr Storage nf4_double_quant{DType::nf4, 64,          DType::int8,
+                                          256,        DType::fp32, 4 + 16 * 4};
 
 /// The linear layers of a layer (and the head), as transformers names their weights: what LoRA
 /// targets, and what reads each saved input.
 enum class Linear : std::uint8_t {
-    q, k, v, o, gate, up, down, router, q_a, q_b, kv_a, kv_b, shared_gate, shared_up, shared_down, shared_expert_gate,
+    q,
+    k,
+    v,
+    o,
+    gate,
+    up,
+    down,
+    router,
+    q_a,
+    q_b,
+    kv_a,
+    kv_b,
+    shared_gate,
+    shared_up,
+    shared_down,
+    shared_expert_gate,
     head
 };
 using LinearSet = std::uint32_t;
@@ -93,24 +114,29 @@ enum class LoraVariant : std::uint8_t { lora, dora };
 struct LoraVariantRow {
     LoraVariant variant;
     const char* name;
-    bool magnitude;  ///< a trained magnitude vector per adapted linear, and the weight norm per forward
+    bool magnitude;  ///< a trained magnitude vector per adapted linear, and the weight norm per
+                     ///< forward
     const char* summary;
 };
 
 inline constexpr std::array<LoraVariantRow, 2> lora_variant_rows{{
     {LoraVariant::lora, "lora", false, "B A x beside the frozen linear (peft's default)"},
     {LoraVariant::dora, "dora", true,
-     "DoRA (peft's use_dora): a magnitude vector per adapted linear, the norm of W + B A made every forward"},
+     "DoRA (peft's use_dora): a magnitude vector per adapted linear, the norm of W + B A made "
+     "every forward"},
 }};
 
-constexpr const LoraVariantRow& lora_variant_row(LoraVariant v) { return lora_variant_rows[static_cast<std::size_t>(v)]; }
+constexpr const LoraVariantRow& lora_variant_row(LoraVariant v) {
+    return lora_variant_rows[static_cast<std::size_t>(v)];
+}
 
-/// Low-rank adapters (peft's LoraConfig): rank r, the linears they sit beside, and whether a dropout
-/// (lora_dropout > 0) acts on each adapter's input. alpha only scales: no memory.
+/// Low-rank adapters (peft's LoraConfig): rank r, the linears they sit beside, and whether a
+/// dropout (lora_dropout > 0) acts on each adapter's input. alpha only scales: no memory.
 struct Lora {
     LoraVariant variant = LoraVariant::lora;
     std::uint64_t rank = 8;
-    std::vector<std::string> targets{"q_proj", "v_proj"};  ///< names as peft matches them; "all-linear"
+    std::vector<std::string> targets{"q_proj",
+                                     "v_proj"};  ///< names as peft matches them; "all-linear"
     bool dropout = true;
     /// The adapters' weights: fp32 by default, as peft makes them beside a 16-bit base
     /// (autocast_adapter_dtype), so each adapter casts its input to fp32, a copy of its own; or the
@@ -120,7 +146,8 @@ struct Lora {
 
 struct FineTuning {
     Training mode = Training::full;
-    std::vector<std::string> frozen;  ///< Training::frozen: parts (embeddings, attention, ...) or tensor names
+    std::vector<std::string>
+        frozen;  ///< Training::frozen: parts (embeddings, attention, ...) or tensor names
     Lora lora;
     Storage base = nf4_double_quant;  ///< Training::qlora: the base linears' storage
 
@@ -134,14 +161,18 @@ struct AdaptedShape {
 
 /// What fine-tuning changes in one kind of layer's saved tensors (architecture_activations.hpp).
 struct LayerTuning {
-    LinearSet frozen = 0;   ///< linears whose weight gets no gradient: their input is not kept for one
+    LinearSet frozen =
+        0;  ///< linears whose weight gets no gradient: their input is not kept for one
     LinearSet adapted = 0;  ///< LoRA's targets
     std::uint64_t rank = 0;
     bool adapter_dropout = false;
-    bool adapter_fp32 = false;  ///< fp32 adapters: an input of another dtype is cast to fp32 for each
+    bool adapter_fp32 =
+        false;  ///< fp32 adapters: an input of another dtype is cast to fp32 for each
     bool frozen_norms = false;  ///< the RMSNorm weights: x_norm is not kept for their gradient
-    Count dequantized;          ///< QLoRA: the largest 4-bit weight's elements, dequantised while it computes
-    bool dora = false;          ///< DoRA: each adapter scales by m / ||W + B A|| (LoraVariantRow::magnitude)
+    Count
+        dequantized;  ///< QLoRA: the largest 4-bit weight's elements, dequantised while it computes
+    bool dora =
+        false;  ///< DoRA: each adapter scales by m / ||W + B A|| (LoraVariantRow::magnitude)
     std::array<AdaptedShape, linear_rows.size()> shapes{};  ///< by Linear: the adapted ones' widths
 
     bool any() const { return frozen != 0 || adapted != 0 || frozen_norms; }
@@ -157,14 +188,15 @@ inline bool names_tensor(const std::string& name, Text tensor) {
     const auto ends_with = [](const std::string& s, const std::string& end) {
         return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
     };
-    return ends_with(t, "." + name) || t == name + ".bias" || t == name + ".weight" || ends_with(t, "." + name + ".bias") ||
-           ends_with(t, "." + name + ".weight");
+    return ends_with(t, "." + name) || t == name + ".bias" || t == name + ".weight" ||
+           ends_with(t, "." + name + ".bias") || ends_with(t, "." + name + ".weight");
 }
 
 /// An nn.Linear weight of a layer: what LoRA can target and bitsandbytes quantises. Stacked experts
 /// (one Parameter of E x in x out) are not Linear modules.
 inline bool linear_weight(const Architecture& m, const ParamRow& r) {
-    return r.group == Group::layer && r.dims.size() - (r.expert ? 1 : 0) == 2 && !(r.expert && m.stacked_experts);
+    return r.group == Group::layer && r.dims.size() - (r.expert ? 1 : 0) == 2 &&
+           !(r.expert && m.stacked_experts);
 }
 
 /// A part's rows, by the name --frozen gives it.
@@ -175,7 +207,9 @@ inline bool in_part(const std::string& part, const ParamRow& r) {
     if (part == "mlp") return r.part == Part::mlp;
     if (part == "router") return r.part == Part::router;
     if (part == "norms") return r.part == Part::norms || r.part == Part::final_norm;
-    if (part == "head") return r.part == Part::head || (r.part == Part::embedding && r.group == Group::head);  // tied
+    if (part == "head")
+        return r.part == Part::head ||
+               (r.part == Part::embedding && r.group == Group::head);  // tied
     return false;
 }
 
@@ -192,9 +226,12 @@ inline std::pair<std::string, std::string> shape_ends(Text shape) {
 /// Checks a fine-tuning's own values (before any model is read).
 inline void validate(const FineTuning& f) {
     if (f.mode == Training::frozen && f.frozen.empty())
-        throw error("training frozen needs the parts to freeze (embeddings, attention, mlp, router, norms, head, or tensor names)");
+        throw error(
+            "training frozen needs the parts to freeze (embeddings, attention, mlp, router, norms, "
+            "head, or tensor names)");
     if (f.mode != Training::frozen && !f.frozen.empty())
-        throw error(std::string("frozen parts are for training frozen (got training ") + training_name(f.mode) +
+        throw error(std::string("frozen parts are for training frozen (got training ") +
+                    training_name(f.mode) +
                     (training_row(f.mode).adapters ? ", whose base is frozen whole)" : ")"));
     if (training_row(f.mode).adapters) {
         if (f.lora.rank == 0) throw error("lora rank must be at least 1");
@@ -204,8 +241,10 @@ inline void validate(const FineTuning& f) {
         if (targets.size() > 1 && all) {
             std::string listed;
             for (const std::string& name : targets) listed += (listed.empty() ? "" : ",") + name;
-            throw error("lora target all-linear adapts every linear layer: give it alone, or "
-                        "names alone (got " + listed + ")");
+            throw error(
+                "lora target all-linear adapts every linear layer: give it alone, or "
+                "names alone (got " +
+                listed + ")");
         }
     }
 }
@@ -214,22 +253,25 @@ inline void validate(const FineTuning& f) {
 /// and each LoRA target followed by its adapter's two rows, A (in x r) and B (r x out). Tensor
 /// parallelism splits an adapter as its base: A whole and B by columns beside a column-parallel
 /// layer, A by rows and B whole beside a row-parallel one.
-inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable table, const FineTuning& f) {
+inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable table,
+                                       const FineTuning& f) {
     validate(f);
     if (f.mode == Training::full) return table;
     if (f.mode == Training::frozen) {
         std::vector<bool> used(f.frozen.size(), false);
         for (ParamRow& r : table.rows)
             for (std::size_t i = 0; i < f.frozen.size(); ++i)
-                if (detail::in_part(f.frozen[i], r) || detail::names_tensor(f.frozen[i], r.tensor)) r.trainable = false, used[i] = true;
+                if (detail::in_part(f.frozen[i], r) || detail::names_tensor(f.frozen[i], r.tensor))
+                    r.trainable = false, used[i] = true;
         for (std::size_t i = 0; i < f.frozen.size(); ++i)
             if (!used[i])
                 throw error("frozen '" + f.frozen[i] + "' names no tensor of " + model_name(m) +
-                            " (parts: embeddings, attention, mlp, router, norms, head; or a tensor such as q_proj)");
+                            " (parts: embeddings, attention, mlp, router, norms, head; or a tensor "
+                            "such as q_proj)");
         for (const ParamRow& r : table.rows)
             if (r.trainable) return table;
-        throw error("frozen " + f.frozen.front() + (f.frozen.size() > 1 ? ",..." : "") + " leaves nothing of " +
-                    model_name(m) + " to train");
+        throw error("frozen " + f.frozen.front() + (f.frozen.size() > 1 ? ",..." : "") +
+                    " leaves nothing of " + model_name(m) + " to train");
     }
     const bool all_linear = f.lora.targets.size() == 1 && f.lora.targets.front() == "all-linear";
     std::vector<bool> used(f.lora.targets.size(), false);
@@ -259,22 +301,29 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
         Dims a{in, r}, b{r, out};
         if (E) a.stack(E), b.stack(E);
         const std::string tensor(row.tensor);
-        rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_A").text, Label(in_letters + " x r").text, a,
-                          split && row_parallel ? ParamSplit::tensor : ParamSplit::replicated, row.expert, row.kind);
+        rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_A").text,
+                          Label(in_letters + " x r").text, a,
+                          split && row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
+                          row.expert, row.kind);
         rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_B").text,
                           Label("r x " + out_letters).text, b,
-                          split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated, row.expert, row.kind);
+                          split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
+                          row.expert, row.kind);
         if (!lora_variant_row(f.lora.variant).magnitude) continue;
         Dims magnitude{out};  // ||W + B A|| per output row at the start, trained from there
         if (E) magnitude.stack(E);
-        rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_magnitude_vector").text, Label(out_letters).text,
-                          magnitude, split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated, row.expert,
-                          row.kind);
+        rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_magnitude_vector").text,
+                          Label(out_letters).text, magnitude,
+                          split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
+                          row.expert, row.kind);
     }
     for (std::size_t i = 0; i < f.lora.targets.size(); ++i)
         if (!used[i])
-            throw error("lora target '" + f.lora.targets[i] + "' names no linear layer of " + model_name(m) +
-                        (all_linear ? "" : " (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, ...; or all-linear)"));
+            throw error("lora target '" + f.lora.targets[i] + "' names no linear layer of " +
+                        model_name(m) +
+                        (all_linear ? ""
+                                    : " (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                                      "down_proj, ...; or all-linear)"));
     table.rows = std::move(rows);
     return table;
 }
@@ -291,8 +340,10 @@ inline std::string adapters_overflow(const Architecture& m, const FineTuning& f)
 }  // namespace detail
 
 /// What `table` (fine-tuned) changes in layer kind `kind`'s saved tensors.
-/// The table decides what is frozen or adapted (a caller may edit one by hand); `f` the adapters' settings.
-inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f, std::size_t kind) {
+/// The table decides what is frozen or adapted (a caller may edit one by hand); `f` the adapters'
+/// settings.
+inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f,
+                                std::size_t kind) {
     LayerTuning t;
     t.rank = f.lora.rank;
     t.adapter_dropout = f.lora.dropout;
@@ -321,7 +372,8 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
             continue;
         }
         if (const LinearRow* l = linear_of(r.tensor); l && !r.trainable) t.frozen |= bit(l->linear);
-        if (r.part == Part::embedding && r.group == Group::head && !r.trainable) t.frozen |= bit(Linear::head);  // tied
+        if (r.part == Part::embedding && r.group == Group::head && !r.trainable)
+            t.frozen |= bit(Linear::head);  // tied
         if (r.storage && r.storage->dtype == DType::nf4 && r.group == Group::layer) {
             const Count one = r.expert ? Count(r.count.value() / *r.dims.begin()) : r.count;
             if (one > t.dequantized) t.dequantized = one;
@@ -332,9 +384,11 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
 }
 
 /// layer_tuning for each kind of layer of `m`; empty when every tensor trains.
-inline std::vector<LayerTuning> layer_tunings(const Architecture& m, const ParameterTable& table, const FineTuning& f) {
+inline std::vector<LayerTuning> layer_tunings(const Architecture& m, const ParameterTable& table,
+                                              const FineTuning& f) {
     std::vector<LayerTuning> out;
-    const bool all_train = std::all_of(table.rows.begin(), table.rows.end(), [](const ParamRow& r) { return r.trainable; });
+    const bool all_train = std::all_of(table.rows.begin(), table.rows.end(),
+                                       [](const ParamRow& r) { return r.trainable; });
     if (all_train) return out;
     for (std::size_t k = 0; k < m.kind_count(); ++k) out.push_back(layer_tuning(table, f, k));
     return out;

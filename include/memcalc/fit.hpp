@@ -25,13 +25,15 @@ struct FitProbe {
 };
 
 struct FitResult {
-    std::optional<FitProbe> largest;      ///< the largest size that fits; none when even the smallest does not
-    std::optional<FitProbe> first_over;   ///< the next size up, which does not; none when the search limit fits
+    std::optional<FitProbe>
+        largest;  ///< the largest size that fits; none when even the smallest does not
+    std::optional<FitProbe>
+        first_over;  ///< the next size up, which does not; none when the search limit fits
 };
 
 namespace detail {
-inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dimension, std::uint64_t size,
-                      std::uint64_t global_batch = 0) {
+inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dimension,
+                      std::uint64_t size, std::uint64_t global_batch = 0) {
     (dimension == FitDimension::seq ? settings.seq : settings.micro_batch) = size;
     settings.timelines = false;  // the peak alone, in closed form
     // A fixed global batch: the micro-batch decides how many micro-batches a step takes.
@@ -55,8 +57,8 @@ inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dim
 /// The largest micro-batch of a step of `global_batch` sequences (one that divides the global batch
 /// per replica) whose peak is at most `capacity`. Not a bisection: fewer, larger micro-batches can
 /// lower the peak (from one micro-batch a step, no gradient is held), so every divisor is tried.
-inline FitResult fit_micro_batch_of(const Architecture& m, const Settings& settings, std::uint64_t global_batch,
-                                    Count capacity) {
+inline FitResult fit_micro_batch_of(const Architecture& m, const Settings& settings,
+                                    std::uint64_t global_batch, Count capacity) {
     const std::vector<std::uint64_t> sizes = divisors(global_batch / settings.parallel.dp);
     FitResult result;
     std::optional<std::size_t> best;
@@ -73,10 +75,12 @@ inline FitResult fit_micro_batch_of(const Architecture& m, const Settings& setti
 
 /// Searches multiples of `granule` up to `limit` for the largest size whose peak is at most
 /// `capacity` bytes; everything else comes from `settings`.
-inline FitResult fit(const Architecture& m, const Settings& settings, FitDimension dimension, Count capacity,
-                     std::uint64_t granule, std::uint64_t limit) {
+inline FitResult fit(const Architecture& m, const Settings& settings, FitDimension dimension,
+                     Count capacity, std::uint64_t granule, std::uint64_t limit) {
     const auto fits = [&](const FitProbe& p) { return p.runs && p.peak <= capacity; };
-    const auto at = [&](std::uint64_t multiple) { return detail::probe(m, settings, dimension, multiple * granule); };
+    const auto at = [&](std::uint64_t multiple) {
+        return detail::probe(m, settings, dimension, multiple * granule);
+    };
     const std::uint64_t top = limit / granule;  // the largest multiple allowed
     FitResult result;
     if (top == 0) return result;

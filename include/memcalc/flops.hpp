@@ -10,20 +10,22 @@
 namespace memcalc {
 
 struct ComputeCost {
-    double layer_forward = 0;      ///< one layer's forward pass (the first kind's, when layers differ)
-    double attention_core = 0;     ///< of which Q K^T and attention over V
-    double head_forward = 0;       ///< the output head's logits
-    double step = 0;               ///< forward + backward (twice the forward), no recomputation
-    double recompute = 0;          ///< what the chosen recomputation adds
+    double layer_forward = 0;   ///< one layer's forward pass (the first kind's, when layers differ)
+    double attention_core = 0;  ///< of which Q K^T and attention over V
+    double head_forward = 0;    ///< the output head's logits
+    double step = 0;            ///< forward + backward (twice the forward), no recomputation
+    double recompute = 0;       ///< what the chosen recomputation adds
     double recompute_fraction() const { return step > 0 ? recompute / step : 0; }
 };
 
 /// Counts 2 m n k per (m x k) . (k x n) product; element-wise ops are left out. Each kind of layer
 /// counts its own feed-forward block, times its layers.
-/// `modules`: what selective recomputation re-runs (the norms and the MoE activation: no matrix products).
-/// `recomputed`: under partial recomputation, the layers of each kind that rerun their forward (none: all).
-inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch, Recompute mode,
-                                ModuleSet modules = {}, const KindCounts* recomputed = nullptr) {
+/// `modules`: what selective recomputation re-runs (the norms and the MoE activation: no matrix
+/// products). `recomputed`: under partial recomputation, the layers of each kind that rerun their
+/// forward (none: all).
+inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
+                                Recompute mode, ModuleSet modules = {},
+                                const KindCounts* recomputed = nullptr) {
     const double T = static_cast<double>(seq) * static_cast<double>(micro_batch);  // tokens
     const double h = static_cast<double>(m.hidden);
     const double q = static_cast<double>(m.heads * m.head_size());
@@ -31,46 +33,57 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
     const double mlp_matrices = m.mlp == Mlp::gated ? 3 : 2;
 
     ComputeCost c;
-    const double v = static_cast<double>(m.heads * m.value_head_size());  // = q but under latent attention
-    c.attention_core = 2 * T * static_cast<double>(seq) * (q + v);  // Q K^T and (weights . V), every head
+    const double v =
+        static_cast<double>(m.heads * m.value_head_size());  // = q but under latent attention
+    c.attention_core =
+        2 * T * static_cast<double>(seq) * (q + v);  // Q K^T and (weights . V), every head
     double projections = 2 * T * h * (q + 2 * kv) + 2 * T * q * h;
     if (m.mla.enabled()) {  // the latents' down and up projections, then o_proj
         const LatentAttention& a = m.mla;
-        const double latent = static_cast<double>(a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
-        const double nope_and_v = static_cast<double>(m.heads * (a.qk_nope_head_dim + a.v_head_dim));
-        const double q_side = a.q_lora_rank == 0 ? h * q : static_cast<double>(a.q_lora_rank) * (h + q);
+        const double latent = static_cast<double>(a.kv_lora_rank),
+                     rope = static_cast<double>(a.qk_rope_head_dim);
+        const double nope_and_v =
+            static_cast<double>(m.heads * (a.qk_nope_head_dim + a.v_head_dim));
+        const double q_side =
+            a.q_lora_rank == 0 ? h * q : static_cast<double>(a.q_lora_rank) * (h + q);
         projections = 2 * T * (q_side + h * (latent + rope) + latent * nope_and_v + v * h);
     }
     c.head_forward = 2 * T * h * static_cast<double>(m.vocab);
     double forward = c.head_forward;
     const auto add_layers = [&](const Architecture& layer, std::uint64_t count, std::size_t kind) {
         const bool first = kind == 0;
-        const double mlp = 2 * T * h * static_cast<double>(layer.ffn) * mlp_matrices * static_cast<double>(layer.active_experts()) +
+        const double mlp = 2 * T * h * static_cast<double>(layer.ffn) * mlp_matrices *
+                               static_cast<double>(layer.active_experts()) +
                            (layer.is_moe() ? 2 * T * h * static_cast<double>(layer.experts) : 0) +
                            2 * T * h * static_cast<double>(layer.shared_ffn) * mlp_matrices +
                            (layer.shared_expert_gate ? 2 * T * h : 0);
-        // A Mamba mixer's matrices (in_proj, x_proj, dt_proj, out_proj) in place of attention's; its scan
-        // and convolution are element-wise, left out as the rest are.
+        // A Mamba mixer's matrices (in_proj, x_proj, dt_proj, out_proj) in place of attention's;
+        // its scan and convolution are element-wise, left out as the rest are.
         const StateSpace& x = layer.ssm;
         const double mixer = layer.mixer == Mixer::mamba
                                  ? 2 * T * static_cast<double>(x.d_inner) *
-                                       (3 * h + static_cast<double>(x.dt_rank + 2 * x.d_state) + static_cast<double>(x.dt_rank))
+                                       (3 * h + static_cast<double>(x.dt_rank + 2 * x.d_state) +
+                                        static_cast<double>(x.dt_rank))
                                  : projections + c.attention_core;
         const double core = layer.mixer == Mixer::mamba ? 0 : c.attention_core;
         const double layer_forward = mixer + mlp;
         if (first) c.layer_forward = layer_forward;
         forward += static_cast<double>(count) * layer_forward;
-        // Selective re-runs the modules it checkpoints (the core attention, and the MLP or MoE block's
-        // matrix products where recompute_modules names them);
-        // full re-runs each layer's whole forward pass, and so is op counted (an upper bound: its saved
-        // mms and attention kernel are not run again).
-        const double selective = (modules.has(Module::core_attn) ? core : 0) +
-                                 (modules.has(layer.is_moe() ? Module::moe : Module::mlp) ? mlp : 0);
+        // Selective re-runs the modules it checkpoints (the core attention, and the MLP or MoE
+        // block's matrix products where recompute_modules names them); full re-runs each layer's
+        // whole forward pass, and so is op counted (an upper bound: its saved mms and attention
+        // kernel are not run again).
+        const double selective =
+            (modules.has(Module::core_attn) ? core : 0) +
+            (modules.has(layer.is_moe() ? Module::moe : Module::mlp) ? mlp : 0);
         c.recompute += static_cast<double>(recomputed ? (*recomputed)[kind] : count) *
-                       (checkpoints_layer(mode) ? layer_forward : mode == Recompute::selective ? selective : 0);
+                       (checkpoints_layer(mode)        ? layer_forward
+                        : mode == Recompute::selective ? selective
+                                                       : 0);
     };
     if (m.layer_kinds.empty()) add_layers(m, m.layers, 0);
-    for (std::size_t k = 0; k < m.layer_kinds.size(); ++k) add_layers(m.kind_view(k), m.layers_of_kind(k), k);
+    for (std::size_t k = 0; k < m.layer_kinds.size(); ++k)
+        add_layers(m.kind_view(k), m.layers_of_kind(k), k);
     c.step = 3 * forward;
     return c;
 }

@@ -1,7 +1,8 @@
 #pragma once
 /// How the training framework runs a step, where frameworks differ: the kernels the architecture
 /// activation model follows, the attention kernel, how the optimiser step runs and when the
-/// gradients exist. One value in Settings; a profile (Megatron-LM, DeepSpeed, FSDP, ...) is a row of them.
+/// gradients exist. One value in Settings; a profile (Megatron-LM, DeepSpeed, FSDP, ...) is a row
+/// of them.
 #include <algorithm>
 #include <array>
 #include <string>
@@ -15,9 +16,11 @@ namespace memcalc {
 
 /// How the optimiser step runs, which decides its temporaries (the recipe's step_temporary_bytes).
 enum class OptimizerImpl {
-    fused,     ///< one kernel over all tensors, nothing allocated: Megatron-LM, DeepSpeed, torch's fused=True
+    fused,     ///< one kernel over all tensors, nothing allocated: Megatron-LM, DeepSpeed, torch's
+               ///< fused=True
     foreach,   ///< torch.optim's default on CUDA: sqrt(v) of every parameter at once
-    for_loop,  ///< one tensor at a time (foreach=False): sqrt(v) and its quotient of the largest tensor
+    for_loop,  ///< one tensor at a time (foreach=False): sqrt(v) and its quotient of the largest
+               ///< tensor
 };
 
 inline const char* optimizer_impl_name(OptimizerImpl o) {
@@ -35,16 +38,22 @@ inline const char* optimizer_impl_name(OptimizerImpl o) {
 /// (Megatron-LM's main_grad, fp32 with --recipe mixed-adam-fp32-grads; DeepSpeed's).
 enum class GradBuffer { lazy, persistent };
 
-inline const char* grad_buffer_name(GradBuffer g) { return g == GradBuffer::lazy ? "lazy" : "persistent"; }
+inline const char* grad_buffer_name(GradBuffer g) {
+    return g == GradBuffer::lazy ? "lazy" : "persistent";
+}
 
 /// How the program computes the loss from the logits.
 enum class LossKernel {
-    fp32,   ///< cross_entropy(logits.float()): an fp32 copy, fp32 log-probabilities saved, fp32 gradients
-    bf16,   ///< cross_entropy on the logits as they are (nanoGPT's call on bf16 logits): all in the compute dtype
-    fused,  ///< one kernel (Liger's, Transformer Engine's): its gradient written over the logits, nothing else
-            ///< saved (read from their sources, not measured; Megatron-LM's "fusion" still keeps an fp32 copy)
-    /// Megatron-LM's VocabParallelCrossEntropy: one fp32 copy of the logits, softmaxed in place and kept,
-    /// its gradient written over it; the logits' gradient is that cast back to the compute dtype.
+    fp32,   ///< cross_entropy(logits.float()): an fp32 copy, fp32 log-probabilities saved, fp32
+            ///< gradients
+    bf16,   ///< cross_entropy on the logits as they are (nanoGPT's call on bf16 logits): all in the
+            ///< compute dtype
+    fused,  ///< one kernel (Liger's, Transformer Engine's): its gradient written over the logits,
+            ///< nothing else saved (read from their sources, not measured; Megatron-LM's "fusion"
+            ///< still keeps an fp32 copy)
+    /// Megatron-LM's VocabParallelCrossEntropy: one fp32 copy of the logits, softmaxed in place and
+    /// kept, its gradient written over it; the logits' gradient is that cast back to the compute
+    /// dtype.
     fp32_inplace,
 };
 
@@ -58,12 +67,15 @@ inline const char* loss_kernel_name(LossKernel l) {
     return "?";
 }
 
-/// Whether the training loop keeps the model's output (the logits) through backward. Held: nanoGPT's
-/// `logits, loss = model(x, y)` keeps them to the end of the micro-batch, the next forward's return
-/// freeing them. Freed: transformers' Trainer returns the loss alone, so they go once the loss is made.
+/// Whether the training loop keeps the model's output (the logits) through backward. Held:
+/// nanoGPT's `logits, loss = model(x, y)` keeps them to the end of the micro-batch, the next
+/// forward's return freeing them. Freed: transformers' Trainer returns the loss alone, so they go
+/// once the loss is made.
 enum class LogitsLife { held, freed };
 
-inline const char* logits_life_name(LogitsLife l) { return l == LogitsLife::held ? "held" : "freed"; }
+inline const char* logits_life_name(LogitsLife l) {
+    return l == LogitsLife::held ? "held" : "freed";
+}
 
 /// Whether the model hands back each layer's k and v (transformers' use_cache, on by default in its
 /// configs): off, or kept in the output, which lives as the logits do (held to the next forward, or
@@ -72,11 +84,14 @@ enum class KvCache { off, kept };
 
 inline const char* kv_cache_name(KvCache c) { return c == KvCache::off ? "off" : "kept"; }
 
-/// How a MoE layer's experts run: as the model's code writes them (ExpertDispatch: transformers' Llama 4
-/// runs every expert over every token), or as Megatron-LM's dropless grouped GEMM over the routed slots.
+/// How a MoE layer's experts run: as the model's code writes them (ExpertDispatch: transformers'
+/// Llama 4 runs every expert over every token), or as Megatron-LM's dropless grouped GEMM over the
+/// routed slots.
 enum class MoeKernel { model_code, grouped_gemm };
 
-inline const char* moe_kernel_name(MoeKernel k) { return k == MoeKernel::model_code ? "model-code" : "grouped-gemm"; }
+inline const char* moe_kernel_name(MoeKernel k) {
+    return k == MoeKernel::model_code ? "model-code" : "grouped-gemm";
+}
 
 struct Framework {
     Platform platform = Platform::cuda;              ///< the architecture model's kernels
@@ -84,9 +99,9 @@ struct Framework {
     OptimizerImpl optimizer = OptimizerImpl::fused;  ///< decides the optimiser step's temporaries
     GradBuffer grad_buffer = GradBuffer::lazy;       ///< when the gradients exist
     LossKernel loss = LossKernel::fp32;              ///< how the loss is computed
-    LogitsLife logits = LogitsLife::held;            ///< whether the loop keeps the logits through backward
-    KvCache kv_cache = KvCache::off;                 ///< whether the model's output keeps each layer's k and v
-    MoeKernel moe = MoeKernel::model_code;           ///< which tokens the experts compute over
+    LogitsLife logits = LogitsLife::held;  ///< whether the loop keeps the logits through backward
+    KvCache kv_cache = KvCache::off;  ///< whether the model's output keeps each layer's k and v
+    MoeKernel moe = MoeKernel::model_code;  ///< which tokens the experts compute over
 };
 
 /// A framework setting as a row: its key (profile files, JSON reports; the option is --key with '-'
@@ -104,7 +119,8 @@ struct Switch {
     /// "fused, foreach or for-loop"
     std::string choice_list() const {
         std::string out;
-        for (std::size_t i = 0; i < N; ++i) out += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + name(values[i]);
+        for (std::size_t i = 0; i < N; ++i)
+            out += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + name(values[i]);
         return out;
     }
     const E* find(std::string_view text) const {
@@ -123,41 +139,50 @@ template <class E, std::size_t N>
 Switch(Text, Text, E Framework::*, std::array<E, N>, const char* (*)(E), Text) -> Switch<E, N>;
 
 inline const auto framework_switches = std::make_tuple(
-    Switch{"platform", "platform", &Framework::platform, std::array{Platform::cuda, Platform::cpu}, platform_name,
-           "Whose PyTorch kernels the architecture model follows: cuda (default) or cpu, which\n"
-           "keeps LayerNorm statistics in bf16, softmaxes an fp32 copy and keeps a dropout's noise\n"
-           "in the compute dtype (how validation/gpu/ measures the model without a GPU)"},
-    Switch{"attention", "attention", &Framework::attention, std::array{Attention::eager, Attention::flash}, attention_name, ""},
-    Switch{"optimizer_impl", "optimizer step", &Framework::optimizer,
-           std::array{OptimizerImpl::fused, OptimizerImpl::foreach, OptimizerImpl::for_loop}, optimizer_impl_name,
-           "How the optimizer step runs, which decides its temporaries: fused (default: Megatron-LM,\n"
-           "DeepSpeed, torch fused=True; none), foreach (torch.optim's default on CUDA: sqrt(v) of\n"
-           "every parameter at once) or for-loop (one tensor at a time: two of the largest)"},
-    Switch{"grad_buffer", "gradients", &Framework::grad_buffer, std::array{GradBuffer::lazy, GradBuffer::persistent},
-           grad_buffer_name,
+    Switch{
+        "platform", "platform", &Framework::platform, std::array{Platform::cuda, Platform::cpu},
+        platform_name,
+        "Whose PyTorch kernels the architecture model follows: cuda (default) or cpu, which\n"
+        "keeps LayerNorm statistics in bf16, softmaxes an fp32 copy and keeps a dropout's noise\n"
+        "in the compute dtype (how validation/gpu/ measures the model without a GPU)"},
+    Switch{"attention", "attention", &Framework::attention,
+           std::array{Attention::eager, Attention::flash}, attention_name, ""},
+    Switch{
+        "optimizer_impl", "optimizer step", &Framework::optimizer,
+        std::array{OptimizerImpl::fused, OptimizerImpl::foreach, OptimizerImpl::for_loop},
+        optimizer_impl_name,
+        "How the optimizer step runs, which decides its temporaries: fused (default: Megatron-LM,\n"
+        "DeepSpeed, torch fused=True; none), foreach (torch.optim's default on CUDA: sqrt(v) of\n"
+        "every parameter at once) or for-loop (one tensor at a time: two of the largest)"},
+    Switch{"grad_buffer", "gradients", &Framework::grad_buffer,
+           std::array{GradBuffer::lazy, GradBuffer::persistent}, grad_buffer_name,
            "When gradients exist: lazy (default: PyTorch with zero_grad(set_to_none=True); each\n"
            "appears as backward makes it, and from the second micro-batch on all are held) or\n"
            "persistent (Megatron-LM's and DeepSpeed's contiguous buffer, live at every step;\n"
            "Megatron's is fp32 main_grad: pair it with --recipe mixed-adam-fp32-grads)"},
-    Switch{"loss", "loss", &Framework::loss,
-           std::array{LossKernel::fp32, LossKernel::bf16, LossKernel::fused, LossKernel::fp32_inplace},
-           loss_kernel_name,
-           "How the loss is computed: fp32 (default: cross_entropy(logits.float()), as transformers\n"
-           "does: an fp32 copy, fp32 log-probabilities and gradients), bf16 (cross_entropy on the\n"
-           "logits in the compute dtype, as nanoGPT calls it), fused (Liger's or Transformer\n"
-           "Engine's kernel: the gradient written over the logits, nothing else kept) or\n"
-           "fp32-inplace (Megatron-LM's: an fp32 copy softmaxed in place, kept, its gradient\n"
-           "written over it)"},
-    Switch{"logits", "logits", &Framework::logits, std::array{LogitsLife::held, LogitsLife::freed}, logits_life_name,
+    Switch{
+        "loss", "loss", &Framework::loss,
+        std::array{LossKernel::fp32, LossKernel::bf16, LossKernel::fused, LossKernel::fp32_inplace},
+        loss_kernel_name,
+        "How the loss is computed: fp32 (default: cross_entropy(logits.float()), as transformers\n"
+        "does: an fp32 copy, fp32 log-probabilities and gradients), bf16 (cross_entropy on the\n"
+        "logits in the compute dtype, as nanoGPT calls it), fused (Liger's or Transformer\n"
+        "Engine's kernel: the gradient written over the logits, nothing else kept) or\n"
+        "fp32-inplace (Megatron-LM's: an fp32 copy softmaxed in place, kept, its gradient\n"
+        "written over it)"},
+    Switch{"logits", "logits", &Framework::logits, std::array{LogitsLife::held, LogitsLife::freed},
+           logits_life_name,
            "Whether the loop keeps the logits through backward: held (default: nanoGPT's\n"
            "'logits, loss = model(x, y)', until the next forward returns) or freed (transformers'\n"
            "Trainer, which keeps only the loss)"},
-    Switch{"kv_cache", "k/v cache", &Framework::kv_cache, std::array{KvCache::off, KvCache::kept}, kv_cache_name,
-           "Whether the model's output keeps each layer's k and v (use_cache left on in training):\n"
-           "off (default) or kept, for as long as the logits live (--logits); only the copies\n"
-           "backward does not keep already count (repeated k/v, recomputation)"},
-    Switch{"moe_kernel", "MoE kernel", &Framework::moe, std::array{MoeKernel::model_code, MoeKernel::grouped_gemm},
-           moe_kernel_name,
+    Switch{
+        "kv_cache", "k/v cache", &Framework::kv_cache, std::array{KvCache::off, KvCache::kept},
+        kv_cache_name,
+        "Whether the model's output keeps each layer's k and v (use_cache left on in training):\n"
+        "off (default) or kept, for as long as the logits live (--logits); only the copies\n"
+        "backward does not keep already count (repeated k/v, recomputation)"},
+    Switch{"moe_kernel", "MoE kernel", &Framework::moe,
+           std::array{MoeKernel::model_code, MoeKernel::grouped_gemm}, moe_kernel_name,
            "How a MoE layer's experts run: model-code (default: as the model's code writes them;\n"
            "transformers' Llama 4 runs every expert over every token, the router's scores\n"
            "multiplied into the input) or grouped-gemm (Megatron-LM's dropless grouped GEMM over\n"
@@ -170,7 +195,8 @@ void for_each_switch(F&& f) {
 }
 
 /// A named framework: how training programs built on it run a step. A new one is a row here (or a
-/// JSON file of the keys `memcalc profiles --format json` prints); command-line flags override its values.
+/// JSON file of the keys `memcalc profiles --format json` prints); command-line flags override its
+/// values.
 struct FrameworkProfile {
     Text name, description, source;
     Framework framework;
@@ -181,43 +207,77 @@ inline constexpr Text default_profile = "default";
 // Each row says which upstream code it follows. What memcalc measures is each setting on its own
 // (validation/); that a framework runs with these settings is read from its source, not measured.
 inline const std::array<FrameworkProfile, 9> framework_profiles{{
-    {"default", "the chapter's model: CUDA kernels, eager attention, a fused optimiser step, gradients made by backward",
+    {"default",
+     "the chapter's model: CUDA kernels, eager attention, a fused optimiser step, gradients made "
+     "by backward",
      "the chapter (Korthikanti et al. 2022's accounting)",
-     {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held, KvCache::off}},
-    {"pytorch", "a PyTorch 2 loop on CUDA: torch.optim's default (foreach) step, zero_grad(set_to_none=True), attention as written",
-     "torch.optim docs (foreach is the default on CUDA); Optimizer.zero_grad (set_to_none=True by default since 2.0)",
-     {Platform::cuda, Attention::eager, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held, KvCache::off}},
-    {"megatron", "Megatron-LM: fused attention, a fused Adam step, the contiguous main_grad buffer (fp32 under bf16: "
-                 "pair with --recipe mixed-adam-fp32-grads), a loss softmaxing an fp32 copy of the logits in place; the logits stay in the model",
-     "Megatron-LM core 0.9-0.12: DistributedDataParallel's grad buffer, FusedAdam; VocabParallelCrossEntropy (fused "
-     "or not) softmaxes an fp32 copy of the logits and keeps it for backward; GPTModel returns the loss, not the logits",
-     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32_inplace,
-      LogitsLife::freed, KvCache::off, MoeKernel::grouped_gemm}},
-    {"deepspeed", "DeepSpeed's engine: a fused Adam step, a contiguous gradient buffer; attention as the model's code writes it",
-     "DeepSpeed 0.14-0.16: FusedAdam and its ZeRO stage 1/2 gradient partitions (runtime/zero/stage_1_and_2.py)",
-     {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::persistent, LossKernel::fp32, LogitsLife::held, KvCache::off}},
-    {"fsdp2", "PyTorch FSDP2 (fully_shard) with a plain loop: torch.optim's foreach AdamW on the shards, gradients made by "
-              "backward and reduce-scattered; pair with --zero 3",
+     {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::lazy, LossKernel::fp32,
+      LogitsLife::held, KvCache::off}},
+    {"pytorch",
+     "a PyTorch 2 loop on CUDA: torch.optim's default (foreach) step, zero_grad(set_to_none=True), "
+     "attention as written",
+     "torch.optim docs (foreach is the default on CUDA); Optimizer.zero_grad (set_to_none=True by "
+     "default since 2.0)",
+     {Platform::cuda, Attention::eager, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32,
+      LogitsLife::held, KvCache::off}},
+    {"megatron",
+     "Megatron-LM: fused attention, a fused Adam step, the contiguous main_grad buffer (fp32 under "
+     "bf16: "
+     "pair with --recipe mixed-adam-fp32-grads), a loss softmaxing an fp32 copy of the logits in "
+     "place; the logits stay in the model",
+     "Megatron-LM core 0.9-0.12: DistributedDataParallel's grad buffer, FusedAdam; "
+     "VocabParallelCrossEntropy (fused "
+     "or not) softmaxes an fp32 copy of the logits and keeps it for backward; GPTModel returns the "
+     "loss, not the logits",
+     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent,
+      LossKernel::fp32_inplace, LogitsLife::freed, KvCache::off, MoeKernel::grouped_gemm}},
+    {"deepspeed",
+     "DeepSpeed's engine: a fused Adam step, a contiguous gradient buffer; attention as the "
+     "model's code writes it",
+     "DeepSpeed 0.14-0.16: FusedAdam and its ZeRO stage 1/2 gradient partitions "
+     "(runtime/zero/stage_1_and_2.py)",
+     {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::persistent,
+      LossKernel::fp32, LogitsLife::held, KvCache::off}},
+    {"fsdp2",
+     "PyTorch FSDP2 (fully_shard) with a plain loop: torch.optim's foreach AdamW on the shards, "
+     "gradients made by "
+     "backward and reduce-scattered; pair with --zero 3",
      "torch 2.4-2.6 torch.distributed.fsdp.fully_shard; torch.optim.AdamW (foreach on CUDA)",
-     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held, KvCache::off}},
-    {"torchtitan", "torchtitan's trainer: FSDP2 (pair with --zero 3), SDPA, a foreach AdamW, the loss over fp32 logits, "
-                   "which it deletes before backward; its per-op selective checkpointing is --recompute op",
-     "torchtitan 0.1 (2025): train.py (pred = model(inputs); loss = loss_fn(pred, labels); del pred), "
+     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32,
+      LogitsLife::held, KvCache::off}},
+    {"torchtitan",
+     "torchtitan's trainer: FSDP2 (pair with --zero 3), SDPA, a foreach AdamW, the loss over fp32 "
+     "logits, "
+     "which it deletes before backward; its per-op selective checkpointing is --recompute op",
+     "torchtitan 0.1 (2025): train.py (pred = model(inputs); loss = loss_fn(pred, labels); del "
+     "pred), "
      "cross_entropy_loss (pred.float()), build_optimizers (implementation foreach)",
-     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::freed, KvCache::off}},
-    {"hf-trainer", "transformers' Trainer: SDPA attention (the default), torch's foreach AdamW (adamw_torch), "
-                   "the loss over fp32 logits (ForCausalLMLoss), the outputs dropped once the loss is taken",
-     "transformers 4.46-4.53: Trainer.compute_loss returns the loss alone; loss_utils.ForCausalLMLoss upcasts the "
+     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32,
+      LogitsLife::freed, KvCache::off}},
+    {"hf-trainer",
+     "transformers' Trainer: SDPA attention (the default), torch's foreach AdamW (adamw_torch), "
+     "the loss over fp32 logits (ForCausalLMLoss), the outputs dropped once the loss is taken",
+     "transformers 4.46-4.53: Trainer.compute_loss returns the loss alone; "
+     "loss_utils.ForCausalLMLoss upcasts the "
      "logits; attn_implementation defaults to sdpa",
-     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32, LogitsLife::freed, KvCache::off}},
-    {"nanogpt", "nanoGPT's train.py on CUDA: flash attention (torch 2), AdamW(fused=True), zero_grad(set_to_none=True); "
-                "'logits, loss = model(X, Y)' keeps the logits to the next forward; under autocast the loss runs in fp32",
-     "karpathy/nanoGPT train.py and model.py (2023): configure_optimizers uses fused AdamW on CUDA; "
+     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32,
+      LogitsLife::freed, KvCache::off}},
+    {"nanogpt",
+     "nanoGPT's train.py on CUDA: flash attention (torch 2), AdamW(fused=True), "
+     "zero_grad(set_to_none=True); "
+     "'logits, loss = model(X, Y)' keeps the logits to the next forward; under autocast the loss "
+     "runs in fp32",
+     "karpathy/nanoGPT train.py and model.py (2023): configure_optimizers uses fused AdamW on "
+     "CUDA; "
      "cross_entropy is on autocast's fp32 list",
-     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held, KvCache::off}},
-    {"cpu-replication", "validation/'s CPU replication: PyTorch's CPU kernels, eager attention, a for-loop optimiser step",
+     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::lazy, LossKernel::fp32,
+      LogitsLife::held, KvCache::off}},
+    {"cpu-replication",
+     "validation/'s CPU replication: PyTorch's CPU kernels, eager attention, a for-loop optimiser "
+     "step",
      "validation/gpu/replicate.py --device cpu (its MixedAdam steps one tensor at a time)",
-     {Platform::cpu, Attention::eager, OptimizerImpl::for_loop, GradBuffer::lazy, LossKernel::fp32, LogitsLife::held, KvCache::off}},
+     {Platform::cpu, Attention::eager, OptimizerImpl::for_loop, GradBuffer::lazy, LossKernel::fp32,
+      LogitsLife::held, KvCache::off}},
 }};
 
 /// The built-in profile of that name, or nullptr.

@@ -21,7 +21,8 @@ class LayerPattern {
 public:
     LayerPattern() = default;
     explicit LayerPattern(const Architecture& m) : LayerPattern(m.runs(), m.kind_count()) {}
-    LayerPattern(std::vector<LayerRun> runs, std::size_t kinds) : kinds_(kinds), runs_(std::move(runs)) {
+    LayerPattern(std::vector<LayerRun> runs, std::size_t kinds)
+        : kinds_(kinds), runs_(std::move(runs)) {
         KindCounts before{};
         std::uint64_t end = 0;
         for (const auto& run : runs_) {
@@ -72,8 +73,10 @@ private:
         std::size_t lo = 0, hi = ends_.size();
         while (lo < hi) {
             const std::size_t mid = (lo + hi) / 2;
-            if (ends_[mid] < layer) lo = mid + 1;
-            else hi = mid;
+            if (ends_[mid] < layer)
+                lo = mid + 1;
+            else
+                hi = mid;
         }
         return lo;
     }
@@ -86,13 +89,15 @@ private:
 
 /// The global number (1..L) of the i-th layer (0-based, forward order) a pipeline stage runs, when
 /// it holds chunks of `chunk` consecutive layers, chunk c being the model's (c pp + stage)-th.
-inline std::uint64_t layer_number(std::uint64_t i, std::uint64_t chunk, std::uint64_t pp, std::uint64_t stage) {
+inline std::uint64_t layer_number(std::uint64_t i, std::uint64_t chunk, std::uint64_t pp,
+                                  std::uint64_t stage) {
     return (i / chunk * pp + stage) * chunk + i % chunk + 1;
 }
 
 /// The same when a stage's second chunk mirrors its first: of `chunks`, the (chunks - 1 - stage)-th
 /// (ZB-V's V shape, DualPipe's two directions).
-inline std::uint64_t mirrored_layer_number(std::uint64_t i, std::uint64_t chunk, std::uint64_t chunks, std::uint64_t stage) {
+inline std::uint64_t mirrored_layer_number(std::uint64_t i, std::uint64_t chunk,
+                                           std::uint64_t chunks, std::uint64_t stage) {
     return ((i / chunk == 0 ? stage : chunks - 1 - stage) * chunk) + i % chunk + 1;
 }
 /// Every position of a chunk runs under the recomputation (StageLayers::recomputed's default).
@@ -103,14 +108,16 @@ inline constexpr std::uint64_t every_position = ~std::uint64_t{0};
 /// layers after `first_layer` (chunk 0 or chunk = layers).
 struct StageLayers {
     std::uint64_t layers = 0, chunk = 0, pp = 1, stage = 0;
-    std::uint64_t first_layer = 0;          ///< layers before this device's first, when it holds one chunk
-    std::uint64_t mirrored_chunks = 0;      ///< nonzero: two chunks of that many, placed mirrored (mirrored_layer_number)
-    /// Partial recomputation (Megatron-LM's recompute-num-layers, block method): only the first so many
-    /// positions of each chunk run under the recomputation; the rest keep every activation.
+    std::uint64_t first_layer = 0;  ///< layers before this device's first, when it holds one chunk
+    std::uint64_t mirrored_chunks =
+        0;  ///< nonzero: two chunks of that many, placed mirrored (mirrored_layer_number)
+    /// Partial recomputation (Megatron-LM's recompute-num-layers, block method): only the first so
+    /// many positions of each chunk run under the recomputation; the rest keep every activation.
     std::uint64_t recomputed = every_position;
     const LayerPattern* pattern = nullptr;  ///< the model's; none: every layer one kind
     bool several_kinds = false;             ///< `pattern` has more than one kind
-    /// Layers differ (kinds, or recomputed and not): steps are linear only within runs (set by with()).
+    /// Layers differ (kinds, or recomputed and not): steps are linear only within runs (set by
+    /// with()).
     bool mixed = false;
 
     StageLayers& with(const LayerPattern& p) {
@@ -134,18 +141,26 @@ struct StageLayers {
     /// The global number (1..L) of the i-th layer this device runs (0-based, forward order).
     std::uint64_t layer_id(std::uint64_t i) const {
         if (one_chunk()) return first_layer + i + 1;
-        return mirrored_chunks ? mirrored_layer_number(i, chunk, mirrored_chunks, stage) : layer_number(i, chunk, pp, stage);
+        return mirrored_chunks ? mirrored_layer_number(i, chunk, mirrored_chunks, stage)
+                               : layer_number(i, chunk, pp, stage);
     }
     /// The kind of the layer at `position` (1-based, forward order).
     std::size_t kind_at(std::uint64_t position) const {
         return several_kinds ? pattern->kind_of(layer_id(position - 1)) : 0;
     }
-    /// Whether the layer at `position` runs under the recomputation (else it keeps every activation).
-    bool recomputed_at(std::uint64_t position) const { return (position - 1) % chunk_width() < recomputed; }
+    /// Whether the layer at `position` runs under the recomputation (else it keeps every
+    /// activation).
+    bool recomputed_at(std::uint64_t position) const {
+        return (position - 1) % chunk_width() < recomputed;
+    }
     /// Layers of each kind among the first `positions` this device runs.
-    KindCounts counts(std::uint64_t positions) const { return counts_within(positions, every_position); }
+    KindCounts counts(std::uint64_t positions) const {
+        return counts_within(positions, every_position);
+    }
     /// Those of them that run under the recomputation.
-    KindCounts recomputed_counts(std::uint64_t positions) const { return counts_within(positions, recomputed); }
+    KindCounts recomputed_counts(std::uint64_t positions) const {
+        return counts_within(positions, recomputed);
+    }
     /// The last position of the run of one kind (and one recomputation) that holds `position`
     /// (1-based): up to it, steps are linear in the position.
     std::uint64_t run_end(std::uint64_t position) const {
@@ -170,20 +185,25 @@ struct StageLayers {
     }
 
 private:
-    /// Layers of each kind among the first `positions`, counting only the first `limit` of each chunk.
+    /// Layers of each kind among the first `positions`, counting only the first `limit` of each
+    /// chunk.
     KindCounts counts_within(std::uint64_t positions, std::uint64_t limit) const {
         KindCounts c{};
         const std::uint64_t width = chunk_width();
         if (!several_kinds) {  // whole chunks, then the part of the last
-            if (width > 0) c[0] = positions / width * std::min(limit, width) + std::min(positions % width, limit);
+            if (width > 0)
+                c[0] =
+                    positions / width * std::min(limit, width) + std::min(positions % width, limit);
             return c;
         }
-        const auto add_range = [&](std::uint64_t first, std::uint64_t last) {  // global, 1-based, inclusive
+        const auto add_range = [&](std::uint64_t first,
+                                   std::uint64_t last) {  // global, 1-based, inclusive
             const KindCounts upto = pattern->prefix(last), before = pattern->prefix(first - 1);
             for (std::size_t k = 0; k < kinds(); ++k) c[k] += upto[k] - before[k];
         };
         for (std::uint64_t done = 0; done < positions;) {
-            const std::uint64_t offset = done % width, take = std::min(width - offset, positions - done);
+            const std::uint64_t offset = done % width,
+                                take = std::min(width - offset, positions - done);
             const std::uint64_t counted = offset >= limit ? 0 : std::min(take, limit - offset);
             if (counted > 0) add_range(layer_id(done), layer_id(done) + counted - 1);
             done += take;

@@ -1,5 +1,6 @@
 #pragma once
-/// memcalc: training-memory accounting for transformer language models, from the architecture alone.
+/// memcalc: training-memory accounting for transformer language models, from the architecture
+/// alone.
 #include "memcalc/activations.hpp"
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/error.hpp"

@@ -14,31 +14,51 @@
 
 namespace memcalc {
 
-enum class Mlp { gated, plain };             ///< gated: SwiGLU/GeGLU, three h x f matrices; plain: two
-enum class Norm { rmsnorm, layernorm };      ///< RMSNorm keeps a weight; LayerNorm a weight and a bias
-/// Which linear layers carry a bias vector: none; q, k and v; all four attention projections; every one.
+enum class Mlp { gated, plain };         ///< gated: SwiGLU/GeGLU, three h x f matrices; plain: two
+enum class Norm { rmsnorm, layernorm };  ///< RMSNorm keeps a weight; LayerNorm a weight and a bias
+/// Which linear layers carry a bias vector: none; q, k and v; all four attention projections; every
+/// one.
 enum class Bias { none, qkv, attention, all };
-enum class Position { rotary, learned, none };  ///< only learned position embeddings hold parameters
+enum class Position {
+    rotary,
+    learned,
+    none
+};  ///< only learned position embeddings hold parameters
 /// The MLP's non-linearity (SiLU makes a gated MLP SwiGLU); what each keeps is a row of
 /// activation_functions.hpp: gelu_new, gelu_fast and quick_gelu are chains of Python ops.
-enum class Activation { silu, gelu, gelu_tanh, relu, gelu_new, gelu_fast, quick_gelu, clamped_swiglu };
+enum class Activation {
+    silu,
+    gelu,
+    gelu_tanh,
+    relu,
+    gelu_new,
+    gelu_fast,
+    quick_gelu,
+    clamped_swiglu
+};
 /// Where eager attention's causal mask comes from. None: one additive mask built per forward
 /// (transformers'). Per layer: nanoGPT's CausalSelfAttention registers a max_positions^2 buffer in
 /// every layer (the weights' dtype once the model is cast) and masks with masked_fill(bias == 0).
 enum class CausalMaskBuffer { none, per_layer };
 /// Norms on the queries and keys, before rotary: none; an RMSNorm over each head's d values whose
-/// one weight of d the heads share (Qwen3, Gemma 3: q_norm, k_norm in transformers); or one RMSNorm over
-/// the whole projection, a*d and k*d values with a weight each (OLMo 2); or an L2 norm of each head's q
-/// and k after rotary, without a weight (Llama 4's use_qk_norm, Llama4TextL2Norm).
+/// one weight of d the heads share (Qwen3, Gemma 3: q_norm, k_norm in transformers); or one RMSNorm
+/// over the whole projection, a*d and k*d values with a weight each (OLMo 2); or an L2 norm of each
+/// head's q and k after rotary, without a weight (Llama 4's use_qk_norm, Llama4TextL2Norm).
 enum class QkNorm { none, per_head, whole, l2 };
-/// Where a sequential layer's two norms sit (norms_per_layer 2): before each branch (pre, LLaMA's), or
-/// on each branch's output before its residual add (post, OLMo 2's). 4 is both; 1 one shared pre-norm.
+/// Where a sequential layer's two norms sit (norms_per_layer 2): before each branch (pre, LLaMA's),
+/// or on each branch's output before its residual add (post, OLMo 2's). 4 is both; 1 one shared
+/// pre-norm.
 enum class NormPosition { pre, post };
 
 inline const char* qk_norm_name(QkNorm n) {
-    return n == QkNorm::per_head ? "per_head" : n == QkNorm::whole ? "whole" : n == QkNorm::l2 ? "l2" : "none";
+    return n == QkNorm::per_head ? "per_head"
+           : n == QkNorm::whole  ? "whole"
+           : n == QkNorm::l2     ? "l2"
+                                 : "none";
 }
-inline const char* norm_position_name(NormPosition p) { return p == NormPosition::post ? "post" : "pre"; }
+inline const char* norm_position_name(NormPosition p) {
+    return p == NormPosition::post ? "post" : "pre";
+}
 /// Where transformers' rotary embedding module lives, which sets what a step holds of cos and sin.
 enum class RotaryEmbedding { shared, per_layer, per_layer_cached };
 /// A router's per-expert bias of E: none; a trainable Parameter (gpt-oss's router Linear); or a
@@ -46,15 +66,22 @@ enum class RotaryEmbedding { shared, per_layer, per_layer_cached };
 /// register_buffer in transformers' modeling_deepseek_v3.py), updated from load statistics.
 enum class RouterBias { none, trainable, buffer };
 inline constexpr std::array<std::pair<RouterBias, std::string_view>, 3> router_bias_names{
-    {{RouterBias::none, "none"}, {RouterBias::trainable, "trainable"}, {RouterBias::buffer, "buffer"}}};
-inline std::string_view router_bias_name(RouterBias b) { return router_bias_names[static_cast<std::size_t>(b)].second; }
-/// How a MoE block's router picks and weights its experts in training: a softmax over the logits and
-/// top-k (Mixtral's; renormalised where renormalize_topk), or Phi-3.5-MoE's sparsemixer, two passes of a
-/// masked softmax, a Gumbel-sampled expert, a gathered weight and its Heun correction (top 2 alone).
+    {{RouterBias::none, "none"},
+     {RouterBias::trainable, "trainable"},
+     {RouterBias::buffer, "buffer"}}};
+inline std::string_view router_bias_name(RouterBias b) {
+    return router_bias_names[static_cast<std::size_t>(b)].second;
+}
+/// How a MoE block's router picks and weights its experts in training: a softmax over the logits
+/// and top-k (Mixtral's; renormalised where renormalize_topk), or Phi-3.5-MoE's sparsemixer, two
+/// passes of a masked softmax, a Gumbel-sampled expert, a gathered weight and its Heun correction
+/// (top 2 alone).
 enum class Router { softmax_topk, sparsemixer };
 inline constexpr std::array<std::pair<Router, std::string_view>, 2> router_names{
     {{Router::softmax_topk, "softmax_topk"}, {Router::sparsemixer, "sparsemixer"}}};
-inline std::string_view router_name(Router r) { return router_names[static_cast<std::size_t>(r)].second; }
+inline std::string_view router_name(Router r) {
+    return router_names[static_cast<std::size_t>(r)].second;
+}
 /// Which tokens a MoE block's experts compute over in the model's own code: the routed token-slots
 /// (Mixtral's loop, Megatron-LM's dropless grouped GEMM), or every token through every expert, the
 /// router's scores multiplied into the input (transformers' Llama4TextMoe: a repeat and two bmm).
@@ -67,11 +94,13 @@ inline std::string_view expert_dispatch_name(ExpertDispatch d) {
 
 /// A rotary embedding as a row: whether every attention layer makes its own cos and sin (autograd
 /// then saves a pair per layer), and whether it registers cos and sin caches of max_positions x
-/// head_dim beside its inv_freq (head_dim / 2), buffers that model.to(dtype) casts with the weights.
+/// head_dim beside its inv_freq (head_dim / 2), buffers that model.to(dtype) casts with the
+/// weights.
 struct RotaryEmbeddingRow {
     RotaryEmbedding id;
     std::string_view name;  ///< the model file's spelling
-    bool per_layer_tables;  ///< each layer's cos and sin of s x head_dim, saved by q * cos and rotate_half(q) * sin
+    bool per_layer_tables;  ///< each layer's cos and sin of s x head_dim, saved by q * cos and
+                            ///< rotate_half(q) * sin
     bool cached;            ///< each layer registers its cos and sin caches
     std::string_view source;
 };
@@ -79,15 +108,19 @@ struct RotaryEmbeddingRow {
 /// transformers' models/llama/modeling_llama.py in three eras (Mistral's and others' are copies).
 inline constexpr std::array<RotaryEmbeddingRow, 3> rotary_embeddings{{
     {RotaryEmbedding::shared, "shared", false, false,
-     "4.45 and later: the model's one rotary_emb computes cos and sin once per forward (position_ids "
+     "4.45 and later: the model's one rotary_emb computes cos and sin once per forward "
+     "(position_ids "
      "(1, s)) and passes them to every layer"},
     {RotaryEmbedding::per_layer, "per_layer", true, false,
-     "4.40-4.44: each LlamaAttention's own rotary_emb computes cos and sin of (1, s, head_dim) from its "
+     "4.40-4.44: each LlamaAttention's own rotary_emb computes cos and sin of (1, s, head_dim) "
+     "from its "
      "inv_freq each forward"},
     {RotaryEmbedding::per_layer_cached, "per_layer_cached", true, true,
-     "4.31-4.38: each LlamaAttention's rotary_emb registers cos_cached and sin_cached of max_positions x "
+     "4.31-4.38: each LlamaAttention's rotary_emb registers cos_cached and sin_cached of "
+     "max_positions x "
      "head_dim in torch.get_default_dtype(); forward returns cos_cached[:s].to(x.dtype) and "
-     "apply_rotary_pos_emb gathers cos[position_ids], a new (1, s, head_dim) tensor per layer (4.38 "
+     "apply_rotary_pos_emb gathers cos[position_ids], a new (1, s, head_dim) tensor per layer "
+     "(4.38 "
      "keeps the caches for BC and computes the same tensor from inv_freq)"},
 }};
 
@@ -97,12 +130,14 @@ inline const RotaryEmbeddingRow& rotary_embedding(RotaryEmbedding id) {
     return rotary_embeddings.front();
 }
 
-/// Multi-head latent attention (DeepSeek-V2 and V3, transformers' modeling_deepseek_v2/v3.py): q comes
-/// from a latent of q_lora_rank (or a plain q_proj), k and v from one latent of kv_lora_rank, each latent
-/// RMSNormed; every head's q and k are a part without rotary (nope) and a rotary part, k's rotary part
-/// one for all heads, read from the latent's projection beside the latent. kv_lora_rank 0: none.
+/// Multi-head latent attention (DeepSeek-V2 and V3, transformers' modeling_deepseek_v2/v3.py): q
+/// comes from a latent of q_lora_rank (or a plain q_proj), k and v from one latent of kv_lora_rank,
+/// each latent RMSNormed; every head's q and k are a part without rotary (nope) and a rotary part,
+/// k's rotary part one for all heads, read from the latent's projection beside the latent.
+/// kv_lora_rank 0: none.
 struct LatentAttention {
-    std::uint64_t q_lora_rank = 0;       ///< the query latent's width; 0: a plain q_proj (DeepSeek-V2-Lite)
+    std::uint64_t q_lora_rank =
+        0;  ///< the query latent's width; 0: a plain q_proj (DeepSeek-V2-Lite)
     std::uint64_t kv_lora_rank = 0;      ///< the key/value latent's width; 0: standard attention
     std::uint64_t qk_nope_head_dim = 0;  ///< per head, the part of q and k that rotary leaves alone
     std::uint64_t qk_rope_head_dim = 0;  ///< per head, the rotary part
@@ -117,19 +152,21 @@ struct LatentAttention {
 enum class Mixer { attention, mamba };
 inline const char* mixer_name(Mixer x) { return x == Mixer::mamba ? "mamba" : "attention"; }
 
-/// A Mamba-1 mixer's widths (Gu and Dao 2023; transformers' modeling_jamba.py): in_proj makes x and the
-/// gate z (d_inner each), a depthwise causal conv1d of d_conv taps, x_proj makes dt (dt_rank), B and C
-/// (d_state each), dt_proj widens dt back to d_inner, A_log (d_inner x d_state) and D (d_inner).
-/// `kernels`: mamba_ssm's fused kernels (config use_mamba_kernels; causal_conv1d_fn and selective_scan_fn
-/// keep what they save), else transformers' slow path, which keeps every step's state.
+/// A Mamba-1 mixer's widths (Gu and Dao 2023; transformers' modeling_jamba.py): in_proj makes x and
+/// the gate z (d_inner each), a depthwise causal conv1d of d_conv taps, x_proj makes dt (dt_rank),
+/// B and C (d_state each), dt_proj widens dt back to d_inner, A_log (d_inner x d_state) and D
+/// (d_inner). `kernels`: mamba_ssm's fused kernels (config use_mamba_kernels; causal_conv1d_fn and
+/// selective_scan_fn keep what they save), else transformers' slow path, which keeps every step's
+/// state.
 struct StateSpace {
     std::uint64_t d_inner = 0;  ///< 0: no Mamba layers
     std::uint64_t d_state = 0;  ///< N
     std::uint64_t d_conv = 0;   ///< the convolution's taps
     std::uint64_t dt_rank = 0;  ///< r
     bool conv_bias = true;
-    bool proj_bias = false;     ///< in_proj's and out_proj's biases
-    bool inner_norms = false;   ///< Jamba's RMSNorms on dt, B and C (dt_layernorm, b_layernorm, c_layernorm)
+    bool proj_bias = false;  ///< in_proj's and out_proj's biases
+    bool inner_norms =
+        false;  ///< Jamba's RMSNorms on dt, B and C (dt_layernorm, b_layernorm, c_layernorm)
     bool kernels = true;
 
     bool enabled() const { return d_inner > 0; }
@@ -140,18 +177,21 @@ struct StateSpace {
 /// field left empty is the model's. New per-layer variants (a window, a mixer) are fields here.
 struct LayerKind {
     std::string name;
-    std::optional<std::uint64_t> ffn;                ///< feed-forward width (per expert)
-    std::optional<std::uint64_t> experts;            ///< 0: a dense feed-forward block
+    std::optional<std::uint64_t> ffn;      ///< feed-forward width (per expert)
+    std::optional<std::uint64_t> experts;  ///< 0: a dense feed-forward block
     std::optional<std::uint64_t> experts_per_token;
     // Initialised, so that a kind listing only the fields above stays a complete aggregate.
-    std::optional<std::uint64_t> shared_ffn = std::nullopt;  ///< the shared experts' total width; 0: none
+    std::optional<std::uint64_t> shared_ffn =
+        std::nullopt;  ///< the shared experts' total width; 0: none
     std::optional<bool> shared_expert_gate = std::nullopt;
     std::optional<RouterBias> router_bias = std::nullopt;
     /// Sliding-window attention's window in tokens; 0: full causal attention.
     std::optional<std::uint64_t> window = std::nullopt;
-    /// Chunked attention's chunk in tokens; 0: none (Llama 4's rotary layers chunk, its NoPE ones do not).
+    /// Chunked attention's chunk in tokens; 0: none (Llama 4's rotary layers chunk, its NoPE ones
+    /// do not).
     std::optional<std::uint64_t> attention_chunk = std::nullopt;
-    std::optional<Position> position = std::nullopt;  ///< none: a NoPE layer of a rotary model (Llama 4)
+    std::optional<Position> position =
+        std::nullopt;  ///< none: a NoPE layer of a rotary model (Llama 4)
     std::optional<QkNorm> qk_norm = std::nullopt;
     std::optional<Mixer> mixer = std::nullopt;  ///< a Mamba layer among attention ones (Jamba)
 };
@@ -162,85 +202,104 @@ struct LayerRun {
     std::uint64_t count = 0;
 };
 
-/// At most this many kinds of layer in one model: per-kind figures are held in place, not allocated.
+/// At most this many kinds of layer in one model: per-kind figures are held in place, not
+/// allocated.
 inline constexpr std::size_t max_layer_kinds = 4;
 
 struct Architecture {
     std::string name;
-    std::uint64_t hidden = 0;            ///< h, the model width
-    std::uint64_t layers = 0;            ///< L
-    std::uint64_t heads = 0;             ///< a, query heads
-    std::uint64_t kv_heads = 0;          ///< key/value heads (grouped-query attention); 0 means = heads
-    std::uint64_t head_dim = 0;          ///< per-head width; 0 means hidden / heads
-    std::uint64_t ffn = 0;               ///< f, the feed-forward width (per expert for MoE)
-    std::uint64_t vocab = 0;             ///< V
-    std::uint64_t max_positions = 0;     ///< longest sequence the model was trained on
-    std::uint64_t position_rows = 0;     ///< rows of a learned position table; 0 means max_positions (OPT adds 2)
+    std::uint64_t hidden = 0;    ///< h, the model width
+    std::uint64_t layers = 0;    ///< L
+    std::uint64_t heads = 0;     ///< a, query heads
+    std::uint64_t kv_heads = 0;  ///< key/value heads (grouped-query attention); 0 means = heads
+    std::uint64_t head_dim = 0;  ///< per-head width; 0 means hidden / heads
+    std::uint64_t ffn = 0;       ///< f, the feed-forward width (per expert for MoE)
+    std::uint64_t vocab = 0;     ///< V
+    std::uint64_t max_positions = 0;  ///< longest sequence the model was trained on
+    std::uint64_t position_rows =
+        0;  ///< rows of a learned position table; 0 means max_positions (OPT adds 2)
     Mlp mlp = Mlp::gated;
     Norm norm = Norm::rmsnorm;
     Bias bias = Bias::none;
     Position position = Position::rotary;
-    bool tied_embeddings = false;        ///< the output head reuses the token embedding matrix
-    bool head_bias = false;              ///< the output head has a bias vector of V (Phi-2)
-    std::uint64_t experts = 0;           ///< mixture-of-experts feed-forward experts; 0 means dense
-    std::uint64_t experts_per_token = 0; ///< top-k routing; 0 means 1 for MoE models
+    bool tied_embeddings = false;  ///< the output head reuses the token embedding matrix
+    bool head_bias = false;        ///< the output head has a bias vector of V (Phi-2)
+    std::uint64_t experts = 0;     ///< mixture-of-experts feed-forward experts; 0 means dense
+    std::uint64_t experts_per_token = 0;  ///< top-k routing; 0 means 1 for MoE models
     Activation activation = Activation::silu;
-    std::uint64_t norms_per_layer = 2;   ///< 2: before attention and MLP; 1: one shared (parallel); 4: Gemma 2's sandwich
-    bool parallel_attention = false;     ///< attention and MLP read the same input and add to one residual (GPT-J, Falcon)
-    bool embedding_norm = false;         ///< a LayerNorm right after the token embedding (BLOOM)
-    double attention_dropout = 0;        ///< dropout probability on the attention weights
-    double hidden_dropout = 0;           ///< dropout probability on each residual branch
-    double mlp_dropout = 0;              ///< dropout inside the MLP, on the down projection's input (nn.TransformerEncoderLayer)
-    bool softmax_fp32 = true;            ///< eager attention takes its softmax in fp32 (LLaMA-style code does; GPT-2's does not)
-    /// The layer's code keeps the attention's output in a name of its own until it returns (transformers'
-    /// GPT2Block, a sequential FalconDecoderLayer); LLaMA-style code rebinds hidden_states, freeing it at the add.
+    std::uint64_t norms_per_layer =
+        2;  ///< 2: before attention and MLP; 1: one shared (parallel); 4: Gemma 2's sandwich
+    bool parallel_attention =
+        false;  ///< attention and MLP read the same input and add to one residual (GPT-J, Falcon)
+    bool embedding_norm = false;   ///< a LayerNorm right after the token embedding (BLOOM)
+    double attention_dropout = 0;  ///< dropout probability on the attention weights
+    double hidden_dropout = 0;     ///< dropout probability on each residual branch
+    double mlp_dropout =
+        0;  ///< dropout inside the MLP, on the down projection's input (nn.TransformerEncoderLayer)
+    bool softmax_fp32 = true;  ///< eager attention takes its softmax in fp32 (LLaMA-style code
+                               ///< does; GPT-2's does not)
+    /// The layer's code keeps the attention's output in a name of its own until it returns
+    /// (transformers' GPT2Block, a sequential FalconDecoderLayer); LLaMA-style code rebinds
+    /// hidden_states, freeing it at the add.
     bool attention_output_held = false;
-    CausalMaskBuffer causal_mask_buffer = CausalMaskBuffer::none;  ///< eager attention's mask: built per forward, or a buffer per layer
-    QkNorm qk_norm = QkNorm::none;       ///< norms on q and k before rotary (Qwen3, Gemma 3, OLMo 2)
-    NormPosition norm_position = NormPosition::pre;  ///< with norms_per_layer 2: before or after each branch
-    /// RMSNorm multiplies its weight into the fp32 normalised input and then casts back (T5's, OLMo 2's,
-    /// gpt-oss's), so autograd keeps that input in fp32; LLaMA's casts back first and keeps it narrow.
+    CausalMaskBuffer causal_mask_buffer =
+        CausalMaskBuffer::none;     ///< eager attention's mask: built per forward, or a buffer per
+                                    ///< layer
+    QkNorm qk_norm = QkNorm::none;  ///< norms on q and k before rotary (Qwen3, Gemma 3, OLMo 2)
+    NormPosition norm_position =
+        NormPosition::pre;  ///< with norms_per_layer 2: before or after each branch
+    /// RMSNorm multiplies its weight into the fp32 normalised input and then casts back (T5's, OLMo
+    /// 2's, gpt-oss's), so autograd keeps that input in fp32; LLaMA's casts back first and keeps it
+    /// narrow.
     bool rmsnorm_fp32_scale = false;
-    /// Each attention head has a learnable logit (gpt-oss's sinks): the softmax runs over s + 1 columns.
+    /// Each attention head has a learnable logit (gpt-oss's sinks): the softmax runs over s + 1
+    /// columns.
     bool attention_sinks = false;
-    /// The experts are one stacked E x ... parameter per projection, which the training loop indexes with
-    /// a tensor for each expert that has tokens: a copy of its weights that the matmul keeps (gpt-oss).
+    /// The experts are one stacked E x ... parameter per projection, which the training loop
+    /// indexes with a tensor for each expert that has tokens: a copy of its weights that the matmul
+    /// keeps (gpt-oss).
     bool stacked_experts = false;
-    /// Sliding-window attention's window in tokens (a LayerKind may set its own); 0: full attention.
-    /// Training memory does not depend on it: eager attention masks a full s x s score matrix, and a
-    /// fused kernel keeps a log-sum-exp per row either way. A KV cache would (issue 16).
+    /// Sliding-window attention's window in tokens (a LayerKind may set its own); 0: full
+    /// attention. Training memory does not depend on it: eager attention masks a full s x s score
+    /// matrix, and a fused kernel keeps a log-sum-exp per row either way. A KV cache would (issue
+    /// 16).
     std::uint64_t window = 0;
-    /// Chunked attention (Llama 4's attention_chunk_size): each query sees the keys of its own chunk of
-    /// this many tokens; 0: none. Like a window it leaves training's tensors as they are: transformers'
-    /// eager attention masks a full s x s score matrix (create_chunked_causal_mask), a fused kernel keeps
-    /// a log-sum-exp per row; eager builds one mask more for it.
+    /// Chunked attention (Llama 4's attention_chunk_size): each query sees the keys of its own
+    /// chunk of this many tokens; 0: none. Like a window it leaves training's tensors as they are:
+    /// transformers' eager attention masks a full s x s score matrix (create_chunked_causal_mask),
+    /// a fused kernel keeps a log-sum-exp per row; eager builds one mask more for it.
     std::uint64_t attention_chunk = 0;
     /// Queries scaled by a per-position temperature in the layers without rotary (Llama 4's
     /// attn_temperature_tuning): the product keeps the s fp32 scales.
     bool attention_temperature = false;
-    ExpertDispatch expert_dispatch = ExpertDispatch::routed;  ///< which tokens the experts compute over
+    ExpertDispatch expert_dispatch =
+        ExpertDispatch::routed;            ///< which tokens the experts compute over
     Router router = Router::softmax_topk;  ///< how the router weights its experts
-    /// Phi-3.5-MoE's input_jitter_noise: in training the MoE block's input is multiplied in place by
-    /// noise uniform in [1 - it, 1 + it], which the product keeps; 0: none.
+    /// Phi-3.5-MoE's input_jitter_noise: in training the MoE block's input is multiplied in place
+    /// by noise uniform in [1 - it, 1 + it], which the product keeps; 0: none.
     double input_jitter = 0;
-    RotaryEmbedding rotary_embedding = RotaryEmbedding::shared;  ///< one cos and sin per forward, or each layer's own
-    /// Shared experts: one gated-or-plain MLP of this width that every token passes beside the routed
-    /// experts (DeepSeek's n_shared_experts x moe_intermediate_size, Qwen2-MoE's
+    RotaryEmbedding rotary_embedding =
+        RotaryEmbedding::shared;  ///< one cos and sin per forward, or each layer's own
+    /// Shared experts: one gated-or-plain MLP of this width that every token passes beside the
+    /// routed experts (DeepSeek's n_shared_experts x moe_intermediate_size, Qwen2-MoE's
     /// shared_expert_intermediate_size, Llama 4's one); 0: none. Only in MoE layers.
     std::uint64_t shared_ffn = 0;
-    bool shared_expert_gate = false;     ///< Qwen2-MoE: sigmoid(Linear(h, 1)) scales the shared expert's output
+    bool shared_expert_gate =
+        false;  ///< Qwen2-MoE: sigmoid(Linear(h, 1)) scales the shared expert's output
     RouterBias router_bias = RouterBias::none;
-    bool renormalize_topk = true;        ///< the top-k probabilities divided by their sum (Qwen2-MoE's norm_topk_prob)
-    LatentAttention mla;                 ///< multi-head latent attention's widths (DeepSeek); none by default
-    Mixer mixer = Mixer::attention;      ///< what mixes tokens (a LayerKind may set its own)
-    StateSpace ssm;                      ///< the Mamba layers' widths, where any layer is one
-    /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's own
-    /// fields (one kind). The runs' counts sum to `layers`.
+    bool renormalize_topk =
+        true;  ///< the top-k probabilities divided by their sum (Qwen2-MoE's norm_topk_prob)
+    LatentAttention mla;  ///< multi-head latent attention's widths (DeepSeek); none by default
+    Mixer mixer = Mixer::attention;  ///< what mixes tokens (a LayerKind may set its own)
+    StateSpace ssm;                  ///< the Mamba layers' widths, where any layer is one
+    /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's
+    /// own fields (one kind). The runs' counts sum to `layers`.
     std::vector<LayerKind> layer_kinds;
     std::vector<LayerRun> layer_pattern;
 
     std::uint64_t key_value_heads() const { return kv_heads == 0 ? heads : kv_heads; }
-    /// The width of each head's q and k (under latent attention its nope and rotary parts together).
+    /// The width of each head's q and k (under latent attention its nope and rotary parts
+    /// together).
     std::uint64_t head_size() const {
         if (mla.enabled()) return mla.qk_head_dim();
         return head_dim == 0 ? (heads == 0 ? 0 : hidden / heads) : head_dim;
@@ -249,17 +308,27 @@ struct Architecture {
     std::uint64_t value_head_size() const { return mla.enabled() ? mla.v_head_dim : head_size(); }
     /// The width rotary turns, and of its cos and sin tables.
     std::uint64_t rotary_dim() const { return mla.enabled() ? mla.qk_rope_head_dim : head_size(); }
-    std::uint64_t learned_positions() const { return position_rows == 0 ? max_positions : position_rows; }
+    std::uint64_t learned_positions() const {
+        return position_rows == 0 ? max_positions : position_rows;
+    }
     bool is_moe() const { return experts > 0; }
     /// Whether norms sit before the attention and MLP branches (pre, sandwich, or one shared).
-    bool norms_before_branches() const { return norms_per_layer != 2 || norm_position == NormPosition::pre; }
+    bool norms_before_branches() const {
+        return norms_per_layer != 2 || norm_position == NormPosition::pre;
+    }
     /// Whether norms sit on the branches' outputs, before the residual adds (sandwich, post).
-    bool norms_after_branches() const { return norms_per_layer == 4 || norm_position == NormPosition::post; }
-    std::uint64_t active_experts() const { return is_moe() ? (experts_per_token == 0 ? 1 : experts_per_token) : 1; }
+    bool norms_after_branches() const {
+        return norms_per_layer == 4 || norm_position == NormPosition::post;
+    }
+    std::uint64_t active_experts() const {
+        return is_moe() ? (experts_per_token == 0 ? 1 : experts_per_token) : 1;
+    }
 
     std::size_t kind_count() const { return layer_kinds.empty() ? 1 : layer_kinds.size(); }
     /// The layer runs, first layer first: one run of every layer when no kinds are given.
-    std::vector<LayerRun> runs() const { return layer_pattern.empty() ? std::vector<LayerRun>{{0, layers}} : layer_pattern; }
+    std::vector<LayerRun> runs() const {
+        return layer_pattern.empty() ? std::vector<LayerRun>{{0, layers}} : layer_pattern;
+    }
     /// How many layers are of kind `kind`.
     std::uint64_t layers_of_kind(std::size_t kind) const {
         if (layer_pattern.empty()) return kind == 0 ? layers : 0;
@@ -299,8 +368,8 @@ struct Architecture {
             if (layers_of_kind(k) > 0 && !test(kind_view(k))) return false;
         return true;
     }
-    /// How many different attention masks the layers need: one per (window, chunk) pair, full causal
-    /// attention counting as one.
+    /// How many different attention masks the layers need: one per (window, chunk) pair, full
+    /// causal attention counting as one.
     std::uint64_t distinct_windows() const {
         std::vector<std::pair<std::uint64_t, std::uint64_t>> seen;
         for (std::size_t k = 0; k < kind_count(); ++k) {
@@ -312,9 +381,13 @@ struct Architecture {
         return seen.size();
     }
     /// Whether any layer mixes with `mixer`.
-    bool any_mixer(Mixer mixer) const { return !every_kind([&](const Architecture& v) { return v.mixer != mixer; }); }
+    bool any_mixer(Mixer mixer) const {
+        return !every_kind([&](const Architecture& v) { return v.mixer != mixer; });
+    }
     /// Whether any layer has experts.
-    bool any_moe() const { return !every_kind([](const Architecture& v) { return !v.is_moe(); }); }
+    bool any_moe() const {
+        return !every_kind([](const Architecture& v) { return !v.is_moe(); });
+    }
 };
 
 namespace detail {
@@ -335,20 +408,23 @@ inline void validate_layer_kinds(const Architecture& m) {
     if (m.layer_kinds.empty() || m.layer_pattern.empty())
         throw error("layer_kinds and layer_pattern go together: give both or neither");
     if (m.layer_kinds.size() > max_layer_kinds)
-        throw error("layer_kinds has " + std::to_string(m.layer_kinds.size()) + " kinds; memcalc models at most " +
-                    std::to_string(max_layer_kinds));
+        throw error("layer_kinds has " + std::to_string(m.layer_kinds.size()) +
+                    " kinds; memcalc models at most " + std::to_string(max_layer_kinds));
     std::uint64_t covered = 0;
     for (const auto& run : m.layer_pattern) {
         if (run.kind >= m.layer_kinds.size())
             throw error("layer_pattern names kind " + std::to_string(run.kind) + " of " +
                         std::to_string(m.layer_kinds.size()));
-        if (run.count == 0) throw error("a layer_pattern run of '" + m.layer_kinds[run.kind].name + "' has 0 layers");
+        if (run.count == 0)
+            throw error("a layer_pattern run of '" + m.layer_kinds[run.kind].name +
+                        "' has 0 layers");
         covered += std::min(run.count, max_layers + 1);
         covered = std::min(covered, max_layers + 1);
     }
     if (covered != m.layers)
-        throw error("layer_pattern covers " + (covered > max_layers ? "more than " + std::to_string(max_layers)
-                                                                   : std::to_string(covered)) +
+        throw error("layer_pattern covers " +
+                    (covered > max_layers ? "more than " + std::to_string(max_layers)
+                                          : std::to_string(covered)) +
                     " layers; the model has " + std::to_string(m.layers));
     for (std::size_t k = 0; k < m.layer_kinds.size(); ++k) {
         try {
@@ -363,8 +439,10 @@ inline void validate_layer_kinds(const Architecture& m) {
 inline void validate_latent_attention(const Architecture& m) {
     const LatentAttention& a = m.mla;
     if (!a.enabled()) {
-        for (auto [field, value] : {std::pair{"q_lora_rank", a.q_lora_rank}, {"qk_nope_head_dim", a.qk_nope_head_dim},
-                                    {"qk_rope_head_dim", a.qk_rope_head_dim}, {"v_head_dim", a.v_head_dim}})
+        for (auto [field, value] : {std::pair{"q_lora_rank", a.q_lora_rank},
+                                    {"qk_nope_head_dim", a.qk_nope_head_dim},
+                                    {"qk_rope_head_dim", a.qk_rope_head_dim},
+                                    {"v_head_dim", a.v_head_dim}})
             if (value != 0)
                 throw error(std::string(field) + " (" + std::to_string(value) +
                             ") is a width of latent attention: it needs kv_lora_rank > 0");
@@ -374,19 +452,26 @@ inline void validate_latent_attention(const Architecture& m) {
     detail::require_positive("qk_rope_head_dim", a.qk_rope_head_dim);
     detail::require_positive("v_head_dim", a.v_head_dim);
     if (a.qk_rope_head_dim % 2 != 0)
-        throw error("qk_rope_head_dim must be even: rotary turns pairs (got " + std::to_string(a.qk_rope_head_dim) + ")");
+        throw error("qk_rope_head_dim must be even: rotary turns pairs (got " +
+                    std::to_string(a.qk_rope_head_dim) + ")");
     if (m.head_dim != 0 && m.head_dim != a.qk_head_dim())
-        throw error("head_dim (" + std::to_string(m.head_dim) + ") is qk_nope_head_dim + qk_rope_head_dim (" +
-                    std::to_string(a.qk_head_dim()) + ") under latent attention");
+        throw error("head_dim (" + std::to_string(m.head_dim) +
+                    ") is qk_nope_head_dim + qk_rope_head_dim (" + std::to_string(a.qk_head_dim()) +
+                    ") under latent attention");
     if (m.key_value_heads() != m.heads)
-        throw error("kv_heads (" + std::to_string(m.kv_heads) + ") must equal heads under latent attention: kv_b_proj "
+        throw error("kv_heads (" + std::to_string(m.kv_heads) +
+                    ") must equal heads under latent attention: kv_b_proj "
                     "makes k and v for every head");
-    if (m.position != Position::rotary) throw error("latent attention needs position rotary: its rope parts are rotary");
+    if (m.position != Position::rotary)
+        throw error("latent attention needs position rotary: its rope parts are rotary");
     if (m.qk_norm != QkNorm::none)
-        throw error(std::string("qk_norm ") + qk_norm_name(m.qk_norm) + " is not a norm of latent attention");
+        throw error(std::string("qk_norm ") + qk_norm_name(m.qk_norm) +
+                    " is not a norm of latent attention");
     if (m.bias == Bias::qkv || m.bias == Bias::all)
-        throw error("bias under latent attention is none or attention (attention_bias: q_a_proj, kv_a_proj_with_mqa "
-                    "and o_proj)");
+        throw error(
+            "bias under latent attention is none or attention (attention_bias: q_a_proj, "
+            "kv_a_proj_with_mqa "
+            "and o_proj)");
 }
 
 /// A Mamba layer's widths: all given where a layer is one, none where none is.
@@ -405,54 +490,75 @@ inline void validate(const Architecture& m) {
     detail::require_positive("hidden", m.hidden);
     detail::require_positive("layers", m.layers);
     if (m.layers > max_layers)
-        throw error("layers (" + std::to_string(m.layers) + ") exceeds the " + std::to_string(max_layers) +
-                    " that memcalc models");
+        throw error("layers (" + std::to_string(m.layers) + ") exceeds the " +
+                    std::to_string(max_layers) + " that memcalc models");
     detail::require_positive("heads", m.heads);
     detail::require_positive("ffn", m.ffn);
     detail::require_positive("vocab", m.vocab);
     if (m.head_dim == 0 && !m.mla.enabled() && m.hidden % m.heads != 0)
-        throw error("heads (" + std::to_string(m.heads) + ") must divide hidden (" + std::to_string(m.hidden) +
-                    ") unless head_dim is given");
+        throw error("heads (" + std::to_string(m.heads) + ") must divide hidden (" +
+                    std::to_string(m.hidden) + ") unless head_dim is given");
     if (m.key_value_heads() > m.heads || m.heads % m.key_value_heads() != 0)
-        throw error("kv_heads (" + std::to_string(m.kv_heads) + ") must divide heads (" + std::to_string(m.heads) + ")");
+        throw error("kv_heads (" + std::to_string(m.kv_heads) + ") must divide heads (" +
+                    std::to_string(m.heads) + ")");
     if (m.position == Position::learned && m.learned_positions() == 0)
-        throw error("max_positions must be a positive integer for learned position embeddings (got 0)");
+        throw error(
+            "max_positions must be a positive integer for learned position embeddings (got 0)");
     if (m.causal_mask_buffer == CausalMaskBuffer::per_layer && m.max_positions == 0)
-        throw error("max_positions must be a positive integer for causal_mask_buffer per_layer (got 0)");
+        throw error(
+            "max_positions must be a positive integer for causal_mask_buffer per_layer (got 0)");
     if ((m.qk_norm == QkNorm::per_head || m.qk_norm == QkNorm::whole) && m.norm != Norm::rmsnorm)
         throw error(std::string("qk_norm ") + (m.qk_norm == QkNorm::whole ? "whole" : "per_head") +
                     " is an RMSNorm: it needs norm rmsnorm");
-    if (m.position == Position::rotary && rotary_embedding(m.rotary_embedding).cached && m.max_positions == 0)
-        throw error("max_positions must be a positive integer for rotary_embedding per_layer_cached (got 0)");
+    if (m.position == Position::rotary && rotary_embedding(m.rotary_embedding).cached &&
+        m.max_positions == 0)
+        throw error(
+            "max_positions must be a positive integer for rotary_embedding per_layer_cached (got "
+            "0)");
     if (m.norms_per_layer != 1 && m.norms_per_layer != 2 && m.norms_per_layer != 4)
-        throw error("norms_per_layer must be 1, 2 or 4 (got " + std::to_string(m.norms_per_layer) + ")");
+        throw error("norms_per_layer must be 1, 2 or 4 (got " + std::to_string(m.norms_per_layer) +
+                    ")");
     if (m.norm_position == NormPosition::post && (m.norms_per_layer != 2 || m.parallel_attention))
-        throw error("norm_position post needs norms_per_layer 2 and a sequential layer (got norms_per_layer " +
-                    std::to_string(m.norms_per_layer) + (m.parallel_attention ? ", parallel_attention)" : ")"));
+        throw error(
+            "norm_position post needs norms_per_layer 2 and a sequential layer (got "
+            "norms_per_layer " +
+            std::to_string(m.norms_per_layer) +
+            (m.parallel_attention ? ", parallel_attention)" : ")"));
     if (m.norms_per_layer == 1 && !m.parallel_attention)
-        throw error("norms_per_layer 1 needs parallel_attention: a sequential layer normalises twice");
-    for (auto [field, p] : {std::pair{"attention_dropout", m.attention_dropout}, {"hidden_dropout", m.hidden_dropout},
+        throw error(
+            "norms_per_layer 1 needs parallel_attention: a sequential layer normalises twice");
+    for (auto [field, p] : {std::pair{"attention_dropout", m.attention_dropout},
+                            {"hidden_dropout", m.hidden_dropout},
                             {"mlp_dropout", m.mlp_dropout}})
         if (!(p >= 0 && p < 1))
-            throw error(std::string(field) + " must be a probability in [0, 1) (got " + std::to_string(p) + ")");
+            throw error(std::string(field) + " must be a probability in [0, 1) (got " +
+                        std::to_string(p) + ")");
     validate_latent_attention(m);
     validate_state_space(m);
     if (!m.is_moe() && m.experts_per_token != 0)
-        throw error("experts_per_token (" + std::to_string(m.experts_per_token) + ") needs experts > 0");
+        throw error("experts_per_token (" + std::to_string(m.experts_per_token) +
+                    ") needs experts > 0");
     if (m.is_moe() && m.active_experts() > m.experts)
-        throw error("experts_per_token (" + std::to_string(m.experts_per_token) + ") must not exceed experts (" +
-                    std::to_string(m.experts) + ")");
+        throw error("experts_per_token (" + std::to_string(m.experts_per_token) +
+                    ") must not exceed experts (" + std::to_string(m.experts) + ")");
     if (!m.is_moe() && m.shared_ffn != 0)
-        throw error("shared_ffn (" + std::to_string(m.shared_ffn) + ") needs experts > 0: a shared expert sits beside routed ones");
-    if (m.shared_expert_gate && m.shared_ffn == 0) throw error("shared_expert_gate needs shared_ffn > 0");
-    if (m.shared_ffn != 0 && m.bias == Bias::all) throw error("shared_ffn with bias all (biased shared experts) is not modelled");
-    if (!m.is_moe() && m.router_bias != RouterBias::none) throw error("router_bias needs experts > 0");
+        throw error("shared_ffn (" + std::to_string(m.shared_ffn) +
+                    ") needs experts > 0: a shared expert sits beside routed ones");
+    if (m.shared_expert_gate && m.shared_ffn == 0)
+        throw error("shared_expert_gate needs shared_ffn > 0");
+    if (m.shared_ffn != 0 && m.bias == Bias::all)
+        throw error("shared_ffn with bias all (biased shared experts) is not modelled");
+    if (!m.is_moe() && m.router_bias != RouterBias::none)
+        throw error("router_bias needs experts > 0");
     if (m.is_moe() && m.router == Router::sparsemixer && m.active_experts() != 2)
-        throw error("router sparsemixer picks 2 experts (got experts_per_token " + std::to_string(m.active_experts()) + ")");
+        throw error("router sparsemixer picks 2 experts (got experts_per_token " +
+                    std::to_string(m.active_experts()) + ")");
     if (!(m.input_jitter >= 0 && m.input_jitter < 1))
         throw error("input_jitter must be in [0, 1) (got " + std::to_string(m.input_jitter) + ")");
-    if (m.is_moe() && m.expert_dispatch == ExpertDispatch::every_token && (m.mlp != Mlp::gated || m.bias == Bias::all))
-        throw error("expert_dispatch every_token is Llama4TextMoe's: it needs gated, bias-free experts");
+    if (m.is_moe() && m.expert_dispatch == ExpertDispatch::every_token &&
+        (m.mlp != Mlp::gated || m.bias == Bias::all))
+        throw error(
+            "expert_dispatch every_token is Llama4TextMoe's: it needs gated, bias-free experts");
     validate_layer_kinds(m);
 }
 

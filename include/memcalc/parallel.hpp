@@ -22,70 +22,85 @@ namespace memcalc {
 /// What ZeRO-Offload keeps in host memory instead of on the device.
 enum class Offload {
     none,
-    optimizer,   ///< the fp32 master copy and the optimiser state (the optimiser step runs on the CPU)
-    parameters,  ///< that, and the weights' shards too (ZeRO-3 only): layers are gathered from the host
+    optimizer,   ///< the fp32 master copy and the optimiser state (the optimiser step runs on the
+                 ///< CPU)
+    parameters,  ///< that, and the weights' shards too (ZeRO-3 only): layers are gathered from the
+                 ///< host
 };
 
 inline const char* offload_name(Offload o) {
     return o == Offload::none ? "none" : o == Offload::optimizer ? "optimizer" : "parameters";
 }
 
-/// One offload alternative: a ZeRO-Offload mode, and whether each layer's activations go to host memory
-/// too (activation offload, orthogonal to it). Named as --offload spells it: "optimizer+activations".
+/// One offload alternative: a ZeRO-Offload mode, and whether each layer's activations go to host
+/// memory too (activation offload, orthogonal to it). Named as --offload spells it:
+/// "optimizer+activations".
 struct OffloadMode {
     Offload state = Offload::none;
     bool activations = false;
 
-    OffloadMode(Offload s = Offload::none, bool a = false) : state(s), activations(a) {}  // implicit: a mode alone
-    bool operator==(const OffloadMode& o) const { return state == o.state && activations == o.activations; }
+    OffloadMode(Offload s = Offload::none, bool a = false)
+        : state(s), activations(a) {}  // implicit: a mode alone
+    bool operator==(const OffloadMode& o) const {
+        return state == o.state && activations == o.activations;
+    }
     const char* name() const {
         if (!activations) return offload_name(state);
-        return state == Offload::none ? "activations" : state == Offload::optimizer ? "optimizer+activations"
-                                                                                    : "parameters+activations";
+        return state == Offload::none        ? "activations"
+               : state == Offload::optimizer ? "optimizer+activations"
+                                             : "parameters+activations";
     }
 };
 
 struct Parallelism {
-    std::uint64_t dp = 1;            ///< data-parallel replicas
-    std::uint64_t tp = 1;            ///< tensor-parallel ranks (Megatron-style column/row splits)
-    std::uint64_t pp = 1;            ///< pipeline stages
-    std::uint64_t cp = 1;            ///< context-parallel ranks: the sequence split across them
-    std::uint64_t ep = 1;            ///< expert-parallel ranks (within the data-parallel group)
-    /// Expert tensor-parallel ranks (Megatron-LM's expert_tensor_parallel_size): the routed experts'
-    /// weights and hidden width split over them instead of tp; 0 means tp.
+    std::uint64_t dp = 1;  ///< data-parallel replicas
+    std::uint64_t tp = 1;  ///< tensor-parallel ranks (Megatron-style column/row splits)
+    std::uint64_t pp = 1;  ///< pipeline stages
+    std::uint64_t cp = 1;  ///< context-parallel ranks: the sequence split across them
+    std::uint64_t ep = 1;  ///< expert-parallel ranks (within the data-parallel group)
+    /// Expert tensor-parallel ranks (Megatron-LM's expert_tensor_parallel_size): the routed
+    /// experts' weights and hidden width split over them instead of tp; 0 means tp.
     std::uint64_t etp = 0;
-    std::uint64_t vpp = 1;           ///< virtual stages per pipeline rank (interleaved 1F1B when > 1)
-    /// The pipeline schedule; 1F1B with vpp > 1 means interleaved (pipeline_schedule), as --vpp alone always has.
+    std::uint64_t vpp = 1;  ///< virtual stages per pipeline rank (interleaved 1F1B when > 1)
+    /// The pipeline schedule; 1F1B with vpp > 1 means interleaved (pipeline_schedule), as --vpp
+    /// alone always has.
     Schedule schedule = Schedule::one_f_one_b;
-    bool sequence_parallel = false;  ///< with tp > 1: norms, dropout and the linear layers' inputs split too
-    unsigned zero = 0;               ///< ZeRO stage: 1 shards optimiser state, 2 also gradients, 3 also weights
-    std::uint64_t shard_group = 0;   ///< ranks that share one copy of the sharded state; 0 means all dp ranks
+    bool sequence_parallel =
+        false;          ///< with tp > 1: norms, dropout and the linear layers' inputs split too
+    unsigned zero = 0;  ///< ZeRO stage: 1 shards optimiser state, 2 also gradients, 3 also weights
+    std::uint64_t shard_group =
+        0;  ///< ranks that share one copy of the sharded state; 0 means all dp ranks
     std::uint64_t microbatches = 0;  ///< micro-batches per step (gradient accumulation); 0 means pp
-    std::uint64_t gathered_layers = 2;  ///< ZeRO-3: layers whose full weights are gathered at once (prefetch)
+    std::uint64_t gathered_layers =
+        2;  ///< ZeRO-3: layers whose full weights are gathered at once (prefetch)
     Offload offload = Offload::none;
     /// Activation offload: what each layer keeps for backward (its saved tensors, or its checkpoint
-    /// under full recomputation) goes to host memory after its forward and comes back for its backward;
-    /// the device keeps only the layers in transit (stage_inputs and step_at say which).
+    /// under full recomputation) goes to host memory after its forward and comes back for its
+    /// backward; the device keeps only the layers in transit (stage_inputs and step_at say which).
     bool offload_activations = false;
-    /// Layers of the first and the last pipeline stage when they differ from the rest (Megatron-LM's
-    /// decoder-first/last-pipeline-num-layers); 0: an even share. The other stages split the rest evenly.
+    /// Layers of the first and the last pipeline stage when they differ from the rest
+    /// (Megatron-LM's decoder-first/last-pipeline-num-layers); 0: an even share. The other stages
+    /// split the rest evenly.
     std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
-    /// Partial recomputation (Megatron-LM's --recompute-method block --recompute-num-layers N): with
-    /// recompute full, only the first N layers of each stage's chunk are recomputed; none: all of them.
+    /// Partial recomputation (Megatron-LM's --recompute-method block --recompute-num-layers N):
+    /// with recompute full, only the first N layers of each stage's chunk are recomputed; none: all
+    /// of them.
     std::optional<std::uint64_t> recompute_layers;
 
     std::uint64_t devices() const { return dp * tp * pp * cp; }
     /// Data-parallel ranks that share one copy of the sharded state (the hybrid shard group).
     std::uint64_t sharding() const { return zero == 0 ? 1 : (shard_group == 0 ? dp : shard_group); }
     /// Ranks ZeRO shards a dense parameter's state over: the shard group times the context-parallel
-    /// ranks, which hold the same weights (Megatron-LM's distributed optimizer and FSDP shard over dp x cp).
+    /// ranks, which hold the same weights (Megatron-LM's distributed optimizer and FSDP shard over
+    /// dp x cp).
     std::uint64_t dense_shards() const { return sharding() * (zero == 0 ? 1 : cp); }
-    /// The same for an expert's: only the ranks that hold the same experts (the expert-data-parallel
-    /// group, dp x cp / ep) share its state; with ep = dp x cp each expert's state stays whole.
-    /// With etp below tp the tp / etp ranks that hold one expert piece join that group (Megatron-LM's
-    /// expert_data_parallel_size = world / (etp x ep x pp)).
+    /// The same for an expert's: only the ranks that hold the same experts (the
+    /// expert-data-parallel group, dp x cp / ep) share its state; with ep = dp x cp each expert's
+    /// state stays whole. With etp below tp the tp / etp ranks that hold one expert piece join that
+    /// group (Megatron-LM's expert_data_parallel_size = world / (etp x ep x pp)).
     std::uint64_t expert_shards() const {
-        return std::gcd(dense_shards() * (tp / expert_tp()), zero == 0 ? 1 : dp * cp * tp / (expert_tp() * ep));
+        return std::gcd(dense_shards() * (tp / expert_tp()),
+                        zero == 0 ? 1 : dp * cp * tp / (expert_tp() * ep));
     }
     std::uint64_t expert_tp() const { return etp == 0 ? tp : etp; }
     std::uint64_t steps_per_batch() const { return microbatches == 0 ? pp : microbatches; }
@@ -99,8 +114,8 @@ struct Parallelism {
     }
 };
 
-/// The largest cluster memcalc plans for: far beyond any built, small enough that its layouts can be
-/// enumerated in a moment.
+/// The largest cluster memcalc plans for: far beyond any built, small enough that its layouts can
+/// be enumerated in a moment.
 inline constexpr std::uint64_t max_devices = 1ULL << 24;
 
 /// The most micro-batches in one step: as many as the largest global batch has sequences.
@@ -128,11 +143,14 @@ inline Count ceil_div(Count n, std::uint64_t by) {
 namespace detail {
 inline void require_divides(const char* what, std::uint64_t d, const char* of, std::uint64_t n) {
     if (d == 0 || n % d != 0)
-        throw error(std::string(what) + " (" + std::to_string(d) + ") must divide " + of + " (" + std::to_string(n) + ")");
+        throw error(std::string(what) + " (" + std::to_string(d) + ") must divide " + of + " (" +
+                    std::to_string(n) + ")");
 }
 }  // namespace detail
 
-inline const ScheduleRow& schedule_row(const Parallelism& p) { return schedule_row(p.pipeline_schedule()); }
+inline const ScheduleRow& schedule_row(const Parallelism& p) {
+    return schedule_row(p.pipeline_schedule());
+}
 
 /// Model chunks each pipeline rank holds: 1, vpp (interleaved), or 2 (ZB-V, DualPipe).
 inline std::uint64_t chunks_per_rank(const Parallelism& p) {
@@ -145,23 +163,26 @@ inline std::uint64_t model_chunks(const Parallelism& p) {
     return p.pp * chunks_per_rank(p) / schedule_row(p).parameter_copies;
 }
 
-/// Chunks of one micro-batch a rank runs: each chunk it holds, but once per direction under DualPipe.
+/// Chunks of one micro-batch a rank runs: each chunk it holds, but once per direction under
+/// DualPipe.
 inline std::uint64_t chunks_per_microbatch(const Parallelism& p) {
     return chunks_per_rank(p) / schedule_row(p).parameter_copies;
 }
 
-/// Whether stage `stage`'s ranks hold the model's first chunk (the embedding) or its last (the head):
-/// under a mirrored placement the first rank holds both ends (ZB-V), or the first and last ranks do (DualPipe).
+/// Whether stage `stage`'s ranks hold the model's first chunk (the embedding) or its last (the
+/// head): under a mirrored placement the first rank holds both ends (ZB-V), or the first and last
+/// ranks do (DualPipe).
 inline bool holds_embedding(const Parallelism& p, std::uint64_t stage) {
     return stage == 0 || (schedule_row(p).mirrored && stage + 1 == model_chunks(p));
 }
 inline bool holds_head(const Parallelism& p, std::uint64_t stage) {
-    return schedule_row(p).mirrored ? stage == 0 || stage + 1 == model_chunks(p) : stage + 1 == p.pp;
+    return schedule_row(p).mirrored ? stage == 0 || stage + 1 == model_chunks(p)
+                                    : stage + 1 == p.pp;
 }
 
-/// Micro-batches (with several chunks per rank: model chunks) whose activations pipeline stage `stage`
-/// holds at the backward step of its first micro-batch, as the schedule's row gives them (1F1B:
-/// min(P - k, M)). `later`: at the backward of micro-batch 2 (the most any later one holds).
+/// Micro-batches (with several chunks per rank: model chunks) whose activations pipeline stage
+/// `stage` holds at the backward step of its first micro-batch, as the schedule's row gives them
+/// (1F1B: min(P - k, M)). `later`: at the backward of micro-batch 2 (the most any later one holds).
 inline std::uint64_t in_flight(const Parallelism& p, std::uint64_t stage, bool later = false) {
     return schedule_row(p).in_flight(p.pp, stage, p.steps_per_batch(), p.vpp, later);
 }
@@ -186,22 +207,29 @@ inline void validate_schedule(const Parallelism& p, std::uint64_t layers) {
     if (row.chunks != 0 && p.vpp != 1)
         throw error(name + " runs " + n(row.chunks) + (row.chunks == 1 ? " chunk" : " chunks") +
                     " per rank: vpp must be 1 (got vpp " + n(p.vpp) + ")");
-    if (p.uneven_stages()) throw error("first_stage_layers and last_stage_layers need the 1f1b schedule (got " + std::string(row.name) + ")");
+    if (p.uneven_stages())
+        throw error("first_stage_layers and last_stage_layers need the 1f1b schedule (got " +
+                    std::string(row.name) + ")");
     const std::uint64_t M = p.steps_per_batch();
-    if (p.schedule == Schedule::dualpipe && p.pp % 2 != 0) throw error(name + " needs an even pp (got pp " + n(p.pp) + ")");
-    // DualPipe's runtime asserts an even count of at least 2 pp; ZB-V's zero bubble is a steady state
-    // that needs as many.
+    if (p.schedule == Schedule::dualpipe && p.pp % 2 != 0)
+        throw error(name + " needs an even pp (got pp " + n(p.pp) + ")");
+    // DualPipe's runtime asserts an even count of at least 2 pp; ZB-V's zero bubble is a steady
+    // state that needs as many.
     if ((p.schedule == Schedule::dualpipe || p.schedule == Schedule::zb_v) &&
         (M < 2 * p.pp || (p.schedule == Schedule::dualpipe && M % 2 != 0)))
-        throw error(name + " needs " + (p.schedule == Schedule::dualpipe ? "an even number of " : "") +
-                    "micro-batches of at least 2 x pp = " + n(2 * p.pp) + " (got microbatches " + n(M) + ")");
+        throw error(name + " needs " +
+                    (p.schedule == Schedule::dualpipe ? "an even number of " : "") +
+                    "micro-batches of at least 2 x pp = " + n(2 * p.pp) + " (got microbatches " +
+                    n(M) + ")");
     if (row.chunks == 2 && layers % model_chunks(p) != 0)
         throw error(name + " cuts the model into " + n(model_chunks(p)) + " chunks (" +
-                    (row.parameter_copies == 2 ? "pp" : "2 x pp") + "), which must divide layers (" + n(layers) + ")");
+                    (row.parameter_copies == 2 ? "pp" : "2 x pp") +
+                    "), which must divide layers (" + n(layers) + ")");
 }
 
 /// Layers of pipeline stage `stage` (vpp = 1). Validated layouts only: see validate_uneven_stages.
-inline std::uint64_t stage_layer_count(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
+inline std::uint64_t stage_layer_count(const Parallelism& p, std::uint64_t layers,
+                                       std::uint64_t stage) {
     if (!p.uneven_stages()) return layers / p.pp;
     const bool first = stage == 0, last = stage + 1 == p.pp;
     if (first && p.first_stage_layers != 0) return p.first_stage_layers;
@@ -211,7 +239,8 @@ inline std::uint64_t stage_layer_count(const Parallelism& p, std::uint64_t layer
 }
 
 /// How many layers come before stage `stage`'s first (vpp = 1).
-inline std::uint64_t stage_first_layer(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
+inline std::uint64_t stage_first_layer(const Parallelism& p, std::uint64_t layers,
+                                       std::uint64_t stage) {
     if (stage == 0) return 0;
     return stage_layer_count(p, layers, 0) + (stage - 1) * stage_layer_count(p, layers, 1);
 }
@@ -234,8 +263,12 @@ inline void validate_stage_layer_counts(std::uint64_t first, std::uint64_t last,
 
 inline void validate_uneven_stages(const Parallelism& p, std::uint64_t layers) {
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
-    if (p.pp < 2) throw error("first_stage_layers and last_stage_layers need pp > 1 (got pp " + n(p.pp) + ")");
-    if (p.vpp > 1) throw error("first_stage_layers and last_stage_layers need vpp 1 (got vpp " + n(p.vpp) + ")");
+    if (p.pp < 2)
+        throw error("first_stage_layers and last_stage_layers need pp > 1 (got pp " + n(p.pp) +
+                    ")");
+    if (p.vpp > 1)
+        throw error("first_stage_layers and last_stage_layers need vpp 1 (got vpp " + n(p.vpp) +
+                    ")");
     validate_stage_layer_counts(p.first_stage_layers, p.last_stage_layers, layers);
     const std::uint64_t given = p.first_stage_layers + p.last_stage_layers;  // at most layers
     const std::uint64_t fixed = (p.first_stage_layers != 0) + (p.last_stage_layers != 0);
@@ -244,8 +277,8 @@ inline void validate_uneven_stages(const Parallelism& p, std::uint64_t layers) {
     if (others == 0 && given != layers)
         throw error(what + " must equal layers (" + n(layers) + ")");
     if (others > 0 && ((layers - given) % others != 0 || layers - given < others))
-        throw error("the other " + n(others) + " pipeline stages cannot split the remaining " + n(layers - given) +
-                    " layers evenly (" + what + " of " + n(layers) + ")");
+        throw error("the other " + n(others) + " pipeline stages cannot split the remaining " +
+                    n(layers - given) + " layers evenly (" + what + " of " + n(layers) + ")");
 }
 
 /// Megatron-LM's rule (parallel_state.initialize_model_parallel): etp x ep x pp divides the world
@@ -254,28 +287,37 @@ inline void validate_expert_tp(const Parallelism& p, const Architecture& m) {
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
     if (!m.any_moe()) throw error("etp (" + n(p.etp) + ") needs a mixture-of-experts model");
     if (p.etp > p.tp * p.cp * p.dp || (p.tp * p.cp * p.dp) % (p.etp * p.ep) != 0)
-        throw error("etp x ep (" + n(p.etp) + " x " + n(p.ep) + ") must divide tp x cp x dp (" + n(p.tp) + " x " +
-                    n(p.cp) + " x " + n(p.dp) + ")");
+        throw error("etp x ep (" + n(p.etp) + " x " + n(p.ep) + ") must divide tp x cp x dp (" +
+                    n(p.tp) + " x " + n(p.cp) + " x " + n(p.dp) + ")");
     for (std::size_t k = 0; k < m.kind_count(); ++k) {
         const Architecture v = m.layer_kinds.empty() ? m : m.kind_view(k);
         if (v.is_moe() && (m.layer_kinds.empty() || m.layers_of_kind(k) > 0) && v.ffn % p.etp != 0)
-            detail::require_divides("etp", p.etp,
-                                    m.layer_kinds.empty() ? "ffn" : ("ffn (layer kind '" + m.layer_kinds[k].name + "')").c_str(),
-                                    v.ffn);
+            detail::require_divides(
+                "etp", p.etp,
+                m.layer_kinds.empty()
+                    ? "ffn"
+                    : ("ffn (layer kind '" + m.layer_kinds[k].name + "')").c_str(),
+                v.ffn);
     }
 }
 
 /// Throws memcalc::error naming the degree that does not fit the model or the sequence.
 inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t seq) {
-    for (auto [name, v] : {std::pair{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep}, {"vpp", p.vpp}})
+    for (auto [name, v] : {std::pair{"dp", p.dp},
+                           {"tp", p.tp},
+                           {"pp", p.pp},
+                           {"cp", p.cp},
+                           {"ep", p.ep},
+                           {"vpp", p.vpp}})
         detail::require_positive(name, v);
     std::uint64_t devices = 1;
     for (std::uint64_t degree : {p.dp, p.tp, p.pp, p.cp})
-        devices = degree > max_devices || devices * degree > max_devices ? max_devices + 1 : devices * degree;
+        devices = degree > max_devices || devices * degree > max_devices ? max_devices + 1
+                                                                         : devices * degree;
     if (devices > max_devices)
-        throw error("dp x tp x pp x cp (" + std::to_string(p.dp) + " x " + std::to_string(p.tp) + " x " +
-                    std::to_string(p.pp) + " x " + std::to_string(p.cp) + ") exceeds the " + std::to_string(max_devices) +
-                    " devices memcalc models");
+        throw error("dp x tp x pp x cp (" + std::to_string(p.dp) + " x " + std::to_string(p.tp) +
+                    " x " + std::to_string(p.pp) + " x " + std::to_string(p.cp) + ") exceeds the " +
+                    std::to_string(max_devices) + " devices memcalc models");
     if (p.zero > 3) throw error("zero must be 0, 1, 2 or 3 (got " + std::to_string(p.zero) + ")");
     if (p.shard_group != 0) {
         if (p.zero == 0) throw error("shard_group needs a ZeRO stage (zero 1, 2 or 3)");
@@ -283,9 +325,11 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     }
     detail::require_divides("tp", p.tp, "heads", m.heads);
     detail::require_divides("tp", p.tp, "kv_heads", m.key_value_heads());
-    const auto check_kind = [&](const Architecture& v, const std::string& kind) {  // kind: " (layer kind 'x')"
+    const auto check_kind = [&](const Architecture& v,
+                                const std::string& kind) {  // kind: " (layer kind 'x')"
         if (v.ffn % p.tp != 0) detail::require_divides("tp", p.tp, ("ffn" + kind).c_str(), v.ffn);
-        if (v.shared_ffn % p.tp != 0) detail::require_divides("tp", p.tp, ("shared_ffn" + kind).c_str(), v.shared_ffn);
+        if (v.shared_ffn % p.tp != 0)
+            detail::require_divides("tp", p.tp, ("shared_ffn" + kind).c_str(), v.shared_ffn);
         if (v.mixer == Mixer::mamba && v.ssm.d_inner % p.tp != 0)
             detail::require_divides("tp", p.tp, ("mamba_inner" + kind).c_str(), v.ssm.d_inner);
         if (p.ep > 1 && v.is_moe() && v.experts % p.ep != 0)
@@ -293,41 +337,50 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     };
     if (m.layer_kinds.empty()) check_kind(m, "");
     for (std::size_t k = 0; k < m.layer_kinds.size(); ++k)
-        if (m.layers_of_kind(k) > 0) check_kind(m.kind_view(k), " (layer kind '" + m.layer_kinds[k].name + "')");
+        if (m.layers_of_kind(k) > 0)
+            check_kind(m.kind_view(k), " (layer kind '" + m.layer_kinds[k].name + "')");
     if (p.vpp > 1 && p.pp == 1) throw error("vpp (" + std::to_string(p.vpp) + ") needs pp > 1");
     // Bounds that keep the schedule's products (pp x vpp, M x vpp, (vpp - 1) x pp) inside 64 bits.
     if (p.pp > m.layers || p.vpp > m.layers)
-        throw error("pp x vpp (" + std::to_string(p.pp) + " x " + std::to_string(p.vpp) + ") must divide layers (" +
-                    std::to_string(m.layers) + ")");
+        throw error("pp x vpp (" + std::to_string(p.pp) + " x " + std::to_string(p.vpp) +
+                    ") must divide layers (" + std::to_string(m.layers) + ")");
     if (p.microbatches > max_microbatches)
-        throw error("microbatches (" + std::to_string(p.microbatches) + ") exceeds the 2^40 per step memcalc models");
+        throw error("microbatches (" + std::to_string(p.microbatches) +
+                    ") exceeds the 2^40 per step memcalc models");
     validate_schedule(p, m.layers);
     if (p.uneven_stages()) {
         validate_uneven_stages(p, m.layers);
     } else if (chunks_per_rank(p) == 1 && m.layers % p.pp != 0) {
-        throw error("pp (" + std::to_string(p.pp) + ") must divide layers (" + std::to_string(m.layers) +
-                    "), or give the first and last stages their own layer counts (first_stage_layers, "
-                    "last_stage_layers)");
+        throw error(
+            "pp (" + std::to_string(p.pp) + ") must divide layers (" + std::to_string(m.layers) +
+            "), or give the first and last stages their own layer counts (first_stage_layers, "
+            "last_stage_layers)");
     } else if (p.vpp > 1) {
         detail::require_divides("pp x vpp", p.pp * p.vpp, "layers", m.layers);
     }
     const std::uint64_t sequence_split = p.cp * (p.sequence_parallel ? p.tp : 1);
-    detail::require_divides(p.sequence_parallel ? "cp x tp (sequence parallel)" : "cp", sequence_split, "seq", seq);
+    detail::require_divides(p.sequence_parallel ? "cp x tp (sequence parallel)" : "cp",
+                            sequence_split, "seq", seq);
     if (p.ep > 1) {
-        if (!m.any_moe()) throw error("ep (" + std::to_string(p.ep) + ") needs a mixture-of-experts model");
+        if (!m.any_moe())
+            throw error("ep (" + std::to_string(p.ep) + ") needs a mixture-of-experts model");
         detail::require_divides("ep", p.ep, "dp", p.dp);
     }
     if (p.etp != 0) validate_expert_tp(p, m);
     if (p.gathered_layers == 0) throw error("gathered_layers must be a positive integer (got 0)");
     if (p.offload == Offload::parameters && p.zero != 3)
-        throw error("offloading parameters needs ZeRO stage 3 (got zero " + std::to_string(p.zero) + ")");
+        throw error("offloading parameters needs ZeRO stage 3 (got zero " + std::to_string(p.zero) +
+                    ")");
     if (p.offload == Offload::optimizer && p.zero == 0)
-        throw error("offloading the optimizer needs a ZeRO stage (ZeRO-Offload shards what it moves to the host; got zero 0)");
+        throw error(
+            "offloading the optimizer needs a ZeRO stage (ZeRO-Offload shards what it moves to the "
+            "host; got zero 0)");
 }
 
-/// The global number (1..L) of the i-th layer (0-based, forward order) of stage `stage` with chunks of
-/// `chunk` layers, by the schedule's placement.
-inline std::uint64_t placed_layer_number(const Parallelism& p, std::uint64_t i, std::uint64_t chunk, std::uint64_t stage) {
+/// The global number (1..L) of the i-th layer (0-based, forward order) of stage `stage` with chunks
+/// of `chunk` layers, by the schedule's placement.
+inline std::uint64_t placed_layer_number(const Parallelism& p, std::uint64_t i, std::uint64_t chunk,
+                                         std::uint64_t stage) {
     if (schedule_row(p).mirrored) return mirrored_layer_number(i, chunk, model_chunks(p), stage);
     return layer_number(i, chunk, p.pp, stage);
 }
@@ -337,7 +390,9 @@ inline std::uint64_t placed_layer_number(const Parallelism& p, std::uint64_t i, 
 inline std::uint64_t largest_chunk(const Parallelism& p, std::uint64_t layers) {
     if (chunks_per_rank(p) > 1) return layers / model_chunks(p);
     std::uint64_t most = stage_layer_count(p, layers, 0);
-    if (p.pp > 1) most = std::max({most, stage_layer_count(p, layers, 1), stage_layer_count(p, layers, p.pp - 1)});
+    if (p.pp > 1)
+        most = std::max(
+            {most, stage_layer_count(p, layers, 1), stage_layer_count(p, layers, p.pp - 1)});
     return most;
 }
 
@@ -346,17 +401,23 @@ inline void validate_recompute_layers(const Parallelism& p, std::uint64_t layers
     if (!p.recompute_layers) return;
     const std::uint64_t n = *p.recompute_layers, most = largest_chunk(p, layers);
     if (mode != Recompute::full)
-        throw error("recompute_layers (" + std::to_string(n) + ") needs recompute full (got " + recompute_name(mode) + ")");
+        throw error("recompute_layers (" + std::to_string(n) + ") needs recompute full (got " +
+                    recompute_name(mode) + ")");
     if (n > most)
-        throw error("recompute_layers (" + std::to_string(n) + ") exceeds the " + std::to_string(most) + " layers of " +
-                    (chunks_per_rank(p) > 1 ? "a model chunk" : p.pp > 1 ? "the largest pipeline stage" : "the model"));
+        throw error("recompute_layers (" + std::to_string(n) + ") exceeds the " +
+                    std::to_string(most) + " layers of " +
+                    (chunks_per_rank(p) > 1 ? "a model chunk"
+                     : p.pp > 1             ? "the largest pipeline stage"
+                                            : "the model"));
 }
 
 /// The global indices (1..L) of the layers pipeline stage `stage` holds, in forward order.
-inline std::vector<std::uint64_t> stage_layers(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
+inline std::vector<std::uint64_t> stage_layers(const Parallelism& p, std::uint64_t layers,
+                                               std::uint64_t stage) {
     std::vector<std::uint64_t> ids;
     if (chunks_per_rank(p) == 1) {
-        const std::uint64_t first = stage_first_layer(p, layers, stage), count = stage_layer_count(p, layers, stage);
+        const std::uint64_t first = stage_first_layer(p, layers, stage),
+                            count = stage_layer_count(p, layers, stage);
         ids.reserve(count);
         for (std::uint64_t i = 1; i <= count; ++i) ids.push_back(first + i);
         return ids;
@@ -371,8 +432,11 @@ inline std::vector<std::uint64_t> stage_layers(const Parallelism& p, std::uint64
 /// optimiser state over `shards` ranks, stage 2 also the gradients, stage 3 also the weights. Flat
 /// buffers are padded to a multiple of the shard count. The optimiser state only where it is whole
 /// bytes per parameter (else 0: stage_facts counts it tensor by tensor).
-inline TrainingState sharded_state(Count parameters, const Recipe& r, unsigned zero, std::uint64_t shards) {
-    const auto part = [&](unsigned from_stage) { return zero >= from_stage ? ceil_div(parameters, shards) : parameters; };
+inline TrainingState sharded_state(Count parameters, const Recipe& r, unsigned zero,
+                                   std::uint64_t shards) {
+    const auto part = [&](unsigned from_stage) {
+        return zero >= from_stage ? ceil_div(parameters, shards) : parameters;
+    };
     return {part(3) * r.weight_bytes(), part(2) * r.gradient_bytes(), part(1) * r.master_bytes(),
             part(1) * r.optimizer_bytes().value_or(0)};
 }
@@ -380,7 +444,8 @@ inline TrainingState sharded_state(Count parameters, const Recipe& r, unsigned z
 /// One rank's share of a saved tensor: tensor parallelism splits heads, MLP columns and the
 /// vocabulary; sequence parallelism also the residual stream; context parallelism every token.
 inline Count rank_share(Count n, ActivationSplit split, const Parallelism& p, std::uint64_t vocab) {
-    if (n.value() == 0) return n;  // most sums of a split kind are empty: skip the divisions (plan's hot path)
+    if (n.value() == 0)
+        return n;  // most sums of a split kind are empty: skip the divisions (plan's hot path)
     switch (split) {
         case ActivationSplit::tensor: n = ceil_div(n, p.tp); break;
         case ActivationSplit::expert_tensor: n = ceil_div(n, p.expert_tp()); break;
@@ -405,6 +470,8 @@ inline void split_rows(std::vector<Workspace>& work, const Parallelism& p, std::
 }
 
 /// The residual stream on one rank (a layer's input, the gradient flowing between layers).
-inline Count rank_stream(Count bytes, const Parallelism& p) { return rank_share(bytes, ActivationSplit::sequence, p, 1); }
+inline Count rank_stream(Count bytes, const Parallelism& p) {
+    return rank_share(bytes, ActivationSplit::sequence, p, 1);
+}
 
 }  // namespace memcalc

@@ -16,7 +16,16 @@
 
 namespace memcalc {
 
-enum class Part { embedding, attention, mlp, router, norms, final_norm, head, adapter };  // adapter: LoRA's (finetune.hpp)
+enum class Part {
+    embedding,
+    attention,
+    mlp,
+    router,
+    norms,
+    final_norm,
+    head,
+    adapter
+};  // adapter: LoRA's (finetune.hpp)
 
 /// When a tensor's gradient appears in the backward pass: the head side first, each layer after its
 /// own backward step, the input side (embeddings) last.
@@ -33,12 +42,14 @@ enum class ParamSplit {
 class Dims {
 public:
     Dims(std::initializer_list<std::uint64_t> dims) : size_(dims.size()) {
-        if (size_ > values_.size()) throw std::logic_error("a parameter tensor has at most 3 dimensions");
+        if (size_ > values_.size())
+            throw std::logic_error("a parameter tensor has at most 3 dimensions");
         std::copy(dims.begin(), dims.end(), values_.begin());
     }
     /// The tensor stacked `n` times (a mixture-of-experts layer's E experts): `n` leads.
     void stack(std::uint64_t n) {
-        if (size_ == values_.size()) throw std::logic_error("a parameter tensor has at most 3 dimensions");
+        if (size_ == values_.size())
+            throw std::logic_error("a parameter tensor has at most 3 dimensions");
         std::copy_backward(begin(), end(), values_.begin() + size_ + 1);
         values_[0] = n;
         ++size_;
@@ -54,37 +65,48 @@ private:
 };
 
 struct ParamRow {
-    /// A trainable row of `dims`, its count their product. A constructor, so that the table's rows are
-    /// made in place: a row built aside and copied in is read back in wider pieces than it was
+    /// A trainable row of `dims`, its count their product. A constructor, so that the table's rows
+    /// are made in place: a row built aside and copied in is read back in wider pieces than it was
     /// written, which stalls every row on store-to-load forwarding.
-    ParamRow(Part part_, Group group_, Text tensor_, Text shape_, Dims dims_, ParamSplit split_, bool expert_,
-             std::uint8_t kind_)
-        : part(part_), group(group_), tensor(tensor_), shape(shape_), dims(dims_), count(1), split(split_),
-          expert(expert_), kind(kind_) {
+    ParamRow(Part part_, Group group_, Text tensor_, Text shape_, Dims dims_, ParamSplit split_,
+             bool expert_, std::uint8_t kind_)
+        : part(part_),
+          group(group_),
+          tensor(tensor_),
+          shape(shape_),
+          dims(dims_),
+          count(1),
+          split(split_),
+          expert(expert_),
+          kind(kind_) {
         for (auto d : dims) count *= d;
     }
 
     Part part;
     Group group;
-    Text tensor;                       ///< "q_proj", "gate_proj", "final_norm.weight"
-    Text shape;                        ///< in the paper's letters: "h x a*d", "E x h x f"
-    Dims dims;                         ///< the same shape in numbers
-    Count count;                       ///< product of dims; per layer for Group::layer rows
+    Text tensor;  ///< "q_proj", "gate_proj", "final_norm.weight"
+    Text shape;   ///< in the paper's letters: "h x a*d", "E x h x f"
+    Dims dims;    ///< the same shape in numbers
+    Count count;  ///< product of dims; per layer for Group::layer rows
     ParamSplit split = ParamSplit::replicated;
-    bool expert = false;               ///< one of a mixture-of-experts layer's experts: split by expert parallelism
+    bool expert =
+        false;  ///< one of a mixture-of-experts layer's experts: split by expert parallelism
     /// Whether the optimiser steps it: a frozen tensor keeps its weights alone (no gradient, master
-    /// copy or optimiser state), in `storage` when given (a 4-bit base model), else the recipe's dtype.
+    /// copy or optimiser state), in `storage` when given (a 4-bit base model), else the recipe's
+    /// dtype.
     bool trainable = true;
-    std::optional<Storage> storage;    ///< frozen tensors only
-    std::uint8_t kind = 0;             ///< Group::layer rows: the kind of layer (Architecture::layer_kinds) it belongs to
+    std::optional<Storage> storage;  ///< frozen tensors only
+    std::uint8_t kind =
+        0;  ///< Group::layer rows: the kind of layer (Architecture::layer_kinds) it belongs to
 };
 
 struct ParameterTable {
     std::vector<ParamRow> rows;
     std::uint64_t layers = 0;
-    std::size_t kinds = 1;                                    ///< kinds of layer: rows of each follow in turn
+    std::size_t kinds = 1;  ///< kinds of layer: rows of each follow in turn
     std::array<std::uint64_t, max_layer_kinds> kind_layers{};  ///< how many layers each kind has
-    std::vector<LayerRun> runs;  ///< the kinds' order, first layer first (Architecture::layer_pattern; none: one kind)
+    std::vector<LayerRun> runs;  ///< the kinds' order, first layer first
+                                 ///< (Architecture::layer_pattern; none: one kind)
 
     /// Parameters of one part; per-layer parts count one layer of each kind.
     Count part(Part p) const {
@@ -107,7 +129,9 @@ struct ParameterTable {
         return sum;
     }
     /// A row's count in the whole model: a layer row once per layer of its kind.
-    Count in_model(const ParamRow& r) const { return r.group == Group::layer ? Count(kind_layers[r.kind]) * r.count : r.count; }
+    Count in_model(const ParamRow& r) const {
+        return r.group == Group::layer ? Count(kind_layers[r.kind]) * r.count : r.count;
+    }
     Count total() const {
         Count sum;
         for (const auto& r : rows) sum += in_model(r);
@@ -132,7 +156,7 @@ inline const char* part_name(Part p) {
 inline ParameterTable parameter_table(const Architecture& m) {
     validate(m);
     const std::uint64_t h = m.hidden, V = m.vocab;
-    const std::uint64_t q = m.heads * m.head_size();            // a*d, the query width
+    const std::uint64_t q = m.heads * m.head_size();               // a*d, the query width
     const std::uint64_t kv = m.key_value_heads() * m.head_size();  // k*d, the key/value width
     ParameterTable t;
     t.layers = m.layers;
@@ -143,7 +167,8 @@ inline ParameterTable parameter_table(const Architecture& m) {
     std::uint8_t kind = 0;  // of the layer rows being added
     auto add = [&t, &kind](Part part, Group group, Text tensor, Text shape, Dims dims,
                            ParamSplit split = ParamSplit::replicated, bool expert = false) {
-        t.rows.emplace_back(part, group, tensor, shape, dims, split, expert, group == Group::layer ? kind : std::uint8_t{0});
+        t.rows.emplace_back(part, group, tensor, shape, dims, split, expert,
+                            group == Group::layer ? kind : std::uint8_t{0});
     };
     constexpr auto split = ParamSplit::tensor;
     struct NormNames {
@@ -154,10 +179,11 @@ inline ParameterTable parameter_table(const Architecture& m) {
         if (m.norm == Norm::layernorm) add(part, group, name.bias, "h", {h});
     };
 
-    // Latent attention, as transformers' DeepseekV3Attention holds it (d_n, d_r, d_v: the nope, rotary and
-    // v widths per head; r_q, r_kv: the latents). Megatron-LM's MultiLatentAttention keeps the down
-    // projections and the latents' norms whole on every tensor-parallel rank and splits the up
-    // projections and o_proj by heads. attention_bias adds q_a_proj's, kv_a_proj_with_mqa's and o_proj's.
+    // Latent attention, as transformers' DeepseekV3Attention holds it (d_n, d_r, d_v: the nope,
+    // rotary and v widths per head; r_q, r_kv: the latents). Megatron-LM's MultiLatentAttention
+    // keeps the down projections and the latents' norms whole on every tensor-parallel rank and
+    // splits the up projections and o_proj by heads. attention_bias adds q_a_proj's,
+    // kv_a_proj_with_mqa's and o_proj's.
     const auto add_latent_attention = [&] {
         const LatentAttention& a = m.mla;
         const bool biased = m.bias == Bias::attention;
@@ -167,26 +193,32 @@ inline ParameterTable parameter_table(const Architecture& m) {
             add(Part::attention, Group::layer, "q_a_proj", "h x r_q", {h, a.q_lora_rank});
             if (biased) add(Part::attention, Group::layer, "q_a_proj.bias", "r_q", {a.q_lora_rank});
             add(Part::norms, Group::layer, "q_a_layernorm.weight", "r_q", {a.q_lora_rank});
-            add(Part::attention, Group::layer, "q_b_proj", "r_q x a*(d_n+d_r)", {a.q_lora_rank, q}, split);
+            add(Part::attention, Group::layer, "q_b_proj", "r_q x a*(d_n+d_r)", {a.q_lora_rank, q},
+                split);
         }
-        add(Part::attention, Group::layer, "kv_a_proj_with_mqa", "h x (r_kv+d_r)", {h, a.kv_lora_rank + a.qk_rope_head_dim});
+        add(Part::attention, Group::layer, "kv_a_proj_with_mqa", "h x (r_kv+d_r)",
+            {h, a.kv_lora_rank + a.qk_rope_head_dim});
         if (biased)
-            add(Part::attention, Group::layer, "kv_a_proj_with_mqa.bias", "r_kv+d_r", {a.kv_lora_rank + a.qk_rope_head_dim});
+            add(Part::attention, Group::layer, "kv_a_proj_with_mqa.bias", "r_kv+d_r",
+                {a.kv_lora_rank + a.qk_rope_head_dim});
         add(Part::norms, Group::layer, "kv_a_layernorm.weight", "r_kv", {a.kv_lora_rank});
         add(Part::attention, Group::layer, "kv_b_proj", "r_kv x a*(d_n+d_v)",
             {a.kv_lora_rank, m.heads * (a.qk_nope_head_dim + a.v_head_dim)}, split);
-        add(Part::attention, Group::layer, "o_proj", "a*d_v x h", {m.heads * a.v_head_dim, h}, split);
+        add(Part::attention, Group::layer, "o_proj", "a*d_v x h", {m.heads * a.v_head_dim, h},
+            split);
     };
 
-    // A Mamba-1 mixer, as transformers' JambaMambaMixer holds it (d_i: d_inner, N: d_state, r: dt_rank, K:
-    // d_conv), in the attention part. Split like Megatron-LM's Mamba mixer: every d_i-wide tensor by
-    // channels across tensor-parallel ranks; dt, B and C's norms whole on each.
+    // A Mamba-1 mixer, as transformers' JambaMambaMixer holds it (d_i: d_inner, N: d_state, r:
+    // dt_rank, K: d_conv), in the attention part. Split like Megatron-LM's Mamba mixer: every
+    // d_i-wide tensor by channels across tensor-parallel ranks; dt, B and C's norms whole on each.
     const auto add_mamba = [&] {
         const StateSpace& x = m.ssm;
         const std::uint64_t di = x.d_inner, N = x.d_state, r = x.dt_rank;
         add(Part::attention, Group::layer, "in_proj", "h x 2d_i", {h, 2 * di}, split);
-        if (x.proj_bias) add(Part::attention, Group::layer, "in_proj.bias", "2d_i", {2 * di}, split);
-        add(Part::attention, Group::layer, "conv1d.weight", "d_i x 1 x K", {di, 1, x.d_conv}, split);
+        if (x.proj_bias)
+            add(Part::attention, Group::layer, "in_proj.bias", "2d_i", {2 * di}, split);
+        add(Part::attention, Group::layer, "conv1d.weight", "d_i x 1 x K", {di, 1, x.d_conv},
+            split);
         if (x.conv_bias) add(Part::attention, Group::layer, "conv1d.bias", "d_i", {di}, split);
         add(Part::attention, Group::layer, "x_proj", "d_i x (r+2N)", {di, r + 2 * N}, split);
         add(Part::attention, Group::layer, "dt_proj", "r x d_i", {r, di}, split);
@@ -202,12 +234,15 @@ inline ParameterTable parameter_table(const Architecture& m) {
         if (x.proj_bias) add(Part::attention, Group::layer, "out_proj.bias", "h", {h});
     };
 
-    // The input side. A tied head's gradient appears with the head, so the shared matrix joins that group.
-    add(Part::embedding, m.tied_embeddings ? Group::head : Group::input, "token_embedding", "V x h", {V, h},
-        ParamSplit::vocab);
+    // The input side. A tied head's gradient appears with the head, so the shared matrix joins that
+    // group.
+    add(Part::embedding, m.tied_embeddings ? Group::head : Group::input, "token_embedding", "V x h",
+        {V, h}, ParamSplit::vocab);
     if (m.position == Position::learned)
-        add(Part::embedding, Group::input, "position_embedding", "P x h", {m.learned_positions(), h});
-    if (m.embedding_norm) add_norm(Part::embedding, Group::input, {"embedding_norm.weight", "embedding_norm.bias"});
+        add(Part::embedding, Group::input, "position_embedding", "P x h",
+            {m.learned_positions(), h});
+    if (m.embedding_norm)
+        add_norm(Part::embedding, Group::input, {"embedding_norm.weight", "embedding_norm.bias"});
 
     // The layers, a kind at a time (one kind: every layer alike).
     for (std::size_t k = 0; k < t.kinds; ++k) {
@@ -219,8 +254,9 @@ inline ParameterTable parameter_table(const Architecture& m) {
         // One layer: attention (a query heads, k key/value heads of width d).
         if (m.norms_before_branches())
             add_norm(Part::norms, Group::layer,
-                     m.norms_per_layer == 1 ? NormNames{"layer_norm.weight", "layer_norm.bias"}
-                                            : NormNames{"attention_norm.weight", "attention_norm.bias"});
+                     m.norms_per_layer == 1
+                         ? NormNames{"layer_norm.weight", "layer_norm.bias"}
+                         : NormNames{"attention_norm.weight", "attention_norm.bias"});
         if (view.mixer == Mixer::mamba) {
             add_mamba();
         } else if (m.mla.enabled()) {
@@ -237,17 +273,21 @@ inline ParameterTable parameter_table(const Architecture& m) {
             if (m.qk_norm == QkNorm::per_head) {  // one weight of d, shared by every head
                 add(Part::norms, Group::layer, "q_norm.weight", "d", {m.head_size()});
                 add(Part::norms, Group::layer, "k_norm.weight", "d", {m.head_size()});
-            } else if (m.qk_norm == QkNorm::whole) {  // one weight over the whole projection (OLMo 2)
+            } else if (m.qk_norm ==
+                       QkNorm::whole) {  // one weight over the whole projection (OLMo 2)
                 add(Part::norms, Group::layer, "q_norm.weight", "a*d", {q});
                 add(Part::norms, Group::layer, "k_norm.weight", "k*d", {kv});
             }
-            if (m.attention_sinks) add(Part::attention, Group::layer, "sinks", "a", {m.heads}, split);  // a logit per head
+            if (m.attention_sinks)
+                add(Part::attention, Group::layer, "sinks", "a", {m.heads},
+                    split);  // a logit per head
             add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
         }
         if ((m.bias == Bias::attention || m.bias == Bias::all) && view.mixer != Mixer::mamba)
             add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
         if (m.norms_after_branches())
-            add_norm(Part::norms, Group::layer, {"post_attention_norm.weight", "post_attention_norm.bias"});
+            add_norm(Part::norms, Group::layer,
+                     {"post_attention_norm.weight", "post_attention_norm.bias"});
 
         // One layer: the feed-forward block, once per expert for mixture-of-experts layers.
         if (m.norms_per_layer >= 2 && m.norms_before_branches())
@@ -259,28 +299,35 @@ inline ParameterTable parameter_table(const Architecture& m) {
             add(Part::mlp, Group::layer, name, moe ? experts_shape : shape, dims, s, moe);
         };
         if (moe) add(Part::router, Group::layer, "router", "h x E", {h, E});
-        if (view.router_bias == RouterBias::trainable) add(Part::router, Group::layer, "router.bias", "E", {E});
+        if (view.router_bias == RouterBias::trainable)
+            add(Part::router, Group::layer, "router.bias", "E", {E});
         if (m.mlp == Mlp::gated) mlp("gate_proj", "h x f", "E x h x f", {h, f}, split);
         mlp("up_proj", "h x f", "E x h x f", {h, f}, split);
         mlp("down_proj", "f x h", "E x f x h", {f, h}, split);
         if (m.bias == Bias::all) {
             if (m.mlp == Mlp::gated) mlp("gate_proj.bias", "f", "E x f", {f}, split);
             mlp("up_proj.bias", "f", "E x f", {f}, split);
-            mlp("down_proj.bias", "h", "E x h", {h}, ParamSplit::replicated);  // a row-parallel layer adds its bias once
+            mlp("down_proj.bias", "h", "E x h", {h},
+                ParamSplit::replicated);  // a row-parallel layer adds its bias once
         }
-        // Shared experts: one dense MLP of width f_s beside the routed ones, split like a dense layer's.
+        // Shared experts: one dense MLP of width f_s beside the routed ones, split like a dense
+        // layer's.
         if (const std::uint64_t fs = view.shared_ffn; fs > 0) {
-            if (m.mlp == Mlp::gated) add(Part::mlp, Group::layer, "shared_expert.gate_proj", "h x f_s", {h, fs}, split);
+            if (m.mlp == Mlp::gated)
+                add(Part::mlp, Group::layer, "shared_expert.gate_proj", "h x f_s", {h, fs}, split);
             add(Part::mlp, Group::layer, "shared_expert.up_proj", "h x f_s", {h, fs}, split);
             add(Part::mlp, Group::layer, "shared_expert.down_proj", "f_s x h", {fs, h}, split);
         }
-        if (view.shared_expert_gate) add(Part::router, Group::layer, "shared_expert_gate", "h x 1", {h, 1});
-        if (m.norms_after_branches()) add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
+        if (view.shared_expert_gate)
+            add(Part::router, Group::layer, "shared_expert_gate", "h x 1", {h, 1});
+        if (m.norms_after_branches())
+            add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
     }
 
     // The head side.
     add_norm(Part::final_norm, Group::head, {"final_norm.weight", "final_norm.bias"});
-    if (!m.tied_embeddings) add(Part::head, Group::head, "lm_head", "h x V", {h, V}, ParamSplit::vocab);
+    if (!m.tied_embeddings)
+        add(Part::head, Group::head, "lm_head", "h x V", {h, V}, ParamSplit::vocab);
     if (m.head_bias) add(Part::head, Group::head, "lm_head.bias", "V", {V}, ParamSplit::vocab);
     return t;
 }
@@ -289,9 +336,8 @@ namespace detail {
 /// Why a model's parameters cannot be counted: its widths, whose product passes 64 bits.
 inline std::string parameter_overflow(const Architecture& m) {
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
-    return "the parameter count of " + model_name(m) +
-           " overflows 64 bits (hidden " + n(m.hidden) + ", layers " + n(m.layers) + ", ffn " +
-           n(m.ffn) + ", vocab " + n(m.vocab) + ")";
+    return "the parameter count of " + model_name(m) + " overflows 64 bits (hidden " + n(m.hidden) +
+           ", layers " + n(m.layers) + ", ffn " + n(m.ffn) + ", vocab " + n(m.vocab) + ")";
 }
 }  // namespace detail
 

@@ -1,8 +1,8 @@
 #pragma once
-/// Every valid way to train a model on a cluster: data, tensor, pipeline, context and expert degrees,
-/// ZeRO stage and offload, sequence parallelism, micro-batch and recomputation; which fit in device memory, and
-/// what each wastes and how long its step takes (step_time.hpp). Each layout costs a few operations on a
-/// Workload (workload.hpp).
+/// Every valid way to train a model on a cluster: data, tensor, pipeline, context and expert
+/// degrees, ZeRO stage and offload, sequence parallelism, micro-batch and recomputation; which fit
+/// in device memory, and what each wastes and how long its step takes (step_time.hpp). Each layout
+/// costs a few operations on a Workload (workload.hpp).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -42,29 +42,32 @@ struct PlanRequest {
     Count capacity;                  ///< usable bytes per device
     std::uint64_t global_batch = 1;  ///< sequences per step
     std::uint64_t max_tp = 0;        ///< largest tensor-parallel degree to try; 0 means no limit
-    /// Uneven pipeline stages for every pipelined layout they fit (0: even, or balanced when pp does
-    /// not divide the layers; see stage_split).
+    /// Uneven pipeline stages for every pipelined layout they fit (0: even, or balanced when pp
+    /// does not divide the layers; see stage_split).
     std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
-    std::vector<Recompute> modes;               ///< recomputation modes to try; empty means all three
-    std::vector<std::uint64_t> micro_batches;   ///< micro-batches to try; empty means every divisor
+    std::vector<Recompute> modes;  ///< recomputation modes to try; empty means all three
+    std::vector<std::uint64_t> micro_batches;  ///< micro-batches to try; empty means every divisor
     /// Degrees and ZeRO stages to try, each list pinning its own (empty: every valid one); with
     /// sequence_parallel, only layouts that have it.
     std::vector<std::uint64_t> dp, tp, pp, cp, ep;
-    /// Virtual stages per pipeline rank (interleaved 1F1B) to try; empty: 1 and every valid interleaving.
+    /// Virtual stages per pipeline rank (interleaved 1F1B) to try; empty: 1 and every valid
+    /// interleaving.
     std::vector<std::uint64_t> vpp;
-    /// Pipeline schedules to try; empty: 1F1B and interleaved 1F1B, which every pipeline framework runs
-    /// (the zero-bubble ones need their own runtimes, and their bubbles are their papers' ideal figures).
+    /// Pipeline schedules to try; empty: 1F1B and interleaved 1F1B, which every pipeline framework
+    /// runs (the zero-bubble ones need their own runtimes, and their bubbles are their papers'
+    /// ideal figures).
     std::vector<Schedule> schedules;
     std::vector<unsigned> zero;
-    /// Offload alternatives to try; empty: each ZeRO-Offload mode the ZeRO stage allows (optimizer: 1-3,
-    /// parameters: 3), none with activation offload, which is tried only where listed (alone, or as
-    /// optimizer+activations...). The program passes {none} unless asked: it checks host memory only
-    /// where host_capacity is given, and times the CPU optimiser at an assumed bandwidth.
+    /// Offload alternatives to try; empty: each ZeRO-Offload mode the ZeRO stage allows (optimizer:
+    /// 1-3, parameters: 3), none with activation offload, which is tried only where listed (alone,
+    /// or as optimizer+activations...). The program passes {none} unless asked: it checks host
+    /// memory only where host_capacity is given, and times the CPU optimiser at an assumed
+    /// bandwidth.
     std::vector<OffloadMode> offload;
     bool sequence_parallel = false;
-    /// Partial recomputation pinned: full recomputation of the first N layers of each stage's chunks
-    /// (Parallelism::recompute_layers), the only mode tried. None: where full fits and none does not,
-    /// the fewest N that fits is searched as a layout of its own beside full.
+    /// Partial recomputation pinned: full recomputation of the first N layers of each stage's
+    /// chunks (Parallelism::recompute_layers), the only mode tried. None: where full fits and none
+    /// does not, the fewest N that fits is searched as a layout of its own beside full.
     std::optional<std::uint64_t> recompute_layers;
     /// The GPU whose speeds time each step; none (or one lacking a figure): no times, and the
     /// ranking by waste alone.
@@ -87,12 +90,13 @@ struct PlanRow {
     std::uint64_t micro_batch = 1;
     Recompute recompute = Recompute::none;
     LayoutPeak peak;
-    Count host;  ///< host memory of the device that offloads the most (layout_host); 0 without offload
+    Count host;  ///< host memory of the device that offloads the most (layout_host); 0 without
+                 ///< offload
     bool fits = false;  ///< in device memory, and in host memory where the request gives it
     double recompute_fraction = 0;  ///< extra FLOPs of recomputation / the step's FLOPs
-    double bubble = 0;              ///< pipeline bubble, of the step (1F1B: (P - 1) / (vpp x M + P - 1))
-    double communication = 0;       ///< bytes each device sends per step, to host memory too (estimate)
-    std::optional<StepTime> time;   ///< the step's estimated time, when the GPU's figures give one
+    double bubble = 0;         ///< pipeline bubble, of the step (1F1B: (P - 1) / (vpp x M + P - 1))
+    double communication = 0;  ///< bytes each device sends per step, to host memory too (estimate)
+    std::optional<StepTime> time;  ///< the step's estimated time, when the GPU's figures give one
     double waste() const { return recompute_fraction + bubble; }
 };
 
@@ -101,18 +105,20 @@ struct PlanRow {
 /// lowest peak.
 using PlanKey = std::tuple<double, double, double, std::uint64_t>;
 inline PlanKey plan_key(const PlanRow& r) {
-    return {r.time ? r.time->seconds() : std::numeric_limits<double>::infinity(), r.waste(), r.communication,
-            r.peak.bytes().value()};
+    return {r.time ? r.time->seconds() : std::numeric_limits<double>::infinity(), r.waste(),
+            r.communication, r.peak.bytes().value()};
 }
 
 inline bool plan_order(const PlanRow& a, const PlanRow& b) { return plan_key(a) < plan_key(b); }
 
-/// The first and last stages' layer counts for `pp` stages of `layers` (0: an even share), or none when
-/// no split fits. Asked-for counts apply wherever they fit; otherwise stages are even when pp divides
-/// the layers, else the first and the last take fewer than the others, as Llama 3 405B's 126 layers ran
-/// on 16 stages (7 + 14 x 8 + 7); DeepSeek-V3's 61 take 2 + 14 x 4 + 3.
-inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::uint64_t layers, std::uint64_t pp,
-                                                                          std::uint64_t first, std::uint64_t last) {
+/// The first and last stages' layer counts for `pp` stages of `layers` (0: an even share), or none
+/// when no split fits. Asked-for counts apply wherever they fit; otherwise stages are even when pp
+/// divides the layers, else the first and the last take fewer than the others, as Llama 3 405B's
+/// 126 layers ran on 16 stages (7 + 14 x 8 + 7); DeepSeek-V3's 61 take 2 + 14 x 4 + 3.
+inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::uint64_t layers,
+                                                                          std::uint64_t pp,
+                                                                          std::uint64_t first,
+                                                                          std::uint64_t last) {
     if (pp == 1) return std::make_pair(std::uint64_t{0}, std::uint64_t{0});
     if (first != 0 || last != 0) {
         Parallelism p;
@@ -128,54 +134,62 @@ inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::u
     const std::uint64_t middle = (layers + pp - 1) / pp;  // the other stages' share, rounded up
     if (pp < 3 || (pp - 2) * middle >= layers) return std::nullopt;
     const std::uint64_t ends = layers - (pp - 2) * middle;
-    // An odd remainder gives the last stage the extra layer: under 1F1B the first holds pp micro-batches.
+    // An odd remainder gives the last stage the extra layer: under 1F1B the first holds pp
+    // micro-batches.
     const std::uint64_t first_share = ends / 2, last_share = ends - first_share;
     if (first_share == 0 || last_share > middle) return std::nullopt;  // 0 would mean an even share
     return std::make_pair(first_share, last_share);
 }
 
-
-/// Bytes one device sends in a step, by ring collectives: data-parallel gradient all-reduce (ZeRO-3:
-/// also two weight all-gathers), tensor-parallel all-reduces (4 a layer a micro-batch), pipeline
-/// sends between stages, context-parallel key/value rings; and what ZeRO-Offload moves over the host
-/// link: optimizer offload, the device's gradient shard down and the updated weight shard back each
-/// step; parameter offload, the gradient shard down and the weight shard up for each micro-batch's
-/// forward and its backward (the update stays on the host, where the weights live); activation offload,
-/// each micro-batch's kept activations down after each layer's forward and up for its backward, from
-/// the stage that offloads the most (leaning slow). Beside them, not sent: what the host's optimiser step
-/// reads and writes in host memory.
+/// Bytes one device sends in a step, by ring collectives: data-parallel gradient all-reduce
+/// (ZeRO-3: also two weight all-gathers), tensor-parallel all-reduces (4 a layer a micro-batch),
+/// pipeline sends between stages, context-parallel key/value rings; and what ZeRO-Offload moves
+/// over the host link: optimizer offload, the device's gradient shard down and the updated weight
+/// shard back each step; parameter offload, the gradient shard down and the weight shard up for
+/// each micro-batch's forward and its backward (the update stays on the host, where the weights
+/// live); activation offload, each micro-batch's kept activations down after each layer's forward
+/// and up for its backward, from the stage that offloads the most (leaning slow). Beside them, not
+/// sent: what the host's optimiser step reads and writes in host memory.
 inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts& f) {
     const double M = static_cast<double>(p.steps_per_batch());
     const double params = static_cast<double>(f.parameters.value());
     const double d = static_cast<double>(w.recipe.activation_bytes());
     const double tokens = static_cast<double>(w.seq * w.micro_batch) / static_cast<double>(p.cp);
-    const double stream = tokens * static_cast<double>(w.model.hidden) * d;  // one layer's output, one micro-batch
+    const double stream =
+        tokens * static_cast<double>(w.model.hidden) * d;  // one layer's output, one micro-batch
     const auto ring = [](double n) { return n <= 1 ? 0.0 : (n - 1) / n; };
     Traffic bytes;
     const double dp = static_cast<double>(p.dp);
     bytes.data_parallel = 2 * ring(dp) * params * static_cast<double>(w.recipe.gradient_bytes());
-    if (p.zero >= 3) bytes.data_parallel += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
+    if (p.zero >= 3)
+        bytes.data_parallel += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
     const double layers = static_cast<double>(f.layers.layers);
     bytes.tensor_parallel = 4 * 2 * ring(static_cast<double>(p.tp)) * stream * layers * M;
-    // Several chunks a micro-batch (interleaved, ZB-V) send it across every rank boundary once per chunk.
+    // Several chunks a micro-batch (interleaved, ZB-V) send it across every rank boundary once per
+    // chunk.
     if (p.pp > 1)
         bytes.pipeline = 2 * stream / (p.sequence_parallel ? static_cast<double>(p.tp) : 1) * M *
                          static_cast<double>(chunks_per_microbatch(p));
-    const double kv = tokens * static_cast<double>(w.model.key_value_heads() * w.model.head_size()) * d /
+    const double kv = tokens *
+                      static_cast<double>(w.model.key_value_heads() * w.model.head_size()) * d /
                       static_cast<double>(p.tp);
-    bytes.context_parallel = 2 * 2 * ring(static_cast<double>(p.cp)) * static_cast<double>(p.cp) * kv * layers * M;
+    bytes.context_parallel =
+        2 * 2 * ring(static_cast<double>(p.cp)) * static_cast<double>(p.cp) * kv * layers * M;
     if (p.offload != Offload::none) {
-        const double shard = static_cast<double>(StageFacts::shard(p, f.trainable_dense, f.trainable_experts).value());
+        const double shard = static_cast<double>(
+            StageFacts::shard(p, f.trainable_dense, f.trainable_experts).value());
         bytes.offload = shard * static_cast<double>(w.recipe.gradient_bytes());
-        bytes.offload += p.offload == Offload::parameters ? 2 * M * static_cast<double>(f.host_weights.value())
-                                                          : shard * static_cast<double>(w.recipe.weight_bytes());
-        // The host's step reads and writes its master copy and state, reads the fp32 gradient shard and
-        // writes the weights the device fetches.
+        bytes.offload += p.offload == Offload::parameters
+                             ? 2 * M * static_cast<double>(f.host_weights.value())
+                             : shard * static_cast<double>(w.recipe.weight_bytes());
+        // The host's step reads and writes its master copy and state, reads the fp32 gradient shard
+        // and writes the weights the device fetches.
         bytes.host_optimizer = 2 * static_cast<double>(f.host_optimizer_state.value()) +
                                shard * static_cast<double>(dtype::fp32 + w.recipe.weight_bytes());
     }
     if (p.offload_activations) {
-        Count most = f.offloaded_activations;  // stages differ only when uneven or of different kinds of layer
+        Count most = f.offloaded_activations;  // stages differ only when uneven or of different
+                                               // kinds of layer
         if (p.uneven_stages() || !w.parameters->pattern.uniform())
             for (std::uint64_t stage = 1; stage < p.pp; ++stage)
                 most = std::max(most, stage_facts(w, p, stage).offloaded_activations);
@@ -188,8 +202,10 @@ inline double communication_bytes(const Workload& w, const Parallelism& p, const
     return traffic(w, p, f).total();
 }
 
-/// A row's peak, fit, traffic and time under `w` and `cost` (one micro-batch's FLOPs) on row.parallel.
-inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost, const PlanRequest& request) {
+/// A row's peak, fit, traffic and time under `w` and `cost` (one micro-batch's FLOPs) on
+/// row.parallel.
+inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost,
+                    const PlanRequest& request) {
     const Parallelism& p = row.parallel;
     row.recompute_fraction = cost.recompute_fraction();
     // The forward's share of a chunk's time: recomputation lengthens its backward.
@@ -199,11 +215,13 @@ inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost, co
     try {
         row.peak = layout_peak(w, p);
         row.host = p.offloads() ? layout_host(w, p) : Count(0);
-        row.fits = row.peak.bytes() <= request.capacity && (!request.host_capacity || row.host <= *request.host_capacity);
+        row.fits = row.peak.bytes() <= request.capacity &&
+                   (!request.host_capacity || row.host <= *request.host_capacity);
         const Traffic bytes = traffic(w, p, stage_facts(w, p, 0));
         row.communication = bytes.total();
         // cost is one micro-batch's: the step runs G / b of them.
-        const double flops = (cost.step + cost.recompute) * static_cast<double>(request.global_batch / row.micro_batch);
+        const double flops = (cost.step + cost.recompute) *
+                             static_cast<double>(request.global_batch / row.micro_batch);
         if (request.gpu) row.time = step_time(*request.gpu, p, flops, bytes, forward_share);
     } catch (const overflow_error&) {
         row.fits = false;  // its bytes do not fit in 64 bits, let alone a device
@@ -212,22 +230,27 @@ inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost, co
 
 /// One micro-batch's FLOPs under partial recomputation (row.parallel.recompute_layers): only the
 /// layers it recomputes rerun their forward.
-inline ComputeCost partial_cost(const Architecture& m, const Workload& w, const Parallelism& p, const PlanRequest& request) {
+inline ComputeCost partial_cost(const Architecture& m, const Workload& w, const Parallelism& p,
+                                const PlanRequest& request) {
     const KindCounts recomputed = recomputed_layers(w, p);
-    return compute_cost(m, w.seq, w.micro_batch, Recompute::full, request.base.recompute_modules, &recomputed);
+    return compute_cost(m, w.seq, w.micro_batch, Recompute::full, request.base.recompute_modules,
+                        &recomputed);
 }
 
-/// The fewest layers per chunk whose full recomputation fits, where all of them (`full`, fitting) do,
-/// as a row of its own; none when it takes every layer. The peak falls as N grows: a binary search.
-inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Workload& w, const PlanRow& full,
-                                                const PlanRequest& request) {
+/// The fewest layers per chunk whose full recomputation fits, where all of them (`full`, fitting)
+/// do, as a row of its own; none when it takes every layer. The peak falls as N grows: a binary
+/// search.
+inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Workload& w,
+                                                const PlanRow& full, const PlanRequest& request) {
     PlanRow row = full;
     const Parallelism& p = row.parallel;
     const std::uint64_t most = largest_chunk(p, m.layers);
     if (most < 2) return std::nullopt;
-    // A stage's facts (its state, its layers) do not depend on N: made once, each try rebuilds its inputs.
+    // A stage's facts (its state, its layers) do not depend on N: made once, each try rebuilds its
+    // inputs.
     std::vector<StageFacts> facts{stage_facts(w, p, 0)};
-    other_candidate_stages(w, p, [&](std::uint64_t stage) { facts.push_back(stage_facts(w, p, stage)); });
+    other_candidate_stages(w, p,
+                           [&](std::uint64_t stage) { facts.push_back(stage_facts(w, p, stage)); });
     const auto fits = [&](std::uint64_t n) {
         try {
             for (StageFacts& f : facts) {
@@ -243,8 +266,10 @@ inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Wor
     std::uint64_t lo = 1, hi = most - 1;       // hi fits
     while (lo < hi) {
         const std::uint64_t mid = lo + (hi - lo) / 2;
-        if (fits(mid)) hi = mid;
-        else lo = mid + 1;
+        if (fits(mid))
+            hi = mid;
+        else
+            lo = mid + 1;
     }
     row.parallel.recompute_layers = hi;
     row.time.reset();
@@ -262,13 +287,13 @@ inline void validate_plan_request(const Architecture& m, const PlanRequest& requ
     require_positive("global_batch", G);
     require_positive("gpus", request.gpus);
     if (request.gpus > max_devices)
-        throw error("gpus (" + std::to_string(request.gpus) + ") exceeds the " + std::to_string(max_devices) +
-                    " devices memcalc plans for");
+        throw error("gpus (" + std::to_string(request.gpus) + ") exceeds the " +
+                    std::to_string(max_devices) + " devices memcalc plans for");
     if (G > (1ULL << 40))
         throw error("global_batch (" + std::to_string(G) + ") exceeds 2^40 sequences per step");
     if (m.position == Position::learned && s > m.learned_positions())
-        throw error("seq " + std::to_string(s) + " exceeds the " + std::to_string(m.learned_positions()) +
-                    " learned positions of " + m.name);
+        throw error("seq " + std::to_string(s) + " exceeds the " +
+                    std::to_string(m.learned_positions()) + " learned positions of " + m.name);
     validate_tuning(request.base.tuning, request.base.activations, request.base.recipe);
     // Asked-for stage counts no pipeline can take are a mistake to name, not layouts to drop.
     const std::uint64_t first = request.first_stage_layers, last = request.last_stage_layers;
@@ -338,21 +363,24 @@ inline std::vector<std::uint64_t> divisors_among(const std::vector<std::uint64_t
 template <class Visit>
 void for_each_state(const PlanRequest& request, std::uint64_t dp, Visit&& visit) {
     for (unsigned zero = 0; zero <= 3; ++zero)
-    for (Offload offload : {Offload::none, Offload::optimizer, Offload::parameters})
-    for (bool activations : {false, true}) {
-        // dp 1: nothing to shard
-        if ((zero > 0 && dp == 1) || !allowed(request.zero, zero)) continue;
-        // validate()'s rule: optimizer offload needs a ZeRO stage, parameter offload ZeRO-3.
-        if ((offload == Offload::optimizer && zero == 0) ||
-            (offload == Offload::parameters && zero != 3))
-            continue;
-        const OffloadMode alternative{offload, activations};  // activations: only where listed
-        const auto& listed = request.offload;
-        if (activations ? std::find(listed.begin(), listed.end(), alternative) == listed.end()
+        for (Offload offload : {Offload::none, Offload::optimizer, Offload::parameters})
+            for (bool activations : {false, true}) {
+                // dp 1: nothing to shard
+                if ((zero > 0 && dp == 1) || !allowed(request.zero, zero)) continue;
+                // validate()'s rule: optimizer offload needs a ZeRO stage, parameter offload
+                // ZeRO-3.
+                if ((offload == Offload::optimizer && zero == 0) ||
+                    (offload == Offload::parameters && zero != 3))
+                    continue;
+                const OffloadMode alternative{offload,
+                                              activations};  // activations: only where listed
+                const auto& listed = request.offload;
+                if (activations
+                        ? std::find(listed.begin(), listed.end(), alternative) == listed.end()
                         : !allowed(listed, alternative))
-            continue;
-        visit(zero, alternative);
-    }
+                    continue;
+                visit(zero, alternative);
+            }
 }
 
 /// Every layout's degrees (dp, tp, pp, cp, ep, etp, sequence parallelism) and stage split, handed
@@ -391,16 +419,16 @@ void for_each_degrees(const Architecture& m, const PlanRequest& request, Visit&&
                     // frees the experts of tp's communication.
                     const Degrees etps = moe && tp > 1 ? Degrees{tp, 1} : Degrees{tp};
                     for (std::uint64_t etp : etps)
-                    for (bool sp : {false, true}) {
-                        if ((sp && tp == 1) || (request.sequence_parallel && !sp)) continue;
-                        if (s % (cp * (sp ? tp : 1)) != 0) continue;
-                        Parallelism p;
-                        p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep;
-                        p.etp = etp == tp ? 0 : etp;
-                        p.sequence_parallel = sp;
-                        std::tie(p.first_stage_layers, p.last_stage_layers) = *split;
-                        visit(p, *split);
-                    }
+                        for (bool sp : {false, true}) {
+                            if ((sp && tp == 1) || (request.sequence_parallel && !sp)) continue;
+                            if (s % (cp * (sp ? tp : 1)) != 0) continue;
+                            Parallelism p;
+                            p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep;
+                            p.etp = etp == tp ? 0 : etp;
+                            p.sequence_parallel = sp;
+                            std::tie(p.first_stage_layers, p.last_stage_layers) = *split;
+                            visit(p, *split);
+                        }
                 }
             }
         }
@@ -440,12 +468,13 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
         if (it != workloads.end()) return it->second;
         Cached built;
         try {
-            const ActivationTables t = activation_tables(m, s, b, recipe->precision(), request.base.activations,
-                                                         request.base.framework, request.base.recompute_modules, tunings);
-            built = std::make_pair(make_workload(m, *recipe, s, b, mode, params, t, request.base.framework),
-                                   compute_cost(m, s, b, mode, request.base.recompute_modules));
-        } catch (const overflow_error&) {
-        }
+            const ActivationTables t =
+                activation_tables(m, s, b, recipe->precision(), request.base.activations,
+                                  request.base.framework, request.base.recompute_modules, tunings);
+            built = std::make_pair(
+                make_workload(m, *recipe, s, b, mode, params, t, request.base.framework),
+                compute_cost(m, s, b, mode, request.base.recompute_modules));
+        } catch (const overflow_error&) {}
         return workloads.emplace(std::make_pair(b, mode), std::move(built)).first->second;
     };
 
@@ -512,7 +541,9 @@ inline std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) {
 class SearchCounter {
 public:
     SearchCounter(const Architecture& m, const PlanRequest& request)
-        : m_(m), request_(request), uniform_(LayerPattern(m).uniform()),
+        : m_(m),
+          request_(request),
+          uniform_(LayerPattern(m).uniform()),
           counts_(divisors(request.global_batch)) {}
 
     /// The search plan_top makes on `gpus` devices (checked as it checks them).
@@ -597,7 +628,7 @@ private:
     using ShapeKey = std::pair<std::uint64_t, Key>;                       ///< dp, then as above
     std::map<ShapeKey, std::uint64_t> shape_rows_;
     std::map<ShapeKey, std::uint64_t>::iterator last_ = shape_rows_.end();  ///< the last asked for
-    std::map<Key, std::vector<std::uint64_t>> rows_by_count_;             ///< rows at counts_[i]
+    std::map<Key, std::vector<std::uint64_t>> rows_by_count_;               ///< rows at counts_[i]
     std::map<std::uint64_t, std::vector<std::size_t>> share_divisors_;
     std::array<std::uint64_t, 2> states_{unknown, unknown};  ///< for dp 1, and for more
 };
@@ -623,7 +654,8 @@ inline void check_search(const Architecture& m, const PlanRequest& request) {
 }
 }  // namespace detail
 
-/// Every valid layout, ranked by plan_order, fitting ones first; `each` sees the count as rows are made.
+/// Every valid layout, ranked by plan_order, fitting ones first; `each` sees the count as rows are
+/// made.
 inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& request,
                                  const std::function<void(std::size_t)>& each = nullptr) {
     detail::check_search(m, request);
@@ -641,7 +673,8 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
     };
     std::vector<Ranked> ranked;
     ranked.reserve(rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i) ranked.push_back({rows[i].fits, plan_key(rows[i]), i});
+    for (std::size_t i = 0; i < rows.size(); ++i)
+        ranked.push_back({rows[i].fits, plan_key(rows[i]), i});
     std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
         return a.fits != b.fits ? a.fits : a.key < b.key;
     });
@@ -663,7 +696,7 @@ namespace detail {
 inline PlanSummary top_layouts(const Architecture& m, const PlanRequest& request, std::size_t k,
                                const std::function<void(std::size_t)>& each) {
     using Ranked = std::pair<PlanKey, std::size_t>;  // key, then order made
-    std::vector<std::pair<Ranked, PlanRow>> heap;  // a max-heap: the worst of the best k on top
+    std::vector<std::pair<Ranked, PlanRow>> heap;    // a max-heap: the worst of the best k on top
     const auto worse = [](const auto& a, const auto& b) { return a.first < b.first; };
     PlanSummary summary;
     for_each_layout(m, request, [&](const PlanRow& row) {
@@ -694,20 +727,23 @@ inline PlanSummary plan_top(const Architecture& m, const PlanRequest& request, s
 }
 
 /// Tokens a GPU processes a second under a row's estimated step time, or none without one.
-inline std::optional<double> tokens_per_second_per_gpu(const PlanRequest& request, const PlanRow& row) {
+inline std::optional<double> tokens_per_second_per_gpu(const PlanRequest& request,
+                                                       const PlanRow& row) {
     if (!row.time) return std::nullopt;
     return static_cast<double>(request.global_batch) * static_cast<double>(request.base.seq) /
            (row.time->seconds() * static_cast<double>(row.parallel.devices()));
 }
 
-/// The most devices the search for the fewest tries (Llama 3 405B's cluster): it stops there, having
-/// found none that fits, rather than try the many a search to max_devices would.
+/// The most devices the search for the fewest tries (Llama 3 405B's cluster): it stops there,
+/// having found none that fits, rather than try the many a search to max_devices would.
 inline constexpr std::uint64_t fewest_gpus_limit = 1ULL << 14;
 
-/// The fewest devices, a multiple of `step` (the GPUs of a node, or 1), on which some layout fits, with
-/// that count's best `k` layouts; request.gpus is set to the count found (none: 0, with an empty summary).
-/// Refused (search_limit_error) before it starts where trying every count would pass the limit.
-inline PlanSummary plan_fewest(const Architecture& m, PlanRequest& request, std::uint64_t step, std::size_t k,
+/// The fewest devices, a multiple of `step` (the GPUs of a node, or 1), on which some layout fits,
+/// with that count's best `k` layouts; request.gpus is set to the count found (none: 0, with an
+/// empty summary). Refused (search_limit_error) before it starts where trying every count would
+/// pass the limit.
+inline PlanSummary plan_fewest(const Architecture& m, PlanRequest& request, std::uint64_t step,
+                               std::size_t k,
                                const std::function<void(std::size_t)>& each = nullptr) {
     detail::require_positive("step", step);
     if (step > fewest_gpus_limit)
@@ -721,8 +757,9 @@ inline PlanSummary plan_fewest(const Architecture& m, PlanRequest& request, std:
         most.stages = detail::saturating_add(most.stages, size.stages);
     }
     const std::string counts = step > 1 ? ", " + std::to_string(step) + " at a time" : "";
-    detail::check_search(most, request, "the search for the fewest devices (up to " +
-                                            std::to_string(fewest_gpus_limit) + counts + ")");
+    detail::check_search(most, request,
+                         "the search for the fewest devices (up to " +
+                             std::to_string(fewest_gpus_limit) + counts + ")");
     std::size_t evaluated = 0;
     for (std::uint64_t n = step; n <= fewest_gpus_limit; n += step) {
         request.gpus = n;

@@ -1,6 +1,7 @@
 #pragma once
-/// Training recipes: the dtypes of weights, gradients, master copy and activations, and an optimiser
-/// with its state slots. New recipes and optimisers are rows of these tables, not special cases in code.
+/// Training recipes: the dtypes of weights, gradients, master copy and activations, and an
+/// optimiser with its state slots. New recipes and optimisers are rows of these tables, not special
+/// cases in code.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -21,58 +22,72 @@ struct Precision {
     DType compute;
     DType stream;
     bool autocast = false;
-    /// The dtype the linear layers save their inputs in, where narrower than `compute` (NarrowLinears).
+    /// The dtype the linear layers save their inputs in, where narrower than `compute`
+    /// (NarrowLinears).
     std::optional<DType> linear_inputs;
 
     Precision(DType one) : compute(one), stream(one) {}  // one dtype throughout: no autocast
     Precision(DType compute_dtype, DType stream_dtype, bool under_autocast,
               std::optional<DType> linear_input_dtype = std::nullopt)
-        : compute(compute_dtype), stream(stream_dtype), autocast(under_autocast), linear_inputs(linear_input_dtype) {}
+        : compute(compute_dtype),
+          stream(stream_dtype),
+          autocast(under_autocast),
+          linear_inputs(linear_input_dtype) {}
 };
 
-/// Linear layers computed in a narrower dtype than the activations, as Transformer Engine's fp8 runs
-/// them (TE 1.x, transformer_engine/pytorch/module/linear.py): each casts its input once and saves
-/// that cast for the weight gradient, and keeps a cast of its weight and of the weight's transpose
-/// (Hopper's fp8 GEMMs take no transposed operand) as module buffers for the whole run.
+/// Linear layers computed in a narrower dtype than the activations, as Transformer Engine's fp8
+/// runs them (TE 1.x, transformer_engine/pytorch/module/linear.py): each casts its input once and
+/// saves that cast for the weight gradient, and keeps a cast of its weight and of the weight's
+/// transpose (Hopper's fp8 GEMMs take no transposed operand) as module buffers for the whole run.
 struct NarrowLinears {
     DType dtype;
-    std::uint32_t weight_casts;  ///< casts kept per weight element: the weight's and its transpose's
+    std::uint32_t
+        weight_casts;  ///< casts kept per weight element: the weight's and its transpose's
 };
 
 /// A training recipe: the dtypes of the weights, gradients, master copy and activations, and its
 /// optimiser; every byte count follows from them.
 struct Recipe {
     std::string_view name;
-    DType weights;                ///< the weights the forward pass reads
-    DType gradients;              ///< one gradient per parameter
-    std::optional<DType> master;  ///< the fp32 copy mixed precision keeps; none when the weights are it
-    DType activations;            ///< the compute dtype: activations, logits, activation gradients
+    DType weights;    ///< the weights the forward pass reads
+    DType gradients;  ///< one gradient per parameter
+    std::optional<DType>
+        master;         ///< the fp32 copy mixed precision keeps; none when the weights are it
+    DType activations;  ///< the compute dtype: activations, logits, activation gradients
     Optimizer optimizer;
-    DType state;                  ///< the optimiser's slots and its step's temporaries
+    DType state;  ///< the optimiser's slots and its step's temporaries
     std::string_view description;
-    /// The forward runs under torch.autocast: the weights (fp32) stay the residual stream's dtype, each
-    /// matmul casts its inputs and its weights to `activations` (architecture_activations.hpp counts it).
+    /// The forward runs under torch.autocast: the weights (fp32) stay the residual stream's dtype,
+    /// each matmul casts its inputs and its weights to `activations` (architecture_activations.hpp
+    /// counts it).
     bool autocast = false;
-    /// The layers' linear layers run in a narrower dtype (fp8): their saved inputs and weight casts.
+    /// The layers' linear layers run in a narrower dtype (fp8): their saved inputs and weight
+    /// casts.
     std::optional<NarrowLinears> linears = std::nullopt;
 
-    /// The dtype of the residual stream and the norms: the weights' under autocast, else the activations'.
+    /// The dtype of the residual stream and the norms: the weights' under autocast, else the
+    /// activations'.
     DType stream() const { return autocast ? weights : activations; }
     Precision precision() const {
-        return {activations, stream(), autocast, linears ? std::optional<DType>(linears->dtype) : std::nullopt};
+        return {activations, stream(), autocast,
+                linears ? std::optional<DType>(linears->dtype) : std::nullopt};
     }
     std::uint64_t weight_bytes() const { return bytes_per_element(weights); }
     std::uint64_t gradient_bytes() const { return bytes_per_element(gradients); }
     std::uint64_t master_bytes() const { return master ? bytes_per_element(*master) : 0; }
-    /// Optimiser-state bytes per parameter, when every tensor keeps the same (not 8-bit, factored or Muon's).
+    /// Optimiser-state bytes per parameter, when every tensor keeps the same (not 8-bit, factored
+    /// or Muon's).
     std::optional<std::uint64_t> optimizer_bytes() const { return optimizer.uniform_bytes(state); }
     std::uint64_t activation_bytes() const { return bytes_per_element(activations); }
-    std::uint64_t step_temporary_bytes() const { return optimizer.step != StepWork::none ? bytes_per_element(state) : 0; }
+    std::uint64_t step_temporary_bytes() const {
+        return optimizer.step != StepWork::none ? bytes_per_element(state) : 0;
+    }
     /// "Adam m, v (fp32)", "Adam m, v (int8, an fp32 scale per 256)"
     std::string optimizer_state() const {
         const auto& q = optimizer.slot_storage;  // 8-bit slots say their storage
         return std::string(optimizer.slots) + " (" +
-               (q ? std::string(dtype_name(q->dtype)) + ", an " + dtype_name(q->scale) + " scale per " + std::to_string(q->block)
+               (q ? std::string(dtype_name(q->dtype)) + ", an " + dtype_name(q->scale) +
+                        " scale per " + std::to_string(q->block)
                   : std::string(dtype_name(state))) +
                ")";
     }
@@ -81,7 +96,8 @@ struct Recipe {
         if (!optimizer_bytes()) return std::nullopt;
         return weight_bytes() + gradient_bytes() + master_bytes() + *optimizer_bytes();
     }
-    /// ZeRO's K (Rajbhandari et al. 2020, 3.1): optimiser-state bytes per parameter, master copy included.
+    /// ZeRO's K (Rajbhandari et al. 2020, 3.1): optimiser-state bytes per parameter, master copy
+    /// included.
     std::optional<std::uint64_t> zero_k() const {
         if (!optimizer_bytes()) return std::nullopt;
         return master_bytes() + *optimizer_bytes();
@@ -101,35 +117,49 @@ inline constexpr std::array<Recipe, 12> recipes = [] {
         // clang-format off
         // name                  weights grads master activations optimizer    state
         {"mixed-adam",            bf16,  bf16, fp32,  bf16,  adam,         fp32,
-         "mixed-precision Adam: bf16 weights and gradients, fp32 master copy and moments (ZeRO 3.1)"},
+         "mixed-precision Adam: bf16 weights and gradients, fp32 master copy and moments (ZeRO "
+         "3.1)"},
         {"fp32-adam",             fp32,  fp32, none,  fp32,  adam,         fp32,
          "plain fp32 Adam: fp32 weights, gradients, moments and activations"},
         {"mixed-adam-fp32-grads", bf16,  fp32, fp32,  bf16,  adam,         fp32,
          "mixed-precision Adam with fp32 gradient accumulation, as Megatron-LM keeps them"},
         {"mixed-sgd",             bf16,  bf16, fp32,  bf16,  sgd_momentum, fp32,
-         "mixed-precision SGD with momentum: bf16 weights and gradients, fp32 master copy and momentum"},
+         "mixed-precision SGD with momentum: bf16 weights and gradients, fp32 master copy and "
+         "momentum"},
         {"fp32-sgd",              fp32,  fp32, none,  fp32,  sgd_momentum, fp32,
          "plain fp32 SGD with momentum"},
         {"bf16-adam",             bf16,  bf16, none,  bf16,  adam,         bf16,
-         "model.to(torch.bfloat16) with torch.optim.AdamW: all bf16, the moments and the step's temporaries too; no master copy"},
+         "model.to(torch.bfloat16) with torch.optim.AdamW: all bf16, the moments and the step's "
+         "temporaries too; no master copy"},
         {"lion",                  bf16,  bf16, fp32,  bf16,  lion,         fp32,
-         "mixed-precision Lion: bf16 weights and gradients, an fp32 master copy and Lion's one momentum"},
+         "mixed-precision Lion: bf16 weights and gradients, an fp32 master copy and Lion's one "
+         "momentum"},
         {"adam-8bit",             bf16,  bf16, fp32,  bf16,  adam_8bit,    fp32,
-         "bitsandbytes AdamW8bit (>= 0.44) beside a mixed-precision master: bf16 weights and gradients, fp32 master; "
-         "m, v in 8 bits with an fp32 scale per 256 elements, fp32 below 4096 elements; one fused kernel, no temporaries"},
+         "bitsandbytes AdamW8bit (>= 0.44) beside a mixed-precision master: bf16 weights and "
+         "gradients, fp32 master; "
+         "m, v in 8 bits with an fp32 scale per 256 elements, fp32 below 4096 elements; one fused "
+         "kernel, no temporaries"},
         {"adafactor",             bf16,  bf16, fp32,  bf16,  adafactor,    fp32,
-         "transformers Adafactor (beta1=None) beside a mixed-precision master: bf16 weights and gradients, fp32 master; "
+         "transformers Adafactor (beta1=None) beside a mixed-precision master: bf16 weights and "
+         "gradients, fp32 master; "
          "fp32 row and column second moments of each matrix, a whole one of each vector"},
         {"muon",                  bf16,  bf16, fp32,  bf16,  muon,         fp32,
-         "Keller Jordan's Muon with aux AdamW, mixed precision: bf16 weights and gradients, fp32 master; fp32 momentum "
-         "for the layers' matrices, fp32 m, v for embedding, head, norms and biases; bf16 Newton-Schulz"},
+         "Keller Jordan's Muon with aux AdamW, mixed precision: bf16 weights and gradients, fp32 "
+         "master; fp32 momentum "
+         "for the layers' matrices, fp32 m, v for embedding, head, norms and biases; bf16 "
+         "Newton-Schulz"},
         {"amp-adam",              fp32,  fp32, none,  bf16,  adam,         fp32,
-         "an fp32 model under torch.autocast(bfloat16) with torch.optim.AdamW (nanoGPT, Trainer(bf16=True)): "
-         "fp32 weights, gradients and moments; matmuls in bf16 on cast copies of their inputs and weights", true},
+         "an fp32 model under torch.autocast(bfloat16) with torch.optim.AdamW (nanoGPT, "
+         "Trainer(bf16=True)): "
+         "fp32 weights, gradients and moments; matmuls in bf16 on cast copies of their inputs and "
+         "weights", true},
         {"fp8",                   bf16,  bf16, fp32,  bf16,  adam,         fp32,
-         "Transformer Engine fp8 (1.x, Hopper) beside mixed-precision Adam: the layers' linear layers save their "
-         "inputs in fp8 (one cast per input) and keep an fp8 cast of each weight and of its transpose, 2 B per "
-         "weight element, for the run; attention, norms, the head and the loss stay bf16", false, te_fp8},
+         "Transformer Engine fp8 (1.x, Hopper) beside mixed-precision Adam: the layers' linear "
+         "layers save their "
+         "inputs in fp8 (one cast per input) and keep an fp8 cast of each weight and of its "
+         "transpose, 2 B per "
+         "weight element, for the run; attention, norms, the head and the loss stay "
+         "bf16", false, te_fp8},
         // clang-format on
     }};
 }();
@@ -155,14 +185,15 @@ struct TrainingState {
     Count weights, gradients, master_weights, optimizer_state;
     Count total() const { return weights + gradients + master_weights + optimizer_state; }
     friend TrainingState operator+(const TrainingState& x, const TrainingState& y) {
-        return {x.weights + y.weights, x.gradients + y.gradients, x.master_weights + y.master_weights,
-                x.optimizer_state + y.optimizer_state};
+        return {x.weights + y.weights, x.gradients + y.gradients,
+                x.master_weights + y.master_weights, x.optimizer_state + y.optimizer_state};
     }
 };
 
 /// With the optimiser state counted per tensor (model_state), for any recipe.
 inline TrainingState training_state(Count parameters, const Recipe& r, Count optimizer_state) {
-    return {parameters * r.weight_bytes(), parameters * r.gradient_bytes(), parameters * r.master_bytes(), optimizer_state};
+    return {parameters * r.weight_bytes(), parameters * r.gradient_bytes(),
+            parameters * r.master_bytes(), optimizer_state};
 }
 
 /// A recipe whose optimiser state is whole bytes per parameter (Recipe::optimizer_bytes).

@@ -1,8 +1,8 @@
 #pragma once
-/// Serving memory: the weights in an inference engine's storage format, the KV cache in paged blocks,
-/// and the activations of one chunk of prefill, per tensor-parallel rank. An estimate of what the
-/// engine allocates for the model, not of the engine's own reserves (CUDA graphs, NCCL and cuBLAS
-/// workspaces), which the caller leaves room for with a reserve.
+/// Serving memory: the weights in an inference engine's storage format, the KV cache in paged
+/// blocks, and the activations of one chunk of prefill, per tensor-parallel rank. An estimate of
+/// what the engine allocates for the model, not of the engine's own reserves (CUDA graphs, NCCL and
+/// cuBLAS workspaces), which the caller leaves room for with a reserve.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -27,10 +27,10 @@ namespace memcalc {
 struct WeightFormat {
     std::string_view name;
     DType values;
-    std::uint32_t group;      ///< input rows sharing a scale; 0: one scale per output column
-    DType scale;              ///< the scales' dtype
+    std::uint32_t group;        ///< input rows sharing a scale; 0: one scale per output column
+    DType scale;                ///< the scales' dtype
     std::optional<DType> zero;  ///< a zero point per scale, packed; none: symmetric
-    bool per_tensor;          ///< one scale for the whole matrix instead
+    bool per_tensor;            ///< one scale for the whole matrix instead
     std::string_view source;
 
     /// Exact bytes of one in x out matrix.
@@ -40,7 +40,8 @@ struct WeightFormat {
         if (per_tensor) return values_bytes + Count(bytes_per_element(scale));
         const std::uint64_t groups = group == 0 ? 1 : (in + group - 1) / group;
         const Count scales = Count(groups) * out;
-        return values_bytes + scales * bytes_per_element(scale) + (zero ? Storage{*zero}.bytes(scales) : Count(0));
+        return values_bytes + scales * bytes_per_element(scale) +
+               (zero ? Storage{*zero}.bytes(scales) : Count(0));
     }
 };
 
@@ -51,7 +52,8 @@ inline constexpr std::array<WeightFormat, 4> weight_formats{{
     {"int8", DType::int8, 0, DType::fp32, std::nullopt, false,
      "W8A8 (compressed-tensors, SmoothQuant): int8 values, one fp32 scale per output channel"},
     {"int4", DType::int4, 128, DType::fp16, DType::int4, false,
-     "AWQ / GPTQ 4-bit, group 128: packed int4 values, per group of 128 input rows an fp16 scale and a "
+     "AWQ / GPTQ 4-bit, group 128: packed int4 values, per group of 128 input rows an fp16 scale "
+     "and a "
      "4-bit zero point per output column (GPTQ's g_idx, in int32 per input row, not counted)"},
 }};
 
@@ -63,31 +65,32 @@ inline const WeightFormat* weight_format(std::string_view name) {
 }
 
 struct ServeSettings {
-    std::uint64_t context = 0;        ///< tokens per sequence: prompt and generated
-    std::uint64_t batch = 1;          ///< sequences at once
+    std::uint64_t context = 0;  ///< tokens per sequence: prompt and generated
+    std::uint64_t batch = 1;    ///< sequences at once
     DType kv_dtype = DType::bf16;
     const WeightFormat* weights = &weight_formats[0];
-    std::uint64_t block_size = 16;    ///< tokens per KV-cache block (vLLM's default)
+    std::uint64_t block_size = 16;       ///< tokens per KV-cache block (vLLM's default)
     std::uint64_t prefill_chunk = 8192;  ///< tokens one forward takes at most (chunked prefill)
     std::uint64_t tp = 1;
 };
 
 /// What one tensor-parallel rank holds.
 struct ServeReport {
-    Count weights;                 ///< bytes
-    Count parameters;              ///< this rank's share
+    Count weights;     ///< bytes
+    Count parameters;  ///< this rank's share
     std::uint64_t kv_heads_per_rank = 0;
-    bool kv_replicated = false;    ///< fewer key/value heads than ranks: each rank keeps a whole head
-    bool kv_latent = false;        ///< latent attention: the compressed latent and k's rotary part
-    std::uint64_t windowed_layers = 0;  ///< layers whose sliding window caps their cache
-    Count kv_bytes_per_token;      ///< over every layer, while no window caps them
+    bool kv_replicated = false;  ///< fewer key/value heads than ranks: each rank keeps a whole head
+    bool kv_latent = false;      ///< latent attention: the compressed latent and k's rotary part
+    std::uint64_t windowed_layers = 0;      ///< layers whose sliding window caps their cache
+    Count kv_bytes_per_token;               ///< over every layer, while no window caps them
     std::uint64_t blocks_per_sequence = 0;  ///< the most any layer keeps a sequence
-    Count kv_cache;                ///< batch x blocks x block size x bytes per token, by kind of layer
+    Count kv_cache;  ///< batch x blocks x block size x bytes per token, by kind of layer
     std::uint64_t prefill_tokens = 0;
-    Count activations;             ///< prefill's largest forward temporaries and the last tokens' logits
+    Count activations;  ///< prefill's largest forward temporaries and the last tokens' logits
     std::uint64_t cache_layers = 0;  ///< the attention layers, which keep a KV cache
-    /// Mamba layers keep no cache but a state per sequence, whatever its length: the convolution's last
-    /// d_conv inputs (bf16) and the scan's d_inner x d_state state (fp32), d_inner split across ranks.
+    /// Mamba layers keep no cache but a state per sequence, whatever its length: the convolution's
+    /// last d_conv inputs (bf16) and the scan's d_inner x d_state state (fp32), d_inner split
+    /// across ranks.
     std::uint64_t state_layers = 0;
     Count state_bytes_per_sequence;  ///< over every Mamba layer
     Count ssm_state;                 ///< batch x state_bytes_per_sequence
@@ -95,11 +98,12 @@ struct ServeReport {
 };
 
 namespace detail {
-/// A row of the parameter table that the weight format stores: a layer's matrix, not a bias, norm or router.
+/// A row of the parameter table that the weight format stores: a layer's matrix, not a bias, norm
+/// or router.
 inline bool quantised(const ParamRow& r) {
     // A Mamba mixer's convolution taps and A stay in bf16, as vLLM's MambaMixer keeps them.
-    return r.group == Group::layer && (r.part == Part::attention || r.part == Part::mlp) && r.dims.size() >= 2 &&
-           r.tensor != "conv1d.weight" && r.tensor != "A_log";
+    return r.group == Group::layer && (r.part == Part::attention || r.part == Part::mlp) &&
+           r.dims.size() >= 2 && r.tensor != "conv1d.weight" && r.tensor != "A_log";
 }
 }  // namespace detail
 
@@ -117,11 +121,13 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
         throw error("tp (" + std::to_string(s.tp) + ") must divide the " + std::to_string(kv) +
                     " key/value heads or be a multiple of them");
     if (m.heads % s.tp != 0)
-        throw error("tp (" + std::to_string(s.tp) + ") must divide the " + std::to_string(m.heads) + " query heads");
+        throw error("tp (" + std::to_string(s.tp) + ") must divide the " + std::to_string(m.heads) +
+                    " query heads");
     if (m.any_mixer(Mixer::mamba) && m.ssm.d_inner % s.tp != 0)
-        throw error("tp (" + std::to_string(s.tp) + ") must divide the Mamba layers' " + std::to_string(m.ssm.d_inner) +
-                    " inner channels");
-    if (bytes_per_element(s.kv_dtype) == 0) throw error(std::string("kv dtype ") + dtype_name(s.kv_dtype) + " is not a cache dtype");
+        throw error("tp (" + std::to_string(s.tp) + ") must divide the Mamba layers' " +
+                    std::to_string(m.ssm.d_inner) + " inner channels");
+    if (bytes_per_element(s.kv_dtype) == 0)
+        throw error(std::string("kv dtype ") + dtype_name(s.kv_dtype) + " is not a cache dtype");
 }
 
 namespace detail {
@@ -141,36 +147,41 @@ inline void serve_weights(const Architecture& m, const ServeSettings& s, ServeRe
     const ParameterTable table = parameter_table(m);
     const std::uint64_t tp = s.tp;
     for (const ParamRow& row : table.rows) {
-        const Count layers = row.group == Group::layer ? Count(table.kind_layers[row.kind]) : Count(1);
+        const Count layers =
+            row.group == Group::layer ? Count(table.kind_layers[row.kind]) : Count(1);
         // A tensor-parallel rank holds its slice of split tensors (vocabulary rows rounded up).
         const std::uint64_t n = row.dims.size();
-        const std::uint64_t in = n >= 2 ? row.dims.begin()[n - 2] : 1, out = row.dims.begin()[n - 1];
+        const std::uint64_t in = n >= 2 ? row.dims.begin()[n - 2] : 1,
+                            out = row.dims.begin()[n - 1];
         const std::uint64_t stacked = n == 3 ? row.dims.begin()[0] : 1;
         Count elements = row.count, bytes;
-        if (row.split == ParamSplit::vocab) elements = ceil_div(Count(row.dims.begin()[0]), tp) * (row.count.value() / row.dims.begin()[0]);
-        else if (row.split == ParamSplit::tensor) elements = ceil_div(row.count, tp);
+        if (row.split == ParamSplit::vocab)
+            elements = ceil_div(Count(row.dims.begin()[0]), tp) *
+                       (row.count.value() / row.dims.begin()[0]);
+        else if (row.split == ParamSplit::tensor)
+            elements = ceil_div(row.count, tp);
         if (detail::quantised(row)) {
-            // Each rank's matrix is in x out / tp: column-parallel ones (reading the model's width) split
-            // their outputs, row-parallel ones their inputs, along which the groups run.
+            // Each rank's matrix is in x out / tp: column-parallel ones (reading the model's width)
+            // split their outputs, row-parallel ones their inputs, along which the groups run.
             const bool column = in == m.hidden;
-            bytes = Count(stacked) * s.weights->matrix_bytes(column ? in : ceil_div(Count(in), tp).value(),
-                                                              column ? ceil_div(Count(out), tp).value() : out);
+            bytes = Count(stacked) *
+                    s.weights->matrix_bytes(column ? in : ceil_div(Count(in), tp).value(),
+                                            column ? ceil_div(Count(out), tp).value() : out);
         } else {
             bytes = elements * dtype::bf16;
         }
         r.parameters += layers * elements;
         r.weights += layers * bytes;
     }
-
 }
 
 /// The KV cache (and Mamba state) of s.batch sequences of s.context tokens, on one rank.
 inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeReport& r) {
     const std::uint64_t tp = s.tp;
-    // The cache, a kind of layer at a time: k and v of its key/value heads on this rank (whole heads
-    // when fewer than ranks), or latent attention's compressed latent and k's rotary part (one per
-    // token, whole on every rank, as vLLM keeps it); a sliding-window layer keeps its window's tokens
-    // and one block more (the block the window's start falls in).
+    // The cache, a kind of layer at a time: k and v of its key/value heads on this rank (whole
+    // heads when fewer than ranks), or latent attention's compressed latent and k's rotary part
+    // (one per token, whole on every rank, as vLLM keeps it); a sliding-window layer keeps its
+    // window's tokens and one block more (the block the window's start falls in).
     const std::uint64_t kv = m.key_value_heads();
     r.kv_replicated = !m.mla.enabled() && kv < tp;
     r.kv_heads_per_rank = m.mla.enabled() ? 1 : r.kv_replicated ? 1 : kv / tp;
@@ -182,11 +193,13 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
         const std::uint64_t layers = m.layers_of_kind(k);
         if (layers == 0) continue;
         const Architecture v = m.kind_view(k);
-        if (v.mixer == Mixer::mamba) {  // no cache: a state per sequence (transformers' conv_states, ssm_states)
+        if (v.mixer == Mixer::mamba) {  // no cache: a state per sequence (transformers'
+                                        // conv_states, ssm_states)
             const std::uint64_t channels = v.ssm.d_inner / tp;
             r.state_layers += layers;
-            r.state_bytes_per_sequence += Count(layers) * channels *
-                                          (v.ssm.d_conv * dtype::bf16 + v.ssm.d_state * dtype::fp32);
+            r.state_bytes_per_sequence +=
+                Count(layers) * channels *
+                (v.ssm.d_conv * dtype::bf16 + v.ssm.d_state * dtype::fp32);
             continue;
         }
         r.cache_layers += layers;
@@ -194,7 +207,9 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
                                 (v.mla.enabled() ? v.mla.kv_lora_rank + v.mla.qk_rope_head_dim
                                                  : 2 * r.kv_heads_per_rank * v.head_size());
         const std::uint64_t blocks =
-            v.window == 0 ? blocks_full : std::min(blocks_full, ceil_div(Count(v.window), s.block_size).value() + 1);
+            v.window == 0
+                ? blocks_full
+                : std::min(blocks_full, ceil_div(Count(v.window), s.block_size).value() + 1);
         r.kv_bytes_per_token += per_token;
         r.kv_cache += Count(s.batch) * blocks * s.block_size * per_token;
         r.blocks_per_sequence = std::max(r.blocks_per_sequence, blocks);
@@ -208,10 +223,10 @@ inline void serve_activations(const Architecture& m, const ServeSettings& s, Ser
     const std::uint64_t tp = s.tp;
     // One forward of a prefill chunk, in bf16 with no autograd: the residual stream and the norm's
     // output, then the larger of attention's q, k, v and output (a fused kernel: no scores) and the
-    // MLP's gate/up output and product (per routed slot for experts, beside the gathered tokens, their
-    // outputs and the router's fp32 logits); and at the end the logits of each sequence's last token,
-    // bf16 and an fp32 copy for sampling.
-    // A batch whose tokens pass a chunk fills it: the product is not formed, so never wraps.
+    // MLP's gate/up output and product (per routed slot for experts, beside the gathered tokens,
+    // their outputs and the router's fp32 logits); and at the end the logits of each sequence's
+    // last token, bf16 and an fp32 copy for sampling. A batch whose tokens pass a chunk fills it:
+    // the product is not formed, so never wraps.
     const std::uint64_t chunk = s.prefill_chunk;
     const std::uint64_t N = s.batch > chunk / s.context ? chunk : s.batch * s.context;
     r.prefill_tokens = N;
@@ -220,17 +235,21 @@ inline void serve_activations(const Architecture& m, const ServeSettings& s, Ser
     Count mlp;
     m.every_kind([&](const Architecture& v) {
         const Count slots = Count(N) * v.active_experts();
-        Count here = slots * (ceil_div(Count(v.ffn), tp).value() * (v.mlp == Mlp::gated ? 3 : 2)) * dtype::bf16;
-        if (v.is_moe()) here += slots * m.hidden * (2 * dtype::bf16) + Count(N) * v.experts * dtype::fp32;
+        Count here = slots * (ceil_div(Count(v.ffn), tp).value() * (v.mlp == Mlp::gated ? 3 : 2)) *
+                     dtype::bf16;
+        if (v.is_moe())
+            here += slots * m.hidden * (2 * dtype::bf16) + Count(N) * v.experts * dtype::fp32;
         mlp = std::max(mlp, here);
         return true;
     });
-    // A Mamba mixer's prefill: in_proj's x and z, the convolution's output, delta, the scan's output and
-    // its gate, d_i wide each, in bf16 (mamba_ssm's kernels), counted beside attention's as the larger.
+    // A Mamba mixer's prefill: in_proj's x and z, the convolution's output, delta, the scan's
+    // output and its gate, d_i wide each, in bf16 (mamba_ssm's kernels), counted beside attention's
+    // as the larger.
     if (m.any_mixer(Mixer::mamba))
         mlp = std::max(mlp, Count(N) * (6 * (m.ssm.d_inner / tp)) * dtype::bf16);
     const Count stream = Count(N) * m.hidden * (2 * dtype::bf16);
-    const Count logits = Count(s.batch) * ceil_div(Count(m.vocab), tp).value() * (dtype::bf16 + dtype::fp32);
+    const Count logits =
+        Count(s.batch) * ceil_div(Count(m.vocab), tp).value() * (dtype::bf16 + dtype::fp32);
     r.activations = stream + std::max(attention, mlp) + logits;
 }
 }  // namespace detail
@@ -244,24 +263,29 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
     ServeReport r;
     detail::named_overflow([&] { detail::serve_weights(m, s, r); },
                            [&] { return detail::parameter_overflow(m); });
-    detail::named_overflow([&] { detail::serve_cache(m, s, r); }, [&] {
-        return "the KV cache of batch (" + n(s.batch) + ") x context (" + n(s.context) +
-               ", in blocks of " + n(s.block_size) + " tokens) overflows 64 bits";
-    });
-    detail::named_overflow([&] { detail::serve_activations(m, s, r); }, [&] {
-        return "the activations of a prefill chunk of " + n(r.prefill_tokens) +
-               " tokens (prefill chunk " + n(s.prefill_chunk) + ") and the logits of batch (" +
-               n(s.batch) + ") overflow 64 bits";
-    });
+    detail::named_overflow([&] { detail::serve_cache(m, s, r); },
+                           [&] {
+                               return "the KV cache of batch (" + n(s.batch) + ") x context (" +
+                                      n(s.context) + ", in blocks of " + n(s.block_size) +
+                                      " tokens) overflows 64 bits";
+                           });
+    detail::named_overflow([&] { detail::serve_activations(m, s, r); },
+                           [&] {
+                               return "the activations of a prefill chunk of " +
+                                      n(r.prefill_tokens) + " tokens (prefill chunk " +
+                                      n(s.prefill_chunk) + ") and the logits of batch (" +
+                                      n(s.batch) + ") overflow 64 bits";
+                           });
     return r;
 }
 
 /// What a device of `capacity` bytes (its memory less a reserve) holds when serving as `s` says.
 struct ServeFit {
-    bool fits = false;                   ///< the peak at s.batch fits
-    Count kv_capacity_tokens;            ///< cache tokens left beside the weights and activations, whole blocks
-    std::uint64_t max_batch = 0;         ///< the most sequences of s.context that fit (0: none)
-    std::optional<ServeReport> at_max;   ///< the report at max_batch
+    bool fits = false;  ///< the peak at s.batch fits
+    Count
+        kv_capacity_tokens;  ///< cache tokens left beside the weights and activations, whole blocks
+    std::uint64_t max_batch = 0;        ///< the most sequences of s.context that fit (0: none)
+    std::optional<ServeReport> at_max;  ///< the report at max_batch
 };
 
 /// The largest batch whose peak fits (the peak grows with the batch), by doubling then bisecting.
@@ -271,7 +295,8 @@ inline ServeFit serve_fit(const Architecture& m, ServeSettings s, Count capacity
     f.fits = here.peak() <= capacity;
     const Count fixed = here.weights + here.ssm_state + here.activations;
     if (capacity > fixed && here.kv_bytes_per_token > Count(0)) {
-        const std::uint64_t tokens = (capacity.value() - fixed.value()) / here.kv_bytes_per_token.value();
+        const std::uint64_t tokens =
+            (capacity.value() - fixed.value()) / here.kv_bytes_per_token.value();
         f.kv_capacity_tokens = Count(tokens / s.block_size * s.block_size);
     }
     const auto fits = [&](std::uint64_t batch) {

@@ -21,7 +21,9 @@ struct SplitBytes {
                a.vocab == b.vocab && a.expert_tensor == b.expert_tensor;
     }
     friend bool operator!=(const SplitBytes& a, const SplitBytes& b) { return !(a == b); }
-    bool any() const { return (tensor + sequence + replicated + vocab + expert_tensor).value() > 0; }
+    bool any() const {
+        return (tensor + sequence + replicated + vocab + expert_tensor).value() > 0;
+    }
     void add(ActivationSplit split, Count bytes) {
         switch (split) {
             case ActivationSplit::tensor: tensor += bytes; break;
@@ -58,8 +60,10 @@ struct SplitBytes {
     }
     /// One rank's share, by the rule each row follows (rank_share; exact for valid layouts).
     Count on_rank(const Parallelism& p, std::uint64_t V) const {
-        return rank_share(tensor, ActivationSplit::tensor, p, V) + rank_share(sequence, ActivationSplit::sequence, p, V) +
-               rank_share(replicated, ActivationSplit::replicated, p, V) + rank_share(vocab, ActivationSplit::vocab, p, V) +
+        return rank_share(tensor, ActivationSplit::tensor, p, V) +
+               rank_share(sequence, ActivationSplit::sequence, p, V) +
+               rank_share(replicated, ActivationSplit::replicated, p, V) +
+               rank_share(vocab, ActivationSplit::vocab, p, V) +
                rank_share(expert_tensor, ActivationSplit::expert_tensor, p, V);
     }
 };

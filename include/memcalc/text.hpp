@@ -1,7 +1,7 @@
 #pragma once
-/// The text a table row shows (an op, a tensor, a shape in the paper's letters). Rows hold views, so
-/// a table is plain values: building, copying and dropping one allocates no strings. A view is of a
-/// string literal, or of text made once and kept for the life of the process (intern).
+/// The text a table row shows (an op, a tensor, a shape in the paper's letters). Rows hold views,
+/// so a table is plain values: building, copying and dropping one allocates no strings. A view is
+/// of a string literal, or of text made once and kept for the life of the process (intern).
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -24,9 +24,9 @@ inline Text intern(std::string_view text) {
 /// pointer into a temporary string would dangle: pass the string itself.)
 struct Label {
     Text text;
-    Label(const char* literal) : text(literal) {}                     // NOLINT: implicit by design
-    Label(const std::string& made) : text(intern(made)) {}             // NOLINT
-    operator Text() const { return text; }                             // NOLINT
+    Label(const char* literal) : text(literal) {}           // NOLINT: implicit by design
+    Label(const std::string& made) : text(intern(made)) {}  // NOLINT
+    operator Text() const { return text; }                  // NOLINT
 };
 
 }  // namespace memcalc

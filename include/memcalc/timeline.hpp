@@ -19,36 +19,53 @@ namespace memcalc {
 /// Live bytes at one step, by category.
 struct Breakdown {
     Count weights, master_weights, optimizer_state, gradients;
-    Count gathered_weights;     ///< full weights made for the layers being computed: ZeRO-3's gathers (QLoRA dequantises in the layer's workspace)
-    Count kept_activations;     ///< saved by the forward pass, waiting for their backward step (and a kept k/v cache)
+    Count gathered_weights;  ///< full weights made for the layers being computed: ZeRO-3's gathers
+                             ///< (QLoRA dequantises in the layer's workspace)
+    Count kept_activations;  ///< saved by the forward pass, waiting for their backward step (and a
+                             ///< kept k/v cache)
     Count rebuilt_activations;  ///< recomputed for the backward step running now
     Count logits;               ///< logits, the loss's fp32 softmax and the logits gradient
     Count activation_gradient;  ///< the gradient flowing down through the layers
-    Count workspace;            ///< temporaries of the op running now, and the forward pass's causal mask
-    /// Autocast's casts of the weights to the compute dtype: each layer's from its forward step until its
-    /// backward step ends (autograd saved them), the head's in the loss step (measured: gone by backward L's peak).
+    Count workspace;  ///< temporaries of the op running now, and the forward pass's causal mask
+    /// Autocast's casts of the weights to the compute dtype: each layer's from its forward step
+    /// until its backward step ends (autograd saved them), the head's in the loss step (measured:
+    /// gone by backward L's peak).
     Count weight_copies;
 
     Count total() const {
-        return weights + master_weights + optimizer_state + gradients + gathered_weights + kept_activations +
-               rebuilt_activations + logits + activation_gradient + workspace + weight_copies;
+        return weights + master_weights + optimizer_state + gradients + gathered_weights +
+               kept_activations + rebuilt_activations + logits + activation_gradient + workspace +
+               weight_copies;
     }
-    /// `op(a's, b's)` in every category, modulo 2^64 (a linear run's difference, and its later steps).
+    /// `op(a's, b's)` in every category, modulo 2^64 (a linear run's difference, and its later
+    /// steps).
     template <class Op>
     static Breakdown modulo(const Breakdown& a, const Breakdown& b, Op op) {
-        const auto f = [&](Count Breakdown::*c) { return Count(op((a.*c).value(), (b.*c).value())); };
-        return {f(&Breakdown::weights), f(&Breakdown::master_weights), f(&Breakdown::optimizer_state),
-                f(&Breakdown::gradients), f(&Breakdown::gathered_weights), f(&Breakdown::kept_activations),
-                f(&Breakdown::rebuilt_activations), f(&Breakdown::logits), f(&Breakdown::activation_gradient),
-                f(&Breakdown::workspace), f(&Breakdown::weight_copies)};
+        const auto f = [&](Count Breakdown::*c) {
+            return Count(op((a.*c).value(), (b.*c).value()));
+        };
+        return {f(&Breakdown::weights),
+                f(&Breakdown::master_weights),
+                f(&Breakdown::optimizer_state),
+                f(&Breakdown::gradients),
+                f(&Breakdown::gathered_weights),
+                f(&Breakdown::kept_activations),
+                f(&Breakdown::rebuilt_activations),
+                f(&Breakdown::logits),
+                f(&Breakdown::activation_gradient),
+                f(&Breakdown::workspace),
+                f(&Breakdown::weight_copies)};
     }
     /// `f(mine, theirs)` for every category, in order: for code that treats them alike.
     template <class F>
     void each(const Breakdown& other, F f) {
-        f(weights, other.weights), f(master_weights, other.master_weights), f(optimizer_state, other.optimizer_state);
+        f(weights, other.weights), f(master_weights, other.master_weights),
+            f(optimizer_state, other.optimizer_state);
         f(gradients, other.gradients), f(gathered_weights, other.gathered_weights);
-        f(kept_activations, other.kept_activations), f(rebuilt_activations, other.rebuilt_activations);
-        f(logits, other.logits), f(activation_gradient, other.activation_gradient), f(workspace, other.workspace);
+        f(kept_activations, other.kept_activations),
+            f(rebuilt_activations, other.rebuilt_activations);
+        f(logits, other.logits), f(activation_gradient, other.activation_gradient),
+            f(workspace, other.workspace);
         f(weight_copies, other.weight_copies);
     }
 };
@@ -57,7 +74,8 @@ enum class Phase { forward, loss, backward, optimizer };
 
 struct Step {
     Phase phase;
-    std::uint64_t layer;  ///< the layer's global number (1..L) for forward and backward steps, 0 otherwise
+    std::uint64_t
+        layer;  ///< the layer's global number (1..L) for forward and backward steps, 0 otherwise
     Breakdown bytes;
     /// The micro-batch it belongs to: 1, or 2, which stands for every later one (each holds the
     /// gradients the earlier ones accumulated; in a pipeline, 2 holds the most in flight of them).
@@ -68,10 +86,13 @@ struct Step {
         append_name(out);
         return out;
     }
-    /// name(), appended to `out`: a sweep writes a row per configuration without a string of its own.
+    /// name(), appended to `out`: a sweep writes a row per configuration without a string of its
+    /// own.
     void append_name(std::string& out) const {
         char digits[24];
-        const auto number = [&](std::uint64_t n) { out.append(digits, std::to_chars(digits, digits + 24, n).ptr); };
+        const auto number = [&](std::uint64_t n) {
+            out.append(digits, std::to_chars(digits, digits + 24, n).ptr);
+        };
         switch (phase) {
             case Phase::forward: out += "forward ", number(layer); break;
             case Phase::loss: out += "loss"; break;
@@ -87,81 +108,98 @@ struct LayerInputs {
     Count kept;              ///< one layer's kept activations under the chosen recomputation
     Count rebuilt;           ///< what one layer's backward step rebuilds
     Count gathered_weights;  ///< ZeRO-3's gathered weights, during its forward and backward steps
-    Count gradients;         ///< one layer's (its shard, under ZeRO-2/3): ready once its backward step ends
-    Count gradient_bucket;   ///< ZeRO-2/3: a layer's full gradient, held until it is reduce-scattered
-    Count forward_work;      ///< the most its forward workspaces add to its step
-    Count backward_work;     ///< the most its backward workspaces add to its step
+    Count
+        gradients;  ///< one layer's (its shard, under ZeRO-2/3): ready once its backward step ends
+    Count
+        gradient_bucket;  ///< ZeRO-2/3: a layer's full gradient, held until it is reduce-scattered
+    Count forward_work;   ///< the most its forward workspaces add to its step
+    Count backward_work;  ///< the most its backward workspaces add to its step
     Count backward_work_held;  ///< the same when the gradients they write are already held
-    /// Full recomputation: what its forward, rerun inside the backward step, holds beyond the rows that
-    /// step rebuilds (a frozen base keeps few rows, and its linears' inputs and outputs pass them), with
-    /// the gradients the step made before the rerun began.
+    /// Full recomputation: what its forward, rerun inside the backward step, holds beyond the rows
+    /// that step rebuilds (a frozen base keeps few rows, and its linears' inputs and outputs pass
+    /// them), with the gradients the step made before the rerun began.
     Count recompute_forward_work;
-    Count weight_copies;     ///< autocast's cast of one layer's matmul weights (and biases)
-    /// A schedule deferring W: what W reads of one layer, held from the end of its backward step until W.
+    Count weight_copies;  ///< autocast's cast of one layer's matmul weights (and biases)
+    /// A schedule deferring W: what W reads of one layer, held from the end of its backward step
+    /// until W.
     Count weight_reads;
 };
 
 /// What one device's timeline needs to know, already in bytes. Its layers (StageLayers) may be of
 /// several kinds, each with its own LayerInputs.
 struct TimelineInputs : StageLayers {
-    bool loss = true;             ///< it computes the loss (the last pipeline stage)
-    std::uint64_t microbatches = 1;  ///< in the step: from the second on, the first's gradients are held
-    /// A gradient buffer allocated for the whole run (Megatron-LM's, DeepSpeed's): every gradient is
-    /// live at every step, from the first forward step on.
+    bool loss = true;  ///< it computes the loss (the last pipeline stage)
+    std::uint64_t microbatches =
+        1;  ///< in the step: from the second on, the first's gradients are held
+    /// A gradient buffer allocated for the whole run (Megatron-LM's, DeepSpeed's): every gradient
+    /// is live at every step, from the first forward step on.
     bool persistent_gradients = false;
-    /// The loop keeps the logits through backward (nanoGPT); else they go once the loss is made (Trainer).
+    /// The loop keeps the logits through backward (nanoGPT); else they go once the loss is made
+    /// (Trainer).
     bool logits_held = true;
     Count weights, master_weights, optimizer_state;  ///< persistent through the whole step
     std::array<LayerInputs, max_layer_kinds> layer;  ///< by kind of layer
     /// Partial recomputation: the same of a layer past the first `recomputed` of its chunk, which
     /// keeps every activation (recompute none).
     std::array<LayerInputs, max_layer_kinds> not_recomputed;
-    Count other_microbatches;     ///< kept activations of the other micro-batches a pipeline stage holds
-    Count later_other_microbatches;  ///< the same at a later micro-batch (1F1B: one fewer left to start)
-    /// Several chunks a rank: other_microbatches counts the running micro-batch's chunks as its own, but in
-    /// steady state, at its chunk c, its later chunks are not in flight (not begun, or through backward) and
-    /// other micro-batches' chunks are in their place (measured: interleaved, validation/pipeline_schedules.py).
-    /// One other chunk's bytes, and how many such places at most (at chunk 0; each later chunk one fewer).
+    Count
+        other_microbatches;  ///< kept activations of the other micro-batches a pipeline stage holds
+    Count later_other_microbatches;  ///< the same at a later micro-batch (1F1B: one fewer left to
+                                     ///< start)
+    /// Several chunks a rank: other_microbatches counts the running micro-batch's chunks as its
+    /// own, but in steady state, at its chunk c, its later chunks are not in flight (not begun, or
+    /// through backward) and other micro-batches' chunks are in their place (measured: interleaved,
+    /// validation/pipeline_schedules.py). One other chunk's bytes, and how many such places at most
+    /// (at chunk 0; each later chunk one fewer).
     Count spare_chunk;
     std::uint64_t spare_chunks = 0, later_spare_chunks = 0;
-    Count head_gradients;         ///< final norm and output head: ready after the first backward step starts
-    Count buffered_gradients;     ///< into held gradients: a tied table's from the head until the embedding's backward
+    Count
+        head_gradients;  ///< final norm and output head: ready after the first backward step starts
+    Count buffered_gradients;  ///< into held gradients: a tied table's from the head until the
+                               ///< embedding's backward
     /// The same with no gradient held yet, where the gradients are sharded (ZeRO-2/3) or offloaded:
     /// the table's gradient is whole until the embedding's backward hands it over.
     Count buffered_first_gradients;
-    Count input_gradients;        ///< embeddings (untied): ready after the last backward step
-    Count input_side_kept;        ///< saved by the embedding side: from the first forward step to the last backward
+    Count input_gradients;  ///< embeddings (untied): ready after the last backward step
+    Count input_side_kept;  ///< saved by the embedding side: from the first forward step to the
+                            ///< last backward
     Count later_input_side_kept;  ///< the same at a later micro-batch
-    Count logits;                 ///< from the head's forward; held to the end of the step when logits_held
-    /// Per layer: the k and v the model's output keeps beyond what backward saves (--kv-cache kept),
-    /// from the layer's forward step for as long as the output lives (the logits' life).
+    Count logits;  ///< from the head's forward; held to the end of the step when logits_held
+    /// Per layer: the k and v the model's output keeps beyond what backward saves (--kv-cache
+    /// kept), from the layer's forward step for as long as the output lives (the logits' life).
     Count kv_cache;
-    Count kv_cache_whole;         ///< per layer: all of the k/v cache, which a layer's finished backward leaves
-    Count loss_buffers;           ///< the loss step alone (the loss's fp32 softmax, what the head saves)
-    Count logits_gradient;        ///< from the loss step until the top layer's backward step ends
-    Count activation_gradient;    ///< the incoming gradient of each backward step
-    Count forward_buffers;        ///< built by the forward pass for all layers, dropped after the loss (causal mask)
-    Count recompute_buffers;      ///< the part of them recomputation keeps through the backward steps
-    Count loss_work;              ///< the loss step's temporaries, with what the forward pass still holds
-    /// The same at a later micro-batch, where the previous micro-batch's logits are still held: a loop
-    /// that keeps its logits to the end of its micro-batch drops them when the next forward returns.
+    Count kv_cache_whole;   ///< per layer: all of the k/v cache, which a layer's finished backward
+                            ///< leaves
+    Count loss_buffers;     ///< the loss step alone (the loss's fp32 softmax, what the head saves)
+    Count logits_gradient;  ///< from the loss step until the top layer's backward step ends
+    Count activation_gradient;  ///< the incoming gradient of each backward step
+    Count forward_buffers;    ///< built by the forward pass for all layers, dropped after the loss
+                              ///< (causal mask)
+    Count recompute_buffers;  ///< the part of them recomputation keeps through the backward steps
+    Count loss_work;  ///< the loss step's temporaries, with what the forward pass still holds
+    /// The same at a later micro-batch, where the previous micro-batch's logits are still held: a
+    /// loop that keeps its logits to the end of its micro-batch drops them when the next forward
+    /// returns.
     Count later_loss_work;
-    Count optimizer_work;         ///< the optimiser step's temporaries
-    Count input_backward_work;    ///< what the embedding's backward adds to backward 1 over its layer's
+    Count optimizer_work;  ///< the optimiser step's temporaries
+    Count
+        input_backward_work;  ///< what the embedding's backward adds to backward 1 over its layer's
     Count input_backward_work_held;  ///< the same when the gradients it writes are already held
-    Count head_weight_copy;       ///< autocast's cast of the output head's matrix: the loss step
-    Count persistent_weight_copies;  ///< narrow (fp8) linears' weight casts, module buffers: every step
-    /// Full recomputation under autocast: no layer saves its weights' casts, but autocast's cache holds
-    /// every layer's until the forward pass ends; each backward step casts its layer's again.
+    Count head_weight_copy;          ///< autocast's cast of the output head's matrix: the loss step
+    Count persistent_weight_copies;  ///< narrow (fp8) linears' weight casts, module buffers: every
+                                     ///< step
+    /// Full recomputation under autocast: no layer saves its weights' casts, but autocast's cache
+    /// holds every layer's until the forward pass ends; each backward step casts its layer's again.
     bool weight_copies_recast = false;
-    /// Activation offload: each layer's kept activations are on the device only around its steps (see
-    /// kept_on_device); the other layers' wait in host memory.
+    /// Activation offload: each layer's kept activations are on the device only around its steps
+    /// (see kept_on_device); the other layers' wait in host memory.
     bool kept_offloaded = false;
 
-    /// The positions whose kept activations are on the device at a step (loss: position L): every one up to
-    /// it; offloaded, the layer computing and the one in transit (Transformer Engine's double buffer): in
-    /// forward the one before, whose copy to the host may still be in flight; in backward the one before,
-    /// being fetched back. The one after is freed when its backward step ends, as without offload.
+    /// The positions whose kept activations are on the device at a step (loss: position L): every
+    /// one up to it; offloaded, the layer computing and the one in transit (Transformer Engine's
+    /// double buffer): in forward the one before, whose copy to the host may still be in flight; in
+    /// backward the one before, being fetched back. The one after is freed when its backward step
+    /// ends, as without offload.
     std::pair<std::uint64_t, std::uint64_t> kept_on_device(std::uint64_t position) const {
         if (!kept_offloaded) return {1, position};
         return {position > 1 ? position - 1 : 1, position};
@@ -190,34 +228,43 @@ struct TimelineInputs : StageLayers {
     }
     Count over_kinds(std::uint64_t first, std::uint64_t last, Count LayerInputs::*member) const {
         if (!partial()) return per_kind(between(first, last, false), member);
-        return per_kind(between(first, last, true), member) + over_not_recomputed(first, last, member);
+        return per_kind(between(first, last, true), member) +
+               over_not_recomputed(first, last, member);
     }
     /// `member` summed over the positions first..last that keep every activation (none but under
     /// partial recomputation).
-    Count over_not_recomputed(std::uint64_t first, std::uint64_t last, Count LayerInputs::*member) const {
+    Count over_not_recomputed(std::uint64_t first, std::uint64_t last,
+                              Count LayerInputs::*member) const {
         if (!partial() || first > last) return 0;
         KindCounts n = between(first, last, false);
         const KindCounts recomputed_ones = between(first, last, true);
         for (std::size_t k = 0; k < kinds(); ++k) n[k] -= recomputed_ones[k];
         return per_kind(n, member, &not_recomputed);
     }
-    /// Layers of each kind among positions first..last (1-based, inclusive), only the recomputed ones
-    /// when `recomputed_only`.
+    /// Layers of each kind among positions first..last (1-based, inclusive), only the recomputed
+    /// ones when `recomputed_only`.
     KindCounts between(std::uint64_t first, std::uint64_t last, bool recomputed_only) const {
         KindCounts n = recomputed_only ? recomputed_counts(last) : counts(last);
-        const KindCounts before = recomputed_only ? recomputed_counts(first - 1) : counts(first - 1);
+        const KindCounts before =
+            recomputed_only ? recomputed_counts(first - 1) : counts(first - 1);
         for (std::size_t k = 0; k < kinds(); ++k) n[k] -= before[k];
         return n;
     }
     /// Every gradient this device holds once its backward pass is done.
-    Count all_gradients() const { return head_gradients + over<&LayerInputs::gradients>(1, layers) + input_gradients; }
+    Count all_gradients() const {
+        return head_gradients + over<&LayerInputs::gradients>(1, layers) + input_gradients;
+    }
     /// Whether micro-batch `microbatch` starts with every gradient present.
-    bool gradients_held(std::uint64_t microbatch) const { return persistent_gradients || microbatch > 1; }
+    bool gradients_held(std::uint64_t microbatch) const {
+        return persistent_gradients || microbatch > 1;
+    }
 };
 
 /// One step of the timeline: `position` counts the device's layers, 1-based, for forward and
-/// backward steps (so backward L is the first backward step); `microbatch` is 1 or 2 (every later one).
-inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t position, std::uint64_t microbatch = 1) {
+/// backward steps (so backward L is the first backward step); `microbatch` is 1 or 2 (every later
+/// one).
+inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t position,
+                    std::uint64_t microbatch = 1) {
     const std::uint64_t L = in.layers;
     const bool later = microbatch > 1, held = in.gradients_held(microbatch);
     Breakdown b;
@@ -230,22 +277,28 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
     b.gradients = held_gradients;
     const std::uint64_t done = phase == Phase::loss ? L : position;  // the layers up to this step's
     const auto [first_kept, last_kept] = in.kept_on_device(done);
-    // At a layer step of chunk c, the chunks after it held by other micro-batches instead (spare_chunk).
+    // At a layer step of chunk c, the chunks after it held by other micro-batches instead
+    // (spare_chunk).
     const std::uint64_t spare = later ? in.later_spare_chunks : in.spare_chunks;
     const std::uint64_t chunk_index = in.one_chunk() || done == 0 ? 0 : (done - 1) / in.chunk;
-    const std::uint64_t spares = (phase == Phase::forward || phase == Phase::backward) && spare > chunk_index
-                                     ? spare - chunk_index
-                                     : 0;
+    const std::uint64_t spares =
+        (phase == Phase::forward || phase == Phase::backward) && spare > chunk_index
+            ? spare - chunk_index
+            : 0;
     const Count kept = (later ? in.later_input_side_kept + in.later_other_microbatches
                               : in.input_side_kept + in.other_microbatches) +
-                       in.over<&LayerInputs::kept>(first_kept, last_kept) + Count(spares) * in.spare_chunk;
+                       in.over<&LayerInputs::kept>(first_kept, last_kept) +
+                       Count(spares) * in.spare_chunk;
     const bool at_layer = phase == Phase::forward || phase == Phase::backward;
     const LayerInputs& here = at_layer ? in.at(position) : in.layer[0];
     const Count held_logits = in.loss && in.logits_held ? in.logits : Count(0);
-    // The whole model's k/v cache, held with the output: beyond what backward saves until a layer's backward
-    // has run, then all of it (measured: cpu-buffers.json); a later micro-batch's forward still has the last one's.
+    // The whole model's k/v cache, held with the output: beyond what backward saves until a layer's
+    // backward has run, then all of it (measured: cpu-buffers.json); a later micro-batch's forward
+    // still has the last one's.
     const auto held_cache_after = [&](std::uint64_t finished) {
-        return in.logits_held ? Count(L - finished) * in.kv_cache + Count(finished) * in.kv_cache_whole : Count(0);
+        return in.logits_held
+                   ? Count(L - finished) * in.kv_cache + Count(finished) * in.kv_cache_whole
+                   : Count(0);
     };
     const Count cache = Count(done) * in.kv_cache + (later ? held_cache_after(L) : Count(0));
     switch (phase) {
@@ -263,29 +316,35 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             b.workspace = later ? in.later_loss_work : in.loss_work;
             return {phase, 0, b, microbatch};
         case Phase::backward: {
-            // The layers after this one have passed their B: what their deferred W reads waits (measured:
-            // validation/results/cpu-pipeline-schedules.json, ZB-H1's last stage).
-            // This layer's own too: its backward frees the k and v it saved at one op or another, the cache
-            // keeps them (leaning high by those before then).
-            b.kept_activations = kept + held_cache_after(L - position + 1) + in.over<&LayerInputs::weight_reads>(position + 1, L);
+            // The layers after this one have passed their B: what their deferred W reads waits
+            // (measured: validation/results/cpu-pipeline-schedules.json, ZB-H1's last stage). This
+            // layer's own too: its backward frees the k and v it saved at one op or another, the
+            // cache keeps them (leaning high by those before then).
+            b.kept_activations = kept + held_cache_after(L - position + 1) +
+                                 in.over<&LayerInputs::weight_reads>(position + 1, L);
             b.rebuilt_activations = here.rebuilt;
             b.gathered_weights = here.gathered_weights;
-            // Recast: a recomputed layer casts its own again; one that keeps its activations saved its casts.
-            b.weight_copies += in.weight_copies_recast
-                                   ? (in.recomputed_at(position) ? here.weight_copies : Count(0)) +
-                                         in.over_not_recomputed(1, position, &LayerInputs::weight_copies)
-                                   : in.over<&LayerInputs::weight_copies>(1, position);
+            // Recast: a recomputed layer casts its own again; one that keeps its activations saved
+            // its casts.
+            b.weight_copies +=
+                in.weight_copies_recast
+                    ? (in.recomputed_at(position) ? here.weight_copies : Count(0)) +
+                          in.over_not_recomputed(1, position, &LayerInputs::weight_copies)
+                    : in.over<&LayerInputs::weight_copies>(1, position);
             b.activation_gradient = in.activation_gradient;
-            b.workspace = std::max(held ? here.backward_work_held : here.backward_work, here.recompute_forward_work) +
+            b.workspace = std::max(held ? here.backward_work_held : here.backward_work,
+                                   here.recompute_forward_work) +
                           in.recompute_buffers;
             if (position == 1)
-                b.workspace = std::max(b.workspace, held ? in.input_backward_work_held : in.input_backward_work);
+                b.workspace = std::max(b.workspace,
+                                       held ? in.input_backward_work_held : in.input_backward_work);
             b.logits = position == L ? held_logits + in.logits_gradient : held_logits;
             // The layers after this one have finished their backward steps.
-            b.gradients = (held ? held_gradients + in.buffered_gradients
-                                : in.head_gradients + in.over<&LayerInputs::gradients>(position + 1, L) +
-                                      in.buffered_first_gradients) +
-                          here.gradient_bucket;
+            b.gradients =
+                (held ? held_gradients + in.buffered_gradients
+                      : in.head_gradients + in.over<&LayerInputs::gradients>(position + 1, L) +
+                            in.buffered_first_gradients) +
+                here.gradient_bucket;
             return {phase, in.layer_id(position - 1), b, microbatch};
         }
         case Phase::optimizer:
@@ -298,12 +357,16 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
     return {phase, 0, b, microbatch};
 }
 
-/// The micro-batches a timeline shows: the first, and with several a later one (2) for all the rest.
-inline std::uint64_t shown_microbatches(const TimelineInputs& in) { return in.microbatches > 1 ? 2 : 1; }
+/// The micro-batches a timeline shows: the first, and with several a later one (2) for all the
+/// rest.
+inline std::uint64_t shown_microbatches(const TimelineInputs& in) {
+    return in.microbatches > 1 ? 2 : 1;
+}
 
 namespace detail {
 
-/// The earliest largest step of a timeline as it is made (peak_index's answer, without a second pass).
+/// The earliest largest step of a timeline as it is made (peak_index's answer, without a second
+/// pass).
 struct PeakSoFar {
     std::size_t index = 0;
     Count bytes;
@@ -319,11 +382,13 @@ inline void add_step(std::vector<Step>& steps, PeakSoFar* peak, const Step& s) {
     steps.push_back(s);
 }
 
-/// Steps `from`..`to` of `phase` (positions, either direction), where every category is linear in the
-/// position (what peak_step relies on too): the first two from step_at, each later one the last plus
-/// their difference. Modulo 2^64 that is exact, as the run's true values lie between its ends, which fit.
-inline void linear_run(std::vector<Step>& steps, PeakSoFar* peak, const TimelineInputs& in, Phase phase,
-                       std::uint64_t from, std::uint64_t to, std::uint64_t microbatch) {
+/// Steps `from`..`to` of `phase` (positions, either direction), where every category is linear in
+/// the position (what peak_step relies on too): the first two from step_at, each later one the last
+/// plus their difference. Modulo 2^64 that is exact, as the run's true values lie between its ends,
+/// which fit.
+inline void linear_run(std::vector<Step>& steps, PeakSoFar* peak, const TimelineInputs& in,
+                       Phase phase, std::uint64_t from, std::uint64_t to,
+                       std::uint64_t microbatch) {
     const bool down = to < from;
     const std::uint64_t count = (down ? from - to : to - from) + 1;
     add_step(steps, peak, step_at(in, phase, from, microbatch));
@@ -333,7 +398,8 @@ inline void linear_run(std::vector<Step>& steps, PeakSoFar* peak, const Timeline
     const Breakdown delta = Breakdown::modulo(next.bytes, steps.back().bytes, std::minus<>());
     const std::size_t second_index = steps.size();
     steps.push_back(next);
-    // Each later step is the one before (still in cache) plus the difference: one pass over the steps.
+    // Each later step is the one before (still in cache) plus the difference: one pass over the
+    // steps.
     const StageLayers layers = in;  // a copy: the steps written below cannot alias it
     const std::uint64_t one = down ? ~std::uint64_t{0} : 1;  // +1 or -1, modulo 2^64
     for (std::uint64_t k = 2, position = second + one; k < count; ++k, position += one) {
@@ -347,16 +413,20 @@ inline void linear_run(std::vector<Step>& steps, PeakSoFar* peak, const Timeline
     if (!peak) return;
     // Each step's total is linear in the position too, so past the first step the run's earliest
     // largest is its second step or its last; the totals between those two fit when they do.
-    const Count second_total = steps[second_index].bytes.total(), last_total = steps.back().bytes.total();
-    if (last_total > second_total) peak->consider(steps.size() - 1, last_total);
-    else peak->consider(second_index, second_total);
+    const Count second_total = steps[second_index].bytes.total(),
+                last_total = steps.back().bytes.total();
+    if (last_total > second_total)
+        peak->consider(steps.size() - 1, last_total);
+    else
+        peak->consider(second_index, second_total);
 }
 
-/// A run of one kind of layer. With activation offload the transit window of its lowest position holds a
-/// layer of the run before: that step alone, the others linear.
-inline void layer_run(std::vector<Step>& steps, PeakSoFar* peak, const TimelineInputs& in, Phase phase,
-                      std::uint64_t from, std::uint64_t to, std::uint64_t microbatch) {
-    if (!in.kept_offloaded || from == to) return linear_run(steps, peak, in, phase, from, to, microbatch);
+/// A run of one kind of layer. With activation offload the transit window of its lowest position
+/// holds a layer of the run before: that step alone, the others linear.
+inline void layer_run(std::vector<Step>& steps, PeakSoFar* peak, const TimelineInputs& in,
+                      Phase phase, std::uint64_t from, std::uint64_t to, std::uint64_t microbatch) {
+    if (!in.kept_offloaded || from == to)
+        return linear_run(steps, peak, in, phase, from, to, microbatch);
     if (from < to) {  // forward: the lowest comes first
         add_step(steps, peak, step_at(in, phase, from, microbatch));
         return linear_run(steps, peak, in, phase, from + 1, to, microbatch);
@@ -390,10 +460,12 @@ inline std::vector<Step> timeline(const TimelineInputs& in, PeakSoFar* peak) {
 }  // namespace detail
 
 /// Every step, in order: for micro-batch 1 (and 2, standing for every later one) forward 1..L, loss
-/// (last stage), backward L..1; then the optimizer. Backward L (the logits' gradient) and backward 1
-/// (the embedding's backward) differ; the steps between are linear in the position within each run
-/// of one kind of layer.
-inline std::vector<Step> timeline(const TimelineInputs& in) { return detail::timeline(in, nullptr); }
+/// (last stage), backward L..1; then the optimizer. Backward L (the logits' gradient) and backward
+/// 1 (the embedding's backward) differ; the steps between are linear in the position within each
+/// run of one kind of layer.
+inline std::vector<Step> timeline(const TimelineInputs& in) {
+    return detail::timeline(in, nullptr);
+}
 
 /// A timeline and its peak_index.
 struct TimelineWithPeak {
@@ -409,13 +481,13 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
 }
 
 /// The peak step of timeline(in) without building it: within the forward steps and within
-/// backward L-1..2 of a micro-batch, each run of one kind of layer is linear in the position, so the
-/// earliest largest step is one of forward 1, the ends of each forward run, loss, backward L, the
-/// ends of each backward run, backward 1 (of each micro-batch shown) and optimizer. One kind: forward
-/// 1 and L, backward L, L-1 and 1, as the steps between are dominated by one of their ends. With
-/// activation offload also the step next to each run's lowest (layer_run).
-/// Flattened: its dozen steps inline, each specialised to its phase (sweeps, fit and plan call this
-/// a million times a second).
+/// backward L-1..2 of a micro-batch, each run of one kind of layer is linear in the position, so
+/// the earliest largest step is one of forward 1, the ends of each forward run, loss, backward L,
+/// the ends of each backward run, backward 1 (of each micro-batch shown) and optimizer. One kind:
+/// forward 1 and L, backward L, L-1 and 1, as the steps between are dominated by one of their ends.
+/// With activation offload also the step next to each run's lowest (layer_run). Flattened: its
+/// dozen steps inline, each specialised to its phase (sweeps, fit and plan call this a million
+/// times a second).
 [[gnu::flatten]] inline Step peak_step(const TimelineInputs& in) {
     const std::uint64_t L = in.layers;
     Step best = step_at(in, Phase::forward, 1);
@@ -423,10 +495,12 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
         Step s = step_at(in, phase, position, mb);
         if (s.bytes.total() > best.bytes.total()) best = s;
     };
-    // One kind, every layer recomputed alike, nothing offloaded: runs break only where the spare chunks change
-    // (TimelineInputs::spare_chunks), chunk by chunk below the spares' count S, and a step's value there is linear
-    // in the chunk's index too; so chunks 0 and S - 1 stand for those, and the chunks from S on are one run.
-    const bool spares_only = in.mixed && !in.several_kinds && !in.partial() && !in.kept_offloaded && !in.one_chunk();
+    // One kind, every layer recomputed alike, nothing offloaded: runs break only where the spare
+    // chunks change (TimelineInputs::spare_chunks), chunk by chunk below the spares' count S, and a
+    // step's value there is linear in the chunk's index too; so chunks 0 and S - 1 stand for those,
+    // and the chunks from S on are one run.
+    const bool spares_only =
+        in.mixed && !in.several_kinds && !in.partial() && !in.kept_offloaded && !in.one_chunk();
     const auto next_run_end = [&](std::uint64_t a, std::uint64_t spare) {
         if (!spares_only) return in.run_end(a);
         const std::uint64_t c = (a - 1) / in.chunk;
@@ -438,14 +512,16 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
         const std::uint64_t c = (b - 1) / in.chunk;
         return c >= spare ? spare * in.chunk + 1 : c * in.chunk + 1;
     };
-    // Where to go next: from chunk 1 straight to chunk S - 1 (forward), or back from S - 1 to 1 (backward).
+    // Where to go next: from chunk 1 straight to chunk S - 1 (forward), or back from S - 1 to 1
+    // (backward).
     const auto skip_up = [&](std::uint64_t a, std::uint64_t spare) {
         return spares_only && spare >= 3 && a == in.chunk + 1 ? (spare - 1) * in.chunk + 1 : a;
     };
     const auto skip_down = [&](std::uint64_t b, std::uint64_t spare) {
         return spares_only && spare >= 3 && b == (spare - 1) * in.chunk ? in.chunk : b;
     };
-    for (std::uint64_t mb = 1; mb <= shown_microbatches(in); ++mb) {  // in time order: a tie keeps the earliest
+    for (std::uint64_t mb = 1; mb <= shown_microbatches(in);
+         ++mb) {  // in time order: a tie keeps the earliest
         const std::uint64_t spare = mb > 1 ? in.later_spare_chunks : in.spare_chunks;
         if (mb > 1) consider(Phase::forward, 1, mb);
         for (std::uint64_t a = 1, b; a <= L; a = skip_up(b + 1, spare)) {

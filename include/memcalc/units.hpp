@@ -13,11 +13,13 @@ namespace memcalc {
 class Count {
 public:
     constexpr Count() = default;
-    constexpr Count(std::uint64_t value) : value_(value) {}  // NOLINT: implicit so literals read naturally
+    constexpr Count(std::uint64_t value)
+        : value_(value) {}  // NOLINT: implicit so literals read naturally
 
     constexpr std::uint64_t value() const { return value_; }
 
-    // The compilers' overflow builtins where there are (a multiply's check is then a flag, not a division).
+    // The compilers' overflow builtins where there are (a multiply's check is then a flag, not a
+    // division).
     friend Count operator+(Count x, Count y) {
         std::uint64_t sum;
 #if defined(__GNUC__) || defined(__clang__)
@@ -33,7 +35,8 @@ public:
 #if defined(__GNUC__) || defined(__clang__)
         if (__builtin_mul_overflow(x.value_, y.value_, &product)) overflow();
 #else
-        if (x.value_ != 0 && y.value_ > std::numeric_limits<std::uint64_t>::max() / x.value_) overflow();
+        if (x.value_ != 0 && y.value_ > std::numeric_limits<std::uint64_t>::max() / x.value_)
+            overflow();
         product = x.value_ * y.value_;
 #endif
         return Count(product);
@@ -49,14 +52,16 @@ public:
     friend constexpr bool operator>=(Count x, Count y) { return x.value_ >= y.value_; }
 
 private:
-    [[noreturn]] static void overflow() { throw overflow_error("a byte or element count overflows 64 bits"); }
+    [[noreturn]] static void overflow() {
+        throw overflow_error("a byte or element count overflows 64 bits");
+    }
     std::uint64_t value_ = 0;
 };
 
 enum class Unit { gb, gib };
 
-inline constexpr double bytes_per_gb = 1e9;                 ///< the chapter's unit
-inline constexpr double bytes_per_gib = 1073741824.0;       ///< 2^30
+inline constexpr double bytes_per_gb = 1e9;            ///< the chapter's unit
+inline constexpr double bytes_per_gib = 1073741824.0;  ///< 2^30
 
 inline double to_unit(Count bytes, Unit unit) {
     return static_cast<double>(bytes.value()) / (unit == Unit::gb ? bytes_per_gb : bytes_per_gib);

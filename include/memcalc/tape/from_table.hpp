@@ -45,16 +45,17 @@ public:
         for (std::size_t i = 0; i < rows_; ++i) row_tensor(layer_.rows[i], counted_row(i));
         TensorId next = TensorId(rows_);
         if (mode_ == Recompute::op)
-            for (const PolicyOutput& p : layer_.policy_outputs) row_tensor(p.tensor, Counted::saved), ++next;
+            for (const PolicyOutput& p : layer_.policy_outputs)
+                row_tensor(p.tensor, Counted::saved), ++next;
         states_from_ = next;
         if (layer_.checkpoint_state.value() > 0)
             for (std::uint64_t c = 0; c < layer_.checkpoints(mode_); ++c, ++next)
-                b_.tensor("RNG state", "", ActivationSplit::replicated, layer_.checkpoint_state, Role::state,
-                          Counted::saved);
+                b_.tensor("RNG state", "", ActivationSplit::replicated, layer_.checkpoint_state,
+                          Role::state, Counted::saved);
         states_to_ = next;
         if (checkpointed())
-            input_ = b_.tensor("the layer's input", "sbh", ActivationSplit::sequence, layer_.input_bytes,
-                               Role::activation, Counted::saved);
+            input_ = b_.tensor("the layer's input", "sbh", ActivationSplit::sequence,
+                               layer_.input_bytes, Role::activation, Counted::saved);
         if (mode_ != Recompute::none) transient_.reserve(rows_);
     }
 
@@ -82,11 +83,14 @@ private:
     }
 
     /// The row before which a workspace runs (in backward: after whose backward).
-    std::size_t position(std::uint32_t w) const { return std::min(layer_.work[w].absent_from, rows_); }
+    std::size_t position(std::uint32_t w) const {
+        return std::min(layer_.work[w].absent_from, rows_);
+    }
     /// 0: forward, 1: forward at the layer's end, 2: backward.
     static int group(const Workspace& w) { return w.backward ? 2 : w.layer_end ? 1 : 0; }
 
-    /// The workspaces by group, each group ordered by position (stable: ties keep the table's order).
+    /// The workspaces by group, each group ordered by position (stable: ties keep the table's
+    /// order).
     void order_work() {
         work_.resize(layer_.work.size());
         std::iota(work_.begin(), work_.end(), std::uint32_t{0});
@@ -106,7 +110,8 @@ private:
         for (std::size_t k = 0; k <= rows_; ++k) {
             for (; next_work < group_size_[0] && position(work_[next_work]) == k; ++next_work)
                 forward_work(work_[next_work]);
-            for (; next_policy < policy && std::min(layer_.policy_outputs[next_policy].made_at, rows_) == k;
+            for (; next_policy < policy &&
+                   std::min(layer_.policy_outputs[next_policy].made_at, rows_) == k;
                  ++next_policy)
                 b_.save(layer_.policy_outputs[next_policy].tensor.op, policy_output(next_policy));
             if (k < rows_) forward_row(k);
@@ -175,7 +180,8 @@ private:
         std::size_t next = work_.size();  // ordered by position: walk it from the end
         for (std::size_t p = rows_ + 1; p-- > 0;) {
             if (selective() && p == std::min(layer_.mlp_half_from, rows_)) rebuild_region(0);
-            for (; next > first && position(work_[next - 1]) == p; --next) backward_work(work_[next - 1]);
+            for (; next > first && position(work_[next - 1]) == p; --next)
+                backward_work(work_[next - 1]);
             if (p > 0) free_row(p - 1);
         }
         end_backward();
@@ -223,10 +229,10 @@ private:
     Recompute mode_;
     Builder<Sink> b_;
     std::size_t rows_;
-    std::vector<std::uint32_t> work_;             ///< workspaces by group, then position
-    std::array<std::size_t, 3> group_size_{};     ///< forward, layer end, backward
-    std::vector<std::size_t> transient_;          ///< forward: rows made and not kept, still live
-    TensorId states_from_ = 0, states_to_ = 0;    ///< the checkpoints' RNG states
+    std::vector<std::uint32_t> work_;           ///< workspaces by group, then position
+    std::array<std::size_t, 3> group_size_{};   ///< forward, layer end, backward
+    std::vector<std::size_t> transient_;        ///< forward: rows made and not kept, still live
+    TensorId states_from_ = 0, states_to_ = 0;  ///< the checkpoints' RNG states
     TensorId input_ = none;
     bool input_freed_ = false;
 };
@@ -249,8 +255,10 @@ inline Tape from_table(const LayerActivations& layer, Recompute mode) {
               layer.work.size());
     detail::TableTape<Sweeper> t(layer, mode, s);
     // With no op to measure, the sums are the declared tensors' alone: the events change nothing.
-    if (layer.work.empty()) t.declare();
-    else t.write();
+    if (layer.work.empty())
+        t.declare();
+    else
+        t.write();
     return s.finish();
 }
 

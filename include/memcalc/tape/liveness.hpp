@@ -54,8 +54,10 @@ public:
         const bool on = e.kind != EventKind::free;
         if (t.live == on) return;
         t.live = on;
-        if (on) live_[of(t.counted)].add(t.split, t.bytes);
-        else live_[of(t.counted)].remove(t.split, t.bytes);
+        if (on)
+            live_[of(t.counted)].add(t.split, t.bytes);
+        else
+            live_[of(t.counted)].remove(t.split, t.bytes);
     }
 
     Liveness finish() {
@@ -88,8 +90,10 @@ private:
         RunEffect out{e.pass, e.source, live_[of(Counted::none)], dead(Counted::saved)};
         const int counted = e.pass == Pass::backward ? counted_region(e.region) : -1;
         for (int r = 0; r < int(max_regions); ++r) {
-            if (r == counted) out.covered += dead(rebuilt(r));
-            else out.added += live_[of(rebuilt(r))];
+            if (r == counted)
+                out.covered += dead(rebuilt(r));
+            else
+                out.added += live_[of(rebuilt(r))];
         }
         return out;
     }
@@ -118,8 +122,10 @@ inline std::vector<SplitBytes> live_after_each(const Tape& tape) {
         const Tensor& t = tape.tensors[e.tensor];
         const bool on = e.kind != EventKind::free;
         if (e.kind != EventKind::run && live[e.tensor] != on) {
-            if (on) sum.add(t.split, t.bytes);
-            else sum.remove(t.split, t.bytes);
+            if (on)
+                sum.add(t.split, t.bytes);
+            else
+                sum.remove(t.split, t.bytes);
             live[e.tensor] = on;
         }
         out.push_back(sum);
