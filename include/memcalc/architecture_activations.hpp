@@ -4,7 +4,7 @@
 /// (RMSNorm upcast to fp32, q/k/v with key/value heads, rotary, eager or fused attention, gated or
 /// plain MLPs, mixture-of-experts routing), and the temporaries its ops make while they run. The
 /// profile is current CUDA PyTorch (2.2 or later): LayerNorm keeps fp32 statistics, and mean()
-/// keeps no copy of its input; Platform::cpu swaps in the CPU kernels that differ.
+/// keeps no copy of its input; where kernels differ, an op reads its fact (kernels.hpp).
 /// validation/reference_trainer.py counts the same tensors in a real framework.
 #include <cstdint>
 #include <optional>
@@ -14,6 +14,7 @@
 #include "memcalc/activation_functions.hpp"
 #include "memcalc/activations.hpp"
 #include "memcalc/finetune.hpp"
+#include "memcalc/kernels.hpp"
 #include "memcalc/framework.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/recipe.hpp"
@@ -194,10 +195,9 @@ struct Sizes {
     bool autocast;    ///< each matmul saves a copy of its input cast to the compute dtype
     /// Linear layers save their inputs cast once to this narrower dtype (Transformer Engine's fp8).
     std::optional<DType> narrow;
-    Platform platform;
-    /// Bytes per element of the copy a CPU kernel makes of a compute-dtype operand when the other
-    /// is the stream's wider dtype (autocast's fp32 mask or residual): CUDA kernels cast as they
-    /// read.
+    const KernelFacts* kernels;  ///< the platform's (kernel_rows)
+    /// Bytes per element of the copy a kernel that does not cast as it reads makes of a compute-
+    /// dtype operand when the other is the stream's wider dtype (autocast's fp32 mask or residual).
     std::uint64_t upcast;
 
     Sizes(const Architecture& m, std::uint64_t seq, std::uint64_t b, Precision p,
@@ -216,8 +216,8 @@ struct Sizes {
           s(bytes_per_element(p.stream)),
           autocast(p.autocast),
           narrow(p.linear_inputs),
-          platform(where),
-          upcast(where == Platform::cpu && s != d ? s : 0) {}
+          kernels(&kernels_of(where)),
+          upcast(!kernels->casts_on_read && s != d ? s : 0) {}
 
     /// The same sizes for a linear layer that runs in the compute dtype (a router, Megatron-LM's
     /// head).
@@ -294,8 +294,7 @@ inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
             t.mark_layer_input(layer_input);
             t.mark_module_input();
         }
-        // CUDA keeps the statistics in fp32; the CPU kernel in its input's dtype.
-        const bool fp32 = z.platform == Platform::cuda;
+        const bool fp32 = z.kernels->norm_statistics_fp32;  // else in its input's dtype
         t.add(what + " (LayerNorm)",
               std::string("mean and 1/std per token, ") +
                   (fp32 ? "fp32" : dtype_name(branch_output ? z.compute : z.stream)),
@@ -310,7 +309,7 @@ inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
 inline void dropout_row(TableBuilder& t, const Sizes& z, DType input, const std::string& op,
                         const Shape& shape, Count elements, Keep keep = Keep::always,
                         std::uint64_t copies = 1) {
-    if (z.platform == Platform::cuda)
+    if (z.kernels->dropout_mask)
         t.add(op, "mask (1 byte)", "which elements were zeroed", shape, elements, dtype::mask, keep,
               copies);
     else
@@ -450,7 +449,7 @@ inline void frozen_linear_work(TableBuilder& t, const Sizes& z, const std::strin
     if (out.elements == Count(0)) return;  // a linear whose outputs are not tabled: not counted
     const bool adapted = (readers & t.tuning.adapted) != 0;
     const std::uint64_t own = adapter_bytes(t, z), sum = std::max(own, z.d);
-    const std::uint64_t copy = z.platform == Platform::cpu && own != z.d ? sum : 0;
+    const std::uint64_t copy = !z.kernels->casts_on_read && own != z.d ? sum : 0;
     const Count largest = out.largest > Count(0) ? out.largest : out.elements;
     const Count bytes = input_alive + stream + (out.elements + out.between) * z.d +
                         (adapted ? largest * (own + copy + sum) : Count(0));
@@ -972,10 +971,10 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         // under recomputation, which keeps none of them, the core attention's largest moment
         // (measured, peak_live.py: GPT-2 with dropout, full recomputation, forward 1 peaks at
         // F.dropout's product).
-        const std::uint64_t drawn = z.platform == Platform::cuda ? dtype::mask : z.d;
+        const std::uint64_t drawn = z.kernels->dropout_mask ? dtype::mask : z.d;
         t.workspace(
             false, "attention dropout",
-            z.platform == Platform::cuda ? "its mask and its output" : "its noise and its output",
+            z.kernels->dropout_mask ? "its mask and its output" : "its noise and its output",
             bytes_of(drawn + z.d, "as^2b"), Count(drawn + z.d) * z.scores);
         dropout_row(t, z, z.compute, "attention dropout", shape::scores, z.scores,
                     Keep::not_selective);
@@ -987,9 +986,9 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     // beside the attention output's gradient (its incoming one), the output projection's input and
     // all after it freed. A CPU kernel also copies two strided operands contiguous (measured:
     // torch 1.13's BmmBackward0 on CPU).
-    const std::uint64_t over_v = (z.platform == Platform::cpu ? 4 : 2) * z.d;
+    const std::uint64_t over_v = (2 + z.kernels->bmm_backward_copies) * z.d;
     t.workspace_at(t.size(), true, "attention over V backward",
-                   z.platform == Platform::cpu
+                   z.kernels->bmm_backward_copies > 0
                        ? "the weights' gradient, the output's and v's, two contiguous copies"
                        : "the weights' gradient, the output's and v's",
                    bytes_of(z.d, "as^2b") + " + " + bytes_of(over_v, "sb(a d_v)"),
@@ -1005,7 +1004,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     // Softmax's input lives beside its output; its backward holds the gradients of both. Upcasting
     // on the fly is CUDA's: the CPU kernel softmaxes an fp32 copy and returns an fp32 gradient.
     const std::uint64_t out = softmax_fp32 ? dtype::fp32 : z.d;
-    const bool copy = softmax_fp32 && z.platform == Platform::cpu && z.s != dtype::fp32;
+    const bool copy = softmax_fp32 && !z.kernels->softmax_upcasts_on_read && z.s != dtype::fp32;
     const std::uint64_t forward = z.s + (copy ? dtype::fp32 : 0),
                         backward = out + (copy ? dtype::fp32 : z.s);
     t.workspace_at(softmax_row + 1, false, "softmax",
@@ -1509,9 +1508,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     }
 
     layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input
-    // torch's CPU generator's state, a 5,056-byte tensor (measured: torch.get_rng_state().numel(),
-    // torch 1.13).
-    if (z.platform == Platform::cpu) layer.checkpoint_state = 5056;
+    layer.checkpoint_state = z.kernels->checkpoint_rng_state;
     // A LoRA adapter beside the down projection, whose output the layer's last add takes as it is
     // (no experts' weighting, post-norm or dropout after it): reached before any saved tensor is
     // read.

@@ -1,0 +1,49 @@
+#pragma once
+/// What PyTorch's kernels keep and make where platforms (and versions) differ: a row each, chosen
+/// by the framework profile's platform. An op site reads a fact, never the platform, so a new
+/// device or version is a row. Each fact was measured (validation/, peak_live.py).
+#include <array>
+#include <cstdint>
+
+#include "memcalc/activations.hpp"
+#include "memcalc/text.hpp"
+
+namespace memcalc {
+
+struct KernelFacts {
+    Platform platform;
+    Text name;
+    Text measured;  ///< where the row's facts come from
+    /// LayerNorm saves its mean and 1/std in fp32 (else in its input's dtype).
+    bool norm_statistics_fp32;
+    /// Dropout saves a 1-byte mask (else F.dropout's noise, in its input's dtype).
+    bool dropout_mask;
+    /// softmax(x, dtype=float32) upcasts as it reads (else it softmaxes an fp32 copy of x, and its
+    /// backward returns an fp32 gradient beside x's).
+    bool softmax_upcasts_on_read;
+    /// A kernel of a narrow operand and a wider one casts as it reads (else it copies the narrow
+    /// one to the wider dtype first: autocast's fp32 mask or residual, an fp32 adapter's sum).
+    bool casts_on_read;
+    /// Copies the batched matmul's backward makes of its strided operands (the product with V's).
+    std::uint64_t bmm_backward_copies;
+    /// Bytes a checkpoint keeps to restore the generator (preserve_rng_state): the CPU generator's
+    /// state tensor (torch.get_rng_state().numel(), torch 1.13); a CUDA one's is a host tensor.
+    std::uint64_t checkpoint_rng_state;
+};
+
+// clang-format off
+inline constexpr std::array<KernelFacts, 2> kernel_rows{{
+    // platform      name    measured                       norm   mask   softmax casts  bmm rng
+    {Platform::cuda, "cuda", "CUDA PyTorch 2.2 and later",   true,  true,  true,  true,  0,  0},
+    {Platform::cpu,  "cpu",  "torch 1.13 CPU (validation/)", false, false, false, false, 2,  5056},
+}};
+// clang-format on
+
+/// The kernels of `platform`.
+inline const KernelFacts& kernels_of(Platform platform) {
+    for (const KernelFacts& k : kernel_rows)
+        if (k.platform == platform) return k;
+    return kernel_rows.front();
+}
+
+}  // namespace memcalc
