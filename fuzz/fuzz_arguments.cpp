@@ -1,4 +1,5 @@
-// libFuzzer target: the command line's values: sizes ("80GB"), comma lists, modes, ZeRO stages, framework switches.
+// libFuzzer target: the command line's values: sizes ("80GB"), comma lists, modes, ZeRO stages,
+// framework switches.
 #include <cstdint>
 #include <string>
 
@@ -18,11 +19,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     attempt([&] { (void)parse_modes(text); });
     attempt([&] { (void)parse_attention(text); });
     attempt([&] { (void)parse_zero(text); });
-    memcalc::for_each_switch([&](const auto& row) { attempt([&] { (void)parse_switch(row, text); }); });
+    memcalc::for_each_switch(
+        [&](const auto& row) { attempt([&] { (void)parse_switch(row, text); }); });
     attempt([&] {
-        Request q;
+        ParallelOptions q;
         q.dp = text, q.global_batch = text, q.first_stage_layers = text;
-        (void)parse_layouts(q, 1);
+        (void)parse_layouts(q, StepOptions{}, 1);
     });
     return 0;
 }
