@@ -139,7 +139,8 @@ def functions(text):
             if access:
                 header_start += access.end()
                 header = code[header_start:i]
-            if outer and re.search(r"\)\s*:", header) and (code[i - 1].isalnum() or code[i - 1] == "_"):
+            glued = code[i - 1].isalnum() or code[i - 1] == "_"
+            if outer and glued and re.search(r"\)\s*:", header):
                 depth = 0  # a member initialiser x_{y}: part of the constructor's header
                 while i < len(code):
                     depth += {"{": 1, "}": -1}.get(code[i], 0)
