@@ -21,9 +21,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     memcalc::for_each_switch(
         [&](const auto& row) { attempt([&] { (void)parse_switch(row, text); }); });
     attempt([&] {
-        Request q;
+        ParallelOptions q;
         q.dp = text, q.global_batch = text, q.first_stage_layers = text;
-        (void)parse_layouts(q, 1);
+        (void)parse_layouts(q, StepOptions{}, 1);
     });
     return 0;
 }

@@ -14,11 +14,17 @@ std::string run_presets(const std::string& format) {
     return render_listing(presets_listing(presets), parse_format(format));
 }
 
-std::string run_recipes(const std::string& format) { return render_listing(recipes_listing(), parse_format(format)); }
+std::string run_recipes(const std::string& format) {
+    return render_listing(recipes_listing(), parse_format(format));
+}
 
-std::string run_profiles(const std::string& format) { return render_listing(profiles_listing(), parse_format(format)); }
+std::string run_profiles(const std::string& format) {
+    return render_listing(profiles_listing(), parse_format(format));
+}
 
-std::string run_gpus(const std::string& format) { return render_listing(gpus_listing(), parse_format(format)); }
+std::string run_gpus(const std::string& format) {
+    return render_listing(gpus_listing(), parse_format(format));
+}
 
 std::string run_activation_functions(const std::string& format) {
     return render_listing(activation_functions_listing(), parse_format(format));

@@ -16,25 +16,30 @@
 
 namespace memcalc::cli {
 
-void check_run_options(const Request& q) {
-    if (q.preset.empty() + q.model_file.empty() + q.config.empty() != 2)
-        throw usage_error("give one model: --preset NAME (see 'memcalc presets'), --model-file PATH or --config PATH");
+void check_run_options(const TrainingStepOptions& options) {
+    const ModelOptions& m = options.model;
+    if (m.preset.empty() + m.model_file.empty() + m.config.empty() != 2)
+        throw usage_error(
+            "give one model: --preset NAME (see 'memcalc presets'), --model-file PATH or --config "
+            "PATH");
+    const RecipeOptions& q = options.recipe;
     if (find_recipe(q.recipe) == nullptr) {
         std::vector<std::string> names;
         for (const auto& r : recipes) names.emplace_back(r.name);
-        throw usage_error(fmt::format("unknown --recipe '{}'{}; 'memcalc recipes' lists them", q.recipe,
-                                      did_you_mean(q.recipe, names)));
+        throw usage_error(fmt::format("unknown --recipe '{}'{}; 'memcalc recipes' lists them",
+                                      q.recipe, did_you_mean(q.recipe, names)));
     }
-    if (q.profile_file.empty() && find_profile(q.profile) == nullptr) {
+    const FrameworkOptions& f = options.framework;
+    if (f.profile_file.empty() && find_profile(f.profile) == nullptr) {
         std::vector<std::string> names;
         for (const auto& p : framework_profiles) names.emplace_back(p.name);
-        throw usage_error(fmt::format("unknown --profile '{}'{}; 'memcalc profiles' lists them", q.profile,
-                                      did_you_mean(q.profile, names)));
+        throw usage_error(fmt::format("unknown --profile '{}'{}; 'memcalc profiles' lists them",
+                                      f.profile, did_you_mean(f.profile, names)));
     }
 }
 
 
-ModelFile load_model(const Request& q) {
+ModelFile load_model(const ModelOptions& q) {
     ModelFile m = !q.preset.empty()       ? load_preset(q.preset)
                   : !q.model_file.empty() ? load_model_file(q.model_file)
                   : std::filesystem::is_directory(q.config) ? load_model_folder(q.config)
@@ -43,49 +48,77 @@ ModelFile load_model(const Request& q) {
     return m;
 }
 
-ActivationModel activation_model(const Request& q) {
-    // Fine-tuning freezes weights, which Korthikanti's formula cannot: it takes the architecture model.
-    if (q.activations.empty()) return q.train == "full" && q.frozen.empty() ? ActivationModel::korthikanti : ActivationModel::architecture;
-    return q.activations == "architecture" ? ActivationModel::architecture : ActivationModel::korthikanti;
+ActivationModel activation_model(const TrainingStepOptions& q) {
+    const std::string& activations = q.activation.activations;
+    // Fine-tuning freezes weights, which Korthikanti's formula cannot: it takes the architecture
+    // model.
+    if (activations.empty())
+        return q.training.train == "full" && q.training.frozen.empty()
+                   ? ActivationModel::korthikanti
+                   : ActivationModel::architecture;
+    return activations == "architecture" ? ActivationModel::architecture
+                                         : ActivationModel::korthikanti;
 }
 
-Settings settings_from(const Request& q) {
-    Settings settings;
+namespace {
+
+/// The profile --profile or --profile-file names, each framework flag given overriding its value.
+FrameworkProfile framework_from(const FrameworkOptions& q, Framework& f) {
     // check_run_options has named a wrong built-in one already
-    settings.recipe = q.recipe_file.empty() ? builtin_recipe(q.recipe) : load_recipe_file(q.recipe_file);
-    settings.activations = activation_model(q);
-    settings.recompute_modules = parse_recompute_modules(q);
-    settings.tuning = parse_fine_tuning(q);
-    if (!settings.tuning.is_full() && settings.activations != ActivationModel::architecture)
-        throw usage_error(fmt::format("--train {} needs --activations architecture: Korthikanti's formula has every "
-                                      "weight trained", training_name(settings.tuning.mode)));
-    // The profile's values, each flag given overriding one (check_run_options has named a wrong built-in one).
-    const FrameworkProfile profile = q.profile_file.empty() ? *find_profile(q.profile) : load_profile_file(q.profile_file);
-    Framework& f = settings.framework;
+    const FrameworkProfile profile =
+        q.profile_file.empty() ? *find_profile(q.profile) : load_profile_file(q.profile_file);
     f = profile.framework;
     for_each_switch([&](const auto& row) {
         const auto given = q.framework.find(std::string(row.key));
         if (given != q.framework.end()) f.*row.member = parse_switch(row, given->second);
     });
+    return profile;
+}
+
+}  // namespace
+
+Settings settings_from(const TrainingStepOptions& q) {
+    Settings settings;
+    const RecipeOptions& recipe = q.recipe;
+    // check_run_options has named a wrong built-in one already
+    settings.recipe = recipe.recipe_file.empty() ? builtin_recipe(recipe.recipe)
+                                                 : load_recipe_file(recipe.recipe_file);
+    settings.activations = activation_model(q);
+    settings.recompute_modules = parse_recompute_modules(q.step);
+    settings.tuning = parse_fine_tuning(q.training);
+    const bool architecture = settings.activations == ActivationModel::architecture;
+    if (!settings.tuning.is_full() && !architecture)
+        throw usage_error(fmt::format("--train {} needs --activations architecture: Korthikanti's "
+                                      "formula has every weight trained",
+                                      training_name(settings.tuning.mode)));
+    Framework& f = settings.framework;
+    const FrameworkProfile profile = framework_from(q.framework, f);
     const std::string from_profile = fmt::format("--profile {}", profile.name);
-    if (f.platform == Platform::cpu && settings.activations != ActivationModel::architecture)
-        throw usage_error(fmt::format("{} needs --activations architecture: Korthikanti's formula has no kernels to choose",
-                                      q.framework.count("platform") ? "--platform cpu" : from_profile + " (--platform cpu)"));
-    if ((settings.recipe.autocast || settings.recipe.linears) && settings.activations != ActivationModel::architecture)
-        throw usage_error(fmt::format("{} needs --activations architecture: {} several dtypes, which Korthikanti's "
-                                      "formula cannot tell apart",
-                                      q.recipe_file.empty() ? "--recipe " + q.recipe : "--recipe-file " + q.recipe_file,
-                                      settings.recipe.autocast ? "autocast gives a layer's tensors"
-                                                               : "its narrow linear layers give a layer's tensors"));
-    if (q.attention.empty() && f.attention == Attention::flash && settings.activations != ActivationModel::architecture)
-        throw usage_error(fmt::format("{} (--attention flash) needs --activations architecture, or --attention eager: "
-                                      "Korthikanti's formula describes eager attention", from_profile));
+    if (f.platform == Platform::cpu && !architecture)
+        throw usage_error(fmt::format(
+            "{} needs --activations architecture: Korthikanti's formula has no kernels to choose",
+            q.framework.framework.count("platform") ? "--platform cpu"
+                                                    : from_profile + " (--platform cpu)"));
+    if ((settings.recipe.autocast || settings.recipe.linears) && !architecture)
+        throw usage_error(fmt::format(
+            "{} needs --activations architecture: {} several dtypes, which Korthikanti's "
+            "formula cannot tell apart",
+            recipe.recipe_file.empty() ? "--recipe " + recipe.recipe
+                                       : "--recipe-file " + recipe.recipe_file,
+            settings.recipe.autocast ? "autocast gives a layer's tensors"
+                                     : "its narrow linear layers give a layer's tensors"));
+    if (q.activation.attention.empty() && f.attention == Attention::flash && !architecture)
+        throw usage_error(fmt::format("{} (--attention flash) needs --activations architecture, or "
+                                      "--attention eager: Korthikanti's formula describes eager "
+                                      "attention",
+                                      from_profile));
     return settings;
 }
 
-std::optional<DeviceMemory> device_memory(const Request& q) {
+std::optional<DeviceMemory> device_memory(const DeviceOptions& q) {
     if (!q.device_memory.empty())
-        return DeviceMemory{parse_size("--device-memory", q.device_memory), "--device-memory " + q.device_memory, std::nullopt};
+        return DeviceMemory{parse_size("--device-memory", q.device_memory),
+                            "--device-memory " + q.device_memory, std::nullopt};
     if (!q.gpu_file.empty()) {
         const Gpu g = load_gpu_file(q.gpu_file);
         return DeviceMemory{g.memory, fmt::format("--gpu-file {} ({})", q.gpu_file, g.name), g};
@@ -95,22 +128,25 @@ std::optional<DeviceMemory> device_memory(const Request& q) {
     if (g == nullptr) {
         std::vector<std::string> names;
         for (const auto& each : gpus) names.emplace_back(each.name);
-        throw usage_error(fmt::format("unknown --gpu '{}'{}; 'memcalc gpus' lists them", q.gpu, did_you_mean(q.gpu, names)));
+        throw usage_error(fmt::format("unknown --gpu '{}'{}; 'memcalc gpus' lists them", q.gpu,
+                                      did_you_mean(q.gpu, names)));
     }
     return DeviceMemory{g->memory, "--gpu " + q.gpu, *g};
 }
 
-std::vector<Attention> attentions_from(const Request& q, const Settings& settings) {
+std::vector<Attention> attentions_from(const ActivationOptions& q, const Settings& settings) {
     if (q.attention.empty()) return {settings.framework.attention};
     const std::vector<Attention> attentions = parse_attention(q.attention);
     if (settings.activations != ActivationModel::architecture &&
         std::find(attentions.begin(), attentions.end(), Attention::flash) != attentions.end())
-        throw usage_error("--attention flash needs --activations architecture: Korthikanti's formula describes eager "
-                          "attention");
+        throw usage_error(
+            "--attention flash needs --activations architecture: Korthikanti's formula describes "
+            "eager attention");
     return attentions;
 }
 
-Attention single_attention(const Request& q, const Settings& settings, const char* command) {
+Attention single_attention(const ActivationOptions& q, const Settings& settings,
+                           const char* command) {
     const auto attentions = attentions_from(q, settings);
     if (attentions.size() != 1) throw usage_error(fmt::format("{} takes one --attention", command));
     return attentions.front();

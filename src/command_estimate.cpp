@@ -13,26 +13,29 @@
 
 namespace memcalc::cli {
 
-/// --plot draws one file type, and a sweep along one axis.
 namespace {
 
-void check_plot(const Request& q, std::size_t seqs, std::size_t batches, std::size_t layouts, std::size_t attentions) {
+/// --plot draws one file type, and a sweep along one axis.
+void check_plot(const ReportOptions& q, std::size_t seqs, std::size_t batches, std::size_t layouts,
+                std::size_t attentions) {
     if (q.plot.empty()) return;
     const std::string suffix = ".svg";
-    if (q.plot.size() <= suffix.size() || q.plot.compare(q.plot.size() - suffix.size(), suffix.size(), suffix) != 0)
-        throw usage_error(fmt::format("--plot writes SVG: give a name ending in .svg (got '{}')", q.plot));
+    if (q.plot.size() <= suffix.size() ||
+        q.plot.compare(q.plot.size() - suffix.size(), suffix.size(), suffix) != 0)
+        throw usage_error(
+            fmt::format("--plot writes SVG: give a name ending in .svg (got '{}')", q.plot));
     std::vector<std::string> varied;
     if (seqs > 1 && batches > 1) varied.push_back("both --seq and --micro-batch");
     if (layouts > 1) varied.push_back("the layout");
     if (attentions > 1) varied.push_back("--attention");
     if (!varied.empty())
-        throw usage_error(fmt::format("--plot draws a sweep over --seq or --micro-batch alone, one line per "
-                                      "recomputation mode; this one varies {}",
+        throw usage_error(fmt::format("--plot draws a sweep over --seq or --micro-batch alone, one "
+                                      "line per recomputation mode; this one varies {}",
                                       fmt::join(varied, " and ")));
 }
 
-/// `text` with every line but the first indented by `spaces`: a JSON value dumped alone, placed inside
-/// an array as nlohmann would have dumped the array.
+/// `text` with every line but the first indented by `spaces`: a JSON value dumped alone, placed
+/// inside an array as nlohmann would have dumped the array.
 std::string indented(const std::string& text, std::size_t spaces) {
     std::string out(spaces, ' ');
     for (char c : text) {
@@ -42,129 +45,200 @@ std::string indented(const std::string& text, std::size_t spaces) {
     return out;
 }
 
-}  // namespace
+/// An estimate's lists and settings, parsed and checked before any configuration is made.
+struct EstimateRun {
+    std::vector<std::uint64_t> batches, seqs;
+    std::vector<Recompute> modes;
+    std::vector<Attention> attentions;
+    Settings settings;  ///< the rest is set per configuration
+    ModelFile model;
+    Format format = Format::table;
+    View view;
+    bool sweep = false;
+};
 
-/// `out`: what goes to stdout or --output; `files`: a plot asked for, written only once the whole run
-/// has succeeded. A sweep is rendered a configuration at a time and keeps no report: its memory does
-/// not grow with its length (a table keeps each row's text, to align the columns).
-void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files) {
+/// The lists, the settings and the model, checked in the order the errors are reported.
+EstimateRun lists_and_model(const EstimateOptions& q) {
     check_run_options(q);
-    const std::vector<std::uint64_t> batches = parse_sizes("--micro-batch", q.micro_batch);
-    const std::vector<Recompute> modes = parse_modes(q.recompute);
-    Settings settings = settings_from(q);  // the rest is set per configuration
-    const std::vector<Attention> attentions = attentions_from(q, settings);
-    std::vector<std::uint64_t> seqs;  // empty: the model's max_positions
-    if (!q.seq.empty()) seqs = parse_sizes("--seq", q.seq);
-    ListLengths lists = {{"--seq", seqs.size()}, {"--micro-batch", batches.size()},
-                         {"--attention", attentions.size()}, {"--recompute", modes.size()}};
-    for (const auto& layout_list : layout_list_lengths(q)) lists.push_back(layout_list);
-    check_sweep_size(q, lists);  // before a layout is made or a row spooled
+    EstimateRun run;
+    run.batches = parse_sizes("--micro-batch", q.step.micro_batch);
+    run.modes = parse_modes(q.step.recompute);
+    run.settings = settings_from(q);
+    run.attentions = attentions_from(q.activation, run.settings);
+    if (!q.step.seq.empty()) run.seqs = parse_sizes("--seq", q.step.seq);  // empty: max_positions
+    ListLengths lists = {{"--seq", run.seqs.size()},
+                         {"--micro-batch", run.batches.size()},
+                         {"--attention", run.attentions.size()},
+                         {"--recompute", run.modes.size()}};
+    for (const auto& layout_list : layout_list_lengths(q.parallel)) lists.push_back(layout_list);
+    check_sweep_size(q.report.sweep_limit, lists);  // before a layout is made or a row spooled
 
-    const ModelFile model = load_model(q);
-    const Architecture& arch = model.architecture;
-    if (!q.compare.empty() && !arch.layer_kinds.empty())
-        throw usage_error(fmt::format("--compare needs layers all alike: Megatron-LM's and DeepSpeed's formulas take one "
-                                      "layer shape, and {} has {} kinds of layer",
+    run.model = load_model(q.model);
+    const Architecture& arch = run.model.architecture;
+    if (!q.report.compare.empty() && !arch.layer_kinds.empty())
+        throw usage_error(fmt::format("--compare needs layers all alike: Megatron-LM's and "
+                                      "DeepSpeed's formulas take one layer shape, and {} has {} "
+                                      "kinds of layer",
                                       arch.name, arch.layer_kinds.size()));
-    if (seqs.empty()) {
+    if (run.seqs.empty()) {
         if (arch.max_positions == 0)
-            throw usage_error(fmt::format("--seq is required: {} gives no max_positions to default to", arch.name));
-        seqs.push_back(arch.max_positions);
+            throw usage_error(fmt::format(
+                "--seq is required: {} gives no max_positions to default to", arch.name));
+        run.seqs.push_back(arch.max_positions);
     }
+    return run;
+}
 
-    const std::size_t layouts = parse_layouts(q, batches.front()).size();
-    check_plot(q, seqs.size(), batches.size(), layouts, attentions.size());
-    const std::size_t configurations = seqs.size() * batches.size() * layouts * attentions.size() * modes.size();
-    const bool sweep = configurations > 1;
-    if (sweep && (q.per_layer || q.timeline || q.ops))
+/// EstimateRun: also whether it is a sweep, the format and the view.
+EstimateRun estimate_run(const EstimateOptions& q) {
+    EstimateRun run = lists_and_model(q);
+    const std::size_t layouts = parse_layouts(q.parallel, q.step, run.batches.front()).size();
+    check_plot(q.report, run.seqs.size(), run.batches.size(), layouts, run.attentions.size());
+    const std::size_t configurations = run.seqs.size() * run.batches.size() * layouts *
+                                       run.attentions.size() * run.modes.size();
+    run.sweep = configurations > 1;
+    const ReportOptions& r = q.report;
+    if (run.sweep && (r.per_layer || r.timeline || r.ops))
         throw usage_error(fmt::format("{} shows one configuration; this asks for {} (a sweep)",
-                                      q.per_layer ? "--per-layer" : q.ops ? "--ops" : "--timeline",
+                                      r.per_layer ? "--per-layer" : r.ops ? "--ops" : "--timeline",
                                       configurations));
-    const Format format = parse_format(q.format);
-    View view{unit_of(q), q.timeline, q.compare,
-              parse_count("--gpus-per-node", q.gpus_per_node, 8), std::nullopt, std::nullopt};
-    if (const auto device = device_memory(q)) view.device_memory = device->bytes;
-    if (!q.host_memory.empty()) view.host_memory = parse_size("--host-memory", q.host_memory);
+    run.format = parse_format(q.output.format);
+    run.view = View{unit_of(q.output), r.timeline, r.compare,
+                    parse_count("--gpus-per-node", q.parallel.gpus_per_node, 8), std::nullopt,
+                    std::nullopt};
+    if (const auto device = device_memory(r.device)) run.view.device_memory = device->bytes;
+    if (!q.parallel.host_memory.empty())
+        run.view.host_memory = parse_size("--host-memory", q.parallel.host_memory);
+    return run;
+}
 
-    if (!sweep) {
-        settings.seq = seqs.front(), settings.micro_batch = batches.front(), settings.recompute = modes.front();
-        settings.framework.attention = attentions.front();
-        settings.parallel = parse_layouts(q, batches.front()).front();
-        settings.ops = q.ops;
-        const Report r = estimate(arch, settings);
-        if (!q.plot.empty()) files.push_back({"--plot", q.plot, timeline_svg(r, view.device_memory, view.unit)});
-        switch (format) {
-            case Format::json: {
-                nlohmann::json j = q.per_layer ? per_layer_json(r) : report_json(r, view);
-                if (q.ops) add_ops_json(q.per_layer ? j : j["activations"], r);
-                if (model.checkpoint && !q.per_layer) j["checkpoint"] = checkpoint_json(*model.checkpoint);
-                if (!model.notes.empty()) j["model_notes"] = model.notes;
-                out.append(j.dump(2) + "\n");
-                break;
-            }
-            case Format::csv:
-                out.append(q.ops         ? ops_csv(r)
-                           : q.per_layer ? per_layer_csv(r)
-                                         : csv_header() + csv_row(r));
-                break;
-            case Format::table:
-                out.append(q.per_layer ? per_layer_table(r, view) : report_table(r, view));
-                if (model.checkpoint && !q.per_layer) out.append(checkpoint_table(*model.checkpoint));
-                if (q.ops) out.append(ops_table(r, view));
-                for (const std::string& note : model.notes) out.append(fmt::format("\nNote on {}: {}.\n", arch.name, note));
-                break;
+/// One configuration's report, in the format asked for, with a plot of its timeline if asked.
+void run_single(const EstimateOptions& q, EstimateRun& run, Spool& out,
+                std::vector<PendingFile>& files) {
+    Settings& settings = run.settings;
+    settings.seq = run.seqs.front(), settings.micro_batch = run.batches.front();
+    settings.recompute = run.modes.front();
+    settings.framework.attention = run.attentions.front();
+    settings.parallel = parse_layouts(q.parallel, q.step, run.batches.front()).front();
+    const ReportOptions& o = q.report;
+    settings.ops = o.ops;
+    const Report r = estimate(run.model.architecture, settings);
+    const View& view = run.view;
+    const ModelFile& model = run.model;
+    if (!o.plot.empty())
+        files.push_back({"--plot", o.plot, timeline_svg(r, view.device_memory, view.unit)});
+    switch (run.format) {
+        case Format::json: {
+            nlohmann::json j = o.per_layer ? per_layer_json(r) : report_json(r, view);
+            if (o.ops) add_ops_json(o.per_layer ? j : j["activations"], r);
+            if (model.checkpoint && !o.per_layer)
+                j["checkpoint"] = checkpoint_json(*model.checkpoint);
+            if (!model.notes.empty()) j["model_notes"] = model.notes;
+            out.append(j.dump(2) + "\n");
+            break;
         }
-        return;
+        case Format::csv:
+            out.append(o.ops         ? ops_csv(r)
+                       : o.per_layer ? per_layer_csv(r)
+                                     : csv_header() + csv_row(r));
+            break;
+        case Format::table:
+            out.append(o.per_layer ? per_layer_table(r, view) : report_table(r, view));
+            if (model.checkpoint && !o.per_layer) out.append(checkpoint_table(*model.checkpoint));
+            if (o.ops) out.append(ops_table(r, view));
+            for (const std::string& note : model.notes)
+                out.append(fmt::format("\nNote on {}: {}.\n", model.architecture.name, note));
+            break;
     }
+}
 
-    const Estimator estimator(arch);  // the parameter table and its splits, once for the whole sweep
-    std::vector<SweepPoint> points;  // what a plot needs of each configuration
+/// A sweep as it is rendered, a configuration at a time.
+struct SweepOutput {
+    SweepOutput(const EstimateRun& r, const Estimator& e, bool plot, Spool& o)
+        : run(r), estimator(e), plotted(plot), out(o) {}
+
+    const EstimateRun& run;
+    const Estimator& estimator;
+    bool plotted;
+    Spool& out;
+    std::vector<SweepPoint> points;  ///< what a plot needs of each configuration
     std::optional<SweepTable> table;
-    if (format == Format::table) table.emplace(view);
-    if (format == Format::csv) out.append(csv_header());
     std::size_t done = 0;
-    std::string row;  // one CSV row's buffer, reused
+    std::string row;  ///< one CSV row's buffer, reused
     CsvRowWriter csv_rows;
-    Progress progress("sweep", 64);
-    std::vector<std::vector<Parallelism>> layouts_of;  // per micro-batch (--global-batch sets the count)
-    for (auto b : batches) layouts_of.push_back(parse_layouts(q, b));
-    for (auto s : seqs)
-        for (std::size_t bi = 0; bi < batches.size(); ++bi)
+    Progress progress{"sweep", 64};
+
+    /// Every mode of one configuration (`settings` but its recomputation).
+    void add(Settings& settings) {
+        const std::uint64_t s = settings.seq, b = settings.micro_batch;
+        if (run.format == Format::csv) {  // the closed form: no table kept, no timeline built
+            for (const Summary& r : estimator.summaries(settings, run.modes)) {
+                if (plotted) points.push_back({s, b, r.settings.recompute, r.peak.bytes.total()});
+                row.clear();
+                csv_rows.append(row, run.model.architecture.name, r);
+                out.append(row);
+                progress(++done);
+            }
+            return;
+        }
+        settings.timelines = run.format == Format::json;  // only JSON prints them
+        for (auto mode : run.modes) {
+            settings.recompute = mode;
+            const Report r = estimator.estimate(settings);
+            if (plotted) points.push_back({s, b, mode, r.peak_step().bytes.total()});
+            if (run.format == Format::json)
+                out.append((done == 0 ? "[\n" : ",\n") +
+                           indented(report_json(r, run.view).dump(2), 2));
+            else
+                table->add(r);
+            progress(++done);
+        }
+    }
+};
+
+/// Every configuration of the lists, rendered as it is made: the sweep keeps no report, so its
+/// memory does not grow with its length (a table keeps each row's text, to align the columns).
+void run_sweep(const EstimateOptions& q, EstimateRun& run, Spool& out,
+               std::vector<PendingFile>& files) {
+    const Architecture& arch = run.model.architecture;
+    const Estimator estimator(arch);  // the parameter table and its splits, once for the sweep
+    SweepOutput sweep(run, estimator, !q.report.plot.empty(), out);
+    if (run.format == Format::table) sweep.table.emplace(run.view);
+    if (run.format == Format::csv) out.append(csv_header());
+    std::vector<std::vector<Parallelism>> layouts_of;  // per micro-batch (--global-batch: count)
+    for (auto b : run.batches) layouts_of.push_back(parse_layouts(q.parallel, q.step, b));
+    Settings& settings = run.settings;
+    for (auto s : run.seqs)
+        for (std::size_t bi = 0; bi < run.batches.size(); ++bi)
             for (const auto& layout : layouts_of[bi])
-                for (auto attention : attentions) {
-                    const std::uint64_t b = batches[bi];
-                    settings.seq = s, settings.micro_batch = b, settings.recompute = modes.front();
+                for (auto attention : run.attentions) {
+                    settings.seq = s, settings.micro_batch = run.batches[bi];
+                    settings.recompute = run.modes.front();
                     settings.framework.attention = attention;
                     settings.parallel = layout;
-                    if (format == Format::csv) {  // the closed form: no table kept, no timeline built
-                        for (const Summary& r : estimator.summaries(settings, modes)) {
-                            if (!q.plot.empty()) points.push_back({s, b, r.settings.recompute, r.peak.bytes.total()});
-                            row.clear();
-                            csv_rows.append(row, arch.name, r);
-                            out.append(row);
-                            progress(++done);
-                        }
-                        continue;
-                    }
-                    settings.timelines = format == Format::json;  // only JSON prints them
-                    for (auto mode : modes) {
-                        settings.recompute = mode;
-                        const Report r = estimator.estimate(settings);
-                        if (!q.plot.empty()) points.push_back({s, b, mode, r.peak_step().bytes.total()});
-                        if (format == Format::json)
-                            out.append((done == 0 ? "[\n" : ",\n") + indented(report_json(r, view).dump(2), 2));
-                        else
-                            table->add(r);
-                        progress(++done);
-                    }
+                    sweep.add(settings);
                 }
-    if (format == Format::json) out.append("\n]\n");
-    if (table) out.append(table->str());
-    if (table && model.checkpoint) out.append(checkpoint_table(*model.checkpoint));
+    if (run.format == Format::json) out.append("\n]\n");
+    if (sweep.table) out.append(sweep.table->str());
+    if (sweep.table && run.model.checkpoint) out.append(checkpoint_table(*run.model.checkpoint));
     // A sweep plots the peak against the sequence (or, when only it varies, the micro-batch).
-    if (!q.plot.empty())
-        files.push_back({"--plot", q.plot,
-                         sweep_svg(arch.name, points, seqs.size() > 1 || batches.size() == 1, view.device_memory, view.unit)});
+    if (sweep.plotted)
+        files.push_back({"--plot", q.report.plot,
+                         sweep_svg(arch.name, sweep.points,
+                                   run.seqs.size() > 1 || run.batches.size() == 1,
+                                   run.view.device_memory, run.view.unit)});
+}
+
+}  // namespace
+
+/// `out`: what goes to stdout or --output; `files`: a plot asked for, written only once the whole
+/// run has succeeded.
+void run_estimate(const EstimateOptions& q, Spool& out, std::vector<PendingFile>& files) {
+    EstimateRun run = estimate_run(q);
+    if (run.sweep)
+        run_sweep(q, run, out, files);
+    else
+        run_single(q, run, out, files);
 }
 
 }  // namespace memcalc::cli

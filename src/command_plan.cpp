@@ -13,58 +13,94 @@
 
 namespace memcalc::cli {
 
-std::string run_plan(const Request& q) {
-    check_run_options(q);
-    const std::optional<DeviceMemory> device = device_memory(q);
-    if (!device) throw usage_error("plan needs --device-memory or --gpu, e.g. --device-memory 80GB or --gpu h100-sxm");
-    if (q.seq.empty()) throw usage_error("plan needs --seq");
-    if (q.global_batch.empty()) throw usage_error("plan needs --global-batch, the sequences per step");
-    PlanView view;
+namespace {
+
+/// The memory each device offers: --device-memory or --gpu, less --reserve.
+void device_of(const PlanOptions& q, PlanView& view) {
+    const std::optional<DeviceMemory> device = device_memory(q.device);
+    if (!device)
+        throw usage_error(
+            "plan needs --device-memory or --gpu, e.g. --device-memory 80GB or --gpu h100-sxm");
+    if (q.step.seq.empty()) throw usage_error("plan needs --seq");
+    if (q.parallel.global_batch.empty())
+        throw usage_error("plan needs --global-batch, the sequences per step");
     view.memory = device->bytes;
-    view.reserve = parse_size("--reserve", q.reserve);
+    view.reserve = parse_size("--reserve", q.device.reserve);
     if (view.reserve >= view.memory)
-        throw usage_error(fmt::format("--reserve {} leaves nothing of {}", q.reserve, device->given_by));
+        throw usage_error(fmt::format("--reserve {} leaves nothing of {}", q.device.reserve,
+                                      device->given_by));
     PlanRequest& r = view.request;
     r.gpus = parse_count("--gpus", q.gpus, 1);
     r.gpu = device->gpu;
     r.capacity = Count(view.memory.value() - view.reserve.value());
-    if (!q.host_memory.empty()) r.host_capacity = parse_size("--host-memory", q.host_memory);
-    r.base = settings_from(q);
-    r.base.seq = parse_count("--seq", q.seq, 0);
-    r.base.framework.attention = single_attention(q, r.base, "plan");
-    r.global_batch = parse_count("--global-batch", q.global_batch, 0);
-    r.first_stage_layers = parse_count("--first-stage-layers", q.first_stage_layers, 0);
-    r.last_stage_layers = parse_count("--last-stage-layers", q.last_stage_layers, 0);
-    r.max_tp = parse_count("--max-tp", q.max_tp, 0);
-    r.search_limit = parse_count("--search-limit", q.search_limit, default_search_limit);
-    // Given, they restrict the search; not given, it tries them all.
-    if (!q.recompute.empty()) r.modes = parse_modes(q.recompute);
-    r.recompute_layers = parse_recompute_layers(q, true);
-    if (!q.micro_batch.empty()) r.micro_batches = parse_sizes("--micro-batch", q.micro_batch);
-    // So do degrees and ZeRO stages.
-    for (auto [option, text, list] : {std::tuple{"--dp", &q.dp, &r.dp}, std::tuple{"--tp", &q.tp, &r.tp},
-                                      std::tuple{"--pp", &q.pp, &r.pp}, std::tuple{"--cp", &q.cp, &r.cp},
-                                      std::tuple{"--ep", &q.ep, &r.ep}, std::tuple{"--vpp", &q.vpp, &r.vpp}})
+    if (!q.parallel.host_memory.empty())
+        r.host_capacity = parse_size("--host-memory", q.parallel.host_memory);
+}
+
+/// The degrees, stages, schedules and offloads given: they restrict the search; not given, it
+/// tries them all.
+void pinned_of(const ParallelOptions& q, PlanRequest& r) {
+    for (auto [option, text, list] :
+         {std::tuple{"--dp", &q.dp, &r.dp}, std::tuple{"--tp", &q.tp, &r.tp},
+          std::tuple{"--pp", &q.pp, &r.pp}, std::tuple{"--cp", &q.cp, &r.cp},
+          std::tuple{"--ep", &q.ep, &r.ep}, std::tuple{"--vpp", &q.vpp, &r.vpp}})
         if (!text->empty()) *list = parse_sizes(option, *text);
     if (!q.zero.empty()) r.zero = parse_zero(q.zero);
     if (!q.schedule.empty()) r.schedules = parse_schedules(q.schedule);
     if (!q.offload.empty()) r.offload = parse_offloads(q.offload);
     // An offload no pinned ZeRO stage allows is a mistake to name, not a search that finds nothing.
     if (!r.offload.empty() && !r.zero.empty()) {
-        const auto any_stage = [&](auto ok) { return std::any_of(r.zero.begin(), r.zero.end(), ok); };
+        const auto any_stage = [&](auto ok) {
+            return std::any_of(r.zero.begin(), r.zero.end(), ok);
+        };
         const bool possible = std::any_of(r.offload.begin(), r.offload.end(), [&](OffloadMode o) {
-            return o.state == Offload::none || (o.state == Offload::optimizer && any_stage([](unsigned z) { return z >= 1; })) ||
+            return o.state == Offload::none ||
+                   (o.state == Offload::optimizer &&
+                    any_stage([](unsigned z) { return z >= 1; })) ||
                    any_stage([](unsigned z) { return z == 3; });
         });
-        const bool optimizer = std::any_of(r.offload.begin(), r.offload.end(),
-                                           [](OffloadMode o) { return o.state == Offload::optimizer; });
+        const bool optimizer = std::any_of(r.offload.begin(), r.offload.end(), [](OffloadMode o) {
+            return o.state == Offload::optimizer;
+        });
         if (!possible)
-            throw usage_error(fmt::format("--offload {} needs {} (got --zero {})", q.offload,
-                                          optimizer ? "a ZeRO stage, --zero 1, 2 or 3" : "--zero 3", q.zero));
+            throw usage_error(fmt::format(
+                "--offload {} needs {} (got --zero {})", q.offload,
+                optimizer ? "a ZeRO stage, --zero 1, 2 or 3" : "--zero 3", q.zero));
     }
     r.sequence_parallel = q.sp;
+}
+
+/// The whole search's request, checked before the model is read.
+PlanView plan_view(const PlanOptions& q) {
+    check_run_options(q);
+    PlanView view;
+    device_of(q, view);
+    PlanRequest& r = view.request;
+    r.base = settings_from(q);
+    r.base.seq = parse_count("--seq", q.step.seq, 0);
+    r.base.framework.attention = single_attention(q.activation, r.base, "plan");
+    const ParallelOptions& p = q.parallel;
+    r.global_batch = parse_count("--global-batch", p.global_batch, 0);
+    r.first_stage_layers = parse_count("--first-stage-layers", p.first_stage_layers, 0);
+    r.last_stage_layers = parse_count("--last-stage-layers", p.last_stage_layers, 0);
+    r.max_tp = parse_count("--max-tp", q.max_tp, 0);
+    r.search_limit = parse_count("--search-limit", q.search_limit, default_search_limit);
+    // Given, they restrict the search; not given, it tries them all.
+    if (!q.step.recompute.empty()) r.modes = parse_modes(q.step.recompute);
+    r.recompute_layers = parse_recompute_layers(q.step, true);
+    if (!q.step.micro_batch.empty())
+        r.micro_batches = parse_sizes("--micro-batch", q.step.micro_batch);
+    pinned_of(p, r);  // so do degrees and ZeRO stages
     view.top = parse_count("--top", q.top, 10);
-    const ModelFile model = load_model(q);
+    return view;
+}
+
+}  // namespace
+
+std::string run_plan(const PlanOptions& q) {
+    PlanView view = plan_view(q);
+    PlanRequest& r = view.request;
+    const ModelFile model = load_model(q.model);
     view.model = model.architecture.name;
     const auto start = std::chrono::steady_clock::now();
     try {
@@ -72,7 +108,8 @@ std::string run_plan(const Request& q) {
         if (q.gpus.empty()) {
             // The fewest GPUs: whole nodes of a GPU whose node size is known, else any count.
             view.fewest_step = r.gpu && r.gpu->gpus_per_node > 0 ? r.gpu->gpus_per_node : 1;
-            view.result = plan_fewest(model.architecture, r, *view.fewest_step, view.top, std::ref(progress));
+            view.result = plan_fewest(model.architecture, r, *view.fewest_step, view.top,
+                                      std::ref(progress));
         } else {
             view.result = plan_top(model.architecture, r, view.top, std::ref(progress));
         }
@@ -84,8 +121,8 @@ std::string run_plan(const Request& q) {
     }
     view.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return in_format(
-        q.format, [&] { return plan_json(view); }, [&] { return plan_csv(view); },
-        [&] { return plan_table(view, unit_of(q)); });
+        q.output.format, [&] { return plan_json(view); }, [&] { return plan_csv(view); },
+        [&] { return plan_table(view, unit_of(q.output)); });
 }
 
 }  // namespace memcalc::cli

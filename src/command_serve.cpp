@@ -18,7 +18,8 @@ using Align = TextTable::Align;
 DType kv_dtype_named(const std::string& text) {
     for (DType d : {DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2, DType::fp32})
         if (text == dtype_name(d) || (text == "fp8" && d == DType::fp8_e4m3)) return d;
-    throw usage_error(fmt::format("--kv-dtype must be bf16, fp16, fp8 (e4m3), fp8-e5m2 or fp32 (got '{}')", text));
+    throw usage_error(fmt::format(
+        "--kv-dtype must be bf16, fp16, fp8 (e4m3), fp8-e5m2 or fp32 (got '{}')", text));
 }
 
 const WeightFormat& weight_format_named(const std::string& text) {
@@ -42,45 +43,57 @@ struct ServeRun {
 std::string serve_table(const ServeRun& r, Unit unit) {
     const ServeSettings& s = r.settings;
     const ServeReport& p = r.report;
-    std::string out = fmt::format("memcalc serve: {} ({} parameters), {} weights, context {}, batch {}, tp {}\n\n",
-                                  r.model, digits(r.model_parameters), s.weights->name, digits(Count(s.context)),
-                                  digits(Count(s.batch)), s.tp);
+    std::string out = fmt::format(
+        "memcalc serve: {} ({} parameters), {} weights, context {}, batch {}, tp {}\n\n", r.model,
+        digits(r.model_parameters), s.weights->name, digits(Count(s.context)),
+        digits(Count(s.batch)), s.tp);
     TextTable table({Align::left, Align::right, Align::right, Align::left});
     table.row({"per device", "bytes", "", "what"});
     table.row({"weights", digits(p.weights), amount(p.weights, unit),
-               fmt::format("{} parameters on this rank; linear layers {}", digits(p.parameters), s.weights->name)});
-    const std::string what = p.kv_latent ? fmt::format("the {} latent and k's rotary part", dtype_name(s.kv_dtype))
-                                         : fmt::format("k and v of {} {} head{}{}", p.kv_heads_per_rank,
-                                                       dtype_name(s.kv_dtype), p.kv_heads_per_rank == 1 ? "" : "s",
-                                                       p.kv_replicated ? ", replicated" : "");
+               fmt::format("{} parameters on this rank; linear layers {}", digits(p.parameters),
+                           s.weights->name)});
+    const std::string what =
+        p.kv_latent ? fmt::format("the {} latent and k's rotary part", dtype_name(s.kv_dtype))
+                    : fmt::format("k and v of {} {} head{}{}", p.kv_heads_per_rank,
+                                  dtype_name(s.kv_dtype), p.kv_heads_per_rank == 1 ? "" : "s",
+                                  p.kv_replicated ? ", replicated" : "");
     table.row({"KV cache", digits(p.kv_cache), amount(p.kv_cache, unit),
-               fmt::format("{} B a token ({} x {} layers), {} blocks of {} per sequence{}", digits(p.kv_bytes_per_token),
-                           what, p.cache_layers, digits(Count(p.blocks_per_sequence)), s.block_size,
-                           p.windowed_layers == 0 ? ""
-                                                  : fmt::format("; {} sliding-window layers keep their window's",
-                                                                p.windowed_layers))});
+               fmt::format("{} B a token ({} x {} layers), {} blocks of {} per sequence{}",
+                           digits(p.kv_bytes_per_token), what, p.cache_layers,
+                           digits(Count(p.blocks_per_sequence)), s.block_size,
+                           p.windowed_layers == 0
+                               ? ""
+                               : fmt::format("; {} sliding-window layers keep their window's",
+                                             p.windowed_layers))});
     if (p.state_layers > 0)
         table.row({"Mamba state", digits(p.ssm_state), amount(p.ssm_state, unit),
-                   fmt::format("{} B a sequence, any length ({} layers: conv state bf16, scan state fp32), no KV cache",
+                   fmt::format("{} B a sequence, any length ({} layers: conv state bf16, scan "
+                               "state fp32), no KV cache",
                                digits(p.state_bytes_per_sequence), p.state_layers)});
     table.row({"activations", digits(p.activations), amount(p.activations, unit),
-               fmt::format("a prefill chunk of {} tokens, and the last tokens' logits", digits(Count(p.prefill_tokens)))});
+               fmt::format("a prefill chunk of {} tokens, and the last tokens' logits",
+                           digits(Count(p.prefill_tokens)))});
     table.row({"peak", digits(p.peak()), amount(p.peak(), unit), ""});
     out += table.str();
     if (r.capacity) {
-        out += fmt::format("\n{}: {} less a {} reserve = {} usable: {}\n", r.device, amount(*r.memory, unit),
-                           amount(*r.reserve, unit), amount(*r.capacity, unit),
-                           r.fit->fits ? fmt::format("fits, {} to spare", amount(Count(r.capacity->value() - p.peak().value()), unit))
-                                       : fmt::format("does not fit, {} over", amount(Count(p.peak().value() - r.capacity->value()), unit)));
+        out += fmt::format(
+            "\n{}: {} less a {} reserve = {} usable: {}\n", r.device, amount(*r.memory, unit),
+            amount(*r.reserve, unit), amount(*r.capacity, unit),
+            r.fit->fits ? fmt::format("fits, {} to spare",
+                                      amount(Count(r.capacity->value() - p.peak().value()), unit))
+                        : fmt::format("does not fit, {} over",
+                                      amount(Count(p.peak().value() - r.capacity->value()), unit)));
         out += fmt::format("  KV cache capacity beside the weights and activations: {} tokens\n",
                            digits(r.fit->kv_capacity_tokens));
         out += r.fit->max_batch == 0
-                   ? fmt::format("  largest batch at context {}: none fits\n", digits(Count(s.context)))
-                   : fmt::format("  largest batch at context {}: {} (peak {})\n", digits(Count(s.context)),
-                                 digits(Count(r.fit->max_batch)), amount(r.fit->at_max->peak(), unit));
+                   ? fmt::format("  largest batch at context {}: none fits\n",
+                                 digits(Count(s.context)))
+                   : fmt::format("  largest batch at context {}: {} (peak {})\n",
+                                 digits(Count(s.context)), digits(Count(r.fit->max_batch)),
+                                 amount(r.fit->at_max->peak(), unit));
     }
-    out += "\nNot counted: the engine's own reserves (CUDA graphs, NCCL and cuBLAS workspaces, the allocator's\n"
-           "fragmentation); leave them in --reserve.\n";
+    out += "\nNot counted: the engine's own reserves (CUDA graphs, NCCL and cuBLAS workspaces, the "
+           "allocator's\nfragmentation); leave them in --reserve.\n";
     return out;
 }
 
@@ -93,19 +106,32 @@ nlohmann::json serve_json(const ServeRun& r) {
         {"command", "serve"},
         {"model", {{"name", r.model}, {"parameters", r.model_parameters.value()}}},
         {"settings",
-         {{"context", s.context}, {"batch", s.batch}, {"tp", s.tp}, {"kv_dtype", dtype_name(s.kv_dtype)},
-          {"weights", s.weights->name}, {"block_size", s.block_size}, {"prefill_chunk", s.prefill_chunk}}},
-        {"weights", {{"bytes", p.weights.value()}, {"parameters", p.parameters.value()}, {"format", s.weights->name}}},
+         {{"context", s.context},
+          {"batch", s.batch},
+          {"tp", s.tp},
+          {"kv_dtype", dtype_name(s.kv_dtype)},
+          {"weights", s.weights->name},
+          {"block_size", s.block_size},
+          {"prefill_chunk", s.prefill_chunk}}},
+        {"weights",
+         {{"bytes", p.weights.value()},
+          {"parameters", p.parameters.value()},
+          {"format", s.weights->name}}},
         {"kv_cache",
-         {{"bytes", p.kv_cache.value()}, {"bytes_per_token", p.kv_bytes_per_token.value()},
-          {"kv_heads_per_rank", p.kv_heads_per_rank}, {"replicated", p.kv_replicated}, {"latent", p.kv_latent},
+         {{"bytes", p.kv_cache.value()},
+          {"bytes_per_token", p.kv_bytes_per_token.value()},
+          {"kv_heads_per_rank", p.kv_heads_per_rank},
+          {"replicated", p.kv_replicated},
+          {"latent", p.kv_latent},
           {"windowed_layers", p.windowed_layers},
-          {"blocks_per_sequence", p.blocks_per_sequence}, {"dtype", dtype_name(s.kv_dtype)}}},
+          {"blocks_per_sequence", p.blocks_per_sequence},
+          {"dtype", dtype_name(s.kv_dtype)}}},
         {"activations", {{"bytes", p.activations.value()}, {"prefill_tokens", p.prefill_tokens}}},
         {"peak", {{"bytes", p.peak().value()}}},
     };
     if (p.state_layers > 0)  // appended: the keys above stay as they were
-        j["ssm_state"] = {{"bytes", p.ssm_state.value()}, {"bytes_per_sequence", p.state_bytes_per_sequence.value()},
+        j["ssm_state"] = {{"bytes", p.ssm_state.value()},
+                          {"bytes_per_sequence", p.state_bytes_per_sequence.value()},
                           {"layers", p.state_layers}};
     if (r.capacity)
         j["device"] = {{"name", r.device},
@@ -120,20 +146,24 @@ nlohmann::json serve_json(const ServeRun& r) {
 
 std::string serve_csv(const ServeRun& r) {
     const ServeReport& p = r.report;
-    std::string out = "model,weights_format,context,batch,tp,kv_dtype,weights_bytes,kv_cache_bytes,activations_bytes,peak_bytes,"
-                      "fits,max_batch,kv_capacity_tokens\n";
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(r.model), r.settings.weights->name,
-                       r.settings.context, r.settings.batch, r.settings.tp, dtype_name(r.settings.kv_dtype),
-                       p.weights.value(), p.kv_cache.value(), p.activations.value(), p.peak().value(),
-                       r.fit ? (r.fit->fits ? "true" : "false") : "", r.fit ? std::to_string(r.fit->max_batch) : "",
+    std::string out =
+        "model,weights_format,context,batch,tp,kv_dtype,weights_bytes,kv_cache_bytes,"
+        "activations_bytes,peak_bytes,fits,max_batch,kv_capacity_tokens\n";
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(r.model),
+                       r.settings.weights->name, r.settings.context, r.settings.batch,
+                       r.settings.tp, dtype_name(r.settings.kv_dtype), p.weights.value(),
+                       p.kv_cache.value(), p.activations.value(), p.peak().value(),
+                       r.fit ? (r.fit->fits ? "true" : "false") : "",
+                       r.fit ? std::to_string(r.fit->max_batch) : "",
                        r.fit ? std::to_string(r.fit->kv_capacity_tokens.value()) : "");
     return out;
 }
 
 }  // namespace
 
-std::string run_serve(const Request& q) {
-    if (q.context.empty()) throw usage_error("serve needs --context, the tokens of each sequence (prompt and output)");
+std::string run_serve(const ServeOptions& q) {
+    if (q.context.empty())
+        throw usage_error("serve needs --context, the tokens of each sequence (prompt and output)");
     ServeSettings s;
     s.context = parse_count("--context", q.context, 0);
     s.batch = parse_count("--batch", q.batch, 1);
@@ -143,13 +173,14 @@ std::string run_serve(const Request& q) {
     s.kv_dtype = kv_dtype_named(q.kv_dtype);
     s.weights = &weight_format_named(q.weights);
     ServeRun run;
-    const std::optional<DeviceMemory> device = device_memory(q);
-    if (!device && !q.reserve.empty())  // not given, the default: a device's
+    const std::optional<DeviceMemory> device = device_memory(q.device);
+    if (!device && !q.device.reserve.empty())  // not given, the default: a device's
         throw usage_error(fmt::format("--reserve {} needs --device-memory, --gpu or --gpu-file: it "
                                       "is kept out of a device's memory",
-                                      q.reserve));
+                                      q.device.reserve));
     if (device) {
-        const std::string reserve = q.reserve.empty() ? Request{}.reserve : q.reserve;
+        const std::string reserve =
+            q.device.reserve.empty() ? DeviceOptions{}.reserve : q.device.reserve;
         run.memory = device->bytes;
         run.reserve = parse_size("--reserve", reserve);
         if (*run.reserve >= *run.memory)
@@ -158,7 +189,7 @@ std::string run_serve(const Request& q) {
         run.capacity = Count(run.memory->value() - run.reserve->value());
         run.device = device->given_by;
     }
-    const ModelFile model = load_model(q);
+    const ModelFile model = load_model(q.model);
     run.model = model.architecture.name;
     run.layers = model.architecture.layers;
     run.settings = s;
@@ -168,8 +199,8 @@ std::string run_serve(const Request& q) {
                                                   [&] { return detail::parameter_overflow(m); });
     if (run.capacity) run.fit = serve_fit(model.architecture, s, *run.capacity);
     return in_format(
-        q.format, [&] { return serve_json(run); }, [&] { return serve_csv(run); },
-        [&] { return serve_table(run, unit_of(q)); });
+        q.output.format, [&] { return serve_json(run); }, [&] { return serve_csv(run); },
+        [&] { return serve_table(run, unit_of(q.output)); });
 }
 
 }  // namespace memcalc::cli

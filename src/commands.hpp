@@ -1,6 +1,8 @@
 #pragma once
-// The subcommands, a file each (command_estimate.cpp, command_fit.cpp, command_plan.cpp,
-// command_serve.cpp, command_catalogues.cpp), and what they share; command_line.cpp parses and dispatches.
+// The commands, a file each (command_estimate.cpp, command_fit.cpp, command_plan.cpp,
+// command_serve.cpp, command_catalogues.cpp): the options each takes, composed of the groups in
+// arguments.hpp, and what they share. command_table.cpp registers each command's options;
+// command_line.cpp parses and dispatches.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -21,17 +23,19 @@ namespace memcalc::cli {
 class Progress {
 public:
     /// `every`: how many items between looks at the clock.
-    Progress(const char* what, std::size_t every) : what_(what), every_(every), terminal_(isatty(fileno(stderr)) != 0) {}
+    Progress(const char* what, std::size_t every)
+        : what_(what), every_(every), terminal_(isatty(fileno(stderr)) != 0) {}
     ~Progress() {
         if (shown_) std::cerr << "\r\033[K" << std::flush;
     }
     void operator()(std::size_t done) {
         if (!terminal_ || done % every_ != 0) return;
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
         if (seconds < 1) return;
         shown_ = true;
-        std::cerr << "\r" << what_ << ": " << done << " evaluated (" << static_cast<long long>(done / seconds) << "/s)"
-                  << std::flush;
+        std::cerr << "\r" << what_ << ": " << done << " evaluated ("
+                  << static_cast<long long>(done / seconds) << "/s)" << std::flush;
     }
 
 private:
@@ -41,18 +45,77 @@ private:
     std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
+/// What every command that estimates a training step takes (estimate, fit and plan).
+struct TrainingStepOptions {
+    ModelOptions model;
+    StepOptions step;
+    RecipeOptions recipe;
+    TrainingOptions training;
+    ActivationOptions activation;
+    OutputOptions output;
+    FrameworkOptions framework;
+
+    std::string output_file() const { return output.file; }
+};
+
+/// What the estimate's report also shows or writes.
+struct ReportOptions {
+    std::string compare, plot, sweep_limit;
+    DeviceOptions device;  ///< drawn in plots, checked in the report
+    bool timeline = false, per_layer = false, ops = false;
+};
+
+/// memcalc with no command: one estimate, or a sweep over comma lists.
+struct EstimateOptions : TrainingStepOptions {
+    ParallelOptions parallel;
+    ReportOptions report;
+};
+
+/// memcalc fit: the longest sequence or largest micro-batch that fits.
+struct FitOptions : TrainingStepOptions {
+    ParallelOptions parallel;
+    DeviceOptions device;
+    std::string multiple_of;
+    FitOptions() { step.recompute = "all"; }
+};
+
+/// memcalc plan: the layouts of a cluster that fit, ranked; or the fewest GPUs.
+struct PlanOptions : TrainingStepOptions {
+    ParallelOptions parallel;  ///< pinned: each given restricts the search
+    DeviceOptions device;
+    std::string gpus, top, max_tp, search_limit;
+    PlanOptions() { step.recompute = step.micro_batch = ""; }  // not given: the search tries each
+};
+
+/// memcalc serve: the memory of serving a model.
+struct ServeOptions {
+    ModelOptions model;
+    OutputOptions output;
+    DeviceOptions device;
+    std::string context, batch, tp, kv_dtype = "bf16", weights = "bf16", block_size, prefill_chunk;
+    ServeOptions() { device.reserve = ""; }  // given, it needs a device: see run_serve
+
+    std::string output_file() const { return output.file; }
+};
+
+/// A catalogue (memcalc presets, recipes, ...): only --format.
+struct CatalogueOptions {
+    std::string format = "table";
+    std::string output_file() const { return {}; }
+};
+
 /// Checks the options every estimating command shares, before any model is read.
-void check_run_options(const Request& q);
+void check_run_options(const TrainingStepOptions& q);
 
 /// The model a command names (preset, model file or config.json), its name made printable.
-ModelFile load_model(const Request& q);
+ModelFile load_model(const ModelOptions& q);
 
-ActivationModel activation_model(const Request& q);
+ActivationModel activation_model(const TrainingStepOptions& q);
 
 /// The settings every estimating command reads the same way: the recipe, the activation model and
 /// the framework (the profile's values, each flag given overriding one).
 /// Fit and plan take one --attention; the estimate sweeps a list and sets it per configuration.
-Settings settings_from(const Request& q);
+Settings settings_from(const TrainingStepOptions& q);
 /// A device's memory and the option that gave it ("--gpu h100-sxm"), for messages.
 struct DeviceMemory {
     Count bytes;
@@ -60,11 +123,12 @@ struct DeviceMemory {
     std::optional<Gpu> gpu;  ///< the GPU named, with its speeds; none for --device-memory
 };
 /// --device-memory, or the memory of --gpu or --gpu-file; none when no option gives one.
-std::optional<DeviceMemory> device_memory(const Request& q);
+std::optional<DeviceMemory> device_memory(const DeviceOptions& q);
 
 /// The attention kernels to estimate: --attention's list, or the profile's one.
-std::vector<Attention> attentions_from(const Request& q, const Settings& settings);
-Attention single_attention(const Request& q, const Settings& settings, const char* command);
+std::vector<Attention> attentions_from(const ActivationOptions& q, const Settings& settings);
+Attention single_attention(const ActivationOptions& q, const Settings& settings,
+                           const char* command);
 
 /// One rendering in the format asked for (--format): only that format's renderer runs.
 template <class Json, class Csv, class Table>
@@ -77,13 +141,14 @@ std::string in_format(const std::string& format, Json&& json, Csv&& csv, Table&&
     return {};
 }
 
-inline Unit unit_of(const Request& q) { return q.units == "gib" ? Unit::gib : Unit::gb; }
+inline Unit unit_of(const OutputOptions& q) { return q.units == "gib" ? Unit::gib : Unit::gb; }
 
-/// The estimate (and its sweeps): `out` is what goes to stdout or --output, `files` a plot asked for.
-void run_estimate(const Request& q, Spool& out, std::vector<PendingFile>& files);
-std::string run_fit(const Request& q);
-std::string run_plan(const Request& q);
-std::string run_serve(const Request& q);
+/// The estimate (and its sweeps): `out` is what goes to stdout or --output, `files` a plot asked
+/// for.
+void run_estimate(const EstimateOptions& q, Spool& out, std::vector<PendingFile>& files);
+std::string run_fit(const FitOptions& q);
+std::string run_plan(const PlanOptions& q);
+std::string run_serve(const ServeOptions& q);
 std::string run_presets(const std::string& format);
 std::string run_recipes(const std::string& format);
 std::string run_profiles(const std::string& format);

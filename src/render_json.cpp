@@ -23,81 +23,110 @@ const char* position_name(Position p) {
     return p == Position::rotary ? "rotary" : p == Position::learned ? "learned" : "none";
 }
 
+void add_mla_and_mamba_json(json& out, const Architecture& m);
+void add_layer_kinds_json(json& out, const Architecture& m);
+
 json model_json(const Architecture& m) {
     json out = {{"name", m.name},
-            {"hidden", m.hidden},
-            {"layers", m.layers},
-            {"heads", m.heads},
-            {"kv_heads", m.key_value_heads()},
-            {"head_dim", m.head_size()},
-            {"ffn", m.ffn},
-            {"vocab", m.vocab},
-            {"max_positions", m.max_positions},
-            {"mlp", mlp_name(m.mlp)},
-            {"norm", norm_name(m.norm)},
-            {"bias", bias_name(m.bias)},
-            {"position", position_name(m.position)},
-            {"tied_embeddings", m.tied_embeddings},
-            {"experts", m.experts},
-            {"experts_per_token", m.is_moe() ? m.active_experts() : 0},
-            {"position_rows", m.position == Position::learned ? m.learned_positions() : 0},
-            {"activation", std::string(activation_function(m.activation).name)},
-            {"norms_per_layer", m.norms_per_layer},
-            {"parallel_attention", m.parallel_attention},
-            {"embedding_norm", m.embedding_norm},
-            {"attention_dropout", m.attention_dropout},
-            {"hidden_dropout", m.hidden_dropout},
-            {"mlp_dropout", m.mlp_dropout},
-            {"softmax_fp32", m.softmax_fp32},
-            {"attention_output_held", m.attention_output_held},
-            {"head_bias", m.head_bias},
-            {"causal_mask_buffer", m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none"},
-            {"qk_norm", qk_norm_name(m.qk_norm)},
-            {"norm_position", norm_position_name(m.norm_position)},
-            {"rmsnorm_fp32_scale", m.rmsnorm_fp32_scale},
-            {"attention_sinks", m.attention_sinks},
-            {"stacked_experts", m.stacked_experts},
-            {"window", m.window},
-            {"rotary_embedding", rotary_embedding(m.rotary_embedding).name},
-            {"shared_ffn", m.shared_ffn},
-            {"shared_expert_gate", m.shared_expert_gate},
-            {"router_bias", router_bias_name(m.router_bias)},
-            {"renormalize_topk", m.renormalize_topk},
-            {"attention_chunk", m.attention_chunk},
-            {"attention_temperature", m.attention_temperature},
-            {"expert_dispatch", expert_dispatch_name(m.expert_dispatch)},
-            {"router", router_name(m.router)},
-            {"input_jitter", m.input_jitter}};
+                {"hidden", m.hidden},
+                {"layers", m.layers},
+                {"heads", m.heads},
+                {"kv_heads", m.key_value_heads()},
+                {"head_dim", m.head_size()},
+                {"ffn", m.ffn},
+                {"vocab", m.vocab},
+                {"max_positions", m.max_positions},
+                {"mlp", mlp_name(m.mlp)},
+                {"norm", norm_name(m.norm)},
+                {"bias", bias_name(m.bias)},
+                {"position", position_name(m.position)},
+                {"tied_embeddings", m.tied_embeddings},
+                {"experts", m.experts},
+                {"experts_per_token", m.is_moe() ? m.active_experts() : 0},
+                {"position_rows", m.position == Position::learned ? m.learned_positions() : 0},
+                {"activation", std::string(activation_function(m.activation).name)},
+                {"norms_per_layer", m.norms_per_layer},
+                {"parallel_attention", m.parallel_attention},
+                {"embedding_norm", m.embedding_norm},
+                {"attention_dropout", m.attention_dropout},
+                {"hidden_dropout", m.hidden_dropout},
+                {"mlp_dropout", m.mlp_dropout},
+                {"softmax_fp32", m.softmax_fp32},
+                {"attention_output_held", m.attention_output_held},
+                {"head_bias", m.head_bias},
+                {"causal_mask_buffer",
+                 m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none"},
+                {"qk_norm", qk_norm_name(m.qk_norm)},
+                {"norm_position", norm_position_name(m.norm_position)},
+                {"rmsnorm_fp32_scale", m.rmsnorm_fp32_scale},
+                {"attention_sinks", m.attention_sinks},
+                {"stacked_experts", m.stacked_experts},
+                {"window", m.window},
+                {"rotary_embedding", rotary_embedding(m.rotary_embedding).name},
+                {"shared_ffn", m.shared_ffn},
+                {"shared_expert_gate", m.shared_expert_gate},
+                {"router_bias", router_bias_name(m.router_bias)},
+                {"renormalize_topk", m.renormalize_topk},
+                {"attention_chunk", m.attention_chunk},
+                {"attention_temperature", m.attention_temperature},
+                {"expert_dispatch", expert_dispatch_name(m.expert_dispatch)},
+                {"router", router_name(m.router)},
+                {"input_jitter", m.input_jitter}};
+    add_mla_and_mamba_json(out, m);
+    if (!m.layer_kinds.empty()) add_layer_kinds_json(out, m);
+    return out;
+}
+
+/// Latent attention's and the Mamba mixer's keys, where the model has them.
+void add_mla_and_mamba_json(json& out, const Architecture& m) {
     if (m.mla.enabled())
-        for (auto [key, value] : {std::pair{"q_lora_rank", m.mla.q_lora_rank}, {"kv_lora_rank", m.mla.kv_lora_rank},
-                                  {"qk_nope_head_dim", m.mla.qk_nope_head_dim}, {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
+        for (auto [key, value] : {std::pair{"q_lora_rank", m.mla.q_lora_rank},
+                                  {"kv_lora_rank", m.mla.kv_lora_rank},
+                                  {"qk_nope_head_dim", m.mla.qk_nope_head_dim},
+                                  {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
                                   {"v_head_dim", m.mla.v_head_dim}})
             out[key] = value;
     if (m.ssm.enabled()) {  // appended: the keys before stay as they were
         out["mixer"] = mixer_name(m.mixer);
-        for (auto [key, value] : {std::pair{"mamba_inner", m.ssm.d_inner}, {"mamba_state", m.ssm.d_state},
-                                  {"mamba_conv", m.ssm.d_conv}, {"mamba_dt_rank", m.ssm.dt_rank}})
+        for (auto [key, value] : {std::pair{"mamba_inner", m.ssm.d_inner},
+                                  {"mamba_state", m.ssm.d_state},
+                                  {"mamba_conv", m.ssm.d_conv},
+                                  {"mamba_dt_rank", m.ssm.dt_rank}})
             out[key] = value;
-        for (auto [key, value] : {std::pair{"mamba_conv_bias", m.ssm.conv_bias}, {"mamba_proj_bias", m.ssm.proj_bias},
-                                  {"mamba_inner_norms", m.ssm.inner_norms}, {"mamba_kernels", m.ssm.kernels}})
+        for (auto [key, value] : {std::pair{"mamba_conv_bias", m.ssm.conv_bias},
+                                  {"mamba_proj_bias", m.ssm.proj_bias},
+                                  {"mamba_inner_norms", m.ssm.inner_norms},
+                                  {"mamba_kernels", m.ssm.kernels}})
             out[key] = value;
     }
-    if (m.layer_kinds.empty()) return out;
-    const auto given = [](const std::optional<std::uint64_t>& v) { return v ? json(*v) : json(nullptr); };
+}
+
+/// "layer_kinds" and "layer_pattern", as a model file gives them.
+void add_layer_kinds_json(json& out, const Architecture& m) {
+    const auto given = [](const std::optional<std::uint64_t>& v) {
+        return v ? json(*v) : json(nullptr);
+    };
     json kinds = json::array(), pattern = json::array();
     for (const auto& k : m.layer_kinds)
-        kinds.push_back({{"name", k.name}, {"ffn", given(k.ffn)}, {"experts", given(k.experts)},
-                         {"experts_per_token", given(k.experts_per_token)}, {"shared_ffn", given(k.shared_ffn)},
-                         {"shared_expert_gate", k.shared_expert_gate ? json(*k.shared_expert_gate) : json(nullptr)},
-                         {"router_bias", k.router_bias ? json(router_bias_name(*k.router_bias)) : json(nullptr)},
-                         {"window", given(k.window)}, {"attention_chunk", given(k.attention_chunk)},
-                         {"position", k.position ? json(position_name(*k.position)) : json(nullptr)},
-                         {"qk_norm", k.qk_norm ? json(qk_norm_name(*k.qk_norm)) : json(nullptr)},
-                         {"mixer", k.mixer ? json(mixer_name(*k.mixer)) : json(nullptr)}});
-    for (const auto& run : m.layer_pattern) pattern.push_back({{"kind", m.layer_kinds[run.kind].name}, {"layers", run.count}});
+        kinds.push_back(
+            {{"name", k.name},
+             {"ffn", given(k.ffn)},
+             {"experts", given(k.experts)},
+             {"experts_per_token", given(k.experts_per_token)},
+             {"shared_ffn", given(k.shared_ffn)},
+             {"shared_expert_gate",
+              k.shared_expert_gate ? json(*k.shared_expert_gate) : json(nullptr)},
+             {"router_bias",
+              k.router_bias ? json(router_bias_name(*k.router_bias)) : json(nullptr)},
+             {"window", given(k.window)},
+             {"attention_chunk", given(k.attention_chunk)},
+             {"position", k.position ? json(position_name(*k.position)) : json(nullptr)},
+             {"qk_norm", k.qk_norm ? json(qk_norm_name(*k.qk_norm)) : json(nullptr)},
+             {"mixer", k.mixer ? json(mixer_name(*k.mixer)) : json(nullptr)}});
+    for (const auto& run : m.layer_pattern)
+        pattern.push_back({{"kind", m.layer_kinds[run.kind].name}, {"layers", run.count}});
     out["layer_kinds"] = kinds;
     out["layer_pattern"] = pattern;
-    return out;
 }
 
 json breakdown_json(const Breakdown& b) {
@@ -111,14 +140,15 @@ json parameters_json(const Report& r) {
     const bool mixed = t.kinds > 1;
     json tensors = json::array();
     for (const auto& row : t.rows) {
-        json tensor = {{"part", part_name(row.part)},
-                       {"tensor", row.tensor},
-                       {"shape", row.shape},
-                       {"dims", row.dims},
-                       {"count", row.count.value()},
-                       {"per_layer", row.group == Group::layer},
-                       {"trainable", row.trainable},
-                       {"storage", row.storage ? json(dtype_name(row.storage->dtype)) : json(nullptr)}};
+        json tensor = {
+            {"part", part_name(row.part)},
+            {"tensor", row.tensor},
+            {"shape", row.shape},
+            {"dims", row.dims},
+            {"count", row.count.value()},
+            {"per_layer", row.group == Group::layer},
+            {"trainable", row.trainable},
+            {"storage", row.storage ? json(dtype_name(row.storage->dtype)) : json(nullptr)}};
         if (mixed && row.group == Group::layer) tensor["kind"] = r.model.layer_kinds[row.kind].name;
         tensors.push_back(std::move(tensor));
     }
@@ -130,17 +160,21 @@ json parameters_json(const Report& r) {
                 if (row.group == Group::layer && row.kind == kind && row.part == p) n += row.count;
             return n.value();
         };
-        return json{{"attention", part(Part::attention)}, {"mlp", part(Part::mlp)}, {"router", part(Part::router)},
-                    {"norms", part(Part::norms)}, {"total", t.per_layer(kind).value()}};
+        return json{{"attention", part(Part::attention)},
+                    {"mlp", part(Part::mlp)},
+                    {"router", part(Part::router)},
+                    {"norms", part(Part::norms)},
+                    {"total", t.per_layer(kind).value()}};
     };
-    json out = {{"total", r.parameter_count.value()},
-                {"trainable", trainable_parameters(t).value()},
-                {"layers", t.layers},
-                {"embedding", t.part(Part::embedding).value()},
-                {"per_layer", mixed ? json(nullptr) : one_layer(0)},  // layers differ: see layer_kinds
-                {"final_norm", t.part(Part::final_norm).value()},
-                {"head", t.part(Part::head).value()},
-                {"tensors", tensors}};
+    json out = {
+        {"total", r.parameter_count.value()},
+        {"trainable", trainable_parameters(t).value()},
+        {"layers", t.layers},
+        {"embedding", t.part(Part::embedding).value()},
+        {"per_layer", mixed ? json(nullptr) : one_layer(0)},  // layers differ: see layer_kinds
+        {"final_norm", t.part(Part::final_norm).value()},
+        {"head", t.part(Part::head).value()},
+        {"tensors", tensors}};
     if (mixed) {
         json kinds = json::array();
         for (std::size_t k = 0; k < t.kinds; ++k) {
@@ -174,12 +208,23 @@ json tensors_json(const std::vector<SavedTensor>& rows, Recompute mode) {
 }  // namespace
 
 json parallel_json(const Parallelism& p) {
-    return {{"devices", p.devices()}, {"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep},
-            {"etp", p.expert_tp()}, {"vpp", p.vpp}, {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero},
+    return {{"devices", p.devices()},
+            {"dp", p.dp},
+            {"tp", p.tp},
+            {"pp", p.pp},
+            {"cp", p.cp},
+            {"ep", p.ep},
+            {"etp", p.expert_tp()},
+            {"vpp", p.vpp},
+            {"sequence_parallel", p.sequence_parallel},
+            {"zero", p.zero},
             {"offload", p.offload_mode().name()},
-            {"shard_group", p.sharding()}, {"microbatches", p.steps_per_batch()},
-            {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers},
-            {"schedule", schedule_name(p.pipeline_schedule())}, {"parameter_copies", schedule_row(p).parameter_copies}};
+            {"shard_group", p.sharding()},
+            {"microbatches", p.steps_per_batch()},
+            {"first_stage_layers", p.first_stage_layers},
+            {"last_stage_layers", p.last_stage_layers},
+            {"schedule", schedule_name(p.pipeline_schedule())},
+            {"parameter_copies", schedule_row(p).parameter_copies}};
 }
 
 json ranks_json(const Report& r) {
@@ -223,15 +268,17 @@ void layer_json(json& out, const LayerActivations& layer, Recompute mode, bool w
     json work = json::array();
     for (const auto& w : layer.work) {
         const WorkspaceSum sum = workspace_sum(layer.rows, w, mode, layer.policy_outputs);
-        work.push_back({{"phase", w.backward ? "backward" : "forward"},
-                        {"op", w.op},
-                        {"tensor", w.tensor},
-                        {"formula", w.formula},
-                        {"bytes", w.bytes.value()},
-                        {"absent_bytes", sum.covered.value()},
-                        {"adds_bytes", sum.adds().value()},
-                        {"gradients_from", w.gradients_from},
-                        {"stream_beside_bytes", (w.stream_other + (checkpoints_layer(mode) ? Count(0) : w.stream_input)).value()}});
+        work.push_back(
+            {{"phase", w.backward ? "backward" : "forward"},
+             {"op", w.op},
+             {"tensor", w.tensor},
+             {"formula", w.formula},
+             {"bytes", w.bytes.value()},
+             {"absent_bytes", sum.covered.value()},
+             {"adds_bytes", sum.adds().value()},
+             {"gradients_from", w.gradients_from},
+             {"stream_beside_bytes",
+              (w.stream_other + (checkpoints_layer(mode) ? Count(0) : w.stream_input)).value()}});
     }
     out["workspaces"] = work;
 }
@@ -250,7 +297,8 @@ json per_layer_json(const Report& r) {
     } else {  // one entry per kind of layer, each with its layers' count
         json kinds = json::array();
         for (std::size_t k = 0; k < r.parameters.kinds; ++k) {
-            json kind = {{"name", r.model.layer_kinds[k].name}, {"layers", r.parameters.kind_layers[k]}};
+            json kind = {{"name", r.model.layer_kinds[k].name},
+                         {"layers", r.parameters.kind_layers[k]}};
             layer_json(kind, r.layer_of(k), mode, architecture);
             kinds.push_back(std::move(kind));
         }
@@ -267,6 +315,45 @@ json per_layer_json(const Report& r) {
     return out;
 }
 
+namespace {
+
+/// The report's "settings": what was estimated.
+json settings_json(const Report& r) {
+    json settings = {{"seq", r.settings.seq},
+                     {"micro_batch", r.settings.micro_batch},
+                     {"recompute", recompute_name(r.settings.recompute)},
+                     {"recipe", r.settings.recipe.name},
+                     {"activations", activation_model_name(r.settings.activations)},
+                     {"parallel", parallel_json(r.settings.parallel)}};
+    for_each_switch([&](const auto& row) {
+        settings[std::string(row.key)] = row.name(r.settings.framework.*row.member);
+    });
+    if (!r.settings.recompute_modules.is_default())
+        settings["recompute_modules"] = r.settings.recompute_modules.names();
+    // Partial recomputation: layers recomputed per stage (per chunk with vpp); null: every layer.
+    const auto& partial = r.settings.parallel.recompute_layers;
+    settings["recompute_layers"] = partial ? json(*partial) : json(nullptr);
+    const FineTuning& f = r.settings.tuning;
+    json training = {{"mode", training_name(f.mode)}};
+    if (f.mode == Training::frozen) training["frozen"] = f.frozen;
+    if (training_row(f.mode).adapters)
+        training["lora"] = {{"rank", f.lora.rank},
+                            {"targets", f.lora.targets},
+                            {"dropout", f.lora.dropout},
+                            {"fp32_adapters", f.lora.fp32},
+                            {"variant", lora_variant_row(f.lora.variant).name}};
+    if (training_row(f.mode).quantized_base)
+        training["base_storage"] = {{"dtype", dtype_name(f.base.dtype)},
+                                    {"block", f.base.block},
+                                    {"scale", dtype_name(f.base.scale)},
+                                    {"scale_block", f.base.scale_block},
+                                    {"scale_scale", dtype_name(f.base.scale_scale)}};
+    settings["training"] = training;
+    return settings;
+}
+
+}  // namespace
+
 json report_json(const Report& r, const View& view) {
     json timeline = json::array();
     for (const auto& step : r.timeline())
@@ -275,57 +362,38 @@ json report_json(const Report& r, const View& view) {
                             {"bytes", step.bytes.total().value()},
                             {"by_category", breakdown_json(step.bytes)}});
     const Step& peak = r.peak_step();
-    json settings = {{"seq", r.settings.seq},
-                     {"micro_batch", r.settings.micro_batch},
-                     {"recompute", recompute_name(r.settings.recompute)},
-                     {"recipe", r.settings.recipe.name},
-                     {"activations", activation_model_name(r.settings.activations)},
-                     {"parallel", parallel_json(r.settings.parallel)}};
-    for_each_switch([&](const auto& row) { settings[std::string(row.key)] = row.name(r.settings.framework.*row.member); });
-    if (!r.settings.recompute_modules.is_default()) settings["recompute_modules"] = r.settings.recompute_modules.names();
-    // Partial recomputation: layers recomputed per stage (per chunk with vpp); null: every layer.
-    const auto& partial = r.settings.parallel.recompute_layers;
-    settings["recompute_layers"] = partial ? json(*partial) : json(nullptr);
-    const FineTuning& f = r.settings.tuning;
-    json training = {{"mode", training_name(f.mode)}};
-    if (f.mode == Training::frozen) training["frozen"] = f.frozen;
-    if (training_row(f.mode).adapters)
-        training["lora"] = {{"rank", f.lora.rank}, {"targets", f.lora.targets}, {"dropout", f.lora.dropout},
-                            {"fp32_adapters", f.lora.fp32}, {"variant", lora_variant_row(f.lora.variant).name}};
-    if (training_row(f.mode).quantized_base)
-        training["base_storage"] = {{"dtype", dtype_name(f.base.dtype)}, {"block", f.base.block},
-                                    {"scale", dtype_name(f.base.scale)}, {"scale_block", f.base.scale_block},
-                                    {"scale_scale", dtype_name(f.base.scale_scale)}};
-    settings["training"] = training;
-    return {{"memcalc", memcalc::version},
-            {"schema", memcalc::json_schema},
-            {"model", model_json(r.model)},
-            {"settings", settings},
-            {"compare", view.compare.empty() ? json(nullptr) : compare_json(r, view)},
-            {"parameters", parameters_json(r)},
-            {"state",
-             {{"bytes", r.state.total().value()},
-              // null where the optimiser's state is counted tensor by tensor (optimizer_rule says how)
-              {"bytes_per_parameter", number_or_null(r.settings.recipe.bytes_per_parameter())},
-              {"zero_k", number_or_null(r.settings.recipe.zero_k())},
-              {"optimizer_rule", r.settings.recipe.optimizer.rule.empty() ? json(nullptr) : json(std::string(r.settings.recipe.optimizer.rule))},
-              {"weights", r.state.weights.value()},
-              {"gradients", r.state.gradients.value()},
-              {"master_weights", r.state.master_weights.value()},
-              {"optimizer_state", r.state.optimizer_state.value()}}},
-            {"activations", per_layer_json(r)},
-            {"compute",
-             {{"step_flops", r.compute.step},
-              {"recompute_flops", r.compute.recompute},
-              {"recompute_fraction", r.compute.recompute_fraction()}}},
-            {"timeline", timeline},
-            {"ranks", ranks_json(r)},
-            {"peak",
-             {{"step", peak.name()},
-              {"bytes", peak.bytes.total().value()},
-              {"stage", r.busiest().stage},
-              {"microbatch", peak.microbatch},
-              {"by_category", breakdown_json(peak.bytes)}}}};
+    return {
+        {"memcalc", memcalc::version},
+        {"schema", memcalc::json_schema},
+        {"model", model_json(r.model)},
+        {"settings", settings_json(r)},
+        {"compare", view.compare.empty() ? json(nullptr) : compare_json(r, view)},
+        {"parameters", parameters_json(r)},
+        {"state",
+         {{"bytes", r.state.total().value()},
+          // null where the optimiser's state is counted tensor by tensor (optimizer_rule says how)
+          {"bytes_per_parameter", number_or_null(r.settings.recipe.bytes_per_parameter())},
+          {"zero_k", number_or_null(r.settings.recipe.zero_k())},
+          {"optimizer_rule", r.settings.recipe.optimizer.rule.empty()
+                                 ? json(nullptr)
+                                 : json(std::string(r.settings.recipe.optimizer.rule))},
+          {"weights", r.state.weights.value()},
+          {"gradients", r.state.gradients.value()},
+          {"master_weights", r.state.master_weights.value()},
+          {"optimizer_state", r.state.optimizer_state.value()}}},
+        {"activations", per_layer_json(r)},
+        {"compute",
+         {{"step_flops", r.compute.step},
+          {"recompute_flops", r.compute.recompute},
+          {"recompute_fraction", r.compute.recompute_fraction()}}},
+        {"timeline", timeline},
+        {"ranks", ranks_json(r)},
+        {"peak",
+         {{"step", peak.name()},
+          {"bytes", peak.bytes.total().value()},
+          {"stage", r.busiest().stage},
+          {"microbatch", peak.microbatch},
+          {"by_category", breakdown_json(peak.bytes)}}}};
 }
 
 }  // namespace memcalc::cli
