@@ -43,7 +43,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clang-format", default=shutil.which("clang-format"))
     a = ap.parse_args()
-    if not a.clang_format:
+    if not a.clang_format or a.clang_format.endswith("NOTFOUND"):
         sys.exit("check-format: clang-format is not installed (the README's first command installs it)")
     files = sources()
     problems = list(long_lines(files))

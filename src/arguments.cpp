@@ -59,10 +59,14 @@ std::vector<Recompute> parse_modes(const std::string& text) {
     if (text == "all") return {Recompute::none, Recompute::selective, Recompute::full};
     std::vector<Recompute> modes;
     for (const auto& item : split_list("--recompute", text)) {
-        if (item == "none") modes.push_back(Recompute::none);
-        else if (item == "selective") modes.push_back(Recompute::selective);
-        else if (item == "full") modes.push_back(Recompute::full);
-        else if (item == "op") modes.push_back(Recompute::op);
+        if (item == "none")
+            modes.push_back(Recompute::none);
+        else if (item == "selective")
+            modes.push_back(Recompute::selective);
+        else if (item == "full")
+            modes.push_back(Recompute::full);
+        else if (item == "op")
+            modes.push_back(Recompute::op);
         else
             throw usage_error(
                 fmt::format("--recompute must be none, selective, full, op or all (got '{}'){}",
@@ -156,8 +160,10 @@ ModuleSet parse_recompute_modules(const StepOptions& q) {
 std::vector<Attention> parse_attention(const std::string& text) {
     std::vector<Attention> kinds;
     for (const auto& item : split_list("--attention", text)) {
-        if (item == "eager") kinds.push_back(Attention::eager);
-        else if (item == "flash") kinds.push_back(Attention::flash);
+        if (item == "eager")
+            kinds.push_back(Attention::eager);
+        else if (item == "flash")
+            kinds.push_back(Attention::flash);
         else
             throw usage_error(
                 fmt::format("--attention must be eager, flash or a comma list of them (got '{}'){}",
@@ -185,10 +191,16 @@ Count parse_size(const std::string& option, const std::string& text) {
     std::string unit;
     for (; i < text.size(); ++i)
         unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
-    const std::pair<const char*, std::uint64_t> units[] = {
-        {"", 1},           {"b", 1},           {"kb", 1000},       {"mb", 1000000},
-        {"gb", 1000000000}, {"tb", 1000000000000ULL}, {"kib", 1ULL << 10}, {"mib", 1ULL << 20},
-        {"gib", 1ULL << 30}, {"tib", 1ULL << 40}};
+    const std::pair<const char*, std::uint64_t> units[] = {{"", 1},
+                                                           {"b", 1},
+                                                           {"kb", 1000},
+                                                           {"mb", 1000000},
+                                                           {"gb", 1000000000},
+                                                           {"tb", 1000000000000ULL},
+                                                           {"kib", 1ULL << 10},
+                                                           {"mib", 1ULL << 20},
+                                                           {"gib", 1ULL << 30},
+                                                           {"tib", 1ULL << 40}};
     const auto found = std::find_if(std::begin(units), std::end(units),
                                     [&](const auto& u) { return unit == u.first; });
     if (whole.empty() || found == std::end(units) || fraction.size() > 9) throw bad();
@@ -315,9 +327,10 @@ Parallelism base_layout(const ParallelOptions& q, const StepOptions& step) {
     base.last_stage_layers = parse_count("--last-stage-layers", q.last_stage_layers, 0);
     const std::vector<OffloadMode> offload = parse_offloads(q.offload);
     if (offload.size() != 1)
-        throw usage_error(fmt::format("--offload takes one mode (got '{}'); join ZeRO-Offload and "
-                                      "activation offload with '+', e.g. optimizer+activations",
-                                      q.offload));
+        throw usage_error(
+            fmt::format("--offload takes one mode (got '{}'); join ZeRO-Offload and "
+                        "activation offload with '+', e.g. optimizer+activations",
+                        q.offload));
     base.offload = offload.front().state;
     base.offload_activations = offload.front().activations;
     if (!q.schedule.empty()) {
@@ -342,9 +355,10 @@ void apply_global_batch(Parallelism& p, const std::string& global_batch,
     const std::uint64_t dp = p.dp;
     // Sequences one micro-batch step takes; a product past 64 bits is more than any batch.
     if (dp > std::numeric_limits<std::uint64_t>::max() / micro_batch)
-        throw usage_error(fmt::format("--global-batch {} is not a multiple of micro-batch x dp = "
-                                      "{} x {}, which exceeds 2^64",
-                                      global, micro_batch, dp));
+        throw usage_error(
+            fmt::format("--global-batch {} is not a multiple of micro-batch x dp = "
+                        "{} x {}, which exceeds 2^64",
+                        global, micro_batch, dp));
     const std::uint64_t per_step = micro_batch * dp;
     if (global % per_step != 0)
         throw usage_error(
@@ -389,7 +403,9 @@ std::vector<Parallelism> parse_layouts(const ParallelOptions& q, const StepOptio
 ListLengths layout_list_lengths(const ParallelOptions& q) {
     ListLengths lengths;
     for (const auto& [option, text] : {std::pair<const char*, const std::string&>{"--dp", q.dp},
-                                       {"--tp", q.tp}, {"--pp", q.pp}, {"--zero", q.zero}})
+                                       {"--tp", q.tp},
+                                       {"--pp", q.pp},
+                                       {"--zero", q.zero}})
         lengths.emplace_back(option, text.empty() ? 1 : split_list(option, text).size());
     return lengths;
 }
@@ -407,9 +423,10 @@ void check_sweep_size(const std::string& sweep_limit, const ListLengths& lists) 
     }
     if (!past && product <= limit) return;
     const std::string size = past ? "over 2^64" : digits(Count(product));
-    throw usage_error(fmt::format("a sweep of {} configurations ({}) exceeds the limit of {}: "
-                                  "shorten the lists or raise --sweep-limit",
-                                  size, fmt::join(factors, " x "), digits(Count(limit))));
+    throw usage_error(
+        fmt::format("a sweep of {} configurations ({}) exceeds the limit of {}: "
+                    "shorten the lists or raise --sweep-limit",
+                    size, fmt::join(factors, " x "), digits(Count(limit))));
 }
 
 }  // namespace memcalc::cli

@@ -38,10 +38,9 @@ void check_run_options(const TrainingStepOptions& options) {
     }
 }
 
-
 ModelFile load_model(const ModelOptions& q) {
-    ModelFile m = !q.preset.empty()       ? load_preset(q.preset)
-                  : !q.model_file.empty() ? load_model_file(q.model_file)
+    ModelFile m = !q.preset.empty()                         ? load_preset(q.preset)
+                  : !q.model_file.empty()                   ? load_model_file(q.model_file)
                   : std::filesystem::is_directory(q.config) ? load_model_folder(q.config)
                                                             : load_hf_config(q.config);
     m.architecture.name = printable(m.architecture.name);
@@ -88,9 +87,10 @@ Settings settings_from(const TrainingStepOptions& q) {
     settings.tuning = parse_fine_tuning(q.training);
     const bool architecture = settings.activations == ActivationModel::architecture;
     if (!settings.tuning.is_full() && !architecture)
-        throw usage_error(fmt::format("--train {} needs --activations architecture: Korthikanti's "
-                                      "formula has every weight trained",
-                                      training_name(settings.tuning.mode)));
+        throw usage_error(
+            fmt::format("--train {} needs --activations architecture: Korthikanti's "
+                        "formula has every weight trained",
+                        training_name(settings.tuning.mode)));
     Framework& f = settings.framework;
     const FrameworkProfile profile = framework_from(q.framework, f);
     const std::string from_profile = fmt::format("--profile {}", profile.name);
@@ -108,10 +108,11 @@ Settings settings_from(const TrainingStepOptions& q) {
             settings.recipe.autocast ? "autocast gives a layer's tensors"
                                      : "its narrow linear layers give a layer's tensors"));
     if (q.activation.attention.empty() && f.attention == Attention::flash && !architecture)
-        throw usage_error(fmt::format("{} (--attention flash) needs --activations architecture, or "
-                                      "--attention eager: Korthikanti's formula describes eager "
-                                      "attention",
-                                      from_profile));
+        throw usage_error(
+            fmt::format("{} (--attention flash) needs --activations architecture, or "
+                        "--attention eager: Korthikanti's formula describes eager "
+                        "attention",
+                        from_profile));
     return settings;
 }
 

@@ -29,9 +29,10 @@ void check_plot(const ReportOptions& q, std::size_t seqs, std::size_t batches, s
     if (layouts > 1) varied.push_back("the layout");
     if (attentions > 1) varied.push_back("--attention");
     if (!varied.empty())
-        throw usage_error(fmt::format("--plot draws a sweep over --seq or --micro-batch alone, one "
-                                      "line per recomputation mode; this one varies {}",
-                                      fmt::join(varied, " and ")));
+        throw usage_error(
+            fmt::format("--plot draws a sweep over --seq or --micro-batch alone, one "
+                        "line per recomputation mode; this one varies {}",
+                        fmt::join(varied, " and ")));
 }
 
 /// `text` with every line but the first indented by `spaces`: a JSON value dumped alone, placed
@@ -76,10 +77,11 @@ EstimateRun lists_and_model(const EstimateOptions& q) {
     run.model = load_model(q.model);
     const Architecture& arch = run.model.architecture;
     if (!q.report.compare.empty() && !arch.layer_kinds.empty())
-        throw usage_error(fmt::format("--compare needs layers all alike: Megatron-LM's and "
-                                      "DeepSpeed's formulas take one layer shape, and {} has {} "
-                                      "kinds of layer",
-                                      arch.name, arch.layer_kinds.size()));
+        throw usage_error(
+            fmt::format("--compare needs layers all alike: Megatron-LM's and "
+                        "DeepSpeed's formulas take one layer shape, and {} has {} "
+                        "kinds of layer",
+                        arch.name, arch.layer_kinds.size()));
     if (run.seqs.empty()) {
         if (arch.max_positions == 0)
             throw usage_error(fmt::format(
@@ -94,18 +96,20 @@ EstimateRun estimate_run(const EstimateOptions& q) {
     EstimateRun run = lists_and_model(q);
     const std::size_t layouts = parse_layouts(q.parallel, q.step, run.batches.front()).size();
     check_plot(q.report, run.seqs.size(), run.batches.size(), layouts, run.attentions.size());
-    const std::size_t configurations = run.seqs.size() * run.batches.size() * layouts *
-                                       run.attentions.size() * run.modes.size();
+    const std::size_t configurations =
+        run.seqs.size() * run.batches.size() * layouts * run.attentions.size() * run.modes.size();
     run.sweep = configurations > 1;
     const ReportOptions& r = q.report;
     if (run.sweep && (r.per_layer || r.timeline || r.ops))
         throw usage_error(fmt::format("{} shows one configuration; this asks for {} (a sweep)",
-                                      r.per_layer ? "--per-layer" : r.ops ? "--ops" : "--timeline",
+                                      r.per_layer ? "--per-layer"
+                                      : r.ops     ? "--ops"
+                                                  : "--timeline",
                                       configurations));
     run.format = parse_format(q.output.format);
-    run.view = View{unit_of(q.output), r.timeline, r.compare,
-                    parse_count("--gpus-per-node", q.parallel.gpus_per_node, 8), std::nullopt,
-                    std::nullopt};
+    run.view = View{unit_of(q.output), r.timeline,
+                    r.compare,         parse_count("--gpus-per-node", q.parallel.gpus_per_node, 8),
+                    std::nullopt,      std::nullopt};
     if (const auto device = device_memory(r.device)) run.view.device_memory = device->bytes;
     if (!q.parallel.host_memory.empty())
         run.view.host_memory = parse_size("--host-memory", q.parallel.host_memory);
@@ -223,10 +227,10 @@ void run_sweep(const EstimateOptions& q, EstimateRun& run, Spool& out,
     if (sweep.table && run.model.checkpoint) out.append(checkpoint_table(*run.model.checkpoint));
     // A sweep plots the peak against the sequence (or, when only it varies, the micro-batch).
     if (sweep.plotted)
-        files.push_back({"--plot", q.report.plot,
-                         sweep_svg(arch.name, sweep.points,
-                                   run.seqs.size() > 1 || run.batches.size() == 1,
-                                   run.view.device_memory, run.view.unit)});
+        files.push_back(
+            {"--plot", q.report.plot,
+             sweep_svg(arch.name, sweep.points, run.seqs.size() > 1 || run.batches.size() == 1,
+                       run.view.device_memory, run.view.unit)});
 }
 
 }  // namespace

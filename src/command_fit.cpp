@@ -23,8 +23,8 @@ FitRequest fit_request(const FitOptions& q) {
     const Count memory = device->bytes;
     const Count reserve = parse_size("--reserve", q.device.reserve);
     if (reserve >= memory)
-        throw usage_error(fmt::format("--reserve {} leaves nothing of {}", q.device.reserve,
-                                      device->given_by));
+        throw usage_error(
+            fmt::format("--reserve {} leaves nothing of {}", q.device.reserve, device->given_by));
     // With --seq fixed, the micro-batch is searched; otherwise the sequence, at --micro-batch (1).
     FitRequest fit;
     fit.dimension = q.step.seq.empty() ? FitDimension::seq : FitDimension::micro_batch;
@@ -83,10 +83,10 @@ std::string run_fit(const FitOptions& q) {
             "fit takes --multiple-of or --global-batch when it searches the micro-batch, not both");
     for (auto mode : fit.modes) {
         settings.recompute = mode;
-        fit.results.push_back(
-            per_global ? fit_micro_batch_of(fit.model, settings, global, fit.capacity)
-                       : memcalc::fit(fit.model, settings, fit.dimension, fit.capacity,
-                                      fit.granule, limit));
+        fit.results.push_back(per_global
+                                  ? fit_micro_batch_of(fit.model, settings, global, fit.capacity)
+                                  : memcalc::fit(fit.model, settings, fit.dimension, fit.capacity,
+                                                 fit.granule, limit));
     }
     fit.settings = settings;
     return in_format(

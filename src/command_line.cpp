@@ -104,8 +104,10 @@ int run_and_write(const ParsedCommand& command, std::ostream& out_stream, std::o
     Spool out;
     command.run(out, files);
     const std::string output = command.output_file();
-    if (output.empty()) files.push_back({"", "-", "", &out});  // the report, on stdout
-    else files.push_back({"--output", output, "", &out});
+    if (output.empty())
+        files.push_back({"", "-", "", &out});  // the report, on stdout
+    else
+        files.push_back({"--output", output, "", &out});
     const PendingFile* printed = write_files(files);  // the one for stdout, if any
     if (printed == nullptr) return 0;
     const bool read = printed->each_chunk([&out_stream](std::string_view chunk) {

@@ -27,8 +27,8 @@ void device_of(const PlanOptions& q, PlanView& view) {
     view.memory = device->bytes;
     view.reserve = parse_size("--reserve", q.device.reserve);
     if (view.reserve >= view.memory)
-        throw usage_error(fmt::format("--reserve {} leaves nothing of {}", q.device.reserve,
-                                      device->given_by));
+        throw usage_error(
+            fmt::format("--reserve {} leaves nothing of {}", q.device.reserve, device->given_by));
     PlanRequest& r = view.request;
     r.gpus = parse_count("--gpus", q.gpus, 1);
     r.gpu = device->gpu;
@@ -63,9 +63,9 @@ void pinned_of(const ParallelOptions& q, PlanRequest& r) {
             return o.state == Offload::optimizer;
         });
         if (!possible)
-            throw usage_error(fmt::format(
-                "--offload {} needs {} (got --zero {})", q.offload,
-                optimizer ? "a ZeRO stage, --zero 1, 2 or 3" : "--zero 3", q.zero));
+            throw usage_error(fmt::format("--offload {} needs {} (got --zero {})", q.offload,
+                                          optimizer ? "a ZeRO stage, --zero 1, 2 or 3" : "--zero 3",
+                                          q.zero));
     }
     r.sequence_parallel = q.sp;
 }
@@ -108,16 +108,17 @@ std::string run_plan(const PlanOptions& q) {
         if (q.gpus.empty()) {
             // The fewest GPUs: whole nodes of a GPU whose node size is known, else any count.
             view.fewest_step = r.gpu && r.gpu->gpus_per_node > 0 ? r.gpu->gpus_per_node : 1;
-            view.result = plan_fewest(model.architecture, r, *view.fewest_step, view.top,
-                                      std::ref(progress));
+            view.result =
+                plan_fewest(model.architecture, r, *view.fewest_step, view.top, std::ref(progress));
         } else {
             view.result = plan_top(model.architecture, r, view.top, std::ref(progress));
         }
     } catch (const search_limit_error& e) {
         const char* gpus = q.gpus.empty() ? "--gpus, " : "";
-        throw usage_error(fmt::format("{}: narrow it ({}--tp, --pp, --dp, --micro-batch, "
-                                      "--recompute) or raise --search-limit",
-                                      e.what(), gpus));
+        throw usage_error(
+            fmt::format("{}: narrow it ({}--tp, --pp, --dp, --micro-batch, "
+                        "--recompute) or raise --search-limit",
+                        e.what(), gpus));
     }
     view.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return in_format(

@@ -92,8 +92,9 @@ std::string serve_table(const ServeRun& r, Unit unit) {
                                  digits(Count(s.context)), digits(Count(r.fit->max_batch)),
                                  amount(r.fit->at_max->peak(), unit));
     }
-    out += "\nNot counted: the engine's own reserves (CUDA graphs, NCCL and cuBLAS workspaces, the "
-           "allocator's\nfragmentation); leave them in --reserve.\n";
+    out +=
+        "\nNot counted: the engine's own reserves (CUDA graphs, NCCL and cuBLAS workspaces, the "
+        "allocator's\nfragmentation); leave them in --reserve.\n";
     return out;
 }
 
@@ -175,9 +176,10 @@ std::string run_serve(const ServeOptions& q) {
     ServeRun run;
     const std::optional<DeviceMemory> device = device_memory(q.device);
     if (!device && !q.device.reserve.empty())  // not given, the default: a device's
-        throw usage_error(fmt::format("--reserve {} needs --device-memory, --gpu or --gpu-file: it "
-                                      "is kept out of a device's memory",
-                                      q.device.reserve));
+        throw usage_error(
+            fmt::format("--reserve {} needs --device-memory, --gpu or --gpu-file: it "
+                        "is kept out of a device's memory",
+                        q.device.reserve));
     if (device) {
         const std::string reserve =
             q.device.reserve.empty() ? DeviceOptions{}.reserve : q.device.reserve;

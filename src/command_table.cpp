@@ -246,8 +246,9 @@ void add_plan_search(CLI::App& plan, PlanOptions& q) {
     plan.get_option("--recompute")
         ->description("Recomputation modes to try, a comma list (default: all three)");
     plan.get_option("--micro-batch")
-        ->description("Micro-batches to try, a comma list (default: every one that divides\n"
-                      "the global batch per replica)");
+        ->description(
+            "Micro-batches to try, a comma list (default: every one that divides\n"
+            "the global batch per replica)");
     plan.add_option("--gpus", q.gpus,
                     "Devices in the cluster (default: the fewest on which a layout fits, in whole "
                     "nodes\nof --gpu's node size, else any count)")
@@ -319,31 +320,37 @@ void plan_command(const PlanOptions& q, Spool& out, std::vector<PendingFile>&) {
 void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
     add_group(serve, q.model);
     add_group(serve, q.output);
-    serve.add_option("--context", q.context,
-                     "Tokens of each sequence, prompt and output (required)")
+    serve
+        .add_option("--context", q.context, "Tokens of each sequence, prompt and output (required)")
         ->type_name("N");
     serve.add_option("--batch", q.batch, "Sequences served at once (default 1)")->type_name("B");
-    serve.add_option("--weights", q.weights,
-                     "How the linear layers are stored: bf16 (default), fp8 (a scale per matrix), "
-                     "int8 (a\nscale per output channel), int4 (AWQ/GPTQ: a scale and a zero "
-                     "point per 128 inputs)")
+    serve
+        .add_option("--weights", q.weights,
+                    "How the linear layers are stored: bf16 (default), fp8 (a scale per matrix), "
+                    "int8 (a\nscale per output channel), int4 (AWQ/GPTQ: a scale and a zero "
+                    "point per 128 inputs)")
         ->type_name("FORMAT");
-    serve.add_option("--kv-dtype", q.kv_dtype,
-                     "The KV cache's dtype: bf16 (default), fp16, fp8, fp8-e5m2, fp32")
+    serve
+        .add_option("--kv-dtype", q.kv_dtype,
+                    "The KV cache's dtype: bf16 (default), fp16, fp8, fp8-e5m2, fp32")
         ->type_name("DTYPE");
-    serve.add_option("--tp", q.tp,
-                     "Tensor-parallel ranks: heads, MLP columns and vocabulary split (default 1)")
+    serve
+        .add_option("--tp", q.tp,
+                    "Tensor-parallel ranks: heads, MLP columns and vocabulary split (default 1)")
         ->type_name("N");
-    serve.add_option("--block-size", q.block_size,
-                     "Tokens per KV-cache block, each sequence rounded up (default 16)")
+    serve
+        .add_option("--block-size", q.block_size,
+                    "Tokens per KV-cache block, each sequence rounded up (default 16)")
         ->type_name("N");
-    serve.add_option("--prefill-chunk", q.prefill_chunk,
-                     "Most tokens one forward takes (chunked prefill; default 8192)")
+    serve
+        .add_option("--prefill-chunk", q.prefill_chunk,
+                    "Most tokens one forward takes (chunked prefill; default 8192)")
         ->type_name("N");
     add_device_options(serve, q.device,
                        "The device's memory: with it, the KV cache capacity and the largest batch");
-    serve.add_option("--reserve", q.device.reserve,
-                     "Memory the engine keeps for itself (default 2GiB)")
+    serve
+        .add_option("--reserve", q.device.reserve,
+                    "Memory the engine keeps for itself (default 2GiB)")
         ->type_name("SIZE");
 }
 
@@ -392,8 +399,7 @@ const std::vector<CommandRow>& command_table() {
     static const std::vector<CommandRow> rows = {
         {nullptr, estimate_summary, estimate_footer,
          command<EstimateOptions, add_estimate, estimate_command>},
-        {"fit",
-         "The longest sequence (or largest micro-batch) that fits in a device's memory",
+        {"fit", "The longest sequence (or largest micro-batch) that fits in a device's memory",
          fit_footer, command<FitOptions, add_fit, fit_command>},
         {"plan",
          "The layouts of a cluster that fit, ranked by estimated step time; or the fewest GPUs",

@@ -8,15 +8,18 @@
 
 namespace memcalc::cli {
 
-std::string gib_text(Count memory) { return fmt::format("{:.2f}", static_cast<double>(memory.value()) / (1ULL << 30)); }
+std::string gib_text(Count memory) {
+    return fmt::format("{:.2f}", static_cast<double>(memory.value()) / (1ULL << 30));
+}
 
 Gpu parse_gpu_json(std::string_view text, const std::string& origin) {
     const nlohmann::json document = parse_json(text, origin);
     // memory_gib, which the listing shows beside the bytes, is accepted and checked against them.
-    expect_object(document, origin, "a GPU",
-                  {"name", "description", "source", "memory_bytes", "memory_gib", "peak_bf16_flops", "peak_fp8_flops",
-                   "intra_node_bytes_per_second", "inter_node_bytes_per_second", "gpus_per_node", "host_bytes_per_second",
-                   "performance_source", "network_source"});
+    expect_object(
+        document, origin, "a GPU",
+        {"name", "description", "source", "memory_bytes", "memory_gib", "peak_bf16_flops",
+         "peak_fp8_flops", "intra_node_bytes_per_second", "inter_node_bytes_per_second",
+         "gpus_per_node", "host_bytes_per_second", "performance_source", "network_source"});
     const JsonReader in(document, origin);
     if (!in.has("name")) in.fail("missing key 'name'");
     Gpu g;
@@ -33,18 +36,22 @@ Gpu parse_gpu_json(std::string_view text, const std::string& origin) {
     g.gpus_per_node = in.positive_or("gpus_per_node", 0);
     // plan steps its search for the fewest GPUs by nodes: a node past its reach would try none.
     if (g.gpus_per_node > fewest_gpus_limit)
-        in.fail(fmt::format("gpus_per_node must be at most {}, the most GPUs plan searches "
-                            "(got {})",
-                            fewest_gpus_limit, g.gpus_per_node));
+        in.fail(
+            fmt::format("gpus_per_node must be at most {}, the most GPUs plan searches "
+                        "(got {})",
+                        fewest_gpus_limit, g.gpus_per_node));
     g.host_bandwidth = in.positive_or("host_bytes_per_second", 0);
     g.performance_source = intern(in.shown_text_or("performance_source", ""));
     g.network_source = intern(in.shown_text_or("network_source", ""));
     const std::string gib = gib_text(g.memory);
     if (in.has("memory_gib") && in.text_or("memory_gib", "") != gib)
-        in.fail("memory_gib is " + document.at("memory_gib").dump() + ", but memory_bytes makes it \"" + gib + "\"");
+        in.fail("memory_gib is " + document.at("memory_gib").dump() +
+                ", but memory_bytes makes it \"" + gib + "\"");
     return g;
 }
 
-Gpu load_gpu_file(const std::string& path) { return parse_gpu_json(read_text_file(path, "GPU file"), path); }
+Gpu load_gpu_file(const std::string& path) {
+    return parse_gpu_json(read_text_file(path, "GPU file"), path);
+}
 
 }  // namespace memcalc::cli

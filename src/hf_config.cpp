@@ -1,4 +1,5 @@
-// Building an architecture from a HuggingFace config.json: each model_type names its keys its own way.
+// Building an architecture from a HuggingFace config.json: each model_type names its keys its own
+// way.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -15,12 +16,17 @@ namespace {
 using nlohmann::json;
 
 /// transformers' ACT2FN names, each to the row of what it runs: "gelu_new" and "gelu_fast" are
-/// chains of Python ops, "gelu_pytorch_tanh" is torch's fused tanh kernel (src/transformers/activations.py).
+/// chains of Python ops, "gelu_pytorch_tanh" is torch's fused tanh kernel
+/// (src/transformers/activations.py).
 const std::vector<std::pair<std::string, Activation>> hf_activations = {
-    {"silu", Activation::silu},         {"swish", Activation::silu},
-    {"gelu", Activation::gelu},         {"gelu_pytorch_tanh", Activation::gelu_tanh},
-    {"relu", Activation::relu},         {"gelu_new", Activation::gelu_new},
-    {"gelu_fast", Activation::gelu_fast}, {"quick_gelu", Activation::quick_gelu},
+    {"silu", Activation::silu},
+    {"swish", Activation::silu},
+    {"gelu", Activation::gelu},
+    {"gelu_pytorch_tanh", Activation::gelu_tanh},
+    {"relu", Activation::relu},
+    {"gelu_new", Activation::gelu_new},
+    {"gelu_fast", Activation::gelu_fast},
+    {"quick_gelu", Activation::quick_gelu},
     // BLOOM's own GeLUFunction keeps only its input, as a fused kernel does (modeling_bloom.py)
     {"bloom_gelu", Activation::gelu_tanh},
 };
@@ -31,7 +37,8 @@ Activation activation_named(const JsonReader& in, const char* key, const std::st
         if (name == value) return activation;
         names += (names.empty() ? "" : ", ") + name;
     }
-    in.fail(std::string(key) + " '" + value + "' is not an activation memcalc knows (" + names + ")");
+    in.fail(std::string(key) + " '" + value + "' is not an activation memcalc knows (" + names +
+            ")");
 }
 
 /// The first of several spellings of one key that the file has ("n_embd", "hidden_size").
@@ -61,22 +68,25 @@ void llama_like(const JsonReader& in, Architecture& m, bool tied_default) {
 /// Each layer's attention window from transformers' layer_types ("sliding_attention" layers get
 /// sliding_window, "full_attention" ones none), or `sliding(i)` where the config has none. Layers
 /// alike: the model's window; else a kind per window and the runs of layers in order.
-void read_windows(const JsonReader& in, Architecture& m, const std::function<bool(std::uint64_t)>& sliding) {
+void read_windows(const JsonReader& in, Architecture& m,
+                  const std::function<bool(std::uint64_t)>& sliding) {
     const std::uint64_t window = in.count_if_given("sliding_window").value_or(0);
     std::vector<std::uint64_t> per_layer;
     if (const auto types = in.texts_if_given("layer_types")) {
         if (types->size() != m.layers)
-            in.fail("layer_types has " + std::to_string(types->size()) + " entries; num_hidden_layers is " +
-                    std::to_string(m.layers));
+            in.fail("layer_types has " + std::to_string(types->size()) +
+                    " entries; num_hidden_layers is " + std::to_string(m.layers));
         for (const auto& type : *types) {
             if (type != "sliding_attention" && type != "full_attention")
-                in.fail("layer_types entry '" + type + "' is not an attention memcalc models (full_attention, sliding_attention)");
+                in.fail("layer_types entry '" + type +
+                        "' is not an attention memcalc models (full_attention, sliding_attention)");
             per_layer.push_back(type == "sliding_attention" ? window : 0);
         }
     } else {
         for (std::uint64_t i = 0; i < m.layers; ++i) per_layer.push_back(sliding(i) ? window : 0);
     }
-    if (std::all_of(per_layer.begin(), per_layer.end(), [&](std::uint64_t w) { return w == per_layer.front(); })) {
+    if (std::all_of(per_layer.begin(), per_layer.end(),
+                    [&](std::uint64_t w) { return w == per_layer.front(); })) {
         m.window = per_layer.empty() ? 0 : per_layer.front();
         return;
     }
@@ -90,15 +100,19 @@ void read_windows(const JsonReader& in, Architecture& m, const std::function<boo
             it = kinds.end() - 1;
         }
         const std::size_t kind = static_cast<std::size_t>(it - kinds.begin());
-        if (!m.layer_pattern.empty() && m.layer_pattern.back().kind == kind) ++m.layer_pattern.back().count;
-        else m.layer_pattern.push_back({kind, 1});
+        if (!m.layer_pattern.empty() && m.layer_pattern.back().kind == kind)
+            ++m.layer_pattern.back().count;
+        else
+            m.layer_pattern.push_back({kind, 1});
     }
 }
 
 void llama(const JsonReader& in, Architecture& m) {
     llama_like(in, m, false);
-    const bool attention_bias = in.flag_or("attention_bias", false), mlp_bias = in.flag_or("mlp_bias", false);
-    if (mlp_bias && !attention_bias) in.fail("mlp_bias without attention_bias is not a bias layout memcalc models");
+    const bool attention_bias = in.flag_or("attention_bias", false),
+               mlp_bias = in.flag_or("mlp_bias", false);
+    if (mlp_bias && !attention_bias)
+        in.fail("mlp_bias without attention_bias is not a bias layout memcalc models");
     m.bias = mlp_bias ? Bias::all : attention_bias ? Bias::attention : Bias::none;
 }
 
@@ -132,13 +146,16 @@ void qwen3(const JsonReader& in, Architecture& m) {
 
 /// Dense and MoE layers in one model, first layer first: the model's fields are the MoE layers';
 /// a layer where `routed(i)` is false is a dense kind of width `dense_ffn`.
-void dense_and_moe_layers(Architecture& m, std::uint64_t dense_ffn, const std::function<bool(std::uint64_t)>& routed) {
+void dense_and_moe_layers(Architecture& m, std::uint64_t dense_ffn,
+                          const std::function<bool(std::uint64_t)>& routed) {
     if (m.layers > max_layers) return;  // validate() names it
     std::vector<LayerRun> runs;
     for (std::uint64_t i = 0; i < m.layers; ++i) {
         const std::size_t kind = routed(i) ? 0 : 1;
-        if (!runs.empty() && runs.back().kind == kind) ++runs.back().count;
-        else runs.push_back({kind, 1});
+        if (!runs.empty() && runs.back().kind == kind)
+            ++runs.back().count;
+        else
+            runs.push_back({kind, 1});
     }
     if (runs.size() == 1 && runs.front().kind == 0) return;  // every layer routes
     m.layer_kinds = {{"moe", {}, {}, {}}, {"dense", dense_ffn, std::uint64_t{0}, {}}};
@@ -153,16 +170,19 @@ void qwen_moe_layers(const JsonReader& in, Architecture& m) {
     m.experts = in.positive("num_experts");
     m.experts_per_token = in.positive("num_experts_per_tok");
     m.ffn = in.positive("moe_intermediate_size");
-    m.renormalize_topk = in.flag_or("norm_topk_prob", false);  // the configs' default: used as they are
+    m.renormalize_topk =
+        in.flag_or("norm_topk_prob", false);  // the configs' default: used as they are
     const std::uint64_t step = in.positive_or("decoder_sparse_step", 1);
     const std::vector<std::uint64_t> dense_only = in.counts_or_empty("mlp_only_layers");
     dense_and_moe_layers(m, dense_ffn, [&](std::uint64_t i) {
-        return (i + 1) % step == 0 && std::find(dense_only.begin(), dense_only.end(), i) == dense_only.end();
+        return (i + 1) % step == 0 &&
+               std::find(dense_only.begin(), dense_only.end(), i) == dense_only.end();
     });
 }
 
-/// Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's attention, and beside the routed experts one shared
-/// expert of shared_expert_intermediate_size scaled by sigmoid(shared_expert_gate(x)) (modeling_qwen2_moe.py).
+/// Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's attention, and beside the routed experts one
+/// shared expert of shared_expert_intermediate_size scaled by sigmoid(shared_expert_gate(x))
+/// (modeling_qwen2_moe.py).
 void qwen2_moe(const JsonReader& in, Architecture& m) {
     llama_like(in, m, false);
     m.bias = in.flag_or("qkv_bias", true) ? Bias::qkv : Bias::none;
@@ -180,8 +200,8 @@ void qwen3_moe(const JsonReader& in, Architecture& m) {
 }
 
 /// Phi-3.5-MoE: Mixtral's experts, LayerNorms with biases, q/k/v/o biases when attention_bias, a
-/// biased head when lm_head_bias (modular_phimoe.py); its sparsemixer router (top 2, no renormalisation)
-/// and, when input_jitter_noise, the MoE input's in-place jitter.
+/// biased head when lm_head_bias (modular_phimoe.py); its sparsemixer router (top 2, no
+/// renormalisation) and, when input_jitter_noise, the MoE input's in-place jitter.
 void phimoe(const JsonReader& in, Architecture& m) {
     mixtral(in, m);
     m.router = Router::sparsemixer, m.renormalize_topk = false;
@@ -194,12 +214,12 @@ void phimoe(const JsonReader& in, Architecture& m) {
 /// Llama 4's text model (modeling_llama4.py): MoE layers at moe_layers (by default every
 /// interleave_moe_layer_step-th) with num_local_experts experts and one shared expert, each of
 /// intermediate_size, a bias-free router whose top-k logits pass a sigmoid, no renormalisation;
-/// dense layers of intermediate_size_mlp. The layers no_rope_layers marks 1 (by default all but every
-/// no_rope_layer_interval-th) have rotary, chunked attention of attention_chunk_size and, with
-/// use_qk_norm, a weightless L2 norm of q and k; the others (NoPE) attend over the whole sequence and,
-/// with attn_temperature_tuning, scale their queries per position. Its experts run over every token
-/// (Llama4TextMoe) and its eager attention softmaxes in the scores' dtype. None of it holds parameters
-/// beyond the experts' and the MLPs'.
+/// dense layers of intermediate_size_mlp. The layers no_rope_layers marks 1 (by default all but
+/// every no_rope_layer_interval-th) have rotary, chunked attention of attention_chunk_size and,
+/// with use_qk_norm, a weightless L2 norm of q and k; the others (NoPE) attend over the whole
+/// sequence and, with attn_temperature_tuning, scale their queries per position. Its experts run
+/// over every token (Llama4TextMoe) and its eager attention softmaxes in the scores' dtype. None of
+/// it holds parameters beyond the experts' and the MLPs'.
 void llama4_text(const JsonReader& in, Architecture& m) {
     llama_like(in, m, false);
     m.bias = in.flag_or("attention_bias", false) ? Bias::attention : Bias::none;
@@ -213,38 +233,46 @@ void llama4_text(const JsonReader& in, Architecture& m) {
     m.qk_norm = in.flag_or("use_qk_norm", true) ? QkNorm::l2 : QkNorm::none;
     // Early configs wrote attn_temperature_tuning as a number (4); any non-zero one turns it on.
     m.attention_temperature = in.flag_or_count("attn_temperature_tuning", true);
-    const std::uint64_t chunk = in.has("attention_chunk_size") ? in.positive("attention_chunk_size") : 0;
+    const std::uint64_t chunk =
+        in.has("attention_chunk_size") ? in.positive("attention_chunk_size") : 0;
     const bool listed = in.has("moe_layers");
     const std::vector<std::uint64_t> moe_layers = in.counts_or_empty("moe_layers");
     const std::uint64_t step = in.positive_or("interleave_moe_layer_step", 1);
-    std::vector<std::uint64_t> rope = in.counts_or_empty("no_rope_layers");  // 1: rotary; empty: the default
+    std::vector<std::uint64_t> rope =
+        in.counts_or_empty("no_rope_layers");  // 1: rotary; empty: the default
     const std::uint64_t interval = in.positive_or("no_rope_layer_interval", 4);
     if (rope.empty())
-        for (std::uint64_t i = 0; i < m.layers && i <= max_layers; ++i) rope.push_back((i + 1) % interval != 0);
+        for (std::uint64_t i = 0; i < m.layers && i <= max_layers; ++i)
+            rope.push_back((i + 1) % interval != 0);
     if (rope.size() < std::min(m.layers, max_layers))
-        in.fail("no_rope_layers has " + std::to_string(rope.size()) + " entries; num_hidden_layers is " +
-                std::to_string(m.layers));
+        in.fail("no_rope_layers has " + std::to_string(rope.size()) +
+                " entries; num_hidden_layers is " + std::to_string(m.layers));
     m.attention_chunk = chunk;
     if (m.layers > max_layers) return;  // validate() names it
     // A kind per (MoE or dense, rotary or NoPE) pair that has layers, first seen first.
     std::vector<std::pair<bool, bool>> seen;
     std::vector<LayerRun> runs;
     for (std::uint64_t i = 0; i < m.layers; ++i) {
-        const bool routed = listed ? std::find(moe_layers.begin(), moe_layers.end(), i) != moe_layers.end()
-                                   : (i + 1) % step == 0;
+        const bool routed =
+            listed ? std::find(moe_layers.begin(), moe_layers.end(), i) != moe_layers.end()
+                   : (i + 1) % step == 0;
         const std::pair kind{routed, rope[i] != 0};
         auto it = std::find(seen.begin(), seen.end(), kind);
         if (it == seen.end()) {
             seen.push_back(kind);
-            LayerKind k{std::string(routed ? "moe" : "dense") + (kind.second ? "" : "_nope"), {}, {}, {}};
+            LayerKind k{
+                std::string(routed ? "moe" : "dense") + (kind.second ? "" : "_nope"), {}, {}, {}};
             if (!routed) k.ffn = dense_ffn, k.experts = 0;
-            if (!kind.second) k.position = Position::none, k.qk_norm = QkNorm::none, k.attention_chunk = 0;
+            if (!kind.second)
+                k.position = Position::none, k.qk_norm = QkNorm::none, k.attention_chunk = 0;
             m.layer_kinds.push_back(std::move(k));
             it = seen.end() - 1;
         }
         const std::size_t index = static_cast<std::size_t>(it - seen.begin());
-        if (!runs.empty() && runs.back().kind == index) ++runs.back().count;
-        else runs.push_back({index, 1});
+        if (!runs.empty() && runs.back().kind == index)
+            ++runs.back().count;
+        else
+            runs.push_back({index, 1});
     }
     m.layer_pattern = std::move(runs);
     if (m.layer_kinds.size() == 1) m = m.kind_view(0);  // every layer alike
@@ -257,9 +285,10 @@ void gemma2(const JsonReader& in, Architecture& m) {
     m.norms_per_layer = 4;  // before and after both attention and MLP
 }
 
-/// Gemma 3's text model: Gemma 2's four norms a layer, q_norm and k_norm per head; its sliding-window
-/// layers keep what full-attention ones keep in training (eager attention masks a full s x s score
-/// matrix; a fused kernel keeps a log-sum-exp per row either way). gemma3's multimodal config nests it.
+/// Gemma 3's text model: Gemma 2's four norms a layer, q_norm and k_norm per head; its
+/// sliding-window layers keep what full-attention ones keep in training (eager attention masks a
+/// full s x s score matrix; a fused kernel keeps a log-sum-exp per row either way). gemma3's
+/// multimodal config nests it.
 void gemma3_text(const JsonReader& in, Architecture& m) {
     gemma2(in, m);
     m.qk_norm = QkNorm::per_head;
@@ -268,8 +297,9 @@ void gemma3_text(const JsonReader& in, Architecture& m) {
     read_windows(in, m, [&](std::uint64_t i) { return (i + 1) % pattern != 0; });
 }
 
-/// OLMo 2 (modeling_olmo2.py): LLaMA's keys; RMSNorms after attention and after the MLP, none before;
-/// q_norm and k_norm over the whole projections; RMSNorm scales in fp32 before casting back.
+/// OLMo 2 (modeling_olmo2.py): LLaMA's keys; RMSNorms after attention and after the MLP, none
+/// before; q_norm and k_norm over the whole projections; RMSNorm scales in fp32 before casting
+/// back.
 void olmo2(const JsonReader& in, Architecture& m) {
     llama(in, m);
     m.norm_position = NormPosition::post;
@@ -279,57 +309,67 @@ void olmo2(const JsonReader& in, Architecture& m) {
 
 /// gpt-oss (modeling_gpt_oss.py): biased q/k/v/o, a sink logit per head, alternating sliding and
 /// full layers, experts with biases and a biased router, the clamped SwiGLU, softmax in the logits'
-/// dtype. The checkpoint stores the experts as MXFP4 blocks and scales; counted as num_parameters().
+/// dtype. The checkpoint stores the experts as MXFP4 blocks and scales; counted as
+/// num_parameters().
 void gpt_oss(const JsonReader& in, Architecture& m) {
     llama_like(in, m, false);
     m.head_dim = in.positive_or("head_dim", 64);
     m.experts = in.positive("num_local_experts");
     m.experts_per_token = in.positive(spelled(in, {"num_experts_per_tok", "experts_per_token"}));
     m.bias = in.flag_or("attention_bias", true) ? Bias::all : Bias::none;
-    if (m.bias == Bias::none) in.fail("attention_bias false: gpt-oss's experts keep their biases; not a layout memcalc models");
+    if (m.bias == Bias::none)
+        in.fail(
+            "attention_bias false: gpt-oss's experts keep their biases; not a layout memcalc "
+            "models");
     m.activation = Activation::clamped_swiglu;
     m.attention_sinks = true, m.router_bias = RouterBias::trainable, m.rmsnorm_fp32_scale = true;
     m.softmax_fp32 = false;
     m.stacked_experts = true;  // GptOssExperts' training loop indexes gate_up_proj[expert_idx]
-    read_windows(in, m, [](std::uint64_t i) { return i % 2 == 0; });  // GptOssConfig: sliding, full, ...
+    read_windows(in, m,
+                 [](std::uint64_t i) { return i % 2 == 0; });  // GptOssConfig: sliding, full, ...
 }
 
-/// DeepSeek-V2 and V3 (modeling_deepseek_v2.py, modeling_deepseek_v3.py): LLaMA's keys, latent attention,
-/// the first first_k_dense_replace layers dense (intermediate_size), the rest mixture-of-experts layers
-/// of n_routed_experts experts of moe_intermediate_size beside n_shared_experts shared ones (one MLP
-/// n_shared_experts times as wide). V3's router registers e_score_correction_bias as a buffer; its
-/// routed_scaling_factor and topk_method (group-limited, bias-corrected choice) hold no parameters.
-/// head_dim, where a saved config carries it, is the rotary width (transformers sets it to
-/// qk_rope_head_dim): the q/k width comes from the parts.
+/// DeepSeek-V2 and V3 (modeling_deepseek_v2.py, modeling_deepseek_v3.py): LLaMA's keys, latent
+/// attention, the first first_k_dense_replace layers dense (intermediate_size), the rest
+/// mixture-of-experts layers of n_routed_experts experts of moe_intermediate_size beside
+/// n_shared_experts shared ones (one MLP n_shared_experts times as wide). V3's router registers
+/// e_score_correction_bias as a buffer; its routed_scaling_factor and topk_method (group-limited,
+/// bias-corrected choice) hold no parameters. head_dim, where a saved config carries it, is the
+/// rotary width (transformers sets it to qk_rope_head_dim): the q/k width comes from the parts.
 void deepseek(const JsonReader& in, Architecture& m, bool v3) {
     llama_like(in, m, false);
     m.head_dim = 0;
     m.bias = in.flag_or("attention_bias", false) ? Bias::attention : Bias::none;
-    m.mla = {in.positive_or("q_lora_rank", 0), in.positive("kv_lora_rank"), in.positive("qk_nope_head_dim"),
-             in.positive("qk_rope_head_dim"), in.positive("v_head_dim")};
+    m.mla = {in.positive_or("q_lora_rank", 0), in.positive("kv_lora_rank"),
+             in.positive("qk_nope_head_dim"), in.positive("qk_rope_head_dim"),
+             in.positive("v_head_dim")};
     if (in.positive_or("moe_layer_freq", 1) != 1)
         in.fail("moe_layer_freq " + std::to_string(in.positive("moe_layer_freq")) +
                 " (experts in every n-th layer) is not modelled: memcalc reads DeepSeek's 1");
     if (!in.has("n_routed_experts")) return;  // a dense model
-    const std::uint64_t dense_layers = std::min(in.count_if_given("first_k_dense_replace").value_or(0), m.layers);
+    const std::uint64_t dense_layers =
+        std::min(in.count_if_given("first_k_dense_replace").value_or(0), m.layers);
     const std::uint64_t dense_ffn = m.ffn;
     m.ffn = in.positive("moe_intermediate_size");
     m.experts = in.positive("n_routed_experts");
     m.experts_per_token = in.positive("num_experts_per_tok");
     m.shared_ffn = in.count_if_given("n_shared_experts").value_or(0) * m.ffn;
     m.router_bias = v3 ? RouterBias::buffer : RouterBias::none;
-    m.renormalize_topk = in.flag_or("norm_topk_prob", v3);  // the configs' defaults: V2 false, V3 true
+    m.renormalize_topk =
+        in.flag_or("norm_topk_prob", v3);  // the configs' defaults: V2 false, V3 true
     if (dense_layers == 0) return;
-    m.layer_kinds = {{"dense", dense_ffn, std::uint64_t{0}, std::nullopt}, {"moe", std::nullopt, std::nullopt, std::nullopt}};
+    m.layer_kinds = {{"dense", dense_ffn, std::uint64_t{0}, std::nullopt},
+                     {"moe", std::nullopt, std::nullopt, std::nullopt}};
     m.layer_pattern = {{0, dense_layers}};
     if (dense_layers < m.layers) m.layer_pattern.push_back({1, m.layers - dense_layers});
 }
 
 /// Jamba (modeling_jamba.py): LLaMA's keys without rotary (its attention has no position encoding);
 /// attention in layers i % attn_layer_period == attn_layer_offset, a Mamba-1 mixer in the others;
-/// num_experts experts in layers i % expert_layer_period == expert_layer_offset (a router without bias,
-/// top-k of an fp32 softmax, not renormalised), a dense MLP of intermediate_size elsewhere. The mixer:
-/// d_inner = mamba_expand x hidden, dt_rank ceil(hidden / 16) when "auto", RMSNorms on dt, B and C.
+/// num_experts experts in layers i % expert_layer_period == expert_layer_offset (a router without
+/// bias, top-k of an fp32 softmax, not renormalised), a dense MLP of intermediate_size elsewhere.
+/// The mixer: d_inner = mamba_expand x hidden, dt_rank ceil(hidden / 16) when "auto", RMSNorms on
+/// dt, B and C.
 void jamba(const JsonReader& in, Architecture& m) {
     llama_like(in, m, false);
     m.position = Position::none;
@@ -341,26 +381,33 @@ void jamba(const JsonReader& in, Architecture& m) {
     m.ssm.d_state = in.positive_or("mamba_d_state", 16);
     m.ssm.d_conv = in.positive_or("mamba_d_conv", 4);
     const bool auto_rank = in.is_text("mamba_dt_rank") && in.text_or("mamba_dt_rank", "") == "auto";
-    if (in.is_text("mamba_dt_rank") && !auto_rank) in.fail("mamba_dt_rank must be a positive integer or \"auto\"");
-    m.ssm.dt_rank = !in.has("mamba_dt_rank") || auto_rank ? (m.hidden + 15) / 16 : in.positive("mamba_dt_rank");
+    if (in.is_text("mamba_dt_rank") && !auto_rank)
+        in.fail("mamba_dt_rank must be a positive integer or \"auto\"");
+    m.ssm.dt_rank =
+        !in.has("mamba_dt_rank") || auto_rank ? (m.hidden + 15) / 16 : in.positive("mamba_dt_rank");
     m.ssm.conv_bias = in.flag_or("mamba_conv_bias", true);
     m.ssm.proj_bias = in.flag_or("mamba_proj_bias", false);
     m.ssm.inner_norms = true;
     m.ssm.kernels = in.flag_or("use_mamba_kernels", true);
     if (m.layers > max_layers) return;  // validate() names it
-    const std::uint64_t attn_period = in.positive_or("attn_layer_period", 8), attn_offset = in.count_if_given("attn_layer_offset").value_or(4);
-    const std::uint64_t moe_period = in.positive_or("expert_layer_period", 2), moe_offset = in.count_if_given("expert_layer_offset").value_or(1);
+    const std::uint64_t attn_period = in.positive_or("attn_layer_period", 8),
+                        attn_offset = in.count_if_given("attn_layer_offset").value_or(4);
+    const std::uint64_t moe_period = in.positive_or("expert_layer_period", 2),
+                        moe_offset = in.count_if_given("expert_layer_offset").value_or(1);
     // Each layer's (mixer, routed) pair is a kind, first seen first.
     std::vector<std::pair<Mixer, bool>> kinds;
     std::vector<LayerRun> runs;
     for (std::uint64_t i = 0; i < m.layers; ++i) {
-        const std::pair<Mixer, bool> layer{i % attn_period == attn_offset ? Mixer::attention : Mixer::mamba,
-                                           experts > 1 && i % moe_period == moe_offset};
+        const std::pair<Mixer, bool> layer{
+            i % attn_period == attn_offset ? Mixer::attention : Mixer::mamba,
+            experts > 1 && i % moe_period == moe_offset};
         auto it = std::find(kinds.begin(), kinds.end(), layer);
         if (it == kinds.end()) it = kinds.insert(kinds.end(), layer);
         const std::size_t kind = static_cast<std::size_t>(it - kinds.begin());
-        if (!runs.empty() && runs.back().kind == kind) ++runs.back().count;
-        else runs.push_back({kind, 1});
+        if (!runs.empty() && runs.back().kind == kind)
+            ++runs.back().count;
+        else
+            runs.push_back({kind, 1});
     }
     m.experts = experts > 1 ? experts : 0;
     if (kinds.size() == 1) {  // every layer alike
@@ -378,7 +425,8 @@ void jamba(const JsonReader& in, Architecture& m) {
 }
 
 void phi3(const JsonReader& in, Architecture& m) {
-    llama_like(in, m, false);  // fused qkv_proj and gate_up_proj hold the same parameters as separate ones
+    llama_like(in, m,
+               false);  // fused qkv_proj and gate_up_proj hold the same parameters as separate ones
     m.hidden_dropout = in.probability_or("resid_pdrop", 0);
 }
 
@@ -389,12 +437,14 @@ void gpt2(const JsonReader& in, Architecture& m) {
     m.ffn = in.positive_or("n_inner", 4 * m.hidden);  // null means 4 h
     m.vocab = in.positive("vocab_size");
     m.max_positions = in.positive("n_positions");
-    m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.bias = Bias::all, m.position = Position::learned;
-    m.activation = activation_named(in, "activation_function", in.text_or("activation_function", "gelu_new"));
+    m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.bias = Bias::all,
+    m.position = Position::learned;
+    m.activation =
+        activation_named(in, "activation_function", in.text_or("activation_function", "gelu_new"));
     m.tied_embeddings = in.flag_or("tie_word_embeddings", true);
     m.attention_dropout = in.probability_or("attn_pdrop", 0);
     m.hidden_dropout = in.probability_or("resid_pdrop", 0);
-    m.softmax_fp32 = false;  // its eager attention takes the softmax in the compute dtype
+    m.softmax_fp32 = false;          // its eager attention takes the softmax in the compute dtype
     m.attention_output_held = true;  // GPT2Block's attn_output
 }
 
@@ -408,12 +458,15 @@ void opt(const JsonReader& in, Architecture& m) {
     m.position_rows = m.max_positions + 2;  // OPT's learned positions start at offset 2
     const std::uint64_t projection = in.positive_or("word_embed_proj_dim", m.hidden);
     if (projection != m.hidden)
-        in.fail("word_embed_proj_dim (" + std::to_string(projection) + ") differs from hidden_size (" +
-                std::to_string(m.hidden) + "): OPT-350m's project_in/project_out layers are not modelled");
-    if (!in.flag_or("do_layer_norm_before", true)) in.fail("do_layer_norm_before false (post-norm OPT) is not modelled");
+        in.fail("word_embed_proj_dim (" + std::to_string(projection) +
+                ") differs from hidden_size (" + std::to_string(m.hidden) +
+                "): OPT-350m's project_in/project_out layers are not modelled");
+    if (!in.flag_or("do_layer_norm_before", true))
+        in.fail("do_layer_norm_before false (post-norm OPT) is not modelled");
     m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.position = Position::learned;
     m.bias = in.flag_or("enable_bias", true) ? Bias::all : Bias::none;
-    m.activation = activation_named(in, "activation_function", in.text_or("activation_function", "relu"));
+    m.activation =
+        activation_named(in, "activation_function", in.text_or("activation_function", "relu"));
     m.tied_embeddings = in.flag_or("tie_word_embeddings", true);
     m.attention_dropout = in.probability_or("attention_dropout", 0);
     m.hidden_dropout = in.probability_or("dropout", 0);
@@ -436,7 +489,9 @@ void falcon(const JsonReader& in, Architecture& m) {
         m.norms_per_layer = 1;
     }
     m.parallel_attention = new_architecture || in.flag_or("parallel_attn", true);
-    if (!m.parallel_attention) m.norms_per_layer = 2, m.attention_output_held = true;  // FalconDecoderLayer's attention_output
+    if (!m.parallel_attention)
+        m.norms_per_layer = 2,
+        m.attention_output_held = true;  // FalconDecoderLayer's attention_output
     m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.activation = Activation::gelu;
     m.bias = in.flag_or("bias", false) ? Bias::all : Bias::none;
     m.position = in.flag_or("alibi", false) ? Position::none : Position::rotary;
@@ -452,7 +507,8 @@ void bloom(const JsonReader& in, Architecture& m) {
     m.heads = in.positive(spelled(in, {"n_head", "num_attention_heads"}));
     m.vocab = in.positive("vocab_size");
     m.ffn = 4 * m.hidden;
-    m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.bias = Bias::all, m.activation = Activation::gelu_tanh;
+    m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.bias = Bias::all,
+    m.activation = Activation::gelu_tanh;
     m.position = Position::none;  // ALiBi: no position parameters
     m.embedding_norm = true;
     m.tied_embeddings = in.flag_or("tie_word_embeddings", true);
@@ -467,7 +523,8 @@ void gpt_neox(const JsonReader& in, Architecture& m) {
     m.ffn = in.positive("intermediate_size");
     m.vocab = in.positive("vocab_size");
     m.max_positions = in.positive_or("max_position_embeddings", 0);
-    m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.position = Position::rotary;  // rotary_pct: no parameters
+    m.mlp = Mlp::plain, m.norm = Norm::layernorm,
+    m.position = Position::rotary;  // rotary_pct: no parameters
     m.bias = in.flag_or("attention_bias", true) ? Bias::all : Bias::none;
     m.activation = activation_named(in, "hidden_act", in.text_or("hidden_act", "gelu"));
     m.parallel_attention = in.flag_or("use_parallel_residual", true);  // two LayerNorms either way
@@ -484,7 +541,8 @@ void phi(const JsonReader& in, Architecture& m) {
     m.ffn = in.positive("intermediate_size");
     m.vocab = in.positive("vocab_size");
     m.max_positions = in.positive_or("max_position_embeddings", 0);
-    if (in.flag_or("qk_layernorm", false)) in.fail("qk_layernorm true (LayerNorms on q and k) is not modelled");
+    if (in.flag_or("qk_layernorm", false))
+        in.fail("qk_layernorm true (LayerNorms on q and k) is not modelled");
     // One LayerNorm feeds attention and MLP in parallel; every linear has a bias, the head too.
     m.mlp = Mlp::plain, m.norm = Norm::layernorm, m.bias = Bias::all, m.position = Position::rotary;
     m.parallel_attention = true, m.norms_per_layer = 1, m.head_bias = true;
@@ -496,22 +554,42 @@ void phi(const JsonReader& in, Architecture& m) {
 
 using Reader = std::function<void(const JsonReader&, Architecture&)>;
 const std::vector<std::pair<std::string, Reader>> families = {
-    {"llama", llama}, {"mistral", mistral}, {"mixtral", mixtral}, {"qwen2", qwen2}, {"gemma", gemma},
-    {"gemma2", gemma2}, {"phi3", phi3}, {"gpt2", gpt2}, {"opt", opt}, {"falcon", falcon}, {"bloom", bloom},
-    {"gpt_neox", gpt_neox}, {"phi", phi}, {"qwen3", qwen3}, {"gemma3_text", gemma3_text},
-    {"gemma3", gemma3_text},  // its text_config: the language model alone, the vision tower not counted
-    {"qwen2_moe", qwen2_moe}, {"qwen3_moe", qwen3_moe}, {"phimoe", phimoe}, {"llama4_text", llama4_text},
+    {"llama", llama},
+    {"mistral", mistral},
+    {"mixtral", mixtral},
+    {"qwen2", qwen2},
+    {"gemma", gemma},
+    {"gemma2", gemma2},
+    {"phi3", phi3},
+    {"gpt2", gpt2},
+    {"opt", opt},
+    {"falcon", falcon},
+    {"bloom", bloom},
+    {"gpt_neox", gpt_neox},
+    {"phi", phi},
+    {"qwen3", qwen3},
+    {"gemma3_text", gemma3_text},
+    {"gemma3",
+     gemma3_text},  // its text_config: the language model alone, the vision tower not counted
+    {"qwen2_moe", qwen2_moe},
+    {"qwen3_moe", qwen3_moe},
+    {"phimoe", phimoe},
+    {"llama4_text", llama4_text},
     {"llama4", llama4_text},  // its text_config, as gemma3's
     {"deepseek_v2", [](const JsonReader& in, Architecture& m) { deepseek(in, m, false); }},
     {"deepseek_v3", [](const JsonReader& in, Architecture& m) { deepseek(in, m, true); }},
-    {"olmo2", olmo2}, {"gpt_oss", gpt_oss}, {"jamba", jamba},
-    {"RefinedWebModel", falcon}, {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
+    {"olmo2", olmo2},
+    {"gpt_oss", gpt_oss},
+    {"jamba", jamba},
+    {"RefinedWebModel", falcon},
+    {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
 
-/// DeepSeek-V3's multi-token-prediction layers (num_nextn_predict_layers): in the checkpoint, not in the
-/// causal LM that num_parameters() counts. Each is one more layer of the last kind, enorm and hnorm (h
-/// each), eh_proj (2h x h) and shared_head.norm (h); its embedding and head are stored again, copies of
-/// the model's. Said in the description, so a check of a checkpoint's total can account for them.
+/// DeepSeek-V3's multi-token-prediction layers (num_nextn_predict_layers): in the checkpoint, not
+/// in the causal LM that num_parameters() counts. Each is one more layer of the last kind, enorm
+/// and hnorm (h each), eh_proj (2h x h) and shared_head.norm (h); its embedding and head are stored
+/// again, copies of the model's. Said in the description, so a check of a checkpoint's total can
+/// account for them.
 std::string next_token_layers_note(const JsonReader& in, const Architecture& m) {
     if (!in.has("num_nextn_predict_layers")) return "";
     const std::uint64_t n = in.count_if_given("num_nextn_predict_layers").value_or(0);
@@ -521,8 +599,10 @@ std::string next_token_layers_note(const JsonReader& in, const Architecture& m) 
     const std::uint64_t h = m.hidden;
     const Count per_layer = table.per_layer(last_kind) + Count(3 * h) + Count(2 * h) * h;
     const Count copies = Count(m.vocab) * h * (m.tied_embeddings ? 1 : 2);
-    return "the checkpoint also holds " + std::to_string(n) + " multi-token-prediction layer" + (n == 1 ? "" : "s") +
-           " (num_nextn_predict_layers) that num_parameters() does not count: " + std::to_string((per_layer * n).value()) +
+    return "the checkpoint also holds " + std::to_string(n) + " multi-token-prediction layer" +
+           (n == 1 ? "" : "s") +
+           " (num_nextn_predict_layers) that num_parameters() does not count: " +
+           std::to_string((per_layer * n).value()) +
            " parameters (buffers aside), and a copy of the embedding and head each (" +
            std::to_string((copies * n).value()) + ")";
 }
@@ -535,17 +615,55 @@ std::vector<std::string> supported_model_types() {
     return names;
 }
 
-ModelFile parse_hf_config(std::string_view text, const std::string& origin, const std::string& default_name) {
+namespace {
+
+/// What the user should know of an import of `type`, printed beside its estimate and kept in its
+/// description.
+std::vector<std::string> import_notes(const std::string& type, const JsonReader& in,
+                                      const Architecture& m) {
+    std::vector<std::string> notes;
+    if (const std::string mtp = next_token_layers_note(in, m); !mtp.empty()) notes.push_back(mtp);
+    if (type == "gpt_oss")
+        notes.push_back(
+            "the checkpoint stores the experts as MXFP4 blocks and scales, counted here as the "
+            "parameters they dequantise to");
+    if (type == "jamba")
+        notes.push_back(
+            m.ssm.kernels
+                ? "its Mamba layers' saved tensors are mamba_ssm's fused kernels' "
+                  "(use_mamba_kernels), read from their code and not measured, leaning high where "
+                  "a contiguous copy may not be made; serving keeps a state per sequence in those "
+                  "layers, no KV cache"
+                : "its Mamba layers run transformers' slow path (use_mamba_kernels false), which "
+                  "keeps every step's state: s b d_inner d_state fp32 values several times a "
+                  "layer");
+    if (type == "llama4" || type == "llama4_text")
+        notes.push_back(
+            "its MoE layers are counted as transformers' Llama4TextMoe trains them, every expert "
+            "over every token (E x the routed slots; --moe-kernel grouped-gemm, or --profile "
+            "megatron, counts the routed slots alone); chunked attention keeps what full attention "
+            "keeps (eager masks a full s x s score matrix); a fused kernel given an explicit "
+            "chunked mask (SDPA's) would keep that mask, s^2 b bytes, which is not counted");
+    return notes;
+}
+
+}  // namespace
+
+ModelFile parse_hf_config(std::string_view text, const std::string& origin,
+                          const std::string& default_name) {
     const json document = parse_json(text, origin);
-    if (!document.is_object()) throw error(origin + ": expected a config.json object (got " +
-                                           std::string(document.type_name()) + ")");
+    if (!document.is_object())
+        throw error(origin + ": expected a config.json object (got " +
+                    std::string(document.type_name()) + ")");
     const JsonReader in(document, origin);
     if (!in.has("model_type")) in.fail("missing key 'model_type'");
     const std::string type = in.text_or("model_type", "");
-    const auto family = std::find_if(families.begin(), families.end(), [&](const auto& f) { return f.first == type; });
+    const auto family = std::find_if(families.begin(), families.end(),
+                                     [&](const auto& f) { return f.first == type; });
     if (family == families.end()) {
         std::string names;
-        for (const auto& name : supported_model_types()) names += (names.empty() ? "" : ", ") + name;
+        for (const auto& name : supported_model_types())
+            names += (names.empty() ? "" : ", ") + name;
         // No nearest name: a near spelling is often another family ("qwen3" is not "qwen2").
         in.fail("model_type '" + type + "' is not supported; memcalc reads " + names);
     }
@@ -555,30 +673,14 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin, cons
     const bool nested = type == "gemma3" || type == "llama4";
     if (nested && !(document.contains("text_config") && document.at("text_config").is_object()))
         in.fail("model_type " + type + " needs its language model's keys in a text_config object");
-    family->second(nested ? JsonReader(document.at("text_config"), origin + " (text_config)") : in, file.architecture);
+    family->second(nested ? JsonReader(document.at("text_config"), origin + " (text_config)") : in,
+                   file.architecture);
     try {
         validate(file.architecture);
     } catch (const error& e) {
         throw error(origin + ": " + e.what());
     }
-    // What the user should know of this import, printed beside its estimate and kept in its description.
-    if (const std::string mtp = next_token_layers_note(in, file.architecture); !mtp.empty()) file.notes.push_back(mtp);
-    if (type == "gpt_oss")
-        file.notes.push_back("the checkpoint stores the experts as MXFP4 blocks and scales, counted here as the "
-                             "parameters they dequantise to");
-    if (type == "jamba")
-        file.notes.push_back(file.architecture.ssm.kernels
-                                 ? "its Mamba layers' saved tensors are mamba_ssm's fused kernels' (use_mamba_kernels), "
-                                   "read from their code and not measured, leaning high where a contiguous copy may not "
-                                   "be made; serving keeps a state per sequence in those layers, no KV cache"
-                                 : "its Mamba layers run transformers' slow path (use_mamba_kernels false), which keeps "
-                                   "every step's state: s b d_inner d_state fp32 values several times a layer");
-    if (type == "llama4" || type == "llama4_text")
-        file.notes.push_back("its MoE layers are counted as transformers' Llama4TextMoe trains them, every expert over "
-                             "every token (E x the routed slots; --moe-kernel grouped-gemm, or --profile megatron, "
-                             "counts the routed slots alone); chunked attention keeps what full attention keeps "
-                             "(eager masks a full s x s score matrix); a fused kernel given an explicit chunked "
-                             "mask (SDPA's) would keep that mask, s^2 b bytes, which is not counted");
+    file.notes = import_notes(type, in, file.architecture);
     file.description = "imported from " + origin + " (model_type " + type +
                        (nested ? ", text_config: the language model alone" : "") + ")";
     for (const std::string& note : file.notes) file.description += "; " + note;

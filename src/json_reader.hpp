@@ -17,9 +17,12 @@ namespace memcalc::cli {
 /// Reads one JSON object's keys with messages that name the file, the key and the value.
 class JsonReader {
 public:
-    JsonReader(const nlohmann::json& object, std::string origin) : object_(object), origin_(std::move(origin)) {}
+    JsonReader(const nlohmann::json& object, std::string origin)
+        : object_(object), origin_(std::move(origin)) {}
 
-    [[noreturn]] void fail(const std::string& message) const { throw error(origin_ + ": " + message); }
+    [[noreturn]] void fail(const std::string& message) const {
+        throw error(origin_ + ": " + message);
+    }
 
     bool has(const char* key) const { return object_.contains(key) && !object_.at(key).is_null(); }
 
@@ -28,9 +31,11 @@ public:
         const nlohmann::json& v = object_.at(key);
         // nlohmann stores non-negative integers as unsigned, negative ones as signed.
         if (v.is_number_unsigned() && v.get<std::uint64_t>() > 0) return v.get<std::uint64_t>();
-        if (v.is_number_integer()) fail(std::string(key) + " must be a positive integer (got " + v.dump() + ")");
+        if (v.is_number_integer())
+            fail(std::string(key) + " must be a positive integer (got " + v.dump() + ")");
         if (v.is_number_float())
-            fail(std::string(key) + " must be a positive integer below 2^64 (got " + v.dump() + ")");
+            fail(std::string(key) + " must be a positive integer below 2^64 (got " + v.dump() +
+                 ")");
         fail(std::string(key) + " must be a positive integer (got " + type_and_value(v) + ")");
     }
     std::uint64_t positive_or(const char* key, std::uint64_t otherwise) const {
@@ -49,10 +54,13 @@ public:
         std::vector<std::uint64_t> values;
         if (!has(key)) return values;
         const nlohmann::json& v = object_.at(key);
-        if (!v.is_array()) fail(std::string(key) + " must be an array of non-negative integers (got " + type_and_value(v) + ")");
+        if (!v.is_array())
+            fail(std::string(key) + " must be an array of non-negative integers (got " +
+                 type_and_value(v) + ")");
         for (const auto& item : v) {
             if (!item.is_number_unsigned())
-                fail(std::string(key) + " must hold non-negative integers (got " + type_and_value(item) + ")");
+                fail(std::string(key) + " must hold non-negative integers (got " +
+                     type_and_value(item) + ")");
             values.push_back(item.get<std::uint64_t>());
         }
         return values;
@@ -75,7 +83,8 @@ public:
         if (!has(key)) return otherwise;
         const nlohmann::json& v = object_.at(key);
         if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() < 1))
-            fail(std::string(key) + " must be a probability in [0, 1) (got " + type_and_value(v) + ")");
+            fail(std::string(key) + " must be a probability in [0, 1) (got " + type_and_value(v) +
+                 ")");
         return v.get<double>();
     }
 
@@ -85,7 +94,8 @@ public:
     std::string text_or(const char* key, std::string otherwise) const {
         if (!has(key)) return otherwise;
         const nlohmann::json& v = object_.at(key);
-        if (!v.is_string()) fail(std::string(key) + " must be a string (got " + type_and_value(v) + ")");
+        if (!v.is_string())
+            fail(std::string(key) + " must be a string (got " + type_and_value(v) + ")");
         return v.get<std::string>();
     }
 
@@ -97,7 +107,8 @@ public:
     bool flag_or(const char* key, bool otherwise) const {
         if (!has(key)) return otherwise;
         const nlohmann::json& v = object_.at(key);
-        if (!v.is_boolean()) fail(std::string(key) + " must be true or false (got " + type_and_value(v) + ")");
+        if (!v.is_boolean())
+            fail(std::string(key) + " must be true or false (got " + type_and_value(v) + ")");
         return v.get<bool>();
     }
 
@@ -106,11 +117,13 @@ public:
         if (!has(key)) return otherwise;
         if (object_.at(key).is_boolean()) return object_.at(key).get<bool>();
         if (object_.at(key).is_number_unsigned()) return object_.at(key).get<std::uint64_t>() != 0;
-        fail(std::string(key) + " must be true, false or a non-negative integer (got " + type_and_value(object_.at(key)) + ")");
+        fail(std::string(key) + " must be true, false or a non-negative integer (got " +
+             type_and_value(object_.at(key)) + ")");
     }
 
     template <typename Enum>
-    Enum choice_or(const char* key, const std::map<std::string, Enum>& choices, Enum otherwise) const {
+    Enum choice_or(const char* key, const std::map<std::string, Enum>& choices,
+                   Enum otherwise) const {
         if (!has(key)) return otherwise;
         const std::string value = text_or(key, "");
         const auto it = choices.find(value);
@@ -121,12 +134,14 @@ public:
             names += (names.empty() ? "" : ", ") + name;
             candidates.push_back(name);
         }
-        fail(std::string(key) + " must be one of " + names + " (got '" + value + "')" + did_you_mean(value, candidates));
+        fail(std::string(key) + " must be one of " + names + " (got '" + value + "')" +
+             did_you_mean(value, candidates));
     }
 
 private:
     static std::string type_and_value(const nlohmann::json& v) {
-        if (v.is_structured()) return v.type_name();  // not dumped: it may be large or deeply nested
+        if (v.is_structured())
+            return v.type_name();  // not dumped: it may be large or deeply nested
         std::string shown = v.dump();
         if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
         return std::string(v.type_name()) + " " + shown;
@@ -135,12 +150,13 @@ private:
     std::string origin_;
 };
 
-/// `document` as one JSON object describing `what` ("a model"), with no key outside `known`: else an
-/// error naming the text, and the nearest known key.
-inline void expect_object(const nlohmann::json& document, const std::string& origin, const char* what,
-                          const std::vector<std::string>& known) {
+/// `document` as one JSON object describing `what` ("a model"), with no key outside `known`: else
+/// an error naming the text, and the nearest known key.
+inline void expect_object(const nlohmann::json& document, const std::string& origin,
+                          const char* what, const std::vector<std::string>& known) {
     if (!document.is_object())
-        throw error(origin + ": expected a JSON object describing " + what + " (got " + document.type_name() + ")");
+        throw error(origin + ": expected a JSON object describing " + what + " (got " +
+                    document.type_name() + ")");
     for (const auto& [key, unused] : document.items())
         if (std::find(known.begin(), known.end(), key) == known.end())
             throw error(origin + ": unknown key '" + key + "'" + did_you_mean(key, known));

@@ -17,21 +17,27 @@ struct ModelFile {
     Architecture architecture;
     std::string description;
     std::string source;
-    std::vector<std::string> notes;  ///< what an import could not model or count, said beside its estimate
-    std::optional<std::uint64_t> published_parameters;  ///< the model's published exact count, when known
-    std::shared_ptr<const CheckpointCheck> checkpoint;    ///< --config DIR: its checkpoint against the count
+    std::vector<std::string>
+        notes;  ///< what an import could not model or count, said beside its estimate
+    std::optional<std::uint64_t>
+        published_parameters;  ///< the model's published exact count, when known
+    std::shared_ptr<const CheckpointCheck>
+        checkpoint;  ///< --config DIR: its checkpoint against the count
 };
 
 /// Parses and validates one model description; `origin` (a file name) prefixes every error message.
 /// `default_name` names the model when the file has no "name".
-ModelFile parse_model_json(std::string_view text, const std::string& origin, const std::string& default_name);
+ModelFile parse_model_json(std::string_view text, const std::string& origin,
+                           const std::string& default_name);
 
 /// Reads a file and parses it; the name defaults to the file's stem.
 ModelFile load_model_file(const std::string& path);
 
 /// Builds a model from a HuggingFace config.json (model_type llama, mistral, mixtral, qwen2, gemma,
-/// gemma2, phi3, gpt2, opt, falcon, bloom, gpt_neox or phi); the count matches the checkpoint's num_parameters().
-ModelFile parse_hf_config(std::string_view text, const std::string& origin, const std::string& default_name);
+/// gemma2, phi3, gpt2, opt, falcon, bloom, gpt_neox or phi); the count matches the checkpoint's
+/// num_parameters().
+ModelFile parse_hf_config(std::string_view text, const std::string& origin,
+                          const std::string& default_name);
 ModelFile load_hf_config(const std::string& path);
 std::vector<std::string> supported_model_types();
 

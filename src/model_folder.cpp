@@ -50,9 +50,12 @@ const std::array<PartRow, modelled> part_rows{{
 }};
 
 /// config.json's dtype names and their bytes.
-const std::array<std::pair<const char*, std::uint64_t>, 6> config_dtypes{
-    {{"float32", 4}, {"bfloat16", 2}, {"float16", 2}, {"float64", 8}, {"float8_e4m3fn", 1},
-     {"float8_e5m2", 1}}};
+const std::array<std::pair<const char*, std::uint64_t>, 6> config_dtypes{{{"float32", 4},
+                                                                          {"bfloat16", 2},
+                                                                          {"float16", 2},
+                                                                          {"float64", 8},
+                                                                          {"float8_e4m3fn", 1},
+                                                                          {"float8_e5m2", 1}}};
 
 /// Module names of other models inside one checkpoint (transformers' multimodal classes).
 const std::array<const char*, 10> other_module_names{
@@ -62,8 +65,10 @@ const std::array<const char*, 10> other_module_names{
 std::vector<std::string> components(const std::string& name) {
     std::vector<std::string> out(1);
     for (char c : name)
-        if (c == '.') out.emplace_back();
-        else out.back() += c;
+        if (c == '.')
+            out.emplace_back();
+        else
+            out.back() += c;
     return out;
 }
 
@@ -170,8 +175,8 @@ std::pair<std::uint64_t, std::uint64_t> read_config_dtype(CheckpointCheck& c,
             q.at("weight_block_size").size() == 2) {
             const json sizes = {{"rows", q.at("weight_block_size")[0]},
                                 {"columns", q.at("weight_block_size")[1]}};
-            const JsonReader block(
-                sizes, origin + "/config.json: quantization_config.weight_block_size");
+            const JsonReader block(sizes,
+                                   origin + "/config.json: quantization_config.weight_block_size");
             block_rows = block.positive("rows"), block_columns = block.positive("columns");
         }
     }
@@ -219,7 +224,11 @@ void read_index(CheckpointCheck& c, const std::string& index, const Shards& shar
 struct Tally {
     Tally(CheckpointCheck& check, const Architecture& model, const ParameterTable& parameters,
           std::uint64_t rows, std::uint64_t columns, const std::string& where)
-        : c(check), m(model), table(parameters), block_rows(rows), block_columns(columns),
+        : c(check),
+          m(model),
+          table(parameters),
+          block_rows(rows),
+          block_columns(columns),
           origin(where) {}
 
     CheckpointCheck& c;
@@ -254,8 +263,7 @@ void Tally::add(const std::string& name, const SafetensorsTensor* header) {
     elements = header->elements;
     if (named.role == mxfp4_blocks && bits == 8) elements *= 2;  // two 4-bit values a byte
     if (named.role == modelled && bits != 8 * c.bytes_per_element)
-        named.role =
-            bits == 8 && header->dtype.rfind("F8", 0) == 0 ? fp8_weights : other_dtypes;
+        named.role = bits == 8 && header->dtype.rfind("F8", 0) == 0 ? fp8_weights : other_dtypes;
     DtypeTally& d = dtypes[header->dtype];
     d.dtype = header->dtype, ++d.tensors;
     d.elements = (Count(d.elements) + header->elements).value();
@@ -277,8 +285,8 @@ void Tally::add_from_index(const std::string& name, const Named& named) {
     CheckpointPart* part = named.role == modelled ? nullptr : &c.parts[named.role];
     if (part && part->tensors++ == 0) part->first = name;
     if (named.role == tied_head_copy) {
-        part_bytes[named.role] += signed_bytes(
-            (Count(m.vocab) * m.hidden * c.bytes_per_element).value(), 0, origin);
+        part_bytes[named.role] +=
+            signed_bytes((Count(m.vocab) * m.hidden * c.bytes_per_element).value(), 0, origin);
     } else if (named.role == fp8_weights || named.role == fp8_scales) {
         const std::string weight = named.role == fp8_scales
                                        ? name.substr(0, name.size() - 10)  // less "_scale_inv"
@@ -288,8 +296,7 @@ void Tally::add_from_index(const std::string& name, const Named& named) {
             known[named.role] = false;
         } else if (named.role == fp8_weights) {
             part_bytes[named.role] -= signed_bytes(
-                (Count(dims->first) * dims->second * (c.bytes_per_element - 1)).value(), 0,
-                origin);
+                (Count(dims->first) * dims->second * (c.bytes_per_element - 1)).value(), 0, origin);
         } else {  // one fp32 per block of the (out x in) weight
             const std::uint64_t in_blocks = (dims->first + block_columns - 1) / block_columns;
             const std::uint64_t out_blocks = (dims->second + block_rows - 1) / block_rows;
@@ -306,10 +313,14 @@ void Tally::parts() {
     bool all_known = true;
     std::int64_t explained = 0;
     for (std::size_t r = 0; r < c.parts.size(); ++r) {
-        if (c.parts[r].tensors == 0) c.parts[r].bytes = 0;
-        else if (known[r]) c.parts[r].bytes = part_bytes[r];
-        if (c.parts[r].bytes) explained += *c.parts[r].bytes;
-        else all_known = false;
+        if (c.parts[r].tensors == 0)
+            c.parts[r].bytes = 0;
+        else if (known[r])
+            c.parts[r].bytes = part_bytes[r];
+        if (c.parts[r].bytes)
+            explained += *c.parts[r].bytes;
+        else
+            all_known = false;
     }
     if (c.difference) (all_known ? c.unexplained : c.left_to_unknown) = *c.difference - explained;
 }
@@ -368,8 +379,8 @@ CheckpointCheck check_checkpoint(const Architecture& m, const std::string& confi
         for (const auto& t : list) {
             const auto [it, first] = shard_of.emplace(t.name, file);
             if (!first)
-                throw error(origin + "/" + file + ": tensor '" + t.name + "' is in " +
-                            it->second + " too");
+                throw error(origin + "/" + file + ": tensor '" + t.name + "' is in " + it->second +
+                            " too");
             tensors.emplace_back(t.name, &t);
         }
     if (!index.empty()) read_index(c, index, shards, tensors, origin);

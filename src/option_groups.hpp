@@ -20,9 +20,8 @@ namespace memcalc::cli {
 /// Which model.
 template <class App>  // a CLI::App, or a NameRecorder
 void add_group(App& app, ModelOptions& q) {
-    auto* preset =
-        app.add_option("--preset", q.preset, "A built-in model: see 'memcalc presets'")
-            ->type_name("NAME");
+    auto* preset = app.add_option("--preset", q.preset, "A built-in model: see 'memcalc presets'")
+                       ->type_name("NAME");
     auto* model_file = app.add_option("--model-file", q.model_file,
                                       "A model described in JSON (keys as in presets/*.json)")
                            ->excludes(preset)
@@ -360,18 +359,39 @@ void add_training_step_groups(App& app, TrainingStepOptions& q) {
 class NameRecorder {
 public:
     struct Chain {
-        template <class... A> Chain* type_name(A&&...) { return this; }
-        template <class... A> Chain* excludes(A&&...) { return this; }
-        template <class... A> Chain* check(A&&...) { return this; }
-        template <class... A> Chain* transform(A&&...) { return this; }
-        template <class... A> Chain* group(A&&...) { return this; }
+        template <class... A>
+        Chain* type_name(A&&...) {
+            return this;
+        }
+        template <class... A>
+        Chain* excludes(A&&...) {
+            return this;
+        }
+        template <class... A>
+        Chain* check(A&&...) {
+            return this;
+        }
+        template <class... A>
+        Chain* transform(A&&...) {
+            return this;
+        }
+        template <class... A>
+        Chain* group(A&&...) {
+            return this;
+        }
     };
     template <class... A>
-    Chain* add_option(const std::string& names, A&&...) { return record(names); }
+    Chain* add_option(const std::string& names, A&&...) {
+        return record(names);
+    }
     template <class... A>
-    Chain* add_flag(const std::string& names, A&&...) { return record(names); }
+    Chain* add_flag(const std::string& names, A&&...) {
+        return record(names);
+    }
     template <class T, class... A>
-    Chain* add_option_function(const std::string& names, A&&...) { return record(names); }
+    Chain* add_option_function(const std::string& names, A&&...) {
+        return record(names);
+    }
 
     /// Whether `tokens` (the command line's option names) name any of them.
     bool named_in(const std::vector<std::string>& tokens) const {

@@ -31,7 +31,8 @@ volatile std::sig_atomic_t pending_count = 0;
 
 extern "C" void remove_temporaries(int signal_number) {
     for (std::sig_atomic_t i = 0; i < pending_count; ++i)
-        if (pending_paths[static_cast<std::size_t>(i)][0] != '\0') unlink(pending_paths[static_cast<std::size_t>(i)].data());
+        if (pending_paths[static_cast<std::size_t>(i)][0] != '\0')
+            unlink(pending_paths[static_cast<std::size_t>(i)].data());
     std::signal(signal_number, SIG_DFL);
     std::raise(signal_number);
 }
@@ -98,8 +99,10 @@ public:
     }
     void enter(const std::string& name) { parts_.push_back(name); }
     void leave() {
-        if (!parts_.empty() && parts_.back() != "..") parts_.pop_back();
-        else if (!absolute_) parts_.push_back("..");
+        if (!parts_.empty() && parts_.back() != "..")
+            parts_.pop_back();
+        else if (!absolute_)
+            parts_.push_back("..");
     }
     /// Whether `name` here is /proc/PID/fd/N (or a thread's) of this process: file descriptor N.
     bool is_own_descriptor(const std::string& name, int fd) const {
@@ -126,8 +129,10 @@ public:
             const std::string name = std::move(todo_.front());
             todo_.pop_front();
             if (name.empty() || name == ".") continue;
-            if (name == "..") walked_.leave();
-            else if (!step(name)) break;
+            if (name == "..")
+                walked_.leave();
+            else if (!step(name))
+                break;
         }
         if (to_standard_output_) return "";
         for (const std::string& rest : todo_) walked_.enter(rest);  // as written: open(2) will fail
@@ -170,10 +175,11 @@ private:
         if (stat(where.c_str(), &folder) != 0) return;
         const bool shared = (folder.st_mode & S_ISVTX) != 0 && (folder.st_mode & S_IWOTH) != 0;
         if (!shared || link.st_uid == geteuid() || link.st_uid == folder.st_uid) return;
-        throw error(fmt::format("{}: the symbolic link '{}' in the sticky world-writable folder "
-                                "'{}' belongs to uid {}, neither yours nor the folder's owner: "
-                                "refusing to follow it",
-                                output_named(f_), here, where, link.st_uid));
+        throw error(
+            fmt::format("{}: the symbolic link '{}' in the sticky world-writable folder "
+                        "'{}' belongs to uid {}, neither yours nor the folder's owner: "
+                        "refusing to follow it",
+                        output_named(f_), here, where, link.st_uid));
     }
 
     std::string link_text(const std::string& here) const {
@@ -188,7 +194,8 @@ private:
     /// Whether the kernel follows `here` to the file its text names; it does not for /proc/PID/fd's
     /// links ("pipe:[123]"). A dangling link agrees: open(2) creates the file it names.
     bool kernel_agrees(const std::string& here, const std::string& to) const {
-        struct stat followed {}, named {};
+        struct stat followed {
+        }, named{};
         if (stat(here.c_str(), &followed) != 0) return true;
         const std::string path = to[0] == '/' ? to : walked_.child(to);
         return stat(path.c_str(), &named) == 0 && same_file(followed, named);
@@ -204,8 +211,8 @@ private:
 /// Where an output goes, its path resolved.
 struct Target {
     enum class Kind { standard_output, regular, direct } kind = Kind::regular;
-    std::string path;                  ///< every link followed (bar a /proc one the kernel follows)
-    std::optional<struct stat> file;   ///< the file there now; none for a new one
+    std::string path;                 ///< every link followed (bar a /proc one the kernel follows)
+    std::optional<struct stat> file;  ///< the file there now; none for a new one
 };
 
 Target target_of(const PendingFile& f) {
@@ -377,7 +384,8 @@ void Spool::append(std::string_view text) {
     constexpr std::size_t in_memory = 16u << 20, write_batch = 1u << 20;
     if (file_ == nullptr && memory_.size() + text.size() > in_memory) {
         file_ = std::tmpfile();  // unnamed: it vanishes with the process, however it ends
-        if (file_ == nullptr) throw error(std::string("cannot spool the output to a temporary file: ") + reason());
+        if (file_ == nullptr)
+            throw error(std::string("cannot spool the output to a temporary file: ") + reason());
         std::setvbuf(file_, nullptr, _IONBF, 0);  // written a megabyte at a time already
     }
     memory_ += text;
@@ -385,7 +393,8 @@ void Spool::append(std::string_view text) {
         if (std::fwrite(memory_.data(), 1, memory_.size(), file_) != memory_.size())
             throw error(std::string("cannot spool the output to a temporary file: ") + reason());
         memory_.clear();
-        if (memory_.capacity() > 4 * write_batch) memory_.shrink_to_fit();  // the 16 MiB it held before
+        if (memory_.capacity() > 4 * write_batch)
+            memory_.shrink_to_fit();  // the 16 MiB it held before
     }
 }
 

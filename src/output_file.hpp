@@ -7,8 +7,9 @@
 
 namespace memcalc::cli {
 
-/// A run's output as it is made: in memory, then past 16 MiB in an unnamed temporary file, so a sweep
-/// of any length holds a bounded amount of memory and still prints nothing until it has succeeded.
+/// A run's output as it is made: in memory, then past 16 MiB in an unnamed temporary file, so a
+/// sweep of any length holds a bounded amount of memory and still prints nothing until it has
+/// succeeded.
 class Spool {
 public:
     Spool() = default;
@@ -27,12 +28,14 @@ public:
                 sink(std::string_view(chunk.data(), n));
             if (std::ferror(file_) != 0) return false;
         }
-        if (!memory_.empty()) sink(std::string_view(memory_));  // all of it, or what follows the file's
+        if (!memory_.empty())
+            sink(std::string_view(memory_));  // all of it, or what follows the file's
         return true;
     }
 
 private:
-    std::string memory_;  ///< the whole output; once spooling, what is not in the file yet (under 1 MiB)
+    std::string
+        memory_;  ///< the whole output; once spooling, what is not in the file yet (under 1 MiB)
     std::FILE* file_ = nullptr;
 };
 

@@ -8,7 +8,7 @@
 namespace memcalc::cli {
 
 struct CompiledPreset {
-    const char* name;     ///< the file's name without .json
+    const char* name;      ///< the file's name without .json
     ModelFile (*build)();  ///< the model as parse_model_json reads the file
 };
 

@@ -65,9 +65,12 @@ inline std::string printable(std::string_view text) {
             ++at;
             continue;
         }
-        if (!is_control(d.code_point)) out.append(text.substr(at, d.length));
-        else if (d.code_point < 0x100) out += "\\x" + hex(d.code_point, 2);
-        else out += "\\u" + hex(d.code_point, 4);
+        if (!is_control(d.code_point))
+            out.append(text.substr(at, d.length));
+        else if (d.code_point < 0x100)
+            out += "\\x" + hex(d.code_point, 2);
+        else
+            out += "\\u" + hex(d.code_point, 4);
         at += d.length;
     }
     return out;

@@ -8,7 +8,6 @@
 
 namespace memcalc::cli {
 
-
 FrameworkProfile parse_profile_json(std::string_view text, const std::string& origin) {
     const nlohmann::json document = parse_json(text, origin);
     std::vector<std::string> keys = {"name", "description", "source"};
@@ -17,7 +16,8 @@ FrameworkProfile parse_profile_json(std::string_view text, const std::string& or
     const JsonReader in(document, origin);
     if (!in.has("name")) in.fail("missing key 'name'");
     const Framework base = find_profile(default_profile)->framework;
-    FrameworkProfile p{intern(in.shown_text_or("name", "")), intern(in.shown_text_or("description", "")),
+    FrameworkProfile p{intern(in.shown_text_or("name", "")),
+                       intern(in.shown_text_or("description", "")),
                        intern(in.shown_text_or("source", "")), base};
     if (p.name.empty()) in.fail("name must not be empty");
     Framework& f = p.framework;

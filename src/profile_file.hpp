@@ -1,5 +1,6 @@
 #pragma once
-// A framework profile as a JSON file, in the schema `memcalc profiles --format json` prints for each built-in one.
+// A framework profile as a JSON file, in the schema `memcalc profiles --format json` prints for
+// each built-in one.
 #include <string>
 #include <string_view>
 

@@ -13,18 +13,19 @@ namespace memcalc::cli {
 
 namespace {
 
-const std::vector<std::string> recipe_keys = {"name",        "description", "weights", "gradients",
-                                              "master",      "activations", "optimizer", "state", "autocast",
-                                              "linears"};
+const std::vector<std::string> recipe_keys = {"name",     "description", "weights",   "gradients",
+                                              "master",   "activations", "optimizer", "state",
+                                              "autocast", "linears"};
 /// What the listing derives from the keys above: accepted, and checked against them.
-const std::vector<std::string> derived_keys = {"weight_bytes",     "gradient_bytes",      "master_bytes",
-                                               "optimizer_bytes",  "activation_bytes",    "bytes_per_parameter",
-                                               "optimizer_rule"};
+const std::vector<std::string> derived_keys = {
+    "weight_bytes",     "gradient_bytes",      "master_bytes",  "optimizer_bytes",
+    "activation_bytes", "bytes_per_parameter", "optimizer_rule"};
 
 std::map<std::string, DType> dtype_choices() {
     std::map<std::string, DType> choices;
     for (const auto& row : dtype_rows)
-        if (bytes_per_element(row.dtype) != 0) choices.emplace(row.name, row.dtype);  // whole bytes: computed in
+        if (bytes_per_element(row.dtype) != 0)
+            choices.emplace(row.name, row.dtype);  // whole bytes: computed in
     return choices;
 }
 
@@ -50,7 +51,8 @@ Recipe parse_recipe_json(std::string_view text, const std::string& origin) {
              std::nullopt,  // "master": null or absent for none
              in.choice_or<DType>("activations", dtypes, DType::bf16),
              *in.choice_or<const Optimizer*>("optimizer", optimizer_choices, nullptr),
-             in.choice_or<DType>("state", dtypes, DType::fp32),  // absent: fp32, as memcalc 1.2's files meant
+             in.choice_or<DType>("state", dtypes,
+                                 DType::fp32),  // absent: fp32, as memcalc 1.2's files meant
              intern(in.shown_text_or("description", ""))};
     if (r.name.empty()) in.fail("name must not be empty");
     if (in.has("master")) r.master = in.choice_or<DType>("master", dtypes, DType::fp32);
@@ -59,26 +61,38 @@ Recipe parse_recipe_json(std::string_view text, const std::string& origin) {
     if (in.has("linears"))
         r.linears = NarrowLinears{in.choice_or<DType>("linears", dtypes, DType::fp8_e4m3), 2};
     if (r.linears && bytes_per_element(r.linears->dtype) >= r.activation_bytes())
-        in.fail(std::string("linears is ") + dtype_name(r.linears->dtype) + ", not narrower than the activations (" +
-                dtype_name(r.activations) + ")");
+        in.fail(std::string("linears is ") + dtype_name(r.linears->dtype) +
+                ", not narrower than the activations (" + dtype_name(r.activations) + ")");
     if (r.linears && r.autocast) in.fail("a recipe with linears cannot also run under autocast");
 
     // null where the optimiser's state is counted tensor by tensor; the rule says how.
-    const auto number = [](std::optional<std::uint64_t> n) { return n ? nlohmann::json(*n) : nlohmann::json(nullptr); };
+    const auto number = [](std::optional<std::uint64_t> n) {
+        return n ? nlohmann::json(*n) : nlohmann::json(nullptr);
+    };
     const std::map<std::string, nlohmann::json> derived = {
-        {"weight_bytes", r.weight_bytes()},         {"gradient_bytes", r.gradient_bytes()},
-        {"master_bytes", r.master_bytes()},         {"optimizer_bytes", number(r.optimizer_bytes())},
-        {"activation_bytes", r.activation_bytes()}, {"bytes_per_parameter", number(r.bytes_per_parameter())},
-        {"optimizer_rule", r.optimizer.rule.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(r.optimizer.rule))}};
+        {"weight_bytes", r.weight_bytes()},
+        {"gradient_bytes", r.gradient_bytes()},
+        {"master_bytes", r.master_bytes()},
+        {"optimizer_bytes", number(r.optimizer_bytes())},
+        {"activation_bytes", r.activation_bytes()},
+        {"bytes_per_parameter", number(r.bytes_per_parameter())},
+        {"optimizer_rule", r.optimizer.rule.empty()
+                               ? nlohmann::json(nullptr)
+                               : nlohmann::json(std::string(r.optimizer.rule))}};
     for (const auto& [key, value] : derived) {
         if (!document.contains(key)) continue;
         const nlohmann::json& given = document.at(key);
-        const bool same = value.is_number() ? given.is_number_unsigned() && given == value : given == value;
-        if (!same) in.fail(key + " is " + given.dump() + ", but the dtypes and the optimiser make it " + value.dump());
+        const bool same =
+            value.is_number() ? given.is_number_unsigned() && given == value : given == value;
+        if (!same)
+            in.fail(key + " is " + given.dump() + ", but the dtypes and the optimiser make it " +
+                    value.dump());
     }
     return r;
 }
 
-Recipe load_recipe_file(const std::string& path) { return parse_recipe_json(read_text_file(path, "recipe file"), path); }
+Recipe load_recipe_file(const std::string& path) {
+    return parse_recipe_json(read_text_file(path, "recipe file"), path);
+}
 
 }  // namespace memcalc::cli

@@ -1,5 +1,6 @@
 #pragma once
-// A recipe as a JSON file, in the schema `memcalc recipes --format json` prints for each built-in one.
+// A recipe as a JSON file, in the schema `memcalc recipes --format json` prints for each built-in
+// one.
 #include <string>
 #include <string_view>
 

@@ -22,15 +22,17 @@ enum class Format { table, json, csv };
 /// A catalogue (presets, recipes, ...) as rows of cells: JSON shows every column under its key, CSV
 /// and the table the columns they list, in their order.
 struct Listing {
-    /// How the table shows a number: 16, 6,738,415,616, 16 B, or in thousands of millions (989.4 for
-    /// 989,400,000,000,000 FLOP/s as tera, 450 for 450,000,000,000 B/s as giga); none shows as "-".
+    /// How the table shows a number: 16, 6,738,415,616, 16 B, or in thousands of millions (989.4
+    /// for 989,400,000,000,000 FLOP/s as tera, 450 for 450,000,000,000 B/s as giga); none shows as
+    /// "-".
     enum class Style { plain, digits, bytes, tera, giga };
     struct Column {
         const char* key;      ///< the JSON key and CSV heading
         const char* heading;  ///< the table's heading
         Style style = Style::plain;
     };
-    using Cell = std::variant<std::monostate, std::string, std::uint64_t, bool>;  ///< monostate: none (JSON null)
+    using Cell = std::variant<std::monostate, std::string, std::uint64_t,
+                              bool>;  ///< monostate: none (JSON null)
     std::vector<Column> columns;
     std::vector<std::vector<Cell>> rows;
     std::vector<std::size_t> table, csv;  ///< the columns each shows, in order
@@ -47,8 +49,10 @@ struct View {
     bool full_timeline = false;  ///< every step rather than the compact list
     std::string compare;         ///< "megatron" or "deepspeed": add that tool's figures
     std::uint64_t gpus_per_node = 8;
-    std::optional<Count> device_memory;  ///< when given: drawn in plots, and the peak checked against it
-    std::optional<Count> host_memory;    ///< when given: what offload keeps in host memory checked against it
+    std::optional<Count>
+        device_memory;  ///< when given: drawn in plots, and the peak checked against it
+    std::optional<Count>
+        host_memory;  ///< when given: what offload keeps in host memory checked against it
 };
 
 /// The timeline's categories with their JSON keys and printed labels, in print order.
@@ -68,13 +72,15 @@ inline constexpr std::array<Category, 11> categories{{
     {"logits", "logits and loss", &Breakdown::logits},
     {"activation_gradient", "activation gradient", &Breakdown::activation_gradient},
     {"workspace", "workspace", &Breakdown::workspace},
-    {"weight_copies", "weight copies (autocast, fp8)", &Breakdown::weight_copies},  // last: CSV columns keep their places
+    {"weight_copies", "weight copies (autocast, fp8)",
+     &Breakdown::weight_copies},  // last: CSV columns keep their places
 }};
 
 /// A fit's question and answers, for rendering.
 struct FitRequest {
     Architecture model;
-    Settings settings;  ///< the last mode's; everything but the searched size and the mode is common
+    Settings
+        settings;  ///< the last mode's; everything but the searched size and the mode is common
     FitDimension dimension = FitDimension::seq;
     std::uint64_t fixed = 1;  ///< the size that is not searched
     std::uint64_t granule = 1;
@@ -92,11 +98,11 @@ struct PlanView {
     std::string model;
     PlanRequest request;
     Count memory, reserve;
-    PlanSummary result;         ///< the best `top` fitting layouts, and the counts
+    PlanSummary result;  ///< the best `top` fitting layouts, and the counts
     std::size_t top = 10;
     /// Without --gpus: the count was searched for, in steps of this many (a node's GPUs, or 1).
     std::optional<std::uint64_t> fewest_step;
-    double seconds = 0;         ///< how long the search took
+    double seconds = 0;  ///< how long the search took
 };
 
 std::string plan_table(const PlanView& v, Unit unit);
@@ -121,7 +127,8 @@ std::string sweep_svg(const std::string& model, const std::vector<SweepPoint>& p
 std::string report_table(const Report& r, const View& view);
 std::string compare_table(const Report& r, const View& view);
 nlohmann::json compare_json(const Report& r, const View& view);
-std::vector<Count> compare_figures(const Report& r, const View& view);  ///< the other tool's headline figures
+std::vector<Count> compare_figures(const Report& r,
+                                   const View& view);  ///< the other tool's headline figures
 std::string per_layer_table(const Report& r, const View& view);
 /// Each kind's op tape as a table: `--ops`.
 std::string ops_table(const Report& r, const View& view);
@@ -169,14 +176,14 @@ std::string per_layer_csv(const Report& r);
 std::string ops_csv(const Report& r);
 
 // Shared by the renderers.
-std::string digits(Count n);                       ///< 6,738,415,616
-std::string amount(Count bytes, Unit unit);        ///< 107.8 GB, 4.9 kB, 12 B
+std::string digits(Count n);                 ///< 6,738,415,616
+std::string amount(Count bytes, Unit unit);  ///< 107.8 GB, 4.9 kB, 12 B
 struct Scale {
     double divisor;
     const char* name;  ///< "GB", "MiB", "B"
 };
-Scale scale_for(Count largest, Unit unit);         ///< the largest prefix that keeps `largest` >= 1
-std::string scaled(Count bytes, const Scale& scale);  ///< "107.8" in that prefix
+Scale scale_for(Count largest, Unit unit);  ///< the largest prefix that keeps `largest` >= 1
+std::string scaled(Count bytes, const Scale& scale);       ///< "107.8" in that prefix
 std::string layer_formula(const LayerActivations& layer);  ///< "34 sbh + 5 as^2b"
 std::string csv_field(std::string_view text);
 

@@ -18,7 +18,8 @@ std::string digits(Count n) {
 
 Scale scale_for(Count largest, Unit unit) {
     // Decimal prefixes for GB (the chapter's unit), binary ones for GiB. Nothing above GB: device
-    // memory is sold in GB, and "1103.6 GB" compares with 80 GB at a glance where "1.1 TB" does not.
+    // memory is sold in GB, and "1103.6 GB" compares with 80 GB at a glance where "1.1 TB" does
+    // not.
     static constexpr const char* decimal[] = {"B", "kB", "MB", "GB"};
     static constexpr const char* binary[] = {"B", "KiB", "MiB", "GiB"};
     const double base = unit == Unit::gb ? 1000.0 : 1024.0;
@@ -46,7 +47,8 @@ std::string layer_formula(const LayerActivations& layer) {
         per_symbol[row.symbol] += row.copies * row.bytes_per_element;
     }
     std::string out;
-    for (const auto& symbol : order) out += (out.empty() ? "" : " + ") + fmt::format("{} {}", per_symbol[symbol], symbol);
+    for (const auto& symbol : order)
+        out += (out.empty() ? "" : " + ") + fmt::format("{} {}", per_symbol[symbol], symbol);
     return out;
 }
 

@@ -10,21 +10,25 @@
 namespace memcalc::cli {
 
 std::string csv_header() {
-    return "model,seq,micro_batch,recompute,recipe,activations,attention,parameters,state_bytes,activation_bytes,"
-           "kept_activation_bytes,peak_bytes,peak_step,step_flops,recompute_flops,dp,tp,pp,cp,ep,zero,"
-           "sequence_parallel,microbatches,peak_stage,peak_microbatch,grad_buffer,first_stage_layers,last_stage_layers,training,"
+    return "model,seq,micro_batch,recompute,recipe,activations,attention,parameters,state_bytes,"
+           "activation_bytes,"
+           "kept_activation_bytes,peak_bytes,peak_step,step_flops,recompute_flops,dp,tp,pp,cp,ep,"
+           "zero,"
+           "sequence_parallel,microbatches,peak_stage,peak_microbatch,grad_buffer,first_stage_"
+           "layers,last_stage_layers,training,"
            "recompute_layers\n";
 }
 
 namespace {
 
-/// Appends one row's cells, comma-separated, through a buffer of its own: integers by std::to_chars,
-/// no format string to parse, one append to the output per row.
+/// Appends one row's cells, comma-separated, through a buffer of its own: integers by
+/// std::to_chars, no format string to parse, one append to the output per row.
 class CsvRow {
 public:
     using Cell = CsvRowWriter::Cell;
     /// `memory`: a cell per number of the row, which remembers the digits it wrote last.
-    CsvRow(std::string& out, Cell* memory, std::size_t cells) : out_(out), memory_(memory), memory_cells_(cells) {}
+    CsvRow(std::string& out, Cell* memory, std::size_t cells)
+        : out_(out), memory_(memory), memory_cells_(cells) {}
     ~CsvRow() { flush(); }
     CsvRow(const CsvRow&) = delete;
     CsvRow& operator=(const CsvRow&) = delete;
@@ -41,14 +45,15 @@ public:
         separate();
         if (room() < 20) flush();
         if (numbers_ >= memory_cells_) {
-            used_ = static_cast<std::size_t>(std::to_chars(buffer_ + used_, buffer_ + sizeof buffer_, n).ptr - buffer_);
+            used_ = static_cast<std::size_t>(
+                std::to_chars(buffer_ + used_, buffer_ + sizeof buffer_, n).ptr - buffer_);
             return *this;
         }
         Cell& cell = memory_[numbers_++];
         if (cell.length == 0 || cell.value != n) {  // a new value: its digits, remembered
             cell.value = n;
-            cell.length = static_cast<std::uint8_t>(std::to_chars(cell.digits, cell.digits + sizeof cell.digits, n).ptr -
-                                                    cell.digits);
+            cell.length = static_cast<std::uint8_t>(
+                std::to_chars(cell.digits, cell.digits + sizeof cell.digits, n).ptr - cell.digits);
         }
         std::memcpy(buffer_ + used_, cell.digits, cell.length);
         used_ += cell.length;
@@ -58,7 +63,8 @@ public:
     /// As fmt's {:.0f}: exact digits. A whole number below 2^64 (every FLOP count here) as an
     /// integer; anything else through fmt.
     CsvRow& flops(double x) {
-        if (x >= 0 && x < 18446744073709551616.0 && std::floor(x) == x) return number(static_cast<std::uint64_t>(x));
+        if (x >= 0 && x < 18446744073709551616.0 && std::floor(x) == x)
+            return number(static_cast<std::uint64_t>(x));
         separate();
         flush();
         fmt::format_to(std::back_inserter(out_), "{:.0f}", x);
@@ -99,17 +105,29 @@ void CsvRowWriter::append(std::string& out, std::string_view model, const Summar
     const Settings& s = r.settings;
     const Parallelism& p = s.parallel;
     CsvRow row(out, cells_.data(), cells_.size());
-    row.text(csv_field(model)).number(s.seq).number(s.micro_batch).text(recompute_name(s.recompute)).text(s.recipe.name);
+    row.text(csv_field(model))
+        .number(s.seq)
+        .number(s.micro_batch)
+        .text(recompute_name(s.recompute))
+        .text(s.recipe.name);
     row.text(activation_model_name(s.activations)).text(attention_name(s.framework.attention));
     row.number(r.parameters.value()).number(r.state.total().value()).number(r.activations.value());
     row.number(r.kept_activations.value()).number(r.peak.bytes.total().value()).step(r.peak);
     row.flops(r.compute.step).flops(r.compute.recompute);
     row.number(p.dp).number(p.tp).number(p.pp).number(p.cp).number(p.ep).number(p.zero);
-    row.flag(p.sequence_parallel).number(p.steps_per_batch()).number(r.peak_stage).number(r.peak.microbatch);
-    row.text(grad_buffer_name(s.framework.grad_buffer)).number(p.first_stage_layers).number(p.last_stage_layers);
-    row.text(training_name(s.tuning.mode));  // what trains, as --train spells it (appended: earlier columns stay)
-    if (p.recompute_layers) row.number(*p.recompute_layers);
-    else row.text("");  // every layer of the recomputation
+    row.flag(p.sequence_parallel)
+        .number(p.steps_per_batch())
+        .number(r.peak_stage)
+        .number(r.peak.microbatch);
+    row.text(grad_buffer_name(s.framework.grad_buffer))
+        .number(p.first_stage_layers)
+        .number(p.last_stage_layers);
+    row.text(training_name(
+        s.tuning.mode));  // what trains, as --train spells it (appended: earlier columns stay)
+    if (p.recompute_layers)
+        row.number(*p.recompute_layers);
+    else
+        row.text("");  // every layer of the recomputation
     row.end();
 }
 
@@ -122,12 +140,14 @@ std::string csv_row(const Report& r) {
 std::string per_layer_csv(const Report& r) {
     // A model of several kinds of layer gets a first column naming each row's kind.
     const bool mixed = r.parameters.kinds > 1;
-    std::string out = std::string(mixed ? "kind," : "") + "op,tensor,symbol,copies,bytes_per_element,elements,bytes,keep\n";
+    std::string out = std::string(mixed ? "kind," : "") +
+                      "op,tensor,symbol,copies,bytes_per_element,elements,bytes,keep\n";
     for (std::size_t k = 0; k < r.parameters.kinds; ++k)
         for (const auto& t : r.layer_of(k).rows)
             out += (mixed ? csv_field(r.model.layer_kinds[k].name) + "," : std::string()) +
-                   fmt::format("{},{},{},{},{},{},{},{}\n", csv_field(t.op), csv_field(t.tensor), t.symbol, t.copies,
-                               t.bytes_per_element, t.elements.value(), t.bytes.value(), keep_name(t.keep));
+                   fmt::format("{},{},{},{},{},{},{},{}\n", csv_field(t.op), csv_field(t.tensor),
+                               t.symbol, t.copies, t.bytes_per_element, t.elements.value(),
+                               t.bytes.value(), keep_name(t.keep));
     return out;
 }
 

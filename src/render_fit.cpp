@@ -10,22 +10,28 @@ namespace {
 
 using Align = TextTable::Align;
 
-const char* searched(const FitRequest& f) { return f.dimension == FitDimension::seq ? "seq" : "micro_batch"; }
+const char* searched(const FitRequest& f) {
+    return f.dimension == FitDimension::seq ? "seq" : "micro_batch";
+}
 
 }  // namespace
 
 std::string fit_table(const FitRequest& f, Unit unit) {
     const bool seq = f.dimension == FitDimension::seq;
-    TextTable table({Align::left, Align::right, Align::right, Align::right, Align::left, Align::right, Align::right});
-    table.row({"recompute", seq ? "longest seq" : "largest micro-batch", "peak", "headroom", "peak step", "next size",
-               "its peak"});
+    TextTable table({Align::left, Align::right, Align::right, Align::right, Align::left,
+                     Align::right, Align::right});
+    table.row({"recompute", seq ? "longest seq" : "largest micro-batch", "peak", "headroom",
+               "peak step", "next size", "its peak"});
     for (std::size_t i = 0; i < f.modes.size(); ++i) {
         const FitResult& r = f.results[i];
         std::vector<std::string> row = {recompute_name(f.modes[i])};
         if (r.largest) {
             const FitProbe& p = *r.largest;
-            row.insert(row.end(), {digits(p.size), amount(p.peak, unit), amount(Count(f.capacity.value() - p.peak.value()), unit),
-                                   p.step + (f.settings.parallel.pp > 1 ? fmt::format(" (stage {})", p.stage) : "")});
+            row.insert(
+                row.end(),
+                {digits(p.size), amount(p.peak, unit),
+                 amount(Count(f.capacity.value() - p.peak.value()), unit),
+                 p.step + (f.settings.parallel.pp > 1 ? fmt::format(" (stage {})", p.stage) : "")});
         } else {
             row.insert(row.end(), {"none fits", "", "", ""});
         }
@@ -38,15 +44,17 @@ std::string fit_table(const FitRequest& f, Unit unit) {
         table.row(row);
     }
     std::string out = fmt::format(
-        "memcalc fit: {} in {} ({} usable after a {} reserve), {} {}: the {} that fits\n", f.model.name,
-        amount(f.memory, unit), amount(f.capacity, unit), amount(f.reserve, unit), seq ? "micro-batch" : "seq",
-        digits(f.fixed), seq ? "longest sequence" : "largest micro-batch");
+        "memcalc fit: {} in {} ({} usable after a {} reserve), {} {}: the {} that fits\n",
+        f.model.name, amount(f.memory, unit), amount(f.capacity, unit), amount(f.reserve, unit),
+        seq ? "micro-batch" : "seq", digits(f.fixed),
+        seq ? "longest sequence" : "largest micro-batch");
     if (f.granule > 1) out += fmt::format("searching multiples of {}\n", f.granule);
     out += table.str();
     for (std::size_t i = 0; i < f.modes.size(); ++i)
         if (f.results[i].first_over && !f.results[i].first_over->runs)
-            out += fmt::format("  {}: {} {} cannot run: {}\n", recompute_name(f.modes[i]), seq ? "seq" : "micro-batch",
-                               f.results[i].first_over->size, f.results[i].first_over->reason);
+            out += fmt::format("  {}: {} {} cannot run: {}\n", recompute_name(f.modes[i]),
+                               seq ? "seq" : "micro-batch", f.results[i].first_over->size,
+                               f.results[i].first_over->reason);
     return out;
 }
 
@@ -54,19 +62,23 @@ nlohmann::json fit_json(const FitRequest& f) {
     using nlohmann::json;
     const auto probe = [](const FitProbe& p) {
         json j = {{"size", p.size}, {"runs", p.runs}};
-        if (p.runs) j["peak"] = {{"bytes", p.peak.value()}, {"step", p.step}, {"stage", p.stage}};
-        else j["reason"] = p.reason;
+        if (p.runs)
+            j["peak"] = {{"bytes", p.peak.value()}, {"step", p.step}, {"stage", p.stage}};
+        else
+            j["reason"] = p.reason;
         return j;
     };
     json results = json::array();
     for (std::size_t i = 0; i < f.modes.size(); ++i) {
         const FitResult& r = f.results[i];
-        json entry = {{"recompute", recompute_name(f.modes[i])},
-                      {"fits", r.largest.has_value()},
-                      {"largest", r.largest ? json(r.largest->size) : json(nullptr)},
-                      {"peak", r.largest ? probe(*r.largest)["peak"] : json(nullptr)},
-                      {"headroom_bytes", r.largest ? json(f.capacity.value() - r.largest->peak.value()) : json(nullptr)},
-                      {"first_over", r.first_over ? probe(*r.first_over) : json(nullptr)}};
+        json entry = {
+            {"recompute", recompute_name(f.modes[i])},
+            {"fits", r.largest.has_value()},
+            {"largest", r.largest ? json(r.largest->size) : json(nullptr)},
+            {"peak", r.largest ? probe(*r.largest)["peak"] : json(nullptr)},
+            {"headroom_bytes",
+             r.largest ? json(f.capacity.value() - r.largest->peak.value()) : json(nullptr)},
+            {"first_over", r.first_over ? probe(*r.first_over) : json(nullptr)}};
         results.push_back(entry);
     }
     return {{"memcalc", memcalc::version},
@@ -89,19 +101,23 @@ nlohmann::json fit_json(const FitRequest& f) {
 }
 
 std::string fit_csv(const FitRequest& f) {
-    // training, last: what trains, as --train spells it (appended, so the columns before keep their places)
+    // training, last: what trains, as --train spells it (appended, so the columns before keep their
+    // places)
     std::string out =
-        "model,search,recompute,largest,peak_bytes,peak_step,peak_stage,headroom_bytes,next_size,next_peak_bytes,training\n";
+        "model,search,recompute,largest,peak_bytes,peak_step,peak_stage,headroom_bytes,next_size,"
+        "next_peak_bytes,training\n";
     for (std::size_t i = 0; i < f.modes.size(); ++i) {
         const FitResult& r = f.results[i];
         const FitProbe* l = r.largest ? &*r.largest : nullptr;
         const FitProbe* n = r.first_over ? &*r.first_over : nullptr;
-        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(f.model.name), searched(f), recompute_name(f.modes[i]),
-                           l ? std::to_string(l->size) : "", l ? std::to_string(l->peak.value()) : "",
-                           l ? l->step : "", l ? std::to_string(l->stage) : "",
-                           l ? std::to_string(f.capacity.value() - l->peak.value()) : "",
-                           n ? std::to_string(n->size) : "", n && n->runs ? std::to_string(n->peak.value()) : "",
-                           training_name(f.settings.tuning.mode));
+        out += fmt::format(
+            "{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(f.model.name), searched(f),
+            recompute_name(f.modes[i]), l ? std::to_string(l->size) : "",
+            l ? std::to_string(l->peak.value()) : "", l ? l->step : "",
+            l ? std::to_string(l->stage) : "",
+            l ? std::to_string(f.capacity.value() - l->peak.value()) : "",
+            n ? std::to_string(n->size) : "", n && n->runs ? std::to_string(n->peak.value()) : "",
+            training_name(f.settings.tuning.mode));
     }
     return out;
 }

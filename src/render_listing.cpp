@@ -1,5 +1,6 @@
 // The catalogues (presets, recipes, and the ones to come): one listing, rendered in every format by
-// one function. A catalogue says what its rows hold; this file says how a table, JSON and CSV show it.
+// one function. A catalogue says what its rows hold; this file says how a table, JSON and CSV show
+// it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -51,17 +52,20 @@ std::string render_listing(const Listing& listing, Format format) {
             nlohmann::json out = nlohmann::json::array();
             for (const auto& row : listing.rows) {
                 nlohmann::json entry = nlohmann::json::object();
-                for (std::size_t c = 0; c < columns.size(); ++c) entry[columns[c].key] = json_value(row[c]);
+                for (std::size_t c = 0; c < columns.size(); ++c)
+                    entry[columns[c].key] = json_value(row[c]);
                 out.push_back(std::move(entry));
             }
             return out.dump(2) + "\n";
         }
         case Format::csv: {
             std::string out;
-            for (std::size_t i = 0; i < listing.csv.size(); ++i) out += (i ? "," : "") + std::string(columns[listing.csv[i]].key);
+            for (std::size_t i = 0; i < listing.csv.size(); ++i)
+                out += (i ? "," : "") + std::string(columns[listing.csv[i]].key);
             out += "\n";
             for (const auto& row : listing.rows) {
-                for (std::size_t i = 0; i < listing.csv.size(); ++i) out += (i ? "," : "") + csv_text(row[listing.csv[i]]);
+                for (std::size_t i = 0; i < listing.csv.size(); ++i)
+                    out += (i ? "," : "") + csv_text(row[listing.csv[i]]);
                 out += "\n";
             }
             return out;
@@ -71,9 +75,9 @@ std::string render_listing(const Listing& listing, Format format) {
             std::vector<std::string> head;
             for (std::size_t c : listing.table) {
                 // A column is numbers when any row's cell is one (a first row may have none).
-                const bool number = std::any_of(listing.rows.begin(), listing.rows.end(), [&](const auto& row) {
-                    return std::holds_alternative<std::uint64_t>(row[c]);
-                });
+                const bool number = std::any_of(
+                    listing.rows.begin(), listing.rows.end(),
+                    [&](const auto& row) { return std::holds_alternative<std::uint64_t>(row[c]); });
                 aligns.push_back(number ? TextTable::Align::right : TextTable::Align::left);
                 head.emplace_back(columns[c].heading);
             }
@@ -92,15 +96,18 @@ std::string render_listing(const Listing& listing, Format format) {
 
 Listing presets_listing(const std::vector<std::pair<std::string, ModelFile>>& presets) {
     Listing l;
-    l.columns = {{"name", "preset"}, {"parameters", "parameters", Listing::Style::digits},
-                 {"published_parameters", ""}, {"description", "description"}, {"source", ""}};
+    l.columns = {{"name", "preset"},
+                 {"parameters", "parameters", Listing::Style::digits},
+                 {"published_parameters", ""},
+                 {"description", "description"},
+                 {"source", ""}};
     l.table = {0, 1, 3};
     l.csv = {0, 1, 2, 3};
     for (const auto& [name, file] : presets) {
         Listing::Cell published;
         if (file.published_parameters) published = *file.published_parameters;
-        l.rows.push_back({name, parameter_table(file.architecture).total().value(), published, file.description,
-                          file.source});
+        l.rows.push_back({name, parameter_table(file.architecture).total().value(), published,
+                          file.description, file.source});
     }
     return l;
 }
@@ -108,31 +115,46 @@ Listing presets_listing(const std::vector<std::pair<std::string, ModelFile>>& pr
 Listing recipes_listing() {
     using S = Listing::Style;
     Listing l;
-    l.columns = {{"name", "recipe"},          {"description", "description"},
-                 {"weight_bytes", "weights"}, {"gradient_bytes", "grads"},
-                 {"master_bytes", "master"},  {"optimizer_bytes", "optimizer"},
-                 {"activation_bytes", "activations", S::bytes}, {"bytes_per_parameter", "total", S::bytes},
-                 // The recipe itself, as a --recipe-file gives it (JSON only).
-                 {"weights", ""}, {"gradients", ""}, {"master", ""}, {"activations", ""}, {"optimizer", ""}, {"state", ""},
-                 // Where the optimiser's state is not whole bytes per parameter (the two byte columns empty).
-                 {"optimizer_rule", "optimizer state per tensor"},
-                 {"autocast", ""},
-                 // Narrow (fp8) linear layers: their dtype, as a --recipe-file's "linears" gives it.
-                 {"linears", ""}};
+    l.columns = {
+        {"name", "recipe"},
+        {"description", "description"},
+        {"weight_bytes", "weights"},
+        {"gradient_bytes", "grads"},
+        {"master_bytes", "master"},
+        {"optimizer_bytes", "optimizer"},
+        {"activation_bytes", "activations", S::bytes},
+        {"bytes_per_parameter", "total", S::bytes},
+        // The recipe itself, as a --recipe-file gives it (JSON only).
+        {"weights", ""},
+        {"gradients", ""},
+        {"master", ""},
+        {"activations", ""},
+        {"optimizer", ""},
+        {"state", ""},
+        // Where the optimiser's state is not whole bytes per parameter (the two byte columns
+        // empty).
+        {"optimizer_rule", "optimizer state per tensor"},
+        {"autocast", ""},
+        // Narrow (fp8) linear layers: their dtype, as a --recipe-file's "linears" gives it.
+        {"linears", ""}};
     l.table = {0, 2, 3, 4, 5, 7, 6, 14, 1};
     l.csv = {0, 2, 3, 4, 5, 6, 7, 14};
-    const auto number = [](std::optional<std::uint64_t> n) { return n ? Listing::Cell(*n) : Listing::Cell(); };
+    const auto number = [](std::optional<std::uint64_t> n) {
+        return n ? Listing::Cell(*n) : Listing::Cell();
+    };
     for (const auto& r : recipes) {
         Listing::Cell master, rule;
         if (r.master) master = std::string(dtype_name(*r.master));
         if (!r.optimizer.rule.empty()) rule = std::string(r.optimizer.rule);
         Listing::Cell linears;
         if (r.linears) linears = std::string(dtype_name(r.linears->dtype));
-        l.rows.push_back({std::string(r.name), std::string(r.description), r.weight_bytes(), r.gradient_bytes(),
-                          r.master_bytes(), number(r.optimizer_bytes()), r.activation_bytes(), number(r.bytes_per_parameter()),
-                          std::string(dtype_name(r.weights)), std::string(dtype_name(r.gradients)), master,
-                          std::string(dtype_name(r.activations)), std::string(r.optimizer.name),
-                          std::string(dtype_name(r.state)), rule, r.autocast, linears});
+        l.rows.push_back({std::string(r.name), std::string(r.description), r.weight_bytes(),
+                          r.gradient_bytes(), r.master_bytes(), number(r.optimizer_bytes()),
+                          r.activation_bytes(), number(r.bytes_per_parameter()),
+                          std::string(dtype_name(r.weights)), std::string(dtype_name(r.gradients)),
+                          master, std::string(dtype_name(r.activations)),
+                          std::string(r.optimizer.name), std::string(dtype_name(r.state)), rule,
+                          r.autocast, linears});
     }
     return l;
 }
@@ -140,12 +162,18 @@ Listing recipes_listing() {
 Listing gpus_listing() {
     using S = Listing::Style;
     Listing l;
-    l.columns = {{"name", "gpu"}, {"memory_bytes", "memory (bytes)", S::digits}, {"memory_gib", "GiB"},
-                 {"peak_bf16_flops", "bf16 TFLOP/s", S::tera}, {"peak_fp8_flops", "fp8 TFLOP/s", S::tera},
+    l.columns = {{"name", "gpu"},
+                 {"memory_bytes", "memory (bytes)", S::digits},
+                 {"memory_gib", "GiB"},
+                 {"peak_bf16_flops", "bf16 TFLOP/s", S::tera},
+                 {"peak_fp8_flops", "fp8 TFLOP/s", S::tera},
                  {"intra_node_bytes_per_second", "in node GB/s", S::giga},
-                 {"inter_node_bytes_per_second", "network GB/s", S::giga}, {"gpus_per_node", "per node"},
+                 {"inter_node_bytes_per_second", "network GB/s", S::giga},
+                 {"gpus_per_node", "per node"},
                  {"host_bytes_per_second", "host GB/s", S::giga},
-                 {"description", "description"}, {"source", "source"}, {"performance_source", "FLOP/s source"},
+                 {"description", "description"},
+                 {"source", "source"},
+                 {"performance_source", "FLOP/s source"},
                  {"network_source", "network source"}};
     l.table = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
     l.csv = {0, 1, 9, 3, 4, 5, 6, 7, 8};  // the first three as before: new columns after them
@@ -154,28 +182,36 @@ Listing gpus_listing() {
         return n;
     };
     for (const auto& g : gpus)
-        l.rows.push_back({std::string(g.name), g.memory.value(), gib_text(g.memory), known(g.peak_bf16_flops),
-                          known(g.peak_fp8_flops), known(g.intra_node_bandwidth), known(g.inter_node_bandwidth),
-                          known(g.gpus_per_node), known(g.host_bandwidth), std::string(g.description), std::string(g.source),
+        l.rows.push_back({std::string(g.name), g.memory.value(), gib_text(g.memory),
+                          known(g.peak_bf16_flops), known(g.peak_fp8_flops),
+                          known(g.intra_node_bandwidth), known(g.inter_node_bandwidth),
+                          known(g.gpus_per_node), known(g.host_bandwidth),
+                          std::string(g.description), std::string(g.source),
                           std::string(g.performance_source), std::string(g.network_source)});
     return l;
 }
 
 Listing activation_functions_listing() {
     Listing l;
-    l.columns = {{"name", "function"}, {"implementation", "implementation"},
-                 {"kept_tensors", "kept (s b f)"}, {"keeps_output", "keeps output"},
-                 {"backward_workspace_tensors", "backward (s b f)"}, {"code", "code"},
-                 {"kept", ""}, {"source", ""}};
+    l.columns = {{"name", "function"},
+                 {"implementation", "implementation"},
+                 {"kept_tensors", "kept (s b f)"},
+                 {"keeps_output", "keeps output"},
+                 {"backward_workspace_tensors", "backward (s b f)"},
+                 {"code", "code"},
+                 {"kept", ""},
+                 {"source", ""}};
     l.table = {0, 1, 2, 3, 4, 5};
     l.csv = {0, 1, 2, 3, 4, 5};
     for (const auto& f : activation_functions) {
         std::string kept;
         for (std::size_t i = 0; i < f.kept_count(); ++i)
-            kept += (i ? "; " : "") + (f.kept[i].op.empty() ? "" : std::string(f.kept[i].op) + ": ") + std::string(f.kept[i].tensor);
-        l.rows.push_back({std::string(f.name), std::string(kernel_name(f.kernel)), std::uint64_t{f.kept_count()},
-                          std::string(f.keeps_output ? "yes" : "no"), f.backward_workspace, std::string(f.code), kept,
-                          std::string(f.source)});
+            kept += (i ? "; " : "") +
+                    (f.kept[i].op.empty() ? "" : std::string(f.kept[i].op) + ": ") +
+                    std::string(f.kept[i].tensor);
+        l.rows.push_back({std::string(f.name), std::string(kernel_name(f.kernel)),
+                          std::uint64_t{f.kept_count()}, std::string(f.keeps_output ? "yes" : "no"),
+                          f.backward_workspace, std::string(f.code), kept, std::string(f.source)});
     }
     return l;
 }
@@ -188,11 +224,13 @@ Listing profiles_listing() {
     });
     l.columns.push_back({"description", "description"});
     l.columns.push_back({"source", "source"});
-    for (std::size_t i = 0; i + 1 < l.columns.size(); ++i) l.table.push_back(i);  // all but the source
-    for (std::size_t i = 0; i + 2 < l.columns.size(); ++i) l.csv.push_back(i);    // the settings
+    for (std::size_t i = 0; i + 1 < l.columns.size(); ++i)
+        l.table.push_back(i);  // all but the source
+    for (std::size_t i = 0; i + 2 < l.columns.size(); ++i) l.csv.push_back(i);  // the settings
     for (const auto& p : framework_profiles) {
         std::vector<Listing::Cell> row{std::string(p.name)};
-        for_each_switch([&](const auto& s) { row.emplace_back(std::string(s.name(p.framework.*s.member))); });
+        for_each_switch(
+            [&](const auto& s) { row.emplace_back(std::string(s.name(p.framework.*s.member))); });
         row.emplace_back(std::string(p.description));
         row.emplace_back(std::string(p.source));
         l.rows.push_back(std::move(row));

@@ -33,7 +33,8 @@ void add_ops_json(nlohmann::json& activations, const Report& r) {
     if (r.ops.empty()) return;
     activations["ops"] = ops_json(r.ops.front());
     if (r.ops.size() < 2 || !activations.contains("layer_kinds")) return;
-    for (std::size_t k = 0; k < r.ops.size(); ++k) activations["layer_kinds"][k]["ops"] = ops_json(r.ops[k]);
+    for (std::size_t k = 0; k < r.ops.size(); ++k)
+        activations["layer_kinds"][k]["ops"] = ops_json(r.ops[k]);
 }
 
 std::string ops_table(const Report& r, const View&) {
@@ -41,8 +42,10 @@ std::string ops_table(const Report& r, const View&) {
     for (std::size_t k = 0; k < r.ops.size(); ++k) {
         const std::string kind = kind_name(r, k);
         out += fmt::format(
-            "\nOp tape of one{} layer under {} recomputation, on one rank: each event in program order,\n"
-            "the bytes of its tensor and the layer's live bytes after it (forward from its input on;\n"
+            "\nOp tape of one{} layer under {} recomputation, on one rank: each event in program "
+            "order,\n"
+            "the bytes of its tensor and the layer's live bytes after it (forward from its input "
+            "on;\n"
             "a run is the op running with its temporaries).\n",
             kind.empty() ? "" : " " + kind, recompute_name(r.settings.recompute));
         constexpr auto L = TextTable::Align::left, R = TextTable::Align::right;

@@ -126,11 +126,11 @@ std::string plan_table(const PlanView& v, Unit unit) {
         v.model, v.request.gpus, amount(v.memory, unit), amount(v.request.capacity, unit),
         v.request.base.seq, v.request.global_batch);
     if (v.fewest_step)
-        out += *v.fewest_step > 1
-                   ? fmt::format(
-                         "The fewest devices, in whole nodes of {}, on which a layout fits.\n",
-                         *v.fewest_step)
-                   : "The fewest devices, any count, on which a layout fits.\n";
+        out +=
+            *v.fewest_step > 1
+                ? fmt::format("The fewest devices, in whole nodes of {}, on which a layout fits.\n",
+                              *v.fewest_step)
+                : "The fewest devices, any count, on which a layout fits.\n";
     out += fmt::format("{} layouts evaluated in {:.3f} s; {} fit. {}", v.result.evaluated,
                        v.seconds, fitting(v), ranking_text(v)) +
            host_text(v, unit);
@@ -194,8 +194,7 @@ nlohmann::json layout_json(const PlanView& v, const PlanRow& r, std::size_t rank
             {"tokens_per_second_per_gpu", number_or_null(tokens_per_second_per_gpu(v.request, r))},
             {"gpus", p.devices()},
             {"schedule", schedule_name(p.pipeline_schedule())},
-            {"recompute_layers",
-             p.recompute_layers ? json(*p.recompute_layers) : json(nullptr)},
+            {"recompute_layers", p.recompute_layers ? json(*p.recompute_layers) : json(nullptr)},
             {"host_bytes", r.host.value()}};
 }
 

@@ -14,7 +14,8 @@ inline std::size_t edit_distance(const std::string& a, const std::string& b) {
         row[0] = i;
         for (std::size_t j = 1; j <= b.size(); ++j) {
             const std::size_t above = row[j];
-            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            row[j] =
+                std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
             diagonal = above;
         }
     }
@@ -22,12 +23,19 @@ inline std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 /// " (did you mean 'x'?)" when a candidate is close enough to be a likely typo, else "".
-inline std::string did_you_mean(const std::string& wrong, const std::vector<std::string>& candidates) {
-    // The one name that begins with what was typed ("h100" for "h100-sxm") beats a near miss ("h200").
-    const auto begins = [&](const std::string& c) { return wrong.size() >= 3 && c.rfind(wrong, 0) == 0; };
+inline std::string did_you_mean(const std::string& wrong,
+                                const std::vector<std::string>& candidates) {
+    // The one name that begins with what was typed ("h100" for "h100-sxm") beats a near miss
+    // ("h200").
+    const auto begins = [&](const std::string& c) {
+        return wrong.size() >= 3 && c.rfind(wrong, 0) == 0;
+    };
     const auto beginning = std::count_if(candidates.begin(), candidates.end(), begins);
-    if (beginning == 1) return " (did you mean '" + *std::find_if(candidates.begin(), candidates.end(), begins) + "'?)";
-    if (beginning <= 3 && beginning > 1) {  // a few ("h100" for "h100-sxm" and "h100-pcie"): each of them
+    if (beginning == 1)
+        return " (did you mean '" + *std::find_if(candidates.begin(), candidates.end(), begins) +
+               "'?)";
+    if (beginning <= 3 &&
+        beginning > 1) {  // a few ("h100" for "h100-sxm" and "h100-pcie"): each of them
         std::string names;
         for (const auto& c : candidates)
             if (begins(c)) names += (names.empty() ? "'" : "' or '") + c;
@@ -42,8 +50,10 @@ inline std::string did_you_mean(const std::string& wrong, const std::vector<std:
     if (best == nullptr) return "";
     if (best_distance > std::max<std::size_t>(2, wrong.size() / 3)) {
         // Not a typo, but perhaps a part of the name ("adam" for "mixed-adam").
-        const auto part = std::find_if(candidates.begin(), candidates.end(),
-                                       [&](const std::string& c) { return wrong.size() >= 3 && c.find(wrong) != std::string::npos; });
+        const auto part =
+            std::find_if(candidates.begin(), candidates.end(), [&](const std::string& c) {
+                return wrong.size() >= 3 && c.find(wrong) != std::string::npos;
+            });
         if (part == candidates.end()) return "";
         best = &*part;
     }

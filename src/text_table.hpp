@@ -17,13 +17,16 @@ public:
 
     void row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
     /// A row written in place, of literals, strings and a table row's text alike.
-    void row(std::initializer_list<std::string_view> cells) { rows_.emplace_back(cells.begin(), cells.end()); }
+    void row(std::initializer_list<std::string_view> cells) {
+        rows_.emplace_back(cells.begin(), cells.end());
+    }
     void rule() { rows_.emplace_back(); }  ///< an empty row renders as a dashed line
 
     std::string str() const {
         std::vector<std::size_t> width(aligns_.size(), 0);
         for (const auto& r : rows_)
-            for (std::size_t c = 0; c < r.size() && c < width.size(); ++c) width[c] = std::max(width[c], length(r[c]));
+            for (std::size_t c = 0; c < r.size() && c < width.size(); ++c)
+                width[c] = std::max(width[c], length(r[c]));
         std::size_t total = 0;
         for (auto w : width) total += w + 2;
         std::string out;
@@ -44,7 +47,8 @@ public:
 private:
     /// Display width: counts UTF-8 code points, not bytes, so a "x" or "^" lines up either way.
     static std::size_t length(const std::string& s) {
-        return static_cast<std::size_t>(std::count_if(s.begin(), s.end(), [](char ch) { return (ch & 0xC0) != 0x80; }));
+        return static_cast<std::size_t>(
+            std::count_if(s.begin(), s.end(), [](char ch) { return (ch & 0xC0) != 0x80; }));
     }
     std::vector<Align> aligns_;
     std::string indent_;
