@@ -266,8 +266,10 @@ void layer_json(json& out, const LayerActivations& layer, Recompute mode, bool w
     }
     if (!workspaces) return;
     json work = json::array();
-    for (const auto& w : layer.work) {
-        const WorkspaceSum sum = workspace_sum(layer.rows, w, mode, layer.policy_outputs);
+    const std::vector<WorkspaceSum> sums = tape::workspace_sums(layer, mode);
+    for (std::size_t i = 0; i < layer.work.size(); ++i) {
+        const Workspace& w = layer.work[i];
+        const WorkspaceSum& sum = sums[i];
         work.push_back(
             {{"phase", w.backward ? "backward" : "forward"},
              {"op", w.op},

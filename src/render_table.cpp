@@ -259,9 +259,10 @@ std::string workspace_table(const Report& r) {
     table.row({"op", "makes", "formula", "bytes", "rows not live", "adds", "gradients from"});
     for (std::size_t k = 0; k < r.parameters.kinds; ++k) {
         const LayerActivations& layer = r.layer_of(k);
-        for (const auto& w : layer.work) {
-            const WorkspaceSum sum = workspace_sum(layer.rows, w, r.settings.recompute,
-                                                   layer.policy_outputs, layer.mlp_half_from);
+        const std::vector<WorkspaceSum> sums = tape::workspace_sums(layer, r.settings.recompute);
+        for (std::size_t i = 0; i < layer.work.size(); ++i) {
+            const Workspace& w = layer.work[i];
+            const WorkspaceSum& sum = sums[i];
             table.row({std::string(w.op) + kind_label(r, k), w.tensor, w.formula, digits(w.bytes),
                        digits(sum.covered), digits(sum.adds()),
                        w.gradients_from.empty() ? "-" : w.gradients_from});

@@ -1,6 +1,7 @@
 #pragma once
 // Architectures written out by hand, so the core's tests do not depend on the preset files.
 #include "memcalc/model.hpp"
+#include "memcalc/tape/from_table.hpp"
 
 namespace fixtures {
 
@@ -55,6 +56,12 @@ inline memcalc::Architecture dense_then_moe() {
     m.layer_kinds = {{"dense", 2048, 0, {}}, {"moe", {}, {}, {}}};
     m.layer_pattern = {{0, 2}, {1, 6}};
     return m;
+}
+
+/// What workspace `w` of `layer` (one of its own) is to its step under `mode`: its tape's sweep.
+inline memcalc::WorkspaceSum swept(const memcalc::LayerActivations& layer,
+                                   const memcalc::Workspace& w, memcalc::Recompute mode) {
+    return memcalc::tape::workspace_sums(layer, mode)[std::size_t(&w - layer.work.data())];
 }
 
 }  // namespace fixtures

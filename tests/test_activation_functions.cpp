@@ -12,6 +12,7 @@
 #include "render.hpp"
 
 using namespace memcalc;
+using fixtures::swept;
 using fixtures::workspace_named;
 
 namespace {
@@ -79,7 +80,7 @@ TEST_CASE(
         CHECK(w.gradients_from == "down_proj");
         // The down projection's input is freed by then, unless it is ReLU's output, which ReLU
         // keeps.
-        const auto sum = workspace_sum(layer.rows, w, Recompute::none);
+        const auto sum = swept(layer, w, Recompute::none);
         CHECK(sum.covered.value() == (fn.keeps_output ? 0 : 2 * s * f));
     }
 }
@@ -112,7 +113,7 @@ TEST_CASE(
         with(fixtures::gpt2_small(), Activation::gelu, 0.1), s, b, DType::bf16, Attention::eager);
     const Workspace& w = workspace_named(layer, "MLP dropout backward");
     CHECK(w.bytes.value() == 4 * sbf);
-    CHECK(workspace_sum(layer.rows, w, Recompute::none).covered.value() ==
+    CHECK(swept(layer, w, Recompute::none).covered.value() ==
           2 * sbf);  // only the down projection's input is gone
 }
 

@@ -7,6 +7,7 @@
 #include "memcalc/architecture_activations.hpp"
 
 using namespace memcalc;
+using fixtures::swept;
 using fixtures::workspace_named;
 
 namespace {
@@ -140,38 +141,38 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     // SwiGLU's 8 sbf.
     const std::uint64_t later =
         2 * A + 2 * sb * a * d + (4 * sb * h + 4 * sb + 2 * sb * h) + 2 * sb * h + 8 * sb * f;
-    CHECK(workspace_sum(layer.rows, softmax, Recompute::none).covered.value() == later);
-    CHECK(workspace_sum(layer.rows, softmax, Recompute::none).adds().value() ==
+    CHECK(swept(layer, softmax, Recompute::none).covered.value() == later);
+    CHECK(swept(layer, softmax, Recompute::none).adds().value() ==
           (6 * A > later ? 6 * A - later : 0));
     // Selective recomputation rebuilds the same rows for the backward step: the same effect.
-    CHECK(workspace_sum(layer.rows, softmax, Recompute::selective).covered.value() == later);
+    CHECK(swept(layer, softmax, Recompute::selective).covered.value() == later);
     // gate x up's backward: its incoming gradient and both factors' (3 x 2 sbf), the down input
     // freed.
     const Workspace& swiglu = workspace_named(layer, "gate x up backward");
     CHECK(swiglu.bytes.value() == 6 * sb * f);
     CHECK(swiglu.gradients_from == "down_proj");
-    CHECK(workspace_sum(layer.rows, swiglu, Recompute::none).adds().value() == 4 * sb * f);
+    CHECK(swept(layer, swiglu, Recompute::none).adds().value() == 4 * sb * f);
     // The down projection's backward: its input's gradient (2 sbf), its input (gate x up) still
     // live.
     const Workspace& down = workspace_named(layer, "down projection backward");
     CHECK(down.bytes.value() == 2 * sb * f);
     CHECK(down.gradients_from == "down_proj");
-    CHECK(workspace_sum(layer.rows, down, Recompute::none).covered.value() == 0);
+    CHECK(swept(layer, down, Recompute::none).covered.value() == 0);
     CHECK_FALSE(down.weightless);
     CHECK(swiglu.weightless);
     CHECK(softmax.weightless);
     // In a full recomputation's forward nothing is kept, so the scores come on top of all made
     // before.
     const Workspace& scores = workspace_named(layer, "Q K^T / sqrt(d) + mask");
-    CHECK(workspace_sum(layer.rows, scores, Recompute::full).covered.value() == 0);
-    CHECK(workspace_sum(layer.rows, scores, Recompute::full).adds() > scores.bytes);
+    CHECK(swept(layer, scores, Recompute::full).covered.value() == 0);
+    CHECK(swept(layer, scores, Recompute::full).adds() > scores.bytes);
     // The last add: the layer's input and the attention half's sum (an RMSNorm keeps only fp32
     // copies of them), the MLP's output and the new sum, 4 x 2 sbh; not modelled under full.
     const Workspace& last = workspace_named(layer, "residual add (the layer's last op)");
     CHECK(last.bytes.value() == 8 * sb * h);
-    CHECK(workspace_sum(layer.rows, last, Recompute::none).adds().value() == 8 * sb * h);
-    CHECK(workspace_sum(layer.rows, last, Recompute::selective).adds().value() == 8 * sb * h);
-    CHECK(workspace_sum(layer.rows, last, Recompute::full).adds().value() == 0);
+    CHECK(swept(layer, last, Recompute::none).adds().value() == 8 * sb * h);
+    CHECK(swept(layer, last, Recompute::selective).adds().value() == 8 * sb * h);
+    CHECK(swept(layer, last, Recompute::full).adds().value() == 0);
 }
 
 TEST_CASE("forward workspaces find the residual stream's unkept tensors beside them",
@@ -191,12 +192,14 @@ TEST_CASE("forward workspaces find the residual stream's unkept tensors beside t
           0);  // its bytes count it
     // It adds 2 sbh under none and selective recomputation; full recomputation's checkpoint keeps
     // the layer's input already, so there it adds nothing.
-    Workspace bare = softmax;
-    bare.stream_input = Count(0);
+    LayerActivations bare = l;  // the same layer, softmax's stream input taken away
+    for (Workspace& w : bare.work)
+        if (&w - bare.work.data() == &softmax - l.work.data()) w.stream_input = Count(0);
     for (const Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
         CAPTURE(recompute_name(mode));
-        const std::uint64_t with = workspace_sum(l.rows, softmax, mode).added.value();
-        CHECK(with - workspace_sum(l.rows, bare, mode).added.value() ==
+        const std::uint64_t with = swept(l, softmax, mode).added.value();
+        const Workspace& without = bare.work[std::size_t(&softmax - l.work.data())];
+        CHECK(with - swept(bare, without, mode).added.value() ==
               (mode == Recompute::full ? 0 : 2 * sbh));
     }
     // (The MLP half's: the attention half's sum beside it too; test_finetune.cpp's frozen MLP
@@ -246,8 +249,8 @@ TEST_CASE("the CPU platform: bf16 LayerNorm statistics and a softmax over an fp3
     CHECK(workspace_named(cpu, "softmax backward").selective_extra.value() ==
           0);  // the repeat v goes as it comes
     const Workspace& g_softmax = workspace_named(g_cuda, "softmax backward");
-    CHECK(workspace_sum(g_cuda.rows, g_softmax, Recompute::selective).added.value() -
-              workspace_sum(g_cuda.rows, g_softmax, Recompute::none).added.value() ==
+    CHECK(swept(g_cuda, g_softmax, Recompute::selective).added.value() -
+              swept(g_cuda, g_softmax, Recompute::none).added.value() ==
           2 * s * 768);
     CHECK(workspace_named(g_cuda, "GELU (tanh) backward").bytes.value() == 4 * s * 3072);
     // LayerNorm keeps its input, so the last add adds only the MLP's output and the sum.
@@ -382,7 +385,7 @@ TEST_CASE(
     const std::uint64_t sbh = s * b * 96, sbf = s * b * 320, A = 3 * s * s * b;
     const LayerActivations l = architecture_layer(m, s, b, DType::bf16, Attention::eager, platform);
     const auto sum = [&](const Workspace& w, Recompute mode, const LayerActivations& in) {
-        return workspace_sum(in.rows, w, mode, {}, in.mlp_half_from);
+        return tape::workspace_sums(in, mode)[std::size_t(&w - in.work.data())];
     };
     // A dropout keeps bf16 noise on CPU (F.dropout), a bool mask on CUDA (native_dropout).
     const std::uint64_t noise = platform == Platform::cpu ? 2 : 1;
@@ -436,7 +439,7 @@ TEST_CASE(
         platform == Platform::cpu ? 2 : 1;  // CPU noise in bf16, CUDA's bool mask
     const LayerActivations l = architecture_layer(m, s, b, DType::bf16, Attention::eager, platform);
     const auto effect = [&](const Workspace& w, Recompute mode) {
-        return workspace_sum(l.rows, w, mode, {}, l.mlp_half_from);
+        return tape::workspace_sums(l, mode)[std::size_t(&w - l.work.data())];
     };
     // The dropout over the scores draws its noise or mask and writes its output beside its input,
     // softmax's output.

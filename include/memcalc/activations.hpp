@@ -429,6 +429,8 @@ struct SplitShare {
     ActivationSplit split = ActivationSplit::sequence;
 };
 
+/// 1.2's rules, kept only as the check the tape's sweep is proven against (check_against_table)
+/// until the blocks write their own tapes; every figure reads the sweep (tape/liveness.hpp).
 /// How a workspace changes the step it runs in, as the rows the step's sum already counts
 /// (`covered`: the rows it makes absent) and the ones it does not (`added`: the workspace itself,
 /// and in forward the rows a recomputation does not keep but the op still needs). The step grows by
@@ -502,24 +504,6 @@ struct WorkspaceSum {
         return added > covered ? Count(added.value() - covered.value()) : Count(0);
     }
 };
-
-namespace detail {
-struct ByteSum {
-    Count bytes;
-    template <class T>
-    void add(const T& t) {
-        bytes += t.bytes;
-    }
-};
-}  // namespace detail
-
-inline WorkspaceSum workspace_sum(const std::vector<SavedTensor>& rows, const Workspace& w,
-                                  Recompute mode, const std::vector<PolicyOutput>& policy = {},
-                                  std::size_t mlp_half_from = static_cast<std::size_t>(-1)) {
-    detail::ByteSum added, covered;
-    workspace_effect(rows, w, mode, added, covered, policy, mlp_half_from);
-    return {added.bytes, covered.bytes};
-}
 
 /// Korthikanti et al.'s GPT layer (4h GELU MLP, dropout, `d`-byte activations, 1-byte masks).
 /// With d = 2 its rows add up to s b h (34 + 5 a s / h) bytes.

@@ -21,6 +21,8 @@ struct SplitBytes {
                a.vocab == b.vocab && a.expert_tensor == b.expert_tensor;
     }
     friend bool operator!=(const SplitBytes& a, const SplitBytes& b) { return !(a == b); }
+    /// Every split's bytes together (a table already on one rank).
+    Count total() const { return tensor + sequence + replicated + vocab + expert_tensor; }
     bool any() const {
         return (tensor + sequence + replicated + vocab + expert_tensor).value() > 0;
     }

@@ -3,6 +3,14 @@
 /// written as a tape under one recomputation mode: the first step of moving every block onto tapes.
 /// Its sweep gives what activations.hpp's rules give (kept, rebuilt, workspace_effect), which
 /// tests/test_tape.cpp proves over the test grid; the blocks' own tapes replace it.
+///
+/// It keeps 1.2's accounting where that differs from what torch does (validation/op_live.py shows
+/// each; every one leans high or changes no figure), for the blocks' own tapes to settle, each
+/// with its measurement: a checkpointed layer's forward keeps every row it makes to the layer's
+/// end (torch frees each after its last reader: llama-tiny's forward under full, 300,480 B against
+/// 209,856 measured); the checkpoint's input is saved at the forward's start (it exists already);
+/// a table with no MLP half rebuilds at the backward's start; selective recomputation keeps an RNG
+/// state per module it rebuilds, where one checkpoint may hold several (5,056 B on CPU).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -260,6 +268,16 @@ inline Tape from_table(const LayerActivations& layer, Recompute mode) {
     else
         t.write();
     return s.finish();
+}
+
+/// What each of `layer`'s workspaces adds to its step under `mode` and the bytes its step counts
+/// that are not live meanwhile, by its index in `layer.work` (zero for one the mode does not run):
+/// the sweep's, for tables that show them. `layer` is one rank's share already.
+inline std::vector<WorkspaceSum> workspace_sums(const LayerActivations& layer, Recompute mode) {
+    std::vector<WorkspaceSum> out(layer.work.size());
+    for (const RunEffect& run : sweep_table(layer, mode).runs)
+        out[run.source] = {run.added.total(), run.covered.total()};
+    return out;
 }
 
 }  // namespace memcalc::tape
