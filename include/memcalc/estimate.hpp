@@ -369,8 +369,8 @@ private:
         std::vector<LayerTuning> tunings;  ///< per kind of layer; empty: every tensor trains
     };
 
-    /// The checks every estimate makes before it counts, in the order it makes them.
-    Configuration configure(const Settings& settings) const {
+    /// The checks of the settings against the model, before any table is made.
+    void check_settings(const Settings& settings) const {
         detail::require_positive("seq", settings.seq);
         detail::require_positive("micro_batch", settings.micro_batch);
         if ((model_.position == Position::learned ||
@@ -404,6 +404,11 @@ private:
                         "partial sums and "
                         "reduce-scatter outputs");
         detail::validate_modules(model_, settings);
+    }
+
+    /// The checks every estimate makes before it counts, in the order it makes them.
+    Configuration configure(const Settings& settings) const {
+        check_settings(settings);
         Configuration c{{}, splits_, parameter_count_, tunings_};
         if (!settings.tuning.is_full()) {
             const FineTuning& f = settings.tuning;

@@ -249,30 +249,66 @@ inline void validate(const FineTuning& f) {
     }
 }
 
+namespace detail {
+/// `table` with the rows `frozen` names (parts or tensors) frozen; each name must name one, and
+/// something must be left to train.
+inline ParameterTable frozen_table(const Architecture& m, ParameterTable table,
+                                   const std::vector<std::string>& frozen) {
+    std::vector<bool> used(frozen.size(), false);
+    for (ParamRow& r : table.rows)
+        for (std::size_t i = 0; i < frozen.size(); ++i)
+            if (detail::in_part(frozen[i], r) || detail::names_tensor(frozen[i], r.tensor))
+                r.trainable = false, used[i] = true;
+    for (std::size_t i = 0; i < frozen.size(); ++i)
+        if (!used[i])
+            throw error("frozen '" + frozen[i] + "' names no tensor of " + model_name(m) +
+                        " (parts: embeddings, attention, mlp, router, norms, head; or a tensor "
+                        "such as q_proj)");
+    for (const ParamRow& r : table.rows)
+        if (r.trainable) return table;
+    throw error("frozen " + frozen.front() + (frozen.size() > 1 ? ",..." : "") +
+                " leaves nothing of " + model_name(m) + " to train");
+}
+
+/// A LoRA target's adapter rows after its own, `row`: A (in x r) and B (r x out), and DoRA's
+/// magnitude. Tensor parallelism splits an adapter as its base: A whole and B by columns beside a
+/// column-parallel layer, A by rows and B whole beside a row-parallel one.
+inline void add_adapter_rows(std::vector<ParamRow>& rows, const ParamRow& row, const Lora& lora) {
+    const std::uint64_t r = lora.rank;
+    const std::uint64_t E = row.expert ? *row.dims.begin() : 0;
+    const std::uint64_t in = row.dims.begin()[E ? 1 : 0], out = row.dims.begin()[E ? 2 : 1];
+    const auto [in_letters, out_letters] = detail::shape_ends(row.shape);
+    const LinearRow* linear = linear_of(row.tensor);
+    const bool row_parallel = linear != nullptr && linear->row_parallel;
+    const bool split = row.split == ParamSplit::tensor;
+    Dims a{in, r}, b{r, out};
+    if (E) a.stack(E), b.stack(E);
+    const std::string tensor(row.tensor);
+    rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_A").text,
+                      Label(in_letters + " x r").text, a,
+                      split && row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
+                      row.expert, row.kind);
+    rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_B").text,
+                      Label("r x " + out_letters).text, b,
+                      split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
+                      row.expert, row.kind);
+    if (!lora_variant_row(lora.variant).magnitude) return;
+    Dims magnitude{out};  // ||W + B A|| per output row at the start, trained from there
+    if (E) magnitude.stack(E);
+    rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_magnitude_vector").text,
+                      Label(out_letters).text, magnitude,
+                      split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
+                      row.expert, row.kind);
+}
+}  // namespace detail
+
 /// `table` (the model's own) as `f` trains it: rows frozen, 4-bit storage for QLoRA's base linears,
-/// and each LoRA target followed by its adapter's two rows, A (in x r) and B (r x out). Tensor
-/// parallelism splits an adapter as its base: A whole and B by columns beside a column-parallel
-/// layer, A by rows and B whole beside a row-parallel one.
+/// and each LoRA target followed by its adapter's rows (add_adapter_rows).
 inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable table,
                                        const FineTuning& f) {
     validate(f);
     if (f.mode == Training::full) return table;
-    if (f.mode == Training::frozen) {
-        std::vector<bool> used(f.frozen.size(), false);
-        for (ParamRow& r : table.rows)
-            for (std::size_t i = 0; i < f.frozen.size(); ++i)
-                if (detail::in_part(f.frozen[i], r) || detail::names_tensor(f.frozen[i], r.tensor))
-                    r.trainable = false, used[i] = true;
-        for (std::size_t i = 0; i < f.frozen.size(); ++i)
-            if (!used[i])
-                throw error("frozen '" + f.frozen[i] + "' names no tensor of " + model_name(m) +
-                            " (parts: embeddings, attention, mlp, router, norms, head; or a tensor "
-                            "such as q_proj)");
-        for (const ParamRow& r : table.rows)
-            if (r.trainable) return table;
-        throw error("frozen " + f.frozen.front() + (f.frozen.size() > 1 ? ",..." : "") +
-                    " leaves nothing of " + model_name(m) + " to train");
-    }
+    if (f.mode == Training::frozen) return detail::frozen_table(m, std::move(table), f.frozen);
     const bool all_linear = f.lora.targets.size() == 1 && f.lora.targets.front() == "all-linear";
     std::vector<bool> used(f.lora.targets.size(), false);
     const auto targeted = [&](const ParamRow& r) {
@@ -283,7 +319,6 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
             if (detail::names_tensor(f.lora.targets[i], r.tensor)) hit = true, used[i] = true;
         return hit;
     };
-    const std::uint64_t r = f.lora.rank;
     std::vector<ParamRow> rows;
     rows.reserve(table.rows.size() * 3);
     for (ParamRow row : table.rows) {
@@ -292,30 +327,7 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
         const bool target = targeted(row);
         rows.push_back(row);
         if (!target) continue;
-        const std::uint64_t E = row.expert ? *row.dims.begin() : 0;
-        const std::uint64_t in = row.dims.begin()[E ? 1 : 0], out = row.dims.begin()[E ? 2 : 1];
-        const auto [in_letters, out_letters] = detail::shape_ends(row.shape);
-        const LinearRow* linear = linear_of(row.tensor);
-        const bool row_parallel = linear != nullptr && linear->row_parallel;
-        const bool split = row.split == ParamSplit::tensor;
-        Dims a{in, r}, b{r, out};
-        if (E) a.stack(E), b.stack(E);
-        const std::string tensor(row.tensor);
-        rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_A").text,
-                          Label(in_letters + " x r").text, a,
-                          split && row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
-                          row.expert, row.kind);
-        rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_B").text,
-                          Label("r x " + out_letters).text, b,
-                          split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
-                          row.expert, row.kind);
-        if (!lora_variant_row(f.lora.variant).magnitude) continue;
-        Dims magnitude{out};  // ||W + B A|| per output row at the start, trained from there
-        if (E) magnitude.stack(E);
-        rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_magnitude_vector").text,
-                          Label(out_letters).text, magnitude,
-                          split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
-                          row.expert, row.kind);
+        detail::add_adapter_rows(rows, row, f.lora);
     }
     for (std::size_t i = 0; i < f.lora.targets.size(); ++i)
         if (!used[i])

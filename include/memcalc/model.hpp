@@ -485,8 +485,10 @@ inline void validate_state_space(const Architecture& m) {
     if (m.mla.enabled()) throw error("mixer mamba with latent attention: a layer has one mixer");
 }
 
-/// Throws memcalc::error naming the first field that makes the architecture impossible.
-inline void validate(const Architecture& m) {
+// validate's pieces, in its order: the first field that fails names the error.
+
+/// The widths, the layer count and the heads.
+inline void validate_widths(const Architecture& m) {
     detail::require_positive("hidden", m.hidden);
     detail::require_positive("layers", m.layers);
     if (m.layers > max_layers)
@@ -501,20 +503,20 @@ inline void validate(const Architecture& m) {
     if (m.key_value_heads() > m.heads || m.heads % m.key_value_heads() != 0)
         throw error("kv_heads (" + std::to_string(m.kv_heads) + ") must divide heads (" +
                     std::to_string(m.heads) + ")");
+}
+
+/// The position tables' sizes: a learned embedding's, a causal mask buffer's.
+inline void validate_position_tables(const Architecture& m) {
     if (m.position == Position::learned && m.learned_positions() == 0)
         throw error(
             "max_positions must be a positive integer for learned position embeddings (got 0)");
     if (m.causal_mask_buffer == CausalMaskBuffer::per_layer && m.max_positions == 0)
         throw error(
             "max_positions must be a positive integer for causal_mask_buffer per_layer (got 0)");
-    if ((m.qk_norm == QkNorm::per_head || m.qk_norm == QkNorm::whole) && m.norm != Norm::rmsnorm)
-        throw error(std::string("qk_norm ") + (m.qk_norm == QkNorm::whole ? "whole" : "per_head") +
-                    " is an RMSNorm: it needs norm rmsnorm");
-    if (m.position == Position::rotary && rotary_embedding(m.rotary_embedding).cached &&
-        m.max_positions == 0)
-        throw error(
-            "max_positions must be a positive integer for rotary_embedding per_layer_cached (got "
-            "0)");
+}
+
+/// The norms in a layer and where they stand.
+inline void validate_norms(const Architecture& m) {
     if (m.norms_per_layer != 1 && m.norms_per_layer != 2 && m.norms_per_layer != 4)
         throw error("norms_per_layer must be 1, 2 or 4 (got " + std::to_string(m.norms_per_layer) +
                     ")");
@@ -527,14 +529,10 @@ inline void validate(const Architecture& m) {
     if (m.norms_per_layer == 1 && !m.parallel_attention)
         throw error(
             "norms_per_layer 1 needs parallel_attention: a sequential layer normalises twice");
-    for (auto [field, p] : {std::pair{"attention_dropout", m.attention_dropout},
-                            {"hidden_dropout", m.hidden_dropout},
-                            {"mlp_dropout", m.mlp_dropout}})
-        if (!(p >= 0 && p < 1))
-            throw error(std::string(field) + " must be a probability in [0, 1) (got " +
-                        std::to_string(p) + ")");
-    validate_latent_attention(m);
-    validate_state_space(m);
+}
+
+/// The routed and shared experts and their router.
+inline void validate_experts(const Architecture& m) {
     if (!m.is_moe() && m.experts_per_token != 0)
         throw error("experts_per_token (" + std::to_string(m.experts_per_token) +
                     ") needs experts > 0");
@@ -553,6 +551,30 @@ inline void validate(const Architecture& m) {
     if (m.is_moe() && m.router == Router::sparsemixer && m.active_experts() != 2)
         throw error("router sparsemixer picks 2 experts (got experts_per_token " +
                     std::to_string(m.active_experts()) + ")");
+}
+
+/// Throws memcalc::error naming the first field that makes the architecture impossible.
+inline void validate(const Architecture& m) {
+    validate_widths(m);
+    validate_position_tables(m);
+    if ((m.qk_norm == QkNorm::per_head || m.qk_norm == QkNorm::whole) && m.norm != Norm::rmsnorm)
+        throw error(std::string("qk_norm ") + (m.qk_norm == QkNorm::whole ? "whole" : "per_head") +
+                    " is an RMSNorm: it needs norm rmsnorm");
+    if (m.position == Position::rotary && rotary_embedding(m.rotary_embedding).cached &&
+        m.max_positions == 0)
+        throw error(
+            "max_positions must be a positive integer for rotary_embedding per_layer_cached (got "
+            "0)");
+    validate_norms(m);
+    for (auto [field, p] : {std::pair{"attention_dropout", m.attention_dropout},
+                            {"hidden_dropout", m.hidden_dropout},
+                            {"mlp_dropout", m.mlp_dropout}})
+        if (!(p >= 0 && p < 1))
+            throw error(std::string(field) + " must be a probability in [0, 1) (got " +
+                        std::to_string(p) + ")");
+    validate_latent_attention(m);
+    validate_state_space(m);
+    validate_experts(m);
     if (!(m.input_jitter >= 0 && m.input_jitter < 1))
         throw error("input_jitter must be in [0, 1) (got " + std::to_string(m.input_jitter) + ")");
     if (m.is_moe() && m.expert_dispatch == ExpertDispatch::every_token &&

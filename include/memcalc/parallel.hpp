@@ -301,8 +301,10 @@ inline void validate_expert_tp(const Parallelism& p, const Architecture& m) {
     }
 }
 
-/// Throws memcalc::error naming the degree that does not fit the model or the sequence.
-inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t seq) {
+// validate's pieces, in its order: the first degree that fails names the error.
+
+/// Each degree on its own, and the devices they make together.
+inline void validate_degrees(const Parallelism& p) {
     for (auto [name, v] : {std::pair{"dp", p.dp},
                            {"tp", p.tp},
                            {"pp", p.pp},
@@ -323,6 +325,11 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
         if (p.zero == 0) throw error("shard_group needs a ZeRO stage (zero 1, 2 or 3)");
         detail::require_divides("shard_group", p.shard_group, "dp", p.dp);
     }
+}
+
+/// Tensor- and expert-parallel degrees against the widths and experts they split, of each kind of
+/// layer.
+inline void validate_tensor_split(const Parallelism& p, const Architecture& m) {
     detail::require_divides("tp", p.tp, "heads", m.heads);
     detail::require_divides("tp", p.tp, "kv_heads", m.key_value_heads());
     const auto check_kind = [&](const Architecture& v,
@@ -339,6 +346,10 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     for (std::size_t k = 0; k < m.layer_kinds.size(); ++k)
         if (m.layers_of_kind(k) > 0)
             check_kind(m.kind_view(k), " (layer kind '" + m.layer_kinds[k].name + "')");
+}
+
+/// The pipeline's stages, chunks and micro-batches against the layers.
+inline void validate_stages(const Parallelism& p, const Architecture& m) {
     if (p.vpp > 1 && p.pp == 1) throw error("vpp (" + std::to_string(p.vpp) + ") needs pp > 1");
     // Bounds that keep the schedule's products (pp x vpp, M x vpp, (vpp - 1) x pp) inside 64 bits.
     if (p.pp > m.layers || p.vpp > m.layers)
@@ -358,6 +369,25 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     } else if (p.vpp > 1) {
         detail::require_divides("pp x vpp", p.pp * p.vpp, "layers", m.layers);
     }
+}
+
+/// ZeRO-3's prefetch and what goes to the host.
+inline void validate_offload(const Parallelism& p) {
+    if (p.gathered_layers == 0) throw error("gathered_layers must be a positive integer (got 0)");
+    if (p.offload == Offload::parameters && p.zero != 3)
+        throw error("offloading parameters needs ZeRO stage 3 (got zero " + std::to_string(p.zero) +
+                    ")");
+    if (p.offload == Offload::optimizer && p.zero == 0)
+        throw error(
+            "offloading the optimizer needs a ZeRO stage (ZeRO-Offload shards what it moves to the "
+            "host; got zero 0)");
+}
+
+/// Throws memcalc::error naming the degree that does not fit the model or the sequence.
+inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t seq) {
+    validate_degrees(p);
+    validate_tensor_split(p, m);
+    validate_stages(p, m);
     const std::uint64_t sequence_split = p.cp * (p.sequence_parallel ? p.tp : 1);
     detail::require_divides(p.sequence_parallel ? "cp x tp (sequence parallel)" : "cp",
                             sequence_split, "seq", seq);
@@ -367,14 +397,7 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
         detail::require_divides("ep", p.ep, "dp", p.dp);
     }
     if (p.etp != 0) validate_expert_tp(p, m);
-    if (p.gathered_layers == 0) throw error("gathered_layers must be a positive integer (got 0)");
-    if (p.offload == Offload::parameters && p.zero != 3)
-        throw error("offloading parameters needs ZeRO stage 3 (got zero " + std::to_string(p.zero) +
-                    ")");
-    if (p.offload == Offload::optimizer && p.zero == 0)
-        throw error(
-            "offloading the optimizer needs a ZeRO stage (ZeRO-Offload shards what it moves to the "
-            "host; got zero 0)");
+    validate_offload(p);
 }
 
 /// The global number (1..L) of the i-th layer (0-based, forward order) of stage `stage` with chunks

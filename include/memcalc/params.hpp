@@ -153,38 +153,49 @@ inline const char* part_name(Part p) {
     return "?";
 }
 
-inline ParameterTable parameter_table(const Architecture& m) {
-    validate(m);
-    const std::uint64_t h = m.hidden, V = m.vocab;
-    const std::uint64_t q = m.heads * m.head_size();               // a*d, the query width
-    const std::uint64_t kv = m.key_value_heads() * m.head_size();  // k*d, the key/value width
-    ParameterTable t;
-    t.layers = m.layers;
-    t.kinds = m.kind_count();
-    for (std::size_t k = 0; k < t.kinds; ++k) t.kind_layers[k] = m.layers_of_kind(k);
-    t.runs = m.layer_pattern;
-    t.rows.reserve(28 * t.kinds);
-    std::uint8_t kind = 0;  // of the layer rows being added
-    auto add = [&t, &kind](Part part, Group group, Text tensor, Text shape, Dims dims,
-                           ParamSplit split = ParamSplit::replicated, bool expert = false) {
-        t.rows.emplace_back(part, group, tensor, shape, dims, split, expert,
-                            group == Group::layer ? kind : std::uint8_t{0});
-    };
-    constexpr auto split = ParamSplit::tensor;
+namespace detail {
+/// parameter_table's rows, added a block of the model at a time in the table's order.
+struct ParameterRows {
+    const Architecture& m;
+    ParameterTable& t;
+    std::uint64_t h = m.hidden, V = m.vocab;
+    std::uint64_t q = m.heads * m.head_size();               // a*d, the query width
+    std::uint64_t kv = m.key_value_heads() * m.head_size();  // k*d, the key/value width
+    std::uint8_t kind = 0;                                   // of the layer rows being added
+    static constexpr ParamSplit split = ParamSplit::tensor;
     struct NormNames {
         Text weight, bias;
     };
-    auto add_norm = [&](Part part, Group group, NormNames name) {
+
+    void add(Part part, Group group, Text tensor, Text shape, Dims dims,
+             ParamSplit how = ParamSplit::replicated, bool expert = false) {
+        t.rows.emplace_back(part, group, tensor, shape, dims, how, expert,
+                            group == Group::layer ? kind : std::uint8_t{0});
+    }
+    void add_norm(Part part, Group group, NormNames name) {
         add(part, group, name.weight, "h", {h});
         if (m.norm == Norm::layernorm) add(part, group, name.bias, "h", {h});
-    };
+    }
 
-    // Latent attention, as transformers' DeepseekV3Attention holds it (d_n, d_r, d_v: the nope,
-    // rotary and v widths per head; r_q, r_kv: the latents). Megatron-LM's MultiLatentAttention
-    // keeps the down projections and the latents' norms whole on every tensor-parallel rank and
-    // splits the up projections and o_proj by heads. attention_bias adds q_a_proj's,
-    // kv_a_proj_with_mqa's and o_proj's.
-    const auto add_latent_attention = [&] {
+    /// The input side. A tied head's gradient appears with the head, so the shared matrix joins
+    /// that group.
+    void input_side() {
+        add(Part::embedding, m.tied_embeddings ? Group::head : Group::input, "token_embedding",
+            "V x h", {V, h}, ParamSplit::vocab);
+        if (m.position == Position::learned)
+            add(Part::embedding, Group::input, "position_embedding", "P x h",
+                {m.learned_positions(), h});
+        if (m.embedding_norm)
+            add_norm(Part::embedding, Group::input,
+                     {"embedding_norm.weight", "embedding_norm.bias"});
+    }
+
+    /// Latent attention, as transformers' DeepseekV3Attention holds it (d_n, d_r, d_v: the nope,
+    /// rotary and v widths per head; r_q, r_kv: the latents). Megatron-LM's MultiLatentAttention
+    /// keeps the down projections and the latents' norms whole on every tensor-parallel rank and
+    /// splits the up projections and o_proj by heads. attention_bias adds q_a_proj's,
+    /// kv_a_proj_with_mqa's and o_proj's.
+    void latent_attention() {
         const LatentAttention& a = m.mla;
         const bool biased = m.bias == Bias::attention;
         if (a.q_lora_rank == 0) {
@@ -206,12 +217,12 @@ inline ParameterTable parameter_table(const Architecture& m) {
             {a.kv_lora_rank, m.heads * (a.qk_nope_head_dim + a.v_head_dim)}, split);
         add(Part::attention, Group::layer, "o_proj", "a*d_v x h", {m.heads * a.v_head_dim, h},
             split);
-    };
+    }
 
-    // A Mamba-1 mixer, as transformers' JambaMambaMixer holds it (d_i: d_inner, N: d_state, r:
-    // dt_rank, K: d_conv), in the attention part. Split like Megatron-LM's Mamba mixer: every
-    // d_i-wide tensor by channels across tensor-parallel ranks; dt, B and C's norms whole on each.
-    const auto add_mamba = [&] {
+    /// A Mamba-1 mixer, as transformers' JambaMambaMixer holds it (d_i: d_inner, N: d_state, r:
+    /// dt_rank, K: d_conv), in the attention part. Split like Megatron-LM's Mamba mixer: every
+    /// d_i-wide tensor by channels across tensor-parallel ranks; dt, B and C's norms whole on each.
+    void mamba() {
         const StateSpace& x = m.ssm;
         const std::uint64_t di = x.d_inner, N = x.d_state, r = x.dt_rank;
         add(Part::attention, Group::layer, "in_proj", "h x 2d_i", {h, 2 * di}, split);
@@ -232,64 +243,54 @@ inline ParameterTable parameter_table(const Architecture& m) {
         }
         add(Part::attention, Group::layer, "out_proj", "d_i x h", {di, h}, split);
         if (x.proj_bias) add(Part::attention, Group::layer, "out_proj.bias", "h", {h});
-    };
+    }
 
-    // The input side. A tied head's gradient appears with the head, so the shared matrix joins that
-    // group.
-    add(Part::embedding, m.tied_embeddings ? Group::head : Group::input, "token_embedding", "V x h",
-        {V, h}, ParamSplit::vocab);
-    if (m.position == Position::learned)
-        add(Part::embedding, Group::input, "position_embedding", "P x h",
-            {m.learned_positions(), h});
-    if (m.embedding_norm)
-        add_norm(Part::embedding, Group::input, {"embedding_norm.weight", "embedding_norm.bias"});
+    /// Attention: a query heads, k key/value heads of width d.
+    void attention() {
+        add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q}, split);
+        add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv}, split);
+        add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv}, split);
+        if (m.bias != Bias::none) {
+            add(Part::attention, Group::layer, "q_proj.bias", "a*d", {q}, split);
+            add(Part::attention, Group::layer, "k_proj.bias", "k*d", {kv}, split);
+            add(Part::attention, Group::layer, "v_proj.bias", "k*d", {kv}, split);
+        }
+        if (m.qk_norm == QkNorm::per_head) {  // one weight of d, shared by every head
+            add(Part::norms, Group::layer, "q_norm.weight", "d", {m.head_size()});
+            add(Part::norms, Group::layer, "k_norm.weight", "d", {m.head_size()});
+        } else if (m.qk_norm == QkNorm::whole) {  // one weight over the whole projection (OLMo 2)
+            add(Part::norms, Group::layer, "q_norm.weight", "a*d", {q});
+            add(Part::norms, Group::layer, "k_norm.weight", "k*d", {kv});
+        }
+        if (m.attention_sinks)
+            add(Part::attention, Group::layer, "sinks", "a", {m.heads}, split);  // a logit per head
+        add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
+    }
 
-    // The layers, a kind at a time (one kind: every layer alike).
-    for (std::size_t k = 0; k < t.kinds; ++k) {
-        kind = static_cast<std::uint8_t>(k);
-        Architecture kind_view;  // one kind: the model itself, not copied
-        const Architecture& view = m.layer_kinds.empty() ? m : (kind_view = m.kind_view(k));
-        const std::uint64_t f = view.ffn, E = view.experts;
-
-        // One layer: attention (a query heads, k key/value heads of width d).
+    /// One layer's mixer (attention or Mamba) with the norms around it; `view`: its kind.
+    void mixer_block(const Architecture& view) {
         if (m.norms_before_branches())
             add_norm(Part::norms, Group::layer,
                      m.norms_per_layer == 1
                          ? NormNames{"layer_norm.weight", "layer_norm.bias"}
                          : NormNames{"attention_norm.weight", "attention_norm.bias"});
-        if (view.mixer == Mixer::mamba) {
-            add_mamba();
-        } else if (m.mla.enabled()) {
-            add_latent_attention();
-        } else {
-            add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q}, split);
-            add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv}, split);
-            add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv}, split);
-            if (m.bias != Bias::none) {
-                add(Part::attention, Group::layer, "q_proj.bias", "a*d", {q}, split);
-                add(Part::attention, Group::layer, "k_proj.bias", "k*d", {kv}, split);
-                add(Part::attention, Group::layer, "v_proj.bias", "k*d", {kv}, split);
-            }
-            if (m.qk_norm == QkNorm::per_head) {  // one weight of d, shared by every head
-                add(Part::norms, Group::layer, "q_norm.weight", "d", {m.head_size()});
-                add(Part::norms, Group::layer, "k_norm.weight", "d", {m.head_size()});
-            } else if (m.qk_norm ==
-                       QkNorm::whole) {  // one weight over the whole projection (OLMo 2)
-                add(Part::norms, Group::layer, "q_norm.weight", "a*d", {q});
-                add(Part::norms, Group::layer, "k_norm.weight", "k*d", {kv});
-            }
-            if (m.attention_sinks)
-                add(Part::attention, Group::layer, "sinks", "a", {m.heads},
-                    split);  // a logit per head
-            add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
-        }
+        if (view.mixer == Mixer::mamba)
+            mamba();
+        else if (m.mla.enabled())
+            latent_attention();
+        else
+            attention();
         if ((m.bias == Bias::attention || m.bias == Bias::all) && view.mixer != Mixer::mamba)
             add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
         if (m.norms_after_branches())
             add_norm(Part::norms, Group::layer,
                      {"post_attention_norm.weight", "post_attention_norm.bias"});
+    }
 
-        // One layer: the feed-forward block, once per expert for mixture-of-experts layers.
+    /// One layer's feed-forward block, once per expert for mixture-of-experts layers, with the
+    /// norms around it; `view`: its kind.
+    void mlp_block(const Architecture& view) {
+        const std::uint64_t f = view.ffn, E = view.experts;
         if (m.norms_per_layer >= 2 && m.norms_before_branches())
             add_norm(Part::norms, Group::layer, {"mlp_norm.weight", "mlp_norm.bias"});
         const bool moe = view.is_moe();
@@ -324,11 +325,35 @@ inline ParameterTable parameter_table(const Architecture& m) {
             add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
     }
 
-    // The head side.
-    add_norm(Part::final_norm, Group::head, {"final_norm.weight", "final_norm.bias"});
-    if (!m.tied_embeddings)
-        add(Part::head, Group::head, "lm_head", "h x V", {h, V}, ParamSplit::vocab);
-    if (m.head_bias) add(Part::head, Group::head, "lm_head.bias", "V", {V}, ParamSplit::vocab);
+    /// The head side.
+    void head_side() {
+        add_norm(Part::final_norm, Group::head, {"final_norm.weight", "final_norm.bias"});
+        if (!m.tied_embeddings)
+            add(Part::head, Group::head, "lm_head", "h x V", {h, V}, ParamSplit::vocab);
+        if (m.head_bias) add(Part::head, Group::head, "lm_head.bias", "V", {V}, ParamSplit::vocab);
+    }
+};
+}  // namespace detail
+
+inline ParameterTable parameter_table(const Architecture& m) {
+    validate(m);
+    ParameterTable t;
+    t.layers = m.layers;
+    t.kinds = m.kind_count();
+    for (std::size_t k = 0; k < t.kinds; ++k) t.kind_layers[k] = m.layers_of_kind(k);
+    t.runs = m.layer_pattern;
+    t.rows.reserve(28 * t.kinds);
+    detail::ParameterRows rows{m, t};
+    rows.input_side();
+    // The layers, a kind at a time (one kind: every layer alike).
+    for (std::size_t k = 0; k < t.kinds; ++k) {
+        rows.kind = static_cast<std::uint8_t>(k);
+        Architecture kind_view;  // one kind: the model itself, not copied
+        const Architecture& view = m.layer_kinds.empty() ? m : (kind_view = m.kind_view(k));
+        rows.mixer_block(view);
+        rows.mlp_block(view);
+    }
+    rows.head_side();
     return t;
 }
 

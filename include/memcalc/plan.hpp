@@ -447,6 +447,63 @@ void for_each_shape(const Architecture& m, const PlanRequest& request, Visit&& v
     });
 }
 
+/// Workloads depend on the micro-batch and the recomputation alone: each is built once. One whose
+/// byte counts pass 64 bits is remembered as such: every layout with it is too big to run.
+class WorkloadCache {
+public:
+    using Cached = std::optional<std::pair<Workload, ComputeCost>>;
+
+    WorkloadCache(const Architecture& m, const PlanRequest& request)
+        : m_(m),
+          request_(request),
+          params_(trained_parameters(m, request.base.tuning)),
+          tunings_(layer_tunings(m, params_->table, request.base.tuning)) {}
+
+    const Cached& operator()(std::uint64_t b, Recompute mode) {
+        auto it = workloads_.find({b, mode});
+        if (it != workloads_.end()) return it->second;
+        const Settings& base = request_.base;
+        const std::uint64_t s = base.seq;
+        Cached built;
+        try {
+            const ActivationTables t =
+                activation_tables(m_, s, b, base.recipe.precision(), base.activations,
+                                  base.framework, base.recompute_modules, tunings_);
+            built = std::make_pair(
+                make_workload(m_, base.recipe, s, b, mode, params_, t, base.framework),
+                compute_cost(m_, s, b, mode, base.recompute_modules));
+        } catch (const overflow_error&) {}
+        return workloads_.emplace(std::make_pair(b, mode), std::move(built)).first->second;
+    }
+
+private:
+    const Architecture& m_;
+    const PlanRequest& request_;
+    std::shared_ptr<const ParameterSplits> params_;
+    std::vector<LayerTuning> tunings_;
+    std::map<std::pair<std::uint64_t, Recompute>, Cached> workloads_;
+};
+
+/// One row: layout q at micro-batch b under `mode`, measured where its workload fits in 64 bits.
+inline PlanRow measured_row(const Architecture& m, const PlanRequest& request,
+                            WorkloadCache& workload, const Parallelism& q, std::uint64_t b,
+                            Recompute mode) {
+    PlanRow row;
+    row.parallel = q;
+    row.parallel.recompute_layers = request.recompute_layers;
+    row.micro_batch = b;
+    row.recompute = mode;
+    if (const WorkloadCache::Cached& cached = workload(b, mode)) {
+        const auto& [w, cost] = *cached;
+        const bool pinned = request.recompute_layers.has_value();
+        measure(row, w, pinned ? partial_cost(m, w, row.parallel, request) : cost, request);
+    } else {
+        const double idle = bubble_share(q, 1.0 / 3);
+        row.bubble = idle / (1 + idle);
+    }
+    return row;
+}
+
 }  // namespace detail
 
 /// Every valid layout of `request.gpus` devices, with its peak and costs, handed to `visit` as it
@@ -454,47 +511,8 @@ void for_each_shape(const Architecture& m, const PlanRequest& request, Visit&& v
 template <class Visit>
 void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& visit) {
     detail::validate_plan_request(m, request);
-    const Recipe* recipe = &request.base.recipe;
-    const std::uint64_t s = request.base.seq, G = request.global_batch;
-    const auto params = detail::trained_parameters(m, request.base.tuning);
-    const std::vector<LayerTuning> tunings = layer_tunings(m, params->table, request.base.tuning);
-
-    // Workloads depend on the micro-batch and the recomputation alone: build each once. One whose
-    // byte counts pass 64 bits is remembered as such: every layout with it is too big to run.
-    using Cached = std::optional<std::pair<Workload, ComputeCost>>;
-    std::map<std::pair<std::uint64_t, Recompute>, Cached> workloads;
-    const auto workload = [&](std::uint64_t b, Recompute mode) -> const Cached& {
-        auto it = workloads.find({b, mode});
-        if (it != workloads.end()) return it->second;
-        Cached built;
-        try {
-            const ActivationTables t =
-                activation_tables(m, s, b, recipe->precision(), request.base.activations,
-                                  request.base.framework, request.base.recompute_modules, tunings);
-            built = std::make_pair(
-                make_workload(m, *recipe, s, b, mode, params, t, request.base.framework),
-                compute_cost(m, s, b, mode, request.base.recompute_modules));
-        } catch (const overflow_error&) {}
-        return workloads.emplace(std::make_pair(b, mode), std::move(built)).first->second;
-    };
-
-    // One row: layout q at micro-batch b under `mode`, measured where its workload fits in 64 bits.
-    const auto measured = [&](const Parallelism& q, std::uint64_t b, Recompute mode) {
-        PlanRow row;
-        row.parallel = q;
-        row.parallel.recompute_layers = request.recompute_layers;
-        row.micro_batch = b;
-        row.recompute = mode;
-        if (const Cached& cached = workload(b, mode)) {
-            const auto& [w, cost] = *cached;
-            const bool pinned = request.recompute_layers.has_value();
-            measure(row, w, pinned ? partial_cost(m, w, row.parallel, request) : cost, request);
-        } else {
-            const double idle = bubble_share(q, 1.0 / 3);
-            row.bubble = idle / (1 + idle);
-        }
-        return row;
-    };
+    const std::uint64_t G = request.global_batch;
+    detail::WorkloadCache workload(m, request);
     using Split = std::pair<std::uint64_t, std::uint64_t>;
     detail::for_each_shape(m, request, [&](Parallelism p, Split split) {
         for (std::uint64_t b : divisors(G / p.dp)) {
@@ -506,7 +524,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                 bool none_fits = false;  // then recomputing fewer layers needs no search
                 for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
                     if (!detail::mode_tried(m, request, q, mode)) continue;
-                    const PlanRow row = measured(q, b, mode);
+                    const PlanRow row = detail::measured_row(m, request, workload, q, b, mode);
                     none_fits = none_fits || (mode == Recompute::none && row.fits);
                     visit(row);
                     const bool partial = mode == Recompute::full && row.fits && !none_fits;

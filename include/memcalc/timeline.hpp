@@ -260,6 +260,70 @@ struct TimelineInputs : StageLayers {
     }
 };
 
+// step_at's pieces: the planner calls it millions of times a second, so each is inline.
+namespace detail {
+
+/// The whole model's k/v cache, held with the output: beyond what backward saves until a layer's
+/// backward has run, then all of it (measured: cpu-buffers.json), once `finished` layers' have.
+inline Count held_kv_cache(const TimelineInputs& in, std::uint64_t finished) {
+    return in.logits_held
+               ? Count(in.layers - finished) * in.kv_cache + Count(finished) * in.kv_cache_whole
+               : Count(0);
+}
+
+/// The kept activations at a step past the device's first `done` layers: the other micro-batches'
+/// and the input side's, the device's own layers' on the device, and at a layer step of chunk c,
+/// the chunks after it held by other micro-batches instead (spare_chunk).
+inline Count kept_at_step(const TimelineInputs& in, Phase phase, std::uint64_t done, bool later) {
+    const auto [first_kept, last_kept] = in.kept_on_device(done);
+    const std::uint64_t spare = later ? in.later_spare_chunks : in.spare_chunks;
+    const std::uint64_t chunk_index = in.one_chunk() || done == 0 ? 0 : (done - 1) / in.chunk;
+    const std::uint64_t spares =
+        (phase == Phase::forward || phase == Phase::backward) && spare > chunk_index
+            ? spare - chunk_index
+            : 0;
+    return (later ? in.later_input_side_kept + in.later_other_microbatches
+                  : in.input_side_kept + in.other_microbatches) +
+           in.over<&LayerInputs::kept>(first_kept, last_kept) + Count(spares) * in.spare_chunk;
+}
+
+/// Backward step `position`'s bytes beyond the state step_at has set in `b`. `held`: the
+/// gradients are held from the step's start (`held_gradients`); `kept`: kept_at_step's.
+inline void backward_step(const TimelineInputs& in, Breakdown& b, std::uint64_t position, bool held,
+                          Count held_gradients, Count kept, Count held_logits) {
+    const std::uint64_t L = in.layers;
+    const LayerInputs& here = in.at(position);
+    // The layers after this one have passed their B: what their deferred W reads waits (measured:
+    // validation/results/cpu-pipeline-schedules.json, ZB-H1's last stage). This layer's own too:
+    // its backward frees the k and v it saved at one op or another, the cache keeps them (leaning
+    // high by those before then).
+    b.kept_activations = kept + held_kv_cache(in, L - position + 1) +
+                         in.over<&LayerInputs::weight_reads>(position + 1, L);
+    b.rebuilt_activations = here.rebuilt;
+    b.gathered_weights = here.gathered_weights;
+    // Recast: a recomputed layer casts its own again; one that keeps its activations saved its
+    // casts.
+    b.weight_copies += in.weight_copies_recast
+                           ? (in.recomputed_at(position) ? here.weight_copies : Count(0)) +
+                                 in.over_not_recomputed(1, position, &LayerInputs::weight_copies)
+                           : in.over<&LayerInputs::weight_copies>(1, position);
+    b.activation_gradient = in.activation_gradient;
+    b.workspace =
+        std::max(held ? here.backward_work_held : here.backward_work, here.recompute_forward_work) +
+        in.recompute_buffers;
+    if (position == 1)
+        b.workspace =
+            std::max(b.workspace, held ? in.input_backward_work_held : in.input_backward_work);
+    b.logits = position == L ? held_logits + in.logits_gradient : held_logits;
+    // The layers after this one have finished their backward steps.
+    b.gradients = (held ? held_gradients + in.buffered_gradients
+                        : in.head_gradients + in.over<&LayerInputs::gradients>(position + 1, L) +
+                              in.buffered_first_gradients) +
+                  here.gradient_bucket;
+}
+
+}  // namespace detail
+
 /// One step of the timeline: `position` counts the device's layers, 1-based, for forward and
 /// backward steps (so backward L is the first backward step); `microbatch` is 1 or 2 (every later
 /// one).
@@ -276,79 +340,32 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
     const Count held_gradients = held ? in.all_gradients() : Count(0);
     b.gradients = held_gradients;
     const std::uint64_t done = phase == Phase::loss ? L : position;  // the layers up to this step's
-    const auto [first_kept, last_kept] = in.kept_on_device(done);
-    // At a layer step of chunk c, the chunks after it held by other micro-batches instead
-    // (spare_chunk).
-    const std::uint64_t spare = later ? in.later_spare_chunks : in.spare_chunks;
-    const std::uint64_t chunk_index = in.one_chunk() || done == 0 ? 0 : (done - 1) / in.chunk;
-    const std::uint64_t spares =
-        (phase == Phase::forward || phase == Phase::backward) && spare > chunk_index
-            ? spare - chunk_index
-            : 0;
-    const Count kept = (later ? in.later_input_side_kept + in.later_other_microbatches
-                              : in.input_side_kept + in.other_microbatches) +
-                       in.over<&LayerInputs::kept>(first_kept, last_kept) +
-                       Count(spares) * in.spare_chunk;
-    const bool at_layer = phase == Phase::forward || phase == Phase::backward;
-    const LayerInputs& here = at_layer ? in.at(position) : in.layer[0];
+    const Count kept = detail::kept_at_step(in, phase, done, later);
     const Count held_logits = in.loss && in.logits_held ? in.logits : Count(0);
-    // The whole model's k/v cache, held with the output: beyond what backward saves until a layer's
-    // backward has run, then all of it (measured: cpu-buffers.json); a later micro-batch's forward
-    // still has the last one's.
-    const auto held_cache_after = [&](std::uint64_t finished) {
-        return in.logits_held
-                   ? Count(L - finished) * in.kv_cache + Count(finished) * in.kv_cache_whole
-                   : Count(0);
-    };
-    const Count cache = Count(done) * in.kv_cache + (later ? held_cache_after(L) : Count(0));
+    // A later micro-batch's forward still has the last one's k/v cache.
+    const Count cache =
+        Count(done) * in.kv_cache + (later ? detail::held_kv_cache(in, L) : Count(0));
     switch (phase) {
-        case Phase::forward:
+        case Phase::forward: {
+            const LayerInputs& here = in.at(position);
             b.kept_activations = kept + cache;
             b.gathered_weights = here.gathered_weights;
             b.weight_copies += in.over<&LayerInputs::weight_copies>(1, position);
             b.workspace = in.forward_buffers + here.forward_work;
             if (later) b.logits = held_logits;  // the previous micro-batch's
             return {phase, in.layer_id(position - 1), b, microbatch};
+        }
         case Phase::loss:
             b.kept_activations = kept + cache;
             b.logits = in.logits + in.loss_buffers + in.logits_gradient;
             b.weight_copies += in.over<&LayerInputs::weight_copies>(1, L) + in.head_weight_copy;
             b.workspace = later ? in.later_loss_work : in.loss_work;
             return {phase, 0, b, microbatch};
-        case Phase::backward: {
-            // The layers after this one have passed their B: what their deferred W reads waits
-            // (measured: validation/results/cpu-pipeline-schedules.json, ZB-H1's last stage). This
-            // layer's own too: its backward frees the k and v it saved at one op or another, the
-            // cache keeps them (leaning high by those before then).
-            b.kept_activations = kept + held_cache_after(L - position + 1) +
-                                 in.over<&LayerInputs::weight_reads>(position + 1, L);
-            b.rebuilt_activations = here.rebuilt;
-            b.gathered_weights = here.gathered_weights;
-            // Recast: a recomputed layer casts its own again; one that keeps its activations saved
-            // its casts.
-            b.weight_copies +=
-                in.weight_copies_recast
-                    ? (in.recomputed_at(position) ? here.weight_copies : Count(0)) +
-                          in.over_not_recomputed(1, position, &LayerInputs::weight_copies)
-                    : in.over<&LayerInputs::weight_copies>(1, position);
-            b.activation_gradient = in.activation_gradient;
-            b.workspace = std::max(held ? here.backward_work_held : here.backward_work,
-                                   here.recompute_forward_work) +
-                          in.recompute_buffers;
-            if (position == 1)
-                b.workspace = std::max(b.workspace,
-                                       held ? in.input_backward_work_held : in.input_backward_work);
-            b.logits = position == L ? held_logits + in.logits_gradient : held_logits;
-            // The layers after this one have finished their backward steps.
-            b.gradients =
-                (held ? held_gradients + in.buffered_gradients
-                      : in.head_gradients + in.over<&LayerInputs::gradients>(position + 1, L) +
-                            in.buffered_first_gradients) +
-                here.gradient_bucket;
+        case Phase::backward:
+            detail::backward_step(in, b, position, held, held_gradients, kept, held_logits);
             return {phase, in.layer_id(position - 1), b, microbatch};
-        }
         case Phase::optimizer:
-            b.kept_activations = held_cache_after(L);
+            b.kept_activations = detail::held_kv_cache(in, L);
             b.logits = held_logits;
             b.workspace = in.optimizer_work;
             b.gradients = in.all_gradients();

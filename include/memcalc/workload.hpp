@@ -860,16 +860,50 @@ inline Count registered_buffer_bytes(const Architecture& m, const Recipe& r, con
     return bytes;
 }
 
-inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint64_t stage) {
+/// ZeRO-Offload (DeepSpeed): the CPU steps the fp32 master copy and the optimiser state from host
+/// memory, reading an fp32 copy of this rank's gradient shard there. With partitioned gradients
+/// (ZeRO-2/3) each reduced shard goes to the host as backward makes it, and the device keeps only
+/// the bucket in flight; ZeRO-1 keeps its gradients on the device until the step. Offloaded
+/// parameters go to the host too.
+inline void offload_state(StageFacts& f, const Parallelism& p) {
+    f.host_optimizer_state = f.state.master_weights + f.state.optimizer_state;
+    f.host = f.host_optimizer_state +
+             StageFacts::shard(p, f.trainable_dense, f.trainable_experts) * dtype::fp32;
+    f.state.master_weights = f.state.optimizer_state = 0;
+    if (p.zero >= 2) f.state.gradients = 0;
+    if (p.offload == Offload::parameters) {
+        f.host += f.state.weights;
+        f.host_weights = f.state.weights;
+        f.state.weights = 0;
+    }
+}
+
+/// Activation offload: the host holds what the device would have kept of every layer: each
+/// micro-batch in flight's.
+inline void offload_activations(StageFacts& f, const Workload& w, const Parallelism& p) {
+    const std::uint64_t V = w.model.vocab;
+    Count most;  // of one layer, over the kinds this stage runs
+    for (std::size_t k = 0; k < w.layers.size(); ++k) {
+        if (f.kind_layers[k] == 0) continue;
+        // Partial recomputation: each layer counted as one that keeps everything (leaning high on
+        // the host).
+        const Count layer =
+            p.recompute_layers && k < w.not_recomputed.size()
+                ? std::max(w.layers[k].kept.on_rank(p, V), w.not_recomputed[k].kept.on_rank(p, V))
+                : w.layers[k].kept.on_rank(p, V);
+        f.offloaded_activations += Count(f.kind_layers[k]) * layer;
+        most = std::max(most, layer);
+    }
+    f.host +=
+        f.offloaded_activations + other_microbatches_kept(p, f.in_flight, f.offloaded_activations,
+                                                          Count(f.layers.chunk) * most);
+}
+
+/// Each state class's parameters on this stage's rank, summed, and the state they keep.
+inline void add_parameters(StageFacts& f, const Workload& w, const Parallelism& p) {
     const std::uint64_t V = w.model.vocab;
     const std::size_t kinds = w.layers.size();
-    const bool first = holds_embedding(p, stage), last = holds_head(p, stage);
-    StageFacts f;
-    f.stage = stage;
-    f.in_flight = in_flight(p, stage);
-    if (p.steps_per_batch() > 1) f.later_in_flight = in_flight(p, stage, true);
-    f.layers = stage_layers(w, p, stage);
-    f.kind_layers = f.layers.counts(f.layers.layers);
+    const bool first = holds_embedding(p, f.stage), last = holds_head(p, f.stage);
     for (const StateClass& c : w.parameters->classes) {
         const RankParams r = rank_params(c, p, V, kinds, first, last);
         const Count total = r.total(f.kind_layers, kinds),
@@ -885,47 +919,109 @@ inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint
         f.parameters += total, f.expert_parameters += experts;
         f.state = f.state + class_state(c, dense, experts, w.recipe, p);
     }
+}
+
+inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint64_t stage) {
+    StageFacts f;
+    f.stage = stage;
+    f.in_flight = in_flight(p, stage);
+    if (p.steps_per_batch() > 1) f.later_in_flight = in_flight(p, stage, true);
+    f.layers = stage_layers(w, p, stage);
+    f.kind_layers = f.layers.counts(f.layers.layers);
+    add_parameters(f, w, p);
     f.state.optimizer_state = rank_optimizer_state(w, p, stage, f.kind_layers);
-    if (p.offload != Offload::none) {
-        // ZeRO-Offload (DeepSpeed): the CPU steps the fp32 master copy and the optimiser state from
-        // host memory, reading an fp32 copy of this rank's gradient shard there. With partitioned
-        // gradients (ZeRO-2/3) each reduced shard goes to the host as backward makes it, and the
-        // device keeps only the bucket in flight; ZeRO-1 keeps its gradients on the device until
-        // the step.
-        f.host_optimizer_state = f.state.master_weights + f.state.optimizer_state;
-        f.host = f.host_optimizer_state +
-                 StageFacts::shard(p, f.trainable_dense, f.trainable_experts) * dtype::fp32;
-        f.state.master_weights = f.state.optimizer_state = 0;
-        if (p.zero >= 2) f.state.gradients = 0;
-    }
-    if (p.offload == Offload::parameters) {
-        f.host += f.state.weights;
-        f.host_weights = f.state.weights;
-        f.state.weights = 0;
-    }
-    if (p.offload_activations) {
-        // The host holds what the device would have kept of every layer: each micro-batch in
-        // flight's.
-        Count most;  // of one layer, over the kinds this stage runs
-        for (std::size_t k = 0; k < kinds; ++k) {
-            if (f.kind_layers[k] == 0) continue;
-            // Partial recomputation: each layer counted as one that keeps everything (leaning high
-            // on the host).
-            const Count layer = p.recompute_layers && k < w.not_recomputed.size()
-                                    ? std::max(w.layers[k].kept.on_rank(p, V),
-                                               w.not_recomputed[k].kept.on_rank(p, V))
-                                    : w.layers[k].kept.on_rank(p, V);
-            f.offloaded_activations += Count(f.kind_layers[k]) * layer;
-            most = std::max(most, layer);
-        }
-        f.host += f.offloaded_activations + other_microbatches_kept(p, f.in_flight,
-                                                                    f.offloaded_activations,
-                                                                    Count(f.layers.chunk) * most);
-    }
+    if (p.offload != Offload::none) offload_state(f, p);
+    if (p.offload_activations) offload_activations(f, w, p);
     // The program's own buffers stay on the device, counted with the weights.
     f.state.weights +=
         registered_buffer_bytes(w.model, w.recipe, w.framework, w.seq) * Count(f.layers.layers);
     return f;
+}
+
+/// The tensors a one-at-a-time optimiser loop steps on this rank, by its share of each: the one
+/// stepped first, the largest that may follow it, and the two largest but the first.
+struct LoopTensors {
+    Count head_of_loop;  ///< the first tensor stepped (the token embedding), if this rank holds it
+    Count after_lead;    ///< the largest that may come right after it
+    Count others[2];     ///< the two largest but the first, of every group held
+};
+
+inline LoopTensors loop_tensors(const Workload& w, const Parallelism& p, const StageFacts& f,
+                                bool muon) {
+    const bool first = holds_embedding(p, f.stage), last = holds_head(p, f.stage);
+    const std::uint64_t V = w.model.vocab;
+    const LargestTensors& most =
+        muon ? w.parameters->largest_outside_matrices : w.parameters->largest;
+    const auto held = [&](Group group) {
+        return !(group == Group::input && !first) && !(group == Group::head && !last) &&
+               !(group == Group::layer && f.layers.layers == 0);
+    };
+    const auto share = [&](Count n, ParamSplit split) {  // this rank's part of a tensor of n
+        if (split == ParamSplit::tensor) return ceil_div(n, p.tp);
+        if (split == ParamSplit::vocab) return Count(n.value() / V) * ceil_div(V, p.tp);
+        return n;
+    };
+    // The tensor stepped first has none before it: the token embedding, whose share is left out of
+    // the others' once. The one after it is the input side's next or the first layer's first
+    // tensor.
+    const LargestTensors::First* lead = muon || !most.first ? nullptr : &*most.first;
+    LoopTensors l;
+    l.head_of_loop = lead && held(lead->group) ? share(lead->n, lead->split) : Count(0);
+    bool lead_left_out = l.head_of_loop == Count(0);
+    for (Group group : {Group::input, Group::layer, Group::head}) {
+        if (!held(group)) continue;
+        for (ParamSplit split : {ParamSplit::replicated, ParamSplit::tensor, ParamSplit::vocab})
+            for (int expert = 0; expert < 2; ++expert)
+                for (Count n :
+                     most.count[static_cast<int>(group)][static_cast<int>(split)][expert]) {
+                    if (n == 0) continue;
+                    n = share(n, split);
+                    if (!lead_left_out && lead->group == group && n == l.head_of_loop) {
+                        lead_left_out = true;
+                        continue;
+                    }
+                    if (group != Group::head) l.after_lead = std::max(l.after_lead, n);
+                    if (n > l.others[0])
+                        l.others[1] = l.others[0], l.others[0] = n;
+                    else if (n > l.others[1])
+                        l.others[1] = n;
+                }
+    }
+    return l;
+}
+
+/// One tensor at a time: the row's copies of the tensor stepped, while the loop's variable still
+/// holds the previous tensor's update (measured with torch.optim.AdamW on CPU). Muon's AdamW steps
+/// the tensors outside the layers' matrices in its own groups' order (its example's: the head, then
+/// the embedding; measured, validation/optimizer_state.py), not the model's: none stands first
+/// alone.
+inline Count for_loop_step_work(const Workload& w, const Parallelism& p, const StageFacts& f) {
+    const Optimizer& o = w.recipe.optimizer;
+    const std::uint64_t t = w.recipe.step_temporary_bytes();
+    const bool muon = o.step == StepWork::newton_schulz;
+    const LoopTensors l = loop_tensors(w, p, f, muon);
+    // Which tensor comes before another depends on the program's parameter groups (transformers'
+    // Trainer steps the norms and biases apart, so its head follows the last layer's matrix), so
+    // the next largest stands for it, leaning high.
+    Count work =
+        std::max({l.head_of_loop * o.copies, l.after_lead * o.copies + l.head_of_loop * o.previous,
+                  l.others[0] * o.copies + l.others[1] * o.previous}) *
+        t;
+    // transformers' Adafactor steps fp32 copies of a narrower weight and its gradient.
+    const DType stepped = w.recipe.master.value_or(w.recipe.weights);
+    if (o.upcast && bytes_per_element(stepped) < dtype::fp32)
+        work += std::max(l.head_of_loop, l.others[0]) * (2 * dtype::fp32);
+    if (muon && f.layers.layers > 0) {
+        // Newton-Schulz on the largest matrix whole, beside the previous matrix's bf16 update; a
+        // split one is gathered first (Moonlight's distributed Muon, Megatron-LM's duplicated
+        // mode).
+        const ParameterSplits& s = *w.parameters;
+        Count ns =
+            newton_schulz_bytes(s.matrix_rows, s.matrix_cols) + s.matrix_elements[1] * dtype::bf16;
+        if (p.tp > 1 || p.zero >= 1) ns += Count(s.matrix_rows) * s.matrix_cols * t;
+        work = std::max(work, ns);
+    }
+    return work;
 }
 
 /// The optimiser step's temporaries on one rank: none when it is fused or runs on the host. The
@@ -942,91 +1038,20 @@ inline Count optimizer_step_work(const Workload& w, const Parallelism& p, const 
             const Count dense = f.trainable_dense, experts = f.trainable_experts;
             return (p.zero >= 1 ? StageFacts::shard(p, dense, experts) : dense + experts) * t;
         }
-        case OptimizerImpl::for_loop: {
-            // One tensor at a time: the row's copies of the tensor stepped, while the loop's
-            // variable still holds the previous tensor's update (measured with torch.optim.AdamW on
-            // CPU). Muon's AdamW steps the tensors outside the layers' matrices in its own groups'
-            // order (its example's: the head, then the embedding; measured,
-            // validation/optimizer_state.py), not the model's: none stands first alone.
-            const bool first = holds_embedding(p, f.stage), last = holds_head(p, f.stage);
-            const std::uint64_t V = w.model.vocab;
-            const bool muon = o.step == StepWork::newton_schulz;
-            const LargestTensors& most =
-                muon ? w.parameters->largest_outside_matrices : w.parameters->largest;
-            const auto held = [&](Group group) {
-                return !(group == Group::input && !first) && !(group == Group::head && !last) &&
-                       !(group == Group::layer && f.layers.layers == 0);
-            };
-            const auto share = [&](Count n,
-                                   ParamSplit split) {  // this rank's part of a tensor of n
-                if (split == ParamSplit::tensor) return ceil_div(n, p.tp);
-                if (split == ParamSplit::vocab) return Count(n.value() / V) * ceil_div(V, p.tp);
-                return n;
-            };
-            // The tensor stepped first has none before it: the token embedding, whose share is left
-            // out of the others' once. The one after it is the input side's next or the first
-            // layer's first tensor.
-            const LargestTensors::First* lead = muon || !most.first ? nullptr : &*most.first;
-            const Count head_of_loop =
-                lead && held(lead->group) ? share(lead->n, lead->split) : Count(0);
-            bool lead_left_out = head_of_loop == Count(0);
-            Count after_lead,
-                others[2];  // others: the two largest but the first tensor, of every group held
-            for (Group group : {Group::input, Group::layer, Group::head}) {
-                if (!held(group)) continue;
-                for (ParamSplit split :
-                     {ParamSplit::replicated, ParamSplit::tensor, ParamSplit::vocab})
-                    for (int expert = 0; expert < 2; ++expert)
-                        for (Count n :
-                             most.count[static_cast<int>(group)][static_cast<int>(split)][expert]) {
-                            if (n == 0) continue;
-                            n = share(n, split);
-                            if (!lead_left_out && lead->group == group && n == head_of_loop) {
-                                lead_left_out = true;
-                                continue;
-                            }
-                            if (group != Group::head) after_lead = std::max(after_lead, n);
-                            if (n > others[0])
-                                others[1] = others[0], others[0] = n;
-                            else if (n > others[1])
-                                others[1] = n;
-                        }
-            }
-            // Which tensor comes before another depends on the program's parameter groups
-            // (transformers' Trainer steps the norms and biases apart, so its head follows the last
-            // layer's matrix), so the next largest stands for it, leaning high.
-            Count work = std::max({head_of_loop * o.copies,
-                                   after_lead * o.copies + head_of_loop * o.previous,
-                                   others[0] * o.copies + others[1] * o.previous}) *
-                         t;
-            // transformers' Adafactor steps fp32 copies of a narrower weight and its gradient.
-            const DType stepped = w.recipe.master.value_or(w.recipe.weights);
-            if (o.upcast && bytes_per_element(stepped) < dtype::fp32)
-                work += std::max(head_of_loop, others[0]) * (2 * dtype::fp32);
-            if (muon && f.layers.layers > 0) {
-                // Newton-Schulz on the largest matrix whole, beside the previous matrix's bf16
-                // update; a split one is gathered first (Moonlight's distributed Muon,
-                // Megatron-LM's duplicated mode).
-                const ParameterSplits& s = *w.parameters;
-                Count ns = newton_schulz_bytes(s.matrix_rows, s.matrix_cols) +
-                           s.matrix_elements[1] * dtype::bf16;
-                if (p.tp > 1 || p.zero >= 1) ns += Count(s.matrix_rows) * s.matrix_cols * t;
-                work = std::max(work, ns);
-            }
-            return work;
-        }
+        case OptimizerImpl::for_loop: return for_loop_step_work(w, p, f);
     }
     return 0;
 }
 
-inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, const StageFacts& f) {
-    const Architecture& m = w.model;
-    const std::uint64_t V = m.vocab, d = w.recipe.activation_bytes();
-    const std::size_t kinds = w.layers.size();
-    const bool first = holds_embedding(p, f.stage), last = holds_head(p, f.stage);
-    TimelineInputs in;
+// stage_inputs' pieces, in the order it calls them: each fills its part of a stage's inputs.
+
+/// What a stage holds whatever its steps: its layers, its state, the k/v cache, narrow linears'
+/// weight casts.
+inline void set_stage_state(TimelineInputs& in, const Workload& w, const Parallelism& p,
+                            const StageFacts& f) {
+    const std::uint64_t V = w.model.vocab;
     static_cast<StageLayers&>(in) = f.layers;
-    in.loss = last;
+    in.loss = holds_head(p, f.stage);
     in.microbatches = p.steps_per_batch();
     in.persistent_gradients = w.framework.grad_buffer == GradBuffer::persistent;
     in.logits_held = w.framework.logits == LogitsLife::held;
@@ -1044,16 +1069,28 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // run.
         const std::uint64_t bytes =
             std::uint64_t(narrow->weight_casts) * bytes_per_element(narrow->dtype);
-        for (std::size_t k = 0; k < kinds; ++k)
+        for (std::size_t k = 0; k < w.layers.size(); ++k)
             in.persistent_weight_copies +=
                 Count(f.kind_layers[k]) * w.parameters->linear_weights[k].on_rank(p, V) * bytes;
     }
-    Count most_kept, most_weights;  // of one layer, over the kinds this stage runs
-    Count most_activations,
-        most_copies;  // the same of its kept activations alone, and of its weights' casts
-    Count
-        most_kept_whole;  // the same of a layer that keeps every activation (partial recomputation)
-    for (std::size_t k = 0; k < kinds; ++k) {
+}
+
+/// The most one layer holds, over the kinds a stage runs.
+struct LayerMaxima {
+    Count kept;         ///< its kept activations, with the weights' casts it keeps
+    Count kept_whole;   ///< the same of a layer that keeps every activation (partial recomputation)
+    Count activations;  ///< its kept activations alone (either variant)
+    Count copies;       ///< its weights' casts alone (either variant)
+    Count weights;      ///< its weights
+};
+
+/// Each kind's kept and rebuilt activations, its weights' casts and what a deferred W reads of it;
+/// and the most of them one layer holds.
+inline LayerMaxima set_layer_holdings(TimelineInputs& in, const Workload& w, const Parallelism& p,
+                                      const StageFacts& f) {
+    const std::uint64_t V = w.model.vocab, d = w.recipe.activation_bytes();
+    LayerMaxima most;
+    for (std::size_t k = 0; k < w.layers.size(); ++k) {
         in.layer[k].kept = w.layers[k].kept.on_rank(p, V);
         in.layer[k].rebuilt =
             std::max(w.layers[k].rebuilt.on_rank(p, V), w.layers[k].rebuilt_mlp_half.on_rank(p, V));
@@ -1070,22 +1107,71 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         }
         if (f.kind_layers[k] == 0) continue;
         const Count copies = in.weight_copies_recast ? Count(0) : in.layer[k].weight_copies;
-        most_kept = std::max(most_kept, in.layer[k].kept + copies);
-        most_kept_whole = std::max(most_kept_whole,
+        most.kept = std::max(most.kept, in.layer[k].kept + copies);
+        most.kept_whole = std::max(most.kept_whole,
                                    in.not_recomputed[k].kept + in.not_recomputed[k].weight_copies);
         // Offloaded, the largest layer's activations and casts apart (partial recomputation: of
         // either variant).
-        most_activations =
-            std::max({most_activations, in.layer[k].kept, in.not_recomputed[k].kept});
-        most_copies = std::max({most_copies, copies, in.not_recomputed[k].weight_copies});
-        most_weights = std::max(most_weights, f.layer_weight_bytes[k]);
+        most.activations =
+            std::max({most.activations, in.layer[k].kept, in.not_recomputed[k].kept});
+        most.copies = std::max({most.copies, copies, in.not_recomputed[k].weight_copies});
+        most.weights = std::max(most.weights, f.layer_weight_bytes[k]);
     }
+    return most;
+}
 
-    // A pipeline stage also holds the activations of the other micro-batches in flight
-    // (other_microbatches_kept): whole micro-batches, or with several chunks per rank (interleaved,
-    // ZB-V, DualPipe) chunks. Each micro-batch in flight holds the casts its layers saved, unless
-    // they are recast in backward. Under partial recomputation a layer past the first N of its
-    // chunk keeps every activation and its casts.
+/// Each micro-batch (chunk) in flight handed its causal mask to every checkpoint, which keeps it
+/// until the last rebuild (measured: validation/results/cpu-pipeline-schedules.json, 1F1B under
+/// full recomputation).
+inline Count checkpoints_mask(const TimelineInputs& in, const Workload& w, const Parallelism& p) {
+    return w.recompute != Recompute::none && in.recomputed > 0
+               ? w.forward_buffers.on_rank(p, w.model.vocab)
+               : Count(0);
+}
+
+/// The residual stream of one micro-batch, in its dtype (fp32 under autocast): also its gradient's
+/// size.
+inline Count stream_bytes(const Workload& w, const Parallelism& p) {
+    return rank_stream(
+        Count(w.seq) * w.micro_batch * w.model.hidden * bytes_per_element(w.recipe.stream()), p);
+}
+
+/// What the other micro-batches (chunks) in flight on a pipeline stage hold, by how many are.
+struct OthersInFlight {
+    const Parallelism& p;
+    bool offloaded;                    ///< activation offload: their activations wait on the host
+    Count stage_kept, chunk_kept;      ///< each one's kept activations and casts
+    Count stage_copies, chunk_copies;  ///< offloaded: their casts alone
+    Count activations;                 ///< offloaded: one layer's activations
+    Count stage_reads, chunk_reads;    ///< a schedule that defers W: what W reads
+    Count mask;                        ///< the causal mask its checkpoints keep
+
+    Count operator()(std::uint64_t in_flight) const {
+        const Count awaiting_w = other_microbatches_kept(p, in_flight, stage_reads, chunk_reads);
+        const Count others = Count(other_in_flight(p, in_flight));
+        if (!offloaded)
+            return std::max(other_microbatches_kept(p, in_flight, stage_kept, chunk_kept),
+                            awaiting_w) +
+                   others * mask;
+        // Offloaded, their activations wait on the host but for one layer each, the last of its
+        // run, which Megatron-LM (cpu_offloading_num_layers below the layers) and torchtitan leave
+        // on the device, and whose copy the next backward need not wait for. The casts stay on the
+        // device (leaning high).
+        return std::max(other_microbatches_kept(p, in_flight, stage_copies, chunk_copies) +
+                            others * activations,
+                        awaiting_w) +
+               others * mask;
+    }
+};
+
+/// A pipeline stage also holds the activations of the other micro-batches in flight
+/// (other_microbatches_kept): whole micro-batches, or with several chunks per rank (interleaved,
+/// ZB-V, DualPipe) chunks. Each micro-batch in flight holds the casts its layers saved, unless they
+/// are recast in backward. Under partial recomputation a layer past the first N of its chunk keeps
+/// every activation and its casts.
+inline OthersInFlight others_in_flight(const TimelineInputs& in, const Workload& w,
+                                       const Parallelism& p, const StageFacts& f,
+                                       const LayerMaxima& most, Count mask) {
     const Count stage_copies =
         in.partial()
             ? (in.weight_copies_recast
@@ -1099,55 +1185,50 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     // One model chunk of several a rank: its first N layers recomputed, the rest not.
     const std::uint64_t chunk_recomputed = std::min(in.recomputed, in.chunk);
     const Count chunk_kept =
-        Count(chunk_recomputed) * most_kept + Count(in.chunk - chunk_recomputed) * most_kept_whole;
-    in.kept_offloaded = p.offload_activations;
+        Count(chunk_recomputed) * most.kept + Count(in.chunk - chunk_recomputed) * most.kept_whole;
     // A schedule that defers W: a micro-batch past its B holds what W reads instead, on the device;
     // each counts the larger of the two, as any may be either (leaning high where few have run B).
     Count stage_reads, most_reads;  // in.layer[k].weight_reads: none unless the schedule defers W
-    for (std::size_t k = 0; k < kinds; ++k) {
+    for (std::size_t k = 0; k < w.layers.size(); ++k) {
         stage_reads += Count(f.kind_layers[k]) * in.layer[k].weight_reads;
         if (f.kind_layers[k] > 0) most_reads = std::max(most_reads, in.layer[k].weight_reads);
     }
-    const auto others_kept = [&](std::uint64_t in_flight) {
-        const Count awaiting_w =
-            other_microbatches_kept(p, in_flight, stage_reads, Count(in.chunk) * most_reads);
-        if (!p.offload_activations)
-            return std::max(other_microbatches_kept(p, in_flight, stage_kept, chunk_kept),
-                            awaiting_w);
-        // Offloaded, their activations wait on the host but for one layer each, the last of its
-        // run, which Megatron-LM (cpu_offloading_num_layers below the layers) and torchtitan leave
-        // on the device, and whose copy the next backward need not wait for. The casts stay on the
-        // device (leaning high).
-        return std::max(
-            other_microbatches_kept(p, in_flight, stage_copies, Count(in.chunk) * most_copies) +
-                Count(other_in_flight(p, in_flight)) * most_activations,
-            awaiting_w);
-    };
-    // Each micro-batch (chunk) in flight handed its causal mask to every checkpoint, which keeps it
-    // until the last rebuild (measured: validation/results/cpu-pipeline-schedules.json, 1F1B under
-    // full recomputation).
-    const std::uint64_t held_chunks = chunks_per_rank(p);
-    const Count mask_held = w.recompute != Recompute::none && in.recomputed > 0
-                                ? w.forward_buffers.on_rank(p, V)
-                                : Count(0);
-    const auto others = [&](std::uint64_t in_flight) {
-        return others_kept(in_flight) + Count(other_in_flight(p, in_flight)) * mask_held;
-    };
-    // A chunk that does not start the model holds each micro-batch's received input until its
-    // backward sends the gradient back (Megatron-LM's input_tensors), unless its first layer keeps
-    // that very tensor (a LayerNorm's saved input, a checkpoint): an RMSNorm saves an fp32 copy
-    // instead (measured, as above).
+    return {p,
+            p.offload_activations,
+            stage_kept,
+            chunk_kept,
+            stage_copies,
+            Count(in.chunk) * most.copies,
+            most.activations,
+            stage_reads,
+            Count(in.chunk) * most_reads,
+            mask};
+}
+
+/// A chunk that does not start the model holds each micro-batch's received input until its
+/// backward sends the gradient back (Megatron-LM's input_tensors), unless its first layer keeps
+/// that very tensor (a LayerNorm's saved input, a checkpoint): an RMSNorm saves an fp32 copy
+/// instead (measured, as above).
+inline Count received_input(const TimelineInputs& in, const Workload& w, const Parallelism& p,
+                            const StageFacts& f) {
     bool input_kept = true;
-    for (std::size_t k = 0; k < kinds; ++k)
+    for (std::size_t k = 0; k < w.layers.size(); ++k)
         if (f.kind_layers[k] > 0)
             input_kept = input_kept && w.layers[k].keeps_input &&
                          (!in.partial() || w.not_recomputed[k].keeps_input);
-    const bool receives = !first || held_chunks > 1;
-    // The residual stream of one micro-batch, in its dtype (fp32 under autocast): also its
-    // gradient's size.
-    const Count stream = rank_stream(
-        Count(w.seq) * w.micro_batch * m.hidden * bytes_per_element(w.recipe.stream()), p);
-    const Count received = receives && !input_kept ? stream : Count(0);
+    const bool receives = !holds_embedding(p, f.stage) || chunks_per_rank(p) > 1;
+    return receives && !input_kept ? stream_bytes(w, p) : Count(0);
+}
+
+/// What the other micro-batches in flight and the input side hold, now and at a later
+/// micro-batch; with several chunks a rank, the places of the running one's later chunks.
+inline void set_in_flight_holdings(TimelineInputs& in, const Workload& w, const Parallelism& p,
+                                   const StageFacts& f, const LayerMaxima& most, Count mask) {
+    const std::uint64_t V = w.model.vocab;
+    in.kept_offloaded = p.offload_activations;
+    const OthersInFlight others = others_in_flight(in, w, p, f, most, mask);
+    const bool first = holds_embedding(p, f.stage);
+    const Count received = received_input(in, w, p, f);
     const std::uint64_t chunks =
         chunks_per_microbatch(p);  // DualPipe's micro-batch runs one of its rank's two
     const auto input_side = [&](std::uint64_t in_flight) {
@@ -1160,6 +1241,7 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     in.input_side_kept = input_side(f.in_flight);
     in.later_other_microbatches = others(f.later_in_flight);
     in.later_input_side_kept = input_side(f.later_in_flight);
+    const std::uint64_t held_chunks = chunks_per_rank(p);
     if (held_chunks > 1) {
         // One other chunk, as others counts each (the difference one more in flight makes), and the
         // places for it: the running micro-batch's later chunks, no more than are in flight beside
@@ -1173,127 +1255,144 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
         // Steps are then linear within each chunk only.
         if (in.spare_chunks > 0 || in.later_spare_chunks > 0) in.mixed = true;
     }
+}
 
-    const Count g = w.recipe.gradient_bytes();
-    // ZeRO-2/3 keep this rank's shard of each gradient (ZeRO-Offload: not even that, it goes to the
-    // host).
+/// The gradients this rank keeps of `dense` and `experts` parameters: ZeRO-2/3 keep this rank's
+/// shard of each (ZeRO-Offload: not even that, it goes to the host).
+inline Count kept_gradients(const Parallelism& p, Count dense, Count experts) {
     const bool on_host = p.zero >= 2 && p.offload != Offload::none;
-    const auto sharded = [&](Count dense, Count experts) {
-        return on_host       ? Count(0)
-               : p.zero >= 2 ? StageFacts::shard(p, dense, experts)
-                             : dense + experts;
-    };
+    return on_host       ? Count(0)
+           : p.zero >= 2 ? StageFacts::shard(p, dense, experts)
+                         : dense + experts;
+}
+
+/// The workspaces of one layer's steps. `written`: the layer's gradients written so far, unless a
+/// bucket or the held gradients have them already; `cast_bytes`: autocast's casts, else 0.
+inline void set_layer_workspaces(LayerInputs& layer, const LayerWork& work, const Workload& w,
+                                 const Parallelism& p, std::size_t k, Count written,
+                                 Count cast_bytes) {
+    const std::uint64_t V = w.model.vocab;
+    const Count g = w.recipe.gradient_bytes();
+    layer.forward_work = largest_on_rank(work.forward_work, p, V, 0, nullptr, cast_bytes);
+    layer.backward_work = largest_on_rank(work.backward_work, p, V, written);
+    layer.backward_work_held = largest_on_rank(work.backward_work, p, V, p.zero >= 2 ? Count(0) : g,
+                                               &w.parameters->fresh_gradient[k], cast_bytes);
+}
+
+/// Each kind's gradients, its ZeRO-3 gathered weights and its steps' workspaces (partial
+/// recomputation: of either variant); the head's and the input side's gradients.
+inline void set_layer_work(TimelineInputs& in, const Workload& w, const Parallelism& p,
+                           const StageFacts& f, Count most_weights) {
+    const std::uint64_t V = w.model.vocab, d = w.recipe.activation_bytes();
+    const Count g = w.recipe.gradient_bytes();
     const RankParams& t = f.trainable;  // the parameters with gradients
-    in.head_gradients = sharded(t.head, 0) * g;
-    in.input_gradients = sharded(t.input, 0) * g;
+    in.head_gradients = kept_gradients(p, t.head, 0) * g;
+    in.input_gradients = kept_gradients(p, t.input, 0) * g;
     const std::uint64_t gathered = std::min<std::uint64_t>(p.gathered_layers, in.layers);
-    for (std::size_t k = 0; k < kinds; ++k) {
+    for (std::size_t k = 0; k < w.layers.size(); ++k) {
         LayerInputs& layer = in.layer[k];
-        const LayerWork& work = w.layers[k];
         // ZeRO-3 gathers each layer's full weights before its forward and its backward step: this
         // one's and the prefetched ones' (counted as the stage's largest kind).
         if (p.zero >= 3 && gathered > 0)
             layer.gathered_weights = f.layer_weight_bytes[k] + Count(gathered - 1) * most_weights;
-        layer.gradients = sharded(Count(t.per_layer[k].value() - t.per_layer_experts[k].value()),
-                                  t.per_layer_experts[k]) *
-                          g;
+        layer.gradients =
+            kept_gradients(p, Count(t.per_layer[k].value() - t.per_layer_experts[k].value()),
+                           t.per_layer_experts[k]) *
+            g;
         if (p.zero >= 2) layer.gradient_bucket = t.per_layer[k] * g;  // until its reduce-scatter
         // Under autocast the step counts the layer's casts whole; a forward op runs before the
         // later ones are made.
         const Count cast_bytes = w.recipe.autocast ? Count(d) : Count(0);
-        layer.forward_work = largest_on_rank(work.forward_work, p, V, 0, nullptr, cast_bytes);
         // The layer's gradients written so far count unless a bucket or the held gradients have
         // them already. Under autocast each replaces its weight's cast, which its backward freed
         // (the norms' few, leaning low).
         const Count written = p.zero >= 2 ? Count(0) : w.recipe.autocast ? Count(g.value() - d) : g;
-        layer.backward_work = largest_on_rank(work.backward_work, p, V, written);
-        layer.backward_work_held =
-            largest_on_rank(work.backward_work, p, V, p.zero >= 2 ? Count(0) : g,
-                            &w.parameters->fresh_gradient[k], cast_bytes);
+        set_layer_workspaces(layer, w.layers[k], w, p, k, written, cast_bytes);
         // The rerun forward: its largest op with the rows made before it, or all the rows, beside
         // the gradients made before the rerun (LayerActivations::rerun_gradients).
         if (checkpoints_layer(w.recompute)) {
-            const Count rerun =
-                std::max(layer.forward_work, layer.rebuilt) + work.rerun_gradients.on_rank(p, V);
+            const Count rerun = std::max(layer.forward_work, layer.rebuilt) +
+                                w.layers[k].rerun_gradients.on_rank(p, V);
             if (rerun > layer.rebuilt)
                 layer.recompute_forward_work = Count(rerun.value() - layer.rebuilt.value());
         }
         if (in.partial()) {  // the same layer keeping every activation: its own workspaces, nothing
                              // rebuilt
             LayerInputs& whole = in.not_recomputed[k];
-            const LayerWork& kept_work = w.not_recomputed[k];
             const Count kept = whole.kept;
             whole = layer;
             whole.kept = kept, whole.rebuilt = 0, whole.recompute_forward_work = 0;
-            whole.forward_work =
-                largest_on_rank(kept_work.forward_work, p, V, 0, nullptr, cast_bytes);
-            whole.backward_work = largest_on_rank(kept_work.backward_work, p, V, written);
-            whole.backward_work_held =
-                largest_on_rank(kept_work.backward_work, p, V, p.zero >= 2 ? Count(0) : g,
-                                &w.parameters->fresh_gradient[k], cast_bytes);
+            set_layer_workspaces(whole, w.not_recomputed[k], w, p, k, written, cast_bytes);
         }
     }
-    if (w.recipe.autocast && last) in.head_weight_copy = w.parameters->cast_head.on_rank(p, V) * d;
+}
 
-    in.forward_buffers = w.forward_buffers.on_rank(p, V);
-    // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last
-    // rebuild: each chunk's forward built its own, and a rank's running micro-batch may have
-    // several in flight.
-    in.recompute_buffers = Count(held_chunks) * mask_held;
-    if (last) {
-        // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
-        const Count sbV = ceil_div(Count(w.seq) * w.micro_batch, p.cp) * ceil_div(V, p.tp);
-        in.logits = sbV * d;
-        // The loss's log-probabilities and gradients, in its dtype: none of the vocabulary's width
-        // for a fused kernel, which writes its gradient over the logits.
-        const std::optional<DType> loss = loss_dtype(w.framework.loss, w.recipe.precision());
-        const std::uint64_t l = loss ? bytes_per_element(*loss) : 0;
-        const Count previous_logits =
-            in.logits_held ? in.logits
-                           : Count(0);  // the last micro-batch's, if the loop holds them
-        // The formula model: the loss reads a copy of the logits in its dtype (the formula's "fp32
-        // softmax"); the architecture model adds what the head and the loss save for backward.
-        in.loss_buffers = sbV * l + w.head.on_rank(p, V);
-        in.logits_gradient = loss ? sbV * d : Count(0);
-        in.later_loss_work =
-            previous_logits;  // the formula's loss step, beside the previous micro-batch's logits
-        if (w.autograd_order) {
-            // Autograd's order: logits.float() copies them while the loss runs forward (not when
-            // they are fp32 already); its backward holds the log-probabilities' gradient and the
-            // logits' (in the loss's dtype), and the head's backward frees the last of them before
-            // layer L's starts.
-            in.loss_buffers = w.head.on_rank(p, V);
-            in.logits_gradient = 0;
-            // In place (Megatron's): the copy is the saved softmax, and backward writes over it,
-            // making only the logits' gradient in the compute dtype.
-            const bool in_place = w.framework.loss == LossKernel::fp32_inplace;
-            const Count copy =
-                loss && *loss != w.recipe.activations && !in_place ? sbV * l : Count(0);
-            const Count backward = (in_place ? sbV * d : sbV * (2 * l)) + in.recompute_buffers;
-            // A loop that keeps only the loss drops the logits when the forward returns, before the
-            // loss's backward (measured): then they are part of the loss's forward alone.
-            const Count own_logits = in.logits_held ? Count(0) : in.logits;
-            if (!in.logits_held) in.logits = 0;
-            in.loss_work = std::max(copy + in.forward_buffers + own_logits, backward);
-            // The previous micro-batch's logits, held, live until this forward returns, not into
-            // its backward.
-            in.later_loss_work =
-                std::max(copy + in.forward_buffers + own_logits + previous_logits, backward);
-        }
+/// The loss step under autograd's order: logits.float() copies them while the loss runs forward
+/// (not when they are fp32 already); its backward holds the log-probabilities' gradient and the
+/// logits' (in the loss's dtype), and the head's backward frees the last of them before layer L's
+/// starts. `sbV`: the logits' elements on this rank; `previous_logits`: the last micro-batch's,
+/// if the loop holds them.
+inline void set_autograd_loss_work(TimelineInputs& in, const Workload& w, Count sbV,
+                                   std::optional<DType> loss, Count previous_logits) {
+    const std::uint64_t d = w.recipe.activation_bytes();
+    const std::uint64_t l = loss ? bytes_per_element(*loss) : 0;
+    in.logits_gradient = 0;
+    // In place (Megatron's): the copy is the saved softmax, and backward writes over it, making
+    // only the logits' gradient in the compute dtype.
+    const bool in_place = w.framework.loss == LossKernel::fp32_inplace;
+    const Count copy = loss && *loss != w.recipe.activations && !in_place ? sbV * l : Count(0);
+    const Count backward = (in_place ? sbV * d : sbV * (2 * l)) + in.recompute_buffers;
+    // A loop that keeps only the loss drops the logits when the forward returns, before the loss's
+    // backward (measured): then they are part of the loss's forward alone.
+    const Count own_logits = in.logits_held ? Count(0) : in.logits;
+    if (!in.logits_held) in.logits = 0;
+    in.loss_work = std::max(copy + in.forward_buffers + own_logits, backward);
+    // The previous micro-batch's logits, held, live until this forward returns, not into its
+    // backward.
+    in.later_loss_work =
+        std::max(copy + in.forward_buffers + own_logits + previous_logits, backward);
+}
+
+/// The last stage's logits, the loss's buffers and workspaces, and the logits' gradient.
+inline void set_loss_inputs(TimelineInputs& in, const Workload& w, const Parallelism& p) {
+    const std::uint64_t V = w.model.vocab, d = w.recipe.activation_bytes();
+    // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
+    const Count sbV = ceil_div(Count(w.seq) * w.micro_batch, p.cp) * ceil_div(V, p.tp);
+    in.logits = sbV * d;
+    // The loss's log-probabilities and gradients, in its dtype: none of the vocabulary's width for
+    // a fused kernel, which writes its gradient over the logits.
+    const std::optional<DType> loss = loss_dtype(w.framework.loss, w.recipe.precision());
+    const std::uint64_t l = loss ? bytes_per_element(*loss) : 0;
+    const Count previous_logits =
+        in.logits_held ? in.logits : Count(0);  // the last micro-batch's, if the loop holds them
+    // The formula model: the loss reads a copy of the logits in its dtype (the formula's "fp32
+    // softmax"); the architecture model adds what the head and the loss save for backward.
+    in.loss_buffers = sbV * l + w.head.on_rank(p, V);
+    in.logits_gradient = loss ? sbV * d : Count(0);
+    in.later_loss_work =
+        previous_logits;  // the formula's loss step, beside the previous micro-batch's logits
+    if (w.autograd_order) {
+        in.loss_buffers = w.head.on_rank(p, V);
+        set_autograd_loss_work(in, w, sbV, loss, previous_logits);
     }
-    // The gradient of the residual stream, in the stream's dtype (fp32 under autocast).
-    in.activation_gradient = stream;
-    in.optimizer_work = optimizer_step_work(w, p, f);
+}
+
+/// The embedding's backward, and a tied table's gradient held between its two uses.
+inline void set_input_backward(TimelineInputs& in, const Workload& w, const Parallelism& p,
+                               const StageFacts& f) {
+    const std::uint64_t V = w.model.vocab;
+    const Count g = w.recipe.gradient_bytes();
+    const bool first = holds_embedding(p, f.stage), last = holds_head(p, f.stage);
+    const bool tied = w.model.tied_embeddings;
     if (w.autograd_order && first && in.layers > 0) {
         // Once layer 1's backward ends, the embedding's writes a gradient for its whole table (V x
         // h, whatever rows the batch used); a tied table's is then added to the head's out of
         // place, a second such table for a moment. Layer 1's activations are gone by then, its
         // gradients not. Into held gradients the table is still written whole, then added.
         const LayerInputs& layer1 = in.at(1);
-        const Count table = m.tied_embeddings
-                                ? w.parameters->trainable().tied_embedding.on_rank(p, V) * Count(2)
-                                : Count(0);
-        const Count fresh = (t.input + table) * g;
+        const Count table =
+            tied ? w.parameters->trainable().tied_embedding.on_rank(p, V) * Count(2) : Count(0);
+        const Count fresh = (f.trainable.input + table) * g;
         const Count freed = layer1.kept + layer1.rebuilt;
         const auto beyond = [&](Count written) {
             return written > freed ? Count(written.value() - freed.value()) : Count(0);
@@ -1305,12 +1404,34 @@ inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, cons
     // of it until the embedding's backward adds its own, then hands the sum over. With no gradient
     // held yet that sum becomes the gradient itself (head_gradients counts it); into held ones it
     // is extra.
-    if (first && last && m.tied_embeddings) {
+    if (first && last && tied) {
         in.buffered_gradients = w.parameters->trainable().tied_embedding.on_rank(p, V) * g;
         if (p.zero >= 2)
             in.buffered_first_gradients =
                 in.buffered_gradients;  // only its shard is counted, or none
     }
+}
+
+inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, const StageFacts& f) {
+    TimelineInputs in;
+    set_stage_state(in, w, p, f);
+    const LayerMaxima most = set_layer_holdings(in, w, p, f);
+    const Count mask = checkpoints_mask(in, w, p);
+    set_in_flight_holdings(in, w, p, f, most, mask);
+    set_layer_work(in, w, p, f, most.weights);
+    if (w.recipe.autocast && in.loss)
+        in.head_weight_copy =
+            w.parameters->cast_head.on_rank(p, w.model.vocab) * w.recipe.activation_bytes();
+    in.forward_buffers = w.forward_buffers.on_rank(p, w.model.vocab);
+    // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last
+    // rebuild: each chunk's forward built its own, and a rank's running micro-batch may have
+    // several in flight.
+    in.recompute_buffers = Count(chunks_per_rank(p)) * mask;
+    if (in.loss) set_loss_inputs(in, w, p);
+    // The gradient of the residual stream, in the stream's dtype (fp32 under autocast).
+    in.activation_gradient = stream_bytes(w, p);
+    in.optimizer_work = optimizer_step_work(w, p, f);
+    set_input_backward(in, w, p, f);
     return in;
 }
 
