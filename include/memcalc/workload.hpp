@@ -921,7 +921,9 @@ inline void add_parameters(StageFacts& f, const Workload& w, const Parallelism& 
     }
 }
 
-inline StageFacts stage_facts(const Workload& w, const Parallelism& p, std::uint64_t stage) {
+/// Flattened, as stage_inputs is.
+[[gnu::flatten]] inline StageFacts stage_facts(const Workload& w, const Parallelism& p,
+                                               std::uint64_t stage) {
     StageFacts f;
     f.stage = stage;
     f.in_flight = in_flight(p, stage);
@@ -1412,7 +1414,10 @@ inline void set_input_backward(TimelineInputs& in, const Workload& w, const Para
     }
 }
 
-inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p, const StageFacts& f) {
+/// Flattened: its pieces inline into one body, as when it was one (fit and plan call it per
+/// layout).
+[[gnu::flatten]] inline TimelineInputs stage_inputs(const Workload& w, const Parallelism& p,
+                                                    const StageFacts& f) {
     TimelineInputs in;
     set_stage_state(in, w, p, f);
     const LayerMaxima most = set_layer_holdings(in, w, p, f);
