@@ -498,6 +498,7 @@ private:
         const auto split_layer = [&](LayerActivations& layer) {
             split_rows(layer.rows, p, V);
             split_rows(layer.work, p, V);
+            split_rows(layer.policy_outputs, p, V);
             layer.input_bytes = rank_stream(layer.input_bytes, p);
         };
         split_layer(t.layer);

@@ -489,7 +489,21 @@ inline void split_rows(std::vector<SavedTensor>& rows, const Parallelism& p, std
 }
 
 inline void split_rows(std::vector<Workspace>& work, const Parallelism& p, std::uint64_t vocab) {
-    for (auto& w : work) w.bytes = rank_share(w.bytes, w.split, p, vocab);
+    for (auto& w : work) {
+        w.bytes = rank_share(w.bytes, w.split, p, vocab);
+        // The tensors alive beside it divide as the sums the timeline reads do.
+        w.stream_input = rank_share(w.stream_input, ActivationSplit::sequence, p, vocab);
+        w.stream_other = rank_share(w.stream_other, ActivationSplit::sequence, p, vocab);
+        w.selective_extra = rank_share(w.selective_extra, ActivationSplit::tensor, p, vocab);
+    }
+}
+
+inline void split_rows(std::vector<PolicyOutput>& outputs, const Parallelism& p,
+                       std::uint64_t vocab) {
+    for (auto& o : outputs) {
+        o.tensor.elements = rank_share(o.tensor.elements, o.tensor.split, p, vocab);
+        o.tensor.bytes = o.tensor.elements * o.tensor.bytes_per_element;
+    }
 }
 
 /// The residual stream on one rank (a layer's input, the gradient flowing between layers).
