@@ -147,15 +147,15 @@ private:
 
     /// Frees the rebuilt tensors of checkpointed modules other than `running`'s: they returned.
     void leave_scopes(Module running) {
-        auto& t = transient_;
-        t.erase(std::remove_if(t.begin(), t.end(),
-                               [&](std::size_t i) {
-                                   const SavedTensor& r = layer_.rows[i];
-                                   if (r.norm_output || in_scope(running, r.module)) return false;
-                                   b_.free("checkpoint return", row(i));
-                                   return true;
-                               }),
-                t.end());
+        std::size_t live = 0;
+        for (std::size_t i : transient_) {
+            const SavedTensor& r = layer_.rows[i];
+            if (r.norm_output || in_scope(running, r.module))
+                transient_[live++] = i;
+            else
+                b_.free("checkpoint return", row(i));
+        }
+        transient_.resize(live);
     }
 
     TensorId stream(Count bytes, Text name) {

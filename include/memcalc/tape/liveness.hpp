@@ -60,6 +60,13 @@ public:
             live_[of(t.counted)].remove(t.split, t.bytes);
     }
 
+    /// Every tensor live now, by split.
+    SplitBytes live() const {
+        SplitBytes sum;
+        for (const SplitBytes& c : live_) sum += c;
+        return sum;
+    }
+
     Liveness finish() {
         out_.kept = all_[of(Counted::saved)];
         out_.rebuilt = {all_[of(Counted::rebuilt_0)], all_[of(Counted::rebuilt_1)]};
@@ -112,23 +119,15 @@ inline Liveness sweep(const Tape& tape) {
     return s.finish();
 }
 
-/// The live bytes after each event, by split: what `--ops` shows.
+/// The live bytes after each event, by split: what `--ops` shows (the sweep's own live sums).
 inline std::vector<SplitBytes> live_after_each(const Tape& tape) {
+    Sweeper s(tape.tensors.size());
+    for (const Tensor& t : tape.tensors) s.tensor(t);
     std::vector<SplitBytes> out;
     out.reserve(tape.events.size());
-    std::vector<std::uint8_t> live(tape.tensors.size());
-    SplitBytes sum;
     for (const Event& e : tape.events) {
-        const Tensor& t = tape.tensors[e.tensor];
-        const bool on = e.kind != EventKind::free;
-        if (e.kind != EventKind::run && live[e.tensor] != on) {
-            if (on)
-                sum.add(t.split, t.bytes);
-            else
-                sum.remove(t.split, t.bytes);
-            live[e.tensor] = on;
-        }
-        out.push_back(sum);
+        s.event(e);
+        out.push_back(s.live());
     }
     return out;
 }

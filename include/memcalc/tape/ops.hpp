@@ -20,8 +20,6 @@ struct OpRow {
     Count live;   ///< the layer's tensors live after the event, on the rank
 };
 
-inline const char* pass_name(Pass p) { return p == Pass::forward ? "forward" : "backward"; }
-
 /// `tape`'s events on one rank of `p` (`vocab`: the model's, for vocabulary-parallel tensors).
 inline std::vector<OpRow> op_rows(const Tape& tape, const Parallelism& p, std::uint64_t vocab) {
     const std::vector<SplitBytes> live = live_after_each(tape);

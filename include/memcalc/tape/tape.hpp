@@ -14,6 +14,8 @@ namespace memcalc::tape {
 
 enum class Pass : std::uint8_t { forward, backward };
 
+inline const char* pass_name(Pass p) { return p == Pass::forward ? "forward" : "backward"; }
+
 enum class EventKind : std::uint8_t {
     alloc,    ///< made by the op; live until freed, not kept for backward
     save,     ///< made by the op and saved for backward: the layer keeps it to its backward step
