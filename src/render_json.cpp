@@ -279,8 +279,7 @@ void layer_json(json& out, const LayerActivations& layer, Recompute mode, bool w
              {"absent_bytes", sum.covered.value()},
              {"adds_bytes", sum.adds().value()},
              {"gradients_from", w.gradients_from},
-             {"stream_beside_bytes",
-              (w.stream_other + (checkpoints_layer(mode) ? Count(0) : w.stream_input)).value()}});
+             {"stream_beside_bytes", layer.beside_bytes(i, mode, Holder::caller).value()}});
     }
     out["workspaces"] = work;
 }

@@ -1,7 +1,7 @@
 #pragma once
 // Architectures written out by hand, so the core's tests do not depend on the preset files.
 #include "memcalc/model.hpp"
-#include "memcalc/tape/from_table.hpp"
+#include "memcalc/tape/from_program.hpp"
 
 namespace fixtures {
 

@@ -7,6 +7,9 @@
 #include "memcalc/architecture_activations.hpp"
 
 using namespace memcalc;
+using fixtures::beside;
+using fixtures::stream_input;
+using fixtures::stream_other;
 using fixtures::swept;
 using fixtures::workspace_named;
 
@@ -186,15 +189,18 @@ TEST_CASE("forward workspaces find the residual stream's unkept tensors beside t
     const Architecture llama = llama_like(h, 4, 2, 176);
     const LayerActivations l = architecture_layer(llama, s, b, DType::bf16, Attention::eager);
     const Workspace& softmax = workspace_named(l, "softmax");
-    CHECK(softmax.stream_input.value() == 2 * sbh);
-    CHECK(softmax.stream_other.value() == 0);
-    CHECK(workspace_named(l, "residual add (the layer's last op)").stream_input.value() ==
+    CHECK(stream_input(l, softmax) == 2 * sbh);
+    CHECK(stream_other(l, softmax) == 0);
+    CHECK(stream_input(l, workspace_named(l, "residual add (the layer's last op)")) ==
           0);  // its bytes count it
     // It adds 2 sbh under none and selective recomputation; full recomputation's checkpoint keeps
     // the layer's input already, so there it adds nothing.
     LayerActivations bare = l;  // the same layer, softmax's stream input taken away
-    for (Workspace& w : bare.work)
-        if (&w - bare.work.data() == &softmax - l.work.data()) w.stream_input = Count(0);
+    for (std::size_t k = 1; k < bare.program.size(); ++k)
+        if (bare.program[k].kind == StepKind::op && &l.work[bare.program[k].index] == &softmax)
+            for (std::size_t j = k; j > 0 && bare.program[j - 1].kind == StepKind::beside; --j)
+                if (std::string(bare.beside[bare.program[j - 1].index].name) == "the layer's input")
+                    bare.beside[bare.program[j - 1].index].bytes = Count(0);
     for (const Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
         CAPTURE(recompute_name(mode));
         const std::uint64_t with = swept(l, softmax, mode).added.value();
@@ -206,12 +212,12 @@ TEST_CASE("forward workspaces find the residual stream's unkept tensors beside t
     // checks it.) An fp32 stream: the RMSNorm's fp32 "copy" is the stream itself, a row; a
     // LayerNorm keeps its input.
     const LayerActivations fp32 = architecture_layer(llama, s, b, DType::fp32, Attention::eager);
-    CHECK(workspace_named(fp32, "softmax").stream_input.value() == 0);
+    CHECK(stream_input(fp32, workspace_named(fp32, "softmax")) == 0);
     Architecture gpt = llama;
     gpt.norm = Norm::layernorm, gpt.mlp = Mlp::plain, gpt.position = Position::learned,
     gpt.softmax_fp32 = false;
     const LayerActivations g = architecture_layer(gpt, s, b, DType::bf16, Attention::eager);
-    CHECK(workspace_named(g, "softmax").stream_input.value() == 0);
+    CHECK(stream_input(g, workspace_named(g, "softmax")) == 0);
     // GPT-2's code holds the attention's output until the layer returns: 2 sbh more at the last
     // add.
     gpt.attention_output_held = true;
@@ -245,9 +251,12 @@ TEST_CASE("the CPU platform: bf16 LayerNorm statistics and a softmax over an fp3
     CHECK(workspace_named(g_cuda, "softmax backward").bytes.value() == 4 * G);
     // No repeat: v's gradient sits beside a v selective recomputation's checkpoint still holds, 2
     // sbh.
-    CHECK(workspace_named(g_cuda, "softmax backward").selective_extra.value() == 2 * s * 768);
-    CHECK(workspace_named(cpu, "softmax backward").selective_extra.value() ==
-          0);  // the repeat v goes as it comes
+    CHECK(beside(g_cuda, workspace_named(g_cuda, "softmax backward"), Recompute::selective,
+                 Holder::checkpoint) == 2 * s * 768);
+    CHECK(beside(g_cuda, workspace_named(g_cuda, "softmax backward"), Recompute::none,
+                 Holder::checkpoint) == 0);  // only selective recomputation's checkpoint
+    CHECK(beside(cpu, workspace_named(cpu, "softmax backward"), Recompute::selective,
+                 Holder::checkpoint) == 0);  // the repeat v goes as it comes
     const Workspace& g_softmax = workspace_named(g_cuda, "softmax backward");
     CHECK(swept(g_cuda, g_softmax, Recompute::selective).added.value() -
               swept(g_cuda, g_softmax, Recompute::none).added.value() ==

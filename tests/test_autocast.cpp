@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fixtures.hpp"
+#include "workspace_named.hpp"
 #include "step_named.hpp"
 #include "memcalc/estimate.hpp"
 #include "run_program.hpp"
@@ -202,7 +203,7 @@ TEST_CASE("a forward op under autocast runs before the later linears' casts exis
                 tensors_from(params->table, w.uncast_from, m.vocab, false, 0, autocast_copies);
             CAPTURE(std::string(w.op));
             const Count pending = uncast.on_rank(whole, m.vocab);
-            if (w.layer_end) {
+            if (fixtures::at_layer_end(layer, w)) {
                 CHECK(pending == Count(0));
             } else if (w.uncast_from == "o_proj") {
                 ++attention;

@@ -237,13 +237,13 @@ TEST_CASE(
         REQUIRE(up != nullptr);
         REQUIRE(down != nullptr);
         CHECK(up->bytes.value() == 2 * sbh + 3 * 2 * sbf + sbf * (4 + copy + 4));
-        CHECK(up->stream_other.value() == 2 * sbh);
-        CHECK(up->stream_input.value() == 2 * sbh);
+        CHECK(fixtures::stream_other(l, *up) == 2 * sbh);
+        CHECK(fixtures::stream_input(l, *up) == 2 * sbh);
         // At down(x), the layer's last linear: its input (2 sbf, no row), the MLP's input (2 sbh),
         // its output (2 sbh) and its adapter's scaled output and sum (and copy); beside them the
         // stream, as at up(x).
         CHECK(down->bytes.value() == 2 * sbf + 2 * 2 * sbh + sbh * (4 + copy + 4));
-        CHECK(down->stream_other.value() == 2 * sbh);
+        CHECK(fixtures::stream_other(l, *down) == 2 * sbh);
         // Before the rerun: the scaled adapter output's gradient (fp32) and the base output's, cast
         // to bf16.
         CHECK(l.rerun_gradients.value() == sbh * (4 + 2));
@@ -478,12 +478,12 @@ TEST_CASE("Frozen routed experts' first projections: their forward's workspace p
         const Workspace& first =
             fixtures::workspace_named(l, "experts: first projections (frozen)");
         CHECK(first.bytes.value() == slots * x.h * 2 + sbh * 2 + 3 * slots * x.f * 2);
-        CHECK(first.stream_other.value() == sbh * 2);
+        CHECK(fixtures::stream_other(l, first) == sbh * 2);
         // The down projection's, per slot too: its input (s b k f), its output (s b k h), the MLP's
         // input.
         const Workspace& down = fixtures::workspace_named(l, "experts: down projection (frozen)");
         CHECK(down.bytes.value() == slots * x.f * 2 + slots * x.h * 2 + sbh * 2);
-        CHECK(down.stream_other.value() == sbh * 2);
+        CHECK(fixtures::stream_other(l, down) == sbh * 2);
         // Adapters on the experts' gate_proj (fp32, dropout): each keeps its cast input; the scaled
         // output, and the sum in fp32, beside the largest output; and their input gradient's sum in
         // backward.

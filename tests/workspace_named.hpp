@@ -15,4 +15,31 @@ inline const memcalc::Workspace& workspace_named(const memcalc::LayerActivations
     return layer.work.front();
 }
 
+/// What `holder` keeps alive beside `w` (one of `layer`'s own) under `mode`.
+inline std::uint64_t beside(const memcalc::LayerActivations& layer, const memcalc::Workspace& w,
+                            memcalc::Recompute mode,
+                            memcalc::Holder holder = memcalc::Holder::caller) {
+    return layer.beside_bytes(std::size_t(&w - layer.work.data()), mode, holder).value();
+}
+/// The residual stream beside `w` in every mode: in the MLP half the attention half's sum.
+inline std::uint64_t stream_other(const memcalc::LayerActivations& layer,
+                                  const memcalc::Workspace& w) {
+    return beside(layer, w, memcalc::Recompute::full);
+}
+/// The layer's input beside `w`, which only a layer that is not checkpointed holds there.
+inline std::uint64_t stream_input(const memcalc::LayerActivations& layer,
+                                  const memcalc::Workspace& w) {
+    return beside(layer, w, memcalc::Recompute::none) - stream_other(layer, w);
+}
+/// Whether `w` runs at the layer's last op, after its modules have returned.
+inline bool at_layer_end(const memcalc::LayerActivations& layer, const memcalc::Workspace& w) {
+    bool ended = false;
+    for (const memcalc::ProgramStep& step : layer.program) {
+        if (step.kind == memcalc::StepKind::layer_end) ended = true;
+        if (step.kind == memcalc::StepKind::op && &layer.work[step.index] == &w) return ended;
+    }
+    FAIL("workspace " << w.op << " is not in its layer's program");
+    return false;
+}
+
 }  // namespace fixtures

@@ -243,17 +243,15 @@ struct SavedTensor {
 
 /// An output the op-level policy saves that no backward needs, so no row is (the q projection's,
 /// the down projection's): kept by Recompute::op alone, from the forward until its recomputation
-/// pops it.
+/// pops it. Its place in the forward is its ProgramStep's.
 struct PolicyOutput {
-    std::size_t made_at;  ///< rows made before it: the layer's forward workspaces from this row on
-                          ///< run before it
     SavedTensor tensor;
 };
 
 /// A temporary that lives only while one op of the layer runs and is never saved for backward: the
-/// scores being scaled, a softmax's gradient. While it exists the layer's rows from `absent_from`
-/// on are not live: in forward they are not made yet, in backward they are already freed. So it
-/// adds to a step only what those rows do not cover (workspace_excess).
+/// scores being scaled, a softmax's gradient. Where it runs is its ProgramStep's place in the
+/// layer's program: in forward the rows after it are not made yet, in backward they are freed
+/// already.
 struct Workspace {
     bool backward;  ///< made by the op's backward (else by its forward)
     Text op;        ///< the op running
@@ -261,24 +259,10 @@ struct Workspace {
     Text formula;   ///< its bytes in the paper's letters: "4 as^2b + 2 as^2b"
     Count bytes;
     ActivationSplit split;
-    std::size_t absent_from;  ///< index of the first row not live while it exists
     /// Backward: the first of the layer's parameter tensors whose gradient already exists
     /// ("o_proj"; every later one in forward order has one too); empty when none has.
     Text gradients_from;
-    /// Forward, at the layer's last op, after the modules that made its rows have returned: the
-    /// rows a recomputation does not keep are gone. Full recomputation's forward is not modelled
-    /// there.
-    bool layer_end = false;
     Module module = Module::none;  ///< the part of the layer whose op runs
-    /// Forward, before the layer's end: the residual stream's tensors that no row keeps, alive in
-    /// the caller meanwhile (measured: validation/results/cpu-rotary-wide512.json, selective).
-    /// `stream_input`: the layer's input, which a checkpointed layer keeps anyway; `stream_other`:
-    /// in the MLP half the attention half's sum (or, in a parallel layer, the attention's output).
-    Count stream_input, stream_other;
-    /// Backward, only under selective recomputation: a gradient that elsewhere takes the place of
-    /// the saved tensor it belongs to, freed as it is made, but that the checkpoint still holds
-    /// (v's, at the softmax's backward).
-    Count selective_extra;
     /// Forward: the first of the layer's tensors whose autocast copy is not made yet while it runs
     /// (it and every later one, in forward order); empty: every one may be. A step counts the
     /// layer's casts whole.
@@ -290,12 +274,53 @@ struct Workspace {
     bool weightless = false;
 };
 
+/// Who holds a tensor alive beside an op that did not make it.
+enum class Holder : std::uint8_t {
+    caller,      ///< the layer's caller: the residual stream
+    checkpoint,  ///< a checkpoint, which keeps what the rest of the program has freed
+};
+
+/// A tensor alive while an op runs that the op did not make and no row keeps, under the modes in
+/// `modes` (bits of Recompute): the residual stream the caller holds (measured:
+/// validation/results/cpu-rotary-wide512.json, selective), a gradient only a checkpoint still
+/// holds (v's, at the softmax's backward under selective recomputation).
+struct Beside {
+    Text name;
+    Count bytes;
+    ActivationSplit split;
+    Holder holder;
+    std::uint8_t modes;
+
+    static constexpr std::uint8_t mode_bit(Recompute r) { return 1u << unsigned(r); }
+    bool alive(Recompute r) const { return (modes & mode_bit(r)) != 0; }
+};
+
+/// What a step of a layer's program is (ProgramStep).
+enum class StepKind : std::uint8_t {
+    row,        ///< rows[index] is made
+    op,         ///< work[index] runs (a backward op runs in backward, in the program's reverse)
+    beside,     ///< beside[index] is alive while the next op step runs
+    policy,     ///< policy_outputs[index] is made
+    mlp_half,   ///< the MLP half begins: selective recomputation rebuilds each half apart
+    layer_end,  ///< the modules have returned; the ops after it run at the layer's last op
+};
+
+/// One step of a layer's program: its forward in order; its backward is the same read backwards.
+struct ProgramStep {
+    StepKind kind;
+    std::uint32_t index;  ///< into the list its kind names (unused for markers)
+};
+
 struct LayerActivations {
     std::vector<SavedTensor> rows;
     std::vector<Workspace> work;  ///< the largest temporaries of its ops (architecture model only)
     /// The op-level policy's saved outputs that are no row (architecture model only; none means
     /// Recompute::op keeps what full does).
     std::vector<PolicyOutput> policy_outputs;
+    std::vector<Beside> beside;  ///< tensors alive beside an op, which it did not make
+    /// The order in which the rows are made and the ops run (architecture model only; empty: the
+    /// rows in order, no op).
+    std::vector<ProgramStep> program;
     Count input_bytes;  ///< the layer's input: all that full recomputation keeps
     /// A checkpointed layer (torch's non-reentrant checkpoint): the gradients its backward makes
     /// before it first reads a saved tensor, alive while its forward reruns (on the residual
@@ -305,12 +330,13 @@ struct LayerActivations {
     /// restores before rerunning (preserve_rng_state), on a CPU platform (a CUDA one's state is a
     /// host tensor). No saved tensor.
     Count checkpoint_state;
-    /// The first row of the MLP half (its norm, the MLP or the MoE layer): selective recomputation
-    /// rebuilds one half at a time, in its backward, with the recomputed norm that feeds it.
-    std::size_t mlp_half_from = static_cast<std::size_t>(-1);
 
-    /// Whether row `i` is rebuilt in the MLP half's backward (else in the attention half's).
-    bool in_mlp_half(std::size_t i) const { return i >= mlp_half_from; }
+    /// The first row of the MLP half (its norm, the MLP or the MoE layer), or rows.size() where
+    /// the program marks none with a row after it: selective recomputation rebuilds one half at a
+    /// time, in its backward, with the recomputed norm that feeds it.
+    std::size_t mlp_half_from() const;
+    /// The bytes held by `holder` alive beside op `work_index` while it runs under `mode`.
+    Count beside_bytes(std::size_t work_index, Recompute mode, Holder holder) const;
 
     Count sum(Recompute mode) const {
         Count total;
@@ -352,11 +378,34 @@ inline bool rebuilt_by(const SavedTensor& r, Recompute mode) {
     return r.kept(Recompute::none) && !r.kept(mode) && !(checkpoints_layer(mode) && r.layer_input);
 }
 
+inline std::size_t LayerActivations::mlp_half_from() const {
+    std::size_t rows_before = 0;
+    for (const ProgramStep& step : program) {
+        if (step.kind == StepKind::mlp_half) return rows_before;
+        if (step.kind == StepKind::row) ++rows_before;
+    }
+    return rows.size();
+}
+
+inline Count LayerActivations::beside_bytes(std::size_t work_index, Recompute mode,
+                                            Holder holder) const {
+    Count held;
+    for (std::size_t k = 0; k < program.size(); ++k) {
+        if (program[k].kind != StepKind::op || program[k].index != work_index) continue;
+        for (std::size_t j = k; j > 0 && program[j - 1].kind == StepKind::beside; --j) {
+            const Beside& b = beside[program[j - 1].index];
+            if (b.holder == holder && b.alive(mode)) held += b.bytes;
+        }
+    }
+    return held;
+}
+
 inline Count LayerActivations::rebuilt(Recompute mode) const {
     Count made, mlp_half;  // selective recomputation rebuilds one half of the layer at a time
+    const std::size_t half = mlp_half_from();
     for (std::size_t i = 0; i < rows.size(); ++i)
         if (rebuilt_by(rows[i], mode))
-            (mode == Recompute::selective && in_mlp_half(i) ? mlp_half : made) += rows[i].bytes;
+            (mode == Recompute::selective && i >= half ? mlp_half : made) += rows[i].bytes;
     return std::max(made, mlp_half);
 }
 
@@ -377,11 +426,11 @@ inline std::uint64_t LayerActivations::checkpoints(Recompute mode) const {
 /// The core attention's rows are Korthikanti's (Keep), kept whole when core_attn is not recomputed.
 inline void select_modules(LayerActivations& layer, ModuleSet modules) {
     const bool core = modules.has(Module::core_attn), norms = modules.has(Module::layernorm);
-    std::vector<std::size_t> index(layer.rows.size() + 1);
+    constexpr std::uint32_t dropped = ~std::uint32_t{0};
+    std::vector<std::uint32_t> index(layer.rows.size(), dropped);
     std::vector<SavedTensor> out;
     out.reserve(layer.rows.size());
     for (std::size_t i = 0; i < layer.rows.size(); ++i) {
-        index[i] = out.size();
         SavedTensor r = layer.rows[i];
         const bool discarded =
             r.norm_output && norms;  // the norm's output storage, freed and recomputed
@@ -405,95 +454,16 @@ inline void select_modules(LayerActivations& layer, ModuleSet modules) {
                    discarded) {
             r.keep = Keep::not_selective;
         }
+        index[i] = std::uint32_t(out.size());
         out.push_back(r);
     }
-    index[layer.rows.size()] = out.size();
-    if (layer.mlp_half_from < layer.rows.size()) layer.mlp_half_from = index[layer.mlp_half_from];
-    for (Workspace& w : layer.work)
-        w.absent_from = index[std::min(w.absent_from, layer.rows.size())];
-    for (PolicyOutput& p : layer.policy_outputs)
-        p.made_at = index[std::min(p.made_at, layer.rows.size())];
     layer.rows = std::move(out);
-}
-
-/// Whether a row is live in a layer's backward step: kept, or rebuilt by the recomputation.
-inline bool live_in_backward(const SavedTensor& r, Recompute mode) {
-    return r.kept(Recompute::none) ||
-           (mode == Recompute::selective && r.keep == Keep::only_selective);
-}
-
-/// Bytes of one split (by default the residual stream's, divided by sequence and context
-/// parallelism).
-struct SplitShare {
-    Count bytes;
-    ActivationSplit split = ActivationSplit::sequence;
-};
-
-/// 1.2's rules, kept only as the check the tape's sweep is proven against (check_against_table)
-/// until the blocks write their own tapes; every figure reads the sweep (tape/liveness.hpp).
-/// How a workspace changes the step it runs in, as the rows the step's sum already counts
-/// (`covered`: the rows it makes absent) and the ones it does not (`added`: the workspace itself,
-/// and in forward the rows a recomputation does not keep but the op still needs). The step grows by
-/// max(0, added - covered), computed per rank by the caller. `policy`: the op-level policy's
-/// outputs beyond the rows, counted as kept: absent in forward until made, and in backward once the
-/// recomputation has popped them (nothing saves them for backward).
-/// Under selective recomputation of several modules (select_modules) a workspace sees the rebuilt
-/// rows of its own half of the layer only (`mlp_half_from`: LayerActivations'), and in forward only
-/// those of its own module or a norm's output, which lives until its consumer returns; the others'
-/// checkpoints ran without saving anything.
-template <class Sink>
-void workspace_effect(const std::vector<SavedTensor>& rows, const Workspace& w, Recompute mode,
-                      Sink& added, Sink& covered, const std::vector<PolicyOutput>& policy = {},
-                      std::size_t mlp_half_from = static_cast<std::size_t>(-1)) {
-    if (w.layer_end) {
-        if (!checkpoints_layer(mode)) added.add(w);
-        return;
+    std::size_t steps = 0;  // the program without the dropped rows' steps
+    for (ProgramStep step : layer.program) {
+        if (step.kind == StepKind::row && (step.index = index[step.index]) == dropped) continue;
+        layer.program[steps++] = step;
     }
-    added.add(w);
-    if (w.backward && mode == Recompute::selective)
-        added.add(SplitShare{w.selective_extra, ActivationSplit::tensor});
-    if (!w.backward) {
-        added.add(SplitShare{w.stream_other});
-        if (!checkpoints_layer(mode))
-            added.add(SplitShare{w.stream_input});  // else the checkpoint keeps it
-    }
-    if (mode == Recompute::op)
-        for (const PolicyOutput& p : policy)
-            if (w.backward || p.made_at >= w.absent_from) covered.add(p.tensor);
-    const bool selective = mode == Recompute::selective;
-    const bool mlp_half = w.absent_from > mlp_half_from;
-    const auto attention_part = [](Module m) {
-        return m == Module::attention || m == Module::core_attn || m == Module::mla_up_proj;
-    };
-    // Backward runs the MLP half first, and the attention half's checkpoint reruns only once
-    // backward reaches it (measured: validation/results/cpu-recipes.json, GPT-2 with dropout).
-    // Where the MLP half rebuilds nothing, the step's rebuilt rows are the attention half's alone,
-    // and none is made yet at an MLP half's workspace.
-    const bool nothing_rebuilt_yet = selective && w.backward && mlp_half && [&] {
-        for (std::size_t i = mlp_half_from; i < rows.size(); ++i)
-            if (rebuilt_by(rows[i], mode)) return false;
-        return true;
-    }();
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-        const SavedTensor& r = rows[i];
-        const bool before = i < w.absent_from;
-        const bool other_rebuilt = selective && rebuilt_by(r, mode) &&
-                                   (w.backward ? (i >= mlp_half_from) != mlp_half
-                                               : !r.norm_output && (w.module == Module::core_attn
-                                                                        ? !attention_part(r.module)
-                                                                        : r.module != w.module));
-        if (other_rebuilt) {
-            if (nothing_rebuilt_yet) covered.add(r);
-            continue;
-        }
-        if (w.backward) {
-            if (!before && live_in_backward(r, mode)) covered.add(r);
-        } else if (before) {
-            if (rebuilt_by(r, mode)) added.add(r);  // made by this forward, not kept
-        } else if (r.kept(mode)) {
-            covered.add(r);
-        }
-    }
+    layer.program.resize(steps);
 }
 
 /// A workspace against one table (a rank's share, say): its bytes, the rows it makes absent, and

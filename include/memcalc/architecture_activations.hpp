@@ -26,13 +26,15 @@ namespace memcalc {
 namespace detail {
 
 /// Builds a table row by row: each row one saved storage, `copies` x `per_copy` elements; and,
-/// when given lists for them, the workspaces of the ops and the op-level policy's outputs beyond
-/// the rows.
+/// given a layer, its program: the rows, its ops' workspaces, the op-level policy's outputs beyond
+/// the rows and what is alive beside each op, in the order the forward makes them.
 class TableBuilder {
 public:
-    explicit TableBuilder(std::vector<SavedTensor>& rows, std::vector<Workspace>* work = nullptr,
-                          std::vector<PolicyOutput>* policy = nullptr, LayerTuning tuning = {})
-        : tuning(tuning), rows_(rows), work_(work), policy_(policy) {}
+    explicit TableBuilder(std::vector<SavedTensor>& rows, LayerActivations* layer = nullptr,
+                          LayerTuning tuning = {})
+        : tuning(tuning), rows_(rows), layer_(layer) {
+        if (layer_) layer_->program.reserve(96), places_.reserve(96);
+    }
 
     /// What fine-tuning changes: frozen linears and norms keep nothing for their weights'
     /// gradients, and LoRA's adapters keep their own inputs.
@@ -77,75 +79,72 @@ public:
     /// An output the policy saves that no row is, made after the rows added so far.
     void policy_output(bool saved, Label op, Label tensor, const Shape& shape, Count elements,
                        std::uint64_t bytes_per_element) {
-        if (!saved || !policy_) return;
-        policy_->push_back(
-            {rows_.size(),
-             {op, tensor, "the op-level policy saves it; the recomputation reuses it", shape.symbol,
-              1, bytes_per_element, Keep::always, elements, elements * bytes_per_element,
-              shape.split}});
-        policy_->back().tensor.policy_saved = true;
+        if (!saved || !layer_) return;
+        auto& outputs = layer_->policy_outputs;
+        place(rows_.size(), Order::policy, StepKind::policy, outputs.size());
+        outputs.push_back({{op, tensor, "the op-level policy saves it; the recomputation reuses it",
+                            shape.symbol, 1, bytes_per_element, Keep::always, elements,
+                            elements * bytes_per_element, shape.split}});
+        outputs.back().tensor.policy_saved = true;
     }
 
-    /// A temporary of the op running now, by default while the rows added so far are live.
-    /// `gradients_from`: in backward, the first parameter tensor of the layer whose gradient
-    /// exists.
+    /// A temporary of the op running now, while the rows added so far are live: in forward
+    /// beside the residual stream's tensors (stream_beside). `gradients_from`: in backward, the
+    /// first parameter tensor of the layer whose gradient exists.
     void workspace(bool backward, Label op, Label tensor, Label formula, Count bytes,
                    Label gradients_from = "") {
         workspace_at(rows_.size(), backward, op, tensor, formula, bytes, gradients_from);
     }
-    void workspace_at(std::size_t absent_from, bool backward, Label op, Label tensor, Label formula,
+    /// The same, run before row `before` is made (in backward: after its backward has run).
+    void workspace_at(std::size_t before, bool backward, Label op, Label tensor, Label formula,
                       Count bytes, Label gradients_from = "",
                       ActivationSplit split = ActivationSplit::tensor) {
-        const Count input = backward ? Count(0) : stream_input_,
-                    other = backward ? Count(0) : stream_other_;
-        push({backward,
-              op,
-              tensor,
-              formula,
-              bytes,
-              split,
-              absent_from,
-              gradients_from,
-              false,
-              module_,
-              input,
-              other,
-              {},
-              backward ? Text{} : uncast_from_});
+        if (!layer_) return;
+        if (!backward) {  // the residual stream's tensors the caller holds
+            constexpr std::uint8_t all = 0xf;
+            constexpr std::uint8_t not_checkpointed =
+                Beside::mode_bit(Recompute::none) | Beside::mode_bit(Recompute::selective);
+            add_beside(before, {"the residual stream (its caller's)", stream_other_,
+                                ActivationSplit::sequence, Holder::caller, all});
+            add_beside(before, {"the layer's input", stream_input_, ActivationSplit::sequence,
+                                Holder::caller, not_checkpointed});
+        } else if (checkpoint_held_.value() > 0) {
+            add_beside(before, {"a gradient the checkpoint still holds", checkpoint_held_,
+                                ActivationSplit::tensor, Holder::checkpoint,
+                                Beside::mode_bit(Recompute::selective)});
+        }
+        checkpoint_held_ = Count(0);
+        push(before, {backward, op, tensor, formula, bytes, split, gradients_from, module_,
+                      backward ? Text{} : uncast_from_});
     }
     /// Forward workspaces added from now on run before tensor `first` (and every later one) is
     /// cast.
     void casts_pending(Text first) { uncast_from_ = first; }
     /// The residual stream's tensors no row keeps, alive beside the forward workspaces added from
-    /// now on.
+    /// now on: the layer's input, which a checkpointed layer keeps anyway, and in the MLP half the
+    /// attention half's sum (or, in a parallel layer, the attention's output).
     void stream_beside(Count layer_input, Count other) {
         stream_input_ = layer_input;
         stream_other_ = other;
     }
     /// The last workspace's op has no weights (Workspace::weightless).
     void weightless() {
-        if (work_) work_->back().weightless = true;
+        if (layer_) layer_->work.back().weightless = true;
     }
-    /// The last workspace's Workspace::selective_extra.
-    void selective_extra(Count bytes) {
-        if (work_) work_->back().selective_extra = bytes;
+    /// Under selective recomputation, a gradient alive beside the next backward op that the
+    /// checkpoint still holds where elsewhere it takes its saved tensor's place.
+    void held_by_checkpoint(Count bytes) { checkpoint_held_ = bytes; }
+    /// The MLP half begins (StepKind::mlp_half).
+    void mlp_half() {
+        if (layer_) place(rows_.size(), Order::marker, StepKind::mlp_half, 0);
     }
-    /// A temporary at the layer's last op (Workspace::layer_end), on the residual stream.
+    /// A temporary at the layer's last op, after its modules have returned (StepKind::layer_end),
+    /// on the residual stream.
     void layer_end(Label op, Label tensor, Label formula, Count bytes) {
-        push({false,
-              op,
-              tensor,
-              formula,
-              bytes,
-              ActivationSplit::sequence,
-              rows_.size(),
-              {},
-              true,
-              module_,
-              {},
-              {},
-              {},
-              {}});
+        if (!layer_) return;
+        place(at_end, Order::op, StepKind::layer_end, 0);
+        push(at_end,
+             {false, op, tensor, formula, bytes, ActivationSplit::sequence, {}, module_, {}});
     }
     std::size_t size() const { return rows_.size(); }
     /// The last row is the layer's input itself (SavedTensor::layer_input).
@@ -157,19 +156,48 @@ public:
     void add(Label op, Label tensor, Label why, const Shape& shape, Count per_copy,
              std::uint64_t bytes_per_element, Keep keep = Keep::always, std::uint64_t copies = 1) {
         const Count elements = per_copy * copies;
+        if (layer_) place(rows_.size(), Order::row, StepKind::row, rows_.size());
         rows_.push_back({op, tensor, why, shape.symbol, copies, bytes_per_element, keep, elements,
                          elements * bytes_per_element, shape.split});
         rows_.back().module = module_;
     }
 
 private:
-    void push(Workspace w) {
-        if (work_) work_->push_back(w);
+    /// Where a step goes among those before the same row: ops, then the policy's outputs, then
+    /// the MLP half's marker, then the row.
+    enum class Order : std::uint8_t { op, policy, marker, row };
+    struct Place {
+        std::size_t before;  ///< the row it precedes
+        Order order;
+    };
+    static constexpr std::size_t at_end = ~std::size_t{0};
+
+    /// Inserts a step into the program after every step placed before it or with it.
+    void place(std::size_t before, Order order, StepKind kind, std::size_t index) {
+        const Place p{before, order};
+        std::size_t k = places_.size();
+        const auto after = [&](const Place& q) {
+            return q.before > p.before || (q.before == p.before && q.order > p.order);
+        };
+        while (k > 0 && after(places_[k - 1])) --k;
+        places_.insert(places_.begin() + std::ptrdiff_t(k), p);
+        layer_->program.insert(layer_->program.begin() + std::ptrdiff_t(k),
+                               ProgramStep{kind, std::uint32_t(index)});
+    }
+    void add_beside(std::size_t before, const Beside& b) {
+        if (b.bytes.value() == 0) return;
+        place(before, Order::op, StepKind::beside, layer_->beside.size());
+        layer_->beside.push_back(b);
+    }
+    void push(std::size_t before, const Workspace& w) {
+        place(before, Order::op, StepKind::op, layer_->work.size());
+        layer_->work.push_back(w);
     }
 
     std::vector<SavedTensor>& rows_;
-    std::vector<Workspace>* work_;
-    std::vector<PolicyOutput>* policy_;
+    LayerActivations* layer_;
+    std::vector<Place> places_;  ///< each program step's place, to insert later ones by
+    Count checkpoint_held_;      ///< held_by_checkpoint's, for the next backward op
     std::uint64_t mm_count_ = 0;
     bool every_mm_ = false;
     Module module_ = Module::none;
@@ -1010,14 +1038,14 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     t.workspace_at(softmax_row + 1, false, "softmax",
                    copy ? "its input and its fp32 copy" : "its input", bytes_of(forward, "as^2b"),
                    Count(forward) * softmax_elements);
+    // The product with V's backward has made v's gradient before the softmax's runs, and freed v,
+    // which it alone saved; selective recomputation's checkpoint holds an unrepeated v still
+    // (measured: cpu-rotary-wide512).
+    if (m.key_value_heads() == m.heads) t.held_by_checkpoint(z.sbv * z.d);
     t.workspace_at(softmax_row + 1, true, "softmax backward",
                    "the gradients of its output and its input", bytes_of(backward, "as^2b"),
                    Count(backward) * softmax_elements, "o_proj");
     t.weightless();
-    // The product with V's backward has made v's gradient before the softmax's runs, and freed v,
-    // which it alone saved; selective recomputation's checkpoint holds an unrepeated v still
-    // (measured: cpu-rotary-wide512).
-    if (m.key_value_heads() == m.heads) t.selective_extra(z.sbv * z.d);
 }
 
 /// The tensors the MLP's activation function keeps (its row in activation_functions.hpp), read from
@@ -1054,7 +1082,7 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
                          Count(output.elements.value() / (z.sbh.value() / z.tokens.value())), sbf,
                          bit(down), output,
                          z.sbh * z.d);  // the MLP's input, which its caller holds (the stream:
-                                        // Workspace::stream_other)
+                                        // its stream_beside)
     // Its backward: its input's gradient beside its own weight's, every row up to its input still
     // live. From the second micro-batch on that fresh gradient counts here, not at the weightless
     // ops around it (measured, peak_live.py: GPT-2, full recomputation, 2 micro-batches peaks at
@@ -1219,7 +1247,7 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     // Frozen, the experts' first projections keep no input but make it and their outputs as dense
     // ones do (all s b k slots at once: one expert's tokens are at most s b, leaning high), beside
     // the MLP norm's output the experts gather from (and the residual stream:
-    // Workspace::stream_other).
+    // stream_beside).
     after_linears(t, z, "experts: first projections", first, slots, slots * m.hidden, shape::sbkh,
                   z.s, gathered_kept, first_out, z.sbh * z.d);
     if (m.stacked_experts) {
@@ -1349,7 +1377,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     const detail::Sizes z(m, seq, micro_batch, precision, platform);
     const std::uint64_t d = z.d;
     LayerActivations layer;
-    detail::TableBuilder t(layer.rows, &layer.work, &layer.policy_outputs, tuning);
+    detail::TableBuilder t(layer.rows, &layer, tuning);
     const bool shared_norm = m.parallel_attention && m.norms_per_layer == 1;
 
     // Megatron-LM's layernorm module: input_layernorm and pre_mlp_layernorm. Its checkpoint keeps
@@ -1389,7 +1417,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     if (m.hidden_dropout > 0 && !m.parallel_attention)
         detail::dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);
 
-    layer.mlp_half_from = t.size();
+    t.mlp_half();
     // Beside the MLP: the attention half's sum, or a parallel layer's attention output, and the
     // output where the layer's code holds it.
     const Count held = m.attention_output_held && !m.parallel_attention ? z.sbh * d : Count(0);
@@ -1621,7 +1649,7 @@ inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t 
                                            const LayerTuning& tuning = {}) {
     const detail::Sizes z(m, seq, micro_batch, precision, platform);
     std::vector<SavedTensor> rows;
-    detail::TableBuilder t(rows, nullptr, nullptr, tuning);
+    detail::TableBuilder t(rows, nullptr, tuning);
     detail::norm_rows(t, m, z, "final norm");
     // Megatron-LM's output layer is no Transformer Engine module: its input stays in the compute
     // dtype.

@@ -264,7 +264,7 @@ public:
             if (settings.ops)
                 for (std::size_t k = 0; k < model_.kind_count(); ++k)
                     r.ops.push_back(tape::op_rows(
-                        tape::from_table(t.of_kind(k), settings.recompute), p, model_.vocab));
+                        tape::from_program(t.of_kind(k), settings.recompute), p, model_.vocab));
             split(t, p);
             r.activations = all_layers(t, [](const LayerActivations& l) { return l.total(); });
             r.kept_activations = kept_layers(t, settings.recompute, recomputed);
@@ -499,6 +499,7 @@ private:
             split_rows(layer.rows, p, V);
             split_rows(layer.work, p, V);
             split_rows(layer.policy_outputs, p, V);
+            split_rows(layer.beside, p, V);
             layer.input_bytes = rank_stream(layer.input_bytes, p);
         };
         split_layer(t.layer);

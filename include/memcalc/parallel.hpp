@@ -489,13 +489,12 @@ inline void split_rows(std::vector<SavedTensor>& rows, const Parallelism& p, std
 }
 
 inline void split_rows(std::vector<Workspace>& work, const Parallelism& p, std::uint64_t vocab) {
-    for (auto& w : work) {
-        w.bytes = rank_share(w.bytes, w.split, p, vocab);
-        // The tensors alive beside it divide as the sums the timeline reads do.
-        w.stream_input = rank_share(w.stream_input, ActivationSplit::sequence, p, vocab);
-        w.stream_other = rank_share(w.stream_other, ActivationSplit::sequence, p, vocab);
-        w.selective_extra = rank_share(w.selective_extra, ActivationSplit::tensor, p, vocab);
-    }
+    for (auto& w : work) w.bytes = rank_share(w.bytes, w.split, p, vocab);
+}
+
+/// The tensors alive beside an op divide as the sums the timeline reads do.
+inline void split_rows(std::vector<Beside>& beside, const Parallelism& p, std::uint64_t vocab) {
+    for (auto& b : beside) b.bytes = rank_share(b.bytes, b.split, p, vocab);
 }
 
 inline void split_rows(std::vector<PolicyOutput>& outputs, const Parallelism& p,

@@ -22,7 +22,7 @@
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
 #include "memcalc/split_bytes.hpp"
-#include "memcalc/tape/from_table.hpp"
+#include "memcalc/tape/from_program.hpp"
 #include "memcalc/tape/liveness.hpp"
 #include "memcalc/timeline.hpp"
 #include "memcalc/units.hpp"
@@ -94,8 +94,8 @@ struct OptimizerSplits {
     StateCount total;                                   ///< the whole model's
 };
 
-/// A workspace's effect on its step (workspace_effect): on a rank it adds max(0, added + the
-/// layer's gradients already written - covered - the layer's casts not made yet).
+/// A workspace's effect on its step (the tape's sweep: tape::RunEffect): on a rank it adds max(0,
+/// added + the layer's gradients already written - covered - the layer's casts not made yet).
 struct WorkspaceEffect {
     SplitBytes added, covered;
     SplitParams gradients;  ///< parameters of the layer whose gradients exist while it runs
@@ -519,59 +519,13 @@ inline WorkspaceEffect workspace_facts(const Workspace& work, const ParameterTab
     return e;
 }
 
-/// Whether every layer_work checks its tape's sweep against 1.2's rules (the unit tests turn it
-/// on).
-inline bool& check_tapes() {
-    static bool on = false;
-    return on;
-}
-
-/// 1.2's rules over the table (activations.hpp), which the tape's sweep must give to the byte.
-inline void check_against_table(const LayerActivations& layer, Recompute mode,
-                                const LayerWork& lw) {
-    SplitBytes kept, rebuilt, rebuilt_mlp_half;
-    for (std::size_t i = 0; i < layer.rows.size(); ++i) {
-        const SavedTensor& row = layer.rows[i];
-        if (row.kept(mode)) kept.add(row);
-        if (rebuilt_by(row, mode))
-            (mode == Recompute::selective && layer.in_mlp_half(i) ? rebuilt_mlp_half : rebuilt)
-                .add(row);
-    }
-    if (checkpoints_layer(mode)) kept.sequence += layer.input_bytes;
-    kept.replicated += Count(layer.checkpoints(mode)) * layer.checkpoint_state;
-    if (mode == Recompute::op)
-        for (const auto& saved : layer.policy_outputs) kept.add(saved.tensor);
-    std::vector<std::pair<SplitBytes, SplitBytes>> effects;
-    for (const auto& work : layer.work) {
-        SplitBytes added, covered;
-        workspace_effect(layer.rows, work, mode, added, covered, layer.policy_outputs,
-                         layer.mlp_half_from);
-        effects.emplace_back(added, covered);
-    }
-    const auto check = [&](bool same, const char* what) {
-        if (!same)
-            throw error(std::string("internal: the layer's tape and table disagree on ") + what);
-    };
-    std::vector<bool> seen(layer.work.size());
-    for (const auto* list : {&lw.forward_work, &lw.backward_work})
-        for (const WorkspaceEffect& e : *list) {
-            check(e.added == effects[e.source].first && e.covered == effects[e.source].second,
-                  "a workspace's effect");
-            seen[e.source] = true;
-        }
-    for (std::size_t i = 0; i < seen.size(); ++i)  // a layer-end op a checkpoint does not run: none
-        check(seen[i] || (!effects[i].first.any() && !effects[i].second.any()), "an op not run");
-    check(kept == lw.kept, "the kept bytes");
-    check(rebuilt == lw.rebuilt && rebuilt_mlp_half == lw.rebuilt_mlp_half, "the rebuilt bytes");
-}
-
 }  // namespace detail
 
 /// One kind of layer's share of a workload under `mode`: its tape's sweep (kept, rebuilt, what each
 /// op adds to its step) and what its ops' gradients and casts are.
 inline LayerWork layer_work(const LayerActivations& layer, Recompute mode,
                             const ParameterTable& params, std::uint64_t V, std::size_t kind) {
-    const tape::Liveness live = tape::sweep_table(layer, mode);
+    const tape::Liveness live = tape::sweep_program(layer, mode);
     LayerWork lw;
     lw.kept = live.kept, lw.rebuilt = live.rebuilt[0], lw.rebuilt_mlp_half = live.rebuilt[1];
     for (const tape::RunEffect& run : live.runs) {  // in the tape's order
@@ -586,7 +540,6 @@ inline LayerWork layer_work(const LayerActivations& layer, Recompute mode,
         lw.keeps_input = true;
         lw.rerun_gradients.replicated += layer.rerun_gradients;
     }
-    if (detail::check_tapes()) detail::check_against_table(layer, mode, lw);
     return lw;
 }
 

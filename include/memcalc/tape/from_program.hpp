@@ -1,8 +1,7 @@
 #pragma once
-/// A layer's saved-tensor table (LayerActivations: rows, workspaces, the op-level policy's outputs)
-/// written as a tape under one recomputation mode: the first step of moving every block onto tapes.
-/// Its sweep gives what activations.hpp's rules give (kept, rebuilt, workspace_effect), which
-/// tests/test_tape.cpp proves over the test grid; the blocks' own tapes replace it.
+/// A layer's program (LayerActivations: its rows made, its ops run, in forward order) written as a
+/// tape under one recomputation mode: the forward as the program runs it, the backward as it reads
+/// it backwards, with the recomputation's rebuilds where backward reaches them.
 ///
 /// It keeps 1.2's accounting where that differs from what torch does (validation/op_live.py shows
 /// each; every one leans high or changes no figure), for the blocks' own tapes to settle, each
@@ -11,10 +10,7 @@
 /// 209,856 measured); the checkpoint's input is saved at the forward's start (it exists already);
 /// a table with no MLP half rebuilds at the backward's start; selective recomputation keeps an RNG
 /// state per module it rebuilds, where one checkpoint may hold several (5,056 B on CPU).
-#include <algorithm>
-#include <array>
 #include <cstdint>
-#include <numeric>
 #include <vector>
 
 #include "memcalc/activations.hpp"
@@ -35,14 +31,17 @@ inline bool in_scope(Module running, Module made_by) {
 }
 
 template <class Sink>
-class TableTape {
+class ProgramTape {
 public:
-    TableTape(const LayerActivations& layer, Recompute mode, Sink& sink)
-        : layer_(layer), mode_(mode), b_(sink), rows_(layer.rows.size()) {}
+    ProgramTape(const LayerActivations& layer, Recompute mode, Sink& sink)
+        : layer_(layer),
+          mode_(mode),
+          b_(sink),
+          rows_(layer.rows.size()),
+          mlp_half_from_(layer.mlp_half_from()) {}
 
     void write() {
         declare();
-        order_work();
         forward();
         backward();
     }
@@ -70,6 +69,13 @@ public:
 private:
     static constexpr TensorId none = ~TensorId{0};
 
+    /// The program's steps; a table with none is its rows, in order.
+    std::size_t steps() const { return layer_.program.empty() ? rows_ : layer_.program.size(); }
+    ProgramStep step(std::size_t k) const {
+        return layer_.program.empty() ? ProgramStep{StepKind::row, std::uint32_t(k)}
+                                      : layer_.program[k];
+    }
+
     TensorId row_tensor(const SavedTensor& r, Counted counted) {
         return b_.tensor(r.tensor, r.symbol, r.split, r.bytes, Role::activation, counted);
     }
@@ -84,47 +90,31 @@ private:
     TensorId policy_output(std::size_t i) const { return TensorId(rows_ + i); }
     bool selective() const { return mode_ == Recompute::selective; }
     bool checkpointed() const { return checkpoints_layer(mode_); }
+    /// Whether selective recomputation rebuilds an MLP half apart: a row follows its marker.
+    bool two_regions() const { return selective() && mlp_half_from_ < rows_; }
     /// A row that is the layer's input itself, which a checkpointed layer keeps as its input.
     bool is_checkpoint_input(const SavedTensor& r) const { return checkpointed() && r.layer_input; }
     std::uint8_t region_of_row(std::size_t i) const {
-        return selective() && i >= layer_.mlp_half_from ? 1 : 0;
-    }
-
-    /// The row before which a workspace runs (in backward: after whose backward).
-    std::size_t position(std::uint32_t w) const {
-        return std::min(layer_.work[w].absent_from, rows_);
-    }
-    /// 0: forward, 1: forward at the layer's end, 2: backward.
-    static int group(const Workspace& w) { return w.backward ? 2 : w.layer_end ? 1 : 0; }
-
-    /// The workspaces by group, each group ordered by position (stable: ties keep the table's
-    /// order).
-    void order_work() {
-        work_.resize(layer_.work.size());
-        std::iota(work_.begin(), work_.end(), std::uint32_t{0});
-        std::stable_sort(work_.begin(), work_.end(), [&](std::uint32_t a, std::uint32_t c) {
-            const int ga = group(layer_.work[a]), gc = group(layer_.work[c]);
-            return ga != gc ? ga < gc : position(a) < position(c);
-        });
-        for (std::uint32_t w : work_) ++group_size_[group(layer_.work[w])];
+        return selective() && i >= mlp_half_from_ ? 1 : 0;
     }
 
     void forward() {
         b_.at(Pass::forward);
         if (input_ != none) b_.save("checkpoint", input_);
         for (TensorId t = states_from_; t < states_to_; ++t) b_.save("checkpoint", t);
-        const std::size_t policy = mode_ == Recompute::op ? layer_.policy_outputs.size() : 0;
-        std::size_t next_work = 0, next_policy = 0;
-        for (std::size_t k = 0; k <= rows_; ++k) {
-            for (; next_work < group_size_[0] && position(work_[next_work]) == k; ++next_work)
-                forward_work(work_[next_work]);
-            for (; next_policy < policy &&
-                   std::min(layer_.policy_outputs[next_policy].made_at, rows_) == k;
-                 ++next_policy)
-                b_.save(layer_.policy_outputs[next_policy].tensor.op, policy_output(next_policy));
-            if (k < rows_) forward_row(k);
+        bool ended = false;
+        for (std::size_t k = 0; k < steps(); ++k) {
+            const ProgramStep s = step(k);
+            if (s.kind == StepKind::row) forward_row(s.index);
+            if (s.kind == StepKind::policy && mode_ == Recompute::op)
+                b_.save(layer_.policy_outputs[s.index].tensor.op, policy_output(s.index));
+            if (s.kind == StepKind::layer_end) end_layer(), ended = true;
+            // After the layer's end a checkpointed layer's forward is not modelled.
+            if (s.kind == StepKind::op && !layer_.work[s.index].backward &&
+                !(ended && checkpointed()))
+                forward_op(k);
         }
-        layer_end();
+        if (!ended) end_layer();
     }
 
     void forward_row(std::size_t i) {
@@ -135,14 +125,29 @@ private:
         transient_.push_back(i);
     }
 
-    void forward_work(std::uint32_t index) {
-        const Workspace& w = layer_.work[index];
+    /// The op at step `k` runs with the tensors its beside steps name alive.
+    void forward_op(std::size_t k) {
+        const Workspace& w = layer_.work[step(k).index];
         if (selective()) leave_scopes(w.module);
-        const TensorId other = stream(w.stream_other, "the residual stream (its caller's)");
-        const TensorId input = checkpointed() ? none : stream(w.stream_input, "the layer's input");
-        b_.work(w.op, workspace(w), index);
-        if (other != none) b_.free(w.op, other);
-        if (input != none) b_.free(w.op, input);
+        run_op(k);
+    }
+
+    void run_op(std::size_t k) {
+        const std::uint32_t index = step(k).index;
+        const Workspace& w = layer_.work[index];
+        std::size_t first = k;  // its beside steps, just before it
+        while (first > 0 && step(first - 1).kind == StepKind::beside) --first;
+        beside_.clear();
+        for (std::size_t j = first; j < k; ++j) {
+            const Beside& held = layer_.beside[step(j).index];
+            if (!held.alive(mode_) || held.bytes.value() == 0) continue;
+            beside_.push_back(b_.tensor(
+                held.name, held.holder == Holder::caller ? "sbh" : "", held.split, held.bytes,
+                held.holder == Holder::caller ? Role::stream : Role::activation));
+            b_.alloc(held.holder == Holder::caller ? Text("caller") : w.op, beside_.back());
+        }
+        b_.work(w.op, b_.tensor(w.tensor, w.formula, w.split, w.bytes, Role::workspace), index);
+        for (TensorId t : beside_) b_.free(w.op, t);
     }
 
     /// Frees the rebuilt tensors of checkpointed modules other than `running`'s: they returned.
@@ -158,24 +163,10 @@ private:
         transient_.resize(live);
     }
 
-    TensorId stream(Count bytes, Text name) {
-        if (bytes.value() == 0) return none;
-        const TensorId t = b_.tensor(name, "sbh", ActivationSplit::sequence, bytes, Role::stream);
-        b_.alloc("caller", t);
-        return t;
-    }
-
-    TensorId workspace(const Workspace& w) {
-        return b_.tensor(w.tensor, w.formula, w.split, w.bytes, Role::workspace);
-    }
-
-    /// The layer's last op: what a recomputation does not keep is gone.
-    void layer_end() {
+    /// The layer's modules have returned: what a recomputation does not keep is gone.
+    void end_layer() {
         for (std::size_t i : transient_) b_.free("layer end", row(i));
         transient_.clear();
-        if (checkpointed()) return;  // its forward is not modelled there
-        for (std::size_t w = group_size_[0]; w < group_size_[0] + group_size_[1]; ++w)
-            b_.work(layer_.work[work_[w]].op, workspace(layer_.work[work_[w]]), work_[w]);
     }
 
     void backward() {
@@ -183,14 +174,20 @@ private:
         if (mode_ == Recompute::op)  // popped by the recomputation, never saved for backward
             for (std::size_t i = 0; i < layer_.policy_outputs.size(); ++i)
                 b_.free("recomputation", policy_output(i));
-        if (!selective() || layer_.mlp_half_from < rows_) rebuild_region(selective() ? 1 : 0);
-        const std::size_t first = group_size_[0] + group_size_[1];
-        std::size_t next = work_.size();  // ordered by position: walk it from the end
-        for (std::size_t p = rows_ + 1; p-- > 0;) {
-            if (selective() && p == std::min(layer_.mlp_half_from, rows_)) rebuild_region(0);
-            for (; next > first && position(work_[next - 1]) == p; --next)
-                backward_work(work_[next - 1]);
-            if (p > 0) free_row(p - 1);
+        std::uint8_t region = two_regions() ? 1 : 0;  // backward reaches the MLP half first
+        if (!selective() || two_regions()) rebuild_region(region);
+        if (selective() && !two_regions()) rebuild_region(0);
+        for (std::size_t k = steps(); k-- > 0;) {
+            const ProgramStep s = step(k);
+            if (s.kind == StepKind::op && layer_.work[s.index].backward) {
+                b_.at(Pass::backward, region);
+                run_op(k);
+            }
+            if (s.kind != StepKind::row) continue;
+            free_row(s.index);
+            // The MLP half's first row's backward has run: the attention half's turn. (An op
+            // between the marker and that row counts with the attention half, as 1.2 did.)
+            if (two_regions() && s.index == mlp_half_from_) rebuild_region(region = 0);
         }
         end_backward();
     }
@@ -209,19 +206,6 @@ private:
                 b_.rebuild(layer_.rows[i].op, row(i));
     }
 
-    void backward_work(std::uint32_t index) {
-        const Workspace& w = layer_.work[index];
-        b_.at(Pass::backward, selective() && w.absent_from > layer_.mlp_half_from ? 1 : 0);
-        TensorId extra = none;
-        if (selective() && w.selective_extra.value() > 0) {
-            extra = b_.tensor("a gradient the checkpoint still holds", "", ActivationSplit::tensor,
-                              w.selective_extra, Role::activation);
-            b_.alloc(w.op, extra);
-        }
-        b_.work(w.op, workspace(w), index);
-        if (extra != none) b_.free(w.op, extra);
-    }
-
     /// Row `i`'s backward has run: its storage is released (a checkpoint input's, with it).
     void free_row(std::size_t i) {
         const SavedTensor& r = layer_.rows[i];
@@ -237,9 +221,9 @@ private:
     Recompute mode_;
     Builder<Sink> b_;
     std::size_t rows_;
-    std::vector<std::uint32_t> work_;           ///< workspaces by group, then position
-    std::array<std::size_t, 3> group_size_{};   ///< forward, layer end, backward
+    std::size_t mlp_half_from_;
     std::vector<std::size_t> transient_;        ///< forward: rows made and not kept, still live
+    std::vector<TensorId> beside_;              ///< the running op's beside tensors
     TensorId states_from_ = 0, states_to_ = 0;  ///< the checkpoints' RNG states
     TensorId input_ = none;
     bool input_freed_ = false;
@@ -247,21 +231,21 @@ private:
 
 }  // namespace detail
 
-/// `layer`'s table as a tape under `mode` (select_modules already applied for selective).
-inline Tape from_table(const LayerActivations& layer, Recompute mode) {
+/// `layer`'s program as a tape under `mode` (select_modules already applied for selective).
+inline Tape from_program(const LayerActivations& layer, Recompute mode) {
     Recorder r;
     r.tape.tensors.reserve(layer.rows.size() + 2 * layer.work.size() + 4);
     r.tape.events.reserve(3 * layer.rows.size() + 5 * layer.work.size() + 8);
-    detail::TableTape<Recorder>(layer, mode, r).write();
+    detail::ProgramTape<Recorder>(layer, mode, r).write();
     return std::move(r.tape);
 }
 
-/// The sweep of from_table(layer, mode), with no tape kept. Flattened: the events inline into
+/// The sweep of from_program(layer, mode), with no tape kept. Flattened: the events inline into
 /// the sums (every estimate sweeps each kind of layer).
-[[gnu::flatten]] inline Liveness sweep_table(const LayerActivations& layer, Recompute mode) {
+[[gnu::flatten]] inline Liveness sweep_program(const LayerActivations& layer, Recompute mode) {
     Sweeper s(layer.rows.size() + layer.policy_outputs.size() + 2 * layer.work.size() + 4,
               layer.work.size());
-    detail::TableTape<Sweeper> t(layer, mode, s);
+    detail::ProgramTape<Sweeper> t(layer, mode, s);
     // With no op to measure, the sums are the declared tensors' alone: the events change nothing.
     if (layer.work.empty())
         t.declare();
@@ -275,7 +259,7 @@ inline Tape from_table(const LayerActivations& layer, Recompute mode) {
 /// the sweep's, for tables that show them. `layer` is one rank's share already.
 inline std::vector<WorkspaceSum> workspace_sums(const LayerActivations& layer, Recompute mode) {
     std::vector<WorkspaceSum> out(layer.work.size());
-    for (const RunEffect& run : sweep_table(layer, mode).runs)
+    for (const RunEffect& run : sweep_program(layer, mode).runs)
         out[run.source] = {run.added.total(), run.covered.total()};
     return out;
 }
