@@ -246,7 +246,7 @@ TEST_CASE(
         CHECK(fixtures::stream_other(l, *down) == 2 * sbh);
         // Before the rerun: the scaled adapter output's gradient (fp32) and the base output's, cast
         // to bf16.
-        CHECK(l.rerun_gradients.value() == sbh * (4 + 2));
+        CHECK(fixtures::rerun_bytes(l) == sbh * (4 + 2));
 
         // The first backward step holds every row, and the rerun forward adds what is not one of
         // them at its largest: up(x)'s workspace less the rows made after it (act's input, its
@@ -277,13 +277,13 @@ TEST_CASE(
     // last linear reads a saved weight.
     FineTuning bf16 = f;
     bf16.lora.fp32 = false;
-    CHECK(architecture_layer(m, s, b, DType::bf16, Attention::eager, Platform::cuda, {},
-                             layer_tuning(table, bf16, 0))
-              .rerun_gradients.value() == 2 * sbh);
+    CHECK(fixtures::rerun_bytes(architecture_layer(m, s, b, DType::bf16, Attention::eager,
+                                                   Platform::cuda, {},
+                                                   layer_tuning(table, bf16, 0))) == 2 * sbh);
     const FineTuning qv = lora(r, {"q_proj", "v_proj"});
-    CHECK(architecture_layer(m, s, b, DType::bf16, Attention::eager, Platform::cuda, {},
-                             layer_tuning(fine_tuned_table(m, parameter_table(m), qv), qv, 0))
-              .rerun_gradients == Count(0));
+    CHECK(fixtures::rerun_bytes(architecture_layer(
+              m, s, b, DType::bf16, Attention::eager, Platform::cuda, {},
+              layer_tuning(fine_tuned_table(m, parameter_table(m), qv), qv, 0))) == 0);
 }
 
 TEST_CASE("QLoRA's layer dequantises its largest weight while it computes", "[finetune]") {
@@ -606,4 +606,37 @@ TEST_CASE("LoRA's errors name the rank that overflows and all-linear given besid
     CHECK(mixed.err ==
           "memcalc: lora target all-linear adapts every linear layer: give it "
           "alone, or names alone (got all-linear,q_proj)\n");
+}
+
+TEST_CASE("A checkpointed layer's tape holds the gradients made before its rerun while it rebuilds",
+          "[finetune][tape]") {
+    // LoRA on the down projection, whose output the layer's last add takes as it is: the rerun
+    // starts with the adapter's gradients made, as torch's non-reentrant checkpoint runs it.
+    for (const std::uint64_t h : {64, 96}) {
+        Architecture m = fixtures::llama_7b();
+        m.hidden = h, m.layers = 2, m.heads = 4, m.kv_heads = 2, m.ffn = 3 * h, m.vocab = 100;
+        const FineTuning f = lora(4, {"down_proj"});
+        const LayerActivations l =
+            architecture_layer(m, 16, 2, DType::bf16, Attention::eager, Platform::cuda, {},
+                               layer_tuning(fine_tuned_table(m, parameter_table(m), f), f, 0));
+        REQUIRE(fixtures::rerun_bytes(l) > 0);
+        for (Recompute mode : {Recompute::none, Recompute::full, Recompute::op}) {
+            CAPTURE(h, recompute_name(mode));
+            const tape::Tape tp = tape::from_program(l, mode);
+            const std::vector<SplitBytes> live = tape::live_after_each(tp);
+            std::size_t held_at_rebuild = 0, rebuilds = 0;
+            bool held = false;
+            for (std::size_t i = 0; i < tp.events.size(); ++i) {
+                const tape::Event& e = tp.events[i];
+                if (tp.tensors[e.tensor].name == Text("the gradients made before the rerun"))
+                    held = e.kind == tape::EventKind::alloc;
+                if (e.kind != tape::EventKind::rebuild) continue;
+                ++rebuilds;
+                if (held) ++held_at_rebuild;
+                CHECK(live[i].total() >= Count(fixtures::rerun_bytes(l)));
+            }
+            CHECK(held_at_rebuild == rebuilds);
+            CHECK((rebuilds > 0) == (mode != Recompute::none));
+        }
+    }
 }

@@ -31,6 +31,13 @@ inline std::uint64_t stream_input(const memcalc::LayerActivations& layer,
                                   const memcalc::Workspace& w) {
     return beside(layer, w, memcalc::Recompute::none) - stream_other(layer, w);
 }
+/// What `layer`'s checkpoint holds while it reruns the forward: the gradients made before.
+inline std::uint64_t rerun_bytes(const memcalc::LayerActivations& layer) {
+    std::uint64_t held = 0;
+    for (const memcalc::CheckpointTensor& t : layer.checkpoint_tensors)
+        if (t.held == memcalc::CheckpointHeld::rerun) held += t.bytes.value();
+    return held;
+}
 /// Whether `w` runs at the layer's last op, after its modules have returned.
 inline bool at_layer_end(const memcalc::LayerActivations& layer, const memcalc::Workspace& w) {
     bool ended = false;

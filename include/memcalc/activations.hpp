@@ -295,6 +295,24 @@ struct Beside {
     bool alive(Recompute r) const { return (modes & mode_bit(r)) != 0; }
 };
 
+/// When a checkpoint's own tensor (CheckpointTensor) is alive.
+enum class CheckpointHeld : std::uint8_t {
+    always,  ///< from the forward until the backward returns, one per checkpoint
+    rerun,   ///< while the checkpoint reruns the forward, in a checkpointed layer's backward
+};
+
+/// A tensor a checkpoint holds that is no row: the CPU RNG state torch.utils.checkpoint restores
+/// before rerunning (preserve_rng_state; a CUDA one's is a host tensor), or the gradients a
+/// checkpointed layer's backward makes before it first reads a saved tensor (torch's non-reentrant
+/// checkpoint reruns the forward then), on the residual stream's width: gathered whole, as a
+/// row-parallel output's gradient is.
+struct CheckpointTensor {
+    Text name;
+    Count bytes;
+    ActivationSplit split;
+    CheckpointHeld held;
+};
+
 /// What a step of a layer's program is (ProgramStep).
 enum class StepKind : std::uint8_t {
     row,        ///< rows[index] is made
@@ -322,14 +340,7 @@ struct LayerActivations {
     /// rows in order, no op).
     std::vector<ProgramStep> program;
     Count input_bytes;  ///< the layer's input: all that full recomputation keeps
-    /// A checkpointed layer (torch's non-reentrant checkpoint): the gradients its backward makes
-    /// before it first reads a saved tensor, alive while its forward reruns (on the residual
-    /// stream's width: gathered whole, as a row-parallel output's gradient is).
-    Count rerun_gradients;
-    /// What each of its checkpoints keeps beside tensors: the CPU RNG state torch.utils.checkpoint
-    /// restores before rerunning (preserve_rng_state), on a CPU platform (a CUDA one's state is a
-    /// host tensor). No saved tensor.
-    Count checkpoint_state;
+    std::vector<CheckpointTensor> checkpoint_tensors;  ///< what its checkpoints hold beside rows
 
     /// The first row of the MLP half (its norm, the MLP or the MoE layer), or rows.size() where
     /// the program marks none with a row after it: selective recomputation rebuilds one half at a

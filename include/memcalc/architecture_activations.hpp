@@ -1536,13 +1536,17 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     }
 
     layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input
-    layer.checkpoint_state = z.kernels->checkpoint_rng_state;
+    if (z.kernels->checkpoint_rng_state > 0)
+        layer.checkpoint_tensors.push_back({"RNG state", Count(z.kernels->checkpoint_rng_state),
+                                            ActivationSplit::replicated, CheckpointHeld::always});
     // A LoRA adapter beside the down projection, whose output the layer's last add takes as it is
     // (no experts' weighting, post-norm or dropout after it): reached before any saved tensor is
     // read.
     if (!m.is_moe() && !m.norms_after_branches() && m.hidden_dropout == 0 &&
         (tuning.adapted & bit(Linear::down)) != 0)
-        layer.rerun_gradients = detail::rerun_gradients(t, z, z.sbh);
+        layer.checkpoint_tensors.push_back({"the gradients made before the rerun",
+                                            detail::rerun_gradients(t, z, z.sbh),
+                                            ActivationSplit::replicated, CheckpointHeld::rerun});
     if (modules.bits != 0) select_modules(layer, modules);
     return layer;
 }

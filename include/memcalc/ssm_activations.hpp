@@ -202,7 +202,7 @@ inline LayerActivations korthikanti_mamba_layer(const Architecture& m, std::uint
                              [](bool, Label, Label, Label, Count) {});
     for (std::size_t i = 8; i < gpt.rows.size(); ++i)
         layer.rows.push_back(gpt.rows[i]);  // residual dropout on
-    layer.input_bytes = gpt.input_bytes, layer.checkpoint_state = gpt.checkpoint_state;
+    layer.input_bytes = gpt.input_bytes, layer.checkpoint_tensors = gpt.checkpoint_tensors;
     return layer;
 }
 

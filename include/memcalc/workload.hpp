@@ -437,7 +437,7 @@ struct LayerWork {
     SplitBytes rebuilt_mlp_half;
     std::vector<WorkspaceEffect> forward_work, backward_work;  ///< its workspaces
     SplitBytes
-        rerun_gradients;  ///< LayerActivations::rerun_gradients, where the layer is checkpointed
+        rerun_gradients;  ///< its checkpoint's CheckpointHeld::rerun tensors, where it has one
     bool keeps_input =
         false;  ///< it keeps its input tensor itself (a LayerNorm's saved input, a checkpoint)
 };
@@ -538,7 +538,8 @@ inline LayerWork layer_work(const LayerActivations& layer, Recompute mode,
         if (row.kept(mode) && row.layer_input) lw.keeps_input = true;
     if (checkpoints_layer(mode)) {
         lw.keeps_input = true;
-        lw.rerun_gradients.replicated += layer.rerun_gradients;
+        for (const CheckpointTensor& t : layer.checkpoint_tensors)
+            if (t.held == CheckpointHeld::rerun) lw.rerun_gradients.add(t);
     }
     return lw;
 }
@@ -1264,7 +1265,7 @@ inline void set_layer_work(TimelineInputs& in, const Workload& w, const Parallel
         const Count written = p.zero >= 2 ? Count(0) : w.recipe.autocast ? Count(g.value() - d) : g;
         set_layer_workspaces(layer, w.layers[k], w, p, k, written, cast_bytes);
         // The rerun forward: its largest op with the rows made before it, or all the rows, beside
-        // the gradients made before the rerun (LayerActivations::rerun_gradients).
+        // the gradients made before the rerun (CheckpointHeld::rerun).
         if (checkpoints_layer(w.recompute)) {
             const Count rerun = std::max(layer.forward_work, layer.rebuilt) +
                                 w.layers[k].rerun_gradients.on_rank(p, V);

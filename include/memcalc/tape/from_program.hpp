@@ -55,10 +55,10 @@ public:
             for (const PolicyOutput& p : layer_.policy_outputs)
                 row_tensor(p.tensor, Counted::saved), ++next;
         states_from_ = next;
-        if (layer_.checkpoint_state.value() > 0)
-            for (std::uint64_t c = 0; c < layer_.checkpoints(mode_); ++c, ++next)
-                b_.tensor("RNG state", "", ActivationSplit::replicated, layer_.checkpoint_state,
-                          Role::state, Counted::saved);
+        for (const CheckpointTensor& t : layer_.checkpoint_tensors)
+            if (t.held == CheckpointHeld::always)
+                for (std::uint64_t c = 0; c < layer_.checkpoints(mode_); ++c, ++next)
+                    b_.tensor(t.name, "", t.split, t.bytes, Role::state, Counted::saved);
         states_to_ = next;
         if (checkpointed())
             input_ = b_.tensor("the layer's input", "sbh", ActivationSplit::sequence,
@@ -174,9 +174,30 @@ private:
         if (mode_ == Recompute::op)  // popped by the recomputation, never saved for backward
             for (std::size_t i = 0; i < layer_.policy_outputs.size(); ++i)
                 b_.free("recomputation", policy_output(i));
-        std::uint8_t region = two_regions() ? 1 : 0;  // backward reaches the MLP half first
-        if (!selective() || two_regions()) rebuild_region(region);
-        if (selective() && !two_regions()) rebuild_region(0);
+        const std::uint8_t first = two_regions() ? 1 : 0;  // backward reaches the MLP half first
+        if (checkpointed())
+            rerun();
+        else
+            rebuild_region(first);
+        walk_backward(first);
+        end_backward();
+    }
+
+    /// A checkpointed layer's backward begins: the gradients made before the forward reruns are
+    /// alive while it rebuilds the rows.
+    void rerun() {
+        beside_.clear();
+        for (const CheckpointTensor& t : layer_.checkpoint_tensors)
+            if (t.held == CheckpointHeld::rerun) {
+                beside_.push_back(b_.tensor(t.name, "", t.split, t.bytes, Role::activation));
+                b_.alloc("checkpoint rerun", beside_.back());
+            }
+        rebuild_region(0);
+        for (TensorId t : beside_) b_.free("checkpoint rerun", t);
+    }
+
+    /// The program backwards: each op's backward, each row freed once its backward has run.
+    void walk_backward(std::uint8_t region) {
         for (std::size_t k = steps(); k-- > 0;) {
             const ProgramStep s = step(k);
             if (s.kind == StepKind::op && layer_.work[s.index].backward) {
@@ -189,7 +210,6 @@ private:
             // between the marker and that row counts with the attention half, as 1.2 did.)
             if (two_regions() && s.index == mlp_half_from_) rebuild_region(region = 0);
         }
-        end_backward();
     }
 
     /// The layer's backward has returned: what its checkpoints held (the input, RNG states) goes.
