@@ -169,3 +169,15 @@ TEST_CASE("memcalc activation-functions lists every row with its code and what i
     CHECK_THAT(cli::render_listing(cli::activation_functions_listing(), cli::Format::table),
                Catch::Contains("torch.pow(x, 3.0)"));
 }
+
+TEST_CASE("an activation function's kept input is flagged where it is named, and only there",
+          "[activations]") {
+    std::size_t inputs = 0;
+    for (const ActivationFunction& f : activation_functions)
+        for (std::size_t i = 0; i < f.kept_count(); ++i) {
+            CAPTURE(f.name, i);
+            CHECK(f.kept[i].input == (f.kept[i].tensor == "its input"));
+            if (f.kept[i].input) ++inputs;
+        }
+    CHECK(inputs >= 5);
+}

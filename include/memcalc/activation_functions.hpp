@@ -27,6 +27,7 @@ struct ActivationTensor {
     std::string_view op;
     std::string_view tensor;
     std::string_view why;
+    bool input = false;  ///< the function's input itself (the projection's output it reads)
 };
 
 struct ActivationFunction {
@@ -56,7 +57,7 @@ struct ActivationFunction {
 
 namespace detail {
 inline constexpr ActivationTensor fused_input{"", "its input",
-                                              "its derivative is taken at its input"};
+                                              "its derivative is taken at its input", true};
 inline constexpr ActivationTensor tanh_output{"tanh", "its output",
                                               "tanh's gradient is written in its output"};
 inline constexpr ActivationTensor half_x{"0.5 * x * (1.0 + tanh)", "0.5 * x",
@@ -109,7 +110,7 @@ inline constexpr std::array<ActivationFunction, 8> activation_functions{{
      "gelu_new",
      ActivationKernel::ops,
      "0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))",
-     {{{"torch.pow(x, 3.0)", "its input", "pow's gradient is 3 x^2"},
+     {{{"torch.pow(x, 3.0)", "its input", "pow's gradient is 3 x^2", true},
        detail::tanh_output,
        detail::half_x,
        detail::one_plus_tanh}},
@@ -121,7 +122,7 @@ inline constexpr std::array<ActivationFunction, 8> activation_functions{{
      "gelu_fast",
      ActivationKernel::ops,
      "0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))",
-     {{{"0.044715 * x * x", "its input", "the gradient w.r.t. 0.044715 * x"},
+     {{{"0.044715 * x * x", "its input", "the gradient w.r.t. 0.044715 * x", true},
        {"0.044715 * x * x", "0.044715 * x", "the gradient w.r.t. the second x"},
        {"x * 0.7978845608 * (1.0 + ...)", "x * 0.7978845608",
         "the gradient w.r.t. 1.0 + 0.044715 * x * x"},
@@ -138,7 +139,7 @@ inline constexpr std::array<ActivationFunction, 8> activation_functions{{
      "quick_gelu",
      ActivationKernel::ops,
      "x * torch.sigmoid(1.702 * x)",
-     {{{"x * sigmoid", "its input", "the gradient w.r.t. sigmoid's output"},
+     {{{"x * sigmoid", "its input", "the gradient w.r.t. sigmoid's output", true},
        {"sigmoid", "its output (also the product's)",
         "sigmoid's gradient is written in its output; the gradient w.r.t. x"}}},
      false,
@@ -152,7 +153,7 @@ inline constexpr std::array<ActivationFunction, 8> activation_functions{{
      "clamped SwiGLU",
      ActivationKernel::ops,
      "x.clamp(max=7.0) * torch.sigmoid(x.clamp(max=7.0) * 1.702)",
-     {{{"clamp", "its input", "clamp's gradient is masked where x exceeded the limit"},
+     {{{"clamp", "its input", "clamp's gradient is masked where x exceeded the limit", true},
        {"gate * sigmoid", "the clamped gate", "the gradient w.r.t. sigmoid's output"},
        {"sigmoid", "its output (also the product's)",
         "sigmoid's gradient is written in its output; the gradient w.r.t. the gate"}}},

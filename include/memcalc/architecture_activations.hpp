@@ -25,6 +25,32 @@ namespace memcalc {
 
 namespace detail {
 
+/// What a row is to the recomputations besides its Keep, given when it is made (SavedTensor's
+/// fields of the same names).
+struct RowFacts {
+    bool layer_input = false;   ///< the layer's input itself, the same storage
+    bool policy_saved = false;  ///< the output of an op the op-level policy saves
+    bool norm_output = false;   ///< a norm's output, which recomputing the norm discards
+    ModuleRole role = ModuleRole::inside;
+
+    RowFacts input_of_layer(bool is = true) const { return with(&RowFacts::layer_input, is); }
+    RowFacts saved_by_policy(bool is = true) const { return with(&RowFacts::policy_saved, is); }
+    RowFacts output_of_norm(bool is = true) const { return with(&RowFacts::norm_output, is); }
+    /// The module's input itself, which its checkpoint keeps.
+    RowFacts input_of_module(bool is = true) const {
+        RowFacts f = *this;
+        if (is) f.role = ModuleRole::input;
+        return f;
+    }
+
+private:
+    RowFacts with(bool RowFacts::*field, bool is) const {
+        RowFacts f = *this;
+        f.*field = is;
+        return f;
+    }
+};
+
 /// Builds a table row by row: each row one saved storage, `copies` x `per_copy` elements; and,
 /// given a layer, its program: the rows, its ops' workspaces, the op-level policy's outputs beyond
 /// the rows and what is alive beside each op, in the order the forward makes them.
@@ -59,23 +85,16 @@ public:
         module_ = m;
         return before;
     }
-    /// The last row is the module's input itself, which its checkpoint keeps.
-    void mark_module_input() { rows_.back().role = ModuleRole::input; }
-    void row_role_at(std::size_t row, ModuleRole role) { rows_.at(row).role = role; }
-    /// The last row's storage is a norm's output, which recomputing the norm discards.
-    void mark_norm_output(bool is = true) { rows_.back().norm_output = is; }
     /// The current module's checkpoint keeps a tensor no other row keeps: a row counted only when
     /// it is recomputed (select_modules drops it otherwise).
     void checkpoint_input(Label tensor, const Shape& shape, Count elements,
                           std::uint64_t bytes_per_element, bool norm_output = false) {
+        RowFacts facts = RowFacts{}.output_of_norm(norm_output);
+        facts.role = ModuleRole::checkpoint;
         add(std::string(module_name(module_)) + " checkpoint", tensor,
             "the checkpoint reruns the module from it", shape, elements, bytes_per_element,
-            Keep::only_selective);
-        rows_.back().role = ModuleRole::checkpoint;
-        rows_.back().norm_output = norm_output;
+            Keep::only_selective, 1, facts);
     }
-    /// The last row is the output of an op the policy saves (SavedTensor::policy_saved).
-    void mark_policy_saved(bool saved = true) { rows_.back().policy_saved = saved; }
     /// An output the policy saves that no row is, made after the rows added so far.
     void policy_output(bool saved, Label op, Label tensor, const Shape& shape, Count elements,
                        std::uint64_t bytes_per_element) {
@@ -147,19 +166,17 @@ public:
              {false, op, tensor, formula, bytes, ActivationSplit::sequence, {}, module_, {}});
     }
     std::size_t size() const { return rows_.size(); }
-    /// The last row is the layer's input itself (SavedTensor::layer_input).
-    void mark_layer_input(bool is_input) { rows_.back().layer_input = is_input; }
-    void mark_layer_input_at(std::size_t row) { rows_.at(row).layer_input = true; }
 
     /// One saved storage of `copies` x `per_copy` elements of `shape`, which says how it divides
     /// across ranks.
     void add(Label op, Label tensor, Label why, const Shape& shape, Count per_copy,
-             std::uint64_t bytes_per_element, Keep keep = Keep::always, std::uint64_t copies = 1) {
+             std::uint64_t bytes_per_element, Keep keep = Keep::always, std::uint64_t copies = 1,
+             const RowFacts& facts = {}) {
         const Count elements = per_copy * copies;
         if (layer_) place(rows_.size(), Order::row, StepKind::row, rows_.size());
         rows_.push_back({op, tensor, why, shape.symbol, copies, bytes_per_element, keep, elements,
-                         elements * bytes_per_element, shape.split});
-        rows_.back().module = module_;
+                         elements * bytes_per_element, shape.split, facts.layer_input,
+                         facts.policy_saved, module_, facts.role, facts.norm_output});
     }
 
 private:
@@ -281,14 +298,15 @@ inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& 
                          Count elements, const Shape& row_shape, Count rows,
                          const std::string& row_name, std::uint64_t input, bool fp32_scale = false,
                          const std::optional<SavedStorage>& fp32_input = std::nullopt,
-                         bool weighted = true) {
+                         bool weighted = true, const RowFacts& input_facts = {}) {
     if (input == dtype::fp32 && fp32_input)
         t.add(what + " (RMSNorm)", fp32_input->what, "pow(x, 2) and x * rsqrt need x",
-              fp32_input->shape, fp32_input->elements, dtype::fp32);
+              fp32_input->shape, fp32_input->elements, dtype::fp32, Keep::always, 1, input_facts);
     else
         t.add(what + " (RMSNorm)",
               input == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
-              "pow(x, 2) and x * rsqrt need x", shape, elements, dtype::fp32);
+              "pow(x, 2) and x * rsqrt need x", shape, elements, dtype::fp32, Keep::always, 1,
+              input == dtype::fp32 ? input_facts : RowFacts{});
     t.add(what + " (RMSNorm)", "1/rms per " + row_name + ", fp32",
           "rsqrt's gradient is written in its output", row_shape, rows, dtype::fp32);
     if (weighted &&
@@ -309,18 +327,16 @@ inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
     if (m.norm == Norm::rmsnorm) {
         // On the residual stream, in its dtype (fp32 under autocast, where the input kept is the
         // stream itself), or on a branch's output in the compute dtype.
-        const std::size_t input_row = t.size();
-        const bool keeps_input = rmsnorm_rows(t, what, shape::sbh, z.sbh, shape::sb, z.tokens,
-                                              "token", input, m.rmsnorm_fp32_scale);
-        if (keeps_input && layer_input) t.mark_layer_input_at(input_row);
-        if (keeps_input) t.row_role_at(input_row, ModuleRole::input);
+        // Where its saved input is x itself, that is the module's input (and maybe the layer's).
+        const bool keeps_input = rmsnorm_rows(
+            t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", input, m.rmsnorm_fp32_scale,
+            std::nullopt, true, RowFacts{}.input_of_layer(layer_input).input_of_module());
         return keeps_input || input_kept;
     } else {
         if (!input_kept) {
             t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input",
-                  shape::sbh, z.sbh, input);
-            t.mark_layer_input(layer_input);
-            t.mark_module_input();
+                  shape::sbh, z.sbh, input, Keep::always, 1,
+                  RowFacts{}.input_of_layer(layer_input).input_of_module());
         }
         const bool fp32 = z.kernels->norm_statistics_fp32;  // else in its input's dtype
         t.add(what + " (LayerNorm)",
@@ -563,7 +579,7 @@ inline void linear_input_row(TableBuilder& t, const Sizes& z, const std::string&
 inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::string& op,
                                  const std::string& what, Count elements, const Shape& shape,
                                  std::uint64_t projections, const LinearOutput& output = {},
-                                 LinearSet readers = 0) {
+                                 LinearSet readers = 0, const RowFacts& facts = {}) {
     if (readers != 0 && t.tuning.any()) {
         const std::uint64_t trained = linears_in(readers & ~t.tuning.frozen),
                             adapters = linears_in(readers & t.tuning.adapted);
@@ -578,7 +594,7 @@ inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::str
                                        " by each LoRA A (autocast)"
                                  : what + " (LoRA A's input)",
                       "A's gradient = input^T x its output's gradient", shape, elements, z.d,
-                      Keep::always, copies);
+                      Keep::always, copies, facts);
             return copies > 0;
         }
         projections = std::min(projections, trained) + (z.autocast ? adapters : 0);
@@ -586,7 +602,7 @@ inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::str
     if (z.narrow) {
         t.add(op, what + ", cast once to " + dtype_name(*z.narrow),
               "weight gradient = input^T x output gradient", shape, elements,
-              bytes_per_element(*z.narrow));
+              bytes_per_element(*z.narrow), Keep::always, 1, facts);
         const std::uint64_t cast = 2 * bytes_per_element(*z.narrow);
         if (output.elements > Count(0))
             t.workspace_at(t.size(), true, op + " backward",
@@ -597,14 +613,15 @@ inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::str
         return true;
     }
     if (!z.autocast) {
-        t.add(op, what, "weight gradient = input^T x output gradient", shape, elements, z.d);
+        t.add(op, what, "weight gradient = input^T x output gradient", shape, elements, z.d,
+              Keep::always, 1, facts);
         return true;
     }
     t.add(op,
           what + ", cast to " + dtype_name(z.compute) + " by each of " +
               std::to_string(projections) + " (autocast)",
           "weight gradient = input^T x output gradient", shape, elements, z.d, Keep::always,
-          projections);
+          projections, facts);
     return true;
 }
 
@@ -671,8 +688,8 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
         t.policy_output(saved[i] && !shared[i], names[i], "its output",
                         i == 0 ? shape::sbq : shape::sbkv, i == 0 ? z.sbq : z.sbkv, z.d);
     t.add("Q K^T", rotary ? "q after rotary" : "q",
-          "the gradient w.r.t. k is q x the scores' gradient", shape::sbq, z.sbq, z.d);
-    t.mark_policy_saved(saved[0] && shared[0]);
+          "the gradient w.r.t. k is q x the scores' gradient", shape::sbq, z.sbq, z.d, Keep::always,
+          1, RowFacts{}.saved_by_policy(saved[0] && shared[0]));
     for (int i : {1, 2}) {
         const bool key = i == 1;
         const std::string what =
@@ -688,8 +705,8 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
                   "the checkpoint reruns the core attention from it", shape::sbkv, z.sbkv, z.d,
                   Keep::only_selective);
         } else {
-            t.add(op, what, why, shape::sbkv, z.sbkv, z.d);
-            t.mark_policy_saved(saved[i] && shared[i]);
+            t.add(op, what, why, shape::sbkv, z.sbkv, z.d, Keep::always, 1,
+                  RowFacts{}.saved_by_policy(saved[i] && shared[i]));
         }
     }
 }
@@ -771,8 +788,8 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
     const std::string first =
         q_latent ? "q_a_proj and kv_a_proj_with_mqa" : "q_proj and kv_a_proj_with_mqa";
     const LinearSet first_readers = bit(q_latent ? Linear::q_a : Linear::q) | bit(Linear::kv_a);
-    if (projection_input_row(t, z, first, "their input", z.sbh, shape::sbh, 2, {}, first_readers))
-        t.mark_norm_output(!z.autocast && !z.narrow);
+    projection_input_row(t, z, first, "their input", z.sbh, shape::sbh, 2, {}, first_readers,
+                         RowFacts{}.output_of_norm(!z.autocast && !z.narrow));
     adapter_rows(t, z, first, first_readers, z.tokens, z.sbh, shape::sbh, z.s);
     if (q_latent) {
         t.policy_output(t.linear_saved(biased), "q_a_proj", "its output", ls::sbrq, latent_q, z.d);
@@ -816,8 +833,8 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
         t.policy_output(kv_b_saved, "kv_b_proj", "its output", ls::sbkvb, kv_b_out, z.d);
     } else {
         t.add(kernel, "kv_b_proj's output (k's nope part and v), which v views", v_why + dropped,
-              ls::sbkvb, kv_b_out, z.d, viewed ? Keep::always : Keep::only_selective);
-        t.mark_policy_saved(kv_b_saved);
+              ls::sbkvb, kv_b_out, z.d, viewed ? Keep::always : Keep::only_selective, 1,
+              RowFacts{}.saved_by_policy(kv_b_saved));
         if (!viewed) {  // matmul's copy, inside the core attention
             const Module up = t.section(Module::attention);
             t.add(kernel, "v, copied contiguous by matmul", v_why, ls::sbv, z.sbv, z.d,
@@ -855,10 +872,8 @@ inline void mamba_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
             "fine-tuning (frozen parts or LoRA) of a model with Mamba layers is not modelled");
     const LinearOutput in_out{z.tokens * (2 * m.ssm.d_inner), "sb(2d_i)", "in_proj",
                               ActivationSplit::tensor,        {},         {}};
-    if (projection_input_row(t, z, "in_proj", "its input", z.sbh, shape::sbh, 1, in_out)) {
-        t.mark_norm_output(true);
-        if (!m.norms_before_branches()) t.mark_layer_input(true);
-    }
+    projection_input_row(t, z, "in_proj", "its input", z.sbh, shape::sbh, 1, in_out, 0,
+                         RowFacts{}.output_of_norm().input_of_layer(!m.norms_before_branches()));
     const auto add = [&](Label op, Label tensor, Label why, const Shape& shape, Count elements,
                          std::uint64_t bytes, Keep keep = Keep::always, std::uint64_t copies = 1) {
         t.add(op, tensor, why, shape, elements, bytes, keep, copies);
@@ -881,15 +896,12 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
             m.is_moe() ? bit(Linear::router) : mlp_input_readers(m);  // reading it too
         const LinearOutput qkv_out{
             z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj", ActivationSplit::tensor, z.sbq, {}};
+        // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
+        const bool itself = !z.autocast && !z.narrow;
         const bool kept = projection_input_row(
             t, z, "q/k/v projections", shared ? "their input, shared with the MLP" : "their input",
-            z.sbh, shape::sbh, 3, qkv_out, shared ? qkv | mlp : qkv);
-        if (kept) {
-            t.mark_norm_output(!z.autocast && !z.narrow);
-            // Without a norm before attention (OLMo 2) the projections read the layer's input
-            // itself.
-            if (!m.norms_before_branches() && !z.autocast && !z.narrow) t.mark_layer_input(true);
-        }
+            z.sbh, shape::sbh, 3, qkv_out, shared ? qkv | mlp : qkv,
+            RowFacts{}.output_of_norm(itself).input_of_layer(itself && !m.norms_before_branches()));
         after_linears(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s, kept,
                       qkv_out);
         qk_norm_rows(t, m, z);
@@ -908,8 +920,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         // which the op-level policy saves (the SDPA kernels are on its list).
         t.add("flash attention", "log-sum-exp per query row, fp32",
               "backward rebuilds the softmax from it", shape::asb, Count(m.heads) * z.tokens,
-              dtype::fp32, Keep::not_selective);
-        t.mark_policy_saved();
+              dtype::fp32, Keep::not_selective, 1, RowFacts{}.saved_by_policy());
         // v padded to q's width (latent attention) makes an output as wide: the output projection
         // reads a copy of its unpadded slice, and the padded output is the kernel's alone.
         const bool padded = m.value_head_size() != m.head_size();
@@ -917,8 +928,8 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
             t.add("flash attention", "its output, padded to q's head width",
                   "backward needs the output for the softmax "
                   "gradient",
-                  latent_shape::sbqk, z.sbq, z.d, Keep::not_selective);
-            t.mark_policy_saved();
+                  latent_shape::sbqk, z.sbq, z.d, Keep::not_selective, 1,
+                  RowFacts{}.saved_by_policy());
             projection_input_row(t, z, "output projection",
                                  "its input (the output's unpadded slice, copied)", z.sbv, output,
                                  1, output_projection(z), bit(Linear::o));
@@ -926,8 +937,8 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         } else {
             t.add("flash attention",
                   z.narrow ? "its output" : "its output (also the output projection's input)",
-                  "backward needs the output for the softmax gradient", output, z.sbv, z.d);
-            t.mark_policy_saved();
+                  "backward needs the output for the softmax gradient", output, z.sbv, z.d,
+                  Keep::always, 1, RowFacts{}.saved_by_policy());
             if (z.narrow)  // beside the kernel's own copy
                 projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1,
                                      output_projection(z), bit(Linear::o));
@@ -1059,12 +1070,13 @@ inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const
         const std::string op =
             prefix + std::string(fn.label) + (kept.op.empty() ? "" : ": " + std::string(kept.op));
         const std::string tensor(kept.tensor);
-        const bool is_input = tensor == "its input";
+        const bool is_input = kept.input;
+        // The input of moe_act's checkpoint is its input.
         t.add(op, is_input ? tensor + " (" + input + ")" : tensor, std::string(kept.why), shape,
-              sbf, d);
-        t.mark_policy_saved(is_input && input_saved);
-        if (is_input && t.current_section() == Module::moe_act)
-            t.mark_module_input();  // the checkpoint's input
+              sbf, d, Keep::always, 1,
+              RowFacts{}
+                  .saved_by_policy(is_input && input_saved)
+                  .input_of_module(is_input && t.current_section() == Module::moe_act));
     }
 }
 
@@ -1138,9 +1150,9 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         t.add(prefix + "gate x up", std::string(fn.label) + "'s output",
               "the up branch's gradient is act(gate) x grad", shape, sbf, z.d);
         t.add(prefix + "gate x up", "the up projection's output",
-              "the gate branch's gradient is up x grad", shape, sbf, z.d);
-        t.mark_policy_saved(up_saved);
-        if (outer == Module::moe) t.mark_module_input();  // with the gate's, moe_act's input
+              "the gate branch's gradient is up x grad", shape, sbf, z.d, Keep::always, 1,
+              RowFacts{}.saved_by_policy(up_saved).input_of_module(
+                  outer == Module::moe));  // with the gate's, moe_act's input
         if (!fn.up_branch.empty())
             t.add(prefix + "gate x up", std::string(fn.up_branch),
                   "the gate branch's gradient is (up branch) x grad", shape, sbf, z.d);
@@ -1266,8 +1278,8 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     const bool down_saved = mlp_rows(t, m, z, shape::sbkf, slots * m.ffn, "experts: ");
     t.every_mm(false);
     t.add("expert output x weight", "the expert outputs", "the routing weight's gradient",
-          shape::sbkh, slots * m.hidden, z.d);
-    t.mark_policy_saved(down_saved);
+          shape::sbkh, slots * m.hidden, z.d, Keep::always, 1,
+          RowFacts{}.saved_by_policy(down_saved));
     // transformers casts the routing weights to the stream's dtype, which the weighted outputs
     // take.
     t.add("expert output x weight", std::string("the routing weights, ") + dtype_name(z.stream),
@@ -1307,10 +1319,9 @@ inline void every_token_expert_rows(TableBuilder& t, const Architecture& m, cons
     const Module outer = t.section(Module::moe_act);
     t.add("experts: gate_up bmm", "its output, gate and up (which act and the product view)",
           std::string(fn.label) + "'s derivative is taken at gate; the product's gradient needs up",
-          sbEf, copies * m.ffn * 2, z.d);
-    t.mark_module_input();
+          sbEf, copies * m.ffn * 2, z.d, Keep::always, 1, RowFacts{}.input_of_module());
     for (std::size_t i = 0; i < fn.kept_count(); ++i)  // its input is gate, a view of the row above
-        if (fn.kept[i].tensor != "its input")
+        if (!fn.kept[i].input)
             t.add("experts: " + std::string(fn.label) +
                       (fn.kept[i].op.empty() ? "" : ": " + std::string(fn.kept[i].op)),
                   std::string(fn.kept[i].tensor), std::string(fn.kept[i].why), sbEf, copies * m.ffn,
@@ -1360,8 +1371,7 @@ inline void shared_expert_rows(TableBuilder& t, const Architecture& m, const Siz
           "sigmoid's gradient is written in its output; the product's other factor's gradient",
           shape::sb, z.tokens, z.d);
     t.add("shared expert output x gate", "the shared expert's output", "the gate's gradient",
-          shape::sbh, z.sbh, z.d);
-    t.mark_policy_saved(down_saved);
+          shape::sbh, z.sbh, z.d, Keep::always, 1, RowFacts{}.saved_by_policy(down_saved));
 }
 
 }  // namespace detail
@@ -1447,8 +1457,10 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     if (!shared_norm || z.autocast || z.narrow) {
         input_kept = detail::projection_input_row(
             t, mlp_sizes, first, "their input", z.sbh, shape::sbh,
-            m.is_moe() ? 1 : detail::mlp_input_projections(m), first_out, readers);
-        if (input_kept && input_is_norm_output) t.mark_module_input(), t.mark_norm_output();
+            m.is_moe() ? 1 : detail::mlp_input_projections(m), first_out, readers,
+            detail::RowFacts{}
+                .input_of_module(input_is_norm_output)
+                .output_of_norm(input_is_norm_output));
         input_is_norm_output = input_is_norm_output && input_kept;
     }
     if (!input_is_norm_output)
