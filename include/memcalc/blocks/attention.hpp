@@ -1,0 +1,190 @@
+#pragma once
+/// Attention: MHA/GQA with eager, fused (flash) and op-level policies, or MLA.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "memcalc/blocks/attention_parts.hpp"
+#include "memcalc/blocks/dropout.hpp"
+#include "memcalc/blocks/mla.hpp"
+#include "memcalc/blocks/mlp_inputs.hpp"
+#include "memcalc/blocks/output_projection.hpp"
+
+namespace memcalc::detail {
+
+inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
+                           Attention attention) {
+    if (m.mla.enabled()) {
+        latent_attention_rows(t, m, z, attention);
+    } else {
+        constexpr LinearSet qkv = bit(Linear::q) | bit(Linear::k) | bit(Linear::v);
+        const bool shared =
+            m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow;
+        const LinearSet mlp =
+            m.is_moe() ? bit(Linear::router) : mlp_input_readers(m);  // reading it too
+        const LinearOutput qkv_out{
+            z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj", ActivationSplit::tensor, z.sbq, {}};
+        // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
+        const bool itself = !z.autocast && !z.narrow;
+        const bool kept = projection_input_row(
+            t, z, "q/k/v projections", shared ? "their input, shared with the MLP" : "their input",
+            z.sbh, shape::sbh, 3, qkv_out, shared ? qkv | mlp : qkv,
+            RowFacts{}.output_of_norm(itself).input_of_layer(itself && !m.norms_before_branches()));
+        after_linears(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s, kept,
+                      qkv_out);
+        qk_norm_rows(t, m, z);
+        rotary_rows(t, m, z);
+        temperature_rows(t, m, z);
+        qkv_rows(t, m, z, attention);
+    }
+    // Korthikanti's selective checkpoint: its rows are those Keep marks, its input q, k and v
+    // above.
+    t.section(Module::core_attn);
+    const Shape& output =
+        m.mla.enabled() ? latent_shape::sbv : shape::sbq;  // of a d_v wide per head
+    if (attention == Attention::flash) {
+        // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per
+        // row and recomputes the scores block by block in backward. Both are the kernel's outputs,
+        // which the op-level policy saves (the SDPA kernels are on its list).
+        t.add("flash attention", "log-sum-exp per query row, fp32",
+              "backward rebuilds the softmax from it", shape::asb, Count(m.heads) * z.tokens,
+              dtype::fp32, Keep::not_selective, 1, RowFacts{}.saved_by_policy());
+        // v padded to q's width (latent attention) makes an output as wide: the output projection
+        // reads a copy of its unpadded slice, and the padded output is the kernel's alone.
+        const bool padded = m.value_head_size() != m.head_size();
+        if (padded) {
+            t.add("flash attention", "its output, padded to q's head width",
+                  "backward needs the output for the softmax "
+                  "gradient",
+                  latent_shape::sbqk, z.sbq, z.d, Keep::not_selective, 1,
+                  RowFacts{}.saved_by_policy());
+            projection_input_row(t, z, "output projection",
+                                 "its input (the output's unpadded slice, copied)", z.sbv, output,
+                                 1, output_projection(z), bit(Linear::o));
+            adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
+        } else {
+            t.add("flash attention",
+                  z.narrow ? "its output" : "its output (also the output projection's input)",
+                  "backward needs the output for the softmax gradient", output, z.sbv, z.d,
+                  Keep::always, 1, RowFacts{}.saved_by_policy());
+            if (z.narrow)  // beside the kernel's own copy
+                projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1,
+                                     output_projection(z), bit(Linear::o));
+            adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
+        }
+        // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query.
+        const Count work = z.sbq * (dtype::fp32 + z.d) + Count(2 * z.d) * z.sbkv +
+                           Count(m.heads) * z.tokens * dtype::fp32;
+        t.workspace(true, "flash attention backward",
+                    "dq (fp32 accumulator and result), dk, dv, row sums",
+                    bytes_of(dtype::fp32 + z.d, "sb(ad)") + " + " + bytes_of(2 * z.d, "sb(kd)") +
+                        " + 4 asb",
+                    work, "o_proj");
+        t.weightless();
+        return;
+    }
+    const bool dropout = m.attention_dropout > 0;
+    if (m.causal_mask_buffer == CausalMaskBuffer::per_layer) {
+        // nanoGPT: masked_fill(bias[:, :, :s, :s] == 0, -inf) keeps the comparison's new s x s bool
+        // tensor for backward (measured: validation/results/cpu-buffers.json); the scores stay in
+        // the compute dtype, the scaled ones and the filled ones at once.
+        t.add("masked_fill (registered mask)", "bias == 0 (bool), broadcast over batch and heads",
+              "the gradient is zeroed where the mask was filled", shape::ss, Count(z.seq) * z.seq,
+              dtype::mask, Keep::not_selective);
+        t.workspace(false, "Q K^T / sqrt(d), masked_fill", "the scaled scores and the filled ones",
+                    bytes_of(2 * z.d, "as^2b"), Count(2 * z.d) * z.scores);
+    } else {
+        // Q K^T, then / sqrt(d) and + mask, each out of place: two s x s score tensors at once,
+        // before softmax makes the first saved one. The mask has the stream's dtype, which the sum
+        // takes (on CPU through an upcast copy of the scores).
+        const std::uint64_t scores = z.d + std::max(z.d, z.s + z.upcast);
+        t.workspace(false, "Q K^T / sqrt(d) + mask",
+                    z.upcast
+                        ? "the scaled scores, and their upcast copy and their sum with the mask"
+                        : "the scaled scores, and the scores or their sum with the mask",
+                    bytes_of(scores, "as^2b"), Count(scores) * z.scores);
+    }
+    // Attention sinks (gpt-oss): a column of per-head logits joins the scores, the row's max is
+    // taken off (max keeps its indices), the softmax runs over s + 1 columns and the sink's column
+    // is dropped by a view, so the softmax's output is the storage the product with V keeps.
+    const Count softmax_elements =
+        z.scores + (m.attention_sinks ? Count(m.heads) * z.tokens : Count(0));
+    if (m.attention_sinks)
+        t.add("scores - max (sinks)", "the row maxima's indices (int64)",
+              "max's gradient goes to the maximum", shape::asb, Count(m.heads) * z.tokens, 8,
+              Keep::not_selective);
+    const std::size_t softmax_row = t.size();
+    // An fp32 sum (autocast's) softmaxes to fp32, as does CUDA autocast's softmax on any input.
+    const bool softmax_fp32 = m.softmax_fp32 || z.autocast;
+    if (softmax_fp32) {
+        t.add("softmax",
+              m.attention_sinks ? "its output over s + 1 columns, fp32" : "its output, fp32",
+              "softmax's gradient is written in its output", shape::scores, softmax_elements,
+              dtype::fp32, Keep::not_selective);
+        if (!dropout)
+            t.add("attention over V",
+                  std::string("the weights, cast back to ") + dtype_name(z.compute),
+                  "the gradient w.r.t. v is weights^T x the output's gradient", shape::scores,
+                  z.scores, z.d, Keep::not_selective);
+    } else {
+        t.add("softmax",
+              std::string(dropout ? "its output" : "its output (also the weights over V)") +
+                  (m.attention_sinks ? ", s + 1 columns" : ""),
+              "softmax's gradient is written in its output", shape::scores, softmax_elements, z.d,
+              Keep::not_selective);
+    }
+    if (dropout) {
+        // Its forward holds its input, the noise (CPU) or mask it draws and its output at once:
+        // under recomputation, which keeps none of them, the core attention's largest moment
+        // (measured, peak_live.py: GPT-2 with dropout, full recomputation, forward 1 peaks at
+        // F.dropout's product).
+        const std::uint64_t drawn = z.kernels->dropout_mask ? dtype::mask : z.d;
+        t.workspace(
+            false, "attention dropout",
+            z.kernels->dropout_mask ? "its mask and its output" : "its noise and its output",
+            bytes_of(drawn + z.d, "as^2b"), Count(drawn + z.d) * z.scores);
+        dropout_row(t, z, z.compute, "attention dropout", shape::scores, z.scores,
+                    Keep::not_selective);
+        t.add("attention over V", "the dropped-out weights",
+              "the gradient w.r.t. v is weights^T x the output's gradient", shape::scores, z.scores,
+              z.d, Keep::not_selective);
+    }
+    // The product with V's backward, the core attention's first: the weights' gradient and v's
+    // beside the attention output's gradient (its incoming one), the output projection's input and
+    // all after it freed. A CPU kernel also copies two strided operands contiguous (measured:
+    // torch 1.13's BmmBackward0 on CPU).
+    const std::uint64_t over_v = (2 + z.kernels->bmm_backward_copies) * z.d;
+    t.workspace_at(t.size(), true, "attention over V backward",
+                   z.kernels->bmm_backward_copies > 0
+                       ? "the weights' gradient, the output's and v's, two contiguous copies"
+                       : "the weights' gradient, the output's and v's",
+                   bytes_of(z.d, "as^2b") + " + " + bytes_of(over_v, "sb(a d_v)"),
+                   Count(z.d) * z.scores + Count(over_v) * z.sbv, "o_proj");
+    t.weightless();
+    if (z.narrow)
+        projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1,
+                             output_projection(z), bit(Linear::o));
+    else
+        linear_input_row(t, z, "output projection", "its input", output, z.tokens, z.sbv,
+                         bit(Linear::o), output_projection(z));
+
+    // Softmax's input lives beside its output; its backward holds the gradients of both. Upcasting
+    // on the fly is CUDA's: the CPU kernel softmaxes an fp32 copy and returns an fp32 gradient.
+    const std::uint64_t out = softmax_fp32 ? dtype::fp32 : z.d;
+    const bool copy = softmax_fp32 && !z.kernels->softmax_upcasts_on_read && z.s != dtype::fp32;
+    const std::uint64_t forward = z.s + (copy ? dtype::fp32 : 0),
+                        backward = out + (copy ? dtype::fp32 : z.s);
+    t.workspace_at(softmax_row + 1, false, "softmax",
+                   copy ? "its input and its fp32 copy" : "its input", bytes_of(forward, "as^2b"),
+                   Count(forward) * softmax_elements);
+    // The product with V's backward has made v's gradient before the softmax's runs, and freed v,
+    // which it alone saved; selective recomputation's checkpoint holds an unrepeated v still
+    // (measured: cpu-rotary-wide512).
+    if (m.key_value_heads() == m.heads) t.held_by_checkpoint(z.sbv * z.d);
+    t.workspace_at(softmax_row + 1, true, "softmax backward",
+                   "the gradients of its output and its input", bytes_of(backward, "as^2b"),
+                   Count(backward) * softmax_elements, "o_proj");
+    t.weightless();
+}
+
+}  // namespace memcalc::detail

@@ -1,0 +1,141 @@
+#pragma once
+/// The model's ends: the embedding side, the forward's buffers, the KV cache, the head and loss.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memcalc/blocks/dropout.hpp"
+#include "memcalc/blocks/linear.hpp"
+#include "memcalc/blocks/mla.hpp"
+#include "memcalc/blocks/norm.hpp"
+
+namespace memcalc {
+
+/// What the embedding side saves from the first forward step until the last backward step.
+inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uint64_t seq,
+                                                 std::uint64_t micro_batch, Precision precision,
+                                                 Platform platform = Platform::cuda) {
+    const detail::Sizes z(m, seq, micro_batch, precision, platform);
+    const std::uint64_t d = z.d;
+    std::vector<SavedTensor> rows;
+    detail::TableBuilder t(rows);
+    t.add("token embedding", "the token ids (int64)", "the gradient is scattered into their rows",
+          shape::ids, z.tokens, 8);
+    if (m.position == Position::rotary && !rotary_embedding(m.rotary_embedding).per_layer_tables) {
+        t.add("rotary embedding", "cos and sin tables, shared by every layer",
+              "q and k were multiplied by them", shape::sd, Count(seq) * m.rotary_dim(), d,
+              Keep::always, 2);
+        rows.back().every_stage = true;  // each pipeline stage builds its own
+    }
+    if (m.embedding_norm) detail::norm_rows(t, m, z, "embedding norm");
+    if (m.hidden_dropout > 0)  // the embedding's output: the stream's dtype
+        detail::dropout_row(t, z, z.stream, "embedding dropout", shape::sbh, z.sbh);
+    return rows;
+}
+
+/// What one forward pass builds for all its layers and drops when it returns, after the loss: eager
+/// attention's causal mask, s^2 b values of the embeddings' dtype (the stream's), as transformers
+/// builds it. None where each layer masks with its registered buffer instead. `masks`: transformers
+/// builds one per attention window (gpt-oss's and Gemma 3's sliding layers have their own beside
+/// the full layers').
+inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t micro_batch,
+                                                Precision precision, Attention attention,
+                                                CausalMaskBuffer buffer = CausalMaskBuffer::none,
+                                                std::uint64_t masks = 1) {
+    const std::uint64_t d = bytes_per_element(precision.stream);
+    std::vector<SavedTensor> rows;
+    // The fused kernel masks inside.
+    if (attention == Attention::flash || buffer == CausalMaskBuffer::per_layer) return rows;
+    detail::TableBuilder t(rows);
+    t.add("causal mask",
+          masks > 1 ? "0 or -inf per query and key, one per attention window, made once per forward"
+                    : "0 or -inf per query and key, made once per forward",
+          "added to every layer's scores", shape::mask, Count(seq) * seq * micro_batch, d,
+          Keep::always, masks);
+    return rows;
+}
+
+/// What the model's output adds when it keeps each layer's k and v (use_cache): post-rotary, of the
+/// key/value heads, in the compute dtype, as transformers' attention hands them back. Where
+/// backward saves those very tensors (no repeat, or selective recomputation's checkpoint inputs)
+/// they add nothing; the repeated copies eager attention saves, or full recomputation's bare input,
+/// leave them extra (measured: validation/results/cpu-buffers.json).
+inline std::vector<SavedTensor> kv_cache_rows(const Architecture& m, std::uint64_t seq,
+                                              std::uint64_t micro_batch, Precision precision,
+                                              Attention attention, Recompute mode) {
+    const detail::Sizes z(m, seq, micro_batch, precision);
+    const bool repeated = attention == Attention::eager && m.key_value_heads() < m.heads;
+    std::vector<SavedTensor> rows;
+    if (m.mla.enabled()) {
+        // Latent attention caches k and v before flash's padding: v a view of kv_b_proj's output,
+        // which backward keeps only where it keeps v itself (eager at b = 1, selective's
+        // checkpoint).
+        detail::TableBuilder t(rows);
+        const bool bare = checkpoints_layer(mode),
+                   padded = attention == Attention::flash && m.value_head_size() != m.head_size();
+        const bool copied =
+            attention == Attention::eager && mode == Recompute::none && z.tokens != Count(seq);
+        if (bare)
+            t.add("k/v cache (the model's output)", "k, every head", "use_cache hands it back",
+                  detail::latent_shape::sbqk, z.sbq, z.d);
+        if (bare || padded || copied)
+            t.add("k/v cache (the model's output)", "kv_b_proj's output, which the cached v views",
+                  "use_cache hands v back", detail::latent_shape::sbkvb,
+                  z.tokens * m.heads * (m.mla.qk_nope_head_dim + m.mla.v_head_dim), z.d);
+        return rows;
+    }
+    if (mode == Recompute::selective || (mode == Recompute::none && !repeated)) return rows;
+    detail::TableBuilder t(rows);
+    t.add("k/v cache (the model's output)", "k after rotary and v, k heads",
+          "use_cache hands them back", shape::sbkv, z.sbkv, z.d, Keep::always, 2);
+    return rows;
+}
+
+/// The loss's dtype: its log-probabilities and their gradients. None for a fused kernel, which
+/// writes the gradient over the logits and keeps nothing of the vocabulary's width. Autocast runs
+/// cross_entropy in fp32 whatever its input (CUDA's op lists; measured on CPU).
+inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision) {
+    switch (loss) {
+        case LossKernel::fp32: return DType::fp32;
+        case LossKernel::bf16: return precision.autocast ? DType::fp32 : precision.compute;
+        case LossKernel::fused: return std::nullopt;
+        case LossKernel::fp32_inplace: return DType::fp32;
+    }
+    return DType::fp32;
+}
+
+/// What the head and the loss save for their backward pass: from the loss step until the head's
+/// backward, at the start of backward L.
+inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t seq,
+                                           std::uint64_t micro_batch, Precision precision,
+                                           Platform platform = Platform::cuda,
+                                           LossKernel loss = LossKernel::fp32,
+                                           const LayerTuning& tuning = {}) {
+    const detail::Sizes z(m, seq, micro_batch, precision, platform);
+    std::vector<SavedTensor> rows;
+    detail::TableBuilder t(rows, nullptr, tuning);
+    detail::norm_rows(t, m, z, "final norm");
+    // Megatron-LM's output layer is no Transformer Engine module: its input stays in the compute
+    // dtype.
+    detail::projection_input_row(t, z.wide_linears(), "output head", "its input", z.sbh, shape::sbh,
+                                 1, {}, bit(Linear::head));
+    if (loss == LossKernel::fp32_inplace)
+        t.add("loss (softmax in place)", "an fp32 copy of the logits, softmaxed in place",
+              "the gradient is written over it", shape::sbV, z.tokens * m.vocab, dtype::fp32);
+    else if (const auto logp = loss_dtype(loss, precision))
+        t.add("loss (log-softmax)", std::string("log-probabilities, ") + dtype_name(*logp),
+              "log-softmax's gradient is written in its output", shape::sbV, z.tokens * m.vocab,
+              bytes_per_element(*logp));
+    t.add("loss (NLL)", "the target ids (int64)", "which log-probability each token's loss picked",
+          shape::ids, z.tokens, 8);
+    return rows;
+}
+
+inline Count saved_bytes(const std::vector<SavedTensor>& rows) {
+    Count sum;
+    for (const auto& r : rows) sum += r.bytes;
+    return sum;
+}
+
+}  // namespace memcalc

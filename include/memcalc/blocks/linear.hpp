@@ -1,0 +1,117 @@
+#pragma once
+/// Linear layers: the inputs they keep, their frozen forward and their backward's sums.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "memcalc/blocks/adapters.hpp"
+
+namespace memcalc::detail {
+
+/// What follows the linears of `readers` under fine-tuning: their adapters' rows, then, where every
+/// reader is frozen, their forward's workspace with those rows made (the input alive unless
+/// `input_kept`). In backward, an adapted linear's input gradient is summed from the base linears'
+/// and the adapters', once the adapters' rows and a kept input (the last row, when `input_kept`)
+/// are freed and the gradients of the linears' adapters and every later tensor written. An
+/// adapter's path runs first (autograd takes the latest made): lora_A's input gradient, in its
+/// input's dtype (an fp32 adapter's cast of x), with the dropout's, or with its cast back; where
+/// several linears read the input, beside the sum so far. Then each sum holds the sum so far, the
+/// next gradient and their sum.
+inline void after_linears(TableBuilder& t, const Sizes& z, const std::string& op, LinearSet readers,
+                          Count tokens, Count elements, const Shape& shape,
+                          std::uint64_t input_bytes, bool input_kept,
+                          const LinearOutput& output = {}, Count stream = {}) {
+    if (linears_in(readers & t.tuning.adapted) > 0) {
+        const std::uint64_t in = input_bytes, own = adapter_upcast(t, z, in) ? dtype::fp32 : in;
+        const std::uint64_t path = t.tuning.adapter_dropout ? 2 * own : own + (own != in ? in : 0);
+        const std::uint64_t bytes = std::max(3 * in, path + (linears_in(readers) > 1 ? in : 0));
+        t.workspace_at(
+            input_kept ? t.size() - 1 : t.size(), true, op + " backward (LoRA)",
+            "its input's gradient: an adapter's path, or the sum so far, the next and their sum",
+            bytes_of(bytes, std::string(Text(shape.symbol))), elements * bytes, output.weight,
+            shape.split);
+    }
+    adapter_rows(t, z, op, readers, tokens, elements, shape, input_bytes);
+    if ((readers & ~t.tuning.frozen) == 0 && t.tuning.any())
+        frozen_linear_work(t, z, op, input_kept ? Count(0) : elements * input_bytes, output,
+                           readers, stream);
+}
+
+/// A linear input in the compute dtype (the attention's output, the down projection's): kept while
+/// a reader's weight gets a gradient, or while an adapter reads it undropped; then what follows the
+/// linears.
+inline void linear_input_row(TableBuilder& t, const Sizes& z, const std::string& op,
+                             const std::string& what, const Shape& shape, Count tokens,
+                             Count elements, LinearSet readers, const LinearOutput& output = {},
+                             Count stream = {}) {
+    const bool trained = (readers & ~t.tuning.frozen) != 0;
+    const bool kept = trained || ((readers & t.tuning.adapted) != 0 && !t.tuning.adapter_dropout &&
+                                  !adapter_upcast(t, z, z.d));
+    if (kept)
+        t.add(op, trained ? what : what + " (LoRA A's input)",
+              "weight gradient = input^T x output gradient", shape, elements, z.d);
+    after_linears(t, z, op, readers, tokens, elements, shape, z.d, kept, output, stream);
+}
+
+/// What the projections reading a stream tensor keep: that tensor, or under autocast a copy of it
+/// cast to the compute dtype by each of the `projections` (autocast caches only the weights'
+/// casts). Separate projections are counted, as transformers writes LLaMA's: a fused one casts once
+/// (leans high). Narrow (fp8) linears save one cast, as Megatron-LM's fused QKV and gate/up layers
+/// make it, and the tensor itself is not kept (Transformer Engine's LayerNormLinear writes its
+/// norm's output in fp8); their backward casts the output's gradient to fp8 and transposes it for
+/// the two GEMMs (TE 1.x's fp8_cast_transpose_fused), a temporary of 2 narrow bytes per output
+/// element while it runs. `readers`: the linears reading the tensor, for fine-tuning: a frozen one
+/// keeps no input (autograd saves it for the weight's gradient alone), and under autocast each
+/// adapter's lora_A casts it again; 0 where every reader trains. Returns whether the row is the
+/// tensor itself (or its casts): none is kept when every reader is frozen and no adapter reads it
+/// undropped. The adapters' own rows follow from adapter_rows.
+inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::string& op,
+                                 const std::string& what, Count elements, const Shape& shape,
+                                 std::uint64_t projections, const LinearOutput& output = {},
+                                 LinearSet readers = 0, const RowFacts& facts = {}) {
+    if (readers != 0 && t.tuning.any()) {
+        const std::uint64_t trained = linears_in(readers & ~t.tuning.frozen),
+                            adapters = linears_in(readers & t.tuning.adapted);
+        if (trained == 0) {
+            if (z.narrow) return false;  // a frozen narrow linear saves no cast of its input
+            const bool undropped_reads_x =
+                adapters > 0 && !t.tuning.adapter_dropout && !adapter_upcast(t, z, z.s);
+            const std::uint64_t copies = z.autocast ? adapters : (undropped_reads_x ? 1 : 0);
+            if (copies > 0)
+                t.add(op,
+                      z.autocast ? what + ", cast to " + dtype_name(z.compute) +
+                                       " by each LoRA A (autocast)"
+                                 : what + " (LoRA A's input)",
+                      "A's gradient = input^T x its output's gradient", shape, elements, z.d,
+                      Keep::always, copies, facts);
+            return copies > 0;
+        }
+        projections = std::min(projections, trained) + (z.autocast ? adapters : 0);
+    }
+    if (z.narrow) {
+        t.add(op, what + ", cast once to " + dtype_name(*z.narrow),
+              "weight gradient = input^T x output gradient", shape, elements,
+              bytes_per_element(*z.narrow), Keep::always, 1, facts);
+        const std::uint64_t cast = 2 * bytes_per_element(*z.narrow);
+        if (output.elements > Count(0))
+            t.workspace_at(t.size(), true, op + " backward",
+                           std::string("its output's gradient cast to ") + dtype_name(*z.narrow) +
+                               " and transposed",
+                           bytes_of(cast, std::string(Text(output.symbol))), output.elements * cast,
+                           output.weight, output.split);
+        return true;
+    }
+    if (!z.autocast) {
+        t.add(op, what, "weight gradient = input^T x output gradient", shape, elements, z.d,
+              Keep::always, 1, facts);
+        return true;
+    }
+    t.add(op,
+          what + ", cast to " + dtype_name(z.compute) + " by each of " +
+              std::to_string(projections) + " (autocast)",
+          "weight gradient = input^T x output gradient", shape, elements, z.d, Keep::always,
+          projections, facts);
+    return true;
+}
+
+}  // namespace memcalc::detail

@@ -1,0 +1,32 @@
+#pragma once
+/// The linears that read an MLP's input.
+#include <cstdint>
+#include <string>
+
+#include "memcalc/blocks/linear.hpp"
+
+namespace memcalc::detail {
+
+/// The linear layers that read the MLP's input: gate and up, or up alone.
+inline std::uint64_t mlp_input_projections(const Architecture& m) {
+    return m.mlp == Mlp::gated ? 2 : 1;
+}
+inline LinearSet mlp_input_readers(const Architecture& m, bool shared = false) {
+    return bit(shared ? Linear::shared_up : Linear::up) |
+           (m.mlp == Mlp::gated ? bit(shared ? Linear::shared_gate : Linear::gate) : 0);
+}
+
+/// Their outputs, `sbf` elements each, of `shape`: the first weight they write a gradient to.
+inline LinearOutput mlp_input_output(const Architecture& m, Count sbf, const Shape& shape) {
+    const std::uint64_t n = mlp_input_projections(m);
+    // act(gate(x)) is made before up(x) runs.
+    return {sbf * n,
+            n == 1 ? std::string(Text(shape.symbol))
+                   : std::to_string(n) + " " + std::string(Text(shape.symbol)),
+            n == 1 ? "up_proj" : "gate_proj",
+            ActivationSplit::tensor,
+            sbf,
+            n == 1 ? Count(0) : sbf};
+}
+
+}  // namespace memcalc::detail

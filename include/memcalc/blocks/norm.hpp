@@ -1,0 +1,82 @@
+#pragma once
+/// Normalisation blocks: RMSNorm (as transformers writes it) and LayerNorm.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "memcalc/blocks/layer_builder.hpp"
+#include "memcalc/blocks/sizes.hpp"
+
+namespace memcalc::detail {
+
+/// A normalisation layer's saved tensors. `what` names it ("attention norm"). `input_kept`: its
+/// input is a tensor another row already keeps (a parallel layer's second norm reads the layer
+/// input too). `layer_input`: it reads the layer's input, so a saved input that is no copy is the
+/// checkpoint itself. HF's RMSNorm over `elements` values of `input` bytes each, normalised in
+/// `rows` rows: x.float(); x * rsqrt(mean(x^2) + eps); weight * result.to(input dtype). The upcast
+/// is a new tensor unless x is fp32 already. `fp32_scale`: the weight multiplies the fp32 result
+/// before the cast back (Architecture::rmsnorm_fp32_scale), which keeps it in fp32. Returns whether
+/// the saved input is x itself. `fp32_input`: the saved fp32 input when it is x itself, a view of a
+/// wider storage that it keeps whole.
+struct SavedStorage {
+    std::string what;
+    Shape shape;
+    Count elements;
+};
+/// `weighted`: false for a norm without a weight (Llama 4's L2 norm of q and k), which keeps no
+/// x_norm.
+inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& shape,
+                         Count elements, const Shape& row_shape, Count rows,
+                         const std::string& row_name, std::uint64_t input, bool fp32_scale = false,
+                         const std::optional<SavedStorage>& fp32_input = std::nullopt,
+                         bool weighted = true, const RowFacts& input_facts = {}) {
+    if (input == dtype::fp32 && fp32_input)
+        t.add(what + " (RMSNorm)", fp32_input->what, "pow(x, 2) and x * rsqrt need x",
+              fp32_input->shape, fp32_input->elements, dtype::fp32, Keep::always, 1, input_facts);
+    else
+        t.add(what + " (RMSNorm)",
+              input == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
+              "pow(x, 2) and x * rsqrt need x", shape, elements, dtype::fp32, Keep::always, 1,
+              input == dtype::fp32 ? input_facts : RowFacts{});
+    t.add(what + " (RMSNorm)", "1/rms per " + row_name + ", fp32",
+          "rsqrt's gradient is written in its output", row_shape, rows, dtype::fp32);
+    if (weighted &&
+        !t.tuning.frozen_norms)  // autograd keeps x_norm only for a weight that gets a gradient
+        t.add(what + " (RMSNorm)",
+              fp32_scale ? "the normalised input, fp32" : "the normalised input",
+              "the weight's gradient is x_norm x the output's gradient", shape, elements,
+              fp32_scale ? dtype::fp32 : input);
+    return input == dtype::fp32;
+}
+
+/// `branch_output`: a post-norm, reading a branch's output in the compute dtype, not the residual
+/// stream. Returns whether a row of it, or of an earlier norm (`input_kept`), is its input itself.
+inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
+                      const std::string& what, bool input_kept = false, bool layer_input = false,
+                      bool branch_output = false) {
+    const std::uint64_t input = branch_output ? z.d : z.s;
+    if (m.norm == Norm::rmsnorm) {
+        // On the residual stream, in its dtype (fp32 under autocast, where the input kept is the
+        // stream itself), or on a branch's output in the compute dtype.
+        // Where its saved input is x itself, that is the module's input (and maybe the layer's).
+        const bool keeps_input = rmsnorm_rows(
+            t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", input, m.rmsnorm_fp32_scale,
+            std::nullopt, true, RowFacts{}.input_of_layer(layer_input).input_of_module());
+        return keeps_input || input_kept;
+    } else {
+        if (!input_kept) {
+            t.add(what + " (LayerNorm)", "its input", "normalisation's gradient needs the input",
+                  shape::sbh, z.sbh, input, Keep::always, 1,
+                  RowFacts{}.input_of_layer(layer_input).input_of_module());
+        }
+        const bool fp32 = z.kernels->norm_statistics_fp32;  // else in its input's dtype
+        t.add(what + " (LayerNorm)",
+              std::string("mean and 1/std per token, ") +
+                  (fp32 ? "fp32" : dtype_name(branch_output ? z.compute : z.stream)),
+              "so backward need not recompute them", shape::sb, z.tokens,
+              fp32 ? dtype::fp32 : input, Keep::always, 2);
+        return true;
+    }
+}
+
+}  // namespace memcalc::detail

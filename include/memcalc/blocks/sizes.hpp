@@ -1,0 +1,71 @@
+#pragma once
+/// The sizes a layer's tensors are made of, and the bytes of a formula's term.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "memcalc/kernels.hpp"
+#include "memcalc/model.hpp"
+#include "memcalc/recipe.hpp"
+#include "memcalc/framework.hpp"
+#include "memcalc/activations.hpp"
+
+namespace memcalc::detail {
+
+/// The sizes a layer's tensors are made of, for sequence s and micro-batch b.
+struct Sizes {
+    std::uint64_t seq;  ///< s
+    Count tokens;       ///< s b
+    Count sbh;          ///< the residual stream
+    Count sbq;          ///< queries: s b a d
+    Count sbkv;         ///< keys or values: s b k d
+    Count sbv;          ///< the attention's output (and values at every head): s b a d_v
+    Count sbf;          ///< the MLP's hidden width
+    Count scores;       ///< a s^2 b
+    DType compute;      ///< the recipe's compute dtype
+    std::uint64_t d;    ///< its bytes per activation
+    DType
+        stream;  ///< the residual stream's dtype: the compute dtype, or the weights' under autocast
+    std::uint64_t s;  ///< its bytes per element
+    bool autocast;    ///< each matmul saves a copy of its input cast to the compute dtype
+    /// Linear layers save their inputs cast once to this narrower dtype (Transformer Engine's fp8).
+    std::optional<DType> narrow;
+    const KernelFacts* kernels;  ///< the platform's (kernel_rows)
+    /// Bytes per element of the copy a kernel that does not cast as it reads makes of a compute-
+    /// dtype operand when the other is the stream's wider dtype (autocast's fp32 mask or residual).
+    std::uint64_t upcast;
+
+    Sizes(const Architecture& m, std::uint64_t seq, std::uint64_t b, Precision p,
+          Platform where = Platform::cuda)
+        : seq(seq),
+          tokens(Count(seq) * b),
+          sbh(tokens * m.hidden),
+          sbq(tokens * m.heads * m.head_size()),
+          sbkv(tokens * m.key_value_heads() * m.head_size()),
+          sbv(tokens * m.heads * m.value_head_size()),
+          sbf(tokens * m.ffn),
+          scores(Count(m.heads) * seq * seq * b),
+          compute(p.compute),
+          d(bytes_per_element(p.compute)),
+          stream(p.stream),
+          s(bytes_per_element(p.stream)),
+          autocast(p.autocast),
+          narrow(p.linear_inputs),
+          kernels(&kernels_of(where)),
+          upcast(!kernels->casts_on_read && s != d ? s : 0) {}
+
+    /// The same sizes for a linear layer that runs in the compute dtype (a router, Megatron-LM's
+    /// head).
+    Sizes wide_linears() const {
+        Sizes wide = *this;
+        wide.narrow.reset();
+        return wide;
+    }
+};
+
+/// "4 as^2b" for 4 bytes of `symbol`.
+inline std::string bytes_of(std::uint64_t bytes, const std::string& symbol) {
+    return std::to_string(bytes) + " " + symbol;
+}
+
+}  // namespace memcalc::detail
