@@ -278,7 +278,7 @@ void layer_json(json& out, const LayerActivations& layer, Recompute mode, bool w
              {"bytes", w.bytes.value()},
              {"absent_bytes", sum.covered.value()},
              {"adds_bytes", sum.adds().value()},
-             {"gradients_from", w.gradients_from},
+             {"gradients_from", linear_row(w.gradients_from).tensor},
              {"stream_beside_bytes", layer.beside_bytes(i, mode, Holder::caller).value()}});
     }
     out["workspaces"] = work;

@@ -263,9 +263,10 @@ std::string workspace_table(const Report& r) {
         for (std::size_t i = 0; i < layer.work.size(); ++i) {
             const Workspace& w = layer.work[i];
             const WorkspaceSum& sum = sums[i];
-            table.row({std::string(w.op) + kind_label(r, k), w.tensor, w.formula, digits(w.bytes),
-                       digits(sum.covered), digits(sum.adds()),
-                       w.gradients_from.empty() ? "-" : w.gradients_from});
+            table.row(
+                {std::string(w.op) + kind_label(r, k), w.tensor, w.formula, digits(w.bytes),
+                 digits(sum.covered), digits(sum.adds()),
+                 w.gradients_from == Linear::none ? "-" : linear_row(w.gradients_from).tensor});
         }
     }
     for (const auto& b : r.forward_buffers)

@@ -139,7 +139,7 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     const Workspace& softmax = workspace_named(layer, "softmax backward");
     CHECK(softmax.bytes.value() ==
           6 * A);  // the fp32 gradient of its output, the bf16 one of its input
-    CHECK(softmax.gradients_from == "o_proj");
+    CHECK(softmax.gradients_from == Linear::o);
     // Freed by then: the bf16 weights (2A), the output projection's input, the MLP norm and input,
     // SwiGLU's 8 sbf.
     const std::uint64_t later =
@@ -153,17 +153,18 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     // freed.
     const Workspace& swiglu = workspace_named(layer, "gate x up backward");
     CHECK(swiglu.bytes.value() == 6 * sb * f);
-    CHECK(swiglu.gradients_from == "down_proj");
+    CHECK(swiglu.gradients_from == Linear::down);
     CHECK(swept(layer, swiglu, Recompute::none).adds().value() == 4 * sb * f);
     // The down projection's backward: its input's gradient (2 sbf), its input (gate x up) still
     // live.
     const Workspace& down = workspace_named(layer, "down projection backward");
     CHECK(down.bytes.value() == 2 * sb * f);
-    CHECK(down.gradients_from == "down_proj");
+    CHECK(down.gradients_from == Linear::down);
     CHECK(swept(layer, down, Recompute::none).covered.value() == 0);
-    CHECK_FALSE(down.weightless);
-    CHECK(swiglu.weightless);
-    CHECK(softmax.weightless);
+    CHECK(down.weight_gradient == Linear::down);
+    CHECK_FALSE(down.weightless());
+    CHECK(swiglu.weightless());
+    CHECK(softmax.weightless());
     // In a full recomputation's forward nothing is kept, so the scores come on top of all made
     // before.
     const Workspace& scores = workspace_named(layer, "Q K^T / sqrt(d) + mask");
@@ -418,7 +419,7 @@ TEST_CASE(
     // output projection's input freed.
     const Workspace& over_v = workspace_named(l, "attention over V backward");
     CHECK(over_v.bytes.value() == 2 * A + (platform == Platform::cpu ? 8 : 4) * sbh);
-    CHECK(over_v.gradients_from == "o_proj");
+    CHECK(over_v.gradients_from == Linear::o);
     const std::uint64_t stats =
         (platform == Platform::cpu ? 4 : 8) * s * b;  // the MLP norm's mean and 1/std
     // The output projection's input, the MLP norm's and the up projection's (2 sbh each), two

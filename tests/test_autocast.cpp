@@ -205,10 +205,10 @@ TEST_CASE("a forward op under autocast runs before the later linears' casts exis
             const Count pending = uncast.on_rank(whole, m.vocab);
             if (fixtures::at_layer_end(layer, w)) {
                 CHECK(pending == Count(0));
-            } else if (w.uncast_from == "o_proj") {
+            } else if (w.uncast_from == Linear::o) {
                 ++attention;
                 CHECK(pending == Count(o + mlp));
-            } else if (w.uncast_from == "down_proj") {
+            } else if (w.uncast_from == Linear::down) {
                 CHECK(pending == Count(down));
             }
         }

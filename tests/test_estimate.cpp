@@ -222,13 +222,13 @@ TEST_CASE(
     const ParameterTable llama = parameter_table(fixtures::llama_7b());
     const std::uint64_t h = 4096, f = 11008;
     // o_proj, the MLP norm, gate, up and down.
-    CHECK(gradients_from(llama, "o_proj", 32000).replicated.value() == h);
-    CHECK(gradients_from(llama, "o_proj", 32000).tensor.value() == h * h + 3 * h * f);
-    CHECK(gradients_from(llama, "", 32000).tensor.value() == 0);
+    CHECK(gradients_from(llama, Linear::o, 32000).replicated.value() == h);
+    CHECK(gradients_from(llama, Linear::o, 32000).tensor.value() == h * h + 3 * h * f);
+    CHECK(gradients_from(llama, Linear::none, 32000).tensor.value() == 0);
     // GPT-2's biases come after all its MLP weights in the table: from down_proj on means down_proj
     // and its bias, not the up projection's bias listed after it.
     const ParameterTable gpt2 = parameter_table(fixtures::gpt2_small());
-    const SplitParams down = gradients_from(gpt2, "down_proj", 50257);
+    const SplitParams down = gradients_from(gpt2, Linear::down, 50257);
     CHECK(down.tensor.value() == 3072 * 768);
     CHECK(down.replicated.value() == 768);
 }

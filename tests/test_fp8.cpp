@@ -104,7 +104,7 @@ TEST_CASE(
         std::map<std::string, std::uint64_t> bytes;  // by the linear's weight
         for (const Workspace& w : architecture_layer(m, s, b, p, Attention::flash).work)
             if (w.backward && Text(w.tensor).find("gradient cast to") != Text::npos)
-                bytes[std::string(Text(w.gradients_from))] += w.bytes.value();
+                bytes[linear_row(w.gradients_from).tensor] += w.bytes.value();
         return bytes;
     };
     SECTION("dense layers: q/k/v, the output projection, gate and up, the down projection") {

@@ -326,7 +326,7 @@ TEST_CASE(
         const Workspace& work = t.layer.work[effects[i].source];
         CAPTURE(std::string(work.op));
         const bool linear = Text(work.op) == Text("down projection backward");
-        CHECK(work.weightless == !linear);
+        CHECK(work.weightless() == !linear);
         // Its input's gradient, and after a residual dropout its output's.
         if (linear)
             CHECK(work.bytes.value() == seq * (m.ffn + (m.hidden_dropout > 0 ? m.hidden : 0)) * 2);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "memcalc/dtype.hpp"
+#include "memcalc/linears.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/text.hpp"
 #include "memcalc/units.hpp"
@@ -259,19 +260,23 @@ struct Workspace {
     Text formula;   ///< its bytes in the paper's letters: "4 as^2b + 2 as^2b"
     Count bytes;
     ActivationSplit split;
-    /// Backward: the first of the layer's parameter tensors whose gradient already exists
-    /// ("o_proj"; every later one in forward order has one too); empty when none has.
-    Text gradients_from;
+    /// Backward: the first of the layer's linears whose weight's gradient already exists
+    /// (Linear::o; every later parameter in forward order has one too); none when none has.
+    Linear gradients_from = Linear::none;
     Module module = Module::none;  ///< the part of the layer whose op runs
-    /// Forward: the first of the layer's tensors whose autocast copy is not made yet while it runs
-    /// (it and every later one, in forward order); empty: every one may be. A step counts the
-    /// layer's casts whole.
-    Text uncast_from;
-    /// Backward: its op has no weights (an activation, a product, a dropout, the core attention),
-    /// so a later micro-batch's fresh weight gradient is not alive: autograd has added the one
-    /// before into the held one (measured: peak_live.py). Else (a linear's backward) the layer's
-    /// largest counts, leaning high.
-    bool weightless = false;
+    /// Forward: the first of the layer's linears whose weight's autocast copy is not made yet while
+    /// it runs (it and every later tensor, in forward order); none: every one may be. A step counts
+    /// the layer's casts whole.
+    Linear uncast_from = Linear::none;
+    /// Backward: the linear whose weight's gradient the op writes (a linear's backward; a frozen
+    /// base's, its adapters' or its input's gradient alone, counts alike). None: its op has no
+    /// weights (an activation, a product, a dropout, the core attention), so a later
+    /// micro-batch's fresh weight gradient is not alive: autograd has added the one before into
+    /// the held one (measured: peak_live.py). Else the layer's largest counts, leaning high.
+    Linear weight_gradient = Linear::none;
+
+    /// A backward op with no weights (weight_gradient).
+    bool weightless() const { return backward && weight_gradient == Linear::none; }
 };
 
 /// Who holds a tensor alive beside an op that did not make it.

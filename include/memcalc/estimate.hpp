@@ -343,7 +343,8 @@ private:
                                [](const ParamRow& a, const ParamRow& b) {
                                    return a.tensor == b.tensor && a.count == b.count &&
                                           a.group == b.group && a.split == b.split &&
-                                          a.expert == b.expert && a.kind == b.kind;
+                                          a.expert == b.expert && a.kind == b.kind &&
+                                          a.linear == b.linear && a.role == b.role;
                                });
                 if (!same)
                     throw error("the parameter table given is not " + model_name(model) +

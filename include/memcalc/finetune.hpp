@@ -50,63 +50,6 @@ inline const char* training_name(Training t) { return training_row(t).name; }
 inline constexpr Storage nf4_double_quant{DType::nf4, 64,          DType::int8,
                                           256,        DType::fp32, 4 + 16 * 4};
 
-/// The linear layers of a layer (and the head), as transformers names their weights: what LoRA
-/// targets, and what reads each saved input.
-enum class Linear : std::uint8_t {
-    q,
-    k,
-    v,
-    o,
-    gate,
-    up,
-    down,
-    router,
-    q_a,
-    q_b,
-    kv_a,
-    kv_b,
-    shared_gate,
-    shared_up,
-    shared_down,
-    shared_expert_gate,
-    head
-};
-using LinearSet = std::uint32_t;
-constexpr LinearSet bit(Linear l) { return LinearSet{1} << static_cast<unsigned>(l); }
-
-struct LinearRow {
-    Linear linear;
-    const char* tensor;  ///< its weight's row in the parameter table
-    bool row_parallel;   ///< Megatron-LM splits its input (o_proj, down_proj); else its output
-};
-
-inline constexpr std::array<LinearRow, 17> linear_rows{{
-    {Linear::q, "q_proj", false},
-    {Linear::k, "k_proj", false},
-    {Linear::v, "v_proj", false},
-    {Linear::o, "o_proj", true},
-    {Linear::gate, "gate_proj", false},
-    {Linear::up, "up_proj", false},
-    {Linear::down, "down_proj", true},
-    {Linear::router, "router", false},
-    {Linear::q_a, "q_a_proj", false},
-    {Linear::q_b, "q_b_proj", false},
-    {Linear::kv_a, "kv_a_proj_with_mqa", false},
-    {Linear::kv_b, "kv_b_proj", false},
-    {Linear::shared_gate, "shared_expert.gate_proj", false},
-    {Linear::shared_up, "shared_expert.up_proj", false},
-    {Linear::shared_down, "shared_expert.down_proj", true},
-    {Linear::shared_expert_gate, "shared_expert_gate", false},
-    {Linear::head, "lm_head", false},
-}};
-
-/// The linear whose weight is row `tensor`, if any.
-inline const LinearRow* linear_of(Text tensor) {
-    for (const auto& row : linear_rows)
-        if (tensor == row.tensor) return &row;
-    return nullptr;
-}
-
 /// What an adapter adds to its linear: LoRA's B A x, or DoRA's (peft's use_dora) magnitude-scaled
 /// direction, m (W + B A) / ||W + B A|| per output row, with m a trained vector of out_features.
 enum class LoraVariant : std::uint8_t { lora, dora };
@@ -171,6 +114,7 @@ struct LayerTuning {
     bool frozen_norms = false;  ///< the RMSNorm weights: x_norm is not kept for their gradient
     Count
         dequantized;  ///< QLoRA: the largest 4-bit weight's elements, dequantised while it computes
+    Linear dequantized_linear = Linear::none;  ///< whose weight that is
     bool dora =
         false;  ///< DoRA: each adapter scales by m / ||W + B A|| (LoraVariantRow::magnitude)
     std::array<AdaptedShape, linear_rows.size()> shapes{};  ///< by Linear: the adapted ones' widths
@@ -278,8 +222,7 @@ inline void add_adapter_rows(std::vector<ParamRow>& rows, const ParamRow& row, c
     const std::uint64_t E = row.expert ? *row.dims.begin() : 0;
     const std::uint64_t in = row.dims.begin()[E ? 1 : 0], out = row.dims.begin()[E ? 2 : 1];
     const auto [in_letters, out_letters] = detail::shape_ends(row.shape);
-    const LinearRow* linear = linear_of(row.tensor);
-    const bool row_parallel = linear != nullptr && linear->row_parallel;
+    const bool row_parallel = linear_row(row.linear).row_parallel;
     const bool split = row.split == ParamSplit::tensor;
     Dims a{in, r}, b{r, out};
     if (E) a.stack(E), b.stack(E);
@@ -287,18 +230,18 @@ inline void add_adapter_rows(std::vector<ParamRow>& rows, const ParamRow& row, c
     rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_A").text,
                       Label(in_letters + " x r").text, a,
                       split && row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
-                      row.expert, row.kind);
+                      row.expert, row.kind, row.linear, ParamRole::lora_a);
     rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_B").text,
                       Label("r x " + out_letters).text, b,
                       split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
-                      row.expert, row.kind);
+                      row.expert, row.kind, row.linear, ParamRole::lora_b);
     if (!lora_variant_row(lora.variant).magnitude) return;
     Dims magnitude{out};  // ||W + B A|| per output row at the start, trained from there
     if (E) magnitude.stack(E);
     rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_magnitude_vector").text,
                       Label(out_letters).text, magnitude,
                       split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
-                      row.expert, row.kind);
+                      row.expert, row.kind, row.linear, ParamRole::magnitude);
 }
 }  // namespace detail
 
@@ -349,6 +292,17 @@ inline std::string adapters_overflow(const Architecture& m, const FineTuning& f)
     return "lora rank " + std::to_string(f.lora.rank) + " makes the adapters of " + model_name(m) +
            " (in x r and r x out beside each target) overflow 64 bits";
 }
+
+/// An adapter's row `r` in `t`: its linear adapted, and A's input width (in x r) or B's output
+/// width (r x out), stacked experts first.
+inline void adapted_row(LayerTuning& t, const ParamRow& r) {
+    t.adapted |= bit(r.linear);
+    AdaptedShape& shape = t.shapes[static_cast<std::size_t>(r.linear)];
+    const std::size_t e = r.expert ? 1 : 0;
+    shape.modules = e ? *r.dims.begin() : 1;
+    if (r.role == ParamRole::lora_a) shape.in = r.dims.begin()[e];
+    if (r.role == ParamRole::lora_b) shape.out = r.dims.begin()[e + 1];
+}
 }  // namespace detail
 
 /// What `table` (fine-tuned) changes in layer kind `kind`'s saved tensors.
@@ -369,26 +323,18 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
             norms = true;
             trained_norm = trained_norm || r.trainable;
         }
+        // Mamba's linears (not tuned) and the rows of no linear count in no set.
+        const bool tuned = linear_row(r.linear).tuned;
         if (r.part == Part::adapter) {
-            const std::string base(r.tensor.substr(0, r.tensor.rfind('.')));
-            if (const LinearRow* l = linear_of(base)) {
-                t.adapted |= bit(l->linear);
-                // A is in x r, B r x out (stacked: E first).
-                AdaptedShape& shape = t.shapes[static_cast<std::size_t>(l->linear)];
-                const std::size_t e = r.expert ? 1 : 0;
-                shape.modules = e ? *r.dims.begin() : 1;
-                const Text end = r.tensor.substr(base.size() + 1);
-                if (end == "lora_A") shape.in = r.dims.begin()[e];
-                if (end == "lora_B") shape.out = r.dims.begin()[e + 1];
-            }
+            if (tuned) detail::adapted_row(t, r);
             continue;
         }
-        if (const LinearRow* l = linear_of(r.tensor); l && !r.trainable) t.frozen |= bit(l->linear);
+        if (tuned && r.role == ParamRole::weight && !r.trainable) t.frozen |= bit(r.linear);
         if (r.part == Part::embedding && r.group == Group::head && !r.trainable)
             t.frozen |= bit(Linear::head);  // tied
         if (r.storage && r.storage->dtype == DType::nf4 && r.group == Group::layer) {
             const Count one = r.expert ? Count(r.count.value() / *r.dims.begin()) : r.count;
-            if (one > t.dequantized) t.dequantized = one;
+            if (one > t.dequantized) t.dequantized = one, t.dequantized_linear = r.linear;
         }
     }
     t.frozen_norms = norms && !trained_norm;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "memcalc/dtype.hpp"
+#include "memcalc/linears.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/text.hpp"
 #include "memcalc/units.hpp"
@@ -69,7 +70,8 @@ struct ParamRow {
     /// are made in place: a row built aside and copied in is read back in wider pieces than it was
     /// written, which stalls every row on store-to-load forwarding.
     ParamRow(Part part_, Group group_, Text tensor_, Text shape_, Dims dims_, ParamSplit split_,
-             bool expert_, std::uint8_t kind_)
+             bool expert_, std::uint8_t kind_, Linear linear_ = Linear::none,
+             ParamRole role_ = ParamRole::weight)
         : part(part_),
           group(group_),
           tensor(tensor_),
@@ -78,7 +80,9 @@ struct ParamRow {
           count(1),
           split(split_),
           expert(expert_),
-          kind(kind_) {
+          kind(kind_),
+          linear(linear_),
+          role(role_) {
         for (auto d : dims) count *= d;
     }
 
@@ -98,6 +102,15 @@ struct ParamRow {
     std::optional<Storage> storage;  ///< frozen tensors only
     std::uint8_t kind =
         0;  ///< Group::layer rows: the kind of layer (Architecture::layer_kinds) it belongs to
+    /// The linear it belongs to (an adapter's: the one it sits beside); none for a norm, a
+    /// convolution, A_log, an embedding.
+    Linear linear = Linear::none;
+    ParamRole role = ParamRole::weight;  ///< a norm's or convolution's bias is a bias too
+
+    /// Its linear's weight or bias (an adapter's rows are not): the rows a linear's gradient is.
+    bool of_linear(Linear l) const {
+        return linear == l && (role == ParamRole::weight || role == ParamRole::bias);
+    }
 };
 
 struct ParameterTable {
@@ -168,13 +181,25 @@ struct ParameterRows {
     };
 
     void add(Part part, Group group, Text tensor, Text shape, Dims dims,
-             ParamSplit how = ParamSplit::replicated, bool expert = false) {
+             ParamSplit how = ParamSplit::replicated, bool expert = false,
+             Linear linear = Linear::none, ParamRole role = ParamRole::weight) {
         t.rows.emplace_back(part, group, tensor, shape, dims, how, expert,
-                            group == Group::layer ? kind : std::uint8_t{0});
+                            group == Group::layer ? kind : std::uint8_t{0}, linear, role);
+    }
+    /// A layer's linear `l`: its weight's row or its bias's, named as linear_rows names them.
+    void weight(Linear l, Part part, Text shape, Dims dims, ParamSplit how = ParamSplit::replicated,
+                bool expert = false) {
+        add(part, Group::layer, linear_row(l).tensor, shape, dims, how, expert, l);
+    }
+    void bias(Linear l, Part part, Text shape, Dims dims, ParamSplit how = ParamSplit::replicated,
+              bool expert = false) {
+        add(part, Group::layer, linear_row(l).bias, shape, dims, how, expert, l, ParamRole::bias);
     }
     void add_norm(Part part, Group group, NormNames name) {
         add(part, group, name.weight, "h", {h});
-        if (m.norm == Norm::layernorm) add(part, group, name.bias, "h", {h});
+        if (m.norm == Norm::layernorm)
+            add(part, group, name.bias, "h", {h}, ParamSplit::replicated, false, Linear::none,
+                ParamRole::bias);
     }
 
     /// The input side. A tied head's gradient appears with the head, so the shared matrix joins
@@ -199,24 +224,21 @@ struct ParameterRows {
         const LatentAttention& a = m.mla;
         const bool biased = m.bias == Bias::attention;
         if (a.q_lora_rank == 0) {
-            add(Part::attention, Group::layer, "q_proj", "h x a*(d_n+d_r)", {h, q}, split);
+            weight(Linear::q, Part::attention, "h x a*(d_n+d_r)", {h, q}, split);
         } else {
-            add(Part::attention, Group::layer, "q_a_proj", "h x r_q", {h, a.q_lora_rank});
-            if (biased) add(Part::attention, Group::layer, "q_a_proj.bias", "r_q", {a.q_lora_rank});
+            weight(Linear::q_a, Part::attention, "h x r_q", {h, a.q_lora_rank});
+            if (biased) bias(Linear::q_a, Part::attention, "r_q", {a.q_lora_rank});
             add(Part::norms, Group::layer, "q_a_layernorm.weight", "r_q", {a.q_lora_rank});
-            add(Part::attention, Group::layer, "q_b_proj", "r_q x a*(d_n+d_r)", {a.q_lora_rank, q},
-                split);
+            weight(Linear::q_b, Part::attention, "r_q x a*(d_n+d_r)", {a.q_lora_rank, q}, split);
         }
-        add(Part::attention, Group::layer, "kv_a_proj_with_mqa", "h x (r_kv+d_r)",
-            {h, a.kv_lora_rank + a.qk_rope_head_dim});
+        weight(Linear::kv_a, Part::attention, "h x (r_kv+d_r)",
+               {h, a.kv_lora_rank + a.qk_rope_head_dim});
         if (biased)
-            add(Part::attention, Group::layer, "kv_a_proj_with_mqa.bias", "r_kv+d_r",
-                {a.kv_lora_rank + a.qk_rope_head_dim});
+            bias(Linear::kv_a, Part::attention, "r_kv+d_r", {a.kv_lora_rank + a.qk_rope_head_dim});
         add(Part::norms, Group::layer, "kv_a_layernorm.weight", "r_kv", {a.kv_lora_rank});
-        add(Part::attention, Group::layer, "kv_b_proj", "r_kv x a*(d_n+d_v)",
-            {a.kv_lora_rank, m.heads * (a.qk_nope_head_dim + a.v_head_dim)}, split);
-        add(Part::attention, Group::layer, "o_proj", "a*d_v x h", {m.heads * a.v_head_dim, h},
-            split);
+        weight(Linear::kv_b, Part::attention, "r_kv x a*(d_n+d_v)",
+               {a.kv_lora_rank, m.heads * (a.qk_nope_head_dim + a.v_head_dim)}, split);
+        weight(Linear::o, Part::attention, "a*d_v x h", {m.heads * a.v_head_dim, h}, split);
     }
 
     /// A Mamba-1 mixer, as transformers' JambaMambaMixer holds it (d_i: d_inner, N: d_state, r:
@@ -225,15 +247,16 @@ struct ParameterRows {
     void mamba() {
         const StateSpace& x = m.ssm;
         const std::uint64_t di = x.d_inner, N = x.d_state, r = x.dt_rank;
-        add(Part::attention, Group::layer, "in_proj", "h x 2d_i", {h, 2 * di}, split);
-        if (x.proj_bias)
-            add(Part::attention, Group::layer, "in_proj.bias", "2d_i", {2 * di}, split);
+        weight(Linear::mamba_in, Part::attention, "h x 2d_i", {h, 2 * di}, split);
+        if (x.proj_bias) bias(Linear::mamba_in, Part::attention, "2d_i", {2 * di}, split);
         add(Part::attention, Group::layer, "conv1d.weight", "d_i x 1 x K", {di, 1, x.d_conv},
             split);
-        if (x.conv_bias) add(Part::attention, Group::layer, "conv1d.bias", "d_i", {di}, split);
-        add(Part::attention, Group::layer, "x_proj", "d_i x (r+2N)", {di, r + 2 * N}, split);
-        add(Part::attention, Group::layer, "dt_proj", "r x d_i", {r, di}, split);
-        add(Part::attention, Group::layer, "dt_proj.bias", "d_i", {di}, split);
+        if (x.conv_bias)
+            add(Part::attention, Group::layer, "conv1d.bias", "d_i", {di}, split, false,
+                Linear::none, ParamRole::bias);
+        weight(Linear::mamba_x, Part::attention, "d_i x (r+2N)", {di, r + 2 * N}, split);
+        weight(Linear::mamba_dt, Part::attention, "r x d_i", {r, di}, split);
+        bias(Linear::mamba_dt, Part::attention, "d_i", {di}, split);
         add(Part::attention, Group::layer, "A_log", "d_i x N", {di, N}, split);
         add(Part::attention, Group::layer, "D", "d_i", {di}, split);
         if (x.inner_norms) {
@@ -241,19 +264,19 @@ struct ParameterRows {
             add(Part::norms, Group::layer, "b_layernorm.weight", "N", {N});
             add(Part::norms, Group::layer, "c_layernorm.weight", "N", {N});
         }
-        add(Part::attention, Group::layer, "out_proj", "d_i x h", {di, h}, split);
-        if (x.proj_bias) add(Part::attention, Group::layer, "out_proj.bias", "h", {h});
+        weight(Linear::mamba_out, Part::attention, "d_i x h", {di, h}, split);
+        if (x.proj_bias) bias(Linear::mamba_out, Part::attention, "h", {h});
     }
 
     /// Attention: a query heads, k key/value heads of width d.
     void attention() {
-        add(Part::attention, Group::layer, "q_proj", "h x a*d", {h, q}, split);
-        add(Part::attention, Group::layer, "k_proj", "h x k*d", {h, kv}, split);
-        add(Part::attention, Group::layer, "v_proj", "h x k*d", {h, kv}, split);
+        weight(Linear::q, Part::attention, "h x a*d", {h, q}, split);
+        weight(Linear::k, Part::attention, "h x k*d", {h, kv}, split);
+        weight(Linear::v, Part::attention, "h x k*d", {h, kv}, split);
         if (m.bias != Bias::none) {
-            add(Part::attention, Group::layer, "q_proj.bias", "a*d", {q}, split);
-            add(Part::attention, Group::layer, "k_proj.bias", "k*d", {kv}, split);
-            add(Part::attention, Group::layer, "v_proj.bias", "k*d", {kv}, split);
+            bias(Linear::q, Part::attention, "a*d", {q}, split);
+            bias(Linear::k, Part::attention, "k*d", {kv}, split);
+            bias(Linear::v, Part::attention, "k*d", {kv}, split);
         }
         if (m.qk_norm == QkNorm::per_head) {  // one weight of d, shared by every head
             add(Part::norms, Group::layer, "q_norm.weight", "d", {m.head_size()});
@@ -264,7 +287,7 @@ struct ParameterRows {
         }
         if (m.attention_sinks)
             add(Part::attention, Group::layer, "sinks", "a", {m.heads}, split);  // a logit per head
-        add(Part::attention, Group::layer, "o_proj", "a*d x h", {q, h}, split);
+        weight(Linear::o, Part::attention, "a*d x h", {q, h}, split);
     }
 
     /// One layer's mixer (attention or Mamba) with the norms around it; `view`: its kind.
@@ -281,7 +304,7 @@ struct ParameterRows {
         else
             attention();
         if ((m.bias == Bias::attention || m.bias == Bias::all) && view.mixer != Mixer::mamba)
-            add(Part::attention, Group::layer, "o_proj.bias", "h", {h});
+            bias(Linear::o, Part::attention, "h", {h});
         if (m.norms_after_branches())
             add_norm(Part::norms, Group::layer,
                      {"post_attention_norm.weight", "post_attention_norm.bias"});
@@ -295,32 +318,35 @@ struct ParameterRows {
             add_norm(Part::norms, Group::layer, {"mlp_norm.weight", "mlp_norm.bias"});
         const bool moe = view.is_moe();
         // `shape` for a dense layer, `experts_shape` for E stacked experts.
-        auto mlp = [&](Text name, Text shape, Text experts_shape, Dims dims, ParamSplit s) {
+        auto mlp = [&](Linear l, ParamRole role, Text shape, Text experts_shape, Dims dims,
+                       ParamSplit s) {
             if (moe) dims.stack(E);
-            add(Part::mlp, Group::layer, name, moe ? experts_shape : shape, dims, s, moe);
+            const LinearRow& names = linear_row(l);
+            add(Part::mlp, Group::layer, role == ParamRole::bias ? names.bias : names.tensor,
+                moe ? experts_shape : shape, dims, s, moe, l, role);
         };
-        if (moe) add(Part::router, Group::layer, "router", "h x E", {h, E});
-        if (view.router_bias == RouterBias::trainable)
-            add(Part::router, Group::layer, "router.bias", "E", {E});
-        if (m.mlp == Mlp::gated) mlp("gate_proj", "h x f", "E x h x f", {h, f}, split);
-        mlp("up_proj", "h x f", "E x h x f", {h, f}, split);
-        mlp("down_proj", "f x h", "E x f x h", {f, h}, split);
+        constexpr ParamRole w = ParamRole::weight, b = ParamRole::bias;
+        if (moe) weight(Linear::router, Part::router, "h x E", {h, E});
+        if (view.router_bias == RouterBias::trainable) bias(Linear::router, Part::router, "E", {E});
+        if (m.mlp == Mlp::gated) mlp(Linear::gate, w, "h x f", "E x h x f", {h, f}, split);
+        mlp(Linear::up, w, "h x f", "E x h x f", {h, f}, split);
+        mlp(Linear::down, w, "f x h", "E x f x h", {f, h}, split);
         if (m.bias == Bias::all) {
-            if (m.mlp == Mlp::gated) mlp("gate_proj.bias", "f", "E x f", {f}, split);
-            mlp("up_proj.bias", "f", "E x f", {f}, split);
-            mlp("down_proj.bias", "h", "E x h", {h},
+            if (m.mlp == Mlp::gated) mlp(Linear::gate, b, "f", "E x f", {f}, split);
+            mlp(Linear::up, b, "f", "E x f", {f}, split);
+            mlp(Linear::down, b, "h", "E x h", {h},
                 ParamSplit::replicated);  // a row-parallel layer adds its bias once
         }
         // Shared experts: one dense MLP of width f_s beside the routed ones, split like a dense
         // layer's.
         if (const std::uint64_t fs = view.shared_ffn; fs > 0) {
             if (m.mlp == Mlp::gated)
-                add(Part::mlp, Group::layer, "shared_expert.gate_proj", "h x f_s", {h, fs}, split);
-            add(Part::mlp, Group::layer, "shared_expert.up_proj", "h x f_s", {h, fs}, split);
-            add(Part::mlp, Group::layer, "shared_expert.down_proj", "f_s x h", {fs, h}, split);
+                weight(Linear::shared_gate, Part::mlp, "h x f_s", {h, fs}, split);
+            weight(Linear::shared_up, Part::mlp, "h x f_s", {h, fs}, split);
+            weight(Linear::shared_down, Part::mlp, "f_s x h", {fs, h}, split);
         }
         if (view.shared_expert_gate)
-            add(Part::router, Group::layer, "shared_expert_gate", "h x 1", {h, 1});
+            weight(Linear::shared_expert_gate, Part::router, "h x 1", {h, 1});
         if (m.norms_after_branches())
             add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
     }
@@ -329,8 +355,11 @@ struct ParameterRows {
     void head_side() {
         add_norm(Part::final_norm, Group::head, {"final_norm.weight", "final_norm.bias"});
         if (!m.tied_embeddings)
-            add(Part::head, Group::head, "lm_head", "h x V", {h, V}, ParamSplit::vocab);
-        if (m.head_bias) add(Part::head, Group::head, "lm_head.bias", "V", {V}, ParamSplit::vocab);
+            add(Part::head, Group::head, linear_row(Linear::head).tensor, "h x V", {h, V},
+                ParamSplit::vocab, false, Linear::head);
+        if (m.head_bias)
+            add(Part::head, Group::head, linear_row(Linear::head).bias, "V", {V}, ParamSplit::vocab,
+                false, Linear::head, ParamRole::bias);
     }
 };
 }  // namespace detail

@@ -99,11 +99,12 @@ struct ServeReport {
 
 namespace detail {
 /// A row of the parameter table that the weight format stores: a layer's matrix, not a bias, norm
-/// or router.
+/// or router (stacked experts' biases are matrices too).
 inline bool quantised(const ParamRow& r) {
-    // A Mamba mixer's convolution taps and A stay in bf16, as vLLM's MambaMixer keeps them.
+    // Of no linear: a Mamba mixer's convolution taps and A stay in bf16, as vLLM's MambaMixer
+    // keeps them.
     return r.group == Group::layer && (r.part == Part::attention || r.part == Part::mlp) &&
-           r.dims.size() >= 2 && r.tensor != "conv1d.weight" && r.tensor != "A_log";
+           r.dims.size() >= 2 && r.linear != Linear::none;
 }
 }  // namespace detail
 

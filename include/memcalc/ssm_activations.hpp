@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "memcalc/activations.hpp"
+#include "memcalc/linears.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/text.hpp"
 
@@ -46,8 +47,8 @@ namespace detail {
 
 /// The mixer's saved tensors after its input norm (whose output in_proj keeps: the caller's row),
 /// for `s` tokens of `b` sequences in `d`-byte activations. `add(op, tensor, why, shape, elements,
-/// bytes)` appends a row; `work(backward, op, tensor, formula, bytes)` a temporary while the rows
-/// so far are live.
+/// bytes)` appends a row; `work(backward, op, tensor, formula, bytes, weight_gradient)` a temporary
+/// while the rows so far are live (Workspace::weight_gradient).
 template <class Add, class Work>
 void mamba_mixer_rows(const Architecture& m, std::uint64_t s, std::uint64_t b, std::uint64_t d,
                       bool frozen_norms, Add add, Work work) {
@@ -108,8 +109,8 @@ void mamba_mixer_rows(const Architecture& m, std::uint64_t s, std::uint64_t b, s
             ssm_shape::diN, di * N, dtype::fp32);
         add("A = -exp(A_log)", "A, fp32", "A delta's gradient w.r.t. delta reads A", ssm_shape::diN,
             di * N, dtype::fp32);
-        work(false, "exp(A delta)", "A delta, fp32, before exp", "4 sb(d_i N)",
-             sbdiN * dtype::fp32);
+        work(false, "exp(A delta)", "A delta, fp32, before exp", "4 sb(d_i N)", sbdiN * dtype::fp32,
+             Linear::none);
         add("exp(A delta)", "discretised A, fp32",
             "exp's gradient is written in its output; every step reads it", ssm_shape::sbdiN, sbdiN,
             dtype::fp32);
@@ -140,9 +141,11 @@ void mamba_mixer_rows(const Architecture& m, std::uint64_t s, std::uint64_t b, s
             sbdi, d);
         // Backward accumulates the gradients of dA and dBu from each step's slice: two full fp32
         // buffers and a full-size temporary per slice's backward.
+        // Counted beside a fresh weight gradient, as before (leaning high; not measured): its
+        // gradient of delta goes on to dt_proj's.
         work(true, "the recurrence backward",
              "gradients of dA and dB u, and one step's slice gradient, fp32", "12 sb(d_i N)",
-             sbdiN * (3 * dtype::fp32));
+             sbdiN * (3 * dtype::fp32), Linear::mamba_dt);
         return;
     }
     // mamba_ssm's kernels: causal_conv1d_fn keeps x (a view of in_proj's output); selective_scan_fn
@@ -199,7 +202,7 @@ inline LayerActivations korthikanti_mamba_layer(const Architecture& m, std::uint
     fused.ssm.kernels = true,
     fused.ssm.inner_norms = false;  // the paper's layer has no inner norms
     detail::mamba_mixer_rows(fused, seq, micro_batch, d, false, add,
-                             [](bool, Label, Label, Label, Count) {});
+                             [](bool, Label, Label, Label, Count, Linear) {});
     for (std::size_t i = 8; i < gpt.rows.size(); ++i)
         layer.rows.push_back(gpt.rows[i]);  // residual dropout on
     layer.input_bytes = gpt.input_bytes, layer.checkpoint_tensors = gpt.checkpoint_tensors;

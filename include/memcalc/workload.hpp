@@ -140,29 +140,25 @@ inline Count largest_on_rank(const std::vector<WorkspaceEffect>& effects, const 
     return most;
 }
 
-/// The layer's parameters from `first` on: it and every later tensor of the layer in forward order,
-/// each bias with its weight, those `keep` accepts. `only_first`: `first` and its bias alone.
+/// The layer's parameters from linear `first`'s weight on: it and every later tensor of the layer
+/// in forward order, each bias with its weight, those `keep` accepts. `only_first`: `first`'s
+/// weight and bias alone. None: no tensor.
 template <class Keep>
-SplitParams tensors_from(const ParameterTable& t, Text first, std::uint64_t V, bool only_first,
+SplitParams tensors_from(const ParameterTable& t, Linear first, std::uint64_t V, bool only_first,
                          std::size_t kind, Keep keep) {
     SplitParams ready;
-    if (first.empty()) return ready;
-    std::vector<Text> earlier;
-    earlier.reserve(t.rows.size());
+    LinearSet earlier = 0;  // linears whose weight comes before `first`'s: their biases stay out
     bool reached = false;
     for (const auto& row : t.rows) {
         if (row.group != Group::layer || row.kind != kind) continue;
-        reached = reached || row.tensor == first;
-        constexpr Text suffix = ".bias";
-        const bool bias = row.tensor.size() > suffix.size() &&
-                          row.tensor.substr(row.tensor.size() - suffix.size()) == suffix;
-        const Text weight =
-            bias ? row.tensor.substr(0, row.tensor.size() - suffix.size()) : row.tensor;
-        if (!reached || std::find(earlier.begin(), earlier.end(), weight) != earlier.end()) {
-            earlier.push_back(row.tensor);
+        const LinearSet own = row.of_linear(row.linear) ? bit(row.linear) : 0;
+        reached = reached ||
+                  (first != Linear::none && row.linear == first && row.role == ParamRole::weight);
+        if (!reached || (earlier & own) != 0) {
+            earlier |= own;
             continue;
         }
-        if (only_first && weight != first) continue;
+        if (only_first && own != bit(first)) continue;
         if (keep(row)) ready.add(row, V);
     }
     return ready;
@@ -170,10 +166,27 @@ SplitParams tensors_from(const ParameterTable& t, Text first, std::uint64_t V, b
 
 /// The layer's parameters whose gradients exist once the backward pass reaches `first`
 /// (tensors_from): a frozen tensor gets no gradient.
-inline SplitParams gradients_from(const ParameterTable& t, Text first, std::uint64_t V,
+inline SplitParams gradients_from(const ParameterTable& t, Linear first, std::uint64_t V,
                                   bool only_first = false, std::size_t kind = 0) {
     return tensors_from(t, first, V, only_first, kind,
                         [](const ParamRow& r) { return r.trainable; });
+}
+
+/// The gradient a later micro-batch's backward makes fresh of the layer's largest trainable row
+/// `largest`: it and, for a linear's weight, its bias. A bias as the largest makes none, as when
+/// these rows were found by name (a bias's name never was its own weight's): kept, not measured.
+inline SplitParams fresh_gradient(const ParameterTable& t, const ParamRow& largest,
+                                  std::uint64_t V) {
+    SplitParams fresh;
+    const bool counted = largest.role != ParamRole::bias;
+    const Linear weight_of = largest.role == ParamRole::weight ? largest.linear : Linear::none;
+    for (const auto& row : t.rows) {
+        const bool its_bias = weight_of != Linear::none && row.group == Group::layer &&
+                              row.kind == largest.kind && row.linear == weight_of &&
+                              row.role == ParamRole::bias;
+        if (row.trainable && ((counted && &row == &largest) || its_bias)) fresh.add(row, V);
+    }
+    return fresh;
 }
 
 /// The two largest parameter tensors of each kind (group, split, expert or not), and the first one
@@ -395,7 +408,7 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
     }
     for (std::size_t k = 0; k < params.kinds; ++k)
         if (largest[k] != nullptr)
-            splits.fresh_gradient[k] = gradients_from(params, largest[k]->tensor, V, true, k);
+            splits.fresh_gradient[k] = fresh_gradient(params, *largest[k], V);
     add_optimizer_state(splits.every_tensor_state, params, adam, DType::fp32);
     return made;
 }
@@ -479,8 +492,9 @@ struct Workload {
 /// Zero-bubble schedules hold them from the input-gradient pass until W. Of a tensor-parallel
 /// linear, the side Megatron-LM splits is 1 / tp and the other whole on every rank (under sequence
 /// parallelism W reads the gathered input, as its deferred weight-gradient store keeps it): the
-/// input of a row-parallel one (linear_rows), the output of the others; a linear not in that table
-/// is split but on the model's width. Experts read their tokens' k slots.
+/// input of a row-parallel one (linear_rows), the output of the others; a linear the table does not
+/// split (LinearRow::tuned: Mamba's, an adapter's) is split but on the model's width. Experts read
+/// their tokens' k slots.
 inline SplitBytes weight_pass_reads(const Architecture& m, const ParameterTable& table,
                                     std::size_t kind, std::uint64_t tokens, std::uint64_t bytes) {
     SplitBytes reads;
@@ -491,12 +505,15 @@ inline SplitBytes weight_pass_reads(const Architecture& m, const ParameterTable&
             continue;
         if (row.part == Part::norms || row.part == Part::final_norm) continue;
         const std::uint64_t* d = row.dims.end() - 2;  // in x out
-        const LinearRow* linear = linear_of(row.tensor);
+        // An adapter's matrix is no linear of the table: split by its widths.
+        const LinearRow& linear =
+            linear_row(row.role == ParamRole::weight ? row.linear : Linear::none);
         const ActivationSplit split =
             row.expert ? ActivationSplit::expert_tensor : ActivationSplit::tensor;
         for (int out = 0; out < 2; ++out) {
-            const bool cut = row.split == ParamSplit::tensor &&
-                             (linear ? linear->row_parallel == (out == 0) : d[out] != m.hidden);
+            const bool cut =
+                row.split == ParamSplit::tensor &&
+                (linear.tuned ? linear.row_parallel == (out == 0) : d[out] != m.hidden);
             reads.add(cut ? split : ActivationSplit::replicated,
                       Count(row.expert ? slots : tokens) * d[out] * bytes);
         }
@@ -512,9 +529,9 @@ inline WorkspaceEffect workspace_facts(const Workspace& work, const ParameterTab
                                        std::uint64_t V, std::size_t kind) {
     WorkspaceEffect e;
     e.gradients = gradients_from(params, work.gradients_from, V, false, kind);
-    e.weightless = work.weightless;
+    e.weightless = work.weightless();
     e.uncast = tensors_from(params, work.uncast_from, V, false, kind, autocast_copies);
-    if (work.backward && work.weightless)
+    if (work.weightless())
         e.cast_freed = tensors_from(params, work.gradients_from, V, false, kind, autocast_copies);
     return e;
 }

@@ -14,7 +14,7 @@ namespace memcalc::detail {
 struct LinearOutput {
     Count elements;     ///< none: not counted (a linear that is no Transformer Engine module)
     Label symbol = "";  ///< its elements in the paper's letters: "sb(ad) + 2 sb(kd)"
-    Label weight = "";  ///< the first weight whose gradient the backward writes ("q_proj")
+    Linear weight = Linear::none;  ///< the first linear whose gradient the backward writes (q)
     /// A column-parallel output divides by tp; a row-parallel one's gradient is gathered whole.
     ActivationSplit split = ActivationSplit::tensor;
     Count largest;  ///< the largest one linear's output, where several share the input; none:

@@ -23,7 +23,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         const LinearSet mlp =
             m.is_moe() ? bit(Linear::router) : mlp_input_readers(m);  // reading it too
         const LinearOutput qkv_out{
-            z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", "q_proj", ActivationSplit::tensor, z.sbq, {}};
+            z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", Linear::q, ActivationSplit::tensor, z.sbq, {}};
         // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
         const bool itself = !z.autocast && !z.narrow;
         const bool kept = projection_input_row(
@@ -79,8 +79,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                     "dq (fp32 accumulator and result), dk, dv, row sums",
                     bytes_of(dtype::fp32 + z.d, "sb(ad)") + " + " + bytes_of(2 * z.d, "sb(kd)") +
                         " + 4 asb",
-                    work, "o_proj");
-        t.weightless();
+                    work, Linear::o);
         return;
     }
     const bool dropout = m.attention_dropout > 0;
@@ -159,8 +158,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                        ? "the weights' gradient, the output's and v's, two contiguous copies"
                        : "the weights' gradient, the output's and v's",
                    bytes_of(z.d, "as^2b") + " + " + bytes_of(over_v, "sb(a d_v)"),
-                   Count(z.d) * z.scores + Count(over_v) * z.sbv, "o_proj");
-    t.weightless();
+                   Count(z.d) * z.scores + Count(over_v) * z.sbv, Linear::o);
     if (z.narrow)
         projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1,
                              output_projection(z), bit(Linear::o));
@@ -183,8 +181,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     if (m.key_value_heads() == m.heads) t.held_by_checkpoint(z.sbv * z.d);
     t.workspace_at(softmax_row + 1, true, "softmax backward",
                    "the gradients of its output and its input", bytes_of(backward, "as^2b"),
-                   Count(backward) * softmax_elements, "o_proj");
-    t.weightless();
+                   Count(backward) * softmax_elements, Linear::o);
 }
 
 }  // namespace memcalc::detail

@@ -45,12 +45,12 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     t.section(Module::attention);
     // Autocast casts each weight as its linear runs: inside the mixer the output projection's is
     // still to come.
-    t.casts_pending(m.mixer == Mixer::mamba ? "out_proj" : "o_proj");
+    t.casts_pending(m.mixer == Mixer::mamba ? Linear::mamba_out : Linear::o);
     if (m.mixer == Mixer::mamba)
         detail::mamba_rows(t, m, z, micro_batch);
     else
         detail::attention_rows(t, m, z, attention);
-    t.casts_pending({});
+    t.casts_pending(Linear::none);
     t.section(Module::none);
     const bool output_biased = m.mixer == Mixer::mamba
                                    ? m.ssm.proj_bias
@@ -112,11 +112,11 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
             Module::shared_experts);  // inside the MoE layer; its input, the router's, kept already
         detail::shared_expert_rows(t, m, z);
     } else {
-        t.casts_pending("down_proj");
+        t.casts_pending(Linear::down);
         t.policy_output(
             detail::mlp_rows(t, m, z, shape::sbf, z.sbf, "", Linear::down, m.hidden_dropout > 0),
             "MLP down projection", "its output", shape::sbh, z.sbh, z.d);
-        t.casts_pending({});
+        t.casts_pending(Linear::none);
     }
     t.section(Module::none);
     if (m.norms_after_branches()) detail::norm_rows(t, m, z, "post-MLP norm", false, false, true);
@@ -152,7 +152,8 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
         t.workspace(false, "4-bit linear (bitsandbytes)", "the largest weight, dequantised",
                     detail::bytes_of(d, "x its elements"), tuning.dequantized * d);
         t.workspace(true, "4-bit linear backward", "the largest weight, dequantised",
-                    detail::bytes_of(d, "x its elements"), tuning.dequantized * d);
+                    detail::bytes_of(d, "x its elements"), tuning.dequantized * d, Linear::none,
+                    tuning.dequantized_linear);
     }
 
     // DoRA: each adapted linear's forward makes ||W + B A|| from B A x I (an in x in identity
@@ -164,7 +165,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
         Count largest, widest;
         for (std::size_t l = 0; l < tuning.shapes.size(); ++l) {
             const AdaptedShape& w = tuning.shapes[l];
-            if ((tuning.adapted & (LinearSet{1} << l)) == 0) continue;
+            if ((tuning.adapted & bit(Linear(l))) == 0) continue;
             largest = std::max(largest, (Count(w.in) * w.in + Count(copies) * w.in * w.out +
                                          Count(w.in) * tuning.rank) *
                                             own);
@@ -179,7 +180,8 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
         // linear (an expert's tokens are at most s b). Leans high.
         t.workspace(true, "DoRA backward",
                     "its output's gradient and the products' factors' gradients, widest linear",
-                    detail::bytes_of(4 * own, "sb(out)"), z.tokens * widest * (4 * own));
+                    detail::bytes_of(4 * own, "sb(out)"), z.tokens * widest * (4 * own),
+                    Linear::none, first_linear(tuning.adapted));
     }
 
     layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input

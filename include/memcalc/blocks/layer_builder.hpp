@@ -92,15 +92,19 @@ public:
     }
 
     /// A temporary of the op running now, while the rows added so far are live: in forward
-    /// beside the residual stream's tensors (stream_beside). `gradients_from`: in backward, the
-    /// first parameter tensor of the layer whose gradient exists.
+    /// beside the residual stream's tensors (stream_beside). In backward, `gradients_from`: the
+    /// first linear of the layer whose weight's gradient exists (Workspace::gradients_from);
+    /// `weight_gradient`: the linear whose weight's gradient the op writes, none for an op with no
+    /// weights (Workspace::weight_gradient).
     void workspace(bool backward, Label op, Label tensor, Label formula, Count bytes,
-                   Label gradients_from = "") {
-        workspace_at(rows_.size(), backward, op, tensor, formula, bytes, gradients_from);
+                   Linear gradients_from = Linear::none, Linear weight_gradient = Linear::none) {
+        workspace_at(rows_.size(), backward, op, tensor, formula, bytes, gradients_from,
+                     weight_gradient);
     }
     /// The same, run before row `before` is made (in backward: after its backward has run).
     void workspace_at(std::size_t before, bool backward, Label op, Label tensor, Label formula,
-                      Count bytes, Label gradients_from = "",
+                      Count bytes, Linear gradients_from = Linear::none,
+                      Linear weight_gradient = Linear::none,
                       ActivationSplit split = ActivationSplit::tensor) {
         if (!layer_) return;
         if (!backward) {  // the residual stream's tensors the caller holds
@@ -118,21 +122,17 @@ public:
         }
         checkpoint_held_ = Count(0);
         push(before, {backward, op, tensor, formula, bytes, split, gradients_from, module_,
-                      backward ? Text{} : uncast_from_});
+                      backward ? Linear::none : uncast_from_, weight_gradient});
     }
-    /// Forward workspaces added from now on run before tensor `first` (and every later one) is
-    /// cast.
-    void casts_pending(Text first) { uncast_from_ = first; }
+    /// Forward workspaces added from now on run before linear `first`'s weight (and every later
+    /// tensor) is cast; none: no cast is pending.
+    void casts_pending(Linear first) { uncast_from_ = first; }
     /// The residual stream's tensors no row keeps, alive beside the forward workspaces added from
     /// now on: the layer's input, which a checkpointed layer keeps anyway, and in the MLP half the
     /// attention half's sum (or, in a parallel layer, the attention's output).
     void stream_beside(Count layer_input, Count other) {
         stream_input_ = layer_input;
         stream_other_ = other;
-    }
-    /// The last workspace's op has no weights (Workspace::weightless).
-    void weightless() {
-        if (layer_) layer_->work.back().weightless = true;
     }
     /// Under selective recomputation, a gradient alive beside the next backward op that the
     /// checkpoint still holds where elsewhere it takes its saved tensor's place.
@@ -202,7 +202,7 @@ private:
     std::uint64_t mm_count_ = 0;
     bool every_mm_ = false;
     Module module_ = Module::none;
-    Text uncast_from_;  ///< casts_pending's
+    Linear uncast_from_ = Linear::none;  ///< casts_pending's
     Count stream_input_, stream_other_;
 };
 

@@ -29,7 +29,7 @@ inline void after_linears(TableBuilder& t, const Sizes& z, const std::string& op
             input_kept ? t.size() - 1 : t.size(), true, op + " backward (LoRA)",
             "its input's gradient: an adapter's path, or the sum so far, the next and their sum",
             bytes_of(bytes, std::string(Text(shape.symbol))), elements * bytes, output.weight,
-            shape.split);
+            first_linear(readers & t.tuning.adapted), shape.split);
     }
     adapter_rows(t, z, op, readers, tokens, elements, shape, input_bytes);
     if ((readers & ~t.tuning.frozen) == 0 && t.tuning.any())
@@ -98,7 +98,7 @@ inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::str
                            std::string("its output's gradient cast to ") + dtype_name(*z.narrow) +
                                " and transposed",
                            bytes_of(cast, std::string(Text(output.symbol))), output.elements * cast,
-                           output.weight, output.split);
+                           output.weight, output.weight, output.split);
         return true;
     }
     if (!z.autocast) {

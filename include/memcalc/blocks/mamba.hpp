@@ -19,7 +19,7 @@ inline void mamba_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
     if (t.tuning.any())
         throw error(
             "fine-tuning (frozen parts or LoRA) of a model with Mamba layers is not modelled");
-    const LinearOutput in_out{z.tokens * (2 * m.ssm.d_inner), "sb(2d_i)", "in_proj",
+    const LinearOutput in_out{z.tokens * (2 * m.ssm.d_inner), "sb(2d_i)", Linear::mamba_in,
                               ActivationSplit::tensor,        {},         {}};
     projection_input_row(t, z, "in_proj", "its input", z.sbh, shape::sbh, 1, in_out, 0,
                          RowFacts{}.output_of_norm().input_of_layer(!m.norms_before_branches()));
@@ -27,8 +27,9 @@ inline void mamba_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
                          std::uint64_t bytes, Keep keep = Keep::always, std::uint64_t copies = 1) {
         t.add(op, tensor, why, shape, elements, bytes, keep, copies);
     };
-    const auto work = [&](bool backward, Label op, Label tensor, Label formula, Count bytes) {
-        t.workspace(backward, op, tensor, formula, bytes);
+    const auto work = [&](bool backward, Label op, Label tensor, Label formula, Count bytes,
+                          Linear weight_gradient) {
+        t.workspace(backward, op, tensor, formula, bytes, Linear::none, weight_gradient);
     };
     mamba_mixer_rows(m, z.seq, micro_batch, z.d, false, add, work);
 }

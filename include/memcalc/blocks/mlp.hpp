@@ -58,7 +58,7 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
                 : "its input's gradient",
         bytes_of(z.d, std::string(Text(shape.symbol))) +
             (dropped ? " + " + bytes_of(z.d, std::string(Text(output.symbol))) : std::string()),
-        (sbf + (dropped ? output.elements : Count(0))) * z.d, output.weight, shape.split);
+        (sbf + (dropped ? output.elements : Count(0))) * z.d, output.weight, down, shape.split);
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
@@ -76,7 +76,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
     const bool routed = Text(shape.symbol) == Text(shape::sbkf.symbol);
     const LinearOutput down{Count(sbf.value() / m.ffn) * m.hidden,
                             routed ? "sbk(h)" : "sbh",
-                            "down_proj",
+                            Linear::down,
                             ActivationSplit::replicated,
                             {},
                             {}};
@@ -90,8 +90,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         dropout_row(t, z, z.compute, prefix + "MLP dropout", shape, sbf);
         t.workspace(true, prefix + "MLP dropout backward",
                     "its incoming gradient and its input's gradient",
-                    bytes_of(2 * z.d, shape.symbol), Count(2 * z.d) * sbf, "down_proj");
-        t.weightless();
+                    bytes_of(2 * z.d, shape.symbol), Count(2 * z.d) * sbf, Linear::down);
     };
     if (m.mlp == Mlp::gated) {
         const bool gate_saved = t.linear_saved(biased),
@@ -110,8 +109,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
         // projection's input already freed; the activation's own backward, after it, holds less.
         t.workspace(true, prefix + "gate x up backward",
                     "its incoming gradient and the gradients of both factors",
-                    bytes_of(3 * z.d, shape.symbol), Count(3 * z.d) * sbf, "down_proj");
-        t.weightless();
+                    bytes_of(3 * z.d, shape.symbol), Count(3 * z.d) * sbf, Linear::down);
         if (dropout) dropout_rows();
         down_projection_row(
             t, z, prefix, dropout ? "its input (gate x up, dropped out)" : "its input (gate x up)",
@@ -135,8 +133,7 @@ inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, con
                    fn.kernel == ActivationKernel::fused
                        ? "its incoming gradient and its input's gradient"
                        : "its incoming gradient and the last product's two gradients",
-                   bytes_of(work, shape.symbol), Count(work) * sbf, "down_proj");
-    t.weightless();
+                   bytes_of(work, shape.symbol), Count(work) * sbf, Linear::down);
     end_act();
     return t.linear_saved(biased);
 }

@@ -23,7 +23,7 @@ inline LinearOutput mlp_input_output(const Architecture& m, Count sbf, const Sha
     return {sbf * n,
             n == 1 ? std::string(Text(shape.symbol))
                    : std::to_string(n) + " " + std::string(Text(shape.symbol)),
-            n == 1 ? "up_proj" : "gate_proj",
+            n == 1 ? Linear::up : Linear::gate,
             ActivationSplit::tensor,
             sbf,
             n == 1 ? Count(0) : sbf};

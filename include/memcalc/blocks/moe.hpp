@@ -147,8 +147,7 @@ inline void every_token_expert_rows(TableBuilder& t, const Architecture& m, cons
     t.workspace(true, "experts: up x act(gate) backward",
                 "its incoming gradient and the gradients of both factors",
                 bytes_of(3 * z.d, std::string(Text(sbEf.symbol))), Count(3 * z.d) * copies * m.ffn,
-                "down_proj");
-    t.weightless();
+                Linear::down);
     t.add("experts: down bmm", "its input, up x act(gate)",
           "down_proj's gradient = input^T x output gradient", sbEf, copies * m.ffn, z.d);
     t.section(outer);
