@@ -1,7 +1,9 @@
 #include <catch2/catch.hpp>
 
 #include "fixtures.hpp"
+#include "memcalc/finetune.hpp"
 #include "memcalc/params.hpp"
+#include "model_file.hpp"
 
 using namespace memcalc;
 
@@ -133,5 +135,50 @@ TEST_CASE("impossible architectures are refused with the field named", "[params]
     SECTION("a width whose square overflows") {
         m.hidden = 1ULL << 33, m.heads = 1;
         CHECK_THROWS_AS(parameter_table(m), overflow_error);
+    }
+}
+
+TEST_CASE("every preset's rows carry their linear by type, named as linear_rows names it",
+          "[params][finetune]") {
+    // The typed identity replaced name lookups (a ".bias" suffix, linear_of): on every preset,
+    // fine-tuned or not, a name and its type say the same.
+    const auto ends_with = [](Text s, Text end) {
+        return s.size() >= end.size() && s.substr(s.size() - end.size()) == end;
+    };
+    for (const auto& name : cli::preset_names()) {
+        const Architecture m = cli::load_preset(name).architecture;
+        FineTuning f;
+        f.mode = Training::lora, f.lora.targets = {"all-linear"};
+        f.lora.variant = LoraVariant::dora;
+        for (const ParameterTable& t :
+             {parameter_table(m), fine_tuned_table(m, parameter_table(m), f)})
+            for (const ParamRow& r : t.rows) {
+                CAPTURE(name, std::string(r.tensor));
+                const LinearRow& l = linear_row(r.linear);
+                const std::string weight(r.linear == Linear::none ? "" : l.tensor);
+                switch (r.role) {
+                    case ParamRole::weight:
+                        if (r.linear != Linear::none) CHECK(r.tensor == weight);
+                        break;
+                    case ParamRole::bias:
+                        CHECK(ends_with(r.tensor, ".bias"));
+                        if (r.linear != Linear::none) CHECK(r.tensor == Text(l.bias));
+                        break;
+                    case ParamRole::lora_a: CHECK(ends_with(r.tensor, weight + ".lora_A")); break;
+                    case ParamRole::lora_b: CHECK(ends_with(r.tensor, weight + ".lora_B")); break;
+                    case ParamRole::magnitude:
+                        CHECK(ends_with(r.tensor, weight + ".lora_magnitude_vector"));
+                        break;
+                }
+                CHECK((r.part == Part::adapter) == (r.role > ParamRole::bias));
+                CHECK(ends_with(r.tensor, ".bias") == (r.role == ParamRole::bias));
+                // Every row named as a linear's weight or bias is typed so.
+                for (const LinearRow& named : linear_rows) {
+                    if (named.linear == Linear::none) continue;
+                    if (r.tensor == Text(named.tensor)) CHECK(r.of_linear(named.linear));
+                    if (r.tensor == Text(named.bias)) CHECK(r.role == ParamRole::bias);
+                    if (r.tensor == Text(named.bias)) CHECK(r.linear == named.linear);
+                }
+            }
     }
 }
