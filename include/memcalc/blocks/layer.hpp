@@ -177,11 +177,13 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
             largest);
         // Not measured (saved-tensor hooks see no temporaries): the output's gradient and those of
         // the two products' factors, s b out each in the adapter's dtype, at the widest adapted
-        // linear (an expert's tokens are at most s b). Leans high.
+        // linear (an expert's tokens are at most s b). Leans high. A linear's op: in a kind with
+        // no adapter its 0 bytes still count beside a fresh gradient, as before (a frozen linear).
         t.workspace(true, "DoRA backward",
                     "its output's gradient and the products' factors' gradients, widest linear",
                     detail::bytes_of(4 * own, "sb(out)"), z.tokens * widest * (4 * own),
-                    Linear::none, first_linear(tuning.adapted));
+                    Linear::none,
+                    first_linear(tuning.adapted != 0 ? tuning.adapted : tuning.frozen));
     }
 
     layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input
