@@ -142,13 +142,13 @@ TEST_CASE("the slow path's saved tensors in closed form, as measured on CPU",
         architecture_layer(m, s, b, Precision(DType::bf16), Attention::eager, Platform::cpu);
     // The rows after the mixer (the MLP half, the residual) are the same in both layers.
     Count after_attention, after_mamba;
-    for (std::size_t i = attention_layer.mlp_half_from(); i < attention_layer.rows.size(); ++i)
+    for (std::size_t i = attention_layer.first_mlp_half_row(); i < attention_layer.rows.size(); ++i)
         after_attention += attention_layer.rows[i].bytes;
-    for (std::size_t i = mamba_layer.mlp_half_from(); i < mamba_layer.rows.size(); ++i)
+    for (std::size_t i = mamba_layer.first_mlp_half_row(); i < mamba_layer.rows.size(); ++i)
         after_mamba += mamba_layer.rows[i].bytes;
     CHECK(after_mamba == after_attention);
     Count before;
-    for (std::size_t i = 0; i < mamba_layer.mlp_half_from(); ++i)
+    for (std::size_t i = 0; i < mamba_layer.first_mlp_half_row(); ++i)
         before += mamba_layer.rows[i].bytes;
     // The attention norm's rows (fp32 input, 1/rms, normalised input) precede in_proj's input.
     CHECK(before.value() == 4 * s * b * 64 + 4 * s * b + 2 * s * b * 64 + mixer(s, b));

@@ -350,7 +350,7 @@ struct LayerActivations {
     /// The first row of the MLP half (its norm, the MLP or the MoE layer), or rows.size() where
     /// the program marks none with a row after it: selective recomputation rebuilds one half at a
     /// time, in its backward, with the recomputed norm that feeds it.
-    std::size_t mlp_half_from() const;
+    std::size_t first_mlp_half_row() const;
     /// The bytes held by `holder` alive beside op `work_index` while it runs under `mode`.
     Count beside_bytes(std::size_t work_index, Recompute mode, Holder holder) const;
 
@@ -394,7 +394,7 @@ inline bool rebuilt_by(const SavedTensor& r, Recompute mode) {
     return r.kept(Recompute::none) && !r.kept(mode) && !(checkpoints_layer(mode) && r.layer_input);
 }
 
-inline std::size_t LayerActivations::mlp_half_from() const {
+inline std::size_t LayerActivations::first_mlp_half_row() const {
     std::size_t rows_before = 0;
     for (const ProgramStep& step : program) {
         if (step.kind == StepKind::mlp_half) return rows_before;
@@ -418,7 +418,7 @@ inline Count LayerActivations::beside_bytes(std::size_t work_index, Recompute mo
 
 inline Count LayerActivations::rebuilt(Recompute mode) const {
     Count made, mlp_half;  // selective recomputation rebuilds one half of the layer at a time
-    const std::size_t half = mlp_half_from();
+    const std::size_t half = first_mlp_half_row();
     for (std::size_t i = 0; i < rows.size(); ++i)
         if (rebuilt_by(rows[i], mode))
             (mode == Recompute::selective && i >= half ? mlp_half : made) += rows[i].bytes;

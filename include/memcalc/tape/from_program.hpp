@@ -38,7 +38,7 @@ public:
           mode_(mode),
           b_(sink),
           rows_(layer.rows.size()),
-          mlp_half_from_(layer.mlp_half_from()) {}
+          first_mlp_half_row_(layer.first_mlp_half_row()) {}
 
     void write() {
         declare();
@@ -91,11 +91,11 @@ private:
     bool selective() const { return mode_ == Recompute::selective; }
     bool checkpointed() const { return checkpoints_layer(mode_); }
     /// Whether selective recomputation rebuilds an MLP half apart: a row follows its marker.
-    bool two_regions() const { return selective() && mlp_half_from_ < rows_; }
+    bool two_regions() const { return selective() && first_mlp_half_row_ < rows_; }
     /// A row that is the layer's input itself, which a checkpointed layer keeps as its input.
     bool is_checkpoint_input(const SavedTensor& r) const { return checkpointed() && r.layer_input; }
     std::uint8_t region_of_row(std::size_t i) const {
-        return selective() && i >= mlp_half_from_ ? 1 : 0;
+        return selective() && i >= first_mlp_half_row_ ? 1 : 0;
     }
 
     void forward() {
@@ -208,7 +208,7 @@ private:
             free_row(s.index);
             // The MLP half's first row's backward has run: the attention half's turn. (An op
             // between the marker and that row counts with the attention half, as 1.2 did.)
-            if (two_regions() && s.index == mlp_half_from_) rebuild_region(region = 0);
+            if (two_regions() && s.index == first_mlp_half_row_) rebuild_region(region = 0);
         }
     }
 
@@ -241,7 +241,7 @@ private:
     Recompute mode_;
     Builder<Sink> b_;
     std::size_t rows_;
-    std::size_t mlp_half_from_;
+    std::size_t first_mlp_half_row_;
     std::vector<std::size_t> transient_;        ///< forward: rows made and not kept, still live
     std::vector<TensorId> beside_;              ///< the running op's beside tensors
     TensorId states_from_ = 0, states_to_ = 0;  ///< the checkpoints' RNG states
