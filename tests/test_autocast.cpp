@@ -197,18 +197,20 @@ TEST_CASE("a forward op under autocast runs before the later linears' casts exis
         const Parallelism whole;
         CAPTURE(m.name);
         std::size_t attention = 0;
+        const std::vector<Linear> uncast_by_op = layer.uncast_by_op();
         for (const Workspace& w : layer.work) {
             if (w.backward) continue;
+            const Linear uncast_from = uncast_by_op[std::size_t(&w - layer.work.data())];
             const SplitParams uncast =
-                tensors_from(params->table, w.uncast_from, m.vocab, false, 0, autocast_copies);
+                tensors_from(params->table, uncast_from, m.vocab, false, 0, autocast_copies);
             CAPTURE(std::string(w.op));
             const Count pending = uncast.on_rank(whole, m.vocab);
             if (fixtures::at_layer_end(layer, w)) {
                 CHECK(pending == Count(0));
-            } else if (w.uncast_from == Linear::o) {
+            } else if (uncast_from == Linear::o) {
                 ++attention;
                 CHECK(pending == Count(o + mlp));
-            } else if (w.uncast_from == Linear::down) {
+            } else if (uncast_from == Linear::down) {
                 CHECK(pending == Count(down));
             }
         }

@@ -264,10 +264,6 @@ struct Workspace {
     /// (Linear::o; every later parameter in forward order has one too); none when none has.
     Linear gradients_from = Linear::none;
     Module module = Module::none;  ///< the part of the layer whose op runs
-    /// Forward: the first of the layer's linears whose weight's autocast copy is not made yet while
-    /// it runs (it and every later tensor, in forward order); none: every one may be. A step counts
-    /// the layer's casts whole.
-    Linear uncast_from = Linear::none;
     /// Backward: the linear whose weight's gradient the op writes (a linear's backward; a frozen
     /// base's, its adapters' or its input's gradient alone, counts alike). None: its op has no
     /// weights (an activation, a product, a dropout, the core attention), so a later
@@ -326,6 +322,10 @@ enum class StepKind : std::uint8_t {
     policy,     ///< policy_outputs[index] is made
     mlp_half,   ///< the MLP half begins: selective recomputation rebuilds each half apart
     layer_end,  ///< the modules have returned; the ops after it run at the layer's last op
+    /// Autocast casts each weight as its linear runs: the forward ops after it run before the
+    /// weight of Linear(index) (and every later tensor's) is cast; Linear::none: none is pending.
+    /// A step counts the layer's casts whole.
+    casts_pending,
 };
 
 /// One step of a layer's program: its forward in order; its backward is the same read backwards.
@@ -353,6 +353,9 @@ struct LayerActivations {
     std::size_t first_mlp_half_row() const;
     /// The bytes held by `holder` alive beside op `work_index` while it runs under `mode`.
     Count beside_bytes(std::size_t work_index, Recompute mode, Holder holder) const;
+    /// For each op (by its index in `work`), the first linear whose weight's autocast copy is not
+    /// made yet while it runs (StepKind::casts_pending); none in backward.
+    std::vector<Linear> uncast_by_op() const;
 
     Count sum(Recompute mode) const {
         Count total;
@@ -414,6 +417,16 @@ inline Count LayerActivations::beside_bytes(std::size_t work_index, Recompute mo
         }
     }
     return held;
+}
+
+inline std::vector<Linear> LayerActivations::uncast_by_op() const {
+    std::vector<Linear> out(work.size(), Linear::none);
+    Linear pending = Linear::none;
+    for (const ProgramStep& step : program) {
+        if (step.kind == StepKind::casts_pending) pending = Linear(step.index);
+        if (step.kind == StepKind::op && !work[step.index].backward) out[step.index] = pending;
+    }
+    return out;
 }
 
 inline Count LayerActivations::rebuilt(Recompute mode) const {

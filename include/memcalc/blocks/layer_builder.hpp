@@ -122,11 +122,15 @@ public:
         }
         checkpoint_held_ = Count(0);
         push(before, {backward, op, tensor, formula, bytes, split, gradients_from, module_,
-                      backward ? Linear::none : uncast_from_, weight_gradient});
+                      weight_gradient});
     }
     /// Forward workspaces added from now on run before linear `first`'s weight (and every later
     /// tensor) is cast; none: no cast is pending.
-    void casts_pending(Linear first) { uncast_from_ = first; }
+    void casts_pending(Linear first) {
+        if (layer_)
+            place(rows_.size(), Order::op, StepKind::casts_pending,
+                  static_cast<std::size_t>(first));
+    }
     /// The residual stream's tensors no row keeps, alive beside the forward workspaces added from
     /// now on: the layer's input, which a checkpointed layer keeps anyway, and in the MLP half the
     /// attention half's sum (or, in a parallel layer, the attention's output).
@@ -202,7 +206,6 @@ private:
     std::uint64_t mm_count_ = 0;
     bool every_mm_ = false;
     Module module_ = Module::none;
-    Linear uncast_from_ = Linear::none;  ///< casts_pending's
     Count stream_input_, stream_other_;
 };
 
