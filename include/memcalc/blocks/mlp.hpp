@@ -63,79 +63,126 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
 /// dropout inside it (mlp_dropout, nn.TransformerEncoderLayer's) acts on the down projection's
-/// input. Returns whether the op-level policy saves the down projection's output, which the caller
-/// places. `dropped`: a residual dropout follows the block (down_projection_row's).
+/// input. `dropped`: a residual dropout follows the block (down_projection_row's).
+class MlpBlock {
+public:
+    MlpBlock(TableBuilder& t, const Architecture& m, const Sizes& z, const Shape& shape, Count sbf,
+             const std::string& prefix, Linear down_linear, bool dropped)
+        : t_(t),
+          m_(m),
+          z_(z),
+          shape_(shape),
+          sbf_(sbf),
+          prefix_(prefix),
+          fn_(activation_function(m.activation)),
+          down_linear_(down_linear),
+          dropped_(dropped),
+          dropout_(m.mlp_dropout > 0),
+          biased_(m.bias == Bias::all),
+          outer_(t.current_section()) {}
+
+    /// Writes the block; returns whether the op-level policy saves the down projection's output,
+    /// which the caller places.
+    bool write() {
+        // The routed experts' activation, from its input (the first projections' outputs) to the
+        // down projection's.
+        if (outer_ == Module::moe) t_.section(Module::moe_act);
+        if (m_.mlp == Mlp::gated)
+            gated();
+        else
+            plain();
+        t_.section(outer_);
+        return t_.linear_saved(biased_);
+    }
+
+private:
+    /// The down projection's output: row-parallel, the width of the stream for as many tokens.
+    LinearOutput down_output() const {
+        const bool routed = Text(shape_.symbol) == Text(shape::sbkf.symbol);
+        return {Count(sbf_.value() / m_.ffn) * m_.hidden,
+                routed ? "sbk(h)" : "sbh",
+                Linear::down,
+                ActivationSplit::replicated,
+                {},
+                {}};
+    }
+
+    /// The dropout's backward: its incoming gradient and its input's, beside its mask or noise.
+    void dropout_rows() {
+        dropout_row(t_, z_, z_.compute, prefix_ + "MLP dropout", shape_, sbf_);
+        t_.workspace(true, prefix_ + "MLP dropout backward",
+                     "its incoming gradient and its input's gradient",
+                     bytes_of(2 * z_.d, shape_.symbol), Count(2 * z_.d) * sbf_, Linear::down);
+    }
+
+    /// act(gate(x)) * up(x).
+    void gated() {
+        const bool gate_saved = t_.linear_saved(biased_), up_saved = t_.linear_saved(biased_);
+        activation_rows(t_, fn_, shape_, sbf_, prefix_, "the gate projection's output", z_.d,
+                        gate_saved);
+        t_.add(prefix_ + "gate x up", std::string(fn_.label) + "'s output",
+               "the up branch's gradient is act(gate) x grad", shape_, sbf_, z_.d);
+        t_.add(prefix_ + "gate x up", "the up projection's output",
+               "the gate branch's gradient is up x grad", shape_, sbf_, z_.d, Keep::always, 1,
+               RowFacts{}.saved_by_policy(up_saved).input_of_module(
+                   outer_ == Module::moe));  // with the gate's, moe_act's input
+        if (!fn_.up_branch.empty())
+            t_.add(prefix_ + "gate x up", std::string(fn_.up_branch),
+                   "the gate branch's gradient is (up branch) x grad", shape_, sbf_, z_.d);
+        // gate x up's backward: its incoming gradient and one for each factor, the down
+        // projection's input already freed; the activation's own backward, after it, holds less.
+        t_.workspace(true, prefix_ + "gate x up backward",
+                     "its incoming gradient and the gradients of both factors",
+                     bytes_of(3 * z_.d, shape_.symbol), Count(3 * z_.d) * sbf_, Linear::down);
+        if (dropout_) dropout_rows();
+        down_projection_row(
+            t_, z_, prefix_,
+            dropout_ ? "its input (gate x up, dropped out)" : "its input (gate x up)", shape_, sbf_,
+            down_output(), down_linear_, dropped_);
+    }
+
+    /// act(up(x)).
+    void plain() {
+        const std::string act = prefix_ + std::string(fn_.label);
+        activation_rows(t_, fn_, shape_, sbf_, prefix_, "the up projection's output", z_.d,
+                        t_.linear_saved(biased_));
+        // An output the function keeps is the down projection's input, unless a dropout comes
+        // between.
+        if (fn_.keeps_output && dropout_)
+            t_.add(act, "its output", "its derivative is read from its output", shape_, sbf_, z_.d);
+        const std::size_t act_end = t_.size();
+        if (dropout_) dropout_rows();
+        down_projection_row(t_, z_, prefix_,
+                            dropout_ ? "its input (the dropped-out hidden)"
+                                     : "its input (" + std::string(fn_.label) + "'s output)",
+                            shape_, sbf_, down_output(), down_linear_, dropped_);
+        const std::uint64_t work = fn_.backward_workspace * z_.d;
+        t_.workspace_at(fn_.keeps_output && !dropout_ ? t_.size() : act_end, true,
+                        act + " backward",
+                        fn_.kernel == ActivationKernel::fused
+                            ? "its incoming gradient and its input's gradient"
+                            : "its incoming gradient and the last product's two gradients",
+                        bytes_of(work, shape_.symbol), Count(work) * sbf_, Linear::down);
+    }
+
+    TableBuilder& t_;
+    const Architecture& m_;
+    const Sizes& z_;
+    const Shape& shape_;
+    Count sbf_;
+    const std::string& prefix_;
+    const ActivationFunction& fn_;
+    Linear down_linear_;
+    bool dropped_, dropout_, biased_;
+    Module outer_;
+};
+
+/// The MLP block's rows and ops (MlpBlock); returns whether the op-level policy saves the down
+/// projection's output, which the caller places.
 inline bool mlp_rows(TableBuilder& t, const Architecture& m, const Sizes& z, const Shape& shape,
                      Count sbf, const std::string& prefix, Linear down_linear = Linear::down,
                      bool dropped = false) {
-    const ActivationFunction& fn = activation_function(m.activation);
-    const bool biased = m.bias == Bias::all;
-    const std::string act = prefix + std::string(fn.label);
-    const bool dropout = m.mlp_dropout > 0;
-    // The down projection's output: row-parallel, the width of the stream for as many tokens.
-    const bool routed = Text(shape.symbol) == Text(shape::sbkf.symbol);
-    const LinearOutput down{Count(sbf.value() / m.ffn) * m.hidden,
-                            routed ? "sbk(h)" : "sbh",
-                            Linear::down,
-                            ActivationSplit::replicated,
-                            {},
-                            {}};
-    // The routed experts' activation, from its input (the first projections' outputs) to the down
-    // projection's.
-    const Module outer = t.current_section();
-    if (outer == Module::moe) t.section(Module::moe_act);
-    const auto end_act = [&] { t.section(outer); };
-    // The dropout's backward: its incoming gradient and its input's, beside its mask or noise.
-    const auto dropout_rows = [&] {
-        dropout_row(t, z, z.compute, prefix + "MLP dropout", shape, sbf);
-        t.workspace(true, prefix + "MLP dropout backward",
-                    "its incoming gradient and its input's gradient",
-                    bytes_of(2 * z.d, shape.symbol), Count(2 * z.d) * sbf, Linear::down);
-    };
-    if (m.mlp == Mlp::gated) {
-        const bool gate_saved = t.linear_saved(biased),
-                   up_saved = t.linear_saved(biased);  // act(gate(x)) * up(x)
-        activation_rows(t, fn, shape, sbf, prefix, "the gate projection's output", z.d, gate_saved);
-        t.add(prefix + "gate x up", std::string(fn.label) + "'s output",
-              "the up branch's gradient is act(gate) x grad", shape, sbf, z.d);
-        t.add(prefix + "gate x up", "the up projection's output",
-              "the gate branch's gradient is up x grad", shape, sbf, z.d, Keep::always, 1,
-              RowFacts{}.saved_by_policy(up_saved).input_of_module(
-                  outer == Module::moe));  // with the gate's, moe_act's input
-        if (!fn.up_branch.empty())
-            t.add(prefix + "gate x up", std::string(fn.up_branch),
-                  "the gate branch's gradient is (up branch) x grad", shape, sbf, z.d);
-        // gate x up's backward: its incoming gradient and one for each factor, the down
-        // projection's input already freed; the activation's own backward, after it, holds less.
-        t.workspace(true, prefix + "gate x up backward",
-                    "its incoming gradient and the gradients of both factors",
-                    bytes_of(3 * z.d, shape.symbol), Count(3 * z.d) * sbf, Linear::down);
-        if (dropout) dropout_rows();
-        down_projection_row(
-            t, z, prefix, dropout ? "its input (gate x up, dropped out)" : "its input (gate x up)",
-            shape, sbf, down, down_linear, dropped);
-        end_act();
-        return t.linear_saved(biased);
-    }
-    activation_rows(t, fn, shape, sbf, prefix, "the up projection's output", z.d,
-                    t.linear_saved(biased));
-    // An output the function keeps is the down projection's input, unless a dropout comes between.
-    if (fn.keeps_output && dropout)
-        t.add(act, "its output", "its derivative is read from its output", shape, sbf, z.d);
-    const std::size_t act_end = t.size();
-    if (dropout) dropout_rows();
-    down_projection_row(t, z, prefix,
-                        dropout ? "its input (the dropped-out hidden)"
-                                : "its input (" + std::string(fn.label) + "'s output)",
-                        shape, sbf, down, down_linear, dropped);
-    const std::uint64_t work = fn.backward_workspace * z.d;
-    t.workspace_at(fn.keeps_output && !dropout ? t.size() : act_end, true, act + " backward",
-                   fn.kernel == ActivationKernel::fused
-                       ? "its incoming gradient and its input's gradient"
-                       : "its incoming gradient and the last product's two gradients",
-                   bytes_of(work, shape.symbol), Count(work) * sbf, Linear::down);
-    end_act();
-    return t.linear_saved(biased);
+    return MlpBlock(t, m, z, shape, sbf, prefix, down_linear, dropped).write();
 }
 
 }  // namespace memcalc::detail
