@@ -29,17 +29,15 @@ inline constexpr Shape sbv{"sb(a d_v)", ActivationSplit::tensor};  ///< v, or th
 /// keeps a view of v, and so kv_b_proj's whole output, unless b > 1 makes it copy v;
 /// flash_attention_2 pads v to q's width with F.pad (a new tensor) when d_v != d_n + d_r.
 /// Megatron-LM's mla_up_proj recomputation drops the up projections' outputs (q, k, v: the rows
-/// that say so) and keeps their inputs.
-inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
-                                  Attention attention) {
+/// that say so) and keeps their inputs. The projections' part: the down projections, the latents'
+/// norms, the up projections' inputs and rotary; returns whether the op-level policy saves
+/// kv_b_proj's output.
+inline bool latent_projection_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     namespace ls = latent_shape;
     const LatentAttention& a = m.mla;
-    const bool biased = m.bias == Bias::attention, q_latent = a.q_lora_rank > 0,
-               eager = attention == Attention::eager;
+    const bool biased = m.bias == Bias::attention, q_latent = a.q_lora_rank > 0;
     const Count latent_q = z.tokens * a.q_lora_rank, latent_kv = z.tokens * a.kv_lora_rank;
     const Count latent_and_rope = z.tokens * (a.kv_lora_rank + a.qk_rope_head_dim);
-    const Count kv_b_out = z.tokens * m.heads * (a.qk_nope_head_dim + a.v_head_dim);
-    const std::string dropped = "; Megatron's mla_up_proj recomputation drops it";
     // The op-level policy counts the mms in forward order: q_a_proj or q_proj, q_b_proj,
     // kv_a_proj_with_mqa, kv_b_proj. Its outputs count as extra even where a norm keeps that very
     // storage (fp32): leaning high.
@@ -72,7 +70,19 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
     adapter_rows(t, z, "kv_b_proj", bit(Linear::kv_b), z.tokens, latent_kv, ls::sbrkv, z.d);
     const bool kv_b_saved = t.linear_saved(false);
     rotary_rows(t, m, z);
+    return kv_b_saved;
+}
 
+/// Latent attention's kernel inputs (latent_projection_rows' doc): q, k and v as the kernel keeps
+/// them, which Megatron-LM's mla_up_proj recomputation drops and reruns.
+inline void latent_kernel_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
+                               Attention attention, bool kv_b_saved) {
+    namespace ls = latent_shape;
+    const LatentAttention& a = m.mla;
+    const bool eager = attention == Attention::eager;
+    const Count latent_and_rope = z.tokens * (a.kv_lora_rank + a.qk_rope_head_dim);
+    const Count kv_b_out = z.tokens * m.heads * (a.qk_nope_head_dim + a.v_head_dim);
+    const std::string dropped = "; Megatron's mla_up_proj recomputation drops it";
     const bool padded = !eager && a.v_head_dim != m.head_size();
     const bool viewed =
         !eager || z.tokens == Count(z.seq);  // as qkv_rows: matmul copies a strided v when b > 1
@@ -109,6 +119,12 @@ inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const 
     if (padded)
         t.add(kernel, "v, padded to q's head width (F.pad)", v_why + dropped, ls::sbqk, z.sbq, z.d);
     t.section(Module::attention);
+}
+
+/// Latent attention (latent_projection_rows, then latent_kernel_rows).
+inline void latent_attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
+                                  Attention attention) {
+    latent_kernel_rows(t, m, z, attention, latent_projection_rows(t, m, z));
 }
 
 }  // namespace memcalc::detail
