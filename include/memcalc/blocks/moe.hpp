@@ -7,12 +7,9 @@
 
 namespace memcalc::detail {
 
-/// HF's sparse mixture-of-experts block: route, gather each expert's tokens, run it, weight,
-/// scatter.
-inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
-    const std::uint64_t k = m.active_experts();
-    const Count slots =
-        z.tokens * k;  // every token goes to k experts: s b k rows in all, whatever the routing
+/// The router of HF's sparse mixture-of-experts block (moe_rows), to the dispatch's indices, over
+/// `slots` token-slots.
+inline void router_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Count slots) {
     if (m.input_jitter >
         0)  // in place on the router's input, whose row follows (architecture_layer)
         t.add("input jitter (in place)", "the noise, uniform in [1 - jitter, 1 + jitter]",
@@ -51,6 +48,11 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     }
     t.add("dispatch", "token and slot indices per expert (2 x int64)",
           "index and index_add need them", shape::sbk, slots, 16);
+}
+
+/// Each expert's tokens gathered from the stream (moe_rows), as its first projections keep them,
+/// and the stacked weights' copies.
+inline void gathered_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Count slots) {
     // Gathered from the stream: under autocast fp32, and each expert's first projections cast it
     // again. Narrow linears keep only their cast of it.
     const LinearSet first = mlp_input_readers(m);
@@ -88,6 +90,15 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
         t.add("experts: stacked weights indexed", "the hit experts' ids (int64)",
               "index's gradient scatters by them", shape::experts, m.experts, 8);
     }
+}
+
+/// HF's sparse mixture-of-experts block: route, gather each expert's tokens, run it, weight,
+/// scatter.
+inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
+    // Every token goes to k experts: s b k rows in all, whatever the routing.
+    const Count slots = z.tokens * m.active_experts();
+    router_rows(t, m, z, slots);
+    gathered_rows(t, m, z, slots);
     // Which experts' mms the op-level policy saves depends on how many experts the routing fills
     // and in what order: counted as if it saved every one (an upper bound; about half are).
     t.every_mm(true);
