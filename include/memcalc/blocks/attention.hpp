@@ -12,77 +12,72 @@
 
 namespace memcalc::detail {
 
-inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
+/// Multi-head or grouped-query attention's inputs: the q/k/v projections' input, their norms,
+/// rotary and temperature, q, k and v as the products keep them.
+inline void mha_input_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
                            Attention attention) {
-    if (m.mla.enabled()) {
-        latent_attention_rows(t, m, z, attention);
+    constexpr LinearSet qkv = bit(Linear::q) | bit(Linear::k) | bit(Linear::v);
+    const bool shared = m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow;
+    const LinearSet mlp =
+        m.is_moe() ? bit(Linear::router) : mlp_input_readers(m);  // reading it too
+    const LinearOutput qkv_out{
+        z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", Linear::q, ActivationSplit::tensor, z.sbq, {}};
+    // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
+    const bool itself = !z.autocast && !z.narrow;
+    const bool kept = projection_input_row(
+        t, z, "q/k/v projections", shared ? "their input, shared with the MLP" : "their input",
+        z.sbh, shape::sbh, 3, qkv_out, shared ? qkv | mlp : qkv,
+        RowFacts{}.output_of_norm(itself).input_of_layer(itself && !m.norms_before_branches()));
+    after_linears(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s, kept, qkv_out);
+    qk_norm_rows(t, m, z);
+    rotary_rows(t, m, z);
+    temperature_rows(t, m, z);
+    qkv_rows(t, m, z, attention);
+}
+
+/// A fused (flash) kernel's core attention: `output` is its output's shape (a d_v wide per head).
+inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
+                            const Shape& output) {
+    // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per
+    // row and recomputes the scores block by block in backward. Both are the kernel's outputs,
+    // which the op-level policy saves (the SDPA kernels are on its list).
+    t.add("flash attention", "log-sum-exp per query row, fp32",
+          "backward rebuilds the softmax from it", shape::asb, Count(m.heads) * z.tokens,
+          dtype::fp32, Keep::not_selective, 1, RowFacts{}.saved_by_policy());
+    // v padded to q's width (latent attention) makes an output as wide: the output projection
+    // reads a copy of its unpadded slice, and the padded output is the kernel's alone.
+    const bool padded = m.value_head_size() != m.head_size();
+    if (padded) {
+        t.add("flash attention", "its output, padded to q's head width",
+              "backward needs the output for the softmax "
+              "gradient",
+              latent_shape::sbqk, z.sbq, z.d, Keep::not_selective, 1, RowFacts{}.saved_by_policy());
+        projection_input_row(t, z, "output projection",
+                             "its input (the output's unpadded slice, copied)", z.sbv, output, 1,
+                             output_projection(z), bit(Linear::o));
+        adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
     } else {
-        constexpr LinearSet qkv = bit(Linear::q) | bit(Linear::k) | bit(Linear::v);
-        const bool shared =
-            m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow;
-        const LinearSet mlp =
-            m.is_moe() ? bit(Linear::router) : mlp_input_readers(m);  // reading it too
-        const LinearOutput qkv_out{
-            z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", Linear::q, ActivationSplit::tensor, z.sbq, {}};
-        // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
-        const bool itself = !z.autocast && !z.narrow;
-        const bool kept = projection_input_row(
-            t, z, "q/k/v projections", shared ? "their input, shared with the MLP" : "their input",
-            z.sbh, shape::sbh, 3, qkv_out, shared ? qkv | mlp : qkv,
-            RowFacts{}.output_of_norm(itself).input_of_layer(itself && !m.norms_before_branches()));
-        after_linears(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s, kept,
-                      qkv_out);
-        qk_norm_rows(t, m, z);
-        rotary_rows(t, m, z);
-        temperature_rows(t, m, z);
-        qkv_rows(t, m, z, attention);
+        t.add("flash attention",
+              z.narrow ? "its output" : "its output (also the output projection's input)",
+              "backward needs the output for the softmax gradient", output, z.sbv, z.d,
+              Keep::always, 1, RowFacts{}.saved_by_policy());
+        if (z.narrow)  // beside the kernel's own copy
+            projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1,
+                                 output_projection(z), bit(Linear::o));
+        adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
     }
-    // Korthikanti's selective checkpoint: its rows are those Keep marks, its input q, k and v
-    // above.
-    t.section(Module::core_attn);
-    const Shape& output =
-        m.mla.enabled() ? latent_shape::sbv : shape::sbq;  // of a d_v wide per head
-    if (attention == Attention::flash) {
-        // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per
-        // row and recomputes the scores block by block in backward. Both are the kernel's outputs,
-        // which the op-level policy saves (the SDPA kernels are on its list).
-        t.add("flash attention", "log-sum-exp per query row, fp32",
-              "backward rebuilds the softmax from it", shape::asb, Count(m.heads) * z.tokens,
-              dtype::fp32, Keep::not_selective, 1, RowFacts{}.saved_by_policy());
-        // v padded to q's width (latent attention) makes an output as wide: the output projection
-        // reads a copy of its unpadded slice, and the padded output is the kernel's alone.
-        const bool padded = m.value_head_size() != m.head_size();
-        if (padded) {
-            t.add("flash attention", "its output, padded to q's head width",
-                  "backward needs the output for the softmax "
-                  "gradient",
-                  latent_shape::sbqk, z.sbq, z.d, Keep::not_selective, 1,
-                  RowFacts{}.saved_by_policy());
-            projection_input_row(t, z, "output projection",
-                                 "its input (the output's unpadded slice, copied)", z.sbv, output,
-                                 1, output_projection(z), bit(Linear::o));
-            adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
-        } else {
-            t.add("flash attention",
-                  z.narrow ? "its output" : "its output (also the output projection's input)",
-                  "backward needs the output for the softmax gradient", output, z.sbv, z.d,
-                  Keep::always, 1, RowFacts{}.saved_by_policy());
-            if (z.narrow)  // beside the kernel's own copy
-                projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1,
-                                     output_projection(z), bit(Linear::o));
-            adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
-        }
-        // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query.
-        const Count work = z.sbq * (dtype::fp32 + z.d) + Count(2 * z.d) * z.sbkv +
-                           Count(m.heads) * z.tokens * dtype::fp32;
-        t.workspace(true, "flash attention backward",
-                    "dq (fp32 accumulator and result), dk, dv, row sums",
-                    bytes_of(dtype::fp32 + z.d, "sb(ad)") + " + " + bytes_of(2 * z.d, "sb(kd)") +
-                        " + 4 asb",
-                    work, Linear::o);
-        return;
-    }
-    const bool dropout = m.attention_dropout > 0;
+    // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query.
+    const Count work = z.sbq * (dtype::fp32 + z.d) + Count(2 * z.d) * z.sbkv +
+                       Count(m.heads) * z.tokens * dtype::fp32;
+    t.workspace(
+        true, "flash attention backward", "dq (fp32 accumulator and result), dk, dv, row sums",
+        bytes_of(dtype::fp32 + z.d, "sb(ad)") + " + " + bytes_of(2 * z.d, "sb(kd)") + " + 4 asb",
+        work, Linear::o);
+}
+
+/// Eager attention's scores before the softmax: their temporaries, and a registered mask's
+/// comparison.
+inline void eager_scores_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     if (m.causal_mask_buffer == CausalMaskBuffer::per_layer) {
         // nanoGPT: masked_fill(bias[:, :, :s, :s] == 0, -inf) keeps the comparison's new s x s bool
         // tensor for backward (measured: validation/results/cpu-buffers.json); the scores stay in
@@ -103,18 +98,12 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                         : "the scaled scores, and the scores or their sum with the mask",
                     bytes_of(scores, "as^2b"), Count(scores) * z.scores);
     }
-    // Attention sinks (gpt-oss): a column of per-head logits joins the scores, the row's max is
-    // taken off (max keeps its indices), the softmax runs over s + 1 columns and the sink's column
-    // is dropped by a view, so the softmax's output is the storage the product with V keeps.
-    const Count softmax_elements =
-        z.scores + (m.attention_sinks ? Count(m.heads) * z.tokens : Count(0));
-    if (m.attention_sinks)
-        t.add("scores - max (sinks)", "the row maxima's indices (int64)",
-              "max's gradient goes to the maximum", shape::asb, Count(m.heads) * z.tokens, 8,
-              Keep::not_selective);
-    const std::size_t softmax_row = t.size();
-    // An fp32 sum (autocast's) softmaxes to fp32, as does CUDA autocast's softmax on any input.
-    const bool softmax_fp32 = m.softmax_fp32 || z.autocast;
+}
+
+/// The softmax's saved output (and the weights over V cast back, without a dropout).
+inline void softmax_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
+                         Count softmax_elements, bool softmax_fp32) {
+    const bool dropout = m.attention_dropout > 0;
     if (softmax_fp32) {
         t.add("softmax",
               m.attention_sinks ? "its output over s + 1 columns, fp32" : "its output, fp32",
@@ -132,22 +121,27 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
               "softmax's gradient is written in its output", shape::scores, softmax_elements, z.d,
               Keep::not_selective);
     }
-    if (dropout) {
-        // Its forward holds its input, the noise (CPU) or mask it draws and its output at once:
-        // under recomputation, which keeps none of them, the core attention's largest moment
-        // (measured, peak_live.py: GPT-2 with dropout, full recomputation, forward 1 peaks at
-        // F.dropout's product).
-        const std::uint64_t drawn = z.kernels->dropout_mask ? dtype::mask : z.d;
-        t.workspace(
-            false, "attention dropout",
-            z.kernels->dropout_mask ? "its mask and its output" : "its noise and its output",
-            bytes_of(drawn + z.d, "as^2b"), Count(drawn + z.d) * z.scores);
-        dropout_row(t, z, z.compute, "attention dropout", shape::scores, z.scores,
-                    Keep::not_selective);
-        t.add("attention over V", "the dropped-out weights",
-              "the gradient w.r.t. v is weights^T x the output's gradient", shape::scores, z.scores,
-              z.d, Keep::not_selective);
-    }
+}
+
+/// The attention's dropout: its forward's temporaries and what its backward and the product with
+/// V keep.
+inline void attention_dropout_rows(TableBuilder& t, const Sizes& z) {
+    // Its forward holds its input, the noise (CPU) or mask it draws and its output at once:
+    // under recomputation, which keeps none of them, the core attention's largest moment
+    // (measured, peak_live.py: GPT-2 with dropout, full recomputation, forward 1 peaks at
+    // F.dropout's product).
+    const std::uint64_t drawn = z.kernels->dropout_mask ? dtype::mask : z.d;
+    t.workspace(false, "attention dropout",
+                z.kernels->dropout_mask ? "its mask and its output" : "its noise and its output",
+                bytes_of(drawn + z.d, "as^2b"), Count(drawn + z.d) * z.scores);
+    dropout_row(t, z, z.compute, "attention dropout", shape::scores, z.scores, Keep::not_selective);
+    t.add("attention over V", "the dropped-out weights",
+          "the gradient w.r.t. v is weights^T x the output's gradient", shape::scores, z.scores,
+          z.d, Keep::not_selective);
+}
+
+/// The product with V's backward and the output projection's input.
+inline void over_v_rows(TableBuilder& t, const Sizes& z, const Shape& output) {
     // The product with V's backward, the core attention's first: the weights' gradient and v's
     // beside the attention output's gradient (its incoming one), the output projection's input and
     // all after it freed. A CPU kernel also copies two strided operands contiguous (measured:
@@ -165,7 +159,11 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     else
         linear_input_row(t, z, "output projection", "its input", output, z.tokens, z.sbv,
                          bit(Linear::o), output_projection(z));
+}
 
+/// The softmax's own temporaries, forward and backward, beside its output's row.
+inline void softmax_work(TableBuilder& t, const Architecture& m, const Sizes& z,
+                         std::size_t softmax_row, Count softmax_elements, bool softmax_fp32) {
     // Softmax's input lives beside its output; its backward holds the gradients of both. Upcasting
     // on the fly is CUDA's: the CPU kernel softmaxes an fp32 copy and returns an fp32 gradient.
     const std::uint64_t out = softmax_fp32 ? dtype::fp32 : z.d;
@@ -182,6 +180,45 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     t.workspace_at(softmax_row + 1, true, "softmax backward",
                    "the gradients of its output and its input", bytes_of(backward, "as^2b"),
                    Count(backward) * softmax_elements, Linear::o);
+}
+
+/// Eager attention's core: the scores, the softmax, a dropout, the product with V.
+inline void eager_core_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
+                            const Shape& output) {
+    eager_scores_rows(t, m, z);
+    // Attention sinks (gpt-oss): a column of per-head logits joins the scores, the row's max is
+    // taken off (max keeps its indices), the softmax runs over s + 1 columns and the sink's column
+    // is dropped by a view, so the softmax's output is the storage the product with V keeps.
+    const Count softmax_elements =
+        z.scores + (m.attention_sinks ? Count(m.heads) * z.tokens : Count(0));
+    if (m.attention_sinks)
+        t.add("scores - max (sinks)", "the row maxima's indices (int64)",
+              "max's gradient goes to the maximum", shape::asb, Count(m.heads) * z.tokens, 8,
+              Keep::not_selective);
+    const std::size_t softmax_row = t.size();
+    // An fp32 sum (autocast's) softmaxes to fp32, as does CUDA autocast's softmax on any input.
+    const bool softmax_fp32 = m.softmax_fp32 || z.autocast;
+    softmax_rows(t, m, z, softmax_elements, softmax_fp32);
+    if (m.attention_dropout > 0) attention_dropout_rows(t, z);
+    over_v_rows(t, z, output);
+    softmax_work(t, m, z, softmax_row, softmax_elements, softmax_fp32);
+}
+
+inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
+                           Attention attention) {
+    if (m.mla.enabled())
+        latent_attention_rows(t, m, z, attention);
+    else
+        mha_input_rows(t, m, z, attention);
+    // Korthikanti's selective checkpoint: its rows are those Keep marks, its input q, k and v
+    // above.
+    t.section(Module::core_attn);
+    const Shape& output =
+        m.mla.enabled() ? latent_shape::sbv : shape::sbq;  // of a d_v wide per head
+    if (attention == Attention::flash)
+        flash_core_rows(t, m, z, output);
+    else
+        eager_core_rows(t, m, z, output);
 }
 
 }  // namespace memcalc::detail
