@@ -11,6 +11,222 @@
 
 namespace memcalc {
 
+namespace detail {
+
+/// One layer of blocks and the residual stream between them (architecture_layer), written in
+/// steps: the attention (or Mamba) half, the MLP (or experts) half, the last add, fine-tuning's
+/// temporaries.
+class LayerBlocks {
+public:
+    LayerBlocks(TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t micro_batch,
+                Attention attention, const LayerTuning& tuning)
+        : t(t),
+          m(m),
+          z(z),
+          d(z.d),
+          micro_batch(micro_batch),
+          attention(attention),
+          tuning(tuning),
+          shared_norm(m.parallel_attention && m.norms_per_layer == 1),
+          norm_keeps_stream(m.norm == Norm::layernorm || z.s == dtype::fp32 ||
+                            (!m.norms_before_branches() && !z.autocast && !z.narrow)),
+          unkept_stream(norm_keeps_stream ? Count(0) : z.sbh * z.s),
+          held(m.attention_output_held && !m.parallel_attention ? z.sbh * z.d : Count(0)) {}
+
+    void write() {
+        attention_half();
+        mlp_half();
+        last_add();
+        dequantized_work();
+        dora_work();
+    }
+
+private:
+    // Megatron-LM's layernorm module: input_layernorm and pre_mlp_layernorm. Its checkpoint keeps
+    // the norm's input: a row of the norm's where that is the input itself, else a copy of its own.
+    void layer_norm(const std::string& what, bool input_kept, bool layer_input) {
+        t.section(Module::layernorm);
+        if (!norm_rows(t, m, z, what, input_kept, layer_input))
+            t.checkpoint_input("the norm's input (the residual stream)", shape::sbh, z.sbh, z.s);
+    }
+
+    void attention_half() {
+        t.stream_beside(unkept_stream, 0);
+        if (m.norms_before_branches())
+            layer_norm(shared_norm ? "layer norm" : "attention norm", false, true);
+        t.section(Module::attention);
+        // Autocast casts each weight as its linear runs: inside the mixer the output projection's
+        // is still to come.
+        t.casts_pending(m.mixer == Mixer::mamba ? Linear::mamba_out : Linear::o);
+        if (m.mixer == Mixer::mamba)
+            mamba_rows(t, m, z, micro_batch);
+        else
+            attention_rows(t, m, z, attention);
+        t.casts_pending(Linear::none);
+        t.section(Module::none);
+        const bool output_biased = m.mixer == Mixer::mamba
+                                       ? m.ssm.proj_bias
+                                       : m.bias == Bias::attention || m.bias == Bias::all;
+        t.policy_output(t.linear_saved(output_biased), "output projection", "its output",
+                        shape::sbh, z.sbh, z.d);
+        if (m.norms_after_branches()) norm_rows(t, m, z, "post-attention norm", false, false, true);
+        if (m.hidden_dropout > 0 && !m.parallel_attention)
+            dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);
+    }
+
+    void mlp_half() {
+        t.mlp_half();
+        // Beside the MLP: the attention half's sum, or a parallel layer's attention output, and
+        // the output where the layer's code holds it.
+        t.stream_beside(unkept_stream, m.parallel_attention ? z.sbh * d : unkept_stream + held);
+        mlp_input();
+        if (m.is_moe()) {
+            if (m.expert_dispatch == ExpertDispatch::every_token)
+                every_token_expert_rows(t, m, z);
+            else
+                moe_rows(t, m, z);
+            t.section(Module::shared_experts);  // inside the MoE layer; its input, the router's,
+                                                // kept already
+            shared_expert_rows(t, m, z);
+        } else {
+            t.casts_pending(Linear::down);
+            t.policy_output(
+                mlp_rows(t, m, z, shape::sbf, z.sbf, "", Linear::down, m.hidden_dropout > 0),
+                "MLP down projection", "its output", shape::sbh, z.sbh, z.d);
+            t.casts_pending(Linear::none);
+        }
+        t.section(Module::none);
+        if (m.norms_after_branches()) norm_rows(t, m, z, "post-MLP norm", false, false, true);
+        if (m.hidden_dropout > 0)
+            dropout_row(t, z, z.compute,
+                        m.parallel_attention ? "residual dropout" : "MLP residual dropout",
+                        shape::sbh, z.sbh);
+    }
+
+    /// The MLP's norm and what its first linears keep of their input.
+    void mlp_input() {
+        if (!shared_norm && m.norms_before_branches())
+            layer_norm("MLP norm", m.parallel_attention, false);
+        t.section(m.is_moe() ? Module::moe : Module::mlp);
+        // Under autocast a shared norm's output is cast again by the MLP's projections (the router,
+        // for experts); narrow linears save their own cast of it. A router is no Transformer Engine
+        // module: it keeps its input in the compute dtype.
+        const Sizes& mlp_sizes = m.is_moe() ? z.wide_linears() : z;
+        // The module's checkpoint keeps the norm's output: the row below where it is that very
+        // storage.
+        bool input_is_norm_output = !mlp_sizes.autocast && !mlp_sizes.narrow;
+        // Its readers: the MLP's first projections, or the router and, reading it too unless
+        // autocast casts it for them, the shared experts.
+        const LinearSet shared_readers =
+            m.shared_ffn > 0 && !z.autocast && !z.narrow
+                ? mlp_input_readers(m, true) |
+                      (m.shared_expert_gate ? bit(Linear::shared_expert_gate) : 0)
+                : 0;
+        const LinearSet readers =
+            m.is_moe() ? bit(Linear::router) | shared_readers : mlp_input_readers(m);
+        const std::string first = m.is_moe() ? "router and experts" : "MLP up projections";
+        const LinearOutput first_out =
+            m.is_moe() ? LinearOutput{} : mlp_input_output(m, z.sbf, shape::sbf);
+        bool input_kept = true;  // with a shared norm, by the q/k/v projections' row
+        if (!shared_norm || z.autocast || z.narrow) {
+            input_kept =
+                projection_input_row(t, mlp_sizes, first, "their input", z.sbh, shape::sbh,
+                                     m.is_moe() ? 1 : mlp_input_projections(m), first_out, readers,
+                                     RowFacts{}
+                                         .input_of_module(input_is_norm_output)
+                                         .output_of_norm(input_is_norm_output));
+            input_is_norm_output = input_is_norm_output && input_kept;
+        }
+        if (!input_is_norm_output)
+            t.checkpoint_input("the norm's output", shape::sbh, z.sbh, z.s, true);
+        // Beside the MLP's frozen linears: the residual stream the layer adds their output to.
+        after_linears(t, z, first, readers, z.tokens, z.sbh, shape::sbh, z.s, input_kept,
+                      first_out);
+    }
+
+    void last_add() {
+        // The last add: the MLP's output (compute dtype) and the sum (the stream's), beside the
+        // residual stream's earlier tensors that no row keeps.
+        const std::uint64_t stream =
+            (m.parallel_attention ? (norm_keeps_stream ? 2 * d + z.s : 2 * d + 2 * z.s)
+                                  : (norm_keeps_stream ? d + z.s : d + 3 * z.s)) +
+            z.upcast + (held > Count(0) ? d : 0);
+        const std::string what =
+            std::string(
+                m.parallel_attention
+                    ? (norm_keeps_stream
+                           ? "the attention's and the MLP's outputs, the sum"
+                           : "the layer's input, the attention's and the MLP's outputs, the sum")
+                    : (norm_keeps_stream ? "the MLP's output and the sum"
+                                         : "the layer's input, the attention half's sum, the MLP's "
+                                           "output, the sum")) +
+            (z.upcast ? ", the MLP's output upcast (CPU)" : "") +
+            (held > Count(0) ? ", the attention's output (held)" : "");
+        t.layer_end("residual add (the layer's last op)", what, bytes_of(stream, "sbh"),
+                    Count(stream) * z.sbh);
+    }
+
+    void dequantized_work() {
+        // QLoRA: each 4-bit linear dequantises its weight to the compute dtype while it computes,
+        // forward and backward (bitsandbytes' MatMul4Bit); the largest, beside everything the layer
+        // keeps.
+        if (tuning.dequantized > Count(0)) {
+            t.workspace(false, "4-bit linear (bitsandbytes)", "the largest weight, dequantised",
+                        bytes_of(d, "x its elements"), tuning.dequantized * d);
+            t.workspace(true, "4-bit linear backward", "the largest weight, dequantised",
+                        bytes_of(d, "x its elements"), tuning.dequantized * d, Linear::none,
+                        tuning.dequantized_linear);
+        }
+    }
+
+    void dora_work() {
+        // DoRA: each adapted linear's forward makes ||W + B A|| from B A x I (an in x in identity
+        // through the adapter), W as the adapter's dtype, W + scaling B A and the scaled term; the
+        // largest, beside the layer.
+        if (tuning.dora) {
+            const std::uint64_t own = adapter_bytes(t, z);
+            const std::uint64_t copies = 3 + (dora_weight_copied(t, z) ? 1 : 0);
+            Count largest, widest;
+            for (std::size_t l = 0; l < tuning.shapes.size(); ++l) {
+                const AdaptedShape& w = tuning.shapes[l];
+                if ((tuning.adapted & bit(Linear(l))) == 0) continue;
+                largest = std::max(largest, (Count(w.in) * w.in + Count(copies) * w.in * w.out +
+                                             Count(w.in) * tuning.rank) *
+                                                own);
+                widest = std::max(widest, Count(w.out));
+            }
+            t.workspace(false, "DoRA weight norm",
+                        "I (in x in), B A, W cast, W + scaled B A, largest linear",
+                        bytes_of(own, "x (in^2 + " + std::to_string(copies) + " in out + in r)"),
+                        largest);
+            // Not measured (saved-tensor hooks see no temporaries): the output's gradient and those
+            // of the two products' factors, s b out each in the adapter's dtype, at the widest
+            // adapted linear (an expert's tokens are at most s b). Leans high. A linear's op: in a
+            // kind with no adapter its 0 bytes still count beside a fresh gradient, as before (a
+            // frozen linear).
+            t.workspace(true, "DoRA backward",
+                        "its output's gradient and the products' factors' gradients, widest linear",
+                        bytes_of(4 * own, "sb(out)"), z.tokens * widest * (4 * own), Linear::none,
+                        first_linear(tuning.adapted != 0 ? tuning.adapted : tuning.frozen));
+        }
+    }
+
+    TableBuilder& t;
+    const Architecture& m;
+    const Sizes& z;
+    const std::uint64_t d, micro_batch;
+    const Attention attention;
+    const LayerTuning& tuning;
+    /// The residual stream's tensors are alive in the caller while the layer runs; rows keep them
+    /// only where a LayerNorm keeps its input (an RMSNorm keeps an fp32 copy, the stream itself
+    /// when that is fp32) or, without pre-norms, the projections read the stream itself (unless
+    /// they cast it).
+    const bool shared_norm, norm_keeps_stream;
+    const Count unkept_stream, held;
+};
+
+}  // namespace detail
+
 /// One layer's saved tensors as PyTorch keeps them for this architecture, `d`-byte activations.
 /// `modules`: what selective recomputation checkpoints (select_modules); none ({0}): the table
 /// unselected, every module's checkpoint rows in it. `tuning`: what fine-tuning changes
@@ -20,172 +236,9 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
                                            Attention attention, Platform platform = Platform::cuda,
                                            ModuleSet modules = {}, const LayerTuning& tuning = {}) {
     const detail::Sizes z(m, seq, micro_batch, precision, platform);
-    const std::uint64_t d = z.d;
     LayerActivations layer;
     detail::TableBuilder t(layer.rows, &layer, tuning);
-    const bool shared_norm = m.parallel_attention && m.norms_per_layer == 1;
-
-    // Megatron-LM's layernorm module: input_layernorm and pre_mlp_layernorm. Its checkpoint keeps
-    // the norm's input: a row of the norm's where that is the input itself, else a copy of its own.
-    const auto layer_norm = [&](const std::string& what, bool input_kept, bool layer_input) {
-        t.section(Module::layernorm);
-        if (!detail::norm_rows(t, m, z, what, input_kept, layer_input))
-            t.checkpoint_input("the norm's input (the residual stream)", shape::sbh, z.sbh, z.s);
-    };
-    // The residual stream's tensors are alive in the caller while the layer runs; rows keep them
-    // only where a LayerNorm keeps its input (an RMSNorm keeps an fp32 copy, the stream itself when
-    // that is fp32) or, without pre-norms, the projections read the stream itself (unless they cast
-    // it).
-    const bool norm_keeps_stream = m.norm == Norm::layernorm || z.s == dtype::fp32 ||
-                                   (!m.norms_before_branches() && !z.autocast && !z.narrow);
-    const Count unkept_stream = norm_keeps_stream ? Count(0) : z.sbh * z.s;
-    t.stream_beside(unkept_stream, 0);
-    if (m.norms_before_branches())
-        layer_norm(shared_norm ? "layer norm" : "attention norm", false, true);
-    t.section(Module::attention);
-    // Autocast casts each weight as its linear runs: inside the mixer the output projection's is
-    // still to come.
-    t.casts_pending(m.mixer == Mixer::mamba ? Linear::mamba_out : Linear::o);
-    if (m.mixer == Mixer::mamba)
-        detail::mamba_rows(t, m, z, micro_batch);
-    else
-        detail::attention_rows(t, m, z, attention);
-    t.casts_pending(Linear::none);
-    t.section(Module::none);
-    const bool output_biased = m.mixer == Mixer::mamba
-                                   ? m.ssm.proj_bias
-                                   : m.bias == Bias::attention || m.bias == Bias::all;
-    t.policy_output(t.linear_saved(output_biased), "output projection", "its output", shape::sbh,
-                    z.sbh, z.d);
-    if (m.norms_after_branches())
-        detail::norm_rows(t, m, z, "post-attention norm", false, false, true);
-    if (m.hidden_dropout > 0 && !m.parallel_attention)
-        detail::dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);
-
-    t.mlp_half();
-    // Beside the MLP: the attention half's sum, or a parallel layer's attention output, and the
-    // output where the layer's code holds it.
-    const Count held = m.attention_output_held && !m.parallel_attention ? z.sbh * d : Count(0);
-    t.stream_beside(unkept_stream, m.parallel_attention ? z.sbh * d : unkept_stream + held);
-    if (!shared_norm && m.norms_before_branches())
-        layer_norm("MLP norm", m.parallel_attention, false);
-    t.section(m.is_moe() ? Module::moe : Module::mlp);
-    // Under autocast a shared norm's output is cast again by the MLP's projections (the router, for
-    // experts); narrow linears save their own cast of it.
-    // A router is no Transformer Engine module: it keeps its input in the compute dtype.
-    const detail::Sizes& mlp_sizes = m.is_moe() ? z.wide_linears() : z;
-    // The module's checkpoint keeps the norm's output: the row below where it is that very storage.
-    bool input_is_norm_output = !mlp_sizes.autocast && !mlp_sizes.narrow;
-    // Its readers: the MLP's first projections, or the router and, reading it too unless autocast
-    // casts it for them, the shared experts.
-    const LinearSet shared_readers =
-        m.shared_ffn > 0 && !z.autocast && !z.narrow
-            ? detail::mlp_input_readers(m, true) |
-                  (m.shared_expert_gate ? bit(Linear::shared_expert_gate) : 0)
-            : 0;
-    const LinearSet readers =
-        m.is_moe() ? bit(Linear::router) | shared_readers : detail::mlp_input_readers(m);
-    const std::string first = m.is_moe() ? "router and experts" : "MLP up projections";
-    const detail::LinearOutput first_out =
-        m.is_moe() ? detail::LinearOutput{} : detail::mlp_input_output(m, z.sbf, shape::sbf);
-    bool input_kept = true;  // with a shared norm, by the q/k/v projections' row
-    if (!shared_norm || z.autocast || z.narrow) {
-        input_kept = detail::projection_input_row(
-            t, mlp_sizes, first, "their input", z.sbh, shape::sbh,
-            m.is_moe() ? 1 : detail::mlp_input_projections(m), first_out, readers,
-            detail::RowFacts{}
-                .input_of_module(input_is_norm_output)
-                .output_of_norm(input_is_norm_output));
-        input_is_norm_output = input_is_norm_output && input_kept;
-    }
-    if (!input_is_norm_output)
-        t.checkpoint_input("the norm's output", shape::sbh, z.sbh, z.s, true);
-    // Beside the MLP's frozen linears: the residual stream the layer adds their output to.
-    detail::after_linears(t, z, first, readers, z.tokens, z.sbh, shape::sbh, z.s, input_kept,
-                          first_out);
-    if (m.is_moe()) {
-        if (m.expert_dispatch == ExpertDispatch::every_token)
-            detail::every_token_expert_rows(t, m, z);
-        else
-            detail::moe_rows(t, m, z);
-        t.section(
-            Module::shared_experts);  // inside the MoE layer; its input, the router's, kept already
-        detail::shared_expert_rows(t, m, z);
-    } else {
-        t.casts_pending(Linear::down);
-        t.policy_output(
-            detail::mlp_rows(t, m, z, shape::sbf, z.sbf, "", Linear::down, m.hidden_dropout > 0),
-            "MLP down projection", "its output", shape::sbh, z.sbh, z.d);
-        t.casts_pending(Linear::none);
-    }
-    t.section(Module::none);
-    if (m.norms_after_branches()) detail::norm_rows(t, m, z, "post-MLP norm", false, false, true);
-    if (m.hidden_dropout > 0)
-        detail::dropout_row(t, z, z.compute,
-                            m.parallel_attention ? "residual dropout" : "MLP residual dropout",
-                            shape::sbh, z.sbh);
-
-    // The last add: the MLP's output (compute dtype) and the sum (the stream's), beside the
-    // residual stream's earlier tensors that no row keeps.
-    const std::uint64_t stream =
-        (m.parallel_attention ? (norm_keeps_stream ? 2 * d + z.s : 2 * d + 2 * z.s)
-                              : (norm_keeps_stream ? d + z.s : d + 3 * z.s)) +
-        z.upcast + (held > Count(0) ? d : 0);
-    const std::string what =
-        std::string(
-            m.parallel_attention
-                ? (norm_keeps_stream
-                       ? "the attention's and the MLP's outputs, the sum"
-                       : "the layer's input, the attention's and the MLP's outputs, the sum")
-                : (norm_keeps_stream ? "the MLP's output and the sum"
-                                     : "the layer's input, the attention half's sum, the MLP's "
-                                       "output, the sum")) +
-        (z.upcast ? ", the MLP's output upcast (CPU)" : "") +
-        (held > Count(0) ? ", the attention's output (held)" : "");
-    t.layer_end("residual add (the layer's last op)", what, detail::bytes_of(stream, "sbh"),
-                Count(stream) * z.sbh);
-
-    // QLoRA: each 4-bit linear dequantises its weight to the compute dtype while it computes,
-    // forward and backward (bitsandbytes' MatMul4Bit); the largest, beside everything the layer
-    // keeps.
-    if (tuning.dequantized > Count(0)) {
-        t.workspace(false, "4-bit linear (bitsandbytes)", "the largest weight, dequantised",
-                    detail::bytes_of(d, "x its elements"), tuning.dequantized * d);
-        t.workspace(true, "4-bit linear backward", "the largest weight, dequantised",
-                    detail::bytes_of(d, "x its elements"), tuning.dequantized * d, Linear::none,
-                    tuning.dequantized_linear);
-    }
-
-    // DoRA: each adapted linear's forward makes ||W + B A|| from B A x I (an in x in identity
-    // through the adapter), W as the adapter's dtype, W + scaling B A and the scaled term; the
-    // largest, beside the layer.
-    if (tuning.dora) {
-        const std::uint64_t own = detail::adapter_bytes(t, z);
-        const std::uint64_t copies = 3 + (detail::dora_weight_copied(t, z) ? 1 : 0);
-        Count largest, widest;
-        for (std::size_t l = 0; l < tuning.shapes.size(); ++l) {
-            const AdaptedShape& w = tuning.shapes[l];
-            if ((tuning.adapted & bit(Linear(l))) == 0) continue;
-            largest = std::max(largest, (Count(w.in) * w.in + Count(copies) * w.in * w.out +
-                                         Count(w.in) * tuning.rank) *
-                                            own);
-            widest = std::max(widest, Count(w.out));
-        }
-        t.workspace(
-            false, "DoRA weight norm", "I (in x in), B A, W cast, W + scaled B A, largest linear",
-            detail::bytes_of(own, "x (in^2 + " + std::to_string(copies) + " in out + in r)"),
-            largest);
-        // Not measured (saved-tensor hooks see no temporaries): the output's gradient and those of
-        // the two products' factors, s b out each in the adapter's dtype, at the widest adapted
-        // linear (an expert's tokens are at most s b). Leans high. A linear's op: in a kind with
-        // no adapter its 0 bytes still count beside a fresh gradient, as before (a frozen linear).
-        t.workspace(true, "DoRA backward",
-                    "its output's gradient and the products' factors' gradients, widest linear",
-                    detail::bytes_of(4 * own, "sb(out)"), z.tokens * widest * (4 * own),
-                    Linear::none,
-                    first_linear(tuning.adapted != 0 ? tuning.adapted : tuning.frozen));
-    }
-
+    detail::LayerBlocks(t, m, z, micro_batch, attention, tuning).write();
     layer.input_bytes = z.sbh * z.s;  // the checkpoint keeps the layer's input
     if (z.kernels->checkpoint_rng_state > 0)
         layer.checkpoint_tensors.push_back({"RNG state", Count(z.kernels->checkpoint_rng_state),
