@@ -199,9 +199,9 @@ TEST_CASE("forward workspaces find the residual stream's unkept tensors beside t
     LayerActivations bare = l;  // the same layer, softmax's stream input taken away
     for (std::size_t k = 1; k < bare.program.size(); ++k)
         if (bare.program[k].kind == StepKind::op && &l.work[bare.program[k].index] == &softmax)
-            for (std::size_t j = k; j > 0 && bare.program[j - 1].kind == StepKind::beside; --j)
-                if (std::string(bare.beside[bare.program[j - 1].index].name) == "the layer's input")
-                    bare.beside[bare.program[j - 1].index].bytes = Count(0);
+            for (std::size_t j = bare.first_beside_of(k); j < k; ++j)
+                if (std::string(bare.beside[bare.program[j].index].name) == "the layer's input")
+                    bare.beside[bare.program[j].index].bytes = Count(0);
     for (const Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
         CAPTURE(recompute_name(mode));
         const std::uint64_t with = swept(l, softmax, mode).added.value();

@@ -351,6 +351,12 @@ struct LayerActivations {
     /// the program marks none with a row after it: selective recomputation rebuilds one half at a
     /// time, in its backward, with the recomputed norm that feeds it.
     std::size_t first_mlp_half_row() const;
+    /// The first of the beside steps just before program step `k`, whose tensors are alive while
+    /// its op runs (`k` itself where there is none).
+    std::size_t first_beside_of(std::size_t k) const {
+        while (k > 0 && program[k - 1].kind == StepKind::beside) --k;
+        return k;
+    }
     /// The bytes held by `holder` alive beside op `work_index` while it runs under `mode`.
     Count beside_bytes(std::size_t work_index, Recompute mode, Holder holder) const;
     /// For each op (by its index in `work`), the first linear whose weight's autocast copy is not
@@ -411,8 +417,8 @@ inline Count LayerActivations::beside_bytes(std::size_t work_index, Recompute mo
     Count held;
     for (std::size_t k = 0; k < program.size(); ++k) {
         if (program[k].kind != StepKind::op || program[k].index != work_index) continue;
-        for (std::size_t j = k; j > 0 && program[j - 1].kind == StepKind::beside; --j) {
-            const Beside& b = beside[program[j - 1].index];
+        for (std::size_t j = first_beside_of(k); j < k; ++j) {
+            const Beside& b = beside[program[j].index];
             if (b.holder == holder && b.alive(mode)) held += b.bytes;
         }
     }

@@ -211,6 +211,7 @@ private:
         }
     }
 
+    // Named as the free block functions name their parameters, so each step reads as they do.
     TableBuilder& t;
     const Architecture& m;
     const Sizes& z;

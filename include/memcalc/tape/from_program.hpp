@@ -135,10 +135,8 @@ private:
     void run_op(std::size_t k) {
         const std::uint32_t index = step(k).index;
         const Workspace& w = layer_.work[index];
-        std::size_t first = k;  // its beside steps, just before it
-        while (first > 0 && step(first - 1).kind == StepKind::beside) --first;
         beside_.clear();
-        for (std::size_t j = first; j < k; ++j) {
+        for (std::size_t j = layer_.first_beside_of(k); j < k; ++j) {
             const Beside& held = layer_.beside[step(j).index];
             if (!held.alive(mode_) || held.bytes.value() == 0) continue;
             beside_.push_back(b_.tensor(
