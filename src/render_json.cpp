@@ -267,6 +267,7 @@ void layer_json(json& out, const LayerActivations& layer, Recompute mode, bool w
     if (!workspaces) return;
     json work = json::array();
     const std::vector<WorkspaceSum> sums = tape::workspace_sums(layer, mode);
+    const std::vector<Linear> written = layer.gradients_by_op();
     for (std::size_t i = 0; i < layer.work.size(); ++i) {
         const Workspace& w = layer.work[i];
         const WorkspaceSum& sum = sums[i];
@@ -278,7 +279,7 @@ void layer_json(json& out, const LayerActivations& layer, Recompute mode, bool w
              {"bytes", w.bytes.value()},
              {"absent_bytes", sum.covered.value()},
              {"adds_bytes", sum.adds().value()},
-             {"gradients_from", linear_row(w.gradients_from).tensor},
+             {"gradients_from", linear_row(written[i]).tensor},
              {"stream_beside_bytes", layer.beside_bytes(i, mode, Holder::caller).value()}});
     }
     out["workspaces"] = work;

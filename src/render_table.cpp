@@ -260,13 +260,13 @@ std::string workspace_table(const Report& r) {
     for (std::size_t k = 0; k < r.parameters.kinds; ++k) {
         const LayerActivations& layer = r.layer_of(k);
         const std::vector<WorkspaceSum> sums = tape::workspace_sums(layer, r.settings.recompute);
+        const std::vector<Linear> written = layer.gradients_by_op();
         for (std::size_t i = 0; i < layer.work.size(); ++i) {
             const Workspace& w = layer.work[i];
             const WorkspaceSum& sum = sums[i];
-            table.row(
-                {std::string(w.op) + kind_label(r, k), w.tensor, w.formula, digits(w.bytes),
-                 digits(sum.covered), digits(sum.adds()),
-                 w.gradients_from == Linear::none ? "-" : linear_row(w.gradients_from).tensor});
+            table.row({std::string(w.op) + kind_label(r, k), w.tensor, w.formula, digits(w.bytes),
+                       digits(sum.covered), digits(sum.adds()),
+                       written[i] == Linear::none ? "-" : linear_row(written[i]).tensor});
         }
     }
     for (const auto& b : r.forward_buffers)

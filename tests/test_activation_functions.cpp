@@ -12,6 +12,7 @@
 #include "render.hpp"
 
 using namespace memcalc;
+using fixtures::gradients_from;
 using fixtures::swept;
 using fixtures::workspace_named;
 
@@ -77,7 +78,7 @@ TEST_CASE(
                                                           DType::bf16, Attention::eager);
         const Workspace& w = workspace_named(layer, std::string(fn.label) + " backward");
         CHECK(w.bytes.value() == 2 * s * f * (fn.kernel == ActivationKernel::fused ? 2 : 3));
-        CHECK(w.gradients_from == Linear::down);
+        CHECK(gradients_from(layer, w) == Linear::down);
         // The down projection's input is freed by then, unless it is ReLU's output, which ReLU
         // keeps.
         const auto sum = swept(layer, w, Recompute::none);

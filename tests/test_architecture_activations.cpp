@@ -8,6 +8,7 @@
 
 using namespace memcalc;
 using fixtures::beside;
+using fixtures::gradients_from;
 using fixtures::stream_input;
 using fixtures::stream_other;
 using fixtures::swept;
@@ -139,7 +140,7 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     const Workspace& softmax = workspace_named(layer, "softmax backward");
     CHECK(softmax.bytes.value() ==
           6 * A);  // the fp32 gradient of its output, the bf16 one of its input
-    CHECK(softmax.gradients_from == Linear::o);
+    CHECK(gradients_from(layer, softmax) == Linear::o);
     // Freed by then: the bf16 weights (2A), the output projection's input, the MLP norm and input,
     // SwiGLU's 8 sbf.
     const std::uint64_t later =
@@ -153,13 +154,13 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     // freed.
     const Workspace& swiglu = workspace_named(layer, "gate x up backward");
     CHECK(swiglu.bytes.value() == 6 * sb * f);
-    CHECK(swiglu.gradients_from == Linear::down);
+    CHECK(gradients_from(layer, swiglu) == Linear::down);
     CHECK(swept(layer, swiglu, Recompute::none).adds().value() == 4 * sb * f);
     // The down projection's backward: its input's gradient (2 sbf), its input (gate x up) still
     // live.
     const Workspace& down = workspace_named(layer, "down projection backward");
     CHECK(down.bytes.value() == 2 * sb * f);
-    CHECK(down.gradients_from == Linear::down);
+    CHECK(gradients_from(layer, down) == Linear::down);
     CHECK(swept(layer, down, Recompute::none).covered.value() == 0);
     CHECK(down.weight_gradient == Linear::down);
     CHECK_FALSE(down.weightless());
@@ -419,7 +420,7 @@ TEST_CASE(
     // output projection's input freed.
     const Workspace& over_v = workspace_named(l, "attention over V backward");
     CHECK(over_v.bytes.value() == 2 * A + (platform == Platform::cpu ? 8 : 4) * sbh);
-    CHECK(over_v.gradients_from == Linear::o);
+    CHECK(gradients_from(l, over_v) == Linear::o);
     const std::uint64_t stats =
         (platform == Platform::cpu ? 4 : 8) * s * b;  // the MLP norm's mean and 1/std
     // The output projection's input, the MLP norm's and the up projection's (2 sbh each), two

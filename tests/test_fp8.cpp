@@ -102,9 +102,10 @@ TEST_CASE(
     const std::uint64_t s = 512, b = 2;
     const auto casts = [&](const Architecture& m, Precision p) {
         std::map<std::string, std::uint64_t> bytes;  // by the linear's weight
-        for (const Workspace& w : architecture_layer(m, s, b, p, Attention::flash).work)
+        const LayerActivations layer = architecture_layer(m, s, b, p, Attention::flash);
+        for (const Workspace& w : layer.work)
             if (w.backward && Text(w.tensor).find("gradient cast to") != Text::npos)
-                bytes[linear_row(w.gradients_from).tensor] += w.bytes.value();
+                bytes[linear_row(w.weight_gradient).tensor] += w.bytes.value();
         return bytes;
     };
     SECTION("dense layers: q/k/v, the output projection, gate and up, the down projection") {

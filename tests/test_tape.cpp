@@ -385,3 +385,54 @@ TEST_CASE(
     // tape. Rewrite as layer-sums.txt.
     check_golden("layer-facts.txt", layer_facts_lines(), 400);
 }
+
+namespace {
+
+/// Where linear `l`'s weight is among the rows of layer kind `kind`; none: past every row.
+std::size_t weight_row(const ParameterTable& t, Linear l, std::size_t kind) {
+    for (std::size_t i = 0; i < t.rows.size(); ++i) {
+        const ParamRow& r = t.rows[i];
+        if (r.group == Group::layer && r.kind == kind && r.linear == l && l != Linear::none &&
+            r.role == ParamRole::weight)
+            return i;
+    }
+    return t.rows.size();
+}
+
+}  // namespace
+
+TEST_CASE("a layer's backward writes its gradients in reverse: each op sees its own and later ones",
+          "[tape]") {
+    std::size_t ops = 0;
+    for (const auto& name : cli::preset_names()) {
+        INFO(name);
+        const Architecture m = cli::load_preset(name).architecture;
+        const ParameterTable params = parameter_table(m);
+        for (const Precision& precision : precisions) {
+            ActivationTables t;
+            try {
+                t = activation_tables(m, 64, 1, precision, ActivationModel::architecture);
+            } catch (const error&) {
+                continue;
+            }
+            for (std::size_t k = 0; k < m.kind_count(); ++k) {
+                const LayerActivations& layer = t.of_kind(k);
+                const std::vector<Linear> written = layer.gradients_by_op();
+                std::size_t earliest = params.rows.size();  // walking the backward
+                for (auto step = layer.program.rbegin(); step != layer.program.rend(); ++step) {
+                    if (step->kind != StepKind::op || !layer.work[step->index].backward) continue;
+                    const Workspace& w = layer.work[step->index];
+                    INFO(w.op);
+                    const std::size_t from = weight_row(params, written[step->index], k);
+                    CHECK(from <= earliest);  // gradients only come, in backward
+                    earliest = from;
+                    // A linear's backward writes its own weight's gradient: counted among them.
+                    if (w.weight_gradient != Linear::none)
+                        CHECK(from <= weight_row(params, w.weight_gradient, k));
+                    ++ops;
+                }
+            }
+        }
+    }
+    CHECK(ops > 500);
+}

@@ -21,6 +21,11 @@ inline std::uint64_t beside(const memcalc::LayerActivations& layer, const memcal
                             memcalc::Holder holder = memcalc::Holder::caller) {
     return layer.beside_bytes(std::size_t(&w - layer.work.data()), mode, holder).value();
 }
+/// The first linear whose weight's gradient exists while `w` (one of `layer`'s own) runs.
+inline memcalc::Linear gradients_from(const memcalc::LayerActivations& layer,
+                                      const memcalc::Workspace& w) {
+    return layer.gradients_by_op()[std::size_t(&w - layer.work.data())];
+}
 /// The residual stream beside `w` in every mode: in the MLP half the attention half's sum.
 inline std::uint64_t stream_other(const memcalc::LayerActivations& layer,
                                   const memcalc::Workspace& w) {

@@ -260,9 +260,6 @@ struct Workspace {
     Text formula;   ///< its bytes in the paper's letters: "4 as^2b + 2 as^2b"
     Count bytes;
     ActivationSplit split;
-    /// Backward: the first of the layer's linears whose weight's gradient already exists
-    /// (Linear::o; every later parameter in forward order has one too); none when none has.
-    Linear gradients_from = Linear::none;
     Module module = Module::none;  ///< the part of the layer whose op runs
     /// Backward: the linear whose weight's gradient the op writes (a linear's backward; a frozen
     /// base's, its adapters' or its input's gradient alone, counts alike). None: its op has no
@@ -326,6 +323,10 @@ enum class StepKind : std::uint8_t {
     /// weight of Linear(index) (and every later tensor's) is cast; Linear::none: none is pending.
     /// A step counts the layer's casts whole.
     casts_pending,
+    /// Linear(index) runs: in backward its weight's gradient is written here, and exists at every
+    /// backward op before it in forward order (with every later tensor's of the layer: its norms,
+    /// its biases), the first of those linears naming them (gradients_by_op).
+    grad,
 };
 
 /// One step of a layer's program: its forward in order; its backward is the same read backwards.
@@ -362,6 +363,10 @@ struct LayerActivations {
     /// For each op (by its index in `work`), the first linear whose weight's autocast copy is not
     /// made yet while it runs (StepKind::casts_pending); none in backward.
     std::vector<Linear> uncast_by_op() const;
+    /// For each op (by its index in `work`), the first linear whose weight's gradient exists while
+    /// it runs: in backward that of the first grad step after it in forward order; none in
+    /// forward, and in backward where no linear after it has run (the layer's last ops).
+    std::vector<Linear> gradients_by_op() const;
 
     Count sum(Recompute mode) const {
         Count total;
@@ -431,6 +436,16 @@ inline std::vector<Linear> LayerActivations::uncast_by_op() const {
     for (const ProgramStep& step : program) {
         if (step.kind == StepKind::casts_pending) pending = Linear(step.index);
         if (step.kind == StepKind::op && !work[step.index].backward) out[step.index] = pending;
+    }
+    return out;
+}
+
+inline std::vector<Linear> LayerActivations::gradients_by_op() const {
+    std::vector<Linear> out(work.size(), Linear::none);
+    Linear written = Linear::none;  // walking the backward: the gradients written so far
+    for (auto step = program.rbegin(); step != program.rend(); ++step) {
+        if (step->kind == StepKind::grad) written = Linear(step->index);
+        if (step->kind == StepKind::op && work[step->index].backward) out[step->index] = written;
     }
     return out;
 }

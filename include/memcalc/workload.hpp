@@ -524,16 +524,16 @@ inline SplitBytes weight_pass_reads(const Architecture& m, const ParameterTable&
 namespace detail {
 
 /// What a workspace of `layer` is to its step besides its bytes: the gradients and casts that exist
-/// while it runs.
-inline WorkspaceEffect workspace_facts(const Workspace& work, Linear uncast,
+/// while it runs (from linear `written`'s gradient on; from linear `uncast`'s cast on, not made).
+inline WorkspaceEffect workspace_facts(const Workspace& work, Linear written, Linear uncast,
                                        const ParameterTable& params, std::uint64_t V,
                                        std::size_t kind) {
     WorkspaceEffect e;
-    e.gradients = gradients_from(params, work.gradients_from, V, false, kind);
+    e.gradients = gradients_from(params, written, V, false, kind);
     e.weightless = work.weightless();
     e.uncast = tensors_from(params, uncast, V, false, kind, autocast_copies);
     if (work.weightless())
-        e.cast_freed = tensors_from(params, work.gradients_from, V, false, kind, autocast_copies);
+        e.cast_freed = tensors_from(params, written, V, false, kind, autocast_copies);
     return e;
 }
 
@@ -546,10 +546,11 @@ inline LayerWork layer_work(const LayerActivations& layer, Recompute mode,
     const tape::Liveness live = tape::sweep_program(layer, mode);
     LayerWork lw;
     lw.kept = live.kept, lw.rebuilt = live.rebuilt[0], lw.rebuilt_mlp_half = live.rebuilt[1];
-    const std::vector<Linear> uncast = layer.uncast_by_op();
+    const std::vector<Linear> uncast = layer.uncast_by_op(), written = layer.gradients_by_op();
     for (const tape::RunEffect& run : live.runs) {  // in the tape's order
         const Workspace& work = layer.work[run.source];
-        WorkspaceEffect e = detail::workspace_facts(work, uncast[run.source], params, V, kind);
+        WorkspaceEffect e =
+            detail::workspace_facts(work, written[run.source], uncast[run.source], params, V, kind);
         e.added = run.added, e.covered = run.covered, e.source = run.source;
         (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
     }

@@ -30,6 +30,7 @@ inline void mha_input_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         RowFacts{}.output_of_norm(itself).input_of_layer(itself && !m.norms_before_branches()));
     after_linears(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s, input_row(kept),
                   qkv_out);
+    t.gradient(qkv_out.weight);
     qk_norm_rows(t, m, z);
     rotary_rows(t, m, z);
     temperature_rows(t, m, z);
@@ -73,7 +74,7 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
     t.workspace(
         true, "flash attention backward", "dq (fp32 accumulator and result), dk, dv, row sums",
         bytes_of(dtype::fp32 + z.d, "sb(ad)") + " + " + bytes_of(2 * z.d, "sb(kd)") + " + 4 asb",
-        work, Linear::o);
+        work);
 }
 
 /// Eager attention's scores before the softmax: their temporaries, and a registered mask's
@@ -153,7 +154,7 @@ inline void over_v_rows(TableBuilder& t, const Sizes& z, const Shape& output) {
                        ? "the weights' gradient, the output's and v's, two contiguous copies"
                        : "the weights' gradient, the output's and v's",
                    bytes_of(z.d, "as^2b") + " + " + bytes_of(over_v, "sb(a d_v)"),
-                   Count(z.d) * z.scores + Count(over_v) * z.sbv, Linear::o);
+                   Count(z.d) * z.scores + Count(over_v) * z.sbv);
     if (z.narrow)
         projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1,
                              output_projection(z), bit(Linear::o));
@@ -180,7 +181,7 @@ inline void softmax_work(TableBuilder& t, const Architecture& m, const Sizes& z,
     if (m.key_value_heads() == m.heads) t.held_by_checkpoint(z.sbv * z.d);
     t.workspace_at(softmax_row + 1, true, "softmax backward",
                    "the gradients of its output and its input", bytes_of(backward, "as^2b"),
-                   Count(backward) * softmax_elements, Linear::o);
+                   Count(backward) * softmax_elements);
 }
 
 /// Eager attention's core: the scores, the softmax, a dropout, the product with V.

@@ -58,10 +58,12 @@ private:
         // Autocast casts each weight as its linear runs: inside the mixer the output projection's
         // is still to come.
         t.casts_pending(m.mixer == Mixer::mamba ? Linear::mamba_out : Linear::o);
-        if (m.mixer == Mixer::mamba)
-            mamba_rows(t, m, z, micro_batch);
-        else
+        if (m.mixer == Mixer::mamba) {
+            mamba_rows(t, m, z, micro_batch);  // its backward is not modelled: no gradient step
+        } else {
             attention_rows(t, m, z, attention);
+            t.gradient(Linear::o);  // after the core's ops: the output projection runs last
+        }
         t.casts_pending(Linear::none);
         t.section(Module::none);
         const bool output_biased = m.mixer == Mixer::mamba
@@ -88,11 +90,13 @@ private:
             t.section(Module::shared_experts);  // inside the MoE layer; its input, the router's,
                                                 // kept already
             shared_expert_rows(t, m, z);
+            t.gradient(Linear::down);
         } else {
             t.casts_pending(Linear::down);
             t.policy_output(
                 mlp_rows(t, m, z, shape::sbf, z.sbf, "", Linear::down, m.hidden_dropout > 0),
                 "MLP down projection", "its output", shape::sbh, z.sbh, z.d);
+            t.gradient(Linear::down);
             t.casts_pending(Linear::none);
         }
         t.section(Module::none);
@@ -144,6 +148,7 @@ private:
             t.checkpoint_input("the norm's output", shape::sbh, z.sbh, z.s, true);
         // Beside the MLP's frozen linears: the residual stream the layer adds their output to.
         after_linears(t, z, first, readers, z.tokens, z.sbh, shape::sbh, z.s, input, first_out);
+        if (!m.is_moe()) t.gradient(first_out.weight);  // the experts': gathered_rows
     }
 
     void last_add() {
@@ -176,7 +181,7 @@ private:
             t.workspace(false, "4-bit linear (bitsandbytes)", "the largest weight, dequantised",
                         bytes_of(d, "x its elements"), tuning.dequantized * d);
             t.workspace(true, "4-bit linear backward", "the largest weight, dequantised",
-                        bytes_of(d, "x its elements"), tuning.dequantized * d, Linear::none,
+                        bytes_of(d, "x its elements"), tuning.dequantized * d,
                         tuning.dequantized_linear);
         }
     }
@@ -208,7 +213,7 @@ private:
             // frozen linear).
             t.workspace(true, "DoRA backward",
                         "its output's gradient and the products' factors' gradients, widest linear",
-                        bytes_of(4 * own, "sb(out)"), z.tokens * widest * (4 * own), Linear::none,
+                        bytes_of(4 * own, "sb(out)"), z.tokens * widest * (4 * own),
                         first_linear(tuning.adapted != 0 ? tuning.adapted : tuning.frozen));
         }
     }

@@ -92,19 +92,16 @@ public:
     }
 
     /// A temporary of the op running now, while the rows added so far are live: in forward
-    /// beside the residual stream's tensors (stream_beside). In backward, `gradients_from`: the
-    /// first linear of the layer whose weight's gradient exists (Workspace::gradients_from);
-    /// `weight_gradient`: the linear whose weight's gradient the op writes, none for an op with no
-    /// weights (Workspace::weight_gradient).
+    /// beside the residual stream's tensors (stream_beside). In backward, `weight_gradient`: the
+    /// linear whose weight's gradient the op writes, none for an op with no weights
+    /// (Workspace::weight_gradient); those written already are the grad steps' after it.
     void workspace(bool backward, Label op, Label tensor, Label formula, Count bytes,
-                   Linear gradients_from = Linear::none, Linear weight_gradient = Linear::none) {
-        workspace_at(rows_.size(), backward, op, tensor, formula, bytes, gradients_from,
-                     weight_gradient);
+                   Linear weight_gradient = Linear::none) {
+        workspace_at(rows_.size(), backward, op, tensor, formula, bytes, weight_gradient);
     }
     /// The same, run before row `before` is made (in backward: after its backward has run).
     void workspace_at(std::size_t before, bool backward, Label op, Label tensor, Label formula,
-                      Count bytes, Linear gradients_from = Linear::none,
-                      Linear weight_gradient = Linear::none,
+                      Count bytes, Linear weight_gradient = Linear::none,
                       ActivationSplit split = ActivationSplit::tensor) {
         if (!layer_) return;
         if (!backward) {  // the residual stream's tensors the caller holds
@@ -121,8 +118,7 @@ public:
                                 Beside::mode_bit(Recompute::selective)});
         }
         checkpoint_held_ = Count(0);
-        push(before, {backward, op, tensor, formula, bytes, split, gradients_from, module_,
-                      weight_gradient});
+        push(before, {backward, op, tensor, formula, bytes, split, module_, weight_gradient});
     }
     /// Forward workspaces added from now on run before linear `first`'s weight (and every later
     /// tensor) is cast; none: no cast is pending.
@@ -141,6 +137,12 @@ public:
     /// Under selective recomputation, a gradient alive beside the next backward op that the
     /// checkpoint still holds where elsewhere it takes its saved tensor's place.
     void held_by_checkpoint(Count bytes) { checkpoint_held_ = bytes; }
+    /// Linear `l` has run (StepKind::grad): in backward its weight's gradient exists at the ops
+    /// added before this, after those its block added.
+    void gradient(Linear l) {
+        if (layer_ && l != Linear::none)
+            place(rows_.size(), Order::op, StepKind::grad, std::size_t(l));
+    }
     /// The MLP half begins (StepKind::mlp_half).
     void mlp_half() {
         if (layer_) place(rows_.size(), Order::marker, StepKind::mlp_half, 0);
@@ -150,8 +152,7 @@ public:
     void layer_end(Label op, Label tensor, Label formula, Count bytes) {
         if (!layer_) return;
         place(at_end, Order::op, StepKind::layer_end, 0);
-        push(at_end,
-             {false, op, tensor, formula, bytes, ActivationSplit::sequence, {}, module_, {}});
+        push(at_end, {false, op, tensor, formula, bytes, ActivationSplit::sequence, module_, {}});
     }
     std::size_t size() const { return rows_.size(); }
 

@@ -37,7 +37,7 @@ inline void after_linears(TableBuilder& t, const Sizes& z, const std::string& op
         t.workspace_at(
             input == InputRow::last ? t.size() - 1 : t.size(), true, op + " backward (LoRA)",
             "its input's gradient: an adapter's path, or the sum so far, the next and their sum",
-            bytes_of(bytes, std::string(Text(shape.symbol))), elements * bytes, output.weight,
+            bytes_of(bytes, std::string(Text(shape.symbol))), elements * bytes,
             first_linear(readers & t.tuning.adapted), shape.split);
     }
     adapter_rows(t, z, op, readers, tokens, elements, shape, input_bytes);
@@ -107,7 +107,7 @@ inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::str
                            std::string("its output's gradient cast to ") + dtype_name(*z.narrow) +
                                " and transposed",
                            bytes_of(cast, std::string(Text(output.symbol))), output.elements * cast,
-                           output.weight, output.weight, output.split);
+                           output.weight, output.split);
         return true;
     }
     if (!z.autocast) {

@@ -29,7 +29,7 @@ inline void mamba_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
     };
     const auto work = [&](bool backward, Label op, Label tensor, Label formula, Count bytes,
                           Linear weight_gradient) {
-        t.workspace(backward, op, tensor, formula, bytes, Linear::none, weight_gradient);
+        t.workspace(backward, op, tensor, formula, bytes, weight_gradient);
     };
     mamba_mixer_rows(m, z.seq, micro_batch, z.d, false, add, work);
 }

@@ -58,7 +58,7 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
                 : "its input's gradient",
         bytes_of(z.d, std::string(Text(shape.symbol))) +
             (dropped ? " + " + bytes_of(z.d, std::string(Text(output.symbol))) : std::string()),
-        (sbf + (dropped ? output.elements : Count(0))) * z.d, output.weight, down, shape.split);
+        (sbf + (dropped ? output.elements : Count(0))) * z.d, down, shape.split);
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
@@ -112,7 +112,7 @@ private:
         dropout_row(t_, z_, z_.compute, prefix_ + "MLP dropout", shape_, sbf_);
         t_.workspace(true, prefix_ + "MLP dropout backward",
                      "its incoming gradient and its input's gradient",
-                     bytes_of(2 * z_.d, shape_.symbol), Count(2 * z_.d) * sbf_, Linear::down);
+                     bytes_of(2 * z_.d, shape_.symbol), Count(2 * z_.d) * sbf_);
     }
 
     /// act(gate(x)) * up(x).
@@ -133,7 +133,7 @@ private:
         // projection's input already freed; the activation's own backward, after it, holds less.
         t_.workspace(true, prefix_ + "gate x up backward",
                      "its incoming gradient and the gradients of both factors",
-                     bytes_of(3 * z_.d, shape_.symbol), Count(3 * z_.d) * sbf_, Linear::down);
+                     bytes_of(3 * z_.d, shape_.symbol), Count(3 * z_.d) * sbf_);
         if (dropout_) dropout_rows();
         down_projection_row(
             t_, z_, prefix_,
@@ -162,7 +162,7 @@ private:
                         fn_.kernel == ActivationKernel::fused
                             ? "its incoming gradient and its input's gradient"
                             : "its incoming gradient and the last product's two gradients",
-                        bytes_of(work, shape_.symbol), Count(work) * sbf_, Linear::down);
+                        bytes_of(work, shape_.symbol), Count(work) * sbf_);
     }
 
     TableBuilder& t_;

@@ -80,6 +80,7 @@ inline void gathered_rows(TableBuilder& t, const Architecture& m, const Sizes& z
     // stream_beside).
     after_linears(t, z, "experts: first projections", first, slots, slots * m.hidden, shape::sbkh,
                   z.s, input_row(gathered_kept), first_out, z.sbh * z.d);
+    t.gradient(first_out.weight);
     if (m.stacked_experts) {
         // Each expert with tokens indexes the stacked weights with a tensor: copies, which the
         // matmuls keep; counted for every expert (with s b k slots spread over E, all are hit).
@@ -157,8 +158,7 @@ inline void every_token_expert_rows(TableBuilder& t, const Architecture& m, cons
           "up's gradient is act(gate) x grad", sbEf, copies * m.ffn, z.d);
     t.workspace(true, "experts: up x act(gate) backward",
                 "its incoming gradient and the gradients of both factors",
-                bytes_of(3 * z.d, std::string(Text(sbEf.symbol))), Count(3 * z.d) * copies * m.ffn,
-                Linear::down);
+                bytes_of(3 * z.d, std::string(Text(sbEf.symbol))), Count(3 * z.d) * copies * m.ffn);
     t.add("experts: down bmm", "its input, up x act(gate)",
           "down_proj's gradient = input^T x output gradient", sbEf, copies * m.ffn, z.d);
     t.section(outer);
