@@ -14,6 +14,8 @@
 #include "memcalc/estimate.hpp"
 #include "memcalc/tape/from_program.hpp"
 #include "memcalc/tape/liveness.hpp"
+#include "memcalc/layer_work.hpp"
+#include "memcalc/state_splits.hpp"
 #include "memcalc/workload.hpp"
 #include "model_file.hpp"
 

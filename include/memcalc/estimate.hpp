@@ -19,6 +19,10 @@
 #include "memcalc/recipe.hpp"
 #include "memcalc/tape/ops.hpp"
 #include "memcalc/timeline.hpp"
+#include "memcalc/layout_peak.hpp"
+#include "memcalc/stage_facts.hpp"
+#include "memcalc/stage_inputs.hpp"
+#include "memcalc/state_splits.hpp"
 #include "memcalc/units.hpp"
 #include "memcalc/workload.hpp"
 

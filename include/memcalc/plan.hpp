@@ -2,7 +2,7 @@
 /// Every valid way to train a model on a cluster: data, tensor, pipeline, context and expert
 /// degrees, ZeRO stage and offload, sequence parallelism, micro-batch and recomputation; which fit
 /// in device memory, and what each wastes and how long its step takes (step_time.hpp). Each layout
-/// costs a few operations on a Workload (workload.hpp).
+/// costs a few operations on a Workload (workload.hpp, layout_peak.hpp).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -20,6 +20,10 @@
 #include "memcalc/flops.hpp"
 #include "memcalc/hardware.hpp"
 #include "memcalc/step_time.hpp"
+#include "memcalc/layout_peak.hpp"
+#include "memcalc/stage_facts.hpp"
+#include "memcalc/stage_inputs.hpp"
+#include "memcalc/state_splits.hpp"
 #include "memcalc/workload.hpp"
 
 namespace memcalc {

@@ -17,7 +17,7 @@ inline constexpr std::size_t max_regions = 2;
 /// An op's moment against its step. A step counts the layer's kept bytes (and in backward the
 /// rebuilt ones); while the op runs, `added` is what is live that the step does not count, and
 /// `covered` what the step counts that is not live. The step grows by max(0, added - covered) on
-/// a rank (workload.hpp's WorkspaceEffect).
+/// a rank (layer_work.hpp's WorkspaceEffect).
 struct RunEffect {
     Pass pass;
     std::uint32_t source;  ///< the run event's source (its Workspace)

@@ -1,0 +1,157 @@
+#pragma once
+/// One kind of layer's share of a workload (LayerWork): what its op tape keeps and rebuilds under
+/// a recomputation, and what each of its workspaces adds to its step on a rank, with the gradients
+/// and autocast copies that exist while it runs. Apart because it alone runs a layer's tape
+/// (tape/): the rest of a workload sums what it found.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "memcalc/activations.hpp"
+#include "memcalc/linears.hpp"
+#include "memcalc/parallel.hpp"
+#include "memcalc/params.hpp"
+#include "memcalc/split_bytes.hpp"
+#include "memcalc/state_splits.hpp"
+#include "memcalc/tape/from_program.hpp"
+#include "memcalc/tape/liveness.hpp"
+#include "memcalc/units.hpp"
+
+namespace memcalc {
+
+/// A workspace's effect on its step (the tape's sweep: tape::RunEffect): on a rank it adds max(0,
+/// added + the layer's gradients already written - covered - the layer's casts not made yet).
+struct WorkspaceEffect {
+    SplitBytes added, covered;
+    SplitParams gradients;  ///< parameters of the layer whose gradients exist while it runs
+    bool weightless =
+        false;  ///< Workspace::weightless: no fresh gradient exists while it runs, held ones aside
+    SplitParams
+        uncast;  ///< forward: parameters of the layer whose autocast copies are not made yet
+    /// A weightless backward op: parameters whose autocast copies their linears' backward has freed
+    /// already.
+    SplitParams cast_freed;
+    std::uint32_t source = 0;  ///< its Workspace's index in the layer's table
+
+    /// `written`: bytes of the layer's gradients that exist while it runs; `unmade`: bytes the step
+    /// counts that do not exist yet while it runs.
+    Count on_rank(const Parallelism& p, std::uint64_t V, Count written, Count unmade = 0) const {
+        const Count a = added.on_rank(p, V) + written, c = covered.on_rank(p, V) + unmade;
+        return a > c ? Count(a.value() - c.value()) : Count(0);
+    }
+};
+
+/// The most any of `effects` adds on a rank. `gradient_bytes`: per parameter, 0 where a ZeRO-2/3
+/// bucket already holds the layer's gradient. `fresh`: when gradients are already held (a later
+/// micro-batch, a persistent buffer), the only new one, whatever the op but a weightless one (else
+/// each effect's own gradients written). `cast_bytes`: per parameter, what the step counts of the
+/// layer's autocast copies (0 without autocast). With gradients held the step still counts the
+/// layer's copies whole, so a weightless op takes off those its linears' backward freed (without,
+/// each gradient written stands in for its weight's copy: the caller's).
+inline Count largest_on_rank(const std::vector<WorkspaceEffect>& effects, const Parallelism& p,
+                             std::uint64_t V, Count gradient_bytes,
+                             const SplitParams* fresh = nullptr, Count cast_bytes = 0) {
+    Count most;
+    const SplitParams none;
+    for (const auto& e : effects) {
+        const SplitParams& written = fresh ? (e.weightless ? none : *fresh) : e.gradients;
+        const Count unmade =
+            cast_bytes.value() == 0
+                ? Count(0)
+                : (e.uncast.on_rank(p, V) + (fresh ? e.cast_freed.on_rank(p, V) : Count(0))) *
+                      cast_bytes;
+        most = std::max(most, e.on_rank(p, V, written.on_rank(p, V) * gradient_bytes, unmade));
+    }
+    return most;
+}
+
+/// The layer's parameters from linear `first`'s weight on: it and every later tensor of the layer
+/// in forward order, each bias with its weight, those `keep` accepts. `only_first`: `first`'s
+/// weight and bias alone. None: no tensor.
+template <class Keep>
+SplitParams tensors_from(const ParameterTable& t, Linear first, std::uint64_t V, bool only_first,
+                         std::size_t kind, Keep keep) {
+    SplitParams ready;
+    LinearSet earlier = 0;  // linears whose weight comes before `first`'s: their biases stay out
+    bool reached = false;
+    for (const auto& row : t.rows) {
+        if (row.group != Group::layer || row.kind != kind) continue;
+        const LinearSet own = row.of_linear(row.linear) ? bit(row.linear) : 0;
+        reached = reached ||
+                  (first != Linear::none && row.linear == first && row.role == ParamRole::weight);
+        if (!reached || (earlier & own) != 0) {
+            earlier |= own;
+            continue;
+        }
+        if (only_first && own != bit(first)) continue;
+        if (keep(row)) ready.add(row, V);
+    }
+    return ready;
+}
+
+/// The layer's parameters whose gradients exist once the backward pass reaches `first`
+/// (tensors_from): a frozen tensor gets no gradient.
+inline SplitParams gradients_from(const ParameterTable& t, Linear first, std::uint64_t V,
+                                  bool only_first = false, std::size_t kind = 0) {
+    return tensors_from(t, first, V, only_first, kind,
+                        [](const ParamRow& r) { return r.trainable; });
+}
+
+/// One kind of layer's share of a workload, one layer of one micro-batch.
+struct LayerWork {
+    SplitBytes kept, rebuilt;  ///< under the recomputation
+    /// Selective recomputation rebuilds the MLP half apart from the attention half (`rebuilt`): a
+    /// backward step holds the larger.
+    SplitBytes rebuilt_mlp_half;
+    std::vector<WorkspaceEffect> forward_work, backward_work;  ///< its workspaces
+    SplitBytes
+        rerun_gradients;  ///< its checkpoint's CheckpointHeld::rerun tensors, where it has one
+    bool keeps_input =
+        false;  ///< it keeps its input tensor itself (a LayerNorm's saved input, a checkpoint)
+};
+
+namespace detail {
+
+/// What a workspace of `layer` is to its step besides its bytes: the gradients and casts that exist
+/// while it runs (from linear `written`'s gradient on; from linear `uncast`'s cast on, not made).
+inline WorkspaceEffect workspace_facts(const Workspace& work, Linear written, Linear uncast,
+                                       const ParameterTable& params, std::uint64_t V,
+                                       std::size_t kind) {
+    WorkspaceEffect e;
+    e.gradients = gradients_from(params, written, V, false, kind);
+    e.weightless = work.weightless();
+    e.uncast = tensors_from(params, uncast, V, false, kind, autocast_copies);
+    if (work.weightless())
+        e.cast_freed = tensors_from(params, written, V, false, kind, autocast_copies);
+    return e;
+}
+
+}  // namespace detail
+
+/// One kind of layer's share of a workload under `mode`: its tape's sweep (kept, rebuilt, what each
+/// op adds to its step) and what its ops' gradients and casts are.
+inline LayerWork layer_work(const LayerActivations& layer, Recompute mode,
+                            const ParameterTable& params, std::uint64_t V, std::size_t kind) {
+    const tape::Liveness live = tape::sweep_program(layer, mode);
+    LayerWork lw;
+    lw.kept = live.kept, lw.rebuilt = live.rebuilt[0], lw.rebuilt_mlp_half = live.rebuilt[1];
+    const std::vector<Linear> uncast = layer.uncast_by_op(), written = layer.gradients_by_op();
+    for (const tape::RunEffect& run : live.runs) {  // in the tape's order
+        const Workspace& work = layer.work[run.source];
+        WorkspaceEffect e =
+            detail::workspace_facts(work, written[run.source], uncast[run.source], params, V, kind);
+        e.added = run.added, e.covered = run.covered, e.source = run.source;
+        (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
+    }
+    for (const SavedTensor& row : layer.rows)
+        if (row.kept(mode) && row.layer_input) lw.keeps_input = true;
+    if (checkpoints_layer(mode)) {
+        lw.keeps_input = true;
+        for (const CheckpointTensor& t : layer.checkpoint_tensors)
+            if (t.held == CheckpointHeld::rerun) lw.rerun_gradients.add(t);
+    }
+    return lw;
+}
+
+}  // namespace memcalc

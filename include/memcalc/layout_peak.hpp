@@ -1,0 +1,72 @@
+#pragma once
+/// A layout's most loaded device and its peak step (layout_peak), and the most host memory one
+/// fills (layout_host), weighing only the stages that can hold the most and building no timeline.
+/// Apart as what fit and plan call per layout, above a stage's facts and inputs.
+#include <algorithm>
+#include <cstdint>
+
+#include "memcalc/layers.hpp"
+#include "memcalc/parallel.hpp"
+#include "memcalc/stage_facts.hpp"
+#include "memcalc/stage_inputs.hpp"
+#include "memcalc/state_splits.hpp"
+#include "memcalc/timeline.hpp"
+#include "memcalc/units.hpp"
+#include "memcalc/workload.hpp"
+
+namespace memcalc {
+
+/// The most loaded device of a layout and its peak step, without building any timeline. With even
+/// stages the first holds at least what every middle one holds (the embedding, the most
+/// micro-batches in flight), so only the first and the last can be the most loaded; with uneven
+/// ones, the second too.
+struct LayoutPeak {
+    std::uint64_t stage = 0;
+    Step step;
+    Count bytes() const { return step.bytes.total(); }
+};
+
+/// Whether a stage after the first holds for each micro-batch what the first does not: a received
+/// input its first layer does not keep, its own shared tables (stage_inputs).
+inline bool later_stages_hold_more(const Workload& w) {
+    if (w.stage_side.any()) return true;
+    for (std::size_t k = 0; k < w.layers.size(); ++k)
+        if (!w.layers[k].keeps_input ||
+            (k < w.not_recomputed.size() && !w.not_recomputed[k].keeps_input))
+            return true;
+    return false;
+}
+
+/// The stages besides the first that may be the most loaded, each handed to `consider` in order.
+template <class Consider>
+void other_candidate_stages(const Workload& w, const Parallelism& p, Consider consider) {
+    if (!w.parameters->pattern
+             .uniform()) {  // stages of different kinds of layer: any may hold the most
+        for (std::uint64_t stage = 1; stage < p.pp; ++stage) consider(stage);
+        return;
+    }
+    // The second holds the most of the middle ones (the most in flight), more than the first where
+    // that is smaller or holds less per micro-batch.
+    if (p.pp > 2 && (p.uneven_stages() || later_stages_hold_more(w))) consider(1);
+    if (p.pp > 1) consider(p.pp - 1);
+}
+
+/// The most host memory a device of the layout fills (offload): the stages layout_peak weighs hold
+/// the most there too (the most micro-batches in flight, the embedding, the head, the most layers).
+inline Count layout_host(const Workload& w, const Parallelism& p) {
+    Count most = stage_facts(w, p, 0).host;
+    other_candidate_stages(
+        w, p, [&](std::uint64_t stage) { most = std::max(most, stage_facts(w, p, stage).host); });
+    return most;
+}
+
+inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
+    LayoutPeak best{0, peak_step(stage_inputs(w, p, stage_facts(w, p, 0)))};
+    other_candidate_stages(w, p, [&](std::uint64_t stage) {
+        const Step s = peak_step(stage_inputs(w, p, stage_facts(w, p, stage)));
+        if (s.bytes.total() > best.bytes()) best = {stage, s};
+    });
+    return best;
+}
+
+}  // namespace memcalc
