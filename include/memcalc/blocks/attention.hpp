@@ -28,7 +28,8 @@ inline void mha_input_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         t, z, "q/k/v projections", shared ? "their input, shared with the MLP" : "their input",
         z.sbh, shape::sbh, 3, qkv_out, shared ? qkv | mlp : qkv,
         RowFacts{}.output_of_norm(itself).input_of_layer(itself && !m.norms_before_branches()));
-    after_linears(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s, kept, qkv_out);
+    after_linears(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s, input_row(kept),
+                  qkv_out);
     qk_norm_rows(t, m, z);
     rotary_rows(t, m, z);
     temperature_rows(t, m, z);

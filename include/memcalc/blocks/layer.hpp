@@ -125,23 +125,25 @@ private:
         const LinearSet readers =
             m.is_moe() ? bit(Linear::router) | shared_readers : mlp_input_readers(m);
         const std::string first = m.is_moe() ? "router and experts" : "MLP up projections";
-        const LinearOutput first_out =
-            m.is_moe() ? LinearOutput{} : mlp_input_output(m, z.sbf, shape::sbf);
-        bool input_kept = true;  // with a shared norm, by the q/k/v projections' row
+        // A router's output is not tabled; its backward runs once the experts' have written
+        // their gradients (the first of their linears).
+        LinearOutput first_out = mlp_input_output(m, z.sbf, shape::sbf);
+        if (m.is_moe()) first_out = {{}, "", first_out.weight, ActivationSplit::tensor, {}, {}};
+        InputRow input = InputRow::earlier;  // with a shared norm, the q/k/v projections' row
         if (!shared_norm || z.autocast || z.narrow) {
-            input_kept =
+            const bool input_kept =
                 projection_input_row(t, mlp_sizes, first, "their input", z.sbh, shape::sbh,
                                      m.is_moe() ? 1 : mlp_input_projections(m), first_out, readers,
                                      RowFacts{}
                                          .input_of_module(input_is_norm_output)
                                          .output_of_norm(input_is_norm_output));
             input_is_norm_output = input_is_norm_output && input_kept;
+            input = input_row(input_kept);
         }
         if (!input_is_norm_output)
             t.checkpoint_input("the norm's output", shape::sbh, z.sbh, z.s, true);
         // Beside the MLP's frozen linears: the residual stream the layer adds their output to.
-        after_linears(t, z, first, readers, z.tokens, z.sbh, shape::sbh, z.s, input_kept,
-                      first_out);
+        after_linears(t, z, first, readers, z.tokens, z.sbh, shape::sbh, z.s, input, first_out);
     }
 
     void last_add() {

@@ -8,33 +8,42 @@
 
 namespace memcalc::detail {
 
+/// Which row keeps the input of a layer's linears, if any.
+enum class InputRow : std::uint8_t {
+    none,     ///< no row: autograd saves nothing of it
+    last,     ///< the row just made
+    earlier,  ///< a row made before (a parallel layer's shared norm: the q/k/v projections' row)
+};
+inline InputRow input_row(bool kept) { return kept ? InputRow::last : InputRow::none; }
+
 /// What follows the linears of `readers` under fine-tuning: their adapters' rows, then, where every
-/// reader is frozen, their forward's workspace with those rows made (the input alive unless
-/// `input_kept`). In backward, an adapted linear's input gradient is summed from the base linears'
-/// and the adapters', once the adapters' rows and a kept input (the last row, when `input_kept`)
-/// are freed and the gradients of the linears' adapters and every later tensor written. An
+/// reader is frozen, their forward's workspace with those rows made (the input alive unless a row
+/// keeps it). In backward, an adapted linear's input gradient is summed from the base linears'
+/// and the adapters', once the adapters' rows and an input the last row keeps are freed (an
+/// earlier row's is alive: its readers' backward is still to run) and the gradients of the
+/// linears' adapters and every later tensor written. An
 /// adapter's path runs first (autograd takes the latest made): lora_A's input gradient, in its
 /// input's dtype (an fp32 adapter's cast of x), with the dropout's, or with its cast back; where
 /// several linears read the input, beside the sum so far. Then each sum holds the sum so far, the
 /// next gradient and their sum.
 inline void after_linears(TableBuilder& t, const Sizes& z, const std::string& op, LinearSet readers,
                           Count tokens, Count elements, const Shape& shape,
-                          std::uint64_t input_bytes, bool input_kept,
+                          std::uint64_t input_bytes, InputRow input,
                           const LinearOutput& output = {}, Count stream = {}) {
     if (linears_in(readers & t.tuning.adapted) > 0) {
         const std::uint64_t in = input_bytes, own = adapter_upcast(t, z, in) ? dtype::fp32 : in;
         const std::uint64_t path = t.tuning.adapter_dropout ? 2 * own : own + (own != in ? in : 0);
         const std::uint64_t bytes = std::max(3 * in, path + (linears_in(readers) > 1 ? in : 0));
         t.workspace_at(
-            input_kept ? t.size() - 1 : t.size(), true, op + " backward (LoRA)",
+            input == InputRow::last ? t.size() - 1 : t.size(), true, op + " backward (LoRA)",
             "its input's gradient: an adapter's path, or the sum so far, the next and their sum",
             bytes_of(bytes, std::string(Text(shape.symbol))), elements * bytes, output.weight,
             first_linear(readers & t.tuning.adapted), shape.split);
     }
     adapter_rows(t, z, op, readers, tokens, elements, shape, input_bytes);
     if ((readers & ~t.tuning.frozen) == 0 && t.tuning.any())
-        frozen_linear_work(t, z, op, input_kept ? Count(0) : elements * input_bytes, output,
-                           readers, stream);
+        frozen_linear_work(t, z, op, input != InputRow::none ? Count(0) : elements * input_bytes,
+                           output, readers, stream);
 }
 
 /// A linear input in the compute dtype (the attention's output, the down projection's): kept while
@@ -50,7 +59,7 @@ inline void linear_input_row(TableBuilder& t, const Sizes& z, const std::string&
     if (kept)
         t.add(op, trained ? what : what + " (LoRA A's input)",
               "weight gradient = input^T x output gradient", shape, elements, z.d);
-    after_linears(t, z, op, readers, tokens, elements, shape, z.d, kept, output, stream);
+    after_linears(t, z, op, readers, tokens, elements, shape, z.d, input_row(kept), output, stream);
 }
 
 /// What the projections reading a stream tensor keep: that tensor, or under autocast a copy of it

@@ -79,7 +79,7 @@ inline void gathered_rows(TableBuilder& t, const Architecture& m, const Sizes& z
     // the MLP norm's output the experts gather from (and the residual stream:
     // stream_beside).
     after_linears(t, z, "experts: first projections", first, slots, slots * m.hidden, shape::sbkh,
-                  z.s, gathered_kept, first_out, z.sbh * z.d);
+                  z.s, input_row(gathered_kept), first_out, z.sbh * z.d);
     if (m.stacked_experts) {
         // Each expert with tokens indexes the stacked weights with a tensor: copies, which the
         // matmuls keep; counted for every expert (with s b k slots spread over E, all are hit).
