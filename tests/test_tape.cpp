@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -213,12 +214,29 @@ struct Digest {
     }
 };
 
+/// Every preset, then every model file validation/ measures (its name the file's, without .json),
+/// in name order: what the golden files pin.
+std::vector<std::pair<std::string, Architecture>> golden_models() {
+    std::vector<std::pair<std::string, Architecture>> out;
+    for (const auto& name : cli::preset_names())
+        out.emplace_back(name, cli::load_preset(name).architecture);
+    std::vector<std::filesystem::path> files;
+    for (const char* dir : {"/validation/models", "/validation/gpu/models"})
+        for (const auto& entry :
+             std::filesystem::directory_iterator(std::string(MEMCALC_SOURCE_DIR) + dir))
+            if (entry.path().extension() == ".json") files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& file : files)
+        out.emplace_back(file.parent_path().filename().string() + "/" + file.stem().string(),
+                         cli::load_model_file(file.string()).architecture);
+    return out;
+}
+
 /// One line per preset, attention, platform, module set, mode and kind of layer: the kept and
 /// rebuilt sums and each op's effect (sorted, so the tape's order may change), as a digest.
 std::string layer_sums_lines() {
     std::string out;
-    for (const auto& name : cli::preset_names()) {
-        const Architecture m = cli::load_preset(name).architecture;
+    for (const auto& [name, m] : golden_models()) {
         const ParameterTable params = parameter_table(m);
         for (Attention attention : {Attention::eager, Attention::flash})
             for (Platform platform : {Platform::cuda, Platform::cpu})
@@ -305,8 +323,7 @@ FineTuning tuning_of(int which) {
 std::string layer_facts_lines() {
     static const char* trainings[] = {"full", "lora", "qlora"};
     std::string out;
-    for (const auto& name : cli::preset_names()) {
-        const Architecture m = cli::load_preset(name).architecture;
+    for (const auto& [name, m] : golden_models()) {
         for (std::size_t p = 0; p < std::size(precisions); ++p)
             for (int which = 0; which < 3; ++which) {
                 Digest d;

@@ -144,6 +144,7 @@ inline void every_token_expert_rows(TableBuilder& t, const Architecture& m, cons
           z.autocast ? "its input, the weighted tokens, cast by autocast"
                      : "its input, the weighted tokens",
           "gate_up_proj's gradient = input^T x output gradient", sbEh, copies * m.hidden, z.d);
+    t.gradient(mlp_input_output(m, Count(0), sbEf).weight);  // the gate_up bmm has run
     const Module outer = t.section(Module::moe_act);
     t.add("experts: gate_up bmm", "its output, gate and up (which act and the product view)",
           std::string(fn.label) + "'s derivative is taken at gate; the product's gradient needs up",
