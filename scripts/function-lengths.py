@@ -9,7 +9,8 @@ string literals are blanked out, then braces are matched. A brace opened at name
 whose text since the last `;`, `{` or `}` has a `(` (and is not a class, struct, union or enum
 header, nor an initialiser after `=`) opens a function: a member function, a free function, or a
 lambda assigned at namespace scope. Everything inside a function (lambdas, local classes) counts
-toward that function. Braces of a constructor's member initialisers (`x_{y}`) are skipped.
+toward that function. Braces inside a header's parentheses (a default argument `Set s = {}`) and
+those of a constructor's member initialisers (`x_{y}`) are part of the header, skipped.
 Preprocessor lines are ignored. Macros that expand to braces, or code laid out otherwise than this
 project's sources, can fool it.
 
@@ -22,6 +23,8 @@ import re
 import sys
 
 ACCESS = re.compile(r"^\s*(?:public|private|protected)\s*:(?!:)")
+# `= [captures]` then its parameters, a specifier, a trailing return type or the body's brace.
+LAMBDA = re.compile(r"=\s*\[[^\]]*\]\s*(?:\(|->|mutable\b|constexpr\b|noexcept\b|$)")
 IDENT = re.compile(r"[A-Za-z_~][A-Za-z0-9_]*(?:::[A-Za-z_~][A-Za-z0-9_]*)*")
 
 
@@ -105,14 +108,17 @@ def header_kind(header):
         return "data"
     if re.search(r"\b(?:class|struct|union)\b", before) and "=" not in before:
         return "class"
-    if paren >= 0 and "=" not in before.replace("operator=", "").replace("==", ""):
+    if paren >= 0 and "=" not in re.sub(r"\boperator\s*[^\s(]*", "", before):
         return "function"
-    if paren >= 0 and re.search(r"=\s*\[[^\]]*\]\s*\(", header):  # a lambda at namespace scope
+    if LAMBDA.search(header):  # a lambda at namespace scope
         return "function"
     return "data"
 
 
 def function_name(header):
+    lambda_ = LAMBDA.search(header)
+    if lambda_:
+        header = header[:lambda_.start()]  # its variable's name
     paren = header.find("(")
     match = None
     for match in IDENT.finditer(header[:paren] if paren >= 0 else header):
@@ -121,6 +127,17 @@ def function_name(header):
     if operator:
         return "operator" + operator.group(1)
     return match.group(0) if match else "?"
+
+
+def past_braces(code, i):
+    """The index after the `}` that closes the `{` at `i`."""
+    depth = 0
+    while i < len(code):
+        depth += {"{": 1, "}": -1}.get(code[i], 0)
+        if depth == 0:
+            break
+        i += 1
+    return i + 1
 
 
 def functions(text):
@@ -140,14 +157,10 @@ def functions(text):
                 header_start += access.end()
                 header = code[header_start:i]
             glued = code[i - 1].isalnum() or code[i - 1] == "_"
-            if outer and glued and re.search(r"\)\s*:", header):
-                depth = 0  # a member initialiser x_{y}: part of the constructor's header
-                while i < len(code):
-                    depth += {"{": 1, "}": -1}.get(code[i], 0)
-                    if depth == 0:
-                        break
-                    i += 1
-                i += 1
+            initialiser = glued and re.search(r"\)\s*:", header)  # x_{y}
+            in_parens = header.count("(") > header.count(")")  # f(Set s = {}), x_(T{y})
+            if outer and (initialiser or in_parens):
+                i = past_braces(code, i)  # part of the function's header
                 continue
             kind = header_kind(header) if outer else "block"
             if kind == "function":

@@ -285,7 +285,7 @@ void add_layer(Digest& d, const LayerWork& w) {
     for (const WorkspaceEffect& e : w.forward_work) effects.push_back(effect_digest(e, false));
     for (const WorkspaceEffect& e : w.backward_work) effects.push_back(effect_digest(e, true));
     std::sort(effects.begin(), effects.end());
-    d.add(w.kept), d.add(w.rebuilt), d.add(w.rebuilt_mlp_half), d.add(w.rerun_gradients);
+    d.add(w.kept), d.add(w.rebuilt), d.add(w.rebuilt_mlp_half), d.add(w.held_by_rerun);
     d.add(w.keeps_input), d.add(effects.size());
     for (std::uint64_t e : effects) d.add(e);
 }

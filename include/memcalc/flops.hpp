@@ -18,6 +18,46 @@ struct ComputeCost {
     double recompute_fraction() const { return step > 0 ? recompute / step : 0; }
 };
 
+namespace detail {
+
+/// The attention's projections' FLOPs over `T` tokens: q, k, v and the output projection, or
+/// latent attention's down and up projections, then o_proj.
+inline double projection_flops(const Architecture& m, double T) {
+    const double h = static_cast<double>(m.hidden);
+    const double q = static_cast<double>(m.heads * m.head_size());
+    const double kv = static_cast<double>(m.key_value_heads() * m.head_size());
+    const double v =
+        static_cast<double>(m.heads * m.value_head_size());  // = q but under latent attention
+    if (!m.mla.enabled()) return 2 * T * h * (q + 2 * kv) + 2 * T * q * h;
+    const LatentAttention& a = m.mla;
+    const double latent = static_cast<double>(a.kv_lora_rank),
+                 rope = static_cast<double>(a.qk_rope_head_dim);
+    const double nope_and_v = static_cast<double>(m.heads * (a.qk_nope_head_dim + a.v_head_dim));
+    const double q_side = a.q_lora_rank == 0 ? h * q : static_cast<double>(a.q_lora_rank) * (h + q);
+    return 2 * T * (q_side + h * (latent + rope) + latent * nope_and_v + v * h);
+}
+
+/// A layer's feed-forward FLOPs over `T` tokens of width `h`: its active experts' (or its dense
+/// MLP's) `mlp_matrices` products each, the router, a shared expert and its gate.
+inline double mlp_flops(const Architecture& layer, double T, double h, double mlp_matrices) {
+    return 2 * T * h * static_cast<double>(layer.ffn) * mlp_matrices *
+               static_cast<double>(layer.active_experts()) +
+           (layer.is_moe() ? 2 * T * h * static_cast<double>(layer.experts) : 0) +
+           2 * T * h * static_cast<double>(layer.shared_ffn) * mlp_matrices +
+           (layer.shared_expert_gate ? 2 * T * h : 0);
+}
+
+/// A Mamba mixer's matrices (in_proj, x_proj, dt_proj, out_proj) over `T` tokens of width `h`; its
+/// scan and convolution are element-wise, left out as the rest are.
+inline double mamba_mixer_flops(const Architecture& layer, double T, double h) {
+    const StateSpace& x = layer.ssm;
+    return 2 * T * static_cast<double>(x.d_inner) *
+           (3 * h + static_cast<double>(x.dt_rank + 2 * x.d_state) +
+            static_cast<double>(x.dt_rank));
+}
+
+}  // namespace detail
+
 /// Counts 2 m n k per (m x k) . (k x n) product; element-wise ops are left out. Each kind of layer
 /// counts its own feed-forward block, times its layers.
 /// `modules`: what selective recomputation re-runs (the norms and the MoE activation: no matrix
@@ -29,7 +69,6 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
     const double T = static_cast<double>(seq) * static_cast<double>(micro_batch);  // tokens
     const double h = static_cast<double>(m.hidden);
     const double q = static_cast<double>(m.heads * m.head_size());
-    const double kv = static_cast<double>(m.key_value_heads() * m.head_size());
     const double mlp_matrices = m.mlp == Mlp::gated ? 3 : 2;
 
     ComputeCost c;
@@ -37,34 +76,15 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
         static_cast<double>(m.heads * m.value_head_size());  // = q but under latent attention
     c.attention_core =
         2 * T * static_cast<double>(seq) * (q + v);  // Q K^T and (weights . V), every head
-    double projections = 2 * T * h * (q + 2 * kv) + 2 * T * q * h;
-    if (m.mla.enabled()) {  // the latents' down and up projections, then o_proj
-        const LatentAttention& a = m.mla;
-        const double latent = static_cast<double>(a.kv_lora_rank),
-                     rope = static_cast<double>(a.qk_rope_head_dim);
-        const double nope_and_v =
-            static_cast<double>(m.heads * (a.qk_nope_head_dim + a.v_head_dim));
-        const double q_side =
-            a.q_lora_rank == 0 ? h * q : static_cast<double>(a.q_lora_rank) * (h + q);
-        projections = 2 * T * (q_side + h * (latent + rope) + latent * nope_and_v + v * h);
-    }
+    const double projections = detail::projection_flops(m, T);
     c.head_forward = 2 * T * h * static_cast<double>(m.vocab);
     double forward = c.head_forward;
     const auto add_layers = [&](const Architecture& layer, std::uint64_t count, std::size_t kind) {
         const bool first = kind == 0;
-        const double mlp = 2 * T * h * static_cast<double>(layer.ffn) * mlp_matrices *
-                               static_cast<double>(layer.active_experts()) +
-                           (layer.is_moe() ? 2 * T * h * static_cast<double>(layer.experts) : 0) +
-                           2 * T * h * static_cast<double>(layer.shared_ffn) * mlp_matrices +
-                           (layer.shared_expert_gate ? 2 * T * h : 0);
-        // A Mamba mixer's matrices (in_proj, x_proj, dt_proj, out_proj) in place of attention's;
-        // its scan and convolution are element-wise, left out as the rest are.
-        const StateSpace& x = layer.ssm;
-        const double mixer = layer.mixer == Mixer::mamba
-                                 ? 2 * T * static_cast<double>(x.d_inner) *
-                                       (3 * h + static_cast<double>(x.dt_rank + 2 * x.d_state) +
-                                        static_cast<double>(x.dt_rank))
-                                 : projections + c.attention_core;
+        const double mlp = detail::mlp_flops(layer, T, h, mlp_matrices);
+        // A Mamba mixer's matrices in place of attention's.
+        const double mixer = layer.mixer == Mixer::mamba ? detail::mamba_mixer_flops(layer, T, h)
+                                                         : projections + c.attention_core;
         const double core = layer.mixer == Mixer::mamba ? 0 : c.attention_core;
         const double layer_forward = mixer + mlp;
         if (first) c.layer_forward = layer_forward;

@@ -105,8 +105,7 @@ struct LayerWork {
     /// backward step holds the larger.
     SplitBytes rebuilt_mlp_half;
     std::vector<WorkspaceEffect> forward_work, backward_work;  ///< its workspaces
-    SplitBytes
-        rerun_gradients;  ///< its checkpoint's CheckpointHeld::rerun tensors, where it has one
+    SplitBytes held_by_rerun;  ///< its checkpoint's CheckpointHeld::rerun tensors, where it has one
     bool keeps_input =
         false;  ///< it keeps its input tensor itself (a LayerNorm's saved input, a checkpoint)
 };
@@ -149,7 +148,7 @@ inline LayerWork layer_work(const LayerActivations& layer, Recompute mode,
     if (checkpoints_layer(mode)) {
         lw.keeps_input = true;
         for (const CheckpointTensor& t : layer.checkpoint_tensors)
-            if (t.held == CheckpointHeld::rerun) lw.rerun_gradients.add(t);
+            if (t.held == CheckpointHeld::rerun) lw.held_by_rerun.add(t);
     }
     return lw;
 }

@@ -292,7 +292,7 @@ inline void set_layer_work(TimelineInputs& in, const Workload& w, const Parallel
         // the gradients made before the rerun (CheckpointHeld::rerun).
         if (checkpoints_layer(w.recompute)) {
             const Count rerun = std::max(layer.forward_work, layer.rebuilt) +
-                                w.layers[k].rerun_gradients.on_rank(p, V);
+                                w.layers[k].held_by_rerun.on_rank(p, V);
             if (rerun > layer.rebuilt)
                 layer.recompute_forward_work = Count(rerun.value() - layer.rebuilt.value());
         }

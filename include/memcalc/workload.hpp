@@ -21,7 +21,7 @@
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
 #include "memcalc/split_bytes.hpp"
-#include "memcalc/ssm_activations.hpp"
+#include "memcalc/blocks/mamba.hpp"
 #include "memcalc/state_splits.hpp"
 #include "memcalc/units.hpp"
 

@@ -162,7 +162,7 @@ inline void frozen_linear_work(TableBuilder& t, const Sizes& z, const std::strin
 /// back to the base's dtype, the sum, the scaling): the scaled output's gradient in the adapter's
 /// dtype, and for an adapter of another dtype the base output's gradient cast back, are alive while
 /// the forward reruns. `elements`: that linear's output.
-inline Count rerun_gradients(const TableBuilder& t, const Sizes& z, Count elements) {
+inline Count adapter_gradients_at_rerun(const TableBuilder& t, const Sizes& z, Count elements) {
     const std::uint64_t own = adapter_bytes(t, z);
     return elements * (own + (own != z.d ? z.d : 0));
 }

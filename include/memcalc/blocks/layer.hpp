@@ -257,7 +257,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     if (!m.is_moe() && !m.norms_after_branches() && m.hidden_dropout == 0 &&
         (tuning.adapted & bit(Linear::down)) != 0)
         layer.checkpoint_tensors.push_back({"the gradients made before the rerun",
-                                            detail::rerun_gradients(t, z, z.sbh),
+                                            detail::adapter_gradients_at_rerun(t, z, z.sbh),
                                             ActivationSplit::replicated, CheckpointHeld::rerun});
     if (modules.bits != 0) select_modules(layer, modules);
     return layer;
