@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Whole-step peaks of training code nobody here wrote, on CPU: nanoGPT's model.py (vendored unchanged,
+nanogpt/) and a GPT of torch's own nn.TransformerEncoderLayer (torch_layers.py).
+
+Each run trains one step at a time of one program at one size, in pure bf16 (the model cast to bf16,
+torch.optim.AdamW on it: memcalc's bf16-adam) or under CPU autocast (an fp32 model whose forward and
+loss run inside torch.autocast("cpu", dtype=torch.bfloat16), AdamW on the fp32 weights: amp-adam),
+with no recomputation or with every block checkpointed (torch.utils.checkpoint, non-reentrant). After
+a warm-up step (the optimiser state exists from there on) it measures one step with
+validation/gpu/replicate.py's Meter: the profiler's record of every CPU allocation replayed in order,
+and its maximum within each step of memcalc's timeline (forward 1..L, loss, backward L..1,
+optimizer). The loop is nanoGPT's train.py: logits, loss = model(X, Y); loss.backward();
+optimizer.step(); optimizer.zero_grad(set_to_none=True).
+
+Rows are replicate.py's (so that validation/gpu/compare.py reads them), with the program, size,
+batch and precision beside:
+
+  /usr/bin/python3 validation/third_party/run.py --out validation/results/cpu-third-party.json
+  /usr/bin/python3 validation/gpu/compare.py validation/results/cpu-third-party.json \
+      --memcalc build/memcalc --markdown
+"""
+import argparse
+import contextlib
+import io
+import itertools
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
+sys.path.insert(0, os.path.join(HERE, "nanogpt"))
+sys.path.insert(0, HERE)
+from replicate import Meter, cpu_name  # noqa: E402  the CPU measurement validation/gpu/ uses
+from model import GPT, GPTConfig  # noqa: E402  nanoGPT's model.py, unchanged
+from torch_layers import TorchLayersGPT  # noqa: E402
+
+# Sizes: nanoGPT's shakespeare_char model (config/train_shakespeare_char.py: 6 x 384, 6 heads,
+# block 256, vocab 65, dropout 0 here), the same with GPT-2's padded vocabulary, and a narrower,
+# longer one whose block (1024) is twice the sequence it trains.
+SIZES = {
+    "char": {"n_layer": 6, "n_head": 6, "n_embd": 384, "vocab": 65, "block_size": 256},
+    "gpt2vocab": {"n_layer": 6, "n_head": 6, "n_embd": 384, "vocab": 50304, "block_size": 512},
+    "long": {"n_layer": 4, "n_head": 4, "n_embd": 256, "vocab": 8192, "block_size": 1024},
+}
+# (sequence, micro-batch) per size
+SHAPES = {"char": [(256, 2)], "gpt2vocab": [(512, 1)], "long": [(512, 2)]}
+PRECISIONS = {"bf16": "bf16-adam", "autocast": "amp-adam"}
+
+
+def build(program, size):
+    """The model, its blocks (a ModuleList the forward iterates) and its final norm."""
+    c = SIZES[size]
+    if program == "nanogpt":
+        config = GPTConfig(block_size=c["block_size"], vocab_size=c["vocab"], n_layer=c["n_layer"],
+                           n_head=c["n_head"], n_embd=c["n_embd"], dropout=0.0, bias=True)
+        with contextlib.redirect_stdout(io.StringIO()):  # its parameter count and slow-attention warning
+            model = GPT(config)
+        return model, model.transformer.h, model.transformer.ln_f
+    model = TorchLayersGPT(c["vocab"], c["block_size"], c["n_layer"], c["n_head"], c["n_embd"])
+    return model, model.h, model.ln_f
+
+
+class Checkpointed(nn.Module):
+    """A block whose forward is checkpointed (full recomputation): only its input is kept."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, *args, **kwargs):
+        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
+
+
+def optimizer_for(program, model):
+    """nanoGPT's own configure_optimizers (two AdamW groups, weight decay on the matrices; fused only
+    on CUDA), or torch's AdamW over every parameter. torch 1.13's default on CPU is the for-loop step."""
+    if program == "nanogpt":
+        with contextlib.redirect_stdout(io.StringIO()):
+            return model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cpu")
+    return torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+
+
+def run(program, size, seq, batch, precision, recompute, steps=1):
+    torch.manual_seed(0)
+    model, blocks, final_norm = build(program, size)
+    model = model.to(dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
+    model.train()
+    if recompute == "full":
+        for i in range(len(blocks)):
+            blocks[i] = Checkpointed(blocks[i])
+    optimizer = optimizer_for(program, model)
+    ids = torch.randint(0, SIZES[size]["vocab"], (batch, seq))
+    meter = None
+
+    # memcalc's timeline, marked from outside the programs: a block's forward step starts at its
+    # forward pre-hook, the loss step at the final norm's, a block's backward step when the gradient
+    # of its output arrives. Hooks on the checkpointing wrapper, so that recomputation marks nothing.
+    def forward_mark(i):
+        return lambda module, args: meter.mark(f"forward {i}") if meter and i > 1 else None
+
+    def backward_mark(i):
+        def hook(module, args, out):
+            if meter and out.requires_grad:
+                out.register_hook(lambda grad: meter.mark(f"backward {i}"))
+        return hook
+
+    for i, block in enumerate(blocks, start=1):
+        block.register_forward_pre_hook(forward_mark(i))
+        block.register_forward_hook(backward_mark(i))
+    final_norm.register_forward_pre_hook(lambda module, args: meter.mark("loss") if meter else None)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "autocast")
+
+    def step(m=None):
+        nonlocal meter
+        meter = m
+        if meter:
+            meter.mark("forward 1")
+        with autocast:
+            logits, loss = model(ids, ids)  # train.py: logits, loss = model(X, Y), both held
+        loss.backward()
+        if meter:
+            meter.mark("optimizer")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        del logits, loss
+
+    step()  # warm-up
+    with Meter("cpu") as m:
+        step(m)
+    peak, peak_step = m.peak()
+    meter, times = None, []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    name = f"{program}-{size}"
+    return {"program": program, "size": size, "batch": batch, "precision": precision,
+            "model": f"{name} {precision}", "model_file": f"validation/third_party/models/{name}.json",
+            "seq": seq, "micro_batch": batch, "microbatches": 1, "grad_buffer": "lazy", "recompute": recompute,
+            "attention": "eager", "optimizer_impl": "for-loop", "recipe": PRECISIONS[precision], "loss": "bf16",
+            "logits": "held", "kv_cache": "off", "memory_before_step": m.before, "max_memory_allocated": peak,
+            "peak_step": peak_step, "timeline": m.steps, "median_step_seconds": statistics.median(times),
+            "steps_timed": steps}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="where to write the rows (JSON)")
+    ap.add_argument("--programs", nargs="+", choices=("nanogpt", "torch-layers"), default=["nanogpt", "torch-layers"])
+    ap.add_argument("--sizes", nargs="+", choices=tuple(SIZES), default=list(SIZES))
+    ap.add_argument("--precisions", nargs="+", choices=tuple(PRECISIONS), default=list(PRECISIONS))
+    ap.add_argument("--recompute", nargs="+", choices=("none", "full"), default=["none", "full"])
+    ap.add_argument("--steps", type=int, default=1, help="timed steps per run, after the measured one")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    result = {"date": time.strftime("%Y-%m-%d"), "device": "cpu", "device_name": cpu_name(),
+              "torch": torch.__version__, "nanogpt_commit": "3adf61e154c3fe3fca428ad6bc3818b27a3b8291",
+              "runs": [], "skipped": []}
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    for program, size, precision, recompute in itertools.product(a.programs, a.sizes, a.precisions, a.recompute):
+        for seq, batch in SHAPES[size]:
+            r = run(program, size, seq, batch, precision, recompute, a.steps)
+            result["runs"].append(r)
+            with open(a.out + ".part", "w") as f:  # after every run: a run cut short keeps the rest
+                json.dump(result, f, indent=2)
+            os.replace(a.out + ".part", a.out)
+            print(f"{program:<13} {size:<10} s={seq:<5} b={batch} {precision:<9} {recompute:<5} peak "
+                  f"{r['max_memory_allocated']:>13,} B at {r['peak_step']:<12} "
+                  f"({r['median_step_seconds']:.2f} s/step)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
