@@ -46,6 +46,7 @@ const std::vector<std::string> architecture_keys = {"hidden",
                                                     "mlp_dropout",
                                                     "softmax_fp32",
                                                     "attention_output_held",
+                                                    "mask_in_product",
                                                     "head_bias",
                                                     "causal_mask_buffer",
                                                     "qk_norm",
@@ -203,6 +204,7 @@ void read_details(const JsonReader& in, Architecture& m) {
     m.mlp_dropout = in.probability_or("mlp_dropout", 0);
     m.softmax_fp32 = in.flag_or("softmax_fp32", true);
     m.attention_output_held = in.flag_or("attention_output_held", false);
+    m.mask_in_product = in.flag_or("mask_in_product", false);
     m.head_bias = in.flag_or("head_bias", false);
     m.causal_mask_buffer = in.choice_or<CausalMaskBuffer>(
         "causal_mask_buffer",

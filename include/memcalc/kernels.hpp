@@ -13,7 +13,7 @@ namespace memcalc {
 struct KernelFacts {
     Platform platform;
     Text name;
-    Text measured;  ///< where the row's facts come from
+    Text measured;  ///< where the row's facts come from (the CPU's: validation/)
     /// LayerNorm saves its mean and 1/std in fp32 (else in its input's dtype).
     bool norm_statistics_fp32;
     /// Dropout saves a 1-byte mask (else F.dropout's noise, in its input's dtype).
@@ -26,6 +26,9 @@ struct KernelFacts {
     bool casts_on_read;
     /// Copies the batched matmul's backward makes of its strided operands (the product with V's).
     std::uint64_t bmm_backward_copies;
+    /// Autocast runs softmax in fp32 whatever its input (CUDA autocast's fp32 list); else in its
+    /// input's dtype (CPU autocast, torch 1.13: validation/results/cpu-third-party.json).
+    bool autocast_softmax_fp32;
     /// Bytes a checkpoint keeps to restore the generator (preserve_rng_state): the CPU generator's
     /// state tensor (torch.get_rng_state().numel(), torch 1.13); a CUDA one's is a host tensor.
     std::uint64_t checkpoint_rng_state;
@@ -33,9 +36,9 @@ struct KernelFacts {
 
 // clang-format off
 inline constexpr std::array<KernelFacts, 2> kernel_rows{{
-    // platform      name    measured                       norm   mask   softmax casts  bmm rng
-    {Platform::cuda, "cuda", "CUDA PyTorch 2.2 and later",   true,  true,  true,  true,  0,  0},
-    {Platform::cpu,  "cpu",  "torch 1.13 CPU (validation/)", false, false, false, false, 2,  5056},
+    // platform      name    measured                 norm   mask   softmax casts  bmm amp    rng
+    {Platform::cuda, "cuda", "CUDA PyTorch 2.2+",      true,  true,  true,  true,  0, true,  0},
+    {Platform::cpu,  "cpu",  "torch 1.13 CPU",         false, false, false, false, 2, false, 5056},
 }};
 // clang-format on
 

@@ -243,8 +243,12 @@ struct Architecture {
     /// hidden_states, freeing it at the add.
     bool attention_output_held = false;
     CausalMaskBuffer causal_mask_buffer =
-        CausalMaskBuffer::none;     ///< eager attention's mask: built per forward, or a buffer per
-                                    ///< layer
+        CausalMaskBuffer::none;  ///< eager attention's mask: built per forward, or a buffer per
+                                 ///< layer
+    /// Eager attention adds its (built) mask inside the product: torch's MultiheadAttention runs
+    /// baddbmm(mask, q, k^T), one s x s tensor, which autocast casts with q and k; else the mask is
+    /// added out of place, the sum in the mask's dtype (transformers' eager attention).
+    bool mask_in_product = false;
     QkNorm qk_norm = QkNorm::none;  ///< norms on q and k before rotary (Qwen3, Gemma 3, OLMo 2)
     NormPosition norm_position =
         NormPosition::pre;  ///< with norms_per_layer 2: before or after each branch

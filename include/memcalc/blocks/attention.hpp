@@ -89,6 +89,10 @@ inline void eager_scores_rows(TableBuilder& t, const Architecture& m, const Size
               dtype::mask, Keep::not_selective);
         t.workspace(false, "Q K^T / sqrt(d), masked_fill", "the scaled scores and the filled ones",
                     bytes_of(2 * z.d, "as^2b"), Count(2 * z.d) * z.scores);
+    } else if (m.mask_in_product) {
+        // baddbmm(mask, q / sqrt(d), k^T): the scores alone, in the compute dtype.
+        t.workspace(false, "baddbmm(mask, Q / sqrt(d), K^T)", "the scores, the mask added",
+                    bytes_of(z.d, "as^2b"), Count(z.d) * z.scores);
     } else {
         // Q K^T, then / sqrt(d) and + mask, each out of place: two s x s score tensors at once,
         // before softmax makes the first saved one. The mask has the stream's dtype, which the sum
@@ -198,8 +202,13 @@ inline void eager_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
               "max's gradient goes to the maximum", shape::asb, Count(m.heads) * z.tokens, 8,
               Keep::not_selective);
     const std::size_t softmax_row = t.size();
-    // An fp32 sum (autocast's) softmaxes to fp32, as does CUDA autocast's softmax on any input.
-    const bool softmax_fp32 = m.softmax_fp32 || z.autocast;
+    // Under autocast an fp32 mask added out of place (the stream's dtype) makes the scores fp32; a
+    // fill, or a mask added inside the product (cast with it), leaves them in the compute dtype,
+    // which CUDA autocast's softmax still runs in fp32 and CPU autocast's does not.
+    const bool fp32_sum =
+        z.s == dtype::fp32 && m.causal_mask_buffer == CausalMaskBuffer::none && !m.mask_in_product;
+    const bool softmax_fp32 =
+        m.softmax_fp32 || (z.autocast && (fp32_sum || z.kernels->autocast_softmax_fp32));
     softmax_rows(t, m, z, softmax_elements, softmax_fp32);
     if (m.attention_dropout > 0) attention_dropout_rows(t, z);
     over_v_rows(t, z, output);
