@@ -47,6 +47,7 @@ const std::vector<std::string> architecture_keys = {"hidden",
                                                     "softmax_fp32",
                                                     "attention_output_held",
                                                     "mask_in_product",
+                                                    "fused_qkv",
                                                     "head_bias",
                                                     "causal_mask_buffer",
                                                     "qk_norm",
@@ -205,6 +206,7 @@ void read_details(const JsonReader& in, Architecture& m) {
     m.softmax_fp32 = in.flag_or("softmax_fp32", true);
     m.attention_output_held = in.flag_or("attention_output_held", false);
     m.mask_in_product = in.flag_or("mask_in_product", false);
+    m.fused_qkv = in.flag_or("fused_qkv", false);
     m.head_bias = in.flag_or("head_bias", false);
     m.causal_mask_buffer = in.choice_or<CausalMaskBuffer>(
         "causal_mask_buffer",

@@ -249,6 +249,9 @@ struct Architecture {
     /// baddbmm(mask, q, k^T), one s x s tensor, which autocast casts with q and k; else the mask is
     /// added out of place, the sum in the mask's dtype (transformers' eager attention).
     bool mask_in_product = false;
+    /// q, k and v are one linear (GPT-2's c_attn, nanoGPT's, torch's in_proj): autocast casts its
+    /// input once, not once per projection.
+    bool fused_qkv = false;
     QkNorm qk_norm = QkNorm::none;  ///< norms on q and k before rotary (Qwen3, Gemma 3, OLMo 2)
     NormPosition norm_position =
         NormPosition::pre;  ///< with norms_per_layer 2: before or after each branch

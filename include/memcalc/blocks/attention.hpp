@@ -26,7 +26,7 @@ inline void mha_input_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     const bool itself = !z.autocast && !z.narrow;
     const bool kept = projection_input_row(
         t, z, "q/k/v projections", shared ? "their input, shared with the MLP" : "their input",
-        z.sbh, shape::sbh, 3, qkv_out, shared ? qkv | mlp : qkv,
+        z.sbh, shape::sbh, m.fused_qkv ? 1 : 3, qkv_out, shared ? qkv | mlp : qkv,
         RowFacts{}.output_of_norm(itself).input_of_layer(itself && !m.norms_before_branches()));
     after_linears(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s, input_row(kept),
                   qkv_out);
