@@ -27,6 +27,7 @@ struct usage_error : std::runtime_error {
 /// Which model: one of a preset, a model file and a config.json (or its folder).
 struct ModelOptions {
     std::string preset, model_file, config;
+    std::map<std::string, std::string> program;  ///< program facts given, by key (program_facts)
 };
 
 /// The sequence, the micro-batch and the recomputation of a training step.
@@ -98,9 +99,9 @@ std::optional<std::uint64_t> parse_recompute_layers(const StepOptions& q, bool s
 /// --train, --frozen and the --lora-* options.
 FineTuning parse_fine_tuning(const TrainingOptions& q);
 std::vector<Attention> parse_attention(const std::string& text);
-/// A framework switch's value as typed ("--loss bf16"), or an error naming it and the choices.
-template <class E, std::size_t N>
-E parse_switch(const Switch<E, N>& row, const std::string& text) {
+/// A switch's value as typed ("--loss bf16"), or an error naming it and the choices.
+template <class E, std::size_t N, class Owner>
+E parse_switch(const Switch<E, N, Owner>& row, const std::string& text) {
     if (const E* v = row.find(text)) return *v;
     std::vector<std::string> names;
     for (E v : row.values) names.emplace_back(row.name(v));

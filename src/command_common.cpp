@@ -44,6 +44,11 @@ ModelFile load_model(const ModelOptions& q) {
                   : std::filesystem::is_directory(q.config) ? load_model_folder(q.config)
                                                             : load_hf_config(q.config);
     m.architecture.name = printable(m.architecture.name);
+    for_each_program_fact([&](const auto& row) {
+        const auto given = q.program.find(std::string(row.key));
+        if (given != q.program.end()) m.architecture.*row.member = parse_switch(row, given->second);
+    });
+    if (!q.program.empty()) validate(m.architecture);  // a buffer needs max_positions
     return m;
 }
 

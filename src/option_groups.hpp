@@ -34,6 +34,14 @@ void add_group(App& app, ModelOptions& q) {
         ->excludes(preset)
         ->excludes(model_file)
         ->type_name("PATH|DIR");
+    // How the model's code is written: each overrides the model's (see 'memcalc program-facts').
+    for_each_program_fact([&](const auto& row) {
+        const std::string key(row.key);
+        app.template add_option_function<std::string>(
+               row.option(), [&q, key](const std::string& text) { q.program[key] = text; },
+               std::string(row.help) + " (model-file key " + key + ")")
+            ->type_name(row.values.size() == 2 && row.find("true") ? "BOOL" : "KIND");
+    });
 }
 
 /// The sequence, the micro-batch, the recomputation.

@@ -43,6 +43,7 @@ Listing recipes_listing();
 Listing profiles_listing();
 Listing gpus_listing();
 Listing activation_functions_listing();
+Listing program_facts_listing();  ///< program_facts.hpp's rows
 
 struct View {
     Unit unit = Unit::gb;

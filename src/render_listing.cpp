@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_file.hpp"
+#include "memcalc/program_facts.hpp"
 #include "render.hpp"
 #include "text_table.hpp"
 
@@ -213,6 +214,25 @@ Listing activation_functions_listing() {
                           std::uint64_t{f.kept_count()}, std::string(f.keeps_output ? "yes" : "no"),
                           f.backward_workspace, std::string(f.code), kept, std::string(f.source)});
     }
+    return l;
+}
+
+Listing program_facts_listing() {
+    Listing l;
+    l.columns = {{"key", "fact (model-file key)"},
+                 {"option", "option"},
+                 {"values", "values"},
+                 {"default", "default"},
+                 {"help", "what it says"}};
+    l.table = {0, 2, 3, 4};
+    l.csv = {0, 1, 2, 3};
+    const Architecture defaults;
+    for_each_program_fact([&](const auto& row) {
+        std::string help(row.help);
+        std::replace(help.begin(), help.end(), '\n', ' ');
+        l.rows.push_back({std::string(row.key), row.option(), row.choice_list(),
+                          std::string(row.name(defaults.*row.member)), help});
+    });
     return l;
 }
 

@@ -104,14 +104,15 @@ struct Framework {
     MoeKernel moe = MoeKernel::model_code;  ///< which tokens the experts compute over
 };
 
-/// A framework setting as a row: its key (profile files, JSON reports; the option is --key with '-'
-/// for '_'), its member, its choices and their names. Options, profile files, the listing and the
-/// reports all loop over framework_switches, so a new setting is a row there.
-template <class E, std::size_t N>
+/// A setting as a row: its key (profile or model files, JSON reports; the option is --key with '-'
+/// for '_'), its member of `Owner`, its choices and their names. Options, files, the listings and
+/// the reports all loop over a tuple of them (framework_switches, program_facts.hpp's), so a new
+/// setting is a row there.
+template <class E, std::size_t N, class Owner = Framework>
 struct Switch {
     Text key;
-    Text heading;  ///< the profiles table's
-    E Framework::*member;
+    Text heading;  ///< the listing's
+    E Owner::*member;
     std::array<E, N> values;
     const char* (*name)(E);
     Text help;  ///< for --help: what each choice means
@@ -135,8 +136,8 @@ struct Switch {
     }
 };
 
-template <class E, std::size_t N>
-Switch(Text, Text, E Framework::*, std::array<E, N>, const char* (*)(E), Text) -> Switch<E, N>;
+template <class E, std::size_t N, class Owner>
+Switch(Text, Text, E Owner::*, std::array<E, N>, const char* (*)(E), Text) -> Switch<E, N, Owner>;
 
 inline const auto framework_switches = std::make_tuple(
     Switch{

@@ -15,6 +15,7 @@
 #include "memcalc/model.hpp"
 #include "memcalc/parallel.hpp"
 #include "memcalc/plan.hpp"
+#include "memcalc/program_facts.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
 #include "memcalc/serve.hpp"

@@ -1,0 +1,95 @@
+// Program facts (program_facts.hpp): each an option that says what its model-file key says, of any
+// model; listed with its default; a wrong value named.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "memcalc/program_facts.hpp"
+#include "run_program.hpp"
+
+using nlohmann::json;
+
+namespace {
+
+const std::string base = std::string(MEMCALC_SOURCE_DIR) + "/validation/models/mixtral-tiny.json";
+// Autocast on CPU kernels, eager attention, the architecture model: where every fact tells.
+const std::string settings =
+    " --activations architecture --recipe amp-adam --platform cpu --seq 64 -b 2 --format json";
+
+/// What a run says of the step: its peak and its activations, or its exit status and error.
+std::string figures(const testing::Run& run) {
+    if (run.status != 0) return "status " + std::to_string(run.status);
+    const json j = json::parse(run.out);
+    return j["peak"].dump() + j["activations"].dump();
+}
+
+/// The base model file with `key` set to `value` (a JSON value's text), as a file of its own.
+std::string model_with(const std::string& key, const std::string& value) {
+    std::ifstream in(base);
+    json model = json::parse(in);
+    model[key] = json::parse(value);
+    const std::string path = "/tmp/memcalc_program_fact_" + key + ".json";
+    std::ofstream(path) << model.dump();
+    return path;
+}
+
+}  // namespace
+
+TEST_CASE("each program fact's option says what its model-file key says", "[cli][program]") {
+    std::size_t compared = 0;
+    memcalc::for_each_program_fact([&](const auto& row) {
+        for (const auto& value : row.values) {
+            const std::string name = row.name(value), key(row.key);
+            INFO(key << " " << name);
+            const bool flag = name == "true" || name == "false";
+            const std::string file = model_with(key, flag ? name : "\"" + name + "\"");
+            const testing::Run by_key = testing::memcalc("--model-file " + file + settings);
+            const testing::Run by_option = testing::memcalc("--model-file " + base + " " +
+                                                            row.option() + " " + name + settings);
+            CHECK(figures(by_option) == figures(by_key));
+            CHECK(by_key.status == 0);
+            std::remove(file.c_str());
+            ++compared;
+        }
+    });
+    CHECK(compared >= 18);
+}
+
+TEST_CASE("a program fact's option changes the figures it is about", "[cli][program]") {
+    const auto peak = [](const std::string& options) {
+        const testing::Run run = testing::memcalc("--model-file " + base + options + settings);
+        REQUIRE(run.status == 0);
+        return json::parse(run.out)["peak"]["bytes"].get<std::uint64_t>();
+    };
+    // Under autocast one cast of the q/k/v projections' input instead of three.
+    CHECK(peak(" --fused-qkv true") < peak(" --fused-qkv false"));
+    // A registered mask per layer, and its comparison kept for backward.
+    CHECK(peak(" --causal-mask-buffer per_layer") > peak(" --causal-mask-buffer none"));
+}
+
+TEST_CASE("program facts are listed with their defaults; a wrong value is named",
+          "[cli][program]") {
+    const json listed = json::parse(testing::memcalc("program-facts --format json").out);
+    const memcalc::Architecture defaults;
+    std::size_t row_index = 0;
+    memcalc::for_each_program_fact([&](const auto& row) {
+        REQUIRE(row_index < listed.size());
+        const json& entry = listed[row_index++];
+        CHECK(entry["key"] == std::string(row.key));
+        CHECK(entry["option"] == row.option());
+        CHECK(entry["default"] == std::string(row.name(defaults.*row.member)));
+    });
+    CHECK(row_index == listed.size());
+    const testing::Run wrong = testing::memcalc("--preset llama-7b --fused-qkv yes");
+    CHECK(wrong.status == 2);
+    CHECK(wrong.out.empty());
+    CHECK_THAT(wrong.err, Catch::Contains("--fused-qkv must be false or true (got 'yes')"));
+    // Said of a --config model as well.
+    const testing::Run config =
+        testing::memcalc("--config " + std::string(MEMCALC_SOURCE_DIR) +
+                         "/tests/models/pygmalion-7b/config.json --causal-mask-buffer per_layer");
+    CHECK(config.status == 0);
+}
