@@ -76,3 +76,22 @@ TEST_CASE("workspaces join the step they run in", "[timeline][workspace]") {
     CHECK(peak_step(in).name() == "optimizer");
     CHECK(peak_step(in).bytes.total() == steps[5].bytes.total());
 }
+
+TEST_CASE(
+    "under full recomputation with autocast the loss step is its forward with the layers' casts "
+    "or its backward without them, the larger",
+    "[timeline]") {
+    TimelineInputs in = two_layers();
+    in.layer[0].weight_copies = 40;               // each layer's casts
+    in.loss_forward_work = 5, in.loss_work = 60;  // the backward's part is the larger workspace
+    const auto loss_bytes = [](const TimelineInputs& t) {
+        return step_at(t, Phase::loss, 0).bytes.total().value();
+    };
+    const std::uint64_t base = 7000 + 200 + 11 + 22 + 13;
+    CHECK(loss_bytes(in) == base + 80 + 60);  // casts kept by the saved tensors
+    in.weight_copies_recast = true;
+    CHECK(loss_bytes(in) == base + 80 + 5);  // the forward: 85 over the backward's 60
+    in.layer[0].weight_copies = 20;
+    CHECK(loss_bytes(in) == base + 60);  // the backward: the casts are gone
+    CHECK(step_at(in, Phase::loss, 0).bytes.weight_copies.value() == 0);
+}

@@ -326,11 +326,12 @@ inline void set_autograd_loss_work(TimelineInputs& in, const Workload& w, Count 
     // backward (measured): then they are part of the loss's forward alone.
     const Count own_logits = in.logits_held ? Count(0) : in.logits;
     if (!in.logits_held) in.logits = 0;
-    in.loss_work = std::max(copy + in.forward_buffers + own_logits, backward);
+    in.loss_forward_work = copy + in.forward_buffers + own_logits;
+    in.loss_work = std::max(in.loss_forward_work, backward);
     // The previous micro-batch's logits, held, live until this forward returns, not into its
     // backward.
-    in.later_loss_work =
-        std::max(copy + in.forward_buffers + own_logits + previous_logits, backward);
+    in.later_loss_forward_work = in.loss_forward_work + previous_logits;
+    in.later_loss_work = std::max(in.later_loss_forward_work, backward);
 }
 
 /// The last stage's logits, the loss's buffers and workspaces, and the logits' gradient.
@@ -351,6 +352,7 @@ inline void set_loss_inputs(TimelineInputs& in, const Workload& w, const Paralle
     in.logits_gradient = loss ? sbV * d : Count(0);
     in.later_loss_work =
         previous_logits;  // the formula's loss step, beside the previous micro-batch's logits
+    in.loss_forward_work = in.loss_work, in.later_loss_forward_work = in.later_loss_work;
     if (w.autograd_order) {
         in.loss_buffers = w.head.on_rank(p, V);
         set_autograd_loss_work(in, w, sbV, loss, previous_logits);

@@ -181,6 +181,9 @@ struct TimelineInputs : StageLayers {
     /// loop that keeps its logits to the end of its micro-batch drops them when the next forward
     /// returns.
     Count later_loss_work;
+    /// The part of loss_work (later_loss_work) the loss's forward holds, before its backward runs:
+    /// all of it where the two are not told apart (the formula model).
+    Count loss_forward_work, later_loss_forward_work;
     Count optimizer_work;  ///< the optimiser step's temporaries
     Count
         input_backward_work;  ///< what the embedding's backward adds to backward 1 over its layer's
@@ -189,7 +192,8 @@ struct TimelineInputs : StageLayers {
     Count persistent_weight_copies;  ///< narrow (fp8) linears' weight casts, module buffers: every
                                      ///< step
     /// Full recomputation under autocast: no layer saves its weights' casts, but autocast's cache
-    /// holds every layer's until the forward pass ends; each backward step casts its layer's again.
+    /// holds every layer's until its region ends, before the loss's backward (loss step); each
+    /// backward step casts its layer's again.
     bool weight_copies_recast = false;
     /// Activation offload: each layer's kept activations are on the device only around its steps
     /// (see kept_on_device); the other layers' wait in host memory.
@@ -287,6 +291,24 @@ inline Count kept_at_step(const TimelineInputs& in, Phase phase, std::uint64_t d
            in.over<&LayerInputs::kept>(first_kept, last_kept) + Count(spares) * in.spare_chunk;
 }
 
+/// The loss step's workspace and the layers' autocast casts. Under full recomputation nothing
+/// saves the casts: autocast's cache holds them until its region exits, after the loss's forward
+/// and before its backward (called outside autocast; measured: validation/results/
+/// cpu-third-party.json), so the step is the larger of its forward (the casts beside the forward's
+/// part of the workspace) and its backward (the workspace, no casts).
+inline void loss_work_and_casts(const TimelineInputs& in, Breakdown& b, bool later) {
+    const Count copies = in.over<&LayerInputs::weight_copies>(1, in.layers);
+    const Count work = later ? in.later_loss_work : in.loss_work;
+    const Count forward = later ? in.later_loss_forward_work : in.loss_forward_work;
+    b.workspace = work;
+    if (!in.weight_copies_recast) {
+        b.weight_copies += copies;
+    } else if (forward + copies > work) {  // the forward's moment
+        b.weight_copies += copies;
+        b.workspace = forward;
+    }
+}
+
 /// Backward step `position`'s bytes beyond the state step_at has set in `b`. `held`: the
 /// gradients are held from the step's start (`held_gradients`); `kept`: kept_at_step's.
 inline void backward_step(const TimelineInputs& in, Breakdown& b, std::uint64_t position, bool held,
@@ -358,8 +380,8 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
         case Phase::loss:
             b.kept_activations = kept + cache;
             b.logits = in.logits + in.loss_buffers + in.logits_gradient;
-            b.weight_copies += in.over<&LayerInputs::weight_copies>(1, L) + in.head_weight_copy;
-            b.workspace = later ? in.later_loss_work : in.loss_work;
+            b.weight_copies += in.head_weight_copy;
+            detail::loss_work_and_casts(in, b, later);
             return {phase, 0, b, microbatch};
         case Phase::backward:
             detail::backward_step(in, b, position, held, held_gradients, kept, held_logits);
