@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "memcalc/blocks/attention.hpp"
 #include "memcalc/blocks/mamba.hpp"
@@ -12,6 +13,48 @@
 namespace memcalc {
 
 namespace detail {
+
+/// What mixes a layer's tokens, as its attention half writes it: a row per Mixer, so a new mixer
+/// is a row (and its block's file).
+struct MixerBlock {
+    Mixer mixer;
+    /// Its output projection: autocast casts that weight last, and the layer's policy output is it.
+    Linear output;
+    /// The linear whose gradient step follows the mixer's ops (none: its backward keeps no
+    /// workspace, so none is needed).
+    Linear gradient;
+    bool (*output_biased)(const Architecture&);
+    void (*rows)(TableBuilder&, const Architecture&, const Sizes&, std::uint64_t micro_batch,
+                 Attention);
+};
+
+inline const MixerBlock& mixer_block(Mixer mixer) {
+    static const MixerBlock rows[] = {
+        {Mixer::attention, Linear::o, Linear::o,
+         [](const Architecture& m) { return m.bias == Bias::attention || m.bias == Bias::all; },
+         [](TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t,
+            Attention attention) { attention_rows(t, m, z, attention); }},
+        {Mixer::mamba, Linear::mamba_out, Linear::none,
+         [](const Architecture& m) { return m.ssm.proj_bias; },
+         [](TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t micro_batch,
+            Attention) { mamba_rows(t, m, z, micro_batch); }},
+    };
+    for (const MixerBlock& row : rows)
+        if (row.mixer == mixer) return row;
+    return rows[0];
+}
+
+/// How a MoE layer's experts take their tokens: a row per ExpertDispatch.
+using ExpertRows = void (*)(TableBuilder&, const Architecture&, const Sizes&);
+inline ExpertRows expert_rows(ExpertDispatch dispatch) {
+    static constexpr std::pair<ExpertDispatch, ExpertRows> rows[] = {
+        {ExpertDispatch::routed, moe_rows},
+        {ExpertDispatch::every_token, every_token_expert_rows},
+    };
+    for (const auto& [id, write] : rows)
+        if (id == dispatch) return write;
+    return moe_rows;
+}
 
 /// One layer of blocks and the residual stream between them (architecture_layer), written in
 /// steps: the attention (or Mamba) half, the MLP (or experts) half, the last add, fine-tuning's
@@ -57,18 +100,13 @@ private:
         t.section(Module::attention);
         // Autocast casts each weight as its linear runs: inside the mixer the output projection's
         // is still to come.
-        t.casts_pending(m.mixer == Mixer::mamba ? Linear::mamba_out : Linear::o);
-        if (m.mixer == Mixer::mamba) {
-            mamba_rows(t, m, z, micro_batch);  // its backward is not modelled: no gradient step
-        } else {
-            attention_rows(t, m, z, attention);
-            t.gradient(Linear::o);  // after the core's ops: the output projection runs last
-        }
+        const MixerBlock& mixer = mixer_block(m.mixer);
+        t.casts_pending(mixer.output);
+        mixer.rows(t, m, z, micro_batch, attention);
+        t.gradient(mixer.gradient);  // after the mixer's ops: its output projection runs last
         t.casts_pending(Linear::none);
         t.section(Module::none);
-        const bool output_biased = m.mixer == Mixer::mamba
-                                       ? m.ssm.proj_bias
-                                       : m.bias == Bias::attention || m.bias == Bias::all;
+        const bool output_biased = mixer.output_biased(m);
         t.policy_output(t.linear_saved(output_biased), "output projection", "its output",
                         shape::sbh, z.sbh, z.d);
         if (m.norms_after_branches()) norm_rows(t, m, z, "post-attention norm", false, false, true);
@@ -83,10 +121,7 @@ private:
         t.stream_beside(unkept_stream, m.parallel_attention ? z.sbh * d : unkept_stream + held);
         mlp_input();
         if (m.is_moe()) {
-            if (m.expert_dispatch == ExpertDispatch::every_token)
-                every_token_expert_rows(t, m, z);
-            else
-                moe_rows(t, m, z);
+            expert_rows(m.expert_dispatch)(t, m, z);
             t.section(Module::shared_experts);  // inside the MoE layer; its input, the router's,
                                                 // kept already
             shared_expert_rows(t, m, z);
