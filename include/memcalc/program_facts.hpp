@@ -22,24 +22,25 @@ inline const char* expert_dispatch_text(ExpertDispatch d) {
     return expert_dispatch_name(d).data();  // a literal: terminated
 }
 
-inline constexpr std::array<bool, 2> flags{false, true};
+inline constexpr std::array<bool, 2> flag_values{false, true};
 
 inline const auto program_facts = std::make_tuple(
-    Switch{"softmax_fp32", "softmax fp32", &Architecture::softmax_fp32, flags, flag_name,
+    Switch{"softmax_fp32", "softmax fp32", &Architecture::softmax_fp32, flag_values, flag_name,
            "Eager attention's softmax in fp32 (true: softmax(x, dtype=float32), as LLaMA-style\n"
            "code calls it) or in the scores' dtype (false: GPT-2's, nanoGPT's)"},
-    Switch{"attention_output_held", "output held", &Architecture::attention_output_held, flags,
-           flag_name,
+    Switch{"attention_output_held", "output held", &Architecture::attention_output_held,
+           flag_values, flag_name,
            "The layer's code keeps the attention's output in a name of its own until it returns\n"
            "(true: transformers' GPT2Block) or rebinds it (false: LLaMA-style code)"},
     Switch{"causal_mask_buffer", "mask buffer", &Architecture::causal_mask_buffer,
            std::array{CausalMaskBuffer::none, CausalMaskBuffer::per_layer}, causal_mask_buffer_name,
            "Eager attention's causal mask: none (built each forward and added) or per_layer (a\n"
            "max_positions^2 buffer in every layer, cast with the weights, masked_fill: nanoGPT's)"},
-    Switch{"mask_in_product", "mask in product", &Architecture::mask_in_product, flags, flag_name,
+    Switch{"mask_in_product", "mask in product", &Architecture::mask_in_product, flag_values,
+           flag_name,
            "The built mask is added inside the product, baddbmm(mask, q, k^T), which autocast\n"
            "casts with q and k (true: torch's MultiheadAttention) or out of place (false)"},
-    Switch{"fused_qkv", "fused q/k/v", &Architecture::fused_qkv, flags, flag_name,
+    Switch{"fused_qkv", "fused q/k/v", &Architecture::fused_qkv, flag_values, flag_name,
            "q, k and v are one linear (true: GPT-2's c_attn, nanoGPT's, torch's in_proj), whose\n"
            "input autocast casts once, or three (false)"},
     Switch{"rotary_embedding", "rotary tables", &Architecture::rotary_embedding,
@@ -48,11 +49,12 @@ inline const auto program_facts = std::make_tuple(
            rotary_embedding_name,
            "Where rotary's cos and sin are made: shared (transformers 4.45+: once per forward),\n"
            "per_layer (4.40-4.44: in every layer) or per_layer_cached (4.31-4.38: cached buffers)"},
-    Switch{"rmsnorm_fp32_scale", "norm fp32 scale", &Architecture::rmsnorm_fp32_scale, flags,
+    Switch{"rmsnorm_fp32_scale", "norm fp32 scale", &Architecture::rmsnorm_fp32_scale, flag_values,
            flag_name,
            "RMSNorm multiplies its weight into the fp32 result before casting back (true: T5's,\n"
            "OLMo 2's, gpt-oss's: it keeps that in fp32) or casts first (false: LLaMA's)"},
-    Switch{"stacked_experts", "stacked experts", &Architecture::stacked_experts, flags, flag_name,
+    Switch{"stacked_experts", "stacked experts", &Architecture::stacked_experts, flag_values,
+           flag_name,
            "Experts' weights are stacked tensors that each expert indexes, copying them (true:\n"
            "gpt-oss's code), or a module each (false)"},
     Switch{"expert_dispatch", "expert dispatch", &Architecture::expert_dispatch,

@@ -164,10 +164,9 @@ private:
         const LinearSet readers =
             m.is_moe() ? bit(Linear::router) | shared_readers : mlp_input_readers(m);
         const std::string first = m.is_moe() ? "router and experts" : "MLP up projections";
-        // A router's output is not tabled; its backward runs once the experts' have written
-        // their gradients (the first of their linears).
-        LinearOutput first_out = mlp_input_output(m, z.sbf, shape::sbf);
-        if (m.is_moe()) first_out = {{}, "", first_out.weight, ActivationSplit::tensor, {}, {}};
+        // A router's output is not tabled; the experts' blocks write their gradient steps.
+        const LinearOutput first_out =
+            m.is_moe() ? LinearOutput{} : mlp_input_output(m, z.sbf, shape::sbf);
         InputRow input = InputRow::earlier;  // with a shared norm, the q/k/v projections' row
         if (!shared_norm || z.autocast || z.narrow) {
             const bool input_kept =
@@ -183,7 +182,7 @@ private:
             t.checkpoint_input("the norm's output", shape::sbh, z.sbh, z.s, true);
         // Beside the MLP's frozen linears: the residual stream the layer adds their output to.
         after_linears(t, z, first, readers, z.tokens, z.sbh, shape::sbh, z.s, input, first_out);
-        if (!m.is_moe()) t.gradient(first_out.weight);  // the experts': gathered_rows
+        t.gradient(first_out.weight);
     }
 
     void last_add() {
