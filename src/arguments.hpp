@@ -105,8 +105,10 @@ E parse_switch(const Switch<E, N, Owner>& row, const std::string& text) {
     if (const E* v = row.find(text)) return *v;
     std::vector<std::string> names;
     for (E v : row.values) names.emplace_back(row.name(v));
-    throw usage_error(row.option() + " must be " + row.choice_list() + " (got '" + text + "')" +
-                      did_you_mean(text, names));
+    const std::string or_release =
+        row.read ? ", or a release from " + std::string(row.name(row.values[0])) + " on" : "";
+    throw usage_error(row.option() + " must be " + row.choice_list() + or_release + " (got '" +
+                      text + "')" + did_you_mean(text, names));
 }
 std::vector<unsigned> parse_zero(const std::string& text);
 /// --offload as plan takes it: a comma list of none, optimizer, parameters and activations, each a

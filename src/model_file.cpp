@@ -10,9 +10,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "memcalc/activation_functions.hpp"
 #include "memcalc/error.hpp"
+#include "memcalc/program_facts.hpp"
 #include "json_reader.hpp"
 #include "suggest.hpp"
 
@@ -44,14 +46,8 @@ const std::vector<std::string> architecture_keys = {"hidden",
                                                     "attention_dropout",
                                                     "hidden_dropout",
                                                     "mlp_dropout",
-                                                    "softmax_fp32",
-                                                    "attention_output_held",
-                                                    "mask_in_product",
-                                                    "fused_qkv",
                                                     "head_bias",
-                                                    "causal_mask_buffer",
                                                     "qk_norm",
-                                                    "rotary_embedding",
                                                     "shared_ffn",
                                                     "shared_expert_gate",
                                                     "router_bias",
@@ -62,13 +58,10 @@ const std::vector<std::string> architecture_keys = {"hidden",
                                                     "qk_rope_head_dim",
                                                     "v_head_dim",
                                                     "norm_position",
-                                                    "rmsnorm_fp32_scale",
                                                     "attention_sinks",
                                                     "window",
-                                                    "stacked_experts",
                                                     "attention_chunk",
                                                     "attention_temperature",
-                                                    "expert_dispatch",
                                                     "router",
                                                     "input_jitter",
                                                     "mixer",
@@ -192,6 +185,22 @@ void read_shape(const JsonReader& in, Architecture& m, const std::string& defaul
 }
 
 /// The layer's details: the activation function to the router's.
+/// Every program fact (program_facts.hpp): a flag as a JSON boolean, any other by its name.
+void read_program_facts(const JsonReader& in, Architecture& m) {
+    const Architecture defaults;
+    for_each_program_fact([&](const auto& row) {
+        using Value = std::decay_t<decltype(row.values[0])>;
+        const std::string key(row.key);
+        if constexpr (std::is_same_v<Value, bool>) {
+            m.*row.member = in.flag_or(key.c_str(), defaults.*row.member);
+        } else {
+            std::map<std::string, Value> choices;
+            for (const Value v : row.values) choices.emplace(row.name(v), v);
+            m.*row.member = in.choice_or(key.c_str(), choices, defaults.*row.member);
+        }
+    });
+}
+
 void read_details(const JsonReader& in, Architecture& m) {
     std::map<std::string, Activation> activations;
     for (const auto& f : activation_functions) activations.emplace(f.name, f.id);
@@ -203,36 +212,19 @@ void read_details(const JsonReader& in, Architecture& m) {
     m.attention_dropout = in.probability_or("attention_dropout", 0);
     m.hidden_dropout = in.probability_or("hidden_dropout", 0);
     m.mlp_dropout = in.probability_or("mlp_dropout", 0);
-    m.softmax_fp32 = in.flag_or("softmax_fp32", true);
-    m.attention_output_held = in.flag_or("attention_output_held", false);
-    m.mask_in_product = in.flag_or("mask_in_product", false);
-    m.fused_qkv = in.flag_or("fused_qkv", false);
     m.head_bias = in.flag_or("head_bias", false);
-    m.causal_mask_buffer = in.choice_or<CausalMaskBuffer>(
-        "causal_mask_buffer",
-        {{"none", CausalMaskBuffer::none}, {"per_layer", CausalMaskBuffer::per_layer}},
-        CausalMaskBuffer::none);
     m.qk_norm = in.choice_or("qk_norm", qk_norm_choices, QkNorm::none);
     m.norm_position = in.choice_or<NormPosition>(
         "norm_position", {{"pre", NormPosition::pre}, {"post", NormPosition::post}},
         NormPosition::pre);
-    m.rmsnorm_fp32_scale = in.flag_or("rmsnorm_fp32_scale", false);
     m.attention_sinks = in.flag_or("attention_sinks", false);
-    m.stacked_experts = in.flag_or("stacked_experts", false);
     m.window = in.count_if_given("window").value_or(0);
     m.attention_chunk = in.count_if_given("attention_chunk").value_or(0);
     m.attention_temperature = in.flag_or("attention_temperature", false);
-    std::map<std::string, ExpertDispatch> dispatch;
-    for (const auto& [id, name] : expert_dispatch_names) dispatch.emplace(name, id);
-    m.expert_dispatch = in.choice_or("expert_dispatch", dispatch, ExpertDispatch::routed);
     std::map<std::string, Router> routers;
     for (const auto& [id, name] : router_names) routers.emplace(name, id);
     m.router = in.choice_or("router", routers, Router::softmax_topk);
     m.input_jitter = in.probability_or("input_jitter", 0);
-    std::map<std::string, RotaryEmbedding> rotary;
-    for (const auto& row : rotary_embeddings) rotary.emplace(row.name, row.id);
-    m.rotary_embedding =
-        in.choice_or<RotaryEmbedding>("rotary_embedding", rotary, RotaryEmbedding::shared);
     m.shared_ffn = in.count_if_given("shared_ffn").value_or(0);
     m.shared_expert_gate = in.flag_or("shared_expert_gate", false);
     m.router_bias = in.choice_or("router_bias", router_bias_choices(), RouterBias::none);
@@ -265,6 +257,7 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin,
     std::vector<std::string> known = architecture_keys;
     known.insert(known.end(), metadata_keys.begin(), metadata_keys.end());
     known.insert(known.end(), {"layer_kinds", "layer_pattern"});
+    for_each_program_fact([&](const auto& row) { known.emplace_back(row.key); });
     expect_object(document, origin, "a model", known);
 
     const JsonReader in(document, origin);
@@ -272,6 +265,7 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin,
     Architecture& m = file.architecture;
     read_shape(in, m, default_name);
     read_details(in, m);
+    read_program_facts(in, m);
     read_mla_and_mamba(in, m);
     file.description = in.shown_text_or("description", "");
     file.source = in.shown_text_or("source", "");

@@ -1,5 +1,8 @@
 #include "memcalc/version.hpp"
 #include "render.hpp"
+#include <type_traits>
+
+#include "memcalc/program_facts.hpp"
 
 namespace memcalc::cli {
 namespace {
@@ -51,27 +54,26 @@ json model_json(const Architecture& m) {
                 {"attention_dropout", m.attention_dropout},
                 {"hidden_dropout", m.hidden_dropout},
                 {"mlp_dropout", m.mlp_dropout},
-                {"softmax_fp32", m.softmax_fp32},
-                {"attention_output_held", m.attention_output_held},
                 {"head_bias", m.head_bias},
-                {"causal_mask_buffer",
-                 m.causal_mask_buffer == CausalMaskBuffer::per_layer ? "per_layer" : "none"},
                 {"qk_norm", qk_norm_name(m.qk_norm)},
                 {"norm_position", norm_position_name(m.norm_position)},
-                {"rmsnorm_fp32_scale", m.rmsnorm_fp32_scale},
                 {"attention_sinks", m.attention_sinks},
-                {"stacked_experts", m.stacked_experts},
                 {"window", m.window},
-                {"rotary_embedding", rotary_embedding(m.rotary_embedding).name},
                 {"shared_ffn", m.shared_ffn},
                 {"shared_expert_gate", m.shared_expert_gate},
                 {"router_bias", router_bias_name(m.router_bias)},
                 {"renormalize_topk", m.renormalize_topk},
                 {"attention_chunk", m.attention_chunk},
                 {"attention_temperature", m.attention_temperature},
-                {"expert_dispatch", expert_dispatch_name(m.expert_dispatch)},
                 {"router", router_name(m.router)},
                 {"input_jitter", m.input_jitter}};
+    for_each_program_fact([&](const auto& row) {  // a flag as a boolean, any other by its name
+        using Value = std::decay_t<decltype(row.values[0])>;
+        if constexpr (std::is_same_v<Value, bool>)
+            out[std::string(row.key)] = m.*row.member;
+        else
+            out[std::string(row.key)] = row.name(m.*row.member);
+    });
     add_mla_and_mamba_json(out, m);
     if (!m.layer_kinds.empty()) add_layer_kinds_json(out, m);
     return out;

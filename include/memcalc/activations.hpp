@@ -53,6 +53,19 @@ enum class Platform { cuda, cpu };
 
 inline const char* platform_name(Platform p) { return p == Platform::cuda ? "cuda" : "cpu"; }
 
+/// PyTorch releases where what autograd keeps changes: each the first of a row of version facts
+/// (kernels.hpp's torch_rows), which holds until the next.
+enum class TorchVersion { v1_13, v2_2 };
+
+/// Whose kernels a table follows: the platform's and the PyTorch version's. A Platform alone is
+/// the newest modelled version's.
+struct Runtime {
+    Platform platform = Platform::cuda;
+    TorchVersion torch = TorchVersion::v2_2;
+    Runtime(Platform platform = Platform::cuda, TorchVersion torch = TorchVersion::v2_2)
+        : platform(platform), torch(torch) {}
+};
+
 inline const char* activation_model_name(ActivationModel m) {
     return m == ActivationModel::korthikanti ? "korthikanti" : "architecture";
 }

@@ -5,11 +5,13 @@
 /// of them.
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
 
 #include "memcalc/activations.hpp"
+#include "memcalc/kernels.hpp"
 #include "memcalc/text.hpp"
 
 namespace memcalc {
@@ -102,6 +104,7 @@ struct Framework {
     LogitsLife logits = LogitsLife::held;  ///< whether the loop keeps the logits through backward
     KvCache kv_cache = KvCache::off;  ///< whether the model's output keeps each layer's k and v
     MoeKernel moe = MoeKernel::model_code;  ///< which tokens the experts compute over
+    TorchVersion torch = TorchVersion::v2_2;  ///< what autograd keeps (kernels.hpp's torch_rows)
 };
 
 /// A setting as a row: its key (profile or model files, JSON reports; the option is --key with '-'
@@ -116,6 +119,8 @@ struct Switch {
     std::array<E, N> values;
     const char* (*name)(E);
     Text help;  ///< for --help: what each choice means
+    /// Other text a value is read from ("2.4" for the 2.2 row), where names are not all it takes.
+    std::optional<E> (*read)(std::string_view) = nullptr;
 
     /// "fused, foreach or for-loop"
     std::string choice_list() const {
@@ -127,6 +132,9 @@ struct Switch {
     const E* find(std::string_view text) const {
         for (const E& v : values)
             if (text == name(v)) return &v;
+        const std::optional<E> other = read ? read(text) : std::nullopt;
+        for (const E& v : values)
+            if (other == v) return &v;
         return nullptr;
     }
     std::string option() const {
@@ -138,6 +146,9 @@ struct Switch {
 
 template <class E, std::size_t N, class Owner>
 Switch(Text, Text, E Owner::*, std::array<E, N>, const char* (*)(E), Text) -> Switch<E, N, Owner>;
+template <class E, std::size_t N, class Owner>
+Switch(Text, Text, E Owner::*, std::array<E, N>, const char* (*)(E), Text,
+       std::optional<E> (*)(std::string_view)) -> Switch<E, N, Owner>;
 
 inline const auto framework_switches = std::make_tuple(
     Switch{
@@ -187,7 +198,13 @@ inline const auto framework_switches = std::make_tuple(
            "How a MoE layer's experts run: model-code (default: as the model's code writes them;\n"
            "transformers' Llama 4 runs every expert over every token, the router's scores\n"
            "multiplied into the input) or grouped-gemm (Megatron-LM's dropless grouped GEMM over\n"
-           "the routed token-slots alone)"});
+           "the routed token-slots alone)"},
+    Switch{"torch_version", "torch", &Framework::torch,
+           std::array{TorchVersion::v1_13, TorchVersion::v2_2}, torch_version_name,
+           "The PyTorch release the program runs on, where what autograd keeps changes: 1.13\n"
+           "(through 2.1: mean() keeps its input, RMSNorm's fp32 x^2) or 2.2 (default: and later);\n"
+           "any release number is read as the row it falls in (2.4 is 2.2's)",
+           torch_version_of});
 
 /// `f(row)` for every framework switch, in order.
 template <class F>

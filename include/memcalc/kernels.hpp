@@ -3,7 +3,10 @@
 /// by the framework profile's platform. An op site reads a fact, never the platform, so a new
 /// device or version is a row. Each fact was measured (validation/, peak_live.py).
 #include <array>
+#include <charconv>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "memcalc/activations.hpp"
 #include "memcalc/text.hpp"
@@ -47,6 +50,49 @@ inline const KernelFacts& kernels_of(Platform platform) {
     for (const KernelFacts& k : kernel_rows)
         if (k.platform == platform) return k;
     return kernel_rows.front();
+}
+
+/// What autograd keeps where PyTorch versions differ, whatever the device: a row from each release
+/// where a fact changes (--torch-version; a version between rows takes the earlier row's).
+struct TorchFacts {
+    TorchVersion version;
+    Text name;  ///< the row's first release, as --torch-version takes it
+    int major, minor;
+    /// mean() keeps its input for backward (RMSNorm's x^2, fp32), not just its sizes: before
+    /// pytorch/pytorch#109935 (2.2). Measured: torch 1.13's MeanBackward1 saves self.
+    bool mean_saves_input;
+};
+
+// clang-format off
+inline constexpr std::array<TorchFacts, 2> torch_rows{{
+    // version             name    major minor mean keeps x^2
+    {TorchVersion::v1_13, "1.13",  1,    13,   true},
+    {TorchVersion::v2_2,  "2.2",   2,    2,    false},
+}};
+// clang-format on
+
+inline const TorchFacts& torch_facts(TorchVersion v) {
+    for (const TorchFacts& t : torch_rows)
+        if (t.version == v) return t;
+    return torch_rows.back();
+}
+
+inline const char* torch_version_name(TorchVersion v) {
+    return torch_facts(v).name.data();  // a literal: terminated
+}
+
+/// The row a release "MAJOR.MINOR[anything]" runs with ("2.4.1+cu121"): the newest row not after it; none for
+/// text that is no version or a release before the first row.
+inline std::optional<TorchVersion> torch_version_of(std::string_view text) {
+    int major = 0, minor = 0;
+    const char* end = text.data() + text.size();
+    const auto [dot, e1] = std::from_chars(text.data(), end, major);
+    if (e1 != std::errc() || dot == end || *dot != '.') return std::nullopt;
+    if (std::from_chars(dot + 1, end, minor).ec != std::errc()) return std::nullopt;
+    std::optional<TorchVersion> found;
+    for (const TorchFacts& t : torch_rows)
+        if (major > t.major || (major == t.major && minor >= t.minor)) found = t.version;
+    return found;
 }
 
 }  // namespace memcalc

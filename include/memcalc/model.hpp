@@ -252,6 +252,11 @@ struct Architecture {
     /// q, k and v are one linear (GPT-2's c_attn, nanoGPT's, torch's in_proj): autocast casts its
     /// input once, not once per projection.
     bool fused_qkv = false;
+    /// With fewer key/value heads than query heads, the code repeats k and v to every query head
+    /// before a fused attention kernel (torchtune's, torchtitan's, transformers' sdpa path before
+    /// torch 2.5), and the kernel keeps the copies; else it hands the kernel the grouped heads.
+    /// Eager attention's code repeats them either way.
+    bool repeat_kv = false;
     QkNorm qk_norm = QkNorm::none;  ///< norms on q and k before rotary (Qwen3, Gemma 3, OLMo 2)
     NormPosition norm_position =
         NormPosition::pre;  ///< with norms_per_layer 2: before or after each branch

@@ -43,6 +43,10 @@ inline const auto program_facts = std::make_tuple(
     Switch{"fused_qkv", "fused q/k/v", &Architecture::fused_qkv, flag_values, flag_name,
            "q, k and v are one linear (true: GPT-2's c_attn, nanoGPT's, torch's in_proj), whose\n"
            "input autocast casts once, or three (false)"},
+    Switch{"repeat_kv", "repeat k/v", &Architecture::repeat_kv, flag_values, flag_name,
+           "With grouped k/v heads, the code copies k and v to every query head before a fused\n"
+           "attention kernel, which keeps the copies (true: torchtune's, torchtitan's,\n"
+           "transformers' sdpa before torch 2.5) or hands it the groups (false: flash-attn's)"},
     Switch{"rotary_embedding", "rotary tables", &Architecture::rotary_embedding,
            std::array{RotaryEmbedding::shared, RotaryEmbedding::per_layer,
                       RotaryEmbedding::per_layer_cached},

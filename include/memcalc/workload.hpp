@@ -117,7 +117,7 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
                                           const Framework& f = {}, ModuleSet modules = {},
                                           const std::vector<LayerTuning>& tunings = {}) {
     const Attention attention = f.attention;
-    const Platform platform = f.platform;
+    const Runtime runtime{f.platform, f.torch};
     const auto tuning = [&](std::size_t kind) {
         return tunings.empty() ? LayerTuning{} : tunings[kind];
     };
@@ -130,10 +130,10 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
             Architecture routed =
                 view;  // the framework's grouped GEMM in place of the model's code
             routed.expert_dispatch = ExpertDispatch::routed;
-            return architecture_layer(routed, s, b, precision, attention, platform, modules,
+            return architecture_layer(routed, s, b, precision, attention, runtime, modules,
                                       tuning(kind));
         }
-        return architecture_layer(view, s, b, precision, attention, platform, modules,
+        return architecture_layer(view, s, b, precision, attention, runtime, modules,
                                   tuning(kind));
     };
     ActivationTables t;
@@ -144,8 +144,8 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
     for (std::size_t k = 1; k < m.kind_count(); ++k)
         t.other_kinds.push_back(layer(m.kind_view(k), k));
     if (model == ActivationModel::architecture) {
-        t.input_side = input_side_saved(m, s, b, precision, platform);
-        t.head = head_saved(m, s, b, precision, platform, f.loss, tuning(0));
+        t.input_side = input_side_saved(m, s, b, precision, runtime);
+        t.head = head_saved(m, s, b, precision, runtime, f.loss, tuning(0));
         t.forward_buffers =
             forward_buffers(s, b, precision, attention, m.causal_mask_buffer, m.distinct_windows());
     }

@@ -29,12 +29,16 @@ MEGATRON = ["--activations", "architecture", "--profile", "megatron", "--recipe"
 # copy of its logits shard and works in place on it (max, subtract, exp, divide; the backward writes the
 # gradient over the saved softmax): 6 B per logit with the bf16 logits. memcalc's fp32 loss is
 # log_softmax + nll as autograd runs them: 12 B per logit at the loss step. The difference is stated.
-# torchtitan: FSDP2 over fp32 parameters (16 B a parameter, sharded, as mixed-adam's 16), --zero 3.
-TORCHTITAN = ["--activations", "architecture", "--profile", "torchtitan", "--zero", "3"]
+# torchtitan: FSDP2 over fp32 parameters (16 B a parameter, sharded, as mixed-adam's 16), --zero 3;
+# its Attention copies k and v to every query head (repeat_kv) before SDPA: --repeat-kv true.
+TORCHTITAN = ["--activations", "architecture", "--profile", "torchtitan", "--zero", "3",
+              "--repeat-kv", "true"]
 # torchtune's single-device recipe: the model in bf16 with torch.optim.AdamW (bf16 moments), SDPA, the
 # loss over fp32 logits (TransformerDecoder.unembed: self.output(h).float()), then 'del logits'.
+# Its MultiHeadAttention expands k and v to every query head and reshapes them (a copy) before SDPA
+# (torchtune/modules/attention.py): --repeat-kv true.
 TORCHTUNE = ["--activations", "architecture", "--recipe", "bf16-adam", "--profile", "pytorch",
-             "--attention", "flash", "--logits", "freed"]
+             "--attention", "flash", "--logits", "freed", "--repeat-kv", "true"]
 
 # Reasons shared by many rows (each names what memcalc does not model, or what the source leaves unsaid).
 RESERVED = ("max reserved (the caching allocator's segments) is above max allocated by fragmentation "
@@ -172,11 +176,11 @@ ROWS = {
         comparable=False,
         why="unpacked Alpaca samples: each batch is as long as its longest sample, not 4096 (an upper bound)"),
     "torchtune-l32-3b-full-packed": dict(
-        under_estimate=("not yet explained. Not torchtune's RoPE keeping fp32 q and k, as first read: its "
-                        "products keep only the cache they multiply by (measured with saved_tensors_hooks on "
-                        "torch 1.13); with packed positions that is a gathered fp32 cache per call, 4 s b d "
-                        "bytes for q and for k in every layer (about 235 MB here), not counted. torchtune's "
-                        "max active also counts blocks the caching allocator splits, not modelled"),
+        under_estimate=("the k and v copies SDPA keeps are counted (--repeat-kv true: 1.88 GB); what is "
+                        "left may be torchtune's RoPE with packed positions, a gathered fp32 cache per "
+                        "call, 4 s b d bytes for q and for k in every layer (about 235 MB here), not "
+                        "counted, and max active counting blocks the caching allocator splits, not "
+                        "modelled"),
         args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + TORCHTUNE,
         note=("the table's first rows add one technique each, so this run has no compile, no chunked "
               "loss, no AC, torch.optim.AdamW (not the config's 8-bit one) and no optimizer_in_bwd")),

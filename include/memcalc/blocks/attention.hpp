@@ -68,13 +68,19 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
                                  output_projection(z), bit(Linear::o));
         adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
     }
-    // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query.
+    // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query;
+    // Where k and v were repeated for it, dk and dv at every query head and their sums per group.
+    const bool repeated = repeats_kv(m, Attention::flash);
     const Count work = z.sbq * (dtype::fp32 + z.d) + Count(2 * z.d) * z.sbkv +
+                       (repeated ? Count(2 * z.d) * z.sbq : 0) +
                        Count(m.heads) * z.tokens * dtype::fp32;
-    t.workspace(
-        true, "flash attention backward", "dq (fp32 accumulator and result), dk, dv, row sums",
-        bytes_of(dtype::fp32 + z.d, "sb(ad)") + " + " + bytes_of(2 * z.d, "sb(kd)") + " + 4 asb",
-        work);
+    t.workspace(true, "flash attention backward",
+                repeated ? "dq (fp32 accumulator and result), dk, dv at every head and summed, "
+                           "row sums"
+                         : "dq (fp32 accumulator and result), dk, dv, row sums",
+                bytes_of(dtype::fp32 + z.d, "sb(ad)") + " + " + bytes_of(2 * z.d, "sb(kd)") +
+                    (repeated ? " + " + bytes_of(2 * z.d, "sb(ad)") : "") + " + 4 asb",
+                work);
 }
 
 /// Eager attention's scores before the softmax: their temporaries, and a registered mask's

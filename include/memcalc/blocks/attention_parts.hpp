@@ -24,6 +24,12 @@ inline void temperature_rows(TableBuilder& t, const Architecture& m, const Sizes
           "q's gradient is scaled by them", per_position, Count(z.seq), dtype::fp32);
 }
 
+/// Whether k and v reach the attention copied to every query head: eager attention's code repeats
+/// grouped heads, and a fused kernel's caller may (Architecture::repeat_kv).
+inline bool repeats_kv(const Architecture& m, Attention attention) {
+    return m.key_value_heads() < m.heads && (attention == Attention::eager || m.repeat_kv);
+}
+
 /// q, k and v as the attention products keep them. With fewer key/value heads than query heads,
 /// eager attention repeats k and v to every head (a copy); selective recomputation's checkpoint
 /// keeps the un-repeated k and v instead.
@@ -36,7 +42,7 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
     // q and k are no longer the projections' outputs (the temperature makes a new q; k stays
     // counted as changed).
     const bool changed = rotary || m.qk_norm != QkNorm::none || temperature_tuned(m);
-    const bool repeated = attention == Attention::eager && m.key_value_heads() < m.heads;
+    const bool repeated = repeats_kv(m, attention);
     const bool qkv_bias = m.bias != Bias::none;
     const bool saved[3] = {t.linear_saved(qkv_bias), t.linear_saved(qkv_bias),
                            t.linear_saved(qkv_bias)};
@@ -78,20 +84,20 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
 inline void qk_norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     const bool fp32 = m.rmsnorm_fp32_scale;
     if (m.qk_norm == QkNorm::l2) {
-        rmsnorm_rows(t, "q L2 norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads,
+        rmsnorm_rows(t, z, "q L2 norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads,
                      "query head and token", z.d, false, std::nullopt, false);
-        rmsnorm_rows(t, "k L2 norm", shape::sbkv, z.sbkv, shape::ksb,
+        rmsnorm_rows(t, z, "k L2 norm", shape::sbkv, z.sbkv, shape::ksb,
                      z.tokens * m.key_value_heads(), "key head and token", z.d, false, std::nullopt,
                      false);
     } else if (m.qk_norm == QkNorm::per_head) {
-        rmsnorm_rows(t, "q_norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads,
+        rmsnorm_rows(t, z, "q_norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads,
                      "query head and token", z.d, fp32);
-        rmsnorm_rows(t, "k_norm", shape::sbkv, z.sbkv, shape::ksb, z.tokens * m.key_value_heads(),
+        rmsnorm_rows(t, z, "k_norm", shape::sbkv, z.sbkv, shape::ksb, z.tokens * m.key_value_heads(),
                      "key head and token", z.d, fp32);
     } else if (m.qk_norm == QkNorm::whole) {
-        rmsnorm_rows(t, "q_norm (whole width)", shape::sbq, z.sbq, shape::sb, z.tokens, "token",
+        rmsnorm_rows(t, z, "q_norm (whole width)", shape::sbq, z.sbq, shape::sb, z.tokens, "token",
                      z.d, fp32);
-        rmsnorm_rows(t, "k_norm (whole width)", shape::sbkv, z.sbkv, shape::sb, z.tokens, "token",
+        rmsnorm_rows(t, z, "k_norm (whole width)", shape::sbkv, z.sbkv, shape::sb, z.tokens, "token",
                      z.d, fp32);
     }
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "memcalc/blocks/attention_parts.hpp"
 #include "memcalc/blocks/dropout.hpp"
 #include "memcalc/blocks/linear.hpp"
 #include "memcalc/blocks/mla.hpp"
@@ -15,8 +16,8 @@ namespace memcalc {
 /// What the embedding side saves from the first forward step until the last backward step.
 inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uint64_t seq,
                                                  std::uint64_t micro_batch, Precision precision,
-                                                 Platform platform = Platform::cuda) {
-    const detail::Sizes z(m, seq, micro_batch, precision, platform);
+                                                 Runtime runtime = {}) {
+    const detail::Sizes z(m, seq, micro_batch, precision, runtime);
     const std::uint64_t d = z.d;
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
@@ -65,7 +66,7 @@ inline std::vector<SavedTensor> kv_cache_rows(const Architecture& m, std::uint64
                                               std::uint64_t micro_batch, Precision precision,
                                               Attention attention, Recompute mode) {
     const detail::Sizes z(m, seq, micro_batch, precision);
-    const bool repeated = attention == Attention::eager && m.key_value_heads() < m.heads;
+    const bool repeated = detail::repeats_kv(m, attention);
     std::vector<SavedTensor> rows;
     if (m.mla.enabled()) {
         // Latent attention caches k and v before flash's padding: v a view of kv_b_proj's output,
@@ -109,10 +110,10 @@ inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision) {
 /// backward, at the start of backward L.
 inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t seq,
                                            std::uint64_t micro_batch, Precision precision,
-                                           Platform platform = Platform::cuda,
+                                           Runtime runtime = {},
                                            LossKernel loss = LossKernel::fp32,
                                            const LayerTuning& tuning = {}) {
-    const detail::Sizes z(m, seq, micro_batch, precision, platform);
+    const detail::Sizes z(m, seq, micro_batch, precision, runtime);
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows, nullptr, tuning);
     detail::norm_rows(t, m, z, "final norm");

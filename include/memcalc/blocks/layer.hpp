@@ -275,9 +275,9 @@ private:
 /// (finetune.hpp); by default every weight trains.
 inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t seq,
                                            std::uint64_t micro_batch, Precision precision,
-                                           Attention attention, Platform platform = Platform::cuda,
+                                           Attention attention, Runtime runtime = {},
                                            ModuleSet modules = {}, const LayerTuning& tuning = {}) {
-    const detail::Sizes z(m, seq, micro_batch, precision, platform);
+    const detail::Sizes z(m, seq, micro_batch, precision, runtime);
     LayerActivations layer;
     detail::TableBuilder t(layer.rows, &layer, tuning);
     detail::LayerBlocks(t, m, z, micro_batch, attention, tuning).write();

@@ -49,7 +49,7 @@ inline bool latent_projection_rows(TableBuilder& t, const Architecture& m, const
     adapter_rows(t, z, first, first_readers, z.tokens, z.sbh, shape::sbh, z.s);
     if (q_latent) {
         t.policy_output(t.linear_saved(biased), "q_a_proj", "its output", ls::sbrq, latent_q, z.d);
-        rmsnorm_rows(t, "q_a_layernorm", ls::sbrq, latent_q, ls::sb, z.tokens, "token", z.d,
+        rmsnorm_rows(t, z, "q_a_layernorm", ls::sbrq, latent_q, ls::sb, z.tokens, "token", z.d,
                      m.rmsnorm_fp32_scale);
         projection_input_row(t, z, "q_b_proj", "its input (the normalised query latent)", latent_q,
                              ls::sbrq, 1, {}, bit(Linear::q_b));
@@ -61,7 +61,7 @@ inline bool latent_projection_rows(TableBuilder& t, const Architecture& m, const
                     latent_and_rope, z.d);
     // The latent is a slice of kv_a_proj_with_mqa's output: in fp32, x.to(float32) is that view
     // itself.
-    rmsnorm_rows(t, "kv_a_layernorm", ls::sbrkv, latent_kv, ls::sb, z.tokens, "token", z.d,
+    rmsnorm_rows(t, z, "kv_a_layernorm", ls::sbrkv, latent_kv, ls::sb, z.tokens, "token", z.d,
                  m.rmsnorm_fp32_scale,
                  SavedStorage{"kv_a_proj_with_mqa's output, which its input views (fp32)",
                               ls::sbrkvr, latent_and_rope});

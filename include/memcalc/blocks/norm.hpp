@@ -24,8 +24,9 @@ struct SavedStorage {
     Count elements;
 };
 /// `weighted`: false for a norm without a weight (Llama 4's L2 norm of q and k), which keeps no
-/// x_norm.
-inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& shape,
+/// x_norm. Before torch 2.2 mean() keeps its input, x^2 in fp32 (z.torch).
+inline bool rmsnorm_rows(TableBuilder& t, const Sizes& z, const std::string& what,
+                         const Shape& shape,
                          Count elements, const Shape& row_shape, Count rows,
                          const std::string& row_name, std::uint64_t input, bool fp32_scale = false,
                          const std::optional<SavedStorage>& fp32_input = std::nullopt,
@@ -38,6 +39,9 @@ inline bool rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& 
               input == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
               "pow(x, 2) and x * rsqrt need x", shape, elements, dtype::fp32, Keep::always, 1,
               input == dtype::fp32 ? input_facts : RowFacts{});
+    if (z.torch->mean_saves_input)
+        t.add(what + " (RMSNorm)", "x^2, fp32 (mean's input)",
+              "mean's backward keeps its input before torch 2.2", shape, elements, dtype::fp32);
     t.add(what + " (RMSNorm)", "1/rms per " + row_name + ", fp32",
           "rsqrt's gradient is written in its output", row_shape, rows, dtype::fp32);
     if (weighted &&
@@ -60,7 +64,7 @@ inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
         // stream itself), or on a branch's output in the compute dtype.
         // Where its saved input is x itself, that is the module's input (and maybe the layer's).
         const bool keeps_input = rmsnorm_rows(
-            t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", input, m.rmsnorm_fp32_scale,
+            t, z, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", input, m.rmsnorm_fp32_scale,
             std::nullopt, true, RowFacts{}.input_of_layer(layer_input).input_of_module());
         return keeps_input || input_kept;
     } else {

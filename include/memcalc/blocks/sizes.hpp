@@ -31,12 +31,13 @@ struct Sizes {
     /// Linear layers save their inputs cast once to this narrower dtype (Transformer Engine's fp8).
     std::optional<DType> narrow;
     const KernelFacts* kernels;  ///< the platform's (kernel_rows)
+    const TorchFacts* torch;     ///< the PyTorch version's (torch_rows)
     /// Bytes per element of the copy a kernel that does not cast as it reads makes of a compute-
     /// dtype operand when the other is the stream's wider dtype (autocast's fp32 mask or residual).
     std::uint64_t upcast;
 
     Sizes(const Architecture& m, std::uint64_t seq, std::uint64_t b, Precision p,
-          Platform where = Platform::cuda)
+          Runtime where = {})
         : seq(seq),
           tokens(Count(seq) * b),
           sbh(tokens * m.hidden),
@@ -51,7 +52,8 @@ struct Sizes {
           s(bytes_per_element(p.stream)),
           autocast(p.autocast),
           narrow(p.linear_inputs),
-          kernels(&kernels_of(where)),
+          kernels(&kernels_of(where.platform)),
+          torch(&torch_facts(where.torch)),
           upcast(!kernels->casts_on_read && s != d ? s : 0) {}
 
     /// The same sizes for a linear layer that runs in the compute dtype (a router, Megatron-LM's
