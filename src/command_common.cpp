@@ -38,6 +38,18 @@ void check_run_options(const TrainingStepOptions& options) {
     }
 }
 
+FrameworkProfile chosen_profile(const FrameworkOptions& q) {
+    // check_run_options has named a wrong built-in one already
+    return q.profile_file.empty() ? *find_profile(q.profile) : load_profile_file(q.profile_file);
+}
+
+ModelFile load_model(const ModelOptions& q, const FrameworkOptions& framework) {
+    ModelOptions with_profile = q;
+    for (const auto& [key, value] : chosen_profile(framework).program)
+        with_profile.program.emplace(std::string(key), std::string(value));  // an option holds
+    return load_model(with_profile);
+}
+
 ModelFile load_model(const ModelOptions& q) {
     ModelFile m = !q.preset.empty()                         ? load_preset(q.preset)
                   : !q.model_file.empty()                   ? load_model_file(q.model_file)
@@ -68,9 +80,7 @@ namespace {
 
 /// The profile --profile or --profile-file names, each framework flag given overriding its value.
 FrameworkProfile framework_from(const FrameworkOptions& q, Framework& f) {
-    // check_run_options has named a wrong built-in one already
-    const FrameworkProfile profile =
-        q.profile_file.empty() ? *find_profile(q.profile) : load_profile_file(q.profile_file);
+    const FrameworkProfile profile = chosen_profile(q);
     f = profile.framework;
     for_each_switch([&](const auto& row) {
         const auto given = q.framework.find(std::string(row.key));

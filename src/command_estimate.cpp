@@ -74,7 +74,7 @@ EstimateRun lists_and_model(const EstimateOptions& q) {
     for (const auto& layout_list : layout_list_lengths(q.parallel)) lists.push_back(layout_list);
     check_sweep_size(q.report.sweep_limit, lists);  // before a layout is made or a row spooled
 
-    run.model = load_model(q.model);
+    run.model = load_model(q.model, q.framework);
     const Architecture& arch = run.model.architecture;
     if (!q.report.compare.empty() && !arch.layer_kinds.empty())
         throw usage_error(

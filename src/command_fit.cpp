@@ -55,7 +55,7 @@ std::uint64_t granule_of(const FitOptions& q, const FitRequest& fit, const Paral
 
 std::string run_fit(const FitOptions& q) {
     FitRequest fit = fit_request(q);
-    const ModelFile model = load_model(q.model);
+    const ModelFile model = load_model(q.model, q.framework);
     fit.model = model.architecture;
     Settings settings = settings_from(q);
     settings.framework.attention = single_attention(q.activation, settings, "fit");

@@ -100,7 +100,7 @@ PlanView plan_view(const PlanOptions& q) {
 std::string run_plan(const PlanOptions& q) {
     PlanView view = plan_view(q);
     PlanRequest& r = view.request;
-    const ModelFile model = load_model(q.model);
+    const ModelFile model = load_model(q.model, q.framework);
     view.model = model.architecture.name;
     const auto start = std::chrono::steady_clock::now();
     try {

@@ -109,6 +109,10 @@ void check_run_options(const TrainingStepOptions& q);
 
 /// The model a command names (preset, model file or config.json), its name made printable.
 ModelFile load_model(const ModelOptions& q);
+/// The model, with the program facts the framework profile's own code has (an option holds).
+ModelFile load_model(const ModelOptions& q, const FrameworkOptions& framework);
+/// The built-in profile --profile names, or the file --profile-file reads.
+FrameworkProfile chosen_profile(const FrameworkOptions& q);
 
 ActivationModel activation_model(const TrainingStepOptions& q);
 

@@ -1,16 +1,49 @@
 #include "profile_file.hpp"
 
+#include <algorithm>
 #include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "json_reader.hpp"
+#include "memcalc/program_facts.hpp"
 #include "model_file.hpp"
 
 namespace memcalc::cli {
 
+namespace {
+
+/// "repeat_kv=true, ...": each a program fact's key and one of its values.
+std::vector<std::pair<Text, Text>> read_program_fact_list(const std::string& text,
+                                                          const JsonReader& in) {
+    std::vector<std::pair<Text, Text>> facts;
+    std::size_t start = 0;
+    while (start < text.size()) {
+        const std::size_t comma = std::min(text.find(',', start), text.size());
+        std::string item = text.substr(start, comma - start);
+        item.erase(0, item.find_first_not_of(' '));
+        item.erase(item.find_last_not_of(' ') + 1);
+        start = comma + 1;
+        const std::size_t equals = item.find('=');
+        bool known = false;
+        for_each_program_fact([&](const auto& row) {
+            if (equals == std::string::npos || item.substr(0, equals) != row.key) return;
+            known = row.find(item.substr(equals + 1)) != nullptr;
+        });
+        if (!known)
+            in.fail("program_facts must be KEY=VALUE items of 'memcalc program-facts' (got '" +
+                    item + "')");
+        facts.emplace_back(intern(item.substr(0, equals)), intern(item.substr(equals + 1)));
+    }
+    return facts;
+}
+
+}  // namespace
+
 FrameworkProfile parse_profile_json(std::string_view text, const std::string& origin) {
     const nlohmann::json document = parse_json(text, origin);
-    std::vector<std::string> keys = {"name", "description", "source"};
+    std::vector<std::string> keys = {"name", "description", "source", "program_facts"};
     for_each_switch([&](const auto& row) { keys.emplace_back(row.key); });
     expect_object(document, origin, "a framework profile", keys);
     const JsonReader in(document, origin);
@@ -26,6 +59,7 @@ FrameworkProfile parse_profile_json(std::string_view text, const std::string& or
         for (auto v : row.values) choices.emplace(row.name(v), v);
         f.*row.member = in.choice_or(std::string(row.key).c_str(), choices, base.*row.member);
     });
+    p.program = read_program_fact_list(in.shown_text_or("program_facts", ""), in);
     return p;
 }
 

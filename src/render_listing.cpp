@@ -242,6 +242,7 @@ Listing profiles_listing() {
     for_each_switch([&](const auto& row) {
         l.columns.push_back({row.key.data(), row.heading.data()});  // literals: terminated
     });
+    l.columns.push_back({"program_facts", "program facts"});
     l.columns.push_back({"description", "description"});
     l.columns.push_back({"source", "source"});
     for (std::size_t i = 0; i + 1 < l.columns.size(); ++i)
@@ -251,6 +252,7 @@ Listing profiles_listing() {
         std::vector<Listing::Cell> row{std::string(p.name)};
         for_each_switch(
             [&](const auto& s) { row.emplace_back(std::string(s.name(p.framework.*s.member))); });
+        row.emplace_back(program_fact_list(p.program));
         row.emplace_back(std::string(p.description));
         row.emplace_back(std::string(p.source));
         l.rows.push_back(std::move(row));

@@ -93,3 +93,30 @@ TEST_CASE("program facts are listed with their defaults; a wrong value is named"
                          "/tests/models/pygmalion-7b/config.json --causal-mask-buffer per_layer");
     CHECK(config.status == 0);
 }
+
+TEST_CASE("a profile's own program facts hold over the model's, an option over both",
+          "[cli][program]") {
+    const auto repeat_kv = [](const std::string& options) {
+        const testing::Run run = testing::memcalc("--preset llama-3-8b --seq 128 " + options +
+                                                  " --activations architecture --format json");
+        REQUIRE(run.status == 0);
+        return json::parse(run.out)["model"]["repeat_kv"].get<bool>();
+    };
+    CHECK_FALSE(repeat_kv("--profile fsdp2"));
+    CHECK(repeat_kv("--profile torchtitan"));  // its attention repeats k and v before SDPA
+    CHECK_FALSE(repeat_kv("--profile torchtitan --repeat-kv false"));
+    CHECK(repeat_kv("--profile hf-trainer"));
+
+    // A profile file says them as the listing prints them; a wrong one is named.
+    const std::string path = "/tmp/memcalc_profile_program_facts.json";
+    std::ofstream(path) << R"({"name": "mine", "attention": "flash",
+                              "program_facts": "repeat_kv=true, fused_qkv=false"})";
+    CHECK(repeat_kv("--profile-file " + path));
+    std::ofstream(path) << R"({"name": "mine", "program_facts": "repeat_kv=yes"})";
+    const testing::Run wrong = testing::memcalc("--preset llama-3-8b --profile-file " + path);
+    CHECK(wrong.status == 1);  // a bad file, as any other key of it
+    CHECK(wrong.out.empty());
+    CHECK_THAT(wrong.err, Catch::Contains("program_facts must be KEY=VALUE items of 'memcalc "
+                                          "program-facts' (got 'repeat_kv=yes')"));
+    std::remove(path.c_str());
+}

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "memcalc/activations.hpp"
 #include "memcalc/kernels.hpp"
@@ -218,6 +220,9 @@ void for_each_switch(F&& f) {
 struct FrameworkProfile {
     Text name, description, source;
     Framework framework;
+    /// How the framework's own model code is written, as program facts (program_facts.hpp) by key
+    /// and value: they hold over the model's, and an option given holds over them.
+    std::vector<std::pair<Text, Text>> program = {};
 };
 
 inline constexpr Text default_profile = "default";
@@ -271,7 +276,8 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "pred), "
      "cross_entropy_loss (pred.float()), build_optimizers (implementation foreach)",
      {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32,
-      LogitsLife::freed, KvCache::off}},
+      LogitsLife::freed, KvCache::off},
+     {{"repeat_kv", "true"}}},  // models/llama3/model.py: repeat_kv before SDPA
     {"hf-trainer",
      "transformers' Trainer: SDPA attention (the default), torch's foreach AdamW (adamw_torch), "
      "the loss over fp32 logits (ForCausalLMLoss), the outputs dropped once the loss is taken",
@@ -279,7 +285,10 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "loss_utils.ForCausalLMLoss upcasts the "
      "logits; attn_implementation defaults to sdpa",
      {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32,
-      LogitsLife::freed, KvCache::off}},
+      LogitsLife::freed, KvCache::off},
+     // sdpa_attention.py: repeat_kv unless torch >= 2.5 and no attention mask (the Trainer's
+     // collators pass one)
+     {{"repeat_kv", "true"}}},
     {"nanogpt",
      "nanoGPT's train.py on CUDA: flash attention (torch 2), AdamW(fused=True), "
      "zero_grad(set_to_none=True); "

@@ -4,6 +4,9 @@
 /// (--softmax-fp32 false), so a fact read from a program's source can be said of any model,
 /// a preset or a --config. The listing is `memcalc program-facts`; a new fact is a row here.
 #include <array>
+#include <string>
+#include <utility>
+#include <vector>
 #include <tuple>
 
 #include "memcalc/framework.hpp"
@@ -65,6 +68,14 @@ inline const auto program_facts = std::make_tuple(
            std::array{ExpertDispatch::routed, ExpertDispatch::every_token}, expert_dispatch_text,
            "Which tokens the experts run over: routed (each expert its tokens) or every_token\n"
            "(every expert over every token, scores multiplied in: transformers' Llama4TextMoe)"});
+
+/// A profile's program facts as listed and as profile files give them: "repeat_kv=true, ...".
+inline std::string program_fact_list(const std::vector<std::pair<Text, Text>>& facts) {
+    std::string out;
+    for (const auto& [key, value] : facts)
+        out += (out.empty() ? "" : ", ") + std::string(key) + "=" + std::string(value);
+    return out;
+}
 
 /// `f(row)` for every program fact, in order.
 template <class F>

@@ -26,7 +26,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-SWITCH_DEFAULTS = {"recipe": "mixed-adam", "loss": "fp32", "logits": "held", "kv_cache": "off"}
+SWITCH_DEFAULTS = {"recipe": "mixed-adam", "loss": "fp32", "logits": "held", "kv_cache": "off",
+                   "torch_version": "2.2"}
 
 
 def training_flags(run):
