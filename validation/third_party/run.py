@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Whole-step peaks of training code nobody here wrote, on CPU: nanoGPT's model.py (vendored unchanged,
-nanogpt/) and a GPT of torch's own nn.TransformerEncoderLayer (torch_layers.py).
+nanogpt/), llama2.c's model.py (vendored unchanged, llama2c/) and a GPT of torch's own
+nn.TransformerEncoderLayer (torch_layers.py).
 
 Each run trains one step at a time of one program at one size, in pure bf16 (the model cast to bf16,
 torch.optim.AdamW on it: memcalc's bf16-adam) or under CPU autocast (an fp32 model whose forward and
@@ -10,7 +11,8 @@ a warm-up step (the optimiser state exists from there on) it measures one step w
 validation/gpu/replicate.py's Meter: the profiler's record of every CPU allocation replayed in order,
 and its maximum within each step of memcalc's timeline (forward 1..L, loss, backward L..1,
 optimizer). The loop is nanoGPT's train.py: logits, loss = model(X, Y); loss.backward();
-optimizer.step(); optimizer.zero_grad(set_to_none=True).
+optimizer.step(); optimizer.zero_grad(set_to_none=True). llama2.c's train.py calls its model as
+logits = model(X, Y); loss = raw_model.last_loss (the logits held through backward the same way).
 
 Rows are replicate.py's (so that validation/gpu/compare.py reads them), with the program, size,
 batch and precision beside:
@@ -21,6 +23,7 @@ batch and precision beside:
 """
 import argparse
 import contextlib
+import importlib.util
 import io
 import itertools
 import json
@@ -42,6 +45,19 @@ from replicate import Meter, cpu_name  # noqa: E402  the CPU measurement validat
 from model import GPT, GPTConfig  # noqa: E402  nanoGPT's model.py, unchanged
 from torch_layers import TorchLayersGPT  # noqa: E402
 
+
+def _load(name, path):
+    """A module from a file, under a name of its own (llama2.c's model.py beside nanoGPT's)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+llama2c = _load("llama2c_model", os.path.join(HERE, "llama2c", "model.py"))  # llama2.c's, unchanged
+LLAMA2C_COMMIT = "350e04fe35433e6d2941dce5a1f53308f87058eb"
+LLAMA2C_MULTIPLE_OF = 32  # llama2.c's train.py: multiple_of = 32
+
 # Sizes: nanoGPT's shakespeare_char model (config/train_shakespeare_char.py: 6 x 384, 6 heads,
 # block 256, vocab 65, dropout 0 here), the same with GPT-2's padded vocabulary, and a narrower,
 # longer one whose block (1024) is twice the sequence it trains.
@@ -50,6 +66,11 @@ SIZES = {
     "gpt2vocab": {"n_layer": 6, "n_head": 6, "n_embd": 384, "vocab": 50304, "block_size": 512},
     "long": {"n_layer": 4, "n_head": 4, "n_embd": 256, "vocab": 8192, "block_size": 1024},
 }
+# llama2c's grouped k/v heads per size (n_kv_heads; the other programs have one per query head).
+KV_HEADS = {"char": 2, "gpt2vocab": 2, "long": 2}
+PROGRAMS = ("nanogpt", "torch-layers", "llama2c")
+# The PyTorch release a program's rows record for memcalc's --torch-version (llama2c's so far).
+TORCH_VERSION = {"llama2c": "1.13"}
 # (sequence, micro-batch) per size
 SHAPES = {"char": [(256, 2)], "gpt2vocab": [(512, 1)], "long": [(512, 2)]}
 PRECISIONS = {"bf16": "bf16-adam", "autocast": "amp-adam"}
@@ -64,6 +85,14 @@ def build(program, size):
         with contextlib.redirect_stdout(io.StringIO()):  # its parameter count and slow-attention warning
             model = GPT(config)
         return model, model.transformer.h, model.transformer.ln_f
+    if program == "llama2c":
+        args = llama2c.ModelArgs(dim=c["n_embd"], n_layers=c["n_layer"], n_heads=c["n_head"],
+                                 n_kv_heads=KV_HEADS[size], vocab_size=c["vocab"],
+                                 multiple_of=LLAMA2C_MULTIPLE_OF, max_seq_len=c["block_size"],
+                                 dropout=0.0)
+        with contextlib.redirect_stdout(io.StringIO()):  # its slow-attention warning per layer
+            model = llama2c.Transformer(args)
+        return model, model.layers, model.norm
     model = TorchLayersGPT(c["vocab"], c["block_size"], c["n_layer"], c["n_head"], c["n_embd"])
     return model, model.h, model.ln_f
 
@@ -82,7 +111,7 @@ class Checkpointed(nn.Module):
 def optimizer_for(program, model):
     """nanoGPT's own configure_optimizers (two AdamW groups, weight decay on the matrices; fused only
     on CUDA), or torch's AdamW over every parameter. torch 1.13's default on CPU is the for-loop step."""
-    if program == "nanogpt":
+    if program in ("nanogpt", "llama2c"):  # llama2.c's is nanoGPT's, as train.py calls it
         with contextlib.redirect_stdout(io.StringIO()):
             return model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cpu")
     return torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
@@ -124,7 +153,11 @@ def run(program, size, seq, batch, precision, recompute, steps=1):
         if meter:
             meter.mark("forward 1")
         with autocast:
-            logits, loss = model(ids, ids)  # train.py: logits, loss = model(X, Y), both held
+            if program == "llama2c":  # its train.py: logits = model(X, Y); loss = raw_model.last_loss
+                logits = model(ids, ids)
+                loss = model.last_loss
+            else:
+                logits, loss = model(ids, ids)  # train.py: logits, loss = model(X, Y), both held
         loss.backward()
         if meter:
             meter.mark("optimizer")
@@ -148,13 +181,16 @@ def run(program, size, seq, batch, precision, recompute, steps=1):
             "attention": "eager", "optimizer_impl": "for-loop", "recipe": PRECISIONS[precision], "loss": "bf16",
             "logits": "held", "kv_cache": "off", "memory_before_step": m.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": m.steps, "median_step_seconds": statistics.median(times),
-            "steps_timed": steps}
+            "steps_timed": steps,
+            **({"torch_version": TORCH_VERSION[program]} if program in TORCH_VERSION else {})}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="where to write the rows (JSON)")
-    ap.add_argument("--programs", nargs="+", choices=("nanogpt", "torch-layers"), default=["nanogpt", "torch-layers"])
+    ap.add_argument("--programs", nargs="+", choices=PROGRAMS,
+                    default=["nanogpt", "torch-layers"],  # cpu-third-party.json's; llama2c: its own file
+                    help="programs to run (default: nanogpt torch-layers)")
     ap.add_argument("--sizes", nargs="+", choices=tuple(SIZES), default=list(SIZES))
     ap.add_argument("--precisions", nargs="+", choices=tuple(PRECISIONS), default=list(PRECISIONS))
     ap.add_argument("--recompute", nargs="+", choices=("none", "full"), default=["none", "full"])
@@ -163,6 +199,7 @@ def main(argv=None):
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     result = {"date": time.strftime("%Y-%m-%d"), "device": "cpu", "device_name": cpu_name(),
               "torch": torch.__version__, "nanogpt_commit": "3adf61e154c3fe3fca428ad6bc3818b27a3b8291",
+              "llama2c_commit": LLAMA2C_COMMIT,
               "runs": [], "skipped": []}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     for program, size, precision, recompute in itertools.product(a.programs, a.sizes, a.precisions, a.recompute):
