@@ -68,6 +68,15 @@ TEST_CASE("a program fact's option changes the figures it is about", "[cli][prog
     CHECK(peak(" --fused-qkv true") < peak(" --fused-qkv false"));
     // A registered mask per layer, and its comparison kept for backward.
     CHECK(peak(" --causal-mask-buffer per_layer") > peak(" --causal-mask-buffer none"));
+    // Added to the scores, the buffer keeps nothing: each layer one s x s bool less (s 64).
+    const auto layer = [](const std::string& options) {
+        const testing::Run run = testing::memcalc("--model-file " + base + options + settings);
+        REQUIRE(run.status == 0);
+        return json::parse(run.out)["activations"]["layer_bytes"].get<std::uint64_t>();
+    };
+    CHECK(layer(" --causal-mask-buffer per_layer") -
+              layer(" --causal-mask-buffer per_layer_added") ==
+          64 * 64);
 }
 
 TEST_CASE("program facts are listed with their defaults; a wrong value is named",

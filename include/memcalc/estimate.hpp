@@ -379,7 +379,7 @@ private:
         detail::require_positive("seq", settings.seq);
         detail::require_positive("micro_batch", settings.micro_batch);
         if ((model_.position == Position::learned ||
-             model_.causal_mask_buffer == CausalMaskBuffer::per_layer) &&
+             causal_mask_buffer(model_.causal_mask_buffer).registered) &&
             settings.seq > model_.max_positions)
             throw error("seq " + std::to_string(settings.seq) + " exceeds the " +
                         std::to_string(model_.max_positions) +

@@ -36,10 +36,31 @@ enum class Activation {
     quick_gelu,
     clamped_swiglu
 };
-/// Where eager attention's causal mask comes from. None: one additive mask built per forward
-/// (transformers'). Per layer: nanoGPT's CausalSelfAttention registers a max_positions^2 buffer in
-/// every layer (the weights' dtype once the model is cast) and masks with masked_fill(bias == 0).
-enum class CausalMaskBuffer { none, per_layer };
+/// Where eager attention's causal mask comes from: causal_mask_buffers' rows.
+enum class CausalMaskBuffer { none, per_layer, per_layer_added };
+
+/// A causal mask as a row: whether each layer registers a max_positions^2 buffer (in the weights'
+/// dtype once the model is cast; else one additive mask is built per forward), and whether the
+/// scores are masked_fill-ed with it, which keeps the comparison (else the mask is added out of
+/// place, which keeps nothing).
+struct CausalMaskBufferRow {
+    CausalMaskBuffer id;
+    std::string_view name;  ///< the model file's spelling
+    bool registered;
+    bool filled;
+};
+
+inline constexpr std::array<CausalMaskBufferRow, 3> causal_mask_buffers{{
+    {CausalMaskBuffer::none, "none", false, false},  // transformers' eager attention
+    {CausalMaskBuffer::per_layer, "per_layer", true, true},  // nanoGPT: masked_fill(bias == 0)
+    {CausalMaskBuffer::per_layer_added, "per_layer_added", true, false},  // llama2.c: + mask
+}};
+
+inline const CausalMaskBufferRow& causal_mask_buffer(CausalMaskBuffer id) {
+    for (const auto& row : causal_mask_buffers)
+        if (row.id == id) return row;
+    return causal_mask_buffers.front();
+}
 /// Norms on the queries and keys, before rotary: none; an RMSNorm over each head's d values whose
 /// one weight of d the heads share (Qwen3, Gemma 3: q_norm, k_norm in transformers); or one RMSNorm
 /// over the whole projection, a*d and k*d values with a weight each (OLMo 2); or an L2 norm of each
@@ -522,9 +543,10 @@ inline void validate_position_tables(const Architecture& m) {
     if (m.position == Position::learned && m.learned_positions() == 0)
         throw error(
             "max_positions must be a positive integer for learned position embeddings (got 0)");
-    if (m.causal_mask_buffer == CausalMaskBuffer::per_layer && m.max_positions == 0)
+    if (causal_mask_buffer(m.causal_mask_buffer).registered && m.max_positions == 0)
         throw error(
-            "max_positions must be a positive integer for causal_mask_buffer per_layer (got 0)");
+            "max_positions must be a positive integer for causal_mask_buffer " +
+            std::string(causal_mask_buffer(m.causal_mask_buffer).name) + " (got 0)");
 }
 
 /// The norms in a layer and where they stand.

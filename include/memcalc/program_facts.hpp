@@ -16,7 +16,7 @@ namespace memcalc {
 
 inline const char* flag_name(bool on) { return on ? "true" : "false"; }
 inline const char* causal_mask_buffer_name(CausalMaskBuffer b) {
-    return b == CausalMaskBuffer::per_layer ? "per_layer" : "none";
+    return causal_mask_buffer(b).name.data();  // a literal: terminated
 }
 inline const char* rotary_embedding_name(RotaryEmbedding r) {
     return rotary_embedding(r).name.data();  // a literal: terminated
@@ -36,9 +36,12 @@ inline const auto program_facts = std::make_tuple(
            "The layer's code keeps the attention's output in a name of its own until it returns\n"
            "(true: transformers' GPT2Block) or rebinds it (false: LLaMA-style code)"},
     Switch{"causal_mask_buffer", "mask buffer", &Architecture::causal_mask_buffer,
-           std::array{CausalMaskBuffer::none, CausalMaskBuffer::per_layer}, causal_mask_buffer_name,
-           "Eager attention's causal mask: none (built each forward and added) or per_layer (a\n"
-           "max_positions^2 buffer in every layer, cast with the weights, masked_fill: nanoGPT's)"},
+           std::array{CausalMaskBuffer::none, CausalMaskBuffer::per_layer,
+                      CausalMaskBuffer::per_layer_added},
+           causal_mask_buffer_name,
+           "Eager attention's causal mask: none (built each forward and added), per_layer (a\n"
+           "max_positions^2 buffer in every layer, cast with the weights, masked_fill: nanoGPT's)\n"
+           "or per_layer_added (such a buffer added to the scores: llama2.c's)"},
     Switch{"mask_in_product", "mask in product", &Architecture::mask_in_product, flag_values,
            flag_name,
            "The built mask is added inside the product, baddbmm(mask, q, k^T), which autocast\n"

@@ -185,7 +185,7 @@ inline Count rank_optimizer_state(const Workload& w, const Parallelism& p, std::
 inline Count registered_buffer_bytes(const Architecture& m, const Recipe& r, const Framework& f,
                                      std::uint64_t seq) {
     Count bytes = 0;
-    if (m.causal_mask_buffer == CausalMaskBuffer::per_layer && f.attention != Attention::flash)
+    if (causal_mask_buffer(m.causal_mask_buffer).registered && f.attention != Attention::flash)
         bytes += Count(m.max_positions) * m.max_positions * bytes_per_element(r.weights);
     const RotaryEmbeddingRow& rotary = rotary_embedding(m.rotary_embedding);
     if (m.position != Position::rotary || !rotary.per_layer_tables) return bytes;

@@ -86,7 +86,7 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
 /// Eager attention's scores before the softmax: their temporaries, and a registered mask's
 /// comparison.
 inline void eager_scores_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
-    if (m.causal_mask_buffer == CausalMaskBuffer::per_layer) {
+    if (causal_mask_buffer(m.causal_mask_buffer).filled) {
         // nanoGPT: masked_fill(bias[:, :, :s, :s] == 0, -inf) keeps the comparison's new s x s bool
         // tensor for backward (measured: validation/results/cpu-buffers.json); the scores stay in
         // the compute dtype, the scaled ones and the filled ones at once.
@@ -212,7 +212,8 @@ inline void eager_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
     // fill, or a mask added inside the product (cast with it), leaves them in the compute dtype,
     // which CUDA autocast's softmax still runs in fp32 and CPU autocast's does not.
     const bool fp32_sum =
-        z.s == dtype::fp32 && m.causal_mask_buffer == CausalMaskBuffer::none && !m.mask_in_product;
+        z.s == dtype::fp32 && !causal_mask_buffer(m.causal_mask_buffer).filled &&
+        !m.mask_in_product;
     const bool softmax_fp32 =
         m.softmax_fp32 || (z.autocast && (fp32_sum || z.kernels->autocast_softmax_fp32));
     softmax_rows(t, m, z, softmax_elements, softmax_fp32);

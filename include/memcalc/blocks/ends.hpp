@@ -47,7 +47,7 @@ inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t
     const std::uint64_t d = bytes_per_element(precision.stream);
     std::vector<SavedTensor> rows;
     // The fused kernel masks inside.
-    if (attention == Attention::flash || buffer == CausalMaskBuffer::per_layer) return rows;
+    if (attention == Attention::flash || causal_mask_buffer(buffer).registered) return rows;
     detail::TableBuilder t(rows);
     t.add("causal mask",
           masks > 1 ? "0 or -inf per query and key, one per attention window, made once per forward"
