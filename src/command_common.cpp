@@ -43,6 +43,11 @@ FrameworkProfile chosen_profile(const FrameworkOptions& q) {
     return q.profile_file.empty() ? *find_profile(q.profile) : load_profile_file(q.profile_file);
 }
 
+std::vector<std::string>& pending_notes() {
+    static std::vector<std::string> notes;
+    return notes;
+}
+
 ModelFile load_model(const ModelOptions& q, const FrameworkOptions& framework) {
     ModelOptions with_profile = q;
     for (const auto& [key, value] : chosen_profile(framework).program)
@@ -91,7 +96,54 @@ FrameworkProfile framework_from(const FrameworkOptions& q, Framework& f) {
 
 }  // namespace
 
-Settings settings_from(const TrainingStepOptions& q) {
+namespace {
+
+/// What needs the architecture model: the setting (as the user would name it) and why
+/// Korthikanti's formula cannot describe it; empty where nothing does.
+struct ArchitectureNeed {
+    std::string setting, why;
+};
+
+ArchitectureNeed architecture_need(const TrainingStepOptions& q, const Settings& settings,
+                                   const FrameworkProfile& profile) {
+    const Framework& f = settings.framework;
+    const std::string from_profile = fmt::format("--profile {}", profile.name);
+    if (!settings.tuning.is_full())
+        return {fmt::format("--train {}", training_name(settings.tuning.mode)),
+                "Korthikanti's formula has every weight trained"};
+    if (f.platform == Platform::cpu)
+        return {q.framework.framework.count("platform") ? "--platform cpu"
+                                                        : from_profile + " (--platform cpu)",
+                "Korthikanti's formula has no kernels to choose"};
+    const RecipeOptions& recipe = q.recipe;
+    if (settings.recipe.autocast || settings.recipe.linears)
+        return {recipe.recipe_file.empty() ? "--recipe " + recipe.recipe
+                                           : "--recipe-file " + recipe.recipe_file,
+                fmt::format("{} several dtypes, which Korthikanti's formula cannot tell apart",
+                            settings.recipe.autocast
+                                ? "autocast gives a layer's tensors"
+                                : "its narrow linear layers give a layer's tensors")};
+    const std::vector<Attention> asked = q.activation.attention.empty()
+                                             ? std::vector<Attention>{f.attention}
+                                             : parse_attention(q.activation.attention);
+    if (std::find(asked.begin(), asked.end(), Attention::flash) != asked.end())
+        return {q.activation.attention.empty() ? from_profile + " (--attention flash)"
+                                               : "--attention flash",
+                "Korthikanti's formula describes eager attention"};
+    return {};
+}
+
+/// Says once on stderr, in table output, which setting chose the architecture model.
+void tell_chosen(const ArchitectureNeed& need, const std::string& format) {
+    if (need.setting.empty() || format != "table") return;
+    pending_notes().push_back(
+        fmt::format("{} takes the architecture model (--activations architecture): {}",
+                    need.setting, need.why));
+}
+
+}  // namespace
+
+Settings settings_from(const TrainingStepOptions& q, const std::string& format) {
     Settings settings;
     const RecipeOptions& recipe = q.recipe;
     // check_run_options has named a wrong built-in one already
@@ -100,35 +152,32 @@ Settings settings_from(const TrainingStepOptions& q) {
     settings.activations = activation_model(q);
     settings.recompute_modules = parse_recompute_modules(q.step);
     settings.tuning = parse_fine_tuning(q.training);
-    const bool architecture = settings.activations == ActivationModel::architecture;
-    if (!settings.tuning.is_full() && !architecture)
+    const FrameworkProfile profile = framework_from(q.framework, settings.framework);
+    if (settings.activations == ActivationModel::architecture) return settings;
+    const ArchitectureNeed need = architecture_need(q, settings, profile);
+    if (need.setting.empty()) return settings;
+    if (!q.activation.activations.empty())  // --activations korthikanti, said
         throw usage_error(
-            fmt::format("--train {} needs --activations architecture: Korthikanti's "
-                        "formula has every weight trained",
-                        training_name(settings.tuning.mode)));
-    Framework& f = settings.framework;
-    const FrameworkProfile profile = framework_from(q.framework, f);
-    const std::string from_profile = fmt::format("--profile {}", profile.name);
-    if (f.platform == Platform::cpu && !architecture)
-        throw usage_error(fmt::format(
-            "{} needs --activations architecture: Korthikanti's formula has no kernels to choose",
-            q.framework.framework.count("platform") ? "--platform cpu"
-                                                    : from_profile + " (--platform cpu)"));
-    if ((settings.recipe.autocast || settings.recipe.linears) && !architecture)
-        throw usage_error(fmt::format(
-            "{} needs --activations architecture: {} several dtypes, which Korthikanti's "
-            "formula cannot tell apart",
-            recipe.recipe_file.empty() ? "--recipe " + recipe.recipe
-                                       : "--recipe-file " + recipe.recipe_file,
-            settings.recipe.autocast ? "autocast gives a layer's tensors"
-                                     : "its narrow linear layers give a layer's tensors"));
-    if (q.activation.attention.empty() && f.attention == Attention::flash && !architecture)
-        throw usage_error(
-            fmt::format("{} (--attention flash) needs --activations architecture, or "
-                        "--attention eager: Korthikanti's formula describes eager "
-                        "attention",
-                        from_profile));
+            fmt::format("{} needs --activations architecture: {}", need.setting, need.why));
+    settings.activations = ActivationModel::architecture;
+    tell_chosen(need, format);
     return settings;
+}
+
+void model_default_activations(const TrainingStepOptions& q, const Architecture& m,
+                               Settings& settings, const std::string& format) {
+    if (!q.activation.activations.empty() || settings.activations == ActivationModel::architecture)
+        return;
+    // Dense layers of one mixer: the formula's GPT layer, or its Mamba variant.
+    const bool hybrid = m.any_mixer(Mixer::attention) && m.any_mixer(Mixer::mamba);
+    const bool latent = !m.every_kind([](const Architecture& v) { return !v.mla.enabled(); });
+    if (!m.any_moe() && !latent && !hybrid) return;
+    settings.activations = ActivationModel::architecture;
+    tell_chosen({m.name + (m.any_moe() ? " (mixture of experts)"
+                           : latent    ? " (latent attention)"
+                                       : " (attention and Mamba layers)"),
+                 "Korthikanti's formula describes a dense GPT layer"},
+                format);
 }
 
 std::optional<DeviceMemory> device_memory(const DeviceOptions& q) {

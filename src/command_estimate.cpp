@@ -64,7 +64,7 @@ EstimateRun lists_and_model(const EstimateOptions& q) {
     EstimateRun run;
     run.batches = parse_sizes("--micro-batch", q.step.micro_batch);
     run.modes = parse_modes(q.step.recompute);
-    run.settings = settings_from(q);
+    run.settings = settings_from(q, q.output.format);
     run.attentions = attentions_from(q.activation, run.settings);
     if (!q.step.seq.empty()) run.seqs = parse_sizes("--seq", q.step.seq);  // empty: max_positions
     ListLengths lists = {{"--seq", run.seqs.size()},
@@ -76,6 +76,7 @@ EstimateRun lists_and_model(const EstimateOptions& q) {
 
     run.model = load_model(q.model, q.framework);
     const Architecture& arch = run.model.architecture;
+    model_default_activations(q, arch, run.settings, q.output.format);
     if (!q.report.compare.empty() && !arch.layer_kinds.empty())
         throw usage_error(
             fmt::format("--compare needs layers all alike: Megatron-LM's and "

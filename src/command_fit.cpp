@@ -57,7 +57,8 @@ std::string run_fit(const FitOptions& q) {
     FitRequest fit = fit_request(q);
     const ModelFile model = load_model(q.model, q.framework);
     fit.model = model.architecture;
-    Settings settings = settings_from(q);
+    Settings settings = settings_from(q, q.output.format);
+    model_default_activations(q, model.architecture, settings, q.output.format);
     settings.framework.attention = single_attention(q.activation, settings, "fit");
     (fit.dimension == FitDimension::seq ? settings.micro_batch : settings.seq) = fit.fixed;
     const auto layouts = parse_layouts(q.parallel, q.step,

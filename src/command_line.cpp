@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -18,6 +19,7 @@
 
 #include "arguments.hpp"
 #include "command_table.hpp"
+#include "commands.hpp"
 #include "memcalc/memcalc.hpp"
 #include "output_file.hpp"
 #include "printable.hpp"
@@ -109,6 +111,10 @@ int run_and_write(const ParsedCommand& command, std::ostream& out_stream, std::o
     else
         files.push_back({"--output", output, "", &out});
     const PendingFile* printed = write_files(files);  // the one for stdout, if any
+    std::vector<std::string> said;
+    for (const std::string& note : pending_notes())
+        if (std::find(said.begin(), said.end(), note) == said.end())
+            err << "memcalc: " << note << "\n", said.push_back(note);
     if (printed == nullptr) return 0;
     const bool read = printed->each_chunk([&out_stream](std::string_view chunk) {
         out_stream.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));

@@ -76,7 +76,7 @@ PlanView plan_view(const PlanOptions& q) {
     PlanView view;
     device_of(q, view);
     PlanRequest& r = view.request;
-    r.base = settings_from(q);
+    r.base = settings_from(q, q.output.format);
     r.base.seq = parse_count("--seq", q.step.seq, 0);
     r.base.framework.attention = single_attention(q.activation, r.base, "plan");
     const ParallelOptions& p = q.parallel;
@@ -101,6 +101,7 @@ std::string run_plan(const PlanOptions& q) {
     PlanView view = plan_view(q);
     PlanRequest& r = view.request;
     const ModelFile model = load_model(q.model, q.framework);
+    model_default_activations(q, model.architecture, r.base, q.output.format);
     view.model = model.architecture.name;
     const auto start = std::chrono::steady_clock::now();
     try {

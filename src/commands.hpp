@@ -111,6 +111,8 @@ void check_run_options(const TrainingStepOptions& q);
 ModelFile load_model(const ModelOptions& q);
 /// The model, with the program facts the framework profile's own code has (an option holds).
 ModelFile load_model(const ModelOptions& q, const FrameworkOptions& framework);
+/// What a command that succeeds says on stderr after its output (each once); an error drops them.
+std::vector<std::string>& pending_notes();
 /// The built-in profile --profile names, or the file --profile-file reads.
 FrameworkProfile chosen_profile(const FrameworkOptions& q);
 
@@ -119,7 +121,13 @@ ActivationModel activation_model(const TrainingStepOptions& q);
 /// The settings every estimating command reads the same way: the recipe, the activation model and
 /// the framework (the profile's values, each flag given overriding one).
 /// Fit and plan take one --attention; the estimate sweeps a list and sets it per configuration.
-Settings settings_from(const TrainingStepOptions& q);
+/// The settings; a setting the formula cannot describe takes the architecture model unless
+/// --activations says otherwise (said on stderr in `format` table).
+Settings settings_from(const TrainingStepOptions& q, const std::string& format = "json");
+/// A model whose layers the formula does not describe (experts, latent attention, hybrids) takes
+/// the architecture model unless --activations says.
+void model_default_activations(const TrainingStepOptions& q, const Architecture& m,
+                               Settings& settings, const std::string& format = "json");
 /// A device's memory and the option that gave it ("--gpu h100-sxm"), for messages.
 struct DeviceMemory {
     Count bytes;

@@ -144,10 +144,18 @@ TEST_CASE("autocast runs cross_entropy in fp32: a bf16 loss call gets fp32 log-p
 TEST_CASE(
     "amp-adam through the program: needs the architecture model; a recipe file can say autocast",
     "[autocast][cli]") {
-    const auto formula = testing::memcalc("--preset llama-7b --recipe amp-adam");
+    // Said with the formula, refused; not said, the recipe takes the architecture model.
+    const auto formula =
+        testing::memcalc("--preset llama-7b --recipe amp-adam --activations korthikanti");
     CHECK(formula.status == 2);
     CHECK(formula.out.empty());
     CHECK_THAT(formula.err, Catch::Contains("--recipe amp-adam needs --activations architecture"));
+    const auto chosen = testing::memcalc("--preset llama-7b --seq 512 --recipe amp-adam");
+    CHECK(chosen.status == 0);
+    CHECK(chosen.out == testing::memcalc("--preset llama-7b --seq 512 --recipe amp-adam "
+                                         "--activations architecture")
+                            .out);
+    CHECK_THAT(chosen.err, Catch::Contains("--recipe amp-adam takes the architecture model"));
 
     const std::string args = "--preset llama-7b --seq 2048 --activations architecture --format csv";
     const auto by_name = testing::memcalc(args + " --recipe amp-adam");

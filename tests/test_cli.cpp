@@ -482,7 +482,7 @@ TEST_CASE(
         Row{"--preset llama-7b --format yaml", 2, "--format: yaml not in {table,json,csv}"},
         Row{"--preset llama-7b --frobnicate", 2, "--frobnicate"},
         Row{"", 2, "give one model: --preset NAME"},
-        Row{"--preset llama-7b --attention flash", 2,
+        Row{"--preset llama-7b --attention flash --activations korthikanti", 2,
             "--attention flash needs --activations architecture"},
         Row{"--preset llama-7b --activations formula", 2,
             "--activations: formula not in {korthikanti,architecture}"},
@@ -491,7 +491,7 @@ TEST_CASE(
             "'flash'?)"},
         Row{"--preset llama-7b --activations architecture --platform gpu", 2,
             "--platform must be cuda or cpu (got 'gpu')"},
-        Row{"--preset llama-7b --platform cpu", 2,
+        Row{"--preset llama-7b --platform cpu --activations korthikanti", 2,
             "--platform cpu needs --activations architecture"},
         Row{"--preset llama-7b --optimizer-impl forloop", 2,
             "--optimizer-impl must be fused, foreach or for-loop (got 'forloop') (did you mean "

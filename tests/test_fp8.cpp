@@ -166,10 +166,18 @@ TEST_CASE(
 TEST_CASE(
     "fp8 through the program: needs the architecture model; a recipe file can say its linears",
     "[fp8][cli]") {
-    const auto formula = testing::memcalc("--preset llama-7b --recipe fp8");
+    // Said with the formula, refused; not said, the recipe takes the architecture model.
+    const auto formula =
+        testing::memcalc("--preset llama-7b --recipe fp8 --activations korthikanti");
     CHECK(formula.status == 2);
     CHECK(formula.out.empty());
     CHECK_THAT(formula.err, Catch::Contains("--recipe fp8 needs --activations architecture"));
+    const auto chosen = testing::memcalc("--preset llama-7b --seq 512 --recipe fp8");
+    CHECK(chosen.status == 0);
+    CHECK(chosen.out == testing::memcalc("--preset llama-7b --seq 512 --recipe fp8 "
+                                         "--activations architecture")
+                            .out);
+    CHECK_THAT(chosen.err, Catch::Contains("--recipe fp8 takes the architecture model"));
 
     const std::string args = "--preset llama-7b --seq 2048 --activations architecture --format csv";
     const auto by_name = testing::memcalc(args + " --recipe fp8");

@@ -125,16 +125,18 @@ TEST_CASE("a profile file through the program gives the estimate of the profile 
     std::remove(path.c_str());
 }
 
-TEST_CASE("a profile the formula cannot follow, or one that does not exist, is refused by name",
-          "[profile_file][cli]") {
+TEST_CASE(
+    "a profile the formula cannot follow, said with it, or one that does not exist, is refused",
+    "[profile_file][cli]") {
     using Case = std::pair<std::string, std::string>;  // arguments, what stderr says
     auto [args, message] = GENERATE(table<std::string, std::string>({
         Case{"--profile megatrn", "unknown --profile 'megatrn' (did you mean 'megatron'?)"},
-        Case{"--profile megatron",
+        Case{"--profile megatron --activations korthikanti",
              "--profile megatron (--attention flash) needs --activations architecture"},
-        Case{"--profile cpu-replication",
+        Case{"--profile cpu-replication --activations korthikanti",
              "--profile cpu-replication (--platform cpu) needs --activations architecture"},
-        Case{"--platform cpu", "--platform cpu needs --activations architecture"},
+        Case{"--platform cpu --activations korthikanti",
+             "--platform cpu needs --activations architecture"},
         Case{"--platform gpu", "--platform must be cuda or cpu (got 'gpu')"},
         Case{"--profile-file no-such-profile.json", "profile file 'no-such-profile.json'"},
     }));

@@ -10,8 +10,8 @@
 #include "memcalc/kernels.hpp"
 #include "run_program.hpp"
 
-using nlohmann::json;
 using memcalc::TorchVersion;
+using nlohmann::json;
 
 namespace {
 
@@ -49,16 +49,16 @@ TEST_CASE("a release number is read as the row of version facts it falls in", "[
 
 TEST_CASE("before torch 2.2 every RMSNorm also keeps x^2 in fp32 (mean's input)", "[version]") {
     // model, seq, micro-batch, the widths a layer's RMSNorms normalise per token, the final norm's
-    const auto [model, s, b, widths, final_width] = GENERATE(table<std::string, std::uint64_t,
-                                                                   std::uint64_t, std::uint64_t,
-                                                                   std::uint64_t>({
-        {"--preset llama-7b", 128, 1, 2 * 4096, 4096},
-        {"--preset mistral-7b", 64, 3, 2 * 4096, 4096},
-        // two post-norms, q_norm and k_norm over the whole of q (4 x 16) and of k (2 x 16)
-        {"--model-file " + std::string(MEMCALC_SOURCE_DIR) + "/validation/models/olmo2-tiny.json",
-         32, 2, 2 * 64 + 64 + 32, 64},
-        {"--preset gpt2", 128, 2, 0, 0},  // LayerNorms: no mean()
-    }));
+    const auto [model, s, b, widths, final_width] =
+        GENERATE(table<std::string, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>({
+            {"--preset llama-7b", 128, 1, 2 * 4096, 4096},
+            {"--preset mistral-7b", 64, 3, 2 * 4096, 4096},
+            // two post-norms, q_norm and k_norm over the whole of q (4 x 16) and of k (2 x 16)
+            {"--model-file " + std::string(MEMCALC_SOURCE_DIR) +
+                 "/validation/models/olmo2-tiny.json",
+             32, 2, 2 * 64 + 64 + 32, 64},
+            {"--preset gpt2", 128, 2, 0, 0},  // LayerNorms: no mean()
+        }));
     INFO(model);
     const std::string options = model + " --seq " + std::to_string(s) + " -b " + std::to_string(b);
     const Kept before = kept(options + " --torch-version 1.13");
@@ -68,12 +68,12 @@ TEST_CASE("before torch 2.2 every RMSNorm also keeps x^2 in fp32 (mean's input)"
 }
 
 TEST_CASE("a fused kernel handed repeated k/v keeps them at every query head", "[program]") {
-    const auto [model, heads, kv_heads, head_dim] = GENERATE(table<std::string, std::uint64_t,
-                                                                   std::uint64_t, std::uint64_t>({
-        {"--preset llama-3-8b", 32, 8, 128},
-        {"--preset mistral-7b", 32, 8, 128},
-        {"--preset llama-7b", 32, 32, 128},  // no groups: nothing to repeat
-    }));
+    const auto [model, heads, kv_heads, head_dim] =
+        GENERATE(table<std::string, std::uint64_t, std::uint64_t, std::uint64_t>({
+            {"--preset llama-3-8b", 32, 8, 128},
+            {"--preset mistral-7b", 32, 8, 128},
+            {"--preset llama-7b", 32, 32, 128},  // no groups: nothing to repeat
+        }));
     INFO(model);
     const std::string options = model + " --seq 256 -b 2 --attention flash";
     const Kept grouped = kept(options + " --repeat-kv false");
@@ -84,7 +84,7 @@ TEST_CASE("a fused kernel handed repeated k/v keeps them at every query head", "
           kept(model + " --seq 256 -b 2 --attention eager --repeat-kv false").layer);
 }
 
-TEST_CASE("--torch-version names a wrong release and the rows", "[version][cli]") {
+TEST_CASE("a wrong --torch-version is named, with the rows", "[version][cli]") {
     for (const char* wrong : {"1.9", "latest"}) {
         const testing::Run run =
             testing::memcalc(std::string("--preset llama-7b --torch-version ") + wrong);
@@ -92,6 +92,7 @@ TEST_CASE("--torch-version names a wrong release and the rows", "[version][cli]"
         CHECK(run.status == 2);
         CHECK(run.out.empty());
         CHECK_THAT(run.err, Catch::Contains("--torch-version must be 1.13 or 2.2, or a release "
-                                            "from 1.13 on (got '" + std::string(wrong) + "')"));
+                                            "from 1.13 on (got '" +
+                                            std::string(wrong) + "')"));
     }
 }

@@ -105,7 +105,7 @@ struct Framework {
     LossKernel loss = LossKernel::fp32;              ///< how the loss is computed
     LogitsLife logits = LogitsLife::held;  ///< whether the loop keeps the logits through backward
     KvCache kv_cache = KvCache::off;  ///< whether the model's output keeps each layer's k and v
-    MoeKernel moe = MoeKernel::model_code;  ///< which tokens the experts compute over
+    MoeKernel moe = MoeKernel::model_code;    ///< which tokens the experts compute over
     TorchVersion torch = TorchVersion::v2_2;  ///< what autograd keeps (kernels.hpp's torch_rows)
 };
 
@@ -201,12 +201,13 @@ inline const auto framework_switches = std::make_tuple(
            "transformers' Llama 4 runs every expert over every token, the router's scores\n"
            "multiplied into the input) or grouped-gemm (Megatron-LM's dropless grouped GEMM over\n"
            "the routed token-slots alone)"},
-    Switch{"torch_version", "torch", &Framework::torch,
-           std::array{TorchVersion::v1_13, TorchVersion::v2_2}, torch_version_name,
-           "The PyTorch release the program runs on, where what autograd keeps changes: 1.13\n"
-           "(through 2.1: mean() keeps its input, RMSNorm's fp32 x^2) or 2.2 (default: and later);\n"
-           "any release number is read as the row it falls in (2.4 is 2.2's)",
-           torch_version_of});
+    Switch{
+        "torch_version", "torch", &Framework::torch,
+        std::array{TorchVersion::v1_13, TorchVersion::v2_2}, torch_version_name,
+        "The PyTorch release the program runs on, where what autograd keeps changes: 1.13\n"
+        "(through 2.1: mean() keeps its input, RMSNorm's fp32 x^2) or 2.2 (default: and later);\n"
+        "any release number is read as the row it falls in (2.4 is 2.2's)",
+        torch_version_of});
 
 /// `f(row)` for every framework switch, in order.
 template <class F>

@@ -81,8 +81,8 @@ inline const char* torch_version_name(TorchVersion v) {
     return torch_facts(v).name.data();  // a literal: terminated
 }
 
-/// The row a release "MAJOR.MINOR[anything]" runs with ("2.4.1+cu121"): the newest row not after it; none for
-/// text that is no version or a release before the first row.
+/// The row a release "MAJOR.MINOR[anything]" runs with ("2.4.1+cu121"): the newest row not after
+/// it; none for text that is no version or a release before the first row.
 inline std::optional<TorchVersion> torch_version_of(std::string_view text) {
     int major = 0, minor = 0;
     const char* end = text.data() + text.size();

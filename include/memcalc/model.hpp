@@ -51,7 +51,7 @@ struct CausalMaskBufferRow {
 };
 
 inline constexpr std::array<CausalMaskBufferRow, 3> causal_mask_buffers{{
-    {CausalMaskBuffer::none, "none", false, false},  // transformers' eager attention
+    {CausalMaskBuffer::none, "none", false, false},          // transformers' eager attention
     {CausalMaskBuffer::per_layer, "per_layer", true, true},  // nanoGPT: masked_fill(bias == 0)
     {CausalMaskBuffer::per_layer_added, "per_layer_added", true, false},  // llama2.c: + mask
 }};
@@ -544,9 +544,8 @@ inline void validate_position_tables(const Architecture& m) {
         throw error(
             "max_positions must be a positive integer for learned position embeddings (got 0)");
     if (causal_mask_buffer(m.causal_mask_buffer).registered && m.max_positions == 0)
-        throw error(
-            "max_positions must be a positive integer for causal_mask_buffer " +
-            std::string(causal_mask_buffer(m.causal_mask_buffer).name) + " (got 0)");
+        throw error("max_positions must be a positive integer for causal_mask_buffer " +
+                    std::string(causal_mask_buffer(m.causal_mask_buffer).name) + " (got 0)");
 }
 
 /// The norms in a layer and where they stand.

@@ -133,8 +133,7 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
             return architecture_layer(routed, s, b, precision, attention, runtime, modules,
                                       tuning(kind));
         }
-        return architecture_layer(view, s, b, precision, attention, runtime, modules,
-                                  tuning(kind));
+        return architecture_layer(view, s, b, precision, attention, runtime, modules, tuning(kind));
     };
     ActivationTables t;
     if (m.layer_kinds.empty())

@@ -211,9 +211,8 @@ inline void eager_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
     // Under autocast an fp32 mask added out of place (the stream's dtype) makes the scores fp32; a
     // fill, or a mask added inside the product (cast with it), leaves them in the compute dtype,
     // which CUDA autocast's softmax still runs in fp32 and CPU autocast's does not.
-    const bool fp32_sum =
-        z.s == dtype::fp32 && !causal_mask_buffer(m.causal_mask_buffer).filled &&
-        !m.mask_in_product;
+    const bool fp32_sum = z.s == dtype::fp32 && !causal_mask_buffer(m.causal_mask_buffer).filled &&
+                          !m.mask_in_product;
     const bool softmax_fp32 =
         m.softmax_fp32 || (z.autocast && (fp32_sum || z.kernels->autocast_softmax_fp32));
     softmax_rows(t, m, z, softmax_elements, softmax_fp32);

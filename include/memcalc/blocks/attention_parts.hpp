@@ -92,13 +92,13 @@ inline void qk_norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z)
     } else if (m.qk_norm == QkNorm::per_head) {
         rmsnorm_rows(t, z, "q_norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads,
                      "query head and token", z.d, fp32);
-        rmsnorm_rows(t, z, "k_norm", shape::sbkv, z.sbkv, shape::ksb, z.tokens * m.key_value_heads(),
-                     "key head and token", z.d, fp32);
+        rmsnorm_rows(t, z, "k_norm", shape::sbkv, z.sbkv, shape::ksb,
+                     z.tokens * m.key_value_heads(), "key head and token", z.d, fp32);
     } else if (m.qk_norm == QkNorm::whole) {
         rmsnorm_rows(t, z, "q_norm (whole width)", shape::sbq, z.sbq, shape::sb, z.tokens, "token",
                      z.d, fp32);
-        rmsnorm_rows(t, z, "k_norm (whole width)", shape::sbkv, z.sbkv, shape::sb, z.tokens, "token",
-                     z.d, fp32);
+        rmsnorm_rows(t, z, "k_norm (whole width)", shape::sbkv, z.sbkv, shape::sb, z.tokens,
+                     "token", z.d, fp32);
     }
 }
 

@@ -110,8 +110,7 @@ inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision) {
 /// backward, at the start of backward L.
 inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t seq,
                                            std::uint64_t micro_batch, Precision precision,
-                                           Runtime runtime = {},
-                                           LossKernel loss = LossKernel::fp32,
+                                           Runtime runtime = {}, LossKernel loss = LossKernel::fp32,
                                            const LayerTuning& tuning = {}) {
     const detail::Sizes z(m, seq, micro_batch, precision, runtime);
     std::vector<SavedTensor> rows;

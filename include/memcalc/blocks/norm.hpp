@@ -26,8 +26,7 @@ struct SavedStorage {
 /// `weighted`: false for a norm without a weight (Llama 4's L2 norm of q and k), which keeps no
 /// x_norm. Before torch 2.2 mean() keeps its input, x^2 in fp32 (z.torch).
 inline bool rmsnorm_rows(TableBuilder& t, const Sizes& z, const std::string& what,
-                         const Shape& shape,
-                         Count elements, const Shape& row_shape, Count rows,
+                         const Shape& shape, Count elements, const Shape& row_shape, Count rows,
                          const std::string& row_name, std::uint64_t input, bool fp32_scale = false,
                          const std::optional<SavedStorage>& fp32_input = std::nullopt,
                          bool weighted = true, const RowFacts& input_facts = {}) {
@@ -63,9 +62,10 @@ inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
         // On the residual stream, in its dtype (fp32 under autocast, where the input kept is the
         // stream itself), or on a branch's output in the compute dtype.
         // Where its saved input is x itself, that is the module's input (and maybe the layer's).
-        const bool keeps_input = rmsnorm_rows(
-            t, z, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", input, m.rmsnorm_fp32_scale,
-            std::nullopt, true, RowFacts{}.input_of_layer(layer_input).input_of_module());
+        const bool keeps_input =
+            rmsnorm_rows(t, z, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", input,
+                         m.rmsnorm_fp32_scale, std::nullopt, true,
+                         RowFacts{}.input_of_layer(layer_input).input_of_module());
         return keeps_input || input_kept;
     } else {
         if (!input_kept) {
