@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,28 @@ TEST_CASE("a program fact's option changes the figures it is about", "[cli][prog
     CHECK(layer(" --causal-mask-buffer per_layer") -
               layer(" --causal-mask-buffer per_layer_added") ==
           64 * 64);
+}
+
+TEST_CASE("embeddings' outputs held by the forward live through its steps, on the first stage",
+          "[cli][program]") {
+    // step -> bytes, of the first stage's timeline
+    const auto steps = [](const std::string& options) {
+        const testing::Run run = testing::memcalc(
+            "--preset gpt2 --seq 128 -b 2 --activations architecture --format json" + options);
+        REQUIRE(run.status == 0);
+        std::map<std::string, std::uint64_t> bytes;
+        const json report = json::parse(run.out);
+        for (const json& step : report["timeline"])
+            bytes[step["step"].get<std::string>()] = step["bytes"].get<std::uint64_t>();
+        return bytes;
+    };
+    const auto held = steps(" --embedding-outputs-held true");
+    const auto let_go = steps("");
+    const std::uint64_t h = 768, locals = (128 * 2 * h + 128 * h) * 2;  // tok_emb, pos_emb: bf16
+    for (const char* step : {"forward 1", "forward 12"})
+        CHECK(held.at(step) - let_go.at(step) == locals);
+    for (const char* step : {"backward 12", "backward 1", "optimizer"})
+        CHECK(held.at(step) == let_go.at(step));
 }
 
 TEST_CASE("program facts are listed with their defaults; a wrong value is named",

@@ -207,6 +207,7 @@ inline constexpr Shape sbfs{"sb(f_s)",
                             ActivationSplit::tensor};  ///< every token at the shared experts' width
 inline constexpr Shape sd{
     "sd", ActivationSplit::replicated};  ///< per position and head dimension (rotary tables)
+inline constexpr Shape sh{"sh", ActivationSplit::replicated};  ///< per position, the model's width
 inline constexpr Shape sbV{"sbV", ActivationSplit::vocab};  ///< logits: a vocabulary slice per rank
 inline constexpr Shape mask{"s^2b",
                             ActivationSplit::replicated};  ///< the causal mask, on every rank

@@ -278,6 +278,9 @@ struct Architecture {
     /// torch 2.5), and the kernel keeps the copies; else it hands the kernel the grouped heads.
     /// Eager attention's code repeats them either way.
     bool repeat_kv = false;
+    /// The model's forward keeps the token (and learned position) embeddings' outputs in names of
+    /// their own until it returns (nanoGPT's tok_emb and pos_emb), beside their sum.
+    bool embedding_outputs_held = false;
     QkNorm qk_norm = QkNorm::none;  ///< norms on q and k before rotary (Qwen3, Gemma 3, OLMo 2)
     NormPosition norm_position =
         NormPosition::pre;  ///< with norms_per_layer 2: before or after each branch

@@ -53,6 +53,10 @@ inline const auto program_facts = std::make_tuple(
            "With grouped k/v heads, the code copies k and v to every query head before a fused\n"
            "attention kernel, which keeps the copies (true: torchtune's, torchtitan's,\n"
            "transformers' sdpa before torch 2.5) or hands it the groups (false: flash-attn's)"},
+    Switch{"embedding_outputs_held", "embeddings held", &Architecture::embedding_outputs_held,
+           flag_values, flag_name,
+           "The forward keeps the token and position embeddings' outputs in names of their own\n"
+           "until it returns (true: nanoGPT's tok_emb and pos_emb) or only their sum (false)"},
     Switch{"rotary_embedding", "rotary tables", &Architecture::rotary_embedding,
            std::array{RotaryEmbedding::shared, RotaryEmbedding::per_layer,
                       RotaryEmbedding::per_layer_cached},

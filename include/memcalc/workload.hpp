@@ -57,6 +57,7 @@ struct Workload {
     /// By kind, one layer of one micro-batch: what a deferred weight-gradient pass reads
     /// (weight_pass_reads).
     std::vector<SplitBytes> weight_pass_reads;
+    SplitBytes forward_locals;  ///< held by the first stage's forward until it returns
 };
 
 /// What the weight-gradient pass (W) of one layer of kind `kind` reads, one micro-batch of `tokens`
@@ -100,6 +101,7 @@ struct ActivationTables {
     LayerActivations layer;  ///< one layer of the first kind (every layer, with one kind)
     std::vector<LayerActivations> other_kinds;  ///< one layer of each further kind
     std::vector<SavedTensor> input_side, head, forward_buffers;
+    std::vector<SavedTensor> forward_locals;  ///< held by the first stage's forward (forward_locals)
 
     /// One layer of kind `kind`.
     const LayerActivations& of_kind(std::size_t kind) const {
@@ -147,6 +149,7 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
         t.head = head_saved(m, s, b, precision, runtime, f.loss, tuning(0));
         t.forward_buffers =
             forward_buffers(s, b, precision, attention, m.causal_mask_buffer, m.distinct_windows());
+        t.forward_locals = forward_locals(m, s, b, precision);
     }
     return t;
 }
@@ -158,7 +161,7 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
                               const ActivationTables& t, const Framework& framework = {}) {
     Workload w{m,    recipe,          seq,       micro_batch,       {}, {}, {}, {}, {},
                mode, !t.head.empty(), framework, std::move(params), {}, {}, {}, {}, {},
-               {}};
+               {}, {}};
     const auto cache = [&](Recompute under, SplitBytes& into) {
         if (framework.kv_cache == KvCache::kept)
             for (const auto& row :
@@ -170,6 +173,7 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     w.optimizer_state = optimizer_splits(w.parameters, recipe);
     const std::uint64_t V = m.vocab;
     for (const auto& row : t.forward_buffers) w.forward_buffers.add(row);
+    for (const auto& row : t.forward_locals) w.forward_locals.add(row);
     for (std::size_t k = 0; k < m.kind_count(); ++k) {
         w.layers.push_back(layer_work(t.of_kind(k), mode, w.parameters->table, V, k));
         w.weight_pass_reads.push_back(weight_pass_reads(

@@ -23,6 +23,9 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
     detail::TableBuilder t(rows);
     t.add("token embedding", "the token ids (int64)", "the gradient is scattered into their rows",
           shape::ids, z.tokens, 8);
+    if (m.position == Position::learned)  // arange(s), the same for every sequence
+        t.add("position embedding", "the position ids (int64)",
+              "the gradient is scattered into their rows", detail::per_position, Count(seq), 8);
     if (m.position == Position::rotary && !rotary_embedding(m.rotary_embedding).per_layer_tables) {
         t.add("rotary embedding", "cos and sin tables, shared by every layer",
               "q and k were multiplied by them", shape::sd, Count(seq) * m.rotary_dim(), d,
@@ -32,6 +35,23 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
     if (m.embedding_norm) detail::norm_rows(t, m, z, "embedding norm");
     if (m.hidden_dropout > 0)  // the embedding's output: the stream's dtype
         detail::dropout_row(t, z, z.stream, "embedding dropout", shape::sbh, z.sbh);
+    return rows;
+}
+
+/// What the first stage's forward holds in names of its own until it returns, beside the stream:
+/// the embeddings' outputs where the code keeps them (Architecture::embedding_outputs_held), in the
+/// stream's dtype; a learned position embedding's of (s, h), whatever the batch.
+inline std::vector<SavedTensor> forward_locals(const Architecture& m, std::uint64_t seq,
+                                               std::uint64_t micro_batch, Precision precision) {
+    std::vector<SavedTensor> rows;
+    if (!m.embedding_outputs_held) return rows;
+    const detail::Sizes z(m, seq, micro_batch, precision);
+    detail::TableBuilder t(rows);
+    t.add("token embedding", "its output (the forward's local)", "held until the forward returns",
+          shape::sbh, z.sbh, z.s);
+    if (m.position == Position::learned)
+        t.add("position embedding", "its output (the forward's local)",
+              "held until the forward returns", shape::sh, Count(seq) * m.hidden, z.s);
     return rows;
 }
 
