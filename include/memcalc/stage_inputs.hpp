@@ -407,9 +407,9 @@ inline void set_input_backward(TimelineInputs& in, const Workload& w, const Para
     if (w.recipe.autocast && in.loss)
         in.head_weight_copy =
             w.parameters->cast_head.on_rank(p, w.model.vocab) * w.recipe.activation_bytes();
-    in.forward_buffers = w.forward_buffers.on_rank(p, w.model.vocab) +
-                         (holds_embedding(p, f.stage) ? w.forward_locals.on_rank(p, w.model.vocab)
-                                                      : Count(0));
+    in.forward_buffers =
+        w.forward_buffers.on_rank(p, w.model.vocab) +
+        (holds_embedding(p, f.stage) ? w.forward_locals.on_rank(p, w.model.vocab) : Count(0));
     // Checkpoints keep what the attention they rebuild reads, the causal mask, until the last
     // rebuild: each chunk's forward built its own, and a rank's running micro-batch may have
     // several in flight.

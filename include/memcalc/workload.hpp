@@ -101,7 +101,7 @@ struct ActivationTables {
     LayerActivations layer;  ///< one layer of the first kind (every layer, with one kind)
     std::vector<LayerActivations> other_kinds;  ///< one layer of each further kind
     std::vector<SavedTensor> input_side, head, forward_buffers;
-    std::vector<SavedTensor> forward_locals;  ///< held by the first stage's forward (forward_locals)
+    std::vector<SavedTensor> forward_locals;  ///< held by the first stage's forward
 
     /// One layer of kind `kind`.
     const LayerActivations& of_kind(std::size_t kind) const {
@@ -159,9 +159,10 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
                               std::uint64_t micro_batch, Recompute mode,
                               std::shared_ptr<const ParameterSplits> params,
                               const ActivationTables& t, const Framework& framework = {}) {
-    Workload w{m,    recipe,          seq,       micro_batch,       {}, {}, {}, {}, {},
-               mode, !t.head.empty(), framework, std::move(params), {}, {}, {}, {}, {},
-               {}, {}};
+    Workload w;
+    w.model = m, w.recipe = recipe, w.seq = seq, w.micro_batch = micro_batch;
+    w.recompute = mode, w.autograd_order = !t.head.empty(), w.framework = framework;
+    w.parameters = std::move(params);
     const auto cache = [&](Recompute under, SplitBytes& into) {
         if (framework.kv_cache == KvCache::kept)
             for (const auto& row :
