@@ -131,7 +131,8 @@ inline const std::array<Gpu, 24> gpus{{
     {"rtx-3090", "NVIDIA GeForce RTX 3090 24GB",
      "nvidia-smi output in noonghunna/club-3090 issue #390 (24576MiB)", Count(24576 * detail::mib),
      71'000 * detail::giga, 0, 32 * detail::giga, 0, 8, 32 * detail::giga,
-     "NVIDIA Ampere GA102 GPU architecture whitepaper: BF16 71 TFLOPS dense with FP32 accumulate "
+     "NVIDIA Ampere GA102 GPU architecture whitepaper, as recalled (not read here): BF16 71 TFLOPS "
+     "dense with FP32 accumulate "
      "(142 with sparsity); no FP8",
      "PCIe Gen4 x16 32 GB/s each way (its NVLink bridge joins pairs only); 8 a node is an "
      "assumption (workstations hold fewer); NIC: none; host link: PCIe Gen4 x16 (the same link)"},
@@ -140,7 +141,8 @@ inline const std::array<Gpu, 24> gpus{{
      "thread found)",
      Count(49140 * detail::mib), 154'850 * detail::giga, 0, 32 * detail::giga, 0, 8,
      32 * detail::giga,
-     "NVIDIA RTX A6000 datasheet: tensor 309.7 TFLOPS with sparsity, half of it dense; no FP8",
+     "NVIDIA RTX A6000 datasheet, as recalled (not read here): tensor 309.7 TFLOPS with sparsity, "
+     "half of it dense; no FP8",
      "NVIDIA RTX A6000 datasheet: PCIe Gen4 x16 (its NVLink bridge, 112.5 GB/s both ways, joins "
      "pairs only); 8 a node: a common server, not a standard; NIC: none standard; host link: PCIe "
      "Gen4 x16 (the same link)"},
@@ -175,21 +177,24 @@ inline const std::array<Gpu, 24> gpus{{
      "16384MiB; older drivers print less)",
      Count(16384 * detail::mib), 0, 0, 150 * detail::giga, 6'250'000'000ULL, 8, 16 * detail::giga,
      "NVIDIA V100 datasheet: no BF16 or FP8 (FP16 tensor 125 TFLOPS, SXM2)",
-     "NVIDIA V100 datasheet: NVLink 300 GB/s both ways; DGX-1: 8 GPUs, 4 x 100 Gb/s EDR "
+     "NVIDIA V100 datasheet, as recalled (not read here): NVLink 300 GB/s both ways; DGX-1: 8 "
+     "GPUs, 4 x 100 Gb/s EDR "
      "InfiniBand; host link: PCIe Gen3 x16 32 GB/s both ways"},
     {"v100-32gb", "NVIDIA Tesla V100 SXM2 32GB",
      "nvidia-smi outputs of Tesla V100-SXM2-32GB machines in public repositories' notes (32768MiB, "
      "current drivers; no issue thread found)",
      Count(32768 * detail::mib), 0, 0, 150 * detail::giga, 6'250'000'000ULL, 8, 16 * detail::giga,
      "NVIDIA V100 datasheet: no BF16 or FP8 (FP16 tensor 125 TFLOPS, SXM2)",
-     "NVIDIA V100 datasheet: NVLink 300 GB/s both ways; DGX-1: 8 GPUs, 4 x 100 Gb/s EDR "
+     "NVIDIA V100 datasheet, as recalled (not read here): NVLink 300 GB/s both ways; DGX-1: 8 "
+     "GPUs, 4 x 100 Gb/s EDR "
      "InfiniBand; host link: PCIe Gen3 x16 32 GB/s both ways"},
     {"mi250x", "AMD Instinct MI250X, one GCD of two (64GB): a PyTorch device",
      "assumed 64 GiB less 16 MiB, as the MI300X's rocm-smi total is 192 GiB less 16 MiB (no "
      "rocm-smi output of one seen)",
      Count(65520 * detail::mib), 191'500 * detail::giga, 0, 50 * detail::giga, 12'500'000'000ULL, 8,
      16 * detail::giga,
-     "AMD Instinct MI250X datasheet: peak BF16 383 TFLOPS a module (no sparsity), half of it a "
+     "AMD Instinct MI250X datasheet, as recalled (not read here): peak BF16 383 TFLOPS a module "
+     "(no sparsity), half of it a "
      "GCD; no FP8",
      "Frontier's node (OLCF): 4 MI250X, 8 GCDs; Infinity Fabric 200 GB/s each way to its twin "
      "GCD, 50 GB/s a link to the others (the slowest taken); 4 x 200 Gb/s Slingshot a node; host "
@@ -199,7 +204,8 @@ inline const std::array<Gpu, 24> gpus{{
      "rocm-smi output of one seen)",
      Count(262128 * detail::mib), 1'307'400 * detail::giga, 2'614'900 * detail::giga,
      448 * detail::giga, 50 * detail::giga, 8, 64 * detail::giga,
-     "AMD Instinct MI325X datasheet: peak BF16 1,307.4, FP8 2,614.9 TFLOPS dense (the MI300X's)",
+     "AMD Instinct MI325X datasheet, as recalled (not read here): peak BF16 1,307.4, FP8 2,614.9 "
+     "TFLOPS dense (the MI300X's)",
      "AMD Instinct MI325X platform: 8 GPUs, 7 Infinity Fabric links of 128 GB/s both ways each; "
      "400 Gb/s NIC per GPU; host link: PCIe Gen5 x16, 128 GB/s both ways (MI325X datasheet)"},
     {"b300", "NVIDIA B300 (SXM6 AC)",
@@ -209,7 +215,8 @@ inline const std::array<Gpu, 24> gpus{{
      900 * detail::giga, 100 * detail::giga, 8, 64 * detail::giga,
      "NVIDIA HGX B300 specifications: BF16 36, FP8 72 PFLOPS with sparsity for 8 GPUs, a "
      "sixteenth of each dense (as NVIDIA/cosmos-framework PR #114 reads it)",
-     "NVIDIA DGX B300: 8 GPUs, NVLink 1.8 TB/s both ways per GPU, 8 x 800 Gb/s ConnectX-8; host "
+     "NVIDIA DGX B300, as recalled (not read here): 8 GPUs, NVLink 1.8 TB/s both ways per GPU, 8 x "
+     "800 Gb/s ConnectX-8; host "
      "link: PCIe Gen5 x16, 128 GB/s both ways (its Xeon 6 hosts are Gen5)"},
     {"rtx-5090", "NVIDIA GeForce RTX 5090 32GB",
      "nvidia-smi output in noonghunna/club-3090 issue #617 (32607MiB; #741 the same)",
