@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "gpu_file.hpp"
@@ -75,6 +76,51 @@ TEST_CASE("the presets the planner needs, with speeds", "[gpus]") {
     CHECK_THAT(table, Catch::Contains("host GB/s"));
     const std::string csv = cli::render_listing(cli::gpus_listing(), cli::Format::csv);
     CHECK_THAT(csv, Catch::Contains(",gpus_per_node,host_bytes_per_second\n"));
+}
+
+TEST_CASE("the GPUs users name, each at its driver's total in MiB", "[gpus]") {
+    using Row = std::tuple<std::string, std::uint64_t, bool>;  // name, MiB, has BF16
+    auto [name, mib, bf16] = GENERATE(table<std::string, std::uint64_t, bool>({
+        Row{"rtx-3090", 24576, true},
+        Row{"rtx-a6000", 49140, true},
+        Row{"l40", 46068, true},
+        Row{"h20", 97871, true},
+        Row{"a800-80gb", 81920, true},
+        Row{"v100-16gb", 16384, false},  // Volta: FP16 tensor cores, no BF16
+        Row{"v100-32gb", 32768, false},
+        Row{"mi250x", 65520, true},  // one GCD: what PyTorch and rocm-smi call a device
+        Row{"mi325x", 262128, true},
+        Row{"b300", 275040, true},
+        Row{"rtx-5090", 32607, true},
+    }));
+    CAPTURE(name);
+    const Gpu* g = find_gpu(name);
+    REQUIRE(g != nullptr);
+    CHECK(g->memory.value() == mib << 20);
+    CHECK((g->peak_bf16_flops > 0) == bf16);
+    CHECK(g->intra_node_bandwidth > 0);
+    CHECK(g->gpus_per_node > 0);
+    CHECK(g->host_bandwidth > 0);
+    CHECK_THAT(std::string(g->network_source), Catch::Contains("host link: PCIe Gen"));
+    // Where no driver output was found, the source says what the figure is assumed from.
+    if (name == "l40" || name == "mi250x" || name == "mi325x")
+        CHECK_THAT(std::string(g->source), Catch::StartsWith("assumed"));
+}
+
+TEST_CASE("--gpu h20 is the 96 GB H20, not the 141 GB H200 its name begins", "[gpus][cli]") {
+    const Gpu& h20 = *find_gpu("h20");
+    CHECK(h20.memory.value() < find_gpu("h200")->memory.value());
+    CHECK_THAT(std::string(find_gpu("mi250x")->description), Catch::Contains("GCD"));
+    const std::string run = "fit --preset llama-7b --recompute full --format csv";
+    const auto by_name = testing::memcalc(run + " --gpu h20");
+    CHECK(by_name.status == 0);
+    CHECK(by_name.err.empty());
+    CHECK(
+        by_name.out ==
+        testing::memcalc(run + " --device-memory " + std::to_string(h20.memory.value()) + "B").out);
+    CHECK(by_name.out != testing::memcalc(run + " --gpu h200").out);
+    // A near miss of it still names it.
+    CHECK_THAT(testing::memcalc(run + " --gpu h2O").err, Catch::Contains("'h20'"));
 }
 
 TEST_CASE("a GPU by name gives what its memory given by hand gives, in fit, plan and the estimate",

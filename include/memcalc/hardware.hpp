@@ -40,7 +40,7 @@ inline constexpr std::uint64_t giga =
 // Bandwidths are one direction's: NVIDIA's "900 GB/s NVLink" is both directions together, 450 each
 // way; a 400 Gb/s NIC sends 50 GB/s. FLOP/s are dense: half of the datasheets' "with sparsity"
 // figures.
-inline const std::array<Gpu, 13> gpus{{
+inline const std::array<Gpu, 24> gpus{{
     {"a100-40gb", "NVIDIA A100 40GB",
      "nvidia-smi's total, as tabulated by Modal (modal.com, \"Why does an H100 80GB offer 85.52 "
      "GB\")",
@@ -128,6 +128,104 @@ inline const std::array<Gpu, 13> gpus{{
      "accumulate",
      "PCIe Gen4 x16 32 GB/s each way, no NVLink; 8 a node is an assumption (workstations hold "
      "fewer); NIC: none; host link: PCIe Gen4 x16 (the same link)"},
+    {"rtx-3090", "NVIDIA GeForce RTX 3090 24GB",
+     "nvidia-smi output in noonghunna/club-3090 issue #390 (24576MiB)", Count(24576 * detail::mib),
+     71'000 * detail::giga, 0, 32 * detail::giga, 0, 8, 32 * detail::giga,
+     "NVIDIA Ampere GA102 GPU architecture whitepaper, as recalled (not read here): BF16 71 TFLOPS "
+     "dense with FP32 accumulate "
+     "(142 with sparsity); no FP8",
+     "PCIe Gen4 x16 32 GB/s each way (its NVLink bridge joins pairs only); 8 a node is an "
+     "assumption (workstations hold fewer); NIC: none; host link: PCIe Gen4 x16 (the same link)"},
+    {"rtx-a6000", "NVIDIA RTX A6000 48GB",
+     "nvidia-smi outputs of RTX A6000 machines in public repositories' notes (49140MiB; no issue "
+     "thread found)",
+     Count(49140 * detail::mib), 154'850 * detail::giga, 0, 32 * detail::giga, 0, 8,
+     32 * detail::giga,
+     "NVIDIA RTX A6000 datasheet, as recalled (not read here): tensor 309.7 TFLOPS with sparsity, "
+     "half of it dense; no FP8",
+     "NVIDIA RTX A6000 datasheet: PCIe Gen4 x16 (its NVLink bridge, 112.5 GB/s both ways, joins "
+     "pairs only); 8 a node: a common server, not a standard; NIC: none standard; host link: PCIe "
+     "Gen4 x16 (the same link)"},
+    {"l40", "NVIDIA L40 48GB",
+     "assumed the L40S's 46068MiB: the same 48 GB GDDR6 AD102 board (no nvidia-smi output seen)",
+     Count(46068 * detail::mib), 181'050 * detail::giga, 362'000 * detail::giga, 32 * detail::giga,
+     0, 8, 32 * detail::giga,
+     "NVIDIA L40 datasheet: BF16 181.05, FP8 362 TFLOPS dense (362.1 and 724 with sparsity)",
+     "NVIDIA L40 datasheet: PCIe Gen4 x16 64 GB/s both ways, no NVLink; 8 a node: a common "
+     "server, not a standard; NIC: none standard; host link: PCIe Gen4 x16 (the same link)"},
+    {"h20", "NVIDIA H20 96GB HBM3",
+     "nvidia-smi of an 8 x H20 server in ArthurChiao's GPU server notes (97871MiB); GH200 96GB "
+     "reports the same total",
+     Count(97871 * detail::mib), 148'000 * detail::giga, 296'000 * detail::giga, 450 * detail::giga,
+     0, 8, 64 * detail::giga,
+     "NVIDIA H20 specifications: FP16/BF16 148, FP8 296 TFLOPS dense (a measured BF16 GEMM "
+     "reaches 142: zzc0721/torch-performance-test-data issue #77)",
+     "NVIDIA H20 specifications: NVLink 900 GB/s both ways (nvidia-smi topo: NV18); HGX H20: 8 "
+     "GPUs; NIC: none standard (each vendor fits its own); host link: PCIe Gen5 128 GB/s both "
+     "ways"},
+    {"a800-80gb", "NVIDIA A800 80GB (SXM)",
+     "nvidia-smi output in dexmal/dexbotic issue #41 (A800-SXM4-80GB: 81920MiB; the A800 80GB "
+     "PCIe's in vllm-project/vllm issue #41519 is the same)",
+     Count(81920 * detail::mib), 312'000 * detail::giga, 0, 200 * detail::giga, 25 * detail::giga,
+     8, 32 * detail::giga,
+     "the A100 SXM's (the same GA100, export-limited in NVLink only): BF16 312 TFLOPS dense; no "
+     "FP8",
+     "NVIDIA A800 SXM: NVLink 400 GB/s both ways; 8 GPUs and 8 x 200 Gb/s HDR InfiniBand assumed "
+     "as DGX A100's; host link: PCIe Gen4 64 GB/s both ways (as A100)"},
+    {"v100-16gb", "NVIDIA Tesla V100 SXM2 16GB",
+     "nvidia-smi output in 1CatAI/1Cat-vLLM issue #85 (Tesla V100-SXM2-16GB, driver 570: "
+     "16384MiB; older drivers print less)",
+     Count(16384 * detail::mib), 0, 0, 150 * detail::giga, 6'250'000'000ULL, 8, 16 * detail::giga,
+     "NVIDIA V100 datasheet: no BF16 or FP8 (FP16 tensor 125 TFLOPS, SXM2)",
+     "NVIDIA V100 datasheet, as recalled (not read here): NVLink 300 GB/s both ways; DGX-1: 8 "
+     "GPUs, 4 x 100 Gb/s EDR "
+     "InfiniBand; host link: PCIe Gen3 x16 32 GB/s both ways"},
+    {"v100-32gb", "NVIDIA Tesla V100 SXM2 32GB",
+     "nvidia-smi outputs of Tesla V100-SXM2-32GB machines in public repositories' notes (32768MiB, "
+     "current drivers; no issue thread found)",
+     Count(32768 * detail::mib), 0, 0, 150 * detail::giga, 6'250'000'000ULL, 8, 16 * detail::giga,
+     "NVIDIA V100 datasheet: no BF16 or FP8 (FP16 tensor 125 TFLOPS, SXM2)",
+     "NVIDIA V100 datasheet, as recalled (not read here): NVLink 300 GB/s both ways; DGX-1: 8 "
+     "GPUs, 4 x 100 Gb/s EDR "
+     "InfiniBand; host link: PCIe Gen3 x16 32 GB/s both ways"},
+    {"mi250x", "AMD Instinct MI250X, one GCD of two (64GB): a PyTorch device",
+     "assumed 64 GiB less 16 MiB, as the MI300X's rocm-smi total is 192 GiB less 16 MiB (no "
+     "rocm-smi output of one seen)",
+     Count(65520 * detail::mib), 191'500 * detail::giga, 0, 50 * detail::giga, 12'500'000'000ULL, 8,
+     16 * detail::giga,
+     "AMD Instinct MI250X datasheet, as recalled (not read here): peak BF16 383 TFLOPS a module "
+     "(no sparsity), half of it a "
+     "GCD; no FP8",
+     "Frontier's node (OLCF): 4 MI250X, 8 GCDs; Infinity Fabric 200 GB/s each way to its twin "
+     "GCD, 50 GB/s a link to the others (the slowest taken); 4 x 200 Gb/s Slingshot a node; host "
+     "link: PCIe Gen4 x16 a module, shared by its two GCDs (MI250X datasheet)"},
+    {"mi325x", "AMD Instinct MI325X 256GB",
+     "assumed 256 GiB less 16 MiB, as the MI300X's rocm-smi total is 192 GiB less 16 MiB (no "
+     "rocm-smi output of one seen)",
+     Count(262128 * detail::mib), 1'307'400 * detail::giga, 2'614'900 * detail::giga,
+     448 * detail::giga, 50 * detail::giga, 8, 64 * detail::giga,
+     "AMD Instinct MI325X datasheet, as recalled (not read here): peak BF16 1,307.4, FP8 2,614.9 "
+     "TFLOPS dense (the MI300X's)",
+     "AMD Instinct MI325X platform: 8 GPUs, 7 Infinity Fabric links of 128 GB/s both ways each; "
+     "400 Gb/s NIC per GPU; host link: PCIe Gen5 x16, 128 GB/s both ways (MI325X datasheet)"},
+    {"b300", "NVIDIA B300 (SXM6 AC)",
+     "nvidia-smi's total for 8 x B300 SXM6 AC in a public repository's TensorRT-LLM notes "
+     "(275040MiB; no issue thread found)",
+     Count(275040 * detail::mib), 2'250'000 * detail::giga, 4'500'000 * detail::giga,
+     900 * detail::giga, 100 * detail::giga, 8, 64 * detail::giga,
+     "NVIDIA HGX B300 specifications: BF16 36, FP8 72 PFLOPS with sparsity for 8 GPUs, a "
+     "sixteenth of each dense (as NVIDIA/cosmos-framework PR #114 reads it)",
+     "NVIDIA DGX B300, as recalled (not read here): 8 GPUs, NVLink 1.8 TB/s both ways per GPU, 8 x "
+     "800 Gb/s ConnectX-8; host "
+     "link: PCIe Gen5 x16, 128 GB/s both ways (its Xeon 6 hosts are Gen5)"},
+    {"rtx-5090", "NVIDIA GeForce RTX 5090 32GB",
+     "nvidia-smi output in noonghunna/club-3090 issue #617 (32607MiB; #741 the same)",
+     Count(32607 * detail::mib), 209'600 * detail::giga, 419'200 * detail::giga, 64 * detail::giga,
+     0, 8, 64 * detail::giga,
+     "NVIDIA RTX 5090 specifications: FP16 838.4, FP8 1,676.8 TFLOPS with sparsity and FP16 "
+     "accumulate; a quarter of each: dense with FP32 accumulate, as the RTX 4090's",
+     "PCIe Gen5 x16 64 GB/s each way, no NVLink; 8 a node is an assumption (workstations hold "
+     "fewer); NIC: none; host link: PCIe Gen5 x16 (the same link)"},
 }};
 
 /// The built-in GPU of that name, or nullptr.
