@@ -78,9 +78,11 @@ struct ParallelOptions {
 };
 
 /// The device: its memory given, or a GPU's by name or file; and what the model may not use of it.
+/// Memory the model does not see, kept out of a device's (the framework's context, fragmentation).
+inline constexpr const char* default_reserve = "2GiB";
 struct DeviceOptions {
     std::string device_memory, gpu, gpu_file;
-    std::string reserve = "2GiB";  ///< fit, plan and serve
+    std::string reserve;  ///< empty: default_reserve, where a device is given
 };
 
 /// "1024,2048": the items of a comma list, spaces ignored; an empty item is an error.

@@ -199,6 +199,22 @@ std::optional<DeviceMemory> device_memory(const DeviceOptions& q) {
     return DeviceMemory{g->memory, "--gpu " + q.gpu, *g};
 }
 
+std::optional<UsableMemory> usable_memory(const DeviceOptions& q) {
+    const std::optional<DeviceMemory> device = device_memory(q);
+    if (!device && !q.reserve.empty())  // not given, the default: a device's
+        throw usage_error(
+            fmt::format("--reserve {} needs --device-memory, --gpu or --gpu-file: it "
+                        "is kept out of a device's memory",
+                        q.reserve));
+    if (!device) return std::nullopt;
+    const std::string reserve = q.reserve.empty() ? std::string(default_reserve) : q.reserve;
+    const Count bytes = parse_size("--reserve", reserve);
+    if (bytes >= device->bytes)
+        throw usage_error(
+            fmt::format("--reserve {} leaves nothing of {}", reserve, device->given_by));
+    return UsableMemory{*device, {device->bytes, bytes}};
+}
+
 std::vector<Attention> attentions_from(const ActivationOptions& q, const Settings& settings) {
     if (q.attention.empty()) return {settings.framework.attention};
     const std::vector<Attention> attentions = parse_attention(q.attention);

@@ -111,7 +111,8 @@ EstimateRun estimate_run(const EstimateOptions& q) {
     run.view = View{unit_of(q.output), r.timeline,
                     r.compare,         parse_count("--gpus-per-node", q.parallel.gpus_per_node, 8),
                     std::nullopt,      std::nullopt};
-    if (const auto device = device_memory(r.device)) run.view.device_memory = device->bytes;
+    if (const auto device = usable_memory(r.device))
+        run.view.device_memory = device->rule.memory, run.view.reserve = device->rule.reserve;
     if (!q.parallel.host_memory.empty())
         run.view.host_memory = parse_size("--host-memory", q.parallel.host_memory);
     return run;
@@ -145,7 +146,7 @@ void run_single(const EstimateOptions& q, EstimateRun& run, Spool& out,
         case Format::csv:
             out.append(o.ops         ? ops_csv(r)
                        : o.per_layer ? per_layer_csv(r)
-                                     : csv_header() + csv_row(r));
+                                     : csv_header() + csv_row(r, view));
             break;
         case Format::table:
             out.append(o.per_layer ? per_layer_table(r, view) : report_table(r, view));
@@ -160,7 +161,10 @@ void run_single(const EstimateOptions& q, EstimateRun& run, Spool& out,
 /// A sweep as it is rendered, a configuration at a time.
 struct SweepOutput {
     SweepOutput(const EstimateRun& r, const Estimator& e, bool plot, Spool& o)
-        : run(r), estimator(e), plotted(plot), out(o) {}
+        : run(r), estimator(e), plotted(plot), out(o) {
+        if (r.view.device_memory)
+            csv_rows.device = DeviceFit{*r.view.device_memory, r.view.reserve};
+    }
 
     const EstimateRun& run;
     const Estimator& estimator;

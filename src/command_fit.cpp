@@ -16,23 +16,18 @@ namespace {
 /// What fit searches, at what size, and in how much memory: checked before the model is read.
 FitRequest fit_request(const FitOptions& q) {
     check_run_options(q);
-    const std::optional<DeviceMemory> device = device_memory(q.device);
+    const std::optional<UsableMemory> device = usable_memory(q.device);
     if (!device)
         throw usage_error(
             "fit needs --device-memory or --gpu, e.g. --device-memory 80GB or --gpu h100-sxm");
-    const Count memory = device->bytes;
-    const Count reserve = parse_size("--reserve", q.device.reserve);
-    if (reserve >= memory)
-        throw usage_error(
-            fmt::format("--reserve {} leaves nothing of {}", q.device.reserve, device->given_by));
     // With --seq fixed, the micro-batch is searched; otherwise the sequence, at --micro-batch (1).
     FitRequest fit;
     fit.dimension = q.step.seq.empty() ? FitDimension::seq : FitDimension::micro_batch;
     fit.fixed = fit.dimension == FitDimension::seq
                     ? parse_count("--micro-batch", q.step.micro_batch, 1)
                     : parse_count("--seq", q.step.seq, 0);
-    fit.memory = memory, fit.reserve = reserve;
-    fit.capacity = Count(memory.value() - reserve.value());
+    fit.memory = device->rule.memory, fit.reserve = device->rule.reserve;
+    fit.capacity = device->rule.usable();
     fit.modes = parse_modes(q.step.recompute);
     return fit;
 }

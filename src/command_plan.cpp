@@ -17,22 +17,20 @@ namespace {
 
 /// The memory each device offers: --device-memory or --gpu, less --reserve.
 void device_of(const PlanOptions& q, PlanView& view) {
-    const std::optional<DeviceMemory> device = device_memory(q.device);
-    if (!device)
+    const std::optional<UsableMemory> usable = usable_memory(q.device);
+    if (!usable)
         throw usage_error(
             "plan needs --device-memory or --gpu, e.g. --device-memory 80GB or --gpu h100-sxm");
+    const DeviceMemory* device = &usable->device;
     if (q.step.seq.empty()) throw usage_error("plan needs --seq");
     if (q.parallel.global_batch.empty())
         throw usage_error("plan needs --global-batch, the sequences per step");
     view.memory = device->bytes;
-    view.reserve = parse_size("--reserve", q.device.reserve);
-    if (view.reserve >= view.memory)
-        throw usage_error(
-            fmt::format("--reserve {} leaves nothing of {}", q.device.reserve, device->given_by));
+    view.reserve = usable->rule.reserve;
     PlanRequest& r = view.request;
     r.gpus = parse_count("--gpus", q.gpus, 1);
     r.gpu = device->gpu;
-    r.capacity = Count(view.memory.value() - view.reserve.value());
+    r.capacity = usable->rule.usable();
     if (!q.parallel.host_memory.empty())
         r.host_capacity = parse_size("--host-memory", q.parallel.host_memory);
 }

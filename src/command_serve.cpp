@@ -174,22 +174,11 @@ std::string run_serve(const ServeOptions& q) {
     s.kv_dtype = kv_dtype_named(q.kv_dtype);
     s.weights = &weight_format_named(q.weights);
     ServeRun run;
-    const std::optional<DeviceMemory> device = device_memory(q.device);
-    if (!device && !q.device.reserve.empty())  // not given, the default: a device's
-        throw usage_error(
-            fmt::format("--reserve {} needs --device-memory, --gpu or --gpu-file: it "
-                        "is kept out of a device's memory",
-                        q.device.reserve));
-    if (device) {
-        const std::string reserve =
-            q.device.reserve.empty() ? DeviceOptions{}.reserve : q.device.reserve;
-        run.memory = device->bytes;
-        run.reserve = parse_size("--reserve", reserve);
-        if (*run.reserve >= *run.memory)
-            throw usage_error(
-                fmt::format("--reserve {} leaves nothing of {}", reserve, device->given_by));
-        run.capacity = Count(run.memory->value() - run.reserve->value());
-        run.device = device->given_by;
+    if (const std::optional<UsableMemory> device = usable_memory(q.device)) {
+        run.memory = device->rule.memory;
+        run.reserve = device->rule.reserve;
+        run.capacity = device->rule.usable();
+        run.device = device->device.given_by;
     }
     const ModelFile model = load_model(q.model);
     run.model = model.architecture.name;

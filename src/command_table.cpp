@@ -227,10 +227,6 @@ void add_fit(CLI::App& fit, FitOptions& q, CommandLine&) {
         ->description("Recomputation modes to answer for, a comma list (default: all three)");
     fit.get_option("--dp")->description("Data-parallel replicas (default 1)");
     add_device_options(fit, q.device, "The device's memory: 80GB, 141GB, 24GiB, ... (or --gpu)");
-    fit.add_option("--reserve", q.device.reserve,
-                   "Memory the model does not see: the framework's context and fragmentation "
-                   "(default 2GiB)")
-        ->type_name("SIZE");
     fit.add_option("--multiple-of", q.multiple_of, "Search only multiples of this size (default 1)")
         ->type_name("N");
 }
@@ -258,8 +254,6 @@ void add_plan_search(CLI::App& plan, PlanOptions& q) {
                        "step)");
     plan.add_option("--global-batch", q.parallel.global_batch, "Sequences per step (required)")
         ->type_name("G");
-    plan.add_option("--reserve", q.device.reserve, "Memory the model does not see (default 2GiB)")
-        ->type_name("SIZE");
     plan.add_option("--top", q.top, "How many layouts to show (default 10)")->type_name("K");
     plan.add_option("--max-tp", q.max_tp,
                     "Largest tensor-parallel degree to try, e.g. the GPUs of a node")
@@ -348,10 +342,6 @@ void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
         ->type_name("N");
     add_device_options(serve, q.device,
                        "The device's memory: with it, the KV cache capacity and the largest batch");
-    serve
-        .add_option("--reserve", q.device.reserve,
-                    "Memory the engine keeps for itself (default 2GiB)")
-        ->type_name("SIZE");
 }
 
 void serve_command(const ServeOptions& q, Spool& out, std::vector<PendingFile>&) {

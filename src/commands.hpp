@@ -93,7 +93,6 @@ struct ServeOptions {
     OutputOptions output;
     DeviceOptions device;
     std::string context, batch, tp, kv_dtype = "bf16", weights = "bf16", block_size, prefill_chunk;
-    ServeOptions() { device.reserve = ""; }  // given, it needs a device: see run_serve
 
     std::string output_file() const { return output.file; }
 };
@@ -136,6 +135,14 @@ struct DeviceMemory {
 };
 /// --device-memory, or the memory of --gpu or --gpu-file; none when no option gives one.
 std::optional<DeviceMemory> device_memory(const DeviceOptions& q);
+/// A device and the rule its verdicts follow (DeviceFit).
+struct UsableMemory {
+    DeviceMemory device;
+    DeviceFit rule;
+};
+/// The device and its reserve (--reserve, 2GiB by default); none without a device; a reserve
+/// given without one, or one that leaves nothing, is an error.
+std::optional<UsableMemory> usable_memory(const DeviceOptions& q);
 
 /// The attention kernels to estimate: --attention's list, or the profile's one.
 std::vector<Attention> attentions_from(const ActivationOptions& q, const Settings& settings);

@@ -196,6 +196,10 @@ void add_device_options(App& app, DeviceOptions& q, const char* memory_help) {
         ->excludes(memory)
         ->excludes(gpu)
         ->type_name("PATH");
+    app.add_option("--reserve", q.reserve,
+                   "Memory the model does not see, kept out of the device's: the framework's "
+                   "context and\nthe allocator's fragmentation (default 2GiB, with a device)")
+        ->type_name("SIZE");
 }
 
 /// --host-memory: what offload may fill of each device's host memory, checked where given.

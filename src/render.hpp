@@ -45,6 +45,19 @@ Listing gpus_listing();
 Listing activation_functions_listing();
 Listing program_facts_listing();  ///< program_facts.hpp's rows
 
+/// The one rule of estimate, fit, plan and serve: a peak fits when it is at most the device's
+/// memory less the reserve (--reserve: the framework's context, the allocator's fragmentation).
+struct DeviceFit {
+    Count memory, reserve;
+    Count usable() const { return Count(memory.value() - reserve.value()); }
+    bool fits(Count peak) const { return peak <= usable(); }
+    /// Bytes to spare, negative when over.
+    std::int64_t spare(Count peak) const {
+        return static_cast<std::int64_t>(usable().value()) -
+               static_cast<std::int64_t>(peak.value());
+    }
+};
+
 struct View {
     Unit unit = Unit::gb;
     bool full_timeline = false;  ///< every step rather than the compact list
@@ -53,7 +66,8 @@ struct View {
     std::optional<Count>
         device_memory;  ///< when given: drawn in plots, and the peak checked against it
     std::optional<Count>
-        host_memory;  ///< when given: what offload keeps in host memory checked against it
+        host_memory;   ///< when given: what offload keeps in host memory checked against it
+    Count reserve{0};  ///< kept out of device_memory when the peak is checked (DeviceFit)
 };
 
 /// The timeline's categories with their JSON keys and printed labels, in print order.
@@ -156,7 +170,7 @@ void add_ops_json(nlohmann::json& activations, const Report& r);
 
 // CSV for scripts: one row per configuration, the same columns every time.
 std::string csv_header();
-std::string csv_row(const Report& r);
+std::string csv_row(const Report& r, const View& view = {});
 /// A sweep's rows, one summary at a time. Most numbers repeat from row to row (the layout, the
 /// parameters, the state): each number cell keeps its last digits and reuses them.
 class CsvRowWriter {
@@ -168,9 +182,10 @@ public:
     };
     /// The row of `r`, appended to `out`.
     void append(std::string& out, std::string_view model, const Summary& r);
+    std::optional<DeviceFit> device;  ///< the verdict's columns, where a device is given
 
 private:
-    std::array<Cell, 24> cells_{};
+    std::array<Cell, 26> cells_{};
 };
 std::string per_layer_csv(const Report& r);
 /// Each kind's op tape, a row an event (with its kind's name when there are several).

@@ -16,7 +16,7 @@ std::string csv_header() {
            "zero,"
            "sequence_parallel,microbatches,peak_stage,peak_microbatch,grad_buffer,first_stage_"
            "layers,last_stage_layers,training,"
-           "recompute_layers\n";
+           "recompute_layers,usable_bytes,fits,spare_bytes\n";
 }
 
 namespace {
@@ -128,12 +128,22 @@ void CsvRowWriter::append(std::string& out, std::string_view model, const Summar
         row.number(*p.recompute_layers);
     else
         row.text("");  // every layer of the recomputation
+    if (device) {      // the verdict, with a device (DeviceFit); empty cells without
+        const Count peak = r.peak.bytes.total();
+        const std::int64_t spare = device->spare(peak);
+        row.number(device->usable().value()).flag(device->fits(peak));
+        row.text(spare < 0 ? "-" + std::to_string(-spare) : std::to_string(spare));
+    } else {
+        row.text("").text("").text("");
+    }
     row.end();
 }
 
-std::string csv_row(const Report& r) {
+std::string csv_row(const Report& r, const View& view) {
     std::string out;
-    CsvRowWriter().append(out, r.model.name, summary(r));
+    CsvRowWriter writer;
+    if (view.device_memory) writer.device = DeviceFit{*view.device_memory, view.reserve};
+    writer.append(out, r.model.name, summary(r));
     return out;
 }
 

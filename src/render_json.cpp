@@ -358,6 +358,29 @@ json settings_json(const Report& r) {
 
 }  // namespace
 
+namespace {
+
+/// The device the peak was checked against (null without one), and the verdict: `fits`,
+/// `spare_bytes` (negative when over), null without a device.
+json device_json(const View& view) {
+    if (!view.device_memory) return nullptr;
+    const DeviceFit rule{*view.device_memory, view.reserve};
+    return {{"memory_bytes", rule.memory.value()},
+            {"reserve_bytes", rule.reserve.value()},
+            {"usable_bytes", rule.usable().value()}};
+}
+
+void add_verdict(json& peak, Count bytes, const View& view) {
+    if (!view.device_memory) {
+        peak["fits"] = nullptr, peak["spare_bytes"] = nullptr;
+        return;
+    }
+    const DeviceFit rule{*view.device_memory, view.reserve};
+    peak["fits"] = rule.fits(bytes), peak["spare_bytes"] = rule.spare(bytes);
+}
+
+}  // namespace
+
 json report_json(const Report& r, const View& view) {
     json timeline = json::array();
     for (const auto& step : r.timeline())
@@ -366,6 +389,12 @@ json report_json(const Report& r, const View& view) {
                             {"bytes", step.bytes.total().value()},
                             {"by_category", breakdown_json(step.bytes)}});
     const Step& peak = r.peak_step();
+    json peak_json = {{"step", peak.name()},
+                      {"bytes", peak.bytes.total().value()},
+                      {"stage", r.busiest().stage},
+                      {"microbatch", peak.microbatch},
+                      {"by_category", breakdown_json(peak.bytes)}};
+    add_verdict(peak_json, peak.bytes.total(), view);
     return {
         {"memcalc", memcalc::version},
         {"schema", memcalc::json_schema},
@@ -392,12 +421,8 @@ json report_json(const Report& r, const View& view) {
           {"recompute_fraction", r.compute.recompute_fraction()}}},
         {"timeline", timeline},
         {"ranks", ranks_json(r)},
-        {"peak",
-         {{"step", peak.name()},
-          {"bytes", peak.bytes.total().value()},
-          {"stage", r.busiest().stage},
-          {"microbatch", peak.microbatch},
-          {"by_category", breakdown_json(peak.bytes)}}}};
+        {"device", device_json(view)},
+        {"peak", peak_json}};
 }
 
 }  // namespace memcalc::cli

@@ -436,12 +436,17 @@ std::string peak_section(const Report& r, const View& view) {
     const std::string per = r.settings.parallel.any() ? " per device" : "";
     std::string verdict;
     if (view.device_memory) {
-        const Count total = peak.bytes.total(), device = *view.device_memory;
-        verdict = total <= device
-                      ? fmt::format("  fits in {}: {} to spare\n", amount(device, view.unit),
-                                    amount(Count(device.value() - total.value()), view.unit))
-                      : fmt::format("  does not fit in {}: {} over\n", amount(device, view.unit),
-                                    amount(Count(total.value() - device.value()), view.unit));
+        const DeviceFit rule{*view.device_memory, view.reserve};
+        const Count total = peak.bytes.total();
+        const std::string usable =
+            fmt::format("{} ({} less a {} reserve)", amount(rule.usable(), view.unit),
+                        amount(rule.memory, view.unit), amount(rule.reserve, view.unit));
+        verdict =
+            rule.fits(total)
+                ? fmt::format("  fits in {}: {} to spare\n", usable,
+                              amount(Count(rule.usable().value() - total.value()), view.unit))
+                : fmt::format("  does not fit in {}: {} over\n", usable,
+                              amount(Count(total.value() - rule.usable().value()), view.unit));
     }
     if (view.host_memory && r.settings.parallel.offloads()) {
         const RankReport* most = &r.ranks.front();  // the device keeping the most in host memory

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "run_program.hpp"
@@ -58,4 +60,55 @@ TEST_CASE("fit and plan choose as the estimate does", "[cli][defaults]") {
                                       " --dp 8 --zero 3 --format json "
                                       "--activations architecture")
                          .out);
+}
+
+TEST_CASE("one verdict: the estimate keeps --reserve out of the device as fit, plan and serve do",
+          "[cli][defaults]") {
+    const std::string run = "--preset llama-7b --seq 2048 --dp 8 --zero 3 --gpu h100-sxm";
+    const auto report = [&](const std::string& more) {
+        const testing::Run r = testing::memcalc(run + more + " --format json");
+        REQUIRE(r.status == 0);
+        return nlohmann::json::parse(r.out);
+    };
+    const nlohmann::json j = report("");
+    const std::uint64_t memory = 81559ULL << 20, reserve = 2ULL << 30;
+    CHECK(j["device"]["memory_bytes"] == memory);
+    CHECK(j["device"]["usable_bytes"] == memory - reserve);
+    const std::int64_t peak = j["peak"]["bytes"].get<std::int64_t>();
+    CHECK(j["peak"]["spare_bytes"] == std::int64_t(memory - reserve) - peak);
+    CHECK(j["peak"]["fits"] == (j["peak"]["spare_bytes"].get<std::int64_t>() >= 0));
+    CHECK(report(" --reserve 0B")["peak"]["spare_bytes"] == std::int64_t(memory) - peak);
+    // The CSV's last three columns say the same; without a device they are empty.
+    const std::string csv = testing::memcalc(run + " --format csv").out;
+    const std::string row = csv.substr(csv.find('\n') + 1);
+    CHECK_THAT(row, Catch::EndsWith(std::to_string(memory - reserve) + ",true," +
+                                    std::to_string(std::int64_t(memory - reserve) - peak) + "\n"));
+    CHECK_THAT(testing::memcalc("--preset llama-7b --format csv").out, Catch::EndsWith(",,,\n"));
+    CHECK(report("").contains("device"));
+    const testing::Run bare = testing::memcalc("--preset llama-7b --format json");
+    CHECK(nlohmann::json::parse(bare.out)["peak"]["fits"].is_null());
+    // A reserve needs a device.
+    const testing::Run lone = testing::memcalc("--preset llama-7b --reserve 1GiB");
+    CHECK(lone.status == 2);
+    CHECK_THAT(lone.err, Catch::Contains("--reserve 1GiB needs --device-memory"));
+}
+
+TEST_CASE("fit's largest size is the largest the estimate says fits", "[cli][defaults]") {
+    const std::string model =
+        "--preset llama-7b --dp 8 --zero 3 --gpu a100-80gb --recompute full --multiple-of 256";
+    const testing::Run fit = testing::memcalc("fit " + model + " --format json");
+    REQUIRE(fit.status == 0);
+    const nlohmann::json answer = nlohmann::json::parse(fit.out);
+    INFO(answer.dump());
+    const std::uint64_t largest = answer["results"][0]["largest"].get<std::uint64_t>();
+    const auto fits = [&](std::uint64_t seq) {
+        const testing::Run r = testing::memcalc(
+            "--preset llama-7b --dp 8 --zero 3 --gpu a100-80gb --recompute full "
+            "--format json --seq " +
+            std::to_string(seq));
+        REQUIRE(r.status == 0);
+        return nlohmann::json::parse(r.out)["peak"]["fits"].get<bool>();
+    };
+    CHECK(fits(largest));
+    CHECK_FALSE(fits(largest + 256));
 }

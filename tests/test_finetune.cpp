@@ -561,11 +561,12 @@ TEST_CASE("memcalc --lora-variant dora and the CSV's training column", "[finetun
             0) == 0);
     // training, then partial recomputation's recompute_layers (empty: every layer of the mode).
     CHECK_THAT(full,
-               Catch::Contains("first_stage_layers,last_stage_layers,training,recompute_layers\n"));
-    CHECK_THAT(full, Catch::Contains(",full,\nllama-7b,1024,"));
-    CHECK(full.substr(full.size() - 7) == ",full,\n");
-    CHECK_THAT(q, Catch::Contains(",qlora,\nllama-7b,1024,"));
-    CHECK(q.substr(q.size() - 8) == ",qlora,\n");
+               Catch::Contains("first_stage_layers,last_stage_layers,training,recompute_layers,"));
+    // then the verdict's usable_bytes, fits and spare_bytes: empty without a device
+    CHECK_THAT(full, Catch::Contains(",full,,,,\nllama-7b,1024,"));
+    CHECK(full.substr(full.size() - 10) == ",full,,,,\n");
+    CHECK_THAT(q, Catch::Contains(",qlora,,,,\nllama-7b,1024,"));
+    CHECK(q.substr(q.size() - 11) == ",qlora,,,,\n");
 }
 
 TEST_CASE("memcalc fit says what trains in its CSV and JSON", "[finetune][cli][fit]") {

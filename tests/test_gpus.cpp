@@ -107,7 +107,7 @@ TEST_CASE("the GPUs users name, each at its driver's total in MiB", "[gpus]") {
         CHECK_THAT(std::string(g->source), Catch::StartsWith("assumed"));
 }
 
-TEST_CASE("--gpu h20 is the 96 GB H20, not the 141 GB H200 its name begins", "[gpus][cli]") {
+TEST_CASE("the h20 GPU is the 96 GB H20, not the 141 GB H200 its name begins", "[gpus][cli]") {
     const Gpu& h20 = *find_gpu("h20");
     CHECK(h20.memory.value() < find_gpu("h200")->memory.value());
     CHECK_THAT(std::string(find_gpu("mi250x")->description), Catch::Contains("GCD"));

@@ -376,7 +376,7 @@ TEST_CASE("a CSV row is what one format string gives, FLOPs past 2^64 included",
         const Parallelism& p = r.settings.parallel;
         const std::string expected = fmt::format(
             "{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{:.0f},{},{},{},{},{},{},{},{},{},{},{},"
-            "{},{},{},{}\n",
+            "{},{},{},{},,,\n",  // no device: the verdict's three cells empty
             cli::csv_field(m.name), s.seq, s.micro_batch, recompute_name(s.recompute),
             s.recipe.name, activation_model_name(s.activations),
             attention_name(s.framework.attention), r.parameter_count.value(),
