@@ -162,12 +162,12 @@ std::vector<Attention> parse_attention(const std::string& text) {
     for (const auto& item : split_list("--attention", text)) {
         if (item == "eager")
             kinds.push_back(Attention::eager);
-        else if (item == "flash")
+        else if (item == "flash" || item == "sdpa")  // SDPA's kernels keep what flash's keep
             kinds.push_back(Attention::flash);
         else
-            throw usage_error(
-                fmt::format("--attention must be eager, flash or a comma list of them (got '{}'){}",
-                            item, did_you_mean(item, {"eager", "flash"})));
+            throw usage_error(fmt::format(
+                "--attention must be eager, flash (or sdpa) or a comma list of them (got '{}'){}",
+                item, did_you_mean(item, {"eager", "flash", "sdpa"})));
     }
     return kinds;
 }

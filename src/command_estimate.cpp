@@ -95,7 +95,15 @@ EstimateRun lists_and_model(const EstimateOptions& q) {
 /// EstimateRun: also whether it is a sweep, the format and the view.
 EstimateRun estimate_run(const EstimateOptions& q) {
     EstimateRun run = lists_and_model(q);
-    const std::size_t layouts = parse_layouts(q.parallel, q.step, run.batches.front()).size();
+    const std::vector<Parallelism> parsed = parse_layouts(q.parallel, q.step, run.batches.front());
+    const std::size_t layouts = parsed.size();
+    for (const Parallelism& p : parsed)
+        if (p.zero > 0 && p.dp * p.cp == 1 && q.output.format == "table") {
+            pending_notes().push_back(fmt::format(
+                "--zero {} over one data-parallel rank shards nothing{}", p.zero,
+                p.zero == 3 ? " (the layers' gathered weights are still counted)" : ""));
+            break;
+        }
     check_plot(q.report, run.seqs.size(), run.batches.size(), layouts, run.attentions.size());
     const std::size_t configurations =
         run.seqs.size() * run.batches.size() * layouts * run.attentions.size() * run.modes.size();

@@ -130,12 +130,14 @@ void add_group(App& app, ActivationOptions& q) {
     app.add_option("--activations", q.activations,
                    "Per-layer activations: korthikanti (the chapter's formula, default) or "
                    "architecture\n(the tensors PyTorch keeps for this architecture, op by op; "
-                   "the default with --train)")
+                   "the default where a setting\nor the model needs it: --train, flash "
+                   "attention, autocast, MoE)")
         ->check(CLI::IsMember({"korthikanti", "architecture"}));
     app.add_option("--attention", q.attention,
-                   "eager (default: the s x s scores are stored), flash (a fused kernel keeps a "
-                   "log-sum-exp\nper row instead; needs --activations architecture), or a comma "
-                   "list")
+                   "eager (default: the s x s scores are stored), flash or sdpa (a fused kernel "
+                   "keeps a\nlog-sum-exp per row instead: flash-attn's, or PyTorch's "
+                   "scaled_dot_product_attention,\nwhose caller may repeat k and v: "
+                   "--repeat-kv), or a comma list")
         ->type_name("KIND[,KIND...]");
 }
 

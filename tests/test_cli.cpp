@@ -487,8 +487,8 @@ TEST_CASE(
         Row{"--preset llama-7b --activations formula", 2,
             "--activations: formula not in {korthikanti,architecture}"},
         Row{"--preset llama-7b --attention flsh", 2,
-            "--attention must be eager, flash or a comma list of them (got 'flsh') (did you mean "
-            "'flash'?)"},
+            "--attention must be eager, flash (or sdpa) or a comma list of them (got 'flsh') (did "
+            "you mean 'flash'?)"},
         Row{"--preset llama-7b --activations architecture --platform gpu", 2,
             "--platform must be cuda or cpu (got 'gpu')"},
         Row{"--preset llama-7b --platform cpu --activations korthikanti", 2,

@@ -112,3 +112,19 @@ TEST_CASE("fit's largest size is the largest the estimate says fits", "[cli][def
     CHECK(fits(largest));
     CHECK_FALSE(fits(largest + 256));
 }
+
+TEST_CASE("attention sdpa gives the fused kernel's figures", "[cli][defaults]") {
+    const std::string run = "--preset llama-3-8b --seq 2048 --format json --attention ";
+    const testing::Run sdpa = testing::memcalc(run + "sdpa");
+    REQUIRE(sdpa.status == 0);
+    CHECK(sdpa.out == testing::memcalc(run + "flash").out);
+}
+
+TEST_CASE("a setting that shards nothing says so", "[cli][defaults]") {
+    const testing::Run alone = testing::memcalc("--preset llama-7b --zero 1");
+    CHECK(alone.status == 0);
+    CHECK(alone.err == "memcalc: --zero 1 over one data-parallel rank shards nothing\n");
+    CHECK_THAT(testing::memcalc("--preset llama-7b --zero 3").err,
+               Catch::Contains("shards nothing (the layers' gathered weights are still counted)"));
+    CHECK(testing::memcalc("--preset llama-7b --zero 3 --dp 8").err.empty());
+}
