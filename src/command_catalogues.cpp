@@ -1,4 +1,5 @@
-// memcalc presets, recipes, profiles, gpus, activation-functions and program-facts: the catalogues.
+// memcalc presets, recipes, optimizers, profiles, gpus, activation-functions and program-facts:
+// the catalogues.
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,10 @@ std::string run_gpus(const std::string& format) {
 
 std::string run_activation_functions(const std::string& format) {
     return render_listing(activation_functions_listing(), parse_format(format));
+}
+
+std::string run_optimizers(const std::string& format) {
+    return render_listing(optimizers_listing(), parse_format(format));
 }
 
 std::string run_program_facts(const std::string& format) {

@@ -400,6 +400,8 @@ const std::vector<CommandRow>& command_table() {
          catalogue<run_presets>},
         {"recipes", "List the training recipes (bytes per parameter)", nullptr,
          catalogue<run_recipes>},
+        {"optimizers", "List the optimizers: their state, and whether their step is a fused kernel",
+         nullptr, catalogue<run_optimizers>},
         {"profiles", "List the framework profiles (what --profile sets)", nullptr,
          catalogue<run_profiles>},
         {"gpus", "List the GPUs --gpu names, with their memory as the driver reports it", nullptr,

@@ -174,5 +174,6 @@ std::string run_profiles(const std::string& format);
 std::string run_gpus(const std::string& format);
 std::string run_activation_functions(const std::string& format);
 std::string run_program_facts(const std::string& format);
+std::string run_optimizers(const std::string& format);
 
 }  // namespace memcalc::cli

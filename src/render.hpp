@@ -44,6 +44,7 @@ Listing profiles_listing();
 Listing gpus_listing();
 Listing activation_functions_listing();
 Listing program_facts_listing();  ///< program_facts.hpp's rows
+Listing optimizers_listing();     ///< optimizer.hpp's rows: state, and how each steps
 
 /// The one rule of estimate, fit, plan and serve: a peak fits when it is at most the device's
 /// memory less the reserve (--reserve: the framework's context, the allocator's fragmentation).

@@ -236,6 +236,39 @@ Listing program_facts_listing() {
     return l;
 }
 
+Listing optimizers_listing() {
+    Listing l;
+    l.columns = {{"name", "optimizer"},
+                 {"state", "state"},
+                 {"step", "step"},
+                 {"temporaries", "step's temporaries"},
+                 {"rule", "state per tensor"},
+                 {"source", "source"}};
+    l.table = {0, 1, 2, 3, 4};
+    l.csv = {0, 1, 2, 3, 4, 5};
+    for (const Optimizer& o : optimizers) {
+        // Its own code decides (bitsandbytes' kernel, a Python loop), else --optimizer-impl.
+        const std::string step =
+            o.own_impl ? (*o.own_impl == OptimizerImpl::fused
+                              ? "fused: its own kernel, whatever --optimizer-impl"
+                              : std::string(optimizer_impl_name(*o.own_impl)) +
+                                    ": its own Python loop, whatever --optimizer-impl")
+                       : "as --optimizer-impl says (fused, foreach or for-loop)";
+        const std::string work =
+            o.step == StepWork::none
+                ? "none"
+                : fmt::format(
+                      "{} of a tensor, {} of the one before (for-loop){}", o.copies, o.previous,
+                      o.step == StepWork::newton_schulz ? "; Newton-Schulz on the largest matrix"
+                                                        : "");
+        l.rows.push_back({std::string(o.name), std::string(o.slots), step, work,
+                          o.rule.empty() ? std::string("uniform: every tensor's n x slots x state")
+                                         : std::string(o.rule),
+                          o.source.empty() ? std::string("torch.optim") : std::string(o.source)});
+    }
+    return l;
+}
+
 Listing profiles_listing() {
     Listing l;
     l.columns = {{"name", "profile"}};

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -127,4 +128,17 @@ TEST_CASE("a setting that shards nothing says so", "[cli][defaults]") {
     CHECK_THAT(testing::memcalc("--preset llama-7b --zero 3").err,
                Catch::Contains("shards nothing (the layers' gathered weights are still counted)"));
     CHECK(testing::memcalc("--preset llama-7b --zero 3 --dp 8").err.empty());
+}
+
+TEST_CASE("memcalc optimizers says which steps are fused kernels", "[cli][defaults]") {
+    const testing::Run run = testing::memcalc("optimizers --format json");
+    REQUIRE(run.status == 0);
+    const nlohmann::json rows = nlohmann::json::parse(run.out);
+    REQUIRE(rows.size() == 6);
+    std::map<std::string, std::string> step;
+    for (const auto& row : rows) step[row["name"]] = row["step"];
+    CHECK_THAT(step["adam-8bit"], Catch::StartsWith("fused: its own kernel"));  // bitsandbytes'
+    CHECK_THAT(step["adafactor"], Catch::StartsWith("for-loop: its own Python loop"));
+    CHECK_THAT(step["adam"], Catch::StartsWith("as --optimizer-impl says"));
+    CHECK_THAT(testing::memcalc("optimizers").out, Catch::Contains("adam-8bit"));
 }

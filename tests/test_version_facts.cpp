@@ -57,6 +57,11 @@ TEST_CASE("before torch 2.2 every RMSNorm also keeps x^2 in fp32 (mean's input)"
             {"--model-file " + std::string(MEMCALC_SOURCE_DIR) +
                  "/validation/models/olmo2-tiny.json",
              32, 2, 2 * 64 + 64 + 32, 64},
+            // Jamba-style Mamba layers: the mixer's and the MLP's norms, and the dt (4), B and C
+            // (8) norms inside the mixer
+            {"--model-file " + std::string(MEMCALC_SOURCE_DIR) +
+                 "/validation/models/mamba-tiny.json",
+             32, 2, 2 * 64 + 4 + 2 * 8, 64},
             {"--preset gpt2", 128, 2, 0, 0},  // LayerNorms: no mean()
         }));
     INFO(model);

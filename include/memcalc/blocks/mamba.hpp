@@ -47,16 +47,18 @@ namespace detail {
 /// for `s` tokens of `b` sequences in `d`-byte activations, written to `t` in forward order: its
 /// rows, and its temporaries while the rows before them are live (Workspace::weight_gradient).
 /// `frozen_norms`: the inner norms' weights take no gradient, so keep no normalised input.
+/// `mean_saves_input`: before torch 2.2 each inner norm's mean() keeps x^2 in fp32.
 class MambaMixer {
 public:
     MambaMixer(TableBuilder& t, const Architecture& m, std::uint64_t s, std::uint64_t b,
-               std::uint64_t d, bool frozen_norms)
+               std::uint64_t d, bool frozen_norms, bool mean_saves_input = false)
         : t_(t),
           x_(m.ssm),
           s_(s),
           b_(b),
           d_(d),
           frozen_norms_(frozen_norms),
+          mean_saves_input_(mean_saves_input),
           tokens_(Count(s) * b),
           di_(Count(x_.d_inner)),
           N_(Count(x_.d_state)),
@@ -148,6 +150,9 @@ private:
         if (d_ != dtype::fp32)
             add(op, "its input, upcast to fp32", "pow(x, 2) and x * rsqrt need x", shape,
                 tokens_ * width, dtype::fp32);
+        if (mean_saves_input_)
+            add(op, "x^2, fp32 (mean's input)", "mean's backward keeps its input before torch 2.2",
+                shape, tokens_ * width, dtype::fp32);
         add(op, "1/rms per token, fp32", "rsqrt's gradient is written in its output", ssm_shape::sb,
             tokens_, dtype::fp32);
         if (!frozen_norms_)
@@ -251,7 +256,7 @@ private:
     TableBuilder& t_;
     const StateSpace& x_;
     const std::uint64_t s_, b_, d_;
-    const bool frozen_norms_;
+    const bool frozen_norms_, mean_saves_input_;
     const Count tokens_, di_, N_, r_;
     const Count sbdi_, sbdiN_;  ///< a d_i-wide tensor and a state per token
 };
@@ -271,7 +276,7 @@ inline void mamba_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
                               ActivationSplit::tensor,        {},         {}};
     projection_input_row(t, z, "in_proj", "its input", z.sbh, shape::sbh, 1, in_out, 0,
                          RowFacts{}.output_of_norm().input_of_layer(!m.norms_before_branches()));
-    MambaMixer(t, m, z.seq, micro_batch, z.d, false).write();
+    MambaMixer(t, m, z.seq, micro_batch, z.d, false, z.torch->mean_saves_input).write();
 }
 
 }  // namespace detail
