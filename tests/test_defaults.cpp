@@ -142,3 +142,17 @@ TEST_CASE("memcalc optimizers says which steps are fused kernels", "[cli][defaul
     CHECK_THAT(step["adam"], Catch::StartsWith("as --optimizer-impl says"));
     CHECK_THAT(testing::memcalc("optimizers").out, Catch::Contains("adam-8bit"));
 }
+
+TEST_CASE("plan's pins keep the layouts they do not constrain", "[cli][defaults][plan]") {
+    // A ZeRO stage says nothing of a single replica: it was dropped, now planned with stage 0.
+    const std::string run =
+        "plan --preset llama-7b --gpu h100-sxm --gpus 8 --seq 4096 "
+        "--global-batch 8 --dp 1 --format json";
+    const testing::Run pinned = testing::memcalc(run + " --zero 1");
+    REQUIRE(pinned.status == 0);
+    const nlohmann::json layouts = nlohmann::json::parse(pinned.out)["layouts"];
+    REQUIRE_FALSE(layouts.empty());
+    CHECK(layouts[0]["dp"] == 1);
+    CHECK(layouts[0]["zero"] == 0);
+    CHECK(layouts == nlohmann::json::parse(testing::memcalc(run).out)["layouts"]);
+}

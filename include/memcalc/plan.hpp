@@ -369,8 +369,9 @@ void for_each_state(const PlanRequest& request, std::uint64_t dp, Visit&& visit)
     for (unsigned zero = 0; zero <= 3; ++zero)
         for (Offload offload : {Offload::none, Offload::optimizer, Offload::parameters})
             for (bool activations : {false, true}) {
-                // dp 1: nothing to shard
-                if ((zero > 0 && dp == 1) || !allowed(request.zero, zero)) continue;
+                // dp 1: nothing to shard, so a pinned stage says nothing of it (its stage 0 stays)
+                const bool pinned_away = !allowed(request.zero, zero) && !(dp == 1 && zero == 0);
+                if ((zero > 0 && dp == 1) || pinned_away) continue;
                 // validate()'s rule: optimizer offload needs a ZeRO stage, parameter offload
                 // ZeRO-3.
                 if ((offload == Offload::optimizer && zero == 0) ||
