@@ -138,6 +138,10 @@ TEST_CASE("a profile's own program facts hold over the model's, an option over b
     CHECK(repeat_kv("--profile torchtitan"));  // its attention repeats k and v before SDPA
     CHECK_FALSE(repeat_kv("--profile torchtitan --repeat-kv false"));
     CHECK(repeat_kv("--profile hf-trainer"));
+    const testing::Run nanogpt = testing::memcalc(
+        "--preset gpt2 --seq 128 --profile nanogpt --activations architecture --format json");
+    REQUIRE(nanogpt.status == 0);
+    CHECK(json::parse(nanogpt.out)["model"]["embedding_outputs_held"] == true);  // model.py:177
 
     // A profile file says them as the listing prints them; a wrong one is named.
     const std::string path = "/tmp/memcalc_profile_program_facts.json";

@@ -244,6 +244,9 @@ struct SavedTensor {
     /// Embedding side: built by every pipeline stage for its own layers (the shared rotary tables),
     /// not by the first alone.
     bool every_stage = false;
+    /// Forward buffers: held by the first stage's forward in a name of its own until it returns
+    /// (an embedding's output), which no checkpoint keeps.
+    bool forward_local = false;
 
     bool kept(Recompute mode) const {
         switch (mode) {

@@ -277,8 +277,6 @@ public:
             r.input_side = std::move(t.input_side);
             r.head = std::move(t.head);
             r.forward_buffers = std::move(t.forward_buffers);
-            r.forward_buffers.insert(r.forward_buffers.end(), t.forward_locals.begin(),
-                                     t.forward_locals.end());
             r.ranks.reserve(p.pp);
             for (std::uint64_t stage = 0; stage < p.pp; ++stage)
                 r.ranks.push_back(detail::rank_report(w, p, stage, settings.timelines));
@@ -514,7 +512,6 @@ private:
         split_rows(t.input_side, p, V);
         split_rows(t.head, p, V);
         split_rows(t.forward_buffers, p, V);
-        split_rows(t.forward_locals, p, V);
     }
 
     Architecture model_;

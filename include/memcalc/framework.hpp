@@ -299,7 +299,8 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "CUDA; "
      "cross_entropy is on autocast's fp32 list",
      {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::lazy, LossKernel::fp32,
-      LogitsLife::held, KvCache::off}},
+      LogitsLife::held, KvCache::off},
+     {{"embedding_outputs_held", "true"}}},  // model.py:177-179: tok_emb, pos_emb
     {"cpu-replication",
      "validation/'s CPU replication: PyTorch's CPU kernels, eager attention, a for-loop optimiser "
      "step",

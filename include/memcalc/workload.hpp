@@ -101,7 +101,6 @@ struct ActivationTables {
     LayerActivations layer;  ///< one layer of the first kind (every layer, with one kind)
     std::vector<LayerActivations> other_kinds;  ///< one layer of each further kind
     std::vector<SavedTensor> input_side, head, forward_buffers;
-    std::vector<SavedTensor> forward_locals;  ///< held by the first stage's forward
 
     /// One layer of kind `kind`.
     const LayerActivations& of_kind(std::size_t kind) const {
@@ -149,7 +148,8 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
         t.head = head_saved(m, s, b, precision, runtime, f.loss, tuning(0));
         t.forward_buffers =
             forward_buffers(s, b, precision, attention, m.causal_mask_buffer, m.distinct_windows());
-        t.forward_locals = forward_locals(m, s, b, precision);
+        const auto locals = forward_locals(m, s, b, precision);
+        t.forward_buffers.insert(t.forward_buffers.end(), locals.begin(), locals.end());
     }
     return t;
 }
@@ -173,8 +173,8 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     cache(Recompute::full, w.kv_cache_whole);  // a checkpointed layer saves none of it
     w.optimizer_state = optimizer_splits(w.parameters, recipe);
     const std::uint64_t V = m.vocab;
-    for (const auto& row : t.forward_buffers) w.forward_buffers.add(row);
-    for (const auto& row : t.forward_locals) w.forward_locals.add(row);
+    for (const auto& row : t.forward_buffers)
+        (row.forward_local ? w.forward_locals : w.forward_buffers).add(row);
     for (std::size_t k = 0; k < m.kind_count(); ++k) {
         w.layers.push_back(layer_work(t.of_kind(k), mode, w.parameters->table, V, k));
         w.weight_pass_reads.push_back(weight_pass_reads(

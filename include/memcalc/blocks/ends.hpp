@@ -52,6 +52,7 @@ inline std::vector<SavedTensor> forward_locals(const Architecture& m, std::uint6
     if (m.position == Position::learned)
         t.add("position embedding", "its output (the forward's local)",
               "held until the forward returns", shape::sh, Count(seq) * m.hidden, z.s);
+    for (SavedTensor& row : rows) row.forward_local = true;
     return rows;
 }
 
