@@ -216,14 +216,9 @@ std::optional<UsableMemory> usable_memory(const DeviceOptions& q) {
 }
 
 std::vector<Attention> attentions_from(const ActivationOptions& q, const Settings& settings) {
+    // settings_from has taken the architecture model for a fused kernel, or refused it
     if (q.attention.empty()) return {settings.framework.attention};
-    const std::vector<Attention> attentions = parse_attention(q.attention);
-    if (settings.activations != ActivationModel::architecture &&
-        std::find(attentions.begin(), attentions.end(), Attention::flash) != attentions.end())
-        throw usage_error(
-            "--attention flash needs --activations architecture: Korthikanti's formula describes "
-            "eager attention");
-    return attentions;
+    return parse_attention(q.attention);
 }
 
 Attention single_attention(const ActivationOptions& q, const Settings& settings,
