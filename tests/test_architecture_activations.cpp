@@ -1,5 +1,6 @@
 // The architecture-aware table against closed forms derived from validation/reference_trainer.py's
 // measurements (torch 1.13, CPU), corrected by the documented effects to current CUDA PyTorch.
+#include <array>
 #include <catch2/catch.hpp>
 
 #include "fixtures.hpp"
@@ -130,7 +131,7 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     CAPTURE(s, b);
     const std::uint64_t sb = s * b, A = a * s * s * b;
     const LayerActivations layer = architecture_layer(m, s, b, DType::bf16, Attention::eager);
-    REQUIRE(layer.work.size() == 7);
+    REQUIRE(layer.work.size() == 7 + 2 * 3);  // and each RMSNorm's three backward ops
     // The product with V's backward: the weights' gradient (2A), the output's and the repeated v's
     // (2 sb(ad) each).
     CHECK(workspace_named(layer, "attention over V backward").bytes.value() ==
@@ -178,6 +179,50 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     CHECK(swept(layer, last, Recompute::none).adds().value() == 8 * sb * h);
     CHECK(swept(layer, last, Recompute::selective).adds().value() == 8 * sb * h);
     CHECK(swept(layer, last, Recompute::full).adds().value() == 0);
+}
+
+TEST_CASE("an RMSNorm's backward op by op, in a layer and as the final norm, by hand",
+          "[architecture][workspace]") {
+    const std::uint64_t h = GENERATE(64, 96), s = GENERATE(8, 40), b = GENERATE(1, 2);
+    CAPTURE(h, s, b);
+    const std::uint64_t sbh = s * b * h, sb = s * b;
+    Architecture m = llama_like(h, 4, 2, 176);
+    m.vocab = GENERATE(65, 1000);
+    const std::uint64_t sbV = sb * m.vocab;
+    const std::string pow = " (RMSNorm) backward: pow(x, 2)";
+    const auto ops = [&](const LayerActivations& l, const std::string& what) {
+        return std::array<std::uint64_t, 3>{
+            workspace_named(l, what + " (RMSNorm) backward: x_norm * weight").bytes.value(),
+            workspace_named(l, what + " (RMSNorm) backward: x * rsqrt").bytes.value(),
+            workspace_named(l, what + pow).bytes.value()};
+    };
+    // bf16: the weight's product 3 x 2 sbh; x * rsqrt 3 x 4 sbh; pow five fp32 sbh.
+    const LayerActivations layer = architecture_layer(m, s, b, DType::bf16, Attention::eager);
+    CHECK(ops(layer, "attention norm") ==
+          std::array<std::uint64_t, 3>{6 * sbh, 12 * sbh, 20 * sbh});
+    // In a layer the rows after it are gone by then: the attention norm's pow adds nothing.
+    CHECK(swept(layer, workspace_named(layer, "attention norm" + pow), Recompute::none)
+              .adds()
+              .value() == 0);
+    // The final norm's pow runs after the loss's and the head's backward: freed by then the
+    // log-probabilities (bf16 loss: 2 sbV), the target ids, the head's input, x_norm and 1/rms.
+    const LayerActivations head = head_program(m, s, b, DType::bf16, {}, LossKernel::bf16);
+    const std::uint64_t freed = 2 * sbV + 8 * sb + 2 * sbh + 2 * sbh + 4 * sb;
+    CHECK(swept(head, workspace_named(head, "final norm" + pow), Recompute::none).covered.value() ==
+          freed);
+    // Before torch 2.2 mean() kept x^2 (4 sbh), freed before pow's backward.
+    const LayerActivations old_head = head_program(
+        m, s, b, DType::bf16, Runtime{Platform::cuda, TorchVersion::v1_13}, LossKernel::bf16);
+    CHECK(swept(old_head, workspace_named(old_head, "final norm" + pow), Recompute::none)
+              .covered.value() == freed + 4 * sbh);
+    // Autocast: the stream is fp32, so is x_norm: the weight's product holds 3 x 4 sbh.
+    const Precision amp{DType::bf16, DType::fp32, true};
+    CHECK(ops(head_program(m, s, b, amp), "final norm")[0] == 12 * sbh);
+    // A frozen weight takes no gradient: no x_norm kept, the product holds two tensors.
+    LayerTuning frozen;
+    frozen.frozen_norms = true;
+    CHECK(ops(head_program(m, s, b, DType::bf16, {}, LossKernel::fp32, frozen), "final norm")[0] ==
+          4 * sbh);
 }
 
 TEST_CASE("forward workspaces find the residual stream's unkept tensors beside them",

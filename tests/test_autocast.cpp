@@ -20,9 +20,9 @@ using namespace memcalc;
 namespace {
 const Precision amp{DType::bf16, DType::fp32, true};
 
-Settings amp_settings(Recompute mode, LossKernel loss = LossKernel::fp32) {
+Settings amp_settings(Recompute mode, LossKernel loss = LossKernel::fp32, std::uint64_t seq = 256) {
     Settings s;
-    s.seq = 256, s.micro_batch = 2, s.activations = ActivationModel::architecture,
+    s.seq = seq, s.micro_batch = 2, s.activations = ActivationModel::architecture,
     s.recompute = mode;
     s.recipe = builtin_recipe("amp-adam");
     s.framework.loss = loss;
@@ -114,9 +114,23 @@ TEST_CASE(
     for (const Report* r : {&none, &full}) {
         CHECK(copies_at(*r, "forward 1") == layer);
         CHECK(copies_at(*r, "forward 3") == 3 * layer);
-        CHECK(copies_at(*r, "loss") == m.layers * layer + head);  // the cache holds them all
+        // The cache holds them all, with the head's, unless the step's moment is the final norm's
+        // backward (the head's gradient written): the head's cast is freed, and under full
+        // recomputation the cache's.
+        const bool norm_moment = step_named(*r, "loss").bytes.gradients.value() > 0;
+        const std::uint64_t saved = r == &none ? m.layers * layer : 0;
+        CHECK(copies_at(*r, "loss") == (norm_moment ? saved : m.layers * layer + head));
         CHECK(copies_at(*r, "optimizer") == 0);
     }
+    // At 256 tokens an untied head's fp32 gradient, with the final norm's weight, outgrows the
+    // loss's backward; at 1,024 the loss's moment holds every cast.
+    if (!m.tied_embeddings) {
+        const Step& loss = step_named(none, "loss");
+        CHECK(loss.bytes.weight_copies.value() == m.layers * layer);
+        CHECK(loss.bytes.gradients.value() == 4 * (m.vocab * m.hidden + m.hidden));
+    }
+    const Report longer = estimate(m, amp_settings(Recompute::none, LossKernel::fp32, 1024));
+    CHECK(copies_at(longer, "loss") == m.layers * layer + head);
     CHECK(copies_at(none, "backward " + L) ==
           m.layers * layer);  // the head's is gone by then (measured)
     CHECK(copies_at(none, "backward 3") == 3 * layer);

@@ -2,6 +2,7 @@
 // the logits, one in the compute dtype, a fused kernel writing its gradient over the logits; a loop
 // that holds the logits through backward or drops them once the loss is made. Hand sums on several
 // shapes.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "fixtures.hpp"
@@ -71,21 +72,33 @@ TEST_CASE(
 
     // The loss step, architecture model: fp32 adds an fp32 copy in forward, or the two fp32
     // gradients in backward, whichever is larger; bf16 the two bf16 gradients; fused nothing of the
-    // vocabulary's width.
+    // vocabulary's width. It ends with the final norm's backward, beside the head's gradient, the
+    // head's rows freed.
     const auto loss_step = [&](LossKernel loss) {
         const Report r =
             estimate(m, settings(ActivationModel::architecture, loss, LogitsLife::held));
         const Step& s = step_named(r, "loss");
-        return std::make_pair(s.bytes.workspace.value(), s.bytes.logits.value());
+        return std::make_pair((s.bytes.workspace + s.bytes.gradients).value(),
+                              s.bytes.logits.value());
+    };
+    const std::uint64_t sb = 256 * 2, sbh = sb * m.hidden;
+    const auto final_norm = [&](std::uint64_t l) -> std::uint64_t {
+        const std::uint64_t freed = l * sbV + 8 * sb + 2 * sbh;  // log-probs, ids, head's input
+        // RMSNorm: pow(x, 2)'s five fp32 sbh, x_norm and 1/rms freed too; LayerNorm: the incoming
+        // gradient and its input's. Then the head's and the norm's weight gradients.
+        const std::uint64_t work = m.norm == Norm::rmsnorm ? 20 * sbh : 4 * sbh,
+                            gone = freed + (m.norm == Norm::rmsnorm ? 2 * sbh + 4 * sb : 0);
+        return (work > gone ? work - gone : 0) + 2 * (m.vocab * m.hidden + m.hidden) +
+               (m.norm == Norm::layernorm ? 2 * m.hidden : 0);
     };
     const auto [fp32_work, fp32_logits] = loss_step(LossKernel::fp32);
     const auto [bf16_work, bf16_logits] = loss_step(LossKernel::bf16);
     const auto [fused_work, fused_logits] = loss_step(LossKernel::fused);
     const std::uint64_t mask =
         256 * 256 * 2 * 2;  // the causal mask, still alive in the loss's forward
-    CHECK(fp32_work == std::max(sbV * 4 + mask, sbV * 8));
-    CHECK(bf16_work == std::max<std::uint64_t>(mask, sbV * 4));
-    CHECK(fused_work == mask);
+    CHECK(fp32_work == std::max({sbV * 4 + mask, sbV * 8, final_norm(4)}));
+    CHECK(bf16_work == std::max({mask, sbV * 4, final_norm(2)}));
+    CHECK(fused_work == std::max(mask, final_norm(0)));
     CHECK(fp32_logits - bf16_logits == sbV * 2);  // the head's saved log-probabilities
     CHECK(bf16_logits - fused_logits == sbV * 2);
 }
@@ -149,9 +162,12 @@ TEST_CASE("Megatron's in-place fp32 loss keeps one fp32 copy and writes its grad
     const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
     const LogitsLife logits = GENERATE(LogitsLife::held, LogitsLife::freed);
     CAPTURE(m.name, logits_life_name(logits));
-    const std::uint64_t sbV = 256 * 2 * m.vocab;
+    // Long enough that the loss's backward outgrows the head's gradient after it (the final norm's
+    // moment, which both share).
+    const std::uint64_t seq = m.max_positions, sbV = seq * 4 * m.vocab;
     const auto run = [&](LossKernel loss) {
         Settings s = settings(ActivationModel::architecture, loss, logits);
+        s.seq = seq, s.micro_batch = 4;
         s.framework.attention =
             Attention::flash;  // no causal mask beside the loss: the sums stay clean
         return estimate(m, s);

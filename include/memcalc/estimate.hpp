@@ -275,7 +275,7 @@ public:
             r.layer = std::move(t.layer);
             r.other_kinds = std::move(t.other_kinds);
             r.input_side = std::move(t.input_side);
-            r.head = std::move(t.head);
+            r.head = std::move(t.head.rows);
             r.forward_buffers = std::move(t.forward_buffers);
             r.ranks.reserve(p.pp);
             for (std::uint64_t stage = 0; stage < p.pp; ++stage)
@@ -510,7 +510,7 @@ private:
         split_layer(t.layer);
         for (LayerActivations& layer : t.other_kinds) split_layer(layer);
         split_rows(t.input_side, p, V);
-        split_rows(t.head, p, V);
+        split_layer(t.head);
         split_rows(t.forward_buffers, p, V);
     }
 

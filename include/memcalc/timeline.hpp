@@ -189,6 +189,10 @@ struct TimelineInputs : StageLayers {
         input_backward_work;  ///< what the embedding's backward adds to backward 1 over its layer's
     Count input_backward_work_held;  ///< the same when the gradients it writes are already held
     Count head_weight_copy;          ///< autocast's cast of the output head's matrix: the loss step
+    /// The final norm's backward, the loss step's last op (the head program's largest backward
+    /// workspace beyond the head's rows it has freed): after the head's backward.
+    Count final_norm_work;
+    bool head_backward = false;  ///< the loss step ends with the head's and final norm's backward
     Count persistent_weight_copies;  ///< narrow (fp8) linears' weight casts, module buffers: every
                                      ///< step
     /// Full recomputation under autocast: no layer saves its weights' casts, but autocast's cache
@@ -291,21 +295,34 @@ inline Count kept_at_step(const TimelineInputs& in, Phase phase, std::uint64_t d
            in.over<&LayerInputs::kept>(first_kept, last_kept) + Count(spares) * in.spare_chunk;
 }
 
-/// The loss step's workspace and the layers' autocast casts. Under full recomputation nothing
-/// saves the casts: autocast's cache holds them until its region exits, after the loss's forward
-/// and before its backward (called outside autocast; measured: validation/results/
-/// cpu-third-party.json), so the step is the larger of its forward (the casts beside the forward's
-/// part of the workspace) and its backward (the workspace, no casts).
-inline void loss_work_and_casts(const TimelineInputs& in, Breakdown& b, bool later) {
+/// The loss step's workspace and the layers' and the head's autocast casts. Under full
+/// recomputation nothing saves the layers' casts: autocast's cache holds them until its region
+/// exits, after the loss's forward and before its backward (called outside autocast; measured:
+/// validation/results/cpu-third-party.json), so the step is the larger of its forward (the casts
+/// beside the forward's part of the workspace) and its backward (the workspace, no casts). The
+/// step ends with the final norm's backward (final_norm_moment).
+inline void loss_work_and_casts(const TimelineInputs& in, Breakdown& b, bool later, bool held) {
     const Count copies = in.over<&LayerInputs::weight_copies>(1, in.layers);
     const Count work = later ? in.later_loss_work : in.loss_work;
     const Count forward = later ? in.later_loss_forward_work : in.loss_forward_work;
+    const Count saved_copies = in.weight_copies_recast ? Count(0) : copies;
+    b.weight_copies += saved_copies;
     b.workspace = work;
-    if (!in.weight_copies_recast) {
-        b.weight_copies += copies;
-    } else if (forward + copies > work) {  // the forward's moment
-        b.weight_copies += copies;
+    Count cast = in.head_weight_copy;
+    if (in.weight_copies_recast && forward + copies > work) {  // the forward's moment
+        cast += copies;
         b.workspace = forward;
+    }
+    // The final norm's backward: the loss's workspace and the head's cast are gone, the head's
+    // gradient written (added into held ones at once: AccumulateGrad runs first), as backward L
+    // counts them.
+    const Count gradient =
+        held ? in.buffered_gradients : in.head_gradients + in.buffered_first_gradients;
+    if (in.head_backward && in.final_norm_work + gradient > b.workspace + cast) {
+        b.workspace = in.final_norm_work;
+        b.gradients += gradient;
+    } else {
+        b.weight_copies += cast;
     }
 }
 
@@ -380,8 +397,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
         case Phase::loss:
             b.kept_activations = kept + cache;
             b.logits = in.logits + in.loss_buffers + in.logits_gradient;
-            b.weight_copies += in.head_weight_copy;
-            detail::loss_work_and_casts(in, b, later);
+            detail::loss_work_and_casts(in, b, later, held);
             return {phase, 0, b, microbatch};
         case Phase::backward:
             detail::backward_step(in, b, position, held, held_gradients, kept, held_logits);

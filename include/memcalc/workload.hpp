@@ -58,6 +58,9 @@ struct Workload {
     /// (weight_pass_reads).
     std::vector<SplitBytes> weight_pass_reads;
     SplitBytes forward_locals;  ///< held by the first stage's forward until it returns
+    /// The head program's backward ops (the final norm's) against the head's rows (the
+    /// architecture model).
+    std::vector<WorkspaceEffect> head_work;
 };
 
 /// What the weight-gradient pass (W) of one layer of kind `kind` reads, one micro-batch of `tokens`
@@ -100,7 +103,8 @@ inline SplitBytes weight_pass_reads(const Architecture& m, const ParameterTable&
 struct ActivationTables {
     LayerActivations layer;  ///< one layer of the first kind (every layer, with one kind)
     std::vector<LayerActivations> other_kinds;  ///< one layer of each further kind
-    std::vector<SavedTensor> input_side, head, forward_buffers;
+    std::vector<SavedTensor> input_side, forward_buffers;
+    LayerActivations head;  ///< the final norm, the head and the loss (head_program)
 
     /// One layer of kind `kind`.
     const LayerActivations& of_kind(std::size_t kind) const {
@@ -145,7 +149,7 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
         t.other_kinds.push_back(layer(m.kind_view(k), k));
     if (model == ActivationModel::architecture) {
         t.input_side = input_side_saved(m, s, b, precision, runtime);
-        t.head = head_saved(m, s, b, precision, runtime, f.loss, tuning(0));
+        t.head = head_program(m, s, b, precision, runtime, f.loss, tuning(0));
         t.forward_buffers =
             forward_buffers(s, b, precision, attention, m.causal_mask_buffer, m.distinct_windows());
         const auto locals = forward_locals(m, s, b, precision);
@@ -161,7 +165,7 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
                               const ActivationTables& t, const Framework& framework = {}) {
     Workload w;
     w.model = m, w.recipe = recipe, w.seq = seq, w.micro_batch = micro_batch;
-    w.recompute = mode, w.autograd_order = !t.head.empty(), w.framework = framework;
+    w.recompute = mode, w.autograd_order = !t.head.rows.empty(), w.framework = framework;
     w.parameters = std::move(params);
     const auto cache = [&](Recompute under, SplitBytes& into) {
         if (framework.kv_cache == KvCache::kept)
@@ -187,7 +191,9 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
                 layer_work(t.of_kind(k), Recompute::none, w.parameters->table, V, k));
     }
     for (const auto& row : t.input_side) (row.every_stage ? w.stage_side : w.input_side).add(row);
-    for (const auto& row : t.head) w.head.add(row);
+    for (const auto& row : t.head.rows) w.head.add(row);
+    if (w.autograd_order)
+        w.head_work = layer_work(t.head, Recompute::none, w.parameters->table, V, 0).backward_work;
     return w;
 }
 

@@ -91,14 +91,30 @@ def _torch_version():
 SDPA_GQA = _torch_version() >= (2, 5)
 
 
-def mean_of_squares(y):
-    """mean(y^2) over the last axis, saving for backward what PyTorch 2.2 and later save.
+class _MeanKeepingSizes(torch.autograd.Function):
+    """mean over the last axis as PyTorch 2.2 and later run it: it keeps only sizes (PR #109935), and
+    its backward makes the expanded gradient divided by the count, a whole tensor (mean_backward:
+    sum_backward(...) / n). sum() / n, used before, keeps the same but its gradient is an expanded view:
+    4 s b h bytes fewer at pow's backward than 2.2 allocates (validation/norm_backward.py)."""
 
-    Before 2.2, mean() kept its input (here y^2, 4 s b h bytes per RMSNorm); since PR #109935 it keeps
-    only sizes, like sum() divided by a number, which is what older versions run instead."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape = x.shape
+        return x.mean(-1, keepdim=True)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.expand(ctx.shape) / ctx.shape[-1]
+
+
+def mean_of_squares(y):
+    """mean(y^2) over the last axis, saving and allocating in backward what PyTorch 2.2 and later do.
+
+    Before 2.2, mean() kept its input (here y^2, 4 s b h bytes per RMSNorm); older versions run
+    _MeanKeepingSizes instead."""
     if _torch_version() >= (2, 2):
         return y.pow(2).mean(-1, keepdim=True)
-    return y.pow(2).sum(-1, keepdim=True) / y.shape[-1]
+    return _MeanKeepingSizes.apply(y.pow(2))
 
 
 class CachedRotary(nn.Module):

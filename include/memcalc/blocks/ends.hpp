@@ -127,15 +127,17 @@ inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision) {
     return DType::fp32;
 }
 
-/// What the head and the loss save for their backward pass: from the loss step until the head's
-/// backward, at the start of backward L.
-inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t seq,
-                                           std::uint64_t micro_batch, Precision precision,
-                                           Runtime runtime = {}, LossKernel loss = LossKernel::fp32,
-                                           const LayerTuning& tuning = {}) {
+/// The final norm, the head and the loss as a program: what they save for their backward pass
+/// (from the loss step until the head's backward, at the start of backward L) and their ops'
+/// workspaces (the final norm's backward, which the loss step ends with).
+inline LayerActivations head_program(const Architecture& m, std::uint64_t seq,
+                                     std::uint64_t micro_batch, Precision precision,
+                                     Runtime runtime = {}, LossKernel loss = LossKernel::fp32,
+                                     const LayerTuning& tuning = {}) {
     const detail::Sizes z(m, seq, micro_batch, precision, runtime);
-    std::vector<SavedTensor> rows;
-    detail::TableBuilder t(rows, nullptr, tuning);
+    LayerActivations head;
+    std::vector<SavedTensor>& rows = head.rows;
+    detail::TableBuilder t(rows, &head, tuning);
     detail::norm_rows(t, m, z, "final norm");
     // Megatron-LM's output layer is no Transformer Engine module: its input stays in the compute
     // dtype.
@@ -150,7 +152,15 @@ inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t 
               bytes_per_element(*logp));
     t.add("loss (NLL)", "the target ids (int64)", "which log-probability each token's loss picked",
           shape::ids, z.tokens, 8);
-    return rows;
+    return head;
+}
+
+/// What the head and the loss save for their backward pass (head_program's rows).
+inline std::vector<SavedTensor> head_saved(const Architecture& m, std::uint64_t seq,
+                                           std::uint64_t micro_batch, Precision precision,
+                                           Runtime runtime = {}, LossKernel loss = LossKernel::fp32,
+                                           const LayerTuning& tuning = {}) {
+    return head_program(m, seq, micro_batch, precision, runtime, loss, tuning).rows;
 }
 
 inline Count saved_bytes(const std::vector<SavedTensor>& rows) {

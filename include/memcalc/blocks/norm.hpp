@@ -1,5 +1,6 @@
 #pragma once
 /// Normalisation blocks: RMSNorm (as transformers writes it) and LayerNorm.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,6 +24,38 @@ struct SavedStorage {
     Shape shape;
     Count elements;
 };
+/// RMSNorm's backward op by op, as torch's autograd formulas run it (validation/norm_backward.py
+/// lists each allocation on CPU): the weight's product holds its incoming gradient and its two
+/// products (the weight's only where it trains) in the normalised input's dtype, `out` bytes; x *
+/// rsqrt the gradient upcast to fp32 and its two products; pow(x, 2), after mean's backward, five
+/// fp32 tensors: x * rsqrt's part of x's gradient, mean's, and pow's three. `x2`, `rms`,
+/// `normalised`: their rows' indices (x2 and normalised may be absent).
+struct RmsnormRows {
+    std::size_t x2, rms, normalised, end;
+    static constexpr std::size_t none = ~std::size_t{0};
+};
+inline void rmsnorm_backward_work(TableBuilder& t, const std::string& what, const Shape& shape,
+                                  Count elements, const RmsnormRows& at, bool weighted,
+                                  std::uint64_t out) {
+    const std::string op = what + " (RMSNorm) backward";
+    const auto work = [&](std::size_t before, const char* step, const char* tensors,
+                          std::uint64_t bytes) {
+        t.workspace_at(before, true, op + ": " + step, tensors, bytes_of(bytes, shape.symbol),
+                       elements * bytes, Linear::none, shape.split);
+    };
+    if (weighted) {
+        const bool trains = !t.tuning.frozen_norms;
+        work(at.end, "x_norm * weight",
+             trains ? "its incoming gradient and both products"
+                    : "its incoming gradient and x_norm's",
+             (trains ? 3 : 2) * out);
+    }
+    work(at.normalised == RmsnormRows::none ? at.end : at.normalised, "x * rsqrt",
+         "the gradient in fp32 and both products", 3 * dtype::fp32);
+    work(at.x2 == RmsnormRows::none ? at.rms : at.x2, "pow(x, 2)",
+         "x's gradient so far, mean's, and pow's three, fp32", 5 * dtype::fp32);
+}
+
 /// `weighted`: false for a norm without a weight (Llama 4's L2 norm of q and k), which keeps no
 /// x_norm. Before torch 2.2 mean() keeps its input, x^2 in fp32 (z.torch).
 inline bool rmsnorm_rows(TableBuilder& t, const Sizes& z, const std::string& what,
@@ -38,17 +71,25 @@ inline bool rmsnorm_rows(TableBuilder& t, const Sizes& z, const std::string& wha
               input == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
               "pow(x, 2) and x * rsqrt need x", shape, elements, dtype::fp32, Keep::always, 1,
               input == dtype::fp32 ? input_facts : RowFacts{});
-    if (z.torch->mean_saves_input)
+    RmsnormRows at{RmsnormRows::none, 0, RmsnormRows::none, 0};
+    if (z.torch->mean_saves_input) {
+        at.x2 = t.size();
         t.add(what + " (RMSNorm)", "x^2, fp32 (mean's input)",
               "mean's backward keeps its input before torch 2.2", shape, elements, dtype::fp32);
+    }
+    at.rms = t.size();
     t.add(what + " (RMSNorm)", "1/rms per " + row_name + ", fp32",
           "rsqrt's gradient is written in its output", row_shape, rows, dtype::fp32);
+    const std::uint64_t out = fp32_scale ? dtype::fp32 : input;
     if (weighted &&
-        !t.tuning.frozen_norms)  // autograd keeps x_norm only for a weight that gets a gradient
+        !t.tuning.frozen_norms) {  // autograd keeps x_norm only for a weight that gets a gradient
+        at.normalised = t.size();
         t.add(what + " (RMSNorm)",
               fp32_scale ? "the normalised input, fp32" : "the normalised input",
-              "the weight's gradient is x_norm x the output's gradient", shape, elements,
-              fp32_scale ? dtype::fp32 : input);
+              "the weight's gradient is x_norm x the output's gradient", shape, elements, out);
+    }
+    at.end = t.size();
+    rmsnorm_backward_work(t, what, shape, elements, at, weighted, out);
     return input == dtype::fp32;
 }
 
@@ -79,6 +120,11 @@ inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
                   (fp32 ? "fp32" : dtype_name(branch_output ? z.compute : z.stream)),
               "so backward need not recompute them", shape::sb, z.tokens,
               fp32 ? dtype::fp32 : input, Keep::always, 2);
+        // Its backward, one kernel: the incoming gradient and its input's.
+        t.workspace_at(t.size(), true, what + " (LayerNorm) backward",
+                       "its incoming gradient and its input's gradient",
+                       bytes_of(2 * input, shape::sbh.symbol), z.sbh * (2 * input), Linear::none,
+                       shape::sbh.split);
         return true;
     }
 }
