@@ -1,5 +1,5 @@
 // Google Benchmark micro-benchmarks: one estimate, one timeline, one layout's peak, a whole plan.
-// Run: build/bench/memcalc_bench (figures in the README, with the command that made them).
+// Run: build/bench/memcalc_bench (figures in docs/speed.md, with the command that made them).
 #include <benchmark/benchmark.h>
 
 #include "memcalc/memcalc.hpp"

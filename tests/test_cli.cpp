@@ -6,6 +6,7 @@
 #include <sstream>
 #include <vector>
 
+#include "doc_pages.hpp"
 #include "run_program.hpp"
 
 using nlohmann::json;
@@ -774,34 +775,74 @@ TEST_CASE(
     CHECK(testing::memcalc("--preset llama-7b --seq 1024 --global-batch 8 -b 3").status == 2);
 }
 
-TEST_CASE("every command in the README prints what the README shows", "[cli][readme]") {
-    // README.md's ```console blocks: "$ memcalc ..." lines, each followed by its exact output.
-    std::ifstream readme(std::string(MEMCALC_SOURCE_DIR) + "/README.md");
-    REQUIRE(readme);
+TEST_CASE("every command in the README and the docs prints what the page shows", "[cli][readme]") {
+    // The ```console blocks of README.md and docs/*.md: "$ memcalc ..." lines, each followed by its
+    // exact output. scripts/update-readme-examples.py rewrites them all.
     struct Example {
-        std::string command, output;
+        std::string page, command, output;
     };
     std::vector<Example> examples;
-    bool in_console = false;
-    for (std::string line; std::getline(readme, line);) {
-        if (line.rfind("```", 0) == 0) {
-            in_console = !in_console && line == "```console";
-            continue;
+    std::size_t pages = 0;
+    for (const auto& page : testing::doc_pages()) {
+        ++pages;
+        std::istringstream text(page.text);
+        bool in_console = false;
+        for (std::string line; std::getline(text, line);) {
+            if (line.rfind("```", 0) == 0) {
+                in_console = !in_console && line == "```console";
+                continue;
+            }
+            if (!in_console) continue;
+            if (line.rfind("$ ", 0) == 0)
+                examples.push_back({page.name, line.substr(2), ""});
+            else if (!examples.empty())
+                examples.back().output += line + "\n";
         }
-        if (!in_console) continue;
-        if (line.rfind("$ ", 0) == 0)
-            examples.push_back({line.substr(2), ""});
-        else if (!examples.empty())
-            examples.back().output += line + "\n";
     }
-    REQUIRE(examples.size() >= 3);
+    REQUIRE(pages > 10);
+    const auto in_readme = std::count_if(examples.begin(), examples.end(),
+                                         [](const Example& e) { return e.page == "README.md"; });
+    CHECK(in_readme >= 10);
+    REQUIRE(examples.size() > static_cast<std::size_t>(in_readme));
     for (const auto& e : examples) {
-        CAPTURE(e.command);
+        CAPTURE(e.page, e.command);
         const auto run =
             testing::shell(std::string("cd '") + MEMCALC_SOURCE_DIR + "' && " + e.command);
         CHECK(run.status == 0);
         CHECK(run.out == e.output);
     }
+}
+
+TEST_CASE("the README is short and leads to every docs page, each in the site's nav",
+          "[cli][readme]") {
+    const auto pages = testing::doc_pages();
+    REQUIRE(pages.front().name == "README.md");
+    const std::string& readme = pages.front().text;
+    CHECK(std::count(readme.begin(), readme.end(), '\n') <= 300);
+    std::ifstream config(std::string(MEMCALC_SOURCE_DIR) + "/mkdocs.yml");
+    REQUIRE(config);
+    const std::string nav((std::istreambuf_iterator<char>(config)),
+                          std::istreambuf_iterator<char>());
+    for (std::size_t i = 1; i < pages.size(); ++i) {
+        const std::string file = pages[i].name.substr(5);  // less "docs/"
+        CAPTURE(file);
+        CHECK(nav.find(": " + file + "\n") != std::string::npos);
+        if (file != "index.md") CHECK(readme.find("(docs/" + file) != std::string::npos);
+    }
+    // The set-up commands (.ci/run reads them from the README) stand on the install page as they
+    // are.
+    const auto install = std::find_if(pages.begin(), pages.end(), [](const testing::DocPage& p) {
+        return p.name == "docs/install.md";
+    });
+    REQUIRE(install != pages.end());
+    int blocks = 0;
+    for (std::size_t at = readme.find("```sh\n"); at != std::string::npos;
+         at = readme.find("```sh\n", at + 1), ++blocks) {
+        const std::string block = readme.substr(at, readme.find("```\n", at + 6) + 4 - at);
+        CAPTURE(block);
+        CHECK(install->text.find(block) != std::string::npos);
+    }
+    CHECK(blocks == 2);
 }
 
 TEST_CASE("a sweep streams: its JSON is the array nlohmann would print, and past 16 MiB it spools",

@@ -8,6 +8,7 @@
 
 #include "memcalc/params.hpp"
 #include "model_file.hpp"
+#include "doc_pages.hpp"
 
 using namespace memcalc;
 using memcalc::cli::parse_model_json;
@@ -202,22 +203,25 @@ TEST_CASE("an unknown preset suggests the nearest name", "[presets]") {
     CHECK_THROWS_WITH(cli::load_preset("bert"), !Catch::Contains("did you mean"));
 }
 
-TEST_CASE("every model the README shows in JSON reads as a valid model", "[model_file][readme]") {
-    std::ifstream readme(std::string(MEMCALC_SOURCE_DIR) + "/README.md");
-    std::string line, block;
-    bool in_json = false;
+TEST_CASE("every model the README and the docs show in JSON reads as a valid model",
+          "[model_file][readme]") {
     int models = 0;
-    while (std::getline(readme, line)) {
-        if (line == "```json") {
-            in_json = true, block.clear();
-        } else if (in_json && line == "```") {
-            in_json = false;
-            if (block.find("\"hidden\"") == std::string::npos) continue;  // not a model
-            CAPTURE(block);
-            CHECK_NOTHROW(parse_model_json(block, "README.md", "readme"));
-            ++models;
-        } else if (in_json) {
-            block += line + "\n";
+    for (const auto& page : testing::doc_pages()) {
+        std::istringstream text(page.text);
+        std::string line, block;
+        bool in_json = false;
+        while (std::getline(text, line)) {
+            if (line == "```json") {
+                in_json = true, block.clear();
+            } else if (in_json && line == "```") {
+                in_json = false;
+                if (block.find("\"hidden\"") == std::string::npos) continue;  // not a model
+                CAPTURE(page.name, block);
+                CHECK_NOTHROW(parse_model_json(block, page.name, "readme"));
+                ++models;
+            } else if (in_json) {
+                block += line + "\n";
+            }
         }
     }
     CHECK(models >= 2);

@@ -157,7 +157,7 @@ def main(argv=None):
     ap.add_argument("--check-timeline", action="store_true",
                     help="with --check: every step of every run within --tolerance, not only the peak")
     ap.add_argument("--plot", metavar="FILE.svg", help="draw measured against predicted peaks")
-    ap.add_argument("--markdown", action="store_true", help="also the runs as a Markdown table (the README's)")
+    ap.add_argument("--markdown", action="store_true", help="also the runs as a Markdown table (docs/validation.md's)")
     ap.add_argument("--before", metavar="MEMCALC", help="with --markdown: another memcalc's predictions beside")
     ap.add_argument("--defaults", action="store_true",
                     help="predict every run with memcalc's default recipe, loss and logits, as if those were "
