@@ -126,6 +126,20 @@ EstimateRun estimate_run(const EstimateOptions& q) {
     return run;
 }
 
+/// What the table says of a stage split memcalc assumed (Report::stage_split_assumed).
+std::string stage_split_note(const Report& r) {
+    const Parallelism& p = r.settings.parallel;
+    const std::uint64_t pieces = split_pieces(p), layers = r.model.layers;
+    const char* what = schedule_row(p).mirrored ? "model chunks" : "pipeline stages";
+    return fmt::format(
+        "\nNote on the pipeline: {} {} do not divide the {} layers; memcalc assumed {} + {} x {} + "
+        "{} (the first and last take fewer). Megatron-LM refuses such a layout unless "
+        "--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers are given: "
+        "give --first-stage-layers and --last-stage-layers to set your own.\n",
+        pieces, what, layers, p.first_stage_layers, pieces - 2, piece_layers(p, layers, 1),
+        p.last_stage_layers);
+}
+
 /// One configuration's report, in the format asked for, with a plot of its timeline if asked.
 void run_single(const EstimateOptions& q, EstimateRun& run, Spool& out,
                 std::vector<PendingFile>& files) {
@@ -162,6 +176,7 @@ void run_single(const EstimateOptions& q, EstimateRun& run, Spool& out,
             if (o.ops) out.append(ops_table(r, view));
             for (const std::string& note : model.notes)
                 out.append(fmt::format("\nNote on {}: {}.\n", model.architecture.name, note));
+            if (r.stage_split_assumed) out.append(stage_split_note(r));
             break;
     }
 }

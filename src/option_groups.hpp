@@ -220,7 +220,11 @@ template <class App>
 void add_stage_options(App& app, ParallelOptions& q, const char* group) {
     app.add_option("--first-stage-layers", q.first_stage_layers,
                    "Layers of the first pipeline stage, when it differs (Megatron-LM's\n"
-                   "decoder-first-pipeline-num-layers); the other stages split the rest evenly")
+                   "decoder-first-pipeline-num-layers); the other stages split the rest evenly.\n"
+                   "Interleaved: the first rank's, in vpp equal chunks; DualPipe and ZB-V: the\n"
+                   "model's first chunk. Where pp does not divide the layers and neither is\n"
+                   "given, the first and last stages take fewer (an assumption the estimate "
+                   "notes)")
         ->group(group)
         ->type_name("N");
     app.add_option("--last-stage-layers", q.last_stage_layers,

@@ -329,6 +329,8 @@ json settings_json(const Report& r) {
                      {"recipe", r.settings.recipe.name},
                      {"activations", activation_model_name(r.settings.activations)},
                      {"parallel", parallel_json(r.settings.parallel)}};
+    // pp did not divide the layers and neither end was given: the split is memcalc's assumption.
+    settings["parallel"]["stage_split_assumed"] = r.stage_split_assumed;
     for_each_switch([&](const auto& row) {
         settings[std::string(row.key)] = row.name(r.settings.framework.*row.member);
     });

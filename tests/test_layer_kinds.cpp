@@ -231,7 +231,8 @@ TEST_CASE("a stage's layers by kind: counts and runs, across chunks and stage bo
 
     // Interleaved, pp 4 and 2 chunks of 2 layers each: stage 1 runs layers 3, 4 and 11, 12.
     StageLayers interleaved;
-    interleaved.layers = 4, interleaved.chunk = 2, interleaved.pp = 4, interleaved.stage = 1;
+    interleaved.layers = 4, interleaved.chunk = 2, interleaved.stage = 1;
+    interleaved.pass = 8, interleaved.first_layer = 2;  // each pass 4 chunks of 2
     interleaved.with(pattern);
     CHECK(interleaved.layer_id(2) == 11);
     CHECK(interleaved.counts(4) == KindCounts{1, 3, 0, 0});
@@ -240,10 +241,26 @@ TEST_CASE("a stage's layers by kind: counts and runs, across chunks and stage bo
     CHECK(interleaved.run_end(2) == 2);  // layers 4 and 11 are alike but not consecutive
     CHECK(interleaved.run_start(4) == 3);
     CHECK(interleaved.run_end(3) == 4);
+    // Mirrored chunks of unequal length (uneven DualPipe or ZB-V): the model's first layer, then
+    // its last three, 14..16.
+    StageLayers ends;
+    ends.layers = 4, ends.chunk = 1, ends.mirrored = true, ends.mirror_first_layer = 13;
+    ends.with(pattern);
+    CHECK(ends.layer_id(0) == 1);
+    CHECK(ends.layer_id(1) == 14);
+    CHECK(ends.largest_chunk() == 3);
+    CHECK_FALSE(ends.equal_chunks());
+    CHECK(ends.counts(4) == KindCounts{1, 3, 0, 0});
+    CHECK(ends.run_end(1) == 1);
+    CHECK(ends.run_start(4) == 2);
+    ends.recomputing(2);
+    CHECK(ends.recomputed_counts(4) == KindCounts{1, 2, 0, 0});
+    CHECK(ends.recomputed_at(3));
+    CHECK_FALSE(ends.recomputed_at(4));
 
     // Two stages of 8: the second runs layers 9..16, its first of a run that began before it.
     StageLayers second;
-    second.layers = 8, second.chunk = 8, second.pp = 2, second.stage = 1, second.first_layer = 8;
+    second.layers = 8, second.chunk = 8, second.stage = 1, second.first_layer = 8;
     second.with(pattern);
     CHECK(second.counts(8) == KindCounts{1, 7, 0, 0});
     CHECK(second.run_end(1) == 1);
@@ -255,7 +272,7 @@ TEST_CASE("a stage's layers by kind: counts and runs, across chunks and stage bo
     CHECK(first.run_end(4) == 8);
     // Four stages of 4: the third runs layers 9..12, the last three of a run that goes on past it.
     StageLayers third;
-    third.layers = 4, third.chunk = 4, third.pp = 4, third.stage = 2, third.first_layer = 8;
+    third.layers = 4, third.chunk = 4, third.stage = 2, third.first_layer = 8;
     third.with(pattern);
     CHECK(third.run_end(2) == 4);
     CHECK(third.run_start(4) == 2);

@@ -343,7 +343,8 @@ TEST_CASE("a stage's layers split into runs where the recomputed ones end",
     // Interleaved, pp 4 and chunks of 2: stage 1 runs layers 3, 4 and 11, 12; the first of each
     // chunk recomputed.
     StageLayers interleaved;
-    interleaved.layers = 4, interleaved.chunk = 2, interleaved.pp = 4, interleaved.stage = 1;
+    interleaved.layers = 4, interleaved.chunk = 2, interleaved.stage = 1;
+    interleaved.pass = 8, interleaved.first_layer = 2;  // each pass 4 chunks of 2
     interleaved.with(pattern).recomputing(1);
     CHECK(interleaved.counts(4) == KindCounts{1, 3, 0, 0});
     CHECK(interleaved.recomputed_counts(4) == KindCounts{1, 1, 0, 0});

@@ -171,8 +171,8 @@ TEST_CASE("invalid schedules are refused with the value named", "[schedule]") {
     using Row = std::tuple<Parallelism, const char*>;
     Parallelism zb_v_vpp = pipeline(4, 8, Schedule::zb_v),
                 interleaved_one = pipeline(4, 8, Schedule::interleaved),
-                uneven = pipeline(4, 8, Schedule::zb_h1);
-    zb_v_vpp.vpp = 2, uneven.first_stage_layers = 5;
+                uneven = pipeline(4, 8, Schedule::zb_v);
+    zb_v_vpp.vpp = 2, uneven.first_stage_layers = 5;  // 27 left for 7 chunks
     for (const auto& [p, message] : {
              Row{pipeline(3, 6, Schedule::dualpipe),
                  "schedule dualpipe needs an even pp (got pp 3)"},
@@ -184,7 +184,7 @@ TEST_CASE("invalid schedules are refused with the value named", "[schedule]") {
              Row{pipeline(1, 8, Schedule::zb_v), "schedule zb-v needs pp > 1"},
              Row{zb_v_vpp, "schedule zb-v runs 2 chunks per rank: vpp must be 1 (got vpp 2)"},
              Row{interleaved_one, "schedule interleaved needs vpp > 1 (got vpp 1)"},
-             Row{uneven, "need the 1f1b schedule (got zb-h1)"},
+             Row{uneven, "the other 7 model chunks cannot split the remaining 27 layers evenly"},
              Row{pipeline(32, 64, Schedule::zb_v),
                  "schedule zb-v cuts the model into 64 chunks (2 x pp), which must divide layers "
                  "(32)"},

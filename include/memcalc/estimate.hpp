@@ -86,6 +86,9 @@ struct Report {
     std::size_t most_loaded = 0;  ///< the rank with the highest peak (the earliest stage on a tie)
     /// By kind of layer, one layer's op tape on one rank (only when Settings::ops).
     std::vector<std::vector<tape::OpRow>> ops;
+    /// Whether the first and last stages' layer counts in settings.parallel are memcalc's
+    /// assumption (assume_stage_split: pp did not divide the layers, and neither was given).
+    bool stage_split_assumed = false;
 
     const RankReport& busiest() const { return ranks[most_loaded]; }
     /// One layer of kind `kind`'s saved tensors.
@@ -240,8 +243,11 @@ public:
 
     const Architecture& model() const { return model_; }
 
-    /// Every table, and each rank's timeline unless settings.timelines is false.
-    Report estimate(const Settings& settings) const {
+    /// Every table, and each rank's timeline unless settings.timelines is false. Where pp does not
+    /// divide the layers and neither end stage is given, the split assume_stage_split makes.
+    Report estimate(const Settings& given) const {
+        Settings settings = given;
+        const bool assumed = assume_stage_split(settings.parallel, model_.layers);
         const Configuration c = configure(settings);
         Report r{model_,
                  settings,
@@ -258,7 +264,8 @@ public:
                  {},
                  {},
                  0,
-                 {}};
+                 {},
+                 assumed};
         const Parallelism& p = settings.parallel;
         std::optional<KindCounts> recomputed;  // partial recomputation's layers, by kind
         counted(settings, [&] {
@@ -295,9 +302,12 @@ public:
     }
 
     /// summary() under each of `modes` in turn (settings.recompute aside): the saved-tensor tables,
-    /// which recomputation does not change, are built once for all of them.
-    std::vector<Summary> summaries(const Settings& settings,
+    /// which recomputation does not change, are built once for all of them. Its settings carry the
+    /// stage split it assumed, as a report's do.
+    std::vector<Summary> summaries(const Settings& given,
                                    const std::vector<Recompute>& modes) const {
+        Settings settings = given;
+        assume_stage_split(settings.parallel, model_.layers);
         const Configuration c = configure(settings);
         std::vector<Summary> out;
         out.reserve(modes.size());

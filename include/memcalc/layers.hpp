@@ -87,30 +87,22 @@ private:
     std::vector<KindCounts> before_;   ///< layers of each kind before each run
 };
 
-/// The global number (1..L) of the i-th layer (0-based, forward order) a pipeline stage runs, when
-/// it holds chunks of `chunk` consecutive layers, chunk c being the model's (c pp + stage)-th.
-inline std::uint64_t layer_number(std::uint64_t i, std::uint64_t chunk, std::uint64_t pp,
-                                  std::uint64_t stage) {
-    return (i / chunk * pp + stage) * chunk + i % chunk + 1;
-}
-
-/// The same when a stage's second chunk mirrors its first: of `chunks`, the (chunks - 1 - stage)-th
-/// (ZB-V's V shape, DualPipe's two directions).
-inline std::uint64_t mirrored_layer_number(std::uint64_t i, std::uint64_t chunk,
-                                           std::uint64_t chunks, std::uint64_t stage) {
-    return ((i / chunk == 0 ? stage : chunks - 1 - stage) * chunk) + i % chunk + 1;
-}
 /// Every position of a chunk runs under the recomputation (StageLayers::recomputed's default).
 inline constexpr std::uint64_t every_position = ~std::uint64_t{0};
 
-/// The layers one device runs, in forward order: `layers` of them, in chunks of `chunk` consecutive
-/// layers, chunk c being the (c pp + stage)-th of the model (interleaved pipelines), or one run of
-/// layers after `first_layer` (chunk 0 or chunk = layers).
+/// The layers one device runs, in forward order: `layers` of them, in one run after `first_layer`
+/// (chunk 0 or chunk = layers); or in chunks of `chunk` consecutive layers, chunk c starting
+/// `first_layer` layers into the model's c-th pass of `pass` layers (interleaved pipelines, each
+/// pass one chunk of every rank); or, `mirrored`, in two chunks: `chunk` layers after
+/// `first_layer`, then the rest after `mirror_first_layer` (ZB-V's V shape, DualPipe's two
+/// directions), which may differ in length when the model's first and last chunks do (uneven
+/// stages).
 struct StageLayers {
-    std::uint64_t layers = 0, chunk = 0, pp = 1, stage = 0;
-    std::uint64_t first_layer = 0;  ///< layers before this device's first, when it holds one chunk
-    std::uint64_t mirrored_chunks =
-        0;  ///< nonzero: two chunks of that many, placed mirrored (mirrored_layer_number)
+    std::uint64_t layers = 0, chunk = 0, stage = 0;
+    std::uint64_t first_layer = 0;         ///< layers before this device's first (in its pass)
+    std::uint64_t pass = 0;                ///< interleaved: the layers of one pass (L / vpp)
+    bool mirrored = false;                 ///< two chunks, the second `layers - chunk` long
+    std::uint64_t mirror_first_layer = 0;  ///< layers before the second chunk's first, mirrored
     /// Partial recomputation (Megatron-LM's recompute-num-layers, block method): only the first so
     /// many positions of each chunk run under the recomputation; the rest keep every activation.
     std::uint64_t recomputed = every_position;
@@ -133,16 +125,31 @@ struct StageLayers {
     }
     bool one_chunk() const { return chunk == 0 || chunk == layers; }
     std::uint64_t chunk_width() const { return one_chunk() ? layers : chunk; }
+    /// Whether every chunk is `chunk_width()` long (a mirrored device's two may differ).
+    bool equal_chunks() const { return !mirrored || one_chunk() || layers == 2 * chunk; }
+    /// The chunk that holds 0-based position `i`, where it starts and how long it is.
+    std::uint64_t chunk_of(std::uint64_t i) const {
+        if (one_chunk()) return 0;
+        return mirrored ? (i < chunk ? 0 : 1) : i / chunk;
+    }
+    std::uint64_t chunk_start(std::uint64_t c) const { return c * chunk_width(); }
+    std::uint64_t chunk_size(std::uint64_t c) const {
+        return mirrored && c == 1 ? layers - chunk : chunk_width();
+    }
+    /// The longest chunk: what one model chunk of another micro-batch in flight holds at most.
+    std::uint64_t largest_chunk() const {
+        return mirrored && !one_chunk() ? std::max(chunk, layers - chunk) : chunk_width();
+    }
     /// Some positions recomputed and some not.
-    bool partial() const { return recomputed < chunk_width(); }
+    bool partial() const { return recomputed < largest_chunk(); }
     bool uniform() const { return !mixed; }
     std::size_t kinds() const { return several_kinds ? pattern->kinds() : 1; }
 
     /// The global number (1..L) of the i-th layer this device runs (0-based, forward order).
     std::uint64_t layer_id(std::uint64_t i) const {
         if (one_chunk()) return first_layer + i + 1;
-        return mirrored_chunks ? mirrored_layer_number(i, chunk, mirrored_chunks, stage)
-                               : layer_number(i, chunk, pp, stage);
+        if (mirrored) return i < chunk ? first_layer + i + 1 : mirror_first_layer + i - chunk + 1;
+        return i / chunk * pass + first_layer + i % chunk + 1;
     }
     /// The kind of the layer at `position` (1-based, forward order).
     std::size_t kind_at(std::uint64_t position) const {
@@ -151,7 +158,7 @@ struct StageLayers {
     /// Whether the layer at `position` runs under the recomputation (else it keeps every
     /// activation).
     bool recomputed_at(std::uint64_t position) const {
-        return (position - 1) % chunk_width() < recomputed;
+        return offset_in_chunk(position - 1) < recomputed;
     }
     /// Layers of each kind among the first `positions` this device runs.
     KindCounts counts(std::uint64_t positions) const {
@@ -165,7 +172,8 @@ struct StageLayers {
     /// (1-based): up to it, steps are linear in the position.
     std::uint64_t run_end(std::uint64_t position) const {
         if (uniform()) return layers;
-        const std::uint64_t width = chunk_width(), offset = (position - 1) % width;
+        const std::uint64_t c = chunk_of(position - 1), offset = position - 1 - chunk_start(c);
+        const std::uint64_t width = chunk_size(c);
         std::uint64_t end = position - offset + width - 1;  // the chunk's last
         if (offset < recomputed && recomputed < width) end = position - offset + recomputed - 1;
         if (!several_kinds) return end;
@@ -175,7 +183,7 @@ struct StageLayers {
     /// The first position of that run.
     std::uint64_t run_start(std::uint64_t position) const {
         if (uniform()) return 1;
-        const std::uint64_t offset = (position - 1) % chunk_width();
+        const std::uint64_t offset = offset_in_chunk(position - 1);
         std::uint64_t start = position - offset;  // the chunk's first
         if (offset >= recomputed) start += recomputed;
         if (!several_kinds) return start;
@@ -185,12 +193,14 @@ struct StageLayers {
     }
 
 private:
+    std::uint64_t offset_in_chunk(std::uint64_t i) const { return i - chunk_start(chunk_of(i)); }
+
     /// Layers of each kind among the first `positions`, counting only the first `limit` of each
     /// chunk.
     KindCounts counts_within(std::uint64_t positions, std::uint64_t limit) const {
         KindCounts c{};
-        const std::uint64_t width = chunk_width();
-        if (!several_kinds) {  // whole chunks, then the part of the last
+        if (!several_kinds && equal_chunks()) {  // whole chunks, then the part of the last
+            const std::uint64_t width = chunk_width();
             if (width > 0)
                 c[0] =
                     positions / width * std::min(limit, width) + std::min(positions % width, limit);
@@ -202,10 +212,14 @@ private:
             for (std::size_t k = 0; k < kinds(); ++k) c[k] += upto[k] - before[k];
         };
         for (std::uint64_t done = 0; done < positions;) {
-            const std::uint64_t offset = done % width,
-                                take = std::min(width - offset, positions - done);
+            const std::uint64_t offset = offset_in_chunk(done),
+                                take =
+                                    std::min(chunk_size(chunk_of(done)) - offset, positions - done);
             const std::uint64_t counted = offset >= limit ? 0 : std::min(take, limit - offset);
-            if (counted > 0) add_range(layer_id(done), layer_id(done) + counted - 1);
+            if (counted > 0 && several_kinds)
+                add_range(layer_id(done), layer_id(done) + counted - 1);
+            else
+                c[0] += counted;
             done += take;
         }
         return c;

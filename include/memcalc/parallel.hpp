@@ -10,6 +10,7 @@
 
 #include "memcalc/activations.hpp"
 #include "memcalc/error.hpp"
+#include "memcalc/layers.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
@@ -195,8 +196,8 @@ inline double bubble_share(const Parallelism& p, double forward_share = 1.0 / 3)
     return schedule_row(p).bubble(p.pp, chunk_times(1, forward_share)) / chunks;
 }
 
-/// The schedule's own rules (Throws naming the value): its chunk count per rank, even stages, and
-/// what its paper's runtime needs.
+/// The schedule's own rules (Throws naming the value): its chunk count per rank, even chunks unless
+/// the first and last are given their own, and what its paper's runtime needs.
 inline void validate_schedule(const Parallelism& p, std::uint64_t layers) {
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
     const ScheduleRow& row = schedule_row(p);
@@ -207,9 +208,6 @@ inline void validate_schedule(const Parallelism& p, std::uint64_t layers) {
     if (row.chunks != 0 && p.vpp != 1)
         throw error(name + " runs " + n(row.chunks) + (row.chunks == 1 ? " chunk" : " chunks") +
                     " per rank: vpp must be 1 (got vpp " + n(p.vpp) + ")");
-    if (p.uneven_stages())
-        throw error("first_stage_layers and last_stage_layers need the 1f1b schedule (got " +
-                    std::string(row.name) + ")");
     const std::uint64_t M = p.steps_per_batch();
     if (p.schedule == Schedule::dualpipe && p.pp % 2 != 0)
         throw error(name + " needs an even pp (got pp " + n(p.pp) + ")");
@@ -221,28 +219,61 @@ inline void validate_schedule(const Parallelism& p, std::uint64_t layers) {
                     (p.schedule == Schedule::dualpipe ? "an even number of " : "") +
                     "micro-batches of at least 2 x pp = " + n(2 * p.pp) + " (got microbatches " +
                     n(M) + ")");
-    if (row.chunks == 2 && layers % model_chunks(p) != 0)
+    if (row.chunks == 2 && !p.uneven_stages() && layers % model_chunks(p) != 0)
         throw error(name + " cuts the model into " + n(model_chunks(p)) + " chunks (" +
                     (row.parameter_copies == 2 ? "pp" : "2 x pp") +
                     "), which must divide layers (" + n(layers) + ")");
 }
 
-/// Layers of pipeline stage `stage` (vpp = 1). Validated layouts only: see validate_uneven_stages.
-inline std::uint64_t stage_layer_count(const Parallelism& p, std::uint64_t layers,
-                                       std::uint64_t stage) {
-    if (!p.uneven_stages()) return layers / p.pp;
-    const bool first = stage == 0, last = stage + 1 == p.pp;
-    if (first && p.first_stage_layers != 0) return p.first_stage_layers;
-    if (last && p.last_stage_layers != 0) return p.last_stage_layers;
-    const std::uint64_t fixed = (p.first_stage_layers != 0) + (p.last_stage_layers != 0);
-    return (layers - p.first_stage_layers - p.last_stage_layers) / (p.pp - fixed);
+/// The pieces first_stage_layers and last_stage_layers cut the layers into, the first and the
+/// last being the model's: the pipeline's stages (interleaved, each rank's layers in vpp equal
+/// chunks, as Megatron-LM's uneven stages are), or under a mirrored schedule its model chunks
+/// (DualPipe's pp stages, ZB-V's 2 pp chunks; a rank holds two, the k-th and the mirrored one).
+inline std::uint64_t split_pieces(const Parallelism& p) {
+    return schedule_row(p).mirrored ? model_chunks(p) : p.pp;
 }
 
-/// How many layers come before stage `stage`'s first (vpp = 1).
-inline std::uint64_t stage_first_layer(const Parallelism& p, std::uint64_t layers,
+/// Layers of piece `piece` (split_pieces). Validated layouts only: see validate_uneven_stages.
+inline std::uint64_t piece_layers(const Parallelism& p, std::uint64_t layers, std::uint64_t piece) {
+    const std::uint64_t n = split_pieces(p);
+    if (!p.uneven_stages()) return layers / n;
+    if (piece == 0 && p.first_stage_layers != 0) return p.first_stage_layers;
+    if (piece + 1 == n && p.last_stage_layers != 0) return p.last_stage_layers;
+    const std::uint64_t fixed = (p.first_stage_layers != 0) + (p.last_stage_layers != 0);
+    return (layers - p.first_stage_layers - p.last_stage_layers) / (n - fixed);
+}
+
+/// How many layers come before piece `piece`'s first.
+inline std::uint64_t piece_first_layer(const Parallelism& p, std::uint64_t layers,
+                                       std::uint64_t piece) {
+    if (piece == 0) return 0;
+    return piece_layers(p, layers, 0) + (piece - 1) * piece_layers(p, layers, 1);
+}
+
+/// The layers pipeline stage `stage`'s ranks run, in forward order, by the schedule's placement:
+/// one piece; vpp chunks of its piece, chunk c in the model's c-th pass through the ranks; or the
+/// piece `stage` and its mirror. Validated layouts only.
+inline StageLayers rank_layers(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
+    StageLayers s;
+    s.stage = stage;
+    s.layers = piece_layers(p, layers, stage);
+    s.first_layer = piece_first_layer(p, layers, stage);
+    s.chunk = s.layers;
+    if (schedule_row(p).mirrored) {
+        const std::uint64_t mirror = model_chunks(p) - 1 - stage;
+        s.mirrored = true;
+        s.mirror_first_layer = piece_first_layer(p, layers, mirror);
+        s.layers += piece_layers(p, layers, mirror);
+    } else if (const std::uint64_t V = chunks_per_rank(p); V > 1) {
+        s.chunk /= V, s.first_layer /= V, s.pass = layers / V;
+    }
+    return s;
+}
+
+/// Layers of pipeline stage `stage`'s ranks, all their chunks. Validated layouts only.
+inline std::uint64_t stage_layer_count(const Parallelism& p, std::uint64_t layers,
                                        std::uint64_t stage) {
-    if (stage == 0) return 0;
-    return stage_layer_count(p, layers, 0) + (stage - 1) * stage_layer_count(p, layers, 1);
+    return rank_layers(p, layers, stage).layers;
 }
 
 namespace detail {
@@ -261,24 +292,100 @@ inline void validate_stage_layer_counts(std::uint64_t first, std::uint64_t last,
                     std::to_string(layers) + ")");
 }
 
+/// Interleaved: each stage's layers run as vpp equal chunks (Megatron-LM's uneven stages).
+inline void validate_interleaved_pieces(const Parallelism& p, std::uint64_t layers) {
+    const auto n = [](std::uint64_t v) { return std::to_string(v); };
+    const std::uint64_t V = chunks_per_rank(p);
+    if (V == 1 || schedule_row(p).mirrored) return;
+    for (std::uint64_t stage : {std::uint64_t{0}, std::uint64_t{1}, p.pp - 1}) {
+        const std::uint64_t count = piece_layers(p, layers, stage);
+        if (count % V == 0) continue;
+        const bool first = stage == 0 && p.first_stage_layers != 0,
+                   last = stage + 1 == p.pp && p.last_stage_layers != 0;
+        throw error(std::string(first  ? "first_stage_layers"
+                                : last ? "last_stage_layers"
+                                       : "the other stages' layers") +
+                    " (" + n(count) + ") must be a multiple of vpp (" + n(V) +
+                    "): each stage's layers run as vpp equal chunks");
+    }
+}
+
+/// The first and last pieces' counts (split_pieces) against the layers: the others split the
+/// rest evenly, at least one layer each.
 inline void validate_uneven_stages(const Parallelism& p, std::uint64_t layers) {
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
     if (p.pp < 2)
         throw error("first_stage_layers and last_stage_layers need pp > 1 (got pp " + n(p.pp) +
                     ")");
-    if (p.vpp > 1)
-        throw error("first_stage_layers and last_stage_layers need vpp 1 (got vpp " + n(p.vpp) +
-                    ")");
     validate_stage_layer_counts(p.first_stage_layers, p.last_stage_layers, layers);
+    const std::uint64_t pieces = split_pieces(p);
     const std::uint64_t given = p.first_stage_layers + p.last_stage_layers;  // at most layers
     const std::uint64_t fixed = (p.first_stage_layers != 0) + (p.last_stage_layers != 0);
-    const std::uint64_t others = p.pp - fixed;
+    const std::uint64_t others = pieces - fixed;
     const std::string what = detail::stage_layers_text(p.first_stage_layers, p.last_stage_layers);
+    const std::string kind = schedule_row(p).mirrored ? " model chunks" : " pipeline stages";
     if (others == 0 && given != layers)
         throw error(what + " must equal layers (" + n(layers) + ")");
-    if (others > 0 && ((layers - given) % others != 0 || layers - given < others))
-        throw error("the other " + n(others) + " pipeline stages cannot split the remaining " +
+    if (others > 0 && layers - given < others)
+        throw error(what + " leaves " + n(layers - given) + " of " + n(layers) +
+                    " layers for the other " + n(others) + kind + ": at least one each");
+    if (others > 0 && (layers - given) % others != 0)
+        throw error("the other " + n(others) + kind + " cannot split the remaining " +
                     n(layers - given) + " layers evenly (" + what + " of " + n(layers) + ")");
+    validate_interleaved_pieces(p, layers);
+}
+
+/// The first and last stages' layer counts for `pp` stages (pieces) of `layers` (0: an even
+/// share), or none when no split fits: plan's split and the estimate's. Asked-for counts apply
+/// wherever they fit; otherwise stages are even when pp divides the layers, else the first and the
+/// last take fewer than the others, as Llama 3 405B's 126 layers ran on 16 stages (7 + 14 x 8 + 7);
+/// DeepSeek-V3's 61 take 2 + 14 x 4 + 3. Megatron-LM refuses layers that pp does not divide
+/// unless both ends are given: this default is memcalc's assumption, and the estimate says so.
+inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::uint64_t layers,
+                                                                          std::uint64_t pp,
+                                                                          std::uint64_t first,
+                                                                          std::uint64_t last) {
+    if (pp == 1) return std::make_pair(std::uint64_t{0}, std::uint64_t{0});
+    if (first != 0 || last != 0) {
+        Parallelism p;
+        p.pp = pp, p.first_stage_layers = first, p.last_stage_layers = last;
+        try {
+            validate_uneven_stages(p, layers);
+        } catch (const error&) {
+            return std::nullopt;
+        }
+        return std::make_pair(first, last);
+    }
+    if (layers % pp == 0) return std::make_pair(std::uint64_t{0}, std::uint64_t{0});
+    const std::uint64_t middle = (layers + pp - 1) / pp;  // the other stages' share, rounded up
+    if (pp < 3 || (pp - 2) * middle >= layers) return std::nullopt;
+    const std::uint64_t ends = layers - (pp - 2) * middle;
+    // An odd remainder gives the last stage the extra layer: under 1F1B the first holds pp
+    // micro-batches.
+    const std::uint64_t first_share = ends / 2, last_share = ends - first_share;
+    if (first_share == 0 || last_share > middle) return std::nullopt;  // 0 would mean an even share
+    return std::make_pair(first_share, last_share);
+}
+
+/// The layout an estimate runs: `p` itself, unless its pieces (split_pieces; interleaved, pp x vpp
+/// chunks) do not divide the layers and neither end is given its own count; then stage_split's
+/// ends where they make a valid layout (true: the split is assumed, and a report says so).
+inline bool assume_stage_split(Parallelism& p, std::uint64_t layers) {
+    if (p.pp < 2 || p.uneven_stages() || p.pp > layers || p.vpp > layers) return false;
+    const std::uint64_t pieces = split_pieces(p);
+    const bool interleaved = chunks_per_rank(p) > 1 && !schedule_row(p).mirrored;
+    if (pieces > layers || layers % (interleaved ? pieces * p.vpp : pieces) == 0) return false;
+    const auto split = stage_split(layers, pieces, 0, 0);
+    if (!split || split->first == 0) return false;
+    Parallelism q = p;
+    std::tie(q.first_stage_layers, q.last_stage_layers) = *split;
+    try {
+        validate_uneven_stages(q, layers);
+    } catch (const error&) {
+        return false;
+    }
+    p = q;
+    return true;
 }
 
 /// Megatron-LM's rule (parallel_state.initialize_model_parallel): etp x ep x pp divides the world
@@ -400,22 +507,14 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     validate_offload(p);
 }
 
-/// The global number (1..L) of the i-th layer (0-based, forward order) of stage `stage` with chunks
-/// of `chunk` layers, by the schedule's placement.
-inline std::uint64_t placed_layer_number(const Parallelism& p, std::uint64_t i, std::uint64_t chunk,
-                                         std::uint64_t stage) {
-    if (schedule_row(p).mirrored) return mirrored_layer_number(i, chunk, model_chunks(p), stage);
-    return layer_number(i, chunk, p.pp, stage);
-}
-
 /// The most layers one model chunk of a stage runs (a stage's, without interleaving): the most
-/// recompute_layers may name. Validated layouts only.
+/// recompute_layers may name. The first, the second and the last stage hold every length there is.
+/// Validated layouts only.
 inline std::uint64_t largest_chunk(const Parallelism& p, std::uint64_t layers) {
-    if (chunks_per_rank(p) > 1) return layers / model_chunks(p);
-    std::uint64_t most = stage_layer_count(p, layers, 0);
+    std::uint64_t most = rank_layers(p, layers, 0).largest_chunk();
     if (p.pp > 1)
-        most = std::max(
-            {most, stage_layer_count(p, layers, 1), stage_layer_count(p, layers, p.pp - 1)});
+        most = std::max({most, rank_layers(p, layers, 1).largest_chunk(),
+                         rank_layers(p, layers, p.pp - 1).largest_chunk()});
     return most;
 }
 
@@ -437,17 +536,10 @@ inline void validate_recompute_layers(const Parallelism& p, std::uint64_t layers
 /// The global indices (1..L) of the layers pipeline stage `stage` holds, in forward order.
 inline std::vector<std::uint64_t> stage_layers(const Parallelism& p, std::uint64_t layers,
                                                std::uint64_t stage) {
+    const StageLayers s = rank_layers(p, layers, stage);
     std::vector<std::uint64_t> ids;
-    if (chunks_per_rank(p) == 1) {
-        const std::uint64_t first = stage_first_layer(p, layers, stage),
-                            count = stage_layer_count(p, layers, stage);
-        ids.reserve(count);
-        for (std::uint64_t i = 1; i <= count; ++i) ids.push_back(first + i);
-        return ids;
-    }
-    const std::uint64_t chunk = layers / model_chunks(p), held = chunk * chunks_per_rank(p);
-    ids.reserve(held);
-    for (std::uint64_t i = 0; i < held; ++i) ids.push_back(placed_layer_number(p, i, chunk, stage));
+    ids.reserve(s.layers);
+    for (std::uint64_t i = 0; i < s.layers; ++i) ids.push_back(s.layer_id(i));
     return ids;
 }
 

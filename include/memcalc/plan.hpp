@@ -115,36 +115,6 @@ inline PlanKey plan_key(const PlanRow& r) {
 
 inline bool plan_order(const PlanRow& a, const PlanRow& b) { return plan_key(a) < plan_key(b); }
 
-/// The first and last stages' layer counts for `pp` stages of `layers` (0: an even share), or none
-/// when no split fits. Asked-for counts apply wherever they fit; otherwise stages are even when pp
-/// divides the layers, else the first and the last take fewer than the others, as Llama 3 405B's
-/// 126 layers ran on 16 stages (7 + 14 x 8 + 7); DeepSeek-V3's 61 take 2 + 14 x 4 + 3.
-inline std::optional<std::pair<std::uint64_t, std::uint64_t>> stage_split(std::uint64_t layers,
-                                                                          std::uint64_t pp,
-                                                                          std::uint64_t first,
-                                                                          std::uint64_t last) {
-    if (pp == 1) return std::make_pair(std::uint64_t{0}, std::uint64_t{0});
-    if (first != 0 || last != 0) {
-        Parallelism p;
-        p.pp = pp, p.first_stage_layers = first, p.last_stage_layers = last;
-        try {
-            validate_uneven_stages(p, layers);
-        } catch (const error&) {
-            return std::nullopt;
-        }
-        return std::make_pair(first, last);
-    }
-    if (layers % pp == 0) return std::make_pair(std::uint64_t{0}, std::uint64_t{0});
-    const std::uint64_t middle = (layers + pp - 1) / pp;  // the other stages' share, rounded up
-    if (pp < 3 || (pp - 2) * middle >= layers) return std::nullopt;
-    const std::uint64_t ends = layers - (pp - 2) * middle;
-    // An odd remainder gives the last stage the extra layer: under 1F1B the first holds pp
-    // micro-batches.
-    const std::uint64_t first_share = ends / 2, last_share = ends - first_share;
-    if (first_share == 0 || last_share > middle) return std::nullopt;  // 0 would mean an even share
-    return std::make_pair(first_share, last_share);
-}
-
 /// Bytes one device sends in a step, by ring collectives: data-parallel gradient all-reduce
 /// (ZeRO-3: also two weight all-gathers), tensor-parallel all-reduces (4 a layer a micro-batch),
 /// pipeline sends between stages, context-parallel key/value rings; and what ZeRO-Offload moves

@@ -60,15 +60,7 @@ inline RankParams rank_params(const StateClass& groups, const Parallelism& p, st
 
 /// The layers pipeline stage `stage` runs, with the model's pattern of kinds.
 inline StageLayers stage_layers(const Workload& w, const Parallelism& p, std::uint64_t stage) {
-    const std::uint64_t L = w.model.layers;
-    StageLayers s;
-    const bool one_chunk = chunks_per_rank(p) == 1;
-    s.chunk = one_chunk ? stage_layer_count(p, L, stage) : L / model_chunks(p);
-    s.layers = s.chunk * chunks_per_rank(p);
-    s.first_layer = one_chunk ? stage_first_layer(p, L, stage) : 0;
-    if (schedule_row(p).mirrored) s.mirrored_chunks = model_chunks(p);
-    s.pp = p.pp;
-    s.stage = stage;
+    StageLayers s = rank_layers(p, w.model.layers, stage);
     s.with(w.parameters->pattern);
     if (p.recompute_layers) s.recomputing(*p.recompute_layers);
     return s;
@@ -235,7 +227,7 @@ inline void offload_activations(StageFacts& f, const Workload& w, const Parallel
     }
     f.host +=
         f.offloaded_activations + other_microbatches_kept(p, f.in_flight, f.offloaded_activations,
-                                                          Count(f.layers.chunk) * most);
+                                                          Count(f.layers.largest_chunk()) * most);
 }
 
 /// Each state class's parameters on this stage's rank, summed, and the state they keep.

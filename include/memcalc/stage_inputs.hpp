@@ -163,9 +163,11 @@ inline OthersInFlight others_in_flight(const TimelineInputs& in, const Workload&
                                            : in.per_kind(f.kind_layers, &LayerInputs::kept)) +
                              stage_copies;
     // One model chunk of several a rank: its first N layers recomputed, the rest not.
-    const std::uint64_t chunk_recomputed = std::min(in.recomputed, in.chunk);
+    // Chunks of unequal length (a mirrored rank's model ends): each counted as the longest.
+    const std::uint64_t chunk = in.largest_chunk();
+    const std::uint64_t chunk_recomputed = std::min(in.recomputed, chunk);
     const Count chunk_kept =
-        Count(chunk_recomputed) * most.kept + Count(in.chunk - chunk_recomputed) * most.kept_whole;
+        Count(chunk_recomputed) * most.kept + Count(chunk - chunk_recomputed) * most.kept_whole;
     // A schedule that defers W: a micro-batch past its B holds what W reads instead, on the device;
     // each counts the larger of the two, as any may be either (leaning high where few have run B).
     Count stage_reads, most_reads;  // in.layer[k].weight_reads: none unless the schedule defers W
@@ -178,10 +180,10 @@ inline OthersInFlight others_in_flight(const TimelineInputs& in, const Workload&
             stage_kept,
             chunk_kept,
             stage_copies,
-            Count(in.chunk) * most.copies,
+            Count(chunk) * most.copies,
             most.activations,
             stage_reads,
-            Count(in.chunk) * most_reads,
+            Count(chunk) * most_reads,
             mask};
 }
 

@@ -285,7 +285,7 @@ inline Count held_kv_cache(const TimelineInputs& in, std::uint64_t finished) {
 inline Count kept_at_step(const TimelineInputs& in, Phase phase, std::uint64_t done, bool later) {
     const auto [first_kept, last_kept] = in.kept_on_device(done);
     const std::uint64_t spare = later ? in.later_spare_chunks : in.spare_chunks;
-    const std::uint64_t chunk_index = in.one_chunk() || done == 0 ? 0 : (done - 1) / in.chunk;
+    const std::uint64_t chunk_index = done == 0 ? 0 : in.chunk_of(done - 1);
     const std::uint64_t spares =
         (phase == Phase::forward || phase == Phase::backward) && spare > chunk_index
             ? spare - chunk_index
@@ -554,8 +554,8 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
     // chunks change (TimelineInputs::spare_chunks), chunk by chunk below the spares' count S, and a
     // step's value there is linear in the chunk's index too; so chunks 0 and S - 1 stand for those,
     // and the chunks from S on are one run.
-    const bool spares_only =
-        in.mixed && !in.several_kinds && !in.partial() && !in.kept_offloaded && !in.one_chunk();
+    const bool spares_only = in.mixed && !in.several_kinds && !in.partial() && !in.kept_offloaded &&
+                             !in.one_chunk() && in.equal_chunks();
     const auto next_run_end = [&](std::uint64_t a, std::uint64_t spare) {
         if (!spares_only) return in.run_end(a);
         const std::uint64_t c = (a - 1) / in.chunk;
