@@ -215,6 +215,19 @@ TEST_CASE("each optimiser's step temporaries follow its own code", "[optimizer][
           Count(4 * 1024 * 4096 + 2 * 1024 * 1024) * 2 + Count(1024 * 4096) * 2);
     // Adam as before: 2 x the largest + the next under the for-loop, none fused.
     CHECK(step(tiny, "mixed-adam", OptimizerImpl::for_loop) == Count(3 * 64 * 176) * 4);
+    // A vocabulary of 1,024: the head (1024 x 64) is the largest after the embedding stepped first.
+    // Its predecessor is unknown in groups, a matrix of a layer standing for it; in one group in
+    // the model's order it is the final norm's weight (64).
+    Architecture vocab = tiny;
+    vocab.vocab = 1024, vocab.tied_embeddings = false;
+    CHECK(step(vocab, "mixed-adam", OptimizerImpl::for_loop) ==
+          Count(2 * 1024 * 64 + 64 * 176) * 4);
+    vocab.params_in_model_order = true;
+    CHECK(step(vocab, "mixed-adam", OptimizerImpl::for_loop) == Count(2 * 1024 * 64 + 64) * 4);
+    // The layers' pairs are as before: the tiny model's largest is a layer's matrix.
+    Architecture in_order = tiny;
+    in_order.params_in_model_order = true;
+    CHECK(step(in_order, "mixed-adam", OptimizerImpl::for_loop) == Count(3 * 64 * 176) * 4);
     // Lion's loop: the interpolation and its sign, no earlier update (measured:
     // validation/optimizer_state.py).
     CHECK(step(tiny, "lion", OptimizerImpl::for_loop) == Count(2 * 64 * 176) * 4);

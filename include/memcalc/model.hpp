@@ -281,6 +281,11 @@ struct Architecture {
     /// The model's forward keeps the token (and learned position) embeddings' outputs in names of
     /// their own until it returns (nanoGPT's tok_emb and pos_emb), beside their sum.
     bool embedding_outputs_held = false;
+    /// A one-tensor-at-a-time optimiser steps the parameters in one group in the model's order
+    /// (torch.optim.AdamW(model.parameters())), so the head follows the final norm; else in groups
+    /// whose order memcalc does not know (the Trainer's weight-decay groups: the head after the
+    /// last layer's matrix), leaning high.
+    bool params_in_model_order = false;
     QkNorm qk_norm = QkNorm::none;  ///< norms on q and k before rotary (Qwen3, Gemma 3, OLMo 2)
     NormPosition norm_position =
         NormPosition::pre;  ///< with norms_per_layer 2: before or after each branch

@@ -57,6 +57,11 @@ inline const auto program_facts = std::make_tuple(
            flag_values, flag_name,
            "The forward keeps the token and position embeddings' outputs in names of their own\n"
            "until it returns (true: nanoGPT's tok_emb and pos_emb) or only their sum (false)"},
+    Switch{"params_in_model_order", "params in order", &Architecture::params_in_model_order,
+           flag_values, flag_name,
+           "A for-loop optimiser steps the parameters in one group in the model's order (true:\n"
+           "torch.optim.AdamW(model.parameters()), the head after the final norm) or in groups\n"
+           "(false: the Trainer's and nanoGPT's weight-decay groups; memcalc leans high)"},
     Switch{"rotary_embedding", "rotary tables", &Architecture::rotary_embedding,
            std::array{RotaryEmbedding::shared, RotaryEmbedding::per_layer,
                       RotaryEmbedding::per_layer_cached},

@@ -277,7 +277,17 @@ struct LoopTensors {
     Count head_of_loop;  ///< the first tensor stepped (the token embedding), if this rank holds it
     Count after_lead;    ///< the largest that may come right after it
     Count others[2];     ///< the two largest but the first, of every group held
+    Count heads[2];      ///< of those, the head group's two largest (the head, the final norm)
+    Count rest[2];       ///< and the two largest of the other groups
 };
+
+/// Keeps the two largest of the counts offered.
+inline void keep_two_largest(Count (&top)[2], Count n) {
+    if (n > top[0])
+        top[1] = top[0], top[0] = n;
+    else if (n > top[1])
+        top[1] = n;
+}
 
 inline LoopTensors loop_tensors(const Workload& w, const Parallelism& p, const StageFacts& f,
                                 bool muon) {
@@ -314,10 +324,8 @@ inline LoopTensors loop_tensors(const Workload& w, const Parallelism& p, const S
                         continue;
                     }
                     if (group != Group::head) l.after_lead = std::max(l.after_lead, n);
-                    if (n > l.others[0])
-                        l.others[1] = l.others[0], l.others[0] = n;
-                    else if (n > l.others[1])
-                        l.others[1] = n;
+                    keep_two_largest(l.others, n);
+                    keep_two_largest(group == Group::head ? l.heads : l.rest, n);
                 }
     }
     return l;
@@ -335,11 +343,14 @@ inline Count for_loop_step_work(const Workload& w, const Parallelism& p, const S
     const LoopTensors l = loop_tensors(w, p, f, muon);
     // Which tensor comes before another depends on the program's parameter groups (transformers'
     // Trainer steps the norms and biases apart, so its head follows the last layer's matrix), so
-    // the next largest stands for it, leaning high.
-    Count work =
-        std::max({l.head_of_loop * o.copies, l.after_lead * o.copies + l.head_of_loop * o.previous,
-                  l.others[0] * o.copies + l.others[1] * o.previous}) *
-        t;
+    // the next largest stands for it, leaning high; in one group in the model's order the head
+    // follows the final norm (Architecture::params_in_model_order).
+    const auto pair = [&](const Count(&two)[2]) { return two[0] * o.copies + two[1] * o.previous; };
+    const Count largest_pair =
+        w.model.params_in_model_order ? std::max(pair(l.rest), pair(l.heads)) : pair(l.others);
+    Count work = std::max({l.head_of_loop * o.copies,
+                           l.after_lead * o.copies + l.head_of_loop * o.previous, largest_pair}) *
+                 t;
     // transformers' Adafactor steps fp32 copies of a narrower weight and its gradient.
     const DType stepped = w.recipe.master.value_or(w.recipe.weights);
     if (o.upcast && bytes_per_element(stepped) < dtype::fp32)
