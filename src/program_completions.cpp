@@ -112,7 +112,8 @@ std::string zsh_text(std::string text, std::size_t most) {
 std::string zsh_spec(const OptionDoc& option, const std::string& name) {
     std::string spec = "'" + name + "[" + zsh_text(option.help, 70) + "]";
     if (option.value.empty()) return spec + "'";
-    std::string message = zsh_text(option.value, 30);
+    // "MODE[,MODE...]", "PATH|DIR": "mode", "path" (one word: _values reads it as the description)
+    std::string message = zsh_text(option.value.substr(0, option.value.find_first_of("[|")), 30);
     std::transform(message.begin(), message.end(), message.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     spec += ":" + message + ":";

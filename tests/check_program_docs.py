@@ -94,6 +94,14 @@ def check_zsh():
     text = open(completion, encoding="utf-8").read()
     assert text.startswith("#compdef memcalc\n")
     assert re.search(r"'--preset\[[^]]*\]:name:\([^)]*\bllama-7b\b", text)
+    # what _memcalc passes to _arguments: the command's options, the commands at the first word
+    stub = f"_arguments() {{ print -rl -- \"$@\" }}; words=(%s); CURRENT=%d; source {completion}"
+    specs = run(zsh, "-f", "-c", stub % ("memcalc fit --pre", 3)).splitlines()
+    assert any(s.startswith("--multiple-of[") for s in specs), "fit's options"
+    assert any(re.match(r"--recompute\[.*:_values -s , mode none selective", s) for s in specs)
+    specs = run(zsh, "-f", "-c", stub % ("memcalc ''", 2)).splitlines()
+    assert any(s.startswith("1:command:((fit") for s in specs), "the commands"
+    assert not any(s.startswith("--multiple-of[") for s in specs), "the estimate's options"
 
 
 def main():
