@@ -1,6 +1,7 @@
 // memcalc(1): the man page, written from the program's own commands and options
 // (program_docs.hpp), so it documents every one the program takes and no other.
 #include <algorithm>
+#include <cctype>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -63,19 +64,39 @@ Footer split_footer(const std::string& footer) {
     return parts;
 }
 
-/// --help's prose: a blank line starts a paragraph, an indented line a line of its own.
+/// Whether an indented line of --help's prose starts an item of a list ("  1. the estimated ...").
+bool starts_item(const std::string& line) {
+    const std::string text = trimmed(line);
+    return line[0] != ' ' ||
+           (text.size() > 1 && std::isdigit(static_cast<unsigned char>(text[0])) && text[1] == '.');
+}
+
+/// --help's prose, filled by groff: a blank line starts a paragraph, a list's item a line of its
+/// own; the terminal's line breaks go ("micro-\nbatches" is one word).
 void write_prose(std::ostream& out, const std::string& text) {
+    std::string line_so_far;
+    const auto flush = [&] {
+        if (!line_so_far.empty()) out << roff(line_so_far) << "\n";
+        line_so_far.clear();
+    };
     for (std::size_t from = 0; from < text.size();) {
         const std::size_t end = std::min(text.find('\n', from), text.size());
         const std::string line = text.substr(from, end - from);
         from = end + 1;
-        if (trimmed(line).empty())
+        if (trimmed(line).empty()) {
+            flush();
             out << ".PP\n";
-        else if (line[0] == ' ')
-            out << ".br\n" << roff(trimmed(line)) << "\n";
-        else
-            out << roff(line) << "\n";
+        } else if (line[0] == ' ' && starts_item(line)) {
+            flush();
+            out << ".br\n";
+            line_so_far = trimmed(line);
+        } else {
+            const bool split_word = !line_so_far.empty() && line_so_far.back() == '-' &&
+                                    std::islower(static_cast<unsigned char>(trimmed(line)[0]));
+            line_so_far += (line_so_far.empty() || split_word ? "" : " ") + trimmed(line);
+        }
     }
+    flush();
 }
 
 std::string option_names(const OptionDoc& option) {
