@@ -2,13 +2,7 @@
 # runs it, and runs the installed program from another folder (with a preset, and with an installed
 # preset's JSON as a model file); checks the man page and the completions are installed. Called by ctest with SOURCE_DIR, BUILD_DIR and WORK_DIR.
 file(REMOVE_RECURSE "${WORK_DIR}")
-function(step)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
-  endif()
-  set(out "${out}" PARENT_SCOPE)
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/../script_step.cmake")
 
 step("${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
 step("${CMAKE_COMMAND}" -S "${SOURCE_DIR}/tests/consumer" -B "${WORK_DIR}/build" "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix")
