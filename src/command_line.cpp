@@ -170,6 +170,6 @@ void memcalc::cli::visit_program(const std::function<void(const CLI::App&)>& vis
     const char* const argv[] = {"memcalc", "--help"};  // as --help builds it: every option
     CLI::App app{command_table().front().summary, "memcalc"};
     CommandLine line{2, argv, option_tokens(2, argv), false};
-    const std::vector<BuiltCommand> built = build_program(app, line);
+    const std::vector<BuiltCommand> built = build_program(app, line);  // the options' storage
     visit(app);
 }
