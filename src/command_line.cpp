@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -55,6 +56,15 @@ std::vector<BuiltCommand> add_commands(CLI::App& app, CommandLine& line) {
         if (row.footer != nullptr) sub->footer(row.footer);
     }
     return built;
+}
+
+/// Builds the program on `app` (made with the program's summary): its version flag and footer, and
+/// the commands and options `line` needs.
+std::vector<BuiltCommand> build_program(CLI::App& app, CommandLine& line) {
+    app.set_version_flag("--version", std::string("memcalc ") + memcalc::version);
+    app.footer(command_table().front().footer);
+    app.require_subcommand(0, 1);
+    return add_commands(app, line);
 }
 
 /// Parses the command line; an exit status when that ends the run (help, the version, an error).
@@ -137,13 +147,9 @@ int memcalc::cli::run_command_line(int argc, const char* const* argv) {
 int memcalc::cli::run_command_line(int argc, const char* const* argv, std::ostream& out_stream,
                                    std::ostream& err_stream) {
     forget_inputs();  // the files an earlier run in this process read are no concern of this one
-    const CommandRow& program = command_table().front();
-    CLI::App app{program.summary, "memcalc"};
-    app.set_version_flag("--version", std::string("memcalc ") + memcalc::version);
-    app.footer(program.footer);
-    app.require_subcommand(0, 1);
+    CLI::App app{command_table().front().summary, "memcalc"};
     CommandLine line{argc, argv, option_tokens(argc, argv), false};
-    const std::vector<BuiltCommand> built = add_commands(app, line);
+    const std::vector<BuiltCommand> built = build_program(app, line);
     if (const std::optional<int> status = parse_arguments(app, argc, argv, out_stream, err_stream))
         return *status;
     try {
@@ -158,4 +164,12 @@ int memcalc::cli::run_command_line(int argc, const char* const* argv, std::ostre
         err_stream << "memcalc: internal error: " << printable(e.what()) << "\n";
         return exit_input_error;
     }
+}
+
+void memcalc::cli::visit_program(const std::function<void(const CLI::App&)>& visit) {
+    const char* const argv[] = {"memcalc", "--help"};  // as --help builds it: every option
+    CLI::App app{command_table().front().summary, "memcalc"};
+    CommandLine line{2, argv, option_tokens(2, argv), false};
+    const std::vector<BuiltCommand> built = build_program(app, line);  // the options' storage
+    visit(app);
 }

@@ -15,13 +15,20 @@ Keyword arguments are the program's options (``memcalc --help``, ``memcalc fit -
 
 ``format`` and ``output`` are the module's own (a TypeError): :func:`run` gives a table, CSV or a file.
 
+:func:`estimate`, :func:`fit`, :func:`plan` and :func:`serve` return typed results
+(:mod:`memcalc.results`): dataclasses such as :class:`Estimate`, with ``r.peak.bytes`` and
+``r.peak.step``, that are also the dicts of the program's JSON, every key as before. The catalogues
+(:func:`presets`, ...) return lists of dicts.
+
 Errors raise :class:`memcalc.Error` (a ``ValueError``) with the program's one-line message, without its
 ``memcalc:`` prefix; an unknown keyword is an unknown option, and gets the program's message for it.
 
 >>> import memcalc
 >>> r = memcalc.estimate(preset="llama-7b", seq=4096, recompute="selective")
->>> r["peak"]["bytes"], r["peak"]["step"]
+>>> r.peak.bytes, r.peak.step
 (116095778816, 'backward 32')
+>>> r["peak"]["bytes"] == r.peak.bytes
+True
 """
 
 import json as _json
@@ -29,11 +36,17 @@ import os as _os
 import re as _re
 import shutil as _shutil
 import tempfile as _tempfile
+import typing as _t
 
 from ._memcalc import run as _run_raw
+from .results import (Activations, Estimate, Fit, FitResult, KvCache, Layout, ModelSummary,
+                      Parameters, Peak, Plan, Result, Serve, ServeDevice, ServePeak, StagePeak,
+                      TrainingState, Weights)
 
-__all__ = ["Error", "run", "estimate", "fit", "plan", "serve", "presets", "recipes", "profiles", "gpus",
-           "activation_functions", "arguments"]
+__all__ = ["Error", "run", "estimate", "fit", "plan", "serve", "presets", "recipes", "profiles",
+           "gpus", "activation_functions", "arguments", "Result", "Estimate", "ModelSummary",
+           "Parameters", "TrainingState", "Activations", "Peak", "StagePeak", "ServePeak", "Fit",
+           "FitResult", "Serve", "Weights", "KvCache", "ServeDevice", "Plan", "Layout"]
 
 _PREFIX = "memcalc: "
 
@@ -131,7 +144,14 @@ def _json_command(command, options):
     return _json.loads(out)
 
 
-def estimate(**options):
+def _as(cls, result):
+    """The JSON as ``cls`` (each item of a sweep's list)."""
+    if isinstance(result, list):
+        return [cls.from_json(r) for r in result]
+    return cls.from_json(result)
+
+
+def estimate(**options: _t.Any) -> _t.Union[Estimate, _t.List[Estimate]]:
     """The estimate for one model and run: parameters, training state, saved activations and the
     peak over the step's timeline, as ``memcalc [OPTIONS] --format json`` prints it.
 
@@ -139,30 +159,33 @@ def estimate(**options):
     ``config=`` (a HuggingFace config.json: a path, a model folder, or the dict itself). A list for
     ``seq``, ``micro_batch``, ``recompute``, ``dp``, ``tp``, ``pp`` or ``zero`` sweeps them.
 
+    Returns an :class:`Estimate` (a list of them for a sweep): a dataclass with typed fields
+    (``r.peak.bytes``, ``r.parameters.total``) that is also the program's JSON as a dict.
+
     >>> r = memcalc.estimate(preset="llama-7b", seq=4096, recompute="selective")
-    >>> r["parameters"]["total"]
-    6738415616
-    >>> [r["peak"]["bytes"] for r in memcalc.estimate(preset="llama-7b", seq=[2048, 4096], tp=2, sp=True)]
+    >>> r.parameters.total, r["parameters"]["total"]
+    (6738415616, 6738415616)
+    >>> [r.peak.bytes for r in memcalc.estimate(preset="llama-7b", seq=[2048, 4096], tp=2, sp=True)]
     [62742134784, 99771539456]
     >>> config = json.load(open("Llama-2-7b-hf/config.json"))  # doctest: +SKIP
     >>> memcalc.estimate(config=config, seq=4096)["model"]["name"]  # doctest: +SKIP
     'Llama-2-7b-hf'
     """
-    return _json_command(None, options)
+    return _as(Estimate, _json_command(None, options))
 
 
-def fit(**options):
+def fit(**options: _t.Any) -> Fit:
     """The longest sequence (or, with ``seq=``, the largest micro-batch) that fits in a device's memory,
     for each recomputation mode: ``memcalc fit [OPTIONS] --format json``.
 
     >>> r = memcalc.fit(preset="llama-3-8b", train="lora", gpu="h100-sxm", recompute="selective")
-    >>> r["search"], r["results"][0]["largest"]
+    >>> r.search, r.results[0].largest
     ('seq', 8107)
     """
-    return _json_command("fit", options)
+    return _as(Fit, _json_command("fit", options))
 
 
-def plan(**options):
+def plan(**options: _t.Any) -> Plan:
     """The layouts of a cluster that fit, ranked by estimated step time (or the fewest GPUs on which one
     fits): ``memcalc plan [OPTIONS] --format json``. ``global_batch=`` is required.
 
@@ -170,18 +193,18 @@ def plan(**options):
     >>> {key: r["layouts"][0][key] for key in ("dp", "tp", "pp", "zero", "recompute")}
     {'dp': 4, 'tp': 1, 'pp': 1, 'zero': 2, 'recompute': 'none'}
     """
-    return _json_command("plan", options)
+    return _as(Plan, _json_command("plan", options))
 
 
-def serve(**options):
+def serve(**options: _t.Any) -> Serve:
     """Inference memory: the weights and the KV cache for a context and batch,
     ``memcalc serve [OPTIONS] --format json``.
 
     >>> r = memcalc.serve(preset="llama-3-8b", context=8192, batch=4, gpu="h100-sxm")
-    >>> r["kv_cache"]["bytes"], r["peak"]["bytes"]
-    (4294967296, 21197428736)
+    >>> r.kv_cache.bytes, r.peak.bytes, r.device.fits
+    (4294967296, 21197428736, True)
     """
-    return _json_command("serve", options)
+    return _as(Serve, _json_command("serve", options))
 
 
 def presets():
