@@ -1,4 +1,5 @@
-// Google Benchmark micro-benchmarks: one estimate, one timeline, one layout's peak, a whole plan.
+// Google Benchmark micro-benchmarks: one estimate, one timeline, one layout's peak, a whole plan,
+// the allocator simulator over a step's events.
 // Run: build/bench/memcalc_bench (figures in docs/speed.md, with the command that made them).
 #include <benchmark/benchmark.h>
 
@@ -87,6 +88,37 @@ void plan_405b_on_1024_gpus(benchmark::State& state) {
     state.SetItemsProcessed(static_cast<std::int64_t>(layouts));
 }
 BENCHMARK(plan_405b_on_1024_gpus)->Unit(benchmark::kMillisecond);
+
+/// A training step's shape for the allocator: each of 2,000 layers allocates 25 tensors of mixed
+/// sizes (0.5 KiB to 40 MiB) in the forward pass, half freed at once, the rest freed in reverse
+/// in the backward pass: 100,000 events.
+std::vector<AllocatorEvent> step_events() {
+    std::vector<AllocatorEvent> events;
+    std::vector<std::uint64_t> kept;
+    std::uint64_t id = 0;
+    for (std::uint64_t layer = 0; layer < 2000; ++layer) {
+        for (std::uint64_t t = 0; t < 25; ++t) {
+            const std::uint64_t bytes = (512ULL << ((layer * 7 + t * 5) % 17)) + t * 4096;
+            events.push_back(alloc_event(++id, bytes, static_cast<std::uint32_t>(t % 5 == 0)));
+            if (t % 2 == 0) {
+                events.push_back(free_event(id));
+            } else {
+                kept.push_back(id);
+            }
+        }
+    }
+    for (auto it = kept.rbegin(); it != kept.rend(); ++it) events.push_back(free_event(*it));
+    return events;
+}
+
+void allocator_step(benchmark::State& state) {
+    const std::vector<AllocatorEvent> events = step_events();
+    AllocatorConfig config;
+    config.mode = state.range(0) == 0 ? AllocatorMode::caching : AllocatorMode::expandable;
+    for (auto _ : state) benchmark::DoNotOptimize(simulate_allocator(events, config));
+    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(events.size()));
+}
+BENCHMARK(allocator_step)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

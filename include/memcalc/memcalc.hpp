@@ -2,6 +2,7 @@
 /// memcalc: training-memory accounting for transformer language models, from the architecture
 /// alone.
 #include "memcalc/activations.hpp"
+#include "memcalc/allocator.hpp"
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/error.hpp"
 #include "memcalc/estimate.hpp"
