@@ -91,10 +91,35 @@
     if (value('gpu')) args.push('--gpu', value('gpu'));
     return args;
   }
+  // The settings a link carries (#preset=gpt2&seq=1024&recompute=full&...), so that a shared link
+  // opens the same answer. A pasted config.json stays out (it may be long): such a link names none.
+  var LINKED = ['preset', 'seq', 'micro-batch', 'recipe', 'dp', 'tp', 'pp', 'zero', 'gpu'];
+  function settingsToLink() {
+    var q = new URLSearchParams();
+    LINKED.forEach(function (id) {
+      if (id !== 'preset' || checked('source') === 'preset') q.set(id, value(id));
+    });
+    q.set('recompute', checked('recompute'));
+    history.replaceState(null, '', '#' + q.toString());
+  }
+  // A value the page does not offer (a preset renamed since the link was made) keeps the default.
+  function settingsFromLink() {
+    var q = new URLSearchParams(location.hash.slice(1));
+    LINKED.forEach(function (id) {
+      if (!q.has(id)) return;
+      var e = $(id), before = e.value;
+      e.value = q.get(id);
+      if (e.tagName === 'SELECT' && e.value !== q.get(id)) e.value = before;
+    });
+    if (q.has('preset')) document.querySelector('input[name="source"][value="preset"]').checked = true;
+    var mode = document.querySelector('input[name="recompute"][value="' + q.get('recompute') + '"]');
+    if (mode) mode.checked = true;
+  }
   function quoted(a) { return /^[\w.,\/=+-]+$/.test(a) ? a : "'" + a.replace(/'/g, "'\\''") + "'"; }
 
   function update() {
     if (!memcalc) return;
+    settingsToLink();
     var args = argumentsFromForm();
     var mode = checked('recompute');
     $('command').textContent = 'memcalc ' + args.concat(['--recompute', mode, '--timeline']).map(quoted).join(' ');
@@ -376,6 +401,9 @@
       // About four seconds in all, each step's breakdown shown as its bar appears.
       reveal(current.bars, 0, current.bars.length, Number($('step').value), Math.max(35, 4000 / current.bars.length));
     });
+    window.addEventListener('hashchange', function () { settingsFromLink(); describe(); changed(); });
+    settingsFromLink();
+    describe();
     $('loading').hidden = true;
     changed();
     document.body.setAttribute('data-ready', 'true');

@@ -3,7 +3,8 @@
 messages ended by NUL on file descriptors 3 and 4, so only the standard library is needed) and checks
 what it shows: LLaMA 7B at 4,096 (the training state, and the peak under each recomputation mode), the
 timeline redrawn on switching recomputation with the recomputed layer in each backward step, the device
-line, a pasted config.json, and a bad one's error message, which must be the command line's own.
+line, a pasted config.json, a bad one's error message, which must be the command line's own, and a
+shared link (its settings in the URL) opened afresh.
 
     drive_page.py [--chromium PATH] [--memcalc NATIVE] [--screenshot OUT.png [--height PX]] BUILD/web/index.html
 """
@@ -233,7 +234,35 @@ def run_checks(browser, args):
         if args.memcalc:
             expected = native_error(args.memcalc, bad, "/config.json")
             check(message == expected, "the same message as the native program's")
+    link_checks(browser, args)
     check(not browser.exceptions, f"no uncaught exception in the page {browser.exceptions[:1]}")
+
+
+LINK = "#preset=gpt2&seq=1024&micro-batch=4&recipe=mixed-adam&dp=2&tp=1&pp=1&zero=1&gpu=a100-80gb&recompute=full"
+
+
+def link_checks(browser, args):
+    """The page's settings ride in its link: a link opened afresh shows that answer, the command line's,
+    and changing a setting rewrites the link."""
+    url = browser.js("location.href.split('#')[0]")
+    browser.call("Page.navigate", url="about:blank")
+    browser.wait("location.href === 'about:blank'", "a blank page")
+    browser.call("Page.navigate", url=url + LINK)
+    browser.wait("!!document.body && document.body.getAttribute('data-ready') === 'true'", "the linked page to start")
+    bars = timeline_after(browser, None)["bars"]
+    command = browser.js(text("command"))
+    expected = "memcalc --preset gpt2 --seq 1024 --micro-batch 4 --dp 2 --zero 1 --gpu a100-80gb --recompute full --timeline"
+    check(command == expected, f"a shared link opens its settings: {command!r}")
+    if args.memcalc:
+        native = json.loads(subprocess.run([args.memcalc] + expected.split()[1:-1] + ["--format", "json"],
+                                           capture_output=True, text=True, check=True).stdout)
+        check(max(b[1] for b in bars) == native["peak"]["bytes"],
+              f"the linked page's tallest bar is the command line's peak ({native['peak']['bytes']:,} B)")
+    before = browser.js("document.getElementById('timeline').getAttribute('data-done')")
+    browser.js(f"{SET}('seq', '512')")
+    timeline_after(browser, before)
+    check("seq=512" in browser.js("location.hash") and "recompute=full" in browser.js("location.hash"),
+          f"a changed setting rewrites the link: {browser.js('location.hash')}")
 
 
 def main():
