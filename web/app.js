@@ -281,6 +281,10 @@
     rows.forEach(function (r) {
       r.forEach(function (x) { var k = x[0].join('/'); if (keys.indexOf(k) < 0) keys.push(k); });
     });
+    // An item's own figures first, then those of the objects inside it (fit's first_over/peak/...).
+    var depth = function (k) { return k.split('/').length; };
+    keys = keys.map(function (k, i) { return [depth(k), i, k]; })
+      .sort(function (a, b) { return a[0] - b[0] || a[1] - b[1]; }).map(function (x) { return x[2]; });
     var at = rows.map(function (r) {
       var m = {};
       r.forEach(function (x) { m[x[0].join('/')] = x; });
