@@ -74,27 +74,117 @@
   function value(id) { return $(id).value.trim(); }
   function checked(name) { return document.querySelector('input[name="' + name + '"]:checked').value; }
 
-  // The arguments the form stands for, less --recompute and --format.
+  // The model's arguments: a preset, or the pasted config.json.
+  function modelArguments() {
+    if (checked('source') === 'preset') return ['--preset', value('preset')];
+    memcalc.writeFile('/config.json', $('config').value);
+    return ['--config', '/config.json'];
+  }
+
+  // The arguments the estimate's form stands for, less --recompute and --format.
   function argumentsFromForm() {
-    var args = [];
-    if (checked('source') === 'preset') {
-      args.push('--preset', value('preset'));
-    } else {
-      memcalc.writeFile('/config.json', $('config').value);
-      args.push('--config', '/config.json');
-    }
+    var args = modelArguments();
     if (value('seq')) args.push('--seq', value('seq'));
     if (value('micro-batch') && value('micro-batch') !== '1') args.push('--micro-batch', value('micro-batch'));
     if (value('recipe') !== 'mixed-adam') args.push('--recipe', value('recipe'));
     ['dp', 'tp', 'pp'].forEach(function (k) { if (value(k) && value(k) !== '1') args.push('--' + k, value(k)); });
     if (value('zero') !== '0') args.push('--zero', value('zero'));
-    if (value('gpu')) args.push('--gpu', value('gpu'));
+    return args.concat(gpuArguments(), optionArguments());
+  }
+
+  // ---- the tabs: what each runs, and which of the form's fields it reads ----
+
+  // estimate and finetune show the single estimate (finetune adds its options); the others run a
+  // command of their own and show its JSON as tables.
+  var TABS = {
+    estimate: { command: null },
+    fit: { command: 'fit', title: 'The largest that fits' },
+    plan: { command: 'plan', title: 'The search' },
+    finetune: { command: null },
+    serve: { command: 'serve', title: 'Serving' }
+  };
+  var tab = 'estimate';
+
+  // A field with data-if="ID:A B" counts (and shows) only while #ID's value is A or B.
+  function applies(node) {
+    var owner = node.closest('[data-if]');
+    if (!owner) return true;
+    var rule = owner.getAttribute('data-if').split(':');
+    return rule[1].split(' ').indexOf(value(rule[0])) >= 0;
+  }
+  // The fields of the chosen tab's own options (each with data-flag and data-key), in form order.
+  function optionFields() {
+    return Array.from(document.querySelectorAll('fieldset[data-options="' + tab + '"] [data-flag]'));
+  }
+  function optionArguments() {
+    var args = [];
+    optionFields().forEach(function (e) {
+      if (e.value.trim() && applies(e)) args.push(e.getAttribute('data-flag'), e.value.trim());
+    });
     return args;
+  }
+  function gpuArguments() { return value('gpu') ? ['--gpu', value('gpu')] : []; }
+
+  function chooseTab(name) {
+    tab = TABS[name] ? name : 'estimate';
+    document.querySelectorAll('#tabs button').forEach(function (b) {
+      var on = b.getAttribute('data-tab') === tab;
+      b.classList.toggle('active', on);
+      b.setAttribute('aria-selected', on ? 'true' : 'false');
+    });
+    showFields();
+  }
+  function showFields() {
+    document.querySelectorAll('fieldset[data-tabs]').forEach(function (f) {
+      f.hidden = f.getAttribute('data-tabs').split(' ').indexOf(tab) < 0;
+    });
+    document.querySelectorAll('[data-if]').forEach(function (e) { e.hidden = !applies(e); });
+  }
+
+  // The settings a link carries (#tab=fit&preset=gpt2&gpu=h100-sxm&...), so that a shared link
+  // opens the same answer. A pasted config.json stays out (it may be long): such a link names none.
+  // The estimate's fields ride with the estimate and fine-tuning; each tab's own options with it.
+  var COMMON = ['preset', 'gpu'];
+  var ESTIMATE = ['seq', 'micro-batch', 'recipe', 'dp', 'tp', 'pp', 'zero'];
+  function estimating() { return TABS[tab].command === null; }
+  function settingsToLink() {
+    var q = new URLSearchParams();
+    q.set('tab', tab);
+    if (checked('source') === 'preset') q.set('preset', value('preset'));
+    q.set('gpu', value('gpu'));
+    if (estimating()) {
+      ESTIMATE.forEach(function (id) { q.set(id, value(id)); });
+      q.set('recompute', checked('recompute'));
+    }
+    optionFields().forEach(function (e) { q.set(e.getAttribute('data-key'), e.value.trim()); });
+    history.replaceState(null, '', '#' + q.toString());
+  }
+  // A value the page does not offer (a preset renamed since the link was made) keeps the default.
+  function setField(e, text) {
+    var before = e.value;
+    e.value = text;
+    if (e.tagName === 'SELECT' && e.value !== text) e.value = before;
+  }
+  function settingsFromLink() {
+    var q = new URLSearchParams(location.hash.slice(1));
+    chooseTab(q.get('tab') || 'estimate');
+    COMMON.concat(estimating() ? ESTIMATE : []).forEach(function (id) {
+      if (q.has(id)) setField($(id), q.get(id));
+    });
+    optionFields().forEach(function (e) {
+      if (q.has(e.getAttribute('data-key'))) setField(e, q.get(e.getAttribute('data-key')));
+    });
+    if (q.has('preset')) document.querySelector('input[name="source"][value="preset"]').checked = true;
+    var mode = document.querySelector('input[name="recompute"][value="' + q.get('recompute') + '"]');
+    if (mode && estimating()) mode.checked = true;
+    showFields();
   }
   function quoted(a) { return /^[\w.,\/=+-]+$/.test(a) ? a : "'" + a.replace(/'/g, "'\\''") + "'"; }
 
   function update() {
     if (!memcalc) return;
+    settingsToLink();
+    if (!estimating()) { answer(); return; }
     var args = argumentsFromForm();
     var mode = checked('recompute');
     $('command').textContent = 'memcalc ' + args.concat(['--recompute', mode, '--timeline']).map(quoted).join(' ');
@@ -121,6 +211,109 @@
     $('error').textContent = text.trim();
     $('error').hidden = false;
     $('output').hidden = true;
+    $('answer').hidden = true;
+  }
+
+  // ---- fit, plan and serving: the command's JSON, every figure of it, as tables ----
+
+  var answers = 0;  // bumped as each answer is shown (data-done), for a test to wait on
+  function answer() {
+    var args = [TABS[tab].command].concat(modelArguments(), optionArguments(), gpuArguments());
+    $('command').textContent = 'memcalc ' + args.map(quoted).join(' ');
+    var r = run(args.concat(['--format', 'json']));
+    if (r.status !== 0) { showError(r.err); return; }
+    var holder = $('answer');
+    holder.textContent = '';
+    tables(holder, JSON.parse(r.out), [], TABS[tab].title);
+    $('error').hidden = true;
+    $('output').hidden = true;
+    holder.hidden = false;
+    holder.setAttribute('data-tab', tab);
+    holder.setAttribute('data-done', ++answers);
+  }
+
+  // A figure as the page shows it: bytes with their GB, counts grouped, fractions to four places.
+  function figure(key, v) {
+    if (v === null) return '\u2014';
+    if (typeof v === 'boolean') return v ? 'yes' : 'no';
+    if (Array.isArray(v)) return v.join(', ');
+    if (typeof v !== 'number') return String(v);
+    if (/bytes$/.test(key)) return grouped(v) + ' (' + amount(v) + ')';
+    return Number.isInteger(v) ? grouped(v) : String(Number(v.toPrecision(4)));
+  }
+  function isLeaf(v) {
+    return v === null || typeof v !== 'object' || (Array.isArray(v) && !v.some(isObject));
+  }
+  function isObject(v) { return v !== null && typeof v === 'object' && !Array.isArray(v); }
+  // The leaves under `v`, as [path, value], nested objects' keys joined with dots.
+  function leaves(v, path) {
+    if (isLeaf(v)) return [[path, v]];
+    return Object.keys(v).reduce(function (all, k) { return all.concat(leaves(v[k], path.concat(k))); }, []);
+  }
+  // One cell: the raw value and its place in the JSON ride along (data-path, data-value).
+  function cell(path, v) {
+    return el('td', { class: typeof v === 'number' ? 'num' : '', 'data-path': path.join('/'),
+                      'data-value': JSON.stringify(v) }, [figure(path[path.length - 1], v)]);
+  }
+  // An object: its figures as a two-column table, then each list of objects as a table of its
+  // own, a row per item (a column per item where the items have many figures: plan's layouts).
+  function tables(holder, j, path, title) {
+    var scalars = [], objects = [], lists = [];
+    Object.keys(j).forEach(function (k) {
+      var v = j[k];
+      if (Array.isArray(v) && !isLeaf(v)) lists.push(k);
+      else if (isObject(v) && path.length === 0) objects.push(k);
+      else scalars = scalars.concat(leaves(v, [k]));
+    });
+    if (scalars.length) {
+      holder.appendChild(el(path.length ? 'h3' : 'h2', {}, [title]));
+      var t = el('table', { class: 'numbers figures' }, [el('tbody', {}, scalars.map(function (x) {
+        return el('tr', {}, [el('th', {}, [x[0].join(' ').replace(/_/g, ' ')]), cell(path.concat(x[0]), x[1])]);
+      }))]);
+      holder.appendChild(t);
+    }
+    objects.forEach(function (k) { tables(holder, j[k], path.concat(k), k.replace(/_/g, ' ')); });
+    lists.forEach(function (k) { listTable(holder, j[k], path.concat(k), k.replace(/_/g, ' ')); });
+  }
+  function listTable(holder, items, path, title) {
+    var rows = items.map(function (x, i) { return isObject(x) ? leaves(x, []) : [[[], x]]; });
+    var keys = [];
+    rows.forEach(function (r) {
+      r.forEach(function (x) { var k = x[0].join('/'); if (keys.indexOf(k) < 0) keys.push(k); });
+    });
+    // An item's own figures first, then those of the objects inside it (fit's first_over/peak/...).
+    var depth = function (k) { return k.split('/').length; };
+    keys = keys.map(function (k, i) { return [depth(k), i, k]; })
+      .sort(function (a, b) { return a[0] - b[0] || a[1] - b[1]; }).map(function (x) { return x[2]; });
+    var at = rows.map(function (r) {
+      var m = {};
+      r.forEach(function (x) { m[x[0].join('/')] = x; });
+      return m;
+    });
+    function body(k, i) {
+      var x = at[i][k];
+      if (!x) return el('td', {}, []);
+      return cell(path.concat([String(i)], x[0]), x[1]);
+    }
+    var name = function (k) { return k.split('/').join(' ').replace(/_/g, ' '); };
+    var t;
+    if (keys.length > 12) {
+      t = el('table', { class: 'numbers wide' }, [
+        el('thead', {}, [el('tr', {}, [el('th', {}, [''])].concat(items.map(function (x, i) {
+          return el('th', { class: 'num' }, [String(i + 1)]);
+        })))]),
+        el('tbody', {}, keys.map(function (k) {
+          return el('tr', {}, [el('th', {}, [name(k)])].concat(items.map(function (x, i) { return body(k, i); })));
+        }))]);
+    } else {
+      t = el('table', { class: 'numbers' }, [
+        el('thead', {}, [el('tr', {}, keys.map(function (k) { return el('th', {}, [name(k)]); }))]),
+        el('tbody', {}, items.map(function (x, i) {
+          return el('tr', {}, keys.map(function (k) { return body(k, i); }));
+        }))]);
+    }
+    holder.appendChild(el('h2', {}, [title + ' (' + items.length + ')']));
+    holder.appendChild(el('div', { class: 'scroll' }, [t]));
   }
 
   // ---- showing a result ----
@@ -128,6 +321,7 @@
   function show(mode) {
     var j = current.modes[mode];
     $('error').hidden = true;
+    $('answer').hidden = true;
     $('output').hidden = false;
     var p = j.parameters, s = j.state, peak = j.peak;
 
@@ -376,6 +570,16 @@
       // About four seconds in all, each step's breakdown shown as its bar appears.
       reveal(current.bars, 0, current.bars.length, Number($('step').value), Math.max(35, 4000 / current.bars.length));
     });
+    window.addEventListener('hashchange', function () { settingsFromLink(); describe(); changed(); });
+    document.querySelectorAll('#tabs button').forEach(function (b) {
+      b.addEventListener('click', function () { chooseTab(b.getAttribute('data-tab')); changed(); });
+    });
+    $('train').addEventListener('change', showFields);
+    document.querySelectorAll('fieldset[data-options] input').forEach(function (e) {
+      e.addEventListener('input', debounce(changed, 300));
+    });
+    settingsFromLink();
+    describe();
     $('loading').hidden = true;
     changed();
     document.body.setAttribute('data-ready', 'true');

@@ -3,7 +3,10 @@
 messages ended by NUL on file descriptors 3 and 4, so only the standard library is needed) and checks
 what it shows: LLaMA 7B at 4,096 (the training state, and the peak under each recomputation mode), the
 timeline redrawn on switching recomputation with the recomputed layer in each backward step, the device
-line, a pasted config.json, and a bad one's error message, which must be the command line's own.
+line, a pasted config.json, a bad one's error message, which must be the command line's own, a
+shared link (its settings in the URL) opened afresh, and the tabs: fit, plan and serving, each showing
+every figure of the native program's JSON for the command it shows, fine-tuning's peak, and a link
+that opens the serving tab.
 
     drive_page.py [--chromium PATH] [--memcalc NATIVE] [--screenshot OUT.png [--height PX]] BUILD/web/index.html
 """
@@ -13,6 +16,7 @@ import fcntl
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -233,7 +237,157 @@ def run_checks(browser, args):
         if args.memcalc:
             expected = native_error(args.memcalc, bad, "/config.json")
             check(message == expected, "the same message as the native program's")
+    link_checks(browser, args)
+    tab_checks(browser, args)
+    tab_link_checks(browser, args)
     check(not browser.exceptions, f"no uncaught exception in the page {browser.exceptions[:1]}")
+
+
+LINK = "#preset=gpt2&seq=1024&micro-batch=4&recipe=mixed-adam&dp=2&tp=1&pp=1&zero=1&gpu=a100-80gb&recompute=full"
+
+
+def link_checks(browser, args):
+    """The page's settings ride in its link: a link opened afresh shows that answer, the command line's,
+    and changing a setting rewrites the link."""
+    url = browser.js("location.href.split('#')[0]")
+    browser.call("Page.navigate", url="about:blank")
+    browser.wait("location.href === 'about:blank'", "a blank page")
+    browser.call("Page.navigate", url=url + LINK)
+    browser.wait("!!document.body && document.body.getAttribute('data-ready') === 'true'", "the linked page to start")
+    bars = timeline_after(browser, None)["bars"]
+    command = browser.js(text("command"))
+    expected = "memcalc --preset gpt2 --seq 1024 --micro-batch 4 --dp 2 --zero 1 --gpu a100-80gb --recompute full --timeline"
+    check(command == expected, f"a shared link opens its settings: {command!r}")
+    if args.memcalc:
+        native = json.loads(subprocess.run([args.memcalc] + expected.split()[1:-1] + ["--format", "json"],
+                                           capture_output=True, text=True, check=True).stdout)
+        check(max(b[1] for b in bars) == native["peak"]["bytes"],
+              f"the linked page's tallest bar is the command line's peak ({native['peak']['bytes']:,} B)")
+    before = browser.js("document.getElementById('timeline').getAttribute('data-done')")
+    browser.js(f"{SET}('seq', '512')")
+    timeline_after(browser, before)
+    check("seq=512" in browser.js("location.hash") and "recompute=full" in browser.js("location.hash"),
+          f"a changed setting rewrites the link: {browser.js('location.hash')}")
+
+
+ANSWER = """(function () { var a = document.getElementById('answer');
+  return {tab: a.getAttribute('data-tab'), done: a.getAttribute('data-done'), hidden: a.hidden,
+          active: document.querySelector('#tabs button.active').getAttribute('data-tab'),
+          cells: Array.from(a.querySelectorAll('td[data-path]')).map(function (c) {
+            return [c.getAttribute('data-path'), c.getAttribute('data-value'), c.textContent]; })};
+})()"""
+
+
+def answer_after(browser, previous_done):
+    """The fit, plan or serving tab's tables once shown (after `previous_done`)."""
+    browser.wait(f"(function () {{ var d = document.getElementById('answer').getAttribute('data-done');"
+                 f" return !document.getElementById('error').hidden"
+                 f" || (d !== null && d !== {json.dumps(previous_done)}); }})()", "the answer")
+    check(browser.js("document.getElementById('error').hidden"), f"the page shows no error {browser.js(text('error'))!r}")
+    return browser.js(ANSWER)
+
+
+def done(browser, id_):
+    return browser.js(f"document.getElementById({json.dumps(id_)}).getAttribute('data-done')")
+
+
+def native_json(memcalc, command):
+    """What the native program prints for the page's command line (less --timeline) in JSON."""
+    argv = [a for a in shlex.split(command)[1:] if a != "--timeline"] + ["--format", "json"]
+    return json.loads(subprocess.run([memcalc] + argv, capture_output=True, text=True, check=True).stdout)
+
+
+def json_leaves(v, path=()):
+    """Every figure of a JSON value with its path, as the page places them: a list of plain values is
+    one figure."""
+    if isinstance(v, dict):
+        for k, x in v.items():
+            yield from json_leaves(x, path + (k,))
+    elif isinstance(v, list) and any(isinstance(x, dict) for x in v):
+        for i, x in enumerate(v):
+            yield from json_leaves(x, path + (str(i),))
+    else:
+        yield "/".join(path), v
+
+
+# plan's "seconds" is how long its search took: the page's run and the native one differ.
+VOLATILE = {"seconds"}
+
+
+def figures_match(answer, native, what):
+    shown = {path: json.loads(v) for path, v, _ in answer["cells"] if path not in VOLATILE}
+    expected = {path: v for path, v in json_leaves(native) if path not in VOLATILE}
+    wrong = [p for p in expected if shown.get(p, "(absent)") != expected[p]]
+    check(not wrong and shown.keys() == expected.keys(),
+          f"{what}: every one of the native JSON's {len(expected)} figures shown, equal {wrong[:3]}")
+    unlike = [(p, t) for p, v, t in answer["cells"]
+              if p.endswith("bytes") and isinstance(json.loads(v), int) and not t.startswith(f"{json.loads(v):,}")]
+    check(not unlike, f"{what}: bytes shown exactly {unlike[:2]}")
+
+
+def tab_checks(browser, args):
+    """Fit, plan and serving show the JSON of the command they show; fine-tuning the estimate's."""
+    before = done(browser, "timeline")
+    browser.js(f"{SET}('preset', 'llama-3.2-1b')")
+    timeline_after(browser, before)
+    for tab in ("fit", "plan", "serve"):
+        before = done(browser, "answer")
+        browser.js(f"document.querySelector('#tabs button[data-tab={tab}]').click()")
+        answer = answer_after(browser, before)
+        command = browser.js(text("command"))
+        check(answer["tab"] == answer["active"] == tab and not answer["hidden"]
+              and command.startswith(f"memcalc {tab} --preset llama-3.2-1b ") and f"tab={tab}" in browser.js("location.hash"),
+              f"the {tab} tab: {command!r}")
+        if args.memcalc:
+            figures_match(answer, native_json(args.memcalc, command), tab)
+    # A setting of the tab's own: serving int4 weights.
+    before = done(browser, "answer")
+    browser.js(f"{SET}('serve-weights', 'int4')")
+    answer = answer_after(browser, before)
+    command = browser.js(text("command"))
+    check("--weights int4" in command and "weights=int4" in browser.js("location.hash"),
+          f"serving int4 weights: {command!r}")
+    if args.memcalc:
+        figures_match(answer, native_json(args.memcalc, command), "serving int4")
+
+    before = done(browser, "timeline")
+    browser.js("document.querySelector('#tabs button[data-tab=finetune]').click()")
+    for train in ("lora", "qlora", "frozen"):
+        if train != "lora":
+            before = done(browser, "timeline")
+            browser.js(f"{SET}('train', {json.dumps(train)})")
+        bars = timeline_after(browser, before)["bars"]
+        command = browser.js(text("command"))
+        rank_shown = not browser.js("document.getElementById('lora-rank').closest('[data-if]').hidden")
+        check(f"--train {train}" in command and ("--lora-rank" in command) == rank_shown == (train != "frozen")
+              and ("--frozen" in command) == (train == "frozen"), f"fine-tuning, {train}: {command!r}")
+        if args.memcalc:
+            native = native_json(args.memcalc, command)
+            exact = browser.js(text("parameters-exact"))
+            check(max(b[1] for b in bars) == native["peak"]["bytes"]
+                  and f"({native['parameters']['trainable']:,} trainable)" in exact
+                  and native["parameters"]["trainable"] < native["parameters"]["total"],
+                  f"fine-tuning, {train}: the native peak ({native['peak']['bytes']:,} B) and trainable count")
+
+
+SERVE_LINK = "#tab=serve&preset=llama-3-8b&gpu=h100-sxm&context=4096&batch=16&tp=1&weights=int8&kv-dtype=fp8"
+
+
+def tab_link_checks(browser, args):
+    """A link naming a tab opens that tab's answer."""
+    url = browser.js("location.href.split('#')[0]")
+    browser.call("Page.navigate", url="about:blank")
+    browser.wait("location.href === 'about:blank'", "a blank page")
+    browser.call("Page.navigate", url=url + SERVE_LINK)
+    browser.wait("!!document.body && document.body.getAttribute('data-ready') === 'true'", "the linked page to start")
+    answer = answer_after(browser, None)
+    command = browser.js(text("command"))
+    expected = "memcalc serve --preset llama-3-8b --context 4096 --batch 16 --tp 1 --weights int8 --kv-dtype fp8 --gpu h100-sxm"
+    check(answer["tab"] == answer["active"] == "serve" and command == expected
+          and browser.js("document.getElementById('output').hidden"),
+          f"a link to the serving tab opens its answer: {command!r}")
+    if args.memcalc:
+        figures_match(answer, native_json(args.memcalc, command), "the linked serving tab")
 
 
 def main():

@@ -1,6 +1,7 @@
 // One core, three faces: the WebAssembly build (memcalc_wasm.js, as the page runs it) and the native
 // program print the same thing, byte for byte (stdout, stderr and exit status), for every preset under a
-// few settings, the page's own runs, parallel layouts, the catalogues and some errors.
+// few settings, the page's own runs (its tabs' fit, plan, fine-tuning and serving among them), parallel
+// layouts, the catalogues and some errors.
 //     node test_matches_native.js BUILD/web/memcalc_wasm.js BUILD/memcalc
 'use strict';
 const { spawnSync } = require('child_process');
@@ -38,6 +39,17 @@ require(path.resolve(modulePath))().then((memcalc) => {
     llama.concat(['--tp', '2', '--pp', '2', '--dp', '2', '--zero', '1', '--format', 'json']),
     llama.concat(['--recipe', 'fp32-adam', '--micro-batch', '4', '--format', 'json']),
     ['--preset', 'llama-2-70b', '--seq', '4096', '--tp', '8', '--pp', '4', '--dp', '2', '--recompute', 'selective', '--format', 'json'],
+    // The page's tabs: fit, plan, fine-tuning and serving, as their forms run them.
+    ['fit', '--preset', 'llama-3.2-1b', '--micro-batch', '1', '--multiple-of', '256', '--gpu', 'h100-sxm',
+     '--format', 'json'],
+    ['fit', '--preset', 'llama-7b', '--seq', '2048', '--multiple-of', '256', '--gpu', 'a100-80gb', '--format', 'json'],
+    ['plan', '--preset', 'llama-7b', '--gpus', '8', '--seq', '1024', '--global-batch', '16', '--top', '5',
+     '--gpu', 'h100-sxm', '--format', 'json'],
+    llama.concat(['--train', 'qlora', '--lora-rank', '16', '--lora-targets', 'all-linear',
+                  '--recompute', 'none,selective,full', '--format', 'json']),
+    llama.concat(['--train', 'frozen', '--frozen', 'embeddings,attention', '--format', 'json']),
+    ['serve', '--preset', 'llama-3-8b', '--context', '4096', '--batch', '8', '--tp', '1', '--weights', 'int4',
+     '--kv-dtype', 'fp8', '--gpu', 'h100-sxm', '--format', 'json'],
     ['presets', '--format', 'json'], ['recipes', '--format', 'json'], ['gpus', '--format', 'json'],
     ['profiles', '--format', 'json'], ['--version'],
     // Errors: the same one line and exit status.
@@ -45,9 +57,12 @@ require(path.resolve(modulePath))().then((memcalc) => {
   );
   let failed = 0;
   const statuses = {};  // how many cases end in each exit status, so errors cannot pass for results unnoticed
+  // plan's "seconds" is how long its search took, which no two runs share.
+  const untimed = (args, r) => (args[0] !== 'plan' ? r
+    : Object.assign({}, r, { out: r.out.replace(/"seconds": [0-9.e+-]+/, '"seconds": 0') }));
   for (const args of cases) {
-    const a = memcalc.run(args);
-    const b = nativeRun(args);
+    const a = untimed(args, memcalc.run(args));
+    const b = untimed(args, nativeRun(args));
     statuses[b.status] = (statuses[b.status] || 0) + 1;
     for (const k of ['status', 'out', 'err']) {
       if (a[k] !== b[k]) {
