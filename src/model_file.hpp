@@ -33,9 +33,8 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin,
 /// Reads a file and parses it; the name defaults to the file's stem.
 ModelFile load_model_file(const std::string& path);
 
-/// Builds a model from a HuggingFace config.json (model_type llama, mistral, mixtral, qwen2, gemma,
-/// gemma2, phi3, gpt2, opt, falcon, bloom, gpt_neox or phi); the count matches the checkpoint's
-/// num_parameters().
+/// Builds a model from a HuggingFace config.json (a model_type of supported_model_types()); the
+/// count matches the checkpoint's num_parameters().
 ModelFile parse_hf_config(std::string_view text, const std::string& origin,
                           const std::string& default_name);
 ModelFile load_hf_config(const std::string& path);

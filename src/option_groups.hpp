@@ -12,10 +12,27 @@
 
 #include "arguments.hpp"
 #include "commands.hpp"
+#include "model_file.hpp"
 #include "memcalc/compare.hpp"
 #include "memcalc/memcalc.hpp"
 
 namespace memcalc::cli {
+
+/// --config's help: every model_type the reader knows (its table's), wrapped as the rest is.
+inline std::string config_help() {
+    std::string text, line = "A HuggingFace config.json (model_type";
+    const std::vector<std::string> types = supported_model_types();
+    for (std::size_t i = 0; i < types.size(); ++i) {
+        const std::string word = types[i] + (i + 2 < types.size()   ? ","
+                                             : i + 1 < types.size() ? " or"
+                                                                    : "),");
+        if (line.size() + 1 + word.size() > 90) text += line + "\n", line.clear();
+        line += (line.empty() ? "" : " ") + word;
+    }
+    return text + line +
+           " or a downloaded model folder\nholding one: its model.safetensors.index.json or "
+           "safetensors headers are then checked\nagainst memcalc's count";
+}
 
 /// Which model.
 template <class App>  // a CLI::App, or a NameRecorder
@@ -26,11 +43,7 @@ void add_group(App& app, ModelOptions& q) {
                                       "A model described in JSON (keys as in presets/*.json)")
                            ->excludes(preset)
                            ->type_name("PATH");
-    app.add_option("--config", q.config,
-                   "A HuggingFace config.json (model_type llama, mistral, mixtral, qwen2, gemma, "
-                   "gemma2, phi3,\ngpt2, opt, falcon, bloom, gpt_neox or phi), or a downloaded "
-                   "model folder holding one: its\nmodel.safetensors.index.json or safetensors "
-                   "headers are then checked against memcalc's count")
+    app.add_option("--config", q.config, config_help())
         ->excludes(preset)
         ->excludes(model_file)
         ->type_name("PATH|DIR");

@@ -7,6 +7,7 @@
 
 #include "memcalc/params.hpp"
 #include "model_file.hpp"
+#include "run_program.hpp"
 
 using namespace memcalc;
 using nlohmann::json;
@@ -42,6 +43,23 @@ TEST_CASE("real config.json files give their checkpoints' exact counts", "[hf_co
     for (const auto& type : cli::supported_model_types()) {
         CAPTURE(type);
         CHECK(families.count(type) + without_config.count(type) == 1);
+    }
+}
+
+TEST_CASE("the help of --config names every model_type the reader knows", "[hf_config][cli]") {
+    // 1.2.0's listed 13 of 28.
+    const auto help = testing::memcalc("--help");
+    REQUIRE(help.status == 0);
+    const std::string flat = [&] {
+        std::string s;
+        for (char c : help.out) s += c == '\n' ? ' ' : c;  // a name may sit at a line's end
+        return s;
+    }();
+    for (const auto& type : cli::supported_model_types()) {
+        CAPTURE(type);
+        CHECK((flat.find(" " + type + ",") != std::string::npos ||
+               flat.find(" " + type + ")") != std::string::npos ||
+               flat.find(" " + type + " ") != std::string::npos));
     }
 }
 
