@@ -374,22 +374,30 @@ private:
         if (expandable()) return try_allocate_expandable_block(size, stream, small);
         const std::uint64_t bytes = allocator_rules::allocation_size(size);
         if (!fits_device(bytes)) return kNone;
+        add_reserved(bytes);
+        ++stats_.device_allocs;
+        return new_segment(bytes, stream, small, false);
+    }
+
+    /// A segment of `bytes` of address space, one block over all of it: mapped (cudaMalloc's), or
+    /// an expandable segment's unmapped range.
+    int new_segment(std::uint64_t bytes, std::uint32_t stream, bool small, bool expandable) {
         Segment segment;
         segment.base = next_address_;
-        segment.mapped = bytes;
+        segment.mapped = expandable ? 0 : bytes;
         segment.stream = stream;
         segment.small = small;
+        segment.expandable = expandable;
         next_address_ += bytes;
         segments_.push_back(segment);
+        count_segment(+1);
         Block block;
         block.address = segment.base;
         block.size = bytes;
         block.segment = segments_.size() - 1;
         block.stream = stream;
         block.small = small;
-        add_reserved(bytes);
-        count_segment(+1);
-        ++stats_.device_allocs;
+        block.mapped = !expandable;
         return new_block(block);
     }
 
@@ -549,23 +557,8 @@ private:
             }
             if (room >= size) return c;
         }
-        Segment segment;
-        segment.base = next_address_;
-        segment.stream = stream;
-        segment.small = small;
-        segment.expandable = true;
-        next_address_ += address_space_;
-        segments_.push_back(segment);
-        count_segment(+1);
-        Block block;
-        block.address = segment.base;
-        block.size = address_space_;
-        block.segment = segments_.size() - 1;
-        block.stream = stream;
-        block.small = small;
-        block.mapped = false;
-        const int index = new_block(block);
-        pool.unmapped.insert(AddressKey{stream, block.address, index});
+        const int index = new_segment(address_space_, stream, small, true);
+        pool.unmapped.insert(AddressKey{stream, blocks_[index].address, index});
         return index;
     }
 

@@ -281,14 +281,6 @@ struct LoopTensors {
     Count rest[2];       ///< and the two largest of the other groups
 };
 
-/// Keeps the two largest of the counts offered.
-inline void keep_two_largest(Count (&top)[2], Count n) {
-    if (n > top[0])
-        top[1] = top[0], top[0] = n;
-    else if (n > top[1])
-        top[1] = n;
-}
-
 inline LoopTensors loop_tensors(const Workload& w, const Parallelism& p, const StageFacts& f,
                                 bool muon) {
     const bool first = holds_embedding(p, f.stage), last = holds_head(p, f.stage);

@@ -359,7 +359,6 @@ inline void set_loss_inputs(TimelineInputs& in, const Workload& w, const Paralle
         in.loss_buffers = w.head.on_rank(p, V);
         set_autograd_loss_work(in, w, sbV, loss, previous_logits);
         in.final_norm_work = largest_on_rank(w.head_work, p, V, 0);
-        in.head_backward = true;
     }
 }
 

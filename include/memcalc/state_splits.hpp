@@ -109,6 +109,14 @@ inline SplitParams fresh_gradient(const ParameterTable& t, const ParamRow& large
     return fresh;
 }
 
+/// Keeps the two largest of the counts offered in `top`.
+inline void keep_two_largest(Count (&top)[2], Count n) {
+    if (n > top[0])
+        top[1] = top[0], top[0] = n;
+    else if (n > top[1])
+        top[1] = n;
+}
+
 /// The two largest parameter tensors of each kind (group, split, expert or not), and the first one
 /// added, which the loop steps first. The for-loop optimiser's temporaries are two of the tensor
 /// being stepped beside one of the tensor before it (measured), and each split gives a larger
@@ -129,12 +137,8 @@ struct LargestTensors {
         if (!first) first = First{r.group, r.split, n};
         Count(&top)[2] =
             count[static_cast<int>(r.group)][static_cast<int>(r.split)][r.expert ? 1 : 0];
-        for (int copies = r.group == Group::layer || r.expert ? 2 : 1; copies > 0; --copies) {
-            if (n > top[0])
-                top[1] = top[0], top[0] = n;
-            else if (n > top[1])
-                top[1] = n;
-        }
+        for (int copies = r.group == Group::layer || r.expert ? 2 : 1; copies > 0; --copies)
+            keep_two_largest(top, n);
     }
 };
 

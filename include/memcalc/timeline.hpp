@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <functional>
 #include <string>
 #include <utility>
@@ -189,10 +190,9 @@ struct TimelineInputs : StageLayers {
         input_backward_work;  ///< what the embedding's backward adds to backward 1 over its layer's
     Count input_backward_work_held;  ///< the same when the gradients it writes are already held
     Count head_weight_copy;          ///< autocast's cast of the output head's matrix: the loss step
-    /// The final norm's backward, the loss step's last op (the head program's largest backward
-    /// workspace beyond the head's rows it has freed): after the head's backward.
-    Count final_norm_work;
-    bool head_backward = false;  ///< the loss step ends with the head's and final norm's backward
+    /// The final norm's backward, the loss step's last op after the head's (the head program's
+    /// largest backward workspace beyond the head's rows it has freed); none in the formula model.
+    std::optional<Count> final_norm_work;
     Count persistent_weight_copies;  ///< narrow (fp8) linears' weight casts, module buffers: every
                                      ///< step
     /// Full recomputation under autocast: no layer saves its weights' casts, but autocast's cache
@@ -318,8 +318,8 @@ inline void loss_work_and_casts(const TimelineInputs& in, Breakdown& b, bool lat
     // counts them.
     const Count gradient =
         held ? in.buffered_gradients : in.head_gradients + in.buffered_first_gradients;
-    if (in.head_backward && in.final_norm_work + gradient > b.workspace + cast) {
-        b.workspace = in.final_norm_work;
+    if (in.final_norm_work && *in.final_norm_work + gradient > b.workspace + cast) {
+        b.workspace = *in.final_norm_work;
         b.gradients += gradient;
     } else {
         b.weight_copies += cast;
