@@ -1,0 +1,152 @@
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <unordered_map>
+#include <string>
+#include <vector>
+
+#include "fixtures.hpp"
+#include "memcalc/device_memory.hpp"
+
+// The allocation sequence must hold, at each step's moment, exactly what the timeline counts
+// there; the simulated allocator then reserves at least what it allocates.
+
+namespace reserved_tests {
+
+using namespace memcalc;
+
+struct Case {
+    std::string name;
+    Architecture model;
+    Settings settings;
+};
+
+Settings with(std::uint64_t seq, Recompute recompute) {
+    Settings s;
+    s.seq = seq, s.recompute = recompute;
+    return s;
+}
+
+std::vector<Case> cases() {
+    std::vector<Case> out{
+        {"llama-7b s=4096 selective", fixtures::llama_7b(), with(4096, Recompute::selective)},
+        {"llama-7b s=2048 none", fixtures::llama_7b(), with(2048, Recompute::none)},
+        {"gpt2 s=1024 full", fixtures::gpt2_small(), with(1024, Recompute::full)},
+        {"mixtral s=1024 selective", fixtures::mixtral(), with(1024, Recompute::selective)},
+        {"dense-then-moe s=512 none", fixtures::dense_then_moe(), with(512, Recompute::none)},
+    };
+    Case accumulated{"gpt2 4 micro-batches", fixtures::gpt2_small(), with(512, Recompute::none)};
+    accumulated.settings.parallel.microbatches = 4;
+    out.push_back(accumulated);
+    Case staged{"mistral pp=4 zero-1", fixtures::mistral_7b(), with(2048, Recompute::selective)};
+    staged.settings.parallel.pp = 4, staged.settings.parallel.dp = 2;
+    staged.settings.parallel.zero = 1, staged.settings.parallel.microbatches = 8;
+    out.push_back(staged);
+    Case sharded{"llama-7b zero-3 dp=8", fixtures::llama_7b(), with(4096, Recompute::full)};
+    sharded.settings.parallel.dp = 8, sharded.settings.parallel.zero = 3;
+    out.push_back(sharded);
+    return out;
+}
+
+/// The requested bytes live after the last event leading to each step's moment.
+std::vector<std::uint64_t> live_at_moments(const AllocationSequence& seq) {
+    std::vector<std::uint64_t> out(seq.steps.size(), 0);
+    std::unordered_map<std::uint64_t, std::uint64_t> live;
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < seq.events.size(); ++i) {
+        const AllocatorEvent& e = seq.events[i];
+        if (e.kind == AllocatorEventKind::alloc) {
+            REQUIRE(live.emplace(e.id, e.bytes).second);
+            sum += e.bytes;
+        } else {
+            REQUIRE(live.count(e.id) == 1);
+            sum -= live[e.id];
+            live.erase(e.id);
+        }
+        out[seq.step_of_event[i]] = sum;
+    }
+    return out;
+}
+
+TEST_CASE("each step's moment of the allocation sequence holds what the timeline counts",
+          "[reserved]") {
+    for (const Case& c : cases()) {
+        SECTION(c.name) {
+            const Report r = estimate(c.model, c.settings);
+            for (const RankReport& rank : r.ranks) {
+                const AllocationSequence seq = allocation_sequence(
+                    rank.timeline, step_pieces(r, rank), c.settings.parallel.steps_per_batch());
+                const std::vector<std::uint64_t> live = live_at_moments(seq);
+                REQUIRE(live.size() == seq.steps.size());
+                std::uint64_t most = 0;
+                for (std::size_t k = 0; k < live.size(); ++k) {
+                    INFO(seq.steps[k].name());
+                    CHECK(live[k] == seq.steps[k].bytes.total().value());
+                    most = std::max(most, live[k]);
+                }
+                CHECK(most == rank.peak_step().bytes.total().value());
+            }
+        }
+    }
+}
+
+TEST_CASE("the allocator reserves at least what it allocates, and its band is ordered",
+          "[reserved]") {
+    for (const Case& c : cases()) {
+        SECTION(c.name) {
+            const Report r = estimate(c.model, c.settings);
+            const RankReport& rank = r.busiest();
+            const ReservedPeak peak = reserved_peak(r, rank, AllocatorConfig{});
+            const std::uint64_t allocated = rank.peak_step().bytes.total().value();
+            CHECK(peak.allocated_bytes >= allocated);
+            CHECK(peak.bytes >= peak.allocated_bytes);
+            CHECK(peak.first_step_bytes <= peak.bytes);
+            CHECK(peak.high_bytes >= peak.bytes);
+            CHECK_FALSE(peak.out_of_memory);
+        }
+    }
+}
+
+TEST_CASE("LLaMA 7B at 4,096 tokens, selective: expandable segments reserve no more than caching",
+          "[reserved]") {
+    const Report r = estimate(fixtures::llama_7b(), with(4096, Recompute::selective));
+    AllocatorConfig expandable;
+    expandable.mode = AllocatorMode::expandable;
+    const ReservedPeak caching = reserved_peak(r, r.busiest(), AllocatorConfig{});
+    const ReservedPeak grown = reserved_peak(r, r.busiest(), expandable);
+    CHECK(grown.bytes <= caching.bytes);
+    CHECK(grown.bytes >= r.peak_step().bytes.total());
+    // The chapter's allocated figure is untouched by the simulation.
+    CHECK(r.peak_step().bytes.total().value() == 116095778816ULL);
+}
+
+}  // namespace reserved_tests
+
+namespace reserved_tests {
+
+TEST_CASE("the device figure is the reserved one and the rows outside the allocator",
+          "[reserved]") {
+    Settings s = with(4096, Recompute::selective);
+    s.parallel.tp = 2, s.parallel.dp = 4;
+    const Report r = estimate(fixtures::llama_7b(), s);
+    DeviceSettings device;
+    device.cuda_major = cuda_major_of("h100-sxm");
+    REQUIRE(device.cuda_major == 9);
+    const DeviceFigures d = device_figures(r, device).front();
+    CHECK(d.allocated == r.peak_step().bytes.total());
+    CHECK(d.reserved.bytes >= d.allocated + Count(32ULL << 20));  // the cuBLAS workspace within
+    CHECK(d.bytes == d.reserved.bytes + d.outside_bytes());
+    CHECK(d.low_bytes <= d.bytes);
+    CHECK(d.high_bytes >= d.bytes);
+    std::vector<std::string> names;
+    for (const DeviceRow& row : d.rows) names.emplace_back(row.name);
+    CHECK(names ==
+          std::vector<std::string>{"cublas_workspace", "cuda_context", "nccl_dp", "nccl_tp"});
+    // An unknown GPU takes every row's high end.
+    const DeviceFigures unknown = device_figures(r, DeviceSettings{}).front();
+    CHECK(unknown.bytes >= d.bytes);
+    // The CPU platform has no CUDA rows.
+    s.framework.platform = Platform::cpu;
+    CHECK(device_figures(estimate(fixtures::llama_7b(), s), device).front().rows.empty());
+}
+
+}  // namespace reserved_tests
