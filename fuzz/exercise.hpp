@@ -51,7 +51,11 @@ inline void exercise(const memcalc::Architecture& m) {
                 if (seq == 7 || mode == Recompute::full) s.framework.kv_cache = KvCache::kept;
                 try {
                     const Report r = estimate(m, s);
-                    const cli::View view;
+                    // The allocator's replay on half the runs (each takes a few of them), the
+                    // expandable allocator on one sequence.
+                    cli::View view;
+                    view.device_figures = mode == Recompute::none || mode == Recompute::full;
+                    if (seq == 7) view.device.allocator.mode = AllocatorMode::expandable;
                     (void)cli::report_json(r, view).dump();
                     (void)cli::report_table(r, view);
                     (void)cli::csv_row(r);

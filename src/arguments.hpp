@@ -78,11 +78,16 @@ struct ParallelOptions {
 };
 
 /// The device: its memory given, or a GPU's by name or file; and what the model may not use of it.
-/// Memory the model does not see, kept out of a device's (the framework's context, fragmentation).
-inline constexpr const char* default_reserve = "2GiB";
+/// A margin kept out of a device's memory. A training step's context, workspaces, communicators
+/// and fragmentation are modelled (device_memory.hpp), so its default is none; a serving engine's
+/// reserves are not yet, so serve keeps 2 GiB for them.
+inline constexpr const char* training_reserve = "0B";
+inline constexpr const char* serving_reserve = "2GiB";
 struct DeviceOptions {
     std::string device_memory, gpu, gpu_file;
-    std::string reserve;  ///< empty: default_reserve, where a device is given
+    std::string reserve;                ///< empty: the command's default, where a device is given
+    std::string allocator = "caching";  ///< --allocator: caching or expandable
+    std::string max_split_size;         ///< --max-split-size; empty: no limit
 };
 
 /// "1024,2048": the items of a comma list, spaces ignored; an empty item is an error.

@@ -199,7 +199,7 @@ std::optional<DeviceMemory> device_memory(const DeviceOptions& q) {
     return DeviceMemory{g->memory, "--gpu " + q.gpu, *g};
 }
 
-std::optional<UsableMemory> usable_memory(const DeviceOptions& q) {
+std::optional<UsableMemory> usable_memory(const DeviceOptions& q, const char* default_reserve) {
     const std::optional<DeviceMemory> device = device_memory(q);
     if (!device && !q.reserve.empty())  // not given, the default: a device's
         throw usage_error(
@@ -213,6 +213,28 @@ std::optional<UsableMemory> usable_memory(const DeviceOptions& q) {
         throw usage_error(
             fmt::format("--reserve {} leaves nothing of {}", reserve, device->given_by));
     return UsableMemory{*device, {device->bytes, bytes}};
+}
+
+DeviceSettings device_settings(const DeviceOptions& q) {
+    DeviceSettings out;
+    if (q.allocator == "expandable")
+        out.allocator.mode = AllocatorMode::expandable;
+    else if (q.allocator != "caching")
+        throw usage_error(
+            fmt::format("--allocator must be caching or expandable (got '{}')", q.allocator));
+    if (!q.max_split_size.empty()) {
+        const Count bytes = parse_size("--max-split-size", q.max_split_size);
+        // CUDACachingAllocator refuses a max_split_size_mb of 20 or less: a large segment's size.
+        if (bytes.value() <= allocator_rules::kLargeBuffer)
+            throw usage_error(fmt::format(
+                "--max-split-size must be more than 20MiB, as PyTorch requires (got '{}')",
+                q.max_split_size));
+        out.allocator.max_split_size = bytes.value();
+    }
+    // A GPU file named as a listed GPU (its row of 'memcalc gpus --format json') has its facts.
+    if (!q.gpu.empty()) out.gpu = gpu_facts_of(q.gpu);
+    if (!q.gpu_file.empty()) out.gpu = gpu_facts_of(load_gpu_file(q.gpu_file).name);
+    return out;
 }
 
 std::vector<Attention> attentions_from(const ActivationOptions& q, const Settings& settings) {

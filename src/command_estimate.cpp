@@ -116,11 +116,20 @@ EstimateRun estimate_run(const EstimateOptions& q) {
                                                   : "--timeline",
                                       configurations));
     run.format = parse_format(q.output.format);
-    run.view = View{unit_of(q.output), r.timeline,
-                    r.compare,         parse_count("--gpus-per-node", q.parallel.gpus_per_node, 8),
-                    std::nullopt,      std::nullopt};
+    run.view = View{unit_of(q.output),
+                    r.timeline,
+                    r.compare,
+                    parse_count("--gpus-per-node", q.parallel.gpus_per_node, 8),
+                    std::nullopt,
+                    std::nullopt,
+                    Count(0),
+                    DeviceSettings{},
+                    true};
     if (const auto device = usable_memory(r.device))
         run.view.device_memory = device->rule.memory, run.view.reserve = device->rule.reserve;
+    run.view.device = device_settings(r.device);
+    // A sweep replays each configuration through the allocator only where a verdict needs it.
+    run.view.device_figures = !run.sweep || run.view.device_memory.has_value();
     if (!q.parallel.host_memory.empty())
         run.view.host_memory = parse_size("--host-memory", q.parallel.host_memory);
     return run;
@@ -200,12 +209,22 @@ struct SweepOutput {
     CsvRowWriter csv_rows;
     Progress progress{"sweep", 64};
 
+    /// A configuration's device figure (high end), for the verdict of a sweep with a device:
+    /// its timelines replayed through the allocator.
+    std::optional<Count> device_high(Settings settings) const {
+        settings.timelines = true;
+        const Report r = estimator.estimate(settings);
+        const std::optional<DeviceFigures> d = fullest_device(r, run.view);
+        return d ? std::optional<Count>(d->high_bytes) : std::nullopt;
+    }
+
     /// Every mode of one configuration (`settings` but its recomputation).
     void add(Settings& settings) {
         const std::uint64_t s = settings.seq, b = settings.micro_batch;
         if (run.format == Format::csv) {  // the closed form: no table kept, no timeline built
-            for (const Summary& r : estimator.summaries(settings, run.modes)) {
+            for (Summary& r : estimator.summaries(settings, run.modes)) {
                 if (plotted) points.push_back({s, b, r.settings.recompute, r.peak.bytes.total()});
+                if (csv_rows.device) r.device = device_high(r.settings);
                 row.clear();
                 csv_rows.append(row, run.model.architecture.name, r);
                 out.append(row);

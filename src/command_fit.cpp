@@ -28,6 +28,7 @@ FitRequest fit_request(const FitOptions& q) {
                     : parse_count("--seq", q.step.seq, 0);
     fit.memory = device->rule.memory, fit.reserve = device->rule.reserve;
     fit.capacity = device->rule.usable();
+    fit.device = device_settings(q.device);
     fit.modes = parse_modes(q.step.recompute);
     return fit;
 }
@@ -79,10 +80,10 @@ std::string run_fit(const FitOptions& q) {
             "fit takes --multiple-of or --global-batch when it searches the micro-batch, not both");
     for (auto mode : fit.modes) {
         settings.recompute = mode;
-        fit.results.push_back(per_global
-                                  ? fit_micro_batch_of(fit.model, settings, global, fit.capacity)
-                                  : memcalc::fit(fit.model, settings, fit.dimension, fit.capacity,
-                                                 fit.granule, limit));
+        fit.results.push_back(
+            per_global ? fit_micro_batch_of(fit.model, settings, global, fit.capacity, fit.device)
+                       : memcalc::fit(fit.model, settings, fit.dimension, fit.capacity, fit.granule,
+                                      limit, fit.device));
     }
     fit.settings = settings;
     return in_format(

@@ -31,6 +31,7 @@ void device_of(const PlanOptions& q, PlanView& view) {
     r.gpus = parse_count("--gpus", q.gpus, 1);
     r.gpu = device->gpu;
     r.capacity = usable->rule.usable();
+    r.device = device_settings(q.device);
     if (!q.parallel.host_memory.empty())
         r.host_capacity = parse_size("--host-memory", q.parallel.host_memory);
 }

@@ -174,7 +174,7 @@ std::string run_serve(const ServeOptions& q) {
     s.kv_dtype = kv_dtype_named(q.kv_dtype);
     s.weights = &weight_format_named(q.weights);
     ServeRun run;
-    if (const std::optional<UsableMemory> device = usable_memory(q.device)) {
+    if (const std::optional<UsableMemory> device = usable_memory(q.device, serving_reserve)) {
         run.memory = device->rule.memory;
         run.reserve = device->rule.reserve;
         run.capacity = device->rule.usable();

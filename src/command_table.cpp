@@ -341,7 +341,8 @@ void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
                     "Most tokens one forward takes (chunked prefill; default 8192)")
         ->type_name("N");
     add_device_options(serve, q.device,
-                       "The device's memory: with it, the KV cache capacity and the largest batch");
+                       "The device's memory: with it, the KV cache capacity and the largest batch",
+                       false);
 }
 
 void serve_command(const ServeOptions& q, Spool& out, std::vector<PendingFile>&) {

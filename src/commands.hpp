@@ -142,7 +142,10 @@ struct UsableMemory {
 };
 /// The device and its reserve (--reserve, 2GiB by default); none without a device; a reserve
 /// given without one, or one that leaves nothing, is an error.
-std::optional<UsableMemory> usable_memory(const DeviceOptions& q);
+std::optional<UsableMemory> usable_memory(const DeviceOptions& q,
+                                          const char* default_reserve = training_reserve);
+/// The allocator's settings (--allocator, --max-split-size) and the GPU's CUDA major version.
+DeviceSettings device_settings(const DeviceOptions& q);
 
 /// The attention kernels to estimate: --attention's list, or the profile's one.
 std::vector<Attention> attentions_from(const ActivationOptions& q, const Settings& settings);

@@ -194,9 +194,10 @@ void add_group(App& app, FrameworkOptions& q) {
     });
 }
 
-/// The device: its memory given (--device-memory), or a GPU's by name or file.
+/// The device: its memory given (--device-memory), or a GPU's by name or file; for a training
+/// step also the caching allocator's settings.
 template <class App>
-void add_device_options(App& app, DeviceOptions& q, const char* memory_help) {
+void add_device_options(App& app, DeviceOptions& q, const char* memory_help, bool training = true) {
     auto* memory =
         app.add_option("--device-memory", q.device_memory, memory_help)->type_name("SIZE");
     auto* gpu = app.add_option("--gpu", q.gpu,
@@ -211,9 +212,24 @@ void add_device_options(App& app, DeviceOptions& q, const char* memory_help) {
         ->excludes(memory)
         ->excludes(gpu)
         ->type_name("PATH");
+    if (!training) {
+        app.add_option("--reserve", q.reserve,
+                       "Memory the engine does not see, kept out of the device's: its context, "
+                       "workspaces\nand CUDA graphs (default 2GiB, with a device)")
+            ->type_name("SIZE");
+        return;
+    }
     app.add_option("--reserve", q.reserve,
-                   "Memory the model does not see, kept out of the device's: the framework's "
-                   "context and\nthe allocator's fragmentation (default 2GiB, with a device)")
+                   "A margin kept out of the device's memory beyond what memcalc models (the "
+                   "context,\nworkspaces, communicators and fragmentation are): default 0")
+        ->type_name("SIZE");
+    app.add_option("--allocator", q.allocator,
+                   "PyTorch's CUDA allocator: caching (the default) or expandable "
+                   "(expandable_segments:True)")
+        ->type_name("KIND");
+    app.add_option("--max-split-size", q.max_split_size,
+                   "The allocator's max_split_size_mb as a size (256MiB): larger cached blocks "
+                   "are not split")
         ->type_name("SIZE");
 }
 

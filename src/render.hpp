@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "memcalc/device_memory.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/fit.hpp"
 #include "memcalc/hardware.hpp"
@@ -67,8 +68,10 @@ struct View {
     std::optional<Count>
         device_memory;  ///< when given: drawn in plots, and the peak checked against it
     std::optional<Count>
-        host_memory;   ///< when given: what offload keeps in host memory checked against it
-    Count reserve{0};  ///< kept out of device_memory when the peak is checked (DeviceFit)
+        host_memory;        ///< when given: what offload keeps in host memory checked against it
+    Count reserve{0};       ///< kept out of device_memory when the peak is checked (DeviceFit)
+    DeviceSettings device;  ///< the allocator's settings and the GPU's facts
+    bool device_figures = true;  ///< report reserved and device figures (one configuration)
 };
 
 /// The timeline's categories with their JSON keys and printed labels, in print order.
@@ -101,6 +104,7 @@ struct FitRequest {
     std::uint64_t fixed = 1;  ///< the size that is not searched
     std::uint64_t granule = 1;
     Count memory, reserve, capacity;
+    std::optional<DeviceSettings> device;  ///< the verdicts weigh the device figure
     std::vector<Recompute> modes;
     std::vector<FitResult> results;  ///< one per mode
 };
@@ -193,6 +197,11 @@ std::string per_layer_csv(const Report& r);
 std::string ops_csv(const Report& r);
 
 // Shared by the renderers.
+/// The fullest device's figures (device_memory.hpp) where the report has timelines on CUDA and
+/// the view asks for them; none otherwise.
+std::optional<DeviceFigures> fullest_device(const Report& r, const View& view);
+/// The peak a verdict weighs: the device figure's high end where there is one, else allocated.
+Count verdict_peak(const Report& r, const std::optional<DeviceFigures>& device);
 std::string digits(Count n);                 ///< 6,738,415,616
 std::string amount(Count bytes, Unit unit);  ///< 107.8 GB, 4.9 kB, 12 B
 struct Scale {

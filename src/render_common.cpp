@@ -7,6 +7,16 @@
 
 namespace memcalc::cli {
 
+std::optional<DeviceFigures> fullest_device(const Report& r, const View& view) {
+    if (!view.device_figures || r.timeline().empty()) return std::nullopt;
+    if (r.settings.framework.platform != Platform::cuda) return std::nullopt;
+    return device_figures(r, view.device).front();
+}
+
+Count verdict_peak(const Report& r, const std::optional<DeviceFigures>& device) {
+    return device ? device->high_bytes : r.peak_step().bytes.total();
+}
+
 std::string digits(Count n) {
     std::string plain = std::to_string(n.value()), out;
     for (std::size_t i = 0; i < plain.size(); ++i) {

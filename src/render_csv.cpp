@@ -129,7 +129,7 @@ void CsvRowWriter::append(std::string& out, std::string_view model, const Summar
     else
         row.text("");  // every layer of the recomputation
     if (device) {      // the verdict, with a device (DeviceFit); empty cells without
-        const Count peak = r.peak.bytes.total();
+        const Count peak = r.device ? *r.device : r.peak.bytes.total();
         const std::int64_t spare = device->spare(peak);
         row.number(device->usable().value()).flag(device->fits(peak));
         row.text(spare < 0 ? "-" + std::to_string(-spare) : std::to_string(spare));
@@ -143,7 +143,11 @@ std::string csv_row(const Report& r, const View& view) {
     std::string out;
     CsvRowWriter writer;
     if (view.device_memory) writer.device = DeviceFit{*view.device_memory, view.reserve};
-    writer.append(out, r.model.name, summary(r));
+    Summary row = summary(r);
+    if (view.device_memory)  // the figure only a verdict reads
+        if (const std::optional<DeviceFigures> d = fullest_device(r, view))
+            row.device = d->high_bytes;
+    writer.append(out, r.model.name, row);
     return out;
 }
 

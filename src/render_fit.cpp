@@ -18,10 +18,10 @@ const char* searched(const FitRequest& f) {
 
 std::string fit_table(const FitRequest& f, Unit unit) {
     const bool seq = f.dimension == FitDimension::seq;
-    TextTable table({Align::left, Align::right, Align::right, Align::right, Align::left,
-                     Align::right, Align::right});
-    table.row({"recompute", seq ? "longest seq" : "largest micro-batch", "peak", "headroom",
-               "peak step", "next size", "its peak"});
+    TextTable table({Align::left, Align::right, Align::right, Align::right, Align::right,
+                     Align::left, Align::right, Align::right});
+    table.row({"recompute", seq ? "longest seq" : "largest micro-batch", "peak", "device",
+               "headroom", "peak step", "next size", "its device"});
     for (std::size_t i = 0; i < f.modes.size(); ++i) {
         const FitResult& r = f.results[i];
         std::vector<std::string> row = {recompute_name(f.modes[i])};
@@ -29,25 +29,30 @@ std::string fit_table(const FitRequest& f, Unit unit) {
             const FitProbe& p = *r.largest;
             row.insert(
                 row.end(),
-                {digits(p.size), amount(p.peak, unit),
-                 amount(Count(f.capacity.value() - p.peak.value()), unit),
+                {digits(p.size), amount(p.peak, unit), p.device ? amount(*p.device, unit) : "-",
+                 amount(Count(f.capacity.value() - p.weighed().value()), unit),
                  p.step + (f.settings.parallel.pp > 1 ? fmt::format(" (stage {})", p.stage) : "")});
         } else {
-            row.insert(row.end(), {"none fits", "", "", ""});
+            row.insert(row.end(), {"none fits", "", "", "", ""});
         }
         if (r.first_over) {
             row.push_back(digits(r.first_over->size));
-            row.push_back(r.first_over->runs ? amount(r.first_over->peak, unit) : "cannot run");
+            row.push_back(r.first_over->runs ? amount(r.first_over->weighed(), unit)
+                                             : "cannot run");
         } else {
             row.insert(row.end(), {"(search limit)", ""});
         }
         table.row(row);
     }
-    std::string out = fmt::format(
-        "memcalc fit: {} in {} ({} usable after a {} reserve), {} {}: the {} that fits\n",
-        f.model.name, amount(f.memory, unit), amount(f.capacity, unit), amount(f.reserve, unit),
-        seq ? "micro-batch" : "seq", digits(f.fixed),
-        seq ? "longest sequence" : "largest micro-batch");
+    const std::string room =
+        f.reserve == Count(0)
+            ? amount(f.memory, unit)
+            : fmt::format("{} ({} usable after a {} reserve)", amount(f.memory, unit),
+                          amount(f.capacity, unit), amount(f.reserve, unit));
+    std::string out =
+        fmt::format("memcalc fit: {} in {}, {} {}: the {} whose device figure (high end) fits\n",
+                    f.model.name, room, seq ? "micro-batch" : "seq", digits(f.fixed),
+                    seq ? "longest sequence" : "largest micro-batch");
     if (f.granule > 1) out += fmt::format("searching multiples of {}\n", f.granule);
     out += table.str();
     for (std::size_t i = 0; i < f.modes.size(); ++i)
@@ -63,7 +68,10 @@ nlohmann::json fit_json(const FitRequest& f) {
     const auto probe = [](const FitProbe& p) {
         json j = {{"size", p.size}, {"runs", p.runs}};
         if (p.runs)
-            j["peak"] = {{"bytes", p.peak.value()}, {"step", p.step}, {"stage", p.stage}};
+            j["peak"] = {{"bytes", p.peak.value()},
+                         {"step", p.step},
+                         {"stage", p.stage},
+                         {"device_bytes", p.device ? json(p.device->value()) : json(nullptr)}};
         else
             j["reason"] = p.reason;
         return j;
@@ -77,7 +85,7 @@ nlohmann::json fit_json(const FitRequest& f) {
             {"largest", r.largest ? json(r.largest->size) : json(nullptr)},
             {"peak", r.largest ? probe(*r.largest)["peak"] : json(nullptr)},
             {"headroom_bytes",
-             r.largest ? json(f.capacity.value() - r.largest->peak.value()) : json(nullptr)},
+             r.largest ? json(f.capacity.value() - r.largest->weighed().value()) : json(nullptr)},
             {"first_over", r.first_over ? probe(*r.first_over) : json(nullptr)}};
         results.push_back(entry);
     }
@@ -101,23 +109,25 @@ nlohmann::json fit_json(const FitRequest& f) {
 }
 
 std::string fit_csv(const FitRequest& f) {
-    // training, last: what trains, as --train spells it (appended, so the columns before keep their
-    // places)
+    // training, then the device figures: appended, so the columns before keep their places
     std::string out =
         "model,search,recompute,largest,peak_bytes,peak_step,peak_stage,headroom_bytes,next_size,"
-        "next_peak_bytes,training\n";
+        "next_peak_bytes,training,device_bytes,next_device_bytes\n";
+    const auto device = [](const FitProbe* p) {
+        return p && p->runs && p->device ? std::to_string(p->device->value()) : "";
+    };
     for (std::size_t i = 0; i < f.modes.size(); ++i) {
         const FitResult& r = f.results[i];
         const FitProbe* l = r.largest ? &*r.largest : nullptr;
         const FitProbe* n = r.first_over ? &*r.first_over : nullptr;
         out += fmt::format(
-            "{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(f.model.name), searched(f),
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(f.model.name), searched(f),
             recompute_name(f.modes[i]), l ? std::to_string(l->size) : "",
             l ? std::to_string(l->peak.value()) : "", l ? l->step : "",
             l ? std::to_string(l->stage) : "",
-            l ? std::to_string(f.capacity.value() - l->peak.value()) : "",
+            l ? std::to_string(f.capacity.value() - l->weighed().value()) : "",
             n ? std::to_string(n->size) : "", n && n->runs ? std::to_string(n->peak.value()) : "",
-            training_name(f.settings.tuning.mode));
+            training_name(f.settings.tuning.mode), device(l), device(n));
     }
     return out;
 }

@@ -1,5 +1,6 @@
 #include "memcalc/version.hpp"
 #include "render.hpp"
+#include <limits>
 #include <type_traits>
 
 #include "memcalc/program_facts.hpp"
@@ -381,6 +382,54 @@ void add_verdict(json& peak, Count bytes, const View& view) {
     peak["fits"] = rule.fits(bytes), peak["spare_bytes"] = rule.spare(bytes);
 }
 
+/// The rows beside the model's tensors: inside the allocator (within reserved_bytes) or outside.
+json device_rows_json(const std::vector<DeviceRow>& rows) {
+    json out = json::array();
+    for (const DeviceRow& row : rows)
+        out.push_back({{"name", row.name},
+                       {"in_allocator", row.in_allocator},
+                       {"count", row.count},
+                       {"bytes", row.bytes.value()},
+                       {"low_bytes", row.low_bytes.value()},
+                       {"high_bytes", row.high_bytes.value()},
+                       {"why", row.why},
+                       {"source", row.source}});
+    return out;
+}
+
+/// The reserved and device figures beside the allocated peak (null where none is modelled: a
+/// sweep, the CPU platform).
+void add_device_figures(json& peak, const std::optional<DeviceFigures>& d, const View& view) {
+    if (!d) {
+        peak["reserved_bytes"] = nullptr, peak["device_bytes"] = nullptr;
+        peak["outside"] = nullptr, peak["reserved"] = nullptr, peak["device_band"] = nullptr;
+        return;
+    }
+    const ReservedPeak& res = d->reserved;
+    const AllocatorConfig& a = view.device.allocator;
+    peak["reserved_bytes"] = res.bytes.value();
+    peak["device_bytes"] = d->bytes.value();
+    peak["outside"] = device_rows_json(d->rows);
+    peak["reserved"] = {
+        {"stage", d->stage},
+        {"step", res.at.name()},
+        {"training_step", res.iteration},
+        {"first_step_bytes", res.first_step_bytes.value()},
+        {"high_bytes", res.high_bytes.value()},
+        {"allocated_bytes", res.allocated_bytes.value()},
+        {"loaded_allocated_bytes", res.loaded_allocated_bytes.value()},
+        {"loaded_bytes", res.loaded_bytes.value()},
+        {"segments", res.segments},
+        {"simulated", res.simulated},
+        {"allocator", a.mode == AllocatorMode::expandable ? "expandable" : "caching"},
+        {"max_split_size_bytes", a.max_split_size == std::numeric_limits<std::uint64_t>::max()
+                                     ? json(nullptr)
+                                     : json(a.max_split_size)},
+        {"gpu", view.device.gpu ? json(std::string(view.device.gpu->gpu)) : json(nullptr)}};
+    peak["device_band"] = {{"low_bytes", d->low_bytes.value()},
+                           {"high_bytes", d->high_bytes.value()}};
+}
+
 }  // namespace
 
 json report_json(const Report& r, const View& view) {
@@ -396,7 +445,9 @@ json report_json(const Report& r, const View& view) {
                       {"stage", r.busiest().stage},
                       {"microbatch", peak.microbatch},
                       {"by_category", breakdown_json(peak.bytes)}};
-    add_verdict(peak_json, peak.bytes.total(), view);
+    const std::optional<DeviceFigures> device = fullest_device(r, view);
+    add_device_figures(peak_json, device, view);
+    add_verdict(peak_json, verdict_peak(r, device), view);
     return {
         {"memcalc", memcalc::version},
         {"schema", memcalc::json_schema},

@@ -91,15 +91,16 @@ namespace {
 std::string layouts_table(const PlanView& v, Unit unit) {
     const bool host = offload_searched(v);
     TextTable table({Align::right, Align::left, Align::right, Align::right, Align::left,
-                     Align::right, Align::left, Align::right, Align::right, Align::right,
-                     Align::right, Align::right, Align::right});
-    table.row({"rank", "layout", "micro-batch", "micro-batches", "recompute", "peak", "peak at",
-               "recompute", "bubble", "comm/device", "step", "tokens/s/GPU", host ? "host" : ""});
+                     Align::right, Align::right, Align::left, Align::right, Align::right,
+                     Align::right, Align::right, Align::right, Align::right});
+    table.row({"rank", "layout", "micro-batch", "micro-batches", "recompute", "peak", "device",
+               "peak at", "recompute", "bubble", "comm/device", "step", "tokens/s/GPU",
+               host ? "host" : ""});
     for (std::size_t i = 0; i < shown(v); ++i) {
         const PlanRow& r = v.result.top[i];
         table.row({std::to_string(i + 1), layout_text(r.parallel), std::to_string(r.micro_batch),
                    std::to_string(r.parallel.steps_per_batch()), recompute_text(r),
-                   amount(r.peak.bytes(), unit),
+                   amount(r.peak.bytes(), unit), r.device ? amount(*r.device, unit) : "-",
                    r.peak.step.name() +
                        (r.parallel.pp > 1 ? fmt::format(" (stage {})", r.peak.stage) : ""),
                    fmt::format("{:.1f}%", 100 * r.recompute_fraction),
@@ -108,6 +109,23 @@ std::string layouts_table(const PlanView& v, Unit unit) {
                    tokens_text(v, r), host ? amount(r.host, unit) : ""});
     }
     return table.str();
+}
+
+/// The layouts ranked above a shown one that the allocator's simulation refused.
+std::string refused_text(const PlanView& v, Unit unit) {
+    if (v.result.refused.empty()) return "";
+    const std::size_t listed = std::min<std::size_t>(3, v.result.refused.size());
+    std::string out = fmt::format(
+        "Refused: {} layout(s) ranked above these whose peak and device rows fit, but not the "
+        "device\nfigure with the allocator's reserved bytes (high end); the best {}:\n",
+        v.result.refused.size(), listed);
+    for (std::size_t i = 0; i < listed; ++i) {
+        const PlanRow& r = v.result.refused[i];
+        out +=
+            fmt::format("  {}, micro-batch {}, recompute {}: device {}\n", layout_text(r.parallel),
+                        r.micro_batch, recompute_text(r), amount(*r.device, unit));
+    }
+    return out;
 }
 
 }  // namespace
@@ -149,7 +167,14 @@ std::string plan_table(const PlanView& v, Unit unit) {
                             "shorter sequence.\n"
                           : "No layout fits: try more devices, more memory or a shorter "
                             "sequence.\n");
-    return out + layouts_table(v, unit);
+    if (shown(v) == 0)
+        return out + fmt::format(
+                         "No layout fits on the device: of the best {} whose peak and device rows "
+                         "fit, the allocator's\nreserved bytes take each over (the best: {}, "
+                         "device {}). Try more devices or memory.\n",
+                         v.result.refused.size(), layout_text(v.result.refused.front().parallel),
+                         amount(*v.result.refused.front().device, unit));
+    return out + layouts_table(v, unit) + refused_text(v, unit);
 }
 
 namespace {
@@ -181,7 +206,9 @@ nlohmann::json layout_json(const PlanView& v, const PlanRow& r, std::size_t rank
              {{"bytes", r.peak.bytes().value()},
               {"step", r.peak.step.name()},
               {"stage", r.peak.stage},
-              {"microbatch", r.peak.step.microbatch}}},
+              {"microbatch", r.peak.step.microbatch},
+              {"beside_bytes", r.beside.value()},
+              {"device_bytes", r.device ? json(r.device->value()) : json(nullptr)}}},
             {"recompute_fraction", r.recompute_fraction},
             {"bubble", r.bubble},
             {"communication_bytes", r.communication},
@@ -205,6 +232,8 @@ nlohmann::json plan_json(const PlanView& v) {
     json layouts = json::array();
     for (std::size_t i = 0; i < shown(v); ++i)
         layouts.push_back(layout_json(v, v.result.top[i], i + 1));
+    json refused = json::array();
+    for (const PlanRow& r : v.result.refused) refused.push_back(layout_json(v, r, 0));
     return {{"memcalc", memcalc::version},
             {"schema", memcalc::json_schema},
             {"command", "plan"},
@@ -226,6 +255,7 @@ nlohmann::json plan_json(const PlanView& v) {
             {"evaluated", v.result.evaluated},
             {"seconds", v.seconds},
             {"fitting", fitting(v)},
+            {"refused", refused},
             {"ranking",
              "step_seconds (null last), then waste (recompute_fraction + bubble), then "
              "communication_bytes, then peak bytes"},

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "memcalc/version.hpp"
@@ -424,6 +425,61 @@ std::string timeline_section(const Report& r, const View& view) {
     return title + table.str();
 }
 
+/// What the device shows beside the allocated peak: the allocator's reserved bytes (the
+/// libraries' workspaces among them) and what lies outside it, each row with its count.
+std::string device_section(const DeviceFigures& d, const View& view) {
+    const auto line = [&](const std::string& what, Count bytes, const std::string& note) {
+        return std::vector<std::string>{what, digits(bytes) + " B", amount(bytes, view.unit), note};
+    };
+    const ReservedPeak& res = d.reserved;
+    TextTable table({Align::left, R, R, Align::left});
+    table.row(line("allocated", d.allocated, "the model's tensors (above)"));
+    for (const DeviceRow& row : d.rows)
+        if (row.in_allocator)
+            table.row(line("+ " + std::string(row.name), Count(row.count) * row.bytes,
+                           fmt::format("{} x {}", row.count, amount(row.bytes, view.unit))));
+    table.row(
+        line("reserved", res.bytes, fmt::format("at {} of step {}", res.at.name(), res.iteration)));
+    for (const DeviceRow& row : d.rows)
+        if (!row.in_allocator)
+            table.row(line("+ " + std::string(row.name), Count(row.count) * row.bytes,
+                           fmt::format("{} x {}", row.count, amount(row.bytes, view.unit))));
+    table.row(line("device", d.bytes, "what nvidia-smi shows"));
+    const AllocatorConfig& a = view.device.allocator;
+    const std::string allocator = fmt::format(
+        "{} allocator{}", a.mode == AllocatorMode::expandable ? "expandable-segments" : "caching",
+        a.max_split_size == std::numeric_limits<std::uint64_t>::max()
+            ? ""
+            : ", max split " + amount(Count(a.max_split_size), view.unit));
+    return fmt::format("\nOn the device{} ({}; {}):\n",
+                       d.stage > 0 ? fmt::format(" of pipeline stage {}", d.stage) : "", allocator,
+                       view.device.gpu ? fmt::format("{}'s rows", view.device.gpu->gpu)
+                                       : "no --gpu: each row's highest") +
+           table.str() +
+           fmt::format(
+               "  band {} to {}: the rows' ends, and each step's tensors made before the last's "
+               "go;\n  the first training step reserves {}\n",
+               amount(d.low_bytes, view.unit), amount(d.high_bytes, view.unit),
+               amount(res.first_step_bytes, view.unit));
+}
+
+/// The verdict on `peak` (the device figure's high end where there is one).
+std::string device_verdict(Count peak, bool on_device, const View& view) {
+    const DeviceFit rule{*view.device_memory, view.reserve};
+    const std::string usable =
+        rule.reserve == Count(0)
+            ? amount(rule.memory, view.unit)
+            : fmt::format("{} ({} less a {} reserve)", amount(rule.usable(), view.unit),
+                          amount(rule.memory, view.unit), amount(rule.reserve, view.unit));
+    const std::string what =
+        on_device ? fmt::format("the device's {} (high end)", amount(peak, view.unit)) : "it";
+    return rule.fits(peak)
+               ? fmt::format("  fits in {}: {} to spare\n", usable,
+                             amount(Count(rule.usable().value() - peak.value()), view.unit))
+               : fmt::format("  does not fit in {}: {} is {} over\n", usable, what,
+                             amount(Count(peak.value() - rule.usable().value()), view.unit));
+}
+
 std::string peak_section(const Report& r, const View& view) {
     const Step& peak = r.peak_step();
     TextTable table({Align::left, R, R});
@@ -434,20 +490,10 @@ std::string peak_section(const Report& r, const View& view) {
     const std::string where =
         r.ranks.size() > 1 ? fmt::format(" of pipeline stage {}", r.busiest().stage) : "";
     const std::string per = r.settings.parallel.any() ? " per device" : "";
+    const std::optional<DeviceFigures> device = fullest_device(r, view);
     std::string verdict;
-    if (view.device_memory) {
-        const DeviceFit rule{*view.device_memory, view.reserve};
-        const Count total = peak.bytes.total();
-        const std::string usable =
-            fmt::format("{} ({} less a {} reserve)", amount(rule.usable(), view.unit),
-                        amount(rule.memory, view.unit), amount(rule.reserve, view.unit));
-        verdict =
-            rule.fits(total)
-                ? fmt::format("  fits in {}: {} to spare\n", usable,
-                              amount(Count(rule.usable().value() - total.value()), view.unit))
-                : fmt::format("  does not fit in {}: {} over\n", usable,
-                              amount(Count(total.value() - rule.usable().value()), view.unit));
-    }
+    if (view.device_memory)
+        verdict = device_verdict(verdict_peak(r, device), device.has_value(), view);
     if (view.host_memory && r.settings.parallel.offloads()) {
         const RankReport* most = &r.ranks.front();  // the device keeping the most in host memory
         for (const RankReport& k : r.ranks)
@@ -470,7 +516,7 @@ std::string peak_section(const Report& r, const View& view) {
             : "";
     return fmt::format("Peak{}: {} at {}{} ({} B)\n", per, amount(peak.bytes.total(), view.unit),
                        peak.name(), where, digits(peak.bytes.total())) +
-           later + verdict + table.str();
+           later + verdict + table.str() + (device ? device_section(*device, view) : "");
 }
 
 }  // namespace

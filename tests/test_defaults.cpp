@@ -63,7 +63,7 @@ TEST_CASE("fit and plan choose as the estimate does", "[cli][defaults]") {
                          .out);
 }
 
-TEST_CASE("one verdict: the estimate keeps --reserve out of the device as fit, plan and serve do",
+TEST_CASE("one verdict: the device figure's high end against the device less --reserve",
           "[cli][defaults]") {
     const std::string run = "--preset llama-7b --seq 2048 --dp 8 --zero 3 --gpu h100-sxm";
     const auto report = [&](const std::string& more) {
@@ -72,18 +72,22 @@ TEST_CASE("one verdict: the estimate keeps --reserve out of the device as fit, p
         return nlohmann::json::parse(r.out);
     };
     const nlohmann::json j = report("");
-    const std::uint64_t memory = 81559ULL << 20, reserve = 2ULL << 30;
+    const std::uint64_t memory = 81559ULL << 20;
     CHECK(j["device"]["memory_bytes"] == memory);
-    CHECK(j["device"]["usable_bytes"] == memory - reserve);
+    CHECK(j["device"]["reserve_bytes"] == 0);  // the context and the rest are modelled now
+    CHECK(j["device"]["usable_bytes"] == memory);
     const std::int64_t peak = j["peak"]["bytes"].get<std::int64_t>();
-    CHECK(j["peak"]["spare_bytes"] == std::int64_t(memory - reserve) - peak);
+    const std::int64_t high = j["peak"]["device_band"]["high_bytes"].get<std::int64_t>();
+    CHECK(high > peak);
+    CHECK(j["peak"]["spare_bytes"] == std::int64_t(memory) - high);
     CHECK(j["peak"]["fits"] == (j["peak"]["spare_bytes"].get<std::int64_t>() >= 0));
-    CHECK(report(" --reserve 0B")["peak"]["spare_bytes"] == std::int64_t(memory) - peak);
+    CHECK(report(" --reserve 1GiB")["peak"]["spare_bytes"] ==
+          std::int64_t(memory - (1ULL << 30)) - high);
     // The CSV's last three columns say the same; without a device they are empty.
     const std::string csv = testing::memcalc(run + " --format csv").out;
     const std::string row = csv.substr(csv.find('\n') + 1);
-    CHECK_THAT(row, Catch::EndsWith(std::to_string(memory - reserve) + ",true," +
-                                    std::to_string(std::int64_t(memory - reserve) - peak) + "\n"));
+    CHECK_THAT(row, Catch::EndsWith(std::to_string(memory) + ",true," +
+                                    std::to_string(std::int64_t(memory) - high) + "\n"));
     CHECK_THAT(testing::memcalc("--preset llama-7b --format csv").out, Catch::EndsWith(",,,\n"));
     CHECK(report("").contains("device"));
     const testing::Run bare = testing::memcalc("--preset llama-7b --format json");

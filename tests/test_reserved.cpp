@@ -129,8 +129,8 @@ TEST_CASE("the device figure is the reserved one and the rows outside the alloca
     s.parallel.tp = 2, s.parallel.dp = 4;
     const Report r = estimate(fixtures::llama_7b(), s);
     DeviceSettings device;
-    device.cuda_major = cuda_major_of("h100-sxm");
-    REQUIRE(device.cuda_major == 9);
+    device.gpu = gpu_facts_of("h100-sxm");
+    REQUIRE(device.gpu);
     const DeviceFigures d = device_figures(r, device).front();
     CHECK(d.allocated == r.peak_step().bytes.total());
     CHECK(d.reserved.bytes >= d.allocated + Count(32ULL << 20));  // the cuBLAS workspace within
@@ -139,8 +139,19 @@ TEST_CASE("the device figure is the reserved one and the rows outside the alloca
     CHECK(d.high_bytes >= d.bytes);
     std::vector<std::string> names;
     for (const DeviceRow& row : d.rows) names.emplace_back(row.name);
-    CHECK(names ==
-          std::vector<std::string>{"cublas_workspace", "cuda_context", "nccl_dp", "nccl_tp"});
+    const std::vector<std::string> expected{"cublas_workspace", "cublaslt_workspace",
+                                            "cuda_context", "nccl_communicator", "nccl_nvls"};
+    CHECK(names == expected);
+    for (const DeviceRow& row : d.rows) {
+        INFO(row.name);
+        CHECK(row.low_bytes <= row.bytes);
+        CHECK(row.bytes <= row.high_bytes);
+        CHECK_FALSE(row.source.empty());
+        // tp 2 and dp 4: two collective groups; NVLS only for the one of more than two ranks.
+        if (row.name == "nccl_communicator") CHECK(row.count == 2);
+        if (row.name == "nccl_nvls") CHECK(row.count == 1);
+        if (row.in_allocator) CHECK(row.count == 2);  // the forward's thread and autograd's
+    }
     // An unknown GPU takes every row's high end.
     const DeviceFigures unknown = device_figures(r, DeviceSettings{}).front();
     CHECK(unknown.bytes >= d.bytes);

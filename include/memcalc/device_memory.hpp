@@ -6,6 +6,7 @@
 /// the device figure's band is their sums.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "memcalc/outside.hpp"
@@ -16,8 +17,8 @@ namespace memcalc {
 /// What a device's figures depend on beyond the estimate.
 struct DeviceSettings {
     AllocatorConfig allocator;
-    /// The GPU's CUDA major version (outside.hpp's cuda_major); 0: unknown, every row leans high.
-    std::uint32_t cuda_major = 0;
+    /// The GPU's facts (outside.hpp's gpu_facts_of); none: unknown, every row leans high.
+    std::optional<outside_rows::GpuFacts> gpu;
 };
 
 /// One rank's three figures and their band.
@@ -57,7 +58,7 @@ inline DeviceFigures rank_figures(const Report& r, const RankReport& rank,
     DeviceFigures out;
     out.stage = rank.stage;
     out.allocated = rank.peak_step().bytes.total();
-    out.rows = device_rows(r.settings, s.cuda_major, rank);
+    out.rows = device_rows(r.settings, s.gpu);
     out.reserved =
         reserved_peak(r, rank, s.allocator, workspace_events(out.rows, &DeviceRow::bytes),
                       workspace_events(out.rows, &DeviceRow::high_bytes));

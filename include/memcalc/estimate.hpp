@@ -220,12 +220,14 @@ struct Summary {
     std::uint64_t peak_stage =
         0;  ///< the most loaded rank's pipeline stage (the earliest on a tie)
     ComputeCost compute;
+    /// The device figure's high end (device_memory.hpp), where the caller weighed it.
+    std::optional<Count> device;
 };
 
 /// The summary of a report already made.
 inline Summary summary(const Report& r) {
-    return {r.settings,         r.parameter_count, r.state,           r.activations,
-            r.kept_activations, r.peak_step(),     r.busiest().stage, r.compute};
+    return {r.settings,    r.parameter_count, r.state,   r.activations, r.kept_activations,
+            r.peak_step(), r.busiest().stage, r.compute, std::nullopt};
 }
 
 /// One model, prepared for many configurations: its parameter table and how it splits are built
@@ -333,7 +335,8 @@ public:
                      peak.step,
                      peak.stage,
                      compute_cost(model_, with.seq, with.micro_batch, mode, with.recompute_modules,
-                                  recomputed.back() ? &*recomputed.back() : nullptr)});
+                                  recomputed.back() ? &*recomputed.back() : nullptr),
+                     std::nullopt});
             }
             split(t, settings.parallel);
             for (std::size_t i = 0; i < out.size(); ++i) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "memcalc/device_memory.hpp"
 #include "memcalc/estimate.hpp"
 
 namespace memcalc {
@@ -18,10 +19,15 @@ enum class FitDimension { seq, micro_batch };
 struct FitProbe {
     std::uint64_t size = 0;
     bool runs = false;
-    Count peak;
+    Count peak;  ///< allocated: the model's tensors
+    /// The device figure's high end (device_memory.hpp), where the search weighs it.
+    std::optional<Count> device;
     std::string step;         ///< the peak's step ("backward 32")
     std::uint64_t stage = 0;  ///< and its pipeline stage
     std::string reason;       ///< why it does not run
+
+    /// What the verdict weighs: the device figure where there is one, else the peak.
+    Count weighed() const { return device ? *device : peak; }
 };
 
 struct FitResult {
@@ -33,9 +39,11 @@ struct FitResult {
 
 namespace detail {
 inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dimension,
-                      std::uint64_t size, std::uint64_t global_batch = 0) {
+                      std::uint64_t size, std::uint64_t global_batch,
+                      const std::optional<DeviceSettings>& device) {
     (dimension == FitDimension::seq ? settings.seq : settings.micro_batch) = size;
-    settings.timelines = false;  // the peak alone, in closed form
+    // The peak alone, in closed form; the device figure replays the timelines.
+    settings.timelines = device.has_value() && settings.framework.platform == Platform::cuda;
     // A fixed global batch: the micro-batch decides how many micro-batches a step takes.
     if (global_batch != 0 && dimension == FitDimension::micro_batch)
         settings.parallel.microbatches = global_batch / (size * settings.parallel.dp);
@@ -47,6 +55,7 @@ inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dim
         p.peak = r.peak_step().bytes.total();
         p.step = r.peak_step().name();
         p.stage = r.busiest().stage;
+        if (settings.timelines) p.device = device_figures(r, *device).front().high_bytes;
     } catch (const error& e) {
         p.reason = e.what();
     }
@@ -58,14 +67,16 @@ inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dim
 /// per replica) whose peak is at most `capacity`. Not a bisection: fewer, larger micro-batches can
 /// lower the peak (from one micro-batch a step, no gradient is held), so every divisor is tried.
 inline FitResult fit_micro_batch_of(const Architecture& m, const Settings& settings,
-                                    std::uint64_t global_batch, Count capacity) {
+                                    std::uint64_t global_batch, Count capacity,
+                                    const std::optional<DeviceSettings>& device = std::nullopt) {
     const std::vector<std::uint64_t> sizes = divisors(global_batch / settings.parallel.dp);
     FitResult result;
     std::optional<std::size_t> best;
     std::vector<FitProbe> probes;
     for (std::uint64_t b : sizes) {
-        probes.push_back(detail::probe(m, settings, FitDimension::micro_batch, b, global_batch));
-        if (probes.back().runs && probes.back().peak <= capacity) best = probes.size() - 1;
+        probes.push_back(
+            detail::probe(m, settings, FitDimension::micro_batch, b, global_batch, device));
+        if (probes.back().runs && probes.back().weighed() <= capacity) best = probes.size() - 1;
     }
     if (best) result.largest = probes[*best];
     const std::size_t next = best ? *best + 1 : 0;
@@ -73,13 +84,16 @@ inline FitResult fit_micro_batch_of(const Architecture& m, const Settings& setti
     return result;
 }
 
-/// Searches multiples of `granule` up to `limit` for the largest size whose peak is at most
-/// `capacity` bytes; everything else comes from `settings`.
+/// Searches multiples of `granule` up to `limit` for the largest size whose peak (with `device`,
+/// its device figure's high end) is at most `capacity` bytes; everything else comes from
+/// `settings`. The device figure grows with the size but for the allocator's rounding, so the
+/// bisection's answer fits and the next size up does not, as for the peak.
 inline FitResult fit(const Architecture& m, const Settings& settings, FitDimension dimension,
-                     Count capacity, std::uint64_t granule, std::uint64_t limit) {
-    const auto fits = [&](const FitProbe& p) { return p.runs && p.peak <= capacity; };
+                     Count capacity, std::uint64_t granule, std::uint64_t limit,
+                     const std::optional<DeviceSettings>& device = std::nullopt) {
+    const auto fits = [&](const FitProbe& p) { return p.runs && p.weighed() <= capacity; };
     const auto at = [&](std::uint64_t multiple) {
-        return detail::probe(m, settings, dimension, multiple * granule);
+        return detail::probe(m, settings, dimension, multiple * granule, 0, device);
     };
     const std::uint64_t top = limit / granule;  // the largest multiple allowed
     FitResult result;

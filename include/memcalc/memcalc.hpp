@@ -4,6 +4,7 @@
 #include "memcalc/activations.hpp"
 #include "memcalc/allocator.hpp"
 #include "memcalc/architecture_activations.hpp"
+#include "memcalc/device_memory.hpp"
 #include "memcalc/error.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/fit.hpp"

@@ -1,14 +1,15 @@
 #pragma once
 /// Memory a training process holds on its GPU beyond the model's tensors, as rows: the libraries'
-/// workspaces the caching allocator hands out (PyTorch's cuBLAS workspace) and what lies outside
-/// the allocator (the CUDA context with its loaded kernels, NCCL's communicators). Each row is
-/// chosen by the GPU's CUDA major version, the PyTorch version and the layout, and says where its
-/// figure comes from; an uncertain one has a low and a high end.
+/// workspaces the caching allocator hands out (PyTorch's cuBLAS and cuBLASLt workspaces) and what
+/// lies outside the allocator (the CUDA context with its loaded kernels, NCCL's buffers). Each
+/// row is chosen by the GPU's CUDA major version, the PyTorch version and the layout, and says
+/// where its figure comes from (validation/published/outside.json has each source in full); an
+/// uncertain one has a low and a high end.
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "memcalc/estimate.hpp"
@@ -18,11 +19,11 @@
 namespace memcalc {
 
 struct DeviceRow {
-    Text name;            ///< "cuda_context", "cublas_workspace", "nccl_dp"
+    Text name;            ///< "cuda_context", "cublas_workspace", "nccl_communicator"
     bool in_allocator;    ///< handed out by the caching allocator: part of the reserved figure
-    std::uint64_t count;  ///< how many: one per stream, per communicator
+    std::uint64_t count;  ///< how many a rank holds: one per thread, per communicator, per peer
     Count bytes, low_bytes, high_bytes;  ///< each one's
-    Text why;                            ///< what it is
+    Text why;                            ///< what it is, and what it is counted per
     Text source;                         ///< where the figure comes from
 };
 
@@ -30,106 +31,172 @@ namespace outside_rows {
 
 inline constexpr std::uint64_t MiB = 1ULL << 20;
 
-/// A GPU's CUDA compute capability's major version (sm_80 is 8); 0 for ROCm devices.
-struct CudaMajor {
+/// A GPU's CUDA compute capability's major version (sm_80 is 8), and whether its node joins its
+/// GPUs by NVSwitch (NCCL's NVLink SHARP, NVLS, needs one); 0 for ROCm devices.
+struct GpuFacts {
     Text gpu;
     std::uint32_t major;
+    bool nvswitch;
 };
-inline constexpr std::array<CudaMajor, 24> cuda_majors{{
-    {"a100-40gb", 8}, {"a100-80gb", 8}, {"a800-80gb", 8}, {"a10", 8},       {"rtx-3090", 8},
-    {"rtx-a6000", 8}, {"l40s", 8},      {"l40", 8},       {"l4", 8},        {"rtx-4090", 8},
-    {"h100-sxm", 9},  {"h100-pcie", 9}, {"h800", 9},      {"h200", 9},      {"h20", 9},
-    {"b200", 10},     {"b300", 10},     {"rtx-5090", 12}, {"v100-16gb", 7}, {"v100-32gb", 7},
-    {"t4", 7},        {"mi300x", 0},    {"mi250x", 0},    {"mi325x", 0},
+inline constexpr std::array<GpuFacts, 24> gpu_facts{{
+    {"a100-40gb", 8, true},  {"a100-80gb", 8, true},  {"a800-80gb", 8, true},
+    {"a10", 8, false},       {"rtx-3090", 8, false},  {"rtx-a6000", 8, false},
+    {"l40s", 8, false},      {"l40", 8, false},       {"l4", 8, false},
+    {"rtx-4090", 8, false},  {"h100-sxm", 9, true},   {"h100-pcie", 9, false},
+    {"h800", 9, true},       {"h200", 9, true},       {"h20", 9, true},
+    {"b200", 10, true},      {"b300", 10, true},      {"rtx-5090", 12, false},
+    {"v100-16gb", 7, false}, {"v100-32gb", 7, false}, {"t4", 7, false},
+    {"mi300x", 0, false},    {"mi250x", 0, false},    {"mi325x", 0, false},
 }};
 
-/// The CUDA context and the kernels loaded into it, by major version (lazy module loading, the
-/// default since CUDA 11.7 and PyTorch 2's wheels): what nvidia-smi shows beside an idle
-/// process's reserved memory once a training step has run.
-struct ContextRow {
-    std::uint32_t first_major, last_major;
-    Count bytes, low_bytes, high_bytes;
-    Text source;
+/// What a row is counted per on a rank.
+enum class Per : std::uint8_t {
+    process,           ///< one
+    matmul_thread,     ///< each thread running matmuls: the forward's and autograd's backward's
+    collective_group,  ///< each process group of more than one rank that runs collectives
+    p2p_peer,          ///< each peer a rank sends to directly (pipeline, ring, all-to-all)
+    nvls_group,        ///< each collective group of more than two ranks on an NVSwitch node
 };
-inline constexpr std::array<ContextRow, 3> contexts{{
-    {0, 8, Count(500 * MiB), Count(300 * MiB), Count(600 * MiB),
-     "users' nvidia-smi figures for an A100 process after its first step (see "
-     "validation/published/outside.md)"},
-    {9, 9, Count(550 * MiB), Count(450 * MiB), Count(800 * MiB),
-     "users' nvidia-smi figures for an H100 process (see validation/published/outside.md)"},
-    {10, 99, Count(700 * MiB), Count(500 * MiB), Count(1024 * MiB),
-     "few published figures for Blackwell: the H100's, leaning high"},
+
+struct RowSpec {
+    Text name;
+    bool in_allocator;
+    std::uint32_t first_major, last_major;  ///< the GPUs it applies to
+    std::optional<TorchVersion> torch;      ///< the PyTorch version it applies to; none: any
+    Per per;
+    Count bytes, low_bytes, high_bytes;
+    Text why, source;
+};
+
+inline constexpr Count cublas_default = 4096 * 1024 * 2 + 16 * 1024 * 8;  // ":4096:2:16:8"
+inline constexpr Text pool = "pytorch@26a39059 aten/src/ATen/cuda/CublasHandlePool.cpp";
+
+inline constexpr std::array<RowSpec, 11> specs{{
+    {"cuda_context", false, 0, 8, std::nullopt, Per::process, Count(400 * MiB), Count(266 * MiB),
+     Count(600 * MiB), "the CUDA context and its lazily loaded kernels",
+     "pytorch#86509, #109888, #107667; InvokeAI#9413; unsloth-zoo#1053 (sm80-89, lazy loading)"},
+    {"cuda_context", false, 9, 9, std::nullopt, Per::process, Count(600 * MiB), Count(514 * MiB),
+     Count(1024 * MiB), "the CUDA context and its lazily loaded kernels",
+     "two H100 out-of-memory messages (599, 601 MiB beside the allocator); vLLM, "
+     "compressed-tensors#587"},
+    {"cuda_context", false, 10, 99, std::nullopt, Per::process, Count(712 * MiB), Count(600 * MiB),
+     Count(1024 * MiB), "the CUDA context and its lazily loaded kernels",
+     "one B200 out-of-memory message (712 MiB); the band is the H100's"},
+    {"cublas_workspace", true, 0, 8, std::nullopt, Per::matmul_thread, cublas_default,
+     cublas_default, cublas_default, "cuBLAS's workspace, one per (handle, stream)", pool},
+    {"cublas_workspace", true, 9, 9, std::nullopt, Per::matmul_thread, Count(32 * MiB),
+     Count(32 * MiB), Count(32 * MiB), "cuBLAS's workspace, one per (handle, stream)", pool},
+    {"cublas_workspace", true, 10, 99, std::nullopt, Per::matmul_thread, Count(32 * MiB),
+     cublas_default, Count(32 * MiB), "cuBLAS's workspace, one per (handle, stream)",
+     "newer CublasHandlePool.cpp: 32 MiB for majors 9-12; 26a39059: the default"},
+    {"cublaslt_workspace", true, 0, 99, std::nullopt, Per::matmul_thread, Count(1 * MiB), Count(0),
+     Count(2 * MiB), "cuBLASLt's workspace, one per (handle, stream)", pool},
+    {"nccl_communicator", false, 0, 99, std::nullopt, Per::collective_group, Count(512 * MiB),
+     Count(192 * MiB), Count(1152 * MiB),
+     "an NCCL communicator's buffers: channels x peers x 12 MiB",
+     "nccl@5067397 src/init.cc, src/transport/p2p.cc; nccl#1685, #864, #1450"},
+    {"nccl_p2p", false, 0, 99, std::nullopt, Per::p2p_peer, Count(384 * MiB), Count(48 * MiB),
+     Count(512 * MiB), "NCCL's point-to-point buffers to one peer: 32 channels x 12 MiB",
+     "nccl@5067397 src/transport/p2p.cc; nccl#1685 (all-to-all on 8 H100s: +3.28 GB)"},
+    // torch 2.2's wheels pin NCCL 2.19: NVLS buffers of 4 MiB + 2 MiB per channel, peer and side.
+    {"nccl_nvls", false, 9, 99, TorchVersion::v2_2, Per::nvls_group, Count(1536 * MiB), Count(0),
+     Count(2304 * MiB), "NCCL's NVLink SHARP buffers (none with NCCL_NVLS_ENABLE=0)",
+     "nccl@d97a32fa src/transport/nvls.cc; vllm#9699 (8 x H200: 2,415,919,104 B)"},
+    // torch 1.13's NCCL (2.14) has no NVLS; before Hopper there is none.
+    {"nccl_nvls", false, 0, 0, TorchVersion::v1_13, Per::nvls_group, Count(0), Count(0), Count(0),
+     "", ""},
 }};
-
-/// PyTorch's cuBLAS workspace: CUBLAS_WORKSPACE_CONFIG's default, one per (handle, stream) that
-/// runs a matmul, from the caching allocator (CublasHandlePool.cpp's getChosenWorkspaceSize).
-inline Count cublas_workspace(std::uint32_t major) {
-    if (major >= 9) return Count(32 * MiB);         // ":4096:8" on Hopper and later
-    return Count(4096 * 1024 * 2 + 16 * 1024 * 8);  // ":4096:2:16:8"
-}
-
-/// One NCCL communicator's buffers: NCCL_BUFFSIZE (4 MiB) for each channel and peer and
-/// protocol, with NVLink SHARP's on Hopper and later where the group spans NVLink.
-struct NcclRow {
-    Count bytes, low_bytes, high_bytes;
-    Text source;
-};
-inline constexpr NcclRow nccl{Count(512 * MiB), Count(256 * MiB), Count(1024 * MiB),
-                              "users' per-communicator figures (see "
-                              "validation/published/outside.md)"};
 
 }  // namespace outside_rows
 
-/// `gpu`'s CUDA major version; 0 where it is not known (a GPU of one's own, a ROCm device).
-inline std::uint32_t cuda_major_of(std::string_view gpu) {
-    for (const auto& row : outside_rows::cuda_majors)
-        if (gpu == row.gpu) return row.major;
-    return 0;
+/// `gpu`'s facts; none where it is not known (a GPU of one's own).
+inline std::optional<outside_rows::GpuFacts> gpu_facts_of(std::string_view gpu) {
+    for (const auto& row : outside_rows::gpu_facts)
+        if (gpu == row.gpu) return row;
+    return std::nullopt;
 }
 
 namespace detail {
 
-/// The communicators a rank joins: one per group of more than one rank that runs collectives,
-/// and a pipeline stage's two point-to-point ones (PyTorch makes a communicator per pair).
-inline std::vector<std::pair<Text, std::uint64_t>> communicators(const Parallelism& p) {
-    std::vector<std::pair<Text, std::uint64_t>> out;
-    if (p.dp * p.cp > 1) out.push_back({"nccl_dp", 1});
-    if (p.tp > 1) out.push_back({"nccl_tp", 1});
-    if (p.cp > 1) out.push_back({"nccl_cp", 1});
-    if (p.ep > 1) out.push_back({"nccl_ep", 1});
-    if (p.pp > 1) out.push_back({"nccl_pp", 2});
-    return out;
+/// How many of a row's things a rank of `p` holds (`nvswitch`: its node has one).
+inline std::uint64_t per_rank(outside_rows::Per per, const Parallelism& p, bool nvswitch) {
+    using outside_rows::Per;
+    const std::array<std::uint64_t, 4> groups{p.dp * p.cp, p.tp, p.cp, p.ep};
+    std::uint64_t collective = 0, nvls = 0;
+    for (std::uint64_t size : groups) collective += size > 1, nvls += size > 2;
+    switch (per) {
+        case Per::process: return 1;
+        case Per::matmul_thread: return 2;
+        case Per::collective_group: return collective;
+        case Per::p2p_peer: return (p.pp > 1 ? 2 : 0) + (p.cp > 1 ? 2 : 0) + (p.ep - 1);
+        case Per::nvls_group: return nvswitch ? nvls : 0;
+    }
+    return 0;
 }
 
-inline const outside_rows::ContextRow& context_row(std::uint32_t major) {
-    for (const auto& row : outside_rows::contexts)
-        if (major >= row.first_major && major <= row.last_major) return row;
-    return outside_rows::contexts.back();
+/// Whether specs[i] is the row for CUDA major `major` and PyTorch `torch`. Unknown (0): of each
+/// name, the row with the highest figures (the first of equals).
+inline bool applies(std::size_t i, std::uint32_t major, TorchVersion torch) {
+    const auto& specs = outside_rows::specs;
+    const auto fits_torch = [&](const outside_rows::RowSpec& s) {
+        return !s.torch || *s.torch == torch;
+    };
+    if (!fits_torch(specs[i])) return false;
+    if (major != 0) return major >= specs[i].first_major && major <= specs[i].last_major;
+    const auto rank = [](const outside_rows::RowSpec& s) {
+        return std::pair(s.high_bytes.value(), s.bytes.value());
+    };
+    for (std::size_t j = 0; j < specs.size(); ++j) {
+        if (j == i || specs[j].name != specs[i].name || !fits_torch(specs[j])) continue;
+        if (rank(specs[j]) > rank(specs[i]) || (rank(specs[j]) == rank(specs[i]) && j < i))
+            return false;
+    }
+    return true;
 }
 
 }  // namespace detail
 
-/// The rows of one rank of `settings`' layout on a GPU of CUDA major `major` (0: unknown, where
-/// each row takes its highest figure). None on the CPU platform, whose allocator is not CUDA's.
-inline std::vector<DeviceRow> device_rows(const Settings& settings, std::uint32_t major,
-                                          const RankReport&) {
-    std::vector<DeviceRow> out;
-    if (settings.framework.platform != Platform::cuda) return out;
-    const bool known = major != 0;
-    const Count cublas = outside_rows::cublas_workspace(known ? major : 99);
-    out.push_back({"cublas_workspace", true, 1, cublas, cublas, cublas,
-                   "cuBLAS's workspace for the compute stream's matmuls",
-                   "pytorch aten/src/ATen/cuda/CublasHandlePool.cpp: getChosenWorkspaceSize"});
-    const outside_rows::ContextRow& context =
-        known ? detail::context_row(major) : outside_rows::contexts.back();
-    out.push_back({"cuda_context", false, 1, context.bytes, context.low_bytes, context.high_bytes,
-                   "the CUDA context and the kernels it loads", context.source});
-    for (const auto& [name, count] : detail::communicators(settings.parallel)) {
-        const outside_rows::NcclRow& n = outside_rows::nccl;
-        out.push_back({name, false, count, n.bytes, n.low_bytes, n.high_bytes,
-                       "an NCCL communicator's buffers", n.source});
+/// Each row of a rank of layout `p` under `framework` on `gpu` (none: not known, where each row
+/// takes its highest figures and an NVSwitch is assumed), as (spec, count): none on the CPU
+/// platform. Allocates nothing: the planner sums them for every layout.
+template <class Visit>
+void for_each_device_row(const Framework& framework, const Parallelism& p,
+                         const std::optional<outside_rows::GpuFacts>& gpu, Visit&& visit) {
+    if (framework.platform != Platform::cuda) return;
+    const std::uint32_t major = gpu ? gpu->major : 0;
+    const bool nvswitch = gpu ? gpu->nvswitch : true;
+    for (std::size_t i = 0; i < outside_rows::specs.size(); ++i) {
+        const outside_rows::RowSpec& spec = outside_rows::specs[i];
+        if (!detail::applies(i, major, framework.torch)) continue;
+        const std::uint64_t count = detail::per_rank(spec.per, p, nvswitch);
+        if (count > 0 && spec.high_bytes > Count(0)) visit(spec, count);
     }
+}
+
+/// The rows of one rank of `settings`' layout on `gpu`, those inside the allocator first.
+inline std::vector<DeviceRow> device_rows(const Settings& settings,
+                                          const std::optional<outside_rows::GpuFacts>& gpu) {
+    std::vector<DeviceRow> out;
+    for_each_device_row(settings.framework, settings.parallel, gpu,
+                        [&](const outside_rows::RowSpec& spec, std::uint64_t count) {
+                            out.push_back({spec.name, spec.in_allocator, count, spec.bytes,
+                                           spec.low_bytes, spec.high_bytes, spec.why, spec.source});
+                        });
+    std::stable_partition(out.begin(), out.end(),
+                          [](const DeviceRow& r) { return r.in_allocator; });
     return out;
+}
+
+/// The rows' high ends together: what a device holds beside the model's tensors at most, before
+/// the allocator's rounding and fragmentation.
+inline Count device_rows_high(const Framework& framework, const Parallelism& p,
+                              const std::optional<outside_rows::GpuFacts>& gpu) {
+    Count sum;
+    for_each_device_row(framework, p, gpu,
+                        [&](const outside_rows::RowSpec& spec, std::uint64_t count) {
+                            sum += Count(count) * spec.high_bytes;
+                        });
+    return sum;
 }
 
 }  // namespace memcalc

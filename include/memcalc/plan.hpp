@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "memcalc/architecture_activations.hpp"
+#include "memcalc/device_memory.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/flops.hpp"
 #include "memcalc/hardware.hpp"
@@ -43,7 +44,11 @@ struct PlanRequest {
     /// Its micro-batch, recomputation and parallel layout are what the plan searches: not read.
     Settings base;
     std::uint64_t gpus = 1;
-    Count capacity;                  ///< usable bytes per device
+    Count capacity;  ///< usable bytes per device
+    /// Weigh each layout on its device figure (device_memory.hpp): its peak with the rows beside
+    /// the model's tensors at their high ends, and the best ones also through the allocator's
+    /// simulation. None: on the allocated peak alone.
+    std::optional<DeviceSettings> device;
     std::uint64_t global_batch = 1;  ///< sequences per step
     std::uint64_t max_tp = 0;        ///< largest tensor-parallel degree to try; 0 means no limit
     /// Uneven pipeline stages for every pipelined layout they fit (0: even, or balanced when pp
@@ -97,6 +102,9 @@ struct PlanRow {
     Count host;  ///< host memory of the device that offloads the most (layout_host); 0 without
                  ///< offload
     bool fits = false;  ///< in device memory, and in host memory where the request gives it
+    Count beside;       ///< the device rows' high ends (PlanRequest::device): weighed with the peak
+    /// The device figure's high end, for the layouts the allocator's simulation checked.
+    std::optional<Count> device;
     double recompute_fraction = 0;  ///< extra FLOPs of recomputation / the step's FLOPs
     double bubble = 0;         ///< pipeline bubble, of the step (1F1B: (P - 1) / (vpp x M + P - 1))
     double communication = 0;  ///< bytes each device sends per step, to host memory too (estimate)
@@ -189,7 +197,9 @@ inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost,
     try {
         row.peak = layout_peak(w, p);
         row.host = p.offloads() ? layout_host(w, p) : Count(0);
-        row.fits = row.peak.bytes() <= request.capacity &&
+        if (request.device)
+            row.beside = device_rows_high(request.base.framework, p, request.device->gpu);
+        row.fits = row.peak.bytes() + row.beside <= request.capacity &&
                    (!request.host_capacity || row.host <= *request.host_capacity);
         const Traffic bytes = traffic(w, p, stage_facts(w, p, 0));
         row.communication = bytes.total();
@@ -229,7 +239,8 @@ inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Wor
         try {
             for (StageFacts& f : facts) {
                 f.layers.recomputing(n);
-                if (peak_step(stage_inputs(w, p, f)).bytes.total() > request.capacity) return false;
+                if (peak_step(stage_inputs(w, p, f)).bytes.total() + full.beside > request.capacity)
+                    return false;
             }
             return true;
         } catch (const overflow_error&) {
@@ -682,9 +693,44 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
 struct PlanSummary {
     std::vector<PlanRow> top;
     std::size_t evaluated = 0, fitting = 0;
+    /// Layouts ranked among the best whose allocated peak and device rows fit but whose device
+    /// figure (the allocator's reserved bytes) does not: refused, with their figure.
+    std::vector<PlanRow> refused;
 };
 
 namespace detail {
+/// The settings of one of `request`'s layouts, with its timelines.
+inline Settings row_settings(const PlanRequest& request, const PlanRow& row) {
+    Settings s = request.base;
+    s.parallel = row.parallel, s.micro_batch = row.micro_batch, s.recompute = row.recompute;
+    s.timelines = true;
+    return s;
+}
+
+/// The best layouts, each checked through the allocator's simulation in rank order until `k`
+/// fit; those that do not are refused. Without PlanRequest::device, the first `k` as they are.
+inline void check_devices(const Architecture& m, const PlanRequest& request, std::size_t k,
+                          std::vector<PlanRow> ranked, PlanSummary& summary) {
+    for (PlanRow& row : ranked) {
+        if (summary.top.size() == k) break;
+        if (request.device) {
+            const Report r = estimate(m, row_settings(request, row));
+            row.device = device_figures(r, *request.device).front().high_bytes;
+            if (*row.device > request.capacity) {
+                summary.refused.push_back(std::move(row));
+                continue;
+            }
+        }
+        summary.top.push_back(std::move(row));
+    }
+}
+
+/// How many of the best a search keeps to check: more than `k` where the allocator's
+/// simulation may refuse some (a layout near the limit often is; each check takes a millisecond).
+inline std::size_t kept_for(const PlanRequest& request, std::size_t k) {
+    return request.device ? 8 * k + 16 : k;
+}
+
 /// plan_top without its check: plan_fewest checks its whole search at once.
 inline PlanSummary top_layouts(const Architecture& m, const PlanRequest& request, std::size_t k,
                                const std::function<void(std::size_t)>& each) {
@@ -692,23 +738,26 @@ inline PlanSummary top_layouts(const Architecture& m, const PlanRequest& request
     std::vector<std::pair<Ranked, PlanRow>> heap;    // a max-heap: the worst of the best k on top
     const auto worse = [](const auto& a, const auto& b) { return a.first < b.first; };
     PlanSummary summary;
+    const std::size_t kept = kept_for(request, k);
     for_each_layout(m, request, [&](const PlanRow& row) {
         ++summary.evaluated;
         if (each) each(summary.evaluated);
         if (!row.fits) return;
         ++summary.fitting;
         const Ranked rank{plan_key(row), summary.evaluated};
-        if (heap.size() < k) {
+        if (heap.size() < kept) {
             heap.emplace_back(rank, row);
             std::push_heap(heap.begin(), heap.end(), worse);
-        } else if (k > 0 && rank < heap.front().first) {
+        } else if (kept > 0 && rank < heap.front().first) {
             std::pop_heap(heap.begin(), heap.end(), worse);
             heap.back() = {rank, row};
             std::push_heap(heap.begin(), heap.end(), worse);
         }
     });
     std::sort_heap(heap.begin(), heap.end(), worse);
-    for (auto& [rank, row] : heap) summary.top.push_back(std::move(row));
+    std::vector<PlanRow> ranked;
+    for (auto& [rank, row] : heap) ranked.push_back(std::move(row));
+    check_devices(m, request, k, std::move(ranked), summary);
     return summary;
 }
 }  // namespace detail
@@ -760,7 +809,7 @@ inline PlanSummary plan_fewest(const Architecture& m, PlanRequest& request, std:
             if (each) each(evaluated + made);
         });
         evaluated += summary.evaluated;
-        if (summary.fitting > 0) {
+        if (!summary.top.empty()) {
             summary.evaluated = evaluated;
             return summary;
         }

@@ -447,6 +447,7 @@ class Meter:
         if self.cuda:
             if self.steps:
                 self.steps[-1]["max_bytes"] = torch.cuda.max_memory_allocated()
+                self.steps[-1]["max_reserved_bytes"] = torch.cuda.max_memory_reserved()
             torch.cuda.reset_peak_memory_stats()
             self.steps.append({"step": step})
         else:
@@ -458,6 +459,7 @@ class Meter:
         if self.cuda:
             torch.cuda.synchronize()
             self.steps[-1]["max_bytes"] = torch.cuda.max_memory_allocated()
+            self.steps[-1]["max_reserved_bytes"] = torch.cuda.max_memory_reserved()
             return False
         self.profiler.__exit__(*exc)
         events = self.profiler.profiler.kineto_results.events()
@@ -586,6 +588,21 @@ def apply_training(model, spec, train):
                 setattr(block, attr, LoraLinear(getattr(block, attr), train.lora_rank, train.lora_dropout))
 
 
+def cuda_device_fields(meter):
+    """max_memory_reserved over the measured step, the allocator's segments now, and nvidia-smi's
+    used memory for this device (None where nvidia-smi cannot say)."""
+    import subprocess
+    used = None
+    try:
+        index = str(torch.cuda.current_device())
+        text = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                               "-i", index], capture_output=True, text=True, check=True).stdout
+        used = int(text.strip().splitlines()[0]) * 2**20
+    except (OSError, ValueError, IndexError, subprocess.CalledProcessError):
+        pass
+    return {"max_memory_reserved": max(s.get("max_reserved_bytes", 0) for s in meter.steps),
+            "segments": len(torch.cuda.memory_snapshot()), "nvidia_smi_used_bytes": used}
+
 def training_fields(train):
     """The setting as each JSON row records it (reference_trainer.py's fields; lora_dtype always, since
     memcalc's default is fp32 and the reference trainer's bf16)."""
@@ -654,6 +671,9 @@ def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+    # What the device shows beside it (issue 37): the allocator's reserved peak and segments, and
+    # nvidia-smi's used memory, before the cache is emptied.
+    device_fields = cuda_device_fields(meter) if device == "cuda" else {}
     del model, optimizer, ids
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -661,7 +681,7 @@ def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="
             "microbatches": microbatches, "grad_buffer": grad_buffer, "recompute": mode,
             "attention": attention, "optimizer_impl": "for-loop", "recipe": recipe, "loss": loss_kernel,
             "logits": logits_life, "kv_cache": kv_cache, **training_fields(train), "memory_before_step": meter.before, "max_memory_allocated": peak,
-            "peak_step": peak_step, "timeline": meter.steps,
+            **device_fields, "peak_step": peak_step, "timeline": meter.steps,
             "median_step_seconds": statistics.median(times), "steps_timed": steps,
             **({"recompute_layers": recompute_layers} if recompute_layers is not None else {})}
 
