@@ -6,6 +6,8 @@
 
 #include "fixtures.hpp"
 #include "memcalc/device_memory.hpp"
+#include "memcalc/fit.hpp"
+#include "memcalc/plan.hpp"
 
 // The allocation sequence must hold, at each step's moment, exactly what the timeline counts
 // there; the simulated allocator then reserves at least what it allocates.
@@ -158,6 +160,83 @@ TEST_CASE("the device figure is the reserved one and the rows outside the alloca
     // The CPU platform has no CUDA rows.
     s.framework.platform = Platform::cpu;
     CHECK(device_figures(estimate(fixtures::llama_7b(), s), device).front().rows.empty());
+}
+
+}  // namespace reserved_tests
+
+namespace reserved_tests {
+
+TEST_CASE("plan shows only layouts whose device figure fits, and refuses those it does not",
+          "[reserved][plan]") {
+    PlanRequest request;
+    request.gpus = 8, request.base.seq = 4096, request.global_batch = 64;
+    request.capacity = 81559ULL << 20;  // an H100's
+    request.device = DeviceSettings{};
+    request.device->gpu = gpu_facts_of("h100-sxm");
+    const PlanSummary summary = plan_top(fixtures::llama_7b(), request, 5);
+    REQUIRE(summary.top.size() == 5);
+    for (const PlanRow& row : summary.top) {
+        REQUIRE(row.device);
+        CHECK(*row.device <= request.capacity);
+        CHECK(*row.device >= row.peak.bytes() + row.beside);
+    }
+    // Refused: peak and rows fit, the replayed allocator does not.
+    REQUIRE_FALSE(summary.refused.empty());
+    for (const PlanRow& row : summary.refused) {
+        CHECK(row.peak.bytes() + row.beside <= request.capacity);
+        CHECK(*row.device > request.capacity);
+    }
+    // Without device settings the allocated peak alone decides, as before.
+    request.device.reset();
+    const PlanSummary bare = plan_top(fixtures::llama_7b(), request, 5);
+    CHECK(bare.refused.empty());
+    CHECK(bare.fitting >= summary.fitting);
+}
+
+TEST_CASE("fit on the device figure finds no larger size than on the allocated peak",
+          "[reserved][fit]") {
+    Settings s = with(0, Recompute::selective);
+    s.parallel.dp = 8, s.parallel.zero = 3;
+    const Count capacity = 81559ULL << 20;
+    const FitResult plain =
+        fit(fixtures::llama_7b(), s, FitDimension::seq, capacity, 256, 1ULL << 20);
+    const FitResult device = fit(fixtures::llama_7b(), s, FitDimension::seq, capacity, 256,
+                                 1ULL << 20, DeviceSettings{});
+    REQUIRE(plain.largest);
+    REQUIRE(device.largest);
+    REQUIRE(device.largest->device);
+    CHECK(device.largest->size < plain.largest->size);
+    CHECK(*device.largest->device <= capacity);
+    CHECK(device.first_over->weighed() > capacity);
+}
+
+TEST_CASE(
+    "the loaded figures are the weights, each rounded; a model past the simulator's limits "
+    "is not replayed",
+    "[reserved]") {
+    const Report r = estimate(fixtures::llama_7b(), with(2048, Recompute::full));
+    const ReservedPeak peak = reserved_peak(r, r.busiest(), AllocatorConfig{});
+    const Count weights = r.busiest().state.weights;
+    CHECK(peak.loaded_allocated_bytes >= weights);
+    CHECK(peak.loaded_allocated_bytes.value() <= weights.value() + 512 * 400);  // 291 tensors
+    CHECK(peak.loaded_bytes >= peak.loaded_allocated_bytes);
+    CHECK(peak.simulated);
+    Architecture deep = fixtures::decoder();
+    deep.layers = 5000;  // 10,000 steps and more
+    const Report d = estimate(deep, with(8, Recompute::none));
+    const ReservedPeak unsimulated = reserved_peak(d, d.busiest(), AllocatorConfig{});
+    CHECK_FALSE(unsimulated.simulated);
+    CHECK(unsimulated.bytes == d.peak_step().bytes.total());
+}
+
+TEST_CASE("a max split size keeps large blocks whole and still reserves what is allocated",
+          "[reserved]") {
+    const Report r = estimate(fixtures::llama_7b(), with(4096, Recompute::selective));
+    AllocatorConfig limited;
+    limited.max_split_size = 256ULL << 20;
+    const ReservedPeak peak = reserved_peak(r, r.busiest(), limited);
+    CHECK(peak.bytes >= peak.allocated_bytes);
+    CHECK(peak.allocated_bytes >= r.peak_step().bytes.total());
 }
 
 }  // namespace reserved_tests
