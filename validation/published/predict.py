@@ -51,10 +51,11 @@ FP8 = ("float8 linears here are torchao's (Float8Linear casts per forward; float
        "not Transformer Engine's module buffers that memcalc's fp8 recipe counts: not modelled")
 SEQ_ASSUMED = "sequence not stated by the page: the llama3 toml's default 8192 is assumed"
 # Megatron's golden values, with its in-place loss modelled (--loss fp32-inplace): what is left short.
-MEGATRON_SHORT = ("not modelled: what the libraries allocate beside the model's tensors (cuBLAS and "
-                  "Transformer Engine workspaces, NCCL's and the distributed optimizer's communication "
-                  "buffers); the same program's golden value is 1.08 GB higher on GB200 than on H100, "
-                  "which is of that kind. Not measured here (no GPU)")
+MEGATRON_SHORT = ("not modelled: Transformer Engine's workspaces and NCCL's and the distributed "
+                  "optimizer's buffers that the allocator hands out (PyTorch's cuBLAS and cuBLASLt "
+                  "workspaces are counted: the device rows in the allocator); the same program's golden "
+                  "value is 1.08 GB higher on GB200 than on H100, which is of that kind. Not measured "
+                  "here (no GPU)")
 LORA = ("LoRA: its rank and targets are not stated, which memcalc's --train lora needs, so the full "
         "finetune is shown (far above: a frozen base keeps no gradients or optimizer state)")
 # LitGPT's LoRA runs: the table's 4,194,304 trainable parameters are rank 8 on query and value (memcalc counts
@@ -233,15 +234,33 @@ def command_line(args):
     return "memcalc " + " ".join(shlex.quote(a) for a in args)
 
 
-def predict(memcalc, args, rank):
+# The GPU each row's rows (CUDA context, library workspaces) follow, by the source's GPU name.
+GPUS = [("H100", "h100-sxm"), ("H200", "h200"), ("GB200", "b200"), ("A100-SXM4-40GB", "a100-40gb"),
+        ("A100", "a100-80gb"), ("RTX 4090", "rtx-4090"), ("RTX A6000", "rtx-a6000")]
+
+
+def gpu_args(row):
+    return next((["--gpu", name] for prefix, name in GPUS if row["gpu_type"].startswith(prefix)), [])
+
+
+def predict(memcalc, args, rank, measured):
+    """memcalc's figure for what the row measured: max allocated (or active) counts the model's tensors
+    and the libraries' workspaces the allocator hands out (peak.outside's rows in the allocator); max
+    reserved is peak.reserved_bytes (the most loaded device's); else the allocated peak."""
     out = subprocess.run([memcalc] + args + ["--format", "json"], cwd=ROOT, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"predict.py: {command_line(args)} failed: {out.stderr.strip()}")
     report = json.loads(out.stdout)
-    if rank == "last":  # Megatron's golden value is global rank world_size-1: the last pipeline stage
-        peak = report["ranks"][-1]["peak"]
-        return peak["bytes"], peak["step"], report["ranks"][-1]["stage"], report
-    return report["peak"]["bytes"], report["peak"]["step"], report["peak"]["stage"], report
+    # Megatron's golden value is global rank world_size-1: the last pipeline stage.
+    peak, stage = ((report["ranks"][-1]["peak"], report["ranks"][-1]["stage"]) if rank == "last"
+                   else (report["peak"], report["peak"]["stage"]))
+    what = measured.split(" ")[0]
+    figure = peak["bytes"]
+    if what in ("max_allocated", "max_active"):
+        figure += sum(r["count"] * r["bytes"] for r in report["peak"]["outside"] or [] if r["in_allocator"])
+    elif what == "max_reserved" and rank != "last" and report["peak"]["reserved_bytes"] is not None:
+        figure = report["peak"]["reserved_bytes"]
+    return figure, peak["step"], stage, report
 
 
 def layout(row):
@@ -266,8 +285,9 @@ def build(memcalc):
                  "command": None, "memcalc_bytes": None, "memcalc_step": None, "memcalc_stage": None,
                  "error": None}
         if spec["args"] is not None:
-            entry["command"] = command_line(spec["args"])
-            got, step, stage, report = predict(memcalc, spec["args"], spec.get("rank", "peak"))
+            args = spec["args"] + gpu_args(row)
+            entry["command"] = command_line(args)
+            got, step, stage, report = predict(memcalc, args, spec.get("rank", "peak"), row["measured"])
             entry.update(memcalc_bytes=got, memcalc_step=step, memcalc_stage=stage,
                          error=round(got / published - 1, 4))
         results.append(entry)
