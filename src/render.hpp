@@ -200,6 +200,8 @@ std::string ops_csv(const Report& r);
 /// The fullest device's figures (device_memory.hpp) where the report has timelines on CUDA and
 /// the view asks for them; none otherwise.
 std::optional<DeviceFigures> fullest_device(const Report& r, const View& view);
+/// Every rank's figures, the fullest first (none where fullest_device has none).
+std::vector<DeviceFigures> every_device(const Report& r, const View& view);
 /// The peak a verdict weighs: the device figure's high end where there is one, else allocated.
 Count verdict_peak(const Report& r, const std::optional<DeviceFigures>& device);
 std::string digits(Count n);                 ///< 6,738,415,616

@@ -7,10 +7,16 @@
 
 namespace memcalc::cli {
 
+std::vector<DeviceFigures> every_device(const Report& r, const View& view) {
+    if (!view.device_figures || r.timeline().empty()) return {};
+    if (r.settings.framework.platform != Platform::cuda) return {};
+    return device_figures(r, view.device);
+}
+
 std::optional<DeviceFigures> fullest_device(const Report& r, const View& view) {
-    if (!view.device_figures || r.timeline().empty()) return std::nullopt;
-    if (r.settings.framework.platform != Platform::cuda) return std::nullopt;
-    return device_figures(r, view.device).front();
+    std::vector<DeviceFigures> all = every_device(r, view);
+    if (all.empty()) return std::nullopt;
+    return std::move(all.front());
 }
 
 Count verdict_peak(const Report& r, const std::optional<DeviceFigures>& device) {

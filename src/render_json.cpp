@@ -230,8 +230,18 @@ json parallel_json(const Parallelism& p) {
             {"parameter_copies", schedule_row(p).parameter_copies}};
 }
 
-json ranks_json(const Report& r) {
+/// Each pipeline stage's device: its state, peak and (where modelled) reserved and device figures.
+json ranks_json(const Report& r, const std::vector<DeviceFigures>& devices) {
     json ranks = json::array();
+    // A stage's figure `what` (of its DeviceFigures), null where none is modelled.
+    const auto figure = [&](std::uint64_t stage, auto what) {
+        for (const DeviceFigures& d : devices)
+            if (d.stage == stage) return json(what(d).value());
+        return json(nullptr);
+    };
+    const auto reserved = [](const DeviceFigures& d) { return d.reserved.bytes; };
+    const auto device = [](const DeviceFigures& d) { return d.bytes; };
+    const auto high = [](const DeviceFigures& d) { return d.high_bytes; };
     for (const auto& k : r.ranks)
         ranks.push_back({{"stage", k.stage},
                          {"layers", k.layer_ids},
@@ -250,7 +260,10 @@ json ranks_json(const Report& r) {
                           {{"bytes", k.peak_step().bytes.total().value()},
                            {"step", k.peak_step().name()},
                            {"microbatch", k.peak_step().microbatch},
-                           {"by_category", breakdown_json(k.peak_step().bytes)}}}});
+                           {"by_category", breakdown_json(k.peak_step().bytes)},
+                           {"reserved_bytes", figure(k.stage, reserved)},
+                           {"device_bytes", figure(k.stage, device)},
+                           {"device_high_bytes", figure(k.stage, high)}}}});
     return ranks;
 }
 
@@ -445,7 +458,9 @@ json report_json(const Report& r, const View& view) {
                       {"stage", r.busiest().stage},
                       {"microbatch", peak.microbatch},
                       {"by_category", breakdown_json(peak.bytes)}};
-    const std::optional<DeviceFigures> device = fullest_device(r, view);
+    const std::vector<DeviceFigures> devices = every_device(r, view);
+    const std::optional<DeviceFigures> device =
+        devices.empty() ? std::nullopt : std::optional<DeviceFigures>(devices.front());
     add_device_figures(peak_json, device, view);
     add_verdict(peak_json, verdict_peak(r, device), view);
     return {
@@ -473,7 +488,7 @@ json report_json(const Report& r, const View& view) {
           {"recompute_flops", r.compute.recompute},
           {"recompute_fraction", r.compute.recompute_fraction()}}},
         {"timeline", timeline},
-        {"ranks", ranks_json(r)},
+        {"ranks", ranks_json(r, devices)},
         {"device", device_json(view)},
         {"peak", peak_json}};
 }

@@ -160,3 +160,23 @@ TEST_CASE("plan's pins keep the layouts they do not constrain", "[cli][defaults]
     CHECK(layouts[0]["zero"] == 0);
     CHECK(layouts == nlohmann::json::parse(testing::memcalc(run).out)["layouts"]);
 }
+
+TEST_CASE(
+    "each pipeline stage's device has its reserved and device figures; the verdict weighs "
+    "the fullest",
+    "[cli][defaults]") {
+    const testing::Run r = testing::memcalc(
+        "--preset llama-7b --seq 4096 --pp 4 --microbatches 8 --gpu h100-sxm --format json");
+    REQUIRE(r.status == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    std::int64_t fullest = 0;
+    for (const auto& rank : j["ranks"]) {
+        const auto& peak = rank["peak"];
+        CHECK(peak["reserved_bytes"].get<std::int64_t>() >= peak["bytes"].get<std::int64_t>());
+        CHECK(peak["device_high_bytes"].get<std::int64_t>() >=
+              peak["device_bytes"].get<std::int64_t>());
+        fullest = std::max(fullest, peak["device_high_bytes"].get<std::int64_t>());
+    }
+    CHECK(j["peak"]["device_band"]["high_bytes"] == fullest);
+    CHECK(j["peak"]["spare_bytes"] == std::int64_t(81559ULL << 20) - fullest);
+}
