@@ -240,3 +240,26 @@ TEST_CASE("a max split size keeps large blocks whole and still reserves what is 
 }
 
 }  // namespace reserved_tests
+
+namespace reserved_tests {
+
+TEST_CASE("Transformer Engine's workspace is a row only where its GEMMs run", "[reserved]") {
+    Settings s = with(1024, Recompute::none);
+    const auto names = [](const std::vector<DeviceRow>& rows) {
+        std::vector<std::string> out;
+        for (const DeviceRow& r : rows) out.emplace_back(r.name);
+        return out;
+    };
+    const auto h100 = gpu_facts_of("h100-sxm"), a100 = gpu_facts_of("a100-80gb");
+    CHECK(names(device_rows(s, h100)) ==
+          std::vector<std::string>{"cublas_workspace", "cublaslt_workspace", "cuda_context"});
+    s.framework.gemm = GemmLibrary::transformer_engine;
+    const std::vector<DeviceRow> hopper = device_rows(s, h100), ampere = device_rows(s, a100);
+    REQUIRE(names(hopper).size() == 4);
+    CHECK(hopper[2].name == "te_cublas_workspace");
+    CHECK(hopper[2].in_allocator);
+    CHECK(hopper[2].bytes == Count((32ULL << 20) + 1024));
+    CHECK(ampere[2].bytes == Count(4ULL << 20));
+}
+
+}  // namespace reserved_tests

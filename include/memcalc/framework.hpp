@@ -97,6 +97,14 @@ inline const char* moe_kernel_name(MoeKernel k) {
     return k == MoeKernel::model_code ? "model-code" : "grouped-gemm";
 }
 
+/// Whose GEMMs the linears run: PyTorch's (its cuBLAS workspaces, device rows of every CUDA
+/// program) or Transformer Engine's, which keeps a cuBLAS workspace of its own (outside.hpp).
+enum class GemmLibrary { torch, transformer_engine };
+
+inline const char* gemm_library_name(GemmLibrary g) {
+    return g == GemmLibrary::torch ? "torch" : "transformer-engine";
+}
+
 struct Framework {
     Platform platform = Platform::cuda;              ///< the architecture model's kernels
     Attention attention = Attention::eager;          ///< eager scores, or a fused (flash) kernel
@@ -107,6 +115,7 @@ struct Framework {
     KvCache kv_cache = KvCache::off;  ///< whether the model's output keeps each layer's k and v
     MoeKernel moe = MoeKernel::model_code;    ///< which tokens the experts compute over
     TorchVersion torch = TorchVersion::v2_2;  ///< what autograd keeps (kernels.hpp's torch_rows)
+    GemmLibrary gemm = GemmLibrary::torch;    ///< whose workspaces the allocator holds
 };
 
 /// A setting as a row: its key (profile or model files, JSON reports; the option is --key with '-'
@@ -207,7 +216,12 @@ inline const auto framework_switches = std::make_tuple(
         "The PyTorch release the program runs on, where what autograd keeps changes: 1.13\n"
         "(through 2.1: mean() keeps its input, RMSNorm's fp32 x^2) or 2.2 (default: and later);\n"
         "any release number is read as the row it falls in (2.4 is 2.2's)",
-        torch_version_of});
+        torch_version_of},
+    Switch{"gemm", "GEMMs", &Framework::gemm,
+           std::array{GemmLibrary::torch, GemmLibrary::transformer_engine}, gemm_library_name,
+           "Whose GEMMs the linears run, for the device figure: torch (default) or\n"
+           "transformer-engine (Megatron-LM's default transformer_impl: a cuBLAS workspace of its\n"
+           "own beside PyTorch's)"});
 
 /// `f(row)` for every framework switch, in order.
 template <class F>
@@ -254,7 +268,8 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "or not) softmaxes an fp32 copy of the logits and keeps it for backward; GPTModel returns the "
      "loss, not the logits",
      {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent,
-      LossKernel::fp32_inplace, LogitsLife::freed, KvCache::off, MoeKernel::grouped_gemm}},
+      LossKernel::fp32_inplace, LogitsLife::freed, KvCache::off, MoeKernel::grouped_gemm,
+      TorchVersion::v2_2, GemmLibrary::transformer_engine}},
     {"deepspeed",
      "DeepSpeed's engine: a fused Adam step, a contiguous gradient buffer; attention as the "
      "model's code writes it",

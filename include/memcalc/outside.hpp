@@ -66,45 +66,64 @@ struct RowSpec {
     Per per;
     Count bytes, low_bytes, high_bytes;
     Text why, source;
+    /// The GEMM library whose row it is; none: every program's.
+    std::optional<GemmLibrary> gemm;
 };
 
 inline constexpr Count cublas_default = 4096 * 1024 * 2 + 16 * 1024 * 8;  // ":4096:2:16:8"
 inline constexpr Text pool = "pytorch@26a39059 aten/src/ATen/cuda/CublasHandlePool.cpp";
 
-inline constexpr std::array<RowSpec, 11> specs{{
+inline constexpr Text te_gemm =
+    "TransformerEngine@d0067d0 transformer_engine/pytorch/cpp_extensions/gemm.py:37-67 "
+    "(get_cublas_workspace_size_bytes, torch.empty; one a device)";
+
+inline constexpr std::array<RowSpec, 13> specs{{
     {"cuda_context", false, 0, 8, std::nullopt, Per::process, Count(400 * MiB), Count(266 * MiB),
      Count(600 * MiB), "the CUDA context and its lazily loaded kernels",
-     "pytorch#86509, #109888, #107667; InvokeAI#9413; unsloth-zoo#1053 (sm80-89, lazy loading)"},
+     "pytorch#86509, #109888, #107667; InvokeAI#9413; unsloth-zoo#1053 (sm80-89, lazy loading)",
+     std::nullopt},
     {"cuda_context", false, 9, 9, std::nullopt, Per::process, Count(600 * MiB), Count(514 * MiB),
      Count(1024 * MiB), "the CUDA context and its lazily loaded kernels",
      "two H100 out-of-memory messages (599, 601 MiB beside the allocator); vLLM, "
-     "compressed-tensors#587"},
+     "compressed-tensors#587",
+     std::nullopt},
     {"cuda_context", false, 10, 99, std::nullopt, Per::process, Count(712 * MiB), Count(600 * MiB),
      Count(1024 * MiB), "the CUDA context and its lazily loaded kernels",
-     "one B200 out-of-memory message (712 MiB); the band is the H100's"},
+     "one B200 out-of-memory message (712 MiB); the band is the H100's", std::nullopt},
     {"cublas_workspace", true, 0, 8, std::nullopt, Per::matmul_thread, cublas_default,
-     cublas_default, cublas_default, "cuBLAS's workspace, one per (handle, stream)", pool},
+     cublas_default, cublas_default, "cuBLAS's workspace, one per (handle, stream)", pool,
+     std::nullopt},
     {"cublas_workspace", true, 9, 9, std::nullopt, Per::matmul_thread, Count(32 * MiB),
-     Count(32 * MiB), Count(32 * MiB), "cuBLAS's workspace, one per (handle, stream)", pool},
+     Count(32 * MiB), Count(32 * MiB), "cuBLAS's workspace, one per (handle, stream)", pool,
+     std::nullopt},
     {"cublas_workspace", true, 10, 99, std::nullopt, Per::matmul_thread, Count(32 * MiB),
      cublas_default, Count(32 * MiB), "cuBLAS's workspace, one per (handle, stream)",
-     "newer CublasHandlePool.cpp: 32 MiB for majors 9-12; 26a39059: the default"},
+     "newer CublasHandlePool.cpp: 32 MiB for majors 9-12; 26a39059: the default", std::nullopt},
     {"cublaslt_workspace", true, 0, 99, std::nullopt, Per::matmul_thread, Count(1 * MiB), Count(0),
-     Count(2 * MiB), "cuBLASLt's workspace, one per (handle, stream)", pool},
+     Count(2 * MiB), "cuBLASLt's workspace, one per (handle, stream)", pool, std::nullopt},
     {"nccl_communicator", false, 0, 99, std::nullopt, Per::collective_group, Count(512 * MiB),
      Count(192 * MiB), Count(1152 * MiB),
      "an NCCL communicator's buffers: channels x peers x 12 MiB",
-     "nccl@5067397 src/init.cc, src/transport/p2p.cc; nccl#1685, #864, #1450"},
+     "nccl@5067397 src/init.cc, src/transport/p2p.cc; nccl#1685, #864, #1450", std::nullopt},
     {"nccl_p2p", false, 0, 99, std::nullopt, Per::p2p_peer, Count(384 * MiB), Count(48 * MiB),
      Count(512 * MiB), "NCCL's point-to-point buffers to one peer: 32 channels x 12 MiB",
-     "nccl@5067397 src/transport/p2p.cc; nccl#1685 (all-to-all on 8 H100s: +3.28 GB)"},
+     "nccl@5067397 src/transport/p2p.cc; nccl#1685 (all-to-all on 8 H100s: +3.28 GB)",
+     std::nullopt},
+    // Transformer Engine 2.10 and later: 32 MiB + 1 KiB on Hopper and later (2.0-2.9: 32 MiB), 4
+    // MiB before; three with userbuffers' overlap, four for grouped GEMMs (the high end).
+    {"te_cublas_workspace", true, 9, 99, std::nullopt, Per::process, Count(32 * MiB + 1024),
+     Count(32 * MiB), Count(3 * (32 * MiB + 1024)), "Transformer Engine's cuBLAS workspace",
+     te_gemm, GemmLibrary::transformer_engine},
+    {"te_cublas_workspace", true, 0, 8, std::nullopt, Per::process, Count(4 * MiB), Count(4 * MiB),
+     Count(12 * MiB), "Transformer Engine's cuBLAS workspace", te_gemm,
+     GemmLibrary::transformer_engine},
     // torch 2.2's wheels pin NCCL 2.19: NVLS buffers of 4 MiB + 2 MiB per channel, peer and side.
     {"nccl_nvls", false, 9, 99, TorchVersion::v2_2, Per::nvls_group, Count(1536 * MiB), Count(0),
      Count(2304 * MiB), "NCCL's NVLink SHARP buffers (none with NCCL_NVLS_ENABLE=0)",
-     "nccl@d97a32fa src/transport/nvls.cc; vllm#9699 (8 x H200: 2,415,919,104 B)"},
+     "nccl@d97a32fa src/transport/nvls.cc; vllm#9699 (8 x H200: 2,415,919,104 B)", std::nullopt},
     // torch 1.13's NCCL (2.14) has no NVLS; before Hopper there is none.
     {"nccl_nvls", false, 0, 0, TorchVersion::v1_13, Per::nvls_group, Count(0), Count(0), Count(0),
-     "", ""},
+     "", "", std::nullopt},
 }};
 
 }  // namespace outside_rows
@@ -136,18 +155,18 @@ inline std::uint64_t per_rank(outside_rows::Per per, const Parallelism& p, bool 
 
 /// Whether specs[i] is the row for CUDA major `major` and PyTorch `torch`. Unknown (0): of each
 /// name, the row with the highest figures (the first of equals).
-inline bool applies(std::size_t i, std::uint32_t major, TorchVersion torch) {
+inline bool applies(std::size_t i, std::uint32_t major, const Framework& f) {
     const auto& specs = outside_rows::specs;
-    const auto fits_torch = [&](const outside_rows::RowSpec& s) {
-        return !s.torch || *s.torch == torch;
+    const auto fits_program = [&](const outside_rows::RowSpec& s) {
+        return (!s.torch || *s.torch == f.torch) && (!s.gemm || *s.gemm == f.gemm);
     };
-    if (!fits_torch(specs[i])) return false;
+    if (!fits_program(specs[i])) return false;
     if (major != 0) return major >= specs[i].first_major && major <= specs[i].last_major;
     const auto rank = [](const outside_rows::RowSpec& s) {
         return std::pair(s.high_bytes.value(), s.bytes.value());
     };
     for (std::size_t j = 0; j < specs.size(); ++j) {
-        if (j == i || specs[j].name != specs[i].name || !fits_torch(specs[j])) continue;
+        if (j == i || specs[j].name != specs[i].name || !fits_program(specs[j])) continue;
         if (rank(specs[j]) > rank(specs[i]) || (rank(specs[j]) == rank(specs[i]) && j < i))
             return false;
     }
@@ -167,7 +186,7 @@ void for_each_device_row(const Framework& framework, const Parallelism& p,
     const bool nvswitch = gpu ? gpu->nvswitch : true;
     for (std::size_t i = 0; i < outside_rows::specs.size(); ++i) {
         const outside_rows::RowSpec& spec = outside_rows::specs[i];
-        if (!detail::applies(i, major, framework.torch)) continue;
+        if (!detail::applies(i, major, framework)) continue;
         const std::uint64_t count = detail::per_rank(spec.per, p, nvswitch);
         if (count > 0 && spec.high_bytes > Count(0)) visit(spec, count);
     }

@@ -51,9 +51,9 @@ FP8 = ("float8 linears here are torchao's (Float8Linear casts per forward; float
        "not Transformer Engine's module buffers that memcalc's fp8 recipe counts: not modelled")
 SEQ_ASSUMED = "sequence not stated by the page: the llama3 toml's default 8192 is assumed"
 # Megatron's golden values, with its in-place loss modelled (--loss fp32-inplace): what is left short.
-MEGATRON_SHORT = ("not modelled: Transformer Engine's workspaces and NCCL's and the distributed "
-                  "optimizer's buffers that the allocator hands out (PyTorch's cuBLAS and cuBLASLt "
-                  "workspaces are counted: the device rows in the allocator); the same program's golden "
+MEGATRON_SHORT = ("not modelled: NCCL's and the distributed optimizer's buffers that the allocator "
+                  "hands out (PyTorch's cuBLAS and cuBLASLt and Transformer Engine's workspaces are "
+                  "counted: the device rows in the allocator); the same program's golden "
                   "value is 1.08 GB higher on GB200 than on H100, which is of that kind. Not measured "
                   "here (no GPU)")
 LORA = ("LoRA: its rank and targets are not stated, which memcalc's --train lora needs, so the full "
