@@ -29,11 +29,11 @@ struct DeviceFigures {
     std::vector<DeviceRow> rows;  ///< inside the allocator first, then outside it
     Count bytes, low_bytes, high_bytes;  ///< reserved plus what lies outside: nvidia-smi's figure
 
-    Count outside_bytes() const { return sum_rows(false, &DeviceRow::bytes); }
-    Count sum_rows(bool in_allocator, Count DeviceRow::*which) const {
+    /// The rows outside the allocator together, at `which` of their figures.
+    Count outside_bytes(Count DeviceRow::*which = &DeviceRow::bytes) const {
         Count sum;
         for (const DeviceRow& r : rows)
-            if (r.in_allocator == in_allocator) sum += Count(r.count) * (r.*which);
+            if (!r.in_allocator) sum += Count(r.count) * (r.*which);
         return sum;
     }
 };
@@ -62,9 +62,9 @@ inline DeviceFigures rank_figures(const Report& r, const RankReport& rank,
     out.reserved =
         reserved_peak(r, rank, s.allocator, workspace_events(out.rows, &DeviceRow::bytes),
                       workspace_events(out.rows, &DeviceRow::high_bytes));
-    out.bytes = out.reserved.bytes + out.sum_rows(false, &DeviceRow::bytes);
-    out.low_bytes = out.reserved.bytes + out.sum_rows(false, &DeviceRow::low_bytes);
-    out.high_bytes = out.reserved.high_bytes + out.sum_rows(false, &DeviceRow::high_bytes);
+    out.bytes = out.reserved.bytes + out.outside_bytes();
+    out.low_bytes = out.reserved.bytes + out.outside_bytes(&DeviceRow::low_bytes);
+    out.high_bytes = out.reserved.high_bytes + out.outside_bytes(&DeviceRow::high_bytes);
     return out;
 }
 

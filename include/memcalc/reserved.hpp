@@ -105,18 +105,6 @@ inline StepPieces step_pieces(const Report& r, const RankReport& rank) {
             detail::saved_pieces(r.layer, r.settings.recompute)};
 }
 
-namespace detail {
-
-/// `events` after `before` (allocations made ahead of the step: the libraries' workspaces).
-inline std::vector<AllocatorEvent> after(const std::vector<AllocatorEvent>& before,
-                                         const std::vector<AllocatorEvent>& events) {
-    std::vector<AllocatorEvent> out(before);
-    out.insert(out.end(), events.begin(), events.end());
-    return out;
-}
-
-}  // namespace detail
-
 /// The allocator's counters once `rank`'s weights are loaded (ReservedPeak::loaded_bytes).
 inline std::pair<Count, Count> loaded(const StepPieces& pieces, const RankReport& rank,
                                       const AllocatorConfig& config) {
