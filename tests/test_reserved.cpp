@@ -91,6 +91,28 @@ TEST_CASE("each step's moment of the allocation sequence holds what the timeline
     }
 }
 
+TEST_CASE("ZeRO-3's gathered weights are allocated on their own stream, in segments of their own",
+          "[reserved]") {
+    Settings s = with(1024, Recompute::full);
+    s.parallel.dp = 8, s.parallel.zero = 3;
+    for (const Architecture& model : {fixtures::llama_7b(), fixtures::gpt2_small()}) {
+        const Report r = estimate(model, s);
+        const RankReport& rank = r.busiest();
+        const AllocationSequence seq = allocation_sequence(rank.timeline, step_pieces(r, rank), 1);
+        Count most_gathered;
+        for (const Step& step : seq.steps)
+            most_gathered = std::max(most_gathered, step.bytes.gathered_weights);
+        REQUIRE(most_gathered > Count(0));
+        const AllocatorResult run = simulate_allocator(seq.events, AllocatorConfig{});
+        std::uint64_t gather_segments = 0;
+        for (const AllocatorSegment& segment : run.segments_at_peak_reserved)
+            if (segment.stream == gather_stream) gather_segments += segment.bytes;
+        // The pool of the gather stream holds a layer's gathered weights whatever the compute
+        // stream has cached.
+        CHECK(gather_segments >= most_gathered.value());
+    }
+}
+
 TEST_CASE("the allocator reserves at least what it allocates, and its band is ordered",
           "[reserved]") {
     for (const Case& c : cases()) {

@@ -24,6 +24,13 @@ struct StepPieces {
     PieceShape layer_saved;       ///< one layer's saved tensors
 };
 
+/// The streams the allocator keeps apart: a block freed on one is never reused by another's
+/// requests (CUDACachingAllocator.cpp's pools key blocks by stream).
+inline constexpr std::uint32_t compute_stream = 0;
+/// Sharded data parallelism's all-gathers allocate their output on their own stream: FSDP1's
+/// unshard stream, FSDP2's all-gather copy-in stream, DeepSpeed ZeRO-3's allgather stream.
+inline constexpr std::uint32_t gather_stream = 1;
+
 /// How one category of Breakdown comes and goes. A transient one (an op's temporaries, what a
 /// backward step rebuilds or gathers) is freed whole when its step ends and made again by the
 /// next; the others grow and shrink by the difference, the newest tensors freed first.
@@ -31,20 +38,21 @@ struct CategoryRule {
     Count Breakdown::*bytes;
     const PieceShape StepPieces::*shape;  ///< nullptr: one tensor per growth
     bool transient;
+    std::uint32_t stream;  ///< the stream its tensors are allocated on
 };
 
 inline constexpr std::array<CategoryRule, 11> category_rules{{
-    {&Breakdown::weights, &StepPieces::model_parameters, false},
-    {&Breakdown::master_weights, &StepPieces::model_parameters, false},
-    {&Breakdown::optimizer_state, &StepPieces::model_parameters, false},
-    {&Breakdown::gradients, &StepPieces::layer_parameters, false},
-    {&Breakdown::gathered_weights, &StepPieces::layer_parameters, true},
-    {&Breakdown::kept_activations, &StepPieces::layer_saved, false},
-    {&Breakdown::rebuilt_activations, &StepPieces::layer_saved, true},
-    {&Breakdown::logits, nullptr, false},
-    {&Breakdown::activation_gradient, nullptr, false},
-    {&Breakdown::workspace, nullptr, true},
-    {&Breakdown::weight_copies, &StepPieces::layer_parameters, false},
+    {&Breakdown::weights, &StepPieces::model_parameters, false, compute_stream},
+    {&Breakdown::master_weights, &StepPieces::model_parameters, false, compute_stream},
+    {&Breakdown::optimizer_state, &StepPieces::model_parameters, false, compute_stream},
+    {&Breakdown::gradients, &StepPieces::layer_parameters, false, compute_stream},
+    {&Breakdown::gathered_weights, &StepPieces::layer_parameters, true, gather_stream},
+    {&Breakdown::kept_activations, &StepPieces::layer_saved, false, compute_stream},
+    {&Breakdown::rebuilt_activations, &StepPieces::layer_saved, true, compute_stream},
+    {&Breakdown::logits, nullptr, false, compute_stream},
+    {&Breakdown::activation_gradient, nullptr, false, compute_stream},
+    {&Breakdown::workspace, nullptr, true, compute_stream},
+    {&Breakdown::weight_copies, &StepPieces::layer_parameters, false, compute_stream},
 }};
 
 /// Between two steps' moments, which comes first. The timeline fixes what is live at each moment,
@@ -131,7 +139,7 @@ private:
         if (bytes == 0) return;
         live_[c].push_back({next_id_, bytes});
         held_[c] += bytes;
-        emit(alloc_event(next_id_++, bytes));
+        emit(alloc_event(next_id_++, bytes, category_rules[c].stream));
     }
     void emit(const AllocatorEvent& e) {
         out_.events.push_back(e);
