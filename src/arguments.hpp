@@ -78,11 +78,9 @@ struct ParallelOptions {
 };
 
 /// The device: its memory given, or a GPU's by name or file; and what the model may not use of it.
-/// A margin kept out of a device's memory. A training step's context, workspaces, communicators
-/// and fragmentation are modelled (device_memory.hpp), so its default is none; a serving engine's
-/// reserves are not yet, so serve keeps 2 GiB for them.
-inline constexpr const char* training_reserve = "0B";
-inline constexpr const char* serving_reserve = "2GiB";
+/// The margin kept out of a device's memory by default: none, as the context, workspaces,
+/// communicators, CUDA graphs and fragmentation are modelled (device_memory.hpp, serve_device.hpp).
+inline constexpr const char* default_reserve = "0B";
 struct DeviceOptions {
     std::string device_memory, gpu, gpu_file;
     std::string reserve;                ///< empty: the command's default, where a device is given

@@ -199,7 +199,7 @@ std::optional<DeviceMemory> device_memory(const DeviceOptions& q) {
     return DeviceMemory{g->memory, "--gpu " + q.gpu, *g};
 }
 
-std::optional<UsableMemory> usable_memory(const DeviceOptions& q, const char* default_reserve) {
+std::optional<UsableMemory> usable_memory(const DeviceOptions& q) {
     const std::optional<DeviceMemory> device = device_memory(q);
     if (!device && !q.reserve.empty())  // not given, the default: a device's
         throw usage_error(

@@ -35,10 +35,41 @@ struct ServeRun {
     std::uint64_t layers = 0;
     ServeSettings settings;
     ServeReport report;
+    DeviceSettings device_settings;                  ///< the allocator's and the GPU's
+    ServeDevice figures;                             ///< allocated, reserved and device
     std::optional<Count> memory, reserve, capacity;  ///< with a device
     std::string device;
     std::optional<ServeFit> fit;
 };
+
+/// What the device shows: the rows inside the allocator, reserved, the rows outside, device.
+std::string device_section(const ServeRun& r, Unit unit) {
+    const ServeDevice& d = r.figures;
+    return fmt::format("\nOn the device ({}):\n", device_settings_text(r.device_settings, unit)) +
+           device_lines({d.allocated, "the peak (above)"}, d.rows,
+                        {d.reserved, "at the prefill, the cache made"}, d.bytes, unit) +
+           fmt::format(
+               "  band {} to {}: the rows' ends; once the weights are loaded the "
+               "allocator reserves {}\n",
+               amount(d.low_bytes, unit), amount(d.high_bytes, unit), amount(d.loaded_bytes, unit));
+}
+
+/// The three figures: allocated (`bytes`), reserved and device, with the band and the rows.
+nlohmann::json peak_json(const ServeRun& r) {
+    const ServeDevice& d = r.figures;
+    nlohmann::json reserved = {{"loaded_bytes", d.loaded_bytes.value()},
+                               {"high_bytes", d.reserved_high.value()},
+                               {"segments", d.segments},
+                               {"simulated", d.simulated}};
+    reserved.update(device_settings_json(r.device_settings));
+    return {
+        {"bytes", r.report.peak().value()},
+        {"reserved_bytes", d.reserved.value()},
+        {"device_bytes", d.bytes.value()},
+        {"device_band", {{"low_bytes", d.low_bytes.value()}, {"high_bytes", d.high_bytes.value()}}},
+        {"outside", device_rows_json(d.rows)},
+        {"reserved", reserved}};
+}
 
 std::string serve_table(const ServeRun& r, Unit unit) {
     const ServeSettings& s = r.settings;
@@ -74,15 +105,21 @@ std::string serve_table(const ServeRun& r, Unit unit) {
                fmt::format("a prefill chunk of {} tokens, and the last tokens' logits",
                            digits(Count(p.prefill_tokens)))});
     table.row({"peak", digits(p.peak()), amount(p.peak(), unit), ""});
-    out += table.str();
+    out += table.str() + device_section(r, unit);
     if (r.capacity) {
+        const Count high = r.figures.high_bytes;
+        const std::string usable =
+            *r.reserve == Count(0)
+                ? amount(*r.memory, unit)
+                : fmt::format("{} ({} less a {} reserve)", amount(*r.capacity, unit),
+                              amount(*r.memory, unit), amount(*r.reserve, unit));
         out += fmt::format(
-            "\n{}: {} less a {} reserve = {} usable: {}\n", r.device, amount(*r.memory, unit),
-            amount(*r.reserve, unit), amount(*r.capacity, unit),
-            r.fit->fits ? fmt::format("fits, {} to spare",
-                                      amount(Count(r.capacity->value() - p.peak().value()), unit))
-                        : fmt::format("does not fit, {} over",
-                                      amount(Count(p.peak().value() - r.capacity->value()), unit)));
+            "\n{}: {}\n", r.device,
+            r.fit->fits ? fmt::format("fits in {}: {} to spare at the device's high end", usable,
+                                      amount(Count(r.capacity->value() - high.value()), unit))
+                        : fmt::format("does not fit in {}: the device's {} (high end) is {} over",
+                                      usable, amount(high, unit),
+                                      amount(Count(high.value() - r.capacity->value()), unit)));
         out += fmt::format("  KV cache capacity beside the weights and activations: {} tokens\n",
                            digits(r.fit->kv_capacity_tokens));
         out += r.fit->max_batch == 0
@@ -93,8 +130,9 @@ std::string serve_table(const ServeRun& r, Unit unit) {
                                  amount(r.fit->at_max->peak(), unit));
     }
     out +=
-        "\nNot counted: the engine's own reserves (CUDA graphs, NCCL and cuBLAS workspaces, the "
-        "allocator's\nfragmentation); leave them in --reserve.\n";
+        "\nThe KV cache is the batch's: an engine preallocates its whole budget (vLLM's "
+        "--gpu-memory-utilization\nof the device), and its profiling run's peak may differ from "
+        "the prefill's here.\n";
     return out;
 }
 
@@ -128,8 +166,9 @@ nlohmann::json serve_json(const ServeRun& r) {
           {"blocks_per_sequence", p.blocks_per_sequence},
           {"dtype", dtype_name(s.kv_dtype)}}},
         {"activations", {{"bytes", p.activations.value()}, {"prefill_tokens", p.prefill_tokens}}},
-        {"peak", {{"bytes", p.peak().value()}}},
+        {"peak", peak_json(r)},
     };
+    j["settings"]["cuda_graphs"] = s.cuda_graphs;
     if (p.state_layers > 0)  // appended: the keys above stay as they were
         j["ssm_state"] = {{"bytes", p.ssm_state.value()},
                           {"bytes_per_sequence", p.state_bytes_per_sequence.value()},
@@ -149,14 +188,16 @@ std::string serve_csv(const ServeRun& r) {
     const ServeReport& p = r.report;
     std::string out =
         "model,weights_format,context,batch,tp,kv_dtype,weights_bytes,kv_cache_bytes,"
-        "activations_bytes,peak_bytes,fits,max_batch,kv_capacity_tokens\n";
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(r.model),
-                       r.settings.weights->name, r.settings.context, r.settings.batch,
-                       r.settings.tp, dtype_name(r.settings.kv_dtype), p.weights.value(),
-                       p.kv_cache.value(), p.activations.value(), p.peak().value(),
-                       r.fit ? (r.fit->fits ? "true" : "false") : "",
-                       r.fit ? std::to_string(r.fit->max_batch) : "",
-                       r.fit ? std::to_string(r.fit->kv_capacity_tokens.value()) : "");
+        "activations_bytes,peak_bytes,fits,max_batch,kv_capacity_tokens,reserved_bytes,"
+        "device_bytes,device_high_bytes\n";
+    out += fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(r.model),
+        r.settings.weights->name, r.settings.context, r.settings.batch, r.settings.tp,
+        dtype_name(r.settings.kv_dtype), p.weights.value(), p.kv_cache.value(),
+        p.activations.value(), p.peak().value(), r.fit ? (r.fit->fits ? "true" : "false") : "",
+        r.fit ? std::to_string(r.fit->max_batch) : "",
+        r.fit ? std::to_string(r.fit->kv_capacity_tokens.value()) : "", r.figures.reserved.value(),
+        r.figures.bytes.value(), r.figures.high_bytes.value());
     return out;
 }
 
@@ -173,8 +214,10 @@ std::string run_serve(const ServeOptions& q) {
     s.prefill_chunk = parse_count("--prefill-chunk", q.prefill_chunk, 8192);
     s.kv_dtype = kv_dtype_named(q.kv_dtype);
     s.weights = &weight_format_named(q.weights);
+    s.cuda_graphs = !q.enforce_eager;
     ServeRun run;
-    if (const std::optional<UsableMemory> device = usable_memory(q.device, serving_reserve)) {
+    run.device_settings = device_settings(q.device);
+    if (const std::optional<UsableMemory> device = usable_memory(q.device)) {
         run.memory = device->rule.memory;
         run.reserve = device->rule.reserve;
         run.capacity = device->rule.usable();
@@ -185,10 +228,12 @@ std::string run_serve(const ServeOptions& q) {
     run.layers = model.architecture.layers;
     run.settings = s;
     run.report = serve(model.architecture, s);  // which names an overflow's inputs
+    run.figures = serve_device(run.report, s, run.device_settings);
     const Architecture& m = model.architecture;
     run.model_parameters = detail::named_overflow([&] { return parameter_table(m).total(); },
                                                   [&] { return detail::parameter_overflow(m); });
-    if (run.capacity) run.fit = serve_fit(model.architecture, s, *run.capacity);
+    if (run.capacity)
+        run.fit = serve_fit_on_device(model.architecture, s, *run.capacity, run.device_settings);
     return in_format(
         q.output.format, [&] { return serve_json(run); }, [&] { return serve_csv(run); },
         [&] { return serve_table(run, unit_of(q.output)); });

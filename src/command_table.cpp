@@ -340,9 +340,10 @@ void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
         .add_option("--prefill-chunk", q.prefill_chunk,
                     "Most tokens one forward takes (chunked prefill; default 8192)")
         ->type_name("N");
+    serve.add_flag("--enforce-eager", q.enforce_eager,
+                   "The engine captures no CUDA graphs (vLLM's --enforce-eager): no graph pool");
     add_device_options(serve, q.device,
-                       "The device's memory: with it, the KV cache capacity and the largest batch",
-                       false);
+                       "The device's memory: with it, the KV cache capacity and the largest batch");
 }
 
 void serve_command(const ServeOptions& q, Spool& out, std::vector<PendingFile>&) {

@@ -93,6 +93,7 @@ struct ServeOptions {
     OutputOptions output;
     DeviceOptions device;
     std::string context, batch, tp, kv_dtype = "bf16", weights = "bf16", block_size, prefill_chunk;
+    bool enforce_eager = false;  ///< --enforce-eager: the engine captures no CUDA graphs
 
     std::string output_file() const { return output.file; }
 };
@@ -140,10 +141,9 @@ struct UsableMemory {
     DeviceMemory device;
     DeviceFit rule;
 };
-/// The device and its reserve (--reserve, 2GiB by default); none without a device; a reserve
+/// The device and its margin (--reserve, none by default); none without a device; a reserve
 /// given without one, or one that leaves nothing, is an error.
-std::optional<UsableMemory> usable_memory(const DeviceOptions& q,
-                                          const char* default_reserve = training_reserve);
+std::optional<UsableMemory> usable_memory(const DeviceOptions& q);
 /// The allocator's settings (--allocator, --max-split-size) and the GPU's CUDA major version.
 DeviceSettings device_settings(const DeviceOptions& q);
 

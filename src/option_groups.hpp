@@ -194,10 +194,10 @@ void add_group(App& app, FrameworkOptions& q) {
     });
 }
 
-/// The device: its memory given (--device-memory), or a GPU's by name or file; for a training
-/// step also the caching allocator's settings.
+/// The device: its memory given (--device-memory), or a GPU's by name or file, a margin, and the
+/// caching allocator's settings.
 template <class App>
-void add_device_options(App& app, DeviceOptions& q, const char* memory_help, bool training = true) {
+void add_device_options(App& app, DeviceOptions& q, const char* memory_help) {
     auto* memory =
         app.add_option("--device-memory", q.device_memory, memory_help)->type_name("SIZE");
     auto* gpu = app.add_option("--gpu", q.gpu,
@@ -212,16 +212,10 @@ void add_device_options(App& app, DeviceOptions& q, const char* memory_help, boo
         ->excludes(memory)
         ->excludes(gpu)
         ->type_name("PATH");
-    if (!training) {
-        app.add_option("--reserve", q.reserve,
-                       "Memory the engine does not see, kept out of the device's: its context, "
-                       "workspaces\nand CUDA graphs (default 2GiB, with a device)")
-            ->type_name("SIZE");
-        return;
-    }
     app.add_option("--reserve", q.reserve,
                    "A margin kept out of the device's memory beyond what memcalc models (the "
-                   "context,\nworkspaces, communicators and fragmentation are): default 0")
+                   "context,\nworkspaces, communicators, CUDA graphs and fragmentation are): "
+                   "default 0")
         ->type_name("SIZE");
     app.add_option("--allocator", q.allocator,
                    "PyTorch's CUDA allocator: caching (the default) or expandable "

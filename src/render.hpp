@@ -204,6 +204,21 @@ std::optional<DeviceFigures> fullest_device(const Report& r, const View& view);
 std::vector<DeviceFigures> every_device(const Report& r, const View& view);
 /// The peak a verdict weighs: the device figure's high end where there is one, else allocated.
 Count verdict_peak(const Report& r, const std::optional<DeviceFigures>& device);
+/// A figure and what it is.
+struct Figure {
+    Count bytes;
+    std::string note;
+};
+/// "On the device"'s lines: allocated, the rows inside the allocator, reserved, the rows outside
+/// it, and the device figure (nvidia-smi's).
+std::string device_lines(const Figure& allocated, const std::vector<DeviceRow>& rows,
+                         const Figure& reserved, Count device, Unit unit);
+/// "caching allocator; h100-sxm's rows"
+std::string device_settings_text(const DeviceSettings& device, Unit unit);
+/// The rows beside the model's tensors: inside the allocator (within reserved_bytes) or outside.
+nlohmann::json device_rows_json(const std::vector<DeviceRow>& rows);
+/// The allocator's settings and the GPU whose rows were taken.
+nlohmann::json device_settings_json(const DeviceSettings& device);
 std::string digits(Count n);                 ///< 6,738,415,616
 std::string amount(Count bytes, Unit unit);  ///< 107.8 GB, 4.9 kB, 12 B
 struct Scale {

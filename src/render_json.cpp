@@ -395,7 +395,35 @@ void add_verdict(json& peak, Count bytes, const View& view) {
     peak["fits"] = rule.fits(bytes), peak["spare_bytes"] = rule.spare(bytes);
 }
 
-/// The rows beside the model's tensors: inside the allocator (within reserved_bytes) or outside.
+/// The reserved and device figures beside the allocated peak (null where none is modelled: a
+/// sweep, the CPU platform).
+void add_device_figures(json& peak, const std::optional<DeviceFigures>& d, const View& view) {
+    if (!d) {
+        peak["reserved_bytes"] = nullptr, peak["device_bytes"] = nullptr;
+        peak["outside"] = nullptr, peak["reserved"] = nullptr, peak["device_band"] = nullptr;
+        return;
+    }
+    const ReservedPeak& res = d->reserved;
+    peak["reserved_bytes"] = res.bytes.value();
+    peak["device_bytes"] = d->bytes.value();
+    peak["outside"] = device_rows_json(d->rows);
+    peak["reserved"] = {{"stage", d->stage},
+                        {"step", res.at.name()},
+                        {"training_step", res.iteration},
+                        {"first_step_bytes", res.first_step_bytes.value()},
+                        {"high_bytes", res.high_bytes.value()},
+                        {"allocated_bytes", res.allocated_bytes.value()},
+                        {"loaded_allocated_bytes", res.loaded_allocated_bytes.value()},
+                        {"loaded_bytes", res.loaded_bytes.value()},
+                        {"segments", res.segments},
+                        {"simulated", res.simulated}};
+    peak["reserved"].update(device_settings_json(view.device));
+    peak["device_band"] = {{"low_bytes", d->low_bytes.value()},
+                           {"high_bytes", d->high_bytes.value()}};
+}
+
+}  // namespace
+
 json device_rows_json(const std::vector<DeviceRow>& rows) {
     json out = json::array();
     for (const DeviceRow& row : rows)
@@ -410,40 +438,14 @@ json device_rows_json(const std::vector<DeviceRow>& rows) {
     return out;
 }
 
-/// The reserved and device figures beside the allocated peak (null where none is modelled: a
-/// sweep, the CPU platform).
-void add_device_figures(json& peak, const std::optional<DeviceFigures>& d, const View& view) {
-    if (!d) {
-        peak["reserved_bytes"] = nullptr, peak["device_bytes"] = nullptr;
-        peak["outside"] = nullptr, peak["reserved"] = nullptr, peak["device_band"] = nullptr;
-        return;
-    }
-    const ReservedPeak& res = d->reserved;
-    const AllocatorConfig& a = view.device.allocator;
-    peak["reserved_bytes"] = res.bytes.value();
-    peak["device_bytes"] = d->bytes.value();
-    peak["outside"] = device_rows_json(d->rows);
-    peak["reserved"] = {
-        {"stage", d->stage},
-        {"step", res.at.name()},
-        {"training_step", res.iteration},
-        {"first_step_bytes", res.first_step_bytes.value()},
-        {"high_bytes", res.high_bytes.value()},
-        {"allocated_bytes", res.allocated_bytes.value()},
-        {"loaded_allocated_bytes", res.loaded_allocated_bytes.value()},
-        {"loaded_bytes", res.loaded_bytes.value()},
-        {"segments", res.segments},
-        {"simulated", res.simulated},
-        {"allocator", a.mode == AllocatorMode::expandable ? "expandable" : "caching"},
-        {"max_split_size_bytes", a.max_split_size == std::numeric_limits<std::uint64_t>::max()
-                                     ? json(nullptr)
-                                     : json(a.max_split_size)},
-        {"gpu", view.device.gpu ? json(std::string(view.device.gpu->gpu)) : json(nullptr)}};
-    peak["device_band"] = {{"low_bytes", d->low_bytes.value()},
-                           {"high_bytes", d->high_bytes.value()}};
+json device_settings_json(const DeviceSettings& device) {
+    const AllocatorConfig& a = device.allocator;
+    return {{"allocator", a.mode == AllocatorMode::expandable ? "expandable" : "caching"},
+            {"max_split_size_bytes", a.max_split_size == std::numeric_limits<std::uint64_t>::max()
+                                         ? json(nullptr)
+                                         : json(a.max_split_size)},
+            {"gpu", device.gpu ? json(std::string(device.gpu->gpu)) : json(nullptr)}};
 }
-
-}  // namespace
 
 json report_json(const Report& r, const View& view) {
     json timeline = json::array();

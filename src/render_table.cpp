@@ -428,34 +428,13 @@ std::string timeline_section(const Report& r, const View& view) {
 /// What the device shows beside the allocated peak: the allocator's reserved bytes (the
 /// libraries' workspaces among them) and what lies outside it, each row with its count.
 std::string device_section(const DeviceFigures& d, const View& view) {
-    const auto line = [&](const std::string& what, Count bytes, const std::string& note) {
-        return std::vector<std::string>{what, digits(bytes) + " B", amount(bytes, view.unit), note};
-    };
     const ReservedPeak& res = d.reserved;
-    TextTable table({Align::left, R, R, Align::left});
-    table.row(line("allocated", d.allocated, "the model's tensors (above)"));
-    for (const DeviceRow& row : d.rows)
-        if (row.in_allocator)
-            table.row(line("+ " + std::string(row.name), Count(row.count) * row.bytes,
-                           fmt::format("{} x {}", row.count, amount(row.bytes, view.unit))));
-    table.row(
-        line("reserved", res.bytes, fmt::format("at {} of step {}", res.at.name(), res.iteration)));
-    for (const DeviceRow& row : d.rows)
-        if (!row.in_allocator)
-            table.row(line("+ " + std::string(row.name), Count(row.count) * row.bytes,
-                           fmt::format("{} x {}", row.count, amount(row.bytes, view.unit))));
-    table.row(line("device", d.bytes, "what nvidia-smi shows"));
-    const AllocatorConfig& a = view.device.allocator;
-    const std::string allocator = fmt::format(
-        "{} allocator{}", a.mode == AllocatorMode::expandable ? "expandable-segments" : "caching",
-        a.max_split_size == std::numeric_limits<std::uint64_t>::max()
-            ? ""
-            : ", max split " + amount(Count(a.max_split_size), view.unit));
-    return fmt::format("\nOn the device{} ({}; {}):\n",
-                       d.stage > 0 ? fmt::format(" of pipeline stage {}", d.stage) : "", allocator,
-                       view.device.gpu ? fmt::format("{}'s rows", view.device.gpu->gpu)
-                                       : "no --gpu: each row's highest") +
-           table.str() +
+    return fmt::format("\nOn the device{} ({}):\n",
+                       d.stage > 0 ? fmt::format(" of pipeline stage {}", d.stage) : "",
+                       device_settings_text(view.device, view.unit)) +
+           device_lines({d.allocated, "the model's tensors (above)"}, d.rows,
+                        {res.bytes, fmt::format("at {} of step {}", res.at.name(), res.iteration)},
+                        d.bytes, view.unit) +
            fmt::format(
                "  band {} to {}: the rows' ends, and each step's tensors made before the last's "
                "go;\n  the first training step reserves {}\n",
@@ -520,6 +499,37 @@ std::string peak_section(const Report& r, const View& view) {
 }
 
 }  // namespace
+
+std::string device_lines(const Figure& allocated, const std::vector<DeviceRow>& rows,
+                         const Figure& reserved, Count device, Unit unit) {
+    const auto line = [&](const std::string& what, Count bytes, const std::string& note) {
+        return std::vector<std::string>{what, digits(bytes) + " B", amount(bytes, unit), note};
+    };
+    const auto add_rows = [&](TextTable& table, bool inside) {
+        for (const DeviceRow& row : rows)
+            if (row.in_allocator == inside)
+                table.row(line("+ " + std::string(row.name), Count(row.count) * row.bytes,
+                               fmt::format("{} x {}", row.count, amount(row.bytes, unit))));
+    };
+    TextTable table({Align::left, R, R, Align::left});
+    table.row(line("allocated", allocated.bytes, allocated.note));
+    add_rows(table, true);
+    table.row(line("reserved", reserved.bytes, reserved.note));
+    add_rows(table, false);
+    table.row(line("device", device, "what nvidia-smi shows"));
+    return table.str();
+}
+
+std::string device_settings_text(const DeviceSettings& device, Unit unit) {
+    const AllocatorConfig& a = device.allocator;
+    return fmt::format(
+        "{} allocator{}; {}",
+        a.mode == AllocatorMode::expandable ? "expandable-segments" : "caching",
+        a.max_split_size == std::numeric_limits<std::uint64_t>::max()
+            ? ""
+            : ", max split " + amount(Count(a.max_split_size), unit),
+        device.gpu ? fmt::format("{}'s rows", device.gpu->gpu) : "no --gpu: each row's highest");
+}
 
 std::string report_table(const Report& r, const View& view) {
     return header(r) + "\n" + parameters_section(r) + "\n" + state_section(r, view) + "\n" +

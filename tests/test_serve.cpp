@@ -7,6 +7,7 @@
 #include "fixtures.hpp"
 #include "run_program.hpp"
 #include "memcalc/serve.hpp"
+#include "memcalc/serve_device.hpp"
 #include "model_file.hpp"
 
 using namespace memcalc;
@@ -213,7 +214,8 @@ TEST_CASE("memcalc serve names the input that overflows, and --reserve needs a d
         CHECK(bad.out.empty());
         CHECK_THAT(bad.err, Catch::Contains(says));
     }
-    // The default reserve still applies with a device, and a given one there.
+    // A given reserve is kept out of the device's memory; by default none is (the engine's
+    // context, workspaces and graphs are rows of the device figure).
     const std::string device =
         "serve --preset llama-7b --context 4096 --gpu h100-sxm --format json";
     const auto with = testing::memcalc(device + " --reserve 4GiB");
@@ -221,5 +223,113 @@ TEST_CASE("memcalc serve names the input that overflows, and --reserve needs a d
     CHECK(nlohmann::json::parse(with.out).at("device").at("reserve_bytes") == 4ULL << 30);
     const auto by_default = testing::memcalc(device);
     REQUIRE(by_default.status == 0);
-    CHECK(nlohmann::json::parse(by_default.out).at("device").at("reserve_bytes") == 2ULL << 30);
+    CHECK(nlohmann::json::parse(by_default.out).at("device").at("reserve_bytes") == 0);
+}
+
+namespace {
+Count sum(const std::vector<TensorRun>& runs) {
+    Count out;
+    for (const TensorRun& run : runs) out += Count(run.count) * run.bytes;
+    return out;
+}
+}  // namespace
+
+TEST_CASE("a serving rank's tensors make up its weights, cache and prefill exactly", "[serve]") {
+    for (const char* name : {"llama-3-8b", "mixtral-8x7b", "gemma-2-9b", "jamba-1.5-mini",
+                             "deepseek-v2-lite", "gpt2"}) {
+        CAPTURE(name);
+        const Architecture m = preset(name);
+        ServeSettings s = at(1000, 3);
+        const ServeReport r = serve(m, s);
+        CHECK(sum(r.weight_tensors) == r.weights);
+        CHECK(sum(r.cache_tensors) == r.kv_cache + r.ssm_state);
+        CHECK(sum(r.prefill_tensors) == r.activations);
+    }
+}
+
+TEST_CASE("serving's three figures: allocated, reserved at or above it, and the device beyond",
+          "[serve][reserved]") {
+    const Architecture m = preset("llama-3-70b");
+    for (const std::uint64_t tp : {1, 4}) {
+        CAPTURE(tp);
+        ServeSettings s = at(8192, 16, tp);
+        const ServeReport r = serve(m, s);
+        DeviceSettings device;
+        device.gpu = gpu_facts_of("h100-sxm");
+        const ServeDevice d = serve_device(r, s, device);
+        REQUIRE(d.simulated);
+        CHECK(d.allocated == r.peak());
+        CHECK(d.reserved >= d.allocated + rows_inside(d.rows, &DeviceRow::bytes));
+        CHECK(d.loaded_bytes >= r.weights);
+        CHECK(d.loaded_bytes < d.reserved);
+        CHECK(d.bytes == d.reserved + rows_outside(d.rows, &DeviceRow::bytes));
+        CHECK(d.low_bytes <= d.bytes);
+        CHECK(d.high_bytes >= d.bytes);
+        const auto has = [&](const ServeDevice& f, std::string_view row) {
+            for (const DeviceRow& x : f.rows)
+                if (x.name == row) return true;
+            return false;
+        };
+        CHECK(has(d, "cuda_graph_pool"));
+        CHECK(has(d, "nccl_communicator") == (tp > 1));
+        // One thread runs an engine's matmuls: one cuBLAS workspace, not training's two.
+        for (const DeviceRow& x : d.rows)
+            if (x.name == "cublas_workspace") CHECK(x.count == 1);
+        s.cuda_graphs = false;  // --enforce-eager: no pool, less reserved
+        const ServeDevice eager = serve_device(r, s, device);
+        CHECK_FALSE(has(eager, "cuda_graph_pool"));
+        CHECK(eager.reserved < d.reserved);
+        AllocatorConfig expandable;
+        expandable.mode = AllocatorMode::expandable;
+        device.allocator = expandable;
+        CHECK(serve_device(r, at(8192, 16, tp), device).reserved <= d.reserved);
+    }
+}
+
+TEST_CASE("a device's largest batch weighs the device figure's high end, not the tensors alone",
+          "[serve][reserved]") {
+    for (const char* name : {"llama-3-8b", "qwen2.5-7b", "mistral-7b"}) {
+        CAPTURE(name);
+        const Architecture m = preset(name);
+        const ServeSettings s = at(4096);
+        const Count capacity = Count(80'000'000'000ULL);
+        DeviceSettings device;
+        device.gpu = gpu_facts_of("a100-80gb");
+        const ServeFit tensors = serve_fit(m, s, capacity);
+        const ServeFit on_device = serve_fit_on_device(m, s, capacity, device);
+        REQUIRE(on_device.max_batch > 0);
+        CHECK(on_device.max_batch < tensors.max_batch);
+        CHECK(on_device.kv_capacity_tokens < tensors.kv_capacity_tokens);
+        ServeSettings most = s;
+        most.batch = on_device.max_batch;
+        CHECK(serve_device(serve(m, most), most, device).high_bytes <= capacity);
+        most.batch += 1;
+        CHECK(serve_device(serve(m, most), most, device).high_bytes > capacity);
+    }
+}
+
+TEST_CASE(
+    "memcalc serve reports reserved and device figures, and --enforce-eager drops the "
+    "graph pool",
+    "[serve][cli]") {
+    const std::string run = "serve --preset llama-3-8b --context 8192 --batch 8 --format json";
+    const auto graphs = testing::memcalc(run), eager = testing::memcalc(run + " --enforce-eager");
+    REQUIRE(graphs.status == 0);
+    REQUIRE(eager.status == 0);
+    const auto peak = nlohmann::json::parse(graphs.out).at("peak");
+    const auto figure = [](const nlohmann::json& p, const char* key) {
+        return p.at(key).get<std::uint64_t>();
+    };
+    CHECK(figure(peak, "reserved_bytes") > figure(peak, "bytes"));
+    CHECK(figure(peak, "device_bytes") > figure(peak, "reserved_bytes"));
+    CHECK(figure(peak.at("device_band"), "high_bytes") >= figure(peak, "device_bytes"));
+    const auto names = [](const nlohmann::json& p) {
+        std::vector<std::string> out;
+        for (const auto& row : p.at("outside")) out.push_back(row.at("name"));
+        return out;
+    };
+    const auto eager_peak = nlohmann::json::parse(eager.out).at("peak");
+    CHECK(names(peak).size() == names(eager_peak).size() + 1);
+    CHECK(figure(eager_peak, "reserved_bytes") < figure(peak, "reserved_bytes"));
+    CHECK(nlohmann::json::parse(eager.out).at("settings").at("cuda_graphs") == false);
 }

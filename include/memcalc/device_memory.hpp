@@ -21,6 +21,18 @@ struct DeviceSettings {
     std::optional<outside_rows::GpuFacts> gpu;
 };
 
+/// The rows outside (or inside) the allocator together, at `which` of their figures.
+inline Count rows_outside(const std::vector<DeviceRow>& rows, Count DeviceRow::*which,
+                          bool inside = false) {
+    Count sum;
+    for (const DeviceRow& r : rows)
+        if (r.in_allocator == inside) sum += Count(r.count) * (r.*which);
+    return sum;
+}
+inline Count rows_inside(const std::vector<DeviceRow>& rows, Count DeviceRow::*which) {
+    return rows_outside(rows, which, true);
+}
+
 /// One rank's three figures and their band.
 struct DeviceFigures {
     std::uint64_t stage = 0;      ///< the rank's pipeline stage
@@ -31,10 +43,7 @@ struct DeviceFigures {
 
     /// The rows outside the allocator together, at `which` of their figures.
     Count outside_bytes(Count DeviceRow::*which = &DeviceRow::bytes) const {
-        Count sum;
-        for (const DeviceRow& r : rows)
-            if (!r.in_allocator) sum += Count(r.count) * (r.*which);
-        return sum;
+        return rows_outside(rows, which);
     }
 };
 

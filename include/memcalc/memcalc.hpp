@@ -21,6 +21,7 @@
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
 #include "memcalc/serve.hpp"
+#include "memcalc/serve_device.hpp"
 #include "memcalc/stage_facts.hpp"
 #include "memcalc/stage_inputs.hpp"
 #include "memcalc/state_splits.hpp"

@@ -56,6 +56,16 @@ enum class Per : std::uint8_t {
     collective_group,  ///< each process group of more than one rank that runs collectives
     p2p_peer,          ///< each peer a rank sends to directly (pipeline, ring, all-to-all)
     nvls_group,        ///< each collective group of more than two ranks on an NVSwitch node
+    graph_capture,     ///< one where the engine captures CUDA graphs
+};
+
+/// What the rank runs: a training step, or an inference engine serving requests.
+enum class Job : std::uint8_t { training, serving };
+
+/// The job as the rows count it.
+struct JobFacts {
+    Job job = Job::training;
+    bool captures_graphs = false;  ///< an engine that captures CUDA graphs (vLLM's, SGLang's)
 };
 
 struct RowSpec {
@@ -68,6 +78,7 @@ struct RowSpec {
     Text why, source;
     /// The GEMM library whose row it is; none: every program's.
     std::optional<GemmLibrary> gemm;
+    std::optional<Job> job;  ///< the job whose row it is; none: every job's
 };
 
 inline constexpr Count cublas_default = 4096 * 1024 * 2 + 16 * 1024 * 8;  // ":4096:2:16:8"
@@ -77,53 +88,67 @@ inline constexpr Text te_gemm =
     "TransformerEngine@d0067d0 transformer_engine/pytorch/cpp_extensions/gemm.py:37-67 "
     "(get_cublas_workspace_size_bytes, torch.empty; one a device)";
 
-inline constexpr std::array<RowSpec, 13> specs{{
+inline constexpr std::array<RowSpec, 14> specs{{
     {"cuda_context", false, 0, 8, std::nullopt, Per::process, Count(400 * MiB), Count(266 * MiB),
      Count(600 * MiB), "the CUDA context and its lazily loaded kernels",
      "pytorch#86509, #109888, #107667; InvokeAI#9413; unsloth-zoo#1053 (sm80-89, lazy loading)",
-     std::nullopt},
+     std::nullopt, std::nullopt},
     {"cuda_context", false, 9, 9, std::nullopt, Per::process, Count(600 * MiB), Count(514 * MiB),
      Count(1024 * MiB), "the CUDA context and its lazily loaded kernels",
      "two H100 out-of-memory messages (599, 601 MiB beside the allocator); vLLM, "
      "compressed-tensors#587",
-     std::nullopt},
+     std::nullopt, std::nullopt},
     {"cuda_context", false, 10, 99, std::nullopt, Per::process, Count(712 * MiB), Count(600 * MiB),
      Count(1024 * MiB), "the CUDA context and its lazily loaded kernels",
-     "one B200 out-of-memory message (712 MiB); the band is the H100's", std::nullopt},
+     "one B200 out-of-memory message (712 MiB); the band is the H100's", std::nullopt,
+     std::nullopt},
     {"cublas_workspace", true, 0, 8, std::nullopt, Per::matmul_thread, cublas_default,
      cublas_default, cublas_default, "cuBLAS's workspace, one per (handle, stream)", pool,
-     std::nullopt},
+     std::nullopt, std::nullopt},
     {"cublas_workspace", true, 9, 9, std::nullopt, Per::matmul_thread, Count(32 * MiB),
      Count(32 * MiB), Count(32 * MiB), "cuBLAS's workspace, one per (handle, stream)", pool,
-     std::nullopt},
+     std::nullopt, std::nullopt},
     {"cublas_workspace", true, 10, 99, std::nullopt, Per::matmul_thread, Count(32 * MiB),
      cublas_default, Count(32 * MiB), "cuBLAS's workspace, one per (handle, stream)",
-     "newer CublasHandlePool.cpp: 32 MiB for majors 9-12; 26a39059: the default", std::nullopt},
+     "newer CublasHandlePool.cpp: 32 MiB for majors 9-12; 26a39059: the default", std::nullopt,
+     std::nullopt},
     {"cublaslt_workspace", true, 0, 99, std::nullopt, Per::matmul_thread, Count(1 * MiB), Count(0),
-     Count(2 * MiB), "cuBLASLt's workspace, one per (handle, stream)", pool, std::nullopt},
+     Count(2 * MiB), "cuBLASLt's workspace, one per (handle, stream)", pool, std::nullopt,
+     std::nullopt},
     {"nccl_communicator", false, 0, 99, std::nullopt, Per::collective_group, Count(512 * MiB),
      Count(192 * MiB), Count(1152 * MiB),
      "an NCCL communicator's buffers: channels x peers x 12 MiB",
-     "nccl@5067397 src/init.cc, src/transport/p2p.cc; nccl#1685, #864, #1450", std::nullopt},
+     "nccl@5067397 src/init.cc, src/transport/p2p.cc; nccl#1685, #864, #1450", std::nullopt,
+     std::nullopt},
     {"nccl_p2p", false, 0, 99, std::nullopt, Per::p2p_peer, Count(384 * MiB), Count(48 * MiB),
      Count(512 * MiB), "NCCL's point-to-point buffers to one peer: 32 channels x 12 MiB",
-     "nccl@5067397 src/transport/p2p.cc; nccl#1685 (all-to-all on 8 H100s: +3.28 GB)",
+     "nccl@5067397 src/transport/p2p.cc; nccl#1685 (all-to-all on 8 H100s: +3.28 GB)", std::nullopt,
      std::nullopt},
     // Transformer Engine 2.10 and later: 32 MiB + 1 KiB on Hopper and later (2.0-2.9: 32 MiB), 4
     // MiB before; three with userbuffers' overlap, four for grouped GEMMs (the high end).
     {"te_cublas_workspace", true, 9, 99, std::nullopt, Per::process, Count(32 * MiB + 1024),
      Count(32 * MiB), Count(3 * (32 * MiB + 1024)), "Transformer Engine's cuBLAS workspace",
-     te_gemm, GemmLibrary::transformer_engine},
+     te_gemm, GemmLibrary::transformer_engine, std::nullopt},
     {"te_cublas_workspace", true, 0, 8, std::nullopt, Per::process, Count(4 * MiB), Count(4 * MiB),
      Count(12 * MiB), "Transformer Engine's cuBLAS workspace", te_gemm,
-     GemmLibrary::transformer_engine},
+     GemmLibrary::transformer_engine, std::nullopt},
     // torch 2.2's wheels pin NCCL 2.19: NVLS buffers of 4 MiB + 2 MiB per channel, peer and side.
     {"nccl_nvls", false, 9, 99, TorchVersion::v2_2, Per::nvls_group, Count(1536 * MiB), Count(0),
      Count(2304 * MiB), "NCCL's NVLink SHARP buffers (none with NCCL_NVLS_ENABLE=0)",
-     "nccl@d97a32fa src/transport/nvls.cc; vllm#9699 (8 x H200: 2,415,919,104 B)", std::nullopt},
+     "nccl@d97a32fa src/transport/nvls.cc; vllm#9699 (8 x H200: 2,415,919,104 B)", std::nullopt,
+     std::nullopt},
     // torch 1.13's NCCL (2.14) has no NVLS; before Hopper there is none.
     {"nccl_nvls", false, 0, 0, TorchVersion::v1_13, Per::nvls_group, Count(0), Count(0), Count(0),
-     "", "", std::nullopt},
+     "", "", std::nullopt, std::nullopt},
+    // An engine's captured graphs keep their activations in a private pool of the allocator (the
+    // out-of-memory message counts them); how much depends on the engine, its capture sizes and its
+    // all-reduce buffers: the published figures are the band.
+    {"cuda_graph_pool", true, 0, 99, std::nullopt, Per::graph_capture, Count(368 * MiB),
+     Count(92 * MiB), Count(2458 * MiB),
+     "the captured CUDA graphs' private pool (none with --enforce-eager)",
+     "vLLM 0.27.1's estimate 0.36 GiB (gpustack/runner#251); 0.09 GiB measured (club-3090#1087, "
+     "tp 2); 2.4 GiB a GPU (vllm#7553, 4 x RTX 4090, tp 4)",
+     std::nullopt, Job::serving},
 }};
 
 }  // namespace outside_rows
@@ -138,27 +163,31 @@ inline std::optional<outside_rows::GpuFacts> gpu_facts_of(std::string_view gpu) 
 namespace detail {
 
 /// How many of a row's things a rank of `p` holds (`nvswitch`: its node has one).
-inline std::uint64_t per_rank(outside_rows::Per per, const Parallelism& p, bool nvswitch) {
+inline std::uint64_t per_rank(outside_rows::Per per, const Parallelism& p, bool nvswitch,
+                              const outside_rows::JobFacts& job) {
     using outside_rows::Per;
     const std::array<std::uint64_t, 4> groups{p.dp * p.cp, p.tp, p.cp, p.ep};
     std::uint64_t collective = 0, nvls = 0;
     for (std::uint64_t size : groups) collective += size > 1, nvls += size > 2;
     switch (per) {
         case Per::process: return 1;
-        case Per::matmul_thread: return 2;
+        // Training runs matmuls on two threads, the forward's and autograd's; an engine on one.
+        case Per::matmul_thread: return job.job == outside_rows::Job::training ? 2 : 1;
         case Per::collective_group: return collective;
         case Per::p2p_peer: return (p.pp > 1 ? 2 : 0) + (p.cp > 1 ? 2 : 0) + (p.ep - 1);
         case Per::nvls_group: return nvswitch ? nvls : 0;
+        case Per::graph_capture: return job.captures_graphs ? 1 : 0;
     }
     return 0;
 }
 
-/// Whether specs[i] is the row for CUDA major `major` and PyTorch `torch`. Unknown (0): of each
-/// name, the row with the highest figures (the first of equals).
-inline bool applies(std::size_t i, std::uint32_t major, const Framework& f) {
+/// Whether specs[i] is the row for CUDA major `major`, framework `f` and `job`. Unknown major (0):
+/// of each name, the row with the highest figures (the first of equals).
+inline bool applies(std::size_t i, std::uint32_t major, const Framework& f, outside_rows::Job job) {
     const auto& specs = outside_rows::specs;
     const auto fits_program = [&](const outside_rows::RowSpec& s) {
-        return (!s.torch || *s.torch == f.torch) && (!s.gemm || *s.gemm == f.gemm);
+        return (!s.torch || *s.torch == f.torch) && (!s.gemm || *s.gemm == f.gemm) &&
+               (!s.job || *s.job == job);
     };
     if (!fits_program(specs[i])) return false;
     if (major != 0) return major >= specs[i].first_major && major <= specs[i].last_major;
@@ -175,28 +204,30 @@ inline bool applies(std::size_t i, std::uint32_t major, const Framework& f) {
 
 }  // namespace detail
 
-/// Each row of a rank of layout `p` under `framework` on `gpu` (none: not known, where each row
-/// takes its highest figures and an NVSwitch is assumed), as (spec, count): none on the CPU
-/// platform. Allocates nothing: the planner sums them for every layout.
+/// Each row of a rank of layout `p` running `job` under `framework` on `gpu` (none: not known,
+/// where each row takes its highest figures and an NVSwitch is assumed), as (spec, count): none on
+/// the CPU platform. Allocates nothing: the planner sums them for every layout.
 template <class Visit>
 void for_each_device_row(const Framework& framework, const Parallelism& p,
-                         const std::optional<outside_rows::GpuFacts>& gpu, Visit&& visit) {
+                         const std::optional<outside_rows::GpuFacts>& gpu,
+                         const outside_rows::JobFacts& job, Visit&& visit) {
     if (framework.platform != Platform::cuda) return;
     const std::uint32_t major = gpu ? gpu->major : 0;
     const bool nvswitch = gpu ? gpu->nvswitch : true;
     for (std::size_t i = 0; i < outside_rows::specs.size(); ++i) {
         const outside_rows::RowSpec& spec = outside_rows::specs[i];
-        if (!detail::applies(i, major, framework)) continue;
-        const std::uint64_t count = detail::per_rank(spec.per, p, nvswitch);
+        if (!detail::applies(i, major, framework, job.job)) continue;
+        const std::uint64_t count = detail::per_rank(spec.per, p, nvswitch, job);
         if (count > 0 && spec.high_bytes > Count(0)) visit(spec, count);
     }
 }
 
-/// The rows of one rank of `settings`' layout on `gpu`, those inside the allocator first.
-inline std::vector<DeviceRow> device_rows(const Settings& settings,
-                                          const std::optional<outside_rows::GpuFacts>& gpu) {
+/// The rows of one rank of layout `p` running `job` on `gpu`, those inside the allocator first.
+inline std::vector<DeviceRow> device_rows(const Framework& framework, const Parallelism& p,
+                                          const std::optional<outside_rows::GpuFacts>& gpu,
+                                          const outside_rows::JobFacts& job = {}) {
     std::vector<DeviceRow> out;
-    for_each_device_row(settings.framework, settings.parallel, gpu,
+    for_each_device_row(framework, p, gpu, job,
                         [&](const outside_rows::RowSpec& spec, std::uint64_t count) {
                             out.push_back({spec.name, spec.in_allocator, count, spec.bytes,
                                            spec.low_bytes, spec.high_bytes, spec.why, spec.source});
@@ -206,12 +237,18 @@ inline std::vector<DeviceRow> device_rows(const Settings& settings,
     return out;
 }
 
-/// The rows' high ends together: what a device holds beside the model's tensors at most, before
-/// the allocator's rounding and fragmentation.
+/// The rows of a training rank of `settings`' layout.
+inline std::vector<DeviceRow> device_rows(const Settings& settings,
+                                          const std::optional<outside_rows::GpuFacts>& gpu) {
+    return device_rows(settings.framework, settings.parallel, gpu);
+}
+
+/// The rows' high ends together for a training rank: what a device holds beside the model's tensors
+/// at most, before the allocator's rounding and fragmentation.
 inline Count device_rows_high(const Framework& framework, const Parallelism& p,
                               const std::optional<outside_rows::GpuFacts>& gpu) {
     Count sum;
-    for_each_device_row(framework, p, gpu,
+    for_each_device_row(framework, p, gpu, {},
                         [&](const outside_rows::RowSpec& spec, std::uint64_t count) {
                             sum += Count(count) * spec.high_bytes;
                         });

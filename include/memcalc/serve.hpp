@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "memcalc/dtype.hpp"
 #include "memcalc/error.hpp"
@@ -72,6 +73,13 @@ struct ServeSettings {
     std::uint64_t block_size = 16;       ///< tokens per KV-cache block (vLLM's default)
     std::uint64_t prefill_chunk = 8192;  ///< tokens one forward takes at most (chunked prefill)
     std::uint64_t tp = 1;
+    bool cuda_graphs = true;  ///< the engine captures CUDA graphs (false: --enforce-eager)
+};
+
+/// `count` tensors of `bytes` each: how a rank's memory is made, for the allocator's replay.
+struct TensorRun {
+    Count bytes;
+    std::uint64_t count = 1;
 };
 
 /// What one tensor-parallel rank holds.
@@ -94,6 +102,9 @@ struct ServeReport {
     std::uint64_t state_layers = 0;
     Count state_bytes_per_sequence;  ///< over every Mamba layer
     Count ssm_state;                 ///< batch x state_bytes_per_sequence
+    /// The tensors of each part in the order an engine makes them: every weight; each layer's
+    /// cache (vLLM allocates a tensor a layer) or state; a prefill's temporaries, freed after it.
+    std::vector<TensorRun> weight_tensors, cache_tensors, prefill_tensors;
     Count peak() const { return weights + kv_cache + ssm_state + activations; }
 };
 
@@ -173,6 +184,7 @@ inline void serve_weights(const Architecture& m, const ServeSettings& s, ServeRe
         }
         r.parameters += layers * elements;
         r.weights += layers * bytes;
+        r.weight_tensors.push_back({bytes, layers.value()});
     }
 }
 
@@ -198,9 +210,10 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
                                         // conv_states, ssm_states)
             const std::uint64_t channels = v.ssm.d_inner / tp;
             r.state_layers += layers;
-            r.state_bytes_per_sequence +=
-                Count(layers) * channels *
-                (v.ssm.d_conv * dtype::bf16 + v.ssm.d_state * dtype::fp32);
+            const Count per_layer =
+                Count(channels) * (v.ssm.d_conv * dtype::bf16 + v.ssm.d_state * dtype::fp32);
+            r.state_bytes_per_sequence += Count(layers) * per_layer;
+            r.cache_tensors.push_back({Count(s.batch) * per_layer, layers});
             continue;
         }
         r.cache_layers += layers;
@@ -212,7 +225,9 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
                 ? blocks_full
                 : std::min(blocks_full, ceil_div(Count(v.window), s.block_size).value() + 1);
         r.kv_bytes_per_token += per_token;
-        r.kv_cache += Count(s.batch) * blocks * s.block_size * per_token;
+        const Count kind_cache = Count(s.batch) * blocks * s.block_size * per_token;
+        r.kv_cache += kind_cache;
+        r.cache_tensors.push_back({Count(kind_cache.value() / layers), layers});
         r.blocks_per_sequence = std::max(r.blocks_per_sequence, blocks);
         if (blocks < blocks_full) r.windowed_layers += layers;
     }
@@ -249,9 +264,13 @@ inline void serve_activations(const Architecture& m, const ServeSettings& s, Ser
     if (m.any_mixer(Mixer::mamba))
         mlp = std::max(mlp, Count(N) * (6 * (m.ssm.d_inner / tp)) * dtype::bf16);
     const Count stream = Count(N) * m.hidden * (2 * dtype::bf16);
-    const Count logits =
-        Count(s.batch) * ceil_div(Count(m.vocab), tp).value() * (dtype::bf16 + dtype::fp32);
+    const Count rows = Count(s.batch) * ceil_div(Count(m.vocab), tp).value();
+    const Count logits = rows * (dtype::bf16 + dtype::fp32);
     r.activations = stream + std::max(attention, mlp) + logits;
+    r.prefill_tensors = {{Count(stream.value() / 2), 2},
+                         {std::max(attention, mlp), 1},
+                         {rows * dtype::bf16, 1},
+                         {rows * dtype::fp32, 1}};
 }
 }  // namespace detail
 
@@ -289,12 +308,23 @@ struct ServeFit {
     std::optional<ServeReport> at_max;  ///< the report at max_batch
 };
 
-/// The largest batch whose peak fits (the peak grows with the batch), by doubling then bisecting.
-inline ServeFit serve_fit(const Architecture& m, ServeSettings s, Count capacity) {
+/// A report's own peak: what serve_fit weighs by default.
+struct ServePeak {
+    Count operator()(const ServeReport& r, const ServeSettings&) const { return r.peak(); }
+};
+
+/// The largest batch whose figure `weigh(report, settings)` fits (it grows with the batch), by
+/// doubling then bisecting. The cache's capacity counts what `weigh` adds to the report's peak
+/// at s.batch as fixed.
+template <class Weigh = ServePeak>
+ServeFit serve_fit(const Architecture& m, ServeSettings s, Count capacity, Weigh weigh = {}) {
     ServeFit f;
     const ServeReport here = serve(m, s);
-    f.fits = here.peak() <= capacity;
-    const Count fixed = here.weights + here.ssm_state + here.activations;
+    const Count weighed = weigh(here, s);
+    f.fits = weighed <= capacity;
+    // What weigh adds (never below zero: the report's peak is within its figure).
+    const Count added(weighed.value() - std::min(weighed, here.peak()).value());
+    const Count fixed = here.weights + here.ssm_state + here.activations + added;
     if (capacity > fixed && here.kv_bytes_per_token > Count(0)) {
         const std::uint64_t tokens =
             (capacity.value() - fixed.value()) / here.kv_bytes_per_token.value();
@@ -303,7 +333,7 @@ inline ServeFit serve_fit(const Architecture& m, ServeSettings s, Count capacity
     const auto fits = [&](std::uint64_t batch) {
         s.batch = batch;
         try {
-            return serve(m, s).peak() <= capacity;
+            return weigh(serve(m, s), s) <= capacity;
         } catch (const overflow_error&) {  // a peak past 2^64 bytes: far over any device
             return false;
         }

@@ -113,6 +113,8 @@ class Peak(Result):
     by_category: _t.Dict[str, int]
     fits: _t.Optional[bool]
     spare_bytes: _t.Optional[int]
+    reserved_bytes: _t.Optional[int]  # what the caching allocator holds (None: not modelled)
+    device_bytes: _t.Optional[int]  # reserved and what lies outside it: nvidia-smi's figure
 
 
 @_result
@@ -126,8 +128,11 @@ class StagePeak(Result):
 
 @_result
 class ServePeak(Result):
-    """Serving's peak per rank: weights, KV cache and prefill's activations, in bytes."""
+    """Serving's peak per rank: weights, KV cache and prefill's activations, in bytes
+    (``bytes``); what the caching allocator reserves for them and what the device shows."""
     bytes: int
+    reserved_bytes: int
+    device_bytes: int
 
 
 @_result

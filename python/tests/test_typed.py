@@ -57,6 +57,7 @@ def test_fit_serve_plan_are_typed(program):
     serve = memcalc.serve(preset="llama-3-8b", context=8192, batch=4, gpu="h100-sxm")
     assert isinstance(serve.device, memcalc.ServeDevice) and serve.device.fits is True
     assert serve.kv_cache.bytes == serve["kv_cache"]["bytes"]
+    assert serve.peak.bytes < serve.peak.reserved_bytes < serve.peak.device_bytes
     fields_are_keys(serve)
     plan = memcalc.plan(preset="gpt2", seq=1024, global_batch=8, gpus=2, device_memory="80GB", top=2)
     assert isinstance(plan.layouts[0], memcalc.Layout) and plan.layouts[0].rank == 1
