@@ -516,7 +516,7 @@ std::string device_lines(const Figure& allocated, const std::vector<DeviceRow>& 
     add_rows(table, true);
     table.row(line("reserved", reserved.bytes, reserved.note));
     add_rows(table, false);
-    table.row(line("device", device, "what nvidia-smi shows"));
+    table.row(line("device", device, "nvidia-smi -q's used and reserved"));
     return table.str();
 }
 

@@ -39,7 +39,7 @@ struct DeviceFigures {
     Count allocated;              ///< the estimate's peak: the model's tensors
     ReservedPeak reserved;        ///< the allocator's, the libraries' workspaces among its tensors
     std::vector<DeviceRow> rows;  ///< inside the allocator first, then outside it
-    Count bytes, low_bytes, high_bytes;  ///< reserved plus what lies outside: nvidia-smi's figure
+    Count bytes, low_bytes, high_bytes;  ///< reserved and what lies outside: nvidia-smi's
 
     /// The rows outside the allocator together, at `which` of their figures.
     Count outside_bytes(Count DeviceRow::*which = &DeviceRow::bytes) const {

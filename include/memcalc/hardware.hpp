@@ -13,8 +13,8 @@ namespace memcalc {
 struct Gpu {
     Text name, description;
     Text source;  ///< where the memory figure comes from
-    /// The memory as the driver reports it (nvidia-smi's total, exact to the MiB). PyTorch's CUDA
-    /// context and the driver's own reserve take some of it: memcalc's --reserve stands for those.
+    /// The memory as the driver reports it (nvidia-smi's total, exact to the MiB). The CUDA
+    /// context and the driver's own reserve take some of it: rows of outside.hpp.
     Count memory;
     /// Peak dense tensor-core FLOP/s (not the 2:4-sparse figure datasheets lead with); 0: none or
     /// unknown.

@@ -88,7 +88,7 @@ inline constexpr Text te_gemm =
     "TransformerEngine@d0067d0 transformer_engine/pytorch/cpp_extensions/gemm.py:37-67 "
     "(get_cublas_workspace_size_bytes, torch.empty; one a device)";
 
-inline constexpr std::array<RowSpec, 14> specs{{
+inline constexpr std::array<RowSpec, 16> specs{{
     {"cuda_context", false, 0, 8, std::nullopt, Per::process, Count(400 * MiB), Count(266 * MiB),
      Count(600 * MiB), "the CUDA context and its lazily loaded kernels",
      "pytorch#86509, #109888, #107667; InvokeAI#9413; unsloth-zoo#1053 (sm80-89, lazy loading)",
@@ -140,6 +140,19 @@ inline constexpr std::array<RowSpec, 14> specs{{
     // torch 1.13's NCCL (2.14) has no NVLS; before Hopper there is none.
     {"nccl_nvls", false, 0, 0, TorchVersion::v1_13, Per::nvls_group, Count(0), Count(0), Count(0),
      "", "", std::nullopt, std::nullopt},
+    // The driver keeps part of the memory nvidia-smi's total counts from every process
+    // (nvidia-smi -q lists it as Reserved): what CUDA reports as its total is the rest.
+    {"driver_reserved", false, 0, 8, std::nullopt, Per::process, Count(430 * MiB), Count(317 * MiB),
+     Count(870 * MiB), "what the driver keeps of the memory (nvidia-smi's total less CUDA's)",
+     "vLLM's printed CUDA totals: RTX 3090 23.58 GiB of 24,576 MiB (vllm#10517); out-of-memory "
+     "messages: 23.67 GiB of a 24 GB card, 79.15 GiB of an 80 GB one",
+     std::nullopt, std::nullopt},
+    {"driver_reserved", false, 9, 99, std::nullopt, Per::process, Count(437 * MiB),
+     Count(437 * MiB), Count(870 * MiB),
+     "what the driver keeps of the memory (nvidia-smi's total less CUDA's)",
+     "vLLM's printed CUDA total: H100 80GB 79.22 GiB of 81,559 MiB (vllm PR #12126); the high end "
+     "is the largest seen before Hopper",
+     std::nullopt, std::nullopt},
     // An engine's captured graphs keep their activations in a private pool of the allocator (the
     // out-of-memory message counts them); how much depends on the engine, its capture sizes and its
     // all-reduce buffers: the published figures are the band.

@@ -692,6 +692,7 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
 /// memory that does not grow with the number of layouts.
 struct PlanSummary {
     std::vector<PlanRow> top;
+    /// `fitting`: those whose peak and rows fit, less those the allocator's check refused.
     std::size_t evaluated = 0, fitting = 0;
     /// Layouts ranked among the best whose allocated peak and device rows fit but whose device
     /// figure (the allocator's reserved bytes) does not: refused, with their figure.
@@ -718,6 +719,7 @@ inline void check_devices(const Architecture& m, const PlanRequest& request, std
             row.device = device_figures(r, *request.device).front().high_bytes;
             if (*row.device > request.capacity) {
                 summary.refused.push_back(std::move(row));
+                --summary.fitting;  // counted when its peak and rows fit: it does not
                 continue;
             }
         }
