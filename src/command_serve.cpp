@@ -40,6 +40,8 @@ struct ServeRun {
     std::optional<Count> memory, reserve, capacity;  ///< with a device
     std::string device;
     std::optional<ServeFit> fit;
+    std::optional<EngineSettings> engine_settings;  ///< with --engine
+    std::optional<EngineBudget> engine;
 };
 
 /// What the device shows: the rows inside the allocator, reserved, the rows outside, device.
@@ -69,6 +71,61 @@ nlohmann::json peak_json(const ServeRun& r) {
         {"device_band", {{"low_bytes", d.low_bytes.value()}, {"high_bytes", d.high_bytes.value()}}},
         {"outside", device_rows_json(d.rows)},
         {"reserved", reserved}};
+}
+
+/// The engine's budget, term by term, and the cache it makes.
+std::string engine_section(const EngineBudget& b, const ServeSettings& s, Unit unit) {
+    const EngineRule& rule = *b.rule;
+    TextTable table({Align::left, Align::right, Align::right, Align::left});
+    for (const BudgetTerm& t : b.terms)
+        table.row({fmt::format("{} {}", t.adds ? " " : "-", t.name), digits(t.bytes),
+                   amount(t.bytes, unit), t.why});
+    std::string out = fmt::format(
+        "\n{} {} ({}) budgets its KV cache (max_model_len {}, max_num_seqs {},\n"
+        "max_num_batched_tokens {}; CUDA's total {}):\n",
+        rule.engine, rule.version, rule.mode, digits(Count(b.max_model_len)),
+        digits(Count(b.max_num_seqs)), digits(Count(b.max_num_batched_tokens)),
+        amount(b.cuda_total, unit));
+    if (b.shortfall > Count(0)) {
+        table.row({"= KV cache", "0", amount(Count(0), unit),
+                   fmt::format("the terms overdraw the share by {}: the engine does not start",
+                               amount(b.shortfall, unit))});
+        return out + table.str();
+    }
+    table.row({"= KV cache", digits(b.kv_cache_bytes), amount(b.kv_cache_bytes, unit),
+               fmt::format("{} blocks of {} tokens", digits(Count(b.blocks)), s.block_size)});
+    out += table.str();
+    out += fmt::format(
+        "  GPU KV cache size: {} tokens; maximum concurrency for {} tokens per "
+        "request: {:.2f}x{}\n",
+        digits(Count(b.tokens)), digits(Count(b.max_model_len)), b.max_concurrency,
+        b.approximate ? " (approximate: sliding-window or Mamba layers)" : "");
+    return out;
+}
+
+nlohmann::json engine_json(const EngineBudget& b, const EngineSettings& e, const ServeSettings& s) {
+    nlohmann::json terms = nlohmann::json::array();
+    for (const BudgetTerm& t : b.terms)
+        terms.push_back(
+            {{"name", t.name}, {"bytes", t.bytes.value()}, {"adds", t.adds}, {"why", t.why}});
+    return {{"name", b.rule->engine},
+            {"version", b.rule->version},
+            {"mode", b.rule->mode},
+            {"source", b.rule->source},
+            {"gpu_memory_utilization", e.gpu_memory_utilization},
+            {"max_model_len", b.max_model_len},
+            {"max_num_seqs", b.max_num_seqs},
+            {"max_num_batched_tokens", b.max_num_batched_tokens},
+            {"block_size", s.block_size},
+            {"cuda_total_bytes", b.cuda_total.value()},
+            {"terms", terms},
+            {"starts", b.shortfall == Count(0)},
+            {"shortfall_bytes", b.shortfall.value()},
+            {"kv_cache_bytes", b.kv_cache_bytes.value()},
+            {"kv_cache_tokens", b.tokens},
+            {"blocks", b.blocks},
+            {"max_concurrency", b.max_concurrency},
+            {"approximate", b.approximate}};
 }
 
 std::string serve_table(const ServeRun& r, Unit unit) {
@@ -129,6 +186,7 @@ std::string serve_table(const ServeRun& r, Unit unit) {
                                  digits(Count(s.context)), digits(Count(r.fit->max_batch)),
                                  amount(r.fit->at_max->peak(), unit));
     }
+    if (r.engine) return out + engine_section(*r.engine, s, unit);
     out +=
         "\nThe KV cache is the batch's: an engine preallocates its whole budget (vLLM's "
         "--gpu-memory-utilization\nof the device), and its profiling run's peak may differ from "
@@ -169,6 +227,7 @@ nlohmann::json serve_json(const ServeRun& r) {
         {"peak", peak_json(r)},
     };
     j["settings"]["cuda_graphs"] = s.cuda_graphs;
+    if (r.engine) j["engine"] = engine_json(*r.engine, *r.engine_settings, s);
     if (p.state_layers > 0)  // appended: the keys above stay as they were
         j["ssm_state"] = {{"bytes", p.ssm_state.value()},
                           {"bytes_per_sequence", p.state_bytes_per_sequence.value()},
@@ -203,8 +262,49 @@ std::string serve_csv(const ServeRun& r) {
 
 }  // namespace
 
+/// --engine's settings; none without it, and the engine's options without it are an error.
+std::optional<EngineSettings> engine_settings(const ServeOptions& q) {
+    if (q.engine.empty()) {
+        for (const auto& [option, value] :
+             {std::pair{"--engine-version", &q.engine_version},
+              {"--gpu-memory-utilization", &q.gpu_memory_utilization},
+              {"--max-model-len", &q.max_model_len},
+              {"--max-num-seqs", &q.max_num_seqs},
+              {"--max-num-batched-tokens", &q.max_num_batched_tokens}})
+            if (!value->empty())
+                throw usage_error(fmt::format("{} {} needs --engine vllm", option, *value));
+        return std::nullopt;
+    }
+    if (!engine_rule(q.engine))
+        throw usage_error(fmt::format("--engine must be vllm (got '{}')", q.engine));
+    EngineSettings e;
+    e.rule = engine_rule(q.engine, q.engine_version);
+    if (!e.rule)
+        throw usage_error(fmt::format(
+            "--engine-version '{}' is not a version of {} that memcalc models (0.6 or later)",
+            q.engine_version, q.engine));
+    if (!q.gpu_memory_utilization.empty()) {
+        char* end = nullptr;
+        const std::string& text = q.gpu_memory_utilization;
+        e.gpu_memory_utilization = std::strtod(text.c_str(), &end);
+        if (end != text.c_str() + text.size() ||
+            !(e.gpu_memory_utilization > 0 && e.gpu_memory_utilization <= 1))
+            throw usage_error(
+                fmt::format("--gpu-memory-utilization: '{}' is not a share in (0, 1]", text));
+    }
+    const auto count = [](const char* option, const std::string& text) {
+        return text.empty() ? std::nullopt
+                            : std::optional<std::uint64_t>(parse_count(option, text, 0));
+    };
+    e.max_model_len = count("--max-model-len", q.max_model_len);
+    e.max_num_seqs = count("--max-num-seqs", q.max_num_seqs);
+    e.max_num_batched_tokens = count("--max-num-batched-tokens", q.max_num_batched_tokens);
+    return e;
+}
+
 std::string run_serve(const ServeOptions& q) {
-    if (q.context.empty())
+    const std::optional<EngineSettings> engine = engine_settings(q);
+    if (q.context.empty() && !engine)
         throw usage_error("serve needs --context, the tokens of each sequence (prompt and output)");
     ServeSettings s;
     s.context = parse_count("--context", q.context, 0);
@@ -223,7 +323,18 @@ std::string run_serve(const ServeOptions& q) {
         run.capacity = device->rule.usable();
         run.device = device->device.given_by;
     }
+    if (engine && !run.memory)
+        throw usage_error(
+            fmt::format("--engine {} needs --device-memory, --gpu or --gpu-file: "
+                        "it budgets a share of the device's memory",
+                        q.engine));
     const ModelFile model = load_model(q.model);
+    if (engine) {
+        run.engine_settings = engine;
+        run.engine =
+            engine_budget(model.architecture, s, *engine, *run.memory, run.device_settings);
+        if (q.context.empty()) s.context = run.engine->max_model_len;
+    }
     run.model = model.architecture.name;
     run.layers = model.architecture.layers;
     run.settings = s;

@@ -186,10 +186,13 @@ const char* const serve_footer =
     "tokens'\n"
     "logits). With --device-memory or --gpu: whether it fits, the KV cache capacity in tokens "
     "beside the\n"
-    "weights and activations, and the largest batch at --context.\n"
+    "weights and activations, and the largest batch at --context. Beside them, what the caching\n"
+    "allocator reserves and what the device shows. With --engine vllm: the KV cache as the engine\n"
+    "sizes it (its bytes, blocks, tokens and concurrency at --max-model-len), term by term.\n"
     "\n"
     "Examples:\n"
     "  memcalc serve --preset llama-3-8b --context 8192 --batch 16\n"
+    "  memcalc serve --preset llama-3-8b --engine vllm --max-model-len 32768 --gpu h100-sxm\n"
     "  memcalc serve --preset llama-3-70b --context 32768 --batch 8 --tp 8 --gpu h100-sxm\n"
     "  memcalc serve --preset llama-3-70b --context 8192 --weights int4 --kv-dtype fp8 "
     "--device-memory 48GB --format json";
@@ -339,6 +342,33 @@ void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
     serve
         .add_option("--prefill-chunk", q.prefill_chunk,
                     "Most tokens one forward takes (chunked prefill; default 8192)")
+        ->type_name("N");
+    serve
+        .add_option("--engine", q.engine,
+                    "Size the KV cache as this engine does (vllm): its share of the device less "
+                    "its\nweights, profiling peak and memory outside PyTorch")
+        ->type_name("NAME");
+    serve
+        .add_option("--engine-version", q.engine_version,
+                    "The engine's version whose rule to follow (vllm: 0.6, 0.7, 0.10, 0.21 and "
+                    "later; default the newest)")
+        ->type_name("X.Y");
+    serve
+        .add_option("--gpu-memory-utilization", q.gpu_memory_utilization,
+                    "The engine's share of the device's memory (default 0.9)")
+        ->type_name("F");
+    serve
+        .add_option("--max-model-len", q.max_model_len,
+                    "The engine's longest request (default the model's max_positions)")
+        ->type_name("N");
+    serve
+        .add_option("--max-num-seqs", q.max_num_seqs,
+                    "The engine's most sequences a step (default by version and GPU)")
+        ->type_name("N");
+    serve
+        .add_option("--max-num-batched-tokens", q.max_num_batched_tokens,
+                    "The engine's most tokens a step, its profiling forward's (default by "
+                    "version and GPU)")
         ->type_name("N");
     serve.add_flag("--enforce-eager", q.enforce_eager,
                    "The engine captures no CUDA graphs (vLLM's --enforce-eager): no graph pool");

@@ -7,6 +7,7 @@
 #include "fixtures.hpp"
 #include "run_program.hpp"
 #include "memcalc/serve.hpp"
+#include "memcalc/engine_budget.hpp"
 #include "memcalc/serve_device.hpp"
 #include "model_file.hpp"
 
@@ -226,14 +227,6 @@ TEST_CASE("memcalc serve names the input that overflows, and --reserve needs a d
     CHECK(nlohmann::json::parse(by_default.out).at("device").at("reserve_bytes") == 0);
 }
 
-namespace {
-Count sum(const std::vector<TensorRun>& runs) {
-    Count out;
-    for (const TensorRun& run : runs) out += Count(run.count) * run.bytes;
-    return out;
-}
-}  // namespace
-
 TEST_CASE("a serving rank's tensors make up its weights, cache and prefill exactly", "[serve]") {
     for (const char* name : {"llama-3-8b", "mixtral-8x7b", "gemma-2-9b", "jamba-1.5-mini",
                              "deepseek-v2-lite", "gpt2"}) {
@@ -241,9 +234,9 @@ TEST_CASE("a serving rank's tensors make up its weights, cache and prefill exact
         const Architecture m = preset(name);
         ServeSettings s = at(1000, 3);
         const ServeReport r = serve(m, s);
-        CHECK(sum(r.weight_tensors) == r.weights);
-        CHECK(sum(r.cache_tensors) == r.kv_cache + r.ssm_state);
-        CHECK(sum(r.prefill_tensors) == r.activations);
+        CHECK(detail::total_bytes(r.weight_tensors) == r.weights);
+        CHECK(detail::total_bytes(r.cache_tensors) == r.kv_cache + r.ssm_state);
+        CHECK(detail::total_bytes(r.prefill_tensors) == r.activations);
     }
 }
 
@@ -332,4 +325,102 @@ TEST_CASE(
     CHECK(names(peak).size() == names(eager_peak).size() + 1);
     CHECK(figure(eager_peak, "reserved_bytes") < figure(peak, "reserved_bytes"));
     CHECK(nlohmann::json::parse(eager.out).at("settings").at("cuda_graphs") == false);
+}
+
+namespace {
+EngineBudget budget_of(const char* model, const char* version, double utilization = 0.9,
+                       bool graphs = true) {
+    ServeSettings s = at(1);
+    s.cuda_graphs = graphs;
+    EngineSettings e;
+    e.rule = engine_rule("vllm", version);
+    e.gpu_memory_utilization = utilization;
+    e.max_model_len = 32768;
+    DeviceSettings device;
+    device.gpu = gpu_facts_of("h100-sxm");
+    return engine_budget(preset(model), s, e, Count(85'520'809'984ULL), device);
+}
+}  // namespace
+
+TEST_CASE("an engine's versions are rows: the newest at or below the one asked",
+          "[serve][engine]") {
+    REQUIRE(engine_rule("vllm"));
+    CHECK(engine_rule("vllm")->version == std::string("0.21"));
+    CHECK(engine_rule("vllm", "0.8")->version == std::string("0.7"));
+    CHECK(engine_rule("vllm", "0.10")->version == std::string("0.10"));
+    CHECK(engine_rule("vllm", "0.25.1")->version == std::string("0.21"));
+    CHECK(engine_rule("vllm", "1.0")->version == std::string("0.21"));
+    CHECK(engine_rule("vllm", "0.5") == nullptr);
+    CHECK(engine_rule("vllm", "x.y") == nullptr);
+    CHECK(engine_rule("tgi") == nullptr);
+}
+
+TEST_CASE("vLLM's KV cache is its share of the device less its terms, in whole blocks",
+          "[serve][engine]") {
+    for (const char* model : {"llama-3-8b", "qwen2.5-7b", "mistral-7b", "llama-3-70b"}) {
+        for (const char* version : {"0.6", "0.7", "0.10", "0.21"}) {
+            CAPTURE(model, version);
+            const EngineBudget b = budget_of(model, version);
+            std::uint64_t requested = 0, taken = 0;
+            for (const BudgetTerm& t : b.terms) (t.adds ? requested : taken) += t.bytes.value();
+            if (b.shortfall > Count(0)) {
+                CHECK(b.shortfall.value() == taken - requested);
+                CHECK(b.blocks == 0);
+                continue;
+            }
+            const std::uint64_t left = requested - taken, kv = b.kv_cache_bytes.value();
+            REQUIRE(b.blocks > 0);
+            CHECK(kv <= left);
+            CHECK(left - kv < kv / b.blocks);
+            CHECK(b.tokens == b.blocks * 16);
+            CHECK(b.max_concurrency > 0);
+        }
+    }
+    // Llama 3 70B's weights alone pass 90% of an H100: the engine does not start.
+    CHECK(budget_of("llama-3-70b", "0.21").shortfall > Count(0));
+}
+
+TEST_CASE(
+    "vLLM 0.21 takes its CUDA graphs' estimate from the cache; 0.10 and --enforce-eager do "
+    "not",
+    "[serve][engine]") {
+    const EngineBudget v10 = budget_of("llama-3-8b", "0.10"), v21 = budget_of("llama-3-8b", "0.21");
+    const EngineBudget eager = budget_of("llama-3-8b", "0.21", 0.9, false);
+    const std::uint64_t block = 131072ULL * 16;  // 32 layers x 8 heads x 128 x 2 x 2 B x 16 tokens
+    const std::uint64_t graphs = 385875968;      // the pool's row
+    const std::uint64_t less = v10.kv_cache_bytes.value() - v21.kv_cache_bytes.value();
+    CHECK(less + block >= graphs);
+    CHECK(less <= graphs + block);
+    CHECK(eager.kv_cache_bytes == v10.kv_cache_bytes);
+    // More of the device, more cache; V0's profiling batch of the whole model length, less.
+    CHECK(budget_of("llama-3-8b", "0.21", 0.95).tokens > v21.tokens);
+    CHECK(budget_of("llama-3-8b", "0.7").tokens < v10.tokens);
+}
+
+TEST_CASE("memcalc serve --engine vllm: the engine's terms in JSON, and errors that name the value",
+          "[serve][engine][cli]") {
+    const auto r = testing::memcalc(
+        "serve --preset llama-3-8b --engine vllm --max-model-len 16384 --gpu h100-sxm --format "
+        "json");
+    REQUIRE(r.status == 0);
+    const auto engine = nlohmann::json::parse(r.out).at("engine");
+    for (const char* key : {"kv_cache_bytes", "kv_cache_tokens", "blocks", "max_concurrency",
+                            "terms", "version", "max_num_batched_tokens"})
+        CHECK(engine.contains(key));
+    CHECK(engine.at("kv_cache_tokens").get<std::uint64_t>() ==
+          16 * engine.at("blocks").get<std::uint64_t>());
+    CHECK(nlohmann::json::parse(r.out).at("settings").at("context") == 16384);
+    for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+             {"--engine tgi --gpu h100-sxm", "'tgi'"},
+             {"--engine vllm --engine-version 0.5 --gpu h100-sxm", "'0.5'"},
+             {"--engine vllm --gpu-memory-utilization 1.5 --gpu h100-sxm", "'1.5'"},
+             {"--engine vllm --gpu-memory-utilization 0 --gpu h100-sxm", "'0'"},
+             {"--context 4096 --max-model-len 4096", "--max-model-len 4096 needs --engine"},
+             {"--engine vllm", "--engine vllm needs --device-memory"}}) {
+        CAPTURE(args);
+        const auto bad = testing::memcalc("serve --preset llama-3-8b " + args);
+        CHECK(bad.status != 0);
+        CHECK(bad.out.empty());
+        CHECK_THAT(bad.err, Catch::Contains(says));
+    }
 }

@@ -5,6 +5,7 @@
 #include "memcalc/allocator.hpp"
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/device_memory.hpp"
+#include "memcalc/engine_budget.hpp"
 #include "memcalc/error.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/fit.hpp"

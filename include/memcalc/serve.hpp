@@ -234,20 +234,18 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
     r.ssm_state = Count(s.batch) * r.state_bytes_per_sequence;
 }
 
-/// The largest forward temporaries of a prefill chunk, and the last tokens' logits.
-inline void serve_activations(const Architecture& m, const ServeSettings& s, ServeReport& r) {
-    const std::uint64_t tp = s.tp;
-    // One forward of a prefill chunk, in bf16 with no autograd: the residual stream and the norm's
-    // output, then the larger of attention's q, k, v and output (a fused kernel: no scores) and the
-    // MLP's gate/up output and product (per routed slot for experts, beside the gathered tokens,
-    // their outputs and the router's fp32 logits); and at the end the logits of each sequence's
-    // last token, bf16 and an fp32 copy for sampling. A batch whose tokens pass a chunk fills it:
-    // the product is not formed, so never wraps.
-    const std::uint64_t chunk = s.prefill_chunk;
-    const std::uint64_t N = s.batch > chunk / s.context ? chunk : s.batch * s.context;
-    r.prefill_tokens = N;
+/// The largest temporaries of one forward of `tokens` tokens on a rank of `tp`, in bf16 with no
+/// autograd, ending in the logits of `rows` sequences' last tokens, as tensors in the order made:
+/// the residual stream and the norm's output, then the larger of attention's q, k, v and output (a
+/// fused kernel: no scores) and the MLP's gate/up output and product (per routed slot for experts,
+/// beside the gathered tokens, their outputs and the router's fp32 logits), and the logits in bf16
+/// and an fp32 copy for sampling.
+inline std::vector<TensorRun> forward_temporaries(const Architecture& m, std::uint64_t tokens,
+                                                  std::uint64_t rows, std::uint64_t tp) {
+    const std::uint64_t N = tokens, kv = m.key_value_heads();
     const std::uint64_t heads = m.heads / tp, d = m.head_size();
-    const Count attention = Count(N) * (2 * heads * d + 2 * r.kv_heads_per_rank * d) * dtype::bf16;
+    const std::uint64_t kv_heads = m.mla.enabled() || kv < tp ? 1 : kv / tp;
+    const Count attention = Count(N) * (2 * heads * d + 2 * kv_heads * d) * dtype::bf16;
     Count mlp;
     m.every_kind([&](const Architecture& v) {
         const Count slots = Count(N) * v.active_experts();
@@ -263,14 +261,28 @@ inline void serve_activations(const Architecture& m, const ServeSettings& s, Ser
     // as the larger.
     if (m.any_mixer(Mixer::mamba))
         mlp = std::max(mlp, Count(N) * (6 * (m.ssm.d_inner / tp)) * dtype::bf16);
-    const Count stream = Count(N) * m.hidden * (2 * dtype::bf16);
-    const Count rows = Count(s.batch) * ceil_div(Count(m.vocab), tp).value();
-    const Count logits = rows * (dtype::bf16 + dtype::fp32);
-    r.activations = stream + std::max(attention, mlp) + logits;
-    r.prefill_tensors = {{Count(stream.value() / 2), 2},
-                         {std::max(attention, mlp), 1},
-                         {rows * dtype::bf16, 1},
-                         {rows * dtype::fp32, 1}};
+    const Count stream = Count(N) * m.hidden * dtype::bf16;
+    const Count logits = Count(rows) * ceil_div(Count(m.vocab), tp).value();
+    return {{stream, 2},
+            {std::max(attention, mlp), 1},
+            {logits * dtype::bf16, 1},
+            {logits * dtype::fp32, 1}};
+}
+
+/// Bytes of `runs` together.
+inline Count total_bytes(const std::vector<TensorRun>& runs) {
+    Count out;
+    for (const TensorRun& run : runs) out += Count(run.count) * run.bytes;
+    return out;
+}
+
+/// A prefill chunk's temporaries: a batch whose tokens pass a chunk fills it (the product is not
+/// formed, so never wraps).
+inline void serve_activations(const Architecture& m, const ServeSettings& s, ServeReport& r) {
+    const std::uint64_t chunk = s.prefill_chunk;
+    r.prefill_tokens = s.batch > chunk / s.context ? chunk : s.batch * s.context;
+    r.prefill_tensors = forward_temporaries(m, r.prefill_tokens, s.batch, s.tp);
+    r.activations = total_bytes(r.prefill_tensors);
 }
 }  // namespace detail
 
