@@ -72,6 +72,7 @@ struct ParallelOptions {
     std::string offload = "none";
     std::string first_stage_layers, last_stage_layers;
     std::string schedule;       ///< --schedule: the pipeline schedule (plan: a comma list, or all)
+    std::string loading;        ///< --loading: how the model is loaded (loading.hpp's rows)
     std::string host_memory;    ///< --host-memory: each device's share of its node's
     std::string gpus_per_node;  ///< for --compare deepspeed
     bool sp = false;

@@ -343,8 +343,14 @@ void add_parallel_rest(App& app, ParallelOptions& q) {
         ->group(parallel_group)
         ->type_name("MODE");
     add_host_memory_option(app, q)->group(parallel_group);
+    app.add_option("--loading", q.loading,
+                   "How the model is loaded before the first step: to-device (the default "
+                   "unsharded),\nhost-then-move, fsdp1 (the default with --zero 3), fsdp1-rank0, "
+                   "fsdp2-on-device or\nfsdp2-meta (docs/training-memory.md, Loading)")
+        ->group(parallel_group)
+        ->type_name("METHOD");
     app.add_option("--gpus-per-node", q.gpus_per_node,
-                   "GPUs per node, for --compare deepspeed (default 8)")
+                   "GPUs per node, for --compare deepspeed and loading's host memory (default 8)")
         ->group(parallel_group)
         ->type_name("N");
 }

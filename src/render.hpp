@@ -12,6 +12,7 @@
 #include "memcalc/estimate.hpp"
 #include "memcalc/fit.hpp"
 #include "memcalc/hardware.hpp"
+#include "memcalc/loading.hpp"
 #include "memcalc/plan.hpp"
 #include "memcalc/units.hpp"
 #include "model_file.hpp"
@@ -72,6 +73,7 @@ struct View {
     Count reserve{0};       ///< kept out of device_memory when the peak is checked (DeviceFit)
     DeviceSettings device;  ///< the allocator's settings and the GPU's facts
     bool device_figures = true;  ///< report reserved and device figures (one configuration)
+    const LoadingMethod* loading = nullptr;  ///< --loading; none: the layout's default
 };
 
 /// The timeline's categories with their JSON keys and printed labels, in print order.
@@ -202,6 +204,15 @@ std::string ops_csv(const Report& r);
 std::optional<DeviceFigures> fullest_device(const Report& r, const View& view);
 /// Every rank's figures, the fullest first (none where fullest_device has none).
 std::vector<DeviceFigures> every_device(const Report& r, const View& view);
+/// The loading peak of the rank that peaks highest while loading, by --loading or the layout's
+/// default; `fits` against the device (its rows and fragmentation as the step's) where given.
+struct LoadingView {
+    LoadingPeak peak;
+    Count device_high;         ///< device_bytes with the step's rows and fragmentation beside it
+    std::optional<bool> fits;  ///< none without a device
+};
+LoadingView loading_view(const Report& r, const View& view,
+                         const std::optional<DeviceFigures>& device);
 /// The peak a verdict weighs: the device figure's high end where there is one, else allocated.
 Count verdict_peak(const Report& r, const std::optional<DeviceFigures>& device);
 /// A figure and what it is.

@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -17,6 +18,23 @@ std::optional<DeviceFigures> fullest_device(const Report& r, const View& view) {
     std::vector<DeviceFigures> all = every_device(r, view);
     if (all.empty()) return std::nullopt;
     return std::move(all.front());
+}
+
+LoadingView loading_view(const Report& r, const View& view,
+                         const std::optional<DeviceFigures>& device) {
+    const LoadingMethod& method =
+        view.loading ? *view.loading : default_loading(r.settings.parallel);
+    LoadingView out;
+    const std::uint64_t devices = r.settings.parallel.devices();
+    out.peak = fullest_loading(r, method, std::min(view.gpus_per_node, devices));
+    // Beside the weights while loading: the step's rows and fragmentation, leaning high.
+    const Count beside(device ? device->high_bytes.value() -
+                                    std::min(device->high_bytes, device->allocated).value()
+                              : 0);
+    out.device_high = out.peak.device_bytes + beside;
+    if (view.device_memory)
+        out.fits = DeviceFit{*view.device_memory, view.reserve}.fits(out.device_high);
+    return out;
 }
 
 Count verdict_peak(const Report& r, const std::optional<DeviceFigures>& device) {

@@ -424,6 +424,21 @@ void add_device_figures(json& peak, const std::optional<DeviceFigures>& d, const
 
 }  // namespace
 
+namespace {
+/// The loading peak of the rank that peaks highest while loading (loading.hpp).
+json loading_json(const LoadingView& l) {
+    const LoadingMethod& m = *l.peak.method;
+    return {{"method", m.name},
+            {"description", m.description},
+            {"source", m.source},
+            {"device_bytes", l.peak.device_bytes.value()},
+            {"device_high_bytes", l.device_high.value()},
+            {"host_bytes_per_node", l.peak.host_bytes_per_node.value()},
+            {"above_step", l.peak.above_step},
+            {"fits", l.fits ? json(*l.fits) : json(nullptr)}};
+}
+}  // namespace
+
 json device_rows_json(const std::vector<DeviceRow>& rows) {
     json out = json::array();
     for (const DeviceRow& row : rows)
@@ -492,6 +507,7 @@ json report_json(const Report& r, const View& view) {
         {"timeline", timeline},
         {"ranks", ranks_json(r, devices)},
         {"device", device_json(view)},
+        {"loading", loading_json(loading_view(r, view, device))},
         {"peak", peak_json}};
 }
 

@@ -459,6 +459,23 @@ std::string device_verdict(Count peak, bool on_device, const View& view) {
                              amount(Count(peak.value() - rule.usable().value()), view.unit));
 }
 
+/// The loading peak, where --loading asks for it or it passes the step's.
+std::string loading_section(const Report& r, const View& view,
+                            const std::optional<DeviceFigures>& device) {
+    const LoadingView l = loading_view(r, view, device);
+    if (!view.loading && !l.peak.above_step) return "";
+    const LoadingMethod& m = *l.peak.method;
+    std::string out = fmt::format(
+        "\nLoading ({}: {}): {} on the device{}, {} on each node's host\n", m.name, m.description,
+        amount(l.peak.device_bytes, view.unit), l.peak.above_step ? ", above the step's peak" : "",
+        amount(l.peak.host_bytes_per_node, view.unit));
+    if (l.fits)
+        out += fmt::format("  with the step's rows beside it, {}: {}\n",
+                           amount(l.device_high, view.unit),
+                           *l.fits ? "fits" : "does not fit: loading runs out of memory first");
+    return out;
+}
+
 std::string peak_section(const Report& r, const View& view) {
     const Step& peak = r.peak_step();
     TextTable table({Align::left, R, R});
@@ -495,7 +512,8 @@ std::string peak_section(const Report& r, const View& view) {
             : "";
     return fmt::format("Peak{}: {} at {}{} ({} B)\n", per, amount(peak.bytes.total(), view.unit),
                        peak.name(), where, digits(peak.bytes.total())) +
-           later + verdict + table.str() + (device ? device_section(*device, view) : "");
+           later + verdict + table.str() + (device ? device_section(*device, view) : "") +
+           loading_section(r, view, device);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "memcalc/layer_work.hpp"
 #include "memcalc/layers.hpp"
 #include "memcalc/layout_peak.hpp"
+#include "memcalc/loading.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/parallel.hpp"
 #include "memcalc/plan.hpp"
