@@ -215,6 +215,15 @@ std::optional<UsableMemory> usable_memory(const DeviceOptions& q) {
     return UsableMemory{*device, {device->bytes, bytes}};
 }
 
+const LoadingMethod* parse_loading(const std::string& text) {
+    if (text.empty()) return nullptr;
+    if (const LoadingMethod* m = loading_method(text)) return m;
+    std::string names;
+    for (const LoadingMethod& m : loading_methods)
+        names += (names.empty() ? "" : ", ") + std::string(m.name);
+    throw usage_error(fmt::format("--loading must be one of {} (got '{}')", names, text));
+}
+
 DeviceSettings device_settings(const DeviceOptions& q) {
     DeviceSettings out;
     if (q.allocator == "expandable")

@@ -132,16 +132,7 @@ EstimateRun estimate_run(const EstimateOptions& q) {
     run.view.device_figures = !run.sweep || run.view.device_memory.has_value();
     if (!q.parallel.host_memory.empty())
         run.view.host_memory = parse_size("--host-memory", q.parallel.host_memory);
-    if (!q.parallel.loading.empty()) {
-        run.view.loading = loading_method(q.parallel.loading);
-        if (!run.view.loading) {
-            std::string names;
-            for (const LoadingMethod& m : loading_methods)
-                names += (names.empty() ? "" : ", ") + std::string(m.name);
-            throw usage_error(
-                fmt::format("--loading must be one of {} (got '{}')", names, q.parallel.loading));
-        }
-    }
+    run.view.loading = parse_loading(q.parallel.loading);
     return run;
 }
 

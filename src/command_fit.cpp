@@ -29,6 +29,8 @@ FitRequest fit_request(const FitOptions& q) {
     fit.memory = device->rule.memory, fit.reserve = device->rule.reserve;
     fit.capacity = device->rule.usable();
     fit.device = device_settings(q.device);
+    fit.device->loading = parse_loading(q.parallel.loading);
+    fit.device->ranks_per_node = parse_count("--gpus-per-node", q.parallel.gpus_per_node, 8);
     fit.modes = parse_modes(q.step.recompute);
     return fit;
 }

@@ -32,6 +32,7 @@ void device_of(const PlanOptions& q, PlanView& view) {
     r.gpu = device->gpu;
     r.capacity = usable->rule.usable();
     r.device = device_settings(q.device);
+    r.device->loading = parse_loading(q.parallel.loading);
     if (!q.parallel.host_memory.empty())
         r.host_capacity = parse_size("--host-memory", q.parallel.host_memory);
 }

@@ -301,6 +301,11 @@ void add_plan_pinned(CLI::App& plan, ParallelOptions& q) {
         ->group(pinned)
         ->type_name("MODE[,MODE...]");
     add_host_memory_option(plan, q)->group(pinned);
+    plan.add_option("--loading", q.loading,
+                    "Weigh each layout's loading too, by this method (see the estimate's "
+                    "--loading)")
+        ->group(pinned)
+        ->type_name("METHOD");
     plan.add_flag("--sp", q.sp, "Only layouts with sequence parallelism")->group(pinned);
     add_stage_options(plan, q, "Options");
 }

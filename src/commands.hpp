@@ -149,6 +149,8 @@ struct UsableMemory {
 std::optional<UsableMemory> usable_memory(const DeviceOptions& q);
 /// The allocator's settings (--allocator, --max-split-size) and the GPU's CUDA major version.
 DeviceSettings device_settings(const DeviceOptions& q);
+/// --loading's row; nullptr where not given (an unknown one is an error naming the rows).
+const LoadingMethod* parse_loading(const std::string& text);
 
 /// The attention kernels to estimate: --attention's list, or the profile's one.
 std::vector<Attention> attentions_from(const ActivationOptions& q, const Settings& settings);

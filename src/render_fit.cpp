@@ -53,6 +53,9 @@ std::string fit_table(const FitRequest& f, Unit unit) {
         fmt::format("memcalc fit: {} in {}, {} {}: the {} whose device figure (high end) fits\n",
                     f.model.name, room, seq ? "micro-batch" : "seq", digits(f.fixed),
                     seq ? "longest sequence" : "largest micro-batch");
+    if (f.device && f.device->loading)
+        out += fmt::format("and whose loading ({}) fits beside the same rows\n",
+                           f.device->loading->name);
     if (f.granule > 1) out += fmt::format("searching multiples of {}\n", f.granule);
     out += table.str();
     for (std::size_t i = 0; i < f.modes.size(); ++i)

@@ -74,3 +74,36 @@ TEST_CASE("memcalc --loading: JSON's loading, the table's line, and a bad method
     CHECK(bad.out.empty());
     CHECK_THAT(bad.err, Catch::Contains("(got 'bogus')"));
 }
+
+TEST_CASE("fit and plan weigh a loading method's peak where one is named", "[loading][cli]") {
+    const std::string fit =
+        "fit --preset llama-7b --recipe bf16-adam --dp 64 --zero 3 --gpu rtx-3090 --micro-batch 1 "
+        "--recompute full --format json";
+    const auto largest = [](const std::string& out) {
+        return nlohmann::json::parse(out).at("results").at(0).at("largest");
+    };
+    const auto plain = testing::memcalc(fit);
+    const auto sharded = testing::memcalc(fit + " --loading fsdp1");
+    const auto whole = testing::memcalc(fit + " --loading fsdp2-on-device");
+    REQUIRE(plain.status == 0);
+    REQUIRE(sharded.status == 0);
+    REQUIRE(whole.status == 0);
+    // A unit at a time passes under the step; two whole copies of 13.5 GB never fit 24 GB.
+    CHECK(largest(sharded.out) == largest(plain.out));
+    CHECK(largest(plain.out).is_number());
+    CHECK(largest(whole.out).is_null());
+    const std::string plan =
+        "plan --preset llama-7b --gpu rtx-3090 --seq 1024 --global-batch 64 --gpus 64 --zero 3 "
+        "--tp 1 --pp 1 --top 2 --format json";
+    const auto layouts = [](const std::string& out) {
+        return nlohmann::json::parse(out).at("layouts").size();
+    };
+    const auto planned = testing::memcalc(plan), loaded = testing::memcalc(plan +
+                                                                           " --loading "
+                                                                           "fsdp2-on-device");
+    REQUIRE(planned.status == 0);
+    REQUIRE(loaded.status == 0);
+    CHECK(layouts(planned.out) == 2);
+    CHECK(layouts(loaded.out) == 0);
+    CHECK(testing::memcalc(plan + " --loading bogus").status != 0);
+}

@@ -14,11 +14,16 @@
 
 namespace memcalc {
 
+struct LoadingMethod;  // loading.hpp
+
 /// What a device's figures depend on beyond the estimate.
 struct DeviceSettings {
     AllocatorConfig allocator;
     /// The GPU's facts (outside.hpp's gpu_facts_of); none: unknown, every row leans high.
     std::optional<outside_rows::GpuFacts> gpu;
+    /// How the model is loaded, where fit and plan weigh loading too (loading.hpp); none: not.
+    const LoadingMethod* loading = nullptr;
+    std::uint64_t ranks_per_node = 8;  ///< sharing a host while loading
 };
 
 /// The rows outside (or inside) the allocator together, at `which` of their figures.

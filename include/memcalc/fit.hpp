@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "memcalc/device_memory.hpp"
+#include "memcalc/loading.hpp"
 #include "memcalc/estimate.hpp"
 
 namespace memcalc {
@@ -55,7 +56,7 @@ inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dim
         p.peak = r.peak_step().bytes.total();
         p.step = r.peak_step().name();
         p.stage = r.busiest().stage;
-        if (settings.timelines) p.device = device_figures(r, *device).front().high_bytes;
+        if (settings.timelines) p.device = weighed_device(r, *device);
     } catch (const error& e) {
         p.reason = e.what();
     }

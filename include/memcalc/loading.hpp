@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "memcalc/device_memory.hpp"
 #include "memcalc/estimate.hpp"
 
 namespace memcalc {
@@ -127,6 +128,17 @@ inline LoadingPeak fullest_loading(const Report& r, const LoadingMethod& method,
         if (!most.method || here.device_bytes > most.device_bytes) most = here;
     }
     return most;
+}
+
+/// What fit and plan weigh: the fullest device's figure (its high end), or where `s` names a
+/// loading method and its peak with the same rows and fragmentation beside it is higher, that.
+inline Count weighed_device(const Report& r, const DeviceSettings& s) {
+    const DeviceFigures d = device_figures(r, s).front();
+    if (!s.loading) return d.high_bytes;
+    const std::uint64_t ranks = std::min(s.ranks_per_node, r.settings.parallel.devices());
+    const Count loading = fullest_loading(r, *s.loading, ranks).device_bytes;
+    const Count beside(d.high_bytes.value() - std::min(d.high_bytes, d.allocated).value());
+    return std::max(d.high_bytes, loading + beside);
 }
 
 }  // namespace memcalc

@@ -17,6 +17,7 @@
 
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/device_memory.hpp"
+#include "memcalc/loading.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/flops.hpp"
 #include "memcalc/hardware.hpp"
@@ -716,7 +717,7 @@ inline void check_devices(const Architecture& m, const PlanRequest& request, std
         if (summary.top.size() == k) break;
         if (request.device) {
             const Report r = estimate(m, row_settings(request, row));
-            row.device = device_figures(r, *request.device).front().high_bytes;
+            row.device = weighed_device(r, *request.device);
             if (*row.device > request.capacity) {
                 summary.refused.push_back(std::move(row));
                 --summary.fitting;  // counted when its peak and rows fit: it does not
