@@ -40,8 +40,7 @@ struct ServeRun {
     std::optional<Count> memory, reserve, capacity;  ///< with a device
     std::string device;
     std::optional<ServeFit> fit;
-    std::optional<EngineSettings> engine_settings;  ///< with --engine
-    std::optional<EngineBudget> engine;
+    std::optional<EngineBudget> engine;  ///< with --engine
 };
 
 /// What the device shows: the rows inside the allocator, reserved, the rows outside, device.
@@ -80,11 +79,15 @@ std::string engine_section(const EngineBudget& b, const ServeSettings& s, Unit u
     for (const BudgetTerm& t : b.terms)
         table.row({fmt::format("{} {}", t.adds ? " " : "-", t.name), digits(t.bytes),
                    amount(t.bytes, unit), t.why});
+    const bool vllm = rule.share == ShareRule::profiled;
+    const std::string batch =
+        vllm ? fmt::format(" max_num_seqs {},\nmax_num_batched_tokens {};",
+                           digits(Count(b.max_num_seqs)), digits(Count(b.max_num_batched_tokens)))
+             : "";
     std::string out = fmt::format(
-        "\n{} {} ({}) budgets its KV cache (max_model_len {}, max_num_seqs {},\n"
-        "max_num_batched_tokens {}; CUDA's total {}):\n",
-        rule.engine, rule.version, rule.mode, digits(Count(b.max_model_len)),
-        digits(Count(b.max_num_seqs)), digits(Count(b.max_num_batched_tokens)),
+        "\n{} {} ({}) budgets its KV cache (max_model_len {},{} CUDA's "
+        "total {}):\n",
+        rule.engine, rule.version, rule.mode, digits(Count(b.max_model_len)), batch,
         amount(b.cuda_total, unit));
     if (b.shortfall > Count(0)) {
         table.row({"= KV cache", "0", amount(Count(0), unit),
@@ -93,39 +96,43 @@ std::string engine_section(const EngineBudget& b, const ServeSettings& s, Unit u
         return out + table.str();
     }
     table.row({"= KV cache", digits(b.kv_cache_bytes), amount(b.kv_cache_bytes, unit),
-               fmt::format("{} blocks of {} tokens", digits(Count(b.blocks)), s.block_size)});
+               vllm ? fmt::format("{} blocks of {} tokens", digits(Count(b.blocks)), s.block_size)
+                    : fmt::format("{} tokens", digits(Count(b.tokens)))});
     out += table.str();
-    out += fmt::format(
-        "  GPU KV cache size: {} tokens; maximum concurrency for {} tokens per "
-        "request: {:.2f}x{}\n",
-        digits(Count(b.tokens)), digits(Count(b.max_model_len)), b.max_concurrency,
-        b.approximate ? " (approximate: sliding-window or Mamba layers)" : "");
+    out += fmt::format("  {}; maximum concurrency for {} tokens per request: {:.2f}x{}\n",
+                       vllm ? "GPU KV cache size: " + digits(Count(b.tokens)) + " tokens"
+                            : "KV Cache is allocated. #tokens: " + digits(Count(b.tokens)),
+                       digits(Count(b.max_model_len)), b.max_concurrency,
+                       b.approximate ? " (approximate: sliding-window or Mamba layers)" : "");
     return out;
 }
 
-nlohmann::json engine_json(const EngineBudget& b, const EngineSettings& e, const ServeSettings& s) {
+nlohmann::json engine_json(const EngineBudget& b, const ServeSettings& s) {
     nlohmann::json terms = nlohmann::json::array();
     for (const BudgetTerm& t : b.terms)
         terms.push_back(
             {{"name", t.name}, {"bytes", t.bytes.value()}, {"adds", t.adds}, {"why", t.why}});
-    return {{"name", b.rule->engine},
-            {"version", b.rule->version},
-            {"mode", b.rule->mode},
-            {"source", b.rule->source},
-            {"gpu_memory_utilization", e.gpu_memory_utilization},
-            {"max_model_len", b.max_model_len},
-            {"max_num_seqs", b.max_num_seqs},
-            {"max_num_batched_tokens", b.max_num_batched_tokens},
-            {"block_size", s.block_size},
-            {"cuda_total_bytes", b.cuda_total.value()},
-            {"terms", terms},
-            {"starts", b.shortfall == Count(0)},
-            {"shortfall_bytes", b.shortfall.value()},
-            {"kv_cache_bytes", b.kv_cache_bytes.value()},
-            {"kv_cache_tokens", b.tokens},
-            {"blocks", b.blocks},
-            {"max_concurrency", b.max_concurrency},
-            {"approximate", b.approximate}};
+    return {
+        {"name", b.rule->engine},
+        {"version", b.rule->version},
+        {"mode", b.rule->mode},
+        {"source", b.rule->source},
+        {"share", b.share},
+        {b.rule->share == ShareRule::profiled ? "gpu_memory_utilization" : "mem_fraction_static",
+         b.share},
+        {"max_model_len", b.max_model_len},
+        {"max_num_seqs", b.max_num_seqs},
+        {"max_num_batched_tokens", b.max_num_batched_tokens},
+        {"block_size", s.block_size},
+        {"cuda_total_bytes", b.cuda_total.value()},
+        {"terms", terms},
+        {"starts", b.shortfall == Count(0)},
+        {"shortfall_bytes", b.shortfall.value()},
+        {"kv_cache_bytes", b.kv_cache_bytes.value()},
+        {"kv_cache_tokens", b.tokens},
+        {"blocks", b.blocks},
+        {"max_concurrency", b.max_concurrency},
+        {"approximate", b.approximate}};
 }
 
 std::string serve_table(const ServeRun& r, Unit unit) {
@@ -227,7 +234,7 @@ nlohmann::json serve_json(const ServeRun& r) {
         {"peak", peak_json(r)},
     };
     j["settings"]["cuda_graphs"] = s.cuda_graphs;
-    if (r.engine) j["engine"] = engine_json(*r.engine, *r.engine_settings, s);
+    if (r.engine) j["engine"] = engine_json(*r.engine, s);
     if (p.state_layers > 0)  // appended: the keys above stay as they were
         j["ssm_state"] = {{"bytes", p.ssm_state.value()},
                           {"bytes_per_sequence", p.state_bytes_per_sequence.value()},
@@ -268,29 +275,36 @@ std::optional<EngineSettings> engine_settings(const ServeOptions& q) {
         for (const auto& [option, value] :
              {std::pair{"--engine-version", &q.engine_version},
               {"--gpu-memory-utilization", &q.gpu_memory_utilization},
+              {"--mem-fraction-static", &q.mem_fraction_static},
               {"--max-model-len", &q.max_model_len},
               {"--max-num-seqs", &q.max_num_seqs},
               {"--max-num-batched-tokens", &q.max_num_batched_tokens}})
             if (!value->empty())
-                throw usage_error(fmt::format("{} {} needs --engine vllm", option, *value));
+                throw usage_error(fmt::format("{} {} needs --engine", option, *value));
         return std::nullopt;
     }
     if (!engine_rule(q.engine))
-        throw usage_error(fmt::format("--engine must be vllm (got '{}')", q.engine));
+        throw usage_error(fmt::format("--engine must be vllm or sglang (got '{}')", q.engine));
     EngineSettings e;
     e.rule = engine_rule(q.engine, q.engine_version);
     if (!e.rule)
         throw usage_error(fmt::format(
             "--engine-version '{}' is not a version of {} that memcalc models (0.6 or later)",
             q.engine_version, q.engine));
-    if (!q.gpu_memory_utilization.empty()) {
+    const bool vllm = e.rule->share == ShareRule::profiled;
+    const char* option = vllm ? "--gpu-memory-utilization" : "--mem-fraction-static";
+    const std::string& other = vllm ? q.mem_fraction_static : q.gpu_memory_utilization;
+    if (!other.empty())
+        throw usage_error(fmt::format("{} {} is not {}'s: its share is {}",
+                                      vllm ? "--mem-fraction-static" : "--gpu-memory-utilization",
+                                      other, q.engine, option));
+    const std::string& text = vllm ? q.gpu_memory_utilization : q.mem_fraction_static;
+    if (!text.empty()) {
         char* end = nullptr;
-        const std::string& text = q.gpu_memory_utilization;
-        e.gpu_memory_utilization = std::strtod(text.c_str(), &end);
-        if (end != text.c_str() + text.size() ||
-            !(e.gpu_memory_utilization > 0 && e.gpu_memory_utilization <= 1))
-            throw usage_error(
-                fmt::format("--gpu-memory-utilization: '{}' is not a share in (0, 1]", text));
+        const double share = std::strtod(text.c_str(), &end);
+        if (end != text.c_str() + text.size() || !(share > 0 && share <= 1))
+            throw usage_error(fmt::format("{}: '{}' is not a share in (0, 1]", option, text));
+        e.share = share;
     }
     const auto count = [](const char* option, const std::string& text) {
         return text.empty() ? std::nullopt
@@ -330,7 +344,6 @@ std::string run_serve(const ServeOptions& q) {
                         q.engine));
     const ModelFile model = load_model(q.model);
     if (engine) {
-        run.engine_settings = engine;
         run.engine =
             engine_budget(model.architecture, s, *engine, *run.memory, run.device_settings);
         if (q.context.empty()) s.context = run.engine->max_model_len;

@@ -350,17 +350,22 @@ void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
         ->type_name("N");
     serve
         .add_option("--engine", q.engine,
-                    "Size the KV cache as this engine does (vllm): its share of the device less "
-                    "its\nweights, profiling peak and memory outside PyTorch")
+                    "Size the KV cache as this engine does (vllm, sglang): its share of the "
+                    "device less its\nweights, profiling peak (vLLM) and memory outside PyTorch")
         ->type_name("NAME");
     serve
-        .add_option("--engine-version", q.engine_version,
-                    "The engine's version whose rule to follow (vllm: 0.6, 0.7, 0.10, 0.21 and "
-                    "later; default the newest)")
+        .add_option(
+            "--engine-version", q.engine_version,
+            "The engine's version whose rule to follow (vllm: 0.6, 0.7, 0.10, 0.21 and later; "
+            "sglang: 0.4; default the newest)")
         ->type_name("X.Y");
     serve
         .add_option("--gpu-memory-utilization", q.gpu_memory_utilization,
-                    "The engine's share of the device's memory (default 0.9)")
+                    "vLLM's share of the device's memory (default 0.9)")
+        ->type_name("F");
+    serve
+        .add_option("--mem-fraction-static", q.mem_fraction_static,
+                    "SGLang's share for the weights and the cache (default by --tp: 0.88 to 0.79)")
         ->type_name("F");
     serve
         .add_option("--max-model-len", q.max_model_len,

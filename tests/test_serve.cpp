@@ -334,7 +334,7 @@ EngineBudget budget_of(const char* model, const char* version, double utilizatio
     s.cuda_graphs = graphs;
     EngineSettings e;
     e.rule = engine_rule("vllm", version);
-    e.gpu_memory_utilization = utilization;
+    e.share = utilization;
     e.max_model_len = 32768;
     DeviceSettings device;
     device.gpu = gpu_facts_of("h100-sxm");
@@ -423,4 +423,35 @@ TEST_CASE("memcalc serve --engine vllm: the engine's terms in JSON, and errors t
         CHECK(bad.out.empty());
         CHECK_THAT(bad.err, Catch::Contains(says));
     }
+}
+
+TEST_CASE("SGLang keeps a static fraction for the weights and the cache, by tensor parallelism",
+          "[serve][engine]") {
+    const EngineRule* rule = engine_rule("sglang");
+    REQUIRE(rule);
+    CHECK(rule->share == ShareRule::static_fraction);
+    ServeSettings s = at(1);
+    EngineSettings e;
+    e.rule = rule;
+    e.max_model_len = 32768;
+    DeviceSettings device;
+    device.gpu = gpu_facts_of("h100-sxm");
+    const Count memory(85'520'809'984ULL);
+    const EngineBudget one = engine_budget(preset("llama-3-8b"), s, e, memory, device);
+    CHECK(one.share == 0.88);
+    // No profiling term: the fraction leaves the activations the rest of the device.
+    for (const BudgetTerm& t : one.terms) CHECK(std::string(t.name) != "activation_peak");
+    // Tokens in pages of one, over every layer's bytes a token.
+    CHECK(one.tokens == one.blocks);
+    CHECK(one.kv_cache_bytes == Count(one.tokens) * 131072);
+    s.tp = 4;
+    const EngineBudget four = engine_budget(preset("llama-3-8b"), s, e, memory, device);
+    CHECK(four.share == 0.85);
+    // A quarter of the heads a rank and the weights split: more tokens fit each rank.
+    CHECK(four.tokens > 4 * one.tokens);
+    const auto r = testing::memcalc(
+        "serve --preset llama-3-8b --engine sglang --gpu h100-sxm --max-model-len 8192 "
+        "--gpu-memory-utilization 0.5");
+    CHECK(r.status != 0);
+    CHECK_THAT(r.err, Catch::Contains("--gpu-memory-utilization 0.5 is not sglang's"));
 }

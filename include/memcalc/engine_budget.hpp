@@ -1,6 +1,8 @@
 #pragma once
 /// How a serving engine sizes its KV cache, by its own rule: vLLM takes a share of the device's
-/// memory (gpu_memory_utilization) and gives the cache what its profiling run leaves. Each version
+/// memory (gpu_memory_utilization) and gives the cache what its profiling run leaves; SGLang keeps
+/// a static fraction (mem_fraction_static) for the weights and the cache, and gives the cache the
+/// rest of it once the weights are loaded. Each version
 /// whose rule differs is a row of `engine_rules`, with where its source says so; the terms are
 /// memcalc's figures for what the engine measures (its weights, the profiling forward's peak, the
 /// memory outside PyTorch). validation/published/engines-rules.md has the sources in full.
@@ -25,9 +27,14 @@ enum class NonTorch : std::uint8_t {
     since_snapshot,  ///< what grew after a snapshot taken once NCCL is up: the context not
 };
 
+/// What the engine's share is taken from before the cache: vLLM's profiling run measures its
+/// activations' peak; SGLang leaves them to the rest of the device (1 - its fraction).
+enum class ShareRule : std::uint8_t { profiled, static_fraction };
+
 struct EngineRule {
     Text engine, version;  ///< "vllm", "0.10": the first version the row holds for
-    Text mode;             ///< "V0" or "V1"
+    Text mode;             ///< "V0" or "V1"; SGLang's: "static"
+    ShareRule share;
     NonTorch non_torch;
     bool graphs_in_budget;  ///< its CUDA graphs' memory estimated and taken from the cache
     /// Without chunked prefill (V0) a profiling batch of the whole model length: the default
@@ -36,18 +43,23 @@ struct EngineRule {
     Text source;
 };
 
-inline constexpr std::array<EngineRule, 4> engine_rules{{
-    {"vllm", "0.6", "V0", NonTorch::since_start, false, true,
+inline constexpr std::array<EngineRule, 5> engine_rules{{
+    {"vllm", "0.6", "V0", ShareRule::profiled, NonTorch::since_start, false, true,
      "vllm/worker/worker.py determine_num_available_blocks (v0.6.4): total x utilization less "
      "peak_torch_memory less non_torch_memory; vllm#10517's log"},
-    {"vllm", "0.7", "V0", NonTorch::since_snapshot, false, true,
+    {"vllm", "0.7", "V0", ShareRule::profiled, NonTorch::since_snapshot, false, true,
      "vllm PR #10511, #11809, #12126 (utils memory_profiling): weights, activation peak and "
      "non-torch increase"},
-    {"vllm", "0.10", "V1", NonTorch::since_snapshot, false, false,
+    {"vllm", "0.10", "V1", ShareRule::profiled, NonTorch::since_snapshot, false, false,
      "vllm/v1/worker/gpu_worker.py determine_available_memory at 35d5cda: requested memory "
      "(snapshot after NCCL's init x utilization) less the non-KV memory"},
-    {"vllm", "0.21", "V1", NonTorch::since_snapshot, true, false,
+    {"vllm", "0.21", "V1", ShareRule::profiled, NonTorch::since_snapshot, true, false,
      "vllm PR #30515 (profile_cudagraph_memory), default since v0.21.0 as the engine logs it"},
+    // The newer default fraction (PR #10975, by the GPU's size) is not modelled: give it.
+    {"sglang", "0.4", "static", ShareRule::static_fraction, NonTorch::since_start, false, false,
+     "sglang model_runner.py profile_max_num_token: the free memory after the weights less total x "
+     "(1 - mem_fraction_static), over the cell size; server_args.py __post_init__'s fraction by "
+     "tp"},
 }};
 
 /// The newest row of `engine`, or the one for `version` ("0.8" takes the 0.7 row); none for an
@@ -79,8 +91,9 @@ inline const EngineRule* engine_rule(std::string_view engine, std::string_view v
 
 /// The engine's settings, none meaning its default.
 struct EngineSettings {
-    const EngineRule* rule = &engine_rules.back();
-    double gpu_memory_utilization = 0.9;
+    const EngineRule* rule = engine_rule("vllm");
+    /// vLLM's gpu_memory_utilization or SGLang's mem_fraction_static; none: the rule's default.
+    std::optional<double> share;
     std::optional<std::uint64_t> max_model_len, max_num_seqs, max_num_batched_tokens;
 };
 
@@ -95,6 +108,7 @@ struct BudgetTerm {
 /// The cache as the engine sizes it, in its own terms.
 struct EngineBudget {
     const EngineRule* rule = nullptr;
+    double share = 0;  ///< of CUDA's total: gpu_memory_utilization or mem_fraction_static
     std::uint64_t max_model_len = 0, max_num_seqs = 0, max_num_batched_tokens = 0;
     Count cuda_total;  ///< what CUDA reports as the device's total (nvidia-smi's less the driver's)
     std::vector<BudgetTerm> terms;
@@ -133,26 +147,89 @@ inline Count share(Count total, double fraction) {
     return Count(static_cast<std::uint64_t>(double(total.value()) * fraction));
 }
 
+/// The engine's share unless given: vLLM's 0.9; SGLang's mem_fraction_static by tensor
+/// parallelism (server_args.py: 0.88, 0.87 from 2 ranks, 0.85 from 4, 0.81 from 8, 0.79 from 16).
+inline double default_share(const EngineRule& rule, std::uint64_t tp) {
+    if (rule.share == ShareRule::profiled) return 0.9;
+    return tp >= 16 ? 0.79 : tp >= 8 ? 0.81 : tp >= 4 ? 0.85 : tp >= 2 ? 0.87 : 0.88;
+}
+
 }  // namespace detail
 
-/// The KV cache an engine gives `m` served as `s` on a device of `memory` bytes (nvidia-smi's
-/// total) with `gpu`'s rows, by `e`'s rule.
-inline EngineBudget engine_budget(const Architecture& m, ServeSettings s, const EngineSettings& e,
-                                  Count memory, const DeviceSettings& device) {
-    if (!(e.gpu_memory_utilization > 0 && e.gpu_memory_utilization <= 1))
-        throw error("gpu memory utilization must be in (0, 1] (got " +
-                    std::to_string(e.gpu_memory_utilization) + ")");
-    EngineBudget b;
-    b.rule = e.rule;
-    Parallelism p;
-    p.tp = s.tp;
-    std::vector<DeviceRow> rows =
-        device_rows(Framework{}, p, device.gpu, {outside_rows::Job::serving, s.cuda_graphs});
-    const auto row = [&](std::string_view name) {
+namespace detail {
+
+/// A serving rank's rows (outside.hpp), by name: count x bytes, 0 where it has none.
+struct ServingRows {
+    std::vector<DeviceRow> rows;
+    Count operator()(std::string_view name) const {
         for (const DeviceRow& r : rows)
             if (r.name == name) return Count(r.count) * r.bytes;
         return Count(0);
-    };
+    }
+};
+
+/// The terms `rule` takes from its share: the weights, the profiling peak (vLLM), what lies
+/// outside PyTorch as it measures it, and (vLLM 0.21) the graphs' estimate.
+inline void add_terms(EngineBudget& b, const Architecture& m, const ServeReport& one,
+                      const ServeSettings& s, const ServingRows& row) {
+    const EngineRule& rule = *b.rule;
+    b.terms.push_back({"weights", one.weights + rotary_cache(m), false,
+                       "the weights as loaded, with the rotary embedding's cos/sin cache"});
+    if (rule.share == ShareRule::profiled)
+        b.terms.push_back(
+            {"activation_peak",
+             total_bytes(forward_temporaries(m, b.max_num_batched_tokens,
+                                             std::min(b.max_num_seqs, b.max_num_batched_tokens),
+                                             s.tp)),
+             false, "the profiling forward of max_num_batched_tokens tokens and its logits"});
+    const bool from_start = rule.non_torch == NonTorch::since_start;
+    b.terms.push_back(
+        {"non_torch",
+         from_start ? row("cuda_context") + row("nccl_communicator") + row("nccl_nvls") : Count(0),
+         false,
+         from_start ? "the CUDA context and NCCL's buffers, measured from the process's start"
+                    : "what grew outside PyTorch after the snapshot: NCCL and the context came "
+                      "before it"});
+    if (rule.graphs_in_budget)
+        b.terms.push_back(
+            {"cuda_graphs", row("cuda_graph_pool"), false, "the CUDA graphs' estimated pool"});
+}
+
+/// The cache in whole pages of `page` tokens (vLLM's blocks; SGLang's page of 1) from what the
+/// terms leave of the share; a shortfall where they pass it.
+inline void fill_cache(EngineBudget& b, const ServeReport& one, std::uint64_t page) {
+    std::uint64_t requested = 0, taken = 0;
+    for (const BudgetTerm& t : b.terms) (t.adds ? requested : taken) += t.bytes.value();
+    if (taken >= requested) {
+        b.shortfall = Count(taken - requested);
+        return;
+    }
+    const std::uint64_t block = (one.kv_bytes_per_token * page).value();
+    b.blocks = block == 0 ? 0 : (requested - taken) / block;
+    b.tokens = b.blocks * page;
+    b.kv_cache_bytes = Count(b.blocks) * block;
+    b.max_concurrency = one.kv_cache == Count(0)
+                            ? 0
+                            : double(b.kv_cache_bytes.value()) / double(one.kv_cache.value());
+}
+
+}  // namespace detail
+
+/// The KV cache an engine gives `m` served as `s` on a device of `memory` bytes (nvidia-smi's
+/// total) with `device`'s rows, by `e`'s rule.
+inline EngineBudget engine_budget(const Architecture& m, ServeSettings s, const EngineSettings& e,
+                                  Count memory, const DeviceSettings& device) {
+    const double fraction = e.share.value_or(detail::default_share(*e.rule, s.tp));
+    if (!(fraction > 0 && fraction <= 1))
+        throw error("the engine's share of memory must be in (0, 1] (got " +
+                    std::to_string(fraction) + ")");
+    EngineBudget b;
+    b.rule = e.rule;
+    b.share = fraction;
+    Parallelism p;
+    p.tp = s.tp;
+    const detail::ServingRows row{
+        device_rows(Framework{}, p, device.gpu, {outside_rows::Job::serving, s.cuda_graphs})};
     b.cuda_total = Count(memory.value() - std::min(memory, row("driver_reserved")).value());
     b.max_model_len = e.max_model_len.value_or(m.max_positions);
     if (b.max_model_len == 0)
@@ -165,45 +242,15 @@ inline EngineBudget engine_budget(const Architecture& m, ServeSettings s, const 
     b.max_num_batched_tokens = e.max_num_batched_tokens.value_or(
         e.rule->batched_tokens_model_length ? std::max<std::uint64_t>(b.max_model_len, 2048)
                                             : tokens_default);
-    // The terms, each what the engine measures.
     s.context = b.max_model_len, s.batch = 1;
     const ServeReport one = serve(m, s);  // the weights, and a request's cache at the model length
     b.approximate = one.windowed_layers > 0 || one.state_layers > 0;
-    const Count requested = detail::share(b.cuda_total, e.gpu_memory_utilization);
-    const Count weights = one.weights + detail::rotary_cache(m);
-    const Count peak = detail::total_bytes(detail::forward_temporaries(
-        m, b.max_num_batched_tokens, std::min(b.max_num_seqs, b.max_num_batched_tokens), s.tp));
-    b.terms.push_back({"requested", requested, true, "CUDA's total x gpu_memory_utilization"});
-    b.terms.push_back({"weights", weights, false,
-                       "the weights as loaded, with the rotary embedding's cos/sin cache"});
-    b.terms.push_back({"activation_peak", peak, false,
-                       "the profiling forward of max_num_batched_tokens tokens and its logits"});
-    const Count non_torch = e.rule->non_torch == NonTorch::since_start
-                                ? row("cuda_context") + row("nccl_communicator") + row("nccl_nvls")
-                                : Count(0);
-    b.terms.push_back({"non_torch", non_torch, false,
-                       e.rule->non_torch == NonTorch::since_start
-                           ? "the CUDA context and NCCL's buffers, measured from the process's "
-                             "start"
-                           : "what grew outside PyTorch after the snapshot: NCCL and the context "
-                             "came before it"});
-    if (e.rule->graphs_in_budget)
-        b.terms.push_back(
-            {"cuda_graphs", row("cuda_graph_pool"), false, "the CUDA graphs' estimated pool"});
-    std::uint64_t taken = 0;
-    for (const BudgetTerm& t : b.terms) taken += t.adds ? 0 : t.bytes.value();
-    if (taken >= requested.value()) {
-        b.shortfall = Count(taken - requested.value());
-        return b;
-    }
-    const Count left(requested.value() - taken);
-    const std::uint64_t block = (one.kv_bytes_per_token * s.block_size).value();
-    b.blocks = block == 0 ? 0 : left.value() / block;
-    b.tokens = b.blocks * s.block_size;
-    b.kv_cache_bytes = Count(b.blocks) * block;
-    b.max_concurrency = one.kv_cache == Count(0)
-                            ? 0
-                            : double(b.kv_cache_bytes.value()) / double(one.kv_cache.value());
+    b.terms.push_back({"requested", detail::share(b.cuda_total, fraction), true,
+                       e.rule->share == ShareRule::profiled
+                           ? "CUDA's total x gpu_memory_utilization"
+                           : "CUDA's total x mem_fraction_static"});
+    detail::add_terms(b, m, one, s, row);
+    detail::fill_cache(b, one, e.rule->share == ShareRule::profiled ? s.block_size : 1);
     return b;
 }
 
