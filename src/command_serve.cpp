@@ -135,6 +135,33 @@ nlohmann::json engine_json(const EngineBudget& b, const ServeSettings& s) {
         {"approximate", b.approximate}};
 }
 
+/// With a device: whether the batch fits (the device's high end), the cache's capacity beside the
+/// weights and activations, and the largest batch.
+std::string device_verdict(const ServeRun& r, Unit unit) {
+    const ServeSettings& s = r.settings;
+    std::string out;
+    const Count high = r.figures.high_bytes;
+    const std::string usable =
+        *r.reserve == Count(0) ? amount(*r.memory, unit)
+                               : fmt::format("{} ({} less a {} reserve)", amount(*r.capacity, unit),
+                                             amount(*r.memory, unit), amount(*r.reserve, unit));
+    out += fmt::format(
+        "\n{}: {}\n", r.device,
+        r.fit->fits ? fmt::format("fits in {}: {} to spare at the device's high end", usable,
+                                  amount(Count(r.capacity->value() - high.value()), unit))
+                    : fmt::format("does not fit in {}: the device's {} (high end) is {} over",
+                                  usable, amount(high, unit),
+                                  amount(Count(high.value() - r.capacity->value()), unit)));
+    out += fmt::format("  KV cache capacity beside the weights and activations: {} tokens\n",
+                       digits(r.fit->kv_capacity_tokens));
+    out +=
+        r.fit->max_batch == 0
+            ? fmt::format("  largest batch at context {}: none fits\n", digits(Count(s.context)))
+            : fmt::format("  largest batch at context {}: {} (peak {})\n", digits(Count(s.context)),
+                          digits(Count(r.fit->max_batch)), amount(r.fit->at_max->peak(), unit));
+    return out;
+}
+
 std::string serve_table(const ServeRun& r, Unit unit) {
     const ServeSettings& s = r.settings;
     const ServeReport& p = r.report;
@@ -170,29 +197,7 @@ std::string serve_table(const ServeRun& r, Unit unit) {
                            digits(Count(p.prefill_tokens)))});
     table.row({"peak", digits(p.peak()), amount(p.peak(), unit), ""});
     out += table.str() + device_section(r, unit);
-    if (r.capacity) {
-        const Count high = r.figures.high_bytes;
-        const std::string usable =
-            *r.reserve == Count(0)
-                ? amount(*r.memory, unit)
-                : fmt::format("{} ({} less a {} reserve)", amount(*r.capacity, unit),
-                              amount(*r.memory, unit), amount(*r.reserve, unit));
-        out += fmt::format(
-            "\n{}: {}\n", r.device,
-            r.fit->fits ? fmt::format("fits in {}: {} to spare at the device's high end", usable,
-                                      amount(Count(r.capacity->value() - high.value()), unit))
-                        : fmt::format("does not fit in {}: the device's {} (high end) is {} over",
-                                      usable, amount(high, unit),
-                                      amount(Count(high.value() - r.capacity->value()), unit)));
-        out += fmt::format("  KV cache capacity beside the weights and activations: {} tokens\n",
-                           digits(r.fit->kv_capacity_tokens));
-        out += r.fit->max_batch == 0
-                   ? fmt::format("  largest batch at context {}: none fits\n",
-                                 digits(Count(s.context)))
-                   : fmt::format("  largest batch at context {}: {} (peak {})\n",
-                                 digits(Count(s.context)), digits(Count(r.fit->max_batch)),
-                                 amount(r.fit->at_max->peak(), unit));
-    }
+    if (r.capacity) out += device_verdict(r, unit);
     if (r.engine) return out + engine_section(*r.engine, s, unit);
     out +=
         "\nThe KV cache is the batch's: an engine preallocates its whole budget (vLLM's "

@@ -319,6 +319,8 @@ void plan_command(const PlanOptions& q, Spool& out, std::vector<PendingFile>&) {
     out.append(run_plan(q));
 }
 
+void add_serve_engine(CLI::App& serve, ServeOptions& q);
+
 void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
     add_group(serve, q.model);
     add_group(serve, q.output);
@@ -348,6 +350,13 @@ void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
         .add_option("--prefill-chunk", q.prefill_chunk,
                     "Most tokens one forward takes (chunked prefill; default 8192)")
         ->type_name("N");
+    add_serve_engine(serve, q);
+    add_device_options(serve, q.device,
+                       "The device's memory: with it, the KV cache capacity and the largest batch");
+}
+
+/// The engine whose KV-cache rule serve follows, and that engine's settings.
+void add_serve_engine(CLI::App& serve, ServeOptions& q) {
     serve
         .add_option("--engine", q.engine,
                     "Size the KV cache as this engine does (vllm, sglang): its share of the "
@@ -382,8 +391,6 @@ void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
         ->type_name("N");
     serve.add_flag("--enforce-eager", q.enforce_eager,
                    "The engine captures no CUDA graphs (vLLM's --enforce-eager): no graph pool");
-    add_device_options(serve, q.device,
-                       "The device's memory: with it, the KV cache capacity and the largest batch");
 }
 
 void serve_command(const ServeOptions& q, Spool& out, std::vector<PendingFile>&) {
