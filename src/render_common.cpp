@@ -24,14 +24,9 @@ LoadingView loading_view(const Report& r, const View& view,
                          const std::optional<DeviceFigures>& device) {
     const LoadingMethod& method =
         view.loading ? *view.loading : default_loading(r.settings.parallel);
-    LoadingView out;
-    const std::uint64_t devices = r.settings.parallel.devices();
-    out.peak = fullest_loading(r, method, std::min(view.gpus_per_node, devices));
-    // Beside the weights while loading: the step's rows and fragmentation, leaning high.
-    const Count beside(device ? device->high_bytes.value() -
-                                    std::min(device->high_bytes, device->allocated).value()
-                              : 0);
-    out.device_high = out.peak.device_bytes + beside;
+    const LoadingOnDevice on =
+        loading_on_device(r, method, view.gpus_per_node, device ? &*device : nullptr);
+    LoadingView out{on.peak, on.device_high, std::nullopt};
     if (view.device_memory)
         out.fits = DeviceFit{*view.device_memory, view.reserve}.fits(out.device_high);
     return out;

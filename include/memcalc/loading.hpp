@@ -130,15 +130,30 @@ inline LoadingPeak fullest_loading(const Report& r, const LoadingMethod& method,
     return most;
 }
 
+/// The loading peak with what the step's device figure `d` holds beside its tensors (the rows
+/// and the allocator's fragmentation, leaning high) next to it; none: the peak alone.
+struct LoadingOnDevice {
+    LoadingPeak peak;
+    Count device_high;
+};
+inline LoadingOnDevice loading_on_device(const Report& r, const LoadingMethod& method,
+                                         std::uint64_t ranks_per_node, const DeviceFigures* d) {
+    LoadingOnDevice out;
+    // A host holds no more ranks than the layout has.
+    out.peak = fullest_loading(r, method, std::min(ranks_per_node, r.settings.parallel.devices()));
+    const Count beside(d ? d->high_bytes.value() - std::min(d->high_bytes, d->allocated).value()
+                         : 0);
+    out.device_high = out.peak.device_bytes + beside;
+    return out;
+}
+
 /// What fit and plan weigh: the fullest device's figure (its high end), or where `s` names a
-/// loading method and its peak with the same rows and fragmentation beside it is higher, that.
+/// loading method and its peak on the device is higher, that.
 inline Count weighed_device(const Report& r, const DeviceSettings& s) {
     const DeviceFigures d = device_figures(r, s).front();
     if (!s.loading) return d.high_bytes;
-    const std::uint64_t ranks = std::min(s.ranks_per_node, r.settings.parallel.devices());
-    const Count loading = fullest_loading(r, *s.loading, ranks).device_bytes;
-    const Count beside(d.high_bytes.value() - std::min(d.high_bytes, d.allocated).value());
-    return std::max(d.high_bytes, loading + beside);
+    return std::max(d.high_bytes,
+                    loading_on_device(r, *s.loading, s.ranks_per_node, &d).device_high);
 }
 
 }  // namespace memcalc
