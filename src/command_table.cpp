@@ -197,6 +197,26 @@ const char* const serve_footer =
     "  memcalc serve --preset llama-3-70b --context 8192 --weights int4 --kv-dtype fp8 "
     "--device-memory 48GB --format json";
 
+const char* const rl_footer =
+    "A post-training job on one device: the roles --algorithm keeps (the policy trained, a\n"
+    "reference, a reward model, a critic trained), the rollouts beside them (the policy's own\n"
+    "generate(), or vLLM or SGLang holding its share of the device), and the job's phases in\n"
+    "order: generate, score (the frozen roles' forwards), train. Each phase's peak is what every\n"
+    "role keeps plus what the phase makes; the job's peak is the largest, named. --trainer sets\n"
+    "the defaults as TRL, verl or OpenRLHF lay the job out (validation/published/rl.md); each\n"
+    "option given overrides one. With a device: whether it fits, and --fit finds the largest\n"
+    "--num-generations or --completion-len that fits (and whose rollouts an engine holds at\n"
+    "once).\n"
+    "\n"
+    "Examples:\n"
+    "  memcalc rl --algorithm grpo --preset qwen2.5-7b --num-generations 8 --gpu h100-sxm\n"
+    "  memcalc rl --algorithm grpo --preset qwen2.5-7b --engine vllm --gpu-memory-utilization "
+    "0.3 --gpu h100-sxm\n"
+    "  memcalc rl --algorithm dpo --preset qwen2-0.5b --recipe fp32-adam --recompute none "
+    "--prompt-len 512 --completion-len 512 --gpu a100-80gb\n"
+    "  memcalc rl --algorithm ppo --trainer openrlhf --preset llama-3-8b --gpu h100-sxm --fit "
+    "completion-len";
+
 /// Options a command takes one value of, where the estimate takes a comma list: said so in --help.
 void single_valued(CLI::App& app, std::initializer_list<const char*> names) {
     for (const char* name : names) {
@@ -397,6 +417,87 @@ void serve_command(const ServeOptions& q, Spool& out, std::vector<PendingFile>&)
     out.append(run_serve(q));
 }
 
+/// The algorithm, the trainer whose defaults fill the rest, and each role's model.
+void add_rl_roles(CLI::App& rl, RlOptions& q) {
+    rl.add_option("--algorithm", q.algorithm, "grpo, ppo, rloo, dpo, kto or orpo (required)")
+        ->type_name("NAME");
+    rl.add_option("--trainer", q.trainer,
+                  "Whose defaults: trl (1.9, default), verl (0.7) or openrlhf (0.11)")
+        ->type_name("NAME");
+    rl.add_option("--reference", q.reference,
+                  "Where the reference lives: none, resident, offloaded (to the host) or "
+                  "precomputed\n(its log-probs before training); default by algorithm and trainer")
+        ->type_name("MODE");
+    for (auto [option, value, role] :
+         {std::tuple{"--reference-model", &q.reference_model, "the reference"},
+          std::tuple{"--reward-model", &q.reward_model, "a reward model (given: one is kept)"},
+          std::tuple{"--critic-model", &q.critic_model, "PPO's critic"}})
+        rl.add_option(option, *value,
+                      fmt::format("The model of {}: a preset, a config.json or a model file "
+                                  "(default the policy's)",
+                                  role))
+            ->type_name("MODEL");
+    rl.add_option("--frozen-dtype", q.frozen_dtype,
+                  "The reference's and reward model's weights: fp32, bf16 or fp16 (default the "
+                  "trainer's)")
+        ->type_name("DTYPE");
+}
+
+/// The rollouts and what generates them.
+void add_rl_rollouts(CLI::App& rl, RlOptions& q) {
+    for (auto [option, value, what] :
+         {std::tuple{"--num-generations", &q.num_generations,
+                     "Completions per prompt (default the algorithm's: GRPO 8, RLOO 2)"},
+          std::tuple{"--prompt-len", &q.prompt_len, "Prompt tokens (default the trainer's)"},
+          std::tuple{"--completion-len", &q.completion_len,
+                     "Completion tokens (default the trainer's); DPO: the response"},
+          std::tuple{"--prompts", &q.prompts,
+                     "Prompts a device generates for at once (default micro-batch / "
+                     "generations)"},
+          std::tuple{"--engine-tp", &q.engine_tp, "The engine's tensor parallelism (default 1)"}})
+        rl.add_option(option, *value, what)->type_name("N");
+    rl.add_option("--engine", q.rollout,
+                  "What generates: hf (the policy's generate()), vllm or sglang (default the "
+                  "trainer's)")
+        ->type_name("NAME");
+    rl.add_option("--engine-placement", q.placement,
+                  "colocated (on the training GPUs) or separate (default the trainer's)")
+        ->type_name("WHERE");
+    rl.add_option("--engine-version", q.engine_version, "The engine's version (see serve)")
+        ->type_name("X.Y");
+    rl.add_option("--gpu-memory-utilization", q.gpu_memory_utilization,
+                  "The engine's share of the device (default the trainer's: TRL 0.3, verl 0.5)")
+        ->type_name("F");
+    rl.add_option("--engine-sleep", q.sleep,
+                  "on: the engine frees its weights and cache between generations (default "
+                  "the trainer's)")
+        ->type_name("on|off");
+}
+
+void add_rl(CLI::App& rl, RlOptions& q, CommandLine&) {
+    add_training_step_groups(rl, q);
+    add_group(rl, q.parallel);
+    single_valued(rl, {"--micro-batch", "--attention", "--dp", "--tp", "--pp", "--zero"});
+    rl.get_option("--micro-batch")
+        ->description(
+            "Examples a training micro-batch holds: completions, or DPO's pairs "
+            "(default the trainer's)");
+    rl.get_option("--recompute")
+        ->description(
+            "The policy's recomputation: none, selective or full (default the "
+            "trainer's gradient checkpointing)");
+    add_rl_roles(rl, q);
+    add_rl_rollouts(rl, q);
+    add_device_options(rl, q.device, "The device's memory: with it, whether the job fits");
+    rl.add_option("--fit", q.fit,
+                  "With a device: the largest num-generations or completion-len that fits")
+        ->type_name("WHAT");
+}
+
+void rl_command(const RlOptions& q, Spool& out, std::vector<PendingFile>&) {
+    out.append(run_rl(q));
+}
+
 /// A catalogue takes only --format.
 void add_catalogue(CLI::App& catalogue, CatalogueOptions& q, CommandLine&) {
     const std::vector<std::string> formats = {"table", "json", "csv"};
@@ -445,6 +546,8 @@ const std::vector<CommandRow>& command_table() {
          plan_footer, command<PlanOptions, add_plan, plan_command>},
         {"serve", "Serving memory: the weights in a storage format, the KV cache, prefill",
          serve_footer, command<ServeOptions, add_serve, serve_command>},
+        {"rl", "A post-training job (GRPO, PPO, DPO, ...): its roles, rollouts and phases",
+         rl_footer, command<RlOptions, add_rl, rl_command>},
         {"presets", "List the built-in models with their parameter counts", nullptr,
          catalogue<run_presets>},
         {"recipes", "List the training recipes (bytes per parameter)", nullptr,

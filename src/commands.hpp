@@ -101,6 +101,19 @@ struct ServeOptions {
     std::string output_file() const { return output.file; }
 };
 
+/// memcalc rl: a post-training job's roles, rollout engine and phases on one device.
+struct RlOptions : TrainingStepOptions {
+    ParallelOptions parallel;
+    DeviceOptions device;
+    std::string algorithm, trainer = "trl";
+    std::string reference, reference_model, reward_model, critic_model, frozen_dtype;
+    std::string num_generations, prompt_len, completion_len, prompts;
+    /// The rollouts: hf or an engine, where it runs, its version, share, sleep and tp.
+    std::string rollout, placement, engine_version, gpu_memory_utilization, sleep, engine_tp;
+    std::string fit;  ///< --fit: num-generations or completion-len
+    RlOptions() { recipe.recipe = step.recompute = step.micro_batch = ""; }  // the trainer's
+};
+
 /// A catalogue (memcalc presets, recipes, ...): only --format.
 struct CatalogueOptions {
     std::string format = "table";
@@ -176,6 +189,9 @@ void run_estimate(const EstimateOptions& q, Spool& out, std::vector<PendingFile>
 std::string run_fit(const FitOptions& q);
 std::string run_plan(const PlanOptions& q);
 std::string run_serve(const ServeOptions& q);
+/// serve's --engine and its options as the engine's settings; none without --engine.
+std::optional<EngineSettings> engine_settings(const ServeOptions& q);
+std::string run_rl(const RlOptions& q);
 std::string run_presets(const std::string& format);
 std::string run_recipes(const std::string& format);
 std::string run_profiles(const std::string& format);

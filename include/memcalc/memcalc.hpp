@@ -22,6 +22,7 @@
 #include "memcalc/program_facts.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
+#include "memcalc/rl.hpp"
 #include "memcalc/serve.hpp"
 #include "memcalc/serve_device.hpp"
 #include "memcalc/stage_facts.hpp"
