@@ -21,6 +21,19 @@ ServeSettings at(std::uint64_t context, std::uint64_t batch = 1, std::uint64_t t
     s.context = context, s.batch = batch, s.tp = tp;
     return s;
 }
+
+/// Each of `cases` (arguments after `command`, and what the error says) refused: nonzero, nothing
+/// on stdout, one line on stderr saying it.
+void check_refused(const std::string& command,
+                   const std::vector<std::pair<std::string, std::string>>& cases) {
+    for (const auto& [args, says] : cases) {
+        CAPTURE(args);
+        const auto bad = testing::memcalc(command + " " + args);
+        CHECK(bad.status != 0);
+        CHECK(bad.out.empty());
+        CHECK_THAT(bad.err, Catch::Contains(says));
+    }
+}
 }  // namespace
 
 TEST_CASE(
@@ -410,19 +423,13 @@ TEST_CASE("memcalc serve --engine vllm: the engine's terms in JSON, and errors t
     CHECK(engine.at("kv_cache_tokens").get<std::uint64_t>() ==
           16 * engine.at("blocks").get<std::uint64_t>());
     CHECK(nlohmann::json::parse(r.out).at("settings").at("context") == 16384);
-    for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
-             {"--engine tgi --gpu h100-sxm", "'tgi'"},
-             {"--engine vllm --engine-version 0.5 --gpu h100-sxm", "'0.5'"},
-             {"--engine vllm --gpu-memory-utilization 1.5 --gpu h100-sxm", "'1.5'"},
-             {"--engine vllm --gpu-memory-utilization 0 --gpu h100-sxm", "'0'"},
-             {"--context 4096 --max-model-len 4096", "--max-model-len 4096 needs --engine"},
-             {"--engine vllm", "--engine vllm needs --device-memory"}}) {
-        CAPTURE(args);
-        const auto bad = testing::memcalc("serve --preset llama-3-8b " + args);
-        CHECK(bad.status != 0);
-        CHECK(bad.out.empty());
-        CHECK_THAT(bad.err, Catch::Contains(says));
-    }
+    check_refused("serve --preset llama-3-8b",
+                  {{"--engine tgi --gpu h100-sxm", "'tgi'"},
+                   {"--engine vllm --engine-version 0.5 --gpu h100-sxm", "'0.5'"},
+                   {"--engine vllm --gpu-memory-utilization 1.5 --gpu h100-sxm", "'1.5'"},
+                   {"--engine vllm --gpu-memory-utilization 0 --gpu h100-sxm", "'0'"},
+                   {"--context 4096 --max-model-len 4096", "--max-model-len 4096 needs --engine"},
+                   {"--engine vllm", "--engine vllm needs --device-memory"}});
 }
 
 TEST_CASE("SGLang keeps a static fraction for the weights and the cache, by tensor parallelism",
@@ -542,20 +549,15 @@ TEST_CASE("memcalc serve --max-loras: a row, a JSON object, and the engine's ran
                     .contains("lora"));
     const auto table = testing::memcalc("serve --preset llama-3-8b --context 4096 --max-loras 1");
     CHECK_THAT(table.out, Catch::Contains("LoRA adapters") && Catch::Contains("rank 16"));
-    for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
-             {"--engine vllm --gpu h100-sxm --max-loras 1 --max-lora-rank 24",
-              "'24' is not one vllm 0.21 takes (1, 8,"},
-             {"--engine vllm --engine-version 0.6 --gpu h100-sxm --max-loras 1 --max-lora-rank 512",
-              "'512' is not one vllm 0.6 takes (8, 16, 32, 64, 128, 256)"},
-             {"--engine sglang --gpu h100-sxm --max-loras 2", "--max-loras 2 is vLLM's"},
-             {"--context 64 --max-lora-rank 8", "--max-lora-rank 8 needs --max-loras"},
-             {"--context 64 --max-loras 0", "--max-loras"}}) {
-        CAPTURE(args);
-        const auto bad = testing::memcalc("serve --preset llama-3-8b " + args);
-        CHECK(bad.status != 0);
-        CHECK(bad.out.empty());
-        CHECK_THAT(bad.err, Catch::Contains(says));
-    }
+    check_refused(
+        "serve --preset llama-3-8b",
+        {{"--engine vllm --gpu h100-sxm --max-loras 1 --max-lora-rank 24",
+          "'24' is not one vllm 0.21 takes (1, 8,"},
+         {"--engine vllm --engine-version 0.6 --gpu h100-sxm --max-loras 1 --max-lora-rank 512",
+          "'512' is not one vllm 0.6 takes (8, 16, 32, 64, 128, 256)"},
+         {"--engine sglang --gpu h100-sxm --max-loras 2", "--max-loras 2 is vLLM's"},
+         {"--context 64 --max-lora-rank 8", "--max-lora-rank 8 needs --max-loras"},
+         {"--context 64 --max-loras 0", "--max-loras"}});
 }
 
 TEST_CASE("--kv-cache-dtype as the engine spells it, and --block-size among the engine's",
@@ -577,23 +579,18 @@ TEST_CASE("--kv-cache-dtype as the engine spells it, and --block-size among the 
     CHECK(fp8.at("kv_cache_tokens").get<std::uint64_t>() >=
           2 * bf16.at("kv_cache_tokens").get<std::uint64_t>());
     CHECK(json("--engine vllm --block-size 32").at("engine").at("block_size") == 32);
-    for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
-             {"--engine sglang --kv-cache-dtype fp8",
-              "'fp8' is not one sglang 0.4 takes (auto, "
-              "fp8_e5m2, fp8_e4m3)"},
-             {"--engine vllm --engine-version 0.6 --kv-cache-dtype bfloat16",
-              "'bfloat16' is not one vllm 0.6 takes"},
-             {"--engine vllm --kv-cache-dtype fp8 --kv-dtype fp8", "give one"},
-             {"--context 64 --kv-cache-dtype fp8", "--kv-cache-dtype fp8 needs --engine"},
-             {"--engine vllm --block-size 48", "--block-size '48' is not one vllm 0.21 takes"},
-             {"--engine vllm --engine-version 0.6 --block-size 256",
-              "'256' is not one vllm 0.6 takes (8, 16, 32, 64, 128)"}}) {
-        CAPTURE(args);
-        const auto bad = testing::memcalc("serve --preset llama-3-8b --gpu h100-sxm " + args);
-        CHECK(bad.status != 0);
-        CHECK(bad.out.empty());
-        CHECK_THAT(bad.err, Catch::Contains(says));
-    }
+    check_refused(
+        "serve --preset llama-3-8b --gpu h100-sxm",
+        {{"--engine sglang --kv-cache-dtype fp8",
+          "'fp8' is not one sglang 0.4 takes (auto, "
+          "fp8_e5m2, fp8_e4m3)"},
+         {"--engine vllm --engine-version 0.6 --kv-cache-dtype bfloat16",
+          "'bfloat16' is not one vllm 0.6 takes"},
+         {"--engine vllm --kv-cache-dtype fp8 --kv-dtype fp8", "give one"},
+         {"--context 64 --kv-cache-dtype fp8", "--kv-cache-dtype fp8 needs --engine"},
+         {"--engine vllm --block-size 48", "--block-size '48' is not one vllm 0.21 takes"},
+         {"--engine vllm --engine-version 0.6 --block-size 256",
+          "'256' is not one vllm 0.6 takes (8, 16, 32, 64, 128)"}});
     // Without an engine any block size memcalc can count.
     CHECK(testing::memcalc("serve --preset llama-3-8b --context 64 --block-size 48").status == 0);
 }
