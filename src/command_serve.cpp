@@ -1,5 +1,6 @@
 // memcalc serve: the memory of serving a model: weights in a storage format, the KV cache, prefill.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ namespace {
 using Align = TextTable::Align;
 
 DType kv_dtype_named(const std::string& text) {
+    if (text.empty()) return DType::bf16;
     for (DType d : {DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2, DType::fp32})
         if (text == dtype_name(d) || (text == "fp8" && d == DType::fp8_e4m3)) return d;
     throw usage_error(fmt::format(
@@ -187,6 +189,10 @@ std::string serve_table(const ServeRun& r, Unit unit) {
                                ? ""
                                : fmt::format("; {} sliding-window layers keep their window's",
                                              p.windowed_layers))});
+    if (p.lora > Count(0))
+        table.row({"LoRA adapters", digits(p.lora), amount(p.lora, unit),
+                   fmt::format("{} slots at rank {}: A and B of {} linears, bf16 (vLLM's)",
+                               s.max_loras, s.max_lora_rank, p.lora_linears)});
     if (p.state_layers > 0)
         table.row({"Mamba state", digits(p.ssm_state), amount(p.ssm_state, unit),
                    fmt::format("{} B a sequence, any length ({} layers: conv state bf16, scan "
@@ -240,6 +246,12 @@ nlohmann::json serve_json(const ServeRun& r) {
     };
     j["settings"]["cuda_graphs"] = s.cuda_graphs;
     if (r.engine) j["engine"] = engine_json(*r.engine, s);
+    if (s.max_loras > 0)  // appended, as the keys above stay as they were
+        j["lora"] = {{"bytes", p.lora.value()},
+                     {"max_loras", s.max_loras},
+                     {"max_lora_rank", s.max_lora_rank},
+                     {"linears", p.lora_linears},
+                     {"dtype", "bf16"}};
     if (p.state_layers > 0)  // appended: the keys above stay as they were
         j["ssm_state"] = {{"bytes", p.ssm_state.value()},
                           {"bytes_per_sequence", p.state_bytes_per_sequence.value()},
@@ -321,19 +333,69 @@ std::optional<EngineSettings> engine_settings(const ServeOptions& q) {
     return e;
 }
 
-std::string run_serve(const ServeOptions& q) {
-    const std::optional<EngineSettings> engine = engine_settings(q);
-    if (q.context.empty() && !engine)
-        throw usage_error("serve needs --context, the tokens of each sequence (prompt and output)");
+namespace {
+
+/// `text` where the engine takes it for `option` (a row of engine_choices), else one line naming
+/// the value and the engine's choices.
+void require_engine_takes(const EngineRule& rule, const char* option, const std::string& text) {
+    const EngineChoice* choice = engine_choice(rule, option);
+    if (!choice || engine_takes(*choice, text)) return;
+    throw usage_error(fmt::format("{} '{}' is not one {} {} takes ({})", option, text, rule.engine,
+                                  rule.version, fmt::join(engine_values(*choice), ", ")));
+}
+
+/// --kv-cache-dtype as the engine spells it, memcalc's dtype for it: auto is the model's (bf16).
+DType engine_kv_dtype(const ServeOptions& q, const std::optional<EngineSettings>& engine) {
+    if (q.kv_cache_dtype.empty()) return kv_dtype_named(q.kv_dtype);
+    if (!engine)
+        throw usage_error(fmt::format("--kv-cache-dtype {} needs --engine", q.kv_cache_dtype));
+    if (!q.kv_dtype.empty())
+        throw usage_error(fmt::format("--kv-cache-dtype {} and --kv-dtype {}: give one",
+                                      q.kv_cache_dtype, q.kv_dtype));
+    require_engine_takes(*engine->rule, "--kv-cache-dtype", q.kv_cache_dtype);
+    if (q.kv_cache_dtype == "fp8_e5m2") return DType::fp8_e5m2;
+    return q.kv_cache_dtype.rfind("fp8", 0) == 0 ? DType::fp8_e4m3 : DType::bf16;
+}
+
+/// vLLM's LoRA slots: --max-loras turns them on; --max-lora-rank one the engine takes.
+void lora_settings(const ServeOptions& q, const std::optional<EngineSettings>& engine,
+                   ServeSettings& s) {
+    s.max_loras = parse_count("--max-loras", q.max_loras, 0);
+    s.max_lora_rank = parse_count("--max-lora-rank", q.max_lora_rank, 16);
+    if (q.max_loras.empty() && !q.max_lora_rank.empty())
+        throw usage_error(fmt::format("--max-lora-rank {} needs --max-loras", q.max_lora_rank));
+    if (!engine || q.max_loras.empty()) return;
+    if (engine->rule->share != ShareRule::profiled)
+        throw usage_error(
+            fmt::format("--max-loras {} is vLLM's: memcalc does not model {}'s LoRA memory pool",
+                        q.max_loras, engine->rule->engine));
+    require_engine_takes(*engine->rule, "--max-lora-rank", std::to_string(s.max_lora_rank));
+}
+
+/// What serve's options say, checked against the engine's choices where one is given.
+ServeSettings serve_settings(const ServeOptions& q, const std::optional<EngineSettings>& engine) {
     ServeSettings s;
     s.context = parse_count("--context", q.context, 0);
     s.batch = parse_count("--batch", q.batch, 1);
     s.tp = parse_count("--tp", q.tp, 1);
     s.block_size = parse_count("--block-size", q.block_size, 16);
+    if (engine && !q.block_size.empty())
+        require_engine_takes(*engine->rule, "--block-size", std::to_string(s.block_size));
     s.prefill_chunk = parse_count("--prefill-chunk", q.prefill_chunk, 8192);
-    s.kv_dtype = kv_dtype_named(q.kv_dtype);
+    s.kv_dtype = engine_kv_dtype(q, engine);
     s.weights = &weight_format_named(q.weights);
     s.cuda_graphs = !q.enforce_eager;
+    lora_settings(q, engine, s);
+    return s;
+}
+
+}  // namespace
+
+std::string run_serve(const ServeOptions& q) {
+    const std::optional<EngineSettings> engine = engine_settings(q);
+    if (q.context.empty() && !engine)
+        throw usage_error("serve needs --context, the tokens of each sequence (prompt and output)");
+    ServeSettings s = serve_settings(q, engine);
     ServeRun run;
     run.device_settings = device_settings(q.device);
     if (const std::optional<UsableMemory> device = usable_memory(q.device)) {

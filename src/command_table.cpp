@@ -359,12 +359,20 @@ void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
                     "The KV cache's dtype: bf16 (default), fp16, fp8, fp8-e5m2, fp32")
         ->type_name("DTYPE");
     serve
+        .add_option("--kv-cache-dtype", q.kv_cache_dtype,
+                    "--kv-dtype as --engine spells it, refused where that version lacks it "
+                    "(vllm: auto, fp8,\nfp8_e4m3, fp8_e5m2, and bfloat16 from 0.10; sglang: auto, "
+                    "fp8_e5m2, fp8_e4m3), e.g.\n--engine vllm --kv-cache-dtype fp8")
+        ->type_name("DTYPE");
+    serve
         .add_option("--tp", q.tp,
                     "Tensor-parallel ranks: heads, MLP columns and vocabulary split (default 1)")
         ->type_name("N");
     serve
         .add_option("--block-size", q.block_size,
-                    "Tokens per KV-cache block, each sequence rounded up (default 16)")
+                    "Tokens per KV-cache block, each sequence rounded up (default 16); with "
+                    "--engine vllm one\nthat version takes (0.6: 8, 16, 32, 64, 128; 0.10: 1 "
+                    "too; 0.21: 256 too), e.g. --block-size 32")
         ->type_name("N");
     serve
         .add_option("--prefill-chunk", q.prefill_chunk,
@@ -411,6 +419,16 @@ void add_serve_engine(CLI::App& serve, ServeOptions& q) {
         ->type_name("N");
     serve.add_flag("--enforce-eager", q.enforce_eager,
                    "The engine captures no CUDA graphs (vLLM's --enforce-eager): no graph pool");
+    serve
+        .add_option("--max-loras", q.max_loras,
+                    "LoRA adapters served at once (vLLM's --max-loras with --enable-lora): each "
+                    "linear layer\nkeeps A and B for that many slots, e.g. --max-loras 4")
+        ->type_name("N");
+    serve
+        .add_option("--max-lora-rank", q.max_lora_rank,
+                    "The slots' rank (default 16; with --engine vllm one of 1, 8, 16, 32, 64, "
+                    "128, 256, 320,\n512), e.g. --max-loras 4 --max-lora-rank 64")
+        ->type_name("R");
 }
 
 void serve_command(const ServeOptions& q, Spool& out, std::vector<PendingFile>&) {

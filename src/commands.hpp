@@ -92,11 +92,13 @@ struct ServeOptions {
     ModelOptions model;
     OutputOptions output;
     DeviceOptions device;
-    std::string context, batch, tp, kv_dtype = "bf16", weights = "bf16", block_size, prefill_chunk;
+    std::string context, batch, tp, kv_dtype, weights = "bf16", block_size, prefill_chunk;
     bool enforce_eager = false;  ///< --enforce-eager: the engine captures no CUDA graphs
     /// --engine and its settings: the KV cache as the engine budgets it.
     std::string engine, engine_version, gpu_memory_utilization, mem_fraction_static, max_model_len,
         max_num_seqs, max_num_batched_tokens;
+    std::string max_loras, max_lora_rank;  ///< vLLM's LoRA slots and their rank
+    std::string kv_cache_dtype;            ///< --kv-dtype as the engine spells it
 
     std::string output_file() const { return output.file; }
 };

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <string_view>
 
 #include "command_line.hpp"
@@ -34,6 +35,17 @@ Words lora_target_names() {
     for (const LinearRow& row : linear_rows)
         if (row.tuned && *row.tensor != '\0') names.emplace_back(row.tensor);
     return names;
+}
+
+/// Every value some engine version takes for `option` (engine_choices' rows), each once.
+Words engine_choice_words(std::string_view option) {
+    Words words;
+    for (const EngineChoice& row : engine_choices)
+        for (std::string_view value : engine_values(row))
+            if (row.option == option &&
+                std::find(words.begin(), words.end(), std::string(value)) == words.end())
+                words.emplace_back(value);
+    return words;
 }
 
 /// The values of an option that takes one of a known set: a row per option.
@@ -81,6 +93,7 @@ const ValuesRow values_rows[] = {
      [] {
          return Words{"bf16", "fp16", "fp8", "fp8-e5m2", "fp32"};
      }},
+    {"--kv-cache-dtype", [] { return engine_choice_words("--kv-cache-dtype"); }},
     {"--zero",
      [] {
          return Words{"0", "1", "2", "3"};

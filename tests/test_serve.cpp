@@ -21,6 +21,19 @@ ServeSettings at(std::uint64_t context, std::uint64_t batch = 1, std::uint64_t t
     s.context = context, s.batch = batch, s.tp = tp;
     return s;
 }
+
+/// Each of `cases` (arguments after `command`, and what the error says) refused: nonzero, nothing
+/// on stdout, one line on stderr saying it.
+void check_refused(const std::string& command,
+                   const std::vector<std::pair<std::string, std::string>>& cases) {
+    for (const auto& [args, says] : cases) {
+        CAPTURE(args);
+        const auto bad = testing::memcalc(command + " " + args);
+        CHECK(bad.status != 0);
+        CHECK(bad.out.empty());
+        CHECK_THAT(bad.err, Catch::Contains(says));
+    }
+}
 }  // namespace
 
 TEST_CASE(
@@ -234,7 +247,7 @@ TEST_CASE("a serving rank's tensors make up its weights, cache and prefill exact
         const Architecture m = preset(name);
         ServeSettings s = at(1000, 3);
         const ServeReport r = serve(m, s);
-        CHECK(detail::total_bytes(r.weight_tensors) == r.weights);
+        CHECK(detail::total_bytes(r.weight_tensors) == r.weights + r.lora);
         CHECK(detail::total_bytes(r.cache_tensors) == r.kv_cache + r.ssm_state);
         CHECK(detail::total_bytes(r.prefill_tensors) == r.activations);
     }
@@ -410,19 +423,13 @@ TEST_CASE("memcalc serve --engine vllm: the engine's terms in JSON, and errors t
     CHECK(engine.at("kv_cache_tokens").get<std::uint64_t>() ==
           16 * engine.at("blocks").get<std::uint64_t>());
     CHECK(nlohmann::json::parse(r.out).at("settings").at("context") == 16384);
-    for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
-             {"--engine tgi --gpu h100-sxm", "'tgi'"},
-             {"--engine vllm --engine-version 0.5 --gpu h100-sxm", "'0.5'"},
-             {"--engine vllm --gpu-memory-utilization 1.5 --gpu h100-sxm", "'1.5'"},
-             {"--engine vllm --gpu-memory-utilization 0 --gpu h100-sxm", "'0'"},
-             {"--context 4096 --max-model-len 4096", "--max-model-len 4096 needs --engine"},
-             {"--engine vllm", "--engine vllm needs --device-memory"}}) {
-        CAPTURE(args);
-        const auto bad = testing::memcalc("serve --preset llama-3-8b " + args);
-        CHECK(bad.status != 0);
-        CHECK(bad.out.empty());
-        CHECK_THAT(bad.err, Catch::Contains(says));
-    }
+    check_refused("serve --preset llama-3-8b",
+                  {{"--engine tgi --gpu h100-sxm", "'tgi'"},
+                   {"--engine vllm --engine-version 0.5 --gpu h100-sxm", "'0.5'"},
+                   {"--engine vllm --gpu-memory-utilization 1.5 --gpu h100-sxm", "'1.5'"},
+                   {"--engine vllm --gpu-memory-utilization 0 --gpu h100-sxm", "'0'"},
+                   {"--context 4096 --max-model-len 4096", "--max-model-len 4096 needs --engine"},
+                   {"--engine vllm", "--engine vllm needs --device-memory"}});
 }
 
 TEST_CASE("SGLang keeps a static fraction for the weights and the cache, by tensor parallelism",
@@ -454,4 +461,136 @@ TEST_CASE("SGLang keeps a static fraction for the weights and the cache, by tens
         "--gpu-memory-utilization 0.5");
     CHECK(r.status != 0);
     CHECK_THAT(r.err, Catch::Contains("--gpu-memory-utilization 0.5 is not sglang's"));
+}
+
+namespace {
+/// vLLM's LoRA slots by hand for a dense grouped-query model: per layer, A (rank x in) and
+/// B (out x rank) of q, k, v, o, gate, up and down, column-parallel ones' outputs and row-parallel
+/// ones' inputs split by tp, k and v keeping a whole head where fewer heads than ranks.
+std::uint64_t lora_by_hand(const Architecture& m, std::uint64_t loras, std::uint64_t rank,
+                           std::uint64_t tp) {
+    const std::uint64_t h = m.hidden, d = m.head_size(), kv = m.key_value_heads();
+    const std::uint64_t q = m.heads * d, kv_rank = kv < tp ? d : kv * d / tp;
+    const std::uint64_t per_layer =
+        (h + q / tp) + 2 * (h + kv_rank) + (q / tp + h) + 2 * (h + m.ffn / tp) + (m.ffn / tp + h);
+    return m.layers * per_layer * loras * rank * 2;
+}
+}  // namespace
+
+TEST_CASE("vLLM's LoRA slots: A and B of every linear for max_loras slots, split as the layer is",
+          "[serve][lora]") {
+    // Llama 3 8B, 4 slots at rank 64: 32 layers x 81,920 (in + out summed) x 64 x 4 x 2 bytes.
+    ServeSettings s = at(4096);
+    s.max_loras = 4, s.max_lora_rank = 64;
+    const ServeReport llama = serve(preset("llama-3-8b"), s);
+    CHECK(llama.lora == Count(1'342'177'280ULL));
+    CHECK(llama.lora_linears == 7 * 32);
+    for (const char* name : {"llama-3-8b", "qwen2.5-7b", "mistral-7b", "llama-3.2-1b"}) {
+        for (std::uint64_t tp : {1, 2, 4, 16}) {
+            const Architecture m = preset(name);
+            if (m.heads % tp != 0) continue;
+            for (const auto& [loras, rank] : {std::pair{1, 16}, {3, 8}, {8, 256}}) {
+                CAPTURE(name, tp, loras, rank);
+                ServeSettings t = at(1000, 2, tp);
+                t.max_loras = loras, t.max_lora_rank = rank;
+                const ServeReport r = serve(m, t);
+                CHECK(r.lora.value() == lora_by_hand(m, loras, rank, tp));
+                // The buffers are tensors made with the weights, and in the peak.
+                CHECK(detail::total_bytes(r.weight_tensors) == r.weights + r.lora);
+                t.max_loras = 0;
+                CHECK(r.peak() == serve(m, t).peak() + r.lora);
+            }
+        }
+    }
+    s.max_loras = 1;
+    CHECK_THROWS_WITH(serve(preset("mixtral-8x7b"), s), Catch::Contains("experts"));
+    CHECK_THROWS_WITH(serve(preset("jamba-1.5-mini"), s), Catch::Contains("experts"));
+}
+
+TEST_CASE("vLLM counts the LoRA slots with the weights: the cache is smaller by them",
+          "[serve][lora][engine]") {
+    for (const char* model : {"llama-3-8b", "qwen2.5-7b"}) {
+        CAPTURE(model);
+        ServeSettings s = at(1);
+        EngineSettings e;
+        e.max_model_len = 16384;
+        DeviceSettings device;
+        device.gpu = gpu_facts_of("h100-sxm");
+        const Count memory(85'520'809'984ULL);
+        const EngineBudget plain = engine_budget(preset(model), s, e, memory, device);
+        s.max_loras = 8, s.max_lora_rank = 128;
+        const EngineBudget lora = engine_budget(preset(model), s, e, memory, device);
+        const Count adapters = serve(preset(model), s).lora;
+        Count term;
+        for (const BudgetTerm& t : lora.terms)
+            if (std::string(t.name) == "lora_adapters") term = t.bytes;
+        CHECK(term == adapters);
+        const std::uint64_t less = plain.kv_cache_bytes.value() - lora.kv_cache_bytes.value();
+        const std::uint64_t block = plain.kv_cache_bytes.value() / plain.blocks;
+        CHECK(less + block > adapters.value());
+        CHECK(less < adapters.value() + block);
+    }
+}
+
+TEST_CASE("memcalc serve --max-loras: a row, a JSON object, and the engine's ranks",
+          "[serve][lora][cli]") {
+    const auto r = testing::memcalc(
+        "serve --preset qwen2.5-7b --context 4096 --tp 2 --max-loras 2 --max-lora-rank 32 "
+        "--format json");
+    REQUIRE(r.status == 0);
+    const auto json = nlohmann::json::parse(r.out);
+    ServeSettings s = at(4096, 1, 2);
+    s.max_loras = 2, s.max_lora_rank = 32;
+    CHECK(json.at("lora").at("bytes") == serve(preset("qwen2.5-7b"), s).lora.value());
+    CHECK(json.at("lora").at("max_loras") == 2);
+    CHECK_FALSE(nlohmann::json::parse(testing::memcalc("serve --preset qwen2.5-7b --context 4096 "
+                                                       "--format json")
+                                          .out)
+                    .contains("lora"));
+    const auto table = testing::memcalc("serve --preset llama-3-8b --context 4096 --max-loras 1");
+    CHECK_THAT(table.out, Catch::Contains("LoRA adapters") && Catch::Contains("rank 16"));
+    check_refused(
+        "serve --preset llama-3-8b",
+        {{"--engine vllm --gpu h100-sxm --max-loras 1 --max-lora-rank 24",
+          "'24' is not one vllm 0.21 takes (1, 8,"},
+         {"--engine vllm --engine-version 0.6 --gpu h100-sxm --max-loras 1 --max-lora-rank 512",
+          "'512' is not one vllm 0.6 takes (8, 16, 32, 64, 128, 256)"},
+         {"--engine sglang --gpu h100-sxm --max-loras 2", "--max-loras 2 is vLLM's"},
+         {"--context 64 --max-lora-rank 8", "--max-lora-rank 8 needs --max-loras"},
+         {"--context 64 --max-loras 0", "--max-loras"}});
+}
+
+TEST_CASE("--kv-cache-dtype as the engine spells it, and --block-size among the engine's",
+          "[serve][engine][cli]") {
+    const auto json = [](const std::string& args) {
+        const auto r = testing::memcalc("serve --preset llama-3-8b --gpu h100-sxm " + args +
+                                        " --max-model-len 8192 --format json");
+        REQUIRE(r.status == 0);
+        return nlohmann::json::parse(r.out);
+    };
+    CHECK(json("--engine vllm --kv-cache-dtype fp8").at("settings").at("kv_dtype") ==
+          json("--engine vllm --kv-dtype fp8").at("settings").at("kv_dtype"));
+    CHECK(json("--engine sglang --kv-cache-dtype fp8_e5m2").at("kv_cache").at("dtype") ==
+          "fp8-e5m2");
+    CHECK(json("--engine vllm --kv-cache-dtype auto").at("kv_cache").at("dtype") == "bf16");
+    // Half the bytes a token: about twice the tokens in the same budget.
+    const auto fp8 = json("--engine vllm --kv-cache-dtype fp8_e4m3").at("engine");
+    const auto bf16 = json("--engine vllm").at("engine");
+    CHECK(fp8.at("kv_cache_tokens").get<std::uint64_t>() >=
+          2 * bf16.at("kv_cache_tokens").get<std::uint64_t>());
+    CHECK(json("--engine vllm --block-size 32").at("engine").at("block_size") == 32);
+    check_refused(
+        "serve --preset llama-3-8b --gpu h100-sxm",
+        {{"--engine sglang --kv-cache-dtype fp8",
+          "'fp8' is not one sglang 0.4 takes (auto, "
+          "fp8_e5m2, fp8_e4m3)"},
+         {"--engine vllm --engine-version 0.6 --kv-cache-dtype bfloat16",
+          "'bfloat16' is not one vllm 0.6 takes"},
+         {"--engine vllm --kv-cache-dtype fp8 --kv-dtype fp8", "give one"},
+         {"--context 64 --kv-cache-dtype fp8", "--kv-cache-dtype fp8 needs --engine"},
+         {"--engine vllm --block-size 48", "--block-size '48' is not one vllm 0.21 takes"},
+         {"--engine vllm --engine-version 0.6 --block-size 256",
+          "'256' is not one vllm 0.6 takes (8, 16, 32, 64, 128)"}});
+    // Without an engine any block size memcalc can count.
+    CHECK(testing::memcalc("serve --preset llama-3-8b --context 64 --block-size 48").status == 0);
 }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "memcalc/device_memory.hpp"
@@ -62,31 +63,92 @@ inline constexpr std::array<EngineRule, 5> engine_rules{{
      "tp"},
 }};
 
+namespace detail {
+/// "0.10" as (0, 10); a part that is no number as -1.
+inline std::pair<std::uint64_t, std::uint64_t> version_parts(std::string_view v) {
+    const std::size_t dot = v.find('.');
+    const auto number = [](std::string_view t) {
+        std::uint64_t n = 0;
+        for (char c : t) {
+            if (c < '0' || c > '9' || n > 100000) return std::uint64_t(-1);
+            n = n * 10 + std::uint64_t(c - '0');
+        }
+        return t.empty() ? std::uint64_t(-1) : n;
+    };
+    return dot == std::string_view::npos
+               ? std::pair(number(v), std::uint64_t(0))
+               : std::pair(number(v.substr(0, dot)), number(v.substr(dot + 1)));
+}
+
+/// The newest of `rows` for `engine` at or below `version` (any version when empty) that `keep`
+/// keeps.
+template <class Rows, class Keep>
+auto newest_row(const Rows& rows, std::string_view engine, std::string_view version, Keep keep) {
+    const typename Rows::value_type* found = nullptr;
+    for (const auto& row : rows) {
+        if (row.engine != engine || !keep(row)) continue;
+        if (!version.empty() && version_parts(row.version) > version_parts(version)) continue;
+        found = &row;
+    }
+    return found;
+}
+}  // namespace detail
+
 /// The newest row of `engine`, or the one for `version` ("0.8" takes the 0.7 row); none for an
 /// engine or a version older than every row.
 inline const EngineRule* engine_rule(std::string_view engine, std::string_view version = {}) {
-    const auto parts = [](std::string_view v) {
-        const std::size_t dot = v.find('.');
-        const auto number = [](std::string_view t) {
-            std::uint64_t n = 0;
-            for (char c : t) {
-                if (c < '0' || c > '9' || n > 100000) return std::uint64_t(-1);
-                n = n * 10 + std::uint64_t(c - '0');
-            }
-            return t.empty() ? std::uint64_t(-1) : n;
-        };
-        return dot == std::string_view::npos
-                   ? std::pair(number(v), std::uint64_t(0))
-                   : std::pair(number(v.substr(0, dot)), number(v.substr(dot + 1)));
-    };
-    const EngineRule* found = nullptr;
-    for (const EngineRule& row : engine_rules) {
-        if (row.engine != engine) continue;
-        if (!version.empty() && parts(row.version) > parts(version)) continue;
-        found = &row;
+    if (!version.empty() && detail::version_parts(version).first == std::uint64_t(-1))
+        return nullptr;
+    return detail::newest_row(engine_rules, engine, version,
+                              [](const EngineRule&) { return true; });
+}
+
+/// The values an engine's option takes from a version on, as its argument parser or config
+/// declares them, where memcalc models them: KV-cache dtypes, block sizes, LoRA ranks.
+struct EngineChoice {
+    Text engine, version, option;
+    Text values;  ///< separated by spaces
+    Text source;
+};
+
+inline constexpr std::array<EngineChoice, 8> engine_choices{{
+    {"vllm", "0.6", "--kv-cache-dtype", "auto fp8 fp8_e4m3 fp8_e5m2",
+     "vllm/engine/arg_utils.py add_cli_args (V0): --kv-cache-dtype choices"},
+    {"vllm", "0.10", "--kv-cache-dtype", "auto bfloat16 fp8 fp8_e4m3 fp8_e5m2",
+     "vllm/config/cache.py CacheDType (fp8_inc and fp8_ds_mla not modelled)"},
+    {"sglang", "0.4", "--kv-cache-dtype", "auto fp8_e5m2 fp8_e4m3",
+     "sglang/srt/server_args.py add_cli_args: --kv-cache-dtype choices"},
+    {"vllm", "0.6", "--block-size", "8 16 32 64 128",
+     "vllm/engine/arg_utils.py add_cli_args (V0): --block-size choices"},
+    {"vllm", "0.10", "--block-size", "1 8 16 32 64 128", "vllm/config/cache.py BlockSize"},
+    {"vllm", "0.21", "--block-size", "1 8 16 32 64 128 256", "vllm/config/cache.py BlockSize"},
+    {"vllm", "0.6", "--max-lora-rank", "8 16 32 64 128 256",
+     "vllm/config.py LoRAConfig.__post_init__ possible_max_ranks"},
+    {"vllm", "0.10", "--max-lora-rank", "1 8 16 32 64 128 256 320 512",
+     "vllm/config/lora.py MaxLoRARanks"},
+}};
+
+/// The values `rule`'s engine takes for `option` at its version; none where memcalc has no row.
+inline const EngineChoice* engine_choice(const EngineRule& rule, std::string_view option) {
+    return detail::newest_row(engine_choices, rule.engine, rule.version,
+                              [&](const EngineChoice& c) { return c.option == option; });
+}
+
+/// `choice`'s values, one by one.
+inline std::vector<std::string_view> engine_values(const EngineChoice& choice) {
+    std::vector<std::string_view> out;
+    for (std::string_view rest = choice.values; !rest.empty();) {
+        const std::size_t space = std::min(rest.find(' '), rest.size());
+        out.push_back(rest.substr(0, space));
+        rest.remove_prefix(std::min(space + 1, rest.size()));
     }
-    if (!version.empty() && parts(version).first == std::uint64_t(-1)) return nullptr;
-    return found;
+    return out;
+}
+
+/// Whether `value` is one of `choice`'s values.
+inline bool engine_takes(const EngineChoice& choice, std::string_view value) {
+    const std::vector<std::string_view> values = engine_values(choice);
+    return std::find(values.begin(), values.end(), value) != values.end();
 }
 
 /// The engine's settings, none meaning its default.
@@ -175,6 +237,9 @@ inline void add_terms(EngineBudget& b, const Architecture& m, const ServeReport&
     const EngineRule& rule = *b.rule;
     b.terms.push_back({"weights", one.weights + rotary_cache(m), false,
                        "the weights as loaded, with the rotary embedding's cos/sin cache"});
+    if (one.lora > Count(0))  // made in load_model, so measured with the weights
+        b.terms.push_back({"lora_adapters", one.lora, false,
+                           "the LoRA slots' stacked A and B, made with the weights"});
     if (rule.share == ShareRule::profiled)
         b.terms.push_back(
             {"activation_peak",

@@ -74,6 +74,9 @@ struct ServeSettings {
     std::uint64_t prefill_chunk = 8192;  ///< tokens one forward takes at most (chunked prefill)
     std::uint64_t tp = 1;
     bool cuda_graphs = true;  ///< the engine captures CUDA graphs (false: --enforce-eager)
+    /// vLLM's LoRA slots (--max-loras; 0: LoRA off) at --max-lora-rank, in the model's dtype.
+    std::uint64_t max_loras = 0;
+    std::uint64_t max_lora_rank = 16;
 };
 
 /// `count` tensors of `bytes` each: how a rank's memory is made, for the allocator's replay.
@@ -104,8 +107,12 @@ struct ServeReport {
     Count ssm_state;                 ///< batch x state_bytes_per_sequence
     /// The tensors of each part in the order an engine makes them: every weight; each layer's
     /// cache (vLLM allocates a tensor a layer) or state; a prefill's temporaries, freed after it.
+    /// vLLM's LoRA buffers, made with the weights (in weight_tensors, after them): every wrapped
+    /// linear's stacked A and B for max_loras slots at max_lora_rank.
+    Count lora;
+    std::uint64_t lora_linears = 0;  ///< the linears wrapped, over every layer
     std::vector<TensorRun> weight_tensors, cache_tensors, prefill_tensors;
-    Count peak() const { return weights + kv_cache + ssm_state + activations; }
+    Count peak() const { return weights + lora + kv_cache + ssm_state + activations; }
 };
 
 namespace detail {
@@ -140,6 +147,10 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
                     std::to_string(m.ssm.d_inner) + " inner channels");
     if (bytes_per_element(s.kv_dtype) == 0)
         throw error(std::string("kv dtype ") + dtype_name(s.kv_dtype) + " is not a cache dtype");
+    if (s.max_loras > 0 && (m.any_moe() || m.any_mixer(Mixer::mamba)))
+        throw error("LoRA adapters are modelled on dense attention and MLP layers: " + m.name +
+                    " has " + (m.any_moe() ? "experts" : "Mamba layers"));
+    if (s.max_loras > 0) detail::require_positive("max lora rank", s.max_lora_rank);
 }
 
 namespace detail {
@@ -185,6 +196,34 @@ inline void serve_weights(const Architecture& m, const ServeSettings& s, ServeRe
         r.parameters += layers * elements;
         r.weights += layers * bytes;
         r.weight_tensors.push_back({bytes, layers.value()});
+    }
+}
+
+/// vLLM's LoRA buffers on one rank (lora/layers/base_linear.py create_lora_weights): each linear
+/// of a layer keeps A of max_loras x rank x its input and B of max_loras x its output x rank, in
+/// the model's dtype; a fused q/k/v or gate/up keeps a pair a slice, the same bytes as the
+/// separate linears here. Column-parallel linears split B's output, row-parallel ones A's input.
+inline void serve_adapters(const Architecture& m, const ServeSettings& s, ServeReport& r) {
+    if (s.max_loras == 0) return;
+    const ParameterTable table = parameter_table(m);
+    const std::uint64_t tp = s.tp, kv = m.key_value_heads();
+    for (const ParamRow& row : table.rows) {
+        if (!detail::quantised(row)) continue;
+        const std::uint64_t in = row.dims.begin()[0], out = row.dims.begin()[1];
+        const bool split = row.split == ParamSplit::tensor;
+        const bool by_input = split && linear_row(row.linear).row_parallel;
+        // k and v with fewer heads than ranks: each rank keeps a whole head (QKVParallelLinear).
+        const bool kv_row = row.linear == Linear::k || row.linear == Linear::v;
+        const std::uint64_t out_rank = !split || by_input  ? out
+                                       : kv_row && kv < tp ? out / kv
+                                                           : ceil_div(Count(out), tp).value();
+        const std::uint64_t in_rank = by_input ? ceil_div(Count(in), tp).value() : in;
+        const Count slots = Count(s.max_loras) * s.max_lora_rank * dtype::bf16;
+        const std::uint64_t layers = table.kind_layers[row.kind];
+        r.weight_tensors.push_back({slots * in_rank, layers});
+        r.weight_tensors.push_back({slots * out_rank, layers});
+        r.lora += Count(layers) * (slots * in_rank + slots * out_rank);
+        r.lora_linears += layers;
     }
 }
 
@@ -295,6 +334,12 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
     ServeReport r;
     detail::named_overflow([&] { detail::serve_weights(m, s, r); },
                            [&] { return detail::parameter_overflow(m); });
+    detail::named_overflow([&] { detail::serve_adapters(m, s, r); },
+                           [&] {
+                               return "the LoRA buffers of max loras (" + n(s.max_loras) +
+                                      ") x max lora rank (" + n(s.max_lora_rank) +
+                                      ") overflow 64 bits";
+                           });
     detail::named_overflow([&] { detail::serve_cache(m, s, r); },
                            [&] {
                                return "the KV cache of batch (" + n(s.batch) + ") x context (" +
@@ -336,7 +381,7 @@ ServeFit serve_fit(const Architecture& m, ServeSettings s, Count capacity, Weigh
     f.fits = weighed <= capacity;
     // What weigh adds (never below zero: the report's peak is within its figure).
     const Count added(weighed.value() - std::min(weighed, here.peak()).value());
-    const Count fixed = here.weights + here.ssm_state + here.activations + added;
+    const Count fixed = here.weights + here.lora + here.ssm_state + here.activations + added;
     if (capacity > fixed && here.kv_bytes_per_token > Count(0)) {
         const std::uint64_t tokens =
             (capacity.value() - fixed.value()) / here.kv_bytes_per_token.value();

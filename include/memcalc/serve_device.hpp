@@ -92,7 +92,7 @@ inline ServeDevice serve_device(const ServeReport& r, const ServeSettings& s,
         out.simulated = false;
         out.reserved = out.allocated + rows_inside(out.rows, &DeviceRow::bytes);
         out.reserved_high = out.allocated + rows_inside(out.rows, &DeviceRow::high_bytes);
-        out.loaded_bytes = r.weights;
+        out.loaded_bytes = r.weights + r.lora;
     } else {
         out.reserved = main.peak, out.loaded_bytes = main.loaded, out.segments = main.segments;
         out.reserved_high = std::max(out.reserved, high.peak);
