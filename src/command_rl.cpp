@@ -74,8 +74,14 @@ void fill_defaults(RlOptions& q, const RlTrainer& t, const RlAlgorithm& a) {
                     : t.rollout == Rollout::vllm ? "vllm"
                                                  : "sglang");
     fill(q.placement, t.colocated ? "colocated" : "separate");
+    fill(q.role_placement, t.roles_colocated ? "colocated" : "separate");
     fill(q.sleep, t.sleeps ? "on" : "off");
     fill(q.frozen_dtype, dtype_name(t.frozen_dtype));
+}
+
+bool placement(const char* option, const std::string& text) {
+    if (text == "colocated" || text == "separate") return text == "colocated";
+    throw usage_error(fmt::format("{} must be colocated or separate (got '{}')", option, text));
 }
 
 bool on_off(const char* option, const std::string& text) {
@@ -133,10 +139,8 @@ RlSettings rl_settings(RlOptions& q) {
                                       : reference_named(q.reference);
     s.reward_model = a.reward_model || !q.reward_model.empty();
     s.frozen_dtype = frozen_dtype_named(q.frozen_dtype);
-    s.colocated = q.placement == "colocated";
-    if (!s.colocated && q.placement != "separate")
-        throw usage_error(fmt::format("--engine-placement must be colocated or separate (got '{}')",
-                                      q.placement));
+    s.colocated = placement("--engine-placement", q.placement);
+    s.roles_colocated = placement("--role-placement", q.role_placement);
     s.sleeps = on_off("--engine-sleep", q.sleep);
     rollout_settings(q, t, s);
     return s;
@@ -185,10 +189,10 @@ std::string engine_lines(const RlRun& run, Unit unit) {
     const RlSettings& s = run.settings;
     if (!s.algorithm->generates) return "";
     std::string out = fmt::format(
-        "\nRollouts: {} sequences at once ({} prompt{} x {}), their "
+        "\nRollouts: {} sequence{} at once ({} prompt{} x {}), their "
         "KV cache at full length {}\n",
-        digits(Count(r.rollouts)), digits(Count(s.prompts)), s.prompts == 1 ? "" : "s",
-        digits(Count(s.num_generations)), amount(r.kv_needed, unit));
+        digits(Count(r.rollouts)), r.rollouts == 1 ? "" : "s", digits(Count(s.prompts)),
+        s.prompts == 1 ? "" : "s", digits(Count(s.num_generations)), amount(r.kv_needed, unit));
     if (!r.engine) return out;
     const EngineBudget& b = *r.engine;
     out += fmt::format(
@@ -288,7 +292,10 @@ nlohmann::json rl_json(const RlRun& run) {
                        {"capacity_bytes", run.device->rule.usable().value()},
                        {"device_high_bytes", run.device_high->value()},
                        {"fits", *run.device_high <= run.device->rule.usable()}};
-    if (run.fit) j["fit"] = {{run.fit_option, run.fit->largest}, {"bounded", run.fit->bounded}};
+    if (run.fit)
+        j["fit"] = {{"dimension", run.fit_option},
+                    {"largest", run.fit->largest},
+                    {"bounded", run.fit->bounded}};
     return j;
 }
 

@@ -455,6 +455,10 @@ void add_rl_roles(CLI::App& rl, RlOptions& q) {
                                   "(default the policy's)",
                                   role))
             ->type_name("MODEL");
+    rl.add_option("--role-placement", q.role_placement,
+                  "colocated (every role on the policy's GPUs) or separate (each on its own; "
+                  "default\nthe trainer's: OpenRLHF separate)")
+        ->type_name("WHERE");
     rl.add_option("--frozen-dtype", q.frozen_dtype,
                   "The reference's and reward model's weights: fp32, bf16 or fp16 (default the "
                   "trainer's)")

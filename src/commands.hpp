@@ -111,7 +111,8 @@ struct RlOptions : TrainingStepOptions {
     std::string reference, reference_model, reward_model, critic_model, frozen_dtype;
     std::string num_generations, prompt_len, completion_len, prompts;
     /// The rollouts: hf or an engine, where it runs, its version, share, sleep and tp.
-    std::string rollout, placement, engine_version, gpu_memory_utilization, sleep, engine_tp;
+    std::string rollout, placement, role_placement, engine_version, gpu_memory_utilization, sleep,
+        engine_tp;
     std::string fit;  ///< --fit: num-generations or completion-len
     RlOptions() { recipe.recipe = step.recompute = step.micro_batch = ""; }  // the trainer's
 };

@@ -139,6 +139,23 @@ TEST_CASE("a colocated engine holds its share; asleep it frees it between genera
     CHECK(rl_job({&m}, s, memory).engine_bytes == Count(0));
 }
 
+TEST_CASE("roles on their own GPUs leave the policy's devices the policy's step", "[rl]") {
+    const Architecture m = GENERATE(fixtures::gpt2_small(), fixtures::mistral_7b());
+    RlSettings s = job("ppo");
+    const RlReport together = rl_job({&m}, s);
+    s.roles_colocated = false;
+    const RlReport apart = rl_job({&m}, s);
+    CHECK(role_names(apart) == role_names(together));
+    for (const RlRole& role : apart.roles)
+        CHECK((role.resident == Count(0)) == (role.role != Text("policy")));
+    const std::vector<std::string> phases = {"generate", "train policy"};
+    std::vector<std::string> named;
+    for (const RlPhase& p : apart.phases) named.push_back(p.name);
+    CHECK(named == phases);
+    CHECK(apart.peak() == apart.policy.peak_step().bytes.total());
+    CHECK(apart.peak() < together.peak());
+}
+
 TEST_CASE("rl_fit finds the largest completion that fits, and one more does not", "[rl]") {
     const Architecture m = GENERATE(fixtures::gpt2_small(), fixtures::llama_7b());
     RlSettings s = job("grpo");

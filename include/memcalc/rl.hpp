@@ -75,6 +75,7 @@ struct RlTrainer {
     ReferenceMode reference;  ///< where a reference lives when the algorithm has one
     Rollout rollout;          ///< what generates by default
     bool colocated;           ///< an engine on the training GPUs
+    bool roles_colocated;     ///< the other roles on the policy's GPUs (else each on its own)
     double share;             ///< a colocated engine's gpu_memory_utilization
     bool sleeps;              ///< the engine frees its weights and cache between generations
     bool checkpointing;       ///< gradient checkpointing by default
@@ -83,20 +84,21 @@ struct RlTrainer {
 };
 
 inline constexpr std::array<RlTrainer, 3> rl_trainers{{
-    {"trl", "1.9", "amp-adam", DType::fp32, ReferenceMode::resident, Rollout::hf, true, 0.3, false,
-     true, 8, 512, 256,
+    {"trl", "1.9", "amp-adam", DType::fp32, ReferenceMode::resident, Rollout::hf, true, true, 0.3,
+     false, true, 8, 512, 256,
      "trl@v1.9.0 utils.py:1144 (fp32 load), base_config.py:61-68 (gradient checkpointing, bf16 "
      "autocast), grpo_config.py:488 (256 completion tokens), 577 (use_vllm off), 602 (sleep "
      "off), 646 (vllm_gpu_memory_utilization 0.3); per_device_train_batch_size 8; prompts of "
      "512 (max_prompt_length up to v0.25)"},
-    {"verl", "0.7", "amp-adam", DType::fp32, ReferenceMode::offloaded, Rollout::vllm, true, 0.5,
-     true, true, 8, 512, 512,
+    {"verl", "0.7", "amp-adam", DType::fp32, ReferenceMode::offloaded, Rollout::vllm, true, true,
+     0.5, true, true, 8, 512, 512,
      "verl@v0.7.0 rollout.yaml:32 (gpu_memory_utilization 0.5), 47 (free_cache_engine), "
      "fsdp_workers.py:324-328 (fp32 model), 516-518 (reference offloaded); "
      "ppo_micro_batch_size_per_gpu has no default: TRL's 8"},
     {"openrlhf", "0.11", "mixed-adam", DType::bf16, ReferenceMode::resident, Rollout::vllm, false,
-     0.95, false, false, 1, 1024, 1024,
-     "OpenRLHF@v0.11.0 train_ppo_ray.py:198-257 (vLLM on its own GPUs, 0.95), 308-322 (ZeRO-2 "
+     false, 0.95, false, false, 1, 1024, 1024,
+     "OpenRLHF@v0.11.0 train_ppo_ray.py:198-257 (each role and vLLM on its own GPUs unless "
+     "--train.colocate_all; vLLM 0.95), 308-322 (ZeRO-2 "
      "bf16), 376-386 (lengths); deepspeed.py:489-499 (reference a full copy below ZeRO-3)"},
 }};
 
@@ -119,6 +121,7 @@ struct RlSettings {
     DType frozen_dtype = DType::fp32;
     Rollout rollout = Rollout::hf;
     bool colocated = true, sleeps = false;
+    bool roles_colocated = true;  ///< reference, reward and critic on the policy's GPUs
     EngineSettings engine;        ///< the engine's rule and share (vllm, sglang)
     std::uint64_t engine_tp = 1;  ///< the engine's tensor parallelism
 };
@@ -235,12 +238,15 @@ inline void add_roles(RlReport& r, const RlModels& m, const RlSettings& s, const
                        kept_between_steps(r.policy), r.policy.busiest().state.weights,
                        "on the device: weights, master copy and optimizer state"});
     const std::uint64_t shards = step.parallel.zero == 3 ? step.parallel.sharding() : 1;
+    const std::string elsewhere = "on its own GPUs: not on the policy's";
     const auto frozen = [&](Text role, const Architecture* given, ReferenceMode mode) {
         const Architecture& a = given ? *given : policy;
         const auto [parameters, bytes] = frozen_weights(a, s.frozen_dtype, shards);
-        r.roles.push_back({role, a.name, parameters, false,
-                           mode == ReferenceMode::resident ? bytes : Count(0), bytes,
-                           frozen_where(mode, s.frozen_dtype, shards)});
+        const bool here = s.roles_colocated && mode == ReferenceMode::resident;
+        r.roles.push_back({role, a.name, parameters, false, here ? bytes : Count(0), bytes,
+                           s.roles_colocated || mode == ReferenceMode::precomputed
+                               ? frozen_where(mode, s.frozen_dtype, shards)
+                               : elsewhere});
     };
     if (s.reference != ReferenceMode::none) frozen("reference", m.reference, s.reference);
     if (s.reward_model) frozen("reward", m.reward, ReferenceMode::resident);
@@ -248,9 +254,11 @@ inline void add_roles(RlReport& r, const RlModels& m, const RlSettings& s, const
     const Architecture& critic = m.critic ? *m.critic : policy;
     r.critic = estimate(critic, step);
     r.roles.push_back({"critic", critic.name, r.critic->parameter_count, true,
-                       kept_between_steps(*r.critic), r.critic->busiest().state.weights,
-                       "on the device: weights, master copy and optimizer state (a value head "
-                       "counted as the model's own head)"});
+                       s.roles_colocated ? kept_between_steps(*r.critic) : Count(0),
+                       r.critic->busiest().state.weights,
+                       s.roles_colocated ? "on the device: weights, master copy and optimizer "
+                                           "state (a value head counted as the model's own head)"
+                                         : elsewhere});
 }
 
 inline const RlRole* find_role(const RlReport& r, Text role) {
@@ -304,8 +312,8 @@ inline void add_engine(RlReport& r, const Architecture& policy, const RlSettings
 inline RlPhase generate_phase(const RlReport& r, const RlSettings& s, const Architecture& policy) {
     RlPhase phase{"generate", "", kept_terms(r, s, {}, false)};
     const std::uint64_t tokens = s.prompt_len + s.completion_len;
-    phase.at = std::to_string(r.rollouts) + " sequences of " + std::to_string(s.prompt_len) +
-               " + " + std::to_string(s.completion_len) + " tokens";
+    phase.at = std::to_string(r.rollouts) + (r.rollouts == 1 ? " sequence of " : " sequences of ") +
+               std::to_string(s.prompt_len) + " + " + std::to_string(s.completion_len) + " tokens";
     if (s.rollout != Rollout::hf) {
         if (s.colocated) phase.terms.push_back({"engine's share (awake)", r.engine_bytes});
         if (!s.colocated) phase.at += ", by an engine on its own GPUs";
@@ -350,6 +358,7 @@ inline RlPhase score_phase(const RlReport& r, const RlSettings& s, const RlModel
     const auto consider = [&](const RlTerm& t) {
         if (!largest || t.bytes > largest->bytes) largest = t;
     };
+    if (!s.roles_colocated) return phase;  // each scores on its own GPUs
     const RlRole* ref = find_role(r, "reference");
     if (ref && s.reference != ReferenceMode::precomputed)
         consider(frozen_forward(*ref, m.reference ? *m.reference : *m.policy, s.frozen_dtype,
@@ -432,7 +441,8 @@ inline RlReport rl_job(const RlModels& models, const RlSettings& s,
         s.reference != ReferenceMode::precomputed)
         r.phases.push_back(detail::in_step_reference(r, s, models));
     r.phases.push_back(detail::train_phase(r, s, "policy", r.policy));
-    if (r.critic) r.phases.push_back(detail::train_phase(r, s, "critic", *r.critic));
+    if (r.critic && s.roles_colocated)
+        r.phases.push_back(detail::train_phase(r, s, "critic", *r.critic));
     for (std::size_t i = 1; i < r.phases.size(); ++i)
         if (r.phases[i].peak() > r.phases[r.peak_phase].peak()) r.peak_phase = i;
     return r;
