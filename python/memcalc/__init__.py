@@ -43,7 +43,7 @@ from .results import (Activations, Estimate, Fit, FitResult, KvCache, Layout, Mo
                       Parameters, Peak, Plan, Result, Serve, ServeDevice, ServePeak, StagePeak,
                       TrainingState, Weights)
 
-__all__ = ["Error", "run", "estimate", "fit", "plan", "serve", "presets", "recipes", "profiles",
+__all__ = ["Error", "run", "estimate", "fit", "plan", "serve", "rl", "presets", "recipes", "profiles",
            "gpus", "activation_functions", "arguments", "Result", "Estimate", "ModelSummary",
            "Parameters", "TrainingState", "Activations", "Peak", "StagePeak", "ServePeak", "Fit",
            "FitResult", "Serve", "Weights", "KvCache", "ServeDevice", "Plan", "Layout"]
@@ -205,6 +205,17 @@ def serve(**options: _t.Any) -> Serve:
     (4294967296, 21197428736, True)
     """
     return _as(Serve, _json_command("serve", options))
+
+
+def rl(**options: _t.Any) -> dict:
+    """A post-training job (GRPO, PPO, RLOO, DPO, KTO, ORPO) on one device: its roles, rollouts and
+    phases, each phase's peak and the job's, named: ``memcalc rl [OPTIONS] --format json``, as a dict.
+
+    >>> r = memcalc.rl(algorithm="dpo", preset="qwen2-0.5b", gpu="a100-80gb")
+    >>> [role["role"] for role in r["roles"]], r["peak"]["phase"], r["device"]["fits"]
+    (['policy', 'reference'], 'reference forward in the step', True)
+    """
+    return _json_command("rl", options)
 
 
 def presets():
