@@ -205,22 +205,26 @@ TEST_CASE("memcalc rl: roles, phases and the named peak in JSON; bad input named
     CHECK(bad.err.find(message) != std::string::npos);
 }
 
+namespace {
+/// huggingface/trl#3168's job as TRL 0.16's defaults ran it, with `extra` options, as JSON.
+nlohmann::json dpo_quick_start(const std::string& extra = "") {
+    const testing::Run run = testing::shell(
+        "memcalc rl --algorithm dpo --preset qwen2-0.5b --recipe fp32-adam --recompute none "
+        "--prompt-len 512 --completion-len 512 --gpu a100-80gb --format json " +
+        extra);
+    REQUIRE(run.status == 0);
+    return nlohmann::json::parse(run.out);
+}
+}  // namespace
+
 TEST_CASE("huggingface/trl#3168: TRL's DPO quick start does not fit an A100 80GB", "[rl][cli]") {
     // TRL 0.16's defaults: an fp32 load without autocast, no gradient checkpointing, 8 pairs of
     // 1,024 tokens, the reference a second fp32 copy; it ran out of memory on the first step.
-    const testing::Run run = testing::shell(
-        "memcalc rl --algorithm dpo --preset qwen2-0.5b --recipe fp32-adam --recompute none "
-        "--prompt-len 512 --completion-len 512 --gpu a100-80gb --format json");
-    REQUIRE(run.status == 0);
-    const auto j = nlohmann::json::parse(run.out);
+    const auto j = dpo_quick_start();
     CHECK(j["device"]["fits"] == false);
     CHECK(j["peak"]["phase"] == "reference forward in the step");
     // Its precomputed log-probs would not have saved it: the policy's step alone is over too.
-    const testing::Run alone = testing::shell(
-        "memcalc rl --algorithm dpo --preset qwen2-0.5b --recipe fp32-adam --recompute none "
-        "--prompt-len 512 --completion-len 512 --gpu a100-80gb --reference precomputed "
-        "--format json");
-    const auto k = nlohmann::json::parse(alone.out);
+    const auto k = dpo_quick_start("--reference precomputed");
     CHECK(k["peak"]["bytes"] < j["peak"]["bytes"]);
     CHECK(k["device"]["fits"] == false);
 }
