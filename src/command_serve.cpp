@@ -43,6 +43,7 @@ struct ServeRun {
     std::string device;
     std::optional<ServeFit> fit;
     std::optional<EngineBudget> engine;  ///< with --engine
+    std::optional<ModelFile> draft;      ///< with --draft-preset or --draft-config
 };
 
 /// What the device shows: the rows inside the allocator, reserved, the rows outside, device.
@@ -189,6 +190,15 @@ std::string serve_table(const ServeRun& r, Unit unit) {
                                ? ""
                                : fmt::format("; {} sliding-window layers keep their window's",
                                              p.windowed_layers))});
+    if (r.draft)
+        table.row({"draft model", digits(p.draft_weights + p.draft_kv_cache),
+                   amount(p.draft_weights + p.draft_kv_cache, unit),
+                   fmt::format("{}: weights {} ({} parameters, bf16), KV cache {} ({} B a token, "
+                               "{} layers); {} speculative tokens",
+                               r.draft->architecture.name, amount(p.draft_weights, unit),
+                               digits(p.draft_parameters), amount(p.draft_kv_cache, unit),
+                               digits(p.draft_kv_bytes_per_token), p.draft_cache_layers,
+                               s.num_speculative_tokens)});
     if (p.lora > Count(0))
         table.row({"LoRA adapters", digits(p.lora), amount(p.lora, unit),
                    fmt::format("{} slots at rank {}: A and B of {} linears, bf16 (vLLM's)",
@@ -210,6 +220,17 @@ std::string serve_table(const ServeRun& r, Unit unit) {
         "--gpu-memory-utilization\nof the device), and its profiling run's peak may differ from "
         "the prefill's here.\n";
     return out;
+}
+
+/// The draft model: its weights and KV cache on this rank, and the tokens it proposes.
+nlohmann::json draft_json(const ServeRun& r) {
+    const ServeReport& p = r.report;
+    return {{"model", r.draft->architecture.name},
+            {"parameters", p.draft_parameters.value()},
+            {"weights_bytes", p.draft_weights.value()},
+            {"kv_bytes_per_token", p.draft_kv_bytes_per_token.value()},
+            {"kv_cache_bytes", p.draft_kv_cache.value()},
+            {"num_speculative_tokens", r.settings.num_speculative_tokens}};
 }
 
 nlohmann::json serve_json(const ServeRun& r) {
@@ -252,7 +273,8 @@ nlohmann::json serve_json(const ServeRun& r) {
                      {"max_lora_rank", s.max_lora_rank},
                      {"linears", p.lora_linears},
                      {"dtype", "bf16"}};
-    if (p.state_layers > 0)  // appended: the keys above stay as they were
+    if (r.draft) j["draft"] = draft_json(r);  // appended: the keys above stay as they were
+    if (p.state_layers > 0)                   // appended: the keys above stay as they were
         j["ssm_state"] = {{"bytes", p.ssm_state.value()},
                           {"bytes_per_sequence", p.state_bytes_per_sequence.value()},
                           {"layers", p.state_layers}};
@@ -389,6 +411,32 @@ ServeSettings serve_settings(const ServeOptions& q, const std::optional<EngineSe
     return s;
 }
 
+/// --draft-preset or --draft-config, which need --engine and --num-speculative-tokens.
+std::optional<ModelFile> draft_model(const ServeOptions& q, bool engine, ServeSettings& s) {
+    const std::string& named = q.draft_preset.empty() ? q.draft_config : q.draft_preset;
+    const char* option = q.draft_preset.empty() ? "--draft-config" : "--draft-preset";
+    if (named.empty()) {
+        if (!q.num_speculative_tokens.empty())
+            throw usage_error(
+                fmt::format("--num-speculative-tokens {} needs --draft-preset or "
+                            "--draft-config",
+                            q.num_speculative_tokens));
+        return std::nullopt;
+    }
+    if (!q.draft_preset.empty() && !q.draft_config.empty())
+        throw usage_error(fmt::format("--draft-preset {} and --draft-config {}: give one",
+                                      q.draft_preset, q.draft_config));
+    if (!engine)
+        throw usage_error(
+            fmt::format("{} {} needs --engine: the engine's pool holds its cache", option, named));
+    if (q.num_speculative_tokens.empty())
+        throw usage_error(fmt::format("{} {} needs --num-speculative-tokens", option, named));
+    s.num_speculative_tokens = parse_count("--num-speculative-tokens", q.num_speculative_tokens, 0);
+    ModelOptions m;
+    (q.draft_preset.empty() ? m.config : m.preset) = named;
+    return load_model(m);
+}
+
 }  // namespace
 
 std::string run_serve(const ServeOptions& q) {
@@ -410,6 +458,8 @@ std::string run_serve(const ServeOptions& q) {
                         "it budgets a share of the device's memory",
                         q.engine));
     const ModelFile model = load_model(q.model);
+    run.draft = draft_model(q, engine.has_value(), s);
+    if (run.draft) s.draft = &run.draft->architecture;
     if (engine) {
         run.engine =
             engine_budget(model.architecture, s, *engine, *run.memory, run.device_settings);

@@ -429,6 +429,20 @@ void add_serve_engine(CLI::App& serve, ServeOptions& q) {
                     "The slots' rank (default 16; with --engine vllm one of 1, 8, 16, 32, 64, "
                     "128, 256, 320,\n512), e.g. --max-loras 4 --max-lora-rank 64")
         ->type_name("R");
+    serve
+        .add_option("--draft-preset", q.draft_preset,
+                    "A speculative-decoding draft model, a preset (with --engine and "
+                    "--num-speculative-tokens):\nits weights in bf16 and its KV cache beside the "
+                    "model's, e.g. --draft-preset llama-3.2-1b")
+        ->type_name("NAME");
+    serve
+        .add_option("--draft-config", q.draft_config,
+                    "The draft model as a config.json or a folder holding one")
+        ->type_name("PATH");
+    serve
+        .add_option("--num-speculative-tokens", q.num_speculative_tokens,
+                    "Tokens the draft proposes a step (vLLM's num_speculative_tokens)")
+        ->type_name("K");
 }
 
 void serve_command(const ServeOptions& q, Spool& out, std::vector<PendingFile>&) {

@@ -99,6 +99,9 @@ struct ServeOptions {
         max_num_seqs, max_num_batched_tokens;
     std::string max_loras, max_lora_rank;  ///< vLLM's LoRA slots and their rank
     std::string kv_cache_dtype;            ///< --kv-dtype as the engine spells it
+    /// A speculative-decoding draft model and the tokens it proposes (vLLM's
+    /// num_speculative_tokens).
+    std::string draft_preset, draft_config, num_speculative_tokens;
 
     std::string output_file() const { return output.file; }
 };

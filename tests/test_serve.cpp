@@ -594,3 +594,139 @@ TEST_CASE("--kv-cache-dtype as the engine spells it, and --block-size among the 
     // Without an engine any block size memcalc can count.
     CHECK(testing::memcalc("serve --preset llama-3-8b --context 64 --block-size 48").status == 0);
 }
+
+// A speculative-decoding draft model in the engine's budget: its weights, and its layers in the
+// one KV-cache pool (vLLM V1) or a proportional share of the model's blocks (vLLM V0).
+
+namespace {
+/// vLLM's budget for `model` at max_model_len 32768 on an H100 SXM, with `draft` if given.
+EngineBudget budget(const Architecture& model, const Architecture* draft, const char* version) {
+    ServeSettings s;
+    s.context = 1;
+    s.draft = draft;
+    s.num_speculative_tokens = draft ? 4 : 0;
+    EngineSettings e;
+    e.rule = engine_rule("vllm", version);
+    e.max_model_len = 32768;
+    DeviceSettings device;
+    device.gpu = gpu_facts_of("h100-sxm");
+    return engine_budget(model, s, e, Count(85'520'809'984ULL), device);
+}
+
+Count term(const EngineBudget& b, const char* name) {
+    for (const BudgetTerm& t : b.terms)
+        if (std::string(t.name) == name) return t.bytes;
+    return Count(0);
+}
+
+/// k and v of every layer's key/value heads, bf16, tp 1.
+std::uint64_t kv_by_hand(const Architecture& m) {
+    return 2 * m.layers * m.key_value_heads() * m.head_size() * 2;
+}
+
+struct Pair {
+    const char* model;
+    const char* draft;
+    std::uint64_t draft_parameters;  ///< the draft checkpoint's published count
+};
+}  // namespace
+
+TEST_CASE("a draft model's weights are its parameters in bf16, and its cache shares the pool",
+          "[serve][engine][draft]") {
+    for (const Pair& pair : {Pair{"llama-3-8b", "llama-3.2-1b", 1'235'814'400ULL},
+                             Pair{"qwen3-8b", "qwen2-0.5b", 494'032'768ULL}}) {
+        const Architecture m = preset(pair.model), d = preset(pair.draft);
+        ServeSettings s;
+        s.context = 32768, s.draft = &d, s.num_speculative_tokens = 4;
+        s.weights = weight_format("fp8");  // the model's format, not the draft's
+        const ServeReport r = serve(m, s);
+        CAPTURE(pair.model, pair.draft);
+        CHECK(r.draft_parameters == Count(pair.draft_parameters));
+        CHECK(r.draft_weights == Count(pair.draft_parameters * 2));
+        CHECK(r.draft_kv_bytes_per_token == Count(kv_by_hand(d)));
+        CHECK(r.draft_kv_cache == Count(32768 * kv_by_hand(d)));
+        CHECK(r.peak() == serve(m,
+                                [&] {
+                                    ServeSettings alone = s;
+                                    alone.draft = nullptr;
+                                    return alone;
+                                }())
+                                  .peak() +
+                              r.draft_weights + r.draft_kv_cache);
+        for (const char* version : {"0.6", "0.7", "0.21"}) {
+            CAPTURE(version);
+            const EngineBudget b = budget(m, &d, version), alone = budget(m, nullptr, version);
+            // With the draft's own rotary cos/sin cache, of its positions x its rotary dimension.
+            CHECK(term(b, "draft_weights") ==
+                  r.draft_weights + Count(d.max_positions * d.rotary_dim() * 2));
+            CHECK(term(b, "activation_peak") >= term(alone, "activation_peak"));
+            std::uint64_t requested = 0, taken = 0;
+            for (const BudgetTerm& t : b.terms) (t.adds ? requested : taken) += t.bytes.value();
+            const std::uint64_t left = requested - taken, model_block = kv_by_hand(m) * 16,
+                                block = model_block + kv_by_hand(d) * 16;
+            // V1: whole blocks over every layer of both; V0: the model's blocks alone, split.
+            const std::uint64_t blocks = std::string(version) == "0.21"
+                                             ? left / block
+                                             : std::uint64_t(double(left / model_block) *
+                                                             double(model_block) / double(block));
+            CHECK(b.blocks == blocks);
+            CHECK(b.tokens == blocks * 16);
+            CHECK(b.kv_cache_bytes == Count(blocks * block));
+            CHECK(b.max_concurrency == Approx(double(blocks) / (32768 / 16)));
+            CHECK(b.tokens < alone.tokens);
+        }
+    }
+}
+
+TEST_CASE("engines that run no draft model, or whose draft pool memcalc does not model, refuse",
+          "[serve][engine][draft]") {
+    const Architecture m = preset("llama-3-8b"), d = preset("llama-3.2-1b");
+    CHECK_THROWS_WITH(budget(m, &d, "0.10"), Catch::Contains("refuses a draft model"));
+    ServeSettings s;
+    s.context = 1, s.draft = &d, s.num_speculative_tokens = 4;
+    EngineSettings e;
+    e.rule = engine_rule("sglang");
+    e.max_model_len = 8192;
+    CHECK_THROWS_WITH(engine_budget(m, s, e, Count(85'520'809'984ULL), DeviceSettings{}),
+                      Catch::Contains("does not model sglang's draft"));
+    const Architecture other = preset("qwen2-0.5b");
+    s.draft = &other;
+    CHECK_THROWS_WITH(serve(m, s), Catch::Contains("vocabulary (151936)"));
+}
+
+TEST_CASE(
+    "memcalc serve --draft-preset: a row, a JSON object, a budget term; errors name the value",
+    "[serve][engine][draft][cli]") {
+    const std::string base =
+        "serve --preset llama-3-8b --engine vllm --max-model-len 32768 --gpu h100-sxm";
+    const auto r = testing::memcalc(base +
+                                    " --draft-preset llama-3.2-1b --num-speculative-tokens 4 "
+                                    "--format json");
+    REQUIRE(r.status == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    const auto& draft = j.at("draft");
+    CHECK(draft.at("model") == "llama-3.2-1b");
+    CHECK(draft.at("weights_bytes").get<std::uint64_t>() ==
+          2 * draft.at("parameters").get<std::uint64_t>());
+    CHECK(draft.at("num_speculative_tokens") == 4);
+    CHECK(draft.at("kv_bytes_per_token") == kv_by_hand(preset("llama-3.2-1b")));
+    bool termed = false;
+    for (const auto& t : j.at("engine").at("terms"))
+        termed = termed ||
+                 (t.at("name") == "draft_weights" && t.at("bytes") > draft.at("weights_bytes"));
+    CHECK(termed);
+    const auto table =
+        testing::memcalc(base + " --draft-preset llama-3.2-1b --num-speculative-tokens 4");
+    CHECK_THAT(table.out, Catch::Contains("draft model") && Catch::Contains("- draft_weights"));
+    check_refused(
+        base, {{"--draft-preset llama-3.2-1b", "needs --num-speculative-tokens"},
+               {"--num-speculative-tokens 4", "--num-speculative-tokens 4 needs --draft-preset"},
+               {"--draft-preset llama-3.2-1b --num-speculative-tokens 0", "'0'"},
+               {"--draft-preset qwen2-0.5b --num-speculative-tokens 4", "vocabulary"},
+               {"--draft-preset llama-3.2-1b --num-speculative-tokens 4 --engine-version 0.12",
+                "refuses a draft model"},
+               {"--draft-preset nope --num-speculative-tokens 4", "nope"}});
+    check_refused("serve --preset llama-3-8b --context 4096",
+                  {{"--draft-preset llama-3.2-1b --num-speculative-tokens 4",
+                    "--draft-preset llama-3.2-1b needs --engine"}});
+}

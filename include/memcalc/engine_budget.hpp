@@ -32,6 +32,13 @@ enum class NonTorch : std::uint8_t {
 /// activations' peak; SGLang leaves them to the rest of the device (1 - its fraction).
 enum class ShareRule : std::uint8_t { profiled, static_fraction };
 
+/// How the engine gives a speculative-decoding draft model its KV cache.
+enum class DraftRule : std::uint8_t {
+    proportional,  ///< V0: the blocks the model alone would have, split by the two block sizes
+    shared,        ///< V1: one pool whose block holds every layer of both (a page over all)
+    refused,       ///< the engine does not run a draft model, or memcalc does not model its pool
+};
+
 struct EngineRule {
     Text engine, version;  ///< "vllm", "0.10": the first version the row holds for
     Text mode;             ///< "V0" or "V1"; SGLang's: "static"
@@ -41,23 +48,29 @@ struct EngineRule {
     /// Without chunked prefill (V0) a profiling batch of the whole model length: the default
     /// max_num_batched_tokens is max(max_model_len, 2048); else the usage context's default.
     bool batched_tokens_model_length;
+    DraftRule draft;
     Text source;
 };
 
 inline constexpr std::array<EngineRule, 5> engine_rules{{
     {"vllm", "0.6", "V0", ShareRule::profiled, NonTorch::since_start, false, true,
+     DraftRule::proportional,
      "vllm/worker/worker.py determine_num_available_blocks (v0.6.4): total x utilization less "
      "peak_torch_memory less non_torch_memory; vllm#10517's log"},
     {"vllm", "0.7", "V0", ShareRule::profiled, NonTorch::since_snapshot, false, true,
+     DraftRule::proportional,
      "vllm PR #10511, #11809, #12126 (utils memory_profiling): weights, activation peak and "
      "non-torch increase"},
     {"vllm", "0.10", "V1", ShareRule::profiled, NonTorch::since_snapshot, false, false,
+     DraftRule::refused,
      "vllm/v1/worker/gpu_worker.py determine_available_memory at 35d5cda: requested memory "
      "(snapshot after NCCL's init x utilization) less the non-KV memory"},
     {"vllm", "0.21", "V1", ShareRule::profiled, NonTorch::since_snapshot, true, false,
+     DraftRule::shared,
      "vllm PR #30515 (profile_cudagraph_memory), default since v0.21.0 as the engine logs it"},
     // The newer default fraction (PR #10975, by the GPU's size) is not modelled: give it.
     {"sglang", "0.4", "static", ShareRule::static_fraction, NonTorch::since_start, false, false,
+     DraftRule::refused,
      "sglang model_runner.py profile_max_num_token: the free memory after the weights less total x "
      "(1 - mem_fraction_static), over the cell size; server_args.py __post_init__'s fraction by "
      "tp"},
@@ -230,6 +243,18 @@ struct ServingRows {
     }
 };
 
+/// The profiling run's peak: the forward of max_num_batched_tokens and its logits; with a draft,
+/// vLLM's dummy run then runs the draft's forward on as many tokens (no logits: the sampler's
+/// dummy run is the model's) while the model's output hidden states are kept.
+inline Count profiling_peak(const EngineBudget& b, const Architecture& m, const ServeSettings& s) {
+    const std::uint64_t n = b.max_num_batched_tokens;
+    const Count model = total_bytes(forward_temporaries(m, n, std::min(b.max_num_seqs, n), s.tp));
+    if (!s.draft) return model;
+    std::vector<TensorRun> draft = forward_temporaries(*s.draft, n, 1, s.tp);
+    draft.resize(2);  // the stream and the largest layer temporaries, not the logits
+    return std::max(model, Count(n) * m.hidden * dtype::bf16 + total_bytes(draft));
+}
+
 /// The terms `rule` takes from its share: the weights, the profiling peak (vLLM), what lies
 /// outside PyTorch as it measures it, and (vLLM 0.21) the graphs' estimate.
 inline void add_terms(EngineBudget& b, const Architecture& m, const ServeReport& one,
@@ -240,13 +265,16 @@ inline void add_terms(EngineBudget& b, const Architecture& m, const ServeReport&
     if (one.lora > Count(0))  // made in load_model, so measured with the weights
         b.terms.push_back({"lora_adapters", one.lora, false,
                            "the LoRA slots' stacked A and B, made with the weights"});
+    if (one.draft_weights > Count(0))
+        b.terms.push_back({"draft_weights", one.draft_weights + rotary_cache(*s.draft), false,
+                           "the draft model's weights in bf16 and its rotary cache, loaded with "
+                           "the model's"});
     if (rule.share == ShareRule::profiled)
-        b.terms.push_back(
-            {"activation_peak",
-             total_bytes(forward_temporaries(m, b.max_num_batched_tokens,
-                                             std::min(b.max_num_seqs, b.max_num_batched_tokens),
-                                             s.tp)),
-             false, "the profiling forward of max_num_batched_tokens tokens and its logits"});
+        b.terms.push_back({"activation_peak", profiling_peak(b, m, s), false,
+                           s.draft ? "the profiling forward of max_num_batched_tokens tokens and "
+                                     "its logits, or the draft's forward after it"
+                                   : "the profiling forward of max_num_batched_tokens tokens and "
+                                     "its logits"});
     const bool from_start = rule.non_torch == NonTorch::since_start;
     b.terms.push_back(
         {"non_torch",
@@ -269,13 +297,20 @@ inline void fill_cache(EngineBudget& b, const ServeReport& one, std::uint64_t pa
         b.shortfall = Count(taken - requested);
         return;
     }
-    const std::uint64_t block = (one.kv_bytes_per_token * page).value();
+    const std::uint64_t block = (one.cache_bytes_per_token() * page).value();
     b.blocks = block == 0 ? 0 : (requested - taken) / block;
+    if (b.rule->draft == DraftRule::proportional && one.draft_kv_bytes_per_token > Count(0)) {
+        // V0's split_num_cache_blocks_evenly: the model's blocks alone, x its share of a block
+        // of both, a float product floored.
+        const std::uint64_t model = (one.kv_bytes_per_token * page).value();
+        b.blocks = static_cast<std::uint64_t>(double((requested - taken) / model) * double(model) /
+                                              double(block));
+    }
     b.tokens = b.blocks * page;
     b.kv_cache_bytes = Count(b.blocks) * block;
-    b.max_concurrency = one.kv_cache == Count(0)
+    b.max_concurrency = one.all_kv_cache() == Count(0)
                             ? 0
-                            : double(b.kv_cache_bytes.value()) / double(one.kv_cache.value());
+                            : double(b.kv_cache_bytes.value()) / double(one.all_kv_cache().value());
 }
 
 }  // namespace detail
@@ -307,6 +342,13 @@ inline EngineBudget engine_budget(const Architecture& m, ServeSettings s, const 
     b.max_num_batched_tokens = e.max_num_batched_tokens.value_or(
         e.rule->batched_tokens_model_length ? std::max<std::uint64_t>(b.max_model_len, 2048)
                                             : tokens_default);
+    if (s.draft && e.rule->draft == DraftRule::refused)
+        throw error(e.rule->share == ShareRule::profiled
+                        ? "vLLM " + std::string(e.rule->version) +
+                              " (the rule up to 0.21) refuses a draft model in V1 (0.10 to 0.13 "
+                              "do); memcalc models V1's draft pool from --engine-version 0.21"
+                        : "memcalc does not model " + std::string(e.rule->engine) +
+                              "'s draft model: its draft worker keeps a pool of its own");
     s.context = b.max_model_len, s.batch = 1;
     const ServeReport one = serve(m, s);  // the weights, and a request's cache at the model length
     b.approximate = one.windowed_layers > 0 || one.state_layers > 0;

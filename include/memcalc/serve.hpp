@@ -77,6 +77,10 @@ struct ServeSettings {
     /// vLLM's LoRA slots (--max-loras; 0: LoRA off) at --max-lora-rank, in the model's dtype.
     std::uint64_t max_loras = 0;
     std::uint64_t max_lora_rank = 16;
+    /// A speculative-decoding draft model (none: no speculation), served beside the model in bf16
+    /// at the same tp (vLLM quantizes a draft only by its own config), and the tokens it proposes.
+    const Architecture* draft = nullptr;
+    std::uint64_t num_speculative_tokens = 0;
 };
 
 /// `count` tensors of `bytes` each: how a rank's memory is made, for the allocator's replay.
@@ -112,7 +116,15 @@ struct ServeReport {
     Count lora;
     std::uint64_t lora_linears = 0;  ///< the linears wrapped, over every layer
     std::vector<TensorRun> weight_tensors, cache_tensors, prefill_tensors;
-    Count peak() const { return weights + lora + kv_cache + ssm_state + activations; }
+    /// A draft model's weights and KV cache (its tensors after the model's in the runs above).
+    Count draft_weights, draft_parameters, draft_kv_bytes_per_token, draft_kv_cache;
+    std::uint64_t draft_cache_layers = 0;
+    /// Bytes a token over the model's and the draft's layers: the engine's one pool serves both.
+    Count cache_bytes_per_token() const { return kv_bytes_per_token + draft_kv_bytes_per_token; }
+    Count all_kv_cache() const { return kv_cache + draft_kv_cache; }
+    Count peak() const {
+        return weights + draft_weights + lora + all_kv_cache() + ssm_state + activations;
+    }
 };
 
 namespace detail {
@@ -151,6 +163,14 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
         throw error("LoRA adapters are modelled on dense attention and MLP layers: " + m.name +
                     " has " + (m.any_moe() ? "experts" : "Mamba layers"));
     if (s.max_loras > 0) detail::require_positive("max lora rank", s.max_lora_rank);
+    if (!s.draft) return;
+    // vLLM's SpeculativeConfig refuses a draft of another vocabulary (out-of-bounds token ids).
+    if (s.draft->any_mixer(Mixer::mamba))
+        throw error("a draft with Mamba layers (" + s.draft->name + ") is not modelled");
+    if (s.draft->vocab != m.vocab)
+        throw error("the draft's vocabulary (" + std::to_string(s.draft->vocab) +
+                    ") differs from the model's (" + std::to_string(m.vocab) + ")");
+    detail::require_positive("num speculative tokens", s.num_speculative_tokens);
 }
 
 namespace detail {
@@ -325,6 +345,23 @@ inline void serve_activations(const Architecture& m, const ServeSettings& s, Ser
 }
 }  // namespace detail
 
+inline ServeReport serve(const Architecture& m, const ServeSettings& s);
+
+namespace detail {
+/// The draft's weights (bf16) and KV cache at the same tp, batch and context, added to `r`.
+inline void serve_draft(const ServeSettings& s, ServeReport& r) {
+    ServeSettings d = s;
+    d.draft = nullptr, d.weights = &weight_formats[0], d.max_loras = 0;
+    const ServeReport dr = serve(*s.draft, d);
+    r.draft_weights = dr.weights, r.draft_parameters = dr.parameters;
+    r.draft_kv_bytes_per_token = dr.kv_bytes_per_token, r.draft_kv_cache = dr.kv_cache;
+    r.draft_cache_layers = dr.cache_layers;
+    r.weight_tensors.insert(r.weight_tensors.end(), dr.weight_tensors.begin(),
+                            dr.weight_tensors.end());
+    r.cache_tensors.insert(r.cache_tensors.end(), dr.cache_tensors.begin(), dr.cache_tensors.end());
+}
+}  // namespace detail
+
 /// The weights, KV cache and prefill activations of serving `m` as `s` says, on one rank; a count
 /// past 64 bits names the inputs that made it.
 inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
@@ -353,6 +390,7 @@ inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
                                       n(s.prefill_chunk) + ") and the logits of batch (" +
                                       n(s.batch) + ") overflow 64 bits";
                            });
+    if (s.draft) detail::serve_draft(s, r);
     return r;
 }
 
@@ -381,10 +419,11 @@ ServeFit serve_fit(const Architecture& m, ServeSettings s, Count capacity, Weigh
     f.fits = weighed <= capacity;
     // What weigh adds (never below zero: the report's peak is within its figure).
     const Count added(weighed.value() - std::min(weighed, here.peak()).value());
-    const Count fixed = here.weights + here.lora + here.ssm_state + here.activations + added;
-    if (capacity > fixed && here.kv_bytes_per_token > Count(0)) {
+    const Count fixed =
+        here.weights + here.draft_weights + here.lora + here.ssm_state + here.activations + added;
+    if (capacity > fixed && here.cache_bytes_per_token() > Count(0)) {
         const std::uint64_t tokens =
-            (capacity.value() - fixed.value()) / here.kv_bytes_per_token.value();
+            (capacity.value() - fixed.value()) / here.cache_bytes_per_token().value();
         f.kv_capacity_tokens = Count(tokens / s.block_size * s.block_size);
     }
     const auto fits = [&](std::uint64_t batch) {
