@@ -70,6 +70,16 @@ void pinned_of(const ParallelOptions& q, PlanRequest& r) {
     r.sequence_parallel = q.sp;
 }
 
+/// --time-limit's seconds: none for 0 (no limit).
+std::optional<double> parse_time_limit(const std::string& text) {
+    char* end = nullptr;
+    const double seconds = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !(seconds >= 0) || seconds > 1e9)
+        throw usage_error(
+            fmt::format("--time-limit must be seconds, 0 for no limit (got '{}')", text));
+    return seconds == 0 ? std::nullopt : std::optional<double>(seconds);
+}
+
 /// The whole search's request, checked before the model is read.
 PlanView plan_view(const PlanOptions& q) {
     check_run_options(q);
@@ -84,7 +94,9 @@ PlanView plan_view(const PlanOptions& q) {
     r.first_stage_layers = parse_count("--first-stage-layers", p.first_stage_layers, 0);
     r.last_stage_layers = parse_count("--last-stage-layers", p.last_stage_layers, 0);
     r.max_tp = parse_count("--max-tp", q.max_tp, 0);
-    r.search_limit = parse_count("--search-limit", q.search_limit, default_search_limit);
+    // The time limit bounds a search; a search limit given also refuses one before it starts.
+    r.search_limit = parse_count("--search-limit", q.search_limit, no_search_limit);
+    r.time_limit = parse_time_limit(q.time_limit);
     // Given, they restrict the search; not given, it tries them all.
     if (!q.step.recompute.empty()) r.modes = parse_modes(q.step.recompute);
     r.recompute_layers = parse_recompute_layers(q.step, true);

@@ -106,10 +106,10 @@ const char* const plan_footer =
     "Without --gpus it tries 1, 2, 3, ... devices (with --gpu: 1, 2, 3, ... of its nodes) up "
     "to 16,384\n"
     "and answers with the first count on which some layout fits.\n"
-    "The search is counted before it starts: one that would measure more pipeline stages than\n"
-    "--search-limit (default 20,000,000; each layout measures the stages that may hold its "
-    "peak; without\n"
-    "--gpus, every count's layouts) is refused, naming its size.\n"
+    "The search runs at most --time-limit seconds (default 10): past them plan shows the best "
+    "layouts\nfound so far and the fraction of the search evaluated. Given --search-limit, a "
+    "search that would\nmeasure more pipeline stages (each layout those that may hold its peak; "
+    "without --gpus, every\ncount's) is refused before it starts, naming its size.\n"
     "It keeps those whose most loaded device fits in --device-memory less --reserve and ranks "
     "them by\n"
     "  1. the estimated step time, with --gpu or a --gpu-file that gives the figures (an "
@@ -282,10 +282,14 @@ void add_plan_search(CLI::App& plan, PlanOptions& q) {
                     "Largest tensor-parallel degree to try, e.g. the GPUs of a node")
         ->type_name("N");
     plan.add_option("--search-limit", q.search_limit,
-                    "Most pipeline stages the search may measure, counted before it\n"
-                    "starts (default 20,000,000: a minute or so); each layout measures\n"
-                    "the stages that may hold its peak")
+                    "Refuse a search that would measure more pipeline stages than this,\n"
+                    "counted before it starts (default: none; each layout measures the\n"
+                    "stages that may hold its peak)")
         ->type_name("N");
+    plan.add_option("--time-limit", q.time_limit,
+                    "Seconds the search may run (default 10; 0: no limit): past them plan\n"
+                    "shows the best layouts found so far and the fraction evaluated")
+        ->type_name("SECONDS");
 }
 
 /// The degrees, stages, schedules and offloads plan tries: each given restricts the search.

@@ -84,6 +84,7 @@ struct PlanOptions : TrainingStepOptions {
     ParallelOptions parallel;  ///< pinned: each given restricts the search
     DeviceOptions device;
     std::string gpus, top, max_tp, search_limit;
+    std::string time_limit = "10";  ///< seconds; past them the best found so far
     PlanOptions() { step.recompute = step.micro_batch = ""; }  // not given: the search tries each
 };
 

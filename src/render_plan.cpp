@@ -128,6 +128,16 @@ std::string refused_text(const PlanView& v, Unit unit) {
     return out;
 }
 
+/// A search the time limit ended: how much of it was evaluated.
+std::string stopped_text(const PlanView& v) {
+    if (v.result.complete) return "";
+    return fmt::format(
+        "Stopped at the time limit ({:g} s) with {} of the search's {} layouts evaluated "
+        "({:.2f}%):\nthe best found so far; --time-limit gives it longer.\n",
+        *v.request.time_limit, digits(Count(v.result.evaluated)), digits(Count(v.result.layouts)),
+        100 * v.result.coverage());
+}
+
 }  // namespace
 
 std::string plan_table(const PlanView& v, Unit unit) {
@@ -151,7 +161,7 @@ std::string plan_table(const PlanView& v, Unit unit) {
                 : "The fewest devices, any count, on which a layout fits.\n";
     out += fmt::format("{} layouts evaluated in {:.3f} s; {} fit. {}", v.result.evaluated,
                        v.seconds, fitting(v), ranking_text(v)) +
-           host_text(v, unit);
+           host_text(v, unit) + stopped_text(v);
     if (v.result.evaluated == 0)
         return out + fmt::format(
                          "No layout of {} devices is valid: each way to write {} as dp x tp x pp "
@@ -161,6 +171,8 @@ std::string plan_table(const PlanView& v, Unit unit) {
                          "times tp with sequence parallelism, the sequence; dp the global batch). "
                          "Try a device count with other factors.\n",
                          v.request.gpus, v.request.gpus);
+    if (fitting(v) == 0 && !v.result.complete)
+        return out + "None of those evaluated fits: give the search more time.\n";
     if (fitting(v) == 0)
         return out + (offload_searched(v) && v.request.host_capacity
                           ? "No layout fits: try more devices, more device or host memory, or a "
@@ -234,32 +246,36 @@ nlohmann::json plan_json(const PlanView& v) {
         layouts.push_back(layout_json(v, v.result.top[i], i + 1));
     json refused = json::array();
     for (const PlanRow& r : v.result.refused) refused.push_back(layout_json(v, r, 0));
-    return {{"memcalc", memcalc::version},
-            {"schema", memcalc::json_schema},
-            {"command", "plan"},
-            {"model", v.model},
-            {"gpus", v.request.gpus},
-            {"gpus_searched", v.fewest_step
-                                  ? nlohmann::json(*v.fewest_step > 1 ? "whole nodes" : "any count")
-                                  : nlohmann::json(nullptr)},
-            {"gpu", v.request.gpu ? nlohmann::json(std::string(v.request.gpu->name))
-                                  : nlohmann::json(nullptr)},
-            {"assumed_model_flops_utilization", assumed_model_flops_utilization},
-            {"seq", v.request.base.seq},
-            {"global_batch", v.request.global_batch},
-            {"device_memory_bytes", v.memory.value()},
-            {"reserve_bytes", v.reserve.value()},
-            {"capacity_bytes", v.request.capacity.value()},
-            {"host_memory_bytes",
-             v.request.host_capacity ? json(v.request.host_capacity->value()) : json(nullptr)},
-            {"evaluated", v.result.evaluated},
-            {"seconds", v.seconds},
-            {"fitting", fitting(v)},
-            {"refused", refused},
-            {"ranking",
-             "step_seconds (null last), then waste (recompute_fraction + bubble), then "
-             "communication_bytes, then peak bytes"},
-            {"layouts", layouts}};
+    return {
+        {"memcalc", memcalc::version},
+        {"schema", memcalc::json_schema},
+        {"command", "plan"},
+        {"model", v.model},
+        {"gpus", v.request.gpus},
+        {"gpus_searched", v.fewest_step
+                              ? nlohmann::json(*v.fewest_step > 1 ? "whole nodes" : "any count")
+                              : nlohmann::json(nullptr)},
+        {"gpu", v.request.gpu ? nlohmann::json(std::string(v.request.gpu->name))
+                              : nlohmann::json(nullptr)},
+        {"assumed_model_flops_utilization", assumed_model_flops_utilization},
+        {"seq", v.request.base.seq},
+        {"global_batch", v.request.global_batch},
+        {"device_memory_bytes", v.memory.value()},
+        {"reserve_bytes", v.reserve.value()},
+        {"capacity_bytes", v.request.capacity.value()},
+        {"host_memory_bytes",
+         v.request.host_capacity ? json(v.request.host_capacity->value()) : json(nullptr)},
+        {"evaluated", v.result.evaluated},
+        {"seconds", v.seconds},
+        {"complete", v.result.complete},
+        {"coverage", v.result.coverage()},
+        {"time_limit_seconds", v.request.time_limit ? json(*v.request.time_limit) : json(nullptr)},
+        {"fitting", fitting(v)},
+        {"refused", refused},
+        {"ranking",
+         "step_seconds (null last), then waste (recompute_fraction + bubble), then "
+         "communication_bytes, then peak bytes"},
+        {"layouts", layouts}};
 }
 
 std::string plan_csv(const PlanView& v) {

@@ -777,7 +777,8 @@ TEST_CASE(
     CHECK(testing::memcalc("--preset llama-7b --seq 1024 --global-batch 8 -b 3").status == 2);
 }
 
-TEST_CASE("every command in the README and the docs prints what the page shows", "[cli][readme]") {
+TEST_CASE("every command in the README and the docs prints what the page shows",
+          "[cli][readme][slow-sanitized]") {
     // The ```console blocks of README.md and docs/*.md: "$ memcalc ..." lines, each followed by its
     // exact output. scripts/update-readme-examples.py rewrites them all.
     struct Example {
@@ -848,7 +849,7 @@ TEST_CASE("the README is short and leads to every docs page, each in the site's 
 }
 
 TEST_CASE("a sweep streams: its JSON is the array nlohmann would print, and past 16 MiB it spools",
-          "[cli][sweep]") {
+          "[cli][sweep][slow-sanitized]") {
     const auto sweep =
         testing::memcalc("--preset llama-7b --seq 64,128,256 --recompute all --format json");
     REQUIRE(sweep.status == 0);

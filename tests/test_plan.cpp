@@ -617,21 +617,55 @@ TEST_CASE(
     CHECK(seen == 0);
 }
 
-TEST_CASE("plan refuses a search too large at once, naming its size, the limit and the options",
+TEST_CASE("a search past its time limit ends with the best so far and its coverage",
+          "[plan][limit]") {
+    const Architecture m = small_llama_4kv();
+    PlanRequest request;
+    request.gpus = 8, request.capacity = 9000000000ULL, request.base.seq = 1024;
+    request.global_batch = 16;
+    const PlanSummary whole = plan_top(m, request, 3);
+    CHECK(whole.complete);
+    CHECK(whole.coverage() == 1);
+    CHECK(whole.layouts == SearchCounter(m, request).size(8).layouts);
+    request.time_limit = 0.0;  // past at once: the deadline is looked at before the first layout
+    const PlanSummary none = plan_top(m, request, 3);
+    CHECK_FALSE(none.complete);
+    CHECK(none.evaluated == 0);
+    CHECK(none.coverage() == 0);
+    CHECK(none.top.empty());
+    request.time_limit = 3600.0;  // never reached: the same as no limit
+    const PlanSummary hour = plan_top(m, request, 3);
+    CHECK(hour.complete);
+    CHECK(hour.evaluated == whole.evaluated);
+    REQUIRE(hour.top.size() == whole.top.size());
+    for (std::size_t i = 0; i < hour.top.size(); ++i)
+        CHECK(plan_key(hour.top[i]) == plan_key(whole.top[i]));
+}
+
+TEST_CASE("plan ends a search too large at its time limit, and --search-limit refuses it up front",
           "[plan][limit][cli]") {
     // memcalc 1.2 measured the first's 224 million layouts for 667 s, the second's 4.4 million 63.
-    const auto layouts = testing::shell(
-        "timeout 20 memcalc plan --preset llama-7b --gpus 14414400 "
-        "--seq 720720 --global-batch 963761198400 "
-        "--device-memory 80GB");
-    CHECK(layouts.status == 2);
-    CHECK(layouts.out.empty());
-    CHECK_THAT(layouts.err, Catch::Contains("a plan on 14414400 devices would evaluate 224220096 "
+    const std::string huge =
+        "timeout 60 memcalc plan --preset llama-7b --gpus 14414400 --seq 720720 "
+        "--global-batch 963761198400 --device-memory 80GB";
+    const auto bounded = testing::shell(huge + " --time-limit 1 --format json");
+    REQUIRE(bounded.status == 0);
+    const auto j = nlohmann::json::parse(bounded.out);
+    CHECK(j["complete"] == false);
+    CHECK(j["time_limit_seconds"] == 1.0);
+    CHECK(j["coverage"].get<double>() < 0.5);
+    CHECK(j["coverage"].get<double>() ==
+          Approx(j["evaluated"].get<double>() / 224220096.0).epsilon(1e-9));
+    CHECK(j["seconds"].get<double>() < 30);
+    const auto refused = testing::shell(huge + " --search-limit 20000000");
+    CHECK(refused.status == 2);
+    CHECK(refused.out.empty());
+    CHECK_THAT(refused.err, Catch::Contains("a plan on 14414400 devices would evaluate 224220096 "
                                             "layouts, measuring 582987456 pipeline stages, past "
                                             "the search limit of 20000000") &&
                                 Catch::Contains("or raise --search-limit"));
     const auto fewest = testing::shell(
-        "timeout 20 memcalc plan --preset deepseek-v3 "
+        "timeout 20 memcalc plan --preset deepseek-v3 --search-limit 20000000 "
         "--device-memory 4GB --seq 4096 --global-batch 1024");
     CHECK(fewest.status == 2);
     CHECK(fewest.out.empty());
@@ -643,6 +677,8 @@ TEST_CASE("plan refuses a search too large at once, naming its size, the limit a
     CHECK_THAT(testing::memcalc(small + " --search-limit 10").err,
                Catch::Contains("past the search limit of 10:"));
     CHECK(testing::memcalc(small + " --search-limit 100000").status == 0);
+    CHECK_THAT(testing::memcalc(small + " --time-limit soon").err,
+               Catch::Contains("--time-limit must be seconds, 0 for no limit (got 'soon')"));
 }
 
 TEST_CASE(

@@ -69,6 +69,12 @@ TEST_CASE(
         CHECK(tp16.kv_cache == tp8.kv_cache);
         CHECK(serve(m, at(4096, 1, 2)).kv_cache.value() == 4 * tp8.kv_cache.value());
         CHECK_THROWS_WITH(serve(m, at(4096, 1, 3)), Catch::Contains("tp (3)"));
+        // The weights too: k_proj and v_proj keep a whole head on each of 16 ranks, as on each
+        // of 8, not half of one; every other split tensor halves, the norms stay whole.
+        const std::uint64_t h = m.hidden, L = m.layers;
+        const std::uint64_t kv = L * 2 * h * m.head_size() * 2;  // k and v: a head each, bf16
+        const std::uint64_t norms = (2 * L + 1) * h * 2;
+        CHECK(tp16.weights.value() == (tp8.weights.value() - kv - norms) / 2 + kv + norms);
     }
 }
 
@@ -560,7 +566,7 @@ TEST_CASE("memcalc serve --max-loras: a row, a JSON object, and the engine's ran
          {"--context 64 --max-loras 0", "--max-loras"}});
 }
 
-TEST_CASE("--kv-cache-dtype as the engine spells it, and --block-size among the engine's",
+TEST_CASE("serve's --kv-cache-dtype as the engine spells it, and --block-size among the engine's",
           "[serve][engine][cli]") {
     const auto json = [](const std::string& args) {
         const auto r = testing::memcalc("serve --preset llama-3-8b --gpu h100-sxm " + args +

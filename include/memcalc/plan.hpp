@@ -5,6 +5,7 @@
 /// costs a few operations on a Workload (workload.hpp, layout_peak.hpp).
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -33,6 +34,8 @@ namespace memcalc {
 /// The most pipeline stages a search measures unless asked for more: a minute or so of the slowest
 /// models' layouts, and several times the largest search of the README's (about 3 million).
 inline constexpr std::uint64_t default_search_limit = 20'000'000;
+/// A search limit that refuses none: the program's default, its time limit bounding the search.
+inline constexpr std::uint64_t no_search_limit = std::numeric_limits<std::uint64_t>::max();
 
 /// A search past its limit (PlanRequest::search_limit), refused before it starts.
 class search_limit_error : public error {
@@ -87,6 +90,9 @@ struct PlanRequest {
     std::optional<Count> host_capacity;
     /// The most pipeline stages the search may measure (SearchSize), checked before it starts.
     std::uint64_t search_limit = default_search_limit;
+    /// Seconds the search may run: past them it ends with the best layouts found so far
+    /// (PlanSummary::complete false). None: no limit.
+    std::optional<double> time_limit;
 };
 
 /// Whether a search list allows `value`: an empty one allows all.
@@ -698,9 +704,37 @@ struct PlanSummary {
     /// Layouts ranked among the best whose allocated peak and device rows fit but whose device
     /// figure (the allocator's reserved bytes) does not: refused, with their figure.
     std::vector<PlanRow> refused;
+    std::uint64_t layouts = 0;  ///< what the whole search evaluates (SearchSize::layouts)
+    bool complete = true;       ///< false: it stopped at PlanRequest::time_limit
+    /// The fraction of the search's layouts evaluated: 1 when complete.
+    double coverage() const {
+        if (complete || layouts == 0) return 1;
+        return std::min(1.0, static_cast<double>(evaluated) / static_cast<double>(layouts));
+    }
 };
 
 namespace detail {
+/// Thrown by a search's visitor past its deadline: the loops end, the best so far stay.
+struct SearchStopped {};
+
+/// When a search must end: PlanRequest::time_limit from its start; looked at every 64 layouts.
+class Deadline {
+public:
+    explicit Deadline(std::optional<double> seconds) {
+        if (seconds)
+            end_ = std::chrono::steady_clock::now() +
+                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(std::max(0.0, *seconds)));
+    }
+    void check(std::size_t evaluated) const {
+        if (end_ && evaluated % 64 == 0 && std::chrono::steady_clock::now() >= *end_)
+            throw SearchStopped{};
+    }
+
+private:
+    std::optional<std::chrono::steady_clock::time_point> end_;
+};
+
 /// The settings of one of `request`'s layouts, with its timelines.
 inline Settings row_settings(const PlanRequest& request, const PlanRow& row) {
     Settings s = request.base;
@@ -736,13 +770,15 @@ inline std::size_t kept_for(const PlanRequest& request, std::size_t k) {
 
 /// plan_top without its check: plan_fewest checks its whole search at once.
 inline PlanSummary top_layouts(const Architecture& m, const PlanRequest& request, std::size_t k,
-                               const std::function<void(std::size_t)>& each) {
+                               const std::function<void(std::size_t)>& each,
+                               const Deadline& deadline) {
     using Ranked = std::pair<PlanKey, std::size_t>;  // key, then order made
     std::vector<std::pair<Ranked, PlanRow>> heap;    // a max-heap: the worst of the best k on top
     const auto worse = [](const auto& a, const auto& b) { return a.first < b.first; };
     PlanSummary summary;
     const std::size_t kept = kept_for(request, k);
-    for_each_layout(m, request, [&](const PlanRow& row) {
+    const auto visit = [&](const PlanRow& row) {
+        deadline.check(summary.evaluated);
         ++summary.evaluated;
         if (each) each(summary.evaluated);
         if (!row.fits) return;
@@ -756,7 +792,12 @@ inline PlanSummary top_layouts(const Architecture& m, const PlanRequest& request
             heap.back() = {rank, row};
             std::push_heap(heap.begin(), heap.end(), worse);
         }
-    });
+    };
+    try {
+        for_each_layout(m, request, visit);
+    } catch (const SearchStopped&) {
+        summary.complete = false;
+    }
     std::sort_heap(heap.begin(), heap.end(), worse);
     std::vector<PlanRow> ranked;
     for (auto& [rank, row] : heap) ranked.push_back(std::move(row));
@@ -767,8 +808,12 @@ inline PlanSummary top_layouts(const Architecture& m, const PlanRequest& request
 
 inline PlanSummary plan_top(const Architecture& m, const PlanRequest& request, std::size_t k,
                             const std::function<void(std::size_t)>& each = nullptr) {
-    detail::check_search(m, request);
-    return detail::top_layouts(m, request, k, each);
+    const SearchSize size = SearchCounter(m, request).size(request.gpus);
+    detail::check_search(size, request, detail::search_on(request.gpus));
+    PlanSummary summary =
+        detail::top_layouts(m, request, k, each, detail::Deadline(request.time_limit));
+    summary.layouts = size.layouts;
+    return summary;
 }
 
 /// Tokens a GPU processes a second under a row's estimated step time, or none without one.
@@ -806,20 +851,23 @@ inline PlanSummary plan_fewest(const Architecture& m, PlanRequest& request, std:
                          "the search for the fewest devices (up to " +
                              std::to_string(fewest_gpus_limit) + counts + ")");
     std::size_t evaluated = 0;
+    const detail::Deadline deadline(request.time_limit);
     for (std::uint64_t n = step; n <= fewest_gpus_limit; n += step) {
         request.gpus = n;
-        PlanSummary summary = detail::top_layouts(m, request, k, [&](std::size_t made) {
-            if (each) each(evaluated + made);
-        });
+        PlanSummary summary = detail::top_layouts(
+            m, request, k,
+            [&](std::size_t made) {
+                if (each) each(evaluated + made);
+            },
+            deadline);
         evaluated += summary.evaluated;
-        if (!summary.top.empty()) {
-            summary.evaluated = evaluated;
-            return summary;
-        }
+        summary.evaluated = evaluated, summary.layouts = most.layouts;
+        if (!summary.top.empty()) return summary;
+        if (!summary.complete) return summary;  // stopped at n devices: none found yet
     }
     request.gpus = 0;
     PlanSummary none;
-    none.evaluated = evaluated;
+    none.evaluated = evaluated, none.layouts = most.layouts;
     return none;
 }
 

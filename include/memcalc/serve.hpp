@@ -198,18 +198,26 @@ inline void serve_weights(const Architecture& m, const ServeSettings& s, ServeRe
                             out = row.dims.begin()[n - 1];
         const std::uint64_t stacked = n == 3 ? row.dims.begin()[0] : 1;
         Count elements = row.count, bytes;
+        // k and v with fewer key/value heads than ranks: each rank keeps a whole head (vLLM's
+        // QKVParallelLinear replicates them), not a slice of one.
+        const std::uint64_t kv = m.key_value_heads();
+        const bool whole_head =
+            !m.mla.enabled() && kv < tp && (row.linear == Linear::k || row.linear == Linear::v);
         if (row.split == ParamSplit::vocab)
             elements = ceil_div(Count(row.dims.begin()[0]), tp) *
                        (row.count.value() / row.dims.begin()[0]);
+        else if (whole_head)
+            elements = Count(row.count.value() / kv);
         else if (row.split == ParamSplit::tensor)
             elements = ceil_div(row.count, tp);
         if (detail::quantised(row)) {
             // Each rank's matrix is in x out / tp: column-parallel ones (reading the model's width)
             // split their outputs, row-parallel ones their inputs, along which the groups run.
             const bool column = in == m.hidden;
+            const std::uint64_t out_rank = whole_head ? out / kv : ceil_div(Count(out), tp).value();
             bytes = Count(stacked) *
                     s.weights->matrix_bytes(column ? in : ceil_div(Count(in), tp).value(),
-                                            column ? ceil_div(Count(out), tp).value() : out);
+                                            column ? out_rank : out);
         } else {
             bytes = elements * dtype::bf16;
         }
