@@ -310,7 +310,8 @@ std::string serve_csv(const ServeRun& r) {
 
 /// --engine's settings; none without it, and the engine's options without it are an error.
 std::optional<EngineSettings> engine_settings(const ServeOptions& q) {
-    if (q.engine.empty()) {
+    // hf: transformers' generate() budgets nothing; its cache is the batch's, as without --engine.
+    if (q.engine.empty() || q.engine == "hf") {
         for (const auto& [option, value] :
              {std::pair{"--engine-version", &q.engine_version},
               {"--gpu-memory-utilization", &q.gpu_memory_utilization},
@@ -319,11 +320,12 @@ std::optional<EngineSettings> engine_settings(const ServeOptions& q) {
               {"--max-num-seqs", &q.max_num_seqs},
               {"--max-num-batched-tokens", &q.max_num_batched_tokens}})
             if (!value->empty())
-                throw usage_error(fmt::format("{} {} needs --engine", option, *value));
+                throw usage_error(
+                    fmt::format("{} {} needs --engine vllm or sglang", option, *value));
         return std::nullopt;
     }
     if (!engine_rule(q.engine))
-        throw usage_error(fmt::format("--engine must be vllm or sglang (got '{}')", q.engine));
+        throw usage_error(fmt::format("--engine must be vllm, sglang or hf (got '{}')", q.engine));
     EngineSettings e;
     e.rule = engine_rule(q.engine, q.engine_version);
     if (!e.rule)
@@ -370,7 +372,8 @@ void require_engine_takes(const EngineRule& rule, const char* option, const std:
 DType engine_kv_dtype(const ServeOptions& q, const std::optional<EngineSettings>& engine) {
     if (q.kv_cache_dtype.empty()) return kv_dtype_named(q.kv_dtype);
     if (!engine)
-        throw usage_error(fmt::format("--kv-cache-dtype {} needs --engine", q.kv_cache_dtype));
+        throw usage_error(
+            fmt::format("--kv-cache-dtype {} needs --engine vllm or sglang", q.kv_cache_dtype));
     if (!q.kv_dtype.empty())
         throw usage_error(fmt::format("--kv-cache-dtype {} and --kv-dtype {}: give one",
                                       q.kv_cache_dtype, q.kv_dtype));
@@ -427,8 +430,8 @@ std::optional<ModelFile> draft_model(const ServeOptions& q, bool engine, ServeSe
         throw usage_error(fmt::format("--draft-preset {} and --draft-config {}: give one",
                                       q.draft_preset, q.draft_config));
     if (!engine)
-        throw usage_error(
-            fmt::format("{} {} needs --engine: the engine's pool holds its cache", option, named));
+        throw usage_error(fmt::format(
+            "{} {} needs --engine vllm: the engine's pool holds its cache", option, named));
     if (q.num_speculative_tokens.empty())
         throw usage_error(fmt::format("{} {} needs --num-speculative-tokens", option, named));
     s.num_speculative_tokens = parse_count("--num-speculative-tokens", q.num_speculative_tokens, 0);

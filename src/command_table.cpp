@@ -344,6 +344,7 @@ void plan_command(const PlanOptions& q, Spool& out, std::vector<PendingFile>&) {
 }
 
 void add_serve_engine(CLI::App& serve, ServeOptions& q);
+void add_serve_adapters(CLI::App& serve, ServeOptions& q);
 
 void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
     add_group(serve, q.model);
@@ -392,7 +393,9 @@ void add_serve_engine(CLI::App& serve, ServeOptions& q) {
     serve
         .add_option("--engine", q.engine,
                     "Size the KV cache as this engine does (vllm, sglang): its share of the "
-                    "device less its\nweights, profiling peak (vLLM) and memory outside PyTorch")
+                    "device less its\nweights, profiling peak (vLLM) and memory outside PyTorch; "
+                    "hf (transformers' generate())\nbudgets nothing: the batch's own cache, as "
+                    "without --engine")
         ->type_name("NAME");
     serve
         .add_option(
@@ -423,6 +426,11 @@ void add_serve_engine(CLI::App& serve, ServeOptions& q) {
         ->type_name("N");
     serve.add_flag("--enforce-eager", q.enforce_eager,
                    "The engine captures no CUDA graphs (vLLM's --enforce-eager): no graph pool");
+    add_serve_adapters(serve, q);
+}
+
+/// What the engine serves beside the model: LoRA slots and a speculative-decoding draft.
+void add_serve_adapters(CLI::App& serve, ServeOptions& q) {
     serve
         .add_option("--max-loras", q.max_loras,
                     "LoRA adapters served at once (vLLM's --max-loras with --enable-lora): each "

@@ -736,3 +736,20 @@ TEST_CASE(
                   {{"--draft-preset llama-3.2-1b --num-speculative-tokens 4",
                     "--draft-preset llama-3.2-1b needs --engine"}});
 }
+
+TEST_CASE("serve --engine hf: transformers' generate() budgets nothing, the batch's own cache",
+          "[serve][cli]") {
+    const std::string base =
+        "memcalc serve --preset llama-3-8b --context 4096 --batch 4 --format json";
+    const testing::Run plain = testing::shell(base), hf = testing::shell(base + " --engine hf");
+    REQUIRE(plain.status == 0);
+    REQUIRE(hf.status == 0);
+    CHECK(hf.out == plain.out);
+    const testing::Run bad = testing::shell(base + " --engine hf --gpu-memory-utilization 0.5");
+    CHECK(bad.status != 0);
+    CHECK(bad.out.empty());
+    CHECK_THAT(bad.err,
+               Catch::Contains("--gpu-memory-utilization 0.5 needs --engine vllm or sglang"));
+    CHECK_THAT(testing::shell(base + " --engine tgi").err,
+               Catch::Contains("--engine must be vllm, sglang or hf (got 'tgi')"));
+}
