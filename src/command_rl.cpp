@@ -120,6 +120,8 @@ DType frozen_dtype_named(const std::string& text) {
 
 /// The job's settings from the options, the trainer's defaults filling the rest.
 RlSettings rl_settings(RlOptions& q) {
+    if (q.algorithm.empty())
+        throw usage_error("rl needs --algorithm: grpo, rloo, ppo, dpo, kto or orpo");
     const RlAlgorithm& a = named_row(rl_algorithms, "--algorithm", q.algorithm);
     const RlTrainer& t = named_row(rl_trainers, "--trainer", q.trainer);
     if (!q.step.seq.empty())

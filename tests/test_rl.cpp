@@ -191,6 +191,7 @@ TEST_CASE("memcalc rl: roles, phases and the named peak in JSON; bad input named
     CHECK(j["peak"]["phase"] == named);
     const auto [args, message] = GENERATE(table<std::string, std::string>({
         {"--algorithm sft", "--algorithm must be one of"},
+        {"--prompt-len 64", "rl needs --algorithm"},
         {"--algorithm grpo --seq 1024", "--seq 1024"},
         {"--algorithm grpo --engine vllm --gpu-memory-utilization 1.5 --gpu h100-sxm", "1.5"},
         {"--algorithm grpo --fit completion-len", "--fit needs"},
