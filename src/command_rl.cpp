@@ -112,9 +112,8 @@ void rollout_settings(const RlOptions& q, const RlTrainer& t, RlSettings& s) {
 }
 
 DType frozen_dtype_named(const std::string& text) {
-    if (text == "fp32") return DType::fp32;
-    if (text == "bf16") return DType::bf16;
-    if (text == "fp16") return DType::fp16;
+    for (DType d : {DType::fp32, DType::bf16, DType::fp16})
+        if (text == dtype_name(d)) return d;
     throw usage_error(fmt::format("--frozen-dtype must be fp32, bf16 or fp16 (got '{}')", text));
 }
 

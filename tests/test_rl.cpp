@@ -113,6 +113,12 @@ TEST_CASE("the policy's generate() holds the rollouts' cache, growing with them"
     CHECK(term(generate, "KV cache") == per_token * tokens * r.rollouts);
     CHECK(r.kv_needed == per_token * tokens * r.rollouts);
     CHECK(term(generate, "policy kept") == detail::kept_between_steps(r.policy));
+    // An fp32 policy's generate() caches in fp32: twice the bytes, need and phase alike.
+    s.policy.recipe = builtin_recipe("amp-adam");
+    s.policy.activations = ActivationModel::architecture;
+    const RlReport fp32 = rl_job({&m}, s);
+    CHECK(fp32.kv_needed == r.kv_needed * 2);
+    CHECK(term(phase(fp32, "generate"), "KV cache") == fp32.kv_needed);
 }
 
 TEST_CASE("a colocated engine holds its share; asleep it frees it between generations", "[rl]") {

@@ -199,9 +199,7 @@ inline Count scoring_forward(const Architecture& m, DType d, std::uint64_t seque
 /// A frozen model's parameters and its weights in `d` over `shards` ranks.
 inline std::pair<Count, Count> frozen_weights(const Architecture& m, DType d,
                                               std::uint64_t shards) {
-    ServeSettings s;
-    s.context = 1;
-    const Count parameters = serve(m, s).parameters;
+    const Count parameters = parameter_table(m).total();
     return {parameters, ceil_div(parameters * bytes_per_element(d), shards)};
 }
 
@@ -431,6 +429,8 @@ inline RlReport rl_job(const RlModels& models, const RlSettings& s,
     if (a.generates) {
         ServeSettings ss;
         ss.context = step.seq, ss.batch = r.rollouts, ss.block_size = 1;
+        // generate() caches in the policy's dtype, as the generate phase counts it; an engine bf16.
+        ss.kv_dtype = s.rollout == Rollout::hf ? step.recipe.weights : DType::bf16;
         r.kv_needed = serve(policy, ss).kv_cache;
         detail::add_engine(r, policy, s, memory, device);
         r.phases.push_back(detail::generate_phase(r, s, policy));
