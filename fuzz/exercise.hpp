@@ -39,6 +39,9 @@ inline void exercise(const memcalc::Architecture& m) {
                                    : seq == 7                ? LossKernel::bf16
                                    : mode == Recompute::full ? LossKernel::fused
                                                              : LossKernel::fp32_inplace;
+                if (mode == Recompute::op)
+                    s.framework.loss = seq == 7 ? LossKernel::fused_linear : LossKernel::chunked;
+                s.framework.loss_chunks = seq == 1 ? 3 : 8;  // more chunks than tokens, once
                 // An fp32 model under autocast (its weight casts, its two dtypes) on the long
                 // sequence.
                 if (model == ActivationModel::architecture && seq == context)

@@ -64,6 +64,7 @@ struct OutputOptions {
 struct FrameworkOptions {
     std::string profile{default_profile}, profile_file;
     std::map<std::string, std::string> framework;  ///< by framework_switches key: "loss" -> "bf16"
+    std::string loss_chunks;                       ///< --loss-chunks, with --loss chunked
 };
 
 /// How the step is spread over devices; empty means the default (plan: every one, searched).

@@ -91,6 +91,12 @@ FrameworkProfile framework_from(const FrameworkOptions& q, Framework& f) {
         const auto given = q.framework.find(std::string(row.key));
         if (given != q.framework.end()) f.*row.member = parse_switch(row, given->second);
     });
+    if (!q.loss_chunks.empty()) {
+        if (f.loss != LossKernel::chunked)
+            throw usage_error("--loss-chunks " + q.loss_chunks +
+                              ": only --loss chunked splits the loss");
+        f.loss_chunks = parse_count("--loss-chunks", q.loss_chunks, f.loss_chunks);
+    }
     return profile;
 }
 
@@ -123,6 +129,11 @@ ArchitectureNeed architecture_need(const TrainingStepOptions& q, const Settings&
                             settings.recipe.autocast
                                 ? "autocast gives a layer's tensors"
                                 : "its narrow linear layers give a layer's tensors")};
+    if (f.loss == LossKernel::chunked || f.loss == LossKernel::fused_linear)
+        return {q.framework.framework.count("loss")
+                    ? "--loss " + std::string(loss_kernel_name(f.loss))
+                    : from_profile,
+                "Korthikanti's formula has the whole logits and their fp32 copy at once"};
     const std::vector<Attention> asked = q.activation.attention.empty()
                                              ? std::vector<Attention>{f.attention}
                                              : parse_attention(q.activation.attention);

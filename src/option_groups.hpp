@@ -192,6 +192,10 @@ void add_group(App& app, FrameworkOptions& q) {
                std::string(row.help))
             ->type_name("KIND");
     });
+    app.add_option("--loss-chunks", q.loss_chunks,
+                   "With --loss chunked: the chunks the tokens are split into (torchtune's\n"
+                   "num_output_chunks; default 8)")
+        ->type_name("N");
 }
 
 /// The device: its memory given (--device-memory), or a GPU's by name or file, a margin, and the

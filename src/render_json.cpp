@@ -348,6 +348,9 @@ json settings_json(const Report& r) {
     for_each_switch([&](const auto& row) {
         settings[std::string(row.key)] = row.name(r.settings.framework.*row.member);
     });
+    const Framework& framework = r.settings.framework;
+    settings["loss_chunks"] =
+        framework.loss == LossKernel::chunked ? json(framework.loss_chunks) : json(nullptr);
     if (!r.settings.recompute_modules.is_default())
         settings["recompute_modules"] = r.settings.recompute_modules.names();
     // Partial recomputation: layers recomputed per stage (per chunk with vpp); null: every layer.

@@ -32,6 +32,8 @@ std::string header(const Report& r) {
             framework += fmt::format(", {} {}", row.option().substr(2),
                                      row.name(r.settings.framework.*row.member));
     });
+    if (r.settings.framework.loss == LossKernel::chunked)
+        framework += fmt::format(", loss-chunks {}", r.settings.framework.loss_chunks);
     return fmt::format(
         "memcalc {}: {}, seq {}, micro-batch {}{}, recompute {}, recipe {}{}\n", memcalc::version,
         r.model.name, r.settings.seq, r.settings.micro_batch,

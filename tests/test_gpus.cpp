@@ -126,7 +126,7 @@ TEST_CASE("the h20 GPU is the 96 GB H20, not the 141 GB H200 its name begins", "
 TEST_CASE(
     "a GPU by name gives its memory given by hand, with its own device rows where by hand "
     "each row is its highest",
-    "[gpus][cli]") {
+    "[gpus][cli][slow-sanitized]") {
     const Gpu& h100 = *find_gpu("h100-sxm");
     const std::string bytes = std::to_string(h100.memory.value()) + "B";
     const std::string fit =

@@ -138,9 +138,15 @@ TEST_CASE(
     "[loss][cli]") {
     using Case = std::pair<std::string, std::string>;  // arguments, what the message says
     auto [args, message] = GENERATE(table<std::string, std::string>({
-        Case{
-            "--loss bf61",
-            "--loss must be fp32, bf16, fused or fp32-inplace (got 'bf61') (did you mean 'bf16'?)"},
+        Case{"--loss bf61",
+             "--loss must be fp32, bf16, fused, fp32-inplace, chunked or fused-linear (got 'bf61') "
+             "(did you mean 'bf16'?)"},
+        Case{"--loss-chunks 4", "--loss-chunks 4: only --loss chunked splits the loss"},
+        Case{"--loss chunked --loss-chunks 0",
+             "--loss-chunks must be a positive integer (got '0')"},
+        Case{"--loss fused-linear --activations korthikanti",
+             "--loss fused-linear needs --activations architecture: Korthikanti's formula has "
+             "the whole logits and their fp32 copy at once"},
         Case{"--logits kept", "--logits must be held or freed (got 'kept')"},
         Case{"--loss ''", "--loss needs a value (got '')"},
     }));
@@ -180,4 +186,74 @@ TEST_CASE("Megatron's in-place fp32 loss keeps one fp32 copy and writes its grad
     // bf16 gradient (2 sbV), and its forward made no copy beside the one it keeps.
     CHECK(at(fp32, "loss") - at(in_place, "loss") == 6 * sbV);
     CHECK(at(fp32, "forward 1") == at(in_place, "forward 1"));
+}
+
+namespace {
+/// A long sequence under a fused attention kernel: no causal mask beside the loss, and the loss's
+/// backward outgrows the final norm's moment.
+Report long_run(const Architecture& m, LossKernel loss, LogitsLife logits,
+                std::uint64_t chunks = 8) {
+    Settings s = settings(ActivationModel::architecture, loss, logits);
+    s.seq = m.max_positions, s.micro_batch = 8, s.framework.loss_chunks = chunks;
+    s.framework.attention = Attention::flash;
+    return estimate(m, s);
+}
+}  // namespace
+
+TEST_CASE(
+    "torchtune's chunked loss: a chunk's fp32 copy and gradients at a time, every chunk's "
+    "log-probabilities kept",
+    "[loss]") {
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
+    const std::uint64_t chunks = GENERATE(1, 2, 8, 7);
+    CAPTURE(m.name, chunks);
+    const std::uint64_t sbV = m.max_positions * 8 * m.vocab;
+    const Report fp32 = long_run(m, LossKernel::fp32, LogitsLife::held);
+    const Report chunked = long_run(m, LossKernel::chunked, LogitsLife::held, chunks);
+    // Eager log-softmax saves each chunk's fp32 output, so the head keeps what fp32's keeps.
+    CHECK(saved_bytes(fp32.head) == saved_bytes(chunked.head));
+    // The loss's backward: two fp32 gradients of one chunk, not of all the logits.
+    const std::uint64_t chunk = (sbV + chunks - 1) / chunks;
+    CHECK(at(fp32, "loss") - at(chunked, "loss") == 8 * sbV - 8 * chunk);
+    for (const char* step : {"forward 1", "backward 1", "optimizer"})
+        CHECK(at(fp32, step) == at(chunked, step));
+}
+
+TEST_CASE(
+    "Liger's fused linear cross-entropy: no logits, a chunk of them at a time, the two "
+    "gradients made in forward",
+    "[loss]") {
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
+    CAPTURE(m.name);
+    const Report held = long_run(m, LossKernel::fused_linear, LogitsLife::held);
+    const Report freed = long_run(m, LossKernel::fused_linear, LogitsLife::freed);
+    for (const Step& s : held.timeline())
+        CHECK(s.bytes.logits == step_named(freed, s.name()).bytes.logits);
+    // What the head keeps: the final norm's rows and the hidden states' gradient, nothing of the
+    // vocabulary's width.
+    const Report fp32 = long_run(m, LossKernel::fp32, LogitsLife::held);
+    const std::uint64_t long_tokens = m.max_positions * 8, V = m.vocab, h = m.hidden;
+    CHECK(saved_bytes(fp32.head).value() - saved_bytes(held.head).value() ==
+          long_tokens * V * 4 + 8 * long_tokens);
+    CHECK(step_named(held, "loss").bytes.logits == saved_bytes(held.head));
+    CHECK(at(fp32, "forward 1") == at(held, "forward 1"));
+
+    // 400 tokens. Liger's chunk: the next power of two of tokens / ceil(V / h): LLaMA's 50 and
+    // GPT-2's 7 round up to 64 and 8.
+    Settings s =
+        settings(ActivationModel::architecture, LossKernel::fused_linear, LogitsLife::held);
+    s.seq = 200, s.framework.attention = Attention::flash;
+    const std::uint64_t tokens = 400, chunk = m.vocab == 32000 ? 64 : 8, sbh = tokens * h;
+    // Forward: the head weight's gradient (bf16), one chunk's logits, a loss and a mask per token.
+    const std::uint64_t forward = 2 * V * h + chunk * V * 2 + tokens * 5;
+    // Then the final norm's backward, the hidden states' gradient handed on (RMSNorm: x^2's five
+    // fp32 tensors, x_norm and 1/rms gone too; LayerNorm: two), beside the head's gradient.
+    const bool rms = m.norm == Norm::rmsnorm;
+    const std::uint64_t work = rms ? 20 * sbh : 4 * sbh,
+                        gone = 2 * sbh + (rms ? 2 * sbh + 4 * tokens : 0);
+    const std::uint64_t final_norm =
+        (work > gone ? work - gone : 0) + 2 * (V * h + h) + (rms ? 0 : 2 * h);
+    const Step& loss = step_named(estimate(m, s), "loss");
+    CHECK((loss.bytes.workspace + loss.bytes.gradients).value() == std::max(forward, final_norm));
+    CHECK((forward > final_norm) == !rms);  // both moments are seen
 }

@@ -565,7 +565,7 @@ std::vector<PlanRequest> varied_searches(const PlanRequest& r) {
 }  // namespace
 
 TEST_CASE("a search is counted before it runs: its layouts exactly, and the stages each measures",
-          "[plan][limit]") {
+          "[plan][limit][slow-sanitized]") {
     PlanRequest base;
     base.capacity = 9000000000ULL, base.base.seq = 1024, base.global_batch = 48;
     for (std::uint64_t gpus : {1, 6, 8, 12}) {

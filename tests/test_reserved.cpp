@@ -190,7 +190,7 @@ TEST_CASE("the device figure is the reserved one and the rows outside the alloca
 namespace reserved_tests {
 
 TEST_CASE("plan shows only layouts whose device figure fits, and refuses those it does not",
-          "[reserved][plan]") {
+          "[reserved][plan][slow-sanitized]") {
     PlanRequest request;
     request.gpus = 8, request.base.seq = 4096, request.global_batch = 64;
     request.capacity = 81559ULL << 20;  // an H100's

@@ -99,7 +99,7 @@ std::size_t check_layers(const Architecture& m, std::uint64_t s, std::uint64_t b
 
 }  // namespace
 
-TEST_CASE("every preset's layer tapes are well formed in every setting", "[tape]") {
+TEST_CASE("every preset's layer tapes are well formed in every setting", "[tape][slow-sanitized]") {
     std::size_t checked = 0;
     for (const auto& name : cli::preset_names()) {
         INFO(name);
@@ -399,7 +399,7 @@ TEST_CASE("every preset's layer sums are the committed ones (tests/golden/layer-
 TEST_CASE(
     "every preset's layer facts, fine-tuned and in every precision, are the committed ones "
     "(tests/golden/layer-facts.txt)",
-    "[tape][golden]") {
+    "[tape][golden][slow-sanitized]") {
     // The gradients and casts alive at each op too; made before the blocks' fields move onto the
     // tape. Rewrite as layer-sums.txt.
     check_golden("layer-facts.txt", layer_facts_lines(), 400);

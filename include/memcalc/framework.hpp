@@ -59,6 +59,15 @@ enum class LossKernel {
     /// kept, its gradient written over it; the logits' gradient is that cast back to the compute
     /// dtype.
     fp32_inplace,
+    /// torchtune's CEWithChunkedOutputLoss, eager: the head runs chunk by chunk (the logits a list,
+    /// whole in the compute dtype); each chunk is upcast in turn, eager log-softmax keeping every
+    /// chunk's fp32 output; backward runs a chunk's fp32 gradients at a time
+    /// (Framework::loss_chunks).
+    chunked,
+    /// Liger's fused linear cross-entropy (LigerFusedLinearCrossEntropyFunction): the logits never
+    /// whole; its forward takes the head chunk by chunk over the tokens, writing the hidden states'
+    /// and the head weight's gradients, which it keeps for backward.
+    fused_linear,
 };
 
 inline const char* loss_kernel_name(LossKernel l) {
@@ -67,6 +76,8 @@ inline const char* loss_kernel_name(LossKernel l) {
         case LossKernel::bf16: return "bf16";
         case LossKernel::fused: return "fused";
         case LossKernel::fp32_inplace: return "fp32-inplace";
+        case LossKernel::chunked: return "chunked";
+        case LossKernel::fused_linear: return "fused-linear";
     }
     return "?";
 }
@@ -116,6 +127,8 @@ struct Framework {
     MoeKernel moe = MoeKernel::model_code;    ///< which tokens the experts compute over
     TorchVersion torch = TorchVersion::v2_2;  ///< what autograd keeps (kernels.hpp's torch_rows)
     GemmLibrary gemm = GemmLibrary::torch;    ///< whose workspaces the allocator holds
+    /// --loss chunked: the chunks the tokens are split into (torchtune's num_output_chunks).
+    std::uint64_t loss_chunks = 8;
 };
 
 /// A setting as a row: its key (profile or model files, JSON reports; the option is --key with '-'
@@ -185,14 +198,19 @@ inline const auto framework_switches = std::make_tuple(
            "Megatron's is fp32 main_grad: pair it with --recipe mixed-adam-fp32-grads)"},
     Switch{
         "loss", "loss", &Framework::loss,
-        std::array{LossKernel::fp32, LossKernel::bf16, LossKernel::fused, LossKernel::fp32_inplace},
+        std::array{LossKernel::fp32, LossKernel::bf16, LossKernel::fused, LossKernel::fp32_inplace,
+                   LossKernel::chunked, LossKernel::fused_linear},
         loss_kernel_name,
         "How the loss is computed: fp32 (default: cross_entropy(logits.float()), as transformers\n"
         "does: an fp32 copy, fp32 log-probabilities and gradients), bf16 (cross_entropy on the\n"
         "logits in the compute dtype, as nanoGPT calls it), fused (Liger's or Transformer\n"
-        "Engine's kernel: the gradient written over the logits, nothing else kept) or\n"
+        "Engine's kernel: the gradient written over the logits, nothing else kept),\n"
         "fp32-inplace (Megatron-LM's: an fp32 copy softmaxed in place, kept, its gradient\n"
-        "written over it)"},
+        "written over it), chunked (torchtune's CEWithChunkedOutputLoss, eager: the head and\n"
+        "the fp32 upcast a chunk of tokens at a time, --loss-chunks; eager log-softmax still\n"
+        "keeps every chunk's fp32 output) or fused-linear (Liger's fused linear cross-entropy:\n"
+        "no logits, a chunk of tokens' at a time; the hidden states' and the head's gradients\n"
+        "made in forward; over the whole vocabulary, whatever --tp)"},
     Switch{"logits", "logits", &Framework::logits, std::array{LogitsLife::held, LogitsLife::freed},
            logits_life_name,
            "Whether the loop keeps the logits through backward: held (default: nanoGPT's\n"

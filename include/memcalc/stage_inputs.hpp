@@ -309,11 +309,30 @@ inline void set_layer_work(TimelineInputs& in, const Workload& w, const Parallel
     }
 }
 
+/// Liger's fused linear cross-entropy (fused_linear_cross_entropy.py): its forward zeroes the head
+/// weight's gradient (the weight's dtype; the whole vocabulary, as it gathers a sharded head) and a
+/// loss per token (fp32) with a mask of the counted ones, then runs the head over a chunk of
+/// tokens at a time, the chunk's logits bounded by the hidden states' size: the next power of two
+/// of tokens / ceil(V / h). Its backward only scales what forward kept. `tokens`: on this rank.
+inline void set_fused_linear_loss_work(TimelineInputs& in, const Workload& w, Count tokens) {
+    const std::uint64_t V = w.model.vocab, h = w.model.hidden;
+    const Count head_gradient = Count(V) * h * bytes_per_element(w.recipe.stream());
+    const Count per_chunk = ceil_div(tokens, V / h + (V % h != 0));
+    Count chunk = 1;
+    while (chunk < per_chunk) chunk = chunk * 2;
+    const Count logits = std::min(chunk, tokens) * V * w.recipe.activation_bytes();
+    in.logits = in.logits_gradient = 0;
+    in.loss_forward_work = head_gradient + logits + tokens * Count(4 + 1) + in.forward_buffers;
+    in.loss_work = std::max(in.loss_forward_work, head_gradient + in.recompute_buffers);
+    in.later_loss_forward_work = in.loss_forward_work;
+    in.later_loss_work = in.loss_work;
+}
+
 /// The loss step under autograd's order: logits.float() copies them while the loss runs forward
 /// (not when they are fp32 already); its backward holds the log-probabilities' gradient and the
 /// logits' (in the loss's dtype), and the head's backward frees the last of them before layer L's
-/// starts. `sbV`: the logits' elements on this rank; `previous_logits`: the last micro-batch's,
-/// if the loop holds them.
+/// starts. Chunked, the copy and the two gradients are a chunk's. `sbV`: the logits' elements on
+/// this rank; `previous_logits`: the last micro-batch's, if the loop holds them.
 inline void set_autograd_loss_work(TimelineInputs& in, const Workload& w, Count sbV,
                                    std::optional<DType> loss, Count previous_logits) {
     const std::uint64_t d = w.recipe.activation_bytes();
@@ -322,8 +341,10 @@ inline void set_autograd_loss_work(TimelineInputs& in, const Workload& w, Count 
     // In place (Megatron's): the copy is the saved softmax, and backward writes over it, making
     // only the logits' gradient in the compute dtype.
     const bool in_place = w.framework.loss == LossKernel::fp32_inplace;
-    const Count copy = loss && *loss != w.recipe.activations && !in_place ? sbV * l : Count(0);
-    const Count backward = (in_place ? sbV * d : sbV * (2 * l)) + in.recompute_buffers;
+    const Count part =
+        w.framework.loss == LossKernel::chunked ? ceil_div(sbV, w.framework.loss_chunks) : sbV;
+    const Count copy = loss && *loss != w.recipe.activations && !in_place ? part * l : Count(0);
+    const Count backward = (in_place ? sbV * d : part * (2 * l)) + in.recompute_buffers;
     // A loop that keeps only the loss drops the logits when the forward returns, before the loss's
     // backward (measured): then they are part of the loss's forward alone.
     const Count own_logits = in.logits_held ? Count(0) : in.logits;
@@ -341,7 +362,7 @@ inline void set_loss_inputs(TimelineInputs& in, const Workload& w, const Paralle
     const std::uint64_t V = w.model.vocab, d = w.recipe.activation_bytes();
     // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
     const Count sbV = ceil_div(Count(w.seq) * w.micro_batch, p.cp) * ceil_div(V, p.tp);
-    in.logits = sbV * d;
+    in.logits = w.framework.loss == LossKernel::fused_linear ? Count(0) : sbV * d;
     // The loss's log-probabilities and gradients, in its dtype: none of the vocabulary's width for
     // a fused kernel, which writes its gradient over the logits.
     const std::optional<DType> loss = loss_dtype(w.framework.loss, w.recipe.precision());
@@ -357,7 +378,10 @@ inline void set_loss_inputs(TimelineInputs& in, const Workload& w, const Paralle
     in.loss_forward_work = in.loss_work, in.later_loss_forward_work = in.later_loss_work;
     if (w.autograd_order) {
         in.loss_buffers = w.head.on_rank(p, V);
-        set_autograd_loss_work(in, w, sbV, loss, previous_logits);
+        if (w.framework.loss == LossKernel::fused_linear)
+            set_fused_linear_loss_work(in, w, ceil_div(Count(w.seq) * w.micro_batch, p.cp));
+        else
+            set_autograd_loss_work(in, w, sbV, loss, previous_logits);
         in.final_norm_work = largest_on_rank(w.head_work, p, V, 0);
     }
 }

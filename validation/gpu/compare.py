@@ -77,6 +77,8 @@ def predict_command(memcalc, run, platform, older=False, defaults=False):
         command += ["--microbatches", str(run["microbatches"])]
     if run.get("grad_buffer", "lazy") != "lazy":
         command += ["--grad-buffer", run["grad_buffer"]]
+    if "loss_chunks" in run:  # --loss chunked's
+        command += ["--loss-chunks", str(run["loss_chunks"])]
     if "recompute_layers" in run:  # partial recomputation: the first N layers checkpointed
         command += ["--recompute-layers", str(run["recompute_layers"])]
     for key, default in SWITCH_DEFAULTS.items():  # recorded since replicate.py measured them; else the defaults
@@ -84,6 +86,13 @@ def predict_command(memcalc, run, platform, older=False, defaults=False):
             command += ["--" + key.replace("_", "-"), run[key]]
     command += training_flags(run)
     return command
+
+
+def tied(run, step):
+    """Whether the measured step `step` reached the measured peak within 0.01%: a tie the
+    measurement cannot order (gpt2-small's backward 1 and optimizer step, 2 bytes apart)."""
+    reached = {s["step"]: s["max_bytes"] for s in run.get("timeline", [])}.get(step, 0)
+    return reached >= run["max_memory_allocated"] * (1 - 1e-4)
 
 
 def plot(path, points, title):
@@ -199,7 +208,7 @@ def main(argv=None):
         points.append((measured, peak, r["recompute"], label))
         if abs(e) > a.tolerance:
             misses.append(f"{label}: {100 * e:+.1f}%")
-        elif a.check_step and peak_step != r["peak_step"]:
+        elif a.check_step and peak_step != r["peak_step"] and not tied(r, peak_step):
             misses.append(f"{label}: the peak at {peak_step}, measured at {r['peak_step']}")
         ratio = r["median_step_seconds"] / base[key(r)]
         if a.markdown:

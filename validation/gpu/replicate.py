@@ -351,10 +351,73 @@ class InPlaceCrossEntropy(torch.autograd.Function):
         return softmax, None
 
 
+class FusedLinearCrossEntropy(torch.autograd.Function):
+    """Liger-Kernel's LigerFusedLinearCrossEntropyFunction (linkedin/Liger-Kernel @00eba63,
+    src/liger_kernel/ops/fused_linear_cross_entropy.py), its memory as its CUDA path makes it: the
+    hidden states' and the weight's gradients zeroed, a loss per token (fp32) and a mask of the
+    counted ones; the head over a chunk of tokens at a time into one logits buffer, bounded by the
+    hidden states' size (the next power of two of tokens / ceil(V / h)); the cross-entropy kernel
+    writes the chunk's gradient over its logits a row at a time (here in place, a row's values
+    beside it), which mm(out=) and addmm(out=) project into the two gradients. Forward keeps those;
+    backward only scales them in place."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, target):
+        tokens, h = hidden.shape
+        V = weight.shape[0]
+        per_chunk = -(-tokens // -(-V // h))
+        chunk = min(1 << (per_chunk - 1).bit_length(), tokens)
+        grad_input, grad_weight = torch.zeros_like(hidden), torch.zeros_like(weight)
+        loss_1d = torch.zeros(tokens, dtype=torch.float32, device=hidden.device)
+        counted = int((target != -100).sum().item())
+        storage = torch.empty((chunk, V), dtype=hidden.dtype, device=hidden.device)
+        for start in range(0, tokens, chunk):
+            end = min(start + chunk, tokens)
+            logits, rows = storage[: end - start], target[start:end]
+            torch.mm(hidden[start:end], weight.t(), out=logits)
+            for i in range(end - start):  # liger_cross_entropy_kernel: one program a row
+                row = logits[i]
+                top = row.max()
+                row.sub_(top).exp_()
+                total = row.sum()
+                loss_1d[start + i] = total.float().log() - row[rows[i]].float().log()
+                row.div_(total)
+                row[rows[i]] -= 1
+                row.div_(counted)
+            torch.mm(logits, weight, out=grad_input[start:end])
+            grad_weight.addmm_(logits.t(), hidden[start:end])
+        del storage
+        ctx.save_for_backward(grad_input, grad_weight)
+        return loss_1d.sum() / counted
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad_input, grad_weight = ctx.saved_tensors
+        if not torch.equal(grad, torch.tensor(1.0, device=grad.device)):  # element_mul_kernel
+            grad_input.mul_(grad.to(grad_input.dtype))
+            grad_weight.mul_(grad.to(grad_weight.dtype))
+        return grad_input, grad_weight, None
+
+
+def chunked_loss(hidden, weight, ids, chunks):
+    """torchtune's TransformerDecoder.chunked_output and CEWithChunkedOutputLoss (pytorch/torchtune
+    @10ff7cd, torchtune/modules/loss/ce_chunked_output_loss.py): the head over each chunk of the
+    sequence, the logits a list; each chunk upcast and scored in turn, eagerly. The head is an
+    nn.Linear: autocast casts its weight, a leaf, once for every chunk (its cache)."""
+    logits = [F.linear(part, weight) for part in hidden.tensor_split(chunks, dim=1)]
+    labels = [part.reshape(-1) for part in ids.tensor_split(chunks, dim=1)]
+    total = 0.0
+    for part, target in zip(logits, labels):
+        total += F.cross_entropy(part.reshape(-1, part.size(-1)).float(), target, reduction="sum")
+    return total / ids.numel(), logits
+
+
 class Model(nn.Module):
-    def __init__(self, spec, attention, mode, loss="fp32", kv_cache="off", recompute_layers=None):
+    def __init__(self, spec, attention, mode, loss="fp32", kv_cache="off", recompute_layers=None,
+                 loss_chunks=8):
         super().__init__()
         self.spec, self.mode, self.loss, self.kv_cache = spec, mode, loss, kv_cache
+        self.loss_chunks = loss_chunks
         # Partial recomputation (Megatron-LM's block method): only the first N layers checkpointed under full.
         self.recompute_layers = recompute_layers
         h, V = spec["hidden"], spec["vocab"]
@@ -408,6 +471,12 @@ class Model(nn.Module):
                 x.register_hook(lambda grad, i=i: mark(f"backward {i}"))
         mark("loss")
         weight = self.embed.weight if self.head is None else self.head.weight
+        if self.loss == "chunked":
+            loss, logits = chunked_loss(self.norm(x), weight, ids, self.loss_chunks)
+            return loss, logits, cache
+        if self.loss == "fused-linear":  # no logits
+            hidden = self.norm(x)
+            return FusedLinearCrossEntropy.apply(hidden.view(-1, hidden.shape[-1]), weight, ids.view(-1)), None, cache
         logits = self.norm(x) @ weight.t()
         if self.loss == "fp32-inplace":  # Megatron-LM's
             return InPlaceCrossEntropy.apply(logits.view(-1, logits.shape[-1]), ids.view(-1)), logits, cache
@@ -613,19 +682,20 @@ def training_fields(train):
 
 
 def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="lazy", recipe="mixed-adam",
-        loss_kernel="fp32", logits_life="held", kv_cache="off", train=Train(), recompute_layers=None):
+        loss_kernel="fp32", logits_life="held", kv_cache="off", train=Train(), recompute_layers=None,
+        loss_chunks=8):
     torch.manual_seed(0)
     # amp-adam: an fp32 model whose forward runs under torch.autocast (nanoGPT's train.py, transformers'
     # Trainer(bf16=True)); backward runs outside it, as PyTorch's AMP recipe says.
     weights = torch.float32 if recipe == "amp-adam" else DTYPE
     if _torch_version() >= (2, 0):  # initialise on the device itself: a billion weights take seconds on a CPU
         with torch.device(device):
-            model = Model(spec, attention, mode, loss_kernel, kv_cache, recompute_layers)
+            model = Model(spec, attention, mode, loss_kernel, kv_cache, recompute_layers, loss_chunks)
             if train.mode != "full":  # after the base initialisation, before the cast: bf16 adapters
                 apply_training(model, spec, train)
         model = model.to(dtype=weights)
     else:
-        model = Model(spec, attention, mode, loss_kernel, kv_cache, recompute_layers)
+        model = Model(spec, attention, mode, loss_kernel, kv_cache, recompute_layers, loss_chunks)
         if train.mode != "full":
             apply_training(model, spec, train)
         model = model.to(device=device, dtype=weights)
@@ -683,7 +753,8 @@ def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="
             "logits": logits_life, "kv_cache": kv_cache, **training_fields(train), "memory_before_step": meter.before, "max_memory_allocated": peak,
             **device_fields, "peak_step": peak_step, "timeline": meter.steps,
             "median_step_seconds": statistics.median(times), "steps_timed": steps,
-            **({"recompute_layers": recompute_layers} if recompute_layers is not None else {})}
+            **({"recompute_layers": recompute_layers} if recompute_layers is not None else {}),
+            **({"loss_chunks": loss_chunks} if loss_kernel == "chunked" else {})}
 
 
 def cpu_name():
@@ -711,7 +782,8 @@ def rerun(earlier, out, device, steps):
         spec["path"] = row["model_file"]
         r = run(spec, row["seq"], row["recompute"], row["attention"], device, steps, row.get("microbatches", 1),
                 row.get("grad_buffer", "lazy"), row.get("recipe", "mixed-adam"), row.get("loss", "fp32"),
-                row.get("logits", "held"), row.get("kv_cache", "off"), Train.from_row(row), row.get("recompute_layers"))
+                row.get("logits", "held"), row.get("kv_cache", "off"), Train.from_row(row), row.get("recompute_layers"),
+                row.get("loss_chunks", 8))
         result["runs"].append(r)
         print(f"{row['model']} seq {row['seq']} {row['recompute']} M {r['microbatches']}: peak "
               f"{r['max_memory_allocated']:,} B at {r['peak_step']} (was {row['max_memory_allocated']:,} at "
@@ -740,9 +812,14 @@ def main(argv=None):
                     help="mixed-adam (default: fp32 master copy and moments), bf16-adam (torch.optim.AdamW "
                          "on the bf16 model, foreach=False) or amp-adam (torch.optim.AdamW on the fp32 model, "
                          "its forward under torch.autocast(bfloat16))")
-    ap.add_argument("--loss", nargs="+", choices=("fp32", "bf16", "fp32-inplace"), default=["fp32"],
-                    help="cross_entropy over logits.float() (fp32, default), over the bf16 logits (bf16), or "
-                         "Megatron-LM's in-place softmax of an fp32 copy (fp32-inplace)")
+    ap.add_argument("--loss", nargs="+", choices=("fp32", "bf16", "fp32-inplace", "chunked", "fused-linear"),
+                    default=["fp32"],
+                    help="cross_entropy over logits.float() (fp32, default), over the bf16 logits (bf16), "
+                         "Megatron-LM's in-place softmax of an fp32 copy (fp32-inplace), torchtune's "
+                         "CEWithChunkedOutputLoss (chunked, --loss-chunks) or Liger's fused linear "
+                         "cross-entropy (fused-linear)")
+    ap.add_argument("--loss-chunks", type=int, default=8, metavar="N",
+                    help="with --loss chunked: the chunks of the sequence (torchtune's default 8)")
     ap.add_argument("--logits", nargs="+", choices=("held", "freed"), default=["held"],
                     help="the loop keeps the logits through backward (held, default) or only the loss (freed)")
     ap.add_argument("--kv-cache", nargs="+", choices=("off", "kept"), default=["off"],
@@ -799,7 +876,7 @@ def main(argv=None):
                         continue
                     try:
                         r = run(spec, seq, mode, attention, a.device, steps, microbatches, buffer, recipe, loss,
-                                logits, kv_cache, train, partial)
+                                logits, kv_cache, train, partial, a.loss_chunks)
                     except ValueError as e:  # a part or target this model has not
                         sys.exit(f"replicate.py: {e}")
                     runs.append(r)

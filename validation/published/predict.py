@@ -47,6 +47,10 @@ OP_SAC = ("torchtitan's per-op selective checkpointing is memcalc's --recompute 
           "without tensor parallelism; under torch.compile which tensors exist differs, so the nearest, "
           "--recompute selective (Korthikanti's rule), is shown")
 COMPILE = "torch.compile's fusion changes which tensors autograd keeps; memcalc models eager kernels"
+# torchtune's CEWithChunkedOutputLoss, num_output_chunks 8: memcalc's --loss chunked is its eager run.
+CHUNKED = ["--loss", "chunked", "--loss-chunks", "8"]
+CHUNKED_COMPILED = ("; --loss chunked is CEWithChunkedOutputLoss run eagerly (every chunk's fp32 "
+                    "log-probabilities kept); compiled, its compute_cross_entropy keeps less")
 FP8 = ("float8 linears here are torchao's (Float8Linear casts per forward; float8 all-gather under FSDP), "
        "not Transformer Engine's module buffers that memcalc's fp8 recipe counts: not modelled")
 SEQ_ASSUMED = "sequence not stated by the page: the llama3 toml's default 8192 is assumed"
@@ -186,13 +190,11 @@ ROWS = {
         note=("the table's first rows add one technique each, so this run has no compile, no chunked "
               "loss, no AC, torch.optim.AdamW (not the config's 8-bit one) and no optimizer_in_bwd")),
     "torchtune-l32-3b-full-packed-compile-chunkedce": dict(
-        args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2", "--loss", "bf16"]
-             + TORCHTUNE, comparable=False,
-        why=COMPILE + "; CEWithChunkedOutputLoss upcasts one chunk of logits at a time (nearest: --loss bf16)"),
+        args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + CHUNKED
+             + TORCHTUNE, comparable=False, why=COMPILE + CHUNKED_COMPILED),
     "torchtune-l32-3b-full-packed-compile-chunkedce-ac": dict(
-        args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2", "--loss", "bf16",
-              "--recompute", "full"] + TORCHTUNE, comparable=False,
-        why=COMPILE + "; CEWithChunkedOutputLoss upcasts one chunk of logits at a time (nearest: --loss bf16)"),
+        args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + CHUNKED
+             + ["--recompute", "full"] + TORCHTUNE, comparable=False, why=COMPILE + CHUNKED_COMPILED),
     "torchtune-l32-3b-lora": dict(same_as="torchtune-l32-3b-full-packed-compile-chunkedce-ac",
         why=LORA + "; activation offloading to the host is not modelled; " + COMPILE),
     "torchtune-l32-3b-qlora": dict(same_as="torchtune-l32-3b-full-packed-compile-chunkedce-ac",

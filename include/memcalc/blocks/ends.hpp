@@ -123,6 +123,8 @@ inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision) {
         case LossKernel::bf16: return precision.autocast ? DType::fp32 : precision.compute;
         case LossKernel::fused: return std::nullopt;
         case LossKernel::fp32_inplace: return DType::fp32;
+        case LossKernel::chunked: return DType::fp32;  // logits_chunk.float(), whatever the recipe
+        case LossKernel::fused_linear: return std::nullopt;
     }
     return DType::fp32;
 }
@@ -139,6 +141,11 @@ inline LayerActivations head_program(const Architecture& m, std::uint64_t seq,
     std::vector<SavedTensor>& rows = head.rows;
     detail::TableBuilder t(rows, &head, tuning);
     detail::norm_rows(t, m, z, "final norm");
+    if (loss == LossKernel::fused_linear) {  // keeps no input: the gradient its forward wrote
+        t.add("loss (fused linear)", "the hidden states' gradient, made in forward",
+              "backward hands it on", shape::sbh, z.sbh, z.s);
+        return head;
+    }
     // Megatron-LM's output layer is no Transformer Engine module: its input stays in the compute
     // dtype.
     detail::projection_input_row(t, z.wide_linears(), "output head", "its input", z.sbh, shape::sbh,
