@@ -28,6 +28,7 @@ struct usage_error : std::runtime_error {
 struct ModelOptions {
     std::string preset, model_file, config;
     std::map<std::string, std::string> program;  ///< program facts given, by key (program_facts)
+    std::string expert_imbalance;                ///< --expert-imbalance F
 };
 
 /// The sequence, the micro-batch and the recomputation of a training step.

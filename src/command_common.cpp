@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -55,6 +56,21 @@ ModelFile load_model(const ModelOptions& q, const FrameworkOptions& framework) {
     return load_model(with_profile);
 }
 
+namespace {
+/// --expert-imbalance F: a number from 1 on, for a mixture-of-experts model.
+double parse_imbalance(const std::string& text, const Architecture& m) {
+    char* end = nullptr;
+    const double f = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !(f >= 1.0 && f <= 1e6))
+        throw usage_error("--expert-imbalance must be a number from 1 to 1e6 (got '" +
+                          printable(text) + "')");
+    if (!m.is_moe() && f != 1.0)
+        throw usage_error("--expert-imbalance " + text + ": " + m.name +
+                          " has no mixture-of-experts layer");
+    return f;
+}
+}  // namespace
+
 ModelFile load_model(const ModelOptions& q) {
     ModelFile m = !q.preset.empty()                         ? load_preset(q.preset)
                   : !q.model_file.empty()                   ? load_model_file(q.model_file)
@@ -65,7 +81,10 @@ ModelFile load_model(const ModelOptions& q) {
         const auto given = q.program.find(std::string(row.key));
         if (given != q.program.end()) m.architecture.*row.member = parse_switch(row, given->second);
     });
-    if (!q.program.empty()) validate(m.architecture);  // a buffer needs max_positions
+    if (!q.expert_imbalance.empty())
+        m.architecture.expert_imbalance = parse_imbalance(q.expert_imbalance, m.architecture);
+    if (!q.program.empty() || !q.expert_imbalance.empty())
+        validate(m.architecture);  // a buffer needs max_positions
     return m;
 }
 

@@ -79,6 +79,14 @@ public:
         return out;
     }
 
+    double number_or(const char* key, double otherwise) const {
+        if (!has(key)) return otherwise;
+        const nlohmann::json& v = object_.at(key);
+        if (!v.is_number())
+            fail(std::string(key) + " must be a number (got " + type_and_value(v) + ")");
+        return v.get<double>();
+    }
+
     double probability_or(const char* key, double otherwise) const {
         if (!has(key)) return otherwise;
         const nlohmann::json& v = object_.at(key);

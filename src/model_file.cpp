@@ -52,6 +52,7 @@ const std::vector<std::string> architecture_keys = {"hidden",
                                                     "shared_expert_gate",
                                                     "router_bias",
                                                     "renormalize_topk",
+                                                    "expert_imbalance",
                                                     "q_lora_rank",
                                                     "kv_lora_rank",
                                                     "qk_nope_head_dim",
@@ -229,6 +230,7 @@ void read_details(const JsonReader& in, Architecture& m) {
     m.shared_expert_gate = in.flag_or("shared_expert_gate", false);
     m.router_bias = in.choice_or("router_bias", router_bias_choices(), RouterBias::none);
     m.renormalize_topk = in.flag_or("renormalize_topk", true);
+    m.expert_imbalance = in.number_or("expert_imbalance", 1.0);
 }
 
 /// Latent attention and the Mamba mixer.

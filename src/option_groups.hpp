@@ -55,6 +55,13 @@ void add_group(App& app, ModelOptions& q) {
                std::string(row.help) + " (model-file key " + key + ")")
             ->type_name(row.values.size() == 2 && row.find("true") ? "BOOL" : "KIND");
     });
+    app.add_option("--expert-imbalance", q.expert_imbalance,
+                   "A mixture-of-experts model's busiest expert: its routed token-slots over the\n"
+                   "even share s b k / E, every expert counted at it (default 1: an even load,\n"
+                   "memcalc's assumption). A capacity factor with padding (Megatron-LM's\n"
+                   "--moe-expert-capacity-factor) is it exactly; it bounds an uneven dropless\n"
+                   "router from above (model-file key expert_imbalance)")
+        ->type_name("F");
 }
 
 /// The sequence, the micro-batch, the recomputation.

@@ -130,6 +130,7 @@ void write_architecture(std::ostream& out, const Architecture& m) {
         << ", m.shared_expert_gate = " << boolean(m.shared_expert_gate) << ";\n"
         << "    m.router_bias = RouterBias::" << router_bias_name(m.router_bias)
         << ", m.renormalize_topk = " << boolean(m.renormalize_topk) << ";\n"
+        << "    m.expert_imbalance = " << m.expert_imbalance << ";\n"
         << "    m.mla = {" << number(m.mla.q_lora_rank) << ", " << number(m.mla.kv_lora_rank)
         << ", " << number(m.mla.qk_nope_head_dim) << ", " << number(m.mla.qk_rope_head_dim) << ", "
         << number(m.mla.v_head_dim) << "};\n";

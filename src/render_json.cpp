@@ -349,6 +349,8 @@ json settings_json(const Report& r) {
         settings[std::string(row.key)] = row.name(r.settings.framework.*row.member);
     });
     const Framework& framework = r.settings.framework;
+    settings["expert_imbalance"] =
+        r.model.any_moe() ? json(r.model.expert_imbalance) : json(nullptr);
     settings["loss_chunks"] =
         framework.loss == LossKernel::chunked ? json(framework.loss_chunks) : json(nullptr);
     if (!r.settings.recompute_modules.is_default())

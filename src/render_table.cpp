@@ -32,6 +32,8 @@ std::string header(const Report& r) {
             framework += fmt::format(", {} {}", row.option().substr(2),
                                      row.name(r.settings.framework.*row.member));
     });
+    if (r.model.expert_imbalance != 1.0)
+        framework += fmt::format(", expert imbalance {:g}", r.model.expert_imbalance);
     if (r.settings.framework.loss == LossKernel::chunked)
         framework += fmt::format(", loss-chunks {}", r.settings.framework.loss_chunks);
     return fmt::format(

@@ -289,3 +289,26 @@ TEST_CASE(
                                architecture_settings(512, ModuleSet::of({Module::shared_experts}))),
                       Catch::Contains("shared_experts") && Catch::Contains("shared experts"));
 }
+
+TEST_CASE("with an expert tensor-parallel degree of its own, ep spans tp x dp, as Megatron's "
+          "expert group does",
+          "[parallel][etp]") {
+    const Architecture m = GENERATE(fixtures::mixtral(), mixtral_dense_then_moe());
+    CAPTURE(m.name);
+    Settings s = architecture_settings(1024, {}, Recompute::full);
+    s.parallel.dp = 2, s.parallel.tp = 2, s.parallel.zero = 1;
+    const Report whole = estimate(m, s);  // every expert on each rank, split by tp
+    Count experts;
+    for (const auto& r : whole.parameters.rows)
+        if (r.expert) experts += whole.parameters.in_model(r);
+    s.parallel.etp = 1, s.parallel.ep = 4;  // the four ranks of tp x dp hold two experts each
+    const Report spanned = estimate(m, s);
+    CHECK(spanned.busiest().parameters.value() ==
+          whole.busiest().parameters.value() - experts.value() / 2 + experts.value() / 4);
+    // Without its own degree the experts follow tp, and ep stays within dp.
+    Settings within = s;
+    within.parallel.etp = 0;
+    CHECK_THROWS_WITH(estimate(m, within), "ep (4) must divide dp (2)");
+    s.parallel.ep = 8;
+    CHECK_THROWS_WITH(estimate(m, s), "etp x ep (1 x 8) must divide tp x cp x dp (2 x 1 x 2)");
+}

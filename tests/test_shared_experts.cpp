@@ -6,6 +6,9 @@
 #include "fixtures.hpp"
 #include "memcalc/estimate.hpp"
 #include "model_file.hpp"
+#include "run_program.hpp"
+#include <nlohmann/json.hpp>
+#include <cmath>
 
 using namespace memcalc;
 
@@ -197,4 +200,79 @@ TEST_CASE(
         "experts": 4, "router_bias": "learned"})",
                               "m.json", "m"),
         Catch::Contains("router_bias must be one of buffer, none, trainable (got 'learned')"));
+}
+
+TEST_CASE(
+    "an uneven expert load: each expert computes over the busiest one's token-slots, the "
+    "router over every token's k",
+    "[moe][imbalance]") {
+    const Architecture base = GENERATE(fixtures::mixtral(), qwen2_moe_like(), deepseek_like());
+    const double imbalance = GENERATE(1.0, 1.25, 2.0, 100.0);
+    CAPTURE(base.name, imbalance);
+    Settings s;
+    s.seq = 1000, s.micro_batch = 3, s.activations = ActivationModel::architecture;
+    const std::uint64_t tokens = 3000, k = base.active_experts(), E = base.experts;
+    // Each expert's share, rounded up, at most every token (100 x: every token everywhere).
+    const auto busiest = static_cast<std::uint64_t>(
+        std::ceil(static_cast<double>(tokens * k) * imbalance / static_cast<double>(E)));
+    const std::uint64_t dispatched = std::min(tokens, busiest) * E;
+    Architecture m = base;
+    m.expert_imbalance = imbalance;
+    CHECK(m.dispatched_slots(tokens) == (imbalance == 1.0 ? tokens * k : dispatched));
+    const auto by_shape = [&](const Report& r, const std::string& symbol) {
+        Count sum;
+        for (const auto& row : r.layer.rows)
+            if (std::string(row.symbol) == symbol) sum += row.bytes;
+        return sum.value();
+    };
+    const Report even = estimate(base, s), uneven = estimate(m, s);
+    for (const char* symbol : {"sbk(h)", "sbk(f)"}) {
+        CAPTURE(symbol);
+        REQUIRE(by_shape(even, symbol) % (tokens * k) == 0);
+        CHECK(by_shape(uneven, symbol) ==
+              by_shape(even, symbol) / (tokens * k) * m.dispatched_slots(tokens));
+    }
+    // The router's rows are per token and expert: as they were.
+    CHECK(by_shape(uneven, "sbE") == by_shape(even, "sbE"));
+    // The loss step holds every layer's: more with any imbalance.
+    const auto loss = [](const Report& r) {
+        for (const Step& step : r.timeline())
+            if (step.phase == Phase::loss) return step.bytes.total().value();
+        return std::uint64_t{0};
+    };
+    CHECK((loss(uneven) > loss(even)) == (imbalance > 1.0));
+}
+
+TEST_CASE(
+    "--expert-imbalance and the model-file key expert_imbalance: one figure, bad values "
+    "named",
+    "[moe][imbalance][cli]") {
+    const auto option =
+        testing::memcalc("--preset mixtral-8x7b --seq 512 --expert-imbalance 1.5 --format json");
+    REQUIRE(option.status == 0);
+    const auto document = nlohmann::json::parse(option.out);
+    CHECK(document["settings"]["expert_imbalance"] == 1.5);
+    const auto dense = testing::memcalc("--preset llama-7b --seq 512 --format json");
+    CHECK(nlohmann::json::parse(dense.out)["settings"]["expert_imbalance"].is_null());
+    const Architecture read =
+        cli::parse_model_json(R"({"name": "m", "hidden": 64, "layers": 2, "heads": 4, "ffn": 128,
+                                 "vocab": 100, "experts": 4, "experts_per_token": 2,
+                                 "expert_imbalance": 1.5})",
+                              "m.json", "m")
+            .architecture;
+    CHECK(read.expert_imbalance == 1.5);
+    using Case = std::pair<std::string, std::string>;
+    const auto [args, message] = GENERATE(table<std::string, std::string>({
+        Case{"--preset mixtral-8x7b --expert-imbalance 0.9",
+             "--expert-imbalance must be a number from 1 to 1e6 (got '0.9')"},
+        Case{"--preset mixtral-8x7b --expert-imbalance nan",
+             "--expert-imbalance must be a number from 1 to 1e6 (got 'nan')"},
+        Case{"--preset llama-7b --expert-imbalance 2",
+             "--expert-imbalance 2: llama-7b has no mixture-of-experts layer"},
+    }));
+    CAPTURE(args);
+    const auto bad = testing::memcalc(args + " --seq 512");
+    CHECK(bad.status == 2);
+    CHECK(bad.out.empty());
+    CHECK(bad.err == "memcalc: " + message + "\n");
 }

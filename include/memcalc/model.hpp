@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -330,6 +331,11 @@ struct Architecture {
     RouterBias router_bias = RouterBias::none;
     bool renormalize_topk =
         true;  ///< the top-k probabilities divided by their sum (Qwen2-MoE's norm_topk_prob)
+    /// The busiest expert's routed token-slots over the balanced share (s b k / E), every expert
+    /// counted at it: 1 is memcalc's assumption, an even load; a capacity factor with padding
+    /// (Megatron-LM's --moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity) is it
+    /// exactly, and it bounds an uneven dropless router from above.
+    double expert_imbalance = 1.0;
     LatentAttention mla;  ///< multi-head latent attention's widths (DeepSeek); none by default
     Mixer mixer = Mixer::attention;  ///< what mixes tokens (a LayerKind may set its own)
     StateSpace ssm;                  ///< the Mamba layers' widths, where any layer is one
@@ -363,6 +369,15 @@ struct Architecture {
     }
     std::uint64_t active_experts() const {
         return is_moe() ? (experts_per_token == 0 ? 1 : experts_per_token) : 1;
+    }
+    /// The token-slots the experts compute over, of `tokens` tokens: s b k when the load is even;
+    /// else each expert's ceil(s b k x imbalance / E), at most every token, for all E.
+    std::uint64_t dispatched_slots(std::uint64_t tokens) const {
+        const std::uint64_t slots = tokens * active_experts();
+        if (expert_imbalance == 1.0 || !is_moe()) return slots;
+        const double busiest =
+            std::ceil(static_cast<double>(slots) * expert_imbalance / static_cast<double>(experts));
+        return std::min(tokens, static_cast<std::uint64_t>(busiest)) * experts;
     }
 
     std::size_t kind_count() const { return layer_kinds.empty() ? 1 : layer_kinds.size(); }
@@ -589,6 +604,10 @@ inline void validate_experts(const Architecture& m) {
         throw error("shared_ffn with bias all (biased shared experts) is not modelled");
     if (!m.is_moe() && m.router_bias != RouterBias::none)
         throw error("router_bias needs experts > 0");
+    if (!(m.expert_imbalance >= 1.0 && m.expert_imbalance <= 1e6))
+        throw error("expert_imbalance must be a number from 1 to 1e6 (got " +
+                    std::to_string(m.expert_imbalance) + ")");
+    if (!m.is_moe() && m.expert_imbalance != 1.0) throw error("expert_imbalance needs experts > 0");
     if (m.is_moe() && m.router == Router::sparsemixer && m.active_experts() != 2)
         throw error("router sparsemixer picks 2 experts (got experts_per_token " +
                     std::to_string(m.active_experts()) + ")");

@@ -501,7 +501,9 @@ inline void validate(const Parallelism& p, const Architecture& m, std::uint64_t 
     if (p.ep > 1) {
         if (!m.any_moe())
             throw error("ep (" + std::to_string(p.ep) + ") needs a mixture-of-experts model");
-        detail::require_divides("ep", p.ep, "dp", p.dp);
+        // Experts split as the rest (etp = tp): within the data-parallel group. With an expert
+        // tensor-parallel degree of its own, Megatron-LM's expert group spans tp x cp x dp / etp.
+        if (p.etp == 0) detail::require_divides("ep", p.ep, "dp", p.dp);
     }
     if (p.etp != 0) validate_expert_tp(p, m);
     validate_offload(p);

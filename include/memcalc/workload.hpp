@@ -74,7 +74,7 @@ struct Workload {
 inline SplitBytes weight_pass_reads(const Architecture& m, const ParameterTable& table,
                                     std::size_t kind, std::uint64_t tokens, std::uint64_t bytes) {
     SplitBytes reads;
-    const std::uint64_t slots = tokens * m.kind_view(kind).active_experts();
+    const std::uint64_t slots = m.kind_view(kind).dispatched_slots(tokens);
     for (const ParamRow& row : table.rows) {
         if (row.group != Group::layer || row.kind != kind || !row.trainable ||
             tensor_dims(row) != 2)

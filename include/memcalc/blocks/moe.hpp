@@ -96,9 +96,11 @@ inline void gathered_rows(TableBuilder& t, const Architecture& m, const Sizes& z
 /// HF's sparse mixture-of-experts block: route, gather each expert's tokens, run it, weight,
 /// scatter.
 inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
-    // Every token goes to k experts: s b k rows in all, whatever the routing.
-    const Count slots = z.tokens * m.active_experts();
-    router_rows(t, m, z, slots);
+    // Every token goes to k experts: s b k rows in all, whatever the routing; the experts compute
+    // over as many, or each over the busiest one's share (Architecture::expert_imbalance).
+    const Count routed = z.tokens * m.active_experts();
+    const Count slots = m.dispatched_slots(z.tokens.value());
+    router_rows(t, m, z, routed);
     gathered_rows(t, m, z, slots);
     // Which experts' mms the op-level policy saves depends on how many experts the routing fills
     // and in what order: counted as if it saved every one (an upper bound; about half are).
