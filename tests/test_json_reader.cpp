@@ -87,8 +87,14 @@ TEST_CASE("parse_json: time linear in the input, however many keys an object has
         return R"({"dtype":"BF16","shape":[64],"data_offsets":[)" + std::to_string(128 * i) + "," +
                std::to_string(128 * i + 128) + "]}";
     };
-    const double flat = parse_time_ratio(object_of(6'000, number), object_of(48'000, number));
-    const double nested = parse_time_ratio(object_of(2'000, tensor), object_of(16'000, tensor));
-    CHECK(flat < 32);
-    CHECK(nested < 32);
+    // A shared machine can slow one size's runs: measured again (three times at most) over 32,
+    // where a quadratic parse stays at 64 every time.
+    const auto ratio = [](const std::string& small, const std::string& large) {
+        double best = parse_time_ratio(small, large);
+        for (int again = 0; again < 2 && best >= 32; ++again)
+            best = std::min(best, parse_time_ratio(small, large));
+        return best;
+    };
+    CHECK(ratio(object_of(6'000, number), object_of(48'000, number)) < 32);
+    CHECK(ratio(object_of(2'000, tensor), object_of(16'000, tensor)) < 32);
 }

@@ -253,7 +253,8 @@ TEST_CASE(
                         gone = 2 * sbh + (rms ? 2 * sbh + 4 * tokens : 0);
     const std::uint64_t final_norm =
         (work > gone ? work - gone : 0) + 2 * (V * h + h) + (rms ? 0 : 2 * h);
-    const Step& loss = step_named(estimate(m, s), "loss");
+    const Report short_run = estimate(m, s);
+    const Step& loss = step_named(short_run, "loss");
     CHECK((loss.bytes.workspace + loss.bytes.gradients).value() == std::max(forward, final_norm));
     CHECK((forward > final_norm) == !rms);  // both moments are seen
 }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "fixtures.hpp"
+#include "memcalc/estimate.hpp"
 #include "memcalc/program_facts.hpp"
 #include "run_program.hpp"
 
@@ -155,4 +157,32 @@ TEST_CASE("a profile's own program facts hold over the model's, an option over b
     CHECK_THAT(wrong.err, Catch::Contains("program_facts must be KEY=VALUE items of 'memcalc "
                                           "program-facts' (got 'repeat_kv=yes')"));
     std::remove(path.c_str());
+}
+
+TEST_CASE(
+    "a fused RMSNorm kernel keeps its input as it is and 1/rms: four sbh less a norm than "
+    "PyTorch's ops",
+    "[program-facts][norm]") {
+    const Architecture base = GENERATE(fixtures::llama_7b(), fixtures::mistral_7b());
+    CAPTURE(base.name);
+    Settings s;
+    s.seq = 512, s.micro_batch = 2, s.activations = ActivationModel::architecture;
+    s.recipe = builtin_recipe("bf16-adam");
+    Architecture fused = base;
+    fused.rmsnorm_kernel = RmsnormKernel::fused;
+    const Report torch_ops = estimate(base, s), one_kernel = estimate(fused, s);
+    const std::uint64_t sbh = 512ULL * 2 * base.hidden;
+    // Each of the layer's two norms: an fp32 copy of x (4 sbh) and x_norm (2 sbh) become x itself
+    // (2 sbh); 1/rms stays.
+    CHECK(saved_bytes(torch_ops.layer.rows).value() - saved_bytes(one_kernel.layer.rows).value() ==
+          2 * 4 * sbh);
+    std::size_t rows = 0;
+    for (const auto& row : one_kernel.layer.rows)
+        if (std::string(row.op).find("(RMSNorm, fused)") != std::string::npos) ++rows;
+    CHECK(rows == 4);
+    // The megatron profile says it (Transformer Engine's TENorm), as a fact of its own code.
+    const auto& program = find_profile("megatron")->program;
+    REQUIRE(program.size() == 1);
+    CHECK(std::string(program[0].first) == "rmsnorm_kernel");
+    CHECK(std::string(program[0].second) == "fused");
 }

@@ -290,9 +290,10 @@ TEST_CASE(
                       Catch::Contains("shared_experts") && Catch::Contains("shared experts"));
 }
 
-TEST_CASE("with an expert tensor-parallel degree of its own, ep spans tp x dp, as Megatron's "
-          "expert group does",
-          "[parallel][etp]") {
+TEST_CASE(
+    "with an expert tensor-parallel degree of its own, ep spans tp x dp, as Megatron's "
+    "expert group does",
+    "[parallel][etp]") {
     const Architecture m = GENERATE(fixtures::mixtral(), mixtral_dense_then_moe());
     CAPTURE(m.name);
     Settings s = architecture_settings(1024, {}, Recompute::full);

@@ -244,7 +244,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "--expert-imbalance and the model-file key expert_imbalance: one figure, bad values "
+    "the option --expert-imbalance and the model-file key expert_imbalance: one figure, bad values "
     "named",
     "[moe][imbalance][cli]") {
     const auto option =

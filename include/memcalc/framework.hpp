@@ -287,7 +287,8 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "loss, not the logits",
      {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent,
       LossKernel::fp32_inplace, LogitsLife::freed, KvCache::off, MoeKernel::grouped_gemm,
-      TorchVersion::v2_2, GemmLibrary::transformer_engine}},
+      TorchVersion::v2_2, GemmLibrary::transformer_engine},
+     {{"rmsnorm_kernel", "fused"}}},  // TENorm: Transformer Engine's fused RMSNorm
     {"deepspeed",
      "DeepSpeed's engine: a fused Adam step, a contiguous gradient buffer; attention as the "
      "model's code writes it",

@@ -114,6 +114,13 @@ inline std::string_view expert_dispatch_name(ExpertDispatch d) {
     return expert_dispatch_names[static_cast<std::size_t>(d)].second;
 }
 
+/// How RMSNorm runs: as PyTorch ops (transformers' RMSNorm: an fp32 copy of x, 1/rms and x_norm
+/// kept) or one fused kernel (Transformer Engine's, Apex's FusedRMSNorm: x itself and 1/rms kept).
+enum class RmsnormKernel { torch, fused };
+inline const char* rmsnorm_kernel_name(RmsnormKernel k) {
+    return k == RmsnormKernel::torch ? "torch" : "fused";
+}
+
 /// A rotary embedding as a row: whether every attention layer makes its own cos and sin (autograd
 /// then saves a pair per layer), and whether it registers cos and sin caches of max_positions x
 /// head_dim beside its inv_freq (head_dim / 2), buffers that model.to(dtype) casts with the
@@ -294,6 +301,7 @@ struct Architecture {
     /// 2's, gpt-oss's), so autograd keeps that input in fp32; LLaMA's casts back first and keeps it
     /// narrow.
     bool rmsnorm_fp32_scale = false;
+    RmsnormKernel rmsnorm_kernel = RmsnormKernel::torch;  ///< PyTorch's ops or one fused kernel
     /// Each attention head has a learnable logit (gpt-oss's sinks): the softmax runs over s + 1
     /// columns.
     bool attention_sinks = false;

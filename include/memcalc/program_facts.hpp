@@ -79,7 +79,12 @@ inline const auto program_facts = std::make_tuple(
     Switch{"expert_dispatch", "expert dispatch", &Architecture::expert_dispatch,
            std::array{ExpertDispatch::routed, ExpertDispatch::every_token}, expert_dispatch_text,
            "Which tokens the experts run over: routed (each expert its tokens) or every_token\n"
-           "(every expert over every token, scores multiplied in: transformers' Llama4TextMoe)"});
+           "(every expert over every token, scores multiplied in: transformers' Llama4TextMoe)"},
+    Switch{"rmsnorm_kernel", "RMSNorm kernel", &Architecture::rmsnorm_kernel,
+           std::array{RmsnormKernel::torch, RmsnormKernel::fused}, rmsnorm_kernel_name,
+           "How RMSNorm runs: torch (PyTorch's ops, transformers' RMSNorm: an fp32 copy of x,\n"
+           "1/rms and x_norm kept) or fused (one kernel, Transformer Engine's and Apex's: x\n"
+           "itself and 1/rms kept, its backward one kernel)"});
 
 /// A profile's program facts as listed and as profile files give them: "repeat_kv=true, ...".
 inline std::string program_fact_list(const std::vector<std::pair<Text, Text>>& facts) {

@@ -108,8 +108,9 @@ ROWS = {
         args=["--model-file", MODELS + "megatron-moe-proxy-2560.json", "--seq", "4096", "-b", "1",
               "--dp", "8", "--ep", "8", "--zero", "1", "--global-batch", "128"] + MEGATRON,
         rank="last", comparable=False,
-        why=MTP + ("; memcalc is 10% above it even without that layer, not yet explained (it was 1.5% "
-                   "above while MLA was read as plain attention, a coincidence)")),
+        why=MTP + ("; memcalc is above it even without that layer, not yet explained: Megatron's "
+                   "permute-fused dispatch and TE's MLA without v's padding are read as "
+                   "transformers' (it was 1.5% above while MLA was read as plain attention)")),
     # ---- torchtitan benchmarks (max reserved, max over GPUs)
     "titan-l31-8b-fsdp8-sac": dict(
         args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "8", "--recompute",

@@ -56,6 +56,25 @@ inline void rmsnorm_backward_work(TableBuilder& t, const std::string& what, cons
          "x's gradient so far, mean's, and pow's three, fp32", 5 * dtype::fp32);
 }
 
+/// A fused RMSNorm kernel (Transformer Engine's, Apex's FusedRMSNorm) keeps its input as it is
+/// (unless a row kept it already: `input_kept`) and 1/rms per row in fp32; its backward is one
+/// kernel, the incoming gradient and the input's.
+inline bool fused_rmsnorm_rows(TableBuilder& t, const std::string& what, const Shape& shape,
+                               Count elements, const Shape& row_shape, Count rows,
+                               const std::string& row_name, std::uint64_t input,
+                               const RowFacts& input_facts = {}, bool input_kept = false) {
+    const std::string op = what + " (RMSNorm, fused)";
+    if (!input_kept)
+        t.add(op, "its input", "the kernel's backward reads x", shape, elements, input,
+              Keep::always, 1, input_facts);
+    t.add(op, "1/rms per " + row_name + ", fp32", "so backward need not recompute it", row_shape,
+          rows, dtype::fp32);
+    t.workspace_at(t.size(), true, op + " backward", "its incoming gradient and its input's",
+                   bytes_of(2 * input, shape.symbol), elements * (2 * input), Linear::none,
+                   shape.split);
+    return true;
+}
+
 /// `weighted`: false for a norm without a weight (Llama 4's L2 norm of q and k), which keeps no
 /// x_norm. Before torch 2.2 mean() keeps its input, x^2 in fp32 (z.torch).
 inline bool rmsnorm_rows(TableBuilder& t, const Sizes& z, const std::string& what,
@@ -63,6 +82,9 @@ inline bool rmsnorm_rows(TableBuilder& t, const Sizes& z, const std::string& wha
                          const std::string& row_name, std::uint64_t input, bool fp32_scale = false,
                          const std::optional<SavedStorage>& fp32_input = std::nullopt,
                          bool weighted = true, const RowFacts& input_facts = {}) {
+    if (z.fused_rmsnorm && weighted && !fp32_scale)
+        return fused_rmsnorm_rows(t, what, shape, elements, row_shape, rows, row_name, input,
+                                  input_facts);
     if (input == dtype::fp32 && fp32_input)
         t.add(what + " (RMSNorm)", fp32_input->what, "pow(x, 2) and x * rsqrt need x",
               fp32_input->shape, fp32_input->elements, dtype::fp32, Keep::always, 1, input_facts);
@@ -99,6 +121,10 @@ inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
                       const std::string& what, bool input_kept = false, bool layer_input = false,
                       bool branch_output = false) {
     const std::uint64_t input = branch_output ? z.d : z.s;
+    if (m.norm == Norm::rmsnorm && z.fused_rmsnorm)
+        return fused_rmsnorm_rows(t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", input,
+                                  RowFacts{}.input_of_layer(layer_input).input_of_module(),
+                                  input_kept);
     if (m.norm == Norm::rmsnorm) {
         // On the residual stream, in its dtype (fp32 under autocast, where the input kept is the
         // stream itself), or on a branch's output in the compute dtype.

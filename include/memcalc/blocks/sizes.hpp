@@ -35,6 +35,7 @@ struct Sizes {
     /// Bytes per element of the copy a kernel that does not cast as it reads makes of a compute-
     /// dtype operand when the other is the stream's wider dtype (autocast's fp32 mask or residual).
     std::uint64_t upcast;
+    bool fused_rmsnorm;  ///< every weighted RMSNorm is one kernel (Architecture::rmsnorm_kernel)
 
     Sizes(const Architecture& m, std::uint64_t seq, std::uint64_t b, Precision p,
           Runtime where = {})
@@ -54,7 +55,8 @@ struct Sizes {
           narrow(p.linear_inputs),
           kernels(&kernels_of(where.platform)),
           torch(&torch_facts(where.torch)),
-          upcast(!kernels->casts_on_read && s != d ? s : 0) {}
+          upcast(!kernels->casts_on_read && s != d ? s : 0),
+          fused_rmsnorm(m.rmsnorm_kernel == RmsnormKernel::fused) {}
 
     /// The same sizes for a linear layer that runs in the compute dtype (a router, Megatron-LM's
     /// head).
