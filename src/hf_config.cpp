@@ -364,6 +364,44 @@ void deepseek(const JsonReader& in, Architecture& m, bool v3) {
     if (dense_layers < m.layers) m.layer_pattern.push_back({1, m.layers - dense_layers});
 }
 
+/// GLM-4.5 (modeling_glm4_moe.py): LLaMA's keys with head_dim; q, k and v biased when
+/// attention_bias (o_proj never); with use_qk_norm, q_norm and k_norm of head_dim that the heads
+/// share; the first first_k_dense_replace layers dense (intermediate_size), the rest
+/// n_routed_experts experts of moe_intermediate_size beside n_shared_experts shared ones (one MLP
+/// that many times as wide) and a router whose e_score_correction_bias is a buffer, as
+/// DeepSeek-V3's. partial_rotary_factor turns part of each head and holds no parameters; memcalc
+/// counts rotary's tensors at the full head width (a partial rotation's are not measured).
+void glm4_moe(const JsonReader& in, Architecture& m) {
+    llama_like(in, m, false);
+    m.bias = in.flag_or("attention_bias", false) ? Bias::qkv : Bias::none;
+    m.qk_norm = in.flag_or("use_qk_norm", false) ? QkNorm::per_head : QkNorm::none;
+    const std::uint64_t dense_ffn = m.ffn;
+    m.ffn = in.positive("moe_intermediate_size");
+    m.experts = in.positive("n_routed_experts");
+    m.experts_per_token = in.positive("num_experts_per_tok");
+    m.shared_ffn = in.count_if_given("n_shared_experts").value_or(1) * m.ffn;
+    m.router_bias = RouterBias::buffer;
+    m.renormalize_topk = in.flag_or("norm_topk_prob", true);
+    // Glm4MoeConfig's default: one dense layer first.
+    const std::uint64_t dense_layers = in.count_if_given("first_k_dense_replace").value_or(1);
+    dense_and_moe_layers(m, dense_ffn, [&](std::uint64_t i) { return i >= dense_layers; });
+}
+
+/// MiniMax-M2 (modeling_minimax_m2.py): LLaMA's keys with head_dim, no biases; q_norm and k_norm
+/// over the whole projections, cast back before the weight as the layer norms are; in every layer
+/// num_local_experts experts of intermediate_size, the top num_experts_per_tok of a sigmoid chosen
+/// with an e_score_correction_bias buffer and renormalised. transformers' model builds the q/k
+/// norms and no shared expert whatever use_qk_norm, qk_norm_type and shared_intermediate_size say
+/// (MiniMax's configs: true, "per_layer", 0), nor use_mtp's modules; rotary_dim turns part of each
+/// head (no parameters).
+void minimax_m2(const JsonReader& in, Architecture& m) {
+    mixtral(in, m);
+    m.head_dim = in.positive_or("head_dim", 128);  // MiniMaxM2Config's default
+    m.qk_norm = QkNorm::whole;
+    m.router_bias = RouterBias::buffer;
+    m.input_jitter = in.probability_or("router_jitter_noise", 0);
+}
+
 /// Jamba (modeling_jamba.py): LLaMA's keys without rotary (its attention has no position encoding);
 /// attention in layers i % attn_layer_period == attn_layer_offset, a Mamba-1 mixer in the others;
 /// num_experts experts in layers i % expert_layer_period == expert_layer_offset (a router without
@@ -578,6 +616,8 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"llama4", llama4_text},  // its text_config, as gemma3's
     {"deepseek_v2", [](const JsonReader& in, Architecture& m) { deepseek(in, m, false); }},
     {"deepseek_v3", [](const JsonReader& in, Architecture& m) { deepseek(in, m, true); }},
+    {"glm4_moe", glm4_moe},
+    {"minimax_m2", minimax_m2},
     {"olmo2", olmo2},
     {"gpt_oss", gpt_oss},
     {"jamba", jamba},

@@ -92,6 +92,80 @@ TEST_CASE("Qwen2-MoE's shared expert and gate, Qwen3-MoE's experts, their dense 
                       Catch::Contains("mlp_only_layers must be an array of non-negative integers"));
 }
 
+TEST_CASE("GLM-4.5's layers: dense then DeepSeek-style experts, q/k/v biases, q/k norms per head",
+          "[hf_config][experts]") {
+    const auto glm = cli::load_hf_config(configs + "glm-4.7.json");
+    const Architecture& m = glm.architecture;
+    // first_k_dense_replace 3: three dense layers of intermediate_size, then 89 MoE layers.
+    REQUIRE(m.layer_pattern.size() == 2);
+    CHECK(m.layers_of_kind(1) == 3);
+    CHECK(m.layers_of_kind(0) == 89);
+    CHECK(m.kind_view(1).ffn == 12288);
+    CHECK(!m.kind_view(1).is_moe());
+    CHECK(m.kind_view(0).experts == 160);
+    CHECK(m.kind_view(0).ffn == 1536);
+    CHECK(m.kind_view(0).shared_ffn == 1536);  // n_shared_experts 1
+    CHECK(m.router_bias == RouterBias::buffer);
+    CHECK(m.bias == Bias::qkv);  // attention_bias: q, k, v; o_proj never
+    CHECK(m.qk_norm == QkNorm::per_head);
+    CHECK(m.head_size() == 128);  // head_dim beside 96 heads of a 5120 width
+    // Attention: q, k, v with biases, o, and q_norm, k_norm of head_dim.
+    const std::uint64_t h = 5120, q = 96 * 128, kv = 8 * 128;
+    const std::uint64_t attention = h * q + q + 2 * (h * kv + kv) + q * h + 2 * 128;
+    const std::uint64_t routed = 160 * 3 * h * 1536 + 3 * h * 1536 + 160 * h;
+    const ParameterTable t = parameter_table(m);
+    CHECK(t.per_layer(0).value() == attention + 2 * h + routed);
+    CHECK(t.per_layer(1).value() == attention + 2 * h + 3 * h * 12288);
+    // The checkpoint's total: the router buffers, the MTP layer (a MoE layer, enorm, hnorm,
+    // shared_head.norm, eh_proj) with its router buffer, and its copies of the embedding and head.
+    const std::uint64_t mtp = t.per_layer(0).value() + 3 * h + 2 * h * h;
+    CHECK(glm.description.find(std::to_string(mtp) + " parameters") != std::string::npos);
+    CHECK(t.total().value() + 89 * 160 + mtp + 160 + 2 * 151552 * h == 358337791296ULL);
+
+    const auto air = cli::load_hf_config(configs + "glm-4.5-air.json");
+    CHECK(air.architecture.layers_of_kind(1) == 1);
+    CHECK(air.architecture.qk_norm == QkNorm::none);  // use_qk_norm false
+    const ParameterTable a = parameter_table(air.architecture);
+    const std::uint64_t air_mtp = a.per_layer(0).value() + 3 * 4096 + 2 * 4096ULL * 4096;
+    CHECK(a.total().value() + 46 * 128 + air_mtp + 2 * 151552ULL * 4096 == 110468824832ULL);
+    // The two switches, each its parameters exactly: q/k norms, then the q, k, v biases.
+    json air_config = read_json(configs + "glm-4.5-air.json");
+    air_config["use_qk_norm"] = true;
+    const auto normed = cli::parse_hf_config(air_config.dump(), "g.json", "g").architecture;
+    CHECK(parameter_table(normed).total().value() - a.total().value() == 46 * 2 * 128);
+    air_config["use_qk_norm"] = false, air_config["attention_bias"] = false;
+    const auto plain = cli::parse_hf_config(air_config.dump(), "g.json", "g").architecture;
+    CHECK(a.total().value() - parameter_table(plain).total().value() ==
+          46 * (96 * 128 + 2 * 8 * 128));
+    CHECK(parameter_table(cli::load_preset("glm-4.5").architecture).total() == t.total());
+    CHECK(parameter_table(cli::load_preset("glm-4.5-air").architecture).total() == a.total());
+}
+
+TEST_CASE("MiniMax-M2: q/k norms over the whole projections, experts in every layer",
+          "[hf_config][experts]") {
+    const auto file = cli::load_hf_config(configs + "minimax-m2.json");
+    const Architecture& m = file.architecture;
+    CHECK(m.layer_kinds.empty());
+    CHECK(m.experts == 256);
+    CHECK(m.active_experts() == 8);
+    CHECK(m.ffn == 1536);
+    CHECK(m.shared_ffn == 0);
+    CHECK(m.bias == Bias::none);
+    CHECK(m.qk_norm == QkNorm::whole);
+    CHECK(m.router_bias == RouterBias::buffer);
+    CHECK(m.renormalize_topk);
+    CHECK(m.head_size() == 128);
+    CHECK(file.notes.empty());  // num_mtp_modules: not in transformers' model, nor the checkpoint
+    // q_norm of 48 x 128 and k_norm of 8 x 128: a weight per element of each projection.
+    const std::uint64_t h = 3072, q = 48 * 128, kv = 8 * 128;
+    const std::uint64_t attention = 2 * h * q + 2 * h * kv + q + kv;
+    const ParameterTable t = parameter_table(m);
+    CHECK(t.per_layer().value() == attention + 2 * h + 256 * 3 * h * 1536 + 256 * h);
+    // The published total: num_parameters() and the 62 e_score_correction_bias buffers.
+    CHECK(t.total().value() + 62 * 256 == 228689764864ULL);
+    CHECK(parameter_table(cli::load_preset("minimax-m2").architecture).total() == t.total());
+}
+
 TEST_CASE("Phi-3.5-MoE: LayerNorms with biases, q/k/v/o biases, a biased head",
           "[hf_config][experts]") {
     // Phi-3.5-MoE-instruct's shape keys (its config.json: attention_bias and lm_head_bias true).
