@@ -313,7 +313,8 @@ inline void set_layer_work(TimelineInputs& in, const Workload& w, const Parallel
 /// weight's gradient (the weight's dtype; the whole vocabulary, as it gathers a sharded head) and a
 /// loss per token (fp32) with a mask of the counted ones, then runs the head over a chunk of
 /// tokens at a time, the chunk's logits bounded by the hidden states' size: the next power of two
-/// of tokens / ceil(V / h). Its backward only scales what forward kept. `tokens`: on this rank.
+/// of tokens / ceil(V / h). Its backward only scales what forward kept. `tokens`: on this rank;
+/// the logits and their gradient set_loss_inputs has left at none.
 inline void set_fused_linear_loss_work(TimelineInputs& in, const Workload& w, Count tokens) {
     const std::uint64_t V = w.model.vocab, h = w.model.hidden;
     const Count head_gradient = Count(V) * h * bytes_per_element(w.recipe.stream());
@@ -321,7 +322,6 @@ inline void set_fused_linear_loss_work(TimelineInputs& in, const Workload& w, Co
     Count chunk = 1;
     while (chunk < per_chunk) chunk = chunk * 2;
     const Count logits = std::min(chunk, tokens) * V * w.recipe.activation_bytes();
-    in.logits = in.logits_gradient = 0;
     in.loss_forward_work = head_gradient + logits + tokens * Count(4 + 1) + in.forward_buffers;
     in.loss_work = std::max(in.loss_forward_work, head_gradient + in.recompute_buffers);
     in.later_loss_forward_work = in.loss_forward_work;
