@@ -12,14 +12,29 @@ std::string gib_text(Count memory) {
     return fmt::format("{:.2f}", static_cast<double>(memory.value()) / (1ULL << 30));
 }
 
+/// The step time's assumed rates, where the file gives its own: efficiencies in (0, 1], latencies
+/// of 0 to 1 s.
+void read_step_time_facts(const JsonReader& in, Gpu& g) {
+    const auto read = [&](const char* key, double& value, double low, bool open, const char* rule) {
+        value = in.number_or(key, value);
+        if (value < low || (open && value == low) || value > 1)
+            in.fail(fmt::format("{} must be {} (got {})", key, rule, value));
+    };
+    read("gemm_efficiency", g.gemm_efficiency, 0, true, "in (0, 1]");
+    read("attention_efficiency", g.attention_efficiency, 0, true, "in (0, 1]");
+    read("intra_node_latency_seconds", g.intra_node_latency, 0, false, "0 to 1 s");
+    read("inter_node_latency_seconds", g.inter_node_latency, 0, false, "0 to 1 s");
+}
+
 Gpu parse_gpu_json(std::string_view text, const std::string& origin) {
     const nlohmann::json document = parse_json(text, origin);
     // memory_gib, which the listing shows beside the bytes, is accepted and checked against them.
-    expect_object(
-        document, origin, "a GPU",
-        {"name", "description", "source", "memory_bytes", "memory_gib", "peak_bf16_flops",
-         "peak_fp8_flops", "intra_node_bytes_per_second", "inter_node_bytes_per_second",
-         "gpus_per_node", "host_bytes_per_second", "performance_source", "network_source"});
+    expect_object(document, origin, "a GPU",
+                  {"name", "description", "source", "memory_bytes", "memory_gib", "peak_bf16_flops",
+                   "peak_fp8_flops", "intra_node_bytes_per_second", "inter_node_bytes_per_second",
+                   "gpus_per_node", "host_bytes_per_second", "performance_source", "network_source",
+                   "memory_bytes_per_second", "gemm_efficiency", "attention_efficiency",
+                   "intra_node_latency_seconds", "inter_node_latency_seconds"});
     const JsonReader in(document, origin);
     if (!in.has("name")) in.fail("missing key 'name'");
     Gpu g;
@@ -41,6 +56,8 @@ Gpu parse_gpu_json(std::string_view text, const std::string& origin) {
                         "(got {})",
                         fewest_gpus_limit, g.gpus_per_node));
     g.host_bandwidth = in.positive_or("host_bytes_per_second", 0);
+    g.memory_bandwidth = in.positive_or("memory_bytes_per_second", 0);
+    read_step_time_facts(in, g);
     g.performance_source = intern(in.shown_text_or("performance_source", ""));
     g.network_source = intern(in.shown_text_or("network_source", ""));
     const std::string gib = gib_text(g.memory);

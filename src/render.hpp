@@ -33,8 +33,8 @@ struct Listing {
         const char* heading;  ///< the table's heading
         Style style = Style::plain;
     };
-    using Cell = std::variant<std::monostate, std::string, std::uint64_t,
-                              bool>;  ///< monostate: none (JSON null)
+    using Cell = std::variant<std::monostate, std::string, std::uint64_t, bool,
+                              double>;  ///< monostate: none (JSON null)
     std::vector<Column> columns;
     std::vector<std::vector<Cell>> rows;
     std::vector<std::size_t> table, csv;  ///< the columns each shows, in order

@@ -27,6 +27,7 @@ std::string table_text(const Listing::Column& column, const Listing::Cell& cell)
         }
     }
     if (const auto* flag = std::get_if<bool>(&cell)) return *flag ? "yes" : "no";
+    if (const auto* x = std::get_if<double>(&cell)) return fmt::format("{:g}", *x);
     return column.style == Listing::Style::tera || column.style == Listing::Style::giga ? "-" : "";
 }
 
@@ -34,6 +35,7 @@ std::string csv_text(const Listing::Cell& cell) {
     if (const auto* text = std::get_if<std::string>(&cell)) return csv_field(*text);
     if (const auto* n = std::get_if<std::uint64_t>(&cell)) return std::to_string(*n);
     if (const auto* flag = std::get_if<bool>(&cell)) return *flag ? "true" : "false";
+    if (const auto* x = std::get_if<double>(&cell)) return fmt::format("{:g}", *x);
     return "";  // none
 }
 
@@ -41,6 +43,7 @@ nlohmann::json json_value(const Listing::Cell& cell) {
     if (const auto* text = std::get_if<std::string>(&cell)) return *text;
     if (const auto* n = std::get_if<std::uint64_t>(&cell)) return *n;
     if (const auto* flag = std::get_if<bool>(&cell)) return *flag;
+    if (const auto* x = std::get_if<double>(&cell)) return *x;
     return nullptr;
 }
 
@@ -175,20 +178,26 @@ Listing gpus_listing() {
                  {"description", "description"},
                  {"source", "source"},
                  {"performance_source", "FLOP/s source"},
-                 {"network_source", "network source"}};
-    l.table = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
-    l.csv = {0, 1, 9, 3, 4, 5, 6, 7, 8};  // the first three as before: new columns after them
+                 {"network_source", "network source"},
+                 {"memory_bytes_per_second", "memory GB/s", S::giga},
+                 {"gemm_efficiency", ""},
+                 {"attention_efficiency", ""},
+                 {"intra_node_latency_seconds", ""},
+                 {"inter_node_latency_seconds", ""}};
+    l.table = {0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 9};
+    l.csv = {0, 1, 9, 3, 4, 5, 6, 7, 8, 13};  // the first three as before: new columns after them
     const auto known = [](std::uint64_t n) -> Listing::Cell {  // 0 is "unknown": JSON null
         if (n == 0) return {};
         return n;
     };
     for (const auto& g : gpus)
-        l.rows.push_back({std::string(g.name), g.memory.value(), gib_text(g.memory),
-                          known(g.peak_bf16_flops), known(g.peak_fp8_flops),
-                          known(g.intra_node_bandwidth), known(g.inter_node_bandwidth),
-                          known(g.gpus_per_node), known(g.host_bandwidth),
-                          std::string(g.description), std::string(g.source),
-                          std::string(g.performance_source), std::string(g.network_source)});
+        l.rows.push_back(
+            {std::string(g.name), g.memory.value(), gib_text(g.memory), known(g.peak_bf16_flops),
+             known(g.peak_fp8_flops), known(g.intra_node_bandwidth), known(g.inter_node_bandwidth),
+             known(g.gpus_per_node), known(g.host_bandwidth), std::string(g.description),
+             std::string(g.source), std::string(g.performance_source),
+             std::string(g.network_source), known(g.memory_bandwidth), g.gemm_efficiency,
+             g.attention_efficiency, g.intra_node_latency, g.inter_node_latency});
     return l;
 }
 

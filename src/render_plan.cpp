@@ -50,10 +50,11 @@ std::string ranking_text(const PlanView& v) {
             "peak to time steps with.\n",
             gpu->name);
     return fmt::format(
-        "Ranked by estimated step time at {} ({:g} TFLOP/s bf16 x {:g} assumed utilisation; see "
-        "--help), then wasted compute,\nthen communication per device, then peak.\n",
-        gpu->name, static_cast<double>(gpu->peak_bf16_flops) / 1e12,
-        assumed_model_flops_utilization);
+        "Ranked by estimated step time at {} ({:g} TFLOP/s bf16: matrix products at {:g} of it, "
+        "attention at {:g}; see --help),\nthen wasted compute, then communication per device, "
+        "then peak.\n",
+        gpu->name, static_cast<double>(gpu->peak_bf16_flops) / 1e12, gpu->gemm_efficiency,
+        gpu->attention_efficiency);
 }
 
 /// Whether the search tried layouts that offload, whose host memory the table then shows.
@@ -191,6 +192,16 @@ std::string plan_table(const PlanView& v, Unit unit) {
 
 namespace {
 
+/// The rates the step times assume (step_time.hpp), null without a GPU.
+nlohmann::json step_time_facts(const std::optional<Gpu>& gpu) {
+    if (!gpu) return nullptr;
+    return {{"gemm_efficiency", gpu->gemm_efficiency},
+            {"attention_efficiency", gpu->attention_efficiency},
+            {"memory_bytes_per_second", gpu->memory_bandwidth},
+            {"intra_node_latency_seconds", gpu->intra_node_latency},
+            {"inter_node_latency_seconds", gpu->inter_node_latency}};
+}
+
 /// One ranked layout of a plan, `rank` its place.
 nlohmann::json layout_json(const PlanView& v, const PlanRow& r, std::size_t rank) {
     using nlohmann::json;
@@ -257,7 +268,7 @@ nlohmann::json plan_json(const PlanView& v) {
                               : nlohmann::json(nullptr)},
         {"gpu", v.request.gpu ? nlohmann::json(std::string(v.request.gpu->name))
                               : nlohmann::json(nullptr)},
-        {"assumed_model_flops_utilization", assumed_model_flops_utilization},
+        {"step_time_facts", step_time_facts(v.request.gpu)},
         {"seq", v.request.base.seq},
         {"global_batch", v.request.global_batch},
         {"device_memory_bytes", v.memory.value()},

@@ -75,7 +75,11 @@ TEST_CASE("the presets the planner needs, with speeds", "[gpus]") {
     CHECK_THAT(table, Catch::Contains("989.4"));
     CHECK_THAT(table, Catch::Contains("host GB/s"));
     const std::string csv = cli::render_listing(cli::gpus_listing(), cli::Format::csv);
-    CHECK_THAT(csv, Catch::Contains(",gpus_per_node,host_bytes_per_second\n"));
+    CHECK_THAT(csv,
+               Catch::Contains(",gpus_per_node,host_bytes_per_second,memory_bytes_per_second\n"));
+    CHECK(listed[2]["memory_bytes_per_second"] == 3350000000000ULL);  // H100 SXM's HBM3
+    CHECK(listed[2]["gemm_efficiency"] == 0.7);  // the step time's assumptions, listed
+    CHECK_THAT(table, Catch::Contains("memory GB/s"));
 }
 
 TEST_CASE("the GPUs users name, each at its driver's total in MiB", "[gpus]") {
@@ -228,6 +232,22 @@ TEST_CASE("a GPU file, an unknown name, or two memories at once", "[gpus][cli]")
                       "g.json: memory_bytes must be a positive integer (got 0)");
     CHECK_THROWS_WITH(parse_gpu_json(R"({"name": "x", "memory": 80})", "g.json"),
                       Catch::Contains("unknown key 'memory'"));
+    // The step time's assumptions, replaced by a file's own, in their ranges.
+    const Gpu tuned = parse_gpu_json(
+        R"({"name": "x", "memory_bytes": 1, "gemm_efficiency": 0.55, "attention_efficiency": 1,
+            "inter_node_latency_seconds": 0})",
+        "g.json");
+    CHECK(tuned.gemm_efficiency == 0.55);
+    CHECK(tuned.attention_efficiency == 1);
+    CHECK(tuned.inter_node_latency == 0);
+    CHECK(tuned.intra_node_latency == Gpu{}.intra_node_latency);
+    CHECK_THROWS_WITH(
+        parse_gpu_json(R"({"name": "x", "memory_bytes": 1, "gemm_efficiency": 1.5})", "g.json"),
+        "g.json: gemm_efficiency must be in (0, 1] (got 1.5)");
+    CHECK_THROWS_WITH(parse_gpu_json(R"({"name": "x", "memory_bytes": 1,
+                                        "intra_node_latency_seconds": -1})",
+                                     "g.json"),
+                      "g.json: intra_node_latency_seconds must be 0 to 1 s (got -1)");
     // The speeds are optional (absent or null: unknown), and positive integers when given.
     const Gpu speeds = parse_gpu_json(
         R"({"name": "x", "memory_bytes": 1073741824, "peak_bf16_flops": 1000000000000,

@@ -200,19 +200,36 @@ TEST_CASE("step_time: each term against hand-derived values", "[plan][time]") {
     bytes.context_parallel = 5e9;
     const auto t = step_time(g, p, 1.6e16, bytes);
     REQUIRE(t);
-    CHECK(t->compute == Approx(1.6e16 / (16 * 1e14 * 0.4)));  // 25 s
-    CHECK(t->bubble == Approx(25.0 * 1 / 8));                 // (pp - 1) / micro-batches of it
-    // tp (span 2) and dp (span 8) inside a node at 100 GB/s; pp (span 16) across nodes at 10 GB/s;
-    // cp is 1.
-    CHECK(t->communication == Approx(1e9 / 1e11 + 2e9 / 1e11 + 1e8 / 1e10));
-    CHECK(t->seconds() == Approx(25 + 3.125 + 0.04));
+    const double compute = 1.6e16 / (16 * 1e14 * g.gemm_efficiency);  // 14.3 s
+    CHECK(t->compute == Approx(compute));
+    // tp (span 2) inside a node at 100 GB/s, pp (span 16) across nodes at 10 GB/s: on the critical
+    // path, and in the bubble's (pp - 1) / micro-batches of each micro-batch's time; cp is 1.
+    const double per_microbatch = 1e9 / 1e11 + 1e8 / 1e10;
+    CHECK(t->bubble == Approx((compute + per_microbatch) / 8));
+    // dp's 0.02 s hide under the last micro-batch's backward (2/3 of an eighth of the compute).
+    CHECK(t->communication == Approx(per_microbatch));
+    CHECK(t->seconds() == Approx(compute + (compute + per_microbatch) / 8 + per_microbatch));
 
-    p.dp = 8, p.pp = 1;  // dp spans 16 GPUs: its all-reduce leaves the node
+    p.dp = 8, p.pp = 1;          // dp spans 16 GPUs: its all-reduce leaves the node
+    bytes.data_parallel = 2e10;  // 2 s at 10 GB/s: more than the last backward's 1.19 s
     const auto wide = step_time(g, p, 1.6e16, bytes);
     REQUIRE(wide);
     CHECK(wide->bubble == 0);
-    CHECK(wide->communication ==
-          Approx(1e9 / 1e11 + 2e9 / 1e10));  // no pipeline: its bytes cost nothing
+    CHECK(wide->communication == Approx(1e9 / 1e11 + 2e10 / 1e10 - compute * 2 / 3 / 8));
+
+    // Each message pays its link's latency: tp's in the node, the ring's across it, where the
+    // attention it feeds hides what it can.
+    Traffic messages;
+    messages.tensor_parallel_messages = 1000, messages.context_parallel_messages = 1000;
+    Parallelism ring;
+    ring.tp = 2, ring.cp = 8, ring.microbatches = 8;
+    DeviceWork work;
+    work.flops = 1.6e16, work.attention_flops = 1.6e13;  // 1.6e13 / 16 / (1e14 x 0.4): 0.025 s
+    const auto latent = step_time(g, ring, work, messages);
+    REQUIRE(latent);
+    CHECK(latent->communication ==
+          Approx(1000 * g.intra_node_latency +
+                 std::max(0.0, 1000 * g.inter_node_latency - 1.6e13 / 16 / (1e14 * 0.4))));
 
     Gpu no_network = g;
     no_network.inter_node_bandwidth = 0;
@@ -222,6 +239,38 @@ TEST_CASE("step_time: each term against hand-derived values", "[plan][time]") {
     Gpu no_peak = g;
     no_peak.peak_bf16_flops = 0;
     CHECK_FALSE(step_time(no_peak, p, 1.6e16, bytes));
+}
+
+TEST_CASE("step_time: the roofline, attention's kernel, element-wise work and all-to-alls",
+          "[plan][time]") {
+    Gpu g = round_gpu();
+    g.memory_bandwidth = 1'000'000'000'000ULL;  // 1 TB/s
+    Parallelism p;
+    p.dp = 2, p.microbatches = 4;
+    DeviceWork work;
+    work.flops = 1.4e15, work.attention_flops = 4e14, work.attention_computed = 0.5;
+    work.elementwise_bytes = 5e11;
+    work.weight_reads = 1e11;  // 0.1 s: under the products' 1e15 / 2 / 7e13 = 7.1 s
+    auto t = step_time(g, p, work, Traffic{});
+    REQUIRE(t);
+    const double matmuls = 1e15 / 2 / (1e14 * 0.7), attention = 2e14 / 2 / (1e14 * 0.4);
+    CHECK(t->compute == Approx(matmuls + attention + 0.5));
+    work.weight_reads = 1e13;  // 10 s of reading: the products wait on memory
+    t = step_time(g, p, work, Traffic{});
+    REQUIRE(t);
+    CHECK(t->compute == Approx(10 + attention + 0.5));
+
+    Parallelism experts;
+    experts.pp = 4, experts.ep = 4, experts.microbatches = 8;
+    Traffic a2a;
+    a2a.expert_parallel = 1e10, a2a.expert_parallel_messages = 100;  // in one node: 0.101 s
+    const auto plain = step_time(g, experts, 1e15, a2a);
+    REQUIRE(plain);
+    CHECK(plain->communication == Approx(0.1 + 100 * g.intra_node_latency));
+    experts.schedule = Schedule::dualpipe;  // its chunk pairs hide the all-to-alls
+    const auto dual = step_time(g, experts, 1e15, a2a);
+    REQUIRE(dual);
+    CHECK(dual->communication == 0);
 }
 
 TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient bytes x (dp-1)/dp",
@@ -241,9 +290,13 @@ TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient b
         if (const auto& n = r.parallel.recompute_layers)  // the first n of each chunk, of 16 layers
             c.recompute *= static_cast<double>(*n * p.pp * p.vpp) / 16;
         const double flops = (c.step + c.recompute) * static_cast<double>(32 / r.micro_batch);
-        CHECK(r.time->compute == Approx(flops / (16 * 1e14 * assumed_model_flops_utilization)));
-        CHECK(r.time->bubble == Approx(r.time->compute * static_cast<double>(p.pp - 1) /
-                                       static_cast<double>(p.microbatches * p.vpp)));
+        // The attention core's share of the FLOPs at its kernel's rate (eager: every score), the
+        // rest at the GEMMs'; the round GPU has no memory bandwidth, so no memory-bound work.
+        const double attention = flops * 3 * c.attention_core * 16 / c.step;
+        CHECK(r.time->compute ==
+              Approx((flops - attention) / (16 * 1e14 * 0.7) + attention / (16 * 1e14 * 0.4)));
+        CHECK(r.time->bubble >= r.time->compute * static_cast<double>(p.pp - 1) /
+                                    static_cast<double>(p.microbatches * p.vpp) * (1 - 1e-9));
         if (r.fits != fitting)
             last = 0, fitting = r.fits;  // each group ranked by time, fitting ones first
         CHECK(r.time->seconds() >= last);
@@ -271,7 +324,11 @@ TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient b
     CHECK(bytes.context_parallel == 0);
     const auto t = step_time(round_gpu(), s.parallel, 1e15, bytes);
     REQUIRE(t);
-    CHECK(t->communication == Approx(bytes.data_parallel / 1e10));
+    // Of the all-reduce, what the one micro-batch's backward (2/3 of the compute) does not hide.
+    const double backward = 1e15 / (16 * 1e14 * 0.7) * 2 / 3;
+    CHECK(t->communication == Approx(std::max(0.0, bytes.data_parallel / 1e10 - backward)));
+    CHECK(step_time(round_gpu(), s.parallel, 1e12, bytes)->communication ==
+          Approx(bytes.data_parallel / 1e10 - backward / 1000));  // a short step hides little
 }
 
 TEST_CASE("plan_fewest: the first count, by hand, on which a layout fits", "[plan][fewest]") {

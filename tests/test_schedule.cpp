@@ -162,8 +162,8 @@ TEST_CASE("the bubble of each schedule from one chunk's F, B and W, by hand", "[
     g.intra_node_bandwidth = 100'000'000'000ULL, g.inter_node_bandwidth = 10'000'000'000ULL;
     const auto time = step_time(g, pipeline(4, 8, Schedule::dualpipe), 1.6e16, Traffic{});
     REQUIRE(time);
-    CHECK(time->compute == Approx(1.6e16 / (4 * 1e14 * 0.4)));  // 100 s
-    CHECK(time->bubble == Approx(100.0 / 12));
+    CHECK(time->compute == Approx(1.6e16 / (4 * 1e14 * g.gemm_efficiency)));  // 57 s
+    CHECK(time->bubble == Approx(time->compute / 12));
 }
 
 TEST_CASE("invalid schedules are refused with the value named", "[schedule]") {

@@ -29,6 +29,21 @@ struct Gpu {
     Text performance_source;  ///< where the FLOP/s come from
     Text
         network_source;  ///< where the bandwidths (the host link's too) and the node size come from
+    /// Bytes per second of the GPU's own memory, from its datasheet: the rate of memory-bound work
+    /// (element-wise ops; matrix products whose weights take longer to read than to multiply); 0:
+    /// unknown, that work not timed.
+    std::uint64_t memory_bandwidth = 0;
+    /// The step time's kernel and network facts (step_time.hpp): assumptions, the same for every
+    /// GPU here, that a GPU file may replace with its own measurements.
+    /// Large bf16 matrix products' share of the dense peak: cuBLAS and CUTLASS reach 70-80% on
+    /// H100 at 8192^3 (NVIDIA's CUTLASS benchmarks), less at the shapes training runs; 0.7.
+    double gemm_efficiency = 0.7;
+    /// A fused attention kernel's share of the peak, forward and backward: FlashAttention-2 reaches
+    /// 35% on H100 and 50-73% (forward) on A100 (the FlashAttention-3 and -2 papers); 0.4.
+    double attention_efficiency = 0.4;
+    /// Seconds each collective, ring step or send pays before its bytes flow, within a node and
+    /// across nodes: NCCL's small-message times are tens of microseconds; 10 and 20, assumed.
+    double intra_node_latency = 10e-6, inter_node_latency = 20e-6;
 };
 
 namespace detail {
@@ -37,9 +52,10 @@ inline constexpr std::uint64_t giga =
     1'000'000'000ULL;  // FLOP/s and bytes/s are decimal, as datasheets give them
 }  // namespace detail
 
-// Bandwidths are one direction's: NVIDIA's "900 GB/s NVLink" is both directions together, 450 each
-// way; a 400 Gb/s NIC sends 50 GB/s. FLOP/s are dense: half of the datasheets' "with sparsity"
-// figures.
+// Memory bandwidths are each vendor's datasheet figure (H100 SXM: 3.35 TB/s; MI250X: one GCD's half
+// of 3.2768 TB/s). Bandwidths are one direction's: NVIDIA's "900 GB/s NVLink" is both directions
+// together, 450 each way; a 400 Gb/s NIC sends 50 GB/s. FLOP/s are dense: half of the datasheets'
+// "with sparsity" figures.
 inline const std::array<Gpu, 24> gpus{{
     {"a100-40gb", "NVIDIA A100 40GB",
      "nvidia-smi's total, as tabulated by Modal (modal.com, \"Why does an H100 80GB offer 85.52 "
@@ -47,19 +63,22 @@ inline const std::array<Gpu, 24> gpus{{
      Count(40960 * detail::mib), 312'000 * detail::giga, 0, 300 * detail::giga, 25 * detail::giga,
      8, 32 * detail::giga, "NVIDIA A100 datasheet (SXM): BF16 312 TFLOPS dense; no FP8",
      "NVIDIA A100 datasheet: NVLink 600 GB/s both ways; DGX A100 datasheet: 8 GPUs, 8 x 200 Gb/s "
-     "HDR InfiniBand; host link: PCIe Gen4 64 GB/s both ways (A100 datasheet)"},
+     "HDR InfiniBand; host link: PCIe Gen4 64 GB/s both ways (A100 datasheet)",
+     1555 * detail::giga},
     {"a100-80gb", "NVIDIA A100 80GB", "nvidia-smi's total, as tabulated by Modal (ibid.)",
      Count(81920 * detail::mib), 312'000 * detail::giga, 0, 300 * detail::giga, 25 * detail::giga,
      8, 32 * detail::giga, "NVIDIA A100 datasheet (SXM): BF16 312 TFLOPS dense; no FP8",
      "NVIDIA A100 datasheet: NVLink 600 GB/s both ways; DGX A100 datasheet: 8 GPUs, 8 x 200 Gb/s "
-     "HDR InfiniBand; host link: PCIe Gen4 64 GB/s both ways (A100 datasheet)"},
+     "HDR InfiniBand; host link: PCIe Gen4 64 GB/s both ways (A100 datasheet)",
+     2039 * detail::giga},
     {"h100-sxm", "NVIDIA H100 80GB HBM3 (SXM)", "nvidia-smi's total, as tabulated by Modal (ibid.)",
      Count(81559 * detail::mib), 989'400 * detail::giga, 1'978'900 * detail::giga,
      450 * detail::giga, 50 * detail::giga, 8, 64 * detail::giga,
      "NVIDIA H100 Tensor Core GPU Architecture whitepaper (SXM5): BF16 989.4, FP8 1978.9 TFLOPS "
      "dense",
      "NVIDIA H100 datasheet: NVLink 900 GB/s both ways; DGX H100: 8 GPUs, 8 x 400 Gb/s ConnectX-7; "
-     "host link: PCIe Gen5 128 GB/s both ways (H100 datasheet)"},
+     "host link: PCIe Gen5 128 GB/s both ways (H100 datasheet)",
+     3350 * detail::giga},
     {"h100-pcie", "NVIDIA H100 PCIe 80GB",
      "nvidia-smi output on H100 PCIe machines (e.g. SkyPilot logs: 81559MiB)",
      Count(81559 * detail::mib), 756'500 * detail::giga, 1'513'000 * detail::giga,
@@ -68,21 +87,24 @@ inline const std::array<Gpu, 24> gpus{{
      "dense",
      "NVIDIA H100 datasheet: PCIe Gen5 128 GB/s both ways (its NVLink bridge joins pairs only); 8 "
      "a node: a common server, not a standard; NIC: none standard; host link: PCIe Gen5 128 GB/s "
-     "both ways (H100 datasheet)"},
+     "both ways (H100 datasheet)",
+     2000 * detail::giga},
     {"h800", "NVIDIA H800 80GB HBM3 (SXM)",
      "assumed the H100 SXM's 81559MiB: the same 80 GB HBM3 part (no nvidia-smi output seen)",
      Count(81559 * detail::mib), 989'400 * detail::giga, 1'978'900 * detail::giga,
      200 * detail::giga, 50 * detail::giga, 8, 64 * detail::giga,
      "the H100 SXM's (the same silicon, export-limited in NVLink only)",
      "NVLink 400 GB/s both ways (NVIDIA's H800 SXM spec); DeepSeek-V3 report: 8 GPUs a node, 400 "
-     "Gb/s InfiniBand per GPU; host link: PCIe Gen5 128 GB/s both ways (H800 SXM spec)"},
+     "Gb/s InfiniBand per GPU; host link: PCIe Gen5 128 GB/s both ways (H800 SXM spec)",
+     3350 * detail::giga},
     {"h200", "NVIDIA H200 141GB", "nvidia-smi's total, as tabulated by Modal (ibid.)",
      Count(143771 * detail::mib), 989'400 * detail::giga, 1'978'900 * detail::giga,
      450 * detail::giga, 50 * detail::giga, 8, 64 * detail::giga,
      "the H100 SXM's (the same GPU with more memory; H200 datasheet: BF16 1,979, FP8 3,958 TFLOPS "
      "with sparsity)",
      "NVIDIA H200 datasheet: NVLink 900 GB/s both ways; DGX H200: 8 GPUs, 8 x 400 Gb/s ConnectX-7; "
-     "host link: PCIe Gen5 128 GB/s both ways (H200 datasheet)"},
+     "host link: PCIe Gen5 128 GB/s both ways (H200 datasheet)",
+     4800 * detail::giga},
     {"b200", "NVIDIA B200", "nvidia-smi output in NVIDIA/TensorRT-LLM issue #10278 (183359MiB)",
      Count(183359 * detail::mib), 2'250'000 * detail::giga, 4'500'000 * detail::giga,
      900 * detail::giga, 50 * detail::giga, 8, 64 * detail::giga,
@@ -90,7 +112,8 @@ inline const std::array<Gpu, 24> gpus{{
      "dense",
      "NVIDIA DGX B200 datasheet: 8 GPUs, NVLink 1.8 TB/s both ways per GPU, 8 x 400 Gb/s "
      "ConnectX-7; host link: PCIe Gen5 x16, 128 GB/s both ways (DGX B200 hosts it on Gen5 Xeon "
-     "Platinum 8570 CPUs)"},
+     "Platinum 8570 CPUs)",
+     8000 * detail::giga},
     {"mi300x", "AMD Instinct MI300X 192GB",
      "rocm-smi's VRAM Total Memory on bare-metal MI300X (206141652992 B)",
      Count(196592 * detail::mib), 1'307'400 * detail::giga, 2'614'900 * detail::giga,
@@ -99,35 +122,41 @@ inline const std::array<Gpu, 24> gpus{{
      "sparsity)",
      "AMD Instinct MI300X platform datasheet: 8 GPUs, 7 Infinity Fabric links of 128 GB/s both "
      "ways each; "
-     "400 Gb/s NIC per GPU; host link: PCIe Gen5 x16, 128 GB/s both ways (MI300X datasheet)"},
+     "400 Gb/s NIC per GPU; host link: PCIe Gen5 x16, 128 GB/s both ways (MI300X datasheet)",
+     5300 * detail::giga},
     {"l40s", "NVIDIA L40S 48GB", "nvidia-smi's total, as tabulated by Modal (ibid.)",
      Count(46068 * detail::mib), 362'050 * detail::giga, 733'000 * detail::giga, 32 * detail::giga,
      0, 8, 32 * detail::giga, "NVIDIA L40S datasheet: BF16 362.05, FP8 733 TFLOPS dense",
      "NVIDIA L40S datasheet: PCIe Gen4 x16 64 GB/s both ways, no NVLink; 8 a node: a common "
-     "server, not a standard; NIC: none standard; host link: PCIe Gen4 x16 (the same link)"},
+     "server, not a standard; NIC: none standard; host link: PCIe Gen4 x16 (the same link)",
+     864 * detail::giga},
     {"l4", "NVIDIA L4 24GB", "nvidia-smi's total, as tabulated by Modal (ibid.)",
      Count(23034 * detail::mib), 121'000 * detail::giga, 242'500 * detail::giga, 32 * detail::giga,
      0, 8, 32 * detail::giga,
      "NVIDIA L4 datasheet: BF16 242, FP8 485 TFLOPS with sparsity, half of each dense",
      "NVIDIA L4 datasheet: PCIe Gen4 x16 64 GB/s both ways; 8 a node: a common server, not a "
-     "standard; NIC: none standard; host link: PCIe Gen4 x16 (the same link)"},
+     "standard; NIC: none standard; host link: PCIe Gen4 x16 (the same link)",
+     300 * detail::giga},
     {"a10", "NVIDIA A10 24GB", "nvidia-smi's total, as tabulated by Modal (ibid.)",
      Count(23028 * detail::mib), 125'000 * detail::giga, 0, 32 * detail::giga, 0, 8,
      32 * detail::giga, "NVIDIA A10 datasheet: BF16 125 TFLOPS dense; no FP8",
      "NVIDIA A10 datasheet: PCIe Gen4 64 GB/s both ways; 8 a node: a common server, not a "
-     "standard; NIC: none standard; host link: PCIe Gen4 (the same link)"},
+     "standard; NIC: none standard; host link: PCIe Gen4 (the same link)",
+     600 * detail::giga},
     {"t4", "NVIDIA T4 16GB", "nvidia-smi's total, as tabulated by Modal (ibid.)",
      Count(15360 * detail::mib), 0, 0, 16 * detail::giga, 0, 8, 16 * detail::giga,
      "NVIDIA T4 datasheet: no BF16 or FP8 (FP16 65 TFLOPS)",
      "NVIDIA T4 datasheet: PCIe Gen3 x16 32 GB/s both ways; 8 a node: a common server, not a "
-     "standard; NIC: none standard; host link: PCIe Gen3 x16 (the same link)"},
+     "standard; NIC: none standard; host link: PCIe Gen3 x16 (the same link)",
+     320 * detail::giga},
     {"rtx-4090", "NVIDIA GeForce RTX 4090 24GB",
      "nvidia-smi output in RLinf/RLinf issue #255 (24564MiB)", Count(24564 * detail::mib),
      165'200 * detail::giga, 330'300 * detail::giga, 32 * detail::giga, 0, 8, 32 * detail::giga,
      "NVIDIA Ada Lovelace architecture whitepaper: BF16 165.2, FP8 330.3 TFLOPS dense with FP32 "
      "accumulate",
      "PCIe Gen4 x16 32 GB/s each way, no NVLink; 8 a node is an assumption (workstations hold "
-     "fewer); NIC: none; host link: PCIe Gen4 x16 (the same link)"},
+     "fewer); NIC: none; host link: PCIe Gen4 x16 (the same link)",
+     1008 * detail::giga},
     {"rtx-3090", "NVIDIA GeForce RTX 3090 24GB",
      "nvidia-smi output in noonghunna/club-3090 issue #390 (24576MiB)", Count(24576 * detail::mib),
      71'000 * detail::giga, 0, 32 * detail::giga, 0, 8, 32 * detail::giga,
@@ -135,7 +164,8 @@ inline const std::array<Gpu, 24> gpus{{
      "dense with FP32 accumulate "
      "(142 with sparsity); no FP8",
      "PCIe Gen4 x16 32 GB/s each way (its NVLink bridge joins pairs only); 8 a node is an "
-     "assumption (workstations hold fewer); NIC: none; host link: PCIe Gen4 x16 (the same link)"},
+     "assumption (workstations hold fewer); NIC: none; host link: PCIe Gen4 x16 (the same link)",
+     936 * detail::giga},
     {"rtx-a6000", "NVIDIA RTX A6000 48GB",
      "nvidia-smi outputs of RTX A6000 machines in public repositories' notes (49140MiB; no issue "
      "thread found)",
@@ -145,14 +175,16 @@ inline const std::array<Gpu, 24> gpus{{
      "half of it dense; no FP8",
      "NVIDIA RTX A6000 datasheet: PCIe Gen4 x16 (its NVLink bridge, 112.5 GB/s both ways, joins "
      "pairs only); 8 a node: a common server, not a standard; NIC: none standard; host link: PCIe "
-     "Gen4 x16 (the same link)"},
+     "Gen4 x16 (the same link)",
+     768 * detail::giga},
     {"l40", "NVIDIA L40 48GB",
      "assumed the L40S's 46068MiB: the same 48 GB GDDR6 AD102 board (no nvidia-smi output seen)",
      Count(46068 * detail::mib), 181'050 * detail::giga, 362'000 * detail::giga, 32 * detail::giga,
      0, 8, 32 * detail::giga,
      "NVIDIA L40 datasheet: BF16 181.05, FP8 362 TFLOPS dense (362.1 and 724 with sparsity)",
      "NVIDIA L40 datasheet: PCIe Gen4 x16 64 GB/s both ways, no NVLink; 8 a node: a common "
-     "server, not a standard; NIC: none standard; host link: PCIe Gen4 x16 (the same link)"},
+     "server, not a standard; NIC: none standard; host link: PCIe Gen4 x16 (the same link)",
+     864 * detail::giga},
     {"h20", "NVIDIA H20 96GB HBM3",
      "nvidia-smi of an 8 x H20 server in ArthurChiao's GPU server notes (97871MiB); GH200 96GB "
      "reports the same total",
@@ -162,7 +194,8 @@ inline const std::array<Gpu, 24> gpus{{
      "reaches 142: zzc0721/torch-performance-test-data issue #77)",
      "NVIDIA H20 specifications: NVLink 900 GB/s both ways (nvidia-smi topo: NV18); HGX H20: 8 "
      "GPUs; NIC: none standard (each vendor fits its own); host link: PCIe Gen5 128 GB/s both "
-     "ways"},
+     "ways",
+     4000 * detail::giga},
     {"a800-80gb", "NVIDIA A800 80GB (SXM)",
      "nvidia-smi output in dexmal/dexbotic issue #41 (A800-SXM4-80GB: 81920MiB; the A800 80GB "
      "PCIe's in vllm-project/vllm issue #41519 is the same)",
@@ -171,7 +204,8 @@ inline const std::array<Gpu, 24> gpus{{
      "the A100 SXM's (the same GA100, export-limited in NVLink only): BF16 312 TFLOPS dense; no "
      "FP8",
      "NVIDIA A800 SXM: NVLink 400 GB/s both ways; 8 GPUs and 8 x 200 Gb/s HDR InfiniBand assumed "
-     "as DGX A100's; host link: PCIe Gen4 64 GB/s both ways (as A100)"},
+     "as DGX A100's; host link: PCIe Gen4 64 GB/s both ways (as A100)",
+     2039 * detail::giga},
     {"v100-16gb", "NVIDIA Tesla V100 SXM2 16GB",
      "nvidia-smi output in 1CatAI/1Cat-vLLM issue #85 (Tesla V100-SXM2-16GB, driver 570: "
      "16384MiB; older drivers print less)",
@@ -179,7 +213,8 @@ inline const std::array<Gpu, 24> gpus{{
      "NVIDIA V100 datasheet: no BF16 or FP8 (FP16 tensor 125 TFLOPS, SXM2)",
      "NVIDIA V100 datasheet, as recalled (not read here): NVLink 300 GB/s both ways; DGX-1: 8 "
      "GPUs, 4 x 100 Gb/s EDR "
-     "InfiniBand; host link: PCIe Gen3 x16 32 GB/s both ways"},
+     "InfiniBand; host link: PCIe Gen3 x16 32 GB/s both ways",
+     900 * detail::giga},
     {"v100-32gb", "NVIDIA Tesla V100 SXM2 32GB",
      "nvidia-smi outputs of Tesla V100-SXM2-32GB machines in public repositories' notes (32768MiB, "
      "current drivers; no issue thread found)",
@@ -187,7 +222,8 @@ inline const std::array<Gpu, 24> gpus{{
      "NVIDIA V100 datasheet: no BF16 or FP8 (FP16 tensor 125 TFLOPS, SXM2)",
      "NVIDIA V100 datasheet, as recalled (not read here): NVLink 300 GB/s both ways; DGX-1: 8 "
      "GPUs, 4 x 100 Gb/s EDR "
-     "InfiniBand; host link: PCIe Gen3 x16 32 GB/s both ways"},
+     "InfiniBand; host link: PCIe Gen3 x16 32 GB/s both ways",
+     900 * detail::giga},
     {"mi250x", "AMD Instinct MI250X, one GCD of two (64GB): a PyTorch device",
      "assumed 64 GiB less 16 MiB, as the MI300X's rocm-smi total is 192 GiB less 16 MiB (no "
      "rocm-smi output of one seen)",
@@ -198,7 +234,8 @@ inline const std::array<Gpu, 24> gpus{{
      "GCD; no FP8",
      "Frontier's node (OLCF): 4 MI250X, 8 GCDs; Infinity Fabric 200 GB/s each way to its twin "
      "GCD, 50 GB/s a link to the others (the slowest taken); 4 x 200 Gb/s Slingshot a node; host "
-     "link: PCIe Gen4 x16 a module, shared by its two GCDs (MI250X datasheet)"},
+     "link: PCIe Gen4 x16 a module, shared by its two GCDs (MI250X datasheet)",
+     1638 * detail::giga},
     {"mi325x", "AMD Instinct MI325X 256GB",
      "assumed 256 GiB less 16 MiB, as the MI300X's rocm-smi total is 192 GiB less 16 MiB (no "
      "rocm-smi output of one seen)",
@@ -207,7 +244,8 @@ inline const std::array<Gpu, 24> gpus{{
      "AMD Instinct MI325X datasheet, as recalled (not read here): peak BF16 1,307.4, FP8 2,614.9 "
      "TFLOPS dense (the MI300X's)",
      "AMD Instinct MI325X platform: 8 GPUs, 7 Infinity Fabric links of 128 GB/s both ways each; "
-     "400 Gb/s NIC per GPU; host link: PCIe Gen5 x16, 128 GB/s both ways (MI325X datasheet)"},
+     "400 Gb/s NIC per GPU; host link: PCIe Gen5 x16, 128 GB/s both ways (MI325X datasheet)",
+     6000 * detail::giga},
     {"b300", "NVIDIA B300 (SXM6 AC)",
      "nvidia-smi's total for 8 x B300 SXM6 AC in a public repository's TensorRT-LLM notes "
      "(275040MiB; no issue thread found)",
@@ -217,7 +255,8 @@ inline const std::array<Gpu, 24> gpus{{
      "sixteenth of each dense (as NVIDIA/cosmos-framework PR #114 reads it)",
      "NVIDIA DGX B300, as recalled (not read here): 8 GPUs, NVLink 1.8 TB/s both ways per GPU, 8 x "
      "800 Gb/s ConnectX-8; host "
-     "link: PCIe Gen5 x16, 128 GB/s both ways (its Xeon 6 hosts are Gen5)"},
+     "link: PCIe Gen5 x16, 128 GB/s both ways (its Xeon 6 hosts are Gen5)",
+     8000 * detail::giga},
     {"rtx-5090", "NVIDIA GeForce RTX 5090 32GB",
      "nvidia-smi output in noonghunna/club-3090 issue #617 (32607MiB; #741 the same)",
      Count(32607 * detail::mib), 209'600 * detail::giga, 419'200 * detail::giga, 64 * detail::giga,
@@ -225,7 +264,8 @@ inline const std::array<Gpu, 24> gpus{{
      "NVIDIA RTX 5090 specifications: FP16 838.4, FP8 1,676.8 TFLOPS with sparsity and FP16 "
      "accumulate; a quarter of each: dense with FP32 accumulate, as the RTX 4090's",
      "PCIe Gen5 x16 64 GB/s each way, no NVLink; 8 a node is an assumption (workstations hold "
-     "fewer); NIC: none; host link: PCIe Gen5 x16 (the same link)"},
+     "fewer); NIC: none; host link: PCIe Gen5 x16 (the same link)",
+     1792 * detail::giga},
 }};
 
 /// The built-in GPU of that name, or nullptr.

@@ -130,9 +130,47 @@ inline PlanKey plan_key(const PlanRow& r) {
 
 inline bool plan_order(const PlanRow& a, const PlanRow& b) { return plan_key(a) < plan_key(b); }
 
+/// What ZeRO-Offload and activation offload move over the host link (traffic's), and the host
+/// optimiser step's reads and writes.
+inline void add_offload_traffic(Traffic& bytes, const Workload& w, const Parallelism& p,
+                                const StageFacts& f) {
+    const double M = static_cast<double>(p.steps_per_batch());
+    if (p.offload != Offload::none) {
+        const double shard = static_cast<double>(
+            StageFacts::shard(p, f.trainable_dense, f.trainable_experts).value());
+        bytes.offload = shard * static_cast<double>(w.recipe.gradient_bytes());
+        bytes.offload += p.offload == Offload::parameters
+                             ? 2 * M * static_cast<double>(f.host_weights.value())
+                             : shard * static_cast<double>(w.recipe.weight_bytes());
+        // The host's step reads and writes its master copy and state, reads the fp32 gradient shard
+        // and writes the weights the device fetches.
+        bytes.host_optimizer = 2 * static_cast<double>(f.host_optimizer_state.value()) +
+                               shard * static_cast<double>(dtype::fp32 + w.recipe.weight_bytes());
+    }
+    if (p.offload_activations) {
+        Count most = f.offloaded_activations;  // stages differ only when uneven or of different
+                                               // kinds of layer
+        if (p.uneven_stages() || !w.parameters->pattern.uniform())
+            for (std::uint64_t stage = 1; stage < p.pp; ++stage)
+                most = std::max(most, stage_facts(w, p, stage).offloaded_activations);
+        bytes.offload += 2 * M * static_cast<double>(most.value());
+    }
+}
+
+/// Token-slots a layer of kind `kind` sends to its experts per token: its top k (0: a dense kind).
+inline double routed_slots_per_token(const Architecture& m, std::size_t kind) {
+    const LayerKind* k = kind < m.layer_kinds.size() ? &m.layer_kinds[kind] : nullptr;
+    const std::uint64_t experts = k && k->experts ? *k->experts : m.experts;
+    if (experts == 0) return 0;
+    const std::uint64_t top =
+        k && k->experts_per_token ? *k->experts_per_token : m.experts_per_token;
+    return static_cast<double>(top == 0 ? 1 : top);
+}
+
 /// Bytes one device sends in a step, by ring collectives: data-parallel gradient all-reduce
 /// (ZeRO-3: also two weight all-gathers), tensor-parallel all-reduces (4 a layer a micro-batch),
-/// pipeline sends between stages, context-parallel key/value rings; and what ZeRO-Offload moves
+/// pipeline sends between stages, context-parallel key/value rings, expert all-to-alls (dispatch
+/// and combine, forward and backward: 4 a MoE layer a micro-batch); and what ZeRO-Offload moves
 /// over the host link: optimizer offload, the device's gradient shard down and the updated weight
 /// shard back each step; parameter offload, the gradient shard down and the weight shard up for
 /// each micro-batch's forward and its backward (the update stays on the host, where the weights
@@ -154,41 +192,76 @@ inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts
         bytes.data_parallel += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
     const double layers = static_cast<double>(f.layers.layers);
     bytes.tensor_parallel = 4 * 2 * ring(static_cast<double>(p.tp)) * stream * layers * M;
+    if (p.tp > 1) bytes.tensor_parallel_messages = 4 * layers * M;
     // Several chunks a micro-batch (interleaved, ZB-V) send it across every rank boundary once per
     // chunk.
-    if (p.pp > 1)
-        bytes.pipeline = 2 * stream / (p.sequence_parallel ? static_cast<double>(p.tp) : 1) * M *
-                         static_cast<double>(chunks_per_microbatch(p));
+    if (p.pp > 1) {
+        const double sends = 2 * M * static_cast<double>(chunks_per_microbatch(p));
+        bytes.pipeline = stream / (p.sequence_parallel ? static_cast<double>(p.tp) : 1) * sends;
+        bytes.pipeline_messages = sends;
+    }
     const double kv = tokens *
                       static_cast<double>(w.model.key_value_heads() * w.model.head_size()) * d /
                       static_cast<double>(p.tp);
     bytes.context_parallel =
         2 * 2 * ring(static_cast<double>(p.cp)) * static_cast<double>(p.cp) * kv * layers * M;
-    if (p.offload != Offload::none) {
-        const double shard = static_cast<double>(
-            StageFacts::shard(p, f.trainable_dense, f.trainable_experts).value());
-        bytes.offload = shard * static_cast<double>(w.recipe.gradient_bytes());
-        bytes.offload += p.offload == Offload::parameters
-                             ? 2 * M * static_cast<double>(f.host_weights.value())
-                             : shard * static_cast<double>(w.recipe.weight_bytes());
-        // The host's step reads and writes its master copy and state, reads the fp32 gradient shard
-        // and writes the weights the device fetches.
-        bytes.host_optimizer = 2 * static_cast<double>(f.host_optimizer_state.value()) +
-                               shard * static_cast<double>(dtype::fp32 + w.recipe.weight_bytes());
-    }
-    if (p.offload_activations) {
-        Count most = f.offloaded_activations;  // stages differ only when uneven or of different
-                                               // kinds of layer
-        if (p.uneven_stages() || !w.parameters->pattern.uniform())
-            for (std::uint64_t stage = 1; stage < p.pp; ++stage)
-                most = std::max(most, stage_facts(w, p, stage).offloaded_activations);
-        bytes.offload += 2 * M * static_cast<double>(most.value());
-    }
+    if (p.cp > 1)  // each ring step a send, forward and backward
+        bytes.context_parallel_messages = 2 * static_cast<double>(p.cp - 1) * layers * M;
+    if (p.ep > 1)
+        for (std::size_t k = 0; k < w.model.kind_count(); ++k) {
+            const double moe = static_cast<double>(f.kind_layers[k]) * M;
+            const double slots = tokens * routed_slots_per_token(w.model, k);
+            bytes.expert_parallel += 4 * ring(static_cast<double>(p.ep)) * slots *
+                                     static_cast<double>(w.model.hidden) * d * moe;
+            if (slots > 0) bytes.expert_parallel_messages += 4 * moe;
+        }
+    add_offload_traffic(bytes, w, p, f);
     return bytes;
 }
 
 inline double communication_bytes(const Workload& w, const Parallelism& p, const StageFacts& f) {
     return traffic(w, p, f).total();
+}
+
+/// Layers of `m` whose mixer is attention (not Mamba's).
+inline double attention_layers(const Architecture& m) {
+    double n = 0;
+    for (std::size_t k = 0; k < m.kind_count(); ++k) {
+        const LayerKind* kind = k < m.layer_kinds.size() ? &m.layer_kinds[k] : nullptr;
+        const Mixer mixer = kind && kind->mixer ? *kind->mixer : m.mixer;
+        if (mixer != Mixer::mamba) n += static_cast<double>(m.layers_of_kind(k));
+    }
+    return n;
+}
+
+/// What one device of layout `p` computes in a step of `cost` (one micro-batch's FLOPs) per
+/// micro-batch: the step's FLOPs and the attention's part of them (the recomputation taken to rerun
+/// the same mix), the weights its matrix products read (each layer's: forward, input gradient,
+/// weight gradient, a recomputed forward) and the bytes its element-wise work moves (stage 0's).
+inline DeviceWork device_work(const Workload& w, const Parallelism& p, const StageFacts& f,
+                              const ComputeCost& cost, const PlanRequest& request,
+                              double forward_share) {
+    const double microbatches = static_cast<double>(request.global_batch / w.micro_batch);
+    const double M = static_cast<double>(p.steps_per_batch());
+    DeviceWork work;
+    work.flops = (cost.step + cost.recompute) * microbatches;
+    work.attention_flops =
+        cost.step > 0 ? work.flops * 3 * cost.attention_core * attention_layers(w.model) / cost.step
+                      : 0;
+    // A fused kernel skips a causal mask's masked half; eager attention computes every score.
+    work.attention_computed = w.framework.attention == Attention::flash ? 0.5 : 1;
+    const double passes = (3 + cost.recompute_fraction() * 3) * M;
+    for (std::size_t k = 0; k < w.model.kind_count(); ++k) {
+        const double layers = static_cast<double>(f.kind_layers[k]);
+        work.weight_reads += static_cast<double>(f.layer_weight_bytes[k].value()) * layers * passes;
+        const LayerWork& layer = w.layers[k];
+        const Count kept =
+            layer.kept.on_rank(p, w.model.vocab) + layer.rebuilt.on_rank(p, w.model.vocab);
+        work.elementwise_bytes +=
+            elementwise_passes * static_cast<double>(kept.value()) * layers * M;
+    }
+    work.forward_share = forward_share;
+    return work;
 }
 
 /// A row's peak, fit, traffic and time under `w` and `cost` (one micro-batch's FLOPs) on
@@ -208,12 +281,12 @@ inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost,
             row.beside = device_rows_high(request.base.framework, p, request.device->gpu);
         row.fits = row.peak.bytes() + row.beside <= request.capacity &&
                    (!request.host_capacity || row.host <= *request.host_capacity);
-        const Traffic bytes = traffic(w, p, stage_facts(w, p, 0));
+        const StageFacts first = stage_facts(w, p, 0);
+        const Traffic bytes = traffic(w, p, first);
         row.communication = bytes.total();
-        // cost is one micro-batch's: the step runs G / b of them.
-        const double flops = (cost.step + cost.recompute) *
-                             static_cast<double>(request.global_batch / row.micro_batch);
-        if (request.gpu) row.time = step_time(*request.gpu, p, flops, bytes, forward_share);
+        if (request.gpu)
+            row.time = step_time(*request.gpu, p,
+                                 device_work(w, p, first, cost, request, forward_share), bytes);
     } catch (const overflow_error&) {
         row.fits = false;  // its bytes do not fit in 64 bits, let alone a device
     }

@@ -55,6 +55,9 @@ struct ScheduleRow {
     double (*bubble)(std::uint64_t P, ChunkTimes t);
     const char* bubble_formula;  ///< in the source's letters
     const char* source;
+    /// Whether the schedule runs one chunk's expert all-to-alls under another's computation
+    /// (DualPipe's forward and backward chunk pairs): no all-to-all on its critical path.
+    bool overlaps_all_to_all = false;
 };
 
 /// The rows, in enum order. A micro-batch's activations count as live from its forward until its
@@ -119,7 +122,8 @@ inline constexpr std::array<ScheduleRow, 5> schedule_rows{{
          return static_cast<double>(P / 2 - 1) *
                 std::max(0.0, overlapped + t.backward - 3 * t.weight);
      },
-     "(P/2-1)(F&B+B-3W), F&B = F+B", "DeepSeek-V3 technical report, section 3.2.1 and Table 2"},
+     "(P/2-1)(F&B+B-3W), F&B = F+B", "DeepSeek-V3 technical report, section 3.2.1 and Table 2",
+     true},
 }};
 
 inline const ScheduleRow& schedule_row(Schedule s) {

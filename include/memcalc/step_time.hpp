@@ -1,8 +1,13 @@
 #pragma once
-/// A training step's time on a GPU, estimated, not simulated: the step's FLOPs at an assumed share
-/// of the GPU's peak, the pipeline's idle time, every byte a device sends at the bandwidth of the
-/// group it sends to, what offload moves to and from host memory at the host link's, and the host's
-/// optimiser step at an assumed host memory bandwidth, none of it overlapped with compute.
+/// A training step's time on a GPU, estimated from what its work is made of, not simulated: matrix
+/// products at the GPU's GEMM efficiency (or its memory bandwidth, where reading the weights takes
+/// longer: the roofline), the attention kernel at its own, element-wise work at the memory
+/// bandwidth; every group's messages at its bandwidth and latency, hidden where the frameworks
+/// overlap them (the context-parallel ring under its attention, the data-parallel reduction under
+/// the last micro-batch's backward, DualPipe's all-to-alls under its other chunk); the pipeline's
+/// bubble over a micro-batch's whole time; offload and the host's optimiser step not overlapped.
+/// Every rate is a row of the GPU (hardware.hpp), which a GPU file may override.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -12,10 +17,6 @@
 
 namespace memcalc {
 
-/// The share of the peak bf16 FLOP/s a training step's matrix products reach (model-FLOPs
-/// utilisation): large dense runs report 0.38-0.43 (Llama 3 405B on H100: 38-43%), so 0.4.
-inline constexpr double assumed_model_flops_utilization = 0.4;
-
 /// The host memory bandwidth, per GPU, at which a CPU optimiser step (DeepSpeed's CPUAdam under
 /// ZeRO-Offload) reads and writes its state. DeepSpeed PR #7474 measured a whole step of 2.38 s for
 /// Qwen2.5-3B on 2 A100s (ZeRO-Offload, 128 host cores bound to the ranks), in which each rank's
@@ -23,70 +24,163 @@ inline constexpr double assumed_model_flops_utilization = 0.4;
 /// leaning slow.
 inline constexpr double assumed_host_optimizer_bandwidth = 20e9;
 
-/// Bytes one device sends in a step, by the group it sends to.
+/// Bytes element-wise work moves for each byte of activations a layer keeps (norms, activation
+/// functions, residual adds, rotary, dropout): written once by the forward, read once by the
+/// backward, whose gradient of it is written and read once more. An assumption.
+inline constexpr double elementwise_passes = 4;
+
+/// Bytes one device sends in a step, by the group it sends to, and the messages they go in.
 struct Traffic {
     double data_parallel = 0;     ///< gradient all-reduce (ZeRO-3: also its weight gathers)
     double tensor_parallel = 0;   ///< the layers' all-reduces
     double pipeline = 0;          ///< activations and their gradients between stages
     double context_parallel = 0;  ///< the key/value ring
+    double expert_parallel = 0;   ///< the MoE layers' token all-to-alls
     double offload = 0;           ///< to and from host memory (ZeRO-Offload), over the host link
     /// Not sent: what the host's optimiser step reads and writes in host memory (ZeRO-Offload's
     /// CPUAdam).
     double host_optimizer = 0;
+    /// Messages each group's bytes go in, each paying the link's latency: collectives, ring steps,
+    /// sends.
+    double tensor_parallel_messages = 0, pipeline_messages = 0, context_parallel_messages = 0,
+           expert_parallel_messages = 0;
     double total() const {
-        return data_parallel + tensor_parallel + pipeline + context_parallel + offload;
+        return data_parallel + tensor_parallel + pipeline + context_parallel + expert_parallel +
+               offload;
     }
+};
+
+/// What one device computes in a step, by the kind of kernel that runs it.
+struct DeviceWork {
+    double flops = 0;            ///< the step's FLOPs on every device, recomputation included
+    double attention_flops = 0;  ///< of which the attention core's (Q K^T, weights . V), as counted
+    /// Of those counted, the share the kernel computes: a fused kernel skips a causal mask's masked
+    /// half (0.5); eager attention computes every score (1).
+    double attention_computed = 1;
+    double weight_reads = 0;         ///< bytes of weights one device's matrix products read a step
+    double elementwise_bytes = 0;    ///< bytes one device's element-wise work moves a step
+    double forward_share = 1.0 / 3;  ///< of a chunk's time, its forward (the schedule's F)
 };
 
 /// Seconds of one step, by cause.
 struct StepTime {
-    double compute = 0;  ///< the step's FLOPs / (devices x peak bf16 x assumed utilisation)
-    double bubble = 0;  ///< the schedule's idle time (bubble_share of the compute; 1F1B: (pp - 1) /
-                        ///< micro-batches)
-    double communication = 0;  ///< every group's bytes at its bandwidth, not overlapped
+    double compute = 0;  ///< matrix products, attention and element-wise work, every micro-batch
+    double bubble = 0;   ///< the schedule's idle time (bubble_share of a micro-batch's whole time)
+    double communication = 0;  ///< what no computation hides, every group's
     double offload = 0;        ///< the host transfers at the host link's bandwidth, not overlapped
     double host_optimizer =
         0;  ///< the host's optimiser step at assumed_host_optimizer_bandwidth, not overlapped
     double seconds() const { return compute + bubble + communication + offload + host_optimizer; }
 };
 
-/// Bytes per second within a group of `size` ranks `stride` apart: inside a node when the group's
-/// span fits in one (Megatron-LM's rank order: tp, then cp, then dp, then pp), else across nodes.
-/// None when the GPU lacks the figure; infinite for a group of one, which sends nothing.
-inline std::optional<double> group_bandwidth(const Gpu& gpu, std::uint64_t stride,
-                                             std::uint64_t size) {
-    if (size <= 1) return std::numeric_limits<double>::infinity();
+/// A link's rates: bytes per second and seconds per message.
+struct Link {
+    double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
+    double seconds(double bytes, double messages) const {
+        return bytes / bandwidth + messages * latency;
+    }
+};
+
+/// The link within a group of `size` ranks `stride` apart: inside a node when the group's span fits
+/// in one (Megatron-LM's rank order: tp, then cp, then dp, then pp), else across nodes. None when
+/// the GPU lacks the figure; free for a group of one, which sends nothing.
+inline std::optional<Link> group_link(const Gpu& gpu, std::uint64_t stride, std::uint64_t size) {
+    if (size <= 1) return Link{};
     if (gpu.gpus_per_node == 0) return std::nullopt;
-    const std::uint64_t bandwidth =
-        stride * size <= gpu.gpus_per_node ? gpu.intra_node_bandwidth : gpu.inter_node_bandwidth;
+    const bool inside = stride * size <= gpu.gpus_per_node;
+    const std::uint64_t bandwidth = inside ? gpu.intra_node_bandwidth : gpu.inter_node_bandwidth;
     if (bandwidth == 0) return std::nullopt;
-    return static_cast<double>(bandwidth);
+    return Link{static_cast<double>(bandwidth),
+                inside ? gpu.intra_node_latency : gpu.inter_node_latency};
 }
 
-/// The time of a step of `flops` (every device's, recomputation included) on `p.devices()` GPUs, or
-/// none when the GPU lacks a figure the layout needs (its bf16 peak, a bandwidth, its node size,
-/// its host link where offload moves bytes). `forward_share`: the forward's part of the FLOPs,
-/// which sets the schedule's F, B and W (its weight-gradient pass as many FLOPs as the forward).
-inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p, double flops,
-                                         const Traffic& bytes, double forward_share = 1.0 / 3) {
-    if (gpu.peak_bf16_flops == 0) return std::nullopt;
-    StepTime t;
+/// Bytes per second within such a group (group_link's), none where a figure is missing.
+inline std::optional<double> group_bandwidth(const Gpu& gpu, std::uint64_t stride,
+                                             std::uint64_t size) {
+    const auto link = group_link(gpu, stride, size);
+    return link ? std::optional<double>(link->bandwidth) : std::nullopt;
+}
+
+/// Seconds one device computes in a step, by kind of kernel.
+struct ComputeSeconds {
+    double matmuls = 0;      ///< at the GEMM efficiency, or the memory's rate if reading is slower
+    double attention = 0;    ///< at the attention kernel's efficiency
+    double elementwise = 0;  ///< at the memory's rate (none without a memory bandwidth)
+    double total() const { return matmuls + attention + elementwise; }
+};
+
+inline ComputeSeconds compute_seconds(const Gpu& gpu, const Parallelism& p,
+                                      const DeviceWork& work) {
+    const double peak = static_cast<double>(gpu.peak_bf16_flops);
     const double devices = static_cast<double>(p.devices());
-    t.compute = flops / (devices * static_cast<double>(gpu.peak_bf16_flops) *
-                         assumed_model_flops_utilization);
-    t.bubble = t.compute * bubble_share(p, forward_share);
-    const auto tp = group_bandwidth(gpu, 1, p.tp), cp = group_bandwidth(gpu, p.tp, p.cp),
-               dp = group_bandwidth(gpu, p.tp * p.cp, p.dp),
-               pp = group_bandwidth(gpu, p.tp * p.cp * p.dp, p.pp);
-    if (!tp || !cp || !dp || !pp) return std::nullopt;
-    t.communication = bytes.tensor_parallel / *tp + bytes.context_parallel / *cp +
-                      bytes.data_parallel / *dp + bytes.pipeline / *pp;
+    const double memory = gpu.memory_bandwidth == 0 ? std::numeric_limits<double>::infinity()
+                                                    : static_cast<double>(gpu.memory_bandwidth);
+    const double gemm = (work.flops - work.attention_flops) / devices;
+    ComputeSeconds s;
+    s.matmuls = std::max(gemm / (peak * gpu.gemm_efficiency), work.weight_reads / memory);
+    s.attention = work.attention_flops * work.attention_computed / devices /
+                  (peak * gpu.attention_efficiency);
+    s.elementwise = work.elementwise_bytes / memory;
+    return s;
+}
+
+/// The links of a layout's groups: tp, cp, dp, pp and ep (ep's ranks expert_tp apart), none where a
+/// figure is missing.
+struct GroupLinks {
+    Link tp, cp, dp, pp, ep;
+};
+
+inline std::optional<GroupLinks> group_links(const Gpu& gpu, const Parallelism& p) {
+    const auto tp = group_link(gpu, 1, p.tp), cp = group_link(gpu, p.tp, p.cp),
+               dp = group_link(gpu, p.tp * p.cp, p.dp),
+               pp = group_link(gpu, p.tp * p.cp * p.dp, p.pp),
+               ep = group_link(gpu, p.expert_tp(), p.ep);
+    if (!tp || !cp || !dp || !pp || !ep) return std::nullopt;
+    return GroupLinks{*tp, *cp, *dp, *pp, *ep};
+}
+
+/// The time of a step of `work` on `p.devices()` GPUs, or none when the GPU lacks a figure the
+/// layout needs (its bf16 peak, a bandwidth, its node size, its host link where offload moves
+/// bytes). Tensor-parallel collectives and pipeline sends sit on the critical path; the
+/// context-parallel ring hides under the attention it feeds; the data-parallel reduction under one
+/// micro-batch's backward; a schedule that overlaps all-to-alls (DualPipe) hides them.
+inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p,
+                                         const DeviceWork& work, const Traffic& bytes) {
+    if (gpu.peak_bf16_flops == 0) return std::nullopt;
+    const auto links = group_links(gpu, p);
+    if (!links) return std::nullopt;
+    StepTime t;
+    const ComputeSeconds compute = compute_seconds(gpu, p, work);
+    t.compute = compute.total();
+    const double ring = links->cp.seconds(bytes.context_parallel, bytes.context_parallel_messages);
+    const double all_to_all =
+        schedule_row(p).overlaps_all_to_all
+            ? 0
+            : links->ep.seconds(bytes.expert_parallel, bytes.expert_parallel_messages);
+    const double per_microbatch =
+        links->tp.seconds(bytes.tensor_parallel, bytes.tensor_parallel_messages) +
+        links->pp.seconds(bytes.pipeline, bytes.pipeline_messages) + all_to_all +
+        std::max(0.0, ring - compute.attention);
+    t.bubble = (t.compute + per_microbatch) * bubble_share(p, work.forward_share);
+    const double last_backward =
+        t.compute * (1 - work.forward_share) / static_cast<double>(p.steps_per_batch());
+    t.communication =
+        per_microbatch + std::max(0.0, links->dp.seconds(bytes.data_parallel, 0) - last_backward);
     if (bytes.offload > 0) {
         if (gpu.host_bandwidth == 0) return std::nullopt;
         t.offload = bytes.offload / static_cast<double>(gpu.host_bandwidth);
     }
     t.host_optimizer = bytes.host_optimizer / assumed_host_optimizer_bandwidth;
     return t;
+}
+
+/// A step of `flops` of matrix products alone (no attention, no memory-bound work), `forward_share`
+/// of each chunk's time in its forward: the time's shorthand where only FLOPs are known.
+inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p, double flops,
+                                         const Traffic& bytes, double forward_share = 1.0 / 3) {
+    DeviceWork work;
+    work.flops = flops, work.forward_share = forward_share;
+    return step_time(gpu, p, work, bytes);
 }
 
 }  // namespace memcalc
