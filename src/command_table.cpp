@@ -81,7 +81,9 @@ const char* const fit_footer =
 const char* const plan_footer =
     "Enumerates every valid layout: data, tensor, pipeline (1F1B, and interleaved 1F1B with\n"
     "each vpp that splits a rank's layers evenly, when the micro-batches are a multiple of "
-    "pp), context and\n"
+    "pp; uneven\n"
+    "stages interleave where the ends are a layer short, the embedding and the loss counted "
+    "as layers), context and\n"
     "expert (for mixture-of-experts models) degrees whose product is --gpus, ZeRO stage 0-3, "
     "with\n"
     "--offload the offload alternatives it lists (optimizer with ZeRO 1-3; parameters with "

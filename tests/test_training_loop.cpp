@@ -261,9 +261,20 @@ TEST_CASE("uneven pipeline stages: Llama 3.1 405B's 126 layers on 16 stages",
                       Catch::Contains("cannot split the remaining 119 layers"));
     p.first_stage_layers = 200;
     CHECK_THROWS_WITH(run(m, 1024, Recompute::full, p), Catch::Contains("exceeds layers (126)"));
-    p.first_stage_layers = 7, p.last_stage_layers = 7, p.vpp = 2;  // vpp chunks a stage
+    p.first_stage_layers = 5, p.last_stage_layers = 9, p.vpp = 2;  // vpp chunks a stage
     CHECK_THROWS_WITH(run(m, 1024, Recompute::full, p),
-                      Catch::Contains("first_stage_layers (7) must be a multiple of vpp (2)"));
+                      Catch::Contains("first_stage_layers (5) must be a multiple of vpp (2)"));
+    // Ends a layer short of the others' 8, the embedding and the loss counted as layers (Llama 3's
+    // 405B run): interleaved, the short chunks as long as the others', the closed form the loop's.
+    p.first_stage_layers = 7, p.last_stage_layers = 7, p.microbatches = 16;
+    for (std::uint64_t vpp : {2, 4, 8}) {
+        p.vpp = vpp;
+        const auto interleaved = run(m, 1024, Recompute::full, p);
+        CHECK(interleaved.ranks[0].layer_ids.size() == 7);
+        CHECK(interleaved.ranks[1].layer_ids.size() == 8);
+        const LayoutPeak peak = layout_peak(w, p);
+        CHECK(peak.bytes() == interleaved.peak_step().bytes.total());
+    }
 }
 
 TEST_CASE("plan splits stages the way the 405B run did when pp does not divide the layers",

@@ -250,6 +250,18 @@ inline std::uint64_t piece_first_layer(const Parallelism& p, std::uint64_t layer
     return piece_layers(p, layers, 0) + (piece - 1) * piece_layers(p, layers, 1);
 }
 
+/// Interleaved: whether end stage `stage` holds one layer fewer than the others, whose chunks are
+/// even: the embedding (or the loss) counted as a layer of its first (last) chunk, Megatron-LM's
+/// --account-for-embedding-in-pipeline-split (--account-for-loss-in-pipeline-split), as Llama 3
+/// 405B ran its 126 layers on 16 stages (7 + 14 x 8 + 7).
+inline bool end_counts_a_layer(const Parallelism& p, std::uint64_t layers, std::uint64_t stage) {
+    const std::uint64_t V = chunks_per_rank(p), middle = piece_layers(p, layers, 1);
+    const bool end = (stage == 0 && p.first_stage_layers != 0) ||
+                     (stage + 1 == p.pp && p.last_stage_layers != 0);
+    return V > 1 && p.pp > 2 && end && middle % V == 0 &&
+           piece_layers(p, layers, stage) + 1 == middle;
+}
+
 /// The layers pipeline stage `stage`'s ranks run, in forward order, by the schedule's placement:
 /// one piece; vpp chunks of its piece, chunk c in the model's c-th pass through the ranks; or the
 /// piece `stage` and its mirror. Validated layouts only.
@@ -265,7 +277,13 @@ inline StageLayers rank_layers(const Parallelism& p, std::uint64_t layers, std::
         s.mirror_first_layer = piece_first_layer(p, layers, mirror);
         s.layers += piece_layers(p, layers, mirror);
     } else if (const std::uint64_t V = chunks_per_rank(p); V > 1) {
-        s.chunk /= V, s.first_layer /= V, s.pass = layers / V;
+        // An end stage a layer short runs its chunks as long as the others' (leaning high), the
+        // embedding counted in the first; the passes count it and the loss too.
+        const bool first_counts = end_counts_a_layer(p, layers, 0),
+                   last_counts = end_counts_a_layer(p, layers, p.pp - 1);
+        const std::uint64_t slots = layers + first_counts + last_counts;
+        s.chunk = (s.layers + V - 1) / V;
+        s.first_layer = (s.first_layer + (stage > 0 && first_counts)) / V, s.pass = slots / V;
     }
     return s;
 }
@@ -292,14 +310,15 @@ inline void validate_stage_layer_counts(std::uint64_t first, std::uint64_t last,
                     std::to_string(layers) + ")");
 }
 
-/// Interleaved: each stage's layers run as vpp equal chunks (Megatron-LM's uneven stages).
+/// Interleaved: each stage's layers run as vpp equal chunks (Megatron-LM's uneven stages), an end
+/// stage's first or last chunk a layer short where it counts the embedding or the loss.
 inline void validate_interleaved_pieces(const Parallelism& p, std::uint64_t layers) {
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
     const std::uint64_t V = chunks_per_rank(p);
     if (V == 1 || schedule_row(p).mirrored) return;
     for (std::uint64_t stage : {std::uint64_t{0}, std::uint64_t{1}, p.pp - 1}) {
         const std::uint64_t count = piece_layers(p, layers, stage);
-        if (count % V == 0) continue;
+        if (count % V == 0 || end_counts_a_layer(p, layers, stage)) continue;
         const bool first = stage == 0 && p.first_stage_layers != 0,
                    last = stage + 1 == p.pp && p.last_stage_layers != 0;
         throw error(std::string(first  ? "first_stage_layers"

@@ -367,6 +367,24 @@ inline void validate_plan_request(const Architecture& m, const PlanRequest& requ
 
 using PipelineRuns = std::vector<std::pair<Schedule, std::uint64_t>>;
 
+/// The vpp values above 1 that interleave `pp` stages split as given: every divisor of an even
+/// stage's layers; of uneven ones, where the ends are a layer short of the others (the embedding
+/// and the loss counted as layers: end_counts_a_layer).
+inline std::vector<std::uint64_t> interleavings(std::uint64_t layers, std::uint64_t pp,
+                                                std::pair<std::uint64_t, std::uint64_t> split) {
+    Parallelism p;
+    p.pp = pp, p.first_stage_layers = split.first, p.last_stage_layers = split.second;
+    std::vector<std::uint64_t> out;
+    for (std::uint64_t v : divisors(piece_layers(p, layers, pp > 1 ? 1 : 0))) {
+        p.vpp = v;
+        if (v > 1 &&
+            (!p.uneven_stages() || (end_counts_a_layer(p, layers, 0) == (split.first != 0) &&
+                                    end_counts_a_layer(p, layers, pp - 1) == (split.second != 0))))
+            out.push_back(v);
+    }
+    return out;
+}
+
 /// The schedules a layout can run, each with its vpp. Interleaved 1F1B as Megatron-LM runs it: even
 /// stages, each rank's layers in vpp equal chunks, and micro-batches a multiple of pp. The others
 /// where validate_schedule allows them.
@@ -379,10 +397,11 @@ inline PipelineRuns pipeline_runs(const Architecture& m, const PlanRequest& requ
     PipelineRuns runs;
     if (allowed(schedules, Schedule::one_f_one_b)) runs.emplace_back(Schedule::one_f_one_b, 1);
     const bool even = split.first == 0 && split.second == 0;
-    if (pp == 1 || !even) return runs;
+    if (pp == 1) return runs;
     if (allowed(schedules, Schedule::interleaved) && M % pp == 0)
-        for (std::uint64_t v : divisors(m.layers / pp))
-            if (v > 1) runs.emplace_back(Schedule::interleaved, v);
+        for (std::uint64_t v : interleavings(m.layers, pp, split))
+            runs.emplace_back(Schedule::interleaved, v);
+    if (!even) return runs;
     for (Schedule s : {Schedule::zb_h1, Schedule::zb_v, Schedule::dualpipe}) {
         if (!allowed(schedules, s)) continue;
         Parallelism p;
