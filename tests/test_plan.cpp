@@ -772,3 +772,28 @@ TEST_CASE(
     CHECK_THROWS_WITH(plan_fewest(fixtures::llama_7b(), r, 16385, 1),
                       Catch::Contains("step (16385) exceeds"));
 }
+
+TEST_CASE("traffic: expert all-to-alls, 4 a MoE layer a micro-batch, only where ep > 1",
+          "[plan][time]") {
+    const Architecture m =
+        fixtures::dense_then_moe();  // layers 0-1 dense, 2-7 of 8 experts, 2 each
+    Settings s;
+    s.seq = 512, s.activations = ActivationModel::architecture;
+    s.parallel.dp = 4, s.parallel.ep = 4, s.parallel.pp = 2, s.parallel.microbatches = 2;
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const ActivationTables tables = activation_tables(
+        m, 512, 1, s.recipe.precision(), s.activations, s.framework, s.recompute_modules, {});
+    const Workload w =
+        make_workload(m, s.recipe, 512, 1, Recompute::none, params, tables, s.framework);
+    const double slot = 512.0 * 2 * 512 * static_cast<double>(s.recipe.activation_bytes());
+    // Stage 0 holds 2 dense and 2 MoE layers, stage 1 four MoE layers; 2 micro-batches each.
+    const Traffic first = traffic(w, s.parallel, stage_facts(w, s.parallel, 0));
+    CHECK(first.expert_parallel == Approx(4 * 0.75 * slot * 2 * 2));
+    CHECK(first.expert_parallel_messages == 4 * 2 * 2);
+    const Traffic last = traffic(w, s.parallel, stage_facts(w, s.parallel, 1));
+    CHECK(last.expert_parallel == Approx(4 * 0.75 * slot * 4 * 2));
+    s.parallel.ep = 1;
+    const Traffic none = traffic(w, s.parallel, stage_facts(w, s.parallel, 1));
+    CHECK(none.expert_parallel == 0);
+    CHECK(none.expert_parallel_messages == 0);
+}
