@@ -275,7 +275,9 @@ void add_plan_search(CLI::App& plan, PlanOptions& q) {
     add_training_step_groups(plan, q);
     single_valued(plan, {"--seq", "--attention"});
     plan.get_option("--recompute")
-        ->description("Recomputation modes to try, a comma list (default: all three)");
+        ->description(
+            "Recomputation modes to try, a comma list (default: none, selective, "
+            "full; op, torchtitan's per-op policy, only where named, and without tp)");
     plan.get_option("--micro-batch")
         ->description(
             "Micro-batches to try, a comma list (default: every one that divides\n"

@@ -34,12 +34,14 @@ inline std::string did_you_mean(const std::string& wrong,
     if (beginning == 1)
         return " (did you mean '" + *std::find_if(candidates.begin(), candidates.end(), begins) +
                "'?)";
-    if (beginning <= 3 &&
-        beginning > 1) {  // a few ("h100" for "h100-sxm" and "h100-pcie"): each of them
-        std::string names;
+    if (beginning <= 3 && beginning > 1) {  // a few ("h100" for the H100s): each of them
+        std::vector<std::string> names;
         for (const auto& c : candidates)
-            if (begins(c)) names += (names.empty() ? "'" : "' or '") + c;
-        return " (did you mean " + names + "'?)";
+            if (begins(c)) names.push_back("'" + c + "'");
+        std::string text = names[0];
+        for (std::size_t i = 1; i < names.size(); ++i)
+            text += (i + 1 == names.size() ? " or " : ", ") + names[i];
+        return " (did you mean " + text + "?)";
     }
     const std::string* best = nullptr;
     std::size_t best_distance = 0;

@@ -217,8 +217,8 @@ TEST_CASE("a GPU file, an unknown name, or two memories at once", "[gpus][cli]")
     using Row = std::pair<std::string, std::string>;  // arguments, what stderr says
     auto [args, message] = GENERATE(table<std::string, std::string>({
         Row{"--gpu h100",
-            "unknown --gpu 'h100' (did you mean 'h100-sxm' or 'h100-pcie'?); 'memcalc gpus' lists "
-            "them"},
+            "unknown --gpu 'h100' (did you mean 'h100-sxm', 'h100-pcie' or 'h100-hbm2e-500w'?); "
+            "'memcalc gpus' lists them"},
         Row{"--gpu h100-sxm --device-memory 80GB", "excludes"},
         Row{"--gpu-file no-such-gpu.json", "GPU file 'no-such-gpu.json'"},
         Row{"", "fit needs --device-memory or --gpu"},

@@ -142,6 +142,33 @@ TEST_CASE("plan's peaks are estimate()'s, and the ranking follows its rule", "[p
     }
 }
 
+TEST_CASE(
+    "plan tries torchtitan's per-op policy only where asked, and peaks it as estimate() does "
+    "but under tp, which the policy's model lacks",
+    "[plan]") {
+    const Architecture m = small_llama_4kv();
+    PlanRequest request;
+    request.gpus = 8, request.capacity = 12000000000ULL, request.base.seq = 2048,
+    request.global_batch = 8, request.base.activations = ActivationModel::architecture;
+    for (const PlanRow& r : plan(m, request)) CHECK(r.recompute != Recompute::op);
+    request.modes = {Recompute::op};
+    std::size_t fitting = 0;
+    for (const PlanRow& r : plan(m, request)) {
+        REQUIRE(r.recompute == Recompute::op);
+        CAPTURE(layout_text_key(r));
+        if (r.parallel.tp > 1) {
+            CHECK_FALSE(r.fits);  // estimate() refuses it: no peak to rank
+            continue;
+        }
+        Settings s;
+        s.seq = 2048, s.micro_batch = r.micro_batch, s.recompute = Recompute::op,
+        s.parallel = r.parallel, s.activations = ActivationModel::architecture;
+        CHECK(r.peak.bytes() == estimate(m, s).peak_step().bytes.total());
+        fitting += r.fits;
+    }
+    CHECK(fitting > 0);
+}
+
 TEST_CASE("plan: a mixture-of-experts model also enumerates expert parallelism", "[plan]") {
     Architecture m = small_llama_4kv();
     m.experts = 4, m.experts_per_token = 2;
@@ -273,8 +300,34 @@ TEST_CASE("step_time: the roofline, attention's kernel, element-wise work and al
     CHECK(dual->communication == 0);
 }
 
-TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient bytes x (dp-1)/dp",
-          "[plan][time]") {
+TEST_CASE("slowest_stage_share: the head's logits beside the last stage's layers", "[plan][time]") {
+    const Architecture m = small_llama_4kv();  // 16 layers
+    Settings s;
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const ActivationTables tables = activation_tables(
+        m, 1024, 1, s.recipe.precision(), s.activations, s.framework, s.recompute_modules, {});
+    const Workload w =
+        make_workload(m, s.recipe, 1024, 1, Recompute::none, params, tables, s.framework);
+    const ComputeCost c = compute_cost(m, 1024, 1, Recompute::none);
+    const double L = 3 * c.layer_forward, H = 3 * c.head_forward;
+    Parallelism p;
+    CHECK(slowest_stage_share(w, p, c) == 1);  // no pipeline
+    p.pp = 2, p.microbatches = 2;              // 8 + 8 layers, the head on the second
+    CHECK(slowest_stage_share(w, p, c) == Approx((8 * L + H) * 2 / (16 * L + H)));
+    p.pp = 4, p.microbatches = 4;
+    p.first_stage_layers = 3, p.last_stage_layers = 3;  // 3 + 5 + 5 + 3
+    CHECK(slowest_stage_share(w, p, c) == Approx(std::max(5 * L, 3 * L + H) * 4 / (16 * L + H)));
+    // Recomputation reruns every layer's forward, not the head's: the layers weigh more.
+    const ComputeCost full = compute_cost(m, 1024, 1, Recompute::full);
+    p.first_stage_layers = p.last_stage_layers = 0;
+    CHECK(slowest_stage_share(w, p, full) ==
+          Approx((4 * (L + L / 3) + H) * 4 / (16 * (L + L / 3) + H)));
+}
+
+TEST_CASE(
+    "plan's times: the step's FLOPs with recomputation at the busiest stage's pace, and 2 x "
+    "gradient bytes x (dp-1)/dp",
+    "[plan][time]") {
     const Architecture m = small_llama_4kv();
     PlanRequest request;
     request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024,
@@ -293,8 +346,18 @@ TEST_CASE("plan's times: the step's FLOPs with recomputation, and 2 x gradient b
         // The attention core's share of the FLOPs at its kernel's rate (eager: every score), the
         // rest at the GEMMs'; the round GPU has no memory bandwidth, so no memory-bound work.
         const double attention = flops * 3 * c.attention_core * 16 / c.step;
-        CHECK(r.time->compute ==
-              Approx((flops - attention) / (16 * 1e14 * 0.7) + attention / (16 * 1e14 * 0.4)));
+        // The busiest pipeline rank sets the pace: its layers' work and the head's, over the
+        // mean's.
+        double most = 0, total = 0;
+        for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
+            const double work = static_cast<double>(stage_layer_count(p, 16, stage)) *
+                                    (3 * c.layer_forward + c.recompute / 16) +
+                                (holds_head(p, stage) ? 3 * c.head_forward : 0);
+            most = std::max(most, work), total += work;
+        }
+        const double share = most * static_cast<double>(p.pp) / total;
+        CHECK(r.time->compute == Approx(share * ((flops - attention) / (16 * 1e14 * 0.7) +
+                                                 attention / (16 * 1e14 * 0.4))));
         CHECK(r.time->bubble >= r.time->compute * static_cast<double>(p.pp - 1) /
                                     static_cast<double>(p.microbatches * p.vpp) * (1 - 1e-9));
         if (r.fits != fitting)

@@ -1,6 +1,7 @@
 #pragma once
 /// The compute side of the trade: matrix-multiply FLOPs of one training step and what
 /// recomputation adds. Floating point, because a large run's FLOPs exceed 2^64.
+#include <array>
 #include <cstdint>
 
 #include "memcalc/activations.hpp"
@@ -13,8 +14,10 @@ struct ComputeCost {
     double layer_forward = 0;   ///< one layer's forward pass (the first kind's, when layers differ)
     double attention_core = 0;  ///< of which Q K^T and attention over V
     double head_forward = 0;    ///< the output head's logits
-    double step = 0;            ///< forward + backward (twice the forward), no recomputation
-    double recompute = 0;       ///< what the chosen recomputation adds
+    /// One layer's forward pass of each kind (what pipeline stages weigh their layers by).
+    std::array<double, max_layer_kinds> kind_forward{};
+    double step = 0;       ///< forward + backward (twice the forward), no recomputation
+    double recompute = 0;  ///< what the chosen recomputation adds
     double recompute_fraction() const { return step > 0 ? recompute / step : 0; }
 };
 
@@ -88,6 +91,7 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
         const double core = layer.mixer == Mixer::mamba ? 0 : c.attention_core;
         const double layer_forward = mixer + mlp;
         if (first) c.layer_forward = layer_forward;
+        c.kind_forward[kind] = layer_forward;
         forward += static_cast<double>(count) * layer_forward;
         // Selective re-runs the modules it checkpoints (the core attention, and the MLP or MoE
         // block's matrix products where recompute_modules names them); full re-runs each layer's

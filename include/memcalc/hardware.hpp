@@ -56,7 +56,7 @@ inline constexpr std::uint64_t giga =
 // of 3.2768 TB/s). Bandwidths are one direction's: NVIDIA's "900 GB/s NVLink" is both directions
 // together, 450 each way; a 400 Gb/s NIC sends 50 GB/s. FLOP/s are dense: half of the datasheets'
 // "with sparsity" figures.
-inline const std::array<Gpu, 24> gpus{{
+inline const std::array<Gpu, 25> gpus{{
     {"a100-40gb", "NVIDIA A100 40GB",
      "nvidia-smi's total, as tabulated by Modal (modal.com, \"Why does an H100 80GB offer 85.52 "
      "GB\")",
@@ -89,6 +89,19 @@ inline const std::array<Gpu, 24> gpus{{
      "a node: a common server, not a standard; NIC: none standard; host link: PCIe Gen5 128 GB/s "
      "both ways (H100 datasheet)",
      2000 * detail::giga},
+    // Meta's Grand Teton H100s, on which torchtitan publishes its benchmarks: not a catalogue part.
+    {"h100-hbm2e-500w", "NVIDIA H100 96GB HBM2e at 500 W (Meta's Grand Teton; torchtitan's runs)",
+     "assumed the H100 NVL's 95830MiB (nvidia-smi on H100 NVL machines): torchtitan's pages give "
+     "96GB and 94GB, no nvidia-smi output seen",
+     Count(95830 * detail::mib), 912'450 * detail::giga, 1'824'700 * detail::giga,
+     450 * detail::giga, 50 * detail::giga, 8, 64 * detail::giga,
+     "assumed midway between the H100 NVL's (BF16 835.5, FP8 1,670.5 TFLOPS dense) and the SXM's: "
+     "torchtitan's async-TP post says its peak lies between the two and is not known; memory "
+     "2.4 TB/s (torchtitan docs/performance.md)",
+     "torchtitan docs/performance.md: 8 GPUs a host fully connected with NVLink (taken as the "
+     "SXM's 900 GB/s both ways), 400 Gb/s RDMA per GPU; host link: PCIe Gen5 128 GB/s both ways "
+     "(assumed, as the SXM's)",
+     2400 * detail::giga},
     {"h800", "NVIDIA H800 80GB HBM3 (SXM)",
      "assumed the H100 SXM's 81559MiB: the same 80 GB HBM3 part (no nvidia-smi output seen)",
      Count(81559 * detail::mib), 989'400 * detail::giga, 1'978'900 * detail::giga,

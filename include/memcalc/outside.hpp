@@ -38,16 +38,16 @@ struct GpuFacts {
     std::uint32_t major;
     bool nvswitch;
 };
-inline constexpr std::array<GpuFacts, 24> gpu_facts{{
-    {"a100-40gb", 8, true},  {"a100-80gb", 8, true},  {"a800-80gb", 8, true},
-    {"a10", 8, false},       {"rtx-3090", 8, false},  {"rtx-a6000", 8, false},
-    {"l40s", 8, false},      {"l40", 8, false},       {"l4", 8, false},
-    {"rtx-4090", 8, false},  {"h100-sxm", 9, true},   {"h100-pcie", 9, false},
-    {"h800", 9, true},       {"h200", 9, true},       {"h20", 9, true},
-    {"b200", 10, true},      {"b300", 10, true},      {"rtx-5090", 12, false},
-    {"v100-16gb", 7, false}, {"v100-32gb", 7, false}, {"t4", 7, false},
-    {"mi300x", 0, false},    {"mi250x", 0, false},    {"mi325x", 0, false},
-}};
+inline constexpr std::array<GpuFacts, 25> gpu_facts{
+    {{"a100-40gb", 8, true},      {"a100-80gb", 8, true},  {"a800-80gb", 8, true},
+     {"a10", 8, false},           {"rtx-3090", 8, false},  {"rtx-a6000", 8, false},
+     {"l40s", 8, false},          {"l40", 8, false},       {"l4", 8, false},
+     {"rtx-4090", 8, false},      {"h100-sxm", 9, true},   {"h100-pcie", 9, false},
+     {"h800", 9, true},           {"h200", 9, true},       {"h20", 9, true},
+     {"b200", 10, true},          {"b300", 10, true},      {"rtx-5090", 12, false},
+     {"v100-16gb", 7, false},     {"v100-32gb", 7, false}, {"t4", 7, false},
+     {"mi300x", 0, false},        {"mi250x", 0, false},    {"mi325x", 0, false},
+     {"h100-hbm2e-500w", 9, true}}};
 
 /// What a row is counted per on a rank.
 enum class Per : std::uint8_t {

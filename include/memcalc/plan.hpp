@@ -186,7 +186,9 @@ inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts
         tokens * static_cast<double>(w.model.hidden) * d;  // one layer's output, one micro-batch
     const auto ring = [](double n) { return n <= 1 ? 0.0 : (n - 1) / n; };
     Traffic bytes;
-    const double dp = static_cast<double>(p.dp);
+    // Context-parallel ranks hold the same weights: gradients reduce (and ZeRO-3 gathers) over
+    // dp x cp, as Megatron-LM's and torchtitan's data-parallel groups with context parallelism do.
+    const double dp = static_cast<double>(p.dp * p.cp);
     bytes.data_parallel = 2 * ring(dp) * params * static_cast<double>(w.recipe.gradient_bytes());
     if (p.zero >= 3)
         bytes.data_parallel += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
@@ -234,6 +236,28 @@ inline double attention_layers(const Architecture& m) {
     return n;
 }
 
+/// The busiest pipeline rank's compute over the mean rank's, under `cost` (one micro-batch's
+/// FLOPs): each rank's layers weighed by their kind's forward (recomputation in the model's mix),
+/// and the head's logits on the rank that holds it.
+inline double slowest_stage_share(const Workload& w, const Parallelism& p,
+                                  const ComputeCost& cost) {
+    double forwards = 0;  // every layer's, once
+    for (std::size_t k = 0; k < w.model.kind_count(); ++k)
+        forwards += cost.kind_forward[k] * static_cast<double>(w.model.layers_of_kind(k));
+    if (p.pp == 1 || forwards <= 0) return 1;
+    const double passes = 3 + cost.recompute / forwards;  // a layer's forward and backward, rerun
+    double most = 0, total = 0;
+    for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
+        const StageLayers layers = stage_layers(w, p, stage);
+        const KindCounts n = layers.counts(layers.layers);
+        double work = holds_head(p, stage) ? 3 * cost.head_forward : 0;
+        for (std::size_t k = 0; k < w.model.kind_count(); ++k)
+            work += static_cast<double>(n[k]) * cost.kind_forward[k] * passes;
+        most = std::max(most, work), total += work;
+    }
+    return most * static_cast<double>(p.pp) / total;
+}
+
 /// What one device of layout `p` computes in a step of `cost` (one micro-batch's FLOPs) per
 /// micro-batch: the step's FLOPs and the attention's part of them (the recomputation taken to rerun
 /// the same mix), the weights its matrix products read (each layer's: forward, input gradient,
@@ -261,6 +285,7 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
             elementwise_passes * static_cast<double>(kept.value()) * layers * M;
     }
     work.forward_share = forward_share;
+    work.slowest_stage_share = slowest_stage_share(w, p, cost);
     return work;
 }
 
@@ -269,6 +294,8 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
 inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost,
                     const PlanRequest& request) {
     const Parallelism& p = row.parallel;
+    // The per-op policy under tp saves what is not modelled (estimate.hpp): no peak to trust.
+    if (row.recompute == Recompute::op && p.tp > 1) return;
     row.recompute_fraction = cost.recompute_fraction();
     // The forward's share of a chunk's time: recomputation lengthens its backward.
     const double forward_share = cost.step / 3 / (cost.step + cost.recompute);
@@ -423,11 +450,16 @@ inline Parallelism running(Parallelism p, std::pair<Schedule, std::uint64_t> run
     return p;
 }
 
+/// The recomputation modes a search may try, in order (mode_tried says which it does).
+inline constexpr std::array<Recompute, 4> searched_modes{Recompute::none, Recompute::selective,
+                                                         Recompute::full, Recompute::op};
+
 /// Whether a layout tries recomputation `mode`: where the request allows it, and a pinned count of
 /// recomputed layers only with full recomputation and where the layout's chunks have that many.
 inline bool mode_tried(const Architecture& m, const PlanRequest& request, const Parallelism& p,
                        Recompute mode) {
     if (!allowed(request.modes, mode)) return false;
+    if (mode == Recompute::op && request.modes.empty()) return false;  // another program's
     const auto& pinned = request.recompute_layers;
     return !pinned || (mode == Recompute::full && *pinned <= largest_chunk(p, m.layers));
 }
@@ -607,7 +639,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
                 if (!allowed(request.vpp, run.second)) continue;
                 const Parallelism q = detail::running(p, run);
                 bool none_fits = false;  // then recomputing fewer layers needs no search
-                for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+                for (Recompute mode : detail::searched_modes) {
                     if (!detail::mode_tried(m, request, q, mode)) continue;
                     const PlanRow row = detail::measured_row(m, request, workload, q, b, mode);
                     none_fits = none_fits || (mode == Recompute::none && row.fits);
@@ -717,7 +749,7 @@ private:
         for (const auto& run : detail::pipeline_runs(m_, request_, pp, split, M)) {
             if (!allowed(request_.vpp, run.second)) continue;
             const Parallelism q = detail::running(p, run);
-            for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full})
+            for (Recompute mode : detail::searched_modes)
                 rows += detail::mode_tried(m_, request_, q, mode);
         }
         return rows;

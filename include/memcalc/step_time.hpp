@@ -1,8 +1,9 @@
 #pragma once
 /// A training step's time on a GPU, estimated from what its work is made of, not simulated: matrix
-/// products at the GPU's GEMM efficiency (or its memory bandwidth, where reading the weights takes
-/// longer: the roofline), the attention kernel at its own, element-wise work at the memory
-/// bandwidth; every group's messages at its bandwidth and latency, hidden where the frameworks
+/// products at the GPU's bf16 GEMM efficiency (an fp8 recipe's too: its casts are not yet timed) or
+/// its memory bandwidth, where reading the weights takes longer (the roofline); the attention
+/// kernel at its own; element-wise work at the memory bandwidth; all at the pace of the busiest
+/// pipeline stage. Every group's messages at its bandwidth and latency, hidden where the frameworks
 /// overlap them (the context-parallel ring under its attention, the data-parallel reduction under
 /// the last micro-batch's backward, DualPipe's all-to-alls under its other chunk); the pipeline's
 /// bubble over a micro-batch's whole time; offload and the host's optimiser step not overlapped.
@@ -31,9 +32,9 @@ inline constexpr double elementwise_passes = 4;
 
 /// Bytes one device sends in a step, by the group it sends to, and the messages they go in.
 struct Traffic {
-    double data_parallel = 0;     ///< gradient all-reduce (ZeRO-3: also its weight gathers)
-    double tensor_parallel = 0;   ///< the layers' all-reduces
-    double pipeline = 0;          ///< activations and their gradients between stages
+    double data_parallel = 0;    ///< gradient all-reduce over dp x cp (ZeRO-3: also weight gathers)
+    double tensor_parallel = 0;  ///< the layers' all-reduces
+    double pipeline = 0;         ///< activations and their gradients between stages
     double context_parallel = 0;  ///< the key/value ring
     double expert_parallel = 0;   ///< the MoE layers' token all-to-alls
     double offload = 0;           ///< to and from host memory (ZeRO-Offload), over the host link
@@ -60,6 +61,8 @@ struct DeviceWork {
     double weight_reads = 0;         ///< bytes of weights one device's matrix products read a step
     double elementwise_bytes = 0;    ///< bytes one device's element-wise work moves a step
     double forward_share = 1.0 / 3;  ///< of a chunk's time, its forward (the schedule's F)
+    /// The busiest pipeline rank's work over the mean rank's: every micro-batch waits on it.
+    double slowest_stage_share = 1;
 };
 
 /// Seconds of one step, by cause.
@@ -112,7 +115,8 @@ struct ComputeSeconds {
 inline ComputeSeconds compute_seconds(const Gpu& gpu, const Parallelism& p,
                                       const DeviceWork& work) {
     const double peak = static_cast<double>(gpu.peak_bf16_flops);
-    const double devices = static_cast<double>(p.devices());
+    // The busiest pipeline rank sets the pace: the mean device's work, scaled up to its.
+    const double devices = static_cast<double>(p.devices()) / work.slowest_stage_share;
     const double memory = gpu.memory_bandwidth == 0 ? std::numeric_limits<double>::infinity()
                                                     : static_cast<double>(gpu.memory_bandwidth);
     const double gemm = (work.flops - work.attention_flops) / devices;
@@ -124,15 +128,15 @@ inline ComputeSeconds compute_seconds(const Gpu& gpu, const Parallelism& p,
     return s;
 }
 
-/// The links of a layout's groups: tp, cp, dp, pp and ep (ep's ranks expert_tp apart), none where a
-/// figure is missing.
+/// The links of a layout's groups: tp, cp, dp (with cp: the dp x cp ranks gradients reduce over),
+/// pp and ep (ep's ranks expert_tp apart), none where a figure is missing.
 struct GroupLinks {
     Link tp, cp, dp, pp, ep;
 };
 
 inline std::optional<GroupLinks> group_links(const Gpu& gpu, const Parallelism& p) {
     const auto tp = group_link(gpu, 1, p.tp), cp = group_link(gpu, p.tp, p.cp),
-               dp = group_link(gpu, p.tp * p.cp, p.dp),
+               dp = group_link(gpu, p.tp, p.dp * p.cp),
                pp = group_link(gpu, p.tp * p.cp * p.dp, p.pp),
                ep = group_link(gpu, p.expert_tp(), p.ep);
     if (!tp || !cp || !dp || !pp || !ep) return std::nullopt;

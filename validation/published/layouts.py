@@ -5,8 +5,10 @@ For each row of layouts.json with a memcalc preset: one plan over the row's GPUs
 global batch (every layout, --top large), its layouts grouped by degrees (dp, tp, pp, cp, ep),
 each group at its best time; the published degrees' rank among the groups, and the predicted
 tokens/s per GPU of their best row beside the published figure. What the source pins beyond the
-degrees (its ZeRO stage; a schedule other than interleaved 1F1B, which plan tries beside 1F1B)
-pins the search too.
+degrees pins the search too: its ZeRO stage; a schedule other than interleaved 1F1B, which plan
+tries beside 1F1B; fp8 as memcalc's fp8 recipe; and its recomputation (torchtitan's "selective"
+is its per-op policy, memcalc's op), unless memcalc finds the published degrees do not fit under
+it: then plan chooses, and the row says so (recompute_pinned false).
 
   validation/published/layouts.py --memcalc build/memcalc [--json out.json] [--markdown out.md]
   validation/published/layouts.py --only titan-l31-8b-fsdp8 \
@@ -33,7 +35,15 @@ def profile_of(row):
     return next(p for key, p in PROFILE.items() if row["id"].startswith(key))
 
 
-def plan_arguments(row):
+def recompute_mode(row):
+    """The row's recomputation as memcalc names it; None where the source does not say."""
+    mode = row.get("recompute")
+    if mode == "selective" and profile_of(row) == "torchtitan":
+        return "op"  # torchtitan's selective AC is its per-op policy
+    return mode
+
+
+def plan_arguments(row, pin_recompute):
     args = ["plan", "--preset", row["model"], "--gpu", row["gpu"], "--gpus", str(row["gpus"]),
             "--seq", str(row["seq"]), "--global-batch", str(row["global_batch"]),
             "--profile", profile_of(row), "--format", "csv",
@@ -42,6 +52,10 @@ def plan_arguments(row):
         args += ["--schedule", row["schedule"]]
     if row.get("zero") is not None:
         args += ["--zero", str(row["zero"])]
+    if row.get("precision") == "fp8":
+        args += ["--recipe", "fp8"]
+    if pin_recompute and recompute_mode(row):
+        args += ["--recompute", recompute_mode(row)]
     return args
 
 
@@ -75,8 +89,13 @@ def compare(memcalc, row):
               "precision": row.get("precision")}
     target = published_degrees(row)
     pins = [a for k, v in zip(DEGREES, target) for a in (f"--{k}", str(v))]
-    pinned, error = run_plan(memcalc, plan_arguments(row) + pins + ["--top", "1"])
-    plan, _ = run_plan(memcalc, plan_arguments(row) + ["--top", str(TOP)])
+    pin_recompute = recompute_mode(row) is not None
+    pinned, error = run_plan(memcalc, plan_arguments(row, True) + pins + ["--top", "1"])
+    if pin_recompute and not (pinned and pinned[0]["step_seconds"] is not None):
+        pin_recompute = False  # memcalc finds the published degrees need more recomputation
+        pinned, error = run_plan(memcalc, plan_arguments(row, False) + pins + ["--top", "1"])
+    result["recompute_pinned"] = pin_recompute
+    plan, _ = run_plan(memcalc, plan_arguments(row, pin_recompute) + ["--top", str(TOP)])
     if plan is None or pinned is None:
         return dict(result, error=error)
     best = {}
@@ -111,17 +130,18 @@ def compare(memcalc, row):
 
 
 def markdown(results):
-    lines = ["| row | GPUs | seq | published layout | rank | predicted | published | ratio "
-             "| plan's first |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---|"]
+    lines = ["| row | GPUs | seq | published layout | recompute | rank | predicted | published "
+             "| ratio | plan's first |",
+             "|---|---:|---:|---|---|---:|---:|---:|---:|---|"]
     for r in results:
         if "error" in r and "rank" not in r:
-            lines.append(f"| {r['id']} | {r['gpus']} | {r['seq']} | {r['layout']} | - | - | "
+            lines.append(f"| {r['id']} | {r['gpus']} | {r['seq']} | {r['layout']} | - | - | - | "
                          f"{r['published_tokens_per_second_per_gpu']:.0f} | - | "
                          f"{r.get('first') or r['error']} |")
             continue
         lines.append(
             f"| {r['id']} | {r['gpus']} | {r['seq']} | {r['layout']} | "
+            f"{r['best_row']['recompute']}{'' if r['recompute_pinned'] else ' (plan)'} | "
             f"{'>' if r['rank_is_lower_bound'] else ''}{r['rank']} | {r['predicted_tokens_per_second_per_gpu']:.0f} | "
             f"{r['published_tokens_per_second_per_gpu']:.0f} | {r['ratio']:.2f} | {r['first']} |")
     return "\n".join(lines) + "\n"
