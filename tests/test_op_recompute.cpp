@@ -60,6 +60,18 @@ TEST_CASE("op on LLaMA-style layers: q, v, gate and down kept of the seven mms",
     // Between full and none, as the policy's outputs are few of what the layer saves.
     CHECK(flash.kept(Recompute::op) > flash.kept(Recompute::full));
     CHECK(flash.kept(Recompute::op) < flash.kept(Recompute::none));
+
+    // Its recomputation skips what it saved: q, v, gate and down, and under flash the kernel.
+    const double T = static_cast<double>(sb), q = static_cast<double>(a * d);
+    const double saved_mms = 2 * T * (h * q + h * kv * d + 2.0 * h * f);
+    CHECK(eager.policy_spared_flops == Approx(saved_mms));
+    CHECK(flash.policy_spared_flops == Approx(saved_mms + 2 * T * static_cast<double>(s) * 2 * q));
+    // k, o and up rerun, in every layer: the estimate's recomputation under the policy.
+    Settings st;
+    st.seq = s, st.micro_batch = b, st.recompute = Recompute::op;
+    st.activations = ActivationModel::architecture, st.framework.attention = Attention::flash;
+    CHECK(estimate(m, st).compute.recompute ==
+          Approx(static_cast<double>(m.layers) * 2 * T * (h * kv * d + q * h + h * f)));
 }
 
 TEST_CASE("op on GPT-2-style layers: biased linears run as addmm, off the list", "[op_recompute]") {
@@ -76,6 +88,10 @@ TEST_CASE("op on GPT-2-style layers: biased linears run as addmm, off the list",
     CHECK(flash.kept(Recompute::op).value() == 2 * sb * h + 2 * sb * h + 4 * a * sb);
     CHECK(flash.rebuilt(Recompute::op).value() ==
           flash.rebuilt(Recompute::full).value() - 2 * sb * h - 4 * a * sb);
+    // addmm is off the list: the recomputation skips the kernel alone.
+    CHECK(eager.policy_spared_flops == 0);
+    CHECK(flash.policy_spared_flops == Approx(2.0 * static_cast<double>(sb) *
+                                              static_cast<double>(s) * 2 * static_cast<double>(h)));
 
     // Bias-free, learned positions: mm 1 (q), 3 (v) and 5 (up) are kept. At micro-batch 1 eager
     // matmul keeps views of q and v, the same storage; at 2 it keeps copies, and the outputs stay

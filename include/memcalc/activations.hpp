@@ -358,6 +358,9 @@ struct LayerActivations {
     /// The op-level policy's saved outputs that are no row (architecture model only; none means
     /// Recompute::op keeps what full does).
     std::vector<PolicyOutput> policy_outputs;
+    /// Forward FLOPs whose outputs the op-level policy saves: its recomputation skips them (the
+    /// saved matrix products' and the fused attention kernel's, as compute_cost counts them).
+    double policy_spared_flops = 0;
     std::vector<Beside> beside;  ///< tensors alive beside an op, which it did not make
     /// The order in which the rows are made and the ops run (architecture model only; empty: the
     /// rows in order, no op).

@@ -270,8 +270,10 @@ public:
                  assumed};
         const Parallelism& p = settings.parallel;
         std::optional<KindCounts> recomputed;  // partial recomputation's layers, by kind
+        KindFlops spared{};
         counted(settings, [&] {
             ActivationTables t = tables(settings, c);
+            spared = policy_spared_flops(t, model_.kind_count());
             const Workload w = workload(settings, t, c);
             if (p.recompute_layers) recomputed = recomputed_layers(w, p);
             if (settings.ops)
@@ -293,8 +295,9 @@ public:
                 if (r.ranks[i].peak_step().bytes.total() > r.busiest().peak_step().bytes.total())
                     r.most_loaded = i;
         });
-        r.compute = compute_cost(model_, settings.seq, settings.micro_batch, settings.recompute,
-                                 settings.recompute_modules, recomputed ? &*recomputed : nullptr);
+        r.compute =
+            compute_cost(model_, settings.seq, settings.micro_batch, settings.recompute,
+                         settings.recompute_modules, recomputed ? &*recomputed : nullptr, &spared);
         return r;
     }
 
@@ -315,6 +318,7 @@ public:
         out.reserve(modes.size());
         counted(settings, [&] {
             ActivationTables t = tables(settings, c);
+            const KindFlops spared = policy_spared_flops(t, model_.kind_count());
             std::vector<std::optional<KindCounts>>
                 recomputed;  // by mode: partial recomputation's layers
             for (Recompute mode : modes) {
@@ -335,7 +339,7 @@ public:
                      peak.step,
                      peak.stage,
                      compute_cost(model_, with.seq, with.micro_batch, mode, with.recompute_modules,
-                                  recomputed.back() ? &*recomputed.back() : nullptr),
+                                  recomputed.back() ? &*recomputed.back() : nullptr, &spared),
                      std::nullopt});
             }
             split(t, settings.parallel);

@@ -1,6 +1,7 @@
 #pragma once
 /// The compute side of the trade: matrix-multiply FLOPs of one training step and what
 /// recomputation adds. Floating point, because a large run's FLOPs exceed 2^64.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -9,6 +10,9 @@
 #include "memcalc/model.hpp"
 
 namespace memcalc {
+
+/// A figure for each kind of layer.
+using KindFlops = std::array<double, max_layer_kinds>;
 
 struct ComputeCost {
     double layer_forward = 0;   ///< one layer's forward pass (the first kind's, when layers differ)
@@ -65,10 +69,12 @@ inline double mamba_mixer_flops(const Architecture& layer, double T, double h) {
 /// counts its own feed-forward block, times its layers.
 /// `modules`: what selective recomputation re-runs (the norms and the MoE activation: no matrix
 /// products). `recomputed`: under partial recomputation, the layers of each kind that rerun their
-/// forward (none: all).
+/// forward (none: all). `spared`: under the op-level policy, the forward FLOPs of each kind of
+/// layer whose outputs it saves (LayerActivations::policy_spared_flops; none: it reruns them all).
 inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::uint64_t micro_batch,
                                 Recompute mode, ModuleSet modules = {},
-                                const KindCounts* recomputed = nullptr) {
+                                const KindCounts* recomputed = nullptr,
+                                const KindFlops* spared = nullptr) {
     const double T = static_cast<double>(seq) * static_cast<double>(micro_batch);  // tokens
     const double h = static_cast<double>(m.hidden);
     const double q = static_cast<double>(m.heads * m.head_size());
@@ -90,18 +96,19 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
                                                          : projections + c.attention_core;
         const double core = layer.mixer == Mixer::mamba ? 0 : c.attention_core;
         const double layer_forward = mixer + mlp;
+        const double skipped =
+            mode == Recompute::op && spared ? std::min((*spared)[kind], layer_forward) : 0;
         if (first) c.layer_forward = layer_forward;
         c.kind_forward[kind] = layer_forward;
         forward += static_cast<double>(count) * layer_forward;
         // Selective re-runs the modules it checkpoints (the core attention, and the MLP or MoE
         // block's matrix products where recompute_modules names them); full re-runs each layer's
-        // whole forward pass, and so is op counted (an upper bound: its saved mms and attention
-        // kernel are not run again).
+        // whole forward pass, op all of it but what its policy saved.
         const double selective =
             (modules.has(Module::core_attn) ? core : 0) +
             (modules.has(layer.is_moe() ? Module::moe : Module::mlp) ? mlp : 0);
         c.recompute += static_cast<double>(recomputed ? (*recomputed)[kind] : count) *
-                       (checkpoints_layer(mode)        ? layer_forward
+                       (checkpoints_layer(mode)        ? layer_forward - skipped
                         : mode == Recompute::selective ? selective
                                                        : 0);
     };

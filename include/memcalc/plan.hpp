@@ -586,9 +586,10 @@ public:
             const ActivationTables t =
                 activation_tables(m_, s, b, base.recipe.precision(), base.activations,
                                   base.framework, base.recompute_modules, tunings_);
+            const KindFlops spared = policy_spared_flops(t, m_.kind_count());
             built = std::make_pair(
                 make_workload(m_, base.recipe, s, b, mode, params_, t, base.framework),
-                compute_cost(m_, s, b, mode, base.recompute_modules));
+                compute_cost(m_, s, b, mode, base.recompute_modules, nullptr, &spared));
         } catch (const overflow_error&) {}
         return workloads_.emplace(std::make_pair(b, mode), std::move(built)).first->second;
     }

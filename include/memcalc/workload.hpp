@@ -13,6 +13,7 @@
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/dtype.hpp"
 #include "memcalc/finetune.hpp"
+#include "memcalc/flops.hpp"
 #include "memcalc/framework.hpp"
 #include "memcalc/layer_work.hpp"
 #include "memcalc/linears.hpp"
@@ -111,6 +112,13 @@ struct ActivationTables {
         return kind == 0 ? layer : other_kinds[kind - 1];
     }
 };
+
+/// The forward FLOPs the op-level policy spares each kind's recomputation (compute_cost's spared).
+inline KindFlops policy_spared_flops(const ActivationTables& t, std::size_t kinds) {
+    KindFlops spared{};
+    for (std::size_t k = 0; k < kinds; ++k) spared[k] = t.of_kind(k).policy_spared_flops;
+    return spared;
+}
 
 /// `precision`: the recipe's compute dtype, which the activations are stored in, and its stream's
 /// (Recipe::precision); `f`: the framework's kernels (its attention, platform and loss).

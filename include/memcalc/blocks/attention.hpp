@@ -42,7 +42,10 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
                             const Shape& output) {
     // A fused kernel never stores the s x s scores: it keeps its output and a log-sum-exp per
     // row and recomputes the scores block by block in backward. Both are the kernel's outputs,
-    // which the op-level policy saves (the SDPA kernels are on its list).
+    // which the op-level policy saves (the SDPA kernels are on its list): its recomputation skips
+    // the kernel, Q K^T and the weights times V as compute_cost counts them.
+    t.spare(2.0 * static_cast<double>(z.tokens.value()) * static_cast<double>(z.seq) *
+            static_cast<double>(m.heads * (m.head_size() + m.value_head_size())));
     t.add("flash attention", "log-sum-exp per query row, fp32",
           "backward rebuilds the softmax from it", shape::asb, Count(m.heads) * z.tokens,
           dtype::fp32, Keep::not_selective, 1, RowFacts{}.saved_by_policy());

@@ -44,8 +44,9 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
     const bool changed = rotary || m.qk_norm != QkNorm::none || temperature_tuned(m);
     const bool repeated = repeats_kv(m, attention);
     const bool qkv_bias = m.bias != Bias::none;
-    const bool saved[3] = {t.linear_saved(qkv_bias), t.linear_saved(qkv_bias),
-                           t.linear_saved(qkv_bias)};
+    const bool saved[3] = {t.linear_saved(qkv_bias, z.sbq, m.hidden),
+                           t.linear_saved(qkv_bias, z.sbkv, m.hidden),
+                           t.linear_saved(qkv_bias, z.sbkv, m.hidden)};
     const bool viewed = attention == Attention::flash || z.tokens == Count(z.seq);
     const bool shared[3] = {!changed && viewed, !changed && !repeated && viewed,
                             !repeated && viewed};

@@ -24,6 +24,7 @@ struct MixerBlock {
     /// workspace, so none is needed).
     Linear gradient;
     bool (*output_biased)(const Architecture&);
+    std::uint64_t (*output_inputs)(const Architecture&);  ///< the output projection's input width
     void (*rows)(TableBuilder&, const Architecture&, const Sizes&, std::uint64_t micro_batch,
                  Attention);
 };
@@ -32,10 +33,12 @@ inline const MixerBlock& mixer_block(Mixer mixer) {
     static const MixerBlock rows[] = {
         {Mixer::attention, Linear::o, Linear::o,
          [](const Architecture& m) { return m.bias == Bias::attention || m.bias == Bias::all; },
+         [](const Architecture& m) { return m.heads * m.value_head_size(); },
          [](TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t,
             Attention attention) { attention_rows(t, m, z, attention); }},
         {Mixer::mamba, Linear::mamba_out, Linear::none,
          [](const Architecture& m) { return m.ssm.proj_bias; },
+         [](const Architecture& m) { return m.ssm.d_inner; },
          [](TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t micro_batch,
             Attention) { mamba_rows(t, m, z, micro_batch); }},
     };
@@ -107,8 +110,8 @@ private:
         t.casts_pending(Linear::none);
         t.section(Module::none);
         const bool output_biased = mixer.output_biased(m);
-        t.policy_output(t.linear_saved(output_biased), "output projection", "its output",
-                        shape::sbh, z.sbh, z.d);
+        t.policy_output(t.linear_saved(output_biased, z.sbh, mixer.output_inputs(m)),
+                        "output projection", "its output", shape::sbh, z.sbh, z.d);
         if (m.norms_after_branches()) norm_rows(t, m, z, "post-attention norm", false, false, true);
         if (m.hidden_dropout > 0 && !m.parallel_attention)
             dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);

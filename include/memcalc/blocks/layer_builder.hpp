@@ -54,11 +54,17 @@ public:
     /// order: a bias-free one runs as aten.mm (a biased one as addmm, not on the save list), and
     /// the policy saves every mm but every second, counting per checkpointed call (its forward and
     /// its recomputation count alike). While `every_mm` is set each mm counts as saved: an upper
-    /// bound.
-    bool linear_saved(bool biased) {
+    /// bound, whose FLOPs it spares none of (leaning slow). `outputs` elements of `inputs` wide.
+    bool linear_saved(bool biased, Count outputs, std::uint64_t inputs) {
         if (biased) return false;
         ++mm_count_;
-        return every_mm_ || mm_count_ % 2 == 1;
+        const bool saved = mm_count_ % 2 == 1;
+        if (saved && !every_mm_) spare(2.0 * static_cast<double>(outputs.value()) * inputs);
+        return every_mm_ || saved;
+    }
+    /// Forward FLOPs the op-level policy's saved outputs spare its recomputation.
+    void spare(double flops) {
+        if (layer_) layer_->policy_spared_flops += flops;
     }
     void every_mm(bool on) { every_mm_ = on; }
     /// Starts a part of the layer (Module): every row and workspace added from now on belongs to

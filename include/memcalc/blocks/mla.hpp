@@ -48,17 +48,18 @@ inline bool latent_projection_rows(TableBuilder& t, const Architecture& m, const
                          RowFacts{}.output_of_norm(!z.autocast && !z.narrow));
     adapter_rows(t, z, first, first_readers, z.tokens, z.sbh, shape::sbh, z.s);
     if (q_latent) {
-        t.policy_output(t.linear_saved(biased), "q_a_proj", "its output", ls::sbrq, latent_q, z.d);
+        t.policy_output(t.linear_saved(biased, latent_q, m.hidden), "q_a_proj", "its output",
+                        ls::sbrq, latent_q, z.d);
         rmsnorm_rows(t, z, "q_a_layernorm", ls::sbrq, latent_q, ls::sb, z.tokens, "token", z.d,
                      m.rmsnorm_fp32_scale);
         projection_input_row(t, z, "q_b_proj", "its input (the normalised query latent)", latent_q,
                              ls::sbrq, 1, {}, bit(Linear::q_b));
         adapter_rows(t, z, "q_b_proj", bit(Linear::q_b), z.tokens, latent_q, ls::sbrq, z.d);
     }
-    t.policy_output(t.linear_saved(false), q_latent ? "q_b_proj" : "q_proj", "its output", ls::sbqk,
-                    z.sbq, z.d);
-    t.policy_output(t.linear_saved(biased), "kv_a_proj_with_mqa", "its output", ls::sbrkvr,
-                    latent_and_rope, z.d);
+    t.policy_output(t.linear_saved(false, z.sbq, q_latent ? a.q_lora_rank : m.hidden),
+                    q_latent ? "q_b_proj" : "q_proj", "its output", ls::sbqk, z.sbq, z.d);
+    t.policy_output(t.linear_saved(biased, latent_and_rope, m.hidden), "kv_a_proj_with_mqa",
+                    "its output", ls::sbrkvr, latent_and_rope, z.d);
     // The latent is a slice of kv_a_proj_with_mqa's output: in fp32, x.to(float32) is that view
     // itself.
     rmsnorm_rows(t, z, "kv_a_layernorm", ls::sbrkv, latent_kv, ls::sb, z.tokens, "token", z.d,
@@ -68,7 +69,8 @@ inline bool latent_projection_rows(TableBuilder& t, const Architecture& m, const
     projection_input_row(t, z, "kv_b_proj", "its input (the normalised key/value latent)",
                          latent_kv, ls::sbrkv, 1, {}, bit(Linear::kv_b));
     adapter_rows(t, z, "kv_b_proj", bit(Linear::kv_b), z.tokens, latent_kv, ls::sbrkv, z.d);
-    const bool kv_b_saved = t.linear_saved(false);
+    const bool kv_b_saved = t.linear_saved(
+        false, z.tokens * m.heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank);
     rotary_rows(t, m, z);
     return kv_b_saved;
 }

@@ -92,7 +92,7 @@ public:
         else
             plain();
         t_.section(outer_);
-        return t_.linear_saved(biased_);
+        return t_.linear_saved(biased_, sbf_, m_.hidden);  // sbf x h, as the down projection
     }
 
 private:
@@ -117,7 +117,8 @@ private:
 
     /// act(gate(x)) * up(x).
     void gated() {
-        const bool gate_saved = t_.linear_saved(biased_), up_saved = t_.linear_saved(biased_);
+        const bool gate_saved = t_.linear_saved(biased_, sbf_, m_.hidden),
+                   up_saved = t_.linear_saved(biased_, sbf_, m_.hidden);
         activation_rows(t_, fn_, shape_, sbf_, prefix_, "the gate projection's output", z_.d,
                         gate_saved);
         t_.add(prefix_ + "gate x up", std::string(fn_.label) + "'s output",
@@ -145,7 +146,7 @@ private:
     void plain() {
         const std::string act = prefix_ + std::string(fn_.label);
         activation_rows(t_, fn_, shape_, sbf_, prefix_, "the up projection's output", z_.d,
-                        t_.linear_saved(biased_));
+                        t_.linear_saved(biased_, sbf_, m_.hidden));
         // An output the function keeps is the down projection's input, unless a dropout comes
         // between.
         if (fn_.keeps_output && dropout_)

@@ -14,8 +14,9 @@ inline void router_rows(TableBuilder& t, const Architecture& m, const Sizes& z, 
         0)  // in place on the router's input, whose row follows (architecture_layer)
         t.add("input jitter (in place)", "the noise, uniform in [1 - jitter, 1 + jitter]",
               "the input's gradient is multiplied by it", shape::sbh, z.sbh, z.s);
-    t.policy_output(t.linear_saved(m.router_bias == RouterBias::trainable), "router", "its logits",
-                    shape::sbE, z.tokens * m.experts, z.d);
+    t.policy_output(
+        t.linear_saved(m.router_bias == RouterBias::trainable, z.tokens * m.experts, m.hidden),
+        "router", "its logits", shape::sbE, z.tokens * m.experts, z.d);
     if (m.router == Router::sparsemixer) {
         // Twice, once per expert picked: masked_fill keeps its mask; softmax its output; gather the
         // sampled expert's index; the Heun correction (MultiplierProcessor) the gathered weight. In
@@ -130,8 +131,9 @@ inline void every_token_expert_rows(TableBuilder& t, const Architecture& m, cons
         sbEf{"sbE(f)", ActivationSplit::expert_tensor};
     const Count copies = z.tokens * m.experts;  // s b E token-copies
     const ActivationFunction& fn = activation_function(m.activation);
-    t.policy_output(t.linear_saved(m.router_bias == RouterBias::trainable), "router", "its logits",
-                    shape::sbE, z.tokens * m.experts, z.d);
+    t.policy_output(
+        t.linear_saved(m.router_bias == RouterBias::trainable, z.tokens * m.experts, m.hidden),
+        "router", "its logits", shape::sbE, z.tokens * m.experts, z.d);
     t.add("router top-k", "the chosen experts' indices (int64)",
           "topk's and scatter's gradients go by them", shape::sbk, z.tokens * m.active_experts(),
           8);
@@ -194,8 +196,8 @@ inline void shared_expert_rows(TableBuilder& t, const Architecture& m, const Siz
         adapter_rows(t, z, "shared expert gate", bit(Linear::shared_expert_gate), z.tokens, z.sbh,
                      shape::sbh, z.s);
     }
-    t.policy_output(t.linear_saved(false), "shared expert gate", "its output", shape::sb, z.tokens,
-                    z.d);
+    t.policy_output(t.linear_saved(false, z.tokens, m.hidden), "shared expert gate", "its output",
+                    shape::sb, z.tokens, z.d);
     t.add("shared expert gate: sigmoid", "its output (also a factor of the product)",
           "sigmoid's gradient is written in its output; the product's other factor's gradient",
           shape::sb, z.tokens, z.d);
