@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Published production layouts against plan's ranking and step time (issue 40).
 
-For each row of layouts.json with a memcalc preset: one plan over the row's GPUs, sequence and
-global batch (every layout, --top large), its layouts grouped by degrees (dp, tp, pp, cp, ep),
-each group at its best time; the published degrees' rank among the groups, and the predicted
-tokens/s per GPU of their best row beside the published figure. What the source pins beyond the
-degrees pins the search too: its ZeRO stage; a schedule other than interleaved 1F1B, which plan
-tries beside 1F1B; fp8 as memcalc's fp8 recipe; and its recomputation (torchtitan's "selective"
-is its per-op policy, memcalc's op), unless memcalc finds the published degrees do not fit under
-it: then plan chooses, and the row says so (recompute_pinned false).
+For each row of layouts.json with a memcalc preset or a model file (models/): one plan over the
+row's GPUs, sequence and global batch (every layout, --top large), its layouts grouped by degrees
+(dp, tp, pp, cp, ep), each group at its best time; the published degrees' rank among the groups,
+and the predicted tokens/s per GPU of their best row beside the published figure. What the
+source pins beyond the degrees pins the search too: its ZeRO stage; a schedule other than
+interleaved 1F1B, which plan tries beside 1F1B; fp8 as memcalc's fp8 recipe; and its
+recomputation (torchtitan's "selective" is its per-op policy, memcalc's op), unless memcalc finds
+the published degrees do not fit under it: then plan chooses, and the row says so
+(recompute_pinned false).
 
   validation/published/layouts.py --memcalc build/memcalc [--json out.json] [--markdown out.md]
   validation/published/layouts.py --only titan-l31-8b-fsdp8 \
@@ -44,7 +45,9 @@ def recompute_mode(row):
 
 
 def plan_arguments(row, pin_recompute):
-    args = ["plan", "--preset", row["model"], "--gpu", row["gpu"], "--gpus", str(row["gpus"]),
+    model = ["--preset", row["model"]] if row.get("model") else \
+        ["--model-file", str(HERE / row["model_file"])]
+    args = ["plan"] + model + ["--gpu", row["gpu"], "--gpus", str(row["gpus"]),
             "--seq", str(row["seq"]), "--global-batch", str(row["global_batch"]),
             "--profile", profile_of(row), "--format", "csv",
             "--time-limit", "60"]
@@ -83,7 +86,8 @@ def published_degrees(row):
 
 
 def compare(memcalc, row):
-    result = {"id": row["id"], "model": row["model"], "gpus": row["gpus"], "seq": row["seq"],
+    result = {"id": row["id"], "model": row.get("model") or row["model_file"], "gpus": row["gpus"],
+              "seq": row["seq"],
               "layout": " ".join(f"{k} {v}" for k, v in zip(DEGREES, published_degrees(row))),
               "published_tokens_per_second_per_gpu": row["tokens_per_second_per_gpu"],
               "precision": row.get("precision")}
@@ -173,7 +177,7 @@ def main():
     parser.add_argument("--check", help="committed results: exit 1 where a row's rank or "
                         "predicted tokens/s differ (0.1%%)")
     args = parser.parse_args()
-    rows = [r for r in json.load(open(args.layouts)) if r.get("model")]
+    rows = [r for r in json.load(open(args.layouts)) if r.get("model") or r.get("model_file")]
     if args.only:
         rows = [r for r in rows if args.only in r["id"]]
     results = [compare(args.memcalc, r) for r in rows]
