@@ -13,7 +13,7 @@ TEST_CASE("matrix-product FLOPs of a tiny layer by hand", "[flops]") {
     m.hidden = 8, m.layers = 3, m.heads = 2, m.ffn = 16, m.vocab = 10, m.mlp = Mlp::plain;
     const ComputeCost c = compute_cost(m, 4, 1, Recompute::full);
     CHECK(c.attention_core == 512);
-    CHECK(c.layer_forward == 4608);
+    CHECK(c.layer_forward() == 4608);
     CHECK(c.head_forward == 640);
     CHECK(c.step == 3 * (3 * 4608 + 640));
     CHECK(c.recompute == 3 * 4608);

@@ -166,7 +166,7 @@ TEST_CASE("latent attention's rotary tables are d_r wide; its FLOPs count the la
     const double matrices = static_cast<double>(attention.replicated + attention.split - x.q_rank -
                                                 x.kv_rank);  // no norms
     CHECK(c.attention_core == Approx(2.0 * 16 * 16 * x.a * (x.nope + x.rope + x.v)));
-    CHECK(c.layer_forward ==
+    CHECK(c.layer_forward() ==
           Approx(2.0 * 16 * matrices + c.attention_core + 2.0 * 16 * 3 * x.h * x.f));
 }
 

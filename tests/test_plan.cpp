@@ -309,7 +309,7 @@ TEST_CASE("slowest_stage_share: the head's logits beside the last stage's layers
     const Workload w =
         make_workload(m, s.recipe, 1024, 1, Recompute::none, params, tables, s.framework);
     const ComputeCost c = compute_cost(m, 1024, 1, Recompute::none);
-    const double L = 3 * c.layer_forward, H = 3 * c.head_forward;
+    const double L = 3 * c.layer_forward(), H = 3 * c.head_forward;
     Parallelism p;
     CHECK(slowest_stage_share(w, p, c) == 1);  // no pipeline
     p.pp = 2, p.microbatches = 2;              // 8 + 8 layers, the head on the second
@@ -351,7 +351,7 @@ TEST_CASE(
         double most = 0, total = 0;
         for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
             const double work = static_cast<double>(stage_layer_count(p, 16, stage)) *
-                                    (3 * c.layer_forward + c.recompute / 16) +
+                                    (3 * c.layer_forward() + c.recompute / 16) +
                                 (holds_head(p, stage) ? 3 * c.head_forward : 0);
             most = std::max(most, work), total += work;
         }

@@ -213,5 +213,5 @@ TEST_CASE("a Mamba layer's FLOPs are its four matrices", "[ssm][flops]") {
     const Architecture m = mamba_model(mamba_tiny);
     const ComputeCost c = compute_cost(m, 16, 1, Recompute::none);
     const double T = 16, di = 128, h = 64, r = 4, N = 8;
-    CHECK(c.layer_forward == Approx(2 * T * di * (3 * h + r + 2 * N + r) + 2 * T * h * 176 * 3));
+    CHECK(c.layer_forward() == Approx(2 * T * di * (3 * h + r + 2 * N + r) + 2 * T * h * 176 * 3));
 }

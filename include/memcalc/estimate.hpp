@@ -208,6 +208,12 @@ inline void validate_tuning(const FineTuning& f, ActivationModel activations,
 
 }  // namespace detail
 
+/// Whether `mode`'s memory is modelled on layout `p`: torchtitan's per-op policy not under tensor
+/// parallelism, where it also saves row-parallel layers' partial sums and reduce-scatter outputs.
+inline bool recompute_modelled(Recompute mode, const Parallelism& p) {
+    return mode != Recompute::op || p.tp == 1;
+}
+
 /// The figures of one configuration that a sweep's row prints: an estimate without its tables and
 /// timelines, the peak from the closed form.
 struct Summary {
@@ -418,9 +424,7 @@ private:
                 "recompute op needs the architecture activation model (--activations "
                 "architecture): "
                 "Korthikanti's formula has no ops for the policy to save");
-        // Row-parallel layers' mm outputs are whole partial sums, and the policy also saves
-        // sequence parallelism's reduce-scatter outputs: not modelled.
-        if (settings.recompute == Recompute::op && settings.parallel.tp > 1)
+        if (!recompute_modelled(settings.recompute, settings.parallel))
             throw error("recompute op with tp " + std::to_string(settings.parallel.tp) +
                         " is not modelled: under tensor parallelism the policy also saves whole "
                         "partial sums and "

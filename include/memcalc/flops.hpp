@@ -15,14 +15,14 @@ namespace memcalc {
 using KindFlops = std::array<double, max_layer_kinds>;
 
 struct ComputeCost {
-    double layer_forward = 0;   ///< one layer's forward pass (the first kind's, when layers differ)
-    double attention_core = 0;  ///< of which Q K^T and attention over V
+    double attention_core = 0;  ///< of a layer's forward, Q K^T and attention over V
     double head_forward = 0;    ///< the output head's logits
-    /// One layer's forward pass of each kind (what pipeline stages weigh their layers by).
-    std::array<double, max_layer_kinds> kind_forward{};
-    double step = 0;       ///< forward + backward (twice the forward), no recomputation
-    double recompute = 0;  ///< what the chosen recomputation adds
+    KindFlops kind_forward{};   ///< one layer's forward pass of each kind
+    double step = 0;            ///< forward + backward (twice the forward), no recomputation
+    double recompute = 0;       ///< what the chosen recomputation adds
     double recompute_fraction() const { return step > 0 ? recompute / step : 0; }
+    /// One layer's forward pass (the first kind's, when layers differ).
+    double layer_forward() const { return kind_forward[0]; }
 };
 
 namespace detail {
@@ -89,7 +89,6 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
     c.head_forward = 2 * T * h * static_cast<double>(m.vocab);
     double forward = c.head_forward;
     const auto add_layers = [&](const Architecture& layer, std::uint64_t count, std::size_t kind) {
-        const bool first = kind == 0;
         const double mlp = detail::mlp_flops(layer, T, h, mlp_matrices);
         // A Mamba mixer's matrices in place of attention's.
         const double mixer = layer.mixer == Mixer::mamba ? detail::mamba_mixer_flops(layer, T, h)
@@ -98,7 +97,6 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
         const double layer_forward = mixer + mlp;
         const double skipped =
             mode == Recompute::op && spared ? std::min((*spared)[kind], layer_forward) : 0;
-        if (first) c.layer_forward = layer_forward;
         c.kind_forward[kind] = layer_forward;
         forward += static_cast<double>(count) * layer_forward;
         // Selective re-runs the modules it checkpoints (the core attention, and the MLP or MoE

@@ -241,9 +241,7 @@ inline double attention_layers(const Architecture& m) {
 /// and the head's logits on the rank that holds it.
 inline double slowest_stage_share(const Workload& w, const Parallelism& p,
                                   const ComputeCost& cost) {
-    double forwards = 0;  // every layer's, once
-    for (std::size_t k = 0; k < w.model.kind_count(); ++k)
-        forwards += cost.kind_forward[k] * static_cast<double>(w.model.layers_of_kind(k));
+    const double forwards = cost.step / 3 - cost.head_forward;  // every layer's, once
     if (p.pp == 1 || forwards <= 0) return 1;
     const double passes = 3 + cost.recompute / forwards;  // a layer's forward and backward, rerun
     double most = 0, total = 0;
@@ -294,8 +292,7 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
 inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost,
                     const PlanRequest& request) {
     const Parallelism& p = row.parallel;
-    // The per-op policy under tp saves what is not modelled (estimate.hpp): no peak to trust.
-    if (row.recompute == Recompute::op && p.tp > 1) return;
+    if (!recompute_modelled(row.recompute, p)) return;  // no peak to trust: it does not fit
     row.recompute_fraction = cost.recompute_fraction();
     // The forward's share of a chunk's time: recomputation lengthens its backward.
     const double forward_share = cost.step / 3 / (cost.step + cost.recompute);
