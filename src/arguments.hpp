@@ -29,6 +29,7 @@ struct ModelOptions {
     std::string preset, model_file, config;
     std::map<std::string, std::string> program;  ///< program facts given, by key (program_facts)
     std::string expert_imbalance;                ///< --expert-imbalance F
+    std::string mtp_layers;                      ///< --mtp-layers N
 };
 
 /// The sequence, the micro-batch and the recomputation of a training step.

@@ -83,7 +83,10 @@ ModelFile load_model(const ModelOptions& q) {
     });
     if (!q.expert_imbalance.empty())
         m.architecture.expert_imbalance = parse_imbalance(q.expert_imbalance, m.architecture);
-    if (!q.program.empty() || !q.expert_imbalance.empty())
+    if (!q.mtp_layers.empty())  // 0 turns a model file's modules off
+        m.architecture.mtp_layers =
+            q.mtp_layers == "0" ? 0 : parse_count("--mtp-layers", q.mtp_layers, 0);
+    if (!q.program.empty() || !q.expert_imbalance.empty() || !q.mtp_layers.empty())
         validate(m.architecture);  // a buffer needs max_positions
     return m;
 }
@@ -201,11 +204,12 @@ void model_default_activations(const TrainingStepOptions& q, const Architecture&
     // Dense layers of one mixer: the formula's GPT layer, or its Mamba variant.
     const bool hybrid = m.any_mixer(Mixer::attention) && m.any_mixer(Mixer::mamba);
     const bool latent = !m.every_kind([](const Architecture& v) { return !v.mla.enabled(); });
-    if (!m.any_moe() && !latent && !hybrid) return;
+    if (!m.any_moe() && !latent && !hybrid && m.mtp_layers == 0) return;
     settings.activations = ActivationModel::architecture;
     tell_chosen({m.name + (m.any_moe() ? " (mixture of experts)"
                            : latent    ? " (latent attention)"
-                                       : " (attention and Mamba layers)"),
+                           : hybrid    ? " (attention and Mamba layers)"
+                                       : " (multi-token prediction)"),
                  "Korthikanti's formula describes a dense GPT layer"},
                 format);
 }

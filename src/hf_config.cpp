@@ -355,6 +355,7 @@ void deepseek(const JsonReader& in, Architecture& m, bool v3) {
     m.experts_per_token = in.positive("num_experts_per_tok");
     m.shared_ffn = in.count_if_given("n_shared_experts").value_or(0) * m.ffn;
     m.router_bias = v3 ? RouterBias::buffer : RouterBias::none;
+    m.router_input_fp32 = v3;  // DeepseekV3TopkRouter: F.linear(x.float(), weight.float())
     m.renormalize_topk =
         in.flag_or("norm_topk_prob", v3);  // the configs' defaults: V2 false, V3 true
     if (dense_layers == 0) return;
@@ -381,6 +382,7 @@ void glm4_moe(const JsonReader& in, Architecture& m) {
     m.experts_per_token = in.positive("num_experts_per_tok");
     m.shared_ffn = in.count_if_given("n_shared_experts").value_or(1) * m.ffn;
     m.router_bias = RouterBias::buffer;
+    m.router_input_fp32 = true;  // DeepSeek-V3's router, which Glm4MoeTopkRouter inherits
     m.renormalize_topk = in.flag_or("norm_topk_prob", true);
     // Glm4MoeConfig's default: one dense layer first.
     const std::uint64_t dense_layers = in.count_if_given("first_k_dense_replace").value_or(1);
@@ -634,11 +636,11 @@ std::string next_token_layers_note(const JsonReader& in, const Architecture& m) 
     if (!in.has("num_nextn_predict_layers")) return "";
     const std::uint64_t n = in.count_if_given("num_nextn_predict_layers").value_or(0);
     if (n == 0) return "";
-    const ParameterTable table = parameter_table(m);
-    const std::uint64_t last_kind = m.layer_pattern.empty() ? 0 : m.layer_pattern.back().kind;
-    const std::uint64_t h = m.hidden;
-    const Count per_layer = table.per_layer(last_kind) + Count(3 * h) + Count(2 * h) * h;
-    const Count copies = Count(m.vocab) * h * (m.tied_embeddings ? 1 : 2);
+    Architecture with = m;  // the modules as a training program holds them (mtp_layers)
+    with.mtp_layers = 1;
+    const Count per_layer(parameter_table(with).total().value() -
+                          parameter_table(m).total().value());
+    const Count copies = Count(m.vocab) * m.hidden * (m.tied_embeddings ? 1 : 2);
     return "the checkpoint also holds " + std::to_string(n) + " multi-token-prediction layer" +
            (n == 1 ? "" : "s") +
            " (num_nextn_predict_layers) that num_parameters() does not count: " +

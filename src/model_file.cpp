@@ -65,6 +65,7 @@ const std::vector<std::string> architecture_keys = {"hidden",
                                                     "attention_temperature",
                                                     "router",
                                                     "input_jitter",
+                                                    "mtp_layers",
                                                     "mixer",
                                                     "mamba_inner",
                                                     "mamba_state",
@@ -226,6 +227,7 @@ void read_details(const JsonReader& in, Architecture& m) {
     for (const auto& [id, name] : router_names) routers.emplace(name, id);
     m.router = in.choice_or("router", routers, Router::softmax_topk);
     m.input_jitter = in.probability_or("input_jitter", 0);
+    m.mtp_layers = in.count_if_given("mtp_layers").value_or(0);
     m.shared_ffn = in.count_if_given("shared_ffn").value_or(0);
     m.shared_expert_gate = in.flag_or("shared_expert_gate", false);
     m.router_bias = in.choice_or("router_bias", router_bias_choices(), RouterBias::none);

@@ -62,6 +62,12 @@ void add_group(App& app, ModelOptions& q) {
                    "--moe-expert-capacity-factor) is it exactly; it bounds an uneven dropless\n"
                    "router from above (model-file key expert_imbalance)")
         ->type_name("F");
+    app.add_option("--mtp-layers", q.mtp_layers,
+                   "Multi-token prediction's modules after the last layer, on the last pipeline\n"
+                   "stage (DeepSeek-V3's 1; Megatron-LM's --mtp-num-layers): each a layer of the\n"
+                   "last kind with its norms and eh_proj, and the head and loss again (default 0;\n"
+                   "model-file key mtp_layers)")
+        ->type_name("N");
 }
 
 /// The sequence, the micro-batch, the recomputation.

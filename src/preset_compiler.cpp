@@ -126,6 +126,7 @@ void write_architecture(std::ostream& out, const Architecture& m) {
         << ", m.attention_temperature = " << boolean(m.attention_temperature) << ";\n"
         << "    m.router = Router::" << router_name(m.router)
         << ", m.input_jitter = " << number(m.input_jitter) << ";\n"
+        << "    m.mtp_layers = " << number(m.mtp_layers) << ";\n"
         << "    m.shared_ffn = " << number(m.shared_ffn)
         << ", m.shared_expert_gate = " << boolean(m.shared_expert_gate) << ";\n"
         << "    m.router_bias = RouterBias::" << router_bias_name(m.router_bias)

@@ -67,7 +67,8 @@ json model_json(const Architecture& m) {
                 {"attention_chunk", m.attention_chunk},
                 {"attention_temperature", m.attention_temperature},
                 {"router", router_name(m.router)},
-                {"input_jitter", m.input_jitter}};
+                {"input_jitter", m.input_jitter},
+                {"mtp_layers", m.mtp_layers}};
     for_each_program_fact([&](const auto& row) {  // a flag as a boolean, any other by its name
         using Value = std::decay_t<decltype(row.values[0])>;
         if constexpr (std::is_same_v<Value, bool>)

@@ -105,7 +105,8 @@ std::string parameters_section(const Report& r) {
         table.row(
             {part_name(row.part), row.tensor, row.shape, dims_text(row.dims), digits(row.count),
              layer ? fmt::format("x {}{} layers", t.kind_layers[row.kind], kind_label(r, row.kind))
-                   : ""});
+             : row.mtp ? "multi-token prediction"
+                       : ""});
     }
     table.rule();
     table.row({"total", "", "", "", digits(r.parameter_count), ""});

@@ -136,6 +136,14 @@ TEST_CASE(
     const std::uint64_t dropped =
         4 * a + (padded ? 2 * a * qk : 0);  // the log-sum-exp, a padded output
     CHECK(flash.kept(Recompute::selective).value() == flash.total().value() - sb * dropped);
+    // Megatron-LM copies v contiguous at its own width for Transformer Engine's kernel, whose
+    // output o_proj reads as it is, whatever the widths.
+    Architecture megatron = m;
+    megatron.latent_v_padded = false;
+    const LayerActivations te = architecture_layer(megatron, s, b, DType::bf16, Attention::flash);
+    CHECK(te.total().value() == common + sb * (4 * a * qk + 2 * a * x.v + 2 * a * x.v + 4 * a));
+    CHECK(architecture_layer(megatron, s, b, DType::bf16, Attention::eager).total() ==
+          eager.total());
 }
 
 TEST_CASE(

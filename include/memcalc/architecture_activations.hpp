@@ -10,3 +10,4 @@
 /// them all.
 #include "memcalc/blocks/ends.hpp"
 #include "memcalc/blocks/layer.hpp"
+#include "memcalc/blocks/mtp.hpp"

@@ -424,6 +424,10 @@ private:
                 "recompute op needs the architecture activation model (--activations "
                 "architecture): "
                 "Korthikanti's formula has no ops for the policy to save");
+        if (model_.mtp_layers > 0 && settings.activations == ActivationModel::korthikanti)
+            throw error("mtp_layers " + std::to_string(model_.mtp_layers) +
+                        " needs the architecture activation model (--activations architecture): "
+                        "Korthikanti's formula has no head for the modules to follow");
         if (!recompute_modelled(settings.recompute, settings.parallel))
             throw error("recompute op with tp " + std::to_string(settings.parallel.tp) +
                         " is not modelled: under tensor parallelism the policy also saves whole "

@@ -16,7 +16,7 @@ using KindFlops = std::array<double, max_layer_kinds>;
 
 struct ComputeCost {
     double attention_core = 0;  ///< of a layer's forward, Q K^T and attention over V
-    double head_forward = 0;    ///< the output head's logits
+    double head_forward = 0;    ///< the output head's logits (and multi-token prediction's)
     KindFlops kind_forward{};   ///< one layer's forward pass of each kind
     double step = 0;            ///< forward + backward (twice the forward), no recomputation
     double recompute = 0;       ///< what the chosen recomputation adds
@@ -113,6 +113,11 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
     if (m.layer_kinds.empty()) add_layers(m, m.layers, 0);
     for (std::size_t k = 0; k < m.layer_kinds.size(); ++k)
         add_layers(m.kind_view(k), m.layers_of_kind(k), k);
+    // Multi-token prediction's modules, on the head's stage and never recomputed (Megatron-LM
+    // core 0.13): each eh_proj (2h to h), a layer of the last kind and the logits again.
+    const double mtp = static_cast<double>(m.mtp_layers) *
+                       (2 * T * 2 * h * h + c.kind_forward[m.last_kind()] + c.head_forward);
+    c.head_forward += mtp, forward += mtp;
     c.step = 3 * forward;
     return c;
 }

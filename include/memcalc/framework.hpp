@@ -281,14 +281,21 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "bf16: "
      "pair with --recipe mixed-adam-fp32-grads), a loss softmaxing an fp32 copy of the logits in "
      "place; the logits stay in the model",
-     "Megatron-LM core 0.9-0.12: DistributedDataParallel's grad buffer, FusedAdam; "
+     "Megatron-LM core 0.9-0.14 (MoE: 0.13+): DistributedDataParallel's grad buffer, FusedAdam; "
      "VocabParallelCrossEntropy (fused "
      "or not) softmaxes an fp32 copy of the logits and keeps it for backward; GPTModel returns the "
      "loss, not the logits",
      {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent,
       LossKernel::fp32_inplace, LogitsLife::freed, KvCache::off, MoeKernel::grouped_gemm,
       TorchVersion::v2_2, GemmLibrary::transformer_engine},
-     {{"rmsnorm_kernel", "fused"}}},  // TENorm: Transformer Engine's fused RMSNorm
+     // TENorm: Transformer Engine's fused RMSNorm; bias_swiglu_impl (bias_activation_fusion, on
+     // by default); MLA's value.contiguous() for TE's attention; the token dispatchers of core
+     // 0.13+ (weighted_bias_swiglu_impl); the router on its input as given (moe_router_dtype None)
+     {{"rmsnorm_kernel", "fused"},
+      {"fused_glu", "true"},
+      {"latent_v_padded", "false"},
+      {"expert_dispatch", "permuted"},
+      {"router_input_fp32", "false"}}},
     {"deepspeed",
      "DeepSpeed's engine: a fused Adam step, a contiguous gradient buffer; attention as the "
      "model's code writes it",

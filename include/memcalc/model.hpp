@@ -104,12 +104,17 @@ inline constexpr std::array<std::pair<Router, std::string_view>, 2> router_names
 inline std::string_view router_name(Router r) {
     return router_names[static_cast<std::size_t>(r)].second;
 }
-/// Which tokens a MoE block's experts compute over in the model's own code: the routed token-slots
-/// (Mixtral's loop, Megatron-LM's dropless grouped GEMM), or every token through every expert, the
-/// router's scores multiplied into the input (transformers' Llama4TextMoe: a repeat and two bmm).
-enum class ExpertDispatch { routed, every_token };
-inline constexpr std::array<std::pair<ExpertDispatch, std::string_view>, 2> expert_dispatch_names{
-    {{ExpertDispatch::routed, "routed"}, {ExpertDispatch::every_token, "every_token"}}};
+/// Which tokens a MoE block's experts compute over in the model's own code, and how they get
+/// there: routed (each expert its token-slots, gathered by index, weighted and index_added back:
+/// Mixtral's loop), permuted (Megatron-LM's token dispatchers: the slots permuted by index, which
+/// keeps nothing, the routing weights multiplied inside the experts' activation, the outputs
+/// unpermuted, which keeps nothing), or every token through every expert, the router's scores
+/// multiplied into the input (transformers' Llama4TextMoe: a repeat and two bmm).
+enum class ExpertDispatch { routed, every_token, permuted };
+inline constexpr std::array<std::pair<ExpertDispatch, std::string_view>, 3> expert_dispatch_names{
+    {{ExpertDispatch::routed, "routed"},
+     {ExpertDispatch::every_token, "every_token"},
+     {ExpertDispatch::permuted, "permuted"}}};
 inline std::string_view expert_dispatch_name(ExpertDispatch d) {
     return expert_dispatch_names[static_cast<std::size_t>(d)].second;
 }
@@ -302,6 +307,18 @@ struct Architecture {
     /// narrow.
     bool rmsnorm_fp32_scale = false;
     RmsnormKernel rmsnorm_kernel = RmsnormKernel::torch;  ///< PyTorch's ops or one fused kernel
+    /// A gated MLP's act(gate) x up is one kernel that keeps only gate and up and recomputes act in
+    /// backward (Megatron-LM's bias_swiglu_impl, Transformer Engine's, Liger's); else torch's ops,
+    /// whose product keeps act's output as well.
+    bool fused_glu = false;
+    /// Latent attention under a fused kernel that needs one head width pads v to q's with F.pad
+    /// and copies the output's unpadded slice for o_proj (transformers' flash_attention_2); else
+    /// the kernel takes v at its own width, copied contiguous, and o_proj reads its output as is
+    /// (Transformer Engine's fused attention under Megatron-LM's MLA).
+    bool latent_v_padded = true;
+    /// The router's linear runs on an fp32 copy of its input, which it keeps (F.linear(x.float(),
+    /// w.float()): transformers' DeepSeek-V3 router, Megatron-LM's fp32 router before July 2025).
+    bool router_input_fp32 = false;
     /// Each attention head has a learnable logit (gpt-oss's sinks): the softmax runs over s + 1
     /// columns.
     bool attention_sinks = false;
@@ -319,6 +336,11 @@ struct Architecture {
     /// transformers' eager attention masks a full s x s score matrix (create_chunked_causal_mask),
     /// a fused kernel keeps a log-sum-exp per row; eager builds one mask more for it.
     std::uint64_t attention_chunk = 0;
+    /// Multi-token prediction (DeepSeek-V3's; Megatron-LM's --mtp-num-layers): after the last
+    /// layer, on the last pipeline stage, this many modules, each a layer of the last kind fed by
+    /// the hidden states and the next token's embedding (a norm each, concatenated, projected 2h
+    /// to h), then a final norm and the head and loss again; 0: none.
+    std::uint64_t mtp_layers = 0;
     /// Queries scaled by a per-position temperature in the layers without rotary (Llama 4's
     /// attn_temperature_tuning): the product keeps the s fp32 scales.
     bool attention_temperature = false;
@@ -389,6 +411,8 @@ struct Architecture {
     }
 
     std::size_t kind_count() const { return layer_kinds.empty() ? 1 : layer_kinds.size(); }
+    /// The kind of the last layer, which a multi-token-prediction module's layer is.
+    std::size_t last_kind() const { return layer_pattern.empty() ? 0 : layer_pattern.back().kind; }
     /// The layer runs, first layer first: one run of every layer when no kinds are given.
     std::vector<LayerRun> runs() const {
         return layer_pattern.empty() ? std::vector<LayerRun>{{0, layers}} : layer_pattern;
@@ -643,6 +667,9 @@ inline void validate(const Architecture& m) {
     validate_latent_attention(m);
     validate_state_space(m);
     validate_experts(m);
+    if (m.mtp_layers > m.layers)
+        throw error("mtp_layers " + std::to_string(m.mtp_layers) + " is more than the model's " +
+                    std::to_string(m.layers) + " layers");
     if (!(m.input_jitter >= 0 && m.input_jitter < 1))
         throw error("input_jitter must be in [0, 1) (got " + std::to_string(m.input_jitter) + ")");
     if (m.is_moe() && m.expert_dispatch == ExpertDispatch::every_token &&

@@ -106,6 +106,7 @@ struct ParamRow {
     /// convolution, A_log, an embedding.
     Linear linear = Linear::none;
     ParamRole role = ParamRole::weight;  ///< a norm's or convolution's bias is a bias too
+    bool mtp = false;  ///< of a multi-token-prediction module (in Group::head: the last stage's)
 
     /// Its linear's weight or bias (an adapter's rows are not): the rows a linear's gradient is.
     bool of_linear(Linear l) const {
@@ -175,6 +176,7 @@ struct ParameterRows {
     std::uint64_t q = m.heads * m.head_size();               // a*d, the query width
     std::uint64_t kv = m.key_value_heads() * m.head_size();  // k*d, the key/value width
     std::uint8_t kind = 0;                                   // of the layer rows being added
+    bool mtp = false;  // adding a multi-token-prediction module: its rows join the head's group
     static constexpr ParamSplit split = ParamSplit::tensor;
     struct NormNames {
         Text weight, bias;
@@ -183,8 +185,10 @@ struct ParameterRows {
     void add(Part part, Group group, Text tensor, Text shape, Dims dims,
              ParamSplit how = ParamSplit::replicated, bool expert = false,
              Linear linear = Linear::none, ParamRole role = ParamRole::weight) {
+        if (mtp) group = Group::head;
         t.rows.emplace_back(part, group, tensor, shape, dims, how, expert,
                             group == Group::layer ? kind : std::uint8_t{0}, linear, role);
+        t.rows.back().mtp = mtp;
     }
     /// A layer's linear `l`: its weight's row or its bias's, named as linear_rows names them.
     void weight(Linear l, Part part, Text shape, Dims dims, ParamSplit how = ParamSplit::replicated,
@@ -351,6 +355,21 @@ struct ParameterRows {
             add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
     }
 
+    /// One multi-token-prediction module (Architecture::mtp_layers; Megatron-LM's
+    /// MultiTokenPredictionLayer): the embedding's and the hidden states' norms, eh_proj over
+    /// their concatenation (column-parallel), a layer of the last kind, its final norm. Its
+    /// embedding and head are the model's.
+    void mtp_module(const Architecture& last) {
+        mtp = true;
+        add_norm(Part::norms, Group::head, {"mtp.enorm.weight", "mtp.enorm.bias"});
+        add_norm(Part::norms, Group::head, {"mtp.hnorm.weight", "mtp.hnorm.bias"});
+        add(Part::head, Group::head, "mtp.eh_proj", "2h x h", {2 * h, h}, split);
+        mixer_block(last);
+        mlp_block(last);
+        add_norm(Part::final_norm, Group::head, {"mtp.final_norm.weight", "mtp.final_norm.bias"});
+        mtp = false;
+    }
+
     /// The head side.
     void head_side() {
         add_norm(Part::final_norm, Group::head, {"final_norm.weight", "final_norm.bias"});
@@ -383,6 +402,13 @@ inline ParameterTable parameter_table(const Architecture& m) {
         rows.mlp_block(view);
     }
     rows.head_side();
+    if (m.mtp_layers > 0) {
+        const std::size_t last = m.last_kind();
+        Architecture kind_view;  // as above
+        const Architecture& view = m.layer_kinds.empty() ? m : (kind_view = m.kind_view(last));
+        rows.kind = static_cast<std::uint8_t>(last);
+        for (std::uint64_t i = 0; i < m.mtp_layers; ++i) rows.mtp_module(view);
+    }
     return t;
 }
 

@@ -76,15 +76,33 @@ inline const auto program_facts = std::make_tuple(
            flag_name,
            "Experts' weights are stacked tensors that each expert indexes, copying them (true:\n"
            "gpt-oss's code), or a module each (false)"},
-    Switch{"expert_dispatch", "expert dispatch", &Architecture::expert_dispatch,
-           std::array{ExpertDispatch::routed, ExpertDispatch::every_token}, expert_dispatch_text,
-           "Which tokens the experts run over: routed (each expert its tokens) or every_token\n"
-           "(every expert over every token, scores multiplied in: transformers' Llama4TextMoe)"},
+    Switch{
+        "expert_dispatch", "expert dispatch", &Architecture::expert_dispatch,
+        std::array{ExpertDispatch::routed, ExpertDispatch::every_token, ExpertDispatch::permuted},
+        expert_dispatch_text,
+        "Which tokens the experts run over, and how: routed (each expert its tokens, gathered,\n"
+        "weighted and index_added back: transformers'), every_token (every expert over every\n"
+        "token, scores multiplied in: transformers' Llama4TextMoe) or permuted (Megatron-LM\n"
+        "0.13+: permuted by index, the weights applied in the activation, nothing kept)"},
     Switch{"rmsnorm_kernel", "RMSNorm kernel", &Architecture::rmsnorm_kernel,
            std::array{RmsnormKernel::torch, RmsnormKernel::fused}, rmsnorm_kernel_name,
            "How RMSNorm runs: torch (PyTorch's ops, transformers' RMSNorm: an fp32 copy of x,\n"
            "1/rms and x_norm kept) or fused (one kernel, Transformer Engine's and Apex's: x\n"
-           "itself and 1/rms kept, its backward one kernel)"});
+           "itself and 1/rms kept, its backward one kernel)"},
+    Switch{"fused_glu", "fused GLU", &Architecture::fused_glu, flag_values, flag_name,
+           "A gated MLP's act(gate) x up is one kernel keeping gate and up alone, act recomputed\n"
+           "in backward (true: Megatron-LM's bias_swiglu_impl, Transformer Engine's, Liger's) or\n"
+           "torch's ops, which keep act's output too (false: transformers')"},
+    Switch{"latent_v_padded", "latent v padded", &Architecture::latent_v_padded, flag_values,
+           flag_name,
+           "Latent attention under a fused kernel: v padded to q's head width and the output's\n"
+           "slice copied for o_proj (true: transformers' flash_attention_2) or v copied\n"
+           "contiguous at its own width (false: Megatron-LM's MLA on Transformer Engine)"},
+    Switch{"router_input_fp32", "router fp32 input", &Architecture::router_input_fp32, flag_values,
+           flag_name,
+           "The router's linear runs on an fp32 copy of its input, which it keeps (true:\n"
+           "transformers' DeepSeek-V3, Megatron-LM's --moe-router-dtype fp32 before July 2025)\n"
+           "or on the input itself (false)"});
 
 /// A profile's program facts as listed and as profile files give them: "repeat_kv=true, ...".
 inline std::string program_fact_list(const std::vector<std::pair<Text, Text>>& facts) {

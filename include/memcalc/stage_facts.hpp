@@ -26,6 +26,7 @@ namespace memcalc {
 /// Parameters on one rank of a stage, by group: after tensor, expert and pipeline splits.
 struct RankParams {
     Count input, head;
+    Count head_experts;  ///< the experts' part of head (multi-token prediction's layer)
     std::array<Count, max_layer_kinds> per_layer{};          ///< one layer of each kind
     std::array<Count, max_layer_kinds> per_layer_experts{};  ///< the experts' part of per_layer
 
@@ -34,7 +35,7 @@ struct RankParams {
         return input + layers(n, kinds, per_layer) + head;
     }
     Count experts(const KindCounts& n, std::size_t kinds) const {
-        return layers(n, kinds, per_layer_experts);
+        return layers(n, kinds, per_layer_experts) + head_experts;
     }
     static Count layers(const KindCounts& n, std::size_t kinds,
                         const std::array<Count, max_layer_kinds>& each) {
@@ -44,17 +45,21 @@ struct RankParams {
     }
 };
 
+/// `embeds_on_last`: multi-token prediction embeds the next tokens on the last stage, which keeps
+/// its own copy of the input side (Megatron-LM's GPTModel: pre_process or mtp_process).
 inline RankParams rank_params(const StateClass& groups, const Parallelism& p, std::uint64_t V,
-                              std::size_t kinds, bool first, bool last) {
+                              std::size_t kinds, bool first, bool last,
+                              bool embeds_on_last = false) {
     RankParams r;
     for (std::size_t k = 0; k < kinds; ++k) {
         r.per_layer[k] = groups.per_layer[k].on_rank(p, V);
         r.per_layer_experts[k] = groups.per_layer[k].experts_on_rank(p);
     }
     if (first) r.input = groups.input.on_rank(p, V);
-    if (last) r.head = groups.head.on_rank(p, V);
+    if (last) r.head = groups.head.on_rank(p, V), r.head_experts = groups.head.experts_on_rank(p);
     // A tied embedding is also the head's matrix: across stages the first keeps its own copy.
     if (first && !last) r.input += groups.tied_embedding.on_rank(p, V);
+    if (last && !first && embeds_on_last) r.head += groups.input.on_rank(p, V);
     return r;
 }
 
@@ -155,9 +160,11 @@ inline Count rank_optimizer_state(const Workload& w, const Parallelism& p, std::
     const bool first = holds_embedding(p, stage), last = holds_head(p, stage);
     StateCount dense, experts;
     if (first) dense = dense + o.input.on_rank(p, V);
-    if (last) dense = dense + o.head.on_rank(p, V);
+    if (last) dense = dense + o.head.on_rank(p, V), experts = experts + o.head.experts_on_rank(p);
     if (first && !last)
         dense = dense + o.tied_embedding.on_rank(p, V);  // the first stage's own copy (rank_params)
+    if (last && !first && w.model.mtp_layers > 0)
+        dense = dense + o.input.on_rank(p, V);  // multi-token prediction's copy (rank_params)
     for (std::size_t k = 0; k < w.layers.size(); ++k) {
         if (layers[k] == 0) continue;
         dense = dense + Count(layers[k]) * o.per_layer[k].on_rank(p, V);
@@ -236,7 +243,7 @@ inline void add_parameters(StageFacts& f, const Workload& w, const Parallelism& 
     const std::size_t kinds = w.layers.size();
     const bool first = holds_embedding(p, f.stage), last = holds_head(p, f.stage);
     for (const StateClass& c : w.parameters->classes) {
-        const RankParams r = rank_params(c, p, V, kinds, first, last);
+        const RankParams r = rank_params(c, p, V, kinds, first, last, w.model.mtp_layers > 0);
         const Count total = r.total(f.kind_layers, kinds),
                     experts = r.experts(f.kind_layers, kinds);
         const Count dense = Count(total.value() - experts.value());

@@ -268,7 +268,8 @@ inline void set_layer_work(TimelineInputs& in, const Workload& w, const Parallel
     const std::uint64_t V = w.model.vocab, d = w.recipe.activation_bytes();
     const Count g = w.recipe.gradient_bytes();
     const RankParams& t = f.trainable;  // the parameters with gradients
-    in.head_gradients = kept_gradients(p, t.head, 0) * g;
+    in.head_gradients =
+        kept_gradients(p, Count(t.head.value() - t.head_experts.value()), t.head_experts) * g;
     in.input_gradients = kept_gradients(p, t.input, 0) * g;
     const std::uint64_t gathered = std::min<std::uint64_t>(p.gathered_layers, in.layers);
     for (std::size_t k = 0; k < w.layers.size(); ++k) {

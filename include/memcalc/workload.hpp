@@ -139,7 +139,8 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
             return view.mixer == Mixer::mamba
                        ? korthikanti_mamba_layer(view, s, b, bytes_per_element(precision.compute))
                        : korthikanti_layer(view, s, b, bytes_per_element(precision.compute));
-        if (f.moe == MoeKernel::grouped_gemm && view.expert_dispatch != ExpertDispatch::routed) {
+        if (f.moe == MoeKernel::grouped_gemm &&
+            view.expert_dispatch == ExpertDispatch::every_token) {
             Architecture routed =
                 view;  // the framework's grouped GEMM in place of the model's code
             routed.expert_dispatch = ExpertDispatch::routed;
@@ -158,6 +159,8 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
     if (model == ActivationModel::architecture) {
         t.input_side = input_side_saved(m, s, b, precision, runtime);
         t.head = head_program(m, s, b, precision, runtime, f.loss, tuning(0));
+        const std::size_t last = m.last_kind();
+        add_mtp_rows(t.head, m, t.of_kind(last), s, b, precision, runtime, f.loss, tuning(last));
         t.forward_buffers =
             forward_buffers(s, b, precision, attention, m.causal_mask_buffer, m.distinct_windows());
         const auto locals = forward_locals(m, s, b, precision);

@@ -48,9 +48,11 @@ OP_SAC = ("torchtitan's per-op selective checkpointing is memcalc's --recompute 
           "--recompute selective (Korthikanti's rule), is shown")
 UNFUSED = ("--attention-backend unfused: Megatron's core attention keeps the s x s probabilities "
            "once, in bf16 (its fused scale-mask-softmax): --attention eager --softmax-fp32 false")
-MTP = ("the multi-token-prediction layer is not modelled (one more MoE layer, its projection and "
-       "norms, and a second logits and loss on the last stage): memcalc leans low by it; latent "
-       "attention, the shared expert and EP over TP x DP (--etp 1) are")
+# Megatron-LM's DeepSeek-V3-style proxies at their golden values' commits: the multi-token-prediction
+# layer (--mtp-num-layers 1, the model files' mtp_layers) and the facts the megatron profile says
+# (fused SwiGLU, MLA's v copied contiguous for TE, the token dispatchers' permutation).
+MOE_PROXY = ("multi-token prediction, latent attention, the shared expert and EP over TP x DP "
+             "(--etp 1) as the model files and the megatron profile say them")
 COMPILE = "torch.compile's fusion changes which tensors autograd keeps; memcalc models eager kernels"
 # torchtune's CEWithChunkedOutputLoss, num_output_chunks 8: memcalc's --loss chunked is its eager run.
 CHUNKED = ["--loss", "chunked", "--loss-chunks", "8"]
@@ -101,16 +103,18 @@ ROWS = {
         args=["--model-file", MODELS + "megatron-moe-proxy-1024.json", "--seq", "4096", "-b", "4",
               "--tp", "2", "--sp", "--pp", "2", "--vpp", "4", "--dp", "2", "--ep", "4", "--etp", "1", "--zero", "1",
               "--global-batch", "32", "--attention", "eager", "--softmax-fp32", "false"] + MEGATRON,
-        rank="last", comparable=False,
-        why=MTP + "; " + UNFUSED + " (with transformers' fp32 softmax: +104%); the recipe lists the "
-                  "test as mr-broken"),
+        rank="last", under_estimate=MEGATRON_SHORT,
+        why=MOE_PROXY + "; " + UNFUSED + " (with transformers' fp32 softmax: +104%); the recipe lists "
+                        "the test as mr-broken"),
+    # At 870bbf2e the router runs on an fp32 copy of its input (router.py gating:
+    # input.to(router_dtype), --moe-router-dtype fp32) and the loss is Transformer Engine's
+    # (--cross-entropy-fusion-impl te: parallel_cross_entropy writes the gradient over the logits).
     "megatron-moe-mla-ep8-h100": dict(
         args=["--model-file", MODELS + "megatron-moe-proxy-2560.json", "--seq", "4096", "-b", "1",
-              "--dp", "8", "--ep", "8", "--zero", "1", "--global-batch", "128"] + MEGATRON,
-        rank="last", comparable=False,
-        why=MTP + ("; memcalc is above it even without that layer, not yet explained: Megatron's "
-                   "permute-fused dispatch and TE's MLA without v's padding are read as "
-                   "transformers' (it was 1.5% above while MLA was read as plain attention)")),
+              "--dp", "8", "--ep", "8", "--zero", "1", "--global-batch", "128"] + MEGATRON +
+             ["--router-input-fp32", "true", "--loss", "fused"],
+        rank="last", under_estimate=MEGATRON_SHORT,
+        why=MOE_PROXY + "; the router's fp32 input copy (before July 2025) and TE's fused loss"),
     # ---- torchtitan benchmarks (max reserved, max over GPUs)
     "titan-l31-8b-fsdp8-sac": dict(
         args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "8", "--recompute",

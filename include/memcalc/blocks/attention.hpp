@@ -51,7 +51,7 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
           dtype::fp32, Keep::not_selective, 1, RowFacts{}.saved_by_policy());
     // v padded to q's width (latent attention) makes an output as wide: the output projection
     // reads a copy of its unpadded slice, and the padded output is the kernel's alone.
-    const bool padded = m.value_head_size() != m.head_size();
+    const bool padded = m.value_head_size() != m.head_size() && m.latent_v_padded;
     if (padded) {
         t.add("flash attention", "its output, padded to q's head width",
               "backward needs the output for the softmax "

@@ -95,7 +95,8 @@ inline std::vector<SavedTensor> kv_cache_rows(const Architecture& m, std::uint64
         // checkpoint).
         detail::TableBuilder t(rows);
         const bool bare = checkpoints_layer(mode),
-                   padded = attention == Attention::flash && m.value_head_size() != m.head_size();
+                   padded = attention == Attention::flash &&
+                            (m.value_head_size() != m.head_size() || !m.latent_v_padded);
         const bool copied =
             attention == Attention::eager && mode == Recompute::none && z.tokens != Count(seq);
         if (bare)

@@ -53,6 +53,7 @@ inline ExpertRows expert_rows(ExpertDispatch dispatch) {
     static constexpr std::pair<ExpertDispatch, ExpertRows> rows[] = {
         {ExpertDispatch::routed, moe_rows},
         {ExpertDispatch::every_token, every_token_expert_rows},
+        {ExpertDispatch::permuted, permuted_expert_rows},
     };
     for (const auto& [id, write] : rows)
         if (id == dispatch) return write;

@@ -27,7 +27,8 @@ inline constexpr Shape sbv{"sb(a d_v)", ActivationSplit::tensor};  ///< v, or th
 /// on q's and k's rope parts (q * cos saves cos alone: a shared table); q and k concatenated from
 /// their parts, k's rope part expanded to every head. The kernel saves q, k and v: eager matmul
 /// keeps a view of v, and so kv_b_proj's whole output, unless b > 1 makes it copy v;
-/// flash_attention_2 pads v to q's width with F.pad (a new tensor) when d_v != d_n + d_r.
+/// flash_attention_2 pads v to q's width with F.pad (a new tensor) when d_v != d_n + d_r;
+/// Megatron-LM copies v contiguous for Transformer Engine's kernel (latent_v_padded false).
 /// Megatron-LM's mla_up_proj recomputation drops the up projections' outputs (q, k, v: the rows
 /// that say so) and keeps their inputs. The projections' part: the down projections, the latents'
 /// norms, the up projections' inputs and rotary; returns whether the op-level policy saves
@@ -85,7 +86,8 @@ inline void latent_kernel_rows(TableBuilder& t, const Architecture& m, const Siz
     const Count latent_and_rope = z.tokens * (a.kv_lora_rank + a.qk_rope_head_dim);
     const Count kv_b_out = z.tokens * m.heads * (a.qk_nope_head_dim + a.v_head_dim);
     const std::string dropped = "; Megatron's mla_up_proj recomputation drops it";
-    const bool padded = !eager && a.v_head_dim != m.head_size();
+    const bool padded = !eager && a.v_head_dim != m.head_size() && m.latent_v_padded;
+    const bool copied = !eager && !m.latent_v_padded;  // value.contiguous(), at its own width
     const bool viewed =
         !eager || z.tokens == Count(z.seq);  // as qkv_rows: matmul copies a strided v when b > 1
     // Megatron-LM's mla_up_proj: the up projections and rotary rerun from the normalised latents
@@ -99,7 +101,7 @@ inline void latent_kernel_rows(TableBuilder& t, const Architecture& m, const Siz
     const std::string kernel = eager ? "attention over V" : "flash attention";
     const std::string v_why = eager ? "the gradient w.r.t. the weights is the output's gradient x v"
                                     : "the kernel's backward reads v";
-    if (padded) {
+    if (padded || copied) {
         t.policy_output(kv_b_saved, "kv_b_proj", "its output", ls::sbkvb, kv_b_out, z.d);
     } else {
         t.add(kernel, "kv_b_proj's output (k's nope part and v), which v views", v_why + dropped,
@@ -120,6 +122,7 @@ inline void latent_kernel_rows(TableBuilder& t, const Architecture& m, const Siz
           "the gradient w.r.t. q is the scores' gradient x k" + dropped, ls::sbqk, z.sbq, z.d);
     if (padded)
         t.add(kernel, "v, padded to q's head width (F.pad)", v_why + dropped, ls::sbqk, z.sbq, z.d);
+    if (copied) t.add(kernel, "v, copied contiguous", v_why + dropped, ls::sbv, z.sbv, z.d);
     t.section(Module::attention);
 }
 

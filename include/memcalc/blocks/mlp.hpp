@@ -11,12 +11,13 @@ namespace memcalc::detail {
 
 /// The tensors the MLP's activation function keeps (its row in activation_functions.hpp), read from
 /// `input`, the projection it follows; `input_saved`: the op-level policy saves that projection's
-/// output.
+/// output. `inputs_only`: a fused GLU kernel recomputes the rest in backward.
 inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const Shape& shape,
                             Count sbf, const std::string& prefix, const std::string& input,
-                            std::uint64_t d, bool input_saved) {
+                            std::uint64_t d, bool input_saved, bool inputs_only = false) {
     for (std::size_t i = 0; i < fn.kept_count(); ++i) {
         const ActivationTensor& kept = fn.kept[i];
+        if (inputs_only && !kept.input) continue;
         const std::string op =
             prefix + std::string(fn.label) + (kept.op.empty() ? "" : ": " + std::string(kept.op));
         const std::string tensor(kept.tensor);
@@ -120,9 +121,10 @@ private:
         const bool gate_saved = t_.linear_saved(biased_, sbf_, m_.hidden),
                    up_saved = t_.linear_saved(biased_, sbf_, m_.hidden);
         activation_rows(t_, fn_, shape_, sbf_, prefix_, "the gate projection's output", z_.d,
-                        gate_saved);
-        t_.add(prefix_ + "gate x up", std::string(fn_.label) + "'s output",
-               "the up branch's gradient is act(gate) x grad", shape_, sbf_, z_.d);
+                        gate_saved, m_.fused_glu);
+        if (!m_.fused_glu)
+            t_.add(prefix_ + "gate x up", std::string(fn_.label) + "'s output",
+                   "the up branch's gradient is act(gate) x grad", shape_, sbf_, z_.d);
         t_.add(prefix_ + "gate x up", "the up projection's output",
                "the gate branch's gradient is up x grad", shape_, sbf_, z_.d, Keep::always, 1,
                RowFacts{}.saved_by_policy(up_saved).input_of_module(

@@ -14,6 +14,9 @@ inline void router_rows(TableBuilder& t, const Architecture& m, const Sizes& z, 
         0)  // in place on the router's input, whose row follows (architecture_layer)
         t.add("input jitter (in place)", "the noise, uniform in [1 - jitter, 1 + jitter]",
               "the input's gradient is multiplied by it", shape::sbh, z.sbh, z.s);
+    if (m.router_input_fp32)
+        t.add("router", "its input, cast to fp32", "its weight's gradient is input^T x grad",
+              shape::sbh, z.sbh, dtype::fp32);
     t.policy_output(
         t.linear_saved(m.router_bias == RouterBias::trainable, z.tokens * m.experts, m.hidden),
         "router", "its logits", shape::sbE, z.tokens * m.experts, z.d);
@@ -47,8 +50,12 @@ inline void router_rows(TableBuilder& t, const Architecture& m, const Sizes& z, 
         t.add("renormalise top-k", "their sum per token, fp32",
               "division's gradient needs the denominator", shape::sb, z.tokens, dtype::fp32);
     }
-    t.add("dispatch", "token and slot indices per expert (2 x int64)",
-          "index and index_add need them", shape::sbk, slots, 16);
+    if (m.expert_dispatch == ExpertDispatch::permuted)
+        t.add("permute", "the slots' sorted token indices (int64)", "unpermute scatters by them",
+              shape::sbk, slots, 8);
+    else
+        t.add("dispatch", "token and slot indices per expert (2 x int64)",
+              "index and index_add need them", shape::sbk, slots, 16);
 }
 
 /// Each expert's tokens gathered from the stream (moe_rows), as its first projections keep them,
@@ -117,6 +124,28 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
           "the expert output's gradient", shape::sbk, slots, z.s);
     t.add("combine (index_add)", "the weighted expert outputs", "index_add keeps its source",
           shape::sbkh, slots * m.hidden, z.s);
+}
+
+/// Megatron-LM's token dispatchers (ExpertDispatch::permuted, core 0.13+: token_dispatcher.py,
+/// experts.py TEGroupedMLP): route, permute the token-slots by index and all-to-all them, which
+/// keep no activation; the experts' first projection keeps its input, the routing weights are
+/// multiplied in the activation (weighted_bias_swiglu_impl keeps them; torch's ops keep the
+/// product's input too); the outputs go back and unpermute by index, keeping nothing.
+inline void permuted_expert_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
+    const Count routed = z.tokens * m.active_experts();
+    const Count slots = m.dispatched_slots(z.tokens.value());
+    router_rows(t, m, z, routed);
+    gathered_rows(t, m, z, slots);
+    t.add("experts: activation x routing weight", "the routing weights, fp32",
+          "the activation's gradient is scaled by them", shape::sbk, slots, dtype::fp32);
+    t.every_mm(true);  // as moe_rows
+    const bool down_saved = mlp_rows(t, m, z, shape::sbkf, slots * m.ffn, "experts: ");
+    t.every_mm(false);
+    if (!m.fused_glu)
+        t.add("experts: activation x routing weight", "its input, the activation's output",
+              "the routing weights' gradient", shape::sbkf, slots * m.ffn, z.d);
+    t.policy_output(down_saved, "experts: down projection", "its output", shape::sbkh,
+                    slots * m.hidden, z.d);
 }
 
 /// Every token through every expert (ExpertDispatch::every_token), as transformers' Llama4TextMoe
