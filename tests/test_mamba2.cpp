@@ -101,6 +101,31 @@ TEST_CASE("a Mamba-2 layer keeps in_proj's input and output, out_x and rstd",
     CHECK(kept(4096) - kept(2048) == 2 * (kept(2048) - kept(1024)));
 }
 
+TEST_CASE("a Mamba-2 layer's fused function: its forward and backward temporaries by hand",
+          "[ssm][mamba2][activations]") {
+    const Architecture m = mamba2_model(granite_like);
+    const std::uint64_t s = 300, b = 2, T = s * b, c = 2, Q = 256;  // two chunks, the last part
+    const LayerActivations layer =
+        architecture_layer(m, s, b, Precision(DType::bf16), Attention::flash);
+    const auto find = [&](bool backward) -> const Workspace& {
+        for (const Workspace& w : layer.work)
+            if (w.backward == backward && w.op.find("mamba_split_conv1d") == 0) return w;
+        FAIL("no workspace");
+        return layer.work.front();
+    };
+    // Forward: conv output (160 wide), states (fp32 and bf16), dt and its cumsum (8 heads, fp32),
+    // C B^T (fp32), the gated norm's output (128).
+    const std::uint64_t states = b * c * 128 * 16, cumsums = b * 8 * c * Q * 8;
+    const std::uint64_t cb = b * c * 1 * Q * Q * 4;
+    CHECK(find(false).bytes.value() == 2 * T * 160 + states * 6 + cumsums + cb + 2 * T * 128);
+    // Backward: conv output and its gradient, zxbcdt's gradient (296), the norm's output and the
+    // output's gradient, states and their gradients (fp32), C B^T and its gradient.
+    const Workspace& backward = find(true);
+    CHECK(backward.bytes.value() ==
+          2 * T * (2 * 160 + 296 + 2 * 128) + states * 8 + cumsums + 2 * cb);
+    CHECK(backward.weight_gradient == Linear::mamba_out);
+}
+
 TEST_CASE("Mamba-2 without the kernels, under autocast or the formula model is refused",
           "[ssm][mamba2][activations]") {
     Architecture slow = mamba2_model(granite_like);
