@@ -464,6 +464,111 @@ void jamba(const JsonReader& in, Architecture& m) {
     m.layer_pattern = std::move(runs);
 }
 
+/// Layers that differ in their mixer alone, first layer first: one kind a mixer, first seen first
+/// (every layer alike: the model's own mixer).
+void mixer_kinds(Architecture& m, const std::vector<Mixer>& per_layer) {
+    std::vector<Mixer> kinds;
+    std::vector<LayerRun> runs;
+    for (const Mixer mixer : per_layer) {
+        auto it = std::find(kinds.begin(), kinds.end(), mixer);
+        if (it == kinds.end()) it = kinds.insert(kinds.end(), mixer);
+        const std::size_t kind = static_cast<std::size_t>(it - kinds.begin());
+        if (!runs.empty() && runs.back().kind == kind)
+            ++runs.back().count;
+        else
+            runs.push_back({kind, 1});
+    }
+    if (kinds.size() == 1) {
+        m.mixer = kinds[0];
+        return;
+    }
+    for (const Mixer mixer : kinds) {
+        m.layer_kinds.push_back({mixer_name(mixer), {}, {}, {}});
+        m.layer_kinds.back().mixer = mixer;
+    }
+    m.layer_pattern = std::move(runs);
+}
+
+/// Granite 4.0 H's Mamba-2 mixer (GraniteMoeHybridConfig, GraniteMoeHybridMambaLayer): d_inner =
+/// mamba_expand x hidden, split into mamba_n_heads heads of mamba_d_head ("auto": d_inner / heads);
+/// B and C in mamba_n_groups groups of mamba_d_state; the scan in chunks of mamba_chunk_size. Only
+/// mamba_ssm's kernels are modelled (transformers runs them when mamba_ssm and causal_conv1d are
+/// installed and the model is on a GPU).
+void granite_mamba2(const JsonReader& in, Architecture& m) {
+    StateSpace& x = m.ssm;
+    x.d_inner = in.positive_or("mamba_expand", 2) * m.hidden;
+    x.heads = in.positive_or("mamba_n_heads", 128);
+    if (x.d_inner % x.heads != 0)
+        in.fail("mamba_n_heads (" + std::to_string(x.heads) + ") must divide mamba_expand x " +
+                "hidden_size (" + std::to_string(x.d_inner) + ")");
+    const bool auto_head = in.is_text("mamba_d_head") && in.text_or("mamba_d_head", "") == "auto";
+    if (in.is_text("mamba_d_head") && !auto_head)
+        in.fail("mamba_d_head must be a positive integer or \"auto\"");
+    const std::uint64_t head =
+        !in.has("mamba_d_head") || auto_head ? x.d_inner / x.heads : in.positive("mamba_d_head");
+    if (head * x.heads != x.d_inner)
+        in.fail("mamba_d_head (" + std::to_string(head) + ") x mamba_n_heads (" +
+                std::to_string(x.heads) + ") must be mamba_expand x hidden_size (" +
+                std::to_string(x.d_inner) + ")");
+    x.groups = in.positive_or("mamba_n_groups", 1);
+    x.d_state = in.positive_or("mamba_d_state", 256);
+    x.d_conv = in.positive_or("mamba_d_conv", 4);
+    x.chunk = in.positive_or("mamba_chunk_size", 256);
+    x.conv_bias = in.flag_or("mamba_conv_bias", true);
+    x.proj_bias = in.flag_or("mamba_proj_bias", false);
+    x.dt_rank = 0, x.inner_norms = false, x.kernels = true;
+}
+
+/// Granite 4.0 H (modeling_granitemoehybrid.py): RMSNorms before the mixer and the MLP; the mixer
+/// per layer_types entry ("mamba": Mamba-2, "attention": GQA with attention_bias on q, k, v and
+/// o; default every layer Mamba-2), rotary only where position_embedding_type is "rope"; after
+/// it num_local_experts experts of intermediate_size (a bias-free router, a softmax over the top
+/// num_experts_per_tok logits in fp32) beside a shared gated MLP of shared_intermediate_size, or
+/// that shared MLP alone when num_local_experts is 0. embedding_multiplier, attention_multiplier,
+/// residual_multiplier and logits_scaling scale activations and hold no parameters.
+void granitemoehybrid(const JsonReader& in, Architecture& m) {
+    m.hidden = in.positive("hidden_size");
+    m.layers = in.positive("num_hidden_layers");
+    m.heads = in.positive("num_attention_heads");
+    m.kv_heads = in.positive_or("num_key_value_heads", 0);
+    m.head_dim = in.positive_or("head_dim", 0);
+    m.vocab = in.positive_or("vocab_size", 32000);
+    m.max_positions = in.positive_or("max_position_embeddings", 2048);
+    m.mlp = Mlp::gated, m.norm = Norm::rmsnorm;
+    m.activation = activation_named(in, "hidden_act", in.text_or("hidden_act", "silu"));
+    m.tied_embeddings = in.flag_or("tie_word_embeddings", false);
+    m.attention_dropout = in.probability_or("attention_dropout", 0);
+    m.bias = in.flag_or("attention_bias", false) ? Bias::attention : Bias::none;
+    const std::string position = in.text_or("position_embedding_type", "nope");
+    if (position != "rope" && position != "nope")
+        in.fail("position_embedding_type '" + position +
+                "' is not one memcalc models (rope, nope)");
+    m.position = position == "rope" ? Position::rotary : Position::none;
+    const std::uint64_t experts = in.count_if_given("num_local_experts").value_or(8);
+    const std::uint64_t shared = in.positive_or("shared_intermediate_size", 1024);
+    if (experts > 0) {
+        m.experts = experts, m.experts_per_token = in.positive_or("num_experts_per_tok", 2);
+        m.ffn = in.positive_or("intermediate_size", 11008), m.shared_ffn = shared;
+        m.renormalize_topk = true;  // the softmax over the top-k logits alone
+    } else {
+        m.ffn = shared;  // the shared MLP is the layer's whole MLP
+    }
+    granite_mamba2(in, m);
+    if (m.layers > max_layers) return;  // validate() names it
+    std::vector<Mixer> per_layer(m.layers, Mixer::mamba2);
+    if (const auto types = in.texts_if_given("layer_types")) {
+        if (types->size() != m.layers)
+            in.fail("layer_types has " + std::to_string(types->size()) +
+                    " entries; num_hidden_layers is " + std::to_string(m.layers));
+        for (std::size_t i = 0; i < types->size(); ++i) {
+            if ((*types)[i] != "mamba" && (*types)[i] != "attention")
+                in.fail("layer_types entry '" + (*types)[i] + "' is not mamba or attention");
+            per_layer[i] = (*types)[i] == "mamba" ? Mixer::mamba2 : Mixer::attention;
+        }
+    }
+    mixer_kinds(m, per_layer);
+}
+
 void phi3(const JsonReader& in, Architecture& m) {
     llama_like(in, m,
                false);  // fused qkv_proj and gate_up_proj hold the same parameters as separate ones
@@ -623,6 +728,7 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"olmo2", olmo2},
     {"gpt_oss", gpt_oss},
     {"jamba", jamba},
+    {"granitemoehybrid", granitemoehybrid},
     {"RefinedWebModel", falcon},
     {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
@@ -679,6 +785,14 @@ std::vector<std::string> import_notes(const std::string& type, const JsonReader&
                 : "its Mamba layers run transformers' slow path (use_mamba_kernels false), which "
                   "keeps every step's state: s b d_inner d_state fp32 values several times a "
                   "layer");
+    if (type == "granitemoehybrid" && m.any_mixer(Mixer::mamba2))
+        notes.push_back(
+            "its Mamba-2 layers' saved tensors are mamba_ssm's mamba_split_conv1d_scan_combined's "
+            "(transformers trains with it when mamba_ssm and causal_conv1d are installed), read "
+            "from its code and not measured; without them transformers runs torch_forward, which "
+            "is not modelled; its router takes the softmax of the top-k logits, counted as a "
+            "renormalised top-k softmax; logits_scaling divides the logits into a second tensor "
+            "of their size, not counted");
     if (type == "llama4" || type == "llama4_text")
         notes.push_back(
             "its MoE layers are counted as transformers' Llama4TextMoe trains them, every expert "

@@ -74,7 +74,10 @@ const std::vector<std::string> architecture_keys = {"hidden",
                                                     "mamba_conv_bias",
                                                     "mamba_proj_bias",
                                                     "mamba_inner_norms",
-                                                    "mamba_kernels"};
+                                                    "mamba_kernels",
+                                                    "mamba_heads",
+                                                    "mamba_groups",
+                                                    "mamba_chunk"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source",
                                                 "published_parameters"};
 const std::vector<std::string> kind_keys = {"name",
@@ -96,8 +99,8 @@ const std::map<std::string, QkNorm> qk_norm_choices = {{"none", QkNorm::none},
                                                        {"per_head", QkNorm::per_head},
                                                        {"whole", QkNorm::whole},
                                                        {"l2", QkNorm::l2}};
-const std::map<std::string, Mixer> mixer_choices = {{"attention", Mixer::attention},
-                                                    {"mamba", Mixer::mamba}};
+const std::map<std::string, Mixer> mixer_choices = {
+    {"attention", Mixer::attention}, {"mamba", Mixer::mamba}, {"mamba2", Mixer::mamba2}};
 
 std::map<std::string, RouterBias> router_bias_choices() {
     std::map<std::string, RouterBias> choices;
@@ -241,7 +244,8 @@ void read_mla_and_mamba(const JsonReader& in, Architecture& m) {
     m.mla = {in.count_if_given("q_lora_rank").value_or(0), in.positive_or("kv_lora_rank", 0),
              in.positive_or("qk_nope_head_dim", 0), in.positive_or("qk_rope_head_dim", 0),
              in.positive_or("v_head_dim", 0)};
-    // A Mamba-1 mixer (Jamba): its widths wherever some layer is one.
+    // A Mamba-1 mixer (Jamba) or a Mamba-2 one (Granite 4.0 H): its widths wherever some layer
+    // is one.
     m.mixer = in.choice_or("mixer", mixer_choices, Mixer::attention);
     m.ssm.d_inner = in.count_if_given("mamba_inner").value_or(0);
     m.ssm.d_state = in.count_if_given("mamba_state").value_or(0);
@@ -251,6 +255,9 @@ void read_mla_and_mamba(const JsonReader& in, Architecture& m) {
     m.ssm.proj_bias = in.flag_or("mamba_proj_bias", false);
     m.ssm.inner_norms = in.flag_or("mamba_inner_norms", false);
     m.ssm.kernels = in.flag_or("mamba_kernels", true);
+    m.ssm.heads = in.count_if_given("mamba_heads").value_or(0);
+    m.ssm.groups = in.count_if_given("mamba_groups").value_or(0);
+    m.ssm.chunk = in.count_if_given("mamba_chunk").value_or(0);
 }
 
 }  // namespace

@@ -102,6 +102,11 @@ void add_mla_and_mamba_json(json& out, const Architecture& m) {
                                   {"mamba_inner_norms", m.ssm.inner_norms},
                                   {"mamba_kernels", m.ssm.kernels}})
             out[key] = value;
+        if (m.ssm.heads > 0)  // Mamba-2's widths
+            for (auto [key, value] : {std::pair{"mamba_heads", m.ssm.heads},
+                                      {"mamba_groups", m.ssm.groups},
+                                      {"mamba_chunk", m.ssm.chunk}})
+                out[key] = value;
     }
 }
 

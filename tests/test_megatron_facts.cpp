@@ -79,9 +79,10 @@ TEST_CASE("a router on an fp32 copy of its input keeps that copy", "[megatron][a
     CHECK(layer_total(copied, 0, s, b) == layer_total(m, 0, s, b));
 }
 
-TEST_CASE("multi-token prediction's parameters: a layer of the last kind, two norms, eh_proj and a "
-          "final norm, on the head's side",
-          "[megatron][mtp][params]") {
+TEST_CASE(
+    "multi-token prediction's parameters: a layer of the last kind, two norms, eh_proj and a "
+    "final norm, on the head's side",
+    "[megatron][mtp][params]") {
     const Architecture m = GENERATE(small, wider);
     const std::uint64_t n = GENERATE(1, 2);
     Architecture with = m;
@@ -100,9 +101,10 @@ TEST_CASE("multi-token prediction's parameters: a layer of the last kind, two no
     CHECK(mtp.per_layer(1) == base.per_layer(1));  // the model's own layers are as they were
 }
 
-TEST_CASE("multi-token prediction's state sits on the last stage: its experts over expert "
-          "parallelism, an embedding copy where the first stage is another",
-          "[megatron][mtp][parallel]") {
+TEST_CASE(
+    "multi-token prediction's state sits on the last stage: its experts over expert "
+    "parallelism, an embedding copy where the first stage is another",
+    "[megatron][mtp][parallel]") {
     const Architecture m = GENERATE(small, wider);
     Architecture with = m;
     with.mtp_layers = 1;
@@ -121,9 +123,10 @@ TEST_CASE("multi-token prediction's state sits on the last stage: its experts ov
           dense + experts / 2 + embedding);
 }
 
-TEST_CASE("multi-token prediction saves, from the loss step to its backward, its inputs' rows, a "
-          "layer's and the head's again",
-          "[megatron][mtp][architecture]") {
+TEST_CASE(
+    "multi-token prediction saves, from the loss step to its backward, its inputs' rows, a "
+    "layer's and the head's again",
+    "[megatron][mtp][architecture]") {
     const Architecture m = GENERATE(small, wider);
     const std::uint64_t s = GENERATE(16, 100), b = GENERATE(1, 2), n = GENERATE(1, 2);
     const LossKernel loss = GENERATE(LossKernel::fp32, LossKernel::fused);
@@ -147,9 +150,9 @@ TEST_CASE("multi-token prediction saves, from the loss step to its backward, its
             .value();
     const std::uint64_t head = saved_bytes(head_saved(fused_norms, s, b, p, {}, loss)).value();
     const std::uint64_t logits = loss == LossKernel::fused ? 2 * sb * m.vocab : 0;
-    CHECK(saved_bytes(mtp.head.rows).value() ==
-          head + n * (inputs + layer + head + logits));
-    CHECK(saved_bytes(base.head.rows).value() == saved_bytes(head_saved(m, s, b, p, {}, loss)).value());
+    CHECK(saved_bytes(mtp.head.rows).value() == head + n * (inputs + layer + head + logits));
+    CHECK(saved_bytes(base.head.rows).value() ==
+          saved_bytes(head_saved(m, s, b, p, {}, loss)).value());
 }
 
 TEST_CASE("multi-token prediction's FLOPs: eh_proj, a layer of the last kind and the logits again",

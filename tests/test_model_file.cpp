@@ -159,7 +159,7 @@ std::string every_field(const cli::ModelFile& file) {
         << m.mla.qk_rope_head_dim << ' ' << m.mla.v_head_dim << "|mixer " << mixer_name(m.mixer)
         << ' ' << m.ssm.d_inner << ' ' << m.ssm.d_state << ' ' << m.ssm.d_conv << ' '
         << m.ssm.dt_rank << ' ' << m.ssm.conv_bias << m.ssm.proj_bias << m.ssm.inner_norms
-        << m.ssm.kernels;
+        << m.ssm.kernels << ' ' << m.ssm.heads << ' ' << m.ssm.groups << ' ' << m.ssm.chunk;
     const auto given = [&](const std::optional<std::uint64_t>& n) {
         return n ? std::to_string(*n) : std::string("-");
     };

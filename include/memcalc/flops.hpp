@@ -63,6 +63,33 @@ inline double mamba_mixer_flops(const Architecture& layer, double T, double h) {
             static_cast<double>(x.dt_rank));
 }
 
+/// A Mamba-2 mixer's matrices over `T` tokens of width `h` in sequences of `seq`: in_proj and
+/// out_proj, and the state-space duality's chunked products (Dao and Gu 2024, section 6;
+/// mamba_ssm's ssd_combined.py): per chunk of Q tokens, C B^T in each group (2 T Q G N), its masked
+/// product with x (2 T Q d_i), each chunk's state B^T x (2 T N d_i) and the states read out by C (2
+/// T N d_i). Q is the chunk or the sequence if shorter; every block counted whole, its causal half
+/// too (leaning high).
+inline double mamba2_mixer_flops(const Architecture& layer, double T, double h, double seq) {
+    const StateSpace& x = layer.ssm;
+    const double di = static_cast<double>(x.d_inner), N = static_cast<double>(x.d_state);
+    const double Q = std::min(static_cast<double>(x.chunk), seq);
+    const double groups = static_cast<double>(x.groups) * N;
+    return 2 * T * h * static_cast<double>(x.in_proj_width()) + 2 * T * di * h +
+           2 * T * Q * (di + groups) + 4 * T * N * di;
+}
+
+/// A layer's mixer's FLOPs over `T` tokens of sequences of `seq`: a Mamba mixer's, or attention's
+/// `projections` and `core`.
+inline double mixer_flops(const Architecture& layer, double T, double h, double seq,
+                          double projections, double core) {
+    switch (layer.mixer) {
+        case Mixer::mamba: return mamba_mixer_flops(layer, T, h);
+        case Mixer::mamba2: return mamba2_mixer_flops(layer, T, h, seq);
+        case Mixer::attention: break;
+    }
+    return projections + core;
+}
+
 }  // namespace detail
 
 /// Counts 2 m n k per (m x k) . (k x n) product; element-wise ops are left out. Each kind of layer
@@ -91,9 +118,9 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
     const auto add_layers = [&](const Architecture& layer, std::uint64_t count, std::size_t kind) {
         const double mlp = detail::mlp_flops(layer, T, h, mlp_matrices);
         // A Mamba mixer's matrices in place of attention's.
-        const double mixer = layer.mixer == Mixer::mamba ? detail::mamba_mixer_flops(layer, T, h)
-                                                         : projections + c.attention_core;
-        const double core = layer.mixer == Mixer::mamba ? 0 : c.attention_core;
+        const double mixer = detail::mixer_flops(layer, T, h, static_cast<double>(seq), projections,
+                                                 c.attention_core);
+        const double core = state_space(layer.mixer) ? 0 : c.attention_core;
         const double layer_forward = mixer + mlp;
         const double skipped =
             mode == Recompute::op && spared ? std::min((*spared)[kind], layer_forward) : 0;

@@ -182,16 +182,25 @@ struct LatentAttention {
 };
 
 /// What mixes tokens in a layer: attention, or a Mamba selective state-space mixer (Mamba-1, as
-/// transformers' JambaMambaMixer and MambaMixer hold it).
-enum class Mixer { attention, mamba };
-inline const char* mixer_name(Mixer x) { return x == Mixer::mamba ? "mamba" : "attention"; }
+/// transformers' JambaMambaMixer and MambaMixer hold it; Mamba-2, as its Mamba2Mixer and
+/// GraniteMoeHybridMambaLayer hold it).
+enum class Mixer { attention, mamba, mamba2 };
+inline const char* mixer_name(Mixer x) {
+    return x == Mixer::mamba ? "mamba" : x == Mixer::mamba2 ? "mamba2" : "attention";
+}
+/// Whether `x` is a state-space mixer: a state per sequence, no attention over the sequence.
+inline bool state_space(Mixer x) { return x != Mixer::attention; }
 
 /// A Mamba-1 mixer's widths (Gu and Dao 2023; transformers' modeling_jamba.py): in_proj makes x and
 /// the gate z (d_inner each), a depthwise causal conv1d of d_conv taps, x_proj makes dt (dt_rank),
 /// B and C (d_state each), dt_proj widens dt back to d_inner, A_log (d_inner x d_state) and D
 /// (d_inner). `kernels`: mamba_ssm's fused kernels (config use_mamba_kernels; causal_conv1d_fn and
 /// selective_scan_fn keep what they save), else transformers' slow path, which keeps every step's
-/// state.
+/// state. A Mamba-2 mixer (Dao and Gu 2024) has no x_proj or dt_proj (dt_rank 0): in_proj makes z
+/// and x (d_inner each), B and C (groups x d_state each) and dt (one per head); the convolution
+/// runs over x, B and C; A_log, D and dt's bias hold one value per head of d_inner / heads
+/// channels, and a gated RMSNorm of d_inner feeds out_proj. Only mamba_ssm's kernels are modelled
+/// for it.
 struct StateSpace {
     std::uint64_t d_inner = 0;  ///< 0: no Mamba layers
     std::uint64_t d_state = 0;  ///< N
@@ -202,8 +211,15 @@ struct StateSpace {
     bool inner_norms =
         false;  ///< Jamba's RMSNorms on dt, B and C (dt_layernorm, b_layernorm, c_layernorm)
     bool kernels = true;
+    std::uint64_t heads = 0;   ///< Mamba-2: its heads (mamba_n_heads); 0 under Mamba-1
+    std::uint64_t groups = 0;  ///< Mamba-2: B and C's groups (mamba_n_groups)
+    std::uint64_t chunk = 0;   ///< Mamba-2: the scan's chunk in tokens (mamba_chunk_size)
 
     bool enabled() const { return d_inner > 0; }
+    /// Mamba-2: the convolution's channels, x, B and C.
+    std::uint64_t conv_channels() const { return d_inner + 2 * groups * d_state; }
+    /// Mamba-2: in_proj's outputs, z, x, B, C and dt.
+    std::uint64_t in_proj_width() const { return d_inner + conv_channels() + heads; }
 };
 
 /// A kind of layer: what differs from the model's fields in some of its layers (DeepSeek's first
@@ -565,12 +581,29 @@ inline void validate_latent_attention(const Architecture& m) {
 /// A Mamba layer's widths: all given where a layer is one, none where none is.
 inline void validate_state_space(const Architecture& m) {
     const StateSpace& x = m.ssm;
-    if (m.mixer != Mixer::mamba) return;  // each kind's view is validated in turn
+    if (!state_space(m.mixer)) return;  // each kind's view is validated in turn
     detail::require_positive("mamba_inner", x.d_inner);
     detail::require_positive("mamba_state", x.d_state);
     detail::require_positive("mamba_conv", x.d_conv);
-    detail::require_positive("mamba_dt_rank", x.dt_rank);
-    if (m.mla.enabled()) throw error("mixer mamba with latent attention: a layer has one mixer");
+    if (m.mla.enabled())
+        throw error(std::string("mixer ") + mixer_name(m.mixer) +
+                    " with latent attention: a layer has one mixer");
+    if (m.mixer == Mixer::mamba) return detail::require_positive("mamba_dt_rank", x.dt_rank);
+    detail::require_positive("mamba_heads", x.heads);
+    detail::require_positive("mamba_groups", x.groups);
+    detail::require_positive("mamba_chunk", x.chunk);
+    const auto n = [](std::uint64_t v) { return std::to_string(v); };
+    if (x.d_inner % x.heads != 0)
+        throw error("mamba_heads (" + n(x.heads) + ") must divide mamba_inner (" + n(x.d_inner) +
+                    ")");
+    if (x.heads % x.groups != 0)
+        throw error("mamba_groups (" + n(x.groups) + ") must divide mamba_heads (" + n(x.heads) +
+                    ")");
+    if (!x.kernels)
+        throw error(
+            "mixer mamba2 without mamba_ssm's kernels (mamba_kernels false: transformers' "
+            "torch_forward) is not modelled; its Mamba-2 layers run mamba_ssm's "
+            "mamba_split_conv1d_scan_combined when mamba_ssm and causal_conv1d are installed");
 }
 
 // validate's pieces, in its order: the first field that fails names the error.

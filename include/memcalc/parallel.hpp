@@ -463,7 +463,7 @@ inline void validate_tensor_split(const Parallelism& p, const Architecture& m) {
         if (v.ffn % p.tp != 0) detail::require_divides("tp", p.tp, ("ffn" + kind).c_str(), v.ffn);
         if (v.shared_ffn % p.tp != 0)
             detail::require_divides("tp", p.tp, ("shared_ffn" + kind).c_str(), v.shared_ffn);
-        if (v.mixer == Mixer::mamba && v.ssm.d_inner % p.tp != 0)
+        if (state_space(v.mixer) && v.ssm.d_inner % p.tp != 0)
             detail::require_divides("tp", p.tp, ("mamba_inner" + kind).c_str(), v.ssm.d_inner);
         if (p.ep > 1 && v.is_moe() && v.experts % p.ep != 0)
             detail::require_divides("ep", p.ep, ("experts" + kind).c_str(), v.experts);

@@ -272,6 +272,32 @@ struct ParameterRows {
         if (x.proj_bias) bias(Linear::mamba_out, Part::attention, "h", {h});
     }
 
+    /// A Mamba-2 mixer, as transformers' GraniteMoeHybridMambaLayer (and Mamba2Mixer) hold it
+    /// (d_i: d_inner, N: d_state, G: groups, H: heads, K: d_conv), in the attention part: in_proj
+    /// makes z, x, B, C and dt; the depthwise convolution runs over x, B and C; dt_bias, A_log
+    /// and D hold one value a head; the gated RMSNorm's weight is d_i wide. Split like
+    /// Megatron-LM's Mamba mixer (its groups and heads across tensor-parallel ranks), so every
+    /// tensor here by its channels.
+    void mamba2() {
+        const StateSpace& x = m.ssm;
+        const std::uint64_t di = x.d_inner, H = x.heads, conv = x.conv_channels();
+        weight(Linear::mamba_in, Part::attention, "h x (2d_i+2GN+H)", {h, x.in_proj_width()},
+               split);
+        if (x.proj_bias)
+            bias(Linear::mamba_in, Part::attention, "2d_i+2GN+H", {x.in_proj_width()}, split);
+        add(Part::attention, Group::layer, "conv1d.weight", "(d_i+2GN) x 1 x K",
+            {conv, 1, x.d_conv}, split);
+        if (x.conv_bias)
+            add(Part::attention, Group::layer, "conv1d.bias", "d_i+2GN", {conv}, split, false,
+                Linear::none, ParamRole::bias);
+        add(Part::attention, Group::layer, "dt_bias", "H", {H}, split);
+        add(Part::attention, Group::layer, "A_log", "H", {H}, split);
+        add(Part::attention, Group::layer, "D", "H", {H}, split);
+        add(Part::norms, Group::layer, "norm.weight", "d_i", {di}, split);  // the gated RMSNorm
+        weight(Linear::mamba_out, Part::attention, "d_i x h", {di, h}, split);
+        if (x.proj_bias) bias(Linear::mamba_out, Part::attention, "h", {h});
+    }
+
     /// Attention: a query heads, k key/value heads of width d.
     void attention() {
         weight(Linear::q, Part::attention, "h x a*d", {h, q}, split);
@@ -303,11 +329,13 @@ struct ParameterRows {
                          : NormNames{"attention_norm.weight", "attention_norm.bias"});
         if (view.mixer == Mixer::mamba)
             mamba();
+        else if (view.mixer == Mixer::mamba2)
+            mamba2();
         else if (m.mla.enabled())
             latent_attention();
         else
             attention();
-        if ((m.bias == Bias::attention || m.bias == Bias::all) && view.mixer != Mixer::mamba)
+        if ((m.bias == Bias::attention || m.bias == Bias::all) && !state_space(view.mixer))
             bias(Linear::o, Part::attention, "h", {h});
         if (m.norms_after_branches())
             add_norm(Part::norms, Group::layer,

@@ -231,7 +231,7 @@ inline double attention_layers(const Architecture& m) {
     for (std::size_t k = 0; k < m.kind_count(); ++k) {
         const LayerKind* kind = k < m.layer_kinds.size() ? &m.layer_kinds[k] : nullptr;
         const Mixer mixer = kind && kind->mixer ? *kind->mixer : m.mixer;
-        if (mixer != Mixer::mamba) n += static_cast<double>(m.layers_of_kind(k));
+        if (!state_space(mixer)) n += static_cast<double>(m.layers_of_kind(k));
     }
     return n;
 }
@@ -509,7 +509,7 @@ void for_each_degrees(const Architecture& m, const PlanRequest& request, Visit&&
     std::uint64_t split_widths = std::gcd(m.heads, m.key_value_heads()), experts = 0;
     m.every_kind([&](const Architecture& v) {
         split_widths = std::gcd(split_widths, std::gcd(v.ffn, v.shared_ffn));
-        if (v.mixer == Mixer::mamba) split_widths = std::gcd(split_widths, v.ssm.d_inner);
+        if (state_space(v.mixer)) split_widths = std::gcd(split_widths, v.ssm.d_inner);
         if (v.is_moe()) experts = std::gcd(experts, v.experts);
         return true;
     });

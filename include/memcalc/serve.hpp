@@ -154,18 +154,21 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
     if (m.heads % s.tp != 0)
         throw error("tp (" + std::to_string(s.tp) + ") must divide the " + std::to_string(m.heads) +
                     " query heads");
-    if (m.any_mixer(Mixer::mamba) && m.ssm.d_inner % s.tp != 0)
+    const auto mamba = [](const Architecture& a) {
+        return a.any_mixer(Mixer::mamba) || a.any_mixer(Mixer::mamba2);
+    };
+    if (mamba(m) && m.ssm.d_inner % s.tp != 0)
         throw error("tp (" + std::to_string(s.tp) + ") must divide the Mamba layers' " +
                     std::to_string(m.ssm.d_inner) + " inner channels");
     if (bytes_per_element(s.kv_dtype) == 0)
         throw error(std::string("kv dtype ") + dtype_name(s.kv_dtype) + " is not a cache dtype");
-    if (s.max_loras > 0 && (m.any_moe() || m.any_mixer(Mixer::mamba)))
+    if (s.max_loras > 0 && (m.any_moe() || mamba(m)))
         throw error("LoRA adapters are modelled on dense attention and MLP layers: " + m.name +
                     " has " + (m.any_moe() ? "experts" : "Mamba layers"));
     if (s.max_loras > 0) detail::require_positive("max lora rank", s.max_lora_rank);
     if (!s.draft) return;
     // vLLM's SpeculativeConfig refuses a draft of another vocabulary (out-of-bounds token ids).
-    if (s.draft->any_mixer(Mixer::mamba))
+    if (mamba(*s.draft))
         throw error("a draft with Mamba layers (" + s.draft->name + ") is not modelled");
     if (s.draft->vocab != m.vocab)
         throw error("the draft's vocabulary (" + std::to_string(s.draft->vocab) +
@@ -273,12 +276,16 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
         const std::uint64_t layers = m.layers_of_kind(k);
         if (layers == 0) continue;
         const Architecture v = m.kind_view(k);
-        if (v.mixer == Mixer::mamba) {  // no cache: a state per sequence (transformers'
-                                        // conv_states, ssm_states)
+        if (state_space(v.mixer)) {  // no cache: a state per sequence (transformers'
+                                     // conv_states, ssm_states)
             const std::uint64_t channels = v.ssm.d_inner / tp;
+            // Mamba-2's convolution also runs over B and C (its conv_states' conv_dim).
+            const std::uint64_t conv = v.mixer == Mixer::mamba2
+                                           ? channels + 2 * v.ssm.groups * v.ssm.d_state / tp
+                                           : channels;
             r.state_layers += layers;
-            const Count per_layer =
-                Count(channels) * (v.ssm.d_conv * dtype::bf16 + v.ssm.d_state * dtype::fp32);
+            const Count per_layer = Count(conv) * v.ssm.d_conv * dtype::bf16 +
+                                    Count(channels) * v.ssm.d_state * dtype::fp32;
             r.state_bytes_per_sequence += Count(layers) * per_layer;
             r.cache_tensors.push_back({Count(s.batch) * per_layer, layers});
             continue;
@@ -328,6 +335,12 @@ inline std::vector<TensorRun> forward_temporaries(const Architecture& m, std::ui
     // as the larger.
     if (m.any_mixer(Mixer::mamba))
         mlp = std::max(mlp, Count(N) * (6 * (m.ssm.d_inner / tp)) * dtype::bf16);
+    // Mamba-2's: in_proj's output, the convolution's, the scan's and the gated norm's.
+    if (m.any_mixer(Mixer::mamba2)) {
+        const StateSpace& x = m.ssm;
+        const std::uint64_t wide = x.in_proj_width() + x.conv_channels() + 2 * x.d_inner;
+        mlp = std::max(mlp, Count(N) * (wide / tp) * dtype::bf16);
+    }
     const Count stream = Count(N) * m.hidden * dtype::bf16;
     const Count logits = Count(rows) * ceil_div(Count(m.vocab), tp).value();
     return {{stream, 2},

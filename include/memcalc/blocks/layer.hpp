@@ -7,6 +7,7 @@
 
 #include "memcalc/blocks/attention.hpp"
 #include "memcalc/blocks/mamba.hpp"
+#include "memcalc/blocks/mamba2.hpp"
 #include "memcalc/blocks/moe.hpp"
 #include "memcalc/blocks/norm.hpp"
 
@@ -41,6 +42,11 @@ inline const MixerBlock& mixer_block(Mixer mixer) {
          [](const Architecture& m) { return m.ssm.d_inner; },
          [](TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t micro_batch,
             Attention) { mamba_rows(t, m, z, micro_batch); }},
+        {Mixer::mamba2, Linear::mamba_out, Linear::mamba_out,
+         [](const Architecture& m) { return m.ssm.proj_bias; },
+         [](const Architecture& m) { return m.ssm.d_inner; },
+         [](TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t micro_batch,
+            Attention) { mamba2_rows(t, m, z, micro_batch); }},
     };
     for (const MixerBlock& row : rows)
         if (row.mixer == mixer) return row;
