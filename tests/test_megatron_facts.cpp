@@ -185,7 +185,8 @@ TEST_CASE("multi-token prediction needs the architecture model and fewer modules
 
 TEST_CASE("the option --mtp-layers and the model-file key mtp_layers: one figure, bad values named",
           "[megatron][mtp][cli]") {
-    const std::string file = "validation/published/models/megatron-moe-proxy-1024.json";
+    const std::string file = std::string(MEMCALC_SOURCE_DIR) +
+                             "/validation/published/models/megatron-moe-proxy-1024.json";
     const std::string run = " --seq 1024 --activations architecture --format json";
     const auto from_file = testing::memcalc("--model-file " + file + run);
     const auto off = testing::memcalc("--model-file " + file + run + " --mtp-layers 0");
