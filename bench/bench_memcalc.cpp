@@ -89,6 +89,23 @@ void plan_405b_on_1024_gpus(benchmark::State& state) {
 }
 BENCHMARK(plan_405b_on_1024_gpus)->Unit(benchmark::kMillisecond);
 
+/// The search: Llama 3.1 405B on 16,384 H100s, ranked by step time (no device check).
+void plan_405b_on_16384_h100s(benchmark::State& state) {
+    PlanRequest request;
+    request.gpus = 16384, request.capacity = 85520000000ULL, request.base.seq = 8192,
+    request.global_batch = 2048, request.offload = {OffloadMode{}};
+    request.gpu = *find_gpu("h100-sxm");
+    const Architecture m = llama_405b();
+    std::size_t layouts = 0;
+    for (auto _ : state) {
+        const PlanSummary result = plan_top(m, request, 3);
+        layouts += result.evaluated;
+        benchmark::DoNotOptimize(result.top.data());
+    }
+    state.SetItemsProcessed(static_cast<std::int64_t>(layouts));
+}
+BENCHMARK(plan_405b_on_16384_h100s)->Unit(benchmark::kMillisecond);
+
 /// A training step's shape for the allocator: each of 2,000 layers allocates 25 tensors of mixed
 /// sizes (0.5 KiB to 40 MiB) in the forward pass, half freed at once, the rest freed in reverse
 /// in the backward pass: 100,000 events.

@@ -14,6 +14,16 @@ using Align = TextTable::Align;
 
 std::size_t fitting(const PlanView& v) { return v.result.fitting; }
 
+/// The layouts whose fit was never weighed: their time, waste and communication ranked them below
+/// the best kept before their peak was needed.
+std::string ranked_out_text(const PlanView& v) {
+    if (v.result.ranked_out == 0) return "";
+    return fmt::format(
+        " of the {} whose peak was weighed ({} ranked below the best by their step, "
+        "waste and communication alone)",
+        v.result.evaluated - v.result.ranked_out, v.result.ranked_out);
+}
+
 std::size_t shown(const PlanView& v) { return v.result.top.size(); }
 
 /// Bytes sent per device, a floating-point estimate that can pass what 64 bits count.
@@ -160,8 +170,8 @@ std::string plan_table(const PlanView& v, Unit unit) {
                 ? fmt::format("The fewest devices, in whole nodes of {}, on which a layout fits.\n",
                               *v.fewest_step)
                 : "The fewest devices, any count, on which a layout fits.\n";
-    out += fmt::format("{} layouts evaluated in {:.3f} s; {} fit. {}", v.result.evaluated,
-                       v.seconds, fitting(v), ranking_text(v)) +
+    out += fmt::format("{} layouts evaluated in {:.3f} s; {} fit{}. {}", v.result.evaluated,
+                       v.seconds, fitting(v), ranked_out_text(v), ranking_text(v)) +
            host_text(v, unit) + stopped_text(v);
     if (v.result.evaluated == 0)
         return out + fmt::format(
@@ -282,6 +292,7 @@ nlohmann::json plan_json(const PlanView& v) {
         {"coverage", v.result.coverage()},
         {"time_limit_seconds", v.request.time_limit ? json(*v.request.time_limit) : json(nullptr)},
         {"fitting", fitting(v)},
+        {"ranked_out", v.result.ranked_out},
         {"refused", refused},
         {"ranking",
          "step_seconds (null last), then waste (recompute_fraction + bubble), then "

@@ -193,8 +193,12 @@ TEST_CASE("plan_top keeps the best k fitting layouts in plan's order, and counts
     for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{7}, fitting, fitting + 5}) {
         const PlanSummary top = plan_top(m, request, k);
         CAPTURE(k);
-        CHECK(top.evaluated == all.size());
-        CHECK(top.fitting == fitting);
+        // Once it keeps k, a layout ranked below the k-th by its fields before the peak is not
+        // weighed (nor a partial row it could lead to); keeping them all, every one is.
+        const bool keeps_all = k == 0 || k >= fitting;
+        CHECK((top.ranked_out > 0) == !keeps_all);
+        CHECK((keeps_all ? top.evaluated == all.size() : top.evaluated <= all.size()));
+        CHECK((keeps_all ? top.fitting == fitting : top.fitting < fitting));
         REQUIRE(top.top.size() == std::min(k, fitting));
         for (std::size_t i = 0; i < top.top.size(); ++i) {
             CHECK(plan_key(top.top[i]) == plan_key(all[i]));
@@ -202,6 +206,37 @@ TEST_CASE("plan_top keeps the best k fitting layouts in plan's order, and counts
         }
     }
 }
+
+namespace {
+/// Everything a row's layout is, for comparing two searches' rows.
+auto whole_layout(const PlanRow& r) {
+    const Parallelism& p = r.parallel;
+    return std::tuple{layout_text_key(r),
+                      p.ep,
+                      p.etp,
+                      static_cast<int>(p.schedule),
+                      p.recompute_layers,
+                      p.offload_activations,
+                      p.first_stage_layers,
+                      p.last_stage_layers};
+}
+
+/// plan_top(k) against the first k fitting rows of plan(), which weighs every layout's peak.
+void check_top_matches_plan(const Architecture& m, const PlanRequest& request, std::size_t k) {
+    const auto all = plan(m, request);
+    const PlanSummary top = plan_top(m, request, k);
+    std::vector<PlanRow> best;
+    for (const PlanRow& r : all)
+        if (r.fits && best.size() < k) best.push_back(r);
+    CAPTURE(m.name, request.gpus, k, request.gpu.has_value(), all.size(), top.ranked_out);
+    REQUIRE(top.top.size() == best.size());
+    for (std::size_t i = 0; i < best.size(); ++i) {
+        CAPTURE(i);
+        CHECK(plan_key(top.top[i]) == plan_key(best[i]));
+        CHECK(whole_layout(top.top[i]) == whole_layout(best[i]));
+    }
+}
+}  // namespace
 
 namespace {
 /// A GPU of round figures, for hand-derived times: 100 TFLOP/s, 100 GB/s in a node of 8, 10 GB/s
@@ -216,6 +251,30 @@ Gpu round_gpu() {
     return g;
 }
 }  // namespace
+
+TEST_CASE("plan_top ranks layouts out before their peak without changing its answer",
+          "[plan][prune]") {
+    struct Model {
+        Architecture m;
+        std::uint64_t capacity;
+    };
+    const std::vector<Model> models{{small_llama_4kv(), 20000000000ULL},
+                                    {fixtures::mixtral(), 60000000000ULL},
+                                    {fixtures::dense_then_moe(), 300000000ULL}};
+    const std::vector<std::optional<Gpu>> gpus{std::nullopt, round_gpu(), *find_gpu("h100-sxm")};
+    const std::vector<std::vector<Schedule>> schedules{
+        {}, {Schedule::one_f_one_b, Schedule::zb_h1, Schedule::zb_v, Schedule::dualpipe}};
+    for (const Model& model : models)
+        for (const auto& gpu : gpus)
+            for (const auto& listed : schedules) {
+                PlanRequest request;
+                request.gpus = 16, request.capacity = model.capacity, request.base.seq = 1024,
+                request.global_batch = 32;
+                request.gpu = gpu, request.schedules = listed;
+                for (std::size_t k : {std::size_t{1}, std::size_t{5}})
+                    check_top_matches_plan(model.m, request, k);
+            }
+}
 
 TEST_CASE("step_time: each term against hand-derived values", "[plan][time]") {
     const Gpu g = round_gpu();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "memcalc/allocator.hpp"
@@ -90,11 +91,12 @@ inline std::vector<std::uint64_t> cut(std::uint64_t bytes, const PieceShape* sha
     return out;
 }
 
-/// The live tensors of each category, newest last, and the events that change them.
+/// The live tensors of each category, newest last, and the events that change them, each handed
+/// to `sink(event, step)` with the index of the step whose moment it leads to.
+template <class Sink>
 class SequenceWriter {
 public:
-    SequenceWriter(const StepPieces& pieces, AllocationSequence& out)
-        : pieces_(pieces), out_(out) {}
+    SequenceWriter(const StepPieces& pieces, Sink& sink) : pieces_(pieces), sink_(sink) {}
 
     /// From the live bytes now to `next`'s moment, in `order`.
     void step_to(const Breakdown& next, StepOrder order) {
@@ -141,13 +143,10 @@ private:
         held_[c] += bytes;
         emit(alloc_event(next_id_++, bytes, category_rules[c].stream));
     }
-    void emit(const AllocatorEvent& e) {
-        out_.events.push_back(e);
-        out_.step_of_event.push_back(step_);
-    }
+    void emit(const AllocatorEvent& e) { sink_(e, step_); }
 
     const StepPieces& pieces_;
-    AllocationSequence& out_;
+    Sink& sink_;
     std::array<std::vector<Piece>, category_rules.size()> live_;
     std::array<std::uint64_t, category_rules.size()> held_{};
     std::uint64_t next_id_ = 1;
@@ -180,17 +179,34 @@ inline std::vector<Step> replayed_steps(const std::vector<Step>& timeline,
 
 }  // namespace detail
 
-/// Two training steps (the first, and the steady state after it) of a rank whose `timeline` the
-/// estimate built, as allocations and frees in `order`.
+/// The steps a rank's two training steps (the first, and the steady state after it) replay from
+/// the `timeline` the estimate built.
+inline std::vector<Step> replayed_training_steps(const std::vector<Step>& timeline,
+                                                 std::uint64_t microbatches) {
+    return detail::replayed_steps(timeline, microbatches, 2, 2);
+}
+
+/// `steps` as allocations and frees in `order`, each handed to `sink(event, step index)` as it is
+/// made: none kept (a long pipeline's two training steps make hundreds of thousands).
+template <class Sink>
+void for_each_allocation_event(const std::vector<Step>& steps, const StepPieces& pieces,
+                               StepOrder order, Sink&& sink) {
+    detail::SequenceWriter<std::remove_reference_t<Sink>> writer(pieces, sink);
+    for (const Step& s : steps) writer.step_to(s.bytes, order);
+}
+
+/// Two training steps of a rank whose `timeline` the estimate built, as allocations and frees in
+/// `order`, kept.
 inline AllocationSequence allocation_sequence(const std::vector<Step>& timeline,
                                               const StepPieces& pieces, std::uint64_t microbatches,
                                               StepOrder order = StepOrder::frees_first) {
     AllocationSequence out;
-    const std::vector<Step> steps = detail::replayed_steps(timeline, microbatches, 2, 2);
-    out.events.reserve(steps.size() * 16);
-    detail::SequenceWriter writer(pieces, out);
-    for (const Step& s : steps) writer.step_to(s.bytes, order);
-    out.steps = steps;
+    out.steps = replayed_training_steps(timeline, microbatches);
+    for_each_allocation_event(out.steps, pieces, order,
+                              [&](const AllocatorEvent& e, std::size_t step) {
+                                  out.events.push_back(e);
+                                  out.step_of_event.push_back(step);
+                              });
     return out;
 }
 

@@ -60,13 +60,18 @@ inline Count layout_host(const Workload& w, const Parallelism& p) {
     return most;
 }
 
-inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
-    LayoutPeak best{0, peak_step(stage_inputs(w, p, stage_facts(w, p, 0)))};
+/// layout_peak with the first stage's facts already made (plan makes them for its traffic too).
+inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p, const StageFacts& first) {
+    LayoutPeak best{0, peak_step(stage_inputs(w, p, first))};
     other_candidate_stages(w, p, [&](std::uint64_t stage) {
         const Step s = peak_step(stage_inputs(w, p, stage_facts(w, p, stage)));
         if (s.bytes.total() > best.bytes()) best = {stage, s};
     });
     return best;
+}
+
+inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
+    return layout_peak(w, p, stage_facts(w, p, 0));
 }
 
 }  // namespace memcalc

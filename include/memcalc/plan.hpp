@@ -116,6 +116,9 @@ struct PlanRow {
     double bubble = 0;         ///< pipeline bubble, of the step (1F1B: (P - 1) / (vpp x M + P - 1))
     double communication = 0;  ///< bytes each device sends per step, to host memory too (estimate)
     std::optional<StepTime> time;  ///< the step's estimated time, when the GPU's figures give one
+    /// Its time, waste and communication rank it below the best a search keeps (RankCutoff):
+    /// its peak was not weighed, so `fits` says nothing.
+    bool ranked_out = false;
     double waste() const { return recompute_fraction + bubble; }
 };
 
@@ -129,6 +132,18 @@ inline PlanKey plan_key(const PlanRow& r) {
 }
 
 inline bool plan_order(const PlanRow& a, const PlanRow& b) { return plan_key(a) < plan_key(b); }
+
+/// The worst key among the best layouts a search keeps, once it keeps as many as it wants; none
+/// before. A layout ranked below it cannot enter, so its peak is not weighed.
+using RankCutoff = std::optional<PlanKey>;
+
+/// Whether `row`, its peak not yet weighed, ranks below `worst` whatever its peak turns out to be:
+/// its time, waste or communication (the key's fields before the peak) already put it there.
+inline bool ranks_below(const PlanRow& row, const PlanKey& worst) {
+    PlanKey key = plan_key(row);
+    std::get<3>(key) = 0;  // the lowest peak: below `worst` only on the fields before it
+    return key > worst;
+}
 
 /// What ZeRO-Offload and activation offload move over the host link (traffic's), and the host
 /// optimiser step's reads and writes.
@@ -167,32 +182,22 @@ inline double routed_slots_per_token(const Architecture& m, std::size_t kind) {
     return static_cast<double>(top == 0 ? 1 : top);
 }
 
-/// Bytes one device sends in a step, by ring collectives: data-parallel gradient all-reduce
-/// (ZeRO-3: also two weight all-gathers), tensor-parallel all-reduces (4 a layer a micro-batch),
-/// pipeline sends between stages, context-parallel key/value rings, expert all-to-alls (dispatch
-/// and combine, forward and backward: 4 a MoE layer a micro-batch); and what ZeRO-Offload moves
-/// over the host link: optimizer offload, the device's gradient shard down and the updated weight
-/// shard back each step; parameter offload, the gradient shard down and the weight shard up for
-/// each micro-batch's forward and its backward (the update stays on the host, where the weights
-/// live); activation offload, each micro-batch's kept activations down after each layer's forward
-/// and up for its backward, from the stage that offloads the most (leaning slow). Beside them, not
-/// sent: what the host's optimiser step reads and writes in host memory.
-inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts& f) {
+namespace detail {
+inline double ring_share(double n) { return n <= 1 ? 0.0 : (n - 1) / n; }
+}  // namespace detail
+
+/// traffic's bytes of stage 0's layers (`layers_on_stage`, `kinds` of each kind): all but the
+/// data-parallel reduction and offload, which need the stage's parameters (StageFacts).
+inline Traffic layer_traffic(const Workload& w, const Parallelism& p, std::uint64_t layers_on_stage,
+                             const KindCounts& kinds) {
     const double M = static_cast<double>(p.steps_per_batch());
-    const double params = static_cast<double>(f.parameters.value());
     const double d = static_cast<double>(w.recipe.activation_bytes());
     const double tokens = static_cast<double>(w.seq * w.micro_batch) / static_cast<double>(p.cp);
     const double stream =
         tokens * static_cast<double>(w.model.hidden) * d;  // one layer's output, one micro-batch
-    const auto ring = [](double n) { return n <= 1 ? 0.0 : (n - 1) / n; };
+    const auto ring = detail::ring_share;
     Traffic bytes;
-    // Context-parallel ranks hold the same weights: gradients reduce (and ZeRO-3 gathers) over
-    // dp x cp, as Megatron-LM's and torchtitan's data-parallel groups with context parallelism do.
-    const double dp = static_cast<double>(p.dp * p.cp);
-    bytes.data_parallel = 2 * ring(dp) * params * static_cast<double>(w.recipe.gradient_bytes());
-    if (p.zero >= 3)
-        bytes.data_parallel += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
-    const double layers = static_cast<double>(f.layers.layers);
+    const double layers = static_cast<double>(layers_on_stage);
     bytes.tensor_parallel = 4 * 2 * ring(static_cast<double>(p.tp)) * stream * layers * M;
     if (p.tp > 1) bytes.tensor_parallel_messages = 4 * layers * M;
     // Several chunks a micro-batch (interleaved, ZB-V) send it across every rank boundary once per
@@ -211,12 +216,35 @@ inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts
         bytes.context_parallel_messages = 2 * static_cast<double>(p.cp - 1) * layers * M;
     if (p.ep > 1)
         for (std::size_t k = 0; k < w.model.kind_count(); ++k) {
-            const double moe = static_cast<double>(f.kind_layers[k]) * M;
+            const double moe = static_cast<double>(kinds[k]) * M;
             const double slots = tokens * routed_slots_per_token(w.model, k);
             bytes.expert_parallel += 4 * ring(static_cast<double>(p.ep)) * slots *
                                      static_cast<double>(w.model.hidden) * d * moe;
             if (slots > 0) bytes.expert_parallel_messages += 4 * moe;
         }
+    return bytes;
+}
+
+/// Bytes one device sends in a step, by ring collectives: data-parallel gradient all-reduce
+/// (ZeRO-3: also two weight all-gathers), tensor-parallel all-reduces (4 a layer a micro-batch),
+/// pipeline sends between stages, context-parallel key/value rings, expert all-to-alls (dispatch
+/// and combine, forward and backward: 4 a MoE layer a micro-batch); and what ZeRO-Offload moves
+/// over the host link: optimizer offload, the device's gradient shard down and the updated weight
+/// shard back each step; parameter offload, the gradient shard down and the weight shard up for
+/// each micro-batch's forward and its backward (the update stays on the host, where the weights
+/// live); activation offload, each micro-batch's kept activations down after each layer's forward
+/// and up for its backward, from the stage that offloads the most (leaning slow). Beside them, not
+/// sent: what the host's optimiser step reads and writes in host memory.
+inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts& f) {
+    Traffic bytes = layer_traffic(w, p, f.layers.layers, f.kind_layers);
+    const double params = static_cast<double>(f.parameters.value());
+    const auto ring = detail::ring_share;
+    // Context-parallel ranks hold the same weights: gradients reduce (and ZeRO-3 gathers) over
+    // dp x cp, as Megatron-LM's and torchtitan's data-parallel groups with context parallelism do.
+    const double dp = static_cast<double>(p.dp * p.cp);
+    bytes.data_parallel = 2 * ring(dp) * params * static_cast<double>(w.recipe.gradient_bytes());
+    if (p.zero >= 3)
+        bytes.data_parallel += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
     add_offload_traffic(bytes, w, p, f);
     return bytes;
 }
@@ -236,35 +264,75 @@ inline double attention_layers(const Architecture& m) {
     return n;
 }
 
+/// A pipeline's ranks as their compute sees them: each distinct set of layers (by kind) a rank
+/// runs, whether it holds the head, and how many ranks run it. It depends on the pipeline alone
+/// (stage_mix_key), so a search makes it once for many layouts.
+struct StageMix {
+    struct Ranks {
+        KindCounts layers{};
+        bool head = false;
+        std::uint64_t count = 0;
+    };
+    std::vector<Ranks> ranks;
+    std::uint64_t first_layers = 0;  ///< stage 0's, every chunk (whose traffic plan weighs)
+    KindCounts first_kinds{};        ///< of each kind
+};
+
+inline StageMix stage_mix(std::uint64_t layers_in_model, const LayerPattern& pattern,
+                          const Parallelism& p) {
+    StageMix mix;
+    for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
+        StageLayers layers = rank_layers(p, layers_in_model, stage);
+        layers.with(pattern);
+        const StageMix::Ranks r{layers.counts(layers.layers), holds_head(p, stage), 1};
+        if (stage == 0) mix.first_layers = layers.layers, mix.first_kinds = r.layers;
+        const auto same = std::find_if(mix.ranks.begin(), mix.ranks.end(), [&](const auto& x) {
+            return x.layers == r.layers && x.head == r.head;
+        });
+        if (same == mix.ranks.end())
+            mix.ranks.push_back(r);
+        else
+            ++same->count;
+    }
+    return mix;
+}
+
+/// What stage_mix reads of a layout: its pipeline's stages, split, chunks and schedule.
+using StageMixKey = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, int>;
+inline StageMixKey stage_mix_key(const Parallelism& p) {
+    return {p.pp, p.vpp, p.first_stage_layers, p.last_stage_layers, static_cast<int>(p.schedule)};
+}
+
 /// The busiest pipeline rank's compute over the mean rank's, under `cost` (one micro-batch's
 /// FLOPs): each rank's layers weighed by their kind's forward (recomputation in the model's mix),
 /// and the head's logits on the rank that holds it.
-inline double slowest_stage_share(const Workload& w, const Parallelism& p,
+inline double slowest_stage_share(const StageMix& mix, const Architecture& m,
                                   const ComputeCost& cost) {
     const double forwards = cost.step / 3 - cost.head_forward;  // every layer's, once
-    if (p.pp == 1 || forwards <= 0) return 1;
+    if (mix.ranks.size() < 2 || forwards <= 0) return 1;        // every rank alike
     const double passes = 3 + cost.recompute / forwards;  // a layer's forward and backward, rerun
-    double most = 0, total = 0;
-    for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
-        const StageLayers layers = stage_layers(w, p, stage);
-        const KindCounts n = layers.counts(layers.layers);
-        double work = holds_head(p, stage) ? 3 * cost.head_forward : 0;
-        for (std::size_t k = 0; k < w.model.kind_count(); ++k)
-            work += static_cast<double>(n[k]) * cost.kind_forward[k] * passes;
-        most = std::max(most, work), total += work;
+    double most = 0, total = 0, ranks = 0;
+    for (const StageMix::Ranks& r : mix.ranks) {
+        double work = r.head ? 3 * cost.head_forward : 0;
+        for (std::size_t k = 0; k < m.kind_count(); ++k)
+            work += static_cast<double>(r.layers[k]) * cost.kind_forward[k] * passes;
+        const double count = static_cast<double>(r.count);
+        most = std::max(most, work), total += work * count, ranks += count;
     }
-    return most * static_cast<double>(p.pp) / total;
+    return most * ranks / total;
 }
 
-/// What one device of layout `p` computes in a step of `cost` (one micro-batch's FLOPs) per
-/// micro-batch: the step's FLOPs and the attention's part of them (the recomputation taken to rerun
-/// the same mix), the weights its matrix products read (each layer's: forward, input gradient,
-/// weight gradient, a recomputed forward) and the bytes its element-wise work moves (stage 0's).
-inline DeviceWork device_work(const Workload& w, const Parallelism& p, const StageFacts& f,
-                              const ComputeCost& cost, const PlanRequest& request,
-                              double forward_share) {
+inline double slowest_stage_share(const Workload& w, const Parallelism& p,
+                                  const ComputeCost& cost) {
+    return slowest_stage_share(stage_mix(w.model.layers, w.parameters->pattern, p), w.model, cost);
+}
+
+/// What one device of layout `p` (its stages running `mix`) computes in a step of `cost` (one
+/// micro-batch's FLOPs): the step's FLOPs and the attention's part of them (the recomputation taken
+/// to rerun the same mix), at the busiest stage's pace. No bytes: device_work adds those.
+inline DeviceWork device_flops(const Workload& w, const StageMix& mix, const ComputeCost& cost,
+                               const PlanRequest& request, double forward_share) {
     const double microbatches = static_cast<double>(request.global_batch / w.micro_batch);
-    const double M = static_cast<double>(p.steps_per_batch());
     DeviceWork work;
     work.flops = (cost.step + cost.recompute) * microbatches;
     work.attention_flops =
@@ -272,6 +340,20 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
                       : 0;
     // A fused kernel skips a causal mask's masked half; eager attention computes every score.
     work.attention_computed = w.framework.attention == Attention::flash ? 0.5 : 1;
+    work.forward_share = forward_share;
+    work.slowest_stage_share = slowest_stage_share(mix, w.model, cost);
+    return work;
+}
+
+/// What one device of layout `p` computes in a step of `cost` (one micro-batch's FLOPs) per
+/// micro-batch: the step's FLOPs and the attention's part of them (the recomputation taken to rerun
+/// the same mix), the weights its matrix products read (each layer's: forward, input gradient,
+/// weight gradient, a recomputed forward) and the bytes its element-wise work moves (stage 0's).
+inline DeviceWork device_work(const Workload& w, const Parallelism& p, const StageFacts& f,
+                              const StageMix& mix, const ComputeCost& cost,
+                              const PlanRequest& request, double forward_share) {
+    const double M = static_cast<double>(p.steps_per_batch());
+    DeviceWork work = device_flops(w, mix, cost, request, forward_share);
     const double passes = (3 + cost.recompute_fraction() * 3) * M;
     for (std::size_t k = 0; k < w.model.kind_count(); ++k) {
         const double layers = static_cast<double>(f.kind_layers[k]);
@@ -282,15 +364,13 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
         work.elementwise_bytes +=
             elementwise_passes * static_cast<double>(kept.value()) * layers * M;
     }
-    work.forward_share = forward_share;
-    work.slowest_stage_share = slowest_stage_share(w, p, cost);
     return work;
 }
 
-/// A row's peak, fit, traffic and time under `w` and `cost` (one micro-batch's FLOPs) on
-/// row.parallel.
-inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost,
-                    const PlanRequest& request) {
+/// A row's traffic and time, then (unless they rank it below `cutoff`) its peak and fit, under
+/// `w` and `cost` (one micro-batch's FLOPs) on row.parallel, whose stages run `mix`.
+inline void measure(PlanRow& row, const Workload& w, const StageMix& mix, const ComputeCost& cost,
+                    const PlanRequest& request, const RankCutoff& cutoff = std::nullopt) {
     const Parallelism& p = row.parallel;
     if (!recompute_modelled(row.recompute, p)) return;  // no peak to trust: it does not fit
     row.recompute_fraction = cost.recompute_fraction();
@@ -298,21 +378,36 @@ inline void measure(PlanRow& row, const Workload& w, const ComputeCost& cost,
     const double forward_share = cost.step / 3 / (cost.step + cost.recompute);
     const double idle = bubble_share(p, forward_share);
     row.bubble = idle / (1 + idle);
+    if (cutoff && request.gpu) {
+        const auto floor =
+            step_time_floor(*request.gpu, p, device_flops(w, mix, cost, request, forward_share),
+                            layer_traffic(w, p, mix.first_layers, mix.first_kinds), idle);
+        if (floor && *floor > std::get<0>(*cutoff)) {
+            row.ranked_out = true;  // its FLOPs and layers' messages take longer than the kept
+            return;
+        }
+    }
     try {
-        row.peak = layout_peak(w, p);
+        const StageFacts first = stage_facts(w, p, 0);
+        const Traffic bytes = traffic(w, p, first);
+        row.communication = bytes.total();
+        if (request.gpu)
+            row.time =
+                step_time(*request.gpu, p,
+                          device_work(w, p, first, mix, cost, request, forward_share), bytes);
+        if (cutoff && ranks_below(row, *cutoff)) {
+            row.ranked_out = true;
+            return;
+        }
+        row.peak = layout_peak(w, p, first);
         row.host = p.offloads() ? layout_host(w, p) : Count(0);
         if (request.device)
             row.beside = device_rows_high(request.base.framework, p, request.device->gpu);
         row.fits = row.peak.bytes() + row.beside <= request.capacity &&
                    (!request.host_capacity || row.host <= *request.host_capacity);
-        const StageFacts first = stage_facts(w, p, 0);
-        const Traffic bytes = traffic(w, p, first);
-        row.communication = bytes.total();
-        if (request.gpu)
-            row.time = step_time(*request.gpu, p,
-                                 device_work(w, p, first, cost, request, forward_share), bytes);
     } catch (const overflow_error&) {
         row.fits = false;  // its bytes do not fit in 64 bits, let alone a device
+        row.communication = 0, row.time.reset();  // nor are they sent: ranked with no time
     }
 }
 
@@ -326,10 +421,12 @@ inline ComputeCost partial_cost(const Architecture& m, const Workload& w, const 
 }
 
 /// The fewest layers per chunk whose full recomputation fits, where all of them (`full`, fitting)
-/// do, as a row of its own; none when it takes every layer. The peak falls as N grows: a binary
-/// search.
+/// do, as a row of its own (ranked out below `cutoff` as any row); none when it takes every layer.
+/// The peak falls as N grows: a binary search.
 inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Workload& w,
-                                                const PlanRow& full, const PlanRequest& request) {
+                                                const StageMix& mix, const PlanRow& full,
+                                                const PlanRequest& request,
+                                                const RankCutoff& cutoff = std::nullopt) {
     PlanRow row = full;
     const Parallelism& p = row.parallel;
     const std::uint64_t most = largest_chunk(p, m.layers);
@@ -362,7 +459,7 @@ inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Wor
     }
     row.parallel.recompute_layers = hi;
     row.time.reset();
-    measure(row, w, partial_cost(m, w, row.parallel, request), request);
+    measure(row, w, mix, partial_cost(m, w, row.parallel, request), request, cutoff);
     return row;
 }
 
@@ -590,6 +687,7 @@ public:
         } catch (const overflow_error&) {}
         return workloads_.emplace(std::make_pair(b, mode), std::move(built)).first->second;
     }
+    const LayerPattern& pattern() const { return params_->pattern; }
 
 private:
     const Architecture& m_;
@@ -599,10 +697,28 @@ private:
     std::map<std::pair<std::uint64_t, Recompute>, Cached> workloads_;
 };
 
-/// One row: layout q at micro-batch b under `mode`, measured where its workload fits in 64 bits.
+/// Each pipeline's StageMix, made once.
+class StageMixes {
+public:
+    StageMixes(const Architecture& m, const LayerPattern& pattern) : m_(m), pattern_(pattern) {}
+    const StageMix& operator()(const Parallelism& p) {
+        const auto [it, made] = mixes_.try_emplace(stage_mix_key(p));
+        if (made) it->second = stage_mix(m_.layers, pattern_, p);
+        return it->second;
+    }
+
+private:
+    const Architecture& m_;
+    const LayerPattern& pattern_;
+    std::map<StageMixKey, StageMix> mixes_;
+};
+
+/// One row: layout q at micro-batch b under `mode`, measured where its workload fits in 64 bits
+/// (its peak only where it does not rank below `cutoff`).
 inline PlanRow measured_row(const Architecture& m, const PlanRequest& request,
-                            WorkloadCache& workload, const Parallelism& q, std::uint64_t b,
-                            Recompute mode) {
+                            WorkloadCache& workload, const StageMix& mix, const Parallelism& q,
+                            std::uint64_t b, Recompute mode,
+                            const RankCutoff& cutoff = std::nullopt) {
     PlanRow row;
     row.parallel = q;
     row.parallel.recompute_layers = request.recompute_layers;
@@ -611,7 +727,8 @@ inline PlanRow measured_row(const Architecture& m, const PlanRequest& request,
     if (const WorkloadCache::Cached& cached = workload(b, mode)) {
         const auto& [w, cost] = *cached;
         const bool pinned = request.recompute_layers.has_value();
-        measure(row, w, pinned ? partial_cost(m, w, row.parallel, request) : cost, request);
+        measure(row, w, mix, pinned ? partial_cost(m, w, row.parallel, request) : cost, request,
+                cutoff);
     } else {
         const double idle = bubble_share(q, 1.0 / 3);
         row.bubble = idle / (1 + idle);
@@ -619,15 +736,82 @@ inline PlanRow measured_row(const Architecture& m, const PlanRequest& request,
     return row;
 }
 
+/// A key no partial row of layout q at micro-batch b (fewest_recomputed's, N >= 1) ranks above:
+/// the step of one layer a chunk recomputed, its data-parallel reduction left out (each other term
+/// only grows with N: more FLOPs, a longer backward, which no schedule's bubble shrinks with; the
+/// reduction alone may hide under that backward), then its waste (which grows with N too) and its
+/// communication (which does not change), then no peak. None without a workload.
+inline std::optional<PlanKey> partial_floor(const Architecture& m, const PlanRequest& request,
+                                            WorkloadCache& workload, const StageMix& mix,
+                                            const Parallelism& q, std::uint64_t b) {
+    const WorkloadCache::Cached& full = workload(b, Recompute::full);
+    if (!full) return std::nullopt;
+    const Workload& w = full->first;
+    Parallelism p = q;
+    p.recompute_layers = 1;
+    const ComputeCost cost = partial_cost(m, w, p, request);
+    const double forward_share = cost.step / 3 / (cost.step + cost.recompute);
+    const double idle = bubble_share(p, forward_share);
+    try {
+        const StageFacts first = stage_facts(w, p, 0);
+        Traffic bytes = traffic(w, p, first);
+        const double communication = bytes.total();
+        bytes.data_parallel = 0;
+        double seconds = std::numeric_limits<double>::infinity();
+        if (request.gpu) {
+            const DeviceWork work = device_work(w, p, first, mix, cost, request, forward_share);
+            if (const auto t = step_time(*request.gpu, p, work, bytes))
+                seconds = t->seconds() * (1 - 1e-9);  // low by a billionth: rounding never lifts it
+        }
+        return PlanKey{seconds, cost.recompute_fraction() + idle / (1 + idle), communication, 0};
+    } catch (const overflow_error&) {
+        return std::nullopt;
+    }
+}
+
+/// Layout q at micro-batch b under each recomputation mode tried, handed to `visit`; after full
+/// recomputation, where it fits and none does not, the fewest layers of it that fit. Rows ranked
+/// below `cutoff` keep no peak, but for none's and full's where their fit decides that search and
+/// a partial row could still rank (recomputing_floor).
+template <class Visit>
+void visit_modes(const Architecture& m, const PlanRequest& request, WorkloadCache& workload,
+                 const StageMix& mix, const Parallelism& q, std::uint64_t b,
+                 const RankCutoff& cutoff, Visit&& visit) {
+    const bool partial_searched = !request.recompute_layers && largest_chunk(q, m.layers) >= 2 &&
+                                  mode_tried(m, request, q, Recompute::full);
+    std::optional<std::optional<PlanKey>> floor;  // made when first asked for
+    const auto partial_may_rank = [&] {
+        if (!floor) floor = partial_floor(m, request, workload, mix, q, b);
+        return !*floor || !(**floor > *cutoff);
+    };
+    bool none_fits = false;  // then a partial row needs no search
+    for (Recompute mode : searched_modes) {
+        if (!mode_tried(m, request, q, mode)) continue;
+        PlanRow row = measured_row(m, request, workload, mix, q, b, mode, cutoff);
+        const bool decides = partial_searched &&
+                             (mode == Recompute::none || (mode == Recompute::full && !none_fits));
+        if (row.ranked_out && decides && partial_may_rank())
+            row = measured_row(m, request, workload, mix, q, b, mode);  // its fit is needed
+        none_fits = none_fits || (mode == Recompute::none && row.fits);
+        visit(row);
+        if (mode != Recompute::full || !partial_searched || none_fits || !row.fits) continue;
+        const Workload& w = workload(b, mode)->first;  // it fits: it has a workload
+        if (const auto fewest = fewest_recomputed(m, w, mix, row, request, cutoff)) visit(*fewest);
+    }
+}
+
 }  // namespace detail
 
 /// Every valid layout of `request.gpus` devices, with its peak and costs, handed to `visit` as it
-/// is made, in a fixed order (the order ties are ranked in).
+/// is made, in a fixed order (the order ties are ranked in). With a `cutoff` (a search keeping its
+/// best: top_layouts), a row ranked below it is handed over ranked out, without its peak.
 template <class Visit>
-void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& visit) {
+void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& visit,
+                     const RankCutoff& cutoff = std::nullopt) {
     detail::validate_plan_request(m, request);
     const std::uint64_t G = request.global_batch;
     detail::WorkloadCache workload(m, request);
+    detail::StageMixes mixes(m, workload.pattern());
     using Split = std::pair<std::uint64_t, std::uint64_t>;
     detail::for_each_shape(m, request, [&](Parallelism p, Split split) {
         for (std::uint64_t b : divisors(G / p.dp)) {
@@ -636,17 +820,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
             for (const auto& run : detail::pipeline_runs(m, request, p.pp, split, p.microbatches)) {
                 if (!allowed(request.vpp, run.second)) continue;
                 const Parallelism q = detail::running(p, run);
-                bool none_fits = false;  // then recomputing fewer layers needs no search
-                for (Recompute mode : detail::searched_modes) {
-                    if (!detail::mode_tried(m, request, q, mode)) continue;
-                    const PlanRow row = detail::measured_row(m, request, workload, q, b, mode);
-                    none_fits = none_fits || (mode == Recompute::none && row.fits);
-                    visit(row);
-                    const bool partial = mode == Recompute::full && row.fits && !none_fits;
-                    if (!partial || request.recompute_layers) continue;
-                    const Workload& w = workload(b, mode)->first;  // it fits: it has a workload
-                    if (const auto fewest = fewest_recomputed(m, w, row, request)) visit(*fewest);
-                }
+                detail::visit_modes(m, request, workload, mixes(q), q, b, cutoff, visit);
             }
         }
     });
@@ -822,7 +996,9 @@ inline std::vector<PlanRow> plan(const Architecture& m, const PlanRequest& reque
 struct PlanSummary {
     std::vector<PlanRow> top;
     /// `fitting`: those whose peak and rows fit, less those the allocator's check refused.
-    std::size_t evaluated = 0, fitting = 0;
+    /// `ranked_out`: those whose time, waste and communication alone ranked them below the best
+    /// kept, so their peak was not weighed (whether they fit is not known; none is among the best).
+    std::size_t evaluated = 0, fitting = 0, ranked_out = 0;
     /// Layouts ranked among the best whose allocated peak and device rows fit but whose device
     /// figure (the allocator's reserved bytes) does not: refused, with their figure.
     std::vector<PlanRow> refused;
@@ -899,10 +1075,12 @@ inline PlanSummary top_layouts(const Architecture& m, const PlanRequest& request
     const auto worse = [](const auto& a, const auto& b) { return a.first < b.first; };
     PlanSummary summary;
     const std::size_t kept = kept_for(request, k);
+    RankCutoff cutoff;  // the worst of the best kept, once there are as many as wanted
     const auto visit = [&](const PlanRow& row) {
         deadline.check(summary.evaluated);
         ++summary.evaluated;
         if (each) each(summary.evaluated);
+        summary.ranked_out += row.ranked_out;
         if (!row.fits) return;
         ++summary.fitting;
         const Ranked rank{plan_key(row), summary.evaluated};
@@ -914,9 +1092,10 @@ inline PlanSummary top_layouts(const Architecture& m, const PlanRequest& request
             heap.back() = {rank, row};
             std::push_heap(heap.begin(), heap.end(), worse);
         }
+        if (kept > 0 && heap.size() == kept) cutoff = heap.front().first.first;
     };
     try {
-        for_each_layout(m, request, visit);
+        for_each_layout(m, request, visit, cutoff);
     } catch (const SearchStopped&) {
         summary.complete = false;
     }
@@ -972,7 +1151,7 @@ inline PlanSummary plan_fewest(const Architecture& m, PlanRequest& request, std:
     detail::check_search(most, request,
                          "the search for the fewest devices (up to " +
                              std::to_string(fewest_gpus_limit) + counts + ")");
-    std::size_t evaluated = 0;
+    std::size_t evaluated = 0, ranked_out = 0;
     const detail::Deadline deadline(request.time_limit);
     for (std::uint64_t n = step; n <= fewest_gpus_limit; n += step) {
         request.gpus = n;
@@ -982,14 +1161,15 @@ inline PlanSummary plan_fewest(const Architecture& m, PlanRequest& request, std:
                 if (each) each(evaluated + made);
             },
             deadline);
-        evaluated += summary.evaluated;
-        summary.evaluated = evaluated, summary.layouts = most.layouts;
+        evaluated += summary.evaluated, ranked_out += summary.ranked_out;
+        summary.evaluated = evaluated, summary.ranked_out = ranked_out;
+        summary.layouts = most.layouts;
         if (!summary.top.empty()) return summary;
         if (!summary.complete) return summary;  // stopped at n devices: none found yet
     }
     request.gpus = 0;
     PlanSummary none;
-    none.evaluated = evaluated, none.layouts = most.layouts;
+    none.evaluated = evaluated, none.ranked_out = ranked_out, none.layouts = most.layouts;
     return none;
 }
 

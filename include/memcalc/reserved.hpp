@@ -129,16 +129,15 @@ struct Replay {
     bool out_of_memory = false;
 };
 
-inline Replay replay(const std::vector<AllocatorEvent>& before, const AllocationSequence& seq,
-                     const AllocatorConfig& config) {
+/// The events of `steps` in `order` go straight to the simulator as they are made, none kept.
+inline Replay replay(const std::vector<AllocatorEvent>& before, const std::vector<Step>& steps,
+                     const StepPieces& pieces, StepOrder order, const AllocatorConfig& config) {
     Replay out;
     CachingAllocatorSimulator sim(config);
-    const std::size_t half = seq.steps.size() / 2, total = before.size() + seq.events.size();
+    const std::size_t half = steps.size() / 2;
     std::uint64_t peak = 0;
-    for (std::size_t i = 0; i < total && !out.out_of_memory; ++i) {
-        const bool ahead = i < before.size();
-        const AllocatorEvent& e = ahead ? before[i] : seq.events[i - before.size()];
-        const std::size_t step = ahead ? 0 : seq.step_of_event[i - before.size()];
+    const auto apply = [&](const AllocatorEvent& e, std::size_t step) {
+        if (out.out_of_memory) return;  // the device is full: nothing after it is replayed
         if (step >= half && out.first_step_reserved == 0)
             out.first_step_reserved = sim.stats().peak_reserved_bytes;
         if (e.kind == AllocatorEventKind::free)
@@ -149,7 +148,9 @@ inline Replay replay(const std::vector<AllocatorEvent>& before, const Allocation
             peak = sim.stats().reserved_bytes;
             out.peak_step = step, out.segments_at_peak = sim.stats().segments;
         }
-    }
+    };
+    for (const AllocatorEvent& e : before) apply(e, 0);
+    for_each_allocation_event(steps, pieces, order, apply);
     out.stats = sim.stats();
     if (out.first_step_reserved == 0) out.first_step_reserved = out.stats.peak_reserved_bytes;
     return out;
@@ -180,22 +181,20 @@ inline ReservedPeak reserved_peak(const Report& r, const RankReport& rank,
         return unsimulated(rank);
     const StepPieces pieces = step_pieces(r, rank);
     const std::uint64_t microbatches = r.settings.parallel.steps_per_batch();
-    const AllocationSequence seq =
-        allocation_sequence(rank.timeline, pieces, microbatches, StepOrder::frees_first);
-    const detail::Replay run = detail::replay(before, seq, config);
+    const std::vector<Step> steps = replayed_training_steps(rank.timeline, microbatches);
+    const detail::Replay run =
+        detail::replay(before, steps, pieces, StepOrder::frees_first, config);
     ReservedPeak out;
     out.bytes = run.stats.peak_reserved_bytes;
     out.allocated_bytes = run.stats.peak_allocated_bytes;
     out.first_step_bytes = run.first_step_reserved;
     out.segments = run.segments_at_peak;
     out.out_of_memory = run.out_of_memory;
-    out.at = seq.steps[run.peak_step];
-    out.iteration = run.peak_step < seq.steps.size() / 2 ? 1 : 2;
-    const AllocationSequence high =
-        allocation_sequence(rank.timeline, pieces, microbatches, StepOrder::allocations_first);
-    const Count high_reserved =
-        detail::replay(before_high.empty() ? before : before_high, high, config)
-            .stats.peak_reserved_bytes;
+    out.at = steps[run.peak_step];
+    out.iteration = run.peak_step < steps.size() / 2 ? 1 : 2;
+    const Count high_reserved = detail::replay(before_high.empty() ? before : before_high, steps,
+                                               pieces, StepOrder::allocations_first, config)
+                                    .stats.peak_reserved_bytes;
     out.high_bytes = std::max(out.bytes, high_reserved);
     std::tie(out.loaded_allocated_bytes, out.loaded_bytes) = loaded(pieces, rank, config);
     return out;

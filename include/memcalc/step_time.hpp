@@ -143,6 +143,38 @@ inline std::optional<GroupLinks> group_links(const Gpu& gpu, const Parallelism& 
     return GroupLinks{*tp, *cp, *dp, *pp, *ep};
 }
 
+/// Seconds of the layers' messages nothing hides: tensor-parallel collectives, pipeline sends,
+/// expert all-to-alls (unless the schedule overlaps them), and the context-parallel ring past the
+/// `attention` seconds it hides under.
+inline double exposed_layer_messages(const GroupLinks& links, const Parallelism& p,
+                                     const Traffic& bytes, double attention) {
+    const double ring = links.cp.seconds(bytes.context_parallel, bytes.context_parallel_messages);
+    const double all_to_all =
+        schedule_row(p).overlaps_all_to_all
+            ? 0
+            : links.ep.seconds(bytes.expert_parallel, bytes.expert_parallel_messages);
+    return links.tp.seconds(bytes.tensor_parallel, bytes.tensor_parallel_messages) +
+           links.pp.seconds(bytes.pipeline, bytes.pipeline_messages) + all_to_all +
+           std::max(0.0, ring - attention);
+}
+
+/// The least a step of `flops` (no bytes moved in memory) with the layers' messages of `bytes`
+/// takes under any recomputation that adds FLOPs to it, its bubble at least `idle` of its time:
+/// its compute and the messages its attention leaves exposed (which together only grow with the
+/// attention), idle for that share. No data-parallel reduction, no offload. A billionth low, so
+/// that rounding never lifts it above a time it equals. None where step_time has none.
+inline std::optional<double> step_time_floor(const Gpu& gpu, const Parallelism& p,
+                                             const DeviceWork& flops, const Traffic& bytes,
+                                             double idle) {
+    if (gpu.peak_bf16_flops == 0) return std::nullopt;
+    const auto links = group_links(gpu, p);
+    if (!links) return std::nullopt;
+    const ComputeSeconds compute = compute_seconds(gpu, p, flops);
+    const double busy =
+        compute.total() + exposed_layer_messages(*links, p, bytes, compute.attention);
+    return (busy + busy * idle) * (1 - 1e-9);
+}
+
 /// The time of a step of `work` on `p.devices()` GPUs, or none when the GPU lacks a figure the
 /// layout needs (its bf16 peak, a bandwidth, its node size, its host link where offload moves
 /// bytes). Tensor-parallel collectives and pipeline sends sit on the critical path; the
@@ -156,15 +188,7 @@ inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p,
     StepTime t;
     const ComputeSeconds compute = compute_seconds(gpu, p, work);
     t.compute = compute.total();
-    const double ring = links->cp.seconds(bytes.context_parallel, bytes.context_parallel_messages);
-    const double all_to_all =
-        schedule_row(p).overlaps_all_to_all
-            ? 0
-            : links->ep.seconds(bytes.expert_parallel, bytes.expert_parallel_messages);
-    const double per_microbatch =
-        links->tp.seconds(bytes.tensor_parallel, bytes.tensor_parallel_messages) +
-        links->pp.seconds(bytes.pipeline, bytes.pipeline_messages) + all_to_all +
-        std::max(0.0, ring - compute.attention);
+    const double per_microbatch = exposed_layer_messages(*links, p, bytes, compute.attention);
     t.bubble = (t.compute + per_microbatch) * bubble_share(p, work.forward_share);
     const double last_backward =
         t.compute * (1 - work.forward_share) / static_cast<double>(p.steps_per_batch());
