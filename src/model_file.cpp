@@ -91,7 +91,8 @@ const std::vector<std::string> kind_keys = {"name",
                                             "attention_chunk",
                                             "position",
                                             "qk_norm",
-                                            "mixer"};
+                                            "mixer",
+                                            "has_mlp"};
 
 const std::map<std::string, Position> position_choices = {
     {"rotary", Position::rotary}, {"learned", Position::learned}, {"none", Position::none}};
@@ -99,8 +100,10 @@ const std::map<std::string, QkNorm> qk_norm_choices = {{"none", QkNorm::none},
                                                        {"per_head", QkNorm::per_head},
                                                        {"whole", QkNorm::whole},
                                                        {"l2", QkNorm::l2}};
-const std::map<std::string, Mixer> mixer_choices = {
-    {"attention", Mixer::attention}, {"mamba", Mixer::mamba}, {"mamba2", Mixer::mamba2}};
+const std::map<std::string, Mixer> mixer_choices = {{"attention", Mixer::attention},
+                                                    {"mamba", Mixer::mamba},
+                                                    {"mamba2", Mixer::mamba2},
+                                                    {"none", Mixer::none}};
 
 std::map<std::string, RouterBias> router_bias_choices() {
     std::map<std::string, RouterBias> choices;
@@ -139,6 +142,7 @@ void read_layer_kinds(const json& document, const std::string& origin, Architect
         if (in.has("qk_norm"))
             kind.qk_norm = in.choice_or("qk_norm", qk_norm_choices, QkNorm::none);
         if (in.has("mixer")) kind.mixer = in.choice_or("mixer", mixer_choices, Mixer::attention);
+        if (in.has("has_mlp")) kind.has_mlp = in.flag_or("has_mlp", true);
         if (kind.name.empty()) in.fail("name must be a non-empty string");
         if (std::find(names.begin(), names.end(), kind.name) != names.end())
             in.fail("name '" + kind.name + "' is given twice");

@@ -166,6 +166,9 @@ void write_layer_kinds(std::ostream& out, const Architecture& m) {
                 << ";\n";
         if (k.mixer)
             out << "    m.layer_kinds.back().mixer = Mixer::" << mixer_name(*k.mixer) << ";\n";
+        if (k.has_mlp)
+            out << "    m.layer_kinds.back().has_mlp = " << (*k.has_mlp ? "true" : "false")
+                << ";\n";
         if (k.router_bias)
             out << "    m.layer_kinds.back().router_bias = RouterBias::"
                 << router_bias_name(*k.router_bias) << ";\n";

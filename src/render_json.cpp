@@ -131,7 +131,8 @@ void add_layer_kinds_json(json& out, const Architecture& m) {
              {"attention_chunk", given(k.attention_chunk)},
              {"position", k.position ? json(position_name(*k.position)) : json(nullptr)},
              {"qk_norm", k.qk_norm ? json(qk_norm_name(*k.qk_norm)) : json(nullptr)},
-             {"mixer", k.mixer ? json(mixer_name(*k.mixer)) : json(nullptr)}});
+             {"mixer", k.mixer ? json(mixer_name(*k.mixer)) : json(nullptr)},
+             {"has_mlp", k.has_mlp ? json(*k.has_mlp) : json(nullptr)}});
     for (const auto& run : m.layer_pattern)
         pattern.push_back({{"kind", m.layer_kinds[run.kind].name}, {"layers", run.count}});
     out["layer_kinds"] = kinds;

@@ -318,6 +318,12 @@ TEST_CASE("a config.json the importer cannot read says which key or type", "[hf_
     CHECK_THROWS_WITH(cli::parse_hf_config(text, "c.json", "c"), Catch::Contains(message));
 }
 
+TEST_CASE("falcon_h1 is refused by name, with the layer shape it lacks", "[hf_config]") {
+    CHECK_THROWS_WITH(cli::parse_hf_config(R"({"model_type": "falcon_h1"})", "c.json", "c"),
+                      Catch::StartsWith("c.json: model_type 'falcon_h1' is not modelled yet: ") &&
+                          Catch::Contains("attention and a Mamba-2 mixer in parallel"));
+}
+
 TEST_CASE(
     "an unknown model_type gets the list of known ones, never a nearest name from another family",
     "[hf_config]") {

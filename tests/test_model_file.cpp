@@ -63,7 +63,7 @@ TEST_CASE("every bad model file gets one message naming the key and value", "[mo
         Row{model_with("experts_per_token", "2"), "experts_per_token (2) needs experts > 0"},
         Row{model_with("activation", "\"gelu_neww\""),
             "activation must be one of clamped_swiglu, gelu, gelu_fast, gelu_new, gelu_tanh, "
-            "quick_gelu, relu, silu (got 'gelu_neww') (did you mean 'gelu_new'?)"},
+            "quick_gelu, relu, relu2, silu (got 'gelu_neww') (did you mean 'gelu_new'?)"},
         Row{model_with("mlp_dropout", "1.5"),
             "mlp_dropout must be a probability in [0, 1) (got number 1.5)"},
         Row{model_with("mlp_dropout", "\"0.1\""),

@@ -45,6 +45,10 @@ def quick_gelu(x):  # QuickGELUActivation, "quick_gelu"
     return x * torch.sigmoid(1.702 * x)
 
 
+def relu2(x):  # ReLUSquaredActivation, "relu2" (Nemotron-H's MLP)
+    return torch.square(F.relu(x))
+
+
 def clamped_swiglu(x):  # GptOssExperts' gate half: gate.clamp(max=limit) * sigmoid(gate * alpha)
     gate = x.clamp(min=None, max=7.0)
     return gate * torch.sigmoid(gate * 1.702)
@@ -59,6 +63,7 @@ FUNCTIONS = {
     "gelu_fast": gelu_fast,
     "quick_gelu": quick_gelu,
     "clamped_swiglu": clamped_swiglu,
+    "relu2": relu2,
 }
 
 

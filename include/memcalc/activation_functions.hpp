@@ -68,7 +68,7 @@ inline constexpr ActivationTensor one_plus_tanh{"0.5 * x * (1.0 + tanh)", "1.0 +
 
 /// The chains are transformers' (src/transformers/activations.py), selected by a config's
 /// activation_function or hidden_act through ACT2FN.
-inline constexpr std::array<ActivationFunction, 8> activation_functions{{
+inline constexpr std::array<ActivationFunction, 9> activation_functions{{
     {Activation::silu,
      "silu",
      "SiLU",
@@ -161,6 +161,18 @@ inline constexpr std::array<ActivationFunction, 8> activation_functions{{
      3,
      "transformers' GptOssExperts (alpha 1.702, limit 7): gpt-oss",
      "up.clamp(-7, 7) + 1"},
+    // relu keeps its output, which square reads as its input: one storage. Backward: the incoming
+    // gradient, 2 x and their product, before relu's gradient (leaning high: read, not measured).
+    {Activation::relu2,
+     "relu2",
+     "squared ReLU",
+     ActivationKernel::ops,
+     "torch.square(F.relu(x))",
+     {{{"relu, square", "relu's output",
+        "relu's backward reads its output; square's gradient 2 x is taken at it"}}},
+     false,
+     3,
+     "transformers' 'relu2' (ReLUSquaredActivation): Nemotron-H's MLP"},
 }};
 
 inline const ActivationFunction& activation_function(Activation a) {

@@ -47,6 +47,7 @@ inline double projection_flops(const Architecture& m, double T) {
 /// A layer's feed-forward FLOPs over `T` tokens of width `h`: its active experts' (or its dense
 /// MLP's) `mlp_matrices` products each, the router, a shared expert and its gate.
 inline double mlp_flops(const Architecture& layer, double T, double h, double mlp_matrices) {
+    if (!layer.has_mlp) return 0;
     return 2 * T * h * static_cast<double>(layer.ffn) * mlp_matrices *
                static_cast<double>(layer.active_experts()) +
            (layer.is_moe() ? 2 * T * h * static_cast<double>(layer.experts) : 0) +
@@ -85,6 +86,7 @@ inline double mixer_flops(const Architecture& layer, double T, double h, double 
     switch (layer.mixer) {
         case Mixer::mamba: return mamba_mixer_flops(layer, T, h);
         case Mixer::mamba2: return mamba2_mixer_flops(layer, T, h, seq);
+        case Mixer::none: return 0;
         case Mixer::attention: break;
     }
     return projections + core;
@@ -120,7 +122,7 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
         // A Mamba mixer's matrices in place of attention's.
         const double mixer = detail::mixer_flops(layer, T, h, static_cast<double>(seq), projections,
                                                  c.attention_core);
-        const double core = state_space(layer.mixer) ? 0 : c.attention_core;
+        const double core = attends(layer.mixer) ? c.attention_core : 0;
         const double layer_forward = mixer + mlp;
         const double skipped =
             mode == Recompute::op && spared ? std::min((*spared)[kind], layer_forward) : 0;

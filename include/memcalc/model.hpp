@@ -35,7 +35,8 @@ enum class Activation {
     gelu_new,
     gelu_fast,
     quick_gelu,
-    clamped_swiglu
+    clamped_swiglu,
+    relu2
 };
 /// Where eager attention's causal mask comes from: causal_mask_buffers' rows.
 enum class CausalMaskBuffer { none, per_layer, per_layer_added };
@@ -183,13 +184,19 @@ struct LatentAttention {
 
 /// What mixes tokens in a layer: attention, or a Mamba selective state-space mixer (Mamba-1, as
 /// transformers' JambaMambaMixer and MambaMixer hold it; Mamba-2, as its Mamba2Mixer and
-/// GraniteMoeHybridMambaLayer hold it).
-enum class Mixer { attention, mamba, mamba2 };
+/// GraniteMoeHybridMambaLayer hold it); none: a layer of an MLP or experts alone (Nemotron-H's "-"
+/// and "E" layers).
+enum class Mixer { attention, mamba, mamba2, none };
 inline const char* mixer_name(Mixer x) {
-    return x == Mixer::mamba ? "mamba" : x == Mixer::mamba2 ? "mamba2" : "attention";
+    return x == Mixer::mamba    ? "mamba"
+           : x == Mixer::mamba2 ? "mamba2"
+           : x == Mixer::none   ? "none"
+                                : "attention";
 }
 /// Whether `x` is a state-space mixer: a state per sequence, no attention over the sequence.
-inline bool state_space(Mixer x) { return x != Mixer::attention; }
+inline bool state_space(Mixer x) { return x == Mixer::mamba || x == Mixer::mamba2; }
+/// Whether `x` attends over the sequence (a KV cache, attention's core).
+inline bool attends(Mixer x) { return x == Mixer::attention; }
 
 /// A Mamba-1 mixer's widths (Gu and Dao 2023; transformers' modeling_jamba.py): in_proj makes x and
 /// the gate z (d_inner each), a depthwise causal conv1d of d_conv taps, x_proj makes dt (dt_rank),
@@ -244,6 +251,8 @@ struct LayerKind {
         std::nullopt;  ///< none: a NoPE layer of a rotary model (Llama 4)
     std::optional<QkNorm> qk_norm = std::nullopt;
     std::optional<Mixer> mixer = std::nullopt;  ///< a Mamba layer among attention ones (Jamba)
+    /// false: a layer of its mixer alone, no MLP or experts (Nemotron-H's "M" and "*" layers).
+    std::optional<bool> has_mlp = std::nullopt;
 };
 
 /// `count` consecutive layers of one kind (an index into Architecture::layer_kinds).
@@ -385,6 +394,8 @@ struct Architecture {
     LatentAttention mla;  ///< multi-head latent attention's widths (DeepSeek); none by default
     Mixer mixer = Mixer::attention;  ///< what mixes tokens (a LayerKind may set its own)
     StateSpace ssm;                  ///< the Mamba layers' widths, where any layer is one
+    /// false: no MLP or experts after the mixer (a LayerKind may say so).
+    bool has_mlp = true;
     /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's
     /// own fields (one kind). The runs' counts sum to `layers`.
     std::vector<LayerKind> layer_kinds;
@@ -458,6 +469,7 @@ struct Architecture {
         if (k.shared_expert_gate) v.shared_expert_gate = *k.shared_expert_gate;
         if (k.router_bias) v.router_bias = *k.router_bias;
         if (k.mixer) v.mixer = *k.mixer;
+        if (k.has_mlp) v.has_mlp = *k.has_mlp;
         if (v.experts == 0) {  // a dense kind of a MoE model routes nothing and shares no expert
             v.experts_per_token = 0, v.shared_ffn = 0, v.shared_expert_gate = false;
             v.router_bias = RouterBias::none;
@@ -576,6 +588,16 @@ inline void validate_latent_attention(const Architecture& m) {
             "bias under latent attention is none or attention (attention_bias: q_a_proj, "
             "kv_a_proj_with_mqa "
             "and o_proj)");
+}
+
+/// A layer of one block (no mixer, or no MLP): it holds the other, with its own norm before it.
+inline void validate_single_block(const Architecture& m) {
+    if (m.mixer != Mixer::none && m.has_mlp) return;
+    if (m.mixer == Mixer::none && !m.has_mlp)
+        throw error("mixer none with has_mlp false: a layer holds no block");
+    if (m.parallel_attention || m.norms_per_layer != 2)
+        throw error(std::string(m.has_mlp ? "mixer none" : "has_mlp false") +
+                    " (a layer of one block) needs norms_per_layer 2 and no parallel_attention");
 }
 
 /// A Mamba layer's widths: all given where a layer is one, none where none is.
@@ -699,6 +721,7 @@ inline void validate(const Architecture& m) {
                         std::to_string(p) + ")");
     validate_latent_attention(m);
     validate_state_space(m);
+    validate_single_block(m);
     validate_experts(m);
     if (m.mtp_layers > m.layers)
         throw error("mtp_layers " + std::to_string(m.mtp_layers) + " is more than the model's " +

@@ -322,6 +322,7 @@ struct ParameterRows {
 
     /// One layer's mixer (attention or Mamba) with the norms around it; `view`: its kind.
     void mixer_block(const Architecture& view) {
+        if (view.mixer == Mixer::none) return;  // a layer of its MLP or experts alone
         if (m.norms_before_branches())
             add_norm(Part::norms, Group::layer,
                      m.norms_per_layer == 1
@@ -345,6 +346,7 @@ struct ParameterRows {
     /// One layer's feed-forward block, once per expert for mixture-of-experts layers, with the
     /// norms around it; `view`: its kind.
     void mlp_block(const Architecture& view) {
+        if (!view.has_mlp) return;  // a layer of its mixer alone
         const std::uint64_t f = view.ffn, E = view.experts;
         if (m.norms_per_layer >= 2 && m.norms_before_branches())
             add_norm(Part::norms, Group::layer, {"mlp_norm.weight", "mlp_norm.bias"});

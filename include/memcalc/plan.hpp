@@ -259,7 +259,7 @@ inline double attention_layers(const Architecture& m) {
     for (std::size_t k = 0; k < m.kind_count(); ++k) {
         const LayerKind* kind = k < m.layer_kinds.size() ? &m.layer_kinds[k] : nullptr;
         const Mixer mixer = kind && kind->mixer ? *kind->mixer : m.mixer;
-        if (!state_space(mixer)) n += static_cast<double>(m.layers_of_kind(k));
+        if (attends(mixer)) n += static_cast<double>(m.layers_of_kind(k));
     }
     return n;
 }

@@ -276,6 +276,8 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
         const std::uint64_t layers = m.layers_of_kind(k);
         if (layers == 0) continue;
         const Architecture v = m.kind_view(k);
+        // An MLP's layer caches nothing.
+        if (v.mixer == Mixer::none) continue;
         if (state_space(v.mixer)) {  // no cache: a state per sequence (transformers'
                                      // conv_states, ssm_states)
             const std::uint64_t channels = v.ssm.d_inner / tp;
@@ -322,6 +324,7 @@ inline std::vector<TensorRun> forward_temporaries(const Architecture& m, std::ui
     const Count attention = Count(N) * (2 * heads * d + 2 * kv_heads * d) * dtype::bf16;
     Count mlp;
     m.every_kind([&](const Architecture& v) {
+        if (!v.has_mlp) return true;
         const Count slots = Count(N) * v.active_experts();
         Count here = slots * (ceil_div(Count(v.ffn), tp).value() * (v.mlp == Mlp::gated ? 3 : 2)) *
                      dtype::bf16;

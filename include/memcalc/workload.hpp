@@ -139,6 +139,10 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
             throw error(
                 "Korthikanti's formula has no Mamba-2 layer: use the architecture activation "
                 "model");
+        if (model == ActivationModel::korthikanti && (view.mixer == Mixer::none || !view.has_mlp))
+            throw error(
+                "Korthikanti's formula has no layer of one block (a mixer or an MLP alone): use "
+                "the architecture activation model");
         if (model == ActivationModel::korthikanti)
             return view.mixer == Mixer::mamba
                        ? korthikanti_mamba_layer(view, s, b, bytes_per_element(precision.compute))

@@ -84,11 +84,16 @@ public:
           norm_keeps_stream(m.norm == Norm::layernorm || z.s == dtype::fp32 ||
                             (!m.norms_before_branches() && !z.autocast && !z.narrow)),
           unkept_stream(norm_keeps_stream ? Count(0) : z.sbh * z.s),
-          held(m.attention_output_held && !m.parallel_attention ? z.sbh * z.d : Count(0)) {}
+          held(m.attention_output_held && !m.parallel_attention && m.mixer != Mixer::none
+                   ? z.sbh * z.d
+                   : Count(0)),
+          one_block(m.mixer == Mixer::none || !m.has_mlp) {}
 
     void write() {
-        attention_half();
-        mlp_half();
+        // Nemotron-H's layers hold one block each (modeling_nemotron_h.py, NemotronHBlock.forward:
+        // norm, its mixer, the residual add).
+        if (m.mixer != Mixer::none) attention_half();
+        if (m.has_mlp) mlp_half();
         last_add();
         dequantized_work();
         dora_work();
@@ -128,7 +133,9 @@ private:
         t.mlp_half();
         // Beside the MLP: the attention half's sum, or a parallel layer's attention output, and
         // the output where the layer's code holds it.
-        t.stream_beside(unkept_stream, m.parallel_attention ? z.sbh * d : unkept_stream + held);
+        t.stream_beside(unkept_stream, m.mixer == Mixer::none ? Count(0)
+                                       : m.parallel_attention ? z.sbh * d
+                                                              : unkept_stream + held);
         mlp_input();
         if (m.is_moe()) {
             expert_rows(m.expert_dispatch)(t, m, z);
@@ -155,7 +162,7 @@ private:
     /// The MLP's norm and what its first linears keep of their input.
     void mlp_input() {
         if (!shared_norm && m.norms_before_branches())
-            layer_norm("MLP norm", m.parallel_attention, false);
+            layer_norm("MLP norm", m.parallel_attention, m.mixer == Mixer::none);
         t.section(m.is_moe() ? Module::moe : Module::mlp);
         // Under autocast a shared norm's output is cast again by the MLP's projections (the router,
         // for experts); narrow linears save their own cast of it. A router is no Transformer Engine
@@ -200,6 +207,7 @@ private:
         // residual stream's earlier tensors that no row keeps.
         const std::uint64_t stream =
             (m.parallel_attention ? (norm_keeps_stream ? 2 * d + z.s : 2 * d + 2 * z.s)
+             : one_block          ? (norm_keeps_stream ? d + z.s : d + 2 * z.s)
                                   : (norm_keeps_stream ? d + z.s : d + 3 * z.s)) +
             z.upcast + (held > Count(0) ? d : 0);
         const std::string what =
@@ -208,9 +216,11 @@ private:
                     ? (norm_keeps_stream
                            ? "the attention's and the MLP's outputs, the sum"
                            : "the layer's input, the attention's and the MLP's outputs, the sum")
-                    : (norm_keeps_stream ? "the MLP's output and the sum"
-                                         : "the layer's input, the attention half's sum, the MLP's "
-                                           "output, the sum")) +
+                : one_block ? (norm_keeps_stream ? "the block's output and the sum"
+                                                 : "the layer's input, the block's output, the sum")
+                            : (norm_keeps_stream ? "the MLP's output and the sum"
+                                                 : "the layer's input, the attention half's sum, "
+                                                   "the MLP's output, the sum")) +
             (z.upcast ? ", the MLP's output upcast (CPU)" : "") +
             (held > Count(0) ? ", the attention's output (held)" : "");
         t.layer_end("residual add (the layer's last op)", what, bytes_of(stream, "sbh"),
@@ -275,6 +285,7 @@ private:
     /// they cast it).
     const bool shared_norm, norm_keeps_stream;
     const Count unkept_stream, held;
+    const bool one_block;  ///< a layer of its mixer alone or of its MLP alone (Nemotron-H)
 };
 
 }  // namespace detail
