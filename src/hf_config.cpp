@@ -569,6 +569,62 @@ void granitemoehybrid(const JsonReader& in, Architecture& m) {
     mixer_kinds(m, per_layer);
 }
 
+/// Qwen3-Next's Gated DeltaNet in StateSpace's names (Qwen3NextGatedDeltaNet): v's
+/// linear_num_value_heads heads of linear_value_head_dim are d_inner, q's and k's
+/// linear_num_key_heads heads of linear_key_head_dim the groups of d_state; a bias-free depthwise
+/// convolution of linear_conv_kernel_dim taps; fla's chunk of 64 tokens.
+void gated_deltanet_widths(const JsonReader& in, Architecture& m) {
+    StateSpace& x = m.ssm;
+    x.heads = in.positive_or("linear_num_value_heads", 32);
+    x.groups = in.positive_or("linear_num_key_heads", 16);
+    if (x.heads % x.groups != 0)
+        in.fail("linear_num_key_heads (" + std::to_string(x.groups) +
+                ") must divide linear_num_value_heads (" + std::to_string(x.heads) + ")");
+    x.d_inner = x.heads * in.positive_or("linear_value_head_dim", 128);
+    x.d_state = in.positive_or("linear_key_head_dim", 128);
+    x.d_conv = in.positive_or("linear_conv_kernel_dim", 4);
+    x.chunk = 64;  // chunk_gated_delta_rule's fixed chunk
+    x.dt_rank = 0, x.conv_bias = false, x.proj_bias = false, x.inner_norms = false;
+    x.kernels = true;
+}
+
+/// Qwen3-Next (modeling_qwen3_next.py): Qwen3's keys; full attention (gated: q_proj twice as wide,
+/// q_norm and k_norm per head; partial_rotary_factor turns part of each head, no parameters) in
+/// the layers layer_types names "full_attention", else every full_attention_interval-th, a Gated
+/// DeltaNet in the others; every layer MoE with a gated shared expert, as Qwen2-MoE's. Its
+/// zero-centred RMSNorms (weight + 1) hold as many parameters. The checkpoint's mtp.* module is
+/// not in transformers' model: the import leaves it out (mtp_layers 0) and says its size.
+void qwen3_next(const JsonReader& in, Architecture& m) {
+    llama(in, m);
+    m.qk_norm = QkNorm::per_head, m.attention_output_gate = true;
+    m.shared_ffn = in.positive("shared_expert_intermediate_size");
+    m.shared_expert_gate = true;
+    qwen_moe_layers(in, m);
+    if (!m.layer_kinds.empty())
+        in.fail(
+            "decoder_sparse_step or mlp_only_layers with dense layers beside linear attention "
+            "is not modelled (every layer MoE is)");
+    gated_deltanet_widths(in, m);
+    if (m.layers > max_layers) return;  // validate() names it
+    const std::uint64_t interval = in.positive_or("full_attention_interval", 4);
+    std::vector<Mixer> per_layer;
+    for (std::uint64_t i = 0; i < m.layers; ++i)
+        per_layer.push_back((i + 1) % interval == 0 ? Mixer::attention : Mixer::gated_deltanet);
+    if (const auto types = in.texts_if_given("layer_types")) {
+        if (types->size() != m.layers)
+            in.fail("layer_types has " + std::to_string(types->size()) +
+                    " entries; num_hidden_layers is " + std::to_string(m.layers));
+        for (std::size_t i = 0; i < types->size(); ++i) {
+            const std::string& type = (*types)[i];
+            if (type != "linear_attention" && type != "full_attention")
+                in.fail("layer_types entry '" + type +
+                        "' is not linear_attention or full_attention");
+            per_layer[i] = type == "full_attention" ? Mixer::attention : Mixer::gated_deltanet;
+        }
+    }
+    mixer_kinds(m, per_layer);
+}
+
 void phi3(const JsonReader& in, Architecture& m) {
     llama_like(in, m,
                false);  // fused qkv_proj and gate_up_proj hold the same parameters as separate ones
@@ -729,6 +785,7 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"gpt_oss", gpt_oss},
     {"jamba", jamba},
     {"granitemoehybrid", granitemoehybrid},
+    {"qwen3_next", qwen3_next},
     {"RefinedWebModel", falcon},
     {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
@@ -753,6 +810,22 @@ std::string next_token_layers_note(const JsonReader& in, const Architecture& m) 
            std::to_string((per_layer * n).value()) +
            " parameters (buffers aside), and a copy of the embedding and head each (" +
            std::to_string((copies * n).value()) + ")";
+}
+
+/// Qwen3-Next's checkpoint beside transformers' model: its mtp.* module (fc over the embedding's
+/// and the hidden states' norms, a full-attention MoE layer, a norm), and its kernels' sources.
+std::string qwen3_next_note(const Architecture& m) {
+    Architecture with = m;
+    with.mtp_layers = 1;  // mtp.layers.0: the last layer's kind, full attention
+    const std::uint64_t module =
+        parameter_table(with).total().value() - parameter_table(m).total().value();
+    return "the checkpoint also holds one multi-token-prediction module (mtp.*) that "
+           "transformers' model leaves out: " +
+           std::to_string(module) +
+           " parameters (--mtp-layers 1 trains it); its Gated DeltaNet layers' saved tensors are "
+           "fla's chunk_gated_delta_rule's, causal_conv1d_fn's and FusedRMSNormGated's, read from "
+           "their code and not measured; rotary is counted over the whole head "
+           "(partial_rotary_factor turns a part)";
 }
 
 }  // namespace
@@ -793,6 +866,7 @@ std::vector<std::string> import_notes(const std::string& type, const JsonReader&
             "is not modelled; its router takes the softmax of the top-k logits, counted as a "
             "renormalised top-k softmax; logits_scaling divides the logits into a second tensor "
             "of their size, not counted");
+    if (type == "qwen3_next") notes.push_back(qwen3_next_note(m));
     if (type == "llama4" || type == "llama4_text")
         notes.push_back(
             "its MoE layers are counted as transformers' Llama4TextMoe trains them, every expert "
