@@ -489,6 +489,26 @@ void mixer_kinds(Architecture& m, const std::vector<Mixer>& per_layer) {
     m.layer_pattern = std::move(runs);
 }
 
+/// Each layer's mixer from transformers' layer_types, where the config has it: a row of `names`
+/// per entry (the first two names say what is taken), else `per_layer` as it is.
+void layer_type_mixers(const JsonReader& in, const Architecture& m,
+                       const std::vector<std::pair<std::string, Mixer>>& names,
+                       std::vector<Mixer>& per_layer) {
+    const auto types = in.texts_if_given("layer_types");
+    if (!types) return;
+    if (types->size() != m.layers)
+        in.fail("layer_types has " + std::to_string(types->size()) +
+                " entries; num_hidden_layers is " + std::to_string(m.layers));
+    for (std::size_t i = 0; i < types->size(); ++i) {
+        const auto row = std::find_if(names.begin(), names.end(),
+                                      [&](const auto& n) { return n.first == (*types)[i]; });
+        if (row == names.end())
+            in.fail("layer_types entry '" + (*types)[i] + "' is not " + names[0].first + " or " +
+                    names[1].first);
+        per_layer[i] = row->second;
+    }
+}
+
 /// Granite 4.0 H's Mamba-2 mixer (GraniteMoeHybridConfig, GraniteMoeHybridMambaLayer): d_inner =
 /// mamba_expand x hidden, split into mamba_n_heads heads of mamba_d_head ("auto": d_inner / heads);
 /// B and C in mamba_n_groups groups of mamba_d_state; the scan in chunks of mamba_chunk_size. Only
@@ -556,16 +576,8 @@ void granitemoehybrid(const JsonReader& in, Architecture& m) {
     granite_mamba2(in, m);
     if (m.layers > max_layers) return;  // validate() names it
     std::vector<Mixer> per_layer(m.layers, Mixer::mamba2);
-    if (const auto types = in.texts_if_given("layer_types")) {
-        if (types->size() != m.layers)
-            in.fail("layer_types has " + std::to_string(types->size()) +
-                    " entries; num_hidden_layers is " + std::to_string(m.layers));
-        for (std::size_t i = 0; i < types->size(); ++i) {
-            if ((*types)[i] != "mamba" && (*types)[i] != "attention")
-                in.fail("layer_types entry '" + (*types)[i] + "' is not mamba or attention");
-            per_layer[i] = (*types)[i] == "mamba" ? Mixer::mamba2 : Mixer::attention;
-        }
-    }
+    layer_type_mixers(in, m, {{"mamba", Mixer::mamba2}, {"attention", Mixer::attention}},
+                      per_layer);
     mixer_kinds(m, per_layer);
 }
 
@@ -610,18 +622,9 @@ void qwen3_next(const JsonReader& in, Architecture& m) {
     std::vector<Mixer> per_layer;
     for (std::uint64_t i = 0; i < m.layers; ++i)
         per_layer.push_back((i + 1) % interval == 0 ? Mixer::attention : Mixer::gated_deltanet);
-    if (const auto types = in.texts_if_given("layer_types")) {
-        if (types->size() != m.layers)
-            in.fail("layer_types has " + std::to_string(types->size()) +
-                    " entries; num_hidden_layers is " + std::to_string(m.layers));
-        for (std::size_t i = 0; i < types->size(); ++i) {
-            const std::string& type = (*types)[i];
-            if (type != "linear_attention" && type != "full_attention")
-                in.fail("layer_types entry '" + type +
-                        "' is not linear_attention or full_attention");
-            per_layer[i] = type == "full_attention" ? Mixer::attention : Mixer::gated_deltanet;
-        }
-    }
+    layer_type_mixers(
+        in, m, {{"linear_attention", Mixer::gated_deltanet}, {"full_attention", Mixer::attention}},
+        per_layer);
     mixer_kinds(m, per_layer);
 }
 
