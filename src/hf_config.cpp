@@ -491,6 +491,26 @@ void mixer_kinds(Architecture& m, const std::vector<Mixer>& per_layer) {
     m.layer_pattern = std::move(runs);
 }
 
+/// Each layer's mixer from transformers' layer_types, where the config has it: a row of `names`
+/// per entry (the first two names say what is taken), else `per_layer` as it is.
+void layer_type_mixers(const JsonReader& in, const Architecture& m,
+                       const std::vector<std::pair<std::string, Mixer>>& names,
+                       std::vector<Mixer>& per_layer) {
+    const auto types = in.texts_if_given("layer_types");
+    if (!types) return;
+    if (types->size() != m.layers)
+        in.fail("layer_types has " + std::to_string(types->size()) +
+                " entries; num_hidden_layers is " + std::to_string(m.layers));
+    for (std::size_t i = 0; i < types->size(); ++i) {
+        const auto row = std::find_if(names.begin(), names.end(),
+                                      [&](const auto& n) { return n.first == (*types)[i]; });
+        if (row == names.end())
+            in.fail("layer_types entry '" + (*types)[i] + "' is not " + names[0].first + " or " +
+                    names[1].first);
+        per_layer[i] = row->second;
+    }
+}
+
 /// Granite 4.0 H's Mamba-2 mixer (GraniteMoeHybridConfig, GraniteMoeHybridMambaLayer): d_inner =
 /// mamba_expand x hidden, split into mamba_n_heads heads of mamba_d_head ("auto": d_inner / heads);
 /// B and C in mamba_n_groups groups of mamba_d_state; the scan in chunks of mamba_chunk_size. Only
@@ -558,16 +578,55 @@ void granitemoehybrid(const JsonReader& in, Architecture& m) {
     granite_mamba2(in, m);
     if (m.layers > max_layers) return;  // validate() names it
     std::vector<Mixer> per_layer(m.layers, Mixer::mamba2);
-    if (const auto types = in.texts_if_given("layer_types")) {
-        if (types->size() != m.layers)
-            in.fail("layer_types has " + std::to_string(types->size()) +
-                    " entries; num_hidden_layers is " + std::to_string(m.layers));
-        for (std::size_t i = 0; i < types->size(); ++i) {
-            if ((*types)[i] != "mamba" && (*types)[i] != "attention")
-                in.fail("layer_types entry '" + (*types)[i] + "' is not mamba or attention");
-            per_layer[i] = (*types)[i] == "mamba" ? Mixer::mamba2 : Mixer::attention;
-        }
-    }
+    layer_type_mixers(in, m, {{"mamba", Mixer::mamba2}, {"attention", Mixer::attention}},
+                      per_layer);
+    mixer_kinds(m, per_layer);
+}
+
+/// Qwen3-Next's Gated DeltaNet in StateSpace's names (Qwen3NextGatedDeltaNet): v's
+/// linear_num_value_heads heads of linear_value_head_dim are d_inner, q's and k's
+/// linear_num_key_heads heads of linear_key_head_dim the groups of d_state; a bias-free depthwise
+/// convolution of linear_conv_kernel_dim taps; fla's chunk of 64 tokens.
+void gated_deltanet_widths(const JsonReader& in, Architecture& m) {
+    StateSpace& x = m.ssm;
+    x.heads = in.positive_or("linear_num_value_heads", 32);
+    x.groups = in.positive_or("linear_num_key_heads", 16);
+    if (x.heads % x.groups != 0)
+        in.fail("linear_num_key_heads (" + std::to_string(x.groups) +
+                ") must divide linear_num_value_heads (" + std::to_string(x.heads) + ")");
+    x.d_inner = x.heads * in.positive_or("linear_value_head_dim", 128);
+    x.d_state = in.positive_or("linear_key_head_dim", 128);
+    x.d_conv = in.positive_or("linear_conv_kernel_dim", 4);
+    x.chunk = 64;  // chunk_gated_delta_rule's fixed chunk
+    x.dt_rank = 0, x.conv_bias = false, x.proj_bias = false, x.inner_norms = false;
+    x.kernels = true;
+}
+
+/// Qwen3-Next (modeling_qwen3_next.py): Qwen3's keys; full attention (gated: q_proj twice as wide,
+/// q_norm and k_norm per head; partial_rotary_factor turns part of each head, no parameters) in
+/// the layers layer_types names "full_attention", else every full_attention_interval-th, a Gated
+/// DeltaNet in the others; every layer MoE with a gated shared expert, as Qwen2-MoE's. Its
+/// zero-centred RMSNorms (weight + 1) hold as many parameters. The checkpoint's mtp.* module is
+/// not in transformers' model: the import leaves it out (mtp_layers 0) and says its size.
+void qwen3_next(const JsonReader& in, Architecture& m) {
+    llama(in, m);
+    m.qk_norm = QkNorm::per_head, m.attention_output_gate = true;
+    m.shared_ffn = in.positive("shared_expert_intermediate_size");
+    m.shared_expert_gate = true;
+    qwen_moe_layers(in, m);
+    if (!m.layer_kinds.empty())
+        in.fail(
+            "decoder_sparse_step or mlp_only_layers with dense layers beside linear attention "
+            "is not modelled (every layer MoE is)");
+    gated_deltanet_widths(in, m);
+    if (m.layers > max_layers) return;  // validate() names it
+    const std::uint64_t interval = in.positive_or("full_attention_interval", 4);
+    std::vector<Mixer> per_layer;
+    for (std::uint64_t i = 0; i < m.layers; ++i)
+        per_layer.push_back((i + 1) % interval == 0 ? Mixer::attention : Mixer::gated_deltanet);
+    layer_type_mixers(
+        in, m, {{"linear_attention", Mixer::gated_deltanet}, {"full_attention", Mixer::attention}},
+        per_layer);
     mixer_kinds(m, per_layer);
 }
 
@@ -818,6 +877,7 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"jamba", jamba},
     {"granitemoehybrid", granitemoehybrid},
     {"nemotron_h", nemotron_h},
+    {"qwen3_next", qwen3_next},
     {"RefinedWebModel", falcon},
     {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
@@ -842,6 +902,22 @@ std::string next_token_layers_note(const JsonReader& in, const Architecture& m) 
            std::to_string((per_layer * n).value()) +
            " parameters (buffers aside), and a copy of the embedding and head each (" +
            std::to_string((copies * n).value()) + ")";
+}
+
+/// Qwen3-Next's checkpoint beside transformers' model: its mtp.* module (fc over the embedding's
+/// and the hidden states' norms, a full-attention MoE layer, a norm), and its kernels' sources.
+std::string qwen3_next_note(const Architecture& m) {
+    Architecture with = m;
+    with.mtp_layers = 1;  // mtp.layers.0: the last layer's kind, full attention
+    const std::uint64_t module =
+        parameter_table(with).total().value() - parameter_table(m).total().value();
+    return "the checkpoint also holds one multi-token-prediction module (mtp.*) that "
+           "transformers' model leaves out: " +
+           std::to_string(module) +
+           " parameters (--mtp-layers 1 trains it); its Gated DeltaNet layers' saved tensors are "
+           "fla's chunk_gated_delta_rule's, causal_conv1d_fn's and FusedRMSNormGated's, read from "
+           "their code and not measured; rotary is counted over the whole head "
+           "(partial_rotary_factor turns a part)";
 }
 
 }  // namespace
@@ -887,6 +963,7 @@ std::vector<std::string> import_notes(const std::string& type, const JsonReader&
             "its Mamba-2 layers' saved tensors are mamba_ssm's mamba_split_conv1d_scan_combined's, "
             "read from its code and not measured; each layer holds one block (a Mamba-2 mixer, "
             "attention or an MLP) after its own RMSNorm");
+    if (type == "qwen3_next") notes.push_back(qwen3_next_note(m));
     if (type == "llama4" || type == "llama4_text")
         notes.push_back(
             "its MoE layers are counted as transformers' Llama4TextMoe trains them, every expert "

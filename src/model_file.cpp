@@ -60,6 +60,7 @@ const std::vector<std::string> architecture_keys = {"hidden",
                                                     "v_head_dim",
                                                     "norm_position",
                                                     "attention_sinks",
+                                                    "attention_output_gate",
                                                     "window",
                                                     "attention_chunk",
                                                     "attention_temperature",
@@ -103,7 +104,8 @@ const std::map<std::string, QkNorm> qk_norm_choices = {{"none", QkNorm::none},
 const std::map<std::string, Mixer> mixer_choices = {{"attention", Mixer::attention},
                                                     {"mamba", Mixer::mamba},
                                                     {"mamba2", Mixer::mamba2},
-                                                    {"none", Mixer::none}};
+                                                    {"none", Mixer::none},
+                                                    {"gated_deltanet", Mixer::gated_deltanet}};
 
 std::map<std::string, RouterBias> router_bias_choices() {
     std::map<std::string, RouterBias> choices;
@@ -227,6 +229,7 @@ void read_details(const JsonReader& in, Architecture& m) {
         "norm_position", {{"pre", NormPosition::pre}, {"post", NormPosition::post}},
         NormPosition::pre);
     m.attention_sinks = in.flag_or("attention_sinks", false);
+    m.attention_output_gate = in.flag_or("attention_output_gate", false);
     m.window = in.count_if_given("window").value_or(0);
     m.attention_chunk = in.count_if_given("attention_chunk").value_or(0);
     m.attention_temperature = in.flag_or("attention_temperature", false);

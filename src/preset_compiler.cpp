@@ -122,6 +122,7 @@ void write_architecture(std::ostream& out, const Architecture& m) {
         << ", m.norm_position = NormPosition::" << norm_position_name(m.norm_position) << ";\n"
         << "    m.attention_sinks = " << boolean(m.attention_sinks)
         << ", m.window = " << number(m.window) << ";\n"
+        << "    m.attention_output_gate = " << boolean(m.attention_output_gate) << ";\n"
         << "    m.attention_chunk = " << number(m.attention_chunk)
         << ", m.attention_temperature = " << boolean(m.attention_temperature) << ";\n"
         << "    m.router = Router::" << router_name(m.router)

@@ -90,6 +90,7 @@ void add_mla_and_mamba_json(json& out, const Architecture& m) {
                                   {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
                                   {"v_head_dim", m.mla.v_head_dim}})
             out[key] = value;
+    if (m.attention_output_gate) out["attention_output_gate"] = true;  // only where set
     if (m.ssm.enabled()) {  // appended: the keys before stay as they were
         out["mixer"] = mixer_name(m.mixer);
         for (auto [key, value] : {std::pair{"mamba_inner", m.ssm.d_inner},

@@ -27,15 +27,16 @@ struct ComputeCost {
 
 namespace detail {
 
-/// The attention's projections' FLOPs over `T` tokens: q, k, v and the output projection, or
-/// latent attention's down and up projections, then o_proj.
+/// The attention's projections' FLOPs over `T` tokens: q (and its output gate), k, v and the
+/// output projection, or latent attention's down and up projections, then o_proj.
 inline double projection_flops(const Architecture& m, double T) {
     const double h = static_cast<double>(m.hidden);
     const double q = static_cast<double>(m.heads * m.head_size());
     const double kv = static_cast<double>(m.key_value_heads() * m.head_size());
     const double v =
         static_cast<double>(m.heads * m.value_head_size());  // = q but under latent attention
-    if (!m.mla.enabled()) return 2 * T * h * (q + 2 * kv) + 2 * T * q * h;
+    const double gate = m.attention_output_gate ? q : 0;     // q_proj's second half
+    if (!m.mla.enabled()) return 2 * T * h * (q + gate + 2 * kv) + 2 * T * q * h;
     const LatentAttention& a = m.mla;
     const double latent = static_cast<double>(a.kv_lora_rank),
                  rope = static_cast<double>(a.qk_rope_head_dim);
@@ -79,6 +80,20 @@ inline double mamba2_mixer_flops(const Architecture& layer, double T, double h, 
            2 * T * Q * (di + groups) + 4 * T * N * di;
 }
 
+/// A Gated DeltaNet's matrices over `T` tokens of width `h` in sequences of `seq`: in_proj_qkvz,
+/// in_proj_ba and out_proj, and per chunk of Q tokens (fla's chunk_gated_delta_rule) K K^T and Q
+/// K^T in each head (4 T Q H N), w and u (2 T Q (H N + d_i)), the intra-chunk product with v (2 T
+/// Q d_i), and the state's update and read-out (6 T N d_i). Every block counted whole (leaning
+/// high).
+inline double deltanet_mixer_flops(const Architecture& layer, double T, double h, double seq) {
+    const StateSpace& x = layer.ssm;
+    const double di = static_cast<double>(x.d_inner), N = static_cast<double>(x.d_state);
+    const double HN = static_cast<double>(x.heads) * N;
+    const double Q = std::min(static_cast<double>(x.chunk), seq);
+    return 2 * T * h * static_cast<double>(x.deltanet_in_width()) + 2 * T * di * h +
+           2 * T * Q * (3 * HN + 2 * di) + 6 * T * N * di;
+}
+
 /// A layer's mixer's FLOPs over `T` tokens of sequences of `seq`: a Mamba mixer's, or attention's
 /// `projections` and `core`.
 inline double mixer_flops(const Architecture& layer, double T, double h, double seq,
@@ -87,6 +102,7 @@ inline double mixer_flops(const Architecture& layer, double T, double h, double 
         case Mixer::mamba: return mamba_mixer_flops(layer, T, h);
         case Mixer::mamba2: return mamba2_mixer_flops(layer, T, h, seq);
         case Mixer::none: return 0;
+        case Mixer::gated_deltanet: return deltanet_mixer_flops(layer, T, h, seq);
         case Mixer::attention: break;
     }
     return projections + core;

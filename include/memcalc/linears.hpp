@@ -31,7 +31,9 @@ enum class Linear : std::uint8_t {
     mamba_in,
     mamba_x,
     mamba_dt,
-    mamba_out
+    mamba_out,
+    deltanet_qkvz,  ///< a Gated DeltaNet's in_proj_qkvz
+    deltanet_ba     ///< and its in_proj_ba
 };
 using LinearSet = std::uint32_t;
 /// Linear::none is no member of any set (its bit is 0).
@@ -48,7 +50,7 @@ struct LinearRow {
 };
 
 /// Indexed by Linear.
-inline constexpr std::array<LinearRow, 22> linear_rows{{
+inline constexpr std::array<LinearRow, 24> linear_rows{{
     {Linear::none, "", "", false, false},
     {Linear::q, "q_proj", "q_proj.bias", false, true},
     {Linear::k, "k_proj", "k_proj.bias", false, true},
@@ -71,6 +73,8 @@ inline constexpr std::array<LinearRow, 22> linear_rows{{
     {Linear::mamba_x, "x_proj", "x_proj.bias", false, false},
     {Linear::mamba_dt, "dt_proj", "dt_proj.bias", false, false},
     {Linear::mamba_out, "out_proj", "out_proj.bias", false, false},
+    {Linear::deltanet_qkvz, "in_proj_qkvz", "in_proj_qkvz.bias", false, false},
+    {Linear::deltanet_ba, "in_proj_ba", "in_proj_ba.bias", false, false},
 }};
 
 constexpr const LinearRow& linear_row(Linear l) { return linear_rows[static_cast<std::size_t>(l)]; }

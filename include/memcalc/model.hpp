@@ -184,17 +184,19 @@ struct LatentAttention {
 
 /// What mixes tokens in a layer: attention, or a Mamba selective state-space mixer (Mamba-1, as
 /// transformers' JambaMambaMixer and MambaMixer hold it; Mamba-2, as its Mamba2Mixer and
-/// GraniteMoeHybridMambaLayer hold it); none: a layer of an MLP or experts alone (Nemotron-H's "-"
-/// and "E" layers).
-enum class Mixer { attention, mamba, mamba2, none };
+/// GraniteMoeHybridMambaLayer hold it), a Gated DeltaNet (Qwen3-Next's linear attention,
+/// transformers' Qwen3NextGatedDeltaNet), or none: a layer of an MLP or experts alone (Nemotron-H's
+/// "-" and "E" layers).
+enum class Mixer { attention, mamba, mamba2, none, gated_deltanet };
 inline const char* mixer_name(Mixer x) {
-    return x == Mixer::mamba    ? "mamba"
-           : x == Mixer::mamba2 ? "mamba2"
-           : x == Mixer::none   ? "none"
-                                : "attention";
+    constexpr const char* names[] = {"attention", "mamba", "mamba2", "none", "gated_deltanet"};
+    return names[static_cast<int>(x)];
 }
-/// Whether `x` is a state-space mixer: a state per sequence, no attention over the sequence.
-inline bool state_space(Mixer x) { return x == Mixer::mamba || x == Mixer::mamba2; }
+/// Whether `x` is a state-space mixer: a state per sequence, no attention over the sequence (a
+/// Gated DeltaNet's recurrent state is one too).
+inline bool state_space(Mixer x) {
+    return x == Mixer::mamba || x == Mixer::mamba2 || x == Mixer::gated_deltanet;
+}
 /// Whether `x` attends over the sequence (a KV cache, attention's core).
 inline bool attends(Mixer x) { return x == Mixer::attention; }
 
@@ -207,7 +209,11 @@ inline bool attends(Mixer x) { return x == Mixer::attention; }
 /// and x (d_inner each), B and C (groups x d_state each) and dt (one per head); the convolution
 /// runs over x, B and C; A_log, D and dt's bias hold one value per head of d_inner / heads
 /// channels, and a gated RMSNorm of d_inner feeds out_proj. Only mamba_ssm's kernels are modelled
-/// for it.
+/// for it. A Gated DeltaNet (Yang et al. 2024; Qwen3-Next) has Mamba-2's shapes under other names:
+/// v is x (d_inner = linear_num_value_heads x linear_value_head_dim, heads: the value heads), q and
+/// k are C and B (groups: linear_num_key_heads, d_state: linear_key_head_dim), so its convolution
+/// runs over the same d_inner + 2GN channels and its state per head is d_state x d_inner / heads;
+/// in_proj_qkvz makes z beside them and in_proj_ba a beta and a gate per head; chunk is fla's 64.
 struct StateSpace {
     std::uint64_t d_inner = 0;  ///< 0: no Mamba layers
     std::uint64_t d_state = 0;  ///< N
@@ -227,6 +233,8 @@ struct StateSpace {
     std::uint64_t conv_channels() const { return d_inner + 2 * groups * d_state; }
     /// Mamba-2: in_proj's outputs, z, x, B, C and dt.
     std::uint64_t in_proj_width() const { return d_inner + conv_channels() + heads; }
+    /// Gated DeltaNet: in_proj_qkvz's and in_proj_ba's outputs, q, k, v, z, beta and the gate.
+    std::uint64_t deltanet_in_width() const { return d_inner + conv_channels() + 2 * heads; }
 };
 
 /// A kind of layer: what differs from the model's fields in some of its layers (DeepSeek's first
@@ -347,6 +355,9 @@ struct Architecture {
     /// Each attention head has a learnable logit (gpt-oss's sinks): the softmax runs over s + 1
     /// columns.
     bool attention_sinks = false;
+    /// q_proj also makes a gate per query channel, twice as wide, and the attention's output is
+    /// multiplied by its sigmoid before o_proj (Qwen3-Next's gated attention).
+    bool attention_output_gate = false;
     /// The experts are one stacked E x ... parameter per projection, which the training loop
     /// indexes with a tensor for each expert that has tokens: a copy of its weights that the matmul
     /// keeps (gpt-oss).
@@ -583,6 +594,8 @@ inline void validate_latent_attention(const Architecture& m) {
     if (m.qk_norm != QkNorm::none)
         throw error(std::string("qk_norm ") + qk_norm_name(m.qk_norm) +
                     " is not a norm of latent attention");
+    if (m.attention_output_gate)
+        throw error("attention_output_gate under latent attention is not modelled");
     if (m.bias == Bias::qkv || m.bias == Bias::all)
         throw error(
             "bias under latent attention is none or attention (attention_bias: q_a_proj, "
@@ -621,6 +634,10 @@ inline void validate_state_space(const Architecture& m) {
     if (x.heads % x.groups != 0)
         throw error("mamba_groups (" + n(x.groups) + ") must divide mamba_heads (" + n(x.heads) +
                     ")");
+    if (!x.kernels && m.mixer == Mixer::gated_deltanet)
+        throw error(
+            "mixer gated_deltanet without fla's kernels (mamba_kernels false: transformers' "
+            "torch_chunk_gated_delta_rule) is not modelled");
     if (!x.kernels)
         throw error(
             "mixer mamba2 without mamba_ssm's kernels (mamba_kernels false: transformers' "

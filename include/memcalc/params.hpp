@@ -298,13 +298,35 @@ struct ParameterRows {
         if (x.proj_bias) bias(Linear::mamba_out, Part::attention, "h", {h});
     }
 
-    /// Attention: a query heads, k key/value heads of width d.
+    /// A Gated DeltaNet, as transformers' Qwen3NextGatedDeltaNet holds it (StateSpace's names:
+    /// d_i = H value heads x d_v, q and k G key heads x N), in the attention part: in_proj_qkvz
+    /// makes q, k, v and z, in_proj_ba beta and the gate's input per value head; the depthwise
+    /// convolution runs over q, k and v without a bias; dt_bias and A_log hold one value a head;
+    /// the gated RMSNorm's weight is one head's d_v, shared by every head. Split by heads like
+    /// Mamba-2.
+    void gated_deltanet() {
+        const StateSpace& x = m.ssm;
+        const std::uint64_t di = x.d_inner, H = x.heads, conv = x.conv_channels();
+        weight(Linear::deltanet_qkvz, Part::attention, "h x (2GN+2d_i)",
+               {h, x.deltanet_in_width() - 2 * H}, split);
+        weight(Linear::deltanet_ba, Part::attention, "h x 2H", {h, 2 * H}, split);
+        add(Part::attention, Group::layer, "conv1d.weight", "(d_i+2GN) x 1 x K",
+            {conv, 1, x.d_conv}, split);
+        add(Part::attention, Group::layer, "dt_bias", "H", {H}, split);
+        add(Part::attention, Group::layer, "A_log", "H", {H}, split);
+        add(Part::norms, Group::layer, "norm.weight", "d_i/H", {di / H});  // the gated RMSNorm
+        weight(Linear::mamba_out, Part::attention, "d_i x h", {di, h}, split);
+    }
+
+    /// Attention: a query heads, k key/value heads of width d; an output gate doubles q_proj.
     void attention() {
-        weight(Linear::q, Part::attention, "h x a*d", {h, q}, split);
+        const bool gated = m.attention_output_gate;
+        const std::uint64_t q_out = gated ? 2 * q : q;
+        weight(Linear::q, Part::attention, gated ? "h x 2a*d" : "h x a*d", {h, q_out}, split);
         weight(Linear::k, Part::attention, "h x k*d", {h, kv}, split);
         weight(Linear::v, Part::attention, "h x k*d", {h, kv}, split);
         if (m.bias != Bias::none) {
-            bias(Linear::q, Part::attention, "a*d", {q}, split);
+            bias(Linear::q, Part::attention, gated ? "2a*d" : "a*d", {q_out}, split);
             bias(Linear::k, Part::attention, "k*d", {kv}, split);
             bias(Linear::v, Part::attention, "k*d", {kv}, split);
         }
@@ -332,6 +354,8 @@ struct ParameterRows {
             mamba();
         else if (view.mixer == Mixer::mamba2)
             mamba2();
+        else if (view.mixer == Mixer::gated_deltanet)
+            gated_deltanet();
         else if (m.mla.enabled())
             latent_attention();
         else

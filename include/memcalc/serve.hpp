@@ -154,8 +154,9 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
     if (m.heads % s.tp != 0)
         throw error("tp (" + std::to_string(s.tp) + ") must divide the " + std::to_string(m.heads) +
                     " query heads");
-    const auto mamba = [](const Architecture& a) {
-        return a.any_mixer(Mixer::mamba) || a.any_mixer(Mixer::mamba2);
+    const auto mamba = [](const Architecture& a) {  // any mixer with a state per sequence
+        return a.any_mixer(Mixer::mamba) || a.any_mixer(Mixer::mamba2) ||
+               a.any_mixer(Mixer::gated_deltanet);
     };
     if (mamba(m) && m.ssm.d_inner % s.tp != 0)
         throw error("tp (" + std::to_string(s.tp) + ") must divide the Mamba layers' " +
@@ -281,8 +282,9 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
         if (state_space(v.mixer)) {  // no cache: a state per sequence (transformers'
                                      // conv_states, ssm_states)
             const std::uint64_t channels = v.ssm.d_inner / tp;
-            // Mamba-2's convolution also runs over B and C (its conv_states' conv_dim).
-            const std::uint64_t conv = v.mixer == Mixer::mamba2
+            // Mamba-2's convolution also runs over B and C (its conv_states' conv_dim), a Gated
+            // DeltaNet's over q and k; its recurrent state, H x N x d_v, is d_i N as Mamba-2's.
+            const std::uint64_t conv = v.mixer != Mixer::mamba
                                            ? channels + 2 * v.ssm.groups * v.ssm.d_state / tp
                                            : channels;
             r.state_layers += layers;
@@ -338,10 +340,13 @@ inline std::vector<TensorRun> forward_temporaries(const Architecture& m, std::ui
     // as the larger.
     if (m.any_mixer(Mixer::mamba))
         mlp = std::max(mlp, Count(N) * (6 * (m.ssm.d_inner / tp)) * dtype::bf16);
-    // Mamba-2's: in_proj's output, the convolution's, the scan's and the gated norm's.
-    if (m.any_mixer(Mixer::mamba2)) {
+    // Mamba-2's: in_proj's output, the convolution's, the scan's and the gated norm's; a Gated
+    // DeltaNet's the same with its in_proj_qkvz's and in_proj_ba's outputs.
+    if (m.any_mixer(Mixer::mamba2) || m.any_mixer(Mixer::gated_deltanet)) {
         const StateSpace& x = m.ssm;
-        const std::uint64_t wide = x.in_proj_width() + x.conv_channels() + 2 * x.d_inner;
+        const std::uint64_t in =
+            m.any_mixer(Mixer::gated_deltanet) ? x.deltanet_in_width() : x.in_proj_width();
+        const std::uint64_t wide = in + x.conv_channels() + 2 * x.d_inner;
         mlp = std::max(mlp, Count(N) * (wide / tp) * dtype::bf16);
     }
     const Count stream = Count(N) * m.hidden * dtype::bf16;

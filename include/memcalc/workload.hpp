@@ -135,10 +135,11 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
         return tunings.empty() ? LayerTuning{} : tunings[kind];
     };
     const auto layer = [&](const Architecture& view, std::size_t kind) {
-        if (model == ActivationModel::korthikanti && view.mixer == Mixer::mamba2)
-            throw error(
-                "Korthikanti's formula has no Mamba-2 layer: use the architecture activation "
-                "model");
+        if (model == ActivationModel::korthikanti &&
+            (view.mixer == Mixer::mamba2 || view.mixer == Mixer::gated_deltanet))
+            throw error(std::string("Korthikanti's formula has no ") +
+                        (view.mixer == Mixer::mamba2 ? "Mamba-2" : "Gated DeltaNet") +
+                        " layer: use the architecture activation model");
         if (model == ActivationModel::korthikanti && (view.mixer == Mixer::none || !view.has_mlp))
             throw error(
                 "Korthikanti's formula has no layer of one block (a mixer or an MLP alone): use "

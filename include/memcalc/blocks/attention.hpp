@@ -224,6 +224,18 @@ inline void eager_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
     softmax_work(t, m, z, softmax_row, softmax_elements, softmax_fp32);
 }
 
+/// Gated attention's output gate (Qwen3-Next): gate, reshaped out of q_proj's output into a
+/// tensor of its own, passes a sigmoid, and the product with the attention's output (kept above)
+/// is the output projection's input.
+inline void output_gate_rows(TableBuilder& t, const Sizes& z) {
+    if (z.narrow || t.tuning.any())
+        throw error("an attention output gate under fp8 linears or fine-tuning is not modelled");
+    t.add("sigmoid(gate)", "its output", "sigmoid's gradient; the product's w.r.t. the output",
+          shape::sbq, z.sbq, z.d);
+    t.add("output x sigmoid(gate)", "the product, the output projection's input",
+          "weight gradient = input^T x output gradient", shape::sbq, z.sbq, z.d);
+}
+
 inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
                            Attention attention) {
     if (m.mla.enabled())
@@ -239,6 +251,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         flash_core_rows(t, m, z, output);
     else
         eager_core_rows(t, m, z, output);
+    if (m.attention_output_gate) output_gate_rows(t, z);
 }
 
 }  // namespace memcalc::detail

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "memcalc/blocks/attention.hpp"
+#include "memcalc/blocks/gated_deltanet.hpp"
 #include "memcalc/blocks/mamba.hpp"
 #include "memcalc/blocks/mamba2.hpp"
 #include "memcalc/blocks/moe.hpp"
@@ -47,6 +48,11 @@ inline const MixerBlock& mixer_block(Mixer mixer) {
          [](const Architecture& m) { return m.ssm.d_inner; },
          [](TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t micro_batch,
             Attention) { mamba2_rows(t, m, z, micro_batch); }},
+        {Mixer::gated_deltanet, Linear::mamba_out, Linear::mamba_out,
+         [](const Architecture&) { return false; },
+         [](const Architecture& m) { return m.ssm.d_inner; },
+         [](TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t micro_batch,
+            Attention) { deltanet_rows(t, m, z, micro_batch); }},
     };
     for (const MixerBlock& row : rows)
         if (row.mixer == mixer) return row;
