@@ -772,7 +772,7 @@ inline std::optional<PlanKey> partial_floor(const Architecture& m, const PlanReq
 /// Layout q at micro-batch b under each recomputation mode tried, handed to `visit`; after full
 /// recomputation, where it fits and none does not, the fewest layers of it that fit. Rows ranked
 /// below `cutoff` keep no peak, but for none's and full's where their fit decides that search and
-/// a partial row could still rank (recomputing_floor).
+/// a partial row could still rank (partial_floor).
 template <class Visit>
 void visit_modes(const Architecture& m, const PlanRequest& request, WorkloadCache& workload,
                  const StageMix& mix, const Parallelism& q, std::uint64_t b,
