@@ -55,7 +55,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
-from torch.optim.adamw import adamw  # torch.optim.AdamW's functional form
 from torch.utils._python_dispatch import TorchDispatchMode
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -550,9 +549,22 @@ class Meter:
         return top["max_bytes"], top["step"]
 
 
+def adamw_tensor(param, grad, exp_avg, exp_avg_sq, step_t, lr, betas, eps, weight_decay):
+    """One tensor of torch 1.13's _single_tensor_adamw, op for op (so its temporaries too): written out
+    because later torch's lerp_ refuses a bf16 gradient into fp32 moments (torch 2.11 on the H200)."""
+    beta1, beta2 = betas
+    step_t += 1
+    param.mul_(1 - lr * weight_decay)
+    exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    step = step_t.item()
+    denom = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** step)).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1 ** step))
+
+
 class MixedAdam:
     """Adam on an fp32 master copy of bf16 weights: 2 + 2 + 4 + 8 bytes per parameter. Its step is
-    torch.optim.AdamW's own for-loop (torch.optim.adamw, foreach=False) over the master copy, reading the
+    torch 1.13's AdamW for-loop (adamw_tensor, as foreach=False) over the master copy, reading the
     bf16 gradients as they are; then each weight takes its master's new value. `persistent`: the step
     zeroes the gradients instead of dropping them (zero_grad(set_to_none=False)), so they live for the
     whole run and backward accumulates into them."""
@@ -568,10 +580,8 @@ class MixedAdam:
 
     @torch.no_grad()
     def step(self):
-        b1, b2 = self.betas
-        adamw(self.master, [p.grad for p in self.params], self.m, self.v, [], self.steps,
-                                foreach=False, amsgrad=False, beta1=b1, beta2=b2, lr=self.lr,
-                                weight_decay=self.weight_decay, eps=self.eps, maximize=False)
+        for w, p, m, v, t in zip(self.master, self.params, self.m, self.v, self.steps):
+            adamw_tensor(w, p.grad, m, v, t, self.lr, self.betas, self.eps, self.weight_decay)
         for p, w in zip(self.params, self.master):
             p.copy_(w)
             if self.persistent:

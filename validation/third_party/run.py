@@ -34,6 +34,7 @@ import time
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -108,25 +109,39 @@ class Checkpointed(nn.Module):
         return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
 
 
-def optimizer_for(program, model):
+def optimizer_for(program, model, device):
     """nanoGPT's own configure_optimizers (two AdamW groups, weight decay on the matrices; fused only
     on CUDA), or torch's AdamW over every parameter. torch 1.13's default on CPU is the for-loop step."""
     if program in ("nanogpt", "llama2c"):  # llama2.c's is nanoGPT's, as train.py calls it
         with contextlib.redirect_stdout(io.StringIO()):
-            return model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cpu")
+            return model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), device)
     return torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
 
 
-def run(program, size, seq, batch, precision, recompute, steps=1):
+def attention_path(program):
+    """nanoGPT and llama2.c take F.scaled_dot_product_attention where torch has it (torch 2.0 on)."""
+    flash = program in ("nanogpt", "llama2c") and hasattr(F, "scaled_dot_product_attention")
+    return "sdpa" if flash else "eager"
+
+
+def optimizer_impl(program, device):
+    """torch 1.13 on CPU steps one tensor at a time; on CUDA nanoGPT asks for fused AdamW, and torch
+    2.x's AdamW defaults to foreach there."""
+    if device == "cpu":
+        return "for-loop"
+    return "fused" if program in ("nanogpt", "llama2c") else "foreach"
+
+
+def run(program, size, seq, batch, precision, recompute, steps=1, device="cpu"):
     torch.manual_seed(0)
     model, blocks, final_norm = build(program, size)
-    model = model.to(dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
+    model = model.to(device=device, dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
     model.train()
     if recompute == "full":
         for i in range(len(blocks)):
             blocks[i] = Checkpointed(blocks[i])
-    optimizer = optimizer_for(program, model)
-    ids = torch.randint(0, SIZES[size]["vocab"], (batch, seq))
+    optimizer = optimizer_for(program, model, device)
+    ids = torch.randint(0, SIZES[size]["vocab"], (batch, seq), device=device)
     meter = None
 
     # memcalc's timeline, marked from outside the programs: a block's forward step starts at its
@@ -145,7 +160,7 @@ def run(program, size, seq, batch, precision, recompute, steps=1):
         block.register_forward_pre_hook(forward_mark(i))
         block.register_forward_hook(backward_mark(i))
     final_norm.register_forward_pre_hook(lambda module, args: meter.mark("loss") if meter else None)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "autocast")
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "autocast")
 
     def step(m=None):
         nonlocal meter
@@ -166,7 +181,7 @@ def run(program, size, seq, batch, precision, recompute, steps=1):
         del logits, loss
 
     step()  # warm-up
-    with Meter("cpu") as m:
+    with Meter(device) as m:
         step(m)
     peak, peak_step = m.peak()
     meter, times = None, []
@@ -178,7 +193,7 @@ def run(program, size, seq, batch, precision, recompute, steps=1):
     return {"program": program, "size": size, "batch": batch, "precision": precision,
             "model": f"{name} {precision}", "model_file": f"validation/third_party/models/{name}.json",
             "seq": seq, "micro_batch": batch, "microbatches": 1, "grad_buffer": "lazy", "recompute": recompute,
-            "attention": "eager", "optimizer_impl": "for-loop", "recipe": PRECISIONS[precision], "loss": "bf16",
+            "attention": attention_path(program), "optimizer_impl": optimizer_impl(program, device), "recipe": PRECISIONS[precision], "loss": "bf16",
             "logits": "held", "kv_cache": "off", "memory_before_step": m.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": m.steps, "median_step_seconds": statistics.median(times),
             "steps_timed": steps,
@@ -194,17 +209,20 @@ def main(argv=None):
     ap.add_argument("--sizes", nargs="+", choices=tuple(SIZES), default=list(SIZES))
     ap.add_argument("--precisions", nargs="+", choices=tuple(PRECISIONS), default=list(PRECISIONS))
     ap.add_argument("--recompute", nargs="+", choices=("none", "full"), default=["none", "full"])
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where to train (default cpu; cuda: the programs' GPU paths, flash attention among them)")
     ap.add_argument("--steps", type=int, default=1, help="timed steps per run, after the measured one")
     a = ap.parse_args(argv)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
-    result = {"date": time.strftime("%Y-%m-%d"), "device": "cpu", "device_name": cpu_name(),
+    name = torch.cuda.get_device_name() if a.device == "cuda" else cpu_name()
+    result = {"date": time.strftime("%Y-%m-%d"), "device": a.device, "device_name": name,
               "torch": torch.__version__, "nanogpt_commit": "3adf61e154c3fe3fca428ad6bc3818b27a3b8291",
               "llama2c_commit": LLAMA2C_COMMIT,
               "runs": [], "skipped": []}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     for program, size, precision, recompute in itertools.product(a.programs, a.sizes, a.precisions, a.recompute):
         for seq, batch in SHAPES[size]:
-            r = run(program, size, seq, batch, precision, recompute, a.steps)
+            r = run(program, size, seq, batch, precision, recompute, a.steps, a.device)
             result["runs"].append(r)
             with open(a.out + ".part", "w") as f:  # after every run: a run cut short keeps the rest
                 json.dump(result, f, indent=2)
