@@ -21,14 +21,18 @@ struct KernelFacts {
     bool norm_statistics_fp32;
     /// Dropout saves a 1-byte mask (else F.dropout's noise, in its input's dtype).
     bool dropout_mask;
-    /// softmax(x, dtype=float32) upcasts as it reads (else it softmaxes an fp32 copy of x, and its
-    /// backward returns an fp32 gradient beside x's).
-    bool softmax_upcasts_on_read;
+    /// softmax(x, dtype=float32) of an fp16 x upcasts as it reads (ATen's CUDA kernel); any other
+    /// x is copied to fp32 first, the copy softmaxed, and the backward returns an fp32 gradient
+    /// beside x's (measured for bf16 on an H200, torch 2.11: gpu-op-history.txt).
+    bool softmax_upcasts_fp16_on_read;
     /// A kernel of a narrow operand and a wider one casts as it reads (else it copies the narrow
     /// one to the wider dtype first: autocast's fp32 mask or residual, an fp32 adapter's sum).
     bool casts_on_read;
     /// Copies the batched matmul's backward makes of its strided operands (the product with V's).
     std::uint64_t bmm_backward_copies;
+    /// Tensors of its output's size softmax's backward makes beside its output's gradient (CUDA's:
+    /// two, measured at 2,048 and 4,096 columns on an H200, torch 2.11).
+    std::uint64_t softmax_backward_tensors;
     /// Autocast runs softmax in fp32 whatever its input (CUDA autocast's fp32 list); else in its
     /// input's dtype (CPU autocast, torch 1.13: validation/results/cpu-third-party.json).
     bool autocast_softmax_fp32;
@@ -37,11 +41,13 @@ struct KernelFacts {
     std::uint64_t checkpoint_rng_state;
 };
 
+// The CUDA row's whole step agrees with the H200 replication (validation/results/gpu.txt); its
+// dropout mask, which no GPU run drew, is ATen's fused_dropout as read from its source.
 // clang-format off
 inline constexpr std::array<KernelFacts, 2> kernel_rows{{
-    // platform      name    measured                 norm   mask   softmax casts  bmm amp    rng
-    {Platform::cuda, "cuda", "CUDA PyTorch 2.2+",      true,  true,  true,  true,  0, true,  0},
-    {Platform::cpu,  "cpu",  "torch 1.13 CPU",         false, false, false, false, 2, false, 5056},
+    // platform      name    measured            norm   mask   fp16   casts  bmm sm- amp    rng
+    {Platform::cuda, "cuda", "H200, torch 2.11", true,  true,  true,  true,  0,  2,  true,  0},
+    {Platform::cpu,  "cpu",  "torch 1.13 CPU",   false, false, false, false, 2,  1,  false, 5056},
 }};
 // clang-format on
 

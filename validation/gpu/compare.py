@@ -64,6 +64,30 @@ def predict(memcalc, run, platform, older=False, defaults=False):
     return json.loads(done.stdout)
 
 
+# nvidia-smi's card names and memcalc's --gpu for them: on a GPU the measured figure is the caching
+# allocator's, which counts the cuBLAS workspaces (one per matmul thread, by the card's generation).
+GPU_NAMES = (("H200", "h200"), ("H100", "h100-sxm"), ("A100", "a100-80gb"))
+
+
+def gpu_of(device_name):
+    return next((gpu for name, gpu in GPU_NAMES if name in device_name), None)
+
+
+def predicted_peak(report, run):
+    """The tensors' peak on CPU; on a GPU, the allocator's allocated figure (its rounding and the
+    workspaces it hands out, which torch.cuda.max_memory_allocated counts)."""
+    if run["platform"] == "cuda" and run.get("gpu"):
+        return report["peak"]["reserved"]["allocated_bytes"]
+    return report["peak"]["bytes"]
+
+
+def workspaces(report, run):
+    """What the allocator hands out beside the tensors at every step (the cuBLAS workspaces)."""
+    if run["platform"] != "cuda" or not run.get("gpu"):
+        return 0
+    return sum(o["bytes"] * o["count"] for o in report["peak"].get("outside", []) if o["in_allocator"])
+
+
 def predict_command(memcalc, run, platform, older=False, defaults=False):
     """The memcalc command line (a list, --format json) that predicts one measured run (predict's)."""
     if older:
@@ -85,6 +109,8 @@ def predict_command(memcalc, run, platform, older=False, defaults=False):
         if run.get(key, default) != default and not defaults:
             command += ["--" + key.replace("_", "-"), run[key]]
     command += training_flags(run)
+    if platform == "cuda" and run.get("gpu") and not older:
+        command += ["--gpu", run["gpu"]]
     return command
 
 
@@ -178,6 +204,7 @@ def main(argv=None):
     for f in files:  # each run remembers where it was measured
         for r in f["runs"]:
             r["platform"] = "cpu" if f["device"] == "cpu" else "cuda"
+            r["gpu"] = gpu_of(f["device_name"]) if r["platform"] == "cuda" else None
     results = dict(files[0], runs=[r for f in files for r in f["runs"]], skipped=[x for f in files for x in f["skipped"]])
     for r in results["runs"]:  # runs from before micro-batches were measured had one, lazily made
         r.setdefault("microbatches", 1)
@@ -198,7 +225,7 @@ def main(argv=None):
         persistent = state["weights"] + state["master_weights"] + state["optimizer_state"]
         if r["grad_buffer"] == "persistent":
             persistent += state["gradients"]
-        peak, peak_step = report["peak"]["bytes"], report["peak"]["step"]
+        peak, peak_step = predicted_peak(report, r), report["peak"]["step"]
         measured = r["max_memory_allocated"]
         e = (peak - measured) / measured
         errors.append(abs(e))
@@ -224,7 +251,7 @@ def main(argv=None):
               f"{persistent:>12,} {1e3 * r['median_step_seconds']:>8.1f} {ratio:>7.2f}"
               f"  {' '.join(r.get(k, d) for k, d in SWITCH_DEFAULTS.items())} {training_label(r)}")
         if a.steps or a.check_timeline:
-            predicted = {s["step"]: s["bytes"] for s in report["timeline"]}
+            predicted = {s["step"]: s["bytes"] + workspaces(report, r) for s in report["timeline"]}
             for s in r["timeline"]:
                 p = predicted[s["step"]]
                 if a.check_timeline and abs(p - s["max_bytes"]) > a.tolerance * s["max_bytes"]:

@@ -70,8 +70,10 @@ SIZES = {
 # llama2c's grouped k/v heads per size (n_kv_heads; the other programs have one per query head).
 KV_HEADS = {"char": 2, "gpt2vocab": 2, "long": 2}
 PROGRAMS = ("nanogpt", "torch-layers", "llama2c")
-# The PyTorch release a program's rows record for memcalc's --torch-version (llama2c's so far).
-TORCH_VERSION = {"llama2c": "1.13"}
+# The programs whose rows record the running PyTorch release for memcalc's --torch-version (what
+# autograd keeps changes with it: llama2.c's RMSNorm).
+VERSIONED = ("llama2c",)
+TORCH_RELEASE = ".".join(torch.__version__.split("+")[0].split(".")[:2])
 # (sequence, micro-batch) per size
 SHAPES = {"char": [(256, 2)], "gpt2vocab": [(512, 1)], "long": [(512, 2)]}
 PRECISIONS = {"bf16": "bf16-adam", "autocast": "amp-adam"}
@@ -197,7 +199,7 @@ def run(program, size, seq, batch, precision, recompute, steps=1, device="cpu"):
             "logits": "held", "kv_cache": "off", "memory_before_step": m.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": m.steps, "median_step_seconds": statistics.median(times),
             "steps_timed": steps,
-            **({"torch_version": TORCH_VERSION[program]} if program in TORCH_VERSION else {})}
+            **({"torch_version": TORCH_RELEASE} if program in VERSIONED else {})}
 
 
 def main(argv=None):

@@ -179,12 +179,15 @@ inline void over_v_rows(TableBuilder& t, const Sizes& z, const Shape& output) {
 /// The softmax's own temporaries, forward and backward, beside its output's row.
 inline void softmax_work(TableBuilder& t, const Architecture& m, const Sizes& z,
                          std::size_t softmax_row, Count softmax_elements, bool softmax_fp32) {
-    // Softmax's input lives beside its output; its backward holds the gradients of both. Upcasting
-    // on the fly is CUDA's: the CPU kernel softmaxes an fp32 copy and returns an fp32 gradient.
+    // Softmax's input lives beside its output; its backward holds its output's gradient and the
+    // tensors it makes (the input's gradient among them). Only CUDA's fp16 is upcast on the fly:
+    // otherwise an fp32 copy is softmaxed, and the backward's tensors are fp32.
     const std::uint64_t out = softmax_fp32 ? dtype::fp32 : z.d;
-    const bool copy = softmax_fp32 && !z.kernels->softmax_upcasts_on_read && z.s != dtype::fp32;
+    const bool on_read = z.kernels->softmax_upcasts_fp16_on_read && z.compute == DType::fp16;
+    const bool copy = softmax_fp32 && !on_read && z.s != dtype::fp32;
     const std::uint64_t forward = z.s + (copy ? dtype::fp32 : 0),
-                        backward = out + (copy ? dtype::fp32 : z.s);
+                        backward =
+                            out + z.kernels->softmax_backward_tensors * (copy ? dtype::fp32 : z.s);
     t.workspace_at(softmax_row + 1, false, "softmax",
                    copy ? "its input and its fp32 copy" : "its input", bytes_of(forward, "as^2b"),
                    Count(forward) * softmax_elements);
