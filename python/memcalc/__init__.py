@@ -180,7 +180,7 @@ def fit(**options: _t.Any) -> Fit:
 
     >>> r = memcalc.fit(preset="llama-3-8b", train="lora", gpu="h100-sxm", recompute="selective")
     >>> r.search, r.results[0].largest
-    ('seq', 7458)
+    ('seq', 6535)
     """
     return _as(Fit, _json_command("fit", options))
 
