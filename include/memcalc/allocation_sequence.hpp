@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "memcalc/allocator.hpp"
+#include "memcalc/framework.hpp"
 #include "memcalc/timeline.hpp"
 
 namespace memcalc {
@@ -180,10 +181,17 @@ inline std::vector<Step> replayed_steps(const std::vector<Step>& timeline,
 }  // namespace detail
 
 /// The steps a rank's two training steps (the first, and the steady state after it) replay from
-/// the `timeline` the estimate built.
+/// the `timeline` the estimate built. A lazy optimiser's state appears at the first optimizer step.
 inline std::vector<Step> replayed_training_steps(const std::vector<Step>& timeline,
-                                                 std::uint64_t microbatches) {
-    return detail::replayed_steps(timeline, microbatches, 2, 2);
+                                                 std::uint64_t microbatches,
+                                                 OptimizerState state = OptimizerState::eager) {
+    std::vector<Step> steps = detail::replayed_steps(timeline, microbatches, 2, 2);
+    if (state == OptimizerState::lazy)
+        for (Step& s : steps) {
+            if (s.phase == Phase::optimizer) break;
+            s.bytes.optimizer_state = Count(0);
+        }
+    return steps;
 }
 
 /// `steps` as allocations and frees in `order`, each handed to `sink(event, step index)` as it is

@@ -46,6 +46,16 @@ inline const char* grad_buffer_name(GradBuffer g) {
     return g == GradBuffer::lazy ? "lazy" : "persistent";
 }
 
+/// When the optimiser's state (Adam's moments) is made. Lazy: at the first step, after its
+/// backward (torch.optim's, apex's and Transformer Engine's Adam), in blocks the first step's
+/// activations freed, so the next step's activations need segments of their own. Eager: before
+/// the first step (DeepSpeed's initialize_optimizer_states, to keep those blocks whole).
+enum class OptimizerState { lazy, eager };
+
+inline const char* optimizer_state_name(OptimizerState s) {
+    return s == OptimizerState::lazy ? "lazy" : "eager";
+}
+
 /// How the program computes the loss from the logits.
 enum class LossKernel {
     fp32,   ///< cross_entropy(logits.float()): an fp32 copy, fp32 log-probabilities saved, fp32
@@ -127,6 +137,7 @@ struct Framework {
     MoeKernel moe = MoeKernel::model_code;    ///< which tokens the experts compute over
     TorchVersion torch = TorchVersion::v2_2;  ///< what autograd keeps (kernels.hpp's torch_rows)
     GemmLibrary gemm = GemmLibrary::torch;    ///< whose workspaces the allocator holds
+    OptimizerState optimizer_state = OptimizerState::lazy;  ///< when the moments are made
     /// --loss chunked: the chunks the tokens are split into (torchtune's num_output_chunks).
     std::uint64_t loss_chunks = 8;
 };
@@ -239,7 +250,13 @@ inline const auto framework_switches = std::make_tuple(
            std::array{GemmLibrary::torch, GemmLibrary::transformer_engine}, gemm_library_name,
            "Whose GEMMs the linears run, for the device figure: torch (default) or\n"
            "transformer-engine (Megatron-LM's default transformer_impl: a cuBLAS workspace of its\n"
-           "own beside PyTorch's)"});
+           "own beside PyTorch's)"},
+    Switch{"optimizer_state", "optimizer state", &Framework::optimizer_state,
+           std::array{OptimizerState::lazy, OptimizerState::eager}, optimizer_state_name,
+           "When the optimiser's moments are made, which moves the reserved figure alone: lazy\n"
+           "(default: at the first step, after its backward, as torch.optim's and apex's Adam do,\n"
+           "in blocks the step's activations freed, so the next step's need new segments) or\n"
+           "eager (before the first step: DeepSpeed's initialize_optimizer_states)"});
 
 /// `f(row)` for every framework switch, in order.
 template <class F>
@@ -300,9 +317,11 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "DeepSpeed's engine: a fused Adam step, a contiguous gradient buffer; attention as the "
      "model's code writes it",
      "DeepSpeed 0.14-0.16: FusedAdam and its ZeRO stage 1/2 gradient partitions "
-     "(runtime/zero/stage_1_and_2.py)",
+     "(runtime/zero/stage_1_and_2.py), whose initialize_optimizer_states makes the state "
+     "before the first step",
      {Platform::cuda, Attention::eager, OptimizerImpl::fused, GradBuffer::persistent,
-      LossKernel::fp32, LogitsLife::held, KvCache::off}},
+      LossKernel::fp32, LogitsLife::held, KvCache::off, MoeKernel::model_code, TorchVersion::v2_2,
+      GemmLibrary::torch, OptimizerState::eager}},
     {"fsdp2",
      "PyTorch FSDP2 (fully_shard) with a plain loop: torch.optim's foreach AdamW on the shards, "
      "gradients made by "
@@ -345,9 +364,11 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
     {"cpu-replication",
      "validation/'s CPU replication: PyTorch's CPU kernels, eager attention, a for-loop optimiser "
      "step",
-     "validation/gpu/replicate.py --device cpu (its MixedAdam steps one tensor at a time)",
+     "validation/gpu/replicate.py --device cpu (its MixedAdam steps one tensor at a time and "
+     "makes its state when built)",
      {Platform::cpu, Attention::eager, OptimizerImpl::for_loop, GradBuffer::lazy, LossKernel::fp32,
-      LogitsLife::held, KvCache::off}},
+      LogitsLife::held, KvCache::off, MoeKernel::model_code, TorchVersion::v2_2, GemmLibrary::torch,
+      OptimizerState::eager}},
 }};
 
 /// The built-in profile of that name, or nullptr.

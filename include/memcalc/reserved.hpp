@@ -181,7 +181,8 @@ inline ReservedPeak reserved_peak(const Report& r, const RankReport& rank,
         return unsimulated(rank);
     const StepPieces pieces = step_pieces(r, rank);
     const std::uint64_t microbatches = r.settings.parallel.steps_per_batch();
-    const std::vector<Step> steps = replayed_training_steps(rank.timeline, microbatches);
+    const std::vector<Step> steps =
+        replayed_training_steps(rank.timeline, microbatches, r.settings.framework.optimizer_state);
     const detail::Replay run =
         detail::replay(before, steps, pieces, StepOrder::frees_first, config);
     ReservedPeak out;

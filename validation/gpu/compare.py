@@ -88,6 +88,12 @@ def workspaces(report, run):
     return sum(o["bytes"] * o["count"] for o in report["peak"].get("outside", []) if o["in_allocator"])
 
 
+def optimizer_state(run):
+    """When the run's optimiser made its moments: replicate.py's MixedAdam when it is built, torch's
+    AdamW (bf16-adam, amp-adam, the third-party programs) at its first step."""
+    return run.get("optimizer_state", "eager" if run.get("recipe", "mixed-adam") == "mixed-adam" else "lazy")
+
+
 def predict_command(memcalc, run, platform, older=False, defaults=False):
     """The memcalc command line (a list, --format json) that predicts one measured run (predict's)."""
     if older:
@@ -110,7 +116,7 @@ def predict_command(memcalc, run, platform, older=False, defaults=False):
             command += ["--" + key.replace("_", "-"), run[key]]
     command += training_flags(run)
     if platform == "cuda" and run.get("gpu") and not older:
-        command += ["--gpu", run["gpu"]]
+        command += ["--gpu", run["gpu"], "--optimizer-state", optimizer_state(run)]
     return command
 
 

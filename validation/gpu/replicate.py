@@ -760,6 +760,7 @@ def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="
     return {"model": spec["name"], "model_file": spec["path"], "seq": seq, "micro_batch": 1,
             "microbatches": microbatches, "grad_buffer": grad_buffer, "recompute": mode,
             "attention": attention, "optimizer_impl": "for-loop", "recipe": recipe, "loss": loss_kernel,
+            "optimizer_state": "eager" if recipe == "mixed-adam" else "lazy",  # MixedAdam's is built
             "logits": logits_life, "kv_cache": kv_cache, **training_fields(train), "memory_before_step": meter.before, "max_memory_allocated": peak,
             **device_fields, "peak_step": peak_step, "timeline": meter.steps,
             "median_step_seconds": statistics.median(times), "steps_timed": steps,

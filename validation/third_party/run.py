@@ -195,7 +195,7 @@ def run(program, size, seq, batch, precision, recompute, steps=1, device="cpu"):
     return {"program": program, "size": size, "batch": batch, "precision": precision,
             "model": f"{name} {precision}", "model_file": f"validation/third_party/models/{name}.json",
             "seq": seq, "micro_batch": batch, "microbatches": 1, "grad_buffer": "lazy", "recompute": recompute,
-            "attention": attention_path(program), "optimizer_impl": optimizer_impl(program, device), "recipe": PRECISIONS[precision], "loss": "bf16",
+            "attention": attention_path(program), "optimizer_impl": optimizer_impl(program, device), "optimizer_state": "lazy", "recipe": PRECISIONS[precision], "loss": "bf16",
             "logits": "held", "kv_cache": "off", "memory_before_step": m.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": m.steps, "median_step_seconds": statistics.median(times),
             "steps_timed": steps,
