@@ -126,7 +126,8 @@ TEST_CASE(
     s.framework.attention = Attention::flash;
     s.activations = ActivationModel::architecture;
     Settings eager = s;
-    eager.framework.optimizer_state = OptimizerState::eager;
+    s.framework.optimizer_state = OptimizerState::lazy;
+    CHECK(eager.framework.optimizer_state == OptimizerState::eager);  // the default
     const Report lazy_report = estimate(fixtures::gpt2_small(), s);
     const Report eager_report = estimate(fixtures::gpt2_small(), eager);
     const ReservedPeak made_late = reserved_peak(lazy_report, lazy_report.busiest(), {});
