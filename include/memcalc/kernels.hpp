@@ -21,9 +21,10 @@ struct KernelFacts {
     bool norm_statistics_fp32;
     /// Dropout saves a 1-byte mask (else F.dropout's noise, in its input's dtype).
     bool dropout_mask;
-    /// softmax(x, dtype=float32) of an fp16 x upcasts as it reads (ATen's CUDA kernel); any other
-    /// x is copied to fp32 first, the copy softmaxed, and the backward returns an fp32 gradient
-    /// beside x's (measured for bf16 on an H200, torch 2.11: gpu-op-history.txt).
+    /// softmax(x, dtype=float32) of an fp16 x upcasts as it reads (ATen's CUDA kernel, read from
+    /// its source, not measured); any other x is copied to fp32 first, the copy softmaxed, and the
+    /// backward returns an fp32 gradient beside x's (measured for bf16 on an H200, torch 2.11:
+    /// gpu-op-history.txt).
     bool softmax_upcasts_fp16_on_read;
     /// A kernel of a narrow operand and a wider one casts as it reads (else it copies the narrow
     /// one to the wider dtype first: autocast's fp32 mask or residual, an fp32 adapter's sum).

@@ -76,14 +76,14 @@ def gpu_of(device_name):
 def predicted_peak(report, run):
     """The tensors' peak on CPU; on a GPU, the allocator's allocated figure (its rounding and the
     workspaces it hands out, which torch.cuda.max_memory_allocated counts)."""
-    if run["platform"] == "cuda" and run.get("gpu"):
+    if run.get("gpu"):  # set for CUDA runs on a card memcalc knows
         return report["peak"]["reserved"]["allocated_bytes"]
     return report["peak"]["bytes"]
 
 
 def workspaces(report, run):
     """What the allocator hands out beside the tensors at every step (the cuBLAS workspaces)."""
-    if run["platform"] != "cuda" or not run.get("gpu"):
+    if not run.get("gpu"):
         return 0
     return sum(o["bytes"] * o["count"] for o in report["peak"].get("outside", []) if o["in_allocator"])
 
@@ -91,7 +91,8 @@ def workspaces(report, run):
 def optimizer_state(run):
     """When the run's optimiser made its moments: replicate.py's MixedAdam when it is built, torch's
     AdamW (bf16-adam, amp-adam, the third-party programs) at its first step."""
-    return run.get("optimizer_state", "eager" if run.get("recipe", "mixed-adam") == "mixed-adam" else "lazy")
+    made_when_built = run.get("recipe", "mixed-adam") == "mixed-adam"
+    return run.get("optimizer_state", "eager" if made_when_built else "lazy")
 
 
 def predict_command(memcalc, run, platform, older=False, defaults=False):
@@ -115,7 +116,7 @@ def predict_command(memcalc, run, platform, older=False, defaults=False):
         if run.get(key, default) != default and not defaults:
             command += ["--" + key.replace("_", "-"), run[key]]
     command += training_flags(run)
-    if platform == "cuda" and run.get("gpu") and not older:
+    if run.get("gpu") and not older:
         command += ["--gpu", run["gpu"], "--optimizer-state", optimizer_state(run)]
     return command
 
