@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 parser = argparse.ArgumentParser()
@@ -39,11 +40,29 @@ defaults = {"kv_heads": model["heads"], "head_dim": model["hidden"] // model["he
             "activation": "silu" if model["mlp"] == "gated" else "gelu_tanh", "norms_per_layer": 2,
             "parallel_attention": False, "embedding_norm": False, "attention_dropout": 0, "hidden_dropout": 0,
             "max_positions": 0, "softmax_fp32": True, "head_bias": False}
+# Every other key's default is what memcalc gives a model file that leaves it out (program facts,
+# mixer widths): read from a minimal model rather than listed here, so a new key needs no entry.
+SHAPE_KEYS = {"hidden", "layers", "heads", "ffn", "vocab"}
+minimal = {"name": "defaults", "hidden": 64, "layers": 1, "heads": 4, "ffn": 128, "vocab": 128}
+with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+    json.dump(minimal, f)
+    f.flush()
+    run = subprocess.run([args.memcalc, "--model-file", f.name, "--seq", "1", "--format", "json"],
+                         capture_output=True, text=True)
+if run.returncode != 0:
+    sys.exit(run.stderr.strip())
+for key, value in json.loads(run.stdout)["model"].items():
+    if key not in SHAPE_KEYS:
+        defaults.setdefault(key, value)
 preset = {"name": args.name, "description": args.description, "source": args.source,
           "published_parameters": args.published}
 for key, value in model.items():
     if key != "name" and (key not in defaults or defaults[key] != value):
         preset[key] = value
+# A layer kind names only the fields it sets (null: the model's).
+for kind in preset.get("layer_kinds", []):
+    for key in [k for k, v in kind.items() if v is None or (k == "has_mlp" and v is True)]:
+        del kind[key]
 for item in args.set:
     key, value = item.split("=", 1)
     preset[key] = json.loads(value)

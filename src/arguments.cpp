@@ -97,7 +97,7 @@ FineTuning parse_fine_tuning(const TrainingOptions& q) {
     } else if (f.mode == Training::frozen) {
         throw usage_error(
             "--train frozen needs --frozen PARTS (embeddings, attention, mlp, router, norms, head, "
-            "or tensor names such as q_proj)");
+            "vision, or tensor names such as q_proj)");
     }
     for (const auto& [option, value] :
          {std::pair<const char*, const std::string&>{"--lora-rank", q.lora_rank},

@@ -602,22 +602,10 @@ void gated_deltanet_widths(const JsonReader& in, Architecture& m) {
     x.kernels = true;
 }
 
-/// Qwen3-Next (modeling_qwen3_next.py): Qwen3's keys; full attention (gated: q_proj twice as wide,
-/// q_norm and k_norm per head; partial_rotary_factor turns part of each head, no parameters) in
-/// the layers layer_types names "full_attention", else every full_attention_interval-th, a Gated
-/// DeltaNet in the others; every layer MoE with a gated shared expert, as Qwen2-MoE's. Its
-/// zero-centred RMSNorms (weight + 1) hold as many parameters. The checkpoint's mtp.* module is
-/// not in transformers' model: the import leaves it out (mtp_layers 0) and says its size.
-void qwen3_next(const JsonReader& in, Architecture& m) {
-    llama(in, m);
+/// Qwen3-Next's mixers: gated full attention with q/k norms per head where layer_types (or
+/// full_attention_interval) says, a Gated DeltaNet elsewhere.
+void hybrid_linear_attention(const JsonReader& in, Architecture& m) {
     m.qk_norm = QkNorm::per_head, m.attention_output_gate = true;
-    m.shared_ffn = in.positive("shared_expert_intermediate_size");
-    m.shared_expert_gate = true;
-    qwen_moe_layers(in, m);
-    if (!m.layer_kinds.empty())
-        in.fail(
-            "decoder_sparse_step or mlp_only_layers with dense layers beside linear attention "
-            "is not modelled (every layer MoE is)");
     gated_deltanet_widths(in, m);
     if (m.layers > max_layers) return;  // validate() names it
     const std::uint64_t interval = in.positive_or("full_attention_interval", 4);
@@ -630,9 +618,36 @@ void qwen3_next(const JsonReader& in, Architecture& m) {
     mixer_kinds(m, per_layer);
 }
 
+/// Qwen3-Next (modeling_qwen3_next.py): Qwen3's keys; full attention (gated: q_proj twice as wide,
+/// q_norm and k_norm per head; partial_rotary_factor turns part of each head, no parameters) in
+/// the layers layer_types names "full_attention", else every full_attention_interval-th, a Gated
+/// DeltaNet in the others; every layer MoE with a gated shared expert, as Qwen2-MoE's. Its
+/// zero-centred RMSNorms (weight + 1) hold as many parameters. The checkpoint's mtp.* module is
+/// not in transformers' model: the import leaves it out (mtp_layers 0) and says its size.
+void qwen3_next(const JsonReader& in, Architecture& m) {
+    llama(in, m);
+    m.shared_ffn = in.positive("shared_expert_intermediate_size");
+    m.shared_expert_gate = true;
+    qwen_moe_layers(in, m);
+    if (!m.layer_kinds.empty())
+        in.fail(
+            "decoder_sparse_step or mlp_only_layers with dense layers beside linear attention "
+            "is not modelled (every layer MoE is)");
+    hybrid_linear_attention(in, m);
+}
+
+/// Qwen3.5's language model (modeling_qwen3_5.py, qwen3_5_text): Qwen3-Next's layers with a
+/// dense gated MLP of intermediate_size in each; its checkpoint's mtp.* module, as Qwen3-Next's.
+void qwen3_5_text(const JsonReader& in, Architecture& m) {
+    llama(in, m);
+    hybrid_linear_attention(in, m);
+}
+
 /// Nemotron-H's layers, one block each, as hybrid_override_pattern spells them a character a layer
-/// (modeling_nemotron_h.py, NemotronHBlock): a kind per character, first seen first.
-void nemotron_blocks(const JsonReader& in, Architecture& m, const std::string& pattern) {
+/// (modeling_nemotron_h.py, NemotronHBlock): a kind per character, first seen first. An MLP layer
+/// of a model with experts is dense: its own width, no experts.
+void nemotron_blocks(const JsonReader& in, Architecture& m, const std::string& pattern,
+                     std::uint64_t dense_ffn) {
     struct Block {
         char symbol;
         const char* name;
@@ -641,17 +656,16 @@ void nemotron_blocks(const JsonReader& in, Architecture& m, const std::string& p
     };
     static constexpr Block blocks[] = {{'M', "mamba2", Mixer::mamba2, false},
                                        {'*', "attention", Mixer::attention, false},
-                                       {'-', "mlp", Mixer::none, true}};
+                                       {'-', "mlp", Mixer::none, true},
+                                       {'E', "moe", Mixer::none, true}};
     std::string seen;  // the kinds' symbols, first seen first
     std::vector<LayerRun> runs;
     for (const char c : pattern) {
-        if (c == 'E')
-            in.fail("hybrid_override_pattern's 'E' layers (experts: Nemotron 3) are not modelled");
         const auto* block = std::find_if(std::begin(blocks), std::end(blocks),
                                          [&](const Block& b) { return b.symbol == c; });
         if (block == std::end(blocks))
             in.fail("hybrid_override_pattern has '" + std::string(1, c) +
-                    "'; memcalc reads M (Mamba-2), * (attention) and - (MLP)");
+                    "'; memcalc reads M (Mamba-2), * (attention), - (MLP) and E (experts)");
         if (seen.find(c) == std::string::npos) seen += c;
         const std::size_t kind = seen.find(c);
         if (!runs.empty() && runs.back().kind == kind)
@@ -659,13 +673,40 @@ void nemotron_blocks(const JsonReader& in, Architecture& m, const std::string& p
         else
             runs.push_back({kind, 1});
     }
+    if (seen.size() > max_layer_kinds)
+        in.fail("hybrid_override_pattern has " + std::to_string(seen.size()) +
+                " kinds of layer; memcalc holds at most " + std::to_string(max_layer_kinds));
     for (const char c : seen) {
         const Block& b = *std::find_if(std::begin(blocks), std::end(blocks),
                                        [&](const Block& x) { return x.symbol == c; });
-        m.layer_kinds.push_back({b.name, {}, {}, {}});
-        m.layer_kinds.back().mixer = b.mixer, m.layer_kinds.back().has_mlp = b.has_mlp;
+        LayerKind kind{b.name, {}, {}, {}};
+        kind.mixer = b.mixer, kind.has_mlp = b.has_mlp;
+        if (c == '-' && m.experts > 0) kind.ffn = dense_ffn, kind.experts = 0;
+        m.layer_kinds.push_back(kind);
     }
     m.layer_pattern = std::move(runs);
+}
+
+/// Nemotron 3's MoE layers (NemotronHMoE, DeepSeek-V3's block): n_routed_experts plain MLPs of
+/// moe_intermediate_size (up, mlp_hidden_act, down; stacked tensors indexed by view), the top
+/// num_experts_per_tok of a sigmoid router on an fp32 copy of its input with an
+/// e_score_correction_bias buffer, renormalised by norm_topk_prob, beside n_shared_experts plain
+/// MLPs of moe_shared_expert_intermediate_size. Returns the dense MLP layers' width.
+std::uint64_t nemotron_experts(const JsonReader& in, Architecture& m) {
+    const std::uint64_t dense_ffn = m.ffn;
+    if (in.has("moe_latent_size"))
+        in.fail(
+            "moe_latent_size (a latent MoE: Nemotron 3 Super's projections around the "
+            "experts) is not modelled");
+    m.ffn = in.positive("moe_intermediate_size");
+    m.experts = in.positive("n_routed_experts");
+    m.experts_per_token = in.positive("num_experts_per_tok");
+    m.shared_ffn = in.count_if_given("n_shared_experts").value_or(1) *
+                   in.positive("moe_shared_expert_intermediate_size");
+    m.router_bias = RouterBias::buffer;
+    m.router_input_fp32 = true;  // DeepseekV3TopkRouter: F.linear(x.float(), weight.float())
+    m.renormalize_topk = in.flag_or("norm_topk_prob", true);
+    return dense_ffn;
 }
 
 /// Nemotron-H's Mamba-2 mixer (NemotronHMamba2Mixer): d_inner = mamba_num_heads x mamba_head_dim
@@ -687,8 +728,9 @@ void nemotron_mamba2(const JsonReader& in, Architecture& m) {
 
 /// Nemotron-H (modeling_nemotron_h.py): each layer an RMSNorm and one block, per
 /// hybrid_override_pattern: a Mamba-2 mixer, GQA attention without position encoding
-/// (attention_bias on q, k, v and o), or a plain MLP of intermediate_size (up, then
-/// mlp_hidden_act, relu2 by default, then down; mlp_bias); a final norm, an untied head by default.
+/// (attention_bias on q, k, v and o), a plain MLP of intermediate_size (up, then mlp_hidden_act,
+/// relu2 by default, then down; mlp_bias) or experts (Nemotron 3: nemotron_experts); a final norm,
+/// an untied head by default.
 void nemotron_h(const JsonReader& in, Architecture& m) {
     m.hidden = in.positive("hidden_size");
     m.layers = in.positive("num_hidden_layers");
@@ -708,12 +750,14 @@ void nemotron_h(const JsonReader& in, Architecture& m) {
     m.attention_dropout = in.probability_or("attention_dropout", 0);
     nemotron_mamba2(in, m);
     if (!in.is_text("hybrid_override_pattern"))
-        in.fail("missing key 'hybrid_override_pattern' (a string: M, * or - a layer)");
+        in.fail("missing key 'hybrid_override_pattern' (a string: M, *, - or E a layer)");
     const std::string pattern = in.text_or("hybrid_override_pattern", "");
     if (pattern.size() != m.layers)
         in.fail("hybrid_override_pattern has " + std::to_string(pattern.size()) +
                 " layers; num_hidden_layers is " + std::to_string(m.layers));
-    nemotron_blocks(in, m, pattern);
+    const std::uint64_t dense_ffn =
+        pattern.find('E') != std::string::npos ? nemotron_experts(in, m) : m.ffn;
+    nemotron_blocks(in, m, pattern, dense_ffn);
 }
 
 void phi3(const JsonReader& in, Architecture& m) {
@@ -844,7 +888,62 @@ void phi(const JsonReader& in, Architecture& m) {
     m.hidden_dropout = in.probability_or("resid_pdrop", 0);
 }
 
+/// The keys Qwen's vision configs share (Qwen2_5_VLVisionConfig, Qwen3VLVisionConfig).
+void qwen_vision(const JsonReader& in, VisionTower& v) {
+    v.depth = in.positive("depth");
+    v.hidden = in.positive("hidden_size");
+    v.heads = in.positive("num_heads");
+    v.ffn = in.positive("intermediate_size");
+    v.patch = in.positive("patch_size");
+    v.temporal_patch = in.positive_or("temporal_patch_size", 2);
+    v.merge = in.positive("spatial_merge_size");
+    v.out_hidden = in.positive("out_hidden_size");
+}
+
+/// Qwen2.5-VL's tower (modeling_qwen2_5_vl.py): a bias-free Conv3d patch embedding, RMSNorms, a
+/// biased gated MLP, the merger's ln_q an RMSNorm; no position table (2-D rotary).
+void qwen2_5_vl_vision(const JsonReader& in, VisionTower& v) {
+    qwen_vision(in, v);
+    v.channels = in.positive_or("in_channels", in.positive_or("in_chans", 3));
+    v.gated_mlp = true;
+}
+
+/// Qwen3-VL's tower (modeling_qwen3_vl.py): a biased Conv3d, a learned position table of
+/// num_position_embeddings, LayerNorms, fc1 and fc2, and a deepstack merger per
+/// deepstack_visual_indexes entry (Qwen3VLVisionConfig's default: three).
+void qwen3_vl_vision(const JsonReader& in, VisionTower& v) {
+    qwen_vision(in, v);
+    v.channels = in.positive_or("in_channels", 3);
+    v.position_rows = in.positive_or("num_position_embeddings", 2304);
+    v.deepstack = in.has("deepstack_visual_indexes")
+                      ? in.counts_or_empty("deepstack_visual_indexes").size()
+                      : 3;
+    v.layernorm = true, v.patch_bias = true;
+}
+
 using Reader = std::function<void(const JsonReader&, Architecture&)>;
+using VisionReader = void (*)(const JsonReader&, VisionTower&);
+
+/// A vision-language model_type (its language model's reader is in `families`) and its tower's
+/// reader. Their
+/// configs nest the language model in text_config, over top-level keys that older files (Qwen2.5-VL
+/// as published) keep there.
+struct VisionLanguage {
+    const char* type;
+    VisionReader vision;
+};
+const VisionLanguage vision_language_types[] = {
+    {"qwen2_5_vl", qwen2_5_vl_vision},
+    {"qwen3_vl", qwen3_vl_vision},
+    {"qwen3_vl_moe", qwen3_vl_vision},
+    {"qwen3_5", qwen3_vl_vision},  // Qwen3_5VisionModel: Qwen3-VL's, deepstack_visual_indexes []
+};
+
+const VisionLanguage* vision_language(const std::string& type) {
+    for (const VisionLanguage& v : vision_language_types)
+        if (type == v.type) return &v;
+    return nullptr;
+}
 const std::vector<std::pair<std::string, Reader>> families = {
     {"llama", llama},
     {"mistral", mistral},
@@ -878,6 +977,10 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"granitemoehybrid", granitemoehybrid},
     {"nemotron_h", nemotron_h},
     {"qwen3_next", qwen3_next},
+    {"qwen2_5_vl", qwen2},  // the language model; its tower: vision_language_types
+    {"qwen3_vl", qwen3},
+    {"qwen3_vl_moe", qwen3_moe},
+    {"qwen3_5", qwen3_5_text},
     {"RefinedWebModel", falcon},
     {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
@@ -962,8 +1065,16 @@ std::vector<std::string> import_notes(const std::string& type, const JsonReader&
         notes.push_back(
             "its Mamba-2 layers' saved tensors are mamba_ssm's mamba_split_conv1d_scan_combined's, "
             "read from its code and not measured; each layer holds one block (a Mamba-2 mixer, "
-            "attention or an MLP) after its own RMSNorm");
-    if (type == "qwen3_next") notes.push_back(qwen3_next_note(m));
+            "attention, an MLP or experts) after its own RMSNorm; experts as transformers' loop "
+            "over them runs, each token-slot gathered, weighted and index_added back");
+    if (type == "qwen3_next" || type == "qwen3_5") notes.push_back(qwen3_next_note(m));
+    if (m.vision.enabled())
+        notes.push_back(
+            "its vision tower (" + std::to_string(m.vision.depth) + " blocks of " +
+            std::to_string(m.vision.hidden) +
+            ") is counted with the language model's parameters and trains with them (--frozen "
+            "vision freezes it); what images keep through the step (the tower's activations, "
+            "their tokens' share of the sequence) is not modelled: the step shown is text-only");
     if (type == "llama4" || type == "llama4_text")
         notes.push_back(
             "its MoE layers are counted as transformers' Llama4TextMoe trains them, every expert "
@@ -976,6 +1087,21 @@ std::vector<std::string> import_notes(const std::string& type, const JsonReader&
 
 /// model_types whose layers hold a block shape memcalc has no row for yet: refused by name, with
 /// what is missing, rather than counted with a wrong shape.
+bool is_object_at(const json& document, const char* key) {
+    return document.contains(key) && document.at(key).is_object();
+}
+
+/// A vision-language config's language-model keys: its text_config's over the top level's (older
+/// files keep them at the top; tie_word_embeddings stays there in newer ones).
+json language_model_keys(const json& document) {
+    json keys = document;
+    keys.erase("vision_config");
+    keys.erase("text_config");
+    if (is_object_at(document, "text_config"))
+        for (const auto& [key, value] : document.at("text_config").items()) keys[key] = value;
+    return keys;
+}
+
 std::optional<std::string> unmodelled_reason(const std::string& type) {
     static const std::pair<const char*, const char*> types[] = {
         {"falcon_h1",
@@ -1011,12 +1137,24 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin,
     }
     ModelFile file;
     file.architecture.name = default_name;
+    const VisionLanguage* tower = vision_language(type);
     // A multimodal config nests its language model's keys (Gemma 3's and Llama 4's text_config).
     const bool nested = type == "gemma3" || type == "llama4";
-    if (nested && !(document.contains("text_config") && document.at("text_config").is_object()))
+    if (nested && !is_object_at(document, "text_config"))
         in.fail("model_type " + type + " needs its language model's keys in a text_config object");
-    family->second(nested ? JsonReader(document.at("text_config"), origin + " (text_config)") : in,
+    json merged;  // a vision-language config's text_config over its top level
+    if (tower != nullptr) merged = language_model_keys(document);
+    family->second(nested  ? JsonReader(document.at("text_config"), origin + " (text_config)")
+                   : tower ? JsonReader(merged, origin + " (text_config)")
+                           : in,
                    file.architecture);
+    if (tower != nullptr) {
+        if (!is_object_at(document, "vision_config"))
+            in.fail("model_type " + type +
+                    " needs its vision tower's keys in a vision_config object");
+        tower->vision(JsonReader(document.at("vision_config"), origin + " (vision_config)"),
+                      file.architecture.vision);
+    }
     try {
         validate(file.architecture);
     } catch (const error& e) {

@@ -267,6 +267,26 @@ void read_mla_and_mamba(const JsonReader& in, Architecture& m) {
     m.ssm.chunk = in.count_if_given("mamba_chunk").value_or(0);
 }
 
+/// "vision": a vision tower's fields (vision.hpp's tables), each named by its key.
+void read_vision(const json& document, const std::string& origin, Architecture& m) {
+    if (!document.contains("vision")) return;
+    const std::string where = origin + " (vision)";
+    std::vector<std::string> keys;
+    for (const auto& f : vision_counts) keys.emplace_back(f.key);
+    for (const auto& f : vision_flags) keys.emplace_back(f.key);
+    expect_object(document.at("vision"), where, "a vision tower", keys);
+    const JsonReader in(document.at("vision"), where);
+    for (const auto& f : vision_counts) {
+        const std::string key(f.key);
+        m.vision.*f.member = in.count_if_given(key.c_str()).value_or(m.vision.*f.member);
+    }
+    for (const auto& f : vision_flags) {
+        const std::string key(f.key);
+        m.vision.*f.member = in.flag_or(key.c_str(), m.vision.*f.member);
+    }
+    if (m.vision.depth == 0) in.fail("missing key 'depth' (a positive integer)");
+}
+
 }  // namespace
 
 ModelFile parse_model_json(std::string_view text, const std::string& origin,
@@ -274,7 +294,7 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin,
     const json document = parse_json(text, origin);
     std::vector<std::string> known = architecture_keys;
     known.insert(known.end(), metadata_keys.begin(), metadata_keys.end());
-    known.insert(known.end(), {"layer_kinds", "layer_pattern"});
+    known.insert(known.end(), {"layer_kinds", "layer_pattern", "vision"});
     for_each_program_fact([&](const auto& row) { known.emplace_back(row.key); });
     expect_object(document, origin, "a model", known);
 
@@ -290,6 +310,7 @@ ModelFile parse_model_json(std::string_view text, const std::string& origin,
     if (in.has("published_parameters"))
         file.published_parameters = in.positive("published_parameters");
     read_layer_kinds(document, origin, m);
+    read_vision(document, origin, m);
 
     try {
         validate(m);

@@ -109,8 +109,8 @@ void add_group(App& app, TrainingOptions& q) {
         ->type_name("MODE");
     app.add_option("--frozen", q.frozen,
                    "Parts that keep their weights alone (no gradient, master copy or optimiser "
-                   "state):\nembeddings, attention, mlp, router, norms, head, all, or tensor "
-                   "names (q_proj, ...)")
+                   "state):\nembeddings, attention, mlp, router, norms, head, vision, all, or "
+                   "tensor names (q_proj, ...)")
         ->type_name("PART[,PART...]");
     app.add_option("--lora-rank", q.lora_rank, "LoRA's rank r (default: 8, peft's)")
         ->type_name("R");

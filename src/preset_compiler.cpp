@@ -179,6 +179,16 @@ void write_layer_kinds(std::ostream& out, const Architecture& m) {
             << "});\n";
 }
 
+/// The statements that set a vision tower's fields, where the model has one (their members are
+/// named as their keys).
+void write_vision(std::ostream& out, const VisionTower& v) {
+    if (!v.enabled()) return;
+    for (const auto& f : vision_counts)
+        out << "    m.vision." << f.key << " = " << number(v.*f.member) << ";\n";
+    for (const auto& f : vision_flags)
+        out << "    m.vision." << f.key << " = " << boolean(v.*f.member) << ";\n";
+}
+
 /// The body of a function that returns `file`: every field the reader sets, defaults included.
 std::string builder(const cli::ModelFile& file) {
     std::ostringstream out;
@@ -186,6 +196,7 @@ std::string builder(const cli::ModelFile& file) {
         << "    Architecture& m = file.architecture;\n";
     write_architecture(out, file.architecture);
     write_layer_kinds(out, file.architecture);
+    write_vision(out, file.architecture.vision);
     out << "    file.description = " << literal(file.description) << ";\n"
         << "    file.source = " << literal(file.source) << ";\n";
     if (file.published_parameters)

@@ -78,6 +78,11 @@ json model_json(const Architecture& m) {
     });
     add_mla_and_mamba_json(out, m);
     if (!m.layer_kinds.empty()) add_layer_kinds_json(out, m);
+    if (m.vision.enabled()) {  // appended where the model has one, as a model file gives it
+        json& v = out["vision"];
+        for (const auto& f : vision_counts) v[std::string(f.key)] = m.vision.*f.member;
+        for (const auto& f : vision_flags) v[std::string(f.key)] = m.vision.*f.member;
+    }
     return out;
 }
 
@@ -186,6 +191,7 @@ json parameters_json(const Report& r) {
         {"final_norm", t.part(Part::final_norm).value()},
         {"head", t.part(Part::head).value()},
         {"tensors", tensors}};
+    if (r.model.vision.enabled()) out["vision"] = t.part(Part::vision).value();
     if (mixed) {
         json kinds = json::array();
         for (std::size_t k = 0; k < t.kinds; ++k) {

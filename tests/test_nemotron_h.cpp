@@ -69,6 +69,49 @@ TEST_CASE("Nemotron-H 8B Base: its checkpoint's total, a kind of layer at a time
     CHECK(t.total().value() == 8100852736u);
 }
 
+TEST_CASE("Nemotron 3 Nano 30B-A3B: experts in the E layers, its checkpoint's total",
+          "[nemotron_h][hf_config][params][moe]") {
+    const Architecture m =
+        cli::load_hf_config(nemotron_configs + "nemotron-3-nano-30b-a3b.json").architecture;
+    REQUIRE(m.kind_count() == 3);
+    const ParameterTable t = parameter_table(m);
+    const std::uint64_t h = 2688, di = 64 * 64, conv = di + 2 * 8 * 128, E = 128;
+    const std::uint64_t mamba = h + h * (di + conv + 64) + 5 * conv + 3 * 64 + di + di * h;
+    // The router (its e_score_correction_bias a buffer), 128 experts' up and down of 1856 and
+    // the shared expert's of 3712, no gates.
+    const std::uint64_t moe = h + E * h + E * 2 * h * 1856 + 2 * h * 3712;
+    const std::uint64_t attention = h + 2 * h * 4096 + 2 * h * 256;  // 2 k/v heads of 128
+    CHECK(t.per_layer(0).value() == mamba);
+    CHECK(t.per_layer(1).value() == moe);
+    CHECK(t.per_layer(2).value() == attention);
+    CHECK(m.layers_of_kind(0) == 23);
+    CHECK(m.layers_of_kind(1) == 23);
+    CHECK(m.layers_of_kind(2) == 6);
+    CHECK(t.total().value() == 23 * (mamba + moe) + 6 * attention + 2 * 131072 * h + h);
+    CHECK(t.total().value() == 31577937344u);
+}
+
+TEST_CASE("beside E layers an MLP layer stays dense at intermediate_size",
+          "[nemotron_h][hf_config][moe]") {
+    json config = small_nemotron("M-E*");
+    config.update({{"n_routed_experts", 8},
+                   {"num_experts_per_tok", 2},
+                   {"moe_intermediate_size", 32},
+                   {"moe_shared_expert_intermediate_size", 48}});
+    const Architecture m = nemotron_import(config);
+    REQUIRE(m.kind_count() == 4);
+    CHECK(m.kind_view(1).experts == 0);
+    CHECK(m.kind_view(1).ffn == 96);
+    CHECK(m.kind_view(2).experts == 8);
+    CHECK(m.kind_view(2).ffn == 32);
+    CHECK(m.kind_view(2).shared_ffn == 48);
+    const ParameterTable t = parameter_table(m);
+    CHECK(t.per_layer(1).value() == 64 + 2 * 64 * 96);
+    CHECK(t.per_layer(2).value() == 64 + 8 * 64 + 8 * 2 * 64 * 32 + 2 * 64 * 48);
+    config["moe_latent_size"] = 16;
+    CHECK_THROWS_WITH(nemotron_import(config), Catch::Contains("moe_latent_size"));
+}
+
 TEST_CASE("a layer of one block keeps its norm's rows and its block's, and no other half",
           "[nemotron_h][activations]") {
     const std::uint64_t s = GENERATE(24, 40), b = GENERATE(1, 3), T = s * b;
@@ -118,7 +161,7 @@ TEST_CASE("Nemotron-H's layers: FLOPs, serving's cache and state, the formula re
 TEST_CASE("nemotron_h's bad values are refused naming the key", "[nemotron_h][hf_config]") {
     using Row = std::pair<std::string, std::string>;
     const auto [pattern, message] = GENERATE(table<std::string, std::string>({
-        Row{"M-E", "hybrid_override_pattern's 'E' layers (experts: Nemotron 3) are not modelled"},
+        Row{"M-E", "missing key 'moe_intermediate_size'"},
         Row{"M-x", "hybrid_override_pattern has 'x'; memcalc reads M (Mamba-2), * (attention)"},
     }));
     CHECK_THROWS_WITH(nemotron_import(small_nemotron(pattern)), Catch::Contains(message));

@@ -150,6 +150,7 @@ inline bool in_part(const std::string& part, const ParamRow& r) {
     if (part == "attention") return r.part == Part::attention;
     if (part == "mlp") return r.part == Part::mlp;
     if (part == "router") return r.part == Part::router;
+    if (part == "vision") return r.part == Part::vision;
     if (part == "norms") return r.part == Part::norms || r.part == Part::final_norm;
     if (part == "head")
         return r.part == Part::head ||
@@ -172,7 +173,7 @@ inline void validate(const FineTuning& f) {
     if (f.mode == Training::frozen && f.frozen.empty())
         throw error(
             "training frozen needs the parts to freeze (embeddings, attention, mlp, router, norms, "
-            "head, or tensor names)");
+            "head, vision, or tensor names)");
     if (f.mode != Training::frozen && !f.frozen.empty())
         throw error(std::string("frozen parts are for training frozen (got training ") +
                     training_name(f.mode) +
@@ -206,8 +207,8 @@ inline ParameterTable frozen_table(const Architecture& m, ParameterTable table,
     for (std::size_t i = 0; i < frozen.size(); ++i)
         if (!used[i])
             throw error("frozen '" + frozen[i] + "' names no tensor of " + model_name(m) +
-                        " (parts: embeddings, attention, mlp, router, norms, head; or a tensor "
-                        "such as q_proj)");
+                        " (parts: embeddings, attention, mlp, router, norms, head, vision; or a "
+                        "tensor such as q_proj)");
     for (const ParamRow& r : table.rows)
         if (r.trainable) return table;
     throw error("frozen " + frozen.front() + (frozen.size() > 1 ? ",..." : "") +

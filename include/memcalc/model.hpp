@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "memcalc/error.hpp"
+#include "memcalc/vision.hpp"
 
 namespace memcalc {
 
@@ -405,6 +406,7 @@ struct Architecture {
     LatentAttention mla;  ///< multi-head latent attention's widths (DeepSeek); none by default
     Mixer mixer = Mixer::attention;  ///< what mixes tokens (a LayerKind may set its own)
     StateSpace ssm;                  ///< the Mamba layers' widths, where any layer is one
+    VisionTower vision;              ///< a vision tower before the first layer; none by default
     /// false: no MLP or experts after the mixer (a LayerKind may say so).
     bool has_mlp = true;
     /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's
@@ -750,6 +752,7 @@ inline void validate(const Architecture& m) {
         throw error(
             "expert_dispatch every_token is Llama4TextMoe's: it needs gated, bias-free experts");
     validate_layer_kinds(m);
+    validate(m.vision);
 }
 
 /// The model as messages name it: its name, or "the model" when it has none.

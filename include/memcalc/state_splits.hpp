@@ -233,7 +233,8 @@ inline bool autocast_casts(const ParamRow& r) {
         case Part::mlp:
         case Part::router:
         case Part::head:
-        case Part::adapter: return true;
+        case Part::adapter:
+        case Part::vision: return true;  // its norms' few weights too: leans high by their size
         case Part::embedding: return r.group == Group::head;
         case Part::norms:
         case Part::final_norm: return false;

@@ -1,0 +1,144 @@
+// Vision towers (vision.hpp): Qwen2.5-VL's and Qwen3-VL's, their parameters tensor by tensor as
+// transformers holds them, against the checkpoints' published totals; the tower frozen, written
+// to a model file and read back, and its bad values refused.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "memcalc/estimate.hpp"
+#include "memcalc/finetune.hpp"
+#include "model_file.hpp"
+
+using namespace memcalc;
+using nlohmann::json;
+
+namespace {
+const std::string vl_configs = std::string(MEMCALC_SOURCE_DIR) + "/tests/configs/";
+
+/// A tower's parameters by hand: the patch embedding, the position table, D blocks, the merger
+/// and the deepstack mergers (Qwen3-VL's norm after the merge, so over the merged width).
+std::uint64_t tower(const VisionTower& v) {
+    const std::uint64_t h = v.hidden, f = v.ffn, hm = h * v.merge * v.merge, o = v.out_hidden;
+    const std::uint64_t norm = v.layernorm ? 2 : 1;
+    const std::uint64_t patch =
+        h * v.channels * v.temporal_patch * v.patch * v.patch + (v.patch_bias ? h : 0);
+    const std::uint64_t mlp = v.gated_mlp ? 3 * h * f + 2 * f + h : 2 * h * f + f + h;
+    const std::uint64_t block = 2 * norm * h + 3 * h * h + 3 * h + h * h + h + mlp;
+    const std::uint64_t merge_linears = hm * hm + hm + hm * o + o;
+    return patch + v.position_rows * h + v.depth * block + norm * h + merge_linears +
+           v.deepstack * (2 * hm + merge_linears);
+}
+}  // namespace
+
+TEST_CASE("Qwen2.5-VL 7B: its tower and language model, the checkpoint's total",
+          "[vision][hf_config][params]") {
+    const cli::ModelFile file = cli::load_hf_config(vl_configs + "qwen2.5-vl-7b-instruct.json");
+    const Architecture& m = file.architecture;
+    const VisionTower& v = m.vision;
+    CHECK(v.depth == 32);
+    CHECK(v.hidden == 1280);
+    CHECK(v.gated_mlp);
+    CHECK_FALSE(v.layernorm);
+    CHECK(v.out_hidden == m.hidden);
+    const ParameterTable t = parameter_table(m);
+    CHECK(t.part(Part::vision).value() == tower(v));
+    CHECK(t.part(Part::vision).value() == 676550144u);  // the checkpoint's 'visual' module
+    CHECK(t.total().value() == 8292166656u);
+    REQUIRE_FALSE(file.notes.empty());
+    CHECK_THAT(file.notes.back(), Catch::Contains("not modelled: the step shown is text-only"));
+}
+
+TEST_CASE("Qwen3-VL 4B: LayerNorms, a position table and three deepstack mergers",
+          "[vision][hf_config][params]") {
+    const Architecture m =
+        cli::load_hf_config(vl_configs + "qwen3-vl-4b-instruct.json").architecture;
+    const VisionTower& v = m.vision;
+    CHECK(v.deepstack == 3);
+    CHECK(v.position_rows == 2304);
+    CHECK(v.layernorm);
+    CHECK(v.patch_bias);
+    CHECK(m.tied_embeddings);  // text_config's, over the top level's
+    const ParameterTable t = parameter_table(m);
+    CHECK(t.part(Part::vision).value() == tower(v));
+    CHECK(t.total().value() == 4437815808u);
+}
+
+TEST_CASE("Towers of other shapes count as their tensors do", "[vision][params]") {
+    const auto [depth, hidden, ffn, merge, deepstack, gated] =
+        GENERATE(table<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t,
+                       bool>({{1, 64, 96, 1, 0, true},
+                              {3, 48, 80, 2, 2, false},
+                              {2, 96, 64, 3, 1, false}}));
+    Architecture m;
+    m.name = "tiny-vl", m.hidden = 64, m.layers = 2, m.heads = 4, m.ffn = 128, m.vocab = 100;
+    const ParameterTable text = parameter_table(m);
+    VisionTower& v = m.vision;
+    v.depth = depth, v.hidden = hidden, v.heads = 4, v.ffn = ffn, v.patch = 4;
+    v.temporal_patch = 2, v.merge = merge, v.out_hidden = 64, v.deepstack = deepstack;
+    v.gated_mlp = gated, v.layernorm = !gated, v.patch_bias = !gated;
+    v.position_rows = gated ? 0 : 16;
+    const ParameterTable t = parameter_table(m);
+    CHECK(t.part(Part::vision).value() == tower(v));
+    CHECK(t.total() == text.total() + t.part(Part::vision));
+}
+
+TEST_CASE("A frozen tower keeps its weights alone", "[vision][finetune]") {
+    const Architecture m =
+        cli::load_hf_config(vl_configs + "qwen2.5-vl-7b-instruct.json").architecture;
+    const ParameterTable all = parameter_table(m);
+    FineTuning f;
+    f.mode = Training::frozen;
+    f.frozen = {"vision"};
+    CHECK(trainable_parameters(fine_tuned_table(m, all, f)).value() == 7615616512u);
+    Settings s;
+    s.seq = 256, s.activations = ActivationModel::architecture, s.tuning = f;
+    const Report r = Estimator(m).estimate(s);
+    CHECK(r.state.weights == all.total() * 2);
+    CHECK(r.state.gradients == Count(7615616512u) * 2);
+}
+
+TEST_CASE("A tower is written to a model file and read back; bad values are refused",
+          "[vision][model_file]") {
+    const Architecture m =
+        cli::load_hf_config(vl_configs + "qwen3-vl-4b-instruct.json").architecture;
+    json file = {{"name", "vl"},     {"hidden", m.hidden}, {"layers", m.layers},
+                 {"heads", m.heads}, {"ffn", m.ffn},       {"vocab", m.vocab}};
+    json& v = file["vision"];
+    for (const auto& f : vision_counts) v[std::string(f.key)] = m.vision.*f.member;
+    for (const auto& f : vision_flags) v[std::string(f.key)] = m.vision.*f.member;
+    const Architecture back = cli::parse_model_json(file.dump(), "vl.json", "vl").architecture;
+    CHECK(parameter_table(back).part(Part::vision) == parameter_table(m).part(Part::vision));
+    v["heads"] = 7;
+    CHECK_THROWS_WITH(cli::parse_model_json(file.dump(), "vl.json", "vl"),
+                      Catch::Contains("vision heads (7) must divide vision hidden (1024)"));
+    v["heads"] = 16, v["depht"] = 2;
+    CHECK_THROWS_WITH(cli::parse_model_json(file.dump(), "vl.json", "vl"),
+                      Catch::Contains("unknown key 'depht'"));
+    v.erase("depht"), v["merge"] = 0;
+    CHECK_THROWS_WITH(cli::parse_model_json(file.dump(), "vl.json", "vl"),
+                      Catch::Contains("vision merge must be a positive integer (got 0)"));
+}
+
+TEST_CASE("Qwen3.5: Qwen3-Next's layers with dense MLPs, Qwen3-VL's tower, the mtp module",
+          "[vision][hf_config][params][qwen3_next]") {
+    // The checkpoints' safetensors totals hold the mtp.* module transformers leaves out.
+    const auto [config, tower_count, language_model, with_mtp] =
+        GENERATE(table<const char*, std::uint64_t, std::uint64_t, std::uint64_t>(
+            {{"qwen3.5-0.8b.json", 100592896u, 752393024u, 873438784u},
+             {"qwen3.5-9b.json", 456010480u, 8953803264u, 9653104368u}}));
+    CAPTURE(config);
+    const cli::ModelFile file = cli::load_hf_config(vl_configs + config);
+    Architecture m = file.architecture;
+    CHECK(m.vision.deepstack == 0);
+    CHECK(m.attention_output_gate);
+    CHECK_FALSE(m.is_moe());
+    const ParameterTable t = parameter_table(m);
+    CHECK(t.part(Part::vision).value() == tower(m.vision));
+    CHECK(t.part(Part::vision).value() == tower_count);
+    CHECK(t.total().value() == tower_count + language_model);
+    m.mtp_layers = 1;
+    CHECK(parameter_table(m).total().value() == with_mtp);
+    REQUIRE(file.notes.size() >= 2);
+    CHECK_THAT(file.notes.front(), Catch::Contains("multi-token-prediction module"));
+}
