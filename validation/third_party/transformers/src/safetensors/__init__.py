@@ -1,1 +1,2 @@
-# SHIM, written here (memcalc validation), not transformers' code: see validation/third_party/transformers/README.md.
+# SHIM, written here (memcalc validation), not transformers' code: see
+# validation/third_party/transformers/README.md.

@@ -1,5 +1,6 @@
-# SHIM, written here (memcalc validation), not transformers' code: see validation/third_party/transformers/README.md.
-# pytorch_utils.py imports these two for id_tensor_storage() (saving shared weights), never called in training.
+# SHIM, written here (memcalc validation), not transformers' code: see
+# validation/third_party/transformers/README.md. pytorch_utils.py imports these two for
+# id_tensor_storage() (saving shared weights), never called in training.
 
 
 def storage_ptr(tensor):

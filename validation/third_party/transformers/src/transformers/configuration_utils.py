@@ -1,8 +1,9 @@
-# SHIM, written here (memcalc validation), not transformers' code: see validation/third_party/transformers/README.md.
-# transformers' PretrainedConfig (configuration_utils.py) reduced to what the vendored models read: the
-# attribute_map aliasing (GPT2Config's hidden_size -> n_embd, ...) as transformers writes it, the defaults of
-# the attributes the models read, and every other keyword set as an attribute. No hub, JSON or generation
-# plumbing. A config holds numbers and flags only: it makes no tensor.
+# SHIM, written here (memcalc validation), not transformers' code: see
+# validation/third_party/transformers/README.md. transformers' PretrainedConfig
+# (configuration_utils.py) reduced to what the vendored models read: the attribute_map aliasing
+# (GPT2Config's hidden_size -> n_embd, ...) as transformers writes it, the defaults of the
+# attributes the models read, and every other keyword set as an attribute. No hub, JSON or
+# generation plumbing. A config holds numbers and flags only: it makes no tensor.
 from typing import Dict
 
 

@@ -1,19 +1,23 @@
-# SHIM, written here (memcalc validation), not transformers' code: see validation/third_party/transformers/README.md.
-# transformers' PreTrainedModel (modeling_utils.py, 4,000 lines of loading, saving, hub, quantisation and
-# generation plumbing) reduced to what a model built from a config and trained calls, each method as
-# transformers writes it at the vendored commit (line numbers of its modeling_utils.py):
-# - __init__ (1143-1155): an nn.Module keeping its config (no GenerationConfig: generation is not run);
-# - post_init (1157-1163) -> init_weights (1830-1845): self.apply(self._initialize_weights), i.e. the model's
-#   own _init_weights once per module (1394-1401), then tie_weights (1403-1497: the head's weight *is* the
-#   embedding's when config.tie_word_embeddings, via _tie_or_clone_weights 1499-1518);
-# - gradient_checkpointing_enable (1864-1904) and _set_gradient_checkpointing (1906-1926): every module with a
-#   `gradient_checkpointing` attribute gets it set and _gradient_checkpointing_func =
-#   functools.partial(torch.utils.checkpoint.checkpoint, **gradient_checkpointing_kwargs), {} by default;
-# - ModuleUtilsMixin's dtype (831-835) and get_head_mask (941-964, without a head mask: [None] per layer),
-#   warn_if_padding_and_no_attention_mask (4144-4175: a warning only; it returns at once when the config has no
-#   pad_token_id, as both models here have none).
-# Beyond the model's own parameters and buffers it makes no tensor, and no method here runs inside a forward
-# or backward except get_head_mask, dtype and the padding check, which make none.
+# SHIM, written here (memcalc validation), not transformers' code: see
+# validation/third_party/transformers/README.md. transformers' PreTrainedModel (modeling_utils.py,
+# 4,000 lines of loading, saving, hub, quantisation and generation plumbing) reduced to what a
+# model built from a config and trained calls, each method as transformers writes it at the
+# vendored commit (line numbers of its modeling_utils.py):
+# - __init__ (1143-1155): an nn.Module keeping its config (no GenerationConfig: generation is not
+#   run);
+# - post_init (1157-1163) -> init_weights (1830-1845): self.apply(self._initialize_weights), i.e.
+#   the model's own _init_weights once per module (1394-1401), then tie_weights (1403-1497: the
+#   head's weight *is* the embedding's when config.tie_word_embeddings, via _tie_or_clone_weights
+#   1499-1518);
+# - gradient_checkpointing_enable (1864-1904) and _set_gradient_checkpointing (1906-1926): every
+#   module with a `gradient_checkpointing` attribute gets it set and _gradient_checkpointing_func =
+#   functools.partial(torch.utils.checkpoint.checkpoint, **gradient_checkpointing_kwargs), {} by
+#   default;
+# - ModuleUtilsMixin's dtype (831-835) and get_head_mask (941-964, without a head mask: [None] per
+#   layer), warn_if_padding_and_no_attention_mask (4144-4175: a warning only; it returns at once
+#   when the config has no pad_token_id, as both models here have none). Beyond the model's own
+#   parameters and buffers it makes no tensor, and no method here runs inside a forward or backward
+#   except get_head_mask, dtype and the padding check, which make none.
 import functools
 
 from torch import nn
@@ -35,10 +39,13 @@ class PreTrainedModel(nn.Module):
         self.name_or_path = config.name_or_path
         self.warnings_issued = {}
 
-    # --- initialisation -------------------------------------------------------------------------------
+    # --- initialisation
+    # -------------------------------------------------------------------------------
     def post_init(self):
         self.init_weights()
-        if self.supports_gradient_checkpointing and getattr(self.config, "gradient_checkpointing", False):
+        if self.supports_gradient_checkpointing and getattr(
+            self.config, "gradient_checkpointing", False
+        ):
             self.gradient_checkpointing_enable()
             delattr(self.config, "gradient_checkpointing")
 
@@ -91,17 +98,22 @@ class PreTrainedModel(nn.Module):
                 "constant",
                 0,
             )
-        if hasattr(output_embeddings, "out_features") and hasattr(input_embeddings, "num_embeddings"):
+        if hasattr(output_embeddings, "out_features") and hasattr(
+            input_embeddings, "num_embeddings"
+        ):
             output_embeddings.out_features = input_embeddings.num_embeddings
 
-    # --- gradient checkpointing ----------------------------------------------------------------------
+    # --- gradient checkpointing
+    # ----------------------------------------------------------------------
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
         if not self.supports_gradient_checkpointing:
             raise ValueError(f"{self.__class__.__name__} does not support gradient checkpointing.")
         if gradient_checkpointing_kwargs is None:
             gradient_checkpointing_kwargs = {}
         gradient_checkpointing_func = functools.partial(checkpoint, **gradient_checkpointing_kwargs)
-        self._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=gradient_checkpointing_func)
+        self._set_gradient_checkpointing(
+            enable=True, gradient_checkpointing_func=gradient_checkpointing_func
+        )
 
     def _set_gradient_checkpointing(self, enable=True, gradient_checkpointing_func=checkpoint):
         is_gradient_checkpointing_set = False
@@ -115,13 +127,16 @@ class PreTrainedModel(nn.Module):
                 module.gradient_checkpointing = enable
                 is_gradient_checkpointing_set = True
         if not is_gradient_checkpointing_set:
-            raise ValueError(f"{self.__class__.__name__} is not compatible with gradient checkpointing.")
+            raise ValueError(
+                f"{self.__class__.__name__} is not compatible with gradient checkpointing."
+            )
 
     @property
     def is_gradient_checkpointing(self):
-        return any(hasattr(m, "gradient_checkpointing") and m.gradient_checkpointing for m in self.modules())
+        return any(getattr(m, "gradient_checkpointing", False) for m in self.modules())
 
-    # --- ModuleUtilsMixin ------------------------------------------------------------------------------
+    # --- ModuleUtilsMixin
+    # ------------------------------------------------------------------------------
     @property
     def dtype(self):
         for t in self.parameters():
@@ -137,7 +152,7 @@ class PreTrainedModel(nn.Module):
     def warn_if_padding_and_no_attention_mask(self, input_ids, attention_mask):
         if (attention_mask is not None) or (self.config.pad_token_id is None):
             return
-        raise NotImplementedError("the padding check is not part of this shim (no pad_token_id here)")
+        raise NotImplementedError("the padding check is not part of this shim")
 
 
 class SequenceSummary(nn.Module):

@@ -1,5 +1,6 @@
-# SHIM, written here (memcalc validation), not transformers' code: see validation/third_party/transformers/README.md.
-# configuration_gpt2.py defines GPT2OnnxConfig (ONNX export, never built here) on these: placeholders.
+# SHIM, written here (memcalc validation), not transformers' code: see
+# validation/third_party/transformers/README.md. configuration_gpt2.py defines GPT2OnnxConfig (ONNX
+# export, never built here) on these: placeholders.
 
 
 class OnnxConfigWithPast:

@@ -1,6 +1,7 @@
-# SHIM, written here (memcalc validation), not transformers' code: see validation/third_party/transformers/README.md.
-# The availability checks the vendored files call, answered for this machine (torch 1.13, CPU, no TF, JAX or
-# flash-attn) as transformers' import_utils.py answers them. Nothing here makes a tensor.
+# SHIM, written here (memcalc validation), not transformers' code: see
+# validation/third_party/transformers/README.md. The availability checks the vendored files call,
+# answered for this machine (torch 1.13, CPU, no TF, JAX or flash-attn) as transformers'
+# import_utils.py answers them. Nothing here makes a tensor.
 import torch
 
 

@@ -1,6 +1,7 @@
-# SHIM, written here (memcalc validation), not transformers' code: see validation/third_party/transformers/README.md.
-# transformers' logging wrapper reduced to what the vendored files call: get_logger and Logger.warning_once
-# (as transformers' utils/logging.py:320-332 defines it). Messages only.
+# SHIM, written here (memcalc validation), not transformers' code: see
+# validation/third_party/transformers/README.md. transformers' logging wrapper reduced to what the
+# vendored files call: get_logger and Logger.warning_once (as transformers'
+# utils/logging.py:320-332 defines it). Messages only.
 import functools
 import logging
 
