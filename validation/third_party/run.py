@@ -59,6 +59,36 @@ llama2c = _load("llama2c_model", os.path.join(HERE, "llama2c", "model.py"))  # l
 LLAMA2C_COMMIT = "350e04fe35433e6d2941dce5a1f53308f87058eb"
 LLAMA2C_MULTIPLE_OF = 32  # llama2.c's train.py: multiple_of = 32
 
+# HuggingFace transformers' LLaMA and GPT-2 (modeling_llama.py, modeling_gpt2.py and the small
+# files they import, unchanged, with shims for transformers' plumbing: transformers/README.md).
+# Imported when asked for: the vendored files are not in the repository (transformers/README.md
+# says how to lay them down).
+TRANSFORMERS_COMMIT = "0864dd3beb238b7bec3528a3d1d6c17a28f51a51"
+TRANSFORMERS_SRC = os.path.join(HERE, "transformers", "src")
+HF_PROGRAMS = ("hf-llama", "hf-gpt2")
+
+
+def _transformers():
+    """The vendored modelling code: (LlamaConfig, LlamaForCausalLM, GPT2Config, GPT2LMHeadModel)."""
+    missing = [f for f in ("models/llama/modeling_llama.py", "models/gpt2/modeling_gpt2.py")
+               if not os.path.exists(os.path.join(TRANSFORMERS_SRC, "transformers", f))]
+    if missing:
+        sys.exit(f"run.py: {', '.join(missing)} missing under {TRANSFORMERS_SRC}/transformers: "
+                 "see validation/third_party/transformers/README.md")
+    if TRANSFORMERS_SRC not in sys.path:
+        sys.path.insert(0, TRANSFORMERS_SRC)
+    from transformers.models.gpt2.configuration_gpt2 import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2LMHeadModel
+    from transformers.models.llama.configuration_llama import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+    return LlamaConfig, LlamaForCausalLM, GPT2Config, GPT2LMHeadModel
+
+
+def llama2c_ffn(dim, multiple_of=LLAMA2C_MULTIPLE_OF):
+    """llama2.c's hidden_dim rule (model.py:170-173): 2/3 of 4 dim, up to a multiple_of."""
+    hidden = int(2 * (4 * dim) / 3)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
 # Sizes: nanoGPT's shakespeare_char model (config/train_shakespeare_char.py: 6 x 384, 6 heads,
 # block 256, vocab 65, dropout 0 here), the same with GPT-2's padded vocabulary, and a narrower,
 # longer one whose block (1024) is twice the sequence it trains.
@@ -69,10 +99,10 @@ SIZES = {
 }
 # llama2c's grouped k/v heads per size (n_kv_heads; the other programs have one per query head).
 KV_HEADS = {"char": 2, "gpt2vocab": 2, "long": 2}
-PROGRAMS = ("nanogpt", "torch-layers", "llama2c")
+PROGRAMS = ("nanogpt", "torch-layers", "llama2c") + HF_PROGRAMS
 # The programs whose rows record the running PyTorch release for memcalc's --torch-version (what
 # autograd keeps changes with it: llama2.c's RMSNorm).
-VERSIONED = ("llama2c",)
+VERSIONED = ("llama2c",) + HF_PROGRAMS
 TORCH_RELEASE = ".".join(torch.__version__.split("+")[0].split(".")[:2])
 # (sequence, micro-batch) per size
 SHAPES = {"char": [(256, 2)], "gpt2vocab": [(512, 1)], "long": [(512, 2)]}
@@ -96,6 +126,22 @@ def build(program, size):
         with contextlib.redirect_stdout(io.StringIO()):  # its slow-attention warning per layer
             model = llama2c.Transformer(args)
         return model, model.layers, model.norm
+    if program == "hf-llama":  # transformers' defaults otherwise: untied head, use_cache True
+        LlamaConfig, LlamaForCausalLM, _, _ = _transformers()
+        config = LlamaConfig(vocab_size=c["vocab"], hidden_size=c["n_embd"],
+                             intermediate_size=llama2c_ffn(c["n_embd"]),
+                             num_hidden_layers=c["n_layer"], num_attention_heads=c["n_head"],
+                             num_key_value_heads=KV_HEADS[size],
+                             max_position_embeddings=c["block_size"], attention_dropout=0.0)
+        model = LlamaForCausalLM(config)
+        return model, model.model.layers, model.model.norm
+    if program == "hf-gpt2":  # transformers' defaults otherwise: gelu_new, tied, use_cache True
+        _, _, GPT2Config, GPT2LMHeadModel = _transformers()
+        config = GPT2Config(vocab_size=c["vocab"], n_positions=c["block_size"],
+                            n_embd=c["n_embd"], n_layer=c["n_layer"], n_head=c["n_head"],
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        model = GPT2LMHeadModel(config)
+        return model, model.transformer.h, model.transformer.ln_f
     model = TorchLayersGPT(c["vocab"], c["block_size"], c["n_layer"], c["n_head"], c["n_embd"])
     return model, model.h, model.ln_f
 
@@ -139,7 +185,14 @@ def run(program, size, seq, batch, precision, recompute, steps=1, device="cpu"):
     model, blocks, final_norm = build(program, size)
     model = model.to(device=device, dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
     model.train()
-    if recompute == "full":
+    hf = program in HF_PROGRAMS
+    if recompute == "full" and hf:
+        # transformers' own path: every decoder layer through self._gradient_checkpointing_func,
+        # functools.partial(torch.utils.checkpoint.checkpoint) with no keywords: torch 1.13's
+        # default, the reentrant checkpoint. It also turns use_cache off
+        # (modeling_llama.py:896-901, modeling_gpt2.py:849-854).
+        model.gradient_checkpointing_enable()
+    elif recompute == "full":
         for i in range(len(blocks)):
             blocks[i] = Checkpointed(blocks[i])
     optimizer = optimizer_for(program, model, device)
@@ -158,17 +211,51 @@ def run(program, size, seq, batch, precision, recompute, steps=1, device="cpu"):
                 out.register_hook(lambda grad: meter.mark(f"backward {i}"))
         return hook
 
-    for i, block in enumerate(blocks, start=1):
-        block.register_forward_pre_hook(forward_mark(i))
-        block.register_forward_hook(backward_mark(i))
-    final_norm.register_forward_pre_hook(lambda module, args: meter.mark("loss") if meter else None)
+    # transformers' layers return tuples, and its reentrant checkpoint runs a layer's forward again
+    # (its hooks too) inside backward, where the layer's own output is not the graph's. So for them
+    # the gradient of layer i's output is caught on the next module's input (layer i+1's, or the
+    # final norm's), hooked in the forward only; `backward_phase` keeps recomputation from marking.
+    backward_phase = False
+
+    def hf_mark(name, i_before):
+        def hook(module, args):
+            if not meter or backward_phase:
+                return
+            if name:
+                meter.mark(name)
+            if i_before and args[0].requires_grad:
+                args[0].register_hook(lambda grad: meter.mark(f"backward {i_before}"))
+        return hook
+
+    if hf:
+        for i, block in enumerate(blocks, start=1):
+            block.register_forward_pre_hook(hf_mark(f"forward {i}" if i > 1 else None, i - 1))
+        final_norm.register_forward_pre_hook(hf_mark("loss", len(blocks)))
+    else:
+        for i, block in enumerate(blocks, start=1):
+            block.register_forward_pre_hook(forward_mark(i))
+            block.register_forward_hook(backward_mark(i))
+        final_norm.register_forward_pre_hook(
+            lambda module, args: meter.mark("loss") if meter else None)
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "autocast")
 
     def step(m=None):
-        nonlocal meter
+        nonlocal meter, backward_phase
         meter = m
+        backward_phase = False
         if meter:
             meter.mark("forward 1")
+        if hf:  # a transformers user's loop: outputs (logits, past_key_values) held to the end
+            with autocast:
+                outputs = model(input_ids=ids, labels=ids)
+            backward_phase = True
+            outputs.loss.backward()
+            if meter:
+                meter.mark("optimizer")
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            del outputs
+            return
         with autocast:
             if program == "llama2c":  # its train.py: logits = model(X, Y); loss = raw_model.last_loss
                 logits = model(ids, ids)
@@ -195,8 +282,15 @@ def run(program, size, seq, batch, precision, recompute, steps=1, device="cpu"):
     return {"program": program, "size": size, "batch": batch, "precision": precision,
             "model": f"{name} {precision}", "model_file": f"validation/third_party/models/{name}.json",
             "seq": seq, "micro_batch": batch, "microbatches": 1, "grad_buffer": "lazy", "recompute": recompute,
-            "attention": attention_path(program), "optimizer_impl": optimizer_impl(program, device), "optimizer_state": "lazy", "recipe": PRECISIONS[precision], "loss": "bf16",
-            "logits": "held", "kv_cache": "off", "memory_before_step": m.before, "max_memory_allocated": peak,
+            "attention": attention_path(program), "optimizer_impl": optimizer_impl(program, device),
+            "optimizer_state": "lazy", "recipe": PRECISIONS[precision],
+            # LlamaForCausalLM: logits.float() before the loss (modeling_llama.py:1056); the others'
+            # cross_entropy takes the logits as they are
+            "loss": "fp32" if program == "hf-llama" else "bf16", "logits": "held",
+            # transformers' use_cache (True by default) returns every layer's k and v, unless
+            # gradient checkpointing turned it off
+            "kv_cache": "kept" if hf and recompute == "none" else "off",
+            "memory_before_step": m.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": m.steps, "median_step_seconds": statistics.median(times),
             "steps_timed": steps,
             **({"torch_version": TORCH_RELEASE} if program in VERSIONED else {})}
@@ -220,6 +314,8 @@ def main(argv=None):
     result = {"date": time.strftime("%Y-%m-%d"), "device": a.device, "device_name": name,
               "torch": torch.__version__, "nanogpt_commit": "3adf61e154c3fe3fca428ad6bc3818b27a3b8291",
               "llama2c_commit": LLAMA2C_COMMIT,
+              **({"transformers_commit": TRANSFORMERS_COMMIT}
+                 if set(a.programs) & set(HF_PROGRAMS) else {}),
               "runs": [], "skipped": []}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     for program, size, precision, recompute in itertools.product(a.programs, a.sizes, a.precisions, a.recompute):

@@ -1,0 +1,2 @@
+# SHIM, written here (memcalc validation), not transformers' code: see
+# validation/third_party/transformers/README.md.
