@@ -69,7 +69,8 @@ TEST_CASE("every bad model file gets one message naming the key and value", "[mo
         Row{model_with("mlp_dropout", "\"0.1\""),
             "mlp_dropout must be a probability in [0, 1) (got string \"0.1\")"},
         Row{model_with("causal_mask_buffer", "\"per-layer\""),
-            "causal_mask_buffer must be one of none, per_layer, per_layer_added (got 'per-layer') "
+            "causal_mask_buffer must be one of none, per_layer, per_layer_added, per_layer_bool "
+            "(got 'per-layer') "
             "(did you mean "
             "'per_layer'?)"},
         Row{model_with("causal_mask_buffer", "\"per_layer\""),

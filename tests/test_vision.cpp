@@ -65,11 +65,9 @@ TEST_CASE("Qwen3-VL 4B: LayerNorms, a position table and three deepstack mergers
 }
 
 TEST_CASE("Towers of other shapes count as their tensors do", "[vision][params]") {
-    const auto [depth, hidden, ffn, merge, deepstack, gated] =
-        GENERATE(table<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t,
-                       bool>({{1, 64, 96, 1, 0, true},
-                              {3, 48, 80, 2, 2, false},
-                              {2, 96, 64, 3, 1, false}}));
+    const auto [depth, hidden, ffn, merge, deepstack, gated] = GENERATE(
+        table<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, bool>(
+            {{1, 64, 96, 1, 0, true}, {3, 48, 80, 2, 2, false}, {2, 96, 64, 3, 1, false}}));
     Architecture m;
     m.name = "tiny-vl", m.hidden = 64, m.layers = 2, m.heads = 4, m.ffn = 128, m.vocab = 100;
     const ParameterTable text = parameter_table(m);

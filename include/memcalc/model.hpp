@@ -40,23 +40,31 @@ enum class Activation {
     relu2
 };
 /// Where eager attention's causal mask comes from: causal_mask_buffers' rows.
-enum class CausalMaskBuffer { none, per_layer, per_layer_added };
+enum class CausalMaskBuffer { none, per_layer, per_layer_added, per_layer_bool };
 
-/// A causal mask as a row: whether each layer registers a max_positions^2 buffer (in the weights'
-/// dtype once the model is cast; else one additive mask is built per forward), and whether the
-/// scores are masked_fill-ed with it, which keeps the comparison (else the mask is added out of
-/// place, which keeps nothing).
+/// A causal mask as a row: whether each layer registers a max_positions^2 buffer (else one
+/// additive mask is built per forward); whether that buffer is floating, cast with the weights
+/// (else bool, a byte an element, never cast); and how the scores meet it: masked_fill-ed, which
+/// keeps the comparison; selected by torch.where on the buffer's own view, which keeps nothing
+/// new; or else added out of place, which keeps nothing but makes the scores the mask's dtype.
 struct CausalMaskBufferRow {
     CausalMaskBuffer id;
     std::string_view name;  ///< the model file's spelling
     bool registered;
+    bool cast;
     bool filled;
+    bool selected;
+
+    bool added() const { return !filled && !selected; }
 };
 
-inline constexpr std::array<CausalMaskBufferRow, 3> causal_mask_buffers{{
-    {CausalMaskBuffer::none, "none", false, false},          // transformers' eager attention
-    {CausalMaskBuffer::per_layer, "per_layer", true, true},  // nanoGPT: masked_fill(bias == 0)
-    {CausalMaskBuffer::per_layer_added, "per_layer_added", true, false},  // llama2.c: + mask
+inline constexpr std::array<CausalMaskBufferRow, 4> causal_mask_buffers{{
+    // name                                  registered cast filled selected
+    {CausalMaskBuffer::none, "none", false, false, false, false},  // transformers' LLaMA: + mask
+    {CausalMaskBuffer::per_layer, "per_layer", true, true, true, false},  // nanoGPT: bias == 0
+    {CausalMaskBuffer::per_layer_added, "per_layer_added", true, true, false, false},  // llama2.c
+    // transformers' GPT-2 (to 4.52): a bool `bias` buffer, torch.where(bias[...], w, min)
+    {CausalMaskBuffer::per_layer_bool, "per_layer_bool", true, false, false, true},
 }};
 
 inline const CausalMaskBufferRow& causal_mask_buffer(CausalMaskBuffer id) {
@@ -333,6 +341,9 @@ struct Architecture {
     /// whose order memcalc does not know (the Trainer's weight-decay groups: the head after the
     /// last layer's matrix), leaning high.
     bool params_in_model_order = false;
+    /// The forward returns its logits upcast to fp32 (transformers' LLaMA-family code, 4.30 to
+    /// 4.44: logits = logits.float()), the head's own freed at once: what a loop holds is fp32.
+    bool logits_fp32 = false;
     QkNorm qk_norm = QkNorm::none;  ///< norms on q and k before rotary (Qwen3, Gemma 3, OLMo 2)
     NormPosition norm_position =
         NormPosition::pre;  ///< with norms_per_layer 2: before or after each branch

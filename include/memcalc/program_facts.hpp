@@ -35,13 +35,15 @@ inline const auto program_facts = std::make_tuple(
            flag_values, flag_name,
            "The layer's code keeps the attention's output in a name of its own until it returns\n"
            "(true: transformers' GPT2Block) or rebinds it (false: LLaMA-style code)"},
-    Switch{"causal_mask_buffer", "mask buffer", &Architecture::causal_mask_buffer,
-           std::array{CausalMaskBuffer::none, CausalMaskBuffer::per_layer,
-                      CausalMaskBuffer::per_layer_added},
-           causal_mask_buffer_name,
-           "Eager attention's causal mask: none (built each forward and added), per_layer (a\n"
-           "max_positions^2 buffer in every layer, cast with the weights, masked_fill: nanoGPT's)\n"
-           "or per_layer_added (such a buffer added to the scores: llama2.c's)"},
+    Switch{
+        "causal_mask_buffer", "mask buffer", &Architecture::causal_mask_buffer,
+        std::array{CausalMaskBuffer::none, CausalMaskBuffer::per_layer,
+                   CausalMaskBuffer::per_layer_added, CausalMaskBuffer::per_layer_bool},
+        causal_mask_buffer_name,
+        "Eager attention's causal mask: none (built each forward and added), per_layer (a\n"
+        "max_positions^2 buffer in every layer, cast with the weights, masked_fill: nanoGPT's),\n"
+        "per_layer_added (such a buffer added to the scores: llama2.c's) or per_layer_bool (a\n"
+        "bool buffer, never cast, torch.where on it keeping nothing: transformers' GPT-2)"},
     Switch{"mask_in_product", "mask in product", &Architecture::mask_in_product, flag_values,
            flag_name,
            "The built mask is added inside the product, baddbmm(mask, q, k^T), which autocast\n"
@@ -62,6 +64,10 @@ inline const auto program_facts = std::make_tuple(
            "A for-loop optimiser steps the parameters in one group in the model's order (true:\n"
            "torch.optim.AdamW(model.parameters()), the head after the final norm) or in groups\n"
            "(false: the Trainer's and nanoGPT's weight-decay groups; memcalc leans high)"},
+    Switch{"logits_fp32", "logits fp32", &Architecture::logits_fp32, flag_values, flag_name,
+           "The model's forward returns its logits upcast to fp32, the head's own dropped (true:\n"
+           "transformers' LLaMA-family code 4.30-4.44, logits.float()) or as the head made them\n"
+           "(false)"},
     Switch{"rotary_embedding", "rotary tables", &Architecture::rotary_embedding,
            std::array{RotaryEmbedding::shared, RotaryEmbedding::per_layer,
                       RotaryEmbedding::per_layer_cached},

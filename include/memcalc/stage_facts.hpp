@@ -184,8 +184,10 @@ inline Count rank_optimizer_state(const Workload& w, const Parallelism& p, std::
 inline Count registered_buffer_bytes(const Architecture& m, const Recipe& r, const Framework& f,
                                      std::uint64_t seq) {
     Count bytes = 0;
-    if (causal_mask_buffer(m.causal_mask_buffer).registered && f.attention != Attention::flash)
-        bytes += Count(m.max_positions) * m.max_positions * bytes_per_element(r.weights);
+    const CausalMaskBufferRow& mask = causal_mask_buffer(m.causal_mask_buffer);
+    if (mask.registered && f.attention != Attention::flash)  // a bool buffer: a byte an element
+        bytes += Count(m.max_positions) * m.max_positions *
+                 (mask.cast ? bytes_per_element(r.weights) : 1);
     const RotaryEmbeddingRow& rotary = rotary_embedding(m.rotary_embedding);
     if (m.position != Position::rotary || !rotary.per_layer_tables) return bytes;
     const std::uint64_t d = m.rotary_dim();

@@ -363,7 +363,8 @@ inline void set_loss_inputs(TimelineInputs& in, const Workload& w, const Paralle
     const std::uint64_t V = w.model.vocab, d = w.recipe.activation_bytes();
     // Vocabulary-parallel logits: each tensor-parallel rank holds ceil(V / tp) columns.
     const Count sbV = ceil_div(Count(w.seq) * w.micro_batch, p.cp) * ceil_div(V, p.tp);
-    in.logits = w.framework.loss == LossKernel::fused_linear ? Count(0) : sbV * d;
+    const std::uint64_t returned = w.model.logits_fp32 ? std::max<std::uint64_t>(d, 4) : d;
+    in.logits = w.framework.loss == LossKernel::fused_linear ? Count(0) : sbV * returned;
     // The loss's log-probabilities and gradients, in its dtype: none of the vocabulary's width for
     // a fused kernel, which writes its gradient over the logits.
     const std::optional<DType> loss = loss_dtype(w.framework.loss, w.recipe.precision());

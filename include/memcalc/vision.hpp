@@ -28,7 +28,7 @@ struct VisionTower {
     std::uint64_t out_hidden = 0;     ///< the mergers' output: the language model's width
     std::uint64_t position_rows = 0;  ///< a learned position table's rows (Qwen3-VL); 0: none
     std::uint64_t deepstack = 0;      ///< Qwen3-VL's deepstack mergers
-    bool gated_mlp = false;   ///< gate, up and down (Qwen2.5-VL) or fc1 and fc2 (Qwen3-VL)
+    bool gated_mlp = false;           ///< gate, up and down (Qwen2.5-VL) or fc1 and fc2 (Qwen3-VL)
     bool layernorm = false;   ///< LayerNorms, weight and bias (Qwen3-VL), or RMSNorms (Qwen2.5-VL)
     bool patch_bias = false;  ///< the patch convolution's bias (Qwen3-VL)
 

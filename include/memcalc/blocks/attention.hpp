@@ -89,15 +89,19 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
 /// Eager attention's scores before the softmax: their temporaries, and a registered mask's
 /// comparison.
 inline void eager_scores_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
-    if (causal_mask_buffer(m.causal_mask_buffer).filled) {
+    const CausalMaskBufferRow& mask = causal_mask_buffer(m.causal_mask_buffer);
+    if (mask.filled)
         // nanoGPT: masked_fill(bias[:, :, :s, :s] == 0, -inf) keeps the comparison's new s x s bool
-        // tensor for backward (measured: validation/results/cpu-buffers.json); the scores stay in
-        // the compute dtype, the scaled ones and the filled ones at once.
+        // tensor for backward (measured: validation/results/cpu-buffers.json).
         t.add("masked_fill (registered mask)", "bias == 0 (bool), broadcast over batch and heads",
               "the gradient is zeroed where the mask was filled", shape::ss, Count(z.seq) * z.seq,
               dtype::mask, Keep::not_selective);
-        t.workspace(false, "Q K^T / sqrt(d), masked_fill", "the scaled scores and the filled ones",
-                    bytes_of(2 * z.d, "as^2b"), Count(2 * z.d) * z.scores);
+    if (mask.filled || mask.selected) {
+        // The scores stay in the compute dtype, the scaled ones and the masked ones at once;
+        // torch.where's condition is the bool buffer's own view (GPT-2's), nothing new.
+        t.workspace(false, mask.filled ? "Q K^T / sqrt(d), masked_fill" : "Q K^T / sqrt(d), where",
+                    "the scaled scores and the masked ones", bytes_of(2 * z.d, "as^2b"),
+                    Count(2 * z.d) * z.scores);
     } else if (m.mask_in_product) {
         // baddbmm(mask, q / sqrt(d), k^T): the scores alone, in the compute dtype.
         t.workspace(false, "baddbmm(mask, Q / sqrt(d), K^T)", "the scores, the mask added",
@@ -217,7 +221,7 @@ inline void eager_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
     // Under autocast an fp32 mask added out of place (the stream's dtype) makes the scores fp32; a
     // fill, or a mask added inside the product (cast with it), leaves them in the compute dtype,
     // which CUDA autocast's softmax still runs in fp32 and CPU autocast's does not.
-    const bool fp32_sum = z.s == dtype::fp32 && !causal_mask_buffer(m.causal_mask_buffer).filled &&
+    const bool fp32_sum = z.s == dtype::fp32 && causal_mask_buffer(m.causal_mask_buffer).added() &&
                           !m.mask_in_product;
     const bool softmax_fp32 =
         m.softmax_fp32 || (z.autocast && (fp32_sum || z.kernels->autocast_softmax_fp32));

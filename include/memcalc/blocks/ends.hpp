@@ -83,6 +83,25 @@ inline std::vector<SavedTensor> forward_buffers(std::uint64_t seq, std::uint64_t
 /// backward saves those very tensors (no repeat, or selective recomputation's checkpoint inputs)
 /// they add nothing; the repeated copies eager attention saves, or full recomputation's bare input,
 /// leave them extra (measured: validation/results/cpu-buffers.json).
+/// A fused q/k/v projection's cached k and v are views of its whole output (GPT-2's `present`),
+/// which the cache keeps whole, q's part too. Its saved tensors share it where they are its views
+/// (selective's checkpoint of them; eager's at b = 1); eager attention's batched matmul copies q,
+/// k and v for b > 1, and a checkpointed layer keeps none of it.
+inline std::vector<SavedTensor> fused_kv_cache_rows(const detail::Sizes& z, Attention attention,
+                                                    Recompute mode) {
+    std::vector<SavedTensor> rows;
+    const bool shared =
+        mode == Recompute::selective ||
+        (mode == Recompute::none && (attention != Attention::eager || z.tokens == Count(z.seq)));
+    if (shared) return rows;
+    detail::TableBuilder t(rows);
+    t.add("k/v cache (the model's output)", "the fused q/k/v output's q, which k and v share",
+          "use_cache hands back views of it", shape::sbq, z.sbq, z.d);
+    t.add("k/v cache (the model's output)", "the fused q/k/v output's k and v",
+          "use_cache hands them back", shape::sbkv, z.sbkv, z.d, Keep::always, 2);
+    return rows;
+}
+
 inline std::vector<SavedTensor> kv_cache_rows(const Architecture& m, std::uint64_t seq,
                                               std::uint64_t micro_batch, Precision precision,
                                               Attention attention, Recompute mode) {
@@ -108,6 +127,7 @@ inline std::vector<SavedTensor> kv_cache_rows(const Architecture& m, std::uint64
                   z.tokens * m.heads * (m.mla.qk_nope_head_dim + m.mla.v_head_dim), z.d);
         return rows;
     }
+    if (m.fused_qkv) return fused_kv_cache_rows(z, attention, mode);
     if (mode == Recompute::selective || (mode == Recompute::none && !repeated)) return rows;
     detail::TableBuilder t(rows);
     t.add("k/v cache (the model's output)", "k after rotary and v, k heads",
