@@ -35,8 +35,9 @@ struct ModelOptions {
 /// The sequence, the micro-batch and the recomputation of a training step.
 struct StepOptions {
     std::string seq, micro_batch = "1", recompute = "none";
-    std::string recompute_modules;  ///< empty: Megatron-LM's default, core_attn
-    std::string recompute_layers;   ///< empty: every layer of the recomputation
+    std::string recompute_modules;   ///< empty: Megatron-LM's default, core_attn
+    std::string recompute_layers;    ///< empty: every layer of the recomputation
+    std::string images, image_size;  ///< --images N, --image-size WIDTHxHEIGHT
 };
 
 /// The recipe: bytes per parameter, built in or from a file.
@@ -100,6 +101,8 @@ std::vector<std::uint64_t> parse_sizes(const std::string& option, const std::str
 std::uint64_t parse_count(const std::string& option, const std::string& text,
                           std::uint64_t fallback);
 std::vector<Recompute> parse_modes(const std::string& text);
+/// --images N and --image-size WIDTHxHEIGHT, each needing the other.
+ImageInput parse_images(const StepOptions& q);
 /// --recompute-modules: Megatron-LM's module names, a comma list (empty: core_attn alone).
 ModuleSet parse_recompute_modules(const StepOptions& q);
 /// --recompute-layers N (0 and up), which needs --recompute full (`searched`: a plan's list that

@@ -139,6 +139,8 @@ ArchitectureNeed architecture_need(const TrainingStepOptions& q, const Settings&
     if (!settings.tuning.is_full())
         return {fmt::format("--train {}", training_name(settings.tuning.mode)),
                 "Korthikanti's formula has every weight trained"};
+    if (settings.images.any())
+        return {"--images " + q.step.images, "the tower's tensors are its blocks' rows"};
     if (f.platform == Platform::cpu)
         return {q.framework.framework.count("platform") ? "--platform cpu"
                                                         : from_profile + " (--platform cpu)",
@@ -185,6 +187,7 @@ Settings settings_from(const TrainingStepOptions& q, const std::string& format) 
     settings.activations = activation_model(q);
     settings.recompute_modules = parse_recompute_modules(q.step);
     settings.tuning = parse_fine_tuning(q.training);
+    settings.images = parse_images(q.step);
     const FrameworkProfile profile = framework_from(q.framework, settings.framework);
     if (settings.activations == ActivationModel::architecture) return settings;
     const ArchitectureNeed need = architecture_need(q, settings, profile);

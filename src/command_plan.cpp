@@ -87,6 +87,8 @@ PlanView plan_view(const PlanOptions& q) {
     device_of(q, view);
     PlanRequest& r = view.request;
     r.base = settings_from(q, q.output.format);
+    if (r.base.images.any())  // its search builds each layout's tables itself
+        throw usage_error("plan does not take --images yet: give them to an estimate or to fit");
     r.base.seq = parse_count("--seq", q.step.seq, 0);
     r.base.framework.attention = single_attention(q.activation, r.base, "plan");
     const ParallelOptions& p = q.parallel;

@@ -898,6 +898,7 @@ void qwen_vision(const JsonReader& in, VisionTower& v) {
     v.temporal_patch = in.positive_or("temporal_patch_size", 2);
     v.merge = in.positive("spatial_merge_size");
     v.out_hidden = in.positive("out_hidden_size");
+    v.rotary = true;  // VisionRotaryEmbedding: 2-D rotary over each block's q and k
 }
 
 /// Qwen2.5-VL's tower (modeling_qwen2_5_vl.py): a bias-free Conv3d patch embedding, RMSNorms, a
@@ -1073,8 +1074,9 @@ std::vector<std::string> import_notes(const std::string& type, const JsonReader&
             "its vision tower (" + std::to_string(m.vision.depth) + " blocks of " +
             std::to_string(m.vision.hidden) +
             ") is counted with the language model's parameters and trains with them (--frozen "
-            "vision freezes it); what images keep through the step (the tower's activations, "
-            "their tokens' share of the sequence) is not modelled: the step shown is text-only");
+            "vision freezes it); a micro-batch's images (--images N --image-size WxH) keep their "
+            "pixels and, where the tower trains, its blocks' tensors as memcalc's layers keep "
+            "theirs (not measured on the tower itself); without them the step is text-only");
     if (type == "llama4" || type == "llama4_text")
         notes.push_back(
             "its MoE layers are counted as transformers' Llama4TextMoe trains them, every expert "

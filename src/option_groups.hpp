@@ -96,6 +96,14 @@ void add_group(App& app, StepOptions& q) {
                    "as Megatron-LM's\n--recompute-method block --recompute-num-layers N "
                    "(default: every layer)")
         ->type_name("N");
+    app.add_option("--images", q.images,
+                   "Images in each micro-batch, through the model's vision tower (with\n"
+                   "--image-size; --seq counts every token, the images' among them)")
+        ->type_name("N");
+    app.add_option("--image-size", q.image_size,
+                   "Each image's size in pixels, as the processor resizes it: each side to the\n"
+                   "nearest multiple of patch x merge")
+        ->type_name("WxH");
 }
 
 /// Fine-tuning: what trains.

@@ -46,7 +46,7 @@ TEST_CASE("Qwen2.5-VL 7B: its tower and language model, the checkpoint's total",
     CHECK(t.part(Part::vision).value() == 676550144u);  // the checkpoint's 'visual' module
     CHECK(t.total().value() == 8292166656u);
     REQUIRE_FALSE(file.notes.empty());
-    CHECK_THAT(file.notes.back(), Catch::Contains("not modelled: the step shown is text-only"));
+    CHECK_THAT(file.notes.back(), Catch::Contains("without them the step is text-only"));
 }
 
 TEST_CASE("Qwen3-VL 4B: LayerNorms, a position table and three deepstack mergers",
@@ -139,4 +139,67 @@ TEST_CASE("Qwen3.5: Qwen3-Next's layers with dense MLPs, Qwen3-VL's tower, the m
     CHECK(parameter_table(m).total().value() == with_mtp);
     REQUIRE(file.notes.size() >= 2);
     CHECK_THAT(file.notes.front(), Catch::Contains("multi-token-prediction module"));
+}
+
+namespace {
+/// One estimate of `config` at 4096 tokens with `images` of 448 x 448 (1,024 patches each).
+Report with_images(const Architecture& m, std::uint64_t images, Recompute mode, bool frozen = false,
+                   Attention attention = Attention::flash) {
+    Settings s;
+    s.seq = 4096, s.activations = ActivationModel::architecture, s.recompute = mode;
+    s.framework.attention = attention;
+    s.images = {images, 448, 448};
+    if (frozen) s.tuning.mode = Training::frozen, s.tuning.frozen = {"vision"};
+    return Estimator(m).estimate(s);
+}
+
+Count input_side(const Report& r) {
+    Count sum;
+    for (const SavedTensor& row : r.input_side) sum += row.bytes;
+    return sum;
+}
+}  // namespace
+
+TEST_CASE("A micro-batch's images: pixels, the tower's blocks, its mergers", "[vision][images]") {
+    const Architecture m =
+        cli::load_hf_config(vl_configs + "qwen2.5-vl-7b-instruct.json").architecture;
+    const VisionTower& v = m.vision;
+    CHECK(patches_per_image(v, {1, 448, 448}) == 32 * 32);
+    CHECK(patches_per_image(v, {1, 460, 300}) == 32 * 22);  // to the nearest multiple of 28
+    CHECK(patches_per_image(v, {1, 10, 10}) == 2 * 2);      // at least one merged token a side
+    const auto [images, mode, attention] = GENERATE(
+        table<std::uint64_t, Recompute, Attention>({{1, Recompute::none, Attention::flash},
+                                                    {3, Recompute::none, Attention::eager},
+                                                    {2, Recompute::full, Attention::flash}}));
+    CAPTURE(images, mode, attention);
+    const Count none = input_side(with_images(m, 0, mode, false, attention));
+    const Count n = Count(1024) * images, pixels = n * (3 * 2 * 14 * 14) * 4;
+    const Count mergers = n * 1280 * (4 + 3 * 2);
+    Count tower;
+    if (mode == Recompute::full) {
+        tower = n * 1280 * 2 * 32;  // each block's input
+    } else {
+        const LayerActivations block = architecture_layer(tower_block(v, 1024), 1024, images,
+                                                          Precision(DType::bf16), attention);
+        tower = n * (3 * 2 * 14 * 14) * 2 + block.total() * 32;  // the cast pixels, 32 blocks
+    }
+    CHECK(input_side(with_images(m, images, mode, false, attention)) ==
+          none + pixels + tower + mergers);
+    // A frozen tower keeps its images' pixels alone.
+    CHECK(input_side(with_images(m, images, mode, true, attention)) == none + pixels);
+    CHECK(with_images(m, images, mode).peak_step().bytes.total() >
+          with_images(m, images, mode, true).peak_step().bytes.total());
+}
+
+TEST_CASE("images need a tower and a size", "[vision][images]") {
+    Settings s;
+    s.seq = 512, s.activations = ActivationModel::architecture, s.images = {2, 448, 448};
+    Architecture text;
+    text.name = "text-only", text.hidden = 64, text.layers = 2, text.heads = 4, text.ffn = 128,
+    text.vocab = 100;
+    CHECK_THROWS_WITH(Estimator(text).estimate(s), Catch::Contains("has no vision tower"));
+    const Architecture m =
+        cli::load_hf_config(vl_configs + "qwen3-vl-4b-instruct.json").architecture;
+    s.images = {2, 0, 448};
+    CHECK_THROWS_WITH(Estimator(m).estimate(s), Catch::Contains("need their size in pixels"));
 }

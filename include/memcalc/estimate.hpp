@@ -10,6 +10,7 @@
 
 #include "memcalc/activations.hpp"
 #include "memcalc/architecture_activations.hpp"
+#include "memcalc/blocks/vision_tower.hpp"
 #include "memcalc/finetune.hpp"
 #include "memcalc/flops.hpp"
 #include "memcalc/framework.hpp"
@@ -45,6 +46,7 @@ struct Settings {
     bool timelines = true;
     /// Also write each kind of layer's op tape as rows (Report::ops): what `--ops` shows.
     bool ops = false;
+    ImageInput images;  ///< a micro-batch's images, through a vision tower; none by default
 };
 
 /// One kind of device: every rank of one pipeline stage holds the same (tensor, data, context and
@@ -397,6 +399,22 @@ private:
         std::vector<LayerTuning> tunings;  ///< per kind of layer; empty: every tensor trains
     };
 
+    /// A micro-batch's images need a tower to run through, a size, and the input side's tables.
+    void check_images(const Settings& settings) const {
+        const ImageInput& in = settings.images;
+        if (!in.any()) return;
+        if (!model_.vision.enabled())
+            throw error("images " + std::to_string(in.images) + ": " + model_name(model_) +
+                        " has no vision tower");
+        if (in.width == 0 || in.height == 0)
+            throw error("images " + std::to_string(in.images) +
+                        " need their size in pixels (image size WIDTHxHEIGHT)");
+        if (settings.activations != ActivationModel::architecture)
+            throw error(
+                "images need the architecture activation model (--activations "
+                "architecture): the tower's tensors are its blocks' rows");
+    }
+
     /// The checks of the settings against the model, before any table is made.
     void check_settings(const Settings& settings) const {
         detail::require_positive("seq", settings.seq);
@@ -411,6 +429,7 @@ private:
                         (model_.name.empty() ? "the model" : model_.name));
         validate(settings.parallel, model_, settings.seq);
         validate_recompute_layers(settings.parallel, model_.layers, settings.recompute);
+        check_images(settings);
         if (!overflow_.empty()) throw error(overflow_);
         if (settings.activations == ActivationModel::korthikanti &&
             settings.framework.attention == Attention::flash)
@@ -469,9 +488,21 @@ private:
     }
 
     ActivationTables tables(const Settings& settings, const Configuration& c) const {
-        return activation_tables(model_, settings.seq, settings.micro_batch,
-                                 settings.recipe.precision(), settings.activations,
-                                 settings.framework, settings.recompute_modules, c.tunings);
+        ActivationTables t = activation_tables(
+            model_, settings.seq, settings.micro_batch, settings.recipe.precision(),
+            settings.activations, settings.framework, settings.recompute_modules, c.tunings);
+        if (settings.images.any()) {  // on the input side, beside the embedding's
+            const auto& rows = c.splits->table.rows;
+            const bool trains = std::any_of(rows.begin(), rows.end(), [](const ParamRow& r) {
+                return r.part == Part::vision && r.trainable;
+            });
+            const Framework& f = settings.framework;
+            for (const SavedTensor& row :
+                 image_rows(model_.vision, settings.images, settings.recipe.precision(),
+                            f.attention, Runtime(f.platform, f.torch), settings.recompute, trains))
+                t.input_side.push_back(row);
+        }
+        return t;
     }
 
     /// Runs `count`, saying which sizes overflowed where a byte count passes 64 bits (LoRA's

@@ -15,7 +15,8 @@ namespace memcalc {
 /// an MLP, every linear biased), and a merger of merge x merge patches (a norm, two linears)
 /// into the language model's width; Qwen3-VL adds deepstack mergers, each its own merger with its
 /// norm after the merge. Its parameters are counted (Part::vision) and train or freeze (--frozen
-/// vision); what images keep through the step is not modelled. depth 0: no tower.
+/// vision); what a micro-batch's images keep through the step is blocks/vision_tower.hpp's.
+/// depth 0: no tower.
 struct VisionTower {
     std::uint64_t depth = 0;
     std::uint64_t hidden = 0;
@@ -31,6 +32,7 @@ struct VisionTower {
     bool gated_mlp = false;           ///< gate, up and down (Qwen2.5-VL) or fc1 and fc2 (Qwen3-VL)
     bool layernorm = false;   ///< LayerNorms, weight and bias (Qwen3-VL), or RMSNorms (Qwen2.5-VL)
     bool patch_bias = false;  ///< the patch convolution's bias (Qwen3-VL)
+    bool rotary = false;      ///< 2-D rotary on each block's q and k (Qwen's)
 
     bool enabled() const { return depth > 0; }
     /// The merger's width: merge x merge patches side by side.
@@ -58,10 +60,11 @@ inline constexpr std::array<VisionField<std::uint64_t>, 11> vision_counts{{
     {"deepstack", &VisionTower::deepstack},
 }};
 
-inline constexpr std::array<VisionField<bool>, 3> vision_flags{{
+inline constexpr std::array<VisionField<bool>, 4> vision_flags{{
     {"gated_mlp", &VisionTower::gated_mlp},
     {"layernorm", &VisionTower::layernorm},
     {"patch_bias", &VisionTower::patch_bias},
+    {"rotary", &VisionTower::rotary},
 }};
 
 /// Throws memcalc::error naming the first field that makes the tower impossible.
