@@ -403,3 +403,31 @@ TEST_CASE("rotary caches shorter than the sequence are rebuilt at its length in 
               estimate(shared, settings).state.weights.value() + L * (caches + d / 2 * 4));
     }
 }
+
+TEST_CASE("a reentrant checkpoint holds the recomputed layer's output through its backward",
+          "[estimate][recompute]") {
+    const auto [seq, micro_batch] =
+        GENERATE(table<std::uint64_t, std::uint64_t>({{512, 1}, {1024, 2}, {256, 3}}));
+    CAPTURE(seq, micro_batch);
+    Settings s;
+    s.seq = seq, s.micro_batch = micro_batch, s.recompute = Recompute::full;
+    s.activations = ActivationModel::architecture;
+    const Architecture m = fixtures::llama_7b();
+    const Report plain = Estimator(m).estimate(s);
+    s.framework.checkpoint = CheckpointImpl::reentrant;
+    const Report reentrant = Estimator(m).estimate(s);
+    const Count output(seq * micro_batch * m.hidden * 2);  // the layer's output, bf16
+    for (const std::uint64_t layer : {std::uint64_t{1}, std::uint64_t{17}, m.layers}) {
+        const std::string step = "backward " + std::to_string(layer);
+        CHECK(fixtures::step_named(reentrant, step).bytes.rebuilt_activations ==
+              fixtures::step_named(plain, step).bytes.rebuilt_activations + output);
+    }
+    // Forward steps, and recomputation other than full, are as before.
+    CHECK(fixtures::step_named(reentrant, "forward 3").bytes.total() ==
+          fixtures::step_named(plain, "forward 3").bytes.total());
+    s.recompute = Recompute::selective;
+    const Report selective = Estimator(m).estimate(s);
+    s.framework.checkpoint = CheckpointImpl::non_reentrant;
+    CHECK(Estimator(m).estimate(s).peak_step().bytes.total() ==
+          selective.peak_step().bytes.total());
+}

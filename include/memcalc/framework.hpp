@@ -127,6 +127,16 @@ inline const char* gemm_library_name(GemmLibrary g) {
     return g == GemmLibrary::torch ? "torch" : "transformer-engine";
 }
 
+/// Which torch.utils.checkpoint full recomputation calls: non-reentrant (use_reentrant=False: a
+/// layer's recomputed tensors go as its backward takes them) or reentrant (torch's default before
+/// 2.4, transformers' gradient_checkpointing_enable(): CheckpointFunction.backward reruns the layer
+/// and holds its output while the layer's backward runs).
+enum class CheckpointImpl { non_reentrant, reentrant };
+
+inline const char* checkpoint_impl_name(CheckpointImpl c) {
+    return c == CheckpointImpl::reentrant ? "reentrant" : "non-reentrant";
+}
+
 struct Framework {
     Platform platform = Platform::cuda;              ///< the architecture model's kernels
     Attention attention = Attention::eager;          ///< eager scores, or a fused (flash) kernel
@@ -138,7 +148,8 @@ struct Framework {
     MoeKernel moe = MoeKernel::model_code;    ///< which tokens the experts compute over
     TorchVersion torch = TorchVersion::v2_2;  ///< what autograd keeps (kernels.hpp's torch_rows)
     GemmLibrary gemm = GemmLibrary::torch;    ///< whose workspaces the allocator holds
-    OptimizerState optimizer_state = OptimizerState::eager;  ///< when the moments are made
+    OptimizerState optimizer_state = OptimizerState::eager;     ///< when the moments are made
+    CheckpointImpl checkpoint = CheckpointImpl::non_reentrant;  ///< full recomputation's call
     /// --loss chunked: the chunks the tokens are split into (torchtune's num_output_chunks).
     std::uint64_t loss_chunks = 8;
 };
@@ -259,7 +270,13 @@ inline const auto framework_switches = std::make_tuple(
         "(torch.optim's AdamW in a plain loop, the pytorch, hf-trainer and nanogpt profiles':\n"
         "at the first step, in blocks its activations freed, so the next step's need new\n"
         "segments; measured on an H200) or eager (default: before the first step, as DeepSpeed's\n"
-        "initialize_optimizer_states does; what torchtitan's published FSDP2 run agrees with)"});
+        "initialize_optimizer_states does; what torchtitan's published FSDP2 run agrees with)"},
+    Switch{"checkpoint", "checkpoint", &Framework::checkpoint,
+           std::array{CheckpointImpl::non_reentrant, CheckpointImpl::reentrant},
+           checkpoint_impl_name,
+           "Which torch.utils.checkpoint --recompute full calls: non-reentrant (default) or\n"
+           "reentrant (torch's default before 2.4, transformers' gradient_checkpointing_enable():\n"
+           "the recomputed layer's output held through the layer's backward)"});
 
 /// `f(row)` for every framework switch, in order.
 template <class F>
@@ -348,10 +365,11 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "the loss over fp32 logits (ForCausalLMLoss), the outputs dropped once the loss is taken",
      "transformers 4.46-4.53: Trainer.compute_loss returns the loss alone; "
      "loss_utils.ForCausalLMLoss upcasts the "
-     "logits; attn_implementation defaults to sdpa",
+     "logits; attn_implementation defaults to sdpa; gradient_checkpointing_enable() without "
+     "kwargs checkpoints with use_reentrant=True",
      {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32,
       LogitsLife::freed, KvCache::off, MoeKernel::model_code, TorchVersion::v2_2,
-      GemmLibrary::torch, OptimizerState::lazy},
+      GemmLibrary::torch, OptimizerState::lazy, CheckpointImpl::reentrant},
      // sdpa_attention.py: repeat_kv unless torch >= 2.5 and no attention mask (the Trainer's
      // collators pass one)
      {{"repeat_kv", "true"}}},

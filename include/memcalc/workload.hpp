@@ -204,6 +204,11 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
         w.weight_pass_reads.push_back(weight_pass_reads(
             m, w.parameters->table, k, seq * micro_batch, recipe.activation_bytes()));
     }
+    // A reentrant checkpoint's rerun returns the layer's output, which its backward holds while the
+    // layer's own backward runs: as large as the layer's input.
+    if (mode == Recompute::full && framework.checkpoint == CheckpointImpl::reentrant)
+        for (std::size_t k = 0; k < m.kind_count(); ++k)
+            w.layers[k].rebuilt.add(ActivationSplit::sequence, t.of_kind(k).input_bytes);
     if (mode == Recompute::full) {
         cache(Recompute::none, w.kv_cache_not_recomputed);
         for (std::size_t k = 0; k < m.kind_count(); ++k)

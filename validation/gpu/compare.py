@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 SWITCH_DEFAULTS = {"recipe": "mixed-adam", "loss": "fp32", "logits": "held", "kv_cache": "off",
-                   "torch_version": "2.2"}
+                   "torch_version": "2.2", "checkpoint": "non-reentrant"}
 
 
 def training_flags(run):

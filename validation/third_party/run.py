@@ -290,6 +290,9 @@ def run(program, size, seq, batch, precision, recompute, steps=1, device="cpu"):
             # transformers' use_cache (True by default) returns every layer's k and v, unless
             # gradient checkpointing turned it off
             "kv_cache": "kept" if hf and recompute == "none" else "off",
+            # gradient_checkpointing_enable() calls torch 1.13's default, the reentrant checkpoint;
+            # run.py's own Checkpointed the non-reentrant one
+            **({"checkpoint": "reentrant"} if hf and recompute == "full" else {}),
             "memory_before_step": m.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": m.steps, "median_step_seconds": statistics.median(times),
             "steps_timed": steps,
