@@ -252,8 +252,9 @@ Gpu round_gpu() {
 }
 }  // namespace
 
+// [slow-sanitized]: 36 whole searches, each enumerated twice; the sanitizers add nothing here.
 TEST_CASE("plan_top ranks layouts out before their peak without changing its answer",
-          "[plan][prune]") {
+          "[plan][prune][slow-sanitized]") {
     struct Model {
         Architecture m;
         std::uint64_t capacity;

@@ -60,14 +60,21 @@ inline Count layout_host(const Workload& w, const Parallelism& p) {
     return most;
 }
 
-/// layout_peak with the first stage's facts already made (plan makes them for its traffic too).
-inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p, const StageFacts& first) {
+/// layout_peak with the first stage's facts already made (plan makes them for its traffic too)
+/// and the others' from `facts(stage)`.
+template <class Facts>
+LayoutPeak layout_peak(const Workload& w, const Parallelism& p, const StageFacts& first,
+                       Facts&& facts) {
     LayoutPeak best{0, peak_step(stage_inputs(w, p, first))};
     other_candidate_stages(w, p, [&](std::uint64_t stage) {
-        const Step s = peak_step(stage_inputs(w, p, stage_facts(w, p, stage)));
+        const Step s = peak_step(stage_inputs(w, p, facts(stage)));
         if (s.bytes.total() > best.bytes()) best = {stage, s};
     });
     return best;
+}
+
+inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p, const StageFacts& first) {
+    return layout_peak(w, p, first, [&](std::uint64_t stage) { return stage_facts(w, p, stage); });
 }
 
 inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {

@@ -370,7 +370,8 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
 /// A row's traffic and time, then (unless they rank it below `cutoff`) its peak and fit, under
 /// `w` and `cost` (one micro-batch's FLOPs) on row.parallel, whose stages run `mix`.
 inline void measure(PlanRow& row, const Workload& w, const StageMix& mix, const ComputeCost& cost,
-                    const PlanRequest& request, const RankCutoff& cutoff = std::nullopt) {
+                    const PlanRequest& request, StageFactsCache& facts,
+                    const RankCutoff& cutoff = std::nullopt) {
     const Parallelism& p = row.parallel;
     if (!recompute_modelled(row.recompute, p)) return;  // no peak to trust: it does not fit
     row.recompute_fraction = cost.recompute_fraction();
@@ -388,7 +389,7 @@ inline void measure(PlanRow& row, const Workload& w, const StageMix& mix, const 
         }
     }
     try {
-        const StageFacts first = stage_facts(w, p, 0);
+        const StageFacts& first = facts(w, p, 0);
         const Traffic bytes = traffic(w, p, first);
         row.communication = bytes.total();
         if (request.gpu)
@@ -399,7 +400,9 @@ inline void measure(PlanRow& row, const Workload& w, const StageMix& mix, const 
             row.ranked_out = true;
             return;
         }
-        row.peak = layout_peak(w, p, first);
+        row.peak = layout_peak(w, p, first, [&](std::uint64_t stage) -> const StageFacts& {
+            return facts(w, p, stage);
+        });
         row.host = p.offloads() ? layout_host(w, p) : Count(0);
         if (request.device)
             row.beside = device_rows_high(request.base.framework, p, request.device->gpu);
@@ -414,8 +417,8 @@ inline void measure(PlanRow& row, const Workload& w, const StageMix& mix, const 
 /// One micro-batch's FLOPs under partial recomputation (row.parallel.recompute_layers): only the
 /// layers it recomputes rerun their forward.
 inline ComputeCost partial_cost(const Architecture& m, const Workload& w, const Parallelism& p,
-                                const PlanRequest& request) {
-    const KindCounts recomputed = recomputed_layers(w, p);
+                                const PlanRequest& request, StageFactsCache& facts) {
+    const KindCounts& recomputed = facts.recomputed(w, p);
     return compute_cost(m, w.seq, w.micro_batch, Recompute::full, request.base.recompute_modules,
                         &recomputed);
 }
@@ -425,7 +428,7 @@ inline ComputeCost partial_cost(const Architecture& m, const Workload& w, const 
 /// The peak falls as N grows: a binary search.
 inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Workload& w,
                                                 const StageMix& mix, const PlanRow& full,
-                                                const PlanRequest& request,
+                                                const PlanRequest& request, StageFactsCache& cache,
                                                 const RankCutoff& cutoff = std::nullopt) {
     PlanRow row = full;
     const Parallelism& p = row.parallel;
@@ -433,9 +436,8 @@ inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Wor
     if (most < 2) return std::nullopt;
     // A stage's facts (its state, its layers) do not depend on N: made once, each try rebuilds its
     // inputs.
-    std::vector<StageFacts> facts{stage_facts(w, p, 0)};
-    other_candidate_stages(w, p,
-                           [&](std::uint64_t stage) { facts.push_back(stage_facts(w, p, stage)); });
+    std::vector<StageFacts> facts{cache(w, p, 0)};
+    other_candidate_stages(w, p, [&](std::uint64_t stage) { facts.push_back(cache(w, p, stage)); });
     const auto fits = [&](std::uint64_t n) {
         try {
             for (StageFacts& f : facts) {
@@ -459,7 +461,7 @@ inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Wor
     }
     row.parallel.recompute_layers = hi;
     row.time.reset();
-    measure(row, w, mix, partial_cost(m, w, row.parallel, request), request, cutoff);
+    measure(row, w, mix, partial_cost(m, w, row.parallel, request, cache), request, cache, cutoff);
     return row;
 }
 
@@ -659,7 +661,8 @@ void for_each_shape(const Architecture& m, const PlanRequest& request, Visit&& v
 }
 
 /// Workloads depend on the micro-batch and the recomputation alone: each is built once. One whose
-/// byte counts pass 64 bits is remembered as such: every layout with it is too big to run.
+/// byte counts pass 64 bits is remembered as such: every layout with it is too big to run. Their
+/// stage facts are made once a layout (StageFactsCache).
 class WorkloadCache {
 public:
     using Cached = std::optional<std::pair<Workload, ComputeCost>>;
@@ -688,6 +691,8 @@ public:
         return workloads_.emplace(std::make_pair(b, mode), std::move(built)).first->second;
     }
     const LayerPattern& pattern() const { return params_->pattern; }
+    /// The search's stage facts: every workload of it holds the same parameters and state.
+    StageFactsCache& facts() { return facts_; }
 
 private:
     const Architecture& m_;
@@ -695,6 +700,7 @@ private:
     std::shared_ptr<const ParameterSplits> params_;
     std::vector<LayerTuning> tunings_;
     std::map<std::pair<std::uint64_t, Recompute>, Cached> workloads_;
+    StageFactsCache facts_;
 };
 
 /// Each pipeline's StageMix, made once.
@@ -727,8 +733,9 @@ inline PlanRow measured_row(const Architecture& m, const PlanRequest& request,
     if (const WorkloadCache::Cached& cached = workload(b, mode)) {
         const auto& [w, cost] = *cached;
         const bool pinned = request.recompute_layers.has_value();
-        measure(row, w, mix, pinned ? partial_cost(m, w, row.parallel, request) : cost, request,
-                cutoff);
+        measure(row, w, mix,
+                pinned ? partial_cost(m, w, row.parallel, request, workload.facts()) : cost, request,
+                workload.facts(), cutoff);
     } else {
         const double idle = bubble_share(q, 1.0 / 3);
         row.bubble = idle / (1 + idle);
@@ -749,11 +756,11 @@ inline std::optional<PlanKey> partial_floor(const Architecture& m, const PlanReq
     const Workload& w = full->first;
     Parallelism p = q;
     p.recompute_layers = 1;
-    const ComputeCost cost = partial_cost(m, w, p, request);
+    const ComputeCost cost = partial_cost(m, w, p, request, workload.facts());
     const double forward_share = cost.step / 3 / (cost.step + cost.recompute);
     const double idle = bubble_share(p, forward_share);
     try {
-        const StageFacts first = stage_facts(w, p, 0);
+        const StageFacts& first = workload.facts()(w, p, 0);
         Traffic bytes = traffic(w, p, first);
         const double communication = bytes.total();
         bytes.data_parallel = 0;
@@ -796,7 +803,8 @@ void visit_modes(const Architecture& m, const PlanRequest& request, WorkloadCach
         visit(row);
         if (mode != Recompute::full || !partial_searched || none_fits || !row.fits) continue;
         const Workload& w = workload(b, mode)->first;  // it fits: it has a workload
-        if (const auto fewest = fewest_recomputed(m, w, mix, row, request, cutoff)) visit(*fewest);
+        if (const auto fewest = fewest_recomputed(m, w, mix, row, request, workload.facts(), cutoff))
+            visit(*fewest);
     }
 }
 

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 
 #include "memcalc/activations.hpp"
 #include "memcalc/dtype.hpp"
@@ -261,24 +262,96 @@ inline void add_parameters(StageFacts& f, const Workload& w, const Parallelism& 
     }
 }
 
-/// Flattened, as stage_inputs is.
-[[gnu::flatten]] inline StageFacts stage_facts(const Workload& w, const Parallelism& p,
-                                               std::uint64_t stage) {
+/// What a stage's rank holds whatever its micro-batches: its layers, parameters and state (every
+/// fact but those add_microbatches adds). The same for every micro-batch size and recomputation
+/// mode of one model and recipe: a search makes it once a layout (StageFactsCache).
+inline StageFacts stage_holdings(const Workload& w, const Parallelism& p, std::uint64_t stage) {
     StageFacts f;
     f.stage = stage;
-    f.in_flight = in_flight(p, stage);
-    if (p.steps_per_batch() > 1) f.later_in_flight = in_flight(p, stage, true);
     f.layers = stage_layers(w, p, stage);
     f.kind_layers = f.layers.counts(f.layers.layers);
     add_parameters(f, w, p);
     f.state.optimizer_state = rank_optimizer_state(w, p, stage, f.kind_layers);
     if (p.offload != Offload::none) offload_state(f, p);
-    if (p.offload_activations) offload_activations(f, w, p);
     // The program's own buffers stay on the device, counted with the weights.
     f.state.weights +=
         registered_buffer_bytes(w.model, w.recipe, w.framework, w.seq) * Count(f.layers.layers);
     return f;
 }
+
+/// To `f` (stage_holdings's), what the micro-batches add: how many are in flight, and the
+/// activations offload sends to the host.
+inline void add_microbatches(StageFacts& f, const Workload& w, const Parallelism& p) {
+    f.in_flight = in_flight(p, f.stage);
+    f.later_in_flight = p.steps_per_batch() > 1 ? in_flight(p, f.stage, true) : 1;
+    if (p.offload_activations) offload_activations(f, w, p);
+}
+
+/// Flattened, as stage_inputs is.
+[[gnu::flatten]] inline StageFacts stage_facts(const Workload& w, const Parallelism& p,
+                                               std::uint64_t stage) {
+    StageFacts f = stage_holdings(w, p, stage);
+    add_microbatches(f, w, p);
+    return f;
+}
+
+/// stage_facts made once for each layout and stage, for one model and recipe (one search): its
+/// micro-batch sizes and recomputation modes change only what add_microbatches adds. It keeps one
+/// shape's (the layout's degrees, ZeRO stage and offload): a search makes each shape's rows in turn.
+class StageFactsCache {
+public:
+    /// The facts, valid until the next call for the same stage of the same layout, or another shape.
+    const StageFacts& operator()(const Workload& w, const Parallelism& p, std::uint64_t stage) {
+        Held& held = find(held_, p, stage, [&] {
+            StageFacts f = stage_holdings(w, p, stage);
+            return Held{f, f.host};
+        });
+        held.facts.host = held.host, held.facts.offloaded_activations = 0;
+        add_microbatches(held.facts, w, p);
+        return held.facts;
+    }
+
+    /// recomputed_layers(w, p), made once a layout: it depends on its stages alone.
+    const KindCounts& recomputed(const Workload& w, const Parallelism& p) {
+        return find(recomputed_, p, 0, [&] { return recomputed_layers(w, p); });
+    }
+
+private:
+    struct Held {
+        StageFacts facts;
+        Count host;  ///< stage_holdings's, before activation offload adds to it
+    };
+    /// What the shape leaves open (the stage, the schedule, its chunks, partial recomputation)...
+    using Key = std::array<std::uint64_t, 4>;
+    /// ...and the shape: every other field but the micro-batches and activation offload.
+    using Shape = std::array<std::uint64_t, 13>;
+    static Shape shape_of(const Parallelism& p) {
+        return {p.dp, p.tp, p.pp, p.cp, p.ep, p.etp, p.sequence_parallel, p.zero, p.shard_group,
+                p.gathered_layers, static_cast<std::uint64_t>(p.offload), p.first_stage_layers,
+                p.last_stage_layers};
+    }
+    template <class T, class Make>
+    T& find(std::deque<std::pair<Key, T>>& made, const Parallelism& p, std::uint64_t stage,
+            Make make) {
+        const Shape shape = shape_of(p);
+        if (!same(shape, shape_)) held_.clear(), recomputed_.clear(), shape_ = shape;
+        const Key key{stage, static_cast<std::uint64_t>(p.schedule), p.vpp,
+                      p.recompute_layers ? *p.recompute_layers + 1 : 0};
+        for (auto& [k, value] : made)
+            if (same(k, key)) return value;
+        return made.emplace_back(key, make()).second;
+    }
+    /// Field by field: std::array's == calls memcmp, which a search's millions of calls feel.
+    template <std::size_t N>
+    static bool same(const std::array<std::uint64_t, N>& a, const std::array<std::uint64_t, N>& b) {
+        for (std::size_t i = 0; i < N; ++i)
+            if (a[i] != b[i]) return false;
+        return true;
+    }
+    Shape shape_{};
+    std::deque<std::pair<Key, Held>> held_;  // a deque: references to one survive another's
+    std::deque<std::pair<Key, KindCounts>> recomputed_;
+};
 
 /// The tensors a one-at-a-time optimiser loop steps on this rank, by its share of each: the one
 /// stepped first, the largest that may follow it, and the two largest but the first.
