@@ -128,6 +128,7 @@ private:
             live.pop_back();
             held_[c] -= last.bytes;
             emit(free_event(last.id));
+            spare_ids_.push_back(last.id);
             if (held_[c] < target) add(c, target - held_[c]);
         }
     }
@@ -140,9 +141,14 @@ private:
     }
     void add(std::size_t c, std::uint64_t bytes) {
         if (bytes == 0) return;
-        live_[c].push_back({next_id_, bytes});
+        std::uint64_t id = next_id_;
+        if (spare_ids_.empty())
+            ++next_id_;
+        else
+            id = spare_ids_.back(), spare_ids_.pop_back();
+        live_[c].push_back({id, bytes});
         held_[c] += bytes;
-        emit(alloc_event(next_id_++, bytes, category_rules[c].stream));
+        emit(alloc_event(id, bytes, category_rules[c].stream));
     }
     void emit(const AllocatorEvent& e) { sink_(e, step_); }
 
@@ -151,6 +157,9 @@ private:
     std::array<std::vector<Piece>, category_rules.size()> live_;
     std::array<std::uint64_t, category_rules.size()> held_{};
     std::uint64_t next_id_ = 1;
+    /// Ids of freed tensors, used again: ids stay as few as the tensors live at once, which the
+    /// simulator then keeps in a vector.
+    std::vector<std::uint64_t> spare_ids_;
     std::size_t step_ = 0;  ///< the step whose moment the events lead to
 };
 

@@ -131,7 +131,7 @@ public:
     /// Allocates `bytes` for tensor `id` on `stream`; false when the device is out of memory
     /// (PyTorch's OutOfMemoryError), leaving the state as the failed attempt left it.
     bool alloc(std::uint64_t id, std::uint64_t bytes, std::uint32_t stream = 0) {
-        if (live_.count(id) != 0) {
+        if (live_.contains(id)) {
             throw error("allocator: id " + std::to_string(id) + " is allocated twice");
         }
         if (bytes > allocator_rules::kLargestRequest) {
@@ -139,25 +139,24 @@ public:
                         std::to_string(id) + " is beyond any device");
         }
         if (bytes == 0) {  // PyTorch hands out a null pointer and allocates nothing
-            live_.emplace(id, Live{kNone, 0});
+            live_.add(id, Live{kNone, 0});
             return true;
         }
         const int block = malloc(allocator_rules::round_size(bytes), stream);
         if (block == kNone) return false;
-        live_.emplace(id, Live{block, bytes});
+        live_.add(id, Live{block, bytes});
         stats_.requested_bytes += bytes;
         return true;
     }
 
     /// Frees tensor `id`'s block into the cache (merging it with free neighbours).
     void free(std::uint64_t id) {
-        const auto it = live_.find(id);
-        if (it == live_.end()) {
+        const std::optional<Live> live = live_.take(id);
+        if (!live) {
             throw error("allocator: id " + std::to_string(id) + " is freed but not allocated");
         }
-        const int block = it->second.block;
-        stats_.requested_bytes -= it->second.bytes;
-        live_.erase(it);
+        const int block = live->block;
+        stats_.requested_bytes -= live->bytes;
         if (block == kNone) return;
         blocks_[block].allocated = false;
         stats_.allocated_bytes -= blocks_[block].size;
@@ -242,8 +241,48 @@ private:
     struct Live {
         int block = kNone;
         std::uint64_t bytes = 0;
+        bool present = false;
     };
-    std::unordered_map<std::uint64_t, Live> live_;
+    /// The live tensors by id: a vector where ids are small, as a step's writer numbers them from
+    /// 1 (no hashing, no node to allocate), a map beyond.
+    class LiveTensors {
+    public:
+        bool contains(std::uint64_t id) const {
+            return id < dense_.size() ? dense_[id].present : sparse_.count(id) != 0;
+        }
+        void add(std::uint64_t id, Live live) {
+            live.present = true;
+            ++size_;
+            if (id >= dense_ids) {
+                sparse_.emplace(id, live);
+                return;
+            }
+            if (id >= dense_.size())
+                dense_.resize(std::max<std::uint64_t>(id + 1, 2 * dense_.size()));
+            dense_[id] = live;
+        }
+        /// Removes tensor `id`, returning it; none if it is not live.
+        std::optional<Live> take(std::uint64_t id) {
+            std::optional<Live> out;
+            if (id < dense_.size() && dense_[id].present) {
+                out = dense_[id];
+                dense_[id].present = false;
+            } else if (const auto it = sparse_.find(id); it != sparse_.end()) {
+                out = it->second;
+                sparse_.erase(it);
+            }
+            if (out) --size_;
+            return out;
+        }
+        std::size_t size() const { return size_; }
+
+    private:
+        static constexpr std::uint64_t dense_ids = 1ULL << 20;
+        std::vector<Live> dense_;
+        std::unordered_map<std::uint64_t, Live> sparse_;
+        std::size_t size_ = 0;
+    };
+    LiveTensors live_;
     AllocatorStats stats_;
 
     bool expandable() const { return config_.mode == AllocatorMode::expandable; }

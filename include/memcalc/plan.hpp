@@ -734,8 +734,8 @@ inline PlanRow measured_row(const Architecture& m, const PlanRequest& request,
         const auto& [w, cost] = *cached;
         const bool pinned = request.recompute_layers.has_value();
         measure(row, w, mix,
-                pinned ? partial_cost(m, w, row.parallel, request, workload.facts()) : cost, request,
-                workload.facts(), cutoff);
+                pinned ? partial_cost(m, w, row.parallel, request, workload.facts()) : cost,
+                request, workload.facts(), cutoff);
     } else {
         const double idle = bubble_share(q, 1.0 / 3);
         row.bubble = idle / (1 + idle);
@@ -803,7 +803,8 @@ void visit_modes(const Architecture& m, const PlanRequest& request, WorkloadCach
         visit(row);
         if (mode != Recompute::full || !partial_searched || none_fits || !row.fits) continue;
         const Workload& w = workload(b, mode)->first;  // it fits: it has a workload
-        if (const auto fewest = fewest_recomputed(m, w, mix, row, request, workload.facts(), cutoff))
+        if (const auto fewest =
+                fewest_recomputed(m, w, mix, row, request, workload.facts(), cutoff))
             visit(*fewest);
     }
 }

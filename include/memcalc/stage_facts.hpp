@@ -297,10 +297,12 @@ inline void add_microbatches(StageFacts& f, const Workload& w, const Parallelism
 
 /// stage_facts made once for each layout and stage, for one model and recipe (one search): its
 /// micro-batch sizes and recomputation modes change only what add_microbatches adds. It keeps one
-/// shape's (the layout's degrees, ZeRO stage and offload): a search makes each shape's rows in turn.
+/// shape's (the layout's degrees, ZeRO stage and offload): a search makes each shape's rows in
+/// turn.
 class StageFactsCache {
 public:
-    /// The facts, valid until the next call for the same stage of the same layout, or another shape.
+    /// The facts, valid until the next call for the same stage of the same layout, or another
+    /// shape.
     const StageFacts& operator()(const Workload& w, const Parallelism& p, std::uint64_t stage) {
         Held& held = find(held_, p, stage, [&] {
             StageFacts f = stage_holdings(w, p, stage);
@@ -326,8 +328,18 @@ private:
     /// ...and the shape: every other field but the micro-batches and activation offload.
     using Shape = std::array<std::uint64_t, 13>;
     static Shape shape_of(const Parallelism& p) {
-        return {p.dp, p.tp, p.pp, p.cp, p.ep, p.etp, p.sequence_parallel, p.zero, p.shard_group,
-                p.gathered_layers, static_cast<std::uint64_t>(p.offload), p.first_stage_layers,
+        return {p.dp,
+                p.tp,
+                p.pp,
+                p.cp,
+                p.ep,
+                p.etp,
+                p.sequence_parallel,
+                p.zero,
+                p.shard_group,
+                p.gathered_layers,
+                static_cast<std::uint64_t>(p.offload),
+                p.first_stage_layers,
                 p.last_stage_layers};
     }
     template <class T, class Make>
