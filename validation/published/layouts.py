@@ -11,7 +11,16 @@ recomputation (torchtitan's "selective" is its per-op policy, memcalc's op), unl
 the published degrees do not fit under it: then plan chooses, and the row says so
 (recompute_pinned false).
 
+--layouts layouts-extended.json ({"schema": 1, "layouts": [...]}) scores that file's rows, each
+converted to the row dict above: its pins (zero, schedule, recipe, profile, recomputation and its
+modules or layers, attention, uneven first/last stages, MTP layers) read from its
+memcalc_plan_command; its published tokens/s per GPU as published, else global batch x seq /
+step_seconds / GPUs, else none (TFLOP/s or MFU alone: ranked, no ratio). Micro-batch, SP and VPP
+are left to plan's search, as for layouts.json's rows.
+
   validation/published/layouts.py --memcalc build/memcalc [--json out.json] [--markdown out.md]
+  validation/published/layouts.py --layouts validation/published/layouts-extended.json \
+      [--time-limit S] ...
   validation/published/layouts.py --only titan-l31-8b-fsdp8 \
       --check validation/results/published-layouts.json
 """
@@ -20,6 +29,7 @@ import csv
 import io
 import json
 import pathlib
+import shlex
 import subprocess
 import sys
 
@@ -32,7 +42,10 @@ PROFILE = {"megatron": "megatron", "titan": "torchtitan", "llama3": "megatron",
 
 def profile_of(row):
     """The framework the row ran on, as a memcalc profile (Llama 3's and DeepSeek's own
-    frameworks are Megatron-like: fused attention, a persistent gradient buffer)."""
+    frameworks are Megatron-like: fused attention, a persistent gradient buffer); an extended
+    row's is its command's --profile."""
+    if row.get("profile"):
+        return row["profile"]
     return next(p for key, p in PROFILE.items() if row["id"].startswith(key))
 
 
@@ -50,16 +63,109 @@ def plan_arguments(row, pin_recompute):
     args = ["plan"] + model + ["--gpu", row["gpu"], "--gpus", str(row["gpus"]),
             "--seq", str(row["seq"]), "--global-batch", str(row["global_batch"]),
             "--profile", profile_of(row), "--format", "csv",
-            "--time-limit", "60"]
+            "--time-limit", str(row.get("time_limit", 60))]
     if row.get("schedule") not in (None, "interleaved"):  # plan tries interleaving beside 1F1B
         args += ["--schedule", row["schedule"]]
     if row.get("zero") is not None:
         args += ["--zero", str(row["zero"])]
-    if row.get("precision") == "fp8":
+    if row.get("recipe"):
+        args += ["--recipe", row["recipe"]]
+    elif row.get("precision") == "fp8":
         args += ["--recipe", "fp8"]
     if pin_recompute and recompute_mode(row):
-        args += ["--recompute", recompute_mode(row)]
-    return args
+        args += ["--recompute", recompute_mode(row)] + row.get("recompute_pins", [])
+    return args + row.get("pins", [])
+
+
+# Extended rows (layouts-extended.json): the memcalc_plan_command flags taken as pins, and what
+# each becomes (a field of the row dict compare() reads, or plan arguments passed through).
+COMMAND_VALUE_FLAGS = ("--preset", "--model-file", "--gpu", "--gpus", "--seq", "--global-batch",
+                       "--tp", "--pp", "--cp", "--dp", "--ep", "--vpp", "--schedule", "--zero",
+                       "--recompute", "--recompute-modules", "--recompute-layers", "-b",
+                       "--recipe", "--profile", "--attention", "--first-stage-layers",
+                       "--last-stage-layers", "--mtp-layers")
+PASSED_THROUGH = ("--attention", "--first-stage-layers", "--last-stage-layers", "--mtp-layers")
+WITH_RECOMPUTE = ("--recompute-modules", "--recompute-layers")
+
+
+def command_flags(command):
+    """An extended row's memcalc_plan_command as {flag: value} (True for a bare flag)."""
+    words = shlex.split(command)
+    assert words[:2] == ["memcalc", "plan"], command
+    flags, i = {}, 2
+    while i < len(words):
+        if words[i] in COMMAND_VALUE_FLAGS:
+            flags[words[i]] = words[i + 1]
+            i += 2
+        else:
+            flags[words[i]] = True
+            i += 1
+    return flags
+
+
+def published_tokens(row):
+    """An extended row's published tokens/s per GPU: as published, else from its step time;
+    None where it gives neither (TFLOP/s or MFU alone: ranked only)."""
+    published = row["published"]
+    if published.get("tokens_per_second_per_gpu") is not None:
+        return published["tokens_per_second_per_gpu"]
+    if published.get("step_seconds"):
+        return row["global_batch_sequences"] * row["seq"] / published["step_seconds"] / \
+            row["gpus"]
+    return None
+
+
+def extended_row(row, time_limit):
+    """An extended row as the row dict compare() reads, or (None, why) where it cannot be run.
+    Zero, schedule, recipe, profile, recomputation and the stage/attention flags are the row's
+    memcalc_plan_command's, not re-derived from its prose."""
+    flags = command_flags(row["memcalc_plan_command"])
+    out = {"id": row["name"], "gpu": row["memcalc_gpu"], "gpus": row["gpus"], "seq": row["seq"],
+           "global_batch": row["global_batch_sequences"], "vpp": row.get("vpp"),
+           "tokens_per_second_per_gpu": published_tokens(row), "time_limit": time_limit}
+    if row.get("memcalc_preset"):
+        out["model"] = row["memcalc_preset"]
+    elif row.get("model_file") and (HERE / "models" / pathlib.Path(row["model_file"]).name
+                                    ).is_file():
+        out["model_file"] = "models/" + pathlib.Path(row["model_file"]).name
+    else:
+        return None, f"no memcalc preset and no model file {row.get('model_file')}"
+    for key in DEGREES:
+        out[key] = row.get(key)
+        pinned = flags.get("--" + key)
+        if pinned is not None and int(pinned) != (out[key] if out[key] is not None else 1):
+            return None, f"--{key} {pinned} in its command, {out[key]} in the row"
+    out["schedule"] = flags.get("--schedule")
+    out["zero"] = int(flags["--zero"]) if "--zero" in flags else None
+    out["recipe"] = flags.get("--recipe")
+    out["precision"] = "fp8" if out["recipe"] == "fp8" else row.get("precision")
+    out["profile"] = flags.get("--profile")
+    out["recompute"] = flags.get("--recompute")
+    out["recompute_pins"] = [a for f in WITH_RECOMPUTE if f in flags for a in (f, flags[f])]
+    out["pins"] = [a for f in PASSED_THROUGH if f in flags for a in (f, flags[f])]
+    if not out["profile"]:  # layouts.json's profile for its source, where it has one
+        out["profile"] = next((p for key, p in PROFILE.items() if out["id"].startswith(key)),
+                              None)
+        if out["profile"] is None:
+            return None, "its command names no --profile"
+    return out, None
+
+
+def load_rows(path, time_limit):
+    """The rows of layouts.json (a list) or of layouts-extended.json ({"schema": 1, "layouts":
+    [...]}, converted), and the (id, why) of those skipped."""
+    data = json.load(open(path))
+    if isinstance(data, list):
+        return [r for r in data if r.get("model") or r.get("model_file")], []
+    assert data.get("schema") == 1, f"{path}: unknown schema {data.get('schema')}"
+    rows, skipped = [], []
+    for r in data["layouts"]:
+        converted, why = extended_row(r, time_limit)
+        if converted is None:
+            skipped.append((r["name"], why))
+        else:
+            rows.append(converted)
+    return rows, skipped
 
 
 def run_plan(memcalc, args):
@@ -126,11 +232,16 @@ def compare(memcalc, row):
     result["rank"] = 1 + len(faster)
     predicted = mine["tokens_per_second_per_gpu"]
     result["predicted_tokens_per_second_per_gpu"] = predicted
-    result["ratio"] = predicted / row["tokens_per_second_per_gpu"]
+    result["ratio"] = predicted / row["tokens_per_second_per_gpu"] \
+        if row["tokens_per_second_per_gpu"] else None
     result["best_row"] = {k: mine[k] for k in ("zero", "micro_batch", "recompute", "schedule",
                                                "vpp", "sequence_parallel", "step_seconds")}
     result["best_row"]["sequence_parallel"] = mine["sequence_parallel"] == "true"
     return result
+
+
+def number(value, form):
+    return "-" if value is None else format(value, form)
 
 
 def markdown(results):
@@ -140,14 +251,15 @@ def markdown(results):
     for r in results:
         if "error" in r and "rank" not in r:
             lines.append(f"| {r['id']} | {r['gpus']} | {r['seq']} | {r['layout']} | - | - | - | "
-                         f"{r['published_tokens_per_second_per_gpu']:.0f} | - | "
+                         f"{number(r['published_tokens_per_second_per_gpu'], '.0f')} | - | "
                          f"{r.get('first') or r['error']} |")
             continue
         lines.append(
             f"| {r['id']} | {r['gpus']} | {r['seq']} | {r['layout']} | "
             f"{r['best_row']['recompute']}{'' if r['recompute_pinned'] else ' (plan)'} | "
             f"{'>' if r['rank_is_lower_bound'] else ''}{r['rank']} | {r['predicted_tokens_per_second_per_gpu']:.0f} | "
-            f"{r['published_tokens_per_second_per_gpu']:.0f} | {r['ratio']:.2f} | {r['first']} |")
+            f"{number(r['published_tokens_per_second_per_gpu'], '.0f')} | "
+            f"{number(r['ratio'], '.2f')} | {r['first']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -176,10 +288,15 @@ def main():
     parser.add_argument("--only", help="rows whose id contains this")
     parser.add_argument("--check", help="committed results: exit 1 where a row's rank or "
                         "predicted tokens/s differ (0.1%%)")
+    parser.add_argument("--time-limit", type=int, default=60,
+                        help="plan's --time-limit for extended rows (layouts.json's: 60)")
     args = parser.parse_args()
-    rows = [r for r in json.load(open(args.layouts)) if r.get("model") or r.get("model_file")]
+    rows, skipped = load_rows(args.layouts, args.time_limit)
     if args.only:
         rows = [r for r in rows if args.only in r["id"]]
+        skipped = [s for s in skipped if args.only in s[0]]
+    for name, why in skipped:
+        print(f"skipped {name}: {why}", file=sys.stderr)
     results = [compare(args.memcalc, r) for r in rows]
     if args.check:
         sys.exit(check(results, json.load(open(args.check))))
