@@ -339,6 +339,17 @@ TEST_CASE("Allocator: ids allocated twice or freed unallocated are refused", "[a
     sim.free(7);
     CHECK_THROWS_WITH(sim.free(7), Catch::Contains("id 7"));
     CHECK_THROWS_WITH(sim.alloc(8, 1ULL << 60), Catch::Contains("bytes"));
+    // Small ids and large ones are kept apart (a vector, a map): every id is refused alike, on
+    // either side of the boundary and after the small ones' storage has grown past it.
+    for (std::uint64_t id : {600'000ULL, 700'000ULL, 1'100'000ULL, 1ULL << 40}) {
+        CAPTURE(id);
+        REQUIRE(sim.alloc(id, 512));
+        CHECK_THROWS_WITH(sim.alloc(id, 512), Catch::Contains("allocated twice"));
+    }
+    CHECK(sim.live_allocations() == 4);
+    for (std::uint64_t id : {1ULL << 40, 1'100'000ULL, 700'000ULL, 600'000ULL}) sim.free(id);
+    CHECK(sim.live_allocations() == 0);
+    CHECK_THROWS_WITH(sim.free(1'100'000), Catch::Contains("freed but not allocated"));
 }
 
 TEST_CASE("Allocator: random sequences keep the counters consistent", "[allocator]") {

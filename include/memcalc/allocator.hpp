@@ -249,7 +249,8 @@ private:
     class LiveTensors {
     public:
         bool contains(std::uint64_t id) const {
-            return id < dense_.size() ? dense_[id].present : sparse_.count(id) != 0;
+            if (id >= dense_ids) return sparse_.count(id) != 0;
+            return id < dense_.size() && dense_[id].present;
         }
         void add(std::uint64_t id, Live live) {
             live.present = true;
@@ -258,8 +259,9 @@ private:
                 sparse_.emplace(id, live);
                 return;
             }
-            if (id >= dense_.size())
-                dense_.resize(std::max<std::uint64_t>(id + 1, 2 * dense_.size()));
+            if (id >= dense_.size())  // doubling, never past dense_ids: the map holds those
+                dense_.resize(
+                    std::min(dense_ids, std::max<std::uint64_t>(id + 1, 2 * dense_.size())));
             dense_[id] = live;
         }
         /// Removes tensor `id`, returning it; none if it is not live.

@@ -51,12 +51,14 @@ void other_candidate_stages(const Workload& w, const Parallelism& p, Consider co
     if (p.pp > 1) consider(p.pp - 1);
 }
 
-/// The most host memory a device of the layout fills (offload): the stages layout_peak weighs hold
-/// the most there too (the most micro-batches in flight, the embedding, the head, the most layers).
-inline Count layout_host(const Workload& w, const Parallelism& p) {
-    Count most = stage_facts(w, p, 0).host;
-    other_candidate_stages(
-        w, p, [&](std::uint64_t stage) { most = std::max(most, stage_facts(w, p, stage).host); });
+/// The most host memory a device of the layout fills (offload), each stage's facts from
+/// `facts(stage)`: the stages layout_peak weighs hold the most there too (the most micro-batches in
+/// flight, the embedding, the head, the most layers).
+template <class Facts>
+Count layout_host(const Workload& w, const Parallelism& p, Facts&& facts) {
+    Count most = facts(0).host;
+    other_candidate_stages(w, p,
+                           [&](std::uint64_t stage) { most = std::max(most, facts(stage).host); });
     return most;
 }
 

@@ -400,10 +400,9 @@ inline void measure(PlanRow& row, const Workload& w, const StageMix& mix, const 
             row.ranked_out = true;
             return;
         }
-        row.peak = layout_peak(w, p, first, [&](std::uint64_t stage) -> const StageFacts& {
-            return facts(w, p, stage);
-        });
-        row.host = p.offloads() ? layout_host(w, p) : Count(0);
+        const auto stage = [&](std::uint64_t s) -> const StageFacts& { return facts(w, p, s); };
+        row.peak = layout_peak(w, p, first, stage);
+        row.host = p.offloads() ? layout_host(w, p, stage) : Count(0);
         if (request.device)
             row.beside = device_rows_high(request.base.framework, p, request.device->gpu);
         row.fits = row.peak.bytes() + row.beside <= request.capacity &&
