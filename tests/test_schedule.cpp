@@ -322,43 +322,60 @@ TEST_CASE(
     const Architecture m = fixtures::llama_7b();
     const auto params = parameter_splits(parameter_table(m), m.vocab);
     const std::uint64_t s = 4096, h = 4096, f = 11008, d = 2, V = m.vocab;
-    // One layer: q, k, v and o (h to h), gate and up (h to f), down (f to h); each its input and
-    // its output's gradient.
+    // One layer: q, k, v and o (h to h), gate and up (h to f), down (f to h); each its output's
+    // gradient, and its input, which q, k and v share, as gate and up do.
     const SplitBytes reads = weight_pass_reads(m, params->table, 0, s, d);
     const Parallelism whole;
-    CHECK(reads.on_rank(whole, V) == Count(s) * (8 * h + 3 * (h + f)) * d);
-    // Tensor-parallel: the 7 sides of the model's width stay whole (W reads the gathered input),
+    CHECK(reads.on_rank(whole, V) == Count(s) * (8 * h + 3 * f) * d);
+    // Tensor-parallel: the 4 sides of the model's width stay whole (W reads the gathered input),
     // the rest split.
     Parallelism tp2;
     tp2.tp = 2, tp2.sequence_parallel = true;
-    CHECK(reads.on_rank(tp2, V) == Count(s) * (7 * h + (4 * h + 3 * f) / 2) * d);
-    // A frozen linear has no weight gradient, so nothing waits for it.
-    ParameterTable frozen = parameter_table(m);
-    for (ParamRow& row : frozen.rows)
-        if (row.tensor == Text("down_proj")) row.trainable = false;
-    CHECK(weight_pass_reads(m, frozen, 0, s, d).on_rank(whole, V) ==
-          Count(s) * (8 * h + 2 * (h + f)) * d);
+    CHECK(reads.on_rank(tp2, V) == Count(s) * (4 * h + (4 * h + 3 * f) / 2) * d);
+    // A frozen linear has no weight gradient, so nothing waits for it; when it led its input's
+    // readers, the next one holds the input.
+    using Frozen = std::pair<const char*, std::uint64_t>;  // a linear frozen, W's reads then
+    for (const auto& [name, elements] :
+         {Frozen{"down_proj", 7 * h + 2 * f}, Frozen{"gate_proj", 8 * h + 2 * f}}) {
+        ParameterTable frozen = parameter_table(m);
+        for (ParamRow& row : frozen.rows)
+            if (row.tensor == Text(name)) row.trainable = false;
+        CAPTURE(name);
+        CHECK(weight_pass_reads(m, frozen, 0, s, d).on_rank(whole, V) == Count(s) * elements * d);
+    }
 
-    // Stage 0 of 4, 8 micro-batches: under ZB-H1 and ZB-V each other micro-batch (chunk) in flight
-    // counts the larger of its saved tensors and W's reads; 1F1B its saved tensors. The formula's
-    // layer keeps 34 sbh + 5 as^2b bytes with nothing recomputed (more than W's 38 sbh at this
-    // length), 34 sbh under selective recomputation and 2 sbh under full (less).
+    // Stage k of 4, 8 micro-batches: under ZB-V each other micro-batch (chunk) in flight counts
+    // the larger of its saved tensors and W's reads; 1F1B its saved tensors; ZB-H1's and
+    // DualPipe's orders say which wait for W: DualPipe's only when P / 2 + k + 1 chunks are left,
+    // k + 1 of them (dualpipe.py's steps 6 and 7). The formula's layer keeps 34 sbh + 5 as^2b
+    // bytes with nothing recomputed and 34 sbh under selective recomputation (more than W's 32.1
+    // sbh), 2 sbh under full (less).
     for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
         const ActivationTables t =
             activation_tables(m, s, 1, DType::bf16, ActivationModel::korthikanti);
         const Workload w = make_workload(m, Settings{}.recipe, s, 1, mode, params, t);
         const Count kept = w.layers[0].kept.on_rank(whole, V), read = reads.on_rank(whole, V);
+        const Count either = std::max(kept, read);
         CAPTURE(recompute_name(mode));
-        CHECK((kept > read) == (mode == Recompute::none));
-        const auto others = [&](Schedule schedule) {
+        CHECK((kept > read) == (mode != Recompute::full));
+        const auto others = [&](Schedule schedule, std::uint64_t stage) {
             const Parallelism p = pipeline(4, 8, schedule);
-            return stage_inputs(w, p, stage_facts(w, p, 0)).other_microbatches;
+            return stage_inputs(w, p, stage_facts(w, p, stage)).other_microbatches;
         };
-        CHECK(others(Schedule::one_f_one_b) == Count(3 * 8) * kept);
-        CHECK(others(Schedule::zb_h1) ==
-              Count(3 * 8) * std::max(kept, read));  // 4 in flight, 8 layers each
-        CHECK(others(Schedule::zb_v) ==
-              Count(6 * 4) * std::max(kept, read));  // 8 chunks, 2 running, 4 layers each
+        CHECK(others(Schedule::one_f_one_b, 0) == Count(3 * 8) * kept);
+        CHECK(others(Schedule::zb_v, 0) == Count(6 * 4) * either);  // 8 chunks, 2 running, 4 each
+        for (std::uint64_t stage : {0, 1, 3}) {
+            CAPTURE(stage);
+            // 4 in flight, 8 layers each; stage k's first k backwards defer W (ZB-H1's order),
+            // and those hold W's reads alone.
+            CHECK(others(Schedule::zb_h1, stage) ==
+                  Count(8 * (3 - stage)) * kept + Count(8 * stage) * read);
+            if (stage == 3) continue;
+            // 5 chunks in flight (P + 1), 2 running, 8 layers each; W waits with 3 (4) left of
+            // stage 0 (1), 1 (2) of them waiting.
+            CHECK(others(Schedule::dualpipe, stage) ==
+                  std::max(Count(3 * 8) * kept, Count(8 * (stage + 1)) * read));
+        }
     }
 }
 
@@ -430,23 +447,26 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "under a schedule deferring W, a backward step holds the W reads of the layers its B has "
-    "passed",
+    "under a schedule deferring W, a backward step holds the W reads of its own layer and those "
+    "its B has passed",
     "[schedule][pipeline]") {
     const Architecture m = fixtures::llama_7b();
     const Workload w = llama_7b_workload(Recompute::full);
     const Count reads = w.weight_pass_reads[0].on_rank(Parallelism{}, m.vocab);
-    for (Schedule schedule : {Schedule::one_f_one_b, Schedule::zb_h1}) {
+    // ZB-H1's stage 0 runs whole backwards.
+    using Row = std::pair<Schedule, std::uint64_t>;  // the schedule, a stage
+    for (const auto& [schedule, stage] :
+         {Row{Schedule::one_f_one_b, 3}, Row{Schedule::zb_h1, 3}, Row{Schedule::zb_h1, 0}}) {
         const Parallelism p = pipeline(4, 8, schedule);
-        const TimelineInputs in = stage_inputs(w, p, stage_facts(w, p, 3));
+        const TimelineInputs in = stage_inputs(w, p, stage_facts(w, p, stage));
         TimelineInputs none = in;
         for (LayerInputs& layer : none.layer) layer.weight_reads = 0;
-        const bool defers = schedule == Schedule::zb_h1;
+        const bool defers = schedule == Schedule::zb_h1 && stage > 0;
         for (std::uint64_t position = 1; position <= in.layers; ++position) {
-            CAPTURE(schedule_name(schedule), position);
+            CAPTURE(schedule_name(schedule), stage, position);
             const Count with = step_at(in, Phase::backward, position).bytes.kept_activations;
             const Count without = step_at(none, Phase::backward, position).bytes.kept_activations;
-            CHECK(with == without + (defers ? Count(in.layers - position) * reads : Count(0)));
+            CHECK(with == without + (defers ? Count(in.layers - position + 1) * reads : Count(0)));
         }
     }
 }

@@ -13,6 +13,7 @@
 
 #include "fixtures.hpp"
 #include "memcalc/estimate.hpp"
+#include "memcalc/plan.hpp"
 #include "model_file.hpp"
 #include "run_program.hpp"
 
@@ -99,9 +100,12 @@ TEST_CASE("uneven stages under every schedule: each rank runs its own pieces",
 TEST_CASE("uneven stages: a stage's kept activations are its layers x one layer's x in flight",
           "[uneven][pipeline]") {
     // Two layouts that differ only in the middle stages' layers: stage 1's most kept activations
-    // differ by the layers it gained, times one layer's, times its micro-batches in flight.
+    // differ by the layers it gained, times one layer's, times its micro-batches in flight; under
+    // ZB-H1 the k of them that wait for W (stage k) hold one layer's W reads instead.
     const Architecture m = fixtures::llama_7b();
     const Estimator e(m);
+    const Count reads =
+        weight_pass_reads(m, parameter_table(m), 0, 1024, 2).on_rank(Parallelism{}, m.vocab);
     using Row = std::tuple<Schedule, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>;
     for (const auto& [schedule, pp, first_a, first_b, stage] : {
              Row{Schedule::one_f_one_b, 4, 2, 8, 1},
@@ -118,8 +122,11 @@ TEST_CASE("uneven stages: a stage's kept activations are its layers x one layer'
         CHECK(gained == 2 * (first_b - first_a) / (pp - 2));
         const Count one_layer = Count(ra.kept_activations.value() / m.layers);
         CHECK(ra.ranks[stage].in_flight == in_flight(a, stage));
+        const std::uint64_t waiting = schedule == Schedule::zb_h1 ? stage : 0;
+        const Count per_layer =
+            one_layer * Count(ra.ranks[stage].in_flight - waiting) + reads * Count(waiting);
         CHECK(most_kept(ra.ranks[stage]).value() - most_kept(rb.ranks[stage]).value() ==
-              (Count(gained) * one_layer * Count(ra.ranks[stage].in_flight)).value());
+              (Count(gained) * per_layer).value());
     }
 }
 
@@ -207,5 +214,30 @@ TEST_CASE("the program: an assumed stage split in the table and JSON, and bad st
         CHECK(bad.out.empty());
         CHECK_THAT(bad.err, Catch::Contains(message));
         CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
+    }
+}
+
+TEST_CASE("plan searches DualPipe where pp does not divide the layers, each row as estimated",
+          "[uneven][plan]") {
+    // DeepSeek-V3's published layout ran its 61 layers on 16 DualPipe stages; here 13 layers on
+    // pp 4 (2 + 2 x 4 + 3, as the estimate assumes), and ZB-V, whose 8 chunks take no such split.
+    Architecture m = fixtures::llama_7b();
+    m.layers = 13;
+    PlanRequest request;
+    request.gpus = 4, request.capacity = 1ULL << 40, request.base.seq = 1024,
+    request.global_batch = 8;
+    request.pp = {4};
+    request.schedules = {Schedule::dualpipe, Schedule::zb_v};
+    const std::vector<PlanRow> rows = plan(m, request);
+    REQUIRE_FALSE(rows.empty());
+    for (const PlanRow& row : rows) {
+        const Parallelism& p = row.parallel;
+        CAPTURE(schedule_name(p.schedule), p.microbatches, recompute_name(row.recompute));
+        CHECK(p.schedule == Schedule::dualpipe);
+        CHECK(p.first_stage_layers == 2);
+        CHECK(p.last_stage_layers == 3);
+        Settings s = at_1024(p, row.recompute);
+        s.micro_batch = row.micro_batch, s.timelines = false;
+        CHECK(row.peak.bytes() == estimate(m, s).peak_step().bytes.total());
     }
 }

@@ -496,11 +496,11 @@ def table(results):
 
 
 def weight_pass_reads(spec, tokens):
-    """One layer's W reads as memcalc's rule counts them: every linear's input and output gradient, bf16,
-    each input once per linear (q, k and v share theirs, as gate and up do: it leans high there)."""
+    """One layer's W reads as memcalc's rule counts them: every linear's output gradient and input, bf16,
+    an input once for the linears reading it (q, k and v share theirs, as gate and up do)."""
     h, a, kv, f = spec["hidden"], spec["heads"], spec.get("kv_heads", spec["heads"]), spec["ffn"]
     d = h // a
-    sides = [(h, a * d), (h, kv * d), (h, kv * d), (a * d, h), (h, f), (h, f), (f, h)]
+    sides = [(h, a * d), (0, kv * d), (0, kv * d), (a * d, h), (h, f), (0, f), (f, h)]
     return sum(i + o for i, o in sides) * tokens * 2
 
 

@@ -47,25 +47,29 @@ struct LinearRow {
     /// Fine-tuning's tables know it (LayerTuning's bits, the adapters' splits, the weight pass's
     /// reads): Mamba's mixer reads no LayerTuning, and its linears split by their widths.
     bool tuned;
+    /// The linear whose input tensor it reads, the same tensor object (k and v read q's, up reads
+    /// gate's): a deferred weight pass holds it once. Linear::none: its own.
+    Linear reads_input_of = Linear::none;
 };
 
 /// Indexed by Linear.
 inline constexpr std::array<LinearRow, 24> linear_rows{{
     {Linear::none, "", "", false, false},
     {Linear::q, "q_proj", "q_proj.bias", false, true},
-    {Linear::k, "k_proj", "k_proj.bias", false, true},
-    {Linear::v, "v_proj", "v_proj.bias", false, true},
+    {Linear::k, "k_proj", "k_proj.bias", false, true, Linear::q},
+    {Linear::v, "v_proj", "v_proj.bias", false, true, Linear::q},
     {Linear::o, "o_proj", "o_proj.bias", true, true},
     {Linear::gate, "gate_proj", "gate_proj.bias", false, true},
-    {Linear::up, "up_proj", "up_proj.bias", false, true},
+    {Linear::up, "up_proj", "up_proj.bias", false, true, Linear::gate},
     {Linear::down, "down_proj", "down_proj.bias", true, true},
     {Linear::router, "router", "router.bias", false, true},
     {Linear::q_a, "q_a_proj", "q_a_proj.bias", false, true},
     {Linear::q_b, "q_b_proj", "q_b_proj.bias", false, true},
-    {Linear::kv_a, "kv_a_proj_with_mqa", "kv_a_proj_with_mqa.bias", false, true},
+    {Linear::kv_a, "kv_a_proj_with_mqa", "kv_a_proj_with_mqa.bias", false, true, Linear::q_a},
     {Linear::kv_b, "kv_b_proj", "kv_b_proj.bias", false, true},
     {Linear::shared_gate, "shared_expert.gate_proj", "shared_expert.gate_proj.bias", false, true},
-    {Linear::shared_up, "shared_expert.up_proj", "shared_expert.up_proj.bias", false, true},
+    {Linear::shared_up, "shared_expert.up_proj", "shared_expert.up_proj.bias", false, true,
+     Linear::shared_gate},
     {Linear::shared_down, "shared_expert.down_proj", "shared_expert.down_proj.bias", true, true},
     {Linear::shared_expert_gate, "shared_expert_gate", "shared_expert_gate.bias", false, true},
     {Linear::head, "lm_head", "lm_head.bias", false, true},

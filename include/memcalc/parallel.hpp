@@ -153,6 +153,13 @@ inline const ScheduleRow& schedule_row(const Parallelism& p) {
     return schedule_row(p.pipeline_schedule());
 }
 
+/// Whether stage `stage`'s ranks run any weight-gradient pass (W) apart from its B (ZB-H1's stage
+/// 0 runs whole backwards).
+inline bool defers_weight_gradients(const Parallelism& p, std::uint64_t stage) {
+    const ScheduleRow& row = schedule_row(p);
+    return row.defers_weight_gradients && (!row.deferral || row.deferral(p.pp, stage, 1).deferred);
+}
+
 /// Model chunks each pipeline rank holds: 1, vpp (interleaved), or 2 (ZB-V, DualPipe).
 inline std::uint64_t chunks_per_rank(const Parallelism& p) {
     const std::uint64_t chunks = schedule_row(p).chunks;

@@ -523,12 +523,15 @@ inline PipelineRuns pipeline_runs(const Architecture& m, const PlanRequest& requ
     if (allowed(schedules, Schedule::interleaved) && M % pp == 0)
         for (std::uint64_t v : interleavings(m.layers, pp, split))
             runs.emplace_back(Schedule::interleaved, v);
-    if (!even) return runs;
     for (Schedule s : {Schedule::zb_h1, Schedule::zb_v, Schedule::dualpipe}) {
         if (!allowed(schedules, s)) continue;
         Parallelism p;
         p.pp = pp, p.microbatches = M, p.schedule = s;
+        std::tie(p.first_stage_layers, p.last_stage_layers) = split;
+        // An uneven split cuts a mirrored schedule's model chunks (DualPipe's pp of them, as
+        // DeepSeek-V3's 61 layers ran on 16 stages); ZB-H1's stages are 1F1B's.
         try {
+            if (!even) validate_uneven_stages(p, m.layers);
             validate_schedule(p, m.layers);
         } catch (const error&) {
             continue;

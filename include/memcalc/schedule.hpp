@@ -30,6 +30,14 @@ struct ChunkTimes {
     double forward = 0, backward = 0, weight = 0;
 };
 
+/// Where a schedule's deferred weight-gradient passes (W) peak: of `in_flight` micro-batches
+/// (chunks) holding activations or W's reads, at most `deferred` hold the reads; `throughout`:
+/// as many are past their B at every point (otherwise more may hold activations elsewhere).
+struct Deferral {
+    std::uint64_t in_flight, deferred;
+    bool throughout = false;
+};
+
 struct ScheduleRow {
     Schedule schedule;
     const char* name;   ///< as --schedule spells it
@@ -58,6 +66,9 @@ struct ScheduleRow {
     /// Whether the schedule runs one chunk's expert all-to-alls under another's computation
     /// (DualPipe's forward and backward chunk pairs): no all-to-all on its critical path.
     bool overlaps_all_to_all = false;
+    /// A schedule deferring W: its phase of most deferred passes on stage `stage` of `P`, of its
+    /// peak's `in_flight`. None: any in flight may hold either, leaning high.
+    Deferral (*deferral)(std::uint64_t P, std::uint64_t stage, std::uint64_t in_flight) = nullptr;
 };
 
 /// The rows, in enum order. A micro-batch's activations count as live from its forward until its
@@ -98,7 +109,13 @@ inline constexpr std::array<ScheduleRow, 5> schedule_rows{{
      },
      "(P-1)(F+B-2W)",
      "Qi et al. 2024 (Zero Bubble Pipeline Parallelism, ZB-H1); DeepSeek-V3 report, Table 2 "
-     "(ZB1P)"},
+     "(ZB1P)",
+     false,
+     // The authors' order (ZeroBubbleH1Pipeline; validation/pipeline_schedules.py runs it): stage k
+     // defers the W of its first k backwards, then runs the oldest after each B; stage 0 none.
+     [](std::uint64_t, std::uint64_t k, std::uint64_t in_flight) {
+         return Deferral{in_flight, k, true};
+     }},
     {Schedule::zb_v, "zb-v", "ZB-V", 2, 1, true, true,
      // Qi et al. 2024, ZB-V: the peak activation memory of 1F1B (P micro-batches of a rank's
      // layers, 2 P chunks) on every rank.
@@ -123,7 +140,14 @@ inline constexpr std::array<ScheduleRow, 5> schedule_rows{{
                 std::max(0.0, overlapped + t.backward - 3 * t.weight);
      },
      "(P/2-1)(F&B+B-3W), F&B = F+B", "DeepSeek-V3 technical report, section 3.2.1 and Table 2",
-     true},
+     true,
+     // deepseek-ai/DualPipe's dualpipe.py (bb214e8), rank k of half rank h = min(k, P - 1 - k):
+     // step 3's zero-bubble B runs its W next, before the peak (step 4's P + 1); W waits only in
+     // steps 6 and 7, where of the P / 2 + h + 1 chunks left h + 1 defer it.
+     [](std::uint64_t P, std::uint64_t k, std::uint64_t in_flight) {
+         const std::uint64_t h = std::min(k, P - 1 - k);
+         return Deferral{std::min(P / 2 + h + 1, in_flight), h + 1};
+     }},
 }};
 
 inline const ScheduleRow& schedule_row(Schedule s) {

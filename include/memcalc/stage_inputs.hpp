@@ -78,7 +78,7 @@ inline LayerMaxima set_layer_holdings(TimelineInputs& in, const Workload& w, con
         // tensor-parallel share.
         if (w.recipe.autocast)
             in.layer[k].weight_copies = w.parameters->cast_per_layer[k].on_rank(p, V) * d;
-        if (schedule_row(p).defers_weight_gradients)
+        if (defers_weight_gradients(p, f.stage))
             in.layer[k].weight_reads = w.weight_pass_reads[k].on_rank(p, V);
         if (in.partial()) {
             in.not_recomputed[k].weight_reads = in.layer[k].weight_reads;
@@ -125,22 +125,35 @@ struct OthersInFlight {
     Count activations;                 ///< offloaded: one layer's activations
     Count stage_reads, chunk_reads;    ///< a schedule that defers W: what W reads
     Count mask;                        ///< the causal mask its checkpoints keep
+    std::uint64_t stage;
 
     Count operator()(std::uint64_t in_flight) const {
-        const Count awaiting_w = other_microbatches_kept(p, in_flight, stage_reads, chunk_reads);
         const Count others = Count(other_in_flight(p, in_flight));
-        if (!offloaded)
-            return std::max(other_microbatches_kept(p, in_flight, stage_kept, chunk_kept),
-                            awaiting_w) +
-                   others * mask;
         // Offloaded, their activations wait on the host but for one layer each, the last of its
         // run, which Megatron-LM (cpu_offloading_num_layers below the layers) and torchtitan leave
         // on the device, and whose copy the next backward need not wait for. The casts stay on the
         // device (leaning high).
-        return std::max(other_microbatches_kept(p, in_flight, stage_copies, chunk_copies) +
-                            others * activations,
-                        awaiting_w) +
-               others * mask;
+        const Count each =
+            offloaded ? one(stage_copies, chunk_copies) + activations : one(stage_kept, chunk_kept);
+        const ScheduleRow& row = schedule_row(p);
+        const bool throughout = row.deferral && row.deferral(p.pp, stage, in_flight).throughout;
+        const Count waiting = awaiting_w(in_flight, each);
+        return (throughout ? waiting : std::max(others * each, waiting)) + others * mask;
+    }
+
+    /// One other micro-batch's (chunk's) share of a stage's `stage` or a chunk's `chunk` bytes.
+    Count one(Count stage, Count chunk) const { return chunks_per_rank(p) == 1 ? stage : chunk; }
+
+    /// Where W waits, the others in flight then, each holding `each` or W's reads in its place:
+    /// those past their B by the schedule's order; where it gives none, each the larger.
+    Count awaiting_w(std::uint64_t in_flight, Count each) const {
+        const ScheduleRow& row = schedule_row(p);
+        const Count reads = one(stage_reads, chunk_reads);
+        if (!row.deferral) return Count(other_in_flight(p, in_flight)) * std::max(each, reads);
+        const Deferral d = row.deferral(p.pp, stage, in_flight);
+        const std::uint64_t others = other_in_flight(p, d.in_flight);
+        const std::uint64_t deferred = std::min(d.deferred, others);
+        return Count(others - deferred) * each + Count(deferred) * reads;
     }
 };
 
@@ -184,7 +197,8 @@ inline OthersInFlight others_in_flight(const TimelineInputs& in, const Workload&
             most.activations,
             stage_reads,
             Count(chunk) * most_reads,
-            mask};
+            mask,
+            f.stage};
 }
 
 /// A chunk that does not start the model holds each micro-batch's received input until its

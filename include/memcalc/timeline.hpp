@@ -333,11 +333,11 @@ inline void backward_step(const TimelineInputs& in, Breakdown& b, std::uint64_t 
     const std::uint64_t L = in.layers;
     const LayerInputs& here = in.at(position);
     // The layers after this one have passed their B: what their deferred W reads waits (measured:
-    // validation/results/cpu-pipeline-schedules.json, ZB-H1's last stage). This layer's own too:
-    // its backward frees the k and v it saved at one op or another, the cache keeps them (leaning
-    // high by those before then).
+    // validation/results/cpu-pipeline-schedules.json, ZB-H1). This layer's own too, as its linears
+    // pass theirs before its peak (leaning high by those after it, and the inputs also rebuilt);
+    // and its backward frees the k and v it saved at one op or another, the cache keeps them.
     b.kept_activations = kept + held_kv_cache(in, L - position + 1) +
-                         in.over<&LayerInputs::weight_reads>(position + 1, L);
+                         in.over<&LayerInputs::weight_reads>(position, L);
     b.rebuilt_activations = here.rebuilt;
     b.gathered_weights = here.gathered_weights;
     // Recast: a recomputed layer casts its own again; one that keeps its activations saved its

@@ -3,6 +3,7 @@
 /// sums by how each tensor divides across ranks, and its building: made once per run, so that any
 /// layout's per-device memory follows in a few operations (stage_facts.hpp, stage_inputs.hpp,
 /// layout_peak.hpp) and fit and plan search thousands of layouts a millisecond.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -71,11 +72,12 @@ struct Workload {
 /// parallelism W reads the gathered input, as its deferred weight-gradient store keeps it): the
 /// input of a row-parallel one (linear_rows), the output of the others; a linear the table does not
 /// split (LinearRow::tuned: Mamba's, an adapter's) is split but on the model's width. Experts read
-/// their tokens' k slots.
+/// their tokens' k slots. Linears reading one input tensor (q, k and v; gate and up) hold it once.
 inline SplitBytes weight_pass_reads(const Architecture& m, const ParameterTable& table,
                                     std::size_t kind, std::uint64_t tokens, std::uint64_t bytes) {
     SplitBytes reads;
     const std::uint64_t slots = m.kind_view(kind).dispatched_slots(tokens);
+    std::array<LinearSet, 2> inputs_held{};  // by whether the reader is an expert's
     for (const ParamRow& row : table.rows) {
         if (row.group != Group::layer || row.kind != kind || !row.trainable ||
             tensor_dims(row) != 2)
@@ -87,13 +89,17 @@ inline SplitBytes weight_pass_reads(const Architecture& m, const ParameterTable&
             linear_row(row.role == ParamRole::weight ? row.linear : Linear::none);
         const ActivationSplit split =
             row.expert ? ActivationSplit::expert_tensor : ActivationSplit::tensor;
-        for (int out = 0; out < 2; ++out) {
+        const Linear input =
+            linear.reads_input_of == Linear::none ? linear.linear : linear.reads_input_of;
+        LinearSet& held = inputs_held[row.expert];
+        for (int out = held & bit(input) ? 1 : 0; out < 2; ++out) {
             const bool cut =
                 row.split == ParamSplit::tensor &&
                 (linear.tuned ? linear.row_parallel == (out == 0) : d[out] != m.hidden);
             reads.add(cut ? split : ActivationSplit::replicated,
                       Count(row.expert ? slots : tokens) * d[out] * bytes);
         }
+        held |= bit(input);
     }
     return reads;
 }
