@@ -136,25 +136,19 @@ struct OthersInFlight {
         const Count each =
             offloaded ? one(stage_copies, chunk_copies) + activations : one(stage_kept, chunk_kept);
         const ScheduleRow& row = schedule_row(p);
-        const bool throughout = row.deferral && row.deferral(p.pp, stage, in_flight).throughout;
-        const Count waiting = awaiting_w(in_flight, each);
-        return (throughout ? waiting : std::max(others * each, waiting)) + others * mask;
+        const Count reads = one(stage_reads, chunk_reads);
+        if (!row.deferral)  // any in flight may wait for W: each the larger, leaning high
+            return others * std::max(each, reads) + others * mask;
+        // Where W waits by the schedule's order, those past their B hold its reads alone.
+        const Deferral d = row.deferral(p.pp, stage, in_flight);
+        const std::uint64_t then = other_in_flight(p, d.in_flight);
+        const std::uint64_t deferred = std::min(d.deferred, then);
+        const Count waiting = Count(then - deferred) * each + Count(deferred) * reads;
+        return (d.throughout ? waiting : std::max(others * each, waiting)) + others * mask;
     }
 
     /// One other micro-batch's (chunk's) share of a stage's `stage` or a chunk's `chunk` bytes.
     Count one(Count stage, Count chunk) const { return chunks_per_rank(p) == 1 ? stage : chunk; }
-
-    /// Where W waits, the others in flight then, each holding `each` or W's reads in its place:
-    /// those past their B by the schedule's order; where it gives none, each the larger.
-    Count awaiting_w(std::uint64_t in_flight, Count each) const {
-        const ScheduleRow& row = schedule_row(p);
-        const Count reads = one(stage_reads, chunk_reads);
-        if (!row.deferral) return Count(other_in_flight(p, in_flight)) * std::max(each, reads);
-        const Deferral d = row.deferral(p.pp, stage, in_flight);
-        const std::uint64_t others = other_in_flight(p, d.in_flight);
-        const std::uint64_t deferred = std::min(d.deferred, others);
-        return Count(others - deferred) * each + Count(deferred) * reads;
-    }
 };
 
 /// A pipeline stage also holds the activations of the other micro-batches in flight
