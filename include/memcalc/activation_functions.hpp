@@ -47,7 +47,17 @@ struct ActivationFunction {
     /// In a gated MLP, what the up branch becomes before the product, when not the up projection's
     /// output itself: the product keeps it, one more s b f tensor (gpt-oss's up.clamp(-7, 7) + 1).
     std::string_view up_branch = {};
+    /// Inside a compiled layer (Architecture::compile): which of `kept` the min-cut partition still
+    /// keeps (bit i for kept[i]), and whether it recomputes the function's output where that is
+    /// the down projection's input or the GLU product's factor. Measured on torch 1.13's
+    /// partitioner (validation/compile_partitioner.py) for the rows that say so; the others keep
+    /// all, leaning high.
+    std::uint8_t compiled_keeps = 0xff;
+    bool compiled_recomputes_output = false;
 
+    bool kept_when(bool compiled, std::size_t i) const {
+        return !compiled || ((compiled_keeps >> i) & 1) != 0;
+    }
     std::size_t kept_count() const {
         std::size_t n = 0;
         while (n < kept.size() && !kept[n].tensor.empty()) ++n;
@@ -77,7 +87,10 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
      {{detail::fused_input}},
      false,
      2,
-     "torch.nn.functional.silu; transformers' 'silu' and 'swish'"},
+     "torch.nn.functional.silu; transformers' 'silu' and 'swish'",
+     {},
+     0xff,
+     true},  // compiled: its output recomputed (llama2.c's, transformers' LLaMA)
     {Activation::gelu,
      "gelu",
      "GELU",
@@ -86,7 +99,10 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
      {{detail::fused_input}},
      false,
      2,
-     "torch.nn.functional.gelu (erf), nn.GELU(); transformers' 'gelu' (GELUActivation)"},
+     "torch.nn.functional.gelu (erf), nn.GELU(); transformers' 'gelu' (GELUActivation)",
+     {},
+     0xff,
+     true},  // compiled: its output recomputed (nanoGPT's, nn.TransformerEncoderLayer's)
     {Activation::gelu_tanh,
      "gelu_tanh",
      "GELU (tanh)",
@@ -116,7 +132,10 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
        detail::one_plus_tanh}},
      false,
      3,
-     "transformers' 'gelu_new' (NewGELUActivation): GPT-2's and Phi-2's configs"},
+     "transformers' 'gelu_new' (NewGELUActivation): GPT-2's and Phi-2's configs",
+     {},
+     0b0011,
+     true},  // compiled: its input and tanh's output kept (transformers' GPT-2)
     {Activation::gelu_fast,
      "gelu_fast",
      "gelu_fast",

@@ -132,6 +132,10 @@ inline std::string_view expert_dispatch_name(ExpertDispatch d) {
 /// How RMSNorm runs: as PyTorch ops (transformers' RMSNorm: an fp32 copy of x, 1/rms and x_norm
 /// kept) or one fused kernel (Transformer Engine's, Apex's FusedRMSNorm: x itself and 1/rms kept).
 enum class RmsnormKernel { torch, fused };
+/// Whether torch.compile runs each layer (torchtune's and torchtitan's per-block compile): its
+/// AOTAutograd partition recomputes pointwise chains in backward instead of keeping them.
+enum class Compile { none, layers };
+inline const char* compile_name(Compile c) { return c == Compile::none ? "none" : "layers"; }
 inline const char* rmsnorm_kernel_name(RmsnormKernel k) {
     return k == RmsnormKernel::torch ? "torch" : "fused";
 }
@@ -352,6 +356,9 @@ struct Architecture {
     /// narrow.
     bool rmsnorm_fp32_scale = false;
     RmsnormKernel rmsnorm_kernel = RmsnormKernel::torch;  ///< PyTorch's ops or one fused kernel
+    /// Each layer compiled: the min-cut partition keeps what a fused kernel would (RMSNorm's input
+    /// and 1/rms, a GLU's gate and up) and recomputes the pointwise tensors the table marks.
+    Compile compile = Compile::none;
     /// A gated MLP's act(gate) x up is one kernel that keeps only gate and up and recomputes act in
     /// backward (Megatron-LM's bias_swiglu_impl, Transformer Engine's, Liger's); else torch's ops,
     /// whose product keeps act's output as well.

@@ -304,7 +304,8 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
                                            std::uint64_t micro_batch, Precision precision,
                                            Attention attention, Runtime runtime = {},
                                            ModuleSet modules = {}, const LayerTuning& tuning = {}) {
-    const detail::Sizes z(m, seq, micro_batch, precision, runtime);
+    detail::Sizes z(m, seq, micro_batch, precision, runtime);
+    z.inside_layer(m.compile);
     LayerActivations layer;
     detail::TableBuilder t(layer.rows, &layer, tuning);
     detail::LayerBlocks(t, m, z, micro_batch, attention, tuning).write();

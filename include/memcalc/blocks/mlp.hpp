@@ -11,13 +11,15 @@ namespace memcalc::detail {
 
 /// The tensors the MLP's activation function keeps (its row in activation_functions.hpp), read from
 /// `input`, the projection it follows; `input_saved`: the op-level policy saves that projection's
-/// output. `inputs_only`: a fused GLU kernel recomputes the rest in backward.
+/// output. `inputs_only`: a fused GLU kernel recomputes the rest in backward. `compiled`: inside a
+/// compiled layer, which keeps what the function's row says.
 inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const Shape& shape,
                             Count sbf, const std::string& prefix, const std::string& input,
-                            std::uint64_t d, bool input_saved, bool inputs_only = false) {
+                            std::uint64_t d, bool input_saved, bool inputs_only = false,
+                            bool compiled = false) {
     for (std::size_t i = 0; i < fn.kept_count(); ++i) {
         const ActivationTensor& kept = fn.kept[i];
-        if (inputs_only && !kept.input) continue;
+        if ((inputs_only && !kept.input) || !fn.kept_when(compiled, i)) continue;
         const std::string op =
             prefix + std::string(fn.label) + (kept.op.empty() ? "" : ": " + std::string(kept.op));
         const std::string tensor(kept.tensor);
@@ -32,11 +34,10 @@ inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const
 }
 
 /// The down projection's input, which nothing else keeps: in the compute dtype, or its one narrow
-/// cast. `dropped`: a dropout between its output and the residual add, whose backward makes the
-/// output's gradient.
-inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::string& prefix,
-                                const std::string& what, const Shape& shape, Count sbf,
-                                const LinearOutput& output, Linear down, bool dropped = false) {
+/// cast.
+inline void down_projection_input_row(TableBuilder& t, const Sizes& z, const std::string& prefix,
+                                      const std::string& what, const Shape& shape, Count sbf,
+                                      const LinearOutput& output, Linear down) {
     if (z.narrow)
         projection_input_row(t, z, prefix + "down projection", what, sbf, shape, 1, output,
                              bit(down));
@@ -46,6 +47,16 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
                          bit(down), output,
                          z.sbh * z.d);  // the MLP's input, which its caller holds (the stream:
                                         // its stream_beside)
+}
+
+/// The down projection's input row and its backward. `dropped`: a dropout between its output and
+/// the residual add, whose backward makes the output's gradient. `recomputed`: a compiled layer
+/// keeps no input; its backward makes it again (the activation's output) for the weight's gradient.
+inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::string& prefix,
+                                const std::string& what, const Shape& shape, Count sbf,
+                                const LinearOutput& output, Linear down, bool dropped = false,
+                                bool recomputed = false) {
+    if (!recomputed) down_projection_input_row(t, z, prefix, what, shape, sbf, output, down);
     // Its backward: its input's gradient beside its own weight's, every row up to its input still
     // live. From the second micro-batch on that fresh gradient counts here, not at the weightless
     // ops around it (measured, peak_live.py: GPT-2, full recomputation, 2 micro-batches peaks at
@@ -53,13 +64,16 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
     // its output's gradient is a tensor of its own, the dropout's backward's, live beside the one
     // the residual passes on (measured, as above, with dropout).
     if (z.narrow) return;
+    const std::string symbol(Text(shape.symbol));
+    const std::uint64_t inputs = recomputed ? 2 : 1;  // its gradient, and the input made again
     t.workspace_at(
         t.size(), true, prefix + "down projection backward",
-        dropped ? "its input's gradient, and its output's from the residual dropout"
-                : "its input's gradient",
-        bytes_of(z.d, std::string(Text(shape.symbol))) +
+        std::string(recomputed ? "its input, made again, and its gradient"
+                               : "its input's gradient") +
+            (dropped ? ", and its output's from the residual dropout" : ""),
+        bytes_of(inputs * z.d, symbol) +
             (dropped ? " + " + bytes_of(z.d, std::string(Text(output.symbol))) : std::string()),
-        (sbf + (dropped ? output.elements : Count(0))) * z.d, down, shape.split);
+        (sbf * inputs + (dropped ? output.elements : Count(0))) * z.d, down, shape.split);
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
@@ -76,6 +90,7 @@ public:
           sbf_(sbf),
           prefix_(prefix),
           fn_(activation_function(m.activation)),
+          output_recomputed_(z.compiled && fn_.compiled_recomputes_output),
           down_linear_(down_linear),
           dropped_(dropped),
           dropout_(m.mlp_dropout > 0),
@@ -121,8 +136,8 @@ private:
         const bool gate_saved = t_.linear_saved(biased_, sbf_, m_.hidden),
                    up_saved = t_.linear_saved(biased_, sbf_, m_.hidden);
         activation_rows(t_, fn_, shape_, sbf_, prefix_, "the gate projection's output", z_.d,
-                        gate_saved, m_.fused_glu);
-        if (!m_.fused_glu)
+                        gate_saved, m_.fused_glu, z_.compiled);
+        if (!m_.fused_glu && !output_recomputed_)
             t_.add(prefix_ + "gate x up", std::string(fn_.label) + "'s output",
                    "the up branch's gradient is act(gate) x grad", shape_, sbf_, z_.d);
         t_.add(prefix_ + "gate x up", "the up projection's output",
@@ -148,7 +163,7 @@ private:
     void plain() {
         const std::string act = prefix_ + std::string(fn_.label);
         activation_rows(t_, fn_, shape_, sbf_, prefix_, "the up projection's output", z_.d,
-                        t_.linear_saved(biased_, sbf_, m_.hidden));
+                        t_.linear_saved(biased_, sbf_, m_.hidden), false, z_.compiled);
         // An output the function keeps is the down projection's input, unless a dropout comes
         // between.
         if (fn_.keeps_output && dropout_)
@@ -158,7 +173,8 @@ private:
         down_projection_row(t_, z_, prefix_,
                             dropout_ ? "its input (the dropped-out hidden)"
                                      : "its input (" + std::string(fn_.label) + "'s output)",
-                            shape_, sbf_, down_output(), down_linear_, dropped_);
+                            shape_, sbf_, down_output(), down_linear_, dropped_,
+                            output_recomputed_ && !dropout_);
         const std::uint64_t work = fn_.backward_workspace * z_.d;
         t_.workspace_at(fn_.keeps_output && !dropout_ ? t_.size() : act_end, true,
                         act + " backward",
@@ -175,6 +191,7 @@ private:
     Count sbf_;
     const std::string& prefix_;
     const ActivationFunction& fn_;
+    const bool output_recomputed_;  ///< a compiled layer recomputes the function's output
     Linear down_linear_;
     bool dropped_, dropout_, biased_;
     Module outer_;

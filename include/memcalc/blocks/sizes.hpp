@@ -35,7 +35,8 @@ struct Sizes {
     /// Bytes per element of the copy a kernel that does not cast as it reads makes of a compute-
     /// dtype operand when the other is the stream's wider dtype (autocast's fp32 mask or residual).
     std::uint64_t upcast;
-    bool fused_rmsnorm;  ///< every weighted RMSNorm is one kernel (Architecture::rmsnorm_kernel)
+    bool fused_rmsnorm;     ///< every weighted RMSNorm is one kernel (Architecture::rmsnorm_kernel)
+    bool compiled = false;  ///< a compiled layer's: pointwise chains recomputed (inside_layer)
 
     Sizes(const Architecture& m, std::uint64_t seq, std::uint64_t b, Precision p,
           Runtime where = {})
@@ -57,6 +58,13 @@ struct Sizes {
           torch(&torch_facts(where.torch)),
           upcast(!kernels->casts_on_read && s != d ? s : 0),
           fused_rmsnorm(m.rmsnorm_kernel == RmsnormKernel::fused) {}
+
+    /// Inside a layer torch.compile runs (Architecture::compile): its partition keeps RMSNorm's
+    /// input and 1/rms, as the fused kernel does. Outside the layers (the final norm) eager.
+    void inside_layer(Compile c) {
+        compiled = c == Compile::layers;
+        fused_rmsnorm = fused_rmsnorm || compiled;
+    }
 
     /// The same sizes for a linear layer that runs in the compute dtype (a router, Megatron-LM's
     /// head).
