@@ -99,8 +99,8 @@ inline const auto program_facts = std::make_tuple(
            std::array{Compile::none, Compile::layers}, compile_name,
            "none (eager) or layers: torch.compile on each layer (torchtune's, torchtitan's),\n"
            "whose min-cut partition keeps RMSNorm's input and 1/rms, a GLU's gate and up, an\n"
-           "activation's input, and makes the rest of those chains again in backward (torch\n"
-           "1.13's partitioner, validation/compile_partitioner.py); others keep all they keep"},
+           "activation's input, and makes the rest of those chains again in backward (measured\n"
+           "on torch 1.13's partitioner); an activation function not measured keeps all"},
     Switch{"fused_glu", "fused GLU", &Architecture::fused_glu, flag_values, flag_name,
            "A gated MLP's act(gate) x up is one kernel keeping gate and up alone, act recomputed\n"
            "in backward (true: Megatron-LM's bias_swiglu_impl, Transformer Engine's, Liger's) or\n"

@@ -33,6 +33,7 @@ MEGATRON = ["--activations", "architecture", "--profile", "megatron", "--recipe"
 # its Attention copies k and v to every query head (repeat_kv) before SDPA: --repeat-kv true.
 TORCHTITAN = ["--activations", "architecture", "--profile", "torchtitan", "--zero", "3",
               "--repeat-kv", "true"]
+TORCHTITAN_COMPILED = TORCHTITAN + ["--compile", "layers"]  # compile.enable: each block
 # torchtune's single-device recipe: the model in bf16 with torch.optim.AdamW (bf16 moments), SDPA, the
 # loss over fp32 logits (TransformerDecoder.unembed: self.output(h).float()), then 'del logits'.
 # Its MultiHeadAttention expands k and v to every query head and reshapes them (a copy) before SDPA
@@ -53,16 +54,16 @@ UNFUSED = ("--attention-backend unfused: Megatron's core attention keeps the s x
 # (fused SwiGLU, MLA's v copied contiguous for TE, the token dispatchers' permutation).
 MOE_PROXY = ("multi-token prediction, latent attention, the shared expert and EP over TP x DP "
              "(--etp 1) as the model files and the megatron profile say them")
-COMPILE = "torch.compile's fusion changes which tensors autograd keeps; memcalc models eager kernels"
+COMPILE = ("--compile layers: each layer as torch 1.13's min-cut partitioner keeps it "
+           "(validation/compile_partitioner.py); PyTorch 2.x's partitioner and inductor's fused "
+           "temporaries not measured")
 # torchtune's CEWithChunkedOutputLoss, num_output_chunks 8: memcalc's --loss chunked is its eager run.
 CHUNKED = ["--loss", "chunked", "--loss-chunks", "8"]
 CHUNKED_COMPILED = ("; --loss chunked is CEWithChunkedOutputLoss run eagerly (every chunk's fp32 "
                     "log-probabilities kept); compiled, its compute_cross_entropy keeps less")
 # torchtune's compile: each layer compiled (training.compile_model) and the loss's chunks.
 COMPILED_LAYERS = ["--compile", "layers"]
-COMPILED_TUNE = ("--compile layers: each layer as torch 1.13's min-cut partitioner keeps it "
-                 "(validation/compile_partitioner.py; torchtune's PyTorch 2.6 partitioner not "
-                 "measured); the compiled loss is not modelled, so memcalc leans high")
+COMPILED_TUNE = COMPILE + "; the compiled loss is not modelled, so memcalc leans high"
 FP8 = ("float8 linears here are torchao's (Float8Linear casts per forward; float8 all-gather under FSDP), "
        "not Transformer Engine's module buffers that memcalc's fp8 recipe counts: not modelled")
 SEQ_ASSUMED = "sequence not stated by the page: the llama3 toml's default 8192 is assumed"
@@ -124,61 +125,65 @@ ROWS = {
     "titan-l31-8b-fsdp8-sac": dict(
         args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "8", "--recompute",
               "selective"] + TORCHTITAN, comparable=False, why=OP_SAC + "; " + SEQ_ASSUMED),
-    "titan-l31-8b-fsdp8-sac-compile": dict(same_as="titan-l31-8b-fsdp8-sac", why=COMPILE + "; " + OP_SAC),
-    "titan-l31-8b-fsdp8-sac-compile-fp8": dict(same_as="titan-l31-8b-fsdp8-sac",
+    "titan-l31-8b-fsdp8-sac-compile": dict(
+        args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "8", "--recompute",
+              "selective"] + TORCHTITAN_COMPILED, comparable=False,
+        why=COMPILE + "; " + OP_SAC + "; " + SEQ_ASSUMED),
+    "titan-l31-8b-fsdp8-sac-compile-fp8": dict(same_as="titan-l31-8b-fsdp8-sac-compile",
         why=FP8 + "; " + COMPILE + "; " + OP_SAC),
     "titan-l31-8b-fsdp8-cp1-32k": dict(
         args=["--preset", "llama-3-8b", "--seq", "32768", "-b", "1", "--dp", "8", "--recompute",
-              "full"] + TORCHTITAN, comparable=False, why=FP8 + "; " + COMPILE),
+              "full"] + TORCHTITAN_COMPILED, comparable=False, why=FP8 + "; " + COMPILE),
     "titan-l31-8b-fsdp4-cp2-64k": dict(
         args=["--preset", "llama-3-8b", "--seq", "65536", "-b", "1", "--dp", "4", "--cp", "2",
-              "--recompute", "full"] + TORCHTITAN, comparable=False, why=FP8 + "; " + COMPILE),
+              "--recompute", "full"] + TORCHTITAN_COMPILED, comparable=False, why=FP8 + "; " + COMPILE),
     "titan-l31-8b-fsdp1-cp8-256k": dict(
         args=["--preset", "llama-3-8b", "--seq", "262144", "-b", "1", "--cp", "8", "--recompute",
-              "full"] + TORCHTITAN, comparable=False, why=FP8 + "; " + COMPILE),
+              "full"] + TORCHTITAN_COMPILED, comparable=False, why=FP8 + "; " + COMPILE),
     "titan-l31-8b-fsdp128-sac": dict(
         args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "128", "--recompute",
               "selective"] + TORCHTITAN, comparable=False, why=OP_SAC + "; " + SEQ_ASSUMED),
     "titan-l31-70b-fsdp32-tp8": dict(
         args=["--preset", "llama-3-70b", "--seq", "8192", "-b", "16", "--tp", "8", "--sp", "--dp", "32",
-              "--recompute", "full"] + TORCHTITAN, comparable=False,
+              "--recompute", "full"] + TORCHTITAN_COMPILED, comparable=False,
         why=FP8 + "; " + COMPILE + "; " + SEQ_ASSUMED),
     "titan-l31-70b-fsdp32-tp8-asynctp": dict(same_as="titan-l31-70b-fsdp32-tp8",
         why=FP8 + "; " + COMPILE + "; async TP's symmetric-memory buffers; " + SEQ_ASSUMED),
     "titan-l31-405b-3d-1f1b": dict(
         args=["--preset", "llama-3.1-405b", "--seq", "8192", "-b", "4", "--tp", "8", "--sp", "--pp", "8", "--first-stage-layers", "15", "--last-stage-layers", "15",
-              "--dp", "8", "--global-batch", "256", "--recompute", "full"] + TORCHTITAN, comparable=False,
+              "--dp", "8", "--global-batch", "256", "--recompute", "full"] + TORCHTITAN_COMPILED, comparable=False,
         why=FP8 + "; " + COMPILE + "; " + SEQ_ASSUMED + "; micro-batches not stated (8 of 4 assumed); the 126 layers split 15, 16 x 6, 15 (assumed)"),
     "titan-l31-405b-3d-interleaved": dict(
         args=["--preset", "llama-3.1-405b", "--seq", "8192", "-b", "4", "--tp", "8", "--sp", "--pp", "8", "--first-stage-layers", "15", "--last-stage-layers", "15",
-              "--dp", "8", "--global-batch", "256", "--recompute", "full"] + TORCHTITAN,
+              "--dp", "8", "--global-batch", "256", "--recompute", "full"] + TORCHTITAN_COMPILED,
         comparable=False,
         why=FP8 + "; " + COMPILE + "; " + SEQ_ASSUMED + "; micro-batches and stages per rank not stated "
             "(8 of 4 assumed); memcalc cannot interleave 126 layers over 8 ranks (its chunks are even), so "
             "this is the 1F1B row's figure"),
     "titan-l31-405b-4d-cp1-32k": dict(
         args=["--preset", "llama-3.1-405b", "--seq", "32768", "-b", "1", "--tp", "8", "--sp", "--pp", "8", "--first-stage-layers", "15", "--last-stage-layers", "15",
-              "--dp", "8", "--global-batch", "64", "--recompute", "full"] + TORCHTITAN, comparable=False,
+              "--dp", "8", "--global-batch", "64", "--recompute", "full"] + TORCHTITAN_COMPILED, comparable=False,
         why=FP8 + "; " + COMPILE + "; micro-batches not stated (8 of 1 assumed); the 126 layers split 15, 16 x 6, 15 (assumed)"),
     "titan-l31-405b-4d-cp8-256k": dict(
         args=["--preset", "llama-3.1-405b", "--seq", "262144", "-b", "1", "--tp", "8", "--sp", "--pp", "8", "--first-stage-layers", "15", "--last-stage-layers", "15",
-              "--cp", "8", "--global-batch", "8", "--recompute", "full"] + TORCHTITAN, comparable=False,
+              "--cp", "8", "--global-batch", "8", "--recompute", "full"] + TORCHTITAN_COMPILED, comparable=False,
         why=FP8 + "; " + COMPILE + "; micro-batches not stated (8 of 1 assumed); the 126 layers split 15, 16 x 6, 15 (assumed)"),
     "titan-l31-8b-h200-32gpu-fp8": dict(
         args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "32", "--recompute",
-              "selective"] + TORCHTITAN, comparable=False,
+              "selective"] + TORCHTITAN_COMPILED, comparable=False,
         why=FP8 + " (with float8 all-gather); " + COMPILE + "; " + OP_SAC + "; " + SEQ_ASSUMED),
     # ---- torchao's float8 README (torchtitan runs; max reserved, in GiB though headed GB)
     "torchao-l3-8b-bf16-sac": dict(
         args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "1", "--dp", "8", "--recompute",
-              "selective"] + TORCHTITAN, comparable=False, why=COMPILE + "; " + OP_SAC, unit_bytes=2**30),
+              "selective"] + TORCHTITAN_COMPILED, comparable=False, why=COMPILE + "; " + OP_SAC, unit_bytes=2**30),
     "torchao-l3-8b-fp8-tensorwise-sac": dict(same_as="torchao-l3-8b-bf16-sac",
         why=FP8 + " (float8 all-gather); " + COMPILE + "; " + OP_SAC),
     "torchao-l3-8b-fp8-rowwise-sac": dict(same_as="torchao-l3-8b-bf16-sac",
         why=FP8 + " (rowwise); " + COMPILE + "; " + OP_SAC),
     # ---- torchtune README
     "torchtune-l31-8b-full-4090": dict(
-        args=["--preset", "llama-3-8b", "--seq", "2048", "-b", "2", "--recompute", "full"] + TORCHTUNE,
+        args=["--preset", "llama-3-8b", "--seq", "2048", "-b", "2", "--recompute", "full"]
+             + COMPILED_LAYERS + TORCHTUNE,
         comparable=False,
         why=("the table states neither the memory statistic, the optimizer nor AC; its config's defaults "
              "(bitsandbytes PagedAdamW8bit, optimizer_in_bwd) are not modelled; " + COMPILE)),
