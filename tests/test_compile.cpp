@@ -81,3 +81,14 @@ TEST_CASE("compiling the layers leaves the embedding, the final norm, the head a
     CHECK(saved_bytes(input_side_saved(m, s, 2, bf16)) ==
           saved_bytes(input_side_saved(compiled(m), s, 2, bf16)));
 }
+
+TEST_CASE("compiled layers need the architecture model: Korthikanti's formula has no ops to keep",
+          "[compile][errors]") {
+    Settings s;
+    s.seq = 128;
+    CHECK_THROWS_WITH(estimate(compiled(fixtures::llama_7b()), s),
+                      Catch::Contains("compile layers needs the architecture activation model"));
+    s.activations = ActivationModel::architecture;
+    CHECK(estimate(compiled(fixtures::llama_7b()), s).busiest().peak_step().bytes.total() >
+          Count(0));
+}

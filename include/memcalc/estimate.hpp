@@ -443,6 +443,10 @@ private:
                 "recompute op needs the architecture activation model (--activations "
                 "architecture): "
                 "Korthikanti's formula has no ops for the policy to save");
+        if (model_.compile != Compile::none && settings.activations == ActivationModel::korthikanti)
+            throw error(std::string("compile ") + compile_name(model_.compile) +
+                        " needs the architecture activation model (--activations architecture): "
+                        "Korthikanti's formula has no ops for the partition to keep");
         if (model_.mtp_layers > 0 && settings.activations == ActivationModel::korthikanti)
             throw error("mtp_layers " + std::to_string(model_.mtp_layers) +
                         " needs the architecture activation model (--activations architecture): "
