@@ -71,6 +71,24 @@ TEST_CASE(
           row.recomputed * 2 * s * b * m.ffn);
 }
 
+TEST_CASE(
+    "where the partition was not measured a compiled layer keeps eager's rows: q and k's "
+    "norms, the experts' activations",
+    "[compile][architecture]") {
+    const std::uint64_t s = GENERATE(16, 100), b = GENERATE(1, 2);
+    const Architecture llama = fixtures::llama_7b();
+    const std::uint64_t sbh = s * b * llama.hidden, sbf = s * b * llama.ffn;
+    Architecture normed = llama;
+    normed.qk_norm = QkNorm::per_head;
+    // Only the two stream norms and SiLU's output change, q and k's norms or not.
+    CHECK(layer(normed, s, b).total().value() - layer(compiled(normed), s, b).total().value() ==
+          2 * 4 * sbh + 2 * sbf);
+    // Mixtral's experts keep SiLU's output: only its two stream norms change.
+    const Architecture moe = fixtures::mixtral();
+    CHECK(layer(moe, s, b).total().value() - layer(compiled(moe), s, b).total().value() ==
+          2 * 4 * s * b * moe.hidden);
+}
+
 TEST_CASE("compiling the layers leaves the embedding, the final norm, the head and the loss eager",
           "[compile][architecture]") {
     const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());

@@ -8,7 +8,7 @@ tensors in eager; the forward graph's extra outputs when partitioned), parameter
 tables the model passes every layer (llama2.c's rotary cos and sin) and 0-d scalars left out, the
 layer's own input counted when kept. Beside each: memcalc's kept bytes of one layer
 (activations.kept_layer_bytes) for the run's model file with --compile none and --compile layers.
-Measuring needs python3-networkx (the partitioner imports it); --committed only memcalc.
+Measuring needs python3-networkx (the partitioner imports it); --committed runs memcalc alone.
 
     /usr/bin/python3 validation/compile_partitioner.py --out validation/results/cpu-compile-saved.json \
         --memcalc build/memcalc
@@ -22,8 +22,16 @@ import os
 import subprocess
 import sys
 
+import torch
+import torch.nn as nn
+from functorch.compile import aot_module, min_cut_rematerialization_partition
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(HERE, "third_party"))
+import run as third_party  # noqa: E402  the programs and sizes run.py trains
+
+MIN_CUT = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
 
 
 def memcalc_kept(memcalc, row, compile_mode):
@@ -52,20 +60,7 @@ def compare(rows, memcalc):
     return worst, under
 
 
-def measurement():
-    """torch, the third-party programs and the partitioner, imported only to measure."""
-    global torch, nn, third_party, aot_module, MIN_CUT, FirstOutput
-    import torch
-    import torch.nn as nn
-    sys.path.insert(0, os.path.join(HERE, "third_party"))
-    import run as third_party  # the programs and sizes run.py trains
-    from functorch.compile import aot_module, min_cut_rematerialization_partition
-    MIN_CUT = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
-    FirstOutput = first_output_class(nn)
-
-
-def first_output_class(nn):
-  class FirstOutput(nn.Module):
+class FirstOutput(nn.Module):
     """A layer called as its program calls it, returning only the hidden states."""
 
     def __init__(self, layer, extra):
@@ -75,7 +70,6 @@ def first_output_class(nn):
     def forward(self, x):
         out = self.layer(x, **self.extra)
         return out[0] if isinstance(out, tuple) else out
-  return FirstOutput
 
 
 def layer_call(program, size, seq, batch, layer):
@@ -164,7 +158,6 @@ def main():
         with open(args.committed) as f:
             rows = json.load(f)["rows"]
     else:
-        measurement()
         rows = []
         for program in (args.programs or ",".join(third_party.PROGRAMS)).split(","):
             for size, shapes in third_party.SHAPES.items():

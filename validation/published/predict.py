@@ -33,7 +33,8 @@ MEGATRON = ["--activations", "architecture", "--profile", "megatron", "--recipe"
 # its Attention copies k and v to every query head (repeat_kv) before SDPA: --repeat-kv true.
 TORCHTITAN = ["--activations", "architecture", "--profile", "torchtitan", "--zero", "3",
               "--repeat-kv", "true"]
-TORCHTITAN_COMPILED = TORCHTITAN + ["--compile", "layers"]  # compile.enable: each block
+COMPILED_LAYERS = ["--compile", "layers"]  # torch.compile on each block
+TORCHTITAN_COMPILED = TORCHTITAN + COMPILED_LAYERS  # compile.enable
 # torchtune's single-device recipe: the model in bf16 with torch.optim.AdamW (bf16 moments), SDPA, the
 # loss over fp32 logits (TransformerDecoder.unembed: self.output(h).float()), then 'del logits'.
 # Its MultiHeadAttention expands k and v to every query head and reshapes them (a copy) before SDPA
@@ -62,7 +63,6 @@ CHUNKED = ["--loss", "chunked", "--loss-chunks", "8"]
 CHUNKED_COMPILED = ("; --loss chunked is CEWithChunkedOutputLoss run eagerly (every chunk's fp32 "
                     "log-probabilities kept); compiled, its compute_cross_entropy keeps less")
 # torchtune's compile: each layer compiled (training.compile_model) and the loss's chunks.
-COMPILED_LAYERS = ["--compile", "layers"]
 COMPILED_TUNE = COMPILE + "; the compiled loss is not modelled, so memcalc leans high"
 FP8 = ("float8 linears here are torchao's (Float8Linear casts per forward; float8 all-gather under FSDP), "
        "not Transformer Engine's module buffers that memcalc's fp8 recipe counts: not modelled")

@@ -90,12 +90,14 @@ public:
           sbf_(sbf),
           prefix_(prefix),
           fn_(activation_function(m.activation)),
-          output_recomputed_(z.compiled && fn_.compiled_recomputes_output),
           down_linear_(down_linear),
           dropped_(dropped),
           dropout_(m.mlp_dropout > 0),
           biased_(m.bias == Bias::all),
-          outer_(t.current_section()) {}
+          outer_(t.current_section()),
+          // Measured for dense MLPs; the experts' own loops keep eager's rows.
+          compiled_(z.compiled && outer_ != Module::moe),
+          output_recomputed_(compiled_ && fn_.compiled_recomputes_output) {}
 
     /// Writes the block; returns whether the op-level policy saves the down projection's output,
     /// which the caller places.
@@ -136,7 +138,7 @@ private:
         const bool gate_saved = t_.linear_saved(biased_, sbf_, m_.hidden),
                    up_saved = t_.linear_saved(biased_, sbf_, m_.hidden);
         activation_rows(t_, fn_, shape_, sbf_, prefix_, "the gate projection's output", z_.d,
-                        gate_saved, m_.fused_glu, z_.compiled);
+                        gate_saved, m_.fused_glu, compiled_);
         if (!m_.fused_glu && !output_recomputed_)
             t_.add(prefix_ + "gate x up", std::string(fn_.label) + "'s output",
                    "the up branch's gradient is act(gate) x grad", shape_, sbf_, z_.d);
@@ -163,7 +165,7 @@ private:
     void plain() {
         const std::string act = prefix_ + std::string(fn_.label);
         activation_rows(t_, fn_, shape_, sbf_, prefix_, "the up projection's output", z_.d,
-                        t_.linear_saved(biased_, sbf_, m_.hidden), false, z_.compiled);
+                        t_.linear_saved(biased_, sbf_, m_.hidden), false, compiled_);
         // An output the function keeps is the down projection's input, unless a dropout comes
         // between.
         if (fn_.keeps_output && dropout_)
@@ -191,10 +193,11 @@ private:
     Count sbf_;
     const std::string& prefix_;
     const ActivationFunction& fn_;
-    const bool output_recomputed_;  ///< a compiled layer recomputes the function's output
     Linear down_linear_;
     bool dropped_, dropout_, biased_;
     Module outer_;
+    bool compiled_;  ///< a compiled layer's dense MLP: the function's row says what it keeps
+    bool output_recomputed_;  ///< and the partition makes the function's output again
 };
 
 /// The MLP block's rows and ops (MlpBlock); returns whether the op-level policy saves the down

@@ -121,7 +121,10 @@ inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
                       const std::string& what, bool input_kept = false, bool layer_input = false,
                       bool branch_output = false) {
     const std::uint64_t input = branch_output ? z.d : z.s;
-    if (m.norm == Norm::rmsnorm && z.fused_rmsnorm)
+    // A compiled layer's partition keeps what the fused kernel keeps: measured for the layer's own
+    // norms of LLaMA's form (validation/compile_partitioner.py); the others keep eager's rows.
+    const bool compiled_like_fused = z.compiled && !m.rmsnorm_fp32_scale;
+    if (m.norm == Norm::rmsnorm && (z.fused_rmsnorm || compiled_like_fused))
         return fused_rmsnorm_rows(t, what, shape::sbh, z.sbh, shape::sb, z.tokens, "token", input,
                                   RowFacts{}.input_of_layer(layer_input).input_of_module(),
                                   input_kept);

@@ -59,12 +59,9 @@ struct Sizes {
           upcast(!kernels->casts_on_read && s != d ? s : 0),
           fused_rmsnorm(m.rmsnorm_kernel == RmsnormKernel::fused) {}
 
-    /// Inside a layer torch.compile runs (Architecture::compile): its partition keeps RMSNorm's
-    /// input and 1/rms, as the fused kernel does. Outside the layers (the final norm) eager.
-    void inside_layer(Compile c) {
-        compiled = c == Compile::layers;
-        fused_rmsnorm = fused_rmsnorm || compiled;
-    }
+    /// Inside a layer torch.compile runs (Architecture::compile); outside the layers (the final
+    /// norm) eager.
+    void inside_layer(Compile c) { compiled = c == Compile::layers; }
 
     /// The same sizes for a linear layer that runs in the compute dtype (a router, Megatron-LM's
     /// head).
