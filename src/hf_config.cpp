@@ -51,13 +51,14 @@ const char* spelled(const JsonReader& in, std::initializer_list<const char*> key
 }
 
 /// LLaMA and its descendants share one set of keys.
-void llama_like(const JsonReader& in, Architecture& m, bool tied_default) {
+void llama_like(const JsonReader& in, Architecture& m, bool tied_default,
+                const char* ffn_key = "intermediate_size") {
     m.hidden = in.positive("hidden_size");
     m.layers = in.positive("num_hidden_layers");
     m.heads = in.positive("num_attention_heads");
     m.kv_heads = in.positive_or("num_key_value_heads", 0);
     m.head_dim = in.positive_or("head_dim", 0);
-    m.ffn = in.positive("intermediate_size");
+    m.ffn = in.positive(ffn_key);
     m.vocab = in.positive("vocab_size");
     m.max_positions = in.positive_or("max_position_embeddings", 0);
     m.mlp = Mlp::gated, m.norm = Norm::rmsnorm, m.position = Position::rotary;
@@ -109,14 +110,17 @@ void read_windows(const JsonReader& in, Architecture& m,
     }
 }
 
-void llama(const JsonReader& in, Architecture& m) {
-    llama_like(in, m, false);
+/// LLaMA's keys and its biases, the MLP's width under `ffn_key`.
+void llama_with_ffn(const JsonReader& in, Architecture& m, const char* ffn_key) {
+    llama_like(in, m, false, ffn_key);
     const bool attention_bias = in.flag_or("attention_bias", false),
                mlp_bias = in.flag_or("mlp_bias", false);
     if (mlp_bias && !attention_bias)
         in.fail("mlp_bias without attention_bias is not a bias layout memcalc models");
     m.bias = mlp_bias ? Bias::all : attention_bias ? Bias::attention : Bias::none;
 }
+
+void llama(const JsonReader& in, Architecture& m) { llama_with_ffn(in, m, "intermediate_size"); }
 
 /// Mistral: LLaMA's keys and a sliding_window for every layer (null in v0.3).
 void mistral(const JsonReader& in, Architecture& m) {
@@ -618,14 +622,9 @@ void hybrid_linear_attention(const JsonReader& in, Architecture& m) {
     mixer_kinds(m, per_layer);
 }
 
-/// Qwen3-Next (modeling_qwen3_next.py): Qwen3's keys; full attention (gated: q_proj twice as wide,
-/// q_norm and k_norm per head; partial_rotary_factor turns part of each head, no parameters) in
-/// the layers layer_types names "full_attention", else every full_attention_interval-th, a Gated
-/// DeltaNet in the others; every layer MoE with a gated shared expert, as Qwen2-MoE's. Its
-/// zero-centred RMSNorms (weight + 1) hold as many parameters. The checkpoint's mtp.* module is
-/// not in transformers' model: the import leaves it out (mtp_layers 0) and says its size.
-void qwen3_next(const JsonReader& in, Architecture& m) {
-    llama(in, m);
+/// Qwen3-Next's layers past LLaMA's keys: every one MoE with a gated shared expert, mixers as
+/// hybrid_linear_attention reads them.
+void qwen3_next_layers(const JsonReader& in, Architecture& m) {
     m.shared_ffn = in.positive("shared_expert_intermediate_size");
     m.shared_expert_gate = true;
     qwen_moe_layers(in, m);
@@ -634,6 +633,24 @@ void qwen3_next(const JsonReader& in, Architecture& m) {
             "decoder_sparse_step or mlp_only_layers with dense layers beside linear attention "
             "is not modelled (every layer MoE is)");
     hybrid_linear_attention(in, m);
+}
+
+/// Qwen3-Next (modeling_qwen3_next.py): Qwen3's keys; full attention (gated: q_proj twice as wide,
+/// q_norm and k_norm per head; partial_rotary_factor turns part of each head, no parameters) in
+/// the layers layer_types names "full_attention", else every full_attention_interval-th, a Gated
+/// DeltaNet in the others; every layer MoE with a gated shared expert, as Qwen2-MoE's. Its
+/// zero-centred RMSNorms (weight + 1) hold as many parameters. The checkpoint's mtp.* module is
+/// not in transformers' model: the import leaves it out (mtp_layers 0) and says its size.
+void qwen3_next(const JsonReader& in, Architecture& m) {
+    llama(in, m);
+    qwen3_next_layers(in, m);
+}
+
+/// Qwen3.5-MoE's language model (modeling_qwen3_5_moe.py, qwen3_5_moe_text): Qwen3-Next's layers;
+/// its config may leave intermediate_size out, as every layer routes.
+void qwen3_5_moe_text(const JsonReader& in, Architecture& m) {
+    llama_with_ffn(in, m, spelled(in, {"intermediate_size", "moe_intermediate_size"}));
+    qwen3_next_layers(in, m);
 }
 
 /// Qwen3.5's language model (modeling_qwen3_5.py, qwen3_5_text): Qwen3-Next's layers with a
@@ -938,6 +955,7 @@ const VisionLanguage vision_language_types[] = {
     {"qwen3_vl", qwen3_vl_vision},
     {"qwen3_vl_moe", qwen3_vl_vision},
     {"qwen3_5", qwen3_vl_vision},  // Qwen3_5VisionModel: Qwen3-VL's, deepstack_visual_indexes []
+    {"qwen3_5_moe", qwen3_vl_vision},
 };
 
 const VisionLanguage* vision_language(const std::string& type) {
@@ -982,6 +1000,7 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"qwen3_vl", qwen3},
     {"qwen3_vl_moe", qwen3_moe},
     {"qwen3_5", qwen3_5_text},
+    {"qwen3_5_moe", qwen3_5_moe_text},  // Qwen3NextSparseMoeBlock in every layer
     {"RefinedWebModel", falcon},
     {"RefinedWeb", falcon},  // Falcon's files from before transformers adopted it
 };
@@ -1068,7 +1087,7 @@ std::vector<std::string> import_notes(const std::string& type, const JsonReader&
             "read from its code and not measured; each layer holds one block (a Mamba-2 mixer, "
             "attention, an MLP or experts) after its own RMSNorm; experts as transformers' loop "
             "over them runs, each token-slot gathered, weighted and index_added back");
-    if (type == "qwen3_next" || type == "qwen3_5") notes.push_back(qwen3_next_note(m));
+    if (type == "qwen3_next" || type.rfind("qwen3_5", 0) == 0) notes.push_back(qwen3_next_note(m));
     if (m.vision.enabled())
         notes.push_back(
             "its vision tower (" + std::to_string(m.vision.depth) + " blocks of " +

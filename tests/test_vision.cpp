@@ -118,19 +118,22 @@ TEST_CASE("A tower is written to a model file and read back; bad values are refu
                       Catch::Contains("vision merge must be a positive integer (got 0)"));
 }
 
-TEST_CASE("Qwen3.5: Qwen3-Next's layers with dense MLPs, Qwen3-VL's tower, the mtp module",
+TEST_CASE("Qwen3.5: Qwen3-Next's layers, dense or experts, Qwen3-VL's tower, the mtp module",
           "[vision][hf_config][params][qwen3_next]") {
     // The checkpoints' safetensors totals hold the mtp.* module transformers leaves out.
-    const auto [config, tower_count, language_model, with_mtp] =
-        GENERATE(table<const char*, std::uint64_t, std::uint64_t, std::uint64_t>(
-            {{"qwen3.5-0.8b.json", 100592896u, 752393024u, 873438784u},
-             {"qwen3.5-9b.json", 456010480u, 8953803264u, 9653104368u}}));
+    const auto [config, experts, tower_count, language_model, with_mtp] =
+        GENERATE(table<const char*, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>(
+            {{"qwen3.5-0.8b.json", 0, 100592896u, 752393024u, 873438784u},
+             {"qwen3.5-9b.json", 0, 456010480u, 8953803264u, 9653104368u},
+             {"qwen3.6-27b.json", 0, 460730096u, 26895998464u, 27781427952u},
+             {"qwen3.5-35b-a3b.json", 256, 446571248u, 34660610688u, 35951822704u}}));
     CAPTURE(config);
     const cli::ModelFile file = cli::load_hf_config(vl_configs + config);
     Architecture m = file.architecture;
     CHECK(m.vision.deepstack == 0);
     CHECK(m.attention_output_gate);
-    CHECK_FALSE(m.is_moe());
+    CHECK(m.experts == experts);
+    CHECK(m.shared_expert_gate == (experts > 0));
     const ParameterTable t = parameter_table(m);
     CHECK(t.part(Part::vision).value() == tower(m.vision));
     CHECK(t.part(Part::vision).value() == tower_count);
