@@ -230,12 +230,7 @@ std::uint64_t parse_count(const std::string& option, const std::string& text,
 ImageInput parse_images(const StepOptions& q) {
     ImageInput in;
     in.images = parse_count("--images", q.images, 0);
-    if (q.image_size.empty()) {
-        if (in.images > 0)
-            throw usage_error(fmt::format(
-                "--images {} needs --image-size WIDTHxHEIGHT (pixels, e.g. 448x448)", q.images));
-        return in;
-    }
+    if (q.image_size.empty()) return in;  // a tower of a fixed size needs none (the model says)
     if (in.images == 0)
         throw usage_error(fmt::format("--image-size {} needs --images N", q.image_size));
     const auto x = q.image_size.find('x');

@@ -101,7 +101,8 @@ std::vector<std::uint64_t> parse_sizes(const std::string& option, const std::str
 std::uint64_t parse_count(const std::string& option, const std::string& text,
                           std::uint64_t fallback);
 std::vector<Recompute> parse_modes(const std::string& text);
-/// --images N and --image-size WIDTHxHEIGHT, each needing the other.
+/// --images N and --image-size WIDTHxHEIGHT: the size needs images (a tower of one size needs no
+/// size: the estimate says where one is missing).
 ImageInput parse_images(const StepOptions& q);
 /// --recompute-modules: Megatron-LM's module names, a comma list (empty: core_attn alone).
 ModuleSet parse_recompute_modules(const StepOptions& q);

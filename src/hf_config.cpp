@@ -1,6 +1,7 @@
 // Building an architecture from a HuggingFace config.json: each model_type names its keys its own
 // way.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -920,7 +921,8 @@ void qwen_vision(const JsonReader& in, VisionTower& v) {
 
 /// Qwen2.5-VL's tower (modeling_qwen2_5_vl.py): a bias-free Conv3d patch embedding, RMSNorms, a
 /// biased gated MLP, the merger's ln_q an RMSNorm; no position table (2-D rotary).
-void qwen2_5_vl_vision(const JsonReader& in, VisionTower& v) {
+void qwen2_5_vl_vision(const JsonReader&, const JsonReader& in, Architecture& m) {
+    VisionTower& v = m.vision;
     qwen_vision(in, v);
     v.channels = in.positive_or("in_channels", in.positive_or("in_chans", 3));
     v.gated_mlp = true;
@@ -929,7 +931,8 @@ void qwen2_5_vl_vision(const JsonReader& in, VisionTower& v) {
 /// Qwen3-VL's tower (modeling_qwen3_vl.py): a biased Conv3d, a learned position table of
 /// num_position_embeddings, LayerNorms, fc1 and fc2, and a deepstack merger per
 /// deepstack_visual_indexes entry (Qwen3VLVisionConfig's default: three).
-void qwen3_vl_vision(const JsonReader& in, VisionTower& v) {
+void qwen3_vl_vision(const JsonReader&, const JsonReader& in, Architecture& m) {
+    VisionTower& v = m.vision;
     qwen_vision(in, v);
     v.channels = in.positive_or("in_channels", 3);
     v.position_rows = in.positive_or("num_position_embeddings", 2304);
@@ -939,8 +942,39 @@ void qwen3_vl_vision(const JsonReader& in, VisionTower& v) {
     v.layernorm = true, v.patch_bias = true;
 }
 
+/// Gemma 3's tower and projector (modeling_gemma3.py, Gemma3MultiModalProjector; SigLIP's
+/// SiglipVisionModel): every image resized to image_size, patch_size patches through a biased
+/// convolution and a learned position table, LayerNorms, q, k and v apart (biased), fc1 and fc2
+/// (gelu_pytorch_tanh), a post-LayerNorm; then the projector pools the patches to
+/// mm_tokens_per_image tokens (an average of merge x merge), RMSNorms them and projects them,
+/// bias-free, to the language model's width.
+void gemma3_vision(const JsonReader& top, const JsonReader& in, Architecture& m) {
+    VisionTower& v = m.vision;
+    v.depth = in.positive("num_hidden_layers");
+    v.hidden = in.positive("hidden_size");
+    v.heads = in.positive("num_attention_heads");
+    v.ffn = in.positive("intermediate_size");
+    v.patch = in.positive("patch_size");
+    v.image_size = in.positive("image_size");
+    v.channels = in.positive_or("num_channels", 3);
+    if (in.flag_or("vision_use_head", true))
+        in.fail("vision_use_head true (SigLIP's attention-pooling head) is not modelled");
+    const std::uint64_t side = v.image_size / v.patch,
+                        tokens = top.positive_or("mm_tokens_per_image", 256);
+    const auto per_side = static_cast<std::uint64_t>(std::llround(std::sqrt(double(tokens))));
+    if (per_side * per_side != tokens || side == 0 || side % per_side != 0)
+        top.fail("mm_tokens_per_image " + std::to_string(tokens) +
+                 " must be the square of a divisor of image_size / patch_size (" +
+                 std::to_string(side) + ")");
+    v.merge = side / per_side;
+    v.position_rows = side * side;
+    v.out_hidden = m.hidden;
+    v.layernorm = true, v.patch_bias = true, v.fused_qkv = false, v.pooled_projector = true;
+}
+
 using Reader = std::function<void(const JsonReader&, Architecture&)>;
-using VisionReader = void (*)(const JsonReader&, VisionTower&);
+/// Reads a tower into the architecture from the config's top level and its vision_config.
+using VisionReader = void (*)(const JsonReader&, const JsonReader&, Architecture&);
 
 /// A vision-language model_type (its language model's reader is in `families`) and its tower's
 /// reader. Their
@@ -956,6 +990,7 @@ const VisionLanguage vision_language_types[] = {
     {"qwen3_vl_moe", qwen3_vl_vision},
     {"qwen3_5", qwen3_vl_vision},  // Qwen3_5VisionModel: Qwen3-VL's, deepstack_visual_indexes []
     {"qwen3_5_moe", qwen3_vl_vision},
+    {"gemma3", gemma3_vision},
 };
 
 const VisionLanguage* vision_language(const std::string& type) {
@@ -979,8 +1014,7 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"phi", phi},
     {"qwen3", qwen3},
     {"gemma3_text", gemma3_text},
-    {"gemma3",
-     gemma3_text},  // its text_config: the language model alone, the vision tower not counted
+    {"gemma3", gemma3_text},  // its text_config; its tower: vision_language_types
     {"qwen2_moe", qwen2_moe},
     {"qwen3_moe", qwen3_moe},
     {"phimoe", phimoe},
@@ -1123,6 +1157,23 @@ json language_model_keys(const json& document) {
     return keys;
 }
 
+/// Gemma3TextConfig's defaults (configuration_gemma3.py) under gemma3's text_config, as
+/// transformers fills them: the published gemma-3-4b-it names few keys.
+json gemma3_text_keys(const json& text) {
+    json keys = {{"vocab_size", 262208u},
+                 {"hidden_size", 2304u},
+                 {"intermediate_size", 9216u},
+                 {"num_hidden_layers", 26u},
+                 {"num_attention_heads", 8u},
+                 {"num_key_value_heads", 4u},
+                 {"head_dim", 256u},
+                 {"hidden_activation", "gelu_pytorch_tanh"},
+                 {"max_position_embeddings", 131072u},
+                 {"sliding_window", 4096u}};
+    for (const auto& [key, value] : text.items()) keys[key] = value;
+    return keys;
+}
+
 std::optional<std::string> unmodelled_reason(const std::string& type) {
     static const std::pair<const char*, const char*> types[] = {
         {"falcon_h1",
@@ -1164,8 +1215,12 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin,
     if (nested && !is_object_at(document, "text_config"))
         in.fail("model_type " + type + " needs its language model's keys in a text_config object");
     json merged;  // a vision-language config's text_config over its top level
-    if (tower != nullptr) merged = language_model_keys(document);
-    family->second(nested  ? JsonReader(document.at("text_config"), origin + " (text_config)")
+    if (type == "gemma3")
+        merged = gemma3_text_keys(document.at("text_config"));
+    else if (tower != nullptr)
+        merged = language_model_keys(document);
+    family->second(nested ? JsonReader(type == "gemma3" ? merged : document.at("text_config"),
+                                       origin + " (text_config)")
                    : tower ? JsonReader(merged, origin + " (text_config)")
                            : in,
                    file.architecture);
@@ -1173,8 +1228,8 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin,
         if (!is_object_at(document, "vision_config"))
             in.fail("model_type " + type +
                     " needs its vision tower's keys in a vision_config object");
-        tower->vision(JsonReader(document.at("vision_config"), origin + " (vision_config)"),
-                      file.architecture.vision);
+        tower->vision(in, JsonReader(document.at("vision_config"), origin + " (vision_config)"),
+                      file.architecture);
     }
     try {
         validate(file.architecture);

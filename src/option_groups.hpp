@@ -98,11 +98,12 @@ void add_group(App& app, StepOptions& q) {
         ->type_name("N");
     app.add_option("--images", q.images,
                    "Images in each micro-batch, through the model's vision tower (with\n"
-                   "--image-size; --seq counts every token, the images' among them)")
+                   "--image-size, but for a tower of one size: Gemma 3's; --seq counts every\n"
+                   "token, the images' among them)")
         ->type_name("N");
     app.add_option("--image-size", q.image_size,
                    "Each image's size in pixels, as the processor resizes it: each side to the\n"
-                   "nearest multiple of patch x merge")
+                   "nearest multiple of patch x merge (Gemma 3's: its image_size square)")
         ->type_name("WxH");
 }
 

@@ -35,11 +35,11 @@ TEST_CASE("real config.json files give their checkpoints' exact counts", "[hf_co
         families.insert(entry["model_type"].get<std::string>());
     }
     CHECK(manifest.size() >= 20);
-    // Every model_type has a real config here but Falcon's old names, the multimodal configs whose
-    // text_config is another type's (gemma3, llama4), and those whose config.json was not found
-    // published with an exact count (phimoe, llama4_text: tested on their shapes below).
-    const std::set<std::string> without_config = {"RefinedWebModel", "RefinedWeb", "gemma3",
-                                                  "llama4",          "phimoe",     "llama4_text"};
+    // Every model_type has a real config here but Falcon's old names, the multimodal config whose
+    // text_config is another type's (llama4), and those whose config.json was not found published
+    // with an exact count (phimoe, llama4_text: tested on their shapes below).
+    const std::set<std::string> without_config = {"RefinedWebModel", "RefinedWeb", "llama4",
+                                                  "phimoe", "llama4_text"};
     for (const auto& type : cli::supported_model_types()) {
         CAPTURE(type);
         CHECK(families.count(type) + without_config.count(type) == 1);
@@ -265,21 +265,26 @@ TEST_CASE("Qwen3 and Gemma 3 norm q and k per head; gemma3 reads its text_config
     CHECK(parameter_table(qwen3).total().value() - parameter_table(bare).total().value() ==
           36 * 2 * 128);
 
-    // The multimodal config's language model is the same text model.
-    json text = read_json(configs + "gemma-3-1b-pt.json");
-    const json nested = {{"model_type", "gemma3"},
-                         {"text_config", text},
-                         {"vision_config", {{"hidden_size", 1152}}}};
+    // The multimodal config's language model is the same text model, beside its tower.
+    const json text = read_json(configs + "gemma-3-1b-pt.json");
+    json nested = read_json(configs + "gemma-3-4b-it.json");
+    nested["text_config"] = text;
     const auto from_nested = cli::parse_hf_config(nested.dump(), "g.json", "g").architecture;
-    CHECK(parameter_table(from_nested).total() == parameter_table(gemma3).total());
+    const ParameterTable with_tower = parameter_table(from_nested);
+    CHECK(with_tower.total().value() - with_tower.part(Part::vision).value() ==
+          parameter_table(gemma3).total().value());
     CHECK_THROWS_WITH(
         cli::parse_hf_config(R"({"model_type": "gemma3"})", "g.json", "g"),
         "g.json: model_type gemma3 needs its language model's keys in a text_config object");
-    text.erase("num_hidden_layers");
-    CHECK_THROWS_WITH(
-        cli::parse_hf_config(json{{"model_type", "gemma3"}, {"text_config", text}}.dump(), "g.json",
-                             "g"),
-        "g.json (text_config): missing key 'num_hidden_layers'");
+    // Keys its text_config leaves out take Gemma3TextConfig's defaults, as transformers' do.
+    nested["text_config"] = json::object({{"num_hidden_layers", 2}});
+    const auto defaults = cli::parse_hf_config(nested.dump(), "g.json", "g").architecture;
+    CHECK(defaults.hidden == 2304);
+    CHECK(defaults.heads == 8);
+    CHECK(defaults.kv_heads == 4);
+    CHECK(defaults.head_dim == 256);
+    CHECK(defaults.vocab == 262208);
+    CHECK(defaults.layers == 2);
     // use_sliding_window: the layers from max_window_layers on slide, and keep what full ones keep.
     json sliding = read_json(configs + "qwen3-8b.json");
     sliding["use_sliding_window"] = true, sliding["sliding_window"] = 4096,

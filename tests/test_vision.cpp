@@ -2,6 +2,7 @@
 // transformers holds them, against the checkpoints' published totals; the tower frozen, written
 // to a model file and read back, and its bad values refused.
 #include <catch2/catch.hpp>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -205,4 +206,60 @@ TEST_CASE("images need a tower and a size", "[vision][images]") {
         cli::load_hf_config(vl_configs + "qwen3-vl-4b-instruct.json").architecture;
     s.images = {2, 0, 448};
     CHECK_THROWS_WITH(Estimator(m).estimate(s), Catch::Contains("need their size in pixels"));
+}
+
+TEST_CASE("Gemma 3: SigLIP's tower and the pooled projector, counted and run", "[vision][gemma3]") {
+    // The published totals of Gemma3ForConditionalGeneration; the tower and projector:
+    // patch 1152 x (3 x 14 x 14 + 1), positions 4096 x 1152, 27 blocks of 15,239,504, the
+    // post-LayerNorm 2 x 1152, the projector's norm 1152 and its 1152 x h linear.
+    const auto [config, hidden, total] = GENERATE(table<const char*, std::uint64_t, std::uint64_t>(
+        {{"gemma-3-4b-it.json", 2560, 4300079472u},
+         {"gemma-3-12b-it.json", 3840, 12187325040u},
+         {"gemma-3-27b-it.json", 5376, 27432406640u}}));
+    CAPTURE(config);
+    const Architecture m = cli::load_hf_config(vl_configs + config).architecture;
+    const VisionTower& v = m.vision;
+    CHECK(v.merge == 4);  // 64 x 64 patches pooled to 16 x 16 tokens
+    CHECK(v.out_hidden == hidden);
+    const ParameterTable t = parameter_table(m);
+    CHECK(t.part(Part::vision).value() ==
+          1152u * 589 + 4096 * 1152 + 27 * 15239504u + 2 * 1152 + 1152 + 1152 * hidden);
+    CHECK(t.total().value() == total);
+    // Every image is resized to 896 x 896: 4,096 patches whatever its size.
+    CHECK(patches_per_image(v, {1, 448, 300}) == 4096);
+    CHECK(patches_per_image(v, {1, 0, 0}) == 4096);
+}
+
+TEST_CASE("Gemma 3's images: the tower's blocks, its post-norm and projector rows",
+          "[vision][gemma3][images]") {
+    const Architecture m = cli::load_hf_config(vl_configs + "gemma-3-4b-it.json").architecture;
+    const std::uint64_t images = GENERATE(1, 3);
+    Settings s;
+    s.seq = 2048, s.activations = ActivationModel::architecture;
+    s.framework.attention = Attention::flash;
+    const Count none = input_side(Estimator(m).estimate(s));
+    s.images = {images, 0, 0};  // no size: the processor resizes each to 896 x 896
+    const Count n = Count(4096) * images, tokens = Count(256) * images;
+    const LayerActivations block = architecture_layer(tower_block(m.vision, 4096), 4096, images,
+                                                      Precision(DType::bf16), Attention::flash);
+    const Count pixels = n * 588 * 4, cast = n * 588 * 2, tower = block.total() * 27;
+    const Count projector = n * 1152 * 2 + n * 2 * 4 + tokens * 1152 * (2 * 4 + 2);
+    CHECK(input_side(Estimator(m).estimate(s)) == none + pixels + cast + tower + projector);
+    // q, k and v apart (SigLIP's), one storage of their input either way.
+    CHECK_FALSE(tower_block(m.vision, 4096).fused_qkv);
+}
+
+TEST_CASE("gemma3's tower: what it cannot read is named", "[vision][gemma3][hf_config]") {
+    json file = json::parse(std::ifstream(vl_configs + "gemma-3-4b-it.json"));
+    file["vision_config"]["vision_use_head"] = true;
+    CHECK_THROWS_WITH(cli::parse_hf_config(file.dump(), "g.json", "g"),
+                      Catch::Contains("vision_use_head true (SigLIP's attention-pooling head) is "
+                                      "not modelled"));
+    file["vision_config"]["vision_use_head"] = false, file["mm_tokens_per_image"] = 200;
+    CHECK_THROWS_WITH(cli::parse_hf_config(file.dump(), "g.json", "g"),
+                      Catch::Contains("mm_tokens_per_image 200 must be the square of a divisor of "
+                                      "image_size / patch_size (64)"));
+    file.erase("vision_config");
+    CHECK_THROWS_WITH(cli::parse_hf_config(file.dump(), "g.json", "g"),
+                      Catch::Contains("needs its vision tower's keys in a vision_config object"));
 }

@@ -406,9 +406,10 @@ private:
         if (!model_.vision.enabled())
             throw error("images " + std::to_string(in.images) + ": " + model_name(model_) +
                         " has no vision tower");
-        if (in.width == 0 || in.height == 0)
+        if ((in.width == 0 || in.height == 0) && model_.vision.image_size == 0)
             throw error("images " + std::to_string(in.images) +
-                        " need their size in pixels (image size WIDTHxHEIGHT)");
+                        " need their size in pixels (--image-size WIDTHxHEIGHT): " +
+                        model_name(model_) + "'s tower takes each at its own size");
         if (settings.activations != ActivationModel::architecture)
             throw error(
                 "images need the architecture activation model (--activations "

@@ -227,43 +227,58 @@ struct ParameterRows {
     void vision_tower() {
         const VisionTower& v = m.vision;
         if (!v.enabled()) return;
-        const std::uint64_t hv = v.hidden, D = v.depth, f = v.ffn, hm = v.merged();
-        const auto row = [&](Text tensor, Text shape, Dims dims, bool bias = false) {
-            add(Part::vision, Group::input, tensor, shape, dims, ParamSplit::replicated, false,
-                Linear::none, bias ? ParamRole::bias : ParamRole::weight);
-        };
-        row("visual.patch_embed", "h_v x C*T*P*P",
-            {hv, v.channels * v.temporal_patch * v.patch * v.patch});
-        if (v.patch_bias) row("visual.patch_embed.bias", "h_v", {hv}, true);
-        if (v.position_rows > 0) row("visual.pos_embed", "P_v x h_v", {v.position_rows, hv});
-        row("visual.blocks.norms", v.layernorm ? "D x 4h_v" : "D x 2h_v",
-            {D, (v.layernorm ? 4 : 2) * hv});
-        row("visual.blocks.attn.qkv", "D x h_v x 3h_v", {D, hv, 3 * hv});
-        row("visual.blocks.attn.qkv.bias", "D x 3h_v", {D, 3 * hv}, true);
-        row("visual.blocks.attn.proj", "D x h_v x h_v", {D, hv, hv});
-        row("visual.blocks.attn.proj.bias", "D x h_v", {D, hv}, true);
+        const std::uint64_t hv = v.hidden, D = v.depth, f = v.ffn;
+        vision_row("visual.patch_embed", "h_v x C*T*P*P",
+                   {hv, v.channels * v.temporal_patch * v.patch * v.patch});
+        if (v.patch_bias) vision_row("visual.patch_embed.bias", "h_v", {hv}, true);
+        if (v.position_rows > 0) vision_row("visual.pos_embed", "P_v x h_v", {v.position_rows, hv});
+        vision_row("visual.blocks.norms", v.layernorm ? "D x 4h_v" : "D x 2h_v",
+                   {D, (v.layernorm ? 4 : 2) * hv});
+        vision_row("visual.blocks.attn.qkv", "D x h_v x 3h_v", {D, hv, 3 * hv});
+        vision_row("visual.blocks.attn.qkv.bias", "D x 3h_v", {D, 3 * hv}, true);
+        vision_row("visual.blocks.attn.proj", "D x h_v x h_v", {D, hv, hv});
+        vision_row("visual.blocks.attn.proj.bias", "D x h_v", {D, hv}, true);
         const std::uint64_t ins = v.gated_mlp ? 2 : 1;  // gate and up, or fc1
-        row(v.gated_mlp ? "visual.blocks.mlp.gate_up" : "visual.blocks.mlp.fc1",
-            v.gated_mlp ? "D x h_v x 2f_v" : "D x h_v x f_v", {D, hv, ins * f});
-        row(v.gated_mlp ? "visual.blocks.mlp.gate_up.bias" : "visual.blocks.mlp.fc1.bias",
-            v.gated_mlp ? "D x 2f_v" : "D x f_v", {D, ins * f}, true);
-        row(v.gated_mlp ? "visual.blocks.mlp.down" : "visual.blocks.mlp.fc2", "D x f_v x h_v",
-            {D, f, hv});
-        row(v.gated_mlp ? "visual.blocks.mlp.down.bias" : "visual.blocks.mlp.fc2.bias", "D x h_v",
-            {D, hv}, true);
-        // The merger normalises each patch before merging (h_v); a deepstack one after (h_m).
-        row("visual.merger.norm", v.layernorm ? "2h_v" : "h_v", {(v.layernorm ? 2 : 1) * hv});
-        row("visual.merger.fc1", "h_m x h_m", {hm, hm});
-        row("visual.merger.fc1.bias", "h_m", {hm}, true);
-        row("visual.merger.fc2", "h_m x h", {hm, v.out_hidden});
-        row("visual.merger.fc2.bias", "h", {v.out_hidden}, true);
-        if (const std::uint64_t n = v.deepstack; n > 0) {
-            row("visual.deepstack_mergers.norm", "n x 2h_m", {n, 2 * hm});
-            row("visual.deepstack_mergers.fc1", "n x h_m x h_m", {n, hm, hm});
-            row("visual.deepstack_mergers.fc1.bias", "n x h_m", {n, hm}, true);
-            row("visual.deepstack_mergers.fc2", "n x h_m x h", {n, hm, v.out_hidden});
-            row("visual.deepstack_mergers.fc2.bias", "n x h", {n, v.out_hidden}, true);
+        vision_row(v.gated_mlp ? "visual.blocks.mlp.gate_up" : "visual.blocks.mlp.fc1",
+                   v.gated_mlp ? "D x h_v x 2f_v" : "D x h_v x f_v", {D, hv, ins * f});
+        vision_row(v.gated_mlp ? "visual.blocks.mlp.gate_up.bias" : "visual.blocks.mlp.fc1.bias",
+                   v.gated_mlp ? "D x 2f_v" : "D x f_v", {D, ins * f}, true);
+        vision_row(v.gated_mlp ? "visual.blocks.mlp.down" : "visual.blocks.mlp.fc2",
+                   "D x f_v x h_v", {D, f, hv});
+        vision_row(v.gated_mlp ? "visual.blocks.mlp.down.bias" : "visual.blocks.mlp.fc2.bias",
+                   "D x h_v", {D, hv}, true);
+        if (v.pooled_projector) {  // Gemma 3's: SigLIP's post-LayerNorm, an RMSNorm, a linear
+            vision_row("visual.post_layernorm", "2h_v", {2 * hv});
+            vision_row("multi_modal_projector.mm_soft_emb_norm", "h_v", {hv});
+            vision_row("multi_modal_projector.mm_input_projection", "h_v x h", {hv, v.out_hidden});
+        } else {
+            vision_mergers();
         }
+    }
+
+    /// Qwen's merger of merge x merge patches (h_m wide) and Qwen3-VL's deepstack mergers: the
+    /// merger normalises each patch before merging (h_v), a deepstack one after (h_m).
+    void vision_mergers() {
+        const VisionTower& v = m.vision;
+        const std::uint64_t hv = v.hidden, hm = v.merged();
+        vision_row("visual.merger.norm", v.layernorm ? "2h_v" : "h_v",
+                   {(v.layernorm ? 2 : 1) * hv});
+        vision_row("visual.merger.fc1", "h_m x h_m", {hm, hm});
+        vision_row("visual.merger.fc1.bias", "h_m", {hm}, true);
+        vision_row("visual.merger.fc2", "h_m x h", {hm, v.out_hidden});
+        vision_row("visual.merger.fc2.bias", "h", {v.out_hidden}, true);
+        if (const std::uint64_t n = v.deepstack; n > 0) {
+            vision_row("visual.deepstack_mergers.norm", "n x 2h_m", {n, 2 * hm});
+            vision_row("visual.deepstack_mergers.fc1", "n x h_m x h_m", {n, hm, hm});
+            vision_row("visual.deepstack_mergers.fc1.bias", "n x h_m", {n, hm}, true);
+            vision_row("visual.deepstack_mergers.fc2", "n x h_m x h", {n, hm, v.out_hidden});
+            vision_row("visual.deepstack_mergers.fc2.bias", "n x h", {n, v.out_hidden}, true);
+        }
+    }
+
+    void vision_row(Text tensor, Text shape, Dims dims, bool bias = false) {
+        add(Part::vision, Group::input, tensor, shape, dims, ParamSplit::replicated, false,
+            Linear::none, bias ? ParamRole::bias : ParamRole::weight);
     }
 
     /// Latent attention, as transformers' DeepseekV3Attention holds it (d_n, d_r, d_v: the nope,

@@ -21,19 +21,14 @@ struct ImageInput {
     bool any() const { return images > 0; }
 };
 
-/// The tower's patches of one image: each side resized to the nearest multiple of patch x merge
-/// (Qwen's smart_resize, whose pixel bounds are not applied: give the size it makes), at least one.
+/// The tower's patches of one image (VisionTower::patches).
 inline std::uint64_t patches_per_image(const VisionTower& v, const ImageInput& in) {
-    const std::uint64_t unit = v.patch * v.merge;
-    const auto side = [&](std::uint64_t pixels) {
-        return std::max<std::uint64_t>(1, (pixels + unit / 2) / unit) * v.merge;
-    };
-    return side(in.width) * side(in.height);
+    return v.patches(in.width, in.height);
 }
 
 /// One of the tower's blocks as memcalc's layer blocks write it: attention over one image's
-/// patches (bidirectional: no mask is built, eager's scores are as causal attention's), a fused
-/// biased qkv, 2-D rotary (Qwen's), its MLP and norms.
+/// patches (bidirectional: no mask is built, eager's scores are as causal attention's), biased
+/// q, k and v (fused, Qwen's), 2-D rotary (Qwen's), its MLP and norms.
 inline Architecture tower_block(const VisionTower& v, std::uint64_t patches) {
     Architecture m;
     m.name = "vision tower";
@@ -42,9 +37,26 @@ inline Architecture tower_block(const VisionTower& v, std::uint64_t patches) {
     m.mlp = v.gated_mlp ? Mlp::gated : Mlp::plain;
     m.activation = v.gated_mlp ? Activation::silu : Activation::gelu_tanh;
     m.norm = v.layernorm ? Norm::layernorm : Norm::rmsnorm;
-    m.bias = Bias::all, m.fused_qkv = true;
+    m.bias = Bias::all, m.fused_qkv = v.fused_qkv;
     m.position = v.rotary ? Position::rotary : Position::none;
     return m;
+}
+
+/// Gemma 3's projector (Gemma3MultiModalProjector, read from its code, not measured): the tower's
+/// post-LayerNorm keeps its input and each patch's mean and 1/std; the average pool keeps nothing;
+/// the pooled tokens' RMSNorm keeps its fp32 input and output, the projection its input.
+inline void projector_rows(detail::TableBuilder& t, const VisionTower& v, std::uint64_t per_image,
+                           std::uint64_t images, std::uint64_t d) {
+    constexpr Shape per_patch{"n_img", ActivationSplit::replicated};
+    const Count patches = Count(per_image) * images,
+                tokens = Count(per_image / (v.merge * v.merge)) * images;
+    t.add("vision post-LayerNorm", "its input", "its backward", per_patch, patches * v.hidden, d);
+    t.add("vision post-LayerNorm", "each patch's mean and 1/std (fp32)", "its backward", per_patch,
+          patches * 2, 4);
+    t.add("vision projector", "the RMSNorm's fp32 input and output", "their backward", per_patch,
+          tokens * v.hidden, 4, Keep::always, 2);
+    t.add("vision projector", "the projection's input", "the weight's gradient", per_patch,
+          tokens * v.hidden, d);
 }
 
 /// The rows a micro-batch's images add on the input side under `mode`; `trains`: the tower's
@@ -76,6 +88,10 @@ inline std::vector<SavedTensor> image_rows(const VisionTower& v, const ImageInpu
             t.add(Label("vision tower: " + std::string(row.op)), Label(std::string(row.tensor)),
                   Label(std::string(row.why)), Shape{per_patch.symbol, per_patch.split},
                   row.elements, row.bytes_per_element, Keep::always, v.depth);
+    }
+    if (v.pooled_projector) {
+        projector_rows(t, v, n, in.images, d);
+        return rows;
     }
     // Each merger (and deepstack merger): its norm's fp32 input; the normalised patches, fc1's
     // output (GELU's input) and GELU's (fc2's input), every patch's width.
