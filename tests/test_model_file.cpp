@@ -119,6 +119,7 @@ TEST_CASE("every preset's count equals its published exact count", "[model_file]
         Row{"llama-3.1-405b", 405853388800ULL}, Row{"qwen3-8b", 8190735360ULL},
         Row{"gemma-3-1b", 999885952ULL},        Row{"qwen1.5-moe-a2.7b", 14315784192ULL},
         Row{"qwen3-30b-a3b", 30532122624ULL},   Row{"phi-3.5-moe", 41873153344ULL},
+        Row{"gemma-3-27b", 27432406640ULL},     Row{"qwen3.5-35b-a3b", 35951822704ULL},
     }));
     CAPTURE(name);
     const auto file = cli::load_preset(name);
