@@ -227,23 +227,22 @@ std::uint64_t parse_count(const std::string& option, const std::string& text,
     return values.front();
 }
 
-ImageInput parse_images(const StepOptions& q) {
+ImageInput parse_images(const std::string& images, const std::string& size) {
     ImageInput in;
-    in.images = parse_count("--images", q.images, 0);
-    if (q.image_size.empty()) return in;  // a tower of a fixed size needs none (the model says)
-    if (in.images == 0)
-        throw usage_error(fmt::format("--image-size {} needs --images N", q.image_size));
-    const auto x = q.image_size.find('x');
+    in.images = parse_count("--images", images, 0);
+    if (size.empty()) return in;  // a tower of a fixed size needs none (the model says)
+    if (in.images == 0) throw usage_error(fmt::format("--image-size {} needs --images N", size));
+    const auto x = size.find('x');
     const auto side = [&](const std::string& text) {
         const std::uint64_t n = text.empty() ? 0 : parse_count("--image-size", text, 0);
         if (n == 0)
             throw usage_error(fmt::format(
-                "--image-size '{}' must be WIDTHxHEIGHT in pixels (e.g. 448x448)", q.image_size));
+                "--image-size '{}' must be WIDTHxHEIGHT in pixels (e.g. 448x448)", size));
         return n;
     };
     if (x == std::string::npos) side("");
-    in.width = side(q.image_size.substr(0, x));
-    in.height = side(q.image_size.substr(x + 1));
+    in.width = side(size.substr(0, x));
+    in.height = side(size.substr(x + 1));
     return in;
 }
 

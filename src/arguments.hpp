@@ -103,7 +103,7 @@ std::uint64_t parse_count(const std::string& option, const std::string& text,
 std::vector<Recompute> parse_modes(const std::string& text);
 /// --images N and --image-size WIDTHxHEIGHT: the size needs images (a tower of one size needs no
 /// size: the estimate says where one is missing).
-ImageInput parse_images(const StepOptions& q);
+ImageInput parse_images(const std::string& images, const std::string& size);
 /// --recompute-modules: Megatron-LM's module names, a comma list (empty: core_attn alone).
 ModuleSet parse_recompute_modules(const StepOptions& q);
 /// --recompute-layers N (0 and up), which needs --recompute full (`searched`: a plan's list that

@@ -187,7 +187,7 @@ Settings settings_from(const TrainingStepOptions& q, const std::string& format) 
     settings.activations = activation_model(q);
     settings.recompute_modules = parse_recompute_modules(q.step);
     settings.tuning = parse_fine_tuning(q.training);
-    settings.images = parse_images(q.step);
+    settings.images = parse_images(q.step.images, q.step.image_size);
     const FrameworkProfile profile = framework_from(q.framework, settings.framework);
     if (settings.activations == ActivationModel::architecture) return settings;
     const ArchitectureNeed need = architecture_need(q, settings, profile);

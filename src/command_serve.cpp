@@ -139,6 +139,18 @@ nlohmann::json engine_json(const EngineBudget& b, const ServeSettings& s) {
 }
 
 /// With a device: whether the batch fits (the device's high end), the cache's capacity beside the
+/// What the activations row holds: the prefill chunk's, and before it the images' encoder pass.
+std::string activations_note(const ServeReport& p) {
+    std::string note = fmt::format("a prefill chunk of {} tokens, and the last tokens' logits",
+                                   digits(Count(p.prefill_tokens)));
+    if (p.encoder_items > 0)
+        note += fmt::format(
+            "; {} images' encoder outputs ({} tokens each, {} B) and the larger of the tower's "
+            "forward and the model's",
+            p.encoder_items, p.encoder_tokens_per_item, digits(p.encoder_outputs));
+    return note;
+}
+
 /// weights and activations, and the largest batch.
 std::string device_verdict(const ServeRun& r, Unit unit) {
     const ServeSettings& s = r.settings;
@@ -208,9 +220,8 @@ std::string serve_table(const ServeRun& r, Unit unit) {
                    fmt::format("{} B a sequence, any length ({} layers: conv state bf16, scan "
                                "state fp32), no KV cache",
                                digits(p.state_bytes_per_sequence), p.state_layers)});
-    table.row({"activations", digits(p.activations), amount(p.activations, unit),
-               fmt::format("a prefill chunk of {} tokens, and the last tokens' logits",
-                           digits(Count(p.prefill_tokens)))});
+    table.row(
+        {"activations", digits(p.activations), amount(p.activations, unit), activations_note(p)});
     table.row({"peak", digits(p.peak()), amount(p.peak(), unit), ""});
     out += table.str() + device_section(r, unit);
     if (r.capacity) out += device_verdict(r, unit);
@@ -231,6 +242,18 @@ nlohmann::json draft_json(const ServeRun& r) {
             {"kv_bytes_per_token", p.draft_kv_bytes_per_token.value()},
             {"kv_cache_bytes", p.draft_kv_cache.value()},
             {"num_speculative_tokens", r.settings.num_speculative_tokens}};
+}
+
+/// A prefill's images: the most a prompt holds, the largest's size, the encoder's pass.
+nlohmann::json images_json(const ServeRun& r) {
+    const ServeReport& p = r.report;
+    const ImageInput& in = r.settings.images;
+    return {{"per_prompt", in.images},
+            {"width", in.width},
+            {"height", in.height},
+            {"encoder_items", p.encoder_items},
+            {"tokens_per_item", p.encoder_tokens_per_item},
+            {"encoder_output_bytes", p.encoder_outputs.value()}};
 }
 
 nlohmann::json serve_json(const ServeRun& r) {
@@ -278,6 +301,7 @@ nlohmann::json serve_json(const ServeRun& r) {
         j["ssm_state"] = {{"bytes", p.ssm_state.value()},
                           {"bytes_per_sequence", p.state_bytes_per_sequence.value()},
                           {"layers", p.state_layers}};
+    if (p.encoder_items > 0) j["images"] = images_json(r);  // appended, as the keys above
     if (r.capacity)
         j["device"] = {{"name", r.device},
                        {"memory_bytes", r.memory->value()},
@@ -410,6 +434,7 @@ ServeSettings serve_settings(const ServeOptions& q, const std::optional<EngineSe
     s.kv_dtype = engine_kv_dtype(q, engine);
     s.weights = &weight_format_named(q.weights);
     s.cuda_graphs = !q.enforce_eager;
+    s.images = parse_images(q.images, q.image_size);
     lora_settings(q, engine, s);
     return s;
 }

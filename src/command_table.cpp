@@ -397,6 +397,16 @@ void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
         .add_option("--prefill-chunk", q.prefill_chunk,
                     "Most tokens one forward takes (chunked prefill; default 8192)")
         ->type_name("N");
+    serve
+        .add_option("--images", q.images,
+                    "Images a prompt may hold (vLLM's --limit-mm-per-prompt): the vision tower "
+                    "encodes a prefill's\n"
+                    "before it, their outputs cached through it")
+        ->type_name("N");
+    serve
+        .add_option("--image-size", q.image_size,
+                    "The largest image, in pixels (a tower of one size, Gemma 3's, needs none)")
+        ->type_name("WxH");
     add_serve_engine(serve, q);
     add_device_options(serve, q.device,
                        "The device's memory: with it, the KV cache capacity and the largest batch");

@@ -103,6 +103,7 @@ struct ServeOptions {
     /// A speculative-decoding draft model and the tokens it proposes (vLLM's
     /// num_speculative_tokens).
     std::string draft_preset, draft_config, num_speculative_tokens;
+    std::string images, image_size;  ///< images a prompt may hold, the largest one's size
 
     std::string output_file() const { return output.file; }
 };

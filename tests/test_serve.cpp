@@ -753,3 +753,67 @@ TEST_CASE("serve --engine hf: transformers' generate() budgets nothing, the batc
     CHECK_THAT(testing::shell(base + " --engine tgi").err,
                Catch::Contains("--engine must be vllm, sglang or hf (got 'tgi')"));
 }
+
+namespace {
+Architecture config_named(const std::string& file) {
+    return cli::load_hf_config(std::string(MEMCALC_SOURCE_DIR) + "/tests/configs/" + file)
+        .architecture;
+}
+
+Count term_bytes(const EngineBudget& b, std::string_view name) {
+    for (const BudgetTerm& t : b.terms)
+        if (std::string_view(t.name) == name) return t.bytes;
+    return Count(0);
+}
+}  // namespace
+
+TEST_CASE("serving images: the encoder's pass before a prefill, its outputs cached through it",
+          "[serve][vision]") {
+    const Architecture gemma = config_named("gemma-3-4b-it.json");
+    const auto [batch, per_prompt, chunk] =
+        GENERATE(table<std::uint64_t, std::uint64_t, std::uint64_t>(
+            {{4, 2, 8192}, {64, 1, 8192}, {1, 1, 100}}));
+    CAPTURE(batch, per_prompt, chunk);
+    ServeSettings s = at(8192, batch);
+    s.prefill_chunk = chunk;
+    const ServeReport text = serve(gemma, s);
+    CHECK(text.encoder_items == 0);
+    s.images = {per_prompt, 0, 0};  // Gemma 3's tower takes each image at 896 x 896
+    const ServeReport r = serve(gemma, s);
+    // As many as the chunk's tokens need (at least one), at most every sequence's images.
+    const std::uint64_t items = std::min((chunk + 255) / 256, batch * per_prompt);
+    CHECK(r.encoder_tokens_per_item == 256);
+    CHECK(r.encoder_items == items);
+    CHECK(r.encoder_outputs == Count(items) * 256 * 2560 * 2);
+    const Count tower = detail::total_bytes(
+        detail::forward_temporaries(tower_block(gemma.vision, 4096), items * 4096, 0, 1));
+    CHECK(r.activations == r.encoder_outputs + std::max(text.activations, tower));
+    CHECK(r.activations > text.activations);
+    // vLLM's profiling run encodes its budget's images of the largest size before its forward.
+    EngineSettings e;
+    e.rule = engine_rule("vllm");
+    e.max_model_len = 8192;
+    DeviceSettings device;
+    device.gpu = gpu_facts_of("h100-sxm");
+    const Count memory(85'520'809'984ULL);
+    ServeSettings plain = s;
+    plain.images = {};
+    CHECK(term_bytes(engine_budget(gemma, s, e, memory, device), "activation_peak") >
+          term_bytes(engine_budget(gemma, plain, e, memory, device), "activation_peak"));
+}
+
+TEST_CASE("serving images: a tower of any size needs the largest image's; text models none",
+          "[serve][vision]") {
+    const Architecture qwen = config_named("qwen2.5-vl-7b-instruct.json");
+    ServeSettings s = at(8192, 4);
+    s.images = {2, 0, 0};
+    CHECK_THROWS_WITH(serve(qwen, s), Catch::Contains("need the largest one's size in pixels"));
+    s.images = {2, 1344, 1344};  // 96 x 96 patches, 48 x 48 merged tokens
+    const ServeReport r = serve(qwen, s);
+    CHECK(r.encoder_tokens_per_item == 2304);
+    CHECK(r.encoder_items == 4);  // 8192 tokens need 4 such images
+    CHECK_THROWS_WITH(serve(preset("llama-7b"), s), Catch::Contains("has no vision tower"));
+    check_refused("serve --preset llama-7b --context 512",
+                  {{"--images 2 --image-size 448x448", "has no vision tower"},
+                   {"--image-size 448x448", "--image-size 448x448 needs --images N"}});
+}

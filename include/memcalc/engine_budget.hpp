@@ -243,12 +243,16 @@ struct ServingRows {
     }
 };
 
-/// The profiling run's peak: the forward of max_num_batched_tokens and its logits; with a draft,
+/// The profiling run's peak: the forward of max_num_batched_tokens and its logits, after the
+/// encoder's pass of as many of the largest images where the model takes images; with a draft,
 /// vLLM's dummy run then runs the draft's forward on as many tokens (no logits: the sampler's
 /// dummy run is the model's) while the model's output hidden states are kept.
 inline Count profiling_peak(const EngineBudget& b, const Architecture& m, const ServeSettings& s) {
     const std::uint64_t n = b.max_num_batched_tokens;
-    const Count model = total_bytes(forward_temporaries(m, n, std::min(b.max_num_seqs, n), s.tp));
+    std::vector<TensorRun> forward = forward_temporaries(m, n, std::min(b.max_num_seqs, n), s.tp);
+    if (s.images.any())  // the encoder's budget: max_num_batched_tokens, images of the largest
+        forward = after_encoder(std::move(forward), encoder_pass(m, s.images, n, b.max_num_seqs));
+    const Count model = total_bytes(forward);
     if (!s.draft) return model;
     std::vector<TensorRun> draft = forward_temporaries(*s.draft, n, 1, s.tp);
     draft.resize(2);  // the stream and the largest layer temporaries, not the logits
@@ -270,11 +274,12 @@ inline void add_terms(EngineBudget& b, const Architecture& m, const ServeReport&
                            "the draft model's weights in bf16 and its rotary cache, loaded with "
                            "the model's"});
     if (rule.share == ShareRule::profiled)
-        b.terms.push_back({"activation_peak", profiling_peak(b, m, s), false,
-                           s.draft ? "the profiling forward of max_num_batched_tokens tokens and "
-                                     "its logits, or the draft's forward after it"
-                                   : "the profiling forward of max_num_batched_tokens tokens and "
-                                     "its logits"});
+        b.terms.push_back(
+            {"activation_peak", profiling_peak(b, m, s), false,
+             std::string("the profiling forward of max_num_batched_tokens tokens "
+                         "and its logits") +
+                 (s.images.any() ? ", after the vision encoder's pass of its images" : "") +
+                 (s.draft ? ", or the draft's forward after it" : "")});
     const bool from_start = rule.non_torch == NonTorch::since_start;
     b.terms.push_back(
         {"non_torch",

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "memcalc/blocks/vision_tower.hpp"
 #include "memcalc/dtype.hpp"
 #include "memcalc/error.hpp"
 #include "memcalc/model.hpp"
@@ -81,6 +82,9 @@ struct ServeSettings {
     /// at the same tp (vLLM quantizes a draft only by its own config), and the tokens it proposes.
     const Architecture* draft = nullptr;
     std::uint64_t num_speculative_tokens = 0;
+    /// Images a prompt may hold (vLLM's --limit-mm-per-prompt), each at most width x height: the
+    /// vision tower's encoder pass before a prefill. None: a text-only engine.
+    ImageInput images;
 };
 
 /// `count` tensors of `bytes` each: how a rank's memory is made, for the allocator's replay.
@@ -102,6 +106,10 @@ struct ServeReport {
     Count kv_cache;  ///< batch x blocks x block size x bytes per token, by kind of layer
     std::uint64_t prefill_tokens = 0;
     Count activations;  ///< prefill's largest forward temporaries and the last tokens' logits
+    /// A prefill's images (ServeSettings::images): how many the encoder takes at once, the tokens
+    /// each makes, and their outputs' bytes, cached through the language model's forward.
+    std::uint64_t encoder_items = 0, encoder_tokens_per_item = 0;
+    Count encoder_outputs;
     std::uint64_t cache_layers = 0;  ///< the attention layers, which keep a KV cache
     /// Mamba layers keep no cache but a state per sequence, whatever its length: the convolution's
     /// last d_conv inputs (bf16) and the scan's d_inner x d_state state (fp32), d_inner split
@@ -167,6 +175,12 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
         throw error("LoRA adapters are modelled on dense attention and MLP layers: " + m.name +
                     " has " + (m.any_moe() ? "experts" : "Mamba layers"));
     if (s.max_loras > 0) detail::require_positive("max lora rank", s.max_lora_rank);
+    if (s.images.any() && !m.vision.enabled())
+        throw error("images " + std::to_string(s.images.images) + ": " + m.name +
+                    " has no vision tower");
+    if (s.images.any() && m.vision.image_size == 0 && (s.images.width == 0 || s.images.height == 0))
+        throw error("images " + std::to_string(s.images.images) +
+                    " need the largest one's size in pixels (--image-size WIDTHxHEIGHT)");
     if (!s.draft) return;
     // vLLM's SpeculativeConfig refuses a draft of another vocabulary (out-of-bounds token ids).
     if (mamba(*s.draft))
@@ -364,12 +378,56 @@ inline Count total_bytes(const std::vector<TensorRun>& runs) {
     return out;
 }
 
+/// The vision encoder's pass before a prefill, as vLLM budgets it (encoder_cache_manager.py's
+/// compute_encoder_budget, gpu_model_runner.py's profile_run; read, not measured): as many of the
+/// largest images as `budget` tokens need, at least one, at most `sequences` x images per prompt,
+/// encoded at once; their outputs, the language model's width in bf16, stay cached while the
+/// language model's forward runs. The tower's forward: memcalc's block over their patches, whole
+/// on every rank (vLLM splits some towers: leaning high).
+struct EncoderPass {
+    std::uint64_t items = 0, tokens_per_item = 0;
+    Count outputs;                       ///< bytes
+    std::vector<TensorRun> temporaries;  ///< the stream and a block's largest, no logits
+};
+
+inline EncoderPass encoder_pass(const Architecture& m, const ImageInput& images,
+                                std::uint64_t budget, std::uint64_t sequences) {
+    const VisionTower& v = m.vision;
+    const std::uint64_t patches = v.patches(images.width, images.height);
+    EncoderPass e;
+    e.tokens_per_item = patches / (v.merge * v.merge);
+    const std::uint64_t needed = budget / e.tokens_per_item + (budget % e.tokens_per_item != 0);
+    const std::uint64_t most =
+        sequences > needed / images.images ? needed : sequences * images.images;
+    e.items = std::min(needed, most);
+    e.outputs = Count(e.items) * e.tokens_per_item * v.out_hidden * dtype::bf16;
+    e.temporaries =
+        forward_temporaries(tower_block(v, patches), (Count(e.items) * patches).value(), 0, 1);
+    e.temporaries.resize(2);
+    return e;
+}
+
+/// `model`'s forward temporaries after the encoder's pass: its outputs first, then the larger of
+/// the tower's temporaries and the model's (the tower's are freed before the model runs).
+inline std::vector<TensorRun> after_encoder(std::vector<TensorRun> model, const EncoderPass& e) {
+    std::vector<TensorRun> runs{{e.outputs, 1}};
+    const auto& larger = total_bytes(e.temporaries) > total_bytes(model) ? e.temporaries : model;
+    runs.insert(runs.end(), larger.begin(), larger.end());
+    return runs;
+}
+
 /// A prefill chunk's temporaries: a batch whose tokens pass a chunk fills it (the product is not
-/// formed, so never wraps).
+/// formed, so never wraps); with images, the encoder's pass of the chunk's before it.
 inline void serve_activations(const Architecture& m, const ServeSettings& s, ServeReport& r) {
     const std::uint64_t chunk = s.prefill_chunk;
     r.prefill_tokens = s.batch > chunk / s.context ? chunk : s.batch * s.context;
     r.prefill_tensors = forward_temporaries(m, r.prefill_tokens, s.batch, s.tp);
+    if (s.images.any()) {
+        const EncoderPass e = encoder_pass(m, s.images, chunk, s.batch);
+        r.encoder_items = e.items, r.encoder_tokens_per_item = e.tokens_per_item;
+        r.encoder_outputs = e.outputs;
+        r.prefill_tensors = after_encoder(std::move(r.prefill_tensors), e);
+    }
     r.activations = total_bytes(r.prefill_tensors);
 }
 }  // namespace detail
