@@ -1174,6 +1174,20 @@ json gemma3_text_keys(const json& text) {
     return keys;
 }
 
+/// The keys the language model's reader takes: a nested text_config (Gemma 3's with
+/// Gemma3TextConfig's defaults under it, Llama 4's as it is), a vision-language config's
+/// text_config over its top level, or none: the top level itself.
+std::optional<json> language_model_json(const std::string& type, const json& document,
+                                        const JsonReader& in, bool tower) {
+    const bool nested = type == "gemma3" || type == "llama4";
+    if (nested && !is_object_at(document, "text_config"))
+        in.fail("model_type " + type + " needs its language model's keys in a text_config object");
+    if (type == "gemma3") return gemma3_text_keys(document.at("text_config"));
+    if (nested) return document.at("text_config");
+    if (tower) return language_model_keys(document);
+    return std::nullopt;
+}
+
 std::optional<std::string> unmodelled_reason(const std::string& type) {
     static const std::pair<const char*, const char*> types[] = {
         {"falcon_h1",
@@ -1210,19 +1224,8 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin,
     ModelFile file;
     file.architecture.name = default_name;
     const VisionLanguage* tower = vision_language(type);
-    // A multimodal config nests its language model's keys (Gemma 3's and Llama 4's text_config).
-    const bool nested = type == "gemma3" || type == "llama4";
-    if (nested && !is_object_at(document, "text_config"))
-        in.fail("model_type " + type + " needs its language model's keys in a text_config object");
-    json merged;  // a vision-language config's text_config over its top level
-    if (type == "gemma3")
-        merged = gemma3_text_keys(document.at("text_config"));
-    else if (tower != nullptr)
-        merged = language_model_keys(document);
-    family->second(nested ? JsonReader(type == "gemma3" ? merged : document.at("text_config"),
-                                       origin + " (text_config)")
-                   : tower ? JsonReader(merged, origin + " (text_config)")
-                           : in,
+    const std::optional<json> language = language_model_json(type, document, in, tower != nullptr);
+    family->second(language ? JsonReader(*language, origin + " (text_config)") : in,
                    file.architecture);
     if (tower != nullptr) {
         if (!is_object_at(document, "vision_config"))
@@ -1238,7 +1241,7 @@ ModelFile parse_hf_config(std::string_view text, const std::string& origin,
     }
     file.notes = import_notes(type, in, file.architecture);
     file.description = "imported from " + origin + " (model_type " + type +
-                       (nested ? ", text_config: the language model alone" : "") + ")";
+                       (language && !tower ? ", text_config: the language model alone" : "") + ")";
     for (const std::string& note : file.notes) file.description += "; " + note;
     return file;
 }

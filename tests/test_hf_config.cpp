@@ -226,9 +226,10 @@ TEST_CASE(
     const json nested = {{"model_type", "llama4"},
                          {"text_config", maverick},
                          {"vision_config", {{"hidden_size", 1408}}}};
-    CHECK(parameter_table(cli::parse_hf_config(nested.dump(), "l.json", "l").architecture)
-              .total()
-              .value() == 400711848960ULL);
+    const cli::ModelFile multimodal = cli::parse_hf_config(nested.dump(), "l.json", "l");
+    CHECK(parameter_table(multimodal.architecture).total().value() == 400711848960ULL);
+    CHECK(multimodal.description.find("text_config: the language model alone") !=
+          std::string::npos);
 }
 
 TEST_CASE("family quirks come through the importer", "[hf_config]") {

@@ -807,7 +807,7 @@ TEST_CASE("serving images: a tower of any size needs the largest image's; text m
     const Architecture qwen = config_named("qwen2.5-vl-7b-instruct.json");
     ServeSettings s = at(8192, 4);
     s.images = {2, 0, 0};
-    CHECK_THROWS_WITH(serve(qwen, s), Catch::Contains("need the largest one's size in pixels"));
+    CHECK_THROWS_WITH(serve(qwen, s), Catch::Contains("need their size in pixels"));
     s.images = {2, 1344, 1344};  // 96 x 96 patches, 48 x 48 merged tokens
     const ServeReport r = serve(qwen, s);
     CHECK(r.encoder_tokens_per_item == 2304);

@@ -217,7 +217,9 @@ TEST_CASE("Gemma 3: SigLIP's tower and the pooled projector, counted and run", "
          {"gemma-3-12b-it.json", 3840, 12187325040u},
          {"gemma-3-27b-it.json", 5376, 27432406640u}}));
     CAPTURE(config);
-    const Architecture m = cli::load_hf_config(vl_configs + config).architecture;
+    const cli::ModelFile file = cli::load_hf_config(vl_configs + config);
+    CHECK(file.description.find("the language model alone") == std::string::npos);
+    const Architecture& m = file.architecture;
     const VisionTower& v = m.vision;
     CHECK(v.merge == 4);  // 64 x 64 patches pooled to 16 x 16 tokens
     CHECK(v.out_hidden == hidden);
@@ -243,8 +245,23 @@ TEST_CASE("Gemma 3's images: the tower's blocks, its post-norm and projector row
     const LayerActivations block = architecture_layer(tower_block(m.vision, 4096), 4096, images,
                                                       Precision(DType::bf16), Attention::flash);
     const Count pixels = n * 588 * 4, cast = n * 588 * 2, tower = block.total() * 27;
-    const Count projector = n * 1152 * 2 + n * 2 * 4 + tokens * 1152 * (2 * 4 + 2);
+    // The post-LayerNorm's input and fp32 statistics, the average pool's contiguous input, the
+    // pooled RMSNorm's fp32 input, 1/rms and fp32 output (Gemma's), the projection's input.
+    const Count projector = n * 1152 * 2 + n * 2 * 4 + n * 1152 * 2 + tokens * 1152 * 4 +
+                            tokens * 4 + tokens * 1152 * 4 + tokens * 1152 * 2;
     CHECK(input_side(Estimator(m).estimate(s)) == none + pixels + cast + tower + projector);
+    // Before torch 2.2 the RMSNorm's mean keeps x^2 in fp32 too (the kernel facts' row).
+    s.framework.torch = TorchVersion::v1_13;
+    const Count none_113 = [&] {
+        Settings text = s;
+        text.images = {};
+        return input_side(Estimator(m).estimate(text));
+    }();
+    const LayerActivations block_113 =
+        architecture_layer(tower_block(m.vision, 4096), 4096, images, Precision(DType::bf16),
+                           Attention::flash, Runtime(Platform::cuda, TorchVersion::v1_13));
+    CHECK(input_side(Estimator(m).estimate(s)) ==
+          none_113 + pixels + cast + block_113.total() * 27 + projector + tokens * 1152 * 4);
     // q, k and v apart (SigLIP's), one storage of their input either way.
     CHECK_FALSE(tower_block(m.vision, 4096).fused_qkv);
 }

@@ -401,16 +401,8 @@ private:
 
     /// A micro-batch's images need a tower to run through, a size, and the input side's tables.
     void check_images(const Settings& settings) const {
-        const ImageInput& in = settings.images;
-        if (!in.any()) return;
-        if (!model_.vision.enabled())
-            throw error("images " + std::to_string(in.images) + ": " + model_name(model_) +
-                        " has no vision tower");
-        if ((in.width == 0 || in.height == 0) && model_.vision.image_size == 0)
-            throw error("images " + std::to_string(in.images) +
-                        " need their size in pixels (--image-size WIDTHxHEIGHT): " +
-                        model_name(model_) + "'s tower takes each at its own size");
-        if (settings.activations != ActivationModel::architecture)
+        memcalc::check_images(model_, settings.images);
+        if (settings.images.any() && settings.activations != ActivationModel::architecture)
             throw error(
                 "images need the architecture activation model (--activations "
                 "architecture): the tower's tensors are its blocks' rows");

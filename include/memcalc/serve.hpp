@@ -175,12 +175,7 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
         throw error("LoRA adapters are modelled on dense attention and MLP layers: " + m.name +
                     " has " + (m.any_moe() ? "experts" : "Mamba layers"));
     if (s.max_loras > 0) detail::require_positive("max lora rank", s.max_lora_rank);
-    if (s.images.any() && !m.vision.enabled())
-        throw error("images " + std::to_string(s.images.images) + ": " + m.name +
-                    " has no vision tower");
-    if (s.images.any() && m.vision.image_size == 0 && (s.images.width == 0 || s.images.height == 0))
-        throw error("images " + std::to_string(s.images.images) +
-                    " need the largest one's size in pixels (--image-size WIDTHxHEIGHT)");
+    check_images(m, s.images);  // the largest image's size, where the tower takes any
     if (!s.draft) return;
     // vLLM's SpeculativeConfig refuses a draft of another vocabulary (out-of-bounds token ids).
     if (mamba(*s.draft))

@@ -21,6 +21,19 @@ struct ImageInput {
     bool any() const { return images > 0; }
 };
 
+/// Throws where `in`'s images cannot run through `m`: it has no tower, or the tower takes each at
+/// its own size and none is given.
+inline void check_images(const Architecture& m, const ImageInput& in) {
+    if (!in.any()) return;
+    if (!m.vision.enabled())
+        throw error("images " + std::to_string(in.images) + ": " + model_name(m) +
+                    " has no vision tower");
+    if ((in.width == 0 || in.height == 0) && m.vision.image_size == 0)
+        throw error("images " + std::to_string(in.images) +
+                    " need their size in pixels (--image-size WIDTHxHEIGHT): " + model_name(m) +
+                    "'s tower takes each at its own size");
+}
+
 /// The tower's patches of one image (VisionTower::patches).
 inline std::uint64_t patches_per_image(const VisionTower& v, const ImageInput& in) {
     return v.patches(in.width, in.height);
@@ -42,21 +55,37 @@ inline Architecture tower_block(const VisionTower& v, std::uint64_t patches) {
     return m;
 }
 
-/// Gemma 3's projector (Gemma3MultiModalProjector, read from its code, not measured): the tower's
-/// post-LayerNorm keeps its input and each patch's mean and 1/std; the average pool keeps nothing;
-/// the pooled tokens' RMSNorm keeps its fp32 input and output, the projection its input.
-inline void projector_rows(detail::TableBuilder& t, const VisionTower& v, std::uint64_t per_image,
-                           std::uint64_t images, std::uint64_t d) {
+/// `rows` on the input side: whole on every tensor-parallel rank (the tower is not split), each
+/// `copies` times.
+inline void add_per_patch(detail::TableBuilder& t, const std::vector<SavedTensor>& rows,
+                          std::uint64_t copies, const std::string& prefix = "") {
     constexpr Shape per_patch{"n_img", ActivationSplit::replicated};
-    const Count patches = Count(per_image) * images,
-                tokens = Count(per_image / (v.merge * v.merge)) * images;
-    t.add("vision post-LayerNorm", "its input", "its backward", per_patch, patches * v.hidden, d);
-    t.add("vision post-LayerNorm", "each patch's mean and 1/std (fp32)", "its backward", per_patch,
-          patches * 2, 4);
-    t.add("vision projector", "the RMSNorm's fp32 input and output", "their backward", per_patch,
-          tokens * v.hidden, 4, Keep::always, 2);
-    t.add("vision projector", "the projection's input", "the weight's gradient", per_patch,
-          tokens * v.hidden, d);
+    for (const SavedTensor& row : rows)
+        t.add(Label(prefix + std::string(row.op)), Label(std::string(row.tensor)),
+              Label(std::string(row.why)), per_patch, row.elements, row.bytes_per_element,
+              Keep::always, copies);
+}
+
+/// Gemma 3's projector (Gemma3MultiModalProjector) after SigLIP's post-LayerNorm, written by the
+/// layers' norm rows (their kernel and version facts): the LayerNorm's; the average pool keeps its
+/// input, a contiguous copy of the patches (avg_pool2d's backward reads it: measured with torch
+/// 1.13's autograd); the pooled tokens' RMSNorm, scaled in fp32 (Gemma's); the projection's input.
+inline void projector_rows(detail::TableBuilder& t, const VisionTower& v, const ImageInput& in,
+                           Precision precision, Runtime runtime) {
+    const std::uint64_t n = patches_per_image(v, in);
+    const Architecture m = tower_block(v, n);
+    const detail::Sizes z(m, n, in.images, precision, runtime);
+    const Count tokens = Count(n / (v.merge * v.merge)) * in.images;
+    std::vector<SavedTensor> rows;
+    detail::TableBuilder own(rows);
+    detail::norm_rows(own, m, z, "vision post-norm");
+    own.add("vision projector: average pool", "its input, the patches made contiguous",
+            "avg_pool2d's backward reads its input", shape::sbh, z.sbh, z.d);
+    detail::rmsnorm_rows(own, z, "vision projector", shape::sbh, tokens * v.hidden, shape::sb,
+                         tokens, "token", z.d, true);
+    own.add("vision projector: projection", "its input", "the weight's gradient", shape::sbh,
+            tokens * v.hidden, z.d);
+    add_per_patch(t, rows, 1);
 }
 
 /// The rows a micro-batch's images add on the input side under `mode`; `trains`: the tower's
@@ -84,13 +113,10 @@ inline std::vector<SavedTensor> image_rows(const VisionTower& v, const ImageInpu
               per_patch, patches * pixels, d);
         const LayerActivations block =
             architecture_layer(tower_block(v, n), n, in.images, precision, attention, runtime);
-        for (const SavedTensor& row : block.rows)  // each block's, D of them
-            t.add(Label("vision tower: " + std::string(row.op)), Label(std::string(row.tensor)),
-                  Label(std::string(row.why)), Shape{per_patch.symbol, per_patch.split},
-                  row.elements, row.bytes_per_element, Keep::always, v.depth);
+        add_per_patch(t, block.rows, v.depth, "vision tower: ");  // each block's, D of them
     }
     if (v.pooled_projector) {
-        projector_rows(t, v, n, in.images, d);
+        projector_rows(t, v, in, precision, runtime);
         return rows;
     }
     // Each merger (and deepstack merger): its norm's fp32 input; the normalised patches, fc1's
