@@ -146,13 +146,17 @@ ArchitectureNeed architecture_need(const TrainingStepOptions& q, const Settings&
                                                         : from_profile + " (--platform cpu)",
                 "Korthikanti's formula has no kernels to choose"};
     const RecipeOptions& recipe = q.recipe;
-    if (settings.recipe.autocast || settings.recipe.linears)
-        return {recipe.recipe_file.empty() ? "--recipe " + recipe.recipe
-                                           : "--recipe-file " + recipe.recipe_file,
-                fmt::format("{} several dtypes, which Korthikanti's formula cannot tell apart",
-                            settings.recipe.autocast
-                                ? "autocast gives a layer's tensors"
-                                : "its narrow linear layers give a layer's tensors")};
+    if (settings.recipe.autocast || settings.recipe.linears || settings.recipe.casts)
+        return {
+            recipe.recipe_file.empty() ? "--recipe " + recipe.recipe
+                                       : "--recipe-file " + recipe.recipe_file,
+            settings.recipe.casts
+                ? std::string("its linear layers' casts are each linear's temporaries, which "
+                              "Korthikanti's formula does not list")
+                : fmt::format("{} several dtypes, which Korthikanti's formula cannot tell apart",
+                              settings.recipe.autocast
+                                  ? "autocast gives a layer's tensors"
+                                  : "its narrow linear layers give a layer's tensors")};
     if (f.loss == LossKernel::chunked || f.loss == LossKernel::fused_linear)
         return {q.framework.framework.count("loss")
                     ? "--loss " + std::string(loss_kernel_name(f.loss))

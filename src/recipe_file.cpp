@@ -13,9 +13,9 @@ namespace memcalc::cli {
 
 namespace {
 
-const std::vector<std::string> recipe_keys = {"name",     "description", "weights",   "gradients",
-                                              "master",   "activations", "optimizer", "state",
-                                              "autocast", "linears"};
+const std::vector<std::string> recipe_keys = {"name",     "description", "weights",     "gradients",
+                                              "master",   "activations", "optimizer",   "state",
+                                              "autocast", "linears",     "linear_casts"};
 /// What the listing derives from the keys above: accepted, and checked against them.
 const std::vector<std::string> derived_keys = {
     "weight_bytes",     "gradient_bytes",      "master_bytes",  "optimizer_bytes",
@@ -27,6 +27,26 @@ std::map<std::string, DType> dtype_choices() {
         if (bytes_per_element(row.dtype) != 0)
             choices.emplace(row.name, row.dtype);  // whole bytes: computed in
     return choices;
+}
+
+/// The recipe's linears: Transformer Engine's narrow ones, or casting ones (torchao's).
+void read_linears(const JsonReader& in, Recipe& r, const std::map<std::string, DType>& dtypes) {
+    // Narrow linears as Transformer Engine runs them: a cast of each weight and of its transpose.
+    if (in.has("linears"))
+        r.linears = NarrowLinears{in.choice_or<DType>("linears", dtypes, DType::fp8_e4m3), 2};
+    if (r.linears && bytes_per_element(r.linears->dtype) >= r.activation_bytes())
+        in.fail(std::string("linears is ") + dtype_name(r.linears->dtype) +
+                ", not narrower than the activations (" + dtype_name(r.activations) + ")");
+    if (r.linears && r.autocast) in.fail("a recipe with linears cannot also run under autocast");
+    if (in.has("linear_casts")) {
+        std::map<std::string, const LinearCasts*> casts;
+        for (const auto& row : linear_cast_rows) casts.emplace(std::string(row.key), &row);
+        r.casts = in.choice_or<const LinearCasts*>("linear_casts", casts, nullptr);
+    }
+    if (r.casts != nullptr && (r.linears || r.autocast))
+        in.fail(
+            "a recipe with linear_casts keeps its linears' inputs as they came: no linears "
+            "or autocast beside it");
 }
 
 }  // namespace
@@ -57,13 +77,7 @@ Recipe parse_recipe_json(std::string_view text, const std::string& origin) {
     if (r.name.empty()) in.fail("name must not be empty");
     if (in.has("master")) r.master = in.choice_or<DType>("master", dtypes, DType::fp32);
     if (in.has("autocast")) r.autocast = in.flag_or("autocast", false);
-    // Narrow linears as Transformer Engine runs them: a cast of each weight and of its transpose.
-    if (in.has("linears"))
-        r.linears = NarrowLinears{in.choice_or<DType>("linears", dtypes, DType::fp8_e4m3), 2};
-    if (r.linears && bytes_per_element(r.linears->dtype) >= r.activation_bytes())
-        in.fail(std::string("linears is ") + dtype_name(r.linears->dtype) +
-                ", not narrower than the activations (" + dtype_name(r.activations) + ")");
-    if (r.linears && r.autocast) in.fail("a recipe with linears cannot also run under autocast");
+    read_linears(in, r, dtypes);
 
     // null where the optimiser's state is counted tensor by tensor; the rule says how.
     const auto number = [](std::optional<std::uint64_t> n) {

@@ -42,12 +42,15 @@ TEST_CASE("every listed recipe reads back as itself, byte counts checked", "[rec
         CHECK(read.state == builtin.state);
         CHECK(read.autocast == builtin.autocast);
         CHECK(read.linears.has_value() == builtin.linears.has_value());
+        CHECK(read.casts == builtin.casts);
         CHECK(read.bytes_per_parameter() == builtin.bytes_per_parameter());
         // The same estimate, to the byte.
         Architecture m;
         m.hidden = 1024, m.layers = 8, m.heads = 16, m.ffn = 4096, m.vocab = 32000;
         Settings a, b;
         a.seq = b.seq = 2048, a.recipe = builtin, b.recipe = read;
+        if (builtin.casts != nullptr && builtin.casts->gathered_weight_bytes != 0)
+            a.parallel.zero = b.parallel.zero = 3;  // it gathers under FSDP alone
         CHECK(estimate(m, a).peak_step().bytes.total() == estimate(m, b).peak_step().bytes.total());
     }
 }
@@ -77,6 +80,7 @@ TEST_CASE("every bad recipe file gets one message naming the key and the value",
         Case{recipe_with("weights", "\"bf61\""), "did you mean 'bf16'"},
         Case{recipe_with("weights", "\"nf4\""),
              "(got 'nf4')"},  // stored only: never a computed dtype
+        Case{recipe_with("linear_casts", "\"torchao-fp8\""), "linear_casts must be one of"},
         Case{recipe_with("optimizer", "\"adamw8\""),
              "optimizer must be one of adafactor, adam, adam-8bit, lion, muon, sgd-momentum (got "
              "'adamw8')"},

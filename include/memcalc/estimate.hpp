@@ -206,6 +206,29 @@ inline void validate_tuning(const FineTuning& f, ActivationModel activations,
         throw error(std::string("training ") + training_name(f.mode) + " with recipe " +
                     std::string(recipe.name) +
                     ": adapters beside narrow (fp8) linears are not modelled");
+    if (recipe.casts != nullptr)
+        throw error(std::string("training ") + training_name(f.mode) + " with recipe " +
+                    std::string(recipe.name) + ": frozen or adapted " +
+                    std::string(recipe.casts->name) + " linears are not modelled");
+}
+
+/// Throws where a recipe's casting linears (torchao's) meet layers whose linears are not each a
+/// table step: experts (torchao trains them with grouped GEMMs of its own), latent attention, and
+/// state-space mixers (their out_proj).
+inline void validate_casts(const Architecture& m, const Recipe& r, const Parallelism& p) {
+    if (r.casts == nullptr) return;
+    if (r.casts->gathered_weight_bytes != 0 && p.zero < 3)
+        throw error("recipe " + std::string(r.name) +
+                    " gathers the weights in float8, which needs --zero 3 (FSDP); zero is " +
+                    std::to_string(p.zero));
+    const bool stepped = !m.mla.enabled() && m.every_kind([](const Architecture& v) {
+        return !v.is_moe() && !state_space(v.mixer);
+    });
+    if (!stepped)
+        throw error("recipe " + std::string(r.name) + ": " + std::string(r.casts->name) +
+                    " linears in " + m.name +
+                    "'s layers (experts, latent attention or a state-space mixer) are not "
+                    "modelled");
 }
 
 }  // namespace detail
@@ -450,6 +473,7 @@ private:
                         "partial sums and "
                         "reduce-scatter outputs");
         detail::validate_modules(model_, settings);
+        detail::validate_casts(model_, settings.recipe, settings.parallel);
     }
 
     /// The checks every estimate makes before it counts, in the order it makes them.

@@ -11,6 +11,7 @@
 
 #include "memcalc/dtype.hpp"
 #include "memcalc/error.hpp"
+#include "memcalc/linear_casts.hpp"
 #include "memcalc/optimizer.hpp"
 #include "memcalc/units.hpp"
 
@@ -25,14 +26,19 @@ struct Precision {
     /// The dtype the linear layers save their inputs in, where narrower than `compute`
     /// (NarrowLinears).
     std::optional<DType> linear_inputs;
+    /// The casts the linear layers make in each pass, where they keep their inputs as they came
+    /// (torchao's float8 and MXFP8); none: plain linears.
+    const LinearCasts* linear_casts = nullptr;
 
     Precision(DType one) : compute(one), stream(one) {}  // one dtype throughout: no autocast
     Precision(DType compute_dtype, DType stream_dtype, bool under_autocast,
-              std::optional<DType> linear_input_dtype = std::nullopt)
+              std::optional<DType> linear_input_dtype = std::nullopt,
+              const LinearCasts* casts = nullptr)
         : compute(compute_dtype),
           stream(stream_dtype),
           autocast(under_autocast),
-          linear_inputs(linear_input_dtype) {}
+          linear_inputs(linear_input_dtype),
+          linear_casts(casts) {}
 };
 
 /// Linear layers computed in a narrower dtype than the activations, as Transformer Engine's fp8
@@ -64,13 +70,17 @@ struct Recipe {
     /// The layers' linear layers run in a narrower dtype (fp8): their saved inputs and weight
     /// casts.
     std::optional<NarrowLinears> linears = std::nullopt;
+    /// The layers' linear layers keep their inputs in the compute dtype and cast them, and their
+    /// weights and output gradients, in each pass (torchao): those casts as each pass's
+    /// temporaries.
+    const LinearCasts* casts = nullptr;
 
     /// The dtype of the residual stream and the norms: the weights' under autocast, else the
     /// activations'.
     DType stream() const { return autocast ? weights : activations; }
     Precision precision() const {
         return {activations, stream(), autocast,
-                linears ? std::optional<DType>(linears->dtype) : std::nullopt};
+                linears ? std::optional<DType>(linears->dtype) : std::nullopt, casts};
     }
     std::uint64_t weight_bytes() const { return bytes_per_element(weights); }
     std::uint64_t gradient_bytes() const { return bytes_per_element(gradients); }
@@ -109,9 +119,14 @@ inline constexpr DType bf16 = DType::bf16, fp32 = DType::fp32;
 inline constexpr std::optional<DType> none = std::nullopt;
 /// Transformer Engine's fp8 on Hopper: E4M3 forward tensors, a weight cast and its transpose.
 inline constexpr NarrowLinears te_fp8{DType::fp8_e4m3, 2};
+inline constexpr std::nullopt_t no_narrow = std::nullopt;
+inline constexpr const LinearCasts* tensorwise = &linear_cast_rows[0];
+inline constexpr const LinearCasts* rowwise = &linear_cast_rows[1];
+inline constexpr const LinearCasts* mxfp8 = &linear_cast_rows[2];
+inline constexpr const LinearCasts* gathered = &linear_cast_rows[3];
 }  // namespace recipe_table
 
-inline constexpr std::array<Recipe, 12> recipes = [] {
+inline constexpr std::array<Recipe, 12> plain_recipes = [] {
     using namespace recipe_table;
     return std::array<Recipe, 12>{{
         // clang-format off
@@ -162,6 +177,37 @@ inline constexpr std::array<Recipe, 12> recipes = [] {
          "bf16", false, te_fp8},
         // clang-format on
     }};
+}();
+
+/// Recipes whose linears cast in each pass (linear_casts.hpp), beside mixed-precision Adam.
+inline constexpr std::array<Recipe, 4> casting_recipes = [] {
+    using namespace recipe_table;
+    return std::array<Recipe, 4>{{
+        // clang-format off
+        {"float8-tensorwise",     bf16,  bf16, fp32,  bf16,  adam,         fp32,
+         "torchao float8, tensorwise (torchtitan's float8 converter), beside mixed-precision Adam: "
+         "bf16 inputs kept, each linear's float8 casts its temporaries", false, no_narrow,
+         tensorwise},
+        {"float8-rowwise",        bf16,  bf16, fp32,  bf16,  adam,         fp32,
+         "torchao float8, rowwise, beside mixed-precision Adam: as float8-tensorwise, a scale a "
+         "row, eagerly fp32 products of the scales", false, no_narrow, rowwise},
+        {"mxfp8",                 bf16,  bf16, fp32,  bf16,  adam,         fp32,
+         "torchao MXFP8 (Blackwell), beside mixed-precision Adam: bf16 inputs kept, each linear's "
+         "casts with an E8M0 scale per 32 its temporaries", false, no_narrow, mxfp8},
+        {"float8-all-gather",     bf16,  bf16, fp32,  bf16,  adam,         fp32,
+         "float8-tensorwise under --zero 3 with FSDP2's float8 all-gather: weights gathered in "
+         "float8 (1 B), no weight casts", false, no_narrow, gathered},
+        // clang-format on
+    }};
+}();
+
+/// Every built-in recipe: the plain ones, then the casting ones.
+inline constexpr std::array<Recipe, 16> recipes = [] {
+    std::array<Recipe, 16> all{};
+    for (std::size_t i = 0; i < plain_recipes.size(); ++i) all[i] = plain_recipes[i];
+    for (std::size_t i = 0; i < casting_recipes.size(); ++i)
+        all[plain_recipes.size() + i] = casting_recipes[i];
+    return all;
 }();
 
 inline constexpr std::string_view default_recipe = "mixed-adam";

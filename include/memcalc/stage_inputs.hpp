@@ -55,13 +55,24 @@ inline void set_stage_state(TimelineInputs& in, const Workload& w, const Paralle
     }
 }
 
+/// A layer of kind `k`'s weights as ZeRO-3 gathers them: FSDP2's float8 all-gather gathers its
+/// linears' in float8 (LinearCasts::gathered_weight_bytes).
+inline Count gathered_layer_bytes(const Workload& w, const Parallelism& p, const StageFacts& f,
+                                  std::size_t k) {
+    const LinearCasts* casts = w.recipe.casts;
+    if (casts == nullptr || casts->gathered_weight_bytes == 0) return f.layer_weight_bytes[k];
+    const Count linear = w.parameters->linear_weights[k].on_rank(p, w.model.vocab);
+    return Count(f.layer_weight_bytes[k].value() -
+                 (linear * (w.recipe.weight_bytes() - casts->gathered_weight_bytes)).value());
+}
+
 /// The most one layer holds, over the kinds a stage runs.
 struct LayerMaxima {
     Count kept;         ///< its kept activations, with the weights' casts it keeps
     Count kept_whole;   ///< the same of a layer that keeps every activation (partial recomputation)
     Count activations;  ///< its kept activations alone (either variant)
     Count copies;       ///< its weights' casts alone (either variant)
-    Count weights;      ///< its weights
+    Count weights;      ///< its weights, as ZeRO-3 gathers them
 };
 
 /// Each kind's kept and rebuilt activations, its weights' casts and what a deferred W reads of it;
@@ -95,7 +106,7 @@ inline LayerMaxima set_layer_holdings(TimelineInputs& in, const Workload& w, con
         most.activations =
             std::max({most.activations, in.layer[k].kept, in.not_recomputed[k].kept});
         most.copies = std::max({most.copies, copies, in.not_recomputed[k].weight_copies});
-        most.weights = std::max(most.weights, f.layer_weight_bytes[k]);
+        most.weights = std::max(most.weights, gathered_layer_bytes(w, p, f, k));
     }
     return most;
 }
@@ -285,7 +296,8 @@ inline void set_layer_work(TimelineInputs& in, const Workload& w, const Parallel
         // ZeRO-3 gathers each layer's full weights before its forward and its backward step: this
         // one's and the prefetched ones' (counted as the stage's largest kind).
         if (p.zero >= 3 && gathered > 0)
-            layer.gathered_weights = f.layer_weight_bytes[k] + Count(gathered - 1) * most_weights;
+            layer.gathered_weights =
+                gathered_layer_bytes(w, p, f, k) + Count(gathered - 1) * most_weights;
         layer.gradients =
             kept_gradients(p, Count(t.per_layer[k].value() - t.per_layer_experts[k].value()),
                            t.per_layer_experts[k]) *

@@ -64,8 +64,14 @@ CHUNKED_COMPILED = ("; --loss chunked is CEWithChunkedOutputLoss run eagerly (ev
                     "log-probabilities kept); compiled, its compute_cross_entropy keeps less")
 # torchtune's compile: each layer compiled (training.compile_model) and the loss's chunks.
 COMPILED_TUNE = COMPILE + "; the compiled loss is not modelled, so memcalc leans high"
-FP8 = ("float8 linears here are torchao's (Float8Linear casts per forward; float8 all-gather under FSDP), "
-       "not Transformer Engine's module buffers that memcalc's fp8 recipe counts: not modelled")
+# torchao's float8 linears (torchtitan's --model.converters float8): tensorwise unless the row says
+# rowwise; the weights gathered in float8 where the row says enable_fsdp_float8_all_gather.
+FLOAT8 = ["--recipe", "float8-tensorwise"]
+FLOAT8_GATHER = ["--recipe", "float8-all-gather"]
+FP8 = ("float8 linears are torchao's: --recipe float8-tensorwise (read from torchao v0.18, not "
+       "measured); whether FSDP gathered the weights in float8 is not stated: bf16 gathers, leaning high")
+FP8_GATHER = ("float8 linears are torchao's, the weights gathered in float8: --recipe float8-all-gather "
+              "(read from torchao v0.18, not measured)")
 SEQ_ASSUMED = "sequence not stated by the page: the llama3 toml's default 8192 is assumed"
 # Megatron's golden values, with its in-place loss modelled (--loss fp32-inplace): what is left short.
 MEGATRON_SHORT = ("not modelled: NCCL's and the distributed optimizer's buffers that the allocator "
@@ -130,56 +136,62 @@ ROWS = {
               "selective"] + TORCHTITAN_COMPILED, comparable=False,
         why=COMPILE + "; " + OP_SAC + "; " + SEQ_ASSUMED),
     "titan-l31-8b-fsdp8-sac-compile-fp8": dict(same_as="titan-l31-8b-fsdp8-sac-compile",
-        why=FP8 + "; " + COMPILE + "; " + OP_SAC),
+        extra_args=FLOAT8, why=FP8 + "; " + COMPILE + "; " + OP_SAC),
     "titan-l31-8b-fsdp8-cp1-32k": dict(
         args=["--preset", "llama-3-8b", "--seq", "32768", "-b", "1", "--dp", "8", "--recompute",
-              "full"] + TORCHTITAN_COMPILED, comparable=False, why=FP8 + "; " + COMPILE),
+              "full"] + TORCHTITAN_COMPILED + FLOAT8, comparable=False, why=FP8 + "; " + COMPILE),
     "titan-l31-8b-fsdp4-cp2-64k": dict(
         args=["--preset", "llama-3-8b", "--seq", "65536", "-b", "1", "--dp", "4", "--cp", "2",
-              "--recompute", "full"] + TORCHTITAN_COMPILED, comparable=False, why=FP8 + "; " + COMPILE),
+              "--recompute", "full"] + TORCHTITAN_COMPILED + FLOAT8, comparable=False,
+        why=FP8 + "; " + COMPILE),
     "titan-l31-8b-fsdp1-cp8-256k": dict(
         args=["--preset", "llama-3-8b", "--seq", "262144", "-b", "1", "--cp", "8", "--recompute",
-              "full"] + TORCHTITAN_COMPILED, comparable=False, why=FP8 + "; " + COMPILE),
+              "full"] + TORCHTITAN_COMPILED + FLOAT8, comparable=False, why=FP8 + "; " + COMPILE),
     "titan-l31-8b-fsdp128-sac": dict(
         args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "128", "--recompute",
               "selective"] + TORCHTITAN, comparable=False, why=OP_SAC + "; " + SEQ_ASSUMED),
     "titan-l31-70b-fsdp32-tp8": dict(
         args=["--preset", "llama-3-70b", "--seq", "8192", "-b", "16", "--tp", "8", "--sp", "--dp", "32",
-              "--recompute", "full"] + TORCHTITAN_COMPILED, comparable=False,
+              "--recompute", "full"] + TORCHTITAN_COMPILED + FLOAT8, comparable=False,
         why=FP8 + "; " + COMPILE + "; " + SEQ_ASSUMED),
     "titan-l31-70b-fsdp32-tp8-asynctp": dict(same_as="titan-l31-70b-fsdp32-tp8",
         why=FP8 + "; " + COMPILE + "; async TP's symmetric-memory buffers; " + SEQ_ASSUMED),
     "titan-l31-405b-3d-1f1b": dict(
         args=["--preset", "llama-3.1-405b", "--seq", "8192", "-b", "4", "--tp", "8", "--sp", "--pp", "8", "--first-stage-layers", "15", "--last-stage-layers", "15",
-              "--dp", "8", "--global-batch", "256", "--recompute", "full"] + TORCHTITAN_COMPILED, comparable=False,
+              "--dp", "8", "--global-batch", "256", "--recompute", "full"] + TORCHTITAN_COMPILED + FLOAT8,
+        comparable=False,
         why=FP8 + "; " + COMPILE + "; " + SEQ_ASSUMED + "; micro-batches not stated (8 of 4 assumed); the 126 layers split 15, 16 x 6, 15 (assumed)"),
     "titan-l31-405b-3d-interleaved": dict(
         args=["--preset", "llama-3.1-405b", "--seq", "8192", "-b", "4", "--tp", "8", "--sp", "--pp", "8", "--first-stage-layers", "15", "--last-stage-layers", "15",
-              "--dp", "8", "--global-batch", "256", "--recompute", "full"] + TORCHTITAN_COMPILED,
+              "--dp", "8", "--global-batch", "256", "--recompute", "full"] + TORCHTITAN_COMPILED + FLOAT8,
         comparable=False,
         why=FP8 + "; " + COMPILE + "; " + SEQ_ASSUMED + "; micro-batches and stages per rank not stated "
             "(8 of 4 assumed); memcalc cannot interleave 126 layers over 8 ranks (its chunks are even), so "
             "this is the 1F1B row's figure"),
     "titan-l31-405b-4d-cp1-32k": dict(
         args=["--preset", "llama-3.1-405b", "--seq", "32768", "-b", "1", "--tp", "8", "--sp", "--pp", "8", "--first-stage-layers", "15", "--last-stage-layers", "15",
-              "--dp", "8", "--global-batch", "64", "--recompute", "full"] + TORCHTITAN_COMPILED, comparable=False,
+              "--dp", "8", "--global-batch", "64", "--recompute", "full"] + TORCHTITAN_COMPILED + FLOAT8,
+        comparable=False,
         why=FP8 + "; " + COMPILE + "; micro-batches not stated (8 of 1 assumed); the 126 layers split 15, 16 x 6, 15 (assumed)"),
     "titan-l31-405b-4d-cp8-256k": dict(
         args=["--preset", "llama-3.1-405b", "--seq", "262144", "-b", "1", "--tp", "8", "--sp", "--pp", "8", "--first-stage-layers", "15", "--last-stage-layers", "15",
-              "--cp", "8", "--global-batch", "8", "--recompute", "full"] + TORCHTITAN_COMPILED, comparable=False,
+              "--cp", "8", "--global-batch", "8", "--recompute", "full"] + TORCHTITAN_COMPILED + FLOAT8,
+        comparable=False,
         why=FP8 + "; " + COMPILE + "; micro-batches not stated (8 of 1 assumed); the 126 layers split 15, 16 x 6, 15 (assumed)"),
     "titan-l31-8b-h200-32gpu-fp8": dict(
         args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "2", "--dp", "32", "--recompute",
-              "selective"] + TORCHTITAN_COMPILED, comparable=False,
-        why=FP8 + " (with float8 all-gather); " + COMPILE + "; " + OP_SAC + "; " + SEQ_ASSUMED),
+              "selective"] + TORCHTITAN_COMPILED + FLOAT8_GATHER, comparable=False,
+        why=FP8_GATHER + "; " + COMPILE + "; " + OP_SAC + "; " + SEQ_ASSUMED),
     # ---- torchao's float8 README (torchtitan runs; max reserved, in GiB though headed GB)
     "torchao-l3-8b-bf16-sac": dict(
         args=["--preset", "llama-3-8b", "--seq", "8192", "-b", "1", "--dp", "8", "--recompute",
               "selective"] + TORCHTITAN_COMPILED, comparable=False, why=COMPILE + "; " + OP_SAC, unit_bytes=2**30),
     "torchao-l3-8b-fp8-tensorwise-sac": dict(same_as="torchao-l3-8b-bf16-sac",
-        why=FP8 + " (float8 all-gather); " + COMPILE + "; " + OP_SAC),
+        extra_args=FLOAT8_GATHER, why=FP8_GATHER + "; " + COMPILE + "; " + OP_SAC),
     "torchao-l3-8b-fp8-rowwise-sac": dict(same_as="torchao-l3-8b-bf16-sac",
-        why=FP8 + " (rowwise); " + COMPILE + "; " + OP_SAC),
+        extra_args=["--recipe", "float8-rowwise"],
+        why=("float8 linears are torchao's, rowwise, the weights gathered in bf16: --recipe "
+             "float8-rowwise (read from torchao v0.18, not measured); ") + COMPILE + "; " + OP_SAC),
     # ---- torchtune README
     "torchtune-l31-8b-full-4090": dict(
         args=["--preset", "llama-3-8b", "--seq", "2048", "-b", "2", "--recompute", "full"]
@@ -245,6 +257,8 @@ def spec_of(row_id):
         base = dict(ROWS[spec.pop("same_as")])
         base.update(spec)
         spec = base
+    if "extra_args" in spec:  # the base row's command and these
+        spec["args"] = spec["args"] + spec.pop("extra_args")
     return spec
 
 

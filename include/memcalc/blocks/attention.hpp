@@ -69,6 +69,8 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
         if (z.narrow)  // beside the kernel's own copy
             projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1,
                                  output_projection(z), bit(Linear::o));
+        else
+            linear_casts_work(t, z, "output projection", z.sbv, output_projection(z));
         adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
     }
     // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query;

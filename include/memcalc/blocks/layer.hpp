@@ -200,6 +200,8 @@ private:
                                          .output_of_norm(input_is_norm_output));
             input_is_norm_output = input_is_norm_output && input_kept;
             input = input_row(input_kept);
+        } else {
+            linear_casts_work(t, mlp_sizes, first, z.sbh, first_out);
         }
         if (!input_is_norm_output)
             t.checkpoint_input("the norm's output", shape::sbh, z.sbh, z.s, true);

@@ -46,6 +46,29 @@ inline void after_linears(TableBuilder& t, const Sizes& z, const std::string& op
                            output, readers, stream);
 }
 
+/// A casting linear's temporaries (Sizes::casts, torchao's): its forward's and its backward's,
+/// each the peak of its pass's steps for the largest linear reading `elements` (the op's input),
+/// whose output is `output`. Counted whole on every rank: under tensor parallelism the weight's
+/// and the output's casts are a shard's (leans high).
+inline void linear_casts_work(TableBuilder& t, const Sizes& z, const std::string& op,
+                              Count elements, const LinearOutput& output) {
+    if (z.casts == nullptr) return;
+    if (output.elements == Count(0))
+        throw error(op + ": " + std::string(z.casts->name) + " linears here are not modelled");
+    const Count out = output.largest > Count(0) ? output.largest : output.elements;
+    const Count width_in = elements.value() / z.tokens.value();
+    const LinearOperands x{elements, width_in * (out.value() / z.tokens.value()), out, z.d,
+                           z.compiled};
+    const std::string casts = std::string(z.casts->name) + " casts";
+    const std::string formula = "its steps' peak: " + std::string(z.casts->format);
+    t.workspace_at(t.size(), false, op, casts + " of its input and weight, and its output", formula,
+                   cast_pass_peak(z.casts->forward, x), Linear::none, ActivationSplit::replicated);
+    t.workspace_at(t.size(), true, op + " backward",
+                   casts + " of its output's gradient, weight and input, and the input's gradient",
+                   formula, cast_pass_peak(z.casts->backward, x), output.weight,
+                   ActivationSplit::replicated);
+}
+
 /// A linear input in the compute dtype (the attention's output, the down projection's): kept while
 /// a reader's weight gets a gradient, or while an adapter reads it undropped; then what follows the
 /// linears.
@@ -59,6 +82,7 @@ inline void linear_input_row(TableBuilder& t, const Sizes& z, const std::string&
     if (kept)
         t.add(op, trained ? what : what + " (LoRA A's input)",
               "weight gradient = input^T x output gradient", shape, elements, z.d);
+    if (trained) linear_casts_work(t, z, op, elements, output);
     after_linears(t, z, op, readers, tokens, elements, shape, z.d, input_row(kept), output, stream);
 }
 
@@ -113,6 +137,7 @@ inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::str
     if (!z.autocast) {
         t.add(op, what, "weight gradient = input^T x output gradient", shape, elements, z.d,
               Keep::always, 1, facts);
+        linear_casts_work(t, z, op, elements, output);
         return true;
     }
     t.add(op,

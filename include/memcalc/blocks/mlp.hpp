@@ -56,7 +56,10 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
                                 const std::string& what, const Shape& shape, Count sbf,
                                 const LinearOutput& output, Linear down, bool dropped = false,
                                 bool recomputed = false) {
-    if (!recomputed) down_projection_input_row(t, z, prefix, what, shape, sbf, output, down);
+    if (!recomputed)
+        down_projection_input_row(t, z, prefix, what, shape, sbf, output, down);
+    else
+        linear_casts_work(t, z, prefix + "down projection", sbf, output);
     // Its backward: its input's gradient beside its own weight's, every row up to its input still
     // live. From the second micro-batch on that fresh gradient counts here, not at the weightless
     // ops around it (measured, peak_live.py: GPT-2, full recomputation, 2 micro-batches peaks at

@@ -30,6 +30,8 @@ struct Sizes {
     bool autocast;    ///< each matmul saves a copy of its input cast to the compute dtype
     /// Linear layers save their inputs cast once to this narrower dtype (Transformer Engine's fp8).
     std::optional<DType> narrow;
+    /// Linear layers keep their inputs as they came and cast them in each pass (torchao).
+    const LinearCasts* casts;
     const KernelFacts* kernels;  ///< the platform's (kernel_rows)
     const TorchFacts* torch;     ///< the PyTorch version's (torch_rows)
     /// Bytes per element of the copy a kernel that does not cast as it reads makes of a compute-
@@ -54,6 +56,7 @@ struct Sizes {
           s(bytes_per_element(p.stream)),
           autocast(p.autocast),
           narrow(p.linear_inputs),
+          casts(p.linear_casts),
           kernels(&kernels_of(where.platform)),
           torch(&torch_facts(where.torch)),
           upcast(!kernels->casts_on_read && s != d ? s : 0),
@@ -68,6 +71,7 @@ struct Sizes {
     Sizes wide_linears() const {
         Sizes wide = *this;
         wide.narrow.reset();
+        wide.casts = nullptr;
         return wide;
     }
 };
