@@ -193,6 +193,10 @@ Settings settings_from(const TrainingStepOptions& q, const std::string& format) 
     settings.tuning = parse_fine_tuning(q.training);
     settings.images = parse_images(q.step.images, q.step.image_size);
     const FrameworkProfile profile = framework_from(q.framework, settings.framework);
+    if (settings.recipe.casts != nullptr && format == "table")  // what its casts are read from
+        pending_notes().push_back(fmt::format("{}: {} casts as read from {} (not measured)",
+                                              settings.recipe.name, settings.recipe.casts->name,
+                                              settings.recipe.casts->source));
     if (settings.activations == ActivationModel::architecture) return settings;
     const ArchitectureNeed need = architecture_need(q, settings, profile);
     if (need.setting.empty()) return settings;

@@ -18,8 +18,8 @@ const std::vector<std::string> recipe_keys = {"name",     "description", "weight
                                               "autocast", "linears",     "linear_casts"};
 /// What the listing derives from the keys above: accepted, and checked against them.
 const std::vector<std::string> derived_keys = {
-    "weight_bytes",     "gradient_bytes",      "master_bytes",  "optimizer_bytes",
-    "activation_bytes", "bytes_per_parameter", "optimizer_rule"};
+    "weight_bytes",     "gradient_bytes",      "master_bytes",   "optimizer_bytes",
+    "activation_bytes", "bytes_per_parameter", "optimizer_rule", "linear_casts_source"};
 
 std::map<std::string, DType> dtype_choices() {
     std::map<std::string, DType> choices;
@@ -90,6 +90,8 @@ Recipe parse_recipe_json(std::string_view text, const std::string& origin) {
         {"optimizer_bytes", number(r.optimizer_bytes())},
         {"activation_bytes", r.activation_bytes()},
         {"bytes_per_parameter", number(r.bytes_per_parameter())},
+        {"linear_casts_source", r.casts == nullptr ? nlohmann::json(nullptr)
+                                                   : nlohmann::json(std::string(r.casts->source))},
         {"optimizer_rule", r.optimizer.rule.empty()
                                ? nlohmann::json(nullptr)
                                : nlohmann::json(std::string(r.optimizer.rule))}};

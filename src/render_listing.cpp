@@ -142,7 +142,8 @@ Listing recipes_listing() {
         // Narrow (fp8) linear layers: their dtype, as a --recipe-file's "linears" gives it.
         {"linears", ""},
         // Linear layers that cast in each pass (torchao's): as a --recipe-file's "linear_casts".
-        {"linear_casts", ""}};
+        {"linear_casts", ""},
+        {"linear_casts_source", ""}};
     l.table = {0, 2, 3, 4, 5, 7, 6, 14, 1};
     l.csv = {0, 2, 3, 4, 5, 6, 7, 14};
     const auto number = [](std::optional<std::uint64_t> n) {
@@ -154,15 +155,16 @@ Listing recipes_listing() {
         if (!r.optimizer.rule.empty()) rule = std::string(r.optimizer.rule);
         Listing::Cell linears;
         if (r.linears) linears = std::string(dtype_name(r.linears->dtype));
-        Listing::Cell casts;
-        if (r.casts != nullptr) casts = std::string(r.casts->key);
+        Listing::Cell casts, source;
+        if (r.casts != nullptr)
+            casts = std::string(r.casts->key), source = std::string(r.casts->source);
         l.rows.push_back({std::string(r.name), std::string(r.description), r.weight_bytes(),
                           r.gradient_bytes(), r.master_bytes(), number(r.optimizer_bytes()),
                           r.activation_bytes(), number(r.bytes_per_parameter()),
                           std::string(dtype_name(r.weights)), std::string(dtype_name(r.gradients)),
                           master, std::string(dtype_name(r.activations)),
                           std::string(r.optimizer.name), std::string(dtype_name(r.state)), rule,
-                          r.autocast, linears, casts});
+                          r.autocast, linears, casts, source});
     }
     return l;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "fixtures.hpp"
+#include "run_program.hpp"
 #include "workspace_named.hpp"
 #include "memcalc/estimate.hpp"
 
@@ -170,4 +171,22 @@ TEST_CASE("FSDP2's float8 all-gather: the linears' weights gathered at 1 B, none
     s.parallel.zero = 1;
     CHECK_THROWS_WITH(Estimator(m).estimate(s),
                       Catch::Contains("needs --zero 3 (FSDP); zero is 1"));
+}
+
+TEST_CASE("a casting recipe through the program says what its casts are read from",
+          "[linear_casts][cli]") {
+    const auto table = testing::memcalc("--preset llama-7b --seq 512 --recipe float8-tensorwise");
+    CHECK(table.status == 0);
+    CHECK_THAT(table.err, Catch::Contains("float8-tensorwise: torchao float8, tensorwise casts as "
+                                          "read from torchao v0.18") &&
+                              Catch::Contains("(not measured)"));
+    const auto json = testing::memcalc(
+        "--preset llama-7b --seq 512 --recipe float8-tensorwise --activations architecture "
+        "--format json");
+    CHECK(json.status == 0);
+    CHECK(json.err.empty());  // a script's output says nothing on stderr
+    const auto refused = testing::memcalc("--preset llama-7b --seq 512 --recipe float8-all-gather");
+    CHECK(refused.status != 0);
+    CHECK(refused.out.empty());
+    CHECK_THAT(refused.err, Catch::Contains("needs --zero 3 (FSDP); zero is 0"));
 }
