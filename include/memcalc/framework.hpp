@@ -229,11 +229,11 @@ inline const auto framework_switches = std::make_tuple(
         "logits in the compute dtype, as nanoGPT calls it), fused (Liger's or Transformer\n"
         "Engine's kernel: the gradient written over the logits, nothing else kept),\n"
         "fp32-inplace (Megatron-LM's: an fp32 copy softmaxed in place, kept, its gradient\n"
-        "written over it), chunked (torchtune's CEWithChunkedOutputLoss, eager: the head and\n"
-        "the fp32 upcast a chunk of tokens at a time, --loss-chunks; eager log-softmax still\n"
-        "keeps every chunk's fp32 output) or fused-linear (Liger's fused linear cross-entropy:\n"
-        "no logits, a chunk of tokens' at a time; the hidden states' and the head's gradients\n"
-        "made in forward; over the whole vocabulary, whatever --tp)"},
+        "written over it), chunked (torchtune's CEWithChunkedOutputLoss: the head and the\n"
+        "fp32 upcast a chunk of tokens at a time, --loss-chunks; log-softmax still keeps every\n"
+        "chunk's fp32 output, eager or compiled by torch 1.13) or fused-linear (Liger's fused\n"
+        "linear cross-entropy: no logits, a chunk of tokens' at a time; the hidden states' and\n"
+        "the head's gradients made in forward; over the whole vocabulary, whatever --tp)"},
     Switch{"logits", "logits", &Framework::logits, std::array{LogitsLife::held, LogitsLife::freed},
            logits_life_name,
            "Whether the loop keeps the logits through backward: held (default: nanoGPT's\n"
