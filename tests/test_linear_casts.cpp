@@ -11,6 +11,7 @@
 #include "run_program.hpp"
 #include "workspace_named.hpp"
 #include "memcalc/estimate.hpp"
+#include "memcalc/plan.hpp"
 
 using namespace memcalc;
 
@@ -189,4 +190,19 @@ TEST_CASE("a casting recipe through the program says what its casts are read fro
     CHECK(refused.status != 0);
     CHECK(refused.out.empty());
     CHECK_THAT(refused.err, Catch::Contains("needs --zero 3 (FSDP); zero is 0"));
+}
+
+TEST_CASE("plan tries float8-all-gather under ZeRO-3 alone", "[linear_casts][plan]") {
+    PlanRequest request;
+    request.gpus = 8, request.capacity = 80000000000ULL, request.base.seq = 1024,
+    request.global_batch = 16;
+    request.base.activations = ActivationModel::architecture;
+    request.base.recipe = builtin_recipe("float8-all-gather");
+    const auto rows = plan(fixtures::llama_7b(), request);
+    REQUIRE_FALSE(rows.empty());
+    for (const auto& row : rows) {
+        CAPTURE(row.parallel.dp, row.parallel.tp, row.parallel.pp);
+        CHECK(row.parallel.zero == 3);
+        CHECK(row.parallel.dp > 1);
+    }
 }

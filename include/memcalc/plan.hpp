@@ -576,7 +576,10 @@ inline std::vector<std::uint64_t> divisors_among(const std::vector<std::uint64_t
 /// The ZeRO stages and offloads a layout of dp replicas tries, each handed to visit(zero, offload).
 template <class Visit>
 void for_each_state(const PlanRequest& request, std::uint64_t dp, Visit&& visit) {
-    for (unsigned zero = 0; zero <= 3; ++zero)
+    // A recipe that gathers its weights in float8 (FSDP2's) runs under ZeRO-3 alone.
+    const LinearCasts* casts = request.base.recipe.casts;
+    const unsigned least = casts != nullptr && casts->gathered_weight_bytes != 0 ? 3 : 0;
+    for (unsigned zero = least; zero <= 3; ++zero)
         for (Offload offload : {Offload::none, Offload::optimizer, Offload::parameters})
             for (bool activations : {false, true}) {
                 // dp 1: nothing to shard, so a pinned stage says nothing of it (its stage 0 stays)
