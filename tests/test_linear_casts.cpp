@@ -206,3 +206,13 @@ TEST_CASE("plan tries float8-all-gather under ZeRO-3 alone", "[linear_casts][pla
         CHECK(row.parallel.dp > 1);
     }
 }
+
+TEST_CASE("casting recipes refuse a fused q/k/v projection, whose output the tape counts as q's",
+          "[linear_casts][recipe]") {
+    Settings s;
+    s.seq = 512, s.activations = ActivationModel::architecture;
+    s.recipe = builtin_recipe("float8-rowwise");
+    Architecture m = fixtures::gpt2_small();
+    m.fused_qkv = true;
+    CHECK_THROWS_WITH(Estimator(m).estimate(s), Catch::Contains("fused q/k/v projection"));
+}

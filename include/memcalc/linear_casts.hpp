@@ -124,29 +124,34 @@ constexpr CastProgram float8_backward(std::int16_t narrow, bool rowwise, bool we
     return p;
 }
 
-/// torchao's mx_mm with its default kernels (Triton along rows, CUDA along columns): casts with
-/// one E8M0 scale per 32 elements, no fp32 temporaries; each GEMM takes a swizzled copy of its
-/// operands' scales (1/32 B an element).
+/// An MX cast of `of` (one E8M0 scale per 32 elements), and the swizzled copies of two operands'
+/// scales a GEMM takes (1/32 B an element).
+constexpr void mx_cast(CastProgram& p, Operand of) { add(p, {33, of}); }
+constexpr void swizzled_scales(CastProgram& p, Operand a, Operand b) {
+    add(p, {1, a, copy});
+    add(p, {1, b, copy});
+}
+
+/// torchao's mx_mm with its default kernels (Triton along rows, CUDA along columns): no fp32
+/// temporaries; forward casts input and weight, backward the output's gradient and the weight,
+/// then the gradient and the input along the other dimension.
 constexpr CastProgram mxfp8_forward() {
     CastProgram p;
-    add(p, {33, in});
-    add(p, {33, w});
-    add(p, {1, in, copy});
-    add(p, {1, w, copy});
+    mx_cast(p, in);
+    mx_cast(p, w);
+    swizzled_scales(p, in, w);
     add(p, {32, out, result});
     return p;
 }
 constexpr CastProgram mxfp8_backward() {
     CastProgram p;
-    add(p, {33, out});
-    add(p, {33, w});
-    add(p, {1, out, copy});
-    add(p, {1, w, copy});
+    mx_cast(p, out);
+    mx_cast(p, w);
+    swizzled_scales(p, out, w);
     add(p, {32, in, result});
-    add(p, {33, out});
-    add(p, {33, in});
-    add(p, {1, out, copy});
-    add(p, {1, in, copy});
+    mx_cast(p, out);
+    mx_cast(p, in);
+    swizzled_scales(p, out, in);
     return p;
 }
 }  // namespace cast_steps
