@@ -56,6 +56,13 @@ TEST_CASE("LoRA's adapter parameters are what peft prints", "[finetune]") {
                              .estimate(tuned(lora(16, {"q_proj", "k_proj", "v_proj", "o_proj",
                                                        "gate_proj", "up_proj", "down_proj"})));
     CHECK(trainable_parameters(named.parameters) == Count(41943040));
+    // r = 8 on GPT-2's c_attn, one linear making q, k and v (peft's default target for GPT-2):
+    // "trainable params: 294,912 || all params: 124,734,720 || trainable%: 0.2364".
+    Architecture gpt2 = fixtures::gpt2_small();
+    gpt2.fused_qkv = true;
+    const Report fused = Estimator(gpt2).estimate(tuned(lora(8, {"c_attn"})));
+    CHECK(trainable_parameters(fused.parameters) == Count(294912));
+    CHECK(fused.parameter_count == Count(124734720));
 }
 
 TEST_CASE("Adapters are written out per target, r x (in + out), and split as their linear",
@@ -79,6 +86,66 @@ TEST_CASE("Adapters are written out per target, r x (in + out), and split as the
     CHECK(row("k_proj.lora_B").part == Part::adapter);
     for (const auto& r : t.rows) CHECK(r.trainable == (r.part == Part::adapter));
     CHECK(trainable_parameters(t) == Count(32) * 4 * ((4096 + 1024) + (4096 + 4096)));
+}
+
+TEST_CASE("A fused q/k/v linear is one LoRA target: one adapter of h x r and r x (q + k + v)",
+          "[finetune]") {
+    Architecture m = GENERATE(fixtures::gpt2_small(), fixtures::mistral_7b());
+    m.fused_qkv = true;
+    CAPTURE(m.name);
+    const std::uint64_t r = 8, h = m.hidden, L = m.layers;
+    const std::uint64_t out = (m.heads + 2 * m.key_value_heads()) * m.head_size();
+    for (const std::string name : {"c_attn", "qkv_proj", "in_proj", "query_key_value", "Wqkv"}) {
+        const ParameterTable t = fine_tuned_table(m, parameter_table(m), lora(r, {name}));
+        CHECK(trainable_parameters(t) == Count(L) * r * (h + out));
+        // After the v weight, split as a column-parallel linear's, beside q (its first output).
+        const auto b = std::find_if(t.rows.begin(), t.rows.end(), [](const ParamRow& row) {
+            return row.tensor == Text("qkv_proj.lora_B");
+        });
+        REQUIRE(b != t.rows.end());
+        CHECK(b->split == ParamSplit::tensor);
+        CHECK(std::prev(b, 2)->linear == Linear::v);
+        CHECK(layer_tuning(t, lora(r, {name}), 0).adapted == bit(Linear::q));
+    }
+    // all-linear adapts it as one too; its q, k and v are no modules of their own.
+    const ParameterTable all = fine_tuned_table(m, parameter_table(m), lora(r, {"all-linear"}));
+    CHECK(trainable_parameters(all) ==
+          Count(L) * r *
+              ((h + out) + (h + h) + 2 * (h + m.ffn) + (m.mlp == Mlp::gated ? h + m.ffn : 0)));
+    CHECK_THROWS_WITH(fine_tuned_table(m, parameter_table(m), lora(r, {"q_proj"})),
+                      Catch::Contains("lora target 'q_proj': ") &&
+                          Catch::Contains("q, k and v are one linear (fused_qkv)"));
+    // Unfused, the fused names name nothing.
+    m.fused_qkv = false;
+    CHECK_THROWS_WITH(fine_tuned_table(m, parameter_table(m), lora(r, {"c_attn"})),
+                      Catch::Contains("lora target 'c_attn' names no linear layer"));
+}
+
+TEST_CASE(
+    "A fused q/k/v adapter keeps one dropout and one r-wide output; its frozen forward "
+    "holds all three outputs beside the adapter's",
+    "[finetune]") {
+    Architecture m = fixtures::gpt2_small();
+    m.fused_qkv = true;
+    const std::uint64_t s = GENERATE(64, 256), b = 2, r = 8, T = s * b, h = m.hidden, d = 2;
+    CAPTURE(s);
+    FineTuning fused = lora(r, {"c_attn"});
+    fused.lora.fp32 = false;
+    const ParameterTable t = fine_tuned_table(m, parameter_table(m), fused);
+    const LayerActivations layer = architecture_layer(
+        m, s, b, DType::bf16, Attention::eager, Platform::cuda, {}, layer_tuning(t, fused, 0));
+    std::uint64_t masks = 0, intermediates = 0;
+    for (const SavedTensor& row : layer.rows) {
+        const std::string op(row.op);
+        if (op.find("LoRA dropout") != std::string::npos) masks += row.copies;
+        if (op.find("LoRA B") != std::string::npos) intermediates += row.bytes.value();
+    }
+    CHECK(masks == 1);
+    CHECK(intermediates == T * r * d);
+    // Under full recomputation nothing keeps the input: the frozen forward holds it, the three
+    // outputs, and the adapter's scaled output and sum, each as wide as all three.
+    const Workspace& w = fixtures::workspace_named(layer, "q/k/v projections (frozen)");
+    CHECK(w.bytes.value() == T * h * d + T * 3 * h * d + T * 3 * h * (d + d));
 }
 
 TEST_CASE("Mixture-of-experts adapters: one per expert, as peft adapts each expert's Linear",

@@ -207,12 +207,20 @@ TEST_CASE("plan tries float8-all-gather under ZeRO-3 alone", "[linear_casts][pla
     }
 }
 
-TEST_CASE("casting recipes refuse a fused q/k/v projection, whose output the tape counts as q's",
+TEST_CASE("a fused q/k/v projection casts as one linear of all three outputs",
           "[linear_casts][recipe]") {
-    Settings s;
-    s.seq = 512, s.activations = ActivationModel::architecture;
-    s.recipe = builtin_recipe("float8-rowwise");
-    Architecture m = fixtures::gpt2_small();
+    const std::uint64_t s = GENERATE(512, 1024), b = 2, T = s * b;
+    const Recipe& rowwise = builtin_recipe("float8-rowwise");
+    Architecture m = GENERATE(fixtures::gpt2_small(), fixtures::mistral_7b());
     m.fused_qkv = true;
-    CHECK_THROWS_WITH(Estimator(m).estimate(s), Catch::Contains("fused q/k/v projection"));
+    CAPTURE(m.name, s);
+    const LayerActivations layer =
+        architecture_layer(m, s, b, rowwise.precision(), Attention::flash);
+    // In h, out q + k + v: the fused weight and output, one pass each way.
+    const std::uint64_t out = (m.heads + 2 * m.key_value_heads()) * m.head_size();
+    const LinearOperands qkv{Count(T * m.hidden), Count(m.hidden * out), Count(T * out), 2, false};
+    CHECK(fixtures::workspace_named(layer, "q/k/v projections").bytes ==
+          cast_pass_peak(rowwise.casts->forward, qkv));
+    CHECK(fixtures::workspace_named(layer, "q/k/v projections backward").bytes ==
+          cast_pass_peak(rowwise.casts->backward, qkv));
 }

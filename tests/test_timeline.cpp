@@ -95,3 +95,21 @@ TEST_CASE(
     CHECK(loss_bytes(in) == base + 60);  // the backward: the casts are gone
     CHECK(step_at(in, Phase::loss, 0).bytes.weight_copies.value() == 0);
 }
+
+TEST_CASE("recast, a frozen weight's cast lives only while its op runs: autocast caches none",
+          "[timeline]") {
+    TimelineInputs in = two_layers();
+    in.layer[0].weight_copies = 40, in.layer[0].uncached_copies = 30;  // 10 trainable (adapters)
+    const auto copies = [&](Phase phase, std::uint64_t position) {
+        return step_at(in, phase, position).bytes.weight_copies.value();
+    };
+    // Saved by autograd for the input's gradient without recomputation, frozen or not.
+    CHECK(copies(Phase::forward, 2) == 80);
+    in.weight_copies_recast = true;
+    CHECK(copies(Phase::forward, 1) == 40);       // its own, while its ops run
+    CHECK(copies(Phase::forward, 2) == 10 + 40);  // layer 1's cached casts beside its own
+    in.loss_forward_work = 100, in.loss_work = 1;
+    CHECK(step_at(in, Phase::loss, 0).bytes.total().value() ==
+          7000 + 200 + 11 + 22 + 13 + 100 + 20);  // the forward's moment: the cached casts
+    CHECK(copies(Phase::backward, 2) == 40);      // rebuilt: saved again for the input's gradient
+}

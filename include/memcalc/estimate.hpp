@@ -229,11 +229,6 @@ inline void validate_casts(const Architecture& m, const Recipe& r, const Paralle
                     " linears in " + m.name +
                     "'s layers (experts, latent attention or a state-space mixer) are not "
                     "modelled");
-    // The tape's q/k/v output is q's alone where one linear makes all three: its casts would lean
-    // low.
-    if (m.fused_qkv)
-        throw error("recipe " + std::string(r.name) + ": " + std::string(r.casts->name) +
-                    " linears beside " + m.name + "'s fused q/k/v projection are not modelled");
 }
 
 }  // namespace detail

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -246,33 +247,78 @@ inline void add_adapter_rows(std::vector<ParamRow>& rows, const ParamRow& row, c
 }
 }  // namespace detail
 
+namespace detail {
+/// What peft's target_modules call one linear making q, k and v (Architecture::fused_qkv): the
+/// adapter's own name first.
+inline constexpr std::array<const char*, 5> fused_qkv_names{"qkv_proj", "c_attn", "in_proj",
+                                                            "query_key_value", "Wqkv"};
+
+/// A layer's q, k or v weight where one linear makes all three: LoRA adapts them as one module.
+inline bool fused_qkv_weight(const Architecture& m, const ParamRow& r) {
+    return m.fused_qkv && r.group == Group::layer && !r.expert && r.role == ParamRole::weight &&
+           (r.linear == Linear::q || r.linear == Linear::k || r.linear == Linear::v);
+}
+
+/// Whether target `name` adapts row `r` (all-linear: every linear weight); a fused q/k/v weight
+/// answers to the fused module's names alone, and its own is refused (peft finds no such module).
+inline bool targets_row(const Architecture& m, const std::string& name, const ParamRow& r) {
+    if (name == "all-linear") return true;
+    if (!fused_qkv_weight(m, r)) return names_tensor(name, r.tensor);
+    if (names_tensor(name, r.tensor))
+        throw error("lora target '" + name + "': " + model_name(m) +
+                    "'s q, k and v are one linear (fused_qkv): target it as qkv_proj (or c_attn, "
+                    "in_proj, query_key_value, Wqkv)");
+    return std::find(fused_qkv_names.begin(), fused_qkv_names.end(), name) != fused_qkv_names.end();
+}
+
+/// The fused q/k/v linear of a layer as one row (`q` its q weight's, `out` the three outputs'
+/// width), for add_adapter_rows: one adapter of h x r and r x (q + k + v).
+inline ParamRow fused_qkv_row(ParamRow q, std::uint64_t out) {
+    const auto letters = shape_ends(q.shape);
+    q.tensor = Label(fused_qkv_names.front()).text;
+    q.shape = Label(letters.first + " x q+k+v").text;
+    q.dims = Dims{q.dims.begin()[0], out};
+    q.count = Count(q.dims.begin()[0]) * out;
+    return q;
+}
+}  // namespace detail
+
 /// `table` (the model's own) as `f` trains it: rows frozen, 4-bit storage for QLoRA's base linears,
-/// and each LoRA target followed by its adapter's rows (add_adapter_rows).
+/// and each LoRA target followed by its adapter's rows (add_adapter_rows); a fused q/k/v linear's
+/// after its v weight, one adapter for the three.
 inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable table,
                                        const FineTuning& f) {
     validate(f);
     if (f.mode == Training::full) return table;
     if (f.mode == Training::frozen) return detail::frozen_table(m, std::move(table), f.frozen);
-    const bool all_linear = f.lora.targets.size() == 1 && f.lora.targets.front() == "all-linear";
     std::vector<bool> used(f.lora.targets.size(), false);
     const auto targeted = [&](const ParamRow& r) {
         if (!detail::linear_weight(m, r)) return false;
-        if (all_linear) return bool(used[0] = true);
         bool hit = false;
         for (std::size_t i = 0; i < f.lora.targets.size(); ++i)
-            if (detail::names_tensor(f.lora.targets[i], r.tensor)) hit = true, used[i] = true;
+            if (detail::targets_row(m, f.lora.targets[i], r)) hit = true, used[i] = true;
         return hit;
     };
     std::vector<ParamRow> rows;
     rows.reserve(table.rows.size() * 3);
+    std::optional<ParamRow> fused_q;  // the fused q/k/v linear's q weight, and all three's width
+    std::uint64_t fused_out = 0;
     for (ParamRow row : table.rows) {
         row.trainable = false;
         if (f.mode == Training::qlora && detail::linear_weight(m, row)) row.storage = f.base;
         const bool target = targeted(row);
         rows.push_back(row);
         if (!target) continue;
-        detail::add_adapter_rows(rows, row, f.lora);
+        if (!detail::fused_qkv_weight(m, row)) {
+            detail::add_adapter_rows(rows, row, f.lora);
+            continue;
+        }
+        if (row.linear == Linear::q) fused_q = row, fused_out = 0;
+        fused_out += row.dims.begin()[1];
+        if (row.linear == Linear::v && fused_q)
+            detail::add_adapter_rows(rows, detail::fused_qkv_row(*fused_q, fused_out), f.lora);
     }
+    const bool all_linear = f.lora.targets.size() == 1 && f.lora.targets.front() == "all-linear";
     for (std::size_t i = 0; i < f.lora.targets.size(); ++i)
         if (!used[i])
             throw error("lora target '" + f.lora.targets[i] + "' names no linear layer of " +

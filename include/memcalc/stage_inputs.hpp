@@ -87,14 +87,17 @@ inline LayerMaxima set_layer_holdings(TimelineInputs& in, const Workload& w, con
             std::max(w.layers[k].rebuilt.on_rank(p, V), w.layers[k].rebuilt_mlp_half.on_rank(p, V));
         // Autocast casts the layer's whole weights (ZeRO-3's gathered ones too): this rank's
         // tensor-parallel share.
-        if (w.recipe.autocast)
+        if (w.recipe.autocast) {
             in.layer[k].weight_copies = w.parameters->cast_per_layer[k].on_rank(p, V) * d;
+            in.layer[k].uncached_copies = w.parameters->uncached_per_layer[k].on_rank(p, V) * d;
+        }
         if (defers_weight_gradients(p, f.stage))
             in.layer[k].weight_reads = w.weight_pass_reads[k].on_rank(p, V);
         if (in.partial()) {
             in.not_recomputed[k].weight_reads = in.layer[k].weight_reads;
             in.not_recomputed[k].kept = w.not_recomputed[k].kept.on_rank(p, V);
             in.not_recomputed[k].weight_copies = in.layer[k].weight_copies;
+            in.not_recomputed[k].uncached_copies = in.layer[k].uncached_copies;
         }
         if (f.kind_layers[k] == 0) continue;
         const Count copies = in.weight_copies_recast ? Count(0) : in.layer[k].weight_copies;

@@ -193,6 +193,8 @@ struct ParameterSplits {
     /// The tensors autocast casts to the compute dtype (autocast_casts): one layer of each kind's,
     /// the head's.
     std::array<SplitParams, max_layer_kinds> cast_per_layer;
+    /// Of those, the frozen ones: autocast caches only casts of tensors that require grad.
+    std::array<SplitParams, max_layer_kinds> uncached_per_layer;
     SplitParams cast_head;
     /// One layer of each kind's linear weights, biases and router aside: narrow (fp8) linears keep
     /// casts of them.
@@ -316,6 +318,8 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
         if (autocast_copies(row))
             (row.group == Group::layer ? splits.cast_per_layer[row.kind] : splits.cast_head)
                 .add(row, V);
+        if (autocast_copies(row) && row.group == Group::layer && !row.trainable)
+            splits.uncached_per_layer[row.kind].add(row, V);
         if (te_linear_weight(row)) splits.linear_weights[row.kind].add(row, V);
         switch (row.group) {
             case Group::input: c->input.add(row, V); break;

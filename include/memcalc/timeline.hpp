@@ -120,7 +120,8 @@ struct LayerInputs {
     /// that step rebuilds (a frozen base keeps few rows, and its linears' inputs and outputs pass
     /// them), with the gradients the step made before the rerun began.
     Count recompute_forward_work;
-    Count weight_copies;  ///< autocast's cast of one layer's matmul weights (and biases)
+    Count weight_copies;    ///< autocast's cast of one layer's matmul weights (and biases)
+    Count uncached_copies;  ///< of those, the frozen weights': autocast caches none of them
     /// A schedule deferring W: what W reads of one layer, held from the end of its backward step
     /// until W.
     Count weight_reads;
@@ -249,6 +250,19 @@ struct TimelineInputs : StageLayers {
         for (std::size_t k = 0; k < kinds(); ++k) n[k] -= recomputed_ones[k];
         return per_kind(n, member, &not_recomputed);
     }
+    /// The weights' casts that layers first..last still hold in the forward, once each has run.
+    /// Recast (full recomputation under autocast): only autocast's cache holds a recomputed
+    /// layer's, and it caches only the casts of tensors that require grad; a frozen weight's is
+    /// gone once its op has run (measured: LoRA on nanoGPT's c_attn,
+    /// validation/results/cpu-third-party-lora.json).
+    Count casts_held(std::uint64_t first, std::uint64_t last) const {
+        const Count all = over<&LayerInputs::weight_copies>(first, last);
+        if (!weight_copies_recast) return all;
+        const std::uint64_t gone =
+            over<&LayerInputs::uncached_copies>(first, last).value() -
+            over_not_recomputed(first, last, &LayerInputs::uncached_copies).value();
+        return Count(all.value() - gone);
+    }
     /// Layers of each kind among positions first..last (1-based, inclusive), only the recomputed
     /// ones when `recomputed_only`.
     KindCounts between(std::uint64_t first, std::uint64_t last, bool recomputed_only) const {
@@ -309,8 +323,9 @@ inline void loss_work_and_casts(const TimelineInputs& in, Breakdown& b, bool lat
     b.weight_copies += saved_copies;
     b.workspace = work;
     Count cast = in.head_weight_copy;
-    if (in.weight_copies_recast && forward + copies > work) {  // the forward's moment
-        cast += copies;
+    const Count cached = in.casts_held(1, in.layers);
+    if (in.weight_copies_recast && forward + cached > work) {  // the forward's moment
+        cast += cached;
         b.workspace = forward;
     }
     // The final norm's backward: the loss's workspace and the head's cast are gone, the head's
@@ -389,7 +404,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             const LayerInputs& here = in.at(position);
             b.kept_activations = kept + cache;
             b.gathered_weights = here.gathered_weights;
-            b.weight_copies += in.over<&LayerInputs::weight_copies>(1, position);
+            b.weight_copies += in.casts_held(1, position - 1) + here.weight_copies;
             b.workspace = in.forward_buffers + here.forward_work;
             if (later) b.logits = held_logits;  // the previous micro-batch's
             return {phase, in.layer_id(position - 1), b, microbatch};

@@ -45,6 +45,8 @@ sys.path.insert(0, HERE)
 from replicate import Meter, cpu_name  # noqa: E402  the CPU measurement validation/gpu/ uses
 from model import GPT, GPTConfig  # noqa: E402  nanoGPT's model.py, unchanged
 from torch_layers import TorchLayersGPT  # noqa: E402
+sys.path.insert(0, os.path.dirname(HERE))
+from reference_trainer import LoraLinear  # noqa: E402  peft's lora.Linear, as replicate.py wraps
 
 
 def _load(name, path):
@@ -180,9 +182,21 @@ def optimizer_impl(program, device):
     return "fused" if program in ("nanogpt", "llama2c") else "foreach"
 
 
-def run(program, size, seq, batch, precision, recompute, steps=1, device="cpu"):
+def adapt_fused_qkv(model, blocks, rank, p):
+    """peft's LoRA on nanoGPT's fused q/k/v linear (target_modules=["c_attn"]): every base parameter
+    frozen, each block's attn.c_attn wrapped in reference_trainer's LoraLinear (peft's lora.Linear),
+    whose B is r x 3h: one adapter for q, k and v."""
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    for block in blocks:
+        block.attn.c_attn = LoraLinear(block.attn.c_attn, rank, p)
+
+
+def run(program, size, seq, batch, precision, recompute, steps=1, device="cpu", lora=(0, 0.0)):
     torch.manual_seed(0)
     model, blocks, final_norm = build(program, size)
+    if lora[0]:
+        adapt_fused_qkv(model, blocks, *lora)
     model = model.to(device=device, dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
     model.train()
     hf = program in HF_PROGRAMS
@@ -296,7 +310,10 @@ def run(program, size, seq, batch, precision, recompute, steps=1, device="cpu"):
             "memory_before_step": m.before, "max_memory_allocated": peak,
             "peak_step": peak_step, "timeline": m.steps, "median_step_seconds": statistics.median(times),
             "steps_timed": steps,
-            **({"torch_version": TORCH_RELEASE} if program in VERSIONED else {})}
+            **({"torch_version": TORCH_RELEASE} if program in VERSIONED else {}),
+            # the adapters in the model's dtype: bf16 beside a bf16 model, fp32 under autocast
+            **({"train": "lora", "lora_rank": lora[0], "lora_targets": "c_attn", "lora_dropout": lora[1],
+                "lora_dtype": "bf16" if precision == "bf16" else "fp32"} if lora[0] else {})}
 
 
 def main(argv=None):
@@ -311,7 +328,12 @@ def main(argv=None):
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="where to train (default cpu; cuda: the programs' GPU paths, flash attention among them)")
     ap.add_argument("--steps", type=int, default=1, help="timed steps per run, after the measured one")
+    ap.add_argument("--lora", type=int, default=0, metavar="RANK",
+                    help="nanoGPT only: LoRA of this rank on its fused q/k/v linear (c_attn), the base frozen")
+    ap.add_argument("--lora-dropout", type=float, default=0.05, help="the adapters' dropout (with --lora)")
     a = ap.parse_args(argv)
+    if a.lora and set(a.programs) != {"nanogpt"}:
+        ap.error("--lora adapts nanoGPT's c_attn: give --programs nanogpt")
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     name = torch.cuda.get_device_name() if a.device == "cuda" else cpu_name()
     result = {"date": time.strftime("%Y-%m-%d"), "device": a.device, "device_name": name,
@@ -323,7 +345,8 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     for program, size, precision, recompute in itertools.product(a.programs, a.sizes, a.precisions, a.recompute):
         for seq, batch in SHAPES[size]:
-            r = run(program, size, seq, batch, precision, recompute, a.steps, a.device)
+            r = run(program, size, seq, batch, precision, recompute, a.steps, a.device,
+                    (a.lora, a.lora_dropout))
             result["runs"].append(r)
             with open(a.out + ".part", "w") as f:  # after every run: a run cut short keeps the rest
                 json.dump(result, f, indent=2)

@@ -20,8 +20,14 @@ inline void mha_input_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     const bool shared = m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow;
     const LinearSet mlp =
         m.is_moe() ? bit(Linear::router) : mlp_input_readers(m);  // reading it too
-    const LinearOutput qkv_out{
-        z.sbq + z.sbkv * 2, "sb(ad) + 2 sb(kd)", Linear::q, ActivationSplit::tensor, z.sbq, {}};
+    // One fused linear's output is all three (its adapter's and its casts' too); else q's is the
+    // largest of one.
+    const LinearOutput qkv_out{z.sbq + z.sbkv * 2,
+                               "sb(ad) + 2 sb(kd)",
+                               Linear::q,
+                               ActivationSplit::tensor,
+                               m.fused_qkv ? Count(0) : z.sbq,
+                               {}};
     // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
     const bool itself = !z.autocast && !z.narrow;
     const bool kept = projection_input_row(
