@@ -782,6 +782,10 @@ void phi3(const JsonReader& in, Architecture& m) {
     llama_like(in, m,
                false);  // fused qkv_proj and gate_up_proj hold the same parameters as separate ones
     m.hidden_dropout = in.probability_or("resid_pdrop", 0);
+    // Phi3MLP's gate_up_proj is one nn.Linear, chunked in two. Its qkv_proj is one too, but its k
+    // is rotated into a tensor of its own, where fused_qkv's k/v cache is GPT-2's views: left to
+    // --fused-qkv.
+    m.fused_gate_up = true;
 }
 
 void gpt2(const JsonReader& in, Architecture& m) {

@@ -29,12 +29,14 @@ Words recompute_module_names() {
     return names;
 }
 
-/// peft's all-linear, each linear a layer's code names, and a fused q/k/v linear's names.
+/// peft's all-linear, each linear a layer's code names, and the fused linears' names.
 Words lora_target_names() {
     Words names = {"all-linear"};
     for (const LinearRow& row : linear_rows)
         if (row.tuned && *row.tensor != '\0') names.emplace_back(row.tensor);
-    for (const char* name : detail::fused_qkv_names) names.emplace_back(name);
+    for (const auto& fused : detail::fused_linears)
+        for (const char* name : fused.names)
+            if (name != nullptr) names.emplace_back(name);
     return names;
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fixtures.hpp"
+#include "model_file.hpp"
 #include "run_program.hpp"
 #include "workspace_named.hpp"
 #include "memcalc/estimate.hpp"
@@ -63,6 +64,19 @@ TEST_CASE("LoRA's adapter parameters are what peft prints", "[finetune]") {
     const Report fused = Estimator(gpt2).estimate(tuned(lora(8, {"c_attn"})));
     CHECK(trainable_parameters(fused.parameters) == Count(294912));
     CHECK(fused.parameter_count == Count(124734720));
+    // r = 16 on Phi-3-mini's qkv_proj, o_proj, gate_up_proj and down_proj (its q/k/v and gate/up
+    // each one linear), as a peft user printed it: "trainable params: 25,165,824 || all params:
+    // 3,846,245,376".
+    Architecture phi3 = cli::load_preset("phi-3-mini").architecture;
+    CHECK(phi3.fused_gate_up);
+    phi3.fused_qkv = true;
+    const Report both = Estimator(phi3).estimate(
+        tuned(lora(16, {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})));
+    CHECK(trainable_parameters(both.parameters) == Count(25165824));
+    CHECK(both.parameter_count == Count(3846245376ULL));
+    CHECK(trainable_parameters(
+              Estimator(phi3).estimate(tuned(lora(16, {"all-linear"}))).parameters) ==
+          Count(25165824));
 }
 
 TEST_CASE("Adapters are written out per target, r x (in + out), and split as their linear",
@@ -113,8 +127,10 @@ TEST_CASE("A fused q/k/v linear is one LoRA target: one adapter of h x r and r x
           Count(L) * r *
               ((h + out) + (h + h) + 2 * (h + m.ffn) + (m.mlp == Mlp::gated ? h + m.ffn : 0)));
     CHECK_THROWS_WITH(fine_tuned_table(m, parameter_table(m), lora(r, {"q_proj"})),
-                      Catch::Contains("lora target 'q_proj': ") &&
-                          Catch::Contains("q, k and v are one linear (fused_qkv)"));
+                      Catch::Contains("lora target 'q_proj': q_proj, k_proj and v_proj are one "
+                                      "linear in ") &&
+                          Catch::Contains("(fused_qkv): target it as qkv_proj (or c_attn, "
+                                          "in_proj, query_key_value, Wqkv)"));
     // Unfused, the fused names name nothing.
     m.fused_qkv = false;
     CHECK_THROWS_WITH(fine_tuned_table(m, parameter_table(m), lora(r, {"c_attn"})),
@@ -146,6 +162,27 @@ TEST_CASE(
     // outputs, and the adapter's scaled output and sum, each as wide as all three.
     const Workspace& w = fixtures::workspace_named(layer, "q/k/v projections (frozen)");
     CHECK(w.bytes.value() == T * h * d + T * 3 * h * d + T * 3 * h * (d + d));
+}
+
+TEST_CASE("A fused gate/up linear casts its input once under autocast and is one adapter",
+          "[finetune]") {
+    Architecture m = fixtures::mistral_7b();
+    const std::uint64_t s = GENERATE(64, 512), b = 2, T = s * b, h = m.hidden, f = m.ffn;
+    CAPTURE(s);
+    const Precision amp = builtin_recipe("amp-adam").precision();
+    const Count apart = architecture_layer(m, s, b, amp, Attention::flash).total();
+    m.fused_gate_up = true;
+    // Autocast's copy of the MLP's input for one linear, not two (2 bytes a value).
+    CHECK(architecture_layer(m, s, b, amp, Attention::flash).total().value() ==
+          apart.value() - T * h * 2);
+    const ParameterTable t = fine_tuned_table(m, parameter_table(m), lora(8, {"gate_up_proj"}));
+    CHECK(trainable_parameters(t) == Count(m.layers) * 8 * (h + 2 * f));
+    CHECK(layer_tuning(t, lora(8, {"gate_up_proj"}), 0).adapted == bit(Linear::gate));
+    CHECK_THROWS_WITH(fine_tuned_table(m, parameter_table(m), lora(8, {"up_proj"})),
+                      Catch::Contains("gate_proj and up_proj are one linear in ") &&
+                          Catch::Contains("(fused_gate_up): target it as gate_up_proj"));
+    m.mlp = Mlp::plain;
+    CHECK_THROWS_WITH(validate(m), Catch::Contains("fused_gate_up needs a gated MLP"));
 }
 
 TEST_CASE("Mixture-of-experts adapters: one per expert, as peft adapts each expert's Linear",

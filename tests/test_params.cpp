@@ -155,7 +155,13 @@ TEST_CASE("every preset's rows carry their linear by type, named as linear_rows 
             for (const ParamRow& r : t.rows) {
                 CAPTURE(name, std::string(r.tensor));
                 const LinearRow& l = linear_row(r.linear);
-                const std::string weight(r.linear == Linear::none ? "" : l.tensor);
+                const std::string own(r.linear == Linear::none ? "" : l.tensor);
+                // A fused linear's adapter is named for the fused module.
+                ParamRow as_weight = r;
+                as_weight.role = ParamRole::weight;
+                const auto* fused =
+                    r.role > ParamRole::bias ? detail::fused_linear_of(m, as_weight) : nullptr;
+                const std::string weight = fused ? fused->names.front() : own;
                 switch (r.role) {
                     case ParamRole::weight:
                         if (r.linear != Linear::none) CHECK(r.tensor == weight);

@@ -248,44 +248,105 @@ inline void add_adapter_rows(std::vector<ParamRow>& rows, const ParamRow& row, c
 }  // namespace detail
 
 namespace detail {
-/// What peft's target_modules call one linear making q, k and v (Architecture::fused_qkv): the
-/// adapter's own name first.
-inline constexpr std::array<const char*, 5> fused_qkv_names{"qkv_proj", "c_attn", "in_proj",
-                                                            "query_key_value", "Wqkv"};
+/// Linears a program makes as one module where a switch says so: LoRA adapts each as one, which
+/// peft's target_modules name by `names` (the adapter's own name first).
+struct FusedLinear {
+    const char* key;  ///< the switch's model-file key
+    bool Architecture::*fused;
+    std::array<Linear, 3> members;  ///< in the order of its output; Linear::none pads
+    std::array<const char*, 5> names;
+};
+inline constexpr std::array<FusedLinear, 2> fused_linears{{
+    {"fused_qkv",
+     &Architecture::fused_qkv,
+     {Linear::q, Linear::k, Linear::v},
+     {"qkv_proj", "c_attn", "in_proj", "query_key_value", "Wqkv"}},
+    {"fused_gate_up",
+     &Architecture::fused_gate_up,
+     {Linear::gate, Linear::up, Linear::none},
+     {"gate_up_proj", nullptr, nullptr, nullptr, nullptr}},
+}};
 
-/// A layer's q, k or v weight where one linear makes all three: LoRA adapts them as one module.
-inline bool fused_qkv_weight(const Architecture& m, const ParamRow& r) {
-    return m.fused_qkv && r.group == Group::layer && !r.expert && r.role == ParamRole::weight &&
-           (r.linear == Linear::q || r.linear == Linear::k || r.linear == Linear::v);
+inline std::size_t fused_members(const FusedLinear& f) {
+    return static_cast<std::size_t>(std::count_if(f.members.begin(), f.members.end(),
+                                                  [](Linear l) { return l != Linear::none; }));
 }
 
-/// Whether target `name` adapts row `r` (all-linear: every linear weight); a fused q/k/v weight
+/// The fused linear whose weight row `r` is part of, where `m`'s switch fuses it; none otherwise.
+inline const FusedLinear* fused_linear_of(const Architecture& m, const ParamRow& r) {
+    if (r.group != Group::layer || r.expert || r.role != ParamRole::weight) return nullptr;
+    for (const FusedLinear& f : fused_linears)
+        if (m.*f.fused &&
+            std::find(f.members.begin(), f.members.end(), r.linear) != f.members.end())
+            return &f;
+    return nullptr;
+}
+
+/// The names `f` answers to, "a (or b, c)".
+inline std::string fused_names(const FusedLinear& f) {
+    std::string others;
+    for (std::size_t i = 1; i < f.names.size() && f.names[i] != nullptr; ++i)
+        others += (others.empty() ? "" : ", ") + std::string(f.names[i]);
+    return std::string(f.names.front()) + (others.empty() ? "" : " (or " + others + ")");
+}
+
+/// Whether target `name` adapts row `r` (all-linear: every linear weight); a fused linear's weight
 /// answers to the fused module's names alone, and its own is refused (peft finds no such module).
 inline bool targets_row(const Architecture& m, const std::string& name, const ParamRow& r) {
     if (name == "all-linear") return true;
-    if (!fused_qkv_weight(m, r)) return names_tensor(name, r.tensor);
-    if (names_tensor(name, r.tensor))
-        throw error("lora target '" + name + "': " + model_name(m) +
-                    "'s q, k and v are one linear (fused_qkv): target it as qkv_proj (or c_attn, "
-                    "in_proj, query_key_value, Wqkv)");
-    return std::find(fused_qkv_names.begin(), fused_qkv_names.end(), name) != fused_qkv_names.end();
+    const FusedLinear* f = fused_linear_of(m, r);
+    if (f == nullptr) return names_tensor(name, r.tensor);
+    if (names_tensor(name, r.tensor)) {
+        std::string members;
+        for (std::size_t i = 0; i < fused_members(*f); ++i)
+            members += (i == 0                       ? ""
+                        : i + 1 == fused_members(*f) ? " and "
+                                                     : ", ") +
+                       std::string(linear_row(f->members[i]).tensor);
+        throw error("lora target '" + name + "': " + members + " are one linear in " +
+                    model_name(m) + " (" + f->key + "): target it as " + fused_names(*f));
+    }
+    return std::any_of(f->names.begin(), f->names.end(),
+                       [&](const char* n) { return n != nullptr && name == n; });
 }
 
-/// The fused q/k/v linear of a layer as one row (`q` its q weight's, `out` the three outputs'
-/// width), for add_adapter_rows: one adapter of h x r and r x (q + k + v).
-inline ParamRow fused_qkv_row(ParamRow q, std::uint64_t out) {
-    const auto letters = shape_ends(q.shape);
-    q.tensor = Label(fused_qkv_names.front()).text;
-    q.shape = Label(letters.first + " x q+k+v").text;
-    q.dims = Dims{q.dims.begin()[0], out};
-    q.count = Count(q.dims.begin()[0]) * out;
-    return q;
+/// A fused linear as one row (`first` its first member's weight, `out` all members' width), for
+/// add_adapter_rows: one adapter of in x r and r x out.
+inline ParamRow fused_row(const FusedLinear& f, ParamRow first, std::uint64_t out) {
+    first.tensor = Label(f.names.front()).text;
+    first.shape = Label(shape_ends(first.shape).first + " x " + f.names.front() + "'s out").text;
+    first.dims = Dims{first.dims.begin()[0], out};
+    first.count = Count(first.dims.begin()[0]) * out;
+    return first;
 }
+
+/// Collects a layer's fused weights as the table lists them, and once all of a fused linear's are
+/// read, its one row (fused_row).
+class FusedRows {
+public:
+    std::optional<ParamRow> add(const FusedLinear& f, const ParamRow& r) {
+        Pending& p = pending_[static_cast<std::size_t>(&f - fused_linears.data())];
+        if (r.linear == f.members.front()) p.first = r;
+        p.out += r.dims.begin()[1];
+        if (++p.seen < fused_members(f)) return std::nullopt;
+        const ParamRow row = fused_row(f, *p.first, p.out);
+        p = Pending{};
+        return row;
+    }
+
+private:
+    struct Pending {
+        std::optional<ParamRow> first;
+        std::uint64_t out = 0;
+        std::size_t seen = 0;
+    };
+    std::array<Pending, fused_linears.size()> pending_{};
+};
 }  // namespace detail
 
 /// `table` (the model's own) as `f` trains it: rows frozen, 4-bit storage for QLoRA's base linears,
-/// and each LoRA target followed by its adapter's rows (add_adapter_rows); a fused q/k/v linear's
-/// after its v weight, one adapter for the three.
+/// and each LoRA target followed by its adapter's rows (add_adapter_rows); a fused linear's after
+/// its last weight, one adapter for them all.
 inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable table,
                                        const FineTuning& f) {
     validate(f);
@@ -301,22 +362,18 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
     };
     std::vector<ParamRow> rows;
     rows.reserve(table.rows.size() * 3);
-    std::optional<ParamRow> fused_q;  // the fused q/k/v linear's q weight, and all three's width
-    std::uint64_t fused_out = 0;
+    detail::FusedRows fused;
     for (ParamRow row : table.rows) {
         row.trainable = false;
         if (f.mode == Training::qlora && detail::linear_weight(m, row)) row.storage = f.base;
         const bool target = targeted(row);
         rows.push_back(row);
         if (!target) continue;
-        if (!detail::fused_qkv_weight(m, row)) {
+        const detail::FusedLinear* one = detail::fused_linear_of(m, row);
+        if (one == nullptr)
             detail::add_adapter_rows(rows, row, f.lora);
-            continue;
-        }
-        if (row.linear == Linear::q) fused_q = row, fused_out = 0;
-        fused_out += row.dims.begin()[1];
-        if (row.linear == Linear::v && fused_q)
-            detail::add_adapter_rows(rows, detail::fused_qkv_row(*fused_q, fused_out), f.lora);
+        else if (const auto whole = fused.add(*one, row))
+            detail::add_adapter_rows(rows, *whole, f.lora);
     }
     const bool all_linear = f.lora.targets.size() == 1 && f.lora.targets.front() == "all-linear";
     for (std::size_t i = 0; i < f.lora.targets.size(); ++i)

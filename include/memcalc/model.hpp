@@ -332,6 +332,9 @@ struct Architecture {
     /// q, k and v are one linear (GPT-2's c_attn, nanoGPT's, torch's in_proj): autocast casts its
     /// input once, not once per projection.
     bool fused_qkv = false;
+    /// A gated MLP's gate and up are one linear (Phi-3's gate_up_proj): autocast casts its input
+    /// once, and its output is both.
+    bool fused_gate_up = false;
     /// With fewer key/value heads than query heads, the code repeats k and v to every query head
     /// before a fused attention kernel (torchtune's, torchtitan's, transformers' sdpa path before
     /// torch 2.5), and the kernel keeps the copies; else it hands the kernel the grouped heads.
@@ -709,6 +712,9 @@ inline void validate_norms(const Architecture& m) {
     if (m.norms_per_layer == 1 && !m.parallel_attention)
         throw error(
             "norms_per_layer 1 needs parallel_attention: a sequential layer normalises twice");
+    // Of the dense layers' MLP: experts' and shared experts' linears are never fused.
+    if (m.fused_gate_up && m.mlp != Mlp::gated)
+        throw error("fused_gate_up needs a gated MLP, a gate and an up to fuse (mlp is plain)");
 }
 
 /// The routed and shared experts and their router.

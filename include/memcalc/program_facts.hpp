@@ -51,6 +51,9 @@ inline const auto program_facts = std::make_tuple(
     Switch{"fused_qkv", "fused q/k/v", &Architecture::fused_qkv, flag_values, flag_name,
            "q, k and v are one linear (true: GPT-2's c_attn, nanoGPT's, torch's in_proj), whose\n"
            "input autocast casts once, or three (false)"},
+    Switch{"fused_gate_up", "fused gate/up", &Architecture::fused_gate_up, flag_values, flag_name,
+           "A gated MLP's gate and up are one linear (true: Phi-3's gate_up_proj), whose input\n"
+           "autocast casts once and whose output is both, or two (false)"},
     Switch{"repeat_kv", "repeat k/v", &Architecture::repeat_kv, flag_values, flag_name,
            "With grouped k/v heads, the code copies k and v to every query head before a fused\n"
            "attention kernel, which keeps the copies (true: torchtune's, torchtitan's,\n"

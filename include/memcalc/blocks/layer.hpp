@@ -194,7 +194,7 @@ private:
         if (!shared_norm || z.autocast || z.narrow) {
             const bool input_kept =
                 projection_input_row(t, mlp_sizes, first, "their input", z.sbh, shape::sbh,
-                                     m.is_moe() ? 1 : mlp_input_projections(m), first_out, readers,
+                                     m.is_moe() ? 1 : mlp_input_casts(m), first_out, readers,
                                      RowFacts{}
                                          .input_of_module(input_is_norm_output)
                                          .output_of_norm(input_is_norm_output));

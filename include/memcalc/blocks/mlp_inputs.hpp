@@ -11,6 +11,11 @@ namespace memcalc::detail {
 inline std::uint64_t mlp_input_projections(const Architecture& m) {
     return m.mlp == Mlp::gated ? 2 : 1;
 }
+/// The linears autocast casts the MLP's input for: gate and up made as one (fused_gate_up) cast
+/// it once.
+inline std::uint64_t mlp_input_casts(const Architecture& m) {
+    return m.fused_gate_up ? 1 : mlp_input_projections(m);
+}
 inline LinearSet mlp_input_readers(const Architecture& m, bool shared = false) {
     return bit(shared ? Linear::shared_up : Linear::up) |
            (m.mlp == Mlp::gated ? bit(shared ? Linear::shared_gate : Linear::gate) : 0);
@@ -25,7 +30,7 @@ inline LinearOutput mlp_input_output(const Architecture& m, Count sbf, const Sha
                    : std::to_string(n) + " " + std::string(Text(shape.symbol)),
             n == 1 ? Linear::up : Linear::gate,
             ActivationSplit::tensor,
-            sbf,
+            m.fused_gate_up ? Count(0) : sbf,  // one fused linear's output is both
             n == 1 ? Count(0) : sbf};
 }
 
