@@ -131,6 +131,10 @@ TEST_CASE("A fused q/k/v linear is one LoRA target: one adapter of h x r and r x
                                       "linear in ") &&
                           Catch::Contains("(fused_qkv): target it as qkv_proj (or c_attn, "
                                           "in_proj, query_key_value, Wqkv)"));
+    // Latent attention has no q/k/v linear to fuse.
+    Architecture latent = cli::load_preset("deepseek-v2-lite").architecture;
+    latent.fused_qkv = true;
+    CHECK_THROWS_WITH(validate(latent), Catch::Contains("fused_qkv with latent attention"));
     // Unfused, the fused names name nothing.
     m.fused_qkv = false;
     CHECK_THROWS_WITH(fine_tuned_table(m, parameter_table(m), lora(r, {"c_attn"})),

@@ -328,7 +328,7 @@ public:
         Pending& p = pending_[static_cast<std::size_t>(&f - fused_linears.data())];
         if (r.linear == f.members.front()) p.first = r;
         p.out += r.dims.begin()[1];
-        if (++p.seen < fused_members(f)) return std::nullopt;
+        if (++p.seen < fused_members(f) || !p.first) return std::nullopt;
         const ParamRow row = fused_row(f, *p.first, p.out);
         p = Pending{};
         return row;

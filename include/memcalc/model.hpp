@@ -612,6 +612,10 @@ inline void validate_latent_attention(const Architecture& m) {
         throw error("kv_heads (" + std::to_string(m.kv_heads) +
                     ") must equal heads under latent attention: kv_b_proj "
                     "makes k and v for every head");
+    if (m.fused_qkv)
+        throw error(
+            "fused_qkv with latent attention: its q and kv projections are low-rank pairs, "
+            "no q/k/v linear to fuse");
     if (m.position != Position::rotary)
         throw error("latent attention needs position rotary: its rope parts are rotary");
     if (m.qk_norm != QkNorm::none)
