@@ -138,7 +138,9 @@ TEST_CASE("A fused q/k/v linear is one LoRA target: one adapter of h x r and r x
     // Unfused, the fused names name nothing.
     m.fused_qkv = false;
     CHECK_THROWS_WITH(fine_tuned_table(m, parameter_table(m), lora(r, {"c_attn"})),
-                      Catch::Contains("lora target 'c_attn' names no linear layer"));
+                      Catch::Contains("lora target 'c_attn' names no linear layer") &&
+                          Catch::Contains("c_attn is a fused linear: fused_qkv true says the "
+                                          "code makes one"));
 }
 
 TEST_CASE(

@@ -310,6 +310,17 @@ inline bool targets_row(const Architecture& m, const std::string& name, const Pa
                        [&](const char* n) { return n != nullptr && name == n; });
 }
 
+/// Where `name` is a fused linear's and the model does not fuse it: the switch that says its code
+/// does.
+inline std::string unfused_hint(const std::string& name) {
+    for (const FusedLinear& f : fused_linears)
+        if (std::any_of(f.names.begin(), f.names.end(),
+                        [&](const char* n) { return n != nullptr && name == n; }))
+            return std::string("; ") + name + " is a fused linear: " + f.key +
+                   " true says the code makes one";
+    return "";
+}
+
 /// A fused linear as one row (`first` its first member's weight, `out` all members' width), for
 /// add_adapter_rows: one adapter of in x r and r x out.
 inline ParamRow fused_row(const FusedLinear& f, ParamRow first, std::uint64_t out) {
@@ -382,7 +393,8 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
                         model_name(m) +
                         (all_linear ? ""
                                     : " (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
-                                      "down_proj, ...; or all-linear)"));
+                                      "down_proj, ...; or all-linear)" +
+                                          detail::unfused_hint(f.lora.targets[i])));
     table.rows = std::move(rows);
     return table;
 }
