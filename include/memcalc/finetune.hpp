@@ -290,6 +290,22 @@ inline std::string fused_names(const FusedLinear& f) {
     return std::string(f.names.front()) + (others.empty() ? "" : " (or " + others + ")");
 }
 
+/// Whether peft's target_modules name `f` by `name`.
+inline bool answers_to(const FusedLinear& f, const std::string& name) {
+    return std::any_of(f.names.begin(), f.names.end(),
+                       [&](const char* n) { return n != nullptr && name == n; });
+}
+
+/// Where `name` is a fused linear's and the model does not fuse it: the switch that says its code
+/// does.
+inline std::string unfused_hint(const std::string& name) {
+    for (const FusedLinear& f : fused_linears)
+        if (answers_to(f, name))
+            return std::string("; ") + name + " is a fused linear: " + f.key +
+                   " true says the code makes one";
+    return "";
+}
+
 /// Whether target `name` adapts row `r` (all-linear: every linear weight); a fused linear's weight
 /// answers to the fused module's names alone, and its own is refused (peft finds no such module).
 inline bool targets_row(const Architecture& m, const std::string& name, const ParamRow& r) {
@@ -306,19 +322,7 @@ inline bool targets_row(const Architecture& m, const std::string& name, const Pa
         throw error("lora target '" + name + "': " + members + " are one linear in " +
                     model_name(m) + " (" + f->key + "): target it as " + fused_names(*f));
     }
-    return std::any_of(f->names.begin(), f->names.end(),
-                       [&](const char* n) { return n != nullptr && name == n; });
-}
-
-/// Where `name` is a fused linear's and the model does not fuse it: the switch that says its code
-/// does.
-inline std::string unfused_hint(const std::string& name) {
-    for (const FusedLinear& f : fused_linears)
-        if (std::any_of(f.names.begin(), f.names.end(),
-                        [&](const char* n) { return n != nullptr && name == n; }))
-            return std::string("; ") + name + " is a fused linear: " + f.key +
-                   " true says the code makes one";
-    return "";
+    return answers_to(*f, name);
 }
 
 /// A fused linear as one row (`first` its first member's weight, `out` all members' width), for

@@ -315,11 +315,12 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
         }
         // A 4-bit weight is dequantised by its own kernel, not cast by autocast (the layer's
         // workspace).
-        if (autocast_copies(row))
+        if (autocast_copies(row)) {
             (row.group == Group::layer ? splits.cast_per_layer[row.kind] : splits.cast_head)
                 .add(row, V);
-        if (autocast_copies(row) && row.group == Group::layer && !row.trainable)
-            splits.uncached_per_layer[row.kind].add(row, V);
+            if (row.group == Group::layer && !row.trainable)
+                splits.uncached_per_layer[row.kind].add(row, V);
+        }
         if (te_linear_weight(row)) splits.linear_weights[row.kind].add(row, V);
         switch (row.group) {
             case Group::input: c->input.add(row, V); break;
