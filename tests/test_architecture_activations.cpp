@@ -164,7 +164,7 @@ TEST_CASE("workspaces of a LLaMA layer: the scores, softmax and SwiGLU temporari
     CHECK(down.bytes.value() == 2 * sb * f);
     CHECK(gradients_from(layer, down) == Linear::down);
     CHECK(swept(layer, down, Recompute::none).covered.value() == 0);
-    CHECK(down.weight_gradient == Linear::down);
+    CHECK(down.linear == Linear::down);
     CHECK_FALSE(down.weightless());
     CHECK(swiglu.weightless());
     CHECK(softmax.weightless());

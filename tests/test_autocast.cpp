@@ -248,3 +248,91 @@ TEST_CASE("a forward op under autocast runs before the later linears' casts exis
         CHECK(in.layer[0].forward_work.value() + (o + mlp) * 2 >= without.value());
     }
 }
+
+namespace {
+/// One GPT-2-shaped layer with LoRA on q and v alone (every other linear frozen) under autocast,
+/// and its parameters; no dropout, so the layer's last add takes the down projection's output.
+struct FrozenAmpLayer {
+    Architecture m = fixtures::gpt2_small();
+    FineTuning f;
+    ParameterTable table;
+    LayerActivations layer;
+    static constexpr std::uint64_t s = 64, b = 2;
+
+    FrozenAmpLayer() {
+        m.hidden = 96, m.heads = 3, m.ffn = 320, m.attention_dropout = 0, m.hidden_dropout = 0;
+        f.mode = Training::lora, f.lora.rank = 4, f.lora.targets = {"q_proj", "v_proj"};
+        table = fine_tuned_table(m, parameter_table(m), f);
+        layer = architecture_layer(m, s, b, amp, Attention::eager, Platform::cpu, {},
+                                   layer_tuning(table, f, 0));
+    }
+    const WorkspaceEffect& effect(const LayerWork& w, const std::string& op) const {
+        for (const auto* list : {&w.forward_work, &w.backward_work})
+            for (const WorkspaceEffect& e : *list)
+                if (Text(layer.work[e.source].op) == Text(op)) return e;
+        FAIL("no workspace " << op);
+        return w.forward_work.front();
+    }
+};
+}  // namespace
+
+TEST_CASE("a linear's autocast cast exists while its op runs and goes when its backward returns",
+          "[autocast][workspace][finetune]") {
+    // Measured (peak_live.py over nanoGPT with LoRA on c_attn, cpu-third-party-lora.json): at
+    // GELU's backward the frozen c_proj's bf16 cast is gone, though it writes no gradient; at
+    // c_proj's own forward and backward it is alive. Frozen or trained alike.
+    const FrozenAmpLayer x;
+    const Recompute mode = GENERATE(Recompute::none, Recompute::full);
+    CAPTURE(recompute_name(mode));
+    const LayerWork w = layer_work(x.layer, mode, x.table, x.m.vocab, 0);
+    const Parallelism whole;
+    const std::uint64_t h = x.m.hidden, ff = x.m.ffn, down = ff * h + h, mlp = down + h * ff + ff;
+    const auto params = [&](const SplitParams& p) { return p.on_rank(whole, x.m.vocab).value(); };
+    const WorkspaceEffect& act = x.effect(w, "GELU (tanh) backward");
+    CHECK(params(act.cast_freed) == down);
+    CHECK(params(act.gradients) == 0);  // frozen: no gradient stands in for the cast
+    CHECK(params(x.effect(w, "down projection backward").cast_freed) == 0);
+    CHECK(params(x.effect(w, "down projection (frozen)").uncast) == 0);
+    CHECK(params(x.effect(w, "output projection (frozen)").uncast) == mlp);  // not o's own
+    // The step counts the layer's casts whole: the activation's backward takes its freed one off.
+    const std::uint64_t d = 2, g = 4;
+    const Count unfreed = act.on_rank(whole, x.m.vocab, 0, 0);
+    CHECK(act.on_rank(whole, x.m.vocab, 0, Count(down * d)).value() + down * d ==
+          std::max<std::uint64_t>(unfreed.value(), down * d));
+    // Trained, each gradient written counts whole (4 bytes) and its linear's cast comes off: a
+    // norm's gradient has no cast to replace (it counted 2 bytes before).
+    const LayerActivations trained =
+        architecture_layer(x.m, x.s, x.b, amp, Attention::eager, Platform::cpu);
+    const LayerWork tw = layer_work(trained, mode, parameter_table(x.m), x.m.vocab, 0);
+    const std::uint64_t after_scores = h * h + h + mlp;  // the output projection on
+    std::size_t found = 0;
+    for (const WorkspaceEffect& e : tw.backward_work) {
+        if (Text(trained.work[e.source].op) != Text("softmax backward")) continue;
+        ++found;
+        CHECK(params(e.gradients) == after_scores + 2 * h);  // and the MLP norm's weight and bias
+        CHECK(params(e.cast_freed) == after_scores);
+        CHECK(e.on_rank(whole, x.m.vocab, Count(params(e.gradients) * g),
+                        Count(params(e.cast_freed) * d)) ==
+              e.on_rank(whole, x.m.vocab, Count(after_scores * (g - d) + 2 * h * g)));
+    }
+    CHECK(found == 1);
+}
+
+TEST_CASE("under autocast the down projection's output gradient is cast before the rerun",
+          "[autocast][recompute][finetune]") {
+    // Measured (as above, full recomputation): the residual add's backward casts the fp32 stream's
+    // gradient to bf16 for the down projection's output before the rerun reads a saved tensor;
+    // beside the frozen down projection its caller holds the norm's fp32 output.
+    const FrozenAmpLayer x;
+    const std::uint64_t sbh = x.s * x.b * x.m.hidden, sbf = x.s * x.b * x.m.ffn;
+    CHECK(fixtures::rerun_bytes(x.layer) == sbh * 2);
+    const Workspace& down = fixtures::workspace_named(x.layer, "down projection (frozen)");
+    CHECK(down.bytes.value() == sbf * 2 + sbh * 4 + sbh * 2);
+    // In bf16 the stream is the output's dtype: nothing is cast, and the norm's output is bf16.
+    const LayerActivations bf16 =
+        architecture_layer(x.m, x.s, x.b, DType::bf16, Attention::eager, Platform::cpu, {},
+                           layer_tuning(x.table, x.f, 0));
+    CHECK(fixtures::rerun_bytes(bf16) == 0);
+    CHECK(fixtures::workspace_named(bf16, "down projection (frozen)").bytes.value() ==
+          sbf * 2 + sbh * 2 + sbh * 2);
+}

@@ -754,7 +754,7 @@ TEST_CASE("A checkpointed layer's tape holds the gradients made before its rerun
 
 TEST_CASE("DoRA's backward is a linear's op: it names the linear whose weight it writes",
           "[finetune][dora]") {
-    // Workspace::weight_gradient: the first adapted linear; in a kind with no adapter (a dense
+    // Workspace::linear: the first adapted linear; in a kind with no adapter (a dense
     // layer beside experts, DoRA on the router alone) its 0 bytes count beside a fresh gradient
     // as they did when weightless was a flag, through the first frozen linear.
     Architecture m;
@@ -767,10 +767,10 @@ TEST_CASE("DoRA's backward is a linear's op: it names the linear whose weight it
             architecture_layer(m, 16, 2, DType::bf16, Attention::eager, Platform::cuda, {}, tuning);
         return fixtures::workspace_named(l, "DoRA backward");
     };
-    CHECK(backward().weight_gradient == Linear::v);
+    CHECK(backward().linear == Linear::v);
     CHECK_FALSE(backward().weightless());
     tuning.adapted = 0;
     CHECK(backward().bytes.value() == 0);
-    CHECK(backward().weight_gradient == Linear::q);
+    CHECK(backward().linear == Linear::q);
     CHECK_FALSE(backward().weightless());
 }

@@ -105,7 +105,7 @@ TEST_CASE(
         const LayerActivations layer = architecture_layer(m, s, b, p, Attention::flash);
         for (const Workspace& w : layer.work)
             if (w.backward && Text(w.tensor).find("gradient cast to") != Text::npos)
-                bytes[linear_row(w.weight_gradient).tensor] += w.bytes.value();
+                bytes[linear_row(w.linear).tensor] += w.bytes.value();
         return bytes;
     };
     SECTION("dense layers: q/k/v, the output projection, gate and up, the down projection") {

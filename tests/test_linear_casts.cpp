@@ -90,7 +90,7 @@ TEST_CASE("a casting recipe keeps bf16's tensors and adds each linear's casts wh
     const Workspace& w = fixtures::workspace_named(casts, "down projection backward");
     CHECK(w.bytes == cast_pass_peak(tensorwise.casts->backward, down));
     CHECK(w.split == ActivationSplit::replicated);
-    CHECK(w.weight_gradient == Linear::down);
+    CHECK(w.linear == Linear::down);
     // q/k/v: the largest of the three, q (hidden x heads x head size).
     const LinearOperands q{Count(T * m.hidden), Count(m.hidden * m.heads * m.head_size()),
                            Count(T * m.heads * m.head_size()), 2, false};

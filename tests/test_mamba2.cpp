@@ -123,7 +123,7 @@ TEST_CASE("a Mamba-2 layer's fused function: its forward and backward temporarie
     const Workspace& backward = find(true);
     CHECK(backward.bytes.value() ==
           2 * T * (2 * 160 + 296 + 2 * 128) + states * 8 + cumsums + 2 * cb);
-    CHECK(backward.weight_gradient == Linear::mamba_out);
+    CHECK(backward.linear == Linear::mamba_out);
 }
 
 TEST_CASE("Mamba-2 without the kernels, under autocast or the formula model is refused",

@@ -121,7 +121,7 @@ TEST_CASE("a Gated DeltaNet's kernel temporaries by hand", "[qwen3_next][activat
     };
     CHECK(find(false).bytes.value() == 2 * states + 2 * T * (2 * di + 3 * HN));
     CHECK(find(true).bytes.value() == 6 * states + 2 * T * (4 * di + 6 * HN));
-    CHECK(find(true).weight_gradient == Linear::mamba_out);
+    CHECK(find(true).linear == Linear::mamba_out);
 }
 
 TEST_CASE("Gated DeltaNet under autocast, the formula model or without kernels is refused",

@@ -446,8 +446,7 @@ TEST_CASE("a layer's backward writes its gradients in reverse: each op sees its 
                     CHECK(from <= earliest);  // gradients only come, in backward
                     earliest = from;
                     // A linear's backward writes its own weight's gradient: counted among them.
-                    if (w.weight_gradient != Linear::none)
-                        CHECK(from <= weight_row(params, w.weight_gradient, k));
+                    if (w.linear != Linear::none) CHECK(from <= weight_row(params, w.linear, k));
                     ++ops;
                 }
             }

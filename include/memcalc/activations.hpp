@@ -278,15 +278,16 @@ struct Workspace {
     Count bytes;
     ActivationSplit split;
     Module module = Module::none;  ///< the part of the layer whose op runs
-    /// Backward: the linear whose weight's gradient the op writes (a linear's backward; a frozen
-    /// base's, its adapters' or its input's gradient alone, counts alike). None: its op has no
-    /// weights (an activation, a product, a dropout, the core attention), so a later
-    /// micro-batch's fresh weight gradient is not alive: autograd has added the one before into
-    /// the held one (measured: peak_live.py). Else the layer's largest counts, leaning high.
-    Linear weight_gradient = Linear::none;
+    /// The linear whose op this is: its weight's autocast cast exists while it runs. In backward
+    /// it writes that weight's gradient (a frozen base's, its adapters' or its input's gradient
+    /// alone, counts alike). None: its op has no weights (an activation, a product, a dropout,
+    /// the core attention), so a later micro-batch's fresh weight gradient is not alive: autograd
+    /// has added the one before into the held one (measured: peak_live.py). Else the layer's
+    /// largest counts, leaning high.
+    Linear linear = Linear::none;
 
-    /// A backward op with no weights (weight_gradient).
-    bool weightless() const { return backward && weight_gradient == Linear::none; }
+    /// A backward op with no weights (`linear` none).
+    bool weightless() const { return backward && linear == Linear::none; }
 };
 
 /// Who holds a tensor alive beside an op that did not make it.

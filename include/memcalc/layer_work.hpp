@@ -21,16 +21,17 @@
 namespace memcalc {
 
 /// A workspace's effect on its step (the tape's sweep: tape::RunEffect): on a rank it adds max(0,
-/// added + the layer's gradients already written - covered - the layer's casts not made yet).
+/// added + the layer's gradients already written - covered - the layer's casts not made yet or
+/// freed already).
 struct WorkspaceEffect {
     SplitBytes added, covered;
     SplitParams gradients;  ///< parameters of the layer whose gradients exist while it runs
     bool weightless =
         false;  ///< Workspace::weightless: no fresh gradient exists while it runs, held ones aside
     SplitParams
-        uncast;  ///< forward: parameters of the layer whose autocast copies are not made yet
-    /// A weightless backward op: parameters whose autocast copies their linears' backward has freed
-    /// already.
+        uncast;  ///< forward: parameters whose autocast copies are not made yet (not the op's own)
+    /// Backward: parameters whose autocast copies their linears' backward has freed already (the
+    /// linear the op writes keeps its own until it returns). Trained or frozen alike.
     SplitParams cast_freed;
     std::uint32_t source = 0;  ///< its Workspace's index in the layer's table
 
@@ -46,9 +47,8 @@ struct WorkspaceEffect {
 /// bucket already holds the layer's gradient. `fresh`: when gradients are already held (a later
 /// micro-batch, a persistent buffer), the only new one, whatever the op but a weightless one (else
 /// each effect's own gradients written). `cast_bytes`: per parameter, what the step counts of the
-/// layer's autocast copies (0 without autocast). With gradients held the step still counts the
-/// layer's copies whole, so a weightless op takes off those its linears' backward freed (without,
-/// each gradient written stands in for its weight's copy: the caller's).
+/// layer's autocast copies (0 without autocast): the step counts them whole, so a forward op takes
+/// off those not made yet and a backward op those its linears' backward freed.
 inline Count largest_on_rank(const std::vector<WorkspaceEffect>& effects, const Parallelism& p,
                              std::uint64_t V, Count gradient_bytes,
                              const SplitParams* fresh = nullptr, Count cast_bytes = 0) {
@@ -59,8 +59,7 @@ inline Count largest_on_rank(const std::vector<WorkspaceEffect>& effects, const 
         const Count unmade =
             cast_bytes.value() == 0
                 ? Count(0)
-                : (e.uncast.on_rank(p, V) + (fresh ? e.cast_freed.on_rank(p, V) : Count(0))) *
-                      cast_bytes;
+                : (e.uncast.on_rank(p, V) + e.cast_freed.on_rank(p, V)) * cast_bytes;
         most = std::max(most, e.on_rank(p, V, written.on_rank(p, V) * gradient_bytes, unmade));
     }
     return most;
@@ -120,9 +119,15 @@ inline WorkspaceEffect workspace_facts(const Workspace& work, Linear written, Li
     WorkspaceEffect e;
     e.gradients = gradients_from(params, written, V, false, kind);
     e.weightless = work.weightless();
-    e.uncast = tensors_from(params, uncast, V, false, kind, autocast_copies);
-    if (work.weightless())
-        e.cast_freed = tensors_from(params, written, V, false, kind, autocast_copies);
+    // A linear's own cast exists while its op runs; autograd frees it when its backward returns
+    // (measured: the allocation replay of LoRA on nanoGPT, cpu-third-party-lora.json).
+    const auto not_its_own = [&](const ParamRow& r) {
+        return autocast_copies(r) && r.linear != work.linear;
+    };
+    if (work.backward)
+        e.cast_freed = tensors_from(params, written, V, false, kind, not_its_own);
+    else
+        e.uncast = tensors_from(params, uncast, V, false, kind, not_its_own);
     return e;
 }
 

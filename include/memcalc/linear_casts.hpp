@@ -72,7 +72,7 @@ struct LinearCasts {
     std::string_view source;  ///< the file and function the steps are read from
     CastProgram forward;      ///< from the input and weight to the output
     CastProgram backward;     ///< from the output's gradient to the input's (the weight's gradient
-                              ///< is the step's own: Workspace::weight_gradient)
+                              ///< is the step's own: Workspace::linear)
     /// Bytes a linear weight's element is gathered in under ZeRO-3 (FSDP2's float8 all-gather,
     /// which then casts no weight); 0: the weights' dtype.
     std::uint8_t gathered_weight_bytes = 0;

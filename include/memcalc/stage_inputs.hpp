@@ -278,7 +278,7 @@ inline void set_layer_workspaces(LayerInputs& layer, const LayerWork& work, cons
     const std::uint64_t V = w.model.vocab;
     const Count g = w.recipe.gradient_bytes();
     layer.forward_work = largest_on_rank(work.forward_work, p, V, 0, nullptr, cast_bytes);
-    layer.backward_work = largest_on_rank(work.backward_work, p, V, written);
+    layer.backward_work = largest_on_rank(work.backward_work, p, V, written, nullptr, cast_bytes);
     layer.backward_work_held = largest_on_rank(work.backward_work, p, V, p.zero >= 2 ? Count(0) : g,
                                                &w.parameters->fresh_gradient[k], cast_bytes);
 }
@@ -306,13 +306,12 @@ inline void set_layer_work(TimelineInputs& in, const Workload& w, const Parallel
                            t.per_layer_experts[k]) *
             g;
         if (p.zero >= 2) layer.gradient_bucket = t.per_layer[k] * g;  // until its reduce-scatter
-        // Under autocast the step counts the layer's casts whole; a forward op runs before the
-        // later ones are made.
+        // Under autocast the step counts the layer's casts whole; an op takes off those not made
+        // yet or freed already.
         const Count cast_bytes = w.recipe.autocast ? Count(d) : Count(0);
         // The layer's gradients written so far count unless a bucket or the held gradients have
-        // them already. Under autocast each replaces its weight's cast, which its backward freed
-        // (the norms' few, leaning low).
-        const Count written = p.zero >= 2 ? Count(0) : w.recipe.autocast ? Count(g.value() - d) : g;
+        // them already.
+        const Count written = p.zero >= 2 ? Count(0) : g;
         set_layer_workspaces(layer, w.layers[k], w, p, k, written, cast_bytes);
         // The rerun forward: its largest op with the rows made before it, or all the rows, beside
         // the gradients made before the rerun (CheckpointHeld::rerun).

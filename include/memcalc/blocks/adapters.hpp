@@ -153,7 +153,7 @@ inline void frozen_linear_work(TableBuilder& t, const Sizes& z, const std::strin
                 adapted ? std::string("input + outputs + (scaled + ") + (copy ? "copy + " : "") +
                               "sum) x the largest"
                         : "input + outputs",
-                bytes);
+                bytes, out.weight);
 }
 
 /// torch's non-reentrant checkpoint reruns a layer's forward when its backward first reads a saved

@@ -315,14 +315,18 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
     if (z.kernels->checkpoint_rng_state > 0)
         layer.checkpoint_tensors.push_back({"RNG state", Count(z.kernels->checkpoint_rng_state),
                                             ActivationSplit::replicated, CheckpointHeld::always});
-    // A LoRA adapter beside the down projection, whose output the layer's last add takes as it is
-    // (no experts' weighting, post-norm or dropout after it): reached before any saved tensor is
-    // read.
+    // The down projection's output, which the layer's last add takes as it is (no experts'
+    // weighting, post-norm or dropout after it): the gradients reached before any saved tensor is
+    // read are alive while the forward reruns. A LoRA adapter's beside it; under autocast the
+    // output's gradient cast from the fp32 stream to the compute dtype (measured: nanoGPT's
+    // frozen c_proj, validation/results/cpu-third-party-lora.json).
+    const bool adapted = (tuning.adapted & bit(Linear::down)) != 0;
     if (!m.is_moe() && !m.norms_after_branches() && m.hidden_dropout == 0 &&
-        (tuning.adapted & bit(Linear::down)) != 0)
-        layer.checkpoint_tensors.push_back({"the gradients made before the rerun",
-                                            detail::adapter_gradients_at_rerun(t, z, z.sbh),
-                                            ActivationSplit::replicated, CheckpointHeld::rerun});
+        (adapted || z.s != z.d))
+        layer.checkpoint_tensors.push_back(
+            {"the gradients made before the rerun",
+             adapted ? detail::adapter_gradients_at_rerun(t, z, z.sbh) : z.sbh * z.d,
+             ActivationSplit::replicated, CheckpointHeld::rerun});
     if (modules.bits != 0) select_modules(layer, modules);
     return layer;
 }

@@ -98,16 +98,16 @@ public:
     }
 
     /// A temporary of the op running now, while the rows added so far are live: in forward
-    /// beside the residual stream's tensors (stream_beside). In backward, `weight_gradient`: the
-    /// linear whose weight's gradient the op writes, none for an op with no weights
-    /// (Workspace::weight_gradient); those written already are the grad steps' after it.
+    /// beside the residual stream's tensors (stream_beside). `linear`: the linear whose op it is
+    /// (in backward, whose weight's gradient it writes), none for an op with no weights
+    /// (Workspace::linear); the gradients written already are the grad steps' after it.
     void workspace(bool backward, Label op, Label tensor, Label formula, Count bytes,
-                   Linear weight_gradient = Linear::none) {
-        workspace_at(rows_.size(), backward, op, tensor, formula, bytes, weight_gradient);
+                   Linear linear = Linear::none) {
+        workspace_at(rows_.size(), backward, op, tensor, formula, bytes, linear);
     }
     /// The same, run before row `before` is made (in backward: after its backward has run).
     void workspace_at(std::size_t before, bool backward, Label op, Label tensor, Label formula,
-                      Count bytes, Linear weight_gradient = Linear::none,
+                      Count bytes, Linear linear = Linear::none,
                       ActivationSplit split = ActivationSplit::tensor) {
         if (!layer_) return;
         if (!backward) {  // the residual stream's tensors the caller holds
@@ -124,7 +124,7 @@ public:
                                 Beside::mode_bit(Recompute::selective)});
         }
         checkpoint_held_ = Count(0);
-        push(before, {backward, op, tensor, formula, bytes, split, module_, weight_gradient});
+        push(before, {backward, op, tensor, formula, bytes, split, module_, linear});
     }
     /// Forward workspaces added from now on run before linear `first`'s weight (and every later
     /// tensor) is cast; none: no cast is pending.

@@ -45,7 +45,7 @@ namespace detail {
 
 /// The mixer's saved tensors after its input norm (whose output in_proj keeps: the caller's row),
 /// for `s` tokens of `b` sequences in `d`-byte activations, written to `t` in forward order: its
-/// rows, and its temporaries while the rows before them are live (Workspace::weight_gradient).
+/// rows, and its temporaries while the rows before them are live (Workspace::linear).
 /// `frozen_norms`: the inner norms' weights take no gradient, so keep no normalised input.
 /// `mean_saves_input`: before torch 2.2 each inner norm's mean() keeps x^2 in fp32.
 class MambaMixer {
@@ -81,9 +81,8 @@ private:
              std::uint64_t bytes, Keep keep = Keep::always, std::uint64_t copies = 1) {
         t_.add(op, tensor, why, shape, elements, bytes, keep, copies);
     }
-    void work(bool backward, Label op, Label tensor, Label formula, Count bytes,
-              Linear weight_gradient) {
-        t_.workspace(backward, op, tensor, formula, bytes, weight_gradient);
+    void work(bool backward, Label op, Label tensor, Label formula, Count bytes, Linear linear) {
+        t_.workspace(backward, op, tensor, formula, bytes, linear);
     }
 
     /// transformers' slow_forward, as it runs with no cache and no padding mask.

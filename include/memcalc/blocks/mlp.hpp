@@ -45,8 +45,10 @@ inline void down_projection_input_row(TableBuilder& t, const Sizes& z, const std
         linear_input_row(t, z, prefix + "down projection", what, shape,
                          Count(output.elements.value() / (z.sbh.value() / z.tokens.value())), sbf,
                          bit(down), output,
-                         z.sbh * z.d);  // the MLP's input, which its caller holds (the stream:
-                                        // its stream_beside)
+                         // The MLP's input, which its caller holds: the norm's output, in the
+                         // stream's dtype (fp32 under autocast, measured: nanoGPT's ln_2 output
+                         // beside its frozen c_proj, cpu-third-party-lora.json).
+                         z.sbh * z.s);
 }
 
 /// The down projection's input row and its backward. `dropped`: a dropout between its output and
