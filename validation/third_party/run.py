@@ -182,21 +182,39 @@ def optimizer_impl(program, device):
     return "fused" if program in ("nanogpt", "llama2c") else "foreach"
 
 
-def adapt_fused_qkv(model, blocks, rank, p):
-    """peft's LoRA on nanoGPT's fused q/k/v linear (target_modules=["c_attn"]): every base parameter
-    frozen, each block's attn.c_attn wrapped in reference_trainer's LoraLinear (peft's lora.Linear),
-    whose B is r x 3h: one adapter for q, k and v."""
+# What peft targets by default in each program --lora runs (its
+# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: gpt2's c_attn, llama's q_proj and v_proj,
+# which are llama2.c's wq and wv): the attribute path of each adapted linear in a block, and the
+# linear's name in memcalc's --lora-targets.
+LORA_TARGETS = {"nanogpt": ((("attn", "c_attn"), "c_attn"),),
+                "llama2c": ((("attention", "wq"), "q_proj"), (("attention", "wv"), "v_proj")),
+                "hf-llama": ((("self_attn", "q_proj"), "q_proj"), (("self_attn", "v_proj"), "v_proj"))}
+
+
+def lora_targets(program):
+    """memcalc's --lora-targets for the linears LORA_TARGETS adapts."""
+    return ",".join(name for _, name in LORA_TARGETS[program])
+
+
+def adapt(program, model, blocks, rank, p):
+    """peft's LoRA as its users run it: every base parameter frozen, each block's targeted linears
+    wrapped in reference_trainer's LoraLinear (peft's lora.Linear). nanoGPT's c_attn is fused: one
+    adapter whose B is r x 3h for q, k and v."""
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     for block in blocks:
-        block.attn.c_attn = LoraLinear(block.attn.c_attn, rank, p)
+        for (*parents, name), _ in LORA_TARGETS[program]:
+            owner = block
+            for parent in parents:
+                owner = getattr(owner, parent)
+            setattr(owner, name, LoraLinear(getattr(owner, name), rank, p))
 
 
 def run(program, size, seq, batch, precision, recompute, steps=1, device="cpu", lora=(0, 0.0)):
     torch.manual_seed(0)
     model, blocks, final_norm = build(program, size)
     if lora[0]:
-        adapt_fused_qkv(model, blocks, *lora)
+        adapt(program, model, blocks, *lora)
     model = model.to(device=device, dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
     model.train()
     hf = program in HF_PROGRAMS
@@ -312,8 +330,9 @@ def run(program, size, seq, batch, precision, recompute, steps=1, device="cpu", 
             "steps_timed": steps,
             **({"torch_version": TORCH_RELEASE} if program in VERSIONED else {}),
             # the adapters in the model's dtype: bf16 beside a bf16 model, fp32 under autocast
-            **({"train": "lora", "lora_rank": lora[0], "lora_targets": "c_attn", "lora_dropout": lora[1],
-                "lora_dtype": "bf16" if precision == "bf16" else "fp32"} if lora[0] else {})}
+            **({"train": "lora", "lora_rank": lora[0], "lora_targets": lora_targets(program),
+                "lora_dropout": lora[1], "lora_dtype": "bf16" if precision == "bf16" else "fp32"}
+               if lora[0] else {})}
 
 
 def main(argv=None):
@@ -329,11 +348,12 @@ def main(argv=None):
                     help="where to train (default cpu; cuda: the programs' GPU paths, flash attention among them)")
     ap.add_argument("--steps", type=int, default=1, help="timed steps per run, after the measured one")
     ap.add_argument("--lora", type=int, default=0, metavar="RANK",
-                    help="nanoGPT only: LoRA of this rank on its fused q/k/v linear (c_attn), the base frozen")
+                    help="LoRA of this rank where peft puts it by default (nanoGPT's fused c_attn, "
+                         "LLaMA's q_proj and v_proj: llama2.c's wq and wv), the base frozen")
     ap.add_argument("--lora-dropout", type=float, default=0.05, help="the adapters' dropout (with --lora)")
     a = ap.parse_args(argv)
-    if a.lora and set(a.programs) != {"nanogpt"}:
-        ap.error("--lora adapts nanoGPT's c_attn: give --programs nanogpt")
+    if a.lora and not set(a.programs) <= set(LORA_TARGETS):
+        ap.error("--lora adapts " + " and ".join(LORA_TARGETS) + " only: give --programs among them")
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     name = torch.cuda.get_device_name() if a.device == "cuda" else cpu_name()
     result = {"date": time.strftime("%Y-%m-%d"), "device": a.device, "device_name": name,
