@@ -104,6 +104,9 @@ struct LayerWork {
     /// backward step holds the larger.
     SplitBytes rebuilt_mlp_half;
     std::vector<WorkspaceEffect> forward_work, backward_work;  ///< its workspaces
+    /// A checkpointed layer's forward ops as its backward reruns them, every row kept to the end
+    /// (forward_work: as the forward step runs them, with no grad).
+    std::vector<WorkspaceEffect> rerun_work;
     SplitBytes held_by_rerun;  ///< its checkpoint's CheckpointHeld::rerun tensors, where it has one
     bool keeps_input =
         false;  ///< it keeps its input tensor itself (a LayerNorm's saved input, a checkpoint)
@@ -141,19 +144,23 @@ inline LayerWork layer_work(const LayerActivations& layer, Recompute mode,
     LayerWork lw;
     lw.kept = live.kept, lw.rebuilt = live.rebuilt[0], lw.rebuilt_mlp_half = live.rebuilt[1];
     const std::vector<Linear> uncast = layer.uncast_by_op(), written = layer.gradients_by_op();
-    for (const tape::RunEffect& run : live.runs) {  // in the tape's order
-        const Workspace& work = layer.work[run.source];
-        WorkspaceEffect e =
-            detail::workspace_facts(work, written[run.source], uncast[run.source], params, V, kind);
+    const auto effect = [&](const tape::RunEffect& run) {
+        WorkspaceEffect e = detail::workspace_facts(layer.work[run.source], written[run.source],
+                                                    uncast[run.source], params, V, kind);
         e.added = run.added, e.covered = run.covered, e.source = run.source;
-        (work.backward ? lw.backward_work : lw.forward_work).push_back(e);
-    }
+        return e;
+    };
+    for (const tape::RunEffect& run : live.runs)  // in the tape's order
+        (layer.work[run.source].backward ? lw.backward_work : lw.forward_work)
+            .push_back(effect(run));
     for (const SavedTensor& row : layer.rows)
         if (row.kept(mode) && row.layer_input) lw.keeps_input = true;
     if (checkpoints_layer(mode)) {
         lw.keeps_input = true;
         for (const CheckpointTensor& t : layer.checkpoint_tensors)
             if (t.held == CheckpointHeld::rerun) lw.held_by_rerun.add(t);
+        for (const tape::RunEffect& run : tape::sweep_program(layer, mode, true).runs)
+            if (!layer.work[run.source].backward) lw.rerun_work.push_back(effect(run));
     }
     return lw;
 }

@@ -316,8 +316,10 @@ inline void set_layer_work(TimelineInputs& in, const Workload& w, const Parallel
         // The rerun forward: its largest op with the rows made before it, or all the rows, beside
         // the gradients made before the rerun (CheckpointHeld::rerun).
         if (checkpoints_layer(w.recompute)) {
-            const Count rerun = std::max(layer.forward_work, layer.rebuilt) +
-                                w.layers[k].held_by_rerun.on_rank(p, V);
+            const Count rerun_work =
+                largest_on_rank(w.layers[k].rerun_work, p, V, 0, nullptr, cast_bytes);
+            const Count rerun =
+                std::max(rerun_work, layer.rebuilt) + w.layers[k].held_by_rerun.on_rank(p, V);
             if (rerun > layer.rebuilt)
                 layer.recompute_forward_work = Count(rerun.value() - layer.rebuilt.value());
         }
