@@ -194,9 +194,10 @@ void run_single(const EstimateOptions& q, EstimateRun& run, Spool& out,
 /// A sweep as it is rendered, a configuration at a time.
 struct SweepOutput {
     SweepOutput(const EstimateRun& r, const Estimator& e, bool plot, Spool& o)
-        : run(r), estimator(e), plotted(plot), out(o) {
+        : run(r), estimator(e), plotted(plot), out(o), csv_rows(r.modes.size()) {
         if (r.view.device_memory)
-            csv_rows.device = DeviceFit{*r.view.device_memory, r.view.reserve};
+            for (CsvRowWriter& w : csv_rows)
+                w.device = DeviceFit{*r.view.device_memory, r.view.reserve};
     }
 
     const EstimateRun& run;
@@ -206,8 +207,9 @@ struct SweepOutput {
     std::vector<SweepPoint> points;  ///< what a plot needs of each configuration
     std::optional<SweepTable> table;
     std::size_t done = 0;
-    std::string row;  ///< one CSV row's buffer, reused
-    CsvRowWriter csv_rows;
+    /// By mode: each remembers the digits of its last row's numbers, most of which its next
+    /// repeats.
+    std::vector<CsvRowWriter> csv_rows;
     Progress progress{"sweep", 64};
 
     /// A configuration's device figure (high end), for the verdict of a sweep with a device:
@@ -219,18 +221,24 @@ struct SweepOutput {
         return d ? std::optional<Count>(d->high_bytes) : std::nullopt;
     }
 
+    /// The CSV row of `r`, under run.modes[mode].
+    void add_row(Summary& r, std::size_t mode) {
+        if (plotted)
+            points.push_back({r.settings.seq, r.settings.micro_batch, r.settings.recompute,
+                              r.peak.bytes.total()});
+        CsvRowWriter& writer = csv_rows[mode];
+        if (writer.device) r.device = device_high(r.settings);
+        out.append_with(
+            [&](std::string& text) { writer.append(text, run.model.architecture.name, r); });
+        progress(++done);
+    }
+
     /// Every mode of one configuration (`settings` but its recomputation).
     void add(Settings& settings) {
         const std::uint64_t s = settings.seq, b = settings.micro_batch;
         if (run.format == Format::csv) {  // the closed form: no table kept, no timeline built
-            for (Summary& r : estimator.summaries(settings, run.modes)) {
-                if (plotted) points.push_back({s, b, r.settings.recompute, r.peak.bytes.total()});
-                if (csv_rows.device) r.device = device_high(r.settings);
-                row.clear();
-                csv_rows.append(row, run.model.architecture.name, r);
-                out.append(row);
-                progress(++done);
-            }
+            std::vector<Summary> rows = estimator.summaries(settings, run.modes);
+            for (std::size_t m = 0; m < rows.size(); ++m) add_row(rows[m], m);
             return;
         }
         settings.timelines = run.format == Format::json;  // only JSON prints them
@@ -260,16 +268,37 @@ void run_sweep(const EstimateOptions& q, EstimateRun& run, Spool& out,
     std::vector<std::vector<Parallelism>> layouts_of;  // per micro-batch (--global-batch: count)
     for (auto b : run.batches) layouts_of.push_back(parse_layouts(q.parallel, q.step, b));
     Settings& settings = run.settings;
-    for (auto s : run.seqs)
-        for (std::size_t bi = 0; bi < run.batches.size(); ++bi)
+    // Along the micro-batch a CSV row comes off its configuration's lines where they are drawn
+    // (micro_batch_line.hpp): with no global batch, the layouts are every micro-batch's.
+    const bool lines =
+        run.format == Format::csv && !run.view.device_memory && q.parallel.global_batch.empty();
+    for (auto s : run.seqs) {
+        std::vector<MicroBatchLines> drawn;  // by layout, then attention
+        for (const auto& layout : layouts_of.front())
+            for (auto attention : run.attentions) {
+                if (!lines) break;
+                settings.seq = s, settings.framework.attention = attention;
+                settings.parallel = layout, settings.recompute = run.modes.front();
+                drawn.emplace_back(estimator, settings, run.modes, run.batches);
+            }
+        for (std::size_t bi = 0; bi < run.batches.size(); ++bi) {
+            std::size_t line = 0;
             for (const auto& layout : layouts_of[bi])
                 for (auto attention : run.attentions) {
                     settings.seq = s, settings.micro_batch = run.batches[bi];
                     settings.recompute = run.modes.front();
                     settings.framework.attention = attention;
                     settings.parallel = layout;
-                    sweep.add(settings);
+                    if (line < drawn.size() && drawn[line].covers(settings.micro_batch)) {
+                        for (std::size_t m = 0; m < run.modes.size(); ++m)
+                            sweep.add_row(drawn[line].at(settings.micro_batch, m), m);
+                    } else {
+                        sweep.add(settings);
+                    }
+                    ++line;
                 }
+        }
+    }
     if (run.format == Format::json) out.append("\n]\n");
     if (sweep.table) out.append(sweep.table->str());
     if (sweep.table && run.model.checkpoint) out.append(checkpoint_table(*run.model.checkpoint));

@@ -381,20 +381,28 @@ Spool::~Spool() {
 }
 
 void Spool::append(std::string_view text) {
+    append_with([&](std::string& memory) { memory += text; });
+}
+
+void Spool::settle() {
     constexpr std::size_t in_memory = 16u << 20, write_batch = 1u << 20;
-    if (file_ == nullptr && memory_.size() + text.size() > in_memory) {
+    if (file_ == nullptr) {
+        // Past a few pages, room for all it may hold at once: no copy as it grows.
+        if (memory_.size() > (64u << 10) && memory_.capacity() < in_memory)
+            memory_.reserve(in_memory + write_batch);
+        if (memory_.size() <= in_memory) return;
         file_ = std::tmpfile();  // unnamed: it vanishes with the process, however it ends
         if (file_ == nullptr)
             throw error(std::string("cannot spool the output to a temporary file: ") + reason());
         std::setvbuf(file_, nullptr, _IONBF, 0);  // written a megabyte at a time already
     }
-    memory_ += text;
-    if (file_ != nullptr && memory_.size() >= write_batch) {
-        if (std::fwrite(memory_.data(), 1, memory_.size(), file_) != memory_.size())
-            throw error(std::string("cannot spool the output to a temporary file: ") + reason());
-        memory_.clear();
-        if (memory_.capacity() > 4 * write_batch)
-            memory_.shrink_to_fit();  // the 16 MiB it held before
+    if (memory_.size() < write_batch) return;
+    if (std::fwrite(memory_.data(), 1, memory_.size(), file_) != memory_.size())
+        throw error(std::string("cannot spool the output to a temporary file: ") + reason());
+    memory_.clear();
+    if (memory_.capacity() > 4 * write_batch) {  // the 16 MiB it held before
+        memory_.shrink_to_fit();
+        memory_.reserve(2 * write_batch);  // a batch and a row: never grown again
     }
 }
 

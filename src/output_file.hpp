@@ -18,6 +18,12 @@ public:
     ~Spool();
 
     void append(std::string_view text);
+    /// `write(text)` appends to the output's text in place (a row at a time, bounded).
+    template <class Write>
+    void append_with(Write&& write) {
+        write(memory_);
+        settle();
+    }
     /// Hands every byte, in order, to `sink` (chunks of at most 1 MiB); false when a read fails.
     template <class Sink>
     bool each_chunk(Sink&& sink) const {
@@ -34,6 +40,9 @@ public:
     }
 
 private:
+    /// Past 16 MiB, the text so far goes to the file, and then every megabyte.
+    void settle();
+
     std::string
         memory_;  ///< the whole output; once spooling, what is not in the file yet (under 1 MiB)
     std::FILE* file_ = nullptr;

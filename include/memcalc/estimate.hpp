@@ -342,6 +342,13 @@ public:
     /// stage split it assumed, as a report's do.
     std::vector<Summary> summaries(const Settings& given,
                                    const std::vector<Recompute>& modes) const {
+        return summaries(given, modes, nullptr);
+    }
+
+    /// summaries(), and for each mode every step its peak was chosen from (layout_peak_candidates):
+    /// what a sweep along the micro-batch draws its lines through (micro_batch_line.hpp).
+    std::vector<Summary> summaries(const Settings& given, const std::vector<Recompute>& modes,
+                                   std::vector<std::vector<LayoutPeak>>* candidates) const {
         Settings settings = given;
         assume_stage_split(settings.parallel, model_.layers);
         const Configuration c = configure(settings);
@@ -358,6 +365,7 @@ public:
                 validate_recompute_layers(with.parallel, model_.layers, mode);
                 const Workload w = workload(with, t, c);
                 const LayoutPeak peak = layout_peak(w, with.parallel);
+                if (candidates) candidates->push_back(layout_peak_candidates(w, with.parallel));
                 recomputed.push_back(with.parallel.recompute_layers
                                          ? std::optional(recomputed_layers(w, with.parallel))
                                          : std::nullopt);

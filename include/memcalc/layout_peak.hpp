@@ -4,6 +4,7 @@
 /// Apart as what fit and plan call per layout, above a stage's facts and inputs.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "memcalc/layers.hpp"
 #include "memcalc/parallel.hpp"
@@ -81,6 +82,20 @@ inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p, const Sta
 
 inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
     return layout_peak(w, p, stage_facts(w, p, 0));
+}
+
+/// Every step layout_peak weighs, with its stage, in the order it weighs them: their earliest
+/// largest is its peak (a later stage's replaces an earlier's only when larger).
+inline std::vector<LayoutPeak> layout_peak_candidates(const Workload& w, const Parallelism& p) {
+    std::vector<LayoutPeak> out;
+    const auto add = [&](std::uint64_t stage) {
+        each_peak_candidate(stage_inputs(w, p, stage_facts(w, p, stage)), [&](const Step& s) {
+            out.push_back({stage, s});
+        });
+    };
+    add(0);
+    other_candidate_stages(w, p, add);
+    return out;
 }
 
 }  // namespace memcalc

@@ -16,6 +16,7 @@
 #include "memcalc/layers.hpp"
 #include "memcalc/layout_peak.hpp"
 #include "memcalc/loading.hpp"
+#include "memcalc/micro_batch_line.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/parallel.hpp"
 #include "memcalc/plan.hpp"

@@ -71,6 +71,20 @@ struct Breakdown {
     }
 };
 
+/// Breakdown's categories, in its order: for code that treats them alike.
+inline constexpr std::array<Count Breakdown::*, 11> breakdown_categories{
+    &Breakdown::weights,
+    &Breakdown::master_weights,
+    &Breakdown::optimizer_state,
+    &Breakdown::gradients,
+    &Breakdown::gathered_weights,
+    &Breakdown::kept_activations,
+    &Breakdown::rebuilt_activations,
+    &Breakdown::logits,
+    &Breakdown::activation_gradient,
+    &Breakdown::workspace,
+    &Breakdown::weight_copies};
+
 enum class Phase { forward, loss, backward, optimizer };
 
 struct Step {
@@ -550,20 +564,19 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
     return {std::move(steps), peak.index};
 }
 
-/// The peak step of timeline(in) without building it: within the forward steps and within
-/// backward L-1..2 of a micro-batch, each run of one kind of layer is linear in the position, so
-/// the earliest largest step is one of forward 1, the ends of each forward run, loss, backward L,
-/// the ends of each backward run, backward 1 (of each micro-batch shown) and optimizer. One kind:
-/// forward 1 and L, backward L, L-1 and 1, as the steps between are dominated by one of their ends.
-/// With activation offload also the step next to each run's lowest (layer_run). Flattened: its
-/// dozen steps inline, each specialised to its phase (sweeps, fit and plan call this a million
-/// times a second).
-[[gnu::flatten]] inline Step peak_step(const TimelineInputs& in) {
+/// The steps that can be timeline(in)'s peak, without building it: within the forward steps and
+/// within backward L-1..2 of a micro-batch, each run of one kind of layer is linear in the
+/// position, so the earliest largest step is one of forward 1, the ends of each forward run, loss,
+/// backward L, the ends of each backward run, backward 1 (of each micro-batch shown) and optimizer.
+/// One kind: forward 1 and L, backward L, L-1 and 1, as the steps between are dominated by one of
+/// their ends. With activation offload also the step next to each run's lowest (layer_run). These
+/// candidates, each handed to `visit` in time order: peak_step is their earliest largest.
+template <class Visit>
+[[gnu::always_inline]] inline void each_peak_candidate(const TimelineInputs& in, Visit&& visit) {
     const std::uint64_t L = in.layers;
-    Step best = step_at(in, Phase::forward, 1);
+    visit(step_at(in, Phase::forward, 1));
     const auto consider = [&](Phase phase, std::uint64_t position, std::uint64_t mb) {
-        Step s = step_at(in, phase, position, mb);
-        if (s.bytes.total() > best.bytes.total()) best = s;
+        visit(step_at(in, phase, position, mb));
     };
     // One kind, every layer recomputed alike, nothing offloaded: runs break only where the spare
     // chunks change (TimelineInputs::spare_chunks), chunk by chunk below the spares' count S, and a
@@ -612,7 +625,17 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
         if (L >= 2) consider(Phase::backward, 1, mb);
     }
     consider(Phase::optimizer, 0, 1);
-    return best;
+}
+
+/// The peak step of timeline(in) without building it: the earliest largest of
+/// each_peak_candidate's steps. Flattened: its dozen steps inline, each specialised to its phase
+/// (sweeps, fit and plan call this a million times a second).
+[[gnu::flatten]] inline Step peak_step(const TimelineInputs& in) {
+    std::optional<Step> best;
+    each_peak_candidate(in, [&](const Step& s) {
+        if (!best || s.bytes.total() > best->bytes.total()) best = s;
+    });
+    return *best;
 }
 
 /// Index of the step with the most live bytes; the earliest one when several tie.
