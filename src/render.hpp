@@ -178,8 +178,9 @@ void add_ops_json(nlohmann::json& activations, const Report& r);
 // CSV for scripts: one row per configuration, the same columns every time.
 std::string csv_header();
 std::string csv_row(const Report& r, const View& view = {});
-/// A sweep's rows, one summary at a time. Most numbers repeat from row to row (the layout, the
-/// parameters, the state): each number cell keeps its last digits and reuses them.
+/// A sweep's rows, one summary at a time. Most cells repeat from row to row (the layout, the
+/// parameters, the state): each run of them keeps its text with the values it was made from, and
+/// each number cell between them its last digits.
 class CsvRowWriter {
 public:
     struct Cell {
@@ -187,12 +188,24 @@ public:
         std::uint8_t length = 0;  ///< 0: nothing written yet
         char digits[20];
     };
+    /// What a run of cells is made from: its numbers and names, in order.
+    struct RunKey {
+        std::array<std::uint64_t, 16> numbers{};
+        std::array<std::string_view, 2> names{};
+    };
+    /// A run of cells' text and what it was made from.
+    struct Run {
+        std::array<std::uint64_t, 16> numbers{};
+        std::array<std::string, 2> names;
+        std::string text;
+    };
     /// The row of `r`, appended to `out`.
     void append(std::string& out, std::string_view model, const Summary& r);
     std::optional<DeviceFit> device;  ///< the verdict's columns, where a device is given
 
 private:
-    std::array<Cell, 26> cells_{};
+    std::array<Cell, 8> cells_{};
+    Run first_, settings_, layout_;  ///< model and seq; recompute .. state; dp .. recompute_layers
 };
 std::string per_layer_csv(const Report& r);
 /// Each kind's op tape, a row an event (with its kind's name when there are several).

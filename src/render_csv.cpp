@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <type_traits>
 
 #include "render.hpp"
 
@@ -27,8 +28,9 @@ class CsvRow {
 public:
     using Cell = CsvRowWriter::Cell;
     /// `memory`: a cell per number of the row, which remembers the digits it wrote last.
-    CsvRow(std::string& out, Cell* memory, std::size_t cells)
-        : out_(out), memory_(memory), memory_cells_(cells) {}
+    /// `continued`: the cells follow others, so the first is separated from them too.
+    CsvRow(std::string& out, Cell* memory, std::size_t cells, bool continued = false)
+        : out_(out), memory_(memory), memory_cells_(cells), cells_(continued ? 1 : 0) {}
     ~CsvRow() { flush(); }
     CsvRow(const CsvRow&) = delete;
     CsvRow& operator=(const CsvRow&) = delete;
@@ -70,6 +72,15 @@ public:
         fmt::format_to(std::back_inserter(out_), "{:.0f}", x);
         return *this;
     }
+    /// Cells already made, commas and all.
+    CsvRow& cells(std::string_view text) {
+        ++cells_;  // the next cell is separated from these
+        if (text.size() > room()) flush();
+        if (text.size() > room()) return out_ += text, *this;
+        std::memcpy(buffer_ + used_, text.data(), text.size());
+        used_ += text.size();
+        return *this;
+    }
     CsvRow& step(const Step& s) {
         separate();
         flush();
@@ -96,24 +107,53 @@ private:
     Cell* memory_;
     std::size_t memory_cells_, numbers_ = 0;
     char buffer_[256];
-    std::size_t used_ = 0, cells_ = 0;
+    std::size_t used_ = 0, cells_;
 };
 
-}  // namespace
+/// What `values` are, in order: a run's key (at most 16 numbers and 2 names).
+template <class... Values>
+CsvRowWriter::RunKey key_of(const Values&... values) {
+    CsvRowWriter::RunKey key;
+    std::size_t numbers = 0, names = 0;
+    const auto add = [&](const auto& v) {
+        if constexpr (std::is_convertible_v<decltype(v), std::string_view>)
+            key.names.at(names++) = v;
+        else
+            key.numbers.at(numbers++) = static_cast<std::uint64_t>(v);
+    };
+    (add(values), ...);
+    return key;
+}
 
-void CsvRowWriter::append(std::string& out, std::string_view model, const Summary& r) {
+/// `run`'s text, made again by `write` (a CsvRow over it) where `key` is not what it was made from.
+template <class Write>
+std::string_view run_text(CsvRowWriter::Run& run, const CsvRowWriter::RunKey& key, bool continued,
+                          Write write) {
+    if (run.text.empty() || run.numbers != key.numbers || run.names[0] != key.names[0] ||
+        run.names[1] != key.names[1]) {
+        run.text.clear();
+        CsvRow row(run.text, nullptr, 0, continued);
+        write(row);
+        run.numbers = key.numbers;
+        run.names[0] = key.names[0], run.names[1] = key.names[1];
+    }
+    return run.text;
+}
+
+/// What the layout's cells are made from: the degrees, the schedule's micro-batches, where the
+/// peak is, the loop's buffer, the stages' layers, what trains and what is recomputed.
+CsvRowWriter::RunKey layout_key(const Summary& r) {
+    const Parallelism& p = r.settings.parallel;
+    return key_of(p.dp, p.tp, p.pp, p.cp, p.ep, p.zero, p.sequence_parallel, p.steps_per_batch(),
+                  r.peak_stage, r.peak.microbatch,
+                  static_cast<int>(r.settings.framework.grad_buffer), p.first_stage_layers,
+                  p.last_stage_layers, static_cast<int>(r.settings.tuning.mode),
+                  p.recompute_layers.has_value(), p.recompute_layers.value_or(0));
+}
+
+void layout_cells(CsvRow& row, const Summary& r) {
     const Settings& s = r.settings;
     const Parallelism& p = s.parallel;
-    CsvRow row(out, cells_.data(), cells_.size());
-    row.text(csv_field(model))
-        .number(s.seq)
-        .number(s.micro_batch)
-        .text(recompute_name(s.recompute))
-        .text(s.recipe.name);
-    row.text(activation_model_name(s.activations)).text(attention_name(s.framework.attention));
-    row.number(r.parameters.value()).number(r.state.total().value()).number(r.activations.value());
-    row.number(r.kept_activations.value()).number(r.peak.bytes.total().value()).step(r.peak);
-    row.flops(r.compute.step).flops(r.compute.recompute);
     row.number(p.dp).number(p.tp).number(p.pp).number(p.cp).number(p.ep).number(p.zero);
     row.flag(p.sequence_parallel)
         .number(p.steps_per_batch())
@@ -128,7 +168,32 @@ void CsvRowWriter::append(std::string& out, std::string_view model, const Summar
         row.number(*p.recompute_layers);
     else
         row.text("");  // every layer of the recomputation
-    if (device) {      // the verdict, with a device (DeviceFit); empty cells without
+}
+
+}  // namespace
+
+void CsvRowWriter::append(std::string& out, std::string_view model, const Summary& r) {
+    const Settings& s = r.settings;
+    CsvRow row(out, cells_.data(), cells_.size());
+    row.cells(run_text(first_, key_of(model, s.seq), false,
+                       [&](CsvRow& c) { c.text(csv_field(model)).number(s.seq); }));
+    row.number(s.micro_batch);
+    const std::string_view recompute = recompute_name(s.recompute);
+    row.cells(run_text(settings_,
+                       key_of(recompute, s.recipe.name, static_cast<int>(s.activations),
+                              static_cast<int>(s.framework.attention), r.parameters.value(),
+                              r.state.total().value()),
+                       true, [&](CsvRow& c) {
+                           c.text(recompute).text(s.recipe.name);
+                           c.text(activation_model_name(s.activations))
+                               .text(attention_name(s.framework.attention));
+                           c.number(r.parameters.value()).number(r.state.total().value());
+                       }));
+    row.number(r.activations.value());
+    row.number(r.kept_activations.value()).number(r.peak.bytes.total().value()).step(r.peak);
+    row.flops(r.compute.step).flops(r.compute.recompute);
+    row.cells(run_text(layout_, layout_key(r), true, [&](CsvRow& c) { layout_cells(c, r); }));
+    if (device) {  // the verdict, with a device (DeviceFit); empty cells without
         const Count peak = r.device ? *r.device : r.peak.bytes.total();
         const std::int64_t spare = device->spare(peak);
         row.number(device->usable().value()).flag(device->fits(peak));
