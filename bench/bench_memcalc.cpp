@@ -49,6 +49,30 @@ void summary_llama_7b(
 }
 BENCHMARK(summary_llama_7b);
 
+void sweep_lines_llama_7b(benchmark::State& state) {  // a CSV sweep's rows along the micro-batch
+    Settings s;
+    s.seq = 4096;
+    const Estimator estimator(llama_7b());
+    const std::vector<Recompute> modes = {Recompute::none, Recompute::selective, Recompute::full};
+    std::vector<std::uint64_t> batches;
+    for (std::uint64_t b = 1; b <= 333; ++b) batches.push_back(b);
+    for (auto _ : state) {
+        MicroBatchLines lines(estimator, s, modes, batches);  // the probes, each a whole summary
+        for (std::uint64_t b : batches) {
+            if (!lines.covers(b)) {  // each mode made whole, as the sweep does
+                Settings at = s;
+                at.micro_batch = b;
+                benchmark::DoNotOptimize(estimator.summaries(at, modes));
+                continue;
+            }
+            for (std::size_t m = 0; m < modes.size(); ++m)
+                benchmark::DoNotOptimize(lines.at(b, m).peak.bytes);
+        }
+    }
+    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batches.size() * 3));
+}
+BENCHMARK(sweep_lines_llama_7b);
+
 Workload workload_405b(std::uint64_t b) {
     const Architecture m = llama_405b();
     return make_workload(m, *find_recipe("mixed-adam"), 8192, b, Recompute::selective,

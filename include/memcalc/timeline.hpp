@@ -570,11 +570,13 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
 /// backward L, the ends of each backward run, backward 1 (of each micro-batch shown) and optimizer.
 /// One kind: forward 1 and L, backward L, L-1 and 1, as the steps between are dominated by one of
 /// their ends. With activation offload also the step next to each run's lowest (layer_run). These
-/// candidates, each handed to `visit` in time order: peak_step is their earliest largest.
-template <class Visit>
-[[gnu::always_inline]] inline void each_peak_candidate(const TimelineInputs& in, Visit&& visit) {
+/// candidates, each handed to `visit` in time order (forward 1 only `with_first`): peak_step is
+/// their earliest largest. Flattened: its dozen steps inline, each specialised to its phase, and
+/// `visit` with them (sweeps, fit and plan call this a million times a second).
+template <bool with_first = true, class Visit>
+[[gnu::flatten]] inline void each_peak_candidate(const TimelineInputs& in, Visit&& visit) {
     const std::uint64_t L = in.layers;
-    visit(step_at(in, Phase::forward, 1));
+    if constexpr (with_first) visit(step_at(in, Phase::forward, 1));
     const auto consider = [&](Phase phase, std::uint64_t position, std::uint64_t mb) {
         visit(step_at(in, phase, position, mb));
     };
@@ -628,14 +630,13 @@ template <class Visit>
 }
 
 /// The peak step of timeline(in) without building it: the earliest largest of
-/// each_peak_candidate's steps. Flattened: its dozen steps inline, each specialised to its phase
-/// (sweeps, fit and plan call this a million times a second).
-[[gnu::flatten]] inline Step peak_step(const TimelineInputs& in) {
-    std::optional<Step> best;
-    each_peak_candidate(in, [&](const Step& s) {
-        if (!best || s.bytes.total() > best->bytes.total()) best = s;
+/// each_peak_candidate's steps.
+inline Step peak_step(const TimelineInputs& in) {
+    Step best = step_at(in, Phase::forward, 1);
+    each_peak_candidate<false>(in, [&](const Step& s) {
+        if (s.bytes.total() > best.bytes.total()) best = s;
     });
-    return *best;
+    return best;
 }
 
 /// Index of the step with the most live bytes; the earliest one when several tie.
