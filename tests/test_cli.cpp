@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -900,4 +901,36 @@ TEST_CASE("one layer's op tape (--ops) in every format", "[cli][ops]") {
     CHECK(sweep.status != 0);
     CHECK_THAT(sweep.err, Catch::Contains("--ops shows one configuration"));
     CHECK(sweep.out.empty());
+}
+
+TEST_CASE("a CSV sweep's rows off its lines are the rows each micro-batch alone prints",
+          "[cli][sweep][lines]") {
+    // 40 micro-batches draw lines (micro_batch_line.hpp); one alone is made whole.
+    const std::string common =
+        "--preset llama-3-8b --seq 100,640 --recompute all --activations architecture "
+        "--pp 2 --dp 2 --zero 1 --format csv --micro-batch ";
+    std::string batches;
+    for (int b = 1; b <= 40; ++b) batches += (b > 1 ? "," : "") + std::to_string(b);
+    const auto swept = testing::memcalc(common + batches);
+    REQUIRE(swept.status == 0);
+    std::set<std::string> alone;  // every row of the runs of one micro-batch each
+    for (int b = 1; b <= 40; ++b) {
+        const auto one = testing::memcalc(common + std::to_string(b));
+        REQUIRE(one.status == 0);
+        std::istringstream rows(one.out);
+        std::string row;
+        std::getline(rows, row);  // the header
+        while (std::getline(rows, row)) alone.insert(row);
+    }
+    std::istringstream rows(swept.out);
+    std::string row;
+    std::getline(rows, row);
+    std::size_t count = 0;
+    while (std::getline(rows, row)) {
+        CAPTURE(row);
+        CHECK(alone.count(row) == 1);
+        ++count;
+    }
+    CHECK(count == alone.size());
+    CHECK(count == 2 * 40 * 3);
 }
