@@ -233,9 +233,14 @@ struct SweepOutput {
         progress(++done);
     }
 
-    /// Every mode of one configuration (`settings` but its recomputation).
-    void add(Settings& settings) {
+    /// Every mode of one configuration (`settings` but its recomputation), off `line` where it
+    /// covers the micro-batch.
+    void add(Settings& settings, MicroBatchLines* line = nullptr) {
         const std::uint64_t s = settings.seq, b = settings.micro_batch;
+        if (line && line->covers(b)) {
+            for (std::size_t m = 0; m < run.modes.size(); ++m) add_row(line->at(b, m), m);
+            return;
+        }
         if (run.format == Format::csv) {  // the closed form: no table kept, no timeline built
             std::vector<Summary> rows = estimator.summaries(settings, run.modes);
             for (std::size_t m = 0; m < rows.size(); ++m) add_row(rows[m], m);
@@ -268,33 +273,31 @@ void run_sweep(const EstimateOptions& q, EstimateRun& run, Spool& out,
     std::vector<std::vector<Parallelism>> layouts_of;  // per micro-batch (--global-batch: count)
     for (auto b : run.batches) layouts_of.push_back(parse_layouts(q.parallel, q.step, b));
     Settings& settings = run.settings;
+    const auto configure = [&](std::uint64_t s, std::uint64_t b, const Parallelism& layout,
+                               Attention attention) {
+        settings.seq = s, settings.micro_batch = b;
+        settings.recompute = run.modes.front();
+        settings.framework.attention = attention;
+        settings.parallel = layout;
+    };
     // Along the micro-batch a CSV row comes off its configuration's lines where they are drawn
     // (micro_batch_line.hpp): with no global batch, the layouts are every micro-batch's.
     const bool lines =
         run.format == Format::csv && !run.view.device_memory && q.parallel.global_batch.empty();
+    const std::vector<Parallelism> no_layouts;
     for (auto s : run.seqs) {
         std::vector<MicroBatchLines> drawn;  // by layout, then attention
-        for (const auto& layout : layouts_of.front())
+        for (const auto& layout : lines ? layouts_of.front() : no_layouts)
             for (auto attention : run.attentions) {
-                if (!lines) break;
-                settings.seq = s, settings.framework.attention = attention;
-                settings.parallel = layout, settings.recompute = run.modes.front();
+                configure(s, run.batches.front(), layout, attention);
                 drawn.emplace_back(estimator, settings, run.modes, run.batches);
             }
         for (std::size_t bi = 0; bi < run.batches.size(); ++bi) {
-            std::size_t line = 0;
+            std::size_t line = 0;  // its index in drawn
             for (const auto& layout : layouts_of[bi])
                 for (auto attention : run.attentions) {
-                    settings.seq = s, settings.micro_batch = run.batches[bi];
-                    settings.recompute = run.modes.front();
-                    settings.framework.attention = attention;
-                    settings.parallel = layout;
-                    if (line < drawn.size() && drawn[line].covers(settings.micro_batch)) {
-                        for (std::size_t m = 0; m < run.modes.size(); ++m)
-                            sweep.add_row(drawn[line].at(settings.micro_batch, m), m);
-                    } else {
-                        sweep.add(settings);
-                    }
+                    configure(s, run.batches[bi], layout, attention);
+                    sweep.add(settings, line < drawn.size() ? &drawn[line] : nullptr);
                     ++line;
                 }
         }

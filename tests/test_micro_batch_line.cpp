@@ -167,3 +167,25 @@ TEST_CASE("generated shapes: every row off a line is the estimator's whole summa
     CAPTURE(drawn);
     CHECK(drawn > 90);  // lines drawn for most shapes: the rows above were compared
 }
+
+TEST_CASE("a probe's peak, the earliest largest of its candidates, is layout_peak's",
+          "[sweep][lines]") {
+    const Architecture m = cli::load_preset("llama-3-8b").architecture;
+    const Estimator e(m);
+    Settings s;
+    s.seq = 640, s.activations = ActivationModel::architecture;
+    s.parallel.pp = 4, s.parallel.dp = 2, s.parallel.zero = 1, s.parallel.microbatches = 8;
+    for (std::uint64_t b : {1, 3, 17}) {
+        s.micro_batch = b;
+        std::vector<std::vector<LayoutPeak>> steps;
+        const std::vector<Summary> with = e.summaries(s, line_modes, &steps);
+        const std::vector<Summary> without = e.summaries(s, line_modes);
+        REQUIRE(steps.size() == line_modes.size());
+        for (std::size_t i = 0; i < line_modes.size(); ++i) {
+            CAPTURE(b, i);
+            CHECK(with[i].peak.name() == without[i].peak.name());
+            CHECK(with[i].peak.bytes.total() == without[i].peak.bytes.total());
+            CHECK(with[i].peak_stage == without[i].peak_stage);
+        }
+    }
+}

@@ -364,8 +364,9 @@ public:
                 with.recompute = mode;
                 validate_recompute_layers(with.parallel, model_.layers, mode);
                 const Workload w = workload(with, t, c);
-                const LayoutPeak peak = layout_peak(w, with.parallel);
-                if (candidates) candidates->push_back(layout_peak_candidates(w, with.parallel));
+                const LayoutPeak peak = candidates ? earliest_largest(candidates->emplace_back(
+                                                         layout_peak_candidates(w, with.parallel)))
+                                                   : layout_peak(w, with.parallel);
                 recomputed.push_back(with.parallel.recompute_layers
                                          ? std::optional(recomputed_layers(w, with.parallel))
                                          : std::nullopt);

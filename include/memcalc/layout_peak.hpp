@@ -84,8 +84,8 @@ inline LayoutPeak layout_peak(const Workload& w, const Parallelism& p) {
     return layout_peak(w, p, stage_facts(w, p, 0));
 }
 
-/// Every step layout_peak weighs, with its stage, in the order it weighs them: their earliest
-/// largest is its peak (a later stage's replaces an earlier's only when larger).
+/// Every step layout_peak weighs, with its stage, in the order it weighs them: their
+/// earliest_largest is its peak (a later stage's replaces an earlier's only when larger).
 inline std::vector<LayoutPeak> layout_peak_candidates(const Workload& w, const Parallelism& p) {
     std::vector<LayoutPeak> out;
     const auto add = [&](std::uint64_t stage) {
@@ -96,6 +96,14 @@ inline std::vector<LayoutPeak> layout_peak_candidates(const Workload& w, const P
     add(0);
     other_candidate_stages(w, p, add);
     return out;
+}
+
+/// The first of `candidates` (layout_peak_candidates) that none after it exceeds: layout_peak's.
+inline LayoutPeak earliest_largest(const std::vector<LayoutPeak>& candidates) {
+    LayoutPeak best = candidates.front();
+    for (const LayoutPeak& c : candidates)
+        if (c.bytes() > best.bytes()) best = c;
+    return best;
 }
 
 }  // namespace memcalc

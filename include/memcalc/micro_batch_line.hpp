@@ -9,8 +9,8 @@
 /// category of every step the peak is chosen from (each_peak_candidate) and the activations'
 /// totals; a convex figure that meets its chord inside an interval is the chord on all of it, so a
 /// segment has no kink. A micro-batch no segment covers (around a kink) is made whole. A row off a
-/// line is a dozen multiply-adds and the peak's earliest largest. Tests compare every row with the
-/// whole summary on every preset and on generated shapes.
+/// line is a dozen multiply-adds and the peak's earliest largest. Tests compare rows off lines with
+/// the whole summaries on every preset and on generated shapes.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -100,14 +100,14 @@ public:
     }
 
     /// Whether micro-batch `b` lies on a segment: at() gives its summaries.
-    bool covers(std::uint64_t b) const { return segment_of(b) != nullptr; }
+    bool covers(std::uint64_t b) const { return segment_of(b) < segments_.size(); }
     /// Whether any micro-batch does.
     bool drawn() const { return !segments_.empty(); }
 
     /// The summary under modes[mode] at micro-batch `b`, written over the last one asked of that
     /// mode on its segment (covers(b) only).
     Summary& at(std::uint64_t b, std::size_t mode) {
-        Segment& segment = *segment_of(b);
+        Segment& segment = segments_[segment_of(b)];
         Line& line = segment.lines[mode];
         Summary& r = line.summary;
         const std::uint64_t k = b - segment.first;
@@ -149,15 +149,13 @@ private:
         std::vector<std::vector<LayoutPeak>> steps;
     };
 
-    const Segment* segment_of(std::uint64_t b) const {
+    /// The index of the segment holding `b`; segments_.size() where none does.
+    std::size_t segment_of(std::uint64_t b) const {
         const auto after =
             std::upper_bound(segments_.begin(), segments_.end(), b,
                              [](std::uint64_t x, const Segment& s) { return x < s.first; });
-        if (after == segments_.begin() || std::prev(after)->last < b) return nullptr;
-        return &*std::prev(after);
-    }
-    Segment* segment_of(std::uint64_t b) {
-        return const_cast<Segment*>(static_cast<const MicroBatchLines*>(this)->segment_of(b));
+        if (after == segments_.begin() || std::prev(after)->last < b) return segments_.size();
+        return static_cast<std::size_t>(std::prev(after) - segments_.begin());
     }
 
     /// Whole summaries at each probe; segments greedily from the first: through a probe and the
