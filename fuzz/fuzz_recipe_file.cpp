@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                    "--recipe-file recipe.json --format json",
                    "--preset mixtral-8x7b --seq 128 --dp 8 --zero 3 --recipe-file recipe.json",
                    "fit --preset gpt2 --device-memory 24GB --seq 256 --activations architecture "
-                   "--recipe-file recipe.json",
+                   "--recompute selective --recipe-file recipe.json",
                    "plan --preset gpt2 --gpus 8 --device-memory 24GB --seq 64 --global-batch 16 "
                    "--recipe-file recipe.json"});
     return 0;

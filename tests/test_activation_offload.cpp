@@ -271,7 +271,7 @@ TEST_CASE(
 }
 
 TEST_CASE("offload activations in an estimate and a plan, and the names it refuses",
-          "[offload][activations][cli]") {
+          "[offload][activations][cli][slow-sanitized]") {
     using nlohmann::json;
     const std::string estimate = "--preset llama-7b --seq 2048 --format json";
     const json plain = json::parse(testing::memcalc(estimate).out);

@@ -340,7 +340,8 @@ TEST_CASE("other tools' figures beside memcalc's and offload to host memory", "[
     CHECK(d["ranks"][0]["state"]["gradients"] == 0);
 }
 
-TEST_CASE("memcalc fit answers per recomputation mode in every format", "[cli][fit]") {
+TEST_CASE("memcalc fit answers per recomputation mode in every format",
+          "[cli][fit][slow-sanitized]") {
     const auto run = testing::memcalc(
         "fit --preset llama-7b --device-memory 141GB --reserve 2GiB --format json");
     REQUIRE(run.status == 0);
@@ -374,7 +375,7 @@ TEST_CASE("memcalc fit answers per recomputation mode in every format", "[cli][f
               testing::memcalc("fit --preset gpt2 --device-memory 24GiB --format csv").out) == 4);
 }
 
-TEST_CASE("memcalc plan ranks the layouts that fit", "[cli][plan]") {
+TEST_CASE("memcalc plan ranks the layouts that fit", "[cli][plan][slow-sanitized]") {
     const auto run = testing::memcalc(
         "plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 --global-batch 512 "
         "--top 5 --format json");
@@ -676,7 +677,7 @@ TEST_CASE("control characters in a model's name reach no output raw", "[cli][out
 TEST_CASE(
     "plan without --gpus finds the fewest, in whole nodes of --gpu; pinned options hold; rows "
     "carry times",
-    "[cli][plan]") {
+    "[cli][plan][slow-sanitized]") {
     const auto nodes = testing::memcalc(
         "plan --preset llama-2-70b --gpu h100-sxm --seq 4096 --global-batch 64 --top 3 --format "
         "json");
@@ -741,7 +742,7 @@ TEST_CASE(
 }
 
 TEST_CASE("plan says when no layout is valid, and honours --recompute and --micro-batch",
-          "[cli][plan]") {
+          "[cli][plan][slow-sanitized]") {
     const auto none = testing::memcalc(
         "plan --preset llama-7b --gpus 31 --device-memory 80GB --seq 2048 --global-batch 8");
     REQUIRE(none.status == 0);
@@ -904,7 +905,7 @@ TEST_CASE("one layer's op tape (--ops) in every format", "[cli][ops]") {
 }
 
 TEST_CASE("a CSV sweep's rows off its lines are the rows each micro-batch alone prints",
-          "[cli][sweep][lines]") {
+          "[cli][sweep][lines][slow-sanitized]") {
     // 40 micro-batches draw lines (micro_batch_line.hpp); one alone is made whole.
     const std::string common =
         "--preset llama-3-8b --seq 100,640 --recompute all --activations architecture "

@@ -80,7 +80,8 @@ TEST_CASE("parse_json: nesting deeper than its limit is refused, naming the limi
             "f.json: JSON nested deeper than 512 arrays and objects (memcalc's limit)");
 }
 
-TEST_CASE("parse_json: time linear in the input, however many keys an object has", "[json]") {
+TEST_CASE("parse_json: time linear in the input, however many keys an object has",
+          "[json][slow-sanitized]") {
     // Eight times the keys: 9 to 16 times the time (a map's log n, the cache); 64 if quadratic.
     const auto number = [](std::size_t i) { return std::to_string(i); };
     const auto tensor = [](std::size_t i) {  // an object in an object: a safetensors header's shape

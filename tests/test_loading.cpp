@@ -75,7 +75,8 @@ TEST_CASE("memcalc --loading: JSON's loading, the table's line, and a bad method
     CHECK_THAT(bad.err, Catch::Contains("(got 'bogus')"));
 }
 
-TEST_CASE("fit and plan weigh a loading method's peak where one is named", "[loading][cli]") {
+TEST_CASE("fit and plan weigh a loading method's peak where one is named",
+          "[loading][cli][slow-sanitized]") {
     const std::string fit =
         "fit --preset llama-7b --recipe bf16-adam --dp 64 --zero 3 --gpu rtx-3090 --micro-batch 1 "
         "--recompute full --format json";

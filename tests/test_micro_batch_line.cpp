@@ -63,7 +63,7 @@ bool line_rows_agree(const Estimator& e, const Settings& s,
 }  // namespace
 
 TEST_CASE("a sweep's lines along the micro-batch give each preset's summaries whole",
-          "[sweep][lines]") {
+          "[sweep][lines][slow-sanitized]") {
     std::size_t presets = 0, drawn = 0;
     for (const std::string& name : cli::preset_names()) {
         ++presets;

@@ -587,7 +587,7 @@ TEST_CASE(
 }
 
 TEST_CASE("plan --offload pins the offload modes, and names a mode no pinned ZeRO stage allows",
-          "[plan][pin][offload][cli]") {
+          "[plan][pin][offload][cli][slow-sanitized]") {
     const Architecture m = small_llama_4kv();
     PlanRequest request;
     request.gpus = 16, request.capacity = 20000000000ULL, request.base.seq = 1024,

@@ -41,7 +41,8 @@ std::string model_with(const std::string& key, const std::string& value) {
 
 }  // namespace
 
-TEST_CASE("each program fact's option says what its model-file key says", "[cli][program]") {
+TEST_CASE("each program fact's option says what its model-file key says",
+          "[cli][program][slow-sanitized]") {
     std::size_t compared = 0;
     memcalc::for_each_program_fact([&](const auto& row) {
         for (const auto& value : row.values) {
