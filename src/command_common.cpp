@@ -215,20 +215,22 @@ void model_default_activations(const TrainingStepOptions& q, const Architecture&
     // Dense layers of one mixer: the formula's GPT layer, or its Mamba variant.
     // A Mamba-2 layer has no formula of its own.
     const bool hybrid = (m.any_mixer(Mixer::attention) && m.any_mixer(Mixer::mamba)) ||
-                        m.any_mixer(Mixer::mamba2) || m.any_mixer(Mixer::gated_deltanet) ||
-                        m.any_mixer(Mixer::none) ||
+                        m.any_mixer(Mixer::mamba2) || m.any_mixer(Mixer::attention_mamba2) ||
+                        m.any_mixer(Mixer::gated_deltanet) || m.any_mixer(Mixer::none) ||
                         !m.every_kind([](const Architecture& v) { return v.has_mlp; });
     const bool latent = !m.every_kind([](const Architecture& v) { return !v.mla.enabled(); });
     if (!m.any_moe() && !latent && !hybrid && m.mtp_layers == 0) return;
     settings.activations = ActivationModel::architecture;
-    tell_chosen({m.name + (m.any_moe()                          ? " (mixture of experts)"
-                           : latent                             ? " (latent attention)"
-                           : m.any_mixer(Mixer::mamba2)         ? " (Mamba-2 layers)"
-                           : m.any_mixer(Mixer::gated_deltanet) ? " (Gated DeltaNet layers)"
-                           : hybrid                             ? " (attention and Mamba layers)"
-                                                                : " (multi-token prediction)"),
-                 "Korthikanti's formula describes a dense GPT layer"},
-                format);
+    tell_chosen(
+        {m.name + (m.any_moe()                            ? " (mixture of experts)"
+                   : latent                               ? " (latent attention)"
+                   : m.any_mixer(Mixer::attention_mamba2) ? " (attention and Mamba-2 side by side)"
+                   : m.any_mixer(Mixer::mamba2)           ? " (Mamba-2 layers)"
+                   : m.any_mixer(Mixer::gated_deltanet)   ? " (Gated DeltaNet layers)"
+                   : hybrid                               ? " (attention and Mamba layers)"
+                                                          : " (multi-token prediction)"),
+         "Korthikanti's formula describes a dense GPT layer"},
+        format);
 }
 
 std::optional<DeviceMemory> device_memory(const DeviceOptions& q) {

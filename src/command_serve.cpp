@@ -218,8 +218,9 @@ std::string serve_table(const ServeRun& r, Unit unit) {
     if (p.state_layers > 0)
         table.row({"Mamba state", digits(p.ssm_state), amount(p.ssm_state, unit),
                    fmt::format("{} B a sequence, any length ({} layers: conv state bf16, scan "
-                               "state fp32), no KV cache",
-                               digits(p.state_bytes_per_sequence), p.state_layers)});
+                               "state fp32){}",
+                               digits(p.state_bytes_per_sequence), p.state_layers,
+                               p.cache_layers > 0 ? "" : ", no KV cache")});
     table.row(
         {"activations", digits(p.activations), amount(p.activations, unit), activations_note(p)});
     table.row({"peak", digits(p.peak()), amount(p.peak(), unit), ""});

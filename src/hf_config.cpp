@@ -516,18 +516,16 @@ void layer_type_mixers(const JsonReader& in, const Architecture& m,
     }
 }
 
-/// Granite 4.0 H's Mamba-2 mixer (GraniteMoeHybridConfig, GraniteMoeHybridMambaLayer): d_inner =
-/// mamba_expand x hidden, split into mamba_n_heads heads of mamba_d_head ("auto": d_inner / heads);
-/// B and C in mamba_n_groups groups of mamba_d_state; the scan in chunks of mamba_chunk_size. Only
-/// mamba_ssm's kernels are modelled (transformers runs them when mamba_ssm and causal_conv1d are
-/// installed and the model is on a GPU).
-void granite_mamba2(const JsonReader& in, Architecture& m) {
+/// A Mamba-2 mixer's keys as Granite 4.0 H and Falcon-H1 spell them, its inner width `d_inner`
+/// (`named`: where that comes from).
+void mamba2_widths(const JsonReader& in, Architecture& m, std::uint64_t d_inner,
+                   const std::string& named) {
     StateSpace& x = m.ssm;
-    x.d_inner = in.positive_or("mamba_expand", 2) * m.hidden;
+    x.d_inner = d_inner;
     x.heads = in.positive_or("mamba_n_heads", 128);
     if (x.d_inner % x.heads != 0)
-        in.fail("mamba_n_heads (" + std::to_string(x.heads) + ") must divide mamba_expand x " +
-                "hidden_size (" + std::to_string(x.d_inner) + ")");
+        in.fail("mamba_n_heads (" + std::to_string(x.heads) + ") must divide " + named + " (" +
+                std::to_string(x.d_inner) + ")");
     const bool auto_head = in.is_text("mamba_d_head") && in.text_or("mamba_d_head", "") == "auto";
     if (in.is_text("mamba_d_head") && !auto_head)
         in.fail("mamba_d_head must be a positive integer or \"auto\"");
@@ -535,8 +533,8 @@ void granite_mamba2(const JsonReader& in, Architecture& m) {
         !in.has("mamba_d_head") || auto_head ? x.d_inner / x.heads : in.positive("mamba_d_head");
     if (head * x.heads != x.d_inner)
         in.fail("mamba_d_head (" + std::to_string(head) + ") x mamba_n_heads (" +
-                std::to_string(x.heads) + ") must be mamba_expand x hidden_size (" +
-                std::to_string(x.d_inner) + ")");
+                std::to_string(x.heads) + ") must be " + named + " (" + std::to_string(x.d_inner) +
+                ")");
     x.groups = in.positive_or("mamba_n_groups", 1);
     x.d_state = in.positive_or("mamba_d_state", 256);
     x.d_conv = in.positive_or("mamba_d_conv", 4);
@@ -544,6 +542,16 @@ void granite_mamba2(const JsonReader& in, Architecture& m) {
     x.conv_bias = in.flag_or("mamba_conv_bias", true);
     x.proj_bias = in.flag_or("mamba_proj_bias", false);
     x.dt_rank = 0, x.inner_norms = false, x.kernels = true;
+}
+
+/// Granite 4.0 H's Mamba-2 mixer (GraniteMoeHybridConfig, GraniteMoeHybridMambaLayer): d_inner =
+/// mamba_expand x hidden, split into mamba_n_heads heads of mamba_d_head ("auto": d_inner / heads);
+/// B and C in mamba_n_groups groups of mamba_d_state; the scan in chunks of mamba_chunk_size. Only
+/// mamba_ssm's kernels are modelled (transformers runs them when mamba_ssm and causal_conv1d are
+/// installed and the model is on a GPU).
+void granite_mamba2(const JsonReader& in, Architecture& m) {
+    mamba2_widths(in, m, in.positive_or("mamba_expand", 2) * m.hidden,
+                  "mamba_expand x hidden_size");
 }
 
 /// Granite 4.0 H (modeling_granitemoehybrid.py): RMSNorms before the mixer and the MLP; the mixer
@@ -586,6 +594,25 @@ void granitemoehybrid(const JsonReader& in, Architecture& m) {
     layer_type_mixers(in, m, {{"mamba", Mixer::mamba2}, {"attention", Mixer::attention}},
                       per_layer);
     mixer_kinds(m, per_layer);
+}
+
+/// Falcon-H1 (modeling_falcon_h1.py, FalconH1DecoderLayer): LLaMA's keys with head_dim given, its
+/// default vocabulary 128000 and untied head; in every layer attention and a Mamba-2 mixer side by
+/// side on one RMSNorm's output (Mixer::attention_mamba2), then a gated MLP. The mixer is
+/// mamba_d_ssm wide (null: mamba_expand x hidden_size), its gated RMSNorm where mamba_rms_norm;
+/// in_proj's bias is mamba_proj_bias, out_proj's projectors_bias. The multipliers scale
+/// activations (each a copy) and the mup_vector buffer, and hold no parameters.
+void falcon_h1(const JsonReader& in, Architecture& m) {
+    llama(in, m);
+    m.mixer = Mixer::attention_mamba2;
+    const std::uint64_t d_ssm =
+        in.positive_or("mamba_d_ssm", in.positive_or("mamba_expand", 2) * m.hidden);
+    mamba2_widths(in, m, d_ssm, "mamba_d_ssm");
+    m.ssm.gated_norm = in.flag_or("mamba_rms_norm", false);
+    if (in.flag_or("projectors_bias", false) != m.ssm.proj_bias)
+        in.fail(
+            "projectors_bias differs from mamba_proj_bias: memcalc models out_proj's and "
+            "in_proj's biases together");
 }
 
 /// Qwen3-Next's Gated DeltaNet in StateSpace's names (Qwen3NextGatedDeltaNet): v's
@@ -1033,6 +1060,7 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"jamba", jamba},
     {"granitemoehybrid", granitemoehybrid},
     {"nemotron_h", nemotron_h},
+    {"falcon_h1", falcon_h1},
     {"qwen3_next", qwen3_next},
     {"qwen2_5_vl", qwen2},  // the language model; its tower: vision_language_types
     {"qwen3_vl", qwen3},
@@ -1125,6 +1153,13 @@ std::vector<std::string> import_notes(const std::string& type, const JsonReader&
             "read from its code and not measured; each layer holds one block (a Mamba-2 mixer, "
             "attention, an MLP or experts) after its own RMSNorm; experts as transformers' loop "
             "over them runs, each token-slot gathered, weighted and index_added back");
+    if (type == "falcon_h1")
+        notes.push_back(
+            "its Mamba-2 mixers' saved tensors are mamba_ssm's mamba_split_conv1d_scan_combined's "
+            "(transformers trains with it when mamba_ssm and causal_conv1d are installed), read "
+            "from its code and not measured; each branch keeps its own scaled copy of the norm's "
+            "output, as FalconH1DecoderLayer multiplies it; lm_head_multiplier makes a second "
+            "tensor of the logits' size for a moment, not counted");
     if (type == "qwen3_next" || type.rfind("qwen3_5", 0) == 0) notes.push_back(qwen3_next_note(m));
     if (m.vision.enabled())
         notes.push_back(
@@ -1194,9 +1229,10 @@ std::optional<json> language_model_json(const std::string& type, const json& doc
 
 std::optional<std::string> unmodelled_reason(const std::string& type) {
     static const std::pair<const char*, const char*> types[] = {
-        {"falcon_h1",
-         "each of its layers runs attention and a Mamba-2 mixer in parallel on one normed input, "
-         "a layer shape that is not modelled"},
+        {"mllama",
+         "its cross-attention layers and its vision tower (Llama 3.2 Vision) are not modelled"},
+        {"deepseek_v32",
+         "its sparse attention's indexer (DeepSeek-V3.2) is not modelled; deepseek_v3 is"},
     };
     for (const auto& [name, reason] : types)
         if (type == name) return std::string(reason);

@@ -78,7 +78,8 @@ const std::vector<std::string> architecture_keys = {"hidden",
                                                     "mamba_kernels",
                                                     "mamba_heads",
                                                     "mamba_groups",
-                                                    "mamba_chunk"};
+                                                    "mamba_chunk",
+                                                    "mamba_gated_norm"};
 const std::vector<std::string> metadata_keys = {"name", "description", "source",
                                                 "published_parameters"};
 const std::vector<std::string> kind_keys = {"name",
@@ -105,7 +106,8 @@ const std::map<std::string, Mixer> mixer_choices = {{"attention", Mixer::attenti
                                                     {"mamba", Mixer::mamba},
                                                     {"mamba2", Mixer::mamba2},
                                                     {"none", Mixer::none},
-                                                    {"gated_deltanet", Mixer::gated_deltanet}};
+                                                    {"gated_deltanet", Mixer::gated_deltanet},
+                                                    {"attention_mamba2", Mixer::attention_mamba2}};
 
 std::map<std::string, RouterBias> router_bias_choices() {
     std::map<std::string, RouterBias> choices;
@@ -265,6 +267,7 @@ void read_mla_and_mamba(const JsonReader& in, Architecture& m) {
     m.ssm.heads = in.count_if_given("mamba_heads").value_or(0);
     m.ssm.groups = in.count_if_given("mamba_groups").value_or(0);
     m.ssm.chunk = in.count_if_given("mamba_chunk").value_or(0);
+    m.ssm.gated_norm = in.flag_or("mamba_gated_norm", true);
 }
 
 /// "vision": a vision tower's fields (vision.hpp's tables), each named by its key.

@@ -143,8 +143,8 @@ void write_architecture(std::ostream& out, const Architecture& m) {
             << number(m.ssm.d_conv) << ", " << number(m.ssm.dt_rank) << ", "
             << boolean(m.ssm.conv_bias) << ", " << boolean(m.ssm.proj_bias) << ", "
             << boolean(m.ssm.inner_norms) << ", " << boolean(m.ssm.kernels) << ", "
-            << number(m.ssm.heads) << ", " << number(m.ssm.groups) << ", " << number(m.ssm.chunk)
-            << "};\n";
+            << boolean(m.ssm.gated_norm) << ", " << number(m.ssm.heads) << ", "
+            << number(m.ssm.groups) << ", " << number(m.ssm.chunk) << "};\n";
 }
 
 /// The statements that add the layer kinds of `m`, and its pattern of them.

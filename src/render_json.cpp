@@ -113,6 +113,7 @@ void add_mla_and_mamba_json(json& out, const Architecture& m) {
                                       {"mamba_groups", m.ssm.groups},
                                       {"mamba_chunk", m.ssm.chunk}})
                 out[key] = value;
+        if (!m.ssm.gated_norm) out["mamba_gated_norm"] = false;  // only where unset
     }
 }
 

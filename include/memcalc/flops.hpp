@@ -94,8 +94,8 @@ inline double deltanet_mixer_flops(const Architecture& layer, double T, double h
            2 * T * Q * (3 * HN + 2 * di) + 6 * T * N * di;
 }
 
-/// A layer's mixer's FLOPs over `T` tokens of sequences of `seq`: a Mamba mixer's, or attention's
-/// `projections` and `core`.
+/// A layer's mixer's FLOPs over `T` tokens of sequences of `seq`: a Mamba mixer's, attention's
+/// `projections` and `core`, or both side by side.
 inline double mixer_flops(const Architecture& layer, double T, double h, double seq,
                           double projections, double core) {
     switch (layer.mixer) {
@@ -103,6 +103,8 @@ inline double mixer_flops(const Architecture& layer, double T, double h, double 
         case Mixer::mamba2: return mamba2_mixer_flops(layer, T, h, seq);
         case Mixer::none: return 0;
         case Mixer::gated_deltanet: return deltanet_mixer_flops(layer, T, h, seq);
+        case Mixer::attention_mamba2:
+            return mamba2_mixer_flops(layer, T, h, seq) + projections + core;
         case Mixer::attention: break;
     }
     return projections + core;

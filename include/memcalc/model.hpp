@@ -198,20 +198,25 @@ struct LatentAttention {
 /// What mixes tokens in a layer: attention, or a Mamba selective state-space mixer (Mamba-1, as
 /// transformers' JambaMambaMixer and MambaMixer hold it; Mamba-2, as its Mamba2Mixer and
 /// GraniteMoeHybridMambaLayer hold it), a Gated DeltaNet (Qwen3-Next's linear attention,
-/// transformers' Qwen3NextGatedDeltaNet), or none: a layer of an MLP or experts alone (Nemotron-H's
-/// "-" and "E" layers).
-enum class Mixer { attention, mamba, mamba2, none, gated_deltanet };
+/// transformers' Qwen3NextGatedDeltaNet), none: a layer of an MLP or experts alone (Nemotron-H's
+/// "-" and "E" layers), or attention and a Mamba-2 mixer side by side on one normed input, their
+/// outputs summed (Falcon-H1's, transformers' FalconH1DecoderLayer).
+enum class Mixer { attention, mamba, mamba2, none, gated_deltanet, attention_mamba2 };
 inline const char* mixer_name(Mixer x) {
-    constexpr const char* names[] = {"attention", "mamba", "mamba2", "none", "gated_deltanet"};
+    constexpr const char* names[] = {"attention", "mamba",          "mamba2",
+                                     "none",      "gated_deltanet", "attention_mamba2"};
     return names[static_cast<int>(x)];
 }
-/// Whether `x` is a state-space mixer: a state per sequence, no attention over the sequence (a
-/// Gated DeltaNet's recurrent state is one too).
+/// Whether `x` holds a state-space mixer: a state per sequence (a Gated DeltaNet's recurrent
+/// state is one too).
 inline bool state_space(Mixer x) {
-    return x == Mixer::mamba || x == Mixer::mamba2 || x == Mixer::gated_deltanet;
+    return x == Mixer::mamba || x == Mixer::mamba2 || x == Mixer::gated_deltanet ||
+           x == Mixer::attention_mamba2;
 }
+/// Whether `x` holds a Mamba-2 mixer, alone or beside attention.
+inline bool has_mamba2(Mixer x) { return x == Mixer::mamba2 || x == Mixer::attention_mamba2; }
 /// Whether `x` attends over the sequence (a KV cache, attention's core).
-inline bool attends(Mixer x) { return x == Mixer::attention; }
+inline bool attends(Mixer x) { return x == Mixer::attention || x == Mixer::attention_mamba2; }
 
 /// A Mamba-1 mixer's widths (Gu and Dao 2023; transformers' modeling_jamba.py): in_proj makes x and
 /// the gate z (d_inner each), a depthwise causal conv1d of d_conv taps, x_proj makes dt (dt_rank),
@@ -237,6 +242,9 @@ struct StateSpace {
     bool inner_norms =
         false;  ///< Jamba's RMSNorms on dt, B and C (dt_layernorm, b_layernorm, c_layernorm)
     bool kernels = true;
+    /// Mamba-2: the gated RMSNorm before out_proj (false: Falcon-H1 0.5B's mamba_rms_norm, the
+    /// gate applied by the scan alone).
+    bool gated_norm = true;
     std::uint64_t heads = 0;   ///< Mamba-2: its heads (mamba_n_heads); 0 under Mamba-1
     std::uint64_t groups = 0;  ///< Mamba-2: B and C's groups (mamba_n_groups)
     std::uint64_t chunk = 0;   ///< Mamba-2: the scan's chunk in tokens (mamba_chunk_size)

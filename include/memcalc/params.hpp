@@ -355,7 +355,7 @@ struct ParameterRows {
         add(Part::attention, Group::layer, "dt_bias", "H", {H}, split);
         add(Part::attention, Group::layer, "A_log", "H", {H}, split);
         add(Part::attention, Group::layer, "D", "H", {H}, split);
-        add(Part::norms, Group::layer, "norm.weight", "d_i", {di}, split);  // the gated RMSNorm
+        if (x.gated_norm) add(Part::norms, Group::layer, "norm.weight", "d_i", {di}, split);
         weight(Linear::mamba_out, Part::attention, "d_i x h", {di, h}, split);
         if (x.proj_bias) bias(Linear::mamba_out, Part::attention, "h", {h});
     }
@@ -404,7 +404,7 @@ struct ParameterRows {
         weight(Linear::o, Part::attention, "a*d x h", {q, h}, split);
     }
 
-    /// One layer's mixer (attention or Mamba) with the norms around it; `view`: its kind.
+    /// One layer's mixer (attention, Mamba, or both) with the norms around it; `view`: its kind.
     void mixer_block(const Architecture& view) {
         if (view.mixer == Mixer::none) return;  // a layer of its MLP or experts alone
         if (m.norms_before_branches())
@@ -414,15 +414,15 @@ struct ParameterRows {
                          : NormNames{"attention_norm.weight", "attention_norm.bias"});
         if (view.mixer == Mixer::mamba)
             mamba();
-        else if (view.mixer == Mixer::mamba2)
+        else if (has_mamba2(view.mixer))
             mamba2();
         else if (view.mixer == Mixer::gated_deltanet)
             gated_deltanet();
-        else if (m.mla.enabled())
+        if (attends(view.mixer) && m.mla.enabled())
             latent_attention();
-        else
+        else if (attends(view.mixer))
             attention();
-        if ((m.bias == Bias::attention || m.bias == Bias::all) && !state_space(view.mixer))
+        if ((m.bias == Bias::attention || m.bias == Bias::all) && attends(view.mixer))
             bias(Linear::o, Part::attention, "h", {h});
         if (m.norms_after_branches())
             add_norm(Part::norms, Group::layer,

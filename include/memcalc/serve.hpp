@@ -163,8 +163,7 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
         throw error("tp (" + std::to_string(s.tp) + ") must divide the " + std::to_string(m.heads) +
                     " query heads");
     const auto mamba = [](const Architecture& a) {  // any mixer with a state per sequence
-        return a.any_mixer(Mixer::mamba) || a.any_mixer(Mixer::mamba2) ||
-               a.any_mixer(Mixer::gated_deltanet);
+        return !a.every_kind([](const Architecture& v) { return !state_space(v.mixer); });
     };
     if (mamba(m) && m.ssm.d_inner % s.tp != 0)
         throw error("tp (" + std::to_string(s.tp) + ") must divide the Mamba layers' " +
@@ -301,7 +300,7 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
                                     Count(channels) * v.ssm.d_state * dtype::fp32;
             r.state_bytes_per_sequence += Count(layers) * per_layer;
             r.cache_tensors.push_back({Count(s.batch) * per_layer, layers});
-            continue;
+            if (!attends(v.mixer)) continue;  // Falcon-H1's layers cache k and v beside it
         }
         r.cache_layers += layers;
         const Count per_token = Count(layers) * cache *
@@ -351,7 +350,8 @@ inline std::vector<TensorRun> forward_temporaries(const Architecture& m, std::ui
         mlp = std::max(mlp, Count(N) * (6 * (m.ssm.d_inner / tp)) * dtype::bf16);
     // Mamba-2's: in_proj's output, the convolution's, the scan's and the gated norm's; a Gated
     // DeltaNet's the same with its in_proj_qkvz's and in_proj_ba's outputs.
-    if (m.any_mixer(Mixer::mamba2) || m.any_mixer(Mixer::gated_deltanet)) {
+    if (m.any_mixer(Mixer::mamba2) || m.any_mixer(Mixer::attention_mamba2) ||
+        m.any_mixer(Mixer::gated_deltanet)) {
         const StateSpace& x = m.ssm;
         const std::uint64_t in =
             m.any_mixer(Mixer::gated_deltanet) ? x.deltanet_in_width() : x.in_proj_width();

@@ -142,9 +142,9 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
     };
     const auto layer = [&](const Architecture& view, std::size_t kind) {
         if (model == ActivationModel::korthikanti &&
-            (view.mixer == Mixer::mamba2 || view.mixer == Mixer::gated_deltanet))
+            (has_mamba2(view.mixer) || view.mixer == Mixer::gated_deltanet))
             throw error(std::string("Korthikanti's formula has no ") +
-                        (view.mixer == Mixer::mamba2 ? "Mamba-2" : "Gated DeltaNet") +
+                        (has_mamba2(view.mixer) ? "Mamba-2" : "Gated DeltaNet") +
                         " layer: use the architecture activation model");
         if (model == ActivationModel::korthikanti && (view.mixer == Mixer::none || !view.has_mlp))
             throw error(

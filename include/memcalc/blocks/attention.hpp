@@ -28,8 +28,9 @@ inline void mha_input_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                                ActivationSplit::tensor,
                                m.fused_qkv ? Count(0) : z.sbq,
                                {}};
-    // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
-    const bool itself = !z.autocast && !z.narrow;
+    // Without a norm before attention (OLMo 2) the projections read the layer's input itself;
+    // beside a Mamba-2 mixer (Falcon-H1) a scaled copy of the norm's output.
+    const bool itself = !z.autocast && !z.narrow && m.mixer != Mixer::attention_mamba2;
     const bool kept = projection_input_row(
         t, z, "q/k/v projections", shared ? "their input, shared with the MLP" : "their input",
         z.sbh, shape::sbh, m.fused_qkv ? 1 : 3, qkv_out, shared ? qkv | mlp : qkv,

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "memcalc/blocks/attention.hpp"
+#include "memcalc/blocks/attention_mamba2.hpp"
 #include "memcalc/blocks/gated_deltanet.hpp"
 #include "memcalc/blocks/mamba.hpp"
 #include "memcalc/blocks/mamba2.hpp"
@@ -53,6 +54,12 @@ inline const MixerBlock& mixer_block(Mixer mixer) {
          [](const Architecture& m) { return m.ssm.d_inner; },
          [](TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t micro_batch,
             Attention) { deltanet_rows(t, m, z, micro_batch); }},
+        // Falcon-H1: attention's o_proj is the layer's last linear.
+        {Mixer::attention_mamba2, Linear::o, Linear::o,
+         [](const Architecture& m) { return m.bias == Bias::attention || m.bias == Bias::all; },
+         [](const Architecture& m) { return m.heads * m.value_head_size(); },
+         [](TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t micro_batch,
+            Attention attention) { attention_mamba2_rows(t, m, z, micro_batch, attention); }},
     };
     for (const MixerBlock& row : rows)
         if (row.mixer == mixer) return row;

@@ -110,18 +110,23 @@ public:
                       Count bytes, Linear linear = Linear::none,
                       ActivationSplit split = ActivationSplit::tensor) {
         if (!layer_) return;
+        constexpr std::uint8_t all = 0xf;
         if (!backward) {  // the residual stream's tensors the caller holds
-            constexpr std::uint8_t all = 0xf;
             constexpr std::uint8_t not_checkpointed =
                 Beside::mode_bit(Recompute::none) | Beside::mode_bit(Recompute::selective);
             add_beside(before, {"the residual stream (its caller's)", stream_other_,
                                 ActivationSplit::sequence, Holder::caller, all});
             add_beside(before, {"the layer's input", stream_input_, ActivationSplit::sequence,
                                 Holder::caller, not_checkpointed});
-        } else if (checkpoint_held_.value() > 0) {
-            add_beside(before, {"a gradient the checkpoint still holds", checkpoint_held_,
-                                ActivationSplit::tensor, Holder::checkpoint,
-                                Beside::mode_bit(Recompute::selective)});
+            add_beside(before, {branch_.what, branch_.bytes, ActivationSplit::sequence,
+                                Holder::caller, all});
+        } else {
+            if (checkpoint_held_.value() > 0)
+                add_beside(before, {"a gradient the checkpoint still holds", checkpoint_held_,
+                                    ActivationSplit::tensor, Holder::checkpoint,
+                                    Beside::mode_bit(Recompute::selective)});
+            add_beside(before, {branch_gradient_.what, branch_gradient_.bytes,
+                                ActivationSplit::sequence, Holder::caller, all});
         }
         checkpoint_held_ = Count(0);
         push(before, {backward, op, tensor, formula, bytes, split, module_, linear});
@@ -139,6 +144,13 @@ public:
     void stream_beside(Count layer_input, Count other) {
         stream_input_ = layer_input;
         stream_other_ = other;
+    }
+    /// What the layer's code holds beside the ops of one branch of a parallel layer added from
+    /// now on, in forward (Falcon-H1's norm output, and its Mamba-2 output while attention runs)
+    /// and in backward (a gradient the other branch has made or will take); none after the sum.
+    void branch_held(Label forward, Count forward_bytes, Label backward, Count backward_bytes) {
+        branch_ = {forward, forward_bytes};
+        branch_gradient_ = {backward, backward_bytes};
     }
     /// Under selective recomputation, a gradient alive beside the next backward op that the
     /// checkpoint still holds where elsewhere it takes its saved tensor's place.
@@ -214,6 +226,11 @@ private:
     bool every_mm_ = false;
     Module module_ = Module::none;
     Count stream_input_, stream_other_;
+    struct Held {
+        Text what;
+        Count bytes;
+    };
+    Held branch_, branch_gradient_;  ///< branch_held's
 };
 
 }  // namespace memcalc::detail

@@ -77,16 +77,15 @@ inline void mamba2_mixer_rows(TableBuilder& t, const StateSpace& x, Count tokens
           "the gated norm's backward and the recomputed out_proj input read it", ssm_shape::sbdi,
           tokens * di, d);
     // layernorm_gated.py, _layer_norm_fwd (called by the same forward): rstd, one per token and
-    // group, kept by the same save_for_backward.
-    t.add("gated RMSNorm", "rstd: 1/rms per token and group, fp32",
-          "the norm's backward and the recomputed out_proj input", ssm_shape::sbG, tokens * G,
-          dtype::fp32);
+    // group, kept by the same save_for_backward; None without the norm (rmsnorm_weight None).
+    if (x.gated_norm)
+        t.add("gated RMSNorm", "rstd: 1/rms per token and group, fp32",
+              "the norm's backward and the recomputed out_proj input", ssm_shape::sbG, tokens * G,
+              dtype::fp32);
 }
 
-/// A Mamba-2 layer's mixer in place of attention: in_proj keeps its input, the norm's output, as
-/// q/k/v do. Autocast, narrow linears and fine-tuning of its tensors are not modelled.
-inline void mamba2_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
-                        std::uint64_t micro_batch) {
+/// What a Mamba-2 mixer's rows do not model: autocast, narrow linears, fine-tuning.
+inline void require_plain_mamba2(const TableBuilder& t, const Sizes& z) {
     if (z.autocast || z.narrow)
         throw error(
             "Mamba-2 layers under autocast or fp8 linears are not modelled (a bf16 or fp32 recipe "
@@ -94,14 +93,27 @@ inline void mamba2_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
     if (t.tuning.any())
         throw error(
             "fine-tuning (frozen parts or LoRA) of a model with Mamba-2 layers is not modelled");
+}
+
+/// in_proj's saved input: `facts` say whose storage it is.
+inline void mamba2_input_row(TableBuilder& t, const Architecture& m, const Sizes& z,
+                             const RowFacts& facts) {
     const LinearOutput in_out{z.tokens * m.ssm.in_proj_width(),
                               "sb(2d_i+2GN+H)",
                               Linear::mamba_in,
                               ActivationSplit::tensor,
                               {},
                               {}};
-    projection_input_row(t, z, "in_proj", "its input", z.sbh, shape::sbh, 1, in_out, 0,
-                         RowFacts{}.output_of_norm().input_of_layer(!m.norms_before_branches()));
+    projection_input_row(t, z, "in_proj", "its input", z.sbh, shape::sbh, 1, in_out, 0, facts);
+}
+
+/// A Mamba-2 layer's mixer in place of attention: in_proj keeps its input, the norm's output, as
+/// q/k/v do. Autocast, narrow linears and fine-tuning of its tensors are not modelled.
+inline void mamba2_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
+                        std::uint64_t micro_batch) {
+    require_plain_mamba2(t, z);
+    mamba2_input_row(t, m, z,
+                     RowFacts{}.output_of_norm().input_of_layer(!m.norms_before_branches()));
     mamba2_mixer_rows(t, m.ssm, z.tokens, z.d);
     mamba2_workspaces(t, m.ssm, z.seq, micro_batch, z.d);
 }
