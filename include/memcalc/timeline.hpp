@@ -571,10 +571,10 @@ inline TimelineWithPeak timeline_with_peak(const TimelineInputs& in) {
 /// One kind: forward 1 and L, backward L, L-1 and 1, as the steps between are dominated by one of
 /// their ends. With activation offload also the step next to each run's lowest (layer_run). These
 /// candidates, each handed to `visit` in time order (forward 1 only `with_first`): peak_step is
-/// their earliest largest. Flattened: its dozen steps inline, each specialised to its phase, and
-/// `visit` with them (sweeps, fit and plan call this a million times a second).
+/// their earliest largest. Not flattened: inlining step_at's whole tree at each of its dozen
+/// calls, in every instantiation, cost four minutes of compiling for a few percent of its time.
 template <bool with_first = true, class Visit>
-[[gnu::flatten]] inline void each_peak_candidate(const TimelineInputs& in, Visit&& visit) {
+inline void each_peak_candidate(const TimelineInputs& in, Visit&& visit) {
     const std::uint64_t L = in.layers;
     if constexpr (with_first) visit(step_at(in, Phase::forward, 1));
     const auto consider = [&](Phase phase, std::uint64_t position, std::uint64_t mb) {
