@@ -190,7 +190,11 @@ std::string serve_table(const ServeRun& r, Unit unit) {
                fmt::format("{} parameters on this rank; linear layers {}", digits(p.parameters),
                            s.weights->name)});
     const std::string what =
-        p.kv_latent ? fmt::format("the {} latent and k's rotary part", dtype_name(s.kv_dtype))
+        p.kv_latent ? fmt::format("the {} latent and k's rotary part{}", dtype_name(s.kv_dtype),
+                                  p.indexer_key_bytes == 0
+                                      ? ""
+                                      : fmt::format(", the indexer's fp8 key and scale ({} B)",
+                                                    p.indexer_key_bytes))
                     : fmt::format("k and v of {} {} head{}{}", p.kv_heads_per_rank,
                                   dtype_name(s.kv_dtype), p.kv_heads_per_rank == 1 ? "" : "s",
                                   p.kv_replicated ? ", replicated" : "");
@@ -298,7 +302,8 @@ nlohmann::json serve_json(const ServeRun& r) {
                      {"linears", p.lora_linears},
                      {"dtype", "bf16"}};
     if (r.draft) j["draft"] = draft_json(r);  // appended: the keys above stay as they were
-    if (p.state_layers > 0)                   // appended: the keys above stay as they were
+    if (p.indexer_key_bytes > 0) j["kv_cache"]["indexer_key_bytes"] = p.indexer_key_bytes;
+    if (p.state_layers > 0)  // appended: the keys above stay as they were
         j["ssm_state"] = {{"bytes", p.ssm_state.value()},
                           {"bytes_per_sequence", p.state_bytes_per_sequence.value()},
                           {"layers", p.state_layers}};

@@ -372,6 +372,15 @@ void deepseek(const JsonReader& in, Architecture& m, bool v3) {
     if (dense_layers < m.layers) m.layer_pattern.push_back({1, m.layers - dense_layers});
 }
 
+/// DeepSeek-V3.2 (modeling_deepseek_v32.py): V3's keys and its lightning indexer's,
+/// index_n_heads, index_head_dim and index_topk (DeepseekV32Config's defaults 64, 128, 2048).
+void deepseek_v32(const JsonReader& in, Architecture& m) {
+    deepseek(in, m, true);
+    m.mla.index_heads = in.positive_or("index_n_heads", 64);
+    m.mla.index_head_dim = in.positive_or("index_head_dim", 128);
+    m.mla.index_topk = in.positive_or("index_topk", 2048);
+}
+
 /// GLM-4.5 (modeling_glm4_moe.py): LLaMA's keys with head_dim; q, k and v biased when
 /// attention_bias (o_proj never); with use_qk_norm, q_norm and k_norm of head_dim that the heads
 /// share; the first first_k_dense_replace layers dense (intermediate_size), the rest
@@ -1053,6 +1062,7 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"llama4", llama4_text},  // its text_config, as gemma3's
     {"deepseek_v2", [](const JsonReader& in, Architecture& m) { deepseek(in, m, false); }},
     {"deepseek_v3", [](const JsonReader& in, Architecture& m) { deepseek(in, m, true); }},
+    {"deepseek_v32", deepseek_v32},
     {"glm4_moe", glm4_moe},
     {"minimax_m2", minimax_m2},
     {"olmo2", olmo2},
@@ -1119,16 +1129,43 @@ std::vector<std::string> supported_model_types() {
 
 namespace {
 
-/// What the user should know of an import of `type`, printed beside its estimate and kept in its
-/// description.
-std::vector<std::string> import_notes(const std::string& type, const JsonReader& in,
-                                      const Architecture& m) {
-    std::vector<std::string> notes;
-    if (const std::string mtp = next_token_layers_note(in, m); !mtp.empty()) notes.push_back(mtp);
-    if (type == "gpt_oss")
-        notes.push_back(
-            "the checkpoint stores the experts as MXFP4 blocks and scales, counted here as the "
-            "parameters they dequantise to");
+/// What the user should know of an import of a model_type, whatever its config says: one row each.
+struct TypeNote {
+    const char* type;
+    const char* note;
+};
+constexpr TypeNote type_notes[] = {
+    {"gpt_oss",
+     "the checkpoint stores the experts as MXFP4 blocks and scales, counted here as the "
+     "parameters they dequantise to"},
+    {"nemotron_h",
+     "its Mamba-2 layers' saved tensors are mamba_ssm's mamba_split_conv1d_scan_combined's, "
+     "read from its code and not measured; each layer holds one block (a Mamba-2 mixer, "
+     "attention, an MLP or experts) after its own RMSNorm; experts as transformers' loop "
+     "over them runs, each token-slot gathered, weighted and index_added back"},
+    {"falcon_h1",
+     "its Mamba-2 mixers' saved tensors are mamba_ssm's mamba_split_conv1d_scan_combined's "
+     "(transformers trains with it when mamba_ssm and causal_conv1d are installed), read "
+     "from its code and not measured; each branch keeps its own scaled copy of the norm's "
+     "output, as FalconH1DecoderLayer multiplies it; lm_head_multiplier makes a second "
+     "tensor of the logits' size for a moment, not counted"},
+    {"deepseek_v32",
+     "its indexer runs as transformers' DeepseekV32Indexer does, under torch.no_grad: it "
+     "keeps nothing for backward and its weights take no gradient there, though memcalc "
+     "counts their gradients and optimizer state (leaning high); its fp32 scores over "
+     "every key at each of its heads are a forward temporary (measured on CPU: "
+     "validation/sparse_indexer_live.py); attention runs dense under the top-k mask (eager), "
+     "or (flash) a sparse kernel is assumed to keep the top-k indices"},
+    {"llama4",
+     "its MoE layers are counted as transformers' Llama4TextMoe trains them, every expert "
+     "over every token (E x the routed slots; --moe-kernel grouped-gemm, or --profile "
+     "megatron, counts the routed slots alone); chunked attention keeps what full attention "
+     "keeps (eager masks a full s x s score matrix); a fused kernel given an explicit "
+     "chunked mask (SDPA's) would keep that mask, s^2 b bytes, which is not counted"},
+};
+
+/// The notes that depend on the config: Jamba's kernels, Granite's Mamba-2 layers, a tower.
+void config_notes(const std::string& type, const Architecture& m, std::vector<std::string>& notes) {
     if (type == "jamba")
         notes.push_back(
             m.ssm.kernels
@@ -1147,19 +1184,6 @@ std::vector<std::string> import_notes(const std::string& type, const JsonReader&
             "is not modelled; its router takes the softmax of the top-k logits, counted as a "
             "renormalised top-k softmax; logits_scaling divides the logits into a second tensor "
             "of their size, not counted");
-    if (type == "nemotron_h")
-        notes.push_back(
-            "its Mamba-2 layers' saved tensors are mamba_ssm's mamba_split_conv1d_scan_combined's, "
-            "read from its code and not measured; each layer holds one block (a Mamba-2 mixer, "
-            "attention, an MLP or experts) after its own RMSNorm; experts as transformers' loop "
-            "over them runs, each token-slot gathered, weighted and index_added back");
-    if (type == "falcon_h1")
-        notes.push_back(
-            "its Mamba-2 mixers' saved tensors are mamba_ssm's mamba_split_conv1d_scan_combined's "
-            "(transformers trains with it when mamba_ssm and causal_conv1d are installed), read "
-            "from its code and not measured; each branch keeps its own scaled copy of the norm's "
-            "output, as FalconH1DecoderLayer multiplies it; lm_head_multiplier makes a second "
-            "tensor of the logits' size for a moment, not counted");
     if (type == "qwen3_next" || type.rfind("qwen3_5", 0) == 0) notes.push_back(qwen3_next_note(m));
     if (m.vision.enabled())
         notes.push_back(
@@ -1169,13 +1193,18 @@ std::vector<std::string> import_notes(const std::string& type, const JsonReader&
             "vision freezes it); a micro-batch's images (--images N --image-size WxH) keep their "
             "pixels and, where the tower trains, its blocks' tensors as memcalc's layers keep "
             "theirs (not measured on the tower itself); without them the step is text-only");
-    if (type == "llama4" || type == "llama4_text")
-        notes.push_back(
-            "its MoE layers are counted as transformers' Llama4TextMoe trains them, every expert "
-            "over every token (E x the routed slots; --moe-kernel grouped-gemm, or --profile "
-            "megatron, counts the routed slots alone); chunked attention keeps what full attention "
-            "keeps (eager masks a full s x s score matrix); a fused kernel given an explicit "
-            "chunked mask (SDPA's) would keep that mask, s^2 b bytes, which is not counted");
+}
+
+/// What the user should know of an import of `type`, printed beside its estimate and kept in its
+/// description.
+std::vector<std::string> import_notes(const std::string& type, const JsonReader& in,
+                                      const Architecture& m) {
+    std::vector<std::string> notes;
+    if (const std::string mtp = next_token_layers_note(in, m); !mtp.empty()) notes.push_back(mtp);
+    config_notes(type, m, notes);
+    const std::string family = type == "llama4_text" ? "llama4" : type;
+    for (const TypeNote& row : type_notes)
+        if (family == row.type) notes.push_back(row.note);
     return notes;
 }
 
@@ -1231,8 +1260,6 @@ std::optional<std::string> unmodelled_reason(const std::string& type) {
     static const std::pair<const char*, const char*> types[] = {
         {"mllama",
          "its cross-attention layers and its vision tower (Llama 3.2 Vision) are not modelled"},
-        {"deepseek_v32",
-         "its sparse attention's indexer (DeepSeek-V3.2) is not modelled; deepseek_v3 is"},
     };
     for (const auto& [name, reason] : types)
         if (type == name) return std::string(reason);

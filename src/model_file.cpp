@@ -58,6 +58,9 @@ const std::vector<std::string> architecture_keys = {"hidden",
                                                     "qk_nope_head_dim",
                                                     "qk_rope_head_dim",
                                                     "v_head_dim",
+                                                    "index_n_heads",
+                                                    "index_head_dim",
+                                                    "index_topk",
                                                     "norm_position",
                                                     "attention_sinks",
                                                     "attention_output_gate",
@@ -253,6 +256,10 @@ void read_mla_and_mamba(const JsonReader& in, Architecture& m) {
     m.mla = {in.count_if_given("q_lora_rank").value_or(0), in.positive_or("kv_lora_rank", 0),
              in.positive_or("qk_nope_head_dim", 0), in.positive_or("qk_rope_head_dim", 0),
              in.positive_or("v_head_dim", 0)};
+    // DeepSeek-V3.2's sparse-attention indexer: HF config.json's names.
+    m.mla.index_heads = in.count_if_given("index_n_heads").value_or(0);
+    m.mla.index_head_dim = in.count_if_given("index_head_dim").value_or(0);
+    m.mla.index_topk = in.count_if_given("index_topk").value_or(0);
     // A Mamba-1 mixer (Jamba) or a Mamba-2 one (Granite 4.0 H): its widths wherever some layer
     // is one.
     m.mixer = in.choice_or("mixer", mixer_choices, Mixer::attention);

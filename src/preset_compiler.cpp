@@ -135,7 +135,8 @@ void write_architecture(std::ostream& out, const Architecture& m) {
         << "    m.expert_imbalance = " << m.expert_imbalance << ";\n"
         << "    m.mla = {" << number(m.mla.q_lora_rank) << ", " << number(m.mla.kv_lora_rank)
         << ", " << number(m.mla.qk_nope_head_dim) << ", " << number(m.mla.qk_rope_head_dim) << ", "
-        << number(m.mla.v_head_dim) << "};\n";
+        << number(m.mla.v_head_dim) << ", " << number(m.mla.index_heads) << ", "
+        << number(m.mla.index_head_dim) << ", " << number(m.mla.index_topk) << "};\n";
     write_program_facts(out, m);
     if (m.mixer != Mixer::attention || m.ssm.enabled())
         out << "    m.mixer = Mixer::" << mixer_name(m.mixer) << ";\n"

@@ -95,6 +95,11 @@ void add_mla_and_mamba_json(json& out, const Architecture& m) {
                                   {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
                                   {"v_head_dim", m.mla.v_head_dim}})
             out[key] = value;
+    if (m.mla.indexed())  // appended: the keys before stay as they were
+        for (auto [key, value] : {std::pair{"index_n_heads", m.mla.index_heads},
+                                  {"index_head_dim", m.mla.index_head_dim},
+                                  {"index_topk", m.mla.index_topk}})
+            out[key] = value;
     if (m.attention_output_gate) out["attention_output_gate"] = true;  // only where set
     if (m.ssm.enabled()) {  // appended: the keys before stay as they were
         out["mixer"] = mixer_name(m.mixer);

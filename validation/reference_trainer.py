@@ -152,6 +152,7 @@ DEFAULT_MODELS = [
     os.path.join(HERE, "models", "llama-tiny-quick-gelu.json"),
     os.path.join(HERE, "models", "opt-tiny-relu-dropout.json"),
     os.path.join(HERE, "models", "deepseek-v3-tiny.json"),
+    os.path.join(HERE, "models", "deepseek-v32-tiny.json"),
     os.path.join(HERE, "models", "deepseek-v2-lite-tiny.json"),
     os.path.join(HERE, "models", "olmo2-tiny.json"),
     os.path.join(HERE, "models", "sinks-tiny.json"),
@@ -284,6 +285,9 @@ class Spec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    index_n_heads: int = 0     # DeepSeek-V3.2's sparse-attention indexer; 0: none
+    index_head_dim: int = 0
+    index_topk: int = 0
     norm_position: str = "pre"
     qk_norm: str = "none"
     rmsnorm_fp32_scale: bool = False
@@ -356,6 +360,9 @@ def load_spec(path: str) -> Spec:
         qk_nope_head_dim=int(doc.get("qk_nope_head_dim", 0) or 0),
         qk_rope_head_dim=int(doc.get("qk_rope_head_dim", 0) or 0),
         v_head_dim=int(doc.get("v_head_dim", 0) or 0),
+        index_n_heads=int(doc.get("index_n_heads", 0) or 0),
+        index_head_dim=int(doc.get("index_head_dim", 0) or 0),
+        index_topk=int(doc.get("index_topk", 0) or 0),
         norm_position=_choice(doc, "norm_position", ("pre", "post"), "pre"),
         qk_norm=_choice(doc, "qk_norm", ("none", "whole", "l2"), "none"),
         rmsnorm_fp32_scale=bool(doc.get("rmsnorm_fp32_scale", False)),
@@ -763,6 +770,39 @@ class LlamaAttention(nn.Module):
         return self.o_proj(out)
 
 
+class SparseIndexer(nn.Module):
+    """transformers DeepseekV32Indexer (modeling_deepseek_v32.py): each query's top-k keys, scored
+    at index_n_heads heads from the query latent and one k, under torch.no_grad."""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.heads, self.dim, self.rope = spec.index_n_heads, spec.index_head_dim, spec.qk_rope_head_dim
+        self.topk = spec.index_topk
+        self.wq_b = nn.Linear(spec.q_lora_rank, self.heads * self.dim, bias=False)
+        self.wk = nn.Linear(spec.hidden, self.dim, bias=False)
+        self.k_norm = nn.LayerNorm(self.dim, eps=1e-6)
+        self.weights_proj = nn.Linear(spec.hidden, self.heads, bias=False)
+
+    @torch.no_grad()
+    def forward(self, x, q_latent, cos, sin, mask):
+        b, s, _ = x.shape
+        q = self.wq_b(q_latent).view(b, s, self.heads, self.dim)
+        q_rot, q_pass = torch.split(q, [self.rope, self.dim - self.rope], dim=-1)
+        k = self.k_norm(self.wk(x)).unsqueeze(2)
+        k_rot, k_pass = torch.split(k, [self.rope, self.dim - self.rope], dim=-1)
+        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # apply_rotary_pos_emb(..., unsqueeze_dim=2)
+        q_rot = (q_rot * cos) + (rotate_half(q_rot) * sin)
+        k_rot = (k_rot * cos) + (rotate_half(k_rot) * sin)
+        q = torch.cat([q_rot, q_pass], dim=-1)
+        k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+        scores = torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * self.dim ** -0.5
+        scores = F.relu(scores)
+        weights = self.weights_proj(x.to(self.weights_proj.weight.dtype)).float() * self.heads ** -0.5
+        index_scores = torch.matmul(weights.unsqueeze(-2), scores).squeeze(-2)
+        index_scores = index_scores + mask
+        return index_scores.topk(min(self.topk, s), dim=-1).indices.to(torch.int32)
+
+
 class LatentAttention(nn.Module):
     """transformers DeepseekV3Attention + eager_attention_forward (multi-head latent attention)."""
 
@@ -786,6 +826,7 @@ class LatentAttention(nn.Module):
         self.o_proj = nn.Linear(H * self.v_dim, h, bias=bias)
         self.scaling, self.n_rep = self.qk ** -0.5, 1  # one key/value group: k and v at every head
         self.p = spec.attention_dropout
+        self.indexer = SparseIndexer(spec) if spec.index_n_heads else None
 
     core = LlamaAttention.core  # eager_attention_forward
 
@@ -814,7 +855,12 @@ class LatentAttention(nn.Module):
             query, key, value = _ckpt(lambda *a: self.up(b, s, *a), q_in, kv_in, k_rot, ctx.cos, ctx.sin)
         else:
             query, key, value = self.up(b, s, q_in, kv_in, k_rot, ctx.cos, ctx.sin)
-        out = _ckpt(self.core, query, key, value, ctx.mask) if selective else self.core(query, key, value, ctx.mask)
+        mask = ctx.mask
+        if self.indexer is not None:  # DeepseekV32Attention (eager): the top-k as an additive mask
+            top = self.indexer(x, q_in, ctx.cos, ctx.sin, mask[:, 0])
+            index_mask = top.new_ones((b, s, s), dtype=torch.bool).scatter(-1, top.long(), False)
+            mask = mask.masked_fill(index_mask.unsqueeze(1), torch.finfo(x.dtype).min)
+        out = _ckpt(self.core, query, key, value, mask) if selective else self.core(query, key, value, mask)
         out = out.transpose(1, 2).contiguous()
         return self.o_proj(out.reshape(b, s, -1).contiguous())
 

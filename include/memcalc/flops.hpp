@@ -45,6 +45,17 @@ inline double projection_flops(const Architecture& m, double T) {
     return 2 * T * (q_side + h * (latent + rope) + latent * nope_and_v + v * h);
 }
 
+/// DeepSeek-V3.2's indexer over `T` tokens of sequences of `seq`: wq_b, wk and weights_proj, the
+/// scores of every key at each of its heads and their weighted sum; forward only (no_grad).
+inline double indexer_flops(const Architecture& layer, double T, double seq) {
+    const LatentAttention& a = layer.mla;
+    if (!attends(layer.mixer) || !a.indexed()) return 0;
+    const double A = static_cast<double>(a.index_heads), D = static_cast<double>(a.index_head_dim);
+    const double h = static_cast<double>(layer.hidden);
+    return 2 * T * (static_cast<double>(a.q_lora_rank) * A * D + h * (D + A)) +
+           2 * T * seq * A * (D + 1);
+}
+
 /// A layer's feed-forward FLOPs over `T` tokens of width `h`: its active experts' (or its dense
 /// MLP's) `mlp_matrices` products each, the router, a shared expert and its gate.
 inline double mlp_flops(const Architecture& layer, double T, double h, double mlp_matrices) {
@@ -134,18 +145,20 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
         2 * T * static_cast<double>(seq) * (q + v);  // Q K^T and (weights . V), every head
     const double projections = detail::projection_flops(m, T);
     c.head_forward = 2 * T * h * static_cast<double>(m.vocab);
-    double forward = c.head_forward;
+    double forward = c.head_forward, no_backward = 0;
     const auto add_layers = [&](const Architecture& layer, std::uint64_t count, std::size_t kind) {
         const double mlp = detail::mlp_flops(layer, T, h, mlp_matrices);
         // A Mamba mixer's matrices in place of attention's.
         const double mixer = detail::mixer_flops(layer, T, h, static_cast<double>(seq), projections,
                                                  c.attention_core);
         const double core = attends(layer.mixer) ? c.attention_core : 0;
-        const double layer_forward = mixer + mlp;
+        const double indexer = detail::indexer_flops(layer, T, static_cast<double>(seq));
+        const double layer_forward = mixer + mlp + indexer;
         const double skipped =
             mode == Recompute::op && spared ? std::min((*spared)[kind], layer_forward) : 0;
         c.kind_forward[kind] = layer_forward;
         forward += static_cast<double>(count) * layer_forward;
+        no_backward += static_cast<double>(count) * indexer;
         // Selective re-runs the modules it checkpoints (the core attention, and the MLP or MoE
         // block's matrix products where recompute_modules names them); full re-runs each layer's
         // whole forward pass, op all of it but what its policy saved.
@@ -165,7 +178,7 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
     const double mtp = static_cast<double>(m.mtp_layers) *
                        (2 * T * 2 * h * h + c.kind_forward[m.last_kind()] + c.head_forward);
     c.head_forward += mtp, forward += mtp;
-    c.step = 3 * forward;
+    c.step = 3 * forward - 2 * no_backward;  // backward: twice the forward, where it runs
     return c;
 }
 

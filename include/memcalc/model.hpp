@@ -182,7 +182,9 @@ inline const RotaryEmbeddingRow& rotary_embedding(RotaryEmbedding id) {
 /// comes from a latent of q_lora_rank (or a plain q_proj), k and v from one latent of kv_lora_rank,
 /// each latent RMSNormed; every head's q and k are a part without rotary (nope) and a rotary part,
 /// k's rotary part one for all heads, read from the latent's projection beside the latent.
-/// kv_lora_rank 0: none.
+/// kv_lora_rank 0: none. DeepSeek-V3.2 adds a lightning indexer (DeepSeek Sparse Attention), which
+/// scores every key for each query from the query latent and picks the index_topk that attention
+/// reads; index_heads 0: none.
 struct LatentAttention {
     std::uint64_t q_lora_rank =
         0;  ///< the query latent's width; 0: a plain q_proj (DeepSeek-V2-Lite)
@@ -190,8 +192,12 @@ struct LatentAttention {
     std::uint64_t qk_nope_head_dim = 0;  ///< per head, the part of q and k that rotary leaves alone
     std::uint64_t qk_rope_head_dim = 0;  ///< per head, the rotary part
     std::uint64_t v_head_dim = 0;        ///< per head, v's width (and the attention output's)
+    std::uint64_t index_heads = 0;       ///< the indexer's heads (index_n_heads); 0: no indexer
+    std::uint64_t index_head_dim = 0;    ///< its q and k width per head, rotary part first
+    std::uint64_t index_topk = 0;        ///< the keys each query attends to
 
     bool enabled() const { return kv_lora_rank > 0; }
+    bool indexed() const { return index_heads > 0; }
     std::uint64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
@@ -593,6 +599,27 @@ inline void validate_layer_kinds(const Architecture& m) {
     }
 }
 
+/// The lightning indexer's widths: all three or none; its q reads the query latent and its heads
+/// split rotary's width off the front.
+inline void validate_sparse_indexer(const LatentAttention& a) {
+    if (!a.indexed()) {
+        for (auto [field, value] :
+             {std::pair{"index_head_dim", a.index_head_dim}, {"index_topk", a.index_topk}})
+            if (value != 0)
+                throw error(std::string(field) + " (" + std::to_string(value) +
+                            ") is a width of the sparse-attention indexer: it needs index_n_heads");
+        return;
+    }
+    detail::require_positive("index_topk", a.index_topk);
+    if (a.q_lora_rank == 0)
+        throw error("index_n_heads (" + std::to_string(a.index_heads) +
+                    "): the indexer's q reads the query latent, which needs q_lora_rank > 0");
+    if (a.index_head_dim < a.qk_rope_head_dim || a.index_head_dim == 0)
+        throw error("index_head_dim (" + std::to_string(a.index_head_dim) +
+                    ") must hold the rotary part, qk_rope_head_dim (" +
+                    std::to_string(a.qk_rope_head_dim) + ")");
+}
+
 /// Latent attention's widths, and the fields of standard attention it replaces or cannot have.
 inline void validate_latent_attention(const Architecture& m) {
     const LatentAttention& a = m.mla;
@@ -600,7 +627,8 @@ inline void validate_latent_attention(const Architecture& m) {
         for (auto [field, value] : {std::pair{"q_lora_rank", a.q_lora_rank},
                                     {"qk_nope_head_dim", a.qk_nope_head_dim},
                                     {"qk_rope_head_dim", a.qk_rope_head_dim},
-                                    {"v_head_dim", a.v_head_dim}})
+                                    {"v_head_dim", a.v_head_dim},
+                                    {"index_n_heads", a.index_heads}})
             if (value != 0)
                 throw error(std::string(field) + " (" + std::to_string(value) +
                             ") is a width of latent attention: it needs kv_lora_rank > 0");
@@ -636,6 +664,7 @@ inline void validate_latent_attention(const Architecture& m) {
             "bias under latent attention is none or attention (attention_bias: q_a_proj, "
             "kv_a_proj_with_mqa "
             "and o_proj)");
+    validate_sparse_indexer(a);
 }
 
 /// A layer of one block (no mixer, or no MLP): it holds the other, with its own norm before it.

@@ -305,6 +305,21 @@ struct ParameterRows {
         weight(Linear::kv_b, Part::attention, "r_kv x a*(d_n+d_v)",
                {a.kv_lora_rank, m.heads * (a.qk_nope_head_dim + a.v_head_dim)}, split);
         weight(Linear::o, Part::attention, "a*d_v x h", {m.heads * a.v_head_dim, h}, split);
+        if (a.indexed()) sparse_indexer();
+    }
+
+    /// DeepSeek-V3.2's lightning indexer (transformers' DeepseekV32Indexer; A_i, D_i: its heads and
+    /// their width): q from the query latent, one k for every head, a LayerNorm on k, a weight per
+    /// head; whole on every tensor-parallel rank (DeepSeek's own code keeps them whole).
+    void sparse_indexer() {
+        const LatentAttention& a = m.mla;
+        add(Part::attention, Group::layer, "indexer.wq_b", "r_q x A_i*D_i",
+            {a.q_lora_rank, a.index_heads * a.index_head_dim});
+        add(Part::attention, Group::layer, "indexer.wk", "h x D_i", {h, a.index_head_dim});
+        add(Part::norms, Group::layer, "indexer.k_norm.weight", "D_i", {a.index_head_dim});
+        add(Part::norms, Group::layer, "indexer.k_norm.bias", "D_i", {a.index_head_dim},
+            ParamSplit::replicated, false, Linear::none, ParamRole::bias);
+        add(Part::attention, Group::layer, "indexer.weights_proj", "h x A_i", {h, a.index_heads});
     }
 
     /// A Mamba-1 mixer, as transformers' JambaMambaMixer holds it (d_i: d_inner, N: d_state, r:

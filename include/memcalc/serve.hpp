@@ -100,6 +100,7 @@ struct ServeReport {
     std::uint64_t kv_heads_per_rank = 0;
     bool kv_replicated = false;  ///< fewer key/value heads than ranks: each rank keeps a whole head
     bool kv_latent = false;      ///< latent attention: the compressed latent and k's rotary part
+    std::uint64_t indexer_key_bytes = 0;    ///< a token's sparse-attention indexer key, a layer
     std::uint64_t windowed_layers = 0;      ///< layers whose sliding window caps their cache
     Count kv_bytes_per_token;               ///< over every layer, while no window caps them
     std::uint64_t blocks_per_sequence = 0;  ///< the most any layer keeps a sequence
@@ -267,6 +268,12 @@ inline void serve_adapters(const Architecture& m, const ServeSettings& s, ServeR
     }
 }
 
+/// DeepSeek-V3.2's indexer keys a token, whatever the cache's dtype: fp8 values and an fp32 scale
+/// per 128 (vLLM's DeepseekV32IndexerCache: 132 bytes at index_head_dim 128).
+inline std::uint64_t indexer_key_bytes(const LatentAttention& a) {
+    return a.indexed() ? a.index_head_dim + ceil_div(Count(a.index_head_dim), 128).value() * 4 : 0;
+}
+
 /// The KV cache (and Mamba state) of s.batch sequences of s.context tokens, on one rank.
 inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeReport& r) {
     const std::uint64_t tp = s.tp;
@@ -278,6 +285,7 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
     r.kv_replicated = !m.mla.enabled() && kv < tp;
     r.kv_heads_per_rank = m.mla.enabled() ? 1 : r.kv_replicated ? 1 : kv / tp;
     r.kv_latent = m.mla.enabled();
+    r.indexer_key_bytes = indexer_key_bytes(m.mla);
     r.blocks_per_sequence = 0;
     const std::uint64_t cache = bytes_per_element(s.kv_dtype);
     const std::uint64_t blocks_full = ceil_div(Count(s.context), s.block_size).value();
@@ -303,9 +311,10 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
             if (!attends(v.mixer)) continue;  // Falcon-H1's layers cache k and v beside it
         }
         r.cache_layers += layers;
-        const Count per_token = Count(layers) * cache *
-                                (v.mla.enabled() ? v.mla.kv_lora_rank + v.mla.qk_rope_head_dim
-                                                 : 2 * r.kv_heads_per_rank * v.head_size());
+        const Count per_token =
+            Count(layers) * (cache * (v.mla.enabled() ? v.mla.kv_lora_rank + v.mla.qk_rope_head_dim
+                                                      : 2 * r.kv_heads_per_rank * v.head_size()) +
+                             indexer_key_bytes(v.mla));
         const std::uint64_t blocks =
             v.window == 0
                 ? blocks_full
@@ -331,7 +340,10 @@ inline std::vector<TensorRun> forward_temporaries(const Architecture& m, std::ui
     const std::uint64_t N = tokens, kv = m.key_value_heads();
     const std::uint64_t heads = m.heads / tp, d = m.head_size();
     const std::uint64_t kv_heads = m.mla.enabled() || kv < tp ? 1 : kv / tp;
-    const Count attention = Count(N) * (2 * heads * d + 2 * kv_heads * d) * dtype::bf16;
+    // DeepSeek-V3.2's indexer scores every cached key for each token: fp32 logits (vLLM's
+    // fp8_mqa_logits), N x N for a prefill of N.
+    const Count indexer = m.mla.indexed() ? Count(N) * N * dtype::fp32 : Count(0);
+    const Count attention = Count(N) * (2 * heads * d + 2 * kv_heads * d) * dtype::bf16 + indexer;
     Count mlp;
     m.every_kind([&](const Architecture& v) {
         if (!v.has_mlp) return true;

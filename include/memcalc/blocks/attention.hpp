@@ -9,6 +9,7 @@
 #include "memcalc/blocks/mla.hpp"
 #include "memcalc/blocks/mlp_inputs.hpp"
 #include "memcalc/blocks/output_projection.hpp"
+#include "memcalc/blocks/sparse_indexer.hpp"
 
 namespace memcalc::detail {
 
@@ -258,6 +259,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         latent_attention_rows(t, m, z, attention);
     else
         mha_input_rows(t, m, z, attention);
+    if (m.mla.indexed()) sparse_indexer_rows(t, m, z, attention);
     // Korthikanti's selective checkpoint: its rows are those Keep marks, its input q, k and v
     // above.
     t.section(Module::core_attn);
@@ -268,6 +270,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     else
         eager_core_rows(t, m, z, output);
     if (m.attention_output_gate) output_gate_rows(t, z);
+    t.held_beside("", Count(0));
 }
 
 }  // namespace memcalc::detail

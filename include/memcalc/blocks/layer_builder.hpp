@@ -120,6 +120,8 @@ public:
                                 Holder::caller, not_checkpointed});
             add_beside(before, {branch_.what, branch_.bytes, ActivationSplit::sequence,
                                 Holder::caller, all});
+            add_beside(before,
+                       {held_.what, held_.bytes, ActivationSplit::replicated, Holder::caller, all});
         } else {
             if (checkpoint_held_.value() > 0)
                 add_beside(before, {"a gradient the checkpoint still holds", checkpoint_held_,
@@ -152,6 +154,9 @@ public:
         branch_ = {forward, forward_bytes};
         branch_gradient_ = {backward, backward_bytes};
     }
+    /// What a block's code holds beside its forward ops added from now on and no row keeps
+    /// (DeepSeek-V3.2's top-k indices and mask, until the attention returns); 0 bytes: none.
+    void held_beside(Label what, Count bytes) { held_ = {what, bytes}; }
     /// Under selective recomputation, a gradient alive beside the next backward op that the
     /// checkpoint still holds where elsewhere it takes its saved tensor's place.
     void held_by_checkpoint(Count bytes) { checkpoint_held_ = bytes; }
@@ -231,6 +236,7 @@ private:
         Count bytes;
     };
     Held branch_, branch_gradient_;  ///< branch_held's
+    Held held_;                      ///< held_beside's
 };
 
 }  // namespace memcalc::detail
