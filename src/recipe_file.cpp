@@ -31,11 +31,16 @@ std::map<std::string, DType> dtype_choices() {
 
 /// The recipe's linears: Transformer Engine's narrow ones, or casting ones (torchao's).
 void read_linears(const JsonReader& in, Recipe& r, const std::map<std::string, DType>& dtypes) {
-    // Narrow linears as Transformer Engine runs them: a cast of each weight and of its transpose.
-    if (in.has("linears"))
-        r.linears = NarrowLinears{in.choice_or<DType>("linears", dtypes, DType::fp8_e4m3), 2};
-    if (r.linears && bytes_per_element(r.linears->dtype) >= r.activation_bytes())
-        in.fail(std::string("linears is ") + dtype_name(r.linears->dtype) +
+    // Narrow linears as Transformer Engine runs them: two casts of each weight kept. A dtype's
+    // name, or a block-scaled format's (narrow_linear_formats).
+    if (in.has("linears")) {
+        std::map<std::string, NarrowLinears> formats;
+        for (const auto& [name, dtype] : dtypes) formats.emplace(name, NarrowLinears{{dtype}, 2});
+        for (const auto& row : narrow_linear_formats) formats.emplace(row.key, row.linears);
+        r.linears = in.choice_or<NarrowLinears>("linears", formats, recipe_table::te_fp8);
+    }
+    if (r.linears && dtype_bits(r.linears->storage.dtype) >= 8 * r.activation_bytes())
+        in.fail(std::string("linears is ") + narrow_linear_key(*r.linears) +
                 ", not narrower than the activations (" + dtype_name(r.activations) + ")");
     if (r.linears && r.autocast) in.fail("a recipe with linears cannot also run under autocast");
     if (in.has("linear_casts")) {

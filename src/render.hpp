@@ -93,7 +93,7 @@ inline constexpr std::array<Category, 11> categories{{
     {"logits", "logits and loss", &Breakdown::logits},
     {"activation_gradient", "activation gradient", &Breakdown::activation_gradient},
     {"workspace", "workspace", &Breakdown::workspace},
-    {"weight_copies", "weight copies (autocast, fp8)",
+    {"weight_copies", "weight copies (autocast, fp8, fp4)",
      &Breakdown::weight_copies},  // last: CSV columns keep their places
 }};
 

@@ -154,7 +154,7 @@ Listing recipes_listing() {
         if (r.master) master = std::string(dtype_name(*r.master));
         if (!r.optimizer.rule.empty()) rule = std::string(r.optimizer.rule);
         Listing::Cell linears;
-        if (r.linears) linears = std::string(dtype_name(r.linears->dtype));
+        if (r.linears) linears = narrow_linear_key(*r.linears);
         Listing::Cell casts, source;
         if (r.casts != nullptr)
             casts = std::string(r.casts->key), source = std::string(r.casts->source);

@@ -16,7 +16,7 @@
 using namespace memcalc;
 
 namespace {
-const Precision fp8{DType::bf16, DType::bf16, false, DType::fp8_e4m3};
+const Precision fp8{DType::bf16, DType::bf16, false, Storage{DType::fp8_e4m3}};
 
 Settings fp8_settings(Recompute mode) {
     Settings s;
@@ -49,9 +49,9 @@ TEST_CASE(
     const Recipe& r = builtin_recipe("fp8");
     CHECK(r.bytes_per_parameter() == 16);  // the state is mixed-adam's; the casts are no state
     REQUIRE(r.linears);
-    CHECK(r.linears->dtype == DType::fp8_e4m3);
+    CHECK(r.linears->storage == Storage{DType::fp8_e4m3});
     CHECK(r.linears->weight_casts == 2);
-    CHECK(r.precision().linear_inputs == DType::fp8_e4m3);
+    CHECK(r.precision().linear_inputs == Storage{DType::fp8_e4m3});
     CHECK_FALSE(builtin_recipe("mixed-adam").linears);
     CHECK_FALSE(builtin_recipe("mixed-adam").precision().linear_inputs);
 }

@@ -39,9 +39,9 @@ const ModuleSet module_sets[] = {
                    Module::shared_experts, Module::mla_up_proj}),
 };
 
-const Precision precisions[] = {Precision(DType::bf16), Precision(DType::fp32),
-                                Precision(DType::bf16, DType::fp32, true),
-                                Precision(DType::bf16, DType::bf16, false, DType::fp8_e4m3)};
+const Precision precisions[] = {
+    Precision(DType::bf16), Precision(DType::fp32), Precision(DType::bf16, DType::fp32, true),
+    Precision(DType::bf16, DType::bf16, false, Storage{DType::fp8_e4m3})};
 
 /// The first way `tp` is not a well-formed tape, or "": a tensor made while live or freed while
 /// not, one live at the end, a forward that does not end with what the step keeps, a tensor whose

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "memcalc/units.hpp"
 
@@ -21,7 +22,8 @@ enum class DType : std::uint8_t {
     int8,
     mask,
     nf4,
-    int4
+    int4,
+    fp4_e2m1
 };
 
 struct DTypeRow {
@@ -31,7 +33,7 @@ struct DTypeRow {
 };
 
 /// One row per DType, in the enum's order.
-inline constexpr std::array<DTypeRow, 10> dtype_rows{{
+inline constexpr std::array<DTypeRow, 11> dtype_rows{{
     {DType::fp64, "fp64", 64},
     {DType::fp32, "fp32", 32},
     {DType::bf16, "bf16", 16},
@@ -42,6 +44,7 @@ inline constexpr std::array<DTypeRow, 10> dtype_rows{{
     {DType::mask, "bool", 8},  // a dropout mask: one byte per element
     {DType::nf4, "nf4", 4},
     {DType::int4, "int4", 4},
+    {DType::fp4_e2m1, "fp4-e2m1", 4},  // NVFP4's values, two a byte
 }};
 
 constexpr const DTypeRow& dtype_row(DType d) { return dtype_rows[static_cast<std::size_t>(d)]; }
@@ -105,6 +108,16 @@ struct Storage {
     /// One tensor of `elements` as stored on its own: its blocks and scales rounded up, and
     /// per_tensor.
     Count tensor_bytes(Count elements) const { return bytes(elements) + Count(per_tensor); }
+    /// Whether it is a whole-byte dtype alone: bytes_per_element(dtype) a value, nothing besides.
+    bool plain() const { return block == 0 && per_tensor == 0 && bytes_per_element(dtype) != 0; }
 };
+
+/// "fp8-e4m3"; "fp4-e2m1, an fp8-e4m3 scale per 16".
+inline std::string storage_name(const Storage& s) {
+    std::string out = dtype_name(s.dtype);
+    if (s.block > 0)
+        out += std::string(", an ") + dtype_name(s.scale) + " scale per " + std::to_string(s.block);
+    return out;
+}
 
 }  // namespace memcalc

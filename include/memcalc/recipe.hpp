@@ -23,16 +23,15 @@ struct Precision {
     DType compute;
     DType stream;
     bool autocast = false;
-    /// The dtype the linear layers save their inputs in, where narrower than `compute`
-    /// (NarrowLinears).
-    std::optional<DType> linear_inputs;
+    /// How the linear layers save their inputs, where narrower than `compute` (NarrowLinears).
+    std::optional<Storage> linear_inputs;
     /// The casts the linear layers make in each pass, where they keep their inputs as they came
     /// (torchao's float8 and MXFP8); none: plain linears.
     const LinearCasts* linear_casts = nullptr;
 
     Precision(DType one) : compute(one), stream(one) {}  // one dtype throughout: no autocast
     Precision(DType compute_dtype, DType stream_dtype, bool under_autocast,
-              std::optional<DType> linear_input_dtype = std::nullopt,
+              std::optional<Storage> linear_input_dtype = std::nullopt,
               const LinearCasts* casts = nullptr)
         : compute(compute_dtype),
           stream(stream_dtype),
@@ -41,14 +40,14 @@ struct Precision {
           linear_casts(casts) {}
 };
 
-/// Linear layers computed in a narrower dtype than the activations, as Transformer Engine's fp8
-/// runs them (TE 1.x, transformer_engine/pytorch/module/linear.py): each casts its input once and
-/// saves that cast for the weight gradient, and keeps a cast of its weight and of the weight's
-/// transpose (Hopper's fp8 GEMMs take no transposed operand) as module buffers for the whole run.
+/// Linear layers computed in a narrower format than the activations, as Transformer Engine runs
+/// them (transformer_engine/pytorch/module/linear.py): each casts its input once and saves that
+/// cast for the weight gradient, and keeps two casts of its weight as module buffers for the whole
+/// run: fp8's and its transpose (Hopper's fp8 GEMMs take no transposed operand), or NVFP4's
+/// rowwise and columnwise copies, each with its block scales.
 struct NarrowLinears {
-    DType dtype;
-    std::uint32_t
-        weight_casts;  ///< casts kept per weight element: the weight's and its transpose's
+    Storage storage;  ///< a saved input's, and each weight cast's
+    std::uint32_t weight_casts;
 };
 
 /// A training recipe: the dtypes of the weights, gradients, master copy and activations, and its
@@ -80,7 +79,7 @@ struct Recipe {
     DType stream() const { return autocast ? weights : activations; }
     Precision precision() const {
         return {activations, stream(), autocast,
-                linears ? std::optional<DType>(linears->dtype) : std::nullopt, casts};
+                linears ? std::optional<Storage>(linears->storage) : std::nullopt, casts};
     }
     std::uint64_t weight_bytes() const { return bytes_per_element(weights); }
     std::uint64_t gradient_bytes() const { return bytes_per_element(gradients); }
@@ -118,7 +117,12 @@ namespace recipe_table {  // short names for the table's cells
 inline constexpr DType bf16 = DType::bf16, fp32 = DType::fp32;
 inline constexpr std::optional<DType> none = std::nullopt;
 /// Transformer Engine's fp8 on Hopper: E4M3 forward tensors, a weight cast and its transpose.
-inline constexpr NarrowLinears te_fp8{DType::fp8_e4m3, 2};
+inline constexpr NarrowLinears te_fp8{{DType::fp8_e4m3}, 2};
+/// Transformer Engine's NVFP4 on Blackwell (2.8 and later, NVFP4BlockScaling): E2M1 values two a
+/// byte, an E4M3 scale per 16 along the last dimension, an fp32 amax a tensor; a weight's rowwise
+/// and columnwise copies.
+inline constexpr NarrowLinears te_nvfp4{{DType::fp4_e2m1, 16, DType::fp8_e4m3, 0, DType::fp32, 4},
+                                        2};
 inline constexpr std::nullopt_t no_narrow = std::nullopt;
 inline constexpr const LinearCasts* tensorwise = &linear_cast_rows[0];
 inline constexpr const LinearCasts* rowwise = &linear_cast_rows[1];
@@ -126,9 +130,9 @@ inline constexpr const LinearCasts* mxfp8 = &linear_cast_rows[2];
 inline constexpr const LinearCasts* gathered = &linear_cast_rows[3];
 }  // namespace recipe_table
 
-inline constexpr std::array<Recipe, 12> plain_recipes = [] {
+inline constexpr std::array<Recipe, 13> plain_recipes = [] {
     using namespace recipe_table;
-    return std::array<Recipe, 12>{{
+    return std::array<Recipe, 13>{{
         // clang-format off
         // name                  weights grads master activations optimizer    state
         {"mixed-adam",            bf16,  bf16, fp32,  bf16,  adam,         fp32,
@@ -175,9 +179,31 @@ inline constexpr std::array<Recipe, 12> plain_recipes = [] {
          "transpose, 2 B per "
          "weight element, for the run; attention, norms, the head and the loss stay "
          "bf16", false, te_fp8},
+        {"nvfp4",                 bf16,  bf16, fp32,  bf16,  adam,         fp32,
+         "Transformer Engine NVFP4 (2.8+, Blackwell) beside mixed-precision Adam: the layers' "
+         "linear layers save their inputs' columnwise NVFP4 copy (fp4 values two a byte, an fp8 "
+         "scale per 16: 0.5625 B an element) and keep a weight's rowwise and columnwise copies, "
+         "1.125 B per weight element, for the run; attention, norms, the head and the loss stay "
+         "bf16", false, te_nvfp4},
         // clang-format on
     }};
 }();
+
+/// The block-scaled formats a recipe file's "linears" names (a whole-byte dtype's name also works).
+struct NarrowLinearFormat {
+    std::string_view key;
+    NarrowLinears linears;
+};
+inline constexpr std::array<NarrowLinearFormat, 1> narrow_linear_formats{{
+    {"nvfp4", recipe_table::te_nvfp4},
+}};
+
+/// A recipe file's name for `n`: its format's key, or its dtype's name.
+inline std::string narrow_linear_key(const NarrowLinears& n) {
+    for (const auto& row : narrow_linear_formats)
+        if (row.linears.storage == n.storage) return std::string(row.key);
+    return dtype_name(n.storage.dtype);
+}
 
 /// Recipes whose linears cast in each pass (linear_casts.hpp), beside mixed-precision Adam.
 inline constexpr std::array<Recipe, 4> casting_recipes = [] {
@@ -202,8 +228,8 @@ inline constexpr std::array<Recipe, 4> casting_recipes = [] {
 }();
 
 /// Every built-in recipe: the plain ones, then the casting ones.
-inline constexpr std::array<Recipe, 16> recipes = [] {
-    std::array<Recipe, 16> all{};
+inline constexpr std::array<Recipe, 17> recipes = [] {
+    std::array<Recipe, 17> all{};
     for (std::size_t i = 0; i < plain_recipes.size(); ++i) all[i] = plain_recipes[i];
     for (std::size_t i = 0; i < casting_recipes.size(); ++i)
         all[plain_recipes.size() + i] = casting_recipes[i];

@@ -47,11 +47,11 @@ inline void set_stage_state(TimelineInputs& in, const Workload& w, const Paralle
         // Transformer Engine's casts of the stage's weights (this rank's tensor- and
         // expert-parallel share, not ZeRO's: it casts whole weights), module buffers kept for the
         // run.
-        const std::uint64_t bytes =
-            std::uint64_t(narrow->weight_casts) * bytes_per_element(narrow->dtype);
+        // A layer's linear weights as one run of elements: their block scales rounded up once.
         for (std::size_t k = 0; k < w.layers.size(); ++k)
             in.persistent_weight_copies +=
-                Count(f.kind_layers[k]) * w.parameters->linear_weights[k].on_rank(p, V) * bytes;
+                Count(f.kind_layers[k]) * narrow->weight_casts *
+                narrow->storage.bytes(w.parameters->linear_weights[k].on_rank(p, V));
     }
 }
 

@@ -86,6 +86,39 @@ inline void linear_input_row(TableBuilder& t, const Sizes& z, const std::string&
     after_linears(t, z, op, readers, tokens, elements, shape, z.d, input_row(kept), output, stream);
 }
 
+/// Bytes of `symbol`'s elements stored as `s`: "1 sbh", "(1/2 + 1/16) sbh".
+inline std::string storage_formula(const Storage& s, const std::string& symbol) {
+    if (s.plain()) return bytes_of(bytes_per_element(s.dtype), symbol);
+    return "(" + std::to_string(dtype_bits(s.dtype)) + "/8 + " +
+           std::to_string(bytes_per_element(s.scale)) + "/" + std::to_string(s.block) + ") " +
+           symbol;
+}
+
+/// A linear's input saved cast once to `s`: one row of a whole-byte dtype; else a row of its packed
+/// values and one of its block scales, each in bytes ("sbh/2", "sbh/16"). The fp32 amax each cast
+/// keeps (4 bytes) is not counted.
+inline void narrow_input_rows(TableBuilder& t, const Storage& s, const std::string& op,
+                              const std::string& what, const Shape& shape, Count elements,
+                              const RowFacts& facts) {
+    const std::string why = "weight gradient = input^T x output gradient";
+    if (s.plain()) {
+        t.add(op, what + ", cast once to " + dtype_name(s.dtype), why, shape, elements,
+              bytes_per_element(s.dtype), Keep::always, 1, facts);
+        return;
+    }
+    const std::uint64_t per_byte = 8 / dtype_bits(s.dtype), n = elements.value();
+    const std::string symbol = shape.symbol;
+    const Shape packed{intern(symbol + "/" + std::to_string(per_byte)).data(), shape.split};
+    const Shape scales{intern(symbol + "/" + std::to_string(s.block)).data(), shape.split};
+    t.add(op, what + ", cast once to " + dtype_name(s.dtype) + " (columnwise, two a byte)", why,
+          packed, Count((n + per_byte - 1) / per_byte), 1, Keep::always, 1, facts);
+    t.add(op,
+          what + ": its cast's " + dtype_name(s.scale) + " scales, one per " +
+              std::to_string(s.block),
+          why, scales, Count((n + s.block - 1) / s.block), bytes_per_element(s.scale), Keep::always,
+          1, facts);
+}
+
 /// What the projections reading a stream tensor keep: that tensor, or under autocast a copy of it
 /// cast to the compute dtype by each of the `projections` (autocast caches only the weights'
 /// casts). Separate projections are counted, as transformers writes LLaMA's: a fused one casts once
@@ -122,16 +155,13 @@ inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::str
         projections = std::min(projections, trained) + (z.autocast ? adapters : 0);
     }
     if (z.narrow) {
-        t.add(op, what + ", cast once to " + dtype_name(*z.narrow),
-              "weight gradient = input^T x output gradient", shape, elements,
-              bytes_per_element(*z.narrow), Keep::always, 1, facts);
-        const std::uint64_t cast = 2 * bytes_per_element(*z.narrow);
+        narrow_input_rows(t, *z.narrow, op, what, shape, elements, facts);
         if (output.elements > Count(0))
             t.workspace_at(t.size(), true, op + " backward",
-                           std::string("its output's gradient cast to ") + dtype_name(*z.narrow) +
-                               " and transposed",
-                           bytes_of(cast, std::string(Text(output.symbol))), output.elements * cast,
-                           output.weight, output.split);
+                           "its output's gradient cast to " + storage_name(*z.narrow) +
+                               (z.narrow->plain() ? " and transposed" : ", rowwise and columnwise"),
+                           "2 x " + storage_formula(*z.narrow, std::string(Text(output.symbol))),
+                           z.narrow->bytes(output.elements) * 2, output.weight, output.split);
         return true;
     }
     if (!z.autocast) {

@@ -28,8 +28,9 @@ struct Sizes {
         stream;  ///< the residual stream's dtype: the compute dtype, or the weights' under autocast
     std::uint64_t s;  ///< its bytes per element
     bool autocast;    ///< each matmul saves a copy of its input cast to the compute dtype
-    /// Linear layers save their inputs cast once to this narrower dtype (Transformer Engine's fp8).
-    std::optional<DType> narrow;
+    /// Linear layers save their inputs cast once to this narrower format (Transformer Engine's
+    /// fp8 or NVFP4).
+    std::optional<Storage> narrow;
     /// Linear layers keep their inputs as they came and cast them in each pass (torchao).
     const LinearCasts* casts;
     const KernelFacts* kernels;  ///< the platform's (kernel_rows)
