@@ -47,6 +47,37 @@ TEST_CASE("real config.json files give their checkpoints' exact counts", "[hf_co
     }
 }
 
+TEST_CASE(
+    "the README's table of model types has a row for every type the reader knows, with "
+    "its manifest counts",
+    "[hf_config][readme]") {
+    std::ifstream in(std::string(MEMCALC_SOURCE_DIR) + "/docs/model-files.md");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string page = text.str();
+    const std::string table = page.substr(page.find("## Model types"));
+    std::set<std::string> listed;
+    std::istringstream lines(table.substr(0, table.find("\n## ")));
+    for (std::string line; std::getline(lines, line);)
+        if (line.rfind("| ", 0) == 0) listed.insert(line.substr(2, line.find(" |", 2) - 2));
+    for (const auto& type : cli::supported_model_types()) {
+        CAPTURE(type);
+        CHECK(listed.count(type) == 1);
+    }
+    // Each published count of the manifest, with the name it is published under, in its type's row.
+    const json manifest = read_json(configs + "manifest.json");
+    for (const auto& [name, entry] : manifest.items()) {
+        CAPTURE(name);
+        const std::string type = entry["model_type"].get<std::string>();
+        const std::size_t row = table.find("| " + type + " |");
+        REQUIRE(row != std::string::npos);
+        const std::string line = table.substr(row, table.find('\n', row) - row);
+        std::string count = std::to_string(entry["published_parameters"].get<std::uint64_t>());
+        for (int at = static_cast<int>(count.size()) - 3; at > 0; at -= 3) count.insert(at, ",");
+        CHECK_THAT(line, Catch::Contains(name + " " + count));
+    }
+}
+
 TEST_CASE("the help of --config names every model_type the reader knows", "[hf_config][cli]") {
     // 1.2.0's listed 13 of 28.
     const auto help = testing::memcalc("--help");
