@@ -545,12 +545,17 @@ struct Architecture {
         return seen.size();
     }
     /// Whether any layer mixes with `mixer`.
+    /// Whether some kind of layer's view satisfies `holds`.
+    template <class Predicate>
+    bool any_kind(Predicate holds) const {
+        return !every_kind([&](const Architecture& v) { return !holds(v); });
+    }
     bool any_mixer(Mixer mixer) const {
-        return !every_kind([&](const Architecture& v) { return v.mixer != mixer; });
+        return any_kind([&](const Architecture& v) { return v.mixer == mixer; });
     }
     /// Whether any layer has experts.
     bool any_moe() const {
-        return !every_kind([](const Architecture& v) { return !v.is_moe(); });
+        return any_kind([](const Architecture& v) { return v.is_moe(); });
     }
 };
 

@@ -420,6 +420,21 @@ struct ParameterRows {
     }
 
     /// One layer's mixer (attention, Mamba, or both) with the norms around it; `view`: its kind.
+    /// A state-space mixer's tensors, where the layer has one (Falcon-H1's beside attention).
+    void state_space_mixer(Mixer mixer) {
+        if (mixer == Mixer::mamba) mamba();
+        if (has_mamba2(mixer)) mamba2();
+        if (mixer == Mixer::gated_deltanet) gated_deltanet();
+    }
+    /// Attention's tensors: latent or standard, and o_proj's bias.
+    void attention_mixer() {
+        if (m.mla.enabled())
+            latent_attention();
+        else
+            attention();
+        if (m.bias == Bias::attention || m.bias == Bias::all)
+            bias(Linear::o, Part::attention, "h", {h});
+    }
     void mixer_block(const Architecture& view) {
         if (view.mixer == Mixer::none) return;  // a layer of its MLP or experts alone
         if (m.norms_before_branches())
@@ -427,18 +442,8 @@ struct ParameterRows {
                      m.norms_per_layer == 1
                          ? NormNames{"layer_norm.weight", "layer_norm.bias"}
                          : NormNames{"attention_norm.weight", "attention_norm.bias"});
-        if (view.mixer == Mixer::mamba)
-            mamba();
-        else if (has_mamba2(view.mixer))
-            mamba2();
-        else if (view.mixer == Mixer::gated_deltanet)
-            gated_deltanet();
-        if (attends(view.mixer) && m.mla.enabled())
-            latent_attention();
-        else if (attends(view.mixer))
-            attention();
-        if ((m.bias == Bias::attention || m.bias == Bias::all) && attends(view.mixer))
-            bias(Linear::o, Part::attention, "h", {h});
+        state_space_mixer(view.mixer);
+        if (attends(view.mixer)) attention_mixer();
         if (m.norms_after_branches())
             add_norm(Part::norms, Group::layer,
                      {"post_attention_norm.weight", "post_attention_norm.bias"});

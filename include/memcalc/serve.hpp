@@ -362,8 +362,9 @@ inline std::vector<TensorRun> forward_temporaries(const Architecture& m, std::ui
         mlp = std::max(mlp, Count(N) * (6 * (m.ssm.d_inner / tp)) * dtype::bf16);
     // Mamba-2's: in_proj's output, the convolution's, the scan's and the gated norm's; a Gated
     // DeltaNet's the same with its in_proj_qkvz's and in_proj_ba's outputs.
-    if (m.any_mixer(Mixer::mamba2) || m.any_mixer(Mixer::attention_mamba2) ||
-        m.any_mixer(Mixer::gated_deltanet)) {
+    if (m.any_kind([](const Architecture& v) {
+            return has_mamba2(v.mixer) || v.mixer == Mixer::gated_deltanet;
+        })) {
         const StateSpace& x = m.ssm;
         const std::uint64_t in =
             m.any_mixer(Mixer::gated_deltanet) ? x.deltanet_in_width() : x.in_proj_width();

@@ -16,7 +16,7 @@ namespace memcalc::detail {
 /// Multi-head or grouped-query attention's inputs: the q/k/v projections' input, their norms,
 /// rotary and temperature, q, k and v as the products keep them.
 inline void mha_input_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
-                           Attention attention) {
+                           Attention attention, bool reads_norm_output) {
     constexpr LinearSet qkv = bit(Linear::q) | bit(Linear::k) | bit(Linear::v);
     const bool shared = m.parallel_attention && m.norms_per_layer == 1 && !z.autocast && !z.narrow;
     const LinearSet mlp =
@@ -29,9 +29,8 @@ inline void mha_input_rows(TableBuilder& t, const Architecture& m, const Sizes& 
                                ActivationSplit::tensor,
                                m.fused_qkv ? Count(0) : z.sbq,
                                {}};
-    // Without a norm before attention (OLMo 2) the projections read the layer's input itself;
-    // beside a Mamba-2 mixer (Falcon-H1) a scaled copy of the norm's output.
-    const bool itself = !z.autocast && !z.narrow && m.mixer != Mixer::attention_mamba2;
+    // Without a norm before attention (OLMo 2) the projections read the layer's input itself.
+    const bool itself = !z.autocast && !z.narrow && reads_norm_output;
     const bool kept = projection_input_row(
         t, z, "q/k/v projections", shared ? "their input, shared with the MLP" : "their input",
         z.sbh, shape::sbh, m.fused_qkv ? 1 : 3, qkv_out, shared ? qkv | mlp : qkv,
@@ -253,12 +252,14 @@ inline void output_gate_rows(TableBuilder& t, const Sizes& z) {
           "weight gradient = input^T x output gradient", shape::sbq, z.sbq, z.d);
 }
 
+/// Attention's rows; `reads_norm_output` false where its projections read a copy of the norm's
+/// output (Falcon-H1's, scaled beside a Mamba-2 mixer) rather than that output itself.
 inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
-                           Attention attention) {
+                           Attention attention, bool reads_norm_output = true) {
     if (m.mla.enabled())
         latent_attention_rows(t, m, z, attention);
     else
-        mha_input_rows(t, m, z, attention);
+        mha_input_rows(t, m, z, attention, reads_norm_output);
     if (m.mla.indexed()) sparse_indexer_rows(t, m, z, attention);
     // Korthikanti's selective checkpoint: its rows are those Keep marks, its input q, k and v
     // above.

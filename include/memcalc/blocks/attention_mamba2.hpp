@@ -31,7 +31,7 @@ inline void attention_mamba2_rows(TableBuilder& t, const Architecture& m, const 
     t.gradient(Linear::mamba_out);
     t.branch_held("the norm's output and the Mamba-2 output (x ssm_out_multiplier), held", sbh * 2,
                   "the sum's gradient, held for the Mamba-2 branch", sbh);
-    attention_rows(t, m, z, attention);  // on hidden_states * attention_in_multiplier
+    attention_rows(t, m, z, attention, false);  // on hidden_states * attention_in_multiplier
     t.branch_held("", Count(0), "", Count(0));
 }
 

@@ -43,15 +43,17 @@ inline void mamba2_workspaces(TableBuilder& t, const StateSpace& x, std::uint64_
     const Count cumsums = Count(b) * x.heads * chunks * x.chunk * (2 * dtype::fp32);
     const Count cb = Count(b) * chunks * x.groups * x.chunk * x.chunk * dtype::fp32;
     const std::string D = std::to_string(d);
+    // out_proj's input: the gated norm's output, or y x silu(z) where the mixer has no norm.
+    const std::string gated = x.gated_norm ? "the gated norm's output" : "the gated output";
     t.workspace(false, "mamba_split_conv1d_scan_combined",
-                "the convolution's output, the chunk states, dt and its cumsum, C B^T, the gated "
-                "norm's output",
+                "the convolution's output, the chunk states, dt and its cumsum, C B^T, " + gated,
                 D + " sb(d_i+2GN) + " + std::to_string(4 + d) +
                     " bc(d_i N) + 8 bHcQ + 4 bcGQ^2 + " + D + " sb(d_i)",
                 tokens * conv * d + states * (dtype::fp32 + d) + cumsums + cb + tokens * di * d);
     t.workspace(true, "mamba_split_conv1d_scan_combined backward",
-                "the convolution's output and its gradient, zxbcdt's gradient, the norm's output, "
-                "the output's gradient, the states and their gradients, C B^T and its gradient",
+                "the convolution's output and its gradient, zxbcdt's gradient, " + gated +
+                    ", the output's gradient, the states and their gradients, C B^T and its "
+                    "gradient",
                 D + " sb(2(d_i+2GN) + (2d_i+2GN+H) + 2d_i) + 8 bc(d_i N) + 8 bHcQ + 8 bcGQ^2",
                 tokens * (conv * 2 + x.in_proj_width() + di * 2) * d + states * (2 * dtype::fp32) +
                     cumsums + cb * 2,
