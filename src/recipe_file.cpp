@@ -34,9 +34,9 @@ void read_linears(const JsonReader& in, Recipe& r, const std::map<std::string, D
     // Narrow linears as Transformer Engine runs them: two casts of each weight kept. A dtype's
     // name, or a block-scaled format's (narrow_linear_formats).
     if (in.has("linears")) {
-        std::map<std::string, NarrowLinears> formats;
-        for (const auto& [name, dtype] : dtypes) formats.emplace(name, NarrowLinears{{dtype}, 2});
+        std::map<std::string, NarrowLinears> formats;  // the named rows first: their sources
         for (const auto& row : narrow_linear_formats) formats.emplace(row.key, row.linears);
+        for (const auto& [name, dtype] : dtypes) formats.emplace(name, NarrowLinears{{dtype}, 2});
         r.linears = in.choice_or<NarrowLinears>("linears", formats, recipe_table::te_fp8);
     }
     if (r.linears && dtype_bits(r.linears->storage.dtype) >= 8 * r.activation_bytes())
@@ -95,8 +95,9 @@ Recipe parse_recipe_json(std::string_view text, const std::string& origin) {
         {"optimizer_bytes", number(r.optimizer_bytes())},
         {"activation_bytes", r.activation_bytes()},
         {"bytes_per_parameter", number(r.bytes_per_parameter())},
-        {"linear_casts_source", r.casts == nullptr ? nlohmann::json(nullptr)
-                                                   : nlohmann::json(std::string(r.casts->source))},
+        {"linear_casts_source", linears_source(r).empty()
+                                    ? nlohmann::json(nullptr)
+                                    : nlohmann::json(std::string(linears_source(r)))},
         {"optimizer_rule", r.optimizer.rule.empty()
                                ? nlohmann::json(nullptr)
                                : nlohmann::json(std::string(r.optimizer.rule))}};

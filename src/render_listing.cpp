@@ -139,9 +139,10 @@ Listing recipes_listing() {
         // empty).
         {"optimizer_rule", "optimizer state per tensor"},
         {"autocast", ""},
-        // Narrow (fp8) linear layers: their dtype, as a --recipe-file's "linears" gives it.
+        // Narrow (fp8, NVFP4) linear layers: as a --recipe-file's "linears" names them.
         {"linears", ""},
-        // Linear layers that cast in each pass (torchao's): as a --recipe-file's "linear_casts".
+        // Linear layers that cast in each pass (torchao's): as a --recipe-file's "linear_casts";
+        // where what either kind keeps is read from (torchao's functions, TE's files).
         {"linear_casts", ""},
         {"linear_casts_source", ""}};
     l.table = {0, 2, 3, 4, 5, 7, 6, 14, 1};
@@ -156,8 +157,8 @@ Listing recipes_listing() {
         Listing::Cell linears;
         if (r.linears) linears = narrow_linear_key(*r.linears);
         Listing::Cell casts, source;
-        if (r.casts != nullptr)
-            casts = std::string(r.casts->key), source = std::string(r.casts->source);
+        if (r.casts != nullptr) casts = std::string(r.casts->key);
+        if (!linears_source(r).empty()) source = std::string(linears_source(r));
         l.rows.push_back({std::string(r.name), std::string(r.description), r.weight_bytes(),
                           r.gradient_bytes(), r.master_bytes(), number(r.optimizer_bytes()),
                           r.activation_bytes(), number(r.bytes_per_parameter()),

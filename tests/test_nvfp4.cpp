@@ -113,6 +113,8 @@ TEST_CASE("nvfp4 through the program: listed, and said by a recipe file", "[nvfp
     for (const auto& row : nlohmann::json::parse(listing.out))
         if (row["name"] == "nvfp4") {
             CHECK(row["linears"] == "nvfp4");
+            CHECK_THAT(row["linear_casts_source"].get<std::string>(),
+                       Catch::Contains("nvfp4_tensor.py"));  // where it is read from
             std::ofstream(path) << row.dump();
         }
     const auto by_file = testing::memcalc(args + " --recipe-file " + path);

@@ -48,6 +48,7 @@ struct Precision {
 struct NarrowLinears {
     Storage storage;  ///< a saved input's, and each weight cast's
     std::uint32_t weight_casts;
+    std::string_view source = "";  ///< the files what they keep is read from
 };
 
 /// A training recipe: the dtypes of the weights, gradients, master copy and activations, and its
@@ -117,12 +118,19 @@ namespace recipe_table {  // short names for the table's cells
 inline constexpr DType bf16 = DType::bf16, fp32 = DType::fp32;
 inline constexpr std::optional<DType> none = std::nullopt;
 /// Transformer Engine's fp8 on Hopper: E4M3 forward tensors, a weight cast and its transpose.
-inline constexpr NarrowLinears te_fp8{{DType::fp8_e4m3}, 2};
+inline constexpr NarrowLinears te_fp8{
+    {DType::fp8_e4m3},
+    2,
+    "Transformer Engine 1.x transformer_engine/pytorch/module/linear.py, _Linear; "
+    "fp8_cast_transpose_fused"};
 /// Transformer Engine's NVFP4 on Blackwell (2.8 and later, NVFP4BlockScaling): E2M1 values two a
 /// byte, an E4M3 scale per 16 along the last dimension, an fp32 amax a tensor; a weight's rowwise
 /// and columnwise copies.
-inline constexpr NarrowLinears te_nvfp4{{DType::fp4_e2m1, 16, DType::fp8_e4m3, 0, DType::fp32, 4},
-                                        2};
+inline constexpr NarrowLinears te_nvfp4{
+    {DType::fp4_e2m1, 16, DType::fp8_e4m3, 0, DType::fp32, 4},
+    2,
+    "Transformer Engine 2.20.0.dev0 (d0067d0d) transformer_engine/pytorch/module/linear.py, "
+    "_Linear; tensor/nvfp4_tensor.py, NVFP4Quantizer.get_scale_shape"};
 inline constexpr std::nullopt_t no_narrow = std::nullopt;
 inline constexpr const LinearCasts* tensorwise = &linear_cast_rows[0];
 inline constexpr const LinearCasts* rowwise = &linear_cast_rows[1];
@@ -194,7 +202,8 @@ struct NarrowLinearFormat {
     std::string_view key;
     NarrowLinears linears;
 };
-inline constexpr std::array<NarrowLinearFormat, 1> narrow_linear_formats{{
+inline constexpr std::array<NarrowLinearFormat, 2> narrow_linear_formats{{
+    {"fp8-e4m3", recipe_table::te_fp8},
     {"nvfp4", recipe_table::te_nvfp4},
 }};
 
@@ -203,6 +212,13 @@ inline std::string narrow_linear_key(const NarrowLinears& n) {
     for (const auto& row : narrow_linear_formats)
         if (row.linears.storage == n.storage) return std::string(row.key);
     return dtype_name(n.storage.dtype);
+}
+
+/// Where what a recipe's linears keep is read from: torchao's functions, Transformer Engine's
+/// files; empty for plain linears.
+inline std::string_view linears_source(const Recipe& r) {
+    if (r.casts != nullptr) return r.casts->source;
+    return r.linears ? r.linears->source : std::string_view();
 }
 
 /// Recipes whose linears cast in each pass (linear_casts.hpp), beside mixed-precision Adam.
