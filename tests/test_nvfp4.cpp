@@ -25,6 +25,8 @@ const Precision fp8_precision{DType::bf16, DType::bf16, false, Storage{DType::fp
 std::int64_t nvfp4_bytes(std::uint64_t n) {
     return static_cast<std::int64_t>((n + 1) / 2 + (n + 15) / 16);
 }
+/// One NVFP4 tensor of n elements: those bytes and its fp32 amax.
+std::int64_t nvfp4_tensor(std::uint64_t n) { return nvfp4_bytes(n) + 4; }
 
 /// One layer's linear weights, written out: q, k, v, o and the MLP's matrices.
 std::uint64_t nvfp4_linear_weights(const Architecture& m) {
@@ -63,7 +65,7 @@ TEST_CASE("nvfp4 linears save each input's fp4 values and fp8 scales where fp8 s
     // q/k/v's input, the output projection's, the MLP's and the down projection's.
     std::int64_t saved = 0;
     for (const std::uint64_t n : {sbh, sbq, sbh, sbf})
-        saved += static_cast<std::int64_t>(n) - nvfp4_bytes(n);
+        saved += static_cast<std::int64_t>(n) - nvfp4_tensor(n);
     CHECK(total(nvfp4_precision) == total(fp8_precision) - saved);
     // Each one as two rows: the values and the scales.
     const LayerActivations layer = architecture_layer(m, s, b, nvfp4_precision, Attention::eager);
@@ -71,7 +73,7 @@ TEST_CASE("nvfp4 linears save each input's fp4 values and fp8 scales where fp8 s
     for (const SavedTensor& row : layer.rows)
         if (Text(row.tensor).find("fp8-e4m3 scales, one per 16") != Text::npos)
             scales += row.bytes.value();
-    CHECK(scales == (sbh + 15) / 16 * 2 + (sbq + 15) / 16 + (sbf + 15) / 16);
+    CHECK(scales == (sbh + 15) / 16 * 2 + (sbq + 15) / 16 + (sbf + 15) / 16 + 4 * 4);
 }
 
 TEST_CASE("an nvfp4 linear's backward casts its output's gradient rowwise and columnwise",
@@ -83,9 +85,9 @@ TEST_CASE("an nvfp4 linear's backward casts its output's gradient rowwise and co
         if (w.backward && Text(w.tensor).find("gradient cast to") != Text::npos)
             casts[linear_row(w.linear).tensor] += static_cast<std::int64_t>(w.bytes.value());
     REQUIRE(casts.size() == 4);
-    CHECK(casts.at("q_proj") == 2 * nvfp4_bytes(tokens * 3 * m.hidden));
-    CHECK(casts.at("gate_proj") == 2 * nvfp4_bytes(tokens * 2 * m.ffn));
-    CHECK(casts.at("down_proj") == 2 * nvfp4_bytes(tokens * m.hidden));
+    CHECK(casts.at("q_proj") == 2 * nvfp4_tensor(tokens * 3 * m.hidden));
+    CHECK(casts.at("gate_proj") == 2 * nvfp4_tensor(tokens * 2 * m.ffn));
+    CHECK(casts.at("down_proj") == 2 * nvfp4_tensor(tokens * m.hidden));
 }
 
 TEST_CASE("nvfp4 weight copies, rowwise and columnwise, are held at every step",

@@ -164,7 +164,7 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
         throw error("tp (" + std::to_string(s.tp) + ") must divide the " + std::to_string(m.heads) +
                     " query heads");
     const auto mamba = [](const Architecture& a) {  // any mixer with a state per sequence
-        return !a.every_kind([](const Architecture& v) { return !state_space(v.mixer); });
+        return a.any_kind([](const Architecture& v) { return state_space(v.mixer); });
     };
     if (mamba(m) && m.ssm.d_inner % s.tp != 0)
         throw error("tp (" + std::to_string(s.tp) + ") must divide the Mamba layers' " +
@@ -271,7 +271,8 @@ inline void serve_adapters(const Architecture& m, const ServeSettings& s, ServeR
 /// DeepSeek-V3.2's indexer keys a token, whatever the cache's dtype: fp8 values and an fp32 scale
 /// per 128 (vLLM's DeepseekV32IndexerCache: 132 bytes at index_head_dim 128).
 inline std::uint64_t indexer_key_bytes(const LatentAttention& a) {
-    return a.indexed() ? a.index_head_dim + ceil_div(Count(a.index_head_dim), 128).value() * 4 : 0;
+    constexpr Storage key{DType::fp8_e4m3, 128, DType::fp32};
+    return a.indexed() ? key.bytes(Count(a.index_head_dim)).value() : 0;
 }
 
 /// The KV cache (and Mamba state) of s.batch sequences of s.context tokens, on one rank.

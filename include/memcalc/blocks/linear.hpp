@@ -95,8 +95,8 @@ inline std::string storage_formula(const Storage& s, const std::string& symbol) 
 }
 
 /// A linear's input saved cast once to `s`: one row of a whole-byte dtype; else a row of its packed
-/// values and one of its block scales, each in bytes ("sbh/2", "sbh/16"). The fp32 amax each cast
-/// keeps (4 bytes) is not counted.
+/// values and one of its block scales, each in bytes ("sbh/2", "sbh/16"), the scales' row holding
+/// the cast's per-tensor bytes too (NVFP4's fp32 amax).
 inline void narrow_input_rows(TableBuilder& t, const Storage& s, const std::string& op,
                               const std::string& what, const Shape& shape, Count elements,
                               const RowFacts& facts) {
@@ -115,8 +115,10 @@ inline void narrow_input_rows(TableBuilder& t, const Storage& s, const std::stri
     t.add(op,
           what + ": its cast's " + dtype_name(s.scale) + " scales, one per " +
               std::to_string(s.block),
-          why, scales, Count((n + s.block - 1) / s.block), bytes_per_element(s.scale), Keep::always,
-          1, facts);
+          why, scales,
+          Count((n + s.block - 1) / s.block +
+                (s.per_tensor + bytes_per_element(s.scale) - 1) / bytes_per_element(s.scale)),
+          bytes_per_element(s.scale), Keep::always, 1, facts);
 }
 
 /// What the projections reading a stream tensor keep: that tensor, or under autocast a copy of it
@@ -157,11 +159,14 @@ inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::str
     if (z.narrow) {
         narrow_input_rows(t, *z.narrow, op, what, shape, elements, facts);
         if (output.elements > Count(0))
-            t.workspace_at(t.size(), true, op + " backward",
-                           "its output's gradient cast to " + storage_name(*z.narrow) +
-                               (z.narrow->plain() ? " and transposed" : ", rowwise and columnwise"),
-                           "2 x " + storage_formula(*z.narrow, std::string(Text(output.symbol))),
-                           z.narrow->bytes(output.elements) * 2, output.weight, output.split);
+            t.workspace_at(
+                t.size(), true, op + " backward",
+                "its output's gradient cast to " + storage_name(*z.narrow) +
+                    (z.narrow->plain() ? " and transposed" : ", rowwise and columnwise"),
+                "2 x " + storage_formula(*z.narrow, std::string(Text(output.symbol))) +
+                    (z.narrow->per_tensor > 0 ? " + " + std::to_string(2 * z.narrow->per_tensor)
+                                              : ""),
+                z.narrow->tensor_bytes(output.elements) * 2, output.weight, output.split);
         return true;
     }
     if (!z.autocast) {

@@ -15,13 +15,18 @@ namespace memcalc::detail {
 inline constexpr Shape sb_topk{"sb k_i", ActivationSplit::replicated};  ///< a value per choice
 inline constexpr Shape sb_s{"s^2b", ActivationSplit::replicated};  ///< a value per query and key
 
+/// The keys each query takes: index_topk, or every one of a shorter sequence.
+inline std::uint64_t topk_keys(const Architecture& m, const Sizes& z) {
+    return std::min<std::uint64_t>(m.mla.index_topk, z.seq);
+}
+
 /// The indexer's last ops, beside `before` (q, k and the rectified scores, held to its return): a
 /// weight per head (fp32), their sum over the heads' scores (index scores, fp32 s^2 b), the causal
 /// mask added out of place (a kernel that does not cast as it reads takes an fp32 copy of a
 /// narrower mask), then top-k's values (fp32) and indices (int64) of k = min(index_topk, s).
 inline void sparse_indexer_selection(TableBuilder& t, const Architecture& m, const Sizes& z,
                                      Count before, const std::string& formula) {
-    const std::uint64_t k = std::min<std::uint64_t>(m.mla.index_topk, z.seq);
+    const std::uint64_t k = topk_keys(m, z);
     const Count kept = before + Count(dtype::fp32) * z.tokens * m.mla.index_heads;
     const Count index_scores = Count(dtype::fp32) * z.tokens * z.seq;
     const bool copy = !z.kernels->casts_on_read && z.s != dtype::fp32;
@@ -73,7 +78,7 @@ inline void sparse_indexer_work(TableBuilder& t, const Architecture& m, const Si
 /// them. Returns what is held, for held_beside.
 inline Count sparse_indexer_choice(TableBuilder& t, const Architecture& m, const Sizes& z,
                                    Attention attention) {
-    const std::uint64_t k = std::min<std::uint64_t>(m.mla.index_topk, z.seq);
+    const std::uint64_t k = topk_keys(m, z);
     const Count indices = Count(dtype::fp32) * z.tokens * k;
     if (attention == Attention::flash) {
         t.add("sparse attention", "the indexer's top-k indices (int32)",
