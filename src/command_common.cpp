@@ -217,6 +217,7 @@ void model_default_activations(const TrainingStepOptions& q, const Architecture&
     const bool hybrid = (m.any_mixer(Mixer::attention) && m.any_mixer(Mixer::mamba)) ||
                         m.any_mixer(Mixer::mamba2) || m.any_mixer(Mixer::attention_mamba2) ||
                         m.any_mixer(Mixer::gated_deltanet) || m.any_mixer(Mixer::none) ||
+                        m.any_mixer(Mixer::cross_attention) ||
                         !m.every_kind([](const Architecture& v) { return v.has_mlp; });
     const bool latent = !m.every_kind([](const Architecture& v) { return !v.mla.enabled(); });
     if (!m.any_moe() && !latent && !hybrid && m.mtp_layers == 0) return;
@@ -227,6 +228,7 @@ void model_default_activations(const TrainingStepOptions& q, const Architecture&
                    : m.any_mixer(Mixer::attention_mamba2) ? " (attention and Mamba-2 side by side)"
                    : m.any_mixer(Mixer::mamba2)           ? " (Mamba-2 layers)"
                    : m.any_mixer(Mixer::gated_deltanet)   ? " (Gated DeltaNet layers)"
+                   : m.any_mixer(Mixer::cross_attention)  ? " (cross-attention layers)"
                    : hybrid                               ? " (attention and Mamba layers)"
                                                           : " (multi-token prediction)"),
          "Korthikanti's formula describes a dense GPT layer"},

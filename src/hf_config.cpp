@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -503,6 +504,23 @@ void mixer_kinds(Architecture& m, const std::vector<Mixer>& per_layer) {
         m.layer_kinds.back().mixer = mixer;
     }
     m.layer_pattern = std::move(runs);
+}
+
+/// mllama's language model (MllamaTextModel): LLaMA's layers, a cross-attention layer at each
+/// cross_attention_layers index, a token embedding of vocab_size + 8 rows (the image token's
+/// among them; lm_head predicts vocab_size).
+void mllama_text(const JsonReader& in, Architecture& m) {
+    llama_like(in, m, false);
+    m.embedding_rows = m.vocab + 8;
+    if (m.layers > max_layers) return;  // validate() names it
+    std::vector<Mixer> per_layer(m.layers, Mixer::attention);
+    for (const std::uint64_t i : in.counts_or_empty("cross_attention_layers")) {
+        if (i >= m.layers)
+            in.fail("cross_attention_layers entry " + std::to_string(i) +
+                    " is past num_hidden_layers (" + std::to_string(m.layers) + ")");
+        per_layer[i] = Mixer::cross_attention;
+    }
+    mixer_kinds(m, per_layer);
 }
 
 /// Each layer's mixer from transformers' layer_types, where the config has it: a row of `names`
@@ -1012,6 +1030,33 @@ void gemma3_vision(const JsonReader& top, const JsonReader& in, Architecture& m)
     v.layernorm = true, v.patch_bias = true, v.fused_qkv = false, v.pooled_projector = true;
 }
 
+/// mllama's tiled tower (modeling_mllama.py's MllamaVisionModel, v4.53.0; MllamaVisionConfig's
+/// defaults where a key is absent): tiles of image_size, a bias-free patch convolution, LayerNorms,
+/// q, k, v and o without biases, fc1 and fc2 biased; the projector reads the last block's output
+/// beside one per intermediate_layers_indices entry (vision_output_dim wide).
+void mllama_vision(const JsonReader&, const JsonReader& in, Architecture& m) {
+    VisionTower& v = m.vision;
+    v.depth = in.positive_or("num_hidden_layers", 32);
+    v.global_depth = in.count_if_given("num_global_layers").value_or(8);
+    v.hidden = in.positive_or("hidden_size", 1280);
+    v.heads = in.positive_or(spelled(in, {"attention_heads", "num_attention_heads"}), 16);
+    v.ffn = in.positive_or("intermediate_size", 5120);
+    v.patch = in.positive_or("patch_size", 14);
+    v.image_size = in.positive_or("image_size", 448);
+    v.channels = in.positive_or("num_channels", 3);
+    v.tiles = in.positive_or("max_num_tiles", 4);
+    v.aspect_ratios = in.entries_or("supported_aspect_ratios", 8);
+    v.intermediate_layers = in.has("intermediate_layers_indices")
+                                ? in.counts_or_empty("intermediate_layers_indices").size()
+                                : 5;
+    const std::uint64_t output = (1 + v.intermediate_layers) * v.hidden;
+    if (in.positive_or("vision_output_dim", output) != output)
+        in.fail("vision_output_dim must be hidden_size x (1 + intermediate_layers_indices' " +
+                std::to_string(v.intermediate_layers) + ") = " + std::to_string(output));
+    v.out_hidden = m.hidden;
+    v.layernorm = true, v.fused_qkv = false, v.attention_bias = false;
+}
+
 using Reader = std::function<void(const JsonReader&, Architecture&)>;
 /// Reads a tower into the architecture from the config's top level and its vision_config.
 using VisionReader = void (*)(const JsonReader&, const JsonReader&, Architecture&);
@@ -1031,6 +1076,7 @@ const VisionLanguage vision_language_types[] = {
     {"qwen3_5", qwen3_vl_vision},  // Qwen3_5VisionModel: Qwen3-VL's, deepstack_visual_indexes []
     {"qwen3_5_moe", qwen3_vl_vision},
     {"gemma3", gemma3_vision},
+    {"mllama", mllama_vision},
 };
 
 const VisionLanguage* vision_language(const std::string& type) {
@@ -1060,6 +1106,7 @@ const std::vector<std::pair<std::string, Reader>> families = {
     {"phimoe", phimoe},
     {"llama4_text", llama4_text},
     {"llama4", llama4_text},  // its text_config, as gemma3's
+    {"mllama", mllama_text},  // its text_config; its tower: vision_language_types
     {"deepseek_v2", [](const JsonReader& in, Architecture& m) { deepseek(in, m, false); }},
     {"deepseek_v3", [](const JsonReader& in, Architecture& m) { deepseek(in, m, true); }},
     {"deepseek_v32", deepseek_v32},
@@ -1164,6 +1211,23 @@ constexpr TypeNote type_notes[] = {
      "chunked mask (SDPA's) would keep that mask, s^2 b bytes, which is not counted"},
 };
 
+/// mllama's: what its text-only steps run and what memcalc counts of the rest.
+std::string mllama_note(const Architecture& m) {
+    const auto n = [](std::uint64_t v) { return std::to_string(v); };
+    std::uint64_t cross = 0;
+    for (std::size_t k = 0; k < m.kind_count(); ++k)
+        if (m.kind_view(k).mixer == Mixer::cross_attention) cross += m.layers_of_kind(k);
+    return "its tiled vision tower (" + n(m.vision.depth) + " local and " +
+           n(m.vision.global_depth) + " global blocks of " + n(m.vision.hidden) +
+           ") and projector are counted with the language model's parameters and train with them "
+           "(--frozen vision freezes them); images are not modelled yet (--images is refused): "
+           "a step of text alone skips the " +
+           n(cross) +
+           " cross-attention layers, as MllamaTextModel does, which then keep nothing; their and "
+           "the tower's parameters get no gradient in plain PyTorch (None), but memcalc counts "
+           "their gradients and optimizer state (leaning high)";
+}
+
 /// The notes that depend on the config: Jamba's kernels, Granite's Mamba-2 layers, a tower.
 void config_notes(const std::string& type, const Architecture& m, std::vector<std::string>& notes) {
     if (type == "jamba")
@@ -1185,7 +1249,9 @@ void config_notes(const std::string& type, const Architecture& m, std::vector<st
             "renormalised top-k softmax; logits_scaling divides the logits into a second tensor "
             "of their size, not counted");
     if (type == "qwen3_next" || type.rfind("qwen3_5", 0) == 0) notes.push_back(qwen3_next_note(m));
-    if (m.vision.enabled())
+    if (m.vision.tiled())
+        notes.push_back(mllama_note(m));
+    else if (m.vision.enabled())
         notes.push_back(
             "its vision tower (" + std::to_string(m.vision.depth) + " blocks of " +
             std::to_string(m.vision.hidden) +
@@ -1225,41 +1291,56 @@ json language_model_keys(const json& document) {
     return keys;
 }
 
-/// Gemma3TextConfig's defaults (configuration_gemma3.py) under gemma3's text_config, as
-/// transformers fills them: the published gemma-3-4b-it names few keys.
-json gemma3_text_keys(const json& text) {
-    json keys = {{"vocab_size", 262208u},
-                 {"hidden_size", 2304u},
-                 {"intermediate_size", 9216u},
-                 {"num_hidden_layers", 26u},
-                 {"num_attention_heads", 8u},
-                 {"num_key_value_heads", 4u},
-                 {"head_dim", 256u},
-                 {"hidden_activation", "gelu_pytorch_tanh"},
-                 {"max_position_embeddings", 131072u},
-                 {"sliding_window", 4096u}};
+/// A nested text_config's keys over its config class's defaults, as transformers fills them:
+/// Gemma3TextConfig's (configuration_gemma3.py; the published gemma-3-4b-it names few keys) and
+/// MllamaTextConfig's (configuration_mllama.py, v4.53.0).
+json text_keys_with_defaults(const std::string& type, const json& text) {
+    static const std::map<std::string, json> defaults = {
+        {"gemma3",
+         {{"vocab_size", 262208u},
+          {"hidden_size", 2304u},
+          {"intermediate_size", 9216u},
+          {"num_hidden_layers", 26u},
+          {"num_attention_heads", 8u},
+          {"num_key_value_heads", 4u},
+          {"head_dim", 256u},
+          {"hidden_activation", "gelu_pytorch_tanh"},
+          {"max_position_embeddings", 131072u},
+          {"sliding_window", 4096u}}},
+        {"mllama",
+         {{"vocab_size", 128256u},
+          {"hidden_size", 4096u},
+          {"intermediate_size", 14336u},
+          {"num_hidden_layers", 40u},
+          {"num_attention_heads", 32u},
+          {"num_key_value_heads", 8u},
+          {"max_position_embeddings", 131072u},
+          {"cross_attention_layers", {3u, 8u, 13u, 18u, 23u, 28u, 33u, 38u}}}},
+    };
+    const auto row = defaults.find(type);
+    json keys = row == defaults.end() ? json::object() : row->second;
     for (const auto& [key, value] : text.items()) keys[key] = value;
     return keys;
 }
 
-/// The keys the language model's reader takes: a nested text_config (Gemma 3's with
-/// Gemma3TextConfig's defaults under it, Llama 4's as it is), a vision-language config's
+/// The keys the language model's reader takes: a nested text_config (Gemma 3's and mllama's with
+/// their config classes' defaults under it, Llama 4's as it is), a vision-language config's
 /// text_config over its top level, or none: the top level itself.
 std::optional<json> language_model_json(const std::string& type, const json& document,
                                         const JsonReader& in, bool tower) {
-    const bool nested = type == "gemma3" || type == "llama4";
+    const bool nested = type == "gemma3" || type == "llama4" || type == "mllama";
     if (nested && !is_object_at(document, "text_config"))
         in.fail("model_type " + type + " needs its language model's keys in a text_config object");
-    if (type == "gemma3") return gemma3_text_keys(document.at("text_config"));
-    if (nested) return document.at("text_config");
+    if (nested) return text_keys_with_defaults(type, document.at("text_config"));
     if (tower) return language_model_keys(document);
     return std::nullopt;
 }
 
 std::optional<std::string> unmodelled_reason(const std::string& type) {
     static const std::pair<const char*, const char*> types[] = {
-        {"mllama",
-         "its cross-attention layers and its vision tower (Llama 3.2 Vision) are not modelled"},
+        {"glm_moe_dsa",
+         "GLM-5's layers (glm4_moe's experts beside DeepSeek-V3.2's sparse attention) are not "
+         "modelled"},
     };
     for (const auto& [name, reason] : types)
         if (type == name) return std::string(reason);

@@ -66,6 +66,15 @@ public:
         return values;
     }
 
+    /// How many entries an array holds (supported_aspect_ratios' pairs), `otherwise` when absent.
+    std::uint64_t entries_or(const char* key, std::uint64_t otherwise) const {
+        if (!has(key)) return otherwise;
+        const nlohmann::json& v = object_.at(key);
+        if (!v.is_array())
+            fail(std::string(key) + " must be an array (got " + type_and_value(v) + ")");
+        return v.size();
+    }
+
     /// An array of strings, when given.
     std::optional<std::vector<std::string>> texts_if_given(const char* key) const {
         if (!has(key)) return std::nullopt;

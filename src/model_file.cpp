@@ -32,6 +32,7 @@ const std::vector<std::string> architecture_keys = {"hidden",
                                                     "vocab",
                                                     "max_positions",
                                                     "position_rows",
+                                                    "embedding_rows",
                                                     "mlp",
                                                     "norm",
                                                     "bias",
@@ -110,7 +111,8 @@ const std::map<std::string, Mixer> mixer_choices = {{"attention", Mixer::attenti
                                                     {"mamba2", Mixer::mamba2},
                                                     {"none", Mixer::none},
                                                     {"gated_deltanet", Mixer::gated_deltanet},
-                                                    {"attention_mamba2", Mixer::attention_mamba2}};
+                                                    {"attention_mamba2", Mixer::attention_mamba2},
+                                                    {"cross_attention", Mixer::cross_attention}};
 
 std::map<std::string, RouterBias> router_bias_choices() {
     std::map<std::string, RouterBias> choices;
@@ -198,6 +200,7 @@ void read_shape(const JsonReader& in, Architecture& m, const std::string& defaul
     m.experts = in.positive_or("experts", 0);
     m.experts_per_token = in.positive_or("experts_per_token", 0);
     m.position_rows = in.positive_or("position_rows", 0);
+    m.embedding_rows = in.positive_or("embedding_rows", 0);
 }
 
 /// The layer's details: the activation function to the router's.

@@ -104,7 +104,8 @@ void write_architecture(std::ostream& out, const Architecture& m) {
         << "    m.kv_heads = " << number(m.kv_heads) << ", m.head_dim = " << number(m.head_dim)
         << ", m.ffn = " << number(m.ffn) << ", m.vocab = " << number(m.vocab) << ";\n"
         << "    m.max_positions = " << number(m.max_positions)
-        << ", m.position_rows = " << number(m.position_rows) << ";\n"
+        << ", m.position_rows = " << number(m.position_rows)
+        << ", m.embedding_rows = " << number(m.embedding_rows) << ";\n"
         << "    m.mlp = " << mlp(m.mlp) << ", m.norm = " << norm(m.norm)
         << ", m.bias = " << bias(m.bias) << ", m.position = " << position(m.position) << ";\n"
         << "    m.tied_embeddings = " << boolean(m.tied_embeddings)

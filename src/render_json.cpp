@@ -101,6 +101,7 @@ void add_mla_and_mamba_json(json& out, const Architecture& m) {
                                   {"index_topk", m.mla.index_topk}})
             out[key] = value;
     if (m.attention_output_gate) out["attention_output_gate"] = true;  // only where set
+    if (m.embedding_rows != 0) out["embedding_rows"] = m.embedding_rows;
     if (m.ssm.enabled()) {  // appended: the keys before stay as they were
         out["mixer"] = mixer_name(m.mixer);
         for (auto [key, value] : {std::pair{"mamba_inner", m.ssm.d_inner},

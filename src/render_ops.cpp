@@ -41,6 +41,11 @@ std::string ops_table(const Report& r, const View&) {
     std::string out;
     for (std::size_t k = 0; k < r.ops.size(); ++k) {
         const std::string kind = kind_name(r, k);
+        if (r.ops[k].empty()) {  // a layer the step skips (mllama's cross-attention, no images)
+            out += fmt::format("\nOp tape of one{} layer: no events, the layer skipped\n",
+                               kind.empty() ? "" : " " + kind);
+            continue;
+        }
         out += fmt::format(
             "\nOp tape of one{} layer under {} recomputation, on one rank: each event in program "
             "order,\n"

@@ -356,9 +356,9 @@ TEST_CASE("a config.json the importer cannot read says which key or type", "[hf_
     CHECK_THROWS_WITH(cli::parse_hf_config(text, "c.json", "c"), Catch::Contains(message));
 }
 
-TEST_CASE("mllama is refused by name, with what it lacks", "[hf_config]") {
+TEST_CASE("a known but unmodelled type is refused by name, with what it lacks", "[hf_config]") {
     const auto [type, lacks] = GENERATE(table<std::string, std::string>({
-        {"mllama", "cross-attention layers"},
+        {"glm_moe_dsa", "sparse attention"},
     }));
     CHECK_THROWS_WITH(
         cli::parse_hf_config(json{{"model_type", type}}.dump(), "c.json", "c"),

@@ -112,7 +112,8 @@ inline double mixer_flops(const Architecture& layer, double T, double h, double 
     switch (layer.mixer) {
         case Mixer::mamba: return mamba_mixer_flops(layer, T, h);
         case Mixer::mamba2: return mamba2_mixer_flops(layer, T, h, seq);
-        case Mixer::none: return 0;
+        case Mixer::none:
+        case Mixer::cross_attention: return 0;  // skipped without images
         case Mixer::gated_deltanet: return deltanet_mixer_flops(layer, T, h, seq);
         case Mixer::attention_mamba2:
             return mamba2_mixer_flops(layer, T, h, seq) + projections + core;
@@ -153,7 +154,7 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
                                                  c.attention_core);
         const double core = attends(layer.mixer) ? c.attention_core : 0;
         const double indexer = detail::indexer_flops(layer, T, static_cast<double>(seq));
-        const double layer_forward = mixer + mlp + indexer;
+        const double layer_forward = runs_on_text(layer.mixer) ? mixer + mlp + indexer : 0;
         const double skipped =
             mode == Recompute::op && spared ? std::min((*spared)[kind], layer_forward) : 0;
         c.kind_forward[kind] = layer_forward;

@@ -206,13 +206,27 @@ struct LatentAttention {
 /// GraniteMoeHybridMambaLayer hold it), a Gated DeltaNet (Qwen3-Next's linear attention,
 /// transformers' Qwen3NextGatedDeltaNet), none: a layer of an MLP or experts alone (Nemotron-H's
 /// "-" and "E" layers), or attention and a Mamba-2 mixer side by side on one normed input, their
-/// outputs summed (Falcon-H1's, transformers' FalconH1DecoderLayer).
-enum class Mixer { attention, mamba, mamba2, none, gated_deltanet, attention_mamba2 };
+/// outputs summed (Falcon-H1's, transformers' FalconH1DecoderLayer), or cross-attention to the
+/// images' tokens (mllama's MllamaCrossAttentionDecoderLayer: q from the stream, k and v from the
+/// vision tower's states, both normed per head, each branch gated by tanh of a learned scalar).
+enum class Mixer {
+    attention,
+    mamba,
+    mamba2,
+    none,
+    gated_deltanet,
+    attention_mamba2,
+    cross_attention
+};
 inline const char* mixer_name(Mixer x) {
-    constexpr const char* names[] = {"attention", "mamba",          "mamba2",
-                                     "none",      "gated_deltanet", "attention_mamba2"};
+    constexpr const char* names[] = {"attention",      "mamba",          "mamba2",
+                                     "none",           "gated_deltanet", "attention_mamba2",
+                                     "cross_attention"};
     return names[static_cast<int>(x)];
 }
+/// Whether a layer of `x` runs in a step of text alone: transformers' MllamaTextModel skips its
+/// cross-attention layers when no image is given (their parameters idle, no gradient).
+inline bool runs_on_text(Mixer x) { return x != Mixer::cross_attention; }
 /// Whether `x` holds a state-space mixer: a state per sequence (a Gated DeltaNet's recurrent
 /// state is one too).
 inline bool state_space(Mixer x) {
@@ -312,6 +326,8 @@ struct Architecture {
     std::uint64_t max_positions = 0;  ///< longest sequence the model was trained on
     std::uint64_t position_rows =
         0;  ///< rows of a learned position table; 0 means max_positions (OPT adds 2)
+    /// Rows of the token embedding; 0 means vocab (mllama's has vocab + 8, the head vocab).
+    std::uint64_t embedding_rows = 0;
     Mlp mlp = Mlp::gated;
     Norm norm = Norm::rmsnorm;
     Bias bias = Bias::none;
@@ -460,6 +476,9 @@ struct Architecture {
     std::uint64_t value_head_size() const { return mla.enabled() ? mla.v_head_dim : head_size(); }
     /// The width rotary turns, and of its cos and sin tables.
     std::uint64_t rotary_dim() const { return mla.enabled() ? mla.qk_rope_head_dim : head_size(); }
+    std::uint64_t token_embedding_rows() const {
+        return embedding_rows == 0 ? vocab : embedding_rows;
+    }
     std::uint64_t learned_positions() const {
         return position_rows == 0 ? max_positions : position_rows;
     }
@@ -734,7 +753,7 @@ inline void validate_widths(const Architecture& m) {
                     std::to_string(m.heads) + ")");
 }
 
-/// The position tables' sizes: a learned embedding's, a causal mask buffer's.
+/// The tables' sizes: learned positions', a causal mask buffer's, the token embedding's.
 inline void validate_position_tables(const Architecture& m) {
     if (m.position == Position::learned && m.learned_positions() == 0)
         throw error(
@@ -742,6 +761,24 @@ inline void validate_position_tables(const Architecture& m) {
     if (causal_mask_buffer(m.causal_mask_buffer).registered && m.max_positions == 0)
         throw error("max_positions must be a positive integer for causal_mask_buffer " +
                     std::string(causal_mask_buffer(m.causal_mask_buffer).name) + " (got 0)");
+    // The head's rows index the embedding's: more rows there are tokens the head never predicts.
+    if (m.embedding_rows != 0 && m.embedding_rows < m.vocab)
+        throw error("embedding_rows (" + std::to_string(m.embedding_rows) +
+                    ") must be at least vocab (" + std::to_string(m.vocab) + ")");
+    if (m.tied_embeddings && m.token_embedding_rows() != m.vocab)
+        throw error("embedding_rows (" + std::to_string(m.embedding_rows) +
+                    ") must be vocab under tied_embeddings: the head is the embedding");
+}
+
+/// A cross-attention layer reads the vision tower's states beside a layer of the usual shape.
+inline void validate_cross_attention(const Architecture& m) {
+    if (m.mixer != Mixer::cross_attention) return;
+    if (!m.vision.enabled())
+        throw error("mixer cross_attention reads a vision tower's states: give the vision keys");
+    if (m.mla.enabled() || m.parallel_attention || m.norms_per_layer != 2 || !m.has_mlp)
+        throw error(
+            "mixer cross_attention is mllama's layer: standard attention, then an MLP, "
+            "norms_per_layer 2, no parallel_attention");
 }
 
 /// The norms in a layer and where they stand.
@@ -811,6 +848,7 @@ inline void validate(const Architecture& m) {
     validate_latent_attention(m);
     validate_state_space(m);
     validate_single_block(m);
+    validate_cross_attention(m);
     validate_experts(m);
     if (m.mtp_layers > m.layers)
         throw error("mtp_layers " + std::to_string(m.mtp_layers) + " is more than the model's " +

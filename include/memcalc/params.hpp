@@ -211,8 +211,12 @@ struct ParameterRows {
     /// The input side. A tied head's gradient appears with the head, so the shared matrix joins
     /// that group.
     void input_side() {
-        add(Part::embedding, m.tied_embeddings ? Group::head : Group::input, "token_embedding",
-            "V x h", {V, h}, ParamSplit::vocab);
+        if (m.embedding_rows == 0)
+            add(Part::embedding, m.tied_embeddings ? Group::head : Group::input, "token_embedding",
+                "V x h", {V, h}, ParamSplit::vocab);
+        else  // mllama's: more rows than the head predicts
+            add(Part::embedding, Group::input, "token_embedding", "V_e x h", {m.embedding_rows, h},
+                ParamSplit::vocab);
         if (m.position == Position::learned)
             add(Part::embedding, Group::input, "position_embedding", "P x h",
                 {m.learned_positions(), h});
@@ -227,17 +231,21 @@ struct ParameterRows {
     void vision_tower() {
         const VisionTower& v = m.vision;
         if (!v.enabled()) return;
-        const std::uint64_t hv = v.hidden, D = v.depth, f = v.ffn;
+        const std::uint64_t hv = v.hidden, D = v.blocks(), f = v.ffn;
         vision_row("visual.patch_embed", "h_v x C*T*P*P",
                    {hv, v.channels * v.temporal_patch * v.patch * v.patch});
         if (v.patch_bias) vision_row("visual.patch_embed.bias", "h_v", {hv}, true);
         if (v.position_rows > 0) vision_row("visual.pos_embed", "P_v x h_v", {v.position_rows, hv});
+        if (v.tiled()) tile_embeddings();
         vision_row("visual.blocks.norms", v.layernorm ? "D x 4h_v" : "D x 2h_v",
                    {D, (v.layernorm ? 4 : 2) * hv});
         vision_row("visual.blocks.attn.qkv", "D x h_v x 3h_v", {D, hv, 3 * hv});
-        vision_row("visual.blocks.attn.qkv.bias", "D x 3h_v", {D, 3 * hv}, true);
+        if (v.attention_bias)
+            vision_row("visual.blocks.attn.qkv.bias", "D x 3h_v", {D, 3 * hv}, true);
         vision_row("visual.blocks.attn.proj", "D x h_v x h_v", {D, hv, hv});
-        vision_row("visual.blocks.attn.proj.bias", "D x h_v", {D, hv}, true);
+        if (v.attention_bias) vision_row("visual.blocks.attn.proj.bias", "D x h_v", {D, hv}, true);
+        if (v.global_depth > 0)  // tanh-gated attention and MLP
+            vision_row("visual.global_blocks.gates", "D_g x 2", {v.global_depth, 2});
         const std::uint64_t ins = v.gated_mlp ? 2 : 1;  // gate and up, or fc1
         vision_row(v.gated_mlp ? "visual.blocks.mlp.gate_up" : "visual.blocks.mlp.fc1",
                    v.gated_mlp ? "D x h_v x 2f_v" : "D x h_v x f_v", {D, hv, ins * f});
@@ -251,9 +259,29 @@ struct ParameterRows {
             vision_row("visual.post_layernorm", "2h_v", {2 * hv});
             vision_row("multi_modal_projector.mm_soft_emb_norm", "h_v", {hv});
             vision_row("multi_modal_projector.mm_input_projection", "h_v x h", {hv, v.out_hidden});
+        } else if (v.tiled()) {  // mllama's: the last block's output and n earlier ones
+            const std::uint64_t in = (1 + v.intermediate_layers) * hv;
+            vision_row("multi_modal_projector", "(n+1)h_v x h", {in, v.out_hidden});
+            vision_row("multi_modal_projector.bias", "h", {v.out_hidden}, true);
         } else {
             vision_mergers();
         }
+    }
+
+    /// mllama's tables before and after the local blocks (R aspect ratios and a padding row, T
+    /// tiles of N patches and a class token): a gated position and tile embedding, pre- and
+    /// post-tile embeddings with a gate each, and the LayerNorms around the local blocks.
+    void tile_embeddings() {
+        const VisionTower& v = m.vision;
+        const std::uint64_t hv = v.hidden, rows = v.aspect_ratios + 1, N = v.tile_tokens();
+        vision_row("visual.class_embedding", "h_v", {hv});
+        vision_row("visual.gated_positional_embedding", "(N+1) x h_v", {N, hv});
+        vision_row("visual.gated_positional_embedding.tile_embedding", "(R+1) x T*(N+1)*h_v",
+                   {rows, v.tiles * N * hv});
+        vision_row("visual.tile_positional_embeddings", "2 x (R+1) x T*h_v",
+                   {2, rows, v.tiles * hv});
+        vision_row("visual.embedding_gates", "3", {3});
+        vision_row("visual.layernorm_pre_post", "2 x 2h_v", {2, 2 * hv});
     }
 
     /// Qwen's merger of merge x merge patches (h_m wide) and Qwen3-VL's deepstack mergers: the
@@ -419,6 +447,18 @@ struct ParameterRows {
         weight(Linear::o, Part::attention, "a*d x h", {q, h}, split);
     }
 
+    /// mllama's cross-attention: attention's bias-free projections (k and v read the tower's
+    /// states, projected to h), q and k normed per head, a tanh gate on the branch.
+    void cross_attention() {
+        weight(Linear::q, Part::attention, "h x a*d", {h, q}, split);
+        weight(Linear::k, Part::attention, "h x k*d", {h, kv}, split);
+        weight(Linear::v, Part::attention, "h x k*d", {h, kv}, split);
+        add(Part::norms, Group::layer, "q_norm.weight", "d", {m.head_size()});
+        add(Part::norms, Group::layer, "k_norm.weight", "d", {m.head_size()});
+        weight(Linear::o, Part::attention, "a*d x h", {q, h}, split);
+        add(Part::attention, Group::layer, "cross_attn_attn_gate", "1", {1});
+    }
+
     /// One layer's mixer (attention, Mamba, or both) with the norms around it; `view`: its kind.
     /// A state-space mixer's tensors, where the layer has one (Falcon-H1's beside attention).
     void state_space_mixer(Mixer mixer) {
@@ -444,6 +484,7 @@ struct ParameterRows {
                          : NormNames{"attention_norm.weight", "attention_norm.bias"});
         state_space_mixer(view.mixer);
         if (attends(view.mixer)) attention_mixer();
+        if (view.mixer == Mixer::cross_attention) cross_attention();
         if (m.norms_after_branches())
             add_norm(Part::norms, Group::layer,
                      {"post_attention_norm.weight", "post_attention_norm.bias"});
@@ -487,6 +528,8 @@ struct ParameterRows {
         }
         if (view.shared_expert_gate)
             weight(Linear::shared_expert_gate, Part::router, "h x 1", {h, 1});
+        if (view.mixer == Mixer::cross_attention)  // its MLP's tanh gate
+            add(Part::mlp, Group::layer, "cross_attn_mlp_gate", "1", {1});
         if (m.norms_after_branches())
             add_norm(Part::norms, Group::layer, {"post_mlp_norm.weight", "post_mlp_norm.bias"});
     }

@@ -146,6 +146,10 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
             throw error(std::string("Korthikanti's formula has no ") +
                         (has_mamba2(view.mixer) ? "Mamba-2" : "Gated DeltaNet") +
                         " layer: use the architecture activation model");
+        if (model == ActivationModel::korthikanti && view.mixer == Mixer::cross_attention)
+            throw error(
+                "Korthikanti's formula has no cross-attention layer: use the architecture "
+                "activation model");
         if (model == ActivationModel::korthikanti && (view.mixer == Mixer::none || !view.has_mlp))
             throw error(
                 "Korthikanti's formula has no layer of one block (a mixer or an MLP alone): use "

@@ -313,6 +313,8 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
                                            std::uint64_t micro_batch, Precision precision,
                                            Attention attention, Runtime runtime = {},
                                            ModuleSet modules = {}, const LayerTuning& tuning = {}) {
+    // mllama's cross-attention without images: skipped, so not even a checkpoint's input is kept.
+    if (!runs_on_text(m.mixer)) return {};
     detail::Sizes z(m, seq, micro_batch, precision, runtime);
     z.inside_layer(m.compile);
     LayerActivations layer;

@@ -22,12 +22,16 @@ struct ImageInput {
 };
 
 /// Throws where `in`'s images cannot run through `m`: it has no tower, or the tower takes each at
-/// its own size and none is given.
+/// its own size and none is given, or it is mllama's, whose images are not modelled yet.
 inline void check_images(const Architecture& m, const ImageInput& in) {
     if (!in.any()) return;
     if (!m.vision.enabled())
         throw error("images " + std::to_string(in.images) + ": " + model_name(m) +
                     " has no vision tower");
+    if (m.vision.tiled())
+        throw error("images " + std::to_string(in.images) + ": " + model_name(m) +
+                    "'s tiled tower and its cross-attention layers are not modelled yet; without "
+                    "images memcalc estimates its text-only steps, which skip both");
     if ((in.width == 0 || in.height == 0) && m.vision.image_size == 0)
         throw error("images " + std::to_string(in.images) +
                     " need their size in pixels (--image-size WIDTHxHEIGHT): " + model_name(m) +

@@ -46,6 +46,7 @@ public:
           first_mlp_half_row_(layer.first_mlp_half_row()) {}
 
     void write() {
+        if (skipped()) return;  // a layer the step never runs: no events at all
         declare();
         forward();
         backward();
@@ -94,6 +95,9 @@ private:
     TensorId row(std::size_t i) const { return TensorId(i); }
     TensorId policy_output(std::size_t i) const { return TensorId(rows_ + i); }
     bool selective() const { return mode_ == Recompute::selective; }
+    /// A layer with no input and nothing kept: one the step skips (architecture_layer's empty
+    /// table for mllama's cross-attention without images).
+    bool skipped() const { return rows_ == 0 && layer_.program.empty() && layer_.input_bytes == 0; }
     bool checkpointed() const { return checkpoints_layer(mode_); }
     /// Whether selective recomputation rebuilds an MLP half apart: a row follows its marker.
     bool two_regions() const { return selective() && first_mlp_half_row_ < rows_; }

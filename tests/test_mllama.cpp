@@ -1,0 +1,150 @@
+// mllama (Llama 3.2 Vision, model_type mllama): its parameters written out (the tiled tower, the
+// projector, LLaMA's layers with cross-attention layers among them, an embedding of vocab + 8
+// rows), its text-only steps (the cross-attention layers skipped, as MllamaTextModel skips them
+// without images), serving without images, and the config reader's refusals.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "memcalc/estimate.hpp"
+#include "memcalc/serve.hpp"
+#include "model_file.hpp"
+
+using namespace memcalc;
+using nlohmann::json;
+
+namespace {
+/// A small mllama: 5 text layers, cross-attention at `cross`; a tower of 3 local and 2 global
+/// blocks over 3 tiles of 28 x 28 pixels (2 x 2 patches and a class token each).
+json mllama_config(const std::vector<std::uint64_t>& cross, std::uint64_t layers = 5) {
+    return {{"model_type", "mllama"},
+            {"text_config",
+             {{"vocab_size", 96},
+              {"hidden_size", 64},
+              {"intermediate_size", 160},
+              {"num_hidden_layers", layers},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"max_position_embeddings", 4096},
+              {"cross_attention_layers", cross}}},
+            {"vision_config",
+             {{"hidden_size", 32},
+              {"attention_heads", 4},
+              {"intermediate_size", 48},
+              {"num_hidden_layers", 3},
+              {"num_global_layers", 2},
+              {"image_size", 28},
+              {"patch_size", 14},
+              {"max_num_tiles", 3},
+              {"supported_aspect_ratios", {{1, 1}, {1, 2}, {2, 1}, {1, 3}, {3, 1}}},
+              {"intermediate_layers_indices", {0, 2}},
+              {"vision_output_dim", 96}}}};
+}
+
+Architecture mllama_import(const json& config) {
+    return cli::parse_hf_config(config.dump(), "mllama.json", "mllama").architecture;
+}
+
+/// The same model's language model without its cross-attention layers: LLaMA's layers alone.
+Architecture without_cross_layers() { return mllama_import(mllama_config({}, 3)); }
+
+/// modeling_mllama.py's tensors of the small model above, written out.
+std::uint64_t small_tower_parameters() {
+    const std::uint64_t hv = 32, f = 48, N = 2 * 2 + 1, tiles = 3, rows = 5 + 1;
+    const std::uint64_t block = 2 * 2 * hv + 4 * hv * hv + (hv * f + f) + (f * hv + hv);
+    return hv * 3 * 14 * 14               // patch_embedding, no bias
+           + hv                           // class_embedding
+           + N * hv + 1                   // gated_positional_embedding and its gate
+           + rows * tiles * N * hv        // its tile_embedding
+           + 2 * (rows * tiles * hv + 1)  // pre- and post-tile embeddings, gated
+           + 2 * 2 * hv                   // layernorm_pre, layernorm_post
+           + (3 + 2) * block + 2 * 2      // local and global layers, the latter's gates
+           + (3 * hv) * 64 + 64;          // multi_modal_projector
+}
+
+std::uint64_t small_text_parameters(std::uint64_t self_layers, std::uint64_t cross_layers) {
+    const std::uint64_t h = 64, kv = 2 * 16, f = 160;
+    const std::uint64_t self = 2 * h + 2 * h * h + 2 * h * kv + 3 * h * f;
+    const std::uint64_t cross = self + 2 * 16 + 2;  // q_norm, k_norm, two tanh gates
+    return (96 + 8) * h + self_layers * self + cross_layers * cross + h + h * 96;
+}
+
+Report text_step(const Architecture& m, Recompute mode) {
+    Settings s;
+    s.seq = 256, s.micro_batch = 2, s.recompute = mode;
+    s.activations = ActivationModel::architecture;
+    return estimate(m, s);
+}
+}  // namespace
+
+TEST_CASE("mllama's parameters: the tiled tower, the projector and the cross-attention layers",
+          "[mllama][params]") {
+    const cli::ModelFile vision = cli::load_hf_config(std::string(MEMCALC_SOURCE_DIR) +
+                                                      "/tests/configs/llama-3.2-11b-vision.json");
+    CHECK(parameter_table(vision.architecture).total().value() == 10'670'220'835);
+    CHECK(parameter_table(vision.architecture).part(Part::vision).value() ==
+          863'567'379 + 31'461'376);  // the tower and the projector
+    CHECK_THAT(vision.description, Catch::Contains("8 cross-attention layers"));
+    // Another shape, its cross-attention layers anywhere.
+    const auto cross = GENERATE(std::vector<std::uint64_t>{1, 3}, std::vector<std::uint64_t>{0},
+                                std::vector<std::uint64_t>{});
+    const Architecture m = mllama_import(mllama_config(cross));
+    CHECK(parameter_table(m).total().value() ==
+          small_tower_parameters() + small_text_parameters(5 - cross.size(), cross.size()));
+}
+
+TEST_CASE("a step of text alone skips mllama's cross-attention layers", "[mllama][estimate]") {
+    const Architecture m = mllama_import(mllama_config({1, 3})), plain = without_cross_layers();
+    const Recompute mode = GENERATE(Recompute::none, Recompute::selective, Recompute::full);
+    const Report r = text_step(m, mode), p = text_step(plain, mode);
+    CHECK(r.activations.value() == p.activations.value());
+    CHECK(r.kept_activations.value() == p.kept_activations.value());
+    CHECK(r.compute.step == Approx(p.compute.step));
+    CHECK(r.compute.recompute == Approx(p.compute.recompute));
+    // Their idle parameters' weights, fp32 master copy and Adam state, at least, are on the device.
+    const std::uint64_t idle = 2 * (small_text_parameters(3, 1) - small_text_parameters(4, 0));
+    CHECK(r.peak_step().bytes.total().value() >= p.peak_step().bytes.total().value() + 14 * idle);
+}
+
+TEST_CASE("serving mllama without images caches its self-attention layers alone",
+          "[mllama][serve]") {
+    ServeSettings s;
+    s.context = 1024, s.batch = 2;
+    const ServeReport r = serve(mllama_import(mllama_config({1, 3})), s),
+                      p = serve(without_cross_layers(), s);
+    CHECK(r.kv_bytes_per_token.value() == p.kv_bytes_per_token.value());
+    CHECK(r.kv_bytes_per_token.value() == 3 * 2 * 32 * 2);  // 3 layers of k and v, 2 heads of 16
+}
+
+TEST_CASE("mllama's images, and configs memcalc cannot model, are refused by value",
+          "[mllama][hf_config]") {
+    Settings s;
+    s.seq = 64, s.activations = ActivationModel::architecture;
+    s.images = {1, 560, 560};
+    CHECK_THROWS_WITH(estimate(mllama_import(mllama_config({1})), s),
+                      Catch::Contains("tiled tower and its cross-attention layers are not "
+                                      "modelled yet"));
+    const auto [path, value, message] = GENERATE(table<std::string, json, std::string>({
+        {"/text_config/cross_attention_layers", {1, 5}, "entry 5 is past num_hidden_layers (5)"},
+        {"/vision_config/vision_output_dim", 64, "vision_output_dim must be hidden_size x"},
+        {"/vision_config/supported_aspect_ratios", 8, "supported_aspect_ratios must be an array"},
+    }));
+    json config = mllama_config({1});
+    config[json::json_pointer(path)] = value;
+    CAPTURE(path);
+    CHECK_THROWS_WITH(mllama_import(config), Catch::Contains(message));
+}
+
+TEST_CASE("a model file's embedding rows and cross-attention layers are checked",
+          "[mllama][model]") {
+    Architecture m = mllama_import(mllama_config({1}));
+    m.embedding_rows = m.vocab - 1;
+    CHECK_THROWS_WITH(validate(m), Catch::Contains("embedding_rows (95) must be at least vocab"));
+    m.embedding_rows = 0, m.vision.intermediate_layers = 4;
+    CHECK_THROWS_WITH(validate(m),
+                      Catch::Contains("intermediate_layers (4) must not exceed depth"));
+    m.vision = VisionTower{};
+    CHECK_THROWS_WITH(validate(m), Catch::Contains("mixer cross_attention reads a vision tower"));
+}
