@@ -1220,12 +1220,14 @@ std::string mllama_note(const Architecture& m) {
     return "its tiled vision tower (" + n(m.vision.depth) + " local and " +
            n(m.vision.global_depth) + " global blocks of " + n(m.vision.hidden) +
            ") and projector are counted with the language model's parameters and train with them "
-           "(--frozen vision freezes them); images are not modelled yet (--images is refused): "
-           "a step of text alone skips the " +
-           n(cross) +
-           " cross-attention layers, as MllamaTextModel does, which then keep nothing; their and "
-           "the tower's parameters get no gradient in plain PyTorch (None), but memcalc counts "
-           "their gradients and optimizer state (leaning high)";
+           "(--frozen vision freezes them); a micro-batch's images (--images N; each padded to " +
+           n(m.vision.tiles) + " tiles of " + n(m.vision.tile_tokens()) +
+           " tokens) run through the tower and the " + n(cross) +
+           " cross-attention layers read their tokens, as modeling_mllama.py runs them (read from "
+           "its code, not measured); a step of text alone skips those layers, which then keep "
+           "nothing: their and the tower's parameters get no gradient in plain PyTorch (None), "
+           "but memcalc counts their gradients and optimizer state (leaning high); serving "
+           "mllama's images is not modelled yet";
 }
 
 /// The notes that depend on the config: Jamba's kernels, Granite's Mamba-2 layers, a tower.

@@ -311,7 +311,7 @@ std::string activations_section(const Report& r, const View& view, bool why) {
     for (std::size_t k = 0; k < r.parameters.kinds; ++k) {
         const Architecture layer = m.kind_view(k);
         if (k > 0) out += "\n";
-        if (!runs_on_text(layer.mixer)) {
+        if (!layer.runs_in_step()) {
             out +=
                 fmt::format("Activations of one{} layer: none, the layer skipped without images\n",
                             kind_label(r, k));

@@ -118,14 +118,85 @@ TEST_CASE("serving mllama without images caches its self-attention layers alone"
     CHECK(r.kv_bytes_per_token.value() == 3 * 2 * 32 * 2);  // 3 layers of k and v, 2 heads of 16
 }
 
-TEST_CASE("mllama's images, and configs memcalc cannot model, are refused by value",
-          "[mllama][hf_config]") {
+namespace {
+Report image_step(const Architecture& m, std::uint64_t images, std::uint64_t b,
+                  Attention attention = Attention::eager, bool frozen_tower = false) {
     Settings s;
-    s.seq = 64, s.activations = ActivationModel::architecture;
-    s.images = {1, 560, 560};
-    CHECK_THROWS_WITH(estimate(mllama_import(mllama_config({1})), s),
-                      Catch::Contains("tiled tower and its cross-attention layers are not "
-                                      "modelled yet"));
+    s.seq = 64, s.micro_batch = b, s.activations = ActivationModel::architecture;
+    s.images = {images, 0, 0};  // every image padded to its tiles: no size needed
+    s.framework.attention = attention;
+    if (frozen_tower) s.tuning.mode = Training::frozen, s.tuning.frozen = {"vision"};
+    return estimate(m, s);
+}
+
+Count input_side_bytes(const Report& r) {
+    Count sum;
+    for (const SavedTensor& row : r.input_side) sum += row.bytes;
+    return sum;
+}
+
+/// One eager cross-attention layer's saved bytes over s tokens (b 1) reading N image tokens,
+/// written out from MllamaCrossAttentionDecoderLayer (bf16, h 64, a 4 query and k 2 key heads of
+/// d 16, f 160): its RMSNorms, q/k norms per head, k and v repeated to every query head, the fp32
+/// softmax and its bf16 cast, o_proj's input and the gated output, the MLP, the masked output.
+std::uint64_t cross_layer_bytes(std::uint64_t s, std::uint64_t N) {
+    const std::uint64_t h = 64, a = 4, k = 2, d = 16, f = 160;
+    const std::uint64_t norm = 4 * s * h + 4 * s + 2 * s * h;
+    const std::uint64_t q_norm = 4 * s * a * d + 4 * a * s + 2 * s * a * d;
+    const std::uint64_t k_norm = 4 * N * k * d + 4 * k * N + 2 * N * k * d;
+    const std::uint64_t core = 2 * s * a * d + 2 * (2 * N * a * d) + 6 * a * s * N + 2 * s * a * d;
+    const std::uint64_t mlp = 2 * s * h + 4 * 2 * s * f;
+    return 2 * norm + 2 * s * h + q_norm + k_norm + core + 2 * s * h + mlp + 2 * s + 2 * s * h;
+}
+}  // namespace
+
+TEST_CASE("mllama's images: its cross-attention layers read their tokens", "[mllama][images]") {
+    const Architecture m = mllama_import(mllama_config({1, 3}));
+    const std::uint64_t tile_tokens = 2 * 2 + 1, tiles = 3;
+    const auto [images, b] =
+        GENERATE(table<std::uint64_t, std::uint64_t>({{1, 1}, {2, 1}, {3, 2}}));
+    CAPTURE(images, b);
+    // Each sequence reads its share of the micro-batch's images, every one padded to its tiles.
+    const std::uint64_t N = (images + b - 1) / b * tiles * tile_tokens;
+    const Report r = image_step(m, images, b);
+    CHECK(r.model.cross_attention_tokens == N);
+    if (b == 1)
+        CHECK(r.other_kinds.at(0).kept(Recompute::none).value() == cross_layer_bytes(64, N));
+    // A frozen tower keeps its tiles' pixels, and the projector's output, which every k and v
+    // projection reads, once.
+    Settings plain;
+    plain.seq = 64, plain.micro_batch = b, plain.activations = ActivationModel::architecture;
+    const Report frozen = image_step(m, images, b, Attention::eager, true),
+                 none = estimate(m, plain);
+    const Count pixels = Count(images) * tiles * 3 * 28 * 28 * 4;
+    const Count states = Count(images) * tiles * tile_tokens * 64 * 2;
+    CHECK(input_side_bytes(frozen) == input_side_bytes(none) + pixels + states);
+    // The two cross-attention layers' FLOPs: q and o over the tokens, k and v over the images'.
+    const double T = 64.0 * b, keys = double(N) * b;
+    const double cross =
+        4 * T * 64 * 64 + 4 * keys * 64 * 32 + 4 * T * double(N) * 64 + 2 * T * 3 * 64 * 160;
+    CHECK(image_step(m, images, b).compute.step == Approx(none.compute.step + 2 * 3 * cross));
+}
+
+TEST_CASE("mllama's tower over its tiles, and serving its images refused", "[mllama][images]") {
+    const Architecture m = mllama_import(mllama_config({1}));
+    // Eager: every block's scores over an image's tiles at once, 3 tiles of 8 (5 padded) tokens.
+    const Report eager = image_step(m, 2, 1), flash = image_step(m, 2, 1, Attention::flash);
+    const std::uint64_t n = 3 * 8;
+    bool mask = false;
+    for (const SavedTensor& row : flash.input_side)
+        if (std::string(row.op) == "vision attention mask") {
+            mask = true;
+            CHECK(row.bytes.value() == 2 * n * n * 2);
+        }
+    CHECK(mask);
+    CHECK(input_side_bytes(eager) > input_side_bytes(flash));
+    ServeSettings s;
+    s.context = 256, s.images = {1, 0, 0};
+    CHECK_THROWS_WITH(serve(m, s), Catch::Contains("serving mllama's images"));
+}
+
+TEST_CASE("mllama's configs memcalc cannot model are refused by value", "[mllama][hf_config]") {
     const auto [path, value, message] = GENERATE(table<std::string, json, std::string>({
         {"/text_config/cross_attention_layers", {1, 5}, "entry 5 is past num_hidden_layers (5)"},
         {"/vision_config/vision_output_dim", 64, "vision_output_dim must be hidden_size x"},

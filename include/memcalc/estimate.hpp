@@ -282,7 +282,8 @@ public:
         Settings settings = given;
         const bool assumed = assume_stage_split(settings.parallel, model_.layers);
         const Configuration c = configure(settings);
-        Report r{model_,
+        Architecture with_images;
+        Report r{step_model(settings, with_images),
                  settings,
                  c.splits->table,
                  c.parameter_count,
@@ -327,7 +328,7 @@ public:
                     r.most_loaded = i;
         });
         r.compute =
-            compute_cost(model_, settings.seq, settings.micro_batch, settings.recompute,
+            compute_cost(r.model, settings.seq, settings.micro_batch, settings.recompute,
                          settings.recompute_modules, recomputed ? &*recomputed : nullptr, &spared);
         return r;
     }
@@ -352,6 +353,8 @@ public:
         Settings settings = given;
         assume_stage_split(settings.parallel, model_.layers);
         const Configuration c = configure(settings);
+        Architecture with_images;
+        const Architecture& stepped = step_model(settings, with_images);
         std::vector<Summary> out;
         out.reserve(modes.size());
         counted(settings, [&] {
@@ -378,7 +381,7 @@ public:
                      {},
                      peak.step,
                      peak.stage,
-                     compute_cost(model_, with.seq, with.micro_batch, mode, with.recompute_modules,
+                     compute_cost(stepped, with.seq, with.micro_batch, mode, with.recompute_modules,
                                   recomputed.back() ? &*recomputed.back() : nullptr, &spared),
                      std::nullopt});
             }
@@ -517,9 +520,22 @@ private:
         return c;
     }
 
+    /// The model as a step of `settings` runs it: mllama's cross-attention layers read its
+    /// images' tokens, a copy in `storage`; else the model itself.
+    const Architecture& step_model(const Settings& settings, Architecture& storage) const {
+        const std::uint64_t tokens =
+            cross_attention_tokens(model_.vision, settings.images, settings.micro_batch);
+        if (tokens == 0) return model_;
+        storage = model_;
+        storage.cross_attention_tokens = tokens;
+        return storage;
+    }
+
     ActivationTables tables(const Settings& settings, const Configuration& c) const {
+        Architecture with_images;
+        const Architecture& m = step_model(settings, with_images);
         ActivationTables t = activation_tables(
-            model_, settings.seq, settings.micro_batch, settings.recipe.precision(),
+            m, settings.seq, settings.micro_batch, settings.recipe.precision(),
             settings.activations, settings.framework, settings.recompute_modules, c.tunings);
         if (settings.images.any()) {  // on the input side, beside the embedding's
             const auto& rows = c.splits->table.rows;
@@ -531,6 +547,9 @@ private:
                  image_rows(model_.vision, settings.images, settings.recipe.precision(),
                             f.attention, Runtime(f.platform, f.torch), settings.recompute, trains))
                 t.input_side.push_back(row);
+            detail::TableBuilder input_side(t.input_side);
+            detail::cross_attention_mask_rows(input_side, m, settings.seq, settings.micro_batch,
+                                              settings.recipe.precision(), f.attention);
         }
         return t;
     }

@@ -105,6 +105,16 @@ inline double deltanet_mixer_flops(const Architecture& layer, double T, double h
            2 * T * Q * (3 * HN + 2 * di) + 6 * T * N * di;
 }
 
+/// mllama's cross-attention over `T` tokens of sequences of `seq`, each reading N image tokens: q
+/// and o over the tokens, k and v over the images' (N T / seq), Q K^T and the weights over V
+/// against N keys. Zero in a step of text alone, which skips the layer.
+inline double cross_attention_flops(const Architecture& layer, double T, double h, double seq) {
+    const double N = static_cast<double>(layer.cross_attention_tokens);
+    const double q = static_cast<double>(layer.heads * layer.head_size());
+    const double kv = static_cast<double>(layer.key_value_heads() * layer.head_size());
+    return 4 * T * h * q + 4 * (N * T / seq) * h * kv + 4 * T * N * q;
+}
+
 /// A layer's mixer's FLOPs over `T` tokens of sequences of `seq`: a Mamba mixer's, attention's
 /// `projections` and `core`, or both side by side.
 inline double mixer_flops(const Architecture& layer, double T, double h, double seq,
@@ -112,8 +122,8 @@ inline double mixer_flops(const Architecture& layer, double T, double h, double 
     switch (layer.mixer) {
         case Mixer::mamba: return mamba_mixer_flops(layer, T, h);
         case Mixer::mamba2: return mamba2_mixer_flops(layer, T, h, seq);
-        case Mixer::none:
-        case Mixer::cross_attention: return 0;  // skipped without images
+        case Mixer::none: return 0;
+        case Mixer::cross_attention: return cross_attention_flops(layer, T, h, seq);
         case Mixer::gated_deltanet: return deltanet_mixer_flops(layer, T, h, seq);
         case Mixer::attention_mamba2:
             return mamba2_mixer_flops(layer, T, h, seq) + projections + core;
@@ -154,7 +164,7 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
                                                  c.attention_core);
         const double core = attends(layer.mixer) ? c.attention_core : 0;
         const double indexer = detail::indexer_flops(layer, T, static_cast<double>(seq));
-        const double layer_forward = runs_on_text(layer.mixer) ? mixer + mlp + indexer : 0;
+        const double layer_forward = layer.runs_in_step() ? mixer + mlp + indexer : 0;
         const double skipped =
             mode == Recompute::op && spared ? std::min((*spared)[kind], layer_forward) : 0;
         c.kind_forward[kind] = layer_forward;

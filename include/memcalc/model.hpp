@@ -458,6 +458,9 @@ struct Architecture {
     Mixer mixer = Mixer::attention;  ///< what mixes tokens (a LayerKind may set its own)
     StateSpace ssm;                  ///< the Mamba layers' widths, where any layer is one
     VisionTower vision;              ///< a vision tower before the first layer; none by default
+    /// The image tokens each sequence's cross-attention layers read (mllama's): set by a step
+    /// from its images (Settings::images), never by a model file; 0: those layers skipped.
+    std::uint64_t cross_attention_tokens = 0;
     /// false: no MLP or experts after the mixer (a LayerKind may say so).
     bool has_mlp = true;
     /// Kinds of layer and their order, first layer first. Both empty: every layer is the model's
@@ -483,6 +486,9 @@ struct Architecture {
         return position_rows == 0 ? max_positions : position_rows;
     }
     bool is_moe() const { return experts > 0; }
+    /// Whether this layer (a kind's view) runs in the step: all do but mllama's cross-attention
+    /// layers in a step of text alone.
+    bool runs_in_step() const { return runs_on_text(mixer) || cross_attention_tokens > 0; }
     /// Whether norms sit before the attention and MLP branches (pre, sandwich, or one shared).
     bool norms_before_branches() const {
         return norms_per_layer != 2 || norm_position == NormPosition::pre;

@@ -176,6 +176,10 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
                     " has " + (m.any_moe() ? "experts" : "Mamba layers"));
     if (s.max_loras > 0) detail::require_positive("max lora rank", s.max_lora_rank);
     check_images(m, s.images);  // the largest image's size, where the tower takes any
+    if (s.images.any() && m.vision.tiled())
+        throw error("images " + std::to_string(s.images.images) + ": serving " + model_name(m) +
+                    "'s images (its tiled encoder and the cross-attention layers' cache of their "
+                    "k and v) is not modelled yet; without images it is served as text");
     if (!s.draft) return;
     // vLLM's SpeculativeConfig refuses a draft of another vocabulary (out-of-bounds token ids).
     if (mamba(*s.draft))

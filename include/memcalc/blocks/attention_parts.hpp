@@ -65,9 +65,9 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
         const std::string why =
             key ? "the gradient w.r.t. q is the scores' gradient x k"
                 : "the gradient w.r.t. the weights is the output's gradient x v";
-        if (repeated) {
-            t.add(op, what + ", repeated to every query head", why, shape::sbq, z.sbq, z.d,
-                  Keep::not_selective);
+        if (repeated) {  // every query head's copy: s b a d, or the images' tokens' (cross)
+            t.add(op, what + ", repeated to every query head", why, shape::sbq,
+                  z.sbkv * (m.heads / m.key_value_heads()), z.d, Keep::not_selective);
             t.add("selective checkpoint", what + " (k heads), an input of the core attention",
                   "the checkpoint reruns the core attention from it", shape::sbkv, z.sbkv, z.d,
                   Keep::only_selective);
@@ -88,13 +88,13 @@ inline void qk_norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z)
         rmsnorm_rows(t, z, "q L2 norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads,
                      "query head and token", z.d, false, std::nullopt, false);
         rmsnorm_rows(t, z, "k L2 norm", shape::sbkv, z.sbkv, shape::ksb,
-                     z.tokens * m.key_value_heads(), "key head and token", z.d, false, std::nullopt,
-                     false);
+                     z.key_tokens * m.key_value_heads(), "key head and token", z.d, false,
+                     std::nullopt, false);
     } else if (m.qk_norm == QkNorm::per_head) {
         rmsnorm_rows(t, z, "q_norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads,
                      "query head and token", z.d, fp32);
         rmsnorm_rows(t, z, "k_norm", shape::sbkv, z.sbkv, shape::ksb,
-                     z.tokens * m.key_value_heads(), "key head and token", z.d, fp32);
+                     z.key_tokens * m.key_value_heads(), "key head and token", z.d, fp32);
     } else if (m.qk_norm == QkNorm::whole) {
         rmsnorm_rows(t, z, "q_norm (whole width)", shape::sbq, z.sbq, shape::sb, z.tokens, "token",
                      z.d, fp32);

@@ -7,6 +7,7 @@
 
 #include "memcalc/blocks/attention.hpp"
 #include "memcalc/blocks/attention_mamba2.hpp"
+#include "memcalc/blocks/cross_attention.hpp"
 #include "memcalc/blocks/gated_deltanet.hpp"
 #include "memcalc/blocks/mamba.hpp"
 #include "memcalc/blocks/mamba2.hpp"
@@ -60,6 +61,11 @@ inline const MixerBlock& mixer_block(Mixer mixer) {
          [](const Architecture& m) { return m.heads * m.value_head_size(); },
          [](TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t micro_batch,
             Attention attention) { attention_mamba2_rows(t, m, z, micro_batch, attention); }},
+        // mllama's, with images: k and v over the images' tokens.
+        {Mixer::cross_attention, Linear::o, Linear::o, [](const Architecture&) { return false; },
+         [](const Architecture& m) { return m.heads * m.value_head_size(); },
+         [](TableBuilder& t, const Architecture& m, const Sizes& z, std::uint64_t,
+            Attention attention) { cross_attention_rows(t, m, z, attention); }},
     };
     for (const MixerBlock& row : rows)
         if (row.mixer == mixer) return row;
@@ -164,6 +170,7 @@ private:
             t.gradient(Linear::down);
             t.casts_pending(Linear::none);
         }
+        if (m.mixer == Mixer::cross_attention) cross_attention_mlp_gate_rows(t, z);
         t.section(Module::none);
         if (m.norms_after_branches()) norm_rows(t, m, z, "post-MLP norm", false, false, true);
         if (m.hidden_dropout > 0)
@@ -314,7 +321,7 @@ inline LayerActivations architecture_layer(const Architecture& m, std::uint64_t 
                                            Attention attention, Runtime runtime = {},
                                            ModuleSet modules = {}, const LayerTuning& tuning = {}) {
     // mllama's cross-attention without images: skipped, so not even a checkpoint's input is kept.
-    if (!runs_on_text(m.mixer)) return {};
+    if (!m.runs_in_step()) return {};
     detail::Sizes z(m, seq, micro_batch, precision, runtime);
     z.inside_layer(m.compile);
     LayerActivations layer;

@@ -16,6 +16,7 @@ namespace memcalc::detail {
 struct Sizes {
     std::uint64_t seq;  ///< s
     Count tokens;       ///< s b
+    Count key_tokens;   ///< the keys' tokens: s b, or the images' under cross-attention
     Count sbh;          ///< the residual stream
     Count sbq;          ///< queries: s b a d
     Count sbkv;         ///< keys or values: s b k d
@@ -45,6 +46,7 @@ struct Sizes {
           Runtime where = {})
         : seq(seq),
           tokens(Count(seq) * b),
+          key_tokens(tokens),
           sbh(tokens * m.hidden),
           sbq(tokens * m.heads * m.head_size()),
           sbkv(tokens * m.key_value_heads() * m.head_size()),
@@ -66,6 +68,17 @@ struct Sizes {
     /// Inside a layer torch.compile runs (Architecture::compile); outside the layers (the final
     /// norm) eager.
     void inside_layer(Compile c) { compiled = c == Compile::layers; }
+
+    /// The same sizes with keys and values of `keys` tokens a sequence (mllama's cross-attention
+    /// over its images' tokens): k, v and the scores are theirs; the queries stay the sequence's.
+    Sizes with_keys(const Architecture& m, std::uint64_t keys) const {
+        Sizes cross = *this;
+        const std::uint64_t b = tokens.value() / seq;
+        cross.key_tokens = Count(keys) * b;
+        cross.sbkv = cross.key_tokens * m.key_value_heads() * m.head_size();
+        cross.scores = Count(m.heads) * seq * keys * b;
+        return cross;
+    }
 
     /// The same sizes for a linear layer that runs in the compute dtype (a router, Megatron-LM's
     /// head).

@@ -9,6 +9,7 @@
 
 #include "memcalc/blocks/layer.hpp"
 #include "memcalc/blocks/layer_builder.hpp"
+#include "memcalc/parallel.hpp"
 #include "memcalc/vision.hpp"
 
 namespace memcalc {
@@ -22,16 +23,12 @@ struct ImageInput {
 };
 
 /// Throws where `in`'s images cannot run through `m`: it has no tower, or the tower takes each at
-/// its own size and none is given, or it is mllama's, whose images are not modelled yet.
+/// its own size and none is given.
 inline void check_images(const Architecture& m, const ImageInput& in) {
     if (!in.any()) return;
     if (!m.vision.enabled())
         throw error("images " + std::to_string(in.images) + ": " + model_name(m) +
                     " has no vision tower");
-    if (m.vision.tiled())
-        throw error("images " + std::to_string(in.images) + ": " + model_name(m) +
-                    "'s tiled tower and its cross-attention layers are not modelled yet; without "
-                    "images memcalc estimates its text-only steps, which skip both");
     if ((in.width == 0 || in.height == 0) && m.vision.image_size == 0)
         throw error("images " + std::to_string(in.images) +
                     " need their size in pixels (--image-size WIDTHxHEIGHT): " + model_name(m) +
@@ -92,6 +89,79 @@ inline void projector_rows(detail::TableBuilder& t, const VisionTower& v, const 
     add_per_patch(t, rows, 1);
 }
 
+/// The image tokens each sequence's cross-attention layers read (mllama's): its share of the
+/// micro-batch's images, each padded to max_num_tiles tiles of a class token and N patches.
+inline std::uint64_t cross_attention_tokens(const VisionTower& v, const ImageInput& in,
+                                            std::uint64_t micro_batch) {
+    if (!v.tiled() || !in.any()) return 0;
+    return ceil_div(Count(in.images), micro_batch).value() * v.tiles * v.tile_tokens();
+}
+
+namespace detail {
+/// mllama's tower over one micro-batch's images, each padded to its tiles (MllamaVisionModel,
+/// transformers v4.53.0): the patch convolution's input cast, the gated tile position embedding
+/// (its lookup kept for the gate's gradient), LayerNorms before and after the local blocks, every
+/// block over the image's tiles at once (each tile's tokens padded to a multiple of 8), each
+/// global block's two gated outputs, and the projector's input: the last output beside the
+/// intermediate ones, of the unpadded tokens. Read from that code, not measured.
+inline void tiled_tower_rows(TableBuilder& t, const VisionTower& v, const ImageInput& in,
+                             Precision precision, Attention attention, Runtime runtime,
+                             Recompute mode) {
+    constexpr Shape per_patch{"n_img", ActivationSplit::replicated};
+    const std::uint64_t d = bytes_per_element(precision.compute);
+    const std::uint64_t tile = v.tile_tokens(), padded = (tile + 7) / 8 * 8, n = v.tiles * padded;
+    const Count pixels = Count(in.images) * v.tiles * v.channels * v.image_size * v.image_size;
+    const Count tokens = Count(in.images) * v.tiles * tile;
+    t.add("patch embedding", "the tiles' pixels cast to the weights' dtype",
+          "the weight's gradient", per_patch, pixels, d);
+    t.add("tanh(gate) x tile position embedding", "the embedding's lookup",
+          "the gate's gradient reads it", per_patch, tokens * v.hidden, d);
+    const Architecture block = tower_block(v, n);
+    const Sizes z(block, n, in.images, precision, runtime);
+    std::vector<SavedTensor> norms;
+    TableBuilder own(norms);
+    norm_rows(own, block, z, "vision layernorm_pre");
+    norm_rows(own, block, z, "vision layernorm_post");
+    add_per_patch(t, norms, 1);
+    if (mode == Recompute::full) {
+        t.add("vision tower (checkpointed blocks)", "each block's input",
+              "recomputed in its backward", per_patch, z.sbh, bytes_per_element(precision.stream),
+              Keep::always, v.blocks());
+    } else {
+        const LayerActivations layer =
+            architecture_layer(block, n, in.images, precision, attention, runtime);
+        add_per_patch(t, layer.rows, v.blocks(), "vision tower: ");
+        t.add("vision global blocks: tanh(gate) x output", "the attention's and the MLP's outputs",
+              "each gate's gradient reads its branch's output", per_patch, z.sbh, d, Keep::always,
+              2 * v.global_depth);
+    }
+    if (attention == Attention::flash)  // SDPA with a mask runs its memory-efficient kernel
+        t.add("vision attention mask", "the tiles' mask, (n_tiles x padded tokens)^2 an image",
+              "each block's fused kernel keeps it for its backward", per_patch,
+              Count(in.images) * n * n, d);
+    t.add("multi_modal_projector", "its input, the last and the intermediate outputs",
+          "the weight's gradient", per_patch, tokens * (1 + v.intermediate_layers) * v.hidden, d);
+}
+}  // namespace detail
+
+namespace detail {
+/// mllama's images on the input side: the processor's tiles (every image padded to max_num_tiles),
+/// the tower's rows where it trains, and the projector's output, the states every
+/// cross-attention layer's k and v projections read (kept once, whatever trains).
+inline void tiled_image_rows(TableBuilder& t, const VisionTower& v, const ImageInput& in,
+                             Precision precision, Attention attention, Runtime runtime,
+                             Recompute mode, bool trains) {
+    constexpr Shape per_patch{"n_img", ActivationSplit::replicated};
+    const Count tokens = Count(in.images) * v.tiles * v.tile_tokens();
+    t.add("pixel values", "the processor's tiles (fp32)", "the batch's input", per_patch,
+          Count(in.images) * v.tiles * v.channels * v.image_size * v.image_size, 4);
+    if (trains) tiled_tower_rows(t, v, in, precision, attention, runtime, mode);
+    t.add("cross-attention states", "the projector's output",
+          "every cross-attention layer's k and v projections read it", per_patch,
+          tokens * v.out_hidden, bytes_per_element(precision.compute));
+}
+}  // namespace detail
+
 /// The rows a micro-batch's images add on the input side under `mode`; `trains`: the tower's
 /// weights train (a frozen tower over pixels that need no gradient keeps nothing).
 inline std::vector<SavedTensor> image_rows(const VisionTower& v, const ImageInput& in,
@@ -105,6 +175,10 @@ inline std::vector<SavedTensor> image_rows(const VisionTower& v, const ImageInpu
     constexpr Shape per_patch{"n_img", ActivationSplit::replicated};
     std::vector<SavedTensor> rows;
     detail::TableBuilder t(rows);
+    if (v.tiled()) {
+        detail::tiled_image_rows(t, v, in, precision, attention, runtime, mode, trains);
+        return rows;
+    }
     t.add("pixel values", "the processor's patches (fp32)", "the batch's input", per_patch,
           patches * pixels, 4);
     if (!trains) return rows;
