@@ -9,6 +9,14 @@
 
 namespace memcalc::detail {
 
+inline constexpr Shape one_value{"1", ActivationSplit::replicated};  ///< a gate's tanh
+
+/// tanh(gate): its output, one value, which tanh's backward and the product with it read.
+inline void gate_tanh_row(TableBuilder& t, const Sizes& z, const char* gate) {
+    t.add(gate, "its output, one value", "tanh's gradient and the product's read it", one_value,
+          Count(1), z.d);
+}
+
 /// The attention over the images' tokens, its q and k normed per head as its parameters are
 /// (params.hpp's cross_attention) and never rotated, and what tanh(cross_attn_attn_gate) x its
 /// output keeps: that output, for the gate's gradient.
@@ -18,6 +26,7 @@ inline void cross_attention_rows(TableBuilder& t, const Architecture& m, const S
     cross.qk_norm = QkNorm::per_head, cross.position = Position::none;
     attention_rows(t, cross, z.with_keys(m, m.cross_attention_tokens), attention);
     t.section(Module::attention);
+    gate_tanh_row(t, z, "tanh(attention gate)");
     t.add("tanh(attention gate) x output", "the output projection's output",
           "the gate's gradient is the output's gradient x it", shape::sbh, z.sbh, z.d);
 }
@@ -28,6 +37,7 @@ inline void cross_attention_rows(TableBuilder& t, const Architecture& m, const S
 inline void cross_attention_mlp_gate_rows(TableBuilder& t, const Sizes& z) {
     t.add("full-text-row mask x MLP output", "the mask, a value a token",
           "the output's gradient is the mask x the product's", shape::sb, z.tokens, z.d);
+    gate_tanh_row(t, z, "tanh(MLP gate)");
     t.add("tanh(MLP gate) x masked output", "the masked output",
           "the gate's gradient is the product's gradient x it", shape::sbh, z.sbh, z.d);
 }
