@@ -1224,7 +1224,7 @@ std::string mllama_note(const Architecture& m) {
            n(m.vision.tiles) + " tiles of " + n(m.vision.tile_tokens()) +
            " tokens) run through the tower and the " + n(cross) +
            " cross-attention layers read their tokens, as modeling_mllama.py runs them (the "
-           "eager cross-attention layer measured on CPU, the tower read from its code); a step of "
+           "eager cross-attention layer and tower measured on CPU); a step of "
            "text alone skips those layers, which then keep "
            "nothing: their and the tower's parameters get no gradient in plain PyTorch (None), "
            "but memcalc counts their gradients and optimizer state (leaning high); serving "

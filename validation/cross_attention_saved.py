@@ -15,8 +15,9 @@ tiles of (image_size / patch_size)^2 + 1 tokens, as memcalc's --images counts th
 Measured: the bytes of every distinct storage autograd saves (saved_tensors_hooks), less the
 parameters, the layer's input and the cross-attention states (memcalc keeps those once on the
 input side, beside the tower), and less the scores' scale, a Python float that torch 1.13's mul
-saves as a 0-dim float64 tensor (8 bytes, not counted by memcalc in any eager attention). memcalc's: its cross_attention kind's kept_layer_bytes under
---recompute none, --attention eager --platform cpu --torch-version 1.13. Exit 1 on a difference.
+saves as a 0-dim float64 tensor (8 bytes, not counted by memcalc in any eager attention).
+memcalc's: its cross_attention kind's kept_layer_bytes under --recompute none, --attention eager
+--platform cpu --torch-version 1.13. Exit 1 on a difference.
 --committed FILE checks memcalc against the measured figures of a --json file, without torch
 (results/cpu-cross-attention.json; ctest committed_cross_attention_results_agree).
 """
@@ -33,10 +34,10 @@ import tempfile
 TEXT = {"vocab_size": 96, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 3,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
         "cross_attention_layers": [1], "rms_norm_eps": 1e-5}
-VISION = {"hidden_size": 32, "attention_heads": 4, "intermediate_size": 48, "num_hidden_layers": 3,
-          "num_global_layers": 2, "image_size": 28, "patch_size": 14, "max_num_tiles": 3,
-          "supported_aspect_ratios": [[1, 1], [1, 2], [2, 1]], "intermediate_layers_indices": [0, 2],
-          "vision_output_dim": 96}
+VISION = {"hidden_size": 32, "attention_heads": 4, "intermediate_size": 48,
+          "num_hidden_layers": 3, "num_global_layers": 2, "image_size": 28, "patch_size": 14,
+          "max_num_tiles": 3, "supported_aspect_ratios": [[1, 1], [1, 2], [2, 1]],
+          "intermediate_layers_indices": [0, 2], "vision_output_dim": 96}
 CONFIG = {"model_type": "mllama", "text_config": TEXT, "vision_config": VISION}
 
 
@@ -87,7 +88,8 @@ def build_layer():
             key = self.k_proj(states).view(bsz, -1, k, d).transpose(1, 2)
             value = self.v_proj(states).view(bsz, -1, k, d).transpose(1, 2)
             key = self.k_norm(key)
-            key = key[:, :, None].expand(bsz, k, a // k, -1, d).reshape(bsz, a, -1, d)  # repeat_kv
+            # repeat_kv
+            key = key[:, :, None].expand(bsz, k, a // k, -1, d).reshape(bsz, a, -1, d)
             value = value[:, :, None].expand(bsz, k, a // k, -1, d).reshape(bsz, a, -1, d)
             weights = torch.matmul(q, key.transpose(2, 3)) * d ** -0.5
             weights = weights + mask[:, :, :, : key.shape[-2]]
@@ -109,9 +111,30 @@ def build_layer():
     return CrossLayer().to(torch.bfloat16)
 
 
+def saved_bytes(run, excluded):
+    """The distinct storages autograd saves while `run()` runs its forward, in bytes, less those
+    whose data `excluded` holds and less the scores' scale: a Python float that torch 1.13's mul
+    saves as a 0-dim float64 tensor (8 bytes of every eager attention, which memcalc leaves out).
+    The backward runs after, so that every storage counted is one it reads."""
+    import torch
+
+    storages = {}
+
+    def pack(t):
+        st = t.storage()
+        wrapped_scalar = t.dim() == 0 and t.dtype == torch.float64
+        if st.data_ptr() not in excluded and not wrapped_scalar:
+            storages[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = run()
+    out.float().sum().backward()
+    return sum(storages.values())
+
+
 def measure(s, b, images):
-    """The distinct storages the layer's forward saves, in bytes, less its parameters, its input
-    and the cross-attention states."""
+    """The layer's saved bytes, less its parameters, its input and the cross-attention states."""
     import torch
 
     torch.manual_seed(0)
@@ -122,36 +145,51 @@ def measure(s, b, images):
     mask = torch.zeros(b, 1, s, n, dtype=torch.bfloat16)  # every token sees every image token
     full_text = torch.ones(b, 1, s, 1, dtype=torch.bfloat16)
     excluded = {p.data_ptr() for p in layer.parameters()} | {x.data_ptr(), states.data_ptr()}
-    storages = {}
-
-    def pack(t):
-        st = t.storage()
-        # A Python float multiplied in (the scores' scale) is saved as a 0-dim float64 tensor by
-        # torch 1.13's mul: 8 bytes of every eager attention, which memcalc does not count.
-        wrapped_scalar = t.dim() == 0 and t.dtype == torch.float64
-        if st.data_ptr() not in excluded and not wrapped_scalar:
-            storages[st.data_ptr()] = st.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = layer(x, states, mask, full_text)
-    out.float().sum().backward()  # every saved tensor is one the backward reads
-    return sum(storages.values())
+    return saved_bytes(lambda: layer(x, states, mask, full_text), excluded)
 
 
-def predicted(memcalc, s, b, images):
+def memcalc_activations(memcalc, args):
+    """memcalc's "activations" for the small mllama with `args`: eager attention on CPU as
+    torch 1.13 runs it, no recomputation."""
     with tempfile.NamedTemporaryFile("w", suffix=".json") as config:
         json.dump(CONFIG, config)
         config.flush()
-        cmd = [memcalc, "--config", config.name, "--seq", str(s), "--micro-batch", str(b),
-               "--images", str(images), "--recompute", "none", "--activations", "architecture",
-               "--attention", "eager", "--platform", "cpu", "--torch-version", "1.13",
-               "--format", "json"]
+        cmd = [memcalc, "--config", config.name, *args, "--recompute", "none", "--activations",
+               "architecture", "--attention", "eager", "--platform", "cpu", "--torch-version",
+               "1.13", "--format", "json"]
         run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"memcalc failed: {run.stderr.strip()}")
-    kinds = json.loads(run.stdout)["activations"]["layer_kinds"]
+    return json.loads(run.stdout)["activations"]
+
+
+def predicted(memcalc, s, b, images):
+    kinds = memcalc_activations(memcalc, ["--seq", str(s), "--micro-batch", str(b),
+                                          "--images", str(images)])["layer_kinds"]
     return next(k["kept_layer_bytes"] for k in kinds if k["name"] == "cross_attention")
+
+
+def report(rows, predict, json_path, what):
+    """Each (settings, measured) row beside memcalc's `predict(**settings)`; 1 on a difference."""
+    out, bad = [], 0
+    for settings, measured in rows:
+        memcalc = predict(**settings)
+        bad += measured != memcalc
+        named = " ".join(f"{k} {v}" for k, v in settings.items())
+        print(f"{named}: measured {measured:>10,}  memcalc {memcalc:>10,}"
+              f"  {'ok' if measured == memcalc else 'DIFFERS'}")
+        out.append({**settings, "measured": measured, "memcalc": memcalc})
+    print(f"{len(rows) - bad} of {len(rows)} agree to the byte")
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump({"measured": what, "torch": "1.13 CPU", "rows": out}, f, indent=1)
+            f.write("\n")
+    return 1 if bad else 0
+
+
+def committed_rows(path, keys):
+    with open(path, encoding="utf-8") as f:
+        return [({k: r[k] for k in keys}, r["measured"]) for r in json.load(f)["rows"]]
 
 
 def main(argv=None):
@@ -163,26 +201,13 @@ def main(argv=None):
     ap.add_argument("--json", metavar="FILE", help="write every row, measured and predicted")
     ap.add_argument("--committed", metavar="FILE", help="take the measured bytes from FILE")
     a = ap.parse_args(argv)
-    if a.committed:
-        with open(a.committed, encoding="utf-8") as f:
-            rows = [(r["seq"], r["micro_batch"], r["images"], r["measured"]) for r in json.load(f)["rows"]]
-    else:
-        rows = [(s, b, i, measure(s, b, i)) for s in a.seq for b in a.micro_batch for i in a.images]
-    out, bad = [], 0
-    for s, b, images, measured in rows:
-        memcalc = predicted(a.memcalc, s, b, images)
-        bad += measured != memcalc
-        print(f"s {s:3} b {b} images {images}: measured {measured:>10,}  memcalc {memcalc:>10,}"
-              f"  {'ok' if measured == memcalc else 'DIFFERS'}")
-        out.append({"seq": s, "micro_batch": b, "images": images, "measured": measured,
-                    "memcalc": memcalc})
-    print(f"{len(rows) - bad} of {len(rows)} agree to the byte")
-    if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
-            json.dump({"layer": "MllamaCrossAttentionDecoderLayer (transformers v4.53.0), eager, bf16",
-                       "torch": "1.13 CPU", "rows": out}, f, indent=1)
-            f.write("\n")
-    return 1 if bad else 0
+    keys = ("seq", "micro_batch", "images")
+    rows = (committed_rows(a.committed, keys) if a.committed else
+            [(dict(zip(keys, (s, b, i))), measure(s, b, i))
+             for s in a.seq for b in a.micro_batch for i in a.images])
+    return report(rows, lambda seq, micro_batch, images: predicted(a.memcalc, seq, micro_batch,
+                                                                   images),
+                  a.json, "MllamaCrossAttentionDecoderLayer (transformers v4.53.0), eager, bf16")
 
 
 if __name__ == "__main__":

@@ -98,31 +98,51 @@ inline std::uint64_t cross_attention_tokens(const VisionTower& v, const ImageInp
 }
 
 namespace detail {
-/// mllama's tower over one micro-batch's images, each padded to its tiles (MllamaVisionModel,
-/// transformers v4.53.0): the patch convolution's input cast, the gated tile position embedding
-/// (its lookup kept for the gate's gradient), LayerNorms before and after the local blocks, every
-/// block over the image's tiles at once (each tile's tokens padded to a multiple of 8), each
-/// global block's two gated outputs, and the projector's input: the last output beside the
-/// intermediate ones, of the unpadded tokens. Read from that code, not measured.
+/// mllama's tower before and around its blocks (MllamaVisionModel, transformers v4.53.0): the patch
+/// convolution's input cast; the pre- and post-tile embeddings' lookups (T h an image) and the
+/// gated tile position embedding's (T N h), each kept for its gate's gradient, and the
+/// aspect-ratio ids the three look up; the gates' tanh
+/// values (three in the embeddings' five products, two a global block); layernorm_pre over the
+/// tiles' N tokens, layernorm_post over their padded ones (`padded`: Sizes of the blocks).
+inline void tile_embedding_rows(TableBuilder& t, const VisionTower& v, const ImageInput& in,
+                                Precision precision, Runtime runtime, const Sizes& padded) {
+    constexpr Shape per_patch{"n_img", ActivationSplit::replicated};
+    const std::uint64_t d = bytes_per_element(precision.compute), tile = v.tile_tokens();
+    const Count tiles = Count(in.images) * v.tiles;
+    t.add("patch embedding", "the tiles' pixels cast to the weights' dtype",
+          "the weight's gradient", per_patch, tiles * v.channels * v.image_size * v.image_size, d);
+    t.add("pre- and post-tile embeddings x tanh(gate)", "their lookups, a row a tile",
+          "each gate's gradient reads its lookup", per_patch, tiles * v.hidden, d, Keep::always, 2);
+    t.add("tanh(gate) x tile position embedding", "the embedding's lookup",
+          "the gate's gradient reads it", per_patch, tiles * tile * v.hidden, d);
+    t.add("tile embeddings", "the aspect-ratio ids (int64), one an image",
+          "each embedding's gradient is scattered into their rows", per_patch, Count(in.images), 8);
+    t.add("the gates' tanh", "their values and 1 - the position gate's",
+          "the gates' gradients and the products' read them", per_patch,
+          Count(5 + 2 * v.global_depth), d);
+    const Architecture block = tower_block(v, tile);
+    std::vector<SavedTensor> norms;
+    TableBuilder own(norms);
+    norm_rows(own, block, Sizes(block, tile * v.tiles, in.images, precision, runtime),
+              "vision layernorm_pre");
+    norm_rows(own, block, padded, "vision layernorm_post");
+    add_per_patch(t, norms, 1);
+}
+
+/// mllama's tower over one micro-batch's images, each padded to its tiles: the embeddings' rows,
+/// every block over the image's tiles at once (each tile's tokens padded to a multiple of 8), each
+/// global block's two gated outputs, a fused kernel's tiles mask, and the projector's input: the
+/// last output beside the intermediate ones, of the unpadded tokens. Measured on CPU (eager):
+/// validation/tiled_tower_saved.py.
 inline void tiled_tower_rows(TableBuilder& t, const VisionTower& v, const ImageInput& in,
                              Precision precision, Attention attention, Runtime runtime,
                              Recompute mode) {
     constexpr Shape per_patch{"n_img", ActivationSplit::replicated};
     const std::uint64_t d = bytes_per_element(precision.compute);
-    const std::uint64_t tile = v.tile_tokens(), padded = (tile + 7) / 8 * 8, n = v.tiles * padded;
-    const Count pixels = Count(in.images) * v.tiles * v.channels * v.image_size * v.image_size;
-    const Count tokens = Count(in.images) * v.tiles * tile;
-    t.add("patch embedding", "the tiles' pixels cast to the weights' dtype",
-          "the weight's gradient", per_patch, pixels, d);
-    t.add("tanh(gate) x tile position embedding", "the embedding's lookup",
-          "the gate's gradient reads it", per_patch, tokens * v.hidden, d);
+    const std::uint64_t tile = v.tile_tokens(), n = v.tiles * ((tile + 7) / 8 * 8);
     const Architecture block = tower_block(v, n);
     const Sizes z(block, n, in.images, precision, runtime);
-    std::vector<SavedTensor> norms;
-    TableBuilder own(norms);
-    norm_rows(own, block, z, "vision layernorm_pre");
-    norm_rows(own, block, z, "vision layernorm_post");
-    add_per_patch(t, norms, 1);
+    tile_embedding_rows(t, v, in, precision, runtime, z);
     if (mode == Recompute::full) {
         t.add("vision tower (checkpointed blocks)", "each block's input",
               "recomputed in its backward", per_patch, z.sbh, bytes_per_element(precision.stream),
@@ -140,7 +160,8 @@ inline void tiled_tower_rows(TableBuilder& t, const VisionTower& v, const ImageI
               "each block's fused kernel keeps it for its backward", per_patch,
               Count(in.images) * n * n, d);
     t.add("multi_modal_projector", "its input, the last and the intermediate outputs",
-          "the weight's gradient", per_patch, tokens * (1 + v.intermediate_layers) * v.hidden, d);
+          "the weight's gradient", per_patch,
+          Count(in.images) * v.tiles * tile * (1 + v.intermediate_layers) * v.hidden, d);
 }
 }  // namespace detail
 
