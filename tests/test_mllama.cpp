@@ -120,9 +120,11 @@ TEST_CASE("serving mllama without images caches its self-attention layers alone"
 
 namespace {
 Report image_step(const Architecture& m, std::uint64_t images, std::uint64_t b,
-                  Attention attention = Attention::eager, bool frozen_tower = false) {
+                  Attention attention = Attention::eager, bool frozen_tower = false,
+                  Recompute mode = Recompute::none) {
     Settings s;
     s.seq = 64, s.micro_batch = b, s.activations = ActivationModel::architecture;
+    s.recompute = mode;
     s.images = {images, 0, 0};  // every image padded to its tiles: no size needed
     s.framework.attention = attention;
     if (frozen_tower) s.tuning.mode = Training::frozen, s.tuning.frozen = {"vision"};
@@ -179,6 +181,11 @@ TEST_CASE("mllama's images: its cross-attention layers read their tokens", "[mll
     const double cross =
         4 * T * 64 * 64 + 4 * keys * 64 * 32 + 4 * T * double(N) * 64 + 2 * T * 3 * 64 * 160;
     CHECK(image_step(m, images, b).compute.step == Approx(none.compute.step + 2 * 3 * cross));
+    // Selective recomputation reruns their cores too: Q K^T and the weights over V against N keys.
+    plain.recompute = Recompute::selective;
+    CHECK(
+        image_step(m, images, b, Attention::eager, false, Recompute::selective).compute.recompute ==
+        Approx(estimate(m, plain).compute.recompute + 2 * 4 * T * double(N) * 64));
 }
 
 TEST_CASE("mllama's tower over its tiles, and serving its images refused", "[mllama][images]") {

@@ -105,14 +105,20 @@ inline double deltanet_mixer_flops(const Architecture& layer, double T, double h
            2 * T * Q * (3 * HN + 2 * di) + 6 * T * N * di;
 }
 
-/// mllama's cross-attention over `T` tokens of sequences of `seq`, each reading N image tokens: q
-/// and o over the tokens, k and v over the images' (N T / seq), Q K^T and the weights over V
-/// against N keys. Zero in a step of text alone, which skips the layer.
+/// mllama's cross-attention's core over `T` tokens, each against its sequence's N image tokens:
+/// Q K^T and the weights over V.
+inline double cross_attention_core_flops(const Architecture& layer, double T) {
+    const double N = static_cast<double>(layer.cross_attention_tokens);
+    return 4 * T * N * static_cast<double>(layer.heads * layer.head_size());
+}
+
+/// mllama's cross-attention over `T` tokens of sequences of `seq`: q and o over the tokens, k and
+/// v over the images' (N T / seq), and its core. Zero in a step of text alone, which skips it.
 inline double cross_attention_flops(const Architecture& layer, double T, double h, double seq) {
     const double N = static_cast<double>(layer.cross_attention_tokens);
     const double q = static_cast<double>(layer.heads * layer.head_size());
     const double kv = static_cast<double>(layer.key_value_heads() * layer.head_size());
-    return 4 * T * h * q + 4 * (N * T / seq) * h * kv + 4 * T * N * q;
+    return 4 * T * h * q + 4 * (N * T / seq) * h * kv + cross_attention_core_flops(layer, T);
 }
 
 /// A layer's mixer's FLOPs over `T` tokens of sequences of `seq`: a Mamba mixer's, attention's
@@ -162,9 +168,13 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
         // A Mamba mixer's matrices in place of attention's.
         const double mixer = detail::mixer_flops(layer, T, h, static_cast<double>(seq), projections,
                                                  c.attention_core);
-        const double core = attends(layer.mixer) ? c.attention_core : 0;
+        const bool runs = layer.runs_in_step();  // mllama's cross-attention: only with images
+        const double core = attends(layer.mixer) ? c.attention_core
+                            : runs && layer.mixer == Mixer::cross_attention
+                                ? detail::cross_attention_core_flops(layer, T)
+                                : 0;
         const double indexer = detail::indexer_flops(layer, T, static_cast<double>(seq));
-        const double layer_forward = layer.runs_in_step() ? mixer + mlp + indexer : 0;
+        const double layer_forward = runs ? mixer + mlp + indexer : 0;
         const double skipped =
             mode == Recompute::op && spared ? std::min((*spared)[kind], layer_forward) : 0;
         c.kind_forward[kind] = layer_forward;
@@ -175,7 +185,7 @@ inline ComputeCost compute_cost(const Architecture& m, std::uint64_t seq, std::u
         // whole forward pass, op all of it but what its policy saved.
         const double selective =
             (modules.has(Module::core_attn) ? core : 0) +
-            (modules.has(layer.is_moe() ? Module::moe : Module::mlp) ? mlp : 0);
+            (runs && modules.has(layer.is_moe() ? Module::moe : Module::mlp) ? mlp : 0);
         c.recompute += static_cast<double>(recomputed ? (*recomputed)[kind] : count) *
                        (checkpoints_layer(mode)        ? layer_forward - skipped
                         : mode == Recompute::selective ? selective
