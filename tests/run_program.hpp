@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -41,5 +42,18 @@ inline Run shell(const std::string& command) {
 }
 
 inline Run memcalc(const std::string& args) { return shell("memcalc " + args); }
+
+/// The recipes listing's row `name` (null where the listing has none), written to `path`: a recipe
+/// file, which the listing's rows are.
+inline nlohmann::json listed_recipe(const std::string& name, const std::string& path) {
+    const Run listing = memcalc("recipes --format json");
+    if (listing.status != 0) return nullptr;
+    for (const auto& row : nlohmann::json::parse(listing.out))
+        if (row["name"] == name) {
+            std::ofstream(path) << row.dump();
+            return row;
+        }
+    return nullptr;
+}
 
 }  // namespace testing

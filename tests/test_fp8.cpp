@@ -182,14 +182,10 @@ TEST_CASE(
     const std::string args = "--preset llama-7b --seq 2048 --activations architecture --format csv";
     const auto by_name = testing::memcalc(args + " --recipe fp8");
     REQUIRE(by_name.status == 0);
-    const auto listing = testing::memcalc("recipes --format json");
-    REQUIRE(listing.status == 0);
     const std::string path = "fp8_recipe_test.json";
-    for (const auto& row : nlohmann::json::parse(listing.out))
-        if (row["name"] == "fp8") {
-            CHECK(row["linears"] == "fp8-e4m3");
-            std::ofstream(path) << row.dump();
-        }
+    const nlohmann::json row = testing::listed_recipe("fp8", path);
+    REQUIRE(row.is_object());
+    CHECK(row["linears"] == "fp8-e4m3");
     const auto by_file = testing::memcalc(args + " --recipe-file " + path);
     CHECK(by_file.status == 0);
     CHECK(by_file.out == by_name.out);

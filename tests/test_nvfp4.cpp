@@ -109,16 +109,12 @@ TEST_CASE("nvfp4 through the program: listed, and said by a recipe file", "[nvfp
     const std::string args = "--preset llama-7b --seq 2048 --activations architecture --format csv";
     const auto by_name = testing::memcalc(args + " --recipe nvfp4");
     REQUIRE(by_name.status == 0);
-    const auto listing = testing::memcalc("recipes --format json");
-    REQUIRE(listing.status == 0);
     const std::string path = "nvfp4_recipe_test.json";
-    for (const auto& row : nlohmann::json::parse(listing.out))
-        if (row["name"] == "nvfp4") {
-            CHECK(row["linears"] == "nvfp4");
-            CHECK_THAT(row["linear_casts_source"].get<std::string>(),
-                       Catch::Contains("nvfp4_tensor.py"));  // where it is read from
-            std::ofstream(path) << row.dump();
-        }
+    const nlohmann::json row = testing::listed_recipe("nvfp4", path);
+    REQUIRE(row.is_object());
+    CHECK(row["linears"] == "nvfp4");
+    CHECK_THAT(row["linear_casts_source"].get<std::string>(),
+               Catch::Contains("nvfp4_tensor.py"));  // where it is read from
     const auto by_file = testing::memcalc(args + " --recipe-file " + path);
     CHECK(by_file.status == 0);
     CHECK(by_file.out == by_name.out);

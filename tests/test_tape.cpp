@@ -91,7 +91,7 @@ std::size_t check_layers(const Architecture& m, std::uint64_t s, std::uint64_t b
         for (Recompute mode : modes) {
             INFO("kind " << k << ", " << recompute_name(mode));
             const LayerActivations& layer = t.of_kind(k);
-            if (!runs_on_text(m.kind_view(k).mixer)) {  // skipped: an empty tape
+            if (!m.kind_view(k).runs_in_step()) {  // skipped: an empty tape
                 CHECK(tape::from_program(layer, mode).events.empty());
                 continue;
             }
@@ -178,7 +178,7 @@ TEST_CASE(
             REQUIRE(r.ops.size() == m.kind_count());
             for (std::size_t k = 0; k < r.ops.size(); ++k) {
                 const auto& ops = r.ops[k];
-                if (!runs_on_text(m.kind_view(k).mixer)) {  // skipped without images
+                if (!m.kind_view(k).runs_in_step()) {  // skipped without images
                     CHECK(ops.empty());
                     continue;
                 }

@@ -283,7 +283,8 @@ public:
         const bool assumed = assume_stage_split(settings.parallel, model_.layers);
         const Configuration c = configure(settings);
         Architecture with_images;
-        Report r{step_model(settings, with_images),
+        const Architecture& stepped = step_model(settings, with_images);
+        Report r{stepped,
                  settings,
                  c.splits->table,
                  c.parameter_count,
@@ -304,7 +305,7 @@ public:
         std::optional<KindCounts> recomputed;  // partial recomputation's layers, by kind
         KindFlops spared{};
         counted(settings, [&] {
-            ActivationTables t = tables(settings, c);
+            ActivationTables t = tables(stepped, settings, c);
             spared = policy_spared_flops(t, model_.kind_count());
             const Workload w = workload(settings, t, c);
             if (p.recompute_layers) recomputed = recomputed_layers(w, p);
@@ -328,7 +329,7 @@ public:
                     r.most_loaded = i;
         });
         r.compute =
-            compute_cost(r.model, settings.seq, settings.micro_batch, settings.recompute,
+            compute_cost(stepped, settings.seq, settings.micro_batch, settings.recompute,
                          settings.recompute_modules, recomputed ? &*recomputed : nullptr, &spared);
         return r;
     }
@@ -358,7 +359,7 @@ public:
         std::vector<Summary> out;
         out.reserve(modes.size());
         counted(settings, [&] {
-            ActivationTables t = tables(settings, c);
+            ActivationTables t = tables(stepped, settings, c);
             const KindFlops spared = policy_spared_flops(t, model_.kind_count());
             std::vector<std::optional<KindCounts>>
                 recomputed;  // by mode: partial recomputation's layers
@@ -531,9 +532,9 @@ private:
         return storage;
     }
 
-    ActivationTables tables(const Settings& settings, const Configuration& c) const {
-        Architecture with_images;
-        const Architecture& m = step_model(settings, with_images);
+    /// The layers' tables of `m`, the model as the step runs it (step_model), and the input side's.
+    ActivationTables tables(const Architecture& m, const Settings& settings,
+                            const Configuration& c) const {
         ActivationTables t = activation_tables(
             m, settings.seq, settings.micro_batch, settings.recipe.precision(),
             settings.activations, settings.framework, settings.recompute_modules, c.tunings);

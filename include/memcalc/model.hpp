@@ -224,9 +224,6 @@ inline const char* mixer_name(Mixer x) {
                                      "cross_attention"};
     return names[static_cast<int>(x)];
 }
-/// Whether a layer of `x` runs in a step of text alone: transformers' MllamaTextModel skips its
-/// cross-attention layers when no image is given (their parameters idle, no gradient).
-inline bool runs_on_text(Mixer x) { return x != Mixer::cross_attention; }
 /// Whether `x` holds a state-space mixer: a state per sequence (a Gated DeltaNet's recurrent
 /// state is one too).
 inline bool state_space(Mixer x) {
@@ -487,8 +484,11 @@ struct Architecture {
     }
     bool is_moe() const { return experts > 0; }
     /// Whether this layer (a kind's view) runs in the step: all do but mllama's cross-attention
-    /// layers in a step of text alone.
-    bool runs_in_step() const { return runs_on_text(mixer) || cross_attention_tokens > 0; }
+    /// layers in a step of text alone, which transformers' MllamaTextModel skips (their
+    /// parameters idle, no gradient).
+    bool runs_in_step() const {
+        return mixer != Mixer::cross_attention || cross_attention_tokens > 0;
+    }
     /// Whether norms sit before the attention and MLP branches (pre, sandwich, or one shared).
     bool norms_before_branches() const {
         return norms_per_layer != 2 || norm_position == NormPosition::pre;

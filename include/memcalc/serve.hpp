@@ -299,7 +299,7 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
         if (layers == 0) continue;
         const Architecture v = m.kind_view(k);
         // An MLP's layer caches nothing, nor a cross-attention layer without images.
-        if (v.mixer == Mixer::none || !runs_on_text(v.mixer)) continue;
+        if (v.mixer == Mixer::none || !v.runs_in_step()) continue;
         if (state_space(v.mixer)) {  // no cache: a state per sequence (transformers'
                                      // conv_states, ssm_states)
             const std::uint64_t channels = v.ssm.d_inner / tp;

@@ -101,9 +101,9 @@ namespace detail {
 /// mllama's tower before and around its blocks (MllamaVisionModel, transformers v4.53.0): the patch
 /// convolution's input cast; the pre- and post-tile embeddings' lookups (T h an image) and the
 /// gated tile position embedding's (T N h), each kept for its gate's gradient, and the
-/// aspect-ratio ids the three look up; the gates' tanh
-/// values (three in the embeddings' five products, two a global block); layernorm_pre over the
-/// tiles' N tokens, layernorm_post over their padded ones (`padded`: Sizes of the blocks).
+/// aspect-ratio ids the three look up; the gates' tanh values (three in the embeddings' five
+/// products, two a global block); layernorm_pre over the tiles' N tokens, layernorm_post over
+/// their padded ones (`padded`: Sizes of the blocks).
 inline void tile_embedding_rows(TableBuilder& t, const VisionTower& v, const ImageInput& in,
                                 Precision precision, Runtime runtime, const Sizes& padded) {
     constexpr Shape per_patch{"n_img", ActivationSplit::replicated};
@@ -163,9 +163,7 @@ inline void tiled_tower_rows(TableBuilder& t, const VisionTower& v, const ImageI
           "the weight's gradient", per_patch,
           Count(in.images) * v.tiles * tile * (1 + v.intermediate_layers) * v.hidden, d);
 }
-}  // namespace detail
 
-namespace detail {
 /// mllama's images on the input side: the processor's tiles (every image padded to max_num_tiles),
 /// the tower's rows where it trains, and the projector's output, the states every
 /// cross-attention layer's k and v projections read (kept once, whatever trains).
