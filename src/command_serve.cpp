@@ -138,19 +138,50 @@ nlohmann::json engine_json(const EngineBudget& b, const ServeSettings& s) {
         {"approximate", b.approximate}};
 }
 
-/// With a device: whether the batch fits (the device's high end), the cache's capacity beside the
 /// What the activations row holds: the prefill chunk's, and before it the images' encoder pass.
 std::string activations_note(const ServeReport& p) {
     std::string note = fmt::format("a prefill chunk of {} tokens, and the last tokens' logits",
                                    digits(Count(p.prefill_tokens)));
     if (p.encoder_items > 0)
         note += fmt::format(
-            "; {} images' encoder outputs ({} tokens each, {} B) and the larger of the tower's "
+            "; {} images' encoder outputs ({} tokens each, {} B{}) and the larger of the tower's "
             "forward and the model's",
-            p.encoder_items, p.encoder_tokens_per_item, digits(p.encoder_outputs));
+            p.encoder_items, digits(Count(p.encoder_tokens_per_item)), digits(p.encoder_outputs),
+            p.cross_tokens > 0 ? ": the projector's and the tower's own" : "");
+    if (p.encoder_items > 0 && p.cross_tokens > 0)
+        note += ", with its cross-attention mask (bf16; int64 and fp32 while made)";
     return note;
 }
 
+/// What the KV cache row holds: a token's bytes over the layers, the blocks a sequence, and what
+/// sliding windows and mllama's cross-attention layers keep (their own cache or the engine's pool).
+std::string kv_cache_note(const ServeRun& r) {
+    const ServeSettings& s = r.settings;
+    const ServeReport& p = r.report;
+    const std::string what =
+        p.kv_latent ? fmt::format("the {} latent and k's rotary part{}", dtype_name(s.kv_dtype),
+                                  p.indexer_key_bytes == 0
+                                      ? ""
+                                      : fmt::format(", the indexer's fp8 key and scale ({} B)",
+                                                    p.indexer_key_bytes))
+                    : fmt::format("k and v of {} {} head{}{}", p.kv_heads_per_rank,
+                                  dtype_name(s.kv_dtype), p.kv_heads_per_rank == 1 ? "" : "s",
+                                  p.kv_replicated ? ", replicated" : "");
+    std::string note = fmt::format("{} B a token ({} x {} layers), {} blocks of {} per sequence",
+                                   digits(p.kv_bytes_per_token), what, p.cache_layers,
+                                   digits(Count(p.blocks_per_sequence)), s.block_size);
+    if (p.windowed_layers > 0)
+        note += fmt::format("; {} sliding-window layers keep their window's", p.windowed_layers);
+    if (p.cross_layers > 0)
+        note += fmt::format(s.engine_pool ? "; {} cross-attention layers among them, the images' "
+                                            "{} tokens a sequence in the pool beside its text"
+                                          : "; {} cross-attention layers keep the images' {} "
+                                            "tokens a sequence",
+                            p.cross_layers, digits(Count(p.cross_tokens)));
+    return note;
+}
+
+/// With a device: whether the batch fits (the device's high end), the cache's capacity beside the
 /// weights and activations, and the largest batch.
 std::string device_verdict(const ServeRun& r, Unit unit) {
     const ServeSettings& s = r.settings;
@@ -189,23 +220,7 @@ std::string serve_table(const ServeRun& r, Unit unit) {
     table.row({"weights", digits(p.weights), amount(p.weights, unit),
                fmt::format("{} parameters on this rank; linear layers {}", digits(p.parameters),
                            s.weights->name)});
-    const std::string what =
-        p.kv_latent ? fmt::format("the {} latent and k's rotary part{}", dtype_name(s.kv_dtype),
-                                  p.indexer_key_bytes == 0
-                                      ? ""
-                                      : fmt::format(", the indexer's fp8 key and scale ({} B)",
-                                                    p.indexer_key_bytes))
-                    : fmt::format("k and v of {} {} head{}{}", p.kv_heads_per_rank,
-                                  dtype_name(s.kv_dtype), p.kv_heads_per_rank == 1 ? "" : "s",
-                                  p.kv_replicated ? ", replicated" : "");
-    table.row({"KV cache", digits(p.kv_cache), amount(p.kv_cache, unit),
-               fmt::format("{} B a token ({} x {} layers), {} blocks of {} per sequence{}",
-                           digits(p.kv_bytes_per_token), what, p.cache_layers,
-                           digits(Count(p.blocks_per_sequence)), s.block_size,
-                           p.windowed_layers == 0
-                               ? ""
-                               : fmt::format("; {} sliding-window layers keep their window's",
-                                             p.windowed_layers))});
+    table.row({"KV cache", digits(p.kv_cache), amount(p.kv_cache, unit), kv_cache_note(r)});
     if (r.draft)
         table.row({"draft model", digits(p.draft_weights + p.draft_kv_cache),
                    amount(p.draft_weights + p.draft_kv_cache, unit),
@@ -261,6 +276,25 @@ nlohmann::json images_json(const ServeRun& r) {
             {"encoder_output_bytes", p.encoder_outputs.value()}};
 }
 
+/// The KV cache: its bytes and how they are made; the keys of some models appended.
+nlohmann::json kv_cache_json(const ServeRun& r) {
+    const ServeReport& p = r.report;
+    nlohmann::json j = {{"bytes", p.kv_cache.value()},
+                        {"bytes_per_token", p.kv_bytes_per_token.value()},
+                        {"kv_heads_per_rank", p.kv_heads_per_rank},
+                        {"replicated", p.kv_replicated},
+                        {"latent", p.kv_latent},
+                        {"windowed_layers", p.windowed_layers},
+                        {"blocks_per_sequence", p.blocks_per_sequence},
+                        {"dtype", dtype_name(r.settings.kv_dtype)}};
+    if (p.indexer_key_bytes > 0) j["indexer_key_bytes"] = p.indexer_key_bytes;
+    if (p.cross_layers > 0) {  // mllama's
+        j["cross_attention_layers"] = p.cross_layers;
+        j["cross_attention_tokens"] = p.cross_tokens;
+    }
+    return j;
+}
+
 nlohmann::json serve_json(const ServeRun& r) {
     const ServeSettings& s = r.settings;
     const ServeReport& p = r.report;
@@ -281,15 +315,7 @@ nlohmann::json serve_json(const ServeRun& r) {
          {{"bytes", p.weights.value()},
           {"parameters", p.parameters.value()},
           {"format", s.weights->name}}},
-        {"kv_cache",
-         {{"bytes", p.kv_cache.value()},
-          {"bytes_per_token", p.kv_bytes_per_token.value()},
-          {"kv_heads_per_rank", p.kv_heads_per_rank},
-          {"replicated", p.kv_replicated},
-          {"latent", p.kv_latent},
-          {"windowed_layers", p.windowed_layers},
-          {"blocks_per_sequence", p.blocks_per_sequence},
-          {"dtype", dtype_name(s.kv_dtype)}}},
+        {"kv_cache", kv_cache_json(r)},
         {"activations", {{"bytes", p.activations.value()}, {"prefill_tokens", p.prefill_tokens}}},
         {"peak", peak_json(r)},
     };
@@ -302,8 +328,7 @@ nlohmann::json serve_json(const ServeRun& r) {
                      {"linears", p.lora_linears},
                      {"dtype", "bf16"}};
     if (r.draft) j["draft"] = draft_json(r);  // appended: the keys above stay as they were
-    if (p.indexer_key_bytes > 0) j["kv_cache"]["indexer_key_bytes"] = p.indexer_key_bytes;
-    if (p.state_layers > 0)  // appended: the keys above stay as they were
+    if (p.state_layers > 0)                   // appended: the keys above stay as they were
         j["ssm_state"] = {{"bytes", p.ssm_state.value()},
                           {"bytes_per_sequence", p.state_bytes_per_sequence.value()},
                           {"layers", p.state_layers}};
@@ -441,6 +466,7 @@ ServeSettings serve_settings(const ServeOptions& q, const std::optional<EngineSe
     s.weights = &weight_format_named(q.weights);
     s.cuda_graphs = !q.enforce_eager;
     s.images = parse_images(q.images, q.image_size);
+    s.engine_pool = engine.has_value();
     lora_settings(q, engine, s);
     return s;
 }

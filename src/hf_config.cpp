@@ -1228,7 +1228,8 @@ std::string mllama_note(const Architecture& m) {
            "text alone skips those layers, which then keep "
            "nothing: their and the tower's parameters get no gradient in plain PyTorch (None), "
            "but memcalc counts their gradients and optimizer state (leaning high); serving "
-           "mllama's images is not modelled yet";
+           "caches their k and v over the images' tokens (transformers' cache; SGLang's pool; "
+           "vLLM no longer serves mllama)";
 }
 
 /// The notes that depend on the config: Jamba's kernels, Granite's Mamba-2 layers, a tower.

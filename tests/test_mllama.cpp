@@ -1,14 +1,16 @@
 // mllama (Llama 3.2 Vision, model_type mllama): its parameters written out (the tiled tower, the
 // projector, LLaMA's layers with cross-attention layers among them, an embedding of vocab + 8
 // rows), its text-only steps (the cross-attention layers skipped, as MllamaTextModel skips them
-// without images), serving without images, and the config reader's refusals.
+// without images), serving with and without images, and the config reader's refusals.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "memcalc/estimate.hpp"
+#include "memcalc/engine_budget.hpp"
 #include "memcalc/serve.hpp"
 #include "model_file.hpp"
 
@@ -188,7 +190,7 @@ TEST_CASE("mllama's images: its cross-attention layers read their tokens", "[mll
         Approx(estimate(m, plain).compute.recompute + 2 * 4 * T * double(N) * 64));
 }
 
-TEST_CASE("mllama's tower over its tiles, and serving its images refused", "[mllama][images]") {
+TEST_CASE("mllama's tower over its tiles", "[mllama][images]") {
     const Architecture m = mllama_import(mllama_config({1}));
     // Eager: every block's scores over an image's tiles at once, 3 tiles of 8 (5 padded) tokens.
     const Report eager = image_step(m, 2, 1), flash = image_step(m, 2, 1, Attention::flash);
@@ -201,9 +203,85 @@ TEST_CASE("mllama's tower over its tiles, and serving its images refused", "[mll
         }
     CHECK(mask);
     CHECK(input_side_bytes(eager) > input_side_bytes(flash));
+}
+
+TEST_CASE("serving mllama's images: its cross-attention layers cache their tokens",
+          "[mllama][serve]") {
+    const Architecture m = mllama_import(mllama_config({1, 3}));
+    const auto [images, b, block] = GENERATE(table<std::uint64_t, std::uint64_t, std::uint64_t>(
+        {{1, 1, 16}, {2, 3, 16}, {3, 2, 4}, {1, 4, 1}}));
+    CAPTURE(images, b, block);
     ServeSettings s;
-    s.context = 256, s.images = {1, 0, 0};
-    CHECK_THROWS_WITH(serve(m, s), Catch::Contains("serving mllama's images"));
+    s.context = 100, s.batch = b, s.block_size = block, s.images = {images, 0, 0};
+    const auto blocks = [&](std::uint64_t tokens) { return (tokens + block - 1) / block * block; };
+    const std::uint64_t N = images * 3 * 5, layer = 2 * 2 * 16 * 2;  // k and v of 2 heads of 16
+    // transformers' cache, a layer's own: 3 self-attention layers keep the text, 2 cross-attention
+    // layers each image's 3 tiles of 5 tokens.
+    const ServeReport own = serve(m, s);
+    CHECK(own.cross_layers == 2);
+    CHECK(own.cross_tokens == N);
+    CHECK(own.cache_layers == 5);
+    CHECK(own.kv_cache.value() == b * (3 * layer * blocks(100) + 2 * layer * blocks(N)));
+    // An engine's pool: a token's slot holds all 5 layers, and the images' tokens take slots.
+    s.engine_pool = true;
+    CHECK(serve(m, s).kv_cache.value() == b * 5 * layer * blocks(100 + N));
+    s.images = {};
+    CHECK(serve(m, s).kv_cache.value() == b * 5 * layer * blocks(100));
+    s.engine_pool = false;
+    CHECK(serve(m, s).kv_cache.value() == b * 3 * layer * blocks(100));
+}
+
+TEST_CASE("serving mllama's images: the tower's pass and the cross-attention mask",
+          "[mllama][serve]") {
+    const Architecture m = mllama_import(mllama_config({1, 3}));
+    const auto [chunk, images] =
+        GENERATE(table<std::uint64_t, std::uint64_t>({{250, 2}, {100, 1}, {1000, 3}}));
+    CAPTURE(chunk, images);
+    ServeSettings s;
+    s.context = 100, s.batch = 4, s.prefill_chunk = chunk, s.images = {images, 0, 0};
+    const ServeReport r = serve(m, s);
+    // The chunk's sequences' images at once (250 tokens: 3 sequences), each 3 tiles of 5 tokens.
+    const std::uint64_t tokens = std::min<std::uint64_t>(chunk, 400);
+    const std::uint64_t items = std::min<std::uint64_t>((tokens + 99) / 100, 4) * images;
+    CHECK(r.encoder_items == items);
+    CHECK(r.encoder_tokens_per_item == 15);
+    // Kept: the projector's output (h 64) and the tower's, the last and 2 intermediate outputs.
+    const std::uint64_t kept = items * 15 * (64 + 3 * 32) * 2;
+    CHECK(r.encoder_outputs.value() == kept);
+    // The tower: pixels (fp32, bf16), every local block's output over 3 tiles of 8 padded tokens
+    // (output_hidden_states), the tiles' mask, then a block's temporaries (the stream twice and
+    // the larger of q, k, v and o (4 heads of 8) and its fc1's output and GELU's) or the stacked
+    // outputs.
+    const std::uint64_t n = items * 24, pixels = items * 3 * 3 * 28 * 28;
+    const std::uint64_t block = 2 * n * 32 * 2 + std::max(n * 4 * 32 * 2, 2 * n * 48 * 2);
+    const std::uint64_t stacked = n * 2 * 32 * 2 + items * 15 * 3 * 32 * 2;
+    const std::uint64_t tower =
+        pixels * 6 + 4 * n * 32 * 2 + items * 24 * 24 * 2 + std::max(block, stacked);
+    // The language model's: its forward's and the mask over each token's images' tokens (bf16),
+    // or the mask being made (int64, fp32 and bf16).
+    const std::uint64_t mask = tokens * images * 15;
+    const std::uint64_t model = std::max(
+        detail::total_bytes(detail::forward_temporaries(m, tokens, 4, 1)).value() + 2 * mask,
+        14 * mask);
+    CHECK(r.activations.value() == kept + std::max(tower, model));
+}
+
+TEST_CASE("engines serving mllama: SGLang's pool over every layer, vLLM refused",
+          "[mllama][serve][engine]") {
+    const Architecture m = mllama_import(mllama_config({1, 3}));
+    ServeSettings s;
+    s.context = 100, s.images = {2, 0, 0};
+    EngineSettings e;
+    e.rule = engine_rule("sglang");
+    e.max_model_len = 1000;
+    const Count memory(8ULL << 30);
+    const EngineBudget b = engine_budget(m, s, e, memory, DeviceSettings{});
+    // Pages of one token over all 5 layers; a request of 1,000 tokens and its images' 30.
+    CHECK(b.kv_cache_bytes.value() == b.tokens * 5 * 128);
+    CHECK(b.max_concurrency == Approx(double(b.tokens) / (1000 + 30)));
+    e.rule = engine_rule("vllm", "0.6");
+    CHECK_THROWS_WITH(engine_budget(m, s, e, memory, DeviceSettings{}),
+                      Catch::Contains("removed it in 0.10.2"));
 }
 
 TEST_CASE("mllama's configs memcalc cannot model are refused by value", "[mllama][hf_config]") {

@@ -354,7 +354,14 @@ inline EngineBudget engine_budget(const Architecture& m, ServeSettings s, const 
                               "do); memcalc models V1's draft pool from --engine-version 0.21"
                         : "memcalc does not model " + std::string(e.rule->engine) +
                               "'s draft model: its draft worker keeps a pool of its own");
-    s.context = b.max_model_len, s.batch = 1;
+    if (e.rule->engine == Text("vllm") && m.any_mixer(Mixer::cross_attention))
+        throw error(model_name(m) +
+                    "'s cross-attention layers: vLLM served mllama on its V0 engine alone, whose "
+                    "profiling run encodes images for every dummy sequence (not modelled), and "
+                    "removed it in 0.10.2 (PR #24907); give --engine sglang or hf");
+    // vLLM's blocks, or SGLang's pages of one token.
+    const std::uint64_t page = e.rule->share == ShareRule::profiled ? s.block_size : 1;
+    s.context = b.max_model_len, s.batch = 1, s.engine_pool = true, s.block_size = page;
     const ServeReport one = serve(m, s);  // the weights, and a request's cache at the model length
     b.approximate = one.windowed_layers > 0 || one.state_layers > 0;
     b.terms.push_back({"requested", detail::share(b.cuda_total, fraction), true,
@@ -362,7 +369,7 @@ inline EngineBudget engine_budget(const Architecture& m, ServeSettings s, const 
                            ? "CUDA's total x gpu_memory_utilization"
                            : "CUDA's total x mem_fraction_static"});
     detail::add_terms(b, m, one, s, row);
-    detail::fill_cache(b, one, e.rule->share == ShareRule::profiled ? s.block_size : 1);
+    detail::fill_cache(b, one, page);
     return b;
 }
 

@@ -12,12 +12,12 @@
 #include <string_view>
 #include <vector>
 
-#include "memcalc/blocks/vision_tower.hpp"
 #include "memcalc/dtype.hpp"
 #include "memcalc/error.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/parallel.hpp"
 #include "memcalc/params.hpp"
+#include "memcalc/serve_forward.hpp"
 #include "memcalc/units.hpp"
 
 namespace memcalc {
@@ -85,12 +85,10 @@ struct ServeSettings {
     /// Images a prompt may hold (vLLM's --limit-mm-per-prompt), each at most width x height: the
     /// vision tower's encoder pass before a prefill. None: a text-only engine.
     ImageInput images;
-};
-
-/// `count` tensors of `bytes` each: how a rank's memory is made, for the allocator's replay.
-struct TensorRun {
-    Count bytes;
-    std::uint64_t count = 1;
+    /// An engine's pool (vLLM's blocks, SGLang's token slots) gives a token room in every attention
+    /// layer: mllama's cross-attention layers hold theirs with or without images, and a sequence's
+    /// image tokens take slots as its text does. false: transformers' cache, each layer its own.
+    bool engine_pool = false;
 };
 
 /// What one tensor-parallel rank holds.
@@ -112,6 +110,9 @@ struct ServeReport {
     std::uint64_t encoder_items = 0, encoder_tokens_per_item = 0;
     Count encoder_outputs;
     std::uint64_t cache_layers = 0;  ///< the attention layers, which keep a KV cache
+    /// mllama's cross-attention layers, and the image tokens each caches a sequence (a layer's own
+    /// cache; in an engine's pool the tokens take slots in every layer, counted in the blocks).
+    std::uint64_t cross_layers = 0, cross_tokens = 0;
     /// Mamba layers keep no cache but a state per sequence, whatever its length: the convolution's
     /// last d_conv inputs (bf16) and the scan's d_inner x d_state state (fp32), d_inner split
     /// across ranks.
@@ -176,10 +177,6 @@ inline void validate(const ServeSettings& s, const Architecture& m) {
                     " has " + (m.any_moe() ? "experts" : "Mamba layers"));
     if (s.max_loras > 0) detail::require_positive("max lora rank", s.max_lora_rank);
     check_images(m, s.images);  // the largest image's size, where the tower takes any
-    if (s.images.any() && m.vision.tiled())
-        throw error("images " + std::to_string(s.images.images) + ": serving " + model_name(m) +
-                    "'s images (its tiled encoder and the cross-attention layers' cache of their "
-                    "k and v) is not modelled yet; without images it is served as text");
     if (!s.draft) return;
     // vLLM's SpeculativeConfig refuses a draft of another vocabulary (out-of-bounds token ids).
     if (mamba(*s.draft))
@@ -279,13 +276,24 @@ inline std::uint64_t indexer_key_bytes(const LatentAttention& a) {
     return a.indexed() ? key.bytes(Count(a.index_head_dim)).value() : 0;
 }
 
+/// The blocks a sequence keeps in a layer (a kind's view) of `full` blocks a sequence: a
+/// cross-attention layer's own cache its images' tokens alone; a sliding-window layer its window's
+/// tokens and one block more (the block the window's start falls in).
+inline std::uint64_t layer_blocks(const Architecture& v, const ServeSettings& s,
+                                  std::uint64_t full) {
+    const std::uint64_t own = v.mixer == Mixer::cross_attention && !s.engine_pool
+                                  ? ceil_div(Count(v.cross_attention_tokens), s.block_size).value()
+                                  : full;
+    if (v.window == 0) return own;
+    return std::min(own, ceil_div(Count(v.window), s.block_size).value() + 1);
+}
+
 /// The KV cache (and Mamba state) of s.batch sequences of s.context tokens, on one rank.
 inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeReport& r) {
     const std::uint64_t tp = s.tp;
     // The cache, a kind of layer at a time: k and v of its key/value heads on this rank (whole
     // heads when fewer than ranks), or latent attention's compressed latent and k's rotary part
-    // (one per token, whole on every rank, as vLLM keeps it); a sliding-window layer keeps its
-    // window's tokens and one block more (the block the window's start falls in).
+    // (one per token, whole on every rank, as vLLM keeps it).
     const std::uint64_t kv = m.key_value_heads();
     r.kv_replicated = !m.mla.enabled() && kv < tp;
     r.kv_heads_per_rank = m.mla.enabled() ? 1 : r.kv_replicated ? 1 : kv / tp;
@@ -293,13 +301,18 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
     r.indexer_key_bytes = indexer_key_bytes(m.mla);
     r.blocks_per_sequence = 0;
     const std::uint64_t cache = bytes_per_element(s.kv_dtype);
-    const std::uint64_t blocks_full = ceil_div(Count(s.context), s.block_size).value();
+    // In an engine's pool a sequence's image tokens (mllama's) take slots beside its text.
+    const Count pooled = Count(s.context) + (s.engine_pool ? m.cross_attention_tokens : 0);
+    const std::uint64_t blocks_full = ceil_div(pooled, s.block_size).value();
+    r.cross_tokens = m.cross_attention_tokens;
     for (std::size_t k = 0; k < m.kind_count(); ++k) {
         const std::uint64_t layers = m.layers_of_kind(k);
         if (layers == 0) continue;
         const Architecture v = m.kind_view(k);
-        // An MLP's layer caches nothing, nor a cross-attention layer without images.
-        if (v.mixer == Mixer::none || !v.runs_in_step()) continue;
+        // An MLP's layer caches nothing, nor in a cache of its own a cross-attention layer
+        // without images.
+        if (v.mixer == Mixer::none || (!s.engine_pool && !v.runs_in_step())) continue;
+        if (v.mixer == Mixer::cross_attention) r.cross_layers += layers;
         if (state_space(v.mixer)) {  // no cache: a state per sequence (transformers'
                                      // conv_states, ssm_states)
             const std::uint64_t channels = v.ssm.d_inner / tp;
@@ -320,113 +333,15 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
             Count(layers) * (cache * (v.mla.enabled() ? v.mla.kv_lora_rank + v.mla.qk_rope_head_dim
                                                       : 2 * r.kv_heads_per_rank * v.head_size()) +
                              indexer_key_bytes(v.mla));
-        const std::uint64_t blocks =
-            v.window == 0
-                ? blocks_full
-                : std::min(blocks_full, ceil_div(Count(v.window), s.block_size).value() + 1);
+        const std::uint64_t blocks = layer_blocks(v, s, blocks_full);
         r.kv_bytes_per_token += per_token;
         const Count kind_cache = Count(s.batch) * blocks * s.block_size * per_token;
         r.kv_cache += kind_cache;
         r.cache_tensors.push_back({Count(kind_cache.value() / layers), layers});
         r.blocks_per_sequence = std::max(r.blocks_per_sequence, blocks);
-        if (blocks < blocks_full) r.windowed_layers += layers;
+        if (v.window != 0 && blocks < blocks_full) r.windowed_layers += layers;
     }
     r.ssm_state = Count(s.batch) * r.state_bytes_per_sequence;
-}
-
-/// The largest temporaries of one forward of `tokens` tokens on a rank of `tp`, in bf16 with no
-/// autograd, ending in the logits of `rows` sequences' last tokens, as tensors in the order made:
-/// the residual stream and the norm's output, then the larger of attention's q, k, v and output (a
-/// fused kernel: no scores) and the MLP's gate/up output and product (per routed slot for experts,
-/// beside the gathered tokens, their outputs and the router's fp32 logits), and the logits in bf16
-/// and an fp32 copy for sampling.
-inline std::vector<TensorRun> forward_temporaries(const Architecture& m, std::uint64_t tokens,
-                                                  std::uint64_t rows, std::uint64_t tp) {
-    const std::uint64_t N = tokens, kv = m.key_value_heads();
-    const std::uint64_t heads = m.heads / tp, d = m.head_size();
-    const std::uint64_t kv_heads = m.mla.enabled() || kv < tp ? 1 : kv / tp;
-    // DeepSeek-V3.2's indexer scores every cached key for each token: fp32 logits (vLLM's
-    // fp8_mqa_logits), N x N for a prefill of N.
-    const Count indexer = m.mla.indexed() ? Count(N) * N * dtype::fp32 : Count(0);
-    const Count attention = Count(N) * (2 * heads * d + 2 * kv_heads * d) * dtype::bf16 + indexer;
-    Count mlp;
-    m.every_kind([&](const Architecture& v) {
-        if (!v.has_mlp) return true;
-        const Count slots = Count(N) * v.active_experts();
-        Count here = slots * (ceil_div(Count(v.ffn), tp).value() * (v.mlp == Mlp::gated ? 3 : 2)) *
-                     dtype::bf16;
-        if (v.is_moe())
-            here += slots * m.hidden * (2 * dtype::bf16) + Count(N) * v.experts * dtype::fp32;
-        mlp = std::max(mlp, here);
-        return true;
-    });
-    // A Mamba mixer's prefill: in_proj's x and z, the convolution's output, delta, the scan's
-    // output and its gate, d_i wide each, in bf16 (mamba_ssm's kernels), counted beside attention's
-    // as the larger.
-    if (m.any_mixer(Mixer::mamba))
-        mlp = std::max(mlp, Count(N) * (6 * (m.ssm.d_inner / tp)) * dtype::bf16);
-    // Mamba-2's: in_proj's output, the convolution's, the scan's and the gated norm's; a Gated
-    // DeltaNet's the same with its in_proj_qkvz's and in_proj_ba's outputs.
-    if (m.any_kind([](const Architecture& v) {
-            return has_mamba2(v.mixer) || v.mixer == Mixer::gated_deltanet;
-        })) {
-        const StateSpace& x = m.ssm;
-        const std::uint64_t in =
-            m.any_mixer(Mixer::gated_deltanet) ? x.deltanet_in_width() : x.in_proj_width();
-        const std::uint64_t wide = in + x.conv_channels() + 2 * x.d_inner;
-        mlp = std::max(mlp, Count(N) * (wide / tp) * dtype::bf16);
-    }
-    const Count stream = Count(N) * m.hidden * dtype::bf16;
-    const Count logits = Count(rows) * ceil_div(Count(m.vocab), tp).value();
-    return {{stream, 2},
-            {std::max(attention, mlp), 1},
-            {logits * dtype::bf16, 1},
-            {logits * dtype::fp32, 1}};
-}
-
-/// Bytes of `runs` together.
-inline Count total_bytes(const std::vector<TensorRun>& runs) {
-    Count out;
-    for (const TensorRun& run : runs) out += Count(run.count) * run.bytes;
-    return out;
-}
-
-/// The vision encoder's pass before a prefill, as vLLM budgets it (encoder_cache_manager.py's
-/// compute_encoder_budget, gpu_model_runner.py's profile_run; read, not measured): as many of the
-/// largest images as `budget` tokens need, at least one, at most `sequences` x images per prompt,
-/// encoded at once; their outputs, the language model's width in bf16, stay cached while the
-/// language model's forward runs. The tower's forward: memcalc's block over their patches, whole
-/// on every rank (vLLM splits some towers: leaning high).
-struct EncoderPass {
-    std::uint64_t items = 0, tokens_per_item = 0;
-    Count outputs;                       ///< bytes
-    std::vector<TensorRun> temporaries;  ///< the stream and a block's largest, no logits
-};
-
-inline EncoderPass encoder_pass(const Architecture& m, const ImageInput& images,
-                                std::uint64_t budget, std::uint64_t sequences) {
-    const VisionTower& v = m.vision;
-    const std::uint64_t patches = v.patches(images.width, images.height);
-    EncoderPass e;
-    e.tokens_per_item = patches / (v.merge * v.merge);
-    const std::uint64_t needed = budget / e.tokens_per_item + (budget % e.tokens_per_item != 0);
-    const std::uint64_t most =
-        sequences > needed / images.images ? needed : sequences * images.images;
-    e.items = std::min(needed, most);
-    e.outputs = Count(e.items) * e.tokens_per_item * v.out_hidden * dtype::bf16;
-    e.temporaries =
-        forward_temporaries(tower_block(v, patches), (Count(e.items) * patches).value(), 0, 1);
-    e.temporaries.resize(2);
-    return e;
-}
-
-/// `model`'s forward temporaries after the encoder's pass: its outputs first, then the larger of
-/// the tower's temporaries and the model's (the tower's are freed before the model runs).
-inline std::vector<TensorRun> after_encoder(std::vector<TensorRun> model, const EncoderPass& e) {
-    std::vector<TensorRun> runs{{e.outputs, 1}};
-    const auto& larger = total_bytes(e.temporaries) > total_bytes(model) ? e.temporaries : model;
-    runs.insert(runs.end(), larger.begin(), larger.end());
-    return runs;
 }
 
 /// A prefill chunk's temporaries: a batch whose tokens pass a chunk fills it (the product is not
@@ -436,7 +351,15 @@ inline void serve_activations(const Architecture& m, const ServeSettings& s, Ser
     r.prefill_tokens = s.batch > chunk / s.context ? chunk : s.batch * s.context;
     r.prefill_tensors = forward_temporaries(m, r.prefill_tokens, s.batch, s.tp);
     if (s.images.any()) {
-        const EncoderPass e = encoder_pass(m, s.images, chunk, s.batch);
+        EncoderPass e;
+        if (m.vision.tiled()) {  // mllama's: the chunk's sequences' images, all of them
+            const std::uint64_t sequences = ceil_div(Count(r.prefill_tokens), s.context).value();
+            e = tiled_encoder_pass(m, s.images, std::min(sequences, s.batch));
+            r.prefill_tensors = with_cross_attention_mask(
+                std::move(r.prefill_tensors), Count(r.prefill_tokens), m.cross_attention_tokens);
+        } else {
+            e = encoder_pass(m, s.images, chunk, s.batch);
+        }
         r.encoder_items = e.items, r.encoder_tokens_per_item = e.tokens_per_item;
         r.encoder_outputs = e.outputs;
         r.prefill_tensors = after_encoder(std::move(r.prefill_tensors), e);
@@ -462,11 +385,20 @@ inline void serve_draft(const ServeSettings& s, ServeReport& r) {
 }
 }  // namespace detail
 
+/// `m` with the image tokens each sequence's cross-attention layers read (mllama's: every image
+/// padded to max_num_tiles tiles), as a step's model carries them.
+inline Architecture serving_model(const Architecture& m, const ServeSettings& s) {
+    Architecture served = m;
+    served.cross_attention_tokens = cross_attention_tokens(m.vision, s.images, 1);
+    return served;
+}
+
 /// The weights, KV cache and prefill activations of serving `m` as `s` says, on one rank; a count
 /// past 64 bits names the inputs that made it.
-inline ServeReport serve(const Architecture& m, const ServeSettings& s) {
-    validate(m);
-    validate(s, m);
+inline ServeReport serve(const Architecture& model, const ServeSettings& s) {
+    validate(model);
+    validate(s, model);
+    const Architecture m = serving_model(model, s);
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
     ServeReport r;
     detail::named_overflow([&] { detail::serve_weights(m, s, r); },
