@@ -213,7 +213,8 @@ TEST_CASE("serving mllama's images: its cross-attention layers cache their token
     CAPTURE(images, b, block);
     ServeSettings s;
     s.context = 100, s.batch = b, s.block_size = block, s.images = {images, 0, 0};
-    const auto blocks = [&](std::uint64_t tokens) { return (tokens + block - 1) / block * block; };
+    const std::uint64_t page = block;  // a lambda cannot capture a structured binding (C++17)
+    const auto blocks = [page](std::uint64_t tokens) { return (tokens + page - 1) / page * page; };
     const std::uint64_t N = images * 3 * 5, layer = 2 * 2 * 16 * 2;  // k and v of 2 heads of 16
     // transformers' cache, a layer's own: 3 self-attention layers keep the text, 2 cross-attention
     // layers each image's 3 tiles of 5 tokens.
