@@ -2,12 +2,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "model_folder.hpp"
+#include "ordered_parallel.hpp"
 #include "memcalc/memcalc.hpp"
 #include "render.hpp"
 
@@ -191,14 +193,24 @@ void run_single(const EstimateOptions& q, EstimateRun& run, Spool& out,
     }
 }
 
+/// One piece of a CSV sweep: a sequence length and a run of its micro-batches (indices into
+/// EstimateRun::batches, end not included).
+struct SweepPiece {
+    std::uint64_t seq = 0;
+    std::size_t first = 0, end = 0;
+};
+
+/// A piece's CSV rows and what a plot needs of them.
+struct PieceRows {
+    std::string text;
+    std::vector<SweepPoint> points;
+    std::size_t rows = 0;
+};
+
 /// A sweep as it is rendered, a configuration at a time.
 struct SweepOutput {
     SweepOutput(const EstimateRun& r, const Estimator& e, bool plot, Spool& o)
-        : run(r), estimator(e), plotted(plot), out(o), csv_rows(r.modes.size()) {
-        if (r.view.device_memory)
-            for (CsvRowWriter& w : csv_rows)
-                w.device = DeviceFit{*r.view.device_memory, r.view.reserve};
-    }
+        : run(r), estimator(e), plotted(plot), out(o) {}
 
     const EstimateRun& run;
     const Estimator& estimator;
@@ -207,10 +219,17 @@ struct SweepOutput {
     std::vector<SweepPoint> points;  ///< what a plot needs of each configuration
     std::optional<SweepTable> table;
     std::size_t done = 0;
-    /// By mode: each remembers the digits of its last row's numbers, most of which its next
-    /// repeats.
-    std::vector<CsvRowWriter> csv_rows;
     Progress progress{"sweep", 64};
+
+    /// The CSV rows' writers, one by mode: each remembers the digits of its last row's numbers,
+    /// most of which its next repeats.
+    std::vector<CsvRowWriter> csv_writers() const {
+        std::vector<CsvRowWriter> writers(run.modes.size());
+        if (run.view.device_memory)
+            for (CsvRowWriter& w : writers)
+                w.device = DeviceFit{*run.view.device_memory, run.view.reserve};
+        return writers;
+    }
 
     /// A configuration's device figure (high end), for the verdict of a sweep with a device:
     /// its timelines replayed through the allocator.
@@ -221,31 +240,32 @@ struct SweepOutput {
         return d ? std::optional<Count>(d->high_bytes) : std::nullopt;
     }
 
-    /// The CSV row of `r`, under run.modes[mode].
-    void add_row(Summary& r, std::size_t mode) {
-        if (plotted)
-            points.push_back({r.settings.seq, r.settings.micro_batch, r.settings.recompute,
-                              r.peak.bytes.total()});
-        CsvRowWriter& writer = csv_rows[mode];
-        if (writer.device) r.device = device_high(r.settings);
-        out.append_with(
-            [&](std::string& text) { writer.append(text, run.model.architecture.name, r); });
-        progress(++done);
+    /// Every mode's CSV row of one configuration (`settings` but its recomputation), off `line`
+    /// where it covers the micro-batch, by `writers` into `into`.
+    void csv_rows(const Settings& settings, MicroBatchLines* line,
+                  std::vector<CsvRowWriter>& writers, PieceRows& into) const {
+        const auto row = [&](Summary& r, std::size_t mode) {
+            if (plotted)
+                into.points.push_back({r.settings.seq, r.settings.micro_batch, r.settings.recompute,
+                                       r.peak.bytes.total()});
+            CsvRowWriter& writer = writers[mode];
+            if (writer.device) r.device = device_high(r.settings);
+            writer.append(into.text, run.model.architecture.name, r);
+            ++into.rows;
+        };
+        if (line && line->covers(settings.micro_batch)) {
+            for (std::size_t m = 0; m < run.modes.size(); ++m)
+                row(line->at(settings.micro_batch, m), m);
+            return;
+        }
+        // The closed form: no table kept, no timeline built.
+        std::vector<Summary> rows = estimator.summaries(settings, run.modes);
+        for (std::size_t m = 0; m < rows.size(); ++m) row(rows[m], m);
     }
 
-    /// Every mode of one configuration (`settings` but its recomputation), off `line` where it
-    /// covers the micro-batch.
-    void add(Settings& settings, MicroBatchLines* line = nullptr) {
+    /// Every mode of one configuration (`settings` but its recomputation), as JSON or a table.
+    void add(Settings& settings) {
         const std::uint64_t s = settings.seq, b = settings.micro_batch;
-        if (line && line->covers(b)) {
-            for (std::size_t m = 0; m < run.modes.size(); ++m) add_row(line->at(b, m), m);
-            return;
-        }
-        if (run.format == Format::csv) {  // the closed form: no table kept, no timeline built
-            std::vector<Summary> rows = estimator.summaries(settings, run.modes);
-            for (std::size_t m = 0; m < rows.size(); ++m) add_row(rows[m], m);
-            return;
-        }
         settings.timelines = run.format == Format::json;  // only JSON prints them
         for (auto mode : run.modes) {
             settings.recompute = mode;
@@ -261,6 +281,78 @@ struct SweepOutput {
     }
 };
 
+/// `settings` at sequence length `s`, micro-batch `b`, `layout` and `attention`, under the
+/// first recomputation mode.
+void configure(Settings& settings, const EstimateRun& run, std::uint64_t s, std::uint64_t b,
+               const Parallelism& layout, Attention attention) {
+    settings.seq = s, settings.micro_batch = b;
+    settings.recompute = run.modes.front();
+    settings.framework.attention = attention;
+    settings.parallel = layout;
+}
+
+/// A CSV sweep's pieces in its order: each sequence length's micro-batches, at most 512 a piece,
+/// so that however long the sweep a piece's rows stay few.
+std::vector<SweepPiece> sweep_pieces(const EstimateRun& run) {
+    constexpr std::size_t most = 512;
+    std::vector<SweepPiece> pieces;
+    for (auto s : run.seqs)
+        for (std::size_t first = 0; first < run.batches.size(); first += most)
+            pieces.push_back({s, first, std::min(run.batches.size(), first + most)});
+    return pieces;
+}
+
+/// One piece's rows. Along the micro-batch a row comes off its configuration's lines where they
+/// are drawn (micro_batch_line.hpp, `lines`): with no global batch, the layouts are every
+/// micro-batch's.
+PieceRows piece_rows(const SweepOutput& sweep, const SweepPiece& piece, bool lines,
+                     const std::vector<std::vector<Parallelism>>& layouts_of,
+                     std::vector<CsvRowWriter>& writers) {
+    const EstimateRun& run = sweep.run;
+    Settings settings = run.settings;
+    const std::vector<std::uint64_t> batches(run.batches.begin() + piece.first,
+                                             run.batches.begin() + piece.end);
+    std::vector<MicroBatchLines> drawn;  // by layout, then attention
+    if (lines)
+        for (const auto& layout : layouts_of.front())
+            for (auto attention : run.attentions) {
+                configure(settings, run, piece.seq, batches.front(), layout, attention);
+                drawn.emplace_back(sweep.estimator, settings, run.modes, batches);
+            }
+    PieceRows rows;
+    for (std::size_t bi = piece.first; bi < piece.end; ++bi) {
+        std::size_t line = 0;  // its index in drawn
+        for (const auto& layout : layouts_of[bi])
+            for (auto attention : run.attentions) {
+                configure(settings, run, piece.seq, run.batches[bi], layout, attention);
+                sweep.csv_rows(settings, line < drawn.size() ? &drawn[line] : nullptr, writers,
+                               rows);
+                ++line;
+            }
+    }
+    return rows;
+}
+
+/// A CSV sweep: its pieces made on worker threads (worker_threads()), each thread with writers
+/// of its own, and written in order, as one thread would write them.
+void csv_sweep(SweepOutput& sweep, const std::vector<std::vector<Parallelism>>& layouts_of,
+               bool lines) {
+    const std::vector<SweepPiece> pieces = sweep_pieces(sweep.run);
+    const unsigned threads = worker_threads();
+    std::vector<std::vector<CsvRowWriter>> writers(std::max(1u, threads), sweep.csv_writers());
+    ordered_parallel<PieceRows>(
+        pieces.size(), threads,
+        [&](std::size_t i, unsigned worker) {
+            return piece_rows(sweep, pieces[i], lines, layouts_of, writers[worker]);
+        },
+        [&](std::size_t, PieceRows rows) {
+            sweep.out.append(rows.text);
+            sweep.points.insert(sweep.points.end(), rows.points.begin(), rows.points.end());
+            sweep.done += rows.rows;
+            sweep.progress.at(sweep.done);
+        });
+}
+
 /// Every configuration of the lists, rendered as it is made: the sweep keeps no report, so its
 /// memory does not grow with its length (a table keeps each row's text, to align the columns).
 void run_sweep(const EstimateOptions& q, EstimateRun& run, Spool& out,
@@ -269,38 +361,20 @@ void run_sweep(const EstimateOptions& q, EstimateRun& run, Spool& out,
     const Estimator estimator(arch);  // the parameter table and its splits, once for the sweep
     SweepOutput sweep(run, estimator, !q.report.plot.empty(), out);
     if (run.format == Format::table) sweep.table.emplace(run.view);
-    if (run.format == Format::csv) out.append(csv_header());
     std::vector<std::vector<Parallelism>> layouts_of;  // per micro-batch (--global-batch: count)
     for (auto b : run.batches) layouts_of.push_back(parse_layouts(q.parallel, q.step, b));
-    Settings& settings = run.settings;
-    const auto configure = [&](std::uint64_t s, std::uint64_t b, const Parallelism& layout,
-                               Attention attention) {
-        settings.seq = s, settings.micro_batch = b;
-        settings.recompute = run.modes.front();
-        settings.framework.attention = attention;
-        settings.parallel = layout;
-    };
-    // Along the micro-batch a CSV row comes off its configuration's lines where they are drawn
-    // (micro_batch_line.hpp): with no global batch, the layouts are every micro-batch's.
-    const bool lines =
-        run.format == Format::csv && !run.view.device_memory && q.parallel.global_batch.empty();
-    const std::vector<Parallelism> no_layouts;
-    for (auto s : run.seqs) {
-        std::vector<MicroBatchLines> drawn;  // by layout, then attention
-        for (const auto& layout : lines ? layouts_of.front() : no_layouts)
-            for (auto attention : run.attentions) {
-                configure(s, run.batches.front(), layout, attention);
-                drawn.emplace_back(estimator, settings, run.modes, run.batches);
-            }
-        for (std::size_t bi = 0; bi < run.batches.size(); ++bi) {
-            std::size_t line = 0;  // its index in drawn
-            for (const auto& layout : layouts_of[bi])
-                for (auto attention : run.attentions) {
-                    configure(s, run.batches[bi], layout, attention);
-                    sweep.add(settings, line < drawn.size() ? &drawn[line] : nullptr);
-                    ++line;
-                }
-        }
+    if (run.format == Format::csv) {
+        out.append(csv_header());
+        csv_sweep(sweep, layouts_of, !run.view.device_memory && q.parallel.global_batch.empty());
+    } else {
+        Settings& settings = run.settings;
+        for (auto s : run.seqs)
+            for (std::size_t bi = 0; bi < run.batches.size(); ++bi)
+                for (const auto& layout : layouts_of[bi])
+                    for (auto attention : run.attentions) {
+                        configure(settings, run, s, run.batches[bi], layout, attention);
+                        sweep.add(settings);
+                    }
     }
     if (run.format == Format::json) out.append("\n]\n");
     if (sweep.table) out.append(sweep.table->str());

@@ -4,6 +4,8 @@
 // process (fuzz/fuzz_command_line.cpp).
 #include "command_line.hpp"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -126,6 +128,13 @@ int run_and_write(const ParsedCommand& command, std::ostream& out_stream, std::o
         if (std::find(said.begin(), said.end(), note) == said.end())
             err << "memcalc: " << note << "\n", said.push_back(note);
     if (printed == nullptr) return 0;
+    if (&out_stream ==
+        &std::cout) {  // the process's own: its file descriptor, copied in the kernel
+        out_stream.flush();
+        if (out_stream && write_whole(STDOUT_FILENO, *printed)) return 0;
+        err << "memcalc: cannot write to standard output: " << std::strerror(errno) << "\n";
+        return exit_input_error;
+    }
     const bool read = printed->each_chunk([&out_stream](std::string_view chunk) {
         out_stream.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
     });

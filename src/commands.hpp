@@ -29,7 +29,11 @@ public:
         if (shown_) std::cerr << "\r\033[K" << std::flush;
     }
     void operator()(std::size_t done) {
-        if (!terminal_ || done % every_ != 0) return;
+        if (done % every_ == 0) at(done);
+    }
+    /// Looks at the clock whatever the count: for a caller that counts in large steps.
+    void at(std::size_t done) {
+        if (!terminal_) return;
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
         if (seconds < 1) return;

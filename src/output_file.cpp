@@ -1,6 +1,7 @@
 #include "output_file.hpp"
 
 #include <fcntl.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -269,18 +270,40 @@ void refuse_clashes(const std::vector<PendingFile>& files, const std::vector<Tar
     }
 }
 
-/// Writes all of `f` to `fd`; false (errno set) when a write fails.
-bool write_whole(int fd, const PendingFile& f) {
-    bool ok = true;
-    const auto write_all = [&](std::string_view text) {
-        for (std::size_t done = 0; ok && done < text.size();) {
-            const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-            if (n < 0 && errno == EINTR) continue;
-            ok = n > 0;
-            if (ok) done += static_cast<std::size_t>(n);
-        }
-    };
-    return f.each_chunk(write_all) && ok;
+/// Writes all of `text` to `fd`; false (errno set) when a write fails.
+bool write_text(int fd, std::string_view text) {
+    for (std::size_t done = 0; done < text.size();) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        done += static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+/// Writes all of `f` to `fd`; false (errno set) when a read or a write fails.
+bool write_pending(int fd, const PendingFile& f);
+
+/// Copies `in`'s bytes from `offset` to its end to `out`, in the kernel where it can (sendfile:
+/// no read back into memory and write out again), else through a buffer.
+bool copy_file(int in, int out, off_t offset) {
+    const off_t size = lseek(in, 0, SEEK_END);
+    if (size < 0) return false;
+    while (offset < size) {
+        const ssize_t n = sendfile(out, in, &offset, static_cast<std::size_t>(size - offset));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EINVAL || errno == ENOSYS)) break;  // not to this kind of file
+        if (n <= 0) return false;
+    }
+    std::string chunk(offset < size ? 1u << 20 : 0, '\0');
+    while (offset < size) {
+        const ssize_t n = pread(in, chunk.data(), chunk.size(), offset);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0 || !write_text(out, std::string_view(chunk.data(), std::size_t(n))))
+            return false;
+        offset += n;
+    }
+    return true;
 }
 
 struct Temporary {
@@ -328,7 +351,7 @@ Temporary write_temporary(const PendingFile& f, const Target& target) {
         umask(mask);
         mode = 0666 & ~mask;
     }
-    bool ok = fchmod(fd, mode) == 0 && write_whole(fd, f) && fsync(fd) == 0;
+    bool ok = fchmod(fd, mode) == 0 && write_pending(fd, f) && fsync(fd) == 0;
     const std::string why = ok ? "" : reason();
     ok = close(fd) == 0 && ok;
     if (!ok) {
@@ -362,7 +385,7 @@ public:
     void write() {
         // A reader that goes away is an error to report (and temporaries to remove), not a death.
         const auto previous = std::signal(SIGPIPE, SIG_IGN);
-        bool ok = write_whole(fd_, *f_);
+        bool ok = write_pending(fd_, *f_);
         const std::string why = ok ? "" : reason();
         std::signal(SIGPIPE, previous);
         ok = close(std::exchange(fd_, -1)) == 0 && ok;
@@ -382,6 +405,19 @@ Spool::~Spool() {
 
 void Spool::append(std::string_view text) {
     append_with([&](std::string& memory) { memory += text; });
+}
+
+namespace {
+bool write_pending(int fd, const PendingFile& f) {
+    return f.spool != nullptr ? f.spool->write_to(fd) : write_text(fd, f.text);
+}
+}  // namespace
+
+bool write_whole(int fd, const PendingFile& f) { return write_pending(fd, f); }
+
+bool Spool::write_to(int fd) const {
+    if (file_ != nullptr && !copy_file(fileno(file_), fd, 0)) return false;
+    return write_text(fd, memory_);  // all of it, or what follows the file's
 }
 
 void Spool::settle() {

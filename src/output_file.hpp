@@ -39,6 +39,11 @@ public:
         return true;
     }
 
+    /// Writes every byte, in order, to `fd`: the file's part copied in the kernel (sendfile(2))
+    /// where it can be, else read and written a megabyte at a time. false (errno set) when a
+    /// read or a write fails.
+    bool write_to(int fd) const;
+
 private:
     /// Past 16 MiB, the text so far goes to the file, and then every megabyte.
     void settle();
@@ -75,5 +80,8 @@ struct PendingFile {
 /// Returns the one file that names standard output, for the caller to print (nullptr: none).
 /// Throws memcalc::error, or usage_error for a path that is an input or named twice.
 const PendingFile* write_files(const std::vector<PendingFile>& files);
+
+/// Writes all of `f` to `fd`; false (errno set) when a read or a write fails.
+bool write_whole(int fd, const PendingFile& f);
 
 }  // namespace memcalc::cli

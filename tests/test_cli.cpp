@@ -935,3 +935,52 @@ TEST_CASE("a CSV sweep's rows off its lines are the rows each micro-batch alone 
     CHECK(count == alone.size());
     CHECK(count == 2 * 40 * 3);
 }
+
+TEST_CASE("a CSV sweep made on worker threads prints what one thread prints",
+          "[cli][sweep][threads]") {
+    std::string batches;  // 600 micro-batches: two pieces of one sequence length
+    for (int b = 1; b <= 600; ++b) batches += (b > 1 ? "," : "") + std::to_string(b);
+    const std::string plot = "/tmp/memcalc_threads_test.svg";
+    const std::string sweep = GENERATE_COPY(
+        std::string("--preset gpt2 --seq 64,128,256,512 --micro-batch 1,2,3,5,8,13,21,34,40 "
+                    "--recompute all"),
+        "--preset llama-3.2-1b --seq 512 --micro-batch " + batches + " --recompute all",
+        std::string("--preset gpt2 --seq 64,128 --micro-batch 1,2,4 --tp 1,2 --pp 1,2 --dp 2"),
+        std::string("--preset gpt2 --seq 128,256 --micro-batch 1,2 --gpu h100-sxm"),
+        std::string("--preset gpt2 --seq 256 --micro-batch 1,2 --dp 1,2 --global-batch 8"),
+        std::string("--preset gpt2 --seq 64,512,2048,128 --micro-batch 1,2,3 --recompute all"),
+        "--preset gpt2 --seq 64,128,256 --recompute all --plot " + plot);
+    CAPTURE(sweep);
+    const auto svg = [&] {
+        std::ifstream in(plot);
+        std::stringstream text;
+        text << in.rdbuf();
+        std::remove(plot.c_str());
+        return text.str();
+    };
+    const auto one = testing::shell("MEMCALC_THREADS=1 memcalc " + sweep + " --format csv");
+    const std::string one_svg = svg();
+    const auto three = testing::shell("MEMCALC_THREADS=3 memcalc " + sweep + " --format csv");
+    CHECK(three.status == one.status);
+    CHECK(three.out == one.out);  // every row, in order; nothing where a row fails
+    CHECK(three.err == one.err);
+    CHECK(svg() == one_svg);
+    if (sweep.find("2048") != std::string::npos) {  // past GPT-2's 1,024 positions: the error alone
+        CHECK(one.status != 0);
+        CHECK(one.out.empty());
+    } else {
+        CHECK(one.status == 0);
+        CHECK(std::count(one.out.begin(), one.out.end(), '\n') > 4);
+    }
+}
+
+TEST_CASE("MEMCALC_THREADS takes a count from 1 to 256 and names anything else",
+          "[cli][sweep][threads]") {
+    const std::string value = GENERATE(as<std::string>{}, "0", "257", "two", "-1", "1.5");
+    const auto run = testing::shell("MEMCALC_THREADS=" + value +
+                                    " memcalc --preset gpt2 --seq 64,128 --format csv");
+    CHECK(run.status != 0);
+    CHECK(run.out.empty());
+    CHECK(run.err.find("MEMCALC_THREADS must be a count of threads from 1 to 256 (got '" + value +
+                       "')") != std::string::npos);
+}
