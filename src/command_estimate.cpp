@@ -292,15 +292,18 @@ void configure(Settings& settings, const EstimateRun& run, std::uint64_t s, std:
 }
 
 /// A CSV sweep's pieces in its order: each sequence length's micro-batches, at most 512 a piece,
-/// so that however long the sweep a piece's rows stay few.
-std::vector<SweepPiece> sweep_pieces(const EstimateRun& run) {
-    constexpr std::size_t most = 512;
-    std::vector<SweepPiece> pieces;
-    for (auto s : run.seqs)
-        for (std::size_t first = 0; first < run.batches.size(); first += most)
-            pieces.push_back({s, first, std::min(run.batches.size(), first + most)});
-    return pieces;
-}
+/// so that however long the sweep a piece's rows stay few; made as asked for, none kept.
+struct SweepPieces {
+    static constexpr std::size_t most = 512;
+    const EstimateRun& run;
+
+    std::size_t per_seq() const { return (run.batches.size() + most - 1) / most; }
+    std::size_t size() const { return run.seqs.size() * per_seq(); }
+    SweepPiece operator[](std::size_t i) const {
+        const std::size_t first = i % per_seq() * most;
+        return {run.seqs[i / per_seq()], first, std::min(run.batches.size(), first + most)};
+    }
+};
 
 /// One piece's rows. Along the micro-batch a row comes off its configuration's lines where they
 /// are drawn (micro_batch_line.hpp, `lines`): with no global batch, the layouts are every
@@ -337,7 +340,7 @@ PieceRows piece_rows(const SweepOutput& sweep, const SweepPiece& piece, bool lin
 /// of its own, and written in order, as one thread would write them.
 void csv_sweep(SweepOutput& sweep, const std::vector<std::vector<Parallelism>>& layouts_of,
                bool lines) {
-    const std::vector<SweepPiece> pieces = sweep_pieces(sweep.run);
+    const SweepPieces pieces{sweep.run};
     const unsigned threads = worker_threads();
     std::vector<std::vector<CsvRowWriter>> writers(std::max(1u, threads), sweep.csv_writers());
     ordered_parallel<PieceRows>(

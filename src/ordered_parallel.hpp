@@ -16,8 +16,12 @@
 namespace memcalc::cli {
 
 /// Worker threads for work that splits: MEMCALC_THREADS where set (1 to 256), else the machine's
-/// cores, at most 8. Throws memcalc::error naming a value that is no such count.
+/// cores, at most 8; one in the browser's build, which has no threads. Throws memcalc::error naming
+/// a value that is no such count.
 inline unsigned worker_threads() {
+#if defined(__EMSCRIPTEN__)
+    return 1;
+#else
     if (const char* given = std::getenv("MEMCALC_THREADS")) {
         const std::string text = given;
         const bool digits = !text.empty() && text.size() <= 3 &&
@@ -30,6 +34,7 @@ inline unsigned worker_threads() {
     }
     const unsigned cores = std::thread::hardware_concurrency();
     return cores == 0 ? 1 : cores < 8 ? cores : 8;
+#endif
 }
 
 namespace ordered_work {

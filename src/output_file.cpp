@@ -1,7 +1,9 @@
 #include "output_file.hpp"
 
 #include <fcntl.h>
+#if defined(__linux__)
 #include <sys/sendfile.h>
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -289,12 +291,14 @@ bool write_pending(int fd, const PendingFile& f);
 bool copy_file(int in, int out, off_t offset) {
     const off_t size = lseek(in, 0, SEEK_END);
     if (size < 0) return false;
+#if defined(__linux__)
     while (offset < size) {
         const ssize_t n = sendfile(out, in, &offset, static_cast<std::size_t>(size - offset));
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EINVAL || errno == ENOSYS)) break;  // not to this kind of file
         if (n <= 0) return false;
     }
+#endif
     std::string chunk(offset < size ? 1u << 20 : 0, '\0');
     while (offset < size) {
         const ssize_t n = pread(in, chunk.data(), chunk.size(), offset);

@@ -172,6 +172,19 @@ TEST_CASE("a model of a dense and a mixture-of-experts kind is each kind's sum",
     }
 }
 
+TEST_CASE("a kind's own q/k norms have their weights in its layers", "[layer_kinds][params]") {
+    Architecture m = dense_then_moe();  // heads of 64: 8 of them over 512
+    const Count plain = parameter_table(m).total();
+    const auto [norm, per_layer] =
+        GENERATE(table<QkNorm, std::uint64_t>({{QkNorm::per_head, 2 * 64},     // q_norm, k_norm: d
+                                               {QkNorm::whole, 512 + 4 * 64},  // a*d and k*d
+                                               {QkNorm::none, 0}}));
+    m.layer_kinds[1].qk_norm = norm;  // the 6 MoE layers' alone
+    const ParameterTable t = parameter_table(m);
+    CHECK(t.total() == plain + Count(6 * per_layer));
+    CHECK(t.per_layer(0) == parameter_table(dense_then_moe()).per_layer(0));
+}
+
 TEST_CASE("the closed form of a mixed model allocates nothing and finds the timelines' peak",
           "[layer_kinds]") {
     Architecture m = dense_then_moe();

@@ -423,8 +423,9 @@ struct ParameterRows {
         weight(Linear::mamba_out, Part::attention, "d_i x h", {di, h}, split);
     }
 
-    /// Attention: a query heads, k key/value heads of width d; an output gate doubles q_proj.
-    void attention() {
+    /// Attention: a query heads, k key/value heads of width d; an output gate doubles q_proj; q
+    /// and k normed as `qk` (the layer kind's).
+    void attention(QkNorm qk) {
         const bool gated = m.attention_output_gate;
         const std::uint64_t q_out = gated ? 2 * q : q;
         weight(Linear::q, Part::attention, gated ? "h x 2a*d" : "h x a*d", {h, q_out}, split);
@@ -435,10 +436,10 @@ struct ParameterRows {
             bias(Linear::k, Part::attention, "k*d", {kv}, split);
             bias(Linear::v, Part::attention, "k*d", {kv}, split);
         }
-        if (m.qk_norm == QkNorm::per_head) {  // one weight of d, shared by every head
+        if (qk == QkNorm::per_head) {  // one weight of d, shared by every head
             add(Part::norms, Group::layer, "q_norm.weight", "d", {m.head_size()});
             add(Part::norms, Group::layer, "k_norm.weight", "d", {m.head_size()});
-        } else if (m.qk_norm == QkNorm::whole) {  // one weight over the whole projection (OLMo 2)
+        } else if (qk == QkNorm::whole) {  // one weight over the whole projection (OLMo 2)
             add(Part::norms, Group::layer, "q_norm.weight", "a*d", {q});
             add(Part::norms, Group::layer, "k_norm.weight", "k*d", {kv});
         }
@@ -466,12 +467,12 @@ struct ParameterRows {
         if (has_mamba2(mixer)) mamba2();
         if (mixer == Mixer::gated_deltanet) gated_deltanet();
     }
-    /// Attention's tensors: latent or standard, and o_proj's bias.
-    void attention_mixer() {
+    /// Attention's tensors: latent or standard, and o_proj's bias; `view`: the layer's kind.
+    void attention_mixer(const Architecture& view) {
         if (m.mla.enabled())
             latent_attention();
         else
-            attention();
+            attention(view.qk_norm);
         if (m.bias == Bias::attention || m.bias == Bias::all)
             bias(Linear::o, Part::attention, "h", {h});
     }
@@ -483,7 +484,7 @@ struct ParameterRows {
                          ? NormNames{"layer_norm.weight", "layer_norm.bias"}
                          : NormNames{"attention_norm.weight", "attention_norm.bias"});
         state_space_mixer(view.mixer);
-        if (attends(view.mixer)) attention_mixer();
+        if (attends(view.mixer)) attention_mixer(view);
         if (view.mixer == Mixer::cross_attention) cross_attention();
         if (m.norms_after_branches())
             add_norm(Part::norms, Group::layer,
