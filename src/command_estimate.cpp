@@ -196,12 +196,14 @@ void run_single(const EstimateOptions& q, EstimateRun& run, Spool& out,
 /// One piece of a CSV sweep: a sequence length and a run of its micro-batches (indices into
 /// EstimateRun::batches, end not included).
 struct SweepPiece {
+    std::size_t index = 0;  ///< its place in the sweep: the first opens a JSON array
     std::uint64_t seq = 0;
     std::size_t first = 0, end = 0;
 };
 
-/// A piece's CSV rows and what a plot needs of them.
+/// A piece's CSV rows or JSON objects and what a plot needs of them.
 struct PieceRows {
+    bool opens = false;  ///< the sweep's first piece: its first JSON object opens the array
     std::string text;
     std::vector<SweepPoint> points;
     std::size_t rows = 0;
@@ -263,19 +265,32 @@ struct SweepOutput {
         for (std::size_t m = 0; m < rows.size(); ++m) row(rows[m], m);
     }
 
-    /// Every mode of one configuration (`settings` but its recomputation), as JSON or a table.
-    void add(Settings& settings) {
-        const std::uint64_t s = settings.seq, b = settings.micro_batch;
-        settings.timelines = run.format == Format::json;  // only JSON prints them
+    /// Every mode's JSON object of one configuration (`settings` but its recomputation), into
+    /// `into`: the sweep's first opens the array.
+    void json_rows(Settings settings, PieceRows& into) const {
+        settings.timelines = true;  // JSON prints them
         for (auto mode : run.modes) {
             settings.recompute = mode;
             const Report r = estimator.estimate(settings);
-            if (plotted) points.push_back({s, b, mode, r.peak_step().bytes.total()});
-            if (run.format == Format::json)
-                out.append((done == 0 ? "[\n" : ",\n") +
-                           indented(report_json(r, run.view).dump(2), 2));
-            else
-                table->add(r);
+            if (plotted)
+                into.points.push_back(
+                    {settings.seq, settings.micro_batch, mode, r.peak_step().bytes.total()});
+            into.text += (into.opens && into.rows == 0 ? "[\n" : ",\n") +
+                         indented(report_json(r, run.view).dump(2), 2);
+            ++into.rows;
+        }
+    }
+
+    /// Every mode of one configuration (`settings` but its recomputation), as a table's rows.
+    void add(Settings& settings) {
+        settings.timelines = false;
+        for (auto mode : run.modes) {
+            settings.recompute = mode;
+            const Report r = estimator.estimate(settings);
+            if (plotted)
+                points.push_back(
+                    {settings.seq, settings.micro_batch, mode, r.peak_step().bytes.total()});
+            table->add(r);
             progress(++done);
         }
     }
@@ -301,13 +316,13 @@ struct SweepPieces {
     std::size_t size() const { return run.seqs.size() * per_seq(); }
     SweepPiece operator[](std::size_t i) const {
         const std::size_t first = i % per_seq() * most;
-        return {run.seqs[i / per_seq()], first, std::min(run.batches.size(), first + most)};
+        return {i, run.seqs[i / per_seq()], first, std::min(run.batches.size(), first + most)};
     }
 };
 
-/// One piece's rows. Along the micro-batch a row comes off its configuration's lines where they
-/// are drawn (micro_batch_line.hpp, `lines`): with no global batch, the layouts are every
-/// micro-batch's.
+/// One piece's rows (CSV or JSON). Along the micro-batch a row comes off its configuration's lines
+/// where they are drawn (micro_batch_line.hpp, `lines`): with no global batch, the layouts are
+/// every micro-batch's.
 PieceRows piece_rows(const SweepOutput& sweep, const SweepPiece& piece, bool lines,
                      const std::vector<std::vector<Parallelism>>& layouts_of,
                      std::vector<CsvRowWriter>& writers) {
@@ -323,23 +338,27 @@ PieceRows piece_rows(const SweepOutput& sweep, const SweepPiece& piece, bool lin
                 drawn.emplace_back(sweep.estimator, settings, run.modes, batches);
             }
     PieceRows rows;
+    rows.opens = piece.index == 0;
     for (std::size_t bi = piece.first; bi < piece.end; ++bi) {
         std::size_t line = 0;  // its index in drawn
         for (const auto& layout : layouts_of[bi])
             for (auto attention : run.attentions) {
                 configure(settings, run, piece.seq, run.batches[bi], layout, attention);
-                sweep.csv_rows(settings, line < drawn.size() ? &drawn[line] : nullptr, writers,
-                               rows);
+                if (run.format == Format::json)
+                    sweep.json_rows(settings, rows);
+                else
+                    sweep.csv_rows(settings, line < drawn.size() ? &drawn[line] : nullptr, writers,
+                                   rows);
                 ++line;
             }
     }
     return rows;
 }
 
-/// A CSV sweep: its pieces made on worker threads (worker_threads()), each thread with writers
-/// of its own, and written in order, as one thread would write them.
-void csv_sweep(SweepOutput& sweep, const std::vector<std::vector<Parallelism>>& layouts_of,
-               bool lines) {
+/// A CSV or JSON sweep: its pieces made on worker threads (worker_threads()), each thread with
+/// writers of its own, and written in order, as one thread would write them.
+void sweep_in_pieces(SweepOutput& sweep, const std::vector<std::vector<Parallelism>>& layouts_of,
+                     bool lines) {
     const SweepPieces pieces{sweep.run};
     const unsigned threads = worker_threads();
     std::vector<std::vector<CsvRowWriter>> writers(std::max(1u, threads), sweep.csv_writers());
@@ -366,9 +385,11 @@ void run_sweep(const EstimateOptions& q, EstimateRun& run, Spool& out,
     if (run.format == Format::table) sweep.table.emplace(run.view);
     std::vector<std::vector<Parallelism>> layouts_of;  // per micro-batch (--global-batch: count)
     for (auto b : run.batches) layouts_of.push_back(parse_layouts(q.parallel, q.step, b));
-    if (run.format == Format::csv) {
-        out.append(csv_header());
-        csv_sweep(sweep, layouts_of, !run.view.device_memory && q.parallel.global_batch.empty());
+    if (run.format != Format::table) {
+        if (run.format == Format::csv) out.append(csv_header());
+        const bool lines =
+            run.format == Format::csv && !run.view.device_memory && q.parallel.global_batch.empty();
+        sweep_in_pieces(sweep, layouts_of, lines);
     } else {
         Settings& settings = run.settings;
         for (auto s : run.seqs)

@@ -974,6 +974,24 @@ TEST_CASE("a CSV sweep made on worker threads prints what one thread prints",
     }
 }
 
+TEST_CASE("a JSON sweep made on worker threads prints what one thread prints",
+          "[cli][sweep][threads]") {
+    const std::string sweep = GENERATE(
+        as<std::string>{}, "--preset gpt2 --seq 64,128,256 --micro-batch 1,2,3 --recompute all",
+        "--preset gpt2 --seq 64,64,128 --micro-batch 1,2 --tp 1,2 --dp 2",
+        "--preset gpt2 --seq 64,2048,128 --micro-batch 1,2");
+    CAPTURE(sweep);
+    const auto one = testing::shell("MEMCALC_THREADS=1 memcalc " + sweep + " --format json");
+    const auto three = testing::shell("MEMCALC_THREADS=3 memcalc " + sweep + " --format json");
+    CHECK(three.status == one.status);
+    CHECK(three.out == one.out);
+    CHECK(three.err == one.err);
+    if (one.status == 0)  // one array of every configuration's object, in order
+        CHECK(nlohmann::json::parse(one.out).size() >= 6);
+    else
+        CHECK(one.out.empty());
+}
+
 TEST_CASE("MEMCALC_THREADS takes a count from 1 to 256 and names anything else",
           "[cli][sweep][threads]") {
     const std::string value = GENERATE(as<std::string>{}, "0", "257", "two", "-1", "1.5");
