@@ -335,6 +335,8 @@ std::string activations_section(const Report& r, const View& view, bool why) {
                 m.head_size(), layer.ffn,
                 layer.is_moe() && r.parameters.kinds > 1
                     ? fmt::format(" E={} top-{}", layer.experts, layer.active_experts())
+                : layer.mixer == Mixer::cross_attention  // the images' tokens its keys are over
+                    ? fmt::format(" N={}", layer.cross_attention_tokens)
                     : "",
                 r.settings.recipe.activation_bytes());
         }

@@ -193,7 +193,12 @@ inline constexpr Shape sbkv{"sb(kd)",
                             ActivationSplit::tensor};        ///< keys or values at their own heads
 inline constexpr Shape sbf{"sbf", ActivationSplit::tensor};  ///< the MLP's hidden width
 inline constexpr Shape scores{"as^2b", ActivationSplit::tensor};  ///< attention scores per head
-inline constexpr Shape asb{"asb", ActivationSplit::tensor};       ///< a value per head and query
+// Cross-attention's keys over the images' N tokens a sequence (mllama's), not the sequence's.
+inline constexpr Shape Nbkv{"Nb(kd)", ActivationSplit::tensor};  ///< keys or values
+inline constexpr Shape Nbq{"Nb(ad)", ActivationSplit::tensor};   ///< them at every query head
+inline constexpr Shape kNb{"kNb", ActivationSplit::tensor};      ///< a value per head and key
+inline constexpr Shape asNb{"asNb", ActivationSplit::tensor};    ///< scores against them
+inline constexpr Shape asb{"asb", ActivationSplit::tensor};      ///< a value per head and query
 inline constexpr Shape ksb{"ksb",
                            ActivationSplit::tensor};  ///< a value per key/value head and token
 inline constexpr Shape sbE{

@@ -109,12 +109,12 @@ inline void eager_scores_rows(TableBuilder& t, const Architecture& m, const Size
         // The scores stay in the compute dtype, the scaled ones and the masked ones at once;
         // torch.where's condition is the bool buffer's own view (GPT-2's), nothing new.
         t.workspace(false, mask.filled ? "Q K^T / sqrt(d), masked_fill" : "Q K^T / sqrt(d), where",
-                    "the scaled scores and the masked ones", bytes_of(2 * z.d, "as^2b"),
-                    Count(2 * z.d) * z.scores);
+                    "the scaled scores and the masked ones",
+                    bytes_of(2 * z.d, z.keyed.scores.symbol), Count(2 * z.d) * z.scores);
     } else if (m.mask_in_product) {
         // baddbmm(mask, q / sqrt(d), k^T): the scores alone, in the compute dtype.
         t.workspace(false, "baddbmm(mask, Q / sqrt(d), K^T)", "the scores, the mask added",
-                    bytes_of(z.d, "as^2b"), Count(z.d) * z.scores);
+                    bytes_of(z.d, z.keyed.scores.symbol), Count(z.d) * z.scores);
     } else {
         // Q K^T, then / sqrt(d) and + mask, each out of place: two s x s score tensors at once,
         // before softmax makes the first saved one. The mask has the stream's dtype, which the sum
@@ -124,7 +124,7 @@ inline void eager_scores_rows(TableBuilder& t, const Architecture& m, const Size
                     z.upcast
                         ? "the scaled scores, and their upcast copy and their sum with the mask"
                         : "the scaled scores, and the scores or their sum with the mask",
-                    bytes_of(scores, "as^2b"), Count(scores) * z.scores);
+                    bytes_of(scores, z.keyed.scores.symbol), Count(scores) * z.scores);
     }
 }
 
@@ -135,18 +135,18 @@ inline void softmax_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
     if (softmax_fp32) {
         t.add("softmax",
               m.attention_sinks ? "its output over s + 1 columns, fp32" : "its output, fp32",
-              "softmax's gradient is written in its output", shape::scores, softmax_elements,
+              "softmax's gradient is written in its output", z.keyed.scores, softmax_elements,
               dtype::fp32, Keep::not_selective);
         if (!dropout)
             t.add("attention over V",
                   std::string("the weights, cast back to ") + dtype_name(z.compute),
-                  "the gradient w.r.t. v is weights^T x the output's gradient", shape::scores,
+                  "the gradient w.r.t. v is weights^T x the output's gradient", z.keyed.scores,
                   z.scores, z.d, Keep::not_selective);
     } else {
         t.add("softmax",
               std::string(dropout ? "its output" : "its output (also the weights over V)") +
                   (m.attention_sinks ? ", s + 1 columns" : ""),
-              "softmax's gradient is written in its output", shape::scores, softmax_elements, z.d,
+              "softmax's gradient is written in its output", z.keyed.scores, softmax_elements, z.d,
               Keep::not_selective);
     }
 }
@@ -161,10 +161,11 @@ inline void attention_dropout_rows(TableBuilder& t, const Sizes& z) {
     const std::uint64_t drawn = z.kernels->dropout_mask ? dtype::mask : z.d;
     t.workspace(false, "attention dropout",
                 z.kernels->dropout_mask ? "its mask and its output" : "its noise and its output",
-                bytes_of(drawn + z.d, "as^2b"), Count(drawn + z.d) * z.scores);
-    dropout_row(t, z, z.compute, "attention dropout", shape::scores, z.scores, Keep::not_selective);
+                bytes_of(drawn + z.d, z.keyed.scores.symbol), Count(drawn + z.d) * z.scores);
+    dropout_row(t, z, z.compute, "attention dropout", z.keyed.scores, z.scores,
+                Keep::not_selective);
     t.add("attention over V", "the dropped-out weights",
-          "the gradient w.r.t. v is weights^T x the output's gradient", shape::scores, z.scores,
+          "the gradient w.r.t. v is weights^T x the output's gradient", z.keyed.scores, z.scores,
           z.d, Keep::not_selective);
 }
 
@@ -179,7 +180,7 @@ inline void over_v_rows(TableBuilder& t, const Sizes& z, const Shape& output) {
                    z.kernels->bmm_backward_copies > 0
                        ? "the weights' gradient, the output's and v's, two contiguous copies"
                        : "the weights' gradient, the output's and v's",
-                   bytes_of(z.d, "as^2b") + " + " + bytes_of(over_v, "sb(a d_v)"),
+                   bytes_of(z.d, z.keyed.scores.symbol) + " + " + bytes_of(over_v, "sb(a d_v)"),
                    Count(z.d) * z.scores + Count(over_v) * z.sbv);
     if (z.narrow)
         projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1,
@@ -202,15 +203,15 @@ inline void softmax_work(TableBuilder& t, const Architecture& m, const Sizes& z,
                         backward =
                             out + z.kernels->softmax_backward_tensors * (copy ? dtype::fp32 : z.s);
     t.workspace_at(softmax_row + 1, false, "softmax",
-                   copy ? "its input and its fp32 copy" : "its input", bytes_of(forward, "as^2b"),
-                   Count(forward) * softmax_elements);
+                   copy ? "its input and its fp32 copy" : "its input",
+                   bytes_of(forward, z.keyed.scores.symbol), Count(forward) * softmax_elements);
     // The product with V's backward has made v's gradient before the softmax's runs, and freed v,
     // which it alone saved; selective recomputation's checkpoint holds an unrepeated v still
     // (measured: cpu-rotary-wide512).
     if (m.key_value_heads() == m.heads) t.held_by_checkpoint(z.sbv * z.d);
     t.workspace_at(softmax_row + 1, true, "softmax backward",
-                   "the gradients of its output and its input", bytes_of(backward, "as^2b"),
-                   Count(backward) * softmax_elements);
+                   "the gradients of its output and its input",
+                   bytes_of(backward, z.keyed.scores.symbol), Count(backward) * softmax_elements);
 }
 
 /// Eager attention's core: the scores, the softmax, a dropout, the product with V.

@@ -53,7 +53,7 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
     const char* names[3] = {"q projection", "k projection", "v projection"};
     for (int i = 0; i < 3; ++i)
         t.policy_output(saved[i] && !shared[i], names[i], "its output",
-                        i == 0 ? shape::sbq : shape::sbkv, i == 0 ? z.sbq : z.sbkv, z.d);
+                        i == 0 ? shape::sbq : z.keyed.kv, i == 0 ? z.sbq : z.sbkv, z.d);
     t.add("Q K^T", rotary ? "q after rotary" : "q",
           "the gradient w.r.t. k is q x the scores' gradient", shape::sbq, z.sbq, z.d, Keep::always,
           1, RowFacts{}.saved_by_policy(saved[0] && shared[0]));
@@ -66,13 +66,13 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
             key ? "the gradient w.r.t. q is the scores' gradient x k"
                 : "the gradient w.r.t. the weights is the output's gradient x v";
         if (repeated) {  // every query head's copy: s b a d, or the images' tokens' (cross)
-            t.add(op, what + ", repeated to every query head", why, shape::sbq,
+            t.add(op, what + ", repeated to every query head", why, z.keyed.repeated,
                   z.sbkv * (m.heads / m.key_value_heads()), z.d, Keep::not_selective);
             t.add("selective checkpoint", what + " (k heads), an input of the core attention",
-                  "the checkpoint reruns the core attention from it", shape::sbkv, z.sbkv, z.d,
+                  "the checkpoint reruns the core attention from it", z.keyed.kv, z.sbkv, z.d,
                   Keep::only_selective);
         } else {
-            t.add(op, what, why, shape::sbkv, z.sbkv, z.d, Keep::always, 1,
+            t.add(op, what, why, z.keyed.kv, z.sbkv, z.d, Keep::always, 1,
                   RowFacts{}.saved_by_policy(saved[i] && shared[i]));
         }
     }
@@ -87,13 +87,13 @@ inline void qk_norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z)
     if (m.qk_norm == QkNorm::l2) {
         rmsnorm_rows(t, z, "q L2 norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads,
                      "query head and token", z.d, false, std::nullopt, false);
-        rmsnorm_rows(t, z, "k L2 norm", shape::sbkv, z.sbkv, shape::ksb,
+        rmsnorm_rows(t, z, "k L2 norm", z.keyed.kv, z.sbkv, z.keyed.per_head,
                      z.key_tokens * m.key_value_heads(), "key head and token", z.d, false,
                      std::nullopt, false);
     } else if (m.qk_norm == QkNorm::per_head) {
         rmsnorm_rows(t, z, "q_norm", shape::sbq, z.sbq, shape::asb, z.tokens * m.heads,
                      "query head and token", z.d, fp32);
-        rmsnorm_rows(t, z, "k_norm", shape::sbkv, z.sbkv, shape::ksb,
+        rmsnorm_rows(t, z, "k_norm", z.keyed.kv, z.sbkv, z.keyed.per_head,
                      z.key_tokens * m.key_value_heads(), "key head and token", z.d, fp32);
     } else if (m.qk_norm == QkNorm::whole) {
         rmsnorm_rows(t, z, "q_norm (whole width)", shape::sbq, z.sbq, shape::sb, z.tokens, "token",

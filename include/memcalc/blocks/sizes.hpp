@@ -23,8 +23,13 @@ struct Sizes {
     Count sbv;          ///< the attention's output (and values at every head): s b a d_v
     Count sbf;          ///< the MLP's hidden width
     Count scores;       ///< a s^2 b
-    DType compute;      ///< the recipe's compute dtype
-    std::uint64_t d;    ///< its bytes per activation
+    /// The letters of the keys' tensors: the sequence's, or under cross-attention the images' N.
+    struct KeyShapes {
+        Shape kv = shape::sbkv, repeated = shape::sbq, per_head = shape::ksb,
+              scores = shape::scores;
+    } keyed;
+    DType compute;    ///< the recipe's compute dtype
+    std::uint64_t d;  ///< its bytes per activation
     DType
         stream;  ///< the residual stream's dtype: the compute dtype, or the weights' under autocast
     std::uint64_t s;  ///< its bytes per element
@@ -77,6 +82,7 @@ struct Sizes {
         cross.key_tokens = Count(keys) * b;
         cross.sbkv = cross.key_tokens * m.key_value_heads() * m.head_size();
         cross.scores = Count(m.heads) * seq * keys * b;
+        cross.keyed = {shape::Nbkv, shape::Nbq, shape::kNb, shape::asNb};
         return cross;
     }
 
