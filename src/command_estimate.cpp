@@ -265,34 +265,38 @@ struct SweepOutput {
         for (std::size_t m = 0; m < rows.size(); ++m) row(rows[m], m);
     }
 
-    /// Every mode's JSON object of one configuration (`settings` but its recomputation), into
-    /// `into`: the sweep's first opens the array.
-    void json_rows(Settings settings, PieceRows& into) const {
-        settings.timelines = true;  // JSON prints them
+    /// Every mode's whole report of one configuration (`settings` but its recomputation) to
+    /// `use`, its plot point into `into` where the sweep is plotted.
+    template <class Use>
+    void each_report(Settings settings, bool timelines, std::vector<SweepPoint>& into,
+                     Use use) const {
+        settings.timelines = timelines;
         for (auto mode : run.modes) {
             settings.recompute = mode;
             const Report r = estimator.estimate(settings);
             if (plotted)
-                into.points.push_back(
+                into.push_back(
                     {settings.seq, settings.micro_batch, mode, r.peak_step().bytes.total()});
-            into.text += (into.opens && into.rows == 0 ? "[\n" : ",\n") +
-                         indented(report_json(r, run.view).dump(2), 2);
-            ++into.rows;
+            use(r);
         }
     }
 
-    /// Every mode of one configuration (`settings` but its recomputation), as a table's rows.
-    void add(Settings& settings) {
-        settings.timelines = false;
-        for (auto mode : run.modes) {
-            settings.recompute = mode;
-            const Report r = estimator.estimate(settings);
-            if (plotted)
-                points.push_back(
-                    {settings.seq, settings.micro_batch, mode, r.peak_step().bytes.total()});
+    /// Every mode's JSON object of one configuration, into `into`: the sweep's first opens the
+    /// array. JSON prints the timelines.
+    void json_rows(const Settings& settings, PieceRows& into) const {
+        each_report(settings, true, into.points, [&](const Report& r) {
+            into.text += (into.opens && into.rows == 0 ? "[\n" : ",\n") +
+                         indented(report_json(r, run.view).dump(2), 2);
+            ++into.rows;
+        });
+    }
+
+    /// Every mode of one configuration, as a table's rows.
+    void add(const Settings& settings) {
+        each_report(settings, false, points, [&](const Report& r) {
             table->add(r);
             progress(++done);
-        }
+        });
     }
 };
 

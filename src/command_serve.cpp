@@ -149,7 +149,9 @@ std::string activations_note(const ServeReport& p) {
             p.encoder_items, digits(Count(p.encoder_tokens_per_item)), digits(p.encoder_outputs),
             p.cross_tokens > 0 ? ": the projector's and the tower's own" : "");
     if (p.encoder_items > 0 && p.cross_tokens > 0)
-        note += ", with its cross-attention mask (bf16; int64 and fp32 while made)";
+        note +=
+            ", with its cross-attention mask (bf16; int64 and fp32 while made) and a layer's "
+            "k and v repeated to every head";
     return note;
 }
 

@@ -283,9 +283,6 @@ bool write_text(int fd, std::string_view text) {
     return true;
 }
 
-/// Writes all of `f` to `fd`; false (errno set) when a read or a write fails.
-bool write_pending(int fd, const PendingFile& f);
-
 /// Copies `in`'s bytes from `offset` to its end to `out`, in the kernel where it can (sendfile:
 /// no read back into memory and write out again), else through a buffer.
 bool copy_file(int in, int out, off_t offset) {
@@ -355,7 +352,7 @@ Temporary write_temporary(const PendingFile& f, const Target& target) {
         umask(mask);
         mode = 0666 & ~mask;
     }
-    bool ok = fchmod(fd, mode) == 0 && write_pending(fd, f) && fsync(fd) == 0;
+    bool ok = fchmod(fd, mode) == 0 && write_whole(fd, f) && fsync(fd) == 0;
     const std::string why = ok ? "" : reason();
     ok = close(fd) == 0 && ok;
     if (!ok) {
@@ -389,7 +386,7 @@ public:
     void write() {
         // A reader that goes away is an error to report (and temporaries to remove), not a death.
         const auto previous = std::signal(SIGPIPE, SIG_IGN);
-        bool ok = write_pending(fd_, *f_);
+        bool ok = write_whole(fd_, *f_);
         const std::string why = ok ? "" : reason();
         std::signal(SIGPIPE, previous);
         ok = close(std::exchange(fd_, -1)) == 0 && ok;
@@ -411,13 +408,9 @@ void Spool::append(std::string_view text) {
     append_with([&](std::string& memory) { memory += text; });
 }
 
-namespace {
-bool write_pending(int fd, const PendingFile& f) {
+bool write_whole(int fd, const PendingFile& f) {
     return f.spool != nullptr ? f.spool->write_to(fd) : write_text(fd, f.text);
 }
-}  // namespace
-
-bool write_whole(int fd, const PendingFile& f) { return write_pending(fd, f); }
 
 bool Spool::write_to(int fd) const {
     if (file_ != nullptr && !copy_file(fileno(file_), fd, 0)) return false;

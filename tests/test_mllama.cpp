@@ -258,12 +258,15 @@ TEST_CASE("serving mllama's images: the tower's pass and the cross-attention mas
     const std::uint64_t stacked = n * 2 * 32 * 2 + items * 15 * 3 * 32 * 2;
     const std::uint64_t tower =
         pixels * 6 + 4 * n * 32 * 2 + items * 24 * 24 * 2 + std::max(block, stacked);
-    // The language model's: its forward's and the mask over each token's images' tokens (bf16),
-    // or the mask being made (int64, fp32 and bf16).
+    // The language model's: its forward's, the mask over each token's images' tokens (bf16) and
+    // a layer's k and v repeated to its 4 query heads of 16, or the mask being made (int64, fp32
+    // and bf16).
     const std::uint64_t mask = tokens * images * 15;
-    const std::uint64_t model = std::max(
-        detail::total_bytes(detail::forward_temporaries(m, tokens, 4, 1)).value() + 2 * mask,
-        14 * mask);
+    const std::uint64_t repeated = 2 * (items * 15) * 4 * 16 * 2;
+    const std::uint64_t model =
+        std::max(detail::total_bytes(detail::forward_temporaries(m, tokens, 4, 1)).value() +
+                     2 * mask + repeated,
+                 14 * mask);
     CHECK(r.activations.value() == kept + std::max(tower, model));
 }
 

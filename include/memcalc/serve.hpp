@@ -355,8 +355,9 @@ inline void serve_activations(const Architecture& m, const ServeSettings& s, Ser
         if (m.vision.tiled()) {  // mllama's: the chunk's sequences' images, all of them
             const std::uint64_t sequences = ceil_div(Count(r.prefill_tokens), s.context).value();
             e = tiled_encoder_pass(m, s.images, std::min(sequences, s.batch));
-            r.prefill_tensors = with_cross_attention_mask(
-                std::move(r.prefill_tensors), Count(r.prefill_tokens), m.cross_attention_tokens);
+            r.prefill_tensors =
+                with_cross_attention(std::move(r.prefill_tensors), m, Count(r.prefill_tokens),
+                                     std::min(sequences, s.batch));
         } else {
             e = encoder_pass(m, s.images, chunk, s.batch);
         }

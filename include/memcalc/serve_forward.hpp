@@ -144,16 +144,22 @@ inline EncoderPass tiled_encoder_pass(const Architecture& m, const ImageInput& i
     return e;
 }
 
-/// A prefill's `forward` with mllama's cross-attention mask over its `tokens` and the `keys`
-/// image tokens each sequence reads (_prepare_cross_attention_mask, v4.53.0): held through the
-/// forward in bf16, and before it, while made, the processor's int64 mask repeated to every
-/// image token, 1 minus it (fp32) and that cast; the larger of the two.
-inline std::vector<TensorRun> with_cross_attention_mask(std::vector<TensorRun> forward,
-                                                        Count tokens, std::uint64_t keys) {
+/// A prefill's `forward` with what mllama's cross-attention layers add over its `tokens`, of
+/// `sequences` each reading m.cross_attention_tokens image tokens (modeling_mllama.py v4.53.0):
+/// held through the forward, the cross-attention mask in bf16 (_prepare_cross_attention_mask) and
+/// beside it a layer's k and v repeated to every query head (repeat_kv: SDPA with a mask is given
+/// no grouped heads); before the forward, while the mask is made, the processor's int64 mask
+/// repeated to every image token, 1 minus it (fp32) and that cast. The larger of the two.
+inline std::vector<TensorRun> with_cross_attention(std::vector<TensorRun> forward,
+                                                   const Architecture& m, Count tokens,
+                                                   std::uint64_t sequences) {
+    const std::uint64_t keys = m.cross_attention_tokens;
     const Count mask = tokens * keys;
     const std::vector<TensorRun> making{
         {mask * 8, 1}, {mask * dtype::fp32, 1}, {mask * dtype::bf16, 1}};
     forward.push_back({mask * dtype::bf16, 1});
+    if (m.key_value_heads() < m.heads)
+        forward.push_back({Count(sequences) * keys * m.heads * m.head_size() * dtype::bf16, 2});
     return larger_of(making, forward);
 }
 
