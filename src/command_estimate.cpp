@@ -326,10 +326,11 @@ struct SweepPieces {
 
 /// One piece's rows (CSV or JSON). Along the micro-batch a row comes off its configuration's lines
 /// where they are drawn (micro_batch_line.hpp, `lines`): with no global batch, the layouts are
-/// every micro-batch's.
+/// every micro-batch's. `expect_bytes`: room made for the text at once (the last piece's size), so
+/// it is not copied as it grows.
 PieceRows piece_rows(const SweepOutput& sweep, const SweepPiece& piece, bool lines,
                      const std::vector<std::vector<Parallelism>>& layouts_of,
-                     std::vector<CsvRowWriter>& writers) {
+                     std::vector<CsvRowWriter>& writers, std::size_t expect_bytes) {
     const EstimateRun& run = sweep.run;
     Settings settings = run.settings;
     const std::vector<std::uint64_t> batches(run.batches.begin() + piece.first,
@@ -343,6 +344,7 @@ PieceRows piece_rows(const SweepOutput& sweep, const SweepPiece& piece, bool lin
             }
     PieceRows rows;
     rows.opens = piece.index == 0;
+    rows.text.reserve(expect_bytes);
     for (std::size_t bi = piece.first; bi < piece.end; ++bi) {
         std::size_t line = 0;  // its index in drawn
         for (const auto& layout : layouts_of[bi])
@@ -366,10 +368,15 @@ void sweep_in_pieces(SweepOutput& sweep, const std::vector<std::vector<Paralleli
     const SweepPieces pieces{sweep.run};
     const unsigned threads = worker_threads();
     std::vector<std::vector<CsvRowWriter>> writers(std::max(1u, threads), sweep.csv_writers());
+    std::vector<std::size_t> last_bytes(writers.size());  // each worker's last piece's text
     ordered_parallel<PieceRows>(
         pieces.size(), threads,
         [&](std::size_t i, unsigned worker) {
-            return piece_rows(sweep, pieces[i], lines, layouts_of, writers[worker]);
+            const std::size_t expect = last_bytes[worker] + last_bytes[worker] / 16;
+            PieceRows rows =
+                piece_rows(sweep, pieces[i], lines, layouts_of, writers[worker], expect);
+            last_bytes[worker] = rows.text.size();
+            return rows;
         },
         [&](std::size_t, PieceRows rows) {
             sweep.out.append(rows.text);

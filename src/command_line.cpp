@@ -116,12 +116,12 @@ const ParsedCommand& chosen_command(const CLI::App& app, const std::vector<Built
 int run_and_write(const ParsedCommand& command, std::ostream& out_stream, std::ostream& err) {
     std::vector<PendingFile> files;
     Spool out;
-    command.run(out, files);
     const std::string output = command.output_file();
-    if (output.empty())
-        files.push_back({"", "-", "", &out});  // the report, on stdout
-    else
-        files.push_back({"--output", output, "", &out});
+    PendingFile report = output.empty() ? PendingFile{"", "-", "", &out}  // on stdout
+                                        : PendingFile{"--output", output, "", &out};
+    out.spool_beside(regular_output_folder(report));  // renamed into place, not copied
+    command.run(out, files);
+    files.push_back(std::move(report));
     const PendingFile* printed = write_files(files);  // the one for stdout, if any
     std::vector<std::string> said;
     for (const std::string& note : pending_notes())

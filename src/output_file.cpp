@@ -307,52 +307,50 @@ bool copy_file(int in, int out, off_t offset) {
     return true;
 }
 
-struct Temporary {
-    std::string path;
-    std::size_t slot = 0;
-    bool live = false;
-
-    void forget() {
-        if (!live) return;
-        pending_paths[slot][0] = '\0';
-        live = false;
-    }
-    void remove() {
-        if (!live) return;
-        unlink(path.c_str());
-        forget();
-    }
-};
-
-/// Writes one regular file's temporary, flushed to disk; the caller renames it.
-Temporary write_temporary(const PendingFile& f, const Target& target) {
-    if (pending_count >= static_cast<std::sig_atomic_t>(max_pending))
-        throw error("too many output files");
-    // A short fixed name: the target's own may take all of NAME_MAX's 255 bytes.
-    const std::string pattern = folder_of(target.path) + "/.memcalc-XXXXXX";
-    if (pattern.size() > PATH_MAX)
-        throw error(f.option + ": the path '" + f.path + "' is too long");
-    Temporary t;
+/// mkstemp of `pattern` (ending XXXXXX) into `t`, in the next of the signal handler's slots; its
+/// descriptor, or -1 with errno set. The caller checks there is a slot and the pattern fits one.
+int make_temporary(const std::string& pattern, Temporary& t) {
     t.slot = static_cast<std::size_t>(pending_count);
     std::memcpy(pending_paths[t.slot].data(), pattern.c_str(), pattern.size() + 1);
     const int fd = mkstemp(pending_paths[t.slot].data());
     if (fd < 0) {
         pending_paths[t.slot][0] = '\0';
-        throw error(cannot_write(f, reason()));
+        return -1;
     }
     t.path = pending_paths[t.slot].data();
     t.live = true;
     pending_count = pending_count + 1;
-    // Keep an existing file's permissions; a new one gets what a plain create would give.
-    mode_t mode = 0;
-    if (target.file) {
-        mode = target.file->st_mode & 07777;
-    } else {
-        const mode_t mask = umask(0);
-        umask(mask);
-        mode = 0666 & ~mask;
+    return fd;
+}
+
+/// A temporary's name beside `target`: short and fixed, as the target's own may take all of
+/// NAME_MAX's 255 bytes.
+std::string temporary_pattern(const std::string& folder) { return folder + "/.memcalc-XXXXXX"; }
+
+/// What the file will be: an existing file's permissions, else what a plain create would give.
+mode_t file_mode(const Target& target) {
+    if (target.file) return target.file->st_mode & 07777;
+    const mode_t mask = umask(0);
+    umask(mask);
+    return 0666 & ~mask;
+}
+
+/// Writes one regular file's temporary, flushed to disk; the caller renames it. An output spooled
+/// beside its target already is its own temporary.
+Temporary write_temporary(const PendingFile& f, const Target& target) {
+    Temporary t;
+    if (f.spool != nullptr && f.spool->spooled_in(folder_of(target.path))) {
+        if (!f.spool->finish(file_mode(target), t)) throw error(cannot_write(f, reason()));
+        return t;
     }
-    bool ok = fchmod(fd, mode) == 0 && write_whole(fd, f) && fsync(fd) == 0;
+    if (pending_count >= static_cast<std::sig_atomic_t>(max_pending))
+        throw error("too many output files");
+    const std::string pattern = temporary_pattern(folder_of(target.path));
+    if (pattern.size() > PATH_MAX)
+        throw error(f.option + ": the path '" + f.path + "' is too long");
+    const int fd = make_temporary(pattern, t);
+    if (fd < 0) throw error(cannot_write(f, reason()));
+    bool ok = fchmod(fd, file_mode(target)) == 0 && write_whole(fd, f) && fsync(fd) == 0;
     const std::string why = ok ? "" : reason();
     ok = close(fd) == 0 && ok;
     if (!ok) {
@@ -400,12 +398,67 @@ private:
 
 }  // namespace
 
+void Temporary::forget() {
+    if (!live) return;
+    pending_paths[slot][0] = '\0';
+    live = false;
+}
+
+void Temporary::remove() {
+    if (!live) return;
+    unlink(path.c_str());
+    forget();
+}
+
 Spool::~Spool() {
-    if (file_ != nullptr) std::fclose(file_);
+    if (fd_ >= 0) close(fd_);
+    named_.remove();
 }
 
 void Spool::append(std::string_view text) {
-    append_with([&](std::string& memory) { memory += text; });
+    if (fd_ < 0 || memory_.size() + text.size() < write_batch)
+        return append_with([&](std::string& memory) { memory += text; });
+    // Once spooling, a batch's worth goes to the file as it is: not copied into memory first.
+    spool_out(memory_);
+    memory_.clear();
+    spool_out(text);
+}
+
+void Spool::open_file() {
+    install_handlers();
+    const std::string pattern = temporary_pattern(folder_);
+    if (!folder_.empty() && pending_count < static_cast<std::sig_atomic_t>(max_pending) &&
+        pattern.size() <= PATH_MAX)
+        fd_ = make_temporary(pattern, named_);
+    if (fd_ >= 0) return;
+    std::FILE* unnamed = std::tmpfile();  // it vanishes with the process, however it ends
+    fd_ = unnamed != nullptr ? dup(fileno(unnamed)) : -1;
+    if (unnamed != nullptr) std::fclose(unnamed);
+    if (fd_ < 0)
+        throw error(std::string("cannot spool the output to a temporary file: ") + reason());
+}
+
+void Spool::spool_out(std::string_view text) {
+    if (!write_text(fd_, text))
+        throw error(std::string("cannot spool the output to a temporary file: ") + reason());
+    written_ += text.size();
+#if defined(__linux__)
+    // A named temporary is the output itself: its pages start for the disk as they are written,
+    // so that the flush before its rename has little left to wait for.
+    constexpr std::uint64_t hand_over = 8u << 20;
+    if (named_.live && written_ - handed_ >= hand_over) {
+        sync_file_range(fd_, static_cast<off_t>(handed_), static_cast<off_t>(written_ - handed_),
+                        SYNC_FILE_RANGE_WRITE);  // a hint: fsync reports any failure
+        handed_ = written_;
+    }
+#endif
+}
+
+long Spool::read_at(std::string& chunk, std::uint64_t at) const {
+    for (;;) {
+        const ssize_t n = pread(fd_, chunk.data(), chunk.size(), static_cast<off_t>(at));
+        if (n >= 0 || errno != EINTR) return static_cast<long>(n);
+    }
 }
 
 bool write_whole(int fd, const PendingFile& f) {
@@ -413,29 +466,48 @@ bool write_whole(int fd, const PendingFile& f) {
 }
 
 bool Spool::write_to(int fd) const {
-    if (file_ != nullptr && !copy_file(fileno(file_), fd, 0)) return false;
+    if (fd_ >= 0 && !copy_file(fd_, fd, 0)) return false;
     return write_text(fd, memory_);  // all of it, or what follows the file's
 }
 
+bool Spool::finish(unsigned mode, Temporary& done) {
+    const bool written =
+        write_text(fd_, memory_) && fchmod(fd_, static_cast<mode_t>(mode)) == 0 && fsync(fd_) == 0;
+    const int why = errno;  // the first failure's, not close's
+    const bool closed = close(std::exchange(fd_, -1)) == 0;
+    if (!written || !closed) {
+        const int reported = written ? errno : why;
+        named_.remove();
+        errno = reported;
+        return false;
+    }
+    done = std::exchange(named_, Temporary{});
+    return true;
+}
+
 void Spool::settle() {
-    constexpr std::size_t in_memory = 16u << 20, write_batch = 1u << 20;
-    if (file_ == nullptr) {
+    if (fd_ < 0) {
         // Past a few pages, room for all it may hold at once: no copy as it grows.
         if (memory_.size() > (64u << 10) && memory_.capacity() < in_memory)
             memory_.reserve(in_memory + write_batch);
         if (memory_.size() <= in_memory) return;
-        file_ = std::tmpfile();  // unnamed: it vanishes with the process, however it ends
-        if (file_ == nullptr)
-            throw error(std::string("cannot spool the output to a temporary file: ") + reason());
-        std::setvbuf(file_, nullptr, _IONBF, 0);  // written a megabyte at a time already
+        open_file();
     }
     if (memory_.size() < write_batch) return;
-    if (std::fwrite(memory_.data(), 1, memory_.size(), file_) != memory_.size())
-        throw error(std::string("cannot spool the output to a temporary file: ") + reason());
+    spool_out(memory_);
     memory_.clear();
     if (memory_.capacity() > 4 * write_batch) {  // the 16 MiB it held before
         memory_.shrink_to_fit();
         memory_.reserve(2 * write_batch);  // a batch and a row: never grown again
+    }
+}
+
+std::string regular_output_folder(const PendingFile& f) {
+    try {
+        const Target target = target_of(f);
+        return target.kind == Target::Kind::regular ? folder_of(target.path) : "";
+    } catch (const std::exception&) {
+        return "";
     }
 }
 

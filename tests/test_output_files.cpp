@@ -201,3 +201,25 @@ TEST_CASE("an output's name may take all of NAME_MAX: the temporary's name is sh
     CHECK(run.err.empty());
     CHECK(run.out == decoder_report() + "0\n");
 }
+
+TEST_CASE("an output past 16 MiB is spooled beside it and renamed into place, or removed",
+          "[cli][output][slow-sanitized]") {
+    const OutputScratch scratch;
+    std::string seqs, batches;  // 128 sequence lengths x 333 micro-batches x 3 modes: 25 MB of CSV
+    for (int s = 8; s <= 1024; s += 8) seqs += (s > 8 ? "," : "") + std::to_string(s);
+    for (int b = 1; b <= 333; ++b) batches += (b > 1 ? "," : "") + std::to_string(b);
+    const std::string sweep = "memcalc --preset gpt2 --recompute all --format csv --micro-batch " +
+                              batches + " --seq " + seqs;
+    // Mid-sweep, past GPT-2's positions: the old file stays and the temporary is gone.
+    const auto failed =
+        scratch.run("echo old > out.csv && chmod 640 out.csv && " + sweep +
+                    ",2048 --output out.csv; echo $?; cat out.csv; ls -a | grep -c memcalc-");
+    CHECK(failed.out == "1\nold\n0\n");
+    CHECK_THAT(failed.err, Catch::Contains("seq 2048"));
+    const auto printed = scratch.run(sweep + " | cksum");
+    const auto written = scratch.run(sweep +
+                                     " --output out.csv && cksum < out.csv && "
+                                     "stat -c %a out.csv && ls -a | grep -c memcalc-");
+    REQUIRE(printed.out.size() > 10);
+    CHECK(written.out == printed.out + "640\n0\n");  // every byte; the old file's permissions
+}
