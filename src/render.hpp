@@ -191,6 +191,7 @@ public:
     /// What a run of cells is made from: its numbers and names, in order.
     struct RunKey {
         std::array<std::uint64_t, 16> numbers{};
+        std::size_t count = 0;  ///< of numbers
         std::array<std::string_view, 2> names{};
     };
     /// A run of cells' text and what it was made from.
@@ -205,7 +206,8 @@ public:
 
 private:
     std::array<Cell, 8> cells_{};
-    Run first_, settings_, layout_;  ///< model and seq; recompute .. state; dp .. recompute_layers
+    /// model and seq; recompute .. state; peak_step; dp .. recompute_layers
+    Run first_, settings_, step_, layout_;
 };
 std::string per_layer_csv(const Report& r);
 /// Each kind's op tape, a row an event (with its kind's name when there are several).

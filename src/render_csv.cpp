@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -57,7 +58,9 @@ public:
             cell.length = static_cast<std::uint8_t>(
                 std::to_chars(cell.digits, cell.digits + sizeof cell.digits, n).ptr - cell.digits);
         }
-        std::memcpy(buffer_ + used_, cell.digits, cell.length);
+        // Every digit the cell may hold, as two fixed moves (room() is at least that): a copy of
+        // the length alone is a call.
+        std::memcpy(buffer_ + used_, cell.digits, sizeof cell.digits);
         used_ += cell.length;
         return *this;
     }
@@ -122,6 +125,7 @@ CsvRowWriter::RunKey key_of(const Values&... values) {
             key.numbers.at(numbers++) = static_cast<std::uint64_t>(v);
     };
     (add(values), ...);
+    key.count = numbers;
     return key;
 }
 
@@ -129,8 +133,9 @@ CsvRowWriter::RunKey key_of(const Values&... values) {
 template <class Write>
 std::string_view run_text(CsvRowWriter::Run& run, const CsvRowWriter::RunKey& key, bool continued,
                           Write write) {
-    if (run.text.empty() || run.numbers != key.numbers || run.names[0] != key.names[0] ||
-        run.names[1] != key.names[1]) {
+    const auto numbers = key.numbers.begin(), end = numbers + static_cast<long>(key.count);
+    if (run.text.empty() || !std::equal(numbers, end, run.numbers.begin()) ||
+        run.names[0] != key.names[0] || run.names[1] != key.names[1]) {
         run.text.clear();
         CsvRow row(run.text, nullptr, 0, continued);
         write(row);
@@ -190,7 +195,10 @@ void CsvRowWriter::append(std::string& out, std::string_view model, const Summar
                            c.number(r.parameters.value()).number(r.state.total().value());
                        }));
     row.number(r.activations.value());
-    row.number(r.kept_activations.value()).number(r.peak.bytes.total().value()).step(r.peak);
+    row.number(r.kept_activations.value()).number(r.peak.bytes.total().value());
+    const Step& peak = r.peak;
+    row.cells(run_text(step_, key_of(static_cast<int>(peak.phase), peak.layer, peak.microbatch),
+                       true, [&](CsvRow& c) { c.step(peak); }));
     row.flops(r.compute.step).flops(r.compute.recompute);
     row.cells(run_text(layout_, layout_key(r), true, [&](CsvRow& c) { layout_cells(c, r); }));
     if (device) {  // the verdict, with a device (DeviceFit); empty cells without
