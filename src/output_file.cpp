@@ -496,7 +496,7 @@ void Spool::settle() {
     if (memory_.size() < write_batch) return;
     spool_out(memory_);
     memory_.clear();
-    if (memory_.capacity() > 4 * write_batch) {  // the 16 MiB it held before
+    if (memory_.capacity() > 4 * write_batch) {  // after one large append_with
         memory_.shrink_to_fit();
         memory_.reserve(2 * write_batch);  // a batch and a row: never grown again
     }

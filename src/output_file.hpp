@@ -19,7 +19,7 @@ struct Temporary {
     void remove();
 };
 
-/// A run's output as it is made: in memory, then past 16 MiB in a temporary file, so a sweep of
+/// A run's output as it is made: in memory, then past 1 MiB in a temporary file, so a sweep of
 /// any length holds a bounded amount of memory and still prints nothing until it has succeeded.
 /// The file is unnamed, or, for a regular --output, a temporary beside it (spool_beside) that the
 /// kernel starts writing to disk as it grows and that is renamed into place, not copied.
@@ -68,8 +68,9 @@ public:
     bool finish(unsigned mode, Temporary& done);
 
 private:
-    static constexpr std::size_t in_memory = 16u << 20, write_batch = 1u << 20;
-    /// Past 16 MiB, the text so far goes to the file, and then every megabyte.
+    static constexpr std::size_t in_memory = 1u << 20, write_batch = 1u << 20;
+    /// Past 1 MiB, the text so far goes to the file, and then every megabyte. Not more in
+    /// memory: each page a buffer first touches is a fault, which costs most in a virtual machine.
     void settle();
     void open_file();
     void spool_out(std::string_view text);  ///< to the file, whole

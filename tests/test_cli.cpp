@@ -850,7 +850,7 @@ TEST_CASE("the README is short and leads to every docs page, each in the site's 
     CHECK(blocks == 2);
 }
 
-TEST_CASE("a sweep streams: its JSON is the array nlohmann would print, and past 16 MiB it spools",
+TEST_CASE("a sweep streams: its JSON is the array nlohmann would print, and past 1 MiB it spools",
           "[cli][sweep][slow-sanitized]") {
     const auto sweep =
         testing::memcalc("--preset llama-7b --seq 64,128,256 --recompute all --format json");

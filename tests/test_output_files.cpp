@@ -202,7 +202,7 @@ TEST_CASE("an output's name may take all of NAME_MAX: the temporary's name is sh
     CHECK(run.out == decoder_report() + "0\n");
 }
 
-TEST_CASE("an output past 16 MiB is spooled beside it and renamed into place, or removed",
+TEST_CASE("an output past 1 MiB is spooled beside it and renamed into place, or removed",
           "[cli][output][slow-sanitized]") {
     const OutputScratch scratch;
     std::string seqs, batches;  // 128 sequence lengths x 333 micro-batches x 3 modes: 25 MB of CSV
