@@ -466,6 +466,10 @@ bool write_whole(int fd, const PendingFile& f) {
 }
 
 bool Spool::write_to(int fd) const {
+    if (fd_ < 0 && written_ > 0) {  // finished: its file is another's now
+        errno = EBADF;
+        return false;
+    }
     if (fd_ >= 0 && !copy_file(fd_, fd, 0)) return false;
     return write_text(fd, memory_);  // all of it, or what follows the file's
 }
