@@ -140,8 +140,11 @@ nlohmann::json engine_json(const EngineBudget& b, const ServeSettings& s) {
 
 /// What the activations row holds: the prefill chunk's, and before it the images' encoder pass.
 std::string activations_note(const ServeReport& p) {
-    std::string note = fmt::format("a prefill chunk of {} tokens, and the last tokens' logits",
-                                   digits(Count(p.prefill_tokens)));
+    std::string note =
+        fmt::format(p.prefill_whole ? "every prompt's prefill in one forward ({} tokens), k and v "
+                                      "repeated to every head, and the last tokens' logits"
+                                    : "a prefill chunk of {} tokens, and the last tokens' logits",
+                    digits(Count(p.prefill_tokens)));
     if (p.encoder_items > 0)
         note += fmt::format(
             "; {} images' encoder outputs ({} tokens each, {} B{}) and the larger of the tower's "
@@ -312,7 +315,8 @@ nlohmann::json serve_json(const ServeRun& r) {
           {"kv_dtype", dtype_name(s.kv_dtype)},
           {"weights", s.weights->name},
           {"block_size", s.block_size},
-          {"prefill_chunk", s.prefill_chunk}}},
+          // none under transformers' generate(), which prefills every prompt in one forward
+          {"prefill_chunk", s.hf_generate ? nlohmann::json() : nlohmann::json(s.prefill_chunk)}}},
         {"weights",
          {{"bytes", p.weights.value()},
           {"parameters", p.parameters.value()},
@@ -464,9 +468,15 @@ ServeSettings serve_settings(const ServeOptions& q, const std::optional<EngineSe
     if (engine && !q.block_size.empty())
         require_engine_takes(*engine->rule, "--block-size", std::to_string(s.block_size));
     s.prefill_chunk = parse_count("--prefill-chunk", q.prefill_chunk, 8192);
+    s.hf_generate = q.engine == "hf";
+    if (s.hf_generate && !q.prefill_chunk.empty())
+        throw usage_error(fmt::format(
+            "--prefill-chunk {} is an engine's: transformers' generate() (--engine hf) prefills "
+            "every prompt in one forward",
+            q.prefill_chunk));
     s.kv_dtype = engine_kv_dtype(q, engine);
     s.weights = &weight_format_named(q.weights);
-    s.cuda_graphs = !q.enforce_eager;
+    s.cuda_graphs = !q.enforce_eager && q.engine != "hf";  // generate() captures none
     s.images = parse_images(q.images, q.image_size);
     s.engine_pool = engine.has_value();
     lora_settings(q, engine, s);

@@ -395,7 +395,8 @@ void add_serve(CLI::App& serve, ServeOptions& q, CommandLine&) {
         ->type_name("N");
     serve
         .add_option("--prefill-chunk", q.prefill_chunk,
-                    "Most tokens one forward takes (chunked prefill; default 8192)")
+                    "Most tokens one forward takes (chunked prefill; default 8192; not with "
+                    "--engine hf)")
         ->type_name("N");
     serve
         .add_option("--images", q.images,
@@ -419,7 +420,8 @@ void add_serve_engine(CLI::App& serve, ServeOptions& q) {
                     "Size the KV cache as this engine does (vllm, sglang): its share of the "
                     "device less its\nweights, profiling peak (vLLM) and memory outside PyTorch; "
                     "hf (transformers' generate())\nbudgets nothing: the batch's own cache, as "
-                    "without --engine")
+                    "without --engine, every prompt in one\nforward and k and v repeated to every "
+                    "head")
         ->type_name("NAME");
     serve
         .add_option(

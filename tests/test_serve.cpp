@@ -744,7 +744,23 @@ TEST_CASE("serve --engine hf: transformers' generate() budgets nothing, the batc
     const testing::Run plain = testing::shell(base), hf = testing::shell(base + " --engine hf");
     REQUIRE(plain.status == 0);
     REQUIRE(hf.status == 0);
-    CHECK(hf.out == plain.out);
+    const auto p = nlohmann::json::parse(plain.out), h = nlohmann::json::parse(hf.out);
+    CHECK(h["kv_cache"] == p["kv_cache"]);
+    CHECK(h["weights"] == p["weights"]);
+    // Every prompt in one forward (no chunks): 4 x 4,096 tokens; the MLP's gate, up and product
+    // are its largest, beside the residual stream and the norm's output, and the last tokens'
+    // logits in bf16 and fp32. No CUDA graphs captured.
+    const std::uint64_t tokens = 4 * 4096;
+    CHECK(h["activations"]["prefill_tokens"] == tokens);
+    CHECK(h["settings"]["prefill_chunk"].is_null());
+    CHECK(h["activations"]["bytes"] ==
+          tokens * 4096 * 2 * 2 + tokens * 14336 * 3 * 2 + 4 * 128256 * (2 + 4));
+    CHECK(p["activations"]["prefill_tokens"] == 8192);
+    for (const auto& row : h["peak"]["outside"]) CHECK(row["name"] != "cuda_graph_pool");
+    const testing::Run chunked = testing::shell(base + " --engine hf --prefill-chunk 4096");
+    CHECK(chunked.status == 2);
+    CHECK(chunked.out.empty());
+    CHECK_THAT(chunked.err, Catch::Contains("--prefill-chunk 4096 is an engine's"));
     const testing::Run bad = testing::shell(base + " --engine hf --gpu-memory-utilization 0.5");
     CHECK(bad.status != 0);
     CHECK(bad.out.empty());
@@ -752,6 +768,23 @@ TEST_CASE("serve --engine hf: transformers' generate() budgets nothing, the batc
                Catch::Contains("--gpu-memory-utilization 0.5 needs --engine vllm or sglang"));
     CHECK_THAT(testing::shell(base + " --engine tgi").err,
                Catch::Contains("--engine must be vllm, sglang or hf (got 'tgi')"));
+}
+
+TEST_CASE("transformers' SDPA path repeats grouped k and v to every query head in the forward",
+          "[serve]") {
+    // 32 query heads of 128 over 8 key/value heads, an MLP narrow enough for attention to lead.
+    Architecture m = fixtures::llama_7b();
+    m.hidden = 4096, m.heads = 32, m.kv_heads = 8, m.ffn = 1024, m.vocab = 1000;
+    const auto [tp, kv] = GENERATE(table<std::uint64_t, std::uint64_t>({{1, 8}, {2, 4}, {8, 1}}));
+    CAPTURE(tp);
+    const std::uint64_t tokens = 1000, heads = 32 / tp, d = 128;
+    const Count fused = detail::forward_temporaries(m, tokens, 2, tp)[1].bytes;
+    const Count repeated = detail::forward_temporaries(m, tokens, 2, tp, true)[1].bytes;
+    CHECK(fused == Count(tokens * (2 * heads * d + 2 * kv * d) * 2));
+    CHECK(repeated == Count(tokens * (2 * heads * d + 2 * kv * d + 2 * heads * d) * 2));
+    m.kv_heads = 32;  // no grouped heads: nothing repeated
+    CHECK(detail::forward_temporaries(m, tokens, 2, tp, true)[1].bytes ==
+          detail::forward_temporaries(m, tokens, 2, tp)[1].bytes);
 }
 
 namespace {

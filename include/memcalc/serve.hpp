@@ -89,6 +89,11 @@ struct ServeSettings {
     /// layer: mllama's cross-attention layers hold theirs with or without images, and a sequence's
     /// image tokens take slots as its text does. false: transformers' cache, each layer its own.
     bool engine_pool = false;
+    /// transformers' generate() (v4.53, SDPA): every prompt of the batch in one forward, no
+    /// chunks, and each attention layer's k and v repeated to every query head (repeat_kv). A
+    /// decode step's repeat over the whole context, with DynamicCache's torch.cat making a
+    /// layer's k and v anew, is no larger than that prefill's attention: the prefill is the peak.
+    bool hf_generate = false;
 };
 
 /// What one tensor-parallel rank holds.
@@ -104,6 +109,7 @@ struct ServeReport {
     std::uint64_t blocks_per_sequence = 0;  ///< the most any layer keeps a sequence
     Count kv_cache;  ///< batch x blocks x block size x bytes per token, by kind of layer
     std::uint64_t prefill_tokens = 0;
+    bool prefill_whole = false;  ///< every prompt in one forward (ServeSettings::hf_generate)
     Count activations;  ///< prefill's largest forward temporaries and the last tokens' logits
     /// A prefill's images (ServeSettings::images): how many the encoder takes at once, the tokens
     /// each makes, and their outputs' bytes, cached through the language model's forward.
@@ -347,9 +353,10 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
 /// A prefill chunk's temporaries: a batch whose tokens pass a chunk fills it (the product is not
 /// formed, so never wraps); with images, the encoder's pass of the chunk's before it.
 inline void serve_activations(const Architecture& m, const ServeSettings& s, ServeReport& r) {
-    const std::uint64_t chunk = s.prefill_chunk;
+    const std::uint64_t chunk = s.hf_generate ? ~std::uint64_t{0} : s.prefill_chunk;
     r.prefill_tokens = s.batch > chunk / s.context ? chunk : s.batch * s.context;
-    r.prefill_tensors = forward_temporaries(m, r.prefill_tokens, s.batch, s.tp);
+    r.prefill_whole = s.hf_generate;
+    r.prefill_tensors = forward_temporaries(m, r.prefill_tokens, s.batch, s.tp, s.hf_generate);
     if (s.images.any()) {
         EncoderPass e;
         if (m.vision.tiled()) {  // mllama's: the chunk's sequences' images, all of them
@@ -416,13 +423,16 @@ inline ServeReport serve(const Architecture& model, const ServeSettings& s) {
                                       n(s.context) + ", in blocks of " + n(s.block_size) +
                                       " tokens) overflows 64 bits";
                            });
-    detail::named_overflow([&] { detail::serve_activations(m, s, r); },
-                           [&] {
-                               return "the activations of a prefill chunk of " +
-                                      n(r.prefill_tokens) + " tokens (prefill chunk " +
-                                      n(s.prefill_chunk) + ") and the logits of batch (" +
-                                      n(s.batch) + ") overflow 64 bits";
-                           });
+    detail::named_overflow(
+        [&] { detail::serve_activations(m, s, r); },
+        [&] {
+            return "the activations of a prefill of " +
+                   (s.hf_generate
+                        ? "batch (" + n(s.batch) + ") x context (" + n(s.context) + ") tokens"
+                        : n(r.prefill_tokens) + " tokens (prefill chunk " + n(s.prefill_chunk) +
+                              ")") +
+                   " and the logits of batch (" + n(s.batch) + ") overflow 64 bits";
+        });
     if (s.draft) detail::serve_draft(s, r);
     return r;
 }

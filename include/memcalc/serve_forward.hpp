@@ -23,18 +23,23 @@ namespace detail {
 /// The largest temporaries of one forward of `tokens` tokens on a rank of `tp`, in bf16 with no
 /// autograd, ending in the logits of `rows` sequences' last tokens, as tensors in the order made:
 /// the residual stream and the norm's output, then the larger of attention's q, k, v and output (a
-/// fused kernel: no scores) and the MLP's gate/up output and product (per routed slot for experts,
-/// beside the gathered tokens, their outputs and the router's fp32 logits), and the logits in bf16
-/// and an fp32 copy for sampling.
+/// fused kernel: no scores; `repeats_kv`: beside them k and v repeated to every query head, as
+/// transformers' SDPA path gives the kernel no grouped heads) and the MLP's gate/up output and
+/// product (per routed slot for experts, beside the gathered tokens, their outputs and the router's
+/// fp32 logits), and the logits in bf16 and an fp32 copy for sampling.
 inline std::vector<TensorRun> forward_temporaries(const Architecture& m, std::uint64_t tokens,
-                                                  std::uint64_t rows, std::uint64_t tp) {
+                                                  std::uint64_t rows, std::uint64_t tp,
+                                                  bool repeats_kv = false) {
     const std::uint64_t N = tokens, kv = m.key_value_heads();
     const std::uint64_t heads = m.heads / tp, d = m.head_size();
     const std::uint64_t kv_heads = m.mla.enabled() || kv < tp ? 1 : kv / tp;
     // DeepSeek-V3.2's indexer scores every cached key for each token: fp32 logits (vLLM's
     // fp8_mqa_logits), N x N for a prefill of N.
     const Count indexer = m.mla.indexed() ? Count(N) * N * dtype::fp32 : Count(0);
-    const Count attention = Count(N) * (2 * heads * d + 2 * kv_heads * d) * dtype::bf16 + indexer;
+    const std::uint64_t repeated =
+        repeats_kv && !m.mla.enabled() && kv_heads < heads ? 2 * heads : 0;
+    const Count attention =
+        Count(N) * (2 * heads * d + 2 * kv_heads * d + repeated * d) * dtype::bf16 + indexer;
     Count mlp;
     m.every_kind([&](const Architecture& v) {
         if (!v.has_mlp) return true;
