@@ -121,6 +121,30 @@ TEST_CASE("the policy's generate() holds the rollouts' cache, growing with them"
     CHECK(term(phase(fp32, "generate"), "KV cache") == fp32.kv_needed);
 }
 
+TEST_CASE("the policy's generate() repeats grouped k and v: a decode step over the whole sequence",
+          "[rl]") {
+    Architecture m = fixtures::llama_7b();
+    m.kv_heads = 8;  // 32 query heads of 128 over 8 key/value heads
+    RlSettings s = job("grpo");
+    s.prompts = 1, s.num_generations = 4;
+    s.prompt_len = 64;
+    s.completion_len = GENERATE(64u, 4096u);
+    CAPTURE(s.completion_len);
+    const RlReport r = rl_job({&m}, s);
+    const RlPhase& generate = phase(r, "generate");
+    // A decode step's k and v of every token so far, repeated to the 32 heads, in bf16.
+    const Count decode = Count(r.rollouts) * (s.prompt_len + s.completion_len) * 2 * 32 * 128 * 2;
+    const Count prefill = detail::total_bytes(
+        detail::forward_temporaries(m, r.rollouts * s.prompt_len, r.rollouts, 1, true));
+    if (decode > prefill) {
+        CHECK(term(generate, "a decode step's k and v repeated to every head") == decode);
+        CHECK(term(generate, "prefill") == Count(0));
+    } else {
+        CHECK(term(generate, "prefill") == prefill);
+    }
+    CHECK((s.completion_len == 4096) == (decode > prefill));  // a long completion's decode leads
+}
+
 TEST_CASE("a colocated engine holds its share; asleep it frees it between generations", "[rl]") {
     const Architecture m = fixtures::llama_7b();
     RlSettings s = job("grpo");

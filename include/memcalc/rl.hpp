@@ -325,10 +325,14 @@ inline RlPhase generate_phase(const RlReport& r, const RlSettings& s, const Arch
     if (cache.cache_layers > 0)
         phase.terms.push_back(
             {"a layer's cache remade as it grows", ceil_div(cache.kv_cache, cache.cache_layers)});
+    // SDPA repeats grouped k and v (repeat_kv): in the prefill over the prompts, in a decode step
+    // over the whole sequence so far, which a long completion makes the larger.
+    const Count prefill =
+        total_bytes(forward_temporaries(policy, r.rollouts * s.prompt_len, r.rollouts, 1, true));
+    const Count decode = repeated_kv(policy, r.rollouts * tokens, 1);
     phase.terms.push_back(
-        {"prefill", in_dtype(total_bytes(forward_temporaries(policy, r.rollouts * s.prompt_len,
-                                                             r.rollouts, 1)),
-                             d)});
+        {decode > prefill ? "a decode step's k and v repeated to every head" : "prefill",
+         in_dtype(std::max(prefill, decode), d)});
     const Count whole = r.policy.parameter_count * s.policy.recipe.weight_bytes();
     const Count shard = std::min(whole, r.policy.busiest().state.weights);
     if (s.policy.parallel.zero == 3)

@@ -20,6 +20,16 @@ struct TensorRun {
 };
 
 namespace detail {
+/// k and v of `keys` tokens repeated to every query head of a rank of `tp`, in bf16, as
+/// transformers' SDPA path makes them for grouped heads (repeat_kv; v4.53 always, later versions
+/// where a mask is given or torch is before 2.5); none without grouped heads.
+inline Count repeated_kv(const Architecture& m, std::uint64_t keys, std::uint64_t tp) {
+    const std::uint64_t kv = m.key_value_heads(), heads = m.heads / tp;
+    const std::uint64_t kv_heads = kv < tp ? 1 : kv / tp;
+    if (m.mla.enabled() || kv_heads >= heads) return 0;
+    return Count(keys) * (2 * heads * m.head_size()) * dtype::bf16;
+}
+
 /// The largest temporaries of one forward of `tokens` tokens on a rank of `tp`, in bf16 with no
 /// autograd, ending in the logits of `rows` sequences' last tokens, as tensors in the order made:
 /// the residual stream and the norm's output, then the larger of attention's q, k, v and output (a
@@ -36,10 +46,8 @@ inline std::vector<TensorRun> forward_temporaries(const Architecture& m, std::ui
     // DeepSeek-V3.2's indexer scores every cached key for each token: fp32 logits (vLLM's
     // fp8_mqa_logits), N x N for a prefill of N.
     const Count indexer = m.mla.indexed() ? Count(N) * N * dtype::fp32 : Count(0);
-    const std::uint64_t repeated =
-        repeats_kv && !m.mla.enabled() && kv_heads < heads ? 2 * heads : 0;
-    const Count attention =
-        Count(N) * (2 * heads * d + 2 * kv_heads * d + repeated * d) * dtype::bf16 + indexer;
+    const Count attention = Count(N) * (2 * heads * d + 2 * kv_heads * d) * dtype::bf16 + indexer +
+                            (repeats_kv ? repeated_kv(m, N, tp) : Count(0));
     Count mlp;
     m.every_kind([&](const Architecture& v) {
         if (!v.has_mlp) return true;
