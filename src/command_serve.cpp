@@ -139,11 +139,11 @@ nlohmann::json engine_json(const EngineBudget& b, const ServeSettings& s) {
 }
 
 /// What the activations row holds: the prefill chunk's, and before it the images' encoder pass.
-std::string activations_note(const ServeReport& p) {
+std::string activations_note(const ServeReport& p, const ServeSettings& s) {
     std::string note =
-        fmt::format(p.prefill_whole ? "every prompt's prefill in one forward ({} tokens), k and v "
-                                      "repeated to every head, and the last tokens' logits"
-                                    : "a prefill chunk of {} tokens, and the last tokens' logits",
+        fmt::format(s.hf_generate ? "every prompt's prefill in one forward ({} tokens), k and v "
+                                    "repeated to every head, and the last tokens' logits"
+                                  : "a prefill chunk of {} tokens, and the last tokens' logits",
                     digits(Count(p.prefill_tokens)));
     if (p.encoder_items > 0)
         note += fmt::format(
@@ -245,8 +245,8 @@ std::string serve_table(const ServeRun& r, Unit unit) {
                                "state fp32){}",
                                digits(p.state_bytes_per_sequence), p.state_layers,
                                p.cache_layers > 0 ? "" : ", no KV cache")});
-    table.row(
-        {"activations", digits(p.activations), amount(p.activations, unit), activations_note(p)});
+    table.row({"activations", digits(p.activations), amount(p.activations, unit),
+               activations_note(p, s)});
     table.row({"peak", digits(p.peak()), amount(p.peak(), unit), ""});
     out += table.str() + device_section(r, unit);
     if (r.capacity) out += device_verdict(r, unit);
@@ -476,7 +476,7 @@ ServeSettings serve_settings(const ServeOptions& q, const std::optional<EngineSe
             q.prefill_chunk));
     s.kv_dtype = engine_kv_dtype(q, engine);
     s.weights = &weight_format_named(q.weights);
-    s.cuda_graphs = !q.enforce_eager && q.engine != "hf";  // generate() captures none
+    s.cuda_graphs = !q.enforce_eager && !s.hf_generate;  // generate() captures none
     s.images = parse_images(q.images, q.image_size);
     s.engine_pool = engine.has_value();
     lora_settings(q, engine, s);

@@ -109,7 +109,6 @@ struct ServeReport {
     std::uint64_t blocks_per_sequence = 0;  ///< the most any layer keeps a sequence
     Count kv_cache;  ///< batch x blocks x block size x bytes per token, by kind of layer
     std::uint64_t prefill_tokens = 0;
-    bool prefill_whole = false;  ///< every prompt in one forward (ServeSettings::hf_generate)
     Count activations;  ///< prefill's largest forward temporaries and the last tokens' logits
     /// A prefill's images (ServeSettings::images): how many the encoder takes at once, the tokens
     /// each makes, and their outputs' bytes, cached through the language model's forward.
@@ -355,7 +354,6 @@ inline void serve_cache(const Architecture& m, const ServeSettings& s, ServeRepo
 inline void serve_activations(const Architecture& m, const ServeSettings& s, ServeReport& r) {
     const std::uint64_t chunk = s.hf_generate ? ~std::uint64_t{0} : s.prefill_chunk;
     r.prefill_tokens = s.batch > chunk / s.context ? chunk : s.batch * s.context;
-    r.prefill_whole = s.hf_generate;
     r.prefill_tensors = forward_temporaries(m, r.prefill_tokens, s.batch, s.tp, s.hf_generate);
     if (s.images.any()) {
         EncoderPass e;
