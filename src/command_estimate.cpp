@@ -235,8 +235,7 @@ struct SweepOutput {
 
     /// A configuration's device figure (high end), for the verdict of a sweep with a device:
     /// its timelines replayed through the allocator.
-    std::optional<Count> device_high(Settings settings) const {
-        settings.timelines = true;
+    std::optional<Count> device_high(const Settings& settings) const {
         const Report r = estimator.estimate(settings);
         const std::optional<DeviceFigures> d = fullest_device(r, run.view);
         return d ? std::optional<Count>(d->high_bytes) : std::nullopt;
@@ -268,9 +267,7 @@ struct SweepOutput {
     /// Every mode's whole report of one configuration (`settings` but its recomputation) to
     /// `use`, its plot point into `into` where the sweep is plotted.
     template <class Use>
-    void each_report(Settings settings, bool timelines, std::vector<SweepPoint>& into,
-                     Use use) const {
-        settings.timelines = timelines;
+    void each_report(Settings settings, std::vector<SweepPoint>& into, Use use) const {
         for (auto mode : run.modes) {
             settings.recompute = mode;
             const Report r = estimator.estimate(settings);
@@ -284,7 +281,7 @@ struct SweepOutput {
     /// Every mode's JSON object of one configuration, into `into`: the sweep's first opens the
     /// array. JSON prints the timelines.
     void json_rows(const Settings& settings, PieceRows& into) const {
-        each_report(settings, true, into.points, [&](const Report& r) {
+        each_report(settings, into.points, [&](const Report& r) {
             into.text += (into.opens && into.rows == 0 ? "[\n" : ",\n") +
                          indented(report_json(r, run.view).dump(2), 2);
             ++into.rows;
@@ -293,7 +290,7 @@ struct SweepOutput {
 
     /// Every mode of one configuration, as a table's rows.
     void add(const Settings& settings) {
-        each_report(settings, false, points, [&](const Report& r) {
+        each_report(settings, points, [&](const Report& r) {
             table->add(r);
             progress(++done);
         });

@@ -10,10 +10,10 @@
 namespace fixtures {
 
 inline const memcalc::Step& step_named(const memcalc::RankReport& rank, const std::string& name) {
-    for (const auto& s : rank.timeline)
+    for (const auto& s : rank.timeline())
         if (s.name() == name) return s;
     FAIL("no step " << name);
-    return rank.timeline.front();
+    return rank.timeline().front();
 }
 
 /// Of the busiest rank.

@@ -68,10 +68,10 @@ TEST_CASE(
     for (int k = 2; k <= 6; ++k) CHECK(kept(r, "backward " + std::to_string(k)) == 2 * A);
     CHECK(kept(r, "backward 1") == A);
     // The rebuilt tensors and everything else are as they were: offload moves only what is kept.
-    for (std::size_t i = 0; i < r.timeline.size(); ++i) {
-        const Breakdown& a = r.timeline[i].bytes;
-        const Breakdown& b = plain.busiest().timeline[i].bytes;
-        CAPTURE(r.timeline[i].name());
+    for (std::size_t i = 0; i < r.timeline().size(); ++i) {
+        const Breakdown& a = r.timeline()[i].bytes;
+        const Breakdown& b = plain.busiest().timeline()[i].bytes;
+        CAPTURE(r.timeline()[i].name());
         CHECK(a.rebuilt_activations == b.rebuilt_activations);
         CHECK(a.total().value() - a.kept_activations.value() ==
               b.total().value() - b.kept_activations.value());
@@ -149,7 +149,7 @@ TEST_CASE(
     const Summary closed = e.summary(s);
     CHECK(closed.peak.bytes.total() == full.peak_step().bytes.total());
     CHECK(closed.peak.name() == full.peak_step().name());
-    for (const RankReport& rank : full.ranks) CHECK(rank.peak == peak_index(rank.timeline));
+    for (const RankReport& rank : full.ranks) CHECK(rank.peak() == peak_index(rank.timeline()));
     if (layout != 0) return;
     // One stage: each step of the timeline, extrapolated along runs, is step_at's.
     const auto params = parameter_splits(parameter_table(m), m.vocab);
@@ -244,8 +244,7 @@ TEST_CASE(
         (r.parallel.offload == Offload::none ? activations : optimizer_activations).insert(key(r));
         // Each row's peak is a single estimate's with the same settings.
         Settings s = request.base;
-        s.micro_batch = r.micro_batch, s.recompute = r.recompute, s.parallel = r.parallel,
-        s.timelines = false;
+        s.micro_batch = r.micro_batch, s.recompute = r.recompute, s.parallel = r.parallel;
         CHECK(e.summary(s).peak.bytes.total() == r.peak.bytes());
     }
     CHECK(activations == plain);  // every layout, once with activation offload

@@ -178,7 +178,7 @@ TEST_CASE("the optimizer step's temporaries follow its implementation", "[estima
     // A pipeline's middle stage steps its layers alone: gate, up and down are h x f each.
     settings.parallel.pp = 4;
     const Report staged = estimate(m, settings);
-    const Step& middle = staged.ranks[1].timeline.back();  // the optimizer step
+    const Step& middle = staged.ranks[1].timeline().back();  // the optimizer step
     CHECK(middle.name() == "optimizer");
     CHECK(middle.bytes.workspace.value() == 2 * 3 * 4096ULL * 11008);
     settings.parallel.pp = 1;

@@ -155,7 +155,7 @@ TEST_CASE(
     const Report r = estimate(m, split);
     REQUIRE(r.ranks.size() == 2);
     for (const RankReport& stage : r.ranks)
-        for (const Step& step : stage.timeline)
+        for (const Step& step : stage.timeline())
             CHECK(step.bytes.weight_copies.value() == m.layers / 2 * casts / 2);
     // No casts without narrow linears.
     Settings plain = fp8_settings(Recompute::none);

@@ -168,11 +168,11 @@ TEST_CASE(
     CHECK(r.ranks[0].holds_embedding);
     CHECK(r.ranks[3].holds_head);
     // Micro-batch 1 and 2 (standing for 2..8): its 8 layers and the loss each, then the optimizer.
-    CHECK(r.ranks[3].timeline.size() == 2 * (2 * 8 + 1) + 1);
-    CHECK(r.ranks[0].timeline.size() == 2 * (2 * 8) + 1);  // no loss step
+    CHECK(r.ranks[3].timeline().size() == 2 * (2 * 8 + 1) + 1);
+    CHECK(r.ranks[0].timeline().size() == 2 * (2 * 8) + 1);  // no loss step
     const Count layer = r.layer.kept(Recompute::selective);
     // Stage 0 at its last forward step: 4 micro-batches x 8 layers, the whole model's worth.
-    const Step& last_forward = r.ranks[0].timeline[7];
+    const Step& last_forward = r.ranks[0].timeline()[7];
     CHECK(last_forward.name() == "forward 8");
     CHECK(last_forward.bytes.kept_activations == Count(32) * layer);
     // With the architecture model the first stage also keeps each in-flight micro-batch's token ids
@@ -183,7 +183,7 @@ TEST_CASE(
     settings.activations = ActivationModel::architecture;
     const Report a = estimate(m, settings);
     const Count mask = Count(2048) * 2048 * 2;
-    CHECK(a.ranks[0].timeline[7].bytes.kept_activations ==
+    CHECK(a.ranks[0].timeline()[7].bytes.kept_activations ==
           Count(32) * a.layer.kept(Recompute::selective) + Count(4) * saved_bytes(a.input_side) +
               Count(3) * mask);
 }

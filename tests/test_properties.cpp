@@ -161,7 +161,8 @@ TEST_CASE("the reported peak is the largest step, and the closed form finds the 
         const Report r = estimate(m, s);
         for (const auto& rank : r.ranks) {
             Count largest;
-            for (const auto& step : rank.timeline) largest = std::max(largest, step.bytes.total());
+            for (const auto& step : rank.timeline())
+                largest = std::max(largest, step.bytes.total());
             CHECK(rank.peak_step().bytes.total() == largest);
         }
     }
@@ -241,13 +242,17 @@ TEST_CASE("a sweep's closed-form summary is the full estimate's, figure for figu
         s.framework.grad_buffer = g.pick({GradBuffer::lazy, GradBuffer::persistent});
         s.framework.optimizer =
             g.pick({OptimizerImpl::fused, OptimizerImpl::foreach, OptimizerImpl::for_loop});
-        s.timelines = g.between(0, 1) == 0;
         CAPTURE(shape, m.layers, p.tp, p.dp, p.cp, p.pp, p.first_stage_layers, p.zero, p.ep,
                 p.microbatches);
         const Estimator estimator(m);
         Summary full, fast;
         try {
-            full = summary(estimator.estimate(s));
+            const Report r = estimator.estimate(s);
+            full = summary(r);
+            for (const RankReport& rank : r.ranks) {  // the closed form's peak, the timeline's
+                CHECK(rank.peak_step().bytes.total() == rank.timeline()[rank.peak()].bytes.total());
+                CHECK(rank.peak_step().name() == rank.timeline()[rank.peak()].name());
+            }
         } catch (const error& e) {  // an invalid layout: the summary refuses it with the same words
             CHECK_THROWS_WITH(estimator.summary(s), e.what());
             continue;

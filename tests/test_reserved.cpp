@@ -76,7 +76,7 @@ TEST_CASE("each step's moment of the allocation sequence holds what the timeline
             const Report r = estimate(c.model, c.settings);
             for (const RankReport& rank : r.ranks) {
                 const AllocationSequence seq = allocation_sequence(
-                    rank.timeline, step_pieces(r, rank), c.settings.parallel.steps_per_batch());
+                    rank.timeline(), step_pieces(r, rank), c.settings.parallel.steps_per_batch());
                 const std::vector<std::uint64_t> live = live_at_moments(seq);
                 REQUIRE(live.size() == seq.steps.size());
                 std::uint64_t most = 0;
@@ -100,9 +100,9 @@ TEST_CASE(
             const RankReport& rank = r.busiest();
             const std::uint64_t m = c.settings.parallel.steps_per_batch();
             const std::vector<Step> lazy =
-                replayed_training_steps(rank.timeline, m, OptimizerState::lazy);
+                replayed_training_steps(rank.timeline(), m, OptimizerState::lazy);
             const std::vector<Step> eager =
-                replayed_training_steps(rank.timeline, m, OptimizerState::eager);
+                replayed_training_steps(rank.timeline(), m, OptimizerState::eager);
             REQUIRE(lazy.size() == eager.size());
             bool stepped = false;
             for (std::size_t k = 0; k < lazy.size(); ++k) {
@@ -146,7 +146,8 @@ TEST_CASE("ZeRO-3's gathered weights are allocated on their own stream, in segme
     for (const Architecture& model : {fixtures::llama_7b(), fixtures::gpt2_small()}) {
         const Report r = estimate(model, s);
         const RankReport& rank = r.busiest();
-        const AllocationSequence seq = allocation_sequence(rank.timeline, step_pieces(r, rank), 1);
+        const AllocationSequence seq =
+            allocation_sequence(rank.timeline(), step_pieces(r, rank), 1);
         Count most_gathered;
         for (const Step& step : seq.steps)
             most_gathered = std::max(most_gathered, step.bytes.gathered_weights);

@@ -167,7 +167,7 @@ TEST_CASE(
         for (Recompute mode : modes) {
             INFO(name << " " << recompute_name(mode));
             Settings s;
-            s.seq = 128, s.recompute = mode, s.ops = true, s.timelines = false;
+            s.seq = 128, s.recompute = mode, s.ops = true;
             s.activations = ActivationModel::architecture;
             Report r;
             try {
@@ -197,7 +197,7 @@ TEST_CASE(
 TEST_CASE("Korthikanti's layer on its tape keeps its formula's bytes after the forward pass",
           "[tape][ops]") {
     Settings s;
-    s.seq = 4096, s.ops = true, s.timelines = false;
+    s.seq = 4096, s.ops = true;
     for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
         s.recompute = mode;
         const Report r = estimate(fixtures::llama_7b(), s);

@@ -252,7 +252,7 @@ TEST_CASE("uneven pipeline stages: Llama 3.1 405B's 126 layers on 16 stages",
                                      parameter_splits(r.parameters, m.vocab), t);
     const LayoutPeak closed = layout_peak(w, p);
     CHECK(closed.stage == r.busiest().stage);
-    CHECK(closed.bytes() == r.peak_step().bytes.total());
+    CHECK(closed.bytes() == r.timeline()[r.peak()].bytes.total());
     // Only the first stage given: the other 15 split the rest.
     p.last_stage_layers = 0, p.first_stage_layers = 6;
     CHECK(run(m, 1024, Recompute::full, p).ranks[15].layer_ids.size() == 8);

@@ -37,7 +37,7 @@ Settings at_1024(const Parallelism& p, Recompute mode = Recompute::none) {
 /// The most kept activations at any step of a rank's timeline.
 Count most_kept(const RankReport& rank) {
     Count most;
-    for (const Step& s : rank.timeline) most = std::max(most, s.bytes.kept_activations);
+    for (const Step& s : rank.timeline()) most = std::max(most, s.bytes.kept_activations);
     return most;
 }
 
@@ -158,7 +158,6 @@ TEST_CASE("DeepSeek-V3's 61 layers on 16 stages, under 1F1B and DualPipe", "[une
         CAPTURE(schedule_name(s));
         Settings settings = at_1024(layout(s, 16, 1, 0, 0), Recompute::full);
         settings.activations = ActivationModel::architecture;
-        settings.timelines = false;
         const Report r = estimate(m, settings);
         CHECK(r.stage_split_assumed);
         CHECK(r.settings.parallel.first_stage_layers == 2);
@@ -237,7 +236,7 @@ TEST_CASE("plan searches DualPipe where pp does not divide the layers, each row 
         CHECK(p.first_stage_layers == 2);
         CHECK(p.last_stage_layers == 3);
         Settings s = at_1024(p, row.recompute);
-        s.micro_batch = row.micro_batch, s.timelines = false;
+        s.micro_batch = row.micro_batch;
         CHECK(row.peak.bytes() == estimate(m, s).peak_step().bytes.total());
     }
 }

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,9 +42,6 @@ struct Settings {
     ActivationModel activations = ActivationModel::korthikanti;
     Framework framework;   ///< kernels, attention, optimiser step, gradient lifetime
     Parallelism parallel;  ///< every degree 1: one device
-    /// Build every rank's timeline; without them each rank's peak comes from the closed form
-    /// (peak_step), which costs a few operations and no memory per layer: sweeps and fit.
-    bool timelines = true;
     /// Also write each kind of layer's op tape as rows (Report::ops): what `--ops` shows.
     bool ops = false;
     ImageInput images;  ///< a micro-batch's images, through a vision tower; none by default
@@ -51,6 +49,27 @@ struct Settings {
 
 /// One kind of device: every rank of one pipeline stage holds the same (tensor, data, context and
 /// expert parallel ranks are alike).
+namespace detail {
+/// A rank's timeline, made the first time a caller reads it: an estimate weighs each rank's peak
+/// in closed form (peak_step), so a caller that reads no steps builds none. Copies of a report
+/// share it; its inputs never change, so whichever thread makes it first makes the same steps.
+class TimelineOnce {
+public:
+    TimelineOnce(const TimelineInputs& in, std::shared_ptr<const ParameterSplits> model)
+        : in_(in), model_(std::move(model)) {}
+    const TimelineWithPeak& get() const {
+        std::call_once(once_, [this] { made_ = timeline_with_peak(in_); });
+        return made_;
+    }
+
+private:
+    TimelineInputs in_;                             ///< its layer pattern is model_'s
+    std::shared_ptr<const ParameterSplits> model_;  ///< kept alive for that pattern
+    mutable std::once_flag once_;
+    mutable TimelineWithPeak made_;
+};
+}  // namespace detail
+
 struct RankReport {
     std::uint64_t stage = 0;               ///< pipeline stage, 0 first
     std::vector<std::uint64_t> layer_ids;  ///< its layers, in forward order
@@ -60,11 +79,20 @@ struct RankReport {
     Count parameters;     ///< on this rank: after tensor, expert and pipeline splits
     TrainingState state;  ///< on the device, after ZeRO sharding and offload
     Count host;           ///< what offload keeps in host memory for this rank
-    std::vector<Step> timeline;              ///< empty unless Settings::timelines
-    std::size_t peak = 0;                    ///< the peak's index in timeline (when it is built)
-    Step peak_at{Phase::forward, 0, {}, 1};  ///< the peak step, the earliest largest
+    Step peak_at{Phase::forward, 0, {}, 1};             ///< the peak step, the earliest largest
+    std::shared_ptr<const detail::TimelineOnce> steps;  ///< what timeline() reads; none: no steps
 
     const Step& peak_step() const { return peak_at; }
+    /// Every step in order (timeline.hpp), made on first use.
+    const std::vector<Step>& timeline() const { return made().steps; }
+    /// The peak's index in timeline().
+    std::size_t peak() const { return made().peak; }
+
+private:
+    const TimelineWithPeak& made() const {
+        static const TimelineWithPeak none;
+        return steps ? steps->get() : none;
+    }
 };
 
 struct Report {
@@ -97,8 +125,8 @@ struct Report {
     const LayerActivations& layer_of(std::size_t kind) const {
         return kind == 0 ? layer : other_kinds[kind - 1];
     }
-    const std::vector<Step>& timeline() const { return busiest().timeline; }
-    std::size_t peak() const { return busiest().peak; }
+    const std::vector<Step>& timeline() const { return busiest().timeline(); }
+    std::size_t peak() const { return busiest().peak(); }
     const Step& peak_step() const { return busiest().peak_step(); }
 };
 
@@ -121,8 +149,7 @@ inline std::shared_ptr<const ParameterSplits> trained_parameters(const Architect
 }
 
 /// One pipeline stage's device: its parameters, sharded state and timeline.
-inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint64_t stage,
-                              bool timelines) {
+inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint64_t stage) {
     const StageFacts f = stage_facts(w, p, stage);
     RankReport rank;
     rank.stage = stage;
@@ -134,14 +161,8 @@ inline RankReport rank_report(const Workload& w, const Parallelism& p, std::uint
     rank.state = f.state;
     rank.host = f.host;
     const TimelineInputs in = stage_inputs(w, p, f);
-    if (timelines) {
-        TimelineWithPeak made = timeline_with_peak(in);
-        rank.timeline = std::move(made.steps);
-        rank.peak = made.peak;
-        rank.peak_at = rank.timeline[rank.peak];
-    } else {
-        rank.peak_at = peak_step(in);
-    }
+    rank.peak_at = peak_step(in);
+    rank.steps = std::make_shared<const TimelineOnce>(in, w.parameters);
     return rank;
 }
 
@@ -276,8 +297,8 @@ public:
 
     const Architecture& model() const { return model_; }
 
-    /// Every table, and each rank's timeline unless settings.timelines is false. Where pp does not
-    /// divide the layers and neither end stage is given, the split assume_stage_split makes.
+    /// Every table, each rank's peak, and its timeline when read. Where pp does not divide the
+    /// layers and neither end stage is given, the split assume_stage_split makes.
     Report estimate(const Settings& given) const {
         Settings settings = given;
         const bool assumed = assume_stage_split(settings.parallel, model_.layers);
@@ -323,7 +344,7 @@ public:
             r.forward_buffers = std::move(t.forward_buffers);
             r.ranks.reserve(p.pp);
             for (std::uint64_t stage = 0; stage < p.pp; ++stage)
-                r.ranks.push_back(detail::rank_report(w, p, stage, settings.timelines));
+                r.ranks.push_back(detail::rank_report(w, p, stage));
             for (std::size_t i = 1; i < r.ranks.size(); ++i)
                 if (r.ranks[i].peak_step().bytes.total() > r.busiest().peak_step().bytes.total())
                     r.most_loaded = i;

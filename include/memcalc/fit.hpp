@@ -44,7 +44,7 @@ inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dim
                       const std::optional<DeviceSettings>& device) {
     (dimension == FitDimension::seq ? settings.seq : settings.micro_batch) = size;
     // The peak alone, in closed form; the device figure replays the timelines.
-    settings.timelines = device.has_value() && settings.framework.platform == Platform::cuda;
+    const bool weighed = device.has_value() && settings.framework.platform == Platform::cuda;
     // A fixed global batch: the micro-batch decides how many micro-batches a step takes.
     if (global_batch != 0 && dimension == FitDimension::micro_batch)
         settings.parallel.microbatches = global_batch / (size * settings.parallel.dp);
@@ -56,7 +56,7 @@ inline FitProbe probe(const Architecture& m, Settings settings, FitDimension dim
         p.peak = r.peak_step().bytes.total();
         p.step = r.peak_step().name();
         p.stage = r.busiest().stage;
-        if (settings.timelines) p.device = weighed_device(r, *device);
+        if (weighed) p.device = weighed_device(r, *device);
     } catch (const error& e) {
         p.reason = e.what();
     }

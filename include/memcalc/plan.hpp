@@ -1047,11 +1047,10 @@ private:
     std::optional<std::chrono::steady_clock::time_point> end_;
 };
 
-/// The settings of one of `request`'s layouts, with its timelines.
+/// The settings of one of `request`'s layouts.
 inline Settings row_settings(const PlanRequest& request, const PlanRow& row) {
     Settings s = request.base;
     s.parallel = row.parallel, s.micro_batch = row.micro_batch, s.recompute = row.recompute;
-    s.timelines = true;
     return s;
 }
 

@@ -109,7 +109,7 @@ inline StepPieces step_pieces(const Report& r, const RankReport& rank) {
 inline std::pair<Count, Count> loaded(const StepPieces& pieces, const RankReport& rank,
                                       const AllocatorConfig& config) {
     Breakdown weights;
-    weights.weights = rank.timeline.front().bytes.weights;
+    weights.weights = rank.timeline().front().bytes.weights;
     const AllocationSequence seq =
         allocation_sequence({Step{Phase::forward, 0, weights, 1}}, pieces, 1);
     const AllocatorStats stats = simulate_allocator(seq.events, config).stats;
@@ -163,26 +163,26 @@ inline ReservedPeak unsimulated(const RankReport& rank) {
     ReservedPeak out;
     const Count peak = rank.peak_step().bytes.total();
     out.bytes = out.first_step_bytes = out.high_bytes = out.allocated_bytes = peak;
-    out.loaded_allocated_bytes = out.loaded_bytes = rank.timeline.front().bytes.weights;
+    out.loaded_allocated_bytes = out.loaded_bytes = rank.timeline().front().bytes.weights;
     out.at = rank.peak_step();
     out.simulated = false;
     return out;
 }
 
-/// `rank`'s reserved peak under `config` (its timeline must have been built), with `before`
+/// `rank`'s reserved peak under `config`, with `before`
 /// allocated ahead of the first step (`before_high`: the same at the band's high end).
 inline ReservedPeak reserved_peak(const Report& r, const RankReport& rank,
                                   const AllocatorConfig& config,
                                   const std::vector<AllocatorEvent>& before = {},
                                   const std::vector<AllocatorEvent>& before_high = {}) {
-    if (rank.timeline.empty()) throw error("internal: reserved_peak needs the rank's timeline");
-    if (rank.timeline.size() > most_simulated_steps ||
+    if (rank.timeline().empty()) throw error("internal: reserved_peak needs the rank's timeline");
+    if (rank.timeline().size() > most_simulated_steps ||
         rank.peak_step().bytes.total() > Count(allocator_rules::kLargestRequest))
         return unsimulated(rank);
     const StepPieces pieces = step_pieces(r, rank);
     const std::uint64_t microbatches = r.settings.parallel.steps_per_batch();
-    const std::vector<Step> steps =
-        replayed_training_steps(rank.timeline, microbatches, r.settings.framework.optimizer_state);
+    const std::vector<Step> steps = replayed_training_steps(rank.timeline(), microbatches,
+                                                            r.settings.framework.optimizer_state);
     const detail::Replay run =
         detail::replay(before, steps, pieces, StepOrder::frees_first, config);
     ReservedPeak out;

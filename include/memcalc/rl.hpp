@@ -425,7 +425,6 @@ inline RlReport rl_job(const RlModels& models, const RlSettings& s,
     Settings step = s.policy;
     step.seq = s.prompt_len + s.completion_len;
     step.micro_batch = s.micro_batch * a.sequences_per_example;
-    step.timelines = true;
     RlReport r;
     r.rollouts = a.generates ? s.prompts * s.num_generations : 0;
     detail::add_roles(r, models, s, step);
