@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -76,7 +77,7 @@ struct Workload {
 inline SplitBytes weight_pass_reads(const Architecture& m, const ParameterTable& table,
                                     std::size_t kind, std::uint64_t tokens, std::uint64_t bytes) {
     SplitBytes reads;
-    const std::uint64_t slots = m.kind_view(kind).dispatched_slots(tokens);
+    std::optional<std::uint64_t> slots;      // the experts' token slots, found when an expert reads
     std::array<LinearSet, 2> inputs_held{};  // by whether the reader is an expert's
     for (const ParamRow& row : table.rows) {
         if (row.group != Group::layer || row.kind != kind || !row.trainable ||
@@ -91,13 +92,14 @@ inline SplitBytes weight_pass_reads(const Architecture& m, const ParameterTable&
             row.expert ? ActivationSplit::expert_tensor : ActivationSplit::tensor;
         const Linear input =
             linear.reads_input_of == Linear::none ? linear.linear : linear.reads_input_of;
+        if (row.expert && !slots) slots = m.kind_view(kind).dispatched_slots(tokens);
         LinearSet& held = inputs_held[row.expert];
         for (int out = held & bit(input) ? 1 : 0; out < 2; ++out) {
             const bool cut =
                 row.split == ParamSplit::tensor &&
                 (linear.tuned ? linear.row_parallel == (out == 0) : d[out] != m.hidden);
             reads.add(cut ? split : ActivationSplit::replicated,
-                      Count(row.expert ? slots : tokens) * d[out] * bytes);
+                      Count(row.expert ? *slots : tokens) * d[out] * bytes);
         }
         held |= bit(input);
     }
