@@ -920,3 +920,73 @@ TEST_CASE("traffic: expert all-to-alls, 4 a MoE layer a micro-batch, only where 
     CHECK(none.expert_parallel == 0);
     CHECK(none.expert_parallel_messages == 0);
 }
+
+TEST_CASE("step_time: an fp8 recipe's linears at the GPU's fp8 rate", "[plan][time]") {
+    Gpu g = round_gpu();
+    g.peak_fp8_flops = 2 * g.peak_bf16_flops;
+    Parallelism p;
+    p.dp = 2, p.microbatches = 4;
+    DeviceWork work;
+    work.flops = 1.4e15, work.attention_flops = 4e14, work.narrow_flops = 6e14;
+    auto t = step_time(g, p, work, Traffic{});
+    REQUIRE(t);
+    const double bf16 = 4e14 / 2 / (1e14 * 0.7), fp8 = 6e14 / 2 / (2e14 * 0.7),
+                 attention = 4e14 / 2 / (1e14 * 0.4);
+    CHECK(t->compute == Approx(bf16 + fp8 + attention));
+    g.peak_fp8_flops = 0;  // a GPU with no fp8 rate: its bf16 rate, leaning slow
+    t = step_time(g, p, work, Traffic{});
+    REQUIRE(t);
+    CHECK(t->compute == Approx(1e15 / 2 / (1e14 * 0.7) + attention));
+}
+
+TEST_CASE("an fp8 recipe's casts: bytes per operand from each library's program, by hand",
+          "[plan][time]") {
+    // torchao tensorwise (linear_casts.hpp): an input is cast in forward (read 2 B, write 1) and
+    // again in backward with a column-major copy (1 + 1): 8 B an element; the output's gradient
+    // twice in backward and copied once: 8; each eager cast's two fp32 temporaries, written and
+    // read: 16 B more a cast. A weight: forward's cast, backward's cast and copy: 8 (+32 eager).
+    const LinearCasts& tensorwise = linear_cast_rows[0];
+    CHECK(tensorwise.operand_traffic(2, true) == Approx(8));
+    CHECK(tensorwise.operand_traffic(2, false) == Approx(40));
+    CHECK(tensorwise.weight_traffic(2, true) == Approx(8));
+    CHECK(tensorwise.weight_traffic(2, false) == Approx(40));
+
+    // A tiny LLaMA layer, 16 tokens: its linears read 64 (q, k, v), 64 (o), 64 (gate, up) and
+    // 128 (down) wide inputs and write 3 x 64 + 64 + 2 x 128 + 64 wide outputs: 896 a token,
+    // 14,336 elements; 40,960 weights.
+    Architecture m;
+    m.name = "tiny", m.hidden = 64, m.layers = 2, m.heads = 4, m.ffn = 128, m.vocab = 256;
+    const auto narrow = [&](const char* recipe, std::uint64_t microbatches) {
+        const Recipe& r = builtin_recipe(recipe);
+        const Workload w = make_workload(
+            m, r, 16, 1, Recompute::none, parameter_splits(parameter_table(m), m.vocab),
+            activation_tables(m, 16, 1, r.precision(), ActivationModel::architecture));
+        Parallelism p;
+        p.microbatches = microbatches;
+        return narrow_cast_bytes(w, p, 0);
+    };
+    // Transformer Engine: each operand read (2 B) and cast with its transpose (1 + 1) every
+    // micro-batch, each weight so once a step.
+    CHECK(narrow("fp8", 1) == Approx(14336 * 4 + 40960 * 4));
+    CHECK(narrow("fp8", 2) == Approx(2 * 14336 * 4 + 40960 * 4));
+    CHECK(narrow("float8-tensorwise", 2) == Approx(2 * (14336 * 40 + 40960 * 40)));
+    CHECK(narrow("mixed-adam", 2) == 0);
+
+    // The FLOPs the narrow format runs: all but the attention core and the head.
+    PlanRequest request;
+    request.global_batch = 4;
+    for (const char* recipe : {"fp8", "mixed-adam"}) {
+        const Recipe& r = builtin_recipe(recipe);
+        const Workload w = make_workload(
+            m, r, 16, 1, Recompute::none, parameter_splits(parameter_table(m), m.vocab),
+            activation_tables(m, 16, 1, r.precision(), ActivationModel::architecture));
+        const ComputeCost cost = compute_cost(m, 16, 1, Recompute::none);
+        const DeviceWork work =
+            device_flops(w, stage_mix(m.layers, w.parameters->pattern, {}), cost, request, 1.0 / 3);
+        const double head = 3 * cost.head_forward * 4;
+        CAPTURE(recipe);
+        CHECK(work.narrow_flops ==
+              Approx(r.narrow_matmuls() ? work.flops - work.attention_flops - head : 0));
+        if (r.narrow_matmuls()) CHECK(work.narrow_flops > 0.5 * work.flops);
+    }
+}

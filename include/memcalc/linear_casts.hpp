@@ -64,6 +64,24 @@ inline Count cast_pass_peak(const CastProgram& p, const LinearOperands& x) {
     return Count(static_cast<std::uint64_t>(peak));
 }
 
+/// Bytes a pass's casts move per element of `of`: each tensor made is written once, a narrow cast
+/// reads its source in the compute dtype and a copy its narrow source, and an eager cast's fp32
+/// temporary is read back once (fused away under torch.compile). The GEMM's own reads and its
+/// result are the matrix product's time, not the casts'.
+inline double cast_traffic(const CastProgram& p, Operand of, std::uint64_t compute_bytes,
+                           bool compiled) {
+    double per32 = 0;  // 32nds of a byte
+    for (std::size_t i = 0; i < p.count; ++i) {
+        const CastStep& s = p.steps[i];
+        if (s.of != of || s.per32 <= 0 || s.kind == StepBytes::result) continue;
+        if (s.kind == StepBytes::eager_fp32 && compiled) continue;
+        const double read = s.kind == StepBytes::narrow ? 32.0 * static_cast<double>(compute_bytes)
+                                                        : static_cast<double>(s.per32);
+        per32 += s.per32 + read;
+    }
+    return per32 / 32;
+}
+
 /// A library's quantised linear: the dtype its casts take and what each pass makes.
 struct LinearCasts {
     std::string_view key;     ///< a recipe file's linear_casts: "torchao-float8-tensorwise"
@@ -76,6 +94,21 @@ struct LinearCasts {
     /// Bytes a linear weight's element is gathered in under ZeRO-3 (FSDP2's float8 all-gather,
     /// which then casts no weight); 0: the weights' dtype.
     std::uint8_t gathered_weight_bytes = 0;
+
+    /// Bytes both passes' casts move per element of a linear's input and of its output, averaged
+    /// (a layer's operands are counted together: weight_pass_reads).
+    double operand_traffic(std::uint64_t compute_bytes, bool compiled) const {
+        double sum = 0;
+        for (Operand of : {Operand::input, Operand::output})
+            sum += cast_traffic(forward, of, compute_bytes, compiled) +
+                   cast_traffic(backward, of, compute_bytes, compiled);
+        return sum / 2;
+    }
+    /// The same per element of its weight, each micro-batch.
+    double weight_traffic(std::uint64_t compute_bytes, bool compiled) const {
+        return cast_traffic(forward, Operand::weight, compute_bytes, compiled) +
+               cast_traffic(backward, Operand::weight, compute_bytes, compiled);
+    }
 };
 
 namespace cast_steps {  // short names for the programs' cells

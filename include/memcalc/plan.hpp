@@ -340,15 +340,46 @@ inline DeviceWork device_flops(const Workload& w, const StageMix& mix, const Com
                       : 0;
     // A fused kernel skips a causal mask's masked half; eager attention computes every score.
     work.attention_computed = w.framework.attention == Attention::flash ? 0.5 : 1;
+    // An fp8 recipe's linears: all but the attention core and the head (Transformer Engine's
+    // output layer and torchtitan's are plain linears).
+    if (w.recipe.narrow_matmuls())
+        work.narrow_flops =
+            std::max(0.0, work.flops - work.attention_flops - 3 * cost.head_forward * microbatches);
     work.forward_share = forward_share;
     work.slowest_stage_share = slowest_stage_share(mix, w.model, cost);
     return work;
 }
 
+/// Bytes one layer of kind `k` of an fp8 recipe's casts move on a device of layout `p` in a step:
+/// its linears' inputs and outputs' gradients (weight_pass_reads' operands) each micro-batch, and
+/// its weights: torchao casts them each micro-batch, as its programs say (LinearCasts); Transformer
+/// Engine reads each operand in the compute dtype and writes its narrow cast and that cast's
+/// transpose (fp8_cast_transpose_fused), its weights once a step (cached across micro-batches).
+inline double narrow_cast_bytes(const Workload& w, const Parallelism& p, std::size_t k) {
+    const Recipe& r = w.recipe;
+    if (!r.narrow_matmuls()) return 0;
+    const std::uint64_t compute = r.activation_bytes();
+    const Count operands(w.weight_pass_reads[k].on_rank(p, w.model.vocab).value() / compute);
+    const Count weights = w.parameters->linear_weights[k].on_rank(p, w.model.vocab);
+    const double M = static_cast<double>(p.steps_per_batch());
+    const auto d = [](Count n) { return static_cast<double>(n.value()); };
+    if (r.casts) {
+        const bool compiled = w.model.compile != Compile::none;
+        return M * (d(operands) * r.casts->operand_traffic(compute, compiled) +
+                    d(weights) * r.casts->weight_traffic(compute, compiled));
+    }
+    const Storage& narrow = r.linears->storage;
+    const auto cast = [&](Count n, std::uint64_t source) {
+        return d(n) * static_cast<double>(source) + 2 * d(narrow.bytes(n));
+    };
+    return M * cast(operands, compute) + cast(weights, r.weight_bytes());
+}
+
 /// What one device of layout `p` computes in a step of `cost` (one micro-batch's FLOPs) per
 /// micro-batch: the step's FLOPs and the attention's part of them (the recomputation taken to rerun
 /// the same mix), the weights its matrix products read (each layer's: forward, input gradient,
-/// weight gradient, a recomputed forward) and the bytes its element-wise work moves (stage 0's).
+/// weight gradient, a recomputed forward) and the bytes its element-wise work moves (stage 0's,
+/// an fp8 recipe's casts among them).
 inline DeviceWork device_work(const Workload& w, const Parallelism& p, const StageFacts& f,
                               const StageMix& mix, const ComputeCost& cost,
                               const PlanRequest& request, double forward_share) {
@@ -362,7 +393,8 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
         const Count kept =
             layer.kept.on_rank(p, w.model.vocab) + layer.rebuilt.on_rank(p, w.model.vocab);
         work.elementwise_bytes +=
-            elementwise_passes * static_cast<double>(kept.value()) * layers * M;
+            elementwise_passes * static_cast<double>(kept.value()) * layers * M +
+            narrow_cast_bytes(w, p, k) * layers;
     }
     return work;
 }

@@ -78,6 +78,8 @@ struct Recipe {
     /// The dtype of the residual stream and the norms: the weights' under autocast, else the
     /// activations'.
     DType stream() const { return autocast ? weights : activations; }
+    /// The layers' linear layers multiply in a narrow format (fp8, NVFP4), at its rate.
+    bool narrow_matmuls() const { return linears.has_value() || casts != nullptr; }
     Precision precision() const {
         return {activations, stream(), autocast,
                 linears ? std::optional<Storage>(linears->storage) : std::nullopt, casts};

@@ -1,13 +1,14 @@
 #pragma once
 /// A training step's time on a GPU, estimated from what its work is made of, not simulated: matrix
-/// products at the GPU's bf16 GEMM efficiency (an fp8 recipe's too: its casts are not yet timed) or
-/// its memory bandwidth, where reading the weights takes longer (the roofline); the attention
-/// kernel at its own; element-wise work at the memory bandwidth; all at the pace of the busiest
-/// pipeline stage. Every group's messages at its bandwidth and latency, hidden where the frameworks
-/// overlap them (the context-parallel ring under its attention, the data-parallel reduction under
-/// the last micro-batch's backward, DualPipe's all-to-alls under its other chunk); the pipeline's
-/// bubble over a micro-batch's whole time; offload and the host's optimiser step not overlapped.
-/// Every rate is a row of the GPU (hardware.hpp), which a GPU file may override.
+/// products at the GPU's GEMM efficiency of its bf16 rate (an fp8 recipe's linears: of its fp8
+/// rate, their casts element-wise work) or its memory bandwidth, where reading the weights takes
+/// longer (the roofline); the attention kernel at its own; element-wise work at the memory
+/// bandwidth; all at the pace of the busiest pipeline stage. Every group's messages at its
+/// bandwidth and latency, hidden where the frameworks overlap them (the context-parallel ring under
+/// its attention, the data-parallel reduction under the last micro-batch's backward, DualPipe's
+/// all-to-alls under its other chunk); the pipeline's bubble over a micro-batch's whole time;
+/// offload and the host's optimiser step not overlapped. Every rate is a row of the GPU
+/// (hardware.hpp), which a GPU file may override.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -55,6 +56,8 @@ struct Traffic {
 struct DeviceWork {
     double flops = 0;            ///< the step's FLOPs on every device, recomputation included
     double attention_flops = 0;  ///< of which the attention core's (Q K^T, weights . V), as counted
+    /// Of those, the matrix products an fp8 recipe runs in its narrow format: the layers' linears.
+    double narrow_flops = 0;
     /// Of those counted, the share the kernel computes: a fused kernel skips a causal mask's masked
     /// half (0.5); eager attention computes every score (1).
     double attention_computed = 1;
@@ -119,9 +122,14 @@ inline ComputeSeconds compute_seconds(const Gpu& gpu, const Parallelism& p,
     const double devices = static_cast<double>(p.devices()) / work.slowest_stage_share;
     const double memory = gpu.memory_bandwidth == 0 ? std::numeric_limits<double>::infinity()
                                                     : static_cast<double>(gpu.memory_bandwidth);
-    const double gemm = (work.flops - work.attention_flops) / devices;
+    const double gemm = (work.flops - work.attention_flops - work.narrow_flops) / devices;
+    // A narrow format at the GPU's fp8 rate, where it has one (else the bf16 rate: leaning slow).
+    const double narrow_peak =
+        gpu.peak_fp8_flops > 0 ? static_cast<double>(gpu.peak_fp8_flops) : peak;
     ComputeSeconds s;
-    s.matmuls = std::max(gemm / (peak * gpu.gemm_efficiency), work.weight_reads / memory);
+    s.matmuls = std::max(gemm / (peak * gpu.gemm_efficiency) +
+                             work.narrow_flops / devices / (narrow_peak * gpu.gemm_efficiency),
+                         work.weight_reads / memory);
     s.attention = work.attention_flops * work.attention_computed / devices /
                   (peak * gpu.attention_efficiency);
     s.elementwise = work.elementwise_bytes / memory;
