@@ -32,6 +32,14 @@ void estimate_llama_7b(benchmark::State& state) {
 }
 BENCHMARK(estimate_llama_7b);
 
+void estimate_llama_7b_kept_estimator(benchmark::State& state) {  // the model's tables made once
+    Settings s;
+    s.seq = 4096, s.recompute = Recompute::selective;
+    const Estimator estimator(llama_7b());
+    for (auto _ : state) benchmark::DoNotOptimize(estimator.estimate(s));
+}
+BENCHMARK(estimate_llama_7b_kept_estimator);
+
 void estimate_llama_7b_architecture(benchmark::State& state) {
     Settings s;
     s.seq = 4096, s.recompute = Recompute::selective, s.activations = ActivationModel::architecture;
