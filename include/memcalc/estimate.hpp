@@ -47,8 +47,6 @@ struct Settings {
     ImageInput images;  ///< a micro-batch's images, through a vision tower; none by default
 };
 
-/// One kind of device: every rank of one pipeline stage holds the same (tensor, data, context and
-/// expert parallel ranks are alike).
 namespace detail {
 /// A rank's timeline, made the first time a caller reads it: an estimate weighs each rank's peak
 /// in closed form (peak_step), so a caller that reads no steps builds none. Copies of a report
@@ -70,6 +68,8 @@ private:
 };
 }  // namespace detail
 
+/// One kind of device: every rank of one pipeline stage holds the same (tensor, data, context and
+/// expert parallel ranks are alike).
 struct RankReport {
     std::uint64_t stage = 0;               ///< pipeline stage, 0 first
     std::vector<std::uint64_t> layer_ids;  ///< its layers, in forward order
