@@ -60,11 +60,11 @@ std::string ranking_text(const PlanView& v) {
             "peak to time steps with.\n",
             gpu->name);
     return fmt::format(
-        "Ranked by estimated step time at {} ({:g} TFLOP/s bf16: matrix products at {:g} of it, "
-        "attention at {:g}; see --help),\nthen wasted compute, then communication per device, "
+        "Ranked by estimated step time at {} ({:g} TFLOP/s bf16: matrix products at {:.2g} of it, "
+        "attention at {:.2g}; see --help),\nthen wasted compute, then communication per device, "
         "then peak.\n",
         gpu->name, static_cast<double>(gpu->peak_bf16_flops) / 1e12, gpu->gemm_efficiency,
-        gpu->attention_efficiency);
+        attention_efficiency(*gpu, v.request.base.framework));
 }
 
 /// Whether the search tried layouts that offload, whose host memory the table then shows.
@@ -203,10 +203,10 @@ std::string plan_table(const PlanView& v, Unit unit) {
 namespace {
 
 /// The rates the step times assume (step_time.hpp), null without a GPU.
-nlohmann::json step_time_facts(const std::optional<Gpu>& gpu) {
+nlohmann::json step_time_facts(const std::optional<Gpu>& gpu, const Framework& f) {
     if (!gpu) return nullptr;
     return {{"gemm_efficiency", gpu->gemm_efficiency},
-            {"attention_efficiency", gpu->attention_efficiency},
+            {"attention_efficiency", attention_efficiency(*gpu, f)},
             {"memory_bytes_per_second", gpu->memory_bandwidth},
             {"intra_node_latency_seconds", gpu->intra_node_latency},
             {"inter_node_latency_seconds", gpu->inter_node_latency}};
@@ -278,7 +278,7 @@ nlohmann::json plan_json(const PlanView& v) {
                               : nlohmann::json(nullptr)},
         {"gpu", v.request.gpu ? nlohmann::json(std::string(v.request.gpu->name))
                               : nlohmann::json(nullptr)},
-        {"step_time_facts", step_time_facts(v.request.gpu)},
+        {"step_time_facts", step_time_facts(v.request.gpu, v.request.base.framework)},
         {"seq", v.request.base.seq},
         {"global_batch", v.request.global_batch},
         {"device_memory_bytes", v.memory.value()},

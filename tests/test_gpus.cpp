@@ -9,6 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_file.hpp"
+#include "memcalc/attention_kernels.hpp"
+#include "memcalc/framework.hpp"
+#include "memcalc/step_time.hpp"
 #include "render.hpp"
 #include "run_program.hpp"
 
@@ -277,4 +280,35 @@ TEST_CASE("a GPU file, an unknown name, or two memories at once", "[gpus][cli]")
                        "g.json"),
         "g.json: memory_gib is \"2.00\", but memory_bytes makes it \"1.00\"");
     std::remove(path.c_str());
+}
+
+TEST_CASE("a fused attention kernel's measured share of the peak, on its architecture's GPUs",
+          "[gpus][time]") {
+    const Gpu h100 = *find_gpu("h100-sxm"), h200 = *find_gpu("h200"), a100 = *find_gpu("a100-80gb");
+    // By hand from the FlashAttention-3 paper's H100 rates: 3 forward FLOPs counted for the
+    // kernel's 1 forward and 2.5 backward.
+    const double fa2 = 3 / (1 / 333e12 + 2.5 / 318e12) / 989.4e12;
+    CHECK(fa2 == Approx(0.2791).epsilon(1e-3));
+    CHECK(attention_efficiency(h100, true, AttentionKernel::flash_attention_2) == Approx(fa2));
+    CHECK(attention_efficiency(h100, true, AttentionKernel::cudnn) ==
+          Approx(3 / (1 / 529e12 + 2.5 / 518e12) / 989.4e12));
+    CHECK(attention_efficiency(h200, true, AttentionKernel::flash_attention_3) ==
+          Approx(3 / (1 / 602e12 + 2.5 / 559e12) / 989.4e12));  // Hopper: the H100's share
+    // Unmeasured on Ampere, and eager attention runs no fused kernel: the GPU's assumption.
+    CHECK(attention_efficiency(a100, true, AttentionKernel::cudnn) == a100.attention_efficiency);
+    CHECK(attention_efficiency(h100, false, AttentionKernel::cudnn) == h100.attention_efficiency);
+    // The megatron profile runs Transformer Engine's choice, cuDNN; torch's programs SDPA's.
+    CHECK(find_profile("megatron")->framework.attention_kernel == AttentionKernel::cudnn);
+    CHECK(find_profile("torchtitan")->framework.attention_kernel ==
+          AttentionKernel::flash_attention_2);
+
+    // The step's attention seconds at that share: half the scores computed under a causal mask.
+    DeviceWork work;
+    work.flops = 1e16, work.attention_flops = 1e15, work.attention_computed = 0.5;
+    Parallelism one;
+    const double peak = static_cast<double>(h100.peak_bf16_flops);
+    CHECK(compute_seconds(h100, one, work).attention ==
+          Approx(0.5e15 / (peak * h100.attention_efficiency)));
+    work.attention_efficiency = fa2;
+    CHECK(compute_seconds(h100, one, work).attention == Approx(0.5e15 / (peak * fa2)));
 }

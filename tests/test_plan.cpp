@@ -283,8 +283,8 @@ TEST_CASE("step_time: each term against hand-derived values", "[plan][time]") {
     p.dp = 4, p.tp = 2, p.pp = 2,
     p.microbatches = 8;  // 16 GPUs: tp x dp = 8 fills a node, pp crosses nodes
     Traffic bytes;
-    bytes.tensor_parallel = 1e9, bytes.data_parallel = 2e9, bytes.pipeline = 1e8,
-    bytes.context_parallel = 5e9;
+    bytes.tensor_parallel = 1e9, bytes.pipeline = 1e8, bytes.context_parallel = 5e9;
+    bytes.data_parallel.last_backward = 2e9, bytes.data_parallel.pieces = 10;
     const auto t = step_time(g, p, 1.6e16, bytes);
     REQUIRE(t);
     const double compute = 1.6e16 / (16 * 1e14 * g.gemm_efficiency);  // 14.3 s
@@ -293,16 +293,19 @@ TEST_CASE("step_time: each term against hand-derived values", "[plan][time]") {
     // path, and in the bubble's (pp - 1) / micro-batches of each micro-batch's time; cp is 1.
     const double per_microbatch = 1e9 / 1e11 + 1e8 / 1e10;
     CHECK(t->bubble == Approx((compute + per_microbatch) / 8));
-    // dp's 0.02 s hide under the last micro-batch's backward (2/3 of an eighth of the compute).
-    CHECK(t->communication == Approx(per_microbatch));
-    CHECK(t->seconds() == Approx(compute + (compute + per_microbatch) / 8 + per_microbatch));
+    // dp's 0.02 s hide under the last micro-batch's backward (2/3 of an eighth of the compute)
+    // but for its last piece's, a tenth, which no backward follows.
+    CHECK(t->communication == Approx(per_microbatch + 0.002));
+    CHECK(t->seconds() ==
+          Approx(compute + (compute + per_microbatch) / 8 + per_microbatch + 0.002));
 
-    p.dp = 8, p.pp = 1;          // dp spans 16 GPUs: its all-reduce leaves the node
-    bytes.data_parallel = 2e10;  // 2 s at 10 GB/s: more than the last backward's 1.19 s
+    p.dp = 8, p.pp = 1;                        // dp spans 16 GPUs: its all-reduce leaves the node
+    bytes.data_parallel.last_backward = 2e10;  // 2 s at 10 GB/s: more than the last backward's 1.19
     const auto wide = step_time(g, p, 1.6e16, bytes);
     REQUIRE(wide);
     CHECK(wide->bubble == 0);
-    CHECK(wide->communication == Approx(1e9 / 1e11 + 2e10 / 1e10 - compute * 2 / 3 / 8));
+    // Nine of the ten pieces run beside a tenth of that backward each; the rest is exposed.
+    CHECK(wide->communication == Approx(1e9 / 1e11 + 2e10 / 1e10 - compute * 2 / 3 / 8 * 0.9));
 
     // Each message pays its link's latency: tp's in the node, the ring's across it, where the
     // attention it feeds hides what it can.
@@ -440,18 +443,89 @@ TEST_CASE(
         make_workload(m, s.recipe, 1024, 2, Recompute::none, params, tables, s.framework);
     const StageFacts f = stage_facts(w, s.parallel, 0);
     const Traffic bytes = traffic(w, s.parallel, f);
-    CHECK(bytes.data_parallel == Approx(2.0 * static_cast<double>(f.parameters.value()) *
-                                        static_cast<double>(s.recipe.gradient_bytes()) * 15 / 16));
+    const DataParallelBytes& dp = bytes.data_parallel;
+    CHECK(dp.last_backward == Approx(2.0 * static_cast<double>(f.parameters.value()) *
+                                     static_cast<double>(s.recipe.gradient_bytes()) * 15 / 16));
+    CHECK(dp.total() == dp.last_backward);  // once a step, beside the one micro-batch's backward
+    CHECK(dp.pieces == static_cast<double>(m.layers));
     CHECK(bytes.tensor_parallel == 0);
     CHECK(bytes.pipeline == 0);
     CHECK(bytes.context_parallel == 0);
     const auto t = step_time(round_gpu(), s.parallel, 1e15, bytes);
     REQUIRE(t);
-    // Of the all-reduce, what the one micro-batch's backward (2/3 of the compute) does not hide.
-    const double backward = 1e15 / (16 * 1e14 * 0.7) * 2 / 3;
-    CHECK(t->communication == Approx(std::max(0.0, bytes.data_parallel / 1e10 - backward)));
+    // Of the all-reduce, a layer at a time, what the one micro-batch's backward (2/3 of the
+    // compute) does not hide: its last layer's, or what runs past the backward.
+    const double backward = 1e15 / (16 * 1e14 * 0.7) * 2 / 3, n = dp.pieces;
+    const double comm = dp.last_backward / 1e10;
+    CHECK(t->communication == Approx(std::max(comm / n, comm - backward * (n - 1) / n)));
     CHECK(step_time(round_gpu(), s.parallel, 1e12, bytes)->communication ==
-          Approx(bytes.data_parallel / 1e10 - backward / 1000));  // a short step hides little
+          Approx(comm - backward / 1000 * (n - 1) / n));  // a short step hides little
+}
+
+TEST_CASE("data-parallel bytes by ZeRO stage, each beside the compute it serves", "[plan][time]") {
+    const Architecture m = small_llama_4kv();
+    Settings s;
+    s.parallel.dp = 4, s.parallel.microbatches = 4;
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const ActivationTables tables = activation_tables(
+        m, 1024, 2, s.recipe.precision(), s.activations, s.framework, s.recompute_modules, {});
+    const auto bytes_at = [&](unsigned zero, std::uint64_t gathered, DpOverlap overlap) {
+        Parallelism p = s.parallel;
+        p.zero = zero, p.gathered_layers = gathered;
+        Framework f = s.framework;
+        f.dp_overlap = overlap;
+        const Workload w = make_workload(m, s.recipe, 1024, 2, Recompute::none, params, tables, f);
+        const StageFacts facts = stage_facts(w, p, 0);
+        const double P = static_cast<double>(facts.parameters.value()) * 3 / 4;  // ring over 4
+        return std::pair{traffic(w, p, facts).data_parallel, P};
+    };
+    const double g = static_cast<double>(s.recipe.gradient_bytes()),
+                 wb = static_cast<double>(s.recipe.weight_bytes());
+    const auto [plain, P] = bytes_at(0, 2, DpOverlap::layers);
+    CHECK(plain.last_backward == Approx(2 * P * g));  // one all-reduce a step
+    CHECK(plain.total() == plain.last_backward);
+    CHECK(plain.pieces == static_cast<double>(m.layers));
+    const auto one = bytes_at(1, 2, DpOverlap::layers).first;  // reduce-scatter, then gather
+    CHECK(one.last_backward == Approx(P * g));
+    CHECK(one.first_forward == Approx(P * wb));
+    CHECK(one.total() == Approx(P * (g + wb)));
+    const auto two = bytes_at(2, 2, DpOverlap::layers).first;  // a reduce-scatter each micro-batch
+    CHECK(two.every_backward == Approx(4 * P * g));
+    CHECK(two.first_forward == Approx(P * wb));
+    CHECK(two.last_backward == 0);
+    const auto three = bytes_at(3, 2, DpOverlap::layers).first;
+    CHECK(three.every_forward == Approx(4 * P * wb));  // a gather each forward
+    CHECK(three.every_backward ==
+          Approx(4 * P * (wb + g)));  // and each backward, with the reduction
+    CHECK(three.exposed == 0);
+    const auto unfetched = bytes_at(3, 1, DpOverlap::layers).first;  // no layer prefetched
+    CHECK(unfetched.exposed == Approx(8 * P * wb));
+    CHECK(unfetched.every_backward == Approx(4 * P * g));
+    CHECK(unfetched.every_forward == 0);
+    const auto none = bytes_at(3, 2, DpOverlap::none).first;
+    CHECK(none.exposed == Approx(three.total()));
+    CHECK(none.total() == Approx(three.total()));
+
+    // On the round GPU (dp 4 in a node: 100 GB/s), each window's messages beside its compute: a
+    // forward a third of the step, a backward two thirds; n pieces, the last one's exposed.
+    const Gpu gpu = round_gpu();
+    const double n = three.pieces;
+    for (const double flops : {1e13, 1e17}) {
+        const double compute = flops / (4 * 1e14 * 0.7);
+        const double forward = three.every_forward / 1e11, backward = three.every_backward / 1e11;
+        const auto beside = [&](double c, double window) {
+            return std::max(c / n, c - window * (n - 1) / n);
+        };
+        Traffic bytes;
+        bytes.data_parallel = three;
+        const auto t = step_time(gpu, s.parallel, flops, bytes);
+        REQUIRE(t);
+        CHECK(t->communication ==
+              Approx(beside(forward, compute / 3) + beside(backward, compute * 2 / 3)));
+        bytes.data_parallel = none;
+        CHECK(step_time(gpu, s.parallel, flops, bytes)->communication ==
+              Approx(forward + backward));  // none hidden
+    }
 }
 
 TEST_CASE("plan_fewest: the first count, by hand, on which a layout fits", "[plan][fewest]") {
@@ -550,8 +624,8 @@ TEST_CASE(
         Offload::optimizer;  // gradients down, the updated weights back, once a step
     const Traffic optimizer = traffic(w, s.parallel, stage_facts(w, s.parallel, 0));
     CHECK(optimizer.offload == Approx(shard * g + shard * wb));
-    CHECK(optimizer.data_parallel ==
-          Approx(none.data_parallel));  // the network's bytes are as they were
+    CHECK(optimizer.data_parallel.total() ==
+          Approx(none.data_parallel.total()));  // the network's bytes are as they were
     CHECK(optimizer.total() == Approx(none.total() + optimizer.offload));
     const Gpu gpu = round_gpu();
     const auto t = step_time(gpu, s.parallel, 1e15, optimizer);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "memcalc/activations.hpp"
+#include "memcalc/attention_kernels.hpp"
 #include "memcalc/kernels.hpp"
 #include "memcalc/text.hpp"
 
@@ -137,6 +138,16 @@ inline const char* checkpoint_impl_name(CheckpointImpl c) {
     return c == CheckpointImpl::reentrant ? "reentrant" : "non-reentrant";
 }
 
+/// Whether data-parallel messages run beside compute: layers (each layer's gathers and gradient
+/// reduction beside its neighbours' forward or backward: DDP's buckets, Megatron-LM's
+/// overlap_grad_reduce and overlap_param_gather, FSDP's and ZeRO-3's prefetch) or none (after the
+/// backward and before the forward: DeepSpeed's overlap_comm off, Megatron-LM without those).
+enum class DpOverlap { layers, none };
+
+inline const char* dp_overlap_name(DpOverlap o) {
+    return o == DpOverlap::layers ? "layers" : "none";
+}
+
 struct Framework {
     Platform platform = Platform::cuda;              ///< the architecture model's kernels
     Attention attention = Attention::eager;          ///< eager scores, or a fused (flash) kernel
@@ -152,6 +163,9 @@ struct Framework {
     CheckpointImpl checkpoint = CheckpointImpl::non_reentrant;  ///< full recomputation's call
     /// --loss chunked: the chunks the tokens are split into (torchtune's num_output_chunks).
     std::uint64_t loss_chunks = 8;
+    DpOverlap dp_overlap = DpOverlap::layers;  ///< the step time's: data-parallel messages hidden
+    /// The step time's: which fused kernel --attention flash runs (attention_kernels.hpp).
+    AttentionKernel attention_kernel = AttentionKernel::flash_attention_2;
 };
 
 /// A setting as a row: its key (profile or model files, JSON reports; the option is --key with '-'
@@ -276,7 +290,25 @@ inline const auto framework_switches = std::make_tuple(
            checkpoint_impl_name,
            "Which torch.utils.checkpoint --recompute full calls: non-reentrant (default) or\n"
            "reentrant (torch's default before 2.4, transformers' gradient_checkpointing_enable():\n"
-           "the recomputed layer's output held through the layer's backward)"});
+           "the recomputed layer's output held through the layer's backward)"},
+    Switch{"dp_overlap", "dp overlap", &Framework::dp_overlap,
+           std::array{DpOverlap::layers, DpOverlap::none}, dp_overlap_name,
+           "For the step time: whether data-parallel messages run beside compute: layers\n"
+           "(default: each layer's weight gathers and gradient reduction beside its neighbours'\n"
+           "forward or backward, as DDP's buckets, FSDP's prefetch and Megatron-LM's\n"
+           "--overlap-grad-reduce run them) or none (all exposed: DeepSpeed ZeRO-1/2's default)"},
+    Switch{"attention_kernel", "attention kernel", &Framework::attention_kernel,
+           std::array{AttentionKernel::flash_attention_2, AttentionKernel::cudnn,
+                      AttentionKernel::flash_attention_3},
+           attention_kernel_name,
+           "For the step time: the kernel --attention flash runs, at its measured rate on Hopper\n"
+           "(the GPU's attention_efficiency elsewhere): flash-attention-2 (default: PyTorch's\n"
+           "SDPA), cudnn (Transformer Engine's choice on Hopper) or flash-attention-3"});
+
+/// The share of `gpu`'s bf16 peak the attention core of a program on `f` runs at.
+inline double attention_efficiency(const Gpu& gpu, const Framework& f) {
+    return attention_efficiency(gpu, f.attention == Attention::flash, f.attention_kernel);
+}
 
 /// `f(row)` for every framework switch, in order.
 template <class F>
@@ -325,7 +357,8 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "loss, not the logits",
      {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent,
       LossKernel::fp32_inplace, LogitsLife::freed, KvCache::off, MoeKernel::grouped_gemm,
-      TorchVersion::v2_2, GemmLibrary::transformer_engine},
+      TorchVersion::v2_2, GemmLibrary::transformer_engine, OptimizerState::eager,
+      CheckpointImpl::non_reentrant, 8, DpOverlap::layers, AttentionKernel::cudnn},
      // TENorm: Transformer Engine's fused RMSNorm; bias_swiglu_impl (bias_activation_fusion, on
      // by default); MLA's value.contiguous() for TE's attention; the token dispatchers of core
      // 0.13+ (weighted_bias_swiglu_impl); the router on its input as given (moe_router_dtype None)

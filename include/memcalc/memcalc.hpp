@@ -4,6 +4,7 @@
 #include "memcalc/activations.hpp"
 #include "memcalc/allocator.hpp"
 #include "memcalc/architecture_activations.hpp"
+#include "memcalc/attention_kernels.hpp"
 #include "memcalc/device_memory.hpp"
 #include "memcalc/engine_budget.hpp"
 #include "memcalc/error.hpp"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "memcalc/architecture_activations.hpp"
+#include "memcalc/attention_kernels.hpp"
 #include "memcalc/device_memory.hpp"
 #include "memcalc/loading.hpp"
 #include "memcalc/estimate.hpp"
@@ -225,8 +226,38 @@ inline Traffic layer_traffic(const Workload& w, const Parallelism& p, std::uint6
     return bytes;
 }
 
-/// Bytes one device sends in a step, by ring collectives: data-parallel gradient all-reduce
-/// (ZeRO-3: also two weight all-gathers), tensor-parallel all-reduces (4 a layer a micro-batch),
+/// A stage's data-parallel bytes, by ring collectives over dp x cp (context-parallel ranks hold the
+/// same weights, as Megatron-LM's and torchtitan's groups have them), as the memory model runs
+/// them: without ZeRO, the gradients' all-reduce once a step; ZeRO-1, their reduce-scatter once
+/// a step (Megatron-LM's distributed optimizer) and the updated weights' gather; ZeRO-2, a
+/// reduce-scatter each micro-batch (each layer's bucket) and that gather; ZeRO-3, each layer's
+/// weights gathered for every forward and backward, its gradients reduce-scattered every backward.
+inline DataParallelBytes data_parallel_bytes(const Workload& w, const Parallelism& p,
+                                             const StageFacts& f) {
+    const double ring = detail::ring_share(static_cast<double>(p.dp * p.cp));
+    const double params = static_cast<double>(f.parameters.value()) * ring;
+    const double reduce = params * static_cast<double>(w.recipe.gradient_bytes()),
+                 gather = params * static_cast<double>(w.recipe.weight_bytes()),
+                 M = static_cast<double>(p.steps_per_batch());
+    DataParallelBytes b;
+    b.pieces = static_cast<double>(std::max<std::uint64_t>(1, f.layers.layers));
+    if (p.zero == 0) b.last_backward = 2 * reduce;
+    if (p.zero == 1) b.last_backward = reduce;
+    if (p.zero == 2) b.every_backward = M * reduce;
+    if (p.zero == 1 || p.zero == 2) b.first_forward = gather;
+    if (p.zero >= 3) {
+        // Without a prefetched layer (gathered_layers 1) each gather waits for its layer.
+        const bool prefetched = p.gathered_layers >= 2;
+        (prefetched ? b.every_forward : b.exposed) += M * gather;
+        (prefetched ? b.every_backward : b.exposed) += M * gather;
+        b.every_backward += M * reduce;
+    }
+    if (w.framework.dp_overlap == DpOverlap::none) b = DataParallelBytes{0, 0, 0, 0, b.total()};
+    return b;
+}
+
+/// Bytes one device sends in a step, by ring collectives: data-parallel (data_parallel_bytes),
+/// tensor-parallel all-reduces (4 a layer a micro-batch),
 /// pipeline sends between stages, context-parallel key/value rings, expert all-to-alls (dispatch
 /// and combine, forward and backward: 4 a MoE layer a micro-batch); and what ZeRO-Offload moves
 /// over the host link: optimizer offload, the device's gradient shard down and the updated weight
@@ -237,14 +268,7 @@ inline Traffic layer_traffic(const Workload& w, const Parallelism& p, std::uint6
 /// sent: what the host's optimiser step reads and writes in host memory.
 inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts& f) {
     Traffic bytes = layer_traffic(w, p, f.layers.layers, f.kind_layers);
-    const double params = static_cast<double>(f.parameters.value());
-    const auto ring = detail::ring_share;
-    // Context-parallel ranks hold the same weights: gradients reduce (and ZeRO-3 gathers) over
-    // dp x cp, as Megatron-LM's and torchtitan's data-parallel groups with context parallelism do.
-    const double dp = static_cast<double>(p.dp * p.cp);
-    bytes.data_parallel = 2 * ring(dp) * params * static_cast<double>(w.recipe.gradient_bytes());
-    if (p.zero >= 3)
-        bytes.data_parallel += 2 * ring(dp) * params * static_cast<double>(w.recipe.weight_bytes());
+    bytes.data_parallel = data_parallel_bytes(w, p, f);
     add_offload_traffic(bytes, w, p, f);
     return bytes;
 }
@@ -340,6 +364,7 @@ inline DeviceWork device_flops(const Workload& w, const StageMix& mix, const Com
                       : 0;
     // A fused kernel skips a causal mask's masked half; eager attention computes every score.
     work.attention_computed = w.framework.attention == Attention::flash ? 0.5 : 1;
+    if (request.gpu) work.attention_efficiency = attention_efficiency(*request.gpu, w.framework);
     // An fp8 recipe's linears: all but the attention core and the head (Transformer Engine's
     // output layer and torchtitan's are plain linears).
     if (w.recipe.narrow_matmuls())
@@ -800,7 +825,7 @@ inline std::optional<PlanKey> partial_floor(const Architecture& m, const PlanReq
         const StageFacts& first = workload.facts()(w, p, 0);
         Traffic bytes = traffic(w, p, first);
         const double communication = bytes.total();
-        bytes.data_parallel = 0;
+        bytes.data_parallel = {};
         double seconds = std::numeric_limits<double>::infinity();
         if (request.gpu) {
             const DeviceWork work = device_work(w, p, first, mix, cost, request, forward_share);

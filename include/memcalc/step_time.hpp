@@ -5,9 +5,9 @@
 /// longer (the roofline); the attention kernel at its own; element-wise work at the memory
 /// bandwidth; all at the pace of the busiest pipeline stage. Every group's messages at its
 /// bandwidth and latency, hidden where the frameworks overlap them (the context-parallel ring under
-/// its attention, the data-parallel reduction under the last micro-batch's backward, DualPipe's
-/// all-to-alls under its other chunk); the pipeline's bubble over a micro-batch's whole time;
-/// offload and the host's optimiser step not overlapped. Every rate is a row of the GPU
+/// its attention, data-parallel messages layer by layer beside the forward or backward they serve,
+/// DualPipe's all-to-alls under its other chunk); the pipeline's bubble over a micro-batch's whole
+/// time; offload and the host's optimiser step not overlapped. Every rate is a row of the GPU
 /// (hardware.hpp), which a GPU file may override.
 #include <algorithm>
 #include <cstdint>
@@ -31,14 +31,39 @@ inline constexpr double assumed_host_optimizer_bandwidth = 20e9;
 /// backward, whose gradient of it is written and read once more. An assumption.
 inline constexpr double elementwise_passes = 4;
 
+/// Data-parallel bytes (over dp x cp) by the compute they run beside: every micro-batch's forward
+/// (ZeRO-3's weight gathers), every micro-batch's backward (ZeRO-3's gathers and ZeRO-2/3's
+/// gradient reduce-scatters), the last micro-batch's backward alone (the gradients' all-reduce, or
+/// ZeRO-1's reduce-scatter, once a step) and the first micro-batch's forward (ZeRO-1/2's gather of
+/// the weights the step updated); and beside none (--dp-overlap none, ZeRO-3 without prefetch).
+struct DataParallelBytes {
+    double every_forward = 0, every_backward = 0, last_backward = 0, first_forward = 0;
+    double exposed = 0;
+    /// How many messages each window's bytes go in, one after another, each beside one layer's
+    /// compute (the stage's layers).
+    double pieces = 1;
+    double total() const {
+        return every_forward + every_backward + last_backward + first_forward + exposed;
+    }
+};
+
+/// Seconds of `comm` in `pieces` messages, each sent beside one of as many equal slices of
+/// `window` (after the slice that makes it, or before the one that needs it), that no slice hides:
+/// the first message or the last (no compute beside it), or what the messages take past the
+/// compute, whichever is more (a producer and a consumer in a two-stage pipeline).
+inline double exposed_beside(double comm, double window, double pieces) {
+    if (comm <= 0) return 0;
+    return std::max(comm / pieces, comm - window * (pieces - 1) / pieces);
+}
+
 /// Bytes one device sends in a step, by the group it sends to, and the messages they go in.
 struct Traffic {
-    double data_parallel = 0;    ///< gradient all-reduce over dp x cp (ZeRO-3: also weight gathers)
-    double tensor_parallel = 0;  ///< the layers' all-reduces
-    double pipeline = 0;         ///< activations and their gradients between stages
-    double context_parallel = 0;  ///< the key/value ring
-    double expert_parallel = 0;   ///< the MoE layers' token all-to-alls
-    double offload = 0;           ///< to and from host memory (ZeRO-Offload), over the host link
+    DataParallelBytes data_parallel;  ///< gradient reduction and ZeRO's weight gathers
+    double tensor_parallel = 0;       ///< the layers' all-reduces
+    double pipeline = 0;              ///< activations and their gradients between stages
+    double context_parallel = 0;      ///< the key/value ring
+    double expert_parallel = 0;       ///< the MoE layers' token all-to-alls
+    double offload = 0;  ///< to and from host memory (ZeRO-Offload), over the host link
     /// Not sent: what the host's optimiser step reads and writes in host memory (ZeRO-Offload's
     /// CPUAdam).
     double host_optimizer = 0;
@@ -47,8 +72,8 @@ struct Traffic {
     double tensor_parallel_messages = 0, pipeline_messages = 0, context_parallel_messages = 0,
            expert_parallel_messages = 0;
     double total() const {
-        return data_parallel + tensor_parallel + pipeline + context_parallel + expert_parallel +
-               offload;
+        return data_parallel.total() + tensor_parallel + pipeline + context_parallel +
+               expert_parallel + offload;
     }
 };
 
@@ -61,6 +86,8 @@ struct DeviceWork {
     /// Of those counted, the share the kernel computes: a fused kernel skips a causal mask's masked
     /// half (0.5); eager attention computes every score (1).
     double attention_computed = 1;
+    /// The attention core's share of the bf16 peak (attention_kernels.hpp); 0: the GPU's own.
+    double attention_efficiency = 0;
     double weight_reads = 0;         ///< bytes of weights one device's matrix products read a step
     double elementwise_bytes = 0;    ///< bytes one device's element-wise work moves a step
     double forward_share = 1.0 / 3;  ///< of a chunk's time, its forward (the schedule's F)
@@ -130,8 +157,9 @@ inline ComputeSeconds compute_seconds(const Gpu& gpu, const Parallelism& p,
     s.matmuls = std::max(gemm / (peak * gpu.gemm_efficiency) +
                              work.narrow_flops / devices / (narrow_peak * gpu.gemm_efficiency),
                          work.weight_reads / memory);
-    s.attention = work.attention_flops * work.attention_computed / devices /
-                  (peak * gpu.attention_efficiency);
+    const double attention =
+        work.attention_efficiency > 0 ? work.attention_efficiency : gpu.attention_efficiency;
+    s.attention = work.attention_flops * work.attention_computed / devices / (peak * attention);
     s.elementwise = work.elementwise_bytes / memory;
     return s;
 }
@@ -166,6 +194,21 @@ inline double exposed_layer_messages(const GroupLinks& links, const Parallelism&
            std::max(0.0, ring - attention);
 }
 
+/// Seconds of data-parallel messages on `link` that no compute hides, in a step of `compute`
+/// seconds over `microbatches`, `forward_share` of each in its forward: each window's
+/// (DataParallelBytes) past the compute it runs beside.
+inline double exposed_data_parallel(const Link& link, const DataParallelBytes& b, double compute,
+                                    double forward_share, std::uint64_t microbatches) {
+    const double forward = compute * forward_share, backward = compute - forward;
+    const double M = static_cast<double>(microbatches);
+    const auto exposed = [&](double bytes, double window) {
+        return exposed_beside(link.seconds(bytes, 0), window, b.pieces);
+    };
+    return exposed(b.every_forward, forward) + exposed(b.every_backward, backward) +
+           exposed(b.last_backward, backward / M) + exposed(b.first_forward, forward / M) +
+           link.seconds(b.exposed, 0);
+}
+
 /// The least a step of `flops` (no bytes moved in memory) with the layers' messages of `bytes`
 /// takes under any recomputation that adds FLOPs to it, its bubble at least `idle` of its time:
 /// its compute and the messages its attention leaves exposed (which together only grow with the
@@ -186,8 +229,9 @@ inline std::optional<double> step_time_floor(const Gpu& gpu, const Parallelism& 
 /// The time of a step of `work` on `p.devices()` GPUs, or none when the GPU lacks a figure the
 /// layout needs (its bf16 peak, a bandwidth, its node size, its host link where offload moves
 /// bytes). Tensor-parallel collectives and pipeline sends sit on the critical path; the
-/// context-parallel ring hides under the attention it feeds; the data-parallel reduction under one
-/// micro-batch's backward; a schedule that overlaps all-to-alls (DualPipe) hides them.
+/// context-parallel ring hides under the attention it feeds; data-parallel messages beside the
+/// compute they serve (exposed_data_parallel); a schedule that overlaps all-to-alls (DualPipe)
+/// hides them.
 inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p,
                                          const DeviceWork& work, const Traffic& bytes) {
     if (gpu.peak_bf16_flops == 0) return std::nullopt;
@@ -198,10 +242,9 @@ inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p,
     t.compute = compute.total();
     const double per_microbatch = exposed_layer_messages(*links, p, bytes, compute.attention);
     t.bubble = (t.compute + per_microbatch) * bubble_share(p, work.forward_share);
-    const double last_backward =
-        t.compute * (1 - work.forward_share) / static_cast<double>(p.steps_per_batch());
     t.communication =
-        per_microbatch + std::max(0.0, links->dp.seconds(bytes.data_parallel, 0) - last_backward);
+        per_microbatch + exposed_data_parallel(links->dp, bytes.data_parallel, t.compute,
+                                               work.forward_share, p.steps_per_batch());
     if (bytes.offload > 0) {
         if (gpu.host_bandwidth == 0) return std::nullopt;
         t.offload = bytes.offload / static_cast<double>(gpu.host_bandwidth);

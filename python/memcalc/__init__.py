@@ -191,7 +191,7 @@ def plan(**options: _t.Any) -> Plan:
 
     >>> r = memcalc.plan(preset="llama-7b", seq=4096, global_batch=64, gpus=8, gpu="h100-sxm")
     >>> {key: r["layouts"][0][key] for key in ("dp", "tp", "pp", "zero", "recompute")}
-    {'dp': 4, 'tp': 1, 'pp': 1, 'zero': 3, 'recompute': 'none'}
+    {'dp': 2, 'tp': 1, 'pp': 1, 'zero': 1, 'recompute': 'none'}
     """
     return _as(Plan, _json_command("plan", options))
 

@@ -13,7 +13,7 @@ the published degrees do not fit under it: then plan chooses, and the row says s
 
 --layouts layouts-extended.json ({"schema": 1, "layouts": [...]}) scores that file's rows, each
 converted to the row dict above: its pins (zero, schedule, recipe, profile, recomputation and its
-modules or layers, attention, uneven first/last stages, MTP layers) read from its
+modules or layers, attention, compile, uneven first/last stages, MTP layers) read from its
 memcalc_plan_command; its published tokens/s per GPU as published, else global batch x seq /
 step_seconds / GPUs, else none (TFLOP/s or MFU alone: ranked, no ratio). Micro-batch, SP and VPP
 are left to plan's search, as for layouts.json's rows.
@@ -83,8 +83,9 @@ COMMAND_VALUE_FLAGS = ("--preset", "--model-file", "--gpu", "--gpus", "--seq", "
                        "--tp", "--pp", "--cp", "--dp", "--ep", "--vpp", "--schedule", "--zero",
                        "--recompute", "--recompute-modules", "--recompute-layers", "-b",
                        "--recipe", "--profile", "--attention", "--first-stage-layers",
-                       "--last-stage-layers", "--mtp-layers")
-PASSED_THROUGH = ("--attention", "--first-stage-layers", "--last-stage-layers", "--mtp-layers")
+                       "--last-stage-layers", "--mtp-layers", "--compile")
+PASSED_THROUGH = ("--attention", "--first-stage-layers", "--last-stage-layers", "--mtp-layers",
+                  "--compile")
 WITH_RECOMPUTE = ("--recompute-modules", "--recompute-layers")
 
 
