@@ -209,7 +209,8 @@ nlohmann::json step_time_facts(const std::optional<Gpu>& gpu, const Framework& f
             {"attention_efficiency", attention_efficiency(*gpu, f)},
             {"memory_bytes_per_second", gpu->memory_bandwidth},
             {"intra_node_latency_seconds", gpu->intra_node_latency},
-            {"inter_node_latency_seconds", gpu->inter_node_latency}};
+            {"inter_node_latency_seconds", gpu->inter_node_latency},
+            {"collective_sm_share", gpu->collective_sm_share}};
 }
 
 /// One ranked layout of a plan, `rank` its place.

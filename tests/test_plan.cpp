@@ -248,6 +248,7 @@ Gpu round_gpu() {
     g.intra_node_bandwidth = 100'000'000'000ULL, g.inter_node_bandwidth = 10'000'000'000ULL,
     g.gpus_per_node = 8;
     g.host_bandwidth = 20'000'000'000ULL;
+    g.collective_sm_share = 0;  // the hand-derived times below count exposed messages alone
     return g;
 }
 }  // namespace
@@ -526,6 +527,39 @@ TEST_CASE("data-parallel bytes by ZeRO stage, each beside the compute it serves"
         CHECK(step_time(gpu, s.parallel, flops, bytes)->communication ==
               Approx(forward + backward));  // none hidden
     }
+}
+
+TEST_CASE("hidden messages take their kernels' share of the compute they run beside",
+          "[plan][time]") {
+    Gpu g = round_gpu();
+    g.collective_sm_share = 0.25;
+    Parallelism ring;
+    ring.tp = 2, ring.cp = 8, ring.microbatches = 8;  // the ring crosses nodes: 10 GB/s
+    DeviceWork work;
+    work.flops = 1.6e16, work.attention_flops = 1.6e14;   // attention: 1.6e14/16/(1e14 x 0.4)
+    const double attention = 1.6e14 / 16 / (1e14 * 0.4);  // 0.25 s
+    Traffic bytes;
+    bytes.context_parallel = 1e9;  // 0.1 s: hidden under the attention, a quarter of it lost
+    const auto hidden = step_time(g, ring, work, bytes);
+    REQUIRE(hidden);
+    CHECK(hidden->communication == Approx(0.1 * 0.25));
+    bytes.context_parallel = 5e9;  // 0.5 s: 0.25 s exposed past the attention, 0.25 s hidden
+    const auto past = step_time(g, ring, work, bytes);
+    REQUIRE(past);
+    CHECK(past->communication == Approx(0.5 - attention + attention * 0.25));
+
+    // A data-parallel all-reduce of 0.2 s in 10 pieces beside the last backward: one piece
+    // exposed, nine hidden.
+    Parallelism dp;
+    dp.dp = 8, dp.microbatches = 1;
+    Traffic reduce;
+    reduce.data_parallel.last_backward = 2e10 * 0.2 / 2, reduce.data_parallel.pieces = 10;
+    const auto t = step_time(g, dp, 1.6e16, reduce);
+    REQUIRE(t);
+    const double comm = reduce.data_parallel.last_backward / 1e11;  // dp 8 fills the node
+    CHECK(t->communication == Approx(comm / 10 + comm * 9 / 10 * 0.25));
+    g.collective_sm_share = 0;
+    CHECK(step_time(g, dp, 1.6e16, reduce)->communication == Approx(comm / 10));
 }
 
 TEST_CASE("plan_fewest: the first count, by hand, on which a layout fits", "[plan][fewest]") {

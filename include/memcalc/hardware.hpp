@@ -44,6 +44,11 @@ struct Gpu {
     /// Seconds each collective, ring step or send pays before its bytes flow, within a node and
     /// across nodes: NCCL's small-message times are tens of microseconds; 10 and 20, assumed.
     double intra_node_latency = 10e-6, inter_node_latency = 20e-6;
+    /// The share of the GPU's compute a collective's kernel holds while it runs beside compute,
+    /// which that compute then lacks: NCCL's all-gather launched 24 blocks on an H100's 132 SMs
+    /// (NVIDIA developer forums, "Compute-communication overlap causes severe GEMM performance
+    /// degradation because of tail effect", 2025); 24/132, leaning fast (that GEMM lost more).
+    double collective_sm_share = 24.0 / 132;
 };
 
 namespace detail {

@@ -99,8 +99,10 @@ struct DeviceWork {
 struct StepTime {
     double compute = 0;  ///< matrix products, attention and element-wise work, every micro-batch
     double bubble = 0;   ///< the schedule's idle time (bubble_share of a micro-batch's whole time)
-    double communication = 0;  ///< what no computation hides, every group's
-    double offload = 0;        ///< the host transfers at the host link's bandwidth, not overlapped
+    /// What the messages cost: what no computation hides, every group's, and the compute those
+    /// that hide take from it (their kernels hold collective_sm_share of the GPU while they run).
+    double communication = 0;
+    double offload = 0;  ///< the host transfers at the host link's bandwidth, not overlapped
     double host_optimizer =
         0;  ///< the host's optimiser step at assumed_host_optimizer_bandwidth, not overlapped
     double seconds() const { return compute + bubble + communication + offload + host_optimizer; }
@@ -179,19 +181,32 @@ inline std::optional<GroupLinks> group_links(const Gpu& gpu, const Parallelism& 
     return GroupLinks{*tp, *cp, *dp, *pp, *ep};
 }
 
-/// Seconds of the layers' messages nothing hides: tensor-parallel collectives, pipeline sends,
-/// expert all-to-alls (unless the schedule overlaps them), and the context-parallel ring past the
-/// `attention` seconds it hides under.
-inline double exposed_layer_messages(const GroupLinks& links, const Parallelism& p,
+/// Seconds of messages: those nothing hides, and those that run beside compute.
+struct MessageSeconds {
+    double exposed = 0, hidden = 0;
+};
+
+/// The layers' messages: exposed, tensor-parallel collectives, pipeline sends, expert all-to-alls
+/// (unless the schedule overlaps them) and the context-parallel ring past the `attention` seconds
+/// it hides under; hidden, the rest of the ring and the overlapped all-to-alls.
+inline MessageSeconds layer_messages(const GroupLinks& links, const Parallelism& p,
                                      const Traffic& bytes, double attention) {
     const double ring = links.cp.seconds(bytes.context_parallel, bytes.context_parallel_messages);
     const double all_to_all =
-        schedule_row(p).overlaps_all_to_all
-            ? 0
-            : links.ep.seconds(bytes.expert_parallel, bytes.expert_parallel_messages);
-    return links.tp.seconds(bytes.tensor_parallel, bytes.tensor_parallel_messages) +
-           links.pp.seconds(bytes.pipeline, bytes.pipeline_messages) + all_to_all +
-           std::max(0.0, ring - attention);
+        links.ep.seconds(bytes.expert_parallel, bytes.expert_parallel_messages);
+    const bool overlapped = schedule_row(p).overlaps_all_to_all;
+    MessageSeconds s;
+    s.exposed = links.tp.seconds(bytes.tensor_parallel, bytes.tensor_parallel_messages) +
+                links.pp.seconds(bytes.pipeline, bytes.pipeline_messages) +
+                (overlapped ? 0 : all_to_all) + std::max(0.0, ring - attention);
+    s.hidden = std::min(ring, attention) + (overlapped ? all_to_all : 0);
+    return s;
+}
+
+/// Seconds of the layers' messages nothing hides (layer_messages').
+inline double exposed_layer_messages(const GroupLinks& links, const Parallelism& p,
+                                     const Traffic& bytes, double attention) {
+    return layer_messages(links, p, bytes, attention).exposed;
 }
 
 /// Seconds of data-parallel messages on `link` that no compute hides, in a step of `compute`
@@ -231,7 +246,7 @@ inline std::optional<double> step_time_floor(const Gpu& gpu, const Parallelism& 
 /// bytes). Tensor-parallel collectives and pipeline sends sit on the critical path; the
 /// context-parallel ring hides under the attention it feeds; data-parallel messages beside the
 /// compute they serve (exposed_data_parallel); a schedule that overlaps all-to-alls (DualPipe)
-/// hides them.
+/// hides them. What hides still takes collective_sm_share of the compute it runs beside.
 inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p,
                                          const DeviceWork& work, const Traffic& bytes) {
     if (gpu.peak_bf16_flops == 0) return std::nullopt;
@@ -240,11 +255,13 @@ inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p,
     StepTime t;
     const ComputeSeconds compute = compute_seconds(gpu, p, work);
     t.compute = compute.total();
-    const double per_microbatch = exposed_layer_messages(*links, p, bytes, compute.attention);
-    t.bubble = (t.compute + per_microbatch) * bubble_share(p, work.forward_share);
-    t.communication =
-        per_microbatch + exposed_data_parallel(links->dp, bytes.data_parallel, t.compute,
-                                               work.forward_share, p.steps_per_batch());
+    const MessageSeconds layers = layer_messages(*links, p, bytes, compute.attention);
+    t.bubble = (t.compute + layers.exposed) * bubble_share(p, work.forward_share);
+    const double data_parallel = links->dp.seconds(bytes.data_parallel.total(), 0);
+    const double data_parallel_exposed = exposed_data_parallel(
+        links->dp, bytes.data_parallel, t.compute, work.forward_share, p.steps_per_batch());
+    const double hidden = layers.hidden + std::max(0.0, data_parallel - data_parallel_exposed);
+    t.communication = layers.exposed + data_parallel_exposed + hidden * gpu.collective_sm_share;
     if (bytes.offload > 0) {
         if (gpu.host_bandwidth == 0) return std::nullopt;
         t.offload = bytes.offload / static_cast<double>(gpu.host_bandwidth);
