@@ -203,12 +203,6 @@ inline MessageSeconds layer_messages(const GroupLinks& links, const Parallelism&
     return s;
 }
 
-/// Seconds of the layers' messages nothing hides (layer_messages').
-inline double exposed_layer_messages(const GroupLinks& links, const Parallelism& p,
-                                     const Traffic& bytes, double attention) {
-    return layer_messages(links, p, bytes, attention).exposed;
-}
-
 /// Seconds of data-parallel messages on `link` that no compute hides, in a step of `compute`
 /// seconds over `microbatches`, `forward_share` of each in its forward: each window's
 /// (DataParallelBytes) past the compute it runs beside.
@@ -227,8 +221,9 @@ inline double exposed_data_parallel(const Link& link, const DataParallelBytes& b
 /// The least a step of `flops` (no bytes moved in memory) with the layers' messages of `bytes`
 /// takes under any recomputation that adds FLOPs to it, its bubble at least `idle` of its time:
 /// its compute and the messages its attention leaves exposed (which together only grow with the
-/// attention), idle for that share. No data-parallel reduction, no offload. A billionth low, so
-/// that rounding never lifts it above a time it equals. None where step_time has none.
+/// attention), idle for that share, and the compute the hidden ones take (which grows with it). No
+/// data-parallel messages, no offload. A billionth low, so that rounding never lifts it above a
+/// time it equals. None where step_time has none.
 inline std::optional<double> step_time_floor(const Gpu& gpu, const Parallelism& p,
                                              const DeviceWork& flops, const Traffic& bytes,
                                              double idle) {
@@ -236,9 +231,9 @@ inline std::optional<double> step_time_floor(const Gpu& gpu, const Parallelism& 
     const auto links = group_links(gpu, p);
     if (!links) return std::nullopt;
     const ComputeSeconds compute = compute_seconds(gpu, p, flops);
-    const double busy =
-        compute.total() + exposed_layer_messages(*links, p, bytes, compute.attention);
-    return (busy + busy * idle) * (1 - 1e-9);
+    const MessageSeconds messages = layer_messages(*links, p, bytes, compute.attention);
+    const double busy = compute.total() + messages.exposed;
+    return (busy + busy * idle + messages.hidden * gpu.collective_sm_share) * (1 - 1e-9);
 }
 
 /// The time of a step of `work` on `p.devices()` GPUs, or none when the GPU lacks a figure the
