@@ -166,6 +166,14 @@ struct Framework {
     DpOverlap dp_overlap = DpOverlap::layers;  ///< the step time's: data-parallel messages hidden
     /// The step time's: which fused kernel --attention flash runs (attention_kernels.hpp).
     AttentionKernel attention_kernel = AttentionKernel::flash_attention_2;
+
+    /// This framework running `kernel`: a profile row names it without spelling every switch
+    /// before it.
+    Framework with(AttentionKernel kernel) const {
+        Framework f = *this;
+        f.attention_kernel = kernel;
+        return f;
+    }
 };
 
 /// A setting as a row: its key (profile or model files, JSON reports; the option is --key with '-'
@@ -355,10 +363,10 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "VocabParallelCrossEntropy (fused "
      "or not) softmaxes an fp32 copy of the logits and keeps it for backward; GPTModel returns the "
      "loss, not the logits",
-     {Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent,
-      LossKernel::fp32_inplace, LogitsLife::freed, KvCache::off, MoeKernel::grouped_gemm,
-      TorchVersion::v2_2, GemmLibrary::transformer_engine, OptimizerState::eager,
-      CheckpointImpl::non_reentrant, 8, DpOverlap::layers, AttentionKernel::cudnn},
+     Framework{Platform::cuda, Attention::flash, OptimizerImpl::fused, GradBuffer::persistent,
+               LossKernel::fp32_inplace, LogitsLife::freed, KvCache::off, MoeKernel::grouped_gemm,
+               TorchVersion::v2_2, GemmLibrary::transformer_engine}
+         .with(AttentionKernel::cudnn),
      // TENorm: Transformer Engine's fused RMSNorm; bias_swiglu_impl (bias_activation_fusion, on
      // by default); MLA's value.contiguous() for TE's attention; the token dispatchers of core
      // 0.13+ (weighted_bias_swiglu_impl); the router on its input as given (moe_router_dtype None)

@@ -252,8 +252,10 @@ inline DataParallelBytes data_parallel_bytes(const Workload& w, const Parallelis
         (prefetched ? b.every_backward : b.exposed) += M * gather;
         b.every_backward += M * reduce;
     }
-    if (w.framework.dp_overlap == DpOverlap::none) b = DataParallelBytes{0, 0, 0, 0, b.total()};
-    return b;
+    if (w.framework.dp_overlap != DpOverlap::none) return b;
+    DataParallelBytes unhidden;  // every byte beside no compute
+    unhidden.exposed = b.total();
+    return unhidden;
 }
 
 /// Bytes one device sends in a step, by ring collectives: data-parallel (data_parallel_bytes),
