@@ -216,6 +216,12 @@ TEST_CASE(
         const LayoutPeak fast = layout_peak(w, p);
         CHECK(fast.bytes() == r.peak_step().bytes.total());
         CHECK(fast.step.name() == r.peak_step().name());
+        // The floor by which plan drops layouts unweighed: every step of the first stage holds it.
+        const StageFacts first = stage_facts(w, p, 0);
+        Count least = fast.bytes();
+        for (const Step& step : timeline(stage_inputs(w, p, first)))
+            least = std::min(least, step.bytes.total());
+        CHECK(persistent_state(first) <= least);
     }
 }
 

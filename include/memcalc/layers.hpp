@@ -192,6 +192,17 @@ struct StageLayers {
         return position - std::min(global - pattern->run_around(global).first, position - start);
     }
 
+    /// One kind in chunks of one width: counts_within is count_within's closed form.
+    bool closed_counts() const { return !several_kinds && equal_chunks(); }
+    /// The first `positions`' layers counted by counts_within, for closed_counts(): whole chunks,
+    /// then the part of the last (the planner's peak search runs it millions of times a second).
+    std::uint64_t count_within(std::uint64_t positions, std::uint64_t limit) const {
+        const std::uint64_t width = chunk_width();
+        if (width == 0) return 0;
+        if (positions <= width) return std::min(positions, limit);  // no division
+        return positions / width * std::min(limit, width) + std::min(positions % width, limit);
+    }
+
 private:
     std::uint64_t offset_in_chunk(std::uint64_t i) const { return i - chunk_start(chunk_of(i)); }
 
@@ -199,11 +210,8 @@ private:
     /// chunk.
     KindCounts counts_within(std::uint64_t positions, std::uint64_t limit) const {
         KindCounts c{};
-        if (!several_kinds && equal_chunks()) {  // whole chunks, then the part of the last
-            const std::uint64_t width = chunk_width();
-            if (width > 0)
-                c[0] =
-                    positions / width * std::min(limit, width) + std::min(positions % width, limit);
+        if (closed_counts()) {
+            c[0] = count_within(positions, limit);
             return c;
         }
         const auto add_range = [&](std::uint64_t first,

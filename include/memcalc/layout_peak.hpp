@@ -38,6 +38,12 @@ inline bool later_stages_hold_more(const Workload& w) {
     return false;
 }
 
+/// What every step of a stage holds whatever it runs: its weights, master copy and optimiser
+/// state (step_at). A floor under layout_peak, which weighs the first stage's steps among others.
+inline Count persistent_state(const StageFacts& f) {
+    return f.state.weights + f.state.master_weights + f.state.optimizer_state;
+}
+
 /// The stages besides the first that may be the most loaded, each handed to `consider` in order.
 template <class Consider>
 void other_candidate_stages(const Workload& w, const Parallelism& p, Consider consider) {

@@ -134,9 +134,17 @@ inline PlanKey plan_key(const PlanRow& r) {
 
 inline bool plan_order(const PlanRow& a, const PlanRow& b) { return plan_key(a) < plan_key(b); }
 
-/// The worst key among the best layouts a search keeps, once it keeps as many as it wants; none
-/// before. A layout ranked below it cannot enter, so its peak is not weighed.
-using RankCutoff = std::optional<PlanKey>;
+/// What a search that keeps only its best fitting layouts (top_layouts) knows as it goes: the worst
+/// key among those it keeps, once it keeps as many as it wants (none before; a layout ranked below
+/// it cannot enter, so its peak is not weighed); and that a layout that cannot fit is dropped, so
+/// one whose state alone overfills the device needs no peak either. Reads as the optional key.
+struct RankCutoff {
+    std::optional<PlanKey> worst;
+    bool fitting_only = false;
+
+    explicit operator bool() const { return worst.has_value(); }
+    const PlanKey& operator*() const { return *worst; }
+};
 
 /// Whether `row`, its peak not yet weighed, ranks below `worst` whatever its peak turns out to be:
 /// its time, waste or communication (the key's fields before the peak) already put it there.
@@ -430,7 +438,7 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
 /// `w` and `cost` (one micro-batch's FLOPs) on row.parallel, whose stages run `mix`.
 inline void measure(PlanRow& row, const Workload& w, const StageMix& mix, const ComputeCost& cost,
                     const PlanRequest& request, StageFactsCache& facts,
-                    const RankCutoff& cutoff = std::nullopt) {
+                    const RankCutoff& cutoff = {}) {
     const Parallelism& p = row.parallel;
     if (!recompute_modelled(row.recompute, p)) return;  // no peak to trust: it does not fit
     row.recompute_fraction = cost.recompute_fraction();
@@ -459,11 +467,13 @@ inline void measure(PlanRow& row, const Workload& w, const StageMix& mix, const 
             row.ranked_out = true;
             return;
         }
+        if (request.device)
+            row.beside = device_rows_high(request.base.framework, p, request.device->gpu);
+        if (cutoff.fitting_only && persistent_state(first) + row.beside > request.capacity)
+            return;  // it cannot fit: the search drops it unweighed (most layouts it weighs)
         const auto stage = [&](std::uint64_t s) -> const StageFacts& { return facts(w, p, s); };
         row.peak = layout_peak(w, p, first, stage);
         row.host = p.offloads() ? layout_host(w, p, stage) : Count(0);
-        if (request.device)
-            row.beside = device_rows_high(request.base.framework, p, request.device->gpu);
         row.fits = row.peak.bytes() + row.beside <= request.capacity &&
                    (!request.host_capacity || row.host <= *request.host_capacity);
     } catch (const overflow_error&) {
@@ -487,7 +497,7 @@ inline ComputeCost partial_cost(const Architecture& m, const Workload& w, const 
 inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Workload& w,
                                                 const StageMix& mix, const PlanRow& full,
                                                 const PlanRequest& request, StageFactsCache& cache,
-                                                const RankCutoff& cutoff = std::nullopt) {
+                                                const RankCutoff& cutoff = {}) {
     PlanRow row = full;
     const Parallelism& p = row.parallel;
     const std::uint64_t most = largest_chunk(p, m.layers);
@@ -787,8 +797,7 @@ private:
 /// (its peak only where it does not rank below `cutoff`).
 inline PlanRow measured_row(const Architecture& m, const PlanRequest& request,
                             WorkloadCache& workload, const StageMix& mix, const Parallelism& q,
-                            std::uint64_t b, Recompute mode,
-                            const RankCutoff& cutoff = std::nullopt) {
+                            std::uint64_t b, Recompute mode, const RankCutoff& cutoff = {}) {
     PlanRow row;
     row.parallel = q;
     row.parallel.recompute_layers = request.recompute_layers;
@@ -880,7 +889,7 @@ void visit_modes(const Architecture& m, const PlanRequest& request, WorkloadCach
 /// best: top_layouts), a row ranked below it is handed over ranked out, without its peak.
 template <class Visit>
 void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& visit,
-                     const RankCutoff& cutoff = std::nullopt) {
+                     const RankCutoff& cutoff = {}) {
     detail::validate_plan_request(m, request);
     const std::uint64_t G = request.global_batch;
     detail::WorkloadCache workload(m, request);
@@ -1148,6 +1157,7 @@ inline PlanSummary top_layouts(const Architecture& m, const PlanRequest& request
     PlanSummary summary;
     const std::size_t kept = kept_for(request, k);
     RankCutoff cutoff;  // the worst of the best kept, once there are as many as wanted
+    cutoff.fitting_only = true;
     const auto visit = [&](const PlanRow& row) {
         deadline.check(summary.evaluated);
         ++summary.evaluated;
@@ -1164,7 +1174,7 @@ inline PlanSummary top_layouts(const Architecture& m, const PlanRequest& request
             heap.back() = {rank, row};
             std::push_heap(heap.begin(), heap.end(), worse);
         }
-        if (kept > 0 && heap.size() == kept) cutoff = heap.front().first.first;
+        if (kept > 0 && heap.size() == kept) cutoff.worst = heap.front().first.first;
     };
     try {
         for_each_layout(m, request, visit, cutoff);

@@ -250,9 +250,19 @@ struct TimelineInputs : StageLayers {
         return over_kinds(first, last, member);
     }
     Count over_kinds(std::uint64_t first, std::uint64_t last, Count LayerInputs::*member) const {
+        if (closed_counts()) return over_one_kind(first, last, member);
         if (!partial()) return per_kind(between(first, last, false), member);
         return per_kind(between(first, last, true), member) +
                over_not_recomputed(first, last, member);
+    }
+    /// over_kinds where every layer is one kind in chunks of one width: counted in closed form.
+    Count over_one_kind(std::uint64_t first, std::uint64_t last, Count LayerInputs::*member) const {
+        const std::uint64_t n = last - first + 1;
+        if (!partial()) return Count(n) * (layer[0].*member);
+        const std::uint64_t recomputed_ones =
+            count_within(last, recomputed) - count_within(first - 1, recomputed);
+        return Count(recomputed_ones) * (layer[0].*member) +
+               Count(n - recomputed_ones) * (not_recomputed[0].*member);
     }
     /// `member` summed over the positions first..last that keep every activation (none but under
     /// partial recomputation).
