@@ -51,10 +51,20 @@ batches = ",".join(str(i + 1) for i in range(333))
 CONFIGURATIONS = 1000 * 333 * 3
 
 
-def sweep(memcalc, to_file):
+# A file in memory (tmpfs) as well as on the disk: --output fsyncs its 200 MB before the rename, so
+# on disk the run waits on the machine's disk; in memory it measures memcalc's own work.
+MEMORY_FOLDER = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def sweep(memcalc, folder=None):
     command = [memcalc, "--preset", "llama-7b", "--seq", seqs, "--micro-batch", batches, "--recompute",
-               "all", "--format", "csv"] + (["--output", os.path.join(work, "sweep.csv")] if to_file else [])
-    return CONFIGURATIONS / wall(command, 1) / 1e6
+               "all", "--format", "csv"]
+    target = os.path.join(folder, f"memcalc-sweep-{os.getpid()}.csv") if folder else None
+    try:
+        return CONFIGURATIONS / wall(command + (["--output", target] if target else []), 1) / 1e6
+    finally:
+        if target and os.path.exists(target):
+            os.remove(target)
 
 
 def plan_16384(memcalc):
@@ -73,8 +83,10 @@ for _ in range(rounds):
             s.setdefault(key, []).append(value)
             if items:
                 s.setdefault(key + " items", []).append(items)
-        s.setdefault("sweep stdout", []).append(sweep(memcalc, False))
-        s.setdefault("sweep file", []).append(sweep(memcalc, True))
+        s.setdefault("sweep stdout", []).append(sweep(memcalc))
+        s.setdefault("sweep file", []).append(sweep(memcalc, work))
+        if MEMORY_FOLDER:
+            s.setdefault("sweep memory file", []).append(sweep(memcalc, MEMORY_FOLDER))
         s.setdefault("plan cli", []).append(plan_16384(memcalc))
         hello_wall, estimate_wall = wall([hello], 20), wall([memcalc] + ESTIMATE, 20)
         s.setdefault("estimate vs hello", []).append(estimate_wall / hello_wall)
@@ -95,7 +107,10 @@ rows = [
     ("One estimate against a dynamically linked hello-world (wall)", "estimate vs hello", 1, 2, "x",
      "<= 1.2"),
     ("CSV sweep of 999,000 configurations to stdout", "sweep stdout", 1, 2, "million/s", ">= 3"),
-    ("CSV sweep of 999,000 configurations with --output", "sweep file", 1, 2, "million/s", ">= 3"),
+    ("CSV sweep of 999,000 configurations with --output onto the disk (fsync)", "sweep file", 1, 2,
+     "million/s", ">= 3"),
+    ("CSV sweep of 999,000 configurations with --output into memory (tmpfs)", "sweep memory file", 1, 2,
+     "million/s", ">= 3"),
 ]
 print(f"Medians of {rounds} interleaved rounds, {time.strftime('%Y-%m-%d')}:\n")
 print("| measurement | unit | old | new | target |")

@@ -19,7 +19,7 @@ std::size_t fitting(const PlanView& v) { return v.result.fitting; }
 std::string ranked_out_text(const PlanView& v) {
     if (v.result.ranked_out == 0) return "";
     return fmt::format(
-        " of the {} whose peak was weighed ({} ranked below the best by their step, "
+        " of the {} whose fit was checked ({} ranked below the best by their step, "
         "waste and communication alone)",
         v.result.evaluated - v.result.ranked_out, v.result.ranked_out);
 }
