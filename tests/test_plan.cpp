@@ -388,6 +388,39 @@ TEST_CASE("slowest_stage_share: the head's logits beside the last stage's layers
           Approx((4 * (L + L / 3) + H) * 4 / (16 * (L + L / 3) + H)));
 }
 
+TEST_CASE("element-wise traffic: eager RMSNorm's temporaries, none where fused or compiled",
+          "[plan][time]") {
+    const Architecture m = small_llama_4kv();
+    const Settings s;
+    const std::uint64_t seq = 1024;
+    // One layer's EagerTraffic on one device under `mode`, its tables the architecture model's.
+    const auto traffic = [&](const Architecture& a, Recompute mode, const Framework& f) {
+        const auto params = parameter_splits(parameter_table(a), a.vocab);
+        const ActivationTables t = activation_tables(a, seq, 1, s.recipe.precision(),
+                                                     ActivationModel::architecture, f, {}, {});
+        const Workload w = make_workload(a, s.recipe, seq, 1, mode, params, t, f);
+        return w.layers[0].eager_traffic.on_rank(Parallelism{}, a.vocab).value();
+    };
+    const std::uint64_t sbh = seq * m.hidden, fp32 = 4, bf16 = 2;
+    // Two norms a layer, each temporary written and read: in forward pow(x, 2)'s and x * rsqrt's
+    // outputs; in backward the weight's two products and seven fp32 tensors.
+    const std::uint64_t forward = 2 * fp32, backward = 2 * bf16 + 7 * fp32;
+    CHECK(traffic(m, Recompute::none, s.framework) == 2 * 2 * sbh * (forward + backward));
+    // Full recomputation runs each norm's forward again; selective keeps the norms' rows.
+    CHECK(traffic(m, Recompute::full, s.framework) == 2 * 2 * sbh * (2 * forward + backward));
+    CHECK(traffic(m, Recompute::selective, s.framework) == 2 * 2 * sbh * (forward + backward));
+    // Before torch 2.2 mean keeps x^2: a row, which the element-wise passes count.
+    Framework old = s.framework;
+    old.torch = TorchVersion::v1_13;
+    CHECK(traffic(m, Recompute::none, old) == 2 * 2 * sbh * (fp32 + backward));
+    // One fused kernel, or a compiled layer, keeps its intermediates on chip.
+    Architecture fused = m, compiled = m;
+    fused.rmsnorm_kernel = RmsnormKernel::fused;
+    compiled.compile = Compile::layers;
+    CHECK(traffic(fused, Recompute::none, s.framework) == 0);
+    CHECK(traffic(compiled, Recompute::none, s.framework) == 0);
+}
+
 TEST_CASE(
     "plan's times: the step's FLOPs with recomputation at the busiest stage's pace, and 2 x "
     "gradient bytes x (dp-1)/dp",

@@ -295,6 +295,23 @@ struct Workspace {
     bool weightless() const { return backward && linear == Linear::none; }
 };
 
+/// Bytes an op's unfused kernels pass to one another through memory: temporaries written by one
+/// kernel and read by the next (eager RMSNorm's fp32 intermediates), beyond the saved tensors the
+/// element-wise passes count. A fused kernel or a compiled layer keeps them on chip: none.
+struct EagerTraffic {
+    bool backward;
+    Text op;
+    Count bytes;  ///< written and read: twice the temporaries'
+    ActivationSplit split;
+    /// Forward: a row of the op; where the recomputation does not keep it, the op runs again
+    /// (no_row: where the layer is checkpointed).
+    std::size_t row = 0;
+    static constexpr std::size_t no_row = ~std::size_t{0};
+
+    /// Its bytes under `mode`, a forward op's twice where it runs again.
+    Count under(Recompute mode, const std::vector<SavedTensor>& rows) const;
+};
+
 /// Who holds a tensor alive beside an op that did not make it.
 enum class Holder : std::uint8_t {
     caller,      ///< the layer's caller: the residual stream
@@ -373,6 +390,7 @@ struct LayerActivations {
     std::vector<ProgramStep> program;
     Count input_bytes;  ///< the layer's input: all that full recomputation keeps
     std::vector<CheckpointTensor> checkpoint_tensors;  ///< what its checkpoints hold beside rows
+    std::vector<EagerTraffic> eager_traffic;  ///< its unfused ops' temporaries (architecture model)
 
     /// The first row of the MLP half (its norm, the MLP or the MoE layer), or rows.size() where
     /// the program marks none with a row after it: selective recomputation rebuilds one half at a
@@ -485,6 +503,12 @@ inline Count LayerActivations::rebuilt(Recompute mode) const {
     return std::max(made, mlp_half);
 }
 
+inline Count EagerTraffic::under(Recompute mode, const std::vector<SavedTensor>& rows) const {
+    if (backward) return bytes;
+    const bool reruns = row < rows.size() ? !rows[row].kept(mode) : checkpoints_layer(mode);
+    return reruns ? Count(2) * bytes : bytes;
+}
+
 inline std::uint64_t LayerActivations::checkpoints(Recompute mode) const {
     if (checkpoints_layer(mode)) return 1;
     std::vector<Module> modules;
@@ -534,6 +558,8 @@ inline void select_modules(LayerActivations& layer, ModuleSet modules) {
         out.push_back(r);
     }
     layer.rows = std::move(out);
+    for (EagerTraffic& e : layer.eager_traffic)  // a dropped row's op: EagerTraffic::no_row
+        e.row = index[e.row] == dropped ? EagerTraffic::no_row : index[e.row];
     std::size_t steps = 0;  // the program without the dropped rows' steps
     for (ProgramStep step : layer.program) {
         if (step.kind == StepKind::row && (step.index = index[step.index]) == dropped) continue;

@@ -108,6 +108,7 @@ struct LayerWork {
     /// (forward_work: as the forward step runs them, with no grad).
     std::vector<WorkspaceEffect> rerun_work;
     SplitBytes held_by_rerun;  ///< its checkpoint's CheckpointHeld::rerun tensors, where it has one
+    SplitBytes eager_traffic;  ///< its unfused ops' temporaries, written and read (EagerTraffic)
     bool keeps_input =
         false;  ///< it keeps its input tensor itself (a LayerNorm's saved input, a checkpoint)
 };
@@ -155,6 +156,8 @@ inline LayerWork layer_work(const LayerActivations& layer, Recompute mode,
             .push_back(effect(run));
     for (const SavedTensor& row : layer.rows)
         if (row.kept(mode) && row.layer_input) lw.keeps_input = true;
+    for (const EagerTraffic& e : layer.eager_traffic)
+        lw.eager_traffic.add(e.split, e.under(mode, layer.rows));
     if (checkpoints_layer(mode)) {
         lw.keeps_input = true;
         for (const CheckpointTensor& t : layer.checkpoint_tensors)

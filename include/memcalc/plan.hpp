@@ -427,9 +427,11 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
         const LayerWork& layer = w.layers[k];
         const Count kept =
             layer.kept.on_rank(p, w.model.vocab) + layer.rebuilt.on_rank(p, w.model.vocab);
-        work.elementwise_bytes +=
-            elementwise_passes * static_cast<double>(kept.value()) * layers * M +
-            narrow_cast_bytes(w, p, k) * layers;
+        const Count temporaries = layer.eager_traffic.on_rank(p, w.model.vocab);
+        work.elementwise_bytes += (elementwise_passes * static_cast<double>(kept.value()) +
+                                   static_cast<double>(temporaries.value())) *
+                                      layers * M +
+                                  narrow_cast_bytes(w, p, k) * layers;
     }
     return work;
 }

@@ -133,6 +133,14 @@ public:
         checkpoint_held_ = Count(0);
         push(before, {backward, op, tensor, formula, bytes, split, module_, linear});
     }
+    /// The op's eager kernels pass `bytes` of temporaries to one another through memory, each
+    /// written once and read once (EagerTraffic); in forward, of the op whose last row was added.
+    void temporaries(bool backward, Label op, Count bytes, ActivationSplit split) {
+        if (layer_ && bytes.value() > 0)
+            layer_->eager_traffic.push_back(
+                {backward, op, Count(2) * bytes, split,
+                 rows_.empty() ? EagerTraffic::no_row : rows_.size() - 1});
+    }
     /// Forward workspaces added from now on run before linear `first`'s weight (and every later
     /// tensor) is cast; none: no cast is pending.
     void casts_pending(Linear first) {

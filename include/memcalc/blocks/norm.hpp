@@ -56,6 +56,21 @@ inline void rmsnorm_backward_work(TableBuilder& t, const std::string& what, cons
          "x's gradient so far, mean's, and pow's three, fp32", 5 * dtype::fp32);
 }
 
+/// Eager RMSNorm's kernels pass their intermediates through memory (EagerTraffic), fp32: forward,
+/// pow(x, 2)'s output (unless mean keeps it, a row) and x * rsqrt's; backward, the temporaries of
+/// rmsnorm_backward_work's steps but the gradients the element-wise passes count (the incoming
+/// one, x's): the weight's products, x * rsqrt's upcast gradient and its two products, and pow's
+/// three and mean's.
+inline void rmsnorm_temporaries(TableBuilder& t, const std::string& what, const Shape& shape,
+                                Count elements, const RmsnormRows& at, bool weighted,
+                                std::uint64_t out) {
+    const std::uint64_t forward = (at.x2 == RmsnormRows::none ? dtype::fp32 : 0) + dtype::fp32;
+    t.temporaries(false, what + " (RMSNorm)", elements * forward, shape.split);
+    const std::uint64_t products = weighted ? (t.tuning.frozen_norms ? 1 : 2) * out : 0;
+    t.temporaries(true, what + " (RMSNorm) backward", elements * (products + 7 * dtype::fp32),
+                  shape.split);
+}
+
 /// A fused RMSNorm kernel (Transformer Engine's, Apex's FusedRMSNorm) keeps its input as it is
 /// (unless a row kept it already: `input_kept`) and 1/rms per row in fp32; its backward is one
 /// kernel, the incoming gradient and the input's.
@@ -112,6 +127,7 @@ inline bool rmsnorm_rows(TableBuilder& t, const Sizes& z, const std::string& wha
     }
     at.end = t.size();
     rmsnorm_backward_work(t, what, shape, elements, at, weighted, out);
+    if (!z.compiled) rmsnorm_temporaries(t, what, shape, elements, at, weighted, out);
     return input == dtype::fp32;
 }
 
