@@ -559,7 +559,8 @@ inline void select_modules(LayerActivations& layer, ModuleSet modules) {
     }
     layer.rows = std::move(out);
     for (EagerTraffic& e : layer.eager_traffic)  // a dropped row's op: EagerTraffic::no_row
-        e.row = index[e.row] == dropped ? EagerTraffic::no_row : index[e.row];
+        e.row =
+            e.row >= index.size() || index[e.row] == dropped ? EagerTraffic::no_row : index[e.row];
     std::size_t steps = 0;  // the program without the dropped rows' steps
     for (ProgramStep step : layer.program) {
         if (step.kind == StepKind::row && (step.index = index[step.index]) == dropped) continue;

@@ -632,6 +632,7 @@ private:
             split_rows(layer.work, p, V);
             split_rows(layer.policy_outputs, p, V);
             split_rows(layer.beside, p, V);
+            split_rows(layer.eager_traffic, p, V);
             layer.input_bytes = rank_stream(layer.input_bytes, p);
         };
         split_layer(t.layer);

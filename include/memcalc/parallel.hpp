@@ -608,13 +608,11 @@ inline void split_rows(std::vector<SavedTensor>& rows, const Parallelism& p, std
     }
 }
 
-inline void split_rows(std::vector<Workspace>& work, const Parallelism& p, std::uint64_t vocab) {
-    for (auto& w : work) w.bytes = rank_share(w.bytes, w.split, p, vocab);
-}
-
-/// The tensors alive beside an op divide as the sums the timeline reads do.
-inline void split_rows(std::vector<Beside>& beside, const Parallelism& p, std::uint64_t vocab) {
-    for (auto& b : beside) b.bytes = rank_share(b.bytes, b.split, p, vocab);
+/// Rows of bytes and a split (workspaces, the tensors alive beside an op, an op's eager traffic):
+/// each divides as the sums the timeline reads do.
+template <class Row>
+void split_rows(std::vector<Row>& rows, const Parallelism& p, std::uint64_t vocab) {
+    for (Row& r : rows) r.bytes = rank_share(r.bytes, r.split, p, vocab);
 }
 
 inline void split_rows(std::vector<PolicyOutput>& outputs, const Parallelism& p,
