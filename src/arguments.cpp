@@ -315,9 +315,10 @@ std::optional<std::uint64_t> parse_recompute_layers(const StepOptions& q, bool s
     const std::string& text = q.recompute_layers;
     std::uint64_t n = 0;
     const auto [end, failed] = std::from_chars(text.data(), text.data() + text.size(), n);
-    if (failed != std::errc() || end != text.data() + text.size())
-        throw usage_error(
-            fmt::format("--recompute-layers must be a whole number of layers (got '{}')", text));
+    const bool all = text == "all";
+    if (!all && (failed != std::errc() || end != text.data() + text.size()))
+        throw usage_error(fmt::format(
+            "--recompute-layers must be a whole number of layers or all (got '{}')", text));
     // A plan searches the modes it is given, full among them (none given: all three); an estimate
     // takes full alone.
     const std::vector<Recompute> modes =
@@ -328,6 +329,7 @@ std::optional<std::uint64_t> parse_recompute_layers(const StepOptions& q, bool s
     if (!full)
         throw usage_error(fmt::format("--recompute-layers {} needs --recompute full (got '{}')",
                                       text, q.recompute.empty() ? "none" : q.recompute));
+    if (all) return std::nullopt;  // every layer: full recomputation itself
     return n;
 }
 

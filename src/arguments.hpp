@@ -80,6 +80,7 @@ struct ParallelOptions {
     std::string host_memory;    ///< --host-memory: each device's share of its node's
     std::string gpus_per_node;  ///< for --compare deepspeed
     bool sp = false;
+    bool no_sp = false;  ///< plan's --no-sp: only layouts without sequence parallelism
 };
 
 /// The device: its memory given, or a GPU's by name or file; and what the model may not use of it.
@@ -106,8 +107,8 @@ std::vector<Recompute> parse_modes(const std::string& text);
 ImageInput parse_images(const std::string& images, const std::string& size);
 /// --recompute-modules: Megatron-LM's module names, a comma list (empty: core_attn alone).
 ModuleSet parse_recompute_modules(const StepOptions& q);
-/// --recompute-layers N (0 and up), which needs --recompute full (`searched`: a plan's list that
-/// has full).
+/// --recompute-layers N (0 and up) or all (none returned: every layer), which needs --recompute
+/// full (`searched`: a plan's list that has full).
 std::optional<std::uint64_t> parse_recompute_layers(const StepOptions& q, bool searched = false);
 /// --train, --frozen and the --lora-* options.
 FineTuning parse_fine_tuning(const TrainingOptions& q);

@@ -67,7 +67,7 @@ void pinned_of(const ParallelOptions& q, PlanRequest& r) {
                                           optimizer ? "a ZeRO stage, --zero 1, 2 or 3" : "--zero 3",
                                           q.zero));
     }
-    r.sequence_parallel = q.sp;
+    if (q.sp || q.no_sp) r.sequence_parallel = q.sp;
 }
 
 /// --time-limit's seconds: none for 0 (no limit).
@@ -102,6 +102,7 @@ PlanView plan_view(const PlanOptions& q) {
     // Given, they restrict the search; not given, it tries them all.
     if (!q.step.recompute.empty()) r.modes = parse_modes(q.step.recompute);
     r.recompute_layers = parse_recompute_layers(q.step, true);
+    r.partial_recompute = q.step.recompute_layers.empty();  // all, or N, pins it
     if (!q.step.micro_batch.empty())
         r.micro_batches = parse_sizes("--micro-batch", q.step.micro_batch);
     pinned_of(p, r);  // so do degrees and ZeRO stages

@@ -345,7 +345,13 @@ void add_plan_pinned(CLI::App& plan, ParallelOptions& q) {
                     "--loading)")
         ->group(pinned)
         ->type_name("METHOD");
-    plan.add_flag("--sp", q.sp, "Only layouts with sequence parallelism")->group(pinned);
+    CLI::Option* sp =
+        plan.add_flag("--sp", q.sp, "Sequence parallelism wherever tp > 1, as Megatron-LM's")
+            ->group(pinned);
+    plan.add_flag("--no-sp", q.no_sp,
+                  "No sequence parallelism (Megatron-LM before 2022, Megatron-DeepSpeed)")
+        ->group(pinned)
+        ->excludes(sp);
     add_stage_options(plan, q, "Options");
 }
 

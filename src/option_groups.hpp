@@ -93,9 +93,10 @@ void add_group(App& app, StepOptions& q) {
     app.add_option("--recompute-layers", q.recompute_layers,
                    "With --recompute full: recompute only the first N layers of each pipeline "
                    "stage (each\nmodel chunk with --vpp), the others keeping every activation, "
-                   "as Megatron-LM's\n--recompute-method block --recompute-num-layers N "
-                   "(default: every layer)")
-        ->type_name("N");
+                   "as Megatron-LM's\n--recompute-method block --recompute-num-layers N; "
+                   "all: every layer (the default; plan then\nsearches no fewer, as for a "
+                   "program that checkpoints each layer)")
+        ->type_name("N|all");
     app.add_option("--images", q.images,
                    "Images in each micro-batch, through the model's vision tower (with\n"
                    "--image-size, but for a tower of one size: Gemma 3's; --seq counts every\n"

@@ -223,7 +223,14 @@ TEST_CASE("partial recomputation's errors name the value", "[partial_recompute]"
         testing::memcalc("--preset llama-7b --seq 2048 --recompute full --recompute-layers three");
     CHECK(word.status != 0);
     CHECK(word.err ==
-          "memcalc: --recompute-layers must be a whole number of layers (got 'three')\n");
+          "memcalc: --recompute-layers must be a whole number of layers or all (got 'three')\n");
+    const auto all = testing::memcalc(
+        "--preset llama-7b --seq 2048 --recompute selective --recompute-layers all");
+    CHECK(all.status != 0);
+    CHECK(all.err == "memcalc: --recompute-layers all needs --recompute full (got 'selective')\n");
+    // An estimate's all is full recomputation itself.
+    CHECK(testing::memcalc("--preset llama-7b --seq 2048 --recompute full --recompute-layers all")
+              .out == testing::memcalc("--preset llama-7b --seq 2048 --recompute full").out);
     const auto plan = testing::memcalc(
         "plan --preset llama-7b --seq 2048 --gpus 8 --global-batch 8 --device-memory 80GB "
         "--recompute none,selective --recompute-layers 2");
@@ -310,6 +317,16 @@ TEST_CASE(
     // Where none fits, no partial layout is searched; pinned, every full row takes N.
     request.capacity = Count(none.value() + 1);
     for (const PlanRow& r : plan(m, request)) CHECK_FALSE(r.parallel.recompute_layers);
+    // A program that checkpoints every layer has no fewer to choose: no partial row, and full's
+    // own row is the one that fits.
+    request.capacity = Count(full.value() + (none.value() - full.value()) / 2);
+    request.partial_recompute = false;
+    const auto every = plan(m, request);
+    REQUIRE(!every.empty());
+    for (const PlanRow& r : every) CHECK_FALSE(r.parallel.recompute_layers);
+    CHECK(every.front().recompute == Recompute::full);
+    CHECK(every.front().fits);
+    request.partial_recompute = true;
     request.recompute_layers = 2;
     request.capacity = Count(full.value() + (none.value() - full.value()) / 4);
     const auto pinned = plan(m, request);
@@ -329,6 +346,13 @@ TEST_CASE(
     const std::string csv = testing::memcalc(run + " --format csv").out;
     CHECK(csv.substr(0, csv.find('\n')).find(",offload,schedule,recompute_layers") !=
           std::string::npos);
+    // --recompute-layers all: every full row recomputes every layer.
+    const auto all = nlohmann::json::parse(
+        testing::memcalc(run + " --recompute-layers all --format json --top 100").out);
+    REQUIRE(!all["layouts"].empty());
+    for (const auto& layout : all["layouts"]) CHECK(layout["recompute_layers"].is_null());
+    CHECK(std::any_of(all["layouts"].begin(), all["layouts"].end(),
+                      [](const auto& l) { return l["recompute"] == "full"; }));
 }
 
 TEST_CASE("a stage's layers split into runs where the recomputed ones end",

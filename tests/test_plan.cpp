@@ -652,6 +652,22 @@ TEST_CASE("pinned degrees, ZeRO stages and sequence parallelism restrict the sea
     REQUIRE(!expected.empty());
     CHECK(found == expected);
     CHECK(some.size() == expected.size());
+    // Pinned on or off, it binds where tp > 1 (Megatron-LM turns it off at tp 1).
+    for (bool sp : {true, false}) {
+        PlanRequest with = request;
+        with.sequence_parallel = sp;
+        std::set<Key> kept, seen;
+        for (const PlanRow& r : all)
+            if (r.parallel.tp == 1 || r.parallel.sequence_parallel == sp)
+                kept.insert(layout_text_key(r));
+        const auto rows = plan(m, with);
+        for (const PlanRow& r : rows) seen.insert(layout_text_key(r));
+        CHECK(seen == kept);
+        CHECK(std::any_of(rows.begin(), rows.end(),
+                          [](const PlanRow& r) { return r.parallel.tp == 1; }));
+        CHECK(std::any_of(rows.begin(), rows.end(),
+                          [](const PlanRow& r) { return r.parallel.tp > 1; }));
+    }
     PlanRequest by_dp = request;
     by_dp.dp = {4}, by_dp.cp = {1};
     for (const PlanRow& r : plan(m, by_dp)) {
@@ -871,7 +887,7 @@ SearchSize made_by_search(const Architecture& m, const PlanRequest& request) {
 std::vector<PlanRequest> varied_searches(const PlanRequest& r) {
     PlanRequest wide = r;  // every schedule, offload and sequence parallelism
     for (const ScheduleRow& row : schedule_rows) wide.schedules.push_back(row.schedule);
-    wide.sequence_parallel = r.gpus > 1;
+    if (r.gpus > 1) wide.sequence_parallel = true;
     wide.offload = {{Offload::none, false},
                     {Offload::optimizer, false},
                     {Offload::none, true},

@@ -61,8 +61,7 @@ struct PlanRequest {
     std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
     std::vector<Recompute> modes;  ///< recomputation modes to try; empty means all three
     std::vector<std::uint64_t> micro_batches;  ///< micro-batches to try; empty means every divisor
-    /// Degrees and ZeRO stages to try, each list pinning its own (empty: every valid one); with
-    /// sequence_parallel, only layouts that have it.
+    /// Degrees and ZeRO stages to try, each list pinning its own (empty: every valid one).
     std::vector<std::uint64_t> dp, tp, pp, cp, ep;
     /// Virtual stages per pipeline rank (interleaved 1F1B) to try; empty: 1 and every valid
     /// interleaving.
@@ -78,11 +77,16 @@ struct PlanRequest {
     /// memory only where host_capacity is given, and times the CPU optimiser at an assumed
     /// bandwidth.
     std::vector<OffloadMode> offload;
-    bool sequence_parallel = false;
+    /// Given: sequence parallelism wherever tp > 1 (true) or nowhere (false); Megatron-LM turns
+    /// it off at tp 1.
+    std::optional<bool> sequence_parallel;
     /// Partial recomputation pinned: full recomputation of the first N layers of each stage's
     /// chunks (Parallelism::recompute_layers), the only mode tried. None: where full fits and none
     /// does not, the fewest N that fits is searched as a layout of its own beside full.
     std::optional<std::uint64_t> recompute_layers;
+    /// Whether that search runs where none is pinned: off for a program that checkpoints every
+    /// layer, which has no fewer to choose (Megatron-LM before its block method, torchtitan).
+    bool partial_recompute = true;
     /// The GPU whose speeds time each step; none (or one lacking a figure): no times, and the
     /// ranking by waste alone.
     std::optional<Gpu> gpu;
@@ -709,7 +713,8 @@ void for_each_degrees(const Architecture& m, const PlanRequest& request, Visit&&
                     const Degrees etps = moe && tp > 1 ? Degrees{tp, 1} : Degrees{tp};
                     for (std::uint64_t etp : etps)
                         for (bool sp : {false, true}) {
-                            if ((sp && tp == 1) || (request.sequence_parallel && !sp)) continue;
+                            const auto& pinned = request.sequence_parallel;
+                            if ((sp && tp == 1) || (pinned && tp > 1 && *pinned != sp)) continue;
                             if (s % (cp * (sp ? tp : 1)) != 0) continue;
                             Parallelism p;
                             p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.ep = ep;
@@ -859,7 +864,8 @@ template <class Visit>
 void visit_modes(const Architecture& m, const PlanRequest& request, WorkloadCache& workload,
                  const StageMix& mix, const Parallelism& q, std::uint64_t b,
                  const RankCutoff& cutoff, Visit&& visit) {
-    const bool partial_searched = !request.recompute_layers && largest_chunk(q, m.layers) >= 2 &&
+    const bool partial_searched = request.partial_recompute && !request.recompute_layers &&
+                                  largest_chunk(q, m.layers) >= 2 &&
                                   mode_tried(m, request, q, Recompute::full);
     std::optional<std::optional<PlanKey>> floor;  // made when first asked for
     const auto partial_may_rank = [&] {
