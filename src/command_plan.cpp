@@ -105,6 +105,14 @@ PlanView plan_view(const PlanOptions& q) {
     r.partial_recompute = q.step.recompute_layers.empty();  // all, or N, pins it
     if (!q.step.micro_batch.empty())
         r.micro_batches = parse_sizes("--micro-batch", q.step.micro_batch);
+    const std::string& counts = q.parallel.microbatches;
+    r.microbatches_per_stage = counts == "pp";
+    if (!counts.empty() && !r.microbatches_per_stage) {
+        if (counts.find_first_not_of("0123456789,") != std::string::npos)
+            throw usage_error(fmt::format(
+                "--microbatches must be a comma list of counts, or pp (got '{}')", counts));
+        r.microbatch_counts = parse_sizes("--microbatches", counts);
+    }
     pinned_of(p, r);  // so do degrees and ZeRO stages
     view.top = parse_count("--top", q.top, 10);
     return view;

@@ -283,6 +283,10 @@ void add_plan_search(CLI::App& plan, PlanOptions& q) {
         ->description(
             "Micro-batches to try, a comma list (default: every one that divides\n"
             "the global batch per replica)");
+    plan.add_option("--microbatches", q.parallel.microbatches,
+                    "Micro-batches per step to try, a comma list, or pp: as many as pipeline "
+                    "stages\n(torchtitan's default; default: every count the micro-batches give)")
+        ->type_name("M[,M...]|pp");
     plan.add_option("--gpus", q.gpus,
                     "Devices in the cluster (default: the fewest on which a layout fits, in whole "
                     "nodes\nof --gpu's node size, else any count)")

@@ -570,6 +570,12 @@ TEST_CASE(
             2, "--tp"},
         Row{"plan --preset llama-7b --gpus 8 --device-memory 80GB --global-batch 8", 2,
             "plan needs --seq"},
+        Row{"plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 --global-batch 8 "
+            "--microbatches stages",
+            2, "--microbatches must be a comma list of counts, or pp (got 'stages')"},
+        Row{"plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 --global-batch 8 "
+            "--sp --no-sp",
+            2, "--sp excludes --no-sp"},
         Row{"plan --preset gpt2 --gpus 8 --device-memory 80GB --seq 4096 --global-batch 8", 1,
             "seq 4096 exceeds the 1024 learned positions of gpt2"},
         Row{"--config memcalc_missing.json", 1, "cannot read config file 'memcalc_missing.json'"},
@@ -755,6 +761,16 @@ TEST_CASE("plan says when no layout is valid, and honours --recompute and --micr
     for (const auto& l : j["layouts"]) {
         CHECK(l["recompute"] == "full");
         CHECK(l["micro_batch"] == 2);
+    }
+    // --microbatches pp: as many micro-batches as stages; --no-sp: no sequence parallelism.
+    const json staged = json::parse(
+        testing::memcalc("plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 "
+                         "--global-batch 16 --microbatches pp --no-sp --top 1000 --format json")
+            .out);
+    REQUIRE(staged["layouts"].size() > 0);
+    for (const auto& l : staged["layouts"]) {
+        CHECK(l["microbatches"] == l["pp"]);
+        CHECK(l["sequence_parallel"] == false);
     }
 }
 

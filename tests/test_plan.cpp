@@ -332,6 +332,71 @@ TEST_CASE("step_time: each term against hand-derived values", "[plan][time]") {
     CHECK_FALSE(step_time(no_peak, p, 1.6e16, bytes));
 }
 
+TEST_CASE("step_time: collective matmuls hide tensor-parallel collectives but a piece of each",
+          "[plan][time]") {
+    const Gpu g = round_gpu();
+    Parallelism p;
+    p.tp = 4, p.microbatches = 1;
+    Traffic bytes;
+    bytes.tensor_parallel = 1e10;                       // 0.1 s inside the node at 100 GB/s
+    const double flops = 4 * 1e14 * g.gemm_efficiency;  // one second of matrix products each
+    const auto plain = step_time(g, p, flops, bytes);
+    REQUIRE(plain);
+    CHECK(plain->communication == Approx(0.1));
+    bytes.tensor_parallel_pieces = 4;  // in tp pieces beside the products: a quarter exposed
+    const auto split = step_time(g, p, flops, bytes);
+    REQUIRE(split);
+    CHECK(split->communication == Approx(0.025 + 0.075 * g.collective_sm_share));
+    // Past what the products hide (three quarters of their second), the rest is exposed too.
+    bytes.tensor_parallel = 2e11;  // 2 s
+    const auto long_messages = step_time(g, p, flops, bytes);
+    REQUIRE(long_messages);
+    CHECK(long_messages->communication == Approx(2 - 0.75 + 0.75 * g.collective_sm_share));
+    // Half run beside the attention's projections, half the MLP's: a small projection share
+    // leaves its half exposed past them, which the MLP's products cannot take.
+    bytes.tensor_parallel = 4e10, bytes.projection_share = 0.05;  // 0.2 s a half
+    const auto lopsided = step_time(g, p, flops, bytes);
+    REQUIRE(lopsided);
+    const double exposed = (0.2 - 0.05 * 0.75) + 0.2 / 4;
+    CHECK(lopsided->communication == Approx(exposed + (0.4 - exposed) * g.collective_sm_share));
+    // LLaMA 7B: 8 h^2 of projections a token beside 6 h ffn of its gated MLP.
+    Architecture llama;
+    llama.hidden = 4096, llama.layers = 32, llama.heads = 32, llama.ffn = 11008;
+    llama.vocab = 32000;
+    CHECK(projection_share(llama) == Approx(8.0 * 4096 / (8.0 * 4096 + 6.0 * 11008)));
+}
+
+TEST_CASE("traffic: full recomputation reruns the forward's collectives, async TP splits them",
+          "[plan][time]") {
+    const Architecture m = small_llama_4kv();
+    PlanRequest request;
+    request.gpus = 4, request.global_batch = 4, request.base.seq = 1024;
+    Parallelism p;
+    p.tp = 4, p.microbatches = 4, p.sequence_parallel = true;
+    const auto bytes = [&](Recompute mode, std::optional<std::uint64_t> first, TpOverlap overlap) {
+        PlanRequest with = request;
+        with.base.framework.tp_overlap = overlap;
+        detail::WorkloadCache workload(m, with);
+        Parallelism q = p;
+        q.recompute_layers = first;
+        const Workload& w = workload(1, mode)->first;
+        return traffic(w, q, stage_facts(w, q, 0));
+    };
+    const Traffic none = bytes(Recompute::none, std::nullopt, TpOverlap::none);
+    const Traffic full = bytes(Recompute::full, std::nullopt, TpOverlap::none);
+    CHECK(none.tensor_parallel_pieces == 1);
+    CHECK(full.tensor_parallel == Approx(none.tensor_parallel * 6 / 4));  // 6 collectives, not 4
+    CHECK(full.tensor_parallel_messages == Approx(none.tensor_parallel_messages * 6 / 4));
+    const double L = static_cast<double>(m.layers);
+    const Traffic two = bytes(Recompute::full, 2, TpOverlap::none);  // two layers rerun
+    CHECK(two.tensor_parallel == Approx(none.tensor_parallel * (4 * L + 2 * 2) / (4 * L)));
+    CHECK(bytes(Recompute::selective, std::nullopt, TpOverlap::none).tensor_parallel ==
+          Approx(none.tensor_parallel));  // the attention core alone: no collective
+    CHECK(bytes(Recompute::none, std::nullopt, TpOverlap::matmul).tensor_parallel_pieces == 4);
+    p.sequence_parallel = false;  // all-reduces: no collective matmul to run them in
+    CHECK(bytes(Recompute::none, std::nullopt, TpOverlap::matmul).tensor_parallel_pieces == 1);
+}
+
 TEST_CASE("step_time: the roofline, attention's kernel, element-wise work and all-to-alls",
           "[plan][time]") {
     Gpu g = round_gpu();
@@ -668,6 +733,22 @@ TEST_CASE("pinned degrees, ZeRO stages and sequence parallelism restrict the sea
         CHECK(std::any_of(rows.begin(), rows.end(),
                           [](const PlanRow& r) { return r.parallel.tp > 1; }));
     }
+    // Micro-batch counts: as many as pipeline stages (torchtitan's default), or those listed.
+    PlanRequest per_stage = request;
+    per_stage.microbatches_per_stage = true;
+    const auto staged = plan(m, per_stage);
+    REQUIRE(!staged.empty());
+    for (const PlanRow& r : staged) CHECK(r.parallel.microbatches == r.parallel.pp);
+    CHECK(std::any_of(staged.begin(), staged.end(),
+                      [](const PlanRow& r) { return r.parallel.pp > 1; }));
+    PlanRequest listed = request;
+    listed.microbatch_counts = {4};
+    const auto four = plan(m, listed);
+    REQUIRE(!four.empty());
+    for (const PlanRow& r : four) {
+        CHECK(r.parallel.microbatches == 4);
+        CHECK(r.micro_batch * r.parallel.dp * 4 == request.global_batch);
+    }
     PlanRequest by_dp = request;
     by_dp.dp = {4}, by_dp.cp = {1};
     for (const PlanRow& r : plan(m, by_dp)) {
@@ -897,7 +978,11 @@ std::vector<PlanRequest> varied_searches(const PlanRequest& r) {
     pinned.vpp = {1, 2};
     PlanRequest uneven = r;
     uneven.first_stage_layers = 4;
-    return {r, wide, pinned, uneven};
+    PlanRequest counts = r;  // micro-batch counts: as many as stages, or listed
+    counts.microbatches_per_stage = true;
+    PlanRequest listed = r;
+    listed.microbatch_counts = {2, 4};
+    return {r, wide, pinned, uneven, counts, listed};
 }
 }  // namespace
 

@@ -140,6 +140,20 @@ inline double mixer_flops(const Architecture& layer, double T, double h, double 
 
 }  // namespace detail
 
+/// Of the layers' linear FLOPs, the attention projections' share (the rest the feed-forward
+/// blocks'): what half of a layer's tensor-parallel collectives, a collective matmul's, run beside.
+inline double projection_share(const Architecture& m) {
+    double projections = 0, mlp = 0;
+    const double h = static_cast<double>(m.hidden);
+    for (std::size_t k = 0; k < m.kind_count(); ++k) {
+        const Architecture v = m.layer_kinds.empty() ? m : m.kind_view(k);
+        const double n = static_cast<double>(m.layers_of_kind(k));
+        if (attends(v.mixer)) projections += n * detail::projection_flops(v, 1);
+        mlp += n * detail::mlp_flops(v, 1, h, v.mlp == Mlp::gated ? 3 : 2);
+    }
+    return projections + mlp > 0 ? projections / (projections + mlp) : 0.5;
+}
+
 /// Counts 2 m n k per (m x k) . (k x n) product; element-wise ops are left out. Each kind of layer
 /// counts its own feed-forward block, times its layers.
 /// `modules`: what selective recomputation re-runs (the norms and the MoE activation: no matrix

@@ -148,6 +148,16 @@ inline const char* dp_overlap_name(DpOverlap o) {
     return o == DpOverlap::layers ? "layers" : "none";
 }
 
+/// Whether tensor-parallel collectives run beside the matrix products they feed: none (each
+/// all-gather or reduce-scatter before or after its linear) or matmul (collective matmuls:
+/// torchtitan's async TP, Transformer Engine's userbuffers under Megatron-LM's
+/// --tp-comm-overlap), which split each into tp pieces under as many slices of the product.
+enum class TpOverlap { none, matmul };
+
+inline const char* tp_overlap_name(TpOverlap o) {
+    return o == TpOverlap::matmul ? "matmul" : "none";
+}
+
 struct Framework {
     Platform platform = Platform::cuda;              ///< the architecture model's kernels
     Attention attention = Attention::eager;          ///< eager scores, or a fused (flash) kernel
@@ -164,6 +174,7 @@ struct Framework {
     /// --loss chunked: the chunks the tokens are split into (torchtune's num_output_chunks).
     std::uint64_t loss_chunks = 8;
     DpOverlap dp_overlap = DpOverlap::layers;  ///< the step time's: data-parallel messages hidden
+    TpOverlap tp_overlap = TpOverlap::none;    ///< the step time's: tensor-parallel ones
     /// The step time's: which fused kernel --attention flash runs (attention_kernels.hpp).
     AttentionKernel attention_kernel = AttentionKernel::flash_attention_2;
 
@@ -305,6 +316,12 @@ inline const auto framework_switches = std::make_tuple(
            "(default: each layer's weight gathers and gradient reduction beside its neighbours'\n"
            "forward or backward, as DDP's buckets, FSDP's prefetch and Megatron-LM's\n"
            "--overlap-grad-reduce run them) or none (all exposed: DeepSpeed ZeRO-1/2's default)"},
+    Switch{"tp_overlap", "tp overlap", &Framework::tp_overlap,
+           std::array{TpOverlap::none, TpOverlap::matmul}, tp_overlap_name,
+           "For the step time: whether tensor-parallel collectives run beside the matrix\n"
+           "products they feed, with sequence parallelism: none (default) or matmul (collective\n"
+           "matmuls: torchtitan's async TP, Megatron-LM's --tp-comm-overlap), each in tp pieces,\n"
+           "the first or last exposed"},
     Switch{"attention_kernel", "attention kernel", &Framework::attention_kernel,
            std::array{AttentionKernel::flash_attention_2, AttentionKernel::cudnn,
                       AttentionKernel::flash_attention_3},

@@ -61,6 +61,10 @@ struct PlanRequest {
     std::uint64_t first_stage_layers = 0, last_stage_layers = 0;
     std::vector<Recompute> modes;  ///< recomputation modes to try; empty means all three
     std::vector<std::uint64_t> micro_batches;  ///< micro-batches to try; empty means every divisor
+    /// Micro-batches per step to try (empty: every count), or only as many as pipeline stages
+    /// (per_stage: torchtitan's default, which splits a replica's batch in pp, none without pp).
+    std::vector<std::uint64_t> microbatch_counts;
+    bool microbatches_per_stage = false;
     /// Degrees and ZeRO stages to try, each list pinning its own (empty: every valid one).
     std::vector<std::uint64_t> dp, tp, pp, cp, ep;
     /// Virtual stages per pipeline rank (interleaved 1F1B) to try; empty: 1 and every valid
@@ -104,6 +108,12 @@ struct PlanRequest {
 template <class T, class U>
 bool allowed(const std::vector<T>& list, U value) {
     return list.empty() || std::find(list.begin(), list.end(), static_cast<T>(value)) != list.end();
+}
+
+/// Whether a layout of pp stages may run `count` micro-batches a step (PlanRequest's counts).
+inline bool count_allowed(const PlanRequest& request, std::uint64_t pp, std::uint64_t count) {
+    return allowed(request.microbatch_counts, count) &&
+           (!request.microbatches_per_stage || count == pp);
 }
 
 struct PlanRow {
@@ -213,6 +223,10 @@ inline Traffic layer_traffic(const Workload& w, const Parallelism& p, std::uint6
     const double layers = static_cast<double>(layers_on_stage);
     bytes.tensor_parallel = 4 * 2 * ring(static_cast<double>(p.tp)) * stream * layers * M;
     if (p.tp > 1) bytes.tensor_parallel_messages = 4 * layers * M;
+    // Collective matmuls split the all-gathers and reduce-scatters sequence parallelism runs.
+    if (w.framework.tp_overlap == TpOverlap::matmul && p.sequence_parallel)
+        bytes.tensor_parallel_pieces = static_cast<double>(p.tp),
+        bytes.projection_share = w.projection_share;
     // Several chunks a micro-batch (interleaved, ZB-V) send it across every rank boundary once per
     // chunk.
     if (p.pp > 1) {
@@ -282,6 +296,13 @@ inline DataParallelBytes data_parallel_bytes(const Workload& w, const Parallelis
 /// sent: what the host's optimiser step reads and writes in host memory.
 inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts& f) {
     Traffic bytes = layer_traffic(w, p, f.layers.layers, f.kind_layers);
+    // Full recomputation reruns a layer's forward, and with it the forward's two collectives.
+    if (w.recompute == Recompute::full && f.layers.layers > 0) {
+        const KindCounts rerun = f.layers.recomputed_counts(f.layers.layers);
+        const double more = 2.0 / 4 * std::accumulate(rerun.begin(), rerun.end(), 0.0) /
+                            static_cast<double>(f.layers.layers);
+        bytes.tensor_parallel *= 1 + more, bytes.tensor_parallel_messages *= 1 + more;
+    }
     bytes.data_parallel = data_parallel_bytes(w, p, f);
     add_offload_traffic(bytes, w, p, f);
     return bytes;
@@ -907,6 +928,7 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
         for (std::uint64_t b : divisors(G / p.dp)) {
             if (!allowed(request.micro_batches, b)) continue;
             p.microbatches = G / (p.dp * b);
+            if (!count_allowed(request, p.pp, p.microbatches)) continue;
             for (const auto& run : detail::pipeline_runs(m, request, p.pp, split, p.microbatches)) {
                 if (!allowed(request.vpp, run.second)) continue;
                 const Parallelism q = detail::running(p, run);
@@ -976,7 +998,9 @@ private:
         std::vector<std::uint64_t>& rows_at =
             rows_by_count_.try_emplace(stages, counts_.size(), unknown).first->second;
         for (std::size_t i : share_divisors(dp)) {
-            if (!allowed(request_.micro_batches, share / counts_[i])) continue;
+            if (!allowed(request_.micro_batches, share / counts_[i]) ||
+                !count_allowed(request_, pp, counts_[i]))
+                continue;
             if (rows_at[i] == unknown) rows_at[i] = count_rows(pp, split, counts_[i]);
             it->second += rows_at[i];
         }

@@ -6,7 +6,8 @@
 /// bandwidth; all at the pace of the busiest pipeline stage. Every group's messages at its
 /// bandwidth and latency, hidden where the frameworks overlap them (the context-parallel ring under
 /// its attention, data-parallel messages layer by layer beside the forward or backward they serve,
-/// DualPipe's all-to-alls under its other chunk); the pipeline's bubble over a micro-batch's whole
+/// collective matmuls' pieces under the products they feed, DualPipe's all-to-alls under its other
+/// chunk); the pipeline's bubble over a micro-batch's whole
 /// time; offload and the host's optimiser step not overlapped. Every rate is a row of the GPU
 /// (hardware.hpp), which a GPU file may override.
 #include <algorithm>
@@ -71,6 +72,10 @@ struct Traffic {
     /// sends.
     double tensor_parallel_messages = 0, pipeline_messages = 0, context_parallel_messages = 0,
            expert_parallel_messages = 0;
+    /// Pieces each tensor-parallel collective runs in beside the matrix product it feeds
+    /// (TpOverlap::matmul: tp); 1: before or after it, exposed. Half of them feed the attention's
+    /// projections, `projection_share` of the step's matrix products; half the MLP's, the rest.
+    double tensor_parallel_pieces = 1, projection_share = 0.5;
     double total() const {
         return data_parallel.total() + tensor_parallel + pipeline + context_parallel +
                expert_parallel + offload;
@@ -186,20 +191,30 @@ struct MessageSeconds {
     double exposed = 0, hidden = 0;
 };
 
-/// The layers' messages: exposed, tensor-parallel collectives, pipeline sends, expert all-to-alls
-/// (unless the schedule overlaps them) and the context-parallel ring past the `attention` seconds
-/// it hides under; hidden, the rest of the ring and the overlapped all-to-alls.
+/// The layers' messages: exposed, tensor-parallel collectives (past the matrix products they run
+/// beside, where they run in pieces: half beside the attention's projections, half the MLP's),
+/// pipeline sends, expert all-to-alls (unless the schedule
+/// overlaps them) and the context-parallel ring past the attention it hides under; hidden, the
+/// rest of the ring, of the collectives and the overlapped all-to-alls.
 inline MessageSeconds layer_messages(const GroupLinks& links, const Parallelism& p,
-                                     const Traffic& bytes, double attention) {
+                                     const Traffic& bytes, const ComputeSeconds& compute) {
     const double ring = links.cp.seconds(bytes.context_parallel, bytes.context_parallel_messages);
     const double all_to_all =
         links.ep.seconds(bytes.expert_parallel, bytes.expert_parallel_messages);
+    const double collectives =
+        links.tp.seconds(bytes.tensor_parallel, bytes.tensor_parallel_messages);
+    const double pieces = bytes.tensor_parallel_pieces, attention_side = bytes.projection_share;
+    const double collectives_exposed =
+        pieces > 1
+            ? exposed_beside(collectives / 2, compute.matmuls * attention_side, pieces) +
+                  exposed_beside(collectives / 2, compute.matmuls * (1 - attention_side), pieces)
+            : collectives;
     const bool overlapped = schedule_row(p).overlaps_all_to_all;
     MessageSeconds s;
-    s.exposed = links.tp.seconds(bytes.tensor_parallel, bytes.tensor_parallel_messages) +
-                links.pp.seconds(bytes.pipeline, bytes.pipeline_messages) +
-                (overlapped ? 0 : all_to_all) + std::max(0.0, ring - attention);
-    s.hidden = std::min(ring, attention) + (overlapped ? all_to_all : 0);
+    s.exposed = collectives_exposed + links.pp.seconds(bytes.pipeline, bytes.pipeline_messages) +
+                (overlapped ? 0 : all_to_all) + std::max(0.0, ring - compute.attention);
+    s.hidden = std::min(ring, compute.attention) + (overlapped ? all_to_all : 0) +
+               (collectives - collectives_exposed);
     return s;
 }
 
@@ -231,14 +246,15 @@ inline std::optional<double> step_time_floor(const Gpu& gpu, const Parallelism& 
     const auto links = group_links(gpu, p);
     if (!links) return std::nullopt;
     const ComputeSeconds compute = compute_seconds(gpu, p, flops);
-    const MessageSeconds messages = layer_messages(*links, p, bytes, compute.attention);
+    const MessageSeconds messages = layer_messages(*links, p, bytes, compute);
     const double busy = compute.total() + messages.exposed;
     return (busy + busy * idle + messages.hidden * gpu.collective_sm_share) * (1 - 1e-9);
 }
 
 /// The time of a step of `work` on `p.devices()` GPUs, or none when the GPU lacks a figure the
 /// layout needs (its bf16 peak, a bandwidth, its node size, its host link where offload moves
-/// bytes). Tensor-parallel collectives and pipeline sends sit on the critical path; the
+/// bytes). Tensor-parallel collectives (unless collective matmuls hide them) and pipeline sends
+/// sit on the critical path; the
 /// context-parallel ring hides under the attention it feeds; data-parallel messages beside the
 /// compute they serve (exposed_data_parallel); a schedule that overlaps all-to-alls (DualPipe)
 /// hides them. What hides still takes collective_sm_share of the compute it runs beside.
@@ -250,7 +266,7 @@ inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p,
     StepTime t;
     const ComputeSeconds compute = compute_seconds(gpu, p, work);
     t.compute = compute.total();
-    const MessageSeconds layers = layer_messages(*links, p, bytes, compute.attention);
+    const MessageSeconds layers = layer_messages(*links, p, bytes, compute);
     t.bubble = (t.compute + layers.exposed) * bubble_share(p, work.forward_share);
     const double data_parallel = links->dp.seconds(bytes.data_parallel.total(), 0);
     const double data_parallel_exposed = exposed_data_parallel(

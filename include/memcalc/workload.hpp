@@ -64,6 +64,9 @@ struct Workload {
     /// The head program's backward ops (the final norm's) against the head's rows (the
     /// architecture model).
     std::vector<WorkspaceEffect> head_work;
+    /// Under TpOverlap::matmul, the layers' linear FLOPs the attention projections take
+    /// (projection_share): the products half the tensor-parallel collectives run beside.
+    double projection_share = 0.5;
 };
 
 /// What the weight-gradient pass (W) of one layer of kind `kind` reads, one micro-batch of `tokens`
@@ -208,6 +211,7 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     cache(mode, w.kv_cache);
     cache(Recompute::full, w.kv_cache_whole);  // a checkpointed layer saves none of it
     w.optimizer_state = optimizer_splits(w.parameters, recipe);
+    if (framework.tp_overlap == TpOverlap::matmul) w.projection_share = projection_share(m);
     const std::uint64_t V = m.vocab;
     for (const auto& row : t.forward_buffers)
         (row.forward_local ? w.forward_locals : w.forward_buffers).add(row);
