@@ -6,17 +6,20 @@ row's GPUs, sequence and global batch (every layout, --top large), its layouts g
 (dp, tp, pp, cp, ep), each group at its best time; the published degrees' rank among the groups,
 and the predicted tokens/s per GPU of their best row beside the published figure. What the
 source pins beyond the degrees pins the search too: its ZeRO stage; a schedule other than
-interleaved 1F1B, which plan tries beside 1F1B; fp8 as memcalc's fp8 recipe; and its
-recomputation (torchtitan's "selective" is its per-op policy, memcalc's op), unless memcalc finds
-the published degrees do not fit under it: then plan chooses, and the row says so
-(recompute_pinned false).
+interleaved 1F1B, which plan tries beside 1F1B; fp8 as memcalc's fp8 recipe; sequence
+parallelism on or off where the row has tensor parallelism and says which; and its recomputation
+(torchtitan's "selective" is its per-op policy, memcalc's op; full of every layer, with
+--recompute-layers all, where the program checkpoints each layer), unless memcalc finds the
+published degrees do not fit under it: then plan chooses, and the row says so (recompute_pinned
+false).
 
 --layouts layouts-extended.json ({"schema": 1, "layouts": [...]}) scores that file's rows, each
 converted to the row dict above: its pins (zero, schedule, recipe, profile, recomputation and its
-modules or layers, attention, compile, uneven first/last stages, MTP layers) read from its
-memcalc_plan_command; its published tokens/s per GPU as published, else global batch x seq /
-step_seconds / GPUs, else none (TFLOP/s or MFU alone: ranked, no ratio). Micro-batch, SP and VPP
-are left to plan's search, as for layouts.json's rows.
+modules or layers, attention, compile, uneven first/last stages, MTP layers, data-parallel
+overlap) read from its memcalc_plan_command, and its program_pins (flags of the program every
+layout searched runs under); its published tokens/s per GPU as published, else global batch x seq
+/ step_seconds / GPUs, else none (TFLOP/s or MFU alone: ranked, no ratio); its sequence_parallel
+as a layouts.json row's sp. Micro-batch and VPP are left to plan's search unless pinned.
 
   validation/published/layouts.py --memcalc build/memcalc [--json out.json] [--markdown out.md]
   validation/published/layouts.py --layouts validation/published/layouts-extended.json \
@@ -74,6 +77,10 @@ def plan_arguments(row, pin_recompute):
         args += ["--recipe", "fp8"]
     if pin_recompute and recompute_mode(row):
         args += ["--recompute", recompute_mode(row)] + row.get("recompute_pins", [])
+    # Sequence parallelism as the program ran it, where it had tensor parallelism to run it with
+    # (a tp 1 row's says nothing of the program at tp > 1).
+    if (row.get("tp") or 1) > 1 and row.get("sp") is not None:
+        args += ["--sp" if row["sp"] else "--no-sp"]
     return args + row.get("pins", [])
 
 
@@ -83,9 +90,9 @@ COMMAND_VALUE_FLAGS = ("--preset", "--model-file", "--gpu", "--gpus", "--seq", "
                        "--tp", "--pp", "--cp", "--dp", "--ep", "--vpp", "--schedule", "--zero",
                        "--recompute", "--recompute-modules", "--recompute-layers", "-b",
                        "--recipe", "--profile", "--attention", "--first-stage-layers",
-                       "--last-stage-layers", "--mtp-layers", "--compile")
+                       "--last-stage-layers", "--mtp-layers", "--compile", "--dp-overlap")
 PASSED_THROUGH = ("--attention", "--first-stage-layers", "--last-stage-layers", "--mtp-layers",
-                  "--compile")
+                  "--compile", "--dp-overlap")
 WITH_RECOMPUTE = ("--recompute-modules", "--recompute-layers")
 
 
@@ -137,6 +144,7 @@ def extended_row(row, time_limit):
         if pinned is not None and int(pinned) != (out[key] if out[key] is not None else 1):
             return None, f"--{key} {pinned} in its command, {out[key]} in the row"
     out["schedule"] = flags.get("--schedule")
+    out["sp"] = row.get("sequence_parallel")
     out["zero"] = int(flags["--zero"]) if "--zero" in flags else None
     out["recipe"] = flags.get("--recipe")
     out["precision"] = "fp8" if out["recipe"] == "fp8" else row.get("precision")
@@ -144,6 +152,9 @@ def extended_row(row, time_limit):
     out["recompute"] = flags.get("--recompute")
     out["recompute_pins"] = [a for f in WITH_RECOMPUTE if f in flags for a in (f, flags[f])]
     out["pins"] = [a for f in PASSED_THROUGH if f in flags for a in (f, flags[f])]
+    # What the program could run, for every layout searched: no context parallelism before it
+    # existed, torchtitan's micro-batch count and interleaving by default.
+    out["pins"] += row.get("program_pins", [])
     if not out["profile"]:  # layouts.json's profile for its source, where it has one
         out["profile"] = next((p for key, p in PROFILE.items() if out["id"].startswith(key)),
                               None)
@@ -199,7 +210,9 @@ def compare(memcalc, row):
               "published_tokens_per_second_per_gpu": row["tokens_per_second_per_gpu"],
               "precision": row.get("precision")}
     target = published_degrees(row)
-    pins = [a for k, v in zip(DEGREES, target) for a in (f"--{k}", str(v))]
+    program = plan_arguments(row, True)  # its program pins may pin a degree already (--cp 1)
+    pins = [a for k, v in zip(DEGREES, target) if f"--{k}" not in program
+            for a in (f"--{k}", str(v))]
     pin_recompute = recompute_mode(row) is not None
     pinned, error = run_plan(memcalc, plan_arguments(row, True) + pins + ["--top", "1"])
     if pin_recompute and not (pinned and pinned[0]["step_seconds"] is not None):
