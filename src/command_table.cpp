@@ -184,7 +184,10 @@ const char* const plan_footer =
     "Examples:\n"
     "  memcalc plan --preset llama-2-70b --gpus 64 --device-memory 80GB --seq 4096 "
     "--global-batch 512\n"
-    "  memcalc plan --preset llama-3-70b --gpu h100-sxm --seq 8192 --global-batch 512 --tp 8";
+    "  memcalc plan --preset llama-3-70b --gpu h100-sxm --seq 8192 --global-batch 512 --tp 8\n"
+    "  memcalc plan --preset llama-3-70b --gpu h100-sxm --gpus 256 --seq 8192 --global-batch 512 "
+    "--profile torchtitan --recompute full --recompute-layers all --microbatches pp --tp-overlap "
+    "matmul";
 
 const char* const serve_footer =
     "Per tensor-parallel rank: the weights (linear layers in --weights' format; embeddings, "

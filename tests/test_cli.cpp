@@ -210,6 +210,28 @@ TEST_CASE("help explains with examples and version prints the version", "[cli]")
     CHECK_THAT(testing::memcalc("--version").out, Catch::Contains("memcalc 1.2.0"));
 }
 
+TEST_CASE("every example a command's --help shows runs", "[cli][slow-sanitized]") {
+    for (const std::string command : {"", "plan ", "fit ", "serve ", "rl "}) {
+        const std::string help = testing::memcalc(command + "--help").out;
+        const auto examples = help.find("\nExamples:\n");
+        REQUIRE(examples != std::string::npos);
+        std::istringstream lines(help.substr(examples + 11));
+        std::size_t ran = 0;
+        for (std::string line; std::getline(lines, line) && line.rfind("  memcalc ", 0) == 0;) {
+            const std::string args = line.substr(10);
+            // A model file or folder of the reader's own: nothing here to run it on.
+            if (args.find("my-model.json") != std::string::npos ||
+                args.find("Llama-2-7b-hf") != std::string::npos)
+                continue;
+            CAPTURE(args);
+            CHECK(testing::memcalc(args).status == 0);
+            ++ran;
+        }
+        CAPTURE(command);
+        CHECK(ran >= 2);
+    }
+}
+
 TEST_CASE("the architecture-aware model through the program", "[cli][architecture]") {
     const auto run = testing::memcalc(
         "--preset llama-3-8b --seq 8192 --activations architecture --attention flash --format "
