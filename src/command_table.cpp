@@ -92,7 +92,7 @@ const char* const plan_footer =
     "estimate's\n"
     "--offload; not searched unless asked for, since their host memory is checked only with "
     "--host-memory\n"
-    "and the CPU optimiser's time is an assumption's), sequence parallelism on or off, every "
+    "and the CPU optimiser's time is an assumption's), sequence parallelism on or off, every\n"
     "micro-batch that divides the global batch per replica, and each\n"
     "recomputation mode; where full recomputation fits and none does not, also the fewest "
     "layers per stage\n"
@@ -134,12 +134,13 @@ const char* const plan_footer =
     "     batches x vpp) of the compute; ZB-H1 (P-1)(F+B-2W); ZB-V 0 (its paper's figure for F "
     "= B-W = W,\n"
     "     applied under recomputation too: optimistic there); DualPipe (P/2-1)(F&B+B-3W) with "
-    "F&B = F+B; plus what no computation hides of every byte a device sends at its group's "
+    "F&B = F+B;\n"
+    "     plus what no computation hides of every byte a device sends at its group's "
     "bandwidth\n"
     "     and every message at its latency (10 us in a node, 20 across): tensor-parallel "
     "collectives and\n"
-    "     pipeline sends in full, expert all-to-alls but under DualPipe, the context-parallel "
-    "ring less\n"
+    "     pipeline sends in full (collective matmuls, --tp-overlap matmul, but a piece of each),\n"
+    "     expert all-to-alls but under DualPipe, the context-parallel ring less\n"
     "     the attention it feeds, the data-parallel all-reduce (2 x gradient bytes x (dp - 1) / "
     "dp; ZeRO-3:\n"
     "     also its weight gathers) less the last micro-batch's backward; a group runs at the "
@@ -280,8 +281,8 @@ void add_plan_search(CLI::App& plan, PlanOptions& q) {
     single_valued(plan, {"--seq", "--attention"});
     plan.get_option("--recompute")
         ->description(
-            "Recomputation modes to try, a comma list (default: none, selective, "
-            "full; op, torchtitan's per-op policy, only where named, and without tp)");
+            "Recomputation modes to try, a comma list (default: none, selective, full;\n"
+            "op, torchtitan's per-op policy, only where named, and without tp)");
     plan.get_option("--micro-batch")
         ->description(
             "Micro-batches to try, a comma list (default: every one that divides\n"

@@ -52,7 +52,7 @@ void add_group(App& app, ModelOptions& q) {
         const std::string key(row.key);
         app.template add_option_function<std::string>(
                row.option(), [&q, key](const std::string& text) { q.program[key] = text; },
-               std::string(row.help) + " (model-file key " + key + ")")
+               std::string(row.help) + "\n(model-file key " + key + ")")
             ->type_name(row.values.size() == 2 && row.find("true") ? "BOOL" : "KIND");
     });
     app.add_option("--expert-imbalance", q.expert_imbalance,
@@ -94,7 +94,7 @@ void add_group(App& app, StepOptions& q) {
                    "With --recompute full: recompute only the first N layers of each pipeline "
                    "stage (each\nmodel chunk with --vpp), the others keeping every activation, "
                    "as Megatron-LM's\n--recompute-method block --recompute-num-layers N; "
-                   "all: every layer (the default; plan then\nsearches no fewer, as for a "
+                   "all: every layer (the\ndefault; plan then searches no fewer, as for a "
                    "program that checkpoints each layer)")
         ->type_name("N|all");
     app.add_option("--images", q.images,
