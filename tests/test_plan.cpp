@@ -733,18 +733,21 @@ TEST_CASE("pinned degrees, ZeRO stages and sequence parallelism restrict the sea
         CHECK(std::any_of(rows.begin(), rows.end(),
                           [](const PlanRow& r) { return r.parallel.tp > 1; }));
     }
+    const auto some_rows = [&](const PlanRequest& r) {
+        auto rows = plan(m, r);
+        REQUIRE(!rows.empty());
+        return rows;
+    };
     // Micro-batch counts: as many as pipeline stages (torchtitan's default), or those listed.
     PlanRequest per_stage = request;
     per_stage.microbatches_per_stage = true;
-    const auto staged = plan(m, per_stage);
-    REQUIRE(!staged.empty());
+    const auto staged = some_rows(per_stage);
     for (const PlanRow& r : staged) CHECK(r.parallel.microbatches == r.parallel.pp);
     CHECK(std::any_of(staged.begin(), staged.end(),
                       [](const PlanRow& r) { return r.parallel.pp > 1; }));
     PlanRequest listed = request;
     listed.microbatch_counts = {4};
-    const auto four = plan(m, listed);
-    REQUIRE(!four.empty());
+    const auto four = some_rows(listed);
     for (const PlanRow& r : four) {
         CHECK(r.parallel.microbatches == 4);
         CHECK(r.micro_batch * r.parallel.dp * 4 == request.global_batch);
@@ -757,8 +760,7 @@ TEST_CASE("pinned degrees, ZeRO stages and sequence parallelism restrict the sea
     }
     PlanRequest interleaved = request;
     interleaved.vpp = {2};
-    const auto two = plan(m, interleaved);
-    REQUIRE(!two.empty());
+    const auto two = some_rows(interleaved);
     for (const PlanRow& r : two) {
         CHECK(r.parallel.vpp == 2);
         CHECK(r.parallel.microbatches % r.parallel.pp == 0);

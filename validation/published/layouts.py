@@ -214,7 +214,7 @@ def compare(memcalc, row):
     pins = [a for k, v in zip(DEGREES, target) if f"--{k}" not in program
             for a in (f"--{k}", str(v))]
     pin_recompute = recompute_mode(row) is not None
-    pinned, error = run_plan(memcalc, plan_arguments(row, True) + pins + ["--top", "1"])
+    pinned, error = run_plan(memcalc, program + pins + ["--top", "1"])
     if pin_recompute and not (pinned and pinned[0]["step_seconds"] is not None):
         pin_recompute = False  # memcalc finds the published degrees need more recomputation
         pinned, error = run_plan(memcalc, plan_arguments(row, False) + pins + ["--top", "1"])
