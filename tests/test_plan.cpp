@@ -486,6 +486,54 @@ TEST_CASE("element-wise traffic: eager RMSNorm's temporaries, none where fused o
     CHECK(traffic(compiled, Recompute::none, s.framework) == 0);
 }
 
+TEST_CASE("element-wise traffic: the loss kernel's passes over the vocabulary, on the head's stage",
+          "[plan][time]") {
+    Architecture m = small_llama_4kv();
+    m.rmsnorm_kernel = RmsnormKernel::fused;  // the final norm's own temporaries: none
+    Settings s;
+    const std::uint64_t seq = 1024;
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const auto workload = [&](LossKernel loss, Precision precision) {
+        Framework f = s.framework;
+        f.loss = loss;
+        const ActivationTables t =
+            activation_tables(m, seq, 1, precision, ActivationModel::architecture, f, {}, {});
+        return make_workload(m, s.recipe, seq, 1, Recompute::none, params, t, f);
+    };
+    const auto traffic = [&](LossKernel loss, Precision precision = Precision(DType::bf16)) {
+        return workload(loss, precision).head_traffic.on_rank(Parallelism{}, m.vocab).value();
+    };
+    // Each temporary written once and read once: N elements of the logits, fp32 or bf16.
+    const std::uint64_t N = seq * m.vocab, wide = 4, narrow = 2;
+    // Eager cross_entropy(logits.float()): the copy; NLL's dense gradient; its cast back.
+    CHECK(traffic(LossKernel::fp32) == 2 * N * (wide + wide + narrow));
+    CHECK(traffic(LossKernel::chunked) == traffic(LossKernel::fp32));
+    CHECK(traffic(LossKernel::bf16) == 2 * N * narrow);  // no copy: NLL's gradient in bf16
+    const Precision autocast(DType::bf16, DType::fp32, true);
+    CHECK(traffic(LossKernel::bf16, autocast) == traffic(LossKernel::fp32, autocast));
+    // Megatron-LM's: three passes in place forward, two backward, then the cast.
+    CHECK(traffic(LossKernel::fp32_inplace) == 2 * N * (5 * wide + narrow));
+    CHECK(traffic(LossKernel::fused) == 2 * N * 2 * narrow);
+    CHECK(traffic(LossKernel::fused_linear) == 2 * N * 2 * narrow);
+    // fp32 training: no copy to make.
+    CHECK(traffic(LossKernel::fp32, Precision(DType::fp32)) == 2 * N * wide);
+    // A device's step: the head's stage holds it, the mean stage a pp-th, each micro-batch; the
+    // log-probabilities the fp32 kernel keeps take the element-wise passes as a layer's rows do.
+    PlanRequest request;
+    request.gpus = 2, request.global_batch = 4, request.base.seq = seq;
+    Parallelism p;
+    p.pp = 2, p.microbatches = 4;
+    const auto bytes = [&](LossKernel loss) {
+        const Workload w = workload(loss, Precision(DType::bf16));
+        const ComputeCost c = compute_cost(m, seq, 1, Recompute::none);
+        const StageMix mix = stage_mix(m.layers, w.parameters->pattern, p);
+        return device_work(w, p, stage_facts(w, p, 0), mix, c, request, 1.0 / 3).elementwise_bytes;
+    };
+    const double kept = elementwise_passes * static_cast<double>(N * wide);
+    CHECK(bytes(LossKernel::fp32) - bytes(LossKernel::fused) ==
+          Approx((kept + static_cast<double>(2 * N * (2 * wide - narrow))) * 4 / 2));
+}
+
 TEST_CASE(
     "plan's times: the step's FLOPs with recomputation at the busiest stage's pace, and 2 x "
     "gradient bytes x (dp-1)/dp",

@@ -458,6 +458,11 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
                                       layers * M +
                                   narrow_cast_bytes(w, p, k) * layers;
     }
+    // The head's and the loss's, on one stage of pp: the mean stage's share.
+    const double head =
+        elementwise_passes * static_cast<double>(w.head.on_rank(p, w.model.vocab).value()) +
+        static_cast<double>(w.head_traffic.on_rank(p, w.model.vocab).value());
+    work.elementwise_bytes += head * M / static_cast<double>(p.pp);
     return work;
 }
 

@@ -64,6 +64,7 @@ struct Workload {
     /// The head program's backward ops (the final norm's) against the head's rows (the
     /// architecture model).
     std::vector<WorkspaceEffect> head_work;
+    SplitBytes head_traffic;  ///< the head program's unfused temporaries (the loss's passes)
     /// Under TpOverlap::matmul, the layers' linear FLOPs the attention projections take
     /// (projection_share): the products half the tensor-parallel collectives run beside.
     double projection_share = 0.5;
@@ -233,8 +234,11 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     }
     for (const auto& row : t.input_side) (row.every_stage ? w.stage_side : w.input_side).add(row);
     for (const auto& row : t.head.rows) w.head.add(row);
-    if (w.autograd_order)
-        w.head_work = layer_work(t.head, Recompute::none, w.parameters->table, V, 0).backward_work;
+    if (w.autograd_order) {
+        LayerWork head = layer_work(t.head, Recompute::none, w.parameters->table, V, 0);
+        w.head_work = std::move(head.backward_work);
+        w.head_traffic = head.eager_traffic;
+    }
     return w;
 }
 

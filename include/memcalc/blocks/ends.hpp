@@ -1,5 +1,6 @@
 #pragma once
 /// The model's ends: the embedding side, the forward's buffers, the KV cache, the head and loss.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -150,6 +151,46 @@ inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision) {
     return DType::fp32;
 }
 
+/// Passes over the logits' width a loss kernel's ops make beyond the element-wise passes over its
+/// saved rows: temporaries each written once and read once (EagerTraffic), in the loss dtype
+/// (`wide`) or the logits' (`narrow`), forward and backward; `upcasts`: and a copy of the logits in
+/// the loss dtype where it is wider (its gradient cast back), as the kernels' code runs them.
+struct LossPasses {
+    std::uint8_t forward_wide, backward_wide, forward_narrow, backward_narrow;
+    bool upcasts;
+};
+
+/// By LossKernel. Eager cross_entropy: NLL's backward writes a dense gradient that log-softmax's
+/// backward reads. Megatron-LM's VocabParallelCrossEntropy subtracts the max, exponentiates and
+/// divides its fp32 copy in place; backward subtracts the one-hot and scales in place, then casts.
+/// A fused kernel writes the gradient over the logits, which backward scales in place. Liger's
+/// fused linear cross-entropy writes each chunk's logits and their gradient on the way.
+inline constexpr std::array<LossPasses, 6> loss_passes{{
+    {0, 1, 0, 0, true},   // fp32
+    {0, 1, 0, 0, true},   // bf16 (an upcast only under autocast)
+    {0, 0, 1, 1, false},  // fused
+    {3, 2, 0, 1, false},  // fp32_inplace: its fp32 copy a saved row
+    {0, 1, 0, 0, true},   // chunked: fp32's, a chunk at a time
+    {0, 0, 2, 0, false},  // fused_linear
+}};
+
+/// The loss kernel's temporaries (loss_passes) over `logits` elements in the compute dtype.
+inline void loss_temporaries(detail::TableBuilder& t, LossKernel loss, Precision precision,
+                             Count logits) {
+    LossPasses passes = loss_passes[static_cast<std::size_t>(loss)];
+    const std::uint64_t narrow = bytes_per_element(precision.compute);
+    const auto logp = loss_dtype(loss, precision);
+    const std::uint64_t wide = logp ? bytes_per_element(*logp) : narrow;
+    if (passes.upcasts && wide > narrow) ++passes.forward_wide, ++passes.backward_narrow;
+    const auto add = [&](bool backward, std::uint64_t wide_passes, std::uint64_t narrow_passes) {
+        t.temporaries(backward, backward ? "loss backward" : "loss",
+                      logits * (wide_passes * wide + narrow_passes * narrow),
+                      ActivationSplit::vocab);
+    };
+    add(false, passes.forward_wide, passes.forward_narrow);
+    add(true, passes.backward_wide, passes.backward_narrow);
+}
+
 /// The final norm, the head and the loss as a program: what they save for their backward pass
 /// (from the loss step until the head's backward, at the start of backward L) and their ops'
 /// workspaces (the final norm's backward, which the loss step ends with).
@@ -162,6 +203,7 @@ inline LayerActivations head_program(const Architecture& m, std::uint64_t seq,
     std::vector<SavedTensor>& rows = head.rows;
     detail::TableBuilder t(rows, &head, tuning);
     detail::norm_rows(t, m, z, "final norm");
+    loss_temporaries(t, loss, precision, z.tokens * m.vocab);
     if (loss == LossKernel::fused_linear) {  // keeps no input: the gradient its forward wrote
         t.add("loss (fused linear)", "the hidden states' gradient, made in forward",
               "backward hands it on", shape::sbh, z.sbh, z.s);
