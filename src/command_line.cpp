@@ -42,6 +42,32 @@ struct BuiltCommand {
     std::unique_ptr<ParsedCommand> command;
 };
 
+/// --help with each option's description wrapped at a word to fit 120 columns beside the option's
+/// 30; the descriptions' own line breaks kept. Footers are not wrapped: their example commands
+/// stay whole, to be copied.
+class WrappedHelp : public CLI::Formatter {
+public:
+    std::string make_option_desc(const CLI::Option* option) const override {
+        constexpr std::size_t width = 90;
+        const std::string& text = option->get_description();
+        std::string wrapped;
+        for (std::size_t start = 0;;) {
+            const std::size_t end = std::min(text.find('\n', start), text.size());
+            std::string_view line(text.data() + start, end - start);
+            while (line.size() > width) {
+                const std::size_t cut = line.rfind(' ', width);
+                if (cut == std::string_view::npos || cut == 0) break;  // one long word: as it is
+                wrapped.append(line.substr(0, cut)).push_back('\n');
+                line.remove_prefix(cut + 1);
+            }
+            wrapped.append(line);
+            if (end == text.size()) return wrapped;
+            wrapped.push_back('\n');
+            start = end + 1;
+        }
+    }
+};
+
 /// Registers every row's command on `app`: the default command's options on the program itself,
 /// each other command as a subcommand, made only when the command line names it (or when every
 /// option is built: --help, or an option the default command does not know).
@@ -63,6 +89,7 @@ std::vector<BuiltCommand> add_commands(CLI::App& app, CommandLine& line) {
 /// Builds the program on `app` (made with the program's summary): its version flag and footer, and
 /// the commands and options `line` needs.
 std::vector<BuiltCommand> build_program(CLI::App& app, CommandLine& line) {
+    app.formatter(std::make_shared<WrappedHelp>());  // before the subcommands, which take it
     app.set_version_flag("--version", std::string("memcalc ") + memcalc::version);
     app.footer(command_table().front().footer);
     app.require_subcommand(0, 1);

@@ -651,8 +651,7 @@ const std::vector<CommandRow>& command_table() {
          "List the MLP's activation functions: the code each runs, what autograd keeps", nullptr,
          catalogue<run_activation_functions>},
         {"program-facts",
-         "List the facts of a model's code that options (and model-file keys) say: how its "
-         "attention, norms and experts are written",
+         "List how a model's code is written (attention, norms, experts), as options say it",
          nullptr, catalogue<run_program_facts>},
     };
     return rows;

@@ -81,7 +81,8 @@ private:
     int fd_ = -1;
     std::string folder_;  ///< where a named temporary goes; empty: unnamed
     Temporary named_;
-    std::uint64_t written_ = 0, handed_ = 0;  ///< bytes in the file; those handed to the disk
+    std::uint64_t written_ = 0;                  ///< bytes in the file
+    [[maybe_unused]] std::uint64_t handed_ = 0;  ///< those handed to the disk (Linux only)
 };
 
 struct PendingFile {

@@ -252,6 +252,7 @@ nlohmann::json layout_json(const PlanView& v, const PlanRow& r, std::size_t rank
             {"communication_seconds", timed([](const auto& t) { return t.communication; })},
             {"offload_seconds", timed([](const auto& t) { return t.offload; })},
             {"host_optimizer_seconds", timed([](const auto& t) { return t.host_optimizer; })},
+            {"optimizer_seconds", timed([](const auto& t) { return t.optimizer; })},
             {"tokens_per_second_per_gpu", number_or_null(tokens_per_second_per_gpu(v.request, r))},
             {"gpus", p.devices()},
             {"schedule", schedule_name(p.pipeline_schedule())},

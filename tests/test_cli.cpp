@@ -210,6 +210,17 @@ TEST_CASE("help explains with examples and version prints the version", "[cli]")
     CHECK_THAT(testing::memcalc("--version").out, Catch::Contains("memcalc 1.2.0"));
 }
 
+TEST_CASE("--help fits 120 columns but for the example commands", "[cli]") {
+    for (const std::string command : {"", "plan ", "fit ", "serve ", "rl "}) {
+        std::istringstream lines(testing::memcalc(command + "--help").out);
+        for (std::string line; std::getline(lines, line);) {
+            if (line.rfind("  memcalc ", 0) == 0) continue;  // to be copied whole
+            CAPTURE(command, line);
+            CHECK(line.size() <= 120);
+        }
+    }
+}
+
 TEST_CASE("every example a command's --help shows runs", "[cli][slow-sanitized]") {
     for (const std::string command : {"", "plan ", "fit ", "serve ", "rl "}) {
         const std::string help = testing::memcalc(command + "--help").out;

@@ -534,6 +534,50 @@ TEST_CASE("element-wise traffic: the loss kernel's passes over the vocabulary, o
           Approx((kept + static_cast<double>(2 * N * (2 * wide - narrow))) * 4 / 2));
 }
 
+TEST_CASE("the device's optimiser step: a fused kernel's passes or the unfused code's, sharded",
+          "[plan][time]") {
+    const Architecture m = small_llama_4kv();
+    const Settings s;
+    const Recipe& r = s.recipe;
+    REQUIRE(r.master);  // mixed precision: an fp32 master copy beside the weights
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const ActivationTables tables = activation_tables(m, 1024, 1, r.precision(), s.activations,
+                                                      s.framework, s.recompute_modules, {});
+    const auto bytes = [&](OptimizerImpl impl, Parallelism p) {
+        Framework f = s.framework;
+        f.optimizer = impl;
+        const Workload w = make_workload(m, r, 1024, 1, Recompute::none, params, tables, f);
+        return traffic(w, p, stage_facts(w, p, 0)).device_optimizer;
+    };
+    const Workload plain = make_workload(m, r, 1024, 1, Recompute::none, params, tables, {});
+    const double P = static_cast<double>(stage_facts(plain, {}, 0).parameters.value());
+    const double state = static_cast<double>(bytes_per_element(r.state)),
+                 master = static_cast<double>(r.master_bytes()),
+                 weight = static_cast<double>(r.weight_bytes()),
+                 gradient = static_cast<double>(r.gradient_bytes());
+    // Fused: Adam's m and v read and written, the master read and written, the gradient read;
+    // then the master cast back to the weights.
+    const double fused = P * (2 * 2 * state + 2 * master + gradient + weight);
+    CHECK(bytes(OptimizerImpl::fused, {}) == Approx(fused));
+    // torch.optim's foreach and loop: AdamW's 20 passes over each tensor in the state dtype.
+    CHECK(bytes(OptimizerImpl::foreach, {}) == Approx(P * (20 * state + weight)));
+    CHECK(bytes(OptimizerImpl::for_loop, {}) == bytes(OptimizerImpl::foreach, {}));
+    Parallelism sharded;
+    sharded.dp = 4, sharded.zero = 1;  // each rank steps its quarter
+    CHECK(bytes(OptimizerImpl::fused, sharded) == Approx(fused / 4).epsilon(1e-6));
+    sharded.offload = Offload::optimizer;  // the host steps it
+    CHECK(bytes(OptimizerImpl::fused, sharded) == 0);
+    // At the memory's bandwidth, after the last backward; a GPU without the figure: untimed.
+    Traffic t;
+    t.device_optimizer = 2e12;
+    Gpu g = round_gpu();
+    CHECK(step_time(g, {}, 1e15, t)->optimizer == 0);
+    g.memory_bandwidth = 1'000'000'000'000ULL;
+    const auto timed = step_time(g, {}, 1e15, t);
+    CHECK(timed->optimizer == Approx(2));
+    CHECK(timed->seconds() == Approx(timed->compute + 2));
+}
+
 TEST_CASE(
     "plan's times: the step's FLOPs with recomputation at the busiest stage's pace, and 2 x "
     "gradient bytes x (dp-1)/dp",

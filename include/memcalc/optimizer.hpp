@@ -56,6 +56,10 @@ struct Optimizer {
     std::string_view
         rule;  ///< the state per tensor in words, when it is not whole bytes per parameter
     std::string_view source;  ///< whose code the row follows, when not torch.optim's
+    /// Passes over each stepped tensor, in the state dtype, its step makes as torch.optim's foreach
+    /// or one-tensor-at-a-time code runs it (each op reads its operands and writes its result);
+    /// 0: it has only its own kernel. A fused kernel reads and writes each tensor once.
+    std::uint64_t unfused_passes;
 
     /// Bytes per parameter of every tensor, when the state is that simple.
     std::optional<std::uint64_t> uniform_bytes(DType state) const {
@@ -91,20 +95,25 @@ inline constexpr std::array<Optimizer, 6> optimizers = [] {
     return std::array<Optimizer, 6>{{
         // clang-format off
         // name, slots label, main slots, scope, fallback slots, min elements, storage, factored,
-        // scalar bytes, step, copies, previous, upcast, impl, rule, source
+        // scalar bytes, step, copies, previous, upcast, impl, rule, source, unfused passes
+        // (counted in torch.optim's _multi_tensor_* and the rows' sources, an op's operands and
+        // result one pass each)
         // Adam's step computes sqrt(v), then its quotient, of the tensor stepped while the loop's
         // variable still holds the previous tensor's quotient (measured with torch.optim.AdamW on
         // CPU).
+        // Unfused AdamW: decay (2), lerp m (3), scale v (2), addcmul v (3), sqrt v (2), its
+        // division (2) and eps (2), addcdiv into the weight (4): 20 passes.
         {"adam", "Adam m, v", 2, all, 0, 0, plain, false, 0, elementwise, 2, 1, false, switched,
-            "", ""},
+            "", "", 20},
+        // Unfused SGD: scale the momentum (2), add the gradient (3), step the weight (3): 8.
         {"sgd-momentum", "momentum", 1, all, 0, 0, plain, false, 0, none, 0, 0, false, switched,
-            "", ""},
+            "", "", 8},
         // Lion (Chen et al. 2023): one momentum; the update is the sign of an interpolation of it
         // and the gradient, signed in place: the previous update beside the next interpolation, two
         // of the tensor (measured with timm's loop, validation/optimizer_state.py; lion-pytorch's
         // clone and sum alike).
         {"lion", "Lion momentum", 1, all, 0, 0, plain, false, 0, elementwise, 2, 0, false,
-            switched, "", ""},
+            switched, "", "", 19},
         // bitsandbytes >= 0.44 AdamW8bit (optim/optimizer.py Optimizer2State.init_state): m and v
         // in uint8 with an fp32 absmax per block of 256 (2048 before 0.44) for tensors of at least
         // min_8bit_size = 4096 elements, fp32 m and v below; its one fused kernel updates them in
@@ -112,7 +121,7 @@ inline constexpr std::array<Optimizer, 6> optimizers = [] {
         {"adam-8bit", "Adam m, v", 2, large, 2, 4096, int8_blocks, false, 0, none, 0, 0, false,
             kernel,
          "n >= 4096: 2 x (n x 1 B + ceil(n/256) x 4 B); smaller: 2 x n x state",
-         "bitsandbytes >= 0.44 AdamW8bit: blocksize 256, min_8bit_size 4096"},
+         "bitsandbytes >= 0.44 AdamW8bit: blocksize 256, min_8bit_size 4096", 0},
         // transformers' Adafactor with its defaults (beta1=None: no first moment): a matrix keeps a
         // row and a column vector of its second moment, a vector the whole of it. Its Python loop
         // squares the gradient (two of the tensor beside the previous tensor's update), and steps
@@ -121,7 +130,7 @@ inline constexpr std::array<Optimizer, 6> optimizers = [] {
         {"adafactor", "Adafactor v", 0, matrices, 1, 0, plain, true, 4, elementwise, 2, 1, true,
             loop,
          "matrix R x C: (R + C) x state; vector of n: n x state; 4 B (RMS) each",
-         "transformers Adafactor (optimization.py), beta1=None"},
+         "transformers Adafactor (optimization.py), beta1=None", 16},
         // Keller Jordan's MuonWithAuxAdam (KellerJordan/Muon muon.py, Moonlight's split): a
         // momentum for the layers' matrices, AdamW's m and v for the embedding, head, norms and
         // biases. Its aux Adam returns m^ / (sqrt(v^) + eps) out of place: four of the tensor
@@ -129,7 +138,7 @@ inline constexpr std::array<Optimizer, 6> optimizers = [] {
         {"muon", "Muon momentum; AdamW m, v", 1, hidden, 2, 0, plain, false, 0, newton_schulz, 4,
             1, false, loop,
          "layers' matrices: n x state; embedding, head, norms, biases: 2 x n x state",
-         "KellerJordan/Muon MuonWithAuxAdam, 5 Newton-Schulz steps in bf16"},
+         "KellerJordan/Muon MuonWithAuxAdam, 5 Newton-Schulz steps in bf16", 11},
         // clang-format on
     }};
 }();

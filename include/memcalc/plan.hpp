@@ -195,6 +195,25 @@ inline void add_offload_traffic(Traffic& bytes, const Workload& w, const Paralle
     }
 }
 
+/// What the device's optimiser step reads and writes on one rank (none where the host steps):
+/// fused, each stepped weight of its shard (the master copy where the recipe keeps one), its
+/// gradient and its state read, the weight and the state written; unfused (foreach, one tensor at a
+/// time), the optimiser's unfused_passes over the shard in the state dtype. Then a master copy is
+/// cast back to the weights' dtype.
+inline double device_optimizer_bytes(const Workload& w, const Parallelism& p, const StageFacts& f) {
+    if (p.offload != Offload::none) return 0;
+    const Recipe& r = w.recipe;
+    const auto d = [](std::uint64_t n) { return static_cast<double>(n); };
+    const double shard = d(StageFacts::shard(p, f.trainable_dense, f.trainable_experts).value());
+    const double cast_back = r.master ? d(r.weight_bytes()) : 0;
+    const Optimizer& o = r.optimizer;
+    if (o.own_impl.value_or(w.framework.optimizer) != OptimizerImpl::fused && o.unfused_passes > 0)
+        return shard * (d(o.unfused_passes * bytes_per_element(r.state)) + cast_back);
+    const double stepped = d(r.master ? r.master_bytes() : r.weight_bytes());
+    return 2 * d(f.state.optimizer_state.value()) +
+           shard * (2 * stepped + d(r.gradient_bytes()) + cast_back);
+}
+
 /// Token-slots a layer of kind `kind` sends to its experts per token: its top k (0: a dense kind).
 inline double routed_slots_per_token(const Architecture& m, std::size_t kind) {
     const LayerKind* k = kind < m.layer_kinds.size() ? &m.layer_kinds[kind] : nullptr;
@@ -305,6 +324,7 @@ inline Traffic traffic(const Workload& w, const Parallelism& p, const StageFacts
     }
     bytes.data_parallel = data_parallel_bytes(w, p, f);
     add_offload_traffic(bytes, w, p, f);
+    bytes.device_optimizer = device_optimizer_bytes(w, p, f);
     return bytes;
 }
 

@@ -68,6 +68,8 @@ struct Traffic {
     /// Not sent: what the host's optimiser step reads and writes in host memory (ZeRO-Offload's
     /// CPUAdam).
     double host_optimizer = 0;
+    /// Not sent: what the device's optimiser step reads and writes in its own memory.
+    double device_optimizer = 0;
     /// Messages each group's bytes go in, each paying the link's latency: collectives, ring steps,
     /// sends.
     double tensor_parallel_messages = 0, pipeline_messages = 0, context_parallel_messages = 0,
@@ -110,7 +112,12 @@ struct StepTime {
     double offload = 0;  ///< the host transfers at the host link's bandwidth, not overlapped
     double host_optimizer =
         0;  ///< the host's optimiser step at assumed_host_optimizer_bandwidth, not overlapped
-    double seconds() const { return compute + bubble + communication + offload + host_optimizer; }
+    /// The device's optimiser step, after the last backward, at the memory's bandwidth (none
+    /// without one).
+    double optimizer = 0;
+    double seconds() const {
+        return compute + bubble + communication + offload + host_optimizer + optimizer;
+    }
 };
 
 /// A link's rates: bytes per second and seconds per message.
@@ -278,6 +285,8 @@ inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p,
         t.offload = bytes.offload / static_cast<double>(gpu.host_bandwidth);
     }
     t.host_optimizer = bytes.host_optimizer / assumed_host_optimizer_bandwidth;
+    if (gpu.memory_bandwidth > 0)
+        t.optimizer = bytes.device_optimizer / static_cast<double>(gpu.memory_bandwidth);
     return t;
 }
 
