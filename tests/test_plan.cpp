@@ -578,6 +578,36 @@ TEST_CASE("the device's optimiser step: a fused kernel's passes or the unfused c
     CHECK(timed->seconds() == Approx(timed->compute + 2));
 }
 
+TEST_CASE("Muon's Newton-Schulz on the device: every layer matrix whole, shared over replicas",
+          "[plan][time]") {
+    const Architecture m = small_llama_4kv();  // h 2048, k and v 512 wide, ffn 5632, 16 layers
+    const Recipe muon = *find_recipe("muon");
+    Settings s;
+    const auto params = parameter_splits(parameter_table(m), m.vocab);
+    const ActivationTables tables = activation_tables(m, 1024, 1, muon.precision(), s.activations,
+                                                      s.framework, s.recompute_modules, {});
+    const auto flops = [&](const Recipe& r, Parallelism p) {
+        const Workload w = make_workload(m, r, 1024, 1, Recompute::none, params, tables, {});
+        return newton_schulz_on_rank(w, p, stage_facts(w, p, 0));
+    };
+    // Five steps of X X^T, A A and B X: 5 (4 m^2 M + 2 m^3) for an m x M matrix, m <= M.
+    const auto ns = [](double a, double b) { return 5 * (4 * a * a * b + 2 * a * a * a); };
+    const double layer = 2 * ns(2048, 2048) + 2 * ns(512, 2048) + 3 * ns(2048, 5632);
+    CHECK(flops(muon, {}) == Approx(16 * layer));
+    Parallelism p;
+    p.dp = 4, p.tp = 2;  // each replica a quarter; both tensor-parallel ranks the whole matrices
+    CHECK(flops(muon, p) == Approx(16 * layer / 4));
+    p.pp = 2, p.microbatches = 2;  // the first stage's 8 layers
+    CHECK(flops(muon, p) == Approx(8 * layer / 4));
+    CHECK(flops(s.recipe, p) == 0);  // Adam multiplies no matrices
+    // At the GEMM efficiency, after the last backward.
+    DeviceWork work;
+    work.optimizer_flops = 7e13;
+    const auto t = step_time(round_gpu(), {}, work, Traffic{});
+    REQUIRE(t);
+    CHECK(t->optimizer == Approx(7e13 / (1e14 * 0.7)));
+}
+
 TEST_CASE(
     "plan's times: the step's FLOPs with recomputation at the busiest stage's pace, and 2 x "
     "gradient bytes x (dp-1)/dp",

@@ -204,6 +204,15 @@ inline Count newton_schulz_bytes(std::uint64_t rows, std::uint64_t cols) {
     return (Count(4) * m * M + Count(2) * m * m) * dtype::bf16;
 }
 
+/// FLOPs of Newton-Schulz on a rows x cols matrix (KellerJordan/Muon zeropower_via_newtonschulz5):
+/// five steps on X, m x M (transposed so m <= M), each A = X X^T (2 m^2 M), B = b A + c A A
+/// (2 m^3) and X = a X + B X (2 m^2 M).
+inline double newton_schulz_flops(std::uint64_t rows, std::uint64_t cols) {
+    const double m = static_cast<double>(std::min(rows, cols)),
+                 M = static_cast<double>(std::max(rows, cols));
+    return 5 * (4 * m * m * M + 2 * m * m * m);
+}
+
 /// The state of tensor `r` (every expert of an expert row, each a tensor of its own), `state` the
 /// recipe's state dtype.
 inline StateCount tensor_state(const Optimizer& o, DType state, const ParamRow& r) {

@@ -214,6 +214,24 @@ inline double device_optimizer_bytes(const Workload& w, const Parallelism& p, co
            shard * (2 * stepped + d(r.gradient_bytes()) + cast_back);
 }
 
+/// Muon's Newton-Schulz FLOPs on one rank: its stage's matrices, each whole (tensor-parallel ranks
+/// each orthogonalise the gathered matrix), shared out over the ranks that hold the same ones (as
+/// KellerJordan/Muon's ranks take every world-size-th matrix): the dense over dp x cp, each expert
+/// over its expert-data-parallel group. None where the host steps.
+inline double newton_schulz_on_rank(const Workload& w, const Parallelism& p, const StageFacts& f) {
+    if (w.recipe.optimizer.step != StepWork::newton_schulz || p.offload != Offload::none) return 0;
+    const ParameterSplits& s = *w.parameters;
+    const double replicas = static_cast<double>(p.dp * p.cp);
+    const double expert_group =
+        replicas * static_cast<double>(p.tp) / static_cast<double>(p.expert_tp() * p.ep);
+    double flops = 0;
+    for (std::size_t k = 0; k < w.model.kind_count(); ++k)
+        flops += static_cast<double>(f.kind_layers[k]) *
+                 (s.newton_schulz[k] / replicas +
+                  s.expert_newton_schulz[k] / static_cast<double>(p.ep) / expert_group);
+    return flops;
+}
+
 /// Token-slots a layer of kind `kind` sends to its experts per token: its top k (0: a dense kind).
 inline double routed_slots_per_token(const Architecture& m, std::size_t kind) {
     const LayerKind* k = kind < m.layer_kinds.size() ? &m.layer_kinds[kind] : nullptr;
@@ -478,6 +496,7 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
                                       layers * M +
                                   narrow_cast_bytes(w, p, k) * layers;
     }
+    work.optimizer_flops = newton_schulz_on_rank(w, p, f);
     // The head's and the loss's, on one stage of pp: the mean stage's share.
     const double head =
         elementwise_passes * static_cast<double>(w.head.on_rank(p, w.model.vocab).value()) +

@@ -100,6 +100,9 @@ struct DeviceWork {
     double forward_share = 1.0 / 3;  ///< of a chunk's time, its forward (the schedule's F)
     /// The busiest pipeline rank's work over the mean rank's: every micro-batch waits on it.
     double slowest_stage_share = 1;
+    /// The optimiser step's own matrix products on this device (Muon's Newton-Schulz), once a
+    /// step after the last backward, at the GEMM efficiency.
+    double optimizer_flops = 0;
 };
 
 /// Seconds of one step, by cause.
@@ -112,8 +115,8 @@ struct StepTime {
     double offload = 0;  ///< the host transfers at the host link's bandwidth, not overlapped
     double host_optimizer =
         0;  ///< the host's optimiser step at assumed_host_optimizer_bandwidth, not overlapped
-    /// The device's optimiser step, after the last backward, at the memory's bandwidth (none
-    /// without one).
+    /// The device's optimiser step, after the last backward: its bytes at the memory's bandwidth
+    /// (none without one), its matrix products at the GEMM efficiency.
     double optimizer = 0;
     double seconds() const {
         return compute + bubble + communication + offload + host_optimizer + optimizer;
@@ -287,6 +290,8 @@ inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p,
     t.host_optimizer = bytes.host_optimizer / assumed_host_optimizer_bandwidth;
     if (gpu.memory_bandwidth > 0)
         t.optimizer = bytes.device_optimizer / static_cast<double>(gpu.memory_bandwidth);
+    t.optimizer +=
+        work.optimizer_flops / (static_cast<double>(gpu.peak_bf16_flops) * gpu.gemm_efficiency);
     return t;
 }
 
