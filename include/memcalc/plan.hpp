@@ -214,21 +214,24 @@ inline double device_optimizer_bytes(const Workload& w, const Parallelism& p, co
            shard * (2 * stepped + d(r.gradient_bytes()) + cast_back);
 }
 
-/// Muon's Newton-Schulz FLOPs on one rank: its stage's matrices, each whole (tensor-parallel ranks
-/// each orthogonalise the gathered matrix), shared out over the ranks that hold the same ones (as
-/// KellerJordan/Muon's ranks take every world-size-th matrix): the dense over dp x cp, each expert
-/// over its expert-data-parallel group. None where the host steps.
+/// Muon's Newton-Schulz FLOPs on one rank: its stage's layer matrices, each whole (tensor-parallel
+/// ranks each orthogonalise the gathered matrix), shared out over the ranks that hold the same
+/// ones (as KellerJordan/Muon's ranks take every world-size-th matrix): the dense over dp x cp,
+/// each expert over its expert-data-parallel group. None where the host steps.
 inline double newton_schulz_on_rank(const Workload& w, const Parallelism& p, const StageFacts& f) {
     if (w.recipe.optimizer.step != StepWork::newton_schulz || p.offload != Offload::none) return 0;
-    const ParameterSplits& s = *w.parameters;
     const double replicas = static_cast<double>(p.dp * p.cp);
-    const double expert_group =
-        replicas * static_cast<double>(p.tp) / static_cast<double>(p.expert_tp() * p.ep);
+    const double expert_ranks = replicas * static_cast<double>(p.tp) /
+                                static_cast<double>(p.expert_tp());  // ep x its group
     double flops = 0;
-    for (std::size_t k = 0; k < w.model.kind_count(); ++k)
-        flops += static_cast<double>(f.kind_layers[k]) *
-                 (s.newton_schulz[k] / replicas +
-                  s.expert_newton_schulz[k] / static_cast<double>(p.ep) / expert_group);
+    for (const ParamRow& r : w.parameters->table.rows) {
+        if (!r.trainable || !layer_matrix(r)) continue;
+        const std::uint64_t* d = r.dims.end() - 2;
+        const double share = r.expert ? static_cast<double>(*r.dims.begin()) / expert_ranks
+                                      : 1 / replicas;  // an expert row: each expert a matrix
+        flops +=
+            static_cast<double>(f.kind_layers[r.kind]) * newton_schulz_flops(d[0], d[1]) * share;
+    }
     return flops;
 }
 

@@ -206,9 +206,6 @@ struct ParameterSplits {
     /// one's update).
     std::uint64_t matrix_rows = 0, matrix_cols = 0;
     Count matrix_elements[2];
-    /// Newton-Schulz's FLOPs on one layer of each kind's trainable matrices, each whole: outside
-    /// the experts and of the experts (each expert a matrix of its own).
-    std::array<double, max_layer_kinds> newton_schulz{}, expert_newton_schulz{};
     ParameterTable
         table;  ///< the rows themselves: a workspace names the first whose gradient exists
     LayerPattern pattern;  ///< which kind each layer is
@@ -219,9 +216,6 @@ struct ParameterSplits {
         const std::uint64_t* d = r.dims.end() - 2;
         if (newton_schulz_bytes(d[0], d[1]) > newton_schulz_bytes(matrix_rows, matrix_cols))
             matrix_rows = d[0], matrix_cols = d[1];
-        (r.expert ? expert_newton_schulz : newton_schulz)[r.kind] +=
-            (r.expert ? static_cast<double>(*r.dims.begin()) : 1.0) *
-            newton_schulz_flops(d[0], d[1]);
         const Count n = tensor_elements(r);
         for (int copies = 2; copies > 0; --copies) {  // a layer's stands for every layer's
             if (n > matrix_elements[0])
