@@ -173,6 +173,8 @@ inline constexpr std::array<LossPasses, 6> loss_passes{{
     {0, 1, 0, 0, true},   // chunked: fp32's, a chunk at a time
     {0, 0, 2, 0, false},  // fused_linear
 }};
+static_assert(loss_passes.size() == static_cast<std::size_t>(LossKernel::fused_linear) + 1,
+              "a row for every loss kernel, in LossKernel's order");
 
 /// The loss kernel's temporaries (loss_passes) over `logits` elements in the compute dtype.
 inline void loss_temporaries(detail::TableBuilder& t, LossKernel loss, Precision precision,
