@@ -780,28 +780,30 @@ TEST_CASE(
     CHECK_THAT(table.out, Catch::Contains("tokens/s/GPU"));
 }
 
+namespace {
+/// A plan's layouts (`args` after "plan") as JSON: at least one.
+json plan_layouts(const std::string& args) {
+    const json j = json::parse(testing::memcalc("plan " + args + " --top 1000 --format json").out);
+    REQUIRE(j["layouts"].size() > 0);
+    return j["layouts"];
+}
+}  // namespace
+
 TEST_CASE("plan says when no layout is valid, and honours --recompute and --micro-batch",
           "[cli][plan][slow-sanitized]") {
     const auto none = testing::memcalc(
         "plan --preset llama-7b --gpus 31 --device-memory 80GB --seq 2048 --global-batch 8");
     REQUIRE(none.status == 0);
     CHECK_THAT(none.out, Catch::Contains("No layout of 31 devices is valid"));
-    const json j = json::parse(
-        testing::memcalc("plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 "
-                         "--global-batch 16 --recompute full -b 2 --top 1000 --format json")
-            .out);
-    REQUIRE(j["layouts"].size() > 0);
-    for (const auto& l : j["layouts"]) {
+    const std::string eight =
+        "--preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 "
+        "--global-batch 16 ";
+    for (const auto& l : plan_layouts(eight + "--recompute full -b 2")) {
         CHECK(l["recompute"] == "full");
         CHECK(l["micro_batch"] == 2);
     }
     // --microbatches pp: as many micro-batches as stages; --no-sp: no sequence parallelism.
-    const json staged = json::parse(
-        testing::memcalc("plan --preset llama-7b --gpus 8 --device-memory 80GB --seq 2048 "
-                         "--global-batch 16 --microbatches pp --no-sp --top 1000 --format json")
-            .out);
-    REQUIRE(staged["layouts"].size() > 0);
-    for (const auto& l : staged["layouts"]) {
+    for (const auto& l : plan_layouts(eight + "--microbatches pp --no-sp")) {
         CHECK(l["microbatches"] == l["pp"]);
         CHECK(l["sequence_parallel"] == false);
     }

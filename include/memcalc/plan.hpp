@@ -476,6 +476,13 @@ inline double narrow_cast_bytes(const Workload& w, const Parallelism& p, std::si
     return M * cast(operands, compute) + cast(weights, r.weight_bytes());
 }
 
+/// Bytes a block's element-wise work moves for one micro-batch: the passes over what it keeps and
+/// its eager kernels' temporaries.
+inline double elementwise_bytes(Count kept, Count temporaries) {
+    return elementwise_passes * static_cast<double>(kept.value()) +
+           static_cast<double>(temporaries.value());
+}
+
 /// What one device of layout `p` computes in a step of `cost` (one micro-batch's FLOPs) per
 /// micro-batch: the step's FLOPs and the attention's part of them (the recomputation taken to rerun
 /// the same mix), the weights its matrix products read (each layer's: forward, input gradient,
@@ -493,18 +500,15 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
         const LayerWork& layer = w.layers[k];
         const Count kept =
             layer.kept.on_rank(p, w.model.vocab) + layer.rebuilt.on_rank(p, w.model.vocab);
-        const Count temporaries = layer.eager_traffic.on_rank(p, w.model.vocab);
-        work.elementwise_bytes += (elementwise_passes * static_cast<double>(kept.value()) +
-                                   static_cast<double>(temporaries.value())) *
-                                      layers * M +
-                                  narrow_cast_bytes(w, p, k) * layers;
+        work.elementwise_bytes +=
+            elementwise_bytes(kept, layer.eager_traffic.on_rank(p, w.model.vocab)) * layers * M +
+            narrow_cast_bytes(w, p, k) * layers;
     }
     work.optimizer_flops = newton_schulz_on_rank(w, p, f);
     // The head's and the loss's, on one stage of pp: the mean stage's share.
-    const double head =
-        elementwise_passes * static_cast<double>(w.head.on_rank(p, w.model.vocab).value()) +
-        static_cast<double>(w.head_traffic.on_rank(p, w.model.vocab).value());
-    work.elementwise_bytes += head * M / static_cast<double>(p.pp);
+    work.elementwise_bytes += elementwise_bytes(w.head.on_rank(p, w.model.vocab),
+                                                w.head_traffic.on_rank(p, w.model.vocab)) *
+                              M / static_cast<double>(p.pp);
     return work;
 }
 
