@@ -32,6 +32,16 @@ void estimate_llama_7b(benchmark::State& state) {
 }
 BENCHMARK(estimate_llama_7b);
 
+void estimate_llama_7b_new_model(benchmark::State& state) {  // no call's model is the last one's
+    Settings s;
+    s.seq = 4096, s.recompute = Recompute::selective;
+    Architecture models[2] = {llama_7b(), llama_7b()};
+    models[1].vocab += 64;  // one field apart: estimate() makes its tables again
+    std::size_t i = 0;
+    for (auto _ : state) benchmark::DoNotOptimize(estimate(models[i ^= 1], s));
+}
+BENCHMARK(estimate_llama_7b_new_model);
+
 void estimate_llama_7b_kept_estimator(benchmark::State& state) {  // the model's tables made once
     Settings s;
     s.seq = 4096, s.recompute = Recompute::selective;

@@ -26,7 +26,7 @@ with open(hello + ".cpp", "w") as f:
     f.write('#include <iostream>\nint main() { std::cout << "hello\\n"; }\n')
 subprocess.run(["g++", "-O2", hello + ".cpp", "-o", hello], check=True)  # the shared C++ runtime
 
-BENCHMARKS = "estimate_llama_7b$|summary_llama_7b$|plan_405b_on_1024_gpus$|plan_405b_on_16384_h100s$"
+BENCHMARKS = "estimate_llama_7b$|estimate_llama_7b_new_model$|summary_llama_7b$|plan_405b_on_1024_gpus$|plan_405b_on_16384_h100s$"
 
 
 def benchmarks(path):
@@ -103,6 +103,8 @@ rows = [
     ("Plan: 405B on 16,384 H100s (library)", "plan_405b_on_16384_h100s", 1, 1, "ms", "< 50"),
     ("Plan: 405B on 16,384 GPUs of 80 GB, `memcalc plan --top 3` (wall)", "plan cli", 1, 0, "ms", "-"),
     ("Library estimate, LLaMA 7B", "estimate_llama_7b", 1e-3, 2, "us", "< 1.5"),
+    ("Library estimate, each call a model the last call was not", "estimate_llama_7b_new_model", 1e-3,
+     2, "us", "-"),
     ("A sweep's configuration, `Estimator::summary`", "summary_llama_7b", 1e-3, 2, "us", "-"),
     ("One estimate against a dynamically linked hello-world (wall)", "estimate vs hello", 1, 2, "x",
      "<= 1.2"),

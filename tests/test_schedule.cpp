@@ -324,7 +324,7 @@ TEST_CASE(
     const std::uint64_t s = 4096, h = 4096, f = 11008, d = 2, V = m.vocab;
     // One layer: q, k, v and o (h to h), gate and up (h to f), down (f to h); each its output's
     // gradient, and its input, which q, k and v share, as gate and up do.
-    const SplitBytes reads = weight_pass_reads(m, params->table, 0, s, d);
+    const SplitBytes reads = weight_pass_reads(m, params->weight_pass[0], 0, s, d);
     const Parallelism whole;
     CHECK(reads.on_rank(whole, V) == Count(s) * (8 * h + 3 * f) * d);
     // Tensor-parallel: the 4 sides of the model's width stay whole (W reads the gathered input),
@@ -341,7 +341,8 @@ TEST_CASE(
         for (ParamRow& row : frozen.rows)
             if (row.tensor == Text(name)) row.trainable = false;
         CAPTURE(name);
-        CHECK(weight_pass_reads(m, frozen, 0, s, d).on_rank(whole, V) == Count(s) * elements * d);
+        CHECK(weight_pass_reads(m, weight_pass_widths(frozen, 0), 0, s, d).on_rank(whole, V) ==
+              Count(s) * elements * d);
     }
 
     // Stage k of 4, 8 micro-batches: under ZB-V each other micro-batch (chunk) in flight counts

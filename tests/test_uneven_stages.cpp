@@ -104,8 +104,8 @@ TEST_CASE("uneven stages: a stage's kept activations are its layers x one layer'
     // ZB-H1 the k of them that wait for W (stage k) hold one layer's W reads instead.
     const Architecture m = fixtures::llama_7b();
     const Estimator e(m);
-    const Count reads =
-        weight_pass_reads(m, parameter_table(m), 0, 1024, 2).on_rank(Parallelism{}, m.vocab);
+    const Count reads = weight_pass_reads(m, weight_pass_widths(parameter_table(m), 0), 0, 1024, 2)
+                            .on_rank(Parallelism{}, m.vocab);
     using Row = std::tuple<Schedule, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>;
     for (const auto& [schedule, pp, first_a, first_b, stage] : {
              Row{Schedule::one_f_one_b, 4, 2, 8, 1},

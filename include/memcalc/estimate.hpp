@@ -16,6 +16,7 @@
 #include "memcalc/flops.hpp"
 #include "memcalc/framework.hpp"
 #include "memcalc/model.hpp"
+#include "memcalc/model_equality.hpp"
 #include "memcalc/parallel.hpp"
 #include "memcalc/params.hpp"
 #include "memcalc/recipe.hpp"
@@ -300,28 +301,18 @@ public:
     /// Every table, each rank's peak, and its timeline when read. Where pp does not divide the
     /// layers and neither end stage is given, the split assume_stage_split makes.
     Report estimate(const Settings& given) const {
-        Settings settings = given;
-        const bool assumed = assume_stage_split(settings.parallel, model_.layers);
+        // The settings' one copy is the report's (with the stage split it assumes); its model the
+        // model as the step runs it (step_model).
+        Report r{model_, given, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0, {}, false};
+        const Settings& settings = r.settings;
+        r.stage_split_assumed = assume_stage_split(r.settings.parallel, model_.layers);
         const Configuration c = configure(settings);
-        Architecture with_images;
-        const Architecture& stepped = step_model(settings, with_images);
-        Report r{stepped,
-                 settings,
-                 c.splits->table,
-                 c.parameter_count,
-                 c.state,
-                 {},
-                 {},
-                 {},
-                 {},
-                 {},
-                 {},
-                 {},
-                 {},
-                 {},
-                 0,
-                 {},
-                 assumed};
+        if (const std::uint64_t tokens = image_tokens(settings))
+            r.model.cross_attention_tokens = tokens;
+        const Architecture& stepped = r.model;
+        r.parameters = c.splits->table;
+        r.parameter_count = c.parameter_count;
+        r.state = c.state;
         const Parallelism& p = settings.parallel;
         std::optional<KindCounts> recomputed;  // partial recomputation's layers, by kind
         KindFlops spared{};
@@ -436,6 +427,7 @@ private:
                     throw error("the parameter table given is not " + model_name(model) +
                                 "'s: only its rows' trainable and storage may change");
                 own = std::move(*table);
+                own.hidden = model_.hidden;  // the model's, whatever the caller's copy says
             }
             parameter_count_ = own.total();
             tunings_ = layer_tunings(model_, own, FineTuning{});  // an edited table's frozen rows
@@ -542,11 +534,15 @@ private:
         return c;
     }
 
-    /// The model as a step of `settings` runs it: mllama's cross-attention layers read its
-    /// images' tokens, a copy in `storage`; else the model itself.
+    /// The tokens mllama's cross-attention layers read from a step's images; 0: none.
+    std::uint64_t image_tokens(const Settings& settings) const {
+        return cross_attention_tokens(model_.vision, settings.images, settings.micro_batch);
+    }
+
+    /// The model as a step of `settings` runs it (image_tokens), a copy in `storage`; else the
+    /// model itself.
     const Architecture& step_model(const Settings& settings, Architecture& storage) const {
-        const std::uint64_t tokens =
-            cross_attention_tokens(model_.vision, settings.images, settings.micro_batch);
+        const std::uint64_t tokens = image_tokens(settings);
         if (tokens == 0) return model_;
         storage = model_;
         storage.cross_attention_tokens = tokens;
@@ -650,8 +646,12 @@ private:
     std::string overflow_;  ///< why the parameter count cannot be counted, when it cannot
 };
 
+/// The Estimator of the model this thread estimated last is kept: a loop over settings of one
+/// model (a notebook's sweep, the browser page's every change) makes the model's tables once.
 inline Report estimate(const Architecture& model, const Settings& settings) {
-    return Estimator(model).estimate(settings);
+    thread_local std::optional<Estimator> last;
+    if (!last || last->model() != model) last.emplace(model);  // a throw leaves it empty
+    return last->estimate(settings);
 }
 
 }  // namespace memcalc

@@ -565,9 +565,8 @@ inline void validate_recompute_layers(const Parallelism& p, std::uint64_t layers
 inline std::vector<std::uint64_t> stage_layers(const Parallelism& p, std::uint64_t layers,
                                                std::uint64_t stage) {
     const StageLayers s = rank_layers(p, layers, stage);
-    std::vector<std::uint64_t> ids;
-    ids.reserve(s.layers);
-    for (std::uint64_t i = 0; i < s.layers; ++i) ids.push_back(s.layer_id(i));
+    std::vector<std::uint64_t> ids(s.layers);
+    for (std::uint64_t i = 0; i < s.layers; ++i) ids[i] = s.layer_id(i);
     return ids;
 }
 

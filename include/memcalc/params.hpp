@@ -122,6 +122,7 @@ struct ParameterTable {
     std::array<std::uint64_t, max_layer_kinds> kind_layers{};  ///< how many layers each kind has
     std::vector<LayerRun> runs;  ///< the kinds' order, first layer first
                                  ///< (Architecture::layer_pattern; none: one kind)
+    std::uint64_t hidden = 0;    ///< the model's width: a linear's side of it is not split by tp
 
     /// Parameters of one part; per-layer parts count one layer of each kind.
     Count part(Part p) const {
@@ -566,7 +567,7 @@ struct ParameterRows {
 inline ParameterTable parameter_table(const Architecture& m) {
     validate(m);
     ParameterTable t;
-    t.layers = m.layers;
+    t.layers = m.layers, t.hidden = m.hidden;
     t.kinds = m.kind_count();
     for (std::size_t k = 0; k < t.kinds; ++k) t.kind_layers[k] = m.layers_of_kind(k);
     t.runs = m.layer_pattern;

@@ -142,6 +142,46 @@ struct LargestTensors {
     }
 };
 
+/// What one layer's weight-gradient pass (W) reads, in elements a token (a dense linear's) or a
+/// token slot (an expert's): each trainable linear's input and its output's gradient, by whether a
+/// tensor-parallel rank holds a piece of it or the whole (weight_pass_reads scales them).
+struct WeightPassWidths {
+    Count cut, whole, expert_cut, expert_whole;
+};
+
+/// Of a tensor-parallel linear, the side Megatron-LM splits is 1 / tp and the other whole on every
+/// rank (under sequence parallelism W reads the gathered input, as its deferred weight-gradient
+/// store keeps it): the input of a row-parallel one (linear_rows), the output of the others; a
+/// linear the table does not split (LinearRow::tuned: Mamba's, an adapter's) is split but on the
+/// model's width. Linears reading one input tensor (q, k and v; gate and up) hold it once.
+inline WeightPassWidths weight_pass_widths(const ParameterTable& table, std::size_t kind) {
+    WeightPassWidths widths;
+    std::array<LinearSet, 2> inputs_held{};  // by whether the reader is an expert's
+    for (const ParamRow& row : table.rows) {
+        if (row.group != Group::layer || row.kind != kind || !row.trainable ||
+            tensor_dims(row) != 2)
+            continue;
+        if (row.part == Part::norms || row.part == Part::final_norm) continue;
+        const std::uint64_t* d = row.dims.end() - 2;  // in x out
+        // An adapter's matrix is no linear of the table: split by its widths.
+        const LinearRow& linear =
+            linear_row(row.role == ParamRole::weight ? row.linear : Linear::none);
+        const Linear input =
+            linear.reads_input_of == Linear::none ? linear.linear : linear.reads_input_of;
+        LinearSet& held = inputs_held[row.expert];
+        for (int out = held & bit(input) ? 1 : 0; out < 2; ++out) {
+            const bool cut =
+                row.split == ParamSplit::tensor &&
+                (linear.tuned ? linear.row_parallel == (out == 0) : d[out] != table.hidden);
+            Count& into = row.expert ? (cut ? widths.expert_cut : widths.expert_whole)
+                                     : (cut ? widths.cut : widths.whole);
+            into += Count(d[out]);
+        }
+        held |= bit(input);
+    }
+    return widths;
+}
+
 /// Parameters that keep the same kind of state: the trainable ones (the recipe's dtypes, gradients,
 /// master copy and optimiser state), or frozen ones in one storage (weights alone). ZeRO shards
 /// each class's buffer on its own, so its padding stays exact.
@@ -206,6 +246,8 @@ struct ParameterSplits {
     /// one's update).
     std::uint64_t matrix_rows = 0, matrix_cols = 0;
     Count matrix_elements[2];
+    /// One layer of each kind's weight-gradient pass, a token's worth.
+    std::array<WeightPassWidths, max_layer_kinds> weight_pass;
     ParameterTable
         table;  ///< the rows themselves: a workspace names the first whose gradient exists
     LayerPattern pattern;  ///< which kind each layer is
@@ -339,6 +381,8 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
     for (std::size_t k = 0; k < params.kinds; ++k)
         if (largest[k] != nullptr)
             splits.fresh_gradient[k] = fresh_gradient(params, *largest[k], V);
+    for (std::size_t k = 0; k < params.kinds; ++k)
+        splits.weight_pass[k] = weight_pass_widths(params, k);
     add_optimizer_state(splits.every_tensor_state, params, adam, DType::fp32);
     return made;
 }

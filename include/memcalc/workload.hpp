@@ -71,41 +71,18 @@ struct Workload {
 };
 
 /// What the weight-gradient pass (W) of one layer of kind `kind` reads, one micro-batch of `tokens`
-/// tokens: each trainable linear's input and its output's gradient, in the compute dtype (`bytes`).
-/// Zero-bubble schedules hold them from the input-gradient pass until W. Of a tensor-parallel
-/// linear, the side Megatron-LM splits is 1 / tp and the other whole on every rank (under sequence
-/// parallelism W reads the gathered input, as its deferred weight-gradient store keeps it): the
-/// input of a row-parallel one (linear_rows), the output of the others; a linear the table does not
-/// split (LinearRow::tuned: Mamba's, an adapter's) is split but on the model's width. Experts read
-/// their tokens' k slots. Linears reading one input tensor (q, k and v; gate and up) hold it once.
-inline SplitBytes weight_pass_reads(const Architecture& m, const ParameterTable& table,
+/// tokens in the compute dtype (`bytes`): its widths (weight_pass_widths) a token, its experts'
+/// a slot of their tokens' k. Zero-bubble schedules hold them from the input-gradient pass until W.
+inline SplitBytes weight_pass_reads(const Architecture& m, const WeightPassWidths& widths,
                                     std::size_t kind, std::uint64_t tokens, std::uint64_t bytes) {
     SplitBytes reads;
-    std::optional<std::uint64_t> slots;      // the experts' token slots, found when an expert reads
-    std::array<LinearSet, 2> inputs_held{};  // by whether the reader is an expert's
-    for (const ParamRow& row : table.rows) {
-        if (row.group != Group::layer || row.kind != kind || !row.trainable ||
-            tensor_dims(row) != 2)
-            continue;
-        if (row.part == Part::norms || row.part == Part::final_norm) continue;
-        const std::uint64_t* d = row.dims.end() - 2;  // in x out
-        // An adapter's matrix is no linear of the table: split by its widths.
-        const LinearRow& linear =
-            linear_row(row.role == ParamRole::weight ? row.linear : Linear::none);
-        const ActivationSplit split =
-            row.expert ? ActivationSplit::expert_tensor : ActivationSplit::tensor;
-        const Linear input =
-            linear.reads_input_of == Linear::none ? linear.linear : linear.reads_input_of;
-        if (row.expert && !slots) slots = m.kind_view(kind).dispatched_slots(tokens);
-        LinearSet& held = inputs_held[row.expert];
-        for (int out = held & bit(input) ? 1 : 0; out < 2; ++out) {
-            const bool cut =
-                row.split == ParamSplit::tensor &&
-                (linear.tuned ? linear.row_parallel == (out == 0) : d[out] != m.hidden);
-            reads.add(cut ? split : ActivationSplit::replicated,
-                      Count(row.expert ? *slots : tokens) * d[out] * bytes);
-        }
-        held |= bit(input);
+    const Count token_bytes = Count(tokens) * bytes;
+    reads.add(ActivationSplit::tensor, widths.cut * token_bytes);
+    reads.add(ActivationSplit::replicated, widths.whole * token_bytes);
+    if ((widths.expert_cut + widths.expert_whole).value() > 0) {
+        const Count slot_bytes = Count(m.kind_view(kind).dispatched_slots(tokens)) * bytes;
+        reads.add(ActivationSplit::expert_tensor, widths.expert_cut * slot_bytes);
+        reads.add(ActivationSplit::replicated, widths.expert_whole * slot_bytes);
     }
     return reads;
 }
@@ -219,7 +196,7 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     for (std::size_t k = 0; k < m.kind_count(); ++k) {
         w.layers.push_back(layer_work(t.of_kind(k), mode, w.parameters->table, V, k));
         w.weight_pass_reads.push_back(weight_pass_reads(
-            m, w.parameters->table, k, seq * micro_batch, recipe.activation_bytes()));
+            m, w.parameters->weight_pass[k], k, seq * micro_batch, recipe.activation_bytes()));
     }
     // A reentrant checkpoint's rerun returns the layer's output, which its backward holds while the
     // layer's own backward runs: as large as the layer's input.
