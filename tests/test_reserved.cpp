@@ -238,6 +238,47 @@ TEST_CASE("the device figure is the reserved one and the rows outside the alloca
 
 namespace reserved_tests {
 
+TEST_CASE("NVLS buffers only for groups with more than two of their GPUs on the rank's node",
+          "[reserved]") {
+    // h100-sxm: 8 GPUs on one NVSwitch; ranks tp first, then cp, then dp (then ep within dp).
+    using Row = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t,
+                           std::uint64_t, std::uint64_t>;  // tp cp dp ep, communicators, NVLS
+    const auto [tp, cp, dp, ep, communicators, nvls] =
+        GENERATE(table<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t,
+                       std::uint64_t>({
+            Row{8, 1, 128, 1, 2, 1},  // Llama 3's: dp's one GPU a node has none
+            Row{4, 1, 4, 1, 2, 1},    // dp's two GPUs a node: none
+            Row{2, 1, 16, 1, 2, 1},   // dp's four a node; tp 2's two: none
+            Row{1, 1, 64, 1, 1, 1},   // dp's eight a node
+            Row{1, 4, 2, 1, 2, 2},    // cp within the node, dp x cp's eight
+            Row{2, 4, 2, 1, 3, 2},    // cp 4 on a node (stride 2): NVLS; dp x cp's 4 a node too
+            Row{2, 1, 8, 4, 3, 2},    // ep 4 within dp, stride 2: four a node, as dp's
+            Row{8, 1, 16, 8, 3, 1},   // ep's one GPU a node
+        }));
+    CAPTURE(tp, cp, dp, ep);
+    Parallelism p;
+    p.tp = tp, p.cp = cp, p.dp = dp, p.ep = ep;
+    std::uint64_t counted_communicators = 0, counted_nvls = 0;
+    for (const DeviceRow& row : device_rows(Framework{}, p, gpu_facts_of("h100-sxm"))) {
+        if (row.name == "nccl_communicator") counted_communicators = row.count;
+        if (row.name == "nccl_nvls") counted_nvls = row.count;
+    }
+    CHECK(counted_communicators == communicators);
+    CHECK(counted_nvls == nvls);
+    // Without a GPU's facts every group of more than two is taken as on one node (leaning high).
+    std::uint64_t unknown_nvls = 0;
+    for (const DeviceRow& row : device_rows(Framework{}, p, std::nullopt))
+        if (row.name == "nccl_nvls") unknown_nvls = row.count;
+    CHECK(unknown_nvls == std::uint64_t((dp * cp > 2) + (tp > 2) + (cp > 2) + (ep > 2)));
+    // A GPU with no NVSwitch has none.
+    for (const DeviceRow& row : device_rows(Framework{}, p, gpu_facts_of("h100-pcie")))
+        CHECK(row.name != "nccl_nvls");
+}
+
+}  // namespace reserved_tests
+
+namespace reserved_tests {
+
 TEST_CASE("plan shows only layouts whose device figure fits, and refuses those it does not",
           "[reserved][plan][slow-sanitized]") {
     PlanRequest request;

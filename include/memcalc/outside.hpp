@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "memcalc/estimate.hpp"
@@ -31,23 +32,39 @@ namespace outside_rows {
 
 inline constexpr std::uint64_t MiB = 1ULL << 20;
 
-/// A GPU's CUDA compute capability's major version (sm_80 is 8), and whether its node joins its
-/// GPUs by NVSwitch (NCCL's NVLink SHARP, NVLS, needs one); 0 for ROCm devices.
+/// A GPU's CUDA compute capability's major version (sm_80 is 8; 0 for ROCm devices), and how many
+/// GPUs its node joins by NVSwitch, which NCCL's NVLink SHARP (NVLS) needs: the 8 of an HGX board
+/// (DGX and HGX A100, H100, H200, B200), 0 where there is none.
 struct GpuFacts {
     Text gpu;
     std::uint32_t major;
-    bool nvswitch;
+    std::uint32_t nvswitch_gpus;
 };
-inline constexpr std::array<GpuFacts, 25> gpu_facts{
-    {{"a100-40gb", 8, true},      {"a100-80gb", 8, true},  {"a800-80gb", 8, true},
-     {"a10", 8, false},           {"rtx-3090", 8, false},  {"rtx-a6000", 8, false},
-     {"l40s", 8, false},          {"l40", 8, false},       {"l4", 8, false},
-     {"rtx-4090", 8, false},      {"h100-sxm", 9, true},   {"h100-pcie", 9, false},
-     {"h800", 9, true},           {"h200", 9, true},       {"h20", 9, true},
-     {"b200", 10, true},          {"b300", 10, true},      {"rtx-5090", 12, false},
-     {"v100-16gb", 7, false},     {"v100-32gb", 7, false}, {"t4", 7, false},
-     {"mi300x", 0, false},        {"mi250x", 0, false},    {"mi325x", 0, false},
-     {"h100-hbm2e-500w", 9, true}}};
+inline constexpr std::array<GpuFacts, 25> gpu_facts{{{"a100-40gb", 8, 8},
+                                                     {"a100-80gb", 8, 8},
+                                                     {"a800-80gb", 8, 8},
+                                                     {"a10", 8, 0},
+                                                     {"rtx-3090", 8, 0},
+                                                     {"rtx-a6000", 8, 0},
+                                                     {"l40s", 8, 0},
+                                                     {"l40", 8, 0},
+                                                     {"l4", 8, 0},
+                                                     {"rtx-4090", 8, 0},
+                                                     {"h100-sxm", 9, 8},
+                                                     {"h100-pcie", 9, 0},
+                                                     {"h800", 9, 8},
+                                                     {"h200", 9, 8},
+                                                     {"h20", 9, 8},
+                                                     {"b200", 10, 8},
+                                                     {"b300", 10, 8},
+                                                     {"rtx-5090", 12, 0},
+                                                     {"v100-16gb", 7, 0},
+                                                     {"v100-32gb", 7, 0},
+                                                     {"t4", 7, 0},
+                                                     {"mi300x", 0, 0},
+                                                     {"mi250x", 0, 0},
+                                                     {"mi325x", 0, 0},
+                                                     {"h100-hbm2e-500w", 9, 8}}};
 
 /// What a row is counted per on a rank.
 enum class Per : std::uint8_t {
@@ -55,7 +72,7 @@ enum class Per : std::uint8_t {
     matmul_thread,     ///< each thread running matmuls: the forward's and autograd's backward's
     collective_group,  ///< each process group of more than one rank that runs collectives
     p2p_peer,          ///< each peer a rank sends to directly (pipeline, ring, all-to-all)
-    nvls_group,        ///< each collective group of more than two ranks on an NVSwitch node
+    nvls_group,        ///< each collective group with more than two of its GPUs on the node
     graph_capture,     ///< one where the engine captures CUDA graphs
 };
 
@@ -175,13 +192,32 @@ inline std::optional<outside_rows::GpuFacts> gpu_facts_of(std::string_view gpu) 
 
 namespace detail {
 
-/// How many of a row's things a rank of `p` holds (`nvswitch`: its node has one).
+/// Of each process group a rank of `p` runs collectives in (the gradients' dp x cp, tp, cp, ep),
+/// its size and how many of its GPUs share the rank's node of `node` GPUs (0: one node holds
+/// them all), ranks in the order tp, cp, dp, pp (Megatron-LM's; experts within dp).
+inline std::array<std::pair<std::uint64_t, std::uint64_t>, 4> collective_groups(
+    const Parallelism& p, std::uint64_t node) {
+    const auto local = [&](std::uint64_t size, std::uint64_t stride) {
+        if (node == 0) return size;
+        return stride >= node ? std::uint64_t(1) : std::min(size, (node + stride - 1) / stride);
+    };
+    return {{{p.dp * p.cp, local(p.dp * p.cp, p.tp)},
+             {p.tp, local(p.tp, 1)},
+             {p.cp, local(p.cp, p.tp)},
+             {p.ep, local(p.ep, p.tp * p.cp)}}};
+}
+
+/// How many of a row's things a rank of `p` holds (`nvswitch`: its node has one, of `node` GPUs; 0:
+/// every group on the node). NCCL makes NVLS buffers for a communicator only where more than two of
+/// its GPUs share the node (ncclNvlsInit returns when ncclTopoGetGpuCount is 2 or less, and
+/// ncclTopoGetSystem puts only the ranks of the rank's own host in that topology: nccl
+/// src/transport/nvls.cc, src/graph/topo.cc), so a data-parallel group of one rank a node has none.
 inline std::uint64_t per_rank(outside_rows::Per per, const Parallelism& p, bool nvswitch,
-                              const outside_rows::JobFacts& job) {
+                              std::uint64_t node, const outside_rows::JobFacts& job) {
     using outside_rows::Per;
-    const std::array<std::uint64_t, 4> groups{p.dp * p.cp, p.tp, p.cp, p.ep};
     std::uint64_t collective = 0, nvls = 0;
-    for (std::uint64_t size : groups) collective += size > 1, nvls += size > 2;
+    for (const auto& [size, on_node] : collective_groups(p, node))
+        collective += size > 1, nvls += on_node > 2;
     switch (per) {
         case Per::process: return 1;
         // Training runs matmuls on two threads, the forward's and autograd's; an engine on one.
@@ -226,11 +262,13 @@ void for_each_device_row(const Framework& framework, const Parallelism& p,
                          const outside_rows::JobFacts& job, Visit&& visit) {
     if (framework.platform != Platform::cuda) return;
     const std::uint32_t major = gpu ? gpu->major : 0;
-    const bool nvswitch = gpu ? gpu->nvswitch : true;
+    // An unknown GPU: an NVSwitch assumed, with every group on its node (the most NVLS buffers).
+    const bool nvswitch = gpu ? gpu->nvswitch_gpus > 0 : true;
+    const std::uint64_t node = gpu ? gpu->nvswitch_gpus : 0;
     for (std::size_t i = 0; i < outside_rows::specs.size(); ++i) {
         const outside_rows::RowSpec& spec = outside_rows::specs[i];
         if (!detail::applies(i, major, framework, job.job)) continue;
-        const std::uint64_t count = detail::per_rank(spec.per, p, nvswitch, job);
+        const std::uint64_t count = detail::per_rank(spec.per, p, nvswitch, node, job);
         if (count > 0 && spec.high_bytes > Count(0)) visit(spec, count);
     }
 }
