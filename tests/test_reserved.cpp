@@ -238,7 +238,7 @@ TEST_CASE("the device figure is the reserved one and the rows outside the alloca
 
 namespace reserved_tests {
 
-TEST_CASE("NVLS buffers only for groups with more than two of their GPUs on the rank's node",
+TEST_CASE("NVLS buffers only for groups of more than two with two or more GPUs on the rank's node",
           "[reserved]") {
     // h100-sxm: 8 GPUs on one NVSwitch; ranks tp first, then cp, then dp (then ep within dp).
     using Row = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t,
@@ -247,7 +247,7 @@ TEST_CASE("NVLS buffers only for groups with more than two of their GPUs on the 
         GENERATE(table<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t,
                        std::uint64_t>({
             Row{8, 1, 128, 1, 2, 1},  // Llama 3's: dp's one GPU a node has none
-            Row{4, 1, 4, 1, 2, 1},    // dp's two GPUs a node: none
+            Row{4, 1, 4, 1, 2, 2},    // dp's two GPUs a node: counted (later NCCL makes them)
             Row{2, 1, 16, 1, 2, 1},   // dp's four a node; tp 2's two: none
             Row{1, 1, 64, 1, 1, 1},   // dp's eight a node
             Row{1, 4, 2, 1, 2, 2},    // cp within the node, dp x cp's eight

@@ -72,7 +72,7 @@ enum class Per : std::uint8_t {
     matmul_thread,     ///< each thread running matmuls: the forward's and autograd's backward's
     collective_group,  ///< each process group of more than one rank that runs collectives
     p2p_peer,          ///< each peer a rank sends to directly (pipeline, ring, all-to-all)
-    nvls_group,        ///< each collective group with more than two of its GPUs on the node
+    nvls_group,        ///< each group of more than two ranks, two or more on the rank's node
     graph_capture,     ///< one where the engine captures CUDA graphs
 };
 
@@ -208,16 +208,18 @@ inline std::array<std::pair<std::uint64_t, std::uint64_t>, 4> collective_groups(
 }
 
 /// How many of a row's things a rank of `p` holds (`nvswitch`: its node has one, of `node` GPUs; 0:
-/// every group on the node). NCCL makes NVLS buffers for a communicator only where more than two of
-/// its GPUs share the node (ncclNvlsInit returns when ncclTopoGetGpuCount is 2 or less, and
-/// ncclTopoGetSystem puts only the ranks of the rank's own host in that topology: nccl
-/// src/transport/nvls.cc, src/graph/topo.cc), so a data-parallel group of one rank a node has none.
+/// every group on the node). NCCL makes NVLS buffers for a communicator only where its GPUs on the
+/// node pass a threshold (ncclNvlsInit returns when ncclTopoGetGpuCount is 2 or less in the 2.19 of
+/// the row's torch, below 2 in later ones; ncclTopoGetSystem puts only the ranks of the rank's own
+/// host in that topology: nccl src/transport/nvls.cc, src/graph/topo.cc): a data-parallel group of
+/// one rank a node has none. A group of more than two with two on the node is counted (leaning high
+/// over the versions).
 inline std::uint64_t per_rank(outside_rows::Per per, const Parallelism& p, bool nvswitch,
                               std::uint64_t node, const outside_rows::JobFacts& job) {
     using outside_rows::Per;
     std::uint64_t collective = 0, nvls = 0;
     for (const auto& [size, on_node] : collective_groups(p, node))
-        collective += size > 1, nvls += on_node > 2;
+        collective += size > 1, nvls += size > 2 && on_node >= 2;
     switch (per) {
         case Per::process: return 1;
         // Training runs matmuls on two threads, the forward's and autograd's; an engine on one.

@@ -378,11 +378,11 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
                 break;
         }
     }
-    for (std::size_t k = 0; k < params.kinds; ++k)
+    for (std::size_t k = 0; k < params.kinds; ++k) {
         if (largest[k] != nullptr)
             splits.fresh_gradient[k] = fresh_gradient(params, *largest[k], V);
-    for (std::size_t k = 0; k < params.kinds; ++k)
         splits.weight_pass[k] = weight_pass_widths(params, k);
+    }
     add_optimizer_state(splits.every_tensor_state, params, adam, DType::fp32);
     return made;
 }
