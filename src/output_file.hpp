@@ -1,9 +1,11 @@
 #pragma once
 // The files a run writes (--output, --plot): all of them or none, each complete or absent.
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace memcalc::cli {
@@ -17,6 +19,24 @@ struct Temporary {
 
     void forget();  ///< renamed into place: no longer the handler's to remove
     void remove();
+};
+
+/// fdatasync(2) of a file on a thread of its own, one at a time: a long output's earlier megabytes
+/// reach the disk while its later ones are made, so the fsync that ends it has little left to wait
+/// for (a 200 MB sweep on this project's machines: 0.1 s of a 0.4 s run, hidden).
+class BackgroundFlush {
+public:
+    BackgroundFlush() = default;
+    BackgroundFlush(const BackgroundFlush&) = delete;
+    BackgroundFlush& operator=(const BackgroundFlush&) = delete;
+    ~BackgroundFlush() { wait(); }
+    /// Starts one unless one is running; none where no thread can start (fsync still flushes).
+    void start(int fd);
+    void wait();  ///< until the running one ends
+
+private:
+    std::thread thread_;
+    std::atomic<bool> running_{false};
 };
 
 /// A run's output as it is made: in memory, then past 1 MiB in a temporary file, so a sweep of
@@ -83,6 +103,7 @@ private:
     Temporary named_;
     std::uint64_t written_ = 0;                  ///< bytes in the file
     [[maybe_unused]] std::uint64_t handed_ = 0;  ///< those handed to the disk (Linux only)
+    BackgroundFlush flush_;                      ///< of a named temporary's pages so far
 };
 
 struct PendingFile {

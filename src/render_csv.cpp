@@ -226,10 +226,10 @@ std::string csv_row(const Report& r, const View& view) {
 
 std::string per_layer_csv(const Report& r) {
     // A model of several kinds of layer gets a first column naming each row's kind.
-    const bool mixed = r.parameters.kinds > 1;
+    const bool mixed = r.parameters->kinds > 1;
     std::string out = std::string(mixed ? "kind," : "") +
                       "op,tensor,symbol,copies,bytes_per_element,elements,bytes,keep\n";
-    for (std::size_t k = 0; k < r.parameters.kinds; ++k)
+    for (std::size_t k = 0; k < r.parameters->kinds; ++k)
         for (const auto& t : r.layer_of(k).rows)
             out += (mixed ? csv_field(r.model.layer_kinds[k].name) + "," : std::string()) +
                    fmt::format("{},{},{},{},{},{},{},{}\n", csv_field(t.op), csv_field(t.tensor),

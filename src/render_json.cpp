@@ -159,7 +159,7 @@ json breakdown_json(const Breakdown& b) {
 }
 
 json parameters_json(const Report& r) {
-    const ParameterTable& t = r.parameters;
+    const ParameterTable& t = *r.parameters;
     const bool mixed = t.kinds > 1;
     json tensors = json::array();
     for (const auto& row : t.rows) {
@@ -331,13 +331,13 @@ json per_layer_json(const Report& r) {
                 {"attention", attention_name(r.settings.framework.attention)},
                 {"bytes", r.activations.value()},
                 {"kept_bytes", r.kept_activations.value()}};
-    if (r.parameters.kinds == 1) {
+    if (r.parameters->kinds == 1) {
         layer_json(out, r.layer, mode, architecture);
     } else {  // one entry per kind of layer, each with its layers' count
         json kinds = json::array();
-        for (std::size_t k = 0; k < r.parameters.kinds; ++k) {
+        for (std::size_t k = 0; k < r.parameters->kinds; ++k) {
             json kind = {{"name", r.model.layer_kinds[k].name},
-                         {"layers", r.parameters.kind_layers[k]}};
+                         {"layers", r.parameters->kind_layers[k]}};
             layer_json(kind, r.layer_of(k), mode, architecture);
             kinds.push_back(std::move(kind));
         }

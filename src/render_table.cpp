@@ -53,15 +53,15 @@ std::string header(const Report& r) {
 
 /// " 'dense'" for a model of several kinds of layer, "" for one kind.
 std::string kind_label(const Report& r, std::size_t kind) {
-    return r.parameters.kinds == 1 ? std::string()
-                                   : fmt::format(" '{}'", r.model.layer_kinds[kind].name);
+    return r.parameters->kinds == 1 ? std::string()
+                                    : fmt::format(" '{}'", r.model.layer_kinds[kind].name);
 }
 
 /// Under fine-tuning: what trains, and what the frozen base keeps.
 std::string training_line(const Report& r) {
     const FineTuning& f = r.settings.tuning;
     if (f.is_full()) return "";
-    const Count trainable = trainable_parameters(r.parameters);
+    const Count trainable = trainable_parameters(*r.parameters);
     std::string how;
     if (f.mode == Training::frozen)
         how = fmt::format("frozen: {}", fmt::join(f.frozen, ", "));
@@ -86,7 +86,7 @@ std::string training_line(const Report& r) {
 }
 
 std::string parameters_section(const Report& r) {
-    const ParameterTable& t = r.parameters;
+    const ParameterTable& t = *r.parameters;
     TextTable table({L, L, L, L, R, L});
     table.row({"part", "tensor", "shape", "", "count", ""});
     const auto one_layer = [&](std::size_t kind) {  // the subtotal after a kind's rows
@@ -167,7 +167,7 @@ std::string state_section(const Report& r, const View& view) {
                     "Training state: {} (gradients, master weights and optimizer state: {} "
                     "trainable parameters "
                     "only)\n",
-                    p.name, digits(trainable_parameters(r.parameters)))
+                    p.name, digits(trainable_parameters(*r.parameters)))
         : p.bytes_per_parameter()
             ? fmt::format("Training state: {} ({} B per parameter, ZeRO K = {})\n", p.name,
                           *p.bytes_per_parameter(), *p.zero_k())
@@ -263,7 +263,7 @@ std::string workspace_table(const Report& r) {
         "sum).\n";
     TextTable table({L, L, L, R, R, R, L});
     table.row({"op", "makes", "formula", "bytes", "rows not live", "adds", "gradients from"});
-    for (std::size_t k = 0; k < r.parameters.kinds; ++k) {
+    for (std::size_t k = 0; k < r.parameters->kinds; ++k) {
         const LayerActivations& layer = r.layer_of(k);
         const std::vector<WorkspaceSum> sums = tape::workspace_sums(layer, r.settings.recompute);
         const std::vector<Linear> written = layer.gradients_by_op();
@@ -308,7 +308,7 @@ std::string activations_section(const Report& r, const View& view, bool why) {
     const Recompute mode = r.settings.recompute;
     const auto& m = r.model;
     std::string out;
-    for (std::size_t k = 0; k < r.parameters.kinds; ++k) {
+    for (std::size_t k = 0; k < r.parameters->kinds; ++k) {
         const Architecture layer = m.kind_view(k);
         if (k > 0) out += "\n";
         if (!layer.runs_in_step()) {
@@ -333,7 +333,7 @@ std::string activations_section(const Report& r, const View& view, bool why) {
                 kind_label(r, k), m.name, attention_name(r.settings.framework.attention),
                 r.settings.seq, r.settings.micro_batch, m.hidden, m.heads, m.key_value_heads(),
                 m.head_size(), layer.ffn,
-                layer.is_moe() && r.parameters.kinds > 1
+                layer.is_moe() && r.parameters->kinds > 1
                     ? fmt::format(" E={} top-{}", layer.experts, layer.active_experts())
                 : layer.mixer == Mixer::cross_attention  // the images' tokens its keys are over
                     ? fmt::format(" N={}", layer.cross_attention_tokens)

@@ -246,14 +246,14 @@ TEST_CASE("the embedding's backward writes a whole table's gradient after layer 
     const Step& last = step_named(r, "backward 1");
     const Step& before = step_named(r, "backward 2");
     const std::uint64_t table = 50257ULL * 768 * 2,
-                        layer_grads = r.parameters.per_layer().value() * 2;
+                        layer_grads = r.parameters->per_layer().value() * 2;
     // Persistent state, the head's and all 12 layers' gradients, the token ids and positions' side,
     // the two tables, the incoming activation gradient and the logits still held.
     const Breakdown& b = last.bytes;
     CHECK(b.total().value() == (b.weights + b.master_weights + b.optimizer_state).value() +
                                    saved_bytes(r.input_side).value() + b.gradients.value() +
                                    layer_grads +
-                                   (r.parameters.group(Group::input).value() * 2 + 2 * table) +
+                                   (r.parameters->group(Group::input).value() * 2 + 2 * table) +
                                    b.activation_gradient.value() + b.logits.value());
     CHECK(last.bytes.total() > before.bytes.total());
     // Under the chapter's formula the step is as it was: no workspaces there.

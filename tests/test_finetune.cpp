@@ -45,24 +45,24 @@ TEST_CASE("LoRA's adapter parameters are what peft prints", "[finetune]") {
     // "trainable params: 4,194,304 || all params: 6,742,609,920".
     const Report r7 =
         Estimator(fixtures::llama_7b()).estimate(tuned(lora(8, {"q_proj", "v_proj"})));
-    CHECK(trainable_parameters(r7.parameters) == Count(4194304));
+    CHECK(trainable_parameters(*r7.parameters) == Count(4194304));
     CHECK(r7.parameter_count == Count(6742609920ULL));
     // r = 16 on every linear of Llama-3-8B: "trainable params: 41,943,040 || all params:
     // 8,072,204,288".
     const Report r8 = Estimator(llama_3_8b()).estimate(tuned(lora(16, {"all-linear"})));
-    CHECK(trainable_parameters(r8.parameters) == Count(41943040));
+    CHECK(trainable_parameters(*r8.parameters) == Count(41943040));
     CHECK(r8.parameter_count == Count(8072204288ULL));
     // Naming every linear is all-linear on a dense model.
     const Report named = Estimator(llama_3_8b())
                              .estimate(tuned(lora(16, {"q_proj", "k_proj", "v_proj", "o_proj",
                                                        "gate_proj", "up_proj", "down_proj"})));
-    CHECK(trainable_parameters(named.parameters) == Count(41943040));
+    CHECK(trainable_parameters(*named.parameters) == Count(41943040));
     // r = 8 on GPT-2's c_attn, one linear making q, k and v (peft's default target for GPT-2):
     // "trainable params: 294,912 || all params: 124,734,720 || trainable%: 0.2364".
     Architecture gpt2 = fixtures::gpt2_small();
     gpt2.fused_qkv = true;
     const Report fused = Estimator(gpt2).estimate(tuned(lora(8, {"c_attn"})));
-    CHECK(trainable_parameters(fused.parameters) == Count(294912));
+    CHECK(trainable_parameters(*fused.parameters) == Count(294912));
     CHECK(fused.parameter_count == Count(124734720));
     // r = 16 on Phi-3-mini's qkv_proj, o_proj, gate_up_proj and down_proj (its q/k/v and gate/up
     // each one linear), as a peft user printed it: "trainable params: 25,165,824 || all params:
@@ -72,10 +72,10 @@ TEST_CASE("LoRA's adapter parameters are what peft prints", "[finetune]") {
     phi3.fused_qkv = true;
     const Report both = Estimator(phi3).estimate(
         tuned(lora(16, {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})));
-    CHECK(trainable_parameters(both.parameters) == Count(25165824));
+    CHECK(trainable_parameters(*both.parameters) == Count(25165824));
     CHECK(both.parameter_count == Count(3846245376ULL));
     CHECK(trainable_parameters(
-              Estimator(phi3).estimate(tuned(lora(16, {"all-linear"}))).parameters) ==
+              *Estimator(phi3).estimate(tuned(lora(16, {"all-linear"}))).parameters) ==
           Count(25165824));
 }
 
@@ -217,15 +217,15 @@ TEST_CASE("QLoRA stores the base linears as bitsandbytes' NF4 with double quanti
     const Architecture m = llama_3_8b();
     const Report q = Estimator(m).estimate(tuned(lora(16, {"all-linear"}, Training::qlora)));
     const Report l = Estimator(m).estimate(tuned(lora(16, {"all-linear"})));
-    CHECK(trainable_parameters(q.parameters) == trainable_parameters(l.parameters));
+    CHECK(trainable_parameters(*q.parameters) == trainable_parameters(*l.parameters));
     // Every layer linear in 4 bits; embeddings, norms and the head stay in the recipe's bf16.
     Count linear, other;
-    for (const auto& r : q.parameters.rows) {
+    for (const auto& r : q.parameters->rows) {
         if (r.part == Part::adapter) continue;
-        (r.storage ? linear : other) += q.parameters.in_model(r);
+        (r.storage ? linear : other) += q.parameters->in_model(r);
         CHECK(bool(r.storage) == (r.group == Group::layer && r.dims.size() == 2));
     }
-    const Count adapters = trainable_parameters(q.parameters);
+    const Count adapters = trainable_parameters(*q.parameters);
     // 224 tensors (32 layers x 7), each also keeping its 68 bytes of constants.
     CHECK(q.state.weights ==
           nf4_double_quant.bytes(linear) + Count(224 * 68) + other * 2 + adapters * 2);
@@ -243,7 +243,7 @@ TEST_CASE("Frozen parts keep their weights alone", "[finetune]") {
     const std::uint64_t frozen =
         (all.part(Part::embedding) + Count(m.layers) * all.part(Part::attention)).value();
     const Count trains(all.total().value() - frozen);
-    CHECK(trainable_parameters(r.parameters) == trains);
+    CHECK(trainable_parameters(*r.parameters) == trains);
     CHECK(r.state.gradients == trains * 2);
     CHECK(r.state.weights == all.total() * 2);
     // By tensor name too, as peft matches module names.
@@ -472,16 +472,16 @@ TEST_CASE("DoRA adds a trained magnitude vector of out_features per adapted line
     // Llama-2-7B, r = 8 on q_proj and v_proj: LoRA's 4,194,304 and 32 layers x 2 x 4096.
     const Report r7 =
         Estimator(fixtures::llama_7b()).estimate(tuned(dora(8, {"q_proj", "v_proj"})));
-    CHECK(trainable_parameters(r7.parameters) == Count(4194304 + 32 * 2 * 4096));
+    CHECK(trainable_parameters(*r7.parameters) == Count(4194304 + 32 * 2 * 4096));
     CHECK(r7.parameter_count == Count(6742609920ULL + 32 * 2 * 4096));
     // Llama-3-8B, r = 16 on every linear: 41,943,040 and 32 x (4096 + 1024 + 1024 + 4096 + 14336 +
     // 14336 + 4096).
     const Report r8 = Estimator(llama_3_8b()).estimate(tuned(dora(16, {"all-linear"})));
-    CHECK(trainable_parameters(r8.parameters) == Count(41943040 + 32 * 43008));
+    CHECK(trainable_parameters(*r8.parameters) == Count(41943040 + 32 * 43008));
     // QDoRA: the same adapters over the 4-bit base.
     const Report q8 =
         Estimator(llama_3_8b()).estimate(tuned(dora(16, {"all-linear"}, Training::qlora)));
-    CHECK(trainable_parameters(q8.parameters) == trainable_parameters(r8.parameters));
+    CHECK(trainable_parameters(*q8.parameters) == trainable_parameters(*r8.parameters));
     // Experts: one per expert's down_proj (out = h); split as its linear (row-parallel: whole).
     Architecture moe = fixtures::mistral_7b();
     moe.experts = 8, moe.experts_per_token = 2;
@@ -642,7 +642,7 @@ TEST_CASE(
     CHECK(smol_layer == 2 * (165888 + 5184 + 21 * 4 + 68) + 2 * (55296 + 1728 + 7 * 4 + 68) +
                             3 * (442368 + 13824 + 54 * 4 + 68));
     const Report s = Estimator(smol).estimate(tuned(lora(8, {"all-linear"}, Training::qlora)));
-    const std::uint64_t adapters = trainable_parameters(s.parameters).value();
+    const std::uint64_t adapters = trainable_parameters(*s.parameters).value();
     CHECK(adapters ==
           30 * 8 * (2 * (576 + 576) + 2 * (576 + 192) + 2 * (576 + 1536) + (1536 + 576)));
     CHECK(s.state.weights.value() == smol_layer * 30 + (49152 * 576 + 61 * 576 + adapters) * 2);

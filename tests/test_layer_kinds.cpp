@@ -138,13 +138,13 @@ TEST_CASE("a model of a dense and a mixture-of-experts kind is each kind's sum",
         s.seq = 1024, s.micro_batch = 2, s.activations = activations,
         s.recompute = Recompute::selective;
         const Report r = estimate(mixed, s), d = estimate(dense, s), e = estimate(moe, s);
-        const ParameterTable& t = d.parameters;
+        const ParameterTable& t = *d.parameters;
         const Count outside =
             t.group(Group::input) + t.group(Group::head);  // the same in all three
-        CHECK(r.parameter_count ==
-              outside + Count(2) * d.parameters.per_layer() + Count(6) * e.parameters.per_layer());
-        CHECK(r.parameters.per_layer(0) == d.parameters.per_layer());
-        CHECK(r.parameters.per_layer(1) == e.parameters.per_layer());
+        CHECK(r.parameter_count == outside + Count(2) * d.parameters->per_layer() +
+                                       Count(6) * e.parameters->per_layer());
+        CHECK(r.parameters->per_layer(0) == d.parameters->per_layer());
+        CHECK(r.parameters->per_layer(1) == e.parameters->per_layer());
         CHECK(r.activations == Count(2) * d.layer.total() + Count(6) * e.layer.total());
         CHECK(r.kept_activations ==
               Count(2) * d.layer.kept(s.recompute) + Count(6) * e.layer.kept(s.recompute));
@@ -199,7 +199,7 @@ TEST_CASE("the closed form of a mixed model allocates nothing and finds the time
     const ActivationTables t =
         activation_tables(m, s.seq, s.micro_batch, DType::bf16, s.activations);
     const Workload w = make_workload(m, s.recipe, s.seq, s.micro_batch, s.recompute,
-                                     parameter_splits(r.parameters, m.vocab), t);
+                                     parameter_splits(*r.parameters, m.vocab), t);
     const std::uint64_t before = allocations;
     const LayoutPeak peak = layout_peak(w, s.parallel);
     if (MEMCALC_COUNTS_ALLOCATIONS) CHECK(allocations == before);

@@ -26,7 +26,7 @@ TEST_CASE("each loading method's device peak follows its row", "[loading]") {
         return loading_peak(r, rank, *loading_method(name), 8);
     };
     const Count whole = rank.parameters * 2;  // bf16, unsharded
-    const Count layer = r.parameters.per_layer() * 2;
+    const Count layer = r.parameters->per_layer() * 2;
     CHECK(peak("to-device").device_bytes == whole);
     CHECK(peak("host-then-move").device_bytes == whole);
     CHECK(peak("fsdp2-on-device").device_bytes == whole * 2);

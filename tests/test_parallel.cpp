@@ -72,7 +72,7 @@ TEST_CASE("ZeRO-3 gathers each layer's weights for forward and backward, not for
           "[parallel][zero]") {
     const Architecture m = fixtures::llama_7b();
     const Report r = run(m, 1024, 1, Recompute::full, layout(8, 1, 1, 3));
-    const Count layer_weights = r.parameters.per_layer() * 2;  // bf16
+    const Count layer_weights = r.parameters->per_layer() * 2;  // bf16
     for (const auto& step : r.timeline()) {
         CAPTURE(step.name());
         if (step.phase == Phase::forward || step.phase == Phase::backward)
@@ -294,7 +294,7 @@ TEST_CASE("the closed-form layout peak equals the most loaded timeline's, step f
                     const Report r = estimate(m, settings);
                     const ActivationTables t = activation_tables(m, 512, 2, DType::bf16, model);
                     const Workload w = make_workload(m, r.settings.recipe, 512, 2, mode,
-                                                     parameter_splits(r.parameters, m.vocab), t);
+                                                     parameter_splits(*r.parameters, m.vocab), t);
                     const LayoutPeak fast = layout_peak(w, p);
                     CHECK(fast.bytes() == r.peak_step().bytes.total());
                     CHECK(fast.step.name() == r.peak_step().name());

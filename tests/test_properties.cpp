@@ -212,7 +212,7 @@ TEST_CASE(
         const ActivationTables t = activation_tables(
             m, s.seq, s.micro_batch, r.settings.recipe.activations, s.activations, s.framework);
         const Workload w = make_workload(m, r.settings.recipe, s.seq, s.micro_batch, s.recompute,
-                                         parameter_splits(r.parameters, m.vocab), t, s.framework);
+                                         parameter_splits(*r.parameters, m.vocab), t, s.framework);
         const LayoutPeak fast = layout_peak(w, p);
         CHECK(fast.bytes() == r.peak_step().bytes.total());
         CHECK(fast.step.name() == r.peak_step().name());
@@ -318,7 +318,7 @@ TEST_CASE("a timeline's steps are step_at's, one by one, however its linear runs
         const ActivationTables t = activation_tables(
             m, s.seq, s.micro_batch, r.settings.recipe.activations, s.activations, s.framework);
         const Workload w = make_workload(m, r.settings.recipe, s.seq, s.micro_batch, s.recompute,
-                                         parameter_splits(r.parameters, m.vocab), t, s.framework);
+                                         parameter_splits(*r.parameters, m.vocab), t, s.framework);
         for (std::uint64_t stage = 0; stage < p.pp; ++stage) {
             const TimelineInputs in = stage_inputs(w, p, stage_facts(w, p, stage));
             std::vector<Step> expected;  // the order timeline() promises, every step made alone

@@ -200,8 +200,8 @@ TEST_CASE("expert tensor parallelism splits the experts' weights by etp, the res
     CHECK(same.peak_step().bytes.total() == by_tp.peak_step().bytes.total());
     // The experts' weights on a rank, from the parameter table.
     Count experts;
-    for (const auto& r : by_tp.parameters.rows)
-        if (r.expert) experts += by_tp.parameters.in_model(r);
+    for (const auto& r : by_tp.parameters->rows)
+        if (r.expert) experts += by_tp.parameters->in_model(r);
     REQUIRE(experts.value() % (tp * ep) == 0);
     for (std::uint64_t etp : {1, 2}) {
         CAPTURE(m.name, ep, etp);
@@ -300,8 +300,8 @@ TEST_CASE(
     s.parallel.dp = 2, s.parallel.tp = 2, s.parallel.zero = 1;
     const Report whole = estimate(m, s);  // every expert on each rank, split by tp
     Count experts;
-    for (const auto& r : whole.parameters.rows)
-        if (r.expert) experts += whole.parameters.in_model(r);
+    for (const auto& r : whole.parameters->rows)
+        if (r.expert) experts += whole.parameters->in_model(r);
     s.parallel.etp = 1, s.parallel.ep = 4;  // the four ranks of tp x dp hold two experts each
     const Report spanned = estimate(m, s);
     CHECK(spanned.busiest().parameters.value() ==

@@ -309,7 +309,7 @@ TEST_CASE("under every schedule the closed-form layout peak equals the most load
                 const Report r = estimate(m, settings);
                 const ActivationTables t = activation_tables(m, 512, 1, DType::bf16, model);
                 const Workload w = make_workload(m, r.settings.recipe, 512, 1, mode,
-                                                 parameter_splits(r.parameters, m.vocab), t);
+                                                 parameter_splits(*r.parameters, m.vocab), t);
                 const LayoutPeak fast = layout_peak(w, p);
                 CHECK(fast.bytes() == r.peak_step().bytes.total());
                 CHECK(fast.stage == r.busiest().stage);

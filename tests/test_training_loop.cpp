@@ -44,7 +44,7 @@ TEST_CASE(
     const Report one = run(m, 1024, Recompute::selective, p);
     p.microbatches = M;
     const Report many = run(m, 1024, Recompute::selective, p);
-    const ParameterTable& t = one.parameters;
+    const ParameterTable& t = *one.parameters;
     const std::uint64_t L = m.layers, g = 2;
     const std::uint64_t input = t.group(Group::input).value(), layer = t.per_layer().value();
     // What micro-batch 2 holds at its first backward step beyond what micro-batch 1 held there:
@@ -136,7 +136,7 @@ TEST_CASE(
     p = {};
     p.dp = 4, p.zero = 2;
     const Report sharded = run(m, 2048, Recompute::full, p, GradBuffer::persistent);
-    const std::uint64_t layer = sharded.parameters.per_layer().value();
+    const std::uint64_t layer = sharded.parameters->per_layer().value();
     CHECK(step_named(sharded.busiest(), "backward 32").bytes.gradients.value() ==
           step_named(sharded.busiest(), "forward 1").bytes.gradients.value() + 2 * layer);
 }
@@ -199,7 +199,7 @@ TEST_CASE("ZeRO-Offload moves partitioned gradients to the host as DeepSpeed doe
     Parallelism p;
     p.zero = 2, p.offload = Offload::optimizer;
     const Report r = run(m, 4096, Recompute::full, p);
-    const std::uint64_t P = r.parameter_count.value(), layer = r.parameters.per_layer().value();
+    const std::uint64_t P = r.parameter_count.value(), layer = r.parameters->per_layer().value();
     // DeepSpeed's own estimate for one GPU: 2P, the bf16 weights.
     CHECK(r.busiest().state.total().value() == 2 * P);
     CHECK(r.busiest().state.total().value() == 14483464192ULL);
@@ -249,7 +249,7 @@ TEST_CASE("uneven pipeline stages: Llama 3.1 405B's 126 layers on 16 stages",
     const ActivationTables t =
         activation_tables(m, 1024, 1, DType::bf16, ActivationModel::korthikanti);
     const Workload w = make_workload(m, *find_recipe("mixed-adam"), 1024, 1, Recompute::full,
-                                     parameter_splits(r.parameters, m.vocab), t);
+                                     parameter_splits(*r.parameters, m.vocab), t);
     const LayoutPeak closed = layout_peak(w, p);
     CHECK(closed.stage == r.busiest().stage);
     CHECK(closed.bytes() == r.timeline()[r.peak()].bytes.total());

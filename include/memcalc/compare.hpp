@@ -195,7 +195,7 @@ namespace detail {
 /// and its bias together; an expert's matrix alone).
 inline std::uint64_t largest_module(const Report& r) {
     std::map<std::string, std::uint64_t> modules;
-    for (const auto& row : r.parameters.rows) {
+    for (const auto& row : r.parameters->rows) {
         const std::string name(row.tensor.substr(0, row.tensor.find('.')));
         modules[name + (row.group == Group::layer ? "" : "@top")] +=
             row.expert ? row.count.value() / r.model.experts : row.count.value();

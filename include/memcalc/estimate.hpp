@@ -99,7 +99,9 @@ private:
 struct Report {
     Architecture model;
     Settings settings;  ///< its recipe among them
-    ParameterTable parameters;
+    /// The model's parameter table as the settings train it: the estimator's own, shared (no copy
+    /// an estimate), never null.
+    std::shared_ptr<const ParameterTable> parameters;
     Count parameter_count;
     TrainingState state;  ///< the whole model's, unsharded
     LayerActivations
@@ -310,7 +312,7 @@ public:
         if (const std::uint64_t tokens = image_tokens(settings))
             r.model.cross_attention_tokens = tokens;
         const Architecture& stepped = r.model;
-        r.parameters = c.splits->table;
+        r.parameters = std::shared_ptr<const ParameterTable>(c.splits, &c.splits->table);
         r.parameter_count = c.parameter_count;
         r.state = c.state;
         const Parallelism& p = settings.parallel;

@@ -83,7 +83,7 @@ struct LoadingPeak {
 namespace detail {
 /// The rank's largest layer and largest parameter, unsharded, in elements on the rank.
 inline std::pair<Count, Count> largest_unit_and_tensor(const Report& r) {
-    const ParameterTable& t = r.parameters;
+    const ParameterTable& t = *r.parameters;
     const std::uint64_t tp = r.settings.parallel.tp;
     Count unit, tensor;
     for (std::size_t k = 0; k < t.kinds; ++k) unit = std::max(unit, t.per_layer(k));

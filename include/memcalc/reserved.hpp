@@ -100,8 +100,8 @@ inline PieceShape saved_pieces(const LayerActivations& layer, Recompute mode) {
 
 /// The tensor sizes `rank`'s categories are cut into.
 inline StepPieces step_pieces(const Report& r, const RankReport& rank) {
-    return {detail::parameter_pieces(r.parameters, rank, false),
-            detail::parameter_pieces(r.parameters, rank, true),
+    return {detail::parameter_pieces(*r.parameters, rank, false),
+            detail::parameter_pieces(*r.parameters, rank, true),
             detail::saved_pieces(r.layer, r.settings.recompute)};
 }
 
