@@ -1356,3 +1356,31 @@ TEST_CASE("an fp8 recipe's casts: bytes per operand from each library's program,
         if (r.narrow_matmuls()) CHECK(work.narrow_flops > 0.5 * work.flops);
     }
 }
+
+TEST_CASE("a stage mix's longest chunk is the layout's, whatever its schedule and stage split",
+          "[plan]") {
+    Architecture m = fixtures::llama_7b();
+    const LayerPattern none;
+    std::size_t checked = 0;
+    for (std::uint64_t layers : {30, 32, 33}) {
+        m.layers = layers;
+        for (Schedule schedule : {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1,
+                                  Schedule::zb_v, Schedule::dualpipe})
+            for (std::uint64_t pp : {2, 3, 4, 8})
+                for (std::uint64_t vpp : {1, 2, 4})
+                    for (std::uint64_t ends : {0, 1, 3}) {
+                        Parallelism p;
+                        p.pp = pp, p.vpp = vpp, p.schedule = schedule, p.microbatches = 2 * pp;
+                        p.first_stage_layers = p.last_stage_layers = ends;
+                        try {
+                            validate(p, m, 4096);
+                        } catch (const error&) {
+                            continue;
+                        }
+                        CAPTURE(layers, schedule_name(schedule), pp, vpp, ends);
+                        CHECK(stage_mix(layers, none, p).largest_chunk == largest_chunk(p, layers));
+                        ++checked;
+                    }
+    }
+    CHECK(checked >= 70);  // 76 layouts of the 405 tried are valid
+}

@@ -376,6 +376,9 @@ struct StageMix {
     std::vector<Ranks> ranks;
     std::uint64_t first_layers = 0;  ///< stage 0's, every chunk (whose traffic plan weighs)
     KindCounts first_kinds{};        ///< of each kind
+    /// The longest model chunk of any stage (largest_chunk's), which the mix's key fixes: read for
+    /// every micro-batch and mode of a layout, made once.
+    std::uint64_t largest_chunk = 0;
 };
 
 inline StageMix stage_mix(std::uint64_t layers_in_model, const LayerPattern& pattern,
@@ -386,6 +389,7 @@ inline StageMix stage_mix(std::uint64_t layers_in_model, const LayerPattern& pat
         layers.with(pattern);
         const StageMix::Ranks r{layers.counts(layers.layers), holds_head(p, stage), 1};
         if (stage == 0) mix.first_layers = layers.layers, mix.first_kinds = r.layers;
+        mix.largest_chunk = std::max(mix.largest_chunk, layers.largest_chunk());
         const auto same = std::find_if(mix.ranks.begin(), mix.ranks.end(), [&](const auto& x) {
             return x.layers == r.layers && x.head == r.head;
         });
@@ -578,7 +582,7 @@ inline std::optional<PlanRow> fewest_recomputed(const Architecture& m, const Wor
                                                 const RankCutoff& cutoff = {}) {
     PlanRow row = full;
     const Parallelism& p = row.parallel;
-    const std::uint64_t most = largest_chunk(p, m.layers);
+    const std::uint64_t most = mix.largest_chunk;
     if (most < 2) return std::nullopt;
     // A stage's facts (its state, its layers) do not depend on N: made once, each try rebuilds its
     // inputs.
@@ -655,12 +659,13 @@ inline std::vector<std::uint64_t> interleavings(std::uint64_t layers, std::uint6
 }
 
 /// The schedules a layout can run, each with its vpp. Interleaved 1F1B as Megatron-LM runs it: even
-/// stages, each rank's layers in vpp equal chunks, and micro-batches a multiple of pp. The others
-/// where validate_schedule allows them.
+/// stages, each rank's layers in vpp equal chunks (one of `vpps`, the stages' interleavings), and
+/// micro-batches a multiple of pp. The others where validate_schedule allows them.
 inline PipelineRuns pipeline_runs(const Architecture& m, const PlanRequest& request,
                                   std::uint64_t pp, std::pair<std::uint64_t, std::uint64_t> split,
-                                  std::uint64_t M) {
-    const std::vector<Schedule> every_framework{Schedule::one_f_one_b, Schedule::interleaved};
+                                  std::uint64_t M, const std::vector<std::uint64_t>& vpps) {
+    static const std::vector<Schedule> every_framework{Schedule::one_f_one_b,
+                                                       Schedule::interleaved};
     const std::vector<Schedule>& schedules =
         request.schedules.empty() ? every_framework : request.schedules;
     PipelineRuns runs;
@@ -668,8 +673,7 @@ inline PipelineRuns pipeline_runs(const Architecture& m, const PlanRequest& requ
     const bool even = split.first == 0 && split.second == 0;
     if (pp == 1) return runs;
     if (allowed(schedules, Schedule::interleaved) && M % pp == 0)
-        for (std::uint64_t v : interleavings(m.layers, pp, split))
-            runs.emplace_back(Schedule::interleaved, v);
+        for (std::uint64_t v : vpps) runs.emplace_back(Schedule::interleaved, v);
     for (Schedule s : {Schedule::zb_h1, Schedule::zb_v, Schedule::dualpipe}) {
         if (!allowed(schedules, s)) continue;
         Parallelism p;
@@ -686,6 +690,14 @@ inline PipelineRuns pipeline_runs(const Architecture& m, const PlanRequest& requ
         runs.emplace_back(s, 1);
     }
     return runs;
+}
+
+/// The same, the stages' interleavings made here.
+inline PipelineRuns pipeline_runs(const Architecture& m, const PlanRequest& request,
+                                  std::uint64_t pp, std::pair<std::uint64_t, std::uint64_t> split,
+                                  std::uint64_t M) {
+    const auto vpps = pp > 1 ? interleavings(m.layers, pp, split) : std::vector<std::uint64_t>{};
+    return pipeline_runs(m, request, pp, split, M, vpps);
 }
 
 /// `p` running `run`: its vpp, and the schedule it keeps (interleaved is 1F1B with vpp > 1).
@@ -937,7 +949,7 @@ void visit_modes(const Architecture& m, const PlanRequest& request, WorkloadCach
                  const StageMix& mix, const Parallelism& q, std::uint64_t b,
                  const RankCutoff& cutoff, Visit&& visit) {
     const bool partial_searched = request.partial_recompute && !request.recompute_layers &&
-                                  largest_chunk(q, m.layers) >= 2 &&
+                                  mix.largest_chunk >= 2 &&
                                   mode_tried(m, request, q, Recompute::full);
     std::optional<std::optional<PlanKey>> floor;  // made when first asked for
     const auto partial_may_rank = [&] {
@@ -975,12 +987,17 @@ void for_each_layout(const Architecture& m, const PlanRequest& request, Visit&& 
     detail::WorkloadCache workload(m, request);
     detail::StageMixes mixes(m, workload.pattern());
     using Split = std::pair<std::uint64_t, std::uint64_t>;
+    // A replica's micro-batch sizes divide its share of G: G's divisors, filtered, in order.
+    const std::vector<std::uint64_t> batch_divisors = divisors(G);
     detail::for_each_shape(m, request, [&](Parallelism p, Split split) {
-        for (std::uint64_t b : divisors(G / p.dp)) {
-            if (!allowed(request.micro_batches, b)) continue;
+        const auto vpps = p.pp > 1 ? detail::interleavings(m.layers, p.pp, split)
+                                   : std::vector<std::uint64_t>{};  // the same for every b
+        for (std::uint64_t b : batch_divisors) {
+            if ((G / p.dp) % b != 0 || !allowed(request.micro_batches, b)) continue;
             p.microbatches = G / (p.dp * b);
             if (!count_allowed(request, p.pp, p.microbatches)) continue;
-            for (const auto& run : detail::pipeline_runs(m, request, p.pp, split, p.microbatches)) {
+            for (const auto& run :
+                 detail::pipeline_runs(m, request, p.pp, split, p.microbatches, vpps)) {
                 if (!allowed(request.vpp, run.second)) continue;
                 const Parallelism q = detail::running(p, run);
                 detail::visit_modes(m, request, workload, mixes(q), q, b, cutoff, visit);
