@@ -112,3 +112,21 @@ TEST_CASE("estimate() after a model that cannot be counted answers for the next 
     require_same(estimate(llama, s), before);
     require_same(estimate(llama, s), Estimator(llama).estimate(s));
 }
+
+TEST_CASE("a report's parameter table outlives the estimator that shared it",
+          "[estimate][model_equality]") {
+    const Settings s = at(1024, Recompute::full);
+    const Architecture llama = fixtures::llama_7b();
+    Architecture wider = llama;
+    wider.ffn += 256;
+    const Report first = estimate(llama, s);   // shares the thread's kept Estimator's table
+    const Report second = estimate(wider, s);  // which that Estimator, made again, lets go
+    REQUIRE(first.parameters != second.parameters);
+    CHECK(first.parameters->total() == first.parameter_count);
+    CHECK(first.parameters->total() == Estimator(llama).estimate(s).parameter_count);
+    CHECK(second.parameters->total() == second.parameter_count);
+    Report copy = first;
+    { const Report gone = Estimator(wider).estimate(s); }  // a table freed beside it
+    CHECK(copy.parameters->total() == first.parameter_count);
+    CHECK(copy.parameters == first.parameters);  // copies share, never copy, the table
+}
