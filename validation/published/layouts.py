@@ -195,6 +195,17 @@ def run_plan(memcalc, args):
     return rows, None
 
 
+CAUSES = ("compute", "communication", "bubble", "optimizer", "offload", "host_optimizer")
+
+
+def seconds_by_cause(memcalc, args):
+    """The top row of plan `args` as JSON: its step's seconds by cause (the CSV has the step alone)."""
+    args = ["json" if i and args[i - 1] == "--format" else a for i, a in enumerate(args)]
+    out = subprocess.run([memcalc] + args, capture_output=True, text=True)
+    layouts = json.loads(out.stdout)["layouts"] if out.returncode == 0 else []
+    return {k: layouts[0][k + "_seconds"] for k in CAUSES} if layouts else None
+
+
 def degrees(layout):
     return tuple(layout[k] for k in DEGREES)
 
@@ -214,10 +225,12 @@ def compare(memcalc, row):
     pins = [a for k, v in zip(DEGREES, target) if f"--{k}" not in program
             for a in (f"--{k}", str(v))]
     pin_recompute = recompute_mode(row) is not None
-    pinned, error = run_plan(memcalc, program + pins + ["--top", "1"])
+    pinned_args = program + pins + ["--top", "1"]
+    pinned, error = run_plan(memcalc, pinned_args)
     if pin_recompute and not (pinned and pinned[0]["step_seconds"] is not None):
         pin_recompute = False  # memcalc finds the published degrees need more recomputation
-        pinned, error = run_plan(memcalc, plan_arguments(row, False) + pins + ["--top", "1"])
+        pinned_args = plan_arguments(row, False) + pins + ["--top", "1"]
+        pinned, error = run_plan(memcalc, pinned_args)
     result["recompute_pinned"] = pin_recompute
     plan, _ = run_plan(memcalc, plan_arguments(row, pin_recompute) + ["--top", str(TOP)])
     if plan is None or pinned is None:
@@ -251,6 +264,7 @@ def compare(memcalc, row):
     result["best_row"] = {k: mine[k] for k in ("zero", "micro_batch", "recompute", "schedule",
                                                "vpp", "sequence_parallel", "step_seconds")}
     result["best_row"]["sequence_parallel"] = mine["sequence_parallel"] == "true"
+    result["best_row"]["seconds"] = seconds_by_cause(memcalc, pinned_args)
     return result
 
 
@@ -274,6 +288,24 @@ def markdown(results):
             f"{'>' if r['rank_is_lower_bound'] else ''}{r['rank']} | {r['predicted_tokens_per_second_per_gpu']:.0f} | "
             f"{number(r['published_tokens_per_second_per_gpu'], '.0f')} | "
             f"{number(r['ratio'], '.2f')} | {r['first']} |")
+    return "\n".join(lines) + "\n\n" + step_causes(results)
+
+
+def step_causes(results):
+    """Where each published layout's predicted step goes, beside the published step (the same
+    tokens at the published rate)."""
+    lines = ["| row | published step (s) | predicted | compute | communication | bubble | other "
+             "| compute / published |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        seconds = r.get("best_row", {}).get("seconds")
+        if not seconds or not r.get("ratio"):
+            continue
+        step = r["best_row"]["step_seconds"]
+        published = step * r["ratio"]
+        other = step - seconds["compute"] - seconds["communication"] - seconds["bubble"]
+        lines.append(f"| {r['id']} | {published:.3f} | {step:.3f} | {seconds['compute']:.3f} | "
+                     f"{seconds['communication']:.3f} | {seconds['bubble']:.3f} | {other:.3f} | "
+                     f"{seconds['compute'] / published:.2f} |")
     return "\n".join(lines) + "\n"
 
 
