@@ -417,7 +417,11 @@ void BackgroundFlush::start(int fd) {
     running_ = true;
     try {
         thread_ = std::thread([this, fd] {
-            fdatasync(fd);
+#if defined(__linux__)
+            fdatasync(fd);  // the data alone: the final fsync writes the metadata once
+#else
+            fsync(fd);
+#endif
             running_ = false;
         });
     } catch (const std::system_error&) {

@@ -54,7 +54,7 @@ namespace detail {
 /// share it; its inputs never change, so whichever thread makes it first makes the same steps.
 class TimelineOnce {
 public:
-    /// Stage `stage`'s inputs made in place (1.1 KB: not made aside and copied in).
+    /// The inputs of f's stage, made in place (1.1 KB: not made aside and copied in).
     TimelineOnce(const Workload& w, const Parallelism& p, const StageFacts& f)
         : in_(stage_inputs(w, p, f)), model_(w.parameters) {}
     const TimelineInputs& inputs() const { return in_; }
