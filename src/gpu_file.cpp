@@ -25,18 +25,33 @@ void read_step_time_facts(const JsonReader& in, Gpu& g) {
     read("intra_node_latency_seconds", g.intra_node_latency, 0, false, "0 to 1 s");
     read("inter_node_latency_seconds", g.inter_node_latency, 0, false, "0 to 1 s");
     read("collective_sm_share", g.collective_sm_share, 0, false, "in [0, 1]");
+    read("launch_seconds", g.launch_seconds, 0, false, "0 to 1 s");
 }
 
 Gpu parse_gpu_json(std::string_view text, const std::string& origin) {
     const nlohmann::json document = parse_json(text, origin);
     // memory_gib, which the listing shows beside the bytes, is accepted and checked against them.
-    expect_object(
-        document, origin, "a GPU",
-        {"name", "description", "source", "memory_bytes", "memory_gib", "peak_bf16_flops",
-         "peak_fp8_flops", "intra_node_bytes_per_second", "inter_node_bytes_per_second",
-         "gpus_per_node", "host_bytes_per_second", "performance_source", "network_source",
-         "memory_bytes_per_second", "gemm_efficiency", "attention_efficiency",
-         "intra_node_latency_seconds", "inter_node_latency_seconds", "collective_sm_share"});
+    expect_object(document, origin, "a GPU",
+                  {"name",
+                   "description",
+                   "source",
+                   "memory_bytes",
+                   "memory_gib",
+                   "peak_bf16_flops",
+                   "peak_fp8_flops",
+                   "intra_node_bytes_per_second",
+                   "inter_node_bytes_per_second",
+                   "gpus_per_node",
+                   "host_bytes_per_second",
+                   "performance_source",
+                   "network_source",
+                   "memory_bytes_per_second",
+                   "gemm_efficiency",
+                   "attention_efficiency",
+                   "intra_node_latency_seconds",
+                   "inter_node_latency_seconds",
+                   "collective_sm_share",
+                   "launch_seconds"});
     const JsonReader in(document, origin);
     if (!in.has("name")) in.fail("missing key 'name'");
     Gpu g;

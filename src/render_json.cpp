@@ -356,6 +356,23 @@ json per_layer_json(const Report& r) {
 
 namespace {
 
+/// One layer of each kind's kernel launches, one micro-batch (LayerLaunches): its matrix
+/// products' and its other ops', forward and backward, and the forward kernels its recomputation
+/// reruns.
+json layer_launches_json(const Report& r) {
+    json kinds = json::array();
+    for (std::size_t k = 0; k < r.parameters->kinds; ++k) {
+        const LayerLaunches l =
+            layer_launches(r.layer_of(k), r.settings.recompute, *r.parameters, k);
+        kinds.push_back({{"matmul_forward", l.matmuls.forward},
+                         {"matmul_backward", l.matmuls.backward},
+                         {"other_forward", l.other.forward},
+                         {"other_backward", l.other.backward},
+                         {"rerun", l.rerun_matmuls + l.rerun_other}});
+    }
+    return kinds;
+}
+
 /// The report's "settings": what was estimated.
 json settings_json(const Report& r) {
     json settings = {{"seq", r.settings.seq},
@@ -529,7 +546,8 @@ json report_json(const Report& r, const View& view) {
         {"compute",
          {{"step_flops", r.compute.step},
           {"recompute_flops", r.compute.recompute},
-          {"recompute_fraction", r.compute.recompute_fraction()}}},
+          {"recompute_fraction", r.compute.recompute_fraction()},
+          {"layer_launches", layer_launches_json(r)}}},
         {"timeline", timeline},
         {"ranks", ranks_json(r, devices)},
         {"device", device_json(view)},

@@ -191,7 +191,8 @@ Listing gpus_listing() {
                  {"attention_efficiency", ""},
                  {"intra_node_latency_seconds", ""},
                  {"inter_node_latency_seconds", ""},
-                 {"collective_sm_share", ""}};
+                 {"collective_sm_share", ""},
+                 {"launch_seconds", ""}};
     l.table = {0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 9};
     l.csv = {0, 1, 9, 3, 4, 5, 6, 7, 8, 13};  // the first three as before: new columns after them
     const auto known = [](std::uint64_t n) -> Listing::Cell {  // 0 is "unknown": JSON null
@@ -199,14 +200,26 @@ Listing gpus_listing() {
         return n;
     };
     for (const auto& g : gpus)
-        l.rows.push_back({std::string(g.name), g.memory.value(), gib_text(g.memory),
-                          known(g.peak_bf16_flops), known(g.peak_fp8_flops),
-                          known(g.intra_node_bandwidth), known(g.inter_node_bandwidth),
-                          known(g.gpus_per_node), known(g.host_bandwidth),
-                          std::string(g.description), std::string(g.source),
-                          std::string(g.performance_source), std::string(g.network_source),
-                          known(g.memory_bandwidth), g.gemm_efficiency, g.attention_efficiency,
-                          g.intra_node_latency, g.inter_node_latency, g.collective_sm_share});
+        l.rows.push_back({std::string(g.name),
+                          g.memory.value(),
+                          gib_text(g.memory),
+                          known(g.peak_bf16_flops),
+                          known(g.peak_fp8_flops),
+                          known(g.intra_node_bandwidth),
+                          known(g.inter_node_bandwidth),
+                          known(g.gpus_per_node),
+                          known(g.host_bandwidth),
+                          std::string(g.description),
+                          std::string(g.source),
+                          std::string(g.performance_source),
+                          std::string(g.network_source),
+                          known(g.memory_bandwidth),
+                          g.gemm_efficiency,
+                          g.attention_efficiency,
+                          g.intra_node_latency,
+                          g.inter_node_latency,
+                          g.collective_sm_share,
+                          g.launch_seconds});
     return l;
 }
 

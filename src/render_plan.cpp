@@ -210,7 +210,8 @@ nlohmann::json step_time_facts(const std::optional<Gpu>& gpu, const Framework& f
             {"memory_bytes_per_second", gpu->memory_bandwidth},
             {"intra_node_latency_seconds", gpu->intra_node_latency},
             {"inter_node_latency_seconds", gpu->inter_node_latency},
-            {"collective_sm_share", gpu->collective_sm_share}};
+            {"collective_sm_share", gpu->collective_sm_share},
+            {"launch_seconds", gpu->launch_seconds}};
 }
 
 /// One ranked layout of a plan, `rank` its place.
@@ -253,6 +254,7 @@ nlohmann::json layout_json(const PlanView& v, const PlanRow& r, std::size_t rank
             {"offload_seconds", timed([](const auto& t) { return t.offload; })},
             {"host_optimizer_seconds", timed([](const auto& t) { return t.host_optimizer; })},
             {"optimizer_seconds", timed([](const auto& t) { return t.optimizer; })},
+            {"dispatch_seconds", timed([](const auto& t) { return t.dispatch; })},
             {"tokens_per_second_per_gpu", number_or_null(tokens_per_second_per_gpu(v.request, r))},
             {"gpus", p.devices()},
             {"schedule", schedule_name(p.pipeline_schedule())},

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "memcalc/error.hpp"
+#include "memcalc/launches.hpp"
 #include "memcalc/model.hpp"
 
 namespace memcalc {
@@ -54,6 +55,9 @@ struct ActivationFunction {
     /// all, leaning high.
     std::uint8_t compiled_keeps = 0xff;
     bool compiled_recomputes_output = false;
+    /// Kernels it launches, forward and backward (launches.hpp): a fused kernel one each way; a
+    /// chain one an op, counted on CPU (validation/kernel_launches.py --ops).
+    Launches launches = {1, 1};
 
     bool kept_when(bool compiled, std::size_t i) const {
         return !compiled || ((compiled_keeps >> i) & 1) != 0;
@@ -135,7 +139,8 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
      "transformers' 'gelu_new' (NewGELUActivation): GPT-2's and Phi-2's configs",
      {},
      0b0011,
-     true},  // compiled: its input and tanh's output kept (transformers' GPT-2)
+     true,
+     {8, 11}},  // compiled: its input and tanh's output kept (transformers' GPT-2)
     {Activation::gelu_fast,
      "gelu_fast",
      "gelu_fast",
@@ -152,7 +157,11 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
        detail::one_plus_tanh}},
      false,
      3,
-     "transformers' 'gelu_fast' (FastGELUActivation)"},
+     "transformers' 'gelu_fast' (FastGELUActivation)",
+     {},
+     0xff,
+     false,
+     {9, 12}},
     {Activation::quick_gelu,
      "quick_gelu",
      "quick_gelu",
@@ -163,7 +172,11 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
         "sigmoid's gradient is written in its output; the gradient w.r.t. x"}}},
      false,
      3,
-     "transformers' 'quick_gelu' (QuickGELUActivation)"},
+     "transformers' 'quick_gelu' (QuickGELUActivation)",
+     {},
+     0xff,
+     false,
+     {3, 5}},
     // gpt-oss's experts (modeling_gpt_oss.py, GptOssExperts): the gate clamped above at 7, then
     // gate * sigmoid(1.702 gate); the up branch is up.clamp(-7, 7) + 1, whose clamp keeps the up
     // projection's output (in one storage with the gate's: gate_up_proj) and the product its sum.
@@ -179,7 +192,10 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
      false,
      3,
      "transformers' GptOssExperts (alpha 1.702, limit 7): gpt-oss",
-     "up.clamp(-7, 7) + 1"},
+     "up.clamp(-7, 7) + 1",
+     0xff,
+     false,
+     {6, 8}},
     // relu keeps its output, which square reads as its input: one storage. Backward: four s x f
     // tensors at once, measured on CPU (torch 1.13, validation/activation_functions.py).
     {Activation::relu2,
@@ -191,7 +207,11 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
         "relu's backward reads its output; square's gradient 2 x is taken at it"}}},
      false,
      4,
-     "transformers' 'relu2' (ReLUSquaredActivation): Nemotron-H's MLP"},
+     "transformers' 'relu2' (ReLUSquaredActivation): Nemotron-H's MLP",
+     {},
+     0xff,
+     false,
+     {2, 4}},
 }};
 
 inline const ActivationFunction& activation_function(Activation a) {

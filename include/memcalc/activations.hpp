@@ -3,12 +3,14 @@
 /// keeps or rebuilds. The reference table is Korthikanti et al. 2022 (Reducing Activation
 /// Recomputation in Large Transformer Models, section 4.1): s b h (34 + 5 a s / h) bytes per layer.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "memcalc/dtype.hpp"
+#include "memcalc/launches.hpp"
 #include "memcalc/linears.hpp"
 #include "memcalc/model.hpp"
 #include "memcalc/text.hpp"
@@ -87,6 +89,7 @@ enum class Module : std::uint8_t {
     shared_experts,
     mla_up_proj
 };
+inline constexpr std::size_t module_count = static_cast<std::size_t>(Module::mla_up_proj) + 1;
 
 inline constexpr Module recomputable_modules[] = {
     Module::core_attn,      Module::mlp,        Module::moe_act, Module::layernorm, Module::moe,
@@ -391,6 +394,9 @@ struct LayerActivations {
     Count input_bytes;  ///< the layer's input: all that full recomputation keeps
     std::vector<CheckpointTensor> checkpoint_tensors;  ///< what its checkpoints hold beside rows
     std::vector<EagerTraffic> eager_traffic;  ///< its unfused ops' temporaries (architecture model)
+    /// Kernels its ops but the matrix products launch, by the module that runs them (architecture
+    /// model; the products come from the parameter table: LayerLaunches).
+    std::array<Launches, module_count> launches{};
 
     /// The first row of the MLP half (its norm, the MLP or the MoE layer), or rows.size() where
     /// the program marks none with a row after it: selective recomputation rebuilds one half at a
@@ -578,6 +584,18 @@ struct WorkspaceSum {
     }
 };
 
+/// The kernels of Korthikanti et al.'s GPT layer as Megatron-LM runs it: two LayerNorms, two
+/// residual dropouts and adds, its heads merged and GELU beside the core attention (its dropout
+/// among it); one fused QKV projection, so no gradients summed.
+inline void korthikanti_launches(LayerActivations& layer) {
+    const Launches dropout{1, 1}, gelu{1, 1};
+    layer.launches[static_cast<std::size_t>(Module::none)] =
+        launches_of(LaunchOp::layer_norm) * 2 + dropout * 2 +
+        launches_of(LaunchOp::residual_add) * 2 + launches_of(LaunchOp::merge_heads) + gelu;
+    layer.launches[static_cast<std::size_t>(Module::core_attn)] =
+        launches_of(LaunchOp::eager_core) + dropout;
+}
+
 /// Korthikanti et al.'s GPT layer (4h GELU MLP, dropout, `d`-byte activations, 1-byte masks).
 /// With d = 2 its rows add up to s b h (34 + 5 a s / h) bytes.
 inline LayerActivations korthikanti_layer(const Architecture& m, std::uint64_t seq,
@@ -635,6 +653,7 @@ inline LayerActivations korthikanti_layer(const Architecture& m, std::uint64_t s
                                    false, 1, dtype::mask, S);
     // clang-format on
     layer.input_bytes = sbh * d;
+    korthikanti_launches(layer);
     return layer;
 }
 

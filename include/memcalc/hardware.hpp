@@ -49,6 +49,11 @@ struct Gpu {
     /// (NVIDIA developer forums, "Compute-communication overlap causes severe GEMM performance
     /// degradation because of tail effect", 2025); 24/132, leaning fast (that GEMM lost more).
     double collective_sm_share = 24.0 / 132;
+    /// Seconds the host takes to dispatch one kernel of eager PyTorch (Python, the dispatcher, the
+    /// launch): a step is at least its launches times this (launches.hpp). Fitted on the H200
+    /// replication's GPT-2 runs (torch 2.11; validation/gpu/step_times.py --fit), its 1B LLaMA
+    /// runs held out; a property of the host and the framework more than the GPU.
+    double launch_seconds = 18.4e-6;
 };
 
 namespace detail {

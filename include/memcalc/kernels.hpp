@@ -40,15 +40,18 @@ struct KernelFacts {
     /// Bytes a checkpoint keeps to restore the generator (preserve_rng_state): the CPU generator's
     /// state tensor (torch.get_rng_state().numel(), torch 1.13); a CUDA one's is a host tensor.
     std::uint64_t checkpoint_rng_state;
+    /// Kernels a dropout launches: CUDA's native_dropout one each way (read from ATen's source);
+    /// CPU's F.dropout draws, scales and multiplies (counted: validation/kernel_launches.py).
+    Launches dropout_launches;
 };
 
 // The CUDA row's whole step agrees with the H200 replication (validation/results/gpu.txt); its
 // dropout mask, which no GPU run drew, is ATen's fused_dropout as read from its source.
 // clang-format off
 inline constexpr std::array<KernelFacts, 2> kernel_rows{{
-    // platform      name    measured            norm   mask   fp16   casts  bmm sm- amp    rng
-    {Platform::cuda, "cuda", "H200, torch 2.11", true,  true,  true,  true,  0,  2,  true,  0},
-    {Platform::cpu,  "cpu",  "torch 1.13 CPU",   false, false, false, false, 2,  1,  false, 5056},
+    // platform      name    measured            norm  mask  fp16  casts bmm sm amp  rng  dropout
+    {Platform::cuda, "cuda", "H200, torch 2.11", true, true, true, true, 0, 2, true, 0, {1, 1}},
+    {Platform::cpu, "cpu", "torch 1.13 CPU", false, false, false, false, 2, 1, false, 5056, {3, 1}},
 }};
 // clang-format on
 

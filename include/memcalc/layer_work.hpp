@@ -98,6 +98,51 @@ inline SplitParams gradients_from(const ParameterTable& t, Linear first, std::ui
 }
 
 /// One kind of layer's share of a workload, one layer of one micro-batch.
+/// The kernels one layer launches for one micro-batch: its matrix products (one a linear forward;
+/// backward its input's gradient and a trained weight's) and its other ops, and the forward
+/// kernels its recomputation runs again. An expert linear counts once (a grouped GEMM).
+struct LayerLaunches {
+    Launches matmuls, other;
+    double rerun_matmuls = 0, rerun_other = 0;
+    double trained_tensors = 0;  ///< its tensors the optimiser steps, each its own kernels
+    double total() const { return matmuls.total() + other.total() + rerun_matmuls + rerun_other; }
+};
+
+/// Layer `kind`'s launches under `mode`: its blocks' (by module), its linears' and its trained
+/// biases' (from `params`). Full recomputation reruns every forward kernel; selective the modules
+/// whose rows it drops (their matrix products where a module of the MLP is one); and the
+/// checkpoint's hooks for each tensor rebuilt.
+inline LayerLaunches layer_launches(const LayerActivations& layer, Recompute mode,
+                                    const ParameterTable& params, std::size_t kind) {
+    LayerLaunches out;
+    std::array<bool, module_count> rerun{};
+    for (const SavedTensor& row : layer.rows)  // a row of no module: the core attention's
+        if (mode == Recompute::selective && row.kept(Recompute::none) && !row.kept(mode))
+            rerun[static_cast<std::size_t>(row.module == Module::none ? Module::core_attn
+                                                                      : row.module)] = true;
+    const bool whole = checkpoints_layer(mode);
+    for (const SavedTensor& row : layer.rows)  // each tensor the recomputation rebuilds
+        if (row.kept(Recompute::none) && (whole ? !row.layer_input : !row.kept(mode)))
+            out.rerun_other += checkpoint_hook_calls;
+    for (std::size_t m = 0; m < module_count; ++m) {
+        out.other += layer.launches[m];
+        if (whole || rerun[m]) out.rerun_other += layer.launches[m].forward;
+    }
+    const bool mlp_rerun = rerun[static_cast<std::size_t>(Module::mlp)] ||
+                           rerun[static_cast<std::size_t>(Module::moe)];
+    for (const ParamRow& r : params.rows) {
+        if (r.group != Group::layer || r.kind != kind) continue;
+        if (r.trainable) out.trained_tensors += 1;
+        if (r.linear == Linear::none) continue;
+        if (r.role == ParamRole::bias && r.trainable)
+            out.other += launches_of(LaunchOp::bias_gradient);
+        if (r.role == ParamRole::bias || r.role == ParamRole::magnitude) continue;
+        out.matmuls += matmul_launches(r.trainable);
+        if (whole || (mlp_rerun && r.part == Part::mlp)) out.rerun_matmuls += 1;
+    }
+    return out;
+}
+
 struct LayerWork {
     SplitBytes kept, rebuilt;  ///< under the recomputation
     /// Selective recomputation rebuilds the MLP half apart from the attention half (`rebuilt`): a
@@ -111,6 +156,7 @@ struct LayerWork {
     SplitBytes eager_traffic;  ///< its unfused ops' temporaries, written and read (EagerTraffic)
     bool keeps_input =
         false;  ///< it keeps its input tensor itself (a LayerNorm's saved input, a checkpoint)
+    LayerLaunches launches;  ///< the kernels it launches (count_launches: the step time's alone)
 };
 
 namespace detail {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "memcalc/error.hpp"
+#include "memcalc/launches.hpp"
 #include "memcalc/vision.hpp"
 
 namespace memcalc {
@@ -151,25 +152,40 @@ struct RotaryEmbeddingRow {
                             ///< rotate_half(q) * sin
     bool cached;            ///< each layer registers its cos and sin caches
     std::string_view source;
+    /// Kernels each layer's forward launches to make its cos and sin (counted on CPU:
+    /// validation/kernel_launches.py), outside autograd: none in backward.
+    Launches table_launches;
 };
 
 /// transformers' models/llama/modeling_llama.py in three eras (Mistral's and others' are copies).
 inline constexpr std::array<RotaryEmbeddingRow, 3> rotary_embeddings{{
-    {RotaryEmbedding::shared, "shared", false, false,
+    {RotaryEmbedding::shared,
+     "shared",
+     false,
+     false,
      "4.45 and later: the model's one rotary_emb computes cos and sin once per forward "
      "(position_ids "
-     "(1, s)) and passes them to every layer"},
-    {RotaryEmbedding::per_layer, "per_layer", true, false,
+     "(1, s)) and passes them to every layer",
+     {0, 0}},
+    {RotaryEmbedding::per_layer,
+     "per_layer",
+     true,
+     false,
      "4.40-4.44: each LlamaAttention's own rotary_emb computes cos and sin of (1, s, head_dim) "
      "from its "
-     "inv_freq each forward"},
-    {RotaryEmbedding::per_layer_cached, "per_layer_cached", true, true,
+     "inv_freq each forward",
+     {8, 0}},
+    {RotaryEmbedding::per_layer_cached,
+     "per_layer_cached",
+     true,
+     true,
      "4.31-4.38: each LlamaAttention's rotary_emb registers cos_cached and sin_cached of "
      "max_positions x "
      "head_dim in torch.get_default_dtype(); forward returns cos_cached[:s].to(x.dtype) and "
      "apply_rotary_pos_emb gathers cos[position_ids], a new (1, s, head_dim) tensor per layer "
      "(4.38 "
-     "keeps the caches for BC and computes the same tensor from inv_freq)"},
+     "keeps the caches for BC and computes the same tensor from inv_freq)",
+     {2, 0}},
 }};
 
 inline const RotaryEmbeddingRow& rotary_embedding(RotaryEmbedding id) {

@@ -60,6 +60,9 @@ struct Optimizer {
     /// or one-tensor-at-a-time code runs it (each op reads its operands and writes its result);
     /// 0: it has only its own kernel. A fused kernel reads and writes each tensor once.
     std::uint64_t unfused_passes;
+    /// Kernels its step launches for each tensor one tensor at a time, as many foreach ops over a
+    /// list (each in multi-tensor launches: launches.hpp); with its own kernel, one a tensor.
+    std::uint64_t loop_launches;
 
     /// Bytes per parameter of every tensor, when the state is that simple.
     std::optional<std::uint64_t> uniform_bytes(DType state) const {
@@ -97,23 +100,27 @@ inline constexpr std::array<Optimizer, 6> optimizers = [] {
         // name, slots label, main slots, scope, fallback slots, min elements, storage, factored,
         // scalar bytes, step, copies, previous, upcast, impl, rule, source, unfused passes
         // (counted in torch.optim's _multi_tensor_* and the rows' sources, an op's operands and
-        // result one pass each)
+        // result one pass each), loop launches (the ops of torch.optim's _single_tensor_* and the
+        // rows' sources, its step count's increment among them)
         // Adam's step computes sqrt(v), then its quotient, of the tensor stepped while the loop's
         // variable still holds the previous tensor's quotient (measured with torch.optim.AdamW on
         // CPU).
         // Unfused AdamW: decay (2), lerp m (3), scale v (2), addcmul v (3), sqrt v (2), its
-        // division (2) and eps (2), addcdiv into the weight (4): 20 passes.
+        // division (2) and eps (2), addcdiv into the weight (4): 20 passes. Its loop: the step's
+        // increment, decay, m's scale and add (torch 1.13; one lerp since), v's scale and addcmul,
+        // sqrt, division, eps, addcdiv: 10 ops (counted on CPU, torch 1.13).
         {"adam", "Adam m, v", 2, all, 0, 0, plain, false, 0, elementwise, 2, 1, false, switched,
-            "", "", 20},
-        // Unfused SGD: scale the momentum (2), add the gradient (3), step the weight (3): 8.
+            "", "", 20, 10},
+        // Unfused SGD: scale momentum (2), add the gradient (3), step the weight (3): 8; 3 ops.
         {"sgd-momentum", "momentum", 1, all, 0, 0, plain, false, 0, none, 0, 0, false, switched,
-            "", "", 8},
+            "", "", 8, 3},
         // Lion (Chen et al. 2023): one momentum; the update is the sign of an interpolation of it
         // and the gradient, signed in place: the previous update beside the next interpolation, two
         // of the tensor (measured with timm's loop, validation/optimizer_state.py; lion-pytorch's
         // clone and sum alike).
+        // Its loop: decay, the interpolation's scale and add, sign, the step, m's scale and add.
         {"lion", "Lion momentum", 1, all, 0, 0, plain, false, 0, elementwise, 2, 0, false,
-            switched, "", "", 19},
+            switched, "", "", 19, 7},
         // bitsandbytes >= 0.44 AdamW8bit (optim/optimizer.py Optimizer2State.init_state): m and v
         // in uint8 with an fp32 absmax per block of 256 (2048 before 0.44) for tensors of at least
         // min_8bit_size = 4096 elements, fp32 m and v below; its one fused kernel updates them in
@@ -121,24 +128,28 @@ inline constexpr std::array<Optimizer, 6> optimizers = [] {
         {"adam-8bit", "Adam m, v", 2, large, 2, 4096, int8_blocks, false, 0, none, 0, 0, false,
             kernel,
          "n >= 4096: 2 x (n x 1 B + ceil(n/256) x 4 B); smaller: 2 x n x state",
-         "bitsandbytes >= 0.44 AdamW8bit: blocksize 256, min_8bit_size 4096", 0},
+         "bitsandbytes >= 0.44 AdamW8bit: blocksize 256, min_8bit_size 4096", 0, 1},
         // transformers' Adafactor with its defaults (beta1=None: no first moment): a matrix keeps a
         // row and a column vector of its second moment, a vector the whole of it. Its Python loop
         // squares the gradient (two of the tensor beside the previous tensor's update), and steps
         // fp32 copies of a bf16 weight and gradient. Each tensor's RMS is a 0-dim fp32 tensor in
-        // its state.
+        // its state. Its loop, for a matrix: 24 ops (read from its step: the squared gradient, two
+        // means, the factors' updates, their approximation, the update's RMS and clip, the step,
+        // the casts).
         {"adafactor", "Adafactor v", 0, matrices, 1, 0, plain, true, 4, elementwise, 2, 1, true,
             loop,
          "matrix R x C: (R + C) x state; vector of n: n x state; 4 B (RMS) each",
-         "transformers Adafactor (optimization.py), beta1=None", 16},
+         "transformers Adafactor (optimization.py), beta1=None", 16, 24},
         // Keller Jordan's MuonWithAuxAdam (KellerJordan/Muon muon.py, Moonlight's split): a
         // momentum for the layers' matrices, AdamW's m and v for the embedding, head, norms and
         // biases. Its aux Adam returns m^ / (sqrt(v^) + eps) out of place: four of the tensor
-        // beside the previous update.
+        // beside the previous update. Its loop for a matrix: 33 ops (read from muon.py: five
+        // Newton-Schulz steps of three products and two sums, the momentum, normalisation, casts
+        // and the step).
         {"muon", "Muon momentum; AdamW m, v", 1, hidden, 2, 0, plain, false, 0, newton_schulz, 4,
             1, false, loop,
          "layers' matrices: n x state; embedding, head, norms, biases: 2 x n x state",
-         "KellerJordan/Muon MuonWithAuxAdam, 5 Newton-Schulz steps in bf16", 11},
+         "KellerJordan/Muon MuonWithAuxAdam, 5 Newton-Schulz steps in bf16", 11, 33},
         // clang-format on
     }};
 }();

@@ -487,6 +487,46 @@ inline double elementwise_bytes(Count kept, Count temporaries) {
            static_cast<double>(temporaries.value());
 }
 
+/// Kernels one rank's optimiser step launches (launches.hpp): its trainable tensors' (its stage's
+/// layers', the ends' its share) one at a time, a foreach op's over them all in multi-tensor
+/// launches, or a fused kernel's; then the master copy's cast back, one op more. None where the
+/// host steps.
+inline double optimizer_launches(const Workload& w, const Parallelism& p, const StageFacts& f) {
+    if (p.offload != Offload::none) return 0;
+    double tensors = w.end_launches.trained_tensors / static_cast<double>(p.pp);
+    for (std::size_t k = 0; k < w.model.kind_count(); ++k)
+        tensors += w.layers[k].launches.trained_tensors * static_cast<double>(f.kind_layers[k]);
+    const Optimizer& o = w.recipe.optimizer;
+    const double ops = static_cast<double>(o.loop_launches) + (w.recipe.master ? 1 : 0);
+    if (o.own_impl == OptimizerImpl::fused) return tensors * ops;  // its kernel, tensor by tensor
+    const OptimizerImpl impl = o.own_impl.value_or(w.framework.optimizer);
+    if (impl == OptimizerImpl::for_loop) return tensors * ops;
+    const double elements =
+        static_cast<double>(StageFacts::shard(p, f.trainable_dense, f.trainable_experts).value());
+    return (impl == OptimizerImpl::fused ? 1 : ops) * multi_tensor_launches(tensors, elements);
+}
+
+/// Kernels one device of layout `p` launches in a step of M micro-batches: its stage's layers'
+/// (each kind's LayerLaunches, recomputation's reruns among them: under partial recomputation the
+/// recomputed layers' alone), the mean stage's share of the ends', and its optimiser step's.
+inline void add_launches(DeviceWork& work, const Workload& w, const Parallelism& p,
+                         const StageFacts& f) {
+    const double M = static_cast<double>(p.steps_per_batch());
+    const auto add = [&](const LayerLaunches& l, double layers) {
+        work.matmul_launches += (l.matmuls.total() + l.rerun_matmuls) * layers * M;
+        work.other_launches += (l.other.total() + l.rerun_other) * layers * M;
+    };
+    const bool partial = p.recompute_layers && !w.not_recomputed.empty();
+    const KindCounts rerun = partial ? f.layers.recomputed_counts(f.layers.layers) : f.kind_layers;
+    for (std::size_t k = 0; k < w.model.kind_count(); ++k) {
+        add(w.layers[k].launches, static_cast<double>(rerun[k]));
+        if (partial)
+            add(w.not_recomputed[k].launches, static_cast<double>(f.kind_layers[k] - rerun[k]));
+    }
+    add(w.end_launches, 1 / static_cast<double>(p.pp));
+    work.optimizer_launches = optimizer_launches(w, p, f);
+}
+
 /// What one device of layout `p` computes in a step of `cost` (one micro-batch's FLOPs) per
 /// micro-batch: the step's FLOPs and the attention's part of them (the recomputation taken to rerun
 /// the same mix), the weights its matrix products read (each layer's: forward, input gradient,
@@ -509,6 +549,7 @@ inline DeviceWork device_work(const Workload& w, const Parallelism& p, const Sta
             narrow_cast_bytes(w, p, k) * layers;
     }
     work.optimizer_flops = newton_schulz_on_rank(w, p, f);
+    add_launches(work, w, p, f);
     // The head's and the loss's, on one stage of pp: the mean stage's share.
     work.elementwise_bytes += elementwise_bytes(w.head.on_rank(p, w.model.vocab),
                                                 w.head_traffic.on_rank(p, w.model.vocab)) *
@@ -852,6 +893,7 @@ public:
             built = std::make_pair(
                 make_workload(m_, base.recipe, s, b, mode, params_, t, base.framework),
                 compute_cost(m_, s, b, mode, base.recompute_modules, nullptr, &spared));
+            count_launches(built->first, t);
         } catch (const overflow_error&) {}
         return workloads_.emplace(std::make_pair(b, mode), std::move(built)).first->second;
     }

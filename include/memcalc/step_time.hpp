@@ -103,6 +103,9 @@ struct DeviceWork {
     /// The optimiser step's own matrix products on this device (Muon's Newton-Schulz), once a
     /// step after the last backward, at the GEMM efficiency.
     double optimizer_flops = 0;
+    /// Kernels this device launches a step (launches.hpp): its matrix products, its other ops
+    /// (attention, element-wise), its optimiser step's. The host dispatches them one by one.
+    double matmul_launches = 0, other_launches = 0, optimizer_launches = 0;
 };
 
 /// Seconds of one step, by cause.
@@ -118,8 +121,11 @@ struct StepTime {
     /// The device's optimiser step, after the last backward: its bytes at the memory's bandwidth
     /// (none without one), its matrix products at the GEMM efficiency.
     double optimizer = 0;
+    /// What the host's dispatch of each kernel adds where it takes longer than the kernels it
+    /// launches (launch_bound): the matrix products', the other ops' and the optimiser's.
+    double dispatch = 0;
     double seconds() const {
-        return compute + bubble + communication + offload + host_optimizer + optimizer;
+        return compute + bubble + communication + offload + host_optimizer + optimizer + dispatch;
     }
 };
 
@@ -156,8 +162,17 @@ struct ComputeSeconds {
     double matmuls = 0;      ///< at the GEMM efficiency, or the memory's rate if reading is slower
     double attention = 0;    ///< at the attention kernel's efficiency
     double elementwise = 0;  ///< at the memory's rate (none without a memory bandwidth)
-    double total() const { return matmuls + attention + elementwise; }
+    /// The host's dispatch past the kernels it launches (launch_bound), none on a busy device.
+    double dispatch = 0;
+    double total() const { return matmuls + attention + elementwise + dispatch; }
 };
+
+/// Seconds the host's dispatch of `launches` kernels adds to `seconds` of them on the device: the
+/// host launches one every `launch_seconds` while the device runs the one before, so each costs
+/// the longer of the two; kernels of one kind taken as alike (their time shared evenly).
+inline double launch_bound(double launches, double seconds, double launch_seconds) {
+    return std::max(0.0, launches * launch_seconds - seconds);
+}
 
 inline ComputeSeconds compute_seconds(const Gpu& gpu, const Parallelism& p,
                                       const DeviceWork& work) {
@@ -178,6 +193,8 @@ inline ComputeSeconds compute_seconds(const Gpu& gpu, const Parallelism& p,
         work.attention_efficiency > 0 ? work.attention_efficiency : gpu.attention_efficiency;
     s.attention = work.attention_flops * work.attention_computed / devices / (peak * attention);
     s.elementwise = work.elementwise_bytes / memory;
+    s.dispatch = launch_bound(work.matmul_launches, s.matmuls, gpu.launch_seconds) +
+                 launch_bound(work.other_launches, s.attention + s.elementwise, gpu.launch_seconds);
     return s;
 }
 
@@ -275,12 +292,13 @@ inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p,
     if (!links) return std::nullopt;
     StepTime t;
     const ComputeSeconds compute = compute_seconds(gpu, p, work);
-    t.compute = compute.total();
+    t.compute = compute.total() - compute.dispatch;
+    t.dispatch = compute.dispatch;
     const MessageSeconds layers = layer_messages(*links, p, bytes, compute);
-    t.bubble = (t.compute + layers.exposed) * bubble_share(p, work.forward_share);
+    t.bubble = (compute.total() + layers.exposed) * bubble_share(p, work.forward_share);
     const double data_parallel = links->dp.seconds(bytes.data_parallel.total(), 0);
     const double data_parallel_exposed = exposed_data_parallel(
-        links->dp, bytes.data_parallel, t.compute, work.forward_share, p.steps_per_batch());
+        links->dp, bytes.data_parallel, compute.total(), work.forward_share, p.steps_per_batch());
     const double hidden = layers.hidden + std::max(0.0, data_parallel - data_parallel_exposed);
     t.communication = layers.exposed + data_parallel_exposed + hidden * gpu.collective_sm_share;
     if (bytes.offload > 0) {
@@ -292,6 +310,7 @@ inline std::optional<StepTime> step_time(const Gpu& gpu, const Parallelism& p,
         t.optimizer = bytes.device_optimizer / static_cast<double>(gpu.memory_bandwidth);
     t.optimizer +=
         work.optimizer_flops / (static_cast<double>(gpu.peak_bf16_flops) * gpu.gemm_efficiency);
+    t.dispatch += launch_bound(work.optimizer_launches, t.optimizer, gpu.launch_seconds);
     return t;
 }
 

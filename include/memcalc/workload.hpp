@@ -64,11 +64,34 @@ struct Workload {
     /// The head program's backward ops (the final norm's) against the head's rows (the
     /// architecture model).
     std::vector<WorkspaceEffect> head_work;
-    SplitBytes head_traffic;  ///< the head program's unfused temporaries (the loss's passes)
+    SplitBytes head_traffic;     ///< the head program's unfused temporaries (the loss's passes)
+    LayerLaunches end_launches;  ///< the embedding's, the head's and the loss's kernels
+                                 ///< (count_launches)
     /// Under TpOverlap::matmul, the layers' linear FLOPs the attention projections take
     /// (projection_share): the products half the tensor-parallel collectives run beside.
     double projection_share = 0.5;
 };
+
+/// The ends' kernels for one micro-batch: the embedding's lookup, the head program's (its final
+/// norm), the loss kernel's and the head's product (a tied head's too), a chunked loss's a chunk
+/// at a time.
+inline LayerLaunches end_launches(const LayerActivations& head, const ParameterTable& params,
+                                  const Framework& f) {
+    LayerLaunches out;
+    for (const Launches& l : head.launches) out.other += l;
+    out.other += launches_of(LaunchOp::embedding);
+    const bool chunked = f.loss == LossKernel::chunked || f.loss == LossKernel::fused_linear;
+    const double chunks = chunked ? static_cast<double>(f.loss_chunks) : 1;
+    out.other += loss_passes[static_cast<std::size_t>(f.loss)].launches * chunks;
+    bool trained = false;  // the head's weight, or (tied) the token embedding's: the first row
+    for (const ParamRow& r : params.rows) {
+        if (r.role == ParamRole::weight && (r.linear == Linear::head || &r == &params.rows[0]))
+            trained = r.trainable;
+        if (r.group != Group::layer && r.trainable) out.trained_tensors += 1;
+    }
+    out.matmuls += matmul_launches(trained) * chunks;
+    return out;
+}
 
 /// What the weight-gradient pass (W) of one layer of kind `kind` reads, one micro-batch of `tokens`
 /// tokens in the compute dtype (`bytes`): its widths (weight_pass_widths) a token, its experts'
@@ -217,6 +240,18 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
         w.head_traffic = head.eager_traffic;
     }
     return w;
+}
+
+/// The kernels `w`'s layers (of tables `t`) and ends launch (LayerLaunches), which only the step
+/// time reads: plan counts them once a workload, a single estimate never.
+inline void count_launches(Workload& w, const ActivationTables& t) {
+    const ParameterTable& params = w.parameters->table;
+    for (std::size_t k = 0; k < w.layers.size(); ++k) {
+        w.layers[k].launches = layer_launches(t.of_kind(k), w.recompute, params, k);
+        if (k < w.not_recomputed.size())
+            w.not_recomputed[k].launches = layer_launches(t.of_kind(k), Recompute::none, params, k);
+    }
+    w.end_launches = end_launches(t.head, params, w.framework);
 }
 
 }  // namespace memcalc

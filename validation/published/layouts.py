@@ -195,7 +195,7 @@ def run_plan(memcalc, args):
     return rows, None
 
 
-CAUSES = ("compute", "communication", "bubble", "optimizer", "offload", "host_optimizer")
+CAUSES = ("compute", "communication", "bubble", "optimizer", "offload", "host_optimizer", "dispatch")
 
 
 def seconds_by_cause(memcalc, args):

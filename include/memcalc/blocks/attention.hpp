@@ -38,6 +38,8 @@ inline void mha_input_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     after_linears(t, z, "q/k/v projections", qkv, z.tokens, z.sbh, shape::sbh, z.s, input_row(kept),
                   qkv_out);
     t.gradient(qkv_out.weight);
+    if (!m.fused_qkv) t.launch(LaunchOp::gradient_sum, 2);  // q's, k's and v's input gradients
+    if (m.position == Position::rotary) t.launch(LaunchOp::rotary, 2);  // q and k
     qk_norm_rows(t, m, z);
     rotary_rows(t, m, z);
     temperature_rows(t, m, z);
@@ -53,6 +55,8 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
     // the kernel, Q K^T and the weights times V as compute_cost counts them.
     t.spare(2.0 * static_cast<double>(z.tokens.value()) * static_cast<double>(z.seq) *
             static_cast<double>(m.heads * (m.head_size() + m.value_head_size())));
+    t.launch(LaunchOp::flash_core);
+    t.launch(LaunchOp::merge_heads);
     t.add("flash attention", "log-sum-exp per query row, fp32",
           "backward rebuilds the softmax from it", shape::asb, Count(m.heads) * z.tokens,
           dtype::fp32, Keep::not_selective, 1, RowFacts{}.saved_by_policy());
@@ -99,6 +103,8 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
 /// comparison.
 inline void eager_scores_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     const CausalMaskBufferRow& mask = causal_mask_buffer(m.causal_mask_buffer);
+    if (mask.filled) t.launch(LaunchOp::mask_fill);
+    if (mask.selected) t.launch(Launches{0, 1});  // torch.where's gradient: one more kernel
     if (mask.filled)
         // nanoGPT: masked_fill(bias[:, :, :s, :s] == 0, -inf) keeps the comparison's new s x s bool
         // tensor for backward (measured: validation/results/cpu-buffers.json).
@@ -236,6 +242,9 @@ inline void eager_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
     const bool softmax_fp32 =
         m.softmax_fp32 || (z.autocast && (fp32_sum || z.kernels->autocast_softmax_fp32));
     softmax_rows(t, m, z, softmax_elements, softmax_fp32);
+    t.launch(LaunchOp::eager_core);
+    t.launch(LaunchOp::merge_heads);
+    if (softmax_fp32 && z.d != dtype::fp32) t.launch(LaunchOp::softmax_casts);
     if (m.attention_dropout > 0) attention_dropout_rows(t, z);
     over_v_rows(t, z, output);
     softmax_work(t, m, z, softmax_row, softmax_elements, softmax_fp32);

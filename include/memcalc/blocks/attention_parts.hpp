@@ -44,6 +44,9 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
     const bool changed = rotary || m.qk_norm != QkNorm::none || temperature_tuned(m);
     const bool repeated = repeats_kv(m, attention);
     const bool qkv_bias = m.bias != Bias::none;
+    if (repeated) t.launch(LaunchOp::repeat_kv, 2);  // k and v
+    // Eager attention's Q K^T hands k's gradient back transposed: copied for the reshape's.
+    if (repeated && attention == Attention::eager) t.launch(Launches{0, 1});
     const bool saved[3] = {t.linear_saved(qkv_bias, z.sbq, m.hidden),
                            t.linear_saved(qkv_bias, z.sbkv, m.hidden),
                            t.linear_saved(qkv_bias, z.sbkv, m.hidden)};
@@ -110,6 +113,7 @@ inline void qk_norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z)
 inline void rotary_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     if (m.position != Position::rotary || !rotary_embedding(m.rotary_embedding).per_layer_tables)
         return;
+    t.launch(rotary_embedding(m.rotary_embedding).table_launches);
     t.add("rotary embedding (this layer's)", "cos and sin for the sequence's positions",
           "q and k were multiplied by them", shape::sd, Count(z.seq) * m.rotary_dim(), z.d,
           Keep::always, 2);

@@ -13,6 +13,7 @@ namespace memcalc::detail {
 inline void dropout_row(TableBuilder& t, const Sizes& z, DType input, const std::string& op,
                         const Shape& shape, Count elements, Keep keep = Keep::always,
                         std::uint64_t copies = 1) {
+    t.launch(z.kernels->dropout_launches * static_cast<double>(copies));
     if (z.kernels->dropout_mask)
         t.add(op, "mask (1 byte)", "which elements were zeroed", shape, elements, dtype::mask, keep,
               copies);

@@ -158,6 +158,8 @@ inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision) {
 struct LossPasses {
     std::uint8_t forward_wide, backward_wide, forward_narrow, backward_narrow;
     bool upcasts;
+    /// Kernels it launches, forward and backward (a chunked kernel's, for each chunk).
+    Launches launches;
 };
 
 /// By LossKernel. Eager cross_entropy: NLL's backward writes a dense gradient that log-softmax's
@@ -165,13 +167,19 @@ struct LossPasses {
 /// divides its fp32 copy in place; backward subtracts the one-hot and scales in place, then casts.
 /// A fused kernel writes the gradient over the logits, which backward scales in place. Liger's
 /// fused linear cross-entropy writes each chunk's logits and their gradient on the way.
+/// Launches: eager cross_entropy's upcast, log_softmax, nll and its weight's zeros, and their
+/// backward (counted on CPU);
+/// Megatron-LM's: its copy, max, subtraction, exp, sum, division and the target's gather, and in
+/// backward the one-hot's subtraction, scale and cast (read from cross_entropy.py); a fused
+/// kernel's one each way; Liger's, for each chunk its product with the head, the loss and the
+/// gradient's product back.
 inline constexpr std::array<LossPasses, 6> loss_passes{{
-    {0, 1, 0, 0, true},   // fp32
-    {0, 1, 0, 0, true},   // bf16 (an upcast only under autocast)
-    {0, 0, 1, 1, false},  // fused
-    {3, 2, 0, 1, false},  // fp32_inplace: its fp32 copy a saved row
-    {0, 1, 0, 0, true},   // chunked: fp32's, a chunk at a time
-    {0, 0, 2, 0, false},  // fused_linear
+    {0, 1, 0, 0, true, {4, 3}},   // fp32
+    {0, 1, 0, 0, true, {3, 2}},   // bf16 (an upcast only under autocast)
+    {0, 0, 1, 1, false, {1, 1}},  // fused
+    {3, 2, 0, 1, false, {7, 3}},  // fp32_inplace: its fp32 copy a saved row
+    {0, 1, 0, 0, true, {4, 3}},   // chunked: fp32's, a chunk at a time
+    {0, 0, 2, 0, false, {3, 2}},  // fused_linear
 }};
 static_assert(loss_passes.size() == static_cast<std::size_t>(LossKernel::fused_linear) + 1,
               "a row for every loss kernel, in LossKernel's order");

@@ -146,6 +146,7 @@ private:
         if (m.norms_after_branches()) norm_rows(t, m, z, "post-attention norm", false, false, true);
         if (m.hidden_dropout > 0 && !m.parallel_attention)
             dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);
+        if (!m.parallel_attention && m.has_mlp) t.launch(LaunchOp::residual_add);
     }
 
     void mlp_half() {
@@ -225,6 +226,7 @@ private:
     }
 
     void last_add() {
+        t.launch(LaunchOp::residual_add, m.parallel_attention ? 2 : 1);  // a parallel layer's three
         // The last add: the MLP's output (compute dtype) and the sum (the stream's), beside the
         // residual stream's earlier tensors that no row keeps.
         const std::uint64_t stream =

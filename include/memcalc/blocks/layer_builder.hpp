@@ -141,6 +141,11 @@ public:
                 {backward, op, Count(2) * bytes, split,
                  rows_.empty() ? EagerTraffic::no_row : rows_.size() - 1});
     }
+    /// The current module's op launches `n` x `op`'s kernels (launches.hpp), or `l`.
+    void launch(LaunchOp op, double n = 1) { launch(launches_of(op) * n); }
+    void launch(const Launches& l) {
+        if (layer_) layer_->launches[static_cast<std::size_t>(module_)] += l;
+    }
     /// Forward workspaces added from now on run before linear `first`'s weight (and every later
     /// tensor) is cast; none: no cast is pending.
     void casts_pending(Linear first) {

@@ -144,6 +144,11 @@ private:
                    up_saved = t_.linear_saved(biased_, sbf_, m_.hidden);
         activation_rows(t_, fn_, shape_, sbf_, prefix_, "the gate projection's output", z_.d,
                         gate_saved, m_.fused_glu, compiled_);
+        // One kernel where fused; else the function's and the product's. Gate and up read one
+        // input: its gradients summed, unless one linear makes both.
+        t_.launch(m_.fused_glu ? launches_of(LaunchOp::fused_glu) : fn_.launches);
+        if (!m_.fused_glu) t_.launch(LaunchOp::gated_product);
+        if (!m_.fused_gate_up) t_.launch(LaunchOp::gradient_sum);
         if (!m_.fused_glu && !output_recomputed_)
             t_.add(prefix_ + "gate x up", std::string(fn_.label) + "'s output",
                    "the up branch's gradient is act(gate) x grad", shape_, sbf_, z_.d);
@@ -171,6 +176,7 @@ private:
         const std::string act = prefix_ + std::string(fn_.label);
         activation_rows(t_, fn_, shape_, sbf_, prefix_, "the up projection's output", z_.d,
                         t_.linear_saved(biased_, sbf_, m_.hidden), false, compiled_);
+        t_.launch(fn_.launches);
         // An output the function keeps is the down projection's input, unless a dropout comes
         // between.
         if (fn_.keeps_output && dropout_)

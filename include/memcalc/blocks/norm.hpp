@@ -78,6 +78,7 @@ inline bool fused_rmsnorm_rows(TableBuilder& t, const std::string& what, const S
                                Count elements, const Shape& row_shape, Count rows,
                                const std::string& row_name, std::uint64_t input,
                                const RowFacts& input_facts = {}, bool input_kept = false) {
+    t.launch(LaunchOp::fused_norm);
     const std::string op = what + " (RMSNorm, fused)";
     if (!input_kept)
         t.add(op, "its input", "the kernel's backward reads x", shape, elements, input,
@@ -100,6 +101,8 @@ inline bool rmsnorm_rows(TableBuilder& t, const Sizes& z, const std::string& wha
     if (z.fused_rmsnorm && weighted && !fp32_scale)
         return fused_rmsnorm_rows(t, what, shape, elements, row_shape, rows, row_name, input,
                                   input_facts);
+    t.launch(LaunchOp::rmsnorm);
+    if (input != dtype::fp32) t.launch(LaunchOp::rmsnorm_casts);  // x.float() and the cast back
     if (input == dtype::fp32 && fp32_input)
         t.add(what + " (RMSNorm)", fp32_input->what, "pow(x, 2) and x * rsqrt need x",
               fp32_input->shape, fp32_input->elements, dtype::fp32, Keep::always, 1, input_facts);
@@ -159,6 +162,7 @@ inline bool norm_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
                   shape::sbh, z.sbh, input, Keep::always, 1,
                   RowFacts{}.input_of_layer(layer_input).input_of_module());
         }
+        t.launch(LaunchOp::layer_norm);
         const bool fp32 = z.kernels->norm_statistics_fp32;  // else in its input's dtype
         t.add(what + " (LayerNorm)",
               std::string("mean and 1/std per token, ") +

@@ -1,0 +1,113 @@
+#pragma once
+/// Kernel launches: how many kernels each op of a layer launches in its forward and its backward as
+/// eager PyTorch runs it. The host dispatches each one (Python, the dispatcher, the launch), so a
+/// step is at least its launches times that cost (Gpu::launch_seconds): what bounds a small
+/// model's step. Counted with torch 1.13 on CPU (validation/kernel_launches.py: every aten op
+/// but views), which the CUDA kernels match but where a kernel fact says otherwise (dropout).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+namespace memcalc {
+
+/// Kernels an op launches, forward and backward (a trained op's: its input's gradient and its
+/// weight's).
+struct Launches {
+    double forward = 0, backward = 0;
+    Launches& operator+=(const Launches& o) {
+        forward += o.forward, backward += o.backward;
+        return *this;
+    }
+    Launches operator*(double n) const { return {forward * n, backward * n}; }
+    Launches operator+(const Launches& o) const {
+        return {forward + o.forward, backward + o.backward};
+    }
+    double total() const { return forward + backward; }
+};
+
+/// The ops whose launches a layer's blocks count (their matrix products come from the parameter
+/// table: LayerLaunches).
+enum class LaunchOp : std::uint8_t {
+    layer_norm,     ///< one fused kernel each way
+    rmsnorm,        ///< transformers' eager RMSNorm: pow, mean, + eps, rsqrt, two products
+    rmsnorm_casts,  ///< its x.float() and .to(dtype), where the input is not fp32
+    fused_norm,     ///< a fused RMSNorm (Transformer Engine's, Apex's)
+    rotary,         ///< rotate_half and the two products and their sum, for q or for k
+    repeat_kv,   ///< k or v copied to every query head (x[:, :, None], expand, reshape); backward
+                 ///< its sum and the indexing's two slice_backward
+    eager_core,  ///< Q K^T, / sqrt(d), + mask, softmax, x V; backward four products, the
+                 ///< softmax's, the scale's and a copy
+    softmax_casts,  ///< the scores' fp32 copy and the weights' cast back (softmax in fp32)
+    mask_fill,      ///< a registered mask's comparison and masked_fill; backward, the fill
+    flash_core,     ///< one fused attention kernel each way
+    fused_glu,      ///< act(gate) x up as one kernel each way (Megatron-LM's, Liger's)
+    merge_heads,    ///< the attention's output made contiguous for the output projection
+    gated_product,  ///< act(gate) x up: one product; backward one for each factor
+    residual_add,   ///< the residual sum; backward, the stream's gradient summed at its fork
+    gradient_sum,   ///< a tensor read by one more op: its gradients summed in backward
+    bias_gradient,  ///< a trained bias: its gradient summed over the tokens
+    embedding,      ///< the lookup; backward, its dense gradient
+    count
+};
+
+struct LaunchRow {
+    LaunchOp op;
+    Launches launches;
+};
+
+// clang-format off
+/// Counted on CPU (torch 1.13, bf16), each op alone (validation/kernel_launches.py --ops).
+inline constexpr std::array<LaunchRow, static_cast<std::size_t>(LaunchOp::count)> launch_rows{{
+    {LaunchOp::layer_norm,    {1, 1}},
+    {LaunchOp::rmsnorm,       {6, 14}},
+    {LaunchOp::rmsnorm_casts, {2, 2}},
+    {LaunchOp::fused_norm,    {1, 1}},
+    {LaunchOp::rotary,        {5, 7}},
+    {LaunchOp::repeat_kv,     {1, 3}},
+    {LaunchOp::eager_core,    {5, 7}},
+    {LaunchOp::softmax_casts, {2, 2}},
+    {LaunchOp::mask_fill,     {1, 1}},
+    {LaunchOp::flash_core,    {1, 1}},
+    {LaunchOp::fused_glu,     {1, 1}},
+    {LaunchOp::merge_heads,   {1, 1}},
+    {LaunchOp::gated_product, {1, 2}},
+    {LaunchOp::residual_add,  {1, 1}},
+    {LaunchOp::gradient_sum,  {0, 1}},
+    {LaunchOp::bias_gradient, {0, 1}},
+    {LaunchOp::embedding,     {1, 1}},
+}};
+// clang-format on
+
+static_assert(
+    [] {
+        for (std::size_t i = 0; i < launch_rows.size(); ++i)
+            if (launch_rows[i].op != static_cast<LaunchOp>(i)) return false;
+        return true;
+    }(),
+    "launch_rows in LaunchOp's order: launches_of reads a row by its op");
+
+inline constexpr Launches launches_of(LaunchOp op) {
+    return launch_rows[static_cast<std::size_t>(op)].launches;
+}
+
+/// Host calls torch.utils.checkpoint (non-reentrant) makes for each tensor its recomputation
+/// rebuilds: the pack hook in forward, again in the recomputation, and the unpack hook; each taken
+/// to cost what a launch does.
+inline constexpr double checkpoint_hook_calls = 3;
+
+/// A matrix product's launches: one forward; backward its input's gradient, and its weight's where
+/// the weight trains.
+inline constexpr Launches matmul_launches(bool trained) { return {1, trained ? 2.0 : 1.0}; }
+
+/// How many launches a multi-tensor kernel (torch's foreach and fused optimisers) makes for one op
+/// over `tensors` tensors of `elements` in all: one per 36 tensors (four lists: params, grads, m,
+/// v) or per 320 blocks of 65,536 elements, whichever fills first (ATen's MultiTensorApply.cuh:
+/// depth_to_max_tensors, depth_to_max_blocks, kChunkSize).
+inline double multi_tensor_launches(double tensors, double elements) {
+    constexpr double max_tensors = 36, max_elements = 320.0 * 65536;
+    return std::max(std::ceil(tensors / max_tensors), std::ceil(elements / max_elements));
+}
+
+}  // namespace memcalc
