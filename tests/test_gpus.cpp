@@ -241,9 +241,10 @@ TEST_CASE("a GPU file, an unknown name, or two memories at once", "[gpus][cli]")
     // The step time's assumptions, replaced by a file's own, in their ranges.
     const Gpu tuned = parse_gpu_json(
         R"({"name": "x", "memory_bytes": 1, "gemm_efficiency": 0.55, "attention_efficiency": 1,
-            "inter_node_latency_seconds": 0})",
+            "inter_node_latency_seconds": 0, "launch_seconds": 5e-6})",
         "g.json");
     CHECK(tuned.gemm_efficiency == 0.55);
+    CHECK(tuned.launch_seconds == 5e-6);
     CHECK(tuned.attention_efficiency == 1);
     CHECK(tuned.inter_node_latency == 0);
     CHECK(tuned.intra_node_latency == Gpu{}.intra_node_latency);
@@ -254,6 +255,9 @@ TEST_CASE("a GPU file, an unknown name, or two memories at once", "[gpus][cli]")
                                         "intra_node_latency_seconds": -1})",
                                      "g.json"),
                       "g.json: intra_node_latency_seconds must be 0 to 1 s (got -1)");
+    CHECK_THROWS_WITH(
+        parse_gpu_json(R"({"name": "x", "memory_bytes": 1, "launch_seconds": 2})", "g.json"),
+        "g.json: launch_seconds must be 0 to 1 s (got 2)");
     // The speeds are optional (absent or null: unknown), and positive integers when given.
     const Gpu speeds = parse_gpu_json(
         R"({"name": "x", "memory_bytes": 1073741824, "peak_bf16_flops": 1000000000000,
