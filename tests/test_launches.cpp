@@ -27,30 +27,29 @@ double rows_rebuilt(const Architecture& m, Recompute mode, Attention attention) 
         architecture_layer(m, 512, 1, Settings{}.recipe.precision(), attention);
     double n = 0;
     for (const SavedTensor& r : layer.rows)
-        if (r.kept(Recompute::none) &&
-            (checkpoints_layer(mode) ? !r.layer_input : !r.kept(mode)))
+        if (r.kept(Recompute::none) && (checkpoints_layer(mode) ? !r.layer_input : !r.kept(mode)))
             ++n;
     return n;
 }
 }  // namespace
 
-TEST_CASE("a layer's launches: its blocks' ops by the table, its linears' products from its "
-          "parameters",
-          "[launches]") {
+TEST_CASE(
+    "a layer's launches: its blocks' ops by the table, its linears' products from its "
+    "parameters",
+    "[launches]") {
     // GPT-2's layer: two LayerNorms, eager attention (its heads merged), GELU, two residual adds;
     // six biased linears (q, k, v, o, up, down), the q/k/v input's gradients summed.
-    const LayerLaunches gpt = launches_of_layer(fixtures::gpt2_small(), Recompute::none, Attention::eager);
+    const LayerLaunches gpt =
+        launches_of_layer(fixtures::gpt2_small(), Recompute::none, Attention::eager);
     CHECK(gpt.matmuls.forward == 6);
     CHECK(gpt.matmuls.backward == 12);
     CHECK(gpt.other.forward == 2 * fwd_of(LaunchOp::layer_norm) + fwd_of(LaunchOp::eager_core) +
                                    fwd_of(LaunchOp::merge_heads) + 1 +
                                    2 * fwd_of(LaunchOp::residual_add));
-    CHECK(gpt.other.backward == 2 * bwd_of(LaunchOp::layer_norm) +
-                                    bwd_of(LaunchOp::eager_core) +
-                                    bwd_of(LaunchOp::merge_heads) + 1 +
-                                    2 * bwd_of(LaunchOp::residual_add) +
-                                    2 * bwd_of(LaunchOp::gradient_sum) +
-                                    6 * bwd_of(LaunchOp::bias_gradient));
+    CHECK(gpt.other.backward ==
+          2 * bwd_of(LaunchOp::layer_norm) + bwd_of(LaunchOp::eager_core) +
+              bwd_of(LaunchOp::merge_heads) + 1 + 2 * bwd_of(LaunchOp::residual_add) +
+              2 * bwd_of(LaunchOp::gradient_sum) + 6 * bwd_of(LaunchOp::bias_gradient));
     // Mistral's: RMSNorms in bf16 (their casts), rotary on q and k, k and v repeated for eager
     // attention (k's transposed gradient copied), softmax in fp32, SwiGLU; seven bias-free
     // linears, gate's and up's input gradients summed too.
@@ -77,37 +76,40 @@ TEST_CASE("a layer's launches: its blocks' ops by the table, its linears' produc
               2 * bwd_of(LaunchOp::repeat_kv) + 1 - bwd_of(LaunchOp::flash_core));
 }
 
-TEST_CASE("recomputation reruns forward kernels: every one under full, the core attention's under "
-          "selective",
-          "[launches]") {
+TEST_CASE(
+    "recomputation reruns forward kernels: every one under full, the core attention's under "
+    "selective",
+    "[launches]") {
     for (const Architecture& m : {fixtures::gpt2_small(), fixtures::mistral_7b()}) {
         CAPTURE(m.name);
         const LayerLaunches none = launches_of_layer(m, Recompute::none, Attention::eager),
                             full = launches_of_layer(m, Recompute::full, Attention::eager),
-                            selective = launches_of_layer(m, Recompute::selective, Attention::eager);
+                            selective =
+                                launches_of_layer(m, Recompute::selective, Attention::eager);
         CHECK(none.rerun_matmuls + none.rerun_other == 0);
         CHECK(full.rerun_matmuls == full.matmuls.forward);
         CHECK(full.rerun_other ==
-              full.other.forward + checkpoint_hook_calls *
-                                       rows_rebuilt(m, Recompute::full, Attention::eager));
+              full.other.forward +
+                  checkpoint_hook_calls * rows_rebuilt(m, Recompute::full, Attention::eager));
         // Selective checkpoints the core attention alone: no product reruns, fewer kernels.
         CHECK(selective.rerun_matmuls == 0);
-        const double core = selective.rerun_other -
-                            checkpoint_hook_calls *
-                                rows_rebuilt(m, Recompute::selective, Attention::eager);
+        const double core =
+            selective.rerun_other -
+            checkpoint_hook_calls * rows_rebuilt(m, Recompute::selective, Attention::eager);
         CHECK(core >= fwd_of(LaunchOp::eager_core));
         CHECK(core < full.other.forward);
     }
 }
 
-TEST_CASE("the optimiser's launches: a loop's per tensor, foreach's per multi-tensor launch, a "
-          "fused kernel's once",
-          "[launches]") {
+TEST_CASE(
+    "the optimiser's launches: a loop's per tensor, foreach's per multi-tensor launch, a "
+    "fused kernel's once",
+    "[launches]") {
     const Architecture m = fixtures::mistral_7b();
     const Settings s;
     const auto params = parameter_splits(parameter_table(m), m.vocab);
-    const ActivationTables tables = activation_tables(m, 1024, 1, s.recipe.precision(),
-                                                      s.activations, s.framework, {}, {});
+    const ActivationTables tables =
+        activation_tables(m, 1024, 1, s.recipe.precision(), s.activations, s.framework, {}, {});
     const auto launched = [&](OptimizerImpl impl, Parallelism p = {}) {
         Framework f = s.framework;
         f.optimizer = impl;
@@ -139,17 +141,17 @@ TEST_CASE("the host's dispatch bounds a step: the launches' time past their kern
     g.gpus_per_node = 8, g.intra_node_bandwidth = g.inter_node_bandwidth = 1'000'000'000ULL;
     g.memory_bandwidth = 1'000'000'000'000ULL, g.launch_seconds = 1e-5;
     DeviceWork work;
-    work.flops = 7e12;             // 0.1 s of products at 0.7 of the peak
+    work.flops = 7e12;              // 0.1 s of products at 0.7 of the peak
     work.elementwise_bytes = 5e10;  // 0.05 s at 1 TB/s
     work.matmul_launches = 5000, work.other_launches = 2000, work.optimizer_launches = 0;
     auto t = step_time(g, {}, work, Traffic{});
     REQUIRE(t);
-    CHECK(t->dispatch == 0);  // 0.05 s and 0.02 s of launching: the device is the slower
+    CHECK(t->dispatch == 0);      // 0.05 s and 0.02 s of launching: the device is the slower
     work.other_launches = 20000;  // 0.2 s of launching beside 0.05 s of element-wise work
     t = step_time(g, {}, work, Traffic{});
     CHECK(t->dispatch == Approx(0.15));
     CHECK(t->seconds() == Approx(0.1 + 0.05 + 0.15));
-    work.matmul_launches = 30000;  // and the products' 0.3 s past their 0.1 s
+    work.matmul_launches = 30000;    // and the products' 0.3 s past their 0.1 s
     work.optimizer_launches = 1000;  // 0.01 s with no optimiser work timed
     t = step_time(g, {}, work, Traffic{});
     CHECK(t->dispatch == Approx(0.15 + 0.2 + 0.01));
@@ -161,12 +163,14 @@ TEST_CASE("plan: a small model's step is mostly its launches, a large one's none
         REQUIRE(r.status == 0);
         return nlohmann::json::parse(r.out)["layouts"][0];
     };
-    const auto small = step("--preset gpt2 --gpus 1 --seq 1024 --global-batch 1 --activations "
-                            "architecture --optimizer-impl for-loop");
+    const auto small = step(
+        "--preset gpt2 --gpus 1 --seq 1024 --global-batch 1 --activations "
+        "architecture --optimizer-impl for-loop");
     CHECK(small["dispatch_seconds"].get<double>() >
           small["compute_seconds"].get<double>() + small["optimizer_seconds"].get<double>());
-    const auto large = step("--preset llama-7b --gpus 8 --seq 4096 --global-batch 64 --activations "
-                            "architecture");
+    const auto large = step(
+        "--preset llama-7b --gpus 8 --seq 4096 --global-batch 64 --activations "
+        "architecture");
     CHECK(large["dispatch_seconds"].get<double>() == 0);
     CHECK(large["compute_seconds"].get<double>() > 1);
 }
