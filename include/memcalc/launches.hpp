@@ -16,15 +16,15 @@ namespace memcalc {
 /// weight's).
 struct Launches {
     double forward = 0, backward = 0;
-    Launches& operator+=(const Launches& o) {
+    constexpr Launches& operator+=(const Launches& o) {
         forward += o.forward, backward += o.backward;
         return *this;
     }
-    Launches operator*(double n) const { return {forward * n, backward * n}; }
-    Launches operator+(const Launches& o) const {
+    constexpr Launches operator*(double n) const { return {forward * n, backward * n}; }
+    constexpr Launches operator+(const Launches& o) const {
         return {forward + o.forward, backward + o.backward};
     }
-    double total() const { return forward + backward; }
+    constexpr double total() const { return forward + backward; }
 };
 
 /// The ops whose launches a layer's blocks count (their matrix products come from the parameter
