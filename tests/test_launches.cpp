@@ -73,7 +73,8 @@ TEST_CASE(
               2 * fwd_of(LaunchOp::repeat_kv) - fwd_of(LaunchOp::flash_core));
     CHECK(m.other.backward - flash.other.backward ==
           bwd_of(LaunchOp::eager_core) + bwd_of(LaunchOp::softmax_casts) +
-              2 * bwd_of(LaunchOp::repeat_kv) + 1 - bwd_of(LaunchOp::flash_core));
+              2 * bwd_of(LaunchOp::repeat_kv) + bwd_of(LaunchOp::gradient_copy) -
+              bwd_of(LaunchOp::flash_core));
 }
 
 TEST_CASE(

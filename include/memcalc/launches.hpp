@@ -41,6 +41,8 @@ enum class LaunchOp : std::uint8_t {
                  ///< softmax's, the scale's and a copy
     softmax_casts,  ///< the scores' fp32 copy and the weights' cast back (softmax in fp32)
     mask_fill,      ///< a registered mask's comparison and masked_fill; backward, the fill
+    mask_select,    ///< torch.where on a bool mask buffer: its gradient one kernel more
+    gradient_copy,  ///< a gradient handed back transposed, copied contiguous for a reshape
     flash_core,     ///< one fused attention kernel each way
     fused_glu,      ///< act(gate) x up as one kernel each way (Megatron-LM's, Liger's)
     merge_heads,    ///< the attention's output made contiguous for the output projection
@@ -69,6 +71,8 @@ inline constexpr std::array<LaunchRow, static_cast<std::size_t>(LaunchOp::count)
     {LaunchOp::eager_core,    {5, 7}},
     {LaunchOp::softmax_casts, {2, 2}},
     {LaunchOp::mask_fill,     {1, 1}},
+    {LaunchOp::mask_select,   {0, 1}},
+    {LaunchOp::gradient_copy, {0, 1}},
     {LaunchOp::flash_core,    {1, 1}},
     {LaunchOp::fused_glu,     {1, 1}},
     {LaunchOp::merge_heads,   {1, 1}},

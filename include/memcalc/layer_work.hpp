@@ -97,7 +97,6 @@ inline SplitParams gradients_from(const ParameterTable& t, Linear first, std::ui
                         [](const ParamRow& r) { return r.trainable; });
 }
 
-/// One kind of layer's share of a workload, one layer of one micro-batch.
 /// The kernels one layer launches for one micro-batch: its matrix products (one a linear forward;
 /// backward its input's gradient and a trained weight's) and its other ops, and the forward
 /// kernels its recomputation runs again. An expert linear counts once (a grouped GEMM).
@@ -105,7 +104,6 @@ struct LayerLaunches {
     Launches matmuls, other;
     double rerun_matmuls = 0, rerun_other = 0;
     double trained_tensors = 0;  ///< its tensors the optimiser steps, each its own kernels
-    double total() const { return matmuls.total() + other.total() + rerun_matmuls + rerun_other; }
 };
 
 /// Layer `kind`'s launches under `mode`: its blocks' (by module), its linears' and its trained
@@ -115,15 +113,15 @@ struct LayerLaunches {
 inline LayerLaunches layer_launches(const LayerActivations& layer, Recompute mode,
                                     const ParameterTable& params, std::size_t kind) {
     LayerLaunches out;
-    std::array<bool, module_count> rerun{};
-    for (const SavedTensor& row : layer.rows)  // a row of no module: the core attention's
-        if (mode == Recompute::selective && row.kept(Recompute::none) && !row.kept(mode))
-            rerun[static_cast<std::size_t>(row.module == Module::none ? Module::core_attn
-                                                                      : row.module)] = true;
     const bool whole = checkpoints_layer(mode);
-    for (const SavedTensor& row : layer.rows)  // each tensor the recomputation rebuilds
-        if (row.kept(Recompute::none) && (whole ? !row.layer_input : !row.kept(mode)))
-            out.rerun_other += checkpoint_hook_calls;
+    std::array<bool, module_count> rerun{};  // the modules selective recomputation reruns
+    for (const SavedTensor& row : layer.rows) {
+        if (!row.kept(Recompute::none) || (whole ? row.layer_input : row.kept(mode))) continue;
+        out.rerun_other += checkpoint_hook_calls;  // a tensor the recomputation rebuilds
+        // A row of no module: the core attention's (Korthikanti's layer).
+        rerun[static_cast<std::size_t>(row.module == Module::none ? Module::core_attn
+                                                                  : row.module)] = !whole;
+    }
     for (std::size_t m = 0; m < module_count; ++m) {
         out.other += layer.launches[m];
         if (whole || rerun[m]) out.rerun_other += layer.launches[m].forward;
@@ -143,6 +141,7 @@ inline LayerLaunches layer_launches(const LayerActivations& layer, Recompute mod
     return out;
 }
 
+/// One kind of layer's share of a workload, one layer of one micro-batch.
 struct LayerWork {
     SplitBytes kept, rebuilt;  ///< under the recomputation
     /// Selective recomputation rebuilds the MLP half apart from the attention half (`rebuilt`): a

@@ -83,10 +83,10 @@ inline LayerLaunches end_launches(const LayerActivations& head, const ParameterT
     const bool chunked = f.loss == LossKernel::chunked || f.loss == LossKernel::fused_linear;
     const double chunks = chunked ? static_cast<double>(f.loss_chunks) : 1;
     out.other += loss_passes[static_cast<std::size_t>(f.loss)].launches * chunks;
-    bool trained = false;  // the head's weight, or (tied) the token embedding's: the first row
+    // The head's weight, or (tied) the token embedding's, the table's first row.
+    bool trained = !params.rows.empty() && params.rows.front().trainable;
     for (const ParamRow& r : params.rows) {
-        if (r.role == ParamRole::weight && (r.linear == Linear::head || &r == &params.rows[0]))
-            trained = r.trainable;
+        if (r.role == ParamRole::weight && r.linear == Linear::head) trained = r.trainable;
         if (r.group != Group::layer && r.trainable) out.trained_tensors += 1;
     }
     out.matmuls += matmul_launches(trained) * chunks;

@@ -104,7 +104,7 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
 inline void eager_scores_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
     const CausalMaskBufferRow& mask = causal_mask_buffer(m.causal_mask_buffer);
     if (mask.filled) t.launch(LaunchOp::mask_fill);
-    if (mask.selected) t.launch(Launches{0, 1});  // torch.where's gradient: one more kernel
+    if (mask.selected) t.launch(LaunchOp::mask_select);
     if (mask.filled)
         // nanoGPT: masked_fill(bias[:, :, :s, :s] == 0, -inf) keeps the comparison's new s x s bool
         // tensor for backward (measured: validation/results/cpu-buffers.json).

@@ -46,7 +46,7 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
     const bool qkv_bias = m.bias != Bias::none;
     if (repeated) t.launch(LaunchOp::repeat_kv, 2);  // k and v
     // Eager attention's Q K^T hands k's gradient back transposed: copied for the reshape's.
-    if (repeated && attention == Attention::eager) t.launch(Launches{0, 1});
+    if (repeated && attention == Attention::eager) t.launch(LaunchOp::gradient_copy);
     const bool saved[3] = {t.linear_saved(qkv_bias, z.sbq, m.hidden),
                            t.linear_saved(qkv_bias, z.sbkv, m.hidden),
                            t.linear_saved(qkv_bias, z.sbkv, m.hidden)};
