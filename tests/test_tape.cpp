@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <tuple>
 
 #include "fixtures.hpp"
 #include "memcalc/estimate.hpp"
@@ -133,6 +134,25 @@ TEST_CASE("Korthikanti's layer gives its table's figures through the tape's swee
     }
 }
 
+TEST_CASE("a layer with no ops sweeps its declarations alone, to the recorded tape's sums",
+          "[tape]") {
+    for (const auto& [s, b, tp] : {std::tuple{4096, 1, 2}, std::tuple{1000, 3, 1}})
+        for (Recompute mode : modes) {
+            INFO(s << " " << b << " " << tp << " " << recompute_name(mode));
+            const LayerActivations layer = korthikanti_layer(fixtures::llama_7b(), s, b, tp);
+            const tape::Liveness swept = tape::sweep_program(layer, mode);
+            const tape::Liveness recorded = tape::sweep(tape::from_program(layer, mode));
+            CHECK(swept.kept == recorded.kept);
+            CHECK(swept.rebuilt[0] == recorded.rebuilt[0]);
+            CHECK(swept.rebuilt[1] == recorded.rebuilt[1]);
+            CHECK(swept.runs.empty());
+        }
+    tape::Sweeper totals(tape::Sweeper::totals_only);
+    const tape::TensorId t = totals.tensor({"x", "", ActivationSplit::sequence, Count{8},
+                                            tape::Role::activation, tape::Counted::saved});
+    CHECK_THROWS_WITH(totals.event({tape::EventKind::free, tape::Pass::forward, 0, "op", t, 0}),
+                      Catch::Contains("declarations alone"));
+}
 TEST_CASE("a tape with a fault is found out", "[tape]") {
     const LayerActivations layer =
         architecture_layer(fixtures::llama_7b(), 128, 1, DType::bf16, Attention::eager);

@@ -86,8 +86,9 @@ template <class Tuple, std::size_t... I>
 bool same_fields(const Tuple& a, const Tuple& b, std::index_sequence<I...>) {
     return ((std::get<I>(a) == std::get<I>(b)) && ...);
 }
+/// Flattened, so that no tuple of references is built (every estimate() compares its model).
 template <class T>
-bool same(const T& a, const T& b) {
+[[gnu::flatten]] bool same(const T& a, const T& b) {
     using Fields = decltype(fields(a));
     return same_fields(fields(a), fields(b), std::make_index_sequence<std::tuple_size_v<Fields>>());
 }

@@ -216,6 +216,8 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     const std::uint64_t V = m.vocab;
     for (const auto& row : t.forward_buffers)
         (row.forward_local ? w.forward_locals : w.forward_buffers).add(row);
+    w.layers.reserve(m.kind_count());
+    w.weight_pass_reads.reserve(m.kind_count());
     for (std::size_t k = 0; k < m.kind_count(); ++k) {
         w.layers.push_back(layer_work(t.of_kind(k), mode, w.parameters->table, V, k));
         w.weight_pass_reads.push_back(weight_pass_reads(

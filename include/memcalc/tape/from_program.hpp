@@ -69,7 +69,6 @@ public:
         if (checkpointed())
             input_ = b_.tensor("the layer's input", "sbh", ActivationSplit::sequence,
                                layer_.input_bytes, Role::activation, Counted::saved);
-        if (mode_ != Recompute::none) transient_.reserve(rows_);
     }
 
 private:
@@ -108,6 +107,7 @@ private:
     }
 
     void forward() {
+        if (mode_ != Recompute::none) transient_.reserve(rows_);
         b_.at(Pass::forward);
         if (input_ != none) b_.save("checkpoint", input_);
         for (TensorId t = states_from_; t < states_to_; ++t) b_.save("checkpoint", t);
@@ -273,14 +273,16 @@ inline Tape from_program(const LayerActivations& layer, Recompute mode) {
 /// the events inline into the sums (every estimate sweeps each kind of layer).
 [[gnu::flatten]] inline Liveness sweep_program(const LayerActivations& layer, Recompute mode,
                                                bool rerun = false) {
+    // With no op to measure, the sums are the declared tensors' alone: the events change nothing,
+    // and no tensor's state is kept for them.
+    if (layer.work.empty()) {
+        Sweeper s(Sweeper::totals_only);
+        detail::ProgramTape<Sweeper>(layer, mode, s, rerun).declare();
+        return s.finish();
+    }
     Sweeper s(layer.rows.size() + layer.policy_outputs.size() + 2 * layer.work.size() + 4,
               layer.work.size());
-    detail::ProgramTape<Sweeper> t(layer, mode, s, rerun);
-    // With no op to measure, the sums are the declared tensors' alone: the events change nothing.
-    if (layer.work.empty())
-        t.declare();
-    else
-        t.write();
+    detail::ProgramTape<Sweeper>(layer, mode, s, rerun).write();
     return s.finish();
 }
 

@@ -38,17 +38,25 @@ public:
         out_.runs.reserve(runs);
     }
 
+    /// A sweep of declarations alone, no event to follow: the sums, no tensor's state (every
+    /// estimate sweeps a table with no ops so, and allocates nothing for it).
+    struct TotalsOnly {};
+    static constexpr TotalsOnly totals_only{};
+    explicit Sweeper(TotalsOnly) : events_(false) {}
+
     TensorId tensor(const Tensor& t) {
         // A run's covered bytes are the class's whole less its live part: the whole must be known.
         if (t.counted != Counted::none && !out_.runs.empty())
             throw error("internal: a kept or rebuilt tensor declared after an op ran");
-        tensors_.push_back({t.bytes, t.split, t.counted, false});
         all_[of(t.counted)].add(t.split, t.bytes);
         ++count_[of(t.counted)];
+        if (!events_) return TensorId(declared_++);
+        tensors_.push_back({t.bytes, t.split, t.counted, false});
         return TensorId(tensors_.size() - 1);
     }
 
     void event(const Event& e) {
+        if (!events_) throw error("internal: an event in a sweep of declarations alone");
         if (e.kind == EventKind::run) return out_.runs.push_back(effect_at(e));
         State& t = tensors_[e.tensor];
         const bool on = e.kind != EventKind::free;
@@ -105,6 +113,8 @@ private:
         return out;
     }
 
+    bool events_ = true;        ///< false: declarations alone (TotalsOnly)
+    std::size_t declared_ = 0;  ///< tensors declared, where no state is kept
     std::vector<State> tensors_;
     std::array<SplitBytes, 4> all_, live_;  ///< by Counted: every tensor's, the live ones'
     std::array<std::uint32_t, 4> count_{};  ///< tensors by Counted (a class of empty ones counts)
