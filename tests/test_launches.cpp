@@ -175,3 +175,41 @@ TEST_CASE("plan: a small model's step is mostly its launches, a large one's none
     CHECK(large["dispatch_seconds"].get<double>() == 0);
     CHECK(large["compute_seconds"].get<double>() > 1);
 }
+
+TEST_CASE(
+    "transformers' expert loop launches each hit expert's kernels, a grouped GEMM the experts' "
+    "once",
+    "[launches]") {
+    // Mixtral's block: each expert its three products, its activation and product, and the loop's
+    // own ops; the routing weights' gradients summed once an expert after the first.
+    const auto layer = [](std::uint64_t experts, Runtime runtime) {
+        Architecture m = fixtures::mixtral();
+        m.experts = experts;
+        const LayerActivations l =
+            architecture_layer(m, 512, 1, Settings{}.recipe.precision(), Attention::flash, runtime);
+        return layer_launches(l, Recompute::none, parameter_table(m), 0);
+    };
+    const Activation silu = fixtures::mixtral().activation;
+    const Launches per_expert =
+        activation_function(silu).launches + launches_of(LaunchOp::gated_product) +
+        launches_of(LaunchOp::gradient_sum) * 2 + launches_of(LaunchOp::expert_loop);
+    for (const auto& [from, to] : {std::pair{4, 8}, std::pair{8, 32}}) {
+        INFO(from << " to " << to << " experts");
+        const LayerLaunches few = layer(from, {}), many = layer(to, {});
+        const double more = to - from;
+        CHECK(many.matmuls.forward - few.matmuls.forward == 3 * more);
+        CHECK(many.matmuls.backward - few.matmuls.backward == 6 * more);
+        CHECK(many.other.forward - few.other.forward == per_expert.forward * more);
+        CHECK(many.other.backward - few.other.backward == per_expert.backward * more);
+        // One grouped GEMM: the experts' count changes no launch.
+        const Runtime grouped(Platform::cuda, TorchVersion::v2_2, false);
+        CHECK(layer(to, grouped).matmuls.total() == layer(from, grouped).matmuls.total());
+        CHECK(layer(to, grouped).other.total() == layer(from, grouped).other.total());
+    }
+    // A micro-batch of 512 tokens x 2 reaches at most 1,024 experts: more run no more kernels.
+    CHECK(layer(2048, {}).other.total() == layer(1024, {}).other.total());
+    // Off CUDA, one_hot checks its indices first: two kernels more.
+    CHECK(layer(8, Platform::cpu).other.forward - layer(8, {}).other.forward ==
+          kernels_of(Platform::cpu).one_hot_launches.forward -
+              kernels_of(Platform::cuda).one_hot_launches.forward);
+}

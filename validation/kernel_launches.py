@@ -14,8 +14,16 @@ replicate.py repeats grouped k and v with repeat_interleave (three kernels forwa
 each); here they are repeated as transformers' repeat_kv does, which memcalc counts: expanded and
 reshaped, one copy (its backward one sum).
 
+transformers' sparse MoE blocks (--experts) are counted in validation/reference_trainer.py's layers,
+each beside its dense twin (the same model file without experts): the difference is the block's
+kernels less a dense MLP's, set against memcalc's difference for the same two files. Mixtral's loop
+(torch.where, index, the expert, the weighting, index_add_ for each expert it hits) at 2, 4 and 8
+experts; Qwen2-MoE's shared expert and its gate; top-k renormalised; Phi-3.5-MoE's sparsemixer and
+input jitter.
+
   /usr/bin/python3 validation/kernel_launches.py --memcalc build/memcalc            # every model
   /usr/bin/python3 validation/kernel_launches.py --ops                              # each op alone
+  /usr/bin/python3 validation/kernel_launches.py --experts                          # MoE blocks
 """
 import argparse
 import collections
@@ -31,6 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "gpu"))
+sys.path.insert(0, HERE)
 import replicate  # noqa: E402  the replication's layer, as its GPU and CPU runs ran it
 
 ROOT = os.path.dirname(HERE)
@@ -43,6 +52,11 @@ MODELS = ["gpt2-tiny", "gpt2-mid", "gpt2-mid-dropout", "gpt2-mid-gelu-new", "gpt
           "llama-mid-quick-gelu", "llama-mid-registered-mask", "llama-mid-rotary-cached",
           "llama-mid-rotary-per-layer"]
 SEQ = 32
+# Reference-trainer MoE models (validation/models) and the experts each is counted with.
+EXPERT_MODELS = [("mixtral-tiny", 2), ("mixtral-tiny", 4), ("mixtral-tiny", 8), ("qwen2-moe-tiny", 4),
+                 ("qwen2-moe-tiny-renorm", 4), ("phimoe-tiny", 4)]
+MOE_KEYS = ["experts", "experts_per_token", "router", "input_jitter", "renormalize_topk", "shared_ffn",
+            "shared_expert_gate", "router_bias", "stacked_experts", "expert_dispatch"]
 
 
 class Counter(TorchDispatchMode):
@@ -126,6 +140,39 @@ def layers(memcalc):
     return misses
 
 
+def reference_layer_count(path):
+    """One layer of reference_trainer.py's model for `path`, eager, no recomputation."""
+    import reference_trainer  # noqa: E402  (imports torch's extras only when asked)
+    spec = reference_trainer.load_spec(path)
+    model = reference_trainer.build_model(spec).to(reference_trainer.DTYPE)
+    ctx = model.make_ctx(1, SEQ, "cpu")
+    x = torch.randn(1, SEQ, spec.hidden, dtype=reference_trainer.DTYPE)
+    ops = count(lambda y: model.layers[0](y, ctx, False), x)
+    return sum(ops["forward"].values()), sum(ops["backward"].values())
+
+
+def expert_blocks(memcalc):
+    """Each MoE block's kernels less its dense twin's, measured and memcalc's."""
+    import tempfile
+    misses = 0
+    work = tempfile.mkdtemp()
+    print(f"{'model':28s} {'experts':>7s} {'measured':>15s} {'memcalc':>15s}  (MoE less dense, forward, backward)")
+    for name, experts in EXPERT_MODELS:
+        spec = dict(json.load(open(os.path.join(HERE, "models", name + ".json"))), experts=experts)
+        dense = {k: v for k, v in spec.items() if k not in MOE_KEYS}
+        paths = []
+        for tag, doc in (("moe", spec), ("dense", dense)):
+            paths.append(os.path.join(work, f"{name}-{experts}-{tag}.json"))
+            json.dump(doc, open(paths[-1], "w"))
+        measured = [a - b for a, b in zip(*(reference_layer_count(p) for p in paths))]
+        predicted = [int(a - b) for a, b in zip(*(memcalc_count(memcalc, p) for p in paths))]
+        misses += measured != predicted
+        print(f"{name:28s} {experts:7d} {measured[0]:7d} {measured[1]:7d} {predicted[0]:7d} {predicted[1]:7d}"
+              f"  {'' if measured == predicted else 'MISS'}")
+    print(f"{len(EXPERT_MODELS) - misses} of {len(EXPERT_MODELS)} blocks counted alike")
+    return misses
+
+
 def each_op():
     """The ops of include/memcalc/launches.hpp's table, each alone."""
     x = torch.randn(2, 8, 64, dtype=torch.bfloat16)
@@ -162,10 +209,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--memcalc", default=os.path.join(ROOT, "build", "memcalc"))
     ap.add_argument("--ops", action="store_true", help="each op of memcalc's table alone, not the layers")
+    ap.add_argument("--experts", action="store_true", help="transformers' sparse MoE blocks, not the layers")
     args = ap.parse_args()
     if args.ops:
         each_op()
         return 0
+    if args.experts:
+        return 1 if expert_blocks(args.memcalc) else 0
     return 1 if layers(args.memcalc) else 0
 
 

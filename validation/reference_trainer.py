@@ -596,9 +596,11 @@ class SparseMoE(nn.Module):
         final_hidden_states = torch.zeros((batch_size * sequence_length, hidden_dim),
                                           dtype=hidden_states.dtype, device=hidden_states.device)
         expert_mask = F.one_hot(selected_experts, num_classes=self.E).permute(2, 1, 0)
-        self.slots = expert_mask.sum(dim=(-1, -2)).tolist()
-        expert_hit = (expert_mask.sum(dim=(-1, -2)) > 0).nonzero(as_tuple=True)[0].tolist()
-        self.slots = expert_mask.sum(dim=(-1, -2)).tolist()  # slots per expert (for the compare's effects)
+        # One sum, as transformers' block makes: the slots per expert (for the compare's effects) read
+        # from the same tensor as the experts hit (kernel_launches.py counts this block's kernels).
+        per_expert = expert_mask.sum(dim=(-1, -2))
+        self.slots = per_expert.tolist()
+        expert_hit = (per_expert > 0).nonzero(as_tuple=True)[0].tolist()
         for expert_idx in expert_hit:
             expert_layer = self.experts[expert_idx]
             idx, top_x = torch.where(expert_mask[expert_idx])

@@ -64,8 +64,13 @@ enum class TorchVersion { v1_13, v2_2 };
 struct Runtime {
     Platform platform = Platform::cuda;
     TorchVersion torch = TorchVersion::v2_2;
-    Runtime(Platform platform = Platform::cuda, TorchVersion torch = TorchVersion::v2_2)
-        : platform(platform), torch(torch) {}
+    /// The routed experts run one at a time in the model's own loop (transformers' sparse blocks,
+    /// MoeKernel::model_code), each its own kernels; else one grouped GEMM runs them all. Launches
+    /// alone depend on it.
+    bool expert_loop = true;
+    Runtime(Platform platform = Platform::cuda, TorchVersion torch = TorchVersion::v2_2,
+            bool expert_loop = true)
+        : platform(platform), torch(torch), expert_loop(expert_loop) {}
 };
 
 inline const char* activation_model_name(ActivationModel m) {
@@ -397,6 +402,10 @@ struct LayerActivations {
     /// Kernels its ops but the matrix products launch, by the module that runs them (architecture
     /// model; the products come from the parameter table: LayerLaunches).
     std::array<Launches, module_count> launches{};
+    /// Its routed experts' linears launch this many times each: the experts a model's loop runs
+    /// one at a time (every one a micro-batch's slots can reach); 1 where one grouped GEMM runs
+    /// them all.
+    double looped_experts = 1;
 
     /// The first row of the MLP half (its norm, the MLP or the MoE layer), or rows.size() where
     /// the program marks none with a row after it: selective recomputation rebuilds one half at a

@@ -43,15 +43,20 @@ struct KernelFacts {
     /// Kernels a dropout launches: CUDA's native_dropout one each way (read from ATen's source);
     /// CPU's F.dropout draws, scales and multiplies (counted: validation/kernel_launches.py).
     Launches dropout_launches;
+    /// Kernels F.one_hot launches: zeros and scatter_; off CUDA it first checks the indices' min
+    /// and max (ATen's Onehot.cpp; counted on CPU: kernel_launches.py --experts).
+    Launches one_hot_launches;
 };
 
 // The CUDA row's whole step agrees with the H200 replication (validation/results/gpu.txt); its
 // dropout mask, which no GPU run drew, is ATen's fused_dropout as read from its source.
 // clang-format off
 inline constexpr std::array<KernelFacts, 2> kernel_rows{{
-    // platform      name    measured            norm  mask  fp16  casts bmm sm amp  rng  dropout
-    {Platform::cuda, "cuda", "H200, torch 2.11", true, true, true, true, 0, 2, true, 0, {1, 1}},
-    {Platform::cpu, "cpu", "torch 1.13 CPU", false, false, false, false, 2, 1, false, 5056, {3, 1}},
+    // platform      name    measured         norm mask fp16 casts bmm sm amp rng dropout one_hot
+    {Platform::cuda, "cuda", "H200, torch 2.11", true, true, true, true, 0, 2, true, 0, {1, 1},
+     {2, 0}},
+    {Platform::cpu, "cpu", "torch 1.13 CPU", false, false, false, false, 2, 1, false, 5056, {3, 1},
+     {4, 0}},
 }};
 // clang-format on
 

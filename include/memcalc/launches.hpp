@@ -51,6 +51,25 @@ enum class LaunchOp : std::uint8_t {
     gradient_sum,   ///< a tensor read by one more op: its gradients summed in backward
     bias_gradient,  ///< a trained bias: its gradient summed over the tokens
     embedding,      ///< the lookup; backward, its dense gradient
+    cast,           ///< a tensor's copy in another dtype; backward, its gradient's cast back
+    /// transformers' sparse block's router after its linear: softmax and top-k; backward the
+    /// softmax's and top-k's zeroed gradient and scatter
+    router_topk,
+    topk_renormalize,  ///< the top-k weights divided by their sum (norm_topk_prob), in place
+    /// Phi-3.5-MoE's sparsemixer router: two passes of a masked softmax, a Gumbel-sampled expert
+    /// and its Heun-corrected weight; backward the corrections' products and scatters
+    sparsemixer,
+    input_jitter,  ///< the block's input multiplied in place by uniform noise
+    /// The sparse block's output zeroed and the experts it hits found: one_hot's sum, > 0, nonzero
+    expert_hits,
+    /// One expert of the model's own loop, beside its linears and activation: torch.where on its
+    /// mask, its tokens and weights indexed, the weighting, index_add_; backward the index_add's
+    /// gather, two zeroed gradients and index_put, the weighting's two products and its sum, and
+    /// the block input's gradient summed
+    expert_loop,
+    /// Qwen2-MoE's shared expert scaled by sigmoid(gate(x)): the sigmoid, the product; backward
+    /// theirs, the gate's gradient summed over the width, its input's summed with the block's
+    shared_expert_gate,
     count
 };
 
@@ -60,7 +79,8 @@ struct LaunchRow {
 };
 
 // clang-format off
-/// Counted on CPU (torch 1.13, bf16), each op alone (validation/kernel_launches.py --ops).
+/// Counted on CPU (torch 1.13, bf16), each op alone (validation/kernel_launches.py --ops; the
+/// sparse block's rows from its loop at 2, 4 and 8 experts: kernel_launches.py --experts).
 inline constexpr std::array<LaunchRow, static_cast<std::size_t>(LaunchOp::count)> launch_rows{{
     {LaunchOp::layer_norm,    {1, 1}},
     {LaunchOp::rmsnorm,       {6, 14}},
@@ -81,6 +101,14 @@ inline constexpr std::array<LaunchRow, static_cast<std::size_t>(LaunchOp::count)
     {LaunchOp::gradient_sum,  {0, 1}},
     {LaunchOp::bias_gradient, {0, 1}},
     {LaunchOp::embedding,     {1, 1}},
+    {LaunchOp::cast,          {1, 1}},
+    {LaunchOp::router_topk,   {2, 3}},
+    {LaunchOp::topk_renormalize, {3, 7}},
+    {LaunchOp::sparsemixer,   {45, 9}},
+    {LaunchOp::input_jitter,  {2, 1}},
+    {LaunchOp::expert_hits,   {4, 0}},
+    {LaunchOp::expert_loop,   {5, 9}},
+    {LaunchOp::shared_expert_gate, {2, 5}},
 }};
 // clang-format on
 

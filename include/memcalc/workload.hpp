@@ -142,7 +142,7 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
                                           const Framework& f = {}, ModuleSet modules = {},
                                           const std::vector<LayerTuning>& tunings = {}) {
     const Attention attention = f.attention;
-    const Runtime runtime{f.platform, f.torch};
+    const Runtime runtime{f.platform, f.torch, f.moe == MoeKernel::model_code};
     const auto tuning = [&](std::size_t kind) {
         return tunings.empty() ? LayerTuning{} : tunings[kind];
     };

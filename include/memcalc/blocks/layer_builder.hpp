@@ -146,6 +146,14 @@ public:
     void launch(const Launches& l) {
         if (layer_) layer_->launches[static_cast<std::size_t>(module_)] += l;
     }
+    /// The routed experts run `n` at a time in the model's loop: module `experts`' launches so
+    /// far (one expert's) and the experts' linears (LayerActivations::looped_experts) `n` times.
+    void loop_experts(Module experts, double n) {
+        if (!layer_) return;
+        layer_->launches[static_cast<std::size_t>(experts)] =
+            layer_->launches[static_cast<std::size_t>(experts)] * n;
+        layer_->looped_experts = n;
+    }
     /// Forward workspaces added from now on run before linear `first`'s weight (and every later
     /// tensor) is cast; none: no cast is pending.
     void casts_pending(Linear first) {

@@ -1,5 +1,6 @@
 #pragma once
 /// Mixture-of-experts layers: the router, each dispatch, the shared experts.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -101,6 +102,31 @@ inline void gathered_rows(TableBuilder& t, const Architecture& m, const Sizes& z
     }
 }
 
+/// The kernels of transformers' sparse block beside its linears and the experts' activation: the
+/// router's, and where the model's loop runs the experts one at a time, each hit expert's
+/// (launches.hpp; after mlp_rows has counted one expert's activation, which the loop repeats).
+inline void moe_launches(TableBuilder& t, const Architecture& m, const Sizes& z) {
+    if (m.input_jitter > 0) t.launch(LaunchOp::input_jitter);
+    if (m.router == Router::sparsemixer) {
+        t.launch(LaunchOp::sparsemixer);
+    } else {
+        t.launch(LaunchOp::router_topk);
+        const bool logits_fp32 = m.router_input_fp32 || z.d == dtype::fp32;
+        if (!logits_fp32) t.launch(LaunchOp::cast);  // softmax(dtype=float32) copies them first
+        if (z.s != dtype::fp32) t.launch(LaunchOp::cast);  // the weights to the stream's dtype
+        if (m.renormalize_topk) t.launch(LaunchOp::topk_renormalize);
+    }
+    t.launch(LaunchOp::expert_hits);
+    t.launch(z.kernels->one_hot_launches);
+    if (!z.expert_loop) return;
+    // Every expert a micro-batch's token-slots can reach runs.
+    const double hit = static_cast<double>(
+        std::min<std::uint64_t>(m.experts, z.tokens.value() * m.active_experts()));
+    t.launch(LaunchOp::expert_loop, hit);
+    t.launch(LaunchOp::gradient_sum, hit - 1);  // the routing weights' gradients, one an expert
+    t.loop_experts(Module::moe_act, hit);
+}
+
 /// HF's sparse mixture-of-experts block: route, gather each expert's tokens, run it, weight,
 /// scatter.
 inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
@@ -124,6 +150,7 @@ inline void moe_rows(TableBuilder& t, const Architecture& m, const Sizes& z) {
           "the expert output's gradient", shape::sbk, slots, z.s);
     t.add("combine (index_add)", "the weighted expert outputs", "index_add keeps its source",
           shape::sbkh, slots * m.hidden, z.s);
+    moe_launches(t, m, z);
 }
 
 /// Megatron-LM's token dispatchers (ExpertDispatch::permuted, core 0.13+: token_dispatcher.py,
@@ -214,6 +241,7 @@ inline void shared_expert_rows(TableBuilder& t, const Architecture& m, const Siz
     }
     const bool down_saved = mlp_rows(t, m, z, shape::sbfs, z.tokens * m.shared_ffn,
                                      "shared expert: ", Linear::shared_down);
+    t.launch(LaunchOp::residual_add);  // its sum with the routed output; its input's gradient's
     if (!m.shared_expert_gate) {
         t.policy_output(down_saved, "shared expert: down projection", "its output", shape::sbh,
                         z.sbh, z.d);
@@ -232,6 +260,7 @@ inline void shared_expert_rows(TableBuilder& t, const Architecture& m, const Siz
           shape::sb, z.tokens, z.d);
     t.add("shared expert output x gate", "the shared expert's output", "the gate's gradient",
           shape::sbh, z.sbh, z.d, Keep::always, 1, RowFacts{}.saved_by_policy(down_saved));
+    t.launch(LaunchOp::shared_expert_gate);
 }
 
 }  // namespace memcalc::detail

@@ -46,6 +46,7 @@ struct Sizes {
     std::uint64_t upcast;
     bool fused_rmsnorm;     ///< every weighted RMSNorm is one kernel (Architecture::rmsnorm_kernel)
     bool compiled = false;  ///< a compiled layer's: pointwise chains recomputed (inside_layer)
+    bool expert_loop;       ///< the routed experts run one at a time (Runtime::expert_loop)
 
     Sizes(const Architecture& m, std::uint64_t seq, std::uint64_t b, Precision p,
           Runtime where = {})
@@ -68,7 +69,8 @@ struct Sizes {
           kernels(&kernels_of(where.platform)),
           torch(&torch_facts(where.torch)),
           upcast(!kernels->casts_on_read && s != d ? s : 0),
-          fused_rmsnorm(m.rmsnorm_kernel == RmsnormKernel::fused) {}
+          fused_rmsnorm(m.rmsnorm_kernel == RmsnormKernel::fused),
+          expert_loop(where.expert_loop) {}
 
     /// Inside a layer torch.compile runs (Architecture::compile); outside the layers (the final
     /// norm) eager.
