@@ -6,6 +6,7 @@
 
 #include "fixtures.hpp"
 #include "memcalc/plan.hpp"
+#include "model_file.hpp"
 #include "run_program.hpp"
 
 using namespace memcalc;
@@ -212,4 +213,31 @@ TEST_CASE(
     CHECK(layer(8, Platform::cpu).other.forward - layer(8, {}).other.forward ==
           kernels_of(Platform::cpu).one_hot_launches.forward -
               kernels_of(Platform::cuda).one_hot_launches.forward);
+}
+
+TEST_CASE(
+    "latent attention launches its splits, rotary, k's broadcast and concatenations, "
+    "DeepSeek-V3.2 its indexer",
+    "[launches]") {
+    const auto launches = [](const Architecture& m, Module module) {
+        const LayerActivations l =
+            architecture_layer(m, 256, 1, Settings{}.recipe.precision(), Attention::eager);
+        return l.launches[static_cast<std::size_t>(module)];
+    };
+    // The up projections' part (Megatron-LM's mla_up_proj): q and kv_b_proj's output split, rotary
+    // on q's and k's rope parts, k's expanded to every head, q and k concatenated.
+    const Launches up = launches_of(LaunchOp::split) * 2 + launches_of(LaunchOp::rotary) * 2 +
+                        launches_of(LaunchOp::expand_gradient) + launches_of(LaunchOp::concat) * 2;
+    for (const char* name : {"deepseek-v2-lite", "deepseek-v3"}) {
+        INFO(name);
+        const Architecture m = cli::load_preset(name).architecture;
+        CHECK(launches(m, Module::mla_up_proj).forward == up.forward);
+        CHECK(launches(m, Module::mla_up_proj).backward == up.backward);
+    }
+    const Architecture v3 = cli::load_preset("deepseek-v3").architecture;
+    const Architecture v32 = cli::load_preset("deepseek-v3.2-exp").architecture;
+    REQUIRE(v32.mla.indexed());
+    const Launches extra = launches(v32, Module::attention) + launches(v3, Module::attention) * -1;
+    CHECK(extra.forward == launches_of(LaunchOp::sparse_indexer).forward);
+    CHECK(extra.backward == 0);
 }

@@ -14,16 +14,17 @@ replicate.py repeats grouped k and v with repeat_interleave (three kernels forwa
 each); here they are repeated as transformers' repeat_kv does, which memcalc counts: expanded and
 reshaped, one copy (its backward one sum).
 
-transformers' sparse MoE blocks (--experts) are counted in validation/reference_trainer.py's layers,
-each beside its dense twin (the same model file without experts): the difference is the block's
-kernels less a dense MLP's, set against memcalc's difference for the same two files. Mixtral's loop
-(torch.where, index, the expert, the weighting, index_add_ for each expert it hits) at 2, 4 and 8
-experts; Qwen2-MoE's shared expert and its gate; top-k renormalised; Phi-3.5-MoE's sparsemixer and
-input jitter.
+transformers' blocks that the replication lacks (--reference) are counted in
+validation/reference_trainer.py's layers: each sparse MoE block beside its dense twin (the same model
+file without experts), the difference being the block's kernels less a dense MLP's, set against
+memcalc's difference for the same two files (Mixtral's loop: torch.where, index, the expert, the
+weighting, index_add_ for each expert it hits, at 2, 4 and 8 experts; Qwen2-MoE's shared expert and
+its gate; top-k renormalised; Phi-3.5-MoE's sparsemixer and input jitter); and DeepSeek's latent
+attention layers whole (V2-Lite's, V3's with the query latent, V3.2's with its indexer).
 
   /usr/bin/python3 validation/kernel_launches.py --memcalc build/memcalc            # every model
   /usr/bin/python3 validation/kernel_launches.py --ops                              # each op alone
-  /usr/bin/python3 validation/kernel_launches.py --experts                          # MoE blocks
+  /usr/bin/python3 validation/kernel_launches.py --reference                        # MoE, MLA
 """
 import argparse
 import collections
@@ -55,6 +56,7 @@ SEQ = 32
 # Reference-trainer MoE models (validation/models) and the experts each is counted with.
 EXPERT_MODELS = [("mixtral-tiny", 2), ("mixtral-tiny", 4), ("mixtral-tiny", 8), ("qwen2-moe-tiny", 4),
                  ("qwen2-moe-tiny-renorm", 4), ("phimoe-tiny", 4)]
+LATENT_MODELS = ["deepseek-v2-lite-tiny", "deepseek-v3-tiny", "deepseek-v32-tiny"]
 MOE_KEYS = ["experts", "experts_per_token", "router", "input_jitter", "renormalize_topk", "shared_ffn",
             "shared_expert_gate", "router_bias", "stacked_experts", "expert_dispatch"]
 
@@ -151,13 +153,21 @@ def reference_layer_count(path):
     return sum(ops["forward"].values()), sum(ops["backward"].values())
 
 
-def expert_blocks(memcalc):
-    """Each MoE block's kernels less its dense twin's, measured and memcalc's."""
+def reference_blocks(memcalc):
+    """Each MoE block's kernels less its dense twin's, and each latent attention layer's, measured
+    and memcalc's."""
     import tempfile
     misses = 0
     work = tempfile.mkdtemp()
-    print(f"{'model':28s} {'experts':>7s} {'measured':>15s} {'memcalc':>15s}  (MoE less dense, forward, backward)")
-    for name, experts in EXPERT_MODELS:
+    print(f"{'model':28s} {'experts':>7s} {'measured':>15s} {'memcalc':>15s}  (forward, backward)")
+    for name in LATENT_MODELS:
+        path = os.path.join(HERE, "models", name + ".json")
+        measured = list(reference_layer_count(path))
+        predicted = [int(n) for n in memcalc_count(memcalc, path)]
+        misses += measured != predicted
+        print(f"{name:28s} {'-':>7s} {measured[0]:7d} {measured[1]:7d} {predicted[0]:7d} {predicted[1]:7d}"
+              f"  {'' if measured == predicted else 'MISS'}")
+    for name, experts in EXPERT_MODELS:  # less the dense twin's
         spec = dict(json.load(open(os.path.join(HERE, "models", name + ".json"))), experts=experts)
         dense = {k: v for k, v in spec.items() if k not in MOE_KEYS}
         paths = []
@@ -169,7 +179,8 @@ def expert_blocks(memcalc):
         misses += measured != predicted
         print(f"{name:28s} {experts:7d} {measured[0]:7d} {measured[1]:7d} {predicted[0]:7d} {predicted[1]:7d}"
               f"  {'' if measured == predicted else 'MISS'}")
-    print(f"{len(EXPERT_MODELS) - misses} of {len(EXPERT_MODELS)} blocks counted alike")
+    total = len(LATENT_MODELS) + len(EXPERT_MODELS)
+    print(f"{total - misses} of {total} blocks counted alike")
     return misses
 
 
@@ -209,13 +220,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--memcalc", default=os.path.join(ROOT, "build", "memcalc"))
     ap.add_argument("--ops", action="store_true", help="each op of memcalc's table alone, not the layers")
-    ap.add_argument("--experts", action="store_true", help="transformers' sparse MoE blocks, not the layers")
+    ap.add_argument("--reference", action="store_true",
+                    help="transformers' MoE and latent attention blocks (reference_trainer.py), not the layers")
     args = ap.parse_args()
     if args.ops:
         each_op()
         return 0
-    if args.experts:
-        return 1 if expert_blocks(args.memcalc) else 0
+    if args.reference:
+        return 1 if reference_blocks(args.memcalc) else 0
     return 1 if layers(args.memcalc) else 0
 
 

@@ -44,7 +44,7 @@ struct KernelFacts {
     /// CPU's F.dropout draws, scales and multiplies (counted: validation/kernel_launches.py).
     Launches dropout_launches;
     /// Kernels F.one_hot launches: zeros and scatter_; off CUDA it first checks the indices' min
-    /// and max (ATen's Onehot.cpp; counted on CPU: kernel_launches.py --experts).
+    /// and max (ATen's Onehot.cpp; counted on CPU: kernel_launches.py --reference).
     Launches one_hot_launches;
 };
 

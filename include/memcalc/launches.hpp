@@ -39,19 +39,22 @@ enum class LaunchOp : std::uint8_t {
                  ///< its sum and the indexing's two slice_backward
     eager_core,  ///< Q K^T, / sqrt(d), + mask, softmax, x V; backward four products, the
                  ///< softmax's, the scale's and a copy
-    softmax_casts,  ///< the scores' fp32 copy and the weights' cast back (softmax in fp32)
-    mask_fill,      ///< a registered mask's comparison and masked_fill; backward, the fill
-    mask_select,    ///< torch.where on a bool mask buffer: its gradient one kernel more
-    gradient_copy,  ///< a gradient handed back transposed, copied contiguous for a reshape
-    flash_core,     ///< one fused attention kernel each way
-    fused_glu,      ///< act(gate) x up as one kernel each way (Megatron-LM's, Liger's)
-    merge_heads,    ///< the attention's output made contiguous for the output projection
-    gated_product,  ///< act(gate) x up: one product; backward one for each factor
-    residual_add,   ///< the residual sum; backward, the stream's gradient summed at its fork
-    gradient_sum,   ///< a tensor read by one more op: its gradients summed in backward
-    bias_gradient,  ///< a trained bias: its gradient summed over the tokens
-    embedding,      ///< the lookup; backward, its dense gradient
-    cast,           ///< a tensor's copy in another dtype; backward, its gradient's cast back
+    softmax_casts,    ///< the scores' fp32 copy and the weights' cast back (softmax in fp32)
+    mask_fill,        ///< a registered mask's comparison and masked_fill; backward, the fill
+    mask_select,      ///< torch.where on a bool mask buffer: its gradient one kernel more
+    gradient_copy,    ///< a gradient handed back transposed, copied contiguous for a reshape
+    flash_core,       ///< one fused attention kernel each way
+    fused_glu,        ///< act(gate) x up as one kernel each way (Megatron-LM's, Liger's)
+    merge_heads,      ///< the attention's output made contiguous for the output projection
+    gated_product,    ///< act(gate) x up: one product; backward one for each factor
+    residual_add,     ///< the residual sum; backward, the stream's gradient summed at its fork
+    gradient_sum,     ///< a tensor read by one more op: its gradients summed in backward
+    bias_gradient,    ///< a trained bias: its gradient summed over the tokens
+    embedding,        ///< the lookup; backward, its dense gradient
+    cast,             ///< a tensor's copy in another dtype; backward, its gradient's cast back
+    concat,           ///< two tensors concatenated (torch.cat); backward views its gradient's parts
+    split,            ///< a tensor split in parts read apart; backward concatenates their gradients
+    expand_gradient,  ///< a tensor broadcast to every head (expand); backward sums its gradient
     /// transformers' sparse block's router after its linear: softmax and top-k; backward the
     /// softmax's and top-k's zeroed gradient and scatter
     router_topk,
@@ -70,6 +73,9 @@ enum class LaunchOp : std::uint8_t {
     /// Qwen2-MoE's shared expert scaled by sigmoid(gate(x)): the sigmoid, the product; backward
     /// theirs, the gate's gradient summed over the width, its input's summed with the block's
     shared_expert_gate,
+    /// DeepSeek-V3.2's lightning indexer under no_grad, its three products among them: q and k
+    /// (LayerNorm, rotary), the ReLU'd scores weighted per head, top-k, and the mask it fills
+    sparse_indexer,
     count
 };
 
@@ -80,7 +86,8 @@ struct LaunchRow {
 
 // clang-format off
 /// Counted on CPU (torch 1.13, bf16), each op alone (validation/kernel_launches.py --ops; the
-/// sparse block's rows from its loop at 2, 4 and 8 experts: kernel_launches.py --experts).
+/// MoE and latent attention rows in validation/reference_trainer.py's layers, micro-batch 1:
+/// kernel_launches.py --reference).
 inline constexpr std::array<LaunchRow, static_cast<std::size_t>(LaunchOp::count)> launch_rows{{
     {LaunchOp::layer_norm,    {1, 1}},
     {LaunchOp::rmsnorm,       {6, 14}},
@@ -102,6 +109,9 @@ inline constexpr std::array<LaunchRow, static_cast<std::size_t>(LaunchOp::count)
     {LaunchOp::bias_gradient, {0, 1}},
     {LaunchOp::embedding,     {1, 1}},
     {LaunchOp::cast,          {1, 1}},
+    {LaunchOp::concat,        {1, 0}},
+    {LaunchOp::split,         {0, 1}},
+    {LaunchOp::expand_gradient, {0, 1}},
     {LaunchOp::router_topk,   {2, 3}},
     {LaunchOp::topk_renormalize, {3, 7}},
     {LaunchOp::sparsemixer,   {45, 9}},
@@ -109,6 +119,7 @@ inline constexpr std::array<LaunchRow, static_cast<std::size_t>(LaunchOp::count)
     {LaunchOp::expert_hits,   {4, 0}},
     {LaunchOp::expert_loop,   {5, 9}},
     {LaunchOp::shared_expert_gate, {2, 5}},
+    {LaunchOp::sparse_indexer, {31, 0}},
 }};
 // clang-format on
 

@@ -73,6 +73,10 @@ inline bool latent_projection_rows(TableBuilder& t, const Architecture& m, const
     const bool kv_b_saved = t.linear_saved(
         false, z.tokens * m.heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank);
     rotary_rows(t, m, z);
+    // The input read by both down projections; kv_a_proj_with_mqa's output split into the latent
+    // and k's rope part.
+    t.launch(LaunchOp::gradient_sum);
+    t.launch(LaunchOp::split);
     return kv_b_saved;
 }
 
@@ -94,6 +98,12 @@ inline void latent_kernel_rows(TableBuilder& t, const Architecture& m, const Siz
     // (their rows above) and k's rope part before rotary, a view that keeps kv_a_proj_with_mqa's
     // whole output (which in fp32 the latent's norm keeps already).
     t.section(Module::mla_up_proj);
+    // q and kv_b_proj's output split into their parts; rotary on q's and k's rope parts, k's
+    // expanded to every head; q and k concatenated (transformers' DeepseekV3Attention).
+    t.launch(LaunchOp::split, 2);
+    t.launch(LaunchOp::rotary, 2);
+    t.launch(LaunchOp::expand_gradient);
+    t.launch(LaunchOp::concat, 2);
     if (z.d != dtype::fp32)
         t.checkpoint_input(
             "k's rope part before rotary: kv_a_proj_with_mqa's output, which it views", ls::sbrkvr,

@@ -94,6 +94,7 @@ inline Count sparse_indexer_choice(TableBuilder& t, const Architecture& m, const
 /// checkpointed core attention (selective) keeps the filled mask, its input.
 inline void sparse_indexer_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
                                 Attention attention) {
+    t.launch(LaunchOp::sparse_indexer);
     sparse_indexer_work(t, m, z);
     const Count held = sparse_indexer_choice(t, m, z, attention);
     t.held_beside("the indexer's top-k indices and mask (bool) and the causal mask it fills", held);
