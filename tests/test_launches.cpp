@@ -207,6 +207,16 @@ TEST_CASE(
         CHECK(layer(to, grouped).matmuls.total() == layer(from, grouped).matmuls.total());
         CHECK(layer(to, grouped).other.total() == layer(from, grouped).other.total());
     }
+    // gpt-oss's loop over stacked weights: each expert its indexing of them beside.
+    const auto stacked = [](std::uint64_t experts) {
+        Architecture m = fixtures::mixtral();
+        m.experts = experts, m.stacked_experts = true;
+        const LayerActivations l =
+            architecture_layer(m, 512, 1, Settings{}.recipe.precision(), Attention::flash);
+        return layer_launches(l, Recompute::none, parameter_table(m), 0).other;
+    };
+    CHECK((stacked(8) + stacked(4) * -1).forward ==
+          4 * (per_expert + launches_of(LaunchOp::stacked_expert_loop)).forward);
     // A micro-batch of 512 tokens x 2 reaches at most 1,024 experts: more run no more kernels.
     CHECK(layer(2048, {}).other.total() == layer(1024, {}).other.total());
     // Off CUDA, one_hot checks its indices first: two kernels more.
@@ -240,4 +250,11 @@ TEST_CASE(
     const Launches extra = launches(v32, Module::attention) + launches(v3, Module::attention) * -1;
     CHECK(extra.forward == launches_of(LaunchOp::sparse_indexer).forward);
     CHECK(extra.backward == 0);
+    // gpt-oss's sinks: a column joined to eager attention's scores and the row's max taken off.
+    Architecture sinks = fixtures::mistral_7b();
+    const Launches plain = launches(sinks, Module::core_attn) + launches(sinks, Module::attention);
+    sinks.attention_sinks = true;
+    const Launches with = launches(sinks, Module::core_attn) + launches(sinks, Module::attention);
+    CHECK(with.forward - plain.forward == launches_of(LaunchOp::attention_sinks).forward);
+    CHECK(with.backward - plain.backward == launches_of(LaunchOp::attention_sinks).backward);
 }

@@ -53,9 +53,13 @@ MODELS = ["gpt2-tiny", "gpt2-mid", "gpt2-mid-dropout", "gpt2-mid-gelu-new", "gpt
           "llama-mid-quick-gelu", "llama-mid-registered-mask", "llama-mid-rotary-cached",
           "llama-mid-rotary-per-layer"]
 SEQ = 32
-# Reference-trainer MoE models (validation/models) and the experts each is counted with.
-EXPERT_MODELS = [("mixtral-tiny", 2), ("mixtral-tiny", 4), ("mixtral-tiny", 8), ("qwen2-moe-tiny", 4),
-                 ("qwen2-moe-tiny-renorm", 4), ("phimoe-tiny", 4)]
+# Reference-trainer models (validation/models), each with the changes it is counted with, beside its
+# twin: "dense" (its experts' keys dropped) or the same model with other changes. gpt-oss's twin has
+# fewer experts: its loop is counted exactly, its router (Mixtral's rows) is not.
+TWINS = [("mixtral-tiny", {"experts": 2}, "dense"), ("mixtral-tiny", {"experts": 4}, "dense"),
+         ("mixtral-tiny", {"experts": 8}, "dense"), ("qwen2-moe-tiny", {}, "dense"),
+         ("qwen2-moe-tiny-renorm", {}, "dense"), ("phimoe-tiny", {}, "dense"),
+         ("gpt-oss-tiny", {"experts": 8}, {"experts": 2}), ("sinks-tiny", {}, {"attention_sinks": False})]
 LATENT_MODELS = ["deepseek-v2-lite-tiny", "deepseek-v3-tiny", "deepseek-v32-tiny"]
 MOE_KEYS = ["experts", "experts_per_token", "router", "input_jitter", "renormalize_topk", "shared_ffn",
             "shared_expert_gate", "router_bias", "stacked_experts", "expert_dispatch"]
@@ -167,19 +171,20 @@ def reference_blocks(memcalc):
         misses += measured != predicted
         print(f"{name:28s} {'-':>7s} {measured[0]:7d} {measured[1]:7d} {predicted[0]:7d} {predicted[1]:7d}"
               f"  {'' if measured == predicted else 'MISS'}")
-    for name, experts in EXPERT_MODELS:  # less the dense twin's
-        spec = dict(json.load(open(os.path.join(HERE, "models", name + ".json"))), experts=experts)
-        dense = {k: v for k, v in spec.items() if k not in MOE_KEYS}
+    for n, (name, changes, twin) in enumerate(TWINS):  # less the twin's
+        spec = dict(json.load(open(os.path.join(HERE, "models", name + ".json"))), **changes)
+        other = {k: v for k, v in spec.items() if k not in MOE_KEYS} if twin == "dense" else dict(spec, **twin)
         paths = []
-        for tag, doc in (("moe", spec), ("dense", dense)):
-            paths.append(os.path.join(work, f"{name}-{experts}-{tag}.json"))
+        for tag, doc in (("model", spec), ("twin", other)):
+            paths.append(os.path.join(work, f"{n}-{tag}.json"))
             json.dump(doc, open(paths[-1], "w"))
         measured = [a - b for a, b in zip(*(reference_layer_count(p) for p in paths))]
         predicted = [int(a - b) for a, b in zip(*(memcalc_count(memcalc, p) for p in paths))]
         misses += measured != predicted
-        print(f"{name:28s} {experts:7d} {measured[0]:7d} {measured[1]:7d} {predicted[0]:7d} {predicted[1]:7d}"
-              f"  {'' if measured == predicted else 'MISS'}")
-    total = len(LATENT_MODELS) + len(EXPERT_MODELS)
+        print(f"{name:28s} {spec.get('experts', 0):7d} {measured[0]:7d} {measured[1]:7d} {predicted[0]:7d} "
+              f"{predicted[1]:7d}  less {twin if twin == 'dense' else json.dumps(twin)}"
+              f"{'' if measured == predicted else ' MISS'}")
+    total = len(LATENT_MODELS) + len(TWINS)
     print(f"{total - misses} of {total} blocks counted alike")
     return misses
 

@@ -39,6 +39,9 @@ enum class LaunchOp : std::uint8_t {
                  ///< its sum and the indexing's two slice_backward
     eager_core,  ///< Q K^T, / sqrt(d), + mask, softmax, x V; backward four products, the
                  ///< softmax's, the scale's and a copy
+    /// gpt-oss's sink column joined to the scores, the row's max taken off; backward the dropped
+    /// column's slice, max's scatter, the difference's two and the sinks' sum over tokens
+    attention_sinks,
     softmax_casts,    ///< the scores' fp32 copy and the weights' cast back (softmax in fp32)
     mask_fill,        ///< a registered mask's comparison and masked_fill; backward, the fill
     mask_select,      ///< torch.where on a bool mask buffer: its gradient one kernel more
@@ -70,6 +73,10 @@ enum class LaunchOp : std::uint8_t {
     /// gather, two zeroed gradients and index_put, the weighting's two products and its sum, and
     /// the block input's gradient summed
     expert_loop,
+    /// gpt-oss's loop (GptOssExperts) beyond Mixtral's, each expert: the stacked weights and
+    /// biases indexed, the biases added, the output selected; backward their gradients zeroed and
+    /// put, the clamps' masks (measured: its loop's kernels less a Mixtral expert's count)
+    stacked_expert_loop,
     /// Qwen2-MoE's shared expert scaled by sigmoid(gate(x)): the sigmoid, the product; backward
     /// theirs, the gate's gradient summed over the width, its input's summed with the block's
     shared_expert_gate,
@@ -96,6 +103,7 @@ inline constexpr std::array<LaunchRow, static_cast<std::size_t>(LaunchOp::count)
     {LaunchOp::rotary,        {5, 7}},
     {LaunchOp::repeat_kv,     {1, 3}},
     {LaunchOp::eager_core,    {5, 7}},
+    {LaunchOp::attention_sinks, {3, 7}},
     {LaunchOp::softmax_casts, {2, 2}},
     {LaunchOp::mask_fill,     {1, 1}},
     {LaunchOp::mask_select,   {0, 1}},
@@ -118,6 +126,7 @@ inline constexpr std::array<LaunchRow, static_cast<std::size_t>(LaunchOp::count)
     {LaunchOp::input_jitter,  {2, 1}},
     {LaunchOp::expert_hits,   {4, 0}},
     {LaunchOp::expert_loop,   {5, 9}},
+    {LaunchOp::stacked_expert_loop, {6, 20}},
     {LaunchOp::shared_expert_gate, {2, 5}},
     {LaunchOp::sparse_indexer, {31, 0}},
 }};

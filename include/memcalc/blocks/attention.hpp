@@ -229,10 +229,12 @@ inline void eager_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
     // is dropped by a view, so the softmax's output is the storage the product with V keeps.
     const Count softmax_elements =
         z.scores + (m.attention_sinks ? Count(m.heads) * z.tokens : Count(0));
-    if (m.attention_sinks)
+    if (m.attention_sinks) {
         t.add("scores - max (sinks)", "the row maxima's indices (int64)",
               "max's gradient goes to the maximum", shape::asb, Count(m.heads) * z.tokens, 8,
               Keep::not_selective);
+        t.launch(LaunchOp::attention_sinks);
+    }
     const std::size_t softmax_row = t.size();
     // Under autocast an fp32 mask added out of place (the stream's dtype) makes the scores fp32; a
     // fill, or a mask added inside the product (cast with it), leaves them in the compute dtype,

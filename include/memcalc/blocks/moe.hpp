@@ -123,6 +123,7 @@ inline void moe_launches(TableBuilder& t, const Architecture& m, const Sizes& z)
     const double hit = static_cast<double>(
         std::min<std::uint64_t>(m.experts, z.tokens.value() * m.active_experts()));
     t.launch(LaunchOp::expert_loop, hit);
+    if (m.stacked_experts) t.launch(LaunchOp::stacked_expert_loop, hit);
     t.launch(LaunchOp::gradient_sum, hit - 1);  // the routing weights' gradients, one an expert
     t.loop_experts(Module::moe_act, hit);
 }
