@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "memcalc/activation_functions.hpp"
 #include "memcalc/dtype.hpp"
+#include "memcalc/kernels.hpp"
 #include "memcalc/launches.hpp"
 #include "memcalc/linears.hpp"
 #include "memcalc/model.hpp"
@@ -46,18 +48,6 @@ enum class ActivationModel { korthikanti, architecture };
 /// Eager attention materialises the s x s scores; a fused (flash) kernel keeps a log-sum-exp per
 /// row.
 enum class Attention { eager, flash };
-
-/// Where the framework profile's PyTorch runs. Its kernels differ in what they keep and in the
-/// temporaries they make: CPU LayerNorm keeps bf16 statistics, and CPU softmax cannot upcast on the
-/// fly, so softmax(x, dtype=float32) first copies x to fp32. CUDA is what users train on; the CPU
-/// profile lets the validation measure the same model on any machine.
-enum class Platform { cuda, cpu };
-
-inline const char* platform_name(Platform p) { return p == Platform::cuda ? "cuda" : "cpu"; }
-
-/// PyTorch releases where what autograd keeps changes: each the first of a row of version facts
-/// (kernels.hpp's torch_rows), which holds until the next.
-enum class TorchVersion { v1_13, v2_2 };
 
 /// Whose kernels a table follows: the platform's and the PyTorch version's. A Platform alone is
 /// the newest modelled version's.
@@ -597,7 +587,9 @@ struct WorkspaceSum {
 /// residual dropouts and adds, its heads merged and GELU beside the core attention (its dropout
 /// among it); one fused QKV projection, so no gradients summed.
 inline void korthikanti_launches(LayerActivations& layer) {
-    const Launches dropout{1, 1}, gelu{1, 1};
+    // CUDA's kernels, as the formula's 1-byte dropout masks are.
+    const Launches dropout = kernels_of(Platform::cuda).dropout_launches,
+                   gelu = activation_function(Activation::gelu).launches;
     layer.launches[static_cast<std::size_t>(Module::none)] =
         launches_of(LaunchOp::layer_norm) * 2 + dropout * 2 +
         launches_of(LaunchOp::residual_add) * 2 + launches_of(LaunchOp::merge_heads) + gelu;

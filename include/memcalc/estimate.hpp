@@ -565,10 +565,9 @@ private:
                 return r.part == Part::vision && r.trainable;
             });
             const Framework& f = settings.framework;
-            for (const SavedTensor& row : image_rows(
-                     model_.vision, settings.images, settings.recipe.precision(), f.attention,
-                     Runtime(f.platform, f.torch, f.moe == MoeKernel::model_code),
-                     settings.recompute, trains))
+            for (const SavedTensor& row :
+                 image_rows(model_.vision, settings.images, settings.recipe.precision(),
+                            f.attention, runtime_of(f), settings.recompute, trains))
                 t.input_side.push_back(row);
             detail::TableBuilder input_side(t.input_side);
             detail::cross_attention_mask_rows(input_side, m, settings.seq, settings.micro_batch,

@@ -8,10 +8,22 @@
 #include <optional>
 #include <string_view>
 
-#include "memcalc/activations.hpp"
+#include "memcalc/launches.hpp"
 #include "memcalc/text.hpp"
 
 namespace memcalc {
+
+/// Where the framework profile's PyTorch runs. Its kernels differ in what they keep and in the
+/// temporaries they make: CPU LayerNorm keeps bf16 statistics, and CPU softmax cannot upcast on the
+/// fly, so softmax(x, dtype=float32) first copies x to fp32. CUDA is what users train on; the CPU
+/// profile lets the validation measure the same model on any machine.
+enum class Platform { cuda, cpu };
+
+inline const char* platform_name(Platform p) { return p == Platform::cuda ? "cuda" : "cpu"; }
+
+/// PyTorch releases where what autograd keeps changes: each the first of a row of version facts
+/// (kernels.hpp's torch_rows), which holds until the next.
+enum class TorchVersion { v1_13, v2_2 };
 
 struct KernelFacts {
     Platform platform;

@@ -99,7 +99,8 @@ inline SplitParams gradients_from(const ParameterTable& t, Linear first, std::ui
 
 /// The kernels one layer launches for one micro-batch: its matrix products (one a linear forward;
 /// backward its input's gradient and a trained weight's) and its other ops, and the forward
-/// kernels its recomputation runs again. An expert linear counts once (a grouped GEMM).
+/// kernels its recomputation runs again. An expert linear counts once an expert where the model's
+/// loop runs them (LayerActivations::looped_experts), else once (a grouped GEMM).
 struct LayerLaunches {
     Launches matmuls, other;
     double rerun_matmuls = 0, rerun_other = 0;

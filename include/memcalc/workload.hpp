@@ -137,12 +137,18 @@ inline KindFlops policy_spared_flops(const ActivationTables& t, std::size_t kind
 /// `modules`: what selective recomputation checkpoints (select_modules).
 /// `tunings`: what fine-tuning changes in each kind of layer (layer_tuning); empty: every weight
 /// trains.
+/// Whose kernels the framework's tables follow: its platform's, its PyTorch's, and whether its
+/// experts run in the model's loop.
+inline Runtime runtime_of(const Framework& f) {
+    return {f.platform, f.torch, f.moe == MoeKernel::model_code};
+}
+
 inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s, std::uint64_t b,
                                           Precision precision, ActivationModel model,
                                           const Framework& f = {}, ModuleSet modules = {},
                                           const std::vector<LayerTuning>& tunings = {}) {
     const Attention attention = f.attention;
-    const Runtime runtime{f.platform, f.torch, f.moe == MoeKernel::model_code};
+    const Runtime runtime = runtime_of(f);
     const auto tuning = [&](std::size_t kind) {
         return tunings.empty() ? LayerTuning{} : tunings[kind];
     };

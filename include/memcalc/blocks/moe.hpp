@@ -118,7 +118,7 @@ inline void moe_launches(TableBuilder& t, const Architecture& m, const Sizes& z)
     }
     t.launch(LaunchOp::expert_hits);
     t.launch(z.kernels->one_hot_launches);
-    if (!z.expert_loop) return;
+    if (!z.runtime.expert_loop) return;
     // Every expert a micro-batch's token-slots can reach runs.
     const double hit = static_cast<double>(
         std::min<std::uint64_t>(m.experts, z.tokens.value() * m.active_experts()));

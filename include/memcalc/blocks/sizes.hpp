@@ -46,7 +46,7 @@ struct Sizes {
     std::uint64_t upcast;
     bool fused_rmsnorm;     ///< every weighted RMSNorm is one kernel (Architecture::rmsnorm_kernel)
     bool compiled = false;  ///< a compiled layer's: pointwise chains recomputed (inside_layer)
-    bool expert_loop;       ///< the routed experts run one at a time (Runtime::expert_loop)
+    Runtime runtime;        ///< whose kernels: the platform's, the version's, the experts' loop
 
     Sizes(const Architecture& m, std::uint64_t seq, std::uint64_t b, Precision p,
           Runtime where = {})
@@ -70,7 +70,7 @@ struct Sizes {
           torch(&torch_facts(where.torch)),
           upcast(!kernels->casts_on_read && s != d ? s : 0),
           fused_rmsnorm(m.rmsnorm_kernel == RmsnormKernel::fused),
-          expert_loop(where.expert_loop) {}
+          runtime(where) {}
 
     /// Inside a layer torch.compile runs (Architecture::compile); outside the layers (the final
     /// norm) eager.
