@@ -130,7 +130,7 @@ FineTuning parse_fine_tuning(const TrainingOptions& q) {
                          [&](const LoraVariantRow& r) { return q.lora_variant == r.name; });
         if (variant == lora_variant_rows.end())
             throw usage_error(
-                fmt::format("--lora-variant: '{}' is not lora or dora", q.lora_variant));
+                fmt::format("--lora-variant: '{}' is not lora, dora or merged", q.lora_variant));
         f.lora.variant = variant->variant;
     }
     return f;

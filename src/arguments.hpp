@@ -68,6 +68,7 @@ struct FrameworkOptions {
     std::string profile{default_profile}, profile_file;
     std::map<std::string, std::string> framework;  ///< by framework_switches key: "loss" -> "bf16"
     std::string loss_chunks;                       ///< --loss-chunks, with --loss chunked
+    std::string loss_chunk_tokens;  ///< --loss-chunk-tokens, with --loss chunked or chunked-bf16
 };
 
 /// How the step is spread over devices; empty means the default (plan: every one, searched).

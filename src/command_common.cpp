@@ -119,6 +119,15 @@ FrameworkProfile framework_from(const FrameworkOptions& q, Framework& f) {
                               ": only --loss chunked splits the loss");
         f.loss_chunks = parse_count("--loss-chunks", q.loss_chunks, f.loss_chunks);
     }
+    if (!q.loss_chunk_tokens.empty()) {
+        if (!chunked_loss(f.loss))
+            throw usage_error("--loss-chunk-tokens " + q.loss_chunk_tokens +
+                              ": only --loss chunked or chunked-bf16 splits the loss");
+        if (!q.loss_chunks.empty())
+            throw usage_error("--loss-chunk-tokens " + q.loss_chunk_tokens +
+                              ": give it or --loss-chunks, not both");
+        f.loss_chunk_tokens = parse_count("--loss-chunk-tokens", q.loss_chunk_tokens, 1);
+    }
     return profile;
 }
 
@@ -157,7 +166,7 @@ ArchitectureNeed architecture_need(const TrainingStepOptions& q, const Settings&
                               settings.recipe.autocast
                                   ? "autocast gives a layer's tensors"
                                   : "its narrow linear layers give a layer's tensors")};
-    if (f.loss == LossKernel::chunked || f.loss == LossKernel::fused_linear)
+    if (chunked_loss(f.loss) || f.loss == LossKernel::fused_linear)
         return {q.framework.framework.count("loss")
                     ? "--loss " + std::string(loss_kernel_name(f.loss))
                     : from_profile,

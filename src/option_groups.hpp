@@ -141,7 +141,10 @@ void add_group(App& app, TrainingOptions& q) {
                    "lora (default) or dora (peft's use_dora): a trained magnitude vector per "
                    "adapted linear,\nthe norm of W + B A made in each forward, and the base "
                    "output kept beside the adapter's\n(kept tensors measured; the norm's and "
-                   "backward's workspaces assumed, leaning high)")
+                   "backward's workspaces assumed, leaning high), or merged (lit-gpt's "
+                   "LoRAQKVLinear,\nloralib's MergedLinear): on a fused linear one adapter for "
+                   "the parts targeted\n(--lora-targets q_proj,v_proj of a fused q/k/v), its "
+                   "output zero-padded into the fused one")
         ->type_name("VARIANT");
 }
 
@@ -218,6 +221,10 @@ void add_group(App& app, FrameworkOptions& q) {
     app.add_option("--loss-chunks", q.loss_chunks,
                    "With --loss chunked: the chunks the tokens are split into (torchtune's\n"
                    "num_output_chunks; default 8)")
+        ->type_name("N");
+    app.add_option("--loss-chunk-tokens", q.loss_chunk_tokens,
+                   "With --loss chunked or chunked-bf16: chunks of N tokens of each sequence\n"
+                   "instead, the last one shorter (lit-gpt's lm_head_chunk_size: 128)")
         ->type_name("N");
 }
 

@@ -389,8 +389,11 @@ json settings_json(const Report& r) {
     const Framework& framework = r.settings.framework;
     settings["expert_imbalance"] =
         r.model.any_moe() ? json(r.model.expert_imbalance) : json(nullptr);
-    settings["loss_chunks"] =
-        framework.loss == LossKernel::chunked ? json(framework.loss_chunks) : json(nullptr);
+    const bool by_tokens = chunked_loss(framework.loss) && framework.loss_chunk_tokens > 0;
+    settings["loss_chunks"] = framework.loss == LossKernel::chunked && !by_tokens
+                                  ? json(framework.loss_chunks)
+                                  : json(nullptr);
+    settings["loss_chunk_tokens"] = by_tokens ? json(framework.loss_chunk_tokens) : json(nullptr);
     if (!r.settings.recompute_modules.is_default())
         settings["recompute_modules"] = r.settings.recompute_modules.names();
     // Partial recomputation: layers recomputed per stage (per chunk with vpp); null: every layer.

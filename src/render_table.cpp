@@ -34,8 +34,11 @@ std::string header(const Report& r) {
     });
     if (r.model.expert_imbalance != 1.0)
         framework += fmt::format(", expert imbalance {:g}", r.model.expert_imbalance);
-    if (r.settings.framework.loss == LossKernel::chunked)
-        framework += fmt::format(", loss-chunks {}", r.settings.framework.loss_chunks);
+    const Framework& f = r.settings.framework;
+    if (chunked_loss(f.loss) && f.loss_chunk_tokens > 0)
+        framework += fmt::format(", loss-chunk-tokens {}", f.loss_chunk_tokens);
+    else if (f.loss == LossKernel::chunked)
+        framework += fmt::format(", loss-chunks {}", f.loss_chunks);
     return fmt::format(
         "memcalc {}: {}, seq {}, micro-batch {}{}, recompute {}, recipe {}{}\n", memcalc::version,
         r.model.name, r.settings.seq, r.settings.micro_batch,

@@ -139,7 +139,8 @@ TEST_CASE(
     using Case = std::pair<std::string, std::string>;  // arguments, what the message says
     auto [args, message] = GENERATE(table<std::string, std::string>({
         Case{"--loss bf61",
-             "--loss must be fp32, bf16, fused, fp32-inplace, chunked or fused-linear (got 'bf61') "
+             "--loss must be fp32, bf16, fused, fp32-inplace, chunked, fused-linear or "
+             "chunked-bf16 (got 'bf61') "
              "(did you mean 'bf16'?)"},
         Case{"--loss-chunks 4", "--loss-chunks 4: only --loss chunked splits the loss"},
         Case{"--loss chunked --loss-chunks 0",

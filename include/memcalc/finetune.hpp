@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memcalc/dtype.hpp"
@@ -52,22 +53,31 @@ inline constexpr Storage nf4_double_quant{DType::nf4, 64,          DType::int8,
                                           256,        DType::fp32, 4 + 16 * 4};
 
 /// What an adapter adds to its linear: LoRA's B A x, or DoRA's (peft's use_dora) magnitude-scaled
-/// direction, m (W + B A) / ||W + B A|| per output row, with m a trained vector of out_features.
-enum class LoraVariant : std::uint8_t { lora, dora };
+/// direction, m (W + B A) / ||W + B A|| per output row, with m a trained vector of out_features;
+/// or, merged, one LoRA per fused linear over the parts targeted (loralib's MergedLinear, lit-gpt's
+/// LoRAQKVLinear).
+enum class LoraVariant : std::uint8_t { lora, dora, merged };
 
 struct LoraVariantRow {
     LoraVariant variant;
     const char* name;
     bool magnitude;  ///< a trained magnitude vector per adapted linear, and the weight norm per
                      ///< forward
+    /// Targets may name a fused linear's parts (q_proj of a fused q/k/v): one adapter whose A has
+    /// r rows per part and B a part's width each, its output zero-padded into the fused one.
+    bool merged;
     const char* summary;
 };
 
-inline constexpr std::array<LoraVariantRow, 2> lora_variant_rows{{
-    {LoraVariant::lora, "lora", false, "B A x beside the frozen linear (peft's default)"},
-    {LoraVariant::dora, "dora", true,
+inline constexpr std::array<LoraVariantRow, 3> lora_variant_rows{{
+    {LoraVariant::lora, "lora", false, false, "B A x beside the frozen linear (peft's default)"},
+    {LoraVariant::dora, "dora", true, false,
      "DoRA (peft's use_dora): a magnitude vector per adapted linear, the norm of W + B A made "
      "every forward"},
+    {LoraVariant::merged, "merged", false, true,
+     "on a fused linear, one adapter for the parts targeted (q_proj,v_proj of a fused q/k/v): A "
+     "r rows a part, B a part's width each, zero-padded into the fused output by index_copy, "
+     "which keeps its source (lit-gpt's LoRAQKVLinear, loralib's MergedLinear)"},
 }};
 
 constexpr const LoraVariantRow& lora_variant_row(LoraVariant v) {
@@ -101,6 +111,7 @@ struct FineTuning {
 /// An adapted linear's widths (one expert's, for experts) and how many modules of it a layer has.
 struct AdaptedShape {
     std::uint64_t in = 0, out = 0, modules = 0;
+    std::uint64_t rank = 0;  ///< A's output width: r, or r a part for a merged adapter
 };
 
 /// What fine-tuning changes in one kind of layer's saved tensors (architecture_activations.hpp).
@@ -118,6 +129,7 @@ struct LayerTuning {
     Linear dequantized_linear = Linear::none;  ///< whose weight that is
     bool dora =
         false;  ///< DoRA: each adapter scales by m / ||W + B A|| (LoraVariantRow::magnitude)
+    bool merged = false;  ///< a fused linear's adapter over its targeted parts, zero-padded
     std::array<AdaptedShape, linear_rows.size()> shapes{};  ///< by Linear: the adapted ones' widths
 
     bool any() const { return frozen != 0 || adapted != 0 || frozen_norms; }
@@ -219,20 +231,24 @@ inline ParameterTable frozen_table(const Architecture& m, ParameterTable table,
 /// A LoRA target's adapter rows after its own, `row`: A (in x r) and B (r x out), and DoRA's
 /// magnitude. Tensor parallelism splits an adapter as its base: A whole and B by columns beside a
 /// column-parallel layer, A by rows and B whole beside a row-parallel one.
-inline void add_adapter_rows(std::vector<ParamRow>& rows, const ParamRow& row, const Lora& lora) {
+/// `parts`: a merged adapter's (LoraVariantRow::merged), its A r rows for each part of the fused
+/// linear it adapts.
+inline void add_adapter_rows(std::vector<ParamRow>& rows, const ParamRow& row, const Lora& lora,
+                             std::uint64_t parts = 1) {
     const std::uint64_t r = lora.rank;
     const std::uint64_t E = row.expert ? *row.dims.begin() : 0;
     const std::uint64_t in = row.dims.begin()[E ? 1 : 0], out = row.dims.begin()[E ? 2 : 1];
     const auto [in_letters, out_letters] = detail::shape_ends(row.shape);
     const bool row_parallel = linear_row(row.linear).row_parallel;
     const bool split = row.split == ParamSplit::tensor;
-    Dims a{in, r}, b{r, out};
+    Dims a{in, r * parts}, b{r, out};
     if (E) a.stack(E), b.stack(E);
     const std::string tensor(row.tensor);
-    rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_A").text,
-                      Label(in_letters + " x r").text, a,
-                      split && row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
-                      row.expert, row.kind, row.linear, ParamRole::lora_a);
+    rows.emplace_back(
+        Part::adapter, row.group, Label(tensor + ".lora_A").text,
+        Label(in_letters + (parts > 1 ? " x " + std::to_string(parts) + "r" : " x r")).text, a,
+        split && row_parallel ? ParamSplit::tensor : ParamSplit::replicated, row.expert, row.kind,
+        row.linear, ParamRole::lora_a);
     rows.emplace_back(Part::adapter, row.group, Label(tensor + ".lora_B").text,
                       Label("r x " + out_letters).text, b,
                       split && !row_parallel ? ParamSplit::tensor : ParamSplit::replicated,
@@ -307,11 +323,14 @@ inline std::string unfused_hint(const std::string& name) {
 }
 
 /// Whether target `name` adapts row `r` (all-linear: every linear weight); a fused linear's weight
-/// answers to the fused module's names alone, and its own is refused (peft finds no such module).
-inline bool targets_row(const Architecture& m, const std::string& name, const ParamRow& r) {
+/// answers to the fused module's names, and to its own only for a merged adapter (peft finds no
+/// such module).
+inline bool targets_row(const Architecture& m, const std::string& name, const ParamRow& r,
+                        bool merged) {
     if (name == "all-linear") return true;
     const FusedLinear* f = fused_linear_of(m, r);
-    if (f == nullptr) return names_tensor(name, r.tensor);
+    if (f == nullptr || (merged && names_tensor(name, r.tensor)))
+        return names_tensor(name, r.tensor);
     if (names_tensor(name, r.tensor)) {
         std::string members;
         for (std::size_t i = 0; i < fused_members(*f); ++i)
@@ -320,7 +339,8 @@ inline bool targets_row(const Architecture& m, const std::string& name, const Pa
                                                      : ", ") +
                        std::string(linear_row(f->members[i]).tensor);
         throw error("lora target '" + name + "': " + members + " are one linear in " +
-                    model_name(m) + " (" + f->key + "): target it as " + fused_names(*f));
+                    model_name(m) + " (" + f->key + "): target it as " + fused_names(*f) +
+                    ", or its parts with --lora-variant merged");
     }
     return answers_to(*f, name);
 }
@@ -335,24 +355,33 @@ inline ParamRow fused_row(const FusedLinear& f, ParamRow first, std::uint64_t ou
     return first;
 }
 
-/// Collects a layer's fused weights as the table lists them, and once all of a fused linear's are
-/// read, its one row (fused_row).
+/// One adapter over a fused linear's targeted parts: its row (fused_row) and how many parts.
+struct FusedTarget {
+    ParamRow row;
+    std::uint64_t parts;
+};
+
+/// Collects a layer's fused weights as the table lists them, `targeted` or not, and once all of a
+/// fused linear's are read, the one adapter over those targeted (none if none is).
 class FusedRows {
 public:
-    std::optional<ParamRow> add(const FusedLinear& f, const ParamRow& r) {
+    std::optional<FusedTarget> add(const FusedLinear& f, const ParamRow& r, bool targeted) {
         Pending& p = pending_[static_cast<std::size_t>(&f - fused_linears.data())];
-        if (r.linear == f.members.front()) p.first = r;
-        p.out += r.dims.begin()[1];
-        if (++p.seen < fused_members(f) || !p.first) return std::nullopt;
-        const ParamRow row = fused_row(f, *p.first, p.out);
-        p = Pending{};
-        return row;
+        if (targeted) {
+            if (!p.first) p.first = r;
+            p.out += r.dims.begin()[1];
+            ++p.parts;
+        }
+        if (++p.seen < fused_members(f)) return std::nullopt;
+        const Pending done = std::exchange(p, Pending{});
+        if (!done.first) return std::nullopt;
+        return FusedTarget{fused_row(f, *done.first, done.out), done.parts};
     }
 
 private:
     struct Pending {
         std::optional<ParamRow> first;
-        std::uint64_t out = 0;
+        std::uint64_t out = 0, parts = 0;
         std::size_t seen = 0;
     };
     std::array<Pending, fused_linears.size()> pending_{};
@@ -366,13 +395,14 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
                                        const FineTuning& f) {
     validate(f);
     if (f.mode == Training::full) return table;
+    const bool merged = lora_variant_row(f.lora.variant).merged;
     if (f.mode == Training::frozen) return detail::frozen_table(m, std::move(table), f.frozen);
     std::vector<bool> used(f.lora.targets.size(), false);
     const auto targeted = [&](const ParamRow& r) {
         if (!detail::linear_weight(m, r)) return false;
         bool hit = false;
         for (std::size_t i = 0; i < f.lora.targets.size(); ++i)
-            if (detail::targets_row(m, f.lora.targets[i], r)) hit = true, used[i] = true;
+            if (detail::targets_row(m, f.lora.targets[i], r, merged)) hit = true, used[i] = true;
         return hit;
     };
     std::vector<ParamRow> rows;
@@ -383,12 +413,12 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
         if (f.mode == Training::qlora && detail::linear_weight(m, row)) row.storage = f.base;
         const bool target = targeted(row);
         rows.push_back(row);
-        if (!target) continue;
         const detail::FusedLinear* one = detail::fused_linear_of(m, row);
-        if (one == nullptr)
+        if (one == nullptr && target)
             detail::add_adapter_rows(rows, row, f.lora);
-        else if (const auto whole = fused.add(*one, row))
-            detail::add_adapter_rows(rows, *whole, f.lora);
+        else if (one != nullptr)
+            if (const auto whole = fused.add(*one, row, target))
+                detail::add_adapter_rows(rows, whole->row, f.lora, merged ? whole->parts : 1);
     }
     const bool all_linear = f.lora.targets.size() == 1 && f.lora.targets.front() == "all-linear";
     for (std::size_t i = 0; i < f.lora.targets.size(); ++i)
@@ -420,7 +450,8 @@ inline void adapted_row(LayerTuning& t, const ParamRow& r) {
     AdaptedShape& shape = t.shapes[static_cast<std::size_t>(r.linear)];
     const std::size_t e = r.expert ? 1 : 0;
     shape.modules = e ? *r.dims.begin() : 1;
-    if (r.role == ParamRole::lora_a) shape.in = r.dims.begin()[e];
+    if (r.role == ParamRole::lora_a)
+        shape.in = r.dims.begin()[e], shape.rank = r.dims.begin()[e + 1];
     if (r.role == ParamRole::lora_b) shape.out = r.dims.begin()[e + 1];
 }
 }  // namespace detail
@@ -435,6 +466,7 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
     t.adapter_dropout = f.lora.dropout;
     t.adapter_fp32 = f.lora.fp32;
     t.dora = lora_variant_row(f.lora.variant).magnitude;
+    t.merged = lora_variant_row(f.lora.variant).merged;
     bool norms = false, trained_norm = false;
     for (const ParamRow& r : table.rows) {
         const bool here = r.group == Group::layer ? r.kind == kind : r.group == Group::head;

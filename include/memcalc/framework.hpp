@@ -80,7 +80,16 @@ enum class LossKernel {
     /// whole; its forward takes the head chunk by chunk over the tokens, writing the hidden states'
     /// and the head weight's gradients, which it keeps for backward.
     fused_linear,
+    /// lit-gpt's chunked_cross_entropy over its head's chunks (lm_head_chunk_size): the logits a
+    /// list, whole in the compute dtype; cross_entropy on each chunk as it is, log-softmax keeping
+    /// every chunk's output; backward runs a chunk's gradients at a time.
+    chunked_bf16,
 };
+
+/// Whether the loss runs a chunk of tokens at a time, its gradients a chunk's.
+inline bool chunked_loss(LossKernel l) {
+    return l == LossKernel::chunked || l == LossKernel::chunked_bf16;
+}
 
 inline const char* loss_kernel_name(LossKernel l) {
     switch (l) {
@@ -90,6 +99,7 @@ inline const char* loss_kernel_name(LossKernel l) {
         case LossKernel::fp32_inplace: return "fp32-inplace";
         case LossKernel::chunked: return "chunked";
         case LossKernel::fused_linear: return "fused-linear";
+        case LossKernel::chunked_bf16: return "chunked-bf16";
     }
     return "?";
 }
@@ -173,6 +183,9 @@ struct Framework {
     CheckpointImpl checkpoint = CheckpointImpl::non_reentrant;  ///< full recomputation's call
     /// --loss chunked: the chunks the tokens are split into (torchtune's num_output_chunks).
     std::uint64_t loss_chunks = 8;
+    /// A chunked loss's chunks of this many tokens of each sequence instead (lit-gpt's
+    /// lm_head_chunk_size, 128 in its fine-tuning scripts); 0: loss_chunks equal ones.
+    std::uint64_t loss_chunk_tokens = 0;
     DpOverlap dp_overlap = DpOverlap::layers;  ///< the step time's: data-parallel messages hidden
     TpOverlap tp_overlap = TpOverlap::none;    ///< the step time's: tensor-parallel ones
     /// The step time's: which fused kernel --attention flash runs (attention_kernels.hpp).
@@ -255,7 +268,7 @@ inline const auto framework_switches = std::make_tuple(
     Switch{
         "loss", "loss", &Framework::loss,
         std::array{LossKernel::fp32, LossKernel::bf16, LossKernel::fused, LossKernel::fp32_inplace,
-                   LossKernel::chunked, LossKernel::fused_linear},
+                   LossKernel::chunked, LossKernel::fused_linear, LossKernel::chunked_bf16},
         loss_kernel_name,
         "How the loss is computed: fp32 (default: cross_entropy(logits.float()), as transformers\n"
         "does: an fp32 copy, fp32 log-probabilities and gradients), bf16 (cross_entropy on the\n"
@@ -266,7 +279,9 @@ inline const auto framework_switches = std::make_tuple(
         "fp32 upcast a chunk of tokens at a time, --loss-chunks; log-softmax still keeps every\n"
         "chunk's fp32 output, eager or compiled by torch 1.13) or fused-linear (Liger's fused\n"
         "linear cross-entropy: no logits, a chunk of tokens' at a time; the hidden states' and\n"
-        "the head's gradients made in forward; over the whole vocabulary, whatever --tp)"},
+        "the head's gradients made in forward; over the whole vocabulary, whatever --tp) or\n"
+        "chunked-bf16 (lit-gpt's chunked_cross_entropy: the head a chunk at a time, each\n"
+        "chunk's loss in the logits' dtype, every chunk's log-probabilities kept)"},
     Switch{"logits", "logits", &Framework::logits, std::array{LogitsLife::held, LogitsLife::freed},
            logits_life_name,
            "Whether the loop keeps the logits through backward: held (default: nanoGPT's\n"

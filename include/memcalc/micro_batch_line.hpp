@@ -33,7 +33,7 @@ inline bool micro_batch_affine(const Architecture& m, const Settings& s,
     const Parallelism& p = s.parallel;
     const bool whole = p.tp == 1 && p.cp == 1 && p.ep == 1 && p.etp <= 1;
     const LossKernel loss = s.framework.loss;
-    const bool unchunked = loss != LossKernel::chunked && loss != LossKernel::fused_linear;
+    const bool unchunked = !chunked_loss(loss) && loss != LossKernel::fused_linear;
     const bool alike =
         !p.recompute_layers && std::find(modes.begin(), modes.end(), Recompute::op) == modes.end();
     return whole && unchunked && alike && m.expert_imbalance == 1.0 && !s.images.any();

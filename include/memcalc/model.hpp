@@ -130,15 +130,30 @@ inline std::string_view expert_dispatch_name(ExpertDispatch d) {
     return expert_dispatch_names[static_cast<std::size_t>(d)].second;
 }
 
-/// How RMSNorm runs: as PyTorch ops (transformers' RMSNorm: an fp32 copy of x, 1/rms and x_norm
-/// kept) or one fused kernel (Transformer Engine's, Apex's FusedRMSNorm: x itself and 1/rms kept).
-enum class RmsnormKernel { torch, fused };
+/// How RMSNorm runs, a row each (rmsnorm_kernels).
+enum class RmsnormKernel { torch, fused, torch_input_dtype };
+/// A way RMSNorm runs: `fused`, one kernel keeping x and 1/rms; else PyTorch's ops, on an fp32
+/// copy of x where `upcast`, else in x's own dtype, keeping x (or its copy), 1/rms and x_norm.
+struct RmsnormKernelRow {
+    RmsnormKernel id;
+    std::string_view name;  ///< the model file's spelling
+    bool fused, upcast;
+};
+inline constexpr std::array<RmsnormKernelRow, 3> rmsnorm_kernels{{
+    {RmsnormKernel::torch, "torch", false, true},  // transformers' RMSNorm: x.to(float32) first
+    {RmsnormKernel::fused, "fused", true, false},  // Transformer Engine's, Apex's FusedRMSNorm
+    // lit-gpt's RMSNorm (lit_gpt/rmsnorm.py @8641822): x * x, mean, rsqrt in x's dtype
+    {RmsnormKernel::torch_input_dtype, "torch_input_dtype", false, false},
+}};
+inline const RmsnormKernelRow& rmsnorm_kernel(RmsnormKernel k) {
+    return rmsnorm_kernels[static_cast<std::size_t>(k)];
+}
 /// Whether torch.compile runs each layer (torchtune's and torchtitan's per-block compile): its
 /// AOTAutograd partition recomputes pointwise chains in backward instead of keeping them.
 enum class Compile { none, layers };
 inline const char* compile_name(Compile c) { return c == Compile::none ? "none" : "layers"; }
 inline const char* rmsnorm_kernel_name(RmsnormKernel k) {
-    return k == RmsnormKernel::torch ? "torch" : "fused";
+    return rmsnorm_kernel(k).name.data();  // a literal: terminated
 }
 
 /// A rotary embedding as a row: whether every attention layer makes its own cos and sin (autograd

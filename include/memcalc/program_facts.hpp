@@ -94,10 +94,12 @@ inline const auto program_facts = std::make_tuple(
         "token, scores multiplied in: transformers' Llama4TextMoe) or permuted (Megatron-LM\n"
         "0.13+: permuted by index, the weights applied in the activation, nothing kept)"},
     Switch{"rmsnorm_kernel", "RMSNorm kernel", &Architecture::rmsnorm_kernel,
-           std::array{RmsnormKernel::torch, RmsnormKernel::fused}, rmsnorm_kernel_name,
+           std::array{RmsnormKernel::torch, RmsnormKernel::fused, RmsnormKernel::torch_input_dtype},
+           rmsnorm_kernel_name,
            "How RMSNorm runs: torch (PyTorch's ops, transformers' RMSNorm: an fp32 copy of x,\n"
-           "1/rms and x_norm kept) or fused (one kernel, Transformer Engine's and Apex's: x\n"
-           "itself and 1/rms kept, its backward one kernel)"},
+           "1/rms and x_norm kept), fused (one kernel, Transformer Engine's and Apex's: x itself\n"
+           "and 1/rms kept, its backward one kernel) or torch_input_dtype (PyTorch's ops in x's\n"
+           "own dtype, lit-gpt's: x itself, 1/rms and x_norm in it)"},
     Switch{"compile", "compiled layers", &Architecture::compile,
            std::array{Compile::none, Compile::layers}, compile_name,
            "none (eager) or layers: torch.compile on each layer (torchtune's, torchtitan's),\n"

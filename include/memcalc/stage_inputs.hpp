@@ -353,6 +353,17 @@ inline void set_fused_linear_loss_work(TimelineInputs& in, const Workload& w, Co
     in.later_loss_work = in.loss_work;
 }
 
+/// A chunked loss's chunk of the logits' `sbV` elements on this rank (all of them unchunked): a
+/// chunk of loss_chunk_tokens of each sequence, or one of loss_chunks equal ones.
+inline Count loss_part(const Workload& w, Count sbV) {
+    const Framework& f = w.framework;
+    if (!chunked_loss(f.loss)) return sbV;
+    if (f.loss_chunk_tokens == 0) return ceil_div(sbV, f.loss_chunks);
+    const std::uint64_t tokens = std::uint64_t{w.seq} * w.micro_batch;
+    const Count chunk = Count(std::min<std::uint64_t>(f.loss_chunk_tokens, w.seq)) * w.micro_batch;
+    return std::min(sbV, ceil_div(sbV * chunk, tokens));
+}
+
 /// The loss step under autograd's order: logits.float() copies them while the loss runs forward
 /// (not when they are fp32 already); its backward holds the log-probabilities' gradient and the
 /// logits' (in the loss's dtype), and the head's backward frees the last of them before layer L's
@@ -366,9 +377,10 @@ inline void set_autograd_loss_work(TimelineInputs& in, const Workload& w, Count 
     // In place (Megatron's): the copy is the saved softmax, and backward writes over it, making
     // only the logits' gradient in the compute dtype.
     const bool in_place = w.framework.loss == LossKernel::fp32_inplace;
-    const Count part =
-        w.framework.loss == LossKernel::chunked ? ceil_div(sbV, w.framework.loss_chunks) : sbV;
-    const Count copy = loss && *loss != w.recipe.activations && !in_place ? part * l : Count(0);
+    const Count part = loss_part(w, sbV);
+    // logits.float() copies them, unless the model returned them in fp32 (logits_fp32).
+    const DType logits = w.model.logits_fp32 ? DType::fp32 : w.recipe.activations;
+    const Count copy = loss && *loss != logits && !in_place ? part * l : Count(0);
     const Count backward = (in_place ? sbV * d : part * (2 * l)) + in.recompute_buffers;
     // A loop that keeps only the loss drops the logits when the forward returns, before the loss's
     // backward (measured): then they are part of the loss's forward alone.
@@ -391,7 +403,8 @@ inline void set_loss_inputs(TimelineInputs& in, const Workload& w, const Paralle
     in.logits = w.framework.loss == LossKernel::fused_linear ? Count(0) : sbV * returned;
     // The loss's log-probabilities and gradients, in its dtype: none of the vocabulary's width for
     // a fused kernel, which writes its gradient over the logits.
-    const std::optional<DType> loss = loss_dtype(w.framework.loss, w.recipe.precision());
+    const std::optional<DType> loss =
+        loss_dtype(w.framework.loss, w.recipe.precision(), w.model.logits_fp32);
     const std::uint64_t l = loss ? bytes_per_element(*loss) : 0;
     const Count previous_logits =
         in.logits_held ? in.logits : Count(0);  // the last micro-batch's, if the loop holds them

@@ -76,12 +76,14 @@ struct Workload {
 /// norm), the loss kernel's and the head's product (a tied head's too), a chunked loss's a chunk
 /// at a time.
 inline LayerLaunches end_launches(const LayerActivations& head, const ParameterTable& params,
-                                  const Framework& f) {
+                                  const Framework& f, std::uint64_t seq) {
     LayerLaunches out;
     for (const Launches& l : head.launches) out.other += l;
     out.other += launches_of(LaunchOp::embedding);
-    const bool chunked = f.loss == LossKernel::chunked || f.loss == LossKernel::fused_linear;
-    const double chunks = chunked ? static_cast<double>(f.loss_chunks) : 1;
+    const bool chunked = chunked_loss(f.loss) || f.loss == LossKernel::fused_linear;
+    const std::uint64_t by_tokens =
+        f.loss_chunk_tokens > 0 ? (seq + f.loss_chunk_tokens - 1) / f.loss_chunk_tokens : 0;
+    const double chunks = !chunked ? 1 : static_cast<double>(by_tokens ? by_tokens : f.loss_chunks);
     out.other += loss_passes[static_cast<std::size_t>(f.loss)].launches * chunks;
     // The head's weight, or (tied) the token embedding's, the table's first row.
     bool trained = !params.rows.empty() && params.rows.front().trainable;
@@ -259,7 +261,7 @@ inline void count_launches(Workload& w, const ActivationTables& t) {
         if (k < w.not_recomputed.size())
             w.not_recomputed[k].launches = layer_launches(t.of_kind(k), Recompute::none, params, k);
     }
-    w.end_launches = end_launches(t.head, params, w.framework);
+    w.end_launches = end_launches(t.head, params, w.framework, w.seq);
 }
 
 }  // namespace memcalc

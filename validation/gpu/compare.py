@@ -39,7 +39,8 @@ def training_flags(run):
         return ["--train", "frozen", "--frozen", run["frozen"]]
     if train == "lora":
         return ["--train", "lora", "--lora-rank", str(run["lora_rank"]), "--lora-targets", run["lora_targets"],
-                "--lora-dropout", f"{run['lora_dropout']:g}", "--lora-dtype", run.get("lora_dtype", "bf16")]
+                "--lora-dropout", f"{run['lora_dropout']:g}", "--lora-dtype", run.get("lora_dtype", "bf16")] + \
+            (["--lora-variant", run["lora_variant"]] if "lora_variant" in run else [])
     return []
 
 
@@ -110,6 +111,8 @@ def predict_command(memcalc, run, platform, older=False, defaults=False):
         command += ["--grad-buffer", run["grad_buffer"]]
     if "loss_chunks" in run:  # --loss chunked's
         command += ["--loss-chunks", str(run["loss_chunks"])]
+    if "loss_chunk_tokens" in run:  # lit-gpt's lm_head_chunk_size (--loss chunked-bf16)
+        command += ["--loss-chunk-tokens", str(run["loss_chunk_tokens"])]
     if "recompute_layers" in run:  # partial recomputation: the first N layers checkpointed
         command += ["--recompute-layers", str(run["recompute_layers"])]
     for key, default in SWITCH_DEFAULTS.items():  # recorded since replicate.py measured them; else the defaults

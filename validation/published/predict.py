@@ -86,11 +86,34 @@ LORA = ("LoRA: its rank and targets are not stated, which memcalc's --train lora
 # them exactly), dropout 0.05, adapters in the model's bf16 (bf16-true). Its finetune/lora.py of the time (read
 # at 0010d8e) forces the longest sample into the first batch, runs the head in chunks of 128 tokens, and
 # validates and generates a sample (a KV cache) inside the run it measures.
-LITGPT_LORA = ["--train", "lora", "--lora-rank", "8", "--lora-targets", "q_proj,v_proj", "--lora-dropout", "0.05",
-               "--lora-dtype", "bf16"]
-LITGPT_WHY = ("Alpaca samples vary in length (1304, the longest, bounds the activations); what else the script "
-              "runs inside the measurement (validation, a sample generation with a KV cache) and LitGPT's "
-              "chunked head are not modelled; Llama 2 7B has LLaMA 7B's shape")
+# LitGPT's finetune/lora.py at commit 8641822 (its resource tables' runs), each fact read from its source
+# and measured on CPU in validation/third_party/litgpt_run.py: lit-gpt's own LoRA on the query and value parts
+# of its fused qkv linear (LoRAQKVLinear, --lora-variant merged), bf16-true (the model, the adapters and
+# AdamW's moments in bf16), the head a 128-token chunk at a time with chunked_cross_entropy on each chunk,
+# the logits fp32 as Fabric's wrapper hands them back (the model files' logits_fp32), SDPA's flash kernel.
+# Samples vary in length and the longest is forced into the first micro-batch: that micro-batch is the
+# step's peak, no earlier one's logits beside it (--microbatches 1; the later, shorter ones lower).
+LITGPT_LORA = ["--activations", "architecture", "--recipe", "bf16-adam", "--profile", "pytorch",
+               "--attention", "flash", "--loss", "chunked-bf16", "--loss-chunk-tokens", "128",
+               "--torch-version", "2.1", "--train", "lora", "--lora-rank", "8", "--lora-targets",
+               "q_proj,v_proj", "--lora-variant", "merged", "--lora-dropout", "0.05", "--lora-dtype", "bf16"]
+LITGPT_NOTE = ("the longest Alpaca sample ({} tokens) in the first micro-batch, the others padded to it; "
+               "lit-gpt @8641822 as validation/third_party/litgpt_run.py measures it on CPU "
+               "(validation/third_party/litgpt/README.md); validation, sample generation and the optimizer's "
+               "first step come below this")
+
+
+LITGPT_UNDER = ("by less than the caching allocator's rounding, which max_memory_allocated counts (each block "
+                "rounded up, a remainder under 1 MB left unsplit: memcalc's allocator model, peak.reserved's "
+                "allocated_bytes, is within 0.05% of the published figure or above it), and lit-gpt's rotary "
+                "cache in fp32 where memcalc counts it in bf16 (1.3 MB)")
+
+
+def litgpt(model, seq, micro_batch):
+    """A LitGPT LoRA row: lit-gpt's model as its config.py builds it, the longest sample's micro-batch."""
+    return dict(args=["--model-file", MODELS + model + ".json", "--seq", str(seq), "-b", str(micro_batch)]
+                + LITGPT_LORA, note=LITGPT_NOTE.format(seq), under_estimate=LITGPT_UNDER)
+
 
 ROWS = {
     # ---- Megatron-LM functional-test golden values (max allocated, one rank: the last pipeline stage)
@@ -235,14 +258,15 @@ ROWS = {
     "torchtune-l32-3b-qlora": dict(same_as="torchtune-l32-3b-full-packed-compile-chunkedce-ac",
         why="QLoRA (NF4 base weights) and " + LORA + "; activation offloading is not modelled; " + COMPILE),
     # ---- LitGPT resource tables (max allocated, GB = 1e9 bytes)
-    "litgpt-llama2-7b-lora-mb1": dict(
-        args=["--preset", "llama-7b", "--seq", "1304", "-b", "1", "--microbatches", "128",
-              "--activations", "architecture", "--recipe", "bf16-adam", "--profile", "pytorch",
-              "--attention", "flash"] + LITGPT_LORA, comparable=False, why=LITGPT_WHY),
-    "litgpt-llama2-7b-lora-mb2": dict(
-        args=["--preset", "llama-7b", "--seq", "1304", "-b", "2", "--microbatches", "64",
-              "--activations", "architecture", "--recipe", "bf16-adam", "--profile", "pytorch",
-              "--attention", "flash"] + LITGPT_LORA, comparable=False, why=LITGPT_WHY),
+    "litgpt-llama2-7b-lora-mb1": litgpt("litgpt-llama-2-7b", 1304, 1),
+    "litgpt-llama2-7b-lora-mb2": litgpt("litgpt-llama-2-7b", 1304, 2),
+    "litgpt-phi-1_5-lora-mb1": litgpt("litgpt-phi-1_5", 1044, 1),
+    "litgpt-phi-1_5-lora-mb2": litgpt("litgpt-phi-1_5", 1044, 2),
+    "litgpt-phi-1_5-lora-mb4": litgpt("litgpt-phi-1_5", 1044, 4),
+    "litgpt-stablelm-3b-lora-mb1": litgpt("litgpt-stablelm-base-alpha-3b", 1034, 1),
+    "litgpt-stablelm-3b-lora-mb2": litgpt("litgpt-stablelm-base-alpha-3b", 1034, 2),
+    "litgpt-stablelm-3b-lora-mb4": litgpt("litgpt-stablelm-base-alpha-3b", 1034, 4),
+    "litgpt-llama2-13b-lora-mb1": litgpt("litgpt-llama-2-13b", 1304, 1),
     # ---- PEFT README: batch, sequence, precision, rank and the statistic are not stated
     "peft-bloomz-7b1-lora-pytorch": dict(args=None, comparable=False,
         why="batch, sequence, precision, LoRA rank and the statistic are not stated: nothing to predict"),

@@ -93,6 +93,15 @@ inline void dora_rows(TableBuilder& t, const Sizes& z, const std::string& op, Li
     }
 }
 
+/// A's output width among `readers`' adapters: r, or r a part for a merged adapter.
+inline std::uint64_t adapted_rank(const TableBuilder& t, LinearSet readers) {
+    std::uint64_t rank = 0;
+    for (const LinearRow& l : linear_rows)
+        if ((readers & t.tuning.adapted & bit(l.linear)) != 0)
+            rank = std::max(rank, t.tuning.shapes[static_cast<std::size_t>(l.linear)].rank);
+    return rank > 0 ? rank : t.tuning.rank;
+}
+
 /// What each LoRA adapter among `readers` keeps beside its frozen linear, as peft's Linear runs
 /// base(x) + lora_B(lora_A(dropout(x.to(adapter dtype)))) * scaling over `tokens` tokens of input
 /// `elements`: with a dropout its mask (or CPU noise) and, unless autocast's cast of it is counted
@@ -121,9 +130,28 @@ inline void adapter_rows(TableBuilder& t, const Sizes& z, const std::string& op,
               Keep::always, adapters);
     }
     t.add(op + ": LoRA B", "its input, A's r-wide output" + each,
-          "B's gradient = input^T x its output's gradient", sbr, tokens * t.tuning.rank, own,
-          Keep::always, adapters);
+          "B's gradient = input^T x its output's gradient", sbr, tokens * adapted_rank(t, readers),
+          own, Keep::always, adapters);
     dora_rows(t, z, op, readers, tokens);
+}
+
+/// A merged adapter (LoraVariantRow::merged) over part of a fused linear's output, `fused`
+/// elements: lit-gpt's zero_pad index_copies B's output into zeros of the fused width, and
+/// index_copy keeps its source for the size of its gradient (and the index, int64 a column).
+inline void merged_padding_rows(TableBuilder& t, const Sizes& z, const std::string& op,
+                                LinearSet readers, Count tokens, Count fused) {
+    if (!t.tuning.merged) return;
+    for (const LinearRow& l : linear_rows) {
+        if ((readers & t.tuning.adapted & bit(l.linear)) == 0) continue;
+        const AdaptedShape& w = t.tuning.shapes[static_cast<std::size_t>(l.linear)];
+        if (tokens * w.out >= fused) continue;  // every part adapted: nothing padded
+        const std::string at = op + ": LoRA zero padding (index_copy)";
+        t.add(at, "its source, B's output at the adapted parts' width",
+              "the source's gradient is the output's, selected and shaped as the source", sbo,
+              tokens * w.out, adapter_bytes(t, z));
+        t.add(at, "the index of the adapted columns, int64", "the gradient is selected by it",
+              out_vector, Count(w.out), 8);
+    }
 }
 
 /// The forward of frozen linears whose input no row keeps: that input is alive while they run,

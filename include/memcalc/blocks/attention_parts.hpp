@@ -30,6 +30,14 @@ inline bool repeats_kv(const Architecture& m, Attention attention) {
     return m.key_value_heads() < m.heads && (attention == Attention::eager || m.repeat_kv);
 }
 
+/// v, a view of one fused linear's output, keeps all of it where q and k became copies (rotary):
+/// q's and k's parts beside v's (lit-gpt's qkv.split; validation/third_party/litgpt_run.py).
+inline void fused_output_rows(TableBuilder& t, const Sizes& z, const std::string& op) {
+    const char* why = "v is a view of the fused q/k/v output, which it keeps whole";
+    t.add(op, "q's part of the fused q/k/v output", why, shape::sbq, z.sbq, z.d);
+    t.add(op, "k's part of the fused q/k/v output", why, z.keyed.kv, z.sbkv, z.d);
+}
+
 /// q, k and v as the attention products keep them. With fewer key/value heads than query heads,
 /// eager attention repeats k and v to every head (a copy); selective recomputation's checkpoint
 /// keeps the un-repeated k and v instead.
@@ -78,6 +86,7 @@ inline void qkv_rows(TableBuilder& t, const Architecture& m, const Sizes& z, Att
             t.add(op, what, why, z.keyed.kv, z.sbkv, z.d, Keep::always, 1,
                   RowFacts{}.saved_by_policy(saved[i] && shared[i]));
         }
+        if (!key && m.fused_qkv && changed && shared[2]) fused_output_rows(t, z, op);
     }
 }
 

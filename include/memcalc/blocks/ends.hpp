@@ -138,15 +138,19 @@ inline std::vector<SavedTensor> kv_cache_rows(const Architecture& m, std::uint64
 
 /// The loss's dtype: its log-probabilities and their gradients. None for a fused kernel, which
 /// writes the gradient over the logits and keeps nothing of the vocabulary's width. Autocast runs
-/// cross_entropy in fp32 whatever its input (CUDA's op lists; measured on CPU).
-inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision) {
+/// cross_entropy in fp32 whatever its input (CUDA's op lists; measured on CPU); a kernel on the
+/// logits as they are takes fp32 logits (`logits_fp32`: the model returns them so) as fp32.
+inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision,
+                                       bool logits_fp32 = false) {
+    const DType as_they_are = precision.autocast || logits_fp32 ? DType::fp32 : precision.compute;
     switch (loss) {
         case LossKernel::fp32: return DType::fp32;
-        case LossKernel::bf16: return precision.autocast ? DType::fp32 : precision.compute;
+        case LossKernel::bf16: return as_they_are;
         case LossKernel::fused: return std::nullopt;
         case LossKernel::fp32_inplace: return DType::fp32;
         case LossKernel::chunked: return DType::fp32;  // logits_chunk.float(), whatever the recipe
         case LossKernel::fused_linear: return std::nullopt;
+        case LossKernel::chunked_bf16: return as_they_are;
     }
     return DType::fp32;
 }
@@ -173,23 +177,25 @@ struct LossPasses {
 /// backward the one-hot's subtraction, scale and cast (read from cross_entropy.py); a fused
 /// kernel's one each way; Liger's, for each chunk its product with the head, the loss and the
 /// gradient's product back.
-inline constexpr std::array<LossPasses, 6> loss_passes{{
+inline constexpr std::array<LossPasses, 7> loss_passes{{
     {0, 1, 0, 0, true, {4, 3}},   // fp32
     {0, 1, 0, 0, true, {3, 2}},   // bf16 (an upcast only under autocast)
     {0, 0, 1, 1, false, {1, 1}},  // fused
     {3, 2, 0, 1, false, {7, 3}},  // fp32_inplace: its fp32 copy a saved row
     {0, 1, 0, 0, true, {4, 3}},   // chunked: fp32's, a chunk at a time
     {0, 0, 2, 0, false, {3, 2}},  // fused_linear
+    {0, 1, 0, 0, true, {3, 2}},   // chunked_bf16: bf16's, a chunk at a time
 }};
-static_assert(loss_passes.size() == static_cast<std::size_t>(LossKernel::fused_linear) + 1,
+static_assert(loss_passes.size() == static_cast<std::size_t>(LossKernel::chunked_bf16) + 1,
               "a row for every loss kernel, in LossKernel's order");
 
-/// The loss kernel's temporaries (loss_passes) over `logits` elements in the compute dtype.
+/// The loss kernel's temporaries (loss_passes) over `logits` elements in the compute dtype (fp32
+/// where the model returns them so).
 inline void loss_temporaries(detail::TableBuilder& t, LossKernel loss, Precision precision,
-                             Count logits) {
+                             Count logits, bool logits_fp32) {
     LossPasses passes = loss_passes[static_cast<std::size_t>(loss)];
-    const std::uint64_t narrow = bytes_per_element(precision.compute);
-    const auto logp = loss_dtype(loss, precision);
+    const std::uint64_t narrow = logits_fp32 ? dtype::fp32 : bytes_per_element(precision.compute);
+    const auto logp = loss_dtype(loss, precision, logits_fp32);
     const std::uint64_t wide = logp ? bytes_per_element(*logp) : narrow;
     if (passes.upcasts && wide > narrow) ++passes.forward_wide, ++passes.backward_narrow;
     const auto add = [&](bool backward, std::uint64_t wide_passes, std::uint64_t narrow_passes) {
@@ -213,7 +219,7 @@ inline LayerActivations head_program(const Architecture& m, std::uint64_t seq,
     std::vector<SavedTensor>& rows = head.rows;
     detail::TableBuilder t(rows, &head, tuning);
     detail::norm_rows(t, m, z, "final norm");
-    loss_temporaries(t, loss, precision, z.tokens * m.vocab);
+    loss_temporaries(t, loss, precision, z.tokens * m.vocab, m.logits_fp32);
     if (loss == LossKernel::fused_linear) {  // keeps no input: the gradient its forward wrote
         t.add("loss (fused linear)", "the hidden states' gradient, made in forward",
               "backward hands it on", shape::sbh, z.sbh, z.s);
@@ -226,7 +232,7 @@ inline LayerActivations head_program(const Architecture& m, std::uint64_t seq,
     if (loss == LossKernel::fp32_inplace)
         t.add("loss (softmax in place)", "an fp32 copy of the logits, softmaxed in place",
               "the gradient is written over it", shape::sbV, z.tokens * m.vocab, dtype::fp32);
-    else if (const auto logp = loss_dtype(loss, precision))
+    else if (const auto logp = loss_dtype(loss, precision, m.logits_fp32))
         t.add("loss (log-softmax)", std::string("log-probabilities, ") + dtype_name(*logp),
               "log-softmax's gradient is written in its output", shape::sbV, z.tokens * m.vocab,
               bytes_per_element(*logp));

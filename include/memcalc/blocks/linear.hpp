@@ -41,6 +41,7 @@ inline void after_linears(TableBuilder& t, const Sizes& z, const std::string& op
             first_linear(readers & t.tuning.adapted), shape.split);
     }
     adapter_rows(t, z, op, readers, tokens, elements, shape, input_bytes);
+    merged_padding_rows(t, z, op, readers, tokens, output.elements);
     if ((readers & ~t.tuning.frozen) == 0 && t.tuning.any())
         frozen_linear_work(t, z, op, input != InputRow::none ? Count(0) : elements * input_bytes,
                            output, readers, stream);

@@ -27,47 +27,53 @@ struct SavedStorage {
 /// RMSNorm's backward op by op, as torch's autograd formulas run it (validation/norm_backward.py
 /// lists each allocation on CPU): the weight's product holds its incoming gradient and its two
 /// products (the weight's only where it trains) in the normalised input's dtype, `out` bytes; x *
-/// rsqrt the gradient upcast to fp32 and its two products; pow(x, 2), after mean's backward, five
-/// fp32 tensors: x * rsqrt's part of x's gradient, mean's, and pow's three. `x2`, `rms`,
-/// `normalised`: their rows' indices (x2 and normalised may be absent).
+/// rsqrt the gradient upcast to the ops' dtype (`work` bytes: fp32, or x's without the upcast) and
+/// its two products; pow(x, 2), after mean's backward, five such tensors: x * rsqrt's part of x's
+/// gradient, mean's, and pow's three. `x2`, `rms`, `normalised`: their rows' indices (x2 and
+/// normalised may be absent).
 struct RmsnormRows {
     std::size_t x2, rms, normalised, end;
     static constexpr std::size_t none = ~std::size_t{0};
 };
 inline void rmsnorm_backward_work(TableBuilder& t, const std::string& what, const Shape& shape,
                                   Count elements, const RmsnormRows& at, bool weighted,
-                                  std::uint64_t out) {
+                                  std::uint64_t out, std::uint64_t work) {
     const std::string op = what + " (RMSNorm) backward";
-    const auto work = [&](std::size_t before, const char* step, const char* tensors,
-                          std::uint64_t bytes) {
+    const auto add = [&](std::size_t before, const char* step, const char* tensors,
+                         std::uint64_t bytes) {
         t.workspace_at(before, true, op + ": " + step, tensors, bytes_of(bytes, shape.symbol),
                        elements * bytes, Linear::none, shape.split);
     };
     if (weighted) {
         const bool trains = !t.tuning.frozen_norms;
-        work(at.end, "x_norm * weight",
-             trains ? "its incoming gradient and both products"
-                    : "its incoming gradient and x_norm's",
-             (trains ? 3 : 2) * out);
+        add(at.end, "x_norm * weight",
+            trains ? "its incoming gradient and both products"
+                   : "its incoming gradient and x_norm's",
+            (trains ? 3 : 2) * out);
     }
-    work(at.normalised == RmsnormRows::none ? at.end : at.normalised, "x * rsqrt",
-         "the gradient in fp32 and both products", 3 * dtype::fp32);
-    work(at.x2 == RmsnormRows::none ? at.rms : at.x2, "pow(x, 2)",
-         "x's gradient so far, mean's, and pow's three, fp32", 5 * dtype::fp32);
+    const bool fp32 = work == dtype::fp32;
+    add(at.normalised == RmsnormRows::none ? at.end : at.normalised, "x * rsqrt",
+        fp32 ? "the gradient in fp32 and both products" : "the gradient and both products",
+        3 * work);
+    add(at.x2 == RmsnormRows::none ? at.rms : at.x2, "pow(x, 2)",
+        fp32 ? "x's gradient so far, mean's, and pow's three, fp32"
+             : "x's gradient so far, mean's, and pow's three",
+        5 * work);
 }
 
-/// Eager RMSNorm's kernels pass their intermediates through memory (EagerTraffic), fp32: forward,
+/// Eager RMSNorm's kernels pass their intermediates through memory (EagerTraffic), in the ops'
+/// dtype (`work` bytes): forward,
 /// pow(x, 2)'s output (unless mean keeps it, a row) and x * rsqrt's; backward, the temporaries of
 /// rmsnorm_backward_work's steps but the gradients the element-wise passes count (the incoming
 /// one, x's): the weight's products, x * rsqrt's upcast gradient and its two products, and pow's
 /// three and mean's.
 inline void rmsnorm_temporaries(TableBuilder& t, const std::string& what, const Shape& shape,
                                 Count elements, const RmsnormRows& at, bool weighted,
-                                std::uint64_t out) {
-    const std::uint64_t forward = (at.x2 == RmsnormRows::none ? dtype::fp32 : 0) + dtype::fp32;
+                                std::uint64_t out, std::uint64_t work) {
+    const std::uint64_t forward = (at.x2 == RmsnormRows::none ? work : 0) + work;
     t.temporaries(false, what + " (RMSNorm)", elements * forward, shape.split);
     const std::uint64_t products = weighted ? (t.tuning.frozen_norms ? 1 : 2) * out : 0;
-    t.temporaries(true, what + " (RMSNorm) backward", elements * (products + 7 * dtype::fp32),
+    t.temporaries(true, what + " (RMSNorm) backward", elements * (products + 7 * work),
                   shape.split);
 }
 
@@ -92,7 +98,9 @@ inline bool fused_rmsnorm_rows(TableBuilder& t, const std::string& what, const S
 }
 
 /// `weighted`: false for a norm without a weight (Llama 4's L2 norm of q and k), which keeps no
-/// x_norm. Before torch 2.2 mean() keeps its input, x^2 in fp32 (z.torch).
+/// x_norm. Before torch 2.2 mean() keeps its input, x^2 (z.torch). The ops run on an fp32 copy
+/// of x, or in x's own dtype where the kernel does not upcast (Sizes::rmsnorm_upcast), keeping x
+/// itself, x^2 and 1/rms in it.
 inline bool rmsnorm_rows(TableBuilder& t, const Sizes& z, const std::string& what,
                          const Shape& shape, Count elements, const Shape& row_shape, Count rows,
                          const std::string& row_name, std::uint64_t input, bool fp32_scale = false,
@@ -101,25 +109,27 @@ inline bool rmsnorm_rows(TableBuilder& t, const Sizes& z, const std::string& wha
     if (z.fused_rmsnorm && weighted && !fp32_scale)
         return fused_rmsnorm_rows(t, what, shape, elements, row_shape, rows, row_name, input,
                                   input_facts);
+    const std::uint64_t work = z.rmsnorm_upcast ? dtype::fp32 : input;
+    const std::string in = work == dtype::fp32 ? "fp32" : dtype_name(z.compute);
     t.launch(LaunchOp::rmsnorm);
-    if (input != dtype::fp32) t.launch(LaunchOp::rmsnorm_casts);  // x.float() and the cast back
-    if (input == dtype::fp32 && fp32_input)
+    if (input != work) t.launch(LaunchOp::rmsnorm_casts);  // x.float() and the cast back
+    if (input == work && fp32_input)
         t.add(what + " (RMSNorm)", fp32_input->what, "pow(x, 2) and x * rsqrt need x",
-              fp32_input->shape, fp32_input->elements, dtype::fp32, Keep::always, 1, input_facts);
+              fp32_input->shape, fp32_input->elements, work, Keep::always, 1, input_facts);
     else
         t.add(what + " (RMSNorm)",
-              input == dtype::fp32 ? "its input (fp32)" : "its input, upcast to fp32",
-              "pow(x, 2) and x * rsqrt need x", shape, elements, dtype::fp32, Keep::always, 1,
-              input == dtype::fp32 ? input_facts : RowFacts{});
+              input == work ? "its input (" + in + ")" : "its input, upcast to fp32",
+              "pow(x, 2) and x * rsqrt need x", shape, elements, work, Keep::always, 1,
+              input == work ? input_facts : RowFacts{});
     RmsnormRows at{RmsnormRows::none, 0, RmsnormRows::none, 0};
     if (z.torch->mean_saves_input) {
         at.x2 = t.size();
-        t.add(what + " (RMSNorm)", "x^2, fp32 (mean's input)",
-              "mean's backward keeps its input before torch 2.2", shape, elements, dtype::fp32);
+        t.add(what + " (RMSNorm)", "x^2, " + in + " (mean's input)",
+              "mean's backward keeps its input before torch 2.2", shape, elements, work);
     }
     at.rms = t.size();
-    t.add(what + " (RMSNorm)", "1/rms per " + row_name + ", fp32",
-          "rsqrt's gradient is written in its output", row_shape, rows, dtype::fp32);
+    t.add(what + " (RMSNorm)", "1/rms per " + row_name + ", " + in,
+          "rsqrt's gradient is written in its output", row_shape, rows, work);
     const std::uint64_t out = fp32_scale ? dtype::fp32 : input;
     if (weighted &&
         !t.tuning.frozen_norms) {  // autograd keeps x_norm only for a weight that gets a gradient
@@ -129,9 +139,9 @@ inline bool rmsnorm_rows(TableBuilder& t, const Sizes& z, const std::string& wha
               "the weight's gradient is x_norm x the output's gradient", shape, elements, out);
     }
     at.end = t.size();
-    rmsnorm_backward_work(t, what, shape, elements, at, weighted, out);
-    if (!z.compiled) rmsnorm_temporaries(t, what, shape, elements, at, weighted, out);
-    return input == dtype::fp32;
+    rmsnorm_backward_work(t, what, shape, elements, at, weighted, out, work);
+    if (!z.compiled) rmsnorm_temporaries(t, what, shape, elements, at, weighted, out, work);
+    return input == work;
 }
 
 /// `branch_output`: a post-norm, reading a branch's output in the compute dtype, not the residual

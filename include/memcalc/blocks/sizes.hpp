@@ -45,6 +45,7 @@ struct Sizes {
     /// dtype operand when the other is the stream's wider dtype (autocast's fp32 mask or residual).
     std::uint64_t upcast;
     bool fused_rmsnorm;     ///< every weighted RMSNorm is one kernel (Architecture::rmsnorm_kernel)
+    bool rmsnorm_upcast;    ///< RMSNorm's ops run on an fp32 copy of x, else in x's dtype
     bool compiled = false;  ///< a compiled layer's: pointwise chains recomputed (inside_layer)
     Runtime runtime;        ///< whose kernels: the platform's, the version's, the experts' loop
 
@@ -69,7 +70,8 @@ struct Sizes {
           kernels(&kernels_of(where.platform)),
           torch(&torch_facts(where.torch)),
           upcast(!kernels->casts_on_read && s != d ? s : 0),
-          fused_rmsnorm(m.rmsnorm_kernel == RmsnormKernel::fused),
+          fused_rmsnorm(rmsnorm_kernel(m.rmsnorm_kernel).fused),
+          rmsnorm_upcast(rmsnorm_kernel(m.rmsnorm_kernel).upcast),
           runtime(where) {}
 
     /// Inside a layer torch.compile runs (Architecture::compile); outside the layers (the final

@@ -1,0 +1,1 @@
+# SHIM, written here: stands for the package lightning-utilities, which this machine lacks.

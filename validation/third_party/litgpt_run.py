@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Whole-step peaks of lit-gpt's LoRA fine-tuning (Lightning-AI/lit-gpt @8641822, the commit LitGPT's
+published resource tables name), on CPU beside memcalc.
+
+lit-gpt's model files (lit_gpt/model.py, lora.py, config.py, rmsnorm.py, utils.py) run unchanged
+from litgpt/ (litgpt/README.md: not in this repository, how to lay them down), with shims for the
+packages they import and this machine lacks (litgpt/shims/). The loop is finetune/lora.py's at that
+commit, as LitGPT's table ran it (--precision bf16-true, one device): the model in bf16, only the
+LoRA weights trained (mark_only_lora_as_trainable), torch.optim.AdamW on them, the rope cache
+rebuilt for the longest sample (model.max_seq_length = longest, outside any dtype context: fp32),
+then each iteration (`model` Fabric's wrapper, which hands the output back in fp32)
+
+    logits = model(input_ids, lm_head_chunk_size=128)      # a list of fp32 chunks, held to the end
+    logits[-1] = logits[-1][..., :-1, :]
+    loss = chunked_cross_entropy(logits, targets[..., 1:])
+    fabric.backward(loss / gradient_accumulation_iters)
+    optimizer.step(); optimizer.zero_grad()                  # torch 2.1: set_to_none=True
+
+torch 1.13 has no F.scaled_dot_product_attention, which model.py calls (is_causal, no mask): it is
+given FLASH_STAND_IN, which keeps for backward what torch 2.1's flash kernel keeps
+(derivatives.yaml's _scaled_dot_product_flash_attention: query, key and value as passed, the output
+and the fp32 log-sum-exp), returns its output as that kernel lays it out ((b, s, heads, d) seen as
+(b, heads, s, d)), and allocates in backward what FlashAttention-2's backward does (an fp32 dq
+accumulator, a row sum per query, dq, dk, dv); it computes by blocks of query rows, so it never
+makes an s x s tensor. What lit-gpt's own code keeps around the kernel is what is measured.
+
+    /usr/bin/python3 validation/third_party/litgpt_run.py --out validation/results/cpu-third-party-litgpt.json
+    /usr/bin/python3 validation/gpu/compare.py validation/results/cpu-third-party-litgpt.json \\
+        --memcalc build/memcalc --markdown
+"""
+import argparse
+import functools
+import itertools
+import json
+import os
+import statistics
+import sys
+import time
+import types
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LITGPT = os.path.join(HERE, "litgpt")
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
+from replicate import Meter, cpu_name  # noqa: E402  the CPU measurement validation/gpu/ uses
+
+LITGPT_COMMIT = "8641822b3249bb94f068c254aa5d13decbc9f0a0"
+FILES = ("model.py", "lora.py", "config.py", "rmsnorm.py", "utils.py")
+TORCH_RELEASE = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+QUERY_BLOCK = 16  # the stand-in's query rows per block (of one head)
+LM_HEAD_CHUNK = 128  # finetune/lora.py: model(input_ids, lm_head_chunk_size=128)
+
+
+class FlashStandIn(torch.autograd.Function):
+    """Causal attention keeping what torch 2.1's _scaled_dot_product_flash_attention keeps."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale):
+        b, heads, s, d = q.shape
+        out = q.new_empty(b, s, heads, d).transpose(1, 2)  # the kernel's layout
+        lse = torch.empty(b, heads, s, dtype=torch.float32)
+        for n, h, rows in _blocks(q):
+            probs, lse[n, h, rows] = _block_probs(q[n, h], k[n, h], scale, rows, None)
+            out[n, h, rows] = (probs @ v[n, h, : rows.stop].float()).to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        b, heads, s, d = q.shape
+        # FlashAttention-2's backward: an fp32 dq accumulator, a row sum per query, dq, dk, dv
+        dq_accum = torch.zeros(b, s, heads, d, dtype=torch.float32).transpose(1, 2)
+        row_sums = torch.empty(b, heads, s, dtype=torch.float32)
+        dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+        for n, h, rows in _blocks(q):
+            g = grad_out[n, h, rows].float()
+            row_sums[n, h, rows] = (g * out[n, h, rows].float()).sum(-1)
+            probs, _ = _block_probs(q[n, h], k[n, h], ctx.scale, rows, lse[n, h, rows])
+            dv[n, h, : rows.stop] += (probs.t() @ g).to(v.dtype)
+            dscores = probs * (g @ v[n, h, : rows.stop].float().t() - row_sums[n, h, rows, None])
+            dscores *= ctx.scale
+            dq_accum[n, h, rows] = dscores @ k[n, h, : rows.stop].float()
+            dk[n, h, : rows.stop] += (dscores.t() @ q[n, h, rows].float()).to(k.dtype)
+        dq = dq_accum.to(q.dtype)
+        return dq, dk, dv, None
+
+
+def _blocks(q):
+    """(batch, head, query rows) blocks: one head's few rows at a time, so that what the stand-in
+    makes for itself stays far below a layer's tensors."""
+    b, heads, s, _ = q.shape
+    for n, h, start in itertools.product(range(b), range(heads), range(0, s, QUERY_BLOCK)):
+        yield n, h, slice(start, min(start + QUERY_BLOCK, s))
+
+
+def _block_probs(q, k, scale, rows, lse):
+    """One head's softmax for a block of query rows over the keys they see (causal), fp32, and its
+    log-sum-exp; with `lse` given (the block's), the probabilities rebuilt from it."""
+    keys = k[: rows.stop].float()
+    scores = (q[rows].float() @ keys.t()) * scale
+    scores.masked_fill_(torch.arange(rows.stop)[None, :] > torch.arange(rows.start, rows.stop)[:, None],
+                        float("-inf"))
+    if lse is None:
+        lse = torch.logsumexp(scores, dim=-1)
+        return torch.exp(scores - lse[:, None]), lse
+    return torch.exp(scores - lse[:, None]), None
+
+
+def flash_stand_in(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """F.scaled_dot_product_attention as model.py calls it in training: causal, no mask, no dropout."""
+    if attn_mask is not None or dropout_p or not is_causal:
+        raise NotImplementedError("the stand-in runs causal attention without a mask or dropout")
+    return FlashStandIn.apply(query, key, value, scale or query.shape[-1] ** -0.5)
+
+
+@functools.lru_cache(maxsize=None)
+def load_litgpt():
+    """lit-gpt's modules from litgpt/lit_gpt (its package __init__ not run: it imports the tokenizer
+    and insists on lightning 2.1), the shims on the path."""
+    missing = [f for f in FILES if not os.path.exists(os.path.join(LITGPT, "lit_gpt", f))]
+    if missing:
+        sys.exit(f"litgpt_run.py: {', '.join(missing)} missing under {LITGPT}/lit_gpt: "
+                 "see validation/third_party/litgpt/README.md")
+    sys.path.insert(0, os.path.join(LITGPT, "shims"))
+    package = types.ModuleType("lit_gpt")
+    package.__path__ = [os.path.join(LITGPT, "lit_gpt")]
+    sys.modules["lit_gpt"] = package
+    # utils.py imports torch.utils._device (torch 2.0's) and never uses it: an empty stand-in
+    sys.modules.setdefault("torch.utils._device", types.ModuleType("torch.utils._device"))
+    if not hasattr(F, "scaled_dot_product_attention"):  # torch < 2.0
+        F.scaled_dot_product_attention = flash_stand_in
+    import lit_gpt.model  # first, as the package __init__ does: model.py and config.py import each other
+    import lit_gpt.lora
+    import lit_gpt.utils
+    return lit_gpt.lora, lit_gpt.utils
+
+
+# Sizes: each published model's kind at a CPU's scale (lit_gpt/config.py's keys). llama: Llama 2's
+# (RMSNorm, LLaMAMLP, full rotary, sequential residual, no biases); neox: StableLM Alpha's
+# (LayerNorm, GELU MLP, a quarter of each head rotated, parallel residual, biases); phi: phi-1.5's
+# (neox's with one norm shared by both branches, half of each head rotated, tanh GELU, a head bias).
+SIZES = {
+    "llama": dict(n_layer=4, n_embd=256, n_head=4, vocab_size=1000, padding_multiple=64,
+                  block_size=512, rotary_percentage=1.0, parallel_residual=False, bias=False,
+                  _norm_class="RMSNorm", _mlp_class="LLaMAMLP", intermediate_size=688),
+    "neox": dict(n_layer=4, n_embd=256, n_head=8, vocab_size=1000, padding_multiple=512,
+                 block_size=512),
+    "phi": dict(n_layer=4, n_embd=256, n_head=4, vocab_size=1000, padding_multiple=512,
+                block_size=512, rotary_percentage=0.5, shared_attention_norm=True,
+                lm_head_bias=True, gelu_approximate="tanh"),
+}
+# finetune/lora.py's LoRA: rank 8, alpha 16, dropout 0.05, on the query and value parts of the
+# fused qkv linear
+LORA = dict(r=8, alpha=16, dropout=0.05, to_query=True, to_key=False, to_value=True,
+            to_projection=False, to_mlp=False, to_head=False)
+SHAPES = [(300, 1), (300, 2)]  # (longest sample, micro-batch): three head chunks, the last short
+
+
+def fabric_output(output):
+    """What Fabric's module wrapper hands back under bf16-true (lightning@71aed75, the commit lit-gpt's
+    requirements.txt pins: _FabricModule.forward, HalfPrecision.convert_output): every floating
+    tensor of the output converted to the default dtype, fp32, the list built whole before the bf16
+    one is let go."""
+    return [chunk.to(torch.get_default_dtype()) for chunk in output]
+
+
+def build(lora, size, seq):
+    torch.manual_seed(0)
+    model = lora.GPT(lora.Config(**SIZES[size], **LORA)).to(torch.bfloat16)
+    lora.mark_only_lora_as_trainable(model)
+    model.max_seq_length = seq  # train(): the rope cache made again, in the default dtype (fp32)
+    model.train()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=3e-4, weight_decay=0.01)
+    return model, optimizer
+
+
+def hook_timeline(model, get_meter):
+    """memcalc's timeline marked from outside the program: forward i at block i's pre-hook, loss at
+    the final norm's, backward i when the gradient of block i's output arrives."""
+    blocks = model.transformer.h
+
+    def forward_mark(i):
+        return lambda module, args: get_meter().mark(f"forward {i}") if get_meter() and i > 1 else None
+
+    def backward_mark(i):
+        def hook(module, args, out):
+            if get_meter() and out.requires_grad:
+                out.register_hook(lambda grad: get_meter().mark(f"backward {i}"))
+        return hook
+
+    for i, block in enumerate(blocks, start=1):
+        block.register_forward_pre_hook(forward_mark(i))
+        block.register_forward_hook(backward_mark(i))
+    model.transformer.ln_f.register_forward_pre_hook(
+        lambda module, args: get_meter().mark("loss") if get_meter() else None)
+
+
+def run(size, seq, batch, steps=1):
+    lora, utils = load_litgpt()
+    model, optimizer = build(lora, size, seq)
+    vocab = model.config.vocab_size
+    input_ids = torch.randint(0, vocab, (batch, seq))
+    targets = torch.randint(0, vocab, (batch, seq))
+    state = {"meter": None}
+    hook_timeline(model, lambda: state["meter"])
+
+    def step(meter=None):
+        state["meter"] = meter
+        if meter:
+            meter.mark("forward 1")
+        logits = fabric_output(model(input_ids, lm_head_chunk_size=LM_HEAD_CHUNK))
+        logits[-1] = logits[-1][..., :-1, :]
+        loss = utils.chunked_cross_entropy(logits, targets[..., 1:])
+        (loss / 1).backward()  # fabric.backward(loss / gradient_accumulation_iters)
+        if meter:
+            meter.mark("optimizer")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        del logits, loss
+
+    step()  # warm-up: the optimiser's state exists from here on
+    with Meter("cpu") as m:
+        step(m)
+    peak, peak_step = m.peak()
+    state["meter"], times = None, []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    name = f"litgpt-{size}"
+    return {"program": "litgpt", "size": size, "batch": batch, "precision": "bf16",
+            "model": f"{name} bf16", "model_file": f"validation/third_party/models/{name}.json",
+            "seq": seq, "micro_batch": batch, "microbatches": 1, "grad_buffer": "lazy",
+            "recompute": "none", "attention": "sdpa", "optimizer_impl": "for-loop",
+            "optimizer_state": "lazy", "recipe": "bf16-adam",
+            # chunked_cross_entropy over the head's 128-token chunks, in the logits' dtype
+            "loss": "chunked-bf16", "loss_chunk_tokens": LM_HEAD_CHUNK, "logits": "held",
+            "kv_cache": "off", "torch_version": TORCH_RELEASE,
+            "memory_before_step": m.before, "max_memory_allocated": peak, "peak_step": peak_step,
+            "timeline": m.steps, "median_step_seconds": statistics.median(times),
+            "steps_timed": steps, "train": "lora", "lora_rank": LORA["r"],
+            # LoRAQKVLinear on the query and value parts of the fused qkv: memcalc's merged adapter
+            "lora_targets": "q_proj,v_proj", "lora_variant": "merged",
+            "lora_dropout": LORA["dropout"], "lora_dtype": "bf16"}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="where to write the rows (JSON)")
+    ap.add_argument("--sizes", nargs="+", choices=tuple(SIZES), default=list(SIZES))
+    ap.add_argument("--steps", type=int, default=1, help="timed steps per run, after the measured one")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    result = {"date": time.strftime("%Y-%m-%d"), "device": "cpu", "device_name": cpu_name(),
+              "torch": torch.__version__, "litgpt_commit": LITGPT_COMMIT, "runs": [], "skipped": []}
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    for size, (seq, batch) in itertools.product(a.sizes, SHAPES):
+        r = run(size, seq, batch, a.steps)
+        result["runs"].append(r)
+        with open(a.out + ".part", "w") as f:  # after every run: a run cut short keeps the rest
+            json.dump(result, f, indent=2)
+        os.replace(a.out + ".part", a.out)
+        print(f"litgpt {size:<6} s={seq:<5} b={batch} peak {r['max_memory_allocated']:>13,} B at "
+              f"{r['peak_step']:<12} ({r['median_step_seconds']:.2f} s/step)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
