@@ -202,3 +202,52 @@ TEST_CASE("memcalc --loss chunked-bf16 --loss-chunk-tokens: spellings, JSON and 
     refused("--loss chunked-bf16 --loss-chunk-tokens 0",
             "--loss-chunk-tokens must be a positive integer (got '0')");
 }
+
+namespace {
+Report lora_step(Architecture m, bool require_grads, Recompute mode = Recompute::none) {
+    m.input_require_grads = require_grads;
+    Settings s;
+    s.seq = 256, s.micro_batch = 2, s.activations = ActivationModel::architecture;
+    s.recipe = builtin_recipe("bf16-adam"), s.framework.attention = Attention::flash;
+    s.recompute = mode;
+    s.tuning.mode = Training::lora, s.tuning.lora.fp32 = false;
+    return estimate(m, s);
+}
+}  // namespace
+
+TEST_CASE("Under adapters, a frozen embedding's first layer keeps nothing before its first adapter",
+          "[finetune][litgpt]") {
+    // The first layer's norm keeps nothing, nor its adapters' dropout masks (their input needs no
+    // gradient); a sequential MLP reads the attention's sum, which needs one.
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::mistral_7b());
+    CAPTURE(m.name);
+    const std::uint64_t T = 256 * 2, h = m.hidden;
+    const Report hooked = lora_step(m, true), plain = lora_step(m, false);
+    const std::uint64_t norm = T * h * 4 + T * 4;  // transformers' RMSNorm: x in fp32 and 1/rms
+    const std::uint64_t masks = 2 * T * h;         // q_proj's and v_proj's dropouts, bool
+    const std::string L = std::to_string(m.layers);
+    for (const std::string& step :
+         std::vector<std::string>{"forward 2", "forward " + L, "loss", "backward 1"}) {
+        CAPTURE(step);
+        CHECK(fixtures::step_named(hooked, step).bytes.kept_activations.value() -
+                  fixtures::step_named(plain, step).bytes.kept_activations.value() ==
+              norm + masks);
+    }
+    // Recomputation keeps its checkpoints as before.
+    CHECK(lora_step(m, true, Recompute::full).peak_step().bytes.total() ==
+          lora_step(m, false, Recompute::full).peak_step().bytes.total());
+}
+
+TEST_CASE("A parallel layer's MLP without an adapter keeps nothing in the first layer",
+          "[finetune][litgpt]") {
+    Architecture m = cli::load_preset("pythia-1b").architecture;  // LayerNorms, parallel attention
+    const std::uint64_t T = 256 * 2, h = m.hidden, f = m.ffn, d = 2;
+    const Report hooked = lora_step(m, true), plain = lora_step(m, false);
+    // Two LayerNorms (x, one row for both; each its fp32 mean and 1/std), the two dropout masks
+    // (bool), and the MLP: GELU's input; its frozen projections keep nothing more.
+    const std::uint64_t norms = T * h * d + 2 * (2 * T * 4), masks = 2 * T * h;
+    const std::uint64_t mlp = fixtures::step_named(hooked, "loss").bytes.kept_activations.value() -
+                              fixtures::step_named(plain, "loss").bytes.kept_activations.value() -
+                              norms - masks;
+    CHECK(mlp == T * f * d);  // GELU's input
+}

@@ -130,6 +130,11 @@ struct LayerTuning {
     bool dora =
         false;  ///< DoRA: each adapter scales by m / ||W + B A|| (LoraVariantRow::magnitude)
     bool merged = false;  ///< a fused linear's adapter over its targeted parts, zero-padded
+    /// The layer's input needs a gradient; false in the first layer where the embedding is frozen:
+    /// its ops save nothing until an adapter's output joins (the autograd graph starts there).
+    bool input_grad = true;
+    /// Adapters on a frozen base, the embedding too: the first layer's input needs no gradient.
+    bool embedding_frozen = false;
     std::array<AdaptedShape, linear_rows.size()> shapes{};  ///< by Linear: the adapted ones' widths
 
     bool any() const { return frozen != 0 || adapted != 0 || frozen_norms; }
@@ -467,6 +472,7 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
     t.adapter_fp32 = f.lora.fp32;
     t.dora = lora_variant_row(f.lora.variant).magnitude;
     t.merged = lora_variant_row(f.lora.variant).merged;
+    t.embedding_frozen = training_row(f.mode).adapters;  // the table's base is frozen whole
     bool norms = false, trained_norm = false;
     for (const ParamRow& r : table.rows) {
         const bool here = r.group == Group::layer ? r.kind == kind : r.group == Group::head;
@@ -500,7 +506,10 @@ inline std::vector<LayerTuning> layer_tunings(const Architecture& m, const Param
     const bool all_train = std::all_of(table.rows.begin(), table.rows.end(),
                                        [](const ParamRow& r) { return r.trainable; });
     if (all_train) return out;
-    for (std::size_t k = 0; k < m.kind_count(); ++k) out.push_back(layer_tuning(table, f, k));
+    for (std::size_t k = 0; k < m.kind_count(); ++k) {
+        out.push_back(layer_tuning(table, f, k));
+        out.back().embedding_frozen = out.back().embedding_frozen && !m.input_require_grads;
+    }
     return out;
 }
 

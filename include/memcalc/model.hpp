@@ -401,6 +401,11 @@ struct Architecture {
     /// The model's forward keeps the token (and learned position) embeddings' outputs in names of
     /// their own until it returns (nanoGPT's tok_emb and pos_emb), beside their sum.
     bool embedding_outputs_held = false;
+    /// The embedding's output requires grad even when nothing before the first layer trains
+    /// (transformers' enable_input_require_grads, which peft's prepare_model_for_kbit_training and
+    /// gradient checkpointing over frozen embeddings call); false: a frozen embedding's output
+    /// needs none, so the first layer keeps nothing before its first adapter (lit-gpt's loop).
+    bool input_require_grads = true;
     /// A one-tensor-at-a-time optimiser steps the parameters in one group in the model's order
     /// (torch.optim.AdamW(model.parameters())), so the head follows the final norm; else in groups
     /// whose order memcalc does not know (the Trainer's weight-decay groups: the head after the

@@ -62,6 +62,13 @@ inline const auto program_facts = std::make_tuple(
            flag_values, flag_name,
            "The forward keeps the token and position embeddings' outputs in names of their own\n"
            "until it returns (true: nanoGPT's tok_emb and pos_emb) or only their sum (false)"},
+    Switch{
+        "input_require_grads", "input requires grad", &Architecture::input_require_grads,
+        flag_values, flag_name,
+        "Under adapters, the frozen embedding's output requires grad all the same (true:\n"
+        "transformers' enable_input_require_grads, which peft's prepare_model_for_kbit_training\n"
+        "and gradient checkpointing call) or not (false: lit-gpt's, a loop that only wraps\n"
+        "linears): then the first layer keeps nothing before its first adapter"},
     Switch{"params_in_model_order", "params in order", &Architecture::params_in_model_order,
            flag_values, flag_name,
            "A for-loop optimiser steps the parameters in one group in the model's order (true:\n"

@@ -177,6 +177,9 @@ struct TimelineInputs : StageLayers {
     /// the table's gradient is whole until the embedding's backward hands it over.
     Count buffered_first_gradients;
     Count input_gradients;  ///< embeddings (untied): ready after the last backward step
+    /// What the model's first layer keeps less than its kind's others (its input needing no
+    /// gradient), on the device that runs it as position 1; from its forward to its backward.
+    Count first_layer_spare;
     Count input_side_kept;  ///< saved by the embedding side: from the first forward step to the
                             ///< last backward
     Count later_input_side_kept;  ///< the same at a later micro-batch
@@ -328,9 +331,12 @@ inline Count kept_at_step(const TimelineInputs& in, Phase phase, std::uint64_t d
         (phase == Phase::forward || phase == Phase::backward) && spare > chunk_index
             ? spare - chunk_index
             : 0;
+    const bool first_held = first_kept <= 1 && last_kept >= 1;
+    const Count layers = in.over<&LayerInputs::kept>(first_kept, last_kept);
     return (later ? in.later_input_side_kept + in.later_other_microbatches
                   : in.input_side_kept + in.other_microbatches) +
-           in.over<&LayerInputs::kept>(first_kept, last_kept) + Count(spares) * in.spare_chunk;
+           (first_held ? Count(layers.value() - in.first_layer_spare.value()) : layers) +
+           Count(spares) * in.spare_chunk;
 }
 
 /// The loss step's workspace and the layers' and the head's autocast casts. Under full
@@ -536,7 +542,8 @@ inline std::vector<Step> timeline(const TimelineInputs& in, PeakSoFar* peak) {
     steps.reserve(shown * (2 * L + 1) + 1);
     for (std::uint64_t mb = 1; mb <= shown; ++mb) {
         for (std::uint64_t a = 1, b; a <= L; a = b + 1) {
-            b = in.run_end(a);
+            // Position 1 keeping less than the rest (first_layer_spare): forward 2 on is linear.
+            b = a == 1 && in.first_layer_spare > Count(0) ? 1 : in.run_end(a);
             layer_run(steps, peak, in, Phase::forward, a, b, mb);
         }
         if (in.loss) add_step(steps, peak, step_at(in, Phase::loss, 0, mb));

@@ -118,8 +118,9 @@ inline void adapter_rows(TableBuilder& t, const Sizes& z, const std::string& op,
     const std::uint64_t own = adapter_bytes(t, z);
     if (t.tuning.adapter_dropout) {
         const DType input = upcast || input_bytes == dtype::fp32 ? DType::fp32 : z.compute;
-        dropout_row(t, z, input, op + ": LoRA dropout" + each, shape, elements, Keep::always,
-                    adapters);
+        if (t.input_grad())  // a dropout keeps its mask for its input's gradient alone
+            dropout_row(t, z, input, op + ": LoRA dropout" + each, shape, elements, Keep::always,
+                        adapters);
         if (!z.autocast)
             t.add(op + ": LoRA A", "its input, the dropped-out input" + each,
                   "A's gradient = input^T x its output's gradient", shape, elements,
@@ -133,6 +134,7 @@ inline void adapter_rows(TableBuilder& t, const Sizes& z, const std::string& op,
           "B's gradient = input^T x its output's gradient", sbr, tokens * adapted_rank(t, readers),
           own, Keep::always, adapters);
     dora_rows(t, z, op, readers, tokens);
+    t.input_grad(true);  // the adapter's output joins the graph
 }
 
 /// A merged adapter (LoraVariantRow::merged) over part of a fused linear's output, `fused`

@@ -129,8 +129,13 @@ private:
 
     void attention_half() {
         t.stream_beside(unkept_stream, 0);
+        // The first layer under a frozen embedding: its norm keeps nothing, nor a branch without
+        // an adapter (nothing in it needs a gradient).
+        const bool input_grad = t.input_grad();
+        t.quiet(!input_grad);
         if (m.norms_before_branches())
             layer_norm(shared_norm ? "layer norm" : "attention norm", false, true);
+        t.quiet(!input_grad && !attention_trains());
         t.section(Module::attention);
         // Autocast casts each weight as its linear runs: inside the mixer the output projection's
         // is still to come.
@@ -147,10 +152,26 @@ private:
         if (m.hidden_dropout > 0 && !m.parallel_attention)
             dropout_row(t, z, z.compute, "attention residual dropout", shape::sbh, z.sbh);
         if (!m.parallel_attention && m.has_mlp) t.launch(LaunchOp::residual_add);
+        t.quiet(false);
+        // A parallel MLP reads the layer's input; a sequential one the sum, which needs a gradient
+        // once the attention had one.
+        t.input_grad(m.parallel_attention ? input_grad : input_grad || attention_trains());
     }
+
+    static constexpr LinearSet mlp_linears =
+        bit(Linear::gate) | bit(Linear::up) | bit(Linear::down) | bit(Linear::router) |
+        bit(Linear::shared_gate) | bit(Linear::shared_up) | bit(Linear::shared_down) |
+        bit(Linear::shared_expert_gate);
+    /// Whether an adapter sits in the attention (or mixer): the layer's linears beyond the MLP's.
+    bool attention_trains() const { return (tuning.adapted & ~mlp_linears) != 0; }
+    bool mlp_trains() const { return (tuning.adapted & mlp_linears) != 0; }
 
     void mlp_half() {
         t.mlp_half();
+        // Its input needing no gradient (the first layer's, frozen embedding): its norm keeps
+        // nothing, nor the MLP unless an adapter sits in it.
+        mlp_input_grad = t.input_grad();
+        t.quiet(!mlp_input_grad && !mlp_trains());
         // Beside the MLP: the attention half's sum, or a parallel layer's attention output, and
         // the output where the layer's code holds it.
         t.stream_beside(unkept_stream, m.mixer == Mixer::none ? Count(0)
@@ -178,12 +199,16 @@ private:
             dropout_row(t, z, z.compute,
                         m.parallel_attention ? "residual dropout" : "MLP residual dropout",
                         shape::sbh, z.sbh);
+        t.quiet(false);
     }
 
     /// The MLP's norm and what its first linears keep of their input.
     void mlp_input() {
-        if (!shared_norm && m.norms_before_branches())
+        if (!shared_norm && m.norms_before_branches()) {
+            t.quiet(!mlp_input_grad);
             layer_norm("MLP norm", m.parallel_attention, m.mixer == Mixer::none);
+            t.quiet(!mlp_input_grad && !mlp_trains());
+        }
         t.section(m.is_moe() ? Module::moe : Module::mlp);
         // Under autocast a shared norm's output is cast again by the MLP's projections (the router,
         // for experts); narrow linears save their own cast of it. A router is no Transformer Engine
@@ -303,6 +328,7 @@ private:
     const std::uint64_t d, micro_batch;
     const Attention attention;
     const LayerTuning& tuning;
+    bool mlp_input_grad = true;  ///< the MLP's input needs a gradient (mlp_half's)
     /// The residual stream's tensors are alive in the caller while the layer runs; rows keep them
     /// only where a LayerNorm keeps its input (an RMSNorm keeps an fp32 copy, the stream itself
     /// when that is fp32) or, without pre-norms, the projections read the stream itself (unless

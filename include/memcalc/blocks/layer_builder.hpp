@@ -50,6 +50,14 @@ public:
     /// gradients, and LoRA's adapters keep their own inputs.
     const LayerTuning tuning;
 
+    /// While quiet, nothing is saved: the ops run on tensors that need no gradient (the first
+    /// layer's, its input not needing one, before its first adapter), so autograd records none.
+    void quiet(bool on) { quiet_ = on; }
+    /// Whether the tensor the next adapter reads needs a gradient (a dropout keeps its mask only
+    /// then); an adapter's output does, so everything after it.
+    bool input_grad() const { return input_grad_; }
+    void input_grad(bool needs) { input_grad_ = needs; }
+
     /// Whether torchtitan's op-level policy saves the output of the layer's next linear, in forward
     /// order: a bias-free one runs as aten.mm (a biased one as addmm, not on the save list), and
     /// the policy saves every mm but every second, counting per checkpointed call (its forward and
@@ -88,7 +96,7 @@ public:
     /// An output the policy saves that no row is, made after the rows added so far.
     void policy_output(bool saved, Label op, Label tensor, const Shape& shape, Count elements,
                        std::uint64_t bytes_per_element) {
-        if (!saved || !layer_) return;
+        if (!saved || !layer_ || quiet_) return;
         auto& outputs = layer_->policy_outputs;
         place(rows_.size(), Order::policy, StepKind::policy, outputs.size());
         outputs.push_back({{op, tensor, "the op-level policy saves it; the recomputation reuses it",
@@ -205,6 +213,7 @@ public:
     void add(Label op, Label tensor, Label why, const Shape& shape, Count per_copy,
              std::uint64_t bytes_per_element, Keep keep = Keep::always, std::uint64_t copies = 1,
              const RowFacts& facts = {}) {
+        if (quiet_) return;
         const Count elements = per_copy * copies;
         if (layer_) place(rows_.size(), Order::row, StepKind::row, rows_.size());
         rows_.push_back({op, tensor, why, shape.symbol, copies, bytes_per_element, keep, elements,
@@ -250,6 +259,8 @@ private:
     Count checkpoint_held_;      ///< held_by_checkpoint's, for the next backward op
     std::uint64_t mm_count_ = 0;
     bool every_mm_ = false;
+    bool quiet_ = false;
+    bool input_grad_ = tuning.input_grad;
     Module module_ = Module::none;
     Count stream_input_, stream_other_;
     struct Held {
