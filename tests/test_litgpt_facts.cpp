@@ -251,3 +251,20 @@ TEST_CASE("A parallel layer's MLP without an adapter keeps nothing in the first 
                               norms - masks;
     CHECK(mlp == T * f * d);  // GELU's input
 }
+
+TEST_CASE("lit-gpt's rotary cache: fp32 buffers shared by every layer, whatever the compute dtype",
+          "[litgpt]") {
+    Architecture m = GENERATE(fixtures::llama_7b(), fixtures::mistral_7b());
+    const std::uint64_t s = GENERATE(300, 1304);
+    CAPTURE(m.name, s);
+    const Precision bf16 = builtin_recipe("bf16-adam").precision();
+    const auto tables = [&](RotaryEmbedding r) {
+        m.rotary_embedding = r;
+        std::uint64_t sum = 0;
+        for (const SavedTensor& row : input_side_saved(m, s, 1, bf16))
+            if (std::string(row.op) == "rotary embedding") sum += row.bytes.value();
+        return sum;
+    };
+    CHECK(tables(RotaryEmbedding::shared) == 2 * s * m.head_size() * 2);
+    CHECK(tables(RotaryEmbedding::shared_fp32) == 2 * s * m.head_size() * 4);
+}

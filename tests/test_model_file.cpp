@@ -76,7 +76,8 @@ TEST_CASE("every bad model file gets one message naming the key and value", "[mo
         Row{model_with("causal_mask_buffer", "\"per_layer\""),
             "max_positions must be a positive integer for causal_mask_buffer"},
         Row{model_with("rotary_embedding", "\"per-layer\""),
-            "rotary_embedding must be one of per_layer, per_layer_cached, shared (got 'per-layer') "
+            "rotary_embedding must be one of per_layer, per_layer_cached, shared, shared_fp32 (got "
+            "'per-layer') "
             "(did you mean 'per_layer'?)"},
         Row{model_with("rotary_embedding", "\"per_layer_cached\""),
             "max_positions must be a positive integer for rotary_embedding per_layer_cached"},

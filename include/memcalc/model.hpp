@@ -93,7 +93,7 @@ inline const char* norm_position_name(NormPosition p) {
     return p == NormPosition::post ? "post" : "pre";
 }
 /// Where transformers' rotary embedding module lives, which sets what a step holds of cos and sin.
-enum class RotaryEmbedding { shared, per_layer, per_layer_cached };
+enum class RotaryEmbedding { shared, per_layer, per_layer_cached, shared_fp32 };
 /// A router's per-expert bias of E: none; a trainable Parameter (gpt-oss's router Linear); or a
 /// registered buffer that num_parameters() does not count (DeepSeek-V3's e_score_correction_bias,
 /// register_buffer in transformers' modeling_deepseek_v3.py), updated from load statistics.
@@ -170,10 +170,11 @@ struct RotaryEmbeddingRow {
     /// Kernels each layer's forward launches to make its cos and sin (counted on CPU:
     /// validation/kernel_launches.py), outside autograd: none in backward.
     Launches table_launches;
+    bool fp32_tables = false;  ///< the shared cos and sin are fp32, whatever the compute dtype
 };
 
 /// transformers' models/llama/modeling_llama.py in three eras (Mistral's and others' are copies).
-inline constexpr std::array<RotaryEmbeddingRow, 3> rotary_embeddings{{
+inline constexpr std::array<RotaryEmbeddingRow, 4> rotary_embeddings{{
     {RotaryEmbedding::shared,
      "shared",
      false,
@@ -201,6 +202,14 @@ inline constexpr std::array<RotaryEmbeddingRow, 3> rotary_embeddings{{
      "(4.38 "
      "keeps the caches for BC and computes the same tensor from inv_freq)",
      {2, 0}},
+    {RotaryEmbedding::shared_fp32,
+     "shared_fp32",
+     false,
+     false,
+     "lit-gpt's: the model's cos and sin buffers, remade in the default dtype (fp32) when "
+     "model.max_seq_length is set and sliced for every layer",
+     {0, 0},
+     true},
 }};
 
 inline const RotaryEmbeddingRow& rotary_embedding(RotaryEmbedding id) {

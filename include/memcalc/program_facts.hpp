@@ -80,10 +80,11 @@ inline const auto program_facts = std::make_tuple(
            "(false)"},
     Switch{"rotary_embedding", "rotary tables", &Architecture::rotary_embedding,
            std::array{RotaryEmbedding::shared, RotaryEmbedding::per_layer,
-                      RotaryEmbedding::per_layer_cached},
+                      RotaryEmbedding::per_layer_cached, RotaryEmbedding::shared_fp32},
            rotary_embedding_name,
            "Where rotary's cos and sin are made: shared (transformers 4.45+: once per forward),\n"
-           "per_layer (4.40-4.44: in every layer) or per_layer_cached (4.31-4.38: cached buffers)"},
+           "per_layer (4.40-4.44: in every layer), per_layer_cached (4.31-4.38: cached buffers)\n"
+           "or shared_fp32 (lit-gpt's: the model's buffers in fp32, sliced for every layer)"},
     Switch{"rmsnorm_fp32_scale", "norm fp32 scale", &Architecture::rmsnorm_fp32_scale, flag_values,
            flag_name,
            "RMSNorm multiplies its weight into the fp32 result before casting back (true: T5's,\n"

@@ -106,8 +106,7 @@ LITGPT_NOTE = ("the longest Alpaca sample ({} tokens) in the first micro-batch, 
 LITGPT_UNDER = ("by 0.3% at most: less than the caching allocator's rounding, which max_memory_allocated counts "
                 "(each block rounded up, a remainder under 1 MB left unsplit: memcalc's allocator model, "
                 "peak.reserved's allocated_bytes, is at or above the published figure for eight of the nine "
-                "rows, 0.23% below for Llama 2 7B at micro-batch 2), and lit-gpt's rotary cache in fp32 where "
-                "memcalc counts it in bf16 (1.3 MB)")
+                "rows, 0.23% below for Llama 2 7B at micro-batch 2) and the table's two decimals (5 MB)")
 
 
 def litgpt(model, seq, micro_batch):

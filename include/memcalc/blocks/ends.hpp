@@ -27,10 +27,13 @@ inline std::vector<SavedTensor> input_side_saved(const Architecture& m, std::uin
     if (m.position == Position::learned)  // arange(s), the same for every sequence
         t.add("position embedding", "the position ids (int64)",
               "the gradient is scattered into their rows", detail::per_position, Count(seq), 8);
-    if (m.position == Position::rotary && !rotary_embedding(m.rotary_embedding).per_layer_tables) {
-        t.add("rotary embedding", "cos and sin tables, shared by every layer",
-              "q and k were multiplied by them", shape::sd, Count(seq) * m.rotary_dim(), d,
-              Keep::always, 2);
+    const RotaryEmbeddingRow& rotary = rotary_embedding(m.rotary_embedding);
+    if (m.position == Position::rotary && !rotary.per_layer_tables) {
+        t.add("rotary embedding",
+              rotary.fp32_tables ? "cos and sin tables, fp32, shared by every layer"
+                                 : "cos and sin tables, shared by every layer",
+              "q and k were multiplied by them", shape::sd, Count(seq) * m.rotary_dim(),
+              rotary.fp32_tables ? dtype::fp32 : d, Keep::always, 2);
         rows.back().every_stage = true;  // each pipeline stage builds its own
     }
     if (m.embedding_norm) detail::norm_rows(t, m, z, "embedding norm");
