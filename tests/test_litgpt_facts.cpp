@@ -268,3 +268,18 @@ TEST_CASE("lit-gpt's rotary cache: fp32 buffers shared by every layer, whatever 
     CHECK(tables(RotaryEmbedding::shared) == 2 * s * m.head_size() * 2);
     CHECK(tables(RotaryEmbedding::shared_fp32) == 2 * s * m.head_size() * 4);
 }
+
+TEST_CASE("A merged adapter on linears apart is peft's LoRA", "[finetune][litgpt]") {
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::mistral_7b());
+    CAPTURE(m.name);
+    const FineTuning merged_qv = merged(8, {"q_proj", "v_proj"});
+    FineTuning peft = merged_qv;
+    peft.lora.variant = LoraVariant::lora;
+    const ParameterTable a = fine_tuned_table(m, parameter_table(m), merged_qv);
+    const ParameterTable b = fine_tuned_table(m, parameter_table(m), peft);
+    CHECK(trainable_parameters(a) == trainable_parameters(b));
+    const auto layer = [&](const ParameterTable& t, const FineTuning& f) {
+        return saved_bytes(layer_of(m, 256, 2, Attention::flash, layer_tuning(t, f, 0)).rows);
+    };
+    CHECK(layer(a, merged_qv) == layer(b, peft));
+}

@@ -112,6 +112,7 @@ struct FineTuning {
 struct AdaptedShape {
     std::uint64_t in = 0, out = 0, modules = 0;
     std::uint64_t rank = 0;  ///< A's output width: r, or r a part for a merged adapter
+    bool fused = false;      ///< the adapter sits beside a fused linear (fused_row's)
 };
 
 /// What fine-tuning changes in one kind of layer's saved tensors (architecture_activations.hpp).
@@ -458,6 +459,9 @@ inline void adapted_row(LayerTuning& t, const ParamRow& r) {
     if (r.role == ParamRole::lora_a)
         shape.in = r.dims.begin()[e], shape.rank = r.dims.begin()[e + 1];
     if (r.role == ParamRole::lora_b) shape.out = r.dims.begin()[e + 1];
+    for (const FusedLinear& f : fused_linears)  // fused_row names the adapter after the module
+        if (std::string(r.tensor).rfind(std::string(f.names.front()) + ".", 0) == 0)
+            shape.fused = true;
 }
 }  // namespace detail
 

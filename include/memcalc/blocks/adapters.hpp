@@ -146,7 +146,7 @@ inline void merged_padding_rows(TableBuilder& t, const Sizes& z, const std::stri
     for (const LinearRow& l : linear_rows) {
         if ((readers & t.tuning.adapted & bit(l.linear)) == 0) continue;
         const AdaptedShape& w = t.tuning.shapes[static_cast<std::size_t>(l.linear)];
-        if (tokens * w.out >= fused) continue;  // every part adapted: nothing padded
+        if (!w.fused || tokens * w.out >= fused) continue;  // apart, or every part: no padding
         const std::string at = op + ": LoRA zero padding (index_copy)";
         t.add(at, "its source, B's output at the adapted parts' width",
               "the source's gradient is the output's, selected and shaped as the source", sbo,
