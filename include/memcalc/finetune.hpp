@@ -476,7 +476,6 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
     t.adapter_fp32 = f.lora.fp32;
     t.dora = lora_variant_row(f.lora.variant).magnitude;
     t.merged = lora_variant_row(f.lora.variant).merged;
-    t.embedding_frozen = training_row(f.mode).adapters;  // the table's base is frozen whole
     bool norms = false, trained_norm = false;
     for (const ParamRow& r : table.rows) {
         const bool here = r.group == Group::layer ? r.kind == kind : r.group == Group::head;
@@ -512,7 +511,9 @@ inline std::vector<LayerTuning> layer_tunings(const Architecture& m, const Param
     if (all_train) return out;
     for (std::size_t k = 0; k < m.kind_count(); ++k) {
         out.push_back(layer_tuning(table, f, k));
-        out.back().embedding_frozen = out.back().embedding_frozen && !m.input_require_grads;
+        // Adapters freeze the whole base, the embedding too: its output needs a gradient only
+        // where the program asks for one (input_require_grads).
+        out.back().embedding_frozen = training_row(f.mode).adapters && !m.input_require_grads;
     }
     return out;
 }
