@@ -227,6 +227,15 @@ std::uint64_t parse_count(const std::string& option, const std::string& text,
     return values.front();
 }
 
+std::uint64_t parse_cublas_workspace_config(const std::string& option, const std::string& text) {
+    const auto bytes = cublas_workspace_config_bytes(text);
+    if (!bytes)
+        throw usage_error(fmt::format(
+            "{} '{}': not ':SIZE:COUNT' pairs, SIZE in KiB (CUBLAS_WORKSPACE_CONFIG, e.g. :4096:8)",
+            option, text));
+    return *bytes;
+}
+
 ImageInput parse_images(const std::string& images, const std::string& size) {
     ImageInput in;
     in.images = parse_count("--images", images, 0);

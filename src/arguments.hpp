@@ -69,6 +69,7 @@ struct FrameworkOptions {
     std::map<std::string, std::string> framework;  ///< by framework_switches key: "loss" -> "bf16"
     std::string loss_chunks;                       ///< --loss-chunks, with --loss chunked
     std::string loss_chunk_tokens;  ///< --loss-chunk-tokens, with --loss chunked or chunked-bf16
+    std::string cublas_workspace_config;  ///< --cublas-workspace-config, as the variable is set
 };
 
 /// How the step is spread over devices; empty means the default (plan: every one, searched).
@@ -103,6 +104,8 @@ std::vector<std::uint64_t> parse_sizes(const std::string& option, const std::str
 std::uint64_t parse_count(const std::string& option, const std::string& text,
                           std::uint64_t fallback);
 std::vector<Recompute> parse_modes(const std::string& text);
+/// CUBLAS_WORKSPACE_CONFIG's bytes (":4096:8"); a usage error naming `text` where it is not pairs.
+std::uint64_t parse_cublas_workspace_config(const std::string& option, const std::string& text);
 /// --images N and --image-size WIDTHxHEIGHT: the size needs images (a tower of one size needs no
 /// size: the estimate says where one is missing).
 ImageInput parse_images(const std::string& images, const std::string& size);

@@ -128,6 +128,9 @@ FrameworkProfile framework_from(const FrameworkOptions& q, Framework& f) {
                               ": give it or --loss-chunks, not both");
         f.loss_chunk_tokens = parse_count("--loss-chunk-tokens", q.loss_chunk_tokens, 1);
     }
+    if (!q.cublas_workspace_config.empty())
+        f.cublas_workspace =
+            parse_cublas_workspace_config("--cublas-workspace-config", q.cublas_workspace_config);
     return profile;
 }
 

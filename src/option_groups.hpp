@@ -226,6 +226,11 @@ void add_group(App& app, FrameworkOptions& q) {
                    "With --loss chunked or chunked-bf16: chunks of N tokens of each sequence\n"
                    "instead, the last one shorter (lit-gpt's lm_head_chunk_size: 128)")
         ->type_name("N");
+    app.add_option(
+           "--cublas-workspace-config", q.cublas_workspace_config,
+           "The program's CUBLAS_WORKSPACE_CONFIG, which sizes PyTorch's cuBLAS workspaces\n"
+           "(':4096:8', Megatron-LM's tests': 32 MiB each); unset: the GPU's default")
+        ->type_name("SPEC");
 }
 
 /// The device: its memory given (--device-memory), or a GPU's by name or file, a margin, and the

@@ -43,8 +43,13 @@ std::vector<std::pair<Text, Text>> read_program_fact_list(const std::string& tex
 
 FrameworkProfile parse_profile_json(std::string_view text, const std::string& origin) {
     const nlohmann::json document = parse_json(text, origin);
-    std::vector<std::string> keys = {"name",          "description", "source",
-                                     "program_facts", "loss_chunks", "loss_chunk_tokens"};
+    std::vector<std::string> keys = {"name",
+                                     "description",
+                                     "source",
+                                     "program_facts",
+                                     "loss_chunks",
+                                     "loss_chunk_tokens",
+                                     "cublas_workspace_config"};
     for_each_switch([&](const auto& row) { keys.emplace_back(row.key); });
     expect_object(document, origin, "a framework profile", keys);
     const JsonReader in(document, origin);
@@ -63,6 +68,12 @@ FrameworkProfile parse_profile_json(std::string_view text, const std::string& or
     f.loss_chunks = in.positive_or("loss_chunks", base.loss_chunks);
     if (in.has("loss_chunk_tokens"))
         f.loss_chunk_tokens = in.positive_or("loss_chunk_tokens", base.loss_chunk_tokens);
+    if (in.has("cublas_workspace_config")) {
+        const std::string config = in.text_or("cublas_workspace_config", "");
+        f.cublas_workspace = cublas_workspace_config_bytes(config);
+        if (!f.cublas_workspace)
+            in.fail("cublas_workspace_config '" + config + "' is not ':SIZE:COUNT' pairs");
+    }
     p.program = read_program_fact_list(in.shown_text_or("program_facts", ""), in);
     return p;
 }

@@ -394,6 +394,8 @@ json settings_json(const Report& r) {
                                   ? json(framework.loss_chunks)
                                   : json(nullptr);
     settings["loss_chunk_tokens"] = by_tokens ? json(framework.loss_chunk_tokens) : json(nullptr);
+    settings["cublas_workspace_bytes"] =
+        framework.cublas_workspace ? json(*framework.cublas_workspace) : json(nullptr);
     if (!r.settings.recompute_modules.is_default())
         settings["recompute_modules"] = r.settings.recompute_modules.names();
     // Partial recomputation: layers recomputed per stage (per chunk with vpp); null: every layer.

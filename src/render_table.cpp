@@ -39,6 +39,8 @@ std::string header(const Report& r) {
         framework += fmt::format(", loss-chunk-tokens {}", f.loss_chunk_tokens);
     else if (f.loss == LossKernel::chunked)
         framework += fmt::format(", loss-chunks {}", f.loss_chunks);
+    if (f.cublas_workspace)
+        framework += fmt::format(", cuBLAS workspace {} B", digits(Count(*f.cublas_workspace)));
     return fmt::format(
         "memcalc {}: {}, seq {}, micro-batch {}{}, recompute {}, recipe {}{}\n", memcalc::version,
         r.model.name, r.settings.seq, r.settings.micro_batch,

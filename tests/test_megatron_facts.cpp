@@ -8,6 +8,7 @@
 #include "memcalc/architecture_activations.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/flops.hpp"
+#include "memcalc/outside.hpp"
 #include "memcalc/workload.hpp"
 #include "run_program.hpp"
 #include <nlohmann/json.hpp>
@@ -215,4 +216,100 @@ TEST_CASE("the option --mtp-layers and the model-file key mtp_layers: one figure
     CHECK(too_many.status != 0);
     CHECK(too_many.out.empty());
     CHECK(too_many.err == "memcalc: mtp_layers 33 is more than the model's 32 layers\n");
+}
+
+namespace {
+/// A layer of `m` under flash attention on `kernel`, sequence-first or not.
+LayerActivations flash_layer(Architecture m, bool sequence_first, AttentionKernel kernel,
+                             std::uint64_t s, std::uint64_t b) {
+    m.sequence_first = sequence_first;
+    return architecture_layer(m, s, b, DType::bf16, Attention::flash,
+                              Runtime{Platform::cuda, TorchVersion::v2_2, true, kernel});
+}
+Count work_of(const LayerActivations& layer, const std::string& op, bool backward) {
+    for (const Workspace& w : layer.work)
+        if (std::string(w.op) == op && w.backward == backward) return w.bytes;
+    return Count(0);
+}
+}  // namespace
+
+TEST_CASE("a sequence-first program copies the output of a batch-first kernel where b > 1",
+          "[megatron][architecture]") {
+    Architecture m = GENERATE(small, wider);
+    m.kv_heads = 2;  // grouped k and v: q's copy is wider than theirs
+    const std::uint64_t s = GENERATE(16, 100), b = GENERATE(1, 2, 3);
+    CAPTURE(m.hidden, s, b);
+    const std::uint64_t d = m.head_size(), sbq = s * b * m.heads * d, sbkv = s * b * 2 * d;
+    const LayerActivations plain = flash_layer(m, false, AttentionKernel::flash_attention_2, s, b);
+    const LayerActivations fa2 = flash_layer(m, true, AttentionKernel::flash_attention_2, s, b);
+    const LayerActivations cudnn = flash_layer(m, true, AttentionKernel::cudnn, s, b);
+    // cuDNN writes sequence-first: nothing copied, the layer as a batch-first program's.
+    CHECK(cudnn.total() == plain.total());
+    CHECK(work_of(cudnn, "flash attention", false) == Count(0));
+    // flash-attn: its own output and, at b > 1, the output projection's contiguous copy (2 B each).
+    CHECK(fa2.total() == plain.total() + Count(b > 1 ? 2 * sbq : 0));
+    CHECK(work_of(fa2, "flash attention", false) == Count(2 * sbq + 2 * 2 * sbkv));
+    CHECK(work_of(fa2, "flash attention backward", true) ==
+          work_of(plain, "flash attention backward", true) + Count(b > 1 ? 2 * sbq : 0));
+}
+
+TEST_CASE("Megatron's 7B at TP 4 on A100 and GB200: flash-attn's output copied, 1 GiB more",
+          "[megatron][published]") {
+    // validation/published: the same program's golden values are 1 GiB apart, H100 (cuDNN) below
+    // A100 and GB200 (flash-attn); 32 layers x s b a d / tp x 2 B = 2^30 at s 8192, b 2.
+    const auto run = [](const std::string& kernel) {
+        const testing::Run r = testing::memcalc(
+            "--model-file " + std::string(MEMCALC_SOURCE_DIR) +
+            "/validation/published/models/megatron-gpt-7b-tp4.json --seq 8192 -b 2 --tp 4 --dp 2 "
+            "--zero 1 --global-batch 8 --activations architecture --profile megatron --recipe "
+            "mixed-adam-fp32-grads --gpu b200 --format json --attention-kernel " +
+            kernel);
+        REQUIRE(r.status == 0);
+        return nlohmann::json::parse(r.out)["peak"]["bytes"].get<std::uint64_t>();
+    };
+    CHECK(run("flash-attention-2") - run("cudnn") == std::uint64_t{1} << 30);
+}
+
+TEST_CASE("CUBLAS_WORKSPACE_CONFIG as PyTorch reads it: :SIZE:COUNT pairs in KiB, summed",
+          "[outside][cli]") {
+    CHECK(cublas_workspace_config_bytes(":4096:8") == std::uint64_t{32} << 20);
+    CHECK(cublas_workspace_config_bytes(":4096:2:16:8") == outside_rows::cublas_default.value());
+    CHECK(cublas_workspace_config_bytes(":0:0") == std::uint64_t{0});
+    for (const char* bad : {"", ":", "4096:8", ":4096", ":4096:8:", ":a:8", ":4096:8 ",
+                            ":99999999999999999999:1", ":18014398509481984:1024"}) {
+        CAPTURE(bad);
+        CHECK_FALSE(cublas_workspace_config_bytes(bad));
+    }
+}
+
+TEST_CASE("--cublas-workspace-config sizes each cuBLAS workspace on every GPU", "[outside][cli]") {
+    const std::string gpu = GENERATE("a100-80gb", "h100-sxm", "b200");
+    const std::string config = GENERATE(":4096:8", ":1024:3");
+    CAPTURE(gpu, config);
+    const auto workspace = [&](const std::string& extra) {
+        const testing::Run r = testing::memcalc(
+            "--preset llama-7b --seq 512 --format json "
+            "--gpu " +
+            gpu + extra);
+        REQUIRE(r.status == 0);
+        const nlohmann::json j = nlohmann::json::parse(r.out);
+        for (const auto& row : j["peak"]["outside"])
+            if (row["name"] == "cublas_workspace") return std::make_pair(row, j["settings"]);
+        FAIL("no cublas_workspace row");
+        return std::make_pair(nlohmann::json{}, nlohmann::json{});
+    };
+    const auto [row, settings] = workspace(" --cublas-workspace-config " + config);
+    const std::uint64_t bytes = *cublas_workspace_config_bytes(config);
+    CHECK(row["bytes"] == bytes);
+    CHECK(row["low_bytes"] == bytes);
+    CHECK(row["high_bytes"] == bytes);
+    CHECK(row["count"] == 2);  // the forward's thread and autograd's
+    CHECK(settings["cublas_workspace_bytes"] == bytes);
+    CHECK(workspace("").second["cublas_workspace_bytes"].is_null());
+    const testing::Run bad = testing::memcalc("--preset llama-7b --cublas-workspace-config 4096:8");
+    CHECK(bad.status != 0);
+    CHECK(bad.out.empty());
+    CHECK(bad.err ==
+          "memcalc: --cublas-workspace-config '4096:8': not ':SIZE:COUNT' pairs, SIZE "
+          "in KiB (CUBLAS_WORKSPACE_CONFIG, e.g. :4096:8)\n");
 }

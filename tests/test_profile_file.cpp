@@ -54,6 +54,13 @@ TEST_CASE("a profile file's missing keys are the default profile's", "[profile_f
     CHECK(same(p.framework, expected));
 }
 
+TEST_CASE("a profile file's CUBLAS_WORKSPACE_CONFIG sizes cuBLAS's workspaces", "[profile_file]") {
+    const FrameworkProfile p =
+        parse_profile_json(R"({"name": "tests", "cublas_workspace_config": ":4096:8:16:8"})", "p");
+    CHECK(p.framework.cublas_workspace == (std::uint64_t{4096} * 8 + 16 * 8) * 1024);
+    CHECK_FALSE(parse_profile_json(R"({"name": "x"})", "p").framework.cublas_workspace);
+}
+
 TEST_CASE("every bad profile file gets one message naming the key and the value",
           "[profile_file]") {
     using Case = std::pair<std::string, std::string>;  // file text, what the message says
@@ -69,6 +76,8 @@ TEST_CASE("every bad profile file gets one message naming the key and the value"
              "unknown key 'grad_bufer' (did you mean 'grad_buffer'?)"},
         Case{R"({"name": ""})", "name must not be empty"},
         Case{R"({"platform": "cuda"})", "missing key 'name'"},
+        Case{R"({"name": "x", "cublas_workspace_config": "4096:8"})",
+             "cublas_workspace_config '4096:8' is not ':SIZE:COUNT' pairs"},
     }));
     CAPTURE(text);
     CHECK_THROWS_WITH(parse_profile_json(text, "p.json"),

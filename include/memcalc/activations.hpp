@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "memcalc/activation_functions.hpp"
+#include "memcalc/attention_kernels.hpp"
 #include "memcalc/dtype.hpp"
 #include "memcalc/kernels.hpp"
 #include "memcalc/launches.hpp"
@@ -58,9 +59,16 @@ struct Runtime {
     /// MoeKernel::model_code), each its own kernels; else one grouped GEMM runs them all. Launches
     /// alone depend on it.
     bool expert_loop = true;
+    /// The kernel --attention flash runs, whose layouts decide the copies a sequence-first
+    /// program makes for it (Architecture::sequence_first).
+    AttentionKernel attention_kernel = AttentionKernel::flash_attention_2;
     Runtime(Platform platform = Platform::cuda, TorchVersion torch = TorchVersion::v2_2,
-            bool expert_loop = true)
-        : platform(platform), torch(torch), expert_loop(expert_loop) {}
+            bool expert_loop = true,
+            AttentionKernel attention_kernel = AttentionKernel::flash_attention_2)
+        : platform(platform),
+          torch(torch),
+          expert_loop(expert_loop),
+          attention_kernel(attention_kernel) {}
 };
 
 inline const char* activation_model_name(ActivationModel m) {

@@ -27,6 +27,36 @@ inline const char* attention_kernel_name(AttentionKernel k) {
     return "?";
 }
 
+/// The tensor layouts a fused kernel reads and writes: batch-first alone (flash-attn's [b, s, h,
+/// d]; a program whose layers run sequence-first hands it contiguous copies of q, k and v and gets
+/// its output back as a transposed view) or the program's own, sequence-first too (cuDNN's, through
+/// Transformer Engine's sbhd layouts).
+struct AttentionKernelLayout {
+    AttentionKernel kernel;
+    bool batch_first_only;
+    Text source;
+};
+
+inline constexpr Text te_flash_layout =
+    "TransformerEngine@d0067d0 attention/dot_product_attention/backends.py:928-943 (q, k, v "
+    "transposed to bshd and made contiguous for flash-attn), 1347-1356 (the output viewed back "
+    "to sbhd, not copied)";
+
+inline constexpr std::array<AttentionKernelLayout, 3> attention_kernel_layouts{{
+    {AttentionKernel::flash_attention_2, true, te_flash_layout},
+    {AttentionKernel::cudnn, false,
+     "TransformerEngine@d0067d0 FusedAttention: the sbhd_sbhd_sbhd layouts, its output written "
+     "sequence-first"},
+    {AttentionKernel::flash_attention_3, true, te_flash_layout},
+}};
+
+/// Whether `kernel` reads and writes batch-first tensors alone.
+inline bool batch_first_only(AttentionKernel kernel) {
+    for (const AttentionKernelLayout& row : attention_kernel_layouts)
+        if (row.kernel == kernel) return row.batch_first_only;
+    return true;  // a kernel not listed: the copies counted, leaning high
+}
+
 /// One kernel's measured forward (causal) and backward FLOP/s on a reference GPU, as its source
 /// counts FLOPs, and the GPUs of that GPU's architecture, each taken to reach the same share of its
 /// own peak (an assumption).

@@ -5,6 +5,7 @@
 /// of them.
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -188,8 +189,12 @@ struct Framework {
     std::uint64_t loss_chunk_tokens = 0;
     DpOverlap dp_overlap = DpOverlap::layers;  ///< the step time's: data-parallel messages hidden
     TpOverlap tp_overlap = TpOverlap::none;    ///< the step time's: tensor-parallel ones
-    /// The step time's: which fused kernel --attention flash runs (attention_kernels.hpp).
+    /// Which fused kernel --attention flash runs (attention_kernels.hpp): its rate for the step
+    /// time, its layouts for what a sequence-first program copies.
     AttentionKernel attention_kernel = AttentionKernel::flash_attention_2;
+    /// The program's CUBLAS_WORKSPACE_CONFIG as bytes (cublas_workspace_config_bytes); none: unset,
+    /// each GPU's default (outside.hpp).
+    std::optional<std::uint64_t> cublas_workspace = std::nullopt;
 
     /// This framework running `kernel`: a profile row names it without spelling every switch
     /// before it.
@@ -199,6 +204,32 @@ struct Framework {
         return f;
     }
 };
+
+/// CUBLAS_WORKSPACE_CONFIG as PyTorch reads it (CublasHandlePool.cpp's parseChosenWorkspaceSize):
+/// ":SIZE:COUNT" pairs, SIZE KiB each, their products summed; none where `text` is not one or more
+/// such pairs or the sum overflows.
+inline std::optional<std::uint64_t> cublas_workspace_config_bytes(std::string_view text) {
+    const auto number = [&](std::uint64_t& out) {
+        if (text.empty() || text.front() != ':') return false;
+        text.remove_prefix(1);
+        std::size_t n = 0;
+        out = 0;
+        for (; n < text.size() && text[n] >= '0' && text[n] <= '9'; ++n) {
+            if (out > (UINT64_MAX - 9) / 10) return false;
+            out = out * 10 + std::uint64_t(text[n] - '0');
+        }
+        text.remove_prefix(n);
+        return n > 0;
+    };
+    std::uint64_t total = 0, size = 0, count = 0;
+    do {
+        if (!number(size) || !number(count)) return std::nullopt;
+        if (size > UINT64_MAX / 1024 || (count > 0 && size * 1024 > (UINT64_MAX - total) / count))
+            return std::nullopt;
+        total += size * 1024 * count;
+    } while (!text.empty());
+    return total;
+}
 
 /// A setting as a row: its key (profile or model files, JSON reports; the option is --key with '-'
 /// for '_'), its member of `Owner`, its choices and their names. Options, files, the listings and
@@ -341,9 +372,11 @@ inline const auto framework_switches = std::make_tuple(
            std::array{AttentionKernel::flash_attention_2, AttentionKernel::cudnn,
                       AttentionKernel::flash_attention_3},
            attention_kernel_name,
-           "For the step time: the kernel --attention flash runs, at its measured rate on Hopper\n"
+           "The kernel --attention flash runs, at its measured rate on Hopper for the step time\n"
            "(the GPU's attention_efficiency elsewhere): flash-attention-2 (default: PyTorch's\n"
-           "SDPA), cudnn (Transformer Engine's choice on Hopper) or flash-attention-3"});
+           "SDPA; Transformer Engine's before Hopper), cudnn (Transformer Engine's on Hopper) or\n"
+           "flash-attention-3. flash-attn's take batch-first tensors alone, which a sequence_first\n"
+           "program copies for them; cuDNN's the program's own layout"});
 
 /// The share of `gpu`'s bf16 peak the attention core of a program on `f` runs at.
 inline double attention_efficiency(const Gpu& gpu, const Framework& f) {
@@ -400,11 +433,13 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
                TorchVersion::v2_2, GemmLibrary::transformer_engine}
          .with(AttentionKernel::cudnn),
      // TENorm: Transformer Engine's fused RMSNorm; bias_swiglu_impl (bias_activation_fusion, on
-     // by default); MLA's value.contiguous() for TE's attention; the token dispatchers of core
-     // 0.13+ (weighted_bias_swiglu_impl); the router on its input as given (moe_router_dtype None)
+     // by default); MLA's value.contiguous() for TE's attention; [s, b, h] activations; the
+     // token dispatchers of core 0.13+ (weighted_bias_swiglu_impl); the router on its input as
+     // given (moe_router_dtype None)
      {{"rmsnorm_kernel", "fused"},
       {"fused_glu", "true"},
       {"latent_v_padded", "false"},
+      {"sequence_first", "true"},
       {"expert_dispatch", "permuted"},
       {"router_input_fp32", "false"}}},
     {"deepspeed",

@@ -443,6 +443,11 @@ struct Architecture {
     /// the kernel takes v at its own width, copied contiguous, and o_proj reads its output as is
     /// (Transformer Engine's fused attention under Megatron-LM's MLA).
     bool latent_v_padded = true;
+    /// The layers hold their activations sequence-first, [s, b, h] (Megatron-LM's): a fused
+    /// attention kernel that takes batch-first tensors alone (flash-attn's) gets contiguous copies
+    /// of q, k and v, and where b > 1 the output projection copies the kernel's output, handed back
+    /// as a transposed view, while the kernel keeps its own (Transformer Engine's FlashAttention).
+    bool sequence_first = false;
     /// The router's linear runs on an fp32 copy of its input, which it keeps (F.linear(x.float(),
     /// w.float()): transformers' DeepSeek-V3 router, Megatron-LM's fp32 router before July 2025).
     bool router_input_fp32 = false;

@@ -96,6 +96,9 @@ struct RowSpec {
     /// The GEMM library whose row it is; none: every program's.
     std::optional<GemmLibrary> gemm;
     std::optional<Job> job;  ///< the job whose row it is; none: every job's
+    /// Its size is CUBLAS_WORKSPACE_CONFIG's where the program sets it
+    /// (Framework::cublas_workspace).
+    bool sized_by_config = false;
 };
 
 inline constexpr Count cublas_default = 4096 * 1024 * 2 + 16 * 1024 * 8;  // ":4096:2:16:8"
@@ -121,14 +124,14 @@ inline constexpr std::array<RowSpec, 16> specs{{
      std::nullopt},
     {"cublas_workspace", true, 0, 8, std::nullopt, Per::matmul_thread, cublas_default,
      cublas_default, cublas_default, "cuBLAS's workspace, one per (handle, stream)", pool,
-     std::nullopt, std::nullopt},
+     std::nullopt, std::nullopt, true},
     {"cublas_workspace", true, 9, 9, std::nullopt, Per::matmul_thread, Count(32 * MiB),
      Count(32 * MiB), Count(32 * MiB), "cuBLAS's workspace, one per (handle, stream)", pool,
-     std::nullopt, std::nullopt},
+     std::nullopt, std::nullopt, true},
     {"cublas_workspace", true, 10, 99, std::nullopt, Per::matmul_thread, Count(32 * MiB),
      cublas_default, Count(32 * MiB), "cuBLAS's workspace, one per (handle, stream)",
      "newer CublasHandlePool.cpp: 32 MiB for majors 9-12; 26a39059: the default", std::nullopt,
-     std::nullopt},
+     std::nullopt, true},
     {"cublaslt_workspace", true, 0, 99, std::nullopt, Per::matmul_thread, Count(1 * MiB), Count(0),
      Count(2 * MiB), "cuBLASLt's workspace, one per (handle, stream)", pool, std::nullopt,
      std::nullopt},
@@ -271,7 +274,14 @@ void for_each_device_row(const Framework& framework, const Parallelism& p,
         const outside_rows::RowSpec& spec = outside_rows::specs[i];
         if (!detail::applies(i, major, framework, job.job)) continue;
         const std::uint64_t count = detail::per_rank(spec.per, p, nvswitch, node, job);
-        if (count > 0 && spec.high_bytes > Count(0)) visit(spec, count);
+        outside_rows::RowSpec row = spec;
+        if (spec.sized_by_config && framework.cublas_workspace) {
+            row.bytes = row.low_bytes = row.high_bytes = Count(*framework.cublas_workspace);
+            row.why =
+                "cuBLAS's workspace, one per (handle, stream), as CUBLAS_WORKSPACE_CONFIG "
+                "sizes it";
+        }
+        if (count > 0 && row.high_bytes > Count(0)) visit(row, count);
     }
 }
 

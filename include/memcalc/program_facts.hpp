@@ -123,6 +123,12 @@ inline const auto program_facts = std::make_tuple(
            "Latent attention under a fused kernel: v padded to q's head width and the output's\n"
            "slice copied for o_proj (true: transformers' flash_attention_2) or v copied\n"
            "contiguous at its own width (false: Megatron-LM's MLA on Transformer Engine)"},
+    Switch{"sequence_first", "sequence first", &Architecture::sequence_first, flag_values,
+           flag_name,
+           "The layers hold activations sequence-first, [s, b, h] (true: Megatron-LM's), so a\n"
+           "fused kernel taking batch-first tensors alone (--attention-kernel flash-attention-2)\n"
+           "gets copies of q, k, v and, where b > 1, its output is copied for the output\n"
+           "projection beside the kernel's own; or batch-first (false: most programs)"},
     Switch{"router_input_fp32", "router fp32 input", &Architecture::router_input_fp32, flag_values,
            flag_name,
            "The router's linear runs on an fp32 copy of its input, which it keeps (true:\n"

@@ -145,10 +145,10 @@ inline KindFlops policy_spared_flops(const ActivationTables& t, std::size_t kind
 /// `modules`: what selective recomputation checkpoints (select_modules).
 /// `tunings`: what fine-tuning changes in each kind of layer (layer_tuning); empty: every weight
 /// trains.
-/// Whose kernels the framework's tables follow: its platform's, its PyTorch's, and whether its
-/// experts run in the model's loop.
+/// Whose kernels the framework's tables follow: its platform's, its PyTorch's, whether its experts
+/// run in the model's loop, and its fused attention kernel.
 inline Runtime runtime_of(const Framework& f) {
-    return {f.platform, f.torch, f.moe == MoeKernel::model_code};
+    return {f.platform, f.torch, f.moe == MoeKernel::model_code, f.attention_kernel};
 }
 
 /// The model's first layer where its input needs no gradient (LayerTuning::embedding_frozen): one

@@ -25,6 +25,18 @@ MODELS = "validation/published/models/"
 # Megatron-LM's bf16 run: its own attention/Adam/main_grad profile, and fp32 main_grad, which --bf16
 # forces (accumulate_allreduce_grads_in_fp32); the golden value is global rank world_size-1's.
 MEGATRON = ["--activations", "architecture", "--profile", "megatron", "--recipe", "mixed-adam-fp32-grads"]
+# Megatron-LM's GPT functional tests set CUBLAS_WORKSPACE_CONFIG :4096:8 (their model_config.yaml ENV_VARS,
+# for determinism): PyTorch's cuBLAS workspaces are then 32 MiB each on every GPU, the A100 too.
+MEGATRON_GPT = MEGATRON + ["--cublas-workspace-config", ":4096:8"]
+# Transformer Engine's attention backend (attention/dot_product_attention/utils.py @d0067d0: FusedAttention
+# is preferred on Hopper and later alone; on sm100 fused_attn.cpp:481-488 turns it off for a deterministic
+# training run with dropout, which these tests are) is flash-attn on the A100 and the GB200: its output comes
+# back to Megatron's [s, b, h] layers as a transposed view the output projection copies (sequence_first).
+TE_FLASH = ["--attention-kernel", "flash-attention-2"]
+TE_FLASH_WHY = ("Transformer Engine runs flash-attn here (cuDNN's fused attention is preferred on Hopper "
+                "alone, and on sm100 not for a deterministic run with dropout): --attention-kernel "
+                "flash-attention-2; at micro-batch 2 the output projection copies the kernel's output "
+                "(sequence_first, the megatron profile's)")
 # Megatron-LM's VocabParallelCrossEntropy (megatron/core/tensor_parallel/cross_entropy.py) makes one fp32
 # copy of its logits shard and works in place on it (max, subtract, exp, divide; the backward writes the
 # gradient over the saved softmax): 6 B per logit with the bf16 logits. memcalc's fp32 loss is
@@ -77,9 +89,7 @@ SEQ_ASSUMED = "sequence not stated by the page: the llama3 toml's default 8192 i
 # Megatron's golden values, with its in-place loss modelled (--loss fp32-inplace): what is left short.
 MEGATRON_SHORT = ("not modelled: NCCL's and the distributed optimizer's buffers that the allocator "
                   "hands out (PyTorch's cuBLAS and cuBLASLt and Transformer Engine's workspaces are "
-                  "counted: the device rows in the allocator); the same program's golden "
-                  "value is 1.08 GB higher on GB200 than on H100, which is of that kind. Not measured "
-                  "here (no GPU)")
+                  "counted: the device rows in the allocator). Not measured here (no GPU)")
 LORA = ("LoRA: its rank and targets are not stated, which memcalc's --train lora needs, so the full "
         "finetune is shown (far above: a frozen base keeps no gradients or optimizer state)")
 # LitGPT's LoRA runs: the table's 4,194,304 trainable parameters are rank 8 on query and value (memcalc counts
@@ -119,22 +129,27 @@ ROWS = {
     # ---- Megatron-LM functional-test golden values (max allocated, one rank: the last pipeline stage)
     "megatron-gpt-small-tp2pp2-a100": dict(
         args=["--model-file", MODELS + "megatron-gpt-small-tp2.json", "--seq", "1024", "-b", "4",
-              "--tp", "2", "--pp", "2", "--dp", "2", "--global-batch", "32", "--attention", "eager", "--softmax-fp32", "false"] + MEGATRON,
+              "--tp", "2", "--pp", "2", "--dp", "2", "--global-batch", "32", "--attention", "eager", "--softmax-fp32", "false"] + MEGATRON_GPT,
         rank="last", under_estimate=MEGATRON_SHORT, note=UNFUSED),
     "megatron-gpt-small-fullrecompute-h100": dict(
         args=["--model-file", MODELS + "megatron-gpt-small-tp1.json", "--seq", "1024", "-b", "4",
-              "--dp", "8", "--global-batch", "32", "--recompute", "full"] + MEGATRON,
+              "--dp", "8", "--global-batch", "32", "--recompute", "full"] + MEGATRON_GPT,
         rank="last", under_estimate=MEGATRON_SHORT, note="recompute-method uniform, recompute-num-layers 1: every layer checkpointed"),
     "megatron-7b-tp1pp4-vpp-h100": dict(
         args=["--model-file", MODELS + "megatron-gpt-7b-tp1.json", "--seq", "8192", "-b", "1",
-              "--pp", "4", "--vpp", "8", "--dp", "2", "--zero", "1", "--global-batch", "8"] + MEGATRON,
+              "--pp", "4", "--vpp", "8", "--dp", "2", "--zero", "1", "--global-batch", "8"] + MEGATRON_GPT,
         rank="last", under_estimate=MEGATRON_SHORT, note="1 layer per virtual stage: 8 chunks a rank; distributed optimizer as ZeRO-1"),
-    "megatron-7b-tp1pp4-vpp-a100": dict(same_as="megatron-7b-tp1pp4-vpp-h100"),
+    "megatron-7b-tp1pp4-vpp-a100": dict(same_as="megatron-7b-tp1pp4-vpp-h100", extra_args=TE_FLASH,
+        note="1 layer per virtual stage: 8 chunks a rank; distributed optimizer as ZeRO-1; " + TE_FLASH_WHY
+             + " (at micro-batch 1 the transposed view is contiguous: no copy)"),
     "megatron-7b-tp4pp1-h100": dict(
         args=["--model-file", MODELS + "megatron-gpt-7b-tp4.json", "--seq", "8192", "-b", "2",
-              "--tp", "4", "--dp", "2", "--zero", "1", "--global-batch", "8"] + MEGATRON,
+              "--tp", "4", "--dp", "2", "--zero", "1", "--global-batch", "8"] + MEGATRON_GPT,
         rank="last", under_estimate=MEGATRON_SHORT, note="TP 4 without sequence parallelism; distributed optimizer as ZeRO-1"),
-    "megatron-7b-tp4pp1-gb200": dict(same_as="megatron-7b-tp4pp1-h100"),
+    "megatron-7b-tp4pp1-gb200": dict(same_as="megatron-7b-tp4pp1-h100", extra_args=TE_FLASH,
+        note="TP 4 without sequence parallelism; distributed optimizer as ZeRO-1; " + TE_FLASH_WHY),
+    "megatron-7b-tp4pp1-a100": dict(same_as="megatron-7b-tp4pp1-h100", extra_args=TE_FLASH,
+        note="TP 4 without sequence parallelism; distributed optimizer as ZeRO-1; " + TE_FLASH_WHY),
     "megatron-moe-mla-tp2pp2ep4-h100": dict(
         args=["--model-file", MODELS + "megatron-moe-proxy-1024.json", "--seq", "4096", "-b", "4",
               "--tp", "2", "--sp", "--pp", "2", "--vpp", "4", "--dp", "2", "--ep", "4", "--etp", "1", "--zero", "1",

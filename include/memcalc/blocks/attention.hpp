@@ -46,6 +46,51 @@ inline void mha_input_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     qkv_rows(t, m, z, attention);
 }
 
+/// What a sequence-first program copies for a kernel that takes batch-first tensors alone
+/// (Architecture::sequence_first): q, k and v, contiguous and batch-first, beside the projection's
+/// output in forward; and where b > 1 the kernel's output, which comes back as a transposed view
+/// that Transformer Engine's linear makes contiguous (module/base.py:1639-1640) and keeps, beside
+/// the kernel's own, and its gradient, made contiguous for the kernel's backward. At b = 1 the
+/// transposed view is contiguous already.
+struct LayoutCopies {
+    bool inputs = false, output = false;
+};
+
+inline LayoutCopies layout_copies(const Architecture& m, const Sizes& z) {
+    if (!m.sequence_first || !batch_first_only(z.runtime.attention_kernel)) return {};
+    return {true, z.tokens.value() / z.seq > 1};
+}
+
+/// The fused kernel's output and the output projection's input: one tensor, or two where the
+/// projection reads a copy (a narrow cast, the unpadded slice of a padded output, a layout copy).
+inline void flash_output_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
+                              const Shape& output, bool layout_copy) {
+    // v padded to q's width (latent attention) makes an output as wide: the output projection
+    // reads a copy of its unpadded slice, and the padded output is the kernel's alone.
+    const bool padded = m.value_head_size() != m.head_size() && m.latent_v_padded;
+    const std::string why = "backward needs the output for the softmax gradient";
+    const RowFacts policy = RowFacts{}.saved_by_policy();
+    if (padded) {
+        t.add("flash attention", "its output, padded to q's head width", why, latent_shape::sbqk,
+              z.sbq, z.d, Keep::not_selective, 1, policy);
+        projection_input_row(t, z, "output projection",
+                             "its input (the output's unpadded slice, copied)", z.sbv, output, 1,
+                             output_projection(z), bit(Linear::o));
+    } else if (z.narrow || layout_copy) {
+        t.add("flash attention", layout_copy ? "its output, batch-first" : "its output", why,
+              output, z.sbv, z.d, Keep::always, 1, policy);
+        projection_input_row(
+            t, z, "output projection",
+            layout_copy ? "its input (the output copied sequence-first)" : "its input", z.sbv,
+            output, 1, output_projection(z), bit(Linear::o));
+    } else {
+        t.add("flash attention", "its output (also the output projection's input)", why, output,
+              z.sbv, z.d, Keep::always, 1, policy);
+        linear_casts_work(t, z, "output projection", z.sbv, output_projection(z));
+    }
+    adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
+}
+
 /// A fused (flash) kernel's core attention: `output` is its output's shape (a d_v wide per head).
 inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
                             const Shape& output) {
@@ -57,45 +102,31 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
             static_cast<double>(m.heads * (m.head_size() + m.value_head_size())));
     t.launch(LaunchOp::flash_core);
     t.launch(LaunchOp::merge_heads);
+    const LayoutCopies copies = layout_copies(m, z);
+    if (copies.inputs)  // at b = 1 q's transpose is contiguous and not copied: leaning high
+        t.workspace(false, "flash attention", "q, k and v copied batch-first",
+                    bytes_of(z.d, "sb(ad)") + " + " + bytes_of(2 * z.d, "sb(kd)"),
+                    Count(z.d) * z.sbq + Count(2 * z.d) * z.sbkv);
     t.add("flash attention", "log-sum-exp per query row, fp32",
           "backward rebuilds the softmax from it", shape::asb, Count(m.heads) * z.tokens,
           dtype::fp32, Keep::not_selective, 1, RowFacts{}.saved_by_policy());
-    // v padded to q's width (latent attention) makes an output as wide: the output projection
-    // reads a copy of its unpadded slice, and the padded output is the kernel's alone.
-    const bool padded = m.value_head_size() != m.head_size() && m.latent_v_padded;
-    if (padded) {
-        t.add("flash attention", "its output, padded to q's head width",
-              "backward needs the output for the softmax "
-              "gradient",
-              latent_shape::sbqk, z.sbq, z.d, Keep::not_selective, 1, RowFacts{}.saved_by_policy());
-        projection_input_row(t, z, "output projection",
-                             "its input (the output's unpadded slice, copied)", z.sbv, output, 1,
-                             output_projection(z), bit(Linear::o));
-        adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
-    } else {
-        t.add("flash attention",
-              z.narrow ? "its output" : "its output (also the output projection's input)",
-              "backward needs the output for the softmax gradient", output, z.sbv, z.d,
-              Keep::always, 1, RowFacts{}.saved_by_policy());
-        if (z.narrow)  // beside the kernel's own copy
-            projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1,
-                                 output_projection(z), bit(Linear::o));
-        else
-            linear_casts_work(t, z, "output projection", z.sbv, output_projection(z));
-        adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
-    }
+    flash_output_rows(t, m, z, output, copies.output);
     // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query;
-    // Where k and v were repeated for it, dk and dv at every query head and their sums per group.
+    // Where k and v were repeated for it, dk and dv at every query head and their sums per group;
+    // the output's gradient made contiguous batch-first where the output was copied.
     const bool repeated = repeats_kv(m, Attention::flash);
     const Count work = z.sbq * (dtype::fp32 + z.d) + Count(2 * z.d) * z.sbkv +
                        (repeated ? Count(2 * z.d) * z.sbq : 0) +
-                       Count(m.heads) * z.tokens * dtype::fp32;
+                       Count(m.heads) * z.tokens * dtype::fp32 +
+                       (copies.output ? Count(z.d) * z.sbv : 0);
     t.workspace(true, "flash attention backward",
-                repeated ? "dq (fp32 accumulator and result), dk, dv at every head and summed, "
-                           "row sums"
-                         : "dq (fp32 accumulator and result), dk, dv, row sums",
+                std::string(repeated ? "dq (fp32 accumulator and result), dk, dv at every head and "
+                                       "summed, row sums"
+                                     : "dq (fp32 accumulator and result), dk, dv, row sums") +
+                    (copies.output ? ", the output's gradient copied batch-first" : ""),
                 bytes_of(dtype::fp32 + z.d, "sb(ad)") + " + " + bytes_of(2 * z.d, "sb(kd)") +
-                    (repeated ? " + " + bytes_of(2 * z.d, "sb(ad)") : "") + " + 4 asb",
+                    (repeated ? " + " + bytes_of(2 * z.d, "sb(ad)") : "") + " + 4 asb" +
+                    (copies.output ? " + " + bytes_of(z.d, "sb(a d_v)") : ""),
                 work);
 }
 
