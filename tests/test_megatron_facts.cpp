@@ -282,7 +282,8 @@ TEST_CASE("CUBLAS_WORKSPACE_CONFIG as PyTorch reads it: :SIZE:COUNT pairs in KiB
     }
 }
 
-TEST_CASE("--cublas-workspace-config sizes each cuBLAS workspace on every GPU", "[outside][cli]") {
+TEST_CASE("the option --cublas-workspace-config sizes each cuBLAS workspace on every GPU",
+          "[outside][cli]") {
     const std::string gpu = GENERATE("a100-80gb", "h100-sxm", "b200");
     const std::string config = GENERATE(":4096:8", ":1024:3");
     CAPTURE(gpu, config);

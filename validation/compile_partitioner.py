@@ -32,6 +32,9 @@ sys.path.insert(0, os.path.join(HERE, "third_party"))
 import run as third_party  # noqa: E402  the programs and sizes run.py trains
 
 MIN_CUT = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
+# PyTorch 2 runs torch.compile itself (its decompositions, inductor's partition); 1.13's
+# torch.compile cannot, so there the partitioner runs through aot_module.
+INDUCTOR = int(torch.__version__.split(".")[0]) >= 2
 
 
 def memcalc_kept(memcalc, row, compile_mode):
@@ -132,6 +135,33 @@ def partitioned_saved(module, x):
     return report["saved"]
 
 
+def inductor_saved(module, x):
+    """torch.compile(module) on PyTorch 2 with inductor: its forward graph's extra outputs, as
+    inductor's own decompositions and partition leave them (the forward graph's first output is the
+    hidden states)."""
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+    left_out, report = held_elsewhere(module), {}
+
+    def inner(graph, example_inputs, **kwargs):
+        compiled = compile_fx_inner(graph, example_inputs, **kwargs)
+        if kwargs.get("is_backward"):
+            return compiled
+
+        def run(args):
+            outs = compiled(args)
+            report["saved"] = storages(outs[1:], left_out)
+            return outs
+        run._boxed_call = True
+        return run
+
+    def backend(graph, inputs):
+        return compile_fx(graph, inputs, inner_compile=inner)
+
+    torch._dynamo.reset()  # each layer compiled afresh, no earlier one's cache
+    torch.compile(module, backend=backend, fullgraph=True)(x).float().sum().backward()
+    return report["saved"]
+
+
 def measure(program, size, seq, batch):
     torch.manual_seed(0)
     _, blocks, _ = third_party.build(program, size)
@@ -142,7 +172,8 @@ def measure(program, size, seq, batch):
     return {"program": program, "size": size, "seq": seq, "micro_batch": batch,
             "model_file": f"validation/third_party/models/{program}-{size}.json",
             "torch": torch.__version__, "torch_release": third_party.TORCH_RELEASE,
-            "eager": eager_saved(module, x), "compiled": partitioned_saved(module, x)}
+            "eager": eager_saved(module, x),
+            "compiled": (inductor_saved if INDUCTOR else partitioned_saved)(module, x)}
 
 
 def main():

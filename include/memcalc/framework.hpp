@@ -368,15 +368,16 @@ inline const auto framework_switches = std::make_tuple(
            "products they feed, with sequence parallelism: none (default) or matmul (collective\n"
            "matmuls: torchtitan's async TP, Megatron-LM's --tp-comm-overlap), each in tp pieces,\n"
            "the first or last exposed"},
-    Switch{"attention_kernel", "attention kernel", &Framework::attention_kernel,
-           std::array{AttentionKernel::flash_attention_2, AttentionKernel::cudnn,
-                      AttentionKernel::flash_attention_3},
-           attention_kernel_name,
-           "The kernel --attention flash runs, at its measured rate on Hopper for the step time\n"
-           "(the GPU's attention_efficiency elsewhere): flash-attention-2 (default: PyTorch's\n"
-           "SDPA; Transformer Engine's before Hopper), cudnn (Transformer Engine's on Hopper) or\n"
-           "flash-attention-3. flash-attn's take batch-first tensors alone, which a sequence_first\n"
-           "program copies for them; cuDNN's the program's own layout"});
+    Switch{
+        "attention_kernel", "attention kernel", &Framework::attention_kernel,
+        std::array{AttentionKernel::flash_attention_2, AttentionKernel::cudnn,
+                   AttentionKernel::flash_attention_3},
+        attention_kernel_name,
+        "The kernel --attention flash runs, at its measured rate on Hopper for the step time\n"
+        "(the GPU's attention_efficiency elsewhere): flash-attention-2 (default: PyTorch's\n"
+        "SDPA; Transformer Engine's before Hopper), cudnn (Transformer Engine's on Hopper) or\n"
+        "flash-attention-3. flash-attn's take batch-first tensors alone, which a sequence_first\n"
+        "program copies for them; cuDNN's the program's own layout"});
 
 /// The share of `gpu`'s bf16 peak the attention core of a program on `f` runs at.
 inline double attention_efficiency(const Gpu& gpu, const Framework& f) {

@@ -53,6 +53,7 @@ def _load(name, path):
     """A module from a file, under a name of its own (llama2.c's model.py beside nanoGPT's)."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # importable by name, as torch.compile's tracing imports it
     spec.loader.exec_module(module)
     return module
 
