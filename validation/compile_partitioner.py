@@ -1,7 +1,8 @@
 """What a compiled layer keeps for backward: torch 1.13's AOTAutograd min-cut partitioner
 (functorch.compile.min_cut_rematerialization_partition, compiler="inductor": the partition
 torch.compile's inductor backend asks for) beside eager autograd, one layer of each third-party
-program in validation/third_party/, in bf16 on CPU.
+program in validation/third_party/, in bf16 on CPU. On PyTorch 2 torch.compile itself runs, with
+inductor (validation/third_party/README.md: Debian trixie's torch 2.6 in a chroot).
 
 A layer's saved bytes: the distinct storages its forward hands to backward (autograd's saved
 tensors in eager; the forward graph's extra outputs when partitioned), parameters, buffers, the
@@ -40,8 +41,8 @@ INDUCTOR = int(torch.__version__.split(".")[0]) >= 2
 def memcalc_kept(memcalc, row, compile_mode):
     """memcalc's kept bytes of one layer for the row's program, eager or compiled."""
     command = [memcalc, "--model-file", os.path.join(ROOT, row["model_file"]),
-               "--seq", str(row["seq"]), "-b", str(row["micro_batch"]),
-               "--activations", "architecture", "--platform", "cpu", "--attention", "eager",
+               "--seq", str(row["seq"]), "-b", str(row["micro_batch"]), "--activations",
+               "architecture", "--platform", "cpu", "--attention", row.get("attention", "eager"),
                "--recipe", "bf16-adam", "--torch-version", row["torch_release"],
                "--compile", compile_mode, "--format", "json"]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
@@ -172,6 +173,9 @@ def measure(program, size, seq, batch):
     return {"program": program, "size": size, "seq": seq, "micro_batch": batch,
             "model_file": f"validation/third_party/models/{program}-{size}.json",
             "torch": torch.__version__, "torch_release": third_party.TORCH_RELEASE,
+            # PyTorch 2's F.scaled_dot_product_attention, which nanoGPT, llama2.c and
+            # MultiheadAttention (need_weights=False) call where it exists: a fused kernel's rows.
+            "attention": "flash" if INDUCTOR else "eager",
             "eager": eager_saved(module, x),
             "compiled": (inductor_saved if INDUCTOR else partitioned_saved)(module, x)}
 
@@ -196,8 +200,10 @@ def main():
                     rows.append(measure(program, size, seq, batch))
         if args.out:
             with open(args.out, "w") as f:
-                json.dump({"partitioner": "min_cut_rematerialization_partition(compiler='inductor')",
-                           "rows": rows}, f, indent=1)
+                partitioner = ("torch.compile(backend='inductor'): its decompositions and partition"
+                               if INDUCTOR else
+                               "min_cut_rematerialization_partition(compiler='inductor')")
+                json.dump({"partitioner": partitioner, "rows": rows}, f, indent=1)
     if not args.memcalc:
         for row in rows:
             print(f"{row['program']}-{row['size']}: eager {row['eager']:,} B, "

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "memcalc/error.hpp"
+#include "memcalc/kernels.hpp"
 #include "memcalc/launches.hpp"
 #include "memcalc/model.hpp"
 
@@ -31,6 +32,14 @@ struct ActivationTensor {
     bool input = false;  ///< the function's input itself (the projection's output it reads)
 };
 
+/// What a compiled layer's min-cut partition does with an activation function on one PyTorch row.
+struct CompiledActivation {
+    std::uint8_t keeps = 0xff;  ///< which of its kept tensors it still keeps (bit i for kept[i])
+    /// It makes the function's output again where that is the down projection's input or the GLU
+    /// product's factor.
+    bool recomputes_output = false;
+};
+
 struct ActivationFunction {
     Activation id;
     std::string_view name;   ///< the model file's spelling
@@ -48,19 +57,20 @@ struct ActivationFunction {
     /// In a gated MLP, what the up branch becomes before the product, when not the up projection's
     /// output itself: the product keeps it, one more s b f tensor (gpt-oss's up.clamp(-7, 7) + 1).
     std::string_view up_branch = {};
-    /// Inside a compiled layer (Architecture::compile): which of `kept` the min-cut partition still
-    /// keeps (bit i for kept[i]), and whether it recomputes the function's output where that is
-    /// the down projection's input or the GLU product's factor. Measured on torch 1.13's
-    /// partitioner (validation/compile_partitioner.py) for the rows that say so; the others keep
-    /// all, leaning high.
-    std::uint8_t compiled_keeps = 0xff;
-    bool compiled_recomputes_output = false;
+    /// Inside a compiled layer (Architecture::compile), by PyTorch row (TorchVersion: 1.13's,
+    /// 2.2's): what the min-cut partition does with it. Measured with
+    /// validation/compile_partitioner.py (1.13: the partitioner through aot_module; 2.6:
+    /// torch.compile with inductor) for the rows that say so; the others keep all, leaning high.
+    std::array<CompiledActivation, 2> compiled = {};
     /// Kernels it launches, forward and backward (launches.hpp): a fused kernel one each way; a
     /// chain one an op, counted on CPU (validation/kernel_launches.py --ops).
     Launches launches = {1, 1};
 
-    bool kept_when(bool compiled, std::size_t i) const {
-        return !compiled || ((compiled_keeps >> i) & 1) != 0;
+    const CompiledActivation& compiled_on(TorchVersion torch) const {
+        return compiled[static_cast<std::size_t>(torch)];
+    }
+    bool kept_when(bool compiled_layer, TorchVersion torch, std::size_t i) const {
+        return !compiled_layer || ((compiled_on(torch).keeps >> i) & 1) != 0;
     }
     std::size_t kept_count() const {
         std::size_t n = 0;
@@ -93,8 +103,7 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
      2,
      "torch.nn.functional.silu; transformers' 'silu' and 'swish'",
      {},
-     0xff,
-     true},  // compiled: its output recomputed (llama2.c's, transformers' LLaMA)
+     {{{0xff, true}, {0xff, true}}}},  // compiled: its output recomputed (llama2.c's, 1.13 and 2.6)
     {Activation::gelu,
      "gelu",
      "GELU",
@@ -105,8 +114,9 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
      2,
      "torch.nn.functional.gelu (erf), nn.GELU(); transformers' 'gelu' (GELUActivation)",
      {},
-     0xff,
-     true},  // compiled: its output recomputed (nanoGPT's, nn.TransformerEncoderLayer's)
+     // compiled: its output recomputed on 1.13, kept on 2.6 (nanoGPT's,
+     // nn.TransformerEncoderLayer's)
+     {{{0xff, true}, {0xff, false}}}},
     {Activation::gelu_tanh,
      "gelu_tanh",
      "GELU (tanh)",
@@ -138,9 +148,8 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
      3,
      "transformers' 'gelu_new' (NewGELUActivation): GPT-2's and Phi-2's configs",
      {},
-     0b0011,
-     true,
-     {8, 11}},  // compiled: its input and tanh's output kept (transformers' GPT-2)
+     {{{0b0011, true}, {}}},  // compiled on 1.13: its input and tanh's output kept (GPT-2's)
+     {8, 11}},
     {Activation::gelu_fast,
      "gelu_fast",
      "gelu_fast",
@@ -159,8 +168,7 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
      3,
      "transformers' 'gelu_fast' (FastGELUActivation)",
      {},
-     0xff,
-     false,
+     {},
      {9, 12}},
     {Activation::quick_gelu,
      "quick_gelu",
@@ -174,8 +182,7 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
      3,
      "transformers' 'quick_gelu' (QuickGELUActivation)",
      {},
-     0xff,
-     false,
+     {},
      {3, 5}},
     // gpt-oss's experts (modeling_gpt_oss.py, GptOssExperts): the gate clamped above at 7, then
     // gate * sigmoid(1.702 gate); the up branch is up.clamp(-7, 7) + 1, whose clamp keeps the up
@@ -193,8 +200,7 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
      3,
      "transformers' GptOssExperts (alpha 1.702, limit 7): gpt-oss",
      "up.clamp(-7, 7) + 1",
-     0xff,
-     false,
+     {},
      {6, 8}},
     // relu keeps its output, which square reads as its input: one storage. Backward: four s x f
     // tensors at once, measured on CPU (torch 1.13, validation/activation_functions.py).
@@ -209,8 +215,7 @@ inline constexpr std::array<ActivationFunction, 9> activation_functions{{
      4,
      "transformers' 'relu2' (ReLUSquaredActivation): Nemotron-H's MLP",
      {},
-     0xff,
-     false,
+     {},
      {2, 4}},
 }};
 

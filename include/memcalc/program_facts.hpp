@@ -113,7 +113,8 @@ inline const auto program_facts = std::make_tuple(
            "none (eager) or layers: torch.compile on each layer (torchtune's, torchtitan's),\n"
            "whose min-cut partition keeps RMSNorm's input and 1/rms, a GLU's gate and up, an\n"
            "activation's input, and makes the rest of those chains again in backward (measured\n"
-           "on torch 1.13's partitioner); an activation function not measured keeps all"},
+           "on torch 1.13's partitioner and 2.6's torch.compile, which keeps GELU's output); an\n"
+           "activation function not measured keeps all"},
     Switch{"fused_glu", "fused GLU", &Architecture::fused_glu, flag_values, flag_name,
            "A gated MLP's act(gate) x up is one kernel keeping gate and up alone, act recomputed\n"
            "in backward (true: Megatron-LM's bias_swiglu_impl, Transformer Engine's, Liger's) or\n"

@@ -67,9 +67,9 @@ UNFUSED = ("--attention-backend unfused: Megatron's core attention keeps the s x
 # (fused SwiGLU, MLA's v copied contiguous for TE, the token dispatchers' permutation).
 MOE_PROXY = ("multi-token prediction, latent attention, the shared expert and EP over TP x DP "
              "(--etp 1) as the model files and the megatron profile say them")
-COMPILE = ("--compile layers: each layer as torch 1.13's min-cut partitioner keeps it "
-           "(validation/compile_partitioner.py); PyTorch 2.x's partitioner and inductor's fused "
-           "temporaries not measured")
+COMPILE = ("--compile layers: each layer as torch.compile's partition keeps it (measured on CPU with torch "
+           "1.13's min-cut partitioner and torch 2.6's torch.compile, validation/compile_partitioner.py: a "
+           "LLaMA-style layer keeps the same on both); inductor's CUDA kernels' temporaries not measured")
 # torchtune's CEWithChunkedOutputLoss, num_output_chunks 8: memcalc's --loss chunked is its eager run.
 CHUNKED = ["--loss", "chunked", "--loss-chunks", "8"]
 CHUNKED_COMPILED = ("; --loss chunked is CEWithChunkedOutputLoss: every chunk's fp32 log-probabilities "

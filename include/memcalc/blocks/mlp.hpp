@@ -16,10 +16,10 @@ namespace memcalc::detail {
 inline void activation_rows(TableBuilder& t, const ActivationFunction& fn, const Shape& shape,
                             Count sbf, const std::string& prefix, const std::string& input,
                             std::uint64_t d, bool input_saved, bool inputs_only = false,
-                            bool compiled = false) {
+                            bool compiled = false, TorchVersion torch = TorchVersion::v2_2) {
     for (std::size_t i = 0; i < fn.kept_count(); ++i) {
         const ActivationTensor& kept = fn.kept[i];
-        if ((inputs_only && !kept.input) || !fn.kept_when(compiled, i)) continue;
+        if ((inputs_only && !kept.input) || !fn.kept_when(compiled, torch, i)) continue;
         const std::string op =
             prefix + std::string(fn.label) + (kept.op.empty() ? "" : ": " + std::string(kept.op));
         const std::string tensor(kept.tensor);
@@ -102,7 +102,7 @@ public:
           outer_(t.current_section()),
           // Measured for dense MLPs; the experts' own loops keep eager's rows.
           compiled_(z.compiled && outer_ != Module::moe),
-          output_recomputed_(compiled_ && fn_.compiled_recomputes_output) {}
+          output_recomputed_(compiled_ && fn_.compiled_on(z.runtime.torch).recomputes_output) {}
 
     /// Writes the block; returns whether the op-level policy saves the down projection's output,
     /// which the caller places.
@@ -143,7 +143,7 @@ private:
         const bool gate_saved = t_.linear_saved(biased_, sbf_, m_.hidden),
                    up_saved = t_.linear_saved(biased_, sbf_, m_.hidden);
         activation_rows(t_, fn_, shape_, sbf_, prefix_, "the gate projection's output", z_.d,
-                        gate_saved, m_.fused_glu, compiled_);
+                        gate_saved, m_.fused_glu, compiled_, z_.runtime.torch);
         // One kernel where fused; else the function's and the product's. Gate and up read one
         // input: its gradients summed, unless one linear makes both.
         t_.launch(m_.fused_glu ? launches_of(LaunchOp::fused_glu) : fn_.launches);
@@ -175,7 +175,8 @@ private:
     void plain() {
         const std::string act = prefix_ + std::string(fn_.label);
         activation_rows(t_, fn_, shape_, sbf_, prefix_, "the up projection's output", z_.d,
-                        t_.linear_saved(biased_, sbf_, m_.hidden), false, compiled_);
+                        t_.linear_saved(biased_, sbf_, m_.hidden), false, compiled_,
+                        z_.runtime.torch);
         t_.launch(fn_.launches);
         // An output the function keeps is the down projection's input, unless a dropout comes
         // between.
