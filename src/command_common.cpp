@@ -114,15 +114,16 @@ FrameworkProfile framework_from(const FrameworkOptions& q, Framework& f) {
         if (given != q.framework.end()) f.*row.member = parse_switch(row, given->second);
     });
     if (!q.loss_chunks.empty()) {
-        if (f.loss != LossKernel::chunked)
+        if (!chunks_by_count(f.loss))
             throw usage_error("--loss-chunks " + q.loss_chunks +
-                              ": only --loss chunked splits the loss");
+                              ": only --loss chunked or chunked-compiled splits the loss so");
         f.loss_chunks = parse_count("--loss-chunks", q.loss_chunks, f.loss_chunks);
     }
     if (!q.loss_chunk_tokens.empty()) {
         if (!chunked_loss(f.loss))
-            throw usage_error("--loss-chunk-tokens " + q.loss_chunk_tokens +
-                              ": only --loss chunked or chunked-bf16 splits the loss");
+            throw usage_error(
+                "--loss-chunk-tokens " + q.loss_chunk_tokens +
+                ": only --loss chunked, chunked-bf16 or chunked-compiled splits the loss");
         if (!q.loss_chunks.empty())
             throw usage_error("--loss-chunk-tokens " + q.loss_chunk_tokens +
                               ": give it or --loss-chunks, not both");

@@ -219,12 +219,12 @@ void add_group(App& app, FrameworkOptions& q) {
             ->type_name("KIND");
     });
     app.add_option("--loss-chunks", q.loss_chunks,
-                   "With --loss chunked: the chunks the tokens are split into (torchtune's\n"
-                   "num_output_chunks; default 8)")
+                   "With --loss chunked or chunked-compiled: the chunks the tokens are split\n"
+                   "into (torchtune's num_output_chunks; default 8)")
         ->type_name("N");
     app.add_option("--loss-chunk-tokens", q.loss_chunk_tokens,
-                   "With --loss chunked or chunked-bf16: chunks of N tokens of each sequence\n"
-                   "instead, the last one shorter (lit-gpt's lm_head_chunk_size: 128)")
+                   "With a chunked --loss: chunks of N tokens of each sequence instead, the last\n"
+                   "one shorter (lit-gpt's lm_head_chunk_size: 128)")
         ->type_name("N");
     app.add_option(
            "--cublas-workspace-config", q.cublas_workspace_config,

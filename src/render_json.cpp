@@ -390,9 +390,8 @@ json settings_json(const Report& r) {
     settings["expert_imbalance"] =
         r.model.any_moe() ? json(r.model.expert_imbalance) : json(nullptr);
     const bool by_tokens = chunked_loss(framework.loss) && framework.loss_chunk_tokens > 0;
-    settings["loss_chunks"] = framework.loss == LossKernel::chunked && !by_tokens
-                                  ? json(framework.loss_chunks)
-                                  : json(nullptr);
+    settings["loss_chunks"] =
+        chunks_by_count(framework.loss) && !by_tokens ? json(framework.loss_chunks) : json(nullptr);
     settings["loss_chunk_tokens"] = by_tokens ? json(framework.loss_chunk_tokens) : json(nullptr);
     settings["cublas_workspace_bytes"] =
         framework.cublas_workspace ? json(*framework.cublas_workspace) : json(nullptr);

@@ -37,7 +37,7 @@ std::string header(const Report& r) {
     const Framework& f = r.settings.framework;
     if (chunked_loss(f.loss) && f.loss_chunk_tokens > 0)
         framework += fmt::format(", loss-chunk-tokens {}", f.loss_chunk_tokens);
-    else if (f.loss == LossKernel::chunked)
+    else if (chunks_by_count(f.loss))
         framework += fmt::format(", loss-chunks {}", f.loss_chunks);
     if (f.cublas_workspace)
         framework += fmt::format(", cuBLAS workspace {} B", digits(Count(*f.cublas_workspace)));

@@ -196,7 +196,8 @@ TEST_CASE("memcalc --loss chunked-bf16 --loss-chunk-tokens: spellings, JSON and 
         CHECK(run.err == "memcalc: " + message + "\n");
     };
     refused("--loss bf16 --loss-chunk-tokens 128",
-            "--loss-chunk-tokens 128: only --loss chunked or chunked-bf16 splits the loss");
+            "--loss-chunk-tokens 128: only --loss chunked, chunked-bf16 or chunked-compiled splits "
+            "the loss");
     refused("--loss chunked --loss-chunks 4 --loss-chunk-tokens 128",
             "--loss-chunk-tokens 128: give it or --loss-chunks, not both");
     refused("--loss chunked-bf16 --loss-chunk-tokens 0",

@@ -139,10 +139,11 @@ TEST_CASE(
     using Case = std::pair<std::string, std::string>;  // arguments, what the message says
     auto [args, message] = GENERATE(table<std::string, std::string>({
         Case{"--loss bf61",
-             "--loss must be fp32, bf16, fused, fp32-inplace, chunked, fused-linear or "
-             "chunked-bf16 (got 'bf61') "
+             "--loss must be fp32, bf16, fused, fp32-inplace, chunked, fused-linear, "
+             "chunked-bf16 or chunked-compiled (got 'bf61') "
              "(did you mean 'bf16'?)"},
-        Case{"--loss-chunks 4", "--loss-chunks 4: only --loss chunked splits the loss"},
+        Case{"--loss-chunks 4",
+             "--loss-chunks 4: only --loss chunked or chunked-compiled splits the loss so"},
         Case{"--loss chunked --loss-chunks 0",
              "--loss-chunks must be a positive integer (got '0')"},
         Case{"--loss fused-linear --activations korthikanti",
@@ -258,4 +259,50 @@ TEST_CASE(
     const Step& loss = step_named(short_run, "loss");
     CHECK((loss.bytes.workspace + loss.bytes.gradients).value() == std::max(forward, final_norm));
     CHECK((forward > final_norm) == !rms);  // both moments are seen
+}
+
+TEST_CASE(
+    "torchtune's compiled chunked loss: the logits live into the head's backward, no fp32 kept",
+    "[loss][compile]") {
+    // Every chunk's loss backward runs before the head's: the logits, each turning into its
+    // gradient, live on; the first chunk's loss beside its gradient and fp32 work; the head's
+    // beside its weight's gradient, twice from the second chunk on (autograd adds the next in).
+    struct Case {
+        std::string preset;
+        std::uint64_t vocab, hidden, head_params;  // the head's group: its matrix and final norm
+    };
+    const Case c = GENERATE(Case{"gpt2", 50257, 768, 50257 * 768 + 2 * 768},
+                            Case{"llama-7b", 32000, 4096, 32000 * 4096 + 4096});
+    const std::uint64_t chunks = GENERATE(2, 4), s = 256, b = 2;
+    CAPTURE(c.preset, chunks);
+    const testing::Run run = testing::memcalc(
+        "--preset " + c.preset + " --seq 256 -b 2 --loss chunked-compiled --loss-chunks " +
+        std::to_string(chunks) +
+        " --logits freed --activations architecture --recipe bf16-adam --attention flash "
+        "--format json");
+    REQUIRE(run.status == 0);
+    const nlohmann::json j = nlohmann::json::parse(run.out);
+    const std::uint64_t sbV = s * b * c.vocab, part = (sbV + chunks - 1) / chunks,
+                        gradient = 2 * c.head_params;
+    const std::uint64_t expected =
+        std::max({2 * sbV + 6 * part, 2 * sbV + gradient, 2 * (sbV - part) + 2 * gradient});
+    for (const auto& step : j["timeline"])
+        if (step["step"] == "loss") CHECK(step["by_category"]["workspace"] == expected);
+    CHECK(j["settings"]["loss"] == "chunked-compiled");
+    CHECK(j["settings"]["loss_chunks"] == chunks);
+    // Nothing of the vocabulary's width kept for backward: the eager loss keeps fp32
+    // log-probabilities, 4 B a logit.
+    const testing::Run eager = testing::memcalc(
+        "--preset " + c.preset + " --seq 256 -b 2 --loss chunked --loss-chunks " +
+        std::to_string(chunks) +
+        " --logits freed --activations architecture --recipe bf16-adam --attention flash "
+        "--format json");
+    const nlohmann::json e = nlohmann::json::parse(eager.out);
+    for (const auto& step : e["timeline"])
+        if (step["step"] == "loss")
+            for (const auto& mine : j["timeline"])
+                if (mine["step"] == "loss")
+                    CHECK(step["by_category"]["logits"].get<std::uint64_t>() -
+                              mine["by_category"]["logits"].get<std::uint64_t>() ==
+                          4 * sbV - 8 * s * b);
 }

@@ -138,28 +138,15 @@ def partitioned_saved(module, x):
 
 def inductor_saved(module, x):
     """torch.compile(module) on PyTorch 2 with inductor: its forward graph's extra outputs, as
-    inductor's own decompositions and partition leave them (the forward graph's first output is the
-    hidden states)."""
-    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+    inductor's own decompositions and partition leave them (the first output is the hidden
+    states)."""
+    from inductor_capture import compile_watching_forward
     left_out, report = held_elsewhere(module), {}
 
-    def inner(graph, example_inputs, **kwargs):
-        compiled = compile_fx_inner(graph, example_inputs, **kwargs)
-        if kwargs.get("is_backward"):
-            return compiled
+    def saved(outs):
+        report["saved"] = storages(outs[1:], left_out)
 
-        def run(args):
-            outs = compiled(args)
-            report["saved"] = storages(outs[1:], left_out)
-            return outs
-        run._boxed_call = True
-        return run
-
-    def backend(graph, inputs):
-        return compile_fx(graph, inputs, inner_compile=inner)
-
-    torch._dynamo.reset()  # each layer compiled afresh, no earlier one's cache
-    torch.compile(module, backend=backend, fullgraph=True)(x).float().sum().backward()
+    compile_watching_forward(module, saved)(x).float().sum().backward()
     return report["saved"]
 
 

@@ -5,16 +5,17 @@ training.compile_loss), through eager autograd and through torch 1.13's AOTAutog
 partitioner (min_cut_rematerialization_partition, compiler="inductor": the partition
 torch.compile's inductor asks for), in bf16 on CPU. Bytes are distinct storages handed to backward
 (the labels and 0-d scalars left out; the logits chunk itself, which the caller holds, counted
-apart). Needs python3-networkx.
+apart). Needs python3-networkx. On PyTorch 2 torch.compile itself runs, with inductor:
 
     /usr/bin/python3 validation/compiled_loss_saved.py
+    validation/torch2-chroot.sh run python3 validation/compiled_loss_saved.py   # torch 2.6
 """
 import functools
 import warnings
 
 import torch
 import torch.nn.functional as F
-from functorch.compile import aot_function, min_cut_rematerialization_partition
+from functorch.compile import aot_function, min_cut_rematerialization_partition  # noqa: E402
 
 MIN_CUT = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
 
@@ -60,6 +61,22 @@ def compiled(logits, labels):
                          partition_fn=MIN_CUT)
         f(logits, labels).backward()
     return report["saved"]
+
+
+def inductor_compiled(logits, labels):
+    """PyTorch 2: torch.compile(chunk_loss) with inductor, its forward graph's extra outputs."""
+    from inductor_capture import compile_watching_forward
+    report = {}
+
+    def saved(outs):
+        report["saved"] = split(outs[1:], logits)  # one user output: the loss
+
+    compile_watching_forward(chunk_loss, saved)(logits, labels).backward()
+    return report["saved"]
+
+
+if int(torch.__version__.split(".")[0]) >= 2:  # torch.compile itself, not 1.13's partitioner alone
+    compiled = inductor_compiled  # noqa: F811
 
 
 def main():

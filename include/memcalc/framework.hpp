@@ -85,11 +85,24 @@ enum class LossKernel {
     /// list, whole in the compute dtype; cross_entropy on each chunk as it is, log-softmax keeping
     /// every chunk's output; backward runs a chunk's gradients at a time.
     chunked_bf16,
+    /// torchtune's CEWithChunkedOutputLoss with its loss compiled (training.compile_loss) on
+    /// PyTorch 2: each chunk's cross-entropy one inductor graph reading the chunk as it is and
+    /// keeping it (and 8 B a token); autograd runs every chunk's loss backward before the head's,
+    /// so the logits, then their gradients, are all alive at once (measured on torch 2.6, CPU:
+    /// validation/chunked_loss_peak.py).
+    chunked_compiled,
 };
+
+/// Whether the loss splits the tokens into Framework::loss_chunks equal chunks by default
+/// (torchtune's num_output_chunks).
+inline bool chunks_by_count(LossKernel l) {
+    return l == LossKernel::chunked || l == LossKernel::chunked_compiled;
+}
 
 /// Whether the loss runs a chunk of tokens at a time, its gradients a chunk's.
 inline bool chunked_loss(LossKernel l) {
-    return l == LossKernel::chunked || l == LossKernel::chunked_bf16;
+    return l == LossKernel::chunked || l == LossKernel::chunked_bf16 ||
+           l == LossKernel::chunked_compiled;
 }
 
 inline const char* loss_kernel_name(LossKernel l) {
@@ -101,6 +114,7 @@ inline const char* loss_kernel_name(LossKernel l) {
         case LossKernel::chunked: return "chunked";
         case LossKernel::fused_linear: return "fused-linear";
         case LossKernel::chunked_bf16: return "chunked-bf16";
+        case LossKernel::chunked_compiled: return "chunked-compiled";
     }
     return "?";
 }
@@ -299,7 +313,8 @@ inline const auto framework_switches = std::make_tuple(
     Switch{
         "loss", "loss", &Framework::loss,
         std::array{LossKernel::fp32, LossKernel::bf16, LossKernel::fused, LossKernel::fp32_inplace,
-                   LossKernel::chunked, LossKernel::fused_linear, LossKernel::chunked_bf16},
+                   LossKernel::chunked, LossKernel::fused_linear, LossKernel::chunked_bf16,
+                   LossKernel::chunked_compiled},
         loss_kernel_name,
         "How the loss is computed: fp32 (default: cross_entropy(logits.float()), as transformers\n"
         "does: an fp32 copy, fp32 log-probabilities and gradients), bf16 (cross_entropy on the\n"
@@ -312,7 +327,9 @@ inline const auto framework_switches = std::make_tuple(
         "linear cross-entropy: no logits, a chunk of tokens' at a time; the hidden states' and\n"
         "the head's gradients made in forward; over the whole vocabulary, whatever --tp) or\n"
         "chunked-bf16 (lit-gpt's chunked_cross_entropy: the head a chunk at a time, each\n"
-        "chunk's loss in the logits' dtype, every chunk's log-probabilities kept)"},
+        "chunk's loss in the logits' dtype, every chunk's log-probabilities kept) or\n"
+        "chunked-compiled (torchtune's chunked loss compiled, PyTorch 2: each chunk's kept as it\n"
+        "is, no log-probabilities; every chunk's gradient made before the head's backward)"},
     Switch{"logits", "logits", &Framework::logits, std::array{LogitsLife::held, LogitsLife::freed},
            logits_life_name,
            "Whether the loop keeps the logits through backward: held (default: nanoGPT's\n"

@@ -400,6 +400,32 @@ inline void set_autograd_loss_work(TimelineInputs& in, const Workload& w, Count 
     in.later_loss_work = std::max(in.later_loss_forward_work, backward);
 }
 
+/// torchtune's chunked loss compiled (LossKernel::chunked_compiled): no fp32 copy in forward; the
+/// compiled graphs keep their chunks, and autograd runs every chunk's loss backward before the
+/// head's (they were made last), so the logits, each turning into its gradient, live into the
+/// head's backward: beside the first chunk's loss backward its gradient and fp32 work (measured on
+/// torch 2.6: validation/chunked_loss_peak.py); beside the head's, its weight's gradient, and from
+/// the second chunk on the next one added to it.
+inline void set_compiled_chunked_loss_work(TimelineInputs& in, const Workload& w,
+                                           const Parallelism& p, Count sbV, Count previous_logits) {
+    const std::uint64_t d = w.model.logits_fp32 ? dtype::fp32 : w.recipe.activation_bytes();
+    const Count part = loss_part(w, sbV);
+    const Count head_gradient =
+        w.parameters->trainable().head.on_rank(p, w.model.vocab) * w.recipe.gradient_bytes();
+    in.logits_gradient = 0;
+    const Count own_logits = in.logits_held ? Count(0) : in.logits;
+    if (!in.logits_held) in.logits = 0;
+    const Count loss = sbV * d + part * (d + dtype::fp32);
+    const Count head =
+        std::max(sbV * d + head_gradient,
+                 part < sbV ? Count(sbV.value() - part.value()) * d + head_gradient * 2 : Count(0));
+    const Count backward = std::max(loss, head) + in.recompute_buffers;
+    in.loss_forward_work = in.forward_buffers + own_logits;
+    in.loss_work = std::max(in.loss_forward_work, backward);
+    in.later_loss_forward_work = in.loss_forward_work + previous_logits;
+    in.later_loss_work = std::max(in.later_loss_forward_work, backward);
+}
+
 /// The last stage's logits, the loss's buffers and workspaces, and the logits' gradient.
 inline void set_loss_inputs(TimelineInputs& in, const Workload& w, const Parallelism& p) {
     const std::uint64_t V = w.model.vocab, d = w.recipe.activation_bytes();
@@ -425,6 +451,8 @@ inline void set_loss_inputs(TimelineInputs& in, const Workload& w, const Paralle
         in.loss_buffers = w.head.on_rank(p, V);
         if (w.framework.loss == LossKernel::fused_linear)
             set_fused_linear_loss_work(in, w, ceil_div(Count(w.seq) * w.micro_batch, p.cp));
+        else if (w.framework.loss == LossKernel::chunked_compiled)
+            set_compiled_chunked_loss_work(in, w, p, sbV, previous_logits);
         else
             set_autograd_loss_work(in, w, sbV, loss, previous_logits);
         in.final_norm_work = largest_on_rank(w.head_work, p, V, 0);

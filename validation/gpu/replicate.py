@@ -504,7 +504,10 @@ class Meter:
             storages = {}
             for o in gc.get_objects():
                 if torch.is_tensor(o) and not o.is_meta:
-                    storages[o.storage().data_ptr()] = o.storage().nbytes()
+                    try:
+                        storages[o.storage().data_ptr()] = o.storage().nbytes()
+                    except RuntimeError:  # torch.compile's fake tensors hold no memory
+                        pass
             self.before = sum(storages.values())
             self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
             self.profiler.__enter__()
@@ -531,7 +534,9 @@ class Meter:
             return False
         self.profiler.__exit__(*exc)
         events = self.profiler.profiler.kineto_results.events()
-        timed = sorted((e.start_us(), i, e) for i, e in enumerate(events)
+        start = (lambda e: e.start_ns()) if events and hasattr(events[0], "start_ns") else (
+            lambda e: e.start_us())  # torch 2's events give nanoseconds
+        timed = sorted((start(e), i, e) for i, e in enumerate(events)
                        if e.name() == "[memory]" or e.name().startswith("mark: "))
         live, step = self.before, -1
         for _, _, e in timed:

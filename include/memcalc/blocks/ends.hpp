@@ -154,6 +154,7 @@ inline std::optional<DType> loss_dtype(LossKernel loss, Precision precision,
         case LossKernel::chunked: return DType::fp32;  // logits_chunk.float(), whatever the recipe
         case LossKernel::fused_linear: return std::nullopt;
         case LossKernel::chunked_bf16: return as_they_are;
+        case LossKernel::chunked_compiled: return std::nullopt;  // a chunk's fp32 never kept
     }
     return DType::fp32;
 }
@@ -180,7 +181,7 @@ struct LossPasses {
 /// backward the one-hot's subtraction, scale and cast (read from cross_entropy.py); a fused
 /// kernel's one each way; Liger's, for each chunk its product with the head, the loss and the
 /// gradient's product back.
-inline constexpr std::array<LossPasses, 7> loss_passes{{
+inline constexpr std::array<LossPasses, 8> loss_passes{{
     {0, 1, 0, 0, true, {4, 3}},   // fp32
     {0, 1, 0, 0, true, {3, 2}},   // bf16 (an upcast only under autocast)
     {0, 0, 1, 1, false, {1, 1}},  // fused
@@ -188,8 +189,9 @@ inline constexpr std::array<LossPasses, 7> loss_passes{{
     {0, 1, 0, 0, true, {4, 3}},   // chunked: fp32's, a chunk at a time
     {0, 0, 2, 0, false, {3, 2}},  // fused_linear
     {0, 1, 0, 0, true, {3, 2}},   // chunked_bf16: bf16's, a chunk at a time
+    {0, 0, 1, 1, false, {2, 2}},  // chunked_compiled: inductor's, read once each way a chunk
 }};
-static_assert(loss_passes.size() == static_cast<std::size_t>(LossKernel::chunked_bf16) + 1,
+static_assert(loss_passes.size() == static_cast<std::size_t>(LossKernel::chunked_compiled) + 1,
               "a row for every loss kernel, in LossKernel's order");
 
 /// The loss kernel's temporaries (loss_passes) over `logits` elements in the compute dtype (fp32
@@ -239,6 +241,9 @@ inline LayerActivations head_program(const Architecture& m, std::uint64_t seq,
         t.add("loss (log-softmax)", std::string("log-probabilities, ") + dtype_name(*logp),
               "log-softmax's gradient is written in its output", shape::sbV, z.tokens * m.vocab,
               bytes_per_element(*logp));
+    if (loss == LossKernel::chunked_compiled)  // measured on torch 2.6: the chunk, and these
+        t.add("loss (compiled chunk)", "max and log-sum-exp per token, fp32",
+              "backward rebuilds the softmax from the chunk and them", shape::ids, z.tokens, 8);
     t.add("loss (NLL)", "the target ids (int64)", "which log-probability each token's loss picked",
           shape::ids, z.tokens, 8);
     return head;

@@ -1,0 +1,76 @@
+"""The head and torchtune's chunked loss as a program, eager and compiled: peak bytes above what
+lived before, on CPU (the profiler's allocations replayed, as replicate.py's Meter does), between
+the head's forward and its backward's end, with torchtune's CEWithChunkedOutputLoss written as its
+source does (each chunk's cross_entropy(chunk.float()), summed, divided by the tokens), the head run
+chunk by chunk (TransformerDecoder.chunked_output): eager, and on PyTorch 2 with the chunk's loss
+compiled by inductor too (torchtune's training.compile_loss), beside memcalc's rule for the compiled
+loss's backward (stage_inputs.hpp set_compiled_chunked_loss_work).
+
+    validation/torch2-chroot.sh run python3 validation/chunked_loss_peak.py \
+        > validation/results/cpu-chunked-loss-torch2.6.txt
+"""
+import argparse
+import gc
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
+from replicate import Meter  # noqa: E402
+
+
+def compute_cross_entropy(logits, labels):
+    return F.cross_entropy(logits.float(), labels, reduction="sum", ignore_index=-100)
+
+
+def run(tokens, batch, hidden, vocab, chunks, compiled):
+    torch.manual_seed(0)
+    h = torch.randn(batch, tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+    head = torch.nn.Linear(hidden, vocab, bias=False).to(torch.bfloat16)
+    labels = torch.randint(0, vocab, (batch, tokens))
+    loss_fn = compute_cross_entropy
+    if compiled:
+        torch._dynamo.reset()
+        loss_fn = torch.compile(compute_cross_entropy, fullgraph=True)
+        # compiled before measuring: inductor's own buffers are not the step's
+        x = head(h[:, : tokens // chunks]).reshape(-1, vocab)
+        loss_fn(x, labels[:, : tokens // chunks].reshape(-1)).backward()
+        h.grad, head.weight.grad = None, None
+    gc.collect()
+    with Meter("cpu") as meter:
+        meter.mark("loss")
+        logits = [head(c) for c in h.tensor_split(chunks, dim=1)]
+        pieces = labels.tensor_split(chunks, dim=1)
+        total = sum(loss_fn(x.reshape(-1, vocab), y.reshape(-1)) for x, y in zip(logits, pieces))
+        loss = total / labels.numel()
+        del logits
+        meter.mark("backward")
+        loss.backward()
+    peaks = {s["step"]: s["max_bytes"] - meter.before for s in meter.steps}
+    return peaks
+
+
+def main():
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    # The third: a head wider than the logits, whose weight's gradient (twice, from the second chunk
+    # on: autograd adds the next into it) sets the backward's peak.
+    for tokens, batch, hidden, vocab, chunks in ((512, 2, 256, 8192, 8), (1024, 1, 128, 16384, 4),
+                                                 (256, 2, 2048, 8192, 8)):
+        logits = tokens * batch * vocab
+        for compiled in ((False, True) if int(torch.__version__.split(".")[0]) >= 2 else (False,)):
+            p = run(tokens, batch, hidden, vocab, chunks, compiled)
+            # memcalc's rule for the compiled loss's backward (stage_inputs.hpp), with the hidden
+            # states' gradient (bf16) it counts apart
+            part, weight = logits // chunks, 2 * hidden * vocab
+            rule = max(2 * logits + 6 * part, 2 * logits + weight, 2 * (logits - part) + 2 * weight)
+            rule += 2 * tokens * batch * hidden
+            print(f"{tokens}x{batch} V {vocab} chunks {chunks} {'compiled' if compiled else 'eager':8}"
+                  f" loss {p['loss']:>12,} ({p['loss'] / logits:.2f} B/logit)"
+                  f" backward {p['backward']:>12,} ({p['backward'] / logits:.2f} B/logit)"
+                  + (f" rule {rule:>12,} ({rule / p['backward'] - 1:+.1%})" if compiled else ""))
+
+
+if __name__ == "__main__":
+    main()
