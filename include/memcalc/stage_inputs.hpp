@@ -370,6 +370,21 @@ inline Count loss_part(const Workload& w, Count sbV) {
     return std::min(sbV, ceil_div(sbV * chunk, tokens));
 }
 
+/// The loss step's two phases under autograd's order: its forward, `forward` beside the buffers
+/// (and the logits where the loop drops them: a loop that keeps only the loss drops them when the
+/// forward returns, before the loss's backward, measured), and its `backward`; the previous
+/// micro-batch's logits, held, live until this forward returns, not into its backward.
+inline void set_loss_phases(TimelineInputs& in, Count forward, Count backward,
+                            Count previous_logits) {
+    in.logits_gradient = 0;
+    const Count own_logits = in.logits_held ? Count(0) : in.logits;
+    if (!in.logits_held) in.logits = 0;
+    in.loss_forward_work = forward + in.forward_buffers + own_logits;
+    in.loss_work = std::max(in.loss_forward_work, backward);
+    in.later_loss_forward_work = in.loss_forward_work + previous_logits;
+    in.later_loss_work = std::max(in.later_loss_forward_work, backward);
+}
+
 /// The loss step under autograd's order: logits.float() copies them while the loss runs forward
 /// (not when they are fp32 already); its backward holds the log-probabilities' gradient and the
 /// logits' (in the loss's dtype), and the head's backward frees the last of them before layer L's
@@ -379,7 +394,6 @@ inline void set_autograd_loss_work(TimelineInputs& in, const Workload& w, Count 
                                    std::optional<DType> loss, Count previous_logits) {
     const std::uint64_t d = w.recipe.activation_bytes();
     const std::uint64_t l = loss ? bytes_per_element(*loss) : 0;
-    in.logits_gradient = 0;
     // In place (Megatron's): the copy is the saved softmax, and backward writes over it, making
     // only the logits' gradient in the compute dtype.
     const bool in_place = w.framework.loss == LossKernel::fp32_inplace;
@@ -388,16 +402,7 @@ inline void set_autograd_loss_work(TimelineInputs& in, const Workload& w, Count 
     const DType logits = w.model.logits_fp32 ? DType::fp32 : w.recipe.activations;
     const Count copy = loss && *loss != logits && !in_place ? part * l : Count(0);
     const Count backward = (in_place ? sbV * d : part * (2 * l)) + in.recompute_buffers;
-    // A loop that keeps only the loss drops the logits when the forward returns, before the loss's
-    // backward (measured): then they are part of the loss's forward alone.
-    const Count own_logits = in.logits_held ? Count(0) : in.logits;
-    if (!in.logits_held) in.logits = 0;
-    in.loss_forward_work = copy + in.forward_buffers + own_logits;
-    in.loss_work = std::max(in.loss_forward_work, backward);
-    // The previous micro-batch's logits, held, live until this forward returns, not into its
-    // backward.
-    in.later_loss_forward_work = in.loss_forward_work + previous_logits;
-    in.later_loss_work = std::max(in.later_loss_forward_work, backward);
+    set_loss_phases(in, copy, backward, previous_logits);
 }
 
 /// torchtune's chunked loss compiled (LossKernel::chunked_compiled): no fp32 copy in forward; the
@@ -412,18 +417,11 @@ inline void set_compiled_chunked_loss_work(TimelineInputs& in, const Workload& w
     const Count part = loss_part(w, sbV);
     const Count head_gradient =
         w.parameters->trainable().head.on_rank(p, w.model.vocab) * w.recipe.gradient_bytes();
-    in.logits_gradient = 0;
-    const Count own_logits = in.logits_held ? Count(0) : in.logits;
-    if (!in.logits_held) in.logits = 0;
     const Count loss = sbV * d + part * (d + dtype::fp32);
     const Count head =
         std::max(sbV * d + head_gradient,
                  part < sbV ? Count(sbV.value() - part.value()) * d + head_gradient * 2 : Count(0));
-    const Count backward = std::max(loss, head) + in.recompute_buffers;
-    in.loss_forward_work = in.forward_buffers + own_logits;
-    in.loss_work = std::max(in.loss_forward_work, backward);
-    in.later_loss_forward_work = in.loss_forward_work + previous_logits;
-    in.later_loss_work = std::max(in.later_loss_forward_work, backward);
+    set_loss_phases(in, Count(0), std::max(loss, head) + in.recompute_buffers, previous_logits);
 }
 
 /// The last stage's logits, the loss's buffers and workspaces, and the logits' gradient.
