@@ -75,6 +75,48 @@ std::vector<Recompute> parse_modes(const std::string& text) {
     return modes;
 }
 
+namespace {
+
+LoraVariant parse_lora_variant(const std::string& text) {
+    const auto* variant = std::find_if(lora_variant_rows.begin(), lora_variant_rows.end(),
+                                       [&](const LoraVariantRow& r) { return text == r.name; });
+    if (variant == lora_variant_rows.end())
+        throw usage_error(fmt::format("--lora-variant: '{}' is not lora, dora or merged", text));
+    return variant->variant;
+}
+
+/// QLoRA's base as --qlora-quantizer, --qlora-double-quant and --bitsandbytes-version say it.
+QuantizedLinears parse_quantized_linears(const TrainingOptions& q) {
+    QuantizedLinears out;
+    if (!q.quantizer.empty()) {
+        const auto* row =
+            std::find_if(quantizer_rows.begin(), quantizer_rows.end(),
+                         [&](const QuantizerRow& r) { return q.quantizer == r.name; });
+        if (row == quantizer_rows.end())
+            throw usage_error(fmt::format(
+                "--qlora-quantizer: '{}' is not transformers or lightning", q.quantizer));
+        out.quantizer = row->quantizer;
+    }
+    if (!q.double_quant.empty()) {
+        if (q.double_quant != "true" && q.double_quant != "false")
+            throw usage_error(
+                fmt::format("--qlora-double-quant: '{}' is not true or false", q.double_quant));
+        out.double_quant = q.double_quant == "true";
+    }
+    if (!q.bitsandbytes_version.empty()) {
+        const auto version = bitsandbytes_version_of(q.bitsandbytes_version);
+        if (!version)
+            throw usage_error(fmt::format(
+                "--bitsandbytes-version: '{}' is no bitsandbytes release with 4-bit weights "
+                "(0.39.0 or later, as MAJOR.MINOR[.PATCH])",
+                q.bitsandbytes_version));
+        out.bitsandbytes = *version;
+    }
+    return out;
+}
+
+}  // namespace
+
 FineTuning parse_fine_tuning(const TrainingOptions& q) {
     FineTuning f;
     const auto* row = std::find_if(training_rows.begin(), training_rows.end(),
@@ -108,6 +150,14 @@ FineTuning parse_fine_tuning(const TrainingOptions& q) {
         if (!value.empty() && !adapters)
             throw usage_error(fmt::format("{} {} needs --train lora or qlora (got --train {})",
                                           option, value, q.train));
+    for (const auto& [option, value] :
+         {std::pair<const char*, const std::string&>{"--qlora-quantizer", q.quantizer},
+          {"--qlora-double-quant", q.double_quant},
+          {"--bitsandbytes-version", q.bitsandbytes_version}})
+        if (!value.empty() && !row->quantized_base)
+            throw usage_error(
+                fmt::format("{} {} needs --train qlora (got --train {})", option, value, q.train));
+    f.quantized = parse_quantized_linears(q);
     f.lora.rank = parse_count("--lora-rank", q.lora_rank, f.lora.rank);
     if (!q.lora_targets.empty()) f.lora.targets = split_list("--lora-targets", q.lora_targets);
     if (!q.lora_dropout.empty()) {
@@ -124,15 +174,7 @@ FineTuning parse_fine_tuning(const TrainingOptions& q) {
                 "--lora-dtype: '{}' is not fp32 (peft's default), bf16 or fp16", q.lora_dtype));
         f.lora.fp32 = q.lora_dtype == "fp32";
     }
-    if (!q.lora_variant.empty()) {
-        const auto* variant =
-            std::find_if(lora_variant_rows.begin(), lora_variant_rows.end(),
-                         [&](const LoraVariantRow& r) { return q.lora_variant == r.name; });
-        if (variant == lora_variant_rows.end())
-            throw usage_error(
-                fmt::format("--lora-variant: '{}' is not lora, dora or merged", q.lora_variant));
-        f.lora.variant = variant->variant;
-    }
+    if (!q.lora_variant.empty()) f.lora.variant = parse_lora_variant(q.lora_variant);
     return f;
 }
 

@@ -146,6 +146,21 @@ void add_group(App& app, TrainingOptions& q) {
                    "the parts targeted\n(--lora-targets q_proj,v_proj of a fused q/k/v), its "
                    "output zero-padded into the fused one")
         ->type_name("VARIANT");
+    app.add_option("--qlora-quantizer", q.quantizer,
+                   "Who makes QLoRA's 4-bit base: transformers (default: BitsAndBytesConfig, "
+                   "every linear but\nthe head) or lightning (Fabric's BitsandbytesPrecision, "
+                   "lit-gpt's and LitGPT's: the head too,\neach weight quantised from fp16, so "
+                   "dequantised to fp16 and cast to the compute dtype)")
+        ->type_name("NAME");
+    app.add_option("--qlora-double-quant", q.double_quant,
+                   "true (default: bnb_4bit_use_double_quant, bnb.nf4-dq) quantises the absmax "
+                   "scales to int8;\nfalse keeps one fp32 absmax per 64 values (bnb.nf4)")
+        ->type_name("BOOL");
+    app.add_option("--bitsandbytes-version", q.bitsandbytes_version,
+                   "The bitsandbytes release: before 0.43.2 each 4-bit linear keeps its input "
+                   "for backward,\nbefore 0.43.0 it is quantised from fp16 (default: 0.43.2 "
+                   "and later)")
+        ->type_name("VERSION");
 }
 
 /// The recipe.

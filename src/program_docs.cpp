@@ -64,6 +64,7 @@ const ValuesRow values_rows[] = {
     {"--gpu", [] { return names_of(gpus); }},
     {"--train", [] { return names_of(training_rows); }},
     {"--lora-variant", [] { return names_of(lora_variant_rows); }},
+    {"--qlora-quantizer", [] { return names_of(quantizer_rows); }},
     {"--weights", [] { return names_of(weight_formats); }},
     {"--schedule", [] { return names_of(schedule_rows); }},
     {"--recompute-modules", recompute_module_names},

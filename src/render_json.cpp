@@ -409,12 +409,24 @@ json settings_json(const Report& r) {
                             {"dropout", f.lora.dropout},
                             {"fp32_adapters", f.lora.fp32},
                             {"variant", lora_variant_row(f.lora.variant).name}};
-    if (training_row(f.mode).quantized_base)
-        training["base_storage"] = {{"dtype", dtype_name(f.base.dtype)},
-                                    {"block", f.base.block},
-                                    {"scale", dtype_name(f.base.scale)},
-                                    {"scale_block", f.base.scale_block},
-                                    {"scale_scale", dtype_name(f.base.scale_scale)}};
+    if (training_row(f.mode).quantized_base) {
+        const Storage base = f.base();
+        training["base_storage"] = {
+            {"dtype", dtype_name(base.dtype)},
+            {"block", base.block},
+            {"scale", dtype_name(base.scale)},
+            {"scale_block", base.scale_block},
+            {"scale_scale", dtype_name(base.scale_scale)},
+            {"quantized_from",
+             base.quantized_from ? json(dtype_name(*base.quantized_from)) : json(nullptr)}};
+        const QuantizedLinears& q = f.quantized;
+        training["quantization"] = {
+            {"quantizer", quantizer_row(q.quantizer).name},
+            {"bitsandbytes_version", bitsandbytes_version_name(q.bitsandbytes)},
+            {"double_quant", q.double_quant},
+            {"head", q.head()},
+            {"keeps_input", q.keeps_input()}};
+    }
     settings["training"] = training;
     return settings;
 }

@@ -62,6 +62,20 @@ std::string kind_label(const Report& r, std::size_t kind) {
                                     : fmt::format(" '{}'", r.model.layer_kinds[kind].name);
 }
 
+/// QLoRA's base: "; base linears nf4 in blocks of 64 with int8 scales (one fp32 per 256 of
+/// them)", and what its quantiser and bitsandbytes' release change.
+std::string quantized_base(const QuantizedLinears& q) {
+    const Storage s = q.storage();
+    std::string out =
+        fmt::format("; base linears{} {} in blocks of {} with {} scales",
+                    q.head() ? " and head" : "", dtype_name(s.dtype), s.block, dtype_name(s.scale));
+    if (s.scale_block > 0)
+        out += fmt::format(" (one {} per {} of them)", dtype_name(s.scale_scale), s.scale_block);
+    if (s.quantized_from) out += fmt::format(", quantised from {}", dtype_name(*s.quantized_from));
+    if (q.keeps_input()) out += ", each keeping its input (bitsandbytes before 0.43.2)";
+    return out;
+}
+
 /// Under fine-tuning: what trains, and what the frozen base keeps.
 std::string training_line(const Report& r) {
     const FineTuning& f = r.settings.tuning;
@@ -71,18 +85,12 @@ std::string training_line(const Report& r) {
     if (f.mode == Training::frozen)
         how = fmt::format("frozen: {}", fmt::join(f.frozen, ", "));
     else
-        how = fmt::format(
-            "{}rank {} on {}, {}, {} adapters{}",
-            lora_variant_row(f.lora.variant).magnitude ? "DoRA, " : "", f.lora.rank,
-            fmt::join(f.lora.targets, ", "),
-            f.lora.dropout ? "dropout on their inputs" : "no dropout",
-            f.lora.fp32 ? "fp32" : "model-dtype",
-            training_row(f.mode).quantized_base
-                ? fmt::format(
-                      "; base linears {} in blocks of {} with {} scales (one {} per {} of them)",
-                      dtype_name(f.base.dtype), f.base.block, dtype_name(f.base.scale),
-                      dtype_name(f.base.scale_scale), f.base.scale_block)
-                : "");
+        how = fmt::format("{}rank {} on {}, {}, {} adapters{}",
+                          lora_variant_row(f.lora.variant).magnitude ? "DoRA, " : "", f.lora.rank,
+                          fmt::join(f.lora.targets, ", "),
+                          f.lora.dropout ? "dropout on their inputs" : "no dropout",
+                          f.lora.fp32 ? "fp32" : "model-dtype",
+                          training_row(f.mode).quantized_base ? quantized_base(f.quantized) : "");
     return fmt::format("  training {} ({}): {} trainable, {:.4f}% of {}\n", training_name(f.mode),
                        how, digits(trainable),
                        100.0 * static_cast<double>(trainable.value()) /
@@ -154,7 +162,7 @@ std::string state_section(const Report& r, const View& view) {
     const bool tuned = !f.is_full();
     const std::string weights =
         training_row(f.mode).quantized_base
-            ? fmt::format("{}, base linears {}", dtype_name(p.weights), dtype_name(f.base.dtype))
+            ? fmt::format("{}, base linears {}", dtype_name(p.weights), dtype_name(f.base().dtype))
             : std::string(dtype_name(p.weights));
     line("weights", weights,
          training_row(f.mode).quantized_base ? std::optional<std::uint64_t>{} : p.weight_bytes(),

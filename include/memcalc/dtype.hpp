@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "memcalc/units.hpp"
@@ -85,11 +86,14 @@ struct Storage {
     DType scale_scale = DType::fp32;
     std::uint32_t per_tensor =
         0;  ///< bytes each stored tensor keeps besides (bitsandbytes: an offset, a code)
+    /// The dtype the values were quantised from, which dequantising returns (bitsandbytes'
+    /// quant_state dtype); none: the compute dtype.
+    std::optional<DType> quantized_from = std::nullopt;
 
     friend bool operator==(const Storage& x, const Storage& y) {
         return x.dtype == y.dtype && x.block == y.block && x.scale == y.scale &&
                x.scale_block == y.scale_block && x.scale_scale == y.scale_scale &&
-               x.per_tensor == y.per_tensor;
+               x.per_tensor == y.per_tensor && x.quantized_from == y.quantized_from;
     }
     friend bool operator!=(const Storage& x, const Storage& y) { return !(x == y); }
 

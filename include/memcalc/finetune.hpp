@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "memcalc/bitsandbytes.hpp"
 #include "memcalc/dtype.hpp"
 #include "memcalc/error.hpp"
 #include "memcalc/model.hpp"
@@ -44,13 +45,6 @@ constexpr const TrainingRow& training_row(Training t) {
     return training_rows[static_cast<std::size_t>(t)];
 }
 inline const char* training_name(Training t) { return training_row(t).name; }
-
-/// bitsandbytes' NF4 as QLoRA stores a weight (functional.quantize_4bit): two values a byte, an
-/// absmax per 64 values quantised to 8 bits, and an fp32 scale per 256 of those
-/// (compress_statistics), each Linear4bit's rounded up on its own; per tensor also an fp32 offset
-/// and a 16-entry fp32 code, 68 bytes.
-inline constexpr Storage nf4_double_quant{DType::nf4, 64,          DType::int8,
-                                          256,        DType::fp32, 4 + 16 * 4};
 
 /// What an adapter adds to its linear: LoRA's B A x, or DoRA's (peft's use_dora) magnitude-scaled
 /// direction, m (W + B A) / ||W + B A|| per output row, with m a trained vector of out_features;
@@ -103,7 +97,11 @@ struct FineTuning {
     std::vector<std::string>
         frozen;  ///< Training::frozen: parts (embeddings, attention, ...) or tensor names
     Lora lora;
-    Storage base = nf4_double_quant;  ///< Training::qlora: the base linears' storage
+    QuantizedLinears quantized;  ///< Training::qlora: who quantises the base, and bitsandbytes'
+                                 ///< release
+
+    /// Training::qlora: the base linears' storage.
+    Storage base() const { return quantized.storage(); }
 
     bool is_full() const { return mode == Training::full; }
 };
@@ -128,6 +126,10 @@ struct LayerTuning {
     Count
         dequantized;  ///< QLoRA: the largest 4-bit weight's elements, dequantised while it computes
     Linear dequantized_linear = Linear::none;  ///< whose weight that is
+    std::optional<DType> dequantized_from;     ///< the dtype it dequantises to first (Storage's)
+    /// 4-bit linears whose matmul keeps its input though their weight gets no gradient
+    /// (bitsandbytes before 0.43.2), the head's too.
+    LinearSet keeps_input = 0;
     bool dora =
         false;  ///< DoRA: each adapter scales by m / ||W + B A|| (LoraVariantRow::magnitude)
     bool merged = false;  ///< a fused linear's adapter over its targeted parts, zero-padded
@@ -160,6 +162,13 @@ inline bool names_tensor(const std::string& name, Text tensor) {
 inline bool linear_weight(const Architecture& m, const ParamRow& r) {
     return r.group == Group::layer && r.dims.size() - (r.expert ? 1 : 0) == 2 &&
            !(r.expert && m.stacked_experts);
+}
+
+/// A weight `q` stores in 4 bits: a layer's linear, and the output head's where the quantiser
+/// converts every nn.Linear (a tied head is the embedding's table, no Linear).
+inline bool quantized(const Architecture& m, const ParamRow& r, const QuantizedLinears& q) {
+    const bool head = r.part == Part::head && r.role == ParamRole::weight && !r.mtp;
+    return linear_weight(m, r) || (q.head() && head);
 }
 
 /// A part's rows, by the name --frozen gives it.
@@ -416,7 +425,8 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
     detail::FusedRows fused;
     for (ParamRow row : table.rows) {
         row.trainable = false;
-        if (f.mode == Training::qlora && detail::linear_weight(m, row)) row.storage = f.base;
+        if (f.mode == Training::qlora && detail::quantized(m, row, f.quantized))
+            row.storage = f.base();
         const bool target = targeted(row);
         rows.push_back(row);
         const detail::FusedLinear* one = detail::fused_linear_of(m, row);
@@ -493,10 +503,12 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
         if (tuned && r.role == ParamRole::weight && !r.trainable) t.frozen |= bit(r.linear);
         if (r.part == Part::embedding && r.group == Group::head && !r.trainable)
             t.frozen |= bit(Linear::head);  // tied
-        if (r.storage && r.storage->dtype == DType::nf4 && r.group == Group::layer) {
-            const Count one = r.expert ? Count(r.count.value() / *r.dims.begin()) : r.count;
-            if (one > t.dequantized) t.dequantized = one, t.dequantized_linear = r.linear;
-        }
+        if (!r.storage || r.storage->dtype != DType::nf4) continue;
+        if (f.quantized.keeps_input()) t.keeps_input |= bit(r.linear);
+        const Count one = r.expert ? Count(r.count.value() / *r.dims.begin()) : r.count;
+        if (r.group == Group::layer && one > t.dequantized)
+            t.dequantized = one, t.dequantized_linear = r.linear,
+            t.dequantized_from = r.storage->quantized_from;
     }
     t.frozen_norms = norms && !trained_norm;
     return t;

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "memcalc/activations.hpp"
+#include "memcalc/bitsandbytes.hpp"
 #include "memcalc/blocks/ends.hpp"
 #include "memcalc/dtype.hpp"
 #include "memcalc/framework.hpp"
@@ -424,6 +425,25 @@ inline void set_compiled_chunked_loss_work(TimelineInputs& in, const Workload& w
     set_loss_phases(in, Count(0), std::max(loss, head) + in.recompute_buffers, previous_logits);
 }
 
+/// A 4-bit head (a quantiser that converts every linear) dequantises its weight for each chunk's
+/// product, forward and backward. Autograd runs every chunk's loss backward first (made last), so
+/// the head's backward has the logits' gradients, in the compute dtype, beside it; the
+/// log-probabilities (`log_probs` of the loss step's buffers) have gone into them. Measured on
+/// CPU with a stand-in of bitsandbytes' MatMul4Bit (validation/third_party/litgpt_run.py).
+inline void set_dequantized_head_work(TimelineInputs& in, const Workload& w, const Parallelism& p,
+                                      Count log_probs) {
+    const ParameterSplits& s = *w.parameters;
+    const std::uint64_t V = w.model.vocab;
+    const Count head = s.dequantized_head.on_rank(p, V) *
+                       dequantized_bytes(s.head_quantized_from, w.recipe.precision().compute);
+    if (head == Count(0)) return;
+    const Count sbV = ceil_div(Count(w.seq) * w.micro_batch, p.cp) * ceil_div(V, p.tp);
+    const Count moment = sbV * w.recipe.activation_bytes() + head;
+    const Count beyond = moment > log_probs ? Count(moment.value() - log_probs.value()) : Count(0);
+    in.loss_work = std::max(in.loss_work, beyond);
+    in.later_loss_work = std::max(in.later_loss_work, beyond);
+}
+
 /// The last stage's logits, the loss's buffers and workspaces, and the logits' gradient.
 inline void set_loss_inputs(TimelineInputs& in, const Workload& w, const Parallelism& p) {
     const std::uint64_t V = w.model.vocab, d = w.recipe.activation_bytes();
@@ -454,6 +474,7 @@ inline void set_loss_inputs(TimelineInputs& in, const Workload& w, const Paralle
         else
             set_autograd_loss_work(in, w, sbV, loss, previous_logits);
         in.final_norm_work = largest_on_rank(w.head_work, p, V, 0);
+        set_dequantized_head_work(in, w, p, sbV * l);
     }
 }
 

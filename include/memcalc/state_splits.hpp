@@ -215,59 +215,6 @@ struct StateClass {
     }
 };
 
-/// What a workload takes from the parameter table, whatever the sequence, micro-batch or
-/// recomputation: a sweep or a plan builds it once per model.
-struct ParameterSplits {
-    /// classes[0] is the trainable one (empty when everything is frozen); then one per frozen
-    /// storage.
-    std::vector<StateClass> classes;
-    /// Into held gradients a weight's fresh gradient is new until autograd adds it in; which one is
-    /// alive at a workspace's peak is not always the op's own (measured), so the layer's largest
-    /// (by kind).
-    std::array<SplitParams, max_layer_kinds> fresh_gradient;
-    LargestTensors largest;  ///< of the trainable tensors: the for-loop optimiser steps those
-    /// optimizer_splits of an optimiser that keeps whole slots of every tensor (Adam, SGD, Lion),
-    /// which is the same whatever their number or dtype: made once per model, not once per
-    /// workload.
-    OptimizerSplits every_tensor_state;
-    /// The tensors autocast casts to the compute dtype (autocast_casts): one layer of each kind's,
-    /// the head's.
-    std::array<SplitParams, max_layer_kinds> cast_per_layer;
-    /// Of those, the frozen ones: autocast caches only casts of tensors that require grad.
-    std::array<SplitParams, max_layer_kinds> uncached_per_layer;
-    SplitParams cast_head;
-    /// One layer of each kind's linear weights, biases and router aside: narrow (fp8) linears keep
-    /// casts of them.
-    std::array<SplitParams, max_layer_kinds> linear_weights;
-    LargestTensors
-        largest_outside_matrices;  ///< of those but the layers' matrices: Muon's AdamW steps them
-    /// Of the trainable layers' matrices, one tensor each: the largest Newton-Schulz work's
-    /// dimensions, and the elements of the two largest (Muon orthogonalises one beside the previous
-    /// one's update).
-    std::uint64_t matrix_rows = 0, matrix_cols = 0;
-    Count matrix_elements[2];
-    /// One layer of each kind's weight-gradient pass, a token's worth.
-    std::array<WeightPassWidths, max_layer_kinds> weight_pass;
-    ParameterTable
-        table;  ///< the rows themselves: a workspace names the first whose gradient exists
-    LayerPattern pattern;  ///< which kind each layer is
-
-    const StateClass& trainable() const { return classes.front(); }
-
-    void add_matrix(const ParamRow& r) {
-        const std::uint64_t* d = r.dims.end() - 2;
-        if (newton_schulz_bytes(d[0], d[1]) > newton_schulz_bytes(matrix_rows, matrix_cols))
-            matrix_rows = d[0], matrix_cols = d[1];
-        const Count n = tensor_elements(r);
-        for (int copies = 2; copies > 0; --copies) {  // a layer's stands for every layer's
-            if (n > matrix_elements[0])
-                matrix_elements[1] = matrix_elements[0], matrix_elements[0] = n;
-            else if (n > matrix_elements[1])
-                matrix_elements[1] = n;
-        }
-    }
-};
-
 /// Whether autocast casts the tensor for a matmul: the linear layers' weights and biases, the
 /// head's matrix (a tied embedding's too). Embedding lookups and norms run in the weights' own
 /// dtype.
@@ -289,6 +236,77 @@ inline bool autocast_casts(const ParamRow& r) {
 /// Whether autocast makes a copy of the tensor: a 4-bit weight is dequantised by its own kernel
 /// instead.
 inline bool autocast_copies(const ParamRow& r) { return autocast_casts(r) && !r.storage; }
+
+/// What a workload takes from the parameter table, whatever the sequence, micro-batch or
+/// recomputation: a sweep or a plan builds it once per model.
+struct ParameterSplits {
+    /// classes[0] is the trainable one (empty when everything is frozen); then one per frozen
+    /// storage.
+    std::vector<StateClass> classes;
+    /// Into held gradients a weight's fresh gradient is new until autograd adds it in; which one is
+    /// alive at a workspace's peak is not always the op's own (measured), so the layer's largest
+    /// (by kind).
+    std::array<SplitParams, max_layer_kinds> fresh_gradient;
+    LargestTensors largest;  ///< of the trainable tensors: the for-loop optimiser steps those
+    /// optimizer_splits of an optimiser that keeps whole slots of every tensor (Adam, SGD, Lion),
+    /// which is the same whatever their number or dtype: made once per model, not once per
+    /// workload.
+    OptimizerSplits every_tensor_state;
+    /// The tensors autocast casts to the compute dtype (autocast_casts): one layer of each kind's,
+    /// the head's.
+    std::array<SplitParams, max_layer_kinds> cast_per_layer;
+    /// Of those, the frozen ones: autocast caches only casts of tensors that require grad.
+    std::array<SplitParams, max_layer_kinds> uncached_per_layer;
+    SplitParams cast_head;
+    /// The output head's 4-bit weight (a quantiser that converts every linear): dequantised
+    /// whenever the head computes, forward and backward; and the dtype it dequantises to first.
+    SplitParams dequantized_head;
+    std::optional<DType> head_quantized_from;
+    /// One layer of each kind's linear weights, biases and router aside: narrow (fp8) linears keep
+    /// casts of them.
+    std::array<SplitParams, max_layer_kinds> linear_weights;
+    LargestTensors
+        largest_outside_matrices;  ///< of those but the layers' matrices: Muon's AdamW steps them
+    /// Of the trainable layers' matrices, one tensor each: the largest Newton-Schulz work's
+    /// dimensions, and the elements of the two largest (Muon orthogonalises one beside the previous
+    /// one's update).
+    std::uint64_t matrix_rows = 0, matrix_cols = 0;
+    Count matrix_elements[2];
+    /// One layer of each kind's weight-gradient pass, a token's worth.
+    std::array<WeightPassWidths, max_layer_kinds> weight_pass;
+    ParameterTable
+        table;  ///< the rows themselves: a workspace names the first whose gradient exists
+    LayerPattern pattern;  ///< which kind each layer is
+
+    const StateClass& trainable() const { return classes.front(); }
+
+    /// The copies a weight is computed with: autocast's casts; a 4-bit weight is dequantised by its
+    /// own kernel instead (a layer's in its workspace, the head's here).
+    void add_copies(const ParamRow& row, std::uint64_t V) {
+        if (autocast_copies(row)) {
+            (row.group == Group::layer ? cast_per_layer[row.kind] : cast_head).add(row, V);
+            if (row.group == Group::layer && !row.trainable)
+                uncached_per_layer[row.kind].add(row, V);
+        }
+        if (row.group == Group::head && row.storage && row.storage->dtype == DType::nf4) {
+            dequantized_head.add(row, V);
+            head_quantized_from = row.storage->quantized_from;
+        }
+    }
+
+    void add_matrix(const ParamRow& r) {
+        const std::uint64_t* d = r.dims.end() - 2;
+        if (newton_schulz_bytes(d[0], d[1]) > newton_schulz_bytes(matrix_rows, matrix_cols))
+            matrix_rows = d[0], matrix_cols = d[1];
+        const Count n = tensor_elements(r);
+        for (int copies = 2; copies > 0; --copies) {  // a layer's stands for every layer's
+            if (n > matrix_elements[0])
+                matrix_elements[1] = matrix_elements[0], matrix_elements[0] = n;
+            else if (n > matrix_elements[1])
+                matrix_elements[1] = n;
+        }
+    }
+};
 
 /// Whether the tensor is the weight of one of a layer's Transformer Engine linear layers: a matrix
 /// of the attention or the MLP (experts too). Megatron-LM's router is a plain torch layer.
@@ -355,14 +373,7 @@ inline std::shared_ptr<const ParameterSplits> parameter_splits(ParameterTable ta
             else
                 splits.add_matrix(row);
         }
-        // A 4-bit weight is dequantised by its own kernel, not cast by autocast (the layer's
-        // workspace).
-        if (autocast_copies(row)) {
-            (row.group == Group::layer ? splits.cast_per_layer[row.kind] : splits.cast_head)
-                .add(row, V);
-            if (row.group == Group::layer && !row.trainable)
-                splits.uncached_per_layer[row.kind].add(row, V);
-        }
+        splits.add_copies(row, V);
         if (te_linear_weight(row)) splits.linear_weights[row.kind].add(row, V);
         switch (row.group) {
             case Group::input: c->input.add(row, V); break;

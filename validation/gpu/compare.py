@@ -37,11 +37,17 @@ def training_flags(run):
     train = run.get("train", "full")
     if train == "frozen":
         return ["--train", "frozen", "--frozen", run["frozen"]]
-    if train == "lora":
-        return ["--train", "lora", "--lora-rank", str(run["lora_rank"]), "--lora-targets", run["lora_targets"],
+    if train in ("lora", "qlora"):
+        return ["--train", train, "--lora-rank", str(run["lora_rank"]), "--lora-targets", run["lora_targets"],
                 "--lora-dropout", f"{run['lora_dropout']:g}", "--lora-dtype", run.get("lora_dtype", "bf16")] + \
-            (["--lora-variant", run["lora_variant"]] if "lora_variant" in run else [])
+            (["--lora-variant", run["lora_variant"]] if "lora_variant" in run else []) + \
+            [flag for key, option in QLORA_KEYS if key in run for flag in (option, str(run[key]))]
     return []
+
+
+# A QLoRA run's record of its 4-bit base: quantiser, double quantisation, bitsandbytes' release.
+QLORA_KEYS = (("qlora_quantizer", "--qlora-quantizer"), ("qlora_double_quant", "--qlora-double-quant"),
+              ("bitsandbytes_version", "--bitsandbytes-version"))
 
 
 def training_label(run):
@@ -49,9 +55,10 @@ def training_label(run):
     train = run.get("train", "full")
     if train == "frozen":
         return f"frozen {run['frozen']}"
-    if train == "lora":
-        return (f"lora r{run['lora_rank']} {run['lora_targets']} p{run['lora_dropout']:g} "
-                f"{run.get('lora_dtype', 'bf16')}")
+    if train in ("lora", "qlora"):
+        base = f" {'nf4-dq' if run.get('qlora_double_quant') == 'true' else 'nf4'}" if train == "qlora" else ""
+        return (f"{train} r{run['lora_rank']} {run['lora_targets']} p{run['lora_dropout']:g} "
+                f"{run.get('lora_dtype', 'bf16')}{base}")
     return "full"
 
 

@@ -128,6 +128,31 @@ LITGPT_UNDER = ("by 0.3% at most: less than the caching allocator's rounding, wh
                 "rows, 0.23% below for Llama 2 7B at micro-batch 2) and the table's two decimals (5 MB)")
 
 
+# --quantize bnb.nf4 / bnb.nf4-dq in the same runs: Lightning's BitsandbytesPrecision makes every linear, the
+# head too, bitsandbytes 0.41.1's Linear4bit, each quantised from fp16 (--qlora-quantizer lightning); its
+# MatMul4Bit keeps its input (--bitsandbytes-version 0.41.1); PagedAdamW keeps fp32 moments.
+LITGPT_QLORA = ["--qlora-quantizer", "lightning", "--bitsandbytes-version", "0.41.1", "--recipe-file",
+                MODELS + "bnb-paged-adamw.json"]
+LITGPT_QLORA_NOTE = ("; 4-bit: the base and the head as Lightning's BitsandbytesPrecision quantises them, "
+                     "bitsandbytes 0.41.1's MatMul4Bit (its input kept; each weight dequantised to fp16 and "
+                     "cast), measured on CPU with a stand-in of it (litgpt_run.py --quantize)")
+LITGPT_QLORA_UNDER = ("by about one s x h bf16 tensor a layer in all four models (1.7-2.5%, less with the "
+                      "allocator's rounding): not found in bitsandbytes 0.41.1's, Lightning's or lit-gpt's "
+                      "source; the CPU stand-in of MatMul4Bit is at or below memcalc at the loss step. Also not "
+                      "modelled: MatMul4Bit's ctx holds each input until the loop drops the loss, not its "
+                      "layer's backward (the later, shorter micro-batches come below this)")
+
+
+def litgpt_qlora(model, seq, double_quant):
+    """A LitGPT QLoRA row: the LoRA row's run with --quantize bnb.nf4 or bnb.nf4-dq."""
+    row = litgpt(model, seq, 1)
+    args = [a for a in row["args"] if a not in ("bf16-adam",)]
+    args[args.index("--recipe"):args.index("--recipe") + 1] = []
+    args[args.index("lora")] = "qlora"
+    return dict(args=args + LITGPT_QLORA + ["--qlora-double-quant", "true" if double_quant else "false"],
+                note=row["note"] + LITGPT_QLORA_NOTE, under_estimate=LITGPT_QLORA_UNDER)
+
+
 def litgpt(model, seq, micro_batch):
     """A LitGPT LoRA row: lit-gpt's model as its config.py builds it, the longest sample's micro-batch."""
     return dict(args=["--model-file", MODELS + model + ".json", "--seq", str(seq), "-b", str(micro_batch)]
@@ -292,6 +317,14 @@ ROWS = {
     "litgpt-stablelm-3b-lora-mb2": litgpt("litgpt-stablelm-base-alpha-3b", 1034, 2),
     "litgpt-stablelm-3b-lora-mb4": litgpt("litgpt-stablelm-base-alpha-3b", 1034, 4),
     "litgpt-llama2-13b-lora-mb1": litgpt("litgpt-llama-2-13b", 1304, 1),
+    "litgpt-phi-1_5-qlora-nf4-mb1": litgpt_qlora("litgpt-phi-1_5", 1044, False),
+    "litgpt-phi-1_5-qlora-nf4-dq-mb1": litgpt_qlora("litgpt-phi-1_5", 1044, True),
+    "litgpt-stablelm-3b-qlora-nf4-mb1": litgpt_qlora("litgpt-stablelm-base-alpha-3b", 1034, False),
+    "litgpt-stablelm-3b-qlora-nf4-dq-mb1": litgpt_qlora("litgpt-stablelm-base-alpha-3b", 1034, True),
+    "litgpt-llama2-7b-qlora-nf4-mb1": litgpt_qlora("litgpt-llama-2-7b", 1304, False),
+    "litgpt-llama2-7b-qlora-nf4-dq-mb1": litgpt_qlora("litgpt-llama-2-7b", 1304, True),
+    "litgpt-llama2-13b-qlora-nf4-mb1": litgpt_qlora("litgpt-llama-2-13b", 1304, False),
+    "litgpt-llama2-13b-qlora-nf4-dq-mb1": litgpt_qlora("litgpt-llama-2-13b", 1304, True),
     # ---- PEFT README: batch, sequence, precision, rank and the statistic are not stated
     "peft-bloomz-7b1-lora-pytorch": dict(args=None, comparable=False,
         why="batch, sequence, precision, LoRA rank and the statistic are not stated: nothing to predict"),

@@ -51,6 +51,7 @@ FILES = ("model.py", "lora.py", "config.py", "rmsnorm.py", "utils.py")
 TORCH_RELEASE = ".".join(torch.__version__.split("+")[0].split(".")[:2])
 QUERY_BLOCK = 16  # the stand-in's query rows per block (of one head)
 LM_HEAD_CHUNK = 128  # finetune/lora.py: model(input_ids, lm_head_chunk_size=128)
+BITSANDBYTES = "0.41.1"  # the release LitGPT's resource tables ran, whose MatMul4Bit the stand-in is
 
 
 class FlashStandIn(torch.autograd.Function):
@@ -160,6 +161,76 @@ LORA = dict(r=8, alpha=16, dropout=0.05, to_query=True, to_key=False, to_value=T
 SHAPES = [(300, 1), (300, 2)]  # (longest sample, micro-batch): three head chunks, the last short
 
 
+class MatMul4BitStandIn(torch.autograd.Function):
+    """bitsandbytes 0.41.1's MatMul4Bit (autograd/_functions.py) as it holds memory: forward
+    dequantises the weight to the dtype it was quantised from (fp16: Lightning's _quantize_weight),
+    casts that to the input's dtype in the same expression, so the fp16 copy goes before the product,
+    and keeps its input and the packed weight in ctx.tensors whenever either needs a gradient;
+    backward dequantises again for the input's gradient."""
+
+    @staticmethod
+    def forward(ctx, A, B, bias, layer):
+        output = F.linear(A, layer.dequantize().to(A.dtype), bias)
+        ctx.layer = layer
+        ctx.tensors = (A, B) if any(ctx.needs_input_grad[:2]) else (None, None)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_A = None
+        if ctx.needs_input_grad[0]:
+            grad_A = torch.matmul(grad_output, ctx.layer.dequantize().to(grad_output.dtype))
+        return grad_A, None, None, None
+
+
+DYNAMIC_MAP = {}  # bitsandbytes' name2qmap["dynamic"]: one 256-entry fp32 code for every tensor
+
+
+class Linear4bitStandIn(torch.nn.Module):
+    """An nn.Linear as Lightning's BitsandbytesPrecision leaves it (lightning@71aed751 _NF4Linear,
+    _NF4DQLinear over bitsandbytes 0.41.1's Linear4bit): the weight's storage as quantize_4bit makes
+    it (two values a byte; an fp32 absmax per 64, or with double quantisation a byte per 64, an fp32
+    offset and an fp32 absmax per 256 of those), a 16-entry fp32 code, the bias as it was."""
+
+    def __init__(self, linear, double_quant):
+        super().__init__()
+        out_features, in_features = linear.weight.shape
+        n = out_features * in_features
+        blocks = -(-n // 64)
+        self.shape = (out_features, in_features)
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("packed", torch.zeros((n + 1) // 2, 1, dtype=torch.uint8))
+        self.register_buffer("code", torch.zeros(16))
+        self.double_quant = double_quant
+        if double_quant:
+            DYNAMIC_MAP.setdefault("dynamic", torch.zeros(256))
+            self.register_buffer("absmax", torch.zeros(blocks, dtype=torch.uint8))
+            self.register_buffer("offset", torch.zeros(()))
+            self.register_buffer("absmax2", torch.zeros(-(-blocks // 256)))
+        else:
+            self.register_buffer("absmax", torch.zeros(blocks))
+        self.bias = linear.bias
+
+    def dequantize(self):
+        """F.dequantize_4bit's output, fp16; with double quantisation its fp32 absmax made first."""
+        absmax = self.absmax.float() + self.offset if self.double_quant else self.absmax
+        out = torch.empty(self.shape, dtype=torch.float16)
+        out.fill_(0.01)  # any value: memory is what is measured; absmax lives until here, as there
+        return out
+
+    def forward(self, x):
+        return MatMul4BitStandIn.apply(x, self.packed, self.bias, self)
+
+
+def quantize(module, double_quant):
+    """Lightning's _convert_layers: every nn.Linear below `module`, the head's too, replaced."""
+    for name, child in module.named_children():
+        if isinstance(child, torch.nn.Linear):
+            setattr(module, name, Linear4bitStandIn(child, double_quant))
+        else:
+            quantize(child, double_quant)
+
+
 def fabric_output(output):
     """What Fabric's module wrapper hands back under bf16-true (lightning@71aed75, the commit lit-gpt's
     requirements.txt pins: _FabricModule.forward, HalfPrecision.convert_output): every floating
@@ -168,9 +239,11 @@ def fabric_output(output):
     return [chunk.to(torch.get_default_dtype()) for chunk in output]
 
 
-def build(lora, size, seq):
+def build(lora, size, seq, quantized=None):
     torch.manual_seed(0)
     model = lora.GPT(lora.Config(**SIZES[size], **LORA)).to(torch.bfloat16)
+    if quantized:  # --quantize bnb.nf4 / bnb.nf4-dq: every linear made 4-bit before training
+        quantize(model, double_quant=quantized == "bnb.nf4-dq")
     lora.mark_only_lora_as_trainable(model)
     model.max_seq_length = seq  # train(): the rope cache made again, in the default dtype (fp32)
     model.train()
@@ -200,9 +273,9 @@ def hook_timeline(model, get_meter):
         lambda module, args: get_meter().mark("loss") if get_meter() else None)
 
 
-def run(size, seq, batch, steps=1):
+def run(size, seq, batch, steps=1, quantized=None):
     lora, utils = load_litgpt()
-    model, optimizer = build(lora, size, seq)
+    model, optimizer = build(lora, size, seq, quantized)
     vocab = model.config.vocab_size
     input_ids = torch.randint(0, vocab, (batch, seq))
     targets = torch.randint(0, vocab, (batch, seq))
@@ -246,7 +319,15 @@ def run(size, seq, batch, steps=1):
             "steps_timed": steps, "train": "lora", "lora_rank": LORA["r"],
             # LoRAQKVLinear on the query and value parts of the fused qkv: memcalc's merged adapter
             "lora_targets": "q_proj,v_proj", "lora_variant": "merged",
-            "lora_dropout": LORA["dropout"], "lora_dtype": "bf16"}
+            "lora_dropout": LORA["dropout"], "lora_dtype": "bf16", **qlora_record(quantized)}
+
+
+def qlora_record(quantized):
+    """A quantised run's keys, as memcalc's options name them (compare.py's QLORA_KEYS)."""
+    if not quantized:
+        return {}
+    return {"train": "qlora", "qlora_quantizer": "lightning", "bitsandbytes_version": BITSANDBYTES,
+            "qlora_double_quant": "true" if quantized == "bnb.nf4-dq" else "false"}
 
 
 def main(argv=None):
@@ -254,18 +335,21 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="where to write the rows (JSON)")
     ap.add_argument("--sizes", nargs="+", choices=tuple(SIZES), default=list(SIZES))
     ap.add_argument("--steps", type=int, default=1, help="timed steps per run, after the measured one")
+    ap.add_argument("--quantize", nargs="+", choices=("none", "bnb.nf4", "bnb.nf4-dq"), default=["none"],
+                    help="finetune/lora.py's --quantize: the base's linears as bitsandbytes' 4-bit "
+                         "stand-in (Linear4bitStandIn)")
     a = ap.parse_args(argv)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     result = {"date": time.strftime("%Y-%m-%d"), "device": "cpu", "device_name": cpu_name(),
               "torch": torch.__version__, "litgpt_commit": LITGPT_COMMIT, "runs": [], "skipped": []}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    for size, (seq, batch) in itertools.product(a.sizes, SHAPES):
-        r = run(size, seq, batch, a.steps)
+    for quantized, size, (seq, batch) in itertools.product(a.quantize, a.sizes, SHAPES):
+        r = run(size, seq, batch, a.steps, None if quantized == "none" else quantized)
         result["runs"].append(r)
         with open(a.out + ".part", "w") as f:  # after every run: a run cut short keeps the rest
             json.dump(result, f, indent=2)
         os.replace(a.out + ".part", a.out)
-        print(f"litgpt {size:<6} s={seq:<5} b={batch} peak {r['max_memory_allocated']:>13,} B at "
+        print(f"litgpt {size:<6} {quantized:<10} s={seq:<5} b={batch} peak {r['max_memory_allocated']:>13,} B at "
               f"{r['peak_step']:<12} ({r['median_step_seconds']:.2f} s/step)", flush=True)
     return 0
 

@@ -279,14 +279,17 @@ private:
     void dequantized_work() {
         // QLoRA: each 4-bit linear dequantises its weight to the compute dtype while it computes,
         // forward and backward (bitsandbytes' MatMul4Bit); the largest, beside everything the layer
-        // keeps.
-        if (tuning.dequantized > Count(0)) {
-            t.workspace(false, "4-bit linear (bitsandbytes)", "the largest weight, dequantised",
-                        bytes_of(d, "x its elements"), tuning.dequantized * d);
-            t.workspace(true, "4-bit linear backward", "the largest weight, dequantised",
-                        bytes_of(d, "x its elements"), tuning.dequantized * d,
-                        tuning.dequantized_linear);
-        }
+        // keeps. Quantised from fp16, it dequantises to fp16 and casts that: both alive at once.
+        if (tuning.dequantized == Count(0)) return;
+        const std::uint64_t bytes = dequantized_bytes(tuning.dequantized_from, z.compute);
+        const std::string what = bytes > d ? "the largest weight, dequantised to " +
+                                                 std::string(dtype_name(*tuning.dequantized_from)) +
+                                                 " and cast"
+                                           : "the largest weight, dequantised";
+        t.workspace(false, "4-bit linear (bitsandbytes)", what, bytes_of(bytes, "x its elements"),
+                    tuning.dequantized * bytes);
+        t.workspace(true, "4-bit linear backward", what, bytes_of(bytes, "x its elements"),
+                    tuning.dequantized * bytes, tuning.dequantized_linear);
     }
 
     void dora_work() {

@@ -8,6 +8,11 @@
 
 namespace memcalc::detail {
 
+/// bitsandbytes' MatMul4Bit before 0.43.2 keeps its input though only the input's gradient, which
+/// reads the weight alone, is made (LayerTuning::keeps_input).
+inline const std::string kept_by_4bit_matmul = " (kept by bitsandbytes' 4-bit matmul)";
+inline const std::string kept_by_4bit_why = "MatMul4Bit's ctx.tensors holds it until backward";
+
 /// Which row keeps the input of a layer's linears, if any.
 enum class InputRow : std::uint8_t {
     none,     ///< no row: autograd saves nothing of it
@@ -78,10 +83,15 @@ inline void linear_input_row(TableBuilder& t, const Sizes& z, const std::string&
                              Count elements, LinearSet readers, const LinearOutput& output = {},
                              Count stream = {}) {
     const bool trained = (readers & ~t.tuning.frozen) != 0;
-    const bool kept = trained || ((readers & t.tuning.adapted) != 0 && !t.tuning.adapter_dropout &&
-                                  !adapter_upcast(t, z, z.d));
+    const bool held = (readers & t.tuning.keeps_input) != 0;
+    const bool kept = trained || held ||
+                      ((readers & t.tuning.adapted) != 0 && !t.tuning.adapter_dropout &&
+                       !adapter_upcast(t, z, z.d));
     if (kept)
-        t.add(op, trained ? what : what + " (LoRA A's input)",
+        t.add(op,
+              trained ? what
+              : held  ? what + kept_by_4bit_matmul
+                      : what + " (LoRA A's input)",
               "weight gradient = input^T x output gradient", shape, elements, z.d);
     if (trained) linear_casts_work(t, z, op, elements, output);
     after_linears(t, z, op, readers, tokens, elements, shape, z.d, input_row(kept), output, stream);
@@ -143,16 +153,22 @@ inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::str
                             adapters = linears_in(readers & t.tuning.adapted);
         if (trained == 0) {
             if (z.narrow) return false;  // a frozen narrow linear saves no cast of its input
+            const std::uint64_t held = linears_in(readers & t.tuning.keeps_input);
             const bool undropped_reads_x =
                 adapters > 0 && !t.tuning.adapter_dropout && !adapter_upcast(t, z, z.s);
-            const std::uint64_t copies = z.autocast ? adapters : (undropped_reads_x ? 1 : 0);
+            // Under autocast each 4-bit linear keeps its own cast (Linear4bit casts x itself).
+            const std::uint64_t copies =
+                z.autocast ? adapters + held : (undropped_reads_x || held > 0 ? 1 : 0);
             if (copies > 0)
-                t.add(op,
-                      z.autocast ? what + ", cast to " + dtype_name(z.compute) +
-                                       " by each LoRA A (autocast)"
-                                 : what + " (LoRA A's input)",
-                      "A's gradient = input^T x its output's gradient", shape, elements, z.d,
-                      Keep::always, copies, facts);
+                t.add(
+                    op,
+                    z.autocast ? what + ", cast to " + dtype_name(z.compute) +
+                                     (held > 0 ? " by each LoRA A and 4-bit linear"
+                                               : " by each LoRA A (autocast)")
+                    : held > 0 ? what + kept_by_4bit_matmul
+                               : what + " (LoRA A's input)",
+                    held > 0 ? kept_by_4bit_why : "A's gradient = input^T x its output's gradient",
+                    shape, elements, z.d, Keep::always, copies, facts);
             return copies > 0;
         }
         projections = std::min(projections, trained) + (z.autocast ? adapters : 0);
