@@ -158,8 +158,8 @@ void add_group(App& app, TrainingOptions& q) {
         ->type_name("BOOL");
     app.add_option("--bitsandbytes-version", q.bitsandbytes_version,
                    "The bitsandbytes release: before 0.43.2 each 4-bit linear keeps its input "
-                   "for backward,\nbefore 0.43.0 it is quantised from fp16 (default: 0.43.2 "
-                   "and later)")
+                   "for backward,\nheld by autograd's graph until the loop drops its loss; before "
+                   "0.43.0 it is quantised\nfrom fp16 (default: 0.43.2 and later)")
         ->type_name("VERSION");
 }
 

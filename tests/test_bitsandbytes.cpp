@@ -6,6 +6,7 @@
 
 #include "fixtures.hpp"
 #include "run_program.hpp"
+#include "step_named.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/finetune.hpp"
 
@@ -90,6 +91,38 @@ TEST_CASE("Before 0.43.2 each 4-bit linear keeps its input; from fp16 it dequant
         for (const auto& w : old.work)
             if (std::string(w.op).find("4-bit linear") != std::string::npos)
                 CHECK(w.bytes == Count(m.hidden * m.ffn * (2 + 2)));  // fp16, then bf16
+    }
+}
+
+TEST_CASE(
+    "MatMul4Bit's ctx holds the inputs past their layer's backward, until the loop drops "
+    "the loss",
+    "[bitsandbytes]") {
+    const Architecture m = fixtures::llama_7b();
+    for (const std::uint64_t seq : {128ULL, 1000ULL}) {
+        INFO(seq);
+        Settings s;
+        s.seq = seq, s.micro_batch = 1, s.activations = ActivationModel::architecture;
+        s.framework.attention = Attention::flash;
+        s.tuning = qlora(Quantizer::lightning, "0.43.2");
+        const Report now = Estimator(m).estimate(s);
+        s.tuning = qlora(Quantizer::lightning, "0.41.1");
+        const Report old = Estimator(m).estimate(s);
+        // Each layer's inputs of its 4-bit linears: both norms' outputs, the attention's output
+        // (the flash kernel's, kept by it too until its backward) and the down projection's; and
+        // the head's input.
+        const Count layer = Count(seq) * (3 * m.hidden + m.ffn) * 2,
+                    head = Count(seq) * m.hidden * 2;
+        const auto total = [](const Report& r, const char* step) {
+            return fixtures::step_named(r, step).bytes.total();
+        };
+        CHECK(total(old, "optimizer") == total(now, "optimizer") + layer * m.layers + head);
+        // Backward 2: the layers after it have run theirs, their inputs still held; layers 1 and
+        // 2 keep theirs as saved tensors (a backward step counts the first layer as its kind's
+        // others, leaning high: its input needs no gradient, so it keeps none before its MLP).
+        const Count saved = Count(seq) * (2 * m.hidden + m.ffn) * 2 * 2;
+        CHECK(total(old, "backward 2") ==
+              total(now, "backward 2") + layer * (m.layers - 2) + head + saved);
     }
 }
 

@@ -258,6 +258,9 @@ struct SavedTensor {
     /// Forward buffers: held by the first stage's forward in a name of its own until it returns
     /// (an embedding's output), which no checkpoint keeps.
     bool forward_local = false;
+    /// Held by autograd's graph past its layer's backward, until the loop drops the step's output
+    /// (bitsandbytes' MatMul4Bit before 0.43.2 keeps its input in its ctx, not as a saved tensor).
+    bool graph_held = false;
 
     bool kept(Recompute mode) const {
         switch (mode) {

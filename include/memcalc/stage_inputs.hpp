@@ -38,6 +38,8 @@ inline void set_stage_state(TimelineInputs& in, const Workload& w, const Paralle
     in.logits_held = w.framework.logits == LogitsLife::held;
     in.kv_cache = w.kv_cache.on_rank(p, V);
     in.kv_cache_whole = w.kv_cache_whole.on_rank(p, V);
+    in.graph_held = w.graph_held.on_rank(p, V);
+    in.head_graph_held = in.loss ? w.head_graph_held.on_rank(p, V) : Count(0);
     // Per layer: the larger of the two recomputations' caches, leaning high where they differ.
     if (in.partial()) in.kv_cache = std::max(in.kv_cache, w.kv_cache_not_recomputed.on_rank(p, V));
     in.weights = f.state.weights;

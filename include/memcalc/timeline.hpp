@@ -187,6 +187,8 @@ struct TimelineInputs : StageLayers {
     /// Per layer: the k and v the model's output keeps beyond what backward saves (--kv-cache
     /// kept), from the layer's forward step for as long as the output lives (the logits' life).
     Count kv_cache;
+    Count graph_held;  ///< per layer: its rows the graph holds past its backward (SavedTensor's)
+    Count head_graph_held;  ///< the same of the head's, on the stage holding it
     Count kv_cache_whole;   ///< per layer: all of the k/v cache, which a layer's finished backward
                             ///< leaves
     Count loss_buffers;     ///< the loss step alone (the loss's fp32 softmax, what the head saves)
@@ -320,6 +322,16 @@ inline Count held_kv_cache(const TimelineInputs& in, std::uint64_t finished) {
                : Count(0);
 }
 
+/// What autograd's graph holds of the layers whose backward has run (`finished` of them), beside
+/// what they keep; after backward, all of them while the loop holds the step's output (`after`:
+/// the optimizer step, a later micro-batch's forward and loss). Measured on CPU with
+/// bitsandbytes' MatMul4Bit: validation/results/cpu-third-party-litgpt-qlora.json.
+inline Count held_by_graph(const TimelineInputs& in, std::uint64_t finished, bool after) {
+    if (after)
+        return in.logits_held ? Count(in.layers) * in.graph_held + in.head_graph_held : Count(0);
+    return Count(finished) * in.graph_held + in.head_graph_held;
+}
+
 /// The kept activations at a step past the device's first `done` layers: the other micro-batches'
 /// and the input side's, the device's own layers' on the device, and at a layer step of chunk c,
 /// the chunks after it held by other micro-batches instead (spare_chunk).
@@ -382,6 +394,7 @@ inline void backward_step(const TimelineInputs& in, Breakdown& b, std::uint64_t 
     // pass theirs before its peak (leaning high by those after it, and the inputs also rebuilt);
     // and its backward frees the k and v it saved at one op or another, the cache keeps them.
     b.kept_activations = kept + held_kv_cache(in, L - position + 1) +
+                         held_by_graph(in, L - position, false) +
                          in.over<&LayerInputs::weight_reads>(position, L);
     b.rebuilt_activations = here.rebuilt;
     b.gathered_weights = here.gathered_weights;
@@ -428,7 +441,8 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
     const Count held_logits = in.loss && in.logits_held ? in.logits : Count(0);
     // A later micro-batch's forward still has the last one's k/v cache.
     const Count cache =
-        Count(done) * in.kv_cache + (later ? detail::held_kv_cache(in, L) : Count(0));
+        Count(done) * in.kv_cache +
+        (later ? detail::held_kv_cache(in, L) + detail::held_by_graph(in, L, true) : Count(0));
     switch (phase) {
         case Phase::forward: {
             const LayerInputs& here = in.at(position);
@@ -448,7 +462,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
             detail::backward_step(in, b, position, held, held_gradients, kept, held_logits);
             return {phase, in.layer_id(position - 1), b, microbatch};
         case Phase::optimizer:
-            b.kept_activations = detail::held_kv_cache(in, L);
+            b.kept_activations = detail::held_kv_cache(in, L) + detail::held_by_graph(in, L, true);
             b.logits = held_logits;
             b.workspace = in.optimizer_work;
             b.gradients = in.all_gradients();

@@ -53,6 +53,8 @@ struct Workload {
         kv_cache;  ///< per layer: the k and v the model's output keeps beyond what backward saves
     SplitBytes kv_cache_whole;  ///< per layer: all of it, once the layer's backward has freed what
                                 ///< it saved
+    SplitBytes graph_held;  ///< per layer: what the graph holds past its backward (SavedTensor's)
+    SplitBytes head_graph_held;  ///< the same of the head's rows, once the head's backward has run
     /// Under full recomputation, each kind's layer under none as well: partial recomputation
     /// (Parallelism::recompute_layers) runs the layers past the first N of each chunk so.
     std::vector<LayerWork> not_recomputed;
@@ -238,6 +240,8 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
     };
     cache(mode, w.kv_cache);
     cache(Recompute::full, w.kv_cache_whole);  // a checkpointed layer saves none of it
+    for (const auto& row : t.layer.rows)       // a checkpoint's rerun makes a graph of its own
+        if (row.graph_held && row.kept(mode)) w.graph_held.add(row);
     w.optimizer_state = optimizer_splits(w.parameters, recipe);
     if (framework.tp_overlap == TpOverlap::matmul) w.projection_share = projection_share(m);
     const std::uint64_t V = m.vocab;
@@ -265,7 +269,10 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
         w.first_layer_kept =
             layer_work(*t.first_layer, Recompute::none, w.parameters->table, V, 0).kept;
     for (const auto& row : t.input_side) (row.every_stage ? w.stage_side : w.input_side).add(row);
-    for (const auto& row : t.head.rows) w.head.add(row);
+    for (const auto& row : t.head.rows) {
+        w.head.add(row);
+        if (row.graph_held) w.head_graph_held.add(row);
+    }
     if (w.autograd_order) {
         LayerWork head = layer_work(t.head, Recompute::none, w.parameters->table, V, 0);
         w.head_work = std::move(head.backward_work);

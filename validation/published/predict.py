@@ -136,11 +136,10 @@ LITGPT_QLORA = ["--qlora-quantizer", "lightning", "--bitsandbytes-version", "0.4
 LITGPT_QLORA_NOTE = ("; 4-bit: the base and the head as Lightning's BitsandbytesPrecision quantises them, "
                      "bitsandbytes 0.41.1's MatMul4Bit (its input kept; each weight dequantised to fp16 and "
                      "cast), measured on CPU with a stand-in of it (litgpt_run.py --quantize)")
-LITGPT_QLORA_UNDER = ("by about one s x h bf16 tensor a layer in all four models (1.7-2.5%, less with the "
-                      "allocator's rounding): not found in bitsandbytes 0.41.1's, Lightning's or lit-gpt's "
-                      "source; the CPU stand-in of MatMul4Bit is at or below memcalc at the loss step. Also not "
-                      "modelled: MatMul4Bit's ctx holds each input until the loop drops the loss, not its "
-                      "layer's backward (the later, shorter micro-batches come below this)")
+LITGPT_QLORA_UNDER = ("by about one s x h bf16 tensor a layer in all four models (1.8-2.6%; 1.4-2.0% with the "
+                      "allocator's rounding, peak.reserved's allocated_bytes): not found in bitsandbytes "
+                      "0.41.1's, Lightning's or lit-gpt's source, and not on CPU, where the same code with a "
+                      "stand-in of MatMul4Bit is within +0.01% to +0.46% of memcalc at the peak")
 
 
 def litgpt_qlora(model, seq, double_quant):

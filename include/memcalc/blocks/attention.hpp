@@ -84,8 +84,10 @@ inline void flash_output_rows(TableBuilder& t, const Architecture& m, const Size
             layout_copy ? "its input (the output copied sequence-first)" : "its input", z.sbv,
             output, 1, output_projection(z), bit(Linear::o));
     } else {
+        // A 4-bit output projection's ctx holds it too (bitsandbytes before 0.43.2).
+        const bool held = kept_by_4bit(t, bit(Linear::o)) > 0;
         t.add("flash attention", "its output (also the output projection's input)", why, output,
-              z.sbv, z.d, Keep::always, 1, policy);
+              z.sbv, z.d, Keep::always, 1, policy.held_by_graph(held));
         linear_casts_work(t, z, "output projection", z.sbv, output_projection(z));
     }
     adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);

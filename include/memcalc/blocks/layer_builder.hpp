@@ -15,11 +15,13 @@ struct RowFacts {
     bool layer_input = false;   ///< the layer's input itself, the same storage
     bool policy_saved = false;  ///< the output of an op the op-level policy saves
     bool norm_output = false;   ///< a norm's output, which recomputing the norm discards
+    bool graph_held = false;    ///< held by the graph past its layer's backward (SavedTensor's)
     ModuleRole role = ModuleRole::inside;
 
     RowFacts input_of_layer(bool is = true) const { return with(&RowFacts::layer_input, is); }
     RowFacts saved_by_policy(bool is = true) const { return with(&RowFacts::policy_saved, is); }
     RowFacts output_of_norm(bool is = true) const { return with(&RowFacts::norm_output, is); }
+    RowFacts held_by_graph(bool is = true) const { return with(&RowFacts::graph_held, is); }
     /// The module's input itself, which its checkpoint keeps.
     RowFacts input_of_module(bool is = true) const {
         RowFacts f = *this;
@@ -219,6 +221,7 @@ public:
         rows_.push_back({op, tensor, why, shape.symbol, copies, bytes_per_element, keep, elements,
                          elements * bytes_per_element, shape.split, facts.layer_input,
                          facts.policy_saved, module_, facts.role, facts.norm_output});
+        rows_.back().graph_held = facts.graph_held;
     }
 
 private:

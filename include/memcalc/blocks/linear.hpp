@@ -13,6 +13,12 @@ namespace memcalc::detail {
 inline const std::string kept_by_4bit_matmul = " (kept by bitsandbytes' 4-bit matmul)";
 inline const std::string kept_by_4bit_why = "MatMul4Bit's ctx.tensors holds it until backward";
 
+/// The linears of `readers` whose 4-bit matmul keeps their input: none where it needs no gradient
+/// (MatMul4Bit keeps it only when its input or weight does).
+inline std::uint64_t kept_by_4bit(const TableBuilder& t, LinearSet readers) {
+    return t.input_grad() ? linears_in(readers & t.tuning.keeps_input) : 0;
+}
+
 /// Which row keeps the input of a layer's linears, if any.
 enum class InputRow : std::uint8_t {
     none,     ///< no row: autograd saves nothing of it
@@ -83,7 +89,7 @@ inline void linear_input_row(TableBuilder& t, const Sizes& z, const std::string&
                              Count elements, LinearSet readers, const LinearOutput& output = {},
                              Count stream = {}) {
     const bool trained = (readers & ~t.tuning.frozen) != 0;
-    const bool held = (readers & t.tuning.keeps_input) != 0;
+    const bool held = kept_by_4bit(t, readers) > 0;
     const bool kept = trained || held ||
                       ((readers & t.tuning.adapted) != 0 && !t.tuning.adapter_dropout &&
                        !adapter_upcast(t, z, z.d));
@@ -92,7 +98,8 @@ inline void linear_input_row(TableBuilder& t, const Sizes& z, const std::string&
               trained ? what
               : held  ? what + kept_by_4bit_matmul
                       : what + " (LoRA A's input)",
-              "weight gradient = input^T x output gradient", shape, elements, z.d);
+              !trained && held ? kept_by_4bit_why : "weight gradient = input^T x output gradient",
+              shape, elements, z.d, Keep::always, 1, RowFacts{}.held_by_graph(!trained && held));
     if (trained) linear_casts_work(t, z, op, elements, output);
     after_linears(t, z, op, readers, tokens, elements, shape, z.d, input_row(kept), output, stream);
 }
@@ -153,7 +160,7 @@ inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::str
                             adapters = linears_in(readers & t.tuning.adapted);
         if (trained == 0) {
             if (z.narrow) return false;  // a frozen narrow linear saves no cast of its input
-            const std::uint64_t held = linears_in(readers & t.tuning.keeps_input);
+            const std::uint64_t held = kept_by_4bit(t, readers);
             const bool undropped_reads_x =
                 adapters > 0 && !t.tuning.adapter_dropout && !adapter_upcast(t, z, z.s);
             // Under autocast each 4-bit linear keeps its own cast (Linear4bit casts x itself).
@@ -168,7 +175,7 @@ inline bool projection_input_row(TableBuilder& t, const Sizes& z, const std::str
                     : held > 0 ? what + kept_by_4bit_matmul
                                : what + " (LoRA A's input)",
                     held > 0 ? kept_by_4bit_why : "A's gradient = input^T x its output's gradient",
-                    shape, elements, z.d, Keep::always, copies, facts);
+                    shape, elements, z.d, Keep::always, copies, facts.held_by_graph(held > 0));
             return copies > 0;
         }
         projections = std::min(projections, trained) + (z.autocast ? adapters : 0);
