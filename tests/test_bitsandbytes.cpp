@@ -2,6 +2,8 @@
 // what dequantising makes (bitsandbytes.hpp).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "fixtures.hpp"
@@ -123,6 +125,30 @@ TEST_CASE(
         const Count saved = Count(seq) * (2 * m.hidden + m.ffn) * 2 * 2;
         CHECK(total(old, "backward 2") ==
               total(now, "backward 2") + layer * (m.layers - 2) + head + saved);
+    }
+}
+
+TEST_CASE(
+    "A 4-bit down projection's backward has its weight dequantised beside its input's "
+    "gradient",
+    "[bitsandbytes]") {
+    const Architecture m = fixtures::llama_7b();
+    for (const std::uint64_t seq : {128ULL, 20000ULL}) {
+        for (const Quantizer q : {Quantizer::transformers, Quantizer::lightning}) {
+            INFO(seq << " " << quantizer_row(q).name);
+            const LayerActivations l = layer(m, qlora(q, "0.43.2"), seq);
+            const Count weight(m.ffn * m.hidden), gradient = Count(seq) * m.ffn * 2;
+            // Quantised from fp16: the fp16 weight and its bf16 cast, before the product.
+            const Count both = weight * (q == Quantizer::lightning ? 4 : 2);
+            const Count expected = std::max(both, weight * 2 + gradient);
+            int found = 0;
+            for (const auto& w : l.work)
+                if (std::string(w.op) == "down projection backward") {
+                    CHECK(w.bytes == expected);
+                    ++found;
+                }
+            CHECK(found == 1);
+        }
     }
 }
 

@@ -130,6 +130,7 @@ struct LayerTuning {
     /// 4-bit linears whose matmul keeps its input though their weight gets no gradient
     /// (bitsandbytes before 0.43.2), the head's too.
     LinearSet keeps_input = 0;
+    LinearSet quantized = 0;  ///< the layer's 4-bit linears
     bool dora =
         false;  ///< DoRA: each adapter scales by m / ||W + B A|| (LoraVariantRow::magnitude)
     bool merged = false;  ///< a fused linear's adapter over its targeted parts, zero-padded
@@ -504,6 +505,7 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
         if (r.part == Part::embedding && r.group == Group::head && !r.trainable)
             t.frozen |= bit(Linear::head);  // tied
         if (!r.storage || r.storage->dtype != DType::nf4) continue;
+        t.quantized |= bit(r.linear);
         if (f.quantized.keeps_input()) t.keeps_input |= bit(r.linear);
         const Count one = r.expert ? Count(r.count.value() / *r.dims.begin()) : r.count;
         if (r.group == Group::layer && one > t.dequantized)

@@ -51,6 +51,19 @@ inline void down_projection_input_row(TableBuilder& t, const Sizes& z, const std
                          z.sbh * z.s);
 }
 
+/// What a 4-bit down projection's backward adds to its input's gradient: the weight dequantised,
+/// to the dtype it was quantised from and then cast (both alive before the product), the cast
+/// alone beside the gradient it makes (bitsandbytes' MatMul4Bit.backward); none for another.
+inline Count dequantized_down(const TableBuilder& t, const Sizes& z, Linear down, Count sbf,
+                              const LinearOutput& output) {
+    if ((t.tuning.quantized & bit(down)) == 0 || down != Linear::down) return Count(0);
+    const Count weight =
+        Count((sbf.value() / z.tokens.value()) * (output.elements.value() / z.tokens.value()));
+    const Count both = weight * dequantized_bytes(t.tuning.dequantized_from, z.compute);
+    const Count gradient = sbf * z.d;
+    return both > weight * z.d + gradient ? Count(both.value() - gradient.value()) : weight * z.d;
+}
+
 /// The down projection's input row and its backward. `dropped`: a dropout between its output and
 /// the residual add, whose backward makes the output's gradient. `recomputed`: a compiled layer
 /// keeps no input; its backward makes it again (the activation's output) for the weight's gradient.
@@ -71,14 +84,18 @@ inline void down_projection_row(TableBuilder& t, const Sizes& z, const std::stri
     if (z.narrow) return;
     const std::string symbol(Text(shape.symbol));
     const std::uint64_t inputs = recomputed ? 2 : 1;  // its gradient, and the input made again
+    const Count gradients = (sbf * inputs + (dropped ? output.elements : Count(0))) * z.d;
+    const Count weight = dequantized_down(t, z, down, sbf, output);
     t.workspace_at(
         t.size(), true, prefix + "down projection backward",
         std::string(recomputed ? "its input, made again, and its gradient"
                                : "its input's gradient") +
-            (dropped ? ", and its output's from the residual dropout" : ""),
+            (dropped ? ", and its output's from the residual dropout" : "") +
+            (weight > Count(0) ? ", beside its 4-bit weight dequantised" : ""),
         bytes_of(inputs * z.d, symbol) +
-            (dropped ? " + " + bytes_of(z.d, std::string(Text(output.symbol))) : std::string()),
-        (sbf * inputs + (dropped ? output.elements : Count(0))) * z.d, down, shape.split);
+            (dropped ? " + " + bytes_of(z.d, std::string(Text(output.symbol))) : std::string()) +
+            (weight > Count(0) ? " + its weight" : ""),
+        gradients + weight, down, shape.split);
 }
 
 /// A dense feed-forward block over `tokens` tokens (all of them, or those routed to the experts). A
