@@ -85,6 +85,27 @@ LoraVariant parse_lora_variant(const std::string& text) {
     return variant->variant;
 }
 
+/// The adapters' options need --train lora or qlora; the 4-bit base's, qlora.
+void check_tuning_options(const TrainingOptions& q, bool adapters, bool quantized_base) {
+    struct Needs {
+        const char* option;
+        const std::string& value;
+        bool quantized;  ///< --train qlora's alone; else lora's or qlora's
+    };
+    for (const Needs& n : {Needs{"--lora-rank", q.lora_rank, false},
+                           {"--lora-targets", q.lora_targets, false},
+                           {"--lora-dropout", q.lora_dropout, false},
+                           {"--lora-dtype", q.lora_dtype, false},
+                           {"--lora-variant", q.lora_variant, false},
+                           {"--qlora-quantizer", q.quantizer, true},
+                           {"--qlora-double-quant", q.double_quant, true},
+                           {"--bitsandbytes-version", q.bitsandbytes_version, true}})
+        if (!n.value.empty() && !(n.quantized ? quantized_base : adapters))
+            throw usage_error(fmt::format("{} {} needs --train {} (got --train {})", n.option,
+                                          n.value, n.quantized ? "qlora" : "lora or qlora",
+                                          q.train));
+}
+
 /// QLoRA's base as --qlora-quantizer, --qlora-double-quant and --bitsandbytes-version say it.
 QuantizedLinears parse_quantized_linears(const TrainingOptions& q) {
     QuantizedLinears out;
@@ -141,22 +162,7 @@ FineTuning parse_fine_tuning(const TrainingOptions& q) {
             "--train frozen needs --frozen PARTS (embeddings, attention, mlp, router, norms, head, "
             "vision, or tensor names such as q_proj)");
     }
-    for (const auto& [option, value] :
-         {std::pair<const char*, const std::string&>{"--lora-rank", q.lora_rank},
-          {"--lora-targets", q.lora_targets},
-          {"--lora-dropout", q.lora_dropout},
-          {"--lora-dtype", q.lora_dtype},
-          {"--lora-variant", q.lora_variant}})
-        if (!value.empty() && !adapters)
-            throw usage_error(fmt::format("{} {} needs --train lora or qlora (got --train {})",
-                                          option, value, q.train));
-    for (const auto& [option, value] :
-         {std::pair<const char*, const std::string&>{"--qlora-quantizer", q.quantizer},
-          {"--qlora-double-quant", q.double_quant},
-          {"--bitsandbytes-version", q.bitsandbytes_version}})
-        if (!value.empty() && !row->quantized_base)
-            throw usage_error(
-                fmt::format("{} {} needs --train qlora (got --train {})", option, value, q.train));
+    check_tuning_options(q, adapters, row->quantized_base);
     f.quantized = parse_quantized_linears(q);
     f.lora.rank = parse_count("--lora-rank", q.lora_rank, f.lora.rank);
     if (!q.lora_targets.empty()) f.lora.targets = split_list("--lora-targets", q.lora_targets);

@@ -127,10 +127,10 @@ struct LayerTuning {
         dequantized;  ///< QLoRA: the largest 4-bit weight's elements, dequantised while it computes
     Linear dequantized_linear = Linear::none;  ///< whose weight that is
     std::optional<DType> dequantized_from;     ///< the dtype it dequantises to first (Storage's)
-    /// 4-bit linears whose matmul keeps its input though their weight gets no gradient
-    /// (bitsandbytes before 0.43.2), the head's too.
-    LinearSet keeps_input = 0;
-    LinearSet quantized = 0;  ///< the layer's 4-bit linears
+    LinearSet quantized = 0;                   ///< the layer's 4-bit linears, the head's too
+    /// Their matmul keeps its input though their weight gets no gradient (bitsandbytes before
+    /// 0.43.2).
+    bool quantized_keep_inputs = false;
     bool dora =
         false;  ///< DoRA: each adapter scales by m / ||W + B A|| (LoraVariantRow::magnitude)
     bool merged = false;  ///< a fused linear's adapter over its targeted parts, zero-padded
@@ -487,6 +487,7 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
     t.adapter_fp32 = f.lora.fp32;
     t.dora = lora_variant_row(f.lora.variant).magnitude;
     t.merged = lora_variant_row(f.lora.variant).merged;
+    t.quantized_keep_inputs = f.quantized.keeps_input();
     bool norms = false, trained_norm = false;
     for (const ParamRow& r : table.rows) {
         const bool here = r.group == Group::layer ? r.kind == kind : r.group == Group::head;
@@ -506,7 +507,6 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
             t.frozen |= bit(Linear::head);  // tied
         if (!r.storage || r.storage->dtype != DType::nf4) continue;
         t.quantized |= bit(r.linear);
-        if (f.quantized.keeps_input()) t.keeps_input |= bit(r.linear);
         const Count one = r.expert ? Count(r.count.value() / *r.dims.begin()) : r.count;
         if (r.group == Group::layer && one > t.dequantized)
             t.dequantized = one, t.dequantized_linear = r.linear,

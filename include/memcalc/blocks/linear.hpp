@@ -9,14 +9,15 @@
 namespace memcalc::detail {
 
 /// bitsandbytes' MatMul4Bit before 0.43.2 keeps its input though only the input's gradient, which
-/// reads the weight alone, is made (LayerTuning::keeps_input).
+/// reads the weight alone, is made (LayerTuning::quantized_keep_inputs).
 inline const std::string kept_by_4bit_matmul = " (kept by bitsandbytes' 4-bit matmul)";
 inline const std::string kept_by_4bit_why = "MatMul4Bit's ctx.tensors holds it until backward";
 
 /// The linears of `readers` whose 4-bit matmul keeps their input: none where it needs no gradient
 /// (MatMul4Bit keeps it only when its input or weight does).
 inline std::uint64_t kept_by_4bit(const TableBuilder& t, LinearSet readers) {
-    return t.input_grad() ? linears_in(readers & t.tuning.keeps_input) : 0;
+    const bool keeps = t.tuning.quantized_keep_inputs && t.input_grad();
+    return keeps ? linears_in(readers & t.tuning.quantized) : 0;
 }
 
 /// Which row keeps the input of a layer's linears, if any.
