@@ -9,6 +9,7 @@
 #include "run_program.hpp"
 #include "step_named.hpp"
 #include "workspace_named.hpp"
+#include "memcalc/bitsandbytes.hpp"
 #include "memcalc/estimate.hpp"
 #include "memcalc/finetune.hpp"
 
@@ -283,4 +284,51 @@ TEST_CASE("A merged adapter on linears apart is peft's LoRA", "[finetune][litgpt
         return saved_bytes(layer_of(m, 256, 2, Attention::flash, layer_tuning(t, f, 0)).rows);
     };
     CHECK(layer(a, merged_qv) == layer(b, peft));
+}
+
+TEST_CASE("A heads-first q: a kernel writing its output in q's layout has it copied for o_proj",
+          "[litgpt][attention]") {
+    Architecture m = GENERATE(fixtures::llama_7b(), fixtures::mistral_7b(), fixtures::gpt2_small());
+    const std::uint64_t s = GENERATE(100, 1000), b = GENERATE(1, 2);
+    CAPTURE(m.name, s, b);
+    const Count out = Count(s * b * m.heads * m.value_head_size() * 2);
+    const auto run = [&](bool heads_first, AttentionKernel kernel, const LayerTuning& tuning) {
+        m.q_heads_first = heads_first;
+        return architecture_layer(m, s, b, DType::bf16, Attention::flash,
+                                  Runtime{Platform::cuda, TorchVersion::v2_2, true, kernel}, {},
+                                  tuning);
+    };
+    const auto backward = [](const LayerActivations& layer) {
+        return fixtures::workspace_named(layer, "flash attention backward").bytes;
+    };
+    const LayerTuning full{};
+    const LayerActivations plain = run(false, AttentionKernel::flash_attention_2, full);
+    for (const AttentionKernel kernel :
+         {AttentionKernel::flash_attention_2, AttentionKernel::cudnn}) {
+        CAPTURE(attention_kernel_name(kernel));
+        const LayerActivations copied = run(true, kernel, full);
+        // A trained o_proj keeps the copy, the kernel its own; backward copies it batch-first.
+        CHECK(copied.total() == plain.total() + out);
+        CHECK(bytes_of_rows(copied, "output projection", "copied token-major") == out.value());
+        CHECK(backward(copied) == backward(plain) + out);
+    }
+    // FlashAttention-3 writes batch-first whatever q's layout: nothing copied.
+    CHECK(run(true, AttentionKernel::flash_attention_3, full).total() ==
+          run(false, AttentionKernel::flash_attention_3, full).total());
+    // A frozen o_proj keeps no input; bitsandbytes' old 4-bit one keeps the copy (graph-held).
+    FineTuning qlora = merged(8, {"q_proj", "v_proj"});
+    qlora.mode = Training::qlora, qlora.quantized.quantizer = Quantizer::lightning;
+    qlora.quantized.bitsandbytes = *bitsandbytes_version_of("0.41.1");
+    const ParameterTable table = fine_tuned_table(m, parameter_table(m), qlora);
+    const LayerTuning four_bit = layer_tuning(table, qlora, 0);
+    qlora.quantized.bitsandbytes = *bitsandbytes_version_of("0.43.2");
+    const LayerTuning fixed = layer_tuning(table, qlora, 0);
+    const auto kept = [&](const LayerTuning& tuning) {
+        return run(true, AttentionKernel::flash_attention_2, tuning).total().value() -
+               run(false, AttentionKernel::flash_attention_2, tuning).total().value();
+    };
+    CHECK(kept(fixed) == 0);
+    CHECK(kept(four_bit) == out.value());
+    CHECK(bytes_of_rows(run(true, AttentionKernel::flash_attention_2, four_bit),
+                        "output projection", "token-major) (kept by bitsandbytes") == out.value());
 }

@@ -30,11 +30,15 @@ inline const char* attention_kernel_name(AttentionKernel k) {
 /// The tensor layouts a fused kernel reads and writes: batch-first alone (flash-attn's [b, s, h,
 /// d]; a program whose layers run sequence-first hands it contiguous copies of q, k and v and gets
 /// its output back as a transposed view) or the program's own, sequence-first too (cuDNN's, through
-/// Transformer Engine's sbhd layouts).
+/// Transformer Engine's sbhd layouts); and whether its output is made in q's layout (empty_like(q):
+/// a program that hands it a contiguous heads-first q gets a heads-first output back, which its
+/// transpose to [b, s, h, d] and reshape copy) or batch-first whatever q's.
 struct AttentionKernelLayout {
     AttentionKernel kernel;
     bool batch_first_only;
     Text source;
+    bool output_follows_q;
+    Text output_source;
 };
 
 inline constexpr Text te_flash_layout =
@@ -43,11 +47,16 @@ inline constexpr Text te_flash_layout =
     "to sbhd, not copied)";
 
 inline constexpr std::array<AttentionKernelLayout, 3> attention_kernel_layouts{{
-    {AttentionKernel::flash_attention_2, true, te_flash_layout},
+    {AttentionKernel::flash_attention_2, true, te_flash_layout, true,
+     "PyTorch 2.1+'s FlashAttention-2 (flash_attn/flash_api.cpp mha_fwd: out = "
+     "at::empty_like(q_padded), flash-attn 2's own the same), its backward copying that output "
+     "batch-first (attention_backward.cu _flash_attention_backward: out.contiguous())"},
     {AttentionKernel::cudnn, false,
      "TransformerEngine@d0067d0 FusedAttention: the sbhd_sbhd_sbhd layouts, its output written "
-     "sequence-first"},
-    {AttentionKernel::flash_attention_3, true, te_flash_layout},
+     "sequence-first",
+     true, "PyTorch's cuDNN SDPA (cudnn/MHA.cpp: alloc_with_matching_layout(q, o, ...))"},
+    {AttentionKernel::flash_attention_3, true, te_flash_layout, false,
+     "flash-attention@000090d0 hopper/flash_api.cpp mha_fwd: out = torch::empty({b, s_q, h, d_v})"},
 }};
 
 /// Whether `kernel` reads and writes batch-first tensors alone.
@@ -55,6 +64,13 @@ inline bool batch_first_only(AttentionKernel kernel) {
     for (const AttentionKernelLayout& row : attention_kernel_layouts)
         if (row.kernel == kernel) return row.batch_first_only;
     return true;  // a kernel not listed: the copies counted, leaning high
+}
+
+/// Whether `kernel` makes its output in q's layout.
+inline bool output_follows_q(AttentionKernel kernel) {
+    for (const AttentionKernelLayout& row : attention_kernel_layouts)
+        if (row.kernel == kernel) return row.output_follows_q;
+    return true;  // a kernel not listed: the copy counted, leaning high
 }
 
 /// One kernel's measured forward (causal) and backward FLOP/s on a reference GPU, as its source

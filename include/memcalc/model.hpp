@@ -448,6 +448,13 @@ struct Architecture {
     /// of q, k and v, and where b > 1 the output projection copies the kernel's output, handed back
     /// as a transposed view, while the kernel keeps its own (Transformer Engine's FlashAttention).
     bool sequence_first = false;
+    /// q reaches a fused attention kernel as a contiguous heads-first [b, a, s, d] tensor
+    /// (lit-gpt's: its rotary torch.cat follows the permute of the fused q/k/v output), not a
+    /// transposed view of [b, s, a, d]: a kernel whose output follows q's layout
+    /// (FlashAttention-2's, cuDNN's) hands it back heads-first, the program's transpose and reshape
+    /// copy it for the output projection beside the kernel's own, and the kernel's backward copies
+    /// it batch-first.
+    bool q_heads_first = false;
     /// The router's linear runs on an fp32 copy of its input, which it keeps (F.linear(x.float(),
     /// w.float()): transformers' DeepSeek-V3 router, Megatron-LM's fp32 router before July 2025).
     bool router_input_fp32 = false;

@@ -130,6 +130,12 @@ inline const auto program_facts = std::make_tuple(
            "fused kernel taking batch-first tensors alone (--attention-kernel flash-attention-2)\n"
            "gets copies of q, k, v and, where b > 1, its output is copied for the output\n"
            "projection beside the kernel's own; or batch-first (false: most programs)"},
+    Switch{"q_heads_first", "q heads-first", &Architecture::q_heads_first, flag_values, flag_name,
+           "q reaches a fused kernel as a contiguous [b, heads, s, d] tensor (true: lit-gpt's,\n"
+           "its rotary torch.cat after the fused q/k/v's permute), so a kernel whose output takes\n"
+           "q's layout (flash-attention-2, cudnn) returns it heads-first and the program's\n"
+           "transpose and reshape copy it for the output projection; or a transposed view of\n"
+           "[b, s, heads, d] (false: transformers', nanoGPT's, torchtune's)"},
     Switch{"router_input_fp32", "router fp32 input", &Architecture::router_input_fp32, flag_values,
            flag_name,
            "The router's linear runs on an fp32 copy of its input, which it keeps (true:\n"

@@ -60,7 +60,7 @@ class FlashStandIn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, scale):
         b, heads, s, d = q.shape
-        out = q.new_empty(b, s, heads, d).transpose(1, 2)  # the kernel's layout
+        out = torch.empty_like(q)  # q's layout, as FlashAttention-2's mha_fwd makes it
         lse = torch.empty(b, heads, s, dtype=torch.float32)
         for n, h, rows in _blocks(q):
             probs, lse[n, h, rows] = _block_probs(q[n, h], k[n, h], scale, rows, None)
@@ -73,6 +73,8 @@ class FlashStandIn(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
         b, heads, s, d = q.shape
+        # torch's _flash_attention_backward hands the kernel out.contiguous() batch-first
+        out = out.transpose(1, 2).contiguous().transpose(1, 2)
         # FlashAttention-2's backward: an fp32 dq accumulator, a row sum per query, dq, dk, dv
         dq_accum = torch.zeros(b, s, heads, d, dtype=torch.float32).transpose(1, 2)
         row_sums = torch.empty(b, heads, s, dtype=torch.float32)

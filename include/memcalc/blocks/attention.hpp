@@ -46,25 +46,31 @@ inline void mha_input_rows(TableBuilder& t, const Architecture& m, const Sizes& 
     qkv_rows(t, m, z, attention);
 }
 
-/// What a sequence-first program copies for a kernel that takes batch-first tensors alone
-/// (Architecture::sequence_first): q, k and v, contiguous and batch-first, beside the projection's
-/// output in forward; and where b > 1 the kernel's output, which comes back as a transposed view
-/// that Transformer Engine's linear makes contiguous (module/base.py:1639-1640) and keeps, beside
-/// the kernel's own, and its gradient, made contiguous for the kernel's backward. At b = 1 the
-/// transposed view is contiguous already.
+/// What a program copies around a fused kernel whose layouts are not its own. A sequence-first
+/// program (Architecture::sequence_first) with a kernel that takes batch-first tensors alone: q, k
+/// and v, contiguous and batch-first, beside the projection's output in forward; and where b > 1
+/// the kernel's output, which comes back as a transposed view that Transformer Engine's linear
+/// makes contiguous (module/base.py:1639-1640) and keeps, beside the kernel's own, and its
+/// gradient, made contiguous for the kernel's backward (at b = 1 the view is contiguous already).
+/// A heads-first q (Architecture::q_heads_first) with a kernel whose output follows q's layout:
+/// the output, copied token-major for the output projection, and copied batch-first in backward.
 struct LayoutCopies {
-    bool inputs = false, output = false;
+    bool inputs = false, output = false, heads_first = false;
 };
 
 inline LayoutCopies layout_copies(const Architecture& m, const Sizes& z) {
-    if (!m.sequence_first || !batch_first_only(z.runtime.attention_kernel)) return {};
-    return {true, z.tokens.value() / z.seq > 1};
+    const AttentionKernel kernel = z.runtime.attention_kernel;
+    if (m.sequence_first && batch_first_only(kernel))
+        return {true, z.tokens.value() / z.seq > 1, false};
+    if (m.q_heads_first && output_follows_q(kernel)) return {false, true, true};
+    return {};
 }
 
 /// The fused kernel's output and the output projection's input: one tensor, or two where the
 /// projection reads a copy (a narrow cast, the unpadded slice of a padded output, a layout copy).
 inline void flash_output_rows(TableBuilder& t, const Architecture& m, const Sizes& z,
-                              const Shape& output, bool layout_copy) {
+                              const Shape& output, const LayoutCopies& copies) {
+    const bool layout_copy = copies.output;
     // v padded to q's width (latent attention) makes an output as wide: the output projection
     // reads a copy of its unpadded slice, and the padded output is the kernel's alone.
     const bool padded = m.value_head_size() != m.head_size() && m.latent_v_padded;
@@ -77,12 +83,14 @@ inline void flash_output_rows(TableBuilder& t, const Architecture& m, const Size
                              "its input (the output's unpadded slice, copied)", z.sbv, output, 1,
                              output_projection(z), bit(Linear::o));
     } else if (z.narrow || layout_copy) {
-        t.add("flash attention", layout_copy ? "its output, batch-first" : "its output", why,
-              output, z.sbv, z.d, Keep::always, 1, policy);
-        projection_input_row(
-            t, z, "output projection",
-            layout_copy ? "its input (the output copied sequence-first)" : "its input", z.sbv,
-            output, 1, output_projection(z), bit(Linear::o));
+        const char* kernel_layout =
+            copies.heads_first ? "its output, heads-first (q's layout)" : "its output, batch-first";
+        const char* copied = copies.heads_first ? "its input (the output copied token-major)"
+                                                : "its input (the output copied sequence-first)";
+        t.add("flash attention", layout_copy ? kernel_layout : "its output", why, output, z.sbv,
+              z.d, Keep::always, 1, policy);
+        projection_input_row(t, z, "output projection", layout_copy ? copied : "its input", z.sbv,
+                             output, 1, output_projection(z), bit(Linear::o));
     } else {
         // A 4-bit output projection's ctx holds it too (bitsandbytes before 0.43.2).
         const bool held = kept_by_4bit(t, bit(Linear::o)) > 0;
@@ -112,10 +120,11 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
     t.add("flash attention", "log-sum-exp per query row, fp32",
           "backward rebuilds the softmax from it", shape::asb, Count(m.heads) * z.tokens,
           dtype::fp32, Keep::not_selective, 1, RowFacts{}.saved_by_policy());
-    flash_output_rows(t, m, z, output, copies.output);
+    flash_output_rows(t, m, z, output, copies);
     // FlashAttention-2's backward: dq accumulated in fp32, dq, dk, dv, and a row sum per query;
     // Where k and v were repeated for it, dk and dv at every query head and their sums per group;
-    // the output's gradient made contiguous batch-first where the output was copied.
+    // the output's gradient (a heads-first output itself) made contiguous batch-first where the
+    // output was copied.
     const bool repeated = repeats_kv(m, Attention::flash);
     const Count work = z.sbq * (dtype::fp32 + z.d) + Count(2 * z.d) * z.sbkv +
                        (repeated ? Count(2 * z.d) * z.sbq : 0) +
@@ -125,7 +134,9 @@ inline void flash_core_rows(TableBuilder& t, const Architecture& m, const Sizes&
                 std::string(repeated ? "dq (fp32 accumulator and result), dk, dv at every head and "
                                        "summed, row sums"
                                      : "dq (fp32 accumulator and result), dk, dv, row sums") +
-                    (copies.output ? ", the output's gradient copied batch-first" : ""),
+                    (!copies.output       ? ""
+                     : copies.heads_first ? ", the output copied batch-first"
+                                          : ", the output's gradient copied batch-first"),
                 bytes_of(dtype::fp32 + z.d, "sb(ad)") + " + " + bytes_of(2 * z.d, "sb(kd)") +
                     (repeated ? " + " + bytes_of(2 * z.d, "sb(ad)") : "") + " + 4 asb" +
                     (copies.output ? " + " + bytes_of(z.d, "sb(a d_v)") : ""),
