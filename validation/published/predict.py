@@ -155,6 +155,30 @@ def litgpt_qlora(model, seq, double_quant):
                 note=row["note"] + LITGPT_QLORA_NOTE, under_estimate=LITGPT_QLORA_UNDER)
 
 
+# LitGPT's Adapter rows and its multi-GPU LoRA rows, which memcalc cannot yet express.
+LITGPT_ADAPTER = ("LLaMA-Adapter as lit-gpt writes it (adapter.py: a learned 10-token prompt in each layer "
+                  "from the third, attended by every query through SDPA with a mask, gated per head; "
+                  "adapter_v2.py: also a trained bias and scale on every linear, the norms trained) is a "
+                  "fine-tuning method memcalc does not model: needs --train adapter")
+LITGPT_ADAPTER_NF4 = ("; and finetune/adapter.py at the stated commit 8641822 has no --quantize (added later), so "
+                      "the program of this row is not stated")
+LITGPT_FSDP = ("Fabric's FSDP over every Block, each checkpointed, loading the checkpoint as a full state dict: "
+               "the published peak is nearly flat in the micro-batch (7B: 22.18 to 23.39 GB from 1 to 4), a "
+               "loading or set-up peak memcalc does not model (the loading estimate has no FSDP full-state-dict "
+               "load); the training step alone is shown (--dp N --zero 3 --recompute full), far below")
+
+
+def litgpt_adapter(quantized):
+    """A LitGPT Adapter row: not expressible."""
+    return dict(args=None, comparable=False, why=LITGPT_ADAPTER + (LITGPT_ADAPTER_NF4 if quantized else ""))
+
+
+def litgpt_fsdp(model, seq, micro_batch, gpus):
+    """A LitGPT multi-GPU LoRA row: the training step beside a published loading peak."""
+    row = litgpt(model, seq, micro_batch)
+    return dict(args=row["args"] + ["--dp", str(gpus), "--zero", "3", "--recompute", "full"],
+                comparable=False, why=LITGPT_FSDP)
+
 def litgpt(model, seq, micro_batch):
     """A LitGPT LoRA row: lit-gpt's model as its config.py builds it, the longest sample's micro-batch."""
     return dict(args=["--model-file", MODELS + model + ".json", "--seq", str(seq), "-b", str(micro_batch)]
@@ -327,6 +351,28 @@ ROWS = {
     "litgpt-llama2-7b-qlora-nf4-dq-mb1": litgpt_qlora("litgpt-llama-2-7b", 1304, True),
     "litgpt-llama2-13b-qlora-nf4-mb1": litgpt_qlora("litgpt-llama-2-13b", 1304, False),
     "litgpt-llama2-13b-qlora-nf4-dq-mb1": litgpt_qlora("litgpt-llama-2-13b", 1304, True),
+    "litgpt-stablelm-3b-adapter-mb1": litgpt_adapter(False),
+    "litgpt-stablelm-3b-adapter-nf4-mb1": litgpt_adapter(True),
+    "litgpt-stablelm-3b-adapter-nf4-dq-mb1": litgpt_adapter(True),
+    "litgpt-stablelm-3b-adapter-v2-mb1": litgpt_adapter(False),
+    "litgpt-stablelm-3b-adapter-v2-nf4-mb1": litgpt_adapter(True),
+    "litgpt-stablelm-3b-adapter-v2-nf4-dq-mb1": litgpt_adapter(True),
+    "litgpt-llama2-7b-adapter-mb1": litgpt_adapter(False),
+    "litgpt-llama2-7b-adapter-nf4-mb1": litgpt_adapter(True),
+    "litgpt-llama2-7b-adapter-nf4-dq-mb1": litgpt_adapter(True),
+    "litgpt-llama2-7b-adapter-v2-mb1": litgpt_adapter(False),
+    "litgpt-llama2-7b-adapter-v2-nf4-mb1": litgpt_adapter(True),
+    "litgpt-llama2-7b-adapter-v2-nf4-dq-mb1": litgpt_adapter(True),
+    "litgpt-phi-1_5-lora-2gpu-mb1": litgpt_fsdp("litgpt-phi-1_5", 1044, 1, 2),
+    "litgpt-phi-1_5-lora-2gpu-mb2": litgpt_fsdp("litgpt-phi-1_5", 1044, 2, 2),
+    "litgpt-phi-1_5-lora-2gpu-mb4": litgpt_fsdp("litgpt-phi-1_5", 1044, 4, 2),
+    "litgpt-stablelm-3b-lora-2gpu-mb1": litgpt_fsdp("litgpt-stablelm-base-alpha-3b", 1034, 1, 2),
+    "litgpt-stablelm-3b-lora-2gpu-mb2": litgpt_fsdp("litgpt-stablelm-base-alpha-3b", 1034, 2, 2),
+    "litgpt-stablelm-3b-lora-2gpu-mb4": litgpt_fsdp("litgpt-stablelm-base-alpha-3b", 1034, 4, 2),
+    "litgpt-llama2-7b-lora-2gpu-mb1": litgpt_fsdp("litgpt-llama-2-7b", 1304, 1, 2),
+    "litgpt-llama2-7b-lora-2gpu-mb2": litgpt_fsdp("litgpt-llama-2-7b", 1304, 2, 2),
+    "litgpt-llama2-7b-lora-2gpu-mb4": litgpt_fsdp("litgpt-llama-2-7b", 1304, 4, 2),
+    "litgpt-llama2-13b-lora-4gpu-mb1": litgpt_fsdp("litgpt-llama-2-13b", 1304, 1, 4),
     # ---- PEFT README: batch, sequence, precision, rank and the statistic are not stated
     "peft-bloomz-7b1-lora-pytorch": dict(args=None, comparable=False,
         why="batch, sequence, precision, LoRA rank and the statistic are not stated: nothing to predict"),
