@@ -85,25 +85,41 @@ LoraVariant parse_lora_variant(const std::string& text) {
     return variant->variant;
 }
 
-/// The adapters' options need --train lora or qlora; the 4-bit base's, qlora.
-void check_tuning_options(const TrainingOptions& q, bool adapters, bool quantized_base) {
+/// The adapters' options need --train lora or qlora; the 4-bit base's, qlora; the prompt's,
+/// adapter.
+void check_tuning_options(const TrainingOptions& q, const TrainingRow& row) {
     struct Needs {
         const char* option;
         const std::string& value;
-        bool quantized;  ///< --train qlora's alone; else lora's or qlora's
+        bool TrainingRow::*mode;  ///< the row's column that allows it
+        const char* modes;        ///< the --train values that have it
     };
-    for (const Needs& n : {Needs{"--lora-rank", q.lora_rank, false},
-                           {"--lora-targets", q.lora_targets, false},
-                           {"--lora-dropout", q.lora_dropout, false},
-                           {"--lora-dtype", q.lora_dtype, false},
-                           {"--lora-variant", q.lora_variant, false},
-                           {"--qlora-quantizer", q.quantizer, true},
-                           {"--qlora-double-quant", q.double_quant, true},
-                           {"--bitsandbytes-version", q.bitsandbytes_version, true}})
-        if (!n.value.empty() && !(n.quantized ? quantized_base : adapters))
+    constexpr auto lora = &TrainingRow::adapters;
+    constexpr auto qlora = &TrainingRow::quantized_base;
+    constexpr auto prompt = &TrainingRow::prompt;
+    for (const Needs& n : {Needs{"--lora-rank", q.lora_rank, lora, "lora or qlora"},
+                           {"--lora-targets", q.lora_targets, lora, "lora or qlora"},
+                           {"--lora-dropout", q.lora_dropout, lora, "lora or qlora"},
+                           {"--lora-dtype", q.lora_dtype, lora, "lora or qlora"},
+                           {"--lora-variant", q.lora_variant, lora, "lora or qlora"},
+                           {"--qlora-quantizer", q.quantizer, qlora, "qlora"},
+                           {"--qlora-double-quant", q.double_quant, qlora, "qlora"},
+                           {"--bitsandbytes-version", q.bitsandbytes_version, qlora, "qlora"},
+                           {"--adapter-prompt-tokens", q.prompt_tokens, prompt, "adapter"},
+                           {"--adapter-start-layer", q.prompt_start, prompt, "adapter"}})
+        if (!n.value.empty() && !(row.*n.mode))
             throw usage_error(fmt::format("{} {} needs --train {} (got --train {})", n.option,
-                                          n.value, n.quantized ? "qlora" : "lora or qlora",
-                                          q.train));
+                                          n.value, n.modes, q.train));
+}
+
+/// --adapter-start-layer: a layer's index, from 0.
+std::uint64_t parse_layer_index(const std::string& text) {
+    std::uint64_t n = 0;
+    const auto [end, failed] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (failed != std::errc() || end != text.data() + text.size())
+        throw usage_error(fmt::format(
+            "--adapter-start-layer must be a layer's index, counted from 0 (got '{}')", text));
+    return n;
 }
 
 /// QLoRA's base as --qlora-quantizer, --qlora-double-quant and --bitsandbytes-version say it.
@@ -145,11 +161,11 @@ FineTuning parse_fine_tuning(const TrainingOptions& q) {
     if (row == training_rows.end()) {
         std::vector<std::string> names;
         for (const auto& r : training_rows) names.emplace_back(r.name);
-        throw usage_error(fmt::format("unknown --train '{}'{} (full, frozen, lora or qlora)",
-                                      q.train, did_you_mean(q.train, names)));
+        throw usage_error(
+            fmt::format("unknown --train '{}'{} (full, frozen, lora, qlora or adapter)", q.train,
+                        did_you_mean(q.train, names)));
     }
     f.mode = row->mode;
-    const bool adapters = row->adapters;
     if (!q.frozen.empty()) {
         if (f.mode != Training::frozen && f.mode != Training::full)
             throw usage_error(
@@ -162,8 +178,10 @@ FineTuning parse_fine_tuning(const TrainingOptions& q) {
             "--train frozen needs --frozen PARTS (embeddings, attention, mlp, router, norms, head, "
             "vision, or tensor names such as q_proj)");
     }
-    check_tuning_options(q, adapters, row->quantized_base);
+    check_tuning_options(q, *row);
     f.quantized = parse_quantized_linears(q);
+    f.prompt.tokens = parse_count("--adapter-prompt-tokens", q.prompt_tokens, f.prompt.tokens);
+    if (!q.prompt_start.empty()) f.prompt.start_layer = parse_layer_index(q.prompt_start);
     f.lora.rank = parse_count("--lora-rank", q.lora_rank, f.lora.rank);
     if (!q.lora_targets.empty()) f.lora.targets = split_list("--lora-targets", q.lora_targets);
     if (!q.lora_dropout.empty()) {

@@ -48,7 +48,8 @@ struct RecipeOptions {
 /// Fine-tuning: which parameters train (finetune.hpp).
 struct TrainingOptions {
     std::string train = "full", frozen, lora_rank, lora_targets, lora_dropout, lora_dtype,
-                lora_variant, quantizer, double_quant, bitsandbytes_version;
+                lora_variant, quantizer, double_quant, bitsandbytes_version, prompt_tokens,
+                prompt_start;
 };
 
 /// The activation model and the attention kernels.

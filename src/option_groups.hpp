@@ -108,14 +108,28 @@ void add_group(App& app, StepOptions& q) {
         ->type_name("WxH");
 }
 
+/// LLaMA-Adapter's prompt (--train adapter).
+template <class App>
+void add_prompt_options(App& app, TrainingOptions& q) {
+    app.add_option("--adapter-prompt-tokens", q.prompt_tokens,
+                   "--train adapter: the learned prompt's tokens in each adapted layer (default: "
+                   "10, lit-gpt's\nadapter_prompt_length)")
+        ->type_name("N");
+    app.add_option("--adapter-start-layer", q.prompt_start,
+                   "--train adapter: the first layer with a prompt, from 0 (default: 2, lit-gpt's\n"
+                   "adapter_start_layer); the layers before it keep nothing")
+        ->type_name("N");
+}
+
 /// Fine-tuning: what trains.
 template <class App>
 void add_group(App& app, TrainingOptions& q) {
     app.add_option("--train", q.train,
                    "What trains: full (default), frozen (all but --frozen PARTS), lora (low-rank "
                    "adapters\nbeside a frozen base, as peft's LoRA), qlora (the same over 4-bit "
-                   "NF4 base linears,\nbitsandbytes' double quantisation). Not full: "
-                   "--activations architecture by default")
+                   "NF4 base linears,\nbitsandbytes' double quantisation), adapter (LLaMA-Adapter: "
+                   "a gated prompt per layer,\nlit-gpt's adapter.py). Not full: --activations "
+                   "architecture by default")
         ->type_name("MODE");
     app.add_option("--frozen", q.frozen,
                    "Parts that keep their weights alone (no gradient, master copy or optimiser "
@@ -161,6 +175,7 @@ void add_group(App& app, TrainingOptions& q) {
                    "for backward,\nheld by autograd's graph until the loop drops its loss; before "
                    "0.43.0 it is quantised\nfrom fp16 (default: 0.43.2 and later)")
         ->type_name("VERSION");
+    add_prompt_options(app, q);
 }
 
 /// The recipe.

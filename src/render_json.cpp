@@ -403,6 +403,8 @@ json settings_json(const Report& r) {
     const FineTuning& f = r.settings.tuning;
     json training = {{"mode", training_name(f.mode)}};
     if (f.mode == Training::frozen) training["frozen"] = f.frozen;
+    if (training_row(f.mode).prompt)
+        training["prompt"] = {{"tokens", f.prompt.tokens}, {"start_layer", f.prompt.start_layer}};
     if (training_row(f.mode).adapters)
         training["lora"] = {{"rank", f.lora.rank},
                             {"targets", f.lora.targets},

@@ -84,6 +84,9 @@ std::string training_line(const Report& r) {
     std::string how;
     if (f.mode == Training::frozen)
         how = fmt::format("frozen: {}", fmt::join(f.frozen, ", "));
+    else if (training_row(f.mode).prompt)
+        how = fmt::format("a {}-token prompt, gated, in every layer from {}", f.prompt.tokens,
+                          f.prompt.start_layer);
     else
         how = fmt::format("{}rank {} on {}, {}, {} adapters{}",
                           lora_variant_row(f.lora.variant).magnitude ? "DoRA, " : "", f.lora.rank,

@@ -228,7 +228,7 @@ inline void validate_tuning(const FineTuning& f, ActivationModel activations,
         throw error(std::string("training ") + training_name(f.mode) +
                     " needs the architecture activation model: Korthikanti's formula has every "
                     "weight trained");
-    if (training_row(f.mode).adapters && recipe.linears)
+    if (training_row(f.mode).frozen_base() && recipe.linears)
         throw error(std::string("training ") + training_name(f.mode) + " with recipe " +
                     std::string(recipe.name) +
                     ": adapters beside narrow (fp8) linears are not modelled");

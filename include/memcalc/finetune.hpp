@@ -21,24 +21,30 @@
 
 namespace memcalc {
 
-enum class Training : std::uint8_t { full, frozen, lora, qlora };
+enum class Training : std::uint8_t { full, frozen, lora, qlora, adapter };
 
 struct TrainingRow {
     Training mode;
     const char* name;
     bool adapters;        ///< LoRA adapters train beside a frozen base
     bool quantized_base;  ///< the base's linear weights in 4 bits (QLoRA)
+    bool prompt;          ///< LLaMA-Adapter's gated prompt trains beside a frozen base
     const char* summary;
+
+    bool frozen_base() const { return adapters || prompt; }
 };
 
-inline constexpr std::array<TrainingRow, 4> training_rows{{
-    {Training::full, "full", false, false, "every parameter trains"},
-    {Training::frozen, "frozen", false, false,
+inline constexpr std::array<TrainingRow, 5> training_rows{{
+    {Training::full, "full", false, false, false, "every parameter trains"},
+    {Training::frozen, "frozen", false, false, false,
      "the parts --frozen names keep their weights alone; the rest trains"},
-    {Training::lora, "lora", true, false,
+    {Training::lora, "lora", true, false, false,
      "low-rank adapters train beside a frozen base (peft's LoRA)"},
-    {Training::qlora, "qlora", true, true,
+    {Training::qlora, "qlora", true, true, false,
      "LoRA over a base whose linear weights are 4-bit NF4 with double quantisation (bitsandbytes)"},
+    {Training::adapter, "adapter", false, false, true,
+     "LLaMA-Adapter (lit-gpt's adapter.py): a learned prompt in each layer from a start layer, "
+     "attended by every query and gated per head, beside a frozen base"},
 }};
 
 constexpr const TrainingRow& training_row(Training t) {
@@ -92,8 +98,16 @@ struct Lora {
     bool fp32 = true;
 };
 
+/// LLaMA-Adapter's prompt (lit-gpt's adapter.py Config): its tokens, learned per layer, in the
+/// layers from start_layer (0-based) on; lit-gpt's defaults.
+struct PromptAdapter {
+    std::uint64_t tokens = 10;      ///< adapter_prompt_length
+    std::uint64_t start_layer = 2;  ///< adapter_start_layer
+};
+
 struct FineTuning {
     Training mode = Training::full;
+    PromptAdapter prompt;  ///< Training::adapter
     std::vector<std::string>
         frozen;  ///< Training::frozen: parts (embeddings, attention, ...) or tensor names
     Lora lora;
@@ -139,6 +153,10 @@ struct LayerTuning {
     bool input_grad = true;
     /// Adapters on a frozen base, the embedding too: the first layer's input needs no gradient.
     bool embedding_frozen = false;
+    /// LLaMA-Adapter: the prompt's tokens each query attends to beside the sequence, gated (0:
+    /// none), in the layers from prompt_start (0-based) on.
+    std::uint64_t prompt_tokens = 0;
+    std::uint64_t prompt_start = 0;
     std::array<AdaptedShape, linear_rows.size()> shapes{};  ///< by Linear: the adapted ones' widths
 
     bool any() const { return frozen != 0 || adapted != 0 || frozen_norms; }
@@ -206,7 +224,9 @@ inline void validate(const FineTuning& f) {
     if (f.mode != Training::frozen && !f.frozen.empty())
         throw error(std::string("frozen parts are for training frozen (got training ") +
                     training_name(f.mode) +
-                    (training_row(f.mode).adapters ? ", whose base is frozen whole)" : ")"));
+                    (training_row(f.mode).frozen_base() ? ", whose base is frozen whole)" : ")"));
+    if (training_row(f.mode).prompt && f.prompt.tokens == 0)
+        throw error("adapter prompt tokens must be at least 1");
     if (training_row(f.mode).adapters) {
         if (f.lora.rank == 0) throw error("lora rank must be at least 1");
         if (f.lora.targets.empty()) throw error("lora targets must name at least one linear layer");
@@ -242,6 +262,25 @@ inline ParameterTable frozen_table(const Architecture& m, ParameterTable table,
         if (r.trainable) return table;
     throw error("frozen " + frozen.front() + (frozen.size() > 1 ? ",..." : "") +
                 " leaves nothing of " + model_name(m) + " to train");
+}
+
+/// `table` frozen whole, with LLaMA-Adapter's trained rows for the layers from the start layer on:
+/// each layer's prompt (tokens x h, an embedding table) and its gate (one factor per head), kept
+/// with the first stage's rows (Group::input) as one tensor each.
+inline ParameterTable prompt_table(const Architecture& m, ParameterTable table,
+                                   const PromptAdapter& p) {
+    if (p.start_layer >= m.layers)
+        throw error("adapter start layer " + std::to_string(p.start_layer) +
+                    " leaves no layer of " + model_name(m) + " (" + std::to_string(m.layers) +
+                    " layers, counted from 0) a prompt");
+    for (ParamRow& r : table.rows) r.trainable = false;
+    const std::uint64_t adapted = m.layers - p.start_layer;
+    table.rows.emplace_back(Part::adapter, Group::input, Text("adapter_wte"),
+                            Text("(L - S) x p x h"), Dims{adapted, p.tokens, m.hidden},
+                            ParamSplit::replicated, false, 0);
+    table.rows.emplace_back(Part::adapter, Group::input, Text("gating_factor"), Text("(L - S) x a"),
+                            Dims{adapted, m.heads}, ParamSplit::replicated, false, 0);
+    return table;
 }
 
 /// A LoRA target's adapter rows after its own, `row`: A (in x r) and B (r x out), and DoRA's
@@ -413,6 +452,7 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
     if (f.mode == Training::full) return table;
     const bool merged = lora_variant_row(f.lora.variant).merged;
     if (f.mode == Training::frozen) return detail::frozen_table(m, std::move(table), f.frozen);
+    if (training_row(f.mode).prompt) return detail::prompt_table(m, std::move(table), f.prompt);
     std::vector<bool> used(f.lora.targets.size(), false);
     const auto targeted = [&](const ParamRow& r) {
         if (!detail::linear_weight(m, r)) return false;
@@ -488,6 +528,8 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
     t.dora = lora_variant_row(f.lora.variant).magnitude;
     t.merged = lora_variant_row(f.lora.variant).merged;
     t.quantized_keep_inputs = f.quantized.keeps_input();
+    if (training_row(f.mode).prompt)
+        t.prompt_tokens = f.prompt.tokens, t.prompt_start = f.prompt.start_layer;
     bool norms = false, trained_norm = false;
     for (const ParamRow& r : table.rows) {
         const bool here = r.group == Group::layer ? r.kind == kind : r.group == Group::head;
@@ -525,9 +567,9 @@ inline std::vector<LayerTuning> layer_tunings(const Architecture& m, const Param
     if (all_train) return out;
     for (std::size_t k = 0; k < m.kind_count(); ++k) {
         out.push_back(layer_tuning(table, f, k));
-        // Adapters freeze the whole base, the embedding too: its output needs a gradient only
-        // where the program asks for one (input_require_grads).
-        out.back().embedding_frozen = training_row(f.mode).adapters && !m.input_require_grads;
+        // Adapters (and a prompt) freeze the whole base, the embedding too: its output needs one
+        // only where the program asks for one (input_require_grads).
+        out.back().embedding_frozen = training_row(f.mode).frozen_base() && !m.input_require_grads;
     }
     return out;
 }

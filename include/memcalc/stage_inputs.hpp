@@ -114,12 +114,17 @@ inline LayerMaxima set_layer_holdings(TimelineInputs& in, const Workload& w, con
         most.copies = std::max({most.copies, copies, in.not_recomputed[k].weight_copies});
         most.weights = std::max(most.weights, gathered_layer_bytes(w, p, f, k));
     }
-    // The model's first layer, its input needing no gradient, keeps less than its kind's others.
-    const Count first = w.first_layer_kept && holds_embedding(p, f.stage) && !in.partial()
-                            ? w.first_layer_kept->on_rank(p, V)
-                            : in.layer[0].kept;
-    in.first_layer_spare =
-        first < in.layer[0].kept ? Count(in.layer[0].kept.value() - first.value()) : Count(0);
+    // The model's first layers, their input needing no gradient, keep less than their kind's
+    // others.
+    in.leading_spare.clear();
+    if (holds_embedding(p, f.stage) && !in.partial())
+        for (const SplitBytes& kept : w.leading_kept) {
+            const Count own = kept.on_rank(p, V);
+            in.leading_spare.push_back(
+                own < in.layer[0].kept ? Count(in.layer[0].kept.value() - own.value()) : Count(0));
+        }
+    while (!in.leading_spare.empty() && in.leading_spare.back() == Count(0))
+        in.leading_spare.pop_back();
     return most;
 }
 

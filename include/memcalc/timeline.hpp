@@ -177,9 +177,20 @@ struct TimelineInputs : StageLayers {
     /// the table's gradient is whole until the embedding's backward hands it over.
     Count buffered_first_gradients;
     Count input_gradients;  ///< embeddings (untied): ready after the last backward step
-    /// What the model's first layer keeps less than its kind's others (its input needing no
-    /// gradient), on the device that runs it as position 1; from its forward to its backward.
-    Count first_layer_spare;
+    /// What each of the model's first layers keeps less than its kind's others (its input needing
+    /// no gradient: position 1 under adapters, up to the first prompt's layer under LLaMA-Adapter),
+    /// on the device that runs them as positions 1, 2, ...; from its forward to its backward.
+    std::vector<Count> leading_spare;
+
+    /// The leading positions (leading_spare's), each a step of its own.
+    std::uint64_t leading() const { return leading_spare.size(); }
+    /// What positions first..last keep less than their kind's others.
+    Count leading_spare_in(std::uint64_t first, std::uint64_t last) const {
+        Count sum;
+        for (std::uint64_t p = std::max<std::uint64_t>(first, 1); p <= last && p <= leading(); ++p)
+            sum += leading_spare[p - 1];
+        return sum;
+    }
     Count input_side_kept;  ///< saved by the embedding side: from the first forward step to the
                             ///< last backward
     Count later_input_side_kept;  ///< the same at a later micro-batch
@@ -343,11 +354,10 @@ inline Count kept_at_step(const TimelineInputs& in, Phase phase, std::uint64_t d
         (phase == Phase::forward || phase == Phase::backward) && spare > chunk_index
             ? spare - chunk_index
             : 0;
-    const bool first_held = first_kept <= 1 && last_kept >= 1;
     const Count layers = in.over<&LayerInputs::kept>(first_kept, last_kept);
     return (later ? in.later_input_side_kept + in.later_other_microbatches
                   : in.input_side_kept + in.other_microbatches) +
-           (first_held ? Count(layers.value() - in.first_layer_spare.value()) : layers) +
+           Count(layers.value() - in.leading_spare_in(first_kept, last_kept).value()) +
            Count(spares) * in.spare_chunk;
 }
 
@@ -549,6 +559,12 @@ inline void layer_run(std::vector<Step>& steps, PeakSoFar* peak, const TimelineI
     add_step(steps, peak, step_at(in, phase, to, microbatch));
 }
 
+/// The lowest position a backward run from `b` may reach while staying linear: below it (at or
+/// under the leading positions) each step differs by its own spare.
+inline std::uint64_t leading_floor(const TimelineInputs& in, std::uint64_t b) {
+    return b > in.leading() ? in.leading() : b;
+}
+
 /// timeline(in), and its peak into `peak` when one is asked for.
 inline std::vector<Step> timeline(const TimelineInputs& in, PeakSoFar* peak) {
     std::vector<Step> steps;
@@ -556,14 +572,14 @@ inline std::vector<Step> timeline(const TimelineInputs& in, PeakSoFar* peak) {
     steps.reserve(shown * (2 * L + 1) + 1);
     for (std::uint64_t mb = 1; mb <= shown; ++mb) {
         for (std::uint64_t a = 1, b; a <= L; a = b + 1) {
-            // Position 1 keeping less than the rest (first_layer_spare): forward 2 on is linear.
-            b = a == 1 && in.first_layer_spare > Count(0) ? 1 : in.run_end(a);
+            // The leading positions keeping less than the rest (leading_spare): a step each.
+            b = a <= in.leading() ? a : in.run_end(a);
             layer_run(steps, peak, in, Phase::forward, a, b, mb);
         }
         if (in.loss) add_step(steps, peak, step_at(in, Phase::loss, 0, mb));
         if (L >= 1) add_step(steps, peak, step_at(in, Phase::backward, L, mb));
         for (std::uint64_t b = L - 1, a; L >= 3 && b >= 2; b = a - 1) {
-            a = std::max<std::uint64_t>(2, in.run_start(b));
+            a = std::max<std::uint64_t>({2, in.run_start(b), leading_floor(in, b)});
             layer_run(steps, peak, in, Phase::backward, b, a, mb);
         }
         if (L >= 2) add_step(steps, peak, step_at(in, Phase::backward, 1, mb));
@@ -616,7 +632,7 @@ inline void each_peak_candidate(const TimelineInputs& in, Visit&& visit) {
     // step's value there is linear in the chunk's index too; so chunks 0 and S - 1 stand for those,
     // and the chunks from S on are one run.
     const bool spares_only = in.mixed && !in.several_kinds && !in.partial() && !in.kept_offloaded &&
-                             !in.one_chunk() && in.equal_chunks();
+                             !in.one_chunk() && in.equal_chunks() && in.leading() == 0;
     const auto next_run_end = [&](std::uint64_t a, std::uint64_t spare) {
         if (!spares_only) return in.run_end(a);
         const std::uint64_t c = (a - 1) / in.chunk;
@@ -641,7 +657,7 @@ inline void each_peak_candidate(const TimelineInputs& in, Visit&& visit) {
         const std::uint64_t spare = mb > 1 ? in.later_spare_chunks : in.spare_chunks;
         if (mb > 1) consider(Phase::forward, 1, mb);
         for (std::uint64_t a = 1, b; a <= L; a = skip_up(b + 1, spare)) {
-            b = next_run_end(a, spare);
+            b = a <= in.leading() ? a : next_run_end(a, spare);
             if (a > 1) consider(Phase::forward, a, mb);
             // Offloaded: the steps after a run's lowest are linear (layer_run), from its second.
             if (in.kept_offloaded && b > a + 1) consider(Phase::forward, a + 1, mb);
@@ -650,7 +666,8 @@ inline void each_peak_candidate(const TimelineInputs& in, Visit&& visit) {
         if (in.loss) consider(Phase::loss, 0, mb);
         consider(Phase::backward, L, mb);
         for (std::uint64_t b = L - 1, a; L >= 3 && b >= 2; b = skip_down(a - 1, spare)) {
-            a = std::max<std::uint64_t>(2, next_run_start(b, spare));
+            a = std::max<std::uint64_t>(
+                {2, next_run_start(b, spare), detail::leading_floor(in, b)});
             consider(Phase::backward, b, mb);
             if (in.kept_offloaded && b > a + 1) consider(Phase::backward, a + 1, mb);
             if (a < b && (!in.uniform() || in.kept_offloaded)) consider(Phase::backward, a, mb);

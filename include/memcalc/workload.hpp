@@ -58,9 +58,9 @@ struct Workload {
     /// Under full recomputation, each kind's layer under none as well: partial recomputation
     /// (Parallelism::recompute_layers) runs the layers past the first N of each chunk so.
     std::vector<LayerWork> not_recomputed;
-    /// What the model's first layer keeps where its input needs no gradient (ActivationTables::
-    /// first_layer), without recomputation; none: as its kind's other layers.
-    std::optional<SplitBytes> first_layer_kept;
+    /// What the model's first layers keep where their input needs no gradient (ActivationTables::
+    /// leading_layers), without recomputation; none: as their kind's other layers.
+    std::vector<SplitBytes> leading_kept;
     SplitBytes kv_cache_not_recomputed;  ///< kv_cache under none
     /// By kind, one layer of one micro-batch: what a deferred weight-gradient pass reads
     /// (weight_pass_reads).
@@ -125,9 +125,9 @@ struct ActivationTables {
     std::vector<LayerActivations> other_kinds;  ///< one layer of each further kind
     std::vector<SavedTensor> input_side, forward_buffers;
     LayerActivations head;  ///< the final norm, the head and the loss (head_program)
-    /// The model's first layer where its input needs no gradient (adapters on a frozen base):
-    /// what it keeps, less than its kind's other layers (LayerTuning::input_grad).
-    std::optional<LayerActivations> first_layer;
+    /// The model's first layers where their input needs no gradient (adapters on a frozen base):
+    /// what each keeps, less than its kind's other layers (LayerTuning::input_grad).
+    std::vector<LayerActivations> leading_layers;
 
     /// One layer of kind `kind`.
     const LayerActivations& of_kind(std::size_t kind) const {
@@ -153,15 +153,27 @@ inline Runtime runtime_of(const Framework& f) {
     return {f.platform, f.torch, f.moe == MoeKernel::model_code, f.attention_kernel};
 }
 
-/// The model's first layer where its input needs no gradient (LayerTuning::embedding_frozen): one
-/// kind of dense layer (else each layer as its kind's: leaning high).
-inline std::optional<LayerActivations> first_layer_table(const Architecture& m, std::uint64_t s,
-                                                         std::uint64_t b, Precision precision,
-                                                         const Framework& f, ModuleSet modules,
-                                                         LayerTuning tuning) {
-    if (!m.layer_kinds.empty() || m.any_moe() || !tuning.embedding_frozen) return std::nullopt;
+/// The model's first layers where their input needs no gradient (LayerTuning::embedding_frozen):
+/// the first alone under adapters on every layer; under a prompt from layer S (LLaMA-Adapter), the
+/// S before it, which keep nothing, and its own. One kind of dense layer (else each layer as its
+/// kind's: leaning high).
+inline std::vector<LayerActivations> leading_layer_tables(const Architecture& m, std::uint64_t s,
+                                                          std::uint64_t b, Precision precision,
+                                                          const Framework& f, ModuleSet modules,
+                                                          LayerTuning tuning) {
+    std::vector<LayerActivations> tables;
+    if (!m.layer_kinds.empty() || m.any_moe() || !tuning.embedding_frozen) return tables;
     tuning.input_grad = false;
-    return architecture_layer(m, s, b, precision, f.attention, runtime_of(f), modules, tuning);
+    const auto table = [&](const LayerTuning& t) {
+        return architecture_layer(m, s, b, precision, f.attention, runtime_of(f), modules, t);
+    };
+    LayerTuning before = tuning;
+    before.prompt_tokens = 0;
+    const std::uint64_t unprompted = tuning.prompt_tokens > 0 ? tuning.prompt_start : 0;
+    for (std::uint64_t p = 0; p < std::min<std::uint64_t>(unprompted, m.layers); ++p)
+        tables.push_back(table(before));
+    if (unprompted < m.layers) tables.push_back(table(tuning));
+    return tables;
 }
 
 inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s, std::uint64_t b,
@@ -209,7 +221,7 @@ inline ActivationTables activation_tables(const Architecture& m, std::uint64_t s
     for (std::size_t k = 1; k < m.kind_count(); ++k)
         t.other_kinds.push_back(layer(m.kind_view(k), k));
     if (model == ActivationModel::architecture)
-        t.first_layer = first_layer_table(m, s, b, precision, f, modules, tuning(0));
+        t.leading_layers = leading_layer_tables(m, s, b, precision, f, modules, tuning(0));
     if (model == ActivationModel::architecture) {
         t.input_side = input_side_saved(m, s, b, precision, runtime);
         t.head = head_program(m, s, b, precision, runtime, f.loss, tuning(0));
@@ -265,9 +277,10 @@ inline Workload make_workload(const Architecture& m, const Recipe& recipe, std::
             w.not_recomputed.push_back(
                 layer_work(t.of_kind(k), Recompute::none, w.parameters->table, V, k));
     }
-    if (t.first_layer && mode == Recompute::none)
-        w.first_layer_kept =
-            layer_work(*t.first_layer, Recompute::none, w.parameters->table, V, 0).kept;
+    if (mode == Recompute::none)
+        for (const LayerActivations& first : t.leading_layers)
+            w.leading_kept.push_back(
+                layer_work(first, Recompute::none, w.parameters->table, V, 0).kept);
     for (const auto& row : t.input_side) (row.every_stage ? w.stage_side : w.input_side).add(row);
     for (const auto& row : t.head.rows) {
         w.head.add(row);

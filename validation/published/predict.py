@@ -155,22 +155,37 @@ def litgpt_qlora(model, seq, double_quant):
                 note=row["note"] + LITGPT_QLORA_NOTE, under_estimate=LITGPT_QLORA_UNDER)
 
 
-# LitGPT's Adapter rows and its multi-GPU LoRA rows, which memcalc cannot yet express.
-LITGPT_ADAPTER = ("LLaMA-Adapter as lit-gpt writes it (adapter.py: a learned 10-token prompt in each layer "
-                  "from the third, attended by every query through SDPA with a mask, gated per head; "
-                  "adapter_v2.py: also a trained bias and scale on every linear, the norms trained) is a "
-                  "fine-tuning method memcalc does not model: needs --train adapter")
-LITGPT_ADAPTER_NF4 = ("; and finetune/adapter.py at the stated commit 8641822 has no --quantize (added later), so "
-                      "the program of this row is not stated")
+# LitGPT's Adapter rows, added to the table with --quantize for the adapter scripts (lit-gpt @0f021f3a, PR #694:
+# lit_gpt/adapter.py as at 8641822), and its multi-GPU LoRA rows. finetune/adapter.py's loop is lora.py's (the
+# head in 128-token chunks, fp32 logits held, AdamW), its sanity-check validation first under no_grad, which
+# caches each layer's prompt keys and values outside any graph: LLaMA-Adapter as --train adapter counts it,
+# measured on CPU with lit-gpt's adapter.py (litgpt_run.py --method adapter).
+LITGPT_ADAPTER_NOTE = ("the longest Alpaca sample ({} tokens) in the first micro-batch; LLaMA-Adapter as lit-gpt "
+                       "@0f021f3a runs it (a 10-token prompt in every layer from the third, its keys and values "
+                       "cached by the sanity-check validation under no_grad; the prompt attention SDPA's "
+                       "memory-efficient kernel), measured on CPU with lit-gpt's adapter.py "
+                       "(litgpt_run.py --method adapter)")
+LITGPT_ADAPTER_UNDER = ("by 0.3%: the caching allocator's rounding, which max_memory_allocated counts (memcalc's "
+                        "allocator model, peak.reserved's allocated_bytes, gives 19.98 GB, the published figure), and "
+                        "the prompt's cached keys and values (2 x 30 layers x 10 x 4096 bf16, 5 MB), not counted")
+LITGPT_ADAPTER_NF4 = ("--quantize under LLaMA-Adapter: a 4-bit base beside the prompt, which memcalc's --train "
+                      "adapter does not take (its qlora is LoRA's)")
+LITGPT_ADAPTER_V2 = ("LLaMA-Adapter v2 (adapter_v2.py: the prompt, and a trained bias and scale on every linear "
+                     "and the norms trained, so each linear keeps its output) is not modelled: needs --train "
+                     "adapter-v2")
 LITGPT_FSDP = ("Fabric's FSDP over every Block, each checkpointed, loading the checkpoint as a full state dict: "
                "the published peak is nearly flat in the micro-batch (7B: 22.18 to 23.39 GB from 1 to 4), a "
                "loading or set-up peak memcalc does not model (the loading estimate has no FSDP full-state-dict "
                "load); the training step alone is shown (--dp N --zero 3 --recompute full), far below")
 
 
-def litgpt_adapter(quantized):
-    """A LitGPT Adapter row: not expressible."""
-    return dict(args=None, comparable=False, why=LITGPT_ADAPTER + (LITGPT_ADAPTER_NF4 if quantized else ""))
+def litgpt_adapter(model, seq, quantized=False, v2=False):
+    """A LitGPT Adapter row: LLaMA-Adapter over lit-gpt's model; v2 and a 4-bit base not expressible."""
+    if v2 or quantized:
+        return dict(args=None, comparable=False, why=LITGPT_ADAPTER_V2 if v2 else LITGPT_ADAPTER_NF4)
+    args = litgpt(model, seq, 1)["args"]
+    args = args[:args.index("--train")] + ["--train", "adapter"]
+    return dict(args=args, note=LITGPT_ADAPTER_NOTE.format(seq), under_estimate=LITGPT_ADAPTER_UNDER)
 
 
 def litgpt_fsdp(model, seq, micro_batch, gpus):
@@ -351,18 +366,18 @@ ROWS = {
     "litgpt-llama2-7b-qlora-nf4-dq-mb1": litgpt_qlora("litgpt-llama-2-7b", 1304, True),
     "litgpt-llama2-13b-qlora-nf4-mb1": litgpt_qlora("litgpt-llama-2-13b", 1304, False),
     "litgpt-llama2-13b-qlora-nf4-dq-mb1": litgpt_qlora("litgpt-llama-2-13b", 1304, True),
-    "litgpt-stablelm-3b-adapter-mb1": litgpt_adapter(False),
-    "litgpt-stablelm-3b-adapter-nf4-mb1": litgpt_adapter(True),
-    "litgpt-stablelm-3b-adapter-nf4-dq-mb1": litgpt_adapter(True),
-    "litgpt-stablelm-3b-adapter-v2-mb1": litgpt_adapter(False),
-    "litgpt-stablelm-3b-adapter-v2-nf4-mb1": litgpt_adapter(True),
-    "litgpt-stablelm-3b-adapter-v2-nf4-dq-mb1": litgpt_adapter(True),
-    "litgpt-llama2-7b-adapter-mb1": litgpt_adapter(False),
-    "litgpt-llama2-7b-adapter-nf4-mb1": litgpt_adapter(True),
-    "litgpt-llama2-7b-adapter-nf4-dq-mb1": litgpt_adapter(True),
-    "litgpt-llama2-7b-adapter-v2-mb1": litgpt_adapter(False),
-    "litgpt-llama2-7b-adapter-v2-nf4-mb1": litgpt_adapter(True),
-    "litgpt-llama2-7b-adapter-v2-nf4-dq-mb1": litgpt_adapter(True),
+    "litgpt-stablelm-3b-adapter-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, False, False),
+    "litgpt-stablelm-3b-adapter-nf4-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, True, False),
+    "litgpt-stablelm-3b-adapter-nf4-dq-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, True, False),
+    "litgpt-stablelm-3b-adapter-v2-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, False, True),
+    "litgpt-stablelm-3b-adapter-v2-nf4-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, True, True),
+    "litgpt-stablelm-3b-adapter-v2-nf4-dq-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, True, True),
+    "litgpt-llama2-7b-adapter-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, False, False),
+    "litgpt-llama2-7b-adapter-nf4-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, True, False),
+    "litgpt-llama2-7b-adapter-nf4-dq-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, True, False),
+    "litgpt-llama2-7b-adapter-v2-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, False, True),
+    "litgpt-llama2-7b-adapter-v2-nf4-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, True, True),
+    "litgpt-llama2-7b-adapter-v2-nf4-dq-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, True, True),
     "litgpt-phi-1_5-lora-2gpu-mb1": litgpt_fsdp("litgpt-phi-1_5", 1044, 1, 2),
     "litgpt-phi-1_5-lora-2gpu-mb2": litgpt_fsdp("litgpt-phi-1_5", 1044, 2, 2),
     "litgpt-phi-1_5-lora-2gpu-mb4": litgpt_fsdp("litgpt-phi-1_5", 1044, 4, 2),

@@ -19,10 +19,17 @@ then each iteration (`model` Fabric's wrapper, which hands the output back in fp
 torch 1.13 has no F.scaled_dot_product_attention, which model.py calls (is_causal, no mask): it is
 given FLASH_STAND_IN, which keeps for backward what torch 2.1's flash kernel keeps
 (derivatives.yaml's _scaled_dot_product_flash_attention: query, key and value as passed, the output
-and the fp32 log-sum-exp), returns its output as that kernel lays it out ((b, s, heads, d) seen as
-(b, heads, s, d)), and allocates in backward what FlashAttention-2's backward does (an fp32 dq
-accumulator, a row sum per query, dq, dk, dv); it computes by blocks of query rows, so it never
-makes an s x s tensor. What lit-gpt's own code keeps around the kernel is what is measured.
+and the fp32 log-sum-exp), makes its output in q's layout as FlashAttention-2's mha_fwd does
+(empty_like(q)), and allocates in backward what torch's _flash_attention_backward and
+FlashAttention-2's backward do (the output copied batch-first, an fp32 dq accumulator, a row sum per
+query, dq, dk, dv); it computes by blocks of query rows, so it never makes an s x s tensor. A call
+with a boolean mask (the adapters' prompt attention) is given MEM_EFFICIENT_STAND_IN, torch 2.1's
+memory-efficient kernel as it holds memory. What lit-gpt's own code keeps around the kernels is
+what is measured.
+
+--method adapter / adapter_v2 trains lit-gpt's LLaMA-Adapter (lit_gpt/adapter.py, adapter_v2.py)
+instead, as finetune/adapter.py runs it: a sanity-check validation under no_grad first, which caches
+each layer's prompt keys and values (adapter_kv_cache) without a graph, reused by every step.
 
     /usr/bin/python3 validation/third_party/litgpt_run.py --out validation/results/cpu-third-party-litgpt.json
     /usr/bin/python3 validation/gpu/compare.py validation/results/cpu-third-party-litgpt.json \\
@@ -47,7 +54,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
 from replicate import Meter, cpu_name  # noqa: E402  the CPU measurement validation/gpu/ uses
 
 LITGPT_COMMIT = "8641822b3249bb94f068c254aa5d13decbc9f0a0"
-FILES = ("model.py", "lora.py", "config.py", "rmsnorm.py", "utils.py")
+FILES = ("model.py", "lora.py", "config.py", "rmsnorm.py", "utils.py", "adapter.py", "adapter_v2.py")
 TORCH_RELEASE = ".".join(torch.__version__.split("+")[0].split(".")[:2])
 QUERY_BLOCK = 16  # the stand-in's query rows per block (of one head)
 LM_HEAD_CHUNK = 128  # finetune/lora.py: model(input_ids, lm_head_chunk_size=128)
@@ -113,11 +120,57 @@ def _block_probs(q, k, scale, rows, lse):
     return torch.exp(scores - lse[:, None]), None
 
 
+class MemEfficientStandIn(torch.autograd.Function):
+    """Attention over a bias, keeping what torch 2.1's _scaled_dot_product_efficient_attention keeps
+    (query, key and value as passed, the bias, the output written batch-first, a log-sum-exp per
+    query row padded to 32 rows, fp32) and allocating in backward dq, dk, dv and a row sum per query."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, scale):
+        b, heads, s, d = q.shape
+        out = q.new_empty(b, s, heads, d).transpose(1, 2)  # at::empty({B, M, num_heads, Kv})
+        lse = torch.empty(b, heads, -(-s // 32) * 32, dtype=torch.float32)
+        for n, h, rows in _blocks(q):
+            kn = min(n, k.shape[0] - 1)  # the prompt's k and v: one batch row, broadcast
+            scores = (q[n, h, rows].float() @ k[kn, h].float().t()) * scale + bias[rows].float()
+            lse[n, h, rows] = torch.logsumexp(scores, dim=-1)
+            out[n, h, rows] = (torch.softmax(scores, dim=-1) @ v[kn, h].float()).to(q.dtype)
+        ctx.save_for_backward(q, k, v, bias, out, lse)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, bias, out, lse = ctx.saved_tensors
+        b, heads, s, d = q.shape
+        dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        delta = torch.empty(b, heads, s, dtype=torch.float32)
+        for n, h, rows in _blocks(q):
+            kn = min(n, k.shape[0] - 1)
+            g = grad_out[n, h, rows].float()
+            delta[n, h, rows] = (g * out[n, h, rows].float()).sum(-1)
+            scores = (q[n, h, rows].float() @ k[kn, h].float().t()) * ctx.scale + bias[rows].float()
+            probs = torch.exp(scores - lse[n, h, rows, None])
+            dv[kn, h] += (probs.t() @ g).to(v.dtype)
+            dscores = probs * (g @ v[kn, h].float().t() - delta[n, h, rows, None]) * ctx.scale
+            dq[n, h, rows] = (dscores @ k[kn, h].float()).to(q.dtype)
+            dk[kn, h] += (dscores.t() @ q[n, h, rows].float()).to(k.dtype)
+        return dq, dk, dv, None, None
+
+
 def flash_stand_in(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-    """F.scaled_dot_product_attention as model.py calls it in training: causal, no mask, no dropout."""
-    if attn_mask is not None or dropout_p or not is_causal:
-        raise NotImplementedError("the stand-in runs causal attention without a mask or dropout")
-    return FlashStandIn.apply(query, key, value, scale or query.shape[-1] ** -0.5)
+    """F.scaled_dot_product_attention as lit-gpt calls it in training: causal without a mask (the
+    flash kernel), or a boolean mask (the adapters' prompt: the memory-efficient kernel), no dropout."""
+    scale = scale or query.shape[-1] ** -0.5
+    if attn_mask is None and is_causal and not dropout_p:
+        return FlashStandIn.apply(query, key, value, scale)
+    if attn_mask is None or attn_mask.dtype != torch.bool or is_causal or dropout_p:
+        raise NotImplementedError("the stand-ins run causal attention or a boolean mask, no dropout")
+    # torch 2.1: the mask made an additive bias in q's dtype, its last dim padded to 16 (pad_bias)
+    rows, keys = attn_mask.shape[-2:]
+    padded = torch.zeros(rows, -(-keys // 16) * 16, dtype=query.dtype)
+    padded[:, :keys].masked_fill_(~attn_mask, float("-inf"))
+    return MemEfficientStandIn.apply(query, key, value, padded[:, :keys], scale)
 
 
 @functools.lru_cache(maxsize=None)
@@ -137,9 +190,11 @@ def load_litgpt():
     if not hasattr(F, "scaled_dot_product_attention"):  # torch < 2.0
         F.scaled_dot_product_attention = flash_stand_in
     import lit_gpt.model  # first, as the package __init__ does: model.py and config.py import each other
+    import lit_gpt.adapter
+    import lit_gpt.adapter_v2
     import lit_gpt.lora
     import lit_gpt.utils
-    return lit_gpt.lora, lit_gpt.utils
+    return lit_gpt.lora, lit_gpt.utils, {"adapter": lit_gpt.adapter, "adapter_v2": lit_gpt.adapter_v2}
 
 
 # Sizes: each published model's kind at a CPU's scale (lit_gpt/config.py's keys). llama: Llama 2's
@@ -160,6 +215,8 @@ SIZES = {
 # fused qkv linear
 LORA = dict(r=8, alpha=16, dropout=0.05, to_query=True, to_key=False, to_value=True,
             to_projection=False, to_mlp=False, to_head=False)
+# finetune/adapter.py's (and adapter_v2.py's) Config defaults
+ADAPTER = dict(adapter_prompt_length=10, adapter_start_layer=2)
 SHAPES = [(300, 1), (300, 2)]  # (longest sample, micro-batch): three head chunks, the last short
 
 
@@ -241,13 +298,22 @@ def fabric_output(output):
     return [chunk.to(torch.get_default_dtype()) for chunk in output]
 
 
-def build(lora, size, seq, quantized=None):
+def build(lora, size, seq, quantized=None, adapter=None):
     torch.manual_seed(0)
-    model = lora.GPT(lora.Config(**SIZES[size], **LORA)).to(torch.bfloat16)
+    if adapter:  # finetune/adapter.py's Config: a 10-token prompt in every layer from the third
+        model = adapter.GPT(adapter.Config(**SIZES[size], **ADAPTER)).to(torch.bfloat16)
+    else:
+        model = lora.GPT(lora.Config(**SIZES[size], **LORA)).to(torch.bfloat16)
     if quantized:  # --quantize bnb.nf4 / bnb.nf4-dq: every linear made 4-bit before training
         quantize(model, double_quant=quantized == "bnb.nf4-dq")
-    lora.mark_only_lora_as_trainable(model)
+    mark = getattr(adapter, "mark_only_adapter_v2_as_trainable", None) or getattr(
+        adapter, "mark_only_adapter_as_trainable", None) or lora.mark_only_lora_as_trainable
+    mark(model)
     model.max_seq_length = seq  # train(): the rope cache made again, in the default dtype (fp32)
+    if adapter:  # the sanity-check validate(), under no_grad: the prompt's k and v cached, no graph
+        model.eval()
+        with torch.no_grad():
+            model(torch.zeros(1, 8, dtype=torch.long))
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=3e-4, weight_decay=0.01)
@@ -275,9 +341,9 @@ def hook_timeline(model, get_meter):
         lambda module, args: get_meter().mark("loss") if get_meter() else None)
 
 
-def run(size, seq, batch, steps=1, quantized=None):
-    lora, utils = load_litgpt()
-    model, optimizer = build(lora, size, seq, quantized)
+def run(size, seq, batch, steps=1, quantized=None, method="lora"):
+    lora, utils, adapters = load_litgpt()
+    model, optimizer = build(lora, size, seq, quantized, adapters.get(method))
     vocab = model.config.vocab_size
     input_ids = torch.randint(0, vocab, (batch, seq))
     targets = torch.randint(0, vocab, (batch, seq))
@@ -318,10 +384,16 @@ def run(size, seq, batch, steps=1, quantized=None):
             "kv_cache": "off", "torch_version": TORCH_RELEASE,
             "memory_before_step": m.before, "max_memory_allocated": peak, "peak_step": peak_step,
             "timeline": m.steps, "median_step_seconds": statistics.median(times),
-            "steps_timed": steps, "train": "lora", "lora_rank": LORA["r"],
-            # LoRAQKVLinear on the query and value parts of the fused qkv: memcalc's merged adapter
-            "lora_targets": "q_proj,v_proj", "lora_variant": "merged",
-            "lora_dropout": LORA["dropout"], "lora_dtype": "bf16", **qlora_record(quantized)}
+            "steps_timed": steps, **training_record(method), **qlora_record(quantized)}
+
+
+def training_record(method):
+    """What trains, as memcalc's options name it (compare.py's training_flags)."""
+    if method == "lora":  # LoRAQKVLinear on the query and value parts: memcalc's merged adapter
+        return {"train": "lora", "lora_rank": LORA["r"], "lora_targets": "q_proj,v_proj",
+                "lora_variant": "merged", "lora_dropout": LORA["dropout"], "lora_dtype": "bf16"}
+    return {"train": method.replace("_", "-"), "adapter_prompt_tokens": ADAPTER["adapter_prompt_length"],
+            "adapter_start_layer": ADAPTER["adapter_start_layer"]}
 
 
 def qlora_record(quantized):
@@ -340,18 +412,20 @@ def main(argv=None):
     ap.add_argument("--quantize", nargs="+", choices=("none", "bnb.nf4", "bnb.nf4-dq"), default=["none"],
                     help="finetune/lora.py's --quantize: the base's linears as bitsandbytes' 4-bit "
                          "stand-in (Linear4bitStandIn)")
+    ap.add_argument("--method", nargs="+", choices=("lora", "adapter", "adapter_v2"), default=["lora"],
+                    help="finetune/lora.py's LoRA, or adapter.py's or adapter_v2.py's LLaMA-Adapter")
     a = ap.parse_args(argv)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     result = {"date": time.strftime("%Y-%m-%d"), "device": "cpu", "device_name": cpu_name(),
               "torch": torch.__version__, "litgpt_commit": LITGPT_COMMIT, "runs": [], "skipped": []}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    for quantized, size, (seq, batch) in itertools.product(a.quantize, a.sizes, SHAPES):
-        r = run(size, seq, batch, a.steps, None if quantized == "none" else quantized)
+    for method, quantized, size, (seq, batch) in itertools.product(a.method, a.quantize, a.sizes, SHAPES):
+        r = run(size, seq, batch, a.steps, None if quantized == "none" else quantized, method)
         result["runs"].append(r)
         with open(a.out + ".part", "w") as f:  # after every run: a run cut short keeps the rest
             json.dump(result, f, indent=2)
         os.replace(a.out + ".part", a.out)
-        print(f"litgpt {size:<6} {quantized:<10} s={seq:<5} b={batch} peak {r['max_memory_allocated']:>13,} B at "
+        print(f"litgpt {method:<10} {size:<6} {quantized:<10} s={seq:<5} b={batch} peak {r['max_memory_allocated']:>13,} B at "
               f"{r['peak_step']:<12} ({r['median_step_seconds']:.2f} s/step)", flush=True)
     return 0
 

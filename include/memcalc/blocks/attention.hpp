@@ -9,6 +9,7 @@
 #include "memcalc/blocks/mla.hpp"
 #include "memcalc/blocks/mlp_inputs.hpp"
 #include "memcalc/blocks/output_projection.hpp"
+#include "memcalc/blocks/prompt_adapter.hpp"
 #include "memcalc/blocks/sparse_indexer.hpp"
 
 namespace memcalc::detail {
@@ -326,6 +327,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         flash_core_rows(t, m, z, output);
     else
         eager_core_rows(t, m, z, output);
+    if (t.tuning.prompt_tokens > 0) prompt_attention_rows(t, m, z);
     if (m.attention_output_gate) output_gate_rows(t, z);
     t.held_beside("", Count(0));
 }

@@ -155,7 +155,8 @@ private:
         t.quiet(false);
         // A parallel MLP reads the layer's input; a sequential one the sum, which needs a gradient
         // once the attention had one.
-        t.input_grad(m.parallel_attention ? input_grad : input_grad || attention_trains());
+        t.input_grad(m.parallel_attention ? input_grad
+                                          : input_grad || attention_trains() || prompted());
     }
 
     static constexpr LinearSet mlp_linears =
@@ -165,6 +166,8 @@ private:
     /// Whether an adapter sits in the attention (or mixer): the layer's linears beyond the MLP's.
     bool attention_trains() const { return (tuning.adapted & ~mlp_linears) != 0; }
     bool mlp_trains() const { return (tuning.adapted & mlp_linears) != 0; }
+    /// Whether LLaMA-Adapter's gated prompt joins the attention's output here.
+    bool prompted() const { return tuning.prompt_tokens > 0; }
 
     void mlp_half() {
         t.mlp_half();

@@ -55,6 +55,7 @@ public:
     /// While quiet, nothing is saved: the ops run on tensors that need no gradient (the first
     /// layer's, its input not needing one, before its first adapter), so autograd records none.
     void quiet(bool on) { quiet_ = on; }
+    bool quiet() const { return quiet_; }
     /// Whether the tensor the next adapter reads needs a gradient (a dropout keeps its mask only
     /// then); an adapter's output does, so everything after it.
     bool input_grad() const { return input_grad_; }

@@ -1,0 +1,142 @@
+// LLaMA-Adapter as lit-gpt's adapter.py trains it (--train adapter): a gated prompt per layer from
+// a start layer over a frozen base. Parameters as lit-gpt prints them, the prompt attention's rows,
+// and the leading layers that keep nothing, each by hand on several shapes.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "fixtures.hpp"
+#include "run_program.hpp"
+#include "step_named.hpp"
+#include "memcalc/estimate.hpp"
+#include "memcalc/finetune.hpp"
+
+using namespace memcalc;
+
+namespace {
+FineTuning adapter(std::uint64_t tokens = 10, std::uint64_t start = 2) {
+    FineTuning f;
+    f.mode = Training::adapter, f.prompt.tokens = tokens, f.prompt.start_layer = start;
+    return f;
+}
+
+LayerActivations prompted_layer(Architecture m, std::uint64_t s, std::uint64_t b,
+                                std::uint64_t tokens, bool input_grad) {
+    m.input_require_grads = false;
+    const FineTuning f = adapter();
+    LayerTuning t = layer_tuning(fine_tuned_table(m, parameter_table(m), f), f, 0);
+    t.input_grad = input_grad, t.prompt_tokens = tokens;  // 0: the frozen base's layer alone
+    return architecture_layer(m, s, b, DType::bf16, Attention::flash, Runtime{}, {}, t);
+}
+
+std::uint64_t rows_of(const LayerActivations& layer, const std::string& op) {
+    std::uint64_t sum = 0;
+    for (const SavedTensor& row : layer.rows)
+        if (std::string(row.op) == op) sum += row.bytes.value();
+    return sum;
+}
+}  // namespace
+
+TEST_CASE("LLaMA-Adapter trains a prompt and a gate per head in each layer from the start",
+          "[finetune][adapter]") {
+    const Architecture m =
+        GENERATE(fixtures::llama_7b(), fixtures::mistral_7b(), fixtures::gpt2_small());
+    const std::uint64_t tokens = GENERATE(1, 10), start = GENERATE(0, 2);
+    CAPTURE(m.name, tokens, start);
+    const ParameterTable t = fine_tuned_table(m, parameter_table(m), adapter(tokens, start));
+    CHECK(trainable_parameters(t) == Count((m.layers - start) * (tokens * m.hidden + m.heads)));
+    CHECK(t.total() == parameter_table(m).total() + trainable_parameters(t));
+    // lit-gpt's finetune/adapter.py prints 1,229,760 for Llama 2 7B (its resource table)
+    if (m.name == fixtures::llama_7b().name && tokens == 10 && start == 2)
+        CHECK(trainable_parameters(t) == Count(1'229'760));
+    CHECK_THROWS_WITH(fine_tuned_table(m, parameter_table(m), adapter(tokens, m.layers)),
+                      Catch::Contains("adapter start layer " + std::to_string(m.layers)));
+}
+
+TEST_CASE("The prompt attention keeps its output for the gate, its bias and log-sum-exp for q",
+          "[finetune][adapter]") {
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
+    const std::uint64_t s = GENERATE(100, 1000), b = GENERATE(1, 2), tokens = GENERATE(10, 20);
+    CAPTURE(m.name, s, b, tokens);
+    const std::uint64_t a = m.heads, d = m.head_size();
+    const LayerActivations plain = prompted_layer(m, s, b, 0, true);
+    const LayerActivations layer = prompted_layer(m, s, b, tokens, true);
+    const std::uint64_t output = s * b * a * d * 2, bias = s * ((tokens + 15) / 16 * 16) * 2,
+                        lse = a * ((s + 31) / 32 * 32) * b * 4;
+    CHECK(rows_of(layer, "prompt gate") == output);
+    CHECK(rows_of(layer, "prompt attention") == bias + lse);
+    CHECK(saved_bytes(layer.rows) == saved_bytes(plain.rows) + Count(output + bias + lse));
+    // Its input needing no gradient (the first prompted layer's): the gate's product alone keeps
+    // anything in the attention, and its output needs a gradient from there.
+    const LayerActivations first = prompted_layer(m, s, b, tokens, false);
+    CHECK(rows_of(first, "prompt gate") == output);
+    CHECK(rows_of(first, "prompt attention") == 0);
+    CHECK(rows_of(first, "flash attention") == 0);
+    CHECK(saved_bytes(prompted_layer(m, s, b, 0, false).rows) == Count(0));
+}
+
+TEST_CASE("The layers before the first prompt keep nothing: the loss step holds the rest",
+          "[finetune][adapter]") {
+    Architecture m = fixtures::llama_7b();
+    m.input_require_grads = false;
+    const std::uint64_t start = GENERATE(0, 2, 5), s = GENERATE(256, 1024);
+    CAPTURE(start, s);
+    Settings set;
+    set.seq = s, set.micro_batch = 1, set.activations = ActivationModel::architecture;
+    set.framework.attention = Attention::flash;
+    set.tuning = adapter(10, start);
+    const Report r = Estimator(m).estimate(set);
+    const LayerActivations full = prompted_layer(m, s, 1, 10, true);
+    const LayerActivations first = prompted_layer(m, s, 1, 10, false);
+    const Count kept = fixtures::step_named(r, "loss").bytes.kept_activations;
+    const Count layers = saved_bytes(full.rows) * (m.layers - start - 1) + saved_bytes(first.rows);
+    CHECK(kept >= layers);
+    CHECK(kept.value() - layers.value() < 4 * s * m.hidden);  // the input side's, the head's
+    // Forward steps 2 .. start hold layers that keep nothing; the first prompted layer's less than
+    // the others.
+    const auto forward = [&](std::uint64_t p) {
+        return fixtures::step_named(r, "forward " + std::to_string(p)).bytes.kept_activations;
+    };
+    CHECK(forward(start + 1).value() - forward(1).value() <
+          forward(start + 2).value() - forward(start + 1).value());
+    for (std::uint64_t p = 2; p <= start; ++p) CHECK(forward(p) == forward(1));
+}
+
+TEST_CASE("memcalc --train adapter: its options, settings and errors", "[finetune][adapter][cli]") {
+    const std::string base = "--preset llama-7b --seq 512 --attention flash ";
+    const auto ok = testing::memcalc(base +
+                                     "--train adapter --adapter-prompt-tokens 12 "
+                                     "--adapter-start-layer 4 --format json");
+    REQUIRE(ok.status == 0);
+    const auto j = nlohmann::json::parse(ok.out)["settings"]["training"];
+    CHECK(j["mode"] == "adapter");
+    CHECK(j["prompt"]["tokens"] == 12);
+    CHECK(j["prompt"]["start_layer"] == 4);
+    const auto text = testing::memcalc(base + "--train adapter");
+    REQUIRE(text.status == 0);
+    CHECK(text.out.find("training adapter (a 10-token prompt, gated, in every layer from 2): "
+                        "1,229,760 trainable") != std::string::npos);
+    for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+             {"--adapter-prompt-tokens 4",
+              "--adapter-prompt-tokens 4 needs --train adapter (got "
+              "--train full)"},
+             {"--train lora --adapter-start-layer 1",
+              "--adapter-start-layer 1 needs --train adapter (got --train lora)"},
+             {"--train adapter --adapter-start-layer x",
+              "--adapter-start-layer must be a layer's index, counted from 0 (got 'x')"},
+             {"--train adapter --adapter-prompt-tokens 0",
+              "--adapter-prompt-tokens must be a positive integer (got '0')"},
+             {"--train adapter --lora-rank 4",
+              "--lora-rank 4 needs --train lora or qlora (got "
+              "--train adapter)"}}) {
+        CAPTURE(args);
+        const auto bad = testing::memcalc(base + args);
+        CHECK(bad.status == 2);
+        CHECK(bad.out.empty());
+        CHECK(bad.err == "memcalc: " + message + "\n");
+    }
+    const auto past = testing::memcalc(base + "--train adapter --adapter-start-layer 32");
+    CHECK(past.status != 0);
+    CHECK(past.out.empty());
+    CHECK(past.err.find("adapter start layer 32 leaves no layer of") != std::string::npos);
+}
