@@ -97,16 +97,17 @@ void check_tuning_options(const TrainingOptions& q, const TrainingRow& row) {
     constexpr auto lora = &TrainingRow::adapters;
     constexpr auto qlora = &TrainingRow::quantized_base;
     constexpr auto prompt = &TrainingRow::prompt;
-    for (const Needs& n : {Needs{"--lora-rank", q.lora_rank, lora, "lora or qlora"},
-                           {"--lora-targets", q.lora_targets, lora, "lora or qlora"},
-                           {"--lora-dropout", q.lora_dropout, lora, "lora or qlora"},
-                           {"--lora-dtype", q.lora_dtype, lora, "lora or qlora"},
-                           {"--lora-variant", q.lora_variant, lora, "lora or qlora"},
-                           {"--qlora-quantizer", q.quantizer, qlora, "qlora"},
-                           {"--qlora-double-quant", q.double_quant, qlora, "qlora"},
-                           {"--bitsandbytes-version", q.bitsandbytes_version, qlora, "qlora"},
-                           {"--adapter-prompt-tokens", q.prompt_tokens, prompt, "adapter"},
-                           {"--adapter-start-layer", q.prompt_start, prompt, "adapter"}})
+    for (const Needs& n :
+         {Needs{"--lora-rank", q.lora_rank, lora, "lora or qlora"},
+          {"--lora-targets", q.lora_targets, lora, "lora or qlora"},
+          {"--lora-dropout", q.lora_dropout, lora, "lora or qlora"},
+          {"--lora-dtype", q.lora_dtype, lora, "lora or qlora"},
+          {"--lora-variant", q.lora_variant, lora, "lora or qlora"},
+          {"--qlora-quantizer", q.quantizer, qlora, "qlora or qadapter"},
+          {"--qlora-double-quant", q.double_quant, qlora, "qlora or qadapter"},
+          {"--bitsandbytes-version", q.bitsandbytes_version, qlora, "qlora or qadapter"},
+          {"--adapter-prompt-tokens", q.prompt_tokens, prompt, "adapter or qadapter"},
+          {"--adapter-start-layer", q.prompt_start, prompt, "adapter or qadapter"}})
         if (!n.value.empty() && !(row.*n.mode))
             throw usage_error(fmt::format("{} {} needs --train {} (got --train {})", n.option,
                                           n.value, n.modes, q.train));
@@ -162,8 +163,8 @@ FineTuning parse_fine_tuning(const TrainingOptions& q) {
         std::vector<std::string> names;
         for (const auto& r : training_rows) names.emplace_back(r.name);
         throw usage_error(
-            fmt::format("unknown --train '{}'{} (full, frozen, lora, qlora or adapter)", q.train,
-                        did_you_mean(q.train, names)));
+            fmt::format("unknown --train '{}'{} (full, frozen, lora, qlora, adapter or qadapter)",
+                        q.train, did_you_mean(q.train, names)));
     }
     f.mode = row->mode;
     if (!q.frozen.empty()) {

@@ -9,6 +9,7 @@
 #include "run_program.hpp"
 #include "step_named.hpp"
 #include "memcalc/estimate.hpp"
+#include "memcalc/bitsandbytes.hpp"
 #include "memcalc/finetune.hpp"
 
 using namespace memcalc;
@@ -104,24 +105,31 @@ TEST_CASE("The layers before the first prompt keep nothing: the loss step holds 
 
 TEST_CASE("memcalc --train adapter: its options, settings and errors", "[finetune][adapter][cli]") {
     const std::string base = "--preset llama-7b --seq 512 --attention flash ";
-    const auto ok = testing::memcalc(base +
-                                     "--train adapter --adapter-prompt-tokens 12 "
-                                     "--adapter-start-layer 4 --format json");
-    REQUIRE(ok.status == 0);
-    const auto j = nlohmann::json::parse(ok.out)["settings"]["training"];
+    const auto training = [&](const std::string& args) {
+        const auto run = testing::memcalc(base + args + " --format json");
+        REQUIRE(run.status == 0);
+        return nlohmann::json::parse(run.out)["settings"]["training"];
+    };
+    const auto j = training("--train adapter --adapter-prompt-tokens 12 --adapter-start-layer 4");
     CHECK(j["mode"] == "adapter");
     CHECK(j["prompt"]["tokens"] == 12);
     CHECK(j["prompt"]["start_layer"] == 4);
+    const auto q =
+        training("--train qadapter --qlora-quantizer lightning --bitsandbytes-version 0.41.1");
+    CHECK(q["mode"] == "qadapter");
+    CHECK(q["prompt"]["tokens"] == 10);
+    CHECK(q["base_storage"]["dtype"] == "nf4");
+    CHECK(q["quantization"]["keeps_input"] == true);
     const auto text = testing::memcalc(base + "--train adapter");
     REQUIRE(text.status == 0);
     CHECK(text.out.find("training adapter (a 10-token prompt, gated, in every layer from 2): "
                         "1,229,760 trainable") != std::string::npos);
     for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
              {"--adapter-prompt-tokens 4",
-              "--adapter-prompt-tokens 4 needs --train adapter (got "
+              "--adapter-prompt-tokens 4 needs --train adapter or qadapter (got "
               "--train full)"},
              {"--train lora --adapter-start-layer 1",
-              "--adapter-start-layer 1 needs --train adapter (got --train lora)"},
+              "--adapter-start-layer 1 needs --train adapter or qadapter (got --train lora)"},
              {"--train adapter --adapter-start-layer x",
               "--adapter-start-layer must be a layer's index, counted from 0 (got 'x')"},
              {"--train adapter --adapter-prompt-tokens 0",
@@ -139,4 +147,42 @@ TEST_CASE("memcalc --train adapter: its options, settings and errors", "[finetun
     CHECK(past.status != 0);
     CHECK(past.out.empty());
     CHECK(past.err.find("adapter start layer 32 leaves no layer of") != std::string::npos);
+}
+
+TEST_CASE("qadapter: LLaMA-Adapter over a 4-bit base, its linears' inputs kept by old releases",
+          "[finetune][adapter][bitsandbytes]") {
+    Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
+    m.input_require_grads = false;
+    CAPTURE(m.name);
+    FineTuning f = adapter();
+    f.mode = Training::qadapter, f.quantized.quantizer = Quantizer::lightning;
+    const ParameterTable t = fine_tuned_table(m, parameter_table(m), f);
+    CHECK(trainable_parameters(t) ==
+          trainable_parameters(fine_tuned_table(m, parameter_table(m), adapter())));
+    // The base stored as QLoRA's is, by the same quantiser: every linear, the head too.
+    FineTuning qlora = f;
+    qlora.mode = Training::qlora;
+    const auto four_bit = [](const ParameterTable& table) {
+        Count n;
+        for (const ParamRow& r : table.rows)
+            if (r.storage && r.storage->dtype == DType::nf4) n += table.in_model(r);
+        return n;
+    };
+    CHECK(four_bit(t) == four_bit(fine_tuned_table(m, parameter_table(m), qlora)));
+    CHECK(four_bit(t).value() > parameter_table(m).total().value() / 2);
+    const auto layer = [&](const char* release, bool input_grad) {
+        f.quantized.bitsandbytes = *bitsandbytes_version_of(release);
+        LayerTuning tuning = layer_tuning(fine_tuned_table(m, parameter_table(m), f), f, 0);
+        tuning.input_grad = input_grad;
+        return saved_bytes(
+            architecture_layer(m, 256, 1, DType::bf16, Attention::flash, Runtime{}, {}, tuning)
+                .rows);
+    };
+    // In the first prompted layer the projections reading its input keep nothing (it needs no
+    // gradient), but the output projection keeps the gated sum, which does: the others keep more.
+    const std::uint64_t full = layer("0.41.1", true).value() - layer("0.43.2", true).value(),
+                        first = layer("0.41.1", false).value() - layer("0.43.2", false).value(),
+                        gated = 256 * m.heads * m.value_head_size() * 2;
+    CHECK(first >= gated);
+    CHECK(full > first);
 }

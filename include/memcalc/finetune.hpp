@@ -21,7 +21,7 @@
 
 namespace memcalc {
 
-enum class Training : std::uint8_t { full, frozen, lora, qlora, adapter };
+enum class Training : std::uint8_t { full, frozen, lora, qlora, adapter, qadapter };
 
 struct TrainingRow {
     Training mode;
@@ -34,7 +34,7 @@ struct TrainingRow {
     bool frozen_base() const { return adapters || prompt; }
 };
 
-inline constexpr std::array<TrainingRow, 5> training_rows{{
+inline constexpr std::array<TrainingRow, 6> training_rows{{
     {Training::full, "full", false, false, false, "every parameter trains"},
     {Training::frozen, "frozen", false, false, false,
      "the parts --frozen names keep their weights alone; the rest trains"},
@@ -45,6 +45,9 @@ inline constexpr std::array<TrainingRow, 5> training_rows{{
     {Training::adapter, "adapter", false, false, true,
      "LLaMA-Adapter (lit-gpt's adapter.py): a learned prompt in each layer from a start layer, "
      "attended by every query and gated per head, beside a frozen base"},
+    {Training::qadapter, "qadapter", false, true, true,
+     "LLaMA-Adapter over a base whose linear weights are 4-bit NF4 (lit-gpt's adapter.py "
+     "--quantize bnb.nf4)"},
 }};
 
 constexpr const TrainingRow& training_row(Training t) {
@@ -111,10 +114,10 @@ struct FineTuning {
     std::vector<std::string>
         frozen;  ///< Training::frozen: parts (embeddings, attention, ...) or tensor names
     Lora lora;
-    QuantizedLinears quantized;  ///< Training::qlora: who quantises the base, and bitsandbytes'
-                                 ///< release
+    QuantizedLinears quantized;  ///< a 4-bit base (qlora, qadapter): who quantises it, and
+                                 ///< bitsandbytes' release
 
-    /// Training::qlora: the base linears' storage.
+    /// A 4-bit base (TrainingRow::quantized_base): its linears' storage.
     Storage base() const { return quantized.storage(); }
 
     bool is_full() const { return mode == Training::full; }
@@ -264,16 +267,20 @@ inline ParameterTable frozen_table(const Architecture& m, ParameterTable table,
                 " leaves nothing of " + model_name(m) + " to train");
 }
 
-/// `table` frozen whole, with LLaMA-Adapter's trained rows for the layers from the start layer on:
-/// each layer's prompt (tokens x h, an embedding table) and its gate (one factor per head), kept
-/// with the first stage's rows (Group::input) as one tensor each.
+/// `table` frozen whole (its linears in 4 bits where `base` says), with LLaMA-Adapter's trained
+/// rows for the layers from the start layer on: each layer's prompt (tokens x h, an embedding
+/// table) and its gate (one factor per head), kept with the first stage's rows (Group::input) as
+/// one tensor each.
 inline ParameterTable prompt_table(const Architecture& m, ParameterTable table,
-                                   const PromptAdapter& p) {
+                                   const PromptAdapter& p, const QuantizedLinears* base) {
     if (p.start_layer >= m.layers)
         throw error("adapter start layer " + std::to_string(p.start_layer) +
                     " leaves no layer of " + model_name(m) + " (" + std::to_string(m.layers) +
                     " layers, counted from 0) a prompt");
-    for (ParamRow& r : table.rows) r.trainable = false;
+    for (ParamRow& r : table.rows) {
+        r.trainable = false;
+        if (base != nullptr && quantized(m, r, *base)) r.storage = base->storage();
+    }
     const std::uint64_t adapted = m.layers - p.start_layer;
     table.rows.emplace_back(Part::adapter, Group::input, Text("adapter_wte"),
                             Text("(L - S) x p x h"), Dims{adapted, p.tokens, m.hidden},
@@ -452,7 +459,9 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
     if (f.mode == Training::full) return table;
     const bool merged = lora_variant_row(f.lora.variant).merged;
     if (f.mode == Training::frozen) return detail::frozen_table(m, std::move(table), f.frozen);
-    if (training_row(f.mode).prompt) return detail::prompt_table(m, std::move(table), f.prompt);
+    if (training_row(f.mode).prompt)
+        return detail::prompt_table(m, std::move(table), f.prompt,
+                                    training_row(f.mode).quantized_base ? &f.quantized : nullptr);
     std::vector<bool> used(f.lora.targets.size(), false);
     const auto targeted = [&](const ParamRow& r) {
         if (!detail::linear_weight(m, r)) return false;
@@ -466,7 +475,7 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
     detail::FusedRows fused;
     for (ParamRow row : table.rows) {
         row.trainable = false;
-        if (f.mode == Training::qlora && detail::quantized(m, row, f.quantized))
+        if (training_row(f.mode).quantized_base && detail::quantized(m, row, f.quantized))
             row.storage = f.base();
         const bool target = targeted(row);
         rows.push_back(row);

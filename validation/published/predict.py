@@ -168,8 +168,12 @@ LITGPT_ADAPTER_NOTE = ("the longest Alpaca sample ({} tokens) in the first micro
 LITGPT_ADAPTER_UNDER = ("by 0.3%: the caching allocator's rounding, which max_memory_allocated counts (memcalc's "
                         "allocator model, peak.reserved's allocated_bytes, gives 19.98 GB, the published figure), and "
                         "the prompt's cached keys and values (2 x 30 layers x 10 x 4096 bf16, 5 MB), not counted")
-LITGPT_ADAPTER_NF4 = ("--quantize under LLaMA-Adapter: a 4-bit base beside the prompt, which memcalc's --train "
-                      "adapter does not take (its qlora is LoRA's)")
+LITGPT_ADAPTER_NF4 = ("; 4-bit: the base and the head as the QLoRA rows' (Lightning's BitsandbytesPrecision, "
+                      "bitsandbytes 0.41.1's MatMul4Bit keeping its input, PagedAdamW: --train qadapter), measured "
+                      "on CPU with the stand-in of MatMul4Bit (litgpt_run.py --method adapter --quantize)")
+LITGPT_ADAPTER_NF4_UNDER = ("by 0.3% at most: the caching allocator's rounding, which max_memory_allocated counts "
+                            "(memcalc's allocator model, peak.reserved's allocated_bytes, is above the published "
+                            "figure in all four rows), and the prompts' cached keys and values, not counted")
 LITGPT_ADAPTER_V2 = ("LLaMA-Adapter v2 (adapter_v2.py: the prompt, and a trained bias and scale on every linear "
                      "and the norms trained, so each linear keeps its output) is not modelled: needs --train "
                      "adapter-v2")
@@ -179,13 +183,19 @@ LITGPT_FSDP = ("Fabric's FSDP over every Block, each checkpointed, loading the c
                "load); the training step alone is shown (--dp N --zero 3 --recompute full), far below")
 
 
-def litgpt_adapter(model, seq, quantized=False, v2=False):
-    """A LitGPT Adapter row: LLaMA-Adapter over lit-gpt's model; v2 and a 4-bit base not expressible."""
-    if v2 or quantized:
-        return dict(args=None, comparable=False, why=LITGPT_ADAPTER_V2 if v2 else LITGPT_ADAPTER_NF4)
+def litgpt_adapter(model, seq, quantized=None, v2=False):
+    """A LitGPT Adapter row: LLaMA-Adapter over lit-gpt's model, or over its 4-bit base (quantized:
+    "nf4" or "nf4-dq", as its QLoRA rows); v2 not expressible."""
+    if v2:
+        return dict(args=None, comparable=False, why=LITGPT_ADAPTER_V2)
     args = litgpt(model, seq, 1)["args"]
-    args = args[:args.index("--train")] + ["--train", "adapter"]
-    return dict(args=args, note=LITGPT_ADAPTER_NOTE.format(seq), under_estimate=LITGPT_ADAPTER_UNDER)
+    args = args[:args.index("--train")] + ["--train", "qadapter" if quantized else "adapter"]
+    if not quantized:
+        return dict(args=args, note=LITGPT_ADAPTER_NOTE.format(seq), under_estimate=LITGPT_ADAPTER_UNDER)
+    args = [a for a in args if a != "bf16-adam"]
+    args[args.index("--recipe"):args.index("--recipe") + 1] = []
+    return dict(args=args + LITGPT_QLORA + ["--qlora-double-quant", "true" if quantized == "nf4-dq" else "false"],
+                note=LITGPT_ADAPTER_NOTE.format(seq) + LITGPT_ADAPTER_NF4, under_estimate=LITGPT_ADAPTER_NF4_UNDER)
 
 
 def litgpt_fsdp(model, seq, micro_batch, gpus):
@@ -366,18 +376,18 @@ ROWS = {
     "litgpt-llama2-7b-qlora-nf4-dq-mb1": litgpt_qlora("litgpt-llama-2-7b", 1304, True),
     "litgpt-llama2-13b-qlora-nf4-mb1": litgpt_qlora("litgpt-llama-2-13b", 1304, False),
     "litgpt-llama2-13b-qlora-nf4-dq-mb1": litgpt_qlora("litgpt-llama-2-13b", 1304, True),
-    "litgpt-stablelm-3b-adapter-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, False, False),
-    "litgpt-stablelm-3b-adapter-nf4-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, True, False),
-    "litgpt-stablelm-3b-adapter-nf4-dq-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, True, False),
-    "litgpt-stablelm-3b-adapter-v2-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, False, True),
-    "litgpt-stablelm-3b-adapter-v2-nf4-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, True, True),
-    "litgpt-stablelm-3b-adapter-v2-nf4-dq-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, True, True),
-    "litgpt-llama2-7b-adapter-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, False, False),
-    "litgpt-llama2-7b-adapter-nf4-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, True, False),
-    "litgpt-llama2-7b-adapter-nf4-dq-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, True, False),
-    "litgpt-llama2-7b-adapter-v2-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, False, True),
-    "litgpt-llama2-7b-adapter-v2-nf4-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, True, True),
-    "litgpt-llama2-7b-adapter-v2-nf4-dq-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, True, True),
+    "litgpt-stablelm-3b-adapter-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, None, False),
+    "litgpt-stablelm-3b-adapter-nf4-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, "nf4", False),
+    "litgpt-stablelm-3b-adapter-nf4-dq-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, "nf4-dq", False),
+    "litgpt-stablelm-3b-adapter-v2-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, None, True),
+    "litgpt-stablelm-3b-adapter-v2-nf4-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, None, True),
+    "litgpt-stablelm-3b-adapter-v2-nf4-dq-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, None, True),
+    "litgpt-llama2-7b-adapter-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, None, False),
+    "litgpt-llama2-7b-adapter-nf4-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, "nf4", False),
+    "litgpt-llama2-7b-adapter-nf4-dq-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, "nf4-dq", False),
+    "litgpt-llama2-7b-adapter-v2-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, None, True),
+    "litgpt-llama2-7b-adapter-v2-nf4-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, None, True),
+    "litgpt-llama2-7b-adapter-v2-nf4-dq-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, None, True),
     "litgpt-phi-1_5-lora-2gpu-mb1": litgpt_fsdp("litgpt-phi-1_5", 1044, 1, 2),
     "litgpt-phi-1_5-lora-2gpu-mb2": litgpt_fsdp("litgpt-phi-1_5", 1044, 2, 2),
     "litgpt-phi-1_5-lora-2gpu-mb4": litgpt_fsdp("litgpt-phi-1_5", 1044, 4, 2),

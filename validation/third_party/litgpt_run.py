@@ -384,7 +384,7 @@ def run(size, seq, batch, steps=1, quantized=None, method="lora"):
             "kv_cache": "off", "torch_version": TORCH_RELEASE,
             "memory_before_step": m.before, "max_memory_allocated": peak, "peak_step": peak_step,
             "timeline": m.steps, "median_step_seconds": statistics.median(times),
-            "steps_timed": steps, **training_record(method), **qlora_record(quantized)}
+            "steps_timed": steps, **training_record(method), **qlora_record(quantized, method)}
 
 
 def training_record(method):
@@ -396,11 +396,12 @@ def training_record(method):
             "adapter_start_layer": ADAPTER["adapter_start_layer"]}
 
 
-def qlora_record(quantized):
+def qlora_record(quantized, method="lora"):
     """A quantised run's keys, as memcalc's options name them (compare.py's QLORA_KEYS)."""
     if not quantized:
         return {}
-    return {"train": "qlora", "qlora_quantizer": "lightning", "bitsandbytes_version": BITSANDBYTES,
+    return {"train": "qlora" if method == "lora" else "q" + method.replace("_", "-"),
+            "qlora_quantizer": "lightning", "bitsandbytes_version": BITSANDBYTES,
             "qlora_double_quant": "true" if quantized == "bnb.nf4-dq" else "false"}
 
 

@@ -77,6 +77,13 @@ inline void flash_output_rows(TableBuilder& t, const Architecture& m, const Size
     const bool padded = m.value_head_size() != m.head_size() && m.latent_v_padded;
     const std::string why = "backward needs the output for the softmax gradient";
     const RowFacts policy = RowFacts{}.saved_by_policy();
+    if (t.tuning.prompt_tokens > 0 && !padded && !z.narrow) {
+        // The output projection reads the gated prompt's sum, not this (prompt_attention_rows).
+        t.add("flash attention",
+              copies.heads_first ? "its output, heads-first (q's layout)" : "its output", why,
+              output, z.sbv, z.d, Keep::always, 1, policy);
+        return;
+    }
     if (padded) {
         t.add("flash attention", "its output, padded to q's head width", why, latent_shape::sbqk,
               z.sbq, z.d, Keep::not_selective, 1, policy);
@@ -327,7 +334,7 @@ inline void attention_rows(TableBuilder& t, const Architecture& m, const Sizes& 
         flash_core_rows(t, m, z, output);
     else
         eager_core_rows(t, m, z, output);
-    if (t.tuning.prompt_tokens > 0) prompt_attention_rows(t, m, z);
+    if (t.tuning.prompt_tokens > 0) prompt_attention_rows(t, m, z, output);
     if (m.attention_output_gate) output_gate_rows(t, z);
     t.held_beside("", Count(0));
 }
