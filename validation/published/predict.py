@@ -177,10 +177,14 @@ LITGPT_ADAPTER_NF4_UNDER = ("by 0.3% at most: the caching allocator's rounding, 
 LITGPT_ADAPTER_V2 = ("LLaMA-Adapter v2 (adapter_v2.py: the prompt, and a trained bias and scale on every linear "
                      "and the norms trained, so each linear keeps its output) is not modelled: needs --train "
                      "adapter-v2")
-LITGPT_FSDP = ("Fabric's FSDP over every Block, each checkpointed, loading the checkpoint as a full state dict: "
-               "the published peak is nearly flat in the micro-batch (7B: 22.18 to 23.39 GB from 1 to 4), a "
-               "loading or set-up peak memcalc does not model (the loading estimate has no FSDP full-state-dict "
-               "load); the training step alone is shown (--dp N --zero 3 --recompute full), far below")
+LITGPT_FSDP = ("Fabric's FSDP over every Block, each checkpointed: the published peak is about a bf16 copy of the "
+               "layers' weights above memcalc's training step (7B: 22.18 GB against 8.41), nearly flat in the "
+               "micro-batch. Read from the sources, not yet modelled (needs a switch): lit-gpt accumulates under "
+               "fabric.no_backward_sync, which is FSDP's no_sync (lightning@71aed751 _FSDPBackwardSyncControl), "
+               "keeping each unit's gradient unsharded until the last micro-batch; and with use_orig_params=True "
+               "(Fabric's default) a Block mixing LoRA and frozen weights has one flat gradient for all of them "
+               "(torch's FSDP docstring: gradient memory as if nothing were frozen). The training step alone is "
+               "shown (--dp N --zero 3 --recompute full)")
 
 
 def litgpt_adapter(model, seq, quantized=None, v2=False):
