@@ -166,14 +166,15 @@ LITGPT_ADAPTER_NOTE = ("the longest Alpaca sample ({} tokens) in the first micro
                        "memory-efficient kernel), measured on CPU with lit-gpt's adapter.py "
                        "(litgpt_run.py --method adapter)")
 LITGPT_ADAPTER_UNDER = ("by 0.3%: the caching allocator's rounding, which max_memory_allocated counts (memcalc's "
-                        "allocator model, peak.reserved's allocated_bytes, gives 19.98 GB, the published figure), and "
-                        "the prompt's cached keys and values (2 x 30 layers x 10 x 4096 bf16, 5 MB), not counted")
+                        "allocator model, peak.reserved's allocated_bytes, gives 19.98 GB, the published figure); "
+                        "lit-gpt's cached prompt keys and values (5 MB) stand in memcalc for the prompt's gradient "
+                        "and optimizer state, which lit-gpt never makes (the same bytes under bf16-adam)")
 LITGPT_ADAPTER_NF4 = ("; 4-bit: the base and the head as the QLoRA rows' (Lightning's BitsandbytesPrecision, "
                       "bitsandbytes 0.41.1's MatMul4Bit keeping its input, PagedAdamW: --train qadapter), measured "
                       "on CPU with the stand-in of MatMul4Bit (litgpt_run.py --method adapter --quantize)")
 LITGPT_ADAPTER_NF4_UNDER = ("by 0.3% at most: the caching allocator's rounding, which max_memory_allocated counts "
                             "(memcalc's allocator model, peak.reserved's allocated_bytes, is above the published "
-                            "figure in all four rows), and the prompts' cached keys and values, not counted")
+                            "figure in all four rows)")
 LITGPT_ADAPTER_V2 = ("LLaMA-Adapter v2 (adapter_v2.py: the prompt, and a trained bias and scale on every linear "
                      "and the norms trained, so each linear keeps its output) is not modelled: needs --train "
                      "adapter-v2")
