@@ -92,25 +92,23 @@ void check_tuning_options(const TrainingOptions& q, const TrainingRow& row) {
         const char* option;
         const std::string& value;
         bool TrainingRow::*mode;  ///< the row's column that allows it
-        const char* modes;        ///< the --train values that have it
     };
     constexpr auto lora = &TrainingRow::adapters;
     constexpr auto qlora = &TrainingRow::quantized_base;
     constexpr auto prompt = &TrainingRow::prompt;
-    for (const Needs& n :
-         {Needs{"--lora-rank", q.lora_rank, lora, "lora or qlora"},
-          {"--lora-targets", q.lora_targets, lora, "lora or qlora"},
-          {"--lora-dropout", q.lora_dropout, lora, "lora or qlora"},
-          {"--lora-dtype", q.lora_dtype, lora, "lora or qlora"},
-          {"--lora-variant", q.lora_variant, lora, "lora or qlora"},
-          {"--qlora-quantizer", q.quantizer, qlora, "qlora or qadapter"},
-          {"--qlora-double-quant", q.double_quant, qlora, "qlora or qadapter"},
-          {"--bitsandbytes-version", q.bitsandbytes_version, qlora, "qlora or qadapter"},
-          {"--adapter-prompt-tokens", q.prompt_tokens, prompt, "adapter or qadapter"},
-          {"--adapter-start-layer", q.prompt_start, prompt, "adapter or qadapter"}})
+    for (const Needs& n : {Needs{"--lora-rank", q.lora_rank, lora},
+                           {"--lora-targets", q.lora_targets, lora},
+                           {"--lora-dropout", q.lora_dropout, lora},
+                           {"--lora-dtype", q.lora_dtype, lora},
+                           {"--lora-variant", q.lora_variant, lora},
+                           {"--qlora-quantizer", q.quantizer, qlora},
+                           {"--qlora-double-quant", q.double_quant, qlora},
+                           {"--bitsandbytes-version", q.bitsandbytes_version, qlora},
+                           {"--adapter-prompt-tokens", q.prompt_tokens, prompt},
+                           {"--adapter-start-layer", q.prompt_start, prompt}})
         if (!n.value.empty() && !(row.*n.mode))
             throw usage_error(fmt::format("{} {} needs --train {} (got --train {})", n.option,
-                                          n.value, n.modes, q.train));
+                                          n.value, training_names_with(n.mode), q.train));
 }
 
 /// --adapter-start-layer: a layer's index, from 0.
@@ -162,9 +160,8 @@ FineTuning parse_fine_tuning(const TrainingOptions& q) {
     if (row == training_rows.end()) {
         std::vector<std::string> names;
         for (const auto& r : training_rows) names.emplace_back(r.name);
-        throw usage_error(
-            fmt::format("unknown --train '{}'{} (full, frozen, lora, qlora, adapter or qadapter)",
-                        q.train, did_you_mean(q.train, names)));
+        throw usage_error(fmt::format("unknown --train '{}'{} ({})", q.train,
+                                      did_you_mean(q.train, names), training_names_with()));
     }
     f.mode = row->mode;
     if (!q.frozen.empty()) {

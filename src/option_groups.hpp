@@ -112,12 +112,12 @@ void add_group(App& app, StepOptions& q) {
 template <class App>
 void add_prompt_options(App& app, TrainingOptions& q) {
     app.add_option("--adapter-prompt-tokens", q.prompt_tokens,
-                   "--train adapter: the learned prompt's tokens in each adapted layer (default: "
-                   "10, lit-gpt's\nadapter_prompt_length)")
+                   "--train adapter (or v2): the learned prompt's tokens in each adapted layer "
+                   "(default:\n10, lit-gpt's adapter_prompt_length)")
         ->type_name("N");
     app.add_option("--adapter-start-layer", q.prompt_start,
-                   "--train adapter: the first layer with a prompt, from 0 (default: 2, lit-gpt's\n"
-                   "adapter_start_layer); the layers before it keep nothing")
+                   "--train adapter (or v2): the first layer with a prompt, from 0 (default: 2,\n"
+                   "lit-gpt's adapter_start_layer)")
         ->type_name("N");
 }
 
@@ -128,8 +128,10 @@ void add_group(App& app, TrainingOptions& q) {
                    "What trains: full (default), frozen (all but --frozen PARTS), lora (low-rank "
                    "adapters\nbeside a frozen base, as peft's LoRA), qlora (the same over 4-bit "
                    "NF4 base linears,\nbitsandbytes' double quantisation), adapter (LLaMA-Adapter: "
-                   "a gated prompt per layer,\nlit-gpt's adapter.py). Not full: --activations "
-                   "architecture by default")
+                   "a gated prompt per layer,\nlit-gpt's adapter.py), adapter-v2 (that, a trained "
+                   "scale and bias on every linear,\nthe norms trained: adapter_v2.py); qadapter, "
+                   "qadapter-v2 over a 4-bit base. Not full:\n--activations architecture by "
+                   "default")
         ->type_name("MODE");
     app.add_option("--frozen", q.frozen,
                    "Parts that keep their weights alone (no gradient, master copy or optimiser "

@@ -85,8 +85,11 @@ std::string training_line(const Report& r) {
     if (f.mode == Training::frozen)
         how = fmt::format("frozen: {}", fmt::join(f.frozen, ", "));
     else if (training_row(f.mode).prompt)
-        how = fmt::format("a {}-token prompt, gated, in every layer from {}", f.prompt.tokens,
-                          f.prompt.start_layer);
+        how = fmt::format("a {}-token prompt, gated, in every layer from {}{}", f.prompt.tokens,
+                          f.prompt.start_layer,
+                          training_row(f.mode).scaled
+                              ? "; a trained scale and bias on every linear, the norms trained"
+                              : "");
     else
         how = fmt::format("{}rank {} on {}, {}, {} adapters{}",
                           lora_variant_row(f.lora.variant).magnitude ? "DoRA, " : "", f.lora.rank,

@@ -181,5 +181,5 @@ TEST_CASE("memcalc --qlora-quantizer, --qlora-double-quant, --bitsandbytes-versi
         "--preset llama-7b --seq 512 --train lora "
         "--qlora-quantizer lightning");
     CHECK(lora.status != 0);
-    CHECK_THAT(lora.err, Catch::Contains("needs --train qlora or qadapter"));
+    CHECK_THAT(lora.err, Catch::Contains("needs --train qlora, qadapter or qadapter-v2"));
 }

@@ -150,8 +150,14 @@ TEST_CASE("every preset's rows carry their linear by type, named as linear_rows 
         FineTuning f;
         f.mode = Training::lora, f.lora.targets = {"all-linear"};
         f.lora.variant = LoraVariant::dora;
-        for (const ParameterTable& t :
-             {parameter_table(m), fine_tuned_table(m, parameter_table(m), f)})
+        std::vector<ParameterTable> tables{parameter_table(m),
+                                           fine_tuned_table(m, parameter_table(m), f)};
+        FineTuning v2;
+        v2.mode = Training::adapter_v2;
+        try {  // LLaMA-Adapter v2 where it is modelled: dense attention and MLP layers
+            tables.push_back(fine_tuned_table(m, parameter_table(m), v2));
+        } catch (const error&) {}
+        for (const ParameterTable& t : tables)
             for (const ParamRow& r : t.rows) {
                 CAPTURE(name, std::string(r.tensor));
                 const LinearRow& l = linear_row(r.linear);
@@ -175,8 +181,13 @@ TEST_CASE("every preset's rows carry their linear by type, named as linear_rows 
                     case ParamRole::magnitude:
                         CHECK(ends_with(r.tensor, weight + ".lora_magnitude_vector"));
                         break;
+                    case ParamRole::scale:
+                        CHECK((r.tensor == Text(own + ".adapter_scale") ||
+                               r.tensor == Text(own + ".adapter_bias")));
+                        break;
                 }
-                CHECK((r.part == Part::adapter) == (r.role > ParamRole::bias));
+                if (r.linear != Linear::none)  // LLaMA-Adapter's prompt and gate are no linear's
+                    CHECK((r.part == Part::adapter) == (r.role > ParamRole::bias));
                 CHECK(ends_with(r.tensor, ".bias") == (r.role == ParamRole::bias));
                 // Every row named as a linear's weight or bias is typed so.
                 for (const LinearRow& named : linear_rows) {

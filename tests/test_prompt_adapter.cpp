@@ -126,10 +126,12 @@ TEST_CASE("memcalc --train adapter: its options, settings and errors", "[finetun
                         "1,229,760 trainable") != std::string::npos);
     for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
              {"--adapter-prompt-tokens 4",
-              "--adapter-prompt-tokens 4 needs --train adapter or qadapter (got "
+              "--adapter-prompt-tokens 4 needs --train adapter, qadapter, adapter-v2 or "
+              "qadapter-v2 (got "
               "--train full)"},
              {"--train lora --adapter-start-layer 1",
-              "--adapter-start-layer 1 needs --train adapter or qadapter (got --train lora)"},
+              "--adapter-start-layer 1 needs --train adapter, qadapter, adapter-v2 or qadapter-v2 "
+              "(got --train lora)"},
              {"--train adapter --adapter-start-layer x",
               "--adapter-start-layer must be a layer's index, counted from 0 (got 'x')"},
              {"--train adapter --adapter-prompt-tokens 0",

@@ -21,7 +21,16 @@
 
 namespace memcalc {
 
-enum class Training : std::uint8_t { full, frozen, lora, qlora, adapter, qadapter };
+enum class Training : std::uint8_t {
+    full,
+    frozen,
+    lora,
+    qlora,
+    adapter,
+    qadapter,
+    adapter_v2,
+    qadapter_v2
+};
 
 struct TrainingRow {
     Training mode;
@@ -29,26 +38,46 @@ struct TrainingRow {
     bool adapters;        ///< LoRA adapters train beside a frozen base
     bool quantized_base;  ///< the base's linear weights in 4 bits (QLoRA)
     bool prompt;          ///< LLaMA-Adapter's gated prompt trains beside a frozen base
+    /// LLaMA-Adapter v2: a trained scale and bias on every linear's output, the norms trained
+    bool scaled;
     const char* summary;
 
     bool frozen_base() const { return adapters || prompt; }
 };
 
-inline constexpr std::array<TrainingRow, 6> training_rows{{
-    {Training::full, "full", false, false, false, "every parameter trains"},
-    {Training::frozen, "frozen", false, false, false,
+inline constexpr std::array<TrainingRow, 8> training_rows{{
+    {Training::full, "full", false, false, false, false, "every parameter trains"},
+    {Training::frozen, "frozen", false, false, false, false,
      "the parts --frozen names keep their weights alone; the rest trains"},
-    {Training::lora, "lora", true, false, false,
+    {Training::lora, "lora", true, false, false, false,
      "low-rank adapters train beside a frozen base (peft's LoRA)"},
-    {Training::qlora, "qlora", true, true, false,
+    {Training::qlora, "qlora", true, true, false, false,
      "LoRA over a base whose linear weights are 4-bit NF4 with double quantisation (bitsandbytes)"},
-    {Training::adapter, "adapter", false, false, true,
+    {Training::adapter, "adapter", false, false, true, false,
      "LLaMA-Adapter (lit-gpt's adapter.py): a learned prompt in each layer from a start layer, "
      "attended by every query and gated per head, beside a frozen base"},
-    {Training::qadapter, "qadapter", false, true, true,
+    {Training::qadapter, "qadapter", false, true, true, false,
      "LLaMA-Adapter over a base whose linear weights are 4-bit NF4 (lit-gpt's adapter.py "
      "--quantize bnb.nf4)"},
+    {Training::adapter_v2, "adapter-v2", false, false, true, true,
+     "LLaMA-Adapter v2 (lit-gpt's adapter_v2.py): the prompt, a trained scale and bias on every "
+     "linear's output, the head's too, and the norms trained"},
+    {Training::qadapter_v2, "qadapter-v2", false, true, true, true,
+     "LLaMA-Adapter v2 over a base whose linear weights are 4-bit NF4 (lit-gpt's adapter_v2.py "
+     "--quantize bnb.nf4)"},
 }};
+
+/// The --train names whose row has `column` ("qlora, qadapter or qadapter-v2"); all of them
+/// without one.
+inline std::string training_names_with(bool TrainingRow::*column = nullptr) {
+    std::vector<std::string> names;
+    for (const TrainingRow& r : training_rows)
+        if (column == nullptr || r.*column) names.emplace_back(r.name);
+    std::string out;
+    for (std::size_t i = 0; i < names.size(); ++i)
+        out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    return out;
+}
 
 constexpr const TrainingRow& training_row(Training t) {
     return training_rows[static_cast<std::size_t>(t)];
@@ -110,7 +139,7 @@ struct PromptAdapter {
 
 struct FineTuning {
     Training mode = Training::full;
-    PromptAdapter prompt;  ///< Training::adapter
+    PromptAdapter prompt;  ///< TrainingRow::prompt's modes
     std::vector<std::string>
         frozen;  ///< Training::frozen: parts (embeddings, attention, ...) or tensor names
     Lora lora;
@@ -135,6 +164,9 @@ struct LayerTuning {
     LinearSet frozen =
         0;  ///< linears whose weight gets no gradient: their input is not kept for one
     LinearSet adapted = 0;  ///< LoRA's targets
+    /// LLaMA-Adapter v2's: a trained scale times the output plus a trained bias, which keeps that
+    /// sum (s x out) for the scale's gradient; shapes[] has each one's width
+    LinearSet scaled = 0;
     std::uint64_t rank = 0;
     bool adapter_dropout = false;
     bool adapter_fp32 =
@@ -162,7 +194,7 @@ struct LayerTuning {
     std::uint64_t prompt_start = 0;
     std::array<AdaptedShape, linear_rows.size()> shapes{};  ///< by Linear: the adapted ones' widths
 
-    bool any() const { return frozen != 0 || adapted != 0 || frozen_norms; }
+    bool any() const { return frozen != 0 || adapted != 0 || scaled != 0 || frozen_norms; }
 };
 
 namespace detail {
@@ -267,20 +299,60 @@ inline ParameterTable frozen_table(const Architecture& m, ParameterTable table,
                 " leaves nothing of " + model_name(m) + " to train");
 }
 
+/// LLaMA-Adapter v2's rows after a linear's weight `row` (lit-gpt's AdapterV2Linear): a bias and a
+/// scale, one per output, split as the output is. A tied head's row is the embedding's table
+/// (V x h): its linear is the head, its output the vocabulary.
+inline void add_scale_rows(std::vector<ParamRow>& rows, const ParamRow& row) {
+    const bool tied = row.part == Part::embedding;
+    const std::uint64_t E = row.expert ? *row.dims.begin() : 0;
+    Dims out{row.dims.begin()[tied ? 0 : E ? 2 : 1]};
+    if (E) out.stack(E);
+    const auto [in_letters, out_letters] = shape_ends(row.shape);
+    const Text letters = Label(tied ? in_letters : out_letters).text;
+    const Linear linear = tied ? Linear::head : row.linear;
+    const ParamSplit split = row.split == ParamSplit::vocab ? ParamSplit::vocab
+                             : row.split == ParamSplit::tensor && !linear_row(linear).row_parallel
+                                 ? ParamSplit::tensor
+                                 : ParamSplit::replicated;
+    const std::string tensor(tied ? Text("lm_head") : row.tensor);
+    for (const char* name : {".adapter_bias", ".adapter_scale"})
+        rows.emplace_back(Part::adapter, row.group, Label(tensor + name).text, letters, out, split,
+                          row.expert, row.kind, linear, ParamRole::scale);
+}
+
+/// A linear weight LLaMA-Adapter v2 scales: a layer's, and the output head's (a tied one too).
+inline bool scaled_linear(const Architecture& m, const ParamRow& r) {
+    const bool head = r.part == Part::head && r.role == ParamRole::weight && !r.mtp;
+    const bool tied = r.part == Part::embedding && r.group == Group::head;
+    return linear_weight(m, r) || head || tied;
+}
+
 /// `table` frozen whole (its linears in 4 bits where `base` says), with LLaMA-Adapter's trained
 /// rows for the layers from the start layer on: each layer's prompt (tokens x h, an embedding
 /// table) and its gate (one factor per head), kept with the first stage's rows (Group::input) as
-/// one tensor each.
+/// one tensor each. `scaled` (v2): every linear's scale and bias (add_scale_rows), the head's
+/// too, and the norms trained.
 inline ParameterTable prompt_table(const Architecture& m, ParameterTable table,
-                                   const PromptAdapter& p, const QuantizedLinears* base) {
+                                   const PromptAdapter& p, const QuantizedLinears* base,
+                                   bool scaled) {
     if (p.start_layer >= m.layers)
         throw error("adapter start layer " + std::to_string(p.start_layer) +
                     " leaves no layer of " + model_name(m) + " (" + std::to_string(m.layers) +
                     " layers, counted from 0) a prompt");
+    if (scaled && (m.any_moe() || m.mixer != Mixer::attention || m.mla.enabled() || !m.has_mlp))
+        throw error("LLaMA-Adapter v2 on " + model_name(m) +
+                    ": its scales and biases are modelled on dense attention and MLP layers "
+                    "alone (lit-gpt's adapter_v2.py's)");
+    std::vector<ParamRow> rows;
+    rows.reserve(table.rows.size() * (scaled ? 3 : 1) + 2);
     for (ParamRow& r : table.rows) {
-        r.trainable = false;
+        const bool norm = r.part == Part::norms || r.part == Part::final_norm;
+        r.trainable = scaled && norm;
         if (base != nullptr && quantized(m, r, *base)) r.storage = base->storage();
+        rows.push_back(r);
+        if (scaled && scaled_linear(m, r)) add_scale_rows(rows, r);
     }
+    table.rows = std::move(rows);
     const std::uint64_t adapted = m.layers - p.start_layer;
     table.rows.emplace_back(Part::adapter, Group::input, Text("adapter_wte"),
                             Text("(L - S) x p x h"), Dims{adapted, p.tokens, m.hidden},
@@ -461,7 +533,8 @@ inline ParameterTable fine_tuned_table(const Architecture& m, ParameterTable tab
     if (f.mode == Training::frozen) return detail::frozen_table(m, std::move(table), f.frozen);
     if (training_row(f.mode).prompt)
         return detail::prompt_table(m, std::move(table), f.prompt,
-                                    training_row(f.mode).quantized_base ? &f.quantized : nullptr);
+                                    training_row(f.mode).quantized_base ? &f.quantized : nullptr,
+                                    training_row(f.mode).scaled);
     std::vector<bool> used(f.lora.targets.size(), false);
     const auto targeted = [&](const ParamRow& r) {
         if (!detail::linear_weight(m, r)) return false;
@@ -523,6 +596,15 @@ inline void adapted_row(LayerTuning& t, const ParamRow& r) {
         if (std::string(r.tensor).rfind(std::string(f.names.front()) + ".", 0) == 0)
             shape.fused = true;
 }
+
+/// LLaMA-Adapter v2's scale row `r` in `t`: its linear scaled, and the linear's output width.
+inline void scaled_row(LayerTuning& t, const ParamRow& r) {
+    t.scaled |= bit(r.linear);
+    AdaptedShape& shape = t.shapes[static_cast<std::size_t>(r.linear)];
+    const std::size_t e = r.expert ? 1 : 0;
+    shape.modules = e ? *r.dims.begin() : 1;
+    shape.out = r.dims.begin()[e];
+}
 }  // namespace detail
 
 /// What `table` (fine-tuned) changes in layer kind `kind`'s saved tensors.
@@ -550,7 +632,8 @@ inline LayerTuning layer_tuning(const ParameterTable& table, const FineTuning& f
         // Mamba's linears (not tuned) and the rows of no linear count in no set.
         const bool tuned = linear_row(r.linear).tuned;
         if (r.part == Part::adapter) {
-            if (tuned) detail::adapted_row(t, r);
+            if (tuned && r.role == ParamRole::scale) detail::scaled_row(t, r);
+            if (tuned && r.role != ParamRole::scale) detail::adapted_row(t, r);
             continue;
         }
         if (tuned && r.role == ParamRole::weight && !r.trainable) t.frozen |= bit(r.linear);

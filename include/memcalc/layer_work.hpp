@@ -135,7 +135,9 @@ inline LayerLaunches layer_launches(const LayerActivations& layer, Recompute mod
         if (r.linear == Linear::none) continue;
         if (r.role == ParamRole::bias && r.trainable)
             out.other += launches_of(LaunchOp::bias_gradient);
-        if (r.role == ParamRole::bias || r.role == ParamRole::magnitude) continue;
+        if (r.role == ParamRole::bias || r.role == ParamRole::magnitude ||
+            r.role == ParamRole::scale)
+            continue;
         const double times = r.expert ? layer.looped_experts : 1;  // a loop's experts, each
         out.matmuls += matmul_launches(r.trainable) * times;
         if (whole || (mlp_rerun && r.part == Part::mlp)) out.rerun_matmuls += times;

@@ -92,6 +92,7 @@ constexpr Linear first_linear(LinearSet set) {
 
 /// What a parameter row is to its module: the weight, its bias, or a LoRA adapter's row beside
 /// the weight.
-enum class ParamRole : std::uint8_t { weight, bias, lora_a, lora_b, magnitude };
+/// scale: LLaMA-Adapter v2's scale and bias on a linear's output, a value per output.
+enum class ParamRole : std::uint8_t { weight, bias, lora_a, lora_b, magnitude, scale };
 
 }  // namespace memcalc

@@ -155,8 +155,9 @@ inline Runtime runtime_of(const Framework& f) {
 
 /// The model's first layers where their input needs no gradient (LayerTuning::embedding_frozen):
 /// the first alone under adapters on every layer; under a prompt from layer S (LLaMA-Adapter), the
-/// S before it, which keep nothing, and its own. One kind of dense layer (else each layer as its
-/// kind's: leaning high).
+/// S before it, which keep nothing (or, where the norms train, LLaMA-Adapter v2, the first keeps
+/// its norms' alone and the others what a layer without the prompt keeps), and its own. One kind
+/// of dense layer (else each layer as its kind's: leaning high).
 inline std::vector<LayerActivations> leading_layer_tables(const Architecture& m, std::uint64_t s,
                                                           std::uint64_t b, Precision precision,
                                                           const Framework& f, ModuleSet modules,
@@ -170,8 +171,13 @@ inline std::vector<LayerActivations> leading_layer_tables(const Architecture& m,
     LayerTuning before = tuning;
     before.prompt_tokens = 0;
     const std::uint64_t unprompted = tuning.prompt_tokens > 0 ? tuning.prompt_start : 0;
-    for (std::uint64_t p = 0; p < std::min<std::uint64_t>(unprompted, m.layers); ++p)
+    // A layer's output needs a gradient once something in it trains.
+    const bool trains = !tuning.frozen_norms || tuning.adapted != 0 || tuning.scaled != 0;
+    for (std::uint64_t p = 0; p < std::min<std::uint64_t>(unprompted, m.layers); ++p) {
         tables.push_back(table(before));
+        before.input_grad = before.input_grad || trains;
+    }
+    tuning.input_grad = before.input_grad;
     if (unprompted < m.layers) tables.push_back(table(tuning));
     return tables;
 }

@@ -42,7 +42,7 @@ def training_flags(run):
                 "--lora-dropout", f"{run['lora_dropout']:g}", "--lora-dtype", run.get("lora_dtype", "bf16")] + \
             (["--lora-variant", run["lora_variant"]] if "lora_variant" in run else []) + \
             [flag for key, option in QLORA_KEYS if key in run for flag in (option, str(run[key]))]
-    if train in ("adapter", "qadapter"):
+    if train in ("adapter", "qadapter", "adapter-v2", "qadapter-v2"):
         return ["--train", train, "--adapter-prompt-tokens", str(run["adapter_prompt_tokens"]),
                 "--adapter-start-layer", str(run["adapter_start_layer"])] + \
             [flag for key, option in QLORA_KEYS if key in run for flag in (option, str(run[key]))]
@@ -63,7 +63,7 @@ def training_label(run):
         base = f" {'nf4-dq' if run.get('qlora_double_quant') == 'true' else 'nf4'}" if train == "qlora" else ""
         return (f"{train} r{run['lora_rank']} {run['lora_targets']} p{run['lora_dropout']:g} "
                 f"{run.get('lora_dtype', 'bf16')}{base}")
-    if train in ("adapter", "qadapter"):
+    if train in ("adapter", "qadapter", "adapter-v2", "qadapter-v2"):
         base = f" {'nf4-dq' if run.get('qlora_double_quant') == 'true' else 'nf4'}" if train == "qadapter" else ""
         return f"{train} p{run['adapter_prompt_tokens']} from {run['adapter_start_layer']}{base}"
     return "full"

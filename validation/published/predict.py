@@ -156,28 +156,56 @@ def litgpt_qlora(model, seq, double_quant):
 
 
 # LitGPT's Adapter rows, added to the table with --quantize for the adapter scripts (lit-gpt @0f021f3a, PR #694:
-# lit_gpt/adapter.py as at 8641822), and its multi-GPU LoRA rows. finetune/adapter.py's loop is lora.py's (the
-# head in 128-token chunks, fp32 logits held, AdamW), its sanity-check validation first under no_grad, which
-# caches each layer's prompt keys and values outside any graph: LLaMA-Adapter as --train adapter counts it,
-# measured on CPU with lit-gpt's adapter.py (litgpt_run.py --method adapter).
+# lit_gpt/adapter.py and adapter_v2.py as at 8641822), and its multi-GPU LoRA rows. finetune/adapter.py's loop is
+# lora.py's (the head in 128-token chunks, fp32 logits held, AdamW), its sanity-check validation first under
+# no_grad, which caches each layer's prompt keys and values outside any graph: LLaMA-Adapter as --train adapter
+# counts it, measured on CPU with lit-gpt's adapter.py (litgpt_run.py --method adapter, adapter_v2).
+# The program is 0f021f3a's, not 8641822's: its RMSNorm (since #606) runs on an fp32 copy of x and multiplies the
+# weight into the fp32 result (the Llama model file litgpt-llama-2-7b-0f021f3a.json). Its README recommends a
+# PyTorch 2.2 nightly (for FlashAttention-2), whose mean() keeps no input (pytorch#109935): --torch-version 2.2.
+# Inferred from the rows: v1's cannot tell (an fp32 x is a bf16 x and x^2), v2's, whose trained norms keep an fp32
+# x_norm, fit only this (8641822's RMSNorm: -3.1..-3.8%; 0f021f3a's under torch 2.1's mean: +4.9%).
+LITGPT_ADAPTER_PROGRAM = ("; lit-gpt @0f021f3a's RMSNorm (an fp32 copy of x, the weight multiplied in fp32: "
+                          "--rmsnorm-kernel torch --rmsnorm-fp32-scale true in the model file) on the PyTorch 2.2 "
+                          "nightly its README recommends (mean keeps no input: --torch-version 2.2), inferred: "
+                          "the v2 rows fit nothing else")
 LITGPT_ADAPTER_NOTE = ("the longest Alpaca sample ({} tokens) in the first micro-batch; LLaMA-Adapter as lit-gpt "
                        "@0f021f3a runs it (a 10-token prompt in every layer from the third, its keys and values "
                        "cached by the sanity-check validation under no_grad; the prompt attention SDPA's "
                        "memory-efficient kernel), measured on CPU with lit-gpt's adapter.py "
                        "(litgpt_run.py --method adapter)")
-LITGPT_ADAPTER_UNDER = ("by 0.3%: the caching allocator's rounding, which max_memory_allocated counts (memcalc's "
-                        "allocator model, peak.reserved's allocated_bytes, gives 19.98 GB, the published figure); "
-                        "lit-gpt's cached prompt keys and values (5 MB) stand in memcalc for the prompt's gradient "
-                        "and optimizer state, which lit-gpt never makes (the same bytes under bf16-adam)")
+LITGPT_ADAPTER_V2_NOTE = ("the longest Alpaca sample ({} tokens) in the first micro-batch; LLaMA-Adapter v2 as "
+                          "lit-gpt @0f021f3a runs it (adapter.py's prompt, a trained scale and bias on every "
+                          "linear's output and the head's, each keeping its output plus the bias, and the norms "
+                          "trained: --train adapter-v2), measured on CPU with lit-gpt's adapter_v2.py "
+                          "(litgpt_run.py --method adapter_v2)")
+LITGPT_ADAPTER_UNDER = ("by 0.4% at most: the caching allocator's rounding, which max_memory_allocated counts "
+                        "(memcalc's allocator model, peak.reserved's allocated_bytes, is at or above the published "
+                        "figure), and the table's two decimals; lit-gpt's cached prompt keys and values (5 MB) stand "
+                        "in memcalc for the prompt's gradient and optimizer state, which lit-gpt never makes (the "
+                        "same bytes under bf16-adam)")
 LITGPT_ADAPTER_NF4 = ("; 4-bit: the base and the head as the QLoRA rows' (Lightning's BitsandbytesPrecision, "
-                      "bitsandbytes 0.41.1's MatMul4Bit keeping its input, PagedAdamW: --train qadapter), measured "
-                      "on CPU with the stand-in of MatMul4Bit (litgpt_run.py --method adapter --quantize)")
-LITGPT_ADAPTER_NF4_UNDER = ("by 0.3% at most: the caching allocator's rounding, which max_memory_allocated counts "
-                            "(memcalc's allocator model, peak.reserved's allocated_bytes, is above the published "
-                            "figure in all four rows)")
-LITGPT_ADAPTER_V2 = ("LLaMA-Adapter v2 (adapter_v2.py: the prompt, and a trained bias and scale on every linear "
-                     "and the norms trained, so each linear keeps its output) is not modelled: needs --train "
-                     "adapter-v2")
+                      "bitsandbytes 0.41.1's MatMul4Bit keeping its input, PagedAdamW: --train qadapter or "
+                      "qadapter-v2), measured on CPU with the stand-in of MatMul4Bit (litgpt_run.py --quantize)")
+
+
+def litgpt_adapter(model, seq, quantized=None, v2=False):
+    """A LitGPT Adapter row: LLaMA-Adapter (v2: LLaMA-Adapter v2) over lit-gpt @0f021f3a's model, or over
+    its 4-bit base (quantized: "nf4" or "nf4-dq", as its QLoRA rows)."""
+    program = model + "-0f021f3a" if "llama" in model else model  # StableLM's LayerNorm is as at 8641822
+    args = litgpt(program, seq, 1)["args"]
+    args[args.index("--torch-version") + 1] = "2.2"
+    mode = ("q" if quantized else "") + ("adapter-v2" if v2 else "adapter")
+    args = args[:args.index("--train")] + ["--train", mode]
+    note = (LITGPT_ADAPTER_V2_NOTE if v2 else LITGPT_ADAPTER_NOTE).format(seq) + LITGPT_ADAPTER_PROGRAM
+    if not quantized:
+        return dict(args=args, note=note, under_estimate=LITGPT_ADAPTER_UNDER)
+    args = [a for a in args if a != "bf16-adam"]
+    args[args.index("--recipe"):args.index("--recipe") + 1] = []
+    return dict(args=args + LITGPT_QLORA + ["--qlora-double-quant", "true" if quantized == "nf4-dq" else "false"],
+                note=note + LITGPT_ADAPTER_NF4, under_estimate=LITGPT_ADAPTER_UNDER)
+
+
 LITGPT_FSDP = ("Fabric's FSDP over every Block, each checkpointed: the published peak is about a bf16 copy of the "
                "layers' weights above memcalc's training step (7B: 22.18 GB against 8.41), nearly flat in the "
                "micro-batch. Read from the sources, not yet modelled (needs a switch): lit-gpt accumulates under "
@@ -186,21 +214,6 @@ LITGPT_FSDP = ("Fabric's FSDP over every Block, each checkpointed: the published
                "(Fabric's default) a Block mixing LoRA and frozen weights has one flat gradient for all of them "
                "(torch's FSDP docstring: gradient memory as if nothing were frozen). The training step alone is "
                "shown (--dp N --zero 3 --recompute full)")
-
-
-def litgpt_adapter(model, seq, quantized=None, v2=False):
-    """A LitGPT Adapter row: LLaMA-Adapter over lit-gpt's model, or over its 4-bit base (quantized:
-    "nf4" or "nf4-dq", as its QLoRA rows); v2 not expressible."""
-    if v2:
-        return dict(args=None, comparable=False, why=LITGPT_ADAPTER_V2)
-    args = litgpt(model, seq, 1)["args"]
-    args = args[:args.index("--train")] + ["--train", "qadapter" if quantized else "adapter"]
-    if not quantized:
-        return dict(args=args, note=LITGPT_ADAPTER_NOTE.format(seq), under_estimate=LITGPT_ADAPTER_UNDER)
-    args = [a for a in args if a != "bf16-adam"]
-    args[args.index("--recipe"):args.index("--recipe") + 1] = []
-    return dict(args=args + LITGPT_QLORA + ["--qlora-double-quant", "true" if quantized == "nf4-dq" else "false"],
-                note=LITGPT_ADAPTER_NOTE.format(seq) + LITGPT_ADAPTER_NF4, under_estimate=LITGPT_ADAPTER_NF4_UNDER)
 
 
 def litgpt_fsdp(model, seq, micro_batch, gpus):
@@ -385,14 +398,14 @@ ROWS = {
     "litgpt-stablelm-3b-adapter-nf4-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, "nf4", False),
     "litgpt-stablelm-3b-adapter-nf4-dq-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, "nf4-dq", False),
     "litgpt-stablelm-3b-adapter-v2-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, None, True),
-    "litgpt-stablelm-3b-adapter-v2-nf4-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, None, True),
-    "litgpt-stablelm-3b-adapter-v2-nf4-dq-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, None, True),
+    "litgpt-stablelm-3b-adapter-v2-nf4-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, "nf4", True),
+    "litgpt-stablelm-3b-adapter-v2-nf4-dq-mb1": litgpt_adapter("litgpt-stablelm-base-alpha-3b", 1034, "nf4-dq", True),
     "litgpt-llama2-7b-adapter-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, None, False),
     "litgpt-llama2-7b-adapter-nf4-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, "nf4", False),
     "litgpt-llama2-7b-adapter-nf4-dq-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, "nf4-dq", False),
     "litgpt-llama2-7b-adapter-v2-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, None, True),
-    "litgpt-llama2-7b-adapter-v2-nf4-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, None, True),
-    "litgpt-llama2-7b-adapter-v2-nf4-dq-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, None, True),
+    "litgpt-llama2-7b-adapter-v2-nf4-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, "nf4", True),
+    "litgpt-llama2-7b-adapter-v2-nf4-dq-mb1": litgpt_adapter("litgpt-llama-2-7b", 1304, "nf4-dq", True),
     "litgpt-phi-1_5-lora-2gpu-mb1": litgpt_fsdp("litgpt-phi-1_5", 1044, 1, 2),
     "litgpt-phi-1_5-lora-2gpu-mb2": litgpt_fsdp("litgpt-phi-1_5", 1044, 2, 2),
     "litgpt-phi-1_5-lora-2gpu-mb4": litgpt_fsdp("litgpt-phi-1_5", 1044, 4, 2),

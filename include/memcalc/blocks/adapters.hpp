@@ -137,6 +137,31 @@ inline void adapter_rows(TableBuilder& t, const Sizes& z, const std::string& op,
     t.input_grad(true);  // the adapter's output joins the graph
 }
 
+/// LLaMA-Adapter v2's scaled linears among `readers` (LayerTuning::scaled: lit-gpt's
+/// AdapterV2Linear, scale x (linear(x) + bias)): the product keeps the sum for the scale's
+/// gradient, whether or not anything before needed one (the bias does), in the compute dtype, or
+/// fp32 under autocast (a bf16 output plus an fp32 bias). The output needs a gradient from here.
+/// `head`: the output head's, over the vocabulary.
+inline void scaled_output_rows(TableBuilder& t, const Sizes& z, const std::string& op,
+                               LinearSet readers, Count tokens, bool head = false) {
+    const LinearSet scaled = readers & t.tuning.scaled;
+    if (scaled == 0) return;
+    const bool quiet = t.quiet();
+    t.quiet(false);
+    for (const LinearRow& l : linear_rows) {
+        if ((scaled & bit(l.linear)) == 0) continue;
+        const AdaptedShape& w = t.tuning.shapes[static_cast<std::size_t>(l.linear)];
+        t.add(op + ": adapter v2 (" + l.tensor + ")", "its output plus the adapter's bias",
+              "the scale's gradient = that x the output's gradient",
+              head             ? shape::sbV
+              : l.row_parallel ? sbo_whole
+                               : sbo,
+              tokens * w.out, z.autocast ? dtype::fp32 : z.d);
+    }
+    t.quiet(quiet);
+    t.input_grad(true);
+}
+
 /// A merged adapter (LoraVariantRow::merged) over part of a fused linear's output, `fused`
 /// elements: lit-gpt's zero_pad index_copies B's output into zeros of the fused width, and
 /// index_copy keeps its source for the size of its gradient (and the index, int64 a column).

@@ -107,6 +107,7 @@ inline void flash_output_rows(TableBuilder& t, const Architecture& m, const Size
         linear_casts_work(t, z, "output projection", z.sbv, output_projection(z));
     }
     adapter_rows(t, z, "output projection", bit(Linear::o), z.tokens, z.sbv, output, z.d);
+    scaled_output_rows(t, z, "output projection", bit(Linear::o), z.tokens);
 }
 
 /// A fused (flash) kernel's core attention: `output` is its output's shape (a d_v wide per head).

@@ -234,6 +234,7 @@ inline LayerActivations head_program(const Architecture& m, std::uint64_t seq,
     // dtype.
     detail::projection_input_row(t, z.wide_linears(), "output head", "its input", z.sbh, shape::sbh,
                                  1, {}, bit(Linear::head));
+    detail::scaled_output_rows(t, z, "output head", bit(Linear::head), z.tokens, true);
     if (loss == LossKernel::fp32_inplace)
         t.add("loss (softmax in place)", "an fp32 copy of the logits, softmaxed in place",
               "the gradient is written over it", shape::sbV, z.tokens * m.vocab, dtype::fp32);

@@ -132,10 +132,12 @@ private:
         // The first layer under a frozen embedding: its norm keeps nothing, nor a branch without
         // an adapter (nothing in it needs a gradient).
         const bool input_grad = t.input_grad();
-        t.quiet(!input_grad);
+        t.quiet(!input_grad && !pre_norm_trains());
         if (m.norms_before_branches())
             layer_norm(shared_norm ? "layer norm" : "attention norm", false, true);
-        t.quiet(!input_grad && !attention_trains());
+        if (pre_norm_trains()) t.input_grad(true);  // its output needs one from here
+        const bool branch_grad = t.input_grad();
+        t.quiet(!branch_grad && !attention_trains());
         t.section(Module::attention);
         // Autocast casts each weight as its linear runs: inside the mixer the output projection's
         // is still to come.
@@ -155,8 +157,9 @@ private:
         t.quiet(false);
         // A parallel MLP reads the layer's input; a sequential one the sum, which needs a gradient
         // once the attention had one.
-        t.input_grad(m.parallel_attention ? input_grad
-                                          : input_grad || attention_trains() || prompted());
+        t.input_grad(m.parallel_attention ? (shared_norm ? branch_grad : input_grad)
+                                          : branch_grad || attention_trains() || prompted() ||
+                                                (tuning.scaled & ~mlp_linears) != 0);
     }
 
     static constexpr LinearSet mlp_linears =
@@ -168,6 +171,11 @@ private:
     bool mlp_trains() const { return (tuning.adapted & mlp_linears) != 0; }
     /// Whether LLaMA-Adapter's gated prompt joins the attention's output here.
     bool prompted() const { return tuning.prompt_tokens > 0; }
+    /// Whether the norms before the branches train where the rest is frozen (LLaMA-Adapter v2):
+    /// they keep what their weights' gradients need, and their outputs need gradients.
+    bool pre_norm_trains() const {
+        return m.norms_before_branches() && tuning.any() && !tuning.frozen_norms;
+    }
 
     void mlp_half() {
         t.mlp_half();
@@ -208,8 +216,9 @@ private:
     /// The MLP's norm and what its first linears keep of their input.
     void mlp_input() {
         if (!shared_norm && m.norms_before_branches()) {
-            t.quiet(!mlp_input_grad);
+            t.quiet(!mlp_input_grad && !pre_norm_trains());
             layer_norm("MLP norm", m.parallel_attention, m.mixer == Mixer::none);
+            if (pre_norm_trains()) mlp_input_grad = true, t.input_grad(true);
             t.quiet(!mlp_input_grad && !mlp_trains());
         }
         t.section(m.is_moe() ? Module::moe : Module::mlp);

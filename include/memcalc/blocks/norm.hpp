@@ -112,6 +112,13 @@ inline bool rmsnorm_rows(TableBuilder& t, const Sizes& z, const std::string& wha
     const std::uint64_t work = z.rmsnorm_upcast ? dtype::fp32 : input;
     const std::string in = work == dtype::fp32 ? "fp32" : dtype_name(z.compute);
     t.launch(LaunchOp::rmsnorm);
+    if (!t.input_grad()) {  // x needs no gradient: a trained weight's product keeps x_norm alone
+        if (weighted && !t.tuning.frozen_norms)
+            t.add(what + " (RMSNorm)", "the normalised input",
+                  "the weight's gradient is x_norm x the output's gradient", shape, elements,
+                  fp32_scale ? dtype::fp32 : input);
+        return false;
+    }
     if (input != work) t.launch(LaunchOp::rmsnorm_casts);  // x.float() and the cast back
     if (input == work && fp32_input)
         t.add(what + " (RMSNorm)", fp32_input->what, "pow(x, 2) and x * rsqrt need x",

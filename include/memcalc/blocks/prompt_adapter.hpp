@@ -38,6 +38,7 @@ inline void prompt_attention_rows(TableBuilder& t, const Architecture& m, const 
     t.input_grad(true);
     projection_input_row(t, z, "output projection", "its input (the gated sum)", z.sbv, output, 1,
                          output_projection(z), bit(Linear::o));
+    scaled_output_rows(t, z, "output projection", bit(Linear::o), z.tokens);
     t.input_grad(input_grad);
     t.quiet(quiet);
     t.workspace(false, "prompt gate", "the gated output and its sum with the attention's",
