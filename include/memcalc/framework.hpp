@@ -48,6 +48,24 @@ inline const char* grad_buffer_name(GradBuffer g) {
     return g == GradBuffer::lazy ? "lazy" : "persistent";
 }
 
+/// When a sharded run (ZeRO-2/3, FSDP) reduces its gradients: after every micro-batch, or after
+/// the last alone, each layer's gradient held unsharded in the micro-batches before it (FSDP's
+/// no_sync, which lit-gpt's fabric.no_backward_sync enters for every micro-batch but the last).
+enum class GradSync { every_microbatch, last_microbatch };
+
+inline const char* grad_sync_name(GradSync g) {
+    return g == GradSync::every_microbatch ? "every-microbatch" : "last-microbatch";
+}
+
+/// What a sharded run's gradient covers: each trained tensor (FSDP2, ZeRO) or each wrapped unit's
+/// flat parameter (FSDP1 with use_orig_params=True: once any tensor of a layer trains, its one
+/// gradient covers the layer's frozen tensors too, as torch's FSDP docstring warns).
+enum class GradUnits { tensor, flat };
+
+inline const char* grad_units_name(GradUnits g) {
+    return g == GradUnits::tensor ? "tensor" : "flat";
+}
+
 /// When the optimiser's state (Adam's moments) is made. Lazy: at the first step, after its
 /// backward (torch.optim's AdamW), in blocks the first step's activations freed, so the next
 /// step's activations need segments of their own (measured on an H200 for a plain loop). Eager:
@@ -209,6 +227,8 @@ struct Framework {
     /// The program's CUBLAS_WORKSPACE_CONFIG as bytes (cublas_workspace_config_bytes); none: unset,
     /// each GPU's default (outside.hpp).
     std::optional<std::uint64_t> cublas_workspace = std::nullopt;
+    GradSync grad_sync = GradSync::every_microbatch;  ///< when sharded gradients are reduced
+    GradUnits grad_units = GradUnits::tensor;         ///< what one gradient covers
 
     /// This framework running `kernel`: a profile row names it without spelling every switch
     /// before it.
@@ -310,6 +330,16 @@ inline const auto framework_switches = std::make_tuple(
            "appears as backward makes it, and from the second micro-batch on all are held) or\n"
            "persistent (Megatron-LM's and DeepSpeed's contiguous buffer, live at every step;\n"
            "Megatron's is fp32 main_grad: pair it with --recipe mixed-adam-fp32-grads)"},
+    Switch{"grad_sync", "gradient sync", &Framework::grad_sync,
+           std::array{GradSync::every_microbatch, GradSync::last_microbatch}, grad_sync_name,
+           "When a sharded run (--zero 2/3) reduces its gradients: every-microbatch (default) or\n"
+           "last-microbatch (FSDP's no_sync, lit-gpt's fabric.no_backward_sync: the micro-batches\n"
+           "before the last hold every layer's gradient unsharded)"},
+    Switch{"grad_units", "gradient units", &Framework::grad_units,
+           std::array{GradUnits::tensor, GradUnits::flat}, grad_units_name,
+           "What one gradient covers: tensor (default: each trained tensor; FSDP2, ZeRO) or flat\n"
+           "(FSDP1 with use_orig_params=True, Fabric's: a layer with any trained tensor has one\n"
+           "gradient over all of its weights, the frozen ones too)"},
     Switch{
         "loss", "loss", &Framework::loss,
         std::array{LossKernel::fp32, LossKernel::bf16, LossKernel::fused, LossKernel::fp32_inplace,

@@ -284,6 +284,27 @@ inline Count kept_gradients(const Parallelism& p, Count dense, Count experts) {
                          : dense + experts;
 }
 
+/// The gradients one wrapped unit (a layer; the input side and the head together) keeps on this
+/// rank, of `trained` parameters among `all` (each with its experts' part): the trained ones'; or
+/// under flat units (FSDP1's flat parameter) all of them once any trains. Unsharded where the
+/// micro-batches before the last hold them so (GradSync::last_microbatch); `bucket`: the whole
+/// gradient, until a reduce-scatter after every micro-batch shards it (ZeRO-2/3).
+struct UnitGradients {
+    Count kept, bucket;
+};
+inline UnitGradients unit_gradients(const Workload& w, const Parallelism& p, Count trained,
+                                    Count trained_experts, Count all, Count all_experts) {
+    if (w.framework.grad_units == GradUnits::flat && trained > Count(0))
+        trained = all, trained_experts = all_experts;
+    const Count g = w.recipe.gradient_bytes();
+    const bool unsharded = p.zero >= 2 && p.offload == Offload::none &&
+                           w.framework.grad_sync == GradSync::last_microbatch &&
+                           p.steps_per_batch() > 1;
+    if (unsharded) return {trained * g, Count(0)};
+    const Count dense = Count(trained.value() - trained_experts.value());
+    return {kept_gradients(p, dense, trained_experts) * g, p.zero >= 2 ? trained * g : Count(0)};
+}
+
 /// The workspaces of one layer's steps. `written`: the layer's gradients written so far, unless a
 /// bucket or the held gradients have them already; `cast_bytes`: autocast's casts, else 0.
 inline void set_layer_workspaces(LayerInputs& layer, const LayerWork& work, const Workload& w,
@@ -304,9 +325,12 @@ inline void set_layer_work(TimelineInputs& in, const Workload& w, const Parallel
     const std::uint64_t V = w.model.vocab, d = w.recipe.activation_bytes();
     const Count g = w.recipe.gradient_bytes();
     const RankParams& t = f.trainable;  // the parameters with gradients
-    in.head_gradients =
-        kept_gradients(p, Count(t.head.value() - t.head_experts.value()), t.head_experts) * g;
-    in.input_gradients = kept_gradients(p, t.input, 0) * g;
+    // The input side and the head: one unit where they are flat (FSDP1's root), else each alone.
+    const bool root = w.framework.grad_units == GradUnits::flat && t.input + t.head > Count(0);
+    in.head_gradients = unit_gradients(w, p, root ? t.input + t.head : t.head, t.head_experts,
+                                       f.all.input + f.all.head, f.all.head_experts)
+                            .kept;
+    in.input_gradients = root ? Count(0) : unit_gradients(w, p, t.input, 0, 0, 0).kept;
     const std::uint64_t gathered = std::min<std::uint64_t>(p.gathered_layers, in.layers);
     for (std::size_t k = 0; k < w.layers.size(); ++k) {
         LayerInputs& layer = in.layer[k];
@@ -315,11 +339,9 @@ inline void set_layer_work(TimelineInputs& in, const Workload& w, const Parallel
         if (p.zero >= 3 && gathered > 0)
             layer.gathered_weights =
                 gathered_layer_bytes(w, p, f, k) + Count(gathered - 1) * most_weights;
-        layer.gradients =
-            kept_gradients(p, Count(t.per_layer[k].value() - t.per_layer_experts[k].value()),
-                           t.per_layer_experts[k]) *
-            g;
-        if (p.zero >= 2) layer.gradient_bucket = t.per_layer[k] * g;  // until its reduce-scatter
+        const UnitGradients unit = unit_gradients(w, p, t.per_layer[k], t.per_layer_experts[k],
+                                                  f.all.per_layer[k], f.all.per_layer_experts[k]);
+        layer.gradients = unit.kept, layer.gradient_bucket = unit.bucket;
         // Under autocast the step counts the layer's casts whole; an op takes off those not made
         // yet or freed already.
         const Count cast_bytes = w.recipe.autocast ? Count(d) : Count(0);
