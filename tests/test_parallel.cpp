@@ -73,13 +73,34 @@ TEST_CASE("ZeRO-3 gathers each layer's weights for forward and backward, not for
     const Architecture m = fixtures::llama_7b();
     const Report r = run(m, 1024, 1, Recompute::full, layout(8, 1, 1, 3));
     const Count layer_weights = r.parameters->per_layer() * 2;  // bf16
+    // The embedding in forward 1 and backward 1, the head (and the final norm) at the loss and
+    // backward L: whole, beyond the eighth this rank keeps (bf16).
+    const auto beyond_shard = [](std::uint64_t bytes) { return bytes - (bytes + 7) / 8; };
+    const std::uint64_t input = beyond_shard(m.vocab * m.hidden * 2),
+                        head = beyond_shard((m.vocab + 1) * m.hidden * 2);
+    const auto root = [&](const Step& step) -> std::uint64_t {
+        const bool first = step.name() == "forward 1" || step.name() == "backward 1";
+        const bool last = step.name() == "loss" || step.name() == "backward 32";
+        return first ? input : last ? head : 0;
+    };
     for (const auto& step : r.timeline()) {
         CAPTURE(step.name());
         if (step.phase == Phase::forward || step.phase == Phase::backward)
-            CHECK(step.bytes.gathered_weights ==
-                  Count(2) * layer_weights);  // the layer and the prefetched next
+            CHECK(step.bytes.gathered_weights.value() ==
+                  2 * layer_weights.value() + root(step));  // the layer and the prefetched next
         else
-            CHECK(step.bytes.gathered_weights == Count(0));
+            CHECK(step.bytes.gathered_weights.value() == root(step));
+    }
+    // FSDP1's root, not resharded after forward: both from forward 1 to the end of backward.
+    Settings kept = r.settings;
+    kept.framework.root_gather = RootGather::kept;
+    const Report fsdp1 = Estimator(m).estimate(kept);
+    for (const auto& step : fsdp1.timeline()) {
+        CAPTURE(step.name());
+        const std::uint64_t layers =
+            step.phase == Phase::forward || step.phase == Phase::backward ? 2 : 0;
+        CHECK(step.bytes.gathered_weights.value() ==
+              layers * layer_weights.value() + (step.phase == Phase::optimizer ? 0 : input + head));
     }
     // ZeRO-2/3 hold a layer's full gradient until it is reduce-scattered.
     const Step& last_backward = r.timeline()[r.timeline().size() - 2];

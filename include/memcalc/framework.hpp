@@ -66,6 +66,16 @@ inline const char* grad_units_name(GradUnits g) {
     return g == GradUnits::tensor ? "tensor" : "flat";
 }
 
+/// ZeRO-3's input side and head (what no wrapped layer holds: FSDP's root unit): gathered while
+/// they compute (the embedding in forward 1 and backward 1, the head at the loss and backward L),
+/// or kept gathered from forward 1 to the end of backward (FSDP1's root, which its
+/// _post_forward_reshard leaves unsharded "to be immediately used for backward").
+enum class RootGather { per_use, kept };
+
+inline const char* root_gather_name(RootGather g) {
+    return g == RootGather::per_use ? "per-use" : "kept";
+}
+
 /// When the optimiser's state (Adam's moments) is made. Lazy: at the first step, after its
 /// backward (torch.optim's AdamW), in blocks the first step's activations freed, so the next
 /// step's activations need segments of their own (measured on an H200 for a plain loop). Eager:
@@ -229,6 +239,7 @@ struct Framework {
     std::optional<std::uint64_t> cublas_workspace = std::nullopt;
     GradSync grad_sync = GradSync::every_microbatch;  ///< when sharded gradients are reduced
     GradUnits grad_units = GradUnits::tensor;         ///< what one gradient covers
+    RootGather root_gather = RootGather::per_use;     ///< ZeRO-3's input side and head
 
     /// This framework running `kernel`: a profile row names it without spelling every switch
     /// before it.
@@ -340,6 +351,11 @@ inline const auto framework_switches = std::make_tuple(
            "What one gradient covers: tensor (default: each trained tensor; FSDP2, ZeRO) or flat\n"
            "(FSDP1 with use_orig_params=True, Fabric's: a layer with any trained tensor has one\n"
            "gradient over all of its weights, the frozen ones too)"},
+    Switch{"root_gather", "root gather", &Framework::root_gather,
+           std::array{RootGather::per_use, RootGather::kept}, root_gather_name,
+           "ZeRO-3's embedding and head, gathered whole: per-use (default: while they compute,\n"
+           "forward 1 and backward 1, the loss and backward L) or kept (FSDP1's root unit, not\n"
+           "resharded after forward: from forward 1 to the end of backward)"},
     Switch{
         "loss", "loss", &Framework::loss,
         std::array{LossKernel::fp32, LossKernel::bf16, LossKernel::fused, LossKernel::fp32_inplace,

@@ -100,6 +100,7 @@ struct StageFacts {
     /// One layer's weights of each kind on this rank, each class in its storage; and those in a
     /// storage of their own, in the recipe's weight dtype.
     std::array<Count, max_layer_kinds> layer_weight_bytes{};
+    Count input_weight_bytes, head_weight_bytes;  ///< the same of the input side and the head
     Count parameters;            ///< on this rank: after tensor, expert and pipeline splits
     Count expert_parameters;     ///< the experts' part of them
     TrainingState state;         ///< on the device, after ZeRO sharding and offload
@@ -252,6 +253,8 @@ inline void add_parameters(StageFacts& f, const Workload& w, const Parallelism& 
         const Count dense = Count(total.value() - experts.value());
         if (c.trainable) f.trainable = r, f.trainable_dense = dense, f.trainable_experts = experts;
         f.all.input += r.input, f.all.head += r.head;
+        f.input_weight_bytes += c.weight_bytes(r.input, w.recipe);
+        f.head_weight_bytes += c.weight_bytes(r.head, w.recipe);
         for (std::size_t k = 0; k < kinds; ++k) {
             f.all.per_layer[k] += r.per_layer[k],
                 f.all.per_layer_experts[k] += r.per_layer_experts[k];

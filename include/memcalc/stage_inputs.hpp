@@ -26,6 +26,21 @@ namespace memcalc {
 
 // stage_inputs' pieces, in the order it calls them: each fills its part of a stage's inputs.
 
+/// ZeRO-3 gathers the input side's and the head's weights whole (RootGather): what that adds to
+/// the shard this rank keeps (nothing kept where the parameters are offloaded).
+inline void set_root_gathered(TimelineInputs& in, const Workload& w, const Parallelism& p,
+                              const StageFacts& f) {
+    if (p.zero < 3) return;
+    const auto beyond_shard = [&](Count bytes) {
+        const Count own =
+            p.offload == Offload::parameters ? Count(0) : ceil_div(bytes, p.dense_shards());
+        return Count(bytes.value() - own.value());
+    };
+    in.input_gathered = beyond_shard(f.input_weight_bytes);
+    in.head_gathered = beyond_shard(f.head_weight_bytes);
+    in.root_kept = w.framework.root_gather == RootGather::kept;
+}
+
 /// What a stage holds whatever its steps: its layers, its state, the k/v cache, narrow linears'
 /// weight casts.
 inline void set_stage_state(TimelineInputs& in, const Workload& w, const Parallelism& p,
@@ -43,6 +58,7 @@ inline void set_stage_state(TimelineInputs& in, const Workload& w, const Paralle
     // Per layer: the larger of the two recomputations' caches, leaning high where they differ.
     if (in.partial()) in.kv_cache = std::max(in.kv_cache, w.kv_cache_not_recomputed.on_rank(p, V));
     in.weights = f.state.weights;
+    set_root_gathered(in, w, p, f);
     in.master_weights = f.state.master_weights;
     in.optimizer_state = f.state.optimizer_state;
     in.weight_copies_recast = w.recipe.autocast && checkpoints_layer(w.recompute);

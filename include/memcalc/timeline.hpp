@@ -154,6 +154,10 @@ struct TimelineInputs : StageLayers {
     /// (Trainer).
     bool logits_held = true;
     Count weights, master_weights, optimizer_state;  ///< persistent through the whole step
+    /// ZeRO-3: the input side's and the head's weights beyond this rank's shard, gathered while
+    /// they compute, or from forward 1 to the end of backward where `root_kept` (FSDP1's root).
+    Count input_gathered, head_gathered;
+    bool root_kept = false;
     std::array<LayerInputs, max_layer_kinds> layer;  ///< by kind of layer
     /// Partial recomputation: the same of a layer past the first `recomputed` of its chunk, which
     /// keeps every activation (recompute none).
@@ -184,6 +188,12 @@ struct TimelineInputs : StageLayers {
 
     /// The leading positions (leading_spare's), each a step of its own.
     std::uint64_t leading() const { return leading_spare.size(); }
+    /// The first positions whose forward steps are steps of their own: the leading ones, and the
+    /// first where ZeRO-3 gathers the embedding for it alone (RootGather::per_use).
+    std::uint64_t forward_singles() const {
+        const bool first = input_gathered > Count(0) && !root_kept;
+        return std::max<std::uint64_t>(leading(), first ? 1 : 0);
+    }
     /// What positions first..last keep less than their kind's others.
     Count leading_spare_in(std::uint64_t first, std::uint64_t last) const {
         Count sum;
@@ -393,6 +403,16 @@ inline void loss_work_and_casts(const TimelineInputs& in, Breakdown& b, bool lat
     }
 }
 
+/// ZeRO-3's gathered input side and head at a step (RootGather): the embedding's in forward 1 and
+/// backward 1, the head's at the loss and backward L; both throughout where the root is kept.
+inline Count root_gathered(const TimelineInputs& in, Phase phase, std::uint64_t position) {
+    if (in.root_kept && phase != Phase::optimizer) return in.input_gathered + in.head_gathered;
+    const bool ends = phase == Phase::forward || phase == Phase::backward;
+    const bool head = phase == Phase::loss || (phase == Phase::backward && position == in.layers);
+    return (ends && position == 1 ? in.input_gathered : Count(0)) +
+           (head ? in.head_gathered : Count(0));
+}
+
 /// Backward step `position`'s bytes beyond the state step_at has set in `b`. `held`: the
 /// gradients are held from the step's start (`held_gradients`); `kept`: kept_at_step's.
 inline void backward_step(const TimelineInputs& in, Breakdown& b, std::uint64_t position, bool held,
@@ -407,7 +427,7 @@ inline void backward_step(const TimelineInputs& in, Breakdown& b, std::uint64_t 
                          held_by_graph(in, L - position, false) +
                          in.over<&LayerInputs::weight_reads>(position, L);
     b.rebuilt_activations = here.rebuilt;
-    b.gathered_weights = here.gathered_weights;
+    b.gathered_weights = here.gathered_weights + root_gathered(in, Phase::backward, position);
     // Recast: a recomputed layer casts its own again; one that keeps its activations saved its
     // casts.
     b.weight_copies += in.weight_copies_recast
@@ -457,7 +477,8 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
         case Phase::forward: {
             const LayerInputs& here = in.at(position);
             b.kept_activations = kept + cache;
-            b.gathered_weights = here.gathered_weights;
+            b.gathered_weights =
+                here.gathered_weights + detail::root_gathered(in, Phase::forward, position);
             b.weight_copies += in.casts_held(1, position - 1) + here.weight_copies;
             b.workspace = in.forward_buffers + here.forward_work;
             if (later) b.logits = held_logits;  // the previous micro-batch's
@@ -465,6 +486,7 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
         }
         case Phase::loss:
             b.kept_activations = kept + cache;
+            b.gathered_weights = detail::root_gathered(in, Phase::loss, L);
             b.logits = in.logits + in.loss_buffers + in.logits_gradient;
             detail::loss_work_and_casts(in, b, later, held);
             return {phase, 0, b, microbatch};
@@ -573,7 +595,7 @@ inline std::vector<Step> timeline(const TimelineInputs& in, PeakSoFar* peak) {
     for (std::uint64_t mb = 1; mb <= shown; ++mb) {
         for (std::uint64_t a = 1, b; a <= L; a = b + 1) {
             // The leading positions keeping less than the rest (leading_spare): a step each.
-            b = a <= in.leading() ? a : in.run_end(a);
+            b = a <= in.forward_singles() ? a : in.run_end(a);
             layer_run(steps, peak, in, Phase::forward, a, b, mb);
         }
         if (in.loss) add_step(steps, peak, step_at(in, Phase::loss, 0, mb));
@@ -632,7 +654,7 @@ inline void each_peak_candidate(const TimelineInputs& in, Visit&& visit) {
     // step's value there is linear in the chunk's index too; so chunks 0 and S - 1 stand for those,
     // and the chunks from S on are one run.
     const bool spares_only = in.mixed && !in.several_kinds && !in.partial() && !in.kept_offloaded &&
-                             !in.one_chunk() && in.equal_chunks() && in.leading() == 0;
+                             !in.one_chunk() && in.equal_chunks() && in.forward_singles() == 0;
     const auto next_run_end = [&](std::uint64_t a, std::uint64_t spare) {
         if (!spares_only) return in.run_end(a);
         const std::uint64_t c = (a - 1) / in.chunk;
@@ -657,7 +679,7 @@ inline void each_peak_candidate(const TimelineInputs& in, Visit&& visit) {
         const std::uint64_t spare = mb > 1 ? in.later_spare_chunks : in.spare_chunks;
         if (mb > 1) consider(Phase::forward, 1, mb);
         for (std::uint64_t a = 1, b; a <= L; a = skip_up(b + 1, spare)) {
-            b = a <= in.leading() ? a : next_run_end(a, spare);
+            b = a <= in.forward_singles() ? a : next_run_end(a, spare);
             if (a > 1) consider(Phase::forward, a, mb);
             // Offloaded: the steps after a run's lowest are linear (layer_run), from its second.
             if (in.kept_offloaded && b > a + 1) consider(Phase::forward, a + 1, mb);

@@ -209,15 +209,15 @@ def litgpt_adapter(model, seq, quantized=None, v2=False):
 LITGPT_FSDP = ("Fabric's FSDP (FSDP1) over every Block, each checkpointed, 128 sequences a step: with the "
                "switches its sources give, not comparable yet. lit-gpt accumulates under fabric.no_backward_sync, "
                "FSDP's no_sync (lightning@71aed751 _FSDPBackwardSyncControl), so the micro-batches before the last "
-               "hold each Block's gradient unsharded (--grad-sync last-microbatch), and with use_orig_params=True "
+               "hold each Block's gradient unsharded (--grad-sync last-microbatch); with use_orig_params=True "
                "(Fabric's default) a Block mixing LoRA and frozen weights has one flat gradient over all of them "
-               "(--grad-units flat): a bf16 copy of the layers' weights, which the published peaks show. What is "
-               "left is the later micro-batches' length: they hold those gradients, and lit-gpt draws their "
-               "samples at random (only the first is forced to the longest), so each is shorter than --seq, by "
-               "an amount the table does not give; with every micro-batch at the longest memcalc is -10% to +17% "
-               "(high at micro-batch 4, where the logits grow with the length). At micro-batch 1 it is 4% to "
-               "10% low even so: 0.3 to 1.3 GB more is held, not yet found (a candidate from the sources, not "
-               "modelled: FSDP does not reshard the root unit, the embedding and the head, after forward)")
+               "(--grad-units flat): a bf16 copy of the layers' weights, which the published peaks show; and "
+               "FSDP1 does not reshard the root unit (the embedding, final norm and head) after forward "
+               "(_post_forward_reshard: --root-gather kept). What is left is the later micro-batches' length: "
+               "they hold those gradients, and lit-gpt draws their samples at random (only the first is forced "
+               "to the longest), so each is shorter than --seq, by an amount the table does not give; with every "
+               "micro-batch at the longest memcalc is -7% to +20% (high at micro-batch 4, where the logits grow "
+               "with the length; at micro-batch 1 -0.8% to -2.5%, StableLM 3B's -6.9%, 0.9 GB not found)")
 
 
 def litgpt_fsdp(model, seq, micro_batch, gpus):
@@ -226,7 +226,7 @@ def litgpt_fsdp(model, seq, micro_batch, gpus):
     row = litgpt(model, seq, micro_batch)
     return dict(args=row["args"] + ["--dp", str(gpus), "--zero", "3", "--recompute", "full", "--microbatches",
                                     str(128 // gpus // micro_batch), "--grad-sync", "last-microbatch",
-                                    "--grad-units", "flat"],
+                                    "--grad-units", "flat", "--root-gather", "kept"],
                 comparable=False, why=LITGPT_FSDP)
 
 def litgpt(model, seq, micro_batch):
