@@ -111,14 +111,19 @@ void check_tuning_options(const TrainingOptions& q, const TrainingRow& row) {
                                           n.value, training_names_with(n.mode), q.train));
 }
 
-/// --adapter-start-layer: a layer's index, from 0.
-std::uint64_t parse_layer_index(const std::string& text) {
+/// `text` as a whole number (0 included), or none where any of it is not one or it overflows.
+std::optional<std::uint64_t> whole_number(const std::string& text) {
     std::uint64_t n = 0;
     const auto [end, failed] = std::from_chars(text.data(), text.data() + text.size(), n);
-    if (failed != std::errc() || end != text.data() + text.size())
-        throw usage_error(fmt::format(
-            "--adapter-start-layer must be a layer's index, counted from 0 (got '{}')", text));
+    if (failed != std::errc() || end != text.data() + text.size()) return std::nullopt;
     return n;
+}
+
+/// --adapter-start-layer: a layer's index, from 0.
+std::uint64_t parse_layer_index(const std::string& text) {
+    if (const auto n = whole_number(text)) return *n;
+    throw usage_error(fmt::format(
+        "--adapter-start-layer must be a layer's index, counted from 0 (got '{}')", text));
 }
 
 /// QLoRA's base as --qlora-quantizer, --qlora-double-quant and --bitsandbytes-version say it.
@@ -386,12 +391,12 @@ std::vector<Schedule> parse_schedules(const std::string& text) {
 std::optional<std::uint64_t> parse_recompute_layers(const StepOptions& q, bool searched) {
     if (q.recompute_layers.empty()) return std::nullopt;
     const std::string& text = q.recompute_layers;
-    std::uint64_t n = 0;
-    const auto [end, failed] = std::from_chars(text.data(), text.data() + text.size(), n);
+    const std::optional<std::uint64_t> number = whole_number(text);
     const bool all = text == "all";
-    if (!all && (failed != std::errc() || end != text.data() + text.size()))
+    if (!all && !number)
         throw usage_error(fmt::format(
             "--recompute-layers must be a whole number of layers or all (got '{}')", text));
+    const std::uint64_t n = number.value_or(0);
     // A plan searches the modes it is given, full among them (none given: all three); an estimate
     // takes full alone.
     const std::vector<Recompute> modes =
