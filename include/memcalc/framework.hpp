@@ -69,7 +69,8 @@ inline const char* grad_units_name(GradUnits g) {
 /// ZeRO-3's input side and head (what no wrapped layer holds: FSDP's root unit): gathered while
 /// they compute (the embedding in forward 1 and backward 1, the head at the loss and backward L),
 /// or kept gathered from forward 1 to the end of backward (FSDP1's root, which its
-/// _post_forward_reshard leaves unsharded "to be immediately used for backward").
+/// _post_forward_reshard leaves unsharded "to be immediately used for backward"; FSDP2's, whose
+/// root gets no post-forward mesh).
 enum class RootGather { per_use, kept };
 
 inline const char* root_gather_name(RootGather g) {
@@ -248,6 +249,11 @@ struct Framework {
         f.attention_kernel = kernel;
         return f;
     }
+    Framework with(RootGather gather) const {
+        Framework f = *this;
+        f.root_gather = gather;
+        return f;
+    }
 };
 
 /// CUBLAS_WORKSPACE_CONFIG as PyTorch reads it (CublasHandlePool.cpp's parseChosenWorkspaceSize):
@@ -354,8 +360,9 @@ inline const auto framework_switches = std::make_tuple(
     Switch{"root_gather", "root gather", &Framework::root_gather,
            std::array{RootGather::per_use, RootGather::kept}, root_gather_name,
            "ZeRO-3's embedding and head, gathered whole: per-use (default: while they compute,\n"
-           "forward 1 and backward 1, the loss and backward L) or kept (FSDP1's root unit, not\n"
-           "resharded after forward: from forward 1 to the end of backward)"},
+           "forward 1 and backward 1, the loss and backward L) or kept (FSDP's root unit, which\n"
+           "FSDP1 and FSDP2 do not reshard after forward: from forward 1 to the end of backward;\n"
+           "the fsdp2 and torchtitan profiles')"},
     Switch{
         "loss", "loss", &Framework::loss,
         std::array{LossKernel::fp32, LossKernel::bf16, LossKernel::fused, LossKernel::fp32_inplace,
@@ -520,8 +527,11 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "gradients made by "
      "backward and reduce-scattered; pair with --zero 3",
      "torch 2.4-2.6 torch.distributed.fsdp.fully_shard; torch.optim.AdamW (foreach on CUDA)",
-     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32,
-      LogitsLife::held, KvCache::off}},
+     // fully_shard's root is not resharded after forward (FSDPState._lazy_init: "for the root,
+     // do not reshard after forward ... post_forward_mesh_info = None")
+     Framework{Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy,
+               LossKernel::fp32, LogitsLife::held, KvCache::off}
+         .with(RootGather::kept)},
     {"torchtitan",
      "torchtitan's trainer: FSDP2 (pair with --zero 3), SDPA, a foreach AdamW, the loss over fp32 "
      "logits, "
@@ -529,9 +539,10 @@ inline const std::array<FrameworkProfile, 9> framework_profiles{{
      "torchtitan 0.1 (2025): train.py (pred = model(inputs); loss = loss_fn(pred, labels); del "
      "pred), "
      "cross_entropy_loss (pred.float()), build_optimizers (implementation foreach)",
-     {Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy, LossKernel::fp32,
-      LogitsLife::freed, KvCache::off},
-     {{"repeat_kv", "true"}}},  // models/llama3/model.py: repeat_kv before SDPA
+     Framework{Platform::cuda, Attention::flash, OptimizerImpl::foreach, GradBuffer::lazy,
+               LossKernel::fp32, LogitsLife::freed, KvCache::off}
+         .with(RootGather::kept),  // fully_shard's root, as fsdp2's
+     {{"repeat_kv", "true"}}},     // models/llama3/model.py: repeat_kv before SDPA
     {"hf-trainer",
      "transformers' Trainer: SDPA attention (the default), torch's foreach AdamW (adamw_torch), "
      "the loss over fp32 logits (ForCausalLMLoss), the outputs dropped once the loss is taken",
