@@ -454,7 +454,7 @@ inline void set_autograd_loss_work(TimelineInputs& in, const Workload& w, Count 
 /// torchtune's chunked loss compiled (LossKernel::chunked_compiled): no fp32 copy in forward; the
 /// compiled graphs keep their chunks, and autograd runs every chunk's loss backward before the
 /// head's (they were made last), so the logits, each turning into its gradient, live into the
-/// head's backward: beside the first chunk's loss backward its gradient and fp32 work (measured on
+/// head's backward: beside a chunk's loss backward its gradient alone, no fp32 work (measured on
 /// torch 2.6: validation/chunked_loss_peak.py); beside the head's, its weight's gradient, and from
 /// the second chunk on the next one added to it.
 inline void set_compiled_chunked_loss_work(TimelineInputs& in, const Workload& w,
@@ -463,7 +463,7 @@ inline void set_compiled_chunked_loss_work(TimelineInputs& in, const Workload& w
     const Count part = loss_part(w, sbV);
     const Count head_gradient =
         w.parameters->trainable().head.on_rank(p, w.model.vocab) * w.recipe.gradient_bytes();
-    const Count loss = sbV * d + part * (d + dtype::fp32);
+    const Count loss = (sbV + part) * d;
     const Count head =
         std::max(sbV * d + head_gradient,
                  part < sbV ? Count(sbV.value() - part.value()) * d + head_gradient * 2 : Count(0));

@@ -80,9 +80,9 @@ CHUNKED_COMPILED = ("; --loss chunked-compiled is CEWithChunkedOutputLoss compil
                     "autograd runs every chunk's loss backward before the head's: the logits, then their "
                     "gradients, beside the head weight's gradient (twice, as autograd adds the next in)")
 COMPILED_UNDER = ("inductor's CUDA kernels' temporaries and the head's backward at this size are not measured "
-                  "(on CPU, torch 2.6, the loss's saved tensors and forward are as counted; its backward "
-                  "-8% .. +41% of the rule where the head is small, a wide head adding CPU's own matmul "
-                  "temporaries); torchtune's RoPE gathers an fp32 cache per call "
+                  "(on CPU, torch 2.6, the loss alone is as counted, within 0.1%, forward and backward; "
+                  "with a head, CPU's own matmul temporaries add to its backward: -8% of the rule where "
+                  "the head is small); torchtune's RoPE gathers an fp32 cache per call "
                   "(about 235 MB) as in the eager packed row")
 # torchtune's compile: each layer compiled (training.compile_model) and the loss's chunks.
 COMPILED_TUNE = COMPILE
@@ -143,6 +143,46 @@ LITGPT_QLORA_NOTE = ("; 4-bit: the base and the head as Lightning's Bitsandbytes
 LITGPT_QLORA_UNDER = ("by 0.1% at most: less than the caching allocator's rounding, which max_memory_allocated "
                       "counts (memcalc's allocator model, peak.reserved's allocated_bytes, is above the published "
                       "figure in all eight rows) and the table's two decimals (5 MB)")
+
+
+# torchtune's README table (1814feb17): its rows from '+ Activation Checkpointing' on peak in backward
+# or at the optimizer step, which the table's optimizer decides; the baseline's is an override,
+# optimizer._component_=torch.optim.AdamW, whose other keys the row does not give.
+TUNE_ADAMW = ("which AdamW steps is not stated: torch.optim.AdamW's foreach default peaks at its step "
+              "(sqrt(v) of every parameter at once: memcalc 29.9 GiB, above the published 24.9), so "
+              "the run's was fused or a for-loop, both peaking in backward with the same bytes here: "
+              "--optimizer-impl fused, inferred from the figure")
+# The LoRA and QLoRA rows: lora_finetune_single_device with llama3_2/3B_lora_single_device.yaml and
+# 3B_qlora_single_device.yaml at 1814feb17 (rank 64, alpha 128, q_proj, v_proj, output_proj and the MLP's
+# w1, w2, w3, no dropout, bf16 adapters, torch.optim.AdamW fused=True) with the README's overrides:
+# packed 4096-token samples, 2 a step, compile, CEWithChunkedOutputLoss, AC, activation offloading.
+TUNE_LORA = ["--lora-rank", "64", "--lora-targets",
+             "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "--lora-dropout", "0", "--lora-dtype",
+             "bf16", "--optimizer-impl", "fused", "--offload", "activations"]
+TUNE_LORA_NOTE = ("the settings of llama3_2/3B_{kind}_single_device.yaml at 1814feb17 (rank 64 on "
+                  "q, v, output_proj, w1, w2, w3, no dropout, bf16 adapters, AdamW fused) and the "
+                  "README's overrides (packed 4096, batch 2, compile, chunked CE, AC, activation "
+                  "offloading: --offload activations, torchtune's OffloadActivations keeping the "
+                  "last saved tensors on the device until backward); ")
+TUNE_QLORA = ("torchao's NF4 base (64-value blocks, int8 scalers with a factor per 256): the bytes of "
+              "bitsandbytes' nf4 with double quantisation to under 1 MB, dequantised per call and no "
+              "input kept, as --train qlora counts it; ")
+TUNE_LORA_HIGH = ("memcalc leans high by the same 0.42 GB in both rows: beside the weights, the "
+                  "adapters' state and the logits (2.10 GB) the published figures leave under 0.12 GB, "
+                  "where memcalc counts, as the loss's backward starts, one chunk's gradient beside "
+                  "the logits (0.26 GB; measured on CPU, torch 2.6: chunked_loss_peak.py) and the "
+                  "offload's last saved tensors (0.2 GB); without AdamW's state (0.36 GB), as in a "
+                  "first step before it exists, memcalc would be +0.7% and +1.4%: the table does not "
+                  "say which step it reports")
+
+
+def torchtune_adapter(kind):
+    """torchtune's LoRA or QLoRA row of its README table (kind: lora or qlora)."""
+    args = (["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"]
+            + CHUNKED_COMPILE + ["--recompute", "full"] + COMPILED_LAYERS + TORCHTUNE + ["--train", kind]
+            + TUNE_LORA)
+    note = TUNE_LORA_NOTE.format(kind=kind) + (TUNE_QLORA if kind == "qlora" else "")
+    return dict(args=args, note=note + COMPILED_TUNE + CHUNKED_COMPILED + "; " + TUNE_LORA_HIGH)
 
 
 def litgpt_qlora(model, seq, double_quant):
@@ -376,13 +416,10 @@ ROWS = {
         note=COMPILED_TUNE + CHUNKED_COMPILED, under_estimate=COMPILED_UNDER),
     "torchtune-l32-3b-full-packed-compile-chunkedce-ac": dict(
         args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + CHUNKED_COMPILE
-             + ["--recompute", "full"] + COMPILED_LAYERS + TORCHTUNE, comparable=False,
-        why=COMPILED_TUNE + CHUNKED_COMPILED + "; its peak is the optimizer step's, and the table does not "
-            "say which AdamW steps (the foreach default shown: its sqrt(v) of every parameter at once)"),
-    "torchtune-l32-3b-lora": dict(same_as="torchtune-l32-3b-full-packed-compile-chunkedce-ac",
-        why=LORA + "; activation offloading to the host is not modelled; " + COMPILE),
-    "torchtune-l32-3b-qlora": dict(same_as="torchtune-l32-3b-full-packed-compile-chunkedce-ac",
-        why="QLoRA (NF4 base weights) and " + LORA + "; activation offloading is not modelled; " + COMPILE),
+             + ["--recompute", "full"] + COMPILED_LAYERS + TORCHTUNE + ["--optimizer-impl", "fused"],
+        note=COMPILED_TUNE + CHUNKED_COMPILED + "; " + TUNE_ADAMW),
+    "torchtune-l32-3b-lora": torchtune_adapter("lora"),
+    "torchtune-l32-3b-qlora": torchtune_adapter("qlora"),
     # ---- LitGPT resource tables (max allocated, GB = 1e9 bytes)
     "litgpt-llama2-7b-lora-mb1": litgpt("litgpt-llama-2-7b", 1304, 1),
     "litgpt-llama2-7b-lora-mb2": litgpt("litgpt-llama-2-7b", 1304, 2),
