@@ -587,7 +587,7 @@ TEST_CASE(
             "overwrite it"},
         // Issue 11's options.
         Row{"--preset llama-7b --grad-buffer fixed", 2,
-            "--grad-buffer must be lazy or persistent (got 'fixed')"},
+            "--grad-buffer must be lazy, persistent or stepped (got 'fixed')"},
         Row{"--preset llama-7b --seq 8 --pp 2 --first-stage-layers 40", 1, "exceeds layers (32)"},
         // pp 5 splits as plan would (5 + 3 x 7 + 6); 31 stages of 32 layers cannot.
         Row{"--preset llama-7b --seq 8 --pp 31", 1,

@@ -197,6 +197,38 @@ inline bool has_module(const Architecture& m, Module module) {
     return false;
 }
 
+}  // namespace detail
+
+/// Whether the optimizer in backward (GradBuffer::stepped) is modelled on layout `p`: it steps
+/// what one backward pass made, on one replica: each gradient is stepped as soon as it is whole,
+/// so none accumulates or is reduced.
+inline bool stepped_modelled(GradBuffer buffer, const Parallelism& p) {
+    return buffer != GradBuffer::stepped ||
+           (p.steps_per_batch() == 1 && p.dp == 1 && p.zero == 0 && p.offload == Offload::none);
+}
+
+namespace detail {
+
+/// Throws naming what the optimizer in backward cannot run with.
+inline void validate_stepped(const Settings& s) {
+    if (s.framework.grad_buffer != GradBuffer::stepped) return;
+    const Parallelism& p = s.parallel;
+    const std::string what = "grad_buffer stepped (the optimizer in backward)";
+    if (p.steps_per_batch() > 1)
+        throw error(what + " with " + std::to_string(p.steps_per_batch()) +
+                    " micro-batches a step: each gradient is stepped as backward makes it, so "
+                    "none can accumulate (torchtune refuses it too)");
+    if (p.dp > 1 || p.zero > 0 || p.offload != Offload::none)
+        throw error(what +
+                    " is modelled on one replica's own gradients and state (dp 1, zero 0, "
+                    "no offload; got dp " +
+                    std::to_string(p.dp) + ", zero " + std::to_string(p.zero) +
+                    "): data parallelism holds gradients until reduced");
+    if (s.recipe.optimizer.step == StepWork::newton_schulz)
+        throw error(what + " with " + std::string(s.recipe.name) +
+                    ": a Newton-Schulz step per matrix in backward is not modelled");
+}
+
 /// Throws naming a recompute_modules entry the settings or the model cannot honour.
 inline void validate_modules(const Architecture& m, const Settings& settings) {
     const ModuleSet& modules = settings.recompute_modules;
@@ -504,6 +536,7 @@ private:
                         "reduce-scatter outputs");
         detail::validate_modules(model_, settings);
         detail::validate_casts(model_, settings.recipe, settings.parallel);
+        detail::validate_stepped(settings);
     }
 
     /// The checks every estimate makes before it counts, in the order it makes them.

@@ -41,11 +41,18 @@ inline const char* optimizer_impl_name(OptimizerImpl o) {
 /// When the gradients exist. Lazy: PyTorch after zero_grad(set_to_none=True), each made by the
 /// backward step that writes it (the chapter's model); from the second micro-batch on every one is
 /// held, accumulated into. Persistent: one contiguous buffer for the whole run, live at every step
-/// (Megatron-LM's main_grad, fp32 with --recipe mixed-adam-fp32-grads; DeepSpeed's).
-enum class GradBuffer { lazy, persistent };
+/// (Megatron-LM's main_grad, fp32 with --recipe mixed-adam-fp32-grads; DeepSpeed's). Stepped:
+/// the optimizer runs inside backward, each gradient stepped by an optimizer of its own and freed
+/// once whole (torchtune's optimizer_in_bwd: a post-accumulate-grad hook per parameter).
+enum class GradBuffer { lazy, persistent, stepped };
 
 inline const char* grad_buffer_name(GradBuffer g) {
-    return g == GradBuffer::lazy ? "lazy" : "persistent";
+    switch (g) {
+        case GradBuffer::lazy: return "lazy";
+        case GradBuffer::persistent: return "persistent";
+        case GradBuffer::stepped: return "stepped";
+    }
+    return "?";
 }
 
 /// When a sharded run (ZeRO-2/3, FSDP) reduces its gradients: after every micro-batch, or after
@@ -342,11 +349,14 @@ inline const auto framework_switches = std::make_tuple(
         "DeepSpeed, torch fused=True; none), foreach (torch.optim's default on CUDA: sqrt(v) of\n"
         "every parameter at once) or for-loop (one tensor at a time: two of the largest)"},
     Switch{"grad_buffer", "gradients", &Framework::grad_buffer,
-           std::array{GradBuffer::lazy, GradBuffer::persistent}, grad_buffer_name,
+           std::array{GradBuffer::lazy, GradBuffer::persistent, GradBuffer::stepped},
+           grad_buffer_name,
            "When gradients exist: lazy (default: PyTorch with zero_grad(set_to_none=True); each\n"
-           "appears as backward makes it, and from the second micro-batch on all are held) or\n"
+           "appears as backward makes it, and from the second micro-batch on all are held),\n"
            "persistent (Megatron-LM's and DeepSpeed's contiguous buffer, live at every step;\n"
-           "Megatron's is fp32 main_grad: pair it with --recipe mixed-adam-fp32-grads)"},
+           "Megatron's is fp32 main_grad: pair it with --recipe mixed-adam-fp32-grads) or\n"
+           "stepped (the optimizer in backward, torchtune's optimizer_in_bwd: each gradient\n"
+           "stepped by its own optimizer and freed once whole; one micro-batch, one replica)"},
     Switch{"grad_sync", "gradient sync", &Framework::grad_sync,
            std::array{GradSync::every_microbatch, GradSync::last_microbatch}, grad_sync_name,
            "When a sharded run (--zero 2/3) reduces its gradients: every-microbatch (default) or\n"

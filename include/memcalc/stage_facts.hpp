@@ -457,6 +457,23 @@ inline Count for_loop_step_work(const Workload& w, const Parallelism& p, const S
     return work;
 }
 
+/// The optimizer in backward (GradBuffer::stepped) steps each tensor alone, as its gradient is
+/// whole: the temporaries per element of that tensor (foreach over one tensor: sqrt(v); a
+/// for-loop's copies of it; none fused), with an upcast optimizer's fp32 copies.
+inline std::uint64_t stepped_temporary_bytes(const Workload& w) {
+    const Optimizer& o = w.recipe.optimizer;
+    const std::uint64_t t = w.recipe.step_temporary_bytes();
+    const DType stepped = w.recipe.master.value_or(w.recipe.weights);
+    const std::uint64_t upcast =
+        o.upcast && bytes_per_element(stepped) < dtype::fp32 ? 2 * dtype::fp32 : 0;
+    switch (o.own_impl.value_or(w.framework.optimizer)) {
+        case OptimizerImpl::fused: return upcast;
+        case OptimizerImpl::foreach: return t + upcast;
+        case OptimizerImpl::for_loop: return t * o.copies + upcast;
+    }
+    return 0;
+}
+
 /// The optimiser step's temporaries on one rank: none when it is fused or runs on the host. The
 /// optimiser's own code decides where it has one (bitsandbytes' kernel, a Python loop), else the
 /// framework's switch.

@@ -50,6 +50,7 @@ inline void set_stage_state(TimelineInputs& in, const Workload& w, const Paralle
     in.loss = holds_head(p, f.stage);
     in.microbatches = p.steps_per_batch();
     in.persistent_gradients = w.framework.grad_buffer == GradBuffer::persistent;
+    in.stepped_gradients = w.framework.grad_buffer == GradBuffer::stepped;
     in.logits_held = w.framework.logits == LogitsLife::held;
     in.kv_cache = w.kv_cache.on_rank(p, V);
     in.kv_cache_whole = w.kv_cache_whole.on_rank(p, V);
@@ -321,6 +322,30 @@ inline UnitGradients unit_gradients(const Workload& w, const Parallelism& p, Cou
     return {kept_gradients(p, dense, trained_experts) * g, p.zero >= 2 ? trained * g : Count(0)};
 }
 
+/// The optimizer in backward (GradBuffer::stepped): no gradient is held past the moment it is
+/// whole and stepped, but a tied table's, whose two uses autograd sums first (from the head's
+/// backward to the embedding's). A layer's backward step has one fresh gradient at a time (its
+/// largest tensor's), then that tensor's step beside it.
+inline void step_in_backward(TimelineInputs& in, const Workload& w, const Parallelism& p,
+                             const StageFacts& f) {
+    const std::uint64_t V = w.model.vocab;
+    const Count g = w.recipe.gradient_bytes(), t = stepped_temporary_bytes(w);
+    const bool both_ends = holds_embedding(p, f.stage) && holds_head(p, f.stage);
+    in.head_gradients = both_ends && w.model.tied_embeddings
+                            ? w.parameters->trainable().tied_embedding.on_rank(p, V) * g
+                            : Count(0);
+    in.input_gradients = 0;
+    const auto step_layer = [&](LayerInputs& layer, std::size_t k) {
+        const Count fresh = w.parameters->fresh_gradient[k].on_rank(p, V);
+        layer.gradients = 0, layer.gradient_bucket = 0;
+        layer.backward_work = std::max(layer.backward_work_held, fresh * (g + t));
+    };
+    for (std::size_t k = 0; k < w.layers.size(); ++k) {
+        step_layer(in.layer[k], k);
+        if (in.partial()) step_layer(in.not_recomputed[k], k);
+    }
+}
+
 /// The workspaces of one layer's steps. `written`: the layer's gradients written so far, unless a
 /// bucket or the held gradients have them already; `cast_bytes`: autocast's casts, else 0.
 inline void set_layer_workspaces(LayerInputs& layer, const LayerWork& work, const Workload& w,
@@ -384,6 +409,7 @@ inline void set_layer_work(TimelineInputs& in, const Workload& w, const Parallel
             set_layer_workspaces(whole, w.not_recomputed[k], w, p, k, written, cast_bytes);
         }
     }
+    if (in.stepped_gradients) step_in_backward(in, w, p, f);
 }
 
 /// Liger's fused linear cross-entropy (fused_linear_cross_entropy.py): its forward zeroes the head
@@ -519,6 +545,10 @@ inline void set_loss_inputs(TimelineInputs& in, const Workload& w, const Paralle
         else
             set_autograd_loss_work(in, w, sbV, loss, previous_logits);
         in.final_norm_work = largest_on_rank(w.head_work, p, V, 0);
+        if (in.stepped_gradients && !w.model.tied_embeddings)  // the head stepped once whole
+            in.final_norm_work = std::max(
+                *in.final_norm_work, w.parameters->trainable().head.on_rank(p, V) *
+                                         (w.recipe.gradient_bytes() + stepped_temporary_bytes(w)));
         set_dequantized_head_work(in, w, p, sbV * l);
     }
 }
@@ -538,7 +568,12 @@ inline void set_input_backward(TimelineInputs& in, const Workload& w, const Para
         const LayerInputs& layer1 = in.at(1);
         const Count table =
             tied ? w.parameters->trainable().tied_embedding.on_rank(p, V) * Count(2) : Count(0);
-        const Count fresh = (f.trainable.input + table) * g;
+        Count fresh = (f.trainable.input + table) * g;
+        if (in.stepped_gradients) {  // then each stepped beside its temporaries (the sum is the
+                                     // table head_gradients holds)
+            const Count t = stepped_temporary_bytes(w);
+            fresh = std::max(fresh, f.trainable.input * (g + t) + Count(table.value() / 2) * t);
+        }
         const Count freed = layer1.kept + layer1.rebuilt;
         const auto beyond = [&](Count written) {
             return written > freed ? Count(written.value() - freed.value()) : Count(0);

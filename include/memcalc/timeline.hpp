@@ -150,6 +150,9 @@ struct TimelineInputs : StageLayers {
     /// A gradient buffer allocated for the whole run (Megatron-LM's, DeepSpeed's): every gradient
     /// is live at every step, from the first forward step on.
     bool persistent_gradients = false;
+    /// The optimizer runs in backward (GradBuffer::stepped): each gradient is stepped and freed
+    /// once whole, so the optimizer step has nothing left to step.
+    bool stepped_gradients = false;
     /// The loop keeps the logits through backward (nanoGPT); else they go once the loss is made
     /// (Trainer).
     bool logits_held = true;
@@ -496,8 +499,8 @@ inline Step step_at(const TimelineInputs& in, Phase phase, std::uint64_t positio
         case Phase::optimizer:
             b.kept_activations = detail::held_kv_cache(in, L) + detail::held_by_graph(in, L, true);
             b.logits = held_logits;
-            b.workspace = in.optimizer_work;
-            b.gradients = in.all_gradients();
+            b.workspace = in.stepped_gradients ? Count(0) : in.optimizer_work;
+            b.gradients = in.stepped_gradients ? Count(0) : in.all_gradients();
             return {phase, 0, b, in.microbatches};
     }
     return {phase, 0, b, microbatch};

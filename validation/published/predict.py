@@ -152,6 +152,34 @@ TUNE_ADAMW = ("which AdamW steps is not stated: torch.optim.AdamW's foreach defa
               "(sqrt(v) of every parameter at once: memcalc 29.9 GiB, above the published 24.9), so "
               "the run's was fused or a for-loop, both peaking in backward with the same bytes here: "
               "--optimizer-impl fused, inferred from the figure")
+# full_finetune_single_device at 1814feb17 calls training.compile_loss(self._loss_fn) and drops what it
+# returns: a chunked loss is compiled in place, any other returned anew, so the '+ Compile' row's loss
+# runs eager.
+TUNE_EAGER_LOSS = ("the loss runs eager: the recipe at 1814feb17 drops what training.compile_loss "
+                   "returns, which compiles only CEWithChunkedOutputLoss in place")
+TUNE_COMPILE_UNDER = ("as in the eager packed row: torchtune's RoPE with packed positions gathers an "
+                      "fp32 cache per call (about 235 MB) and max active counts blocks the allocator "
+                      "splits, neither counted")
+# optimizer_in_bwd: an optimizer per parameter, stepped by a post-accumulate-grad hook and its
+# gradient freed (training.register_optim_in_bwd_hooks): --grad-buffer stepped.
+TUNE_IN_BACKWARD = ["--grad-buffer", "stepped"]
+TUNE_IN_BACKWARD_NOTE = ("optimizer_in_bwd: an AdamW per parameter, stepped once its gradient is whole "
+                         "and the gradient freed (training.register_optim_in_bwd_hooks, a post-"
+                         "accumulate-grad hook): --grad-buffer stepped; the tied table's gradient "
+                         "waits for both its uses. Which AdamW runs, as in the AC row: fused")
+TUNE_OFFLOAD = ("activation offloading: each layer's checkpointed input to the host (torchtune's "
+                "OffloadActivations over AC): --offload activations")
+TUNE_LOSS_UNDER = ("the peak is the loss step, as in the AC row's before (memcalc 22.6 GiB there, its "
+                   "peak at backward 1 +2.3%): about 0.5 GB of it is not found; counted are the "
+                   "weights, AdamW's state, every layer's checkpoint (or, offloaded, two), the logits' "
+                   "gradients and the head's, twice, as the head's backward runs (chunked_loss_peak.py "
+                   "measures a chunk's gradient more beside them on CPU, 0.26 GB, taken there for a "
+                   "CPU matmul temporary)")
+TUNE_8BIT = ("bitsandbytes' 8-bit AdamW under optimizer_in_bwd, bf16 weights and no master (the recipe "
+             "file bnb-adamw8bit-bf16.json); the config's PagedAdamW8bit keeps a state of 1e5 elements "
+             "or more in CUDA managed memory, outside PyTorch's allocator and so outside max active, "
+             "and the row does not say whether it ran paged: with every state counted memcalc is "
+             "-11.7%, 2.2 GB not found, with the paged ones left out further below")
 # The LoRA and QLoRA rows: lora_finetune_single_device with llama3_2/3B_lora_single_device.yaml and
 # 3B_qlora_single_device.yaml at 1814feb17 (rank 64, alpha 128, q_proj, v_proj, output_proj and the MLP's
 # w1, w2, w3, no dropout, bf16 adapters, torch.optim.AdamW fused=True) with the README's overrides:
@@ -185,11 +213,16 @@ def torchtune_adapter(kind):
     return dict(args=args, note=note + COMPILED_TUNE + CHUNKED_COMPILED + "; " + TUNE_LORA_HIGH)
 
 
+def without_recipe(args):
+    """A command's arguments without its --recipe NAME pair (for one that names a recipe file)."""
+    i = args.index("--recipe")
+    return args[:i] + args[i + 2:]
+
+
 def litgpt_qlora(model, seq, double_quant):
     """A LitGPT QLoRA row: the LoRA row's run with --quantize bnb.nf4 or bnb.nf4-dq."""
     row = litgpt(model, seq, 1)
-    args = [a for a in row["args"] if a not in ("bf16-adam",)]
-    args[args.index("--recipe"):args.index("--recipe") + 1] = []
+    args = without_recipe(row["args"])
     args[args.index("lora")] = "qlora"
     return dict(args=args + LITGPT_QLORA + ["--qlora-double-quant", "true" if double_quant else "false"],
                 note=row["note"] + LITGPT_QLORA_NOTE, under_estimate=LITGPT_QLORA_UNDER)
@@ -410,6 +443,10 @@ ROWS = {
         args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + TORCHTUNE,
         note=("the table's first rows add one technique each, so this run has no compile, no chunked "
               "loss, no AC, torch.optim.AdamW (not the config's 8-bit one) and no optimizer_in_bwd")),
+    "torchtune-l32-3b-full-packed-compile": dict(
+        args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + COMPILED_LAYERS
+             + TORCHTUNE,
+        note=COMPILED_TUNE + "; " + TUNE_EAGER_LOSS, under_estimate=TUNE_COMPILE_UNDER),
     "torchtune-l32-3b-full-packed-compile-chunkedce": dict(
         args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + CHUNKED_COMPILE
              + COMPILED_LAYERS + TORCHTUNE,
@@ -418,6 +455,20 @@ ROWS = {
         args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + CHUNKED_COMPILE
              + ["--recompute", "full"] + COMPILED_LAYERS + TORCHTUNE + ["--optimizer-impl", "fused"],
         note=COMPILED_TUNE + CHUNKED_COMPILED + "; " + TUNE_ADAMW),
+    "torchtune-l32-3b-full-packed-compile-chunkedce-ac-optinbwd": dict(
+        same_as="torchtune-l32-3b-full-packed-compile-chunkedce-ac", extra_args=TUNE_IN_BACKWARD,
+        note=COMPILED_TUNE + CHUNKED_COMPILED + "; " + TUNE_IN_BACKWARD_NOTE,
+        under_estimate=TUNE_LOSS_UNDER),
+    "torchtune-l32-3b-full-packed-compile-chunkedce-ac-optinbwd-offload": dict(
+        same_as="torchtune-l32-3b-full-packed-compile-chunkedce-ac",
+        extra_args=TUNE_IN_BACKWARD + ["--offload", "activations"],
+        note=COMPILED_TUNE + CHUNKED_COMPILED + "; " + TUNE_IN_BACKWARD_NOTE + "; " + TUNE_OFFLOAD,
+        under_estimate=TUNE_LOSS_UNDER),
+    "torchtune-l32-3b-full-packed-compile-chunkedce-ac-optinbwd-offload-8bit": dict(
+        args=["--model-file", MODELS + "llama-3.2-3b.json", "--seq", "4096", "-b", "2"] + CHUNKED_COMPILE
+             + ["--recompute", "full"] + COMPILED_LAYERS + without_recipe(TORCHTUNE) + TUNE_IN_BACKWARD
+             + ["--offload", "activations", "--recipe-file", MODELS + "bnb-adamw8bit-bf16.json"],
+        comparable=False, why=TUNE_8BIT),
     "torchtune-l32-3b-lora": torchtune_adapter("lora"),
     "torchtune-l32-3b-qlora": torchtune_adapter("qlora"),
     # ---- LitGPT resource tables (max allocated, GB = 1e9 bytes)
