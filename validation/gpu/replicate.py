@@ -608,10 +608,43 @@ class TorchAdamW:
         self.adamw.zero_grad(set_to_none=not self.persistent)
 
 
+class SteppedAdamW:
+    """The optimizer in backward, as torchtune's optimizer_in_bwd runs it (training.
+    register_optim_in_bwd_hooks): torch's AdamW per parameter (foreach=False here), stepped by a
+    post-accumulate-grad hook once the gradient is whole, which it then drops (torch >= 2.1);
+    step() has nothing left to step. memcalc's --grad-buffer stepped."""
+
+    def __init__(self, params, persistent=False):
+        assert not persistent, "the optimizer in backward drops each gradient"
+        self.optimizers, self.hooks = {}, []
+        for p in params:
+            self.optimizers[p] = torch.optim.AdamW([p], lr=1e-4, betas=(0.9, 0.95), foreach=False)
+            self.hooks.append(p.register_post_accumulate_grad_hook(self._step))
+
+    def _step(self, p):
+        self.optimizers[p].step()
+        self.optimizers[p].zero_grad(set_to_none=True)
+
+    def step(self):
+        pass
+
+    def close(self):
+        """The hooks hold this optimizer from the parameters' C++ side: without this the run's
+        model outlives it, in the next run's memory."""
+        for hook in self.hooks:
+            hook.remove()
+
+
 def make_optimizer(recipe, model, grad_buffer):
     """mixed-adam: this script's MixedAdam (an fp32 master copy and moments); bf16-adam and amp-adam:
-    TorchAdamW on the model's own parameters (bf16, or fp32 under autocast). Either steps only the
-    parameters that require grad (all of them under full training)."""
+    TorchAdamW on the model's own parameters (bf16, or fp32 under autocast); grad_buffer stepped:
+    SteppedAdamW (bf16-adam alone). Each steps only the parameters that require grad (all of them
+    under full training)."""
+    if grad_buffer == "stepped":
+        if recipe != "bf16-adam" or _torch_version() < (2, 1):
+            raise SystemExit("--grad-buffer stepped: bf16-adam on torch >= 2.1 "
+                             "(post-accumulate-grad hooks)")
+        return SteppedAdamW([p for p in model.parameters() if p.requires_grad])
     optimizer = MixedAdam if recipe == "mixed-adam" else TorchAdamW
     # As a fine-tuning loop builds it: the parameters that train, and no others.
     return optimizer([p for p in model.parameters() if p.requires_grad], persistent=grad_buffer == "persistent")
@@ -759,6 +792,8 @@ def run(spec, seq, mode, attention, device, steps, microbatches=1, grad_buffer="
     # What the device shows beside it (issue 37): the allocator's reserved peak and segments, and
     # nvidia-smi's used memory, before the cache is emptied.
     device_fields = cuda_device_fields(meter) if device == "cuda" else {}
+    if hasattr(optimizer, "close"):
+        optimizer.close()
     del model, optimizer, ids
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -821,8 +856,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=None, help="timed steps per run (default 5, tiny 2)")
     ap.add_argument("--microbatches", nargs="+", type=int, default=[1], metavar="M",
                     help="micro-batches per step, accumulated (default 1)")
-    ap.add_argument("--grad-buffer", nargs="+", choices=("lazy", "persistent"), default=["lazy"],
-                    help="gradients dropped by each step (lazy, the default) or zeroed and kept (persistent)")
+    ap.add_argument("--grad-buffer", nargs="+", choices=("lazy", "persistent", "stepped"), default=["lazy"],
+                    help="gradients dropped by each step (lazy, the default), zeroed and kept (persistent) "
+                         "or stepped in backward, each dropped once stepped (stepped: torch >= 2.1)")
     ap.add_argument("--recipe", nargs="+", choices=("mixed-adam", "bf16-adam", "amp-adam"),
                     default=["mixed-adam"],
                     help="mixed-adam (default: fp32 master copy and moments), bf16-adam (torch.optim.AdamW "
