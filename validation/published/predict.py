@@ -584,7 +584,8 @@ def build(memcalc):
     for row in rows:
         spec = spec_of(row["id"])
         published = published_bytes(row, spec)
-        entry = {"id": row["id"], "model": row["model"], "layout": layout(row), "sequence": row["sequence"],
+        entry = {"id": row["id"], "framework": row["framework"], "model": row["model"], "layout": layout(row),
+                 "sequence": row["sequence"],
                  "micro_batch": row["micro_batch"], "global_batch": row["global_batch"],
                  "recompute": row["recompute"], "precision": row["precision"], "measured": row["measured"],
                  "published": row["value"], "unit": row["unit"], "published_bytes": round(published),
@@ -611,6 +612,18 @@ def summary(results):
             "under_estimates": under}
 
 
+def by_framework(results):
+    """A Markdown table: each framework's rows, how many are comparable, and their errors."""
+    lines = ["| framework | rows | comparable | median \\|error\\| | errors |", "|---|---:|---:|---:|---|"]
+    for framework in dict.fromkeys(r["framework"] for r in results):
+        mine = [r for r in results if r["framework"] == framework]
+        errors = [r["error"] for r in mine if r["comparable"] and r["error"] is not None]
+        spread = (f"{pct(statistics.median(abs(e) for e in errors))[1:]} | {pct(min(errors))} .. "
+                  f"{pct(max(errors))}") if errors else "— | —"
+        lines.append(f"| {framework} | {len(mine)} | {len(errors)} | {spread} |")
+    return lines
+
+
 def figure(value_bytes, unit, unit_bytes):
     shown = "GB" if unit == "bytes" else unit
     scale = 10**9 if unit == "bytes" else unit_bytes
@@ -628,6 +641,7 @@ def markdown(results, stats, memcalc_shown):
              f"{pct(stats['median_abs_error'])}, max |error| {pct(stats['max_abs_error'])}; under-estimates: "
              f"{len(stats['under_estimates'])}" + (f" ({', '.join(stats['under_estimates'])})"
                                                     if stats['under_estimates'] else "") + ".", "",
+             *by_framework(results), "",
              "| id | model | layout | seq | micro / global batch | recompute | precision | measured | "
              "published | memcalc | error | comparable | why | command |",
              "|---|---|---|---:|---|---|---|---|---:|---:|---:|---|---|---|"]
