@@ -42,14 +42,25 @@ struct BuiltCommand {
     std::unique_ptr<ParsedCommand> command;
 };
 
+/// A description's line breaks are where its source wrapped it, so each is a space, but a blank
+/// line's and the one before its model-file key, which stays a line of its own.
+inline std::string reflowed(const std::string& text) {
+    std::string out = text;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        if (out[i] != '\n') continue;
+        const bool paragraph = (i > 0 && text[i - 1] == '\n') || text[i + 1] == '\n';
+        if (!paragraph && text.compare(i + 1, 15, "(model-file key") != 0) out[i] = ' ';
+    }
+    return out;
+}
+
 /// --help with each option's description wrapped at a word to fit 120 columns beside the option's
-/// 30; the descriptions' own line breaks kept. Footers are not wrapped: their example commands
-/// stay whole, to be copied.
+/// 30 (reflowed). Footers are not wrapped: their example commands stay whole, to be copied.
 class WrappedHelp : public CLI::Formatter {
 public:
     std::string make_option_desc(const CLI::Option* option) const override {
         constexpr std::size_t width = 90;
-        const std::string& text = option->get_description();
+        const std::string text = reflowed(option->get_description());
         std::string wrapped;
         for (std::size_t start = 0;;) {
             const std::size_t end = std::min(text.find('\n', start), text.size());
