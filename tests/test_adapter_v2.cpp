@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fixtures.hpp"
+#include "saved_bytes.hpp"
 #include "run_program.hpp"
 #include "step_named.hpp"
 #include "memcalc/estimate.hpp"
@@ -38,15 +39,6 @@ LayerActivations layer(const Architecture& m, std::uint64_t s, bool input_grad,
     return architecture_layer(m, s, 1, DType::bf16, Attention::flash, Runtime{}, {}, t);
 }
 
-std::uint64_t rows_where(const LayerActivations& layer, const std::string& in_op,
-                         const std::string& tensor = "") {
-    std::uint64_t sum = 0;
-    for (const SavedTensor& row : layer.rows)
-        if (std::string(row.op).find(in_op) != std::string::npos &&
-            (tensor.empty() || std::string(row.tensor) == tensor))
-            sum += row.bytes.value();
-    return sum;
-}
 }  // namespace
 
 TEST_CASE("LLaMA-Adapter v2 trains a scale and bias per linear output and the norms",
@@ -77,22 +69,24 @@ TEST_CASE("Each scaled linear keeps its output plus the bias; the first layer it
     const std::uint64_t s = GENERATE(100, 1000);
     CAPTURE(m.name, s);
     const LayerActivations full = layer(m, s, true);
-    CHECK(rows_where(full, "adapter v2") == 2 * s * layer_outputs(m));
+    CHECK(fixtures::saved_bytes_where(full, "adapter v2") == 2 * s * layer_outputs(m));
     // Beside adapter.py's layer (frozen norms, no scales): the scaled outputs and each norm's
     // x_norm for its weight's gradient (a LayerNorm keeps its input either way).
-    const std::uint64_t norm_outputs = rows_where(full, "(RMSNorm)", "the normalised input");
+    const std::uint64_t norm_outputs =
+        fixtures::saved_bytes_where(full, "(RMSNorm)", "the normalised input");
     CHECK(norm_outputs == (m.norm == Norm::rmsnorm ? 2 * 2 * s * m.hidden : 0));
     CHECK(saved_bytes(full.rows).value() ==
           saved_bytes(layer(m, s, true, Training::adapter).rows).value() +
-              rows_where(full, "adapter v2") + norm_outputs);
+              fixtures::saved_bytes_where(full, "adapter v2") + norm_outputs);
     // The first layer's input needs no gradient: its first norm keeps what its weight's gradient
     // needs alone (an RMSNorm's x_norm), and everything after it as any layer (the MLP's norm reads
     // the attention half's sum, which needs one).
     const LayerActivations first = layer(m, s, false);
     const std::uint64_t norm_inputs =
-        rows_where(full, "attention norm (RMSNorm)") - norm_outputs / 2;
+        fixtures::saved_bytes_where(full, "attention norm (RMSNorm)") - norm_outputs / 2;
     CHECK(saved_bytes(first.rows).value() == saved_bytes(full.rows).value() - norm_inputs);
-    CHECK(rows_where(first, "adapter v2") == rows_where(full, "adapter v2"));
+    CHECK(fixtures::saved_bytes_where(first, "adapter v2") ==
+          fixtures::saved_bytes_where(full, "adapter v2"));
 }
 
 TEST_CASE("Adapter v2's head keeps its scaled output over the vocabulary to the loss",

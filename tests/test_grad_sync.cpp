@@ -84,4 +84,13 @@ TEST_CASE("memcalc --grad-sync and --grad-units: spellings and errors", "[parall
         CHECK(bad.out.empty());
         CHECK(bad.err.find(message) != std::string::npos);
     }
+    // no_sync beside an offloaded step: where it keeps the unsharded gradients is not modelled,
+    // so it is refused rather than counted sharded (leaning low).
+    const auto offloaded =
+        testing::memcalc(base + "--grad-sync last-microbatch --offload optimizer");
+    CHECK(offloaded.status == 1);
+    CHECK(offloaded.out.empty());
+    CHECK(offloaded.err.find("grad_sync last-microbatch with offload optimizer") !=
+          std::string::npos);
+    CHECK(testing::memcalc(base + "--offload optimizer").status == 0);
 }

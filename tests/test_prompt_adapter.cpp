@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fixtures.hpp"
+#include "saved_bytes.hpp"
 #include "run_program.hpp"
 #include "step_named.hpp"
 #include "memcalc/estimate.hpp"
@@ -30,12 +31,6 @@ LayerActivations prompted_layer(Architecture m, std::uint64_t s, std::uint64_t b
     return architecture_layer(m, s, b, DType::bf16, Attention::flash, Runtime{}, {}, t);
 }
 
-std::uint64_t rows_of(const LayerActivations& layer, const std::string& op) {
-    std::uint64_t sum = 0;
-    for (const SavedTensor& row : layer.rows)
-        if (std::string(row.op) == op) sum += row.bytes.value();
-    return sum;
-}
 }  // namespace
 
 TEST_CASE("LLaMA-Adapter trains a prompt and a gate per head in each layer from the start",
@@ -64,15 +59,15 @@ TEST_CASE("The prompt attention keeps its output for the gate, its bias and log-
     const LayerActivations layer = prompted_layer(m, s, b, tokens, true);
     const std::uint64_t output = s * b * a * d * 2, bias = s * ((tokens + 15) / 16 * 16) * 2,
                         lse = a * ((s + 31) / 32 * 32) * b * 4;
-    CHECK(rows_of(layer, "prompt gate") == output);
-    CHECK(rows_of(layer, "prompt attention") == bias + lse);
+    CHECK(fixtures::saved_bytes_where(layer, "prompt gate") == output);
+    CHECK(fixtures::saved_bytes_where(layer, "prompt attention") == bias + lse);
     CHECK(saved_bytes(layer.rows) == saved_bytes(plain.rows) + Count(output + bias + lse));
     // Its input needing no gradient (the first prompted layer's): the gate's product alone keeps
     // anything in the attention, and its output needs a gradient from there.
     const LayerActivations first = prompted_layer(m, s, b, tokens, false);
-    CHECK(rows_of(first, "prompt gate") == output);
-    CHECK(rows_of(first, "prompt attention") == 0);
-    CHECK(rows_of(first, "flash attention") == 0);
+    CHECK(fixtures::saved_bytes_where(first, "prompt gate") == output);
+    CHECK(fixtures::saved_bytes_where(first, "prompt attention") == 0);
+    CHECK(fixtures::saved_bytes_where(first, "flash attention") == 0);
     CHECK(saved_bytes(prompted_layer(m, s, b, 0, false).rows) == Count(0));
 }
 

@@ -199,15 +199,33 @@ inline bool has_module(const Architecture& m, Module module) {
 
 }  // namespace detail
 
-/// Whether the optimizer in backward (GradBuffer::stepped) is modelled on layout `p`: it steps
-/// what one backward pass made, on one replica: each gradient is stepped as soon as it is whole,
-/// so none accumulates or is reduced.
-inline bool stepped_modelled(GradBuffer buffer, const Parallelism& p) {
-    return buffer != GradBuffer::stepped ||
-           (p.steps_per_batch() == 1 && p.dp == 1 && p.zero == 0 && p.offload == Offload::none);
+/// Whether the framework's gradient switches are modelled on layout `p`. The optimizer in backward
+/// (GradBuffer::stepped) steps what one backward pass made, on one replica: each gradient is
+/// stepped as soon as it is whole, so none accumulates or is reduced. FSDP's no_sync
+/// (GradSync::last_microbatch) beside an offloaded step keeps its unsharded gradients where memcalc
+/// cannot say (FSDP1 accumulates them on the device or the host by version).
+inline bool gradients_modelled(const Framework& f, const Parallelism& p) {
+    const bool single = p.steps_per_batch() == 1;
+    const bool stepped_ok = f.grad_buffer != GradBuffer::stepped ||
+                            (single && p.dp == 1 && p.zero == 0 && p.offload == Offload::none);
+    const bool sync_ok = f.grad_sync != GradSync::last_microbatch || p.zero < 2 ||
+                         p.offload == Offload::none || single;
+    return stepped_ok && sync_ok;
 }
 
 namespace detail {
+
+/// FSDP's no_sync beside an offloaded step (gradients_modelled): refused rather than counted
+/// sharded, which could lean low.
+inline void validate_grad_sync(const Settings& s) {
+    if (s.framework.grad_sync != GradSync::last_microbatch ||
+        gradients_modelled(s.framework, s.parallel))
+        return;
+    throw error(std::string("grad_sync last-microbatch with offload ") +
+                offload_name(s.parallel.offload) +
+                ": where no_sync keeps the unsharded gradients beside an offloaded step is not "
+                "modelled");
+}
 
 /// Throws naming what the optimizer in backward cannot run with.
 inline void validate_stepped(const Settings& s) {
@@ -537,6 +555,7 @@ private:
         detail::validate_modules(model_, settings);
         detail::validate_casts(model_, settings.recipe, settings.parallel);
         detail::validate_stepped(settings);
+        detail::validate_grad_sync(settings);
     }
 
     /// The checks every estimate makes before it counts, in the order it makes them.

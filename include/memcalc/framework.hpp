@@ -361,7 +361,7 @@ inline const auto framework_switches = std::make_tuple(
            std::array{GradSync::every_microbatch, GradSync::last_microbatch}, grad_sync_name,
            "When a sharded run (--zero 2/3) reduces its gradients: every-microbatch (default) or\n"
            "last-microbatch (FSDP's no_sync, lit-gpt's fabric.no_backward_sync: the micro-batches\n"
-           "before the last hold every layer's gradient unsharded)"},
+           "before the last hold every layer's gradient unsharded; not with --offload)"},
     Switch{"grad_units", "gradient units", &Framework::grad_units,
            std::array{GradUnits::tensor, GradUnits::flat}, grad_units_name,
            "What one gradient covers: tensor (default: each trained tensor; FSDP2, ZeRO) or flat\n"

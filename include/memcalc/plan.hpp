@@ -563,8 +563,7 @@ inline void measure(PlanRow& row, const Workload& w, const StageMix& mix, const 
                     const PlanRequest& request, StageFactsCache& facts,
                     const RankCutoff& cutoff = {}) {
     const Parallelism& p = row.parallel;
-    if (!recompute_modelled(row.recompute, p) ||
-        !stepped_modelled(request.base.framework.grad_buffer, p))
+    if (!recompute_modelled(row.recompute, p) || !gradients_modelled(request.base.framework, p))
         return;  // no peak to trust: it does not fit
     row.recompute_fraction = cost.recompute_fraction();
     // The forward's share of a chunk's time: recomputation lengthens its backward.

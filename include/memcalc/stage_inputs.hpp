@@ -314,9 +314,8 @@ inline UnitGradients unit_gradients(const Workload& w, const Parallelism& p, Cou
     if (w.framework.grad_units == GradUnits::flat && trained > Count(0))
         trained = all, trained_experts = all_experts;
     const Count g = w.recipe.gradient_bytes();
-    const bool unsharded = p.zero >= 2 && p.offload == Offload::none &&
-                           w.framework.grad_sync == GradSync::last_microbatch &&
-                           p.steps_per_batch() > 1;
+    const bool unsharded = p.zero >= 2 && w.framework.grad_sync == GradSync::last_microbatch &&
+                           p.steps_per_batch() > 1;  // not with an offload: refused
     if (unsharded) return {trained * g, Count(0)};
     const Count dense = Count(trained.value() - trained_experts.value());
     return {kept_gradients(p, dense, trained_experts) * g, p.zero >= 2 ? trained * g : Count(0)};
