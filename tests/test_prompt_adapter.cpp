@@ -16,19 +16,22 @@
 using namespace memcalc;
 
 namespace {
-FineTuning adapter(std::uint64_t tokens = 10, std::uint64_t start = 2) {
+FineTuning adapter(std::uint64_t tokens = 10, std::uint64_t start = 2,
+                   Training mode = Training::adapter) {
     FineTuning f;
-    f.mode = Training::adapter, f.prompt.tokens = tokens, f.prompt.start_layer = start;
+    f.mode = mode, f.prompt.tokens = tokens, f.prompt.start_layer = start;
     return f;
 }
 
 LayerActivations prompted_layer(Architecture m, std::uint64_t s, std::uint64_t b,
-                                std::uint64_t tokens, bool input_grad) {
+                                std::uint64_t tokens, bool input_grad,
+                                Attention attention = Attention::flash,
+                                Training mode = Training::adapter) {
     m.input_require_grads = false;
-    const FineTuning f = adapter();
+    const FineTuning f = adapter(10, 2, mode);
     LayerTuning t = layer_tuning(fine_tuned_table(m, parameter_table(m), f), f, 0);
     t.input_grad = input_grad, t.prompt_tokens = tokens;  // 0: the frozen base's layer alone
-    return architecture_layer(m, s, b, DType::bf16, Attention::flash, Runtime{}, {}, t);
+    return architecture_layer(m, s, b, DType::bf16, attention, Runtime{}, {}, t);
 }
 
 }  // namespace
@@ -69,6 +72,26 @@ TEST_CASE("The prompt attention keeps its output for the gate, its bias and log-
     CHECK(fixtures::saved_bytes_where(first, "prompt attention") == 0);
     CHECK(fixtures::saved_bytes_where(first, "flash attention") == 0);
     CHECK(saved_bytes(prompted_layer(m, s, b, 0, false).rows) == Count(0));
+}
+
+TEST_CASE("Under a prompt the output projection reads the gated sum alone, eager or flash",
+          "[finetune][adapter]") {
+    const Architecture m = GENERATE(fixtures::llama_7b(), fixtures::gpt2_small());
+    const Attention attention = GENERATE(Attention::eager, Attention::flash);
+    const std::uint64_t s = GENERATE(100, 1000), b = GENERATE(1, 2), tokens = 10;
+    CAPTURE(m.name, attention_name(attention), s, b);
+    const std::uint64_t output = s * b * m.heads * m.head_size() * 2,
+                        bias = s * ((tokens + 15) / 16 * 16) * 2,
+                        lse = m.heads * ((s + 31) / 32 * 32) * b * 4;
+    // The prompt adds the same whatever the kernel: the attention's output is not the output
+    // projection's input (the gated sum is), which the eager path once counted too.
+    const LayerActivations plain = prompted_layer(m, s, b, 0, true, attention);
+    const LayerActivations layer = prompted_layer(m, s, b, tokens, true, attention);
+    CHECK(saved_bytes(layer.rows) == saved_bytes(plain.rows) + Count(output + bias + lse));
+    // v2 scales the projection's output: its row once, s b h in bf16.
+    const LayerActivations v2 =
+        prompted_layer(m, s, b, tokens, true, attention, Training::adapter_v2);
+    CHECK(fixtures::saved_bytes_where(v2, "output projection: adapter v2") == s * b * m.hidden * 2);
 }
 
 TEST_CASE("The layers before the first prompt keep nothing: the loss step holds the rest",

@@ -241,6 +241,8 @@ inline void over_v_rows(TableBuilder& t, const Sizes& z, const Shape& output) {
                        : "the weights' gradient, the output's and v's",
                    bytes_of(z.d, z.keyed.scores.symbol) + " + " + bytes_of(over_v, "sb(a d_v)"),
                    Count(z.d) * z.scores + Count(over_v) * z.sbv);
+    // Under a prompt the output projection reads the gated sum (prompt_attention_rows), not this.
+    if (t.tuning.prompt_tokens > 0) return;
     if (z.narrow)
         projection_input_row(t, z, "output projection", "its input", z.sbv, output, 1,
                              output_projection(z), bit(Linear::o));

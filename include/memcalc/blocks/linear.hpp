@@ -54,9 +54,7 @@ inline void after_linears(TableBuilder& t, const Sizes& z, const std::string& op
     }
     adapter_rows(t, z, op, readers, tokens, elements, shape, input_bytes);
     merged_padding_rows(t, z, op, readers, tokens, output.elements);
-    // Under a prompt the output projection's scaled output is the prompt block's (the gated sum's).
-    const LinearSet own = t.tuning.prompt_tokens > 0 ? bit(Linear::o) : 0;
-    scaled_output_rows(t, z, op, readers & ~own, tokens);
+    scaled_output_rows(t, z, op, readers, tokens);
     if ((readers & ~t.tuning.frozen) == 0 && t.tuning.any())
         frozen_linear_work(t, z, op, input != InputRow::none ? Count(0) : elements * input_bytes,
                            output, readers, stream);
